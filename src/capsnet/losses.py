@@ -1,0 +1,61 @@
+"""Losses of capsule networks (Sabour et al. 2017, sections 3 and 4.1)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["margin_loss", "reconstruction_loss"]
+
+
+def margin_loss(
+    lengths: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    m_plus: float = 0.9,
+    m_minus: float = 0.1,
+    lam: float = 0.5,
+) -> torch.Tensor:
+    """Eq. 4: ``T max(0, m+ - |v|)^2 + lam (1 - T) max(0, |v| - m-)^2``.
+
+    Summed over the classes, averaged over the batch.
+
+    Shapes:
+        lengths: (B, J) capsule lengths
+        targets: (B,) class indices, or (B, J) multi-hot (overlapping digits)
+        returns: () scalar
+    """
+    if lengths.dim() != 2:
+        raise ValueError(f"lengths must be (B, J), got shape {tuple(lengths.shape)}")
+    B, J = lengths.shape
+    if targets.dim() == 1:
+        if targets.shape[0] != B:
+            raise ValueError(f"targets (B,) must match lengths' batch {B}, got shape {tuple(targets.shape)}")
+        if targets.numel() and (targets.min() < 0 or targets.max() >= J):
+            raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
+        T = F.one_hot(targets.long(), J).to(lengths.dtype)  # (B, J)
+    elif tuple(targets.shape) == (B, J):
+        T = targets.to(lengths.dtype)
+    else:
+        raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
+    present = T * F.relu(m_plus - lengths).pow(2)
+    absent = lam * (1.0 - T) * F.relu(lengths - m_minus).pow(2)
+    return (present + absent).sum(dim=1).mean()
+
+
+def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, scale: float = 0.0005) -> torch.Tensor:
+    """Sum of squared pixel errors per image, times ``scale``, mean over the batch.
+
+    Section 4.1: the sum (not the mean) of squared differences, scaled down by
+    0.0005 so it does not dominate the margin loss during training.
+
+    Shapes:
+        reconstructions: (B, ...) any layout with B * P elements
+        images: (B, C, H, W) or (B, P) with the same number of pixels P
+        returns: () scalar
+    """
+    B = images.shape[0]
+    r = reconstructions.reshape(B, -1)
+    x = images.reshape(B, -1).to(r.dtype)
+    if r.shape != x.shape:
+        raise ValueError(f"reconstructions {tuple(reconstructions.shape)} and images {tuple(images.shape)} differ in pixels per image")
+    return scale * (r - x).pow(2).sum(dim=1).mean()

@@ -1,0 +1,169 @@
+"""Sabour, Frosst and Hinton's CapsNet with its reconstruction decoder.
+
+Architecture (section 4, Figures 1 and 2): Conv1 256 @ 9x9 ReLU ->
+PrimaryCaps 32 x 8D @ 9x9 stride 2 -> DigitCaps 10 x 16D with 3 rounds of
+routing -> decoder 512 -> 1024 -> H*W*C with a sigmoid, fed the digit capsules
+masked to one class (the true label while training, the longest capsule at
+inference).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import DenseCaps, PrimaryCaps
+from ..routing import DynamicRouting
+
+__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules"]
+
+
+@dataclass(frozen=True)
+class CapsNetConfig:
+    """Every size of the network; the defaults are the paper's MNIST model."""
+
+    input_height: int = 28
+    input_width: int = 28
+    in_channels: int = 1
+    num_classes: int = 10
+    conv1_channels: int = 256
+    conv1_kernel: int = 9
+    primary_types: int = 32
+    primary_dim: int = 8
+    primary_kernel: int = 9
+    primary_stride: int = 2
+    digit_dim: int = 16
+    routing_iterations: int = 3
+    routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1
+    leaky_routing: bool = False
+    detach_agreement: bool = False
+    decoder: bool = True
+    decoder_hidden: tuple[int, ...] = (512, 1024)
+
+    def __post_init__(self) -> None:
+        positive = ["input_height", "input_width", "in_channels", "num_classes", "conv1_channels", "conv1_kernel",
+                    "primary_types", "primary_dim", "primary_kernel", "primary_stride", "digit_dim", "routing_iterations"]
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"CapsNetConfig.{name} must be a positive integer, got {value!r}")
+        object.__setattr__(self, "decoder_hidden", tuple(int(h) for h in self.decoder_hidden))
+        if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
+            raise ValueError(
+                f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
+                f"and primary capsules {self.primary_kernel}x{self.primary_kernel}: use a larger input or smaller kernels")
+
+    @property
+    def primary_grid(self) -> tuple[int, int]:
+        """Height and width of the primary capsule grid (6 x 6 for MNIST)."""
+        def out(n: int) -> int:
+            n = n - self.conv1_kernel + 1
+            return (n - self.primary_kernel) // self.primary_stride + 1
+        return out(self.input_height), out(self.input_width)
+
+    @property
+    def num_primary(self) -> int:
+        """Number I of primary capsules (32 * 6 * 6 = 1152 for MNIST)."""
+        h, w = self.primary_grid
+        return self.primary_types * h * w
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["decoder_hidden"] = list(self.decoder_hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CapsNetConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown CapsNetConfig keys {unknown}; valid keys are {sorted(known)}")
+        return cls(**d)
+
+
+class CapsNetOutput(NamedTuple):
+    poses: torch.Tensor  # (B, J, D) digit capsules
+    lengths: torch.Tensor  # (B, J) their lengths, the class probabilities
+    reconstructions: torch.Tensor | None  # (B, C, H, W), None without decoder
+    coupling: torch.Tensor  # (B, I, J) coupling coefficients of the last round
+
+
+def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Keep one capsule per example, zero the others, and flatten.
+
+    Shapes:
+        poses: (B, J, D); index: (B,) class to keep
+        returns: (B, J * D)
+    """
+    B, J, D = poses.shape
+    keep = F.one_hot(index.long(), J).to(poses.dtype)  # (B, J)
+    return (poses * keep.unsqueeze(-1)).reshape(B, J * D)  # (B, J*D)
+
+
+class Decoder(nn.Module):
+    """Section 4.1: three fully connected layers, ReLU, ReLU, sigmoid."""
+
+    def __init__(self, in_features: int, out_shape: tuple[int, int, int], hidden: tuple[int, ...] = (512, 1024)) -> None:
+        super().__init__()
+        self.out_shape = out_shape
+        sizes = [in_features, *hidden]
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
+        C, H, W = out_shape
+        layers += [nn.Linear(sizes[-1], C * H * W), nn.Sigmoid()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x: (B, J*D) masked capsules -> (B, C, H, W) in [0, 1]."""
+        return self.net(x).view(x.shape[0], *self.out_shape)  # (B, C, H, W)
+
+
+class CapsNet(nn.Module):
+    """The paper's three-layer CapsNet, with the decoder as a regulariser."""
+
+    def __init__(self, config: CapsNetConfig = CapsNetConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=cfg.conv1_kernel)
+        self.primary = PrimaryCaps(cfg.conv1_channels, types=cfg.primary_types, dim=cfg.primary_dim,
+                                   kernel_size=cfg.primary_kernel, stride=cfg.primary_stride)
+        routing = DynamicRouting(cfg.routing_iterations, leaky=cfg.leaky_routing, detach_agreement=cfg.detach_agreement)
+        self.digits = DenseCaps(cfg.num_primary, cfg.primary_dim, cfg.num_classes, cfg.digit_dim,
+                                routing=routing, bias=cfg.routing_bias)
+        self.decoder = (Decoder(cfg.num_classes * cfg.digit_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
+                                cfg.decoder_hidden) if cfg.decoder else None)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> CapsNetOutput:
+        """Classify, and reconstruct from the masked digit capsule.
+
+        Shapes:
+            images: (B, C, H, W) in [0, 1]; labels: (B,) or None
+            returns: poses (B, J, D), lengths (B, J), reconstructions (B, C, H, W) or None, coupling (B, I, J)
+        """
+        cfg = self.config
+        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        x = F.relu(self.conv1(images))  # (B, 256, 20, 20)
+        u = self.primary(x)  # (B, I, 8)
+        poses, lengths, coupling = self.digits(u)  # (B, J, 16), (B, J), (B, I, J)
+        reconstructions = None
+        if self.decoder is not None:
+            # Section 4.1: mask by the true label while training, else by the longest capsule.
+            index = labels if labels is not None else lengths.argmax(dim=1)
+            reconstructions = self.decoder(mask_capsules(poses, index))
+        return CapsNetOutput(poses, lengths, reconstructions, coupling)
+
+    def reconstruct(self, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Decode given digit capsules masked to ``index`` (for pose sweeps).
+
+        Shapes: poses (B, J, D), index (B,) -> (B, C, H, W)
+        """
+        if self.decoder is None:
+            raise RuntimeError("this CapsNet was built with decoder=False and cannot reconstruct")
+        return self.decoder(mask_capsules(poses, index))

@@ -1,0 +1,40 @@
+"""Pure tensor functions on capsules: squash and a norm that is safe at zero.
+
+Sabour, Frosst and Hinton, "Dynamic Routing Between Capsules" (NIPS 2017),
+Eq. 1: ``v = |s|^2 / (1 + |s|^2) * s / |s|``. The length of ``v`` is in [0, 1)
+and reads as the probability that the entity the capsule stands for is
+present; its orientation is the entity's pose.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["safe_norm", "squash"]
+
+
+def _eps(dtype: torch.dtype) -> float:
+    # An epsilon that survives the dtype: 1e-8 underflows to 0 once added to a
+    # bfloat16 value of order 1e-3, so use a multiple of the dtype's tiny.
+    return max(1e-8, float(torch.finfo(dtype).tiny) * 1e3) if dtype.is_floating_point else 1e-8
+
+
+def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+    """Euclidean norm with the epsilon inside the square root.
+
+    ``torch.linalg.norm`` has an infinite (NaN after chain rule) gradient at 0;
+    ``sqrt(sum(s^2) + eps)`` has gradient 0 there. The value at 0 is
+    ``sqrt(eps)``, about 1e-4 in float32, well below anything routing or the
+    margin loss can see.
+    """
+    return torch.sqrt(s.pow(2).sum(dim=dim, keepdim=keepdim) + _eps(s.dtype))
+
+
+def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Eq. 1: shrink ``s`` to length ``|s|^2 / (1 + |s|^2)``, keep its direction.
+
+    Shapes:
+        s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
+    """
+    sq = s.pow(2).sum(dim=dim, keepdim=True)  # |s|^2, (..., 1)
+    norm = torch.sqrt(sq + _eps(s.dtype))
+    return s * (sq / (1.0 + sq) / norm)
