@@ -1,0 +1,170 @@
+"""Read and write IDX files, the format MNIST and Fashion-MNIST ship in.
+
+An IDX file is a 4-byte magic number, one big-endian uint32 per dimension,
+then the values in C order, big-endian (LeCun, Cortes and Burges, the MNIST
+page, "file formats")::
+
+    0x00 0x00 <dtype code> <ndim> | dim_0 ... dim_{ndim-1} | data
+
+Files may be gzip-compressed. :func:`read_idx` tells gzip from raw by the
+gzip magic bytes, never by the file name, because renamed, re-compressed and
+gunzipped copies are common. Every check names the file, says what is wrong
+and what to do, and raises :class:`DataError`.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import secrets
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DataError", "read_idx", "write_idx", "read_idx_bytes", "decode_idx", "encode_idx"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+# IDX type codes (the MNIST page). Values are stored big-endian.
+_DTYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_CODES: dict[np.dtype, int] = {dt.newbyteorder("="): code for code, dt in _DTYPES.items()}
+
+
+class DataError(ValueError):
+    """A data file or data set is missing, corrupt or not what was asked for.
+
+    Defined here, at the bottom of ``capsnet.data``, so that every data module
+    can raise it without import cycles; re-exported as ``capsnet.data.DataError``.
+    The message names the file, says what is wrong and what to do about it.
+    """
+
+
+def read_idx_bytes(path: str | os.PathLike) -> bytes:
+    """The uncompressed contents of an IDX file, gunzipped if it is gzip.
+
+    This is what published MD5s are computed on, so re-compressed copies can
+    be checked against them. Raises DataError for an empty or corrupt gzip
+    file; OSError if the file cannot be read at all.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if not data:
+        raise DataError(f"{path}: the file is empty; delete it and download or copy it again")
+    if data[:2] != GZIP_MAGIC:
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as err:
+        # EOFError: cut short; BadGzipFile (an OSError): bad header or CRC; zlib.error: bad stream.
+        raise DataError(
+            f"{path}: corrupt or truncated gzip file ({err}); "
+            "delete it and download or copy it again"
+        ) from err
+
+
+def decode_idx(data: bytes, *, source: str = "<bytes>") -> np.ndarray:
+    """Parse the uncompressed bytes of an IDX file into a native-endian array.
+
+    ``source`` names the file in error messages. The returned array is a
+    writable copy in native byte order, with the IDX dimensions as its shape.
+    """
+    fix = "it is not a valid IDX file; delete it and download or copy it again"
+    if len(data) < 4:
+        raise DataError(f"{source}: {len(data)} bytes is too short for an IDX header; {fix}")
+    zero, code, ndim = data[:2], data[2], data[3]
+    if zero != b"\x00\x00":
+        raise DataError(
+            f"{source}: not an IDX file (starts with {data[:4]!r}, an IDX file starts "
+            f"with 0x00 0x00 <dtype> <ndim>); {fix}"
+        )
+    if code not in _DTYPES:
+        known = ", ".join(f"0x{c:02X}" for c in _DTYPES)
+        raise DataError(f"{source}: unknown IDX dtype code 0x{code:02X} (known: {known}); {fix}")
+    if ndim == 0:
+        raise DataError(f"{source}: the IDX header declares 0 dimensions; {fix}")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(
+            f"{source}: truncated header ({len(data)} bytes, {ndim} dimensions need {header}); {fix}"
+        )
+    dims = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
+    dtype = _DTYPES[code]
+    expected = int(np.prod(dims, dtype=object)) * dtype.itemsize
+    actual = len(data) - header
+    if actual < expected:
+        raise DataError(
+            f"{source}: truncated: shape {dims} of {dtype.name} needs {expected} data bytes, "
+            f"the file has {actual}; {fix}"
+        )
+    if actual > expected:
+        raise DataError(
+            f"{source}: {actual - expected} trailing bytes after the data of shape {dims}; {fix}"
+        )
+    values = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize, offset=header)
+    # astype copies: frombuffer's view is read-only and big-endian, torch wants neither.
+    return values.reshape(dims).astype(dtype.newbyteorder("="))
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file, gzip or raw, into a numpy array.
+
+    Shapes:
+        returns the dimensions stored in the file, e.g. (N, 28, 28) uint8 for
+        MNIST images and (N,) uint8 for labels.
+    """
+    return decode_idx(read_idx_bytes(path), source=str(path))
+
+
+def encode_idx(array: np.ndarray, *, source: str = "<array>") -> bytes:
+    """The IDX bytes (uncompressed) of ``array``; ``source`` names it in errors."""
+    array = np.asarray(array)
+    native = array.dtype.newbyteorder("=")
+    if native not in _CODES:
+        supported = ", ".join(dt.newbyteorder("=").name for dt in _DTYPES.values())
+        raise DataError(
+            f"{source}: IDX cannot store dtype {array.dtype.name} (supported: {supported}); "
+            "convert the array first"
+        )
+    if array.ndim == 0 or array.ndim > 255:
+        raise DataError(f"{source}: IDX stores 1 to 255 dimensions, the array has {array.ndim}")
+    if any(d >= 2**32 for d in array.shape):
+        raise DataError(f"{source}: IDX dimensions are uint32, shape {array.shape} does not fit")
+    code = _CODES[native]
+    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    return header + np.ascontiguousarray(array, dtype=_DTYPES[code]).tobytes()
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray, compress: bool | None = None) -> Path:
+    """Write ``array`` as an IDX file, atomically (temp file, then os.replace).
+
+    ``compress=None`` gzips when the name ends in ``.gz``. The gzip stream has
+    no name and mtime 0, so the same array always gives the same bytes (with
+    the same zlib), which keeps tools/make_mnist_sample.py reproducible.
+    A crash mid-write leaves the old file, or none, never half a file.
+    Returns the path written.
+    """
+    path = Path(path)
+    data = encode_idx(array, source=str(path))
+    if compress is None:
+        compress = path.suffix == ".gz"
+    if compress:
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    # Same folder as the target so os.replace is a rename, not a copy; "xb"
+    # (not mkstemp) so the file gets the usual umask permissions, not 0600.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,321 @@
+"""MNIST, Fashion-MNIST and a small MNIST sample, loaded as checked tensors.
+
+Data root: the ``root`` argument, else the ``CAPSNET_DATA`` environment
+variable, else the user cache (``$XDG_CACHE_HOME/capsnet`` or
+``~/.cache/capsnet``). A root holds one folder per set, named as in
+``DATASETS`` (``mnist/``, ``fashion-mnist/``), each with the four original
+IDX files, gzip or raw, so ``CAPSNET_DATA=../shared/data`` just works.
+
+Every file is checked against the MD5 of its *uncompressed* contents (the
+published ones, as torchvision checks them), so re-compressed or gunzipped
+copies pass and a corrupt or misplaced file is refused by name. Missing files
+are downloaded only into the user cache, or anywhere when ``download=True``:
+a folder you named is never written behind your back.
+
+``mnist-sample`` is real MNIST, shipped in the package (mnist_sample/) so
+examples and tests run offline: 2,000 training digits (the first 200 of each
+class in the MNIST training file) and 500 test digits (the first 50 of each
+class in the test file), both in file order. tools/make_mnist_sample.py
+rebuilds them from the real files; their MD5s are recorded below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .download import download_file
+from .idx import DataError, decode_idx, read_idx_bytes
+
+__all__ = [
+    "DATASETS", "MIRRORS", "SAMPLE_DIR", "Dataset", "DataError",
+    "load_dataset", "resolve_root", "split_validation",
+]
+
+log = logging.getLogger(__name__)
+
+DATASETS = ("mnist", "fashion-mnist", "mnist-sample")
+SPLITS = ("train", "test")
+SAMPLE_DIR = Path(__file__).parent / "mnist_sample"
+
+# Base URLs tried in turn; each + file name + ".gz" is a download. A test or a
+# user behind a proxy can replace them here or with load_dataset(mirrors=...).
+MIRRORS: dict[str, tuple[str, ...]] = {
+    "mnist": (
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        "http://yann.lecun.com/exdb/mnist/",
+    ),
+    "fashion-mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+}
+
+
+class _File(NamedTuple):
+    name: str  # uncompressed file name; ".gz" is appended for the compressed copy
+    md5: str  # of the uncompressed contents
+    md5_gz: str | None  # of the original .gz download (documentation; mirrors may re-compress)
+
+
+class _Spec(NamedTuple):
+    classes: tuple[str, ...]
+    sizes: dict[str, int]  # examples per split
+    files: dict[str, tuple[_File, _File]]  # split -> (images, labels)
+
+
+_SPECS: dict[str, _Spec] = {
+    "mnist": _Spec(
+        classes=tuple(str(d) for d in range(10)),
+        sizes={"train": 60000, "test": 10000},
+        files={
+            "train": (
+                _File("train-images-idx3-ubyte", "6bbc9ace898e44ae57da46a324031adb",
+                      "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+                _File("train-labels-idx1-ubyte", "a25bea736e30d166cdddb491f175f624",
+                      "d53e105ee54ea40749a09fcbcd1e9432"),
+            ),
+            "test": (
+                _File("t10k-images-idx3-ubyte", "2646ac647ad5339dbf082846283269ea",
+                      "9fb629c4189551a2d022fa330f9573f3"),
+                _File("t10k-labels-idx1-ubyte", "27ae3e4e09519cfbb04c329615203637",
+                      "ec29112dd5afa0611ce80d1b7f02629c"),
+            ),
+        },
+    ),
+    "fashion-mnist": _Spec(
+        # Xiao, Rasul and Vollgraf (2017), label order of the published files.
+        classes=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                 "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        sizes={"train": 60000, "test": 10000},
+        files={
+            "train": (
+                _File("train-images-idx3-ubyte", "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+                      "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
+                _File("train-labels-idx1-ubyte", "9018921c3c673c538a1fc5bad174d6f9",
+                      "25c81989df183df01b3e8a0aad5dffbe"),
+            ),
+            "test": (
+                _File("t10k-images-idx3-ubyte", "8181f5470baa50b63fa0f6fddb340f0a",
+                      "bef4ecab320f06d8554ea6380940ec79"),
+                _File("t10k-labels-idx1-ubyte", "15d484375f8d13e6eb1aabb0c3f46965",
+                      "bb300cfdad3c16e7a12a480ee83cd310"),
+            ),
+        },
+    ),
+    "mnist-sample": _Spec(
+        classes=tuple(str(d) for d in range(10)),
+        sizes={"train": 2000, "test": 500},
+        # Written by tools/make_mnist_sample.py; run it with --check to compare.
+        files={
+            "train": (
+                _File("train-images-idx3-ubyte", "e759270be404d65c8a350c511678e2ff", None),
+                _File("train-labels-idx1-ubyte", "f325a241096e0338fdbd46ea1d7484c3", None),
+            ),
+            "test": (
+                _File("t10k-images-idx3-ubyte", "cfa327d4f42f67ae8d1dde8aa9efe454", None),
+                _File("t10k-labels-idx1-ubyte", "6a460557ed80a21701d8ee2b07271948", None),
+            ),
+        },
+    ),
+}
+
+# MD5 -> (set, file), to recognise a file that belongs somewhere else.
+_KNOWN_MD5: dict[str, tuple[str, str]] = {
+    f.md5: (set_name, f.name)
+    for set_name, spec in _SPECS.items()
+    for pair in spec.files.values()
+    for f in pair
+}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Dataset:
+    """A labelled image set held as two tensors, batched by indexing.
+
+    Shapes:
+        images: (N, 1, H, W) uint8, 0..255 (H = W = 28 for the sets here)
+        labels: (N,) int64, indices into ``classes``
+    """
+
+    name: str
+    split: str
+    images: torch.Tensor  # (N, 1, 28, 28) uint8
+    labels: torch.Tensor  # (N,) int64
+    classes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.images.dim() != 4:
+            raise ValueError(f"images must be (N, C, H, W), got shape {tuple(self.images.shape)}")
+        if self.labels.shape != self.images.shape[:1]:
+            raise ValueError(
+                f"labels must be ({self.images.shape[0]},) to match the images, "
+                f"got shape {tuple(self.labels.shape)}"
+            )
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"Dataset(name={self.name!r}, split={self.split!r}, n={len(self)}, "
+                f"images={tuple(self.images.shape)} {self.images.dtype}, "
+                f"classes={len(self.classes)})")
+
+    def subset(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> Dataset:
+        """The examples at ``indices`` (integers, or a boolean mask of length N), in that order."""
+        index = torch.as_tensor(indices)
+        if index.dtype == torch.bool:
+            index = index.nonzero().flatten()
+        index = index.to(device=self.labels.device, dtype=torch.long)
+        return dataclasses.replace(self, images=self.images[index], labels=self.labels[index])
+
+
+def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """The data root and where it came from: "argument", "CAPSNET_DATA" or "cache"."""
+    if root is not None:
+        return Path(root).expanduser(), "argument"
+    env = os.environ.get("CAPSNET_DATA")
+    if env:
+        return Path(env).expanduser(), "CAPSNET_DATA"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache).expanduser() / "capsnet", "cache"
+
+
+def load_dataset(
+    name: str,
+    split: str = "train",
+    *,
+    root: str | os.PathLike | None = None,
+    download: bool | None = None,
+    progress: bool = True,
+    mirrors: Sequence[str] | None = None,
+) -> Dataset:
+    """Load a split of one of ``DATASETS``, checked against its published MD5s.
+
+    Args:
+        name: "mnist", "fashion-mnist" or "mnist-sample" (shipped, offline;
+            ``root``, ``download`` and ``mirrors`` do not apply to it).
+        split: "train" or "test".
+        root: folder holding ``<name>/``; see the module docstring for the
+            default.
+        download: fetch missing files. None (default) downloads only into the
+            user cache; True also into a root you named; False never.
+        progress: tqdm progress bars on stderr while downloading.
+        mirrors: base URLs to try instead of ``MIRRORS[name]``.
+
+    Shapes:
+        returns images (N, 1, 28, 28) uint8 and labels (N,) int64.
+    """
+    if name not in _SPECS:
+        raise DataError(f"unknown data set {name!r}; valid names: {', '.join(DATASETS)}")
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r} of {name}; valid splits: {', '.join(SPLITS)}")
+    spec = _SPECS[name]
+    image_file, label_file = spec.files[split]
+
+    if name == "mnist-sample":
+        folder = SAMPLE_DIR
+    else:
+        base, source = resolve_root(root)
+        folder = base / name
+        missing = [f for f in (image_file, label_file) if _find(folder, f) is None]
+        if missing:
+            if download is None:
+                download = source == "cache"
+            if not download:
+                names = " and ".join(f.name for f in missing)
+                raise DataError(
+                    f"{name} {split} file(s) {names} not found in {folder} (root from {source}; "
+                    f"looked for each raw and with .gz). Put the IDX files there (gzip or raw), "
+                    f"point --data-dir or CAPSNET_DATA at a folder holding {name}/, "
+                    "or pass download=True to fetch them."
+                )
+            urls = MIRRORS[name] if mirrors is None else tuple(mirrors)
+            for f in missing:
+                log.info("downloading %s %s to %s", name, f.name, folder)
+                download_file([base_url + f.name + ".gz" for base_url in urls],
+                              folder / (f.name + ".gz"), md5_uncompressed=f.md5,
+                              progress=progress)
+
+    images = _read_checked(folder, image_file, name)
+    labels = _read_checked(folder, label_file, name)
+    n = spec.sizes[split]
+    image_path, label_path = _find(folder, image_file), _find(folder, label_file)
+    # The MD5s already pin the contents; these checks guard the tables above
+    # and say what is wrong in words if an entry there is ever mistyped.
+    if images.dtype != np.uint8 or images.shape != (n, 28, 28):
+        raise DataError(f"{image_path}: expected ({n}, 28, 28) uint8 images, "
+                        f"got {images.shape} {images.dtype}")
+    if labels.dtype != np.uint8 or labels.shape != (n,):
+        raise DataError(f"{label_path}: expected ({n},) uint8 labels, "
+                        f"got {labels.shape} {labels.dtype}")
+    if labels.max() >= len(spec.classes):
+        raise DataError(f"{label_path}: label {labels.max()} is outside 0..{len(spec.classes) - 1}")
+
+    return Dataset(
+        name=name,
+        split=split,
+        images=torch.from_numpy(images).unsqueeze(1),  # (N, 1, 28, 28)
+        labels=torch.from_numpy(labels).to(torch.int64),  # (N,)
+        classes=spec.classes,
+    )
+
+
+def split_validation(dataset: Dataset, n_val: int, *, seed: int) -> tuple[Dataset, Dataset]:
+    """Hold out ``n_val`` random examples: returns (train, val), disjoint.
+
+    The same seed gives the same split on every machine (torch's CPU
+    generator). Both parts keep the original order; the held-out part has
+    split "val".
+    """
+    n = len(dataset)
+    if not 0 <= n_val < n:
+        raise ValueError(f"n_val must be in 0..{n - 1} for {n} examples, got {n_val}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    val_idx, _ = perm[:n_val].sort()
+    train_idx, _ = perm[n_val:].sort()
+    val = dataclasses.replace(dataset.subset(val_idx), split="val")
+    return dataset.subset(train_idx), val
+
+
+def _find(folder: Path, f: _File) -> Path | None:
+    """The file as stored: raw name first, then .gz; None if neither exists."""
+    for candidate in (folder / f.name, folder / (f.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
+    """Read one IDX file of set ``name`` and check its contents' MD5."""
+    path = _find(folder, f)
+    if path is None:  # only the shipped sample can get here
+        raise DataError(f"{folder / (f.name + '.gz')} is missing; reinstall capsnet")
+    data = read_idx_bytes(path)
+    digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
+    if digest != f.md5:
+        known = _KNOWN_MD5.get(digest)
+        if known is not None and known[0] != name:
+            raise DataError(
+                f"{path} is not {name}'s {f.name}: its contents are {known[0]}'s {known[1]} "
+                f"(MD5 {digest}), so it looks like the {known[0]} files were put in the "
+                f"{name}/ folder. Keep each set in its own folder under the data root "
+                f"({folder.parent}/{known[0]}/)."
+            )
+        if known is not None:
+            raise DataError(
+                f"{path} is not {name}'s {f.name}: its contents are {known[1]} of the same set "
+                f"(MD5 {digest}); the file was renamed. Restore the original names."
+            )
+        raise DataError(
+            f"{path}: MD5 of the uncompressed contents is {digest}, expected {f.md5} for "
+            f"{name}'s {f.name}. The file may be corrupt, truncated or from another data set; "
+            "delete it and download (download=True) or copy it again."
+        )
+    return decode_idx(data, source=str(path))

@@ -1,0 +1,185 @@
+"""load_dataset on the real files, its refusals, the shipped sample, split_validation."""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet.data import (DATASETS, DataError, Dataset, load_dataset, read_idx, split_validation,
+                          write_idx)
+from capsnet.data import sets
+from capsnet.data.sets import resolve_root
+
+TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _copy_test_split(src: Path, dest: Path, *, gunzip: bool = False) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in TEST_FILES:
+        if gunzip:
+            (dest / name).write_bytes(gzip.decompress((src / f"{name}.gz").read_bytes()))
+        else:
+            shutil.copy(src / f"{name}.gz", dest / f"{name}.gz")
+
+
+@pytest.fixture(scope="module")
+def mnist_test(data_root) -> Dataset:
+    return load_dataset("mnist", "test", root=data_root)
+
+
+def test_mnist_train_is_what_the_world_knows(data_root):
+    ds = load_dataset("mnist", "train", root=data_root)
+    assert len(ds) == 60000 and ds.name == "mnist" and ds.split == "train"
+    assert ds.images.shape == (60000, 1, 28, 28) and ds.images.dtype == torch.uint8
+    assert ds.labels.shape == (60000,) and ds.labels.dtype == torch.int64
+    assert ds.labels[:5].tolist() == [5, 0, 4, 1, 9]
+    # Class counts of the MNIST training set (LeCun et al.'s files).
+    assert torch.bincount(ds.labels).tolist() == [5923, 6742, 5958, 6131, 5842,
+                                                  5421, 5918, 6265, 5851, 5949]
+    assert ds.classes == tuple("0123456789")
+
+
+def test_mnist_test(mnist_test):
+    assert mnist_test.images.shape == (10000, 1, 28, 28)
+    assert mnist_test.labels[:5].tolist() == [7, 2, 1, 0, 4]
+    assert int(mnist_test.images.max()) == 255 and int(mnist_test.images.min()) == 0
+
+
+@pytest.mark.parametrize("split,n", [("train", 60000), ("test", 10000)])
+def test_fashion_mnist(data_root, split, n):
+    ds = load_dataset("fashion-mnist", split, root=data_root)
+    assert ds.images.shape == (n, 1, 28, 28) and ds.labels.dtype == torch.int64
+    assert torch.bincount(ds.labels).tolist() == [n // 10] * 10  # balanced by design
+    assert ds.labels[0].item() == 9 and ds.classes[9] == "Ankle boot"
+
+
+def test_root_from_environment(data_root, monkeypatch, mnist_test):
+    monkeypatch.setenv("CAPSNET_DATA", str(data_root))
+    assert resolve_root() == (data_root, "CAPSNET_DATA")
+    ds = load_dataset("mnist", "test")
+    assert torch.equal(ds.labels, mnist_test.labels)
+
+
+def test_default_root_is_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("CAPSNET_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert resolve_root() == (tmp_path / "capsnet", "cache")
+    assert resolve_root(tmp_path / "x") == (tmp_path / "x", "argument")
+
+
+def test_raw_copies_are_accepted(data_root, tmp_path, mnist_test):
+    _copy_test_split(data_root / "mnist", tmp_path / "mnist", gunzip=True)
+    ds = load_dataset("mnist", "test", root=tmp_path)
+    assert torch.equal(ds.images, mnist_test.images) and torch.equal(ds.labels, mnist_test.labels)
+
+
+def test_one_changed_byte_is_refused(data_root, tmp_path):
+    _copy_test_split(data_root / "mnist", tmp_path / "mnist")
+    path = tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    content = bytearray(gzip.decompress(path.read_bytes()))
+    content[8] = 3  # first label 7 -> 3: still a valid IDX file with labels in range
+    path.write_bytes(gzip.compress(bytes(content)))
+    with pytest.raises(DataError, match="MD5") as info:
+        load_dataset("mnist", "test", root=tmp_path)
+    message = str(info.value)
+    assert str(path) in message and "corrupt" in message
+
+
+def test_fashion_files_in_the_mnist_folder_are_recognised(data_root, tmp_path):
+    _copy_test_split(data_root / "fashion-mnist", tmp_path / "mnist")
+    with pytest.raises(DataError, match="looks like the fashion-mnist files") as info:
+        load_dataset("mnist", "test", root=tmp_path)
+    assert "t10k-images-idx3-ubyte" in str(info.value)
+
+
+def test_missing_file_with_explicit_root(data_root, tmp_path):
+    _copy_test_split(data_root / "mnist", tmp_path / "mnist")
+    (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError) as info:
+        load_dataset("mnist", "test", root=tmp_path)  # no download into a named folder
+    message = str(info.value)
+    assert "t10k-labels-idx1-ubyte" in message and "t10k-images" not in message
+    assert str(tmp_path / "mnist") in message and "download=True" in message
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(DataError, match="mnist, fashion-mnist, mnist-sample"):
+        load_dataset("cifar-10")
+    with pytest.raises(DataError, match="train, test"):
+        load_dataset("mnist", "validation")
+    assert DATASETS == ("mnist", "fashion-mnist", "mnist-sample")
+
+
+@pytest.mark.parametrize("split,n", [("train", 2000), ("test", 500)])
+def test_mnist_sample_offline(monkeypatch, tmp_path, split, n):
+    monkeypatch.setenv("CAPSNET_DATA", str(tmp_path / "nothing-here"))
+    ds = load_dataset("mnist-sample", split, download=False)
+    assert ds.images.shape == (n, 1, 28, 28) and ds.images.dtype == torch.uint8
+    assert torch.bincount(ds.labels, minlength=10).tolist() == [n // 10] * 10
+
+
+@pytest.mark.parametrize("split,per_class", [("train", 200), ("test", 50)])
+def test_mnist_sample_is_the_documented_subset(data_root, split, per_class):
+    full = load_dataset("mnist", split, root=data_root)
+    labels = full.labels.numpy()
+    # Independent restatement of the rule: first per_class of each digit, file order.
+    keep, seen = [], [0] * 10
+    for i, y in enumerate(labels):
+        if seen[y] < per_class:
+            keep.append(i)
+            seen[y] += 1
+    sample = load_dataset("mnist-sample", split)
+    assert torch.equal(sample.images, full.images[keep])
+    assert torch.equal(sample.labels, full.labels[keep])
+
+
+def test_mnist_sample_checks_its_md5(tmp_path, monkeypatch):
+    shutil.copytree(sets.SAMPLE_DIR, tmp_path / "s")
+    path = tmp_path / "s" / "t10k-labels-idx1-ubyte.gz"
+    labels = read_idx(path)
+    labels[0] = (labels[0] + 1) % 10
+    write_idx(path, labels)
+    monkeypatch.setattr(sets, "SAMPLE_DIR", tmp_path / "s")
+    with pytest.raises(DataError, match="MD5"):
+        load_dataset("mnist-sample", "test")
+
+
+def test_subset_and_split_validation():
+    ds = load_dataset("mnist-sample", "test")
+    sub = ds.subset([3, 1, 4])
+    assert sub.labels.tolist() == ds.labels[[3, 1, 4]].tolist() and sub.name == ds.name
+    assert len(ds.subset(ds.labels == 7)) == 50
+
+    train, val = split_validation(ds, 100, seed=0)
+    assert (len(train), len(val)) == (400, 100) and val.split == "val"
+    # Disjoint and covering: identify examples by their pixels (all distinct in MNIST).
+    flat = lambda d: {bytes(x.numpy()) for x in d.images.flatten(1)}  # noqa: E731
+    assert len(flat(ds)) == 500
+    assert flat(train).isdisjoint(flat(val)) and flat(train) | flat(val) == flat(ds)
+
+    again, val_again = split_validation(ds, 100, seed=0)
+    assert torch.equal(val.images, val_again.images) and torch.equal(train.labels, again.labels)
+    _, val_other = split_validation(ds, 100, seed=1)
+    assert not torch.equal(val.images, val_other.images)
+
+    for bad in (500, 501, -1):
+        with pytest.raises(ValueError, match="n_val"):
+            split_validation(ds, bad, seed=0)
+
+
+def test_dataset_checks_shapes():
+    with pytest.raises(ValueError, match="labels"):
+        Dataset("x", "train", torch.zeros(3, 1, 2, 2, dtype=torch.uint8),
+                torch.zeros(4, dtype=torch.int64), ("a",))
+    assert "n=3" in repr(Dataset("x", "train", torch.zeros(3, 1, 2, 2), torch.zeros(3), ("a",)))
+
+
+def test_read_numbers_match_independent_decoding(data_root, mnist_test):
+    # Decode the first image by hand from the gzip bytes: 16-byte header, then pixels.
+    raw = gzip.decompress((data_root / "mnist" / "t10k-images-idx3-ubyte.gz").read_bytes())
+    first = np.frombuffer(raw[16:16 + 784], dtype=np.uint8).reshape(28, 28)
+    assert torch.equal(mnist_test.images[0, 0], torch.from_numpy(first.copy()))
