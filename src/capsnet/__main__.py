@@ -1,0 +1,6 @@
+"""``python -m capsnet``: the same as the ``capsnet`` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,179 @@
+"""Checkpoints: one safetensors file holding weights, optimizer state and configs.
+
+A checkpoint is a single ``.safetensors`` file: tensors under ``model.*``
+(and, for resumable checkpoints, ``optim.*`` and ``rng.*``), with the model
+and training configurations, the step, epoch and metric history as JSON in
+the file's metadata. Loading parses JSON and raw tensors only, so it never
+unpickles code. Writing goes to a temporary file in the same folder, is
+fsynced and then renamed over the old file, so a crash or ``kill -9`` at any
+moment leaves either the previous checkpoint or the new one, never a broken one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint",
+           "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION"]
+
+FORMAT = "capsnet-checkpoint"
+FORMAT_VERSION = "1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, damaged, not ours, or does not fit the model."""
+
+
+@dataclass
+class Checkpoint:
+    model_name: str
+    model_config: dict[str, Any]
+    train_config: dict[str, Any]
+    state: dict[str, Any]  # epoch, step, history, best
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any] | None = None
+    rng_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, whole."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Make the rename itself durable; not possible on every platform.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, st in opt_state["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"optim.{idx}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, idx, key = name.split(".", 2)
+        state.setdefault(int(idx), {})[key] = value
+    for idx, kv in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(kv)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
+    """Write ``ckpt`` atomically to ``path`` (a ``.safetensors`` file)."""
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
+    metadata = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": ckpt.model_name,
+        "model_config": json.dumps(ckpt.model_config),
+        "train_config": json.dumps(ckpt.train_config),
+        "state": json.dumps(ckpt.state),
+    }
+    if ckpt.optimizer_state is not None:
+        opt_tensors, opt_meta = _flatten_optimizer(ckpt.optimizer_state)
+        tensors.update(opt_tensors)
+        metadata["optimizer"] = json.dumps(opt_meta)
+    for k, v in ckpt.rng_state.items():
+        tensors[f"rng.{k}"] = v.detach().cpu().contiguous()
+    atomic_write_bytes(path, st_save(tensors, metadata=metadata))
+
+
+def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
+    """A run directory becomes its ``best`` (or ``last``) checkpoint file."""
+    p = Path(path)
+    if p.is_dir():
+        f = p / f"{which}.safetensors"
+        if not f.exists() and which == "best" and (p / "last.safetensors").exists():
+            f = p / "last.safetensors"
+        if not f.exists():
+            raise CheckpointError(f"no checkpoint in {p}: expected {p / (which + '.safetensors')}; "
+                                  f"train one with `capsnet train --out {p}` or pass a .safetensors file")
+        return f
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {p} does not exist: pass a run directory made by `capsnet train` or its .safetensors file")
+    return p
+
+
+def _read_metadata(data: bytes) -> dict[str, str]:
+    # safetensors layout: 8-byte little-endian header length, then a JSON header
+    # whose "__metadata__" holds our string fields.
+    n = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or n > len(data) - 8:
+        raise ValueError("header length exceeds the file")
+    return json.loads(data[8:8 + n]).get("__metadata__", {}) or {}
+
+
+def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
+    """Read a checkpoint file, or the ``best``/``last`` one of a run directory."""
+    p = resolve_checkpoint(path, which)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {p}: {e}") from e
+    try:
+        tensors = st_load(data)
+        metadata = _read_metadata(data)
+    except (SafetensorError, ValueError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {p} is truncated or corrupt ({e}); "
+                              f"use another checkpoint or retrain") from e
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{p} is a safetensors file but not a capsnet checkpoint (no '{FORMAT}' metadata)")
+    if metadata.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{p} has checkpoint format version {metadata.get('format_version')!r}; "
+                              f"this capsnet reads version {FORMAT_VERSION}")
+    try:
+        model_config = json.loads(metadata["model_config"])
+        train_config = json.loads(metadata["train_config"])
+        state = json.loads(metadata["state"])
+        opt_meta = json.loads(metadata["optimizer"]) if "optimizer" in metadata else None
+    except (KeyError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"checkpoint {p} has damaged metadata ({e}); use another checkpoint or retrain") from e
+    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    opt_tensors = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+    rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
+    optimizer_state = _unflatten_optimizer(opt_tensors, opt_meta) if opt_meta is not None else None
+    return Checkpoint(metadata.get("model", "capsnet"), model_config, train_config, state, model_state,
+                      optimizer_state, rng, p)

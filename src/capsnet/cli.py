@@ -1,0 +1,233 @@
+"""The ``capsnet`` command: parse, call the library, print. Nothing imports this."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["main", "build_parser"]
+
+DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample")  # capsnet.data.DATASETS, without importing torch
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+# Flags of `train` that map onto the two configs: dest -> (config, field).
+_MODEL_FLAGS = {"routing_iterations": "routing_iterations", "conv1_channels": "conv1_channels",
+                "primary_types": "primary_types", "no_decoder": "decoder", "no_routing_bias": "routing_bias",
+                "leaky_routing": "leaky_routing", "detach_agreement": "detach_agreement"}
+_TRAIN_FLAGS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
+                "val_size", "train_size", "test_size", "seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="capsnet", formatter_class=fmt,
+                                description="Capsule networks (Sabour, Frosst and Hinton, NIPS 2017): train, evaluate, benchmark.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    t = sub.add_parser("train", formatter_class=fmt, help="train a CapsNet, checkpointing every epoch",
+                       description="Train the paper's CapsNet. Writes last.safetensors, best.safetensors, "
+                                   "config.json and metrics.jsonl into --out.")
+    t.add_argument("--dataset", choices=DATASET_NAMES, default="mnist", help="data set (mnist-sample ships with capsnet, offline)")
+    t.add_argument("--data-dir", default=None, help="folder holding mnist/ and fashion-mnist/ (default: $CAPSNET_DATA, else a user cache, downloading when missing)")
+    t.add_argument("--epochs", type=_positive_int, default=10, help="epochs to train (with --resume: the new total)")
+    t.add_argument("--batch-size", type=_positive_int, default=128, help="examples per optimizer step")
+    t.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate at step 0 (authors' code: 1e-3)")
+    t.add_argument("--lr-decay", type=_positive_float, default=0.96, help="learning rate factor per --lr-decay-steps (authors' code: 0.96)")
+    t.add_argument("--lr-decay-steps", type=_positive_int, default=2000, help="steps over which the rate decays by --lr-decay")
+    t.add_argument("--routing-iterations", type=_positive_int, default=3, help="rounds of routing by agreement (paper: 3)")
+    t.add_argument("--recon-weight", type=_nonneg_float, default=0.0005, help="scale of the reconstruction loss (paper: 0.0005; 0 turns it off)")
+    t.add_argument("--shift", type=_nonneg_int, default=2, help="random shift augmentation in pixels (paper: 2; 0 turns it off)")
+    t.add_argument("--val-size", type=_nonneg_int, default=0, help="training examples held out to choose the best checkpoint (0: choose on test)")
+    t.add_argument("--train-size", type=_nonneg_int, default=0, help="train on a seeded subset of this many examples (0: all)")
+    t.add_argument("--test-size", type=_nonneg_int, default=0, help="evaluate on the first this many test examples (0: all)")
+    t.add_argument("--conv1-channels", type=_positive_int, default=256, help="channels of Conv1 (paper: 256; smaller trains faster on CPU)")
+    t.add_argument("--primary-types", type=_positive_int, default=32, help="primary capsule types (paper: 32)")
+    t.add_argument("--no-decoder", action="store_true", help="train without the reconstruction decoder")
+    t.add_argument("--no-routing-bias", action="store_true", help="leave out the learned bias on s_j (the paper's 8,215,568 weights)")
+    t.add_argument("--leaky-routing", action="store_true", help="add the authors' zero 'orphan' logit to the routing softmax")
+    t.add_argument("--detach-agreement", action="store_true", help="no gradient through the routing rounds before the last")
+    t.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the initial weights, shuffles and shifts")
+    t.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    e = sub.add_parser("eval", formatter_class=fmt, help="test accuracy, per-class accuracy and confusion matrix",
+                       description="Evaluate a checkpoint on its data set's test split; prints a table and writes JSON.")
+    e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, or a .safetensors checkpoint file")
+    e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    e.add_argument("--dataset", choices=DATASET_NAMES, default=None, help="test set (default: the one it was trained on)")
+    e.add_argument("--data-dir", default=None, help="folder holding mnist/ and fashion-mnist/ (default: $CAPSNET_DATA or the user cache)")
+    e.add_argument("--test-size", type=_nonneg_int, default=0, help="evaluate on the first this many test examples (0: all)")
+    e.add_argument("--batch-size", type=_positive_int, default=256, help="examples per forward pass")
+    e.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the checkpoint)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    b = sub.add_parser("bench", formatter_class=fmt, help="training and inference throughput and peak memory",
+                       description="Throughput (images/s) and peak memory of the MNIST CapsNet, with the tutorial-style "
+                                   "baseline measured in the same run when its file is found.")
+    b.add_argument("--batch-size", type=_positive_int, default=128, help="images per step")
+    b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
+    b.add_argument("--device", default="auto", help="auto (CPU, plus CUDA when present), cpu or cuda")
+    b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
+    b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
+    return p
+
+
+def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The dests the user typed, told apart from defaults by parsing without any."""
+    bare = build_parser()
+    for action in bare._actions:  # noqa: SLF001 - argparse offers no public way
+        action.default = argparse.SUPPRESS
+    for sp in bare._subparsers._group_actions[0].choices.values():  # noqa: SLF001
+        for action in sp._actions:
+            action.default = argparse.SUPPRESS
+    return set(vars(bare.parse_args(argv)))
+
+
+def _cmd_train(args: argparse.Namespace, explicit: set[str], parser: argparse.ArgumentParser) -> int:
+    from .checkpoint import load_checkpoint
+    from .models import CapsNetConfig
+    from .train import TrainConfig, fit
+
+    out = Path(args.out or f"runs/{args.dataset}")
+    model_cfg = CapsNetConfig(routing_iterations=args.routing_iterations, conv1_channels=args.conv1_channels,
+                              primary_types=args.primary_types, decoder=not args.no_decoder,
+                              routing_bias=not args.no_routing_bias, leaky_routing=args.leaky_routing,
+                              detach_agreement=args.detach_agreement)
+    train_cfg = TrainConfig(**{k: getattr(args, k) for k in _TRAIN_FLAGS})
+    if args.resume and (out / "last.safetensors").exists():
+        # The run's saved settings hold; flags typed now must agree with them.
+        saved = load_checkpoint(out, "last")
+        saved_model, saved_train = CapsNetConfig.from_dict(saved.model_config), TrainConfig.from_dict(saved.train_config)
+        clashes = [f"--{k.replace('_', '-')}" for k in explicit & set(_TRAIN_FLAGS) - {"epochs"}
+                   if getattr(train_cfg, k) != getattr(saved_train, k)]
+        clashes += [f"--{k.replace('_', '-')}" for k, field in _MODEL_FLAGS.items()
+                    if k in explicit and getattr(model_cfg, field) != getattr(saved_model, field)]
+        if clashes:
+            parser.error(f"{', '.join(sorted(clashes))} differ from the run in {out}; --resume continues with the "
+                         f"run's own settings (only --epochs may change)")
+        model_cfg = saved_model
+        train_cfg = dataclasses.replace(saved_train, epochs=args.epochs if "epochs" in explicit else saved_train.epochs)
+    final = fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
+                progress=not args.no_progress)
+    split = "val" if train_cfg.val_size else "test"
+    if final:
+        print(f"epoch {final['epoch']}: {split} accuracy {final[f'{split}_accuracy']:.4f} "
+              f"(error {100 * final[f'{split}_error']:.2f}%), train loss {final['train_loss']:.4f}")
+    print(f"run directory: {out}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .checkpoint import atomic_write_text
+    from .train import TrainConfig, _to_device, evaluate, load_model, resolve_device
+    from .data import load_dataset
+
+    device = resolve_device(args.device)
+    model, ckpt = load_model(args.checkpoint, which=args.which, device=device)
+    train_cfg = TrainConfig.from_dict(ckpt.train_config)
+    name = args.dataset or train_cfg.dataset
+    test = load_dataset(name, "test", root=args.data_dir, progress=not args.no_progress)
+    if args.test_size:
+        test = test.subset(range(min(args.test_size, len(test))))
+    split = _to_device(test, device)
+    if tuple(split.images.shape[1:]) != (model.config.in_channels, model.config.input_height, model.config.input_width):
+        raise ValueError(f"{name} images are {tuple(split.images.shape[1:])} but the checkpoint's model takes "
+                         f"({model.config.in_channels}, {model.config.input_height}, {model.config.input_width})")
+    r = evaluate(model, split.images, split.labels, batch_size=args.batch_size, recon_weight=train_cfg.recon_weight,
+                 progress=not args.no_progress)
+    K = r.confusion.shape[0]
+    print(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test set, {len(split.labels)} images")
+    print(f"accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   loss {r.loss:.4f}\n")
+    print("class  accuracy   " + " ".join(f"{j:>5}" for j in range(K)) + "   <- predicted")
+    for i, acc in enumerate(r.per_class_accuracy):
+        print(f"{i:>5}  {acc:8.4f}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
+    out = Path(args.json) if args.json else ckpt.path.parent / f"eval-{ckpt.path.stem}.json"
+    atomic_write_text(out, json.dumps({"checkpoint": str(ckpt.path), "epoch": ckpt.state.get("epoch"), "dataset": name,
+                                       "images": len(split.labels), "accuracy": r.accuracy, "error": r.error,
+                                       "loss": r.loss, "per_class_accuracy": r.per_class_accuracy,
+                                       "confusion": r.confusion.tolist()}, indent=2))
+    print(f"\nwritten {out}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import environment, format_table, run_benchmark
+
+    devices = ("cpu", "cuda") if args.device == "auto" else (args.device,)
+    rows = run_benchmark(devices=devices, batch_size=args.batch_size, repeats=args.repeats,
+                         baseline_path=args.baseline or None, seed=args.seed)
+    env = environment()
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(format_table(rows))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    from .checkpoint import CheckpointError
+    from .data import DataError
+
+    try:
+        if args.command == "train":
+            return _cmd_train(args, _explicit_flags(parser, argv), parser)
+        if args.command == "eval":
+            return _cmd_eval(args)
+        return _cmd_bench(args)
+    except (CheckpointError, DataError, ValueError) as e:
+        print(f"capsnet {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"capsnet {args.command}: interrupted; `capsnet train --resume` continues from the last checkpoint",
+              file=sys.stderr)
+        return 130

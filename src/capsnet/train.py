@@ -1,0 +1,294 @@
+"""Training and evaluation: one ``fit()`` that reads top to bottom.
+
+The whole data set lives on the device as one tensor; batches are taken by
+index and augmented as batched tensor operations. Each epoch's shuffle and
+shifts come from a generator seeded by (seed, epoch), so a run resumed from an
+epoch's checkpoint replays exactly what an uninterrupted run would have done.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
+from .data import DATASETS, Dataset, load_dataset, random_shift, split_validation
+from .losses import margin_loss, reconstruction_loss
+from .models import MODELS, CapsNet, CapsNetConfig
+
+__all__ = ["TrainConfig", "fit", "evaluate", "lr_at", "resolve_device", "load_model", "prepare_data", "EvalResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str = "mnist"
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 1e-3  # authors' code: Adam, 1e-3
+    lr_decay: float = 0.96  # authors' code: x0.96 ...
+    lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
+    recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
+    shift: int = 2  # section 5: random shifts of up to 2 pixels
+    val_size: int = 0  # examples held out of training to choose the best checkpoint
+    train_size: int = 0  # 0: all; else a seeded subset of this many training examples
+    test_size: int = 0  # 0: all; else the first this many test examples
+    eval_batch_size: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(DATASETS)}")
+        for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("val_size", "train_size", "test_size", "shift", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
+        if self.recon_weight < 0:
+            raise ValueError(f"recon_weight must be >= 0, got {self.recon_weight}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig keys {unknown}; valid keys are {sorted(known)}")
+        return cls(**d)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate after ``step`` optimizer steps: lr * decay^(step / decay_steps)."""
+    return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
+    return dev
+
+
+@dataclass
+class _Split:
+    images: torch.Tensor  # (N, C, H, W) float in [0, 1], on the device
+    labels: torch.Tensor  # (N,) int64, on the device
+
+
+def prepare_data(cfg: TrainConfig, device: torch.device, *, data_root: str | os.PathLike | None = None,
+                 progress: bool = True) -> tuple[_Split, _Split, str]:
+    """Training split and the split to evaluate on (validation if any, else test)."""
+    train = load_dataset(cfg.dataset, "train", root=data_root, progress=progress)
+    if cfg.train_size:
+        if cfg.train_size > len(train):
+            raise ValueError(f"train_size {cfg.train_size} exceeds the {len(train)} training examples of {cfg.dataset}")
+        g = torch.Generator().manual_seed(cfg.seed)
+        train = train.subset(torch.randperm(len(train), generator=g)[: cfg.train_size])
+    if cfg.val_size:
+        train, held = split_validation(train, cfg.val_size, seed=cfg.seed)
+        name = "val"
+    else:
+        held = load_dataset(cfg.dataset, "test", root=data_root, progress=progress)
+        if cfg.test_size:
+            held = held.subset(torch.arange(min(cfg.test_size, len(held))))
+        name = "test"
+    return _to_device(train, device), _to_device(held, device), name
+
+
+def _to_device(ds: Dataset, device: torch.device) -> _Split:
+    return _Split(ds.images.to(device).float().div_(255.0), ds.labels.to(device).long())
+
+
+def _loss(model: CapsNet, images: torch.Tensor, labels: torch.Tensor, recon_weight: float
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    out = model(images, labels)
+    loss = margin_loss(out.lengths, labels)
+    if out.reconstructions is not None and recon_weight > 0:
+        loss = loss + reconstruction_loss(out.reconstructions, images, scale=recon_weight)
+    return loss, out.lengths
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    accuracy: float
+    error: float
+    confusion: torch.Tensor  # (K, K) int64, rows: true class, columns: predicted
+
+    @property
+    def per_class_accuracy(self) -> list[float]:
+        totals = self.confusion.sum(dim=1).clamp(min=1)
+        return (self.confusion.diag().double() / totals).tolist()
+
+
+def evaluate(model: CapsNet, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
+             recon_weight: float = 0.0005, progress: bool = False) -> EvalResult:
+    """Loss, accuracy and confusion matrix of ``model`` on a split (no augmentation).
+
+    The reconstruction term is computed from the true label's capsule, as in training.
+    """
+    was_training = model.training
+    model.eval()
+    K = model.config.num_classes
+    confusion = torch.zeros(K, K, dtype=torch.int64)
+    total_loss, n = 0.0, len(labels)
+    with torch.no_grad():
+        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+            x, y = images[start:start + batch_size], labels[start:start + batch_size]
+            loss, lengths = _loss(model, x, y, recon_weight)
+            total_loss += loss.item() * len(y)
+            pred = lengths.argmax(dim=1)
+            confusion += torch.bincount((y * K + pred).cpu(), minlength=K * K).view(K, K)
+    model.train(was_training)
+    acc = confusion.diag().sum().item() / max(n, 1)
+    return EvalResult(total_loss / max(n, 1), acc, 1.0 - acc, confusion)
+
+
+def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu") -> tuple[CapsNet, Checkpoint]:
+    """Rebuild the model saved in a checkpoint (file or run directory)."""
+    ckpt = load_checkpoint(path, which)
+    if ckpt.model_name not in MODELS:
+        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows {sorted(MODELS)}")
+    config_cls, model_cls = MODELS[ckpt.model_name]
+    try:
+        model = model_cls(config_cls.from_dict(ckpt.model_config))
+        model.load_state_dict(ckpt.model_state)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt.path} does not fit its own configuration ({e}); it is damaged") from e
+    return model.to(resolve_device(device)), ckpt
+
+
+def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed * 1_000_003 + epoch)
+    return g
+
+
+def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLike, *,
+        device: str | torch.device = "auto", data_root: str | os.PathLike | None = None,
+        resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train a CapsNet, checkpointing into ``run_dir`` after every epoch.
+
+    ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
+    step), ``best.safetensors`` (best accuracy on the validation split, or on
+    the test split when there is none), ``config.json`` and ``metrics.jsonl``
+    (one line per epoch). With ``resume=True`` training continues from
+    ``last.safetensors`` with the run's saved configuration; only ``cfg.epochs``
+    may differ from it. Returns the final epoch's metrics.
+    """
+    run_dir = Path(run_dir)
+    dev = resolve_device(device)
+    last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
+
+    # 1. Start or resume.
+    state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "best": None}
+    ckpt = None
+    if resume:
+        if not last_path.exists():
+            raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
+        ckpt = load_checkpoint(last_path)
+        saved_model = CapsNetConfig.from_dict(ckpt.model_config)
+        saved_train = TrainConfig.from_dict(ckpt.train_config)
+        if saved_model != model_config or dataclasses.replace(saved_train, epochs=cfg.epochs) != cfg:
+            diff = _differences(saved_model.to_dict() | saved_train.to_dict(), model_config.to_dict() | cfg.to_dict())
+            raise CheckpointError(f"{last_path} was trained with another configuration ({diff}); "
+                                  f"resume with the same settings (only --epochs may change) or use a new --out")
+        state = ckpt.state
+        for stale in run_dir.glob(".*.tmp-*"):  # a write cut short by a crash
+            stale.unlink(missing_ok=True)
+    elif last_path.exists():
+        raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
+                              f"or choose another output directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.json",
+                      json.dumps({"model": "capsnet", "model_config": model_config.to_dict(), "train_config": cfg.to_dict()}, indent=2))
+
+    # 2. Data, resident on the device.
+    train, held, held_name = prepare_data(cfg, dev, data_root=data_root, progress=progress)
+    if len(train.labels) == 0:
+        raise ValueError("no training examples left; lower val_size or raise train_size")
+
+    # 3. Model and optimizer, same initial weights for the same seed.
+    torch.manual_seed(cfg.seed)
+    model = CapsNet(model_config).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if ckpt is not None:
+        model.load_state_dict(ckpt.model_state)
+        opt.load_state_dict(ckpt.optimizer_state)
+        if "torch" in ckpt.rng_state:
+            torch.set_rng_state(ckpt.rng_state["torch"])
+
+    # 4. Epochs.
+    N, B = len(train.labels), cfg.batch_size
+    step = state["step"]
+    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+        model.train()
+        g = _seeded_generator(cfg.seed, epoch, dev)
+        order = torch.randperm(N, generator=g, device=dev)
+        bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
+        run_loss, run_correct, seen = 0.0, 0, 0
+        for start in bar:
+            idx = order[start:start + B]
+            x = random_shift(train.images[idx], cfg.shift, generator=g)  # (B, C, H, W)
+            y = train.labels[idx]
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            loss, lengths = _loss(model, x, y, cfg.recon_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            run_loss += loss.item() * len(y)
+            run_correct += (lengths.argmax(1) == y).sum().item()
+            seen += len(y)
+            bar.set_postfix(loss=f"{run_loss / seen:.4f}", acc=f"{run_correct / seen:.4f}")
+        bar.close()
+
+        result = evaluate(model, held.images, held.labels, batch_size=cfg.eval_batch_size,
+                          recon_weight=cfg.recon_weight, progress=progress)
+        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg),
+                  "train_loss": run_loss / seen, "train_accuracy": run_correct / seen,
+                  f"{held_name}_loss": result.loss, f"{held_name}_accuracy": result.accuracy,
+                  f"{held_name}_error": result.error}
+        log.info("epoch %d: %s", epoch, record)
+        state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
+                 "eval_split": held_name}
+        improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
+        if improved:
+            state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}
+
+        # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
+        # history, so the two always agree whatever moment a crash strikes.
+        base = dict(model_name="capsnet", model_config=model_config.to_dict(), train_config=cfg.to_dict(),
+                    state=state, model_state=model.state_dict())
+        if improved:
+            save_checkpoint(best_path, Checkpoint(**base))
+        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
+                                              rng_state={"torch": torch.get_rng_state()}))
+        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+    if ckpt is not None and state["epoch"] >= cfg.epochs:
+        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+    return state["history"][-1] if state["history"] else {}
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
+    keys = sorted(k for k in set(a) | set(b) if k != "epochs" and a.get(k) != b.get(k))
+    return ", ".join(f"{k}: saved {a.get(k)!r}, now {b.get(k)!r}" for k in keys) or "unknown difference"

@@ -1,0 +1,184 @@
+"""The `capsnet` command end to end, as a user runs it: real processes, real data."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from capsnet.checkpoint import load_checkpoint
+
+TINY = ["--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--no-progress"]
+
+
+def capsnet(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "capsnet", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def assert_clean_error(r, *fragments):
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    for f in fragments:
+        assert f in r.stderr, r.stderr
+
+
+def test_help_everywhere():
+    for args in ([], ["train"], ["eval"], ["bench"]):
+        r = capsnet(*args, "--help")
+        assert r.returncode == 0 and "usage: capsnet" in r.stdout
+    r = capsnet("train", "--help")
+    for flag in ("--dataset", "--epochs", "--batch-size", "--lr", "--routing-iterations", "--recon-weight", "--seed",
+                 "--device", "--out", "--resume", "--data-dir"):
+        assert flag in r.stdout
+    assert "(default: 0.001)" in r.stdout  # defaults are shown
+
+
+def test_train_then_eval_on_mnist_sample(tmp_path):
+    run = tmp_path / "run"
+    r = capsnet("train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "256", *TINY, "--out", run)
+    assert r.returncode == 0, r.stderr
+    assert "test accuracy" in r.stdout
+    assert {p.name for p in run.iterdir()} == {"best.safetensors", "last.safetensors", "config.json", "metrics.jsonl"}
+    r = capsnet("eval", "--checkpoint", run, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    report = json.loads((run / "eval-best.json").read_text())
+    assert report["images"] == 500 and report["dataset"] == "mnist-sample"
+    confusion = torch.tensor(report["confusion"])
+    assert confusion.shape == (10, 10) and int(confusion.sum()) == 500
+    assert confusion.sum(1).tolist() == [50] * 10  # the sample holds 50 test digits of each class
+    assert report["accuracy"] == pytest.approx(confusion.diag().sum().item() / 500)
+    assert report["per_class_accuracy"] == pytest.approx((confusion.diag() / 50.0).tolist())
+    assert f"accuracy {report['accuracy']:.4f}" in r.stdout
+
+
+def test_short_training_on_real_mnist_reaches_90_percent(tmp_path, data_root):
+    """A few thousand real digits and two epochs of a small CapsNet: at least 90% on 1,000 test digits."""
+    run = tmp_path / "mnist"
+    r = capsnet("train", "--dataset", "mnist", "--data-dir", data_root, "--train-size", "3000", "--test-size", "1000",
+                "--epochs", "2", "--batch-size", "32", "--conv1-channels", "64", "--primary-types", "8",
+                "--no-progress", "--out", run)
+    assert r.returncode == 0, r.stderr
+    final = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert final["epoch"] == 2 and final["test_accuracy"] >= 0.90, final
+    r = capsnet("eval", "--checkpoint", run, "--which", "last", "--test-size", "1000", "--no-progress",
+                env={"CAPSNET_DATA": str(data_root)})
+    assert r.returncode == 0, r.stderr
+    assert json.loads((run / "eval-last.json").read_text())["accuracy"] == pytest.approx(final["test_accuracy"])
+
+
+def _weights(run):
+    return load_checkpoint(run, "last").model_state
+
+
+def _same_weights(a, b):
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+RESUMABLE = ["--dataset", "mnist-sample", "--epochs", "3", "--train-size", "640", "--test-size", "64", *TINY]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("straight") / "run"
+    r = capsnet("train", *RESUMABLE, "--out", run)
+    assert r.returncode == 0, r.stderr
+    return run
+
+
+def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "capsnet", "train", *RESUMABLE, "--out", str(run)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # into epoch 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "training ended before the kill: make the run longer"
+    done = load_checkpoint(run, "last").state["epoch"]
+    assert 1 <= done < 3
+    r = capsnet("train", "--out", run, "--resume", "--no-progress")  # the run's own settings
+    assert r.returncode == 0, r.stderr
+    assert _same_weights(run, straight_run)
+    assert (run / "metrics.jsonl").read_text() == (straight_run / "metrics.jsonl").read_text()
+
+
+def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_run):
+    """SIGKILL the trainer half-way through writing epoch 2's checkpoint."""
+    run = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        import capsnet.checkpoint as ck
+        real = ck.atomic_write_bytes
+        calls = []
+        def half_then_die(path, data):
+            if str(path).endswith("last.safetensors"):
+                calls.append(path)
+                if len(calls) == 2:  # epoch 2
+                    with open(os.path.join(os.path.dirname(path), ".last.safetensors.tmp-crash"), "wb") as f:
+                        f.write(data[: len(data) // 2]); f.flush(); os.fsync(f.fileno())
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real(path, data)
+        ck.atomic_write_bytes = half_then_die
+        from capsnet.cli import main
+        sys.exit(main({["train", *RESUMABLE, "--out", str(run)]!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert load_checkpoint(run, "last").state["epoch"] == 1  # the complete checkpoint survived
+    assert (run / ".last.safetensors.tmp-crash").exists()
+    r = capsnet("train", "--out", run, "--resume", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert not list(run.glob(".*.tmp-*"))
+    assert _same_weights(run, straight_run)
+    assert (run / "metrics.jsonl").read_text() == (straight_run / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["train", "--epochs", "-1"], "--epochs: must be at least 1"),
+    (["train", "--epochs", "0"], "--epochs: must be at least 1"),
+    (["train", "--batch-size", "0"], "--batch-size: must be at least 1"),
+    (["train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
+    (["train", "--lr", "nan"], "--lr: must be a positive finite number"),
+    (["eval"], "the following arguments are required: --checkpoint"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_impossible_flags(args, fragment):
+    assert_clean_error(capsnet(*args), fragment)
+
+
+def test_bad_checkpoints(tmp_path):
+    assert_clean_error(capsnet("eval", "--checkpoint", tmp_path / "missing"), "does not exist")
+    assert_clean_error(capsnet("eval", "--checkpoint", tmp_path), "no checkpoint in")
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": torch.zeros(2)}, str(foreign))
+    assert_clean_error(capsnet("eval", "--checkpoint", foreign), "not a capsnet checkpoint")
+    run = tmp_path / "run"
+    assert capsnet("train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64", "--test-size", "32",
+                   *TINY, "--out", run).returncode == 0
+    data = (run / "best.safetensors").read_bytes()
+    (run / "best.safetensors").write_bytes(data[: len(data) // 3])
+    assert_clean_error(capsnet("eval", "--checkpoint", run), "truncated or corrupt")
+    # Resuming with flags that contradict the run.
+    assert_clean_error(capsnet("train", "--out", run, "--resume", "--routing-iterations", "5"),
+                       "--routing-iterations differ from the run")
+    assert_clean_error(capsnet("train", "--dataset", "mnist-sample", *TINY, "--out", run), "already holds a run")
+    assert_clean_error(capsnet("train", "--dataset", "mnist-sample", "--resume", "--out", tmp_path / "fresh"),
+                       "nothing to resume")
+
+
+def test_missing_data_directory_is_explained(tmp_path):
+    r = capsnet("train", "--dataset", "mnist", "--data-dir", tmp_path, "--epochs", "1", *TINY, "--out", tmp_path / "r")
+    assert_clean_error(r, "train-images-idx3-ubyte")
+    assert not (tmp_path / "r" / "last.safetensors").exists()

@@ -1,0 +1,114 @@
+"""Checkpoints: round trip, atomic writes, and every kind of bad file."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from capsnet.checkpoint import (Checkpoint, CheckpointError, atomic_write_bytes, load_checkpoint, resolve_checkpoint,
+                                save_checkpoint)
+from capsnet.models import CapsNet, CapsNetConfig
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))
+
+
+def _trained_pair():
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.rand(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    out = model(x, y)
+    (out.lengths.sum() + out.reconstructions.sum()).backward()
+    opt.step()
+    return model, opt
+
+
+def _ckpt(model, opt=None, **state):
+    return Checkpoint("capsnet", TINY.to_dict(), {"dataset": "mnist-sample"}, {"epoch": 3, "step": 7, **state},
+                      model.state_dict(), opt.state_dict() if opt else None, {"torch": torch.get_rng_state()})
+
+
+def test_round_trip_restores_weights_optimizer_and_state(tmp_path):
+    model, opt = _trained_pair()
+    path = tmp_path / "last.safetensors"
+    saved = _ckpt(model, opt, history=[{"epoch": 1}])
+    save_checkpoint(path, saved)
+    ck = load_checkpoint(path)
+    assert ck.model_config == TINY.to_dict() and ck.state["epoch"] == 3 and ck.state["history"] == [{"epoch": 1}]
+    for k, v in model.state_dict().items():
+        assert torch.equal(ck.model_state[k], v)
+    opt2 = torch.optim.Adam(CapsNet(TINY).parameters(), lr=1e-3)
+    opt2.load_state_dict(ck.optimizer_state)
+    for (i, a), (j, b) in zip(sorted(opt.state_dict()["state"].items()), sorted(opt2.state_dict()["state"].items())):
+        assert i == j and all(torch.equal(a[key], b[key]) for key in a)
+    assert torch.equal(ck.rng_state["torch"], saved.rng_state["torch"])
+
+
+def test_run_directory_resolves_to_best_then_last(tmp_path):
+    model, _ = _trained_pair()
+    save_checkpoint(tmp_path / "last.safetensors", _ckpt(model))
+    assert resolve_checkpoint(tmp_path) == tmp_path / "last.safetensors"  # no best yet
+    save_checkpoint(tmp_path / "best.safetensors", _ckpt(model))
+    assert resolve_checkpoint(tmp_path) == tmp_path / "best.safetensors"
+    assert resolve_checkpoint(tmp_path, "last") == tmp_path / "last.safetensors"
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    model, opt = _trained_pair()
+    path = tmp_path / "last.safetensors"
+    save_checkpoint(path, _ckpt(model, opt))
+    before = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, _ckpt(model, opt, epoch=99))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.safetensors"]
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    path = tmp_path / "f.bin"
+    atomic_write_bytes(path, b"a" * 100)
+    atomic_write_bytes(path, b"b" * 10)
+    assert path.read_bytes() == b"b" * 10 and len(list(tmp_path.iterdir())) == 1
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope.safetensors")
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("keep", [0, 5, 100, -10])
+def test_truncated_checkpoint(tmp_path, keep):
+    model, opt = _trained_pair()
+    path = tmp_path / "last.safetensors"
+    save_checkpoint(path, _ckpt(model, opt))
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep >= 0 else data[:keep])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+
+
+def test_foreign_files_are_refused(tmp_path):
+    plain = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(3)}, str(plain))
+    with pytest.raises(CheckpointError, match="not a capsnet checkpoint"):
+        load_checkpoint(plain)
+    pickled = tmp_path / "model.pt"
+    torch.save({"w": torch.zeros(3)}, pickled)
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(pickled)
+
+
+def test_damaged_metadata_is_refused(tmp_path):
+    path = tmp_path / "x.safetensors"
+    save_file({"model.w": torch.zeros(3)}, str(path), metadata={"format": "capsnet-checkpoint", "format_version": "1",
+                                                                  "model_config": "{not json"})
+    with pytest.raises(CheckpointError, match="damaged metadata"):
+        load_checkpoint(path)

@@ -1,0 +1,84 @@
+"""fit(): learning-rate schedule, exact resume, configuration checks."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from capsnet.checkpoint import CheckpointError, load_checkpoint
+from capsnet.models import CapsNetConfig
+from capsnet.train import TrainConfig, evaluate, fit, load_model, lr_at
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
+
+
+def test_lr_schedule_matches_authors_decay():
+    cfg = TrainConfig()
+    assert lr_at(0, cfg) == pytest.approx(1e-3)
+    assert lr_at(2000, cfg) == pytest.approx(0.96e-3)
+    assert lr_at(10000, cfg) == pytest.approx(1e-3 * 0.96 ** 5)
+    assert lr_at(1000, cfg) == pytest.approx(1e-3 * math.sqrt(0.96))
+
+
+@pytest.mark.parametrize("bad", [dict(epochs=0), dict(batch_size=0), dict(dataset="cifar"), dict(lr=-1.0),
+                                 dict(lr_decay=1.5), dict(val_size=-1)])
+def test_bad_train_config(bad):
+    with pytest.raises(ValueError):
+        TrainConfig(**bad)
+
+
+def _weights(run_dir, which="last"):
+    return load_checkpoint(run_dir, which).model_state
+
+
+def test_resume_reaches_exactly_the_uninterrupted_weights(tmp_path):
+    fit(TINY, CFG, tmp_path / "straight", device="cpu", progress=False)
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False)
+    assert load_checkpoint(tmp_path / "split", "last").state["epoch"] == 1
+    fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    lines = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert lines(tmp_path / "straight") == lines(tmp_path / "split")
+    assert [r["epoch"] for r in lines(tmp_path / "split")] == [1, 2]
+
+
+def test_metrics_log_and_best_checkpoint(tmp_path):
+    final = fit(TINY, CFG, tmp_path, device="cpu", progress=False)
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and records[-1] == final
+    for r in records:
+        assert set(r) >= {"epoch", "train_loss", "test_loss", "test_accuracy", "test_error"}
+        assert r["test_error"] == pytest.approx(1 - r["test_accuracy"])
+    best = load_checkpoint(tmp_path, "best")
+    assert best.optimizer_state is None
+    assert best.state["best"]["accuracy"] == max(r["test_accuracy"] for r in records)
+    # The logged accuracy is what evaluate() gives on the same split.
+    model, _ = load_model(tmp_path, which="last")
+    from capsnet.data import load_dataset
+    test = load_dataset("mnist-sample", "test").subset(range(64))
+    r = evaluate(model, test.images.float() / 255, test.labels)
+    assert r.accuracy == pytest.approx(records[-1]["test_accuracy"])
+    assert int(r.confusion.sum()) == 64
+
+
+def test_validation_split_is_used_for_the_best_checkpoint(tmp_path):
+    final = fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1, "val_size": 32}), tmp_path, device="cpu", progress=False)
+    assert "val_accuracy" in final and "test_accuracy" not in final
+    assert load_checkpoint(tmp_path, "best").state["best"]["split"] == "val"
+
+
+def test_resume_refuses_another_configuration(tmp_path):
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
+    with pytest.raises(CheckpointError, match="another configuration.*batch_size"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "batch_size": 16}), tmp_path, device="cpu", progress=False, resume=True)
+    other = CapsNetConfig(conv1_channels=16, primary_types=2, decoder_hidden=(32, 64))
+    with pytest.raises(CheckpointError, match="conv1_channels"):
+        fit(other, CFG, tmp_path, device="cpu", progress=False, resume=True)
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        fit(TINY, CFG, tmp_path, device="cpu", progress=False)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        fit(TINY, CFG, tmp_path / "empty", device="cpu", progress=False, resume=True)
