@@ -34,6 +34,8 @@ def margin_loss(
             raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
         T = F.one_hot(targets.long(), J).to(lengths.dtype)  # (B, J)
     elif tuple(targets.shape) == (B, J):
+        if targets.numel() and (targets.min() < 0 or targets.max() > 1):
+            raise ValueError(f"multi-hot targets must lie in [0, 1], got min {float(targets.min())} max {float(targets.max())}")
         T = targets.to(lengths.dtype)
     else:
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
@@ -54,6 +56,8 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
         returns: () scalar
     """
     B = images.shape[0]
+    if reconstructions.shape[0] != B:
+        raise ValueError(f"reconstructions hold {reconstructions.shape[0]} images but images hold {B}")
     r = reconstructions.reshape(B, -1)
     x = images.reshape(B, -1).to(r.dtype)
     if r.shape != x.shape:

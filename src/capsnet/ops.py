@@ -13,18 +13,19 @@ __all__ = ["safe_norm", "squash"]
 
 
 def _eps(dtype: torch.dtype) -> float:
-    # An epsilon that survives the dtype: 1e-8 underflows to 0 once added to a
-    # bfloat16 value of order 1e-3, so use a multiple of the dtype's tiny.
-    return max(1e-8, float(torch.finfo(dtype).tiny) * 1e3) if dtype.is_floating_point else 1e-8
+    # 1e-8 is representable in float32, float64 and bfloat16 (whose exponent
+    # range is float32's) but underflows to 0 in float16, whose smallest
+    # subnormal is about 6e-8: there 1e-7 keeps sqrt(0 + eps) > 0.
+    return 1e-7 if dtype == torch.float16 else 1e-8
 
 
 def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """Euclidean norm with the epsilon inside the square root.
 
-    ``torch.linalg.norm`` has an infinite (NaN after chain rule) gradient at 0;
-    ``sqrt(sum(s^2) + eps)`` has gradient 0 there. The value at 0 is
-    ``sqrt(eps)``, about 1e-4 in float32, well below anything routing or the
-    margin loss can see.
+    ``sqrt(sum(s^2) + eps)`` is never zero, so it can be divided by (squash
+    divides by the norm), and its gradient ``s / norm`` is finite everywhere,
+    also in low precision. The value at 0 is ``sqrt(eps)``, 1e-4 in float32,
+    well below anything routing or the margin loss can see.
     """
     return torch.sqrt(s.pow(2).sum(dim=dim, keepdim=keepdim) + _eps(s.dtype))
 

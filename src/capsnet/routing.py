@@ -117,10 +117,16 @@ class DynamicRouting(nn.Module):
             bias: (J, Dout) or None
             returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J)
         """
+        if u.dim() != 3:
+            raise ValueError(f"u must be lower capsules (B, I, Din), got shape {tuple(u.shape)}")
+        if weight.dim() != 4:
+            raise ValueError(f"weight must be (Din, I, J, Dout), got shape {tuple(weight.shape)}")
         B, I, Din = u.shape
         Din_w, I_w, J, D = weight.shape
         if (Din_w, I_w) != (Din, I):
             raise ValueError(f"weight (Din, I, J, Dout) = {tuple(weight.shape)} does not fit capsules (B, I, Din) = {tuple(u.shape)}")
+        if bias is not None and tuple(bias.shape) != (J, D):
+            raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
         # I innermost in every elementwise product: CPU kernels vectorise along it.
         u_t = u.transpose(1, 2).contiguous()  # (B, Din, I)
         W = weight.reshape(Din * I, J, D).permute(1, 0, 2)  # (J, Din*I, Dout), a view

@@ -1,0 +1,311 @@
+"""Training and inference throughput and peak memory of the MNIST CapsNet.
+
+``run_benchmark`` times capsnet's ``CapsNet`` and, in the same process and
+interleaved repeat by repeat, the tutorials' literal implementation kept in
+``benchmarks/tutorial_baseline.py`` (weight tiled per batch with
+``torch.cat([W] * B)``, inputs stacked per class, routing logits shared by the
+batch). That file is not part of the installed package, so it is loaded by
+path; without it the baseline rows are left out and the capsnet rows say so.
+
+What is measured:
+
+- a training step is ``zero_grad`` + forward (decoder masked by the labels) +
+  margin loss + reconstruction loss + backward + ``Adam.step``; an inference
+  step is a forward under ``torch.inference_mode`` (decoder masked by the
+  longest capsule). Images are seeded uniform noise in [0, 1] with seeded
+  labels: the work per step does not depend on the pixel values.
+- ``images_per_s`` is ``batch / step time``: the median over ``repeats`` timed
+  steps after ``warmup`` untimed ones, with min, max and standard deviation.
+- ``ratio`` is capsnet's throughput over the baseline's, the median of the
+  ratios of steps timed back to back (the order alternates every repeat), so
+  load from other processes hits both sides alike.
+- ``peak_mem_mb`` is the largest amount of tensor memory held during one extra,
+  untimed step: parameters, optimizer state and the batch held before it, plus
+  the peak of what the step allocates. On CUDA that is
+  ``torch.cuda.max_memory_allocated``; on CPU the allocations come from the
+  torch profiler's memory events (``profile_memory=True``), so it counts what
+  goes through torch's CPU allocator and not the interpreter, the allocator's
+  cached pages or the libraries' own scratch buffers: tensor memory, not RSS.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from .losses import margin_loss, reconstruction_loss
+from .models.capsnet import CapsNet, CapsNetConfig
+
+__all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "format_table"]
+
+log = logging.getLogger(__name__)
+
+BASELINE_FILE = Path("benchmarks") / "tutorial_baseline.py"
+CAPSNET, BASELINE = "capsnet", "tutorial baseline"
+MODES = ("train", "infer")
+
+
+def default_baseline_path() -> Path | None:
+    """``benchmarks/tutorial_baseline.py`` of the source checkout (editable install) or the working directory."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        path = root / BASELINE_FILE
+        if path.is_file():
+            return path
+    return None
+
+
+def load_baseline(path: str | os.PathLike[str]) -> ModuleType:
+    """Import the baseline file by path (it lives outside the package)."""
+    spec = importlib.util.spec_from_file_location("capsnet_tutorial_baseline", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the tutorial baseline from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def environment() -> dict[str, Any]:
+    """What a benchmark result depends on: versions, devices, threads, commit, date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    commit = _git("rev-parse", "--short", "HEAD")
+    status = _git("status", "--porcelain") if commit else None
+    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "git_commit": commit,
+        "git_dirty": bool(status) if status is not None else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_devices": cuda,
+    }
+
+
+# --- steps -------------------------------------------------------------------------
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
+    out = model(images, labels)
+    loss = margin_loss(out.lengths, labels)
+    if out.reconstructions is not None:
+        loss = loss + reconstruction_loss(out.reconstructions, images)
+    loss.backward()
+    opt.step()
+
+
+def _infer_step(model: nn.Module, images: torch.Tensor) -> None:
+    with torch.inference_mode():
+        model(images)
+
+
+class _Runner:
+    """One implementation in one mode: a step to time and its memory peak."""
+
+    def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float) -> None:
+        self.model, self.mode, self.images, self.labels = model, mode, images, labels
+        self.device = images.device
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr) if mode == "train" else None
+        model.train(mode == "train")
+
+    def _prepare(self) -> None:
+        if self.opt is not None:
+            self.opt.zero_grad(set_to_none=True)  # outside the timed and profiled region
+
+    def _run(self) -> None:
+        if self.opt is not None:
+            _train_step(self.model, self.opt, self.images, self.labels)
+        else:
+            _infer_step(self.model, self.images)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_step(self) -> float:
+        """Seconds for one step."""
+        self._prepare()
+        self._sync()
+        start = time.perf_counter()
+        self._run()
+        self._sync()
+        return time.perf_counter() - start
+
+    def resting_bytes(self) -> int:
+        """Bytes of the tensors held between steps: parameters, buffers, optimizer state, batch."""
+        tensors = [*self.model.parameters(), *self.model.buffers(), self.images, self.labels]
+        if self.opt is not None:
+            tensors += [v for state in self.opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        return sum(storages.values())
+
+    def peak_bytes(self) -> int:
+        """Peak tensor memory of one step, resting tensors included (see the module docstring)."""
+        self._prepare()
+        if self.device.type == "cuda":
+            self._sync()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._run()
+            self._sync()
+            return torch.cuda.max_memory_allocated(self.device)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            self._run()
+        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+        events.sort(key=lambda e: e.start_ns())
+        live = peak = 0
+        for e in events:
+            live += e.nbytes()  # negative for frees
+            peak = max(peak, live)
+        return self.resting_bytes() + peak
+
+
+# --- the benchmark -----------------------------------------------------------------
+
+
+def _summary(throughputs: list[float]) -> dict[str, float]:
+    return {
+        "images_per_s": statistics.median(throughputs),
+        "images_per_s_min": min(throughputs),
+        "images_per_s_max": max(throughputs),
+        "images_per_s_std": statistics.stdev(throughputs) if len(throughputs) > 1 else 0.0,
+    }
+
+
+def run_benchmark(
+    *,
+    devices: Sequence[str] | None = None,
+    batch_size: int = 128,
+    repeats: int = 5,
+    warmup: int = 1,
+    modes: Sequence[str] = MODES,
+    baseline_path: str | os.PathLike[str] | None = None,
+    baseline_share_logits: bool = True,
+    seed: int = 0,
+    config: CapsNetConfig = CapsNetConfig(),
+    lr: float = 1e-3,
+    memory: bool = True,
+) -> list[dict[str, Any]]:
+    """Throughput and peak memory of capsnet's CapsNet and the tutorial baseline.
+
+    Args:
+        devices: e.g. ``("cpu", "cuda")``; None: the CPU and, when present, CUDA.
+        batch_size, repeats, warmup: images per step, timed steps, untimed steps first.
+        modes: any of ``"train"`` and ``"infer"``.
+        baseline_path: the tutorial baseline file; None looks for
+            ``benchmarks/tutorial_baseline.py`` beside the source or in the working
+            directory. Not found: no baseline rows, and a ``note`` on the capsnet rows.
+        baseline_share_logits: the tutorials' routing logits shared by the batch
+            (True, literal) or kept per example (False, the same maths as capsnet).
+        seed: seeds the weights (the baseline copies capsnet's), images and labels.
+        config: the model's sizes; the default is the paper's MNIST CapsNet.
+        lr: Adam's learning rate.
+        memory: also run one untimed, instrumented step per row for ``peak_mem_mb``.
+
+    Returns:
+        one dict per (device, mode, implementation): impl, device, mode, batch, repeats,
+        warmup, seed, images_per_s (median), images_per_s_min/max/std, step_s (median),
+        peak_mem_mb (None when memory=False), ratio (capsnet / baseline throughput,
+        median of paired repeats; 1.0 on baseline rows, None without a baseline),
+        ratio_min, ratio_max, note.
+    """
+    if repeats < 1 or warmup < 0 or batch_size < 1:
+        raise ValueError(f"need repeats >= 1, warmup >= 0, batch_size >= 1; got {repeats}, {warmup}, {batch_size}")
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise ValueError(f"unknown modes {unknown}; valid modes are {list(MODES)}")
+    if devices is None:
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+    note = None
+    path = Path(baseline_path) if baseline_path is not None else default_baseline_path()
+    baseline_module = None
+    if path is not None and path.is_file():
+        baseline_module = load_baseline(path)
+    else:
+        note = f"tutorial baseline not found at {path or BASELINE_FILE}: baseline rows and ratios left out"
+        log.warning(note)
+
+    rows: list[dict[str, Any]] = []
+    for device_name in devices:
+        device = torch.device(device_name)
+        torch.manual_seed(seed)
+        model = CapsNet(config).to(device)
+        models: dict[str, nn.Module] = {CAPSNET: model}
+        if baseline_module is not None:
+            models[BASELINE] = baseline_module.TutorialCapsNet.from_capsnet(model, share_logits=baseline_share_logits)
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen).to(device)
+        labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
+
+        for mode in modes:
+            runners = {impl: _Runner(m, mode, images, labels, lr) for impl, m in models.items()}
+            for impl, runner in runners.items():
+                for _ in range(warmup):
+                    runner.time_step()
+            times: dict[str, list[float]] = {impl: [] for impl in runners}
+            order = list(runners)
+            for r in range(repeats):
+                for impl in (order if r % 2 == 0 else order[::-1]):
+                    times[impl].append(runners[impl].time_step())
+                log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
+                         ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
+            paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
+            for impl, runner in runners.items():
+                row: dict[str, Any] = {"impl": impl, "device": device_name, "mode": mode, "batch": batch_size,
+                                       "repeats": repeats, "warmup": warmup, "seed": seed}
+                row.update(_summary([batch_size / t for t in times[impl]]))
+                row["step_s"] = statistics.median(times[impl])
+                row["peak_mem_mb"] = runner.peak_bytes() / 2**20 if memory else None
+                if impl == BASELINE:
+                    row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
+                elif paired:
+                    row.update(ratio=statistics.median(paired), ratio_min=min(paired), ratio_max=max(paired))
+                else:
+                    row.update(ratio=None, ratio_min=None, ratio_max=None)
+                row["note"] = note if impl == CAPSNET else None
+                rows.append(row)
+            del runners
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of ``run_benchmark``'s rows, with their notes below it."""
+    lines = [
+        "| impl | device | mode | batch | images/s, median (min-max) | peak MB | x baseline, median (min-max) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        speed = f"{r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-{r['images_per_s_max']:.1f})"
+        mem = "-" if r.get("peak_mem_mb") is None else f"{r['peak_mem_mb']:.0f}"
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} |")
+    notes = list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
+    if notes:
+        lines += [""] + [f"Note: {n}" for n in notes]
+    return "\n".join(lines)

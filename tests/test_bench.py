@@ -1,0 +1,156 @@
+"""capsnet.bench and the tutorial baseline it measures against (benchmarks/tutorial_baseline.py).
+
+The baseline must compute the same function as capsnet's CapsNet wherever the
+tutorials' routing is Procedure 1 (batch of one, or logits kept per example),
+so that the benchmark compares two implementations of one algorithm.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet import CapsNet, CapsNetConfig, margin_loss, reconstruction_loss
+from capsnet.bench import environment, format_table, load_baseline, run_benchmark
+
+BASELINE_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "tutorial_baseline.py"
+
+# The MNIST layout with fewer channels: 28x28 -> 20x20 -> 6x6 grid, I = 4 * 36 = 144.
+SMALL = CapsNetConfig(conv1_channels=32, primary_types=4, decoder_hidden=(64, 128))
+RTOL, ATOL = 1e-4, 1e-6
+SCALE = 100.0  # on the 0.01 init of DenseCaps.weight
+
+
+@pytest.fixture(scope="module")
+def tutorial():
+    if not BASELINE_PATH.is_file():
+        pytest.skip(f"tutorial baseline not found at {BASELINE_PATH}")
+    return load_baseline(BASELINE_PATH)
+
+
+def _pair(tutorial, *, factored: bool, share_logits: bool, dtype: torch.dtype = torch.float64, seed: int = 0):
+    torch.manual_seed(seed)
+    model = CapsNet(SMALL).to(dtype)
+    model.digits.factored = factored
+    with torch.no_grad():
+        # Larger votes than the 0.01 init so the routing rounds change the coupling
+        # visibly and a shared-logit discrepancy cannot hide below the tolerance.
+        model.digits.weight.mul_(SCALE)
+    return model, tutorial.TutorialCapsNet.from_capsnet(model, share_logits=share_logits)
+
+
+def _run(model, images, labels):
+    out = model(images, labels)
+    loss = margin_loss(out.lengths, labels) + reconstruction_loss(out.reconstructions, images)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return out
+
+
+def _grads(named):
+    return {k: p.grad for k, p in named}
+
+
+def _batch(B: int, dtype: torch.dtype = torch.float64, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.rand(B, 1, 28, 28, generator=gen, dtype=dtype)
+    labels = torch.randint(0, 10, (B,), generator=gen)
+    return images, labels
+
+
+def _assert_same(model, baseline, images, labels, *, rtol: float = RTOL, atol: float = ATOL) -> None:
+    a = _run(model, images, labels)
+    b = _run(baseline, images, labels)
+    for name in ("poses", "lengths", "reconstructions", "coupling"):
+        torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+    ga = _grads(model.named_parameters())
+    gb = baseline.convert_to_capsnet(_grads(baseline.named_parameters()))
+    assert set(ga) == set(gb)
+    for name in ga:
+        torch.testing.assert_close(gb[name], ga[name], rtol=rtol, atol=atol, msg=lambda m: f"grad {name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("factored", [True, False], ids=["factored", "votes"])
+def test_literal_tutorial_matches_at_batch_one(tutorial, factored, dtype):
+    # With one example the batch mean of the agreement is that example's own.
+    model, baseline = _pair(tutorial, factored=factored, share_logits=True, dtype=dtype)
+    _assert_same(model, baseline, *_batch(1, dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("factored", [True, False], ids=["factored", "votes"])
+def test_per_example_logits_match_at_batch_four(tutorial, factored, dtype):
+    model, baseline = _pair(tutorial, factored=factored, share_logits=False, dtype=dtype)
+    _assert_same(model, baseline, *_batch(4, dtype))
+
+
+def test_shared_logits_are_a_different_algorithm(tutorial):
+    # The tutorials' b_ij, shared by the batch, lets every example's routing
+    # depend on the others: the result of an example changes with its batch.
+    model, baseline = _pair(tutorial, factored=True, share_logits=True)
+    images, labels = _batch(4)
+    a, b = model(images, labels), baseline(images, labels)
+    assert not torch.allclose(b.coupling, a.coupling, rtol=RTOL, atol=ATOL)
+    assert not torch.allclose(b.lengths, a.lengths, rtol=RTOL, atol=ATOL)
+    alone = baseline(images[:1], labels[:1])
+    assert not torch.allclose(alone.lengths, b.lengths[:1], rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(alone.lengths, a.lengths[:1], rtol=RTOL, atol=ATOL)
+
+
+def test_parameter_layout_round_trip(tutorial):
+    model, baseline = _pair(tutorial, factored=True, share_logits=True)
+    assert sum(p.numel() for p in baseline.parameters()) == sum(p.numel() for p in model.parameters())
+    assert baseline.digit_capsules.W.shape == (1, SMALL.num_primary, 10, 16, 8)
+    other = CapsNet(SMALL).double()
+    other.load_state_dict(baseline.capsnet_state_dict())
+    for (name, p), q in zip(model.named_parameters(), other.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_paper_sized_baseline_has_the_paper_counts(tutorial):
+    baseline = tutorial.TutorialCapsNet()
+    total = sum(p.numel() for p in baseline.parameters())
+    decoder = sum(p.numel() for p in baseline.decoder.parameters())
+    assert total - 160 == 8_215_568  # DESIGN.md, plus 160 for the routing bias
+    assert total - 160 - decoder == 6_804_224
+
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
+KEYS = {"impl", "device", "mode", "batch", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
+        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "note"}
+
+
+def test_run_benchmark_smoke():
+    rows = run_benchmark(devices=["cpu"], batch_size=3, repeats=1, warmup=0, baseline_path=BASELINE_PATH, config=TINY)
+    assert [(r["impl"], r["mode"]) for r in rows] == [
+        ("capsnet", "train"), ("tutorial baseline", "train"), ("capsnet", "infer"), ("tutorial baseline", "infer")]
+    for r in rows:
+        assert set(r) == KEYS
+        assert r["device"] == "cpu" and r["batch"] == 3 and r["note"] is None
+        for key in ("images_per_s", "images_per_s_min", "images_per_s_max", "step_s", "peak_mem_mb", "ratio"):
+            assert r[key] > 0, key
+    table = format_table(rows)
+    assert table.count("\n") == len(rows) + 1 and "tutorial baseline" in table
+
+
+def test_run_benchmark_without_baseline(tmp_path):
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"],
+                         baseline_path=tmp_path / "missing.py", config=TINY, memory=False)
+    assert len(rows) == 1 and rows[0]["impl"] == "capsnet"
+    assert rows[0]["ratio"] is None and rows[0]["peak_mem_mb"] is None and "not found" in rows[0]["note"]
+    assert "Note: tutorial baseline not found" in format_table(rows)
+
+
+def test_run_benchmark_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="modes"):
+        run_benchmark(modes=["fit"], config=TINY)
+    with pytest.raises(ValueError, match="repeats"):
+        run_benchmark(repeats=0, config=TINY)
+
+
+def test_environment_names_versions():
+    env = environment()
+    assert env["torch"] == torch.__version__
+    assert env["torch_threads"] >= 1 and isinstance(env["cuda_devices"], list)

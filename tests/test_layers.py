@@ -1,0 +1,177 @@
+"""PrimaryCaps and DenseCaps: shapes, capsule ordering, votes, no tiled weights."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from capsnet.layers import DenseCaps, PrimaryCaps
+from capsnet.routing import DynamicRouting, RoutingResult
+
+DT = torch.float64
+
+
+def _closed_form_squash(s: torch.Tensor) -> torch.Tensor:
+    n2 = (s * s).sum()
+    return n2 / (1 + n2) * s / torch.sqrt(n2)  # Eq. 1
+
+
+@pytest.mark.parametrize("B,C,H,W,types,dim,k,stride", [
+    (2, 256, 20, 20, 32, 8, 9, 2),  # the paper's MNIST layer: 32 x 6 x 6 = 1152 capsules
+    (3, 5, 11, 9, 4, 6, 3, 2),
+    (1, 2, 7, 8, 3, 4, 3, 1),
+])
+def test_primary_caps_shape(B, C, H, W, types, dim, k, stride):
+    layer = PrimaryCaps(C, types=types, dim=dim, kernel_size=k, stride=stride)
+    out = layer(torch.rand(B, C, H, W))
+    Ho, Wo = (H - k) // stride + 1, (W - k) // stride + 1
+    assert out.shape == (B, types * Ho * Wo, dim)
+    if (C, H) == (256, 20):
+        assert out.shape[1] == 1152
+    lengths = torch.linalg.norm(out, dim=-1)
+    assert (lengths < 1).all() and torch.isfinite(out).all()
+
+
+def test_primary_caps_order_is_type_row_column_and_squashed():
+    torch.manual_seed(0)
+    B, C, H, W, types, dim = 2, 3, 9, 8, 4, 5
+    layer = PrimaryCaps(C, types=types, dim=dim, kernel_size=3, stride=2).double()
+    with torch.no_grad():
+        layer.conv.weight.mul_(5)  # lengths spread over (0, 1), not all near 0
+    x = torch.randn(B, C, H, W, dtype=DT)
+    y = layer.conv(x)  # (B, types*dim, H', W'): channel t*dim + d is atom d of type t
+    Ho, Wo = y.shape[2:]
+    out = layer(x)
+    assert out.shape == (B, types * Ho * Wo, dim)
+    for b, t, r, c in itertools.product(range(B), range(types), range(Ho), range(Wo)):
+        i = (t * Ho + r) * Wo + c
+        expected = _closed_form_squash(y[b, t * dim:(t + 1) * dim, r, c])
+        torch.testing.assert_close(out[b, i], expected, rtol=1e-6, atol=1e-9)
+    lengths = torch.linalg.norm(out, dim=-1)
+    assert lengths.max() > 0.5 and lengths.max() < 1
+
+
+def _dense(I=6, Din=4, J=5, Dout=7, **kw) -> DenseCaps:
+    torch.manual_seed(1)
+    layer = DenseCaps(I, Din, J, Dout, **kw).double()
+    with torch.no_grad():
+        layer.weight.normal_(0, 0.5)
+        if layer.bias is not None:
+            layer.bias.normal_(0, 0.2)
+    return layer
+
+
+def test_dense_caps_parameters_and_init():
+    layer = DenseCaps(1152, 8, 10, 16)
+    assert layer.weight.shape == (8, 1152, 10, 16)
+    assert layer.bias.shape == (10, 16) and torch.all(layer.bias == 0.1)  # authors' code
+    assert sum(p.numel() for p in layer.parameters()) == 1474560 + 160
+    assert isinstance(layer.routing, DynamicRouting) and layer.routing.iterations == 3
+    assert DenseCaps(1152, 8, 10, 16, bias=False).bias is None
+    assert sum(p.numel() for p in DenseCaps(1152, 8, 10, 16, bias=False).parameters()) == 1474560
+
+
+def test_dense_caps_votes_are_eq_2():
+    layer = _dense()
+    u = torch.randn(3, 6, 4, dtype=DT)
+    votes = layer.votes(u)
+    assert votes.shape == (3, 6, 5, 7)
+    for b, i, j in itertools.product(range(3), range(6), range(5)):
+        expected = layer.weight[:, i, j, :].T @ u[b, i]  # u_hat_j|i = W_ij u_i
+        torch.testing.assert_close(votes[b, i, j], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("iterations,leaky,detach,bias", list(itertools.product([1, 3], [False, True], [False, True], [False, True])))
+def test_dense_caps_factored_and_plain_agree(iterations, leaky, detach, bias):
+    layer = _dense(routing=DynamicRouting(iterations, leaky=leaky, detach_agreement=detach), bias=bias)
+    u = torch.randn(3, 6, 4, dtype=DT, requires_grad=True)
+    results, grads = [], []
+    for factored in (True, False):
+        layer.factored = factored
+        out = layer(u)
+        assert isinstance(out, RoutingResult)
+        results.append(out)
+        loss = out.poses.pow(2).sum() + out.activations.sum() + (out.coupling * torch.arange(5, dtype=DT)).sum()
+        grads.append(torch.autograd.grad(loss, [u, *layer.parameters()]))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # the plain path is votes() then the routing module
+    plain = layer.routing(layer.votes(u), None, layer.bias)
+    torch.testing.assert_close(results[1].poses, plain.poses, rtol=0, atol=0)
+
+
+class _LargestTensor(TorchFunctionMode):
+    """Records the most elements any torch call returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_dense_caps_never_tiles_the_weight():
+    B, I, Din, J, Dout = 64, 72, 8, 10, 16
+    layer = DenseCaps(I, Din, J, Dout)
+    u = torch.randn(B, I, Din)
+    votes_numel = B * I * J * Dout  # a tiled weight would be Din times this
+    with _LargestTensor() as mode:
+        votes = layer.votes(u)
+    assert votes.shape == (B, I, J, Dout)
+    assert mode.largest <= votes_numel
+    torch.testing.assert_close(votes, torch.einsum("bid,dijo->bijo", u, layer.weight), rtol=1e-5, atol=1e-6)
+    # the factored forward does not even build the votes (backward ops run in C++, unseen)
+    with _LargestTensor() as mode:
+        out = layer(u)
+        out.poses.sum().backward()
+    assert mode.largest < votes_numel
+    assert layer.weight.shape == (Din, I, J, Dout) and layer.weight.grad.shape == (Din, I, J, Dout)
+    assert [p.shape for p in layer.parameters()] == [(Din, I, J, Dout), (J, Dout)]
+
+
+def test_largest_tensor_probe_can_fail():
+    # The probe above does see a weight tiled per example.
+    w = torch.zeros(8, 72, 10, 16)
+    with _LargestTensor() as mode:
+        torch.cat([w.unsqueeze(0)] * 4)
+    assert mode.largest == 4 * w.numel()
+
+
+class _RecordingRouting(nn.Module):
+    def forward(self, votes, activations=None, bias=None):
+        self.seen = (votes, activations, bias)
+        B, I, J, D = votes.shape
+        return RoutingResult(votes.mean(1), votes.new_ones(B, J), votes.new_full((B, I, J), 1 / J))
+
+
+def test_dense_caps_hands_votes_to_any_routing_module():
+    routing = _RecordingRouting()
+    layer = _dense(routing=routing)
+    u = torch.randn(2, 6, 4, dtype=DT)
+    a = torch.rand(2, 6, dtype=DT)
+    out = layer(u, a)
+    votes, activations, bias = routing.seen
+    torch.testing.assert_close(votes, layer.votes(u))
+    assert activations is a and bias is layer.bias
+    torch.testing.assert_close(out.poses, votes.mean(1))
+
+
+@pytest.mark.parametrize("factored", [True, False])
+@pytest.mark.parametrize("shape", [(2, 6, 5), (2, 7, 4), (6, 4), (2, 6, 4, 1)])
+def test_dense_caps_rejects_wrong_input_shape(factored, shape):
+    layer = _dense(factored=factored)
+    with pytest.raises(ValueError, match=r"\(B, 6, 4\)") as info:
+        layer(torch.zeros(shape, dtype=DT))
+    assert str(tuple(shape)) in str(info.value)
+    with pytest.raises(ValueError, match=r"\(B, 6, 4\)"):
+        layer.votes(torch.zeros(shape, dtype=DT))

@@ -1,0 +1,143 @@
+"""Margin loss (Eq. 4) and reconstruction loss against hand-computed values."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from capsnet.losses import margin_loss, reconstruction_loss
+
+DT = torch.float64
+
+
+def _t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=DT)
+
+
+@pytest.mark.parametrize("lengths,target,expected", [
+    ([[0.9, 0.1, 0.1]], 0, 0.0),  # exactly at the margins
+    ([[0.95, 0.0, 0.05]], 0, 0.0),  # beyond the margins
+    ([[0.5, 0.6, 0.1]], 0, 0.4**2 + 0.5 * 0.5**2),  # 0.16 + 0.125 = 0.285
+    ([[0.5, 0.6, 0.1]], 1, 0.5 * 0.4**2 + 0.3**2),  # 0.08 + 0.09 = 0.17
+    ([[0.0, 1.0, 1.0]], 2, 0.0 + 0.5 * 0.9**2 + 0.0),  # 0.405: class 0 below m-, class 2 above m+
+    ([[0.0, 0.0, 0.0]], 1, 0.81),
+])
+def test_margin_loss_hand_cases(lengths, target, expected):
+    loss = margin_loss(_t(lengths), torch.tensor([target]))
+    assert loss.shape == ()
+    assert loss.item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_margin_loss_is_summed_over_classes_and_averaged_over_the_batch():
+    lengths = _t([[0.5, 0.6, 0.1], [0.9, 0.1, 0.1], [0.0, 0.0, 0.0]])
+    # rows: 0.285, 0.0, 0.81 (see the hand cases) -> mean 0.365
+    assert margin_loss(lengths, torch.tensor([0, 0, 1])).item() == pytest.approx((0.285 + 0.0 + 0.81) / 3, abs=1e-12)
+
+
+def test_margin_loss_multi_hot_two_labels():
+    lengths = _t([[0.8, 0.7, 0.3, 0.05]])
+    targets = _t([[1, 1, 0, 0]])
+    # present: (0.9-0.8)^2 + (0.9-0.7)^2 = 0.01 + 0.04; absent: 0.5 * (0.3-0.1)^2 = 0.02; 0.05 < 0.1 gives 0
+    assert margin_loss(lengths, targets).item() == pytest.approx(0.07, abs=1e-12)
+    assert margin_loss(lengths, targets.bool()).item() == pytest.approx(0.07, abs=1e-12)
+    assert margin_loss(lengths, targets.long()).item() == pytest.approx(0.07, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_index_targets_equal_one_hot_targets(seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.rand(16, 10, generator=g, dtype=DT)
+    idx = torch.randint(0, 10, (16,), generator=g)
+    a = margin_loss(lengths, idx)
+    b = margin_loss(lengths, F.one_hot(idx, 10).to(DT))
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+    # and both equal Eq. 4 written out elementwise
+    expected = 0.0
+    for n in range(16):
+        for k in range(10):
+            T, v = float(idx[n] == k), float(lengths[n, k])
+            expected += T * max(0.0, 0.9 - v) ** 2 + 0.5 * (1 - T) * max(0.0, v - 0.1) ** 2
+    assert a.item() == pytest.approx(expected / 16, rel=1e-12)
+
+
+def test_margin_loss_honours_m_plus_m_minus_lam():
+    lengths = _t([[0.5, 0.6, 0.1]])
+    got = margin_loss(lengths, torch.tensor([0]), m_plus=0.95, m_minus=0.05, lam=0.25)
+    # (0.95-0.5)^2 + 0.25 * ((0.6-0.05)^2 + (0.1-0.05)^2) = 0.2025 + 0.25 * 0.305 = 0.27875
+    assert got.item() == pytest.approx(0.27875, abs=1e-12)
+    assert margin_loss(lengths, torch.tensor([0]), lam=1.0).item() == pytest.approx(0.16 + 0.25, abs=1e-12)
+    assert margin_loss(lengths, torch.tensor([0]), m_plus=0.5).item() == pytest.approx(0.125, abs=1e-12)
+    assert margin_loss(lengths, torch.tensor([0]), m_minus=0.6).item() == pytest.approx(0.16, abs=1e-12)
+
+
+def test_margin_loss_gradient():
+    lengths = _t([[0.5, 0.6, 0.05]]).requires_grad_(True)
+    margin_loss(lengths, torch.tensor([0])).backward()
+    # d/dv: -2 (0.9 - 0.5) = -0.8; 0.5 * 2 (0.6 - 0.1) = 0.5; inside the margin: 0
+    torch.testing.assert_close(lengths.grad, _t([[-0.8, 0.5, 0.0]]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("targets", [
+    torch.tensor([0, 1]),  # batch 2 against lengths' batch 3
+    torch.tensor([0, 1, 10]),  # class 10 of 10
+    torch.tensor([0, -1, 2]),
+    torch.zeros(3, 9),  # multi-hot of the wrong width
+    torch.zeros(2, 10),
+    torch.zeros(3, 10, 1),
+])
+def test_margin_loss_rejects_bad_targets(targets):
+    with pytest.raises(ValueError, match="targets|class indices"):
+        margin_loss(torch.rand(3, 10), targets)
+
+
+def test_margin_loss_rejects_bad_lengths():
+    with pytest.raises(ValueError, match=r"\(B, J\)"):
+        margin_loss(torch.rand(3, 10, 16), torch.tensor([0, 1, 2]))
+
+
+def test_margin_loss_rejects_multi_hot_outside_unit_interval():
+    with pytest.raises(ValueError, match=r"multi-hot targets must lie in \[0, 1\]"):
+        margin_loss(torch.rand(2, 3), torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, -1.0]]))
+
+
+def test_reconstruction_loss_hand_example():
+    recon = _t([[0.5, 0.0, 1.0, 0.25], [0.0, 0.0, 0.0, 0.0]])
+    images = _t([[1.0, 0.0, 0.0, 0.25], [1.0, 1.0, 1.0, 1.0]])
+    # per image: 0.25 + 0 + 1 + 0 = 1.25 and 4; mean 2.625; times 0.0005
+    assert reconstruction_loss(recon, images).item() == pytest.approx(0.0005 * 2.625, abs=1e-15)
+    assert reconstruction_loss(recon, images, scale=1.0).item() == pytest.approx(2.625, abs=1e-12)
+
+
+def test_reconstruction_loss_is_a_sum_over_pixels_not_a_mean():
+    g = torch.Generator().manual_seed(0)
+    recon, images = torch.rand(5, 784, generator=g, dtype=DT), torch.rand(5, 1, 28, 28, generator=g, dtype=DT)
+    expected = 0.0005 * ((recon - images.reshape(5, 784)) ** 2).sum() / 5
+    got = reconstruction_loss(recon, images)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    # the decoder's (B, 1, 28, 28) layout and flat (B, 784) give the same
+    torch.testing.assert_close(reconstruction_loss(recon.reshape(5, 1, 28, 28), images), got, rtol=0, atol=0)
+    torch.testing.assert_close(reconstruction_loss(recon, images.reshape(5, 784)), got, rtol=0, atol=0)
+
+
+def test_reconstruction_loss_casts_uint8_images():
+    images = torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8)
+    recon = _t([[0.5, 0.5], [1.0, 0.0]])
+    assert reconstruction_loss(recon, images).item() == pytest.approx(0.0005 * (0.5 + 1.0) / 2, abs=1e-15)
+
+
+@pytest.mark.parametrize("recon_shape,image_shape", [
+    ((4, 784), (4, 1, 28, 27)),
+    ((4, 1, 28, 28), (4, 3, 28, 28)),
+    ((4, 784), (2, 1, 28, 28)),  # batch mismatch
+    ((2, 784), (4, 784)),
+])
+def test_reconstruction_loss_rejects_mismatch(recon_shape, image_shape):
+    with pytest.raises(ValueError, match="differ|images but images hold"):
+        reconstruction_loss(torch.zeros(recon_shape), torch.zeros(image_shape))
+
+
+def test_reconstruction_loss_rejects_batch_mismatch_even_when_pixel_totals_agree():
+    # Reshaping by the images' batch size alone would let
+    # 4 reconstructions of 392 pixels pass as 2 images of 784.
+    with pytest.raises(ValueError):
+        reconstruction_loss(torch.zeros(4, 392), torch.zeros(2, 784))

@@ -1,0 +1,203 @@
+"""CapsNet: the paper's parameter counts, shapes, masking, gradients, config, registry."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from capsnet.losses import margin_loss, reconstruction_loss
+from capsnet.models import MODELS, CapsNet, CapsNetConfig, CapsNetOutput, Decoder, create_model, mask_capsules
+
+# Small sizes for everything but the parameter counts and the full-size gradient test.
+SMALL = dict(conv1_channels=16, primary_types=4, primary_dim=4, digit_dim=6, decoder_hidden=(32, 48))
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.fixture(scope="module")
+def mnist_model() -> CapsNet:
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig())
+
+
+@pytest.mark.parametrize("decoder,routing_bias,expected", [
+    (True, False, 8_215_568),  # the paper's 8.2M
+    (False, False, 6_804_224),  # the paper's 6.8M
+    (True, True, 8_215_568 + 160),  # the authors' routing bias, 10 x 16
+    (False, True, 6_804_224 + 160),
+])
+def test_parameter_counts_match_the_paper(decoder, routing_bias, expected):
+    model = CapsNet(CapsNetConfig(decoder=decoder, routing_bias=routing_bias))
+    assert _count(model) == expected
+
+
+def test_default_config_is_the_papers_mnist_model(mnist_model):
+    cfg = mnist_model.config
+    assert cfg.routing_bias and cfg.decoder and cfg.routing_iterations == 3
+    assert cfg.primary_grid == (6, 6) and cfg.num_primary == 1152
+    assert _count(mnist_model) == 8_215_568 + 160
+    assert mnist_model.digits.weight.shape == (8, 1152, 10, 16)
+
+
+def test_mnist_forward_shapes(mnist_model):
+    images = torch.rand(2, 1, 28, 28)
+    out = mnist_model(images)
+    assert isinstance(out, CapsNetOutput)
+    assert out.poses.shape == (2, 10, 16)
+    assert out.lengths.shape == (2, 10)
+    assert out.reconstructions.shape == (2, 1, 28, 28)
+    assert out.coupling.shape == (2, 1152, 10)
+    assert all(torch.isfinite(t).all() for t in out)
+    torch.testing.assert_close(out.lengths, torch.linalg.norm(out.poses, dim=-1), rtol=1e-4, atol=1e-5)
+    assert ((out.lengths > 0) & (out.lengths < 1)).all()
+    assert ((out.reconstructions >= 0) & (out.reconstructions <= 1)).all()
+
+
+def test_every_parameter_gets_a_finite_nonzero_gradient(mnist_model):
+    torch.manual_seed(1)
+    mnist_model.zero_grad(set_to_none=True)
+    images, labels = torch.rand(2, 1, 28, 28), torch.tensor([3, 7])
+    out = mnist_model(images, labels)
+    loss = margin_loss(out.lengths, labels) + reconstruction_loss(out.reconstructions, images)
+    loss.backward()
+    for name, p in mnist_model.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient"
+        assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
+    mnist_model.zero_grad(set_to_none=True)
+
+
+def _small(**kw) -> CapsNet:
+    torch.manual_seed(2)
+    return CapsNet(CapsNetConfig(**{**SMALL, **kw})).double()
+
+
+def test_masking_uses_labels_when_given_else_longest_capsule():
+    model = _small()
+    images = torch.rand(4, 1, 28, 28, dtype=torch.float64)
+    out = model(images)
+    predicted = out.lengths.argmax(1)
+    torch.testing.assert_close(out.reconstructions, model.decoder(mask_capsules(out.poses, predicted)), rtol=0, atol=0)
+    labels = (predicted + 1) % model.config.num_classes  # never the prediction
+    out_l = model(images, labels)
+    torch.testing.assert_close(out_l.poses, out.poses, rtol=0, atol=0)
+    torch.testing.assert_close(out_l.reconstructions, model.decoder(mask_capsules(out.poses, labels)), rtol=0, atol=0)
+    assert not torch.allclose(out_l.reconstructions, out.reconstructions)
+    torch.testing.assert_close(model.reconstruct(out.poses, labels), out_l.reconstructions, rtol=0, atol=0)
+
+
+def test_mask_capsules_keeps_one_capsule_and_flattens():
+    poses = torch.arange(2 * 3 * 4, dtype=torch.float64).reshape(2, 3, 4) + 1
+    masked = mask_capsules(poses, torch.tensor([2, 0]))
+    assert masked.shape == (2, 12)
+    expected = torch.zeros(2, 3, 4, dtype=torch.float64)
+    expected[0, 2], expected[1, 0] = poses[0, 2], poses[1, 0]
+    torch.testing.assert_close(masked, expected.reshape(2, 12), rtol=0, atol=0)
+
+
+def test_decoder_layout():
+    dec = Decoder(160, (1, 28, 28))
+    sizes = [(m.in_features, m.out_features) for m in dec.modules() if isinstance(m, torch.nn.Linear)]
+    assert sizes == [(160, 512), (512, 1024), (1024, 784)]  # section 4.1
+    out = dec(torch.randn(3, 160))
+    assert out.shape == (3, 1, 28, 28) and ((out > 0) & (out < 1)).all()
+
+
+@pytest.mark.parametrize("channels,height,width,grid", [(1, 36, 36, (10, 10)), (3, 32, 32, (8, 8)), (2, 28, 40, (6, 12))])
+def test_other_input_sizes(channels, height, width, grid):
+    model = _small(in_channels=channels, input_height=height, input_width=width)
+    assert model.config.primary_grid == grid
+    images = torch.rand(2, channels, height, width, dtype=torch.float64)
+    out = model(images, torch.tensor([0, 9]))
+    assert out.poses.shape == (2, 10, 6)
+    assert out.coupling.shape == (2, 4 * grid[0] * grid[1], 10)
+    assert out.reconstructions.shape == (2, channels, height, width)
+    assert all(torch.isfinite(t).all() for t in out)
+
+
+def test_without_decoder():
+    model = _small(decoder=False)
+    out = model(torch.rand(2, 1, 28, 28, dtype=torch.float64))
+    assert out.reconstructions is None and model.decoder is None
+    with pytest.raises(RuntimeError, match="decoder"):
+        model.reconstruct(out.poses, torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(input_height=16, input_width=16),  # conv1 gives 8x8, smaller than the 9x9 primary kernel
+    dict(input_height=28, input_width=16),
+    dict(input_height=5, input_width=5),  # smaller than conv1's kernel
+])
+def test_too_small_input_is_rejected_clearly(kw):
+    with pytest.raises(ValueError, match="too small") as info:
+        CapsNetConfig(**kw)
+    assert f"{kw['input_height']}x{kw['input_width']}" in str(info.value)
+
+
+def test_smallest_input_that_fits():
+    cfg = CapsNetConfig(input_height=17, input_width=17)
+    assert cfg.primary_grid == (1, 1) and cfg.num_primary == 32
+
+
+@pytest.mark.parametrize("images_shape", [(2, 1, 28, 27), (2, 3, 28, 28), (2, 784), (1, 28, 28)])
+def test_forward_rejects_wrong_image_shape(images_shape):
+    model = _small()
+    with pytest.raises(ValueError, match=r"\(B, 1, 28, 28\)"):
+        model(torch.zeros(images_shape, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("field,value", [("routing_iterations", 0), ("num_classes", -1), ("digit_dim", 1.5),
+                                         ("conv1_channels", True)])
+def test_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        CapsNetConfig(**{field: value})
+
+
+def test_config_round_trip():
+    cfg = CapsNetConfig(input_height=36, input_width=36, leaky_routing=True, decoder_hidden=(64, 128), routing_iterations=2)
+    d = cfg.to_dict()
+    assert json.loads(json.dumps(d)) == d  # plain JSON, for checkpoints
+    back = CapsNetConfig.from_dict(json.loads(json.dumps(d)))
+    assert back == cfg and isinstance(back.decoder_hidden, tuple)
+    assert CapsNetConfig.from_dict(CapsNetConfig().to_dict()) == CapsNetConfig()
+    assert CapsNetConfig.from_dict({}) == CapsNetConfig()
+
+
+def test_config_from_dict_rejects_unknown_keys_by_name():
+    with pytest.raises(ValueError, match="unknown") as info:
+        CapsNetConfig.from_dict({"routing_iterations": 3, "iters": 2, "dropout": 0.1})
+    assert "iters" in str(info.value) and "dropout" in str(info.value)
+
+
+def test_create_model_unknown_name_lists_valid_names():
+    with pytest.raises(ValueError) as info:
+        create_model("no-such-model")
+    assert "no-such-model" in str(info.value)
+    for name in MODELS:
+        assert name in str(info.value)
+
+
+def test_create_model_passes_config_and_rejects_unknown_fields():
+    model = create_model("capsnet", **SMALL, input_height=36, input_width=36)
+    assert isinstance(model, CapsNet) and model.config.input_height == 36 and model.config.primary_grid == (10, 10)
+    with pytest.raises(ValueError, match="bogus"):
+        create_model("capsnet", bogus=1)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_registered_model_runs_and_trains(name):
+    torch.manual_seed(3)
+    model = create_model(name, **SMALL)
+    cfg = model.config
+    images = torch.rand(2, cfg.in_channels, cfg.input_height, cfg.input_width)
+    labels = torch.tensor([1, 4])
+    out = model(images, labels)
+    assert all(torch.isfinite(t).all() for t in out if t is not None)
+    loss = margin_loss(out.lengths, labels) + reconstruction_loss(out.reconstructions, images)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    assert CapsNetConfig.from_dict(cfg.to_dict()) == cfg

@@ -1,0 +1,270 @@
+"""DynamicRouting against a plain-loop Procedure 1 (Sabour et al. 2017)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from capsnet.routing import DynamicRouting, RoutingResult
+
+DT = torch.float64
+
+
+def reference_routing(votes, bias=None, *, iterations, leaky=False, detach_agreement=False):
+    """Procedure 1 written out with loops over b, i and j (vectors only along D).
+
+    Differentiable, so its autograd gradient is the reference gradient too.
+    With ``detach_agreement`` every round but the last sees detached votes.
+    Returns poses (B, J, D), lengths (B, J), coupling of the last round (B, I, J).
+    """
+    B, I, J, D = votes.shape
+    poses, lengths, couplings = [], [], []
+    for b_ in range(B):
+        logits = [[torch.zeros((), dtype=votes.dtype) for _ in range(J)] for _ in range(I)]  # line 2: b_ij <- 0
+        for r in range(iterations):
+            last = r == iterations - 1
+            u_hat = votes[b_] if (last or not detach_agreement) else votes[b_].detach()
+            # line 4: c_i = softmax_j(b_i); leaky: a zero logit joins, its share dropped
+            c = []
+            for i in range(I):
+                exps = [torch.exp(logits[i][j]) for j in range(J)]
+                total = sum(exps) + (1.0 if leaky else 0.0)
+                c.append([exps[j] / total for j in range(J)])
+            v = []
+            for j in range(J):
+                s_j = torch.zeros(D, dtype=votes.dtype)
+                for i in range(I):
+                    s_j = s_j + c[i][j] * u_hat[i, j]  # line 5
+                if bias is not None:
+                    s_j = s_j + bias[j]
+                n2 = (s_j * s_j).sum()
+                v.append(n2 / (1 + n2) * s_j / torch.sqrt(n2))  # line 6, Eq. 1 without any epsilon
+            if not last:
+                for i in range(I):
+                    for j in range(J):
+                        logits[i][j] = logits[i][j] + (u_hat[i, j] * v[j]).sum()  # line 7
+        poses.append(torch.stack(v))
+        lengths.append(torch.stack([torch.sqrt((vj * vj).sum()) for vj in v]))
+        couplings.append(torch.stack([torch.stack(ci) for ci in c]))
+    return torch.stack(poses), torch.stack(lengths), torch.stack(couplings)
+
+
+def _votes(B=3, I=5, J=4, D=6, seed=0, scale=0.5):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, I, J, D, generator=g, dtype=DT) * scale
+
+
+def _bias(J=4, D=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(J, D, generator=g, dtype=DT) * 0.2
+
+
+def _close(a, b, **kw):
+    torch.testing.assert_close(a, b, rtol=kw.get("rtol", 1e-6), atol=kw.get("atol", 1e-8))
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 5])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("leaky", [False, True])
+def test_forward_matches_plain_loop_procedure_1(iterations, with_bias, leaky):
+    votes = _votes()
+    bias = _bias() if with_bias else None
+    out = DynamicRouting(iterations, leaky=leaky)(votes, bias=bias)
+    assert isinstance(out, RoutingResult)
+    poses, lengths, coupling = reference_routing(votes, bias, iterations=iterations, leaky=leaky)
+    assert out.poses.shape == (3, 4, 6) and out.activations.shape == (3, 4) and out.coupling.shape == (3, 5, 4)
+    _close(out.poses, poses)
+    _close(out.activations, lengths)
+    _close(out.coupling, coupling)
+
+
+def test_routing_changes_coupling_after_the_first_round():
+    # Guards the comparison above against a reference and module that both never update b.
+    votes = _votes()
+    c1 = DynamicRouting(1)(votes).coupling
+    c3 = DynamicRouting(3)(votes).coupling
+    _close(c1, torch.full_like(c1, 1 / 4))
+    assert (c3 - c1).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_coupling_sums_to_one_over_j_and_less_when_leaky(iterations):
+    votes = _votes(B=4, I=7, J=3, D=5, seed=2, scale=2.0)
+    c = DynamicRouting(iterations)(votes).coupling
+    _close(c.sum(-1), torch.ones(4, 7, dtype=DT))
+    c_leaky = DynamicRouting(iterations, leaky=True)(votes).coupling
+    assert (c_leaky > 0).all()
+    assert (c_leaky.sum(-1) < 1 - 1e-6).all()
+    if iterations == 1:  # b = 0: the leak takes exactly one share of J + 1
+        _close(c_leaky, torch.full_like(c_leaky, 1 / 4))
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_logits_are_per_example(leaky, with_bias):
+    votes = _votes(B=8, seed=3, scale=1.0)
+    bias = _bias() if with_bias else None
+    routing = DynamicRouting(3, leaky=leaky)
+    full = routing(votes, bias=bias)
+    for k in range(8):  # a batch of one equals that example in the batch of 8
+        alone = routing(votes[k:k + 1], bias=bias)
+        for a, b in zip(alone, full):
+            _close(a[0], b[k], rtol=1e-10, atol=1e-12)
+    perm = torch.tensor([5, 2, 2, 7, 0, 0, 0, 3])  # permuted and duplicated
+    shuffled = routing(votes[perm], bias=bias)
+    for a, b in zip(shuffled, full):
+        _close(a, b[perm], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 5])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("leaky", [False, True])
+@pytest.mark.parametrize("detach", [False, True])
+def test_gradients_match_the_reference(iterations, with_bias, leaky, detach):
+    votes = _votes(B=2, I=4, J=3, D=5, seed=4).requires_grad_(True)
+    bias = _bias(J=3, D=5).requires_grad_(True) if with_bias else None
+    g = torch.Generator().manual_seed(9)
+    w_p, w_a, w_c = (torch.randn(2, 3, 5, generator=g, dtype=DT), torch.randn(2, 3, generator=g, dtype=DT),
+                     torch.randn(2, 4, 3, generator=g, dtype=DT))
+
+    def loss(p, a, c):
+        return (p * w_p).sum() + (a * w_a).sum() + (c * w_c).sum()
+
+    inputs = (votes,) if bias is None else (votes, bias)
+    got = torch.autograd.grad(loss(*DynamicRouting(iterations, leaky=leaky, detach_agreement=detach)(votes, bias=bias)), inputs)
+    ref = torch.autograd.grad(loss(*reference_routing(votes, bias, iterations=iterations, leaky=leaky,
+                                                      detach_agreement=detach)), inputs)
+    for a, b in zip(got, ref):
+        # The epsilon inside squash's and safe_norm's square roots moves these
+        # O(1) gradients by up to ~3e-7; a routing mistake moves them by ~1e-2.
+        _close(a, b, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("iterations", [2, 3])
+def test_gradients_flow_through_every_round_by_default(iterations):
+    # The full gradient differs from the one with the earlier rounds detached,
+    # so the test above really tells the two apart.
+    votes = _votes(B=2, I=4, J=3, D=5, seed=5).requires_grad_(True)
+    full = torch.autograd.grad(DynamicRouting(iterations)(votes).poses.pow(3).sum(), votes)[0]
+    cut = torch.autograd.grad(DynamicRouting(iterations, detach_agreement=True)(votes).poses.pow(3).sum(), votes)[0]
+    assert (full - cut).abs().max() > 1e-4
+    # and the forward values are the same either way
+    _close(DynamicRouting(iterations)(votes).poses, DynamicRouting(iterations, detach_agreement=True)(votes).poses)
+
+
+def _einsum_votes(u, weight):
+    return torch.einsum("bid,dijo->bijo", u, weight)  # (B, I, J, Dout)
+
+
+OPTIONS = list(itertools.product([1, 2, 3], [False, True], [False, True], [False, True]))
+
+
+@pytest.mark.parametrize("iterations,leaky,detach,with_bias", OPTIONS)
+def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bias):
+    B, I, Din, J, Dout = 3, 6, 4, 5, 7
+    g = torch.Generator().manual_seed(6)
+    u = torch.randn(B, I, Din, generator=g, dtype=DT).requires_grad_(True)
+    weight = (torch.randn(Din, I, J, Dout, generator=g, dtype=DT) * 0.5).requires_grad_(True)
+    bias = (torch.randn(J, Dout, generator=g, dtype=DT) * 0.2).requires_grad_(True) if with_bias else None
+    w_p, w_a, w_c = (torch.randn(B, J, Dout, generator=g, dtype=DT), torch.randn(B, J, generator=g, dtype=DT),
+                     torch.randn(B, I, J, generator=g, dtype=DT))
+    routing = DynamicRouting(iterations, leaky=leaky, detach_agreement=detach)
+    inputs = (u, weight) if bias is None else (u, weight, bias)
+
+    lin = routing.route_linear(u, weight, bias)
+    plain = routing(_einsum_votes(u, weight), bias=bias)
+    for a, b in zip(lin, plain):
+        assert a.shape == b.shape
+        _close(a, b, rtol=1e-10, atol=1e-12)
+    grads = [torch.autograd.grad((r.poses * w_p).sum() + (r.activations * w_a).sum() + (r.coupling * w_c).sum(), inputs)
+             for r in (lin, plain)]
+    for a, b in zip(*grads):
+        _close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_route_linear_matches_plain_loop_reference():
+    B, I, Din, J, Dout = 2, 5, 3, 4, 6
+    g = torch.Generator().manual_seed(7)
+    u = torch.randn(B, I, Din, generator=g, dtype=DT)
+    weight = torch.randn(Din, I, J, Dout, generator=g, dtype=DT) * 0.5
+    bias = torch.randn(J, Dout, generator=g, dtype=DT) * 0.2
+    votes = torch.zeros(B, I, J, Dout, dtype=DT)
+    for b_, i, j in itertools.product(range(B), range(I), range(J)):
+        votes[b_, i, j] = weight[:, i, j, :].T @ u[b_, i]  # Eq. 2: u_hat_j|i = W_ij u_i
+    out = DynamicRouting(3, leaky=True).route_linear(u, weight, bias)
+    for a, b in zip(out, reference_routing(votes, bias, iterations=3, leaky=True)):
+        _close(a, b)
+
+
+def test_float32_matches_float64():
+    votes = _votes(B=4, I=32, J=10, D=16, seed=8, scale=0.1)
+    out32 = DynamicRouting(3)(votes.float(), bias=_bias(10, 16).float())
+    out64 = DynamicRouting(3)(votes, bias=_bias(10, 16))
+    assert out32.poses.dtype == torch.float32
+    for a, b in zip(out32, out64):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
+
+
+def test_zero_votes_give_finite_outputs_and_gradients():
+    votes = torch.zeros(2, 3, 4, 5, requires_grad=True)
+    out = DynamicRouting(3)(votes)
+    assert all(torch.isfinite(t).all() for t in out)
+    (g,) = torch.autograd.grad(out.activations.sum() + out.poses.sum(), votes)
+    assert torch.isfinite(g).all()
+
+
+def test_activations_are_ignored():
+    votes = _votes()
+    routing = DynamicRouting(3)
+    a = routing(votes)
+    b = routing(votes, torch.rand(3, 5, dtype=DT))
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("iterations", [0, -1, 1.5, "3"])
+def test_bad_iterations_rejected(iterations):
+    with pytest.raises(ValueError, match="iterations"):
+        DynamicRouting(iterations)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 4), (5, 4, 6), (1, 3, 5, 4, 6)])
+def test_forward_rejects_votes_of_wrong_rank(shape):
+    with pytest.raises(ValueError, match=r"\(B, I, J, D\)") as info:
+        DynamicRouting(3)(torch.zeros(shape))
+    assert str(tuple(shape)) in str(info.value)
+
+
+@pytest.mark.parametrize("bias_shape", [(6,), (4, 5), (3, 6), (1, 6), (4, 6, 1)])
+def test_forward_rejects_bias_of_wrong_shape(bias_shape):
+    with pytest.raises(ValueError, match=r"\(J, D\) = \(4, 6\)"):
+        DynamicRouting(3)(torch.zeros(2, 5, 4, 6), bias=torch.zeros(bias_shape))
+
+
+def test_route_linear_rejects_weight_that_does_not_fit():
+    with pytest.raises(ValueError, match=r"\(Din, I, J, Dout\)"):
+        DynamicRouting(3).route_linear(torch.zeros(2, 5, 3), torch.zeros(3, 6, 4, 7))
+    with pytest.raises(ValueError, match=r"\(Din, I, J, Dout\)"):
+        DynamicRouting(3).route_linear(torch.zeros(2, 5, 3), torch.zeros(4, 5, 4, 7))
+
+
+@pytest.mark.parametrize("u_shape,w_shape", [((5, 3), (3, 5, 4, 7)), ((2, 5, 3), (3, 5, 28)), ((1, 2, 5, 3), (3, 5, 4, 7))])
+def test_route_linear_rejects_wrong_rank_naming_the_expected_shape(u_shape, w_shape):
+    # BUG (reported): the unpacking `B, I, Din = u.shape` raises "not enough values to unpack", naming no shape.
+    with pytest.raises(ValueError, match=r"\(B, I, Din\)|\(Din, I, J, Dout\)"):
+        DynamicRouting(3).route_linear(torch.zeros(u_shape), torch.zeros(w_shape))
+
+
+@pytest.mark.parametrize("bias_shape", [(7,), (1, 7), (4, 1), (3, 7)])
+def test_route_linear_rejects_bias_of_wrong_shape(bias_shape):
+    # BUG (reported): forward checks bias == (J, D); route_linear does not, and a
+    # (D,) or (1, D) bias broadcasts silently.
+    with pytest.raises(ValueError, match=r"\(J, D"):
+        DynamicRouting(3).route_linear(torch.zeros(2, 5, 3), torch.zeros(3, 5, 4, 7), torch.zeros(bias_shape))
+
+
+def test_no_parameters_and_repr():
+    routing = DynamicRouting(5, leaky=True, detach_agreement=True)
+    assert list(routing.parameters()) == []
+    assert "iterations=5" in repr(routing) and "leaky=True" in repr(routing)
