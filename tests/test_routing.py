@@ -251,15 +251,14 @@ def test_route_linear_rejects_weight_that_does_not_fit():
 
 @pytest.mark.parametrize("u_shape,w_shape", [((5, 3), (3, 5, 4, 7)), ((2, 5, 3), (3, 5, 28)), ((1, 2, 5, 3), (3, 5, 4, 7))])
 def test_route_linear_rejects_wrong_rank_naming_the_expected_shape(u_shape, w_shape):
-    # BUG (reported): the unpacking `B, I, Din = u.shape` raises "not enough values to unpack", naming no shape.
+    # A bare tuple unpacking would say "not enough values to unpack" and name no shape.
     with pytest.raises(ValueError, match=r"\(B, I, Din\)|\(Din, I, J, Dout\)"):
         DynamicRouting(3).route_linear(torch.zeros(u_shape), torch.zeros(w_shape))
 
 
 @pytest.mark.parametrize("bias_shape", [(7,), (1, 7), (4, 1), (3, 7)])
 def test_route_linear_rejects_bias_of_wrong_shape(bias_shape):
-    # BUG (reported): forward checks bias == (J, D); route_linear does not, and a
-    # (D,) or (1, D) bias broadcasts silently.
+    # Like forward: a (D,) or (1, D) bias must not broadcast silently.
     with pytest.raises(ValueError, match=r"\(J, D"):
         DynamicRouting(3).route_linear(torch.zeros(2, 5, 3), torch.zeros(3, 5, 4, 7), torch.zeros(bias_shape))
 
