@@ -14,44 +14,26 @@ __all__ = ["main", "build_parser"]
 DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample")  # capsnet.data.DATASETS, without importing torch
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _number(kind: type, *, minimum: float, strict: bool = False):
+    """An argparse type: a finite ``kind`` that is >= minimum (or > it when strict)."""
+    what = "an integer" if kind is int else "a number"
+    bound = f"{'>' if strict else '>='} {minimum:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}") from None
+        if not (value > minimum if strict else value >= minimum) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a finite number'} {bound}, got {text}")
+        return value
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+_positive_int = _number(int, minimum=1)
+_nonneg_int = _number(int, minimum=0)
+_positive_float = _number(float, minimum=0, strict=True)
+_nonneg_float = _number(float, minimum=0)
 
 
 # Flags of `train` that map onto the two configs: dest -> (config, field).

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ._config import config_from_dict
 from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
 from .data import DATASETS, Dataset, load_dataset, random_shift, split_validation
 from .losses import margin_loss, reconstruction_loss
@@ -66,11 +67,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig keys {unknown}; valid keys are {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

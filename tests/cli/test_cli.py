@@ -146,11 +146,11 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["train", "--epochs", "-1"], "--epochs: must be at least 1"),
-    (["train", "--epochs", "0"], "--epochs: must be at least 1"),
-    (["train", "--batch-size", "0"], "--batch-size: must be at least 1"),
+    (["train", "--epochs", "-1"], "--epochs: must be an integer >= 1"),
+    (["train", "--epochs", "0"], "--epochs: must be an integer >= 1"),
+    (["train", "--batch-size", "0"], "--batch-size: must be an integer >= 1"),
     (["train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
-    (["train", "--lr", "nan"], "--lr: must be a positive finite number"),
+    (["train", "--lr", "nan"], "--lr: must be a finite number > 0"),
     (["eval"], "the following arguments are required: --checkpoint"),
     (["frobnicate"], "invalid choice"),
 ])

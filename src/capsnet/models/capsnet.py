@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._config import config_from_dict
 from ..layers import DenseCaps, PrimaryCaps
 from ..routing import DynamicRouting
 
@@ -78,11 +79,7 @@ class CapsNetConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CapsNetConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown CapsNetConfig keys {unknown}; valid keys are {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
 class CapsNetOutput(NamedTuple):
