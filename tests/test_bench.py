@@ -154,3 +154,30 @@ def test_environment_names_versions():
     env = environment()
     assert env["torch"] == torch.__version__
     assert env["torch_threads"] >= 1 and isinstance(env["cuda_devices"], list)
+
+
+def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, capsys):
+    import json
+
+    import capsnet.bench
+    from capsnet.cli import main
+
+    real = capsnet.bench.run_benchmark
+    monkeypatch.setattr(capsnet.bench, "run_benchmark", lambda **kw: real(**kw, config=TINY, warmup=0, memory=False))
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--batch-size", "2", "--repeats", "1", "--device", "cpu", "--baseline", str(BASELINE_PATH),
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["command"].startswith("capsnet ") and report["environment"]["torch"] == torch.__version__
+    assert [(r["impl"], r["mode"], r["batch"]) for r in report["rows"]] == [
+        ("capsnet", "train", 2), ("tutorial baseline", "train", 2), ("capsnet", "infer", 2), ("tutorial baseline", "infer", 2)]
+    assert format_table(report["rows"]) in printed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without CUDA")
+def test_bench_on_cuda_without_cuda_is_a_clean_error(capsys):
+    from capsnet.cli import main
+
+    assert main(["bench", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err

@@ -157,11 +157,11 @@ def _einsum_votes(u, weight):
     return torch.einsum("bid,dijo->bijo", u, weight)  # (B, I, J, Dout)
 
 
-OPTIONS = list(itertools.product([1, 2, 3], [False, True], [False, True], [False, True]))
+OPTIONS = list(itertools.product([1, 2, 3], [False, True], [False, True], [False, True], [None, 4]))
 
 
-@pytest.mark.parametrize("iterations,leaky,detach,with_bias", OPTIONS)
-def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bias):
+@pytest.mark.parametrize("iterations,leaky,detach,with_bias,chunk", OPTIONS)
+def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bias, chunk):
     B, I, Din, J, Dout = 3, 6, 4, 5, 7
     g = torch.Generator().manual_seed(6)
     u = torch.randn(B, I, Din, generator=g, dtype=DT).requires_grad_(True)
@@ -170,6 +170,7 @@ def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bi
     w_p, w_a, w_c = (torch.randn(B, J, Dout, generator=g, dtype=DT), torch.randn(B, J, generator=g, dtype=DT),
                      torch.randn(B, I, J, generator=g, dtype=DT))
     routing = DynamicRouting(iterations, leaky=leaky, detach_agreement=detach)
+    routing.chunk = chunk  # 4: blocks of 4 and 2 lower capsules
     inputs = (u, weight) if bias is None else (u, weight, bias)
 
     lin = routing.route_linear(u, weight, bias)
@@ -181,6 +182,38 @@ def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bi
              for r in (lin, plain)]
     for a, b in zip(*grads):
         _close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("wrt", ["u", "weight", "bias"])
+@pytest.mark.parametrize("detach", [False, True])
+def test_route_linear_gradient_of_one_input_alone(wrt, detach):
+    B, I, Din, J, Dout = 2, 9, 3, 4, 5
+    g = torch.Generator().manual_seed(11)
+    tensors = {"u": torch.randn(B, I, Din, generator=g, dtype=DT), "weight": torch.randn(Din, I, J, Dout, generator=g, dtype=DT),
+               "bias": torch.randn(J, Dout, generator=g, dtype=DT) * 0.2}
+    tensors[wrt].requires_grad_(True)
+    routing = DynamicRouting(3, detach_agreement=detach)
+    routing.chunk = 2
+    lin = routing.route_linear(tensors["u"], tensors["weight"], tensors["bias"])
+    plain = routing(_einsum_votes(tensors["u"], tensors["weight"]), bias=tensors["bias"])
+    (g_lin,) = torch.autograd.grad(lin.poses.pow(3).sum() + lin.coupling.pow(2).sum(), tensors[wrt])
+    (g_plain,) = torch.autograd.grad(plain.poses.pow(3).sum() + plain.coupling.pow(2).sum(), tensors[wrt])
+    assert g_lin.abs().sum() > 0
+    _close(g_lin, g_plain, rtol=1e-10, atol=1e-12)
+
+
+def test_route_linear_under_bfloat16_autocast_routes_in_float32():
+    g = torch.Generator().manual_seed(12)
+    u = torch.randn(3, 10, 4, generator=g)
+    weight = (torch.randn(4, 10, 5, 6, generator=g) * 0.5).requires_grad_(True)
+    routing = DynamicRouting(3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = routing.route_linear(u.to(torch.bfloat16), weight)
+    assert out.poses.dtype == torch.float32
+    ref = routing.route_linear(u.to(torch.bfloat16).float(), weight)
+    _close(out.poses, ref.poses, rtol=1e-5, atol=1e-6)
+    out.poses.sum().backward()
+    assert weight.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
 
 
 def test_route_linear_matches_plain_loop_reference():

@@ -241,6 +241,9 @@ def run_benchmark(
         raise ValueError(f"unknown modes {unknown}; valid modes are {list(MODES)}")
     if devices is None:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for name in devices:
+        if torch.device(name).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
 
     note = None
     path = Path(baseline_path) if baseline_path is not None else default_baseline_path()

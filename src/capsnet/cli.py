@@ -5,6 +5,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -99,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="auto", help="auto (CPU, plus CUDA when present), cpu or cuda")
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
     b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
+    b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
     return p
 
 
@@ -181,14 +184,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines are noise here
     from .bench import environment, format_table, run_benchmark
 
-    devices = ("cpu", "cuda") if args.device == "auto" else (args.device,)
+    devices = None if args.device == "auto" else (args.device,)  # auto: CPU, plus CUDA when present
     rows = run_benchmark(devices=devices, batch_size=args.batch_size, repeats=args.repeats,
                          baseline_path=args.baseline or None, seed=args.seed)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     print(format_table(rows))
+    if args.json:
+        payload = json.dumps({"command": args.command_line, "environment": env, "rows": rows}, indent=1)
+        from .checkpoint import atomic_write_text
+
+        atomic_write_text(Path(args.json), payload + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 
@@ -196,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = shlex.join(["capsnet", *argv])
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError
     from .data import DataError

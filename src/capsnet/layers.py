@@ -41,9 +41,10 @@ class DenseCaps(nn.Module):
     ``u_hat_j|i = W_ij u_i`` (Sabour et al. 2017, Eq. 2), then any routing
     module turns the votes into upper capsules. The weight is stored once, as
     ``(Din, I, J, Dout)``, and never copied per example or per upper capsule.
-    With ``DynamicRouting`` the votes are not even built: its ``route_linear``
-    folds the weight into each round's matrix products (``factored=False``
-    forces the plain path through ``votes()``, which tests compare against).
+    With ``DynamicRouting`` the layer calls its ``route_linear``, which builds
+    the votes in cache-sized blocks and has a hand-written backward
+    (``factored=False`` forces the plain autograd path through ``votes()``,
+    which tests compare against).
 
     Args:
         in_caps, in_dim: number I and length Din of the lower capsules.
@@ -52,7 +53,7 @@ class DenseCaps(nn.Module):
             ``DynamicRouting(3)``).
         bias: a learned bias (J, Dout) added to s_j before the squash,
             initialised to 0.1 as in the authors' code.
-        factored: let DynamicRouting skip the vote tensor (same maths, faster).
+        factored: route with ``DynamicRouting.route_linear`` (same maths, faster).
     """
 
     def __init__(
