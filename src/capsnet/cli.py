@@ -102,7 +102,130 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
     b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
+
+    f = sub.add_parser("figures", formatter_class=fmt, help="reconstructions, pose sweeps, routing maps, lengths, curves",
+                       description="Look inside a trained CapsNet. Writes into --out: reconstructions, misclassified "
+                                   "(inputs decoded from the true and the predicted capsule), pose_sweep_INDEX "
+                                   "(the paper's Figure 4), routing_INDEX (coupling per round and primary capsule "
+                                   "lengths), lengths (digit capsule lengths) and training_curves.")
+    f.add_argument("--checkpoint", required=True, nargs="+", metavar="RUN_DIR",
+                   help="run directory or checkpoint file; the model figures use the first, the training curves "
+                        "overlay all")
+    f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
+    f.add_argument("--dataset", choices=DATASET_NAMES, default=None, help="test set the inputs come from (default: the run's)")
+    f.add_argument("--data-dir", default=None, help="data root (default: $CAPSNET_DATA, else ~/.cache/capsnet)")
+    f.add_argument("--indices", type=_nonneg_int, nargs="+", default=None,
+                   help="test-set indices of the inputs (default: the first test image of each class)")
+    f.add_argument("--dims", type=_nonneg_int, nargs="+", default=None, help="pose dimensions to sweep (default: all)")
+    f.add_argument("--delta-range", type=_positive_float, default=0.25, help="sweep each dimension from -R to +R")
+    f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
+    f.add_argument("--misclassified", type=_nonneg_int, default=8,
+                   help="misclassified test inputs to show, found by classifying the whole test set (0: skip)")
+    f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
+    f.add_argument("--dpi", type=_positive_int, default=100, help="resolution of PNG figures")
+    f.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def _sweep_deltas(delta_range: float, step: float) -> list[float]:
+    half = delta_range / step  # steps on each side of 0
+    if abs(half - round(half)) > 1e-6 or not 1 <= round(half) <= 100:
+        raise ValueError(f"--delta-range {delta_range:g} is not a whole number of --delta-step {step:g} (1 to 100 "
+                         f"steps each side, so the sweep passes through 0); e.g. --delta-range 0.25 --delta-step 0.05")
+    return [round(k * step, 10) for k in range(-round(half), round(half) + 1)]
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from . import figures as fg
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .data import load_dataset
+    from .train import TrainConfig, load_model, resolve_device
+
+    # Everything is checked before the first file is written.
+    device = resolve_device(args.device)
+    deltas = _sweep_deltas(args.delta_range, args.delta_step)
+    model, ckpt = load_model(args.checkpoint[0], which=args.which, device=device)
+    model.eval()
+    if model.decoder is None:
+        raise ValueError(f"{ckpt.path} is a CapsNet without decoder: reconstructions and pose sweeps need one")
+    runs = {}
+    for run in args.checkpoint:
+        path = Path(run)
+        run_dir = path if path.is_dir() else path.parent
+        if not path.exists():
+            raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
+        runs[run_dir.name or str(run_dir)] = fg.read_metrics(run_dir)
+    train_cfg = TrainConfig.from_dict(ckpt.train_config)
+    name = args.dataset or train_cfg.dataset
+    test = load_dataset(name, "test", root=args.data_dir, progress=not args.no_progress)
+    cfg = model.config
+    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
+        raise ValueError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
+                         f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
+    if args.indices is None:
+        indices = [int((test.labels == k).nonzero()[0]) for k in range(cfg.num_classes) if (test.labels == k).any()]
+    else:
+        bad = [i for i in args.indices if i >= len(test)]
+        if bad:
+            raise ValueError(f"--indices {bad} out of range: the {name} test set has {len(test)} images, 0..{len(test) - 1}")
+        indices = list(args.indices)
+    dims = list(range(cfg.digit_dim)) if args.dims is None else args.dims
+    bad = [d for d in dims if d >= cfg.digit_dim]
+    if bad:
+        raise ValueError(f"--dims {bad} out of range: the digit capsules have {cfg.digit_dim} dimensions, "
+                         f"0..{cfg.digit_dim - 1}")
+
+    out = Path(args.out) if args.out else (Path(args.checkpoint[0]) if Path(args.checkpoint[0]).is_dir()
+                                             else Path(args.checkpoint[0]).parent) / "figures"
+    classes = list(test.classes)
+    images, labels = test.images[indices], test.labels[indices]
+    written = []
+
+    def save(fig, stem: str) -> None:
+        written.append(fg.save_figure(fig, out / f"{stem}.{args.format}", dpi=args.dpi))
+
+    # All arrays first, then the files.
+    rec = fg.reconstructions(model, images, labels)
+    wrong, m_rec = [], None
+    if args.misclassified:
+        _, lengths = fg.predict(model, test.images) if args.no_progress else _predict_with_bar(fg, model, test.images)
+        errors = (lengths.argmax(1) != test.labels).nonzero().flatten()
+        print(f"{name} test set: {len(errors)} of {len(test)} misclassified")
+        wrong = errors[: args.misclassified]
+        if len(wrong):
+            m_rec = fg.reconstructions(model, test.images[wrong], test.labels[wrong])
+    sweeps = fg.pose_sweep(model, images, rec.predicted, dims=dims, deltas=deltas)
+    trace = fg.routing_trace(model, images)
+
+    save(fg.plot_reconstructions(images, rec, labels, classes), "reconstructions")
+    if m_rec is not None:
+        save(fg.plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes), "misclassified")
+    for n, index in enumerate(indices):
+        label = (f"test image {index} (true {classes[int(labels[n])]}), "
+                 f"the capsule of its prediction {classes[int(rec.predicted[n])]}")
+        save(fg.plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
+        save(fg.plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
+    save(fg.plot_lengths(rec.lengths, labels, classes=classes), "lengths")
+    save(fg.plot_training_curves(runs), "training_curves")
+    print(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {indices}")
+    print(f"wrote {len(written)} figures to {out}:")
+    for p in written:
+        print(f"  {p.name}")
+    return 0
+
+
+def _predict_with_bar(fg, model, images, batch_size: int = 256):
+    import torch
+    from tqdm import tqdm
+
+    poses, lengths = [], []
+    for start in tqdm(range(0, len(images), batch_size), desc="classify test set", unit="batch", leave=False):
+        p, l = fg.predict(model, images[start:start + batch_size], batch_size)
+        poses.append(p)
+        lengths.append(l)
+    return torch.cat(poses), torch.cat(lengths)
 
 
 def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
@@ -216,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_train(args, _explicit_flags(parser, argv), parser)
         if args.command == "eval":
             return _cmd_eval(args)
+        if args.command == "figures":
+            return _cmd_figures(args)
         return _cmd_bench(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}: error: {e}", file=sys.stderr)

@@ -1,0 +1,245 @@
+"""capsnet.figures and `capsnet figures`, on a CapsNet trained briefly on real MNIST."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet import CapsNetConfig
+from capsnet import figures as fg
+from capsnet.cli import main
+from capsnet.data import load_dataset
+from capsnet.train import TrainConfig, fit, load_model
+
+TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128))  # 4 x 6 x 6 primary capsules, 16D digits
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, data_root) -> Path:
+    run = tmp_path_factory.mktemp("figures") / "run"
+    fit(TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
+        device="cpu", data_root=data_root, progress=False)
+    return run
+
+
+@pytest.fixture(scope="module")
+def model(run_dir):
+    return load_model(run_dir)[0].eval()
+
+
+@pytest.fixture(scope="module")
+def test_set(data_root):
+    return load_dataset("mnist", "test", root=data_root)
+
+
+def _inputs(test_set, n=4):
+    return test_set.images[:n].float() / 255.0, test_set.labels[:n]
+
+
+# -------------------------------------------------------------------------------- arrays
+
+
+def test_swept_poses_move_one_coordinate_by_exactly_the_deltas():
+    pose = torch.linspace(-0.3, 0.4, 16, dtype=torch.float64)
+    dims, deltas = [0, 5, 15], [-0.25, -0.1, 0.0, 0.05, 0.25]
+    out = fg.swept_poses(pose, dims, deltas)
+    assert out.shape == (3, 5, 16)
+    for a, d in enumerate(dims):
+        for k, delta in enumerate(deltas):
+            expected = pose.clone()
+            expected[d] = pose[d] + delta
+            assert torch.equal(out[a, k], expected)
+    changed = (out != pose).sum(-1)  # coordinates that differ from the pose
+    assert changed.tolist() == [[1, 1, 0, 1, 1]] * 3
+
+
+def test_default_deltas_are_the_papers_figure_4():
+    assert fg.DEFAULT_DELTAS == (-0.25, -0.2, -0.15, -0.1, -0.05, 0.0, 0.05, 0.1, 0.15, 0.2, 0.25)
+
+
+def test_swept_poses_reject_bad_dims_and_deltas():
+    with pytest.raises(fg.FigureError, match=r"\[16\] out of range.*16 dimensions, 0..15"):
+        fg.swept_poses(torch.zeros(16), [3, 16])
+    with pytest.raises(fg.FigureError, match="finite"):
+        fg.swept_poses(torch.zeros(16), [0], [0.1, float("nan")])
+    with pytest.raises(fg.FigureError, match="one capsule"):
+        fg.swept_poses(torch.zeros(2, 16), [0])
+
+
+def test_pose_sweep_shape_and_its_zero_column_is_the_plain_reconstruction(model, test_set):
+    x, y = _inputs(test_set)
+    dims = [1, 7, 15]
+    sweep = fg.pose_sweep(model, x, dims=dims)
+    assert sweep.shape == (4, 3, 11, 28, 28)
+    with torch.no_grad():
+        plain = model(x).reconstructions[:, 0]  # masked by the longest capsule, as the sweep without labels
+        as_label = model(x, y).reconstructions[:, 0]
+    for a in range(3):
+        torch.testing.assert_close(sweep[:, a, 5], plain, rtol=1e-5, atol=1e-6)  # delta 0.00
+    assert not torch.allclose(sweep[:, :, 0], sweep[:, :, 10])  # moving a dimension changes the decoding
+    labelled = fg.pose_sweep(model, x, y, dims=[0], deltas=[0.0])
+    torch.testing.assert_close(labelled[:, 0, 0], as_label, rtol=1e-5, atol=1e-6)
+
+
+def test_pose_sweep_accepts_uint8_images_and_rejects_bad_labels(model, test_set):
+    sweep = fg.pose_sweep(model, test_set.images[:2], dims=[0], deltas=[0.0, 0.1])
+    assert sweep.shape == (2, 1, 2, 28, 28)
+    with pytest.raises(fg.FigureError, match="classes 0..9"):
+        fg.pose_sweep(model, test_set.images[:2], torch.tensor([3, 10]))
+    with pytest.raises(fg.FigureError, match="images must be"):
+        fg.pose_sweep(model, torch.zeros(2, 1, 32, 32))
+
+
+def test_reconstructions_match_the_models_own_masking(model, test_set):
+    x, y = _inputs(test_set)
+    rec = fg.reconstructions(model, x, y)
+    with torch.no_grad():
+        out_pred, out_label = model(x), model(x, y)
+    assert torch.equal(rec.predicted, out_pred.lengths.argmax(1))
+    torch.testing.assert_close(rec.from_predicted, out_pred.reconstructions)
+    torch.testing.assert_close(rec.from_label, out_label.reconstructions)
+    assert rec.from_predicted.shape == (4, 1, 28, 28)
+
+
+def test_routing_trace_rounds_shapes_and_maps(model, test_set):
+    x, _ = _inputs(test_set, 3)
+    trace = fg.routing_trace(model, x)
+    I = 4 * 6 * 6
+    assert trace.coupling.shape == (3, 3, I, 10) and trace.grid == (4, 6, 6)
+    torch.testing.assert_close(trace.coupling[:, 0], torch.full((3, I, 10), 0.1))  # round 1: uniform
+    torch.testing.assert_close(trace.coupling.sum(-1), torch.ones(3, 3, I))
+    with torch.no_grad():
+        out = model(x)
+        u = model.primary(torch.relu(model.conv1(x)))
+    torch.testing.assert_close(trace.coupling[:, -1], out.coupling)  # the last round is what the model used
+    torch.testing.assert_close(trace.lengths, out.lengths)
+    torch.testing.assert_close(trace.primary, u.norm(dim=-1))
+    assert not torch.allclose(trace.coupling[:, 1], trace.coupling[:, 0])  # routing moved the coefficients
+    maps = trace.coupling_maps()
+    assert maps.shape == (3, 3, 10, 6, 6)
+    n, r, j, row, col = 2, 2, 7, 4, 1
+    by_hand = sum(trace.coupling[n, r, t * 36 + row * 6 + col, j] for t in range(4)) / 4  # i ordered (type, row, col)
+    torch.testing.assert_close(maps[n, r, j, row, col], by_hand)
+    assert trace.primary_maps()[n, 3, row, col] == trace.primary[n, 3 * 36 + row * 6 + col]
+
+
+def test_read_metrics_good_empty_corrupt_missing(run_dir, tmp_path):
+    records = fg.read_metrics(run_dir)
+    assert [r["epoch"] for r in records] == [1, 2] and "test_error" in records[-1]
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(fg.FigureError, match="no epoch yet"):
+        fg.read_metrics(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "train_loss": 0.5}\n{"epoch": 2, "train_lo')
+    with pytest.raises(fg.FigureError, match="line 2, is not JSON"):
+        fg.read_metrics(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('[1, 2]\n')
+    with pytest.raises(fg.FigureError, match="line 1, is not a capsnet epoch record"):
+        fg.read_metrics(tmp_path)
+    with pytest.raises(fg.FigureError, match="not found"):
+        fg.read_metrics(tmp_path / "nowhere")
+
+
+# -------------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("fmt,magic", [("png", PNG_MAGIC), ("svg", b"<?xml"), ("pdf", b"%PDF")])
+def test_save_figure_writes_valid_deterministic_files(tmp_path, fmt, magic):
+    lengths = torch.tensor([[0.05, 0.95, 0.2], [0.5, 0.1, 0.3]])
+    paths = [fg.save_figure(fg.plot_lengths(lengths, torch.tensor([1, 0])), tmp_path / f"{name}.{fmt}")
+             for name in ("a", "b")]
+    data = [p.read_bytes() for p in paths]
+    assert data[0].startswith(magic)
+    assert data[0] == data[1]  # the same figure gives the same bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"a.{fmt}", f"b.{fmt}"]  # no temporary files left
+    if fmt == "png":
+        import matplotlib.image
+
+        assert matplotlib.image.imread(paths[0]).ndim == 3
+
+
+def test_save_figure_rejects_unknown_format_and_leaves_nothing(tmp_path):
+    with pytest.raises(fg.FigureError, match="unknown figure format 'bmp'.*png, svg, pdf"):
+        fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "x.bmp")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_figure_failure_leaves_no_partial_file(tmp_path, monkeypatch):
+    fig = fg.plot_lengths(torch.rand(1, 10))
+
+    def broken(*args, **kwargs):
+        args[0].write(b"\x89PNG half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fig, "savefig", broken)
+    with pytest.raises(OSError, match="disk full"):
+        fg.save_figure(fig, tmp_path / "x.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -------------------------------------------------------------------------------- the command
+
+
+def _figures(*args) -> int:
+    return main(["figures", "--no-progress", "--device", "cpu", *map(str, args)])
+
+
+def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10,
+                    "--misclassified", 4) == 0
+    names = sorted(p.name for p in out.iterdir())
+    expected = {"reconstructions.png", "lengths.png", "training_curves.png", "pose_sweep_3.png", "pose_sweep_10.png",
+                "routing_3.png", "routing_10.png"}
+    assert expected <= set(names) and set(names) - expected <= {"misclassified.png"}
+    for name in names:
+        assert (out / name).read_bytes().startswith(PNG_MAGIC), name
+    printed = capsys.readouterr().out
+    assert f"wrote {len(names)} figures to {out}" in printed and "misclassified" in printed
+
+
+def test_figures_command_default_inputs_and_svg(run_dir, data_root, tmp_path):
+    out = tmp_path / "svg"
+    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--format", "svg",
+                    "--misclassified", 0, "--dims", 0, 15, "--delta-range", 0.5, "--delta-step", 0.25) == 0
+    sweeps = sorted(p.name for p in out.glob("pose_sweep_*.svg"))
+    assert len(sweeps) == 10  # one per class: the first test image of each
+    assert not (out / "misclassified.svg").exists()
+    assert all(p.read_bytes().startswith(b"<?xml") for p in out.iterdir())
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--indices", 10000], "--indices [10000] out of range: the mnist test set has 10000 images"),
+    (["--dims", 3, 16], "--dims [16] out of range: the digit capsules have 16 dimensions"),
+    (["--delta-range", 0.25, "--delta-step", 0.1], "not a whole number of --delta-step"),
+])
+def test_figures_command_bad_arguments_write_nothing(run_dir, data_root, tmp_path, capsys, args, message):
+    out = tmp_path / "figs"
+    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_figures_command_run_without_checkpoint(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"epoch": 1, "train_loss": 0.5}\n')
+    assert _figures("--checkpoint", tmp_path / "run", "--out", tmp_path / "figs") == 2
+    err = capsys.readouterr().err
+    assert "capsnet figures: error:" in err and "best.safetensors" in err
+    assert not (tmp_path / "figs").exists()
+
+
+@pytest.mark.parametrize("content,message", [("", "holds no epoch yet"), ('{"epoch": 1, "tra\n', "line 1, is not JSON")])
+def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, capsys, content, message):
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("best.safetensors", "config.json"):
+        (other / name).write_bytes((run_dir / name).read_bytes())
+    (other / "metrics.jsonl").write_text(content)
+    out = tmp_path / "figs"
+    assert _figures("--checkpoint", other, "--out", out, "--data-dir", data_root) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
