@@ -243,3 +243,21 @@ def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, 
     assert _figures("--checkpoint", other, "--out", out, "--data-dir", data_root) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch):
+    """The code cells of examples/look_inside.ipynb, in order, as a script (IPython magics left out)."""
+    notebook = json.loads((Path(__file__).parents[1] / "examples" / "look_inside.ipynb").read_text())
+    monkeypatch.setenv("CAPSNET_CHECKPOINT", str(run_dir))
+    monkeypatch.setenv("CAPSNET_DATA", str(data_root))
+    shown = []
+    namespace: dict = {"display": shown.append}  # collects the figures; IPython need not be installed
+    skip = ("%", "from IPython")
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            exec("\n".join(line for line in source.splitlines() if not line.startswith(skip)), namespace)
+    from matplotlib.figure import Figure
+
+    assert len(shown) == 4 and all(isinstance(f, Figure) for f in shown)
+    assert namespace["sweep"].shape == (1, 16, 11, 28, 28)

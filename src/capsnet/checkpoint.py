@@ -15,7 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import torch
 from safetensors import SafetensorError
@@ -23,7 +23,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint",
-           "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION"]
+           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -45,13 +45,18 @@ class Checkpoint:
     path: Path | None = None
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new file, whole."""
+def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
+    """Let ``write`` fill a temporary file beside ``path``, then rename it over ``path``.
+
+    Readers see the old file or the new one, whole: a crash or an exception in
+    ``write`` leaves no partial file (the temporary one is removed).
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from other users
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -59,6 +64,11 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, whole."""
+    atomic_write(path, lambda f: f.write(data))
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

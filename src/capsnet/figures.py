@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 import torch
 
+from .checkpoint import atomic_write
 from .models.capsnet import CapsNet
 from .routing import DynamicRouting
 
@@ -468,20 +468,12 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
         raise FigureError(f"unknown figure format {fmt!r} for {path}; use one of {', '.join(FORMATS)}")
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the figure from other users
-        with os.fdopen(fd, "wb") as f:
-            import matplotlib
 
-            with matplotlib.rc_context({"svg.hashsalt": "capsnet"}):
-                fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def write(f) -> None:
+        import matplotlib
+
+        with matplotlib.rc_context({"svg.hashsalt": "capsnet"}):
+            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata)
+
+    atomic_write(path, write)
     return path
