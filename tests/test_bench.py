@@ -119,25 +119,28 @@ def test_paper_sized_baseline_has_the_paper_counts(tutorial):
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
 KEYS = {"impl", "device", "mode", "batch", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
-        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "note"}
+        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "note"}
 
 
 def test_run_benchmark_smoke():
     rows = run_benchmark(devices=["cpu"], batch_size=3, repeats=1, warmup=0, baseline_path=BASELINE_PATH, config=TINY)
     assert [(r["impl"], r["mode"]) for r in rows] == [
-        ("capsnet", "train"), ("tutorial baseline", "train"), ("capsnet", "infer"), ("tutorial baseline", "infer")]
+        ("capsnet", "train"), ("tutorial baseline", "train"), ("conv floor", "train"),
+        ("capsnet", "infer"), ("tutorial baseline", "infer"), ("conv floor", "infer")]
     for r in rows:
         assert set(r) == KEYS
         assert r["device"] == "cpu" and r["batch"] == 3 and r["note"] is None
-        for key in ("images_per_s", "images_per_s_min", "images_per_s_max", "step_s", "peak_mem_mb", "ratio"):
+        for key in ("images_per_s", "images_per_s_min", "images_per_s_max", "step_s", "peak_mem_mb"):
             assert r[key] > 0, key
+        assert (r["ratio"] is None) == (r["impl"] == "conv floor")
+        assert (r["floor_ratio"] is None) == (r["impl"] != "capsnet")
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1 and "tutorial baseline" in table
 
 
 def test_run_benchmark_without_baseline(tmp_path):
     rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"],
-                         baseline_path=tmp_path / "missing.py", config=TINY, memory=False)
+                         baseline_path=tmp_path / "missing.py", config=TINY, memory=False, floor=False)
     assert len(rows) == 1 and rows[0]["impl"] == "capsnet"
     assert rows[0]["ratio"] is None and rows[0]["peak_mem_mb"] is None and "not found" in rows[0]["note"]
     assert "Note: tutorial baseline not found" in format_table(rows)
@@ -148,6 +151,19 @@ def test_run_benchmark_rejects_bad_arguments():
         run_benchmark(modes=["fit"], config=TINY)
     with pytest.raises(ValueError, match="repeats"):
         run_benchmark(repeats=0, config=TINY)
+
+
+def test_conv_floor_is_the_capsnets_two_convolutions():
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    from capsnet.bench import ConvFloor
+
+    floor = ConvFloor(model)
+    x = torch.rand(2, 1, 28, 28)
+    torch.testing.assert_close(floor(x), model.primary(torch.relu(model.conv1(x))))
+    assert floor.conv1.weight is not model.conv1.weight  # its own copy: training it leaves the CapsNet alone
+    assert sum(p.numel() for p in floor.parameters()) == sum(
+        p.numel() for m in (model.conv1, model.primary) for p in m.parameters())
 
 
 def test_environment_names_versions():
@@ -171,7 +187,7 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, c
     report = json.loads(out.read_text())
     assert report["command"].startswith("capsnet ") and report["environment"]["torch"] == torch.__version__
     assert [(r["impl"], r["mode"], r["batch"]) for r in report["rows"]] == [
-        ("capsnet", "train", 2), ("tutorial baseline", "train", 2), ("capsnet", "infer", 2), ("tutorial baseline", "infer", 2)]
+        (impl, mode, 2) for mode in ("train", "infer") for impl in ("capsnet", "tutorial baseline", "conv floor")]
     assert format_table(report["rows"]) in printed
 
 

@@ -19,6 +19,10 @@ What is measured:
 - ``ratio`` is capsnet's throughput over the baseline's, the median of the
   ratios of steps timed back to back (the order alternates every repeat), so
   load from other processes hits both sides alike.
+- ``floor`` rows time the two convolutions alone (conv1 + ReLU + primary
+  capsules, the same weights, forward and backward of a trivial loss, Adam on
+  their weights): no CapsNet can train faster. ``floor_ratio`` on capsnet rows
+  is capsnet's throughput over the floor's, paired like ``ratio``.
 - ``peak_mem_mb`` is the largest amount of tensor memory held during one extra,
   untimed step: parameters, optimizer state and the batch held before it, plus
   the peak of what the step allocates. On CUDA that is
@@ -52,7 +56,7 @@ __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environme
 log = logging.getLogger(__name__)
 
 BASELINE_FILE = Path("benchmarks") / "tutorial_baseline.py"
-CAPSNET, BASELINE = "capsnet", "tutorial baseline"
+CAPSNET, BASELINE, FLOOR = "capsnet", "tutorial baseline", "conv floor"
 MODES = ("train", "infer")
 
 
@@ -111,7 +115,24 @@ def environment() -> dict[str, Any]:
 # --- steps -------------------------------------------------------------------------
 
 
+class ConvFloor(nn.Module):
+    """The two convolutions of a CapsNet alone (conv1, ReLU, primary capsules): the floor of any CapsNet's step."""
+
+    def __init__(self, capsnet: CapsNet) -> None:
+        super().__init__()
+        import copy
+
+        self.conv1, self.primary = copy.deepcopy(capsnet.conv1), copy.deepcopy(capsnet.primary)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        return self.primary(torch.relu(self.conv1(images)))  # (B, I, D)
+
+
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
+    if isinstance(model, ConvFloor):
+        model(images).pow(2).mean().backward()  # a loss that costs next to nothing
+        opt.step()
+        return
     out = model(images, labels)
     loss = margin_loss(out.lengths, labels)
     if out.reconstructions is not None:
@@ -210,6 +231,7 @@ def run_benchmark(
     config: CapsNetConfig = CapsNetConfig(),
     lr: float = 1e-3,
     memory: bool = True,
+    floor: bool = True,
 ) -> list[dict[str, Any]]:
     """Throughput and peak memory of capsnet's CapsNet and the tutorial baseline.
 
@@ -226,13 +248,15 @@ def run_benchmark(
         config: the model's sizes; the default is the paper's MNIST CapsNet.
         lr: Adam's learning rate.
         memory: also run one untimed, instrumented step per row for ``peak_mem_mb``.
+        floor: also time the two convolutions alone (``ConvFloor``) for ``floor_ratio``.
 
     Returns:
         one dict per (device, mode, implementation): impl, device, mode, batch, repeats,
         warmup, seed, images_per_s (median), images_per_s_min/max/std, step_s (median),
         peak_mem_mb (None when memory=False), ratio (capsnet / baseline throughput,
         median of paired repeats; 1.0 on baseline rows, None without a baseline),
-        ratio_min, ratio_max, note.
+        ratio_min, ratio_max, floor_ratio (capsnet / conv floor throughput, paired;
+        None on other rows or without the floor), note.
     """
     if repeats < 1 or warmup < 0 or batch_size < 1:
         raise ValueError(f"need repeats >= 1, warmup >= 0, batch_size >= 1; got {repeats}, {warmup}, {batch_size}")
@@ -262,6 +286,8 @@ def run_benchmark(
         models: dict[str, nn.Module] = {CAPSNET: model}
         if baseline_module is not None:
             models[BASELINE] = baseline_module.TutorialCapsNet.from_capsnet(model, share_logits=baseline_share_logits)
+        if floor:
+            models[FLOOR] = ConvFloor(model).to(device)
         gen = torch.Generator().manual_seed(seed)
         images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen).to(device)
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
@@ -274,11 +300,12 @@ def run_benchmark(
             times: dict[str, list[float]] = {impl: [] for impl in runners}
             order = list(runners)
             for r in range(repeats):
-                for impl in (order if r % 2 == 0 else order[::-1]):
+                for impl in order[r % len(order):] + order[:r % len(order)]:  # each goes first in turn
                     times[impl].append(runners[impl].time_step())
                 log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
                          ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
             paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
+            to_floor = ([f / c for c, f in zip(times[CAPSNET], times[FLOOR])] if FLOOR in times else [])
             for impl, runner in runners.items():
                 row: dict[str, Any] = {"impl": impl, "device": device_name, "mode": mode, "batch": batch_size,
                                        "repeats": repeats, "warmup": warmup, "seed": seed}
@@ -287,10 +314,11 @@ def run_benchmark(
                 row["peak_mem_mb"] = runner.peak_bytes() / 2**20 if memory else None
                 if impl == BASELINE:
                     row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
-                elif paired:
+                elif impl == CAPSNET and paired:
                     row.update(ratio=statistics.median(paired), ratio_min=min(paired), ratio_max=max(paired))
                 else:
                     row.update(ratio=None, ratio_min=None, ratio_max=None)
+                row["floor_ratio"] = statistics.median(to_floor) if impl == CAPSNET and to_floor else None
                 row["note"] = note if impl == CAPSNET else None
                 rows.append(row)
             del runners
@@ -300,14 +328,16 @@ def run_benchmark(
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of ``run_benchmark``'s rows, with their notes below it."""
     lines = [
-        "| impl | device | mode | batch | images/s, median (min-max) | peak MB | x baseline, median (min-max) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| impl | device | mode | batch | images/s, median (min-max) | peak MB | x baseline, median (min-max) "
+        "| of conv floor |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         speed = f"{r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-{r['images_per_s_max']:.1f})"
         mem = "-" if r.get("peak_mem_mb") is None else f"{r['peak_mem_mb']:.0f}"
         ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
-        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} |")
+        share = "-" if r.get("floor_ratio") is None else f"{100 * r['floor_ratio']:.0f}%"
+        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} | {share} |")
     notes = list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
     if notes:
         lines += [""] + [f"Note: {n}" for n in notes]
