@@ -42,6 +42,13 @@ _nonneg_float = _number(float, minimum=0)
 _MODEL_FLAGS = {"routing_iterations": "routing_iterations", "conv1_channels": "conv1_channels",
                 "primary_types": "primary_types", "no_decoder": "decoder", "no_routing_bias": "routing_bias",
                 "leaky_routing": "leaky_routing", "detach_agreement": "detach_agreement"}
+_BASELINE_FLAGS = {"dropout": "dropout"}
+
+
+def _flags_of(config) -> dict[str, str]:
+    return _BASELINE_FLAGS if type(config).__name__ == "BaselineCNNConfig" else _MODEL_FLAGS
+
+
 _TRAIN_FLAGS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
                 "val_size", "train_size", "test_size", "seed")
 
@@ -56,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", formatter_class=fmt, help="train a CapsNet, checkpointing every epoch",
                        description="Train the paper's CapsNet. Writes last.safetensors, best.safetensors, "
                                    "config.json and metrics.jsonl into --out.")
+    t.add_argument("--model", choices=("capsnet", "baseline"), default="capsnet",
+                   help="capsnet: the paper's CapsNet; baseline: the paper's CNN (35.4M weights, cross-entropy)")
     t.add_argument("--dataset", choices=DATASET_NAMES, default="mnist", help="data set (mnist-sample ships with capsnet, offline)")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and fashion-mnist/ (default: $CAPSNET_DATA, else a user cache, downloading when missing)")
     t.add_argument("--epochs", type=_positive_int, default=10, help="epochs to train (with --resume: the new total)")
@@ -75,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-routing-bias", action="store_true", help="leave out the learned bias on s_j (the paper's 8,215,568 weights)")
     t.add_argument("--leaky-routing", action="store_true", help="add the authors' zero 'orphan' logit to the routing softmax")
     t.add_argument("--detach-agreement", action="store_true", help="no gradient through the routing rounds before the last")
+    t.add_argument("--dropout", type=_nonneg_float, default=0.5, help="dropout before the CNN baseline's last layer (--model baseline)")
     t.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the initial weights, shuffles and shifts")
     t.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
@@ -148,6 +158,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     deltas = _sweep_deltas(args.delta_range, args.delta_step)
     model, ckpt = load_model(args.checkpoint[0], which=args.which, device=device)
     model.eval()
+    if ckpt.model_name != "capsnet":
+        raise ValueError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet")
     if model.decoder is None:
         raise ValueError(f"{ckpt.path} is a CapsNet without decoder: reconstructions and pose sweeps need one")
     runs = {}
@@ -241,23 +253,37 @@ def _explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set
 
 def _cmd_train(args: argparse.Namespace, explicit: set[str], parser: argparse.ArgumentParser) -> int:
     from .checkpoint import load_checkpoint
-    from .models import CapsNetConfig
+    from .models import MODELS, BaselineCNNConfig, CapsNetConfig
     from .train import TrainConfig, fit
 
-    out = Path(args.out or f"runs/{args.dataset}")
-    model_cfg = CapsNetConfig(routing_iterations=args.routing_iterations, conv1_channels=args.conv1_channels,
-                              primary_types=args.primary_types, decoder=not args.no_decoder,
-                              routing_bias=not args.no_routing_bias, leaky_routing=args.leaky_routing,
-                              detach_agreement=args.detach_agreement)
+    out = Path(args.out or f"runs/{args.dataset}" + ("-baseline" if args.model == "baseline" else ""))
+    capsule_flags = sorted(f"--{k.replace('_', '-')}" for k in explicit & set(_MODEL_FLAGS))
+    if args.model == "baseline" and capsule_flags:
+        parser.error(f"{', '.join(capsule_flags)} set the CapsNet; they do not apply to --model baseline")
+    if args.model == "capsnet" and "dropout" in explicit:
+        parser.error("--dropout sets the CNN baseline; use it with --model baseline")
+    if args.model == "baseline":
+        model_cfg = BaselineCNNConfig(dropout=args.dropout)
+    else:
+        model_cfg = CapsNetConfig(routing_iterations=args.routing_iterations, conv1_channels=args.conv1_channels,
+                                  primary_types=args.primary_types, decoder=not args.no_decoder,
+                                  routing_bias=not args.no_routing_bias, leaky_routing=args.leaky_routing,
+                                  detach_agreement=args.detach_agreement)
     train_cfg = TrainConfig(**{k: getattr(args, k) for k in _TRAIN_FLAGS})
     if args.resume and (out / "last.safetensors").exists():
         # The run's saved settings hold; flags typed now must agree with them.
         saved = load_checkpoint(out, "last")
-        saved_model, saved_train = CapsNetConfig.from_dict(saved.model_config), TrainConfig.from_dict(saved.train_config)
+        if saved.model_name != args.model and "model" in explicit:
+            parser.error(f"--model {args.model} differs from the run in {out}, a {saved.model_name!r} model")
+        if saved.model_name not in MODELS:
+            raise ValueError(f"{out} holds a {saved.model_name!r} model; this capsnet knows {sorted(MODELS)}")
+        saved_model = MODELS[saved.model_name][0].from_dict(saved.model_config)
+        saved_train = TrainConfig.from_dict(saved.train_config)
         clashes = [f"--{k.replace('_', '-')}" for k in explicit & set(_TRAIN_FLAGS) - {"epochs"}
                    if getattr(train_cfg, k) != getattr(saved_train, k)]
-        clashes += [f"--{k.replace('_', '-')}" for k, field in _MODEL_FLAGS.items()
-                    if k in explicit and getattr(model_cfg, field) != getattr(saved_model, field)]
+        if type(model_cfg) is type(saved_model):
+            clashes += [f"--{k.replace('_', '-')}" for k, field in _flags_of(saved_model).items()
+                        if k in explicit and getattr(model_cfg, field) != getattr(saved_model, field)]
         if clashes:
             parser.error(f"{', '.join(sorted(clashes))} differ from the run in {out}; --resume continues with the "
                          f"run's own settings (only --epochs may change)")

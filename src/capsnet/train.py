@@ -23,7 +23,7 @@ from ._config import config_from_dict
 from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
 from .data import DATASETS, Dataset, load_dataset, random_shift, split_validation
 from .losses import margin_loss, reconstruction_loss
-from .models import MODELS, CapsNet, CapsNetConfig
+from .models import MODELS, BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, model_name
 
 __all__ = ["TrainConfig", "fit", "evaluate", "lr_at", "resolve_device", "load_model", "prepare_data", "EvalResult"]
 
@@ -114,8 +114,12 @@ def _to_device(ds: Dataset, device: torch.device) -> _Split:
     return _Split(ds.images.to(device).float().div_(255.0), ds.labels.to(device).long())
 
 
-def _loss(model: CapsNet, images: torch.Tensor, labels: torch.Tensor, recon_weight: float
+def _loss(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tensor, recon_weight: float
           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training loss and per-class scores (capsule lengths, or softmax probabilities for the CNN)."""
+    if isinstance(model, BaselineCNN):
+        logits = model(images)
+        return torch.nn.functional.cross_entropy(logits, labels), logits.softmax(dim=1)
     out = model(images, labels)
     loss = margin_loss(out.lengths, labels)
     if out.reconstructions is not None and recon_weight > 0:
@@ -136,11 +140,12 @@ class EvalResult:
         return (self.confusion.diag().double() / totals).tolist()
 
 
-def evaluate(model: CapsNet, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
+def evaluate(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
              recon_weight: float = 0.0005, progress: bool = False) -> EvalResult:
     """Loss, accuracy and confusion matrix of ``model`` on a split (no augmentation).
 
-    The reconstruction term is computed from the true label's capsule, as in training.
+    The reconstruction term is computed from the true label's capsule, as in
+    training; the CNN baseline's loss is its cross-entropy.
     """
     was_training = model.training
     model.eval()
@@ -159,7 +164,8 @@ def evaluate(model: CapsNet, images: torch.Tensor, labels: torch.Tensor, *, batc
     return EvalResult(total_loss / max(n, 1), acc, 1.0 - acc, confusion)
 
 
-def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu") -> tuple[CapsNet, Checkpoint]:
+def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
+               ) -> tuple[CapsNet | BaselineCNN, Checkpoint]:
     """Rebuild the model saved in a checkpoint (file or run directory)."""
     ckpt = load_checkpoint(path, which)
     if ckpt.model_name not in MODELS:
@@ -179,10 +185,10 @@ def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Gene
     return g
 
 
-def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLike, *,
+def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         device: str | torch.device = "auto", data_root: str | os.PathLike | None = None,
         resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Train a CapsNet, checkpointing into ``run_dir`` after every epoch.
+    """Train a CapsNet (or, given its config, the CNN baseline), checkpointing into ``run_dir`` every epoch.
 
     ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
     step), ``best.safetensors`` (best accuracy on the validation split, or on
@@ -192,6 +198,8 @@ def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLik
     may differ from it. Returns the final epoch's metrics.
     """
     run_dir = Path(run_dir)
+    name = model_name(model_config)
+    config_cls, model_cls = MODELS[name]
     dev = resolve_device(device)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
@@ -202,7 +210,10 @@ def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLik
         if not last_path.exists():
             raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
         ckpt = load_checkpoint(last_path)
-        saved_model = CapsNetConfig.from_dict(ckpt.model_config)
+        if ckpt.model_name != name:
+            raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
+                                  f"--model {ckpt.model_name} or use a new --out")
+        saved_model = config_cls.from_dict(ckpt.model_config)
         saved_train = TrainConfig.from_dict(ckpt.train_config)
         if saved_model != model_config or dataclasses.replace(saved_train, epochs=cfg.epochs) != cfg:
             diff = _differences(saved_model.to_dict() | saved_train.to_dict(), model_config.to_dict() | cfg.to_dict())
@@ -216,7 +227,7 @@ def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLik
                               f"or choose another output directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.json",
-                      json.dumps({"model": "capsnet", "model_config": model_config.to_dict(), "train_config": cfg.to_dict()}, indent=2))
+                      json.dumps({"model": name, "model_config": model_config.to_dict(), "train_config": cfg.to_dict()}, indent=2))
 
     # 2. Data, resident on the device.
     train, held, held_name = prepare_data(cfg, dev, data_root=data_root, progress=progress)
@@ -225,7 +236,7 @@ def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLik
 
     # 3. Model and optimizer, same initial weights for the same seed.
     torch.manual_seed(cfg.seed)
-    model = CapsNet(model_config).to(dev)
+    model = model_cls(model_config).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     if ckpt is not None:
         model.load_state_dict(ckpt.model_state)
@@ -274,7 +285,7 @@ def fit(model_config: CapsNetConfig, cfg: TrainConfig, run_dir: str | os.PathLik
 
         # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
         # history, so the two always agree whatever moment a crash strikes.
-        base = dict(model_name="capsnet", model_config=model_config.to_dict(), train_config=cfg.to_dict(),
+        base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(),
                     state=state, model_state=model.state_dict())
         if improved:
             save_checkpoint(best_path, Checkpoint(**base))

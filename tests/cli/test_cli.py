@@ -182,3 +182,13 @@ def test_missing_data_directory_is_explained(tmp_path):
     r = capsnet("train", "--dataset", "mnist", "--data-dir", tmp_path, "--epochs", "1", *TINY, "--out", tmp_path / "r")
     assert_clean_error(r, "train-images-idx3-ubyte")
     assert not (tmp_path / "r" / "last.safetensors").exists()
+
+
+def test_model_flags_that_do_not_apply_are_refused(tmp_path):
+    r = capsnet("train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
+    assert_clean_error(r, "--routing-iterations set the CapsNet; they do not apply to --model baseline")
+    r = capsnet("train", "--dropout", "0.3", "--out", tmp_path / "b")
+    assert_clean_error(r, "--dropout sets the CNN baseline; use it with --model baseline")
+    r = capsnet("train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")
+    assert_clean_error(r, "dropout must be in [0, 1)")
+    assert not any(tmp_path.iterdir())

@@ -5,14 +5,25 @@ from typing import Any, Callable
 
 from torch import nn
 
+from .baseline import BaselineCNN, BaselineCNNConfig
 from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, mask_capsules
 
-__all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "MODELS", "create_model"]
+__all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "BaselineCNN",
+           "BaselineCNNConfig", "MODELS", "create_model", "model_name"]
 
 # name -> (config class, model class)
 MODELS: dict[str, tuple[type, Callable[..., nn.Module]]] = {
     "capsnet": (CapsNetConfig, CapsNet),
+    "baseline": (BaselineCNNConfig, BaselineCNN),
 }
+
+
+def model_name(config: Any) -> str:
+    """The registry name of the model a config object builds."""
+    for name, (config_cls, _) in MODELS.items():
+        if type(config) is config_cls:
+            return name
+    raise ValueError(f"{type(config).__name__} is not the config of a registered model ({sorted(MODELS)})")
 
 
 def create_model(name: str, **config: Any) -> nn.Module:

@@ -1,0 +1,93 @@
+"""The CNN that Sabour et al. compare CapsNet with (NIPS 2017, section 5).
+
+"The baseline is a standard CNN with three convolutional layers of 256, 256,
+128 channels. Each has 5x5 kernels and stride of 1. The last convolutional
+layers are followed by two fully connected layers of size 328, 192. The last
+fully connected layer is connected with dropout to a 10 class softmax layer
+with cross entropy loss." The paper counts 35.4M parameters for it; that count
+holds with "same" padding and no pooling (28 x 28 x 128 features into the
+328-unit layer), which is what this module builds.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import config_from_dict
+
+__all__ = ["BaselineCNNConfig", "BaselineCNN"]
+
+
+@dataclass(frozen=True)
+class BaselineCNNConfig:
+    """Every size of the baseline; the defaults are the paper's MNIST CNN (35,445,522 parameters)."""
+
+    input_height: int = 28
+    input_width: int = 28
+    in_channels: int = 1
+    num_classes: int = 10
+    channels: tuple[int, ...] = (256, 256, 128)
+    kernel: int = 5
+    hidden: tuple[int, ...] = (328, 192)
+    dropout: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BaselineCNNConfig.{name} must be a positive integer, got {value!r}")
+        if self.kernel % 2 == 0:
+            raise ValueError(f"BaselineCNNConfig.kernel must be odd so 'same' padding keeps the size, got {self.kernel}")
+        object.__setattr__(self, "channels", tuple(self.channels))
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        if not self.channels or any(not isinstance(c, int) or c < 1 for c in self.channels + self.hidden):
+            raise ValueError(f"BaselineCNNConfig.channels and .hidden must be positive integers, got {self.channels}, {self.hidden}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"BaselineCNNConfig.dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["channels"], d["hidden"] = list(self.channels), list(self.hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BaselineCNNConfig":
+        return config_from_dict(cls, d)
+
+
+class BaselineCNN(nn.Module):
+    """Three 5x5 'same' convolutions with ReLU, two fully connected layers, dropout, class logits."""
+
+    def __init__(self, config: BaselineCNNConfig = BaselineCNNConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        convs, c_in = [], cfg.in_channels
+        for c_out in cfg.channels:
+            convs.append(nn.Conv2d(c_in, c_out, cfg.kernel, padding=cfg.kernel // 2))
+            c_in = c_out
+        self.convs = nn.ModuleList(convs)
+        fcs, f_in = [], c_in * cfg.input_height * cfg.input_width
+        for f_out in cfg.hidden:
+            fcs.append(nn.Linear(f_in, f_out))
+            f_in = f_out
+        self.fcs = nn.ModuleList(fcs)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(f_in, cfg.num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Shapes: images (B, C, H, W) in [0, 1] -> logits (B, num_classes)."""
+        cfg = self.config
+        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        x = images
+        for conv in self.convs:
+            x = F.relu(conv(x))
+        x = x.flatten(1)
+        for fc in self.fcs:
+            x = F.relu(fc(x))
+        return self.out(self.dropout(x))
