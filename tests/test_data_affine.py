@@ -1,0 +1,71 @@
+"""Translated MNIST on a 40x40 canvas and the affNIST-like test set, from real MNIST digits."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet.data import load_dataset
+from capsnet.data.affine import random_affine, random_translate
+from capsnet.data.multimnist import bounding_boxes
+
+
+@pytest.fixture(scope="module")
+def digits(data_root):
+    return load_dataset("mnist", "test", root=data_root).images[:600]
+
+
+def test_affine_parameters_stay_within_affnists_ranges_and_span_them(digits):
+    out, p = random_affine(digits, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (600, 1, 40, 40) and 0 <= out.min() and out.max() <= 1
+    assert p.rotation_deg.abs().max() <= 20 and p.shear.abs().max() <= 0.2
+    for s in (p.scale_x, p.scale_y):
+        assert 0.8 <= s.min() and s.max() <= 1.2
+    assert p.rotation_deg.min() < -18 and p.rotation_deg.max() > 18  # the whole range is drawn
+    assert p.shear.min() < -0.18 and p.shear.max() > 0.18
+
+
+def test_affine_digit_is_whole_and_inside_the_frame(digits):
+    out, p = random_affine(digits, generator=torch.Generator().manual_seed(1))
+    boxes = bounding_boxes(out)
+    assert torch.equal(boxes[:, :2], p.offsets)  # placed where the parameters say
+    assert boxes.min() >= 0 and boxes[:, 2:].max() <= 39
+    # Nothing cut off: an affine map scales ink by its determinant, sx * sy (rotation and shear keep area).
+    ink_in = digits.float().sum((1, 2, 3)) / 255
+    ratio = out.sum((1, 2, 3)) / (ink_in * p.scale_x * p.scale_y)
+    assert ratio.min() > 0.9 and ratio.max() < 1.1
+    offsets = p.offsets
+    assert len(set(map(tuple, offsets.tolist()))) > 100  # positions vary
+
+
+def test_identity_transform_moves_the_digit_unchanged(digits):
+    out, p = random_affine(digits[:20], generator=torch.Generator().manual_seed(2), rotation_deg=0, shear=0,
+                           scale=(1.0, 1.0))
+    src = bounding_boxes(digits[:20].float())
+    dst = bounding_boxes(out)
+    for n in range(20):
+        t, l, b, r = src[n].tolist()
+        T, L, B, R = dst[n].tolist()
+        assert (b - t, r - l) == (B - T, R - L)
+        torch.testing.assert_close(out[n, :, T:B + 1, L:R + 1], digits[n, :, t:b + 1, l:r + 1].float() / 255,
+                                   rtol=0, atol=1e-5)
+
+
+def test_same_seed_same_set(digits):
+    a, pa = random_affine(digits[:50], generator=torch.Generator().manual_seed(3))
+    b, pb = random_affine(digits[:50], generator=torch.Generator().manual_seed(3))
+    c, _ = random_affine(digits[:50], generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and torch.equal(pa.offsets, pb.offsets)
+    assert not torch.equal(a, c)
+
+
+def test_translate_places_the_whole_digit_at_its_offset(digits):
+    canvas, offsets = random_translate(digits, generator=torch.Generator().manual_seed(5))
+    assert canvas.shape == (600, 1, 40, 40) and offsets.min() == 0 and offsets.max() == 12
+    for n in range(0, 600, 37):
+        y, x = offsets[n].tolist()
+        assert torch.equal(canvas[n, :, y:y + 28, x:x + 28], digits[n].float() / 255)
+        rest = canvas[n].clone()
+        rest[:, y:y + 28, x:x + 28] = 0
+        assert rest.abs().sum() == 0  # black elsewhere
+    with pytest.raises(ValueError, match="smaller than the 28x28 images"):
+        random_translate(digits, 20)
