@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from capsnet.data import load_dataset
-from capsnet.data.multimnist import bounding_boxes, box_overlap, make_pairs, place
+from capsnet.data.multimnist import bounding_boxes, box_overlap, make_pairs, place, top2_correct
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,16 @@ def test_bad_input_is_refused(mnist_test):
         make_pairs(mnist_test.images[:5], mnist_test.labels[:4], 3)
     with pytest.raises(ValueError, match="inside the 36x36 canvas"):
         place(torch.ones(1, 1, 28, 28), torch.tensor([[0, 9]]), 36)
+
+
+def test_top2_metric_on_hand_made_cases():
+    scores = torch.tensor([
+        [0.9, 0.1, 0.8, 0.0],  # top two {0, 2}
+        [0.9, 0.1, 0.8, 0.0],
+        [0.2, 0.95, 0.3, 0.94],  # top two {1, 3}
+        [0.5, 0.6, 0.7, 0.1],  # top two {1, 2}: one of them wrong for labels {0, 2}
+    ])
+    labels = torch.tensor([[0, 2], [2, 0], [3, 1], [0, 2]])
+    assert top2_correct(scores, labels).tolist() == [True, True, True, False]
+    with pytest.raises(ValueError, match=r"labels \(n, 2\)"):
+        top2_correct(scores, torch.tensor([0, 1, 2, 3]))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MultiMNISTBatch", "make_pairs", "place", "bounding_boxes", "box_overlap"]
+__all__ = ["MultiMNISTBatch", "make_pairs", "place", "bounding_boxes", "box_overlap", "top2_correct"]
 
 
 @dataclass
@@ -132,3 +132,14 @@ def box_overlap(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     w = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1]) + 1).clamp(min=0)
     area = lambda x: (x[..., 2] - x[..., 0] + 1) * (x[..., 3] - x[..., 1] + 1)  # noqa: E731
     return (h * w).float() / torch.minimum(area(a), area(b)).clamp(min=1).float()
+
+
+def top2_correct(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The paper's MultiMNIST metric: right when the two longest capsules are exactly the two labels.
+
+    Ties are broken by ``torch.topk``; order does not matter. Shapes: scores (n, J), labels (n, 2) -> (n,) bool.
+    """
+    if scores.dim() != 2 or labels.shape != (scores.shape[0], 2):
+        raise ValueError(f"need scores (n, J) and labels (n, 2), got {tuple(scores.shape)} and {tuple(labels.shape)}")
+    top = scores.topk(2, dim=1).indices.sort(dim=1).values
+    return (top == labels.sort(dim=1).values).all(dim=1)
