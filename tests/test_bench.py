@@ -119,7 +119,7 @@ def test_paper_sized_baseline_has_the_paper_counts(tutorial):
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
 KEYS = {"impl", "device", "mode", "batch", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
-        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "note"}
+        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "routing_share", "note"}
 
 
 def test_run_benchmark_smoke():
@@ -134,6 +134,9 @@ def test_run_benchmark_smoke():
             assert r[key] > 0, key
         assert (r["ratio"] is None) == (r["impl"] == "conv floor")
         assert (r["floor_ratio"] is None) == (r["impl"] != "capsnet")
+        assert (r["routing_share"] is None) == (r["impl"] != "capsnet")
+        if r["impl"] == "capsnet":
+            assert 0 < r["routing_share"] < 5  # a share of the step (timed separately, so noise can push it past 1)
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1 and "tutorial baseline" in table
 

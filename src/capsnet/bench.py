@@ -23,6 +23,9 @@ What is measured:
   capsules, the same weights, forward and backward of a trivial loss, Adam on
   their weights): no CapsNet can train faster. ``floor_ratio`` on capsnet rows
   is capsnet's throughput over the floor's, paired like ``ratio``.
+- ``routing_share`` on capsnet rows: the digit capsule layer alone (votes and
+  the routing rounds; forward and backward when training) on the same batch,
+  timed right after each capsnet step, over that step's time; the median.
 - ``peak_mem_mb`` is the largest amount of tensor memory held during one extra,
   untimed step: parameters, optimizer state and the batch held before it, plus
   the peak of what the step allocates. On CUDA that is
@@ -113,6 +116,27 @@ def environment() -> dict[str, Any]:
 
 
 # --- steps -------------------------------------------------------------------------
+
+
+def _time_routing(model: CapsNet, images: torch.Tensor, mode: str) -> float:
+    """Seconds of the digit capsule layer alone (votes and routing; forward, and backward when training)."""
+    with torch.no_grad():
+        u = model.primary(torch.relu(model.conv1(images)))
+    sync = torch.cuda.synchronize if images.device.type == "cuda" else (lambda: None)
+    if mode == "train":
+        u.requires_grad_(True)
+        sync()
+        start = time.perf_counter()
+        model.digits(u).poses.sum().backward()
+    else:
+        sync()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.digits(u)
+    sync()
+    elapsed = time.perf_counter() - start
+    model.zero_grad(set_to_none=True)
+    return elapsed
 
 
 class ConvFloor(nn.Module):
@@ -256,7 +280,9 @@ def run_benchmark(
         peak_mem_mb (None when memory=False), ratio (capsnet / baseline throughput,
         median of paired repeats; 1.0 on baseline rows, None without a baseline),
         ratio_min, ratio_max, floor_ratio (capsnet / conv floor throughput, paired;
-        None on other rows or without the floor), note.
+        None on other rows or without the floor), routing_share (time of the digit
+        capsule layer alone over capsnet's step, timed right after it; capsnet rows),
+        note.
     """
     if repeats < 1 or warmup < 0 or batch_size < 1:
         raise ValueError(f"need repeats >= 1, warmup >= 0, batch_size >= 1; got {repeats}, {warmup}, {batch_size}")
@@ -298,10 +324,13 @@ def run_benchmark(
                 for _ in range(warmup):
                     runner.time_step()
             times: dict[str, list[float]] = {impl: [] for impl in runners}
+            routing_times: list[float] = []
             order = list(runners)
             for r in range(repeats):
                 for impl in order[r % len(order):] + order[:r % len(order)]:  # each goes first in turn
                     times[impl].append(runners[impl].time_step())
+                    if impl == CAPSNET:
+                        routing_times.append(_time_routing(model, images, mode))
                 log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
                          ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
             paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
@@ -319,6 +348,8 @@ def run_benchmark(
                 else:
                     row.update(ratio=None, ratio_min=None, ratio_max=None)
                 row["floor_ratio"] = statistics.median(to_floor) if impl == CAPSNET and to_floor else None
+                row["routing_share"] = (statistics.median(r_ / t for r_, t in zip(routing_times, times[CAPSNET]))
+                                        if impl == CAPSNET else None)
                 row["note"] = note if impl == CAPSNET else None
                 rows.append(row)
             del runners
@@ -329,15 +360,17 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of ``run_benchmark``'s rows, with their notes below it."""
     lines = [
         "| impl | device | mode | batch | images/s, median (min-max) | peak MB | x baseline, median (min-max) "
-        "| of conv floor |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| of conv floor | routing share |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         speed = f"{r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-{r['images_per_s_max']:.1f})"
         mem = "-" if r.get("peak_mem_mb") is None else f"{r['peak_mem_mb']:.0f}"
         ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
         share = "-" if r.get("floor_ratio") is None else f"{100 * r['floor_ratio']:.0f}%"
-        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} | {share} |")
+        routing = "-" if r.get("routing_share") is None else f"{100 * r['routing_share']:.0f}%"
+        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} | {share} "
+                     f"| {routing} |")
     notes = list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
     if notes:
         lines += [""] + [f"Note: {n}" for n in notes]
