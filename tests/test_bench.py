@@ -6,6 +6,7 @@ so that the benchmark compares two implementations of one algorithm.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,7 @@ def test_paper_sized_baseline_has_the_paper_counts(tutorial):
 
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
-KEYS = {"impl", "device", "mode", "batch", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
+KEYS = {"impl", "device", "mode", "batch", "rounds", "dtype", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
         "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "routing_share", "note"}
 
 
@@ -182,7 +183,11 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, c
     from capsnet.cli import main
 
     real = capsnet.bench.run_benchmark
-    monkeypatch.setattr(capsnet.bench, "run_benchmark", lambda **kw: real(**kw, config=TINY, warmup=0, memory=False))
+    def tiny(**kw):
+        kw["config"] = dataclasses.replace(TINY, routing_iterations=kw["config"].routing_iterations)
+        return real(**kw, warmup=0, memory=False)
+
+    monkeypatch.setattr(capsnet.bench, "run_benchmark", tiny)
     out = tmp_path / "bench.json"
     assert main(["bench", "--batch-size", "2", "--repeats", "1", "--device", "cpu", "--baseline", str(BASELINE_PATH),
                  "--json", str(out)]) == 0
@@ -192,6 +197,33 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, c
     assert [(r["impl"], r["mode"], r["batch"]) for r in report["rows"]] == [
         (impl, mode, 2) for mode in ("train", "infer") for impl in ("capsnet", "tutorial baseline", "conv floor")]
     assert format_table(report["rows"]) in printed
+
+
+def test_bench_command_runs_the_grid(monkeypatch, capsys):
+    import capsnet.bench
+    from capsnet.cli import main
+
+    real = capsnet.bench.run_benchmark
+
+    def tiny(**kw):
+        kw["config"] = dataclasses.replace(TINY, routing_iterations=kw["config"].routing_iterations)
+        return real(**kw, warmup=0, memory=False, modes=["infer"])
+
+    monkeypatch.setattr(capsnet.bench, "run_benchmark", tiny)
+    assert main(["bench", "--batch-size", "2", "3", "--routing-iterations", "1", "5", "--dtype", "fp32", "bf16",
+                 "--repeats", "1", "--device", "cpu", "--baseline", str(BASELINE_PATH)]) == 0
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if line.startswith("| capsnet |")]
+    grid = {tuple(cell.strip() for cell in line.split("|")[4:7]) for line in rows}
+    assert grid == {(b, r, d) for b in ("2", "3") for r in ("1", "5") for d in ("fp32", "bf16")}
+
+
+def test_bf16_rows_run_under_autocast():
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["train"], baseline_path=BASELINE_PATH,
+                         config=TINY, memory=False, dtype="bf16")
+    assert [r["dtype"] for r in rows] == ["bf16"] * 3 and all(r["images_per_s"] > 0 for r in rows)
+    with pytest.raises(ValueError, match="unknown dtype 'fp16'"):
+        run_benchmark(dtype="fp16", config=TINY)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without CUDA")

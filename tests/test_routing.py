@@ -214,6 +214,11 @@ def test_route_linear_under_bfloat16_autocast_routes_in_float32():
     _close(out.poses, ref.poses, rtol=1e-5, atol=1e-6)
     out.poses.sum().backward()
     assert weight.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
+    grad = weight.grad.clone()
+    weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # backward called inside the autocast block, as loops often do
+        routing.route_linear(u.to(torch.bfloat16), weight).poses.sum().backward()
+    _close(weight.grad, grad, rtol=1e-5, atol=1e-6)
 
 
 def test_route_linear_matches_plain_loop_reference():

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 BASELINE_FILE = Path("benchmarks") / "tutorial_baseline.py"
 CAPSNET, BASELINE, FLOOR = "capsnet", "tutorial baseline", "conv floor"
 MODES = ("train", "infer")
+DTYPES = ("fp32", "bf16")
 
 
 def default_baseline_path() -> Path | None:
@@ -173,8 +174,9 @@ def _infer_step(model: nn.Module, images: torch.Tensor) -> None:
 class _Runner:
     """One implementation in one mode: a step to time and its memory peak."""
 
-    def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float) -> None:
-        self.model, self.mode, self.images, self.labels = model, mode, images, labels
+    def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float,
+                 bf16: bool = False) -> None:
+        self.model, self.mode, self.images, self.labels, self.bf16 = model, mode, images, labels, bf16
         self.device = images.device
         self.opt = torch.optim.Adam(model.parameters(), lr=lr) if mode == "train" else None
         model.train(mode == "train")
@@ -184,10 +186,11 @@ class _Runner:
             self.opt.zero_grad(set_to_none=True)  # outside the timed and profiled region
 
     def _run(self) -> None:
-        if self.opt is not None:
-            _train_step(self.model, self.opt, self.images, self.labels)
-        else:
-            _infer_step(self.model, self.images)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            if self.opt is not None:
+                _train_step(self.model, self.opt, self.images, self.labels)
+            else:
+                _infer_step(self.model, self.images)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -256,6 +259,7 @@ def run_benchmark(
     lr: float = 1e-3,
     memory: bool = True,
     floor: bool = True,
+    dtype: str = "fp32",
 ) -> list[dict[str, Any]]:
     """Throughput and peak memory of capsnet's CapsNet and the tutorial baseline.
 
@@ -273,6 +277,8 @@ def run_benchmark(
         lr: Adam's learning rate.
         memory: also run one untimed, instrumented step per row for ``peak_mem_mb``.
         floor: also time the two convolutions alone (``ConvFloor``) for ``floor_ratio``.
+        dtype: ``"fp32"``, or ``"bf16"`` for every step under ``torch.autocast`` to
+            bfloat16 (weights and optimizer stay fp32), for all implementations alike.
 
     Returns:
         one dict per (device, mode, implementation): impl, device, mode, batch, repeats,
@@ -289,6 +295,8 @@ def run_benchmark(
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown modes {unknown}; valid modes are {list(MODES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; valid dtypes are {list(DTYPES)}")
     if devices is None:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for name in devices:
@@ -319,7 +327,7 @@ def run_benchmark(
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
 
         for mode in modes:
-            runners = {impl: _Runner(m, mode, images, labels, lr) for impl, m in models.items()}
+            runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16") for impl, m in models.items()}
             for impl, runner in runners.items():
                 for _ in range(warmup):
                     runner.time_step()
@@ -330,13 +338,15 @@ def run_benchmark(
                 for impl in order[r % len(order):] + order[:r % len(order)]:  # each goes first in turn
                     times[impl].append(runners[impl].time_step())
                     if impl == CAPSNET:
-                        routing_times.append(_time_routing(model, images, mode))
+                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                            routing_times.append(_time_routing(model, images, mode))
                 log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
                          ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
             paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
             to_floor = ([f / c for c, f in zip(times[CAPSNET], times[FLOOR])] if FLOOR in times else [])
             for impl, runner in runners.items():
                 row: dict[str, Any] = {"impl": impl, "device": device_name, "mode": mode, "batch": batch_size,
+                                       "rounds": config.routing_iterations, "dtype": dtype,
                                        "repeats": repeats, "warmup": warmup, "seed": seed}
                 row.update(_summary([batch_size / t for t in times[impl]]))
                 row["step_s"] = statistics.median(times[impl])
@@ -359,9 +369,9 @@ def run_benchmark(
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of ``run_benchmark``'s rows, with their notes below it."""
     lines = [
-        "| impl | device | mode | batch | images/s, median (min-max) | peak MB | x baseline, median (min-max) "
-        "| of conv floor | routing share |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| impl | device | mode | batch | rounds | dtype | images/s, median (min-max) | peak MB "
+        "| x baseline, median (min-max) | of conv floor | routing share |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         speed = f"{r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-{r['images_per_s_max']:.1f})"
@@ -369,8 +379,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
         share = "-" if r.get("floor_ratio") is None else f"{100 * r['floor_ratio']:.0f}%"
         routing = "-" if r.get("routing_share") is None else f"{100 * r['routing_share']:.0f}%"
-        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {speed} | {mem} | {ratio} | {share} "
-                     f"| {routing} |")
+        lines.append(f"| {r['impl']} | {r['device']} | {r['mode']} | {r['batch']} | {r.get('rounds', '-')} "
+                     f"| {r.get('dtype', 'fp32')} | {speed} | {mem} | {ratio} | {share} | {routing} |")
     notes = list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
     if notes:
         lines += [""] + [f"Note: {n}" for n in notes]

@@ -106,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", formatter_class=fmt, help="training and inference throughput and peak memory",
                        description="Throughput (images/s) and peak memory of the MNIST CapsNet, with the tutorial-style "
                                    "baseline measured in the same run when its file is found.")
-    b.add_argument("--batch-size", type=_positive_int, default=128, help="images per step")
+    b.add_argument("--batch-size", type=_positive_int, nargs="+", default=[128], help="images per step; several: one row set each")
+    b.add_argument("--routing-iterations", type=_positive_int, nargs="+", default=[3], help="routing rounds; several: one row set each")
+    b.add_argument("--dtype", choices=("fp32", "bf16"), nargs="+", default=["fp32"],
+                   help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
     b.add_argument("--device", default="auto", help="auto (CPU, plus CUDA when present), cpu or cuda")
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
@@ -335,10 +338,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines are noise here
     from .bench import environment, format_table, run_benchmark
+    from .models import CapsNetConfig
 
     devices = None if args.device == "auto" else (args.device,)  # auto: CPU, plus CUDA when present
-    rows = run_benchmark(devices=devices, batch_size=args.batch_size, repeats=args.repeats,
-                         baseline_path=args.baseline or None, seed=args.seed)
+    rows = []
+    for batch_size in args.batch_size:
+        for rounds in args.routing_iterations:
+            for dtype in args.dtype:
+                print(f"capsnet bench: batch {batch_size}, {rounds} routing rounds, {dtype} ...", file=sys.stderr, flush=True)
+                rows += run_benchmark(devices=devices, batch_size=batch_size, repeats=args.repeats,
+                                      baseline_path=args.baseline or None, seed=args.seed, dtype=dtype,
+                                      config=CapsNetConfig(routing_iterations=rounds))
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     print(format_table(rows))

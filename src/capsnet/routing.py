@@ -231,6 +231,7 @@ class _RouteLinear(torch.autograd.Function):
                 vs.append(v)
                 cs.append(c)
         ctx.iterations, ctx.leaky, ctx.detach, ctx.chunk, ctx.n = iterations, leaky, detach, chunk, n
+        ctx.device_type = u.device.type
         ctx.has_bias = bias is not None
         ctx.save_for_backward(u, weight, *ss, *vs, *cs[1:], *u_hat)
         if iterations == 1:
@@ -240,85 +241,86 @@ class _RouteLinear(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_v, grad_c):  # noqa: D102
-        R = ctx.iterations
-        saved = ctx.saved_tensors
-        u, weight = saved[:2]
-        ss, vs = saved[2:2 + R], saved[2 + R:2 + 2 * R]
-        cs = [None, *saved[2 + 2 * R:1 + 3 * R]]
-        u_hat = saved[1 + 3 * R:]
-        B, I, Din = u.shape
-        _, _, J, D = weight.shape
-        BJ = B * J
-        blocks = [(i0, min(i0 + ctx.chunk, I)) for i0 in range(0, I, ctx.chunk)]
-        need_u, need_w, need_bias = ctx.needs_input_grad[:3]
-        if grad_v is None:
-            grad_v = vs[-1].new_zeros(vs[-1].shape)
-        if R == 1:
-            grad_c = None
-        # Terms of g u_hat = sum_t alpha_t (B, J, I) outer g_t (B, J, D); c^0 = 1/n is kept apart.
-        alphas, gs_terms = [], []
-        gs0 = None
-        grad_bias = None
-        G_next = None  # G_(r+1)
-        gv = grad_v
-        through_rounds = not ctx.detach or (need_bias and ctx.has_bias)
-        for r in range(R - 1, -1, -1):
-            gs = _squash_vjp(ss[r], gv)
-            grad_bias = gs.sum(0) if grad_bias is None else grad_bias + gs.sum(0)
-            keep = r == R - 1 or not ctx.detach
-            if keep:
-                if r == 0:
-                    gs0 = gs
-                else:
-                    alphas.append(cs[r])
-                    gs_terms.append(gs)
-            if r == 0 or not through_rounds:
-                break
-            G = u.new_empty(B, J, I)
-            gv = u.new_zeros(B, J, D)
-            gs_row = gs.reshape(BJ, 1, D)
-            for (i0, i1), U in zip(blocks, u_hat):
-                U = U.view(BJ, i1 - i0, D)
-                gc = torch.bmm(gs_row, U.transpose(1, 2)).view(B, J, i1 - i0)
-                if grad_c is not None and r == R - 1:
-                    gc = gc + grad_c[:, :, i0:i1]
-                c_blk = cs[r][:, :, i0:i1]
-                g_blk = c_blk * (gc - (c_blk * gc).sum(dim=1, keepdim=True))
-                if G_next is not None:
-                    g_blk = g_blk + G_next[:, :, i0:i1]
-                G[:, :, i0:i1] = g_blk
-                gv += torch.bmm(g_blk.reshape(BJ, 1, i1 - i0), U).view(B, J, D)
-            if not ctx.detach:  # the agreement of round r-1 used the votes
-                alphas.append(G)
-                gs_terms.append(vs[r - 1])
-            G_next = G
-
-        grad_u = grad_w = None
-        if need_u or need_w:
-            u_t = u.transpose(0, 1)  # (I, B, Din)
-            W_i = weight.reshape(Din, I, J * D).transpose(0, 1)  # (I, Din, J*D)
-            g_mat = torch.stack(gs_terms, dim=2).reshape(BJ, len(gs_terms), D) if gs_terms else None
-            gs0_row = gs0.reshape(B, J, 1, D) / ctx.n if gs0 is not None else None
-            grad_u_t = u.new_empty(I, B, Din) if need_u else None
-            grad_w_i = weight.new_empty(I, Din, J * D) if need_w else None
-            for i0, i1 in blocks:
-                k = i1 - i0
-                if g_mat is not None:
-                    a_blk = torch.stack([a[:, :, i0:i1] for a in alphas], dim=-1).reshape(BJ, k, len(alphas))
-                    g_hat = torch.bmm(a_blk, g_mat).view(B, J, k, D)
-                    if gs0_row is not None:
-                        g_hat += gs0_row
-                else:
-                    g_hat = gs0_row.expand(B, J, k, D)
-                g_hat = g_hat.permute(2, 0, 1, 3).reshape(k, B, J * D)  # (i, B, J*D)
-                if need_u:
-                    torch.bmm(g_hat, W_i[i0:i1].transpose(1, 2), out=grad_u_t[i0:i1])
-                if need_w:
-                    torch.bmm(u_t[i0:i1].transpose(1, 2), g_hat, out=grad_w_i[i0:i1])
-            if need_u:
-                grad_u = grad_u_t.transpose(0, 1)
-            if need_w:
-                grad_w = grad_w_i.transpose(0, 1).reshape(Din, I, J, D)
-        if not (need_bias and ctx.has_bias):
+        with torch.autocast(ctx.device_type, enabled=False):  # a backward called under autocast must not recast
+            R = ctx.iterations
+            saved = ctx.saved_tensors
+            u, weight = saved[:2]
+            ss, vs = saved[2:2 + R], saved[2 + R:2 + 2 * R]
+            cs = [None, *saved[2 + 2 * R:1 + 3 * R]]
+            u_hat = saved[1 + 3 * R:]
+            B, I, Din = u.shape
+            _, _, J, D = weight.shape
+            BJ = B * J
+            blocks = [(i0, min(i0 + ctx.chunk, I)) for i0 in range(0, I, ctx.chunk)]
+            need_u, need_w, need_bias = ctx.needs_input_grad[:3]
+            if grad_v is None:
+                grad_v = vs[-1].new_zeros(vs[-1].shape)
+            if R == 1:
+                grad_c = None
+            # Terms of g u_hat = sum_t alpha_t (B, J, I) outer g_t (B, J, D); c^0 = 1/n is kept apart.
+            alphas, gs_terms = [], []
+            gs0 = None
             grad_bias = None
-        return grad_u, grad_w, grad_bias, None, None, None, None
+            G_next = None  # G_(r+1)
+            gv = grad_v
+            through_rounds = not ctx.detach or (need_bias and ctx.has_bias)
+            for r in range(R - 1, -1, -1):
+                gs = _squash_vjp(ss[r], gv)
+                grad_bias = gs.sum(0) if grad_bias is None else grad_bias + gs.sum(0)
+                keep = r == R - 1 or not ctx.detach
+                if keep:
+                    if r == 0:
+                        gs0 = gs
+                    else:
+                        alphas.append(cs[r])
+                        gs_terms.append(gs)
+                if r == 0 or not through_rounds:
+                    break
+                G = u.new_empty(B, J, I)
+                gv = u.new_zeros(B, J, D)
+                gs_row = gs.reshape(BJ, 1, D)
+                for (i0, i1), U in zip(blocks, u_hat):
+                    U = U.view(BJ, i1 - i0, D)
+                    gc = torch.bmm(gs_row, U.transpose(1, 2)).view(B, J, i1 - i0)
+                    if grad_c is not None and r == R - 1:
+                        gc = gc + grad_c[:, :, i0:i1]
+                    c_blk = cs[r][:, :, i0:i1]
+                    g_blk = c_blk * (gc - (c_blk * gc).sum(dim=1, keepdim=True))
+                    if G_next is not None:
+                        g_blk = g_blk + G_next[:, :, i0:i1]
+                    G[:, :, i0:i1] = g_blk
+                    gv += torch.bmm(g_blk.reshape(BJ, 1, i1 - i0), U).view(B, J, D)
+                if not ctx.detach:  # the agreement of round r-1 used the votes
+                    alphas.append(G)
+                    gs_terms.append(vs[r - 1])
+                G_next = G
+
+            grad_u = grad_w = None
+            if need_u or need_w:
+                u_t = u.transpose(0, 1)  # (I, B, Din)
+                W_i = weight.reshape(Din, I, J * D).transpose(0, 1)  # (I, Din, J*D)
+                g_mat = torch.stack(gs_terms, dim=2).reshape(BJ, len(gs_terms), D) if gs_terms else None
+                gs0_row = gs0.reshape(B, J, 1, D) / ctx.n if gs0 is not None else None
+                grad_u_t = u.new_empty(I, B, Din) if need_u else None
+                grad_w_i = weight.new_empty(I, Din, J * D) if need_w else None
+                for i0, i1 in blocks:
+                    k = i1 - i0
+                    if g_mat is not None:
+                        a_blk = torch.stack([a[:, :, i0:i1] for a in alphas], dim=-1).reshape(BJ, k, len(alphas))
+                        g_hat = torch.bmm(a_blk, g_mat).view(B, J, k, D)
+                        if gs0_row is not None:
+                            g_hat += gs0_row
+                    else:
+                        g_hat = gs0_row.expand(B, J, k, D)
+                    g_hat = g_hat.permute(2, 0, 1, 3).reshape(k, B, J * D)  # (i, B, J*D)
+                    if need_u:
+                        torch.bmm(g_hat, W_i[i0:i1].transpose(1, 2), out=grad_u_t[i0:i1])
+                    if need_w:
+                        torch.bmm(u_t[i0:i1].transpose(1, 2), g_hat, out=grad_w_i[i0:i1])
+                if need_u:
+                    grad_u = grad_u_t.transpose(0, 1)
+                if need_w:
+                    grad_w = grad_w_i.transpose(0, 1).reshape(Din, I, J, D)
+            if not (need_bias and ctx.has_bias):
+                grad_bias = None
+            return grad_u, grad_w, grad_bias, None, None, None, None
