@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dpi", type=_positive_int, default=100, help="resolution of PNG figures")
     f.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     f.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    v = sub.add_parser("viz", formatter_class=fmt, help="local web viewer: walk an image through the network, move its pose",
+                       description="Serve the interactive viewer on a local web server (loopback by default).")
+    from .viz import add_arguments as _viz_arguments
+    _viz_arguments(v)
     return p
 
 
@@ -377,6 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_eval(args)
         if args.command == "figures":
             return _cmd_figures(args)
+        if args.command == "viz":
+            from .viz import run_command
+            return run_command(args)
         return _cmd_bench(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}: error: {e}", file=sys.stderr)
