@@ -473,7 +473,7 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
         import matplotlib
 
         with matplotlib.rc_context({"svg.hashsalt": "capsnet"}):
-            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata)
+            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.1)  # no clipped labels
 
     atomic_write(path, write)
     return path
