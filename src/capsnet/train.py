@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from ._config import config_from_dict
 from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
