@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
     b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
+    b.add_argument("--allocator", choices=("keep", "default"), default="keep",
+                   help="keep: glibc keeps freed memory for reuse, as capsnet train does (capsnet.memory); "
+                        "default: the C library's own behaviour. Applies to every implementation in the run")
 
     f = sub.add_parser("figures", formatter_class=fmt, help="reconstructions, pose sweeps, routing maps, lengths, curves",
                        description="Look inside a trained CapsNet. Writes into --out: reconstructions, misclassified "
@@ -345,6 +348,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import environment, format_table, run_benchmark
     from .models import CapsNetConfig
 
+    from .memory import keep_freed_memory
+
+    allocator = "keep" if args.allocator == "keep" and keep_freed_memory() else "default"
     devices = None if args.device == "auto" else (args.device,)  # auto: CPU, plus CUDA when present
     rows = []
     for batch_size in args.batch_size:
@@ -354,7 +360,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 rows += run_benchmark(devices=devices, batch_size=batch_size, repeats=args.repeats,
                                       baseline_path=args.baseline or None, seed=args.seed, dtype=dtype,
                                       config=CapsNetConfig(routing_iterations=rounds))
-    env = environment()
+    env = environment() | {"allocator": allocator}
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     print(format_table(rows))
     if args.json:

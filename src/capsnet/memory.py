@@ -1,0 +1,66 @@
+"""Keep freed memory in the process: glibc malloc tuned for training loops on the CPU.
+
+PyTorch's CPU tensors come from the C library's ``malloc``. glibc serves every
+block above its mmap threshold (128 KiB to 32 MiB, adjusted on the fly) with a
+fresh ``mmap`` and gives it back to the kernel on ``free``. A training step
+allocates and frees the same large activations every time, so every step
+faults hundreds of megabytes of pages in again: on the 2-core CPU this project
+is measured on, that kernel time was about a third of a CapsNet step
+(benchmarks/README.md, "The allocator").
+
+``keep_freed_memory`` tells glibc to take every block from its heap
+(``M_MMAP_MAX = 0``) and to return freed memory to the kernel only when more
+than ``trim_threshold`` bytes sit free at the top of the heap. The process then
+keeps roughly its peak footprint and reuses it step after step. It is the
+same as starting Python with ``MALLOC_MMAP_MAX_=0`` and
+``MALLOC_TRIM_THRESHOLD_=...`` in the environment, done from inside.
+
+It changes nothing but speed and resident memory. It only applies where the C
+library is glibc (Linux); elsewhere it does nothing and returns False.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import platform
+
+__all__ = ["keep_freed_memory", "ALLOCATORS"]
+
+log = logging.getLogger(__name__)
+
+ALLOCATORS = ("keep", "default")  # the choices of the CLI's --allocator
+
+# mallopt parameters, from glibc's <malloc.h>
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_MAX = -4
+
+
+def keep_freed_memory(*, trim_threshold: int = 2**31 - 1, top_pad: int = 64 << 20) -> bool:
+    """Make glibc keep freed memory for reuse; True when applied, False where the C library is not glibc.
+
+    Args:
+        trim_threshold: bytes free at the top of the heap above which glibc
+            gives memory back to the kernel (default and most: 2 GiB,
+            the largest value mallopt takes).
+        top_pad: extra bytes requested from the kernel each time the heap grows.
+    """
+    if trim_threshold < 0 or top_pad < 0:
+        raise ValueError(f"trim_threshold and top_pad must be >= 0, got {trim_threshold} and {top_pad}")
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        log.info("keep_freed_memory: the C library is not glibc; allocator left as it is")
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    limit = 2**31 - 1  # mallopt takes a C int
+    ok = (mallopt(_M_MMAP_MAX, 0) == 1
+          and mallopt(_M_TRIM_THRESHOLD, min(trim_threshold, limit)) == 1
+          and mallopt(_M_TOP_PAD, min(top_pad, limit)) == 1)
+    if not ok:
+        log.warning("keep_freed_memory: glibc refused a mallopt setting; the allocator may be partly tuned")
+    return ok
