@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dropout", type=_nonneg_float, default=0.5, help="dropout before the CNN baseline's last layer (--model baseline)")
     t.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the initial weights, shuffles and shifts")
     t.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    t.add_argument("--allocator", choices=("keep", "default"), default="keep",
+                   help="keep: glibc keeps freed memory for reuse, about 20%% faster CPU training "
+                        "(capsnet.memory; a no-op off glibc); default: the C library's own behaviour")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -268,6 +271,10 @@ def _cmd_train(args: argparse.Namespace, explicit: set[str], parser: argparse.Ar
     from .train import TrainConfig, fit
 
     out = Path(args.out or f"runs/{args.dataset}" + ("-baseline" if args.model == "baseline" else ""))
+    if args.allocator == "keep":
+        from .memory import keep_freed_memory
+
+        keep_freed_memory()
     capsule_flags = sorted(f"--{k.replace('_', '-')}" for k in explicit & set(_MODEL_FLAGS))
     if args.model == "baseline" and capsule_flags:
         parser.error(f"{', '.join(capsule_flags)} set the CapsNet; they do not apply to --model baseline")
