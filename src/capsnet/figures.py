@@ -11,7 +11,9 @@ Two layers, so notebooks can take either:
 
 Sabour, Frosst and Hinton, "Dynamic Routing Between Capsules" (NIPS 2017):
 reconstructions as in Figure 3, pose sweeps as in Figure 4 (each of the 16
-dimensions moved from -0.25 to +0.25 in steps of 0.05).
+dimensions moved from -0.25 to +0.25 in steps of 0.05), and for MultiMNIST
+Figure 5: each pair of overlapping digits with its two reconstructions
+overlaid in red and green.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:  # matplotlib is imported only by the plot functions
 __all__ = ["FigureError", "DEFAULT_DELTAS", "FORMATS", "Reconstructions", "RoutingTrace", "predict",
            "reconstructions", "swept_poses", "pose_sweep", "routing_trace", "read_metrics", "plot_reconstructions",
            "plot_misclassified", "plot_pose_sweep", "plot_routing", "plot_lengths", "plot_training_curves",
-           "save_figure"]
+           "save_figure", "PairReconstructions", "pair_reconstructions", "overlay_pair", "plot_multimnist"]
 
 DEFAULT_DELTAS: tuple[float, ...] = tuple(round(-0.25 + 0.05 * k, 2) for k in range(11))  # the paper's Figure 4
 FORMATS = ("png", "svg", "pdf")
@@ -109,6 +111,45 @@ def reconstructions(model: CapsNet, images: torch.Tensor, labels: torch.Tensor |
             raise FigureError(f"labels must be ({len(predicted)},), one per image, got {tuple(labels.shape)}")
         from_label = model.reconstruct(poses.to(device), labels.to(device)).cpu()
     return Reconstructions(predicted, from_pred, from_label, lengths)
+
+
+class PairReconstructions(NamedTuple):
+    capsules: torch.Tensor  # (N, 2) the two capsules decoded, longest first unless chosen
+    reconstructions: torch.Tensor  # (N, 2, C, H, W) one digit decoded from each
+    lengths: torch.Tensor  # (N, J)
+
+
+@torch.no_grad()
+def pair_reconstructions(model: CapsNet, images: torch.Tensor, capsules: torch.Tensor | None = None
+                         ) -> PairReconstructions:
+    """Decode two digits from each MultiMNIST image, each from its own capsule (section 6).
+
+    ``capsules`` (N, 2) picks them (e.g. the labels); by default the two
+    longest, as at inference. Shapes: images (N, C, H, W) -> outputs on the CPU.
+    """
+    _decoder(model)
+    poses, lengths = predict(model, images)
+    if capsules is None:
+        capsules = lengths.topk(2, dim=1).indices  # (N, 2)
+    capsules = torch.as_tensor(capsules).long()
+    J = lengths.shape[1]
+    if capsules.shape != (len(lengths), 2) or capsules.min() < 0 or capsules.max() >= J:
+        raise FigureError(f"capsules must be (N, 2) = ({len(lengths)}, 2) class indices in 0..{J - 1}, "
+                          f"got shape {tuple(capsules.shape)}")
+    device = next(model.parameters()).device
+    rec = model.reconstruct(poses.to(device), capsules.to(device)).cpu()  # (N, 2, C, H, W)
+    return PairReconstructions(capsules, rec, lengths)
+
+
+def overlay_pair(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Two one-channel images as one RGB image: the first in red, the second in green (yellow where both).
+
+    Shapes: first, second (1, H, W) or (H, W) in [0, 1] -> (H, W, 3) float in [0, 1].
+    """
+    a, b = first.detach().cpu().float().reshape(first.shape[-2:]), second.detach().cpu().float().reshape(second.shape[-2:])
+    if a.shape != b.shape:
+        raise FigureError(f"the two reconstructions differ in size: {tuple(a.shape)} and {tuple(b.shape)}")
+    return torch.stack([a, b, torch.zeros_like(a)], dim=-1).clamp(0, 1)  # (H, W, 3)
 
 
 def _check_dims(dims: Iterable[int], D: int) -> list[int]:
@@ -454,6 +495,38 @@ def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
+def plot_multimnist(images: torch.Tensor, rec: PairReconstructions, labels: torch.Tensor,
+                    classes: Sequence[str] | None = None) -> "Figure":
+    """Sabour et al. 2017, Figure 5: each MultiMNIST input (top) above its two reconstructions, red and green.
+
+    Titles give the labels L:(a,b) and the decoded capsules R:(r,g), red's
+    first; a cross marks a pair whose two longest capsules are not its two labels.
+    """
+    N = len(images)
+    if N == 0:
+        raise FigureError("no MultiMNIST images to show")
+    if tuple(labels.shape) != (N, 2) or tuple(rec.capsules.shape) != (N, 2):
+        raise FigureError(f"need (N, 2) = ({N}, 2) labels and decoded capsules, got {tuple(labels.shape)} and "
+                          f"{tuple(rec.capsules.shape)}")
+    name = (lambda k: classes[k]) if classes else str
+    fig = _figure(max(4.0, 1.2 * N), 3.1)
+    axes = fig.subplots(2, N, squeeze=False)
+    top2 = rec.lengths.topk(2, dim=1).indices.sort(dim=1).values
+    for n in range(N):
+        a, b = (int(v) for v in labels[n])
+        r, g = (int(v) for v in rec.capsules[n])
+        wrong = top2[n].tolist() != sorted((a, b))
+        _show(axes[0, n], images[n], f"L:({name(a)},{name(b)})" + (" ✗" if wrong else ""))
+        axes[1, n].imshow(overlay_pair(rec.reconstructions[n, 0], rec.reconstructions[n, 1]).numpy())
+        axes[1, n].set_xticks([])
+        axes[1, n].set_yticks([])
+        axes[1, n].set_title(f"R:({name(r)},{name(g)})", fontsize=8)
+    axes[0, 0].set_ylabel("input", fontsize=9)
+    axes[1, 0].set_ylabel("reconstructions", fontsize=9)
+    fig.suptitle("MultiMNIST: each digit decoded from its own capsule, first in red, second in green", fontsize=10)
     return fig
 
 

@@ -22,10 +22,17 @@ from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without i
 from ._config import config_from_dict
 from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
 from .data import DATASETS, Dataset, load_dataset, random_shift, split_validation
+from .data.affine import random_translate
+from .data.multimnist import make_pairs, top2_correct
+from .data.tasks import (MULTIMNIST_SHIFT, TASKS, TRANSLATED_SIZE, affine_test, input_shape, multimnist_test,
+                         nested_subset, translated_test)
 from .losses import margin_loss, reconstruction_loss
 from .models import MODELS, BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, model_name
 
-__all__ = ["TrainConfig", "fit", "evaluate", "lr_at", "resolve_device", "load_model", "prepare_data", "EvalResult"]
+__all__ = ["TrainConfig", "fit", "evaluate", "evaluate_pairs", "evaluate_split", "lr_at", "resolve_device",
+           "load_model", "prepare_data", "EvalResult", "PairEvalResult", "TRAIN_DATASETS"]
+
+TRAIN_DATASETS = DATASETS + TASKS  # plain image sets, then the paper's experiment sets built from MNIST
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +46,18 @@ class TrainConfig:
     lr_decay: float = 0.96  # authors' code: x0.96 ...
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
-    shift: int = 2  # section 5: random shifts of up to 2 pixels
+    shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
     val_size: int = 0  # examples held out of training to choose the best checkpoint
-    train_size: int = 0  # 0: all; else a seeded subset of this many training examples
-    test_size: int = 0  # 0: all; else the first this many test examples
+    train_size: int = 0  # 0: all; else a seeded subset of this many (nested across sizes for one seed)
+    test_size: int = 0  # 0: all; else the first this many test examples (multimnist: this many test pairs)
     eval_batch_size: int = 256
+    eval_every: int = 1  # evaluate (and checkpoint) every this many epochs, and after the last
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(DATASETS)}")
-        for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size"):
+        if self.dataset not in TRAIN_DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TRAIN_DATASETS)}")
+        for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("val_size", "train_size", "test_size", "shift", "seed"):
@@ -87,44 +95,100 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 @dataclass
 class _Split:
     images: torch.Tensor  # (N, C, H, W) float in [0, 1], on the device
-    labels: torch.Tensor  # (N,) int64, on the device
+    labels: torch.Tensor  # (N,) int64, or (N, 2) for MultiMNIST pairs, on the device
+    components: torch.Tensor | None = None  # (N, 2, C, H, W): each digit of a MultiMNIST pair alone
+    extra: dict[str, "_Split"] = dataclasses.field(default_factory=dict)  # more sets scored alike (affine)
+
+
+def _source(dataset: str) -> str:
+    """The image set a data set is built from."""
+    return "mnist" if dataset in TASKS else dataset
 
 
 def prepare_data(cfg: TrainConfig, device: torch.device, *, data_root: str | os.PathLike | None = None,
                  progress: bool = True) -> tuple[_Split, _Split, str]:
-    """Training split and the split to evaluate on (validation if any, else test)."""
-    train = load_dataset(cfg.dataset, "train", root=data_root, progress=progress)
+    """Training digits and the split to evaluate on (validation if any, else test).
+
+    For the experiment tasks the training split holds the 28x28 source digits
+    (placed on their canvas batch by batch in ``fit``) and the evaluation split
+    holds the generated images: MultiMNIST pairs, or translated digits with the
+    affine set in ``extra["affine"]``.
+    """
+    train = load_dataset(_source(cfg.dataset), "train", root=data_root, progress=progress)
     if cfg.train_size:
         if cfg.train_size > len(train):
             raise ValueError(f"train_size {cfg.train_size} exceeds the {len(train)} training examples of {cfg.dataset}")
-        g = torch.Generator().manual_seed(cfg.seed)
-        train = train.subset(torch.randperm(len(train), generator=g)[: cfg.train_size])
+        train = train.subset(nested_subset(len(train), cfg.train_size, cfg.seed))
     if cfg.val_size:
         train, held = split_validation(train, cfg.val_size, seed=cfg.seed)
         name = "val"
     else:
-        held = load_dataset(cfg.dataset, "test", root=data_root, progress=progress)
-        if cfg.test_size:
+        held = load_dataset(_source(cfg.dataset), "test", root=data_root, progress=progress)
+        if cfg.test_size and cfg.dataset != "multimnist":
             held = held.subset(torch.arange(min(cfg.test_size, len(held))))
         name = "test"
-    return _to_device(train, device), _to_device(held, device), name
+    return _to_device(train, device), held_split(cfg, held, device), name
+
+
+def held_split(cfg: TrainConfig, digits: Dataset, device: torch.device) -> _Split:
+    """The evaluation split made from ``digits`` as ``cfg.dataset`` prescribes (fixed seeds)."""
+    if cfg.dataset == "multimnist":
+        pairs = multimnist_test(digits.images, digits.labels, cfg.test_size or len(digits))
+        return _Split(pairs.images.to(device), pairs.labels.to(device), pairs.components.to(device))
+    if cfg.dataset == "translated-mnist":
+        affine = _Split(affine_test(digits.images).to(device), digits.labels.to(device).long())
+        return _Split(translated_test(digits.images).to(device), digits.labels.to(device).long(),
+                      extra={"affine": affine})
+    return _to_device(digits, device)
 
 
 def _to_device(ds: Dataset, device: torch.device) -> _Split:
-    return _Split(ds.images.to(device).float().div_(255.0), ds.labels.to(device).long())
+    images = ds.images.to(device).float()
+    return _Split(images if ds.images.is_floating_point() else images.div_(255.0), ds.labels.to(device).long())
 
 
-def _loss(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tensor, recon_weight: float
-          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training loss and per-class scores (capsule lengths, or softmax probabilities for the CNN)."""
+def _train_batch(cfg: TrainConfig, train: _Split, idx: torch.Tensor, g: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Images, labels and (MultiMNIST) components of one training batch, drawn from the epoch's generator."""
+    if cfg.dataset == "multimnist":  # section 6: fresh pairs every batch, never stored
+        pairs = make_pairs(train.images, train.labels, len(idx), generator=g, max_shift=MULTIMNIST_SHIFT)
+        return pairs.images, pairs.labels, pairs.components
+    if cfg.dataset == "translated-mnist":  # section 5.2: a random position on the 40x40 canvas
+        return random_translate(train.images[idx], TRANSLATED_SIZE, generator=g)[0], train.labels[idx], None
+    return random_shift(train.images[idx], cfg.shift, generator=g), train.labels[idx], None  # (B, C, H, W)
+
+
+def _multi_hot(labels: torch.Tensor, K: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(len(labels), K, dtype=dtype, device=labels.device).scatter_(1, labels, 1.0)  # (B, K)
+
+
+def _loss(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tensor, recon_weight: float,
+          components: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training loss and per-class scores (capsule lengths, or softmax probabilities for the CNN).
+
+    ``labels`` (B,) are class indices; (B, 2) are MultiMNIST pairs: the margin
+    loss takes them multi-hot, and each digit is reconstructed from its own
+    capsule against its own ``components`` image (section 6), the two squared
+    errors summed. The CNN's cross-entropy then targets probability 1/2 on each.
+    """
+    K = model.config.num_classes
+    pairs = labels.dim() == 2
     if isinstance(model, BaselineCNN):
         logits = model(images)
-        return torch.nn.functional.cross_entropy(logits, labels), logits.softmax(dim=1)
+        target = _multi_hot(labels, K, logits.dtype) / labels.shape[1] if pairs else labels
+        return torch.nn.functional.cross_entropy(logits, target), logits.softmax(dim=1)
     out = model(images, labels)
-    loss = margin_loss(out.lengths, labels)
+    loss = margin_loss(out.lengths, _multi_hot(labels, K, out.lengths.dtype) if pairs else labels)
     if out.reconstructions is not None and recon_weight > 0:
-        loss = loss + reconstruction_loss(out.reconstructions, images, scale=recon_weight)
+        target = images if not pairs else components
+        if target is not None:
+            loss = loss + reconstruction_loss(out.reconstructions, target, scale=recon_weight)
     return loss, out.lengths
+
+
+def _correct(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: argmax right, or for pairs the paper's top-2 rule (both longest capsules are the labels)."""
+    return top2_correct(scores, labels) if labels.dim() == 2 else scores.argmax(1) == labels
 
 
 @dataclass
@@ -164,6 +228,46 @@ def evaluate(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.T
     return EvalResult(total_loss / max(n, 1), acc, 1.0 - acc, confusion)
 
 
+@dataclass
+class PairEvalResult:
+    loss: float
+    accuracy: float  # fraction of pairs whose two longest capsules are exactly their two labels
+    error: float  # the paper's MultiMNIST error, 1 - accuracy
+
+
+def evaluate_pairs(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tensor,
+                   components: torch.Tensor | None = None, *, batch_size: int = 256, recon_weight: float = 0.0005,
+                   progress: bool = False) -> PairEvalResult:
+    """MultiMNIST loss and top-2 exact-match accuracy (section 6) of ``model`` on pairs.
+
+    Shapes: images (N, C, 36, 36), labels (N, 2), components (N, 2, C, 36, 36) or None (no reconstruction term).
+    """
+    was_training = model.training
+    model.eval()
+    total_loss, right, n = 0.0, 0, len(labels)
+    with torch.no_grad():
+        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+            sl = slice(start, start + batch_size)
+            comp = components[sl] if components is not None else None
+            loss, scores = _loss(model, images[sl], labels[sl], recon_weight if comp is not None else 0.0, comp)
+            total_loss += loss.item() * len(labels[sl])
+            right += int(top2_correct(scores, labels[sl]).sum())
+    model.train(was_training)
+    acc = right / max(n, 1)
+    return PairEvalResult(total_loss / max(n, 1), acc, 1.0 - acc)
+
+
+def evaluate_split(model: CapsNet | BaselineCNN, split: _Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
+                   progress: bool = False) -> dict[str, EvalResult | PairEvalResult]:
+    """Score a split and its extra sets: {"": result, "affine": result, ...}."""
+    def one(sp: _Split) -> EvalResult | PairEvalResult:
+        if sp.labels.dim() == 2:
+            return evaluate_pairs(model, sp.images, sp.labels, sp.components, batch_size=batch_size,
+                                  recon_weight=recon_weight, progress=progress)
+        return evaluate(model, sp.images, sp.labels, batch_size=batch_size, recon_weight=recon_weight, progress=progress)
+    return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
+
+
 def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
                ) -> tuple[CapsNet | BaselineCNN, Checkpoint]:
     """Rebuild the model saved in a checkpoint (file or run directory)."""
@@ -188,7 +292,8 @@ def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Gene
 def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         device: str | torch.device = "auto", data_root: str | os.PathLike | None = None,
         resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Train a CapsNet (or, given its config, the CNN baseline), checkpointing into ``run_dir`` every epoch.
+    """Train a CapsNet (or, given its config, the CNN baseline), checkpointing into ``run_dir`` every epoch
+    (every ``cfg.eval_every`` epochs, and after the last, when that is more than 1).
 
     ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
     step), ``best.safetensors`` (best accuracy on the validation split, or on
@@ -199,6 +304,10 @@ def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_d
     """
     run_dir = Path(run_dir)
     name = model_name(model_config)
+    shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
+    if shape != input_shape(cfg.dataset):
+        raise ValueError(f"{cfg.dataset} images are {input_shape(cfg.dataset)} but the model takes {shape}; build it "
+                         f"with input_height and input_width {input_shape(cfg.dataset)[1]} (the CLI does so itself)")
     config_cls, model_cls = MODELS[name]
     dev = resolve_device(device)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
@@ -255,27 +364,31 @@ def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_d
         run_loss, run_correct, seen = 0.0, 0, 0
         for start in bar:
             idx = order[start:start + B]
-            x = random_shift(train.images[idx], cfg.shift, generator=g)  # (B, C, H, W)
-            y = train.labels[idx]
+            x, y, comp = _train_batch(cfg, train, idx, g)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            loss, lengths = _loss(model, x, y, cfg.recon_weight)
+            loss, lengths = _loss(model, x, y, cfg.recon_weight, comp)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             step += 1
             run_loss += loss.item() * len(y)
-            run_correct += (lengths.argmax(1) == y).sum().item()
+            run_correct += _correct(lengths, y).sum().item()
             seen += len(y)
             bar.set_postfix(loss=f"{run_loss / seen:.4f}", acc=f"{run_correct / seen:.4f}")
         bar.close()
 
-        result = evaluate(model, held.images, held.labels, batch_size=cfg.eval_batch_size,
-                          recon_weight=cfg.recon_weight, progress=progress)
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg),
-                  "train_loss": run_loss / seen, "train_accuracy": run_correct / seen,
-                  f"{held_name}_loss": result.loss, f"{held_name}_accuracy": result.accuracy,
-                  f"{held_name}_error": result.error}
+                  "train_loss": run_loss / seen, "train_accuracy": run_correct / seen}
+        if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
+            state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
+            continue
+        results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
+                                 progress=progress)
+        result = results[""]
+        for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's second test set)
+            prefix = extra or held_name
+            record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
         log.info("epoch %d: %s", epoch, record)
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                  "eval_split": held_name}

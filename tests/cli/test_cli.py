@@ -186,7 +186,10 @@ def test_missing_data_directory_is_explained(tmp_path):
 
 def test_model_flags_that_do_not_apply_are_refused(tmp_path):
     r = capsnet("train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
-    assert_clean_error(r, "--routing-iterations set the CapsNet; they do not apply to --model baseline")
+    assert_clean_error(r, "--routing-iterations sets the CapsNet; it does not apply to --model baseline")
+    r = capsnet("train", "--model", "baseline", "--routing-iterations", "2", "--primary-types", "8",
+                "--out", tmp_path / "a")
+    assert_clean_error(r, "--primary-types, --routing-iterations set the CapsNet; they do not apply to --model baseline")
     r = capsnet("train", "--dropout", "0.3", "--out", tmp_path / "b")
     assert_clean_error(r, "--dropout sets the CNN baseline; use it with --model baseline")
     r = capsnet("train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")

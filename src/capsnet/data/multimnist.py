@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MultiMNISTBatch", "make_pairs", "place", "bounding_boxes", "box_overlap", "top2_correct"]
+__all__ = ["MultiMNISTBatch", "make_pairs", "draw_pairs", "render_pairs", "place", "bounding_boxes", "box_overlap", "top2_correct"]
 
 
 @dataclass
@@ -79,11 +79,17 @@ def make_pairs(images: torch.Tensor, labels: torch.Tensor, n: int, *, generator:
     """
     if images.dim() != 4 or labels.shape != images.shape[:1]:
         raise ValueError(f"need images (N, C, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}")
+    sources, shifts = draw_pairs(labels, n, generator=generator, max_shift=max_shift)
+    return render_pairs(images, labels, sources, shifts, max_shift=max_shift)
+
+
+def draw_pairs(labels: torch.Tensor, n: int, *, generator: torch.Generator | None = None, max_shift: int = 4
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random part of ``make_pairs``: source indices (n, 2) and shifts (n, 2, 2), on the generator's device."""
     if n < 0 or max_shift < 0:
         raise ValueError(f"n and max_shift must be >= 0, got {n} and {max_shift}")
     if labels.unique().numel() < 2:
         raise ValueError("MultiMNIST needs digits of at least two classes")
-    dev = images.device
     gen_dev = generator.device if generator is not None else torch.device("cpu")
     N = len(labels)
     lab = labels.to(gen_dev)
@@ -94,8 +100,14 @@ def make_pairs(images: torch.Tensor, labels: torch.Tensor, n: int, *, generator:
         second[clash] = torch.randint(0, N, (int(clash.sum()),), generator=generator, device=gen_dev)
         clash = lab[first] == lab[second]
     shifts = torch.randint(-max_shift, max_shift + 1, (n, 2, 2), generator=generator, device=gen_dev)
-    sources = torch.stack([first, second], dim=1)  # (n, 2)
+    return torch.stack([first, second], dim=1), shifts  # (n, 2), (n, 2, 2)
 
+
+def render_pairs(images: torch.Tensor, labels: torch.Tensor, sources: torch.Tensor, shifts: torch.Tensor, *,
+                 max_shift: int = 4) -> MultiMNISTBatch:
+    """The pairs that ``draw_pairs`` chose, drawn on their canvas (see ``make_pairs``)."""
+    dev = images.device
+    lab = labels.to(sources.device)
     x = images.to(dev)
     x = x.float() / 255.0 if not x.is_floating_point() else x.float()
     _, C, H, W = x.shape

@@ -138,9 +138,13 @@ class CapsNet(nn.Module):
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> CapsNetOutput:
         """Classify, and reconstruct from the masked digit capsule.
 
+        ``labels`` of shape (B, K) decode K capsules per image, each on its own
+        (MultiMNIST, section 6: each of the two digits from its own capsule).
+
         Shapes:
-            images: (B, C, H, W) in [0, 1]; labels: (B,) or None
-            returns: poses (B, J, D), lengths (B, J), reconstructions (B, C, H, W) or None, coupling (B, I, J)
+            images: (B, C, H, W) in [0, 1]; labels: (B,), (B, K) or None
+            returns: poses (B, J, D), lengths (B, J), coupling (B, I, J),
+                reconstructions (B, C, H, W), or (B, K, C, H, W) for (B, K) labels, or None
         """
         cfg = self.config
         expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
@@ -153,14 +157,22 @@ class CapsNet(nn.Module):
         if self.decoder is not None:
             # Section 4.1: mask by the true label while training, else by the longest capsule.
             index = labels if labels is not None else lengths.argmax(dim=1)
-            reconstructions = self.decoder(mask_capsules(poses, index))
+            reconstructions = self.reconstruct(poses, index)
         return CapsNetOutput(poses, lengths, reconstructions, coupling)
 
     def reconstruct(self, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Decode given digit capsules masked to ``index`` (for pose sweeps).
+        """Decode given digit capsules masked to ``index`` (for pose sweeps, or K capsules per image).
 
-        Shapes: poses (B, J, D), index (B,) -> (B, C, H, W)
+        Shapes: poses (B, J, D), index (B,) -> (B, C, H, W); index (B, K) -> (B, K, C, H, W)
         """
         if self.decoder is None:
             raise RuntimeError("this CapsNet was built with decoder=False and cannot reconstruct")
-        return self.decoder(mask_capsules(poses, index))
+        if index.dim() == 1:
+            return self.decoder(mask_capsules(poses, index))
+        B, J, D = poses.shape
+        if index.dim() != 2 or index.shape[0] != B:
+            raise ValueError(f"index must be (B,) or (B, K) with B = {B}, got {tuple(index.shape)}")
+        K = index.shape[1]
+        repeated = poses.unsqueeze(1).expand(B, K, J, D).reshape(B * K, J, D)  # (B*K, J, D)
+        out = self.decoder(mask_capsules(repeated, index.reshape(B * K)))  # (B*K, C, H, W)
+        return out.view(B, K, *out.shape[1:])  # (B, K, C, H, W)

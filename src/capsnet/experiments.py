@@ -1,0 +1,180 @@
+"""The paper's experiments as runs of ``fit``: both models through the same loop, data and budget.
+
+Sabour, Frosst and Hinton (NIPS 2017):
+
+- ``multimnist`` (section 6): overlapping digit pairs on 36x36; the metric is
+  the top-2 exact error (paper: 5.2% CapsNet, 8.1% CNN baseline).
+- ``affine`` (section 5.2): train on translated MNIST (40x40), test on the
+  translated test digits and on the affNIST-like affine set (paper: 79% vs 66%
+  on affNIST at about 99.2% translated-MNIST accuracy).
+- ``less-data``: MNIST test error from nested training subsets of 500, 1,000,
+  5,000, 10,000 and 60,000 digits under one seed. Budget rule: every run, of
+  either model, takes the same number of optimizer steps (``steps``), so a
+  small subset is seen for more epochs: epochs = ceil(steps / ceil(size / batch)).
+
+Each run is a plain ``capsnet train`` run directory under ``out/``; a run
+already finished is read back, not retrained, and one cut short resumes. The
+figures reported are the final epoch's, never the best over epochs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
+from .data.tasks import input_shape
+from .models import BaselineCNNConfig, CapsNetConfig
+from .train import TrainConfig, fit
+
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "Run", "plan", "run_plan", "format_table", "plot_less_data"]
+
+EXPERIMENTS = {"multimnist": "multimnist", "affine": "translated-mnist", "less-data": "mnist"}  # name -> data set
+LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
+MODEL_NAMES = ("capsnet", "baseline")
+
+# The paper's figures, for the tables (percent).
+PAPER = {
+    ("multimnist", "capsnet"): "5.2% error", ("multimnist", "baseline"): "8.1% error",
+    ("affine", "capsnet"): "79% affNIST, 99.23% translated", ("affine", "baseline"): "66% affNIST, 99.22% translated",
+    ("less-data", "capsnet"): "0.25% error at 60,000", ("less-data", "baseline"): "0.39% error at 60,000",
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    experiment: str
+    model: str  # "capsnet" or "baseline"
+    model_config: CapsNetConfig | BaselineCNNConfig
+    train_config: TrainConfig
+    run_dir: Path
+
+
+def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, capsnet: CapsNetConfig = CapsNetConfig(),
+         baseline: BaselineCNNConfig = BaselineCNNConfig(), models: Sequence[str] = MODEL_NAMES,
+         sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0) -> list[Run]:
+    """The runs of experiment ``name``, each model's input sized to the experiment's images.
+
+    ``train`` gives everything shared (epochs, batch, seed, test size, ...);
+    its dataset is replaced by the experiment's. For ``less-data`` each of
+    ``sizes`` is one run per model, with ``steps`` optimizer steps (0: ``train.epochs`` epochs for every size).
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
+    unknown = [m for m in models if m not in MODEL_NAMES]
+    if unknown or not models:
+        raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODEL_NAMES)}")
+    dataset = EXPERIMENTS[name]
+    _, H, W = input_shape(dataset)
+    configs = {"capsnet": replace(capsnet, input_height=H, input_width=W),
+               "baseline": replace(baseline, input_height=H, input_width=W)}
+    out = Path(out)
+    base = replace(train, dataset=dataset)
+    runs = []
+    if name != "less-data":
+        for m in models:
+            runs.append(Run(name, m, configs[m], base, out / m))
+        return runs
+    bad = [s for s in sizes if not 1 <= s <= 60000]
+    if bad or not sizes:
+        raise ValueError(f"less-data sizes must lie in 1..60000 (MNIST's training set), got {list(sizes) or 'none'}")
+    for size in sorted(set(sizes)):
+        epochs = max(1, math.ceil(steps / math.ceil(size / train.batch_size))) if steps else train.epochs
+        cfg = replace(base, train_size=0 if size == 60000 else size, epochs=epochs,
+                      eval_every=max(1, epochs // 10))  # about ten evaluations a run, the last one reported
+        for m in models:
+            runs.append(Run(name, m, configs[m], cfg, out / f"{m}-{size}"))
+    return runs
+
+
+def _finished(run: Run) -> dict[str, Any] | None:
+    """The final record of a run directory that already completed exactly this run, else None."""
+    try:
+        ckpt = load_checkpoint(run.run_dir, "last")
+    except CheckpointError:
+        return None
+    same_but_epochs = dict(ckpt.train_config, epochs=0) == dict(run.train_config.to_dict(), epochs=0)
+    if not same_but_epochs or ckpt.model_config != run.model_config.to_dict():
+        raise CheckpointError(f"{run.run_dir} holds a run with other settings; remove it or choose another --out")
+    if ckpt.state.get("epoch") == run.train_config.epochs and ckpt.state.get("history"):
+        return ckpt.state["history"][-1]
+    return None
+
+
+def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
+             progress: bool = True, on_start=None, on_done=None) -> list[dict[str, Any]]:
+    """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
+
+    ``on_start(k, run)`` is called before run k, ``on_done(rows)`` after each run with the rows so far.
+    """
+    rows = []
+    for k, run in enumerate(runs):
+        if on_start is not None:
+            on_start(k, run)
+        final = _finished(run)
+        if final is None:
+            resume = (run.run_dir / "last.safetensors").exists()
+            final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
+                        resume=resume, progress=progress)
+        size = run.train_config.train_size or 60000
+        rows.append({"experiment": run.experiment, "model": run.model, "train_size": size,
+                     "epochs": run.train_config.epochs, "run_dir": str(run.run_dir)} | final)
+        if on_done is not None:
+            on_done(rows)
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of the final-epoch test figures, one line per run."""
+    head = ["model", "train size", "epochs", "steps", "test error"]
+    multimnist = any(r["experiment"] == "multimnist" for r in rows)
+    affine = any("affine_accuracy" in r for r in rows)
+    if affine:
+        head = ["model", "train size", "epochs", "steps", "translated test accuracy", "affine test accuracy"]
+    elif multimnist:
+        head[-1] = "top-2 exact error"
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["model"], f"{r['train_size']:,}", str(r["epochs"]), f"{r['step']:,}"]
+        if affine:
+            cells += [f"{100 * r['test_accuracy']:.2f}%", f"{100 * r['affine_accuracy']:.2f}%"]
+        else:
+            cells.append(f"{100 * r['test_error']:.2f}%")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, command: str) -> Path:
+    """results.json (the rows and the command) and results.md (the table) in ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps({"command": command, "rows": list(rows)}, indent=1) + "\n")
+    atomic_write_text(out / "results.md", f"`{command}`\n\n{format_table(rows)}\n")
+    return out / "results.md"
+
+
+def plot_less_data(rows: Sequence[dict[str, Any]]):
+    """Test error against training-set size, one line per model (log-log), as a matplotlib Figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for model in MODEL_NAMES:
+        pts = sorted((r["train_size"], 100 * r["test_error"]) for r in rows if r["model"] == model)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label={"capsnet": "CapsNet", "baseline": "CNN baseline"}[model])
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}%" if f"{v:g}"[0] in "2345" else ""))
+    ax.set_xlabel("training examples (nested subsets of MNIST)")
+    ax.set_ylabel("MNIST test error, final epoch")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return fig

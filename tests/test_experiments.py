@@ -1,0 +1,253 @@
+"""The paper's experiments: their data sets, the two-digit decoding and loss, the plan, and tiny runs end to end."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet import CapsNetConfig
+from capsnet.cli import main
+from capsnet.data import load_dataset
+from capsnet.data.tasks import (TEST_SEED, affine_test, input_shape, multimnist_test, nested_subset,
+                                translated_test)
+from capsnet.experiments import LESS_DATA_SIZES, format_table, plan
+from capsnet.losses import margin_loss, reconstruction_loss
+from capsnet.models import BaselineCNNConfig, CapsNet
+from capsnet.train import TrainConfig, _loss, load_model
+
+# Narrow models so that a whole experiment runs in seconds on 2 cores.
+NARROW = ["--conv1-channels", "8", "--primary-types", "2", "--cnn-channels", "8", "8", "4", "--cnn-hidden", "16", "8",
+          "--batch-size", "32", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def test_digits(data_root):
+    return load_dataset("mnist", "test", root=data_root)
+
+
+# -------------------------------------------------------------------------------- data sets
+
+
+def test_input_shapes_of_the_experiment_sets():
+    assert input_shape("multimnist") == (1, 36, 36)  # section 6: 28 + 2 x 4 pixel shifts
+    assert input_shape("translated-mnist") == (1, 40, 40)  # section 5.2
+    assert input_shape("mnist") == input_shape("fashion-mnist") == (1, 28, 28)
+
+
+def test_nested_subsets_nest_and_differ_across_seeds():
+    subsets = [nested_subset(60000, s, seed=3) for s in LESS_DATA_SIZES]
+    for small, large in zip(subsets, subsets[1:]):
+        assert torch.equal(large[: len(small)], small)  # the smaller set is the start of the larger
+    assert len(set(subsets[-1].tolist())) == 60000  # the full size is a permutation: every digit once
+    assert not torch.equal(nested_subset(60000, 500, seed=4), subsets[0])
+    for bad in (0, 60001):
+        with pytest.raises(ValueError, match="subset size must be in 1..60000"):
+            nested_subset(60000, bad, seed=0)
+
+
+def test_generated_test_sets_are_fixed_by_their_own_seed(test_digits):
+    images, labels = test_digits.images[:300], test_digits.labels[:300]
+    torch.manual_seed(123)  # the global generator must not matter
+    a = multimnist_test(images, labels, 200)
+    torch.manual_seed(456)
+    b = multimnist_test(images, labels, 200)
+    assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
+    c = multimnist_test(images, labels, 50)
+    assert torch.equal(c.labels, a.labels[:50])  # a smaller test set is a prefix of the larger one
+    assert a.images.shape == (200, 1, 36, 36) and a.components.shape == (200, 2, 1, 36, 36)
+    other = multimnist_test(images, labels, 200, seed=TEST_SEED + 1)
+    assert not torch.equal(other.labels, a.labels)
+
+    t1, t2 = translated_test(images), translated_test(images)
+    assert t1.shape == (300, 1, 40, 40) and torch.equal(t1, t2)
+    # translation moves pixels without changing them: each canvas holds exactly its digit's ink
+    assert torch.allclose(t1.sum(dim=(1, 2, 3)), images.float().sum(dim=(1, 2, 3)) / 255, atol=1e-3)
+    f1, f2 = affine_test(images, batch_size=128), affine_test(images, batch_size=128)
+    assert f1.shape == (300, 1, 40, 40) and torch.equal(f1, f2) and not torch.equal(f1, t1)
+    assert 0 <= f1.min() and f1.max() <= 1
+
+
+# -------------------------------------------------------------------------------- two digits, two capsules
+
+
+def test_reconstruct_k_capsules_equals_k_single_reconstructions():
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(conv1_channels=8, primary_types=2, input_height=36, input_width=36,
+                                  decoder_hidden=(16, 32))).eval()
+    poses = torch.randn(3, 10, 16)
+    index = torch.tensor([[1, 7], [0, 2], [9, 3]])
+    both = model.reconstruct(poses, index)
+    assert both.shape == (3, 2, 1, 36, 36)
+    for k in range(2):
+        assert torch.allclose(both[:, k], model.reconstruct(poses, index[:, k]), atol=1e-6)
+    with pytest.raises(ValueError, match=r"index must be \(B,\) or \(B, K\) with B = 3"):
+        model.reconstruct(poses, index[:2])
+
+
+def test_multimnist_loss_is_multi_hot_margin_plus_each_digit_against_its_own_component(test_digits):
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(conv1_channels=8, primary_types=2, input_height=36, input_width=36,
+                                  decoder_hidden=(16, 32)))
+    pairs = multimnist_test(test_digits.images[:100], test_digits.labels[:100], 6)
+    loss, lengths = _loss(model, pairs.images, pairs.labels, 0.0005, pairs.components)
+
+    out = model(pairs.images)  # lengths do not depend on the labels
+    targets = torch.zeros(6, 10).scatter_(1, pairs.labels, 1.0)
+    rec = torch.stack([model.reconstruct(out.poses, pairs.labels[:, k]) for k in range(2)], dim=1)  # (6, 2, 1, 36, 36)
+    sse = ((rec - pairs.components) ** 2).sum(dim=(1, 2, 3, 4))  # both digits' squared errors, summed
+    expected = margin_loss(out.lengths, targets) + 0.0005 * sse.mean()
+    assert torch.allclose(loss, expected, rtol=1e-5)
+    assert torch.allclose(lengths, out.lengths)
+    # against the overlaid image instead, the reconstruction term would differ
+    wrong = margin_loss(out.lengths, targets) + reconstruction_loss(rec[:, 0], pairs.images, scale=0.0005)
+    assert not torch.allclose(loss, wrong, rtol=1e-3)
+
+
+# -------------------------------------------------------------------------------- the plan
+
+
+def test_less_data_gives_every_size_and_model_the_same_step_budget(tmp_path):
+    runs = plan("less-data", tmp_path, train=TrainConfig(batch_size=100), sizes=[500, 1000, 60000], steps=600)
+    assert [(r.model, r.train_config.train_size) for r in runs] == [
+        ("capsnet", 500), ("baseline", 500), ("capsnet", 1000), ("baseline", 1000), ("capsnet", 0), ("baseline", 0)]
+    for r in runs:
+        size = r.train_config.train_size or 60000
+        steps_per_epoch = math.ceil(size / 100)
+        assert r.train_config.epochs == math.ceil(600 / steps_per_epoch)
+        assert r.train_config.epochs * steps_per_epoch >= 600
+        assert r.train_config.dataset == "mnist" and r.run_dir.parent == tmp_path
+    assert [r.train_config.epochs for r in runs[::2]] == [120, 60, 1]
+
+
+def test_plan_sizes_models_to_the_experiments_images(tmp_path):
+    for name, side, dataset in (("multimnist", 36, "multimnist"), ("affine", 40, "translated-mnist")):
+        runs = plan(name, tmp_path, train=TrainConfig())
+        assert [r.model for r in runs] == ["capsnet", "baseline"]
+        for r in runs:
+            assert (r.model_config.input_height, r.model_config.input_width) == (side, side)
+            assert r.train_config.dataset == dataset
+    assert BaselineCNNConfig(input_height=40, input_width=40).input_height == 40
+    with pytest.raises(ValueError, match="unknown experiment 'mnist'; valid names are multimnist, affine, less-data"):
+        plan("mnist", tmp_path, train=TrainConfig())
+    with pytest.raises(ValueError, match="less-data sizes must lie in 1..60000"):
+        plan("less-data", tmp_path, train=TrainConfig(), sizes=[70000])
+    with pytest.raises(ValueError, match="unknown models"):
+        plan("affine", tmp_path, train=TrainConfig(), models=["resnet"])
+
+
+# -------------------------------------------------------------------------------- end to end, on real MNIST
+
+
+def _accuracy(run: Path, canvas, labels) -> float:
+    model = load_model(run)[0].eval()
+    with torch.no_grad():
+        lengths = model(torch.from_numpy(canvas).float().div(255).unsqueeze(1)).lengths
+    return (lengths.argmax(1) == labels).float().mean().item()
+
+
+def _results(out: Path) -> list[dict]:
+    return json.loads((out / "results.json").read_text())["rows"]
+
+
+def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
+    out = tmp_path / "mm"
+    args = ["experiment", "multimnist", "--out", str(out), "--epochs", "1", "--train-size", "96", "--test-size", "40",
+            "--data-dir", str(data_root), *NARROW]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "top-2 exact error" in table
+    rows = _results(out)
+    assert [r["model"] for r in rows] == ["capsnet", "baseline"]
+    for r in rows:
+        assert r["epoch"] == 1 and r["step"] == 3 and 0 <= r["test_error"] <= 1  # 96 pairs / batch 32
+        assert (out / r["model"] / "last.safetensors").exists()
+    assert (out / "results.md").read_text().count("\n| ") == 3  # header and two runs
+
+    # run again: finished runs are read back, not retrained
+    stamp = (out / "capsnet" / "last.safetensors").stat().st_mtime_ns
+    assert main(args) == 0
+    assert (out / "capsnet" / "last.safetensors").stat().st_mtime_ns == stamp
+    assert _results(out) == rows
+    capsys.readouterr()
+
+    # eval recomputes the final test figure from the checkpoint
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--which", "last", "--test-size", "40",
+                 "--data-dir", str(data_root), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "top-2 exact accuracy" in printed and "40 pairs" in printed
+    report = json.loads((out / "capsnet" / "eval-last.json").read_text())
+    assert report["metric"] == "top-2 exact match" and report["images"] == 40
+    assert report["error"] == pytest.approx(rows[0]["test_error"], abs=1e-9)
+
+    # Figure 5: the pairs above their two reconstructions
+    figs = tmp_path / "figs"
+    assert main(["figures", "--checkpoint", str(out / "capsnet"), "--out", str(figs), "--indices", "0", "3", "5",
+                 "--data-dir", str(data_root), "--no-progress"]) == 0
+    assert sorted(p.name for p in figs.iterdir()) == ["multimnist.png", "training_curves.png"]
+    assert (figs / "multimnist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_affine_experiment_reports_translated_and_affine_accuracy(tmp_path, data_root, capsys):
+    out = tmp_path / "af"
+    assert main(["experiment", "affine", "--out", str(out), "--epochs", "1", "--train-size", "64", "--test-size", "50",
+                 "--models", "capsnet", "--data-dir", str(data_root), *NARROW]) == 0
+    assert "| translated test accuracy | affine test accuracy |" in capsys.readouterr().out
+    (row,) = _results(out)
+    assert row["model"] == "capsnet" and 0 <= row["affine_accuracy"] <= 1 and 0 <= row["test_accuracy"] <= 1
+    model, ckpt = load_model(out / "capsnet")
+    assert (model.config.input_height, model.config.input_width) == (40, 40)
+
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--data-dir", str(data_root),
+                 "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "translated test accuracy" in printed and "affine test accuracy" in printed and "(50 images)" in printed
+    report = json.loads((out / "capsnet" / "eval-best.json").read_text())
+    assert report["affine"]["images"] == 50
+
+    # real affNIST files are scored too: here 20 translated test digits saved in affNIST's .mat layout
+    from test_affnist import write_affnist
+
+    digits = load_dataset("mnist", "test", root=data_root)
+    canvas = (translated_test(digits.images[:20]) * 255).round().to(torch.uint8)[:, 0].numpy()
+    mat = write_affnist(tmp_path / "1.mat", canvas, digits.labels[:20].numpy(), compress=True)
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mat),
+                 "--data-dir", str(data_root), "--no-progress"]) == 0
+    assert "affnist:1.mat test accuracy" in capsys.readouterr().out
+    report = json.loads((out / "capsnet" / "eval-best.json").read_text())
+    assert report["affnist:1.mat"]["images"] == 20
+    assert report["affnist:1.mat"]["accuracy"] == pytest.approx(_accuracy(out / "capsnet", canvas, digits.labels[:20]))
+
+
+def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):
+    out = tmp_path / "ld"
+    assert main(["experiment", "less-data", "--out", str(out), "--sizes", "64", "32", "--steps", "2",
+                 "--test-size", "40", "--data-dir", str(data_root), *NARROW]) == 0
+    printed = capsys.readouterr().out
+    rows = _results(out)
+    assert [(r["model"], r["train_size"], r["epochs"], r["step"]) for r in rows] == [
+        ("capsnet", 32, 2, 2), ("baseline", 32, 2, 2), ("capsnet", 64, 1, 2), ("baseline", 64, 1, 2)]
+    assert format_table(rows) in printed
+    assert (out / "less_data.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the 32-digit subset is the start of the 64-digit one (same seed)
+    assert torch.equal(nested_subset(60000, 64, 0)[:32], nested_subset(60000, 32, 0))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data`"),
+    (["affine", "--steps", "10"], "--steps does not apply to `capsnet experiment affine`"),
+    (["less-data", "--steps", "10", "--epochs", "2"], "--steps and --epochs conflict"),
+    (["less-data", "--sizes", "70000"], "less-data sizes must lie in 1..60000"),
+])
+def test_experiment_bad_flags_are_refused_before_any_run(tmp_path, capsys, args, message):
+    out = tmp_path / "x"
+    code = None
+    try:
+        code = main(["experiment", *args, "--out", str(out), "--no-progress"])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
