@@ -1,0 +1,270 @@
+"""What the viewer computes: one CapsNet walked layer by layer for one image.
+
+The server (``server.py``) only parses requests and calls ``Viewer``; this
+module knows nothing of HTTP, so notebooks and tests can use it directly.
+Every array leaves as an ``encode``d dict (uint8 + the range it maps to), small
+enough to send to a browser as JSON.
+"""
+from __future__ import annotations
+
+import base64
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..models.capsnet import CapsNet, CapsNetConfig
+from ..routing import DynamicRouting
+
+__all__ = ["ViewerError", "Viewer", "load_viewer", "encode", "decode", "SWEEP_HALF_RANGE"]
+
+SWEEP_HALF_RANGE = 0.25  # Sabour et al., Figure 4: each dimension moved within [-0.25, 0.25]
+
+
+class ViewerError(ValueError):
+    """A request the viewer cannot answer; the message says what was wrong and what to send instead."""
+
+
+def encode(values: torch.Tensor | np.ndarray, lo: float | Sequence[float] | None = None,
+           hi: float | Sequence[float] | None = None) -> dict[str, Any]:
+    """An array as ``{"shape", "lo", "hi", "data"}``: data is base64 uint8, value = lo + byte / 255 * (hi - lo).
+
+    ``lo``/``hi`` default to the array's minimum and maximum. A list gives one
+    range per entry of the first axis (per kernel, per feature map).
+    """
+    a = torch.as_tensor(values).detach().float().cpu()
+    n = a.shape[0] if a.dim() else 1
+    per_entry = isinstance(lo, (list, tuple)) or isinstance(hi, (list, tuple))
+    flat = a.reshape(n, -1) if per_entry else a.reshape(1, -1)
+    lo_t = torch.as_tensor(lo if lo is not None else flat.min(dim=1).values, dtype=torch.float32).reshape(-1, 1)
+    hi_t = torch.as_tensor(hi if hi is not None else flat.max(dim=1).values, dtype=torch.float32).reshape(-1, 1)
+    span = torch.where(hi_t > lo_t, hi_t - lo_t, torch.ones_like(hi_t))
+    q = ((flat - lo_t) / span).clamp(0, 1).mul(255).round().to(torch.uint8)
+    lo_out = lo_t.flatten().tolist()
+    hi_out = hi_t.flatten().tolist()
+    return {"shape": list(a.shape), "lo": lo_out if per_entry else lo_out[0], "hi": hi_out if per_entry else hi_out[0],
+            "data": base64.b64encode(q.numpy().tobytes()).decode("ascii")}
+
+
+def decode(d: dict[str, Any]) -> np.ndarray:
+    """The inverse of ``encode``, up to the 1/255 quantisation (for tests and notebooks)."""
+    q = np.frombuffer(base64.b64decode(d["data"]), dtype=np.uint8).astype(np.float32) / 255
+    lo, hi = np.asarray(d["lo"], dtype=np.float32), np.asarray(d["hi"], dtype=np.float32)
+    n = lo.size
+    q = q.reshape(n, -1)
+    values = lo.reshape(-1, 1) + q * (hi - lo).reshape(-1, 1)
+    return values.reshape(d["shape"])
+
+
+@dataclass
+class _Input:
+    image: torch.Tensor  # (C, H, W) float in [0, 1]
+    source: dict[str, Any]
+
+
+class Viewer:
+    """One CapsNet, the test images to pick from, and the per-layer views of an input.
+
+    Thread-safe: all model calls hold one lock, so a threaded server can call
+    it from every request thread.
+    """
+
+    def __init__(self, model: CapsNet, *, test_images: torch.Tensor | None = None,
+                 test_labels: torch.Tensor | None = None, classes: Sequence[str] | None = None,
+                 dataset: str | None = None, checkpoint: str | os.PathLike | None = None) -> None:
+        if not isinstance(model, CapsNet):
+            raise ViewerError(f"the viewer looks inside a CapsNet, got {type(model).__name__}")
+        self.model = model.eval()
+        self.config: CapsNetConfig = model.config
+        cfg = self.config
+        if not isinstance(model.digits.routing, DynamicRouting):
+            raise ViewerError(f"the viewer shows dynamic routing; this model routes with "
+                              f"{type(model.digits.routing).__name__}")
+        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if test_images is not None:
+            if tuple(test_images.shape[1:]) != self.shape:
+                raise ViewerError(f"{dataset or 'the'} test images are {tuple(test_images.shape[1:])} but the model "
+                                  f"takes {self.shape}: pick the data set the checkpoint was trained on (--dataset)")
+            if test_labels is None or len(test_labels) != len(test_images):
+                raise ViewerError("test_labels must give one label per test image")
+        self.test_images = test_images
+        self.test_labels = test_labels
+        self.classes = list(classes) if classes is not None else [str(k) for k in range(cfg.num_classes)]
+        if len(self.classes) != cfg.num_classes:
+            raise ViewerError(f"{len(self.classes)} class names for a model with {cfg.num_classes} classes")
+        self.dataset = dataset
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.device = next(model.parameters()).device
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ description
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.config
+        rows, cols = cfg.primary_grid
+        return {
+            "checkpoint": self.checkpoint,
+            "trained": self.checkpoint is not None,
+            "dataset": self.dataset,
+            "test_size": 0 if self.test_images is None else len(self.test_images),
+            "classes": self.classes,
+            "input": list(self.shape),
+            "conv1": {"channels": cfg.conv1_channels, "kernel": cfg.conv1_kernel,
+                      "map": [cfg.input_height - cfg.conv1_kernel + 1, cfg.input_width - cfg.conv1_kernel + 1]},
+            "primary": {"types": cfg.primary_types, "dim": cfg.primary_dim, "grid": [rows, cols]},
+            "digit_dim": cfg.digit_dim,
+            "routing_iterations": cfg.routing_iterations,
+            "decoder": self.model.decoder is not None,
+            "sweep_half_range": SWEEP_HALF_RANGE,
+        }
+
+    def kernels(self) -> dict[str, Any]:
+        """conv1's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
+        if self._kernels is None:
+            w = self.model.conv1.weight.detach().float().cpu()  # (K, C, k, k)
+            m = w.reshape(w.shape[0], -1).abs().amax(dim=1).clamp_min(1e-12)
+            self._kernels = {"kernels": encode(w, (-m).tolist(), m.tolist())}
+        return self._kernels
+
+    # ------------------------------------------------------------------ inputs
+
+    def test_input(self, index: int | None = None, label: int | None = None, nth: int = 0) -> _Input:
+        """A test image by index, or the ``nth`` test image of class ``label``."""
+        if self.test_images is None:
+            raise ViewerError("no test set is loaded; draw or upload an image instead")
+        n = len(self.test_images)
+        if label is not None:
+            if not _is_int(label) or not 0 <= label < len(self.classes):
+                raise ViewerError(f"unknown class {label!r}: classes are 0..{len(self.classes) - 1} "
+                                  f"({', '.join(self.classes)})")
+            if not _is_int(nth) or nth < 0:
+                raise ViewerError(f"nth must be a non-negative integer, got {nth!r}")
+            hit = self.test_labels == label  # (N,), or (N, 2) for MultiMNIST pairs: either digit
+            where = (hit.any(dim=1) if hit.dim() == 2 else hit).nonzero().flatten()
+            if len(where) == 0:
+                raise ViewerError(f"the test set has no image of class {self.classes[label]!r}")
+            index = int(where[nth % len(where)])
+        if not _is_int(index) or not 0 <= index < n:
+            raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
+        image = self.test_images[index].float() / 255.0 if not self.test_images.is_floating_point() \
+            else self.test_images[index].float()
+        lab = self.test_labels[index]
+        if lab.dim() == 1:  # a MultiMNIST pair
+            return _Input(image, {"kind": "test", "index": index, "label": [int(v) for v in lab],
+                                  "label_name": "+".join(self.classes[int(v)] for v in lab)})
+        return _Input(image, {"kind": "test", "index": index, "label": int(lab),
+                              "label_name": self.classes[int(lab)]})
+
+    def image_input(self, image: torch.Tensor, source: dict[str, Any]) -> _Input:
+        if tuple(image.shape) != self.shape:
+            raise ViewerError(f"image must be {self.shape}, got {tuple(image.shape)}")
+        if not torch.isfinite(image).all():
+            raise ViewerError("image has NaN or infinite pixels")
+        return _Input(image.float().clamp(0, 1), source)
+
+    # ------------------------------------------------------------------ the network, layer by layer
+
+    def walk(self, inp: _Input) -> dict[str, Any]:
+        """Every layer's view of one input (the JSON of POST /api/forward)."""
+        cfg = self.config
+        rows, cols = cfg.primary_grid
+        with self._lock, torch.inference_mode():
+            x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
+            maps = F.relu(self.model.conv1(x))  # (1, K, H', W')
+            u = self.model.primary(maps)  # (1, I, Din)
+            digits = self.model.digits
+            routing: DynamicRouting = digits.routing
+            # Coupling after round r = softmax of the logits after r agreement updates,
+            # i.e. the coefficients a round r + 1 would use (round 1 itself is uniform).
+            rounds = []
+            for r in range(1, routing.iterations + 1):
+                step = DynamicRouting(r + 1, leaky=routing.leaky, detach_agreement=routing.detach_agreement)
+                rounds.append(step.route_linear(u, digits.weight, digits.bias).coupling[0])  # (I, J)
+            poses, lengths, _ = digits(u)  # (1, J, D), (1, J)
+            predicted = int(lengths[0].argmax())
+            rec = self.model.reconstruct(poses, torch.tensor([predicted], device=self.device))[0] \
+                if self.model.decoder is not None else None
+        coupling = torch.stack(rounds).cpu()  # (R, I, J)
+        coupling = coupling.reshape(len(rounds), cfg.primary_types, rows, cols, -1).permute(0, 4, 1, 2, 3)
+        # (R, J, types, rows, cols)
+        fmap = maps[0].cpu()  # (K, H', W')
+        fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
+        return {
+            "source": inp.source,
+            "input": encode(inp.image, 0.0, 1.0),
+            "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
+            "primary_lengths": encode(u[0].norm(dim=-1).cpu().reshape(cfg.primary_types, rows, cols)),  # min..max
+            "coupling": encode(coupling, 0.0, float(coupling.max())),
+            "lengths": [round(v, 6) for v in lengths[0].cpu().tolist()],
+            "poses": [[round(v, 6) for v in row] for row in poses[0].cpu().tolist()],
+            "predicted": predicted,
+            "reconstruction": encode(rec.cpu(), 0.0, 1.0) if rec is not None else None,
+        }
+
+    def reconstruct(self, pose: Any, capsule: Any) -> dict[str, Any]:
+        """The decoder's image of one digit capsule with the given pose (the sliders' call)."""
+        cfg = self.config
+        if self.model.decoder is None:
+            raise ViewerError("this CapsNet was trained without a decoder: it cannot reconstruct")
+        if not _is_int(capsule) or not 0 <= capsule < cfg.num_classes:
+            raise ViewerError(f"unknown capsule {capsule!r}: digit capsules are 0..{cfg.num_classes - 1}")
+        if not isinstance(pose, list) or len(pose) != cfg.digit_dim:
+            got = f"{len(pose)} numbers" if isinstance(pose, list) else type(pose).__name__
+            raise ViewerError(f"pose must be a list of {cfg.digit_dim} numbers, got {got}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pose):
+            raise ViewerError("pose must hold finite numbers only (no NaN, infinity, strings or null)")
+        poses = torch.zeros(1, cfg.num_classes, cfg.digit_dim, device=self.device)
+        poses[0, capsule] = torch.tensor(pose, dtype=torch.float32, device=self.device)
+        with self._lock, torch.inference_mode():
+            rec = self.model.reconstruct(poses, torch.tensor([capsule], device=self.device))[0]
+        return {"capsule": capsule, "reconstruction": encode(rec.cpu(), 0.0, 1.0)}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
+                data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> Viewer:
+    """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
+
+    The test inputs are the data set's test images; for the experiment sets,
+    the fixed MultiMNIST test pairs (36x36) or translated test digits (40x40).
+    """
+    from ..train import TrainConfig, load_model
+
+    if checkpoint is None:
+        torch.manual_seed(0)
+        model: Any = CapsNet(CapsNetConfig()).to(device)
+        name = dataset or "mnist-sample"
+    else:
+        model, ckpt = load_model(checkpoint, which=which, device=device)
+        if ckpt.model_name != "capsnet":
+            raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a CapsNet")
+        name = dataset or TrainConfig.from_dict(ckpt.train_config).dataset
+        checkpoint = ckpt.path
+    images, labels, classes = _test_set(name, data_dir, progress)
+    return Viewer(model, test_images=images, test_labels=labels, classes=classes, dataset=name, checkpoint=checkpoint)
+
+
+def _test_set(name: str, data_dir: str | os.PathLike | None, progress: bool
+              ) -> tuple[torch.Tensor, torch.Tensor, Sequence[str]]:
+    """Test images, labels ((N,), or (N, 2) for MultiMNIST) and class names of a data set or experiment set."""
+    from ..data import load_dataset
+    from ..data.tasks import TASKS, multimnist_test, translated_test
+
+    if name not in TASKS:
+        test = load_dataset(name, "test", root=data_dir, progress=progress)
+        return test.images, test.labels, test.classes
+    digits = load_dataset("mnist", "test", root=data_dir, progress=progress)
+    if name == "multimnist":
+        pairs = multimnist_test(digits.images, digits.labels, len(digits))  # the fixed test pairs of every run
+        return pairs.images, pairs.labels, digits.classes
+    return translated_test(digits.images), digits.labels, digits.classes
+

@@ -1,0 +1,351 @@
+// capsnet viewer: talks to the JSON API of capsnet.viz.server and draws every array on canvases.
+// No build step and no libraries; arrays arrive as {shape, lo, hi, data: base64 uint8}.
+"use strict";
+
+const state = {
+  info: null,      // GET /api/info
+  walk: null,      // the last POST /api/forward or /api/upload answer
+  selected: 0,     // the digit capsule shown in routing, reconstruction and sliders
+  pose: null,      // the selected capsule's pose as the sliders set it
+  inflight: false, // a reconstruction request is on its way ...
+  pending: false,  // ... and the sliders moved again meanwhile
+  nth: {},         // class -> how many images of it were shown
+};
+
+const $ = (id) => document.getElementById(id);
+
+function showError(message) {
+  const el = $("error");
+  el.textContent = message;
+  el.hidden = !message;
+}
+
+async function api(path, body, raw) {
+  const options = body === undefined ? {} : {
+    method: "POST",
+    body: raw ? body : JSON.stringify(body),
+    headers: { "Content-Type": raw ? "application/octet-stream" : "application/json" },
+  };
+  const response = await fetch(path, options);
+  const payload = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
+  if (!response.ok) throw new Error(payload.error || `HTTP ${response.status}`);
+  return payload;
+}
+
+// ---------------------------------------------------------------- arrays
+
+function bytesOf(e) {
+  const s = atob(e.data);
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+
+function valuesOf(e) {  // the real values, lo + byte / 255 * (hi - lo)
+  const b = bytesOf(e);
+  const lo = Array.isArray(e.lo) ? e.lo : [e.lo];
+  const hi = Array.isArray(e.hi) ? e.hi : [e.hi];
+  const per = b.length / lo.length;
+  const out = new Float32Array(b.length);
+  for (let i = 0; i < b.length; i++) {
+    const k = Math.floor(i / per);
+    out[i] = lo[k] + (b[i] / 255) * (hi[k] - lo[k]);
+  }
+  return out;
+}
+
+const grey = (v) => [v, v, v];
+function heat(v) {  // black -> red -> yellow -> white
+  const t = v / 255;
+  return [Math.min(255, 3 * t * 255), Math.max(0, Math.min(255, (3 * t - 1) * 255)), Math.max(0, (3 * t - 2) * 255)];
+}
+
+// Draw n tiles of h x w values (0..255) in a grid of `cols` columns.
+function drawTiles(canvas, bytes, n, h, w, { cols = 16, scale = 1, gap = 1, color = grey } = {}) {
+  const rows = Math.ceil(n / cols);
+  canvas.width = cols * (w * scale + gap) - gap;
+  canvas.height = rows * (h * scale + gap) - gap;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(canvas.width, canvas.height);
+  for (let p = 0; p < img.data.length; p += 4) img.data.set([150, 160, 175, 255], p);  // gaps between tiles
+  for (let k = 0; k < n; k++) {
+    const x0 = (k % cols) * (w * scale + gap), y0 = Math.floor(k / cols) * (h * scale + gap);
+    for (let y = 0; y < h * scale; y++) {
+      for (let x = 0; x < w * scale; x++) {
+        const [r, g, b] = color(bytes[k * h * w + Math.floor(y / scale) * w + Math.floor(x / scale)]);
+        const p = ((y0 + y) * canvas.width + x0 + x) * 4;
+        img.data[p] = r; img.data[p + 1] = g; img.data[p + 2] = b; img.data[p + 3] = 255;
+      }
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+}
+
+// An image (C, H, W), grey for C = 1 and RGB for C = 3, scaled to the canvas.
+function drawImage(canvas, e) {
+  const [C, H, W] = e.shape;
+  const b = bytesOf(e);
+  const off = document.createElement("canvas");
+  off.width = W; off.height = H;
+  const ctx = off.getContext("2d");
+  const img = ctx.createImageData(W, H);
+  for (let i = 0; i < H * W; i++) {
+    const rgb = C === 3 ? [b[i], b[H * W + i], b[2 * H * W + i]] : [b[i], b[i], b[i]];
+    img.data.set([...rgb, 255], 4 * i);
+  }
+  ctx.putImageData(img, 0, 0);
+  const out = canvas.getContext("2d");
+  out.imageSmoothingEnabled = false;
+  out.clearRect(0, 0, canvas.width, canvas.height);
+  out.drawImage(off, 0, 0, canvas.width, canvas.height);
+}
+
+// ---------------------------------------------------------------- the network's views
+
+function renderLengths() {
+  const w = state.walk, info = state.info;
+  const box = $("lengths");
+  box.replaceChildren();
+  w.lengths.forEach((len, j) => {
+    const bar = document.createElement("div");
+    bar.className = "bar" + (j === w.predicted ? " predicted" : "") + (j === state.selected ? " selected" : "");
+    bar.dataset.capsule = j;
+    bar.innerHTML = `<span class="name"></span><span class="track"><span class="fill"></span>` +
+      `<span class="margin" style="left:90%"></span><span class="margin" style="left:10%"></span></span>` +
+      `<span class="value"></span>`;
+    bar.querySelector(".name").textContent = info.classes[j];
+    bar.querySelector(".fill").style.width = `${(100 * len).toFixed(1)}%`;
+    bar.querySelector(".value").textContent = len.toFixed(3);
+    bar.title = `capsule ${j} (${info.classes[j]}): length ${len.toFixed(4)}`;
+    bar.addEventListener("click", () => selectCapsule(j));
+    box.appendChild(bar);
+  });
+  $("predicted").textContent = `${info.classes[w.predicted]} (capsule ${w.predicted}, length ${w.lengths[w.predicted].toFixed(3)})`;
+}
+
+function renderRouting() {
+  const w = state.walk, info = state.info, j = state.selected;
+  const [R, J, T, rows, cols] = w.coupling.shape;
+  const values = valuesOf(w.coupling);
+  const hi = w.coupling.hi || 1;
+  const box = $("routing-rounds");
+  box.replaceChildren();
+  // Mean over capsule types, then one scale for all rounds: darkest to brightest mean coefficient.
+  const means = [];
+  for (let r = 0; r < R; r++) {
+    const m = new Float32Array(rows * cols);
+    for (let p = 0; p < rows * cols; p++) {
+      let s = 0;
+      for (let t = 0; t < T; t++) s += values[(((r * J + j) * T + t) * rows * cols) + p];
+      m[p] = s / T;
+    }
+    means.push(m);
+  }
+  const lo = Math.min(...means.map((m) => Math.min(...m))), top = Math.max(...means.map((m) => Math.max(...m)));
+  for (let r = 0; r < R; r++) {
+    const mean = means[r].map((v) => Math.round(255 * (top > lo ? (v - lo) / (top - lo) : 0)));
+    const fig = document.createElement("figure");
+    const canvas = document.createElement("canvas");
+    drawTiles(canvas, mean, 1, rows, cols, { cols: 1, scale: Math.max(2, Math.floor(96 / Math.max(rows, cols))), color: heat });
+    fig.appendChild(canvas);
+    const cap = document.createElement("figcaption");
+    cap.textContent = `after round ${r + 1}`;
+    fig.appendChild(cap);
+    box.appendChild(fig);
+  }
+  const last = bytesOf(w.coupling).subarray(((R - 1) * J + j) * T * rows * cols, ((R - 1) * J + j + 1) * T * rows * cols);
+  drawTiles($("routing-types"), last, T, rows, cols, { cols: 8, scale: 5, gap: 3, color: heat });
+  $("routing-capsule").textContent = `${j} (${info.classes[j]})`;
+  $("routing-range").textContent = `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white); ` +
+    `type maps from 0 to ${hi.toFixed(3)}`;
+}
+
+function renderLayers() {
+  const w = state.walk, info = state.info;
+  drawImage($("input"), w.input);
+  const [K, h, wd] = w.feature_maps.shape;
+  drawTiles($("feature-maps"), bytesOf(w.feature_maps), K, h, wd, { cols: 16, scale: 1, gap: 2 });
+  const [T, rows, cols] = w.primary_lengths.shape;
+  drawTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols, { cols: 8, scale: 6, gap: 3 });
+  $("primary-range").textContent = `black ${w.primary_lengths.lo.toFixed(3)} to white ${w.primary_lengths.hi.toFixed(3)}, ` +
+    "this input's shortest and longest";
+  const s = w.source;
+  $("source").textContent = s.kind === "test"
+    ? `test image #${s.index}, label ${s.label_name}` : `your image (${s.size[0]}x${s.size[1]} px, preprocessed as MNIST was)`;
+  if (s.kind === "test") $("test-index").value = s.index;
+  void info;
+}
+
+function buildSliders() {
+  const box = $("sliders");
+  box.replaceChildren();
+  for (let d = 0; d < state.info.digit_dim; d++) {
+    const label = document.createElement("label");
+    label.textContent = `dim ${d}`;
+    label.htmlFor = `dim-${d}`;
+    const slider = document.createElement("input");
+    Object.assign(slider, { type: "range", id: `dim-${d}`, className: "dim-slider", step: "0.005" });
+    slider.dataset.dim = d;
+    const value = document.createElement("span");
+    value.className = "value";
+    value.id = `dim-${d}-value`;
+    slider.addEventListener("input", () => {
+      state.pose[d] = Number(slider.value);
+      showSliderValue(d);
+      requestReconstruction();
+    });
+    box.append(label, slider, value);
+  }
+}
+
+function showSliderValue(d) {
+  const base = state.walk.poses[state.selected][d];
+  const delta = state.pose[d] - base;
+  $(`dim-${d}-value`).textContent = `${delta >= 0 ? "+" : ""}${delta.toFixed(3)}`;
+}
+
+function resetSliders() {
+  const base = state.walk.poses[state.selected];
+  const half = state.info.sweep_half_range;
+  state.pose = base.slice();
+  base.forEach((v, d) => {
+    const slider = $(`dim-${d}`);
+    slider.min = (v - half).toFixed(4);
+    slider.max = (v + half).toFixed(4);
+    slider.value = v;
+    slider.title = `capsule value ${v.toFixed(4)}; range ±${half} (Sabour et al., Figure 4)`;
+    showSliderValue(d);
+  });
+}
+
+async function requestReconstruction() {
+  if (!state.info.decoder) return;
+  if (state.inflight) { state.pending = true; return; }
+  state.inflight = true;
+  const started = performance.now();
+  try {
+    const r = await api("/api/reconstruct", { capsule: state.selected, pose: state.pose });
+    drawImage($("recon"), r.reconstruction);
+    $("latency").textContent = `${(performance.now() - started).toFixed(1)} ms`;
+    document.body.dataset.reconstructions = Number(document.body.dataset.reconstructions || 0) + 1;
+    showError("");
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    state.inflight = false;
+    if (state.pending) { state.pending = false; requestReconstruction(); }
+  }
+}
+
+function selectCapsule(j) {
+  state.selected = j;
+  $("selected-capsule").textContent = `${j} (${state.info.classes[j]})`;
+  renderLengths();
+  renderRouting();
+  resetSliders();
+  if (j === state.walk.predicted && state.walk.reconstruction) {
+    drawImage($("recon"), state.walk.reconstruction);
+  } else {
+    requestReconstruction();
+  }
+}
+
+function showWalk(w) {
+  state.walk = w;
+  renderLayers();
+  selectCapsule(w.predicted);
+  document.body.dataset.walks = Number(document.body.dataset.walks || 0) + 1;
+  showError("");
+}
+
+async function walk(path, body, raw) {
+  try {
+    showWalk(await api(path, body, raw));
+  } catch (err) {
+    showError(err.message);
+  }
+}
+
+// ---------------------------------------------------------------- inputs
+
+function setUpDrawing() {
+  const canvas = $("draw");
+  const ctx = canvas.getContext("2d");
+  const clear = () => { ctx.fillStyle = "#000"; ctx.fillRect(0, 0, canvas.width, canvas.height); };
+  clear();
+  let drawing = false, drawn = false;
+  const at = (e) => {
+    const r = canvas.getBoundingClientRect();
+    return [(e.clientX - r.left) * canvas.width / r.width, (e.clientY - r.top) * canvas.height / r.height];
+  };
+  canvas.addEventListener("pointerdown", (e) => {
+    drawing = true; drawn = true;
+    canvas.setPointerCapture(e.pointerId);
+    ctx.strokeStyle = "#fff"; ctx.lineWidth = 18; ctx.lineCap = ctx.lineJoin = "round";
+    ctx.beginPath(); ctx.moveTo(...at(e)); ctx.lineTo(...at(e)); ctx.stroke();
+  });
+  canvas.addEventListener("pointermove", (e) => {
+    if (!drawing) return;
+    ctx.lineTo(...at(e)); ctx.stroke();
+  });
+  const finish = () => {
+    if (!drawing) return;
+    drawing = false;
+    if (drawn) canvas.toBlob((blob) => walk("/api/upload", blob, true), "image/png");
+  };
+  canvas.addEventListener("pointerup", finish);
+  canvas.addEventListener("pointercancel", finish);
+  $("clear-drawing").addEventListener("click", () => { clear(); drawn = false; });
+}
+
+function setUpPickers() {
+  const select = $("test-class");
+  state.info.classes.forEach((name, k) => {
+    const option = document.createElement("option");
+    option.value = k; option.textContent = name === String(k) ? name : `${k}: ${name}`;
+    select.appendChild(option);
+  });
+  $("show-test").addEventListener("click", () => walk("/api/forward", { index: Number($("test-index").value) }));
+  $("test-index").addEventListener("keydown", (e) => { if (e.key === "Enter") $("show-test").click(); });
+  $("next-of-class").addEventListener("click", () => {
+    const k = Number(select.value);
+    const nth = state.nth[k] || 0;
+    state.nth[k] = nth + 1;
+    walk("/api/forward", { class: k, nth });
+  });
+  $("upload").addEventListener("change", (e) => {
+    const file = e.target.files[0];
+    if (file) walk("/api/upload", file, true);
+  });
+  $("reset").addEventListener("click", () => { resetSliders(); requestReconstruction(); });
+  if (state.info.test_size === 0) {
+    for (const id of ["test-index", "show-test", "test-class", "next-of-class"]) $(id).disabled = true;
+  }
+  $("test-index").max = Math.max(0, state.info.test_size - 1);
+}
+
+async function start() {
+  try {
+    const info = state.info = await api("/api/info");
+    const [C, H, W] = info.input;
+    $("model-info").textContent = `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
+      `(${info.test_size} images) · input ${C}x${H}x${W} · ${info.primary.types}x${info.primary.grid.join("x")} primary ` +
+      `capsules of ${info.primary.dim}D · ${info.classes.length} digit capsules of ${info.digit_dim}D · ` +
+      `${info.routing_iterations} routing rounds`;
+    $("untrained").hidden = info.trained;
+    $("input-size").textContent = `${H}x${W}`;
+    setUpDrawing();
+    setUpPickers();
+    buildSliders();
+    const k = await api("/api/kernels");
+    const [K, Ck, kh, kw] = k.kernels.shape;
+    // one tile per kernel and input channel
+    drawTiles($("kernels"), bytesOf(k.kernels), K * Ck, kh, kw, { cols: 16 * Ck, scale: 2, gap: 2 });
+    if (info.test_size > 0) await walk("/api/forward", { index: 0 });
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    showError(`cannot start: ${err.message}`);
+  }
+}
+
+start();

@@ -1,0 +1,70 @@
+"""`capsnet viz` as a user starts it: a real process, a real port, clear errors."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+
+def start(*args):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "capsnet", "viz", "--port", "0", "--quiet", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:
+        if line.startswith("open http://"):
+            return proc, line.split()[1]
+    proc.kill()
+    raise AssertionError(f"the viewer did not start: {proc.stderr.read()}")
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait(timeout=20)
+    return proc.stderr.read()
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_viz_serves_a_checkpoint(tiny_run):
+    proc, url = start("--checkpoint", str(tiny_run))
+    try:
+        info = get(url + "api/info")
+        assert info["trained"] is True and info["dataset"] == "mnist-sample"
+        assert info["checkpoint"] == str(tiny_run / "best.safetensors")
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert b"capsnet viewer" in r.read()
+    finally:
+        assert "UNTRAINED" not in stop(proc)
+
+
+def test_viz_without_checkpoint_says_untrained():
+    proc, url = start()
+    try:
+        info = get(url + "api/info")
+        assert info["trained"] is False and info["checkpoint"] is None and info["dataset"] == "mnist-sample"
+    finally:
+        assert "UNTRAINED" in stop(proc)
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "capsnet", "viz", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_viz_bad_flags(tmp_path, tiny_run):
+    r = _run("--port", "70000")
+    assert r.returncode == 2 and "not a port number" in r.stderr and "Traceback" not in r.stderr
+    r = _run("--checkpoint", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = _run("--checkpoint", str(tiny_run), "--port", str(busy.getsockname()[1]))
+    assert r.returncode == 2 and "cannot listen" in r.stderr and "pick another --port" in r.stderr

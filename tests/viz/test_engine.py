@@ -1,0 +1,146 @@
+"""capsnet.viz.engine: the per-layer views against the model's own forward pass."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet import CapsNet
+from capsnet.viz import SWEEP_HALF_RANGE, Viewer, ViewerError, decode, encode
+
+
+def test_encode_round_trip_within_one_step():
+    x = torch.randn(3, 5, 7)
+    e = encode(x)
+    assert e["shape"] == [3, 5, 7]
+    step = (x.max() - x.min()).item() / 255
+    np.testing.assert_allclose(decode(e), x.numpy(), atol=step / 2 + 1e-6)
+    # one range per entry of the first axis
+    e = encode(x, (-x.abs().amax(dim=(1, 2))).tolist(), x.abs().amax(dim=(1, 2)).tolist())
+    assert len(e["lo"]) == 3 and e["lo"][0] == -e["hi"][0]
+    for k in range(3):
+        np.testing.assert_allclose(decode(e)[k], x[k].numpy(), atol=x[k].abs().max().item() / 255 + 1e-6)
+    # values outside a given range are clipped, a constant array does not divide by zero
+    assert decode(encode(torch.tensor([-1.0, 0.5, 2.0]), 0.0, 1.0)).tolist() == pytest.approx([0, 128 / 255, 1])
+    assert decode(encode(torch.full((4,), 3.0))).tolist() == [3.0] * 4
+
+
+def test_walk_matches_the_model(viewer: Viewer):
+    model: CapsNet = viewer.model
+    cfg = model.config
+    inp = viewer.test_input(index=7)
+    w = viewer.walk(inp)
+    x = inp.image.unsqueeze(0)
+    with torch.no_grad():
+        out = model(x)
+        maps = torch.relu(model.conv1(x))[0]
+        u = model.primary(torch.relu(model.conv1(x)))[0]
+    rows, cols = cfg.primary_grid
+    R = cfg.routing_iterations
+    assert w["predicted"] == int(out.lengths.argmax())
+    np.testing.assert_allclose(w["lengths"], out.lengths[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(w["poses"], out.poses[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(decode(w["reconstruction"]), out.reconstructions[0].numpy(), atol=0.5 / 255 + 1e-6)
+    np.testing.assert_allclose(decode(w["input"]), inp.image.numpy(), atol=0.5 / 255 + 1e-6)
+    fm = decode(w["feature_maps"])
+    assert fm.shape == (cfg.conv1_channels, 20, 20)
+    np.testing.assert_allclose(fm, maps.numpy(), atol=maps.max().item() / 255)
+    pl = decode(w["primary_lengths"])
+    np.testing.assert_allclose(pl, u.norm(dim=-1).reshape(cfg.primary_types, rows, cols).numpy(), atol=1 / 255)
+    # coupling: (rounds, J, types, rows, cols); after round R - 1 it is what round R used, the model's own coupling
+    c = decode(w["coupling"])
+    assert c.shape == (R, cfg.num_classes, cfg.primary_types, rows, cols)
+    used_in_last_round = out.coupling[0].T.reshape(cfg.num_classes, cfg.primary_types, rows, cols).numpy()
+    np.testing.assert_allclose(c[R - 2], used_in_last_round, atol=w["coupling"]["hi"] / 255)
+    np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=cfg.num_classes * w["coupling"]["hi"] / 255)  # softmax over J
+    assert w["source"] == {"kind": "test", "index": 7, "label": int(viewer.test_labels[7]),
+                           "label_name": viewer.classes[int(viewer.test_labels[7])]}
+
+
+def test_reconstruct_moves_only_with_the_pose(viewer: Viewer):
+    w = viewer.walk(viewer.test_input(index=3))
+    j = w["predicted"]
+    same = viewer.reconstruct(w["poses"][j], j)
+    assert same["reconstruction"]["data"] == w["reconstruction"]["data"]
+    pose = list(w["poses"][j])
+    pose[5] += SWEEP_HALF_RANGE
+    moved = decode(viewer.reconstruct(pose, j)["reconstruction"])
+    with torch.no_grad():
+        p = torch.zeros(1, 10, 16)
+        p[0, j] = torch.tensor(pose)
+        expected = viewer.model.reconstruct(p, torch.tensor([j]))[0].numpy()
+        p[0, j] = torch.tensor(w["poses"][j])
+        unmoved = viewer.model.reconstruct(p, torch.tensor([j]))[0].numpy()
+    assert np.abs(expected - unmoved).max() > 1e-4  # the decoder does respond to dimension 5
+    np.testing.assert_allclose(moved, expected, atol=0.5 / 255 + 1e-6)
+
+
+def test_kernels_are_conv1_weights(viewer: Viewer):
+    k = viewer.kernels()["kernels"]
+    w = viewer.model.conv1.weight.detach()
+    assert k["shape"] == list(w.shape)
+    assert k["lo"] == pytest.approx((-w.abs().amax(dim=(1, 2, 3))).tolist())
+    np.testing.assert_allclose(decode(k), w.numpy(), atol=w.abs().max().item() / 255 + 1e-6)
+
+
+def test_pick_by_class(viewer: Viewer):
+    labels = viewer.test_labels
+    for k in (0, 4, 9):
+        where = (labels == k).nonzero().flatten()
+        assert viewer.test_input(label=k).source["index"] == int(where[0])
+        assert viewer.test_input(label=k, nth=1).source["index"] == int(where[1])
+        assert viewer.test_input(label=k, nth=len(where)).source["index"] == int(where[0])  # wraps around
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"index": 10**6}, "out of range"), ({"index": -1}, "out of range"), ({"index": True}, "out of range"),
+    ({"index": "3"}, "out of range"), ({"label": 10}, "unknown class"), ({"label": 2.0}, "unknown class"),
+    ({"label": 1, "nth": -1}, "nth must be"),
+])
+def test_bad_picks(viewer: Viewer, kwargs, fragment):
+    with pytest.raises(ViewerError, match=fragment):
+        viewer.test_input(**kwargs)
+
+
+@pytest.mark.parametrize("pose, capsule, fragment", [
+    ([0.0] * 15, 1, "list of 16 numbers, got 15"), ([0.0] * 17, 1, "got 17"), ("0" * 16, 1, "got str"),
+    ([float("nan")] + [0.0] * 15, 1, "finite"), ([float("inf")] + [0.0] * 15, 1, "finite"),
+    (["a"] + [0.0] * 15, 1, "finite"), ([None] * 16, 1, "finite"), ([True] * 16, 1, "finite"),
+    ([0.0] * 16, 10, "unknown capsule"), ([0.0] * 16, -1, "unknown capsule"), ([0.0] * 16, "1", "unknown capsule"),
+])
+def test_bad_poses(viewer: Viewer, pose, capsule, fragment):
+    with pytest.raises(ViewerError, match=fragment):
+        viewer.reconstruct(pose, capsule)
+
+
+def test_test_images_must_fit_the_model():
+    model = CapsNet()
+    with pytest.raises(ViewerError, match=r"test images are \(1, 36, 36\) but the model takes \(1, 28, 28\)"):
+        Viewer(model, test_images=torch.zeros(2, 1, 36, 36, dtype=torch.uint8), test_labels=torch.zeros(2))
+
+
+def test_other_input_sizes_and_class_names(data_root):
+    """A 36x36 model (MultiMNIST's canvas) on real digits padded to 36x36, with its own class names."""
+    from capsnet import CapsNetConfig
+    from capsnet.data import load_dataset
+    from capsnet.viz.images import mnist_style
+
+    from PIL import Image
+
+    torch.manual_seed(0)
+    cfg = CapsNetConfig(input_height=36, input_width=36, conv1_channels=8, primary_types=2, decoder_hidden=(16,))
+    test = load_dataset("mnist", "test", root=data_root, progress=False).subset(range(20))
+    images = torch.nn.functional.pad(test.images, (4, 4, 4, 4))  # (20, 1, 36, 36)
+    names = [f"digit {k}" for k in range(10)]
+    viewer = Viewer(CapsNet(cfg), test_images=images, test_labels=test.labels, classes=names, dataset="padded")
+    info = viewer.info()
+    assert info["input"] == [1, 36, 36] and info["primary"]["grid"] == [10, 10] and info["classes"] == names
+    assert info["trained"] is False and info["conv1"]["map"] == [28, 28]
+    w = viewer.walk(viewer.test_input(index=3))
+    assert w["feature_maps"]["shape"] == [8, 28, 28] and w["primary_lengths"]["shape"] == [2, 10, 10]
+    assert w["coupling"]["shape"] == [3, 10, 2, 10, 10] and w["reconstruction"]["shape"] == [1, 36, 36]
+    assert w["source"]["label_name"] == names[int(test.labels[3])]
+    drawn = Image.fromarray(test.images[3, 0].numpy())
+    x = mnist_style(drawn, viewer.shape)
+    assert x.shape == (1, 36, 36)
+    assert viewer.walk(viewer.image_input(x, {"kind": "upload"}))["input"]["shape"] == [1, 36, 36]

@@ -1,0 +1,175 @@
+"""capsnet.viz.server over real HTTP on 127.0.0.1: every endpoint, every bad request, concurrency."""
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from capsnet.viz import decode, serve_in_thread
+
+
+@pytest.fixture(scope="module")
+def server(viewer):
+    srv, thread = serve_in_thread(viewer)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+def request(server, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, r.getheader("Content-Type"), data
+    finally:
+        conn.close()
+
+
+def api(server, path, payload=None, raw=None):
+    body = raw if raw is not None else (None if payload is None else json.dumps(payload).encode())
+    status, ctype, data = request(server, "GET" if body is None else "POST", path, body)
+    assert ctype == "application/json"
+    return status, json.loads(data)
+
+
+def assert_alive(server):
+    status, info = api(server, "/api/info")
+    assert status == 200 and info["trained"] is True
+
+
+def _png(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_page_and_assets(server):
+    status, ctype, page = request(server, "GET", "/")
+    assert status == 200 and ctype.startswith("text/html")
+    assert b'src="app.js"' in page and b'id="recon"' in page and b'id="draw"' in page
+    for path, kind in [("/app.js", "text/javascript"), ("/style.css", "text/css")]:
+        status, ctype, data = request(server, "GET", path)
+        assert status == 200 and ctype.startswith(kind) and len(data) > 500
+
+
+def test_info_kernels_forward_reconstruct(server, viewer):
+    status, info = api(server, "/api/info")
+    assert status == 200
+    assert info["input"] == [1, 28, 28] and info["digit_dim"] == 16 and info["test_size"] == len(viewer.test_images)
+    assert info["dataset"] == "mnist-sample" and info["checkpoint"].endswith("best.safetensors")
+    status, k = api(server, "/api/kernels")
+    assert status == 200 and k["kernels"]["shape"] == [16, 1, 9, 9]
+    status, w = api(server, "/api/forward", {"index": 5})
+    assert status == 200 and w["source"]["index"] == 5
+    assert w == json.loads(json.dumps(viewer.walk(viewer.test_input(index=5))))  # the API is the engine, as JSON
+    status, w2 = api(server, "/api/forward", {"class": 3, "nth": 2})
+    assert status == 200 and w2["source"]["label"] == 3
+    j = w["predicted"]
+    status, r = api(server, "/api/reconstruct", {"capsule": j, "pose": w["poses"][j]})
+    assert status == 200 and r["reconstruction"]["data"] == w["reconstruction"]["data"]
+
+
+def test_upload_of_a_test_digit(server, viewer):
+    """A test digit uploaded as PNG is classified as that test image is."""
+    original = viewer.test_images[11, 0].numpy()
+    status, w = api(server, "/api/upload", raw=_png(original))
+    assert status == 200 and w["source"] == {"kind": "upload", "size": [28, 28]}
+    np.testing.assert_allclose(decode(w["input"]), original[None] / 255, atol=0.1)
+    _, ref = api(server, "/api/forward", {"index": 11})
+    assert w["predicted"] == ref["predicted"]
+
+
+BAD_JSON = [
+    ("/api/forward", b"{not json", 400, "not valid JSON"),
+    ("/api/forward", b"[1, 2]", 400, "must be a JSON object"),
+    ("/api/forward", b"\xff\xfe", 400, "not valid JSON"),
+    ("/api/forward", b'{"index": 1, "class": 2}', 400, "exactly one of"),
+    ("/api/forward", b"{}", 400, "exactly one of"),
+    ("/api/forward", b'{"idx": 1}', 400, "unknown field"),
+    ("/api/forward", b'{"index": 99999999}', 400, "out of range"),
+    ("/api/forward", b'{"index": 1.5}', 400, "out of range"),
+    ("/api/forward", b'{"class": 11}', 400, "unknown class"),
+    ("/api/forward", b'{"class": "seven"}', 400, "unknown class"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": [0, 0, 0]}', 400, "list of 16 numbers, got 3"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": [NaN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400, "NaN"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": [Infinity, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400,
+     "Infinity"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": [1e999, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400,
+     "finite"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": ["x", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400,
+     "finite"),
+    ("/api/reconstruct", b'{"capsule": 12, "pose": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400,
+     "unknown capsule"),
+    ("/api/reconstruct", b'{"pose": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400, "send {"),
+    ("/api/reconstruct", b'{"capsule": 1, "pose": [' + b"0, " * 30000 + b"0]}", 413, "at most 65,536"),
+]
+
+
+@pytest.mark.parametrize("path, body, status, fragment", BAD_JSON)
+def test_bad_json_requests(server, path, body, status, fragment):
+    got, payload = api(server, path, raw=body)
+    assert got == status and fragment in payload["error"]
+    assert_alive(server)
+
+
+def test_bad_uploads(server):
+    good = _png(np.eye(40, dtype=np.uint8) * 255)
+    cases = [
+        (b"this is not an image", 400, "not a PNG or JPEG"),
+        (good[: len(good) // 2], 400, "truncated or corrupt"),
+        (_png(np.zeros((30, 30), dtype=np.uint8)), 400, "blank"),
+        (b"\0" * (5 * 2**20), 413, "at most 4,194,304"),
+    ]
+    big = io.BytesIO()
+    Image.new("1", (6000, 6000)).save(big, "PNG")
+    cases.append((big.getvalue(), 400, "6000x6000 pixels"))
+    for body, status, fragment in cases:
+        got, payload = api(server, "/api/upload", raw=body)
+        assert got == status and fragment in payload["error"], (got, payload)
+        assert_alive(server)
+
+
+def test_paths_methods_and_broken_http(server):
+    assert request(server, "GET", "/nope")[0] == 404
+    assert request(server, "GET", "/api/forward")[0] == 405
+    assert request(server, "POST", "/api/info", b"{}")[0] == 405
+    assert request(server, "DELETE", "/api/info")[0] == 405
+    # no Content-Length, a lying Content-Length, garbage instead of HTTP: answered or dropped, never fatal
+    for raw in [b"POST /api/forward HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"POST /api/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"index\": 1}",
+                b"POST /api/forward HTTP/1.1\r\nHost: x\r\nContent-Length: banana\r\n\r\n",
+                b"\x16\x03\x01 garbage that is not HTTP\r\n\r\n"]:
+        with socket.create_connection(server.server_address[:2], timeout=10) as s:
+            s.sendall(raw)
+            s.shutdown(socket.SHUT_WR)
+            reply = s.recv(4096)
+        # HTTP/1.1 requests get a 4xx status line; a line that is not HTTP gets a bare (HTTP/0.9) JSON error
+        assert reply.startswith(b"HTTP/1.1 4") or b'"error"' in reply, reply[:80]
+        assert_alive(server)
+
+
+def test_concurrent_requests_agree_with_serial(server, viewer):
+    w = viewer.walk(viewer.test_input(index=2))
+    j = w["predicted"]
+    poses = []
+    for k in range(24):
+        pose = list(w["poses"][j])
+        pose[k % 16] += 0.01 * (k - 12)
+        poses.append(pose)
+    serial = [api(server, "/api/reconstruct", {"capsule": j, "pose": p})[1] for p in poses]
+    with ThreadPoolExecutor(8) as pool:
+        jobs = [pool.submit(api, server, "/api/reconstruct", {"capsule": j, "pose": p}) for p in poses]
+        jobs += [pool.submit(api, server, "/api/forward", {"index": k}) for k in range(8)]
+        results = [f.result() for f in jobs]
+    assert [r for _, r in results[:24]] == serial
+    assert all(status == 200 for status, _ in results)
+    assert [r["source"]["index"] for _, r in results[24:]] == list(range(8))
