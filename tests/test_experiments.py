@@ -251,3 +251,14 @@ def test_experiment_bad_flags_are_refused_before_any_run(tmp_path, capsys, args,
     assert code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_experiment_help_names_every_flag_and_its_default(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["experiment", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("multimnist,affine,less-data", "--out", "--models", "--epochs", "--steps", "--sizes", "--train-size",
+                 "--test-size", "--batch-size", "--cnn-channels", "--dropout", "--seed", "--device"):
+        assert flag in text
+    assert "(default: 10)" in text and "default: None" not in text

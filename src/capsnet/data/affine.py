@@ -6,8 +6,8 @@ transforms. ``random_affine`` makes an affNIST-like set from any 28x28 digits
 within affNIST's published ranges: rotation within +-20 degrees, shear within
 +-0.2, each axis scaled by 0.8 to 1.2; the transformed digit is then placed at
 a uniformly random position that keeps all of it inside the 40x40 frame. The
-draw is fixed by the generator's seed. (Reading the real affNIST .mat files
-is not written yet.)
+draw is fixed by the generator's seed. The real affNIST .mat files are read
+by ``capsnet.data.affnist.load_affnist``.
 """
 from __future__ import annotations
 
