@@ -232,3 +232,36 @@ def test_bench_on_cuda_without_cuda_is_a_clean_error(capsys):
 
     assert main(["bench", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_an_empty_baseline_path_leaves_the_baseline_out():
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"], baseline_path="",
+                         config=TINY, memory=False, floor=False)
+    assert [r["impl"] for r in rows] == ["capsnet"] and rows[0]["ratio"] is None
+    assert "left out" in rows[0]["note"]
+
+
+def test_compiled_capsnet_rows(monkeypatch):
+    # capsnet alone is compiled; the baseline and the floor run as written.
+    import capsnet.bench
+
+    compiled = []
+    real = capsnet.bench.compile_model
+    monkeypatch.setattr(capsnet.bench, "compile_model", lambda m, c: compiled.append((type(m).__name__, c)) or real(m, c))
+    torch._dynamo.reset()
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, modes=["train"], baseline_path=BASELINE_PATH,
+                         config=TINY, memory=False, compile="aot_eager")
+    assert [r["impl"] for r in rows] == ["capsnet", "tutorial baseline", "conv floor"]
+    assert rows[0]["warmup"] == 2 and all(r["images_per_s"] > 0 for r in rows)
+    assert [c for _, c in compiled] == ["aot_eager", False, False] and compiled[0][0] == "CapsNet"
+
+
+def test_bench_command_passes_compile(monkeypatch, capsys):
+    import capsnet.bench
+    from capsnet.cli import main
+
+    seen = []
+    monkeypatch.setattr(capsnet.bench, "run_benchmark", lambda **kw: seen.append(kw) or [])
+    assert main(["bench", "--device", "cpu", "--compile"]) == 0
+    assert main(["bench", "--device", "cpu", "--baseline", ""]) == 0
+    assert seen[0]["compile"] == "default" and seen[1]["compile"] is False and seen[1]["baseline_path"] == ""

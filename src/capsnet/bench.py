@@ -53,6 +53,7 @@ from torch import nn
 
 from .losses import margin_loss, reconstruction_loss
 from .models.capsnet import CapsNet, CapsNetConfig
+from .train import compile_model
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "format_table"]
 
@@ -175,10 +176,11 @@ class _Runner:
     """One implementation in one mode: a step to time and its memory peak."""
 
     def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float,
-                 bf16: bool = False) -> None:
+                 bf16: bool = False, fused: bool = False, compile: bool | str = False) -> None:
         self.model, self.mode, self.images, self.labels, self.bf16 = model, mode, images, labels, bf16
+        self.call = compile_model(model, compile)  # the model itself unless compiled; same parameters
         self.device = images.device
-        self.opt = torch.optim.Adam(model.parameters(), lr=lr) if mode == "train" else None
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None) if mode == "train" else None
         model.train(mode == "train")
 
     def _prepare(self) -> None:
@@ -188,9 +190,9 @@ class _Runner:
     def _run(self) -> None:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if self.opt is not None:
-                _train_step(self.model, self.opt, self.images, self.labels)
+                _train_step(self.call, self.opt, self.images, self.labels)
             else:
-                _infer_step(self.model, self.images)
+                _infer_step(self.call, self.images)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -250,7 +252,7 @@ def run_benchmark(
     devices: Sequence[str] | None = None,
     batch_size: int = 128,
     repeats: int = 5,
-    warmup: int = 1,
+    warmup: int | None = None,
     modes: Sequence[str] = MODES,
     baseline_path: str | os.PathLike[str] | None = None,
     baseline_share_logits: bool = True,
@@ -260,16 +262,19 @@ def run_benchmark(
     memory: bool = True,
     floor: bool = True,
     dtype: str = "fp32",
+    compile: bool | str = False,
 ) -> list[dict[str, Any]]:
     """Throughput and peak memory of capsnet's CapsNet and the tutorial baseline.
 
     Args:
         devices: e.g. ``("cpu", "cuda")``; None: the CPU and, when present, CUDA.
-        batch_size, repeats, warmup: images per step, timed steps, untimed steps first.
+        batch_size, repeats, warmup: images per step, timed steps, untimed steps first
+            (None: 1, or 2 when compiling, so compilation and any recompile are not timed).
         modes: any of ``"train"`` and ``"infer"``.
         baseline_path: the tutorial baseline file; None looks for
             ``benchmarks/tutorial_baseline.py`` beside the source or in the working
-            directory. Not found: no baseline rows, and a ``note`` on the capsnet rows.
+            directory; ``""`` leaves the baseline out. Not found or left out: no
+            baseline rows, and a ``note`` on the capsnet rows.
         baseline_share_logits: the tutorials' routing logits shared by the batch
             (True, literal) or kept per example (False, the same maths as capsnet).
         seed: seeds the weights (the baseline copies capsnet's), images and labels.
@@ -279,6 +284,11 @@ def run_benchmark(
         floor: also time the two convolutions alone (``ConvFloor``) for ``floor_ratio``.
         dtype: ``"fp32"``, or ``"bf16"`` for every step under ``torch.autocast`` to
             bfloat16 (weights and optimizer stay fp32), for all implementations alike.
+        compile: compile capsnet's model as ``capsnet train --compile`` does
+            (``capsnet.train.compile_model``: True, an Inductor mode or a backend
+            name); the baseline and the floor stay eager.
+
+    On CUDA, capsnet's Adam is fused, as in ``capsnet train``; the baseline's is not.
 
     Returns:
         one dict per (device, mode, implementation): impl, device, mode, batch, repeats,
@@ -290,6 +300,8 @@ def run_benchmark(
         capsule layer alone over capsnet's step, timed right after it; capsnet rows),
         note.
     """
+    if warmup is None:
+        warmup = 2 if compile else 1
     if repeats < 1 or warmup < 0 or batch_size < 1:
         raise ValueError(f"need repeats >= 1, warmup >= 0, batch_size >= 1; got {repeats}, {warmup}, {batch_size}")
     unknown = sorted(set(modes) - set(MODES))
@@ -304,9 +316,11 @@ def run_benchmark(
             raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
 
     note = None
-    path = Path(baseline_path) if baseline_path is not None else default_baseline_path()
+    path = Path(baseline_path) if baseline_path else (None if baseline_path == "" else default_baseline_path())
     baseline_module = None
-    if path is not None and path.is_file():
+    if baseline_path == "":
+        note = "tutorial baseline left out: no baseline rows or ratios"
+    elif path is not None and path.is_file():
         baseline_module = load_baseline(path)
     else:
         note = f"tutorial baseline not found at {path or BASELINE_FILE}: baseline rows and ratios left out"
@@ -327,7 +341,11 @@ def run_benchmark(
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
 
         for mode in modes:
-            runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16") for impl, m in models.items()}
+            # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
+            runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16",
+                                     fused=impl == CAPSNET and device.type == "cuda",
+                                     compile=compile if impl == CAPSNET else False)
+                       for impl, m in models.items()}
             for impl, runner in runners.items():
                 for _ in range(warmup):
                     runner.time_step()

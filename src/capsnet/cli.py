@@ -16,6 +16,7 @@ __all__ = ["main", "build_parser"]
 DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample")  # capsnet.data.DATASETS, without importing torch
 TASK_NAMES = ("multimnist", "translated-mnist")  # capsnet.data.tasks.TASKS: the paper's sets built from MNIST
 EXPERIMENT_NAMES = ("multimnist", "affine", "less-data")  # capsnet.experiments.EXPERIMENTS
+AMP_MODES = ("none", "bf16")  # capsnet.train.AMP_MODES
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -61,7 +62,7 @@ def _flags_of(config) -> dict[str, str]:
 
 
 _TRAIN_FLAGS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
-                "val_size", "train_size", "test_size", "eval_every", "seed")
+                "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     _baseline_arguments(t)
     t.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the initial weights, shuffles and shifts")
     t.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    t.add_argument("--amp", choices=AMP_MODES, default="none",
+                   help="bf16: training steps under bfloat16 autocast, weights and Adam in fp32 (for GPUs; on a CPU "
+                        "without bf16 units it is many times slower); evaluation stays fp32")
+    _compile_argument(t, "compile the model for the training steps with torch.compile (the optimizer stays eager, so "
+                         "the decaying learning rate never recompiles it). MODE: default, reduce-overhead (CUDA graphs), "
+                         "max-autotune, or a backend such as aot_eager. Pays off on CUDA; on this CPU it is slower")
     t.add_argument("--allocator", choices=("keep", "default"), default="keep",
                    help="keep: glibc keeps freed memory for reuse, about 20%% faster CPU training "
                         "(capsnet.memory; a no-op off glibc); default: the C library's own behaviour")
@@ -143,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
     b.add_argument("--device", default="auto", help="auto (CPU, plus CUDA when present), cpu or cuda")
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline ('' to skip)")
+    _compile_argument(b, "compile capsnet's model as capsnet train --compile does (the baseline and the floor stay eager)")
     b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
     b.add_argument("--allocator", choices=("keep", "default"), default="keep",
@@ -216,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .viz import add_arguments as _viz_arguments
     _viz_arguments(v)
     return p
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eager")
+
+
+def _compile_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
+                        help=help + f" ({', '.join(COMPILE_MODES)}; the flag alone: default)")
 
 
 def _baseline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -430,7 +446,7 @@ def _cmd_train(args: argparse.Namespace, explicit: set[str], parser: argparse.Ar
         model_cfg = saved_model
         train_cfg = dataclasses.replace(saved_train, epochs=args.epochs if "epochs" in explicit else saved_train.epochs)
     final = fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
-                progress=not args.no_progress)
+                progress=not args.no_progress, compile=args.compile or False)
     split = "val" if train_cfg.val_size else "test"
     if final:
         what = "top-2 exact accuracy" if train_cfg.dataset == "multimnist" else "accuracy"
@@ -555,7 +571,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             for dtype in args.dtype:
                 print(f"capsnet bench: batch {batch_size}, {rounds} routing rounds, {dtype} ...", file=sys.stderr, flush=True)
                 rows += run_benchmark(devices=devices, batch_size=batch_size, repeats=args.repeats,
-                                      baseline_path=args.baseline or None, seed=args.seed, dtype=dtype,
+                                      baseline_path=args.baseline, seed=args.seed, dtype=dtype,
+                                      compile=args.compile or False,
                                       config=CapsNetConfig(routing_iterations=rounds))
     env = environment() | {"allocator": allocator}
     print(" ".join(f"{k}={v}" for k, v in env.items()))

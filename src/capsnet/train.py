@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,11 @@ from .losses import margin_loss, reconstruction_loss
 from .models import MODELS, BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, model_name
 
 __all__ = ["TrainConfig", "fit", "evaluate", "evaluate_pairs", "evaluate_split", "lr_at", "resolve_device",
-           "load_model", "prepare_data", "EvalResult", "PairEvalResult", "TRAIN_DATASETS"]
+           "load_model", "prepare_data", "make_optimizer", "compile_model", "EvalResult", "PairEvalResult",
+           "TRAIN_DATASETS", "AMP_MODES"]
 
 TRAIN_DATASETS = DATASETS + TASKS  # plain image sets, then the paper's experiment sets built from MNIST
+AMP_MODES = ("none", "bf16")  # bf16: forward and losses under torch.autocast to bfloat16; weights and Adam stay fp32
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class TrainConfig:
     eval_batch_size: int = 256
     eval_every: int = 1  # evaluate (and checkpoint) every this many epochs, and after the last
     seed: int = 0
+    amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
 
     def __post_init__(self) -> None:
         if self.dataset not in TRAIN_DATASETS:
@@ -69,6 +73,8 @@ class TrainConfig:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if self.recon_weight < 0:
             raise ValueError(f"recon_weight must be >= 0, got {self.recon_weight}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,7 +179,7 @@ def _loss(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.Tens
     """
     K = model.config.num_classes
     pairs = labels.dim() == 2
-    if isinstance(model, BaselineCNN):
+    if isinstance(getattr(model, "_orig_mod", model), BaselineCNN):  # a compiled model wraps the module
         logits = model(images)
         target = _multi_hot(labels, K, logits.dtype) / labels.shape[1] if pairs else labels
         return torch.nn.functional.cross_entropy(logits, target), logits.softmax(dim=1)
@@ -214,18 +220,20 @@ def evaluate(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: torch.T
     was_training = model.training
     model.eval()
     K = model.config.num_classes
-    confusion = torch.zeros(K, K, dtype=torch.int64)
-    total_loss, n = 0.0, len(labels)
-    with torch.no_grad():
+    n = len(labels)
+    # Sums stay on the device until the end: no host sync per batch.
+    confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
+    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    with torch.inference_mode():
         for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             loss, lengths = _loss(model, x, y, recon_weight)
-            total_loss += loss.item() * len(y)
-            pred = lengths.argmax(dim=1)
-            confusion += torch.bincount((y * K + pred).cpu(), minlength=K * K).view(K, K)
+            total_loss += loss.double() * len(y)
+            confusion += torch.bincount(y * K + lengths.argmax(dim=1), minlength=K * K)
     model.train(was_training)
+    confusion = confusion.view(K, K).cpu()
     acc = confusion.diag().sum().item() / max(n, 1)
-    return EvalResult(total_loss / max(n, 1), acc, 1.0 - acc, confusion)
+    return EvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc, confusion)
 
 
 @dataclass
@@ -244,17 +252,19 @@ def evaluate_pairs(model: CapsNet | BaselineCNN, images: torch.Tensor, labels: t
     """
     was_training = model.training
     model.eval()
-    total_loss, right, n = 0.0, 0, len(labels)
-    with torch.no_grad():
+    n = len(labels)
+    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    right = torch.zeros((), dtype=torch.int64, device=images.device)
+    with torch.inference_mode():
         for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
             sl = slice(start, start + batch_size)
             comp = components[sl] if components is not None else None
             loss, scores = _loss(model, images[sl], labels[sl], recon_weight if comp is not None else 0.0, comp)
-            total_loss += loss.item() * len(labels[sl])
-            right += int(top2_correct(scores, labels[sl]).sum())
+            total_loss += loss.double() * len(labels[sl])
+            right += top2_correct(scores, labels[sl]).sum()
     model.train(was_training)
-    acc = right / max(n, 1)
-    return PairEvalResult(total_loss / max(n, 1), acc, 1.0 - acc)
+    acc = right.item() / max(n, 1)
+    return PairEvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc)
 
 
 def evaluate_split(model: CapsNet | BaselineCNN, split: _Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
@@ -289,9 +299,41 @@ def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Gene
     return g
 
 
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
+    """Adam at ``cfg.lr``; fused into one kernel per step on CUDA, PyTorch's default elsewhere."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True if device.type == "cuda" else None)
+
+
+def _load_optimizer_state(opt: torch.optim.Adam, saved: dict[str, Any]) -> None:
+    """Load Adam's state, keeping this device's implementation (a run trained fused on CUDA resumes on CPU)."""
+    flags = [{k: group[k] for k in ("fused", "foreach")} for group in opt.param_groups]
+    opt.load_state_dict(saved)
+    for group, kept in zip(opt.param_groups, flags):
+        group.update(kept)
+
+
+def compile_model(model: torch.nn.Module, compile: bool | str) -> torch.nn.Module:
+    """``torch.compile(model)`` for the training step, or the model itself when ``compile`` is False.
+
+    ``compile`` is True (TorchInductor, default mode), an Inductor mode
+    ("reduce-overhead": CUDA graphs; "max-autotune") or a backend name
+    ("aot_eager", ...). Only the model is compiled: the optimizer step, whose
+    learning rate changes every step, stays eager, so the graph never changes
+    with it. The returned module shares the model's parameters; checkpoints
+    are taken from the model itself.
+    """
+    if compile is False or compile is None:
+        return model
+    if compile is True or compile == "default":
+        return torch.compile(model)
+    if compile in ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        return torch.compile(model, mode=compile)
+    return torch.compile(model, backend=compile)
+
+
 def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         device: str | torch.device = "auto", data_root: str | os.PathLike | None = None,
-        resume: bool = False, progress: bool = True) -> dict[str, Any]:
+        resume: bool = False, progress: bool = True, compile: bool | str = False) -> dict[str, Any]:
     """Train a CapsNet (or, given its config, the CNN baseline), checkpointing into ``run_dir`` every epoch
     (every ``cfg.eval_every`` epochs, and after the last, when that is more than 1).
 
@@ -301,6 +343,13 @@ def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_d
     (one line per epoch). With ``resume=True`` training continues from
     ``last.safetensors`` with the run's saved configuration; only ``cfg.epochs``
     may differ from it. Returns the final epoch's metrics.
+
+    Speed: ``cfg.amp == "bf16"`` runs the training steps under bfloat16
+    autocast (evaluation stays fp32); ``compile`` compiles the model for the
+    training steps (see ``compile_model``; not part of the saved configuration,
+    so a run may resume with or without it, though then not bit for bit). On
+    CUDA, Adam is fused. The running loss and accuracy stay on the device and
+    reach the progress bar about twice a second, so no step waits on the host.
     """
     run_dir = Path(run_dir)
     name = model_name(model_config)
@@ -346,40 +395,49 @@ def fit(model_config: CapsNetConfig | BaselineCNNConfig, cfg: TrainConfig, run_d
     # 3. Model and optimizer, same initial weights for the same seed.
     torch.manual_seed(cfg.seed)
     model = model_cls(model_config).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = make_optimizer(model, cfg, dev)
     if ckpt is not None:
         model.load_state_dict(ckpt.model_state)
-        opt.load_state_dict(ckpt.optimizer_state)
+        _load_optimizer_state(opt, ckpt.optimizer_state)
         if "torch" in ckpt.rng_state:
             torch.set_rng_state(ckpt.rng_state["torch"])
 
     # 4. Epochs.
     N, B = len(train.labels), cfg.batch_size
     step = state["step"]
+    train_model = compile_model(model, compile)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp == "bf16")
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         g = _seeded_generator(cfg.seed, epoch, dev)
         order = torch.randperm(N, generator=g, device=dev)
         bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
-        run_loss, run_correct, seen = 0.0, 0, 0
+        run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
+        run_correct = torch.zeros((), dtype=torch.int64, device=dev)
+        seen, shown = 0, time.monotonic()
         for start in bar:
             idx = order[start:start + B]
             x, y, comp = _train_batch(cfg, train, idx, g)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            loss, lengths = _loss(model, x, y, cfg.recon_weight, comp)
+            with autocast:
+                loss, lengths = _loss(train_model, x, y, cfg.recon_weight, comp)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             step += 1
-            run_loss += loss.item() * len(y)
-            run_correct += _correct(lengths, y).sum().item()
+            run_loss += loss.detach().double() * len(y)
+            run_correct += _correct(lengths.detach(), y).sum()
             seen += len(y)
-            bar.set_postfix(loss=f"{run_loss / seen:.4f}", acc=f"{run_correct / seen:.4f}")
+            if progress and time.monotonic() - shown > 0.5:
+                bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}")
+                shown = time.monotonic()
+        train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen
+        bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
         bar.close()
 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg),
-                  "train_loss": run_loss / seen, "train_accuracy": run_correct / seen}
+                  "train_loss": train_loss, "train_accuracy": train_accuracy}
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             continue

@@ -1,0 +1,202 @@
+"""The GPU speed paths, checked on the CPU against the plain fp32 eager path.
+
+bf16 autocast (``TrainConfig.amp``), ``torch.compile`` of the model
+(``fit(compile=...)``, ``capsnet train --compile``), fused Adam (CUDA) and
+the loop's device-side running sums must train the same model as the plain
+path: same outputs and gradients within tolerance, no recompiles as the
+learning rate decays, checkpoints that load anywhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from capsnet import cli
+from capsnet import train as train_mod
+from capsnet.checkpoint import CheckpointError, load_checkpoint
+from capsnet.data import load_dataset
+from capsnet.losses import margin_loss, reconstruction_loss
+from capsnet.models import BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig
+from capsnet.train import AMP_MODES, TrainConfig, _load_optimizer_state, compile_model, fit, load_model
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    ds = load_dataset("mnist-sample", "train").subset(range(16))
+    return ds.images.float() / 255, ds.labels.long()
+
+
+def _loss_and_grads(model, images, labels, bf16=False):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model(images, labels)
+        loss = margin_loss(out.lengths, labels) + reconstruction_loss(out.reconstructions, images)
+    loss.backward()
+    params = getattr(model, "_orig_mod", model).named_parameters()  # a compiled model wraps the module
+    return loss.detach().float(), {n: p.grad.detach().clone() for n, p in params}
+
+
+def _cosine(a, b):
+    return torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0).item()
+
+
+def test_bf16_autocast_step_is_finite_and_close_to_fp32(batch):
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    loss32, g32 = _loss_and_grads(model, *batch)
+    loss16, g16 = _loss_and_grads(model, *batch, bf16=True)
+    assert torch.isfinite(loss16) and abs(loss16 - loss32) / loss32 < 0.02
+    for name in g32:
+        assert torch.isfinite(g16[name]).all(), name
+        assert _cosine(g16[name], g32[name]) > 0.98, name
+
+
+def test_bf16_autocast_keeps_squash_and_routing_finite_at_zero_input():
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # every pre-squash vector is exactly zero: the squash's worst case
+    images = torch.zeros(4, 1, 28, 28)
+    labels = torch.arange(4)
+    loss, grads = _loss_and_grads(model, images, labels, bf16=True)
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_fit_with_amp_bf16_trains_records_and_guards_the_setting(tmp_path):
+    cfg = dataclasses.replace(CFG, epochs=1, amp="bf16")
+    final = fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in final.items() if isinstance(v, float))
+    assert 0.0 <= final["test_accuracy"] <= 1.0
+    assert load_checkpoint(tmp_path, "last").train_config["amp"] == "bf16"
+    with pytest.raises(CheckpointError, match="amp: saved 'bf16', now 'none'"):
+        fit(TINY, dataclasses.replace(cfg, epochs=2, amp="none"), tmp_path, device="cpu", progress=False, resume=True)
+
+
+def test_unknown_amp_is_refused():
+    with pytest.raises(ValueError, match="unknown amp 'fp16'; valid values are none, bf16"):
+        TrainConfig(amp="fp16")
+
+
+def test_compiled_fit_matches_eager_and_never_recompiles(tmp_path):
+    # 160 examples in batches of 32: every step has the same shapes, while the
+    # learning rate changes every step. The optimizer is not compiled, so
+    # nothing in the graph changes and a recompile is an error here.
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        compiled = fit(TINY, CFG, tmp_path / "compiled", device="cpu", progress=False, compile="aot_eager")
+    eager = fit(TINY, CFG, tmp_path / "eager", device="cpu", progress=False)
+    a, b = (load_checkpoint(tmp_path / d, "last").model_state for d in ("compiled", "eager"))
+    assert a.keys() == b.keys() and not any("_orig_mod" in k for k in a)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert compiled["test_accuracy"] == pytest.approx(eager["test_accuracy"], abs=1 / 64)
+    model, _ = load_model(tmp_path / "compiled", which="last")  # loads into a plain, uncompiled model
+    assert isinstance(model, CapsNet)
+
+
+def test_inductor_compiled_model_matches_eager_outputs_and_gradients(batch):
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    images, labels = batch
+    loss_e, g_e = _loss_and_grads(model, images, labels)
+    out_e = model(images, labels)
+    torch._dynamo.reset()
+    compiled = compile_model(model, True)
+    loss_c, g_c = _loss_and_grads(compiled, images, labels)
+    out_c = compiled(images, labels)
+    torch.testing.assert_close(out_c.poses, out_e.poses, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out_c.coupling, out_e.coupling, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out_c.reconstructions, out_e.reconstructions, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+    for name in g_e:
+        torch.testing.assert_close(g_c[name], g_e[name], rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_compiled_baseline_still_takes_the_cross_entropy_path(batch):
+    # The loss picks the CNN's cross-entropy by the model's type; a compiled
+    # module wraps the model and must not be taken for a CapsNet.
+    torch.manual_seed(0)
+    cnn = BaselineCNN(BaselineCNNConfig(channels=(4, 4, 4), hidden=(8, 8)))
+    images, labels = batch
+    eager_loss, eager_scores = train_mod._loss(cnn.eval(), images, labels, 0.0005)
+    compiled_loss, compiled_scores = train_mod._loss(compile_model(cnn, "eager"), images, labels, 0.0005)
+    torch.testing.assert_close(compiled_loss, eager_loss)
+    torch.testing.assert_close(compiled_scores.sum(1), torch.ones(len(labels)))
+
+
+def test_compile_modes_map_onto_torch_compile(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or model)
+    model = torch.nn.Linear(2, 2)
+    assert compile_model(model, False) is model and calls == []
+    for arg in (True, "default", "reduce-overhead", "max-autotune", "aot_eager"):
+        compile_model(model, arg)
+    assert calls == [{}, {}, {"mode": "reduce-overhead"}, {"mode": "max-autotune"}, {"backend": "aot_eager"}]
+
+
+def test_a_fused_adam_state_resumes_on_a_device_without_it():
+    # A run trained on CUDA saves Adam's groups with fused=True; resuming it
+    # here must keep this device's (unfused) implementation and the moments.
+    p = torch.nn.Parameter(torch.arange(4.0))
+    fused = torch.optim.Adam([p], lr=0.1, fused=True)
+    p.grad = torch.ones(4)
+    fused.step()
+    saved = fused.state_dict()
+    assert saved["param_groups"][0]["fused"] is True
+    q = torch.nn.Parameter(p.detach().clone())
+    plain = torch.optim.Adam([q], lr=0.1)
+    _load_optimizer_state(plain, saved)
+    assert not plain.param_groups[0]["fused"]
+    torch.testing.assert_close(plain.state[q]["exp_avg"], fused.state[p]["exp_avg"])
+    q.grad = torch.ones(4)
+    plain.step()  # runs with the loaded moments
+    assert plain.state[q]["step"].item() == 2
+
+
+def test_make_optimizer_fuses_only_on_cuda():
+    model = torch.nn.Linear(2, 2)
+    assert not train_mod.make_optimizer(model, CFG, torch.device("cpu")).param_groups[0]["fused"]
+    assert train_mod.make_optimizer(model, CFG, torch.device("cpu")).param_groups[0]["lr"] == CFG.lr
+
+
+def test_train_flags_reach_fit(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(train_mod, "fit", lambda model_cfg, cfg, out, **kw: seen.update(cfg=cfg, **kw) or {})
+    assert cli.main(["train", "--dataset", "mnist-sample", "--amp", "bf16", "--compile", "--out", str(tmp_path / "a"),
+                     "--no-progress"]) == 0
+    assert seen["cfg"].amp == "bf16" and seen["compile"] == "default"
+    assert cli.main(["train", "--dataset", "mnist-sample", "--compile", "reduce-overhead", "--out", str(tmp_path / "b"),
+                     "--no-progress"]) == 0
+    assert seen["cfg"].amp == "none" and seen["compile"] == "reduce-overhead"
+    assert cli.main(["train", "--dataset", "mnist-sample", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert seen["compile"] is False
+
+
+def test_bad_compile_and_amp_flags_exit_2(capsys):
+    for argv, fragment in ((["train", "--compile", "turbo"], "invalid choice: 'turbo'"),
+                           (["train", "--amp", "fp16"], "invalid choice: 'fp16'")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2 and fragment in capsys.readouterr().err
+
+
+def test_cli_names_agree_with_the_library():
+    assert cli.AMP_MODES == AMP_MODES
+
+
+def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--batch-size", "32", "--train-size", "96",
+                     "--test-size", "64", "--conv1-channels", "8", "--primary-types", "2", "--compile", "aot_eager",
+                     "--out", str(out), "--no-progress"]) == 0
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["epoch"] == 1 and 0.0 <= record["test_accuracy"] <= 1.0
+    assert "compile" not in load_checkpoint(out, "last").train_config  # not part of the run's configuration
