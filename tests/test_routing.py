@@ -305,3 +305,15 @@ def test_no_parameters_and_repr():
     routing = DynamicRouting(5, leaky=True, detach_agreement=True)
     assert list(routing.parameters()) == []
     assert "iterations=5" in repr(routing) and "leaky=True" in repr(routing)
+
+
+@pytest.mark.parametrize("B,expected", [(1, 1152), (8, 819), (32, 256), (128, 256), (512, 256)])
+def test_default_block_size_on_cpu(B, expected):
+    # About 4 MiB of (B, J, i, 16) fp32 votes per block, but at least 256
+    # lower capsules (thin blocks made batch 512 route 1.7x slower), at most I.
+    from capsnet.routing import MIN_CHUNK, _default_chunk
+
+    u = torch.zeros(B, 1152, 8)
+    assert MIN_CHUNK == 256
+    assert _default_chunk(u, 10, 16) == expected
+    assert _default_chunk(torch.zeros(B, 100, 8), 10, 16) == 100  # never more than there are
