@@ -138,16 +138,17 @@ class DynamicRouting(nn.Module):
         return RoutingResult(v, safe_norm(v, dim=-1), c.transpose(1, 2))  # coupling (B, I, J)
 
 
-MIN_CHUNK = 256  # lower capsules per block on CPU, at least
+MIN_CHUNK = 64  # lower capsules per block on CPU, at least
 
 
 def _default_chunk(u: torch.Tensor, J: int, D: int) -> int:
     """Lower capsules per block on CPU: about 4 MiB of votes, but never fewer than ``MIN_CHUNK``.
 
     The 4 MiB rule alone gave blocks of 12 capsules at batch 512, whose thin
-    batched products routed 1.7x slower than blocks of 144 to 1,152; with the
-    floor every batch from 32 to 512 routes within a few percent of its best
-    block size (benchmarks/README.md, "Block size of the routing").
+    batched products routed 1.5-1.7x slower than the best block size. Which
+    size is best moved between runs on this machine (32 in one, 144 in
+    another); 64 stayed within about 1.2x of it at batch 128 and 512
+    (benchmarks/README.md, "Block size of the routing").
     """
     if u.device.type != "cpu":
         return u.shape[1]  # one block: GPUs want few, large kernels
