@@ -200,3 +200,13 @@ def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["epoch"] == 1 and 0.0 <= record["test_accuracy"] <= 1.0
     assert "compile" not in load_checkpoint(out, "last").train_config  # not part of the run's configuration
+
+
+def test_the_whole_capsnet_compiles_as_one_graph():
+    # Routing's hand-written backward included: a graph break would leave it
+    # to run eagerly, between compiled pieces, on every step.
+    torch._dynamo.reset()
+    model = CapsNet(TINY)
+    images, labels = torch.rand(4, 1, 28, 28), torch.randint(0, 10, (4,))
+    report = torch._dynamo.explain(model)(images, labels)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), [str(b.reason)[:200] for b in report.break_reasons]

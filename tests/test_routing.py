@@ -317,3 +317,18 @@ def test_default_block_size_on_cpu(B, expected):
     assert MIN_CHUNK == 64
     assert _default_chunk(u, 10, 16) == expected
     assert _default_chunk(torch.zeros(B, 40, 8), 10, 16) == 40  # never more than there are
+
+
+def test_closed_form_squash_gradient_matches_autograd():
+    from capsnet.ops import squash
+    from capsnet.routing import _squash_vjp
+
+    g = torch.Generator().manual_seed(5)
+    s = torch.randn(6, 10, 16, generator=g, dtype=torch.float64) * torch.tensor([0.0, 1e-6, 0.1, 1.0, 3.0, 30.0],
+                                                                                  dtype=torch.float64).view(6, 1, 1)
+    grad_v = torch.randn(6, 10, 16, generator=g, dtype=torch.float64)
+    leaf = s.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(squash(leaf), leaf, grad_v)
+    torch.testing.assert_close(_squash_vjp(s, grad_v), expected, rtol=1e-10, atol=1e-12)
+    assert torch.isfinite(_squash_vjp(s.float(), grad_v.float())).all()
+    assert torch.isfinite(_squash_vjp(s.bfloat16(), grad_v.bfloat16())).all()
