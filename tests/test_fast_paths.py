@@ -210,3 +210,36 @@ def test_the_whole_capsnet_compiles_as_one_graph():
     images, labels = torch.rand(4, 1, 28, 28), torch.randint(0, 10, (4,))
     report = torch._dynamo.explain(model)(images, labels)
     assert (report.graph_count, report.graph_break_count) == (1, 0), [str(b.reason)[:200] for b in report.break_reasons]
+
+
+def test_an_unfused_state_loads_into_a_fused_optimizer_with_its_flags():
+    # A run saved on CPU (unfused) and resumed where Adam is fused: the saved
+    # groups' flags are replaced before loading, since they decide where the
+    # step counters go.
+    p = torch.nn.Parameter(torch.arange(4.0))
+    plain = torch.optim.Adam([p], lr=0.1)
+    p.grad = torch.ones(4)
+    plain.step()
+    q = torch.nn.Parameter(p.detach().clone())
+    fused = torch.optim.Adam([q], lr=0.1, fused=True)
+    _load_optimizer_state(fused, plain.state_dict())
+    assert fused.param_groups[0]["fused"] is True and fused.param_groups[0]["lr"] == 0.1
+    q.grad = torch.ones(4)
+    fused.step()
+    assert fused.state[q]["step"].item() == 2
+
+
+@pytest.mark.requires_cuda
+def test_a_cpu_run_resumes_fused_on_cuda(tmp_path):
+    fit(TINY, dataclasses.replace(CFG, epochs=1), tmp_path, device="cpu", progress=False)
+    final = fit(TINY, CFG, tmp_path, device="cuda", progress=False, resume=True)
+    assert final["epoch"] == 2 and 0.0 <= final["test_accuracy"] <= 1.0
+
+
+def test_margin_loss_can_skip_its_range_check():
+    lengths = torch.full((2, 10), 0.5)
+    with pytest.raises(ValueError, match="class indices must lie in"):
+        margin_loss(lengths, torch.tensor([0, 10]))
+    # unchecked, a valid batch gives the same value as checked
+    good = torch.tensor([1, 9])
+    assert margin_loss(lengths, good, validate=False) == margin_loss(lengths, good)

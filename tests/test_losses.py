@@ -141,3 +141,15 @@ def test_reconstruction_loss_rejects_batch_mismatch_even_when_pixel_totals_agree
     # 4 reconstructions of 392 pixels pass as 2 images of 784.
     with pytest.raises(ValueError):
         reconstruction_loss(torch.zeros(4, 392), torch.zeros(2, 784))
+
+
+def test_reconstruction_loss_sums_half_precision_outputs_in_fp32():
+    # Under bf16 autocast the decoder hands over bf16 images; their 784
+    # squared errors are summed in fp32, not in bf16's 8-bit mantissa.
+    g = torch.Generator().manual_seed(2)
+    r = torch.rand(4, 784, generator=g).bfloat16()
+    x = torch.rand(4, 1, 28, 28, generator=g)
+    loss = reconstruction_loss(r, x)
+    assert loss.dtype == torch.float32
+    expected = 0.0005 * (r.double() - x.double().reshape(4, -1)).pow(2).sum(1).mean()
+    assert abs(loss.item() - expected.item()) < 1e-6 * expected.item() + 1e-9

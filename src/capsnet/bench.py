@@ -286,7 +286,9 @@ def run_benchmark(
             bfloat16 (weights and optimizer stay fp32), for all implementations alike.
         compile: compile capsnet's model as ``capsnet train --compile`` does
             (``capsnet.train.compile_model``: True, an Inductor mode or a backend
-            name); the baseline and the floor stay eager.
+            name); the baseline and the floor stay eager. Each row set starts from
+            a fresh ``torch._dynamo.reset()``; ``routing_share`` is None then (the
+            layer alone would run eagerly, not as part of the compiled step).
 
     On CUDA, capsnet's Adam is fused, as in ``capsnet train``; the baseline's is not.
 
@@ -342,6 +344,8 @@ def run_benchmark(
 
         for mode in modes:
             # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
+            if compile:
+                torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
             runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16",
                                      fused=impl == CAPSNET and device.type == "cuda",
                                      compile=compile if impl == CAPSNET else False)
@@ -355,7 +359,7 @@ def run_benchmark(
             for r in range(repeats):
                 for impl in order[r % len(order):] + order[:r % len(order)]:  # each goes first in turn
                     times[impl].append(runners[impl].time_step())
-                    if impl == CAPSNET:
+                    if impl == CAPSNET and not compile:  # the layer alone runs eagerly: no share of a compiled step
                         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
                             routing_times.append(_time_routing(model, images, mode))
                 log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
@@ -377,7 +381,7 @@ def run_benchmark(
                     row.update(ratio=None, ratio_min=None, ratio_max=None)
                 row["floor_ratio"] = statistics.median(to_floor) if impl == CAPSNET and to_floor else None
                 row["routing_share"] = (statistics.median(r_ / t for r_, t in zip(routing_times, times[CAPSNET]))
-                                        if impl == CAPSNET else None)
+                                        if impl == CAPSNET and routing_times else None)
                 row["note"] = note if impl == CAPSNET else None
                 rows.append(row)
             del runners
