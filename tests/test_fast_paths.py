@@ -243,3 +243,19 @@ def test_margin_loss_can_skip_its_range_check():
     # unchecked, a valid batch gives the same value as checked
     good = torch.tensor([1, 9])
     assert margin_loss(lengths, good, validate=False) == margin_loss(lengths, good)
+
+
+def test_experiment_flags_reach_every_run(tmp_path, monkeypatch, capsys):
+    from capsnet import experiments as ex
+
+    seen = []
+
+    def fake_fit(model_cfg, cfg, run_dir, **kw):
+        seen.append((cfg.amp, kw["compile"]))
+        return {"epoch": cfg.epochs, "step": 4, "test_accuracy": 0.5, "test_error": 0.5, "test_loss": 1.0,
+                "train_loss": 1.0, "train_accuracy": 0.5}
+
+    monkeypatch.setattr(ex, "fit", fake_fit)
+    assert cli.main(["experiment", "less-data", "--sizes", "500", "1000", "--steps", "4", "--amp", "bf16",
+                     "--compile", "max-autotune", "--out", str(tmp_path / "x"), "--no-progress"]) == 0
+    assert seen == [("bf16", "max-autotune")] * 4  # two sizes x two models

@@ -217,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "(test sets have their own fixed seed)")
     x.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $CAPSNET_DATA, else the user cache)")
     x.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    x.add_argument("--amp", choices=AMP_MODES, default="none",
+                   help="bf16: every run's training steps under bfloat16 autocast, as capsnet train --amp (for GPUs)")
+    _compile_argument(x, "compile every run's model for its training steps, as capsnet train --compile (for GPUs)")
     x.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     v = sub.add_parser("viz", formatter_class=fmt, help="local web viewer: walk an image through the network, move its pose",
@@ -533,7 +536,7 @@ def _cmd_experiment(args: argparse.Namespace, explicit: set[str], parser: argpar
         parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     train = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, train_size=args.train_size,
-                        test_size=args.test_size, seed=args.seed)
+                        test_size=args.test_size, seed=args.seed, amp=args.amp)
     capsnet = CapsNetConfig(conv1_channels=args.conv1_channels, primary_types=args.primary_types,
                             routing_iterations=args.routing_iterations)
     baseline = BaselineCNNConfig(dropout=args.dropout, channels=tuple(args.cnn_channels), hidden=tuple(args.cnn_hidden))
@@ -545,7 +548,8 @@ def _cmd_experiment(args: argparse.Namespace, explicit: set[str], parser: argpar
               f"{run.train_config.epochs} epochs -> {run.run_dir}", flush=True)
 
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
-                       on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line))
+                       on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
+                       compile=args.compile or False)
     written = out / "results.md"
     print(ex.format_table(rows))
     if less:

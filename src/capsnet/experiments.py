@@ -105,10 +105,11 @@ def _finished(run: Run) -> dict[str, Any] | None:
 
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
-             progress: bool = True, on_start=None, on_done=None) -> list[dict[str, Any]]:
+             progress: bool = True, on_start=None, on_done=None, compile: bool | str = False) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
-    ``on_start(k, run)`` is called before run k, ``on_done(rows)`` after each run with the rows so far.
+    ``on_start(k, run)`` is called before run k, ``on_done(rows)`` after each run with the rows so far;
+    ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``).
     """
     rows = []
     for k, run in enumerate(runs):
@@ -118,7 +119,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         if final is None:
             resume = (run.run_dir / "last.safetensors").exists()
             final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                        resume=resume, progress=progress)
+                        resume=resume, progress=progress, compile=compile)
         size = run.train_config.train_size or 60000
         rows.append({"experiment": run.experiment, "model": run.model, "train_size": size,
                      "epochs": run.train_config.epochs, "run_dir": str(run.run_dir)} | final)
