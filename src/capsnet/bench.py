@@ -318,15 +318,16 @@ def run_benchmark(
             raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
 
     note = None
-    path = Path(baseline_path) if baseline_path else (None if baseline_path == "" else default_baseline_path())
     baseline_module = None
     if baseline_path == "":
         note = "tutorial baseline left out: no baseline rows or ratios"
-    elif path is not None and path.is_file():
-        baseline_module = load_baseline(path)
     else:
-        note = f"tutorial baseline not found at {path or BASELINE_FILE}: baseline rows and ratios left out"
-        log.warning(note)
+        path = Path(baseline_path) if baseline_path is not None else default_baseline_path()
+        if path is not None and path.is_file():
+            baseline_module = load_baseline(path)
+        else:
+            note = f"tutorial baseline not found at {path or BASELINE_FILE}: baseline rows and ratios left out"
+            log.warning(note)
 
     rows: list[dict[str, Any]] = []
     for device_name in devices:
