@@ -321,7 +321,7 @@ def test_default_block_size_on_cpu(B, expected):
 
 def test_closed_form_squash_gradient_matches_autograd():
     from capsnet.ops import squash
-    from capsnet.routing import _squash_vjp
+    from capsnet.ops import _squash_vjp
 
     g = torch.Generator().manual_seed(5)
     s = torch.randn(6, 10, 16, generator=g, dtype=torch.float64) * torch.tensor([0.0, 1e-6, 0.1, 1.0, 3.0, 30.0],

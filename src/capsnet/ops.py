@@ -39,3 +39,22 @@ def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
     sq = s.pow(2).sum(dim=dim, keepdim=True)  # |s|^2, (..., 1)
     norm = torch.sqrt(sq + _eps(s.dtype))
     return s * (sq / (1.0 + sq) / norm)
+
+
+def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """The gradient of ``squash`` (its epsilon included) at ``s`` times ``grad_v``, in closed form.
+
+    squash(s) = h(q) s with q = |s|^2, m = sqrt(q + eps), h = q / ((1 + q) m); so
+    grad_s = h g + 2 (s . g) h'(q) s, h'(q) = 1 / ((1 + q)^2 m) - q / (2 (1 + q) m^3).
+    Written out rather than taken with torch.autograd.grad, which torch.compile
+    cannot trace: a compiled model then keeps the routing's hand-written
+    backward (capsnet.routing) inside its graph.
+    Half-precision inputs are worked in fp32 (m^3 and (1 + q)^2 leave fp16's range).
+    """
+    if s.dtype in (torch.float16, torch.bfloat16):
+        return _squash_vjp(s.float(), grad_v.float(), _eps(s.dtype)).to(s.dtype)
+    q = s.pow(2).sum(dim=-1, keepdim=True)
+    m = torch.sqrt(q + (_eps(s.dtype) if eps is None else eps))
+    h = q / (1.0 + q) / m
+    dh = 1.0 / ((1.0 + q).pow(2) * m) - q / (2.0 * (1.0 + q) * m.pow(3))
+    return h * grad_v + (2.0 * (s * grad_v).sum(dim=-1, keepdim=True) * dh) * s

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .ops import _eps, safe_norm, squash
+from .ops import _squash_vjp, safe_norm, squash
 
 __all__ = ["RoutingResult", "DynamicRouting"]
 
@@ -164,24 +164,6 @@ def _coupling_chunk(b: torch.Tensor, leaky: bool) -> torch.Tensor:
     m = b.amax(dim=1, keepdim=True).clamp_min(0)
     e = torch.exp(b - m)
     return e / (e.sum(dim=1, keepdim=True) + torch.exp(-m))
-
-
-def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None) -> torch.Tensor:
-    """The gradient of ``squash`` (ops.squash, its epsilon included) at ``s`` times ``grad_v``, in closed form.
-
-    squash(s) = h(q) s with q = |s|^2, m = sqrt(q + eps), h = q / ((1 + q) m); so
-    grad_s = h g + 2 (s . g) h'(q) s, h'(q) = 1 / ((1 + q)^2 m) - q / (2 (1 + q) m^3).
-    Written out rather than taken with torch.autograd.grad, which torch.compile
-    cannot trace: a compiled model then keeps the routing inside its graph.
-    Half-precision inputs are worked in fp32 (m^3 and (1 + q)^2 leave fp16's range).
-    """
-    if s.dtype in (torch.float16, torch.bfloat16):
-        return _squash_vjp(s.float(), grad_v.float(), _eps(s.dtype)).to(s.dtype)
-    q = s.pow(2).sum(dim=-1, keepdim=True)
-    m = torch.sqrt(q + (_eps(s.dtype) if eps is None else eps))
-    h = q / (1.0 + q) / m
-    dh = 1.0 / ((1.0 + q).pow(2) * m) - q / (2.0 * (1.0 + q) * m.pow(3))
-    return h * grad_v + (2.0 * (s * grad_v).sum(dim=-1, keepdim=True) * dh) * s
 
 
 class _RouteLinear(torch.autograd.Function):
