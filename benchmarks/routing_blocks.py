@@ -16,16 +16,14 @@ alike. Prints a table of medians and each size's time over the best one's;
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from capsnet.bench import environment
+from capsnet.bench import environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import CapsNet, CapsNetConfig
 from capsnet.routing import _default_chunk
@@ -79,8 +77,7 @@ def main() -> None:
         name = f"{r['block']} (default)" if r["is_default"] else f"{r['block']}" + (" (4 MiB rule)" if r["is_old_rule"] else "")
         print(f"| {r['batch']} | {name} | {r['ms']:.1f} ({r['ms_min']:.1f}-{r['ms_max']:.1f}) | {r['over_best']:.2f} |")
     if args.json:
-        command = shlex.join(["python", "benchmarks/routing_blocks.py", *sys.argv[1:]])
-        Path(args.json).write_text(json.dumps({"command": command, "environment": env, "rows": rows}, indent=1) + "\n")
+        write_record(args.json, shlex.join(["python", "benchmarks/routing_blocks.py", *sys.argv[1:]]), env, rows)
         print(f"wrote {args.json}")
 
 

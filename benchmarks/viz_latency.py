@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 
 def start_viewer(args: argparse.Namespace) -> tuple[subprocess.Popen, str, int]:
@@ -108,8 +107,9 @@ def main() -> None:
     for r in rows:
         print(f"{r['endpoint']:40s} {r['requests']:5d} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['max_ms']:8.2f}")
     if args.json:
-        command = shlex.join(["python", "benchmarks/viz_latency.py", *sys.argv[1:]])
-        Path(args.json).write_text(json.dumps({"command": command, "environment": env, "rows": rows}, indent=1) + "\n")
+        from capsnet.bench import write_record
+
+        write_record(args.json, shlex.join(["python", "benchmarks/viz_latency.py", *sys.argv[1:]]), env, rows)
         print(f"wrote {args.json}")
 
 

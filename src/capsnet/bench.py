@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import logging
 import os
 import platform
@@ -55,7 +56,8 @@ from .losses import margin_loss, reconstruction_loss
 from .models.capsnet import CapsNet, CapsNetConfig
 from .train import compile_model
 
-__all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "format_table"]
+__all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "format_table",
+           "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,13 @@ def environment() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "cuda_devices": cuda,
     }
+
+
+def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
+    """Record a benchmark as JSON: the command that ran it, its environment and its rows, written atomically."""
+    from .checkpoint import atomic_write_text
+
+    atomic_write_text(Path(path), json.dumps({"command": command, "environment": env, "rows": list(rows)}, indent=1) + "\n")
 
 
 # --- steps -------------------------------------------------------------------------

@@ -562,7 +562,7 @@ def _cmd_experiment(args: argparse.Namespace, explicit: set[str], parser: argpar
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines are noise here
-    from .bench import environment, format_table, run_benchmark
+    from .bench import environment, format_table, run_benchmark, write_record
     from .models import CapsNetConfig
 
     from .memory import keep_freed_memory
@@ -582,10 +582,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     print(format_table(rows))
     if args.json:
-        payload = json.dumps({"command": args.command_line, "environment": env, "rows": rows}, indent=1)
-        from .checkpoint import atomic_write_text
-
-        atomic_write_text(Path(args.json), payload + "\n")
+        write_record(args.json, args.command_line, env, rows)
         print(f"wrote {args.json}")
     return 0
 
