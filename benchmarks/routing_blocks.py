@@ -1,7 +1,7 @@
 """Block size of capsnet's CPU routing: the digit capsule layer's time against lower capsules per block.
 
 ``DynamicRouting.route_linear`` walks the votes in blocks of lower capsules
-(``routing.chunk``; None picks ``capsnet.routing._default_chunk``: about 4 MiB
+(``routing.chunk``; None picks ``capsnet.routing.dynamic_linear.default_chunk``: about 4 MiB
 of votes but at least 256 capsules; the "4 MiB rule" rows are the rule before
 that floor). For each
 batch size this times the paper's digit capsule layer alone, forward and
@@ -26,7 +26,7 @@ import torch
 from capsnet.bench import environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import CapsNet, CapsNetConfig
-from capsnet.routing import _default_chunk
+from capsnet.routing.dynamic_linear import default_chunk
 
 BLOCKS = (16, 32, 64, 144, 288, 576, 1152)
 
@@ -47,7 +47,7 @@ def main() -> None:
         with torch.no_grad():
             u = model.primary(torch.relu(model.conv1(torch.rand(B, 1, 28, 28))))  # (B, 1152, 8)
         u.requires_grad_(True)
-        default = _default_chunk(u, 10, 16)
+        default = default_chunk(u, 10, 16)
         old_rule = max(1, min(1152, (4 << 20) // (B * 10 * 16 * 4)))  # before MIN_CHUNK: about 4 MiB of votes
         sizes = [None, *sorted(set(args.blocks) | {old_rule})]
         times: dict[int | None, list[float]] = {k: [] for k in sizes}

@@ -175,3 +175,36 @@ def test_dense_caps_rejects_wrong_input_shape(factored, shape):
     assert str(tuple(shape)) in str(info.value)
     with pytest.raises(ValueError, match=r"\(B, 6, 4\)"):
         layer.votes(torch.zeros(shape, dtype=DT))
+
+
+class _FastRouting(_RecordingRouting):
+    """Not a DynamicRouting, but it offers the linear fast path: the layer must use it."""
+
+    def route_linear(self, u, weight, bias=None, *, record=False):
+        self.fast = (u, weight, bias, record)
+        B, I, _ = u.shape
+        J, D = weight.shape[2:]
+        return RoutingResult(u.new_zeros(B, J, D), u.new_zeros(B, J), u.new_full((B, I, J), 1 / J))
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_dense_caps_uses_a_fast_path_the_routing_offers_whatever_its_class(record):
+    routing = _FastRouting()
+    layer = _dense(routing=routing)
+    u = torch.randn(2, 6, 4, dtype=DT)
+    layer(u, record=record)
+    assert routing.fast[0] is u and routing.fast[1] is layer.weight and routing.fast[2] is layer.bias
+    assert routing.fast[3] is record
+    assert not hasattr(routing, "seen")  # the plain path was not taken
+    _dense(routing=routing, factored=False)(u)
+    assert hasattr(routing, "seen")
+
+
+def test_dense_caps_records_every_round_on_both_paths():
+    u = torch.randn(2, 6, 4, dtype=DT)
+    fast, plain = _dense(), _dense(factored=False)
+    plain.load_state_dict(fast.state_dict())
+    a, b = fast(u, record=True), plain(u, record=True)
+    assert a.rounds.shape == (2, 3, 6, 5)
+    torch.testing.assert_close(a.rounds, b.rounds)
+    assert fast(u).rounds is None

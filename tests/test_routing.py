@@ -307,16 +307,23 @@ def test_no_parameters_and_repr():
     assert "iterations=5" in repr(routing) and "leaky=True" in repr(routing)
 
 
-@pytest.mark.parametrize("B,expected", [(1, 1152), (8, 819), (32, 204), (128, 64), (512, 64)])
-def test_default_block_size_on_cpu(B, expected):
-    # About 4 MiB of (B, J, i, 16) fp32 votes per block, but at least 64
-    # lower capsules (blocks of 12 made batch 512 route 1.5x slower), at most I.
-    from capsnet.routing import MIN_CHUNK, _default_chunk
+@pytest.mark.parametrize("B,expected", [(1, 1152), (8, 819), (32, 204)])
+def test_default_block_size_on_cpu_is_about_4_mib_of_votes(B, expected):
+    # (B, J, i, 16) fp32 votes: 4 MiB / (B * 10 * 16 * 4 bytes) lower capsules, at most I.
+    from capsnet.routing.dynamic_linear import default_chunk
 
-    u = torch.zeros(B, 1152, 8)
-    assert MIN_CHUNK == 64
-    assert _default_chunk(u, 10, 16) == expected
-    assert _default_chunk(torch.zeros(B, 40, 8), 10, 16) == 40  # never more than there are
+    assert default_chunk(torch.zeros(B, 1152, 8), 10, 16) == expected
+    assert default_chunk(torch.zeros(B, 40, 8), 10, 16) == 40  # never more than there are
+
+
+@pytest.mark.parametrize("B", [128, 512, 4096])
+def test_default_block_size_on_cpu_never_falls_below_the_floor(B):
+    # At large batches 4 MiB holds only a few capsules; thin blocks route slowly, so the floor holds.
+    from capsnet.routing.dynamic_linear import BLOCK_BYTES, MIN_CHUNK, default_chunk
+
+    assert BLOCK_BYTES // (B * 10 * 16 * 4) < MIN_CHUNK
+    assert default_chunk(torch.zeros(B, 1152, 8), 10, 16) == MIN_CHUNK
+    assert default_chunk(torch.zeros(B, MIN_CHUNK // 2, 8), 10, 16) == MIN_CHUNK // 2
 
 
 def test_closed_form_squash_gradient_matches_autograd():
@@ -334,3 +341,56 @@ def test_closed_form_squash_gradient_matches_autograd():
         got = _squash_vjp(s.to(dtype), grad_v.to(dtype))
         assert got.dtype == dtype and torch.isfinite(got).all(), dtype
         torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol, msg=str(dtype))
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_record_gives_every_rounds_coupling_from_one_call(iterations, leaky):
+    # rounds[:, r] is the coupling round r + 1 used: round 1 uniform, the last one the returned coupling,
+    # and each equals the coupling of a routing cut after that many rounds.
+    votes = _votes(B=2, I=5, J=4, D=6, seed=13, scale=1.0)
+    routing = DynamicRouting(iterations, leaky=leaky)
+    out = routing(votes, record=True)
+    assert out.rounds.shape == (2, iterations, 5, 4)
+    _close(out.rounds[:, 0], torch.full((2, 5, 4), 1 / (5 if leaky else 4), dtype=DT))
+    _close(out.rounds[:, -1], out.coupling)
+    for r in range(iterations):
+        _close(out.rounds[:, r], DynamicRouting(r + 1, leaky=leaky)(votes).coupling)
+    plain = routing(votes)
+    assert plain.rounds is None
+    for a, b in zip(out, plain):  # recording changes nothing else; the result still unpacks into three
+        _close(a, b, rtol=0, atol=0)
+    assert len(out) == 3
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+def test_route_linear_records_the_same_rounds_as_forward(leaky):
+    B, I, Din, J, Dout = 2, 7, 3, 4, 5
+    g = torch.Generator().manual_seed(14)
+    u = torch.randn(B, I, Din, generator=g, dtype=DT)
+    weight = torch.randn(Din, I, J, Dout, generator=g, dtype=DT)
+    routing = DynamicRouting(3, leaky=leaky)
+    routing.chunk = 3
+    lin = routing.route_linear(u, weight, record=True)
+    plain = routing(_einsum_votes(u, weight), record=True)
+    assert lin.rounds.shape == (B, 3, I, J)
+    _close(lin.rounds, plain.rounds, rtol=1e-10, atol=1e-12)
+    assert routing.route_linear(u, weight).rounds is None
+
+
+def test_recorded_route_linear_still_has_gradients():
+    g = torch.Generator().manual_seed(15)
+    u = torch.randn(2, 6, 3, generator=g, dtype=DT, requires_grad=True)
+    weight = torch.randn(3, 6, 4, 5, generator=g, dtype=DT)
+    routing = DynamicRouting(3)
+    out = routing.route_linear(u, weight, record=True)
+    (got,) = torch.autograd.grad(out.poses.pow(3).sum(), u)
+    (ref,) = torch.autograd.grad(routing.route_linear(u, weight).poses.pow(3).sum(), u)
+    _close(got, ref, rtol=0, atol=0)
+    assert not out.rounds.requires_grad
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 4), (2, 5), (3, 5, 1)])
+def test_forward_rejects_activations_of_the_wrong_shape(shape):
+    with pytest.raises(ValueError, match=r"activations must be \(B, I\) = \(3, 5\)"):
+        DynamicRouting(3)(_votes(), torch.zeros(shape, dtype=DT))

@@ -1,38 +1,12 @@
-"""Capsule layers: primary capsules from a convolution, fully connected capsules."""
+"""Fully connected capsules: every lower capsule votes for every upper one (Sabour et al. 2017, Eq. 2)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .ops import squash
-from .routing import DynamicRouting, RoutingResult
+from ..routing import DynamicRouting, RoutingResult
 
-__all__ = ["PrimaryCaps", "DenseCaps"]
-
-
-class PrimaryCaps(nn.Module):
-    """Convolutional primary capsules (Sabour et al. 2017, section 4).
-
-    One convolution gives ``types * dim`` channels; each group of ``dim``
-    consecutive channels at one position is a capsule, squashed. The paper's
-    MNIST layer: 32 types of 8D capsules, 9x9 kernel, stride 2, on 20x20x256,
-    giving 32 x 6 x 6 = 1152 capsules.
-    """
-
-    def __init__(self, in_channels: int, *, types: int = 32, dim: int = 8, kernel_size: int = 9, stride: int = 2) -> None:
-        super().__init__()
-        self.types, self.dim = types, dim
-        self.conv = nn.Conv2d(in_channels, types * dim, kernel_size=kernel_size, stride=stride)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Shapes:
-            x: (B, C, H, W) feature maps
-            returns: (B, I, D) squashed capsules, I = types * H' * W', ordered (type, row, column)
-        """
-        y = self.conv(x)  # (B, types*D, H', W')
-        B, _, H, W = y.shape
-        y = y.view(B, self.types, self.dim, H, W).permute(0, 1, 3, 4, 2)  # (B, types, H', W', D)
-        return squash(y.reshape(B, self.types * H * W, self.dim))  # (B, I, D)
+__all__ = ["DenseCaps"]
 
 
 class DenseCaps(nn.Module):
@@ -41,10 +15,11 @@ class DenseCaps(nn.Module):
     ``u_hat_j|i = W_ij u_i`` (Sabour et al. 2017, Eq. 2), then any routing
     module turns the votes into upper capsules. The weight is stored once, as
     ``(Din, I, J, Dout)``, and never copied per example or per upper capsule.
-    With ``DynamicRouting`` the layer calls its ``route_linear``, which builds
-    the votes in cache-sized blocks and has a hand-written backward
-    (``factored=False`` forces the plain autograd path through ``votes()``,
-    which tests compare against).
+    When the routing module offers a fast path for linear votes (a
+    ``route_linear(u, weight, bias, record=...)`` method, as ``DynamicRouting``
+    has), the layer calls it with its weight instead of building the votes;
+    ``factored=False`` forces the plain path through ``votes()``, which tests
+    compare against.
 
     Args:
         in_caps, in_dim: number I and length Din of the lower capsules.
@@ -53,7 +28,7 @@ class DenseCaps(nn.Module):
             ``DynamicRouting(3)``).
         bias: a learned bias (J, Dout) added to s_j before the squash,
             initialised to 0.1 as in the authors' code.
-        factored: route with ``DynamicRouting.route_linear`` (same maths, faster).
+        factored: use the routing module's ``route_linear`` when it has one (same maths, faster).
     """
 
     def __init__(
@@ -94,12 +69,16 @@ class DenseCaps(nn.Module):
         if u.dim() != 3 or tuple(u.shape[1:]) != (self.in_caps, self.in_dim):
             raise ValueError(f"expected lower capsules (B, {self.in_caps}, {self.in_dim}), got {tuple(u.shape)}")
 
-    def forward(self, u: torch.Tensor, activations: torch.Tensor | None = None) -> RoutingResult:
+    def forward(self, u: torch.Tensor, activations: torch.Tensor | None = None, *,
+                record: bool = False) -> RoutingResult:
         """Shapes:
             u: (B, I, Din) lower capsules; activations: (B, I) or None
-            returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J)
+            returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J);
+                with ``record``, every round's coupling in ``rounds`` (B, R, I, J)
         """
-        if self.factored and isinstance(self.routing, DynamicRouting):
+        recording = {"record": True} if record else {}  # a routing module of one's own need not know the keyword
+        fast = getattr(self.routing, "route_linear", None) if self.factored else None
+        if fast is not None:
             self._check(u)
-            return self.routing.route_linear(u, self.weight, self.bias)
-        return self.routing(self.votes(u), activations, self.bias)
+            return fast(u, self.weight, self.bias, **recording)
+        return self.routing(self.votes(u), activations, self.bias, **recording)

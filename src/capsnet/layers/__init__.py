@@ -1,0 +1,10 @@
+"""Capsule layers, one idea per file; each routes with any module of the shared call shape (``capsnet.routing``).
+
+Adding a layer is one new file, its test and one line here.
+"""
+from __future__ import annotations
+
+from .dense import DenseCaps
+from .primary import PrimaryCaps
+
+__all__ = ["PrimaryCaps", "DenseCaps"]

@@ -1,0 +1,98 @@
+"""Routing by agreement: Sabour, Frosst and Hinton, "Dynamic Routing Between Capsules" (NIPS 2017), Procedure 1."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops import safe_norm, squash
+from .dynamic_linear import coupling_softmax, route_linear
+from .result import RoutingResult, check_votes
+
+__all__ = ["DynamicRouting"]
+
+
+class DynamicRouting(nn.Module):
+    """Routing by agreement (Sabour et al. 2017, Procedure 1).
+
+    The routing logits ``b`` start at zero for every example (never shared by
+    the batch); ``c_i = softmax_j(b_i)`` couples each lower capsule to the upper
+    ones; ``s_j = sum_i c_ij u_hat_j|i (+ bias_j)``; ``v_j = squash(s_j)``;
+    ``b_ij += u_hat_j|i . v_j``. Activations are the lengths ``|v_j|``.
+
+    Args:
+        iterations: routing rounds r (the paper uses 3).
+        leaky: add a zero logit to every softmax, the "orphan" category of the
+            authors' code, so a lower capsule can couple to none of the upper.
+        detach_agreement: stop gradients through the agreement updates of all
+            but the last round (a common speed trick). The default lets them
+            flow through every round, as in the authors' code.
+
+    Layers with linear votes call ``route_linear`` (the same maths from the
+    lower capsules and the weight, with a hand-written backward) when the
+    routing module offers it.
+    """
+
+    def __init__(self, iterations: int = 3, *, leaky: bool = False, detach_agreement: bool = False) -> None:
+        super().__init__()
+        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+            raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        self.iterations = iterations
+        self.leaky = leaky
+        self.detach_agreement = detach_agreement
+        self.chunk: int | None = None  # lower capsules per block in route_linear; None: by size
+
+    def extra_repr(self) -> str:
+        return f"iterations={self.iterations}, leaky={self.leaky}, detach_agreement={self.detach_agreement}"
+
+    def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                *, record: bool = False) -> RoutingResult:
+        """Route ``votes`` to the upper capsules.
+
+        Shapes:
+            votes: (B, I, J, D)
+            activations: (B, I) or None, ignored by dynamic routing (accepted for the shared call shape)
+            bias: (J, D) or None, added to s_j before the squash in every round
+            returns: poses (B, J, D), activations (B, J), coupling (B, I, J);
+                with ``record``, ``rounds`` (B, R, I, J)
+        """
+        B, I, J, D = check_votes(votes, activations)
+        if bias is not None and tuple(bias.shape) != (J, D):
+            raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
+        # One transposed copy so both contractions below are plain batched
+        # matmuls over (B, J): far faster on CPU than broadcasting products.
+        u_hat = votes.permute(0, 2, 1, 3)  # (B, J, I, D)
+        u_hat_detached = u_hat.detach() if self.detach_agreement else u_hat
+        b = votes.new_zeros(B, I, J)  # Procedure 1, line 2: per example
+        rounds = []
+        for r in range(self.iterations):
+            last = r == self.iterations - 1
+            c = coupling_softmax(b, dim=-1, leaky=self.leaky)  # Procedure 1, line 4; (B, I, J)
+            if record:
+                rounds.append(c)
+            u = u_hat if last else u_hat_detached
+            s = torch.matmul(c.transpose(1, 2).unsqueeze(2), u).squeeze(2)  # line 5: sum_i c_ij u_hat_j|i; (B, J, D)
+            if bias is not None:
+                s = s + bias
+            v = squash(s)  # line 6; (B, J, D)
+            if not last:
+                agreement = torch.matmul(u, v.unsqueeze(-1)).squeeze(-1)  # line 7: u_hat_j|i . v_j; (B, J, I)
+                b = b + agreement.transpose(1, 2)  # (B, I, J)
+        return RoutingResult(v, safe_norm(v, dim=-1), c, torch.stack(rounds, dim=1) if record else None)
+
+    def route_linear(self, u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                     record: bool = False) -> RoutingResult:
+        """The same routing for linear votes ``u_hat_j|i = W_ij u_i``, from u and W (``dynamic_linear``).
+
+        Equals ``forward(votes)`` up to float rounding (tests check values and
+        gradients), without ever holding a vote-sized gradient.
+
+        Shapes:
+            u: (B, I, Din) lower capsules
+            weight: (Din, I, J, Dout), the layout DenseCaps stores
+            bias: (J, Dout) or None
+            returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J);
+                with ``record``, ``rounds`` (B, R, I, J)
+        """
+        v, c, rounds = route_linear(u, weight, bias, iterations=self.iterations, leaky=self.leaky,
+                                    detach_agreement=self.detach_agreement, chunk=self.chunk, record=record)
+        return RoutingResult(v, safe_norm(v, dim=-1), c, rounds)

@@ -1,0 +1,48 @@
+"""What every routing algorithm returns, and the checks of what it is given."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["RoutingResult", "check_votes"]
+
+
+class _Fields(NamedTuple):
+    poses: torch.Tensor  # (B, J, D)
+    activations: torch.Tensor  # (B, J)
+    coupling: torch.Tensor  # (B, I, J), coefficients of the last round
+
+
+class RoutingResult(_Fields):
+    """Output of a routing module; unpacks as ``poses, activations, coupling``.
+
+    ``rounds`` is every round's coupling, (B, R, I, J), when the module was
+    called with ``record=True`` (for figures and the viewer), else None:
+    ``rounds[:, r]`` holds the coefficients round r + 1 used, so
+    ``rounds[:, -1]`` equals ``coupling``. It is an attribute, not a tuple
+    field, so the result still unpacks into its three tensors.
+    """
+
+    rounds: torch.Tensor | None
+
+    def __new__(cls, poses: torch.Tensor, activations: torch.Tensor, coupling: torch.Tensor,
+                rounds: torch.Tensor | None = None) -> "RoutingResult":
+        self = super().__new__(cls, poses, activations, coupling)
+        self.rounds = rounds
+        return self
+
+
+def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None) -> tuple[int, int, int, int]:
+    """(B, I, J, D) of ``votes``, after checking the shared call shape; a clear ValueError otherwise.
+
+    Shapes:
+        votes: (B, I, J, D); activations: (B, I) or None
+    """
+    if votes.dim() != 4:
+        raise ValueError(f"votes must be (B, I, J, D), got shape {tuple(votes.shape)}")
+    B, I, J, D = votes.shape
+    if activations is not None and tuple(activations.shape) != (B, I):
+        raise ValueError(f"activations must be (B, I) = ({B}, {I}) for votes {tuple(votes.shape)}, "
+                         f"got shape {tuple(activations.shape)}")
+    return B, I, J, D

@@ -1,0 +1,40 @@
+"""The routing registry, and the shared call shape checked for every registered algorithm."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet.routing import ROUTINGS, RoutingResult, create_routing, list_routings
+
+
+def test_create_routing_by_name_and_unknown_names_list_the_valid_ones():
+    routing = create_routing("dynamic", iterations=2, leaky=True)
+    assert routing.iterations == 2 and routing.leaky
+    with pytest.raises(ValueError, match="unknown routing 'em'; valid names are dynamic"):
+        create_routing("em")
+    assert list_routings() == sorted(ROUTINGS)
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+def test_every_routing_has_the_shared_call_shape(name):
+    B, I, J, D = 3, 7, 4, 5
+    g = torch.Generator().manual_seed(0)
+    votes = torch.randn(B, I, J, D, generator=g, dtype=torch.float64, requires_grad=True)
+    activations = torch.rand(B, I, generator=g, dtype=torch.float64)
+    routing = create_routing(name)
+    out = routing(votes, activations, record=True)
+    assert isinstance(out, RoutingResult)
+    assert out.poses.shape == (B, J, D) and out.activations.shape == (B, J) and out.coupling.shape == (B, I, J)
+    R = out.rounds.shape[1]
+    assert out.rounds.shape == (B, R, I, J) and R >= 1
+    torch.testing.assert_close(out.rounds[:, -1], out.coupling)
+    assert (out.coupling.sum(-1) <= 1 + 1e-9).all() and (out.coupling >= 0).all()
+    # one example's output does not depend on the rest of its batch
+    alone = routing(votes[1:2], activations[1:2])
+    for a, b in zip(alone, out):
+        torch.testing.assert_close(a[0], b[1])
+    # finite gradients reach the votes
+    (grad,) = torch.autograd.grad(out.poses.sum() + out.activations.sum(), votes)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"\(B, I, J, D\)"):
+        routing(votes[0])
