@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from capsnet.models import BaselineCNN, BaselineCNNConfig, create_model, model_name
-from capsnet.train import TrainConfig, fit, load_model
+from capsnet.evaluate import load_model
+from capsnet.train import TrainConfig, fit
 
 
 def test_paper_baseline_has_35_4m_parameters():

@@ -16,7 +16,9 @@ from capsnet.data.tasks import (TEST_SEED, affine_test, input_shape, multimnist_
 from capsnet.experiments import LESS_DATA_SIZES, format_table, plan
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import BaselineCNNConfig, CapsNet
-from capsnet.train import TrainConfig, _loss, load_model
+from capsnet.evaluate import load_model
+from capsnet.models import capsnet_loss
+from capsnet.train import TrainConfig
 
 # Narrow models so that a whole experiment runs in seconds on 2 cores.
 NARROW = ["--conv1-channels", "8", "--primary-types", "2", "--cnn-channels", "8", "8", "4", "--cnn-hidden", "16", "8",
@@ -92,7 +94,7 @@ def test_multimnist_loss_is_multi_hot_margin_plus_each_digit_against_its_own_com
     model = CapsNet(CapsNetConfig(conv1_channels=8, primary_types=2, input_height=36, input_width=36,
                                   decoder_hidden=(16, 32)))
     pairs = multimnist_test(test_digits.images[:100], test_digits.labels[:100], 6)
-    loss, lengths = _loss(model, pairs.images, pairs.labels, 0.0005, pairs.components)
+    loss, lengths = capsnet_loss(model, pairs.images, pairs.labels, pairs.components, recon_weight=0.0005)
 
     out = model(pairs.images)  # lengths do not depend on the labels
     targets = torch.zeros(6, 10).scatter_(1, pairs.labels, 1.0)

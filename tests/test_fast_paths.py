@@ -19,8 +19,10 @@ from capsnet import train as train_mod
 from capsnet.checkpoint import CheckpointError, load_checkpoint
 from capsnet.data import load_dataset
 from capsnet.losses import margin_loss, reconstruction_loss
-from capsnet.models import BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig
-from capsnet.train import AMP_MODES, TrainConfig, _load_optimizer_state, compile_model, fit, load_model
+from capsnet.evaluate import load_model
+from capsnet.models import MODELS, BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig
+from capsnet.runtime import compile_model
+from capsnet.train import TrainConfig, _load_optimizer_state, fit
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -102,6 +104,7 @@ def test_compiled_fit_matches_eager_and_never_recompiles(tmp_path):
     assert isinstance(model, CapsNet)
 
 
+@pytest.mark.slow  # Inductor compiles C++ kernels: about 40 s on a 2-core machine with a cold cache
 def test_inductor_compiled_model_matches_eager_outputs_and_gradients(batch):
     torch.manual_seed(0)
     model = CapsNet(TINY)
@@ -121,13 +124,14 @@ def test_inductor_compiled_model_matches_eager_outputs_and_gradients(batch):
 
 
 def test_compiled_baseline_still_takes_the_cross_entropy_path(batch):
-    # The loss picks the CNN's cross-entropy by the model's type; a compiled
-    # module wraps the model and must not be taken for a CapsNet.
+    # The loss comes from the registry by name; a compiled module wraps the
+    # model and its loss must still be the CNN's cross-entropy.
     torch.manual_seed(0)
     cnn = BaselineCNN(BaselineCNNConfig(channels=(4, 4, 4), hidden=(8, 8)))
     images, labels = batch
-    eager_loss, eager_scores = train_mod._loss(cnn.eval(), images, labels, 0.0005)
-    compiled_loss, compiled_scores = train_mod._loss(compile_model(cnn, "eager"), images, labels, 0.0005)
+    loss = MODELS["baseline"].loss
+    eager_loss, eager_scores = loss(cnn.eval(), images, labels, recon_weight=0.0005)
+    compiled_loss, compiled_scores = loss(compile_model(cnn, "eager"), images, labels, recon_weight=0.0005)
     torch.testing.assert_close(compiled_loss, eager_loss)
     torch.testing.assert_close(compiled_scores.sum(1), torch.ones(len(labels)))
 
@@ -188,8 +192,16 @@ def test_bad_compile_and_amp_flags_exit_2(capsys):
         assert e.value.code == 2 and fragment in capsys.readouterr().err
 
 
-def test_cli_names_agree_with_the_library():
-    assert cli.AMP_MODES == AMP_MODES
+def test_cli_choices_come_from_the_registries():
+    import argparse
+
+    from capsnet.data.tasks import TASKS
+    from capsnet.runtime import AMP_MODES, COMPILE_MODES
+
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    train = {a.dest: a.choices for a in commands["train"]._actions if a.choices is not None}  # noqa: SLF001
+    assert tuple(train["amp"]) == AMP_MODES and tuple(train["compile"]) == COMPILE_MODES
+    assert list(train["model"]) == list(MODELS) and list(train["dataset"]) == list(TASKS)
 
 
 def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):

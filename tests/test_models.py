@@ -187,7 +187,7 @@ def test_create_model_passes_config_and_rejects_unknown_fields():
         create_model("capsnet", bogus=1)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, (_, cls) in MODELS.items() if issubclass(cls, CapsNet)))
+@pytest.mark.parametrize("name", sorted(n for n, spec in MODELS.items() if issubclass(spec.build, CapsNet)))
 def test_every_registered_capsule_model_runs_and_trains(name):  # the CNN baseline: tests/test_baseline.py
     torch.manual_seed(3)
     model = create_model(name, **SMALL)

@@ -9,7 +9,8 @@ import torch
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint
 from capsnet.models import CapsNetConfig
-from capsnet.train import TrainConfig, evaluate, fit, load_model, lr_at
+from capsnet.evaluate import evaluate, load_model
+from capsnet.train import TrainConfig, fit, lr_at
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)

@@ -54,10 +54,10 @@ from torch import nn
 
 from .losses import margin_loss, reconstruction_loss
 from .models.capsnet import CapsNet, CapsNetConfig
-from .train import compile_model
+from .runtime import compile_model
 
-__all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "format_table",
-           "write_record"]
+__all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
+           "format_table", "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any]
 def _time_routing(model: CapsNet, images: torch.Tensor, mode: str) -> float:
     """Seconds of the digit capsule layer alone (votes and routing; forward, and backward when training)."""
     with torch.no_grad():
-        u = model.primary(torch.relu(model.conv1(images)))
+        u = model.primary_capsules(images)
     sync = torch.cuda.synchronize if images.device.type == "cuda" else (lambda: None)
     if mode == "train":
         u.requires_grad_(True)
@@ -160,7 +160,7 @@ class ConvFloor(nn.Module):
         self.conv1, self.primary = copy.deepcopy(capsnet.conv1), copy.deepcopy(capsnet.primary)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        return self.primary(torch.relu(self.conv1(images)))  # (B, I, D)
+        return CapsNet.primary_capsules(self, images)  # (B, I, D): the CapsNet's own prefix, on these copies
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -395,6 +395,23 @@ def run_benchmark(
                 row["note"] = note if impl == CAPSNET else None
                 rows.append(row)
             del runners
+    return rows
+
+
+def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),
+             on_start: Callable[[int, int, str], None] | None = None, **options: Any) -> list[dict[str, Any]]:
+    """``run_benchmark`` for the paper's CapsNet at every (batch size, routing rounds, dtype), one row set each.
+
+    ``on_start(batch, rounds, dtype)`` is called before each row set; ``options`` go to ``run_benchmark``.
+    """
+    rows: list[dict[str, Any]] = []
+    for batch_size in batch_sizes:
+        for r in rounds:
+            for dtype in dtypes:
+                if on_start is not None:
+                    on_start(batch_size, r, dtype)
+                rows += run_benchmark(batch_size=batch_size, dtype=dtype, config=CapsNetConfig(routing_iterations=r),
+                                      **options)
     return rows
 
 

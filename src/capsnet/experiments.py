@@ -23,18 +23,18 @@ import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape
-from .models import BaselineCNNConfig, CapsNetConfig
+from .models import MODELS, model_spec
 from .train import TrainConfig, fit
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "Run", "plan", "run_plan", "format_table", "plot_less_data"]
 
 EXPERIMENTS = {"multimnist": "multimnist", "affine": "translated-mnist", "less-data": "mnist"}  # name -> data set
 LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
-MODEL_NAMES = ("capsnet", "baseline")
+COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
 
 # The paper's figures, for the tables (percent).
 PAPER = {
@@ -47,30 +47,32 @@ PAPER = {
 @dataclass(frozen=True)
 class Run:
     experiment: str
-    model: str  # "capsnet" or "baseline"
-    model_config: CapsNetConfig | BaselineCNNConfig
+    model: str  # a registered model name
+    model_config: Any
     train_config: TrainConfig
     run_dir: Path
 
 
-def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, capsnet: CapsNetConfig = CapsNetConfig(),
-         baseline: BaselineCNNConfig = BaselineCNNConfig(), models: Sequence[str] = MODEL_NAMES,
-         sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0) -> list[Run]:
+def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
+         models: Sequence[str] = COMPARED, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0) -> list[Run]:
     """The runs of experiment ``name``, each model's input sized to the experiment's images.
 
     ``train`` gives everything shared (epochs, batch, seed, test size, ...);
-    its dataset is replaced by the experiment's. For ``less-data`` each of
-    ``sizes`` is one run per model, with ``steps`` optimizer steps (0: ``train.epochs`` epochs for every size).
+    its dataset is replaced by the experiment's. ``configs`` maps a model name
+    to its config (a registered model left out gets its defaults, the paper's).
+    For ``less-data`` each of ``sizes`` is one run per model, with ``steps``
+    optimizer steps (0: ``train.epochs`` epochs for every size).
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
-    unknown = [m for m in models if m not in MODEL_NAMES]
+    unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
-        raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODEL_NAMES)}")
+        raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
     dataset = EXPERIMENTS[name]
-    _, H, W = input_shape(dataset)
-    configs = {"capsnet": replace(capsnet, input_height=H, input_width=W),
-               "baseline": replace(baseline, input_height=H, input_width=W)}
+    C, H, W = input_shape(dataset)
+    given = dict(configs or {})
+    configs = {m: replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W)
+               for m in models}
     out = Path(out)
     base = replace(train, dataset=dataset)
     runs = []
@@ -163,10 +165,9 @@ def plot_less_data(rows: Sequence[dict[str, Any]]):
 
     fig = Figure(figsize=(5.0, 3.6), layout="constrained")
     ax = fig.subplots()
-    for model in MODEL_NAMES:
+    for model in dict.fromkeys(r["model"] for r in rows):
         pts = sorted((r["train_size"], 100 * r["test_error"]) for r in rows if r["model"] == model)
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label={"capsnet": "CapsNet", "baseline": "CNN baseline"}[model])
+        ax.plot(*zip(*pts), marker="o", label=MODELS[model].title if model in MODELS else model)
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["margin_loss", "reconstruction_loss"]
+__all__ = ["margin_loss", "reconstruction_loss", "multi_hot"]
 
 
 def margin_loss(
@@ -68,3 +68,11 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
     if r.shape != x.shape:
         raise ValueError(f"reconstructions {tuple(reconstructions.shape)} and images {tuple(images.shape)} differ in pixels per image")
     return scale * (r - x).pow(2).sum(dim=1).mean()
+
+
+def multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Class indices as multi-hot rows (MultiMNIST pairs: both classes set).
+
+    Shapes: labels (B, K) int -> (B, num_classes), 1 at every listed class.
+    """
+    return torch.zeros(len(labels), num_classes, dtype=dtype, device=labels.device).scatter_(1, labels.long(), 1.0)

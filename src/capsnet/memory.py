@@ -4,9 +4,9 @@ PyTorch's CPU tensors come from the C library's ``malloc``. glibc serves every
 block above its mmap threshold (128 KiB to 32 MiB, adjusted on the fly) with a
 fresh ``mmap`` and gives it back to the kernel on ``free``. A training step
 allocates and frees the same large activations every time, so every step
-faults hundreds of megabytes of pages in again: on the 2-core CPU this project
-is measured on, that kernel time was about a third of a CapsNet step
-(benchmarks/README.md, "The allocator").
+faults hundreds of megabytes of pages in again, kernel time that can be a large
+share of a CapsNet step on a CPU (benchmarks/README.md, "The allocator",
+measures it).
 
 ``keep_freed_memory`` tells glibc to take every block from its heap
 (``M_MMAP_MAX = 0``) and to return freed memory to the kernel only when more

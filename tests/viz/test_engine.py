@@ -47,11 +47,13 @@ def test_walk_matches_the_model(viewer: Viewer):
     np.testing.assert_allclose(fm, maps.numpy(), atol=maps.max().item() / 255)
     pl = decode(w["primary_lengths"])
     np.testing.assert_allclose(pl, u.norm(dim=-1).reshape(cfg.primary_types, rows, cols).numpy(), atol=1 / 255)
-    # coupling: (rounds, J, types, rows, cols); after round R - 1 it is what round R used, the model's own coupling
+    # coupling: (rounds, J, types, rows, cols), numbered as capsnet figures numbers them: round r + 1 used c[r],
+    # round 1 is uniform and the last round's is the model's own coupling
     c = decode(w["coupling"])
     assert c.shape == (R, cfg.num_classes, cfg.primary_types, rows, cols)
     used_in_last_round = out.coupling[0].T.reshape(cfg.num_classes, cfg.primary_types, rows, cols).numpy()
-    np.testing.assert_allclose(c[R - 2], used_in_last_round, atol=w["coupling"]["hi"] / 255)
+    np.testing.assert_allclose(c[R - 1], used_in_last_round, atol=w["coupling"]["hi"] / 255)
+    np.testing.assert_allclose(c[0], 1 / cfg.num_classes, atol=w["coupling"]["hi"] / 255)
     np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=cfg.num_classes * w["coupling"]["hi"] / 255)  # softmax over J
     assert w["source"] == {"kind": "test", "index": 7, "label": int(viewer.test_labels[7]),
                            "label_name": viewer.classes[int(viewer.test_labels[7])]}

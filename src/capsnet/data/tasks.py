@@ -1,45 +1,198 @@
-"""The paper's experiment data sets, built from MNIST: MultiMNIST and translated MNIST.
+"""The only map from a data set or task name to its training batches and its test data.
 
+Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
+
+- the image sets of ``capsnet.data.sets`` (``mnist``, ``fashion-mnist``,
+  ``mnist-sample``): training batches shifted by up to ``shift`` pixels
+  (Sabour et al. 2017, section 5), tested on the set's test split;
 - ``multimnist`` (section 6): 36x36 pairs of overlapping digits of different
   classes. Training pairs are drawn on the fly from the training digits, a new
   draw every batch from the epoch's seeded generator; the test set is one draw
-  of ``test_size`` pairs (10,000 by default) from the test digits under the
-  fixed seed ``TEST_SEED``, the same for every run and model.
+  of ``TEST_PAIRS`` pairs (10,000) from the test digits under the fixed seed
+  ``TEST_SEED``, the same for every run and model (``multimnist.py``);
 - ``translated-mnist`` (section 5.2): training digits at a uniformly random
   position on a 40x40 black canvas, a new position every time; two fixed test
-  sets from the MNIST test digits: the same translation (``test``) and the
-  affNIST-like affine set (``affine``, see ``capsnet.data.affine``), each
+  sets from the MNIST test digits: the same translation (the main split) and
+  the affNIST-like affine set (``extra["affine"]``, see ``affine.py``), each
   drawn under ``TEST_SEED``.
 
 ``nested_subset`` gives the "learning from less data" training subsets: the
 first ``size`` indices of one seeded permutation, so for one seed the subsets
 of 500, 1,000, 5,000, 10,000 and 60,000 examples are nested.
+
+Adding a task is one file that makes its images, its test and one ``Task``
+line here.
 """
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from .affine import random_affine, random_translate
-from .multimnist import MultiMNISTBatch, draw_pairs, render_pairs
+from .augment import random_shift
+from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
+from .sets import DATASETS, Dataset, load_dataset, split_validation
 
-__all__ = ["TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE", "input_shape", "nested_subset",
-           "multimnist_test", "translated_test", "affine_test"]
+__all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE", "task",
+           "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test", "translated_test",
+           "affine_test"]
 
-TASKS = ("multimnist", "translated-mnist")
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
 MULTIMNIST_SHIFT = 4  # section 6: "each digit is shifted up to 4 pixels in each direction" (36x36)
 TRANSLATED_SIZE = 40  # section 5.2: "placed randomly on a black background of 40x40 pixels"
 
 
-def input_shape(dataset: str) -> tuple[int, int, int]:
-    """(C, H, W) of the images a model trained on ``dataset`` takes."""
-    if dataset == "multimnist":
-        side = 28 + 2 * MULTIMNIST_SHIFT
-        return (1, side, side)
-    if dataset == "translated-mnist":
-        return (1, TRANSLATED_SIZE, TRANSLATED_SIZE)
-    return (1, 28, 28)
+@dataclass
+class Split:
+    """Images to train on or score, with what scoring them needs.
+
+    images: (N, C, H, W), uint8 0..255 as loaded or float in [0, 1] as generated.
+    labels: (N,) int64 classes, or (N, 2) for MultiMNIST pairs (scored top-2).
+    classes: the class names.
+    components: (N, 2, C, H, W) each digit of a pair alone (reconstruction targets), or None.
+    extra: more test sets scored alike, by name (translated MNIST's "affine").
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    classes: tuple[str, ...]
+    components: torch.Tensor | None = None
+    extra: dict[str, "Split"] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def to(self, device: str | torch.device) -> "Split":
+        """On ``device``, images as float in [0, 1] and labels as int64 (extra sets too)."""
+        images = self.images.to(device)
+        images = images.float() if images.is_floating_point() else images.float().div_(255.0)
+        return Split(images, self.labels.to(device).long(), self.classes,
+                     None if self.components is None else self.components.to(device),
+                     {name: s.to(device) for name, s in self.extra.items()})
+
+
+# A training batch: images (B, C, H, W), labels (B,) or (B, 2), components (B, 2, C, H, W) or None.
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class Task:
+    """How one name becomes training batches and held-out splits.
+
+    source: the image set of ``capsnet.data.sets`` it is made from.
+    input_shape: (C, H, W) of its images.
+    held: (digits, size, extras) -> the split scored on ``digits`` held out of
+        training (test or validation), its first ``size`` examples (0: all; for
+        MultiMNIST the number of pairs); ``extras=False`` leaves out the extra sets.
+    batch: (training digits on the device, indices, generator, shift) -> one training batch.
+    places_digits: True when the task places its digits itself (``shift`` does not apply).
+    metric: what its accuracy counts.
+    help: one line for the command line's help.
+    """
+
+    source: str
+    input_shape: tuple[int, int, int]
+    held: Callable[[Dataset, int, bool], Split]
+    batch: Callable[[Split, torch.Tensor, torch.Generator, int], Batch]
+    places_digits: bool = False
+    metric: str = "accuracy"
+    help: str = ""
+
+
+def _first(digits: Dataset, size: int) -> Dataset:
+    return digits.subset(torch.arange(min(size, len(digits)))) if size else digits
+
+
+def _plain_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(digits, size)
+    return Split(d.images, d.labels, d.classes)
+
+
+def _plain_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
+    return random_shift(train.images[idx], shift, generator=g), train.labels[idx], None  # section 5: shifts
+
+
+def _multimnist_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    pairs = multimnist_test(digits.images, digits.labels, size or len(digits))
+    return Split(pairs.images, pairs.labels, digits.classes, pairs.components)
+
+
+def _multimnist_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
+    # section 6: fresh pairs every batch, never stored; len(idx) pairs from the whole training set
+    pairs = make_pairs(train.images, train.labels, len(idx), generator=g, max_shift=MULTIMNIST_SHIFT)
+    return pairs.images, pairs.labels, pairs.components
+
+
+def _translated_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(digits, size)
+    extra = {"affine": Split(affine_test(d.images), d.labels, d.classes)} if extras else {}
+    return Split(translated_test(d.images), d.labels, d.classes, extra=extra)
+
+
+def _translated_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
+    # section 5.2: a random position on the 40x40 canvas, a new one every time
+    return random_translate(train.images[idx], TRANSLATED_SIZE, generator=g)[0], train.labels[idx], None
+
+
+_MULTI_SIDE = 28 + 2 * MULTIMNIST_SHIFT
+TASKS: dict[str, Task] = {
+    **{name: Task(name, (1, 28, 28), _plain_held, _plain_batch) for name in DATASETS},
+    "multimnist": Task("mnist", (1, _MULTI_SIDE, _MULTI_SIDE), _multimnist_held, _multimnist_batch, places_digits=True,
+                       metric="top-2 exact accuracy",  # section 6: both longest capsules are the pair's labels
+                       help="overlapping digit pairs on 36x36, made from MNIST on the fly (section 6)"),
+    "translated-mnist": Task("mnist", (1, TRANSLATED_SIZE, TRANSLATED_SIZE), _translated_held, _translated_batch,
+                             places_digits=True,
+                             help="MNIST digits at random positions on 40x40, scored on translated and "
+                                  "affNIST-like affine test sets (section 5.2)"),
+}
+
+
+def task(name: str) -> Task:
+    """The task of ``name``; an unknown name is a ValueError listing the valid ones."""
+    if name not in TASKS:
+        raise ValueError(f"unknown dataset {name!r}; valid names are {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def input_shape(name: str) -> tuple[int, int, int]:
+    """(C, H, W) of the images a model trained on ``name`` takes."""
+    return task(name).input_shape
+
+
+def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.PathLike | None = None,
+              progress: bool = True) -> Split:
+    """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
+    t = task(name)
+    return t.held(load_dataset(t.source, "test", root=root, progress=progress), size, extras)
+
+
+def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_size: int = 0, seed: int = 0,
+                  root: str | os.PathLike | None = None, progress: bool = True) -> tuple[Split, Split, str]:
+    """The training digits of ``name`` and the split to evaluate on: validation if ``val_size``, else test.
+
+    ``train_size`` keeps a seeded subset (nested across sizes for one seed),
+    then ``val_size`` examples are held out of it; ``test_size`` keeps the
+    first examples of the test split. Returns (train, held, "val" or "test"),
+    on the CPU. For the generated tasks the training split holds the 28x28
+    source digits (``Task.batch`` places them) and the held split the
+    generated images.
+    """
+    t = task(name)
+    train = load_dataset(t.source, "train", root=root, progress=progress)
+    if train_size:
+        if train_size > len(train):
+            raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
+        train = train.subset(nested_subset(len(train), train_size, seed))
+    if val_size:
+        train, val = split_validation(train, val_size, seed=seed)
+        held, held_name = t.held(val, 0, True), "val"
+    else:
+        held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
+    return Split(train.images, train.labels, train.classes), held, held_name
 
 
 def nested_subset(n: int, size: int, seed: int) -> torch.Tensor:

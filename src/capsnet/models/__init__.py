@@ -1,34 +1,62 @@
-"""Models built from capsule layers, and a registry to build them by name."""
+"""Models built from capsule layers, and the one place they are named.
+
+``MODELS`` maps a name to its ``ModelSpec``: the config dataclass, the module
+built from it, the training loss and a title for tables. Training, evaluation,
+checkpoints, experiments and the command line all look models up here, so
+adding a model is one file (config, module, loss), its test and one line below.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
+import torch
 from torch import nn
 
-from .baseline import BaselineCNN, BaselineCNNConfig
-from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, mask_capsules
+from .baseline import BaselineCNN, BaselineCNNConfig, baseline_loss
+from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, capsnet_loss, mask_capsules
 
-__all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "BaselineCNN",
-           "BaselineCNNConfig", "MODELS", "create_model", "model_name"]
+__all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
+           "BaselineCNNConfig", "baseline_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
+           "model_name"]
 
-# name -> (config class, model class)
-MODELS: dict[str, tuple[type, Callable[..., nn.Module]]] = {
-    "capsnet": (CapsNetConfig, CapsNet),
-    "baseline": (BaselineCNNConfig, BaselineCNN),
+
+class ModelSpec(NamedTuple):
+    """How to build, train and name one registered model."""
+
+    config: type  # frozen dataclass with to_dict() and from_dict(); its defaults are the paper's
+    build: Callable[[Any], nn.Module]  # config -> module
+    # (model, images, labels, components=None, *, recon_weight) -> (loss (), class scores (B, K))
+    loss: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    title: str  # for tables and plots
+
+
+MODELS: dict[str, ModelSpec] = {
+    "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet"),  # Sabour et al. 2017, section 4
+    "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline"),  # section 5
 }
+
+
+def list_models() -> list[str]:
+    """The registered model names, in registry order."""
+    return list(MODELS)
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The registry entry of ``name``; an unknown name is a ValueError listing the valid ones."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid names are {', '.join(MODELS)}")
+    return MODELS[name]
 
 
 def model_name(config: Any) -> str:
     """The registry name of the model a config object builds."""
-    for name, (config_cls, _) in MODELS.items():
-        if type(config) is config_cls:
+    for name, spec in MODELS.items():
+        if type(config) is spec.config:
             return name
-    raise ValueError(f"{type(config).__name__} is not the config of a registered model ({sorted(MODELS)})")
+    raise ValueError(f"{type(config).__name__} is not the config of a registered model ({', '.join(MODELS)})")
 
 
 def create_model(name: str, **config: Any) -> nn.Module:
-    """Build a registered model; keyword arguments override its config fields."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid names are {sorted(MODELS)}")
-    config_cls, model_cls = MODELS[name]
-    return model_cls(config_cls.from_dict(config))
+    """Build a registered model; keyword arguments override its config fields (unknown ones are refused by name)."""
+    spec = model_spec(name)
+    return spec.build(spec.config.from_dict(config))

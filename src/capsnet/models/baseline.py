@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import config_from_dict
+from ..losses import multi_hot
 
-__all__ = ["BaselineCNNConfig", "BaselineCNN"]
+__all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,18 @@ class BaselineCNN(nn.Module):
         for fc in self.fcs:
             x = F.relu(fc(x))
         return self.out(self.dropout(x))
+
+
+def baseline_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,
+                  *, recon_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy (section 5) and the class scores (softmax probabilities).
+
+    For MultiMNIST pairs (labels (B, 2)) the target puts probability 1/2 on
+    each of the two classes. The CNN reconstructs nothing: ``components`` and
+    ``recon_weight`` are accepted for the shared loss signature and unused.
+
+    Shapes: images (B, C, H, W); labels (B,) or (B, 2); returns loss (), scores (B, num_classes)
+    """
+    logits = model(images)  # (B, K)
+    target = multi_hot(labels, logits.shape[1], logits.dtype) / labels.shape[1] if labels.dim() == 2 else labels
+    return F.cross_entropy(logits, target), logits.softmax(dim=1)

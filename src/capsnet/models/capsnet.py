@@ -18,9 +18,10 @@ from torch import nn
 
 from .._config import config_from_dict
 from ..layers import DenseCaps, PrimaryCaps
+from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting
 
-__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules"]
+__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,7 @@ class CapsNet(nn.Module):
         expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
-        x = F.relu(self.conv1(images))  # (B, 256, 20, 20)
-        u = self.primary(x)  # (B, I, 8)
+        u = self.primary_capsules(images)  # (B, I, 8)
         poses, lengths, coupling = self.digits(u)  # (B, J, 16), (B, J), (B, I, J)
         reconstructions = None
         if self.decoder is not None:
@@ -159,6 +159,13 @@ class CapsNet(nn.Module):
             index = labels if labels is not None else lengths.argmax(dim=1)
             reconstructions = self.reconstruct(poses, index)
         return CapsNetOutput(poses, lengths, reconstructions, coupling)
+
+    def primary_capsules(self, images: torch.Tensor) -> torch.Tensor:
+        """Conv1 with its ReLU, then the primary capsules: what the digit capsules route.
+
+        Shapes: images (B, C, H, W) -> (B, I, primary_dim), I ordered (type, row, column)
+        """
+        return self.primary(F.relu(self.conv1(images)))  # conv1: (B, 256, 20, 20) for MNIST
 
     def reconstruct(self, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Decode given digit capsules masked to ``index`` (for pose sweeps, or K capsules per image).
@@ -176,3 +183,27 @@ class CapsNet(nn.Module):
         repeated = poses.unsqueeze(1).expand(B, K, J, D).reshape(B * K, J, D)  # (B*K, J, D)
         out = self.decoder(mask_capsules(repeated, index.reshape(B * K)))  # (B*K, C, H, W)
         return out.view(B, K, *out.shape[1:])  # (B, K, C, H, W)
+
+
+def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,
+                 *, recon_weight: float = 0.0005) -> tuple[torch.Tensor, torch.Tensor]:
+    """Margin loss plus the scaled reconstruction loss (section 4.1), and the class scores (capsule lengths).
+
+    ``labels`` (B,) are class indices; (B, 2) are MultiMNIST pairs: the margin
+    loss takes them multi-hot, and each digit is reconstructed from its own
+    capsule against its own ``components`` image (section 6), the squared
+    errors summed; without components a pair has no reconstruction term.
+    Labels are not range-checked here (that would wait for a GPU every step):
+    the data sets check them when they load.
+
+    Shapes: images (B, C, H, W); labels (B,) or (B, 2); components (B, 2, C, H, W) or None;
+    returns loss (), scores (B, num_classes)
+    """
+    out = model(images, labels)
+    pairs = labels.dim() == 2
+    targets = multi_hot(labels, out.lengths.shape[1], out.lengths.dtype) if pairs else labels
+    loss = margin_loss(out.lengths, targets, validate=False)
+    target_images = components if pairs else images
+    if out.reconstructions is not None and recon_weight > 0 and target_images is not None:
+        loss = loss + reconstruction_loss(out.reconstructions, target_images, scale=recon_weight)
+    return loss, out.lengths

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from ..models.capsnet import CapsNet, CapsNetConfig
-from ..routing import DynamicRouting
 
 __all__ = ["ViewerError", "Viewer", "load_viewer", "encode", "decode", "SWEEP_HALF_RANGE"]
 
@@ -82,9 +81,6 @@ class Viewer:
         self.model = model.eval()
         self.config: CapsNetConfig = model.config
         cfg = self.config
-        if not isinstance(model.digits.routing, DynamicRouting):
-            raise ViewerError(f"the viewer shows dynamic routing; this model routes with "
-                              f"{type(model.digits.routing).__name__}")
         self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if test_images is not None:
             if tuple(test_images.shape[1:]) != self.shape:
@@ -178,20 +174,15 @@ class Viewer:
             x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
             maps = F.relu(self.model.conv1(x))  # (1, K, H', W')
             u = self.model.primary(maps)  # (1, I, Din)
-            digits = self.model.digits
-            routing: DynamicRouting = digits.routing
-            # Coupling after round r = softmax of the logits after r agreement updates,
-            # i.e. the coefficients a round r + 1 would use (round 1 itself is uniform).
-            rounds = []
-            for r in range(1, routing.iterations + 1):
-                step = DynamicRouting(r + 1, leaky=routing.leaky, detach_agreement=routing.detach_agreement)
-                rounds.append(step.route_linear(u, digits.weight, digits.bias).coupling[0])  # (I, J)
-            poses, lengths, _ = digits(u)  # (1, J, D), (1, J)
+            # One recorded routing: rounds[0, r] is the coupling round r + 1 used (round 1 uniform), as in
+            # capsnet figures; the last is the model's own coupling.
+            routed = self.model.digits(u, record=True)
+            poses, lengths, rounds = routed.poses, routed.activations, routed.rounds  # (1, J, D), (1, J), (1, R, I, J)
             predicted = int(lengths[0].argmax())
             rec = self.model.reconstruct(poses, torch.tensor([predicted], device=self.device))[0] \
                 if self.model.decoder is not None else None
-        coupling = torch.stack(rounds).cpu()  # (R, I, J)
-        coupling = coupling.reshape(len(rounds), cfg.primary_types, rows, cols, -1).permute(0, 4, 1, 2, 3)
+        R = rounds.shape[1]
+        coupling = rounds[0].cpu().reshape(R, cfg.primary_types, rows, cols, -1).permute(0, 4, 1, 2, 3)
         # (R, J, types, rows, cols)
         fmap = maps[0].cpu()  # (K, H', W')
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
@@ -234,10 +225,12 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> Viewer:
     """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
 
-    The test inputs are the data set's test images; for the experiment sets,
-    the fixed MultiMNIST test pairs (36x36) or translated test digits (40x40).
+    The test inputs are the data set's test split (``capsnet.data.tasks``): for
+    the experiment sets, the fixed MultiMNIST test pairs (36x36) or translated
+    test digits (40x40).
     """
-    from ..train import TrainConfig, load_model
+    from ..data.tasks import load_test
+    from ..evaluate import load_model
 
     if checkpoint is None:
         torch.manual_seed(0)
@@ -245,26 +238,10 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         name = dataset or "mnist-sample"
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device)
-        if ckpt.model_name != "capsnet":
+        if not isinstance(model, CapsNet):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a CapsNet")
-        name = dataset or TrainConfig.from_dict(ckpt.train_config).dataset
+        name = dataset or ckpt.train_config.get("dataset", "mnist")
         checkpoint = ckpt.path
-    images, labels, classes = _test_set(name, data_dir, progress)
-    return Viewer(model, test_images=images, test_labels=labels, classes=classes, dataset=name, checkpoint=checkpoint)
-
-
-def _test_set(name: str, data_dir: str | os.PathLike | None, progress: bool
-              ) -> tuple[torch.Tensor, torch.Tensor, Sequence[str]]:
-    """Test images, labels ((N,), or (N, 2) for MultiMNIST) and class names of a data set or experiment set."""
-    from ..data import load_dataset
-    from ..data.tasks import TASKS, multimnist_test, translated_test
-
-    if name not in TASKS:
-        test = load_dataset(name, "test", root=data_dir, progress=progress)
-        return test.images, test.labels, test.classes
-    digits = load_dataset("mnist", "test", root=data_dir, progress=progress)
-    if name == "multimnist":
-        pairs = multimnist_test(digits.images, digits.labels, len(digits))  # the fixed test pairs of every run
-        return pairs.images, pairs.labels, digits.classes
-    return translated_test(digits.images), digits.labels, digits.classes
-
+    test = load_test(name, extras=False, root=data_dir, progress=progress)
+    return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
+                  checkpoint=checkpoint)

@@ -149,7 +149,7 @@ function renderRouting() {
     drawTiles(canvas, mean, 1, rows, cols, { cols: 1, scale: Math.max(2, Math.floor(96 / Math.max(rows, cols))), color: heat });
     fig.appendChild(canvas);
     const cap = document.createElement("figcaption");
-    cap.textContent = `after round ${r + 1}`;
+    cap.textContent = r === 0 ? "round 1 (uniform)" : `round ${r + 1}`;
     fig.appendChild(cap);
     box.appendChild(fig);
   }

@@ -1,0 +1,209 @@
+"""Evaluation: loss, accuracy and confusion of a model on a split, and models rebuilt from checkpoints.
+
+The loss is the model's own (its ``ModelSpec.loss`` in ``capsnet.models``);
+the reconstruction term, where there is one, is computed from the true
+label's capsule, as in training. No augmentation.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from .data.multimnist import top2_correct
+from .data.tasks import Split, input_shape, load_test
+from .models import MODELS, model_name, model_spec
+from .runtime import resolve_device
+
+__all__ = ["EvalResult", "PairEvalResult", "evaluate", "evaluate_pairs", "evaluate_split", "load_model",
+           "CheckpointEvaluation", "evaluate_checkpoint"]
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    accuracy: float
+    error: float
+    confusion: torch.Tensor  # (K, K) int64, rows: true class, columns: predicted
+
+    @property
+    def per_class_accuracy(self) -> list[float]:
+        totals = self.confusion.sum(dim=1).clamp(min=1)
+        return (self.confusion.diag().double() / totals).tolist()
+
+
+@dataclass
+class PairEvalResult:
+    loss: float
+    accuracy: float  # fraction of pairs whose two longest capsules are exactly their two labels
+    error: float  # the paper's MultiMNIST error, 1 - accuracy
+
+
+def _loss_of(model: nn.Module):
+    return model_spec(model_name(model.config)).loss
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
+             recon_weight: float = 0.0005, progress: bool = False) -> EvalResult:
+    """Loss, accuracy and confusion matrix of ``model`` on a split (no augmentation).
+
+    Shapes: images (N, C, H, W) float in [0, 1]; labels (N,).
+    """
+    loss_fn = _loss_of(model)
+    was_training = model.training
+    model.eval()
+    K = model.config.num_classes
+    n = len(labels)
+    # Sums stay on the device until the end: no host sync per batch.
+    confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
+    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    with torch.inference_mode():
+        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+            x, y = images[start:start + batch_size], labels[start:start + batch_size]
+            loss, scores = loss_fn(model, x, y, recon_weight=recon_weight)
+            total_loss += loss.double() * len(y)
+            cell = y * K + scores.argmax(dim=1)
+            confusion.index_add_(0, cell, torch.ones_like(cell))  # bincount would sync to size its output
+    model.train(was_training)
+    confusion = confusion.view(K, K).cpu()
+    acc = confusion.diag().sum().item() / max(n, 1)
+    return EvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc, confusion)
+
+
+def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                   components: torch.Tensor | None = None, *, batch_size: int = 256, recon_weight: float = 0.0005,
+                   progress: bool = False) -> PairEvalResult:
+    """MultiMNIST loss and top-2 exact-match accuracy (section 6) of ``model`` on pairs.
+
+    Shapes: images (N, C, 36, 36), labels (N, 2), components (N, 2, C, 36, 36) or None (no reconstruction term).
+    """
+    loss_fn = _loss_of(model)
+    was_training = model.training
+    model.eval()
+    n = len(labels)
+    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    right = torch.zeros((), dtype=torch.int64, device=images.device)
+    with torch.inference_mode():
+        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+            sl = slice(start, start + batch_size)
+            comp = components[sl] if components is not None else None
+            loss, scores = loss_fn(model, images[sl], labels[sl], comp,
+                                   recon_weight=recon_weight if comp is not None else 0.0)
+            total_loss += loss.double() * len(labels[sl])
+            right += top2_correct(scores, labels[sl]).sum()
+    model.train(was_training)
+    acc = right.item() / max(n, 1)
+    return PairEvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc)
+
+
+def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
+                   progress: bool = False) -> dict[str, EvalResult | PairEvalResult]:
+    """Score a split (on the model's device, images float) and its extra sets: {"": result, "affine": result, ...}."""
+    def one(sp: Split) -> EvalResult | PairEvalResult:
+        if sp.labels.dim() == 2:
+            return evaluate_pairs(model, sp.images, sp.labels, sp.components, batch_size=batch_size,
+                                  recon_weight=recon_weight, progress=progress)
+        return evaluate(model, sp.images, sp.labels, batch_size=batch_size, recon_weight=recon_weight, progress=progress)
+    return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
+
+
+def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
+               ) -> tuple[nn.Module, Checkpoint]:
+    """Rebuild the model saved in a checkpoint (file or run directory), by the name and config it records."""
+    ckpt = load_checkpoint(path, which)
+    if ckpt.model_name not in MODELS:
+        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows "
+                              f"{', '.join(MODELS)}")
+    spec = MODELS[ckpt.model_name]
+    try:
+        model = spec.build(spec.config.from_dict(ckpt.model_config))
+        model.load_state_dict(ckpt.model_state)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt.path} does not fit its own configuration ({e}); it is damaged") from e
+    return model.to(resolve_device(device)), ckpt
+
+
+@dataclass
+class CheckpointEvaluation:
+    """What ``capsnet eval`` reports: a checkpoint scored on a data set's test split and its extra sets."""
+
+    checkpoint: Checkpoint
+    dataset: str
+    images: int  # examples (pairs for MultiMNIST) in the main split
+    results: dict[str, EvalResult | PairEvalResult]  # "" is the main split
+    extra_sizes: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        """The JSON record: the main split's figures, per-class accuracy and confusion, and each extra set's."""
+        r = self.results[""]
+        out = {"checkpoint": str(self.checkpoint.path), "model": self.checkpoint.model_name,
+               "epoch": self.checkpoint.state.get("epoch"), "dataset": self.dataset, "images": self.images,
+               "accuracy": r.accuracy, "error": r.error, "loss": r.loss}
+        if isinstance(r, PairEvalResult):
+            return out | {"metric": "top-2 exact match"}
+        for name, er in self.results.items():
+            if name:
+                out[name] = {"images": self.extra_sizes[name], "accuracy": er.accuracy, "error": er.error,
+                             "loss": er.loss, "per_class_accuracy": er.per_class_accuracy}
+        return out | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
+
+    def format(self) -> str:
+        """The table ``capsnet eval`` prints."""
+        r = self.results[""]
+        pairs = isinstance(r, PairEvalResult)
+        lines = [f"checkpoint {self.checkpoint.path} (epoch {self.checkpoint.state.get('epoch')}), {self.dataset} "
+                 f"test set, {self.images} {'pairs' if pairs else 'images'}"]
+        if pairs:
+            return "\n".join(lines + [f"top-2 exact accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   "
+                                      f"loss {r.loss:.4f}",
+                                      "(right when the two highest-scoring classes are exactly the pair's two "
+                                      "labels, section 6)"])
+        label = "translated test " if self.dataset == "translated-mnist" else ""
+        lines.append(f"{label}accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   loss {r.loss:.4f}")
+        for name, er in self.results.items():
+            if name:
+                lines.append(f"{name} test accuracy {er.accuracy:.4f}   error {100 * er.error:.2f}%   "
+                             f"({self.extra_sizes[name]} images)")
+        K = r.confusion.shape[0]
+        lines.append(f"\n{label}class  accuracy   " + " ".join(f"{j:>5}" for j in range(K)) + "   <- predicted")
+        for i, acc in enumerate(r.per_class_accuracy):
+            lines.append(f"{i:>5}  {acc:8.4f}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
+        return "\n".join(lines)
+
+
+def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
+                        test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
+                        device: str | torch.device = "auto", root: str | os.PathLike | None = None,
+                        progress: bool = True) -> CheckpointEvaluation:
+    """Score a checkpoint on the test split of ``dataset`` (default: the one it trained on), its extra sets
+    (translated MNIST: the affNIST-like set) and any real affNIST ``.mat`` files given."""
+    dev = resolve_device(device)
+    model, ckpt = load_model(path, which=which, device=dev)
+    train_config = ckpt.train_config
+    name = dataset or train_config.get("dataset", "mnist")
+    cfg = model.config
+    shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    if input_shape(name) != shape:
+        raise ValueError(f"{name} images are {input_shape(name)} but the checkpoint's model takes {shape}")
+    if affnist and shape != (1, 40, 40):
+        raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
+    split = load_test(name, size=test_size, root=root, progress=progress)
+    recon_weight = train_config.get("recon_weight", 0.0005)
+    results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
+    sizes = {extra: len(s) for extra, s in split.extra.items()}
+    for mat in affnist:
+        from .data.affnist import load_affnist
+
+        real = load_affnist(mat)
+        key = f"affnist:{Path(mat).name}"
+        scored = Split(real.images, real.labels, real.classes).to(dev)
+        results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size,
+                                recon_weight=recon_weight, progress=progress)
+        sizes[key] = len(real)
+    return CheckpointEvaluation(ckpt, name, len(split), results, sizes)

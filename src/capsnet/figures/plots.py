@@ -1,0 +1,282 @@
+"""Figures of a trained CapsNet as matplotlib ``Figure`` objects, made without pyplot (headless, in servers).
+
+Each ``plot_*`` function draws arrays from ``capsnet.figures.arrays``;
+``save_figure`` writes one atomically.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from ..checkpoint import atomic_write
+from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.figure import Figure
+
+__all__ = ["FORMATS", "plot_reconstructions", "plot_misclassified", "plot_pose_sweep", "plot_routing", "plot_lengths",
+           "plot_training_curves", "plot_multimnist", "save_figure"]
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def _figure(width: float, height: float) -> "Figure":
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
+    img = image.detach().cpu()
+    img = img.float() / 255.0 if not img.is_floating_point() else img.float()  # uint8 data set images
+    if img.dim() == 3:
+        img = img[0] if img.shape[0] == 1 else img.permute(1, 2, 0)
+    ax.imshow(img.clamp(0, 1).numpy(), cmap="gray", vmin=0, vmax=1)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
+                         classes: Sequence[str] | None = None) -> "Figure":
+    """Inputs (top row) above their reconstructions from the predicted capsule (bottom row)."""
+    N = len(images)
+    name = (lambda k: classes[k]) if classes else str
+    fig = _figure(max(4.0, 1.1 * N), 2.9)
+    axes = fig.subplots(2, N, squeeze=False)
+    for n in range(N):
+        t, p = int(labels[n]), int(rec.predicted[n])
+        _show(axes[0, n], images[n], f"true {name(t)}\npred {name(p)}" + (" ✗" if t != p else ""))
+        _show(axes[1, n], rec.from_predicted[n])
+    axes[0, 0].set_ylabel("input", fontsize=9)
+    axes[1, 0].set_ylabel("reconstruction", fontsize=9)
+    fig.suptitle("Test inputs and their reconstructions from the longest digit capsule", fontsize=10)
+    return fig
+
+
+def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
+                       classes: Sequence[str] | None = None) -> "Figure":
+    """Sabour et al. 2017, Figure 3 (right): each misread input decoded from the true and the predicted capsule."""
+    if rec.from_label is None:
+        raise FigureError("misclassified reconstructions need the true labels")
+    N = len(images)
+    if N == 0:
+        raise FigureError("no misclassified examples to show")
+    name = (lambda k: classes[k]) if classes else str
+    fig = _figure(max(4.0, 1.1 * N), 4.0)
+    axes = fig.subplots(3, N, squeeze=False)
+    for n in range(N):
+        t, p = int(labels[n]), int(rec.predicted[n])
+        _show(axes[0, n], images[n], f"true {name(t)}, pred {name(p)}")
+        _show(axes[1, n], rec.from_label[n], f"as {name(t)}")
+        _show(axes[2, n], rec.from_predicted[n], f"as {name(p)}")
+    axes[0, 0].set_ylabel("input", fontsize=9)
+    axes[1, 0].set_ylabel("from true\ncapsule", fontsize=9)
+    axes[2, 0].set_ylabel("from predicted\ncapsule", fontsize=9)
+    fig.suptitle("Misclassified test inputs, reconstructed from the true and the predicted class's capsule",
+                 fontsize=10)
+    return fig
+
+
+def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[float], *, label: str = "",
+                    image: torch.Tensor | None = None) -> "Figure":
+    """One grid: a row per pose dimension, a column per delta (Sabour et al. 2017, Figure 4).
+
+    Shapes: sweep (len(dims), len(deltas), H, W) or (..., C, H, W); image (C, H, W) or None.
+    """
+    A, K = sweep.shape[:2]
+    if A != len(dims) or K != len(deltas):
+        raise FigureError(f"sweep is {A} x {K} but {len(dims)} dims and {len(deltas)} deltas were given")
+    tiles = sweep.detach().cpu().float().clamp(0, 1)
+    if tiles.dim() == 4:
+        tiles = tiles.unsqueeze(2)  # (A, K, C, H, W)
+    _, _, C, H, W = tiles.shape
+    pad = 2
+    # One montage, drawn by a single imshow: a 16 x 11 grid of subplots would take seconds to render.
+    canvas = torch.ones(C, A * (H + pad) - pad, K * (W + pad) - pad)
+    for a in range(A):
+        for k in range(K):
+            canvas[:, a * (H + pad):a * (H + pad) + H, k * (W + pad):k * (W + pad) + W] = tiles[a, k]
+    extra = 1.3 if image is not None else 0.0
+    fig = _figure(0.5 * K + extra + 1.0, 0.5 * A + 1.3)
+    if image is not None:
+        ax_in, ax = fig.subplots(1, 2, width_ratios=[extra, 0.5 * K])
+        _show(ax_in, image, "input")
+    else:
+        ax = fig.subplots()
+    ax.imshow(canvas[0].numpy() if C == 1 else canvas.permute(1, 2, 0).numpy(), cmap="gray", vmin=0, vmax=1,
+              interpolation="nearest")
+    ax.set_yticks([a * (H + pad) + H / 2 for a in range(A)], [f"dim {d}" for d in dims], fontsize=7)
+    ax.set_xticks([k * (W + pad) + W / 2 for k in range(K)], [f"{d:+.2f}" for d in deltas], fontsize=7)
+    ax.set_xlabel("change of the dimension's value", fontsize=8)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    fig.suptitle(f"Pose sweep{' of ' + label if label else ''}\neach row moves one dimension of the capsule by "
+                 f"the amount under its column, then decodes", fontsize=9)
+    return fig
+
+
+def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = None,
+                 classes: Sequence[str] | None = None) -> "Figure":
+    """Coupling maps round by round (rows) for every digit capsule (columns), and the primary capsule lengths."""
+    maps = trace.coupling_maps()[n]  # (R, J, rows, cols)
+    R, J = maps.shape[:2]
+    types = trace.grid[0]
+    name = (lambda k: classes[k]) if classes else str
+    fig = _figure(1.15 * (J + 1) + 0.6, 1.2 * R + 2.8)
+    sub = fig.subfigures(2, 1, height_ratios=[1.2 * R + 0.5, 2.2])
+    axes = sub[0].subplots(R, J + 1, squeeze=False)
+    vmin, vmax = float(maps.min()), float(maps.max())  # round 1 is uniform: the scale shows what routing changed
+    pred = int(trace.lengths[n].argmax())
+    im = None
+    for r in range(R):
+        if image is not None and r == 0:
+            _show(axes[0, 0], image, "input")
+        else:
+            axes[r, 0].axis("off")
+        for j in range(J):
+            ax = axes[r, j + 1]
+            im = ax.imshow(maps[r, j].numpy(), cmap="viridis", vmin=vmin, vmax=vmax)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(f"{name(j)}{' (pred)' if j == pred else ''}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"round {r + 1}", fontsize=8)
+    sub[0].colorbar(im, ax=axes[:, -1], shrink=0.8, label="coupling c_ij")
+    sub[0].suptitle(f"Coupling from the {trace.coupling.shape[2]} primary capsules to each digit capsule, "
+                    f"averaged over the {types} types, per position; rows: routing rounds", fontsize=9)
+    prim = trace.primary_maps()[n]  # (types, rows, cols)
+    cols = min(types, 16)
+    rows = math.ceil(types / cols)
+    axes2 = sub[1].subplots(rows, cols, squeeze=False)
+    pmax = float(prim.max())
+    for t in range(rows * cols):
+        ax = axes2[t // cols, t % cols]
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if t < types:
+            pim = ax.imshow(prim[t].numpy(), cmap="magma", vmin=0, vmax=pmax)
+            ax.set_title(f"type {t}", fontsize=6)
+        else:
+            ax.axis("off")
+    sub[1].colorbar(pim, ax=axes2[:, -1], shrink=0.8, label="length")
+    sub[1].suptitle("Primary capsule lengths, one map per capsule type", fontsize=9)
+    return fig
+
+
+def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m_plus: float = 0.9,
+                 m_minus: float = 0.1, classes: Sequence[str] | None = None) -> "Figure":
+    """Bars of the digit capsule lengths per input, with the margin loss's m+ and m- drawn."""
+    N, J = lengths.shape
+    cols = min(N, 5)
+    rows = math.ceil(N / cols)
+    fig = _figure(2.6 * cols, 2.1 * rows + 0.5)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    names = [classes[j] if classes else str(j) for j in range(J)]
+    for n in range(rows * cols):
+        ax = axes[n // cols, n % cols]
+        if n >= N:
+            ax.axis("off")
+            continue
+        pred = int(lengths[n].argmax())
+        colors = ["tab:orange" if j == pred else "tab:blue" for j in range(J)]
+        ax.bar(range(J), lengths[n].numpy(), color=colors)
+        ax.axhline(m_plus, color="green", linestyle="--", linewidth=0.8, label=f"m+ = {m_plus}")
+        ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(range(J), names, fontsize=7)
+        title = f"input {n}" if labels is None else f"input {n}: true {names[int(labels[n])]}"
+        ax.set_title(title, fontsize=8)
+        if n % cols == 0:
+            ax.set_ylabel("capsule length", fontsize=8)
+        if n == 0:
+            ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("Digit capsule lengths (the predicted class in orange)", fontsize=10)
+    return fig
+
+
+def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
+    """Loss, training accuracy and held-out error per epoch; one line per run."""
+    fig = _figure(12, 3.4)
+    ax_loss, ax_acc, ax_err = fig.subplots(1, 3)
+    for name, records in runs.items():
+        epochs = [r["epoch"] for r in records]
+        held = "val" if "val_error" in records[-1] else "test"
+        line = ax_loss.plot(epochs, [r["train_loss"] for r in records], marker="o", label=f"{name} train")[0]
+        if f"{held}_loss" in records[-1]:
+            ax_loss.plot(epochs, [r.get(f"{held}_loss", math.nan) for r in records], marker="o", linestyle="--",
+                         color=line.get_color(), label=f"{name} {held}")
+        if "train_accuracy" in records[-1]:
+            ax_acc.plot(epochs, [100 * r.get("train_accuracy", math.nan) for r in records], marker="o",
+                        color=line.get_color(), label=name)
+        ax_err.plot(epochs, [100 * r.get(f"{held}_error", math.nan) for r in records], marker="o",
+                    color=line.get_color(), label=f"{name} ({held})")
+    ax_loss.set(title="Loss (margin + 0.0005 x reconstruction)", xlabel="epoch", ylabel="loss")
+    ax_acc.set(title="Training accuracy (augmented batches)", xlabel="epoch", ylabel="accuracy (%)")
+    ax_err.set(title="Held-out error", xlabel="epoch", ylabel="error (%)")
+    for ax in (ax_loss, ax_acc, ax_err):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
+def plot_multimnist(images: torch.Tensor, rec: PairReconstructions, labels: torch.Tensor,
+                    classes: Sequence[str] | None = None) -> "Figure":
+    """Sabour et al. 2017, Figure 5: each MultiMNIST input (top) above its two reconstructions, red and green.
+
+    Titles give the labels L:(a,b) and the decoded capsules R:(r,g), red's
+    first; a cross marks a pair whose two longest capsules are not its two labels.
+    """
+    N = len(images)
+    if N == 0:
+        raise FigureError("no MultiMNIST images to show")
+    if tuple(labels.shape) != (N, 2) or tuple(rec.capsules.shape) != (N, 2):
+        raise FigureError(f"need (N, 2) = ({N}, 2) labels and decoded capsules, got {tuple(labels.shape)} and "
+                          f"{tuple(rec.capsules.shape)}")
+    name = (lambda k: classes[k]) if classes else str
+    fig = _figure(max(4.0, 1.2 * N), 3.1)
+    axes = fig.subplots(2, N, squeeze=False)
+    top2 = rec.lengths.topk(2, dim=1).indices.sort(dim=1).values
+    for n in range(N):
+        a, b = (int(v) for v in labels[n])
+        r, g = (int(v) for v in rec.capsules[n])
+        wrong = top2[n].tolist() != sorted((a, b))
+        _show(axes[0, n], images[n], f"L:({name(a)},{name(b)})" + (" ✗" if wrong else ""))
+        axes[1, n].imshow(overlay_pair(rec.reconstructions[n, 0], rec.reconstructions[n, 1]).numpy())
+        axes[1, n].set_xticks([])
+        axes[1, n].set_yticks([])
+        axes[1, n].set_title(f"R:({name(r)},{name(g)})", fontsize=8)
+    axes[0, 0].set_ylabel("input", fontsize=9)
+    axes[1, 0].set_ylabel("reconstructions", fontsize=9)
+    fig.suptitle("MultiMNIST: each digit decoded from its own capsule, first in red, second in green", fontsize=10)
+    return fig
+
+
+def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix) via a temporary file, so no partial file is left.
+
+    PDF and SVG carry no creation date, so the same figure gives the same bytes.
+    """
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise FigureError(f"unknown figure format {fmt!r} for {path}; use one of {', '.join(FORMATS)}")
+    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(f) -> None:
+        import matplotlib
+
+        with matplotlib.rc_context({"svg.hashsalt": "capsnet"}):
+            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.1)  # no clipped labels
+
+    atomic_write(path, write)
+    return path

@@ -1,0 +1,126 @@
+"""Every figure of a trained run, as ``capsnet figures`` writes them: all inputs checked, all arrays made, then the files."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..checkpoint import CheckpointError
+from ..data.tasks import TEST_PAIRS, load_test
+from ..evaluate import load_model
+from ..models.capsnet import CapsNet
+from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
+                     reconstructions, routing_trace)
+from .plots import (FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep, plot_reconstructions,
+                    plot_routing, plot_training_curves, save_figure)
+
+__all__ = ["FiguresWritten", "write_figures"]
+
+
+@dataclass
+class FiguresWritten:
+    folder: Path
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was shown, for the user
+
+
+def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
+                  dataset: str | None = None, root: str | os.PathLike | None = None,
+                  indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
+                  deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = 8, fmt: str = "png", dpi: int = 100,
+                  device: str | torch.device = "cpu", progress: bool = True) -> FiguresWritten:
+    """Look inside the CapsNet of ``checkpoints[0]``; training curves overlay every run given.
+
+    Writes into ``out`` (default: FIRST_RUN_DIR/figures): reconstructions,
+    misclassified (inputs decoded from the true and the predicted capsule),
+    pose_sweep_INDEX (Figure 4), routing_INDEX (coupling per round and primary
+    capsule lengths), lengths and training_curves; for a MultiMNIST run,
+    multimnist (Figure 5) and training_curves. Every input is checked before
+    the first file is written.
+    """
+    if fmt not in FORMATS:
+        raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
+    model, ckpt = load_model(checkpoints[0], which=which, device=device)
+    model.eval()
+    if not isinstance(model, CapsNet):
+        raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet")
+    if model.decoder is None:
+        raise FigureError(f"{ckpt.path} is a CapsNet without decoder: reconstructions and pose sweeps need one")
+    runs = {}
+    for run in checkpoints:
+        path = Path(run)
+        if not path.exists():
+            raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
+        run_dir = path if path.is_dir() else path.parent
+        runs[run_dir.name or str(run_dir)] = read_metrics(run_dir)
+    first = Path(checkpoints[0])
+    done = FiguresWritten(Path(out) if out else (first if first.is_dir() else first.parent) / "figures")
+
+    def save(fig, stem: str) -> None:
+        done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
+
+    trained_on = ckpt.train_config.get("dataset", "mnist")
+    if trained_on == "multimnist":
+        chosen = list(range(8)) if indices is None else list(indices)
+        bad = [i for i in chosen if not 0 <= i < TEST_PAIRS]
+        if bad:
+            raise FigureError(f"--indices {bad} out of range: the MultiMNIST test set has {TEST_PAIRS} pairs, "
+                              f"0..{TEST_PAIRS - 1}")
+        pairs = load_test("multimnist", size=max(chosen) + 1, root=root, progress=progress)  # a prefix of the fixed set
+        images, labels = pairs.images[chosen], pairs.labels[chosen]
+        rec = pair_reconstructions(model, images)
+        save(plot_multimnist(images, rec, labels, pairs.classes), "multimnist")
+        save(plot_training_curves(runs), "training_curves")
+        done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), MultiMNIST test pairs {chosen}")
+        return done
+
+    name = dataset or trained_on
+    test = load_test(name, extras=False, root=root, progress=progress)
+    cfg = model.config
+    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
+        raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
+                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
+    if indices is None:  # the first test image of each class
+        chosen = [int((test.labels == k).nonzero()[0]) for k in range(cfg.num_classes) if (test.labels == k).any()]
+    else:
+        bad = [i for i in indices if not 0 <= i < len(test)]
+        if bad:
+            raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} images, "
+                              f"0..{len(test) - 1}")
+        chosen = list(indices)
+    dims = list(range(cfg.digit_dim)) if dims is None else list(dims)
+    bad = [d for d in dims if not 0 <= d < cfg.digit_dim]
+    if bad:
+        raise FigureError(f"--dims {bad} out of range: the digit capsules have {cfg.digit_dim} dimensions, "
+                          f"0..{cfg.digit_dim - 1}")
+    classes = list(test.classes)
+    images, labels = test.images[chosen], test.labels[chosen]
+
+    # All arrays first, then the files.
+    rec = reconstructions(model, images, labels)
+    wrong, m_rec = [], None
+    if misclassified:
+        _, lengths = predict(model, test.images, progress=progress)
+        errors = (lengths.argmax(1) != test.labels).nonzero().flatten()
+        done.notes.append(f"{name} test set: {len(errors)} of {len(test)} misclassified")
+        wrong = errors[:misclassified]
+        if len(wrong):
+            m_rec = reconstructions(model, test.images[wrong], test.labels[wrong])
+    sweeps = pose_sweep(model, images, rec.predicted, dims=dims, deltas=deltas)
+    trace = routing_trace(model, images)
+
+    save(plot_reconstructions(images, rec, labels, classes), "reconstructions")
+    if m_rec is not None:
+        save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes), "misclassified")
+    for n, index in enumerate(chosen):
+        label = (f"test image {index} (true {classes[int(labels[n])]}), "
+                 f"the capsule of its prediction {classes[int(rec.predicted[n])]}")
+        save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
+        save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
+    save(plot_lengths(rec.lengths, labels, classes=classes), "lengths")
+    save(plot_training_curves(runs), "training_curves")
+    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
+    return done

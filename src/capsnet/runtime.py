@@ -1,0 +1,48 @@
+"""Where and how fast a model runs: the device, bfloat16 autocast and torch.compile, for training and benchmarks."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model"]
+
+AMP_MODES = ("none", "bf16")  # bf16: forward and losses under torch.autocast to bfloat16; weights and Adam stay fp32
+# Inductor modes ("default", "reduce-overhead": CUDA graphs, "max-autotune"), then backends
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eager")
+_INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: CUDA when present, else the CPU; a CUDA device asked for without CUDA is a clear ValueError."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
+    return dev
+
+
+def autocast(device: torch.device, amp: str) -> torch.autocast:
+    """The autocast context of an ``AMP_MODES`` setting (``"none"``: a disabled one)."""
+    if amp not in AMP_MODES:
+        raise ValueError(f"unknown amp {amp!r}; valid values are {', '.join(AMP_MODES)}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
+
+
+def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
+    """``torch.compile(model)`` for the training step, or the model itself when ``compile`` is False or None.
+
+    ``compile`` is True (TorchInductor, default mode), an Inductor mode
+    ("reduce-overhead": CUDA graphs; "max-autotune") or a backend name
+    ("aot_eager", ...). Only the model is compiled: the optimizer step, whose
+    learning rate changes every step, stays eager, so the graph never changes
+    with it. The returned module shares the model's parameters; checkpoints
+    are taken from the model itself.
+    """
+    if compile is False or compile is None:
+        return model
+    if compile is True or compile == "default":
+        return torch.compile(model)
+    if compile in _INDUCTOR_MODES:
+        return torch.compile(model, mode=compile)
+    return torch.compile(model, backend=compile)
