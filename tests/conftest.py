@@ -1,9 +1,15 @@
-"""Shared fixtures: the offline copy of the real data sets."""
+"""Shared fixtures: the offline copy of the real data sets, and one small trained CapsNet for the whole run."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from capsnet import CapsNetConfig
+from capsnet.train import TrainConfig, fit
+
+# 4 x 6 x 6 primary capsules of 8D, 10 digit capsules of 16D, a narrow decoder: trains in seconds on a CPU
+TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128))
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +19,16 @@ def data_root() -> Path:
     if not (root / "mnist").is_dir():
         pytest.skip(f"real data sets not found at {root}")
     return root
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, data_root) -> Path:
+    """A run directory of ``TINY`` trained for 2 epochs on 1,000 real MNIST digits (tested on 200).
+
+    Shared by the figure, viewer and command-line tests: treat it as read-only
+    and copy what a test changes.
+    """
+    run = tmp_path_factory.mktemp("trained") / "run"
+    fit(TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
+        device="cpu", data_root=data_root, progress=False)
+    return run

@@ -1,4 +1,4 @@
-"""capsnet.figures and `capsnet figures`, on a CapsNet trained briefly on real MNIST."""
+"""capsnet.figures and `capsnet figures`, on the CapsNet trained briefly on real MNIST (``trained_run``)."""
 from __future__ import annotations
 
 import json
@@ -7,22 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet import CapsNetConfig
 from capsnet import figures as fg
 from capsnet.cli import main
 from capsnet.data import load_dataset
-from capsnet.train import TrainConfig, fit, load_model
-
-TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128))  # 4 x 6 x 6 primary capsules, 16D digits
+from capsnet.evaluate import load_model
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, data_root) -> Path:
-    run = tmp_path_factory.mktemp("figures") / "run"
-    fit(TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
-        device="cpu", data_root=data_root, progress=False)
-    return run
+def run_dir(trained_run) -> Path:
+    return trained_run
 
 
 @pytest.fixture(scope="module")
@@ -200,13 +194,30 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     assert f"wrote {len(names)} figures to {out}" in printed and "misclassified" in printed
 
 
-def test_figures_command_default_inputs_and_svg(run_dir, data_root, tmp_path):
-    out = tmp_path / "svg"
-    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--format", "svg",
+def test_figures_command_default_inputs(run_dir, data_root, tmp_path, monkeypatch):
+    # Which inputs the command picks, not how they are drawn (the tests above render every kind): the two
+    # slowest figures, 10 of each, become blank ones.
+    from matplotlib.figure import Figure
+
+    from capsnet.figures import report
+
+    monkeypatch.setattr(report, "plot_routing", lambda *a, **k: Figure(figsize=(1, 1)))
+    monkeypatch.setattr(report, "plot_pose_sweep", lambda *a, **k: Figure(figsize=(1, 1)))
+    out = tmp_path / "default"
+    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--dpi", 20,
                     "--misclassified", 0, "--dims", 0, 15, "--delta-range", 0.5, "--delta-step", 0.25) == 0
-    sweeps = sorted(p.name for p in out.glob("pose_sweep_*.svg"))
-    assert len(sweeps) == 10  # one per class: the first test image of each
-    assert not (out / "misclassified.svg").exists()
+    test = load_dataset("mnist", "test", root=data_root)
+    first = sorted(int((test.labels == k).nonzero()[0]) for k in range(10))  # the first test image of each class
+    assert sorted(p.name for p in out.glob("pose_sweep_*.png")) == sorted(f"pose_sweep_{i}.png" for i in first)
+    assert not (out / "misclassified.png").exists()
+
+
+def test_figures_command_svg(run_dir, data_root, tmp_path):
+    out = tmp_path / "svg"
+    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--format", "svg", "--indices", 0,
+                    "--misclassified", 0, "--dims", 0, 15) == 0
+    assert {p.name for p in out.iterdir()} == {"reconstructions.svg", "pose_sweep_0.svg", "routing_0.svg",
+                                               "lengths.svg", "training_curves.svg"}
     assert all(p.read_bytes().startswith(b"<?xml") for p in out.iterdir())
 
 

@@ -1,4 +1,5 @@
-"""The `capsnet` command end to end, as a user runs it: real processes, real data."""
+"""The `capsnet` command end to end, as a user runs it: real processes and real data for the runs, the
+command's own ``main`` in this process for the many error messages (the same code, without a torch import each)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from capsnet.checkpoint import load_checkpoint
+from capsnet.cli import main
 
 TINY = ["--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--no-progress"]
 
@@ -31,11 +33,23 @@ def assert_clean_error(r, *fragments):
         assert f in r.stderr, r.stderr
 
 
-def test_help_everywhere():
-    for args in ([], ["train"], ["eval"], ["bench"]):
-        r = capsnet(*args, "--help")
-        assert r.returncode == 0 and "usage: capsnet" in r.stdout
-    r = capsnet("train", "--help")
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """``capsnet ARGS`` through ``capsnet.cli.main`` here; exit status and output as a subprocess would give them."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:  # argparse: --help, or a bad flag
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["capsnet", *map(str, args)], code, out.out, out.err)
+
+
+def test_help_everywhere(capsys):
+    r = capsnet("--help")  # the installed entry point, in its own process
+    assert r.returncode == 0 and "usage: capsnet" in r.stdout
+    for command in ("train", "eval", "bench", "figures", "experiment", "viz"):
+        r = in_process(capsys, command, "--help")
+        assert r.returncode == 0 and f"usage: capsnet {command}" in r.stdout
+    r = in_process(capsys, "train", "--help")
     for flag in ("--dataset", "--epochs", "--batch-size", "--lr", "--routing-iterations", "--recon-weight", "--seed",
                  "--device", "--out", "--resume", "--data-dir"):
         assert flag in r.stdout
@@ -60,6 +74,16 @@ def test_train_then_eval_on_mnist_sample(tmp_path):
     assert f"accuracy {report['accuracy']:.4f}" in r.stdout
 
 
+def test_the_shared_run_learned_and_eval_agrees_with_its_metrics(trained_run, data_root, tmp_path, capsys):
+    final = [json.loads(x) for x in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert final["epoch"] == 2 and final["test_accuracy"] >= 0.80, final  # 2 epochs of 1,000 real digits
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--which", "last", "--test-size", 200, "--no-progress",
+                   "--data-dir", data_root, "--json", tmp_path / "eval.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "eval.json").read_text())["accuracy"] == pytest.approx(final["test_accuracy"])
+
+
+@pytest.mark.slow
 def test_short_training_on_real_mnist_reaches_90_percent(tmp_path, data_root):
     """A few thousand real digits and two epochs of a small CapsNet: at least 90% on 1,000 test digits."""
     run = tmp_path / "mnist"
@@ -154,44 +178,54 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
     (["eval"], "the following arguments are required: --checkpoint"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_impossible_flags(args, fragment):
-    assert_clean_error(capsnet(*args), fragment)
+def test_impossible_flags(capsys, args, fragment):
+    assert_clean_error(in_process(capsys, *args), fragment)
 
 
-def test_bad_checkpoints(tmp_path):
-    assert_clean_error(capsnet("eval", "--checkpoint", tmp_path / "missing"), "does not exist")
-    assert_clean_error(capsnet("eval", "--checkpoint", tmp_path), "no checkpoint in")
+def _copy_run(run: Path, to: Path) -> Path:
+    to.mkdir()
+    for f in run.iterdir():
+        if f.is_file():
+            (to / f.name).write_bytes(f.read_bytes())
+    return to
+
+
+def test_bad_checkpoints(tmp_path, trained_run, capsys):
+    assert_clean_error(in_process(capsys, "eval", "--checkpoint", tmp_path / "missing"), "does not exist")
+    assert_clean_error(in_process(capsys, "eval", "--checkpoint", tmp_path), "no checkpoint in")
     foreign = tmp_path / "foreign.safetensors"
     save_file({"w": torch.zeros(2)}, str(foreign))
-    assert_clean_error(capsnet("eval", "--checkpoint", foreign), "not a capsnet checkpoint")
-    run = tmp_path / "run"
-    assert capsnet("train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64", "--test-size", "32",
-                   *TINY, "--out", run).returncode == 0
+    assert_clean_error(in_process(capsys, "eval", "--checkpoint", foreign), "not a capsnet checkpoint")
+    run = _copy_run(trained_run, tmp_path / "run")
     data = (run / "best.safetensors").read_bytes()
     (run / "best.safetensors").write_bytes(data[: len(data) // 3])
-    assert_clean_error(capsnet("eval", "--checkpoint", run), "truncated or corrupt")
-    # Resuming with flags that contradict the run.
-    assert_clean_error(capsnet("train", "--out", run, "--resume", "--routing-iterations", "5"),
-                       "--routing-iterations differ from the run")
-    assert_clean_error(capsnet("train", "--dataset", "mnist-sample", *TINY, "--out", run), "already holds a run")
-    assert_clean_error(capsnet("train", "--dataset", "mnist-sample", "--resume", "--out", tmp_path / "fresh"),
+    assert_clean_error(in_process(capsys, "eval", "--checkpoint", run), "truncated or corrupt")
+    # Resuming with flags that contradict the run: the flag named, with capsnet train's usage.
+    r = in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5)
+    assert_clean_error(r, "--routing-iterations differs from the run", "usage: capsnet train")
+    assert_clean_error(in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5, "--seed", 3),
+                       "--routing-iterations, --seed differ from the run")
+    assert_clean_error(in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--out", run),
+                       "already holds a run")
+    assert_clean_error(in_process(capsys, "train", "--dataset", "mnist-sample", "--resume", "--out", tmp_path / "fresh"),
                        "nothing to resume")
 
 
-def test_missing_data_directory_is_explained(tmp_path):
-    r = capsnet("train", "--dataset", "mnist", "--data-dir", tmp_path, "--epochs", "1", *TINY, "--out", tmp_path / "r")
+def test_missing_data_directory_is_explained(tmp_path, capsys):
+    r = in_process(capsys, "train", "--dataset", "mnist", "--data-dir", tmp_path, "--epochs", "1", *TINY,
+                   "--out", tmp_path / "r")
     assert_clean_error(r, "train-images-idx3-ubyte")
     assert not (tmp_path / "r" / "last.safetensors").exists()
 
 
-def test_model_flags_that_do_not_apply_are_refused(tmp_path):
-    r = capsnet("train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
+def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
+    r = in_process(capsys, "train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
     assert_clean_error(r, "--routing-iterations sets the CapsNet; it does not apply to --model baseline")
-    r = capsnet("train", "--model", "baseline", "--routing-iterations", "2", "--primary-types", "8",
-                "--out", tmp_path / "a")
+    r = in_process(capsys, "train", "--model", "baseline", "--routing-iterations", "2", "--primary-types", "8",
+                   "--out", tmp_path / "a")
     assert_clean_error(r, "--primary-types, --routing-iterations set the CapsNet; they do not apply to --model baseline")
-    r = capsnet("train", "--dropout", "0.3", "--out", tmp_path / "b")
+    r = in_process(capsys, "train", "--dropout", "0.3", "--out", tmp_path / "b")
     assert_clean_error(r, "--dropout sets the CNN baseline; use it with --model baseline")
-    r = capsnet("train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")
+    r = in_process(capsys, "train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")
     assert_clean_error(r, "dropout must be in [0, 1)")
     assert not any(tmp_path.iterdir())

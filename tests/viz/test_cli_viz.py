@@ -33,12 +33,12 @@ def get(url):
         return json.loads(r.read())
 
 
-def test_viz_serves_a_checkpoint(tiny_run):
-    proc, url = start("--checkpoint", str(tiny_run))
+def test_viz_serves_a_checkpoint(trained_run, data_root):
+    proc, url = start("--checkpoint", str(trained_run), "--data-dir", str(data_root))
     try:
         info = get(url + "api/info")
-        assert info["trained"] is True and info["dataset"] == "mnist-sample"
-        assert info["checkpoint"] == str(tiny_run / "best.safetensors")
+        assert info["trained"] is True and info["dataset"] == "mnist" and info["test_size"] == 10000
+        assert info["checkpoint"] == str(trained_run / "best.safetensors")
         with urllib.request.urlopen(url, timeout=30) as r:
             assert b"capsnet viewer" in r.read()
     finally:
@@ -58,7 +58,7 @@ def _run(*args):
     return subprocess.run([sys.executable, "-m", "capsnet", "viz", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_viz_bad_flags(tmp_path, tiny_run):
+def test_viz_bad_flags(tmp_path, trained_run, data_root):
     r = _run("--port", "70000")
     assert r.returncode == 2 and "not a port number" in r.stderr and "Traceback" not in r.stderr
     r = _run("--checkpoint", str(tmp_path / "missing"))
@@ -66,5 +66,5 @@ def test_viz_bad_flags(tmp_path, tiny_run):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        r = _run("--checkpoint", str(tiny_run), "--port", str(busy.getsockname()[1]))
+        r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--port", str(busy.getsockname()[1]))
     assert r.returncode == 2 and "cannot listen" in r.stderr and "pick another --port" in r.stderr

@@ -65,7 +65,7 @@ def test_info_kernels_forward_reconstruct(server, viewer):
     status, info = api(server, "/api/info")
     assert status == 200
     assert info["input"] == [1, 28, 28] and info["digit_dim"] == 16 and info["test_size"] == len(viewer.test_images)
-    assert info["dataset"] == "mnist-sample" and info["checkpoint"].endswith("best.safetensors")
+    assert info["dataset"] == "mnist" and info["checkpoint"].endswith("best.safetensors")
     status, k = api(server, "/api/kernels")
     assert status == 200 and k["kernels"]["shape"] == [16, 1, 9, 9]
     status, w = api(server, "/api/forward", {"index": 5})
