@@ -489,3 +489,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"capsnet {args.command}: interrupted; `capsnet train --resume` continues from the last checkpoint",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        return 141

@@ -229,3 +229,13 @@ def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
     r = in_process(capsys, "train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")
     assert_clean_error(r, "dropout must be in [0, 1)")
     assert not any(tmp_path.iterdir())
+
+
+def test_output_into_a_closed_pipe_is_not_a_traceback(trained_run, data_root, tmp_path):
+    # `capsnet eval ... | head -1`: the reader goes away before the table is printed.
+    proc = subprocess.Popen([sys.executable, "-m", "capsnet", "eval", "--checkpoint", str(trained_run), "--no-progress",
+                             "--test-size", "20", "--data-dir", str(data_root), "--json", str(tmp_path / "eval.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # long before the command has imported torch
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
