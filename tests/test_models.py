@@ -201,3 +201,19 @@ def test_every_registered_capsule_model_runs_and_trains(name):  # the CNN baseli
     for n, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
     assert MODELS[name][0].from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("overrides", [{}, {"input_height": 36, "input_width": 40}])
+def test_num_weights_counts_what_the_model_holds(name, overrides):
+    # The count is checked against the size limit before anything is allocated, so it must be exact.
+    small = {"capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
+             "baseline": dict(channels=(4, 4), hidden=(8,))}.get(name, {})
+    for extra in ({}, {"routing_bias": False, "decoder": False} if name == "capsnet" else {}):
+        cfg = MODELS[name].config(**small, **overrides, **extra)
+        assert cfg.num_weights == sum(p.numel() for p in MODELS[name].build(cfg).parameters())
+
+
+def test_configs_refuse_too_many_weights_before_allocating():
+    with pytest.raises(ValueError, match=r"would hold 11,062,159,792 weights, more than 2,147,483,648"):
+        CapsNetConfig(primary_types=4096, conv1_channels=4096)

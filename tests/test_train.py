@@ -83,3 +83,27 @@ def test_resume_refuses_another_configuration(tmp_path):
         fit(TINY, CFG, tmp_path, device="cpu", progress=False)
     with pytest.raises(CheckpointError, match="nothing to resume"):
         fit(TINY, CFG, tmp_path / "empty", device="cpu", progress=False, resume=True)
+
+
+def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from capsnet import models
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.train import NonFiniteLoss
+
+    spec = models.MODELS["capsnet"]
+    calls = []
+
+    def loss_turning_nan(model, images, labels, components=None, *, recon_weight):
+        calls.extend([1] if model.training else [])  # training steps only, not evaluation batches
+        loss, scores = spec.loss(model, images, labels, components, recon_weight=recon_weight)
+        return (loss * float("nan") if model.training and len(calls) == 8 else loss), scores  # the 8th step
+
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=loss_turning_nan))
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 3})
+    steps_per_epoch = -(-cfg.train_size // cfg.batch_size)
+    assert steps_per_epoch < 8 <= 2 * steps_per_epoch  # the bad step falls in epoch 2
+    with pytest.raises(NonFiniteLoss, match=r"NaN or infinite at step 8 \(epoch 2\).*still holds epoch 1"):
+        fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    kept = load_checkpoint(tmp_path, "last")
+    assert kept.state["epoch"] == 1
+    assert all(torch.isfinite(t).all() for t in kept.model_state.values())

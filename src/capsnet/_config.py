@@ -1,18 +1,64 @@
-"""Strict (de)serialisation shared by the frozen config dataclasses."""
+"""Strict (de)serialisation and checks shared by the frozen config dataclasses.
+
+A config may come from a checkpoint someone else wrote, so every field is
+checked against its annotated type (``"10"`` is not an int, ``"yes"`` not a
+bool) and every size against a range, with one message naming the field.
+"""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, TypeVar
 
-__all__ = ["config_from_dict"]
+__all__ = ["config_from_dict", "check_types", "check_range", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
+
+# Refuse configs whose weights would not fit a large GPU (2^31 float32 weights: 8 GiB), before allocating any.
+MAX_WEIGHTS = 2**31
 
 
 def config_from_dict(cls: type[T], d: dict[str, Any]) -> T:
     """Build ``cls(**d)``, rejecting unknown keys by name (a typo must not pass silently)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a {cls.__name__} must be a JSON object of fields, got {type(d).__name__}")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"unknown {cls.__name__} keys {unknown}; valid keys are {sorted(known)}")
     return cls(**d)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_TYPES = {  # annotation -> (test, what it must be)
+    "int": (_is_int, "an integer"),
+    "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),
+}
+
+
+def check_types(config: Any) -> None:
+    """Each field of a config dataclass holds a value of its annotated type; a ValueError names the first that does not."""
+    for f in dataclasses.fields(config):
+        test, what = _TYPES[f.type]
+        value = getattr(config, f.name)
+        if not test(value):
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}")
+
+
+def check_range(config: Any, name: str, lo: float, hi: float) -> None:
+    """``lo <= config.name <= hi`` (each item, for a list), or a ValueError naming the field and the range."""
+    value = getattr(config, name)
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if not lo <= v <= hi:
+            got = f"{value:.3g}" if _is_int(value) and abs(value) >= 10**12 else repr(value)
+            raise ValueError(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}")
+
+
+def _number(x: float) -> str:
+    return f"{x:,}" if _is_int(x) else f"{x:g}"

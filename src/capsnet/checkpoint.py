@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint",
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "capsnet-checkpoint"
@@ -101,13 +101,24 @@ def _flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tenso
     return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: Any) -> dict[str, Any]:
+    """The optimizer's state dict from its tensors and metadata; a ValueError says what is malformed."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("param_groups"), list) \
+            or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in meta["param_groups"]):
+        raise ValueError("the optimizer entry needs 'param_groups', a list of groups each with a 'params' list")
+    scalars = meta.get("scalars", {})
+    if not isinstance(scalars, dict) or not all(isinstance(kv, dict) for kv in scalars.values()):
+        raise ValueError("the optimizer's 'scalars' must map parameter indices to objects")
     state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        _, idx, key = name.split(".", 2)
-        state.setdefault(int(idx), {})[key] = value
-    for idx, kv in meta.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(kv)
+    entries = [(name.split(".", 2), value) for name, value in tensors.items()]
+    entries += [((None, idx, None), kv) for idx, kv in scalars.items()]
+    for (_, idx, key), value in entries:
+        if not str(idx).isdigit():
+            raise ValueError(f"optimizer state index {idx!r} is not a parameter index (0, 1, ...)")
+        if key is None:
+            state.setdefault(int(idx), {}).update(value)
+        else:
+            state.setdefault(int(idx), {})[key] = value
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
@@ -179,11 +190,60 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         train_config = json.loads(metadata["train_config"])
         state = json.loads(metadata["state"])
         opt_meta = json.loads(metadata["optimizer"]) if "optimizer" in metadata else None
-    except (KeyError, json.JSONDecodeError) as e:
+    except (KeyError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"checkpoint {p} has damaged metadata ({e}); use another checkpoint or retrain") from e
-    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    opt_tensors = {k: v for k, v in tensors.items() if k.startswith("optim.")}
-    rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
-    optimizer_state = _unflatten_optimizer(opt_tensors, opt_meta) if opt_meta is not None else None
+    try:
+        _check_metadata(model_config, train_config, state)
+        model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        opt_tensors = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+        rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
+        optimizer_state = _unflatten_optimizer(opt_tensors, opt_meta) if opt_meta is not None else None
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {p} has damaged metadata: {e}; use another checkpoint or retrain") from None
     return Checkpoint(metadata.get("model", "capsnet"), model_config, train_config, state, model_state,
                       optimizer_state, rng, p)
+
+
+def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
+    """The JSON parts have the structure capsnet writes (their fields are checked by the config dataclasses)."""
+    for name, value in (("model_config", model_config), ("train_config", train_config), ("state", state)):
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    for key in ("epoch", "step"):
+        value = state.get(key)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise ValueError(f"state.{key} must be a non-negative integer, got {value!r}")
+    history = state.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+        raise ValueError("state.history must be a list of epoch records")
+    if state.get("best") is not None and not isinstance(state["best"], dict):
+        raise ValueError(f"state.best must be an object or null, got {state['best']!r}")
+
+
+def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
+    """Copy a checkpoint's weights into ``model``, after checking each against the model's own tensor.
+
+    Every tensor the model has must be there, with its shape, in a floating
+    dtype (int8 weights would load silently, and wrongly) and finite; nothing
+    extra may be. A ``CheckpointError`` names the file and the first tensors at fault.
+    """
+    expected = model.state_dict()
+    saved = ckpt.model_state
+    where = f"checkpoint {ckpt.path}"
+    missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+    if missing or extra:
+        parts = ([f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []) + \
+                ([f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else [])
+        raise CheckpointError(f"{where} does not fit its own configuration ({'; '.join(parts)}); it is damaged")
+    for name, want in expected.items():
+        got = saved[name]
+        if got.shape != want.shape:
+            raise CheckpointError(f"{where} holds {name} of shape {tuple(got.shape)} where its configuration needs "
+                                  f"{tuple(want.shape)}; it is damaged")
+        if not got.is_floating_point():
+            raise CheckpointError(f"{where} holds {name} as {str(got.dtype).replace('torch.', '')}, not floating "
+                                  f"point; save the weights in float32 (or float16/bfloat16)")
+        if not torch.isfinite(got).all():
+            raise CheckpointError(f"{where} holds NaN or infinite values in {name}: the run diverged or the file is "
+                                  f"damaged; use an earlier checkpoint")
+    model.load_state_dict(saved)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
 from .data.tasks import Split, input_shape, load_test
 from .models import MODELS, model_name, model_spec
@@ -116,16 +116,12 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
 def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
                ) -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model saved in a checkpoint (file or run directory), by the name and config it records."""
+    from .train import saved_configs  # train imports this module: a local import keeps the arrows one way
+
     ckpt = load_checkpoint(path, which)
-    if ckpt.model_name not in MODELS:
-        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows "
-                              f"{', '.join(MODELS)}")
-    spec = MODELS[ckpt.model_name]
-    try:
-        model = spec.build(spec.config.from_dict(ckpt.model_config))
-        model.load_state_dict(ckpt.model_state)
-    except (ValueError, TypeError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint {ckpt.path} does not fit its own configuration ({e}); it is damaged") from e
+    config, _ = saved_configs(ckpt)
+    model = MODELS[ckpt.model_name].build(config)
+    load_weights(model, ckpt)
     return model.to(resolve_device(device)), ckpt
 
 

@@ -23,15 +23,17 @@ from typing import Any
 import torch
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
-from ._config import config_from_dict
-from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, save_checkpoint
+from ._config import check_types, config_from_dict
+from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
+                         save_checkpoint)
 from .data.multimnist import top2_correct
 from .data.tasks import TASKS, input_shape, load_training
 from .evaluate import evaluate_split
-from .models import model_name, model_spec
+from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "ResumeError", "resume_configs", "describe_epoch"]
+__all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError", "resume_configs",
+           "saved_configs", "describe_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class TrainConfig:
     amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
 
     def __post_init__(self) -> None:
+        check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
         if self.dataset not in TASKS:
             raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}")
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
@@ -117,6 +120,24 @@ def _correct(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return top2_correct(scores, labels) if labels.dim() == 2 else scores.argmax(1) == labels
 
 
+class NonFiniteLoss(ValueError):
+    """Training stopped at a loss that is NaN or infinite; the last good checkpoint is kept."""
+
+
+_CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
+
+
+def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int) -> None:
+    """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1."""
+    bad = int(first_bad)
+    if bad < 0:
+        return
+    kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
+    raise NonFiniteLoss(f"the training loss became NaN or infinite at step {bad + 1} (epoch {epoch}); stopped "
+                        f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or train "
+                        f"without --amp")
+
+
 class ResumeError(CheckpointError):
     """A resume asked for settings other than the run's; ``fields`` names them."""
 
@@ -130,6 +151,18 @@ def _differences(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(saved) | set(given) if k != "epochs" and saved.get(k) != given.get(k))
 
 
+def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
+    """The model and training configurations a checkpoint records, checked field by field (its file named on error)."""
+    spec = model_spec(ckpt.model_name) if ckpt.model_name in MODELS else None
+    if spec is None:
+        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows {', '.join(MODELS)}")
+    try:
+        return spec.config.from_dict(ckpt.model_config), TrainConfig.from_dict(ckpt.train_config)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt.path} has a bad configuration: {e}; use another checkpoint or "
+                              f"retrain") from None
+
+
 def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, model_changes: dict[str, Any] | None = None,
                    train_changes: dict[str, Any] | None = None) -> tuple[Any, TrainConfig]:
     """The model and training configurations saved with the run in ``run_dir``, for ``fit(..., resume=True)``.
@@ -141,9 +174,7 @@ def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, mode
     ckpt = load_checkpoint(run_dir, "last")
     if model is not None and model != ckpt.model_name:
         raise ResumeError(f"{ckpt.path} holds a {ckpt.model_name!r} model, not {model!r}", ["model"])
-    spec = model_spec(ckpt.model_name)
-    saved_model = spec.config.from_dict(ckpt.model_config)
-    saved_train = TrainConfig.from_dict(ckpt.train_config)
+    saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
     clashes = ([k for k, v in model_changes.items() if getattr(saved_model, k) != v]
                + [k for k, v in train_changes.items() if k != "epochs" and getattr(saved_train, k) != v])
@@ -196,14 +227,15 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         if ckpt.model_name != name:
             raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
                                   f"--model {ckpt.model_name} or use a new --out")
-        saved = spec.config.from_dict(ckpt.model_config).to_dict() | TrainConfig.from_dict(ckpt.train_config).to_dict()
+        saved_model, saved_train = saved_configs(ckpt)
+        saved = saved_model.to_dict() | saved_train.to_dict()
         given = model_config.to_dict() | cfg.to_dict()
         diff = _differences(saved, given)
         if diff:
             listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
             raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                               f"same settings (only --epochs may change) or use a new --out", diff)
-        state = ckpt.state
+        state = {"history": [], "best": None, **ckpt.state}
         for stale in run_dir.glob(".*.tmp-*"):  # a write cut short by a crash
             stale.unlink(missing_ok=True)
     elif last_path.exists():
@@ -226,14 +258,14 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     model = spec.build(model_config).to(dev)
     opt = make_optimizer(model, cfg, dev)
     if ckpt is not None:
-        model.load_state_dict(ckpt.model_state)
+        load_weights(model, ckpt)
         _load_optimizer_state(opt, ckpt.optimizer_state)
         if "torch" in ckpt.rng_state:
             torch.set_rng_state(ckpt.rng_state["torch"])
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
-    step = state["step"]
+    step, saved_epoch = state["step"], state["epoch"]  # the epoch last.safetensors holds
     train_model = compile_model(model, compile)
     amp = autocast(dev, cfg.amp)
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
@@ -243,6 +275,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
         run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
         run_correct = torch.zeros((), dtype=torch.int64, device=dev)
+        first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         seen, shown = 0, time.monotonic()
         for start in bar:
             idx = order[start:start + B]
@@ -251,6 +284,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                 group["lr"] = lr_at(step, cfg)
             with amp:
                 loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight)
+            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -261,6 +295,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             if progress and time.monotonic() - shown > 0.5:
                 bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}")
                 shown = time.monotonic()
+            if step % _CHECK_EVERY == 0:
+                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)
+        _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # before anything of this epoch is saved
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen
         bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
         bar.close()
@@ -291,6 +328,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             save_checkpoint(best_path, Checkpoint(**base))
         save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
                                               rng_state={"torch": torch.get_rng_state()}))
+        saved_epoch = epoch
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import config_from_dict
+from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
 from ..losses import multi_hot
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
@@ -41,14 +41,30 @@ class BaselineCNNConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BaselineCNNConfig.{name} must be a positive integer, got {value!r}")
+        check_types(self)
+        for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):
+            check_range(self, name, 1, 4096 if name.startswith("input") else 1 << 20)
         if self.kernel % 2 == 0:
             raise ValueError(f"BaselineCNNConfig.kernel must be odd so 'same' padding keeps the size, got {self.kernel}")
         object.__setattr__(self, "channels", tuple(self.channels))
         object.__setattr__(self, "hidden", tuple(self.hidden))
         if not self.channels or any(not isinstance(c, int) or c < 1 for c in self.channels + self.hidden):
             raise ValueError(f"BaselineCNNConfig.channels and .hidden must be positive integers, got {self.channels}, {self.hidden}")
+        check_range(self, "channels", 1, 1 << 20)
+        check_range(self, "hidden", 1, 1 << 20)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"BaselineCNNConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.num_weights > MAX_WEIGHTS:
+            raise ValueError(f"this BaselineCNNConfig would hold {self.num_weights:,} weights, more than "
+                             f"{MAX_WEIGHTS:,}: lower its channel or layer sizes")
+
+    @property
+    def num_weights(self) -> int:
+        """The number of weights the model holds, computed from the sizes alone."""
+        convs = [self.in_channels, *self.channels]
+        n = sum((a * self.kernel**2 + 1) * b for a, b in zip(convs[:-1], convs[1:]))
+        fcs = [self.channels[-1] * self.input_height * self.input_width, *self.hidden, self.num_classes]
+        return n + sum((a + 1) * b for a, b in zip(fcs[:-1], fcs[1:]))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import config_from_dict
+from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting
@@ -53,11 +53,30 @@ class CapsNetConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"CapsNetConfig.{name} must be a positive integer, got {value!r}")
-        object.__setattr__(self, "decoder_hidden", tuple(int(h) for h in self.decoder_hidden))
+        check_types(self)  # the flags too: a checkpoint's "routing_bias": "yes" is not a bool
+        object.__setattr__(self, "decoder_hidden", tuple(self.decoder_hidden))
+        for name in positive:
+            check_range(self, name, 1, 4096 if name.startswith("input") else 100 if name == "routing_iterations"
+                        else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
+        check_range(self, "decoder_hidden", 1, 1 << 16)
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
                 f"and primary capsules {self.primary_kernel}x{self.primary_kernel}: use a larger input or smaller kernels")
+        if self.num_weights > MAX_WEIGHTS:
+            raise ValueError(f"this CapsNetConfig would hold {self.num_weights:,} weights, more than {MAX_WEIGHTS:,} "
+                             f"({MAX_WEIGHTS * 4 >> 30} GiB in float32): lower its channel, capsule or decoder sizes")
+
+    @property
+    def num_weights(self) -> int:
+        """The number of weights the model holds, computed from the sizes alone (checked before anything is allocated)."""
+        conv1 = (self.in_channels * self.conv1_kernel**2 + 1) * self.conv1_channels
+        primary = (self.conv1_channels * self.primary_kernel**2 + 1) * self.primary_types * self.primary_dim
+        digits = self.primary_dim * self.num_primary * self.num_classes * self.digit_dim
+        digits += self.num_classes * self.digit_dim if self.routing_bias else 0
+        sizes = [self.num_classes * self.digit_dim, *self.decoder_hidden, self.in_channels * self.input_height * self.input_width]
+        decoder = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:])) if self.decoder else 0
+        return conv1 + primary + digits + decoder
 
     @property
     def primary_grid(self) -> tuple[int, int]:

@@ -1,0 +1,75 @@
+"""Checkpoints whose metadata or tensors were tampered with: `capsnet eval` and the viewer refuse each in one line."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from capsnet.checkpoint import CheckpointError
+from capsnet.cli import main
+from capsnet.viz import load_viewer
+
+
+def _tamper(src, dst, *, model_config=None, train_config=None, metadata=None, tensors=None):
+    """A copy of checkpoint ``src`` at ``dst`` with config fields, metadata entries or tensors replaced."""
+    with safe_open(str(src), "pt") as f:
+        meta, ts = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    for key, changes in (("model_config", model_config), ("train_config", train_config)):
+        if changes:
+            meta[key] = json.dumps(json.loads(meta[key]) | changes)
+    meta |= metadata or {}
+    save_file(tensors(ts) if tensors else ts, str(dst), metadata=meta)
+    return dst
+
+
+def _replace(name, make):
+    return lambda ts: {k: (make(v) if k == name else v) for k, v in ts.items()}
+
+
+CASES = [  # (which file, changes, what the message must name)
+    ("best", {"train_config": {"epochs": "10"}}, "TrainConfig.epochs must be an integer, got '10'"),
+    ("best", {"train_config": {"lr": "x"}}, "TrainConfig.lr must be a finite number, got 'x'"),
+    ("best", {"train_config": {"lr": None}}, "TrainConfig.lr must be a finite number, got None"),
+    ("best", {"metadata": {"state": "null"}}, "state must be a JSON object"),
+    ("best", {"metadata": {"state": '{"epoch": "2", "step": 7}'}}, "state.epoch must be a non-negative integer"),
+    ("last", {"metadata": {"optimizer": "{}"}}, "the optimizer entry needs 'param_groups'"),
+    ("last", {"tensors": lambda ts: {(k.replace("optim.0.", "optim.x.") if k.startswith("optim.0.") else k): v
+                                     for k, v in ts.items()}}, "optimizer state index 'x' is not a parameter index"),
+    ("best", {"model_config": {"routing_iterations": 10**9}}, "CapsNetConfig.routing_iterations must be in 1..100"),
+    ("best", {"model_config": {"conv1_channels": 10**100}}, "CapsNetConfig.conv1_channels must be in 1..1,048,576"),
+    ("best", {"model_config": {"routing_bias": "yes"}}, "CapsNetConfig.routing_bias must be true or false, got 'yes'"),
+    ("best", {"tensors": lambda ts: {k: v for k, v in ts.items() if k != "model.conv1.weight"}}, "missing conv1.weight"),
+    ("best", {"tensors": _replace("model.conv1.weight", lambda v: v[:, :, :5].contiguous())},
+     "holds conv1.weight of shape (16, 1, 5, 9) where its configuration needs (16, 1, 9, 9)"),
+    ("best", {"tensors": lambda ts: {k: (v.to(torch.int8) if k.startswith("model.") else v) for k, v in ts.items()}},
+     "as int8, not floating point"),
+    ("best", {"tensors": _replace("model.digits.weight", lambda v: torch.full_like(v, float("nan")))},
+     "NaN or infinite values in digits.weight"),
+]
+
+
+@pytest.mark.parametrize("which,changes,message", CASES, ids=[c[2][:40] for c in CASES])
+def test_eval_and_the_viewer_refuse_a_tampered_checkpoint_in_one_line(trained_run, data_root, tmp_path, capsys,
+                                                                       which, changes, message):
+    bad = _tamper(trained_run / f"{which}.safetensors", tmp_path / "bad.safetensors", **changes)
+    start = time.monotonic()
+    assert main(["eval", "--checkpoint", str(bad), "--data-dir", str(data_root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(bad) in err, err
+    assert err.startswith("capsnet eval: error:") and err.count("\n") == 1  # one line
+    with pytest.raises(CheckpointError, match="bad.safetensors") as info:
+        load_viewer(bad, data_dir=data_root, progress=False)
+    assert message in str(info.value)
+    assert time.monotonic() - start < 30  # refused before any long work (a billion routing rounds, 1e100 channels)
+    assert not (tmp_path / "eval-bad.json").exists()
+
+
+def test_the_viewer_command_exits_2_on_a_tampered_checkpoint(trained_run, tmp_path, capsys):
+    bad = _tamper(trained_run / "best.safetensors", tmp_path / "bad.safetensors",
+                  model_config={"routing_iterations": 10**9})
+    assert main(["viz", "--checkpoint", str(bad), "--port", "0"]) == 2
+    assert "routing_iterations must be in 1..100" in capsys.readouterr().err
