@@ -10,18 +10,25 @@ from capsnet.routing import ROUTINGS, RoutingResult, create_routing, list_routin
 def test_create_routing_by_name_and_unknown_names_list_the_valid_ones():
     routing = create_routing("dynamic", iterations=2, leaky=True)
     assert routing.iterations == 2 and routing.leaky
-    with pytest.raises(ValueError, match="unknown routing 'em'; valid names are dynamic"):
-        create_routing("em")
+    with pytest.raises(ValueError, match="unknown routing 'nope'; valid names are dynamic, em"):
+        create_routing("nope")
     assert list_routings() == sorted(ROUTINGS)
+
+
+B, I, J, D = 3, 7, 4, 16
+OPTIONS = {"dynamic": {}, "em": {"out_caps": J}}  # what each needs to route votes for J upper capsules
+
+
+def test_every_registered_routing_is_checked_here():
+    assert set(OPTIONS) == set(ROUTINGS)  # a new algorithm: add its options above and it gets every test below
 
 
 @pytest.mark.parametrize("name", sorted(ROUTINGS))
 def test_every_routing_has_the_shared_call_shape(name):
-    B, I, J, D = 3, 7, 4, 5
     g = torch.Generator().manual_seed(0)
     votes = torch.randn(B, I, J, D, generator=g, dtype=torch.float64, requires_grad=True)
     activations = torch.rand(B, I, generator=g, dtype=torch.float64)
-    routing = create_routing(name)
+    routing = create_routing(name, **OPTIONS[name]).double()
     out = routing(votes, activations, record=True)
     assert isinstance(out, RoutingResult)
     assert out.poses.shape == (B, J, D) and out.activations.shape == (B, J) and out.coupling.shape == (B, I, J)
@@ -38,3 +45,27 @@ def test_every_routing_has_the_shared_call_shape(name):
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
     with pytest.raises(ValueError, match=r"\(B, I, J, D\)"):
         routing(votes[0])
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+@pytest.mark.parametrize("scale", [0.0, 1e4])
+def test_every_routing_is_finite_for_zero_and_huge_votes(name, scale):
+    g = torch.Generator().manual_seed(1)
+    votes = (torch.randn(B, I, J, D, generator=g) * scale).requires_grad_(True)
+    routing = create_routing(name, **OPTIONS[name])
+    out = routing(votes, torch.rand(B, I, generator=g))
+    assert all(torch.isfinite(t).all() for t in out), name
+    (grad,) = torch.autograd.grad(out.poses.sum() + out.activations.sum(), votes)
+    assert torch.isfinite(grad).all(), name
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+def test_every_routing_is_finite_under_bf16_autocast(name):
+    g = torch.Generator().manual_seed(2)
+    votes = torch.randn(B, I, J, D, generator=g).to(torch.bfloat16).requires_grad_(True)
+    routing = create_routing(name, **OPTIONS[name])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = routing(votes, torch.rand(B, I, generator=g).to(torch.bfloat16))
+        loss = out.poses.float().sum() + out.activations.float().sum()
+    loss.backward()
+    assert all(torch.isfinite(t.float()).all() for t in out) and torch.isfinite(votes.grad.float()).all()

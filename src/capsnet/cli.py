@@ -86,12 +86,25 @@ def _listed(flags: list[str], one: str, many: str) -> str:
 
 # ------------------------------------------------------------------------------------------ arguments
 
-# The config fields each model's flags set (their flags: _flag(field)); a new model adds its entry here.
-_MODEL_FIELDS = {
-    "capsnet": ("routing_iterations", "conv1_channels", "primary_types", "decoder", "routing_bias", "leaky_routing",
-                "detach_agreement"),
-    "baseline": ("dropout", "channels", "hidden"),
-}
+# Model config fields with a flag of their own (_flag(field)); a flag applies to every model whose config has the
+# field, and --model-option KEY=VALUE sets any field of the chosen model.
+_MODEL_FIELDS = ("routing_iterations", "conv1_channels", "primary_types", "decoder", "routing_bias", "leaky_routing",
+                 "detach_agreement", "dropout", "channels", "hidden")
+
+
+def _fields(model: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(MODELS[model].config)}
+
+
+def _model_option(text: str) -> tuple[str, Any]:
+    """KEY=VALUE with VALUE as JSON (3, 0.5, true, [64, 128]), else as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. caps1_types=16), got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
                  "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
 
@@ -141,8 +154,7 @@ def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
 
 def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
-                   help="capsnet: the paper's CapsNet; baseline: the paper's CNN (35.4M weights, cross-entropy) "
-                        "(default: capsnet)")
+                   help="; ".join(f"{n}: {spec.title}" for n, spec in MODELS.items()) + " (default: capsnet)")
     _field_flag(t, "--dataset", TrainConfig, "dataset", "data set; mnist-sample ships with capsnet, offline; " +
                 "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help), choices=list(TASKS))
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
@@ -166,6 +178,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "after the last (many short epochs of a small --train-size)", type=_positive_int)
     _capsnet_arguments(t, all_flags=True)
     _baseline_arguments(t)
+    t.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
+                   help="set any field of the model's config, e.g. caps1_types=16 or coordinate_addition=false "
+                        "(VALUE as JSON); repeat for several")
     _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_nonneg_int)
     _speed_arguments(t, "the training steps")
     t.add_argument("--allocator", choices=ALLOCATORS, default="keep",
@@ -285,13 +300,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     model = getattr(args, "model", None)
     chosen = model or "capsnet"
-    for owner, fields in _MODEL_FIELDS.items():
-        foreign = sorted(_flag(f) for f in _typed(args, fields)) if owner != chosen else []
+    typed = _typed(args, _MODEL_FIELDS)
+    for owner in MODELS:  # flags for fields the chosen model lacks, grouped by the first model that has them
+        foreign = sorted(_flag(f) for f in typed if f not in _fields(chosen) and f in _fields(owner))
+        typed = {f: v for f, v in typed.items() if f in _fields(chosen) or f not in _fields(owner)}
         if foreign:
             where = f"{'it does' if len(foreign) == 1 else 'they do'} not apply to --model {chosen}" if model else \
                 f"use {'it' if len(foreign) == 1 else 'them'} with --model {owner}"
             args.parser.error(f"{_listed(foreign, 'sets', 'set')} the {MODELS[owner].title}; {where}")
-    model_changes, train_changes = _typed(args, _MODEL_FIELDS[chosen]), _typed(args, _TRAIN_FIELDS)
+    options = dict(args.model_option or [])
+    unknown = sorted(set(options) - _fields(chosen))
+    if unknown:
+        args.parser.error(f"--model-option {', '.join(unknown)}: not a field of {chosen}; its fields are "
+                          f"{', '.join(sorted(_fields(chosen)))}")
+    model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
     dataset = train_changes.get("dataset", TrainConfig.dataset)
     if task(dataset).places_digits and "shift" in train_changes:
         args.parser.error(f"--shift does not apply to --dataset {dataset}, which places its digits itself")
@@ -306,7 +328,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               f"the run's own settings (only --epochs may change)")
     else:
         C, H, W = input_shape(dataset)
-        model_cfg = model_spec(chosen).config(in_channels=C, input_height=H, input_width=W, **model_changes)
+        model_cfg = model_spec(chosen).config(in_channels=C, input_height=H, input_width=W,
+                                              num_classes=task(dataset).num_classes, **model_changes)
         train_cfg = TrainConfig(**train_changes)
     _keep_memory(args.allocator)
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
@@ -355,7 +378,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     train = TrainConfig(**_typed(args, _TRAIN_FIELDS))
-    configs = {m: model_spec(m).config(**_typed(args, _MODEL_FIELDS[m])) for m in _MODEL_FIELDS}
+    configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
+               for m in args.models}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
-from .data.tasks import input_shape
+from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
 from .train import TrainConfig, fit
 
@@ -71,8 +71,8 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     dataset = EXPERIMENTS[name]
     C, H, W = input_shape(dataset)
     given = dict(configs or {})
-    configs = {m: replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W)
-               for m in models}
+    configs = {m: replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W,
+                          num_classes=task(dataset).num_classes) for m in models}
     out = Path(out)
     base = replace(train, dataset=dataset)
     runs = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["margin_loss", "reconstruction_loss", "multi_hot"]
+__all__ = ["margin_loss", "reconstruction_loss", "spread_loss", "multi_hot"]
 
 
 def margin_loss(
@@ -76,3 +76,26 @@ def multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype = torch
     Shapes: labels (B, K) int -> (B, num_classes), 1 at every listed class.
     """
     return torch.zeros(len(labels), num_classes, dtype=dtype, device=labels.device).scatter_(1, labels.long(), 1.0)
+
+
+def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float) -> torch.Tensor:
+    """Hinton et al. 2018, eq. 3: ``sum_{i != t} max(0, m - (a_t - a_i))^2``, averaged over the batch.
+
+    Summed over the wrong classes i (the official code averages over the
+    classes as well, a constant factor). With (B, K) multi-hot targets every
+    target class is held ``m`` above every other class.
+
+    Shapes:
+        activations: (B, J) class capsule activations
+        targets: (B,) class indices, or (B, J) multi-hot
+        returns: () scalar
+    """
+    if activations.dim() != 2:
+        raise ValueError(f"activations must be (B, J), got shape {tuple(activations.shape)}")
+    B, J = activations.shape
+    T = F.one_hot(targets.long(), J).to(activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
+    if tuple(T.shape) != (B, J):
+        raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
+    gap = activations.unsqueeze(1) - activations.unsqueeze(2)  # gap[b, t, i] = a_i - a_t, (B, J, J)
+    pairs = T.unsqueeze(2) * (1.0 - T).unsqueeze(1)  # t a target, i not one, (B, J, J)
+    return (pairs * F.relu(margin + gap).pow(2)).sum(dim=(1, 2)).mean()

@@ -266,6 +266,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
     step, saved_epoch = state["step"], state["epoch"]  # the epoch last.safetensors holds
+    total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     train_model = compile_model(model, compile)
     amp = autocast(dev, cfg.amp)
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
@@ -283,7 +284,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             with amp:
-                loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight)
+                loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight,
+                                         progress=min(1.0, step / total_steps))
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
             opt.zero_grad(set_to_none=True)
             loss.backward()

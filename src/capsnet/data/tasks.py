@@ -89,6 +89,7 @@ class Task:
         training (test or validation), its first ``size`` examples (0: all; for
         MultiMNIST the number of pairs); ``extras=False`` leaves out the extra sets.
     batch: (training digits on the device, indices, generator, shift) -> one training batch.
+    num_classes: the classes a model of this task scores.
     places_digits: True when the task places its digits itself (``shift`` does not apply).
     metric: what its accuracy counts.
     help: one line for the command line's help.
@@ -98,6 +99,7 @@ class Task:
     input_shape: tuple[int, int, int]
     held: Callable[[Dataset, int, bool], Split]
     batch: Callable[[Split, torch.Tensor, torch.Generator, int], Batch]
+    num_classes: int = 10
     places_digits: bool = False
     metric: str = "accuracy"
     help: str = ""

@@ -14,9 +14,11 @@ from torch import nn
 
 from .baseline import BaselineCNN, BaselineCNNConfig, baseline_loss
 from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, capsnet_loss, mask_capsules
+from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
 
 __all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
-           "BaselineCNNConfig", "baseline_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
+           "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
+           "EMCapsNetOutput", "em_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
            "model_name"]
 
 
@@ -25,7 +27,8 @@ class ModelSpec(NamedTuple):
 
     config: type  # frozen dataclass with to_dict() and from_dict(); its defaults are the paper's
     build: Callable[[Any], nn.Module]  # config -> module
-    # (model, images, labels, components=None, *, recon_weight) -> (loss (), class scores (B, K))
+    # (model, images, labels, components=None, *, recon_weight, progress) -> (loss (), class scores (B, K));
+    # progress is the fraction of training done (0..1), for losses with a schedule (EM's spread margin)
     loss: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     title: str  # for tables and plots
 
@@ -33,6 +36,8 @@ class ModelSpec(NamedTuple):
 MODELS: dict[str, ModelSpec] = {
     "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet"),  # Sabour et al. 2017, section 4
     "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline"),  # section 5
+    "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules"),  # Hinton et al. 2018
+    "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)"),
 }
 
 

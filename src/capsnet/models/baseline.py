@@ -111,7 +111,7 @@ class BaselineCNN(nn.Module):
 
 
 def baseline_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,
-                  *, recon_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                  *, recon_weight: float = 0.0, progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy (section 5) and the class scores (softmax probabilities).
 
     For MultiMNIST pairs (labels (B, 2)) the target puts probability 1/2 on

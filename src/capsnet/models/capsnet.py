@@ -205,7 +205,7 @@ class CapsNet(nn.Module):
 
 
 def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,
-                 *, recon_weight: float = 0.0005) -> tuple[torch.Tensor, torch.Tensor]:
+                 *, recon_weight: float = 0.0005, progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Margin loss plus the scaled reconstruction loss (section 4.1), and the class scores (capsule lengths).
 
     ``labels`` (B,) are class indices; (B, 2) are MultiMNIST pairs: the margin

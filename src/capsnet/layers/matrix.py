@@ -1,0 +1,146 @@
+"""Matrix capsules: 4x4 poses with a logistic activation (Hinton, Sabour and Frosst, ICLR 2018, section 3).
+
+A capsule grid is ``MatrixCaps(poses (N, H, W, T, 16), activations (N, H, W, T))``:
+T capsule types at every position, each pose a 4x4 matrix flattened row by
+row. A child's vote for a parent is its pose times a learned 4x4
+transformation matrix, ``V_ij = M_i W_ij`` (section 3).
+
+- ``PrimaryMatrixCaps``: poses and activations from 1x1 convolutions of the
+  features below (section 4: "a learned linear transformation ... of the
+  lower-layer ReLUs centred at that location").
+- ``ConvMatrixCaps``: every parent at (h, w) sees the children in its K x K
+  window (all child types); the windows are folded into the batch, so each
+  (child, window) copy is routed on its own: R_ij sums to one over the
+  parent types within a window (what the public ports do; the paper's
+  "feedback from each capsule type" across overlapping windows is not
+  modelled, see docs/results.md).
+- ``ClassMatrixCaps``: one transformation per (child type, class) shared over
+  positions, with coordinate addition (section 4).
+
+Routing is any module of the shared call shape (``capsnet.routing``); EM
+routing is the paper's.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+__all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps"]
+
+POSE = 16  # 4x4
+
+
+class MatrixCaps(NamedTuple):
+    poses: torch.Tensor  # (N, H, W, T, 16)
+    activations: torch.Tensor  # (N, H, W, T) in (0, 1)
+
+
+def _check(caps: MatrixCaps, types: int, where: str) -> None:
+    p, a = caps.poses, caps.activations
+    if p.dim() != 5 or p.shape[3:] != (types, POSE) or tuple(a.shape) != tuple(p.shape[:4]):
+        raise ValueError(f"{where} expects poses (N, H, W, {types}, 16) and activations (N, H, W, {types}), "
+                         f"got {tuple(p.shape)} and {tuple(a.shape)}")
+
+
+def _transform(shape: tuple[int, ...], std: float) -> nn.Parameter:
+    """4x4 transformation matrices, truncated normal (the official code's initialiser)."""
+    return nn.Parameter(nn.init.trunc_normal_(torch.empty(*shape, 4, 4), std=std, a=-2 * std, b=2 * std))
+
+
+class PrimaryMatrixCaps(nn.Module):
+    """Primary matrix capsules: ``types`` 4x4 poses and logistic activations per position, from 1x1 convolutions."""
+
+    def __init__(self, in_channels: int, types: int) -> None:
+        super().__init__()
+        self.types = types
+        self.pose = nn.Conv2d(in_channels, types * POSE, kernel_size=1)
+        self.activation = nn.Conv2d(in_channels, types, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> MatrixCaps:
+        """Shapes: x (N, C, H, W) -> poses (N, H, W, types, 16), activations (N, H, W, types)."""
+        N, _, H, W = x.shape
+        poses = self.pose(x).view(N, self.types, POSE, H, W).permute(0, 3, 4, 1, 2)  # (N, H, W, T, 16)
+        activations = torch.sigmoid(self.activation(x)).permute(0, 2, 3, 1)  # (N, H, W, T)
+        return MatrixCaps(poses, activations)
+
+
+class ConvMatrixCaps(nn.Module):
+    """Convolutional matrix capsules: each parent routes the K x K x in_types children of its window.
+
+    Args:
+        in_types, out_types: child and parent capsule types.
+        kernel_size, stride: the window (the paper: 3x3, stride 2 then 1), no padding.
+        routing: shared call shape, for ``out_types`` upper capsules (``EMRouting(out_types)``).
+        std: initial spread of the 4x4 transformation matrices.
+    """
+
+    def __init__(self, in_types: int, out_types: int, *, kernel_size: int = 3, stride: int = 1,
+                 routing: nn.Module, std: float = 0.5) -> None:
+        super().__init__()
+        self.in_types, self.out_types, self.kernel_size, self.stride = in_types, out_types, kernel_size, stride
+        self.weight = _transform((kernel_size, kernel_size, in_types, out_types), std)  # (K, K, I, J, 4, 4)
+        self.routing = routing
+
+    def extra_repr(self) -> str:
+        return f"in_types={self.in_types}, out_types={self.out_types}, kernel_size={self.kernel_size}, stride={self.stride}"
+
+    def output_size(self, size: int) -> int:
+        return (size - self.kernel_size) // self.stride + 1
+
+    def forward(self, caps: MatrixCaps) -> MatrixCaps:
+        """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> (N, H', W', J, 16), (N, H', W', J)."""
+        _check(caps, self.in_types, type(self).__name__)
+        K, s, I, J = self.kernel_size, self.stride, self.in_types, self.out_types
+        N, H, W = caps.poses.shape[:3]
+        Ho, Wo = self.output_size(H), self.output_size(W)
+        if Ho < 1 or Wo < 1:
+            raise ValueError(f"a {H}x{W} capsule grid is smaller than the {K}x{K} kernel")
+        p = caps.poses.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, 16, K, K)
+        p = p.permute(0, 1, 2, 5, 6, 3, 4).reshape(N, Ho, Wo, K, K, I, 4, 4)  # children of each window
+        a = caps.activations.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
+        a = a.permute(0, 1, 2, 4, 5, 3).reshape(N * Ho * Wo, K * K * I)  # (N*H'*W', K*K*I)
+        votes = torch.einsum("nhwklixy,klijyz->nhwklijxz", p, self.weight)  # V = M W, (N, H', W', K, K, I, J, 4, 4)
+        votes = votes.reshape(N * Ho * Wo, K * K * I, J, POSE)  # windows folded into the batch
+        out = self.routing(votes, a)
+        return MatrixCaps(out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J))
+
+
+class ClassMatrixCaps(nn.Module):
+    """Class capsules: every child votes for every class with a transformation shared over positions.
+
+    Coordinate addition (section 4): the scaled (row, column) of a child's
+    position, ((r + 0.5) / H, (c + 0.5) / W), is added to the first two
+    entries of the right-hand column of its vote matrix, flat entries 3 and 7.
+    """
+
+    def __init__(self, in_types: int, classes: int, *, routing: nn.Module, coordinate_addition: bool = True,
+                 std: float = 0.5) -> None:
+        super().__init__()
+        self.in_types, self.classes, self.coordinate_addition = in_types, classes, coordinate_addition
+        self.weight = _transform((in_types, classes), std)  # (I, J, 4, 4)
+        self.routing = routing
+
+    def extra_repr(self) -> str:
+        return f"in_types={self.in_types}, classes={self.classes}, coordinate_addition={self.coordinate_addition}"
+
+    def forward(self, caps: MatrixCaps, *, record: bool = False):
+        """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> a ``RoutingResult`` over the
+        H*W*I children (ordered row, column, type): poses (N, classes, 16), activations (N, classes),
+        coupling (N, H*W*I, classes)."""
+        _check(caps, self.in_types, type(self).__name__)
+        N, H, W, I, _ = caps.poses.shape
+        J = self.classes
+        p = caps.poses.reshape(N, H, W, I, 4, 4)
+        votes = torch.einsum("nhwixy,ijyz->nhwijxz", p, self.weight).reshape(N, H, W, I, J, POSE)
+        if self.coordinate_addition:
+            rows = (torch.arange(H, device=p.device, dtype=p.dtype) + 0.5) / H  # (H,)
+            cols = (torch.arange(W, device=p.device, dtype=p.dtype) + 0.5) / W  # (W,)
+            coords = votes.new_zeros(H, W, POSE)
+            coords[:, :, 3] = rows.view(H, 1)
+            coords[:, :, 7] = cols.view(1, W)
+            votes = votes + coords.view(1, H, W, 1, 1, POSE)
+        votes = votes.reshape(N, H * W * I, J, POSE)  # (N, H*W*I, J, 16)
+        a = caps.activations.reshape(N, H * W * I)
+        return self.routing(votes, a, record=True) if record else self.routing(votes, a)

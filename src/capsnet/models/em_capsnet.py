@@ -1,0 +1,161 @@
+"""Matrix capsules with EM routing: Hinton, Sabour and Frosst, ICLR 2018, section 4 and Figure 1.
+
+ReLU Conv1 (A channels, 5x5, stride 2) -> PrimaryCaps (B types of 4x4 pose +
+activation, 1x1) -> ConvCaps1 (C types, 3x3, stride 2) -> ConvCaps2 (D types,
+3x3, stride 1) -> Class capsules (one per class, transformations shared over
+positions, coordinate addition), EM routing between every pair of capsule
+layers, trained with the spread loss and its growing margin (section 4.1).
+No padding (as the official code), so a 32x32 smallNORB crop gives grids of
+14, 6 and 4, and a 28x28 MNIST digit 12, 5 and 3.
+
+Registered twice: ``em-capsnet`` is the paper's smallNORB network (A = B = C =
+D = 32) and ``em-capsnet-small`` its small variant (A = 64, B = 8, C = D = 16).
+Section 5 gives "310K" and "68K" weights; counted from the architecture
+(tests/test_models_em.py) they are 316,394 and 67,154 with 5 classes and
+biased primary convolutions: the paper's 310K is a rounded figure (the two
+convolutional capsule layers alone hold 294,912).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps
+from ..losses import multi_hot, spread_loss
+from ..routing import EMRouting
+
+__all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
+
+
+@dataclass(frozen=True)
+class EMCapsNetConfig:
+    """Every size of the network; the defaults are the paper's smallNORB model (Figure 1, A = B = C = D = 32)."""
+
+    input_height: int = 32
+    input_width: int = 32
+    in_channels: int = 1
+    num_classes: int = 5  # smallNORB's five categories
+    conv1_channels: int = 32  # A
+    primary_types: int = 32  # B
+    caps1_types: int = 32  # C
+    caps2_types: int = 32  # D
+    routing_iterations: int = 3  # Table 1: 3 iterations give the lowest smallNORB error
+    final_lambda: float = 0.01  # official code: inverse temperature scale (the class layer takes a quarter)
+    coordinate_addition: bool = True
+    margin_start: float = 0.2  # section 4.1: "starting with a small margin of 0.2 ...
+    margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
+    margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, 1, 4096)
+        for name in ("in_channels", "num_classes", "conv1_channels", "primary_types", "caps1_types", "caps2_types"):
+            check_range(self, name, 1, 1 << 16)
+        check_range(self, "routing_iterations", 1, 100)
+        check_range(self, "final_lambda", 1e-9, 1e3)
+        check_range(self, "margin_start", 0, 1)
+        check_range(self, "margin_end", 0, 1)
+        check_range(self, "margin_warmup", 0, 1)
+        if min(self.grids[-1]) < 1:
+            raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
+                             f"3x3 capsule layers (stride 2, then 1): it needs at least 17x17")
+        if self.num_weights > MAX_WEIGHTS:
+            raise ValueError(f"this {type(self).__name__} would hold {self.num_weights:,} weights, more than "
+                             f"{MAX_WEIGHTS:,}: lower its sizes")
+
+    @property
+    def grids(self) -> list[tuple[int, int]]:
+        """(height, width) of the conv1/primary grid, ConvCaps1 and ConvCaps2."""
+        def sizes(n: int) -> list[int]:
+            g1 = (n - 5) // 2 + 1
+            g2 = (g1 - 3) // 2 + 1
+            return [g1, g2, g2 - 2]
+        return list(zip(sizes(self.input_height), sizes(self.input_width)))
+
+    @property
+    def num_weights(self) -> int:
+        A, B, C, D, K = self.conv1_channels, self.primary_types, self.caps1_types, self.caps2_types, self.num_classes
+        conv1 = (self.in_channels * 25 + 1) * A
+        primary = (A + 1) * B * 16 + (A + 1) * B  # 1x1 pose and activation convolutions, with biases
+        caps = 9 * B * C * 16 + 2 * C + 9 * C * D * 16 + 2 * D + D * K * 16 + 2 * K  # 4x4 transforms, beta_u, beta_a
+        return conv1 + primary + caps
+
+    def margin(self, progress: float) -> float:
+        """The spread loss's margin after ``progress`` (0..1) of training: linear from start to end over the warm-up."""
+        if self.margin_warmup == 0:
+            return self.margin_end
+        return self.margin_start + (self.margin_end - self.margin_start) * min(1.0, progress / self.margin_warmup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EMCapsNetConfig":
+        return config_from_dict(cls, d)
+
+
+@dataclass(frozen=True)
+class EMCapsNetSmallConfig(EMCapsNetConfig):
+    """The paper's small variant (section 5: "A = 64, B = 8, C = D = 16 with only 68K trainable parameters")."""
+
+    conv1_channels: int = 64
+    primary_types: int = 8
+    caps1_types: int = 16
+    caps2_types: int = 16
+
+
+class EMCapsNetOutput(NamedTuple):
+    poses: torch.Tensor  # (B, K, 16) class capsule poses (4x4, flattened)
+    activations: torch.Tensor  # (B, K) class capsule activations: the class scores
+    coupling: torch.Tensor  # (B, I, K) the class layer's last R, I = rows * columns * D children (row, column, type)
+
+
+class EMCapsNet(nn.Module):
+    """The paper's matrix capsule network with EM routing between every pair of capsule layers."""
+
+    def __init__(self, config: EMCapsNetConfig = EMCapsNetConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
+        self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
+        iters, lam = cfg.routing_iterations, cfg.final_lambda
+        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2,
+                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam))
+        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1,
+                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam))
+        # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
+        self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
+                                       routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4))
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
+        """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).
+
+        ``labels`` are accepted for the shared model signature and unused (no decoder).
+        """
+        cfg = self.config
+        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        caps = self.primary(F.relu(self.conv1(images)))  # (B, H1, W1, B_types, 16)
+        caps = self.caps2(self.caps1(caps))  # (B, H3, W3, D, 16)
+        out = self.classes(caps)
+        return EMCapsNetOutput(out.poses, out.activations, out.coupling)
+
+
+def em_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,
+                    *, recon_weight: float = 0.0, progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The spread loss at the margin of ``progress`` (0..1) through training, and the class activations as scores.
+
+    Shapes: images (B, C, H, W); labels (B,) or (B, 2) pairs; returns loss (), scores (B, K).
+    ``components`` and ``recon_weight`` are accepted for the shared loss signature: no decoder.
+    """
+    out = model(images)
+    targets = multi_hot(labels, out.activations.shape[1], out.activations.dtype) if labels.dim() == 2 else labels
+    return spread_loss(out.activations, targets, model.config.margin(progress)), out.activations

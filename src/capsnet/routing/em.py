@@ -1,0 +1,138 @@
+"""EM routing: Hinton, Sabour and Frosst, "Matrix capsules with EM routing" (ICLR 2018), Procedure 1.
+
+Each upper capsule j is a Gaussian over the votes: the M-step fits its mean
+(the pose) and per-dimension variance to the votes weighted by the routing
+coefficients and the lower activations, and turns its description length
+into an activation; the E-step gives each lower capsule's vote to the upper
+capsules in proportion to their activation times the vote's likelihood.
+
+Kept finite for any number of iterations and any votes (the failures the
+public ports report: NaN past one iteration, all-equal activations):
+
+- routing runs in float32 with autocast off, also inside a bf16 step;
+- the variance has a floor added (``var_floor``, 5e-4 as in the official
+  code), and log sigma is 0.5 log var, never a square root;
+- the E-step works with log-likelihoods and a log-softmax over the upper
+  capsules, the activation's log by ``logsigmoid``;
+- the weighted counts ``sum_i R_ij a_i`` have an epsilon, so all-zero lower
+  activations give finite means.
+
+Paper and official code differ in places; this module follows the paper's
+Procedure 1 and takes from the official code (google-research/capsule_em)
+only its inverse-temperature schedule and variance floor:
+
+- cost: ``cost_j = sum_i R_ij * sum_h (beta_u + log sigma_j^h)`` as Procedure 1
+  (the official code scales eq. 1's constant by beta_u and uses -5000 beta_a);
+- the official code damps the mean (0.9 new + 0.1 previous): not done here;
+- lambda in iteration t (0-based) is ``final_lambda * (1 - 0.95^(t+1))``, the
+  official schedule ("increases at each iteration according to a fixed
+  schedule", Procedure 1's caption gives no values);
+- beta_u and beta_a: one of each per upper capsule type (OpenReview answer
+  quoted by the ports; the official code does the same), initialised to 0.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .result import RoutingResult, check_votes
+
+__all__ = ["EMRouting"]
+
+
+class EMRouting(nn.Module):
+    """EM routing between matrix capsules (Procedure 1), with the shared call shape.
+
+    Args:
+        out_caps: J, the upper capsule types (one beta_u and one beta_a each).
+        iterations: EM iterations (the paper's Table 1: 3 is best on smallNORB).
+        final_lambda: the inverse temperature's scale (official code: 0.01;
+            a class layer there uses a quarter of it).
+        var_floor: added to every variance (official code: 5e-4).
+
+    Poses are the means mu_j (votes of 16 = 4x4 entries for matrix capsules,
+    flattened); activations are a_j in (0, 1); coupling is R_ij, which sums
+    to one over the J upper capsules for each lower capsule i.
+    """
+
+    def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
+                 eps: float = 1e-6) -> None:
+        super().__init__()
+        if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
+            raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
+        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+            raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        if not final_lambda > 0 or not var_floor > 0:
+            raise ValueError(f"final_lambda and var_floor must be positive, got {final_lambda} and {var_floor}")
+        self.out_caps, self.iterations = out_caps, iterations
+        self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
+        self.beta_u = nn.Parameter(torch.zeros(out_caps))  # (J,)
+        self.beta_a = nn.Parameter(torch.zeros(out_caps))  # (J,)
+
+    def extra_repr(self) -> str:
+        return f"out_caps={self.out_caps}, iterations={self.iterations}, final_lambda={self.final_lambda}"
+
+    def inverse_temperature(self, t: int) -> float:
+        """lambda of iteration t (0-based): final_lambda * (1 - 0.95^(t+1)) (official code's schedule)."""
+        return self.final_lambda * (1.0 - 0.95 ** (t + 1))
+
+    def m_step(self, votes: torch.Tensor, activations: torch.Tensor, R: torch.Tensor, lam: float
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Procedure 1, M-step: each upper capsule's mean, variance and activation logit.
+
+        Shapes:
+            votes (B, I, J, D), activations (B, I), R (B, I, J)
+            returns mu (B, J, D), var (B, J, D) (the floor included), logit (B, J): a_j = sigmoid(logit)
+        """
+        D = votes.shape[-1]
+        Ra = R * activations.unsqueeze(-1)  # R_ij a_i, (B, I, J)
+        mass = Ra.sum(dim=1) + self.eps  # sum_i R_ij a_i, (B, J)
+        w = (Ra / mass.unsqueeze(1)).unsqueeze(-1)  # (B, I, J, 1), sums to 1 over i (up to eps)
+        mu = (w * votes).sum(dim=1)  # (B, J, D)
+        var = (w * (votes - mu.unsqueeze(1)).pow(2)).sum(dim=1) + self.var_floor  # (B, J, D)
+        # cost^h = (beta_u + log sigma^h) sum_i R_ij; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
+        cost = mass * (D * self.beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
+        return mu, var, lam * (self.beta_a - cost)
+
+    def e_step(self, votes: torch.Tensor, mu: torch.Tensor, var: torch.Tensor, logit: torch.Tensor) -> torch.Tensor:
+        """Procedure 1, E-step: R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), in the log domain.
+
+        Shapes: votes (B, I, J, D), mu and var (B, J, D), logit (B, J) -> R (B, I, J)
+        """
+        D = votes.shape[-1]
+        log_p = -0.5 * ((votes - mu.unsqueeze(1)).pow(2) / var.unsqueeze(1)).sum(dim=-1) \
+            - 0.5 * (var.log().sum(dim=-1) + D * math.log(2 * math.pi)).unsqueeze(1)  # (B, I, J)
+        return torch.softmax(F.logsigmoid(logit).unsqueeze(1) + log_p, dim=-1)  # (B, I, J)
+
+    def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                *, record: bool = False) -> RoutingResult:
+        """Route ``votes`` (weighted by the lower ``activations``; all 1 when None) to the upper capsules.
+
+        Shapes:
+            votes: (B, I, J, D); activations: (B, I) or None; bias: must be None (EM has no pose bias)
+            returns: poses mu (B, J, D), activations a (B, J), coupling R (B, I, J) of the last M-step;
+                with ``record``, ``rounds`` (B, R, I, J): the R each M-step used (the first uniform).
+                Half-precision votes are routed, and returned, in float32.
+        """
+        B, I, J, D = check_votes(votes, activations)
+        if J != self.out_caps:
+            raise ValueError(f"votes are for {J} upper capsules but this EMRouting has out_caps={self.out_caps}")
+        if bias is not None:
+            raise ValueError("EM routing takes no pose bias: build the layer with bias=False")
+        dtype = torch.promote_types(votes.dtype, torch.float32)  # bf16 and fp16 votes are routed in fp32
+        with torch.autocast(votes.device.type, enabled=False):  # also inside a bf16 autocast step
+            v = votes.to(dtype)
+            a_in = v.new_ones(B, I) if activations is None else activations.to(dtype)
+            R = v.new_full((B, I, J), 1.0 / J)  # Procedure 1: R_ij = 1 / |Omega_{L+1}|
+            rounds = []
+            for t in range(self.iterations):
+                if record:
+                    rounds.append(R)
+                mu, var, logit = self.m_step(v, a_in, R, self.inverse_temperature(t))
+                if t < self.iterations - 1:
+                    R = self.e_step(v, mu, var, logit)
+            # R is what the last M-step used: the coupling of the last round
+            return RoutingResult(mu, torch.sigmoid(logit), R, torch.stack(rounds, dim=1) if record else None)

@@ -1,0 +1,142 @@
+"""Matrix capsule layers and the EM capsule networks (Hinton et al. 2018), checked against plain loops and counts."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from capsnet.layers import ClassMatrixCaps, ConvMatrixCaps, MatrixCaps, PrimaryMatrixCaps
+from capsnet.losses import spread_loss
+from capsnet.models import MODELS, EMCapsNet, EMCapsNetConfig, EMCapsNetSmallConfig, create_model, em_capsnet_loss
+from capsnet.routing import RoutingResult
+
+DT = torch.float64
+
+
+class _Mean(torch.nn.Module):
+    """A stand-in routing: the activation-weighted mean vote, so the layer's votes can be read back."""
+
+    def forward(self, votes, activations=None, bias=None, *, record=False):
+        self.votes, self.activations = votes, activations
+        B, I, J, D = votes.shape
+        return RoutingResult(votes.mean(1), votes.new_ones(B, J), votes.new_full((B, I, J), 1 / J))
+
+
+def _caps(N, H, W, T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return MatrixCaps(torch.randn(N, H, W, T, 16, generator=g, dtype=DT), torch.rand(N, H, W, T, generator=g, dtype=DT))
+
+
+def test_conv_matrix_caps_votes_are_pose_times_transform_for_every_window():
+    caps = _caps(2, 5, 6, 3)
+    layer = ConvMatrixCaps(3, 4, kernel_size=3, stride=2, routing=_Mean()).double()
+    out = layer(caps)
+    Ho, Wo = 2, 2
+    assert out.poses.shape == (2, Ho, Wo, 4, 16) and out.activations.shape == (2, Ho, Wo, 4)
+    votes, acts = layer.routing.votes, layer.routing.activations  # (N*Ho*Wo, 9*3, 4, 16), (N*Ho*Wo, 27)
+    for n, h, w, k, l, i, j in itertools.product(range(2), range(Ho), range(Wo), range(3), range(3), range(3), [0, 3]):
+        row, child = (n * Ho + h) * Wo + w, (k * 3 + l) * 3 + i  # windows folded into the batch, children (k, l, i)
+        M = caps.poses[n, 2 * h + k, 2 * w + l, i].view(4, 4)
+        torch.testing.assert_close(votes[row, child, j].view(4, 4), M @ layer.weight[k, l, i, j])
+        assert acts[row, child] == caps.activations[n, 2 * h + k, 2 * w + l, i]
+
+
+def test_class_caps_share_transforms_over_positions_and_add_coordinates():
+    caps = _caps(1, 2, 3, 2, seed=1)
+    layer = ClassMatrixCaps(2, 5, routing=_Mean()).double()
+    layer(caps)
+    votes = layer.routing.votes  # (1, 2*3*2, 5, 16), children ordered (row, column, type)
+    for r, c, i, j in itertools.product(range(2), range(3), range(2), range(5)):
+        expected = (caps.poses[0, r, c, i].view(4, 4) @ layer.weight[i, j]).flatten()
+        expected[3] += (r + 0.5) / 2  # section 4: scaled row and column in the right-hand column's first two entries
+        expected[7] += (c + 0.5) / 3
+        torch.testing.assert_close(votes[0, (r * 3 + c) * 2 + i, j], expected)
+    plain = ClassMatrixCaps(2, 5, routing=_Mean(), coordinate_addition=False).double()
+    plain.load_state_dict(layer.state_dict())
+    plain(caps)
+    diff = layer.routing.votes - plain.routing.votes
+    assert set(diff.nonzero()[:, -1].tolist()) == {3, 7}
+
+
+def test_primary_matrix_caps_shapes_and_range():
+    layer = PrimaryMatrixCaps(6, 4)
+    out = layer(torch.randn(2, 6, 5, 7))
+    assert out.poses.shape == (2, 5, 7, 4, 16) and out.activations.shape == (2, 5, 7, 4)
+    assert ((out.activations > 0) & (out.activations < 1)).all()
+    with pytest.raises(ValueError, match=r"expects poses \(N, H, W, 4, 16\)"):
+        ConvMatrixCaps(4, 2, routing=_Mean())(MatrixCaps(out.poses[..., :8], out.activations))
+
+
+def _formula(A, B, C, D, K, in_channels=1):
+    """Weights of Figure 1's network, layer by layer (16 per 4x4 transform, a beta_u and beta_a per type)."""
+    conv1 = 25 * in_channels * A + A
+    primary = A * 16 * B + 16 * B + A * B + B  # 1x1 pose and activation convolutions with biases
+    caps1, caps2, classes = 9 * B * C * 16 + 2 * C, 9 * C * D * 16 + 2 * D, D * K * 16 + 2 * K
+    return conv1 + primary + caps1 + caps2 + classes
+
+
+@pytest.mark.parametrize("name,sizes,paper", [("em-capsnet", (32, 32, 32, 32), 310_000),
+                                              ("em-capsnet-small", (64, 8, 16, 16), 68_000)])
+def test_weight_counts_against_the_architecture_and_the_paper(name, sizes, paper):
+    model = create_model(name)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == _formula(*sizes, K=5) == model.config.num_weights
+    # Section 5 rounds: 316,394 is 2.1% over "310K" (the capsule layers alone exceed it); 67,154 is 1.2% under "68K".
+    assert abs(n - paper) / paper < 0.025
+
+
+@pytest.mark.parametrize("name", ["em-capsnet", "em-capsnet-small"])
+@pytest.mark.parametrize("side,classes", [(28, 10), (32, 5)])
+def test_em_models_run_train_and_are_batch_independent(name, side, classes):
+    torch.manual_seed(0)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}  # the structure, quickly
+    model = create_model(name, input_height=side, input_width=side, num_classes=classes, **small)
+    images, labels = torch.rand(3, 1, side, side), torch.tensor([0, 1, 2])
+    out = model(images)
+    grid = model.config.grids[-1]
+    assert out.poses.shape == (3, classes, 16) and out.activations.shape == (3, classes)
+    assert out.coupling.shape == (3, grid[0] * grid[1] * 4, classes)
+    loss, scores = em_capsnet_loss(model, images, labels, progress=0.3)
+    assert torch.isfinite(loss) and torch.equal(scores, out.activations)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    alone = model(images[1:2])
+    for a, b in zip(alone, out):
+        torch.testing.assert_close(a[0], b[1], rtol=1e-4, atol=1e-6)
+
+
+def test_em_model_under_bf16_autocast_is_finite():
+    torch.manual_seed(1)
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = em_capsnet_loss(model, torch.rand(2, 1, 28, 28), torch.tensor([3, 4]))
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_spread_loss_against_hand_values():
+    a = torch.tensor([[0.9, 0.2, 0.85]], dtype=DT)
+    # target 0: wrong classes 1 (gap 0.7) and 2 (gap 0.05); margin 0.2: only class 2 inside it, (0.2 - 0.05)^2
+    assert spread_loss(a, torch.tensor([0]), 0.2).item() == pytest.approx(0.15 ** 2)
+    assert spread_loss(a, torch.tensor([0]), 0.9).item() == pytest.approx(0.2 ** 2 + 0.85 ** 2)
+    two = spread_loss(a, torch.tensor([[1.0, 0.0, 1.0]], dtype=DT), 0.2)  # targets 0 and 2 against class 1
+    assert two.item() == pytest.approx(0.0)  # both sit 0.65 or more above it
+    with pytest.raises(ValueError, match=r"targets must be \(B,\) indices or \(B, J\)"):
+        spread_loss(a, torch.zeros(1, 4), 0.2)
+
+
+def test_margin_grows_linearly_from_start_to_end_over_the_warm_up():
+    cfg = EMCapsNetConfig()
+    assert [cfg.margin(p) for p in (0.0, 0.25, 0.5, 1.0)] == pytest.approx([0.2, 0.55, 0.9, 0.9])
+
+
+def test_configs_refuse_bad_sizes_by_name():
+    with pytest.raises(ValueError, match="at least 17x17"):
+        EMCapsNetConfig(input_height=16, input_width=17)
+    with pytest.raises(ValueError, match="routing_iterations must be in 1..100"):
+        EMCapsNetSmallConfig(routing_iterations=0)
+    with pytest.raises(ValueError, match="coordinate_addition must be true or false"):
+        EMCapsNetConfig(coordinate_addition="yes")
+    assert type(MODELS["em-capsnet-small"].build(EMCapsNetSmallConfig())) is EMCapsNet

@@ -1,0 +1,149 @@
+"""EM routing (Hinton et al. 2018, Procedure 1) against values computed independently."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from capsnet.routing import EMRouting
+
+DT = torch.float64
+
+
+def test_one_parent_mean_and_variance_are_the_activation_weighted_ones():
+    # With one upper capsule every R_ij is 1, so the M-step is a weighted mean and variance (plus the floor).
+    g = torch.Generator().manual_seed(0)
+    votes = torch.randn(2, 9, 1, 16, generator=g, dtype=DT) * 3 + 1
+    a = torch.rand(2, 9, generator=g, dtype=DT)
+    routing = EMRouting(1, iterations=3).double()
+    mu, var, _ = routing.m_step(votes, a, torch.ones(2, 9, 1, dtype=DT), 0.01)
+    for b in range(2):
+        w = a[b].tolist()
+        for h in range(16):
+            x = votes[b, :, 0, h].tolist()
+            mean = sum(wi * xi for wi, xi in zip(w, x)) / sum(w)
+            variance = sum(wi * (xi - mean) ** 2 for wi, xi in zip(w, x)) / sum(w)
+            assert mu[b, 0, h].item() == pytest.approx(mean, rel=1e-5)
+            assert var[b, 0, h].item() == pytest.approx(variance + routing.var_floor, rel=1e-5)
+    out = routing(votes, a)
+    torch.testing.assert_close(out.poses, mu, rtol=1e-5, atol=1e-8)  # the same from the full routing
+    torch.testing.assert_close(out.coupling, torch.ones(2, 9, 1, dtype=DT))
+
+
+def test_activation_logit_is_procedure_1s_cost():
+    # a_j = logistic(lambda (beta_a - sum_h (beta_u + log sigma_j^h) sum_i R_ij a_i)), written out here.
+    g = torch.Generator().manual_seed(1)
+    votes = torch.randn(1, 5, 2, 16, generator=g, dtype=DT)
+    a = torch.rand(1, 5, generator=g, dtype=DT)
+    R = torch.softmax(torch.randn(1, 5, 2, generator=g, dtype=DT), dim=-1)
+    routing = EMRouting(2).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.tensor([0.3, -0.2]))
+        routing.beta_a.copy_(torch.tensor([1.5, -4.0]))
+    mu, var, logit = routing.m_step(votes, a, R, 0.02)
+    for j in range(2):
+        mass = sum(R[0, i, j].item() * a[0, i].item() for i in range(5))
+        cost = sum((routing.beta_u[j].item() + 0.5 * math.log(var[0, j, h].item())) * mass for h in range(16))
+        assert logit[0, j].item() == pytest.approx(0.02 * (routing.beta_a[j].item() - cost), rel=1e-5)
+
+
+def test_inverse_temperature_follows_the_official_schedule():
+    routing = EMRouting(4, iterations=3, final_lambda=0.01)
+    assert [routing.inverse_temperature(t) for t in range(3)] == pytest.approx([0.0005, 0.000975, 0.00142625])
+
+
+def _two_clusters(n=12, seed=2):
+    """Children 0..n/2-1 vote tightly near c0 for parent 0 and scatter for parent 1; the rest the other way."""
+    g = torch.Generator().manual_seed(seed)
+    c0, c1 = torch.full((16,), 5.0, dtype=DT), torch.full((16,), -5.0, dtype=DT)
+    votes = torch.randn(1, n, 2, 16, generator=g, dtype=DT) * 4.0  # scattered
+    half = n // 2
+    votes[0, :half, 0] = c0 + 0.05 * torch.randn(half, 16, generator=g, dtype=DT)
+    votes[0, half:, 1] = c1 + 0.05 * torch.randn(n - half, 16, generator=g, dtype=DT)
+    return votes, c0, c1, half
+
+
+def test_two_clusters_each_child_goes_to_its_clusters_parent():
+    votes, c0, c1, half = _two_clusters()
+    out = EMRouting(2, iterations=3).double()(votes)
+    assert (out.coupling[0, :half, 0] > 0.95).all() and (out.coupling[0, half:, 1] > 0.95).all()
+    torch.testing.assert_close(out.poses[0, 0], c0, atol=0.1, rtol=0)
+    torch.testing.assert_close(out.poses[0, 1], c1, atol=0.1, rtol=0)
+    one = EMRouting(2, iterations=1).double()(votes)  # one M-step only: no assignment yet, means pulled apart
+    assert (one.coupling == 0.5).all() and (one.poses[0, 0] - c0).abs().max() > 0.5
+
+
+def test_permuting_the_children_permutes_the_coupling_and_changes_nothing_else():
+    g = torch.Generator().manual_seed(3)
+    votes = torch.randn(2, 10, 3, 16, generator=g, dtype=DT)
+    a = torch.rand(2, 10, generator=g, dtype=DT)
+    routing = EMRouting(3).double()
+    perm = torch.randperm(10, generator=g)
+    out, shuffled = routing(votes, a), routing(votes[:, perm], a[:, perm])
+    torch.testing.assert_close(shuffled.poses, out.poses)
+    torch.testing.assert_close(shuffled.activations, out.activations)
+    torch.testing.assert_close(shuffled.coupling, out.coupling[:, perm])
+
+
+def test_children_without_activation_do_not_count():
+    g = torch.Generator().manual_seed(4)
+    votes = torch.randn(1, 8, 2, 16, generator=g, dtype=DT)
+    a = torch.rand(1, 8, generator=g, dtype=DT)
+    a[0, 5:] = 0
+    routing = EMRouting(2).double()
+    full = routing(votes, a)
+    noisy = votes.clone()
+    noisy[0, 5:] = 1e3 * torch.randn(3, 2, 16, generator=g, dtype=DT)  # silent children, wild votes
+    torch.testing.assert_close(routing(noisy, a).poses, full.poses)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 5, 10])
+def test_finite_values_and_gradients_for_any_number_of_iterations(iterations):
+    g = torch.Generator().manual_seed(5)
+    routing = EMRouting(4, iterations=iterations)
+    for votes in (torch.zeros(2, 6, 4, 16), torch.randn(2, 6, 4, 16, generator=g) * 1e4,
+                  torch.randn(2, 6, 4, 16, generator=g) * 1e-4):
+        votes.requires_grad_(True)
+        a = torch.rand(2, 6, generator=g, requires_grad=True)
+        out = routing(votes, a)
+        assert all(torch.isfinite(t).all() for t in out)
+        grads = torch.autograd.grad(out.poses.sum() + out.activations.sum(), [votes, a, routing.beta_u, routing.beta_a])
+        assert all(torch.isfinite(t).all() for t in grads)
+    out = routing(torch.zeros(2, 6, 4, 16), torch.zeros(2, 6))  # no active child at all
+    assert all(torch.isfinite(t).all() for t in out)
+
+
+def test_bf16_votes_are_routed_in_fp32():
+    g = torch.Generator().manual_seed(6)
+    votes = torch.randn(2, 6, 3, 16, generator=g)
+    routing = EMRouting(3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = routing(votes.to(torch.bfloat16))
+    assert half.poses.dtype == torch.float32
+    full = routing(votes.to(torch.bfloat16).float())
+    torch.testing.assert_close(half.poses, full.poses)
+
+
+def test_record_gives_the_r_of_every_m_step():
+    g = torch.Generator().manual_seed(7)
+    votes = torch.randn(2, 6, 3, 16, generator=g, dtype=DT)
+    out = EMRouting(3, iterations=3).double()(votes, record=True)
+    assert out.rounds.shape == (2, 3, 6, 3)
+    torch.testing.assert_close(out.rounds[:, 0], torch.full((2, 6, 3), 1 / 3, dtype=DT))
+    torch.testing.assert_close(out.rounds[:, -1], out.coupling)
+    two = EMRouting(3, iterations=2).double()(votes)
+    torch.testing.assert_close(out.rounds[:, 1], two.coupling)
+
+
+def test_bad_input_is_refused_clearly():
+    routing = EMRouting(4)
+    with pytest.raises(ValueError, match=r"votes are for 3 upper capsules but this EMRouting has out_caps=4"):
+        routing(torch.zeros(2, 5, 3, 16))
+    with pytest.raises(ValueError, match=r"activations must be \(B, I\) = \(2, 5\)"):
+        routing(torch.zeros(2, 5, 4, 16), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="takes no pose bias"):
+        routing(torch.zeros(2, 5, 4, 16), bias=torch.zeros(4, 16))
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            EMRouting(4, iterations=bad)
