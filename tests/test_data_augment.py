@@ -83,3 +83,68 @@ def test_cuda_matches_cpu_for_the_same_generator():
     on_device = random_shift(images.cuda(), generator=torch.Generator("cuda").manual_seed(3))
     found = _which_shift(images, on_device.cpu(), 2)
     assert None not in found and len(set(found)) == 25
+
+
+# --------------------------------------------------------------------- Efficient-CapsNet's recipe
+
+from capsnet.data.augment import (augmentation, efficient_capsnet_augment, margin_shift, random_erase,  # noqa: E402
+                                  random_rotate, random_squish)
+from capsnet.data.multimnist import bounding_boxes  # noqa: E402
+
+
+def _digits(n=64):
+    from capsnet.data import load_dataset
+
+    return load_dataset("mnist-sample", "train").images[:n].float() / 255.0
+
+
+def test_margin_shift_moves_whole_digits_and_never_cuts_one():
+    x = _digits()
+    y = margin_shift(x, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(y.sum(dim=(1, 2, 3)), x.sum(dim=(1, 2, 3)))  # no ink lost
+    bx, by = bounding_boxes(x), bounding_boxes(y)
+    size = lambda b: torch.stack([b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)  # noqa: E731
+    assert torch.equal(size(bx), size(by))  # the same digit, moved, not wrapped around
+    moved = (by[:, :2] - bx[:, :2])  # (dy, dx) of each
+    assert (moved != 0).any()
+    for k in range(len(x)):  # the moved digit equals the original at its new place
+        dy, dx = moved[k].tolist()
+        assert torch.equal(torch.roll(x[k], shifts=(dy, dx), dims=(1, 2)), y[k])
+
+
+def test_random_erase_zeroes_one_4x4_patch_inside_the_border():
+    x = torch.ones(200, 1, 28, 28)
+    y = random_erase(x, generator=torch.Generator().manual_seed(1))
+    zero = y == 0
+    assert (zero.sum(dim=(1, 2, 3)) == 16).all()
+    b = bounding_boxes(zero.float())  # the patch's box
+    assert ((b[:, 2] - b[:, 0]) == 3).all() and ((b[:, 3] - b[:, 1]) == 3).all()
+    assert b[:, :2].min() >= 4 and b[:, :2].max() <= 22 and len(set(b[:, 0].tolist())) > 10
+
+
+def test_random_rotate_turns_about_half_the_images_by_whole_degrees():
+    x = _digits(400)
+    y = random_rotate(x, generator=torch.Generator().manual_seed(2))
+    same = (y - x).abs().amax(dim=(1, 2, 3)) < 1e-5
+    assert 140 < int(same.sum()) < 260  # P(r1 <= 0) = 1/2, plus the angles that truncate to 0
+    ink = x.sum(dim=(1, 2, 3))
+    assert ((y.sum(dim=(1, 2, 3)) - ink).abs() < 0.05 * ink).all()  # a rotation keeps the ink, up to resampling
+
+
+def test_random_squish_narrows_each_digit_by_at_most_7_pixels():
+    x = _digits()
+    y = random_squish(x, generator=torch.Generator().manual_seed(3))
+    wx = bounding_boxes(x, 0.3)[:, 3] - bounding_boxes(x, 0.3)[:, 1]
+    wy = bounding_boxes(y, 0.3)[:, 3] - bounding_boxes(y, 0.3)[:, 1]
+    assert (wy <= wx + 1).all() and (wy >= wx - 8).all() and (wy < wx).float().mean() > 0.5
+    torch.testing.assert_close(y.amax(dim=(2, 3)) <= 1, torch.ones(len(x), 1, dtype=torch.bool))
+
+
+def test_efficient_capsnet_augment_is_seeded_and_in_range():
+    x = _digits(32)
+    a = efficient_capsnet_augment(x, torch.Generator().manual_seed(4))
+    b = augmentation("efficient-capsnet")(x, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and a.shape == x.shape and a.min() >= 0 and a.max() <= 1
+    assert not torch.equal(a, efficient_capsnet_augment(x, torch.Generator().manual_seed(5)))
+    with pytest.raises(ValueError, match="unknown augmentation 'flip'"):
+        augmentation("flip")

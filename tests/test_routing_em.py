@@ -32,7 +32,8 @@ def test_one_parent_mean_and_variance_are_the_activation_weighted_ones():
 
 
 def test_activation_logit_is_procedure_1s_cost():
-    # a_j = logistic(lambda (beta_a - sum_h (beta_u + log sigma_j^h) sum_i R_ij a_i)), written out here.
+    # a_j = logistic(lambda (beta_a / final_lambda - 100 J / I * sum_h (beta_u + log sigma_j^h) sum_i R_ij a_i)):
+    # Procedure 1's cost with Gritzman's normalisation and beta_a in final-logit units, written out here.
     g = torch.Generator().manual_seed(1)
     votes = torch.randn(1, 5, 2, 16, generator=g, dtype=DT)
     a = torch.rand(1, 5, generator=g, dtype=DT)
@@ -45,7 +46,8 @@ def test_activation_logit_is_procedure_1s_cost():
     for j in range(2):
         mass = sum(R[0, i, j].item() * a[0, i].item() for i in range(5))
         cost = sum((routing.beta_u[j].item() + 0.5 * math.log(var[0, j, h].item())) * mass for h in range(16))
-        assert logit[0, j].item() == pytest.approx(0.02 * (routing.beta_a[j].item() - cost), rel=1e-5)
+        expected = 0.02 * (routing.beta_a[j].item() / 0.01 - 100 * 2 / 5 * cost)
+        assert logit[0, j].item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_inverse_temperature_follows_the_official_schedule():

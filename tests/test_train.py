@@ -93,9 +93,9 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_che
     spec = models.MODELS["capsnet"]
     calls = []
 
-    def loss_turning_nan(model, images, labels, components=None, *, recon_weight):
+    def loss_turning_nan(model, images, labels, components=None, **kw):
         calls.extend([1] if model.training else [])  # training steps only, not evaluation batches
-        loss, scores = spec.loss(model, images, labels, components, recon_weight=recon_weight)
+        loss, scores = spec.loss(model, images, labels, components, **kw)
         return (loss * float("nan") if model.training and len(calls) == 8 else loss), scores  # the 8th step
 
     monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=loss_turning_nan))

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .data.augment import AUGMENTATIONS
 from .data.tasks import TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES
 from .memory import ALLOCATORS
@@ -106,7 +107,7 @@ def _model_option(text: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         return key.strip(), value
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
-                 "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
+                 "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
 
 
 def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
@@ -168,6 +169,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "turns it off)", type=_nonneg_float)
     _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off; "
                 "multimnist and translated-mnist place digits themselves)", type=_nonneg_int)
+    _field_flag(t, "--augment", TrainConfig, "augment", "shift: the paper's random shifts (--shift pixels); "
+                "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase",
+                choices=AUGMENTATIONS)
     _field_flag(t, "--val-size", TrainConfig, "val_size", "training examples held out to choose the best checkpoint "
                 "(0: choose on test)", type=_nonneg_int)
     _field_flag(t, "--train-size", TrainConfig, "train_size", "train on a seeded subset of this many examples (0: all); "

@@ -26,6 +26,7 @@ from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without i
 from ._config import check_types, config_from_dict
 from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
                          save_checkpoint)
+from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.tasks import TASKS, input_shape, load_training
 from .evaluate import evaluate_split
@@ -48,6 +49,7 @@ class TrainConfig:
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
     shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
+    augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase recipe
     val_size: int = 0  # examples held out of training to choose the best checkpoint
     train_size: int = 0  # 0: all; else a seeded subset of this many (nested across sizes for one seed)
     test_size: int = 0  # 0: all; else the first this many test examples (multimnist: this many test pairs)
@@ -72,6 +74,8 @@ class TrainConfig:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if self.recon_weight < 0:
             raise ValueError(f"recon_weight must be >= 0, got {self.recon_weight}")
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(f"unknown augment {self.augment!r}; valid values are {', '.join(AUGMENTATIONS)}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
 
@@ -251,7 +255,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
-    make_batch = TASKS[cfg.dataset].batch
+    make_batch, augment = TASKS[cfg.dataset].batch, augmentation(cfg.augment, cfg.shift)
 
     # 3. Model and optimizer, same initial weights for the same seed.
     torch.manual_seed(cfg.seed)
@@ -280,7 +284,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         seen, shown = 0, time.monotonic()
         for start in bar:
             idx = order[start:start + B]
-            x, y, comp = make_batch(train, idx, g, cfg.shift)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
+            x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             with amp:

@@ -1,16 +1,31 @@
 """Batched data augmentation on image tensors, on whatever device they live.
 
-Sabour et al. (2017), section 5: "trained on 28x28 MNIST images that have
-been shifted by up to 2 pixels in each direction with zero padding"; no other
-augmentation. Done as one gather over the whole batch, so the data set can
-stay on the GPU as a single tensor (as airbench does) with no Python loop
-over examples.
+- ``shift``: Sabour et al. (2017), section 5: "trained on 28x28 MNIST images
+  that have been shifted by up to 2 pixels in each direction with zero
+  padding"; no other augmentation.
+- ``efficient-capsnet``: the recipe of Efficient-CapsNet's official code
+  (``pre_process_mnist.py``): a rotation of up to +-30 degrees for half the
+  images, a shift within each digit's empty margins (it never cuts the
+  digit), a horizontal squish by 1-7 pixels, and a 4x4 patch erased.
+
+Every step is batched tensor work (gathers and ``grid_sample``), so the data
+set can stay on the GPU as a single tensor (as airbench does) with no Python
+loop over examples; every draw comes from the generator given.
 """
 from __future__ import annotations
 
-import torch
+import math
+from typing import Callable
 
-__all__ = ["random_shift"]
+import torch
+import torch.nn.functional as F
+
+from .multimnist import bounding_boxes
+
+__all__ = ["AUGMENTATIONS", "augmentation", "random_shift", "random_rotate", "margin_shift", "random_squish",
+           "random_erase", "efficient_capsnet_augment"]
+
+AUGMENTATIONS = ("shift", "efficient-capsnet")
 
 
 def random_shift(
@@ -46,3 +61,106 @@ def random_shift(
     b = torch.arange(B, device=images.device)[:, None, None, None]  # (B, 1, 1, 1)
     c = torch.arange(C, device=images.device)[None, :, None, None]  # (1, C, 1, 1)
     return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
+
+
+def augmentation(name: str, shift: int = 2) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+    """The augmentation ``name`` of ``AUGMENTATIONS`` as ``f(images, generator)``; ``shift`` for "shift"."""
+    if name == "shift":
+        return lambda images, g: random_shift(images, shift, generator=g)
+    if name == "efficient-capsnet":
+        return efficient_capsnet_augment
+    raise ValueError(f"unknown augmentation {name!r}; valid names are {', '.join(AUGMENTATIONS)}")
+
+
+def _normal(n: int, g: torch.Generator | None, device: torch.device, std: float = 0.33) -> torch.Tensor:
+    """The official code's draws: N(0, 0.33) clipped to +-0.9999."""
+    gen_device = g.device if g is not None else torch.device("cpu")
+    return (torch.randn(n, generator=g, device=gen_device) * std).clamp(-0.9999, 0.9999).to(device)
+
+
+def _uniform(n: int, g: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    gen_device = g.device if g is not None else torch.device("cpu")
+    return torch.rand(n, generator=g, device=gen_device).to(device)
+
+
+def random_rotate(images: torch.Tensor, max_degrees: float = 30.0, *, generator: torch.Generator | None = None
+                  ) -> torch.Tensor:
+    """Rotate half the images (on average) about their centre by a whole number of degrees within +-max_degrees.
+
+    As the official code: angle = int(r0 * 30) with r0 ~ N(0, 0.33) clipped, applied where r1 <= 0 (bilinear, zero
+    fill). Shapes: images (B, C, H, W) float -> the same.
+    """
+    B = images.shape[0]
+    r0, r1 = _normal(B, generator, images.device), _normal(B, generator, images.device)
+    angle = torch.trunc(r0 * max_degrees) * (r1 <= 0) * (math.pi / 180)  # (B,), radians; 0 keeps the image
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    theta = torch.stack([torch.stack([cos, -sin, torch.zeros_like(cos)], -1),
+                         torch.stack([sin, cos, torch.zeros_like(cos)], -1)], 1)  # (B, 2, 3)
+    grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def margin_shift(images: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Shift each image within its empty margins, so no ink leaves the frame (the official code's ``shift``).
+
+    Per axis: r = |N(0, 0.33)| clipped below 1 and a coin: towards the start by
+    floor(r * margin before), or towards the end by floor(r * (1 + margin after)).
+    Shapes: images (B, C, H, W) -> the same.
+    """
+    B, C, H, W = images.shape
+    top, left, bottom, right = bounding_boxes(images).unbind(-1)  # (B,) each; an empty image: top = H, bottom = -1
+    empty = bottom < 0
+    before = torch.stack([top, left]).where(~empty, 0)  # (2, B): free rows above, columns left
+    after = torch.stack([H - 1 - bottom, W - 1 - right]).where(~empty, 0)  # free rows below, columns right
+    r = torch.stack([_normal(B, generator, images.device), _normal(B, generator, images.device)]).abs()  # (2, B)
+    coin = torch.stack([_uniform(B, generator, images.device), _uniform(B, generator, images.device)]) < 0.5
+    delta = torch.where(coin, torch.floor(-r * before), torch.floor(r * (1 + after))).long()  # (2, B) rows, cols
+    rows = (torch.arange(H, device=images.device) - delta[0, :, None]) % H  # (B, H): source row of each output row
+    cols = (torch.arange(W, device=images.device) - delta[1, :, None]) % W  # (B, W)
+    b = torch.arange(B, device=images.device)[:, None, None, None]
+    c = torch.arange(C, device=images.device)[None, :, None, None]
+    return images[b, c, rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
+
+
+def random_squish(images: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Squeeze each image horizontally by 1-7 pixels and re-centre it, give or take one pixel (the official ``squish``).
+
+    width_mod = floor(u * 7 + 1), offset = floor(u' * 2): the image resized to
+    width W - width_mod is placed width_mod // 2 + offset pixels from the left.
+    Shapes: images (B, C, H, W) float -> the same.
+    """
+    B, C, H, W = images.shape
+    wm = torch.floor(_uniform(B, generator, images.device) * 7 + 1)  # (B,) in 1..7
+    pad = torch.div(wm, 2, rounding_mode="floor") + torch.floor(_uniform(B, generator, images.device) * 2)
+    x = torch.arange(W, device=images.device, dtype=images.dtype)  # output column centres at x + 0.5
+    src = (x + 0.5 - pad[:, None]) * (W / (W - wm[:, None])) - 0.5  # (B, W): source column, pixel units
+    gx = (2 * src + 1) / W - 1  # normalised, align_corners=False
+    gy = (2 * torch.arange(H, device=images.device, dtype=images.dtype) + 1) / H - 1  # (H,)
+    grid = torch.stack([gx[:, None, :].expand(B, H, W), gy[None, :, None].expand(B, H, W)], dim=-1)  # (B, H, W, 2)
+    return F.grid_sample(images, grid.to(images.dtype), mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def random_erase(images: torch.Tensor, size: int = 4, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Zero one ``size`` x ``size`` patch per image at a row and column drawn from 4..H-6 (the official ``erase``).
+
+    Shapes: images (B, C, H, W) -> the same.
+    """
+    B, C, H, W = images.shape
+    top = torch.floor(_uniform(B, generator, images.device) * (H - 9)).long() + 4  # 28: 4..22
+    left = torch.floor(_uniform(B, generator, images.device) * (W - 9)).long() + 4
+    r, c = torch.arange(H, device=images.device), torch.arange(W, device=images.device)
+    rows = (r >= top[:, None]) & (r < top[:, None] + size)  # (B, H)
+    cols = (c >= left[:, None]) & (c < left[:, None] + size)  # (B, W)
+    keep = ~(rows[:, :, None] & cols[:, None, :])  # (B, H, W)
+    return images * keep[:, None].to(images.dtype)
+
+
+def efficient_capsnet_augment(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Efficient-CapsNet's training augmentation, in the official order: rotate, shift, squish, erase.
+
+    Shapes: images (B, C, H, W) float in [0, 1] -> the same.
+    """
+    x = random_rotate(images, generator=generator)
+    x = margin_shift(x, generator=generator)
+    x = random_squish(x, generator=generator)
+    return random_erase(x, generator=generator)

@@ -32,7 +32,6 @@ from typing import Callable
 import torch
 
 from .affine import random_affine, random_translate
-from .augment import random_shift
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .sets import DATASETS, Dataset, load_dataset, split_validation
 
@@ -77,6 +76,7 @@ class Split:
 
 # A training batch: images (B, C, H, W), labels (B,) or (B, 2), components (B, 2, C, H, W) or None.
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]  # (images, generator) -> images
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ class Task:
     held: (digits, size, extras) -> the split scored on ``digits`` held out of
         training (test or validation), its first ``size`` examples (0: all; for
         MultiMNIST the number of pairs); ``extras=False`` leaves out the extra sets.
-    batch: (training digits on the device, indices, generator, shift) -> one training batch.
+    batch: (training digits on the device, indices, generator, augmentation) -> one training batch; the
+        augmentation (``capsnet.data.augment.augmentation``) applies to plain image sets, the generated tasks
+        place their digits themselves.
     num_classes: the classes a model of this task scores.
     places_digits: True when the task places its digits itself (``shift`` does not apply).
     metric: what its accuracy counts.
@@ -98,7 +100,7 @@ class Task:
     source: str
     input_shape: tuple[int, int, int]
     held: Callable[[Dataset, int, bool], Split]
-    batch: Callable[[Split, torch.Tensor, torch.Generator, int], Batch]
+    batch: Callable[[Split, torch.Tensor, torch.Generator, Augment], Batch]
     num_classes: int = 10
     places_digits: bool = False
     metric: str = "accuracy"
@@ -114,8 +116,8 @@ def _plain_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     return Split(d.images, d.labels, d.classes)
 
 
-def _plain_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
-    return random_shift(train.images[idx], shift, generator=g), train.labels[idx], None  # section 5: shifts
+def _plain_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    return augment(train.images[idx], g), train.labels[idx], None
 
 
 def _multimnist_held(digits: Dataset, size: int, extras: bool = True) -> Split:
@@ -123,7 +125,7 @@ def _multimnist_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     return Split(pairs.images, pairs.labels, digits.classes, pairs.components)
 
 
-def _multimnist_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
+def _multimnist_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
     # section 6: fresh pairs every batch, never stored; len(idx) pairs from the whole training set
     pairs = make_pairs(train.images, train.labels, len(idx), generator=g, max_shift=MULTIMNIST_SHIFT)
     return pairs.images, pairs.labels, pairs.components
@@ -135,7 +137,7 @@ def _translated_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     return Split(translated_test(d.images), d.labels, d.classes, extra=extra)
 
 
-def _translated_batch(train: Split, idx: torch.Tensor, g: torch.Generator, shift: int) -> Batch:
+def _translated_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
     # section 5.2: a random position on the 40x40 canvas, a new one every time
     return random_translate(train.images[idx], TRANSLATED_SIZE, generator=g)[0], train.labels[idx], None
 

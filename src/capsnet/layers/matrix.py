@@ -101,8 +101,9 @@ class ConvMatrixCaps(nn.Module):
         p = p.permute(0, 1, 2, 5, 6, 3, 4).reshape(N, Ho, Wo, K, K, I, 4, 4)  # children of each window
         a = caps.activations.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
         a = a.permute(0, 1, 2, 4, 5, 3).reshape(N * Ho * Wo, K * K * I)  # (N*H'*W', K*K*I)
-        votes = torch.einsum("nhwklixy,klijyz->nhwklijxz", p, self.weight)  # V = M W, (N, H', W', K, K, I, J, 4, 4)
-        votes = votes.reshape(N * Ho * Wo, K * K * I, J, POSE)  # windows folded into the batch
+        votes = torch.einsum("nhwklixy,klijyz->nhwjklixz", p, self.weight)  # V = M W, (N, H', W', J, K, K, I, 4, 4)
+        # windows folded into the batch; made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
+        votes = votes.reshape(N * Ho * Wo, J, K * K * I, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
         out = self.routing(votes, a)
         return MatrixCaps(out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J))
 
@@ -133,14 +134,14 @@ class ClassMatrixCaps(nn.Module):
         N, H, W, I, _ = caps.poses.shape
         J = self.classes
         p = caps.poses.reshape(N, H, W, I, 4, 4)
-        votes = torch.einsum("nhwixy,ijyz->nhwijxz", p, self.weight).reshape(N, H, W, I, J, POSE)
+        votes = torch.einsum("nhwixy,ijyz->njhwixz", p, self.weight).reshape(N, J, H, W, I, POSE)  # upper-major
         if self.coordinate_addition:
             rows = (torch.arange(H, device=p.device, dtype=p.dtype) + 0.5) / H  # (H,)
             cols = (torch.arange(W, device=p.device, dtype=p.dtype) + 0.5) / W  # (W,)
             coords = votes.new_zeros(H, W, POSE)
             coords[:, :, 3] = rows.view(H, 1)
             coords[:, :, 7] = cols.view(1, W)
-            votes = votes + coords.view(1, H, W, 1, 1, POSE)
-        votes = votes.reshape(N, H * W * I, J, POSE)  # (N, H*W*I, J, 16)
+            votes = votes + coords.view(1, 1, H, W, 1, POSE)
+        votes = votes.reshape(N, J, H * W * I, POSE).transpose(1, 2)  # (N, H*W*I, J, 16), a view
         a = caps.activations.reshape(N, H * W * I)
         return self.routing(votes, a, record=True) if record else self.routing(votes, a)

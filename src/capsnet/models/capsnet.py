@@ -21,7 +21,7 @@ from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting
 
-__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss"]
+__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -192,16 +192,24 @@ class CapsNet(nn.Module):
         Shapes: poses (B, J, D), index (B,) -> (B, C, H, W); index (B, K) -> (B, K, C, H, W)
         """
         if self.decoder is None:
-            raise RuntimeError("this CapsNet was built with decoder=False and cannot reconstruct")
-        if index.dim() == 1:
-            return self.decoder(mask_capsules(poses, index))
-        B, J, D = poses.shape
-        if index.dim() != 2 or index.shape[0] != B:
-            raise ValueError(f"index must be (B,) or (B, K) with B = {B}, got {tuple(index.shape)}")
-        K = index.shape[1]
-        repeated = poses.unsqueeze(1).expand(B, K, J, D).reshape(B * K, J, D)  # (B*K, J, D)
-        out = self.decoder(mask_capsules(repeated, index.reshape(B * K)))  # (B*K, C, H, W)
-        return out.view(B, K, *out.shape[1:])  # (B, K, C, H, W)
+            raise RuntimeError(f"this {type(self).__name__} was built with decoder=False and cannot reconstruct")
+        return decode_masked(self.decoder, poses, index)
+
+
+def decode_masked(decoder: nn.Module, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The decoder's image of the capsules ``index`` picks, the others masked (section 4.1); K per image for (B, K).
+
+    Shapes: poses (B, J, D), index (B,) -> (B, C, H, W); index (B, K) -> (B, K, C, H, W)
+    """
+    if index.dim() == 1:
+        return decoder(mask_capsules(poses, index))
+    B, J, D = poses.shape
+    if index.dim() != 2 or index.shape[0] != B:
+        raise ValueError(f"index must be (B,) or (B, K) with B = {B}, got {tuple(index.shape)}")
+    K = index.shape[1]
+    repeated = poses.unsqueeze(1).expand(B, K, J, D).reshape(B * K, J, D)  # (B*K, J, D)
+    out = decoder(mask_capsules(repeated, index.reshape(B * K)))  # (B*K, C, H, W)
+    return out.view(B, K, *out.shape[1:])  # (B, K, C, H, W)
 
 
 def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,

@@ -14,15 +14,27 @@ public ports report: NaN past one iteration, all-equal activations):
   code), and log sigma is 0.5 log var, never a square root;
 - the E-step works with log-likelihoods and a log-softmax over the upper
   capsules, the activation's log by ``logsigmoid``;
-- the weighted counts ``sum_i R_ij a_i`` have an epsilon, so all-zero lower
-  activations give finite means.
+- the weighted counts ``sum_i R_ij a_i`` have a floor, so all-zero lower
+  activations give finite means;
+- the M-step's moments are batched matrix-vector products over the votes
+  centred once on their activation-weighted mean, and the E-step's squared
+  distance is expanded into such products too: no vote-sized temporary per
+  iteration.
 
 Paper and official code differ in places; this module follows the paper's
 Procedure 1 and takes from the official code (google-research/capsule_em)
 only its inverse-temperature schedule and variance floor:
 
-- cost: ``cost_j = sum_i R_ij * sum_h (beta_u + log sigma_j^h)`` as Procedure 1
-  (the official code scales eq. 1's constant by beta_u and uses -5000 beta_a);
+- cost: ``cost_j = sum_i R_ij a_i * sum_h (beta_u + log sigma_j^h)`` as Procedure 1,
+  times ``100 J / I`` (Gritzman 2019, "Avoiding implementation pitfalls of
+  matrix capsule networks with EM routing", IBM's code: the amount of data
+  a parent explains normalised by the number of children, so a layer of
+  288 children and one of 72 give costs of one scale; without it the
+  inverse temperature leaves the class activations almost equal);
+- activation: ``a_j = logistic(lambda_t (beta_a / final_lambda - cost_j))``:
+  beta_a is learned in units of the final logit (the official code
+  multiplies it by 5000 for the same reason: at lambda ~ 1e-3 an Adam step
+  on a raw beta_a would move the logit by 1e-6);
 - the official code damps the mean (0.9 new + 0.1 previous): not done here;
 - lambda in iteration t (0-based) is ``final_lambda * (1 - 0.95^(t+1))``, the
   official schedule ("increases at each iteration according to a fixed
@@ -87,25 +99,45 @@ class EMRouting(nn.Module):
             votes (B, I, J, D), activations (B, I), R (B, I, J)
             returns mu (B, J, D), var (B, J, D) (the floor included), logit (B, J): a_j = sigmoid(logit)
         """
-        D = votes.shape[-1]
-        Ra = R * activations.unsqueeze(-1)  # R_ij a_i, (B, I, J)
-        mass = Ra.sum(dim=1) + self.eps  # sum_i R_ij a_i, (B, J)
-        w = (Ra / mass.unsqueeze(1)).unsqueeze(-1)  # (B, I, J, 1), sums to 1 over i (up to eps)
-        mu = (w * votes).sum(dim=1)  # (B, J, D)
-        var = (w * (votes - mu.unsqueeze(1)).pow(2)).sum(dim=1) + self.var_floor  # (B, J, D)
-        # cost^h = (beta_u + log sigma^h) sum_i R_ij; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
-        cost = mass * (D * self.beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
-        return mu, var, lam * (self.beta_a - cost)
+        VV, centre = _layout(votes, activations)
+        m1, var, logit = self._m_step(VV, activations, R.transpose(1, 2), lam)
+        return m1 + centre, var, logit
 
-    def e_step(self, votes: torch.Tensor, mu: torch.Tensor, var: torch.Tensor, logit: torch.Tensor) -> torch.Tensor:
-        """Procedure 1, E-step: R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), in the log domain.
+    def _m_step(self, VV: torch.Tensor, a: torch.Tensor, R: torch.Tensor, lam: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The M-step on votes laid out by ``_layout``: R (B, J, I) -> centred mean, variance, logit.
 
-        Shapes: votes (B, I, J, D), mu and var (B, J, D), logit (B, J) -> R (B, I, J)
+        Both weighted moments come from one batched matrix-vector product
+        over the votes and their squares side by side (no vote-sized
+        temporaries); var = E[V^2] - E[V]^2 of the centred votes.
         """
-        D = votes.shape[-1]
-        log_p = -0.5 * ((votes - mu.unsqueeze(1)).pow(2) / var.unsqueeze(1)).sum(dim=-1) \
-            - 0.5 * (var.log().sum(dim=-1) + D * math.log(2 * math.pi)).unsqueeze(1)  # (B, I, J)
-        return torch.softmax(F.logsigmoid(logit).unsqueeze(1) + log_p, dim=-1)  # (B, I, J)
+        B, J, I, D2 = VV.shape
+        D = D2 // 2
+        Ra = R * a.unsqueeze(1)  # R_ij a_i, (B, J, I)
+        mass = Ra.sum(dim=-1).clamp_min(self.eps)  # sum_i R_ij a_i, (B, J); the floor only for all-silent children
+        w = (Ra / mass.unsqueeze(-1)).reshape(B * J, 1, I)  # sums to 1 over i
+        m = torch.bmm(w, VV.view(B * J, I, D2)).view(B, J, D2)  # [E[V], E[V^2]], (B, J, 2D)
+        m1, m2 = m[..., :D], m[..., D:]
+        var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
+        # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
+        scale = 100.0 * J / I  # Gritzman's normalisation of the data a parent explains
+        cost = scale * mass * (D * self.beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
+        return m1, var, lam * (self.beta_a / self.final_lambda - cost)
+
+    def _e_step(self, VV: torch.Tensor, m1: torch.Tensor, var: torch.Tensor, logit: torch.Tensor) -> torch.Tensor:
+        """Procedure 1, E-step, in the log domain: R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), as (B, J, I).
+
+        sum_h (V - mu)^2 / var is expanded into -2 V mu/var + V^2/var + mu^2/var:
+        one batched matrix-vector product over the votes and their squares.
+        """
+        B, J, I, D2 = VV.shape
+        D = D2 // 2
+        inv = 1.0 / var  # (B, J, D)
+        coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, D2, 1)
+        q = torch.bmm(VV.view(B * J, I, D2), coef).view(B, J, I) \
+            + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
+        log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
+        return torch.softmax(F.logsigmoid(logit).unsqueeze(-1) + log_p, dim=1)  # over the upper capsules j
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False) -> RoutingResult:
@@ -124,15 +156,30 @@ class EMRouting(nn.Module):
             raise ValueError("EM routing takes no pose bias: build the layer with bias=False")
         dtype = torch.promote_types(votes.dtype, torch.float32)  # bf16 and fp16 votes are routed in fp32
         with torch.autocast(votes.device.type, enabled=False):  # also inside a bf16 autocast step
-            v = votes.to(dtype)
-            a_in = v.new_ones(B, I) if activations is None else activations.to(dtype)
-            R = v.new_full((B, I, J), 1.0 / J)  # Procedure 1: R_ij = 1 / |Omega_{L+1}|
+            a_in = votes.new_ones(B, I, dtype=dtype) if activations is None else activations.to(dtype)
+            VV, centre = _layout(votes.to(dtype), a_in)
+            R = VV.new_full((B, J, I), 1.0 / J)  # Procedure 1: R_ij = 1 / |Omega_{L+1}|
             rounds = []
             for t in range(self.iterations):
                 if record:
-                    rounds.append(R)
-                mu, var, logit = self.m_step(v, a_in, R, self.inverse_temperature(t))
+                    rounds.append(R.transpose(1, 2))
+                m1, var, logit = self._m_step(VV, a_in, R, self.inverse_temperature(t))
                 if t < self.iterations - 1:
-                    R = self.e_step(v, mu, var, logit)
+                    R = self._e_step(VV, m1, var, logit)
             # R is what the last M-step used: the coupling of the last round
-            return RoutingResult(mu, torch.sigmoid(logit), R, torch.stack(rounds, dim=1) if record else None)
+            return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
+                                 torch.stack(rounds, dim=1) if record else None)
+
+
+def _layout(votes: torch.Tensor, activations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Votes (B, I, J, D) centred on each upper capsule's activation-weighted mean, beside their squares.
+
+    Centring keeps E[V^2] - E[V]^2 free of cancellation for votes far from 0
+    (the variance does not change; the mean gets the centre back).
+    Returns [V, V^2] (B, J, I, 2D), upper-capsule-major, and the centre (B, J, D).
+    """
+    V = votes.permute(0, 2, 1, 3)  # (B, J, I, D); free when the layer made the votes in this layout
+    a = activations / activations.sum(dim=1, keepdim=True).clamp_min(1e-12)  # (B, I)
+    centre = torch.einsum("bi,bjid->bjd", a, V).detach()  # (B, J, D)
+    V = V - centre.unsqueeze(2)
+    return torch.cat([V, V.pow(2)], dim=-1), centre  # (B, J, I, 2D)

@@ -1,0 +1,65 @@
+"""Self-attention routing: Mazzia, Salvetti and Chiaberge, "Efficient-CapsNet" (Scientific Reports 2021).
+
+One pass, no iterations. For each upper capsule j the votes of all lower
+capsules attend to each other: ``A_j = U_j U_j^T / sqrt(D)``, and a lower
+capsule's score is the sum of its row, ``sum_k u_ij . u_kj / sqrt(D)`` (a
+vote that agrees with the others scores high). A softmax over the upper
+capsules turns the scores into coupling coefficients; a learned prior
+``b_ij`` is added to them (after the softmax, as the official code does),
+``s_j = sum_i u_ij (c_ij + b_ij)``, and the upper capsules are squashed with
+the paper's squash, ``(1 - 1/e^|s|) s/|s|``.
+
+The row sums are computed as ``u_ij . (sum_k u_kj)``: O(I J D) instead of
+the O(I^2 J D) of the attention matrix.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..ops import exp_squash, safe_norm
+from .result import RoutingResult, check_votes
+
+__all__ = ["SelfAttentionRouting"]
+
+
+class SelfAttentionRouting(nn.Module):
+    """Efficient-CapsNet's self-attention routing with its learned prior, in the shared call shape.
+
+    Args:
+        in_caps, out_caps: I and J (the prior b is (I, J), initialised to zero as in the official code).
+
+    ``coupling`` is the softmax part, which sums to one over j for every
+    lower capsule i; the weights ``s_j`` actually uses are ``coupling + b``,
+    and ``b`` may make them sum to anything.
+    """
+
+    def __init__(self, in_caps: int, out_caps: int) -> None:
+        super().__init__()
+        self.in_caps, self.out_caps = in_caps, out_caps
+        self.prior = nn.Parameter(torch.zeros(in_caps, out_caps))  # b_ij, (I, J)
+
+    def extra_repr(self) -> str:
+        return f"in_caps={self.in_caps}, out_caps={self.out_caps}"
+
+    def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                *, record: bool = False) -> RoutingResult:
+        """Shapes:
+            votes: (B, I, J, D); activations: (B, I) or None, ignored; bias: (J, D) or None, added to s_j
+            returns: poses (B, J, D), activations |v_j| (B, J), coupling (B, I, J) (the softmax, before the
+                prior); with ``record``, ``rounds`` (B, 1, I, J)
+        """
+        B, I, J, D = check_votes(votes, activations)
+        if (I, J) != (self.in_caps, self.out_caps):
+            raise ValueError(f"votes (B, I, J, D) = {tuple(votes.shape)} do not fit this routing's "
+                             f"(I, J) = ({self.in_caps}, {self.out_caps})")
+        total = votes.sum(dim=1, keepdim=True)  # sum_k u_kj, (B, 1, J, D)
+        scores = (votes * total).sum(dim=-1) / math.sqrt(D)  # row sums of U_j U_j^T / sqrt(D), (B, I, J)
+        c = torch.softmax(scores, dim=-1)  # over the upper capsules j
+        s = ((c + self.prior).unsqueeze(-1) * votes).sum(dim=1)  # (B, J, D)
+        if bias is not None:
+            s = s + bias
+        v = exp_squash(s)
+        return RoutingResult(v, safe_norm(v, dim=-1), c, c.unsqueeze(1) if record else None)

@@ -1,0 +1,46 @@
+"""Every registered model, through its registry entry: finite, trainable, batch-independent, counted."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet.models import MODELS, create_model, model_name
+
+# Small sizes so each test runs in a moment; a new model adds its entry (the first test insists).
+SMALL = {
+    "capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
+    "baseline": dict(channels=(4, 4), hidden=(8,)),
+    "em-capsnet": dict(conv1_channels=8, primary_types=4, caps1_types=4, caps2_types=4),
+    "em-capsnet-small": dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4),
+    "efficient-capsnet": dict(decoder_hidden=(16, 32)),
+}
+
+
+def test_every_registered_model_has_small_sizes_here():
+    assert set(SMALL) == set(MODELS)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_registered_model_trains_through_its_own_loss(name):
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
+    assert model_name(model.config) == name and MODELS[name].config.from_dict(model.config.to_dict()) == model.config
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 3, 9])
+    loss, scores = MODELS[name].loss(model, images, labels, recon_weight=0.0005, progress=0.5)
+    assert scores.shape == (4, 10) and torch.isfinite(scores).all() and torch.isfinite(loss)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    assert model.config.num_weights == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_registered_model_scores_an_example_the_same_in_any_batch(name):
+    torch.manual_seed(1)
+    model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28).eval()
+    images = torch.rand(5, 1, 28, 28)
+    with torch.no_grad():
+        _, together = MODELS[name].loss(model, images, torch.zeros(5, dtype=torch.long), recon_weight=0.0)
+        for k in (0, 3):
+            _, alone = MODELS[name].loss(model, images[k:k + 1], torch.zeros(1, dtype=torch.long), recon_weight=0.0)
+            torch.testing.assert_close(alone[0], together[k], rtol=1e-4, atol=1e-6)
