@@ -248,7 +248,7 @@ def load_dataset(
                 log.info("downloading %s %s to %s", name, f.name, folder)
                 download_file([base_url + f.name + ".gz" for base_url in urls],
                               folder / (f.name + ".gz"), md5_uncompressed=f.md5,
-                              progress=progress)
+                              progress=progress, max_size=_MAX_FILE_BYTES)
 
     images = _read_checked(folder, image_file, name)
     labels = _read_checked(folder, label_file, name)
