@@ -7,10 +7,13 @@ and a connection that drops half-way through the file.
 from __future__ import annotations
 
 import collections
+import errno
 import gzip
 import hashlib
 import socket
 import threading
+import time
+import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -62,6 +65,7 @@ def served(data_root):
         f"/badgzip/{LABELS}.gz": ("ok", bytes(broken)),
         f"/drop/{LABELS}.gz": ("drop", good_gz),
     }
+    routes[f"/bomb/{LABELS}.gz"] = ("ok", gzip.compress(bytes(8 << 20)))  # 8 KB holding 8 MiB of zeros
     for name in (LABELS, "t10k-images-idx3-ubyte"):
         routes[f"/mnist/{name}.gz"] = ("ok", (data_root / "mnist" / f"{name}.gz").read_bytes())
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -177,3 +181,127 @@ def test_load_dataset_downloads_into_the_user_cache(served, tmp_path, monkeypatc
     ds = load_dataset("mnist", "test", mirrors=[_url(served, "/mnist/")], progress=False)
     assert len(ds) == 10000
     assert (tmp_path / "capsnet" / "mnist" / f"{LABELS}.gz").is_file()
+
+
+# ---------------------------------------------------------------- failing fast (issue 18)
+
+
+@pytest.fixture
+def silent():
+    """A server that accepts connections and never answers; counts the connections it got."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed at teardown
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    yield types.SimpleNamespace(held=held, url=lambda path="": f"http://127.0.0.1:{port}/{path}{LABELS}.gz")
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (close alone does not)
+    listener.close()
+    for conn in held:
+        conn.close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    """Name lookups by host; names under .invalid (RFC 2606: never resolvable) fail at once, offline or not."""
+    seen = collections.Counter()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        seen[host] += 1
+        if isinstance(host, str) and host.endswith(".invalid"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return seen
+
+
+def test_name_errors_and_refused_connections_go_to_the_next_mirror_at_once(served, tmp_path, lookups, monkeypatch):
+    monkeypatch.setattr(download_module, "BACKOFF_S", 30.0)  # a retry would show as a 30 s pause
+    refused = _refused_url()
+    dest = tmp_path / f"{LABELS}.gz"
+    start = time.monotonic()
+    download_file([f"http://mirror.capsnet-test.invalid/{LABELS}.gz", refused, _url(served, f"/good/{LABELS}.gz")],
+                  dest, md5_uncompressed=LABELS_MD5, retries=3, progress=False)
+    assert time.monotonic() - start < 20  # upper bound only: no backoff was slept
+    assert lookups["mirror.capsnet-test.invalid"] == 1  # the name was looked up once, not retried
+    assert lookups["127.0.0.1"] == 2  # one connection to the refused port, one to the good mirror
+    assert gzip.decompress(dest.read_bytes())[:4] == bytes([0, 0, 8, 1])
+
+
+def test_a_server_that_never_answers_is_left_after_one_timeout(served, silent, tmp_path, monkeypatch):
+    monkeypatch.setattr(download_module, "TIMEOUT_S", 0.3)
+    dest = tmp_path / f"{LABELS}.gz"
+    download_file([silent.url("a/"), silent.url("b/"), _url(served, f"/good/{LABELS}.gz")], dest,
+                  md5_uncompressed=LABELS_MD5, retries=3, progress=False)
+    assert len(silent.held) == 2  # one connection per silent mirror: timeouts are not retried (was 4 each)
+    assert _names(tmp_path) == [dest.name]
+
+
+def test_unreachable_mirror_set_fails_within_the_cap_with_the_usual_message(silent, tmp_path, lookups, monkeypatch):
+    """Every way a mirror can be unreachable, and more mirrors than the time allows: one clear DataError."""
+    monkeypatch.setattr(download_module, "TIMEOUT_S", 0.4)
+    monkeypatch.setattr(download_module, "TOTAL_TIMEOUT_S", 1.0)
+    urls = [f"http://mirror.capsnet-test.invalid/{LABELS}.gz", _refused_url()]
+    urls += [silent.url(f"{k}/") for k in range(6)]  # 6 x 0.4 s of silence: more than the 1 s allowed
+    dest = tmp_path / f"{LABELS}.gz"
+    start = time.monotonic()
+    with pytest.raises(DataError) as info:
+        download_file(urls, dest, md5_uncompressed=LABELS_MD5, progress=False)
+    assert time.monotonic() - start < 10  # upper bound only (about 1 s)
+    message = str(info.value)
+    assert message.startswith(f"could not download {dest.name} from any mirror")
+    for url in urls:
+        assert url in message
+    assert "gaierror" in message and "ConnectionRefusedError" in message and "no answer within" in message
+    assert "not tried: 1 s passed without a byte of the file" in message
+    assert "CAPSNET_DATA" in message and "--data-dir" in message
+    assert len(silent.held) <= 3 and _names(tmp_path) == []
+    # The defaults keep the promise: an unreachable set fails within a minute.
+    monkeypatch.undo()
+    assert download_module.TOTAL_TIMEOUT_S + 1 <= 60 and 3 * download_module.TIMEOUT_S <= download_module.TOTAL_TIMEOUT_S
+
+
+def test_load_dataset_with_unreachable_mirrors_fails_fast(silent, tmp_path, lookups, monkeypatch):
+    monkeypatch.setattr(download_module, "TIMEOUT_S", 0.3)
+    mirrors = ["http://a.capsnet-test.invalid/", _refused_url().rsplit("/", 1)[0] + "/", silent.url("").rsplit("/", 1)[0] + "/"]
+    with pytest.raises(DataError, match="could not download t10k-images-idx3-ubyte.gz from any mirror") as info:
+        load_dataset("mnist", "test", root=tmp_path, download=True, mirrors=mirrors, progress=False)
+    assert "Check the internet connection" in str(info.value)
+    assert len(silent.held) == 1 and lookups["a.capsnet-test.invalid"] == 1
+
+
+def test_a_dropped_connection_is_still_retried_and_unreachable_errnos_are_not():
+    from capsnet.data.download import _unreachable
+
+    assert not _unreachable(ConnectionResetError(errno.ECONNRESET, "reset"))
+    assert not _unreachable(ConnectionError("connection closed after 10 of 20 bytes"))
+    assert _unreachable(OSError(errno.ENETUNREACH, "Network is unreachable"))
+    assert _unreachable(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"))
+    assert _unreachable(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+
+
+def test_a_mirror_serving_a_gzip_bomb_is_left(served, tmp_path):
+    dest = tmp_path / f"{LABELS}.gz"
+    download_file([_url(served, f"/bomb/{LABELS}.gz"), _url(served, f"/good/{LABELS}.gz")], dest,
+                  md5_uncompressed=LABELS_MD5, progress=False, max_size=1 << 20)
+    assert gzip.decompress(dest.read_bytes())[:4] == bytes([0, 0, 8, 1])
+    with pytest.raises(DataError, match="run past 1,048,576 bytes"):
+        download_file(_url(served, f"/bomb/{LABELS}.gz"), tmp_path / "x.gz", md5_uncompressed=LABELS_MD5,
+                      progress=False, max_size=1 << 20)
+    with pytest.raises(DataError, match="more than the 1,000 the file has"):
+        download_file(_url(served, f"/good/{LABELS}.gz"), tmp_path / "y.gz", progress=False, max_size=1000)
+    assert _names(tmp_path) == [dest.name]

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import gzip
 import struct
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+import zlib
 
 import numpy as np
 import pytest
@@ -80,7 +85,9 @@ CORRUPT = {
     "short header": (bytes([0, 0, 0x08, 3]) + struct.pack(">I", 2), "truncated header"),
     "truncated data": (_good()[:-1], "truncated"),
     "trailing bytes": (_good() + b"\x00\x00", "2 trailing bytes"),
-    "truncated gzip": (gzip.compress(_good() * 50)[:-12], "gzip"),
+    "truncated gzip": (gzip.compress(bytes([0, 0, 0x08, 1]) + struct.pack(">I", 700) + bytes(range(100)) * 7)[:-12],
+                       "gzip"),
+    "gzip runs past its header": (gzip.compress(_good() * 50), "run past the 18 bytes its IDX header declares"),
     "corrupt gzip": (lambda g: g[:20] + bytes([g[20] ^ 0xFF]) + g[21:])(gzip.compress(bytes(300))),
 }
 
@@ -109,3 +116,107 @@ def test_corrupt_gzip_contents_are_checked_like_raw(tmp_path):
 def test_decode_reports_source():
     with pytest.raises(DataError, match="somewhere.idx: not an IDX file"):
         decode_idx(b"abcdefgh", source="somewhere.idx")
+
+
+# ---------------------------------------------------------------- gzip bombs (issue 18)
+
+GiB = 2**30
+MNIST_TEST_IMAGES_HEADER = bytes([0, 0, 0x08, 3]) + struct.pack(">III", 10000, 28, 28)  # 7,840,016 bytes in all
+
+
+def write_gzip_bomb(path, head: bytes, size: int) -> None:
+    """A gzip file of ``head`` and then zeros, ``size`` bytes uncompressed, written in about size / 1000 bytes.
+
+    Deflate blocks ended by a full flush are self-contained, so one compressed MiB of zeros is written
+    again and again instead of compressing ``size`` bytes. The CRC and length in the trailer are left
+    zero: a reader that gets that far has already decompressed everything, which is what is tested.
+    """
+    mib = 1 << 20
+    first = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = zeros.compress(bytes(mib)) + zeros.flush(zlib.Z_FULL_FLUSH)
+    with open(path, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")  # gzip header: deflate, no name, mtime 0
+        f.write(first.compress(head + bytes(mib - len(head))) + first.flush(zlib.Z_FULL_FLUSH))
+        for _ in range(size // mib - 1):
+            f.write(block)
+        f.write(zlib.compressobj(9, zlib.DEFLATED, -15).flush())  # an empty final block
+        f.write(bytes(8))  # CRC-32 and length: never reached
+
+
+def test_gzip_bomb_helper_makes_what_it_says(tmp_path):
+    path = tmp_path / "small-bomb.gz"
+    write_gzip_bomb(path, b"abc", 8 << 20)
+    raw = path.read_bytes()
+    assert raw[:3] == b"\x1f\x8b\x08" and raw[-8:] == bytes(8)  # gzip header; the trailer left zero on purpose
+    inflate = zlib.decompressobj(-15)
+    data = inflate.decompress(raw[10:-8])
+    assert inflate.eof and inflate.unused_data == b""  # one complete deflate stream
+    assert len(data) == 8 << 20 and data[:3] == b"abc" and data.count(0) == len(data) - 3
+
+
+@pytest.mark.parametrize("head, words", [
+    (b"", "unknown IDX dtype code 0x00"),  # 2 GiB of zeros: no IDX header at all
+    (MNIST_TEST_IMAGES_HEADER, "run past the 7,840,016 bytes its IDX header declares"),
+    (bytes([0, 0, 0x08, 3]) + struct.pack(">III", 3_000_000, 28, 28), "no file here holds more than"),
+], ids=["zeros", "mnist-header", "huge-header"])
+def test_gzip_bomb_stops_at_the_declared_size(tmp_path, head, words):
+    path = tmp_path / "t10k-images-idx3-ubyte.gz"
+    write_gzip_bomb(path, head, 2 * GiB)
+    assert path.stat().st_size < 3 << 20  # about 2 MB on disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=words) as info:
+            read_idx(path, max_size=60000 * 28 * 28 + 16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value)
+    assert peak < 64 << 20, f"{peak:,} bytes held while reading a bomb"
+
+
+def test_declared_size_over_the_maximum_is_refused_before_reading(tmp_path):
+    path = write_idx(tmp_path / "big.idx", np.zeros((100, 10), np.uint8))
+    with pytest.raises(DataError, match="declares shape .100, 10. of uint8, 1,012 bytes; no file here holds more than 1,011"):
+        read_idx(path, max_size=1011)
+    np.testing.assert_array_equal(read_idx(path, max_size=1012), np.zeros((100, 10), np.uint8))
+
+
+def test_header_declaring_more_than_a_raw_file_holds_is_truncated_not_a_memory_error(tmp_path):
+    path = tmp_path / "liar.idx"
+    path.write_bytes(bytes([0, 0, 0x08, 3]) + struct.pack(">III", 2**32 - 1, 2**32 - 1, 2**32 - 1) + bytes(10))
+    with pytest.raises(DataError, match="truncated"):
+        read_idx(path)
+    path.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(DataError, match="truncated"):
+        read_idx(path)
+
+
+def test_load_dataset_on_a_gzip_bomb_stays_small(tmp_path):
+    """`capsnet eval` on a bomb named as MNIST's test images: a clear DataError, peak memory far under 1 GB.
+
+    In a subprocess whose address space may grow by at most 1.5 GiB beyond what it has mapped after
+    importing capsnet, so reading the whole bomb fails (MemoryError) instead of taking the machine's memory.
+    """
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    write_gzip_bomb(folder / "t10k-images-idx3-ubyte.gz", MNIST_TEST_IMAGES_HEADER, 2 * GiB)
+    (folder / "t10k-labels-idx1-ubyte").write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">I", 10000) + bytes(10000))
+    script = textwrap.dedent(f"""
+        import re, resource
+        from capsnet.data import DataError, load_dataset
+        vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 3 * 2**29, resource.RLIM_INFINITY))
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            load_dataset("mnist", "test", root={str(tmp_path)!r}, download=False)
+            print("LOADED")
+        except DataError as err:
+            print("DATAERROR", err)
+        print("GREW_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "DATAERROR" in out.stdout and "run past the 7,840,016 bytes its IDX header declares" in out.stdout
+    grew = int(out.stdout.split("GREW_KB")[1])
+    assert grew * 1024 < 256 << 20, f"peak memory grew by {grew:,} kB"  # the bound asked for is 1 GB

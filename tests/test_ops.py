@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.ops import safe_norm, squash
+from capsnet.ops import _squash_vjp, safe_norm, squash
 
 # The epsilon sits inside the square root (shared/DESIGN.md), so squash's
 # length is off the closed form by at most about eps / 2 = 5e-9 in absolute
@@ -112,3 +112,119 @@ def test_gradcheck_float64_away_from_zero():
     assert torch.autograd.gradcheck(lambda x: safe_norm(x, dim=-1), (s,))
     assert torch.autograd.gradcheck(lambda x: safe_norm(x, dim=0, keepdim=True), (s,))
     assert torch.autograd.gradgradcheck(lambda x: squash(x, dim=-1), (s,))
+
+
+# ---------------------------------------------------------------- huge inputs (issue 18)
+# |s|^2 overflows float32 from |s| of about 1.8e19 (float16: 256); squash scales such capsules by a
+# power of two first. Lengths and directions are checked against Eq. 1 in float64, gradients against its
+# derivative in float64: dv/ds = |s|/(1+|s|^2) (I - u u^T) + 2|s|/(1+|s|^2)^2 u u^T, u = s/|s|.
+
+_HUGE = {
+    torch.float32: [1e10, 1e18, 2e19, 1e20, 1e30, 1e37, 3e38],
+    torch.bfloat16: [1e10, 2e19, 1e30, 3e38],
+    torch.float16: [30.0, 100.0, 300.0, 1e4, 65504.0],
+}
+
+
+def _huge_batch(dtype: torch.dtype) -> torch.Tensor:
+    """Capsules (rows, D = 16) whose largest entries run up to the dtype's maximum, in several shapes."""
+    g = torch.Generator().manual_seed(7)
+    top = torch.finfo(dtype).max
+    rows = []
+    for m in _HUGE[dtype]:
+        rows.append(torch.full((16,), m, dtype=torch.float64))  # every entry at m: |s| = 4 m
+        one = torch.zeros(16, dtype=torch.float64)
+        one[3] = -m  # one-hot, negative
+        rows.append(one)
+        r = torch.randn(16, generator=g, dtype=torch.float64)
+        rows.append(r / r.abs().max() * m)  # random direction, largest entry m
+        mixed = torch.randn(16, generator=g, dtype=torch.float64)
+        mixed[0] = m  # one huge entry among ordinary ones
+        rows.append(mixed)
+    s = torch.stack(rows).clamp(-top, top).to(dtype)
+    assert torch.isfinite(s).all()
+    return s
+
+
+def _reference(s: torch.Tensor, grad_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1's length and its vector-Jacobian product in float64, written to stay finite for huge |s|."""
+    s64, g64 = s.double(), grad_v.double()
+    n = torch.linalg.norm(s64, dim=-1, keepdim=True)  # at most 4 * 3.4e38: finite in float64
+    u = s64 / n
+    ug = (u * g64).sum(-1, keepdim=True)
+    vjp = n / (1 + n * n) * (g64 - ug * u) + 2 * n / (1 + n * n) ** 2 * ug * u
+    return (n * n / (1 + n * n)).squeeze(-1), vjp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_squash_finite_and_exact_for_huge_inputs(dtype):
+    s = _huge_batch(dtype)
+    grad_v = torch.randn(s.shape, generator=torch.Generator().manual_seed(8)).to(dtype)
+    length, vjp = _reference(s, grad_v)
+    leaf = s.clone().requires_grad_(True)
+    v = squash(leaf)
+    (g_auto,) = torch.autograd.grad(v, leaf, grad_v)
+    g_closed = _squash_vjp(s, grad_v)
+    for name, t in [("squash", v), ("autograd gradient", g_auto), ("closed-form gradient", g_closed)]:
+        assert t.dtype == dtype and torch.isfinite(t).all(), name
+    rtol = {torch.float32: 1e-6, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    v64 = v.detach().double()
+    torch.testing.assert_close(torch.linalg.norm(v64, dim=-1), length, rtol=rtol, atol=0)
+    cos = (s.double() * v64).sum(-1) / (torch.linalg.norm(s.double(), dim=-1) * torch.linalg.norm(v64, dim=-1))
+    torch.testing.assert_close(cos, torch.ones_like(cos), rtol=0, atol=rtol)
+    # The gradient is about 1/|s|: compare it scaled by |s| (1e-38 is below float32's normal range).
+    n = torch.linalg.norm(s.double(), dim=-1, keepdim=True)
+    gtol = {torch.float32: 2e-6, torch.bfloat16: 5e-2, torch.float16: 1e-2}[dtype]
+    for name, got in [("autograd", g_auto), ("closed form", g_closed)]:
+        err = ((got.double() - vjp) * n).abs().max().item()
+        assert err < gtol * grad_v.double().abs().max().item(), (name, err)
+
+
+def test_squash_of_the_largest_float32_and_in_every_position():
+    top = torch.finfo(torch.float32).max
+    s = torch.full((2, 3, 8), top)
+    s[1] = -top
+    for dim in (0, 1, 2, -1):
+        v = squash(s, dim=dim)
+        assert torch.isfinite(v).all()
+        torch.testing.assert_close(torch.linalg.norm(v.double(), dim=dim), torch.ones(v.sum(dim).shape,
+                                   dtype=torch.float64), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_squash_ordinary_inputs_are_computed_exactly_as_eq1_is_written(dtype):
+    """The scaling leaves ordinary capsules alone: bit for bit Eq. 1 with its epsilon, value and gradient."""
+    from capsnet.ops import _eps
+
+    g = torch.Generator().manual_seed(9)
+    s = (torch.randn(512, 16, generator=g, dtype=torch.float64)
+         * torch.logspace(-9, 1.4, 512, dtype=torch.float64).unsqueeze(1)).to(dtype)  # entries up to about 30
+    s[:4] = 0
+    q = s.pow(2).sum(-1, keepdim=True)
+    as_written = s * (q / (1.0 + q) / torch.sqrt(q + _eps(dtype)))
+    assert torch.equal(squash(s), as_written)
+    grad_v = torch.randn(s.shape, generator=g).to(dtype)
+    qf = s.float().pow(2).sum(-1, keepdim=True) if dtype in (torch.float16, torch.bfloat16) else q
+    sf, gf = (s.float(), grad_v.float()) if dtype in (torch.float16, torch.bfloat16) else (s, grad_v)
+    m = torch.sqrt(qf + _eps(dtype))
+    dh = 1.0 / ((1.0 + qf).pow(2) * m) - qf / (2.0 * (1.0 + qf) * m.pow(3))
+    closed = (qf / (1.0 + qf) / m * gf + (2.0 * (sf * gf).sum(-1, keepdim=True) * dh) * sf).to(dtype)
+    assert torch.equal(_squash_vjp(s, grad_v), closed)
+
+
+def test_squash_is_continuous_where_the_scaling_starts():
+    """Just below and above the float32 thresholds (2^19 for the gradient, 2^61 for the value) nothing jumps."""
+    u = torch.randn(16, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    u = u / u.abs().max()
+    for edge in (2.0**19, 2.0**61):
+        s = torch.stack([u * edge * f for f in (0.999, 1.0, 1.001, 1.01)]).float()
+        grad_v = torch.ones_like(s)
+        length, vjp = _reference(s, grad_v)
+        torch.testing.assert_close(torch.linalg.norm(squash(s).double(), dim=-1), length, rtol=1e-6, atol=0)
+        n = torch.linalg.norm(s.double(), dim=-1, keepdim=True)
+        assert ((_squash_vjp(s, grad_v).double() - vjp) * n).abs().max() < 2e-6
+
+
+def test_squash_empty_capsules():
+    assert squash(torch.zeros(3, 0)).shape == (3, 0)
+    assert _squash_vjp(torch.zeros(3, 0), torch.zeros(3, 0)).shape == (3, 0)

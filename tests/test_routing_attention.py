@@ -70,3 +70,10 @@ def test_exp_squash_length_is_one_minus_exp_minus_norm():
     leaf = s.clone().requires_grad_(True)
     exp_squash(leaf).sum().backward()
     assert torch.isfinite(leaf.grad).all()
+
+
+def test_exp_squash_of_huge_float32_capsules_is_a_unit_vector():
+    s = torch.tensor([[3e38, -1e38, 0.0, 2e37]])
+    v = exp_squash(s)
+    assert torch.isfinite(v).all()
+    torch.testing.assert_close(v, s.double().div(s.double().norm()).float())

@@ -7,6 +7,8 @@ present; its orientation is the entity's pose.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["safe_norm", "squash", "exp_squash"]
@@ -17,6 +19,32 @@ def _eps(dtype: torch.dtype) -> float:
     # range is float32's) but underflows to 0 in float16, whose smallest
     # subnormal is about 6e-8: there 1e-7 keeps sqrt(0 + eps) > 0.
     return 1e-7 if dtype == torch.float16 else 1e-8
+
+
+def _scale(s: torch.Tensor, dim: int, power: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A power of two ``k`` per capsule (``s``'s shape with ``dim`` kept as 1) and ``r = k^2``.
+
+    ``k = 1`` (and ``r = 1``) while every entry is at most ``big``, chosen so
+    that ``|s|^2`` raised to ``power`` stays inside ``s``'s dtype (squash
+    needs ``q = |s|^2`` itself; its closed-form gradient ``q^2.5``): every
+    ordinary capsule is then computed exactly as Eq. 1 is written. Above
+    ``big``, ``k = 2^-e`` with ``2^e`` the capsule's largest entry rounded
+    down to a power of two, so ``t = k s`` has entries below 4 and nothing
+    squared can overflow. ``k`` comes from a detached maximum through
+    ``torch.where`` (no gradient flows through it, and the squash of ``s``
+    does not depend on it), with no Python branching on values, so
+    torch.compile traces one graph.
+    """
+    maxexp = math.frexp(torch.finfo(s.dtype).max)[1]  # max < 2^maxexp: 128 for float32 and bfloat16, 16 for float16
+    D = max(s.shape[dim], 1)
+    # D big^2 <= 2^((maxexp - 2) / power): q^power fits with a factor of 4 to spare (float32: 2^61 for squash
+    # and 2^19 for its gradient at D = 16; float16: 32).
+    big = 2.0 ** math.floor(((maxexp - 2) / power - math.ceil(math.log2(D))) / 2)
+    a = s.detach().abs().amax(dim=dim, keepdim=True)
+    # e <= maxexp - 2 keeps 2^-e a normal number (never flushed to zero), and |t| < 4 still.
+    e = torch.log2(a).floor().clamp(max=maxexp - 2)
+    k = torch.where(a > big, torch.exp2(-e), torch.ones_like(a))
+    return k, k * k  # r underflows to 0 for huge inputs, where 1 / |s|^2 is below the dtype's resolution
 
 
 def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
@@ -33,12 +61,25 @@ def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Te
 def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Eq. 1: shrink ``s`` to length ``|s|^2 / (1 + |s|^2)``, keep its direction.
 
+    Finite for every finite input: ``|s|^2`` of a capsule with entries from
+    about 1e19 (float32, bfloat16) or 32 (float16) on would overflow, so such a
+    capsule is first scaled by a power of two ``k`` (see ``_scale``) and Eq. 1
+    is rewritten in ``t = k s``, ``q = |t|^2``, ``r = k^2``:
+    ``v = t q / ((r + q) sqrt(q + eps r))``, the same function of ``s``
+    (``k = 1`` gives Eq. 1 with its epsilon exactly as written).
+
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
-    sq = s.pow(2).sum(dim=dim, keepdim=True)  # |s|^2, (..., 1)
-    norm = torch.sqrt(sq + _eps(s.dtype))
-    return s * (sq / (1.0 + sq) / norm)
+    if not s.is_floating_point():
+        s = s.to(torch.get_default_dtype())
+    if s.shape[dim] == 0:  # no entries: nothing to scale (and amax refuses an empty dimension)
+        return s.clone()
+    k, r = _scale(s, dim, power=1)
+    t = s * k
+    q = t.pow(2).sum(dim=dim, keepdim=True)  # |s|^2 r, (..., 1)
+    norm = torch.sqrt(q.add(r, alpha=_eps(s.dtype)))  # q + eps r, as Eq. 1's q + eps when r = 1
+    return t * (q / (r + q) / norm)
 
 
 def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None) -> torch.Tensor:
@@ -46,6 +87,10 @@ def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None)
 
     squash(s) = h(q) s with q = |s|^2, m = sqrt(q + eps), h = q / ((1 + q) m); so
     grad_s = h g + 2 (s . g) h'(q) s, h'(q) = 1 / ((1 + q)^2 m) - q / (2 (1 + q) m^3).
+    Like ``squash``, worked in t = k s (``_scale``, here so that q^2 cannot
+    overflow): with q_t = |t|^2, r = k^2, m_t = sqrt(q_t + eps r),
+    h = k q_t / ((r + q_t) m_t) and h' = k^3 (r / ((r + q_t)^2 m_t) - q_t / (2 (r + q_t) m_t^3)),
+    so grad_s = k (h_t g + 2 (t . g) dh_t t); k = 1 for ordinary inputs.
     Written out rather than taken with torch.autograd.grad, which torch.compile
     cannot trace: a compiled model then keeps the routing's hand-written
     backward (capsnet.routing) inside its graph.
@@ -53,11 +98,15 @@ def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None)
     """
     if s.dtype in (torch.float16, torch.bfloat16):
         return _squash_vjp(s.float(), grad_v.float(), _eps(s.dtype)).to(s.dtype)
-    q = s.pow(2).sum(dim=-1, keepdim=True)
-    m = torch.sqrt(q + (_eps(s.dtype) if eps is None else eps))
-    h = q / (1.0 + q) / m
-    dh = 1.0 / ((1.0 + q).pow(2) * m) - q / (2.0 * (1.0 + q) * m.pow(3))
-    return h * grad_v + (2.0 * (s * grad_v).sum(dim=-1, keepdim=True) * dh) * s
+    if s.shape[-1] == 0:
+        return torch.zeros_like(grad_v)
+    k, r = _scale(s, -1, power=3)
+    t = s * k
+    q = t.pow(2).sum(dim=-1, keepdim=True)
+    m = torch.sqrt(q.add(r, alpha=_eps(s.dtype) if eps is None else eps))
+    h = q / (r + q) / m
+    dh = r / ((r + q).pow(2) * m) - q / (2.0 * (r + q) * m.pow(3))
+    return k * (h * grad_v + (2.0 * (t * grad_v).sum(dim=-1, keepdim=True) * dh) * t)
 
 
 def exp_squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -65,10 +114,15 @@ def exp_squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Lengths approach 1 faster than Eq. 1's ``|s|^2 / (1 + |s|^2)`` (length 0.63
     at |s| = 1, where Eq. 1 gives 0.5). Written with ``expm1`` and the safe norm,
-    so it is finite, with a finite gradient, at s = 0 and for any finite s.
+    so it is finite, with a finite gradient, at s = 0; a capsule with entries
+    past 1e15 is divided by its largest entry first, so |s|^2 cannot overflow.
 
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
-    norm = safe_norm(s, dim=dim, keepdim=True)  # (..., 1)
-    return s * (-torch.expm1(-norm) / norm)
+    top = s.abs().amax(dim=dim, keepdim=True)  # (..., 1)
+    big = top > 1e15
+    t = torch.where(big, s / top.clamp_min(1.0), s)  # the direction of s, shortened where |s|^2 could overflow
+    norm_t = safe_norm(t, dim=dim, keepdim=True)
+    norm = torch.where(big, norm_t * top, norm_t)  # |s|
+    return t * (-torch.expm1(-norm) / norm_t)

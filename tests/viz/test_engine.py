@@ -146,3 +146,11 @@ def test_other_input_sizes_and_class_names(data_root):
     x = mnist_style(drawn, viewer.shape)
     assert x.shape == (1, 36, 36)
     assert viewer.walk(viewer.image_input(x, {"kind": "upload"}))["input"]["shape"] == [1, 36, 36]
+
+
+@pytest.mark.parametrize("bad", [10**400, 1e39, -2e9, float("nan")])
+def test_reconstruct_refuses_numbers_a_float32_pose_cannot_hold(viewer, bad):
+    pose = [0.0] * viewer.config.digit_dim
+    pose[3] = bad
+    with pytest.raises(ViewerError, match="finite numbers within"):
+        viewer.reconstruct(pose, 0)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ from PIL import Image
 
 from capsnet.data import load_dataset
 from capsnet.viz import ViewerError
-from capsnet.viz.images import MAX_UPLOAD_BYTES, mnist_style, read_image
+from capsnet.viz.images import MAX_UPLOAD_BYTES, mnist_style, read_image, upload_input
 
 
 def _png(img: Image.Image, fmt: str = "PNG") -> bytes:
@@ -81,3 +84,90 @@ def test_bad_uploads():
             read_image(data)
     with pytest.raises(ViewerError, match="blank"):
         mnist_style(read_image(_png(Image.new("L", (50, 50), 255))), (1, 28, 28))
+
+
+# ---------------------------------------------------------------- caps on decoding (issue 18)
+
+
+def _ring(mode: str, size: tuple[int, int], ink, paper) -> Image.Image:
+    """A ring (a drawn '0') in the middle of an image of ``size``."""
+    from PIL import ImageDraw
+
+    img = Image.new(mode, size, paper)
+    w, h = size
+    ImageDraw.Draw(img).ellipse((w * 3 // 8, h // 4, w * 5 // 8, h * 3 // 4), outline=ink, width=max(2, h // 25))
+    return img
+
+
+def test_decoded_size_is_refused_from_the_header():
+    data = _png(_ring("RGBA", (4096, 4096), (255, 255, 255, 255), (0, 0, 0, 0)))  # about 90 KB
+    assert len(data) < 200_000
+    with pytest.raises(ViewerError, match=r"4096x4096 pixels of RGBA, 64\.0 MiB decoded; .* at most 48 MiB"):
+        read_image(data)
+    with pytest.raises(ViewerError, match="64.0 MiB decoded"):
+        upload_input(data, (1, 28, 28))
+    # the same size in grey decodes to 16 MiB: taken
+    x, size = upload_input(_png(_ring("L", (4096, 4096), 255, 0)), (1, 28, 28))
+    assert size == (4096, 4096) and x.shape == (1, 28, 28) and x.max() == pytest.approx(1.0)
+
+
+def test_a_phone_photo_passes_and_is_turned_upright():
+    """A 12-megapixel JPEG of dark ink on paper, stored sideways with EXIF orientation 6 (as phones do)."""
+    upright = _ring("RGB", (3024, 4032), (30, 30, 40), (235, 230, 220))
+    upright.paste((30, 30, 40), (1300, 3000, 2600, 3100))  # a bar under the ring: the image is not symmetric
+    sideways = upright.transpose(Image.Transpose.ROTATE_90)  # what the sensor stored; 6 = rotate 270 to show
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    sideways.save(buf, "JPEG", quality=85, exif=exif)
+    assert len(buf.getvalue()) <= MAX_UPLOAD_BYTES
+    x, size = upload_input(buf.getvalue(), (1, 28, 28))
+    assert size == (4032, 3024)  # as uploaded
+    reference = mnist_style(upright.resize((378, 504), Image.Resampling.BOX), (1, 28, 28))
+    corr = np.corrcoef(x.numpy().ravel(), reference.numpy().ravel())[0, 1]
+    assert corr > 0.95, corr
+
+
+def test_large_images_are_worked_small_with_the_same_result():
+    """A 3000x3000 drawing gives the digit the same 28x28 image whether shrunk first or not (the bar: 20 px)."""
+    a = np.zeros((3000, 3000), dtype=np.uint8)
+    a[600:2600, 1400:1600] = 255
+    x = mnist_style(read_image(_png(Image.fromarray(a))), (1, 28, 28))[0].numpy()
+    small = mnist_style(read_image(_png(Image.fromarray(a[::10, ::10]))), (1, 28, 28))[0].numpy()
+    ys, xs = np.nonzero(x > 0.5)
+    assert ys.max() - ys.min() + 1 == 20 and xs.max() - xs.min() + 1 == 2
+    np.testing.assert_allclose(x, small, atol=0.1)
+
+
+def test_four_large_uploads_at_once_stay_within_bounded_memory(tmp_path):
+    """Four 12-megapixel RGBA PNGs (each about 60 KB, 46.5 MiB decoded) processed by four threads at once.
+
+    Before the caps, one such upload grew memory by about 450 MB and four at once by nearly 2 GB; now two
+    decode at a time at most, each working at 1024 px a side. In a subprocess whose address space may grow
+    by at most 1.5 GiB, so a regression fails instead of taking the machine's memory.
+    """
+    path = tmp_path / "big.png"
+    path.write_bytes(_png(_ring("RGBA", (4032, 3024), (255, 255, 255, 255), (0, 0, 0, 0))))
+    script = textwrap.dedent(f"""
+        import re, resource, threading
+        from capsnet.viz.images import upload_input
+        vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 3 * 2**29, resource.RLIM_INFINITY))
+        data = open({str(path)!r}, "rb").read()
+        upload_input(data, (1, 28, 28))  # warm up: imports, first allocations
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(upload_input(data, (1, 28, 28))[1]))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("SIZES", results)
+        print("GREW_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SIZES [(4032, 3024), (4032, 3024), (4032, 3024), (4032, 3024)]" in out.stdout
+    grew = int(out.stdout.split("GREW_KB")[1])
+    assert grew < 600_000, f"peak memory grew by {grew:,} kB"  # about 300 MB now; about 1.7 GB before

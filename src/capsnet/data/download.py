@@ -1,19 +1,29 @@
-"""Download one file from a list of mirrors: retried, checked by MD5, atomic.
+"""Download one file from a list of mirrors: retried, checked by MD5, atomic, bounded in time.
 
 The bytes stream into ``<dest>.part-<random>`` in the destination folder, are
 checked (MD5 of the downloaded bytes, of the gunzipped contents, or both), and
 only then renamed onto ``dest`` with os.replace. Whatever goes wrong, the
 part file is removed: a folder never holds half a download under either name.
 urllib only, so the library needs no HTTP dependency.
+
+Failing fast: a host name that does not resolve, a refused or unreachable
+connection, or a server that does not answer within ``timeout`` moves on to
+the next mirror at once (asking the same one again would fail the same way);
+a dropped connection or a 5xx is retried with backoff. And the whole call
+gives up after ``TOTAL_TIMEOUT_S`` seconds without receiving a byte of the
+file (a slow download that keeps arriving is never cut), so an unreachable
+mirror set fails within a minute with the usual message.
 """
 from __future__ import annotations
 
 import gzip
 import hashlib
 import http.client
+import errno
 import logging
 import os
 import secrets
+import socket
 import sys
 import time
 import urllib.error
@@ -26,17 +36,40 @@ from tqdm import tqdm
 
 from .idx import GZIP_MAGIC, DataError
 
-__all__ = ["download_file", "BACKOFF_S"]
+__all__ = ["download_file", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
 BACKOFF_S = 1.0  # s, pause before the first retry of a mirror; doubles each retry (tests set ~0)
+# s without a byte from a connection (connecting, waiting for the answer, between reads) before it is
+# given up. Three silent mirrors cost 3 x 15 s, inside TOTAL_TIMEOUT_S.
+TIMEOUT_S = 15.0
+# s: the whole call gives up after this long without receiving a byte of the file, whatever is left to
+# try; time while the file arrives does not count. Under a minute, as promised for an unreachable mirror set.
+TOTAL_TIMEOUT_S = 50.0
+# Connection errors that asking the same mirror again will not fix.
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL,
+                       errno.ENETDOWN, errno.EHOSTDOWN}
 _CHUNK = 1 << 16  # bytes per read; small enough for a smooth progress bar
 _USER_AGENT = "capsnet (python urllib)"  # some mirrors refuse urllib's default agent
 
 
 class _MirrorFailed(Exception):
-    """A failure that retrying the same URL will not fix (404, wrong checksum)."""
+    """A failure that retrying the same URL will not fix (404, wrong checksum, too large)."""
+
+
+class _Clock:
+    """The call's deadline: TOTAL_TIMEOUT_S from the start or from the last byte of the file received."""
+
+    def __init__(self, total: float) -> None:
+        self.total = total
+        self.deadline = time.monotonic() + total
+
+    def progress(self) -> None:
+        self.deadline = time.monotonic() + self.total
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
 
 
 def download_file(
@@ -46,9 +79,11 @@ def download_file(
     md5: str | None = None,
     md5_uncompressed: str | None = None,
     retries: int = 3,
-    timeout: float = 30.0,
+    timeout: float | None = None,
     progress: bool = True,
     backoff: float | None = None,
+    total_timeout: float | None = None,
+    max_size: int | None = None,
 ) -> Path:
     """Download ``dest`` from the first of ``urls`` that delivers good bytes.
 
@@ -59,12 +94,20 @@ def download_file(
         md5_uncompressed: expected MD5 of the contents after gunzip (of the
             bytes as they are when the download is not gzip); this one
             survives mirrors that re-compress.
-        retries: extra attempts per mirror after a network error or a 5xx;
-            a 4xx or a checksum mismatch moves on to the next mirror at once.
-        timeout: seconds without progress before a connection is given up.
+        retries: extra attempts per mirror after a dropped connection or a
+            5xx; a 4xx, a checksum mismatch, a name that does not resolve, a
+            refused or unreachable connection and a timeout move on to the
+            next mirror at once.
+        timeout: seconds without progress before a connection is given up;
+            None takes the module's ``TIMEOUT_S``.
         progress: show a tqdm bar on stderr.
         backoff: seconds before the first retry, doubling after; None takes
             the module's ``BACKOFF_S``.
+        total_timeout: seconds without receiving a byte of the file after
+            which the call gives up on every mirror left; None takes the
+            module's ``TOTAL_TIMEOUT_S``.
+        max_size: refuse a download, or its gunzipped contents, past this
+            many bytes (a mirror serving a gzip bomb); None: no limit.
 
     Returns ``dest``. Raises DataError naming every URL and its error when no
     mirror delivers, with the offline way out.
@@ -75,17 +118,25 @@ def download_file(
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     pause = BACKOFF_S if backoff is None else backoff
+    timeout = TIMEOUT_S if timeout is None else timeout
+    clock = _Clock(TOTAL_TIMEOUT_S if total_timeout is None else total_timeout)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
 
     failures: list[str] = []
     for url in url_list:
+        error = ""
         for attempt in range(retries + 1):
             if attempt:
-                time.sleep(pause * 2 ** (attempt - 1))
+                time.sleep(max(0.0, min(pause * 2 ** (attempt - 1), clock.left())))
+            if clock.left() <= 0:
+                error = (f"{error}; " if error else "") + \
+                    f"not tried{' again' if attempt else ''}: {clock.total:.3g} s passed without a byte of the file"
+                break
+            wait = min(timeout, clock.left())
             try:
                 _fetch(url, dest, md5=md5, md5_uncompressed=md5_uncompressed,
-                       timeout=timeout, progress=progress)
+                       timeout=wait, progress=progress, clock=clock, max_size=max_size)
                 return dest
             except _MirrorFailed as err:
                 error = str(err)
@@ -96,8 +147,17 @@ def download_file(
                     break  # the mirror does not have it; asking again will not help
             except urllib.error.URLError as err:
                 error = f"{type(err.reason).__name__}: {err.reason}"
+                if isinstance(err.reason, TimeoutError):
+                    error = f"no connection within {wait:.3g} s ({error})"
+                if _unreachable(err.reason):
+                    break  # no such host, refused, unreachable, silent: the next mirror, at once
+            except TimeoutError as err:  # an answer or the next bytes did not come within the timeout
+                error = f"no answer within {wait:.3g} s ({type(err).__name__}: {err})"
+                break
             except (OSError, http.client.HTTPException) as err:
                 error = f"{type(err).__name__}: {err}"
+                if _unreachable(err):
+                    break
             except ValueError as err:  # urllib's "unknown url type" and friends
                 error = f"{type(err).__name__}: {err}"
                 break
@@ -114,9 +174,16 @@ def download_file(
     )
 
 
+def _unreachable(err: object) -> bool:
+    """True for a connection error that the same URL will give again at once: the next mirror, not a retry."""
+    if isinstance(err, (socket.gaierror, ConnectionRefusedError, TimeoutError)):
+        return True  # name not resolved (also offline), refused, or a connect that timed out
+    return isinstance(err, OSError) and err.errno in _UNREACHABLE_ERRNOS
+
+
 def _fetch(
     url: str, dest: Path, *, md5: str | None, md5_uncompressed: str | None,
-    timeout: float, progress: bool,
+    timeout: float, progress: bool, clock: _Clock | None = None, max_size: int | None = None,
 ) -> None:
     """One attempt: stream ``url`` to a part file, verify, rename onto ``dest``."""
     part = dest.with_name(f"{dest.name}.part-{secrets.token_hex(4)}")
@@ -125,6 +192,8 @@ def _fetch(
         with urllib.request.urlopen(request, timeout=timeout) as response, open(part, "xb") as out:
             length = response.headers.get("Content-Length")
             size = int(length) if length and length.isdigit() else None
+            if max_size is not None and size is not None and size > max_size:
+                raise _MirrorFailed(f"the mirror sends {size:,} bytes, more than the {max_size:,} the file has")
             digest = hashlib.md5(usedforsecurity=False)
             received = 0
             with tqdm(total=size, desc=dest.name, unit="B", unit_scale=True, unit_divisor=1024,
@@ -134,6 +203,10 @@ def _fetch(
                     digest.update(chunk)
                     received += len(chunk)
                     bar.update(len(chunk))
+                    if clock is not None:
+                        clock.progress()
+                    if max_size is not None and received > max_size:
+                        raise _MirrorFailed(f"the download passed {max_size:,} bytes, more than the file has")
         # http.client's read(n) returns b"" on a dropped connection instead of
         # raising IncompleteRead, so the length has to be checked here.
         if size is not None and received != size:
@@ -141,7 +214,7 @@ def _fetch(
         if md5 is not None and digest.hexdigest() != md5.lower():
             raise _MirrorFailed(f"MD5 of the download is {digest.hexdigest()}, expected {md5}")
         if md5_uncompressed is not None:
-            content = _content_md5(part)
+            content = _content_md5(part, max_size)
             if content != md5_uncompressed.lower():
                 raise _MirrorFailed(
                     f"MD5 of the uncompressed contents is {content}, expected {md5_uncompressed}"
@@ -152,15 +225,20 @@ def _fetch(
         part.unlink(missing_ok=True)  # gone already after os.replace
 
 
-def _content_md5(path: Path) -> str:
-    """MD5 of the file's contents, gunzipped when it starts with the gzip magic."""
+def _content_md5(path: Path, max_size: int | None = None) -> str:
+    """MD5 of the file's contents, gunzipped when it starts with the gzip magic (and no further than max_size)."""
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as raw:
         is_gzip = raw.read(2) == GZIP_MAGIC
+    total = 0
     try:
         with (gzip.open(path, "rb") if is_gzip else open(path, "rb")) as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
+                total += len(chunk)
+                if max_size is not None and total > max_size:
+                    raise _MirrorFailed(f"the contents run past {max_size:,} bytes, more than the file has "
+                                        "(a gzip bomb?); decompression stopped there")
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise _MirrorFailed(f"corrupt or truncated gzip ({err})") from err
     return digest.hexdigest()

@@ -18,12 +18,14 @@ import os
 import secrets
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 __all__ = ["DataError", "read_idx", "write_idx", "read_idx_bytes", "decode_idx", "encode_idx"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+_READ_CHUNK = 1 << 20  # bytes decompressed per read
 
 # IDX type codes (the MNIST page). Values are stored big-endian.
 _DTYPES: dict[int, np.dtype] = {
@@ -46,27 +48,83 @@ class DataError(ValueError):
     """
 
 
-def read_idx_bytes(path: str | os.PathLike) -> bytes:
+def read_idx_bytes(path: str | os.PathLike, *, max_size: int | None = None) -> bytes:
     """The uncompressed contents of an IDX file, gunzipped if it is gzip.
 
     This is what published MD5s are computed on, so re-compressed copies can
-    be checked against them. Raises DataError for an empty or corrupt gzip
-    file; OSError if the file cannot be read at all.
+    be checked against them. Nothing past the size the file's IDX header
+    declares is read or decompressed: a file whose contents run on (a gzip
+    bomb of 2 GiB of zeros under an MNIST name, a file with trailing bytes)
+    is refused as soon as its contents pass that size, and one whose header
+    declares more than ``max_size`` bytes, or that does not start with an IDX
+    header, before anything beyond the header is read. Raises DataError for
+    these and for an empty or corrupt gzip file; OSError if the file cannot
+    be read at all.
     """
     path = Path(path)
-    data = path.read_bytes()
-    if not data:
-        raise DataError(f"{path}: the file is empty; delete it and download or copy it again")
-    if data[:2] != GZIP_MAGIC:
-        return data
-    try:
-        return gzip.decompress(data)
-    except (EOFError, OSError, zlib.error) as err:
-        # EOFError: cut short; BadGzipFile (an OSError): bad header or CRC; zlib.error: bad stream.
+    with open(path, "rb") as f:
+        magic = f.read(2)
+        if not magic:
+            raise DataError(f"{path}: the file is empty; delete it and download or copy it again")
+        f.seek(0)
+        if magic != GZIP_MAGIC:
+            return _read_declared(f, path, max_size, os.fstat(f.fileno()).st_size)
+        try:
+            with gzip.GzipFile(fileobj=f, mode="rb") as stream:
+                return _read_declared(stream, path, max_size, None)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            # EOFError: cut short; BadGzipFile: bad header or CRC; zlib.error: bad stream.
+            raise DataError(
+                f"{path}: corrupt or truncated gzip file ({err}); "
+                "delete it and download or copy it again"
+            ) from err
+
+
+def _read_declared(stream: BinaryIO, path: Path, max_size: int | None, file_size: int | None) -> bytes:
+    """Read the IDX header, then exactly the data it declares; DataError if the stream holds more.
+
+    ``file_size`` is the size of a raw (not gzip) file, None for a gzip stream,
+    whose size is known only by decompressing it.
+    """
+    head = stream.read(4)
+    if len(head) < 4 or head[:2] != b"\x00\x00" or head[2] not in _DTYPES or head[3] == 0:
+        decode_idx(head, source=str(path))  # raises: says what is wrong with the header
+    ndim = head[3]
+    head += stream.read(4 * ndim)
+    if len(head) < 4 + 4 * ndim:
+        decode_idx(head, source=str(path))  # raises: truncated header
+    dims = tuple(int(d) for d in np.frombuffer(head, dtype=">u4", count=ndim, offset=4))
+    dtype = _DTYPES[head[2]]
+    declared = len(head) + int(np.prod(dims, dtype=object)) * dtype.itemsize
+    fix = "it is not a valid IDX file; delete it and download or copy it again"
+    if max_size is not None and declared > max_size:
         raise DataError(
-            f"{path}: corrupt or truncated gzip file ({err}); "
-            "delete it and download or copy it again"
-        ) from err
+            f"{path}: the IDX header declares shape {dims} of {dtype.name}, {declared:,} bytes; "
+            f"no file here holds more than {max_size:,}, so {fix}"
+        )
+    if file_size is not None and file_size > declared:  # raw: the size is known without reading
+        raise DataError(
+            f"{path}: {file_size - declared} trailing bytes after the data of shape {dims}; {fix}"
+        )
+    want = declared - len(head)
+    if file_size is not None:
+        want = min(want, file_size - len(head))  # a truncated raw file: decode_idx says so
+    # In chunks, not read(want): a header may declare far more than the file holds, and read(n)
+    # allocates n bytes before reading any.
+    chunks, got = [head], 0
+    while got < want:
+        chunk = stream.read(min(want - got, _READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    data = b"".join(chunks)
+    if len(data) == declared and stream.read(1):  # at the end of a gzip stream this also checks its CRC
+        raise DataError(
+            f"{path}: the uncompressed contents run past the {declared:,} bytes its IDX header "
+            f"declares (shape {dims} of {dtype.name}), so decompression stopped there: {fix}"
+        )
+    return data
 
 
 def decode_idx(data: bytes, *, source: str = "<bytes>") -> np.ndarray:
@@ -112,14 +170,17 @@ def decode_idx(data: bytes, *, source: str = "<bytes>") -> np.ndarray:
     return values.reshape(dims).astype(dtype.newbyteorder("="))
 
 
-def read_idx(path: str | os.PathLike) -> np.ndarray:
+def read_idx(path: str | os.PathLike, *, max_size: int | None = None) -> np.ndarray:
     """Read an IDX file, gzip or raw, into a numpy array.
+
+    ``max_size`` (bytes, uncompressed) refuses a file whose header declares
+    more, before reading it (see :func:`read_idx_bytes`).
 
     Shapes:
         returns the dimensions stored in the file, e.g. (N, 28, 28) uint8 for
         MNIST images and (N,) uint8 for labels.
     """
-    return decode_idx(read_idx_bytes(path), source=str(path))
+    return decode_idx(read_idx_bytes(path, max_size=max_size), source=str(path))
 
 
 def encode_idx(array: np.ndarray, *, source: str = "<array>") -> bytes:

@@ -126,6 +126,13 @@ _SPECS: dict[str, _Spec] = {
     ),
 }
 
+# The largest uncompressed file of any set above (60,000 images of 28x28 and the 16-byte header).
+# read_idx_bytes reads no further than the size a file's IDX header declares, and refuses a header
+# declaring more than this: a gzip bomb under a known name costs at most this much memory. Not the
+# size of the one file asked for, so that a file of another set or split is still read whole and
+# recognised by its MD5 ("the fashion-mnist files were put in the mnist/ folder", "renamed").
+_MAX_FILE_BYTES = max(16 + n * 28 * 28 for spec in _SPECS.values() for n in spec.sizes.values())
+
 # MD5 -> (set, file), to recognise a file that belongs somewhere else.
 _KNOWN_MD5: dict[str, tuple[str, str]] = {
     f.md5: (set_name, f.name)
@@ -241,7 +248,7 @@ def load_dataset(
                 log.info("downloading %s %s to %s", name, f.name, folder)
                 download_file([base_url + f.name + ".gz" for base_url in urls],
                               folder / (f.name + ".gz"), md5_uncompressed=f.md5,
-                              progress=progress)
+                              progress=progress, max_size=_MAX_FILE_BYTES)
 
     images = _read_checked(folder, image_file, name)
     labels = _read_checked(folder, label_file, name)
@@ -297,7 +304,7 @@ def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
     path = _find(folder, f)
     if path is None:  # only the shipped sample can get here
         raise DataError(f"{folder / (f.name + '.gz')} is missing; reinstall capsnet")
-    data = read_idx_bytes(path)
+    data = read_idx_bytes(path, max_size=_MAX_FILE_BYTES)  # and never past the size its header declares
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
     if digest != f.md5:
         known = _KNOWN_MD5.get(digest)

@@ -208,13 +208,26 @@ class Viewer:
         if not isinstance(pose, list) or len(pose) != cfg.digit_dim:
             got = f"{len(pose)} numbers" if isinstance(pose, list) else type(pose).__name__
             raise ViewerError(f"pose must be a list of {cfg.digit_dim} numbers, got {got}")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pose):
-            raise ViewerError("pose must hold finite numbers only (no NaN, infinity, strings or null)")
+        if not all(_pose_number(v) for v in pose):
+            raise ViewerError(f"pose must hold finite numbers within ±{MAX_POSE:g} only (no NaN, infinity, strings "
+                              f"or null)")
         poses = torch.zeros(1, cfg.num_classes, cfg.digit_dim, device=self.device)
         poses[0, capsule] = torch.tensor(pose, dtype=torch.float32, device=self.device)
         with self._lock, torch.inference_mode():
             rec = self.model.reconstruct(poses, torch.tensor([capsule], device=self.device))[0]
         return {"capsule": capsule, "reconstruction": encode(rec.cpu(), 0.0, 1.0)}
+
+
+MAX_POSE = 1e9  # far past any pose a sweep reaches (±0.25 around values near ±1), far inside float32
+
+
+def _pose_number(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v) and abs(v) <= MAX_POSE
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _is_int(v: Any) -> bool:

@@ -10,22 +10,51 @@ handwriting work as well as white strokes on a black canvas.
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .engine import ViewerError
 
-__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "read_image", "mnist_style"]
+__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "WORK_SIDE",
+           "read_image", "mnist_style", "upload_input"]
 
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads larger than this are refused unread
 MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is decoded
+# Checked from the header too (size x bytes per pixel in memory, after a JPEG's reduced-scale decoding):
+# a 12-megapixel phone photo (4032x3024) fits even as RGBA, 46.5 MiB; a 90 KB PNG declaring 4096x4096
+# RGBA (64 MiB, and 0.6 GB once preprocessed at full size) does not.
+MAX_DECODED_BYTES = 48 * 1024 * 1024
+MAX_CONCURRENT_DECODES = 2  # uploads decoded and preprocessed at once; more wait their turn
+WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
 BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
 
+_DECODE_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
-def read_image(data: bytes) -> Image.Image:
-    """A PNG or JPEG from bytes, fully decoded; every failure is a ``ViewerError`` that says why."""
+
+def _bytes_per_pixel(mode: str) -> int:
+    """Bytes per pixel of a decoded PIL image: 1 for 1/L/P, 2 for 16-bit grey, 4 for the rest (RGB is stored as 4)."""
+    if mode in ("1", "L", "P"):
+        return 1
+    return 2 if mode.startswith("I;16") else 4
+
+
+def read_image(data: bytes, *, max_side: int | None = None) -> Image.Image:
+    """A PNG or JPEG from bytes, decoded; every failure is a ``ViewerError`` that says why.
+
+    Its size, and the memory it decodes to, are checked from the header
+    before any pixel is decoded (``MAX_UPLOAD_PIXELS``, ``MAX_DECODED_BYTES``).
+    With ``max_side``, a large JPEG is decoded at 1/2, 1/4 or 1/8 scale (its
+    DCT scaling: cheap) and any image larger than ``max_side`` on a side is
+    shrunk to it. An EXIF orientation (phone photos) is applied.
+    """
+    return _decode(_open(data), max_side)
+
+
+def _open(data: bytes) -> Image.Image:
+    """The image's header, read and checked; no pixel decoded yet."""
     if len(data) == 0:
         raise ViewerError("the upload is empty: send the bytes of a PNG or JPEG image")
     if len(data) > MAX_UPLOAD_BYTES:
@@ -41,11 +70,50 @@ def read_image(data: bytes) -> Image.Image:
     if w < 1 or h < 1 or w * h > MAX_UPLOAD_PIXELS:
         raise ViewerError(f"the image is {w}x{h} pixels; the viewer takes images of up to "
                           f"{MAX_UPLOAD_PIXELS:,} pixels (for example 4096x4096)")
+    return img
+
+
+def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
+    w, h = img.size
+    if max_side is not None and img.format == "JPEG":
+        img.draft(None, (max_side, max_side))  # decode at the smallest DCT scale still >= max_side
+    decoded = img.size[0] * img.size[1] * _bytes_per_pixel(img.mode)
+    if decoded > MAX_DECODED_BYTES:
+        raise ViewerError(f"the image is {w}x{h} pixels of {img.mode}, {decoded / 2**20:.1f} MiB decoded; the "
+                          f"viewer decodes at most {MAX_DECODED_BYTES // 2**20} MiB (a 12-megapixel photo): "
+                          "scale it down, a digit needs far fewer pixels")
     try:
         img.load()
+        if max_side is not None and max(img.size) > max_side:
+            img = _shrink(img, max_side)
+        return ImageOps.exif_transpose(img)
     except Exception as e:  # truncated or corrupt pixel data
         raise ViewerError(f"the image data is truncated or corrupt ({e}); upload the whole file") from None
-    return img
+
+
+def _shrink(img: Image.Image, side: int) -> Image.Image:
+    """The image scaled down (box filter; PIL premultiplies alpha) to at most ``side`` pixels on its longer side."""
+    w, h = img.size
+    scale = side / max(w, h)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    try:
+        return img.resize(size, Image.Resampling.BOX)
+    except ValueError:  # a mode PIL cannot resize: keep it, it is within the caps
+        return img
+
+
+def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An uploaded image as the network's input (C, H, W), and its size (width, height) as uploaded.
+
+    What the server does with an upload: at most ``MAX_CONCURRENT_DECODES``
+    run at once (the others wait), each decoding within ``read_image``'s caps
+    and working at no more than ``WORK_SIDE`` pixels a side, so concurrent
+    uploads hold a bounded amount of memory.
+    """
+    img = _open(data)  # header checks need no slot: a refused upload never waits
+    size = img.size  # before a JPEG's reduced-scale decoding changes it
+    with _DECODE_SLOTS:
+        return mnist_style(_decode(img, WORK_SIDE), shape), size
 
 
 def _grey(img: Image.Image) -> np.ndarray:
@@ -65,8 +133,12 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
 
     Shapes: returns (C, H, W) float in [0, 1] for ``shape`` = (C, H, W).
     Colour models (C = 3) get the image resized to H x W, nothing more.
+    Images over ``WORK_SIDE`` pixels a side are shrunk to it first, so the
+    float arrays below stay small (the digit ends up 20 pixels tall anyway).
     """
     C, H, W = shape
+    if max(img.size) > WORK_SIDE:
+        img = _shrink(img, WORK_SIDE)
     if C == 3:
         a = np.asarray(img.convert("RGB").resize((W, H), Image.Resampling.BOX), dtype=np.float32) / 255
         return torch.from_numpy(a).permute(2, 0, 1).contiguous()  # (3, H, W)

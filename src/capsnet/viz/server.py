@@ -1,8 +1,26 @@
 """The viewer's local HTTP server: one static page and a small JSON API.
 
-Standard library only (``http.server``), one thread per request, one model
+Standard library only (``http.server``), one thread per connection, one model
 behind a lock (``Viewer``). Every bad request is answered with a 4xx status
-and ``{"error": message}``; nothing a client sends can stop the server.
+line, headers and ``{"error": message}``; nothing a client sends can stop the
+server, crash a request with a 5xx, or hold a thread or much memory for long:
+
+- JSON bodies are at most ``MAX_JSON_BYTES``, nested at most
+  ``MAX_JSON_DEPTH`` deep, and hold only finite numbers within
+  ±``MAX_JSON_NUMBER`` (checked while parsing, so no huge integer or float
+  that overflows float32 ever reaches the model);
+- GET and HEAD serve the pages and GET endpoints, POST the POST endpoints;
+  any other method gets 405 with an ``Allow`` header, an unknown path 404;
+- a request line that is not HTTP/1.x (HTTP/2, a TLS hello, binary junk)
+  gets a 400 status line and headers, and the connection is closed (a 5xx
+  only ever means a bug);
+- a connection waits at most ``READ_TIMEOUT_S`` for the next bytes of a
+  request (or for the next request on a kept-alive connection) and at most
+  ``REQUEST_TIMEOUT_S`` for a whole request, then gets a 408 and is closed;
+- ``LISTEN_BACKLOG`` pending connections are queued, so a burst of clients
+  connecting at once is not reset;
+- uploads are capped before decoding and at most two are decoded at once
+  (``capsnet.viz.images``).
 
 API (also in the README):
 
@@ -17,19 +35,36 @@ API (also in the README):
 """
 from __future__ import annotations
 
+import io
 import json
+import math
+import re
+import socket
 import threading
+import time
+import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Callable
 
 from .engine import Viewer, ViewerError
-from .images import MAX_UPLOAD_BYTES, mnist_style, read_image
+from .images import MAX_UPLOAD_BYTES, upload_input
 
-__all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES"]
+__all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
+           "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
+MAX_JSON_DEPTH = 16  # a real request nests 2 deep ({"pose": [...]}); json's parser recurses once per level
+# |number| in a JSON body: far beyond any index (< 10^5) or pose value (about ±1), and far inside float32
+# (3.4e38), so every number the engine gets converts to a finite float32.
+MAX_JSON_NUMBER = 1e9
+_MAX_NUMBER_CHARS = 100  # a number written with more characters than this is refused before it is converted
+READ_TIMEOUT_S = 10.0  # s: the longest wait for the next bytes of a request, or for a kept-alive connection's next one
+REQUEST_TIMEOUT_S = 60.0  # s: the longest a whole request (line, headers, body) may take to arrive (4 MiB at 70 kB/s)
+LISTEN_BACKLOG = 128  # pending connections queued by the kernel (socketserver's default is 5)
+_LINGER_S = 2.0  # s: before closing, unread input is drained this long, so the client reads our answer, not a reset
+_LINGER_BYTES = 1 << 20
 _DRAIN_BYTES = 64 * 1024 * 1024  # bodies over a limit but under this are read and dropped before the 413
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -37,17 +72,122 @@ _STATIC = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+_GET_API = ("/api/info", "/api/kernels")
+_POST_API = ("/api/forward", "/api/upload", "/api/reconstruct")
+# In a JSON text, the characters that open or close a level, and what hides them: strings and escapes.
+_JSON_STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 
 
 class _HTTPError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    def __init__(self, status: HTTPStatus, message: str, *, allow: str | None = None, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.allow = allow
+        self.close = close
 
 
 def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else f"{text[:n]}... ({len(text):,} characters)"
+
+
+# ------------------------------------------------------------------ JSON with bounds
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"the body holds {name}, which is not a number JSON allows: send finite numbers")
+
+
+def _out_of_range(text: str) -> ValueError:
+    return ValueError(f"the number {_short(text, 40)} is out of range: send finite numbers within "
+                      f"±{MAX_JSON_NUMBER:,.0f} (a pose is a few numbers near ±1)")
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > _MAX_NUMBER_CHARS:
+        raise _out_of_range(text)
+    value = int(text)
+    if abs(value) > MAX_JSON_NUMBER:
+        raise _out_of_range(text)
+    return value
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > _MAX_NUMBER_CHARS:
+        raise _out_of_range(text)
+    value = float(text)  # 1e999 is inf here: refused below
+    if not math.isfinite(value) or abs(value) > MAX_JSON_NUMBER:
+        raise _out_of_range(text)
+    return value
+
+
+def _check_depth(text: str) -> None:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH before json's recursive parser sees it."""
+    depth = 0
+    in_string = False
+    for m in _JSON_STRUCTURE.finditer(text):
+        token = m.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string or token[0] == "\\":
+            continue  # an escape (inside a string; outside one the JSON is invalid anyway)
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"the body nests more than {MAX_JSON_DEPTH} levels deep; "
+                                 'a request is one object, e.g. {"capsule": 3, "pose": [16 numbers]}')
+        else:
+            depth -= 1
+
+
+def _parse_json(data: bytes) -> Any:
+    """A JSON body, bounded in depth and numbers; ValueError with a message for the client otherwise."""
+    try:
+        text = data.decode(json.detect_encoding(data))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the body is not valid JSON ({e})") from None
+    _check_depth(text)
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the body is not valid JSON ({e})") from None
+    except RecursionError:  # not reachable after _check_depth; kept so that no body can ever make a 500
+        raise ValueError(f"the body nests more than {MAX_JSON_DEPTH} levels deep") from None
+
+
+# ------------------------------------------------------------------ reading with deadlines
+
+class _Reader(io.RawIOBase):
+    """The connection's reads, each waiting at most the read timeout and none past the request's deadline."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        self._sock = sock
+        self._handler = handler
+        self.received = 0  # bytes, over the connection's life
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        handler = self._handler
+        wait = handler.timeout
+        if handler.deadline is not None:
+            left = handler.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long to arrive")
+            wait = min(wait, left)
+        self._sock.settimeout(wait)
+        try:
+            n = self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(handler.timeout)  # writes get the full timeout
+        self.received += n
+        return n
+
+
+# ------------------------------------------------------------------ the handler
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a slider drag reuses one connection
@@ -55,112 +195,189 @@ class _Handler(BaseHTTPRequestHandler):
     # client's delayed ACK (40 ms on Linux) on a kept-alive connection.
     disable_nagle_algorithm = True
     server: "_Server"
+    deadline: float | None = None
 
     # -------------------------------------------------------------- plumbing
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout  # StreamRequestHandler sets it on the socket
+        super().setup()
+        self.rfile.close()  # the socket's own reader: replaced by one that keeps the deadlines
+        self._reader = _Reader(self.connection, self)
+        self.rfile = io.BufferedReader(self._reader)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         if self.server.log is not None:
             self.server.log(f"{self.address_string()} {format % args}")
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own errors (a malformed request line or header) as JSON, like ours."""
-        self.close_connection = True
-        text = message or HTTPStatus(code).phrase
-        self._send(code, json.dumps({"error": f"{text}; send an HTTP/1.1 request"}).encode(), "application/json")
+    def handle_one_request(self) -> None:
+        """One request: read it within the deadlines, route it, answer; any connection error closes quietly."""
+        self.deadline = time.monotonic() + self.server.request_timeout
+        self._body_read = False
+        self.command = None  # so an error before the request line is parsed is not taken for a HEAD
+        self.headers = None  # nor the last request's headers for this one's
+        self.requestline, self.request_version = "", self.protocol_version  # for errors before the line is parsed
+        started = self._reader.received
+        try:
+            try:
+                line = self.rfile.readline(65537)
+                for _ in range(8):  # RFC 9112, 2.2: empty lines before a request line are ignored
+                    if line not in (b"\r\n", b"\n"):
+                        break
+                    line = self.rfile.readline(65537)
+                self.raw_requestline = line
+                if not line:
+                    self.close_connection = True  # the client closed the connection
+                    return
+                if len(line) > 65536:
+                    self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "the request line is over 64 KiB")
+                    return
+                if not line.strip():
+                    self.send_error(HTTPStatus.BAD_REQUEST, "the request line is empty")
+                    return
+                if not self.parse_request():  # it answered already
+                    return
+            except TimeoutError:
+                self.close_connection = True
+                if self._reader.received > started:  # part of a request came: say why it is dropped
+                    self._error(HTTPStatus.REQUEST_TIMEOUT, self._too_slow())
+                return  # an idle kept-alive connection: closed without a word
+            self._route()
+            self.wfile.flush()
+        except OSError:  # the client reset the connection, stopped reading, or went away
+            self.close_connection = True
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _too_slow(self) -> str:
+        return (f"the request did not arrive in time (at most {self.server.read_timeout:g} s between its bytes "
+                f"and {self.server.request_timeout:g} s in all); send it whole")
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # "GET /": an answer without a status line is no answer
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 requests are not served")
+            return False
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (a malformed request line or header): a status line and JSON, like ours."""
+        self.close_connection = True
+        if self.request_version in (None, "", "HTTP/0.9"):  # unknown or unusable: answer as HTTP/1.1 anyway
+            self.request_version = self.protocol_version
+        text = _short(message or HTTPStatus(code).phrase, 200)
+        if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:  # HTTP/2 and later: the client's doing, so a 4xx
+            code = HTTPStatus.BAD_REQUEST
+        self._error(code, f"{text}; send an HTTP/1.1 request")
+
+    def _body_declared(self) -> bool:
+        headers = getattr(self, "headers", None)
+        if headers is None:
+            return False
+        length = headers.get("Content-Length")
+        return "Transfer-Encoding" in headers or (length is not None and length.strip() != "0")
+
+    def _send(self, status: int, body: bytes, content_type: str, allow: str | None = None) -> None:
+        if self._body_declared() and not self._body_read:
+            self.close_connection = True  # its unread body would be taken for the next request
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        if allow is not None:
+            self.send_header("Allow", allow)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
-        self._send(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json")
+    def _json(self, status: int, payload: dict[str, Any], allow: str | None = None) -> None:
+        self._send(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json", allow)
+
+    def _error(self, status: int, message: str, allow: str | None = None) -> None:
+        self._json(status, {"error": message}, allow)
 
     def _body(self, limit: int) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            self.close_connection = True
-            raise _HTTPError(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length header with the request body")
+        if "Transfer-Encoding" in self.headers:
+            raise _HTTPError(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length header "
+                             "(chunked transfer encoding is not supported)", close=True)
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise _HTTPError(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length header with the request body",
+                             close=True)
+        if len({v.strip() for v in lengths}) > 1:
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, "the request has conflicting Content-Length headers",
+                             close=True)
+        length = lengths[0].strip()
+        if not re.fullmatch(r"[0-9]{1,18}", length):
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"Content-Length {_short(length, 30)!r} is not a number "
+                             "of bytes", close=True)
+        n = int(length)
         try:
-            n = int(length)
-        except ValueError:
-            self.close_connection = True
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"Content-Length {length!r} is not a number") from None
-        if n < 0:
-            self.close_connection = True
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"Content-Length {n} is negative")
-        if n > limit:
-            if n <= _DRAIN_BYTES:  # read and drop it, so the client gets the answer rather than a reset
-                remaining = n
-                while remaining > 0:
-                    chunk = self.rfile.read(min(remaining, 1 << 16))
-                    if not chunk:
-                        break
-                    remaining -= len(chunk)
-            self.close_connection = True
-            raise _HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                             f"the request body is {n:,} bytes; this endpoint takes at most {limit:,}")
-        data = self.rfile.read(n)
+            if n > limit:
+                if n <= _DRAIN_BYTES:  # read and drop it, so the client gets the answer rather than a reset
+                    remaining = n
+                    while remaining > 0:
+                        chunk = self.rfile.read(min(remaining, 1 << 16))
+                        if not chunk:
+                            break
+                        remaining -= len(chunk)
+                    self._body_read = remaining == 0
+                raise _HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                 f"the request body is {n:,} bytes; this endpoint takes at most {limit:,}", close=True)
+            data = self.rfile.read(n)
+        except TimeoutError:
+            raise _HTTPError(HTTPStatus.REQUEST_TIMEOUT, self._too_slow(), close=True) from None
+        self._body_read = True
         if len(data) < n:
-            self.close_connection = True
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(data)} of {n} bytes")
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(data)} of {n} bytes", close=True)
         return data
 
     def _json_body(self) -> dict[str, Any]:
         data = self._body(MAX_JSON_BYTES)
         try:
-            payload = json.loads(data, parse_constant=_reject_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body is not valid JSON ({e})") from None
+            payload = _parse_json(data)
         except ValueError as e:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, str(e)) from None
         if not isinstance(payload, dict):
             raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body must be a JSON object, got {type(payload).__name__}")
         return payload
 
-    def _dispatch(self, routes: dict[str, Callable[[], None]]) -> None:
-        path = self.path.split("?", 1)[0]
-        try:
-            route = routes.get(path)
-            if route is None:
-                other = self._post_routes() if self.command == "GET" else self._get_routes()
-                if path in other or (self.command != "GET" and path in _STATIC):
-                    raise _HTTPError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} does not take {self.command}")
-                raise _HTTPError(HTTPStatus.NOT_FOUND, f"no such page or endpoint: {path}")
-            route()
-        except _HTTPError as e:
-            self._json(e.status, {"error": str(e)})
-        except ViewerError as e:
-            self._json(HTTPStatus.BAD_REQUEST, {"error": str(e)})
-        except Exception as e:  # a bug must not take the server down: answer, log, go on
-            self.log_message("internal error: %r", e)
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(e).__name__}: {e}"})
-
     # -------------------------------------------------------------- routes
 
-    def _get_routes(self) -> dict[str, Callable[[], None]]:
-        routes: dict[str, Callable[[], None]] = {p: (lambda p=p: self._page(p)) for p in _STATIC}
-        routes["/api/info"] = lambda: self._json(HTTPStatus.OK, self.server.viewer.info())
-        routes["/api/kernels"] = lambda: self._json(HTTPStatus.OK, self.server.viewer.kernels())
-        return routes
-
-    def _post_routes(self) -> dict[str, Callable[[], None]]:
-        return {"/api/forward": self._forward, "/api/upload": self._upload, "/api/reconstruct": self._reconstruct}
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's names)
-        self._dispatch(self._get_routes())
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch(self._post_routes())
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._dispatch({})
-
-    do_DELETE = do_PATCH = do_PUT
+    def _route(self) -> None:
+        path = self.path.split("?", 1)[0]
+        method = self.command
+        get = {p: (lambda p=p: self._page(p)) for p in _STATIC}
+        get["/api/info"] = lambda: self._json(HTTPStatus.OK, self.server.viewer.info())
+        get["/api/kernels"] = lambda: self._json(HTTPStatus.OK, self.server.viewer.kernels())
+        post = {"/api/forward": self._forward, "/api/upload": self._upload, "/api/reconstruct": self._reconstruct}
+        try:
+            if method in ("GET", "HEAD") and path in get:
+                route = get[path]
+            elif method == "POST" and path in post:
+                route = post[path]
+            elif path in get:
+                raise _HTTPError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes GET or HEAD, not "
+                                 f"{_short(method, 20)}", allow="GET, HEAD")
+            elif path in post:
+                raise _HTTPError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST, not {_short(method, 20)}",
+                                 allow="POST")
+            else:
+                raise _HTTPError(HTTPStatus.NOT_FOUND, f"no such page or endpoint: {_short(path)}")
+            route()
+        except _HTTPError as e:
+            if e.close:
+                self.close_connection = True
+            self._error(e.status, str(e), e.allow)
+        except ViewerError as e:
+            self._error(HTTPStatus.BAD_REQUEST, str(e))
+        except (ConnectionError, TimeoutError):
+            raise  # the connection failed or the client stopped reading: nothing to answer on
+        except Exception as e:  # a bug must not take the server down: answer, log, go on
+            self.log_message("internal error: %r", e)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(e).__name__}: {e}")
 
     def _page(self, path: str) -> None:
         name, content_type = _STATIC[path]
@@ -171,7 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
         req = self._json_body()
         unknown = set(req) - {"index", "class", "nth"}
         if unknown:
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown field(s) {sorted(unknown)}: "
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown field(s) {_short(str(sorted(unknown)), 200)}: "
                              f"send {{\"index\": n}} or {{\"class\": k, \"nth\": m}}")
         if ("index" in req) == ("class" in req):
             raise _HTTPError(HTTPStatus.BAD_REQUEST, 'send exactly one of {"index": n} or {"class": k, "nth": m}')
@@ -183,10 +400,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upload(self) -> None:
         viewer = self.server.viewer
-        img = read_image(self._body(MAX_UPLOAD_BYTES))
-        size = list(img.size)
-        image = mnist_style(img, viewer.shape)
-        self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": size})))
+        image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
+        self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
 
     def _reconstruct(self) -> None:
         req = self._json_body()
@@ -196,29 +411,64 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, self.server.viewer.reconstruct(req["pose"], req["capsule"]))
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"the body holds {name}, which is not a number JSON allows: send finite numbers")
-
+# ------------------------------------------------------------------ the server
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process alive
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer, log: Callable[[str], None] | None) -> None:
+    def __init__(self, address: tuple[str, int], viewer: Viewer, log: Callable[[str], None] | None,
+                 read_timeout: float, request_timeout: float) -> None:
         self.viewer = viewer
         self.log = log
+        self.read_timeout = read_timeout
+        self.request_timeout = request_timeout
         super().__init__(address, _Handler)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection gracefully: send our FIN, then drain what the client still sends (briefly).
+
+        Closing a socket with unread input makes the kernel send a reset, which can destroy the answer
+        before the client reads it (a refused body, a pipelined request); draining first avoids that.
+        """
+        try:
+            request.shutdown(socket.SHUT_WR)
+            end = time.monotonic() + _LINGER_S
+            drained = 0
+            while drained < _LINGER_BYTES and (left := end - time.monotonic()) > 0:
+                request.settimeout(left)
+                chunk = request.recv(1 << 16)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if self.log is None:
+            super().handle_error(request, client_address)
+        else:
+            self.log(f"{client_address[0]} internal error:\n{traceback.format_exc()}")
 
 
 def make_server(viewer: Viewer, host: str = "127.0.0.1", port: int = 5000,
-                log: Callable[[str], None] | None = None) -> _Server:
-    """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()`` on it."""
-    return _Server((host, port), viewer, log)
+                log: Callable[[str], None] | None = None, *, read_timeout: float | None = None,
+                request_timeout: float | None = None) -> _Server:
+    """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()`` on it.
+
+    ``read_timeout`` and ``request_timeout`` (seconds) default to the module's
+    ``READ_TIMEOUT_S`` and ``REQUEST_TIMEOUT_S``.
+    """
+    return _Server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
+                   REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
 
 
-def serve_in_thread(viewer: Viewer, host: str = "127.0.0.1", port: int = 0) -> tuple[_Server, threading.Thread]:
+def serve_in_thread(viewer: Viewer, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
+                    ) -> tuple[_Server, threading.Thread]:
     """Start a server in a daemon thread (tests, benchmarks, notebooks); stop it with ``server.shutdown()``."""
-    server = make_server(viewer, host, port)
+    server = make_server(viewer, host, port, **kwargs)
     thread = threading.Thread(target=server.serve_forever, name="capsnet-viz", daemon=True)
     thread.start()
     return server, thread
