@@ -13,6 +13,7 @@ SMALL = {
     "em-capsnet": dict(conv1_channels=8, primary_types=4, caps1_types=4, caps2_types=4),
     "em-capsnet-small": dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4),
     "efficient-capsnet": dict(decoder_hidden=(16, 32)),
+    "inverted-capsnet": dict(backbone_channels=8, primary_types=4, caps_types=4),
 }
 
 

@@ -10,13 +10,13 @@ from capsnet.routing import ROUTINGS, RoutingResult, create_routing, list_routin
 def test_create_routing_by_name_and_unknown_names_list_the_valid_ones():
     routing = create_routing("dynamic", iterations=2, leaky=True)
     assert routing.iterations == 2 and routing.leaky
-    with pytest.raises(ValueError, match="unknown routing 'nope'; valid names are dynamic, em, self-attention"):
+    with pytest.raises(ValueError, match="unknown routing 'nope'; valid names are dynamic, em, inverted, self-attention"):
         create_routing("nope")
     assert list_routings() == sorted(ROUTINGS)
 
 
 B, I, J, D = 3, 7, 4, 16
-OPTIONS = {"dynamic": {}, "em": {"out_caps": J}, "self-attention": {"in_caps": I, "out_caps": J}}  # what each needs to route votes for J upper capsules
+OPTIONS = {"dynamic": {}, "em": {"out_caps": J}, "self-attention": {"in_caps": I, "out_caps": J}, "inverted": {"dim": D}}  # what each needs to route votes for J upper capsules
 
 
 def test_every_registered_routing_is_checked_here():

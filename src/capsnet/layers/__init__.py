@@ -5,7 +5,8 @@ Adding a layer is one new file, its test and one line here.
 from __future__ import annotations
 
 from .dense import DenseCaps
-from .matrix import ClassMatrixCaps, ConvMatrixCaps, MatrixCaps, PrimaryMatrixCaps
+from .matrix import ClassMatrixCaps, ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, PrimaryMatrixCaps
 from .primary import PrimaryCaps
 
-__all__ = ["PrimaryCaps", "DenseCaps", "MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps"]
+__all__ = ["PrimaryCaps", "DenseCaps", "MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps",
+           "DenseMatrixCaps"]

@@ -16,6 +16,8 @@ transformation matrix, ``V_ij = M_i W_ij`` (section 3).
   modelled, see docs/results.md).
 - ``ClassMatrixCaps``: one transformation per (child type, class) shared over
   positions, with coordinate addition (section 4).
+- ``DenseMatrixCaps``: one transformation per (child, parent), every child
+  position its own (the class layer of inverted dot-product attention).
 
 Routing is any module of the shared call shape (``capsnet.routing``); EM
 routing is the paper's.
@@ -27,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps"]
+__all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps"]
 
 POSE = 16  # 4x4
 
@@ -144,4 +146,35 @@ class ClassMatrixCaps(nn.Module):
             votes = votes + coords.view(1, 1, H, W, 1, POSE)
         votes = votes.reshape(N, J, H * W * I, POSE).transpose(1, 2)  # (N, H*W*I, J, 16), a view
         a = caps.activations.reshape(N, H * W * I)
+        return self.routing(votes, a, record=True) if record else self.routing(votes, a)
+
+
+class DenseMatrixCaps(nn.Module):
+    """Fully connected matrix capsules: each child at each position votes for each parent with its own 4x4 matrix.
+
+    Args:
+        in_caps: children (positions x types of the grid below, flattened row, column, type).
+        out_caps: parents.
+        routing: shared call shape for ``out_caps`` upper capsules.
+    """
+
+    def __init__(self, in_caps: int, out_caps: int, *, routing: nn.Module, std: float = 0.5) -> None:
+        super().__init__()
+        self.in_caps, self.out_caps = in_caps, out_caps
+        self.weight = _transform((in_caps, out_caps), std)  # (I, J, 4, 4)
+        self.routing = routing
+
+    def extra_repr(self) -> str:
+        return f"in_caps={self.in_caps}, out_caps={self.out_caps}"
+
+    def forward(self, caps: MatrixCaps, *, record: bool = False):
+        """Shapes: poses (N, H, W, T, 16) with H*W*T = in_caps -> a ``RoutingResult`` over the parents."""
+        N = caps.poses.shape[0]
+        p = caps.poses.reshape(N, -1, 4, 4)
+        if p.shape[1] != self.in_caps:
+            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules, got {p.shape[1]} "
+                             f"(poses {tuple(caps.poses.shape)})")
+        votes = torch.einsum("nixy,ijyz->njixz", p, self.weight).reshape(N, self.out_caps, self.in_caps, POSE)
+        a = caps.activations.reshape(N, self.in_caps)
+        votes = votes.transpose(1, 2)  # (N, I, J, 16), a view of the upper-capsule-major votes
         return self.routing(votes, a, record=True) if record else self.routing(votes, a)

@@ -15,11 +15,13 @@ from torch import nn
 from .baseline import BaselineCNN, BaselineCNNConfig, baseline_loss
 from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, capsnet_loss, mask_capsules
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
+from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
 
 __all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
-           "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
+           "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
+           "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
            "model_name"]
 
 
@@ -41,6 +43,8 @@ MODELS: dict[str, ModelSpec] = {
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)"),
     # Mazzia et al. 2021: margin loss + 0.392 x pixel-mean squared error = CapsNet's loss
     "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet"),
+    "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,
+                                  "inverted dot-product attention"),  # Tsai et al. 2020
 }
 
 

@@ -23,16 +23,18 @@ from torch import nn
 from .attention import SelfAttentionRouting
 from .dynamic import DynamicRouting
 from .em import EMRouting
+from .inverted import InvertedDotProductRouting
 from .result import RoutingResult, check_votes
 
-__all__ = ["RoutingResult", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting", "ROUTINGS",
-           "create_routing", "list_routings"]
+__all__ = ["RoutingResult", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
+           "InvertedDotProductRouting", "ROUTINGS", "create_routing", "list_routings"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {
     "dynamic": DynamicRouting,  # Sabour et al. 2017, Procedure 1
     "em": EMRouting,  # Hinton et al. 2018, Procedure 1; needs out_caps (its betas are per upper capsule)
     "self-attention": SelfAttentionRouting,  # Mazzia et al. 2021 (Efficient-CapsNet); needs in_caps, out_caps (prior)
+    "inverted": InvertedDotProductRouting,  # Tsai et al. 2020; needs dim (its layer norm)
 }
 
 

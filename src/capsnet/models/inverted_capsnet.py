@@ -1,0 +1,126 @@
+"""A capsule network with inverted dot-product attention routing (Tsai et al., ICLR 2020), for MNIST-sized input.
+
+The paper reports CIFAR-10/100 with a ResNet backbone; its code's simple
+backbone with the same capsule layers gives this model (not a configuration
+of the paper or its code; 443,793 weights for 28x28 input counted from the
+official classes, 443,792 here: their head's bias is added to every class
+logit alike, so the softmax ignores it and it never learns: left out): Conv 3x3 stride 2 (128, ReLU) -> primary capsules (1x1,
+32 types of 4x4 poses, layer norm) -> conv capsules 3x3 stride 2 and 3x3
+stride 1 (32 types each) -> class capsules (a 4x4 matrix per child position
+and class) -> one linear map of each class pose to its logit, trained with
+cross-entropy. Votes are pose times matrix; every routing layer has its own
+layer norm and 2 passes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps
+from ..losses import multi_hot
+from ..routing import InvertedDotProductRouting
+
+__all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss"]
+
+
+@dataclass(frozen=True)
+class InvertedCapsNetConfig:
+    input_height: int = 28
+    input_width: int = 28
+    in_channels: int = 1
+    num_classes: int = 10
+    backbone_channels: int = 128
+    primary_types: int = 32
+    caps_types: int = 32
+    routing_iterations: int = 2  # the paper's CIFAR runs ("num_routing 2"); the code warns that more than 3 converge slowly
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, 1, 4096)
+        for name in ("in_channels", "num_classes", "backbone_channels", "primary_types", "caps_types"):
+            check_range(self, name, 1, 1 << 16)
+        check_range(self, "routing_iterations", 1, 100)
+        if min(self.grids[-1]) < 1:
+            raise ValueError(f"input {self.input_height}x{self.input_width} is too small for the backbone and two "
+                             f"3x3 capsule layers: it needs at least 13x13")
+        if self.num_weights > MAX_WEIGHTS:
+            raise ValueError(f"this InvertedCapsNetConfig would hold {self.num_weights:,} weights, more than "
+                             f"{MAX_WEIGHTS:,}")
+
+    @property
+    def grids(self) -> list[tuple[int, int]]:
+        """(height, width) of the backbone/primary grid and the two convolutional capsule layers."""
+        def sizes(n: int) -> list[int]:
+            g1 = (n + 2 - 3) // 2 + 1  # conv 3x3, stride 2, padding 1
+            g2 = (g1 - 3) // 2 + 1
+            return [g1, g2, g2 - 2]
+        return list(zip(sizes(self.input_height), sizes(self.input_width)))
+
+    @property
+    def num_weights(self) -> int:
+        C, P, T, K = self.backbone_channels, self.primary_types, self.caps_types, self.num_classes
+        h, w = self.grids[-1]
+        return ((self.in_channels * 9 + 1) * C + C * P * 16 + 32 + 9 * P * T * 16 + 32 + 9 * T * T * 16 + 32
+                + h * w * T * K * 16 + 32 + 16)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "InvertedCapsNetConfig":
+        return config_from_dict(cls, d)
+
+
+class InvertedCapsNetOutput(NamedTuple):
+    poses: torch.Tensor  # (B, K, 16) class capsules
+    logits: torch.Tensor  # (B, K)
+    coupling: torch.Tensor  # (B, I, K) the class layer's last r, I = rows * columns * types
+
+
+class InvertedCapsNet(nn.Module):
+    def __init__(self, config: InvertedCapsNetConfig = InvertedCapsNetConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        C, P, T, K, R = cfg.backbone_channels, cfg.primary_types, cfg.caps_types, cfg.num_classes, cfg.routing_iterations
+        self.backbone = nn.Conv2d(cfg.in_channels, C, 3, stride=2, padding=1)
+        self.primary = nn.Conv2d(C, P * 16, 1, bias=False)
+        self.primary_norm = nn.LayerNorm(16)
+        # the official initialisation: N(0, 1) * sqrt(parents / (4 * children * kernel area))
+        self.caps1 = ConvMatrixCaps(P, T, kernel_size=3, stride=2, routing=InvertedDotProductRouting(16, R),
+                                    std=math.sqrt(T / (4 * P * 9)))
+        self.caps2 = ConvMatrixCaps(T, T, kernel_size=3, stride=1, routing=InvertedDotProductRouting(16, R),
+                                    std=math.sqrt(T / (4 * T * 9)))
+        h, w = cfg.grids[-1]
+        self.classes = DenseMatrixCaps(h * w * T, K, routing=InvertedDotProductRouting(16, R),
+                                       std=math.sqrt(K / (4 * h * w * T)))
+        self.head = nn.Linear(16, 1, bias=False)  # one map of every class pose to its logit (a shared bias: no effect)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> InvertedCapsNetOutput:
+        """Shapes: images (B, C, H, W) -> poses (B, K, 16), logits (B, K), coupling (B, I, K). ``labels`` unused."""
+        cfg = self.config
+        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        x = F.relu(self.backbone(images))  # (B, C, H1, W1)
+        N, _, H, W = x.shape
+        poses = self.primary(x).view(N, cfg.primary_types, 16, H, W).permute(0, 3, 4, 1, 2)  # (B, H1, W1, P, 16)
+        caps = MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, cfg.primary_types))
+        out = self.classes(self.caps2(self.caps1(caps)))
+        return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
+
+
+def inverted_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                          components: torch.Tensor | None = None, *, recon_weight: float = 0.0, progress: float = 1.0
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy of the class logits (pairs: probability 1/2 on each), and the softmax probabilities as scores."""
+    logits = model(images).logits
+    target = multi_hot(labels, logits.shape[1], logits.dtype) / labels.shape[1] if labels.dim() == 2 else labels
+    return F.cross_entropy(logits, target), logits.softmax(dim=1)
