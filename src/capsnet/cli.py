@@ -320,7 +320,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
     dataset = train_changes.get("dataset", TrainConfig.dataset)
     if task(dataset).places_digits and "shift" in train_changes:
-        args.parser.error(f"--shift does not apply to --dataset {dataset}, which places its digits itself")
+        args.parser.error(f"--shift does not apply to --dataset {dataset}, which makes its training images itself")
     out = Path(args.out or f"runs/{dataset}" + ("-baseline" if chosen == "baseline" else ""))
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         try:

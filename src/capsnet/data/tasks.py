@@ -10,6 +10,9 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
   draw every batch from the epoch's seeded generator; the test set is one draw
   of ``TEST_PAIRS`` pairs (10,000) from the test digits under the fixed seed
   ``TEST_SEED``, the same for every run and model (``multimnist.py``);
+- ``smallnorb`` (Hinton et al. 2018, section 5): both cameras' 96x96 images
+  downsampled to 48x48 and standardised per image; training takes random
+  32x32 crops with random brightness and contrast, testing the centre crop;
 - ``translated-mnist`` (section 5.2): training digits at a uniformly random
   position on a 40x40 black canvas, a new position every time; two fixed test
   sets from the MNIST test digits: the same translation (the main split) and
@@ -25,15 +28,18 @@ line here.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .sets import DATASETS, Dataset, load_dataset, split_validation
+from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 
 __all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE", "task",
            "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test", "translated_test",
@@ -142,6 +148,43 @@ def _translated_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augme
     return random_translate(train.images[idx], TRANSLATED_SIZE, generator=g)[0], train.labels[idx], None
 
 
+NORB_SIDE, NORB_CROP = 48, 32  # Hinton et al. 2018, section 5: "downsampled to 48x48", "random 32x32 crops"
+NORB_BRIGHTNESS, NORB_CONTRAST = 0.3, (0.7, 1.3)  # jitter in standard deviations and as a factor (the paper gives none)
+
+
+def _norb_standardised(images: torch.Tensor) -> torch.Tensor:
+    """(N, 2, 96, 96) uint8 or [0, 1] -> (N, 2, 48, 48) float, each image zero mean and unit variance."""
+    x = images.float() / 255.0 if not images.is_floating_point() else images
+    x = F.interpolate(x, size=(NORB_SIDE, NORB_SIDE), mode="area")  # (N, 2, 48, 48)
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    std = x.std(dim=(1, 2, 3), keepdim=True, unbiased=False).clamp_min(1.0 / math.sqrt(x[0].numel()))
+    return (x - mean) / std  # as tf.image.per_image_standardization
+
+
+def _norb_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(digits, size)
+    m = (NORB_SIDE - NORB_CROP) // 2
+    images = torch.cat([_norb_standardised(d.images[k:k + 1000]) for k in range(0, len(d), 1000)] or
+                       [torch.empty(0, 2, NORB_SIDE, NORB_SIDE)])
+    return Split(images[:, :, m:m + NORB_CROP, m:m + NORB_CROP].contiguous(), d.labels, d.classes)  # the centre crop
+
+
+def _norb_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    x = _norb_standardised(train.images[idx])  # (B, 2, 48, 48)
+    B, dev = len(idx), x.device
+    gen_dev = g.device if g is not None else torch.device("cpu")
+    corner = torch.randint(0, NORB_SIDE - NORB_CROP + 1, (2, B), generator=g, device=gen_dev).to(dev)
+    r = torch.arange(NORB_CROP, device=dev)
+    rows, cols = corner[0, :, None] + r, corner[1, :, None] + r  # (B, 32) each
+    x = x[torch.arange(B, device=dev)[:, None, None, None], torch.arange(2, device=dev)[None, :, None, None],
+          rows[:, None, :, None], cols[:, None, None, :]]  # (B, 2, 32, 32), a random crop of each
+    u = torch.rand(2, B, 1, 1, 1, generator=g, device=gen_dev).to(dev)
+    lo, hi = NORB_CONTRAST
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    x = (x - mean) * (lo + (hi - lo) * u[0]) + mean + NORB_BRIGHTNESS * (2 * u[1] - 1)  # contrast, then brightness
+    return x, train.labels[idx], None
+
+
 _MULTI_SIDE = 28 + 2 * MULTIMNIST_SHIFT
 TASKS: dict[str, Task] = {
     **{name: Task(name, (1, 28, 28), _plain_held, _plain_batch) for name in DATASETS},
@@ -152,6 +195,10 @@ TASKS: dict[str, Task] = {
                              places_digits=True,
                              help="MNIST digits at random positions on 40x40, scored on translated and "
                                   "affNIST-like affine test sets (section 5.2)"),
+    "smallnorb": Task("smallnorb", (2, NORB_CROP, NORB_CROP), _norb_held, _norb_batch,
+                      num_classes=len(SMALLNORB_CLASSES), places_digits=True,
+                      help="smallNORB, both cameras, 32x32 crops of the 48x48 images (Hinton et al. 2018); not "
+                           "downloadable offline"),
 }
 
 
@@ -171,7 +218,7 @@ def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.P
               progress: bool = True) -> Split:
     """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
     t = task(name)
-    return t.held(load_dataset(t.source, "test", root=root, progress=progress), size, extras)
+    return t.held(_load(t.source, "test", root, progress), size, extras)
 
 
 def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_size: int = 0, seed: int = 0,
@@ -186,7 +233,7 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     generated images.
     """
     t = task(name)
-    train = load_dataset(t.source, "train", root=root, progress=progress)
+    train = _load(t.source, "train", root, progress)
     if train_size:
         if train_size > len(train):
             raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
@@ -197,6 +244,12 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     else:
         held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
     return Split(train.images, train.labels, train.classes), held, held_name
+
+
+def _load(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
+    if source == "smallnorb":
+        return load_smallnorb(split, root=root, progress=progress)
+    return load_dataset(source, split, root=root, progress=progress)
 
 
 def nested_subset(n: int, size: int, seed: int) -> torch.Tensor:
