@@ -57,7 +57,7 @@ from .models.capsnet import CapsNet, CapsNetConfig
 from .runtime import compile_model
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
-           "format_table", "write_record"]
+           "measure_training", "format_table", "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,12 @@ class ConvFloor(nn.Module):
         return CapsNet.primary_capsules(self, images)  # (B, I, D): the CapsNet's own prefix, on these copies
 
 
-def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
+                loss_fn: Callable[..., Any] | None = None) -> None:
+    if loss_fn is not None:  # a registered model's own loss
+        loss_fn(model, images, labels, recon_weight=0.0005)[0].backward()
+        opt.step()
+        return
     if isinstance(model, ConvFloor):
         model(images).pow(2).mean().backward()  # a loss that costs next to nothing
         opt.step()
@@ -185,8 +190,10 @@ class _Runner:
     """One implementation in one mode: a step to time and its memory peak."""
 
     def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float,
-                 bf16: bool = False, fused: bool = False, compile: bool | str = False) -> None:
+                 bf16: bool = False, fused: bool = False, compile: bool | str = False,
+                 loss_fn: Callable[..., Any] | None = None) -> None:
         self.model, self.mode, self.images, self.labels, self.bf16 = model, mode, images, labels, bf16
+        self.loss_fn = loss_fn
         self.call = compile_model(model, compile)  # the model itself unless compiled; same parameters
         self.device = images.device
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None) if mode == "train" else None
@@ -199,7 +206,7 @@ class _Runner:
     def _run(self) -> None:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if self.opt is not None:
-                _train_step(self.call, self.opt, self.images, self.labels)
+                _train_step(self.call, self.opt, self.images, self.labels, self.loss_fn)
             else:
                 _infer_step(self.call, self.images)
 
@@ -242,6 +249,24 @@ class _Runner:
             live += e.nbytes()  # negative for frees
             peak = max(peak, live)
         return self.resting_bytes() + peak
+
+
+def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: int = 3, device: str = "cpu",
+                     seed: int = 0) -> dict[str, float]:
+    """Training images/s (median of ``repeats`` steps after one untimed) and peak tensor memory (MB) of one step
+    of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images."""
+    from .models import model_spec
+
+    spec = model_spec(name)
+    torch.manual_seed(seed)
+    model = spec.build(config).to(device)
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen)
+    labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
+    runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss)
+    runner.time_step()
+    times = [runner.time_step() for _ in range(repeats)]
+    return {"images_per_s": batch_size / statistics.median(times), "peak_mem_mb": runner.peak_bytes() / 2**20}
 
 
 # --- the benchmark -----------------------------------------------------------------

@@ -282,6 +282,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         run_correct = torch.zeros((), dtype=torch.int64, device=dev)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         seen, shown = 0, time.monotonic()
+        started = shown
         for start in bar:
             idx = order[start:start + B]
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
@@ -304,12 +305,13 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)
         _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # before anything of this epoch is saved
-        train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen
+        train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
+        images_per_s = seen / max(time.monotonic() - started, 1e-9)
         bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
         bar.close()
 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg),
-                  "train_loss": train_loss, "train_accuracy": train_accuracy}
+                  "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             continue
