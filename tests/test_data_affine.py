@@ -1,4 +1,4 @@
-"""Translated MNIST on a 40x40 canvas and the affNIST-like test set, from real MNIST digits."""
+"""Translated MNIST on a 40x40 canvas and the affine digits, placed anywhere or centred, from real MNIST digits."""
 from __future__ import annotations
 
 import pytest
@@ -46,8 +46,23 @@ def test_identity_transform_moves_the_digit_unchanged(digits):
         t, l, b, r = src[n].tolist()
         T, L, B, R = dst[n].tolist()
         assert (b - t, r - l) == (B - T, R - L)
-        torch.testing.assert_close(out[n, :, T:B + 1, L:R + 1], digits[n, :, t:b + 1, l:r + 1].float() / 255,
-                                   rtol=0, atol=1e-5)
+        assert torch.equal(out[n, :, T:B + 1, L:R + 1], digits[n, :, t:b + 1, l:r + 1].float() / 255)  # exact
+
+
+def test_centred_placement_shifts_each_box_at_most_max_shift_from_the_centre_and_never_onto_the_border(digits):
+    for max_shift, size in ((6, 40), (3, 40), (6, 36)):
+        out, p = random_affine(digits, size, generator=torch.Generator().manual_seed(6), max_shift=max_shift)
+        boxes = bounding_boxes(out)
+        assert torch.equal(boxes[:, :2], p.offsets)
+        for lo, hi in ((0, 2), (1, 3)):  # rows, then columns
+            extent = boxes[:, hi] - boxes[:, lo] + 1
+            shift = boxes[:, lo] - (size - extent) // 2
+            room = torch.minimum(torch.full_like(extent, max_shift), (size - extent) // 2 - 1)
+            assert (shift.abs() <= room).all() and shift.min() == -max_shift and shift.max() == max_shift
+            assert boxes[:, lo].min() >= 1 and boxes[:, hi].max() <= size - 2  # off the border
+    with pytest.raises(ValueError, match="cannot stay off the border of a 21-pixel frame"):
+        random_affine(digits, 21, generator=torch.Generator().manual_seed(6), rotation_deg=0, shear=0,
+                      scale=(1.0, 1.0), max_shift=6)  # 20-pixel digits, centred at row 0
 
 
 def test_same_seed_same_set(digits):

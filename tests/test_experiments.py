@@ -11,8 +11,8 @@ import torch
 from capsnet import CapsNetConfig
 from capsnet.cli import main
 from capsnet.data import load_dataset
-from capsnet.data.tasks import (TEST_SEED, affine_test, input_shape, multimnist_test, nested_subset,
-                                translated_test)
+from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
+                                nested_subset, translated_anywhere_test, translated_test)
 from capsnet.experiments import LESS_DATA_SIZES, format_table, plan
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import BaselineCNNConfig, CapsNet
@@ -140,14 +140,28 @@ def test_plan_sizes_models_to_the_experiments_images(tmp_path):
         plan("affine", tmp_path, train=TrainConfig(), models=["resnet"])
 
 
+def test_affine_table_reads_placement_and_distortion_apart_and_marks_sets_a_run_lacks():
+    base = {"experiment": "affine", "train_size": 4000, "epochs": 2, "step": 126}
+    rows = [base | {"model": "capsnet", "test_accuracy": 0.9, "affine_centred_accuracy": 0.8,
+                    "translated_anywhere_accuracy": 0.6, "affine_accuracy": 0.55},
+            base | {"model": "baseline", "test_accuracy": 0.126, "affine_accuracy": 0.1255}]  # recorded before
+    lines = format_table(rows).splitlines()
+    assert lines[0] == ("| model | train size | epochs | steps | accuracy, translated +-6 px (as trained) | "
+                        "accuracy, affine +-6 px | accuracy, translated anywhere | "
+                        "accuracy, affine anywhere (affNIST-like) |")
+    assert lines[2] == "| capsnet | 4,000 | 2 | 126 | 90.00% | 80.00% | 60.00% | 55.00% |"
+    assert lines[3] == "| baseline | 4,000 | 2 | 126 | 12.60% | - | - | 12.55% |"
+
+
 # -------------------------------------------------------------------------------- end to end, on real MNIST
 
 
-def _accuracy(run: Path, canvas, labels) -> float:
+def _accuracy(run: Path, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """The accuracy of the run's best checkpoint on ``images`` (N, 1, H, W) float in [0, 1]."""
     model = load_model(run)[0].eval()
     with torch.no_grad():
-        lengths = model(torch.from_numpy(canvas).float().div(255).unsqueeze(1)).lengths
-    return (lengths.argmax(1) == labels).float().mean().item()
+        lengths = model(images).lengths
+    return (lengths.argmax(1) == labels).double().mean().item()
 
 
 def _results(out: Path) -> list[dict]:
@@ -192,35 +206,61 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
     assert (figs / "multimnist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_affine_experiment_reports_translated_and_affine_accuracy(tmp_path, data_root, capsys):
+def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_places_its_digits(tmp_path, data_root,
+                                                                                            capsys):
     out = tmp_path / "af"
     assert main(["experiment", "affine", "--out", str(out), "--epochs", "1", "--train-size", "64", "--test-size", "50",
                  "--models", "capsnet", "--data-dir", str(data_root), *NARROW]) == 0
-    assert "| translated test accuracy | affine test accuracy |" in capsys.readouterr().out
+    assert ("| accuracy, translated +-6 px (as trained) | accuracy, affine +-6 px | accuracy, translated anywhere | "
+            "accuracy, affine anywhere (affNIST-like) |") in capsys.readouterr().out
     (row,) = _results(out)
-    assert row["model"] == "capsnet" and 0 <= row["affine_accuracy"] <= 1 and 0 <= row["test_accuracy"] <= 1
+    assert row["model"] == "capsnet"
     model, ckpt = load_model(out / "capsnet")
     assert (model.config.input_height, model.config.input_width) == (40, 40)
+    # each column is the model's accuracy on its own set, recomputed here from the set's images
+    digits = load_dataset("mnist", "test", root=data_root)
+    sets = {"test": translated_test, "affine_centred": affine_centred_test,
+            "translated_anywhere": translated_anywhere_test, "affine": affine_test}
+    for key, make in sets.items():
+        expected = _accuracy(out / "capsnet", make(digits.images[:50]), digits.labels[:50])
+        assert row[f"{key}_accuracy"] == pytest.approx(expected, abs=1e-9)
 
     assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--data-dir", str(data_root),
                  "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "translated test accuracy" in printed and "affine test accuracy" in printed and "(50 images)" in printed
+    assert "translated test accuracy" in printed and "ink on border" in printed
+    table = {line.split()[0]: line for line in printed.splitlines() if line.split()[1:2] == ["50"]}
+    assert list(table) == ["translated", "affine_centred", "translated_anywhere", "affine"]  # report order
+    assert "anywhere in 40x40 (affNIST-like)" in table["affine"] and "as trained" in table["translated"]
     report = json.loads((out / "capsnet" / "eval-best.json").read_text())
+    for key in sets:
+        one = report if key == "test" else report[key]
+        assert one["accuracy"] == pytest.approx(row[f"{key}_accuracy"], abs=1e-9) and one["title"]
     assert report["affine"]["images"] == 50
+    spread = {key: (report if key == "test" else report[key])["placement"] for key in sets}
+    assert spread["affine_centred"]["border_share"] == 0 and spread["affine"]["border_share"] > 0.1
+    assert max(spread[k]["centre_std"] for k in ("test", "affine_centred")) < 4.5 < \
+        min(spread[k]["centre_std"] for k in ("translated_anywhere", "affine"))
 
-    # real affNIST files are scored too: here 20 translated test digits saved in affNIST's .mat layout
+    # real affNIST files are scored too, and matched to the placement they resemble: here other test digits
+    # saved in affNIST's .mat layout, once placed as in training and once anywhere in the frame
     from test_affnist import write_affnist
 
-    digits = load_dataset("mnist", "test", root=data_root)
-    canvas = (translated_test(digits.images[:20]) * 255).round().to(torch.uint8)[:, 0].numpy()
-    mat = write_affnist(tmp_path / "1.mat", canvas, digits.labels[:20].numpy(), compress=True)
-    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mat),
-                 "--data-dir", str(data_root), "--no-progress"]) == 0
-    assert "affnist:1.mat test accuracy" in capsys.readouterr().out
+    others, labels = digits.images[50:100], digits.labels[50:100]
+    mats = {}
+    for name, make in (("near.mat", translated_test), ("far.mat", affine_test)):
+        canvas = (make(others) * 255).round().to(torch.uint8)
+        mats[name] = write_affnist(tmp_path / name, canvas[:, 0].numpy(), labels.numpy(), compress=True)
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mats["near.mat"]),
+                 str(mats["far.mat"]), "--data-dir", str(data_root), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "real affNIST file; placement nearest: " in printed
     report = json.loads((out / "capsnet" / "eval-best.json").read_text())
-    assert report["affnist:1.mat"]["images"] == 20
-    assert report["affnist:1.mat"]["accuracy"] == pytest.approx(_accuracy(out / "capsnet", canvas, digits.labels[:20]))
+    assert report["affnist:near.mat"]["images"] == 50
+    assert report["affnist:near.mat"]["placement_nearest"] in ("translated", "affine_centred")
+    assert report["affnist:far.mat"]["placement_nearest"] in ("translated_anywhere", "affine")
+    canvas = (translated_test(others) * 255).round() / 255
+    assert report["affnist:near.mat"]["accuracy"] == pytest.approx(_accuracy(out / "capsnet", canvas, labels))
 
 
 def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):

@@ -17,6 +17,7 @@ from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without i
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
+from .data.placement import Placement, placement
 from .data.tasks import Split, input_shape, load_test
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
@@ -127,13 +128,32 @@ def load_model(path: str | os.PathLike, *, which: str = "best", device: str | to
 
 @dataclass
 class CheckpointEvaluation:
-    """What ``capsnet eval`` reports: a checkpoint scored on a data set's test split and its extra sets."""
+    """What ``capsnet eval`` reports: a checkpoint scored on a data set's test split and its extra sets.
+
+    For a task with several test sets (translated MNIST) or real affNIST files,
+    ``titles`` says how each set was made and ``placements`` where its digits
+    sit, measured from its images (keys as in ``results``).
+    """
 
     checkpoint: Checkpoint
     dataset: str
     images: int  # examples (pairs for MultiMNIST) in the main split
     results: dict[str, EvalResult | PairEvalResult]  # "" is the main split
     extra_sizes: dict[str, int] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+    placements: dict[str, Placement] = field(default_factory=dict)
+
+    def label(self, name: str) -> str:
+        """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
+        return name or ("translated" if self.dataset == "translated-mnist" else "test")
+
+    def nearest_placement(self, name: str) -> str | None:
+        """The generated set whose ink-box centre spread is closest to set ``name``'s (for real affNIST files)."""
+        mine = self.placements.get(name)
+        generated = {n: p for n, p in self.placements.items() if not n.startswith("affnist:") and n != name}
+        if mine is None or not generated:
+            return None
+        return self.label(min(generated, key=lambda n: abs(generated[n].centre_std - mine.centre_std)))
 
     def report(self) -> dict[str, Any]:
         """The JSON record: the main split's figures, per-class accuracy and confusion, and each extra set's."""
@@ -143,11 +163,22 @@ class CheckpointEvaluation:
                "accuracy": r.accuracy, "error": r.error, "loss": r.loss}
         if isinstance(r, PairEvalResult):
             return out | {"metric": "top-2 exact match"}
+        out |= self._described("")
         for name, er in self.results.items():
             if name:
                 out[name] = {"images": self.extra_sizes[name], "accuracy": er.accuracy, "error": er.error,
-                             "loss": er.loss, "per_class_accuracy": er.per_class_accuracy}
+                             "loss": er.loss, "per_class_accuracy": er.per_class_accuracy} | self._described(name)
         return out | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
+
+    def _described(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if name in self.titles:
+            out["title"] = self.titles[name]
+        if name in self.placements:
+            out["placement"] = self.placements[name].to_dict()
+            if name.startswith("affnist:"):
+                out["placement_nearest"] = self.nearest_placement(name)
+        return out
 
     def format(self) -> str:
         """The table ``capsnet eval`` prints."""
@@ -162,15 +193,35 @@ class CheckpointEvaluation:
                                       "labels, section 6)"])
         label = "translated test " if self.dataset == "translated-mnist" else ""
         lines.append(f"{label}accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   loss {r.loss:.4f}")
-        for name, er in self.results.items():
-            if name:
-                lines.append(f"{name} test accuracy {er.accuracy:.4f}   error {100 * er.error:.2f}%   "
-                             f"({self.extra_sizes[name]} images)")
+        if self.placements:
+            lines += ["", *self._sets_table()]
+        else:
+            for name, er in self.results.items():
+                if name:
+                    lines.append(f"{name} test accuracy {er.accuracy:.4f}   error {100 * er.error:.2f}%   "
+                                 f"({self.extra_sizes[name]} images)")
         K = r.confusion.shape[0]
         lines.append(f"\n{label}class  accuracy   " + " ".join(f"{j:>5}" for j in range(K)) + "   <- predicted")
         for i, acc in enumerate(r.per_class_accuracy):
             lines.append(f"{i:>5}  {acc:8.4f}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
         return "\n".join(lines)
+
+    def _sets_table(self) -> list[str]:
+        """One line per test set: its size, accuracy, where its digits sit and how it was made."""
+        names = {name: self.label(name) for name in self.results}
+        width = max(len(n) for n in names.values())
+        lines = [f"{'test set':<{width}}  {'images':>6}  accuracy    error  ink on border  centre spread  how made"]
+        for name, label in names.items():
+            er, p = self.results[name], self.placements.get(name)
+            size = self.extra_sizes.get(name, self.images)
+            where = f"{100 * p.border_share:12.2f}%  {p.centre_std:10.1f} px" if p else f"{'':13}  {'':13}"
+            how = self.titles.get(name, "")
+            if name.startswith("affnist:"):
+                how = f"real affNIST file; placement nearest: {self.nearest_placement(name)}"
+            lines.append(f"{label:<{width}}  {size:>6}  {er.accuracy:8.4f}  {100 * er.error:6.2f}%  {where}  {how}")
+        lines.append("(ink on border: share of images with ink in the outermost rows or columns; centre spread: "
+                     "standard deviation of the ink boxes' centres)")
+        return lines
 
 
 def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
@@ -193,6 +244,10 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
     sizes = {extra: len(s) for extra, s in split.extra.items()}
+    described = bool(split.extra or affnist) and split.labels.dim() == 1  # several single-digit sets to tell apart
+    sets = {"": split} | split.extra if described else {}
+    titles = {extra: s.title for extra, s in sets.items() if s.title}
+    placements = {extra: placement(s.images) for extra, s in sets.items()}
     for mat in affnist:
         from .data.affnist import load_affnist
 
@@ -202,4 +257,5 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
         results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size,
                                 recon_weight=recon_weight, progress=progress)
         sizes[key] = len(real)
-    return CheckpointEvaluation(ckpt, name, len(split), results, sizes)
+        placements[key] = placement(real.images)
+    return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements)

@@ -318,7 +318,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
                                  progress=progress)
         result = results[""]
-        for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's second test set)
+        for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
             prefix = extra or held_name
             record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
         log.info("epoch %d: %s", epoch, record)
@@ -349,6 +349,8 @@ def describe_epoch(record: dict[str, Any], dataset: str) -> str:
     if f"{split}_accuracy" not in record:
         return f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} (not evaluated)"
     what = TASKS[dataset].metric
-    affine = f", affine {split} accuracy {record['affine_accuracy']:.4f}" if "affine_accuracy" in record else ""
+    others = [k[:-len("_accuracy")] for k in record if k.endswith("_accuracy") and k not in
+              (f"{split}_accuracy", "train_accuracy")]  # extra test sets, e.g. translated MNIST's affine ones
+    extra = "".join(f", {name} {record[f'{name}_accuracy']:.4f}" for name in others)
     return (f"epoch {record['epoch']}: {split} {what} {record[f'{split}_accuracy']:.4f} "
-            f"(error {100 * record[f'{split}_error']:.2f}%){affine}, train loss {record['train_loss']:.4f}")
+            f"(error {100 * record[f'{split}_error']:.2f}%){extra}, train loss {record['train_loss']:.4f}")

@@ -13,11 +13,24 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
 - ``smallnorb`` (Hinton et al. 2018, section 5): both cameras' 96x96 images
   downsampled to 48x48 and standardised per image; training takes random
   32x32 crops with random brightness and contrast, testing the centre crop;
-- ``translated-mnist`` (section 5.2): training digits at a uniformly random
-  position on a 40x40 black canvas, a new position every time; two fixed test
-  sets from the MNIST test digits: the same translation (the main split) and
-  the affNIST-like affine set (``extra["affine"]``, see ``affine.py``), each
-  drawn under ``TEST_SEED``.
+- ``translated-mnist`` (section 5.2): training digits with their 28x28 frame
+  at a uniformly random offset on a 40x40 black canvas (+-6 pixels about the
+  centre), a new offset every time. Four fixed test sets from the same MNIST
+  test digits, each drawn under ``TEST_SEED``, that tell where a digit is
+  placed apart from how it is distorted (``affine.py`` has the rules):
+
+  ======================  ==============  =========================================
+  split                   digits          placement
+  ======================  ==============  =========================================
+  main                    untransformed   28x28 frame shifted +-6 px (as trained)
+  ``affine_centred``      affine          ink box centred, then shifted +-6 px
+  ``translated_anywhere`` untransformed   ink box anywhere wholly inside 40x40
+  ``affine``              affine          ink box anywhere wholly inside 40x40
+  ======================  ==============  =========================================
+
+  ``affine`` is the affNIST-like set; ``affine_centred`` has the same
+  transforms, digit for digit, and ``translated_anywhere`` the same placement
+  draws as ``affine``.
 
 ``nested_subset`` gives the "learning from less data" training subsets: the
 first ``size`` indices of one seeded permutation, so for one seed the subsets
@@ -41,14 +54,15 @@ from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .sets import DATASETS, Dataset, load_dataset, split_validation
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 
-__all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE", "task",
-           "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test", "translated_test",
-           "affine_test"]
+__all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
+           "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
+           "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
 MULTIMNIST_SHIFT = 4  # section 6: "each digit is shifted up to 4 pixels in each direction" (36x36)
 TRANSLATED_SIZE = 40  # section 5.2: "placed randomly on a black background of 40x40 pixels"
+TRANSLATED_SHIFT = (TRANSLATED_SIZE - 28) // 2  # 6: training's frame offsets 0..12 are +-6 px about the centre
 
 
 @dataclass
@@ -59,7 +73,8 @@ class Split:
     labels: (N,) int64 classes, or (N, 2) for MultiMNIST pairs (scored top-2).
     classes: the class names.
     components: (N, 2, C, H, W) each digit of a pair alone (reconstruction targets), or None.
-    extra: more test sets scored alike, by name (translated MNIST's "affine").
+    extra: more test sets scored alike, by name (translated MNIST's "affine", ...).
+    title: how its images were made, in a few words, for reports ("" where there is nothing to tell).
     """
 
     images: torch.Tensor
@@ -67,6 +82,7 @@ class Split:
     classes: tuple[str, ...]
     components: torch.Tensor | None = None
     extra: dict[str, "Split"] = field(default_factory=dict)
+    title: str = ""
 
     def __len__(self) -> int:
         return self.labels.shape[0]
@@ -77,7 +93,7 @@ class Split:
         images = images.float() if images.is_floating_point() else images.float().div_(255.0)
         return Split(images, self.labels.to(device).long(), self.classes,
                      None if self.components is None else self.components.to(device),
-                     {name: s.to(device) for name, s in self.extra.items()})
+                     {name: s.to(device) for name, s in self.extra.items()}, self.title)
 
 
 # A training batch: images (B, C, H, W), labels (B,) or (B, 2), components (B, 2, C, H, W) or None.
@@ -137,10 +153,24 @@ def _multimnist_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augme
     return pairs.images, pairs.labels, pairs.components
 
 
+# The translated task's test sets in the order reports show them: name -> (maker, title); "" is the main split.
+# (Lambdas, because the makers are defined further down.)
+_TRANSLATED_SETS = {
+    "": (lambda x: translated_test(x), f"untransformed, 28x28 frame shifted +-{TRANSLATED_SHIFT} px (as trained)"),
+    "affine_centred": (lambda x: affine_centred_test(x),
+                       f"affine, ink box centred then shifted +-{TRANSLATED_SHIFT} px"),
+    "translated_anywhere": (lambda x: translated_anywhere_test(x), "untransformed, ink box anywhere in 40x40"),
+    "affine": (lambda x: affine_test(x), "affine, ink box anywhere in 40x40 (affNIST-like)"),
+}
+
+
 def _translated_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     d = _first(digits, size)
-    extra = {"affine": Split(affine_test(d.images), d.labels, d.classes)} if extras else {}
-    return Split(translated_test(d.images), d.labels, d.classes, extra=extra)
+    sets = {name: Split(make(d.images), d.labels, d.classes, title=title)
+            for name, (make, title) in _TRANSLATED_SETS.items() if extras or not name}
+    main = sets.pop("")
+    main.extra = sets
+    return main
 
 
 def _translated_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
@@ -193,8 +223,8 @@ TASKS: dict[str, Task] = {
                        help="overlapping digit pairs on 36x36, made from MNIST on the fly (section 6)"),
     "translated-mnist": Task("mnist", (1, TRANSLATED_SIZE, TRANSLATED_SIZE), _translated_held, _translated_batch,
                              places_digits=True,
-                             help="MNIST digits at random positions on 40x40, scored on translated and "
-                                  "affNIST-like affine test sets (section 5.2)"),
+                             help="MNIST digits shifted up to 6 px on 40x40, scored on translated and affine test "
+                                  "digits, each placed within the training range and anywhere (section 5.2)"),
     "smallnorb": Task("smallnorb", (2, NORB_CROP, NORB_CROP), _norb_held, _norb_batch,
                       num_classes=len(SMALLNORB_CLASSES), places_digits=True,
                       help="smallNORB, both cameras, 32x32 crops of the 48x48 images (Hinton et al. 2018); not "
@@ -278,18 +308,41 @@ def multimnist_test(images: torch.Tensor, labels: torch.Tensor, n: int, *, seed:
 
 
 def translated_test(images: torch.Tensor, *, seed: int = TEST_SEED) -> torch.Tensor:
-    """Each digit at a random position on a 40x40 canvas, fixed by ``seed``: (N, C, 40, 40) float in [0, 1]."""
+    """The translated test set, placed as in training: each 28x28 frame at a uniformly random offset of 0..12
+    pixels per axis on 40x40 (+-6 about the centre), fixed by ``seed``: (N, C, 40, 40) float in [0, 1]."""
     return random_translate(images, TRANSLATED_SIZE, generator=torch.Generator().manual_seed(seed))[0]
 
 
 def affine_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
-    """The affNIST-like test set: each digit affinely transformed within affNIST's ranges and placed inside 40x40.
+    """The affNIST-like test set: each digit affinely transformed within affNIST's ranges, its ink box placed
+    uniformly anywhere wholly inside 40x40 (``random_affine`` with ``max_shift=None``).
 
     Drawn in batches (to bound memory) from one generator, so the result
-    depends only on ``seed``. Shapes: images (N, C, 28, 28) -> (N, C, 40, 40) float in [0, 1].
+    depends only on ``seed`` (and the number of images: the first 1,000 of a
+    10,000-digit set are not the 1,000-digit set). Shapes: images (N, C, 28, 28)
+    -> (N, C, 40, 40) float in [0, 1].
     """
+    return _affine_batches(images, seed, batch_size)
+
+
+def affine_centred_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
+    """The affine test set placed within the training range: the same transforms as ``affine_test`` (same seed),
+    each ink box centred in 40x40 and then shifted by up to ``TRANSLATED_SHIFT`` pixels per axis, never onto the
+    border (``random_affine`` with ``max_shift=6``). Shapes as ``affine_test``.
+    """
+    return _affine_batches(images, seed, batch_size, max_shift=TRANSLATED_SHIFT)
+
+
+def translated_anywhere_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
+    """The untransformed test digits placed by the affNIST-like rule: each ink box uniformly anywhere wholly inside
+    40x40, with the same placement draws as ``affine_test`` (same seed). Shapes as ``affine_test``.
+    """
+    return _affine_batches(images, seed, batch_size, rotation_deg=0.0, shear=0.0, scale=(1.0, 1.0))
+
+
+def _affine_batches(images: torch.Tensor, seed: int, batch_size: int, **rule) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    parts = [random_affine(images[s:s + batch_size], TRANSLATED_SIZE, generator=g)[0]
+    parts = [random_affine(images[s:s + batch_size], TRANSLATED_SIZE, generator=g, **rule)[0]
              for s in range(0, len(images), batch_size)]
     if not parts:
         raise ValueError("no images given")

@@ -1,0 +1,167 @@
+"""Translated MNIST's four fixed test sets, each set's placement checked against the rule that builds it.
+
+The expectations come from the rules as ``random_translate`` and
+``random_affine`` document them (their draw order, the ranges of offsets) and
+from closed forms for the share of digits whose ink touches the border and
+the spread of the ink boxes' centres, never from the code that builds the sets.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from capsnet.data import load_dataset
+from capsnet.data.multimnist import bounding_boxes
+from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, load_test, translated_anywhere_test,
+                                translated_test)
+
+SIZE, SHIFT = 40, 6  # the canvas; the translated set's offsets 0..12 are +-6 px about the centre
+N = 500  # test digits for the affine sets: one draw batch, a fraction of a second each
+
+
+@pytest.fixture(scope="module")
+def mnist_test(data_root):
+    return load_dataset("mnist", "test", root=data_root)
+
+
+@pytest.fixture(scope="module")
+def digits(mnist_test):
+    return mnist_test.images[:N]
+
+
+@pytest.fixture(scope="module")
+def affine_sets(digits):
+    return {"affine_centred": affine_centred_test(digits), "translated_anywhere": translated_anywhere_test(digits),
+            "affine": affine_test(digits)}
+
+
+def _box(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(top, left, height, width) of each image's ink."""
+    b = bounding_boxes(images)
+    return b[:, 0], b[:, 1], b[:, 2] - b[:, 0] + 1, b[:, 3] - b[:, 1] + 1
+
+
+def _touches(images: torch.Tensor) -> torch.Tensor:
+    top, left, h, w = _box(images)
+    return (top == 0) | (left == 0) | (top + h == SIZE) | (left + w == SIZE)
+
+
+def _placement_uniforms(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms that place each digit, as ``random_affine`` documents its draws from one generator: rotation,
+    shear, sx, sy (n each), then one per digit for the row and one for the column (n <= 2,000: one batch)."""
+    g = torch.Generator().manual_seed(TEST_SEED)
+    for _ in range(4):
+        torch.rand(n, generator=g, dtype=torch.float64)
+    return torch.rand(n, generator=g, dtype=torch.float64), torch.rand(n, generator=g, dtype=torch.float64)
+
+
+def _share_within(observed: torch.Tensor, p: torch.Tensor) -> None:
+    """The share of True in ``observed`` is the mean of the per-digit probabilities ``p``, within 4 binomial sd."""
+    sd = math.sqrt((p * (1 - p)).sum().item()) / len(p)
+    assert abs(observed.double().mean().item() - p.mean().item()) < 4 * sd + 1e-12
+
+
+def test_translated_set_shifts_the_frame_by_at_most_6_px_and_its_ink_touches_the_border_only_from_the_frame(
+        mnist_test):
+    images = mnist_test.images  # all 10,000: the set is cheap to build
+    out = translated_test(images)
+    g = torch.Generator().manual_seed(TEST_SEED)  # random_translate: every row offset, then every column offset
+    rows = torch.randint(0, SIZE - 28 + 1, (len(images),), generator=g)
+    cols = torch.randint(0, SIZE - 28 + 1, (len(images),), generator=g)
+    top28, left28, h, w = _box(images)
+    top, left, H, W = _box(out)
+    assert torch.equal(H, h) and torch.equal(W, w)  # untransformed
+    assert torch.equal(top - top28, rows) and torch.equal(left - left28, cols)  # the frame moved by the offsets
+    for shift in (rows - SHIFT, cols - SHIFT):  # +-6 about the centre, every shift drawn, uniformly
+        assert shift.min() == -SHIFT and shift.max() == SHIFT
+        assert shift.double().std().item() == pytest.approx(math.sqrt(((2 * SHIFT + 1) ** 2 - 1) / 12), abs=0.1)
+    # Ink reaches the canvas border only where it reaches its own 28x28 frame's edge and the frame is pushed
+    # all the way to that side: a few digits in 10,000, each with probability 1/13 per such edge.
+    edge_r = (top28 == 0).double() + (top28 + h == 28).double()
+    edge_c = (left28 == 0).double() + (left28 + w == 28).double()
+    frame_side = ((top28 == 0) & (rows == 0)) | ((top28 + h == 28) & (rows == 12)) | \
+                 ((left28 == 0) & (cols == 0)) | ((left28 + w == 28) & (cols == 12))
+    touches = _touches(out)
+    assert torch.equal(touches, frame_side)
+    assert 0 < touches.sum() < 0.001 * len(images)  # 6 of the 10,000
+    _share_within(touches, 1 - (1 - edge_r / 13) * (1 - edge_c / 13))
+
+
+def test_affine_centred_set_keeps_the_affine_sets_digits_centred_within_6_px_and_off_the_border(digits,
+                                                                                                 affine_sets):
+    centred, anywhere = affine_sets["affine_centred"], affine_sets["affine"]
+    top, left, h, w = _box(centred)
+    top_a, left_a, h_a, w_a = _box(anywhere)
+    assert torch.equal(h, h_a) and torch.equal(w, w_a)
+    for n in range(N):  # the same transformed digit, only placed elsewhere
+        assert torch.equal(centred[n, :, top[n]:top[n] + h[n], left[n]:left[n] + w[n]],
+                           anywhere[n, :, top_a[n]:top_a[n] + h[n], left_a[n]:left_a[n] + w[n]])
+    u_r, u_c = _placement_uniforms(N)
+    shifts = []
+    for start, extent, u in ((top, h, u_r), (left, w, u_c)):
+        centre = (SIZE - extent) // 2
+        m = torch.clamp(centre - 1, max=SHIFT)  # +-6 unless that would reach the border
+        shift = start - centre
+        assert torch.equal(shift, (u * (2 * m + 1)).floor().long() - m)
+        assert (shift.abs() <= m).all()
+        shifts.append(shift[m == SHIFT])
+    assert not _touches(centred).any()  # the rule keeps every digit one pixel off the border
+    # Only digits whose transformed ink spans more than 26 pixels get less than +-6 px, and those are few.
+    big = (h > SIZE - 2 * SHIFT - 2) | (w > SIZE - 2 * SHIFT - 2)
+    assert big.double().mean() < 0.1
+    shift = torch.cat(shifts)  # where the full range applies: -6..6, uniform
+    assert shift.min() == -SHIFT and shift.max() == SHIFT
+    assert shift.double().std().item() == pytest.approx(math.sqrt(((2 * SHIFT + 1) ** 2 - 1) / 12), abs=0.3)
+    centres = torch.cat([top + (h - 1) / 2, left + (w - 1) / 2])
+    assert centres.min() >= (SIZE - 1) / 2 - 0.5 - SHIFT and centres.max() <= (SIZE - 1) / 2 + SHIFT
+
+
+@pytest.mark.parametrize("name", ["translated_anywhere", "affine"])
+def test_anywhere_sets_place_each_ink_box_uniformly_inside_the_frame(name, digits, affine_sets):
+    out = affine_sets[name]
+    top, left, h, w = _box(out)
+    if name == "translated_anywhere":  # the digit's own pixels, untransformed
+        top28, left28, h28, w28 = _box(digits)
+        assert torch.equal(h, h28) and torch.equal(w, w28)
+        for n in range(N):
+            assert torch.equal(out[n, :, top[n]:top[n] + h[n], left[n]:left[n] + w[n]],
+                               digits[n, :, top28[n]:top28[n] + h[n], left28[n]:left28[n] + w[n]].float() / 255)
+    u_r, u_c = _placement_uniforms(N)  # the same draws for both sets
+    assert torch.equal(top, (u_r * (SIZE - h + 1)).floor().long())  # 0 .. 40 - h, each equally likely
+    assert torch.equal(left, (u_c * (SIZE - w + 1)).floor().long())
+    # Touching the border: the first or last of the 41 - h positions on an axis, rows and columns independent.
+    p_r, p_c = 2 / (SIZE + 1 - h).double(), 2 / (SIZE + 1 - w).double()
+    touches = _touches(out)
+    _share_within(touches, 1 - (1 - p_r) * (1 - p_c))
+    assert 0.1 < touches.double().mean() < 0.3  # unlike the +-6 px sets' none
+    # Centres: every digit's has mean 19.5; its variance on an axis is that of a uniform over 41 - extent values.
+    centres = torch.cat([top + (h - 1) / 2, left + (w - 1) / 2]).double()
+    extents = torch.cat([h, w]).double()
+    expected_sd = math.sqrt((((SIZE + 1 - extents) ** 2 - 1) / 12).mean().item())
+    assert centres.mean().item() == pytest.approx((SIZE - 1) / 2, abs=0.5)
+    assert centres.std().item() == pytest.approx(expected_sd, rel=0.07)
+    assert expected_sd > 6  # against 3.7 px for the +-6 px sets
+
+
+def test_every_test_set_is_fixed_by_test_seed_alone(digits, affine_sets):
+    small = digits[:100]
+    for make in (translated_test, affine_centred_test, translated_anywhere_test, affine_test):
+        torch.manual_seed(1)  # the global generator must not matter
+        a = make(small)
+        torch.manual_seed(2)
+        assert torch.equal(make(small), a)
+        assert not torch.equal(make(small, seed=TEST_SEED + 1), a)
+        assert a.shape == (100, 1, SIZE, SIZE) and 0 <= a.min() and a.max() <= 1
+    assert torch.equal(affine_test(digits), affine_sets["affine"])
+
+
+def test_translated_task_holds_the_four_sets_in_report_order(data_root, digits, affine_sets):
+    split = load_test("translated-mnist", size=N, root=data_root, progress=False)
+    assert list(split.extra) == ["affine_centred", "translated_anywhere", "affine"]
+    assert torch.equal(split.images, translated_test(digits))
+    for name, s in split.extra.items():
+        assert torch.equal(s.images, affine_sets[name]) and torch.equal(s.labels, split.labels)
+    assert "+-6 px" in split.title and "anywhere" in split.extra["affine"].title
+    assert load_test("translated-mnist", size=N, extras=False, root=data_root, progress=False).extra == {}
