@@ -280,6 +280,8 @@ def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):
 @pytest.mark.parametrize("args, message", [
     (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data`"),
     (["affine", "--steps", "10"], "--steps does not apply to `capsnet experiment affine`"),
+    (["affine", "--seeds", "1", "2"], "--seeds does not apply to `capsnet experiment affine`"),
+    (["less-data", "--datasets", "mnist"], "--datasets does not apply to `capsnet experiment less-data`"),
     (["less-data", "--steps", "10", "--epochs", "2"], "--steps and --epochs conflict"),
     (["less-data", "--sizes", "70000"], "less-data sizes must lie in 1..60000"),
 ])
@@ -304,3 +306,42 @@ def test_experiment_help_names_every_flag_and_its_default(capsys):
                  "--test-size", "--batch-size", "--cnn-channels", "--dropout", "--seed", "--device"):
         assert flag in text
     assert "(default: 10)" in text and "default: None" not in text
+
+
+# -------------------------------------------------------------------------------- routing side by side
+
+
+def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recipe(tmp_path):
+    from capsnet.experiments import RECIPES, ROUTING_MODELS
+
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=3, batch_size=64), seeds=[0, 1])
+    assert len(runs) == 2 * len(ROUTING_MODELS) * 2
+    assert {(r.dataset, r.model, r.seed) for r in runs} == {(d, m, s) for d in ("mnist", "fashion-mnist")
+                                                            for m in ROUTING_MODELS for s in (0, 1)}
+    for r in runs:
+        assert r.train_config.epochs == 3 and r.train_config.batch_size == 64 and r.train_config.seed == r.seed
+        assert r.train_config.dataset == r.dataset and r.run_dir == tmp_path / r.dataset / f"{r.model}-seed{r.seed}"
+        for key, value in RECIPES.get(r.model, {}).items():
+            assert getattr(r.train_config, key) == value
+    eff = next(r for r in runs if r.model == "efficient-capsnet")
+    assert eff.train_config.augment == "efficient-capsnet" and eff.train_config.lr == 5e-4
+    with pytest.raises(ValueError, match="compares on 28x28 image sets; not multimnist"):
+        plan("routing", tmp_path, train=TrainConfig(), datasets=["multimnist"])
+
+
+def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsys):
+    out = tmp_path / "routing"
+    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "inverted-capsnet",
+                 "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "1", "--train-size", "64",
+                 "--test-size", "32", "--batch-size", "32", "--conv1-channels", "8", "--primary-types", "2",
+                 "--no-progress"]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert len(rows) == 4 and {r["seed"] for r in rows} == {0, 1}
+    table = (out / "results.md").read_text()
+    for model in ("capsnet", "inverted-capsnet"):
+        rs = [r for r in rows if r["model"] == model]
+        errors = [100 * r["test_error"] for r in rs]
+        line = next(line for line in table.splitlines() if line.startswith(f"| {model} |"))
+        assert f"{sum(errors) / 2:.2f}% ({min(errors):.2f}-{max(errors):.2f})" in line
+        assert f"{rs[0]['weights']:,}" in line and rs[0]["peak_mem_mb"] > 0 and rs[0]["train_images_per_s"] > 0
+    assert "seed 1" in capsys.readouterr().out

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from .data.augment import AUGMENTATIONS
 from .data.tasks import TASKS, input_shape, task
-from .experiments import EXPERIMENTS, LESS_DATA_SIZES
+from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_spec
 from .runtime import AMP_MODES, COMPILE_MODES
@@ -257,7 +257,13 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
 def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
-    x.add_argument("--models", nargs="+", choices=list(MODELS), default=["capsnet", "baseline"], help="models to train")
+    x.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
+                   help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) + ")")
+    x.add_argument("--datasets", nargs="+", choices=[n for n in TASKS if input_shape(n) == (1, 28, 28)],
+                   default=argparse.SUPPRESS, help="routing: the 28x28 data sets to compare on (default: mnist "
+                                                   "fashion-mnist)")
+    x.add_argument("--seeds", type=_nonneg_int, nargs="+", default=argparse.SUPPRESS,
+                   help="routing: one run per seed, reported as mean and spread (default: --seed)")
     _field_flag(x, "--epochs", TrainConfig, "epochs", "epochs per run (less-data: unless --steps is given)",
                 type=_positive_int)
     x.add_argument("--steps", type=_nonneg_int, default=argparse.SUPPRESS,
@@ -375,7 +381,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
     less = args.name == "less-data"
-    misplaced = [f for f in (("train_size",) if less else ("steps", "sizes")) if hasattr(args, f)]
+    only = {"steps": "less-data", "sizes": "less-data", "seeds": "routing", "datasets": "routing"}
+    misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if v != args.name)
+                 if hasattr(args, f)]
     if misplaced:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
@@ -383,18 +391,20 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/experiment-{args.name}")
     train = TrainConfig(**_typed(args, _TRAIN_FIELDS))
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
-               for m in args.models}
+               for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
-                   sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0))
+                   sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
+                   seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None))
 
     def started(k: int, run: ex.Run) -> None:
-        print(f"[{k + 1}/{len(runs)}] {run.model}, {run.train_config.train_size or 60000} training digits, "
-              f"{run.train_config.epochs} epochs -> {run.run_dir}", flush=True)
+        print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
+              f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epochs "
+              f"-> {run.run_dir}", flush=True)
 
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
                        compile=args.compile or False)
-    print(ex.format_table(rows))
+    print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_table(rows))
     if less:
         from .figures import save_figure
 
@@ -475,12 +485,14 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                 "(coupling per round and primary capsule lengths), lengths (digit capsule lengths) and "
                 "training_curves. For a MultiMNIST run: multimnist (the paper's Figure 5: each pair of overlapping "
                 "digits above its two reconstructions in red and green) and training_curves."),
-    "experiment": (_experiment_arguments, _cmd_experiment, "rerun one of the paper's experiments for both models",
-                   "Train CapsNet and the CNN baseline through the same loop, data and budget, and tabulate their "
-                   "final-epoch test figures. multimnist: top-2 exact error on 36x36 overlapping pairs (section 6); "
-                   "affine: train on translated MNIST (40x40), accuracy on translated and affNIST-like affine test "
-                   "digits (section 5.2); less-data: MNIST test error from nested training subsets, every run with "
-                   "the same --steps. Each run is a `capsnet train` run directory under --out (finished runs are read "
+    "experiment": (_experiment_arguments, _cmd_experiment, "rerun the paper's experiments; compare the routings",
+                   "Train models through the same loop, data and budget, and tabulate their final-epoch test "
+                   "figures. CapsNet against the CNN baseline: multimnist: top-2 exact error on 36x36 overlapping "
+                   "pairs (section 6); affine: train on translated MNIST (40x40), accuracy on translated and "
+                   "affNIST-like affine test digits (section 5.2); less-data: MNIST test error from nested training "
+                   "subsets, every run with the same --steps. routing: one model per routing algorithm (dynamic, EM, "
+                   "self-attention, inverted dot-product) on MNIST and Fashion-MNIST over --seeds, with each "
+                   "paper's learning rate and augmentation: error, weights, images/s, peak memory. Each run is a `capsnet train` run directory under --out (finished runs are read "
                    "back, interrupted ones resume); results.md, results.json (and less_data.png) go there too."),
     "viz": (_viz_arguments, _cmd_viz, "local web viewer: walk an image through the network, move its pose",
             "Serve the interactive viewer on a local web server (loopback by default)."),

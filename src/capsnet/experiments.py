@@ -8,6 +8,12 @@ Sabour, Frosst and Hinton (NIPS 2017):
   translated test digits and on affine-transformed ones, each placed within
   the training range (+-6 px) and anywhere in the frame (the affNIST-like set:
   paper 79% vs 66% on affNIST at about 99.2% translated-MNIST accuracy).
+- ``routing``: every registered capsule model (one per routing algorithm:
+  dynamic, EM, self-attention, inverted dot-product attention) through the
+  same loop, epochs and batch size on MNIST and Fashion-MNIST, each with its
+  paper's learning rate and augmentation (``RECIPES``), over several seeds:
+  final-epoch test error (mean and spread), weights, training images/s and
+  the peak tensor memory of a training step.
 - ``less-data``: MNIST test error from nested training subsets of 500, 1,000,
   5,000, 10,000 and 60,000 digits under one seed. Budget rule: every run, of
   either model, takes the same number of optimizer steps (``steps``), so a
@@ -31,9 +37,19 @@ from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
 from .train import TrainConfig, fit
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "Run", "plan", "run_plan", "format_table", "plot_less_data"]
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan",
+           "format_table", "format_routing_table", "plot_less_data"]
 
-EXPERIMENTS = {"multimnist": "multimnist", "affine": "translated-mnist", "less-data": "mnist"}  # name -> data set
+# name -> data sets
+EXPERIMENTS = {"multimnist": ("multimnist",), "affine": ("translated-mnist",), "less-data": ("mnist",),
+               "routing": ("mnist", "fashion-mnist")}
+# one model per routing algorithm (em-capsnet, the paper's smallNORB size, is several times slower on a CPU)
+ROUTING_MODELS = ("capsnet", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet")
+# each model's paper: its learning rate and augmentation (training settings the routing experiment changes)
+RECIPES: dict[str, dict[str, Any]] = {
+    "em-capsnet": {"lr": 3e-3}, "em-capsnet-small": {"lr": 3e-3},  # Gritzman's (IBM) Adam rate; the paper gives none
+    "efficient-capsnet": {"lr": 5e-4, "augment": "efficient-capsnet"},  # Mazzia et al.'s code
+}
 LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
 COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
 
@@ -49,37 +65,56 @@ PAPER = {
 class Run:
     experiment: str
     model: str  # a registered model name
+    dataset: str
+    seed: int
     model_config: Any
     train_config: TrainConfig
     run_dir: Path
 
 
 def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
-         models: Sequence[str] = COMPARED, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0) -> list[Run]:
+         models: Sequence[str] | None = None, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0,
+         seeds: Sequence[int] = (), datasets: Sequence[str] | None = None) -> list[Run]:
     """The runs of experiment ``name``, each model's input sized to the experiment's images.
 
     ``train`` gives everything shared (epochs, batch, seed, test size, ...);
     its dataset is replaced by the experiment's. ``configs`` maps a model name
     to its config (a registered model left out gets its defaults, the paper's).
     For ``less-data`` each of ``sizes`` is one run per model, with ``steps``
-    optimizer steps (0: ``train.epochs`` epochs for every size).
+    optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
+    each model (default ``ROUTING_MODELS``) runs with its ``RECIPES`` entry on
+    each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
+    (default ``train.seed``).
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
+    models = list(models if models is not None else ROUTING_MODELS if name == "routing" else COMPARED)
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
-    dataset = EXPERIMENTS[name]
-    C, H, W = input_shape(dataset)
-    given = dict(configs or {})
-    configs = {m: replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W,
-                          num_classes=task(dataset).num_classes) for m in models}
     out = Path(out)
+    given = dict(configs or {})
+
+    def sized(m: str, dataset: str) -> Any:
+        C, H, W = input_shape(dataset)
+        return replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W,
+                       num_classes=task(dataset).num_classes)
+
+    if name == "routing":
+        datasets = list(datasets or EXPERIMENTS[name])
+        bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
+        if bad:
+            raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
+        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **RECIPES.get(m, {})),
+                    out / d / f"{m}-seed{seed}")
+                for d in datasets for m in models for seed in (seeds or (train.seed,))]
+    dataset = EXPERIMENTS[name][0]
+    configs = {m: sized(m, dataset) for m in models}
     base = replace(train, dataset=dataset)
     runs = []
     if name != "less-data":
         for m in models:
-            runs.append(Run(name, m, configs[m], base, out / m))
+            runs.append(Run(name, m, dataset, base.seed, configs[m], base, out / m))
         return runs
     bad = [s for s in sizes if not 1 <= s <= 60000]
     if bad or not sizes:
@@ -89,7 +124,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
         cfg = replace(base, train_size=0 if size == 60000 else size, epochs=epochs,
                       eval_every=max(1, epochs // 10))  # about ten evaluations a run, the last one reported
         for m in models:
-            runs.append(Run(name, m, configs[m], cfg, out / f"{m}-{size}"))
+            runs.append(Run(name, m, dataset, cfg.seed, configs[m], cfg, out / f"{m}-{size}"))
     return runs
 
 
@@ -115,6 +150,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``).
     """
     rows = []
+    memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
     for k, run in enumerate(runs):
         if on_start is not None:
             on_start(k, run)
@@ -124,8 +160,19 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
             final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
                         resume=resume, progress=progress, compile=compile)
         size = run.train_config.train_size or 60000
-        rows.append({"experiment": run.experiment, "model": run.model, "train_size": size,
-                     "epochs": run.train_config.epochs, "run_dir": str(run.run_dir)} | final)
+        row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
+               "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
+               "run_dir": str(run.run_dir)}
+        if run.experiment == "routing":
+            key = (run.model, run.dataset)
+            if key not in memory:
+                from .bench import measure_training
+                from .runtime import resolve_device
+
+                memory[key] = measure_training(run.model, run.model_config, batch_size=run.train_config.batch_size,
+                                               repeats=1, device=str(resolve_device(device)))["peak_mem_mb"]
+            row["peak_mem_mb"] = memory[key]
+        rows.append(row | final)
         if on_done is not None:
             on_done(rows)
     return rows
@@ -163,12 +210,33 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The routing experiment's table: per model and data set, the final-epoch test error over the seeds
+    (mean, and the spread min-max), weights, training images/s (final epoch, mean) and peak MB of a step."""
+    head = ["model", "", "data", "weights", "seeds", "test error, mean (min-max)", "train images/s",
+            "peak MB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["dataset"]), []).append(r)
+    for (model, dataset), rs in groups.items():
+        errors = [100 * r["test_error"] for r in rs]
+        speed = [r["train_images_per_s"] for r in rs if "train_images_per_s" in r]
+        cells = [model, MODELS[model].title if model in MODELS else "", dataset, f"{rs[0]['weights']:,}", str(len(rs)),
+                 f"{sum(errors) / len(errors):.2f}% ({min(errors):.2f}-{max(errors):.2f})",
+                 f"{sum(speed) / len(speed):.0f}" if speed else "-",
+                 f"{rs[0]['peak_mem_mb']:.0f}" if rs[0].get("peak_mem_mb") is not None else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, command: str) -> Path:
     """results.json (the rows and the command) and results.md (the table) in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    table = format_routing_table(rows) if rows and rows[0]["experiment"] == "routing" else format_table(rows)
     atomic_write_text(out / "results.json", json.dumps({"command": command, "rows": list(rows)}, indent=1) + "\n")
-    atomic_write_text(out / "results.md", f"`{command}`\n\n{format_table(rows)}\n")
+    atomic_write_text(out / "results.md", f"`{command}`\n\n{table}\n")
     return out / "results.md"
 
 
