@@ -223,7 +223,7 @@ def test_figures_command_svg(run_dir, data_root, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--indices", 10000], "--indices [10000] out of range: the mnist test set has 10000 images"),
-    (["--dims", 3, 16], "--dims [16] out of range: the digit capsules have 16 dimensions"),
+    (["--dims", 3, 16], "--dims [16] out of range: the class capsules have 16 dimensions"),
     (["--delta-range", 0.25, "--delta-step", 0.1], "not a whole number of --delta-step"),
 ])
 def test_figures_command_bad_arguments_write_nothing(run_dir, data_root, tmp_path, capsys, args, message):
@@ -272,3 +272,44 @@ def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch):
 
     assert len(shown) == 4 and all(isinstance(f, Figure) for f in shown)
     assert namespace["sweep"].shape == (1, 16, 11, 28, 28)
+
+
+# ------------------------------------------------------------------------- every capsule model
+
+
+@pytest.mark.parametrize("name,small", [
+    ("capsnet", dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))),
+    ("efficient-capsnet", dict(decoder_hidden=(16, 32))),
+    ("em-capsnet-small", dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4)),
+    ("inverted-capsnet", dict(backbone_channels=8, primary_types=4, caps_types=4)),
+])
+def test_routing_trace_of_every_capsule_model(name, small):
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=10, input_height=28, input_width=28, **small).eval()
+    x = torch.rand(3, 1, 28, 28)
+    trace = fg.routing_trace(model, x)
+    N, R, I, J = trace.coupling.shape
+    assert (N, J) == (3, 10) and I == trace.grid[0] * trace.grid[1] * trace.grid[2] and trace.primary.shape == (3, I)
+    with torch.no_grad():
+        out = model(x)
+    torch.testing.assert_close(trace.lengths, out.scores)
+    # the last round is the model's own coupling, the children reordered to (type, row, column)
+    T, H, W = trace.grid
+    own = out.coupling
+    if name in ("em-capsnet-small", "inverted-capsnet"):  # the class layers flatten (row, column, type)
+        own = own.view(3, H, W, T, J).permute(0, 3, 1, 2, 4).reshape(3, I, J)
+    torch.testing.assert_close(trace.coupling[:, -1], own)
+    assert trace.coupling_maps().shape == (3, R, J, H, W)
+
+
+def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--model", "inverted-capsnet", "--dataset", "mnist-sample", "--epochs", "1",
+                 "--train-size", "64", "--test-size", "32", "--batch-size", "32", "--model-option", "backbone_channels=8",
+                 "--model-option", "primary_types=4", "--model-option", "caps_types=4", "--out", str(run),
+                 "--no-progress"]) == 0
+    out = tmp_path / "figs"
+    assert _figures("--checkpoint", run, "--out", out, "--indices", 0, 60, "--dpi", 30) == 0
+    assert {p.name for p in out.iterdir()} == {"routing_0.png", "routing_60.png", "lengths.png", "training_curves.png"}

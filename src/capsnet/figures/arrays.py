@@ -47,16 +47,16 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(model: CapsNet) -> None:
-    if model.decoder is None:
-        raise FigureError("this CapsNet was trained without a decoder (decoder=False): it cannot reconstruct")
+    if getattr(model, "decoder", None) is None:
+        raise FigureError(f"this {type(model).__name__} has no decoder: it cannot reconstruct")
 
 
 @torch.no_grad()
 def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, progress: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Digit capsules and predictions, in eval mode; ``progress`` shows a bar over the batches.
+    """Class capsules and their scores (lengths for CapsNet), in eval mode; ``progress`` shows a bar over the batches.
 
-    Shapes: images (N, C, H, W) -> poses (N, J, D), lengths (N, J), on the CPU.
+    Shapes: images (N, C, H, W) -> poses (N, J, D), scores (N, J), on the CPU.
     """
     model.eval()
     x = _images(model, images)
@@ -64,7 +64,7 @@ def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, prog
     for start in tqdm(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False, disable=not progress):
         out = model(x[start:start + batch_size])
         poses.append(out.poses.cpu())
-        lengths.append(out.lengths.cpu())
+        lengths.append(out.scores.cpu())
     if not poses:
         raise FigureError("no images given")
     return torch.cat(poses), torch.cat(lengths)
@@ -224,8 +224,8 @@ class RoutingTrace:
     coupling: (N, R, I, J), the coefficients c_ij used in round r + 1 (round 1
         is uniform, 1/J, before any agreement; the last is what the model used),
         as ``RoutingResult.rounds`` numbers them.
-    primary: (N, I), the primary capsule lengths.
-    lengths: (N, J), the digit capsule lengths after the last round.
+    primary: (N, I), the lower capsules' lengths (or activations).
+    lengths: (N, J), the class scores (capsule lengths for CapsNet).
     grid: (types, rows, columns) of the primary capsules; I = types * rows * columns,
         ordered (type, row, column).
     """
@@ -247,18 +247,14 @@ class RoutingTrace:
 
 
 @torch.no_grad()
-def routing_trace(model: CapsNet, images: torch.Tensor) -> RoutingTrace:
-    """Coupling coefficients round by round, primary and digit capsule lengths, from one recorded forward pass."""
+def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
+    """Coupling coefficients round by round, the lower capsules and the class scores, from one recorded pass
+    of the model's last routing layer (any model with a ``routing_view`` method: every capsule model here)."""
+    if not hasattr(model, "routing_view"):
+        raise FigureError(f"routing maps need a capsule model; {type(model).__name__} has no routing_view")
     model.eval()
-    x = _images(model, images)
-    u = model.primary_capsules(x)  # (N, I, D)
-    result = model.digits(u, record=True)
-    if result.rounds is None:
-        raise FigureError(f"routing maps need every round's coupling; this model's {type(model.digits.routing).__name__} "
-                          f"does not record them (record=True)")
-    rows, cols = model.config.primary_grid
-    return RoutingTrace(result.rounds.cpu(), u.norm(dim=-1).cpu(), result.activations.cpu(),
-                        (model.config.primary_types, rows, cols))
+    view = model.routing_view(_images(model, images))
+    return RoutingTrace(view.rounds.cpu(), view.children.cpu(), view.scores.cpu(), view.grid)
 
 
 def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:

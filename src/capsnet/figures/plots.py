@@ -150,7 +150,7 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
             if j == 0:
                 ax.set_ylabel(f"round {r + 1}", fontsize=8)
     sub[0].colorbar(im, ax=axes[:, -1], shrink=0.8, label="coupling c_ij")
-    sub[0].suptitle(f"Coupling from the {trace.coupling.shape[2]} primary capsules to each digit capsule, "
+    sub[0].suptitle(f"Coupling from the {trace.coupling.shape[2]} lower capsules to each class capsule, "
                     f"averaged over the {types} types, per position; rows: routing rounds", fontsize=9)
     prim = trace.primary_maps()[n]  # (types, rows, cols)
     cols = min(types, 16)
@@ -167,7 +167,7 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
         else:
             ax.axis("off")
     sub[1].colorbar(pim, ax=axes2[:, -1], shrink=0.8, label="length")
-    sub[1].suptitle("Primary capsule lengths, one map per capsule type", fontsize=9)
+    sub[1].suptitle("Lower capsule lengths (EM: activations), one map per capsule type", fontsize=9)
     return fig
 
 
@@ -198,7 +198,8 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
             ax.set_ylabel("capsule length", fontsize=8)
         if n == 0:
             ax.legend(fontsize=6, loc="upper left")
-    fig.suptitle("Digit capsule lengths (the predicted class in orange)", fontsize=10)
+    fig.suptitle("Class scores: capsule lengths, activations or probabilities (the predicted class in orange)",
+                 fontsize=10)
     return fig
 
 

@@ -11,7 +11,6 @@ import torch
 from ..checkpoint import CheckpointError
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
-from ..models.capsnet import CapsNet
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
 from .plots import (FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep, plot_reconstructions,
@@ -45,10 +44,11 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
     model.eval()
-    if not isinstance(model, CapsNet):
-        raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet")
-    if model.decoder is None:
-        raise FigureError(f"{ckpt.path} is a CapsNet without decoder: reconstructions and pose sweeps need one")
+    decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
+    routes = hasattr(model, "routing_view")  # routing maps
+    if not (decodes or routes):
+        raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
+                          f"or another capsule model")
     runs = {}
     for run in checkpoints:
         path = Path(run)
@@ -64,6 +64,9 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
 
     trained_on = ckpt.train_config.get("dataset", "mnist")
     if trained_on == "multimnist":
+        if not decodes:
+            raise FigureError(f"{ckpt.path}: MultiMNIST's Figure 5 decodes each digit; this {ckpt.model_name} model "
+                              f"has no decoder")
         chosen = list(range(8)) if indices is None else list(indices)
         bad = [i for i in chosen if not 0 <= i < TEST_PAIRS]
         if bad:
@@ -91,36 +94,41 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
             raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} images, "
                               f"0..{len(test) - 1}")
         chosen = list(indices)
-    dims = list(range(cfg.digit_dim)) if dims is None else list(dims)
-    bad = [d for d in dims if not 0 <= d < cfg.digit_dim]
-    if bad:
-        raise FigureError(f"--dims {bad} out of range: the digit capsules have {cfg.digit_dim} dimensions, "
-                          f"0..{cfg.digit_dim - 1}")
     classes = list(test.classes)
     images, labels = test.images[chosen], test.labels[chosen]
+    poses, scores = predict(model, images)
+    D = poses.shape[-1]
+    dims = list(range(D)) if dims is None else list(dims)
+    bad = [d for d in dims if not 0 <= d < D]
+    if bad:
+        raise FigureError(f"--dims {bad} out of range: the class capsules have {D} dimensions, 0..{D - 1}")
 
     # All arrays first, then the files.
-    rec = reconstructions(model, images, labels)
+    predicted = scores.argmax(dim=1)
+    rec = reconstructions(model, images, labels) if decodes else None
     wrong, m_rec = [], None
-    if misclassified:
-        _, lengths = predict(model, test.images, progress=progress)
-        errors = (lengths.argmax(1) != test.labels).nonzero().flatten()
+    if misclassified and decodes:
+        _, all_scores = predict(model, test.images, progress=progress)
+        errors = (all_scores.argmax(1) != test.labels).nonzero().flatten()
         done.notes.append(f"{name} test set: {len(errors)} of {len(test)} misclassified")
         wrong = errors[:misclassified]
         if len(wrong):
             m_rec = reconstructions(model, test.images[wrong], test.labels[wrong])
-    sweeps = pose_sweep(model, images, rec.predicted, dims=dims, deltas=deltas)
-    trace = routing_trace(model, images)
+    sweeps = pose_sweep(model, images, predicted, dims=dims, deltas=deltas) if decodes else None
+    trace = routing_trace(model, images) if routes else None
 
-    save(plot_reconstructions(images, rec, labels, classes), "reconstructions")
+    if rec is not None:
+        save(plot_reconstructions(images, rec, labels, classes), "reconstructions")
     if m_rec is not None:
         save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes), "misclassified")
     for n, index in enumerate(chosen):
-        label = (f"test image {index} (true {classes[int(labels[n])]}), "
-                 f"the capsule of its prediction {classes[int(rec.predicted[n])]}")
-        save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
-        save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
-    save(plot_lengths(rec.lengths, labels, classes=classes), "lengths")
+        if sweeps is not None:
+            label = (f"test image {index} (true {classes[int(labels[n])]}), "
+                     f"the capsule of its prediction {classes[int(predicted[n])]}")
+            save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
+        if trace is not None:
+            save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
+    save(plot_lengths(scores, labels, classes=classes), "lengths")
     save(plot_training_curves(runs), "training_curves")
     done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
     return done

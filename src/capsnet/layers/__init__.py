@@ -5,8 +5,9 @@ Adding a layer is one new file, its test and one line here.
 from __future__ import annotations
 
 from .dense import DenseCaps
-from .matrix import ClassMatrixCaps, ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, PrimaryMatrixCaps
+from .matrix import (ClassMatrixCaps, ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, PrimaryMatrixCaps,
+                     grid_routing_view)
 from .primary import PrimaryCaps
 
 __all__ = ["PrimaryCaps", "DenseCaps", "MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps",
-           "DenseMatrixCaps"]
+           "DenseMatrixCaps", "grid_routing_view"]

@@ -29,7 +29,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps"]
+from ..routing import RoutingResult, RoutingView
+
+__all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps",
+           "grid_routing_view"]
 
 POSE = 16  # 4x4
 
@@ -178,3 +181,13 @@ class DenseMatrixCaps(nn.Module):
         a = caps.activations.reshape(N, self.in_caps)
         votes = votes.transpose(1, 2)  # (N, I, J, 16), a view of the upper-capsule-major votes
         return self.routing(votes, a, record=True) if record else self.routing(votes, a)
+
+
+def grid_routing_view(caps: MatrixCaps, result: RoutingResult) -> RoutingView:
+    """A class layer's recorded routing over the capsule grid ``caps``, its children reordered from
+    (row, column, type), as the layers flatten them, to (type, row, column), as ``RoutingView`` lays them out."""
+    N, H, W, T = caps.activations.shape
+    R, K = result.rounds.shape[1], result.rounds.shape[-1]
+    rounds = result.rounds.reshape(N, R, H, W, T, K).permute(0, 1, 4, 2, 3, 5).reshape(N, R, T * H * W, K)
+    children = caps.activations.permute(0, 3, 1, 2).reshape(N, T * H * W)
+    return RoutingView(rounds, children, result.activations, (T, H, W))

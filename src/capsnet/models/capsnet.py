@@ -19,7 +19,7 @@ from torch import nn
 from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
-from ..routing import DynamicRouting
+from ..routing import DynamicRouting, RoutingView
 
 __all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
@@ -108,6 +108,11 @@ class CapsNetOutput(NamedTuple):
     reconstructions: torch.Tensor | None  # (B, C, H, W), None without decoder
     coupling: torch.Tensor  # (B, I, J) coupling coefficients of the last round
 
+    @property
+    def scores(self) -> torch.Tensor:
+        """(B, J) class scores: the capsule lengths (every model's output has ``scores``)."""
+        return self.lengths
+
 
 def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Keep one capsule per example, zero the others, and flatten.
@@ -185,6 +190,13 @@ class CapsNet(nn.Module):
         Shapes: images (B, C, H, W) -> (B, I, primary_dim), I ordered (type, row, column)
         """
         return self.primary(F.relu(self.conv1(images)))  # conv1: (B, 256, 20, 20) for MNIST
+
+    def routing_view(self, images: torch.Tensor) -> RoutingView:
+        """The digit capsule layer's routing, round by round, from one recorded pass (figures, the viewer)."""
+        u = self.primary_capsules(images)  # (N, I, D), I ordered (type, row, column)
+        r = self.digits(u, record=True)
+        rows, cols = self.config.primary_grid
+        return RoutingView(r.rounds, u.norm(dim=-1), r.activations, (self.config.primary_types, rows, cols))
 
     def reconstruct(self, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Decode given digit capsules masked to ``index`` (for pose sweeps, or K capsules per image).

@@ -23,7 +23,7 @@ from torch import nn
 from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
 from ..layers import DenseCaps
 from ..ops import exp_squash
-from ..routing import SelfAttentionRouting
+from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
 
 __all__ = ["EfficientCapsNetConfig", "EfficientCapsNet"]
@@ -139,6 +139,12 @@ class EfficientCapsNet(nn.Module):
             index = labels if labels is not None else lengths.argmax(dim=1)
             reconstructions = self.reconstruct(poses, index)
         return CapsNetOutput(poses, lengths, reconstructions, coupling)
+
+    def routing_view(self, images: torch.Tensor) -> RoutingView:
+        """The class capsules' self-attention coupling (one round) from the 16 primary capsules."""
+        u = self.primary_capsules(images)  # (N, 16, 8)
+        r = self.digits(u, record=True)
+        return RoutingView(r.rounds, u.norm(dim=-1), r.activations, (self.config.primary_caps, 1, 1))
 
     def reconstruct(self, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Decode class capsules masked to ``index`` (B,) or (B, K), as ``CapsNet.reconstruct``."""

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
-from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps
+from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import multi_hot, spread_loss
-from ..routing import EMRouting
+from ..routing import EMRouting, RoutingView
 
 __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
 
@@ -116,6 +116,11 @@ class EMCapsNetOutput(NamedTuple):
     activations: torch.Tensor  # (B, K) class capsule activations: the class scores
     coupling: torch.Tensor  # (B, I, K) the class layer's last R, I = rows * columns * D children (row, column, type)
 
+    @property
+    def scores(self) -> torch.Tensor:
+        """(B, K) class scores: the activations."""
+        return self.activations
+
 
 class EMCapsNet(nn.Module):
     """The paper's matrix capsule network with EM routing between every pair of capsule layers."""
@@ -143,10 +148,17 @@ class EMCapsNet(nn.Module):
         expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
-        caps = self.primary(F.relu(self.conv1(images)))  # (B, H1, W1, B_types, 16)
-        caps = self.caps2(self.caps1(caps))  # (B, H3, W3, D, 16)
-        out = self.classes(caps)
+        out = self.classes(self._conv_capsules(images))
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
+
+    def _conv_capsules(self, images: torch.Tensor):
+        caps = self.primary(F.relu(self.conv1(images)))  # (B, H1, W1, B_types, 16)
+        return self.caps2(self.caps1(caps))  # (B, H3, W3, D, 16)
+
+    def routing_view(self, images: torch.Tensor) -> RoutingView:
+        """The class layer's EM routing, iteration by iteration, over the ConvCaps2 capsules."""
+        caps = self._conv_capsules(images)
+        return grid_routing_view(caps, self.classes(caps, record=True))
 
 
 def em_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, components: torch.Tensor | None = None,

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
-from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps
+from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
-from ..routing import InvertedDotProductRouting
+from ..routing import InvertedDotProductRouting, RoutingView
 
 __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss"]
 
@@ -84,6 +84,11 @@ class InvertedCapsNetOutput(NamedTuple):
     logits: torch.Tensor  # (B, K)
     coupling: torch.Tensor  # (B, I, K) the class layer's last r, I = rows * columns * types
 
+    @property
+    def scores(self) -> torch.Tensor:
+        """(B, K) class scores: the softmax probabilities."""
+        return self.logits.softmax(dim=-1)
+
 
 class InvertedCapsNet(nn.Module):
     def __init__(self, config: InvertedCapsNetConfig = InvertedCapsNetConfig()) -> None:
@@ -109,12 +114,23 @@ class InvertedCapsNet(nn.Module):
         expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        out = self.classes(self._conv_capsules(images))
+        return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
+
+    def _conv_capsules(self, images: torch.Tensor) -> MatrixCaps:
         x = F.relu(self.backbone(images))  # (B, C, H1, W1)
         N, _, H, W = x.shape
-        poses = self.primary(x).view(N, cfg.primary_types, 16, H, W).permute(0, 3, 4, 1, 2)  # (B, H1, W1, P, 16)
-        caps = MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, cfg.primary_types))
-        out = self.classes(self.caps2(self.caps1(caps)))
-        return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
+        poses = self.primary(x).view(N, self.config.primary_types, 16, H, W).permute(0, 3, 4, 1, 2)  # (B, H, W, P, 16)
+        caps = MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, self.config.primary_types))
+        return self.caps2(self.caps1(caps))
+
+    def routing_view(self, images: torch.Tensor) -> RoutingView:
+        """The class layer's passes over the last convolutional capsules (children: their pose lengths)."""
+        caps = self._conv_capsules(images)
+        result = self.classes(caps, record=True)
+        view = grid_routing_view(caps, result)
+        lengths = caps.poses.norm(dim=-1).permute(0, 3, 1, 2).reshape(view.children.shape)  # (N, T*H*W)
+        return view._replace(children=lengths, scores=self.head(result.poses).squeeze(-1).softmax(dim=-1))
 
 
 def inverted_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,

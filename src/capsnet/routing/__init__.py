@@ -24,9 +24,9 @@ from .attention import SelfAttentionRouting
 from .dynamic import DynamicRouting
 from .em import EMRouting
 from .inverted import InvertedDotProductRouting
-from .result import RoutingResult, check_votes
+from .result import RoutingResult, RoutingView, check_votes
 
-__all__ = ["RoutingResult", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
+__all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
            "InvertedDotProductRouting", "ROUTINGS", "create_routing", "list_routings"]
 
 # name -> routing module class; each takes its options as keyword arguments

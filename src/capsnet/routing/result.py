@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["RoutingResult", "check_votes"]
+__all__ = ["RoutingResult", "RoutingView", "check_votes"]
 
 
 class _Fields(NamedTuple):
@@ -31,6 +31,21 @@ class RoutingResult(_Fields):
         self = super().__new__(cls, poses, activations, coupling)
         self.rounds = rounds
         return self
+
+
+class RoutingView(NamedTuple):
+    """What a model's last routing layer did for some inputs (``model.routing_view(images)``), for figures and the viewer.
+
+    rounds: (N, R, I, J), the coupling each round used (round 1 first, the last what the model used).
+    children: (N, I), the lower capsules' lengths or activations.
+    scores: (N, J), the class scores (capsule lengths, activations or probabilities).
+    grid: (types, rows, columns) of the lower capsules; I = types * rows * columns, ordered (type, row, column).
+    """
+
+    rounds: torch.Tensor
+    children: torch.Tensor
+    scores: torch.Tensor
+    grid: tuple[int, int, int]
 
 
 def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None) -> tuple[int, int, int, int]:
