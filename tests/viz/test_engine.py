@@ -154,3 +154,30 @@ def test_reconstruct_refuses_numbers_a_float32_pose_cannot_hold(viewer, bad):
     pose[3] = bad
     with pytest.raises(ViewerError, match="finite numbers within"):
         viewer.reconstruct(pose, 0)
+
+
+@pytest.mark.parametrize("name,small", [
+    ("em-capsnet-small", dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4)),
+    ("efficient-capsnet", dict(decoder_hidden=(16, 32))),
+    ("inverted-capsnet", dict(backbone_channels=8, primary_types=4, caps_types=4)),
+])
+def test_the_viewer_walks_every_capsule_model(name, small):
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=10, input_height=28, input_width=28, **small)
+    v = Viewer(model)
+    info = v.info()
+    w = v.walk(v.image_input(torch.rand(1, 28, 28), {"kind": "upload"}))
+    T, rows, cols = info["primary"]["types"], *info["primary"]["grid"]
+    R = info["routing_iterations"]
+    c = decode(w["coupling"])
+    assert c.shape == (R, 10, T, rows, cols) and decode(w["primary_lengths"]).shape == (T, rows, cols)
+    assert decode(w["feature_maps"]).shape == (info["conv1"]["channels"], *info["conv1"]["map"])
+    if R > 1:  # iterative routings start uniform; self-attention's one round is its softmax
+        np.testing.assert_allclose(c[0], 1 / 10, atol=w["coupling"]["hi"] / 255)
+    assert len(w["lengths"]) == 10 and w["predicted"] == int(np.argmax(w["lengths"]))
+    assert (w["reconstruction"] is not None) == info["decoder"] == (name == "efficient-capsnet")
+    if not info["decoder"]:
+        with pytest.raises(ViewerError, match="has no decoder"):
+            v.reconstruct([0.0] * info["digit_dim"], 0)

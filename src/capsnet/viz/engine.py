@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..models.capsnet import CapsNet, CapsNetConfig
 
@@ -73,14 +74,16 @@ class Viewer:
     it from every request thread.
     """
 
-    def __init__(self, model: CapsNet, *, test_images: torch.Tensor | None = None,
+    def __init__(self, model: nn.Module, *, test_images: torch.Tensor | None = None,
                  test_labels: torch.Tensor | None = None, classes: Sequence[str] | None = None,
                  dataset: str | None = None, checkpoint: str | os.PathLike | None = None) -> None:
-        if not isinstance(model, CapsNet):
-            raise ViewerError(f"the viewer looks inside a CapsNet, got {type(model).__name__}")
+        if not hasattr(model, "routing_view"):
+            raise ViewerError(f"the viewer looks inside a capsule model (one with routing_view), got "
+                              f"{type(model).__name__}")
         self.model = model.eval()
-        self.config: CapsNetConfig = model.config
-        cfg = self.config
+        self.config = cfg = model.config
+        # the first convolution: its kernels and feature maps (CapsNet's conv1, the others' first layer)
+        self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
         self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if test_images is not None:
             if tuple(test_images.shape[1:]) != self.shape:
@@ -98,12 +101,18 @@ class Viewer:
         self.device = next(model.parameters()).device
         self._lock = threading.Lock()
         self._kernels: dict[str, Any] | None = None
+        with torch.inference_mode():  # the sizes of every view, from one blank input
+            x = torch.zeros(1, *self.shape, device=self.device)
+            view, out = model.routing_view(x), model(x)
+            self._map = list(self.conv(x).shape[2:])
+        self._grid, self._rounds, self.digit_dim = list(view.grid), view.rounds.shape[1], out.poses.shape[-1]
+        self.decodes = getattr(model, "decoder", None) is not None
 
     # ------------------------------------------------------------------ description
 
     def info(self) -> dict[str, Any]:
         cfg = self.config
-        rows, cols = cfg.primary_grid
+        types, rows, cols = self._grid
         return {
             "checkpoint": self.checkpoint,
             "trained": self.checkpoint is not None,
@@ -111,19 +120,20 @@ class Viewer:
             "test_size": 0 if self.test_images is None else len(self.test_images),
             "classes": self.classes,
             "input": list(self.shape),
-            "conv1": {"channels": cfg.conv1_channels, "kernel": cfg.conv1_kernel,
-                      "map": [cfg.input_height - cfg.conv1_kernel + 1, cfg.input_width - cfg.conv1_kernel + 1]},
-            "primary": {"types": cfg.primary_types, "dim": cfg.primary_dim, "grid": [rows, cols]},
-            "digit_dim": cfg.digit_dim,
-            "routing_iterations": cfg.routing_iterations,
-            "decoder": self.model.decoder is not None,
+            "model": type(self.model).__name__,
+            "conv1": {"channels": self.conv.out_channels, "kernel": self.conv.kernel_size[0], "map": self._map},
+            # the capsules the last routing layer routes (CapsNet: the primary capsules)
+            "primary": {"types": types, "dim": getattr(cfg, "primary_dim", None), "grid": [rows, cols]},
+            "digit_dim": self.digit_dim,
+            "routing_iterations": self._rounds,
+            "decoder": self.decodes,
             "sweep_half_range": SWEEP_HALF_RANGE,
         }
 
     def kernels(self) -> dict[str, Any]:
-        """conv1's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
+        """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
         if self._kernels is None:
-            w = self.model.conv1.weight.detach().float().cpu()  # (K, C, k, k)
+            w = self.conv.weight.detach().float().cpu()  # (K, C, k, k)
             m = w.reshape(w.shape[0], -1).abs().amax(dim=1).clamp_min(1e-12)
             self._kernels = {"kernels": encode(w, (-m).tolist(), m.tolist())}
         return self._kernels
@@ -168,29 +178,27 @@ class Viewer:
 
     def walk(self, inp: _Input) -> dict[str, Any]:
         """Every layer's view of one input (the JSON of POST /api/forward)."""
-        cfg = self.config
-        rows, cols = cfg.primary_grid
+        types, rows, cols = self._grid
         with self._lock, torch.inference_mode():
             x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
-            maps = F.relu(self.model.conv1(x))  # (1, K, H', W')
-            u = self.model.primary(maps)  # (1, I, Din)
-            # One recorded routing: rounds[0, r] is the coupling round r + 1 used (round 1 uniform), as in
-            # capsnet figures; the last is the model's own coupling.
-            routed = self.model.digits(u, record=True)
-            poses, lengths, rounds = routed.poses, routed.activations, routed.rounds  # (1, J, D), (1, J), (1, R, I, J)
+            maps = F.relu(self.conv(x))  # (1, K, H', W')
+            # One recorded routing of the last routing layer: rounds[0, r] is the coupling round r + 1 used
+            # (round 1 uniform), as in capsnet figures; the last is the model's own coupling.
+            view = self.model.routing_view(x)  # rounds (1, R, I, J), children (1, I), scores (1, J)
+            poses, lengths = self.model(x).poses, view.scores  # (1, J, D), (1, J)
             predicted = int(lengths[0].argmax())
             rec = self.model.reconstruct(poses, torch.tensor([predicted], device=self.device))[0] \
-                if self.model.decoder is not None else None
+                if self.decodes else None
+        rounds = view.rounds
         R = rounds.shape[1]
-        coupling = rounds[0].cpu().reshape(R, cfg.primary_types, rows, cols, -1).permute(0, 4, 1, 2, 3)
-        # (R, J, types, rows, cols)
+        coupling = rounds[0].cpu().reshape(R, types, rows, cols, -1).permute(0, 4, 1, 2, 3)  # (R, J, types, rows, cols)
         fmap = maps[0].cpu()  # (K, H', W')
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
         return {
             "source": inp.source,
             "input": encode(inp.image, 0.0, 1.0),
             "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
-            "primary_lengths": encode(u[0].norm(dim=-1).cpu().reshape(cfg.primary_types, rows, cols)),  # min..max
+            "primary_lengths": encode(view.children[0].cpu().reshape(types, rows, cols)),  # min..max
             "coupling": encode(coupling, 0.0, float(coupling.max())),
             "lengths": [round(v, 6) for v in lengths[0].cpu().tolist()],
             "poses": [[round(v, 6) for v in row] for row in poses[0].cpu().tolist()],
@@ -201,17 +209,17 @@ class Viewer:
     def reconstruct(self, pose: Any, capsule: Any) -> dict[str, Any]:
         """The decoder's image of one digit capsule with the given pose (the sliders' call)."""
         cfg = self.config
-        if self.model.decoder is None:
-            raise ViewerError("this CapsNet was trained without a decoder: it cannot reconstruct")
+        if not self.decodes:
+            raise ViewerError(f"this {type(self.model).__name__} has no decoder: it cannot reconstruct")
         if not _is_int(capsule) or not 0 <= capsule < cfg.num_classes:
             raise ViewerError(f"unknown capsule {capsule!r}: digit capsules are 0..{cfg.num_classes - 1}")
-        if not isinstance(pose, list) or len(pose) != cfg.digit_dim:
+        if not isinstance(pose, list) or len(pose) != self.digit_dim:
             got = f"{len(pose)} numbers" if isinstance(pose, list) else type(pose).__name__
-            raise ViewerError(f"pose must be a list of {cfg.digit_dim} numbers, got {got}")
+            raise ViewerError(f"pose must be a list of {self.digit_dim} numbers, got {got}")
         if not all(_pose_number(v) for v in pose):
             raise ViewerError(f"pose must hold finite numbers within ±{MAX_POSE:g} only (no NaN, infinity, strings "
                               f"or null)")
-        poses = torch.zeros(1, cfg.num_classes, cfg.digit_dim, device=self.device)
+        poses = torch.zeros(1, cfg.num_classes, self.digit_dim, device=self.device)
         poses[0, capsule] = torch.tensor(pose, dtype=torch.float32, device=self.device)
         with self._lock, torch.inference_mode():
             rec = self.model.reconstruct(poses, torch.tensor([capsule], device=self.device))[0]
@@ -251,8 +259,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         name = dataset or "mnist-sample"
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device)
-        if not isinstance(model, CapsNet):
-            raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a CapsNet")
+        if not hasattr(model, "routing_view"):
+            raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
+                              f"model")
         name = dataset or ckpt.train_config.get("dataset", "mnist")
         checkpoint = ckpt.path
     test = load_test(name, extras=False, root=data_dir, progress=progress)

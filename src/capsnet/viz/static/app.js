@@ -149,7 +149,7 @@ function renderRouting() {
     drawTiles(canvas, mean, 1, rows, cols, { cols: 1, scale: Math.max(2, Math.floor(96 / Math.max(rows, cols))), color: heat });
     fig.appendChild(canvas);
     const cap = document.createElement("figcaption");
-    cap.textContent = r === 0 ? "round 1 (uniform)" : `round ${r + 1}`;
+    cap.textContent = r === 0 && R > 1 ? "round 1 (uniform)" : `round ${r + 1}`;
     fig.appendChild(cap);
     box.appendChild(fig);
   }
@@ -329,9 +329,10 @@ async function start() {
     const info = state.info = await api("/api/info");
     const [C, H, W] = info.input;
     $("model-info").textContent = `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
-      `(${info.test_size} images) · input ${C}x${H}x${W} · ${info.primary.types}x${info.primary.grid.join("x")} primary ` +
-      `capsules of ${info.primary.dim}D · ${info.classes.length} digit capsules of ${info.digit_dim}D · ` +
-      `${info.routing_iterations} routing rounds`;
+      `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
+      `${info.primary.types}x${info.primary.grid.join("x")} ${info.model === "CapsNet" ? "primary" : "lower"} ` +
+      `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +
+      `${info.digit_dim}D · ${info.routing_iterations} routing rounds`;
     $("untrained").hidden = info.trained;
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
