@@ -48,6 +48,7 @@ class EMCapsNetConfig:
     routing_iterations: int = 3  # Table 1: 3 iterations give the lowest smallNORB error
     final_lambda: float = 0.01  # official code: inverse temperature scale (the class layer takes a quarter)
     coordinate_addition: bool = True
+    normalise_cost: bool = False  # EMRouting's option: each parent's cost standardised against the others
     margin_start: float = 0.2  # section 4.1: "starting with a small margin of 0.2 ...
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
     margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
@@ -130,14 +131,15 @@ class EMCapsNet(nn.Module):
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
-        iters, lam = cfg.routing_iterations, cfg.final_lambda
+        iters, lam, norm = cfg.routing_iterations, cfg.final_lambda, cfg.normalise_cost
         self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2,
-                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam))
+                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam, normalise_cost=norm))
         self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1,
-                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam))
+                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam, normalise_cost=norm))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4))
+                                       routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
+                                                         normalise_cost=norm))
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).

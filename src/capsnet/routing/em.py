@@ -71,7 +71,7 @@ class EMRouting(nn.Module):
     """
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
-                 eps: float = 1e-6) -> None:
+                 eps: float = 1e-6, normalise_cost: bool = False) -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -81,6 +81,7 @@ class EMRouting(nn.Module):
             raise ValueError(f"final_lambda and var_floor must be positive, got {final_lambda} and {var_floor}")
         self.out_caps, self.iterations = out_caps, iterations
         self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
+        self.normalise_cost = normalise_cost
         self.beta_u = nn.Parameter(torch.zeros(out_caps))  # (J,)
         self.beta_a = nn.Parameter(torch.zeros(out_caps))  # (J,)
 
@@ -122,6 +123,8 @@ class EMRouting(nn.Module):
         # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
         scale = 100.0 * J / I  # Gritzman's normalisation of the data a parent explains
         cost = scale * mass * (D * self.beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
+        if self.normalise_cost:  # each parent's cost against the others' (mean 0, std 1 over j, per example)
+            cost = (cost - cost.mean(dim=-1, keepdim=True)) / (cost.std(dim=-1, keepdim=True) + 1e-4)
         return m1, var, lam * (self.beta_a / self.final_lambda - cost)
 
     def _e_step(self, VV: torch.Tensor, m1: torch.Tensor, var: torch.Tensor, logit: torch.Tensor) -> torch.Tensor:

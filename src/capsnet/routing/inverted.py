@@ -51,16 +51,19 @@ class InvertedDotProductRouting(nn.Module):
         B, I, J, D = check_votes(votes, activations)
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
-        r = votes.new_full((B, I, J), 1.0 / J)  # the first pass: uniform
+        # Parent-major votes, so both contractions are batched matrix-vector products over (b, j) with no
+        # vote-sized temporaries (free when the layer made them in this layout, as the matrix layers do).
+        V = votes.transpose(1, 2).reshape(B * J, I, D)  # (B*J, I, D)
+        r = votes.new_full((B, J, I), 1.0 / J)  # the first pass: uniform
         rounds = []
         for t in range(self.iterations):
             if t > 0:
-                agreement = (votes * p.unsqueeze(1)).sum(dim=-1) / math.sqrt(D)  # v_ij . p_j / sqrt(D), (B, I, J)
-                r = torch.softmax(agreement, dim=-1)  # over the parents j: children compete for parents
+                agreement = torch.bmm(V, p.reshape(B * J, D, 1)).view(B, J, I) / math.sqrt(D)  # v_ij . p_j / sqrt(D)
+                r = torch.softmax(agreement, dim=1)  # over the parents j: children compete for parents
             if record:
-                rounds.append(r)
-            s = (r.unsqueeze(-1) * votes).sum(dim=1)  # sum_i r_ij v_ij, (B, J, D)
+                rounds.append(r.transpose(1, 2))
+            s = torch.bmm(r.reshape(B * J, 1, I), V).view(B, J, D)  # sum_i r_ij v_ij
             if bias is not None:
                 s = s + bias
-            p = self.norm(s)
-        return RoutingResult(p, p.norm(dim=-1), r, torch.stack(rounds, dim=1) if record else None)
+            p = self.norm(s)  # (B, J, D)
+        return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2), torch.stack(rounds, dim=1) if record else None)

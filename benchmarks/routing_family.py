@@ -1,0 +1,101 @@
+"""The routing family side by side: training images/s, peak step memory and routing's share of a step.
+
+For each registered capsule model (one per routing algorithm; MNIST-sized,
+28x28, 10 classes) this times full training steps (forward, the model's own
+loss, backward, Adam) and the same steps with every routing module swapped
+for a stand-in that averages the votes (the same call shape, no rounds):
+routing's share is 1 - (step with the stand-in) / (step with the routing),
+paired repeat by repeat in the same process, so load from other processes
+hits both alike. For CapsNet the stand-in also drops the linear fast path,
+so its votes are built by the plain path and counted outside routing.
+Peak memory is the tensor memory of one training step (capsnet.bench).
+
+    python benchmarks/routing_family.py [--batch-size 64] [--repeats 5] [--models ...] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import shlex
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+from capsnet.bench import _Runner, environment, write_record
+from capsnet.memory import keep_freed_memory
+from capsnet.models import MODELS, model_spec
+from capsnet.routing import ROUTINGS, RoutingResult
+
+MODELS_COMPARED = ("capsnet", "em-capsnet-small", "em-capsnet", "efficient-capsnet", "inverted-capsnet")
+
+
+class MeanVotes(nn.Module):
+    """A stand-in for routing: each upper capsule is the mean vote, coupling uniform (no rounds)."""
+
+    def forward(self, votes, activations=None, bias=None, *, record=False):
+        B, I, J, D = votes.shape
+        poses = votes.mean(dim=1)
+        return RoutingResult(poses, torch.sigmoid(poses.mean(dim=-1)), votes.new_full((B, I, J), 1 / J))
+
+
+def without_routing(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with every registered routing module replaced by ``MeanVotes``."""
+    model = copy.deepcopy(model)
+    kinds = tuple(ROUTINGS.values())
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, kinds):
+                setattr(parent, name, MeanVotes())
+    return model
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED), choices=list(MODELS))
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None, help="write the table and its context here")
+    args = p.parse_args()
+    keep_freed_memory()
+    rows = []
+    for name in args.models:
+        spec = model_spec(name)
+        config = spec.config(input_height=28, input_width=28, in_channels=1, num_classes=10)
+        torch.manual_seed(0)
+        model = spec.build(config)
+        g = torch.Generator().manual_seed(0)
+        images = torch.rand(args.batch_size, 1, 28, 28, generator=g)
+        labels = torch.randint(0, 10, (args.batch_size,), generator=g)
+        full = _Runner(model, "train", images, labels, 1e-3, loss_fn=spec.loss)
+        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, loss_fn=spec.loss)
+        full.time_step(), bare.time_step()
+        t_full, t_bare = [], []
+        for r in range(args.repeats):
+            for runner, times in ((full, t_full), (bare, t_bare)) if r % 2 == 0 else ((bare, t_bare), (full, t_full)):
+                times.append(runner.time_step())
+        shares = [1 - b / f for f, b in zip(t_full, t_bare)]
+        row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
+               "images_per_s": args.batch_size / statistics.median(t_full),
+               "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
+               "routing_share": statistics.median(shares), "routing_share_min": min(shares),
+               "routing_share_max": max(shares), "peak_mem_mb": full.peak_bytes() / 2**20}
+        rows.append(row)
+        print(f"{name}: {row['images_per_s']:.1f} images/s, routing {100 * row['routing_share']:.0f}%, "
+              f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
+    env = environment()
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(f"| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
+          f"| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['model']} | {r['title']} | {r['weights']:,} | {r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-"
+              f"{r['images_per_s_max']:.1f}) | {100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
+              f"{100 * r['routing_share_max']:.0f}%) | {r['peak_mem_mb']:.0f} |")
+    if args.json:
+        write_record(args.json, shlex.join(["python", "benchmarks/routing_family.py", *sys.argv[1:]]), env, rows)
+
+
+if __name__ == "__main__":
+    main()
