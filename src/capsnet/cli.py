@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import __version__
 from .data.augment import AUGMENTATIONS
 from .data.tasks import TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
@@ -342,6 +343,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                               num_classes=task(dataset).num_classes, **model_changes)
         train_cfg = TrainConfig(**train_changes)
     _keep_memory(args.allocator)
+    args.resume_command = shlex.join(["capsnet", "train", "--out", str(out), "--resume"])  # for Ctrl-C's message
+    if args.resume and train.saved_epoch(out) >= train_cfg.epochs:
+        print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                       progress=not args.no_progress, compile=args.compile or False)
     if final:
@@ -499,11 +503,18 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
 }
 
 
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="capsnet", formatter_class=_HelpFormatter,
                                 description="Capsule networks (Sabour, Frosst and Hinton, NIPS 2017): train, evaluate, "
                                             "benchmark.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    p.add_argument("--version", action="version", version=f"capsnet {__version__} (torch {_torch_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (arguments, handler, help, description) in _COMMANDS.items():
         sp = sub.add_parser(name, formatter_class=_HelpFormatter, help=help, description=description)
@@ -526,8 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"capsnet {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"capsnet {args.command}: interrupted; `capsnet train --resume` continues from the last checkpoint",
-              file=sys.stderr)
+        resume = getattr(args, "resume_command", None)
+        print(f"capsnet {args.command}: interrupted" + (f"; `{resume}` continues from the last checkpoint"
+                                                        if resume else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet

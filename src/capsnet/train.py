@@ -34,7 +34,7 @@ from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
 __all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError", "resume_configs",
-           "saved_configs", "describe_epoch"]
+           "saved_configs", "saved_epoch", "describe_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +322,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             prefix = extra or held_name
             record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
         log.info("epoch %d: %s", epoch, record)
+        if progress:  # one readable line per epoch, with the bars
+            tqdm.write(describe_epoch(record, cfg.dataset))
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                  "eval_split": held_name}
         improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
@@ -341,6 +343,12 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
     return state["history"][-1] if state["history"] else {}
+
+
+def saved_epoch(run_dir: str | os.PathLike) -> int:
+    """The epoch the run in ``run_dir`` last checkpointed (0 when it has none)."""
+    path = Path(run_dir) / "last.safetensors"
+    return load_checkpoint(path).state["epoch"] if path.exists() else 0
 
 
 def describe_epoch(record: dict[str, Any], dataset: str) -> str:

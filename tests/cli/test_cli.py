@@ -246,3 +246,25 @@ def test_output_into_a_closed_pipe_is_not_a_traceback(trained_run, data_root, tm
     proc.stdout.close()  # long before the command has imported torch
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
+def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
+    r = in_process(capsys, "--version")
+    assert r.returncode == 0 and r.stdout.startswith("capsnet 0.") and "torch" in r.stdout
+    junk = tmp_path / "notes.safetensors"
+    junk.write_text("not a checkpoint at all")
+    assert_clean_error(in_process(capsys, "eval", "--checkpoint", junk), "is not a checkpoint: not a safetensors file")
+    # a finished run says so, and Ctrl-C names the exact command that resumes the run
+    run = _copy_run(trained_run, tmp_path / "run")
+    from capsnet import train
+
+    monkeypatch.setattr(train, "fit", lambda *a, **k: {})
+    r = in_process(capsys, "train", "--out", run, "--resume", "--no-progress")
+    assert r.returncode == 0 and f"the run in {run} has finished its 2 epochs; pass a larger --epochs" in r.stdout
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "fit", interrupted)
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--out", tmp_path / "new", "--no-progress")
+    assert r.returncode == 130
+    assert f"interrupted; `capsnet train --out {tmp_path / 'new'} --resume` continues" in r.stderr
