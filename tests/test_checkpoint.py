@@ -102,8 +102,12 @@ def test_foreign_files_are_refused(tmp_path):
         load_checkpoint(plain)
     pickled = tmp_path / "model.pt"
     torch.save({"w": torch.zeros(3)}, pickled)
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(CheckpointError, match="model.pt is not a checkpoint: not a safetensors file at all"):
         load_checkpoint(pickled)
+    text = tmp_path / "notes.safetensors"
+    text.write_text("these are my notes, not weights\n")
+    with pytest.raises(CheckpointError, match="not a safetensors file at all"):
+        load_checkpoint(text)
 
 
 def test_damaged_metadata_is_refused(tmp_path):

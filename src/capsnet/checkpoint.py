@@ -178,7 +178,7 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         tensors = st_load(data)
         metadata = _read_metadata(data)
     except (SafetensorError, ValueError, OSError, RuntimeError) as e:
-        if data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
+        if len(data) > 8 and data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
             raise CheckpointError(f"{p} is not a checkpoint: not a safetensors file at all; pass a run directory made "
                                   f"by `capsnet train` or its best.safetensors / last.safetensors") from None
         raise CheckpointError(f"checkpoint {p} is truncated or corrupt ({e}); "
