@@ -65,6 +65,7 @@ def test_pick_draw_and_slide(page_url, viewer):
             before = page.evaluate(recon)
 
             # drag slider 0 with the mouse, then send sliders 4, 9 and 13 to their ends with the keyboard
+            page.locator("#dim-0").scroll_into_view_if_needed()
             box = page.locator("#dim-0").bounding_box()
             page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             page.mouse.down()
@@ -110,6 +111,28 @@ def test_pick_draw_and_slide(page_url, viewer):
             assert page.inner_text("#error") == ""
             assert "your image" in page.inner_text("#source")
             assert page.evaluate("document.getElementById('input').toDataURL()") != input_before
+            blank = "(() => { const c = document.getElementById('draw');" \
+                    " return c.getContext('2d').getImageData(0, 0, c.width, c.height).data.every(" \
+                    "(v, i) => i % 4 === 3 || v === 0); })()"
+            assert not page.evaluate(blank)  # the stroke is on the canvas ...
+
+            # ... until another test image is shown: the drawing is no longer the input
+            page.click("#show-test")
+            page.wait_for_function("document.body.dataset.walks === '4'")
+            assert page.evaluate(blank)
+
+            # the primary capsules and per-type routing maps: one labelled map per capsule type
+            types = viewer.info()["primary"]["types"]
+            for panel in ("#primary", "#routing-types"):
+                assert page.locator(f"{panel} figure canvas").count() == types
+                assert page.locator(f"{panel} figcaption").all_inner_texts()[:2] == ["type 0", "type 1"]
+                assert page.locator(f"{panel} canvas").first.bounding_box()["width"] >= 48  # not a tiny strip
+
+            # the panels a user came for are above the fold of a 1400x1000 window
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            page.evaluate("window.scrollTo(0, 0)")
+            for panel in ("#digits-panel", "#routing-panel", "#primary-panel"):
+                assert page.locator(panel).bounding_box()["y"] < 1000 - 150, panel
             assert errors == []
         finally:
             browser.close()

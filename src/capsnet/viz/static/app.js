@@ -10,6 +10,7 @@ const state = {
   inflight: false, // a reconstruction request is on its way ...
   pending: false,  // ... and the sliders moved again meanwhile
   nth: {},         // class -> how many images of it were shown
+  clearDrawing: null,  // blanks the drawing canvas (set up by setUpDrawing)
 };
 
 const $ = (id) => document.getElementById(id);
@@ -79,6 +80,21 @@ function drawTiles(canvas, bytes, n, h, w, { cols = 16, scale = 1, gap = 1, colo
     }
   }
   ctx.putImageData(img, 0, 0);
+}
+
+// One labelled canvas per tile (n tiles of h x w values 0..255), in a grid that the stylesheet sizes.
+function drawLabelledTiles(box, bytes, n, h, w, { label = (k) => `${k}`, color = grey, title } = {}) {
+  box.replaceChildren();
+  for (let k = 0; k < n; k++) {
+    const fig = document.createElement("figure");
+    const canvas = document.createElement("canvas");
+    drawTiles(canvas, bytes.subarray(k * h * w, (k + 1) * h * w), 1, h, w, { cols: 1, scale: 1, gap: 0, color });
+    if (title) canvas.title = title(k);
+    const cap = document.createElement("figcaption");
+    cap.textContent = label(k);
+    fig.append(canvas, cap);
+    box.appendChild(fig);
+  }
 }
 
 // An image (C, H, W), grey for C = 1 and RGB for C = 3, scaled to the canvas.
@@ -154,7 +170,8 @@ function renderRouting() {
     box.appendChild(fig);
   }
   const last = bytesOf(w.coupling).subarray(((R - 1) * J + j) * T * rows * cols, ((R - 1) * J + j + 1) * T * rows * cols);
-  drawTiles($("routing-types"), last, T, rows, cols, { cols: 8, scale: 5, gap: 3, color: heat });
+  drawLabelledTiles($("routing-types"), last, T, rows, cols,
+    { label: (t) => `type ${t}`, color: heat, title: (t) => `coupling of capsule type ${t}'s ${rows}x${cols} capsules` });
   $("routing-capsule").textContent = `${j} (${info.classes[j]})`;
   $("routing-range").textContent = `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white); ` +
     `type maps from 0 to ${hi.toFixed(3)}`;
@@ -166,7 +183,8 @@ function renderLayers() {
   const [K, h, wd] = w.feature_maps.shape;
   drawTiles($("feature-maps"), bytesOf(w.feature_maps), K, h, wd, { cols: 16, scale: 1, gap: 2 });
   const [T, rows, cols] = w.primary_lengths.shape;
-  drawTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols, { cols: 8, scale: 6, gap: 3 });
+  drawLabelledTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols,
+    { label: (t) => `type ${t}`, title: (t) => `lengths of capsule type ${t} over its ${rows}x${cols} grid` });
   $("primary-range").textContent = `black ${w.primary_lengths.lo.toFixed(3)} to white ${w.primary_lengths.hi.toFixed(3)}, ` +
     "this input's shortest and longest";
   const s = w.source;
@@ -252,6 +270,7 @@ function selectCapsule(j) {
 
 function showWalk(w) {
   state.walk = w;
+  if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
   renderLayers();
   selectCapsule(w.predicted);
   document.body.dataset.walks = Number(document.body.dataset.walks || 0) + 1;
@@ -295,7 +314,8 @@ function setUpDrawing() {
   };
   canvas.addEventListener("pointerup", finish);
   canvas.addEventListener("pointercancel", finish);
-  $("clear-drawing").addEventListener("click", () => { clear(); drawn = false; });
+  state.clearDrawing = () => { clear(); drawn = false; };
+  $("clear-drawing").addEventListener("click", state.clearDrawing);
 }
 
 function setUpPickers() {
@@ -315,7 +335,7 @@ function setUpPickers() {
   });
   $("upload").addEventListener("change", (e) => {
     const file = e.target.files[0];
-    if (file) walk("/api/upload", file, true);
+    if (file) { state.clearDrawing(); walk("/api/upload", file, true); }
   });
   $("reset").addEventListener("click", () => { resetSliders(); requestReconstruction(); });
   if (state.info.test_size === 0) {
