@@ -313,3 +313,26 @@ def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys)
     out = tmp_path / "figs"
     assert _figures("--checkpoint", run, "--out", out, "--indices", 0, 60, "--dpi", 30) == 0
     assert {p.name for p in out.iterdir()} == {"routing_0.png", "routing_60.png", "lengths.png", "training_curves.png"}
+
+
+def test_sweep_change_is_the_largest_mean_pixel_change_from_the_unswept_tile():
+    from capsnet.figures.plots import sweep_change
+
+    deltas = [-0.1, 0.0, 0.1]
+    sweep = torch.zeros(2, 3, 4, 4)
+    sweep[0, 0, 0, :] = 1.0  # dim 0 at -0.1: 4 of 16 pixels change by 1 -> 0.25
+    sweep[1, 2] = 0.1  # dim 1 at +0.1: every pixel changes by 0.1
+    torch.testing.assert_close(sweep_change(sweep, deltas), torch.tensor([0.25, 0.1]))
+
+
+def test_a_sweep_that_barely_moves_says_so_on_the_figure():
+    from capsnet.figures.plots import plot_pose_sweep
+
+    deltas = [-0.25, 0.0, 0.25]
+    flat = torch.full((2, 3, 28, 28), 0.3)
+    flat[:, :, 0, 0] += torch.tensor([0.0, 0.0, 0.5])  # one pixel: 0.5 / 784 mean change
+    title = plot_pose_sweep(flat, [0, 1], deltas)._suptitle.get_text()
+    assert "barely moves (at most 0.001 mean pixel change)" in title
+    moving = flat.clone()
+    moving[1, 2, :14] = 1.0  # half the pixels of one tile change by 0.7
+    assert "barely" not in plot_pose_sweep(moving, [0, 1], deltas)._suptitle.get_text()

@@ -18,7 +18,7 @@ from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTr
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
     from matplotlib.figure import Figure
 
-__all__ = ["FORMATS", "plot_reconstructions", "plot_misclassified", "plot_pose_sweep", "plot_routing", "plot_lengths",
+__all__ = ["FORMATS", "BARELY_MOVES", "sweep_change", "plot_reconstructions", "plot_misclassified", "plot_pose_sweep", "plot_routing", "plot_lengths",
            "plot_training_curves", "plot_multimnist", "save_figure"]
 
 FORMATS = ("png", "svg", "pdf")
@@ -83,9 +83,25 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     return fig
 
 
+BARELY_MOVES = 0.02  # a sweep whose tiles differ from the unswept one by less (mean |pixel change|) says so
+
+
+def sweep_change(sweep: torch.Tensor, deltas: Sequence[float]) -> torch.Tensor:
+    """Per swept dimension, the largest mean absolute pixel change of a tile from the unswept (delta 0) tile.
+
+    Shapes: sweep (A, K, ...) with K = len(deltas), one of them 0; returns (A,) in pixel units (0..1).
+    """
+    zero = min(range(len(deltas)), key=lambda k: abs(deltas[k]))
+    tiles = sweep.detach().cpu().float().clamp(0, 1).flatten(2)  # (A, K, pixels)
+    return (tiles - tiles[:, zero:zero + 1]).abs().mean(-1).amax(-1)
+
+
 def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[float], *, label: str = "",
                     image: torch.Tensor | None = None) -> "Figure":
     """One grid: a row per pose dimension, a column per delta (Sabour et al. 2017, Figure 4).
+
+    Where no dimension moves the reconstruction by more than ``BARELY_MOVES`` (mean absolute pixel change),
+    as for a barely trained model, whose sweeps all look alike, the figure says so in its title.
 
     Shapes: sweep (len(dims), len(deltas), H, W) or (..., C, H, W); image (C, H, W) or None.
     """
@@ -117,8 +133,11 @@ def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[f
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
+    moved = float(sweep_change(sweep, deltas).max())
+    still = (f"\nthe reconstruction barely moves (at most {moved:.3f} mean pixel change): the capsule is barely "
+             f"trained or ignores these dimensions" if moved < BARELY_MOVES else "")
     fig.suptitle(f"Pose sweep{' of ' + label if label else ''}\neach row moves one dimension of the capsule by "
-                 f"the amount under its column, then decodes", fontsize=9)
+                 f"the amount under its column, then decodes{still}", fontsize=9, color="#a00" if still else "black")
     return fig
 
 

@@ -13,8 +13,8 @@ from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
-from .plots import (FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep, plot_reconstructions,
-                    plot_routing, plot_training_curves, save_figure)
+from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
+                    plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
 
 __all__ = ["FiguresWritten", "write_figures"]
 
@@ -126,6 +126,10 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
             label = (f"test image {index} (true {classes[int(labels[n])]}), "
                      f"the capsule of its prediction {classes[int(predicted[n])]}")
             save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
+            moved = float(sweep_change(sweeps[n], deltas).max())
+            if moved < BARELY_MOVES:
+                done.notes.append(f"pose_sweep_{index}: the reconstruction barely moves (at most {moved:.3f} mean "
+                                  f"pixel change); the model looks barely trained")
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     save(plot_lengths(scores, labels, classes=classes), "lengths")
