@@ -143,7 +143,14 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
 
 
 def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
-    """A run directory becomes its ``best`` (or ``last``) checkpoint file."""
+    """A run directory becomes its ``best`` (or ``last``) checkpoint file; ``pretrained:NAME`` a shipped model's."""
+    if isinstance(path, str) and path.startswith("pretrained:"):
+        from . import pretrained
+
+        try:
+            return pretrained.path(path)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     p = Path(path)
     if p.is_dir():
         f = p / f"{which}.safetensors"

@@ -197,8 +197,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
 
 
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, or a .safetensors "
-                                                       "checkpoint file")
+    e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
+                                                       "checkpoint file, or pretrained:NAME (a model shipped with "
+                                                       "capsnet, e.g. pretrained:capsnet-mnist-small)")
     e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     e.add_argument("--dataset", choices=list(TASKS), default=None, help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -206,7 +207,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "of the 10,000 fixed test pairs)")
     e.add_argument("--affnist", nargs="+", default=None, metavar="MAT_FILE",
                    help="also score a 40x40 (translated-mnist) model on real affNIST .mat files, e.g. test.mat from "
-                        "https://www.cs.toronto.edu/~tijmen/affNIST/")
+                        "https://www.cs.toronto.edu/~tijmen/affNIST/; each file's placement is measured and named "
+                        "after the generated set it is nearest")
     e.add_argument("--batch-size", type=_positive_int, default=256, help="examples per forward pass")
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
                                                 "checkpoint)")
@@ -289,7 +291,10 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
 
 def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--checkpoint", default=None, metavar="RUN_DIR",
-                   help="run directory or .safetensors file of a CapsNet; without it the weights are untrained")
+                   help="run directory or .safetensors file of a capsule model, or pretrained:NAME (default: the "
+                        "shipped pretrained:capsnet-mnist-small on the shipped mnist-sample test digits)")
+    v.add_argument("--untrained", action="store_true",
+                   help="open an untrained (random) paper CapsNet instead of the shipped model")
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     v.add_argument("--dataset", default=None, choices=list(TASKS),
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one; "
@@ -362,7 +367,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                root=args.data_dir, progress=not args.no_progress)
     print(done.format())
-    out = Path(args.json) if args.json else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
+    shipped = str(args.checkpoint).startswith("pretrained:")  # never write into the installed package
+    out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
+        else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
     atomic_write_text(out, json.dumps(done.report(), indent=2))
     print(f"\nwritten {out}")
     return 0
@@ -442,7 +449,14 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is not a port number: use 0..65535")
-    viewer = load_viewer(args.checkpoint, which=args.which, dataset=args.dataset, data_dir=args.data_dir,
+    from . import pretrained
+
+    if args.untrained and args.checkpoint:
+        raise ValueError("--untrained and --checkpoint contradict each other: give one")
+    checkpoint = args.checkpoint
+    if checkpoint is None and not args.untrained and pretrained.DEFAULT in pretrained.names():
+        checkpoint = pretrained.PREFIX + pretrained.DEFAULT
+    viewer = load_viewer(checkpoint, which=args.which, dataset=args.dataset, data_dir=args.data_dir,
                          device=str(resolve_device(args.device)))
     try:
         server = make_server(viewer, args.host, args.port,
@@ -452,9 +466,10 @@ def _cmd_viz(args: argparse.Namespace) -> int:
                          f"pick another --port or stop what uses it") from None
     host, port = server.server_address[:2]
     if viewer.checkpoint is None:
-        print("no --checkpoint given: the weights are UNTRAINED (random), so predictions and reconstructions "
-              "mean nothing; pass --checkpoint RUN_DIR from `capsnet train`", file=sys.stderr)
-    print(f"capsnet viewer: {viewer.checkpoint or 'untrained CapsNet'} on {viewer.dataset} test images", flush=True)
+        print("the weights are UNTRAINED (random), so predictions and reconstructions mean nothing; pass "
+              "--checkpoint RUN_DIR from `capsnet train`, or leave both out for the shipped model", file=sys.stderr)
+    shown = checkpoint if str(checkpoint).startswith("pretrained:") else viewer.checkpoint or "untrained CapsNet"
+    print(f"capsnet viewer: {shown} on {viewer.dataset} test images", flush=True)
     print(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
@@ -493,7 +508,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                    "Train models through the same loop, data and budget, and tabulate their final-epoch test "
                    "figures. CapsNet against the CNN baseline: multimnist: top-2 exact error on 36x36 overlapping "
                    "pairs (section 6); affine: train on translated MNIST (40x40), accuracy on translated and "
-                   "affNIST-like affine test digits (section 5.2); less-data: MNIST test error from nested training "
+                   "affine test digits, each placed within the training range (+-6 px) and anywhere in the frame "
+                   "(section 5.2); less-data: MNIST test error from nested training "
                    "subsets, every run with the same --steps. routing: one model per routing algorithm (dynamic, EM, "
                    "self-attention, inverted dot-product) on MNIST and Fashion-MNIST over --seeds, with each "
                    "paper's learning rate and augmentation: error, weights, images/s, peak memory. Each run is a `capsnet train` run directory under --out (finished runs are read "

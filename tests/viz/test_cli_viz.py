@@ -45,13 +45,32 @@ def test_viz_serves_a_checkpoint(trained_run, data_root):
         assert "UNTRAINED" not in stop(proc)
 
 
-def test_viz_without_checkpoint_says_untrained():
-    proc, url = start()
+def test_viz_untrained_says_so():
+    proc, url = start("--untrained")
     try:
         info = get(url + "api/info")
         assert info["trained"] is False and info["checkpoint"] is None and info["dataset"] == "mnist-sample"
     finally:
         assert "UNTRAINED" in stop(proc)
+
+
+@pytest.mark.skipif("capsnet-mnist-small" not in __import__("capsnet.pretrained").pretrained.names(),
+                    reason="the shipped model is not in this checkout yet (tools/make_pretrained.py)")
+def test_viz_without_checkpoint_opens_the_shipped_model_offline():
+    from capsnet import pretrained
+
+    proc, url = start()
+    try:
+        info = get(url + "api/info")
+        assert info["trained"] is True and info["dataset"] == "mnist-sample" and info["test_size"] == 500
+        assert info["checkpoint"] == str(pretrained.path(pretrained.DEFAULT))
+    finally:
+        assert "UNTRAINED" not in stop(proc)
+
+
+def test_viz_untrained_with_a_checkpoint_is_refused(trained_run):
+    r = _run("--untrained", "--checkpoint", str(trained_run))
+    assert r.returncode == 2 and "--untrained and --checkpoint contradict each other" in r.stderr
 
 
 def _run(*args):

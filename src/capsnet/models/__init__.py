@@ -22,7 +22,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsule
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
-           "model_name"]
+           "model_name", "pretrained", "list_pretrained"]
 
 
 class ModelSpec(NamedTuple):
@@ -72,3 +72,22 @@ def create_model(name: str, **config: Any) -> nn.Module:
     """Build a registered model; keyword arguments override its config fields (unknown ones are refused by name)."""
     spec = model_spec(name)
     return spec.build(spec.config.from_dict(config))
+
+
+def list_pretrained() -> list[str]:
+    """The names of the trained models shipped in the package (for ``pretrained``)."""
+    from .. import pretrained as shipped
+
+    return shipped.names()
+
+
+def pretrained(name: str | None = None, *, device: str | torch.device = "cpu") -> nn.Module:
+    """A trained model shipped in the package, in eval mode; ``name`` defaults to the viewer's model.
+
+    ``list_pretrained()`` names them; each one's model card says how it was trained and what it scores.
+    """
+    from .. import pretrained as shipped
+    from ..evaluate import load_model
+
+    model, _ = load_model(shipped.PREFIX + (name or shipped.DEFAULT), device=device)
+    return model.eval()

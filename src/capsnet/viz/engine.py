@@ -246,6 +246,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> Viewer:
     """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
 
+    A shipped model (``pretrained:NAME``) shows the shipped ``mnist-sample`` test digits unless ``dataset`` says
+    otherwise, so it works offline.
+
     The test inputs are the data set's test split (``capsnet.data.tasks``): for
     the experiment sets, the fixed MultiMNIST test pairs (36x36) or translated
     test digits (40x40).
@@ -262,7 +265,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         if not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
                               f"model")
-        name = dataset or ckpt.train_config.get("dataset", "mnist")
+        shipped = isinstance(checkpoint, str) and checkpoint.startswith("pretrained:")
+        name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
         checkpoint = ckpt.path
     test = load_test(name, extras=False, root=data_dir, progress=progress)
     return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,

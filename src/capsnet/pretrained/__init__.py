@@ -1,0 +1,60 @@
+"""Trained models shipped inside the package, named ``pretrained:NAME`` wherever a checkpoint is taken.
+
+Each is an ordinary capsnet checkpoint (``NAME.safetensors``: configs,
+history and float16 weights, no optimizer state) beside its model card
+(``NAME.md``), written by tools/make_pretrained.py. ``capsnet viz`` opens
+``DEFAULT`` when no ``--checkpoint`` is given; ``capsnet eval --checkpoint
+pretrained:NAME`` scores one; ``capsnet.models.pretrained(NAME)`` loads one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["DIR", "DEFAULT", "PREFIX", "names", "path", "card", "pack"]
+
+DIR = Path(__file__).resolve().parent
+DEFAULT = "capsnet-mnist-small"
+PREFIX = "pretrained:"
+
+
+def names() -> list[str]:
+    """The shipped models' names, sorted."""
+    return sorted(p.stem for p in _dir().glob("*.safetensors"))
+
+
+def _dir() -> Path:
+    return DIR  # looked up at call time, so tests can point it elsewhere
+
+
+def path(name: str) -> Path:
+    """The checkpoint file of shipped model ``name`` (``pretrained:`` may lead); a ValueError lists the names."""
+    name = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    if name not in names():
+        shipped = ", ".join(f"{PREFIX}{n}" for n in names()) or "none in this installation"
+        raise ValueError(f"no shipped model named {name!r}; the shipped ones are {shipped}")
+    return _dir() / f"{name}.safetensors"
+
+
+def card(name: str) -> str:
+    """The model card (Markdown) of shipped model ``name``."""
+    return path(name).with_suffix(".md").read_text(encoding="utf-8")
+
+
+def pack(run: str | Path, target: str | Path) -> Path:
+    """Write the final-epoch weights of training run ``run`` to ``target`` as a shippable checkpoint.
+
+    Keeps the configs and the epoch, step and metric history of the run's
+    ``last`` checkpoint (its final epoch, never the best over epochs) and its
+    model weights in float16; drops the optimizer and random-number state.
+    Returns ``target``; the write is atomic.
+    """
+    import torch
+
+    from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+
+    last = load_checkpoint(run, which="last")
+    half = {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in last.model_state.items()}
+    state = {key: last.state[key] for key in ("epoch", "step", "history") if key in last.state}
+    target = Path(target)
+    save_checkpoint(target, Checkpoint(last.model_name, last.model_config, last.train_config, state, half))
+    return target

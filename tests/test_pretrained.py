@@ -1,0 +1,105 @@
+"""Trained models shipped in the package: packed from a run, found by name, loaded, scored.
+
+The mechanism is tested on the suite's shared tiny run, packed into a folder
+that stands in for the package's; the model that ships (when this checkout
+has it) is checked against the figures its model card records.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from capsnet import pretrained as shipped
+from capsnet.checkpoint import CheckpointError, load_checkpoint
+from capsnet.cli import main
+from capsnet.data import load_dataset
+from capsnet.evaluate import evaluate_checkpoint, load_model
+from capsnet.models import CapsNet, list_pretrained, pretrained
+
+
+@pytest.fixture
+def packed(trained_run, tmp_path, monkeypatch):
+    """The shared run packed as shipped model "tiny", in a folder standing in for the package's."""
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    shipped.pack(trained_run, folder / "tiny.safetensors")
+    monkeypatch.setattr(shipped, "_dir", lambda: folder)
+    return folder / "tiny.safetensors"
+
+
+def test_pack_keeps_the_final_epoch_in_half_precision_without_optimizer(trained_run, packed):
+    last = load_checkpoint(trained_run, which="last")
+    ckpt = load_checkpoint("pretrained:tiny")
+    assert ckpt.path == packed and ckpt.optimizer_state is None and not ckpt.rng_state
+    assert ckpt.state["epoch"] == last.state["epoch"] == last.train_config["epochs"]  # the last epoch, not the best
+    assert ckpt.state["history"] == last.state["history"]
+    assert {t.dtype for t in ckpt.model_state.values()} == {torch.float16}
+    for name, t in last.model_state.items():
+        torch.testing.assert_close(ckpt.model_state[name].float(), t, rtol=1e-3, atol=1e-4)
+    assert packed.stat().st_size < 0.6 * (trained_run / "last.safetensors").stat().st_size
+
+
+def test_pretrained_returns_an_eval_mode_float32_model_that_predicts_as_the_run(trained_run, packed):
+    model = pretrained("tiny")
+    assert list_pretrained() == ["tiny"] and isinstance(model, CapsNet) and not model.training
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    full, _ = load_model(trained_run, which="last")
+    x = load_dataset("mnist-sample", "test").images[:100].float() / 255
+    with torch.no_grad():
+        half_scores, full_scores = model(x).scores, full.eval()(x).scores
+    assert (half_scores.argmax(1) == full_scores.argmax(1)).float().mean() >= 0.98
+    torch.testing.assert_close(half_scores, full_scores, atol=5e-3, rtol=0)
+
+
+def test_eval_cli_takes_a_shipped_name_and_writes_its_report_here(packed, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--checkpoint", "pretrained:tiny", "--dataset", "mnist-sample", "--no-progress"]) == 0
+    report = json.loads((tmp_path / "eval-tiny.json").read_text())
+    done = evaluate_checkpoint("pretrained:tiny", dataset="mnist-sample", progress=False)
+    assert report["accuracy"] == pytest.approx(done.results[""].accuracy)
+    assert not list(packed.parent.glob("eval-*"))  # nothing written into the package
+
+
+def test_an_unknown_shipped_name_lists_the_shipped_ones(packed, capsys):
+    with pytest.raises(CheckpointError, match="no shipped model named 'nope'; the shipped ones are pretrained:tiny"):
+        load_checkpoint("pretrained:nope")
+    assert main(["eval", "--checkpoint", "pretrained:nope"]) == 2
+    assert "pretrained:tiny" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the model that ships
+
+NAME = shipped.DEFAULT
+ships = pytest.mark.skipif(NAME not in shipped.names(),
+                           reason=f"{NAME} is not in this checkout yet: python tools/make_pretrained.py makes it")
+
+
+def _measured() -> dict:
+    """The figures tools/make_pretrained.py measured and wrote into the model card."""
+    return json.loads(re.search(r"<!-- measured: (\{.*\}) -->", shipped.card(NAME)).group(1))
+
+
+@ships
+def test_the_shipped_model_is_small_half_precision_and_as_its_card_says():
+    assert shipped.path(NAME).stat().st_size < 5 * 2**20  # "a few MB at most"
+    ckpt = load_checkpoint(f"pretrained:{NAME}")
+    assert {t.dtype for t in ckpt.model_state.values()} == {torch.float16}
+    assert sum(t.numel() for t in ckpt.model_state.values()) == _measured()["weights"]
+    assert ckpt.state["epoch"] == ckpt.train_config["epochs"]
+    assert "tools/make_pretrained.py" in shipped.card(NAME)
+
+
+@ships
+def test_the_shipped_model_scores_on_the_shipped_sample_what_its_card_says():
+    done = evaluate_checkpoint(f"pretrained:{NAME}", dataset="mnist-sample", progress=False)
+    assert done.results[""].accuracy == pytest.approx(_measured()["sample_accuracy"], abs=1e-9)
+    assert done.results[""].accuracy >= 0.98
+
+
+@ships
+def test_the_shipped_model_scores_on_mnist_what_its_card_says(data_root):
+    done = evaluate_checkpoint(f"pretrained:{NAME}", dataset="mnist", root=data_root, batch_size=500, progress=False)
+    assert done.results[""].accuracy == pytest.approx(_measured()["mnist_test_accuracy"], abs=1e-9)
