@@ -7,6 +7,7 @@ import sys
 from types import SimpleNamespace
 
 import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
+import onnxscript
 import pytest
 import torch
 from torch import nn
@@ -168,6 +169,11 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
         export_model(model, tmp_path / "missing" / "m.pt2", format="pt2")
     with pytest.raises(ExportError, match="give the path"):
         export_model(model, format="pt2")
+    with pytest.raises(ExportError, match=r"baseline holds weights as torch.float64 on cpu; .* model.float\(\).cpu\(\)"):
+        export_model(create_model("baseline", **SMALL["baseline"]).double(), tmp_path / "m.pt2", format="pt2")
+    monkeypatch.setattr(onnxscript, "__version__", "0.7.1")
+    with pytest.raises(ExportError, match=r"onnxscript 0.7.1 is too old: .* pip install -U 'onnxscript>=0.7.2'"):
+        export_model(model, tmp_path / "m.onnx")
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed: importing it raises ImportError
     with pytest.raises(ExportError, match=r"needs the onnxscript package: pip install 'capsnet\[export\]'"):
         export_model(model, tmp_path / "m.onnx")

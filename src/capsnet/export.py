@@ -37,6 +37,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -57,6 +58,9 @@ __all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "I
 FORMATS = {"onnx": ".onnx", "torch-export": ".pt2"}  # format -> the file suffix it gets by default
 _ALIASES = {"pt2": "torch-export", "torch.export": "torch-export"}
 MIN_OPSET = 18  # the dynamo-based ONNX exporter writes opset 18 and newer
+# torch 2.13's exporter imports a module of onnxscript 0.6 on; before 0.7.2 it writes EM routing's arange as a
+# Range of non-scalars, which onnxruntime refuses (pyproject's extras ask for the same)
+MIN_ONNXSCRIPT = (0, 7, 2)
 TOLERANCE = 1e-4  # the largest difference from the PyTorch model an exported file may show, per unit of output scale
 BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
 
@@ -181,6 +185,11 @@ def trace_model(model: nn.Module, *, example_batch: int = 2) -> Traced:
     if example_batch < 2:
         raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
                          f"got {example_batch}")
+    odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
+                  if p.dtype != torch.float32 or p.device.type != "cpu"})
+    if odd:
+        raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
+                          f"pass model.float().cpu()")
     module = InferenceModule(model)
     example = torch.rand(example_batch, *module.input_shape, generator=torch.Generator().manual_seed(0))
     batch = torch.export.Dim(BATCH, min=1)
@@ -276,17 +285,35 @@ def _program_outputs(program: torch.export.ExportedProgram) -> list[Any]:
     return list(output.args[0])
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """(0, 7, 2) from '0.7.2', '0.7.2.dev1' or '0.7.2rc1': the leading numbers of the first three parts."""
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
 def _require_onnx() -> None:
-    missing = []
+    """onnx and onnxscript, new enough for torch.onnx's exporter, or an ExportError saying what to install."""
+    missing, modules = [], {}
     for package in ("onnx", "onnxscript"):
         try:
-            import_module(package)
+            modules[package] = import_module(package)
         except ImportError:
             missing.append(package)
     if missing:
         raise ExportError(f"ONNX export needs the {' and '.join(missing)} package{'s' if len(missing) > 1 else ''}: "
                           f"pip install 'capsnet[export]' (or pip install {' '.join(missing)}), or use --format "
                           f"torch-export")
+    have = getattr(modules["onnxscript"], "__version__", "0")
+    if _version(have) < MIN_ONNXSCRIPT:
+        need = ".".join(map(str, MIN_ONNXSCRIPT))
+        raise ExportError(f"onnxscript {have} is too old: the exporter of torch {torch.__version__.split('+')[0]} "
+                          f"writes every capsnet model only with onnxscript {need} or newer: "
+                          f"pip install -U 'onnxscript>={need}'")
 
 
 def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | None) -> bytes:
@@ -320,7 +347,8 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
-                          f"{result.opset}): {_first_line(e)}; try another --opset; nothing written") from e
+                          f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
+                          f"or another --opset, may help)") from e
     images, expected = _check_batch(traced.module)
     got = session.run(list(names), {"images": images.numpy()})
     result.checked_with = f"onnxruntime {onnxruntime.__version__}"
