@@ -412,7 +412,6 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     label = source.label if isinstance(source, Traced) else _label(source)
     if (label, format) in UNSUPPORTED:
         raise ExportError(f"{label} cannot be exported to {format}: {UNSUPPORTED[label, format]}")
-    traced = source if isinstance(source, Traced) else trace_model(source)
     if path is None:
         if checkpoint is None or checkpoint.path is None:
             raise ExportError("give the path of the file to write (only a checkpoint has a default: its own name)")
@@ -421,8 +420,11 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if path.is_dir():
         raise ExportError(f"{path} is a folder: give the path of the file to write, "
                           f"e.g. {path / ('model' + FORMATS[format])}")
+    if checkpoint is not None and checkpoint.path is not None and path.resolve() == checkpoint.path.resolve():
+        raise ExportError(f"{path} is the checkpoint itself: give another --out")
     if not path.parent.is_dir():
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
+    traced = source if isinstance(source, Traced) else trace_model(source)
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None)
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
     atomic_write_bytes(path, data)

@@ -92,6 +92,8 @@ def test_export_refusals(trained_run, tmp_path, capsys, monkeypatch):
     assert_clean_error(r, "--opset applies to --format onnx only")
     r = in_process(capsys, "export", "--checkpoint", tmp_path / "nothing-here", "--out", tmp_path / "m.onnx")
     assert_clean_error(r, "capsnet export: error: checkpoint", "does not exist")
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", trained_run / "best.safetensors")
+    assert_clean_error(r, "best.safetensors is the checkpoint itself: give another --out")
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
     r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", tmp_path / "m.onnx")
     assert_clean_error(r, "capsnet export: error: ONNX export needs the onnx package: pip install 'capsnet[export]'")
