@@ -22,6 +22,7 @@ from . import __version__
 from .data.augment import AUGMENTATIONS
 from .data.tasks import TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
+from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_spec
 from .runtime import AMP_MODES, COMPILE_MODES
@@ -215,6 +216,19 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     _common(e)
 
 
+def _export_arguments(x: argparse.ArgumentParser) -> None:
+    x.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, or a .safetensors "
+                                                       "checkpoint file")
+    x.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    x.add_argument("--format", choices=list(FORMATS), default="onnx",
+                   help="onnx: an ONNX graph for onnxruntime and other runtimes; torch-export: torch.export's "
+                        "program (.pt2), loaded with torch.export.load")
+    x.add_argument("--out", default=None, help="file to write (default: the checkpoint's name with .onnx or .pt2, "
+                                               "beside it)")
+    x.add_argument("--opset", type=_number(int, minimum=MIN_OPSET), default=None,
+                   help=f"ONNX opset, {MIN_OPSET} or newer (default: the exporter's)")
+
+
 def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--batch-size", type=_positive_int, nargs="+", default=[128], help="images per step; several: one "
                                                                                       "row set each")
@@ -375,6 +389,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_model
+
+    if args.opset is not None and args.format != "onnx":
+        args.parser.error(f"--opset applies to --format onnx only, not --format {args.format}")
+    print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset)
+          .format_report())
+    return 0
+
+
 def _cmd_figures(args: argparse.Namespace) -> int:
     from .figures import sweep_deltas, write_figures
 
@@ -495,6 +519,12 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
               "config.json and metrics.jsonl into --out."),
     "eval": (_eval_arguments, _cmd_eval, "test accuracy, per-class accuracy and confusion matrix",
              "Evaluate a checkpoint on its data set's test split; prints a table and writes JSON."),
+    "export": (_export_arguments, _cmd_export, "write a checkpoint's model as ONNX or a torch.export program",
+               "Export a trained model for inference: images (batch, C, H, W) in [0, 1] in; the class scores, the "
+               "class capsules' poses and, where the model has a decoder, the reconstruction from the predicted "
+               "class out (capsnet.export lists them per model). The batch size is dynamic and the graph holds plain "
+               "operations. Before the file is written its graph runs once (ONNX: in onnxruntime) and is compared "
+               "with the PyTorch model."),
     "bench": (_bench_arguments, _cmd_bench, "training and inference throughput and peak memory",
               "Throughput (images/s) and peak memory of the MNIST CapsNet, with the tutorial-style baseline measured "
               "in the same run when its file is found."),

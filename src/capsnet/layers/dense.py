@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..routing import DynamicRouting, RoutingResult
+from ..routing import DynamicRouting, RoutingResult, plain_routing_active
 
 __all__ = ["DenseCaps"]
 
@@ -19,7 +19,9 @@ class DenseCaps(nn.Module):
     ``route_linear(u, weight, bias, record=...)`` method, as ``DynamicRouting``
     has), the layer calls it with its weight instead of building the votes;
     ``factored=False`` forces the plain path through ``votes()``, which tests
-    compare against.
+    compare against; so does ``capsnet.routing.plain_routing()`` for every
+    layer at once, and ``torch.export`` tracing (an exported graph holds
+    plain operations, not the fast path's autograd function).
 
     Args:
         in_caps, in_dim: number I and length Din of the lower capsules.
@@ -77,7 +79,7 @@ class DenseCaps(nn.Module):
                 with ``record``, every round's coupling in ``rounds`` (B, R, I, J)
         """
         recording = {"record": True} if record else {}  # a routing module of one's own need not know the keyword
-        fast = getattr(self.routing, "route_linear", None) if self.factored else None
+        fast = getattr(self.routing, "route_linear", None) if self.factored and not plain_routing_active() else None
         if fast is not None:
             self._check(u)
             return fast(u, self.weight, self.bias, **recording)

@@ -11,7 +11,9 @@ Every algorithm is an ``nn.Module`` in a file of its own, called the same way
 
 A layer whose votes are linear in its input (``DenseCaps``) calls the module's
 ``route_linear(u, weight, bias, record=...)`` when the module has one: a fast
-path that never builds the votes' gradient. Adding an algorithm is one file,
+path that never builds the votes' gradient; inside ``plain_routing()``, and
+while ``torch.export`` traces, layers take the plain path instead (an exported
+graph holds plain operations, no autograd function). Adding an algorithm is one file,
 its test and one line in ``ROUTINGS``.
 """
 from __future__ import annotations
@@ -22,12 +24,14 @@ from torch import nn
 
 from .attention import SelfAttentionRouting
 from .dynamic import DynamicRouting
+from .dynamic_linear import plain_routing, plain_routing_active
 from .em import EMRouting
 from .inverted import InvertedDotProductRouting
 from .result import RoutingResult, RoutingView, check_votes
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
-           "InvertedDotProductRouting", "ROUTINGS", "create_routing", "list_routings"]
+           "InvertedDotProductRouting", "ROUTINGS", "create_routing", "list_routings", "plain_routing",
+           "plain_routing_active"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {

@@ -12,16 +12,47 @@ size of the routing") has the measurements behind the choices here.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import contextlib
+from typing import Iterator, NamedTuple
 
 import torch
 
 from ..ops import _squash_vjp, squash
 
-__all__ = ["coupling_softmax", "route_linear", "default_chunk", "MIN_CHUNK"]
+__all__ = ["coupling_softmax", "route_linear", "default_chunk", "MIN_CHUNK", "plain_routing", "plain_routing_active"]
 
 MIN_CHUNK = 64  # lower capsules per block on CPU, at least (benchmarks/README.md, "Block size of the routing")
 BLOCK_BYTES = 4 << 20  # about this many bytes of votes per block on CPU: a block stays in cache
+
+
+_plain_depth = 0  # open plain_routing() blocks: a module global, which torch.compile guards on without a graph break
+
+
+@contextlib.contextmanager
+def plain_routing() -> Iterator[None]:
+    """Within this block layers skip ``route_linear`` and route votes with plain tensor operations.
+
+    The fast path is one ``torch.autograd.Function`` with a hand-written
+    backward, made for training; a graph exported for inference (ONNX,
+    ``torch.export``) must hold plain operations instead, whose values are
+    the same up to float rounding. ``torch.export`` tracing (which the ONNX
+    exporter runs) turns the fast path off by itself (``plain_routing_active``);
+    this block is for other tracers and for tests.
+    """
+    global _plain_depth
+    _plain_depth += 1
+    try:
+        yield
+    finally:
+        _plain_depth -= 1
+
+
+def plain_routing_active() -> bool:
+    """True inside ``plain_routing()`` and while ``torch.export`` traces: layers must not call ``route_linear``."""
+    if _plain_depth:
+        return True
+    is_exporting = getattr(getattr(torch, "compiler", None), "is_exporting", None)  # torch 2.1 has none
+    return bool(is_exporting and is_exporting())
 
 
 def coupling_softmax(b: torch.Tensor, dim: int, leaky: bool = False) -> torch.Tensor:

@@ -44,6 +44,7 @@ only its inverse-temperature schedule and variance floor:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -158,7 +159,7 @@ class EMRouting(nn.Module):
         if bias is not None:
             raise ValueError("EM routing takes no pose bias: build the layer with bias=False")
         dtype = torch.promote_types(votes.dtype, torch.float32)  # bf16 and fp16 votes are routed in fp32
-        with torch.autocast(votes.device.type, enabled=False):  # also inside a bf16 autocast step
+        with _autocast_off(votes.device.type):  # also inside a bf16 autocast step
             a_in = votes.new_ones(B, I, dtype=dtype) if activations is None else activations.to(dtype)
             VV, centre = _layout(votes.to(dtype), a_in)
             R = VV.new_full((B, J, I), 1.0 / J)  # Procedure 1: R_ij = 1 / |Omega_{L+1}|
@@ -172,6 +173,16 @@ class EMRouting(nn.Module):
             # R is what the last M-step used: the coupling of the last round
             return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
                                  torch.stack(rounds, dim=1) if record else None)
+
+
+def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast turned off for a block; no context at all where it is not on, so an exported graph
+    (``torch.export``, ONNX) holds no autocast wrapper around the routing."""
+    try:
+        on = torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch before 2.4 takes no device type here
+        on = True
+    return torch.autocast(device_type, enabled=False) if on else contextlib.nullcontext()
 
 
 def _layout(votes: torch.Tensor, activations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,432 @@
+"""Export a model for inference: ONNX (onnxruntime and other runtimes), or ``torch.export``'s program (``.pt2``).
+
+The exported graph takes a batch of images and returns the model's class
+scores, its class capsules' poses and, where the model has a decoder, the
+reconstruction from the predicted class's capsule (the others masked, as at
+inference in ``CapsNet.forward``). The batch size is dynamic: one file runs
+any batch. Outputs, by model (B is the batch, K the classes, D a capsule's
+length, (C, H, W) the input image):
+
+====================================  ==============================================================
+model                                 outputs
+====================================  ==============================================================
+capsnet, efficient-capsnet            lengths (B, K), poses (B, K, D), reconstruction (B, C, H, W)
+                                      (no reconstruction when built without a decoder)
+em-capsnet, em-capsnet-small          activations (B, K), poses (B, K, 16)
+inverted-capsnet                      logits (B, K), poses (B, K, 16)
+baseline                              logits (B, K)
+====================================  ==============================================================
+
+The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training.
+The first output's largest entry is the predicted class in every model.
+
+The graph holds plain tensor operations: tracing runs inside
+``capsnet.routing.plain_routing()``, so ``DenseCaps`` routes its votes
+without the hand-written autograd function that speeds up training
+(``capsnet.routing.dynamic_linear``). ONNX comes from the dynamo-based
+exporter (``torch.onnx.export(..., dynamo=True)``, which needs the ``onnx``
+and ``onnxscript`` packages: ``pip install 'capsnet[export]'``), opset 18 or
+newer. Before a file is written its graph runs on a batch of random images
+and is compared with the PyTorch model (the ONNX file's bytes in onnxruntime,
+when installed; the program as ``torch.export.save`` writes it); the file is
+written whole, or not at all.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from .checkpoint import Checkpoint, atomic_write_bytes
+from .models import CapsNetOutput, EMCapsNetOutput, MODELS, model_name
+from .models.inverted_capsnet import InvertedCapsNetOutput
+from .routing import plain_routing
+
+__all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "InferenceModule", "Traced",
+           "ExportResult", "trace_model", "export_model", "output_names"]
+
+FORMATS = {"onnx": ".onnx", "torch-export": ".pt2"}  # format -> the file suffix it gets by default
+_ALIASES = {"pt2": "torch-export", "torch.export": "torch-export"}
+MIN_OPSET = 18  # the dynamo-based ONNX exporter writes opset 18 and newer
+# torch 2.13's exporter imports a module of onnxscript 0.6 on; before 0.7.2 it writes EM routing's arange as a
+# Range of non-scalars, which onnxruntime refuses (pyproject's extras ask for the same)
+MIN_ONNXSCRIPT = (0, 7, 2)
+TOLERANCE = 1e-4  # the largest difference from the PyTorch model an exported file may show, per unit of output scale
+BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
+
+# (model, format) pairs that cannot be exported, with the reason: export_model refuses them with it at once.
+# Every registered model exports to both formats today (tests/test_export.py holds each to that or to its entry here).
+UNSUPPORTED: dict[tuple[str, str], str] = {}
+
+# The fields of a model's output that an export returns, in order: (exported name, output field).
+_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+    CapsNetOutput: (("lengths", "lengths"), ("poses", "poses"), ("reconstruction", "reconstructions")),
+    EMCapsNetOutput: (("activations", "activations"), ("poses", "poses")),
+    InvertedCapsNetOutput: (("logits", "logits"), ("poses", "poses")),
+}
+
+
+class ExportError(ValueError):
+    """A model or checkpoint cannot be exported as asked; the message names the model, the reason and the fix."""
+
+
+@contextlib.contextmanager
+def _evaluating(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for the block (batch norm's running statistics, no dropout), its own mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _label(model: nn.Module) -> str:
+    """The registry name of ``model`` (``capsnet``, ...), else its class name."""
+    try:
+        return model_name(model.config)
+    except (AttributeError, ValueError):
+        return type(model).__name__
+
+
+def _input_shape(model: nn.Module) -> tuple[int, int, int]:
+    cfg = getattr(model, "config", None)
+    try:
+        return int(cfg.in_channels), int(cfg.input_height), int(cfg.input_width)
+    except AttributeError:
+        raise ExportError(f"{_label(model)} has no config with in_channels, input_height and input_width: export "
+                          f"takes the models of capsnet.models ({', '.join(MODELS)})") from None
+
+
+class InferenceModule(nn.Module):
+    """A model for inference: ``images`` (B, C, H, W) in, the tuple of tensors ``output_names`` names out.
+
+    The model runs as at inference (no labels: a decoder reconstructs from
+    the longest capsule). Build it with ``InferenceModule(model)``; the model
+    should be in eval mode (``trace_model`` sees to it).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.label = _label(model)
+        self.input_shape = _input_shape(model)
+        with torch.no_grad(), _evaluating(model):
+            probe = model(torch.zeros(2, *self.input_shape))
+        if isinstance(probe, torch.Tensor):
+            self._fields: tuple[tuple[str, str | None], ...] = (("logits", None),)
+        elif type(probe) in _FIELDS:
+            self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
+        else:
+            raise ExportError(f"{self.label} returns a {type(probe).__name__}, whose fields export does not know: "
+                              f"add it to capsnet.export._FIELDS")
+        self.output_names = tuple(n for n, _ in self._fields)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Shapes: images (B, C, H, W) -> the outputs ``output_names`` names (module docstring: shapes per model)."""
+        out = self.model(images)
+        return tuple(out if f is None else getattr(out, f) for _, f in self._fields)
+
+
+def output_names(model: nn.Module) -> tuple[str, ...]:
+    """The names of the outputs an export of ``model`` returns, in order (e.g. lengths, poses, reconstruction)."""
+    return InferenceModule(model).output_names
+
+
+@dataclass
+class Traced:
+    """A model traced once by ``torch.export`` with a dynamic batch: ``export_model`` writes it in any format."""
+
+    module: InferenceModule
+    program: torch.export.ExportedProgram
+
+    @property
+    def label(self) -> str:
+        return self.module.label
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporters' notes that say nothing about this model: deprecations inside torch, and the ONNX registry's
+    'torchvision is not installed' lines (capsnet uses no torchvision operator)."""
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        onnx_log.setLevel(level)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def trace_model(model: nn.Module, *, example_batch: int = 2) -> Traced:
+    """Trace ``model`` for inference with ``torch.export``, the batch dimension dynamic, with plain routing.
+
+    The model is traced in eval mode (its own mode is restored after).
+    A model that cannot be traced is an ``ExportError`` naming it and the reason.
+    """
+    if example_batch < 2:
+        raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
+                         f"got {example_batch}")
+    odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
+                  if p.dtype != torch.float32 or p.device.type != "cpu"})
+    if odd:
+        raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
+                          f"pass model.float().cpu()")
+    module = InferenceModule(model)
+    example = torch.rand(example_batch, *module.input_shape, generator=torch.Generator().manual_seed(0))
+    batch = torch.export.Dim(BATCH, min=1)
+    try:
+        with _evaluating(model), plain_routing(), _quiet():
+            program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+    except Exception as e:
+        raise ExportError(f"{module.label} cannot be exported: torch.export cannot trace it ({_first_line(e)})") from e
+    return Traced(module, program)
+
+
+@dataclass
+class ExportResult:
+    """What ``export_model`` wrote: the file, its format, inputs and outputs, and how it was checked."""
+
+    path: Path
+    format: str  # a key of FORMATS
+    model: str  # the registry name
+    size: int  # bytes
+    inputs: list[tuple[str, tuple[int | str, ...]]]  # (name, shape), "batch" for the dynamic dimension
+    outputs: list[tuple[str, tuple[int | str, ...]]]
+    opset: int | None = None  # ONNX only
+    checked_with: str | None = None  # what ran the exported graph for the check; None: nothing (no onnxruntime)
+    max_difference: float | None = None  # the largest |exported - PyTorch| over every output, on the check batch
+    checkpoint: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def format_report(self) -> str:
+        """The lines ``capsnet export`` prints."""
+        what = f"ONNX, opset {self.opset}" if self.format == "onnx" else "torch.export program"
+        source = f", from {self.checkpoint}" if self.checkpoint else ""
+        lines = [f"wrote {self.path} ({_size(self.size)}, {what}) of {self.model}{source}"]
+        width = max(len(n) for n, _ in self.inputs + self.outputs)
+        for kind, specs in (("input ", self.inputs), ("output", self.outputs)):
+            for name, shape in specs:
+                lines.append(f"  {kind}  {name:<{width}}  float32 ({', '.join(map(str, shape))})")
+        if self.checked_with:
+            lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random images within "
+                         f"{self.max_difference:.1e} of PyTorch")
+        return "\n".join(lines + self.notes)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+_CHECK_BATCH = 3  # neither the traced example's 2 nor 1: the check shows the batch is dynamic
+
+
+def _check_batch(module: InferenceModule) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Random images and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates)."""
+    images = torch.rand(_CHECK_BATCH, *module.input_shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), _evaluating(module.model):
+        return images, tuple(t.detach() for t in module(images))
+
+
+def _compare(traced: Traced, got: list[Any], expected: tuple[torch.Tensor, ...], what: str) -> float:
+    worst = 0.0
+    for name, g, e in zip(traced.module.output_names, got, expected):
+        g = torch.as_tensor(g)
+        if tuple(g.shape) != tuple(e.shape):
+            raise ExportError(f"the exported {traced.label} ({what}) gives {name} of shape {tuple(g.shape)}, the model "
+                              f"{tuple(e.shape)}; nothing written")
+        diff = (g - e).abs().max().item() if e.numel() else 0.0
+        if not diff <= TOLERANCE * max(1.0, e.abs().max().item()):
+            raise ExportError(f"the exported {traced.label} ({what}) differs from the PyTorch model by {diff:.2g} in "
+                              f"{name}, more than {TOLERANCE:g}; nothing written")
+        worst = max(worst, diff)
+    return worst
+
+
+def _shape(dims: Any) -> tuple[int | str, ...]:
+    return tuple(d if isinstance(d, int) else BATCH for d in dims)
+
+
+def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
+    images, expected = _check_batch(traced.module)
+    with torch.no_grad():
+        got = traced.program.module()(images)  # the program as saved (tests load the file back: torch.export.load)
+    result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
+    buffer = io.BytesIO()
+    with _quiet():
+        torch.export.save(traced.program, buffer)
+    data = buffer.getvalue()
+    result.inputs = [("images", (BATCH, *traced.module.input_shape))]
+    result.outputs = [(n, _shape(v.meta["val"].shape)) for n, v in
+                      zip(traced.module.output_names, _program_outputs(traced.program))]
+    return data
+
+
+def _program_outputs(program: torch.export.ExportedProgram) -> list[Any]:
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    return list(output.args[0])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(0, 7, 2) from '0.7.2', '0.7.2.dev1' or '0.7.2rc1': the leading numbers of the first three parts."""
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def _require_onnx() -> None:
+    """onnx and onnxscript, new enough for torch.onnx's exporter, or an ExportError saying what to install."""
+    missing, modules = [], {}
+    for package in ("onnx", "onnxscript"):
+        try:
+            modules[package] = import_module(package)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise ExportError(f"ONNX export needs the {' and '.join(missing)} package{'s' if len(missing) > 1 else ''}: "
+                          f"pip install 'capsnet[export]' (or pip install {' '.join(missing)}), or use --format "
+                          f"torch-export")
+    have = getattr(modules["onnxscript"], "__version__", "0")
+    if _version(have) < MIN_ONNXSCRIPT:
+        need = ".".join(map(str, MIN_ONNXSCRIPT))
+        raise ExportError(f"onnxscript {have} is too old: the exporter of torch {torch.__version__.split('+')[0]} "
+                          f"writes every capsnet model only with onnxscript {need} or newer: "
+                          f"pip install -U 'onnxscript>={need}'")
+
+
+def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | None) -> bytes:
+    _require_onnx()
+    names = traced.module.output_names
+    try:
+        with _quiet():
+            program = torch.onnx.export(traced.program, input_names=["images"], output_names=list(names),
+                                        opset_version=opset, dynamo=True, verbose=False, optimize=True)
+            proto = program.model_proto
+    except Exception as e:
+        raise ExportError(f"{traced.label} cannot be exported to ONNX: the exporter failed ({_first_line(e)})") from e
+    foreign = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")})
+    if foreign or proto.functions:
+        raise ExportError(f"{traced.label} exports to ONNX only with operators outside the standard set "
+                          f"({', '.join(foreign) or 'local functions'}), which runtimes cannot run; nothing written")
+    _name_batch(proto)
+    try:
+        data = proto.SerializeToString()
+    except ValueError as e:  # protobuf's 2 GB limit
+        raise ExportError(f"{traced.label} is too large for one ONNX file ({e}); use --format torch-export") from e
+    result.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    result.inputs = [(v.name, _onnx_shape(v)) for v in proto.graph.input]
+    result.outputs = [(v.name, _onnx_shape(v)) for v in proto.graph.output]
+    try:
+        import onnxruntime
+    except ImportError:
+        result.notes.append("not checked: onnxruntime is not installed (pip install onnxruntime runs the file here)")
+        return data
+    try:
+        session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
+                          f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
+                          f"or another --opset, may help)") from e
+    images, expected = _check_batch(traced.module)
+    got = session.run(list(names), {"images": images.numpy()})
+    result.checked_with = f"onnxruntime {onnxruntime.__version__}"
+    result.max_difference = _compare(traced, got, expected, "ONNX")
+    return data
+
+
+def _name_batch(proto: Any) -> None:
+    """Call the batch dimension ``batch`` (the exporter calls it s0, s77, ...) in the graph's inputs and outputs."""
+    first = proto.graph.input[0].type.tensor_type.shape.dim[0]
+    symbol = first.dim_param
+    if not symbol:
+        raise ExportError("the ONNX graph's batch dimension came out fixed; this is a bug in capsnet.export")
+    for value in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param == symbol:
+                d.dim_param = BATCH
+
+
+def _onnx_shape(value: Any) -> tuple[int | str, ...]:
+    return tuple(d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim)
+
+
+def _format(format: str) -> str:
+    name = _ALIASES.get(format, format)
+    if name not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; valid formats are {', '.join(FORMATS)}")
+    return name
+
+
+def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.PathLike | None = None, *,
+                 format: str = "onnx", which: str = "best", opset: int | None = None) -> ExportResult:
+    """Export a model for inference to ``path`` as ONNX or as ``torch.export``'s program (module docstring).
+
+    ``source`` is a checkpoint (a run directory made by ``capsnet train``, with
+    ``which`` best or last, or a .safetensors file), a model, or ``trace_model``'s
+    result (trace once, write both formats). ``path`` defaults to the checkpoint's
+    own name with the format's suffix (best.onnx beside best.safetensors).
+    ``format``: "onnx" or "torch-export" ("pt2" too); ``opset``: the ONNX opset,
+    18 or newer (default: the exporter's). The file is checked against the
+    model before it is written, whole (a temporary file renamed), or not at all;
+    every refusal is an ``ExportError`` (a ``ValueError``) saying why.
+    """
+    format = _format(format)
+    if opset is not None:
+        if format != "onnx":
+            raise ExportError(f"an opset applies to ONNX only, not to format {format!r}")
+        if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
+            raise ExportError(f"ONNX opset {opset!r} is too old: the dynamo-based exporter writes opset {MIN_OPSET} "
+                              f"or newer")
+    if format == "onnx":
+        _require_onnx()  # before loading and tracing: a missing package is said at once
+    checkpoint: Checkpoint | None = None
+    if isinstance(source, (str, os.PathLike)):
+        from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
+
+        source, checkpoint = load_model(source, which=which, device="cpu")
+    if not isinstance(source, (nn.Module, Traced)):
+        raise TypeError(f"source must be a checkpoint path, a model or trace_model's result, "
+                        f"got {type(source).__name__}")
+    label = source.label if isinstance(source, Traced) else _label(source)
+    if (label, format) in UNSUPPORTED:
+        raise ExportError(f"{label} cannot be exported to {format}: {UNSUPPORTED[label, format]}")
+    if path is None:
+        if checkpoint is None or checkpoint.path is None:
+            raise ExportError("give the path of the file to write (only a checkpoint has a default: its own name)")
+        path = checkpoint.path.with_suffix(FORMATS[format])
+    path = Path(path)
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder: give the path of the file to write, "
+                          f"e.g. {path / ('model' + FORMATS[format])}")
+    if checkpoint is not None and checkpoint.path is not None and path.resolve() == checkpoint.path.resolve():
+        raise ExportError(f"{path} is the checkpoint itself: give another --out")
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
+    traced = source if isinstance(source, Traced) else trace_model(source)
+    result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None)
+    data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
+    atomic_write_bytes(path, data)
+    result.size = len(data)
+    return result

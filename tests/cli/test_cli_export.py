@@ -1,0 +1,102 @@
+"""`capsnet export`: the shared trained CapsNet as ONNX (run by onnxruntime on real MNIST test digits) and as a
+torch.export program, each equal to the PyTorch model at batch sizes 1 and 7; the command's refusals."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
+import pytest
+import torch
+
+from capsnet.cli import main
+from capsnet.data.tasks import load_test
+from capsnet.evaluate import load_model
+
+
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """``capsnet ARGS`` through ``capsnet.cli.main`` here; exit status and output as a subprocess would give them."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:  # argparse: --help, or a bad flag
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["capsnet", *map(str, args)], code, out.out, out.err)
+
+
+def assert_clean_error(r, *fragments):
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    for f in fragments:
+        assert f in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def digits(data_root):
+    """The first 7 real MNIST test digits, as the model takes them: (7, 1, 28, 28) float in [0, 1]."""
+    return load_test("mnist", size=7, extras=False, root=data_root, progress=False).to("cpu").images
+
+
+def expected(run, which, images):
+    model, _ = load_model(run, which=which)
+    with torch.no_grad():
+        out = model.eval()(images)
+    return [out.lengths, out.poses, out.reconstructions]
+
+
+def assert_close(got, want):
+    for g, w in zip(got, want, strict=True):
+        g = torch.as_tensor(g)
+        assert g.shape == w.shape and (g - w).abs().max().item() <= 1e-4, (g - w).abs().max().item()
+
+
+def test_export_onnx_runs_in_onnxruntime_like_the_model(trained_run, digits, tmp_path, capsys):
+    out = tmp_path / "capsnet.onnx"
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "onnx", "--out", out)
+    assert r.returncode == 0, r.stderr
+    size = out.stat().st_size
+    assert f"wrote {out} ({size / 1e6:.1f} MB, ONNX, opset " in r.stdout and "of capsnet, from " in r.stdout
+    for line in ("input   images          float32 (batch, 1, 28, 28)", "output  lengths         float32 (batch, 10)",
+                 "output  poses           float32 (batch, 10, 16)",
+                 "output  reconstruction  float32 (batch, 1, 28, 28)", "checked: onnxruntime"):
+        assert line in r.stdout, r.stdout
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["images"]
+    assert [o.name for o in session.get_outputs()] == ["lengths", "poses", "reconstruction"]
+    for images in (digits[:1], digits):  # one file, batches of 1 and 7
+        got = session.run(None, {"images": images.numpy()})
+        want = expected(trained_run, "best", images)
+        assert_close(got, want)
+        assert (torch.from_numpy(got[0]).argmax(1) == want[0].argmax(1)).all()
+
+
+def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_path, capsys):
+    shutil.copy(trained_run / "last.safetensors", tmp_path)  # the shared run stays read-only
+    r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--format", "torch-export")
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {tmp_path / 'last.pt2'} (" in r.stdout and "torch.export program" in r.stdout
+    program = torch.export.load(str(tmp_path / "last.pt2")).module()
+    for images in (digits[:1], digits):
+        with torch.no_grad():
+            assert_close(program(images), expected(trained_run, "last", images))
+
+
+def test_export_refusals(trained_run, tmp_path, capsys, monkeypatch):
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "tflite", "--out", tmp_path / "m")
+    assert_clean_error(r, "invalid choice: 'tflite'", "'onnx'", "'torch-export'")
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--opset", "17", "--out", tmp_path / "m.onnx")
+    assert_clean_error(r, "--opset: must be an integer >= 18, got 17")
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "torch-export", "--opset", "18",
+                   "--out", tmp_path / "m.pt2")
+    assert_clean_error(r, "--opset applies to --format onnx only")
+    r = in_process(capsys, "export", "--checkpoint", tmp_path / "nothing-here", "--out", tmp_path / "m.onnx")
+    assert_clean_error(r, "capsnet export: error: checkpoint", "does not exist")
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", trained_run / "best.safetensors")
+    assert_clean_error(r, "best.safetensors is the checkpoint itself: give another --out")
+    monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", tmp_path / "m.onnx")
+    assert_clean_error(r, "capsnet export: error: ONNX export needs the onnx package: pip install 'capsnet[export]'")
+    assert list(tmp_path.iterdir()) == []
+    r = in_process(capsys, "export", "--help")
+    assert r.returncode == 0 and "--format {onnx,torch-export}" in r.stdout

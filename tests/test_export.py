@@ -1,0 +1,200 @@
+"""Export for inference: every registered model as ONNX (run by onnxruntime) and as a torch.export program,
+each compared with the PyTorch model at batch sizes 1 and 7 from one file; the graphs' operations; the refusals."""
+from __future__ import annotations
+
+import operator
+import sys
+from types import SimpleNamespace
+
+import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
+import onnxscript
+import pytest
+import torch
+from torch import nn
+
+from capsnet.export import (FORMATS, UNSUPPORTED, ExportError, TOLERANCE, export_model, output_names,
+                            trace_model)
+from capsnet.models import create_model, list_models
+from capsnet.routing import DynamicRouting, plain_routing
+
+# Small sizes and few routing rounds (every round is written out in the graph): each model traces in seconds.
+SMALL = {
+    "capsnet": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
+                    input_height=20, input_width=20),
+    "baseline": dict(channels=(4,), hidden=(8,)),
+    # the two EM entries build one class: one routes a single M-step, the other an E-step between two
+    "em-capsnet": dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2, routing_iterations=1,
+                       input_height=20, input_width=20),
+    "em-capsnet-small": dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2,
+                             routing_iterations=2, input_height=20, input_width=20),
+    "efficient-capsnet": dict(decoder_hidden=(8,), input_height=14, input_width=14),
+    "inverted-capsnet": dict(backbone_channels=4, primary_types=2, caps_types=2, routing_iterations=2,
+                             input_height=16, input_width=16),
+}
+OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
+    "capsnet": ("lengths", "poses", "reconstruction"), "efficient-capsnet": ("lengths", "poses", "reconstruction"),
+    "em-capsnet": ("activations", "poses"), "em-capsnet-small": ("activations", "poses"),
+    "inverted-capsnet": ("logits", "poses"), "baseline": ("logits",),
+}
+
+
+def test_every_registered_model_has_small_sizes_and_outputs_here():
+    assert set(SMALL) == set(list_models()) == set(OUTPUTS)
+
+
+def reference(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """The PyTorch model's own outputs, as it evaluates (its fast routing path on), in the export's order."""
+    with torch.no_grad():
+        out = model.eval()(images)
+    if isinstance(out, torch.Tensor):
+        return [out]
+    fields = {"reconstruction": "reconstructions"}
+    return [getattr(out, fields.get(n, n)) for n in output_names(model)]
+
+
+def assert_matches(got, expected, what):
+    assert len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        g = torch.as_tensor(g)
+        assert g.shape == e.shape, what
+        assert (g - e).abs().max().item() <= TOLERANCE, (what, (g - e).abs().max().item())
+
+
+def onnx_checks(path, names, batch_images, model):
+    import onnx
+
+    proto = onnx.load(str(path))
+    ops = {(n.domain, n.op_type) for n in proto.graph.node}
+    assert all(domain in ("", "ai.onnx") for domain, _ in ops), ops  # standard operators only
+    assert not any(op in ("PythonOp", "ATen") for _, op in ops) and not proto.functions, ops
+    assert [v.name for v in proto.graph.input] == ["images"] and [v.name for v in proto.graph.output] == list(names)
+    for value in [*proto.graph.input, *proto.graph.output]:  # one dynamic dimension, named, first everywhere
+        assert value.type.tensor_type.shape.dim[0].dim_param == "batch", value
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for images in batch_images:  # one file, two batch sizes
+        got = session.run(None, {"images": images.numpy()})
+        assert_matches(got, reference(model, images), f"onnx, batch {len(images)}")
+
+
+def pt2_checks(path, batch_images, model):
+    program = torch.export.load(str(path))
+    for node in program.graph.nodes:  # plain aten operations: no autograd function, autocast or other wrapper
+        if node.op == "call_function":
+            target = node.target
+            assert (isinstance(target, torch._ops.OpOverload) and target.namespace == "aten") or \
+                getattr(target, "__module__", None) in (operator.__name__, "_operator"), node.format_node()
+    loaded = program.module()
+    for images in batch_images:
+        with torch.no_grad():
+            got = loaded(images)
+        assert_matches(list(got), reference(model, images), f"pt2, batch {len(images)}")
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name])
+    cfg = model.config
+    assert output_names(model) == OUTPUTS[name]
+    batches = [torch.rand(b, cfg.in_channels, cfg.input_height, cfg.input_width) for b in (1, 7)]
+    traced = None
+    for fmt in FORMATS:
+        path = tmp_path / f"{name}{FORMATS[fmt]}"
+        if (name, fmt) in UNSUPPORTED:  # a refusal must say which model and why
+            with pytest.raises(ExportError, match=name) as info:
+                export_model(model, path, format=fmt)
+            assert UNSUPPORTED[name, fmt] in str(info.value) and not path.exists()
+            continue
+        traced = traced or trace_model(model)  # trace once, write both formats
+        result = export_model(traced, path, format=fmt)
+        assert result.path == path and result.size == path.stat().st_size > 0 and result.model == name
+        assert [n for n, _ in result.outputs] == list(OUTPUTS[name])
+        assert result.inputs == [("images", ("batch", cfg.in_channels, cfg.input_height, cfg.input_width))]
+        assert result.max_difference is not None and result.max_difference <= TOLERANCE
+        if fmt == "onnx":
+            assert result.opset >= 18 and result.checked_with.startswith("onnxruntime")
+            onnx_checks(path, OUTPUTS[name], batches, model)
+        else:
+            pt2_checks(path, batches, model)
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_exported_graphs_route_without_the_autograd_function(monkeypatch):
+    """The fast path (one torch.autograd.Function) is what eval runs; tracing for export and plain_routing() avoid it
+    and give the same numbers."""
+    calls = []  # one entry per call: whether torch.export was tracing
+    fast = DynamicRouting.route_linear
+    monkeypatch.setattr(DynamicRouting, "route_linear",
+                        lambda self, *a, **k: calls.append(torch.compiler.is_exporting()) or fast(self, *a, **k))
+    torch.manual_seed(1)
+    model = create_model("capsnet", **SMALL["capsnet"]).eval()
+    images = torch.rand(3, 1, 20, 20)
+    with torch.no_grad():
+        out = model(images)
+        assert calls == [False]  # the plain eager forward takes the fast path
+        with plain_routing():
+            plain = model(images)
+    assert calls == [False]
+    torch.testing.assert_close(plain.lengths, out.lengths, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(plain.poses, out.poses, rtol=1e-5, atol=1e-6)
+    traced = trace_model(model)
+    assert True not in calls  # never while torch.export traces
+    assert "autograd_function" not in str(traced.program.graph)
+
+
+class Branchy(nn.Module):
+    """Decides on its input's values in Python: torch.export cannot trace that."""
+
+    config = SimpleNamespace(in_channels=1, input_height=4, input_width=4)
+
+    def forward(self, images):
+        return images.flatten(1) if images.sum() > 0 else -images.flatten(1)
+
+
+def test_a_model_that_cannot_be_traced_is_a_clear_error(tmp_path):
+    with pytest.raises(ExportError, match=r"Branchy cannot be exported: torch.export cannot trace it \(\w+"):
+        export_model(Branchy(), tmp_path / "b.pt2", format="torch-export")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
+    model = create_model("baseline", **SMALL["baseline"])
+    with pytest.raises(ExportError, match="unknown export format 'tflite'; valid formats are onnx, torch-export"):
+        export_model(model, tmp_path / "m.tflite", format="tflite")
+    with pytest.raises(ExportError, match="opset 17 is too old.*18 or newer"):
+        export_model(model, tmp_path / "m.onnx", opset=17)
+    with pytest.raises(ExportError, match="opset applies to ONNX only"):
+        export_model(model, tmp_path / "m.pt2", format="torch-export", opset=18)
+    with pytest.raises(ExportError, match="the folder .*missing does not exist"):
+        export_model(model, tmp_path / "missing" / "m.pt2", format="pt2")
+    with pytest.raises(ExportError, match="give the path"):
+        export_model(model, format="pt2")
+    with pytest.raises(ExportError, match=r"baseline holds weights as torch.float64 on cpu; .* model.float\(\).cpu\(\)"):
+        export_model(create_model("baseline", **SMALL["baseline"]).double(), tmp_path / "m.pt2", format="pt2")
+    monkeypatch.setattr(onnxscript, "__version__", "0.7.1")
+    with pytest.raises(ExportError, match=r"onnxscript 0.7.1 is too old: .* pip install -U 'onnxscript>=0.7.2'"):
+        export_model(model, tmp_path / "m.onnx")
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(ExportError, match=r"needs the onnxscript package: pip install 'capsnet\[export\]'"):
+        export_model(model, tmp_path / "m.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_does_not_match_the_model_is_never_written(tmp_path, monkeypatch):
+    model = create_model("baseline", **SMALL["baseline"]).train()
+    target = tmp_path / "m.onnx"
+    target.write_bytes(b"the previous export")
+    monkeypatch.setattr("capsnet.export.TOLERANCE", -1.0)  # no difference is small enough
+    for fmt in FORMATS:
+        with pytest.raises(ExportError, match="differs from the PyTorch model by .* nothing written"):
+            export_model(model, target, format=fmt)
+    assert target.read_bytes() == b"the previous export" and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+    assert model.training  # exporting leaves the model in its own mode
+
+
+def test_an_older_opset_is_written_as_asked(tmp_path):
+    import onnx
+
+    result = export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / "m.onnx", opset=18)
+    assert result.opset == 18
+    assert [o.version for o in onnx.load(str(tmp_path / "m.onnx")).opset_import if o.domain in ("", "ai.onnx")] == [18]
