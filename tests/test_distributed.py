@@ -70,14 +70,16 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def recording(model_spec, seen: list):
-    """``model_spec`` whose losses append (what they were given, the image sum of each example) to ``seen``:
-    every training batch fit() takes (evaluation asks capsnet.evaluate's own model_spec, not recorded)."""
+    """``model_spec`` whose losses append (what they were given, a fingerprint of each example) to ``seen``: every
+    training batch fit() takes (evaluation asks capsnet.evaluate's own model_spec, not recorded). The fingerprint
+    weighs each pixel by its position, so the same digit shifted otherwise gives another one."""
     def spec_of(name):
         spec = model_spec(name)
 
         def loss(model, x, y, *rest, **kw):
             kind = "ddp" if isinstance(model, DistributedDataParallel) else "model"  # DDP's probe: a bare copy
-            seen.append((kind, x.detach().double().sum(dim=(1, 2, 3)).clone()))
+            pixels = x.detach().double().flatten(1)
+            seen.append((kind, pixels @ torch.arange(1, pixels.shape[1] + 1, dtype=torch.float64)))
             return spec.loss(model, x, y, *rest, **kw)
         return spec._replace(loss=loss)
     return spec_of
@@ -120,7 +122,7 @@ def test_two_gloo_processes_reach_the_weights_of_one_process_with_the_same_globa
     assert main([*args, "--out", str(tmp_path / "one"), "--data-dir", str(data_root)]) == 0, capsys.readouterr().err
 
     # Each step, the two ranks' examples are disjoint halves whose union is the one-process batch, in order,
-    # with the same random shifts (image sums are equal exactly).
+    # with the same random shifts (the fingerprints are equal exactly).
     batches = [s for _, s in one]
     ranks = [[s for kind, s in torch.load(tmp_path / f"two-rank{r}.pt") if kind == "ddp"] for r in (0, 1)]
     assert [len(b) for b in batches] == [32] * 7 + [17]
