@@ -161,7 +161,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _field_flag(t, "--dataset", TrainConfig, "dataset", "data set; mnist-sample ships with capsnet, offline; " +
                 "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help), choices=list(TASKS))
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
-    _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
+    _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
+                "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
     _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3)", type=_positive_float)
     _field_flag(t, "--lr-decay", TrainConfig, "lr_decay", "learning rate factor per --lr-decay-steps (authors' code: "
                 "0.96)", type=_positive_float)
@@ -194,6 +195,10 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "glibc); default: the C library's own behaviour")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
+    t.add_argument("--distributed", action="store_true",
+                   help="insist on several processes: fail unless torchrun started this one (`torchrun "
+                        "--nproc_per_node N -m capsnet train ...` trains with DistributedDataParallel with or without "
+                        "this flag; rank 0 writes --out). Without torchrun, training runs in one process")
     _common(t)
 
 
@@ -327,7 +332,10 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from . import train
+    from .distributed import launcher
 
+    launch = launcher(required=args.distributed)  # None: one process, as always
+    main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
     chosen = model or "capsnet"
     typed = _typed(args, _MODEL_FIELDS)
@@ -362,11 +370,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                               num_classes=task(dataset).num_classes, **model_changes)
         train_cfg = TrainConfig(**train_changes)
     _keep_memory(args.allocator)
-    args.resume_command = shlex.join(["capsnet", "train", "--out", str(out), "--resume"])  # for Ctrl-C's message
-    if args.resume and train.saved_epoch(out) >= train_cfg.epochs:
+    again = ["capsnet", "train", "--out", str(out), "--resume"]
+    if launch is not None:
+        again = ["torchrun", "--nproc_per_node", str(launch.local_world_size), "-m", *again]
+    args.resume_command = shlex.join(again)  # for Ctrl-C's message
+    if launch is not None:
+        if launch.world_size > launch.local_world_size:
+            args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
+        args.quiet_interrupt = not main_rank
+    if main_rank and args.resume and train.saved_epoch(out) >= train_cfg.epochs:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
-                      progress=not args.no_progress, compile=args.compile or False)
+                      progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None)
+    if not main_rank:  # rank 0 speaks for the run
+        return 0
     if final:
         print(train.describe_epoch(final, train_cfg.dataset))
     print(f"run directory: {out}")
@@ -569,6 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rank_tag() -> str:
+    """' (rank R of W)' in a process torchrun started with several processes, else ''."""
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    return f" (rank {rank} of {world})" if rank.isdigit() and world.isdigit() and int(world) > 1 else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -580,9 +603,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
-        print(f"capsnet {args.command}: error: {e}", file=sys.stderr)
+        print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume
+            return 130
         resume = getattr(args, "resume_command", None)
         print(f"capsnet {args.command}: interrupted" + (f"; `{resume}` continues from the last checkpoint"
                                                         if resume else ""), file=sys.stderr)

@@ -7,9 +7,14 @@ one tensor; batches are taken by index and augmented as batched tensor
 operations. Each epoch's shuffle and
 shifts come from a generator seeded by (seed, epoch), so a run resumed from an
 epoch's checkpoint replays exactly what an uninterrupted run would have done.
+
+Under torchrun every process runs ``fit``: each makes the same global batch
+and trains on its slice of it through ``DistributedDataParallel``
+(``capsnet.distributed``); rank 0 alone evaluates, writes and shows progress.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -21,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from ._config import check_types, config_from_dict
@@ -29,6 +36,7 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.tasks import TASKS, input_shape, load_training
+from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
@@ -131,8 +139,17 @@ class NonFiniteLoss(ValueError):
 _CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
 
 
-def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int) -> None:
-    """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1."""
+def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int,
+                        launch: Launch | None = None) -> None:
+    """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1.
+
+    Under torchrun the first bad step of any rank counts, so every rank stops together.
+    """
+    if launch is not None:
+        none = torch.iinfo(torch.int64).max
+        first = torch.where(first_bad < 0, none, first_bad)
+        dist.all_reduce(first, op=dist.ReduceOp.MIN)
+        first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
     if bad < 0:
         return
@@ -188,9 +205,53 @@ def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, mode
     return saved_model, dataclasses.replace(saved_train, **{k: v for k, v in train_changes.items() if k == "epochs"})
 
 
+class _DDP(DistributedDataParallel):
+    """``DistributedDataParallel`` that lends the wrapped model's attributes (the losses read ``model.config``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":
+                raise
+            return getattr(self.module, name)
+
+
+def _freeze_unreached(model: torch.nn.Module, loss_fn: Any, batch: Any, cfg: TrainConfig, dev: torch.device) -> list[str]:
+    """Stop requiring gradients of the parameters the training loss never reaches; their names.
+
+    The model computes outputs the loss may leave out (CapsNet's decoder when
+    recon_weight is 0). One process simply gives them no gradient; DDP would
+    wait for theirs forever. Which parameters those are is fixed by the model
+    and training configurations, so one backward pass of a copy on a small
+    batch finds them (the model, its buffers and the random state untouched).
+    """
+    probe = copy.deepcopy(model)
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        x, y, comp = batch
+        loss, _ = loss_fn(probe, x, y, comp, recon_weight=cfg.recon_weight, progress=0.0)
+        loss.backward()
+    unreached = [n for n, p in probe.named_parameters() if p.requires_grad and p.grad is None]
+    for n, p in model.named_parameters():
+        if n in unreached:
+            p.requires_grad_(False)
+    return unreached
+
+
+def _from_main(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (torch.distributed's object broadcast); every rank waits for rank 0."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _barrier(dev: torch.device) -> None:
+    dist.barrier(device_ids=[dev.index]) if dev.type == "cuda" else dist.barrier()
+
+
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
-        compile: bool | str = False) -> dict[str, Any]:
+        compile: bool | str = False, distributed: bool | None = None) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, checkpointing into ``run_dir`` every epoch
     (every ``cfg.eval_every`` epochs, and after the last, when that is more than 1).
 
@@ -210,7 +271,43 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     device and reach the progress bar about twice a second; on MNIST and
     Fashion-MNIST no training step waits on the host (the MultiMNIST and
     translated-MNIST generators check their draws, which does).
+
+    Several processes: started by torchrun (``torchrun --nproc_per_node N -m
+    capsnet train ...``, its variables in the environment), every process
+    calls ``fit`` and they train as one run with ``DistributedDataParallel``
+    (NCCL on CUDA, each on ``cuda:LOCAL_RANK``; gloo on the CPU).
+    ``cfg.batch_size`` is the global batch: each optimizer step takes the
+    same examples, with the same augmentation draws, as one process would,
+    split into one contiguous slice per rank, so the weights follow the
+    one-process run to float rounding (for models with dropout, and with
+    BatchNorm on the CPU, only in distribution: see the README). Rank 0 alone evaluates,
+    writes ``run_dir`` and shows progress; every rank resumes from the same
+    checkpoint. ``distributed``: None uses the launcher when its variables are
+    set, True demands it (a ``DistributedError`` without it), False ignores
+    it. A process group the caller initialised is used and left to them;
+    one ``fit`` creates, it destroys.
     """
+    launch = launcher(required=bool(distributed)) if distributed is not False else None
+    dev = resolve_device(device)
+    if launch is None:
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None)
+    if cfg.batch_size % launch.world_size:
+        raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
+                               f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
+                               f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
+    dev, created = join(launch, dev)
+    try:
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch)
+    finally:
+        leave(created)
+
+
+def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
+         data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
+         launch: Launch | None) -> dict[str, Any]:
+    """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
+    main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
+    progress = progress and main
     run_dir = Path(run_dir)
     name = model_name(model_config)
     spec = model_spec(name)
@@ -218,7 +315,6 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if shape != input_shape(cfg.dataset):
         raise ValueError(f"{cfg.dataset} images are {input_shape(cfg.dataset)} but the model takes {shape}; build it "
                          f"with input_height and input_width {input_shape(cfg.dataset)[1]} (the CLI does so itself)")
-    dev = resolve_device(device)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
@@ -240,18 +336,25 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                               f"same settings (only --epochs may change) or use a new --out", diff)
         state = {"history": [], "best": None, **ckpt.state}
-        for stale in run_dir.glob(".*.tmp-*"):  # a write cut short by a crash
+        for stale in run_dir.glob(".*.tmp-*") if main else ():  # a write cut short by a crash
             stale.unlink(missing_ok=True)
     elif last_path.exists():
         raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
                               f"or choose another output directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.json",
-                      json.dumps({"model": name, "model_config": model_config.to_dict(), "train_config": cfg.to_dict()}, indent=2))
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
+                                                               "train_config": cfg.to_dict()}, indent=2))
 
-    # 2. Data, resident on the device.
+    # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
+    # what is missing), then the others read what it left.
+    first_here = launch is None or launch.local_rank == 0
+    if not first_here:
+        _barrier(dev)
     train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
                                            test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
+    if launch is not None and first_here:
+        _barrier(dev)
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
@@ -260,6 +363,18 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     # 3. Model and optimizer, same initial weights for the same seed.
     torch.manual_seed(cfg.seed)
     model = spec.build(model_config).to(dev)
+    if launch is not None:
+        probe_batch = make_batch(train, torch.arange(min(len(train), 2), device=dev),
+                                 _seeded_generator(cfg.seed, 0, dev), augment)
+        unreached = _freeze_unreached(model, spec.loss, probe_batch, cfg, dev)
+        if unreached:
+            log.info("parameters the loss does not reach, left out of DDP: %s", ", ".join(unreached))
+        if dev.type == "cuda":  # batch statistics over the global batch, as one process computes them
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        elif main and launch.world_size > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                                                     for m in model.modules()):
+            log.warning("%s has BatchNorm layers; on the CPU (no SyncBatchNorm) each process normalises over its own "
+                        "share of the batch, so training is not step for step that of one process", name)
     opt = make_optimizer(model, cfg, dev)
     if ckpt is not None:
         load_weights(model, ckpt)
@@ -271,11 +386,15 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     N, B = len(train), cfg.batch_size
     step, saved_epoch = state["step"], state["epoch"]  # the epoch last.safetensors holds
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
-    train_model = compile_model(model, compile)
+    W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
+    train_model = compile_model(model if launch is None else
+                                _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
     amp = autocast(dev, cfg.amp)
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
-        g = _seeded_generator(cfg.seed, epoch, dev)
+        if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
+            torch.manual_seed((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1)
+        g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
         bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
         run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
@@ -286,6 +405,13 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         for start in bar:
             idx = order[start:start + B]
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
+            weight, own = 1.0, len(y)
+            if launch is not None:  # this rank's slice of the global batch, its mean loss weighted by its share
+                lo, hi = shard(len(y), rank, W)
+                weight, own = share_weight(lo, hi, len(y), W), hi - lo
+                if own == 0:  # a last batch smaller than the ranks: a stand-in example of weight 0 keeps DDP in step
+                    lo, hi = 0, 1
+                x, y, comp = x[lo:hi], y[lo:hi], None if comp is None else comp[lo:hi]
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             with amp:
@@ -293,18 +419,23 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                                          progress=min(1.0, step / total_steps))
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if weight == 1.0 else loss * weight).backward()
             opt.step()
             step += 1
-            run_loss += loss.detach().double() * len(y)
-            run_correct += _correct(scores.detach(), y).sum()
-            seen += len(y)
+            if own:
+                run_loss += loss.detach().double() * len(y)
+                run_correct += _correct(scores.detach(), y).sum()
+                seen += len(y)
             if progress and time.monotonic() - shown > 0.5:
                 bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}")
                 shown = time.monotonic()
             if step % _CHECK_EVERY == 0:
-                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)
-        _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # before anything of this epoch is saved
+                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)
+        _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)  # before anything of this epoch is saved
+        if launch is not None:  # the epoch's sums over every rank: the one-process figures
+            totals = torch.stack([run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)])
+            dist.all_reduce(totals)
+            run_loss, run_correct, seen = totals[0], totals[1], int(totals[2].item())
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)
         bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
@@ -315,32 +446,35 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             continue
-        results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
-                                 progress=progress)
-        result = results[""]
-        for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
-            prefix = extra or held_name
-            record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
-        log.info("epoch %d: %s", epoch, record)
-        if progress:  # one readable line per epoch, with the bars
-            tqdm.write(describe_epoch(record, cfg.dataset))
-        state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                 "eval_split": held_name}
-        improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
-        if improved:
-            state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}
+        if main:  # rank 0 alone evaluates and writes; the others wait for its state below
+            results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
+                                     progress=progress)
+            result = results[""]
+            for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
+                prefix = extra or held_name
+                record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
+            log.info("epoch %d: %s", epoch, record)
+            if progress:  # one readable line per epoch, with the bars
+                tqdm.write(describe_epoch(record, cfg.dataset))
+            state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
+                     "eval_split": held_name}
+            improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
+            if improved:
+                state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}
 
-        # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
-        # history, so the two always agree whatever moment a crash strikes.
-        base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(),
-                    state=state, model_state=model.state_dict())
-        if improved:
-            save_checkpoint(best_path, Checkpoint(**base))
-        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
-                                              rng_state={"torch": torch.get_rng_state()}))
+            # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
+            # history, so the two always agree whatever moment a crash strikes.
+            base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(),
+                        state=state, model_state=model.state_dict())
+            if improved:
+                save_checkpoint(best_path, Checkpoint(**base))
+            save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
+                                                  rng_state={"torch": torch.get_rng_state()}))
+            atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+        if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
+            state = _from_main(state)
         saved_epoch = epoch
-        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
-    if ckpt is not None and state["epoch"] >= cfg.epochs:
+    if main and ckpt is not None and state["epoch"] >= cfg.epochs:
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
     return state["history"][-1] if state["history"] else {}
 

@@ -1,0 +1,161 @@
+"""Training in several processes: torchrun's variables, the process group, each rank's share of a batch.
+
+``torchrun --nproc_per_node N -m capsnet train ...`` starts N processes and
+gives each the launcher's variables (``LAUNCHER_VARIABLES``); ``capsnet.train.fit``
+reads them (``launcher``), joins the process group (``join``: NCCL on CUDA,
+each rank on ``cuda:LOCAL_RANK``, gloo on the CPU) and trains the model
+wrapped in PyTorch's ``DistributedDataParallel``, which averages the
+gradients. Nothing here talks to another process itself: the collectives are
+``torch.distributed``'s.
+
+The batch stays global: every rank draws the same seeded epoch order and
+makes the same global batch (same augmentation draws as one process), then
+trains on its own contiguous slice of it (``shard``). With the loss a mean
+over the batch and DDP's average over ranks, one step is the one-process step
+(``share_weight`` keeps this exact when the last batch does not divide evenly).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "join", "leave", "shard",
+           "share_weight", "backend_for", "rank_device"]
+
+# What torchrun (torch.distributed.run) sets in every process it starts; init_process_group("env://") reads them.
+LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+LAUNCH_HINT = ("launch with `torchrun --nproc_per_node N -m capsnet train ...` (add --nnodes, --node_rank and "
+               "--rdzv-endpoint, or --master_addr, for several machines)")
+
+
+class DistributedError(ValueError):
+    """The launcher's variables are missing, incomplete or wrong, or the devices do not fit the processes."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place among those torchrun started."""
+
+    rank: int  # 0..world_size-1, over every machine
+    world_size: int  # processes in all
+    local_rank: int  # 0..local_world_size-1 on this machine
+    local_world_size: int  # processes on this machine (torchrun's LOCAL_WORLD_SIZE; world_size when absent)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that writes checkpoints, metrics and progress."""
+        return self.rank == 0
+
+
+def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:
+    text = env[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise DistributedError(f"the launcher variable {name}={text!r} is not an integer >= {minimum}; "
+                               f"{LAUNCH_HINT} rather than setting it by hand")
+    return value
+
+
+def launcher(env: Mapping[str, str] | None = None, *, required: bool = False) -> Launch | None:
+    """This process's ``Launch`` when torchrun started it, None when none of its variables are set.
+
+    Some variables but not all, values that are not ranks, or ``required``
+    with none set: a ``DistributedError`` that names them and how to launch.
+    """
+    env = os.environ if env is None else env
+    present = [v for v in LAUNCHER_VARIABLES if env.get(v, "") != ""]
+    if not present:
+        if required:
+            raise DistributedError(f"--distributed needs the torchrun launcher, but none of its variables "
+                                   f"({', '.join(LAUNCHER_VARIABLES)}) are set; {LAUNCH_HINT}")
+        return None
+    missing = [v for v in LAUNCHER_VARIABLES if v not in present]
+    if missing:
+        raise DistributedError(f"the torchrun launcher's variables are incomplete: {', '.join(present)} "
+                               f"{'is' if len(present) == 1 else 'are'} set but {', '.join(missing)} "
+                               f"{'is' if len(missing) == 1 else 'are'} not; {LAUNCH_HINT}, or unset "
+                               f"{', '.join(present)} to train in one process")
+    world, rank, local_rank = _integer(env, "WORLD_SIZE", 1), _integer(env, "RANK", 0), _integer(env, "LOCAL_RANK", 0)
+    local_world = _integer(env, "LOCAL_WORLD_SIZE", 1) if env.get("LOCAL_WORLD_SIZE") else world
+    if rank >= world or local_rank >= local_world:
+        raise DistributedError(f"RANK={rank} and LOCAL_RANK={local_rank} must be below WORLD_SIZE={world} and "
+                               f"LOCAL_WORLD_SIZE={local_world}; {LAUNCH_HINT} rather than setting them by hand")
+    _integer(env, "MASTER_PORT", 1)
+    return Launch(rank, world, local_rank, local_world)
+
+
+def backend_for(device: torch.device) -> str:
+    """NCCL for CUDA devices, gloo for the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def rank_device(device: torch.device, launch: Launch) -> torch.device:
+    """The device of this rank: ``cuda:LOCAL_RANK`` when ``device`` is CUDA without an index, else ``device``.
+
+    An index that is not this rank's, or more processes on a machine than it
+    has GPUs, is a ``DistributedError`` (NCCL cannot share one GPU between ranks).
+    """
+    if device.type != "cuda":
+        return device
+    count = torch.cuda.device_count()
+    if launch.local_rank >= count:
+        raise DistributedError(f"LOCAL_RANK {launch.local_rank} has no GPU: this machine has {count}; start at most "
+                               f"{count} processes on it (--nproc_per_node {count}), or train on --device cpu")
+    if device.index is not None and device.index != launch.local_rank and launch.local_world_size > 1:
+        raise DistributedError(f"--device {device} puts every process on one GPU; use --device cuda (each process "
+                               f"takes cuda:LOCAL_RANK)")
+    return torch.device("cuda", launch.local_rank)
+
+
+def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
+    """Join the process group of ``launch`` on ``device``: (this rank's device, whether this call created the group).
+
+    A group the caller initialised already is used as it is (and is theirs to destroy).
+    """
+    device = rank_device(device, launch)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if dist.is_initialized():
+        if dist.get_world_size() != launch.world_size or dist.get_rank() != launch.rank:
+            raise DistributedError(f"the process group already initialised is rank {dist.get_rank()} of "
+                                   f"{dist.get_world_size()}, but the launcher says rank {launch.rank} of "
+                                   f"{launch.world_size}")
+        return device, False
+    backend = backend_for(device)
+    if backend == "nccl" and not dist.is_nccl_available():
+        raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
+                               "CUDA build of PyTorch, or train on --device cpu (gloo)")
+    dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size)
+    return device, True
+
+
+def leave(created: bool) -> None:
+    """Destroy the process group if ``join`` created it."""
+    if created and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shard(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Rank ``rank``'s slice [start, stop) of a batch of ``n``: contiguous, disjoint, covering 0..n between them.
+
+    Sizes differ by at most one, the larger first, so rank 0 always has an
+    example when ``n >= 1``; ranks past ``n`` get an empty slice.
+    """
+    return -(-rank * n // world_size), -(-(rank + 1) * n // world_size)
+
+
+def share_weight(start: int, stop: int, n: int, world_size: int) -> float:
+    """The factor on a rank's mean loss that makes DDP's average of gradients the gradient of the batch mean.
+
+    DDP averages over ranks: (1/W) sum_r grad(w_r * mean_r) equals
+    grad(mean over n) when w_r = n_r * W / n. It is exactly 1.0 when the
+    batch divides evenly; 0 for a rank with no examples.
+    """
+    return (stop - start) * world_size / n

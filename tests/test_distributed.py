@@ -1,0 +1,247 @@
+"""Training in several processes: torchrun starting 2 gloo processes on the CPU, on real MNIST.
+
+The runs go through torchrun (``python -m torch.distributed.run``, torchrun's own
+module, under this interpreter) with ``--standalone``, which rendezvouses on a
+free port of this machine, so tests running side by side do not collide.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import capsnet
+import capsnet.train
+from capsnet.checkpoint import load_checkpoint
+from capsnet.cli import main
+from capsnet.distributed import LAUNCHER_VARIABLES, shard, share_weight
+from capsnet.models import CapsNetConfig
+from capsnet.train import TrainConfig, fit
+
+SRC = str(Path(capsnet.__file__).resolve().parents[1])  # this checkout's capsnet, first on the workers' path
+TINY = ["--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--no-progress"]
+# Weights after training: two processes sum their halves' gradients in another order than one process sums the
+# batch, so they agree to float rounding, which Adam carries on. Measured: at most 2e-7 apart after one epoch, 3e-6
+# after three (as far as one process on 1 and on 2 threads). The bound is 2% of one Adam step at lr 1e-3.
+RTOL, ATOL = 0.0, 2e-5
+
+
+@pytest.fixture
+def one_thread():
+    """The one-process runs here take one thread, as each torchrun worker does: on a busy 2-core machine two
+    threads per process wait for each other many times over (20x slower measured)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _env(data_root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    return env | {"PYTHONPATH": os.pathsep.join([SRC, env.get("PYTHONPATH", "")]), "CAPSNET_DATA": str(data_root),
+                  "OMP_NUM_THREADS": "1"}  # one thread per process on this 2-core machine (torchrun's own default)
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, args)]
+
+
+def _weights_close(a: Path, b: Path) -> bool:
+    wa, wb = load_checkpoint(a, "last").model_state, load_checkpoint(b, "last").model_state
+    assert wa.keys() == wb.keys()
+    return all(torch.allclose(wa[k], wb[k], rtol=RTOL, atol=ATOL) for k in wa)
+
+
+def _metrics(run: Path) -> list[dict]:
+    """The epoch records, without the wall-clock throughput."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        assert r.pop("train_images_per_s") > 0
+    return records
+
+
+def recording(model_spec, seen: list):
+    """``model_spec`` whose losses append (what they were given, a fingerprint of each example) to ``seen``: every
+    training batch fit() takes (evaluation asks capsnet.evaluate's own model_spec, not recorded). The fingerprint
+    weighs each pixel by its position, so the same digit shifted otherwise gives another one."""
+    def spec_of(name):
+        spec = model_spec(name)
+
+        def loss(model, x, y, *rest, **kw):
+            kind = "ddp" if isinstance(model, DistributedDataParallel) else "model"  # DDP's probe: a bare copy
+            pixels = x.detach().double().flatten(1)
+            seen.append((kind, pixels @ torch.arange(1, pixels.shape[1] + 1, dtype=torch.float64)))
+            return spec.loss(model, x, y, *rest, **kw)
+        return spec._replace(loss=loss)
+    return spec_of
+
+
+# `capsnet train` with every training batch recorded, per process, into $RECORD_TO-rankR.pt.
+RECORDING = textwrap.dedent("""
+    import atexit, os, sys, torch
+    import capsnet.train as train
+    from test_distributed import recording
+
+    seen = []
+    train.model_spec = recording(train.model_spec, seen)
+    out = os.environ["RECORD_TO"] + "-rank" + os.environ["RANK"] + ".pt"
+    atexit.register(lambda: torch.save(seen, out))
+    from capsnet.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_two_gloo_processes_reach_the_weights_of_one_process_with_the_same_global_batch(tmp_path, data_root, capsys,
+                                                                                        monkeypatch, one_thread):
+    """1 epoch of 241 real digits in global batches of 32, shifted by up to 2 pixels: 7 steps of 16 examples per
+    process, then 17 examples: 9 on rank 0 and 8 on rank 1, their mean losses weighted 18/17 and 16/17."""
+    script = tmp_path / "recording.py"
+    script.write_text(RECORDING)
+    args = ["train", "--dataset", "mnist", "--epochs", "1", "--train-size", "241", "--test-size", "64", "--seed", "1",
+            *TINY]
+    env = _env(data_root) | {"RECORD_TO": str(tmp_path / "two")}
+    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)  # the recording above
+    two = subprocess.run(torchrun(script, *args, "--out", tmp_path / "two"), capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("run directory:") == 1, two.stdout  # rank 0 alone speaks
+    assert "test accuracy" in two.stdout
+    one = []  # the same command in one process, here
+    monkeypatch.setattr(capsnet.train, "model_spec", recording(capsnet.train.model_spec, one))
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert main([*args, "--out", str(tmp_path / "one"), "--data-dir", str(data_root)]) == 0, capsys.readouterr().err
+
+    # Each step, the two ranks' examples are disjoint halves whose union is the one-process batch, in order,
+    # with the same random shifts (the fingerprints are equal exactly).
+    batches = [s for _, s in one]
+    ranks = [[s for kind, s in torch.load(tmp_path / f"two-rank{r}.pt") if kind == "ddp"] for r in (0, 1)]
+    assert [len(b) for b in batches] == [32] * 7 + [17]
+    assert [len(s) for s in ranks[0]] == [16] * 7 + [9] and [len(s) for s in ranks[1]] == [16] * 7 + [8]
+    for step, batch in enumerate(batches):
+        assert torch.equal(torch.cat([ranks[0][step], ranks[1][step]]), batch), step
+
+    assert _weights_close(tmp_path / "one", tmp_path / "two")
+    a, b = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert [r["epoch"] for r in b] == [1] and b[0]["step"] == 8
+    assert b[0]["train_loss"] == pytest.approx(a[0]["train_loss"], rel=1e-5)  # summed over both ranks' examples
+    assert b[0]["train_accuracy"] == a[0]["train_accuracy"] and b[0]["test_loss"] == pytest.approx(a[0]["test_loss"])
+    assert {p.name for p in (tmp_path / "two").iterdir()} == {"best.safetensors", "last.safetensors", "config.json",
+                                                               "metrics.jsonl"}
+
+
+def _children(pid: int) -> list[int]:
+    kids = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in kids.read_text().split()] if kids.exists() else []
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((int(v[5:]) for v in env if v.startswith(b"RANK=")), None)
+
+
+TRAIN_SIZE = 161  # 5 steps of 32, then 1 example: rank 0 trains on it, rank 1 on a stand-in of weight 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker processes through /proc")
+def test_a_rank_killed_mid_run_leaves_the_last_checkpoint_and_resume_finishes_the_run(tmp_path, data_root, one_thread):
+    """kill -9 rank 1 while epoch 2 runs: torchrun stops rank 0; last.safetensors still holds a complete epoch, and
+    torchrun ... --resume trains to the end, to the weights one process reaches without interruption."""
+    run, env = tmp_path / "run", _env(data_root)
+    args = ["--dataset", "mnist", "--epochs", "3", "--train-size", str(TRAIN_SIZE), "--test-size", "32", "--seed", "2", *TINY]
+    proc = subprocess.Popen(torchrun("-m", "capsnet", "train", *args, "--out", run), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        workers = {_rank_of(p): p for p in _children(proc.pid)}
+        assert 1 in workers, f"no rank 1 among torchrun's processes {workers}: {proc.poll()}"
+        os.kill(workers[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, "training ended before the kill: make the run longer"
+    assert "exitcode  : -9" in err or "Signal 9" in err or "SIGKILL" in err, err[-3000:]
+    done = load_checkpoint(run, "last").state["epoch"]
+    assert 1 <= done < 3
+    assert [r["epoch"] for r in _metrics(run)] == list(range(1, done + 1))
+
+    again = subprocess.run(torchrun("-m", "capsnet", "train", "--out", run, "--resume", "--no-progress"),
+                           capture_output=True, text=True, timeout=300, env=env)  # the run's own settings
+    assert again.returncode == 0, again.stderr
+    assert load_checkpoint(run, "last").state["epoch"] == 3
+    assert not list(run.glob(".*.tmp-*"))
+
+    straight = tmp_path / "straight"  # the same run in one process, here
+    fit(CapsNetConfig(conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist", epochs=3, batch_size=32,
+        train_size=TRAIN_SIZE, test_size=32, seed=2), straight, device="cpu", data_root=data_root, progress=False)
+    assert _weights_close(run, straight)
+    resumed, alone = _metrics(run), _metrics(straight)
+    assert [r["epoch"] for r in resumed] == [1, 2, 3]
+    for x, y in zip(resumed, alone):
+        assert x["step"] == y["step"] and x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-4)
+
+
+def in_process(capsys, monkeypatch, env: dict[str, str], *args) -> tuple[int, str]:
+    for name in (*LAUNCHER_VARIABLES, "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env, flags, fragments", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, [],
+     ["launcher's variables are incomplete: WORLD_SIZE, RANK are set but LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not",
+      "launch with `torchrun --nproc_per_node N -m capsnet train ...`", "or unset WORLD_SIZE, RANK"]),
+    ({}, ["--distributed"], ["--distributed needs the torchrun launcher, but none of its variables",
+                             "launch with `torchrun --nproc_per_node N -m capsnet train ...`"]),
+    ({"RANK": "0", "WORLD_SIZE": "two", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}, [],
+     ["WORLD_SIZE='two' is not an integer >= 1"]),
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}, [],
+     ["RANK=2 and LOCAL_RANK=0 must be below WORLD_SIZE=2"]),
+    # every variable right, but 32 examples cannot be split among 3 processes: refused before any process waits
+    ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}, [],
+     ["--batch-size 32 is the global batch and must divide evenly among the 3 processes; use a multiple of 3, e.g. 33"]),
+])
+def test_a_bad_launch_is_one_clear_message(tmp_path, capsys, monkeypatch, env, flags, fragments):
+    code, err = in_process(capsys, monkeypatch, env, "train", "--dataset", "mnist-sample", "--epochs", "1", *TINY,
+                           *flags, "--out", tmp_path / "run")
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+
+
+def test_shards_are_disjoint_cover_the_batch_and_weigh_to_its_mean():
+    for world in range(1, 6):
+        for n in range(0, 40):
+            bounds = [shard(n, r, world) for r in range(world)]
+            assert [i for lo, hi in bounds for i in range(lo, hi)] == list(range(n))  # in order, once each
+            assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+            if n:
+                assert bounds[0][1] > bounds[0][0]  # rank 0 always has an example
+                weights = [share_weight(lo, hi, n, world) for lo, hi in bounds]
+                assert sum(weights) == pytest.approx(world)  # DDP divides by world: the batch mean
+                if n % world == 0:
+                    assert weights == [1.0] * world  # exactly: the loss is left as it is
