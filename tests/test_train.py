@@ -110,3 +110,15 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_che
     kept = load_checkpoint(tmp_path, "last")
     assert kept.state["epoch"] == 1
     assert all(torch.isfinite(t).all() for t in kept.model_state.values())
+
+
+def test_resume_takes_a_setting_typed_again_in_another_spelling(trained_run):
+    """--model-option decoder_hidden=[a, b] on a resume is the tuple the run's config holds, not a change."""
+    from capsnet.train import ResumeError, resume_configs
+
+    saved, _ = resume_configs(trained_run)
+    same = list(saved.decoder_hidden)
+    model, _ = resume_configs(trained_run, model_changes={"decoder_hidden": same})
+    assert model == saved
+    with pytest.raises(ResumeError, match="decoder_hidden differ"):
+        resume_configs(trained_run, model_changes={"decoder_hidden": same + [8]})

@@ -197,12 +197,21 @@ def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, mode
         raise ResumeError(f"{ckpt.path} holds a {ckpt.model_name!r} model, not {model!r}", ["model"])
     saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
-    clashes = ([k for k, v in model_changes.items() if getattr(saved_model, k) != v]
-               + [k for k, v in train_changes.items() if k != "epochs" and getattr(saved_train, k) != v])
+    clashes = ([k for k, v in model_changes.items() if _differs(saved_model, k, v)]
+               + [k for k, v in train_changes.items() if k != "epochs" and _differs(saved_train, k, v)])
     if clashes:
         raise ResumeError(f"{', '.join(sorted(clashes))} differ from the run in {run_dir}; a resume continues with "
                           f"the run's own settings (only epochs may change)", sorted(clashes))
     return saved_model, dataclasses.replace(saved_train, **{k: v for k, v in train_changes.items() if k == "epochs"})
+
+
+def _differs(saved: Any, field: str, value: Any) -> bool:
+    """Whether ``value`` differs from config ``saved``'s ``field`` once the config has normalised it (a JSON
+    list typed with --model-option is the tuple the config holds)."""
+    try:
+        return getattr(dataclasses.replace(saved, **{field: value}), field) != getattr(saved, field)
+    except (TypeError, ValueError):
+        return True
 
 
 class _DDP(DistributedDataParallel):
