@@ -193,6 +193,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--allocator", choices=ALLOCATORS, default="keep",
                    help="keep: glibc keeps freed memory for reuse, faster CPU training (capsnet.memory; a no-op off "
                         "glibc); default: the C library's own behaviour")
+    t.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write every evaluated epoch for TensorBoard into DIR: the metrics.jsonl numbers, "
+                        "reconstructions and a pose sweep (needs pip install tensorboard)")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--distributed", action="store_true",
@@ -381,7 +384,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if main_rank and args.resume and train.saved_epoch(out) >= train_cfg.epochs:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
-                      progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None)
+                      progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None,
+                      tensorboard=args.tensorboard)
     if not main_rank:  # rank 0 speaks for the run
         return 0
     if final:

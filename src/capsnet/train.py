@@ -260,7 +260,8 @@ def _barrier(dev: torch.device) -> None:
 
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
-        compile: bool | str = False, distributed: bool | None = None) -> dict[str, Any]:
+        compile: bool | str = False, distributed: bool | None = None,
+        tensorboard: str | os.PathLike | None = None) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, checkpointing into ``run_dir`` every epoch
     (every ``cfg.eval_every`` epochs, and after the last, when that is more than 1).
 
@@ -269,8 +270,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     the test split when there is none), ``config.json`` and ``metrics.jsonl``
     (one line per epoch). With ``resume=True`` training continues from
     ``last.safetensors`` with the run's saved configuration (``resume_configs``
-    reads it); only ``cfg.epochs`` may differ from it. Returns the final
-    epoch's metrics.
+    reads it); only ``cfg.epochs`` may differ from it. With ``tensorboard``
+    (a folder), every evaluated epoch is also written there for TensorBoard:
+    the same numbers as metrics.jsonl, reconstructions and a pose sweep
+    (``capsnet.tensorboard``). Returns the final epoch's metrics.
 
     Speed: ``cfg.amp == "bf16"`` runs the training steps under bfloat16
     autocast (evaluation stays fp32); ``compile`` compiles the model for the
@@ -299,21 +302,21 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None)
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard)
     if cfg.batch_size % launch.world_size:
         raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
     dev, created = join(launch, dev)
     try:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch)
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard)
     finally:
         leave(created)
 
 
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
-         launch: Launch | None) -> dict[str, Any]:
+         launch: Launch | None, tensorboard: str | os.PathLike | None = None) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -396,6 +399,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     step, saved_epoch = state["step"], state["epoch"]  # the epoch last.safetensors holds
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
+    board = None
+    if tensorboard is not None and main:  # the same scalars as metrics.jsonl, and images, every evaluated epoch
+        from .tensorboard import TensorBoardLogger
+
+        board = TensorBoardLogger(tensorboard, held.images)
     train_model = compile_model(model if launch is None else
                                 _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
     amp = autocast(dev, cfg.amp)
@@ -480,6 +488,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
                                                   rng_state={"torch": torch.get_rng_state()}))
             atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+            if board is not None:
+                board.log_epoch(model, record)
         if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
             state = _from_main(state)
         saved_epoch = epoch

@@ -1,0 +1,80 @@
+"""TensorBoard logging for ``capsnet train --tensorboard DIR`` (the optional ``tensorboard`` extra).
+
+Every evaluated epoch writes the same numbers as that epoch's line of
+``metrics.jsonl`` (each as a scalar named like its key, at the epoch's
+optimizer step) and, for a model with a decoder, two images of a fixed set
+of held-out examples: ``reconstructions`` (the inputs above their
+reconstructions from the predicted capsule) and ``pose_sweep`` (the first
+example's predicted capsule, one row per pose dimension moved from -0.25 to
++0.25, as the paper's Figure 4). Only rank 0 of a distributed run writes.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+__all__ = ["TensorBoardLogger", "EXAMPLES"]
+
+EXAMPLES = 8  # held-out examples drawn every epoch
+
+
+def _writer_class() -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("--tensorboard needs the tensorboard package: pip install tensorboard "
+                         "(or pip install -e '.[tensorboard]')") from None
+    return SummaryWriter
+
+
+class TensorBoardLogger:
+    """Writes one epoch at a time into ``log_dir`` (created if missing)."""
+
+    def __init__(self, log_dir: str | os.PathLike, images: torch.Tensor) -> None:
+        """``images``: the held-out examples drawn every epoch, (N, C, H, W), uint8 or float in [0, 1]."""
+        self.writer = _writer_class()(log_dir=str(log_dir))
+        self.images = images[:EXAMPLES].float().div(255.0) if not images.is_floating_point() else images[:EXAMPLES]
+
+    def log_epoch(self, model: torch.nn.Module, record: dict[str, Any]) -> None:
+        """The epoch's metrics as scalars, and its reconstructions and pose sweep where the model decodes."""
+        step = int(record["step"])
+        for key, value in record.items():
+            if key not in ("epoch", "step") and isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(key, value, step)
+        if getattr(model, "decoder", None) is not None and hasattr(model, "reconstruct"):
+            from .figures.arrays import pose_sweep, reconstructions
+
+            was_training = model.training
+            model.eval()
+            try:
+                device = next(model.parameters()).device
+                x = self.images.to(device)
+                done = reconstructions(model, x)
+                grid = torch.cat([x.cpu(), done.from_predicted.clamp(0, 1)], dim=0)  # inputs, then reconstructions
+                self.writer.add_images("reconstructions", _tile(grid, rows=2), step, dataformats="CHW")
+                sweep = pose_sweep(model, x[:1])[0]  # (dims, deltas, H, W) or (dims, deltas, C, H, W)
+                if sweep.dim() == 4:
+                    sweep = sweep.unsqueeze(2)
+                A, K = sweep.shape[:2]
+                self.writer.add_images("pose_sweep", _tile(sweep.reshape(A * K, *sweep.shape[2:]).clamp(0, 1), rows=A),
+                                       step, dataformats="CHW")
+            finally:
+                model.train(was_training)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _tile(images: torch.Tensor, rows: int, pad: int = 2) -> torch.Tensor:
+    """(N, C, H, W) images in ``rows`` rows (row-major) on a grey grid: (C, rows (H + pad) - pad, cols (W + pad) - pad)."""
+    N, C, H, W = images.shape
+    cols = -(-N // rows)
+    out = torch.full((C, rows * (H + pad) - pad, cols * (W + pad) - pad), 0.5)
+    for n in range(N):
+        r, c = divmod(n, cols)
+        out[:, r * (H + pad):r * (H + pad) + H, c * (W + pad):c * (W + pad) + W] = images[n]
+    return out

@@ -1,0 +1,56 @@
+"""capsnet train --tensorboard: the metrics.jsonl numbers as scalars, and images, every evaluated epoch."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from capsnet.cli import main
+from capsnet.tensorboard import _tile
+
+TINY_FLAGS = ["--dataset", "mnist-sample", "--epochs", "2", "--batch-size", "50", "--train-size", "200",
+              "--test-size", "100", "--conv1-channels", "16", "--primary-types", "4", "--no-progress"]
+
+
+def _events(folder):
+    acc = EventAccumulator(str(folder), size_guidance={"images": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def test_tensorboard_holds_the_metrics_and_images_of_every_epoch(tmp_path, capsys):
+    run, board = tmp_path / "run", tmp_path / "tb"
+    assert main(["train", *TINY_FLAGS, "--out", str(run), "--tensorboard", str(board)]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    acc = _events(board)
+    tags = acc.Tags()
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "test_error", "lr"):
+        events = acc.Scalars(key)
+        assert [e.step for e in events] == [r["step"] for r in records]
+        assert [e.value for e in events] == pytest.approx([r[key] for r in records], rel=1e-6)
+    assert set(tags["images"]) == {"reconstructions", "pose_sweep"}
+    shots = acc.Images("pose_sweep")
+    assert [s.step for s in shots] == [r["step"] for r in records]
+    # 16 pose dimensions by 11 deltas of 28x28 digits, 2 pixels apart
+    assert (shots[-1].height, shots[-1].width) == (16 * 30 - 2, 11 * 30 - 2)
+    recon = acc.Images("reconstructions")[-1]
+    assert (recon.height, recon.width) == (2 * 30 - 2, 8 * 30 - 2)  # 8 inputs above their reconstructions
+
+
+def test_a_model_without_decoder_gets_scalars_only(tmp_path, capsys):
+    board = tmp_path / "tb"
+    assert main(["train", *TINY_FLAGS, "--epochs", "1", "--no-decoder", "--out", str(tmp_path / "run"),
+                 "--tensorboard", str(board)]) == 0
+    tags = _events(board).Tags()
+    assert "test_accuracy" in tags["scalars"] and tags["images"] == []
+
+
+def test_tile_places_images_row_major_on_a_grey_grid():
+    images = torch.arange(6, dtype=torch.float32).view(6, 1, 1, 1) / 10  # six 1x1 images
+    grid = _tile(images, rows=2, pad=1)
+    assert grid.shape == (1, 3, 5)
+    torch.testing.assert_close(grid[0, 0, ::2], torch.tensor([0.0, 0.1, 0.2]))
+    torch.testing.assert_close(grid[0, 2, ::2], torch.tensor([0.3, 0.4, 0.5]))
+    assert grid[0, 1].eq(0.5).all() and grid[0, 0, 1] == 0.5
