@@ -3,6 +3,7 @@ machine, and no internet), checksums, downloads from a local server, bad files, 
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 import struct
 import tarfile
@@ -407,3 +408,24 @@ def test_svhn_is_a_plain_colour_task_shifted_like_mnist(svhn_root):
     shifted = TASKS["svhn"].batch(train.to("cpu"), torch.arange(4), torch.Generator().manual_seed(0),
                                   lambda images, g: images.roll(1, dims=-1))[0]
     torch.testing.assert_close(shifted, train.images[:4].float().div(255).roll(1, dims=-1))  # the run's augmentation
+
+
+def test_capsnet_train_runs_the_cifar10_model_on_cifar10_and_eval_scores_it(cifar_root, capsys):
+    from capsnet import cli
+    from capsnet.checkpoint import load_checkpoint
+
+    root, _ = cifar_root
+    out = root / "run"
+    assert cli.main(["train", "--model", "capsnet-cifar10", "--dataset", "cifar10", "--data-dir", str(root),
+                     "--epochs", "1", "--batch-size", "8", "--conv1-channels", "8", "--primary-types", "2",
+                     "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["epoch"] == 1 and 0.0 <= record["test_accuracy"] <= 1.0
+    ckpt = load_checkpoint(out, "last")
+    assert ckpt.model_name == "capsnet-cifar10" and ckpt.train_config["dataset"] == "cifar10"
+    cfg = ckpt.model_config
+    assert (cfg["in_channels"], cfg["input_height"], cfg["padding"], cfg["leaky_routing"], cfg["decoder"]) == \
+        (3, 24, "same", True, False)
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", str(out), "--data-dir", str(root), "--device", "cpu"]) == 0
+    assert "cifar10" in capsys.readouterr().out
