@@ -9,6 +9,8 @@ from capsnet.models import MODELS, create_model, model_name
 # Small sizes so each test runs in a moment; a new model adds its entry (the first test insists).
 SMALL = {
     "capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
+    "capsnet-cifar10": dict(conv1_channels=8, primary_types=2, in_channels=1),  # the tests here feed 1x28x28
+    "capsnet-svhn": dict(conv1_channels=8, primary_types=2, in_channels=1, decoder_hidden=(16, 32)),
     "baseline": dict(channels=(4, 4), hidden=(8,)),
     "em-capsnet": dict(conv1_channels=8, primary_types=4, caps1_types=4, caps2_types=4),
     "em-capsnet-small": dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4),

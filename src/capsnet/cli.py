@@ -149,8 +149,9 @@ def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
-    p.add_argument("--data-dir", default=None, help="folder holding mnist/ and fashion-mnist/ (default: $CAPSNET_DATA, "
-                                                    "else a user cache, downloading when missing)")
+    p.add_argument("--data-dir", default=None, help="folder holding one folder per data set: mnist/, fashion-mnist/, "
+                                                    "smallnorb/, cifar10/, svhn/ (default: $CAPSNET_DATA, else a user "
+                                                    "cache, downloading when missing)")
     p.add_argument("--device", default=device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

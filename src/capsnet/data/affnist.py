@@ -37,8 +37,10 @@ _MX_CELL, _MX_STRUCT, _MX_OBJECT, _MX_CHAR, _MX_SPARSE = 1, 2, 3, 4, 5
 
 
 class _Reader:
-    def __init__(self, data: bytes, order: str, where: str) -> None:
-        self.data, self.order, self.where = data, order, where
+    """Data elements of one buffer (a memoryview: payloads are views, not copies of a file of hundreds of MB)."""
+
+    def __init__(self, data: bytes | memoryview, order: str, where: str, max_size: int | None = None) -> None:
+        self.data, self.order, self.where, self.max_size = memoryview(data), order, where, max_size
 
     def fail(self, why: str) -> DataError:
         return DataError(f"{self.where} is not a readable MATLAB v5 .mat file: {why}")
@@ -60,16 +62,27 @@ class _Reader:
                 raise self.fail(f"data element at byte {pos} runs past the end (truncated file?)")
             payload = self.data[pos + 8:pos + 8 + n]
             if mtype == _MI_COMPRESSED:
-                try:
-                    inner = zlib.decompress(payload)
-                except zlib.error as e:
-                    raise self.fail(f"compressed element at byte {pos} is damaged ({e})") from None
-                sub = _Reader(inner, self.order, self.where)
+                inner = self.inflate(payload, pos)
+                sub = _Reader(inner, self.order, self.where, self.max_size)
                 yield from sub.elements(0, len(inner))
                 pos += 8 + n  # compressed elements are not padded
                 continue
             yield mtype, payload
             pos += 8 + n + (-n % 8)  # padded to 8 bytes
+
+    def inflate(self, payload: memoryview, pos: int) -> bytes:
+        """The contents of the compressed element at ``pos``, decompressed no further than ``max_size`` bytes."""
+        z = zlib.decompressobj()
+        try:
+            inner = z.decompress(payload, 0 if self.max_size is None else self.max_size + 1)
+        except zlib.error as e:
+            raise self.fail(f"compressed element at byte {pos} is damaged ({e})") from None
+        if self.max_size is not None and len(inner) > self.max_size:
+            raise self.fail(f"compressed element at byte {pos} holds more than {self.max_size:,} bytes, more than "
+                            f"the file can (a zip bomb?); decompression stopped there")
+        if not z.eof:
+            raise self.fail(f"compressed element at byte {pos} is cut short")
+        return inner
 
     def numbers(self, mtype: int, payload: bytes) -> np.ndarray:
         if mtype not in _MI:
@@ -125,8 +138,12 @@ class _Reader:
         raise self.fail(f"{kind} (in {name!r}) are not supported by this reader; install scipy and use scipy.io.loadmat")
 
 
-def read_mat(path: str | os.PathLike) -> dict[str, Any]:
-    """The variables of a MATLAB v5 .mat file: numeric arrays as numpy (MATLAB's shape), structs as dicts."""
+def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[str, Any]:
+    """The variables of a MATLAB v5 .mat file: numeric arrays as numpy (MATLAB's shape), structs as dicts.
+
+    ``max_size`` bounds each compressed element's decompressed size in bytes (a file that claims more is refused
+    as soon as it passes it); None: no bound.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -140,7 +157,7 @@ def read_mat(path: str | os.PathLike) -> dict[str, Any]:
     order = {b"IM": "<", b"MI": ">"}.get(data[126:128])
     if order is None:
         raise DataError(f"{path} is not a MATLAB v5 .mat file (no 'MATLAB 5.0 MAT-file' header with its byte-order mark)")
-    reader = _Reader(data, order, str(path))
+    reader = _Reader(data, order, str(path), max_size)
     out = {}
     for mtype, payload in reader.elements(128, len(data)):
         if mtype == _MI_MATRIX:

@@ -13,6 +13,12 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
 - ``smallnorb`` (Hinton et al. 2018, section 5): both cameras' 96x96 images
   downsampled to 48x48 and standardised per image; training takes random
   32x32 crops with random brightness and contrast, testing the centre crop;
+- ``cifar10`` (Sabour et al. 2017, section 7): 24x24 patches of the 32x32
+  images, as the authors' ``cifar10_input.py`` makes them: training takes a
+  random crop, flipped left-right half the time, with a random contrast;
+  testing the centre crop; each image then standardised;
+- ``svhn`` (section 7): the 32x32 cropped digits as they are (training
+  shifted like MNIST's), the 73,257 training digits only;
 - ``translated-mnist`` (section 5.2): training digits with their 28x28 frame
   at a uniformly random offset on a 40x40 black canvas (+-6 pixels about the
   centre), a new offset every time. Four fixed test sets from the same MNIST
@@ -52,7 +58,9 @@ import torch.nn.functional as F
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .sets import DATASETS, Dataset, load_dataset, split_validation
+from .cifar10 import load_cifar10
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
+from .svhn import load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
@@ -182,13 +190,34 @@ NORB_SIDE, NORB_CROP = 48, 32  # Hinton et al. 2018, section 5: "downsampled to 
 NORB_BRIGHTNESS, NORB_CONTRAST = 0.3, (0.7, 1.3)  # jitter in standard deviations and as a factor (the paper gives none)
 
 
-def _norb_standardised(images: torch.Tensor) -> torch.Tensor:
-    """(N, 2, 96, 96) uint8 or [0, 1] -> (N, 2, 48, 48) float, each image zero mean and unit variance."""
-    x = images.float() / 255.0 if not images.is_floating_point() else images
-    x = F.interpolate(x, size=(NORB_SIDE, NORB_SIDE), mode="area")  # (N, 2, 48, 48)
+def _standardised(x: torch.Tensor) -> torch.Tensor:
+    """Each image (N, C, H, W) to zero mean and unit variance over all its values, as
+    ``tf.image.per_image_standardization`` (the standard deviation at least 1 / sqrt(C * H * W))."""
     mean = x.mean(dim=(1, 2, 3), keepdim=True)
     std = x.std(dim=(1, 2, 3), keepdim=True, unbiased=False).clamp_min(1.0 / math.sqrt(x[0].numel()))
-    return (x - mean) / std  # as tf.image.per_image_standardization
+    return (x - mean) / std
+
+
+def _as_unit(images: torch.Tensor) -> torch.Tensor:
+    return images.float() / 255.0 if not images.is_floating_point() else images
+
+
+def _random_crops(x: torch.Tensor, crop: int, g: torch.Generator | None) -> torch.Tensor:
+    """A random ``crop`` x ``crop`` window of each image, each its own corner: (B, C, H, W) -> (B, C, crop, crop)."""
+    B, C, H, W = x.shape
+    dev = x.device
+    gen_dev = g.device if g is not None else torch.device("cpu")
+    corner = torch.randint(0, min(H, W) - crop + 1, (2, B), generator=g, device=gen_dev).to(dev)
+    r = torch.arange(crop, device=dev)
+    rows, cols = corner[0, :, None] + r, corner[1, :, None] + r  # (B, crop) each
+    return x[torch.arange(B, device=dev)[:, None, None, None], torch.arange(C, device=dev)[None, :, None, None],
+             rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def _norb_standardised(images: torch.Tensor) -> torch.Tensor:
+    """(N, 2, 96, 96) uint8 or [0, 1] -> (N, 2, 48, 48) float, each image zero mean and unit variance."""
+    x = F.interpolate(_as_unit(images), size=(NORB_SIDE, NORB_SIDE), mode="area")  # (N, 2, 48, 48)
+    return _standardised(x)  # as tf.image.per_image_standardization
 
 
 def _norb_held(digits: Dataset, size: int, extras: bool = True) -> Split:
@@ -203,16 +232,39 @@ def _norb_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Au
     x = _norb_standardised(train.images[idx])  # (B, 2, 48, 48)
     B, dev = len(idx), x.device
     gen_dev = g.device if g is not None else torch.device("cpu")
-    corner = torch.randint(0, NORB_SIDE - NORB_CROP + 1, (2, B), generator=g, device=gen_dev).to(dev)
-    r = torch.arange(NORB_CROP, device=dev)
-    rows, cols = corner[0, :, None] + r, corner[1, :, None] + r  # (B, 32) each
-    x = x[torch.arange(B, device=dev)[:, None, None, None], torch.arange(2, device=dev)[None, :, None, None],
-          rows[:, None, :, None], cols[:, None, None, :]]  # (B, 2, 32, 32), a random crop of each
+    x = _random_crops(x, NORB_CROP, g)  # (B, 2, 32, 32), a random crop of each
     u = torch.rand(2, B, 1, 1, 1, generator=g, device=gen_dev).to(dev)
     lo, hi = NORB_CONTRAST
     mean = x.mean(dim=(1, 2, 3), keepdim=True)
     x = (x - mean) * (lo + (hi - lo) * u[0]) + mean + NORB_BRIGHTNESS * (2 * u[1] - 1)  # contrast, then brightness
     return x, train.labels[idx], None
+
+
+CIFAR_SIDE, CIFAR_CROP = 32, 24  # Sabour et al. 2017, section 7: "trained ... on 24 x 24 patches of the image"
+CIFAR_CONTRAST = (0.2, 1.8)  # the authors' cifar10_input.py: tf.image.random_contrast(lower=0.2, upper=1.8)
+
+
+def _cifar_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(digits, size)
+    m = (CIFAR_SIDE - CIFAR_CROP) // 2
+    crops = [_standardised(_as_unit(d.images[k:k + 5000, :, m:m + CIFAR_CROP, m:m + CIFAR_CROP]))
+             for k in range(0, len(d), 5000)]
+    return Split(torch.cat(crops or [torch.empty(0, 3, CIFAR_CROP, CIFAR_CROP)]), d.labels, d.classes)  # centre crop
+
+
+def _cifar_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    # The authors' _distort_resize, then per-image standardisation: a random 24x24 crop, a left-right flip for half
+    # the images, a random contrast factor in 0.2..1.8 about each channel's mean. (Their random brightness, +-63 of
+    # 255, is left out: the standardisation takes the image's mean out again, so it would change nothing.)
+    x = _random_crops(_as_unit(train.images[idx]), CIFAR_CROP, g)  # (B, 3, 24, 24)
+    B, dev = len(idx), x.device
+    gen_dev = g.device if g is not None else torch.device("cpu")
+    u = torch.rand(2, B, 1, 1, 1, generator=g, device=gen_dev).to(dev)
+    x = torch.where(u[0] < 0.5, x.flip(-1), x)
+    lo, hi = CIFAR_CONTRAST
+    mean = x.mean(dim=(2, 3), keepdim=True)  # tf.image.adjust_contrast: each channel about its own mean
+    x = (x - mean) * (lo + (hi - lo) * u[1]) + mean
+    return _standardised(x), train.labels[idx], None
 
 
 _MULTI_SIDE = 28 + 2 * MULTIMNIST_SHIFT
@@ -229,6 +281,12 @@ TASKS: dict[str, Task] = {
                       num_classes=len(SMALLNORB_CLASSES), places_digits=True,
                       help="smallNORB, both cameras, 32x32 crops of the 48x48 images (Hinton et al. 2018); not "
                            "downloadable offline"),
+    "cifar10": Task("cifar10", (3, CIFAR_CROP, CIFAR_CROP), _cifar_held, _cifar_batch, places_digits=True,
+                    help="CIFAR-10, random 24x24 crops (flipped, contrast-jittered) for training, the centre crop for "
+                         "testing, each image standardised (section 7); use --model capsnet-cifar10"),
+    "svhn": Task("svhn", (3, 32, 32), _plain_held, _plain_batch,
+                 help="SVHN's cropped 32x32 digits, training on the 73,257 of train_32x32.mat (not extra), scored on "
+                      "test_32x32.mat; use --model capsnet-svhn"),
 }
 
 
@@ -276,9 +334,12 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     return Split(train.images, train.labels, train.classes), held, held_name
 
 
+_LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_svhn}  # the rest: load_dataset
+
+
 def _load(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
-    if source == "smallnorb":
-        return load_smallnorb(split, root=root, progress=progress)
+    if source in _LOADERS:
+        return _LOADERS[source](split, root=root, progress=progress)
     return load_dataset(source, split, root=root, progress=progress)
 
 

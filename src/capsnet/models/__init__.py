@@ -13,12 +13,13 @@ import torch
 from torch import nn
 
 from .baseline import BaselineCNN, BaselineCNNConfig, baseline_loss
-from .capsnet import CapsNet, CapsNetConfig, CapsNetOutput, Decoder, capsnet_loss, mask_capsules
+from .capsnet import (CapsNet, CapsNetCifar10Config, CapsNetConfig, CapsNetOutput, CapsNetSvhnConfig, Decoder, capsnet_loss,
+                      mask_capsules)
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
 
-__all__ = ["CapsNet", "CapsNetConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
+__all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
@@ -38,6 +39,8 @@ class ModelSpec(NamedTuple):
 
 MODELS: dict[str, ModelSpec] = {
     "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet"),  # Sabour et al. 2017, section 4
+    "capsnet-cifar10": ModelSpec(CapsNetCifar10Config, CapsNet, capsnet_loss, "CapsNet (CIFAR-10)"),  # section 7
+    "capsnet-svhn": ModelSpec(CapsNetSvhnConfig, CapsNet, capsnet_loss, "CapsNet (SVHN)"),  # section 7
     "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline"),  # section 5
     "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules"),  # Hinton et al. 2018
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)"),

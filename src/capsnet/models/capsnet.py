@@ -21,7 +21,9 @@ from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
 
-__all__ = ["CapsNetConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+PADDINGS = ("valid", "same")
+
+__all__ = ["PADDINGS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class CapsNetConfig:
     detach_agreement: bool = False
     decoder: bool = True
     decoder_hidden: tuple[int, ...] = (512, 1024)
+    # "valid": no padding (the paper's MNIST model, 28 -> 20 -> 6); "same": TensorFlow's SAME zero padding for Conv1
+    # and the primary capsules' convolution, out = ceil(in / stride) (the authors' CIFAR-10 command, 24 -> 24 -> 12)
+    padding: str = "valid"
 
     def __post_init__(self) -> None:
         positive = ["input_height", "input_width", "in_channels", "num_classes", "conv1_channels", "conv1_kernel",
@@ -59,6 +64,8 @@ class CapsNetConfig:
             check_range(self, name, 1, 4096 if name.startswith("input") else 100 if name == "routing_iterations"
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
+        if self.padding not in PADDINGS:
+            raise ValueError(f"{type(self).__name__}.padding must be one of {', '.join(PADDINGS)}, got {self.padding!r}")
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
@@ -82,9 +89,20 @@ class CapsNetConfig:
     def primary_grid(self) -> tuple[int, int]:
         """Height and width of the primary capsule grid (6 x 6 for MNIST)."""
         def out(n: int) -> int:
+            if self.padding == "same":
+                return -(-n // self.primary_stride)  # Conv1 keeps n, then ceil(n / stride)
             n = n - self.conv1_kernel + 1
             return (n - self.primary_kernel) // self.primary_stride + 1
         return out(self.input_height), out(self.input_width)
+
+    def same_padding(self, size: tuple[int, int], kernel: int, stride: int) -> tuple[int, int, int, int]:
+        """TensorFlow's SAME zero padding of a (H, W) input for ``F.pad``: (left, right, top, bottom), the odd pixel
+        after (right, bottom)."""
+        pads = []
+        for n in reversed(size):  # F.pad takes the last dimension first
+            total = max((-(-n // stride) - 1) * stride + kernel - n, 0)
+            pads += [total // 2, total - total // 2]
+        return tuple(pads)
 
     @property
     def num_primary(self) -> int:
@@ -100,6 +118,47 @@ class CapsNetConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CapsNetConfig":
         return config_from_dict(cls, d)
+
+
+@dataclass(frozen=True)
+class CapsNetCifar10Config(CapsNetConfig):
+    """Section 7's CIFAR-10 model, as the authors' published command trains it.
+
+    The paper: "the same architecture as the simple model we used for MNIST
+    except that there are three color channels and we used 64 different types
+    of primary capsule", trained "on 24 x 24 patches of the image" with "a
+    'none-of-the-above' category for the routing softmaxes" (an ensemble of 7
+    such models: 10.6% test error). The authors' code (tensorflow/models,
+    research/capsules) trains it with ``num_prime_capsules=64, padding=SAME,
+    leaky=true, remake=false``: the none-of-the-above category is their leaky
+    routing (a zero logit in every coupling softmax whose share goes nowhere,
+    ``leaky_routing``), the convolutions pad SAME (24x24 -> Conv1 24x24 ->
+    12x12 primary grid, 9,216 primary capsules), and there is no
+    reconstruction decoder.
+    """
+
+    input_height: int = 24
+    input_width: int = 24
+    in_channels: int = 3
+    primary_types: int = 64
+    leaky_routing: bool = True
+    decoder: bool = False
+    padding: str = "same"
+
+
+@dataclass(frozen=True)
+class CapsNetSvhnConfig(CapsNetConfig):
+    """Section 7's smaller SVHN model: "We reduced the number of first convolutional layer channels to 64, the
+    primary capsule layer to 16 6D-capsules with 8D final capsule layer at the end" (4.3% test error). The paper
+    says nothing more; the rest is the MNIST model's (decoder included), on the 32x32x3 digits."""
+
+    input_height: int = 32
+    input_width: int = 32
+    in_channels: int = 3
+    conv1_channels: int = 64
+    primary_types: int = 16
+    primary_dim: int = 6
+    digit_dim: int = 8
 
 
 class CapsNetOutput(NamedTuple):
@@ -159,6 +218,10 @@ class CapsNet(nn.Module):
                                 routing=routing, bias=cfg.routing_bias)
         self.decoder = (Decoder(cfg.num_classes * cfg.digit_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
                                 cfg.decoder_hidden) if cfg.decoder else None)
+        size = (cfg.input_height, cfg.input_width)
+        self._pads = ((cfg.same_padding(size, cfg.conv1_kernel, 1), cfg.same_padding(size, cfg.primary_kernel,
+                                                                                     cfg.primary_stride))
+                      if cfg.padding == "same" else None)  # Conv1 keeps the size, so both pad an (H, W) input
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> CapsNetOutput:
         """Classify, and reconstruct from the masked digit capsule.
@@ -189,7 +252,10 @@ class CapsNet(nn.Module):
 
         Shapes: images (B, C, H, W) -> (B, I, primary_dim), I ordered (type, row, column)
         """
-        return self.primary(F.relu(self.conv1(images)))  # conv1: (B, 256, 20, 20) for MNIST
+        if self._pads is None:
+            return self.primary(F.relu(self.conv1(images)))  # conv1: (B, 256, 20, 20) for MNIST
+        h = F.relu(self.conv1(F.pad(images, self._pads[0])))  # (B, 256, H, W)
+        return self.primary(F.pad(h, self._pads[1]))
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The digit capsule layer's routing, round by round, from one recorded pass (figures, the viewer)."""
