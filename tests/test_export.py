@@ -30,11 +30,16 @@ SMALL = {
     "efficient-capsnet": dict(decoder_hidden=(8,), input_height=14, input_width=14),
     "inverted-capsnet": dict(backbone_channels=4, primary_types=2, caps_types=2, routing_iterations=2,
                              input_height=16, input_width=16),
+    # SAME padding and the none-of-the-above (leaky) routing; no decoder
+    "capsnet-cifar10": dict(conv1_channels=4, primary_types=2, routing_iterations=2, input_height=12, input_width=12),
+    "capsnet-svhn": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
+                         input_height=20, input_width=20),
 }
 OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
     "capsnet": ("lengths", "poses", "reconstruction"), "efficient-capsnet": ("lengths", "poses", "reconstruction"),
     "em-capsnet": ("activations", "poses"), "em-capsnet-small": ("activations", "poses"),
     "inverted-capsnet": ("logits", "poses"), "baseline": ("logits",),
+    "capsnet-cifar10": ("lengths", "poses"), "capsnet-svhn": ("lengths", "poses", "reconstruction"),
 }
 
 
