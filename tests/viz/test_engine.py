@@ -62,8 +62,8 @@ def test_walk_matches_the_model(viewer: Viewer):
 def test_reconstruct_moves_only_with_the_pose(viewer: Viewer):
     w = viewer.walk(viewer.test_input(index=3))
     j = w["predicted"]
-    same = viewer.reconstruct(w["poses"][j], j)
-    assert same["reconstruction"]["data"] == w["reconstruction"]["data"]
+    same = viewer.reconstruct(w["poses"][j], j)  # the poses as sent: rounded to 6 decimals, so a pixel may
+    np.testing.assert_allclose(decode(same["reconstruction"]), decode(w["reconstruction"]), atol=1 / 255 + 1e-6)  # step
     pose = list(w["poses"][j])
     pose[5] += SWEEP_HALF_RANGE
     moved = decode(viewer.reconstruct(pose, j)["reconstruction"])
