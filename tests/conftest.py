@@ -32,3 +32,16 @@ def trained_run(tmp_path_factory, data_root) -> Path:
     fit(TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
         device="cpu", data_root=data_root, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def segmentation_run(tmp_path_factory, data_root) -> Path:
+    """A run directory of SegCaps R1 trained one epoch on 32 mnist-segmentation canvases (tested on 16 and on 16
+    out-of-distribution ones). Shared by the segmentation tests of training, evaluation, figures and the viewer:
+    treat it as read-only."""
+    from capsnet.models import SegCapsR1Config
+
+    run = tmp_path_factory.mktemp("segmentation") / "run"
+    fit(SegCapsR1Config(), TrainConfig(dataset="mnist-segmentation", epochs=1, batch_size=8, train_size=32,
+                                       test_size=16, seed=0), run, device="cpu", data_root=data_root, progress=False)
+    return run

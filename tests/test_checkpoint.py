@@ -116,3 +116,23 @@ def test_damaged_metadata_is_refused(tmp_path):
                                                                   "model_config": "{not json"})
     with pytest.raises(CheckpointError, match="damaged metadata"):
         load_checkpoint(path)
+
+
+def test_a_model_with_batch_norm_round_trips_its_integer_counter(tmp_path):
+    # batch norm's num_batches_tracked is an int64 buffer: it must load, and a float in its place must not
+    from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights, save_checkpoint
+    from capsnet.models import create_model
+
+    model = create_model("efficient-capsnet")
+    model.train()(torch.rand(2, 1, 28, 28))  # counters move
+    state = model.state_dict()
+    counters = [k for k, v in state.items() if not v.is_floating_point()]
+    assert counters and all(int(state[k]) == 1 for k in counters)
+    save_checkpoint(tmp_path / "a.safetensors", Checkpoint("efficient-capsnet", model.config.to_dict(), {}, {"epoch": 1, "step": 1}, state))
+    fresh = create_model("efficient-capsnet")
+    load_weights(fresh, load_checkpoint(tmp_path / "a.safetensors"))
+    assert all(int(fresh.state_dict()[k]) == 1 for k in counters)
+    bad = dict(state) | {counters[0]: state[counters[0]].float()}
+    save_checkpoint(tmp_path / "b.safetensors", Checkpoint("efficient-capsnet", model.config.to_dict(), {}, {"epoch": 1, "step": 1}, bad))
+    with pytest.raises(CheckpointError, match="keeps an integer count"):
+        load_weights(fresh, load_checkpoint(tmp_path / "b.safetensors"))

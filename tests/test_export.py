@@ -34,12 +34,17 @@ SMALL = {
     "capsnet-cifar10": dict(conv1_channels=4, primary_types=2, routing_iterations=2, input_height=12, input_width=12),
     "capsnet-svhn": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
                          input_height=20, input_width=20),
+    "segcaps": dict(routing_iterations=2, input_height=16, input_width=16),
+    "segcaps-r1": dict(input_height=16, input_width=16),
+    "unet": dict(base_channels=4, depth=2, input_height=16, input_width=16),
 }
 OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
     "capsnet": ("lengths", "poses", "reconstruction"), "efficient-capsnet": ("lengths", "poses", "reconstruction"),
     "em-capsnet": ("activations", "poses"), "em-capsnet-small": ("activations", "poses"),
     "inverted-capsnet": ("logits", "poses"), "baseline": ("logits",),
     "capsnet-cifar10": ("lengths", "poses"), "capsnet-svhn": ("lengths", "poses", "reconstruction"),
+    "segcaps": ("probabilities", "poses", "reconstruction"), "segcaps-r1": ("probabilities", "poses", "reconstruction"),
+    "unet": ("probabilities", "logits"),
 }
 
 

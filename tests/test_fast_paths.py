@@ -201,7 +201,12 @@ def test_cli_choices_come_from_the_registries():
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     train = {a.dest: a.choices for a in commands["train"]._actions if a.choices is not None}  # noqa: SLF001
     assert tuple(train["amp"]) == AMP_MODES and tuple(train["compile"]) == COMPILE_MODES
-    assert list(train["model"]) == list(MODELS) and list(train["dataset"]) == list(TASKS)
+    assert list(train["model"]) == list(MODELS)
+    dataset = next(a for a in commands["train"]._actions if a.dest == "dataset")  # noqa: SLF001
+    assert all(dataset.type(name) == name for name in TASKS)  # every task, and folder:DIR (checked when read)
+    assert dataset.metavar == "{" + ",".join(TASKS) + ",folder:DIR}"
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid choice: 'mnits'"):
+        dataset.type("mnits")
 
 
 def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):

@@ -208,7 +208,7 @@ def test_every_registered_capsule_model_runs_and_trains(name):  # the CNN baseli
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-@pytest.mark.parametrize("overrides", [{}, {"input_height": 36, "input_width": 40}])
+@pytest.mark.parametrize("overrides", [{}, {"input_height": 32, "input_width": 48}])
 def test_num_weights_counts_what_the_model_holds(name, overrides):
     # The count is checked against the size limit before anything is allocated, so it must be exact.
     small = {"capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),

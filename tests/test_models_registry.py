@@ -6,6 +6,8 @@ import torch
 
 from capsnet.models import MODELS, create_model, model_name
 
+CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]  # segmentation: test_models_segmentation
+
 # Small sizes so each test runs in a moment; a new model adds its entry (the first test insists).
 SMALL = {
     "capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
@@ -16,6 +18,7 @@ SMALL = {
     "em-capsnet-small": dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4),
     "efficient-capsnet": dict(decoder_hidden=(16, 32)),
     "inverted-capsnet": dict(backbone_channels=8, primary_types=4, caps_types=4),
+    "segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=2),
 }
 
 
@@ -23,7 +26,7 @@ def test_every_registered_model_has_small_sizes_here():
     assert set(SMALL) == set(MODELS)
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", CLASSIFIERS)
 def test_registered_model_trains_through_its_own_loss(name):
     torch.manual_seed(0)
     model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
@@ -37,7 +40,7 @@ def test_registered_model_trains_through_its_own_loss(name):
     assert model.config.num_weights == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", CLASSIFIERS)
 def test_registered_model_scores_an_example_the_same_in_any_batch(name):
     torch.manual_seed(1)
     model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28).eval()

@@ -263,7 +263,10 @@ def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: 
     model = spec.build(config).to(device)
     gen = torch.Generator().manual_seed(seed)
     images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen)
-    labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
+    if spec.kind == "segmentation":  # masks (B, 1, H, W), about a fifth foreground
+        labels = (torch.rand(batch_size, 1, config.input_height, config.input_width, generator=gen) > 0.8).to(torch.uint8)
+    else:
+        labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
     runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss)
     runner.time_step()
     times = [runner.time_step() for _ in range(repeats)]

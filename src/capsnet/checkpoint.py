@@ -234,7 +234,8 @@ def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     """Copy a checkpoint's weights into ``model``, after checking each against the model's own tensor.
 
     Every tensor the model has must be there, with its shape, in a floating
-    dtype (int8 weights would load silently, and wrongly) and finite; nothing
+    dtype (int8 weights would load silently, and wrongly) and finite, or an
+    integer one where the model keeps a count (batch norm's); nothing
     extra may be. A ``CheckpointError`` names the file and the first tensors at fault.
     """
     expected = model.state_dict()
@@ -250,6 +251,11 @@ def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
         if got.shape != want.shape:
             raise CheckpointError(f"{where} holds {name} of shape {tuple(got.shape)} where its configuration needs "
                                   f"{tuple(want.shape)}; it is damaged")
+        if not want.is_floating_point():  # a counter such as batch norm's num_batches_tracked: an integer
+            if got.is_floating_point() or got.dtype == torch.bool:
+                raise CheckpointError(f"{where} holds {name} as {str(got.dtype).replace('torch.', '')} where its "
+                                      f"model keeps an integer count; it is damaged")
+            continue
         if not got.is_floating_point():
             raise CheckpointError(f"{where} holds {name} as {str(got.dtype).replace('torch.', '')}, not floating "
                                   f"point; save the weights in float32 (or float16/bfloat16)")

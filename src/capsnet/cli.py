@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import TASKS, input_shape, task
+from .data.tasks import FOLDER_PREFIX, TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -60,6 +60,14 @@ _positive_int = _number(int, minimum=1)
 _nonneg_int = _number(int, minimum=0)
 _positive_float = _number(float, minimum=0, strict=True)
 _nonneg_float = _number(float, minimum=0)
+
+
+def _dataset(value: str) -> str:
+    """A registered data set's name, or folder:DIR (checked when it is read)."""
+    if value in TASKS or (value.startswith(FOLDER_PREFIX) and len(value) > len(FOLDER_PREFIX)):
+        return value
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
+                                     f"{FOLDER_PREFIX}DIR for your own images and masks)")
 
 
 def _field_flag(parser: argparse.ArgumentParser, flag: str, config: type, field: str, help: str, **kw: Any) -> None:
@@ -160,7 +168,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
                    help="; ".join(f"{n}: {spec.title}" for n, spec in MODELS.items()) + " (default: capsnet)")
     _field_flag(t, "--dataset", TrainConfig, "dataset", "data set; mnist-sample ships with capsnet, offline; " +
-                "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help), choices=list(TASKS))
+                "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help) + f"; {FOLDER_PREFIX}DIR: your own "
+                "segmentation data, PNG images in DIR/images and masks of the same names in DIR/masks (README, "
+                "'Segmentation')", type=_dataset, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}")
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
@@ -211,7 +221,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
     e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
-    e.add_argument("--dataset", choices=list(TASKS), default=None, help="test set (default: the one it was trained on)")
+    e.add_argument("--dataset", type=_dataset, default=None, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}",
+                   help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
                    help="evaluate on the first this many test examples (0: all; multimnist: the first this many "
                         "of the 10,000 fixed test pairs)")
@@ -341,7 +352,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     launch = launcher(required=args.distributed)  # None: one process, as always
     main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
-    chosen = model or "capsnet"
+    dataset = getattr(args, "dataset", TrainConfig.dataset)
+    segmenting = task(dataset).kind == "segmentation"
+    chosen = model or ("segcaps" if segmenting else "capsnet")
     typed = _typed(args, _MODEL_FIELDS)
     for owner in MODELS:  # flags for fields the chosen model lacks, grouped by the first model that has them
         foreign = sorted(_flag(f) for f in typed if f not in _fields(chosen) and f in _fields(owner))
@@ -356,10 +369,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.parser.error(f"--model-option {', '.join(unknown)}: not a field of {chosen}; its fields are "
                           f"{', '.join(sorted(_fields(chosen)))}")
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
-    dataset = train_changes.get("dataset", TrainConfig.dataset)
     if task(dataset).places_digits and "shift" in train_changes:
         args.parser.error(f"--shift does not apply to --dataset {dataset}, which makes its training images itself")
-    out = Path(args.out or f"runs/{dataset}" + ("-baseline" if chosen == "baseline" else ""))
+    if not args.resume and model_spec(chosen).kind != task(dataset).kind:
+        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a "
+                          f"{task(dataset).kind} data set; " + ("use --model segcaps, segcaps-r1 or unet" if segmenting
+                                                                 else "choose a classification model"))
+    stem = f"folder-{Path(dataset[len(FOLDER_PREFIX):]).name}" if dataset.startswith(FOLDER_PREFIX) else dataset
+    out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else f"-{chosen}" if segmenting else ""))
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         try:
             model_cfg, train_cfg = train.resume_configs(out, model=model, model_changes=model_changes,
@@ -461,7 +478,11 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
                        compile=args.compile or False)
-    print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_table(rows))
+    if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
+        rows.append(ex.otsu_row(runs[0].dataset, test_size=train.test_size, root=args.data_dir))
+        ex.write_results(rows, out, args.command_line)
+    print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_segmentation_table(rows)
+          if args.name == "segmentation" else ex.format_table(rows))
     if less:
         from .figures import save_figure
 

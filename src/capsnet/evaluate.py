@@ -18,11 +18,12 @@ from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without i
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
-from .data.tasks import Split, input_shape, load_test
+from .data.tasks import Split, input_shape, load_test, task
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
 
-__all__ = ["EvalResult", "PairEvalResult", "evaluate", "evaluate_pairs", "evaluate_split", "load_model",
+__all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "evaluate_pairs", "evaluate_segmentation",
+           "evaluate_split", "load_model",
            "CheckpointEvaluation", "evaluate_checkpoint"]
 
 
@@ -44,6 +45,24 @@ class PairEvalResult:
     loss: float
     accuracy: float  # fraction of pairs whose two longest capsules are exactly their two labels
     error: float  # the paper's MultiMNIST error, 1 - accuracy
+
+
+@dataclass
+class SegEvalResult:
+    """A segmentation model on a split: per-image Dice and IoU of the mask predicted at probability > 0.5."""
+
+    loss: float
+    dice: float  # mean over the images of 2 |P & T| / (|P| + |T|) (1 where both are empty)
+    iou: float  # mean over the images of |P & T| / |P | T| (1 where both are empty)
+    pixel_accuracy: float
+
+    @property
+    def accuracy(self) -> float:  # what chooses the best checkpoint and fills metrics' *_accuracy: the Dice
+        return self.dice
+
+    @property
+    def error(self) -> float:
+        return 1.0 - self.dice
 
 
 def _loss_of(model: nn.Module):
@@ -103,10 +122,40 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     return PairEvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc)
 
 
+def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.Tensor, *, batch_size: int = 64,
+                          recon_weight: float = 0.0005, progress: bool = False) -> SegEvalResult:
+    """Loss, Dice, IoU and pixel accuracy of a segmentation model on a split (the mask: probability > 0.5).
+
+    Shapes: images (N, C, H, W) float in [0, 1]; masks (N, 1, H, W) 0/1.
+    """
+    loss_fn = _loss_of(model)
+    was_training = model.training
+    model.eval()
+    n = len(masks)
+    sums = torch.zeros(4, dtype=torch.float64, device=images.device)  # loss, dice, iou, pixel accuracy
+    with torch.inference_mode():
+        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+            x, m = images[start:start + batch_size], masks[start:start + batch_size]
+            loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
+            pred, truth = (p > 0.5).flatten(1), (m > 0).flatten(1)  # (b, H*W)
+            inter = (pred & truth).sum(1).double()
+            total, union = pred.sum(1).double() + truth.sum(1).double(), (pred | truth).sum(1).double()
+            dice = torch.where(total > 0, 2 * inter / total.clamp_min(1), torch.ones_like(inter))
+            iou = torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(inter))
+            right = (pred == truth).double().mean(1)
+            sums += torch.stack([loss.double() * len(m), dice.sum(), iou.sum(), right.sum()])
+    model.train(was_training)
+    loss, dice, iou, right = (sums / max(n, 1)).tolist()
+    return SegEvalResult(loss, dice, iou, right)
+
+
 def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
                    progress: bool = False) -> dict[str, EvalResult | PairEvalResult]:
     """Score a split (on the model's device, images float) and its extra sets: {"": result, "affine": result, ...}."""
-    def one(sp: Split) -> EvalResult | PairEvalResult:
+    def one(sp: Split) -> EvalResult | PairEvalResult | SegEvalResult:
+        if sp.labels.dim() == 4:  # masks
+            return evaluate_segmentation(model, sp.images, sp.labels, batch_size=min(batch_size, 64),
+                                         recon_weight=recon_weight, progress=progress)
         if sp.labels.dim() == 2:
             return evaluate_pairs(model, sp.images, sp.labels, sp.components, batch_size=batch_size,
                                   recon_weight=recon_weight, progress=progress)
@@ -163,6 +212,14 @@ class CheckpointEvaluation:
                "accuracy": r.accuracy, "error": r.error, "loss": r.loss}
         if isinstance(r, PairEvalResult):
             return out | {"metric": "top-2 exact match"}
+        if isinstance(r, SegEvalResult):  # accuracy and error above are the Dice and 1 - Dice
+            def seg(er: SegEvalResult) -> dict[str, Any]:
+                return {"dice": er.dice, "iou": er.iou, "pixel_accuracy": er.pixel_accuracy, "loss": er.loss}
+            out |= {"metric": "Dice"} | seg(r) | self._described("")
+            for name, er in self.results.items():
+                if name:
+                    out[name] = {"images": self.extra_sizes[name], **seg(er)} | self._described(name)
+            return out
         out |= self._described("")
         for name, er in self.results.items():
             if name:
@@ -183,6 +240,8 @@ class CheckpointEvaluation:
     def format(self) -> str:
         """The table ``capsnet eval`` prints."""
         r = self.results[""]
+        if isinstance(r, SegEvalResult):
+            return "\n".join(self._segmentation_table())
         pairs = isinstance(r, PairEvalResult)
         lines = [f"checkpoint {self.checkpoint.path} (epoch {self.checkpoint.state.get('epoch')}), {self.dataset} "
                  f"test set, {self.images} {'pairs' if pairs else 'images'}"]
@@ -205,6 +264,17 @@ class CheckpointEvaluation:
         for i, acc in enumerate(r.per_class_accuracy):
             lines.append(f"{i:>5}  {acc:8.4f}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
         return "\n".join(lines)
+
+    def _segmentation_table(self) -> list[str]:
+        """One line per test set: images, Dice, IoU, pixel accuracy, how it was made."""
+        lines = [f"checkpoint {self.checkpoint.path} (epoch {self.checkpoint.state.get('epoch')}), {self.dataset}",
+                 f"{'test set':<10}  {'images':>6}    Dice     IoU  pixel acc.  how made"]
+        for name, er in self.results.items():
+            size = self.extra_sizes.get(name, self.images)
+            lines.append(f"{self.label(name):<10}  {size:>6}  {er.dice:6.4f}  {er.iou:6.4f}  {er.pixel_accuracy:10.4f}  "
+                         f"{self.titles.get(name, '')}")
+        lines.append("(the mask predicted where the probability exceeds 0.5; Dice and IoU are means over the images)")
+        return lines
 
     def _sets_table(self) -> list[str]:
         """One line per test set: its size, accuracy, where its digits sit and how it was made."""
@@ -236,14 +306,25 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
     name = dataset or train_config.get("dataset", "mnist")
     cfg = model.config
     shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    kind = model_spec(ckpt.model_name).kind
+    if task(name).kind != kind:
+        raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a {kind} model "
+                         f"({ckpt.model_name}); evaluate it on a {kind} data set")
     if input_shape(name) != shape:
-        raise ValueError(f"{name} images are {input_shape(name)} but the checkpoint's model takes {shape}")
+        what = (f"{input_shape(name)[0]}-channel images but the checkpoint's model was trained on {shape[0]}-channel "
+                f"ones" if input_shape(name)[0] != shape[0] else f"images {input_shape(name)} but the checkpoint's "
+                f"model takes {shape}")
+        raise ValueError(f"{name} has {what}; evaluate it on data of the shape it was trained on, or train a model "
+                         f"for this data")
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
     split = load_test(name, size=test_size, root=root, progress=progress)
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
     sizes = {extra: len(s) for extra, s in split.extra.items()}
+    if split.labels.dim() == 4:  # segmentation: say how each set was made
+        titles = {extra: s.title for extra, s in ({"": split} | split.extra).items() if s.title}
+        return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles)
     described = bool(split.extra or affnist) and split.labels.dim() == 1  # several single-digit sets to tell apart
     sets = {"": split} | split.extra if described else {}
     titles = {extra: s.title for extra, s in sets.items() if s.title}

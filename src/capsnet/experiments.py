@@ -14,6 +14,12 @@ Sabour, Frosst and Hinton (NIPS 2017):
   paper's learning rate and augmentation (``RECIPES``), over several seeds:
   final-epoch test error (mean and spread), weights, training images/s and
   the peak tensor memory of a training step.
+- ``segmentation`` (LaLonde and Bagci 2018, on ``mnist-segmentation``):
+  SegCaps and the U-Net through the same loop, data and budget: final-epoch
+  Dice and IoU on the fixed test canvases and on the out-of-distribution set,
+  weights, training images/s and the peak memory of a training step, beside
+  an Otsu threshold of each test image (no training), which shows the task
+  is not trivial.
 - ``less-data``: MNIST test error from nested training subsets of 500, 1,000,
   5,000, 10,000 and 60,000 digits under one seed. Budget rule: every run, of
   either model, takes the same number of optimizer steps (``steps``), so a
@@ -38,11 +44,12 @@ from .models import MODELS, model_spec
 from .train import TrainConfig, fit
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan",
-           "format_table", "format_routing_table", "plot_less_data"]
+           "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
+           "format_segmentation_table"]
 
 # name -> data sets
 EXPERIMENTS = {"multimnist": ("multimnist",), "affine": ("translated-mnist",), "less-data": ("mnist",),
-               "routing": ("mnist", "fashion-mnist")}
+               "routing": ("mnist", "fashion-mnist"), "segmentation": ("mnist-segmentation",)}
 # one model per routing algorithm (em-capsnet, the paper's smallNORB size, is several times slower on a CPU)
 ROUTING_MODELS = ("capsnet", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet")
 # each model's paper: its learning rate and augmentation (training settings the routing experiment changes)
@@ -52,6 +59,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
 COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
+SEGMENTATION_MODELS = ("segcaps", "unet")  # LaLonde and Bagci compare SegCaps with the U-Net
 
 # The paper's figures, for the tables (percent).
 PAPER = {
@@ -88,7 +96,8 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
-    models = list(models if models is not None else ROUTING_MODELS if name == "routing" else COMPARED)
+    models = list(models if models is not None else ROUTING_MODELS if name == "routing" else
+                  SEGMENTATION_MODELS if name == "segmentation" else COMPARED)
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
@@ -109,6 +118,10 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
                     out / d / f"{m}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     dataset = EXPERIMENTS[name][0]
+    wrong = [m for m in models if model_spec(m).kind != task(dataset).kind]
+    if wrong:
+        raise ValueError(f"the {name} experiment needs {task(dataset).kind} models; {', '.join(wrong)} "
+                         f"{'is' if len(wrong) == 1 else 'are'} not")
     configs = {m: sized(m, dataset) for m in models}
     base = replace(train, dataset=dataset)
     runs = []
@@ -163,7 +176,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
                "run_dir": str(run.run_dir)}
-        if run.experiment == "routing":
+        if run.experiment in ("routing", "segmentation"):
             key = (run.model, run.dataset)
             if key not in memory:
                 from .bench import measure_training
@@ -210,6 +223,40 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def otsu_row(dataset: str, *, test_size: int = 0, root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The Otsu-threshold baseline on ``dataset``'s test split and its extra sets: each image's own threshold
+    (Otsu 1979), no training; the same Dice and IoU as the models' (means over the images)."""
+    from .data.segmentation import dice_iou, otsu_masks
+    from .data.tasks import load_test
+
+    split = load_test(dataset, size=test_size, root=root, progress=False).to("cpu")
+    row: dict[str, Any] = {"experiment": "segmentation", "model": "otsu", "dataset": dataset, "weights": 0}
+    for key, sp in {"test": split, **split.extra}.items():
+        dice, iou = dice_iou(otsu_masks(sp.images), sp.labels)
+        row |= {f"{key}_dice": dice.mean().item(), f"{key}_iou": iou.mean().item()}
+    return row
+
+
+def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The segmentation experiment's table: final-epoch Dice and IoU on the test and out-of-distribution canvases,
+    weights, training images/s and peak MB of a step, one line per model (Otsu's threshold: no training)."""
+    head = ["model", "weights", "epochs", "steps", "test Dice", "test IoU", "OOD Dice", "OOD IoU", "train images/s",
+            "peak MB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(r: dict[str, Any], key: str) -> str:
+        return f"{r[key]:.4f}" if key in r else "-"
+
+    for r in rows:
+        title = MODELS[r["model"]].title if r["model"] in MODELS else "Otsu threshold (no training)"
+        lines.append("| " + " | ".join([
+            title, f"{r['weights']:,}", str(r.get("epochs", "-")), f"{r['step']:,}" if "step" in r else "-",
+            cell(r, "test_dice"), cell(r, "test_iou"), cell(r, "ood_dice"), cell(r, "ood_iou"),
+            f"{r['train_images_per_s']:.1f}" if "train_images_per_s" in r else "-",
+            f"{r['peak_mem_mb']:.0f}" if r.get("peak_mem_mb") is not None else "-"]) + " |")
+    return "\n".join(lines)
+
+
 def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
     """The routing experiment's table: per model and data set, the final-epoch test error over the seeds
     (mean, and the spread min-max), weights, training images/s (final epoch, mean) and peak MB of a step."""
@@ -234,7 +281,9 @@ def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, comman
     """results.json (the rows and the command) and results.md (the table) in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    table = format_routing_table(rows) if rows and rows[0]["experiment"] == "routing" else format_table(rows)
+    kind = rows[0]["experiment"] if rows else ""
+    table = (format_routing_table(rows) if kind == "routing" else format_segmentation_table(rows)
+             if kind == "segmentation" else format_table(rows))
     atomic_write_text(out / "results.json", json.dumps({"command": command, "rows": list(rows)}, indent=1) + "\n")
     atomic_write_text(out / "results.md", f"`{command}`\n\n{table}\n")
     return out / "results.md"

@@ -15,10 +15,14 @@ capsnet, efficient-capsnet            lengths (B, K), poses (B, K, D), reconstru
 em-capsnet, em-capsnet-small          activations (B, K), poses (B, K, 16)
 inverted-capsnet                      logits (B, K), poses (B, K, 16)
 baseline                              logits (B, K)
+segcaps, segcaps-r1                   probabilities (B, 1, H, W), poses (B, 1, 16, H, W),
+                                      reconstruction (B, C, H, W) (masked by the prediction)
+unet                                  probabilities (B, 1, H, W), logits (B, 1, H, W)
 ====================================  ==============================================================
 
 The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training.
-The first output's largest entry is the predicted class in every model.
+The first output's largest entry is the predicted class in every classifier; a segmentation model's first
+output is the foreground probability of every pixel (the mask: above 0.5).
 
 The graph holds plain tensor operations: tracing runs inside
 ``capsnet.routing.plain_routing()``, so ``DenseCaps`` routes its votes
@@ -48,7 +52,7 @@ import torch
 from torch import nn
 
 from .checkpoint import Checkpoint, atomic_write_bytes
-from .models import CapsNetOutput, EMCapsNetOutput, MODELS, model_name
+from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing
 
@@ -73,6 +77,8 @@ _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
     CapsNetOutput: (("lengths", "lengths"), ("poses", "poses"), ("reconstruction", "reconstructions")),
     EMCapsNetOutput: (("activations", "activations"), ("poses", "poses")),
     InvertedCapsNetOutput: (("logits", "logits"), ("poses", "poses")),
+    SegCapsOutput: (("probabilities", "probabilities"), ("poses", "poses"), ("reconstruction", "reconstructions")),
+    UNetOutput: (("probabilities", "probabilities"), ("logits", "logits")),
 }
 
 

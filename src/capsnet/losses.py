@@ -1,10 +1,11 @@
-"""Losses of capsule networks (Sabour et al. 2017, sections 3 and 4.1)."""
+"""Losses of capsule networks (Sabour et al. 2017, sections 3 and 4.1) and of segmentation (SegCaps, U-Net)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["margin_loss", "reconstruction_loss", "spread_loss", "multi_hot"]
+__all__ = ["margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "segmentation_loss",
+           "soft_dice"]
 
 
 def margin_loss(
@@ -99,3 +100,54 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     gap = activations.unsqueeze(1) - activations.unsqueeze(2)  # gap[b, t, i] = a_i - a_t, (B, J, J)
     pairs = T.unsqueeze(2) * (1.0 - T).unsqueeze(1)  # t a target, i not one, (B, J, J)
     return (pairs * F.relu(margin + gap).pow(2)).sum(dim=(1, 2)).mean()
+
+
+# "bce": binary cross-entropy per pixel; "weighted-bce": the foreground pixels weighted by the batch's
+# background-to-foreground ratio (SegCaps' code weights by the training set's ratio); "dice": 1 - soft Dice;
+# "bce+dice": their sum (the default of the segmentation models: the metric is Dice, BCE keeps every pixel's
+# gradient alive).
+SEGMENTATION_LOSSES = ("bce", "weighted-bce", "dice", "bce+dice")
+_P_EPS = 1e-6  # probabilities are kept in [eps, 1 - eps] for the logarithms
+
+
+def soft_dice(probabilities: torch.Tensor, masks: torch.Tensor, *, smooth: float = 1.0) -> torch.Tensor:
+    """Per-example soft Dice ``(2 sum(p m) + smooth) / (sum(p) + sum(m) + smooth)``: (B,) in (0, 1].
+
+    Shapes: probabilities (B, 1, H, W) in [0, 1]; masks (B, 1, H, W) 0/1
+    """
+    p, m = probabilities.flatten(1), masks.to(probabilities.dtype).flatten(1)  # (B, H*W)
+    return (2 * (p * m).sum(1) + smooth) / (p.sum(1) + m.sum(1) + smooth)
+
+
+def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: str = "bce+dice", *,
+                      logits: torch.Tensor | None = None) -> torch.Tensor:
+    """A segmentation loss of ``SEGMENTATION_LOSSES``, averaged over the batch.
+
+    The capsule models give probabilities (a capsule's length, in [0, 1)), a
+    CNN gives ``logits`` too, from which the cross-entropy is computed
+    exactly (no clamping).
+
+    Shapes: probabilities (B, 1, H, W); masks (B, 1, H, W) 0/1 (any dtype); logits as probabilities or None;
+    returns ()
+    """
+    if kind not in SEGMENTATION_LOSSES:
+        raise ValueError(f"unknown segmentation loss {kind!r}; valid values are {', '.join(SEGMENTATION_LOSSES)}")
+    if probabilities.shape != masks.shape:
+        raise ValueError(f"probabilities {tuple(probabilities.shape)} and masks {tuple(masks.shape)} must have one shape")
+    m = masks.to(probabilities.dtype)
+    loss = probabilities.new_zeros(())
+    if kind in ("bce", "weighted-bce", "bce+dice"):
+        if kind == "weighted-bce":  # background / foreground pixels, at least 1 (an empty batch weighs nothing extra)
+            fg = m.sum()
+            pos_weight = ((m.numel() - fg) / fg.clamp_min(1)).clamp_min(1).detach()
+        else:
+            pos_weight = None
+        if logits is not None:
+            loss = loss + F.binary_cross_entropy_with_logits(logits, m, pos_weight=pos_weight)
+        else:
+            p = probabilities.clamp(_P_EPS, 1 - _P_EPS)
+            w = 1.0 if pos_weight is None else pos_weight
+            loss = loss - (w * m * torch.log(p) + (1 - m) * torch.log1p(-p)).mean()
+    if kind in ("dice", "bce+dice"):
+        loss = loss + (1 - soft_dice(probabilities, m)).mean()
+    return loss

@@ -35,7 +35,7 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
                          save_checkpoint)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
-from .data.tasks import TASKS, input_shape, load_training
+from .data.tasks import FOLDER_PREFIX, TASKS, input_shape, load_training, task
 from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .models import MODELS, model_name, model_spec
@@ -68,7 +68,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
-        if self.dataset not in TASKS:
+        if self.dataset not in TASKS and not self.dataset.startswith(FOLDER_PREFIX):
             raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}")
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
             if getattr(self, name) < 1:
@@ -128,7 +128,12 @@ def _load_optimizer_state(opt: torch.optim.Adam, saved: dict[str, Any]) -> None:
 
 
 def _correct(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(B,) bool: argmax right, or for pairs the paper's top-2 rule (both longest capsules are the labels)."""
+    """(B,) how right each example is, 0..1: argmax right, or for pairs the paper's top-2 rule (both longest
+    capsules are the labels), or for masks (B, 1, H, W) the Dice of the mask predicted at probability > 0.5."""
+    if labels.dim() == 4:
+        pred, truth = (scores > 0.5).flatten(1), (labels > 0).flatten(1)  # (B, H*W)
+        total = (pred.sum(1) + truth.sum(1)).double()
+        return torch.where(total > 0, 2 * (pred & truth).sum(1).double() / total.clamp_min(1), 1.0)
     return top2_correct(scores, labels) if labels.dim() == 2 else scores.argmax(1) == labels
 
 
@@ -323,6 +328,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     run_dir = Path(run_dir)
     name = model_name(model_config)
     spec = model_spec(name)
+    kind = task(cfg.dataset).kind
+    if spec.kind != kind:
+        raise ValueError(f"{name} is a {spec.kind} model but {cfg.dataset} is a {kind} data set; choose a "
+                         f"{spec.kind} data set or a {kind} model")
     shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
     if shape != input_shape(cfg.dataset):
         raise ValueError(f"{cfg.dataset} images are {input_shape(cfg.dataset)} but the model takes {shape}; build it "
@@ -370,7 +379,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
-    make_batch, augment = TASKS[cfg.dataset].batch, augmentation(cfg.augment, cfg.shift)
+    make_batch, augment = task(cfg.dataset).batch, augmentation(cfg.augment, cfg.shift)
 
     # 3. Model and optimizer, same initial weights for the same seed.
     torch.manual_seed(cfg.seed)
@@ -415,7 +424,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         order = torch.randperm(N, generator=g, device=dev)
         bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
         run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
-        run_correct = torch.zeros((), dtype=torch.int64, device=dev)
+        run_correct = torch.zeros((), dtype=torch.float64, device=dev)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         seen, shown = 0, time.monotonic()
         started = shown
@@ -470,6 +479,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
                 prefix = extra or held_name
                 record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
+                if hasattr(r, "iou"):  # segmentation: accuracy is the Dice
+                    record |= {f"{prefix}_dice": r.dice, f"{prefix}_iou": r.iou}
             log.info("epoch %d: %s", epoch, record)
             if progress:  # one readable line per epoch, with the bars
                 tqdm.write(describe_epoch(record, cfg.dataset))
@@ -509,7 +520,11 @@ def describe_epoch(record: dict[str, Any], dataset: str) -> str:
     split = "val" if "val_accuracy" in record else "test"
     if f"{split}_accuracy" not in record:
         return f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} (not evaluated)"
-    what = TASKS[dataset].metric
+    what = task(dataset).metric
+    if f"{split}_dice" in record:  # segmentation: Dice and IoU of each split
+        sets = [split] + [k[:-len("_dice")] for k in record if k.endswith("_dice") and k != f"{split}_dice"]
+        scored = ", ".join(f"{name} Dice {record[f'{name}_dice']:.4f} IoU {record[f'{name}_iou']:.4f}" for name in sets)
+        return f"epoch {record['epoch']}: {scored}, train loss {record['train_loss']:.4f}"
     others = [k[:-len("_accuracy")] for k in record if k.endswith("_accuracy") and k not in
               (f"{split}_accuracy", "train_accuracy")]  # extra test sets, e.g. translated MNIST's affine ones
     extra = "".join(f", {name} {record[f'{name}_accuracy']:.4f}" for name in others)

@@ -148,7 +148,7 @@ class Dataset:
 
     Shapes:
         images: (N, 1, H, W) uint8, 0..255 (H = W = 28 for the sets here)
-        labels: (N,) int64, indices into ``classes``
+        labels: (N,) int64, indices into ``classes``; or masks (N, 1, H, W) uint8 0/1 (a segmentation set)
     """
 
     name: str
@@ -160,10 +160,10 @@ class Dataset:
     def __post_init__(self) -> None:
         if self.images.dim() != 4:
             raise ValueError(f"images must be (N, C, H, W), got shape {tuple(self.images.shape)}")
-        if self.labels.shape != self.images.shape[:1]:
+        if self.labels.shape[:1] != self.images.shape[:1] or (self.labels.dim() > 1 and self.labels.dim() != 4):
             raise ValueError(
-                f"labels must be ({self.images.shape[0]},) to match the images, "
-                f"got shape {tuple(self.labels.shape)}"
+                f"labels must be ({self.images.shape[0]},), or masks ({self.images.shape[0]}, 1, H, W), to match the "
+                f"images, got shape {tuple(self.labels.shape)}"
             )
 
     def __len__(self) -> int:

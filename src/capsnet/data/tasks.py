@@ -38,6 +38,20 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
   transforms, digit for digit, and ``translated_anywhere`` the same placement
   draws as ``affine``.
 
+- ``mnist-segmentation`` (SegCaps, LaLonde and Bagci 2018, on a task made
+  from MNIST): 64x64 canvases, each with one target digit (random rotation,
+  scale and position) among clutter (fragments of other digits, noise, a
+  background gradient); the mask is the target digit's pixels. Training
+  canvases are drawn on the fly from the training digits; the test set is
+  10,000 canvases of the test digits under ``TEST_SEED``, with an
+  out-of-distribution set ``ood`` (larger rotations and scales) beside it
+  (``segmentation.py`` has the rules);
+- ``folder:DIR``: the user's own segmentation data, PNG images in
+  ``DIR/images`` and masks (0/1 or 0/255) of the same names in
+  ``DIR/masks``; held-out pairs in ``DIR/test/images`` and ``DIR/test/masks``
+  when that folder exists, else a fixed 20% of the pairs (drawn under
+  ``TEST_SEED``) held out of training.
+
 ``nested_subset`` gives the "learning from less data" training subsets: the
 first ``size`` indices of one seeded permutation, so for one seed the subsets
 of 500, 1,000, 5,000, 10,000 and 60,000 examples are nested.
@@ -47,6 +61,7 @@ line here.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -57,14 +72,18 @@ import torch.nn.functional as F
 
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
+from .idx import DataError
 from .sets import DATASETS, Dataset, load_dataset, split_validation
 from .cifar10 import load_cifar10
+from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
+                           segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .svhn import load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
-           "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test"]
+           "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
+           "SEGMENTATION_CLASSES", "load_folder"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -78,7 +97,8 @@ class Split:
     """Images to train on or score, with what scoring them needs.
 
     images: (N, C, H, W), uint8 0..255 as loaded or float in [0, 1] as generated.
-    labels: (N,) int64 classes, or (N, 2) for MultiMNIST pairs (scored top-2).
+    labels: (N,) int64 classes, or (N, 2) for MultiMNIST pairs (scored top-2), or (N, 1, H, W) uint8 0/1 masks
+        (segmentation: scored by Dice and IoU).
     classes: the class names.
     components: (N, 2, C, H, W) each digit of a pair alone (reconstruction targets), or None.
     extra: more test sets scored alike, by name (translated MNIST's "affine", ...).
@@ -96,10 +116,11 @@ class Split:
         return self.labels.shape[0]
 
     def to(self, device: str | torch.device) -> "Split":
-        """On ``device``, images as float in [0, 1] and labels as int64 (extra sets too)."""
+        """On ``device``, images as float in [0, 1] and labels as int64, masks as uint8 (extra sets too)."""
         images = self.images.to(device)
         images = images.float() if images.is_floating_point() else images.float().div_(255.0)
-        return Split(images, self.labels.to(device).long(), self.classes,
+        labels = self.labels.to(device)
+        return Split(images, labels if labels.dim() == 4 else labels.long(), self.classes,
                      None if self.components is None else self.components.to(device),
                      {name: s.to(device) for name, s in self.extra.items()}, self.title)
 
@@ -125,6 +146,7 @@ class Task:
     places_digits: True when the task places its digits itself (``shift`` does not apply).
     metric: what its accuracy counts.
     help: one line for the command line's help.
+    kind: "classification" (labels are classes) or "segmentation" (labels are masks (N, 1, H, W)).
     """
 
     source: str
@@ -135,6 +157,7 @@ class Task:
     places_digits: bool = False
     metric: str = "accuracy"
     help: str = ""
+    kind: str = "classification"
 
 
 def _first(digits: Dataset, size: int) -> Dataset:
@@ -267,6 +290,38 @@ def _cifar_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: A
     return _standardised(x), train.labels[idx], None
 
 
+SEGMENTATION_CLASSES = ("background", "foreground")
+
+
+def _seg_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    # the fixed test canvases (the first `size` of them: a prefix of the full set), and the out-of-distribution set
+    n = size or len(digits)
+    images, masks = segmentation_test(digits.images, n, seed=TEST_SEED)
+    split = Split(images, masks, SEGMENTATION_CLASSES, title="as trained: rotation, scale and clutter of training")
+    if extras:
+        ood = segmentation_test(digits.images, n, seed=TEST_SEED, rule=OUT_OF_DISTRIBUTION)
+        split.extra = {"ood": Split(*ood, SEGMENTATION_CLASSES,
+                                    title=f"out of distribution: rotation up to {OUT_OF_DISTRIBUTION.rotation_deg:g} "
+                                          f"degrees, scale {OUT_OF_DISTRIBUTION.scale[0]:g}-"
+                                          f"{OUT_OF_DISTRIBUTION.scale[1]:g}")}
+    return split
+
+
+def _seg_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    # fresh canvases every batch: the target digits at idx, clutter from the whole training set
+    images, masks = random_canvases(train.images, idx, g, IN_DISTRIBUTION)
+    return images, masks, None
+
+
+def _folder_held(pairs: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(pairs, size)
+    return Split(d.images, d.labels, d.classes)
+
+
+def _folder_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    return train.images[idx], train.labels[idx], None  # the user's pairs as they are
+
+
 _MULTI_SIDE = 28 + 2 * MULTIMNIST_SHIFT
 TASKS: dict[str, Task] = {
     **{name: Task(name, (1, 28, 28), _plain_held, _plain_batch) for name in DATASETS},
@@ -287,13 +342,55 @@ TASKS: dict[str, Task] = {
     "svhn": Task("svhn", (3, 32, 32), _plain_held, _plain_batch,
                  help="SVHN's cropped 32x32 digits, training on the 73,257 of train_32x32.mat (not extra), scored on "
                       "test_32x32.mat; use --model capsnet-svhn"),
+    "mnist-segmentation": Task("mnist", (1, CANVAS, CANVAS), _seg_held, _seg_batch, num_classes=1, places_digits=True,
+                               metric="Dice", kind="segmentation",
+                               help="64x64 canvases, one rotated and scaled MNIST digit among clutter, its pixels the "
+                                    "mask; scored by Dice and IoU, also out of distribution; use --model segcaps, "
+                                    "segcaps-r1 or unet (SegCaps, LaLonde and Bagci 2018)"),
 }
+FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_task(name: str) -> Task:
+    pairs = load_folder(name[len(FOLDER_PREFIX):], "test")  # reads and checks every file: the shape for models
+    return Task(name, tuple(pairs.images.shape[1:]), _folder_held, _folder_batch, num_classes=1, places_digits=True,
+                metric="Dice", kind="segmentation")
+
+
+def load_folder(root: str | os.PathLike, split: str) -> Dataset:
+    """The user's segmentation pairs under ``root`` (see the module docstring) as a Dataset of masks: (N, C, H, W)
+    uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, 20% of the pairs, fixed by ``TEST_SEED``,
+    are the test split and the rest the training split."""
+    from pathlib import Path
+
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise DataError(f"--dataset {FOLDER_PREFIX}{root}: no such folder; give a folder holding images/ and masks/ "
+                        f"(PNG files of the same names)")
+    held_out = (base / "test").is_dir()
+    where = base / "test" if held_out and split == "test" else base
+    images, masks, names = load_mask_folder(where / "images", where / "masks")
+    classes = SEGMENTATION_CLASSES
+    if held_out:
+        return Dataset(f"{FOLDER_PREFIX}{root}", split, images, masks, classes)
+    n = len(names)
+    if n < 2:
+        raise DataError(f"{where} holds {n} image-mask pair; at least 2 are needed to hold one out for testing (or "
+                         f"put test pairs in {base / 'test'}/images and masks)")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(TEST_SEED))
+    n_test = max(1, n // 5)
+    keep, _ = (perm[:n_test] if split == "test" else perm[n_test:]).sort()
+    return Dataset(f"{FOLDER_PREFIX}{root}", split, images[keep], masks[keep], classes)
 
 
 def task(name: str) -> Task:
-    """The task of ``name``; an unknown name is a ValueError listing the valid ones."""
+    """The task of ``name`` (``folder:DIR`` reads DIR); an unknown name is a ValueError listing the valid ones."""
+    if name.startswith(FOLDER_PREFIX):
+        return _folder_task(name)
     if name not in TASKS:
-        raise ValueError(f"unknown dataset {name!r}; valid names are {', '.join(TASKS)}")
+        raise ValueError(f"unknown dataset {name!r}; valid names are {', '.join(TASKS)}, or {FOLDER_PREFIX}DIR (your "
+                         f"own images and masks)")
     return TASKS[name]
 
 
@@ -338,6 +435,8 @@ _LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_s
 
 
 def _load(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
+    if source.startswith(FOLDER_PREFIX):
+        return load_folder(source[len(FOLDER_PREFIX):], split)
     if source in _LOADERS:
         return _LOADERS[source](split, root=root, progress=progress)
     return load_dataset(source, split, root=root, progress=progress)

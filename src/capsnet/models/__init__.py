@@ -18,12 +18,15 @@ from .capsnet import (CapsNet, CapsNetCifar10Config, CapsNetConfig, CapsNetOutpu
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
+from .segcaps import SegCaps, SegCapsConfig, SegCapsOutput, SegCapsR1Config, segmentation_model_loss
+from .unet import UNet, UNetConfig, UNetOutput
 
 __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
-           "model_name", "pretrained", "list_pretrained"]
+           "model_name", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
+           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation"]
 
 
 class ModelSpec(NamedTuple):
@@ -35,6 +38,9 @@ class ModelSpec(NamedTuple):
     # progress is the fraction of training done (0..1), for losses with a schedule (EM's spread margin)
     loss: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     title: str  # for tables and plots
+    # "classification": labels (B,) or (B, 2), scores (B, K); "segmentation": masks (B, 1, H, W) in, per-pixel
+    # probabilities (B, 1, H, W) out, scored by Dice and IoU
+    kind: str = "classification"
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -48,12 +54,22 @@ MODELS: dict[str, ModelSpec] = {
     "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet"),
     "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,
                                   "inverted dot-product attention"),  # Tsai et al. 2020
+    # LaLonde and Bagci 2018
+    "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation"),
+    "segcaps-r1": ModelSpec(SegCapsR1Config, SegCaps, segmentation_model_loss, "SegCaps R1", "segmentation"),
+    "unet": ModelSpec(UNetConfig, UNet, segmentation_model_loss, "U-Net", "segmentation"),  # Ronneberger et al. 2015
 }
 
 
 def list_models() -> list[str]:
     """The registered model names, in registry order."""
     return list(MODELS)
+
+
+def is_segmentation(name_or_config: Any) -> bool:
+    """Whether a model (its registry name or its config) segments images rather than classifies them."""
+    name = name_or_config if isinstance(name_or_config, str) else model_name(name_or_config)
+    return model_spec(name).kind == "segmentation"
 
 
 def model_spec(name: str) -> ModelSpec:

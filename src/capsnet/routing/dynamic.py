@@ -10,6 +10,8 @@ from .result import RoutingResult, check_votes
 
 __all__ = ["DynamicRouting"]
 
+_FEW_CHILDREN = 32  # lower capsules per routing at most for which forward() uses broadcast products
+
 
 class DynamicRouting(nn.Module):
     """Routing by agreement (Sabour et al. 2017, Procedure 1).
@@ -26,23 +28,33 @@ class DynamicRouting(nn.Module):
         detach_agreement: stop gradients through the agreement updates of all
             but the last round (a common speed trick). The default lets them
             flow through every round, as in the authors' code.
+        softmax: ``"parents"`` (the default: Procedure 1, line 4, and SegCaps'
+            code) normalises each lower capsule's coefficients over the upper
+            capsules j; ``"children"`` normalises each upper capsule's over the
+            lower capsules i instead, as some convolutional-capsule codes do
+            (then a parent with no agreeing child still takes a weighted mean).
 
     Layers with linear votes call ``route_linear`` (the same maths from the
     lower capsules and the weight, with a hand-written backward) when the
     routing module offers it.
     """
 
-    def __init__(self, iterations: int = 3, *, leaky: bool = False, detach_agreement: bool = False) -> None:
+    def __init__(self, iterations: int = 3, *, leaky: bool = False, detach_agreement: bool = False,
+                 softmax: str = "parents") -> None:
         super().__init__()
         if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
             raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        if softmax not in ("parents", "children"):
+            raise ValueError(f"softmax must be 'parents' or 'children', got {softmax!r}")
+        self.softmax = softmax
         self.iterations = iterations
         self.leaky = leaky
         self.detach_agreement = detach_agreement
         self.chunk: int | None = None  # lower capsules per block in route_linear; None: by size
 
     def extra_repr(self) -> str:
-        return f"iterations={self.iterations}, leaky={self.leaky}, detach_agreement={self.detach_agreement}"
+        more = f", softmax={self.softmax!r}" if self.softmax != "parents" else ""
+        return f"iterations={self.iterations}, leaky={self.leaky}, detach_agreement={self.detach_agreement}{more}"
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False) -> RoutingResult:
@@ -58,25 +70,34 @@ class DynamicRouting(nn.Module):
         B, I, J, D = check_votes(votes, activations)
         if bias is not None and tuple(bias.shape) != (J, D):
             raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
-        # One transposed copy so both contractions below are plain batched
-        # matmuls over (B, J): far faster on CPU than broadcasting products.
-        u_hat = votes.permute(0, 2, 1, 3)  # (B, J, I, D)
+        # Many lower capsules (a dense layer): one transposed copy, so both contractions below are batched
+        # matmuls over (B, J), far faster on CPU than broadcast products. Few (local routing at every position of
+        # a convolutional capsule layer, B = examples x positions): broadcast products summed over the short axis
+        # are about 1.5x faster than matmuls of tiny matrices (benchmarks/README.md, "Local routing").
+        few = I <= _FEW_CHILDREN
+        u_hat = votes if few else votes.permute(0, 2, 1, 3)  # (B, I, J, D) or (B, J, I, D)
         u_hat_detached = u_hat.detach() if self.detach_agreement else u_hat
         b = votes.new_zeros(B, I, J)  # Procedure 1, line 2: per example
         rounds = []
         for r in range(self.iterations):
             last = r == self.iterations - 1
-            c = coupling_softmax(b, dim=-1, leaky=self.leaky)  # Procedure 1, line 4; (B, I, J)
+            c = coupling_softmax(b, dim=-1 if self.softmax == "parents" else 1, leaky=self.leaky)  # line 4; (B, I, J)
             if record:
                 rounds.append(c)
             u = u_hat if last else u_hat_detached
-            s = torch.matmul(c.transpose(1, 2).unsqueeze(2), u).squeeze(2)  # line 5: sum_i c_ij u_hat_j|i; (B, J, D)
+            if few:
+                s = (c.unsqueeze(-1) * u).sum(1)  # line 5: sum_i c_ij u_hat_j|i; (B, J, D)
+            else:
+                s = torch.matmul(c.transpose(1, 2).unsqueeze(2), u).squeeze(2)  # line 5; (B, J, D)
             if bias is not None:
                 s = s + bias
             v = squash(s)  # line 6; (B, J, D)
             if not last:
-                agreement = torch.matmul(u, v.unsqueeze(-1)).squeeze(-1)  # line 7: u_hat_j|i . v_j; (B, J, I)
-                b = b + agreement.transpose(1, 2)  # (B, I, J)
+                if few:
+                    b = b + (u * v.unsqueeze(1)).sum(-1)  # line 7: u_hat_j|i . v_j; (B, I, J)
+                else:
+                    agreement = torch.matmul(u, v.unsqueeze(-1)).squeeze(-1)  # line 7; (B, J, I)
+                    b = b + agreement.transpose(1, 2)  # (B, I, J)
         return RoutingResult(v, safe_norm(v, dim=-1), c, torch.stack(rounds, dim=1) if record else None)
 
     def route_linear(self, u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -93,6 +114,9 @@ class DynamicRouting(nn.Module):
             returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J);
                 with ``record``, ``rounds`` (B, R, I, J)
         """
+        if self.softmax != "parents":  # the fast path knows Procedure 1's softmax only: build the votes
+            votes = torch.einsum("bid,dijo->bijo", u, weight)  # (B, I, J, Dout)
+            return self.forward(votes, None, bias, record=record)
         v, c, rounds = route_linear(u, weight, bias, iterations=self.iterations, leaky=self.leaky,
                                     detach_agreement=self.detach_agreement, chunk=self.chunk, record=record)
         return RoutingResult(v, safe_norm(v, dim=-1), c, rounds)

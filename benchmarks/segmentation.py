@@ -1,0 +1,97 @@
+"""SegCaps beside the U-Net: training step time (as a ratio, paired in one process) and peak memory, and the
+memory of one 512x512 image, training and inference.
+
+Part 1 times full training steps (forward, the model's own loss with the
+reconstruction term, backward, Adam) of each model at the same input size
+and batch, alternating the models repeat by repeat, so load from other
+processes hits both alike; the ratio is SegCaps' step over the U-Net's,
+median over the paired repeats. Part 2 measures the peak tensor memory
+(capsnet.bench: the profiler's allocations plus the resting tensors) of one
+512x512 image, a training step and an inference pass. The issue's bars:
+SegCaps' step at most 2x the U-Net's (the public code: 3.3x), one 512x512
+image under 4 GB.
+
+    python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+
+import torch
+
+from capsnet.bench import _Runner, environment, write_record
+from capsnet.memory import keep_freed_memory
+from capsnet.models import model_spec
+
+MODELS = ("segcaps", "segcaps-r1", "unet")
+
+
+def runner(name: str, size: int, batch: int, mode: str) -> _Runner:
+    spec = model_spec(name)
+    config = spec.config(input_height=size, input_width=size)
+    torch.manual_seed(0)
+    model = spec.build(config)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 1, size, size, generator=g)
+    masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8)
+    return _Runner(model, mode, images, masks, 1e-3, loss_fn=spec.loss)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=64, help="image side of the step-time comparison")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--big", type=int, default=512, help="image side of the one-image memory measurement (0: skip)")
+    p.add_argument("--json", default=None, help="write the table and its context here")
+    args = p.parse_args()
+    keep_freed_memory()
+    runners = {m: runner(m, args.size, args.batch_size, "train") for m in MODELS}
+    for r in runners.values():
+        r.time_step()  # warm-up, untimed
+    times: dict[str, list[float]] = {m: [] for m in MODELS}
+    for k in range(args.repeats):
+        for m in (MODELS if k % 2 == 0 else MODELS[::-1]):
+            times[m].append(runners[m].time_step())
+    rows = []
+    for m in MODELS:
+        ratios = [t / u for t, u in zip(times[m], times["unet"])]
+        rows.append({"model": m, "part": "step", "size": args.size, "batch": args.batch_size,
+                     "weights": runners[m].model.config.num_weights,
+                     "images_per_s": args.batch_size / statistics.median(times[m]),
+                     "step_ratio_to_unet": statistics.median(ratios), "step_ratio_min": min(ratios),
+                     "step_ratio_max": max(ratios), "peak_mem_mb": runners[m].peak_bytes() / 2**20})
+        print(f"{m}: {rows[-1]['images_per_s']:.1f} images/s, {rows[-1]['step_ratio_to_unet']:.2f}x the U-Net's step",
+              file=sys.stderr, flush=True)
+    del runners
+    if args.big:
+        for m in MODELS:
+            for mode in ("train", "infer"):
+                r = runner(m, args.big, 1, mode)
+                rows.append({"model": m, "part": f"{args.big}x{args.big}, {mode}", "size": args.big, "batch": 1,
+                             "seconds": r.time_step(), "peak_mem_mb": r.peak_bytes() / 2**20})
+                print(f"{m} {mode} {args.big}x{args.big}: {rows[-1]['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
+                del r
+    env = environment()
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, training steps paired with the U-Net's:\n")
+    print("| model | weights | train images/s | step / U-Net step, median (min-max) | peak MB of a step |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        if r["part"] == "step":
+            print(f"| {r['model']} | {r['weights']:,} | {r['images_per_s']:.1f} | {r['step_ratio_to_unet']:.2f} "
+                  f"({r['step_ratio_min']:.2f}-{r['step_ratio_max']:.2f}) | {r['peak_mem_mb']:.0f} |")
+    if args.big:
+        print(f"\none {args.big}x{args.big} image:\n\n| model | step | seconds | peak MB |\n| --- | --- | ---: | ---: |")
+        for r in rows:
+            if r["part"] != "step":
+                print(f"| {r['model']} | {r['part'].split(', ')[1]} | {r['seconds']:.2f} | {r['peak_mem_mb']:.0f} |")
+    if args.json:
+        write_record(args.json, shlex.join(["python", "benchmarks/segmentation.py", *sys.argv[1:]]), env, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Convolutional capsules with local routing, and their transpose (LaLonde and Bagci 2018, "Capsules for Object
+Segmentation", section 3; the capsule tutorial's "Algorithm 1: Convolutional Capsules + Dynamic Routing").
+
+A grid of capsules is a tensor (B, T, D, H, W): T capsule types of D
+dimensions at every one of H x W positions. A convolutional capsule layer
+makes the votes of every child type with one K x K kernel per parent type,
+shared by the child types (SegCaps' "transformation matrix sharing"): each
+child type's grid goes through the same convolution, D_in -> J * D_out
+channels. At every output position the kernel window is thus already summed,
+and the T child types vote for the J parent types: the votes of one position
+are (T, J, D_out). Routing is local: it runs at every position on that
+position's votes alone, and per example. Positions are folded into the batch,
+(B * H' * W', T, J, D_out), so any routing module of the shared call shape
+(``capsnet.routing``) routes them all at once, with no loop over positions.
+
+Padding is TensorFlow's "same" (the reference code's): output side
+ceil(H / stride), the odd pixel of padding at the bottom and right. The
+transposed layer is SegCaps' deconvolutional capsule: kernel 4, stride 2, the
+output side exactly stride x H.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..routing import DynamicRouting, RoutingResult
+
+__all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "same_padding", "check_grid"]
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """TensorFlow's "same" padding of one axis: (before, after), the larger half after; output ceil(size / stride)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def check_grid(x: torch.Tensor, types: int, dim: int, what: str = "capsule grid") -> tuple[int, int, int]:
+    """(B, H, W) of a capsule grid (B, types, dim, H, W); a ValueError that says what came otherwise."""
+    if x.dim() != 5 or tuple(x.shape[1:3]) != (types, dim):
+        raise ValueError(f"expected a {what} (B, {types}, {dim}, H, W) of {types} types of {dim}D capsules, "
+                         f"got shape {tuple(x.shape)}")
+    return x.shape[0], x.shape[3], x.shape[4]
+
+
+class _GridCaps(nn.Module):
+    """What both layers share: the routing bias, the routing module and the local routing of a vote grid."""
+
+    def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, kernel_size: int, stride: int,
+                 routing: nn.Module | None, bias: bool) -> None:
+        super().__init__()
+        for name, v in (("in_types", in_types), ("in_dim", in_dim), ("out_types", out_types), ("out_dim", out_dim),
+                        ("kernel_size", kernel_size), ("stride", stride)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.in_types, self.in_dim, self.out_types, self.out_dim = in_types, in_dim, out_types, out_dim
+        self.kernel_size, self.stride = kernel_size, stride
+        # SegCaps' routing bias: one per parent type and dimension, shared by the positions, initialised to 0.1
+        self.bias = nn.Parameter(torch.full((out_types, out_dim), 0.1)) if bias else None
+        self.routing = routing if routing is not None else DynamicRouting(3)
+
+    def extra_repr(self) -> str:
+        return (f"in_types={self.in_types}, in_dim={self.in_dim}, out_types={self.out_types}, "
+                f"out_dim={self.out_dim}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"bias={self.bias is not None}")
+
+    def _children(self, x: torch.Tensor) -> torch.Tensor:
+        """Every child type's grid as one image of the batch: (B, T, Din, H, W) -> (B * T, Din, H, W)."""
+        check_grid(x, self.in_types, self.in_dim, "child capsule grid")
+        return x.flatten(0, 1)  # (B*T, Din, H, W)
+
+    def _route(self, y: torch.Tensor, B: int, activations: torch.Tensor | None, record: bool
+               ) -> tuple[torch.Tensor, RoutingResult]:
+        """Route the votes ``y`` (B * T, J * Dout, H', W') at every position; the parent grid and the routing result.
+
+        The routing result's tensors are per position, (B * H' * W', ...), position-major within each example.
+        """
+        T, J, D = self.in_types, self.out_types, self.out_dim
+        _, _, H, W = y.shape
+        votes = y.view(B, T, J, D, H, W).permute(0, 4, 5, 1, 2, 3).reshape(B * H * W, T, J, D)  # (B*H'*W', T, J, D)
+        a = None
+        if activations is not None:  # (B, T, H', W') presence of the children, for routings that use it
+            a = activations.permute(0, 2, 3, 1).reshape(B * H * W, T)  # (B*H'*W', T)
+        recording = {"record": True} if record else {}
+        result = self.routing(votes, a, self.bias, **recording)
+        grid = result.poses.view(B, H, W, J, D).permute(0, 3, 4, 1, 2)  # (B, J, D, H', W')
+        return grid, result
+
+    def forward(self, x: torch.Tensor, activations: torch.Tensor | None = None) -> torch.Tensor:
+        """Shapes:
+            x: (B, T, Din, H, W) child capsules; activations: (B, T, H', W') or None (routings that use them)
+            returns: (B, J, Dout, H', W') parent capsules
+        """
+        return self.route(x, activations)[0]
+
+    def route(self, x: torch.Tensor, activations: torch.Tensor | None = None, *, record: bool = False
+              ) -> tuple[torch.Tensor, RoutingResult]:
+        """The parent grid and the routing result (coupling per position, every round's with ``record``).
+
+        Shapes:
+            x: (B, T, Din, H, W)
+            returns: parents (B, J, Dout, H', W'); result.coupling (B * H' * W', T, J), positions in
+                (example, row, column) order; with ``record``, result.rounds (B * H' * W', R, T, J)
+        """
+        B = x.shape[0]
+        return self._route(self.votes(x), B, activations, record)
+
+    def votes(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - each layer defines its own
+        raise NotImplementedError
+
+
+class ConvCaps2d(_GridCaps):
+    """Convolutional capsules with locally constrained dynamic routing (SegCaps' ``ConvCapsuleLayer``).
+
+    Each child type's D_in-dimensional grid goes through one convolution with
+    kernel K and the layer's stride to J * D_out channels, the same kernel for
+    every child type (one K x K transform per parent type, shared by the child
+    types); at each output position the T child types' votes (T, J, D_out)
+    are routed to the J parent types, per position and per example, by any
+    routing module of the shared call shape (default ``DynamicRouting(3)``).
+    A kernel-1 layer on a 1 x 1 grid is ``DenseCaps`` with the weight shared
+    over the child types.
+
+    Args:
+        in_types, in_dim: child capsule types T and their length D_in.
+        out_types, out_dim: parent capsule types J and their length D_out.
+        kernel_size, stride: of the vote convolution; padding is TensorFlow's "same".
+        routing: a routing module (``capsnet.routing``); it gets the layer's bias.
+        bias: a learned (J, D_out) bias added to s_j in every round, initialised to 0.1 (the reference code's).
+    """
+
+    def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, *, kernel_size: int = 5,
+                 stride: int = 1, routing: nn.Module | None = None, bias: bool = True) -> None:
+        super().__init__(in_types, in_dim, out_types, out_dim, kernel_size, stride, routing, bias)
+        K = kernel_size
+        # He-normal as the reference code (fan in K * K * Din); no convolution bias: the routing bias is the bias
+        self.weight = nn.Parameter(torch.randn(out_types * out_dim, in_dim, K, K) * math.sqrt(2.0 / (K * K * in_dim)))
+
+    def votes(self, x: torch.Tensor) -> torch.Tensor:
+        """Every child type's votes for every parent type at every output position.
+
+        Shapes:
+            x: (B, T, Din, H, W)
+            returns: (B * T, J * Dout, H', W'), H' = ceil(H / stride)
+        """
+        c = self._children(x)  # (B*T, Din, H, W)
+        _, _, H, W = c.shape
+        K, S = self.kernel_size, self.stride
+        top, bottom = same_padding(H, K, S)
+        left, right = same_padding(W, K, S)
+        if top or bottom or left or right:
+            c = F.pad(c, (left, right, top, bottom))  # (B*T, Din, H+pad, W+pad)
+        return F.conv2d(c, self.weight, stride=S)  # (B*T, J*Dout, H', W')
+
+
+class ConvTransposeCaps2d(_GridCaps):
+    """Deconvolutional capsules (SegCaps' ``DeconvCapsuleLayer``, upsampling "deconv"): votes by a transposed
+    convolution, kernel 4 and stride 2 by default, the output grid exactly ``stride`` times the input's; then
+    local routing as ``ConvCaps2d``.
+
+    Args: as ``ConvCaps2d``; ``kernel_size - stride`` must be even and non-negative (TensorFlow's "same" output
+    size, stride x H, with equal padding on both sides).
+    """
+
+    def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, *, kernel_size: int = 4,
+                 stride: int = 2, routing: nn.Module | None = None, bias: bool = True) -> None:
+        super().__init__(in_types, in_dim, out_types, out_dim, kernel_size, stride, routing, bias)
+        if (kernel_size - stride) % 2 or kernel_size < stride:
+            raise ValueError(f"kernel_size - stride must be even and >= 0 for an output of stride x the input, got "
+                             f"kernel_size {kernel_size} and stride {stride}")
+        K = kernel_size
+        # fan in of a transposed convolution with stride S: (K / S)^2 * Din inputs reach each output
+        fan_in = max((K // stride) ** 2, 1) * in_dim
+        self.weight = nn.Parameter(torch.randn(in_dim, out_types * out_dim, K, K) * math.sqrt(2.0 / fan_in))
+
+    def votes(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes:
+            x: (B, T, Din, H, W)
+            returns: (B * T, J * Dout, stride * H, stride * W)
+        """
+        c = self._children(x)  # (B*T, Din, H, W)
+        pad = (self.kernel_size - self.stride) // 2
+        return F.conv_transpose2d(c, self.weight, stride=self.stride, padding=pad)  # (B*T, J*Dout, S*H, S*W)

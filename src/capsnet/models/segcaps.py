@@ -1,0 +1,210 @@
+"""SegCaps: LaLonde and Bagci, "Capsules for Object Segmentation" (2018), a capsule U-Net.
+
+The layer list is the paper's Figure 2 and the authors' ``CapsNetR3``: a 5x5
+convolution (16 channels) read as one 16D capsule type; primary capsules
+(2 types x 16D, stride 2); then convolutional capsules down to 1/8 of the
+input and deconvolutional capsules (kernel 4, stride 2) back up, with skip
+connections that concatenate capsule types; a 1x1 segmentation capsule of
+16D whose length at every pixel is the probability of the foreground. The
+reconstruction regulariser: the segmentation capsules masked by the ground
+truth (by the prediction when none is given) go through three 1x1
+convolutions (64, 128, C channels) to the input masked by the ground truth,
+scored as a sum of squared errors times ``recon_weight`` (the authors' 131.072
+for a mean over 512 x 512 pixels is exactly 0.0005 per pixel, Sabour et
+al.'s scale). 1,425,649 weights for one input channel (the paper's 1.4M),
+whatever the image size.
+
+Routing: 3 rounds in every capsule layer but the primary one (1 round) for
+R3, 1 everywhere for R1 (the paper's two variants), dynamic routing applied
+locally (``capsnet.layers.conv``), its softmax over the parent types and
+the routing bias on, as the authors' code; both are options.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import check_range, check_types, config_from_dict
+from ..layers import ConvCaps2d, ConvTransposeCaps2d
+from ..losses import SEGMENTATION_LOSSES, segmentation_loss
+from ..ops import safe_norm
+from ..routing import DynamicRouting
+
+__all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
+           "check_segmentation_input"]
+
+STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
+
+# (name, layer, in types, in dim, out types, out dim, kernel, stride, skip concatenated to the output);
+# the paper's Figure 2 / the authors' CapsNetR3
+_LAYERS = (
+    ("primary", "conv", 1, 16, 2, 16, 5, 2),
+    ("conv_2_1", "conv", 2, 16, 4, 16, 5, 1),
+    ("conv_2_2", "conv", 4, 16, 4, 32, 5, 2),
+    ("conv_3_1", "conv", 4, 32, 8, 32, 5, 1),
+    ("conv_3_2", "conv", 8, 32, 8, 64, 5, 2),
+    ("conv_4_1", "conv", 8, 64, 8, 32, 5, 1),
+    ("deconv_1_1", "deconv", 8, 32, 8, 32, 4, 2),  # + conv_3_1: 16 types
+    ("deconv_1_2", "conv", 16, 32, 4, 32, 5, 1),
+    ("deconv_2_1", "deconv", 4, 32, 4, 16, 4, 2),  # + conv_2_1: 8 types
+    ("deconv_2_2", "conv", 8, 16, 4, 16, 5, 1),
+    ("deconv_3_1", "deconv", 4, 16, 2, 16, 4, 2),  # + conv1 as one 16D type: 3 types
+    ("seg_caps", "conv", 3, 16, 1, 16, 1, 1),
+)
+_SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "conv1"}
+LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
+
+
+def check_segmentation_input(images: torch.Tensor, cfg: Any) -> None:
+    """A ValueError that names the fix when ``images`` are not (B, in_channels, H, W) with sides multiples of 8."""
+    if images.dim() != 4 or images.shape[1] != cfg.in_channels:
+        got = tuple(images.shape)
+        raise ValueError(f"expected images (B, {cfg.in_channels}, H, W) for a model trained on {cfg.in_channels}-channel "
+                         f"images, got {got}" + ("" if images.dim() != 4 else
+                                                 f" ({images.shape[1]} channels): convert them or train a model "
+                                                 f"with in_channels {images.shape[1]}"))
+    H, W = images.shape[-2:]
+    if H % STRIDE or W % STRIDE:
+        raise ValueError(f"image sides must be multiples of {STRIDE} (the network halves them three times), got "
+                         f"{H}x{W}: pad or crop them to {-(-H // STRIDE) * STRIDE}x{-(-W // STRIDE) * STRIDE} or "
+                         f"{H // STRIDE * STRIDE}x{W // STRIDE * STRIDE}")
+
+
+@dataclass(frozen=True)
+class SegCapsConfig:
+    """SegCaps R3; the defaults are the paper's (1,425,649 weights for one input channel)."""
+
+    input_height: int = 64
+    input_width: int = 64
+    in_channels: int = 1
+    num_classes: int = 1  # one foreground class against the background (the paper's task)
+    routing_iterations: int = 3  # R3: every capsule layer but the primary one (the authors' CapsNetR3)
+    primary_routing_iterations: int = 1
+    routing_softmax: str = "parents"  # over the parent types, as the authors' code and Procedure 1; or "children"
+    routing_bias: bool = True  # the authors' code: a learned bias per parent type, initialised to 0.1
+    reconstruction: bool = True  # the masked-input reconstruction regulariser (section 3.3)
+    seg_loss: str = "bce+dice"  # capsnet.losses.SEGMENTATION_LOSSES; the paper trains a weighted BCE
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, STRIDE, 8192)
+            if getattr(self, name) % STRIDE:
+                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (the network halves "
+                                 f"the image three times), got {getattr(self, name)}")
+        check_range(self, "in_channels", 1, 64)
+        check_range(self, "num_classes", 1, 1)
+        check_range(self, "routing_iterations", 1, 100)
+        check_range(self, "primary_routing_iterations", 1, 100)
+        if self.routing_softmax not in ("parents", "children"):
+            raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
+                             f"{self.routing_softmax!r}")
+        if self.seg_loss not in SEGMENTATION_LOSSES:
+            raise ValueError(f"{type(self).__name__}.seg_loss must be one of {', '.join(SEGMENTATION_LOSSES)}, got "
+                             f"{self.seg_loss!r}")
+
+    @property
+    def num_weights(self) -> int:
+        """The number of weights the model holds, from the sizes alone (independent of the image size)."""
+        n = (self.in_channels * 25 + 1) * 16  # conv1
+        for _, _, _, din, j, dout, k, _ in _LAYERS:
+            n += k * k * din * j * dout + (j * dout if self.routing_bias else 0)
+        if self.reconstruction:
+            n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
+        return n
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SegCapsConfig":
+        return config_from_dict(cls, d)
+
+
+@dataclass(frozen=True)
+class SegCapsR1Config(SegCapsConfig):
+    """SegCaps R1: one routing round in every layer (the paper's faster variant)."""
+
+    routing_iterations: int = 1
+
+
+class SegCapsOutput(NamedTuple):
+    probabilities: torch.Tensor  # (B, 1, H, W): the segmentation capsule's length at every pixel
+    poses: torch.Tensor  # (B, 1, 16, H, W): the segmentation capsules
+    reconstructions: torch.Tensor | None  # (B, C, H, W) in [0, 1], or None without the regulariser
+
+
+class SegCaps(nn.Module):
+    """The SegCaps network: images in, a foreground probability per pixel out (see the module docstring)."""
+
+    def __init__(self, config: SegCapsConfig = SegCapsConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.conv1 = nn.Conv2d(cfg.in_channels, 16, 5, padding=2)
+        caps = {}
+        for name, kind, t, din, j, dout, k, s in _LAYERS:
+            iterations = cfg.primary_routing_iterations if name == "primary" else cfg.routing_iterations
+            routing = DynamicRouting(iterations, softmax=cfg.routing_softmax)
+            layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
+            caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=cfg.routing_bias)
+        self.caps = nn.ModuleDict(caps)
+        self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
+                                     nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
+
+    def capsule_grids(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
+        "seg_caps": (B, 1, 16, H, W)} (the skip concatenations are not layers)."""
+        check_segmentation_input(images, self.config)
+        grids = {"conv1": F.relu(self.conv1(images)).unsqueeze(1)}  # (B, 1, 16, H, W): one 16D capsule type
+        x = grids["conv1"]
+        for name, layer in self.caps.items():
+            x = layer(x)  # (B, J, D, H', W')
+            grids[name] = x
+            if name in _SKIPS:
+                x = torch.cat([x, grids[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
+        return grids
+
+    def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> SegCapsOutput:
+        """Shapes:
+            images: (B, C, H, W) in [0, 1], H and W multiples of 8
+            masks: (B, 1, H, W) 0/1 ground truth (masks the reconstruction in training), or None: the prediction
+            returns: probabilities (B, 1, H, W), poses (B, 1, 16, H, W), reconstructions (B, C, H, W) or None
+        """
+        poses = self.capsule_grids(images)["seg_caps"]  # (B, 1, 16, H, W)
+        probabilities = safe_norm(poses, dim=2)  # (B, 1, H, W)
+        recon = None
+        if self.decoder is not None:
+            keep = (probabilities.detach() > 0.5) if masks is None else masks
+            recon = self.decoder(poses[:, 0] * keep.to(poses.dtype))  # (B, C, H, W)
+        return SegCapsOutput(probabilities, poses, recon)
+
+
+def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch.Tensor,
+                            components: torch.Tensor | None = None, *, recon_weight: float = 0.0005,
+                            progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The segmentation models' training loss and their per-pixel probabilities (the registry's loss signature).
+
+    The model's ``seg_loss`` on its probabilities (from logits when it gives
+    them: a CNN), plus, for a model with a reconstruction, ``recon_weight``
+    times the sum of squared errors between the reconstruction (from the
+    capsules masked by the ground truth) and the input masked by the ground
+    truth, averaged over the batch. ``components`` and ``progress`` are
+    accepted for the shared signature and unused.
+
+    Shapes: images (B, C, H, W); masks (B, 1, H, W) 0/1; returns loss (), probabilities (B, 1, H, W)
+    """
+    if masks.dim() != 4 or masks.shape[1] != 1 or masks.shape[-2:] != images.shape[-2:]:
+        raise ValueError(f"a segmentation model trains on masks (B, 1, H, W) matching the images "
+                         f"{tuple(images.shape)}, got labels {tuple(masks.shape)}: use a segmentation data set")
+    m = masks.to(images.dtype)
+    out = model(images, m)
+    logits = getattr(out, "logits", None)
+    loss = segmentation_loss(out.probabilities, m, model.config.seg_loss, logits=logits)
+    recon = getattr(out, "reconstructions", None)
+    if recon is not None and recon_weight:
+        loss = loss + recon_weight * (recon - images * m).pow(2).flatten(1).sum(1).mean()
+    return loss, out.probabilities

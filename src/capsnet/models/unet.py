@@ -1,0 +1,117 @@
+"""The U-Net baseline SegCaps is compared with (Ronneberger, Fischer and Brox, MICCAI 2015).
+
+Four levels of two 3x3 convolutions each, 64 to 1024 channels, max-pooling
+down and 2x2 transposed convolutions up, skip connections concatenated, a
+1x1 convolution to one logit per pixel: the network of the U-Net paper
+(its Figure 1) with "same" padding, so the output has the input's size, as
+the SegCaps paper's U-Net. 31,030,593 weights with one input channel and
+no batch norm (the "31M" SegCaps reports), 31,042,369 with it. Batch norm
+after every convolution is on by default: without it a 23-layer network
+from scratch trains far slower, and in eval mode it is a fixed affine map,
+so scores stay per example.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import check_range, check_types, config_from_dict
+from ..losses import SEGMENTATION_LOSSES
+from .segcaps import STRIDE, check_segmentation_input
+
+__all__ = ["UNetConfig", "UNet", "UNetOutput"]
+
+
+@dataclass(frozen=True)
+class UNetConfig:
+    """The U-Net's sizes; the defaults are the paper's widths (64 channels doubling to 1024, four poolings)."""
+
+    input_height: int = 64
+    input_width: int = 64
+    in_channels: int = 1
+    num_classes: int = 1
+    base_channels: int = 64  # Ronneberger et al.: 64, 128, 256, 512, 1024
+    depth: int = 4  # poolings
+    batch_norm: bool = True
+    seg_loss: str = "bce+dice"  # as SegCaps' default (capsnet.losses.SEGMENTATION_LOSSES)
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_range(self, "depth", 1, 8)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, 2 ** self.depth, 8192)
+            if getattr(self, name) % max(2 ** self.depth, STRIDE):
+                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {max(2 ** self.depth, STRIDE)}, "
+                                 f"got {getattr(self, name)}")
+        check_range(self, "in_channels", 1, 64)
+        check_range(self, "num_classes", 1, 1)
+        check_range(self, "base_channels", 1, 1024)
+        if self.seg_loss not in SEGMENTATION_LOSSES:
+            raise ValueError(f"{type(self).__name__}.seg_loss must be one of {', '.join(SEGMENTATION_LOSSES)}, got "
+                             f"{self.seg_loss!r}")
+
+    @property
+    def widths(self) -> list[int]:
+        return [self.base_channels * 2 ** k for k in range(self.depth + 1)]
+
+    @property
+    def num_weights(self) -> int:
+        """The number of weights the model holds, from the sizes alone."""
+        def block(a: int, b: int) -> int:  # two 3x3 convolutions (+ batch norm's scale and shift)
+            return (a * 9 + 1) * b + (b * 9 + 1) * b + (4 * b if self.batch_norm else 0)
+
+        w = self.widths
+        n = block(self.in_channels, w[0]) + sum(block(a, b) for a, b in zip(w[:-1], w[1:]))
+        for a, b in zip(w[:0:-1], w[-2::-1]):  # up: 2x2 transposed convolution a -> b, then a block on 2b -> b
+            n += (a * 4 + 1) * b + block(2 * b, b)
+        return n + w[0] + 1  # the 1x1 output convolution
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "UNetConfig":
+        return config_from_dict(cls, d)
+
+
+class UNetOutput(NamedTuple):
+    probabilities: torch.Tensor  # (B, 1, H, W): sigmoid of the logits
+    logits: torch.Tensor  # (B, 1, H, W)
+
+
+def _block(a: int, b: int, bn: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for c_in in (a, b):
+        layers += [nn.Conv2d(c_in, b, 3, padding=1)] + ([nn.BatchNorm2d(b)] if bn else []) + [nn.ReLU(inplace=True)]
+    return nn.Sequential(*layers)
+
+
+class UNet(nn.Module):
+    """U-Net: images in, a foreground logit and probability per pixel out."""
+
+    def __init__(self, config: UNetConfig = UNetConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        w = cfg.widths
+        self.down = nn.ModuleList([_block(cfg.in_channels, w[0], cfg.batch_norm)] +
+                                  [_block(a, b, cfg.batch_norm) for a, b in zip(w[:-1], w[1:])])
+        self.up = nn.ModuleList([nn.ConvTranspose2d(a, b, 2, stride=2) for a, b in zip(w[:0:-1], w[-2::-1])])
+        self.merge = nn.ModuleList([_block(2 * b, b, cfg.batch_norm) for b in w[-2::-1]])
+        self.out = nn.Conv2d(w[0], 1, 1)
+
+    def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> UNetOutput:
+        """Shapes: images (B, C, H, W), H and W multiples of 2^depth; masks unused (the shared signature)
+        -> probabilities, logits (B, 1, H, W)"""
+        check_segmentation_input(images, self.config)
+        skips, x = [], images
+        for k, block in enumerate(self.down):
+            x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
+            skips.append(x)
+        for up, merge, skip in zip(self.up, self.merge, skips[-2::-1]):
+            x = merge(torch.cat([up(x), skip], dim=1))  # (B, w, ...) one level up
+        logits = self.out(x)  # (B, 1, H, W)
+        return UNetOutput(torch.sigmoid(logits), logits)

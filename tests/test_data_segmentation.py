@@ -1,0 +1,364 @@
+"""Cluttered digit-segmentation canvases from real MNIST, the user's mask folders, Otsu, Dice and IoU."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capsnet.data import DataError, load_dataset
+from capsnet.data.segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, CanvasRule, dice_iou,
+                                       draw_canvases, load_mask_folder, make_canvases, otsu_masks, otsu_threshold,
+                                       random_canvases, render_canvases, segmentation_test)
+
+CLEAN = dataclasses.replace(IN_DISTRIBUTION, fragments=(0, 0), noise=0.0, gradient=0.0)  # the target alone
+
+
+@pytest.fixture(scope="module")
+def mnist(data_root):
+    return load_dataset("mnist", "test", root=data_root)
+
+
+@pytest.fixture(scope="module")
+def pool(mnist):
+    return mnist.images[:2000]
+
+
+def _canvases(pool, n, seed, rule, size=CANVAS):
+    return make_canvases(pool, torch.arange(n), torch.Generator().manual_seed(seed), rule=rule, size=size)
+
+
+def test_shapes_dtypes_and_ranges(pool):
+    images, masks = _canvases(pool, 300, 0, IN_DISTRIBUTION)
+    assert images.shape == masks.shape == (300, 1, CANVAS, CANVAS)
+    assert images.dtype == torch.float32 and masks.dtype == torch.uint8
+    assert images.min() >= 0 and images.max() <= 1 and images.max() == 1
+    assert set(masks.unique().tolist()) == {0, 1}
+    assert (masks.flatten(1).sum(1) >= 20).all()  # every canvas has its target
+    f, _ = _canvases(pool.float() / 255, 300, 0, IN_DISTRIBUTION)  # float digits give the same canvases
+    assert torch.allclose(f, images, atol=1e-6)
+
+
+def test_mask_is_the_target_alone_whatever_the_clutter(pool):
+    clean, clean_masks = _canvases(pool, 300, 1, CLEAN)
+    # with no clutter, noise or ramp the image is the target: the mask is exactly its threshold
+    assert torch.equal(clean_masks.bool(), clean > IN_DISTRIBUTION.threshold)
+    assert (clean.flatten(1) > 0).sum(1).float().mean() < 0.3 * CANVAS ** 2  # a black background around one digit
+    # the target's draws come first: with clutter the same targets land in the same places with the same masks
+    cluttered_only = dataclasses.replace(CLEAN, fragments=IN_DISTRIBUTION.fragments)
+    cluttered, masks = _canvases(pool, 300, 1, cluttered_only)
+    assert torch.equal(masks, clean_masks)
+    assert (cluttered >= clean).all()  # composited with max: the target is never dimmed
+    outside = (cluttered > 0.5) & (masks == 0)
+    assert (outside.flatten(1).sum(1) > 0).float().mean() > 0.8  # clutter visible off the target on most canvases
+    assert torch.equal(_canvases(pool, 300, 1, IN_DISTRIBUTION)[1], clean_masks)  # noise and ramp neither
+
+
+def test_clutter_is_fragments_of_other_digits(pool):
+    rule = dataclasses.replace(CLEAN, fragments=(1, 1), scale=(1.0, 1.0))
+    g = torch.Generator().manual_seed(2)
+    draw = draw_canvases(400, len(pool), g, rule=rule)
+    assert ((draw.source_offset >= 1) & (draw.source_offset < len(pool))).all()  # never the target itself
+    assert ((draw.side >= 10) & (draw.side <= 16)).all() and draw.side.unique().numel() == 7
+    images, masks = render_canvases(pool, torch.arange(400), draw, rule=rule)
+    clean, _ = render_canvases(pool, torch.arange(400), dataclasses.replace(draw, count=torch.zeros_like(draw.count)),
+                               rule=rule)
+    clutter = (images - clean).clamp(min=0).flatten(1)
+    # a fragment is a cut square: never more ink than its square holds, far less than a whole digit on average
+    square = (draw.side[:, 0].double() * draw.frag_scale[:, 0] + 2) ** 2
+    assert ((clutter > 0).sum(1) <= square).all()
+    source = (torch.arange(400) + draw.source_offset[:, 0]) % len(pool)
+    ink = (pool[source].flatten(1) > 127).sum(1) * draw.frag_scale[:, 0] ** 2  # the whole source digit's ink
+    part = (clutter > 0.5).sum(1) / ink
+    assert part.mean() < 0.6 and (part > 0.9).float().mean() < 0.1
+
+
+def _orientation(m: torch.Tensor) -> torch.Tensor:
+    """Principal-axis angle in degrees, counter-clockwise as displayed, of each (B, h, w) mask."""
+    B, h, w = m.shape
+    y, x = torch.meshgrid(-torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    m = m.double()
+    n = m.sum((1, 2))
+    mx, my = (m * x).sum((1, 2)) / n, (m * y).sum((1, 2)) / n
+    cxx = (m * (x - mx[:, None, None]) ** 2).sum((1, 2))
+    cyy = (m * (y - my[:, None, None]) ** 2).sum((1, 2))
+    cxy = (m * (x - mx[:, None, None]) * (y - my[:, None, None])).sum((1, 2))
+    return torch.rad2deg(0.5 * torch.atan2(2 * cxy, cxx - cyy))
+
+
+def test_target_turns_by_the_drawn_angle(mnist):
+    # elongated ones: their principal axis turns with the digit, counter-clockwise for positive angles
+    ones = mnist.images[mnist.labels == 1][:300]
+    rule = dataclasses.replace(CLEAN, scale=(1.3, 1.3))
+    draw = draw_canvases(len(ones), len(ones), torch.Generator().manual_seed(3), rule=rule)
+    _, masks = render_canvases(ones, torch.arange(len(ones)), draw, rule=rule)
+    before = _orientation(ones[:, 0] > 127)
+    turned = (_orientation(masks[:, 0]) - before - draw.rotation_deg + 90) % 180 - 90
+    assert turned.abs().median() < 2 and (turned.abs() < 6).float().mean() > 0.9
+
+
+def test_target_ink_stays_inside_the_canvas(pool):
+    for rule in (dataclasses.replace(CLEAN, scale=(1.6, 1.6)), dataclasses.replace(CLEAN, rotation_deg=75, scale=(2.1, 2.1))):
+        _, masks = _canvases(pool, 1000, 4, rule)
+        s = rule.scale[0]
+        border = masks[..., 0, :].any(-1) | masks[..., -1, :].any(-1) | masks[..., 0].any(-1) | masks[..., -1].any(-1)
+        assert border.float().mean() < 0.01  # the whole ink box fits (MNIST's ink lies in a 20x20 box)
+        ratio = masks.flatten(1).sum(1) / ((pool[:1000].flatten(1) > 127).sum(1) * s ** 2)
+        assert 0.85 < ratio.mean() < 1.15 and ratio.min() > 0.6  # area grows as scale^2: nothing large cut off
+        _, roomy = _canvases(pool, 1000, 4, rule, size=128)  # the same draws on a canvas no digit can leave
+        kept = masks.flatten(1).sum(1) / roomy.flatten(1).sum(1)  # sub-pixel placement moves small areas by ~10%
+        assert kept.min() > 0.85 and 0.98 < kept.mean() < 1.02
+
+
+def test_out_of_distribution_spreads_rotation_and_scale(pool):
+    g = torch.Generator().manual_seed(5)
+    ind, ood = draw_canvases(4000, len(pool), g, rule=IN_DISTRIBUTION), draw_canvases(4000, len(pool), g, rule=OUT_OF_DISTRIBUTION)
+    assert ind.rotation_deg.abs().max() <= 30 and ood.rotation_deg.abs().max() > 70
+    assert 2.2 < ood.rotation_deg.std() / ind.rotation_deg.std() < 2.8  # uniform: std = max / sqrt(3)
+    assert ind.scale.min() >= 1.0 and ind.scale.max() <= 1.6 and ood.scale.min() < 0.75 and ood.scale.max() > 2.0
+    assert OUT_OF_DISTRIBUTION.fragments == IN_DISTRIBUTION.fragments and OUT_OF_DISTRIBUTION.noise == IN_DISTRIBUTION.noise
+    # measured on the masks: the area relative to the digit's own ink spreads wider out of distribution
+    ink = (pool[:500].flatten(1) > 127).sum(1).double()
+    spread = [(_canvases(pool, 500, 6, r)[1].flatten(1).sum(1) / ink).std() for r in (IN_DISTRIBUTION, OUT_OF_DISTRIBUTION)]
+    assert spread[1] > 1.8 * spread[0]
+
+
+def test_noise_and_background_ramp(pool):
+    clean, _ = _canvases(pool, 200, 7, CLEAN)
+    noisy, _ = _canvases(pool, 200, 7, dataclasses.replace(CLEAN, noise=0.05))
+    mid = (clean > 0.3) & (clean < 0.7)  # no clipping there
+    assert abs((noisy - clean)[mid].std().item() - 0.05) < 0.004 and abs((noisy - clean)[mid].mean().item()) < 0.004
+    ramped, _ = _canvases(pool, 200, 7, dataclasses.replace(CLEAN, gradient=0.3))
+    ramp = (ramped - clean)[:, 0].double()  # (B, S, S): a plane where the target did not clip it
+    ok = (ramped < 1)[:, 0]
+    rows, cols = torch.meshgrid(torch.arange(CANVAS), torch.arange(CANVAS), indexing="ij")
+    X = torch.stack([torch.ones_like(rows), rows, cols], -1).reshape(-1, 3).double()
+    for b in range(0, 200, 20):
+        keep = ok[b].flatten()
+        coef = torch.linalg.lstsq(X[keep], ramp[b].flatten()[keep, None]).solution
+        assert (X[keep] @ coef - ramp[b].flatten()[keep, None]).abs().max() < 1e-5
+    amplitude = ramp.amax((1, 2)) - ramp.amin((1, 2))
+    assert amplitude.max() <= 0.3 and amplitude.max() > 0.25 and ramp.amin((1, 2)).abs().max() < 0.01
+
+
+def test_test_set_is_fixed_by_its_seed(pool):
+    small = pool[:300]
+    a = segmentation_test(small, 250, seed=1, batch_size=100)
+    b = segmentation_test(small, 250, seed=1, batch_size=100)
+    c = segmentation_test(small, 250, seed=2, batch_size=100)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1]) and not torch.equal(a[0], c[0])
+    prefix = segmentation_test(small, 130, seed=1, batch_size=100)  # a smaller set is a prefix of the larger
+    assert torch.equal(prefix[0], a[0][:130]) and torch.equal(prefix[1], a[1][:130])
+    cycled = segmentation_test(small[:100], 250, seed=1, batch_size=100)  # targets cycle through the digits
+    ink = lambda m: m.flatten(1).sum(1).double()  # noqa: E731
+    assert cycled[0].shape == (250, 1, CANVAS, CANVAS) and cycled[0].device.type == "cpu"
+    assert torch.corrcoef(torch.stack([ink(cycled[1][:100]), ink(cycled[1][100:200])]))[0, 1] > 0.7
+    assert segmentation_test(small, 0, seed=1)[0].shape == (0, 1, CANVAS, CANVAS)
+
+
+def test_training_canvases_reproducible_from_the_generator(pool):
+    idx = torch.randint(0, len(pool), (64,), generator=torch.Generator().manual_seed(0))
+    a = random_canvases(pool, idx, torch.Generator().manual_seed(9))
+    b = random_canvases(pool, idx, torch.Generator().manual_seed(9))
+    c = random_canvases(pool, idx, torch.Generator().manual_seed(10))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])
+
+
+def test_bad_arguments_are_refused(pool):
+    with pytest.raises(ValueError, match="targets must index"):
+        make_canvases(pool, torch.tensor([0, len(pool)]), None)
+    with pytest.raises(ValueError, match="digits must be"):
+        make_canvases(pool[:, 0], torch.tensor([0]), None)
+    with pytest.raises(ValueError, match="scale"):
+        CanvasRule(scale=(2.0, 1.0))
+    with pytest.raises(ValueError, match="fragment_size"):
+        make_canvases(pool, torch.tensor([0]), None, rule=CanvasRule(fragment_size=(10, 40)))
+
+
+@pytest.mark.requires_cuda
+def test_generator_and_digits_on_cuda(pool):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x, m = random_canvases(pool.cuda(), torch.arange(32, device="cuda"), g)
+    assert x.device.type == "cuda" and m.device.type == "cuda" and (m.flatten(1).sum(1) > 0).all()
+    x, m = random_canvases(pool, torch.arange(32), torch.Generator(device="cuda").manual_seed(0))
+    assert x.device.type == "cpu"
+
+
+# ------------------------------------------------------------------------------------------- Otsu, Dice and IoU
+
+def _otsu_brute(levels: np.ndarray) -> tuple[float, np.ndarray]:
+    """Every split t of the 0..255 levels tried: the highest between-class variance and its upper-class mask."""
+    best, best_t = -1.0, None
+    for t in range(256):
+        low, high = levels[levels <= t], levels[levels > t]
+        if len(low) == 0 or len(high) == 0:
+            continue
+        w0, w1 = len(low) / levels.size, len(high) / levels.size
+        var = w0 * w1 * (low.mean() - high.mean()) ** 2
+        if var > best + 1e-9 * max(best, 1):
+            best, best_t = var, t
+    return best, levels > best_t
+
+
+def test_otsu_matches_a_brute_force_search():
+    rng = np.random.default_rng(0)
+    images = []
+    for _ in range(12):
+        fg = rng.random((32, 32)) < rng.uniform(0.1, 0.5)
+        a, b = rng.uniform(0.05, 0.45), rng.uniform(0.55, 0.95)
+        images.append(np.where(fg, rng.normal(b, 0.08, fg.shape), rng.normal(a, 0.1, fg.shape)).clip(0, 1))
+    x = torch.from_numpy(np.stack(images)[:, None]).float()
+    levels = (x.double() * 255).round()[:, 0].numpy()
+    got = otsu_masks(x)[:, 0].numpy().astype(bool)
+    k = np.round(otsu_threshold(x).numpy() * 255 - 0.5)
+    for i in range(len(images)):
+        best, mask = _otsu_brute(levels[i])
+        assert np.array_equal(got[i], mask)
+        low, high = levels[i][levels[i] <= k[i]], levels[i][levels[i] > k[i]]
+        var = len(low) * len(high) / levels[i].size ** 2 * (low.mean() - high.mean()) ** 2
+        assert var == pytest.approx(best, rel=1e-9)
+    u8 = (x * 255).round().to(torch.uint8)  # uint8 input: the same levels, the same split
+    assert torch.equal(otsu_masks(u8), otsu_masks(x))
+
+
+def test_otsu_separates_two_levels_and_averages_channels():
+    x = torch.full((2, 3, 8, 8), 0.2)
+    x[:, :, 2:5, 3:7] = 0.7
+    t = otsu_threshold(x)
+    assert ((t > 0.2) & (t < 0.7)).all()
+    assert torch.equal(otsu_masks(x)[:, 0], (x[:, 0] > 0.5).to(torch.uint8))
+    x[:, 0], x[:, 1:] = 0.0, 0.6  # channel mean 0.4 everywhere: one level, nothing above it
+    assert otsu_masks(x).sum() == 0
+
+
+def test_dice_and_iou_by_hand():
+    t = torch.zeros(4, 1, 2, 3, dtype=torch.uint8)
+    p = torch.zeros(4, 1, 2, 3)
+    t[0, 0, 0, :2] = 1  # |T| = 2, |P| = 3, overlap 1: Dice 2/5, IoU 1/4
+    p[0, 0, 0, 1:] = 1
+    p[0, 0, 1, 2] = 1
+    t[1, 0, 1] = 1  # identical
+    p[1, 0, 1] = 1
+    p[2, 0, 0, 0] = 1  # prediction only: 0
+    # 3: both empty: 1
+    dice, iou = dice_iou(p, t.bool())
+    assert dice.dtype == torch.float64 and dice.tolist() == pytest.approx([0.4, 1, 0, 1])
+    assert iou.tolist() == pytest.approx([0.25, 1, 0, 1])
+    with pytest.raises(ValueError, match="threshold"):
+        dice_iou(p * 0.7, t)
+    with pytest.raises(ValueError, match="must both be"):
+        dice_iou(p[:, 0], t[:, 0])
+
+
+# ------------------------------------------------------------------------------------------- the user's folders
+
+def _save(path, array, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img = Image.fromarray(array)
+    (img if mode is None else img.convert(mode)).save(path)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, (3, 12, 10), dtype=np.uint8)
+    m = rng.random((3, 12, 10)) < 0.4
+    _save(tmp_path / "images" / "a.png", gray[0])
+    _save(tmp_path / "masks" / "a.png", m[0].astype(np.uint8) * 255)  # 0/255
+    _save(tmp_path / "images" / "b.png", gray[1])
+    _save(tmp_path / "masks" / "b.png", m[1].astype(np.uint8))  # 0/1
+    _save(tmp_path / "images" / "c.png", gray[2])
+    _save(tmp_path / "masks" / "c.png", m[2].astype(np.uint8) * 255, mode="1")  # 1-bit
+    return tmp_path, gray, m
+
+
+def test_folder_round_trip_gray(folder):
+    root, gray, m = folder
+    images, masks, names = load_mask_folder(root / "images", root / "masks")
+    assert names == ["a", "b", "c"] and images.dtype == masks.dtype == torch.uint8
+    assert torch.equal(images, torch.from_numpy(gray[:, None])) and torch.equal(masks, torch.from_numpy(m[:, None]).to(torch.uint8))
+
+
+def test_folder_round_trip_rgb_with_alpha_and_empty_mask(tmp_path):
+    rng = np.random.default_rng(1)
+    rgb = rng.integers(0, 256, (2, 9, 7, 3), dtype=np.uint8)
+    _save(tmp_path / "im" / "x.png", rgb[0])
+    _save(tmp_path / "im" / "y.png", np.concatenate([rgb[1], np.full((9, 7, 1), 128, np.uint8)], -1))  # RGBA
+    _save(tmp_path / "mk" / "x.png", np.zeros((9, 7), np.uint8))  # all background is fine
+    mask = (rng.random((9, 7)) < 0.5).astype(np.uint8) * 255
+    _save(tmp_path / "mk" / "y.png", np.repeat(mask[..., None], 3, -1))  # RGB with equal channels
+    images, masks, names = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert names == ["x", "y"] and images.shape == (2, 3, 9, 7)
+    assert torch.equal(images, torch.from_numpy(rgb).permute(0, 3, 1, 2))  # alpha dropped
+    assert masks[0].sum() == 0 and torch.equal(masks[1, 0], torch.from_numpy(mask // 255))
+
+
+def _break(root, case):
+    im, mk = root / "images", root / "masks"
+    if case == "no folder":
+        return root / "nowhere", mk, "nowhere"
+    if case == "no png":
+        (root / "empty").mkdir()
+        (root / "empty" / "notes.jpg").write_bytes(b"x")
+        return root / "empty", mk, "notes.jpg"
+    if case == "image without mask":
+        _save(im / "d.png", np.zeros((12, 10), np.uint8))
+        return im, mk, "d.png"
+    if case == "mask without image":
+        _save(mk / "e.png", np.zeros((12, 10), np.uint8))
+        return im, mk, "e.png"
+    if case == "not a png":
+        (im / "a.png").write_bytes(b"this is not an image")
+        return im, mk, "a.png"
+    if case == "jpeg named png":
+        Image.fromarray(np.zeros((12, 10), np.uint8)).save(im / "a.png", format="JPEG")
+        return im, mk, "JPEG"
+    if case == "sizes of a pair":
+        _save(mk / "b.png", np.zeros((11, 10), np.uint8))
+        return im, mk, "b.png"
+    if case == "sizes of images":
+        _save(im / "b.png", np.zeros((13, 10), np.uint8))
+        _save(mk / "b.png", np.zeros((13, 10), np.uint8))
+        return im, mk, "b.png"
+    if case == "gray and rgb":
+        _save(im / "b.png", np.zeros((12, 10, 3), np.uint8))
+        return im, mk, "RGB"
+    if case == "mask values":
+        _save(mk / "c.png", np.array([[0, 128, 255] * 4] * 10, np.uint8).T[:12, :10].copy())
+        return im, mk, "128"
+    if case == "mask 1 and 255":
+        _save(mk / "c.png", np.array([[0, 1, 255, 0, 1] * 2] * 12, np.uint8))
+        return im, mk, "c.png"
+    if case == "colour mask":
+        _save(mk / "a.png", np.stack([np.zeros((12, 10), np.uint8)] * 2 + [np.full((12, 10), 255, np.uint8)], -1))
+        return im, mk, "colour"
+    if case == "16-bit image":
+        Image.fromarray(np.zeros((12, 10), np.uint16)).save(im / "a.png")
+        return im, mk, "I;16"
+    raise AssertionError(case)
+
+
+CASES = ["no folder", "no png", "image without mask", "mask without image", "not a png", "jpeg named png",
+         "sizes of a pair", "sizes of images", "gray and rgb", "mask values", "mask 1 and 255", "colour mask",
+         "16-bit image"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_folder_errors_name_the_file(folder, case):
+    images_dir, masks_dir, named = _break(folder[0], case)
+    with pytest.raises(DataError) as err:
+        load_mask_folder(images_dir, masks_dir)
+    assert named in str(err.value)
+
+
+def test_folder_lists_unpaired_files_with_counts(folder):
+    root = folder[0]
+    for i in range(7):
+        _save(root / "images" / f"z{i}.png", np.zeros((12, 10), np.uint8))
+    with pytest.raises(DataError) as err:
+        load_mask_folder(root / "images", root / "masks")
+    msg = str(err.value)
+    assert "7 in" in msg and "z4.png" in msg and "z5.png" not in msg and "same file name" in msg

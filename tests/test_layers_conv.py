@@ -1,0 +1,156 @@
+"""ConvCaps2d and ConvTransposeCaps2d against independent references: DenseCaps, a loop over positions, shifts."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from capsnet.layers import ConvCaps2d, ConvTransposeCaps2d, DenseCaps
+from capsnet.layers.conv import same_padding
+from capsnet.ops import squash
+from capsnet.routing import DynamicRouting, create_routing
+
+
+def procedure1(votes: torch.Tensor, bias: torch.Tensor | None, iterations: int, over: str = "parents") -> torch.Tensor:
+    """Sabour et al.'s Procedure 1 for ONE example, written with loops: votes (I, J, D) -> v (J, D)."""
+    I, J, D = votes.shape
+    b = torch.zeros(I, J, dtype=votes.dtype)
+    for r in range(iterations):
+        c = torch.softmax(b, dim=1 if over == "parents" else 0)
+        s = torch.stack([sum(c[i, j] * votes[i, j] for i in range(I)) for j in range(J)])
+        if bias is not None:
+            s = s + bias
+        v = squash(s)
+        if r < iterations - 1:
+            b = b + torch.stack([torch.stack([votes[i, j] @ v[j] for j in range(J)]) for i in range(I)])
+    return v
+
+
+def test_same_padding_is_tensorflows():
+    assert same_padding(64, 5, 2) == (1, 2)  # out 32: 31 * 2 + 5 - 64 = 3
+    assert same_padding(64, 5, 1) == (2, 2)
+    assert same_padding(7, 5, 2) == (2, 2)  # out 4: 3 * 2 + 5 - 7 = 4
+    assert same_padding(8, 1, 1) == (0, 0)
+
+
+def test_kernel_1_on_a_1x1_grid_is_dense_caps_with_the_weight_shared_by_the_child_types():
+    torch.manual_seed(0)
+    T, Din, J, Dout = 3, 4, 5, 6
+    conv = ConvCaps2d(T, Din, J, Dout, kernel_size=1, routing=DynamicRouting(3))
+    with torch.no_grad():
+        conv.bias.normal_()
+    dense = DenseCaps(T, Din, J, Dout, routing=DynamicRouting(3))
+    w = conv.weight.detach()[:, :, 0, 0].view(J, Dout, Din).permute(2, 0, 1)  # (Din, J, Dout)
+    with torch.no_grad():
+        dense.weight.copy_(w.unsqueeze(1).expand(Din, T, J, Dout))
+        dense.bias.copy_(conv.bias)
+    u = torch.randn(7, T, Din)
+    grid = u.view(7, T, Din, 1, 1)
+    got = conv(grid)[..., 0, 0]  # (7, J, Dout)
+    torch.testing.assert_close(got, dense(u).poses, rtol=1e-5, atol=1e-6)
+    dense.factored = False
+    torch.testing.assert_close(got, dense(u).poses, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("over", ["parents", "children"])
+def test_conv_caps_equals_a_loop_over_positions_with_procedure_1(stride, over):
+    torch.manual_seed(1)
+    T, Din, J, Dout, K, H = 2, 3, 3, 4, 3, 5
+    layer = ConvCaps2d(T, Din, J, Dout, kernel_size=K, stride=stride, routing=DynamicRouting(3, softmax=over))
+    x = torch.randn(2, T, Din, H, H)
+    got = layer(x)
+    top, bottom = same_padding(H, K, stride)
+    xp = F.pad(x, (top, bottom, top, bottom))
+    Ho = -(-H // stride)
+    assert got.shape == (2, J, Dout, Ho, Ho)
+    W = layer.weight.detach().view(J, Dout, Din, K, K)
+    for n in range(2):
+        for r in range(Ho):
+            for c in range(Ho):
+                window = xp[n, :, :, r * stride:r * stride + K, c * stride:c * stride + K]  # (T, Din, K, K)
+                votes = torch.einsum("tdkl,jodkl->tjo", window, W)  # each child type's vote: kernel window summed
+                want = procedure1(votes, layer.bias.detach(), 3, over)
+                torch.testing.assert_close(got[n, :, :, r, c], want, rtol=1e-4, atol=1e-5)
+
+
+def test_shifting_the_input_by_the_stride_shifts_the_output_by_one_away_from_the_borders():
+    torch.manual_seed(2)
+    layer = ConvCaps2d(2, 4, 3, 5, kernel_size=5, stride=2)
+    x = torch.randn(1, 2, 4, 24, 24)
+    shifted = torch.roll(x, shifts=(2, 4), dims=(3, 4))  # 2 rows and 4 columns: 1 and 2 output positions
+    a, b = layer(x), layer(shifted)
+    # away from the borders (and from the rows the roll wrapped), output (r, c) moved to (r + 1, c + 2)
+    torch.testing.assert_close(b[..., 4:10, 5:10], a[..., 3:9, 3:8], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(b[..., 4:10, 5:10], a[..., 4:10, 5:10])  # it did move
+
+
+def test_transposed_layer_doubles_the_grid_and_shifts_by_two_for_a_shift_by_one():
+    torch.manual_seed(3)
+    layer = ConvTransposeCaps2d(3, 4, 2, 5)  # kernel 4, stride 2: SegCaps' deconvolutional capsules
+    x = torch.randn(2, 3, 4, 8, 8)
+    y = layer(x)
+    assert y.shape == (2, 2, 5, 16, 16)
+    y2 = layer(torch.roll(x, shifts=(1, 1), dims=(3, 4)))
+    torch.testing.assert_close(y2[..., 4:12, 4:12], y[..., 2:10, 2:10], rtol=1e-5, atol=1e-6)
+    # against a loop: each output pixel's votes are the transposed convolution's, routed by Procedure 1
+    votes = F.conv_transpose2d(x.flatten(0, 1), layer.weight.detach(), stride=2, padding=1).view(2, 3, 2, 5, 16, 16)
+    for n, r, c in [(0, 0, 0), (1, 7, 9), (0, 15, 3)]:
+        want = procedure1(votes[n, :, :, :, r, c], layer.bias.detach(), 3)
+        torch.testing.assert_close(y[n, :, :, r, c], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
+def test_an_example_does_not_depend_on_the_rest_of_its_batch(layer_cls):
+    torch.manual_seed(4)
+    layer = layer_cls(3, 4, 2, 6)
+    x = torch.randn(5, 3, 4, 6, 6)
+    together = layer(x)
+    for k in (0, 3):
+        torch.testing.assert_close(layer(x[k:k + 1])[0], together[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
+def test_finite_outputs_and_gradients_at_zero_input_and_under_bf16_autocast(layer_cls):
+    torch.manual_seed(5)
+    layer = layer_cls(2, 4, 3, 8)
+    for x, ctx in [(torch.zeros(2, 2, 4, 6, 6), torch.autocast("cpu", enabled=False)),
+                   (torch.randn(2, 2, 4, 6, 6) * 10, torch.autocast("cpu", dtype=torch.bfloat16))]:
+        x.requires_grad_(True)
+        layer.zero_grad()
+        with ctx:
+            y = layer(x)
+        assert torch.isfinite(y).all()
+        y.float().square().sum().backward()
+        assert torch.isfinite(x.grad).all() and torch.isfinite(layer.weight.grad).all()
+        assert torch.isfinite(layer.bias.grad).all() and layer.bias.grad.abs().sum() > 0
+
+
+def test_routing_options_coupling_sums_and_bias_off():
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, 4, 5, 5)
+    for over, dim in (("parents", 2), ("children", 1)):
+        layer = ConvCaps2d(3, 4, 2, 5, kernel_size=3, routing=DynamicRouting(2, softmax=over), bias=False)
+        assert layer.bias is None
+        _, result = layer.route(x, record=True)
+        assert result.coupling.shape == (2 * 25, 3, 2) and result.rounds.shape == (2 * 25, 2, 3, 2)
+        torch.testing.assert_close(result.coupling.sum(dim), torch.ones(2 * 25, 2 if dim == 1 else 3))
+
+
+def test_any_routing_of_the_shared_call_shape_routes_locally():
+    torch.manual_seed(7)
+    layer = ConvCaps2d(3, 4, 2, 16, kernel_size=3, routing=create_routing("em", out_caps=2), bias=False)
+    y = layer(torch.randn(2, 3, 4, 5, 5), torch.rand(2, 3, 5, 5))
+    assert y.shape == (2, 2, 16, 5, 5) and torch.isfinite(y).all()
+
+
+def test_bad_shapes_and_sizes_are_named():
+    layer = ConvCaps2d(2, 4, 3, 5)
+    with pytest.raises(ValueError, match=r"expected a child capsule grid \(B, 2, 4, H, W\).*got shape \(1, 3, 4, 5, 5\)"):
+        layer(torch.randn(1, 3, 4, 5, 5))
+    with pytest.raises(ValueError, match="kernel_size - stride must be even"):
+        ConvTransposeCaps2d(2, 4, 3, 5, kernel_size=3, stride=2)
+    with pytest.raises(ValueError, match="out_types must be a positive integer"):
+        ConvCaps2d(2, 4, 0, 5)
+    with pytest.raises(ValueError, match="softmax must be 'parents' or 'children'"):
+        DynamicRouting(3, softmax="rows")

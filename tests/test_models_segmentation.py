@@ -1,0 +1,130 @@
+"""SegCaps and the U-Net: the papers' weight counts, shapes, losses, gradients, batch independence, bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet.losses import segmentation_loss, soft_dice
+from capsnet.models import MODELS, SegCaps, SegCapsConfig, UNetConfig, create_model, is_segmentation
+
+SEGMENTATION = [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
+SMALL = {"segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=3)}
+
+
+def paper_segcaps_weights(in_channels: int = 1) -> int:
+    """SegCaps R3 counted from the paper's Figure 2 layer by layer: (kernel, in dim, out types, out dim) of each
+    capsule layer, kernel^2 x in_dim x types x dim weights plus the routing bias types x dim; conv1 5x5x16;
+    the reconstruction's 1x1 convolutions 16-64-128-C."""
+    layers = [(5, 16, 2, 16), (5, 16, 4, 16), (5, 16, 4, 32), (5, 32, 8, 32), (5, 32, 8, 64), (5, 64, 8, 32),
+              (4, 32, 8, 32), (5, 32, 4, 32), (4, 32, 4, 16), (5, 16, 4, 16), (4, 16, 2, 16), (1, 16, 1, 16)]
+    caps = sum(k * k * d * t * o + t * o for k, d, t, o in layers)
+    return (25 * in_channels + 1) * 16 + caps + 17 * 64 + 65 * 128 + 129 * in_channels
+
+
+def test_segcaps_weight_count_is_the_papers_1_4m():
+    for c in (1, 3):
+        model = SegCaps(SegCapsConfig(in_channels=c))
+        n = sum(p.numel() for p in model.parameters())
+        assert n == paper_segcaps_weights(c) == model.config.num_weights
+    assert sum(p.numel() for p in SegCaps().parameters()) == 1_425_649  # the README's figure
+
+
+def test_unet_weight_count_is_the_papers_31m():
+    for bn, expected in ((False, 31_030_593), (True, 31_042_369)):
+        model = create_model("unet", batch_norm=bn)
+        assert sum(p.numel() for p in model.parameters()) == expected == model.config.num_weights
+    assert UNetConfig().num_weights > 10 * SegCapsConfig().num_weights  # the issue's "a tenth of its weights"
+
+
+@pytest.mark.parametrize("name", SEGMENTATION)
+@pytest.mark.parametrize("size", [(16, 24), (32, 32)])
+def test_output_shapes_for_several_input_sizes(name, size):
+    torch.manual_seed(0)
+    H, W = size
+    model = create_model(name, **SMALL[name], input_height=H, input_width=W)
+    out = model(torch.rand(2, 1, H, W))
+    assert out.probabilities.shape == (2, 1, H, W)
+    assert ((out.probabilities >= 0) & (out.probabilities <= 1)).all()
+    if name.startswith("segcaps"):
+        assert out.poses.shape == (2, 1, 16, H, W) and out.reconstructions.shape == (2, 1, H, W)
+        grids = model.capsule_grids(torch.rand(1, 1, H, W))
+        assert grids["primary"].shape == (1, 2, 16, H // 2, W // 2) and grids["conv_3_2"].shape == (1, 8, 64, H // 8, W // 8)
+
+
+@pytest.mark.parametrize("name", SEGMENTATION)
+def test_every_weight_gets_a_gradient_from_the_registered_loss(name):
+    torch.manual_seed(1)
+    model = create_model(name, **SMALL[name], input_height=16, input_width=16)
+    images = torch.rand(3, 1, 16, 16)
+    masks = (images > 0.6).to(torch.uint8)
+    loss, probs = MODELS[name].loss(model, images, masks, recon_weight=0.0005)
+    assert probs.shape == (3, 1, 16, 16) and torch.isfinite(loss)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    assert is_segmentation(name) and is_segmentation(model.config)
+
+
+@pytest.mark.parametrize("name", SEGMENTATION)
+def test_an_image_is_segmented_the_same_in_any_batch(name):
+    torch.manual_seed(2)
+    model = create_model(name, **SMALL[name], input_height=16, input_width=16).eval()
+    images = torch.rand(4, 1, 16, 16)
+    with torch.no_grad():
+        together = model(images).probabilities
+        for k in (0, 2):
+            torch.testing.assert_close(model(images[k:k + 1]).probabilities[0], together[k], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["segcaps", "unet"])
+def test_finite_at_all_zero_input_and_under_bf16_autocast(name):
+    torch.manual_seed(3)
+    model = create_model(name, **SMALL[name], input_height=16, input_width=16)
+    for images, ctx in ((torch.zeros(2, 1, 16, 16), torch.autocast("cpu", enabled=False)),
+                        (torch.rand(2, 1, 16, 16), torch.autocast("cpu", dtype=torch.bfloat16))):
+        model.zero_grad()
+        with ctx:
+            loss, probs = MODELS[name].loss(model, images, torch.zeros(2, 1, 16, 16), recon_weight=0.0005)
+        assert torch.isfinite(probs).all() and torch.isfinite(loss)
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_reconstruction_targets_the_input_masked_by_the_ground_truth():
+    torch.manual_seed(4)
+    model = create_model("segcaps", input_height=16, input_width=16)
+    images = torch.rand(2, 1, 16, 16)
+    masks = (torch.rand(2, 1, 16, 16) > 0.5).float()
+    with_recon, _ = MODELS["segcaps"].loss(model, images, masks, recon_weight=0.0005)
+    without, _ = MODELS["segcaps"].loss(model, images, masks, recon_weight=0.0)
+    recon = model(images, masks).reconstructions
+    expected = 0.0005 * (recon - images * masks).pow(2).sum() / 2  # sum over pixels, mean over the batch
+    torch.testing.assert_close(with_recon - without, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_segmentation_losses_against_closed_forms():
+    p = torch.tensor([[[[0.9, 0.2], [0.6, 0.1]]]])
+    m = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]]])
+    bce = -(torch.log(torch.tensor([0.9, 0.6])).sum() + torch.log(torch.tensor([0.8, 0.9])).sum()) / 4
+    torch.testing.assert_close(segmentation_loss(p, m, "bce"), bce)
+    dice = (2 * 1.5 + 1) / (1.8 + 2 + 1)
+    torch.testing.assert_close(soft_dice(p, m), torch.tensor([dice]))
+    torch.testing.assert_close(segmentation_loss(p, m, "bce+dice"), bce + 1 - dice)
+    weighted = -(torch.log(torch.tensor([0.9, 0.6])).sum() * 1.0 + torch.log(torch.tensor([0.8, 0.9])).sum()) / 4
+    torch.testing.assert_close(segmentation_loss(p, m, "weighted-bce"), weighted)  # 2 of 4 foreground: weight 1
+    logits = torch.logit(p)
+    torch.testing.assert_close(segmentation_loss(p, m, "bce", logits=logits), bce, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown segmentation loss 'iou'"):
+        segmentation_loss(p, m, "iou")
+
+
+def test_bad_input_is_named_with_its_fix():
+    model = create_model("segcaps", input_height=16, input_width=16)
+    with pytest.raises(ValueError, match=r"image sides must be multiples of 8.*got 20x16: pad or crop them to 24x16"):
+        model(torch.rand(1, 1, 20, 16))
+    with pytest.raises(ValueError, match=r"1-channel images, got \(1, 3, 16, 16\).*train a model with in_channels 3"):
+        model(torch.rand(1, 3, 16, 16))
+    with pytest.raises(ValueError, match="must be a multiple of 8"):
+        SegCapsConfig(input_height=60)
+    with pytest.raises(ValueError, match="masks \\(B, 1, H, W\\)"):
+        MODELS["segcaps"].loss(model, torch.rand(2, 1, 16, 16), torch.tensor([1, 2]))

@@ -1,0 +1,163 @@
+"""Segmentation through the shared loop: mnist-segmentation and the user's folders, fit, eval, the experiment, the
+command line, and bad input named with its fix."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capsnet import CapsNetConfig
+from capsnet.data.segmentation import dice_iou, otsu_masks
+from capsnet.data.tasks import Split, input_shape, load_test, load_training, task
+from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmentation, load_model
+from capsnet.experiments import format_segmentation_table, otsu_row, plan, run_plan
+from capsnet.models import SegCapsR1Config, UNetConfig
+from capsnet.train import TrainConfig, _correct, fit
+
+
+def test_the_segmentation_task_gives_canvases_masks_and_an_ood_set(data_root):
+    assert task("mnist-segmentation").kind == "segmentation" and input_shape("mnist-segmentation") == (1, 64, 64)
+    test = load_test("mnist-segmentation", size=20, root=data_root, progress=False)
+    assert test.images.shape == (20, 1, 64, 64) and test.labels.shape == (20, 1, 64, 64)
+    assert set(test.extra) == {"ood"} and test.extra["ood"].labels.shape == (20, 1, 64, 64)
+    on = test.to("cpu")
+    assert on.labels.dtype == torch.uint8 and on.images.dtype == torch.float32  # masks stay small on the device
+    again = load_test("mnist-segmentation", size=20, root=data_root, progress=False)
+    assert torch.equal(again.images, test.images) and torch.equal(again.labels, test.labels)  # fixed by its seed
+    train, held, name = load_training("mnist-segmentation", train_size=50, val_size=10, root=data_root, progress=False)
+    assert len(train) == 40 and name == "val" and held.labels.shape == (10, 1, 64, 64)
+    x, m, comp = task("mnist-segmentation").batch(train.to("cpu"), torch.arange(8), torch.Generator().manual_seed(0),
+                                                   None)
+    assert x.shape == (8, 1, 64, 64) and m.shape == (8, 1, 64, 64) and comp is None and (m.sum((1, 2, 3)) > 0).all()
+
+
+def test_training_dice_is_the_dice_of_the_thresholded_probabilities():
+    masks = torch.zeros(2, 1, 4, 4, dtype=torch.uint8)
+    masks[0, 0, :2] = 1  # 8 pixels
+    probs = torch.zeros(2, 1, 4, 4)
+    probs[0, 0, :1] = 0.9  # 4 right, none wrong: Dice 2*4 / (4 + 8)
+    got = _correct(probs, masks)
+    torch.testing.assert_close(got, torch.tensor([8 / 12, 1.0], dtype=torch.float64))  # both empty: 1
+
+
+def test_evaluate_segmentation_matches_dice_iou_of_the_thresholded_output():
+    torch.manual_seed(0)
+    model = UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16)
+    from capsnet.models import UNet
+
+    net = UNet(model)
+    images, masks = torch.rand(10, 1, 16, 16), (torch.rand(10, 1, 16, 16) > 0.7).to(torch.uint8)
+    r = evaluate_segmentation(net, images, masks, batch_size=3)
+    with torch.no_grad():
+        pred = (net.eval()(images).probabilities > 0.5).to(torch.uint8)
+    dice, iou = dice_iou(pred, masks)
+    assert isinstance(r, SegEvalResult) and r.accuracy == r.dice
+    assert r.dice == pytest.approx(dice.mean().item()) and r.iou == pytest.approx(iou.mean().item())
+    assert r.pixel_accuracy == pytest.approx((pred == masks).float().mean().item())
+
+
+def test_a_segmentation_run_records_dice_and_iou_and_evaluates(segmentation_run, data_root):
+    records = [json.loads(line) for line in (segmentation_run / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    for key in ("test_dice", "test_iou", "ood_dice", "ood_iou", "train_accuracy"):
+        assert 0.0 <= last[key] <= 1.0, key
+    assert last["test_accuracy"] == last["test_dice"]
+    model, ckpt = load_model(segmentation_run)
+    assert ckpt.model_name == "segcaps-r1"
+    done = evaluate_checkpoint(segmentation_run, test_size=16, root=data_root, progress=False, device="cpu")
+    assert done.results[""].dice == pytest.approx(last["test_dice"], abs=1e-6)  # the same canvases, the same model
+    report = done.report()
+    assert report["metric"] == "Dice" and {"dice", "iou", "pixel_accuracy"} <= set(report["ood"])
+    text = done.format()
+    assert "Dice" in text and "ood" in text and "out of distribution" in text
+
+
+def test_models_and_data_sets_of_different_kinds_are_refused_by_name(tmp_path, data_root):
+    with pytest.raises(ValueError, match="capsnet is a classification model but mnist-segmentation is a segmentation"):
+        fit(CapsNetConfig(input_height=64, input_width=64), TrainConfig(dataset="mnist-segmentation"), tmp_path / "a",
+            data_root=data_root, progress=False)
+    with pytest.raises(ValueError, match="segcaps-r1 is a segmentation model but mnist is a classification"):
+        fit(SegCapsR1Config(input_height=32, input_width=32), TrainConfig(dataset="mnist"), tmp_path / "b",
+            data_root=data_root, progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def write_pairs(root: Path, n: int, size=(16, 16), mode="L", mask_scale=255) -> None:
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for k in range(n):
+        mask = np.zeros(size, np.uint8)
+        r, c = rng.integers(0, size[0] - 6), rng.integers(0, size[1] - 6)
+        mask[r:r + 6, c:c + 6] = 1
+        image = np.clip(rng.normal(40, 10, size) + 160 * mask, 0, 255).astype(np.uint8)
+        if mode == "RGB":
+            image = np.stack([image] * 3, -1)
+        Image.fromarray(image, mode).save(root / "images" / f"p{k:02d}.png")
+        Image.fromarray(mask * mask_scale).save(root / "masks" / f"p{k:02d}.png")
+
+
+def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path):
+    write_pairs(tmp_path / "data", 10)
+    name = f"folder:{tmp_path / 'data'}"
+    assert task(name).kind == "segmentation" and input_shape(name) == (1, 16, 16)
+    train, held, _ = load_training(name, progress=False)
+    assert len(train) == 8 and len(held) == 2  # a fixed fifth held out for testing
+    cfg = UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16)
+    final = fit(cfg, TrainConfig(dataset=name, epochs=2, batch_size=4, lr=3e-3), tmp_path / "run", progress=False)
+    assert 0.0 <= final["test_dice"] <= 1.0 and "test_iou" in final
+    done = evaluate_checkpoint(tmp_path / "run", progress=False, device="cpu")
+    assert done.images == 2 and done.results[""].dice == pytest.approx(final["test_dice"])
+
+
+def test_a_folder_with_a_test_folder_uses_it(tmp_path):
+    write_pairs(tmp_path / "d", 6)
+    write_pairs(tmp_path / "d" / "test", 3)
+    train, held, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
+    assert len(train) == 6 and len(held) == 3
+
+
+def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmentation_run):
+    from capsnet.data.idx import DataError
+
+    with pytest.raises(DataError, match="no such folder"):
+        task(f"folder:{tmp_path / 'nothing'}")
+    write_pairs(tmp_path / "rgb", 4, size=(64, 64), mode="RGB")
+    with pytest.raises(ValueError, match="3-channel images but the checkpoint's model was trained on 1-channel"):
+        evaluate_checkpoint(segmentation_run, dataset=f"folder:{tmp_path / 'rgb'}", progress=False, device="cpu")
+    write_pairs(tmp_path / "odd", 4, size=(20, 20))
+    out = subprocess.run([sys.executable, "-m", "capsnet", "train", "--dataset", f"folder:{tmp_path / 'odd'}",
+                          "--model", "unet", "--out", str(tmp_path / "odd-run"), "--no-progress"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "multiple of 16" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "odd-run").exists()  # nothing written half
+
+
+def test_the_cli_defaults_to_segcaps_on_segmentation_data_and_refuses_a_classifier(tmp_path, data_root):
+    out = subprocess.run([sys.executable, "-m", "capsnet", "train", "--dataset", "mnist-segmentation", "--model",
+                          "capsnet", "--out", str(tmp_path / "x")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--model capsnet is a classification model" in out.stderr
+    assert "use --model segcaps, segcaps-r1 or unet" in out.stderr
+
+
+def test_the_segmentation_experiment_tabulates_the_models_beside_otsu(tmp_path, data_root):
+    train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8)
+    runs = plan("segmentation", tmp_path, train=train, configs={"unet": UNetConfig(base_channels=4, depth=2)},
+                models=["segcaps-r1", "unet"])
+    assert [r.model for r in runs] == ["segcaps-r1", "unet"] and all(r.dataset == "mnist-segmentation" for r in runs)
+    rows = run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    rows.append(otsu_row("mnist-segmentation", test_size=8, root=data_root))
+    test = load_test("mnist-segmentation", size=8, root=data_root, progress=False).to("cpu")
+    dice, _ = dice_iou(otsu_masks(test.images), test.labels)
+    assert rows[-1]["test_dice"] == pytest.approx(dice.mean().item())
+    table = format_segmentation_table(rows)
+    assert "SegCaps R1" in table and "U-Net" in table and "Otsu threshold (no training)" in table
+    assert all(r["peak_mem_mb"] > 0 for r in rows[:2])
+    with pytest.raises(ValueError, match="needs segmentation models; capsnet is not"):
+        plan("segmentation", tmp_path, train=train, models=["capsnet"])
