@@ -29,13 +29,17 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def page_url(viewer):
+def _need_browser() -> None:
     why = _missing()
     if why:
         if os.environ.get("CAPSNET_REQUIRE_BROWSER") == "1":
             pytest.fail(f"CAPSNET_REQUIRE_BROWSER=1 but {why}")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def page_url(viewer):
+    _need_browser()
     srv, thread = serve_in_thread(viewer)
     yield "http://%s:%d/" % srv.server_address[:2]
     srv.shutdown()
@@ -133,6 +137,119 @@ def test_pick_draw_and_slide(page_url, viewer):
             page.evaluate("window.scrollTo(0, 0)")
             for panel in ("#digits-panel", "#routing-panel", "#primary-panel"):
                 assert page.locator(panel).bounding_box()["y"] < 1000 - 150, panel
+            assert errors == []
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def segmentation_urls(segmentation_viewer, unet_viewer):
+    """The pages of SegCaps R1 (tests/conftest.py) and of the tiny U-Net (tests/viz/conftest.py)."""
+    _need_browser()
+    servers = [serve_in_thread(v)[0] for v in (segmentation_viewer, unet_viewer)]
+    yield ["http://%s:%d/" % srv.server_address[:2] for srv in servers]
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _pixels(page, canvas_id: str, H: int, W: int) -> np.ndarray:
+    """The red channel at the centre of every input pixel of a canvas drawn at a whole multiple of H x W."""
+    return np.array(page.evaluate("""([id, H, W]) => {
+        const c = document.getElementById(id), s = c.width / W;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        const out = [];
+        for (let y = 0; y < H; y++) for (let x = 0; x < W; x++)
+            out.push(d[4 * (Math.floor((y + 0.5) * s) * c.width + Math.floor((x + 0.5) * s))]);
+        return out;
+    }""", [canvas_id, H, W])).reshape(H, W)
+
+
+CLASSIFICATION_ONLY = ("#digits-panel", "#routing-panel", "#primary-panel", "#recon-panel", "#class-picker",
+                       "#next-of-class")
+
+
+def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_panels(segmentation_urls,
+                                                                                      segmentation_viewer):
+    from playwright.sync_api import sync_playwright
+
+    seg_url, unet_url = segmentation_urls
+    v = segmentation_viewer
+    info = v.info()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(seg_url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert page.inner_text("#error") == ""
+            for hidden in CLASSIFICATION_ONLY:
+                assert page.locator(hidden).is_hidden(), hidden
+            assert page.locator("input.dim-slider").count() == 0
+            for shown in ("#seg-panel", "#layers-panel", "#seg-routing-panel", "#conv-panel", "#seg-truth",
+                          "#seg-recon", "#test-index"):
+                assert page.locator(shown).is_visible(), shown
+
+            # the mask and probability drawn are the engine's, and its Dice
+            w = v.walk(v.test_input(index=0), routing=info["routing_layers"][0])
+            np.testing.assert_array_equal(_pixels(page, "seg-mask", 64, 64), np.round(decode(w["mask"])[0] * 255))
+            np.testing.assert_array_equal(_pixels(page, "seg-probability", 64, 64),
+                                          np.round(decode(w["probability"])[0] * 255))
+            assert page.inner_text("#seg-dice") == f"{w['dice']:.3f}" and "test canvas #0" in page.inner_text("#source")
+
+            # every capsule layer, labelled with its grid, one map per capsule type
+            layers = page.locator("#layers .layer")
+            assert layers.count() == len(info["layers"]) == 13
+            for k, layer in enumerate(info["layers"]):
+                title = layers.nth(k).locator("h3").inner_text()
+                assert title.startswith(f"{layer['name']}: ") and f"on {layer['grid'][0]}x{layer['grid'][1]}" in title
+                assert layers.nth(k).locator("figure canvas").count() == layer["types"]
+            assert layers.nth(2).locator("figcaption").all_inner_texts() == ["type 0", "type 1", "type 2", "type 3"]
+
+            # another canvas, then the routing of another layer for it
+            page.fill("#test-index", "5")
+            page.click("#show-test")
+            page.wait_for_function("document.body.dataset.walks === '2'")
+            assert "test canvas #5" in page.inner_text("#source")
+            page.select_option("#routing-layer", "deconv_1_2")
+            page.wait_for_function("document.body.dataset.walks === '3'")
+            assert "test canvas #5" in page.inner_text("#source")
+            assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 0"
+            assert page.locator("#seg-routing-types figure").count() == 16  # 8 types + 8 of the skip
+            assert page.locator("#seg-routing-rounds figure").count() == 1  # R1: one round
+            page.select_option("#routing-parent", "3")
+            assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 3"
+
+            # a drawing is scaled to 64x64 and segmented; it has no ground truth
+            page.locator("#draw").scroll_into_view_if_needed()
+            box = page.locator("#draw").bounding_box()
+            page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.2)
+            page.mouse.down()
+            for k in range(1, 9):
+                page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * (0.2 + 0.07 * k))
+            page.mouse.up()
+            page.wait_for_function("document.body.dataset.walks === '4' || "
+                                   "document.querySelector('#error').textContent")
+            assert page.inner_text("#error") == ""
+            assert "your image (64x64 px" in page.inner_text("#source")
+            assert page.locator("#seg-truth-figure").is_hidden() and page.inner_text("#seg-dice") == "–"
+            assert page.evaluate("state.walk.routing.layer") == "deconv_1_2"  # the layer picked stays picked
+            assert errors == []
+
+            # the U-Net: its first convolution and its prediction, no capsule panels
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(unet_url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert page.inner_text("#error") == ""
+            for hidden in CLASSIFICATION_ONLY + ("#layers-panel", "#seg-routing-panel", "#seg-recon-figure"):
+                assert page.locator(hidden).is_hidden(), hidden
+            assert page.locator("#seg-panel").is_visible() and page.locator("#seg-truth").is_visible()
+            assert page.inner_text("#conv-title") == "First convolution (down.0.0)"
+            assert "after batch norm and ReLU" in page.inner_text("#conv-hint")
+            assert "UNet (unet)" in page.inner_text("#model-info")
             assert errors == []
         finally:
             browser.close()

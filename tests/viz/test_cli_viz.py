@@ -87,3 +87,26 @@ def test_viz_bad_flags(tmp_path, trained_run, data_root):
         busy.listen()
         r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--port", str(busy.getsockname()[1]))
     assert r.returncode == 2 and "cannot listen" in r.stderr and "pick another --port" in r.stderr
+
+
+def test_viz_serves_a_segmentation_run(segmentation_run, data_root):
+    proc, url = start("--checkpoint", str(segmentation_run), "--data-dir", str(data_root), "--test-size", "4")
+    try:
+        info = get(url + "api/info")
+        assert info["kind"] == "segmentation" and info["model_name"] == "segcaps-r1" and info["test_size"] == 4
+        assert info["dataset"] == "mnist-segmentation"
+        assert info["checkpoint"] == str(segmentation_run / "best.safetensors")
+        ask = urllib.request.Request(url + "api/forward", data=json.dumps({"index": 3}).encode(), method="POST")
+        with urllib.request.urlopen(ask, timeout=60) as r:
+            walk = json.loads(r.read())
+        assert 0.0 <= walk["dice"] <= 1.0 and walk["probability"]["shape"] == [1, 64, 64]
+    finally:
+        assert "UNTRAINED" not in stop(proc)
+
+
+def test_viz_refuses_a_segmentation_run_on_a_classification_set(segmentation_run, data_root, capsys):
+    from capsnet.cli import main
+
+    assert main(["viz", "--checkpoint", str(segmentation_run), "--dataset", "mnist", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "segcaps-r1 is a segmentation model but mnist is a classification data set" in err

@@ -3,7 +3,9 @@
 The server (``server.py``) only parses requests and calls ``Viewer``; this
 module knows nothing of HTTP, so notebooks and tests can use it directly.
 Every array leaves as an ``encode``d dict (uint8 + the range it maps to), small
-enough to send to a browser as JSON.
+enough to send to a browser as JSON. Segmentation models (SegCaps, the U-Net)
+have their own ``SegmentationViewer`` (``segmentation.py``) answering the same
+calls; ``load_viewer`` picks the one a checkpoint needs.
 """
 from __future__ import annotations
 
@@ -12,16 +14,20 @@ import math
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models import is_segmentation
 from ..models.capsnet import CapsNet, CapsNetConfig
 
-__all__ = ["ViewerError", "Viewer", "load_viewer", "encode", "decode", "SWEEP_HALF_RANGE"]
+if TYPE_CHECKING:
+    from .segmentation import SegmentationViewer
+
+__all__ = ["ViewerError", "Viewer", "load_viewer", "encode", "decode", "conv_kernels", "SWEEP_HALF_RANGE"]
 
 SWEEP_HALF_RANGE = 0.25  # Sabour et al., Figure 4: each dimension moved within [-0.25, 0.25]
 
@@ -61,10 +67,18 @@ def decode(d: dict[str, Any]) -> np.ndarray:
     return values.reshape(d["shape"])
 
 
+def conv_kernels(conv: nn.Conv2d) -> dict[str, Any]:
+    """A convolution's weights (K, C, k, k) as ``{"kernels": encoded}``, each kernel in its own symmetric range."""
+    w = conv.weight.detach().float().cpu()  # (K, C, k, k)
+    m = w.reshape(w.shape[0], -1).abs().amax(dim=1).clamp_min(1e-12)
+    return {"kernels": encode(w, (-m).tolist(), m.tolist())}
+
+
 @dataclass
 class _Input:
     image: torch.Tensor  # (C, H, W) float in [0, 1]
     source: dict[str, Any]
+    truth: torch.Tensor | None = None  # (1, H, W) 0/1: a segmentation test canvas's mask
 
 
 class Viewer:
@@ -74,12 +88,15 @@ class Viewer:
     it from every request thread.
     """
 
+    kind = "classification"  # the page's layout; SegmentationViewer's is "segmentation"
+
     def __init__(self, model: nn.Module, *, test_images: torch.Tensor | None = None,
                  test_labels: torch.Tensor | None = None, classes: Sequence[str] | None = None,
                  dataset: str | None = None, checkpoint: str | os.PathLike | None = None) -> None:
         if not hasattr(model, "routing_view"):
+            hint = ": a segmentation model opens in SegmentationViewer" if segments(model) else ""
             raise ViewerError(f"the viewer looks inside a capsule model (one with routing_view), got "
-                              f"{type(model).__name__}")
+                              f"{type(model).__name__}{hint}")
         self.model = model.eval()
         self.config = cfg = model.config
         # the first convolution: its kernels and feature maps (CapsNet's conv1, the others' first layer)
@@ -114,6 +131,7 @@ class Viewer:
         cfg = self.config
         types, rows, cols = self._grid
         return {
+            "kind": self.kind,
             "checkpoint": self.checkpoint,
             "trained": self.checkpoint is not None,
             "dataset": self.dataset,
@@ -133,9 +151,7 @@ class Viewer:
     def kernels(self) -> dict[str, Any]:
         """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
         if self._kernels is None:
-            w = self.conv.weight.detach().float().cpu()  # (K, C, k, k)
-            m = w.reshape(w.shape[0], -1).abs().amax(dim=1).clamp_min(1e-12)
-            self._kernels = {"kernels": encode(w, (-m).tolist(), m.tolist())}
+            self._kernels = conv_kernels(self.conv)
         return self._kernels
 
     # ------------------------------------------------------------------ inputs
@@ -168,11 +184,7 @@ class Viewer:
                               "label_name": self.classes[int(lab)]})
 
     def image_input(self, image: torch.Tensor, source: dict[str, Any]) -> _Input:
-        if tuple(image.shape) != self.shape:
-            raise ViewerError(f"image must be {self.shape}, got {tuple(image.shape)}")
-        if not torch.isfinite(image).all():
-            raise ViewerError("image has NaN or infinite pixels")
-        return _Input(image.float().clamp(0, 1), source)
+        return _Input(checked_image(image, self.shape), source)
 
     # ------------------------------------------------------------------ the network, layer by layer
 
@@ -229,6 +241,23 @@ class Viewer:
 MAX_POSE = 1e9  # far past any pose a sweep reaches (±0.25 around values near ±1), far inside float32
 
 
+def checked_image(image: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """``image`` (C, H, W) as float in [0, 1], after checking its shape and that every pixel is finite."""
+    if tuple(image.shape) != shape:
+        raise ViewerError(f"image must be {shape}, got {tuple(image.shape)}")
+    if not torch.isfinite(image).all():
+        raise ViewerError("image has NaN or infinite pixels")
+    return image.float().clamp(0, 1)
+
+
+def segments(model: nn.Module) -> bool:
+    """Whether ``model`` is a registered segmentation model (by its config), so ``SegmentationViewer`` shows it."""
+    try:
+        return is_segmentation(model.config)
+    except (AttributeError, ValueError):  # no config, or one the registry does not know
+        return False
+
+
 def _pose_number(v: Any) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
@@ -243,31 +272,53 @@ def _is_int(v: Any) -> bool:
 
 
 def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
-                data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True) -> Viewer:
+                data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
+                test_size: int | None = None) -> Viewer | SegmentationViewer:
     """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
 
-    A shipped model (``pretrained:NAME``) shows the shipped ``mnist-sample`` test digits unless ``dataset`` says
-    otherwise, so it works offline.
+    A classification checkpoint gives a ``Viewer``; a segmentation one
+    (``segcaps``, ``segcaps-r1``, ``unet``) a ``SegmentationViewer`` of the same
+    calls. A shipped model (``pretrained:NAME``) shows the shipped
+    ``mnist-sample`` test digits unless ``dataset`` says otherwise, so it works
+    offline; any other checkpoint the data set it was trained on (``folder:DIR``
+    reads the user's own images and masks).
 
     The test inputs are the data set's test split (``capsnet.data.tasks``): for
     the experiment sets, the fixed MultiMNIST test pairs (36x36) or translated
-    test digits (40x40).
+    test digits (40x40); for ``mnist-segmentation`` the first
+    ``SEGMENTATION_TEST_SIZE`` (1,000) of its fixed test canvases, as
+    ``capsnet eval`` numbers them. ``test_size`` keeps the first this many
+    test examples instead (0: all).
     """
-    from ..data.tasks import load_test
+    from ..data.tasks import FOLDER_PREFIX, load_test, task
     from ..evaluate import load_model
+    from ..models import MODELS
+    from .segmentation import SEGMENTATION_TEST_SIZE, SegmentationViewer
 
+    if test_size is not None and (not _is_int(test_size) or test_size < 0):
+        raise ViewerError(f"test_size must be a non-negative integer (0: all), got {test_size!r}")
     if checkpoint is None:
         torch.manual_seed(0)
         model: Any = CapsNet(CapsNetConfig()).to(device)
-        name = dataset or "mnist-sample"
+        name, what, kind = dataset or "mnist-sample", "the untrained CapsNet", "classification"
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device)
-        if not hasattr(model, "routing_view"):
+        kind = MODELS[ckpt.model_name].kind
+        if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
-                              f"model")
+                              f"model or a segmentation model")
         shipped = isinstance(checkpoint, str) and checkpoint.startswith("pretrained:")
         name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
-        checkpoint = ckpt.path
-    test = load_test(name, extras=False, root=data_dir, progress=progress)
+        what, checkpoint = ckpt.model_name, ckpt.path
+    if task(name).kind != kind:  # before any test image is loaded
+        fix = "mnist-segmentation or folder:DIR" if kind == "segmentation" else "the data set it was trained on"
+        raise ViewerError(f"{what} is a {kind} model but {name} is a {task(name).kind} data set: open it on {fix} "
+                          f"(--dataset)")
+    if test_size is None:  # the generated canvases are drawn on loading: 10,000 take ~10 s on a CPU
+        test_size = SEGMENTATION_TEST_SIZE if kind == "segmentation" and not name.startswith(FOLDER_PREFIX) else 0
+    test = load_test(name, size=test_size, extras=False, root=data_dir, progress=progress)
+    if kind == "segmentation":
+        return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
+                                  checkpoint=checkpoint)
     return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
                   checkpoint=checkpoint)

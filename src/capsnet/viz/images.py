@@ -6,6 +6,10 @@ grey levels), then placed in the 28x28 field so that its centre of mass lies
 at the centre. For other input sizes the box scales with the input
 (20/28 of it). Dark digits on light paper are inverted first, so photos of
 handwriting work as well as white strokes on a black canvas.
+
+A segmentation model's input is a whole scene, not a digit to centre:
+``canvas_input`` takes an image of exactly the model's input size as it is
+(grey or RGB, as the user's own ``folder:DIR`` images are read).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from .engine import ViewerError
 
 __all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "WORK_SIDE",
-           "read_image", "mnist_style", "upload_input"]
+           "read_image", "mnist_style", "upload_input", "canvas_input"]
 
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads larger than this are refused unread
 MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is decoded
@@ -114,6 +118,38 @@ def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
     size = img.size  # before a JPEG's reduced-scale decoding changes it
     with _DECODE_SLOTS:
         return mnist_style(_decode(img, WORK_SIDE), shape), size
+
+
+def canvas_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An uploaded image of exactly the model's input size as a segmentation model's input (C, H, W) in [0, 1], and
+    its size (width, height); any other size is a ``ViewerError`` that names the size to send.
+
+    Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), an alpha channel dropped, as
+    ``capsnet.data.segmentation`` reads the user's PNG images. Decoded under the same caps and slots as
+    ``upload_input``.
+    """
+    C, H, W = shape
+    img = _open(data)
+    w, h = img.size
+    if sorted((w, h)) != sorted((W, H)):  # from the header (an EXIF rotation may still swap the sides)
+        raise ViewerError(f"the image is {w}x{h} pixels; this model segments {W}x{H} images: upload one of exactly "
+                          f"that size (crop or scale it first)")
+    if C not in (1, 3):
+        raise ViewerError(f"the viewer converts uploads for 1- or 3-channel models, not {C}")
+    if img.mode.startswith(("I", "F")):
+        raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
+    with _DECODE_SLOTS:
+        img = _decode(img, None)
+        if img.size != (W, H):
+            raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
+                              f"this model segments {W}x{H} images: upload one of exactly that size")
+        try:
+            a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.float32) / 255
+        except Exception as e:  # a mode PIL cannot convert
+            raise ViewerError(f"the image's mode {img.mode!r} cannot be read as grey or RGB ({e}); save it as an "
+                              "8-bit grey or RGB image") from None
+    x = torch.from_numpy(a)
+    return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 
 
 def _grey(img: Image.Image) -> np.ndarray:

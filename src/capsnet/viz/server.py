@@ -24,14 +24,20 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
 
 API (also in the README):
 
-- ``GET /api/info``: the model, data set and sizes.
-- ``GET /api/kernels``: conv1's kernels.
+- ``GET /api/info``: the model, data set and sizes; ``kind`` is
+  ``"classification"`` or ``"segmentation"``.
+- ``GET /api/kernels``: conv1's kernels (a segmentation model's first convolution).
 - ``POST /api/forward`` with ``{"index": n}`` or ``{"class": k, "nth": m}``:
-  every layer's view of a test image.
+  every layer's view of a test image. A segmentation model takes
+  ``{"index": n}``, optionally with ``"routing": LAYER`` (a capsule layer's
+  name: its coupling coefficients of every round come too).
 - ``POST /api/upload`` with a PNG or JPEG as the body: the same for an
-  uploaded or drawn image, after MNIST's preprocessing.
+  uploaded or drawn image, after MNIST's preprocessing; for a segmentation
+  model an image of exactly its input size, taken as it is
+  (``/api/upload?routing=LAYER`` as above).
 - ``POST /api/reconstruct`` with ``{"capsule": j, "pose": [16 numbers]}``:
-  the decoder's image of that capsule (the sliders).
+  the decoder's image of that capsule (the sliders); refused with a 400 for a
+  segmentation model, which has no digit capsules.
 """
 from __future__ import annotations
 
@@ -47,9 +53,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Callable
+from urllib.parse import parse_qs
 
 from .engine import Viewer, ViewerError
-from .images import MAX_UPLOAD_BYTES, upload_input
+from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
+from .segmentation import SegmentationViewer
 
 __all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
            "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
@@ -70,6 +78,7 @@ _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/segmentation.js": ("segmentation.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 _GET_API = ("/api/info", "/api/kernels")
@@ -386,6 +395,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         viewer = self.server.viewer
         req = self._json_body()
+        if viewer.kind == "segmentation":
+            unknown = set(req) - {"index", "class", "nth", "routing"}
+            if unknown or "index" not in req:
+                what = f"unknown field(s) {_short(str(sorted(unknown)), 200)}: " if unknown else ""
+                raise _HTTPError(HTTPStatus.BAD_REQUEST, f'{what}send {{"index": n}}, optionally with '
+                                 f'"routing": a capsule layer (a segmentation test set has no classes to pick from)')
+            inp = viewer.test_input(index=req["index"], label=req.get("class"))
+            self._json(HTTPStatus.OK, viewer.walk(inp, routing=req.get("routing")))
+            return
         unknown = set(req) - {"index", "class", "nth"}
         if unknown:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown field(s) {_short(str(sorted(unknown)), 200)}: "
@@ -400,15 +418,39 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upload(self) -> None:
         viewer = self.server.viewer
+        if viewer.kind == "segmentation":
+            routing = self._routing_query()
+            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
+            inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
+            self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
+            return
         image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
 
+    def _routing_query(self) -> str | None:
+        """``routing`` from the query string of a segmentation upload (``/api/upload?routing=LAYER``), or None."""
+        query = self.path.split("?", 1)[1] if "?" in self.path else ""
+        try:
+            fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=4)
+        except ValueError as e:
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the query string is malformed ({_short(str(e), 80)}): send "
+                             "/api/upload or /api/upload?routing=LAYER") from None
+        unknown = set(fields) - {"routing"}
+        if unknown or len(fields.get("routing", [])) > 1:
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown or repeated query field(s) "
+                             f"{_short(str(sorted(unknown or fields)), 200)}: send /api/upload or "
+                             "/api/upload?routing=LAYER")
+        return fields["routing"][0] if fields else None
+
     def _reconstruct(self) -> None:
         req = self._json_body()
+        viewer = self.server.viewer
+        if viewer.kind == "segmentation":
+            viewer.reconstruct()  # raises a ViewerError (a 400) that says what to do instead
         unknown = set(req) - {"capsule", "pose"}
         if unknown or "capsule" not in req or "pose" not in req:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, 'send {"capsule": j, "pose": [numbers]} and nothing else')
-        self._json(HTTPStatus.OK, self.server.viewer.reconstruct(req["pose"], req["capsule"]))
+        self._json(HTTPStatus.OK, viewer.reconstruct(req["pose"], req["capsule"]))
 
 
 # ------------------------------------------------------------------ the server
@@ -418,8 +460,8 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer, log: Callable[[str], None] | None,
-                 read_timeout: float, request_timeout: float) -> None:
+    def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer,
+                 log: Callable[[str], None] | None, read_timeout: float, request_timeout: float) -> None:
         self.viewer = viewer
         self.log = log
         self.read_timeout = read_timeout
@@ -453,7 +495,7 @@ class _Server(ThreadingHTTPServer):
             self.log(f"{client_address[0]} internal error:\n{traceback.format_exc()}")
 
 
-def make_server(viewer: Viewer, host: str = "127.0.0.1", port: int = 5000,
+def make_server(viewer: Viewer | SegmentationViewer, host: str = "127.0.0.1", port: int = 5000,
                 log: Callable[[str], None] | None = None, *, read_timeout: float | None = None,
                 request_timeout: float | None = None) -> _Server:
     """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()`` on it.
@@ -465,7 +507,7 @@ def make_server(viewer: Viewer, host: str = "127.0.0.1", port: int = 5000,
                    REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
 
 
-def serve_in_thread(viewer: Viewer, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
+def serve_in_thread(viewer: Viewer | SegmentationViewer, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
                     ) -> tuple[_Server, threading.Thread]:
     """Start a server in a daemon thread (tests, benchmarks, notebooks); stop it with ``server.shutdown()``."""
     server = make_server(viewer, host, port, **kwargs)

@@ -1,5 +1,7 @@
 // capsnet viewer: talks to the JSON API of capsnet.viz.server and draws every array on canvases.
 // No build step and no libraries; arrays arrive as {shape, lo, hi, data: base64 uint8}.
+// A segmentation model (info.kind === "segmentation") gets the panels of segmentation.js instead of the
+// classification ones (digit capsules, routing to a digit capsule, pose sliders).
 "use strict";
 
 const state = {
@@ -11,6 +13,9 @@ const state = {
   pending: false,  // ... and the sliders moved again meanwhile
   nth: {},         // class -> how many images of it were shown
   clearDrawing: null,  // blanks the drawing canvas (set up by setUpDrawing)
+  last: null,      // the last walk request that was answered: {path, body, raw}
+  routing: null,   // segmentation: the capsule layer whose routing is shown ...
+  parent: 0,       // ... and its parent type
 };
 
 const $ = (id) => document.getElementById(id);
@@ -139,13 +144,13 @@ function renderLengths() {
   $("predicted").textContent = `${info.classes[w.predicted]} (capsule ${w.predicted}, length ${w.lengths[w.predicted].toFixed(3)})`;
 }
 
-function renderRouting() {
-  const w = state.walk, info = state.info, j = state.selected;
-  const [R, J, T, rows, cols] = w.coupling.shape;
-  const values = valuesOf(w.coupling);
-  const hi = w.coupling.hi || 1;
-  const box = $("routing-rounds");
-  box.replaceChildren();
+// Coupling (R, J, T, rows, cols) to upper capsule j: one map per round in roundsBox (mean over the T lower capsule
+// types, one scale for all rounds), then one labelled map per lower type of the last round in typesBox.
+function drawCoupling(coupling, j, roundsBox, typesBox, { label, title }) {
+  const [R, J, T, rows, cols] = coupling.shape;
+  const values = valuesOf(coupling);
+  const hi = coupling.hi || 1;
+  roundsBox.replaceChildren();
   // Mean over capsule types, then one scale for all rounds: darkest to brightest mean coefficient.
   const means = [];
   for (let r = 0; r < R; r++) {
@@ -167,11 +172,18 @@ function renderRouting() {
     const cap = document.createElement("figcaption");
     cap.textContent = r === 0 && R > 1 ? "round 1 (uniform)" : `round ${r + 1}`;
     fig.appendChild(cap);
-    box.appendChild(fig);
+    roundsBox.appendChild(fig);
   }
-  const last = bytesOf(w.coupling).subarray(((R - 1) * J + j) * T * rows * cols, ((R - 1) * J + j + 1) * T * rows * cols);
-  drawLabelledTiles($("routing-types"), last, T, rows, cols,
-    { label: (t) => `type ${t}`, color: heat, title: (t) => `coupling of capsule type ${t}'s ${rows}x${cols} capsules` });
+  const last = bytesOf(coupling).subarray(((R - 1) * J + j) * T * rows * cols, ((R - 1) * J + j + 1) * T * rows * cols);
+  drawLabelledTiles(typesBox, last, T, rows, cols, { label, color: heat, title });
+  return { lo, top, hi };
+}
+
+function renderRouting() {
+  const w = state.walk, info = state.info, j = state.selected;
+  const [, , , rows, cols] = w.coupling.shape;
+  const { lo, top, hi } = drawCoupling(w.coupling, j, $("routing-rounds"), $("routing-types"),
+    { label: (t) => `type ${t}`, title: (t) => `coupling of capsule type ${t}'s ${rows}x${cols} capsules` });
   $("routing-capsule").textContent = `${j} (${info.classes[j]})`;
   $("routing-range").textContent = `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white); ` +
     `type maps from 0 to ${hi.toFixed(3)}`;
@@ -271,15 +283,22 @@ function selectCapsule(j) {
 function showWalk(w) {
   state.walk = w;
   if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
-  renderLayers();
-  selectCapsule(w.predicted);
+  if (state.info.kind === "segmentation") {
+    renderSegmentation();
+  } else {
+    renderLayers();
+    selectCapsule(w.predicted);
+  }
   document.body.dataset.walks = Number(document.body.dataset.walks || 0) + 1;
   showError("");
 }
 
 async function walk(path, body, raw) {
   try {
-    showWalk(await api(path, body, raw));
+    const [to, sent] = state.info.kind === "segmentation" ? routedRequest(path, body) : [path, body];
+    const w = await api(to, sent, raw);
+    state.last = { path, body, raw };
+    showWalk(w);
   } catch (err) {
     showError(err.message);
   }
@@ -310,7 +329,10 @@ function setUpDrawing() {
   const finish = () => {
     if (!drawing) return;
     drawing = false;
-    if (drawn) canvas.toBlob((blob) => walk("/api/upload", blob, true), "image/png");
+    if (!drawn) return;
+    // a segmentation model takes an image of its own input size, as it is: the drawing is scaled to it here
+    const send = state.info.kind === "segmentation" ? scaledDrawing(canvas) : canvas;
+    send.toBlob((blob) => walk("/api/upload", blob, true), "image/png");
   };
   canvas.addEventListener("pointerup", finish);
   canvas.addEventListener("pointercancel", finish);
@@ -348,7 +370,9 @@ async function start() {
   try {
     const info = state.info = await api("/api/info");
     const [C, H, W] = info.input;
-    $("model-info").textContent = `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
+    const segmenting = info.kind === "segmentation";
+    $("model-info").textContent = segmenting ? segmentationSummary(info)
+      : `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
       `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
       `${info.primary.types}x${info.primary.grid.join("x")} ${info.model === "CapsNet" ? "primary" : "lower"} ` +
       `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +
@@ -357,7 +381,7 @@ async function start() {
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
     setUpPickers();
-    buildSliders();
+    if (segmenting) setUpSegmentation(); else buildSliders();
     const k = await api("/api/kernels");
     const [K, Ck, kh, kw] = k.kernels.shape;
     // one tile per kernel and input channel

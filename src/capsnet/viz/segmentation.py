@@ -1,0 +1,234 @@
+"""What the viewer computes for a segmentation model: the predicted mask of one image, and the layers that made it.
+
+``SegmentationViewer`` answers the calls of ``Viewer`` (``info``, ``kernels``,
+``test_input``, ``image_input``, ``walk``), so the server and the page take
+one path for both. A walk holds the input, the foreground probability at
+every pixel (the model's own output), the predicted mask (probability > 0.5,
+as ``capsnet.evaluate`` scores it), the ground truth with Dice and IoU for a
+test canvas, the first convolution's feature maps, and for SegCaps (LaLonde
+and Bagci 2018) its reconstruction and the capsule lengths of every layer of
+``model.capsule_grids``, plus, at the one capsule layer asked for, the
+coupling coefficients of every routing round (``ConvCaps2d.route(x,
+record=True)``). There are no classes and no digit capsules to move, so
+``reconstruct`` (the pose sliders) is refused with a message.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data.segmentation import dice_iou
+from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode, segments
+
+__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE"]
+
+THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score
+SEGMENTATION_TEST_SIZE = 1000  # mnist-segmentation canvases the viewer draws (all 10,000 take ~10 s on a CPU)
+
+
+def _first_maps(model: nn.Module, conv: nn.Conv2d) -> nn.Module:
+    """The first convolution's feature maps as the next layer sees them: ReLU(conv(x)), with the batch norm between
+    them when one follows it in its block (the U-Net's ``Conv2d, BatchNorm2d, ReLU``)."""
+    for block in model.modules():
+        if isinstance(block, nn.Sequential) and len(block) and block[0] is conv:
+            stop = next((k for k, m in enumerate(block) if isinstance(m, nn.ReLU)), None)
+            if stop is not None:
+                return block[:stop + 1]
+    return nn.Sequential(conv, nn.ReLU())  # SegCaps: relu(conv1(x)), its conv1 capsule grid
+
+
+class SegmentationViewer:
+    """One segmentation model (SegCaps or the U-Net), its test canvases and masks, and the views of an input.
+
+    Thread-safe as ``Viewer``: all model calls, and the hooks that catch a
+    capsule layer's input, hold one lock.
+
+    Args:
+        model: a registered segmentation model; ``probabilities`` (B, 1, H, W) from ``model(images)``.
+        test_images: (N, C, H, W), uint8 0..255 or float in [0, 1], or None (draw or upload only).
+        test_masks: (N, 1, H, W) 0/1, one per test image.
+    """
+
+    kind = "segmentation"
+
+    def __init__(self, model: nn.Module, *, test_images: torch.Tensor | None = None,
+                 test_masks: torch.Tensor | None = None, dataset: str | None = None,
+                 checkpoint: str | os.PathLike | None = None) -> None:
+        if not segments(model):
+            raise ViewerError(f"SegmentationViewer shows a segmentation model (segcaps, segcaps-r1, unet), got "
+                              f"{type(model).__name__}: a classification model opens in Viewer")
+        self.model = model.eval()
+        self.config = cfg = model.config
+        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        if test_images is not None:
+            if tuple(test_images.shape[1:]) != self.shape:
+                raise ViewerError(f"{dataset or 'the'} test images are {tuple(test_images.shape[1:])} but the model "
+                                  f"takes {self.shape}: pick the data set the checkpoint was trained on (--dataset)")
+            want = (len(test_images), 1, *self.shape[1:])
+            if test_masks is None or tuple(test_masks.shape) != want:
+                got = None if test_masks is None else tuple(test_masks.shape)
+                raise ViewerError(f"test_masks must give one mask {want[1:]} per test image, {want} in all, got {got}")
+        self.test_images = test_images
+        self.test_masks = test_masks
+        self.dataset = dataset
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.device = next(model.parameters()).device
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Any] | None = None
+        # the first convolution: its kernels and feature maps (SegCaps' conv1, the U-Net's first 3x3)
+        self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+        self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
+        self._first = _first_maps(model, self.conv)
+        # SegCaps' capsule layers that route: model.caps[name], each with route(x, record=True)
+        caps = getattr(model, "caps", None)
+        self._routers = {name: m for name, m in caps.items() if hasattr(m, "route")} \
+            if isinstance(caps, nn.ModuleDict) else {}
+        with torch.inference_mode():  # the sizes of every view, from one blank input
+            x = torch.zeros(1, *self.shape, device=self.device)
+            out = model(x)
+            self.decodes = getattr(out, "reconstructions", None) is not None
+            self._map = list(self._first(x).shape[2:])
+            grids, inputs = self._grids(x, list(self._routers))
+            rounds = {name: self._routers[name].route(inputs[name], record=True)[1].rounds.shape  # (P, R, T, J)
+                      for name in inputs}
+        self.layers = [{"name": name, "types": g.shape[1], "dim": g.shape[2], "grid": list(g.shape[3:]),
+                        "routing": None if name not in rounds else
+                        {"rounds": rounds[name][1], "children": rounds[name][2], "parents": rounds[name][3]}}
+                       for name, g in grids.items()]  # g: (1, T, D, H', W')
+
+    # ------------------------------------------------------------------ description
+
+    def info(self) -> dict[str, Any]:
+        from ..models import model_name
+
+        return {
+            "kind": self.kind,
+            "checkpoint": self.checkpoint,
+            "trained": self.checkpoint is not None,
+            "dataset": self.dataset,
+            "test_size": 0 if self.test_images is None else len(self.test_images),
+            "classes": [],  # nothing to pick by class: a test canvas is picked by index
+            "input": list(self.shape),
+            "model": type(self.model).__name__,
+            "model_name": model_name(self.config),
+            "conv1": {"name": self._conv_name, "channels": self.conv.out_channels, "kernel": self.conv.kernel_size[0],
+                      "map": self._map, "batch_norm": any(isinstance(m, nn.BatchNorm2d) for m in self._first)},
+            # every layer of model.capsule_grids (SegCaps), in order; "routing" for those that route
+            "layers": self.layers,
+            "routing_layers": [layer["name"] for layer in self.layers if layer["routing"]],
+            "decoder": self.decodes,
+            "threshold": THRESHOLD,
+        }
+
+    def kernels(self) -> dict[str, Any]:
+        """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
+        if self._kernels is None:
+            self._kernels = conv_kernels(self.conv)
+        return self._kernels
+
+    # ------------------------------------------------------------------ inputs
+
+    def test_input(self, index: int | None = None, label: Any = None, nth: Any = 0) -> _Input:
+        """Test canvas ``index`` with its mask; ``label`` is refused (a segmentation test set has no classes)."""
+        if self.test_images is None:
+            raise ViewerError("no test set is loaded; draw or upload an image instead")
+        if label is not None:
+            raise ViewerError('a segmentation test set has no classes to pick from: pick a canvas by index, '
+                              '{"index": n}')
+        n = len(self.test_images)
+        if not _is_int(index) or not 0 <= index < n:
+            raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
+        image = self.test_images[index]
+        image = image.float() if image.is_floating_point() else image.float() / 255.0
+        return _Input(image, {"kind": "test", "index": index}, self.test_masks[index].to(torch.uint8))
+
+    def image_input(self, image: torch.Tensor, source: dict[str, Any]) -> _Input:
+        """An uploaded or drawn image (C, H, W) in [0, 1], of the model's input size; no ground truth."""
+        return _Input(checked_image(image, self.shape), source)
+
+    # ------------------------------------------------------------------ the network
+
+    def _routing_layer(self, routing: Any) -> str | None:
+        if routing is None or (isinstance(routing, str) and routing in self._routers):
+            return routing
+        names = ", ".join(self._routers)
+        raise ViewerError(f"unknown routing layer {str(routing)[:60]!r}: " +
+                          (f"the capsule layers that route are {names}" if names else
+                           f"this {type(self.model).__name__} has no capsule layers; leave routing out"))
+
+    def _grids(self, x: torch.Tensor, hooked: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every capsule grid of ``x`` (none without ``capsule_grids``) and the input each ``hooked`` layer got."""
+        if not hasattr(self.model, "capsule_grids"):
+            return {}, {}
+        inputs: dict[str, torch.Tensor] = {}
+
+        def keep(name: str):
+            def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+                inputs[name] = args[0]  # (1, T, Din, H, W), the skip concatenation included
+            return hook
+
+        handles = [self._routers[name].register_forward_pre_hook(keep(name)) for name in hooked]
+        try:
+            grids = self.model.capsule_grids(x)  # {name: (1, T, D, H', W')}
+        finally:
+            for h in handles:
+                h.remove()
+        return grids, inputs
+
+    def walk(self, inp: _Input, routing: str | None = None) -> dict[str, Any]:
+        """Every view of one input (the JSON of POST /api/forward and /api/upload).
+
+        ``routing``: a capsule layer's name (``info()["routing_layers"]``) whose
+        coupling coefficients of every round to send, or None.
+        """
+        layer = self._routing_layer(routing)
+        with self._lock, torch.inference_mode():
+            x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
+            out = self.model(x)  # probabilities (1, 1, H, W); SegCaps: reconstructions masked by the prediction
+            maps = self._first(x)  # (1, K, H, W)
+            grids, inputs = self._grids(x, [layer] if layer else [])
+            rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P, R, T, J)
+        prob = out.probabilities[0].float().cpu()  # (1, H, W)
+        mask = (prob > THRESHOLD).to(torch.uint8)  # (1, H, W)
+        truth = inp.truth
+        dice = iou = None
+        if truth is not None:
+            d, i = dice_iou(mask.unsqueeze(0), truth.unsqueeze(0))  # (1,), (1,)
+            dice, iou = float(d[0]), float(i[0])
+        recon = getattr(out, "reconstructions", None)
+        fmap = maps[0].float().cpu()  # (K, H, W)
+        fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
+        layers = []
+        for name, g in grids.items():
+            lengths = torch.linalg.vector_norm(g[0].float(), dim=1).cpu()  # (T, H', W')
+            layers.append({"name": name, "lengths": encode(lengths, 0.0, max(float(lengths.max()), 1e-12))})
+        coupling = None
+        if rounds is not None:
+            h, w = grids[layer].shape[-2:]
+            P, R, T, J = rounds.shape
+            c = rounds.float().cpu().reshape(h, w, R, T, J).permute(2, 4, 3, 0, 1)  # (R, J, T, H', W')
+            coupling = {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12))}
+        return {
+            "source": inp.source,
+            "input": encode(inp.image, 0.0, 1.0),
+            "probability": encode(prob, 0.0, 1.0),
+            "mask": encode(mask, 0.0, 1.0),
+            "truth": None if truth is None else encode(truth, 0.0, 1.0),
+            "dice": dice,
+            "iou": iou,
+            "pixels": {"predicted": int(mask.sum()), "truth": None if truth is None else int(truth.sum())},
+            "reconstruction": None if recon is None else encode(recon[0].float().cpu(), 0.0, 1.0),
+            "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
+            "layers": layers,
+            "routing": coupling,
+        }
+
+    def reconstruct(self, pose: Any = None, capsule: Any = None) -> dict[str, Any]:
+        """Refused: the pose sliders move a digit capsule of a classification model; this model has none."""
+        raise ViewerError(f"this {type(self.model).__name__} segments images: it has no digit capsules to move, so "
+                          "there is nothing to reconstruct from a pose (POST /api/reconstruct is for classification "
+                          "models); SegCaps' own reconstruction comes with every walk (POST /api/forward)")
