@@ -295,7 +295,7 @@ SEGMENTATION_CLASSES = ("background", "foreground")
 
 def _seg_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     # the fixed test canvases (the first `size` of them: a prefix of the full set), and the out-of-distribution set
-    n = size or len(digits)
+    n = min(size, len(digits)) if size else len(digits)  # one canvas per test digit: 10,000 at most
     images, masks = segmentation_test(digits.images, n, seed=TEST_SEED)
     split = Split(images, masks, SEGMENTATION_CLASSES, title="as trained: rotation, scale and clutter of training")
     if extras:

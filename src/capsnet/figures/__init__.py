@@ -1,4 +1,5 @@
-"""Look inside a trained CapsNet: reconstructions, pose sweeps, routing maps, lengths, training curves.
+"""Look inside a trained CapsNet: reconstructions, pose sweeps, routing maps, lengths, training curves; and a
+segmentation model (``segmentation``): its masks, reconstructions and capsule maps layer by layer.
 
 Three layers, so notebooks can take any of them:
 
@@ -18,9 +19,11 @@ from .arrays import (DEFAULT_DELTAS, FigureError, PairReconstructions, Reconstru
 from .plots import (FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep, plot_reconstructions,
                     plot_routing, plot_training_curves, save_figure)
 from .report import FiguresWritten, write_figures
+from .segmentation import Segmentations, capsule_maps, overlay_masks, plot_capsule_maps, plot_segmentations, segment
 
 __all__ = ["FigureError", "DEFAULT_DELTAS", "FORMATS", "Reconstructions", "PairReconstructions", "RoutingTrace",
            "predict", "reconstructions", "pair_reconstructions", "overlay_pair", "swept_poses", "sweep_deltas",
            "pose_sweep", "routing_trace", "read_metrics", "plot_reconstructions", "plot_misclassified",
            "plot_pose_sweep", "plot_routing", "plot_lengths", "plot_training_curves", "plot_multimnist", "save_figure",
-           "FiguresWritten", "write_figures"]
+           "FiguresWritten", "write_figures", "Segmentations", "segment", "capsule_maps", "overlay_masks",
+           "plot_segmentations", "plot_capsule_maps"]

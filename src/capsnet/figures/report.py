@@ -11,10 +11,12 @@ import torch
 from ..checkpoint import CheckpointError
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
+from ..models import is_segmentation
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
 from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
                     plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
+from .segmentation import Segmentations, capsule_maps, plot_capsule_maps, plot_segmentations, segment
 
 __all__ = ["FiguresWritten", "write_figures"]
 
@@ -24,6 +26,18 @@ class FiguresWritten:
     folder: Path
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
+
+
+def _runs(checkpoints: Sequence[str | os.PathLike]) -> dict[str, list[dict]]:
+    """Each run's epoch records, by run directory name (for the training curves)."""
+    runs = {}
+    for run in checkpoints:
+        path = Path(run)
+        if not path.exists():
+            raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
+        run_dir = path if path.is_dir() else path.parent
+        runs[run_dir.name or str(run_dir)] = read_metrics(run_dir)
+    return runs
 
 
 def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
@@ -37,25 +51,30 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     misclassified (inputs decoded from the true and the predicted capsule),
     pose_sweep_INDEX (Figure 4), routing_INDEX (coupling per round and primary
     capsule lengths), lengths and training_curves; for a MultiMNIST run,
-    multimnist (Figure 5) and training_curves. Every input is checked before
-    the first file is written.
+    multimnist (Figure 5) and training_curves. For a segmentation model
+    (SegCaps, the U-Net): segmentations and segmentations_ood (inputs, true
+    masks, probabilities, predicted masks, SegCaps' reconstruction) of the
+    chosen test images (default: the first 8), worst (the ``misclassified``
+    lowest-Dice images of the first ``WORST_POOL``), capsule_maps_INDEX
+    (SegCaps: every layer's capsule lengths per type) and training_curves.
+    Every input is checked before the first file is written.
     """
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
     model.eval()
+    if is_segmentation(model.config):
+        if dims is not None:
+            raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
+                              "capsules")
+        return _write_segmentation(model, ckpt, _runs(checkpoints), out=out, dataset=dataset, root=root,
+                                   indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
     if not (decodes or routes):
         raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
                           f"or another capsule model")
-    runs = {}
-    for run in checkpoints:
-        path = Path(run)
-        if not path.exists():
-            raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
-        run_dir = path if path.is_dir() else path.parent
-        runs[run_dir.name or str(run_dir)] = read_metrics(run_dir)
+    runs = _runs(checkpoints)
     first = Path(checkpoints[0])
     done = FiguresWritten(Path(out) if out else (first if first.is_dir() else first.parent) / "figures")
 
@@ -133,6 +152,63 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     save(plot_lengths(scores, labels, classes=classes), "lengths")
+    save(plot_training_curves(runs), "training_curves")
+    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
+    return done
+
+
+WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the first this many test images
+
+
+def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out, dataset, root, indices,
+                        worst: int, fmt: str, dpi: int, progress: bool) -> FiguresWritten:
+    """A segmentation run's figures: segmentations (and _ood) of the chosen test images, the ``worst`` of the first
+    ``WORST_POOL`` by Dice, SegCaps' capsule maps per chosen image, the training curves."""
+    first = Path(ckpt.path)
+    run_dir = first if first.is_dir() else first.parent
+    done = FiguresWritten(Path(out) if out else run_dir / "figures")
+    name = dataset or ckpt.train_config.get("dataset", "mnist-segmentation")
+    chosen = list(range(8)) if indices is None else list(indices)
+    test = load_test(name, size=max(max(chosen) + 1, WORST_POOL if worst else 0), root=root, progress=progress)
+    cfg = model.config
+    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
+        raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
+                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
+    if test.labels.dim() != 4:
+        raise FigureError(f"{name} is not a segmentation data set; give one with masks (--dataset)")
+    bad = [i for i in chosen if not 0 <= i < len(test)]
+    if bad:
+        raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} images, 0..{len(test) - 1}")
+
+    # All arrays first, then the files.
+    sets = {"": test} | test.extra
+    shown = {key: (s, segment(model, s.images[chosen], s.labels[chosen])) for key, s in sets.items()}
+    worst_idx, worst_seg = [], None
+    if worst:
+        n = min(len(test), WORST_POOL)
+        pool = segment(model, test.images[:n], test.labels[:n], progress=progress)
+        order = pool.dice.argsort(stable=True)[:worst]  # lowest Dice first
+        worst_idx = order.tolist()
+        worst_seg = Segmentations(*(None if v is None else v[order] for v in pool))
+        done.notes.append(f"{name} test set, first {n} images: mean Dice {pool.dice.mean():.4f}, IoU "
+                          f"{pool.iou.mean():.4f}; the lowest Dice: images {worst_idx}")
+    maps = [capsule_maps(model, test.images[i]) for i in chosen] if hasattr(model, "capsule_grids") else []
+
+    def save(fig, stem: str) -> None:
+        done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
+
+    for key, (s, seg) in shown.items():
+        what = s.title or "test images"
+        save(plot_segmentations(s.images[chosen], s.labels[chosen], seg, indices=chosen,
+                                title=f"{name}, {'test' if not key else key} set ({what}): inputs, true masks, the "
+                                      f"model's probabilities and masks"), "segmentations" + (f"_{key}" if key else ""))
+    if worst_seg is not None:
+        save(plot_segmentations(test.images[worst_idx], test.labels[worst_idx], worst_seg, indices=worst_idx,
+                                title=f"The {len(worst_idx)} lowest-Dice images of the first "
+                                      f"{min(len(test), WORST_POOL)} {name} test images"), "worst")
+    for index, m in zip(chosen, maps):
+        save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
+                                                            f"layer by layer"), f"capsule_maps_{index}")
     save(plot_training_curves(runs), "training_curves")
     done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
     return done

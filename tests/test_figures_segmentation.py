@@ -1,0 +1,101 @@
+"""capsnet.figures on segmentation runs: masks, reconstructions and capsule maps, checked against the model itself;
+`capsnet figures` on the SegCaps run shared by the suite (``segmentation_run``) and on a U-Net."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet import figures as fg
+from capsnet.cli import main
+from capsnet.data.segmentation import dice_iou
+from capsnet.data.tasks import load_test
+from capsnet.evaluate import load_model
+from capsnet.models import UNetConfig
+from capsnet.train import TrainConfig, fit
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def model(segmentation_run):
+    return load_model(segmentation_run)[0].eval()
+
+
+@pytest.fixture(scope="module")
+def canvases(data_root):
+    return load_test("mnist-segmentation", size=6, root=data_root, progress=False)
+
+
+def test_segment_is_the_models_own_output_thresholded_and_scored(model, canvases):
+    seg = fg.segment(model, canvases.images, canvases.labels, batch_size=4)  # two batches
+    with torch.no_grad():
+        out = model(canvases.images.float())
+    torch.testing.assert_close(seg.probabilities, out.probabilities)
+    assert torch.equal(seg.predicted, (out.probabilities > 0.5).to(torch.uint8))
+    torch.testing.assert_close(seg.reconstructions, out.reconstructions)  # no mask given: masked by the prediction
+    dice, iou = dice_iou(seg.predicted, canvases.labels)
+    assert torch.equal(seg.dice, dice) and torch.equal(seg.iou, iou)
+    assert fg.segment(model, canvases.images).dice is None  # no truth, no scores
+    with pytest.raises(fg.FigureError, match=r"masks must be \(6, 1, 64, 64\)"):
+        fg.segment(model, canvases.images, canvases.labels[:3])
+
+
+def test_capsule_maps_are_the_lengths_of_every_layers_grid(model, canvases):
+    maps = fg.capsule_maps(model, canvases.images[2])
+    with torch.no_grad():
+        grids = model.capsule_grids(canvases.images[2:3].float())
+    assert list(maps) == list(grids) and list(maps)[0] == "conv1" and list(maps)[-1] == "seg_caps"
+    for name, g in grids.items():
+        torch.testing.assert_close(maps[name], g[0].norm(dim=1), rtol=1e-5, atol=1e-6)  # (T, H', W')
+    assert maps["primary"].shape == (2, 32, 32) and maps["conv_3_2"].shape == (8, 8, 8)
+    # the segmentation capsule's length is the model's probability
+    torch.testing.assert_close(maps["seg_caps"][0], model(canvases.images[2:3].float()).probabilities[0, 0].detach(),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_overlay_marks_right_false_and_missed_pixels():
+    pred = torch.tensor([[1, 1], [0, 0]], dtype=torch.uint8)
+    truth = torch.tensor([[1, 0], [1, 0]], dtype=torch.uint8)
+    rgb = fg.overlay_masks(pred, truth)
+    assert rgb[0, 0].tolist() == [1, 1, 1]  # both: white
+    assert rgb[0, 1].tolist() == [1, 0, 0]  # predicted only: red
+    assert rgb[1, 0].tolist() == [0, 0, 1]  # missed: blue
+    assert rgb[1, 1].tolist() == [0, 0, 0]
+
+
+def test_figures_command_on_a_segcaps_run(segmentation_run, data_root, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fg.report, "WORST_POOL", 12)  # the worst of the first 12 canvases, not 1,000: quick
+    out = tmp_path / "figs"
+    assert main(["figures", "--checkpoint", str(segmentation_run), "--out", str(out), "--data-dir", str(data_root),
+                 "--indices", "0", "3", "--misclassified", "2", "--no-progress"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["capsule_maps_0.png", "capsule_maps_3.png", "segmentations.png", "segmentations_ood.png",
+                     "training_curves.png", "worst.png"]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in out.iterdir())
+    text = capsys.readouterr().out
+    assert "the lowest Dice: images" in text and "mean Dice" in text
+    # the worst images named are the lowest-Dice ones of the first WORST_POOL test canvases
+    model = load_model(segmentation_run)[0]
+    pool = load_test("mnist-segmentation", size=fg.report.WORST_POOL, root=data_root, progress=False)
+    dice = fg.segment(model, pool.images, pool.labels).dice
+    worst = text.split("the lowest Dice: images ")[1].splitlines()[0]
+    assert [int(v) for v in worst.strip("[]").split(", ")] == dice.argsort(stable=True)[:2].tolist()
+
+
+def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(tmp_path, capsys):
+    from test_train_segmentation import write_pairs
+
+    write_pairs(tmp_path / "data", 10)  # 16x16 PNG pairs: 8 to train on, 2 held out for testing
+    dataset = f"folder:{tmp_path / 'data'}"
+    run = tmp_path / "unet"
+    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+        TrainConfig(dataset=dataset, epochs=1, batch_size=4), run, device="cpu", progress=False)
+    out = tmp_path / "figs"
+    assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--indices", "1", "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["segmentations.png", "training_curves.png", "worst.png"]
+    assert "first 2 images: mean Dice" in capsys.readouterr().out  # the held-out pairs
+    bad = tmp_path / "bad"
+    assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--dims", "3", "--no-progress"]) != 0
+    assert "a segmentation model has no class capsules" in capsys.readouterr().err and not bad.exists()
+    assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--indices", "2", "--no-progress"]) != 0
+    assert "--indices [2] out of range: the " in capsys.readouterr().err and not bad.exists()
