@@ -161,3 +161,22 @@ def test_the_segmentation_experiment_tabulates_the_models_beside_otsu(tmp_path, 
     assert all(r["peak_mem_mb"] > 0 for r in rows[:2])
     with pytest.raises(ValueError, match="needs segmentation models; capsnet is not"):
         plan("segmentation", tmp_path, train=train, models=["capsnet"])
+
+
+def test_the_experiment_reads_back_runs_trained_by_capsnet_train_with_the_same_flags(tmp_path, data_root, capsys):
+    # the recorded segmentation runs were trained by `capsnet train` (two at once) and tabulated by the experiment:
+    # its flags must build the very same settings, or it would train them again
+    from capsnet.cli import main
+
+    shared = ["--train-size", "8", "--test-size", "4", "--epochs", "1", "--batch-size", "4", "--lr-decay-steps",
+              "300", "--eval-every", "100", "--data-dir", str(data_root), "--no-progress"]
+    run = tmp_path / "exp" / "segcaps-r1"
+    assert main(["train", "--dataset", "mnist-segmentation", "--model", "segcaps-r1", "--out", str(run), *shared]) == 0
+    before = (run / "last.safetensors").stat().st_mtime_ns
+    assert main(["experiment", "segmentation", "--models", "segcaps-r1", "--out", str(tmp_path / "exp"), *shared]) == 0
+    assert (run / "last.safetensors").stat().st_mtime_ns == before  # read back, not trained again
+    results = json.loads((tmp_path / "exp" / "results.json").read_text())
+    row, otsu = results["rows"]
+    trained = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["model"] == "segcaps-r1" and row["test_dice"] == trained["test_dice"] and otsu["model"] == "otsu"
+    assert "| SegCaps R1 | 1,425,649 |" in capsys.readouterr().out

@@ -276,16 +276,17 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
                         "overlay all")
     f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
-    f.add_argument("--dataset", choices=list(TASKS), default=None, help="test set the inputs come from (default: the "
-                                                                        "run's)")
+    f.add_argument("--dataset", type=_dataset, default=None, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}",
+                   help="test set the inputs come from (default: the run's)")
     f.add_argument("--indices", type=_nonneg_int, nargs="+", default=None,
                    help="test-set indices of the inputs (default: the first test image of each class; MultiMNIST: "
-                        "the first 8 pairs of the fixed test set)")
+                        "the first 8 pairs of the fixed test set; segmentation: the first 8 test images)")
     f.add_argument("--dims", type=_nonneg_int, nargs="+", default=None, help="pose dimensions to sweep (default: all)")
     f.add_argument("--delta-range", type=_positive_float, default=0.25, help="sweep each dimension from -R to +R")
     f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
     f.add_argument("--misclassified", type=_nonneg_int, default=8,
-                   help="misclassified test inputs to show, found by classifying the whole test set (0: skip)")
+                   help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
+                        "the this many lowest-Dice images of the first 1,000 test images) (0: skip)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
     f.add_argument("--dpi", type=_positive_int, default=100, help="resolution of PNG figures")
     _common(f)
@@ -315,6 +316,10 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "multimnist: the first this many of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
     _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3)", type=_positive_float)
+    _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
+                "this many steps", type=_positive_int)
+    _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last",
+                type=_positive_int)
     _capsnet_arguments(x, all_flags=False)
     _baseline_arguments(x)
     _field_flag(x, "--seed", TrainConfig, "seed", "seed of the weights, subsets, shuffles and placements (test sets "
@@ -576,12 +581,16 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
     "bench": (_bench_arguments, _cmd_bench, "training and inference throughput and peak memory",
               "Throughput (images/s) and peak memory of the MNIST CapsNet, with the tutorial-style baseline measured "
               "in the same run when its file is found."),
-    "figures": (_figures_arguments, _cmd_figures, "reconstructions, pose sweeps, routing maps, lengths, curves",
+    "figures": (_figures_arguments, _cmd_figures, "reconstructions, pose sweeps, routing maps, lengths, curves; "
+                "segmentation: masks, predictions, capsule maps",
                 "Look inside a trained CapsNet. Writes into --out: reconstructions, misclassified (inputs decoded from "
                 "the true and the predicted capsule), pose_sweep_INDEX (the paper's Figure 4), routing_INDEX "
                 "(coupling per round and primary capsule lengths), lengths (digit capsule lengths) and "
                 "training_curves. For a MultiMNIST run: multimnist (the paper's Figure 5: each pair of overlapping "
-                "digits above its two reconstructions in red and green) and training_curves."),
+                "digits above its two reconstructions in red and green) and training_curves. For a segmentation "
+                "run (segcaps, segcaps-r1, unet): segmentations and segmentations_ood (inputs, true masks, "
+                "probabilities, predicted masks, SegCaps' reconstruction), worst, capsule_maps_INDEX (SegCaps: every "
+                "layer's capsule lengths per type) and training_curves."),
     "experiment": (_experiment_arguments, _cmd_experiment, "rerun the paper's experiments; compare the routings",
                    "Train models through the same loop, data and budget, and tabulate their final-epoch test "
                    "figures. CapsNet against the CNN baseline: multimnist: top-2 exact error on 36x36 overlapping "
@@ -590,7 +599,10 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                    "(section 5.2); less-data: MNIST test error from nested training "
                    "subsets, every run with the same --steps. routing: one model per routing algorithm (dynamic, EM, "
                    "self-attention, inverted dot-product) on MNIST and Fashion-MNIST over --seeds, with each "
-                   "paper's learning rate and augmentation: error, weights, images/s, peak memory. Each run is a `capsnet train` run directory under --out (finished runs are read "
+                   "paper's learning rate and augmentation: error, weights, images/s, peak memory. segmentation: "
+                   "SegCaps against the U-Net on mnist-segmentation (LaLonde and Bagci 2018): Dice and IoU on the "
+                   "test and out-of-distribution canvases, weights, images/s, peak memory, beside an Otsu threshold. "
+                   "Each run is a `capsnet train` run directory under --out (finished runs are read "
                    "back, interrupted ones resume); results.md, results.json (and less_data.png) go there too."),
     "viz": (_viz_arguments, _cmd_viz, "local web viewer: walk an image through the network, move its pose",
             "Serve the interactive viewer on a local web server (loopback by default)."),
