@@ -73,7 +73,7 @@ class DynamicRouting(nn.Module):
         # Many lower capsules (a dense layer): one transposed copy, so both contractions below are batched
         # matmuls over (B, J), far faster on CPU than broadcast products. Few (local routing at every position of
         # a convolutional capsule layer, B = examples x positions): broadcast products summed over the short axis
-        # are about 1.5x faster than matmuls of tiny matrices (benchmarks/README.md, "Local routing").
+        # are 1.25-2.9x faster than matmuls of tiny matrices (benchmarks/README.md, "Local routing").
         few = I <= _FEW_CHILDREN
         u_hat = votes if few else votes.permute(0, 2, 1, 3)  # (B, I, J, D) or (B, J, I, D)
         u_hat_detached = u_hat.detach() if self.detach_agreement else u_hat
