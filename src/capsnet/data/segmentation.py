@@ -15,7 +15,7 @@ on its device, and the draws for the target come first, so two rules that
 differ only in clutter, noise or gradient place the same target digits the
 same way for one generator state.
 
-``load_mask_folder`` reads the user's own PNG images and masks;
+``load_mask_folder`` reads the user's own PNG images and masks (``png.py`` reads each file);
 ``otsu_threshold`` is the classical baseline (Otsu 1979); ``dice_iou`` scores.
 """
 from __future__ import annotations
@@ -24,12 +24,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .idx import DataError
 from .multimnist import bounding_boxes
+from .png import load_png_pairs
 
 __all__ = ["CANVAS", "CanvasRule", "IN_DISTRIBUTION", "OUT_OF_DISTRIBUTION", "CanvasDraw", "draw_canvases",
            "render_canvases", "make_canvases", "random_canvases", "segmentation_test", "load_mask_folder",
@@ -255,71 +254,6 @@ def segmentation_test(digits: torch.Tensor, n: int = 10000, *, seed: int, rule: 
 
 # ---------------------------------------------------------------------------------------------- the user's folders
 
-_IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
-
-
-def _png_files(folder: Path, what: str) -> dict[str, Path]:
-    if not folder.is_dir():
-        raise DataError(f"{what} folder {folder} does not exist; create it and put the {what} in it as PNG "
-                        f"files (masks named as their images)")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    pngs = [p for p in files if p.suffix.lower() == ".png"]
-    if not pngs:
-        others = ", ".join(p.name for p in files[:5])
-        fix = f" (found {len(files)} other file(s): {others}; convert them to PNG)" if files else \
-            f"; put the {what} there as .png files"
-        raise DataError(f"no PNG files in {folder}{fix}")
-    by_stem: dict[str, Path] = {}
-    for p in pngs:
-        if p.stem in by_stem:
-            raise DataError(f"{by_stem[p.stem]} and {p} have the same name; rename one of them")
-        by_stem[p.stem] = p
-    return by_stem
-
-
-def _read_png(path: Path):
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            img.load()
-            fmt, img = img.format, img.copy()
-    except Exception as e:  # PIL raises many types on a damaged file
-        raise DataError(f"{path} is not a readable PNG image ({type(e).__name__}: {e}); re-save it as PNG") from None
-    if fmt != "PNG":
-        raise DataError(f"{path} is a {fmt} file, not a PNG; convert it to PNG")
-    return img
-
-
-def _image_array(path: Path) -> np.ndarray:
-    img = _read_png(path)
-    if img.mode not in _IMAGE_MODES:
-        deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
-        raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
-    a = np.asarray(img.convert(_IMAGE_MODES[img.mode]), dtype=np.uint8)
-    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
-
-
-def _mask_array(path: Path) -> np.ndarray:
-    img = _read_png(path)
-    if img.mode == "1":
-        return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
-    if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
-        raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
-    a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)
-    if a.ndim == 3:
-        if not ((a[..., 0] == a[..., 1]) & (a[..., 1] == a[..., 2])).all():
-            raise DataError(f"mask {path} is in colour (its RGB channels differ); save it as a grayscale (L) PNG")
-        a = a[..., 0]
-    values = np.unique(a)
-    bad = values[(values != 0) & (values != 1) & (values != 255)]
-    if len(bad) or (1 in values and 255 in values):
-        what = f"holds values {bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}" if len(bad) else "mixes 1 and 255"
-        raise DataError(f"mask {path} {what}; masks must be binary, 0/1 or 0/255: threshold it (for example "
-                        f"value > 127 -> 255) and save it again")
-    return (a > 0).astype(np.uint8)[None]  # (1, H, W)
-
-
 def load_mask_folder(images_dir: str | Path, masks_dir: str | Path
                      ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The user's PNG images and masks, paired by file name (``images/a.png`` with ``masks/a.png``), checked.
@@ -332,32 +266,7 @@ def load_mask_folder(images_dir: str | Path, masks_dir: str | Path
 
     Shapes: -> images (N, C, H, W) uint8, masks (N, 1, H, W) uint8 0/1, names: the N file stems, sorted.
     """
-    images_dir, masks_dir = Path(images_dir), Path(masks_dir)
-    ims, mks = _png_files(images_dir, "images"), _png_files(masks_dir, "masks")
-    lonely, orphan = sorted(set(ims) - set(mks)), sorted(set(mks) - set(ims))
-    if lonely or orphan:
-        def listed(names: list[str], where: Path) -> str:
-            return f"{len(names)} in {where} ({', '.join(n + '.png' for n in names[:5])}{', ...' if len(names) > 5 else ''})"
-        parts = ([f"images with no mask: {listed(lonely, images_dir)}"] if lonely else []) + \
-                ([f"masks with no image: {listed(orphan, masks_dir)}"] if orphan else [])
-        raise DataError("; ".join(parts) + "; every image needs a mask of the same file name")
-    names = sorted(ims)
-    images, masks = [], []
-    for name in names:
-        a, m = _image_array(ims[name]), _mask_array(mks[name])
-        if a.shape[1:] != m.shape[1:]:
-            raise DataError(f"image {ims[name]} is {a.shape[1]}x{a.shape[2]} (HxW) but its mask {mks[name]} is "
-                            f"{m.shape[1]}x{m.shape[2]}; a mask must match its image pixel for pixel")
-        if images and a.shape != images[0].shape:
-            first, kind = ims[names[0]], {1: "grayscale (1 channel)", 3: "RGB (3 channels)"}
-            if a.shape[0] != images[0].shape[0]:
-                raise DataError(f"{ims[name]} is {kind[a.shape[0]]} but {first} is {kind[images[0].shape[0]]}; "
-                                f"convert all images to one mode")
-            raise DataError(f"images must all be one size: {ims[name]} is {a.shape[1]}x{a.shape[2]} (HxW) but "
-                            f"{first} is {images[0].shape[1]}x{images[0].shape[2]}; resize or crop them to one size")
-        images.append(a)
-        masks.append(m)
-    return torch.from_numpy(np.stack(images)), torch.from_numpy(np.stack(masks)), names
+    return load_png_pairs(images_dir, masks_dir)
 
 
 # ---------------------------------------------------------------------------------------------- baseline and metrics

@@ -1,0 +1,132 @@
+"""The user's PNG files, read and checked: one folder's files by name, an image as (C, H, W) uint8, a binary mask.
+
+Every problem is a ``DataError`` naming the file and the fix; nothing is written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .idx import DataError
+
+__all__ = ["png_files", "read_png", "image_array", "mask_array", "load_png_pairs"]
+
+_IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
+
+
+def png_files(folder: Path, what: str) -> dict[str, Path]:
+    """The PNG files of ``folder`` by file stem (``what`` names them in errors: "images", "masks", ...)."""
+    if not folder.is_dir():
+        raise DataError(f"{what} folder {folder} does not exist; create it and put the {what} in it as PNG "
+                        f"files (paired files named alike)")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    pngs = [p for p in files if p.suffix.lower() == ".png"]
+    if not pngs:
+        others = ", ".join(p.name for p in files[:5])
+        fix = f" (found {len(files)} other file(s): {others}; convert them to PNG)" if files else \
+            f"; put the {what} there as .png files"
+        raise DataError(f"no PNG files in {folder}{fix}")
+    by_stem: dict[str, Path] = {}
+    for p in pngs:
+        if p.stem in by_stem:
+            raise DataError(f"{by_stem[p.stem]} and {p} have the same name; rename one of them")
+        by_stem[p.stem] = p
+    return by_stem
+
+
+def read_png(path: Path):
+    """The PIL image of a PNG file, loaded; anything else (another format, a damaged file) is a DataError."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            fmt, img = img.format, img.copy()
+    except Exception as e:  # PIL raises many types on a damaged file
+        raise DataError(f"{path} is not a readable PNG image ({type(e).__name__}: {e}); re-save it as PNG") from None
+    if fmt != "PNG":
+        raise DataError(f"{path} is a {fmt} file, not a PNG; convert it to PNG")
+    return img
+
+
+def image_array(path: Path) -> np.ndarray:
+    """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB, 16/32-bit
+    refused."""
+    img = read_png(path)
+    if img.mode not in _IMAGE_MODES:
+        deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
+        raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
+    a = np.asarray(img.convert(_IMAGE_MODES[img.mode]), dtype=np.uint8)
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
+
+
+def mask_array(path: Path) -> np.ndarray:
+    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels) as (1, H, W) uint8 0/1."""
+    img = read_png(path)
+    if img.mode == "1":
+        return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
+    if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
+        raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
+    a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)
+    if a.ndim == 3:
+        if not ((a[..., 0] == a[..., 1]) & (a[..., 1] == a[..., 2])).all():
+            raise DataError(f"mask {path} is in colour (its RGB channels differ); save it as a grayscale (L) PNG")
+        a = a[..., 0]
+    values = np.unique(a)
+    bad = values[(values != 0) & (values != 1) & (values != 255)]
+    if len(bad) or (1 in values and 255 in values):
+        what = f"holds values {bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}" if len(bad) else "mixes 1 and 255"
+        raise DataError(f"mask {path} {what}; masks must be binary, 0/1 or 0/255: threshold it (for example "
+                        f"value > 127 -> 255) and save it again")
+    return (a > 0).astype(np.uint8)[None]  # (1, H, W)
+
+
+_KIND = {1: "grayscale (1 channel)", 3: "RGB (3 channels)"}
+
+
+def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tuple[str, str, Callable] = (
+                   "image", "images", image_array), second: tuple[str, str, Callable] = ("mask", "masks", mask_array)
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Two folders of PNG files paired by file name (``first_dir/a.png`` with ``second_dir/a.png``), checked.
+
+    ``first`` and ``second`` are (singular, plural, reader): what the files are called in messages and how one
+    is read into (C, H, W) uint8. A pair must match pixel for pixel; every file of a folder must have the size
+    and channel count of its first. Every file is read and checked before anything is returned; a problem is a
+    ``DataError`` naming the file and the fix. Nothing is written.
+
+    Shapes: -> first (N, C1, H, W) uint8, second (N, C2, H, W) uint8, names: the N file stems, sorted.
+    """
+    (one, ones, read_a), (other, others, read_b) = first, second
+    first_dir, second_dir = Path(first_dir), Path(second_dir)
+    a_files, b_files = png_files(first_dir, ones), png_files(second_dir, others)
+    lonely, orphan = sorted(set(a_files) - set(b_files)), sorted(set(b_files) - set(a_files))
+    if lonely or orphan:
+        def listed(names: list[str], where: Path) -> str:
+            return f"{len(names)} in {where} ({', '.join(n + '.png' for n in names[:5])}{', ...' if len(names) > 5 else ''})"
+        parts = ([f"{ones} with no {other}: {listed(lonely, first_dir)}"] if lonely else []) + \
+                ([f"{others} with no {one}: {listed(orphan, second_dir)}"] if orphan else [])
+        raise DataError("; ".join(parts) + f"; every {one} needs a{'n' if other[0] in 'aeiou' else ''} {other} of "
+                        f"the same file name")
+    names = sorted(a_files)
+    got: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    for name in names:
+        a, b = read_a(a_files[name]), read_b(b_files[name])
+        if a.shape[1:] != b.shape[1:]:
+            raise DataError(f"{one} {a_files[name]} is {a.shape[1]}x{a.shape[2]} (HxW) but its {other} "
+                            f"{b_files[name]} is {b.shape[1]}x{b.shape[2]}; a{'n' if other[0] in 'aeiou' else ''} "
+                            f"{other} must match its {one} pixel for pixel")
+        for arrays, x, files, plural in ((got[0], a, a_files, ones), (got[1], b, b_files, others)):
+            if arrays and x.shape != arrays[0].shape:
+                start = files[names[0]]
+                if x.shape[0] != arrays[0].shape[0]:
+                    raise DataError(f"{files[name]} is {_KIND.get(x.shape[0], x.shape[0])} but {start} is "
+                                    f"{_KIND.get(arrays[0].shape[0], arrays[0].shape[0])}; convert all {plural} to "
+                                    f"one mode")
+                raise DataError(f"{plural} must all be one size: {files[name]} is {x.shape[1]}x{x.shape[2]} (HxW) "
+                                f"but {start} is {arrays[0].shape[1]}x{arrays[0].shape[2]}; resize or crop them to "
+                                f"one size")
+            arrays.append(x)
+    return torch.from_numpy(np.stack(got[0])), torch.from_numpy(np.stack(got[1])), names
