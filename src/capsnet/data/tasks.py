@@ -52,6 +52,15 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
   when that folder exists, else a fixed 20% of the pairs (drawn under
   ``TEST_SEED``) held out of training.
 
+- ``mnist-skeleton`` and ``fashion-silhouette`` (conditional synthesis,
+  CapsPix2pix and pix2pix): the input is a label map made from the image,
+  the digit's Zhang-Suen skeleton or the item's filled silhouette, and the
+  target the image itself, both centred on 32x32 (``synthesis.py``); the
+  class labels come along for scoring generated images with a classifier.
+  The test pairs are those of the 10,000 test images, in order.
+- ``pairs:DIR``: the user's own label maps in ``DIR/labels`` and images of
+  the same names in ``DIR/images`` (PNG), held out as ``folder:DIR``.
+
 ``nested_subset`` gives the "learning from less data" training subsets: the
 first ``size`` indices of one seeded permutation, so for one seed the subsets
 of 500, 1,000, 5,000, 10,000 and 60,000 examples are nested.
@@ -78,12 +87,13 @@ from .cifar10 import load_cifar10
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
+from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
-           "SEGMENTATION_CLASSES", "load_folder"]
+           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -100,7 +110,8 @@ class Split:
     labels: (N,) int64 classes, or (N, 2) for MultiMNIST pairs (scored top-2), or (N, 1, H, W) uint8 0/1 masks
         (segmentation: scored by Dice and IoU).
     classes: the class names.
-    components: (N, 2, C, H, W) each digit of a pair alone (reconstruction targets), or None.
+    components: (N, 2, C, H, W) each digit of a pair alone (reconstruction targets), or (N, C, H, W) the images
+        to synthesise from the label maps in ``images`` (synthesis), or None.
     extra: more test sets scored alike, by name (translated MNIST's "affine", ...).
     title: how its images were made, in a few words, for reports ("" where there is nothing to tell).
     """
@@ -146,7 +157,9 @@ class Task:
     places_digits: True when the task places its digits itself (``shift`` does not apply).
     metric: what its accuracy counts.
     help: one line for the command line's help.
-    kind: "classification" (labels are classes) or "segmentation" (labels are masks (N, 1, H, W)).
+    kind: "classification" (labels are classes), "segmentation" (labels are masks (N, 1, H, W)) or "synthesis"
+        (images are label maps, components the images to make from them, labels classes for scoring).
+    target_channels: synthesis: the channels of the images made from the label maps.
     """
 
     source: str
@@ -158,6 +171,7 @@ class Task:
     metric: str = "accuracy"
     help: str = ""
     kind: str = "classification"
+    target_channels: int = 1
 
 
 def _first(digits: Dataset, size: int) -> Dataset:
@@ -322,6 +336,43 @@ def _folder_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: 
     return train.images[idx], train.labels[idx], None  # the user's pairs as they are
 
 
+SYNTHESIS_SIDE = 32  # the 28x28 images centred on 32x32: the generators halve their input three times
+
+
+def _synthesis_pairs(images: torch.Tensor, make_label) -> tuple[torch.Tensor, torch.Tensor]:
+    """(label maps, targets), both float on SYNTHESIS_SIDE: ``make_label`` of the 28x28 images, and the images."""
+    x = images.float() / 255.0 if not images.is_floating_point() else images  # (N, 1, 28, 28)
+    return pad_to(make_label(x).float(), SYNTHESIS_SIDE), pad_to(x, SYNTHESIS_SIDE)
+
+
+def _synthesis_task(make_label, what: str):
+    def held(source: Dataset, size: int, extras: bool = True) -> Split:
+        d = _first(source, size)
+        labels, targets = _synthesis_pairs(d.images, make_label)
+        return Split(labels, d.labels, d.classes, targets, title=f"{what} of the test images, in order")
+
+    def batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+        labels, targets = _synthesis_pairs(train.images[idx], make_label)  # made on the fly, on the device
+        return labels, train.labels[idx], targets
+
+    return held, batch
+
+
+_SKELETON = _synthesis_task(skeletonize, "Zhang-Suen skeletons")
+_SILHOUETTE = _synthesis_task(silhouette, "filled silhouettes")
+
+
+def _pairs_held(pairs: Dataset, size: int, extras: bool = True) -> Split:
+    d = _first(pairs, size)  # images: the label maps; labels: the images made from them
+    return Split(d.images.float() / 255.0, torch.zeros(len(d), dtype=torch.long), d.classes,
+                 d.labels.float() / 255.0, title="your label maps and images")
+
+
+def _pairs_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
+    # the training split holds the label maps as its images and the images to make as its labels (uint8)
+    return train.images[idx], torch.zeros_like(idx), train.labels[idx].float() / 255.0
+
+
 _MULTI_SIDE = 28 + 2 * MULTIMNIST_SHIFT
 TASKS: dict[str, Task] = {
     **{name: Task(name, (1, 28, 28), _plain_held, _plain_batch) for name in DATASETS},
@@ -347,8 +398,16 @@ TASKS: dict[str, Task] = {
                                help="64x64 canvases, one rotated and scaled MNIST digit among clutter, its pixels the "
                                     "mask; scored by Dice and IoU, also out of distribution; use --model segcaps, "
                                     "segcaps-r1 or unet (SegCaps, LaLonde and Bagci 2018)"),
+    "mnist-skeleton": Task("mnist", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SKELETON, places_digits=True, metric="L1",
+                           kind="synthesis", help="a digit's skeleton -> the digit, 32x32; use --model capspix2pix or "
+                                                  "pix2pix (CapsPix2pix, Bass et al. 2019)"),
+    "fashion-silhouette": Task("fashion-mnist", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SILHOUETTE, places_digits=True,
+                               metric="L1", kind="synthesis",
+                               help="a Fashion-MNIST item's filled silhouette -> the item, 32x32; use --model "
+                                    "capspix2pix or pix2pix"),
 }
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
+PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images
 
 
 @functools.lru_cache(maxsize=8)
@@ -358,39 +417,61 @@ def _folder_task(name: str) -> Task:
                 metric="Dice", kind="segmentation")
 
 
+@functools.lru_cache(maxsize=8)
+def _pairs_task(name: str) -> Task:
+    pairs = load_pairs(name[len(PAIRS_PREFIX):], "test")  # reads and checks every file: the shapes for models
+    return Task(name, tuple(pairs.images.shape[1:]), _pairs_held, _pairs_batch, num_classes=1, places_digits=True,
+                metric="L1", kind="synthesis", target_channels=pairs.labels.shape[1])
+
+
+def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
+    """The user's synthesis pairs under ``root`` as a Dataset: images = the label maps (N, C, H, W) uint8, labels =
+    the images to make from them (N, C', H, W) uint8; split and held out as ``load_folder``."""
+    return _user_split(root, split, PAIRS_PREFIX, "labels/ and images/", lambda where: load_pair_folder(
+        where / "labels", where / "images"), ("pair",))
+
+
 def load_folder(root: str | os.PathLike, split: str) -> Dataset:
     """The user's segmentation pairs under ``root`` (see the module docstring) as a Dataset of masks: (N, C, H, W)
     uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, 20% of the pairs, fixed by ``TEST_SEED``,
     are the test split and the rest the training split."""
+    return _user_split(root, split, FOLDER_PREFIX, "images/ and masks/", lambda where: load_mask_folder(
+        where / "images", where / "masks"), SEGMENTATION_CLASSES)
+
+
+def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, read, classes) -> Dataset:
+    """One split of a user's folder of pairs: ``read(folder) -> (first, second, names)``; ``root/test`` holds the
+    test pairs when it exists, else a fixed fifth of the pairs (drawn under ``TEST_SEED``) is the test split."""
     from pathlib import Path
 
     base = Path(root).expanduser()
     if not base.is_dir():
-        raise DataError(f"--dataset {FOLDER_PREFIX}{root}: no such folder; give a folder holding images/ and masks/ "
-                        f"(PNG files of the same names)")
+        raise DataError(f"--dataset {prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
+                        f"the same names)")
     held_out = (base / "test").is_dir()
     where = base / "test" if held_out and split == "test" else base
-    images, masks, names = load_mask_folder(where / "images", where / "masks")
-    classes = SEGMENTATION_CLASSES
+    first, second, names = read(where)
     if held_out:
-        return Dataset(f"{FOLDER_PREFIX}{root}", split, images, masks, classes)
+        return Dataset(f"{prefix}{root}", split, first, second, classes)
     n = len(names)
     if n < 2:
-        raise DataError(f"{where} holds {n} image-mask pair; at least 2 are needed to hold one out for testing (or "
-                         f"put test pairs in {base / 'test'}/images and masks)")
+        raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
+                        f"pairs in {base / 'test'})")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(TEST_SEED))
     n_test = max(1, n // 5)
     keep, _ = (perm[:n_test] if split == "test" else perm[n_test:]).sort()
-    return Dataset(f"{FOLDER_PREFIX}{root}", split, images[keep], masks[keep], classes)
+    return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes)
 
 
 def task(name: str) -> Task:
     """The task of ``name`` (``folder:DIR`` reads DIR); an unknown name is a ValueError listing the valid ones."""
     if name.startswith(FOLDER_PREFIX):
         return _folder_task(name)
+    if name.startswith(PAIRS_PREFIX):
+        return _pairs_task(name)
     if name not in TASKS:
         raise ValueError(f"unknown dataset {name!r}; valid names are {', '.join(TASKS)}, or {FOLDER_PREFIX}DIR (your "
-                         f"own images and masks)")
+                         f"own images and masks), or {PAIRS_PREFIX}DIR (your own label maps and images)")
     return TASKS[name]
 
 
@@ -437,6 +518,8 @@ _LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_s
 def _load(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
     if source.startswith(FOLDER_PREFIX):
         return load_folder(source[len(FOLDER_PREFIX):], split)
+    if source.startswith(PAIRS_PREFIX):
+        return load_pairs(source[len(PAIRS_PREFIX):], split)
     if source in _LOADERS:
         return _LOADERS[source](split, root=root, progress=progress)
     return load_dataset(source, split, root=root, progress=progress)
