@@ -160,6 +160,8 @@ class Task:
     kind: "classification" (labels are classes), "segmentation" (labels are masks (N, 1, H, W)) or "synthesis"
         (images are label maps, components the images to make from them, labels classes for scoring).
     target_channels: synthesis: the channels of the images made from the label maps.
+    shape: synthesis: an image's binary shape, (N, C, H, W) -> (N, 1, H, W) 0/1, for the IoU of generated
+        against real images (None: the pixels above half intensity).
     """
 
     source: str
@@ -172,6 +174,7 @@ class Task:
     help: str = ""
     kind: str = "classification"
     target_channels: int = 1
+    shape: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def _first(digits: Dataset, size: int) -> Dataset:
@@ -402,7 +405,7 @@ TASKS: dict[str, Task] = {
                            kind="synthesis", help="a digit's skeleton -> the digit, 32x32; use --model capspix2pix or "
                                                   "pix2pix (CapsPix2pix, Bass et al. 2019)"),
     "fashion-silhouette": Task("fashion-mnist", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SILHOUETTE, places_digits=True,
-                               metric="L1", kind="synthesis",
+                               metric="L1", kind="synthesis", shape=silhouette,
                                help="a Fashion-MNIST item's filled silhouette -> the item, 32x32; use --model "
                                     "capspix2pix or pix2pix"),
 }

@@ -1,0 +1,84 @@
+"""How close generated images are to real ones, per image: L1, SSIM, the IoU of shapes, and the spread over noise.
+
+Pure tensor functions (CPU or GPU), used to score conditional synthesis
+(CapsPix2pix, pix2pix): ``capsnet.synthesis`` applies them to a test split.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["l1_error", "ssim", "shape_iou", "noise_spread", "gaussian_window"]
+
+SSIM_WINDOW = 11  # Wang, Bovik, Sheikh and Simoncelli (2004), section III.C: an 11x11 Gaussian window ...
+SSIM_SIGMA = 1.5  # ... of standard deviation 1.5 pixels
+SSIM_K1, SSIM_K2 = 0.01, 0.03  # their constants: C1 = (K1 L)^2, C2 = (K2 L)^2 with L the dynamic range
+
+
+def _pair(a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.shape != b.shape or a.dim() != 4:
+        raise ValueError(f"expected two image batches (N, C, H, W) of one shape, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+
+
+def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mean absolute difference per image. Shapes: a, b (N, C, H, W) -> (N,) float64."""
+    _pair(a, b)
+    return (a.double() - b.double()).abs().flatten(1).mean(1)
+
+
+def gaussian_window(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch.Tensor:
+    """A normalised 2-D Gaussian: (size, size) float64 summing to 1."""
+    x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
+    g = torch.exp(-x ** 2 / (2 * sigma ** 2))
+    g = g / g.sum()
+    return g[:, None] * g[None, :]  # (size, size)
+
+
+def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: int = SSIM_WINDOW,
+         sigma: float = SSIM_SIGMA) -> torch.Tensor:
+    """The structural similarity of each pair of images (Wang et al. 2004, equation 13), its mean SSIM map over
+    every position where the Gaussian window fits (no padding), averaged over the channels.
+
+    Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
+    """
+    _pair(a, b)
+    N, C, H, W = a.shape
+    if H < window or W < window:
+        raise ValueError(f"SSIM's {window}x{window} window needs images of at least that size, got {H}x{W}")
+    w = gaussian_window(window, sigma).to(a.device)[None, None]  # (1, 1, k, k)
+    x, y = a.double().reshape(N * C, 1, H, W), b.double().reshape(N * C, 1, H, W)  # each channel on its own
+
+    def blur(t: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(t, w)  # (N*C, 1, H-k+1, W-k+1)
+
+    mu_x, mu_y = blur(x), blur(y)
+    var_x = blur(x * x) - mu_x ** 2
+    var_y = blur(y * y) - mu_y ** 2
+    cov = blur(x * y) - mu_x * mu_y
+    c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
+    s = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x ** 2 + mu_y ** 2 + c1) * (var_x + var_y + c2))
+    return s.view(N, C, -1).mean(2).mean(1)
+
+
+def shape_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of two batches of binary shapes (any nonzero value is inside); 1 where both are empty.
+
+    Shapes: a, b (N, 1, H, W) -> (N,) float64.
+    """
+    _pair(a, b)
+    p, t = a.bool().flatten(1), b.bool().flatten(1)
+    union = (p | t).sum(1).double()
+    return torch.where(union > 0, (p & t).sum(1).double() / union.clamp(min=1), torch.ones_like(union))
+
+
+def noise_spread(samples: torch.Tensor) -> torch.Tensor:
+    """How much images made from one input with different noise differ: the standard deviation over the samples
+    at every pixel, averaged over the pixels (0 when the generator ignores its noise).
+
+    Shapes: samples (S, N, C, H, W), S >= 2 draws for each of N inputs -> (N,) float64.
+    """
+    if samples.dim() != 5 or samples.shape[0] < 2:
+        raise ValueError(f"expected samples (S, N, C, H, W) with S >= 2 draws, got {tuple(samples.shape)}")
+    return samples.double().std(dim=0, unbiased=True).flatten(1).mean(1)
+

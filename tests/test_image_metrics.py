@@ -1,0 +1,71 @@
+"""capsnet.image_metrics against independent references: SSIM by a plain loop over windows, spreads and IoUs by
+NumPy and by hand."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet.image_metrics import gaussian_window, l1_error, noise_spread, shape_iou, ssim
+
+
+def ssim_by_loops(x: np.ndarray, y: np.ndarray, size: int = 11, sigma: float = 1.5, L: float = 1.0) -> float:
+    """Wang et al. (2004), equation 13, window by window with explicit sums; the mean over the windows."""
+    r = np.arange(size) - (size - 1) / 2
+    g = np.exp(-r ** 2 / (2 * sigma ** 2))
+    w = np.outer(g, g) / np.outer(g, g).sum()
+    c1, c2 = (0.01 * L) ** 2, (0.03 * L) ** 2
+    values = []
+    for i in range(x.shape[0] - size + 1):
+        for j in range(x.shape[1] - size + 1):
+            a, b = x[i:i + size, j:j + size], y[i:i + size, j:j + size]
+            ma, mb = (w * a).sum(), (w * b).sum()
+            va, vb = (w * (a - ma) ** 2).sum(), (w * (b - mb) ** 2).sum()
+            cov = (w * (a - ma) * (b - mb)).sum()
+            values.append(((2 * ma * mb + c1) * (2 * cov + c2)) / ((ma ** 2 + mb ** 2 + c1) * (va + vb + c2)))
+    return float(np.mean(values))
+
+
+def test_ssim_matches_a_loop_over_windows_and_averages_channels():
+    rng = np.random.default_rng(0)
+    x = rng.random((2, 3, 14, 15))
+    y = np.clip(x + rng.normal(0, 0.2, x.shape), 0, 1)
+    got = ssim(torch.from_numpy(x), torch.from_numpy(y))
+    for n in range(2):
+        want = np.mean([ssim_by_loops(x[n, c], y[n, c]) for c in range(3)])
+        assert got[n].item() == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_ssim_is_one_for_identical_images_symmetric_and_falls_with_noise():
+    torch.manual_seed(0)
+    x = torch.rand(4, 1, 32, 32)
+    torch.testing.assert_close(ssim(x, x), torch.ones(4, dtype=torch.float64))
+    y = (x + 0.1 * torch.randn_like(x)).clamp(0, 1)
+    z = (x + 0.3 * torch.randn_like(x)).clamp(0, 1)
+    torch.testing.assert_close(ssim(x, y), ssim(y, x))
+    assert (ssim(x, z) < ssim(x, y)).all() and (ssim(x, y) < 1).all()
+    assert gaussian_window().sum().item() == pytest.approx(1.0) and gaussian_window().shape == (11, 11)
+    with pytest.raises(ValueError, match="11x11 window needs images of at least that size, got 8x8"):
+        ssim(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8))
+    with pytest.raises(ValueError, match="of one shape"):
+        ssim(torch.rand(1, 1, 16, 16), torch.rand(2, 1, 16, 16))
+
+
+def test_l1_iou_and_spread_by_hand_and_numpy():
+    a = torch.tensor([[[[0.0, 1.0], [0.5, 0.5]]]])
+    b = torch.tensor([[[[1.0, 1.0], [0.0, 0.5]]]])
+    assert l1_error(a, b).item() == pytest.approx((1 + 0 + 0.5 + 0) / 4)
+    p = torch.tensor([[[[1, 1, 0], [0, 0, 0]]], [[[0, 0, 0], [0, 0, 0]]]], dtype=torch.uint8)
+    t = torch.tensor([[[[1, 0, 0], [1, 0, 0]]], [[[0, 0, 0], [0, 0, 0]]]], dtype=torch.uint8)
+    torch.testing.assert_close(shape_iou(p, t), torch.tensor([1 / 3, 1.0], dtype=torch.float64))  # both empty: 1
+    rng = np.random.default_rng(1)
+    s = rng.random((8, 3, 1, 4, 5))
+    want = s.std(axis=0, ddof=1).reshape(3, -1).mean(1)
+    np.testing.assert_allclose(noise_spread(torch.from_numpy(s)).numpy(), want, rtol=1e-12)
+    same = torch.from_numpy(np.repeat(s[:1], 8, axis=0))
+    assert noise_spread(same).abs().max().item() == 0.0  # a generator that ignores its noise spreads nothing
+    with pytest.raises(ValueError, match="S >= 2 draws"):
+        noise_spread(torch.rand(1, 3, 1, 4, 4))
+    assert math.isfinite(noise_spread(torch.rand(2, 1, 1, 4, 4)).item())
