@@ -212,7 +212,8 @@ def test_every_registered_capsule_model_runs_and_trains(name):  # the CNN baseli
 def test_num_weights_counts_what_the_model_holds(name, overrides):
     # The count is checked against the size limit before anything is allocated, so it must be exact.
     small = {"capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
-             "baseline": dict(channels=(4, 4), hidden=(8,))}.get(name, {})
+             "baseline": dict(channels=(4, 4), hidden=(8,)), "capspix2pix": dict(noise_dim=8, disc_channels=4),
+             "pix2pix": dict(base_channels=4, disc_channels=4)}.get(name, {})
     for extra in ({}, {"routing_bias": False, "decoder": not MODELS[name].config().decoder}
                   if name.startswith("capsnet") else {}):
         cfg = MODELS[name].config(**small, **overrides, **extra)

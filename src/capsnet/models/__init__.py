@@ -18,6 +18,9 @@ from .capsnet import (CapsNet, CapsNetCifar10Config, CapsNetConfig, CapsNetOutpu
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
+from .capspix2pix import (CapsPix2pix, CapsPix2pixConfig, CapsPix2pixGenerator, ConditionalDiscriminator,
+                          ConditionalGAN, synthesis_losses)
+from .pix2pix import PatchDiscriminator, Pix2pix, Pix2pixConfig, UNetGenerator
 from .segcaps import SegCaps, SegCapsConfig, SegCapsOutput, SegCapsR1Config, segmentation_model_loss
 from .unet import UNet, UNetConfig, UNetOutput
 
@@ -26,7 +29,9 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
            "model_name", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
-           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation"]
+           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
+           "CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
+           "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
 
 
 class ModelSpec(NamedTuple):
@@ -39,7 +44,8 @@ class ModelSpec(NamedTuple):
     loss: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     title: str  # for tables and plots
     # "classification": labels (B,) or (B, 2), scores (B, K); "segmentation": masks (B, 1, H, W) in, per-pixel
-    # probabilities (B, 1, H, W) out, scored by Dice and IoU
+    # probabilities (B, 1, H, W) out, scored by Dice and IoU; "synthesis": a conditional GAN, label maps
+    # (B, C_in, H, W) to images (B, C_out, H, W), its loss (model, labels, images, z) -> (d_loss, g_loss, parts)
     kind: str = "classification"
 
 
@@ -58,6 +64,8 @@ MODELS: dict[str, ModelSpec] = {
     "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation"),
     "segcaps-r1": ModelSpec(SegCapsR1Config, SegCaps, segmentation_model_loss, "SegCaps R1", "segmentation"),
     "unet": ModelSpec(UNetConfig, UNet, segmentation_model_loss, "U-Net", "segmentation"),  # Ronneberger et al. 2015
+    "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis"),  # Bass 2019
+    "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis"),  # Isola et al. 2017
 }
 
 

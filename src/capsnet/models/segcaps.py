@@ -18,11 +18,15 @@ Routing: 3 rounds in every capsule layer but the primary one (1 round) for
 R3, 1 everywhere for R1 (the paper's two variants), dynamic routing applied
 locally (``capsnet.layers.conv``), its softmax over the parent types and
 the routing bias on, as the authors' code; both are options.
+
+The capsule layers are built (``capsule_stack``) and run (``walk_capsule_stack``)
+by module-level functions, shared with the CapsPix2pix generator
+(``capsnet.models.capspix2pix``), which is this network over a label map.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +39,7 @@ from ..ops import safe_norm
 from ..routing import DynamicRouting
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
-           "check_segmentation_input"]
+           "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
 
@@ -57,6 +61,51 @@ _LAYERS = (
 )
 _SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "conv1"}
 LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
+
+
+def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
+                  routing_bias: bool) -> nn.ModuleDict:
+    """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
+    CapsPix2pix generator share. Dynamic routing, ``primary_routing_iterations`` rounds in the primary layer and
+    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, a routing bias when asked."""
+    caps = {}
+    for name, kind, t, din, j, dout, k, s in _LAYERS:
+        iterations = primary_routing_iterations if name == "primary" else routing_iterations
+        routing = DynamicRouting(iterations, softmax=routing_softmax)
+        layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
+        caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=routing_bias)
+    return nn.ModuleDict(caps)
+
+
+def capsule_stack_weights(routing_bias: bool) -> int:
+    """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
+    routing bias J x Dout (independent of the image size)."""
+    return sum(k * k * din * j * dout + (j * dout if routing_bias else 0) for _, _, _, din, j, dout, k, _ in _LAYERS)
+
+
+def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
+                       between: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Run ``conv1``, the first grid, through the layers of ``capsule_stack``; every layer's grid, in order.
+
+    The skips stack capsule types: deconv_1_1's output with conv_3_1's, deconv_2_1's with conv_2_1's,
+    deconv_3_1's with conv1's. ``between`` (CapsPix2pix's dropout) is applied to every layer's grid but the
+    last before it goes on, the skips included; the grids returned are the ones that went on.
+
+    Shapes:
+        conv1: (B, 1, 16, H, W), H and W multiples of 8
+        returns: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ..., "seg_caps": (B, 1, 16, H, W)}
+    """
+    grids = {"conv1": conv1}
+    x = conv1
+    last = next(reversed(caps.keys()))
+    for name, layer in caps.items():
+        x = layer(x)  # (B, J, D, H', W')
+        if between is not None and name != last:
+            x = between(x)  # (B, J, D, H', W')
+        grids[name] = x
+        if name in _SKIPS:
+            x = torch.cat([x, grids[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
+    return grids
 
 
 def check_segmentation_input(images: torch.Tensor, cfg: Any) -> None:
@@ -110,9 +159,7 @@ class SegCapsConfig:
     @property
     def num_weights(self) -> int:
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
-        n = (self.in_channels * 25 + 1) * 16  # conv1
-        for _, _, _, din, j, dout, k, _ in _LAYERS:
-            n += k * k * din * j * dout + (j * dout if self.routing_bias else 0)
+        n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias)  # conv1, the capsules
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
@@ -145,13 +192,9 @@ class SegCaps(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, 16, 5, padding=2)
-        caps = {}
-        for name, kind, t, din, j, dout, k, s in _LAYERS:
-            iterations = cfg.primary_routing_iterations if name == "primary" else cfg.routing_iterations
-            routing = DynamicRouting(iterations, softmax=cfg.routing_softmax)
-            layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
-            caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=cfg.routing_bias)
-        self.caps = nn.ModuleDict(caps)
+        self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
+                                  primary_routing_iterations=cfg.primary_routing_iterations,
+                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
@@ -159,14 +202,8 @@ class SegCaps(nn.Module):
         """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
         "seg_caps": (B, 1, 16, H, W)} (the skip concatenations are not layers)."""
         check_segmentation_input(images, self.config)
-        grids = {"conv1": F.relu(self.conv1(images)).unsqueeze(1)}  # (B, 1, 16, H, W): one 16D capsule type
-        x = grids["conv1"]
-        for name, layer in self.caps.items():
-            x = layer(x)  # (B, J, D, H', W')
-            grids[name] = x
-            if name in _SKIPS:
-                x = torch.cat([x, grids[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
-        return grids
+        conv1 = F.relu(self.conv1(images)).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
+        return walk_capsule_stack(self.caps, conv1)
 
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> SegCapsOutput:
         """Shapes:

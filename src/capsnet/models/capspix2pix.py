@@ -1,0 +1,355 @@
+"""CapsPix2pix: Bass et al., "Image synthesis with a convolutional capsule generative adversarial network" (MIDL 2019).
+
+A conditional GAN that turns a label map (a segmentation) into an image.
+The generator is SegCaps R3 (``capsnet.models.segcaps``, the same capsule
+layers, built and walked by the same code) over the label map plus one noise
+channel: z (B, noise_dim) goes through a linear layer to an H x W map
+concatenated with the label map (the reference code's default
+``noise_source='input'``); conv1 (5x5, 16 channels, LeakyReLU 0.01) is read
+as one 16D capsule type; 2D dropout drops whole capsule types after every
+capsule layer but the last, in training (the reference code's ``Dropout2d``
+on the 5-D grid); a 1x1 convolution of the final capsule's 16 pose channels
+and a sigmoid make the image (from the pose, not the capsule length). The
+discriminator is the reference code's DCGAN one over the image and the label
+map stacked. Losses: D's BCE against two-sided smoothed labels (0.9 real,
+0.1 fake, the reference code's) halved as pix2pix; G's BCE against 1 plus
+``l1_weight`` times the mean absolute error.
+
+Where we differ from the reference code (commit 018c8d8): routing is this
+library's dynamic routing (``capsnet.layers.conv``): logits per example
+(the reference code averages them over the batch), the softmax over the
+parent types with a routing bias (the reference code normalises over the
+child types, adds a convolution bias to the votes instead, and routes 3
+rounds in the primary layer too; ``routing_softmax="children"`` is its
+normalisation); ``l1_weight`` defaults to pix2pix's 100 so both models of the
+comparison share it (the reference code's ``lambda_L1`` is 1). The
+discriminator is the reference's exactly at 64 x 64; for other sizes it halves
+the map while its smaller side is at least 8, and averages the 4x4 head's
+logits over the positions left (one position for a square power of two).
+
+``ConditionalGAN``, what this model and pix2pix (``capsnet.models.pix2pix``)
+share, is here too: the noise, seeded generation, the two losses.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .segcaps import STRIDE, capsule_stack, capsule_stack_weights, walk_capsule_stack
+
+__all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
+           "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields"]
+
+
+def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: int = STRIDE) -> None:
+    """A ValueError that names the fix unless ``labels`` are (B, cfg.in_channels, H, W) with H x W the config's
+    size (``exact``) or sides multiples of ``multiple``."""
+    if labels.dim() != 4 or labels.shape[1] != cfg.in_channels:
+        got = tuple(labels.shape)
+        raise ValueError(f"expected label maps (B, {cfg.in_channels}, H, W) for a model of {cfg.in_channels}-channel "
+                         f"label maps, got {got}" + ("" if labels.dim() != 4 else
+                                                     f" ({labels.shape[1]} channels): convert them or build the "
+                                                     f"model with in_channels {labels.shape[1]}"))
+    H, W = labels.shape[-2:]
+    h, w = cfg.input_height, cfg.input_width
+    if exact and (H, W) != (h, w):
+        raise ValueError(f"expected {h}x{w} label maps (the noise layer makes one {h}x{w} map), got {H}x{W}: resize "
+                         f"or crop them to {h}x{w}, or build the model with input_height {H} and input_width {W}")
+    if H % multiple or W % multiple:
+        raise ValueError(f"label map sides must be multiples of {multiple} (the generator halves them), got {H}x{W}: "
+                         f"pad or crop them to {-(-H // multiple) * multiple}x{-(-W // multiple) * multiple} or "
+                         f"{H // multiple * multiple}x{W // multiple * multiple}")
+
+
+def check_image_pairs(images: torch.Tensor, labels: torch.Tensor, cfg: Any) -> None:
+    """A ValueError unless ``images`` are (B, cfg.out_channels, H, W) with the batch and size of ``labels``."""
+    want = (labels.shape[0], cfg.out_channels, *labels.shape[-2:])
+    if tuple(images.shape) != want:
+        raise ValueError(f"expected images (B, {cfg.out_channels}, H, W) paired with the label maps, here "
+                         f"{want}, got {tuple(images.shape)}: give one {cfg.out_channels}-channel image per label map, "
+                         f"of its size")
+
+
+def check_gan_fields(cfg: Any) -> None:
+    """The fields both GAN configs share: dropout, the L1 weight, the smoothed labels and Adam's betas."""
+    if not 0 <= cfg.dropout < 1:
+        raise ValueError(f"{type(cfg).__name__}.dropout must be in 0..1 (1 excluded), got {cfg.dropout!r}")
+    check_range(cfg, "l1_weight", 0, 1e6)
+    for name in ("real_label", "fake_label"):
+        check_range(cfg, name, 0, 1)
+    for name in ("beta1", "beta2"):
+        if not 0 <= getattr(cfg, name) < 1:
+            raise ValueError(f"{type(cfg).__name__}.{name} must be in 0..1 (1 excluded), got {getattr(cfg, name)!r}")
+    if cfg.num_weights > MAX_WEIGHTS:
+        raise ValueError(f"this {type(cfg).__name__} would hold {cfg.num_weights:,} weights, more than "
+                         f"{MAX_WEIGHTS:,}: use smaller images or fewer channels")
+
+
+def init_gan_weights(module: nn.Module) -> None:
+    """DCGAN's and pix2pix's initialisation (the reference code's ``weights_init``): plain convolutions N(0, 0.02)
+    with zero bias, batch-norm scales N(1, 0.02) and shifts 0. Capsule layers and linear layers keep their own."""
+    for m in module.modules():
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1.0, 0.02)
+            nn.init.zeros_(m.bias)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Torch's RNGs (the CPU's, and every CUDA device's when on CUDA) seeded with ``seed``, restored after."""
+    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.random.default_generator.manual_seed(seed)
+        if devices:
+            torch.cuda.manual_seed_all(seed)
+        yield
+
+
+def _bce(logits: torch.Tensor, target: float) -> torch.Tensor:
+    """BCE with logits against a constant target, the mean over every logit (per image, or per patch)."""
+    return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, target))
+
+
+class ConditionalGAN(nn.Module):
+    """What CapsPix2pix and pix2pix share: a generator (labels, z) -> images, a discriminator (images, labels) ->
+    logits, seeded noise and generation, and the two losses. The GAN loop calls ``d_loss`` then ``g_loss``."""
+
+    def __init__(self, config: Any, generator: nn.Module, discriminator: nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.generator = generator
+        self.discriminator = discriminator
+
+    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None
+              ) -> torch.Tensor:
+        """Standard normal z (B, noise_dim), drawn on the CPU from a generator seeded with ``seed`` (or from the
+        torch.Generator given), then moved: the same z on every device."""
+        g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+        z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
+        return z if device is None else z.to(device)
+
+    @torch.no_grad()
+    def generate(self, labels: torch.Tensor, seed: int = 0, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Images for ``labels`` from the noise of ``seed`` (or ``z``), without gradients, in the current mode;
+        torch's RNG seeded with ``seed`` (dropout in training mode), the caller's restored after.
+
+        Shapes: labels (B, C_in, H, W), z (B, Z) or None -> images (B, C_out, H, W) in [0, 1]
+        """
+        with _seeded(seed, labels.device):
+            if z is None:
+                z = self.noise(labels.shape[0], seed, labels.device).to(labels.dtype)  # (B, Z)
+            return self.generator(labels, z)
+
+    def forward(self, labels: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """The generator's images (z drawn from seed 0 when None).
+
+        Shapes: labels (B, C_in, H, W), z (B, Z) or None -> images (B, C_out, H, W) in [0, 1]
+        """
+        if z is None:
+            z = self.noise(labels.shape[0], 0, labels.device).to(labels.dtype)  # (B, Z)
+        return self.generator(labels, z)
+
+    def d_loss(self, real: torch.Tensor, fake: torch.Tensor, labels: torch.Tensor
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The discriminator's loss: half the sum of BCE(D(real | labels), real_label) and BCE(D(fake | labels),
+        fake_label), each a mean over the batch (and patches); ``fake`` is detached, so only D gets gradients.
+        Parts: ``d_real`` and ``d_fake``, D's mean probability on each (detached).
+
+        Shapes: real, fake (B, C_out, H, W); labels (B, C_in, H, W) -> loss ()
+        """
+        cfg = self.config
+        real_logits = self.discriminator(real, labels)  # (B,) or (B, 1, h, w)
+        fake_logits = self.discriminator(fake.detach(), labels)
+        loss = 0.5 * (_bce(real_logits, cfg.real_label) + _bce(fake_logits, cfg.fake_label))  # pix2pix halves D's
+        return loss, {"d_real": torch.sigmoid(real_logits.detach()).mean(),
+                      "d_fake": torch.sigmoid(fake_logits.detach()).mean()}
+
+    def g_loss(self, real: torch.Tensor, fake: torch.Tensor, labels: torch.Tensor
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The generator's loss: BCE(D(fake | labels), 1) + l1_weight x mean |fake - real|. Its backward also
+        leaves gradients on D's weights: zero them before D's next step. Parts: ``g_adv``, ``l1`` (detached).
+
+        Shapes: real, fake (B, C_out, H, W); labels (B, C_in, H, W) -> loss ()
+        """
+        adv = _bce(self.discriminator(fake, labels), 1.0)
+        l1 = (fake - real).abs().mean()
+        return adv + self.config.l1_weight * l1, {"g_adv": adv.detach(), "l1": l1.detach()}
+
+
+def synthesis_losses(model: ConditionalGAN, labels: torch.Tensor, real: torch.Tensor, z: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The registry's loss for kind "synthesis": D's and G's losses on one generated batch, and their parts.
+
+    The GAN loop calls ``d_loss`` and ``g_loss`` itself, each before its own
+    optimizer step; this is for tests and uniformity. ``z`` None: seed 0's.
+
+    Shapes: labels (B, C_in, H, W); real (B, C_out, H, W); z (B, Z) or None -> d_loss (), g_loss (), parts
+    """
+    fake = model(labels, z)  # (B, C_out, H, W)
+    d, d_parts = model.d_loss(real, fake, labels)
+    g, g_parts = model.g_loss(real, fake, labels)
+    return d, g, {**d_parts, **g_parts}
+
+
+@dataclass(frozen=True)
+class CapsPix2pixConfig:
+    """CapsPix2pix's sizes and training constants; defaults are the reference code's unless said otherwise."""
+
+    input_height: int = 32  # multiples of 8 (the capsule U-Net halves the map three times)
+    input_width: int = 32
+    in_channels: int = 1  # label-map channels
+    out_channels: int = 1  # image channels
+    noise_dim: int = 100
+    dropout: float = 0.5  # of whole capsule types after every capsule layer but the last, in training
+    routing_iterations: int = 3  # SegCaps R3: 3 rounds but in the primary layer (the reference code: 3 everywhere)
+    primary_routing_iterations: int = 1
+    routing_softmax: str = "parents"  # as SegCaps here; the reference code's normalisation is "children"
+    routing_bias: bool = True
+    disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
+    l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
+    real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
+    fake_label: float = 0.1
+    beta1: float = 0.5  # Adam's betas (DCGAN's); the learning rate, 2e-4, is the training config's
+    beta2: float = 0.999
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, STRIDE, 8192)
+            if getattr(self, name) % STRIDE:
+                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (the generator halves "
+                                 f"the map three times), got {getattr(self, name)}")
+        for name in ("in_channels", "out_channels"):
+            check_range(self, name, 1, 64)
+        check_range(self, "noise_dim", 1, 1 << 16)
+        check_range(self, "routing_iterations", 1, 100)
+        check_range(self, "primary_routing_iterations", 1, 100)
+        if self.routing_softmax not in ("parents", "children"):
+            raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
+                             f"{self.routing_softmax!r}")
+        check_range(self, "disc_channels", 1, 1024)
+        check_gan_fields(self)
+
+    @property
+    def disc_widths(self) -> tuple[int, ...]:
+        """The discriminator's stride-2 layers' channels: one per halving while the smaller side is at least 8."""
+        side, widths = min(self.input_height, self.input_width), []
+        while side >= 8:
+            widths.append(self.disc_channels * min(2 ** len(widths), 8))
+            side //= 2
+        return tuple(widths)
+
+    @property
+    def generator_weights(self) -> int:
+        """The generator's weights: the noise layer, conv1, SegCaps' capsule layers, the 1x1 image convolution."""
+        noise = (self.noise_dim + 1) * self.input_height * self.input_width
+        conv1 = ((self.in_channels + 1) * 25 + 1) * 16
+        return noise + conv1 + capsule_stack_weights(self.routing_bias) + (16 + 1) * self.out_channels
+
+    @property
+    def discriminator_weights(self) -> int:
+        """4x4 convolutions without bias, batch norm (scale, shift) on all but the first, a 4x4 head to one logit."""
+        n, c = 0, self.in_channels + self.out_channels
+        for k, w in enumerate(self.disc_widths):
+            n += 16 * c * w + (2 * w if k else 0)
+            c = w
+        return n + 16 * c
+
+    @property
+    def num_weights(self) -> int:
+        """Every weight of the generator and the discriminator, from the sizes alone."""
+        return self.generator_weights + self.discriminator_weights
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CapsPix2pixConfig":
+        return config_from_dict(cls, d)
+
+
+class CapsPix2pixGenerator(nn.Module):
+    """SegCaps R3 over the label map and a noise map; the final capsule's pose, through a 1x1 convolution, is the
+    image (see the module docstring)."""
+
+    def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.noise = nn.Linear(cfg.noise_dim, cfg.input_height * cfg.input_width)
+        self.conv1 = nn.Conv2d(cfg.in_channels + 1, 16, 5, padding=2)
+        self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
+                                  primary_routing_iterations=cfg.primary_routing_iterations,
+                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias)
+        # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
+        # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
+        self.dropout = nn.Dropout3d(cfg.dropout)
+        self.to_image = nn.Conv2d(16, cfg.out_channels, 1)
+        init_gan_weights(self)
+
+    def capsule_grids(self, labels: torch.Tensor, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
+        "seg_caps": (B, 1, 16, H, W)}, after dropout (in training) where it applies."""
+        cfg = self.config
+        check_label_maps(labels, cfg, exact=True)
+        B, _, H, W = labels.shape
+        if z.shape != (B, cfg.noise_dim):
+            raise ValueError(f"expected noise z ({B}, {cfg.noise_dim}), one per label map, got {tuple(z.shape)}: "
+                             f"draw it with model.noise({B}, seed)")
+        noise = self.noise(z).view(B, 1, H, W)  # (B, 1, H, W)
+        x = torch.cat([labels, noise], dim=1)  # (B, C_in + 1, H, W)
+        conv1 = F.leaky_relu(self.conv1(x), 0.01).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
+        return walk_capsule_stack(self.caps, conv1, self.dropout)
+
+    def forward(self, labels: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Shapes:
+            labels: (B, C_in, H, W), the config's H x W; z: (B, Z)
+            returns: images (B, C_out, H, W) in [0, 1]
+        """
+        poses = self.capsule_grids(labels, z)["seg_caps"][:, 0]  # (B, 16, H, W)
+        return torch.sigmoid(self.to_image(poses))  # (B, C_out, H, W)
+
+
+class ConditionalDiscriminator(nn.Module):
+    """The reference code's DCGAN discriminator on (image, label map) stacked: 4x4 stride-2 convolutions without
+    bias, ``disc_channels`` doubling per layer (capped at 8x), batch norm on all but the first, LeakyReLU 0.2,
+    down to a 4x4 map (for a square power-of-two side), then a 4x4 convolution without padding to one logit."""
+
+    def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        layers: list[nn.Module] = []
+        c = cfg.in_channels + cfg.out_channels
+        for k, w in enumerate(cfg.disc_widths):
+            layers += [nn.Conv2d(c, w, 4, stride=2, padding=1, bias=False)]
+            layers += ([nn.BatchNorm2d(w)] if k else []) + [nn.LeakyReLU(0.2)]
+            c = w
+        layers += [nn.Conv2d(c, 1, 4, bias=False)]
+        self.main = nn.Sequential(*layers)
+        init_gan_weights(self)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Shapes:
+            images: (B, C_out, H, W); labels: (B, C_in, H, W), the config's H x W
+            returns: logits (B,), the mean over the head's positions (one for a square power-of-two side)
+        """
+        check_label_maps(labels, self.config, exact=True)
+        check_image_pairs(images, labels, self.config)
+        x = torch.cat([images, labels], dim=1)  # (B, C_out + C_in, H, W): the reference code's order
+        return self.main(x).flatten(1).mean(1)  # (B,)
+
+
+class CapsPix2pix(ConditionalGAN):
+    """CapsPix2pix: the capsule generator and the DCGAN discriminator (see the module docstring)."""
+
+    def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
+        super().__init__(config, CapsPix2pixGenerator(config), ConditionalDiscriminator(config))

@@ -1,0 +1,225 @@
+"""The pix2pix baseline CapsPix2pix is compared with (Isola, Zhu, Zhou and Efros, CVPR 2017).
+
+The generator is pix2pix's U-Net: 4x4 stride-2 convolutions down to the
+smallest map the size allows (1x1 for a square power of two: five levels,
+C64-C128-C256-C512-C512, for 32x32), LeakyReLU 0.2, batch norm on all but
+the first and the innermost (the official code's; the paper's list puts it
+on the innermost too, degenerate on a 1x1 map), and 4x4 stride-2
+transposed convolutions back up with batch norm and ReLU, the skips
+concatenated, dropout 0.5 in the first three up-layers (the paper's
+"CD512-CD1024-CD1024"; the official code puts it on the second to fourth,
+after the innermost), a sigmoid at the end (images in [0, 1] here; the
+paper's tanh is for [-1, 1]). Its noise is that dropout, at test time too:
+``generate`` runs the dropout layers active, batch norm in eval mode, under
+torch's RNG seeded with ``seed``. The discriminator is the 70x70 PatchGAN
+(n_layers 3): C64 stride 2 (no batch norm), C128 s2, C256 s2, C512 s1, a
+convolution to one logit per patch, 4x4 kernels, LeakyReLU 0.2; the loss
+averages over the patches. Weights are initialised N(0, 0.02) (pix2pix's
+``init_type='normal'``). The losses are CapsPix2pix's
+(``capsnet.models.capspix2pix.ConditionalGAN``), smoothed labels and
+``l1_weight`` 100 included, so the comparison changes the generator and the
+discriminator only.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._config import check_range, check_types, config_from_dict
+from .capspix2pix import ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, init_gan_weights
+from .segcaps import STRIDE
+
+__all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
+
+
+@dataclass(frozen=True)
+class Pix2pixConfig:
+    """pix2pix's sizes and training constants; the defaults are the paper's unless said otherwise."""
+
+    input_height: int = 32  # multiples of 8, as CapsPix2pix's
+    input_width: int = 32
+    in_channels: int = 1  # label-map channels
+    out_channels: int = 1  # image channels
+    base_channels: int = 64  # ngf: 64, 128, 256, 512, 512, ... (capped at 8x)
+    dropout: float = 0.5  # in the first three up-layers, at training and test time
+    disc_channels: int = 64  # ndf
+    disc_layers: int = 3  # the 70x70 PatchGAN
+    l1_weight: float = 100.0  # the paper's lambda
+    real_label: float = 0.9  # CapsPix2pix's smoothed labels, so both models train on the same losses (pix2pix: 1, 0)
+    fake_label: float = 0.1
+    beta1: float = 0.5  # Adam's betas; the learning rate, 2e-4, is the training config's
+    beta2: float = 0.999
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("input_height", "input_width"):
+            check_range(self, name, STRIDE, 8192)
+            if getattr(self, name) % STRIDE:
+                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (as CapsPix2pix's), "
+                                 f"got {getattr(self, name)}")
+        for name in ("in_channels", "out_channels"):
+            check_range(self, name, 1, 64)
+        check_range(self, "base_channels", 1, 1024)
+        check_range(self, "disc_channels", 1, 1024)
+        check_range(self, "disc_layers", 1, 8)
+        side = min(self.input_height, self.input_width)
+        if side >> self.disc_layers < 3:
+            fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
+            raise ValueError(f"a PatchGAN of disc_layers {self.disc_layers} needs sides of at least "
+                             f"{3 << self.disc_layers}, got {self.input_height}x{self.input_width}: use larger images "
+                             f"or disc_layers {fit}")
+        check_gan_fields(self)
+
+    @property
+    def levels(self) -> int:
+        """The U-Net's stride-2 levels: as many as both sides can be halved exactly (log2 of a power-of-two side)."""
+        n = 0
+        while (self.input_height >> n) % 2 == 0 and (self.input_width >> n) % 2 == 0:
+            n += 1
+        return n
+
+    @property
+    def widths(self) -> list[int]:
+        """The channels of each level's down-convolution, outermost first."""
+        return [self.base_channels * min(2 ** k, 8) for k in range(self.levels)]
+
+    @property
+    def generator_weights(self) -> int:
+        """The U-Net's weights: 4x4 kernels, no bias but the last up-layer's, batch norm as the module docstring."""
+        w, L = self.widths, self.levels
+        n = 16 * self.in_channels * w[0]  # the outermost down-convolution, no batch norm
+        n += sum(16 * w[k - 1] * w[k] + (2 * w[k] if k < L - 1 else 0) for k in range(1, L))
+        n += 16 * w[L - 1] * w[L - 2] + 2 * w[L - 2]  # the innermost up-convolution (no skip into it)
+        n += sum(16 * 2 * w[k] * w[k - 1] + 2 * w[k - 1] for k in range(1, L - 1))
+        return n + 16 * 2 * w[0] * self.out_channels + self.out_channels  # the outermost, with bias
+
+    @property
+    def discriminator_weights(self) -> int:
+        """The PatchGAN's weights: the first and last convolutions with bias, the others with batch norm."""
+        c, ndf = self.in_channels + self.out_channels, self.disc_channels
+        n = 16 * c * ndf + ndf
+        mult = 1
+        for k in range(1, self.disc_layers + 1):
+            prev, mult = mult, min(2 ** k, 8)
+            n += 16 * ndf * prev * ndf * mult + 2 * ndf * mult
+        return n + 16 * ndf * mult + 1
+
+    @property
+    def num_weights(self) -> int:
+        """Every weight of the generator and the discriminator, from the sizes alone."""
+        return self.generator_weights + self.discriminator_weights
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Pix2pixConfig":
+        return config_from_dict(cls, d)
+
+
+class UNetGenerator(nn.Module):
+    """pix2pix's U-Net generator (see the module docstring)."""
+
+    def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        w, L = cfg.widths, cfg.levels
+        down: list[nn.Module] = [nn.Conv2d(cfg.in_channels, w[0], 4, stride=2, padding=1, bias=False)]
+        for k in range(1, L):
+            bn = [nn.BatchNorm2d(w[k])] if k < L - 1 else []  # none on the innermost (1x1) map
+            down.append(nn.Sequential(nn.LeakyReLU(0.2), nn.Conv2d(w[k - 1], w[k], 4, stride=2, padding=1, bias=False),
+                                      *bn))
+        self.down = nn.ModuleList(down)
+        up: list[nn.Module] = []  # up[k] undoes down[k]; up[L - 1] first
+        for k in range(L):
+            c_in = w[k] * (1 if k == L - 1 else 2)  # the skip of level k stacked with the layer below's output
+            if k == 0:
+                up.append(nn.Sequential(nn.ReLU(), nn.ConvTranspose2d(c_in, cfg.out_channels, 4, stride=2, padding=1),
+                                        nn.Sigmoid()))
+                continue
+            drop = [nn.Dropout(cfg.dropout)] if L - 1 - k < 3 else []  # the first three up-layers
+            up.append(nn.Sequential(nn.ReLU(), nn.ConvTranspose2d(c_in, w[k - 1], 4, stride=2, padding=1, bias=False),
+                                    nn.BatchNorm2d(w[k - 1]), *drop))
+        self.up = nn.ModuleList(up)
+        init_gan_weights(self)
+
+    def forward(self, labels: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Shapes:
+            labels: (B, C_in, H, W), sides multiples of 2^levels; z: unused, for the shared call shape (the noise
+                is the dropout)
+            returns: images (B, C_out, H, W) in [0, 1]
+        """
+        check_label_maps(labels, self.config, exact=False, multiple=2 ** self.config.levels)
+        skips, x = [], labels
+        for layer in self.down:
+            x = layer(x)  # (B, w_k, H / 2^(k+1), W / 2^(k+1))
+            skips.append(x)
+        x = self.up[-1](skips[-1])  # (B, w_{L-2}, ...): the innermost
+        for k in range(len(self.up) - 2, -1, -1):
+            # ReLU of the stack: the official code's in-place LeakyReLU on the skip changes nothing after it
+            x = self.up[k](torch.cat([skips[k], x], dim=1))  # (B, w_{k-1} or C_out, H / 2^k, W / 2^k)
+        return x
+
+
+class PatchDiscriminator(nn.Module):
+    """pix2pix's PatchGAN on (image, label map) stacked: ``disc_layers`` 4x4 stride-2 convolutions (the first with
+    a bias and no batch norm), one with stride 1, then a 4x4 convolution to one logit per patch."""
+
+    def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
+        super().__init__()
+        self.config = cfg = config
+        ndf = cfg.disc_channels
+        layers: list[nn.Module] = [nn.Conv2d(cfg.in_channels + cfg.out_channels, ndf, 4, stride=2, padding=1),
+                                   nn.LeakyReLU(0.2)]
+        mult = 1
+        for k in range(1, cfg.disc_layers + 1):
+            prev, mult = mult, min(2 ** k, 8)
+            stride = 2 if k < cfg.disc_layers else 1
+            layers += [nn.Conv2d(ndf * prev, ndf * mult, 4, stride=stride, padding=1, bias=False),
+                       nn.BatchNorm2d(ndf * mult), nn.LeakyReLU(0.2)]
+        layers.append(nn.Conv2d(ndf * mult, 1, 4, padding=1))
+        self.main = nn.Sequential(*layers)
+        init_gan_weights(self)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Shapes:
+            images: (B, C_out, H, W); labels: (B, C_in, H, W)
+            returns: logits (B, 1, H / 2^n - 2, W / 2^n - 2), n = disc_layers: one per 70x70 patch for n = 3
+        """
+        check_label_maps(labels, self.config, exact=False)
+        check_image_pairs(images, labels, self.config)
+        return self.main(torch.cat([images, labels], dim=1))  # (B, 1, h, w)
+
+
+class Pix2pix(ConditionalGAN):
+    """pix2pix: the U-Net generator and the PatchGAN (see the module docstring). Its noise is dropout: ``noise``
+    gives an empty z (B, 0), and ``generate`` keeps dropout on, seeded."""
+
+    def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
+        super().__init__(config, UNetGenerator(config), PatchDiscriminator(config))
+
+    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None
+              ) -> torch.Tensor:
+        """An empty z (B, 0): pix2pix has no noise input."""
+        return torch.empty(batch, 0, device=device)
+
+    @torch.no_grad()
+    def generate(self, labels: torch.Tensor, seed: int = 0, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Images as at pix2pix's test time: batch norm in eval mode, dropout on, its masks drawn from torch's RNG
+        seeded with ``seed`` (the caller's RNG and the modules' modes restored after).
+
+        Shapes: labels (B, C_in, H, W) -> images (B, C_out, H, W) in [0, 1]
+        """
+        modes = {m: m.training for m in self.generator.modules()}
+        try:
+            self.generator.eval()
+            for m in self.generator.modules():
+                if isinstance(m, nn.Dropout):
+                    m.train()
+            return super().generate(labels, seed, z)
+        finally:
+            for m, training in modes.items():
+                m.training = training

@@ -1,0 +1,367 @@
+"""CapsPix2pix and pix2pix: weight counts, shapes, seeded generation, gradients, losses in closed form, bad input,
+batch independence; SegCaps unchanged by the shared capsule stack."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from capsnet.models import (MODELS, CapsPix2pix, CapsPix2pixConfig, Pix2pix, Pix2pixConfig, SegCaps, SegCapsConfig,
+                            create_model, model_name, synthesis_losses)
+from capsnet.models.segcaps import capsule_stack, walk_capsule_stack
+
+SYNTHESIS = [n for n, spec in MODELS.items() if spec.kind == "synthesis"]
+# Small sizes: CapsPix2pix's capsule layers are SegCaps' (fixed); its noise and discriminator are shrunk
+SMALL = {"capspix2pix": dict(noise_dim=8, disc_channels=4), "pix2pix": dict(base_channels=4, disc_channels=4)}
+
+
+def _model(name: str, H: int = 16, W: int = 16, **kw) -> nn.Module:
+    if name == "pix2pix" and min(H, W) < 24:
+        kw.setdefault("disc_layers", 2)  # the 3-layer PatchGAN needs sides of 24
+    return create_model(name, **{**SMALL[name], **kw}, input_height=H, input_width=W)
+
+
+def _count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _data(B: int = 3, H: int = 16, W: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    labels = (torch.rand(B, 1, H, W, generator=g) > 0.7).float()
+    return labels, torch.rand(B, 1, H, W, generator=g)
+
+
+# -- weight counts -----------------------------------------------------------------------------------------------
+
+def capspix2pix_weights_by_hand(H: int, W: int, c_in: int = 1, c_out: int = 1, noise: int = 100,
+                                ndf: int = 64) -> tuple[int, int]:
+    """(generator, discriminator) counted layer by layer: the noise layer, conv1 over label map + noise channel,
+    SegCaps' Figure 2 capsule layers (kernel, in dim, out types, out dim) with routing bias, the 1x1 image
+    convolution; the DCGAN discriminator's bias-free 4x4 convolutions while the smaller side is >= 8."""
+    caps = [(5, 16, 2, 16), (5, 16, 4, 16), (5, 16, 4, 32), (5, 32, 8, 32), (5, 32, 8, 64), (5, 64, 8, 32),
+            (4, 32, 8, 32), (5, 32, 4, 32), (4, 32, 4, 16), (5, 16, 4, 16), (4, 16, 2, 16), (1, 16, 1, 16)]
+    g = (noise + 1) * H * W + ((c_in + 1) * 25 + 1) * 16 + sum(k * k * d * t * o + t * o for k, d, t, o in caps)
+    g += 16 * c_out + c_out
+    d, c, side, k = 0, c_in + c_out, min(H, W), 0
+    while side >= 8:
+        w = ndf * min(2 ** k, 8)
+        d += 16 * c * w + (2 * w if k else 0)
+        c, side, k = w, side // 2, k + 1
+    return g, d + 16 * c
+
+
+def test_weight_counts_at_32x32_and_the_tenth():
+    caps, pix = CapsPix2pix(CapsPix2pixConfig()), Pix2pix(Pix2pixConfig())
+    # pix2pix's U-Net for 32x32: C64-C128-C256-C512-C512 down (no BN on the first and the innermost), up with
+    # BN to 512-256-128-64 (the skips doubling the inputs) and 128 -> 1 with bias; the n_layers=3 PatchGAN on
+    # 2 channels: 2-64 (bias), 64-128, 128-256, 256-512 (BN), 512-1 (bias)
+    pix_g = (16 * 64 + 16 * 64 * 128 + 256 + 16 * 128 * 256 + 512 + 16 * 256 * 512 + 1024 + 16 * 512 * 512  # down
+             + 16 * 512 * 512 + 1024 + 16 * 1024 * 256 + 512 + 16 * 512 * 128 + 256 + 16 * 256 * 64 + 128  # up
+             + 16 * 128 + 1)
+    pix_d = 16 * 2 * 64 + 64 + 16 * 64 * 128 + 256 + 16 * 128 * 256 + 512 + 16 * 256 * 512 + 1024 + 16 * 512 + 1
+    assert (_count(pix.generator), _count(pix.discriminator)) == (pix_g, pix_d) == (16_652_929, 2_764_609)
+    assert (_count(caps.generator), _count(caps.discriminator)) == capspix2pix_weights_by_hand(32, 32) \
+        == (1_519_953, 662_272)
+    for model in (caps, pix):
+        cfg = model.config
+        assert cfg.num_weights == _count(model) and cfg.generator_weights == _count(model.generator)
+        assert cfg.discriminator_weights == _count(model.discriminator)
+    assert 10 * _count(caps.generator) <= _count(pix.generator)  # the paper's claim: a tenth of the weights or fewer
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
+                                dict(input_height=64, input_width=16, routing_bias=False, noise_dim=7),
+                                dict(input_height=256, input_width=256, disc_channels=8)])
+def test_capspix2pix_num_weights_is_exact(kw):
+    cfg = CapsPix2pixConfig(**kw)
+    model = CapsPix2pix(cfg)
+    assert cfg.num_weights == _count(model)
+    if cfg.routing_bias:
+        assert (_count(model.generator), _count(model.discriminator)) == capspix2pix_weights_by_hand(
+            cfg.input_height, cfg.input_width, cfg.in_channels, cfg.out_channels, cfg.noise_dim, cfg.disc_channels)
+
+
+@pytest.mark.parametrize("kw", [dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
+                                dict(input_height=16, input_width=64, disc_layers=2, base_channels=8),
+                                dict(input_height=256, input_width=256, base_channels=2, disc_layers=5)])
+def test_pix2pix_num_weights_is_exact(kw):
+    cfg = Pix2pixConfig(**kw)
+    assert cfg.num_weights == _count(Pix2pix(cfg))
+
+
+# -- shapes ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+@pytest.mark.parametrize("size", [(16, 16), (32, 32), (24, 40)])
+def test_output_shapes_for_several_sizes(name, size):
+    torch.manual_seed(0)
+    H, W = size
+    model = _model(name, H, W)
+    labels, real = _data(2, H, W)
+    fake = model(labels, model.noise(2, 1))
+    assert fake.shape == (2, 1, H, W) and ((fake >= 0) & (fake <= 1)).all()
+    logits = model.discriminator(fake, labels)
+    if name == "capspix2pix":
+        assert logits.shape == (2,)
+        grids = model.generator.capsule_grids(labels, model.noise(2, 1))
+        assert grids["conv1"].shape == (2, 1, 16, H, W) and grids["conv_3_2"].shape == (2, 8, 64, H // 8, W // 8)
+        assert grids["seg_caps"].shape == (2, 1, 16, H, W)
+    else:
+        n = model.config.disc_layers
+        assert logits.shape == (2, 1, (H >> n) - 2, (W >> n) - 2)
+    assert torch.isfinite(logits).all()
+
+
+def test_pix2pix_unet_reaches_1x1_for_a_square_power_of_two():
+    model = Pix2pix(Pix2pixConfig(base_channels=4, disc_channels=4))
+    assert model.config.levels == 5 and model.config.widths == [4, 8, 16, 32, 32]
+    sizes = []
+    hooks = [m.register_forward_hook(lambda m, i, o: sizes.append(tuple(o.shape[-2:]))) for m in model.generator.down]
+    model.generator(torch.rand(1, 1, 32, 32))
+    for h in hooks:
+        h.remove()
+    assert sizes == [(16, 16), (8, 8), (4, 4), (2, 2), (1, 1)]
+    drops = [k for k, up in enumerate(model.generator.up) if any(isinstance(m, nn.Dropout) for m in up)]
+    assert drops == [2, 3, 4]  # the three up-layers nearest the bottleneck, the first run
+
+
+def test_capspix2pix_discriminator_is_the_reference_at_64x64():
+    d = CapsPix2pix(CapsPix2pixConfig(input_height=64, input_width=64)).discriminator
+    convs = [(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.bias is None)
+             for m in d.modules() if isinstance(m, nn.Conv2d)]
+    assert convs == [(2, 64, (4, 4), (2, 2), (1, 1), True), (64, 128, (4, 4), (2, 2), (1, 1), True),
+                     (128, 256, (4, 4), (2, 2), (1, 1), True), (256, 512, (4, 4), (2, 2), (1, 1), True),
+                     (512, 1, (4, 4), (1, 1), (0, 0), True)]
+    assert [m.num_features for m in d.modules() if isinstance(m, nn.BatchNorm2d)] == [128, 256, 512]
+
+
+# -- seeded generation -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_same_seed_same_images_different_seed_different_images(name):
+    torch.manual_seed(3)
+    model = _model(name).eval()
+    labels, _ = _data(2)
+    state = torch.get_rng_state()
+    a, b, c = model.generate(labels, seed=5), model.generate(labels, seed=5), model.generate(labels, seed=6)
+    assert torch.equal(a, b) and (a - c).abs().max() > 1e-6  # an untrained pix2pix stays near 0.5 everywhere
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's RNG is untouched
+    assert not model.training and not any(m.training for m in model.modules())  # modes restored
+    assert not a.requires_grad
+
+
+def test_capspix2pix_noise_is_a_seeded_standard_normal_and_z_can_be_given():
+    model = _model("capspix2pix").eval()
+    z = model.noise(4, 11)
+    assert torch.equal(z, torch.randn(4, 8, generator=torch.Generator().manual_seed(11)))
+    assert torch.equal(model.noise(4, torch.Generator().manual_seed(11)), z)
+    labels, _ = _data(4)
+    torch.testing.assert_close(model.generate(labels, seed=11), model.generate(labels, z=z), rtol=0, atol=0)
+    torch.testing.assert_close(model(labels), model.generate(labels, seed=0), rtol=0, atol=0)  # forward: seed 0
+    with pytest.raises(ValueError, match=r"model.noise\(4, seed\)"):
+        model(labels, torch.zeros(4, 3))
+
+
+def test_pix2pix_generates_with_dropout_on_and_batch_norm_in_eval_mode():
+    torch.manual_seed(4)
+    model = _model("pix2pix").eval()
+    labels, _ = _data(2)
+    assert model.noise(2, 0).shape == (2, 0)
+    with torch.no_grad():
+        plain = model(labels)  # eval: no dropout, deterministic
+        torch.testing.assert_close(model(labels), plain, rtol=0, atol=0)
+        by_hand = model.generator.eval()
+        for m in by_hand.modules():
+            if isinstance(m, nn.Dropout):
+                m.train()
+        torch.manual_seed(9)
+        sampled = by_hand(labels)
+        model.eval()
+    torch.testing.assert_close(model.generate(labels, seed=9), sampled, rtol=0, atol=0)
+    assert (sampled - plain).abs().max() > 1e-6
+
+
+def test_capspix2pix_dropout_drops_whole_capsule_types_in_training_only():
+    model = _model("capspix2pix")
+    torch.manual_seed(0)
+    out = model.generator.dropout(torch.ones(6, 8, 16, 3, 3))
+    per_type = out.flatten(2)  # (B, T, D*H*W)
+    assert ((per_type == 0).all(2) | (per_type == 2).all(2)).all()  # a type is kept (scaled) or dropped whole
+    assert (per_type == 0).any() and (per_type == 2).any()
+    calls = []
+    stack = capsule_stack(routing_iterations=1, primary_routing_iterations=1, routing_softmax="parents",
+                          routing_bias=True)
+    grids = walk_capsule_stack(stack, torch.rand(1, 1, 16, 8, 8), lambda x: calls.append(x.shape) or 0 * x)
+    assert len(calls) == len(stack) - 1 and grids["conv_4_1"].abs().max() == 0  # all layers but the last
+    labels, _ = _data(2)
+    z = model.noise(2, 0)
+    model.train()
+    assert (model(labels, z) - model(labels, z)).abs().max() > 0  # training: dropout on
+    model.eval()
+    torch.testing.assert_close(model(labels, z), model(labels, z), rtol=0, atol=0)
+
+
+# -- gradients and losses ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_each_loss_gives_the_gradients_it_should(name):
+    torch.manual_seed(5)
+    model = _model(name, dropout=0.0)  # dropout zeroes whole capsule types and so, at random, their gradients
+    labels, real = _data(3)
+    fake = model(labels, model.noise(3, 0))
+    d, d_parts = model.d_loss(real, fake, labels)
+    d.backward()
+    for n, p in model.discriminator.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    assert all(p.grad is None for p in model.generator.parameters())  # D's loss sees the fake detached
+    model.zero_grad(set_to_none=True)
+    g, g_parts = model.g_loss(real, fake, labels)
+    g.backward()
+    for n, p in model.generator.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    assert set(d_parts) == {"d_real", "d_fake"} and set(g_parts) == {"g_adv", "l1"}
+    assert not any(t.requires_grad for t in (*d_parts.values(), *g_parts.values()))
+
+
+def _bce(x: float, t: float) -> float:
+    """Binary cross entropy of sigmoid(x) against t, written out."""
+    p = 1 / (1 + math.exp(-x))
+    return -(t * math.log(p) + (1 - t) * math.log(1 - p))
+
+
+class _StubD(nn.Module):
+    """Known logits: 4 x the image mean - 2 + the label mean, one per image or, with ``patches``, per 2x2 block."""
+
+    def __init__(self, patches: bool) -> None:
+        super().__init__()
+        self.patches = patches
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = 4 * images - 2 + labels
+        return nn.functional.avg_pool2d(x, x.shape[-1] // 2) if self.patches else x.mean((1, 2, 3))
+
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_losses_match_their_closed_forms(name):
+    model = _model(name).double()
+    model.discriminator = _StubD(patches=name == "pix2pix")
+    labels, real = _data(3)
+    labels, real = labels.double(), real.double()
+    fake = torch.rand(3, 1, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    cfg = model.config
+    lr = model.discriminator(real, labels).flatten().tolist()  # every logit (patches of all images): each weighs 1
+    lf = model.discriminator(fake, labels).flatten().tolist()
+    d_expected = 0.5 * (sum(_bce(x, 0.9) for x in lr) / len(lr) + sum(_bce(x, 0.1) for x in lf) / len(lf))
+    l1 = sum(abs(a - b) for a, b in zip(fake.flatten().tolist(), real.flatten().tolist())) / real.numel()
+    g_adv = sum(_bce(x, 1.0) for x in lf) / len(lf)
+    d, d_parts = model.d_loss(real, fake, labels)
+    g, g_parts = model.g_loss(real, fake, labels)
+    assert (cfg.real_label, cfg.fake_label, cfg.l1_weight) == (0.9, 0.1, 100.0)
+    assert d.item() == pytest.approx(d_expected, rel=1e-12)
+    assert g.item() == pytest.approx(g_adv + 100 * l1, rel=1e-12)
+    assert g_parts["g_adv"].item() == pytest.approx(g_adv, rel=1e-12) and g_parts["l1"].item() == pytest.approx(l1)
+    assert d_parts["d_real"].item() == pytest.approx(sum(1 / (1 + math.exp(-x)) for x in lr) / len(lr), rel=1e-12)
+    assert d_parts["d_fake"].item() == pytest.approx(sum(1 / (1 + math.exp(-x)) for x in lf) / len(lf), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_registered_loss_is_the_methods_on_one_fake(name):
+    torch.manual_seed(6)
+    model = _model(name).eval()
+    assert model_name(model.config) == name and MODELS[name].config.from_dict(model.config.to_dict()) == model.config
+    labels, real = _data(2)
+    z = model.noise(2, 3)
+    d, g, parts = MODELS[name].loss(model, labels, real, z)
+    with torch.no_grad():
+        fake = model(labels, z)
+        assert d.item() == pytest.approx(model.d_loss(real, fake, labels)[0].item(), rel=1e-6)
+        assert g.item() == pytest.approx(model.g_loss(real, fake, labels)[0].item(), rel=1e-6)
+    assert set(parts) == {"d_real", "d_fake", "g_adv", "l1"} and MODELS[name].loss is synthesis_losses
+
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_an_example_is_generated_and_judged_the_same_in_any_batch(name):
+    torch.manual_seed(7)
+    model = _model(name).eval()
+    labels, real = _data(4)
+    z = model.noise(4, 2)
+    with torch.no_grad():
+        together, judged = model(labels, z), model.discriminator(real, labels)
+        for k in (0, 2):
+            alone = model(labels[k:k + 1], z[k:k + 1])[0]
+            torch.testing.assert_close(alone, together[k], rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(model.discriminator(real[k:k + 1], labels[k:k + 1])[0], judged[k],
+                                       rtol=1e-4, atol=1e-5)
+
+
+# -- bad input and configs ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SYNTHESIS)
+def test_wrong_label_maps_get_one_clear_message(name):
+    model = _model(name).eval()
+    with pytest.raises(ValueError, match=r"\(B, 1, H, W\).*3 channels\): convert them or build the model with "
+                                         r"in_channels 3"):
+        model.generate(torch.zeros(2, 3, 16, 16))
+    with pytest.raises(ValueError, match=r"\(B, 1, H, W\)"):
+        model.generate(torch.zeros(16, 16))
+    size = (r"resize or crop them to 16x16" if name == "capspix2pix"
+            else r"multiples of 16 \(the generator halves them\), got 20x20: pad or crop them to 32x32 or 16x16")
+    with pytest.raises(ValueError, match=size):
+        model.generate(torch.zeros(2, 1, 20, 20))
+    labels, _ = _data(2)
+    with pytest.raises(ValueError, match=r"one 1-channel image per label map"):
+        model.d_loss(torch.zeros(2, 3, 16, 16), torch.zeros(2, 1, 16, 16), labels)
+
+
+@pytest.mark.parametrize("cls", [CapsPix2pixConfig, Pix2pixConfig])
+@pytest.mark.parametrize("field,value,message", [
+    ("input_height", 20, "multiple of 8"), ("input_width", 4, "input_width must be in 8"),
+    ("dropout", 1.0, "dropout must be in 0..1"), ("real_label", 1.5, "real_label must be in 0..1"),
+    ("beta1", 1.0, "beta1"), ("l1_weight", -1.0, "l1_weight"), ("in_channels", 0, "in_channels"),
+    ("disc_channels", "64", "disc_channels must be an integer")])
+def test_configs_refuse_bad_values_by_name(cls, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        cls(**{field: value})
+
+
+def test_patchgan_too_deep_for_the_image_names_the_fix():
+    with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or disc_layers 2"):
+        Pix2pixConfig(input_height=16, input_width=16)
+
+
+@pytest.mark.parametrize("cls", [CapsPix2pixConfig, Pix2pixConfig])
+def test_config_round_trip_and_unknown_keys(cls):
+    cfg = cls(input_height=24, input_width=40, out_channels=3, l1_weight=1)
+    assert cls.from_dict(cfg.to_dict()) == cfg and cls.from_dict({}) == cls()
+    with pytest.raises(ValueError, match="lambda_L1"):
+        cls.from_dict({"lambda_L1": 1})
+
+
+# -- SegCaps, after sharing its capsule stack ----------------------------------------------------------------------
+
+SEGCAPS_STATE = [  # recorded before the capsule stack was shared: checkpoints of SegCaps runs must still load
+    ("conv1.weight", (16, 1, 5, 5)), ("conv1.bias", (16,)), ("caps.primary.bias", (2, 16)),
+    ("caps.primary.weight", (32, 16, 5, 5)), ("caps.conv_2_1.bias", (4, 16)), ("caps.conv_2_1.weight", (64, 16, 5, 5)),
+    ("caps.conv_2_2.bias", (4, 32)), ("caps.conv_2_2.weight", (128, 16, 5, 5)), ("caps.conv_3_1.bias", (8, 32)),
+    ("caps.conv_3_1.weight", (256, 32, 5, 5)), ("caps.conv_3_2.bias", (8, 64)),
+    ("caps.conv_3_2.weight", (512, 32, 5, 5)), ("caps.conv_4_1.bias", (8, 32)),
+    ("caps.conv_4_1.weight", (256, 64, 5, 5)), ("caps.deconv_1_1.bias", (8, 32)),
+    ("caps.deconv_1_1.weight", (32, 256, 4, 4)), ("caps.deconv_1_2.bias", (4, 32)),
+    ("caps.deconv_1_2.weight", (128, 32, 5, 5)), ("caps.deconv_2_1.bias", (4, 16)),
+    ("caps.deconv_2_1.weight", (32, 64, 4, 4)), ("caps.deconv_2_2.bias", (4, 16)),
+    ("caps.deconv_2_2.weight", (64, 16, 5, 5)), ("caps.deconv_3_1.bias", (2, 16)),
+    ("caps.deconv_3_1.weight", (16, 32, 4, 4)), ("caps.seg_caps.bias", (1, 16)),
+    ("caps.seg_caps.weight", (16, 16, 1, 1)),
+    ("decoder.0.weight", (64, 16, 1, 1)), ("decoder.0.bias", (64,)), ("decoder.2.weight", (128, 64, 1, 1)),
+    ("decoder.2.bias", (128,)), ("decoder.4.weight", (1, 128, 1, 1)), ("decoder.4.bias", (1,))]
+
+
+def test_segcaps_keeps_its_weights_and_state_dict_keys():
+    model = SegCaps(SegCapsConfig(input_height=16, input_width=16))
+    assert [(k, tuple(v.shape)) for k, v in model.state_dict().items()] == SEGCAPS_STATE
+    assert _count(model) == 1_425_649 == model.config.num_weights
+    caps = CapsPix2pix(CapsPix2pixConfig(input_height=16, input_width=16)).generator
+    shared = [k for k, _ in SEGCAPS_STATE if k.startswith("caps.")]  # the generator's capsule layers: the same
+    assert [k for k in caps.state_dict() if k.startswith("caps.")] == shared
