@@ -20,12 +20,12 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, TASKS, input_shape, task
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
-from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_spec
-from .runtime import AMP_MODES, COMPILE_MODES
+from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec
+from .runtime import AMP_MODES, COMPILE_MODES, resolve_device
 from .train import TrainConfig
 
 __all__ = ["main", "build_parser"]
@@ -63,11 +63,16 @@ _nonneg_float = _number(float, minimum=0)
 
 
 def _dataset(value: str) -> str:
-    """A registered data set's name, or folder:DIR (checked when it is read)."""
-    if value in TASKS or (value.startswith(FOLDER_PREFIX) and len(value) > len(FOLDER_PREFIX)):
+    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read)."""
+    if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
         return value
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
-                                     f"{FOLDER_PREFIX}DIR for your own images and masks)")
+                                     f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
+                                     f"your own label maps and images)")
+
+
+_DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR}}"  # the metavar of every --dataset
+_DEFAULT_MODEL = {"classification": "capsnet", "segmentation": "segcaps", "synthesis": "capspix2pix"}
 
 
 def _field_flag(parser: argparse.ArgumentParser, flag: str, config: type, field: str, help: str, **kw: Any) -> None:
@@ -166,11 +171,13 @@ def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
 
 def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
-                   help="; ".join(f"{n}: {spec.title}" for n, spec in MODELS.items()) + " (default: capsnet)")
+                   help="; ".join(f"{n}: {spec.title}" for n, spec in MODELS.items()) + " (default: capsnet; segcaps on "
+                        "segmentation data, capspix2pix on synthesis data)")
     _field_flag(t, "--dataset", TrainConfig, "dataset", "data set; mnist-sample ships with capsnet, offline; " +
                 "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help) + f"; {FOLDER_PREFIX}DIR: your own "
                 "segmentation data, PNG images in DIR/images and masks of the same names in DIR/masks (README, "
-                "'Segmentation')", type=_dataset, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}")
+                f"'Segmentation'); {PAIRS_PREFIX}DIR: your own synthesis pairs, label maps in DIR/labels and images of "
+                "the same names in DIR/images (README, 'Synthesis')", type=_dataset, metavar=_DATASETS)
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
@@ -207,7 +214,12 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write every evaluated epoch for TensorBoard into DIR: the metrics.jsonl numbers, "
                         "reconstructions and a pose sweep (needs pip install tensorboard)")
-    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET)")
+    t.add_argument("--judge", default=None, metavar="CHECKPOINT",
+                   help="synthesis models: a classifier trained on the real images (run directory, checkpoint or "
+                        "pretrained:NAME) that reads the generated test images at every evaluation (default: the "
+                        "shipped one for the data set, if any)")
+    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-MODEL for "
+                                               "segmentation and synthesis)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--distributed", action="store_true",
                    help="insist on several processes: fail unless torchrun started this one (`torchrun "
@@ -221,7 +233,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
     e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
-    e.add_argument("--dataset", type=_dataset, default=None, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}",
+    e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
                    help="evaluate on the first this many test examples (0: all; multimnist: the first this many "
@@ -231,9 +243,26 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "https://www.cs.toronto.edu/~tijmen/affNIST/; each file's placement is measured and named "
                         "after the generated set it is nearest")
     e.add_argument("--batch-size", type=_positive_int, default=256, help="examples per forward pass")
+    e.add_argument("--judge", default=None, metavar="CHECKPOINT",
+                   help="synthesis models: the classifier that reads the generated images (default: the run's own, "
+                        "else the shipped one for the data set, if any)")
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
                                                 "checkpoint)")
     _common(e)
+
+
+def _generate_arguments(g: argparse.ArgumentParser) -> None:
+    g.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a synthesis model "
+                                                       "(capspix2pix, pix2pix)")
+    g.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    g.add_argument("--labels", required=True, metavar="DIR",
+                   help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
+    g.add_argument("--out", required=True, metavar="DIR", help="folder for the images: NAME_seedS.png per label map "
+                                                                "and seed")
+    g.add_argument("--seeds", type=_nonneg_int, nargs="+", default=[0],
+                   help="noise seeds: one image per label map and seed (the same seed gives the same image)")
+    g.add_argument("--device", default="cpu", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _export_arguments(x: argparse.ArgumentParser) -> None:
@@ -276,7 +305,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
                         "overlay all")
     f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
-    f.add_argument("--dataset", type=_dataset, default=None, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}",
+    f.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set the inputs come from (default: the run's)")
     f.add_argument("--indices", type=_nonneg_int, nargs="+", default=None,
                    help="test-set indices of the inputs (default: the first test image of each class; MultiMNIST: "
@@ -336,7 +365,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--untrained", action="store_true",
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
-    v.add_argument("--dataset", type=_dataset, default=None, metavar="{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR}}",
+    v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one; "
                         "multimnist: the fixed test pairs; translated-mnist: test digits on 40x40; "
                         "mnist-segmentation: the fixed test canvases with their masks)")
@@ -356,15 +385,15 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from . import train
+    from . import gan, train
     from .distributed import launcher
 
     launch = launcher(required=args.distributed)  # None: one process, as always
     main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
     dataset = getattr(args, "dataset", TrainConfig.dataset)
-    segmenting = task(dataset).kind == "segmentation"
-    chosen = model or ("segcaps" if segmenting else "capsnet")
+    kind = task(dataset).kind
+    chosen = model or _DEFAULT_MODEL[kind]
     typed = _typed(args, _MODEL_FIELDS)
     for owner in MODELS:  # flags for fields the chosen model lacks, grouped by the first model that has them
         foreign = sorted(_flag(f) for f in typed if f not in _fields(chosen) and f in _fields(owner))
@@ -381,12 +410,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
     if task(dataset).places_digits and "shift" in train_changes:
         args.parser.error(f"--shift does not apply to --dataset {dataset}, which makes its training images itself")
-    if not args.resume and model_spec(chosen).kind != task(dataset).kind:
-        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a "
-                          f"{task(dataset).kind} data set; " + ("use --model segcaps, segcaps-r1 or unet" if segmenting
-                                                                 else "choose a classification model"))
-    stem = f"folder-{Path(dataset[len(FOLDER_PREFIX):]).name}" if dataset.startswith(FOLDER_PREFIX) else dataset
-    out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else f"-{chosen}" if segmenting else ""))
+    if not args.resume and model_spec(chosen).kind != kind:
+        fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
+        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "
+                          f"data set; use --model {', '.join(fitting[:-1])} or {fitting[-1]}" if len(fitting) > 1 else
+                          f"use --model {fitting[0]}")
+    prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if dataset.startswith(p)), None)
+    stem = f"{prefix[:-1]}-{Path(dataset[len(prefix):]).name}" if prefix else dataset
+    out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
+                                             f"-{chosen}" if kind != "classification" else ""))
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         try:
             model_cfg, train_cfg = train.resume_configs(out, model=model, model_changes=model_changes,
@@ -397,9 +429,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               f"the run's own settings (only --epochs may change)")
     else:
         C, H, W = input_shape(dataset)
-        model_cfg = model_spec(chosen).config(in_channels=C, input_height=H, input_width=W,
-                                              num_classes=task(dataset).num_classes, **model_changes)
+        synthesis = kind == "synthesis"
+        sized = {"out_channels": task(dataset).target_channels} if synthesis else {"num_classes": task(dataset).num_classes}
+        model_cfg = model_spec(chosen).config(in_channels=C, input_height=H, input_width=W, **sized, **model_changes)
+        if synthesis:  # the GANs' own learning rate, unless one is typed
+            train_changes = {"lr": gan.GAN_LR} | train_changes
         train_cfg = TrainConfig(**train_changes)
+    chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
+    synthesis = kind == "synthesis"
+    if synthesis:
+        for flag, given in (("--compile", args.compile), ("--tensorboard", args.tensorboard),
+                            ("--distributed", args.distributed or launch is not None)):
+            if given:
+                args.parser.error(f"{flag} does not apply to the GAN loop of --model {chosen}; train without it")
+    elif args.judge is not None:
+        args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]
     if launch is not None:
@@ -411,6 +455,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.quiet_interrupt = not main_rank
     if main_rank and args.resume and train.saved_epoch(out) >= train_cfg.epochs:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
+    if synthesis:
+        from .synthesis import default_judge
+
+        judge = args.judge or (None if args.resume else default_judge(train_cfg.dataset))
+        final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
+                            progress=not args.no_progress, judge=judge)
+        if final:
+            print(gan.describe_gan_epoch(final))
+        print(f"run directory: {out}")
+        return 0
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                       progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None,
                       tensorboard=args.tensorboard)
@@ -423,18 +477,39 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .checkpoint import atomic_write_text
+    from .checkpoint import atomic_write_text, load_checkpoint
     from .evaluate import evaluate_checkpoint
+    from .synthesis import evaluate_synthesis_checkpoint
 
-    done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
-                               affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
-                               root=args.data_dir, progress=not args.no_progress)
+    if model_spec(load_checkpoint(args.checkpoint, args.which).model_name).kind == "synthesis":
+        if args.affnist:
+            args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
+        done = evaluate_synthesis_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset,
+                                             test_size=args.test_size, judge=args.judge, root=args.data_dir,
+                                             device=str(resolve_device(args.device)),
+                                             batch_size=min(args.batch_size, 64), progress=not args.no_progress)
+    elif args.judge is not None:
+        args.parser.error("--judge scores synthesis models (capspix2pix, pix2pix); this checkpoint holds a "
+                          f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
+    else:
+        done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
+                                   affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
+                                   root=args.data_dir, progress=not args.no_progress)
     print(done.format())
     shipped = str(args.checkpoint).startswith("pretrained:")  # never write into the installed package
     out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
         else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
     atomic_write_text(out, json.dumps(done.report(), indent=2))
     print(f"\nwritten {out}")
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .synthesis import generate_folder
+
+    done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
+                           device=str(resolve_device(args.device)), progress=not args.no_progress)
+    print(f"wrote {len(done.files)} images to {done.folder}")
     return 0
 
 
@@ -521,7 +596,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_viz(args: argparse.Namespace) -> int:
-    from .runtime import resolve_device
     from .viz import load_viewer, make_server
 
     if not 0 <= args.port <= 65535:
@@ -570,6 +644,10 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
     "train": (_train_arguments, _cmd_train, "train a CapsNet, checkpointing every epoch",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
               "config.json and metrics.jsonl into --out."),
+    "generate": (_generate_arguments, _cmd_generate, "images from your own label maps with a synthesis model",
+                 "Make images from a folder of label maps (PNG) with a trained synthesis model (capspix2pix, "
+                 "pix2pix): one PNG per label map and noise seed, every label map checked before any file is "
+                 "written."),
     "eval": (_eval_arguments, _cmd_eval, "test accuracy, per-class accuracy and confusion matrix",
              "Evaluate a checkpoint on its data set's test split; prints a table and writes JSON."),
     "export": (_export_arguments, _cmd_export, "write a checkpoint's model as ONNX or a torch.export program",

@@ -69,8 +69,11 @@ TOLERANCE = 1e-4  # the largest difference from the PyTorch model an exported fi
 BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
 
 # (model, format) pairs that cannot be exported, with the reason: export_model refuses them with it at once.
-# Every registered model exports to both formats today (tests/test_export.py holds each to that or to its entry here).
-UNSUPPORTED: dict[tuple[str, str], str] = {}
+# tests/test_export.py holds every registered model to exporting in both formats or to its entry here.
+_GAN = ("its generator takes two inputs, label maps and noise, and export takes images alone; make images with "
+        "`capsnet generate` instead")
+UNSUPPORTED: dict[tuple[str, str], str] = {(name, fmt): _GAN for name in ("capspix2pix", "pix2pix")
+                                           for fmt in FORMATS}
 
 # The fields of a model's output that an export returns, in order: (exported name, output field).
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {

@@ -1,0 +1,243 @@
+"""The two-optimizer loop of the conditional GANs (CapsPix2pix, Bass et al. 2019; pix2pix, Isola et al. 2017).
+
+A synthesis model (registry kind "synthesis") holds a generator and a
+discriminator and says how each is scored (``d_loss``, ``g_loss``: the
+adversarial terms with smoothed labels and the L1 term, weights in its
+config). Each step draws a batch of (label map, image) pairs and a noise
+vector per pair, makes the fakes once, then
+
+1. steps the discriminator on real pairs against fakes (the fakes detached),
+2. steps the generator on the discriminator's verdict of the same fakes and
+   their L1 distance to the real images (the discriminator's weights frozen
+   for that backward pass).
+
+Everything else is ``capsnet.train.fit``'s: Adam (betas from the model's
+config, the learning rate and its decay from ``TrainConfig``), seeded batch
+order and noise per epoch, a progress bar with both losses, one record per
+epoch in ``metrics.jsonl``, held-out scores (``capsnet.synthesis``) every
+``eval_every`` epochs, ``last.safetensors`` with both optimizers' state and
+the random state, so ``resume`` continues exactly, and ``best.safetensors``
+(highest held-out SSIM).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights, save_checkpoint
+from .data.tasks import input_shape, load_training, task
+from .models import model_name, model_spec
+from .runtime import autocast, resolve_device
+from .train import NonFiniteLoss, ResumeError, TrainConfig, _differences, _seeded_generator, lr_at, saved_configs
+
+__all__ = ["fit_gan", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
+
+GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
+
+log = logging.getLogger(__name__)
+
+
+def make_optimizers(model: torch.nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Adam, torch.optim.Adam]:
+    """Adam for the generator and for the discriminator, at ``cfg.lr`` with the model's betas (pix2pix: 0.5, 0.999)."""
+    betas = (model.config.beta1, model.config.beta2)
+    return (torch.optim.Adam(model.generator.parameters(), lr=cfg.lr, betas=betas),
+            torch.optim.Adam(model.discriminator.parameters(), lr=cfg.lr, betas=betas))
+
+
+def _merged(opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer) -> dict[str, Any]:
+    """Both optimizers' states as one (the checkpoint's single optimizer entry): D's parameter indices after G's."""
+    g, d = opt_g.state_dict(), opt_d.state_dict()
+    n = sum(len(group["params"]) for group in g["param_groups"])
+    groups = g["param_groups"] + [{**group, "params": [i + n for i in group["params"]], "owner": "d"}
+                                  for group in d["param_groups"]]
+    return {"state": {**g["state"], **{i + n: s for i, s in d["state"].items()}}, "param_groups": groups}
+
+
+def _split_into(merged: dict[str, Any], opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer) -> None:
+    """Load a ``_merged`` state back into the two optimizers."""
+    g_groups = [g for g in merged["param_groups"] if g.get("owner") != "d"]
+    d_groups = [{k: v for k, v in g.items() if k != "owner"} for g in merged["param_groups"] if g.get("owner") == "d"]
+    n = sum(len(group["params"]) for group in g_groups)
+    state = {int(i): s for i, s in merged["state"].items()}
+    opt_g.load_state_dict({"state": {i: s for i, s in state.items() if i < n}, "param_groups": g_groups})
+    opt_d.load_state_dict({"state": {i - n: s for i, s in state.items() if i >= n},
+                           "param_groups": [{**g, "params": [i - n for i in g["params"]]} for g in d_groups]})
+
+
+def describe_gan_epoch(record: dict[str, Any]) -> str:
+    """One line for an epoch of a GAN: the held-out scores when it was evaluated, and both training losses."""
+    losses = f"D loss {record['train_d_loss']:.4f}, G loss {record['train_g_loss']:.4f} (L1 {record['train_l1']:.4f})"
+    split = "val" if "val_l1" in record else "test"
+    if f"{split}_l1" not in record:
+        return f"epoch {record['epoch']}: {losses} (not evaluated)"
+    judged = f", {split} judge accuracy {record[f'{split}_judge_accuracy']:.4f}" \
+        if f"{split}_judge_accuracy" in record else ""
+    return (f"epoch {record['epoch']}: {split} L1 {record[f'{split}_l1']:.4f} SSIM {record[f'{split}_ssim']:.4f} "
+            f"IoU {record[f'{split}_iou']:.4f} spread {record[f'{split}_spread']:.4f}{judged}; {losses}")
+
+
+def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
+            data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
+            judge: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Train the synthesis model ``model_config`` configures on ``cfg.dataset``'s pairs (see the module docstring).
+
+    ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
+    generated test images at every evaluation; its accuracy against the label
+    maps' classes is recorded as ``*_judge_accuracy`` (a resume keeps the
+    run's judge unless given another). Returns the final epoch's record.
+    """
+    from .synthesis import evaluate_synthesis, load_judge
+
+    dev = resolve_device(device)
+    run_dir = Path(run_dir)
+    name = model_name(model_config)
+    spec = model_spec(name)
+    kind = task(cfg.dataset).kind
+    if spec.kind != "synthesis" or kind != "synthesis":
+        raise ValueError(f"{name} is a {spec.kind} model and {cfg.dataset} a {kind} data set; the GAN loop trains "
+                         f"a synthesis model (capspix2pix, pix2pix) on a synthesis data set (mnist-skeleton, "
+                         f"fashion-silhouette, pairs:DIR)")
+    shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
+    if shape != input_shape(cfg.dataset) or model_config.out_channels != task(cfg.dataset).target_channels:
+        raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "
+                         f"{task(cfg.dataset).target_channels}-channel images, but the model takes {shape} and makes "
+                         f"{model_config.out_channels}-channel images; build it for this data (the CLI does so itself)")
+    last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
+
+    # 1. Start or resume.
+    state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "best": None}
+    ckpt = None
+    if resume:
+        if not last_path.exists():
+            raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
+        ckpt = load_checkpoint(last_path)
+        if ckpt.model_name != name:
+            raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
+                                  f"--model {ckpt.model_name} or use a new --out")
+        saved_model, saved_train = saved_configs(ckpt)
+        saved = saved_model.to_dict() | saved_train.to_dict()
+        given = model_config.to_dict() | cfg.to_dict()
+        diff = _differences(saved, given)
+        if diff:
+            listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
+            raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
+                              f"same settings (only --epochs may change) or use a new --out", diff)
+        state = {"history": [], "best": None, **ckpt.state}
+        for stale in run_dir.glob(".*.tmp-*"):  # a write cut short by a crash
+            stale.unlink(missing_ok=True)
+        if judge is None and (run_dir / "config.json").is_file():  # the run's own judge, unless another is given
+            judge = json.loads((run_dir / "config.json").read_text()).get("judge")
+    elif last_path.exists():
+        raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
+                              f"or choose another output directory")
+    judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
+                                                           "train_config": cfg.to_dict(),
+                                                           "judge": None if judge is None else str(judge)}, indent=2))
+
+    # 2. Data, resident on the device.
+    train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
+                                           test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
+    train, held = train.to(dev), held.to(dev)
+    if len(train) == 0:
+        raise ValueError("no training pairs left; lower val_size or raise train_size")
+    make_batch = task(cfg.dataset).batch
+
+    # 3. Model and optimizers, the same initial weights for the same seed.
+    torch.manual_seed(cfg.seed)
+    model = spec.build(model_config).to(dev)
+    opt_g, opt_d = make_optimizers(model, cfg)
+    if ckpt is not None:
+        load_weights(model, ckpt)
+        _split_into(ckpt.optimizer_state, opt_g, opt_d)
+        if "torch" in ckpt.rng_state:
+            torch.set_rng_state(ckpt.rng_state["torch"])
+    D = model.discriminator
+
+    # 4. Epochs.
+    N, B = len(train), cfg.batch_size
+    step = state["step"]
+    amp = autocast(dev, cfg.amp)
+    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+        model.train()
+        g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
+        order = torch.randperm(N, generator=g, device=dev)
+        bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
+        sums = torch.zeros(5, dtype=torch.float64, device=dev)  # D loss, G loss, L1, D(real), D(fake): no sync
+        bad = torch.zeros((), dtype=torch.bool, device=dev)
+        seen, shown, started = 0, time.monotonic(), time.monotonic()
+        for start in bar:
+            idx = order[start:start + B]
+            labels, _, real = make_batch(train, idx, g, None)  # (B, C, H, W) label maps, (B, C', H, W) images
+            z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
+            for opt in (opt_g, opt_d):
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step, cfg)
+            with amp:
+                fake = model.generator(labels, z)  # (B, C', H, W)
+                d_loss, d_parts = model.d_loss(real, fake.detach(), labels)
+            opt_d.zero_grad(set_to_none=True)
+            d_loss.backward()
+            opt_d.step()
+            D.requires_grad_(False)  # the generator's step reads D's verdict but leaves its weights be
+            with amp:
+                g_loss, g_parts = model.g_loss(real, fake, labels)
+            opt_g.zero_grad(set_to_none=True)
+            g_loss.backward()
+            opt_g.step()
+            D.requires_grad_(True)
+            step += 1
+            n = len(idx)
+            sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
+                                 d_parts["d_real"].double(), d_parts["d_fake"].double()]) * n
+            bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
+            seen += n
+            if progress and time.monotonic() - shown > 0.5:
+                d, gl, l1 = (sums[:3] / seen).tolist()
+                bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}")
+                shown = time.monotonic()
+        if bool(bad):
+            kept = f"{last_path} still holds epoch {state['epoch']}" if state["epoch"] else "no checkpoint was written"
+            raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
+                                f"Lower --lr or check the label maps and images for NaN or infinite pixels")
+        d, gl, l1, d_real, d_fake = (sums / seen).tolist()
+        bar.close()
+        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg), "train_d_loss": d, "train_g_loss": gl,
+                  "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
+                  "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
+        if epoch % cfg.eval_every and epoch != cfg.epochs:
+            state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
+            continue
+        results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
+                                     batch_size=min(cfg.eval_batch_size, 64), progress=progress)
+        for extra, r in results.items():
+            record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
+        log.info("epoch %d: %s", epoch, record)
+        if progress:
+            tqdm.write(describe_gan_epoch(record))
+        state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
+                 "eval_split": held_name}
+        score = results[""].ssim
+        improved = state["best"] is None or score > state["best"]["accuracy"]
+        if improved:  # "accuracy" is the held-out SSIM: what chooses best.safetensors
+            state["best"] = {"epoch": epoch, "accuracy": score, "split": held_name}
+
+        # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
+        base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(), state=state,
+                    model_state=model.state_dict())
+        if improved:
+            save_checkpoint(best_path, Checkpoint(**base))
+        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=_merged(opt_g, opt_d),
+                                              rng_state={"torch": torch.get_rng_state()}))
+        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+    if ckpt is not None and state["epoch"] >= cfg.epochs:
+        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+    return state["history"][-1] if state["history"] else {}

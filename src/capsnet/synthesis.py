@@ -1,0 +1,265 @@
+"""Scoring and using a trained synthesis model (CapsPix2pix, pix2pix): held-out metrics, a frozen judge, images
+generated from the user's own label maps.
+
+``evaluate_synthesis`` scores the images a generator makes from a split's
+label maps, each with its own fixed noise (noise seed 0, drawn for the whole
+split at once, so an image does not depend on how the split is batched):
+
+- ``l1``: mean absolute difference from the real image;
+- ``ssim``: structural similarity to it (Wang et al. 2004; ``capsnet.image_metrics.ssim``);
+- ``iou``: the IoU of the generated image's shape with the real image's,
+  the shape taken by the task's rule (``Task.shape``: for fashion-silhouette
+  the filled silhouette, so the real image's shape is the label map itself;
+  otherwise the pixels above half intensity);
+- ``spread``: for the first ``SPREAD_SIZE`` label maps, the per-pixel
+  standard deviation over ``SPREAD_SEEDS`` noise seeds, averaged (0 means the
+  generator ignores its noise, a known GAN failure);
+- ``judge_accuracy`` (given a judge): a frozen classifier trained on real
+  images reads each generated image (centre-cropped to its input size) and is
+  scored against the label map's class.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .checkpoint import Checkpoint
+from .data.tasks import Split
+from .image_metrics import l1_error, noise_spread, shape_iou, ssim
+
+__all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "load_judge", "judge_predictions", "SPREAD_SEEDS",
+           "SPREAD_SIZE", "generate_folder", "GeneratedFiles", "SynthesisEvaluation", "evaluate_synthesis_checkpoint",
+           "default_judge"]
+
+SPREAD_SEEDS = 8  # noise draws per label map for the spread
+SPREAD_SIZE = 1000  # label maps the spread is measured on (the first ones of the split)
+
+
+@dataclass
+class SynthesisResult:
+    l1: float
+    ssim: float
+    iou: float
+    spread: float
+    judge_accuracy: float | None = None
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _dropout_seed(seed: int, start: int) -> int:
+    return seed * 1_000_003 + start  # pix2pix's noise is its dropout: one stream per (seed, batch)
+
+
+@torch.no_grad()
+def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_size: int = 64,
+             progress: bool = False) -> torch.Tensor:
+    """Images for ``labels`` in eval mode, noise seed ``seed``: the same labels and seed give the same images.
+
+    Shapes: labels (N, C, H, W) float in [0, 1] on the model's device -> images (N, C', H, W) in [0, 1].
+    """
+    model.eval()
+    z = model.noise(len(labels), seed, labels.device)  # (N, noise_dim): the whole split's noise at once
+    out = []
+    for start in tqdm(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
+                      disable=not progress):
+        out.append(model.generate(labels[start:start + batch_size], z=z[start:start + batch_size],
+                                  seed=_dropout_seed(seed, start)))
+    if not out:
+        raise ValueError("no label maps given")
+    return torch.cat(out)
+
+
+def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
+    """A frozen classifier (a run directory, checkpoint file or ``pretrained:NAME``) to read generated images."""
+    from .evaluate import load_model
+    from .models import model_spec
+
+    model, ckpt = load_model(path, device=device)
+    if model_spec(ckpt.model_name).kind != "classification":
+        raise ValueError(f"the judge must be a classifier; {ckpt.path} holds a {ckpt.model_name!r} "
+                         f"({model_spec(ckpt.model_name).kind}) model")
+    return model.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def judge_predictions(judge: nn.Module, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+    """The judge's class for each image, centre-cropped (or refused) to the judge's input size.
+
+    Shapes: images (N, C, H, W) -> (N,) int64.
+    """
+    cfg = judge.config
+    H, W = images.shape[-2:]
+    h, w = cfg.input_height, cfg.input_width
+    if images.shape[1] != cfg.in_channels or h > H or w > W:
+        raise ValueError(f"the judge reads ({cfg.in_channels}, {h}, {w}) images; generated images "
+                         f"{tuple(images.shape[1:])} cannot be cropped to that")
+    top, left = (H - h) // 2, (W - w) // 2
+    x = images[..., top:top + h, left:left + w]
+    return torch.cat([judge(x[s:s + batch_size]).scores.argmax(1) for s in range(0, len(x), batch_size)])
+
+
+@torch.no_grad()
+def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | None = None,
+                       shape: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_size: int = 64,
+                       progress: bool = False) -> dict[str, SynthesisResult]:
+    """Score the images ``model`` makes from ``split`` (and its extra sets): {"": result, ...}.
+
+    ``split`` is on the model's device: images the label maps, components the real images, labels the classes
+    (for the judge). ``shape`` makes each image's binary shape for the IoU (default: above half intensity).
+    """
+    def shape_of(x: torch.Tensor) -> torch.Tensor:
+        return shape(x) if shape is not None else (x.mean(1, keepdim=True) > 0.5).to(torch.uint8)
+
+    def one(sp: Split) -> SynthesisResult:
+        if sp.components is None:
+            raise ValueError("a synthesis split needs its real images (components)")
+        fake = generate(model, sp.images, seed=0, batch_size=batch_size, progress=progress)  # (N, C', H, W)
+        real = sp.components
+        n = min(len(sp), SPREAD_SIZE)
+        draws = [fake[:n]] + [generate(model, sp.images[:n], seed=s, batch_size=batch_size)
+                              for s in range(1, SPREAD_SEEDS)]
+        result = SynthesisResult(l1=l1_error(fake, real).mean().item(), ssim=ssim(fake, real).mean().item(),
+                                 iou=shape_iou(shape_of(fake), shape_of(real)).mean().item(),
+                                 spread=noise_spread(torch.stack(draws)).mean().item())
+        if judge is not None:
+            result.judge_accuracy = (judge_predictions(judge, fake) == sp.labels).double().mean().item()
+        return result
+
+    return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
+
+
+@dataclass
+class GeneratedFiles:
+    folder: Path
+    files: list[Path]
+
+
+def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike, out: str | os.PathLike, *,
+                    seeds: Sequence[int] = (0,), which: str = "best", device: str | torch.device = "cpu",
+                    progress: bool = False) -> GeneratedFiles:
+    """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
+    ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
+    then is anything written, each file atomically."""
+    from .checkpoint import atomic_write
+    from .data.idx import DataError
+    from .data.png import image_array, png_files
+    from .evaluate import load_model
+    from .models import model_spec
+
+    model, ckpt = load_model(checkpoint, which=which, device=device)
+    if model_spec(ckpt.model_name).kind != "synthesis":
+        raise ValueError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet generate takes a synthesis model "
+                         f"(capspix2pix, pix2pix)")
+    if not seeds:
+        raise ValueError("give at least one seed")
+    cfg = model.config
+    want = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    files = png_files(Path(labels_dir), "label maps")
+    arrays = {}
+    for stem, path in files.items():
+        a = image_array(path)
+        if a.shape != want:
+            raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
+                            f"takes {want[0]}-channel {want[1]}x{want[2]} label maps; "
+                            + ("resize or pad it" if a.shape[0] == want[0] else
+                               f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
+        arrays[stem] = a
+    labels = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
+    labels = labels.to(next(model.parameters()).device)
+    images = {s: generate(model, labels, seed=s, progress=progress).cpu() for s in seeds}  # all made, then written
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for s, batch in images.items():
+        for stem, image in zip(arrays, batch):
+            path = folder / f"{stem}_seed{s}.png"
+            _write_png(path, image, atomic_write)
+            written.append(path)
+    return GeneratedFiles(folder, written)
+
+
+def _write_png(path: Path, image: torch.Tensor, atomic_write) -> None:
+    from PIL import Image
+
+    a = (image.clamp(0, 1) * 255).round().to(torch.uint8).numpy()  # (C, H, W)
+    pil = Image.fromarray(a[0] if a.shape[0] == 1 else a.transpose(1, 2, 0))
+    atomic_write(path, lambda f: pil.save(f, format="PNG"))
+
+
+@dataclass
+class SynthesisEvaluation:
+    """What ``capsnet eval`` reports for a synthesis checkpoint: its test split scored (see ``evaluate_synthesis``)."""
+
+    checkpoint: Checkpoint
+    dataset: str
+    pairs: int
+    results: dict[str, SynthesisResult]
+    judge: str | None = None
+
+    def report(self) -> dict:
+        ckpt = self.checkpoint
+        out = {"checkpoint": str(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
+               "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge,
+               "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}
+        return out | {name or "test": r.as_dict() for name, r in self.results.items()}
+
+    def format(self) -> str:
+        ckpt = self.checkpoint
+        lines = [f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {self.dataset} test set, {self.pairs} "
+                 f"label maps" + (f", judged by {self.judge}" if self.judge else ""),
+                 f"{'test set':<10}  {'L1':>7}  {'SSIM':>7}  {'IoU':>7}  {'spread':>7}  judge accuracy"]
+        for name, r in self.results.items():
+            judged = f"{r.judge_accuracy:.4f}" if r.judge_accuracy is not None else "-"
+            lines.append(f"{name or 'test':<10}  {r.l1:7.4f}  {r.ssim:7.4f}  {r.iou:7.4f}  {r.spread:7.4f}  {judged}")
+        lines.append(f"(noise seed 0 for L1, SSIM, IoU and the judge; spread: per-pixel std over {SPREAD_SEEDS} seeds "
+                     f"on the first {min(self.pairs, SPREAD_SIZE)} label maps)")
+        return "\n".join(lines)
+
+
+def default_judge(dataset: str) -> str | None:
+    """The shipped classifier that judges ``dataset``'s generated images, when capsnet ships one."""
+    from .pretrained import PREFIX, names
+
+    shipped = {"mnist-skeleton": "capsnet-mnist-small", "fashion-silhouette": "capsnet-fashion-small"}
+    name = shipped.get(dataset)
+    return PREFIX + name if name in names() else None
+
+
+def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
+                                  test_size: int = 0, judge: str | os.PathLike | None = None,
+                                  root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+                                  batch_size: int = 64, progress: bool = False) -> SynthesisEvaluation:
+    """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
+    ``judge`` (default: the run's own judge, else the shipped classifier for the data set, if any)."""
+    import json
+
+    from .data.tasks import input_shape, load_test, task
+    from .evaluate import load_model
+
+    model, ckpt = load_model(path, which=which, device=device)
+    name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
+    if task(name).kind != "synthesis":
+        raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a synthesis model "
+                         f"({ckpt.model_name}); evaluate it on mnist-skeleton, fashion-silhouette or pairs:DIR")
+    cfg = model.config
+    if input_shape(name) != (cfg.in_channels, cfg.input_height, cfg.input_width):
+        raise ValueError(f"{name} has label maps {input_shape(name)} but the checkpoint's model takes "
+                         f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width}); evaluate it on data of the "
+                         f"shape it was trained on")
+    if judge is None:
+        saved = Path(ckpt.path).parent / "config.json"
+        run_judge = json.loads(saved.read_text()).get("judge") if saved.is_file() else None
+        judge = run_judge or default_judge(name)
+    judge_model = load_judge(judge, device=device) if judge is not None else None
+    split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
+    results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
+                                 progress=progress)
+    return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge))

@@ -1,0 +1,158 @@
+"""The GAN loop (capsnet.gan) and what uses a trained synthesis model: a short run on real data lowers the L1
+term, a resume continues exactly, evaluation, the judge, `capsnet generate`, and bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capsnet.checkpoint import load_checkpoint
+from capsnet.cli import main
+from capsnet.data.tasks import load_test
+from capsnet.evaluate import load_model
+from capsnet.gan import _merged, _split_into, fit_gan, make_optimizers
+from capsnet.image_metrics import l1_error, ssim
+from capsnet.models import CapsPix2pixConfig, Pix2pixConfig, create_model
+from capsnet.synthesis import evaluate_synthesis, generate
+from capsnet.train import TrainConfig
+
+TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
+
+
+@pytest.fixture(scope="module")
+def gan_run(tmp_path_factory, data_root):
+    """CapsPix2pix trained 1 epoch on 16 skeleton -> digit pairs, judged by the shipped MNIST CapsNet; read-only."""
+    run = tmp_path_factory.mktemp("gan") / "run"
+    fit_gan(CapsPix2pixConfig(), TINY, run, device="cpu", data_root=data_root, progress=False,
+            judge="pretrained:capsnet-mnist-small")
+    return run
+
+
+def test_a_short_run_on_real_pairs_lowers_the_l1_term(tmp_path, data_root):
+    cfg = replace(TINY, epochs=3, train_size=64, lr=3e-3, eval_every=3)
+    fit_gan(CapsPix2pixConfig(), cfg, tmp_path / "r", device="cpu", data_root=data_root, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    l1 = [r["train_l1"] for r in records]
+    # from the flat grey of an untrained generator (sigmoid(0) = 0.5: L1 about 0.47 from the digits) towards them,
+    # every epoch (24 steps in all: the output's weights move about lr per step)
+    assert l1[0] > l1[1] > l1[2] and l1[2] < l1[0] - 0.02, l1
+    assert all(np.isfinite([r["train_d_loss"], r["train_g_loss"]]).all() for r in records)
+
+
+def test_a_resume_continues_exactly(tmp_path, data_root):
+    cfg = replace(TINY, epochs=2)
+    model = Pix2pixConfig(base_channels=4, disc_channels=4)  # small and quick; the loop is the same for both
+    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False)
+    fit_gan(model, replace(cfg, epochs=1), tmp_path / "split", device="cpu", data_root=data_root, progress=False)
+    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    assert a.model_state.keys() == b.model_state.keys()
+    for k in a.model_state:
+        assert torch.equal(a.model_state[k], b.model_state[k]), k
+    assert [r["train_l1"] for r in a.state["history"]] == [r["train_l1"] for r in b.state["history"]]
+
+
+def test_both_optimizers_round_trip_through_one_checkpoint_entry():
+    torch.manual_seed(0)
+    model = create_model("pix2pix", base_channels=4, disc_channels=4)
+    og, od = make_optimizers(model, TINY)
+    for opt, net in ((og, model.generator), (od, model.discriminator)):
+        sum(p.sum() for p in net.parameters()).backward()
+        opt.step()
+    merged = _merged(og, od)
+    og2, od2 = make_optimizers(model, TINY)
+    _split_into(merged, og2, od2)
+    for before, after in ((og, og2), (od, od2)):
+        s1, s2 = before.state_dict(), after.state_dict()
+        assert s1["param_groups"] == s2["param_groups"] and s1["state"].keys() == s2["state"].keys()
+        for i in s1["state"]:
+            assert torch.equal(s1["state"][i]["exp_avg"], s2["state"][i]["exp_avg"])
+    assert og.param_groups[0]["betas"] == (0.5, 0.999)  # pix2pix's Adam
+
+
+def test_evaluation_scores_the_seed_0_images_and_the_judge(gan_run, data_root):
+    model, _ = load_model(gan_run)
+    split = load_test("mnist-skeleton", size=6, root=data_root, progress=False)
+    r = evaluate_synthesis(model, split, batch_size=4)[""]  # two batches: the noise is drawn for the whole split
+    fake = generate(model, split.images, seed=0)
+    assert r.l1 == pytest.approx(l1_error(fake, split.components).mean().item())
+    assert r.ssim == pytest.approx(ssim(fake, split.components).mean().item())
+    # the noise is drawn for the whole split at once: a call on 3 of the label maps gets other noise
+    assert not torch.allclose(generate(model, split.images[2:5], seed=0), fake[2:5])
+    torch.testing.assert_close(generate(model, split.images, seed=0), fake)  # the same seed, the same images
+    assert not torch.equal(generate(model, split.images, seed=1), fake) and r.spread > 0
+    record = json.loads((gan_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert 0 <= record["test_judge_accuracy"] <= 1 and {"test_l1", "test_ssim", "test_iou", "test_spread"} <= set(record)
+
+
+def _labels(folder, n=3, size=32, mode="L"):
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
+        a = np.zeros((size, size) + ((3,) if mode == "RGB" else ()), np.uint8)
+        a[8:24, 10 + k] = 255
+        Image.fromarray(a, mode).save(folder / f"map{k}.png")
+
+
+def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsys):
+    _labels(tmp_path / "labels")
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
+                 str(tmp_path / "out"), "--seeds", "0", "5", "--no-progress"]) == 0
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == [f"map{k}_seed{s}.png" for k in range(3) for s in (0, 5)]
+    img = np.array(Image.open(tmp_path / "out" / "map1_seed5.png"))
+    model, _ = load_model(gan_run)
+    labels = torch.from_numpy(np.stack([np.array(Image.open(tmp_path / "labels" / f"map{k}.png")) for k in range(3)]))
+    want = generate(model, labels[:, None].float() / 255, seed=5)[1, 0]
+    assert np.abs(img.astype(np.float64) - (want.numpy() * 255).round()).max() <= 1  # the PNG holds the image
+    assert "wrote 6 images" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case,message", [
+    ("size", "is 1-channel 24x24 (HxW), but the model takes 1-channel 32x32 label maps; resize or pad it"),
+    ("channels", "is 3-channel 32x32 (HxW), but the model takes 1-channel 32x32 label maps; save it as grayscale"),
+    ("jpeg", "is a JPEG file, not a PNG"),
+    ("empty", "no PNG files in"),
+])
+def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, capsys, case, message):
+    folder = tmp_path / "labels"
+    if case == "size":
+        _labels(folder, size=24)
+    elif case == "channels":
+        _labels(folder, n=1)
+        _labels(folder / "rgb", n=1, mode="RGB")
+        (folder / "rgb" / "map0.png").rename(folder / "zz.png")
+    elif case == "jpeg":
+        _labels(folder, n=1)
+        Image.fromarray(np.zeros((32, 32), np.uint8)).save(folder / "map0.png", format="JPEG")
+    else:
+        folder.mkdir()
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(folder), "--out", str(tmp_path / "out"),
+                 "--no-progress"]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path, data_root, gan_run, capsys):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "capsnet", *args], capture_output=True, text=True)
+
+    out = cli("train", "--dataset", "mnist-skeleton", "--model", "segcaps", "--out", str(tmp_path / "a"))
+    assert out.returncode == 2 and "use --model capspix2pix or pix2pix" in out.stderr
+    out = cli("train", "--dataset", "mnist-skeleton", "--compile", "--out", str(tmp_path / "b"))
+    assert out.returncode == 2 and "--compile does not apply to the GAN loop of --model capspix2pix" in out.stderr
+    out = cli("train", "--dataset", "mnist-sample", "--judge", "x", "--out", str(tmp_path / "c"))
+    assert out.returncode == 2 and "--judge scores synthesis models" in out.stderr
+    with pytest.raises(ValueError, match="the GAN loop trains a synthesis model"):
+        fit_gan(CapsPix2pixConfig(), replace(TINY, dataset="mnist"), tmp_path / "d", data_root=data_root,
+                progress=False)
+    assert not any((tmp_path / d).exists() for d in "abcd")
+    assert main(["generate", "--checkpoint", "pretrained:capsnet-mnist-small", "--labels", str(tmp_path),
+                 "--out", str(tmp_path / "e")]) == 2
+    assert "capsnet generate takes a synthesis model" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(gan_run), "--judge", "pretrained:nope", "--test-size", "2",
+                 "--data-dir", str(data_root), "--no-progress"]) == 2
