@@ -45,3 +45,17 @@ def segmentation_run(tmp_path_factory, data_root) -> Path:
     fit(SegCapsR1Config(), TrainConfig(dataset="mnist-segmentation", epochs=1, batch_size=8, train_size=32,
                                        test_size=16, seed=0), run, device="cpu", data_root=data_root, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def gan_run(tmp_path_factory, data_root) -> Path:
+    """A run directory of CapsPix2pix trained 1 epoch on 16 mnist-skeleton pairs (tested on 4), judged by the shipped
+    MNIST CapsNet. Shared by the tests of the GAN loop, generation and figures: treat it as read-only."""
+    from capsnet.gan import fit_gan
+    from capsnet.models import CapsPix2pixConfig
+
+    run = tmp_path_factory.mktemp("gan") / "run"
+    fit_gan(CapsPix2pixConfig(), TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16,
+                                             test_size=4, lr=2e-4), run, device="cpu", data_root=data_root,
+            progress=False, judge="pretrained:capsnet-mnist-small")
+    return run

@@ -25,15 +25,6 @@ from capsnet.train import TrainConfig
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
 
 
-@pytest.fixture(scope="module")
-def gan_run(tmp_path_factory, data_root):
-    """CapsPix2pix trained 1 epoch on 16 skeleton -> digit pairs, judged by the shipped MNIST CapsNet; read-only."""
-    run = tmp_path_factory.mktemp("gan") / "run"
-    fit_gan(CapsPix2pixConfig(), TINY, run, device="cpu", data_root=data_root, progress=False,
-            judge="pretrained:capsnet-mnist-small")
-    return run
-
-
 def test_a_short_run_on_real_pairs_lowers_the_l1_term(tmp_path, data_root):
     cfg = replace(TINY, epochs=3, train_size=64, lr=3e-3, eval_every=3)
     fit_gan(CapsPix2pixConfig(), cfg, tmp_path / "r", device="cpu", data_root=data_root, progress=False)

@@ -272,8 +272,10 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
         except json.JSONDecodeError as e:
             raise FigureError(f"{path}, line {n}, is not JSON ({e.msg}); the file is damaged: "
                               f"delete that line or rerun the training") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("epoch"), int) or "train_loss" not in rec:
-            raise FigureError(f"{path}, line {n}, is not a capsnet epoch record (needs 'epoch' and 'train_loss')")
+        if not isinstance(rec, dict) or not isinstance(rec.get("epoch"), int) or \
+                not ("train_loss" in rec or "train_g_loss" in rec):  # a GAN's record has each network's loss
+            raise FigureError(f"{path}, line {n}, is not a capsnet epoch record (needs 'epoch' and 'train_loss', or "
+                              f"a GAN's 'train_g_loss')")
         records.append(rec)
     if not records:
         raise FigureError(f"{path} holds no epoch yet: train at least one epoch first")

@@ -11,12 +11,13 @@ import torch
 from ..checkpoint import CheckpointError
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
-from ..models import is_segmentation
+from ..models import is_segmentation, model_name, model_spec
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
 from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
                     plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
 from .segmentation import Segmentations, capsule_maps, plot_capsule_maps, plot_segmentations, segment
+from .synthesis import generator_maps, interpolate_noise, plot_gan_curves, plot_interpolation, plot_samples
 
 __all__ = ["FiguresWritten", "write_figures"]
 
@@ -57,12 +58,22 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     chosen test images (default: the first 8), worst (the ``misclassified``
     lowest-Dice images of the first ``WORST_POOL``), capsule_maps_INDEX
     (SegCaps: every layer's capsule lengths per type) and training_curves.
+    For a synthesis model (CapsPix2pix, pix2pix): samples (label maps, real
+    images, one generated image per noise seed 0-3), interpolation (the noise
+    moved between two seeds' vectors), capsule_maps_INDEX (CapsPix2pix: every
+    generator layer's capsule lengths per type) and training_curves.
     Every input is checked before the first file is written.
     """
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
     model.eval()
+    if model_spec(model_name(model.config)).kind == "synthesis":
+        if dims is not None:
+            raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
+                              "capsules")
+        return _write_synthesis(model, ckpt, _runs(checkpoints), out=out, dataset=dataset, root=root,
+                                indices=indices, fmt=fmt, dpi=dpi, progress=progress)
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
@@ -211,4 +222,61 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
                                                             f"layer by layer"), f"capsule_maps_{index}")
     save(plot_training_curves(runs), "training_curves")
     done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
+    return done
+
+
+SAMPLE_SEEDS = (0, 1, 2, 3)  # synthesis: the noise seeds of the samples figure
+INTERPOLATION_STEPS = 8
+
+
+def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out, dataset, root, indices,
+                     fmt: str, dpi: int, progress: bool) -> FiguresWritten:
+    """A synthesis run's figures: samples and interpolation of the chosen test label maps (default: the first 8),
+    the generator's capsule maps per chosen label map (CapsPix2pix), the GAN's training curves."""
+    from ..synthesis import generate
+
+    first = Path(ckpt.path)
+    run_dir = first if first.is_dir() else first.parent
+    done = FiguresWritten(Path(out) if out else run_dir / "figures")
+    name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
+    chosen = list(range(8)) if indices is None else list(indices)
+    test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
+    cfg = model.config
+    if test.components is None or test.images.dim() != 4 or test.components.dim() != 4:
+        raise FigureError(f"{name} is not a synthesis data set; give one of label maps and images (--dataset)")
+    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
+        raise FigureError(f"{name} label maps are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
+                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
+    bad = [i for i in chosen if not 0 <= i < len(test)]
+    if bad:
+        raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} label maps, "
+                          f"0..{len(test) - 1}")
+
+    # All arrays first, then the files.
+    dev = next(model.parameters()).device
+    labels = test.images[chosen].float()
+    real = test.components[chosen]
+    samples = torch.stack([generate(model, labels.to(dev), seed=s).cpu() for s in SAMPLE_SEEDS])  # (S, N, C, H, W)
+    noisy = model.noise(1, 0, dev).shape[1] > 0  # pix2pix's noise is dropout: no vector to interpolate
+    rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS) for label in labels[:4]]) \
+        if noisy else None
+    maps = [generator_maps(model, label) for label in labels] if hasattr(model.generator, "capsule_grids") else []
+    spread = samples.std(0).mean().item()
+    done.notes.append(f"{name} test label maps {chosen}: mean per-pixel spread over noise seeds "
+                      f"{list(SAMPLE_SEEDS)}: {spread:.4f}" + (" (the generator ignores its noise)" if spread < 1e-3
+                                                             else ""))
+
+    def save(fig, stem: str) -> None:
+        done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
+
+    save(plot_samples(labels, real, samples, indices=chosen, seeds=SAMPLE_SEEDS,
+                      title=f"{name}: label maps, real images and {ckpt.model_name}'s images for noise seeds "
+                            f"{', '.join(map(str, SAMPLE_SEEDS))}"), "samples")
+    if rows is not None:
+        save(plot_interpolation(labels[:4], rows, indices=chosen[:4]), "interpolation")
+    for index, m, label in zip(chosen, maps, labels):
+        save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
+                                               f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
+    save(plot_gan_curves(runs), "training_curves")
+    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test label maps {chosen}")
     return done
