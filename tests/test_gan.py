@@ -147,3 +147,27 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
     assert "capsnet generate takes a synthesis model" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(gan_run), "--judge", "pretrained:nope", "--test-size", "2",
                  "--data-dir", str(data_root), "--no-progress"]) == 2
+
+
+def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root):
+    from capsnet.experiments import format_synthesis_table, plan, run_plan, synthetic_probe_rows
+
+    train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)
+    configs = {"pix2pix": Pix2pixConfig(base_channels=4, disc_channels=4)}
+    runs = plan("synthesis", tmp_path, train=train, configs=configs, datasets=["fashion-silhouette"])
+    assert [(r.model, r.dataset) for r in runs] == [("capspix2pix", "fashion-silhouette"),
+                                                     ("pix2pix", "fashion-silhouette")]
+    rows = run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    assert all(r["generate_images_per_s"] > 0 and r["generator_weights"] < r["weights"] for r in rows)
+    probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+    assert [p["trained_on"] for p in probes] == ["real", "capspix2pix", "pix2pix"]
+    assert all(p["train_size"] == 16 and 0 <= p["test_accuracy"] <= 1 for p in probes)
+    # each probe was trained on its own images: the probe of the real images on exactly the real training items
+    real_probe = json.loads((tmp_path / "probes" / "fashion-silhouette" / "real" / "config.json").read_text())
+    assert real_probe["model_config"]["conv1_channels"] == 64 and real_probe["train_config"]["dataset"] == "fashion-mnist"
+    table = format_synthesis_table(rows + probes)
+    assert "| fashion-silhouette | CapsPix2pix | 1,519,953 |" in table and "pix2pix's images" in table
+    again = run_plan(runs, device="cpu", data_root=data_root, progress=False)  # finished runs are read back
+    assert [r["test_l1"] for r in again] == [r["test_l1"] for r in rows]
+    with pytest.raises(ValueError, match="needs synthesis models; segcaps is not"):
+        plan("synthesis", tmp_path, train=train, models=["segcaps"])

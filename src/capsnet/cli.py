@@ -326,9 +326,13 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
                    help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) + ")")
-    x.add_argument("--datasets", nargs="+", choices=[n for n in TASKS if input_shape(n) == (1, 28, 28)],
+    x.add_argument("--datasets", nargs="+", choices=[n for n in TASKS if input_shape(n) == (1, 28, 28) or
+                                                     task(n).kind == "synthesis"],
                    default=argparse.SUPPRESS, help="routing: the 28x28 data sets to compare on (default: mnist "
-                                                   "fashion-mnist)")
+                                                   "fashion-mnist); synthesis: the pairs to train on (default: "
+                                                   "mnist-skeleton fashion-silhouette)")
+    x.add_argument("--probe-epochs", type=_nonneg_int, default=argparse.SUPPRESS,
+                   help="synthesis: epochs of each train-on-synthetic classifier (0: no probes) (default: 3)")
     x.add_argument("--seeds", type=_nonneg_int, nargs="+", default=argparse.SUPPRESS,
                    help="routing: one run per seed, reported as mean and spread (default: --seed)")
     _field_flag(x, "--epochs", TrainConfig, "epochs", "epochs per run (less-data: unless --steps is given)",
@@ -540,15 +544,21 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
     less = args.name == "less-data"
-    only = {"steps": "less-data", "sizes": "less-data", "seeds": "routing", "datasets": "routing"}
-    misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if v != args.name)
+    only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
+            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",)}
+    misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if args.name not in v)
                  if hasattr(args, f)]
     if misplaced:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
-    train = TrainConfig(**_typed(args, _TRAIN_FIELDS))
+    typed = _typed(args, _TRAIN_FIELDS)
+    if args.name == "synthesis":  # the GANs' own learning rate, unless one is typed
+        from .gan import GAN_LR
+
+        typed = {"lr": GAN_LR} | typed
+    train = TrainConfig(**typed)
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
@@ -566,8 +576,14 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows.append(ex.otsu_row(runs[0].dataset, test_size=train.test_size, root=args.data_dir))
         ex.write_results(rows, out, args.command_line)
+    probe_epochs = getattr(args, "probe_epochs", 3)
+    if args.name == "synthesis" and probe_epochs:  # train on synthetic, test on real
+        rows += ex.synthetic_probe_rows(runs, out, epochs=probe_epochs, device=args.device, data_root=args.data_dir,
+                                        progress=not args.no_progress)
+        ex.write_results(rows, out, args.command_line)
     print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_segmentation_table(rows)
-          if args.name == "segmentation" else ex.format_table(rows))
+          if args.name == "segmentation" else ex.format_synthesis_table(rows) if args.name == "synthesis" else
+          ex.format_table(rows))
     if less:
         from .figures import save_figure
 
@@ -680,6 +696,9 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                    "paper's learning rate and augmentation: error, weights, images/s, peak memory. segmentation: "
                    "SegCaps against the U-Net on mnist-segmentation (LaLonde and Bagci 2018): Dice and IoU on the "
                    "test and out-of-distribution canvases, weights, images/s, peak memory, beside an Otsu threshold. "
+                   "synthesis: CapsPix2pix against pix2pix on mnist-skeleton and fashion-silhouette (Bass et al. "
+                   "2019): L1, SSIM, shape IoU, noise spread, a frozen classifier's accuracy on the generated images, "
+                   "weights, speeds, and classifiers trained on the generated images tested on real ones. "
                    "Each run is a `capsnet train` run directory under --out (finished runs are read "
                    "back, interrupted ones resume); results.md, results.json (and less_data.png) go there too."),
     "viz": (_viz_arguments, _cmd_viz, "local web viewer: walk an image through the network, move its pose",

@@ -20,6 +20,15 @@ Sabour, Frosst and Hinton (NIPS 2017):
   weights, training images/s and the peak memory of a training step, beside
   an Otsu threshold of each test image (no training), which shows the task
   is not trivial.
+- ``synthesis`` (Bass et al. 2019, on ``mnist-skeleton`` and
+  ``fashion-silhouette``): CapsPix2pix and pix2pix through the same GAN loop,
+  data and budget: final-epoch L1, SSIM, shape IoU, noise spread and the
+  accuracy of a frozen classifier reading the generated test images (the
+  shipped one for the data set, when capsnet ships one), generator and total
+  weights, training and generation images/s; then "train on synthetic, test
+  on real": a small CapsNet trained only on the images each generator makes
+  from the training label maps, scored on the real test images, beside the
+  same CapsNet trained on the real training images.
 - ``less-data``: MNIST test error from nested training subsets of 500, 1,000,
   5,000, 10,000 and 60,000 digits under one seed. Budget rule: every run, of
   either model, takes the same number of optimizer steps (``steps``), so a
@@ -45,11 +54,12 @@ from .train import TrainConfig, fit
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
-           "format_segmentation_table"]
+           "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
 
 # name -> data sets
 EXPERIMENTS = {"multimnist": ("multimnist",), "affine": ("translated-mnist",), "less-data": ("mnist",),
-               "routing": ("mnist", "fashion-mnist"), "segmentation": ("mnist-segmentation",)}
+               "routing": ("mnist", "fashion-mnist"), "segmentation": ("mnist-segmentation",),
+               "synthesis": ("mnist-skeleton", "fashion-silhouette")}
 # one model per routing algorithm (em-capsnet, the paper's smallNORB size, is several times slower on a CPU)
 ROUTING_MODELS = ("capsnet", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet")
 # each model's paper: its learning rate and augmentation (training settings the routing experiment changes)
@@ -60,6 +70,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
 COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
 SEGMENTATION_MODELS = ("segcaps", "unet")  # LaLonde and Bagci compare SegCaps with the U-Net
+SYNTHESIS_MODELS = ("capspix2pix", "pix2pix")  # Bass et al. compare CapsPix2pix with pix2pix
+# the classifier of "train on synthetic, test on real": the shipped small CapsNet's sizes (src/capsnet/pretrained)
+PROBE = {"conv1_channels": 64, "primary_types": 16, "decoder_hidden": (256, 512)}
 
 # The paper's figures, for the tables (percent).
 PAPER = {
@@ -97,7 +110,8 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
     models = list(models if models is not None else ROUTING_MODELS if name == "routing" else
-                  SEGMENTATION_MODELS if name == "segmentation" else COMPARED)
+                  SEGMENTATION_MODELS if name == "segmentation" else SYNTHESIS_MODELS if name == "synthesis" else
+                  COMPARED)
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
@@ -106,8 +120,17 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
 
     def sized(m: str, dataset: str) -> Any:
         C, H, W = input_shape(dataset)
-        return replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W,
-                       num_classes=task(dataset).num_classes)
+        made = {"out_channels": task(dataset).target_channels} if model_spec(m).kind == "synthesis" else \
+            {"num_classes": task(dataset).num_classes}
+        return replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W, **made)
+
+    if name == "synthesis":
+        wrong = [m for m in models if model_spec(m).kind != "synthesis"]
+        if wrong:
+            raise ValueError(f"the synthesis experiment needs synthesis models; {', '.join(wrong)} "
+                             f"{'is' if len(wrong) == 1 else 'are'} not")
+        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d), out / d / m)
+                for d in (datasets or EXPERIMENTS[name]) for m in models]
 
     if name == "routing":
         datasets = list(datasets or EXPERIMENTS[name])
@@ -168,15 +191,26 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         if on_start is not None:
             on_start(k, run)
         final = _finished(run)
+        synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
             resume = (run.run_dir / "last.safetensors").exists()
-            final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                        resume=resume, progress=progress, compile=compile)
+            if synthesis:
+                from .gan import fit_gan
+                from .synthesis import default_judge
+
+                final = fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
+                                resume=resume, progress=progress, judge=default_judge(run.dataset))
+            else:
+                final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
+                            resume=resume, progress=progress, compile=compile)
         size = run.train_config.train_size or 60000
         row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
                "run_dir": str(run.run_dir)}
-        if run.experiment in ("routing", "segmentation"):
+        if synthesis:
+            row |= {"generator_weights": run.model_config.generator_weights,
+                    "generate_images_per_s": _generation_speed(run, device)}
+        elif run.experiment in ("routing", "segmentation"):
             key = (run.model, run.dataset)
             if key not in memory:
                 from .bench import measure_training
@@ -257,6 +291,97 @@ def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _generation_speed(run: Run, device: str, images: int = 256) -> float:
+    """Images/s of the trained generator making ``images`` images from test label maps (noise seed 0, eval mode),
+    after one untimed batch."""
+    import time
+
+    from .data.tasks import load_test
+    from .evaluate import load_model
+    from .synthesis import generate
+
+    model, _ = load_model(run.run_dir, which="last", device=device)
+    labels = load_test(run.dataset, size=images, extras=False, progress=False).images.float()
+    labels = labels.to(next(model.parameters()).device)
+    generate(model, labels[:64])
+    start = time.perf_counter()
+    generate(model, labels)
+    return len(labels) / (time.perf_counter() - start)
+
+
+def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs: int, device: str = "auto",
+                         data_root: str | os.PathLike | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Train on synthetic, test on real: for each data set of ``runs``, a CapsNet of ``PROBE``'s sizes trained on
+    the real training images, and one trained only on the images each run's generator makes (noise seed 0) from
+    the label maps of the same training images; each scored on the real test images after its final epoch.
+
+    The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
+    size and seed, with the plain task's shift augmentation. Each probe is a run directory under ``out/probes``
+    (a finished one is read back).
+    """
+    import torch
+
+    from .data.tasks import SYNTHESIS_SIDE, Split, load_test, load_training
+    from .evaluate import load_model
+    from .models import CapsNetConfig
+    from .synthesis import generate
+
+    rows = []
+    for dataset in dict.fromkeys(r.dataset for r in runs):
+        first = next(r for r in runs if r.dataset == dataset)
+        source = task(dataset).source  # the plain image set: mnist or fashion-mnist
+        cfg = replace(first.train_config, dataset=source, epochs=epochs, lr=TrainConfig.lr, eval_every=epochs)
+        pairs, _, _ = load_training(dataset, train_size=cfg.train_size, seed=cfg.seed, root=data_root,
+                                    progress=progress)  # the 28x28 training images of the runs, in their order
+        test = load_test(source, size=cfg.test_size, root=data_root, progress=progress)
+        labels, _, _ = task(dataset).batch(pairs.to("cpu"), torch.arange(len(pairs)), torch.Generator(), None)
+        crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
+        made = {"real": pairs.images}
+        for run in (r for r in runs if r.dataset == dataset):
+            model, _ = load_model(run.run_dir, which="last", device=device)
+            fake = generate(model, labels.to(next(model.parameters()).device), progress=progress).cpu()
+            made[run.model] = fake[..., crop, crop]  # (N, 1, 28, 28) in [0, 1]
+        for trained_on, images in made.items():
+            probe_dir = Path(out) / "probes" / dataset / trained_on
+            probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
+            final = _finished(probe)
+            if final is None:
+                final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
+                            resume=(probe_dir / "last.safetensors").exists(),
+                            data=(Split(images, pairs.labels, pairs.classes), test))
+            rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
+                         "train_size": len(images), "epochs": epochs, "test_accuracy": final["test_accuracy"],
+                         "run_dir": str(probe_dir)})
+    return rows
+
+
+def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The synthesis experiment's tables: per data set and model, the final-epoch held-out scores, weights and
+    speeds; then the train-on-synthetic probes' real test accuracy."""
+    head = ["data", "model", "generator weights", "weights", "epochs", "L1", "SSIM", "shape IoU", "noise spread",
+            "judge accuracy", "train images/s", "generate images/s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(r: dict[str, Any], key: str, fmt: str = ".4f") -> str:
+        return format(r[key], fmt) if key in r else "-"
+
+    for r in (r for r in rows if r["experiment"] == "synthesis"):
+        lines.append("| " + " | ".join([
+            r["dataset"], MODELS[r["model"]].title, f"{r['generator_weights']:,}", f"{r['weights']:,}",
+            str(r["epochs"]), cell(r, "test_l1"), cell(r, "test_ssim"), cell(r, "test_iou"), cell(r, "test_spread"),
+            cell(r, "test_judge_accuracy", ".2%"), cell(r, "train_images_per_s", ".1f"),
+            cell(r, "generate_images_per_s", ".1f")]) + " |")
+    probes = [r for r in rows if r["experiment"] == "synthesis-probe"]
+    if probes:
+        lines += ["", "| data | classifier trained on | training images | epochs | real test accuracy |",
+                  "|---|---|---|---|---|"]
+        for r in probes:
+            what = "the real images" if r["trained_on"] == "real" else f"{MODELS[r['trained_on']].title}'s images"
+            lines.append(f"| {r['dataset']} | {what} | {r['train_size']:,} | {r['epochs']} | "
+                         f"{r['test_accuracy']:.2%} |")
+    return "\n".join(lines)
+
+
 def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
     """The routing experiment's table: per model and data set, the final-epoch test error over the seeds
     (mean, and the spread min-max), weights, training images/s (final epoch, mean) and peak MB of a step."""
@@ -283,7 +408,7 @@ def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, comman
     out.mkdir(parents=True, exist_ok=True)
     kind = rows[0]["experiment"] if rows else ""
     table = (format_routing_table(rows) if kind == "routing" else format_segmentation_table(rows)
-             if kind == "segmentation" else format_table(rows))
+             if kind == "segmentation" else format_synthesis_table(rows) if kind == "synthesis" else format_table(rows))
     atomic_write_text(out / "results.json", json.dumps({"command": command, "rows": list(rows)}, indent=1) + "\n")
     atomic_write_text(out / "results.md", f"`{command}`\n\n{table}\n")
     return out / "results.md"

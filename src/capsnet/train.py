@@ -35,7 +35,7 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
                          save_checkpoint)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
-from .data.tasks import FOLDER_PREFIX, TASKS, input_shape, load_training, task
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, input_shape, load_training, task
 from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .models import MODELS, model_name, model_spec
@@ -68,7 +68,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
-        if self.dataset not in TASKS and not self.dataset.startswith(FOLDER_PREFIX):
+        if self.dataset not in TASKS and not self.dataset.startswith((FOLDER_PREFIX, PAIRS_PREFIX)):
             raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}")
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
             if getattr(self, name) < 1:
@@ -266,7 +266,7 @@ def _barrier(dev: torch.device) -> None:
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
-        tensorboard: str | os.PathLike | None = None) -> dict[str, Any]:
+        tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, checkpointing into ``run_dir`` every epoch
     (every ``cfg.eval_every`` epochs, and after the last, when that is more than 1).
 
@@ -303,11 +303,19 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     set, True demands it (a ``DistributedError`` without it), False ignores
     it. A process group the caller initialised is used and left to them;
     one ``fit`` creates, it destroys.
+
+    ``data``: (training split, test split) to train and score on instead of
+    ``cfg.dataset``'s own, which then only names the task whose batches and
+    augmentation they take (the synthesis experiment trains classifiers on
+    generated images this way); one process only, and a resume must pass the
+    same splits again.
     """
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard)
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data)
+    if data is not None:
+        raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
         raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
@@ -321,7 +329,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
 
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
-         launch: Launch | None, tensorboard: str | os.PathLike | None = None) -> dict[str, Any]:
+         launch: Launch | None, tensorboard: str | os.PathLike | None = None,
+         data: tuple[Split, Split] | None = None) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -372,8 +381,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     first_here = launch is None or launch.local_rank == 0
     if not first_here:
         _barrier(dev)
-    train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
-                                           test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
+    if data is None:
+        train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
+                                               test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
+    else:
+        (train, held), held_name = data, "test"
     if launch is not None and first_here:
         _barrier(dev)
     train, held = train.to(dev), held.to(dev)
