@@ -1,0 +1,113 @@
+"""CapsPix2pix beside pix2pix: images/s of a GAN training step (D step then G step, as capsnet.gan runs it) and of
+generation (eval mode), at the same input size and batch, paired repeat by repeat in one process.
+
+A training step: the generator makes the batch's fakes, the discriminator
+takes a step on real against fake pairs, then the generator one on the
+discriminator's verdict plus L1 (the discriminator frozen for it), each with
+Adam. Generation: ``capsnet.synthesis.generate`` on a batch of label maps
+(no gradients). Inputs are seeded random label maps and images. Each repeat
+times both models back to back, alternating which goes first; the ratio
+column is the median of the per-repeat ratios pix2pix / CapsPix2pix (above
+1: CapsPix2pix is faster).
+
+    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+
+import torch
+
+from capsnet.bench import environment, write_record
+from capsnet.gan import GAN_LR, make_optimizers
+from capsnet.memory import keep_freed_memory
+from capsnet.models import create_model
+from capsnet.synthesis import generate
+from capsnet.train import TrainConfig
+
+MODELS = ("capspix2pix", "pix2pix")
+
+
+class Stepper:
+    """One model with its optimizers and a fixed batch; ``train()`` and ``generate()`` each time one call."""
+
+    def __init__(self, name: str, size: int, batch: int) -> None:
+        torch.manual_seed(0)
+        self.model = create_model(name, input_height=size, input_width=size)
+        self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))
+        g = torch.Generator().manual_seed(0)
+        self.labels = (torch.rand(batch, 1, size, size, generator=g) > 0.9).float()
+        self.real = torch.rand(batch, 1, size, size, generator=g)
+        self.z = self.model.noise(batch, 0)
+
+    def train(self) -> float:
+        m = self.model.train()
+        start = time.perf_counter()
+        fake = m.generator(self.labels, self.z)
+        d_loss, _ = m.d_loss(self.real, fake.detach(), self.labels)
+        self.opt_d.zero_grad(set_to_none=True)
+        d_loss.backward()
+        self.opt_d.step()
+        m.discriminator.requires_grad_(False)
+        g_loss, _ = m.g_loss(self.real, fake, self.labels)
+        self.opt_g.zero_grad(set_to_none=True)
+        g_loss.backward()
+        self.opt_g.step()
+        m.discriminator.requires_grad_(True)
+        return time.perf_counter() - start
+
+    def generate(self) -> float:
+        start = time.perf_counter()
+        generate(self.model, self.labels, seed=0, batch_size=len(self.labels))
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=32, help="side of the label maps and images")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None, help="write the table and its context here")
+    args = p.parse_args()
+    keep_freed_memory()
+    steppers = {m: Stepper(m, args.size, args.batch_size) for m in MODELS}
+    rows = []
+    for mode in ("train", "generate"):
+        for s in steppers.values():
+            getattr(s, mode)()  # warm-up, untimed
+        times: dict[str, list[float]] = {m: [] for m in MODELS}
+        for k in range(args.repeats):
+            for m in (MODELS if k % 2 == 0 else MODELS[::-1]):
+                times[m].append(getattr(steppers[m], mode)())
+        ratios = [p2p / caps for caps, p2p in zip(times["capspix2pix"], times["pix2pix"])]
+        for m in MODELS:
+            rows.append({"model": m, "mode": mode, "size": args.size, "batch": args.batch_size,
+                         "generator_weights": steppers[m].model.config.generator_weights,
+                         "weights": steppers[m].model.config.num_weights,
+                         "images_per_s": args.batch_size / statistics.median(times[m]),
+                         "min_images_per_s": args.batch_size / max(times[m]),
+                         "max_images_per_s": args.batch_size / min(times[m])})
+        rows[-2] |= {"speedup_vs_pix2pix": statistics.median(ratios), "speedup_min": min(ratios),
+                     "speedup_max": max(ratios)}
+        print(f"{mode}: CapsPix2pix {rows[-2]['images_per_s']:.1f}, pix2pix {rows[-1]['images_per_s']:.1f} images/s",
+              file=sys.stderr, flush=True)
+    env = environment()
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, median of {args.repeats} paired repeats:\n")
+    print("| model | mode | generator weights | weights | images/s, median (min-max) | pix2pix time / CapsPix2pix time |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        ratio = f"{r['speedup_vs_pix2pix']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})" \
+            if "speedup_vs_pix2pix" in r else "-"
+        print(f"| {r['model']} | {r['mode']} | {r['generator_weights']:,} | {r['weights']:,} | {r['images_per_s']:.1f} "
+              f"({r['min_images_per_s']:.1f}-{r['max_images_per_s']:.1f}) | {ratio} |")
+    if args.json:
+        write_record(args.json, shlex.join(["python", "benchmarks/synthesis.py", *sys.argv[1:]]), env, rows)
+
+
+if __name__ == "__main__":
+    main()
