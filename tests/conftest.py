@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from capsnet import CapsNetConfig
@@ -59,3 +60,42 @@ def gan_run(tmp_path_factory, data_root) -> Path:
                                              test_size=4, lr=2e-4), run, device="cpu", data_root=data_root,
             progress=False, judge="pretrained:capsnet-mnist-small")
     return run
+
+
+def _write_mask_pairs(root: Path, n: int, size: tuple[int, int] = (16, 16), mode: str = "L", mask_scale: int = 255
+                      ) -> None:
+    """``n`` PNG images (grey, or ``mode`` RGB) of a bright 6x6 square on noise under root/images, and its mask
+    (0/``mask_scale``) of the same name under root/masks: a user's own segmentation folder."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for k in range(n):
+        mask = np.zeros(size, np.uint8)
+        r, c = rng.integers(0, size[0] - 6), rng.integers(0, size[1] - 6)
+        mask[r:r + 6, c:c + 6] = 1
+        image = np.clip(rng.normal(40, 10, size) + 160 * mask, 0, 255).astype(np.uint8)
+        if mode == "RGB":
+            image = np.stack([image] * 3, -1)
+        Image.fromarray(image, mode).save(root / "images" / f"p{k:02d}.png")
+        Image.fromarray(mask * mask_scale).save(root / "masks" / f"p{k:02d}.png")
+
+
+@pytest.fixture(scope="session")
+def mask_pairs():
+    """The writer of a user's segmentation folder: ``mask_pairs(root, n, size=(16, 16), mode="L", mask_scale=255)``."""
+    return _write_mask_pairs
+
+
+@pytest.fixture(scope="session")
+def unet_run(tmp_path_factory) -> Path:
+    """A U-Net of 4 base channels and 2 poolings, trained one epoch on 8 of 10 16x16 pairs in folder:DIR (2 held out
+    for testing). Shared by the viewer and figure tests: read-only."""
+    from capsnet.models import UNetConfig
+
+    root = tmp_path_factory.mktemp("unet")
+    _write_mask_pairs(root / "data", 10)
+    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+        TrainConfig(dataset=f"folder:{root / 'data'}", epochs=1, batch_size=4, lr=3e-3), root / "run", progress=False)
+    return root / "run"

@@ -10,8 +10,6 @@ from capsnet.cli import main
 from capsnet.data.segmentation import dice_iou
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
-from capsnet.models import UNetConfig
-from capsnet.train import TrainConfig, fit
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -82,14 +80,8 @@ def test_figures_command_on_a_segcaps_run(segmentation_run, data_root, tmp_path,
     assert [int(v) for v in worst.strip("[]").split(", ")] == dice.argsort(stable=True)[:2].tolist()
 
 
-def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(tmp_path, capsys):
-    from test_train_segmentation import write_pairs
-
-    write_pairs(tmp_path / "data", 10)  # 16x16 PNG pairs: 8 to train on, 2 held out for testing
-    dataset = f"folder:{tmp_path / 'data'}"
-    run = tmp_path / "unet"
-    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
-        TrainConfig(dataset=dataset, epochs=1, batch_size=4), run, device="cpu", progress=False)
+def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_run, tmp_path, capsys):
+    run = unet_run  # 10 16x16 PNG pairs: 8 trained on, 2 held out for testing
     out = tmp_path / "figs"
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--indices", "1", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["segmentations.png", "training_curves.png", "worst.png"]

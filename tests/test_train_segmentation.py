@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from capsnet import CapsNetConfig
 from capsnet.data.segmentation import dice_iou, otsu_masks
-from capsnet.data.tasks import Split, input_shape, load_test, load_training, task
+from capsnet.data.tasks import input_shape, load_test, load_training, task
 from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmentation, load_model
 from capsnet.experiments import format_segmentation_table, otsu_row, plan, run_plan
 from capsnet.models import SegCapsR1Config, UNetConfig
@@ -88,23 +85,8 @@ def test_models_and_data_sets_of_different_kinds_are_refused_by_name(tmp_path, d
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def write_pairs(root: Path, n: int, size=(16, 16), mode="L", mask_scale=255) -> None:
-    rng = np.random.default_rng(0)
-    (root / "images").mkdir(parents=True)
-    (root / "masks").mkdir()
-    for k in range(n):
-        mask = np.zeros(size, np.uint8)
-        r, c = rng.integers(0, size[0] - 6), rng.integers(0, size[1] - 6)
-        mask[r:r + 6, c:c + 6] = 1
-        image = np.clip(rng.normal(40, 10, size) + 160 * mask, 0, 255).astype(np.uint8)
-        if mode == "RGB":
-            image = np.stack([image] * 3, -1)
-        Image.fromarray(image, mode).save(root / "images" / f"p{k:02d}.png")
-        Image.fromarray(mask * mask_scale).save(root / "masks" / f"p{k:02d}.png")
-
-
-def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path):
-    write_pairs(tmp_path / "data", 10)
+def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path, mask_pairs):
+    mask_pairs(tmp_path / "data", 10)
     name = f"folder:{tmp_path / 'data'}"
     assert task(name).kind == "segmentation" and input_shape(name) == (1, 16, 16)
     train, held, _ = load_training(name, progress=False)
@@ -116,22 +98,22 @@ def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path):
     assert done.images == 2 and done.results[""].dice == pytest.approx(final["test_dice"])
 
 
-def test_a_folder_with_a_test_folder_uses_it(tmp_path):
-    write_pairs(tmp_path / "d", 6)
-    write_pairs(tmp_path / "d" / "test", 3)
+def test_a_folder_with_a_test_folder_uses_it(tmp_path, mask_pairs):
+    mask_pairs(tmp_path / "d", 6)
+    mask_pairs(tmp_path / "d" / "test", 3)
     train, held, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
     assert len(train) == 6 and len(held) == 3
 
 
-def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmentation_run):
+def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmentation_run, mask_pairs):
     from capsnet.data.idx import DataError
 
     with pytest.raises(DataError, match="no such folder"):
         task(f"folder:{tmp_path / 'nothing'}")
-    write_pairs(tmp_path / "rgb", 4, size=(64, 64), mode="RGB")
+    mask_pairs(tmp_path / "rgb", 4, size=(64, 64), mode="RGB")
     with pytest.raises(ValueError, match="3-channel images but the checkpoint's model was trained on 1-channel"):
         evaluate_checkpoint(segmentation_run, dataset=f"folder:{tmp_path / 'rgb'}", progress=False, device="cpu")
-    write_pairs(tmp_path / "odd", 4, size=(20, 20))
+    mask_pairs(tmp_path / "odd", 4, size=(20, 20))
     out = subprocess.run([sys.executable, "-m", "capsnet", "train", "--dataset", f"folder:{tmp_path / 'odd'}",
                           "--model", "unet", "--out", str(tmp_path / "odd-run"), "--no-progress"],
                          capture_output=True, text=True)

@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights, save_checkpoint
+from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
 from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
-from .train import NonFiniteLoss, ResumeError, TrainConfig, _differences, _seeded_generator, lr_at, saved_configs
+from .train import NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, start_or_resume
 
 __all__ = ["fit_gan", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -112,31 +112,9 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
-    state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "best": None}
-    ckpt = None
-    if resume:
-        if not last_path.exists():
-            raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
-        ckpt = load_checkpoint(last_path)
-        if ckpt.model_name != name:
-            raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
-                                  f"--model {ckpt.model_name} or use a new --out")
-        saved_model, saved_train = saved_configs(ckpt)
-        saved = saved_model.to_dict() | saved_train.to_dict()
-        given = model_config.to_dict() | cfg.to_dict()
-        diff = _differences(saved, given)
-        if diff:
-            listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
-            raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
-                              f"same settings (only --epochs may change) or use a new --out", diff)
-        state = {"history": [], "best": None, **ckpt.state}
-        for stale in run_dir.glob(".*.tmp-*"):  # a write cut short by a crash
-            stale.unlink(missing_ok=True)
-        if judge is None and (run_dir / "config.json").is_file():  # the run's own judge, unless another is given
-            judge = json.loads((run_dir / "config.json").read_text()).get("judge")
-    elif last_path.exists():
-        raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
-                              f"or choose another output directory")
+    state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
+    if ckpt is not None and judge is None and (run_dir / "config.json").is_file():  # the run's own judge
+        judge = json.loads((run_dir / "config.json").read_text()).get("judge")
     judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),

@@ -42,7 +42,7 @@ from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
 __all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError", "resume_configs",
-           "saved_configs", "saved_epoch", "describe_epoch"]
+           "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume"]
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,35 @@ def _differs(saved: Any, field: str, value: Any) -> bool:
         return True
 
 
+def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
+                    ) -> tuple[dict[str, Any], Checkpoint | None]:
+    """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
+    ``epochs``); a new run must not overwrite one. ``clean`` removes writes a crash cut short."""
+    name, last_path = model_name(model_config), run_dir / "last.safetensors"
+    if not resume:
+        if last_path.exists():
+            raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
+                                  f"or choose another output directory")
+        return {"epoch": 0, "step": 0, "history": [], "best": None}, None
+    if not last_path.exists():
+        raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
+    ckpt = load_checkpoint(last_path)
+    if ckpt.model_name != name:
+        raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
+                              f"--model {ckpt.model_name} or use a new --out")
+    saved_model, saved_train = saved_configs(ckpt)
+    saved = saved_model.to_dict() | saved_train.to_dict()
+    given = model_config.to_dict() | cfg.to_dict()
+    diff = _differences(saved, given)
+    if diff:
+        listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
+        raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
+                          f"same settings (only --epochs may change) or use a new --out", diff)
+    for stale in run_dir.glob(".*.tmp-*") if clean else ():  # a write cut short by a crash
+        stale.unlink(missing_ok=True)
+    return {"history": [], "best": None, **ckpt.state}, ckpt
+
+
 class _DDP(DistributedDataParallel):
     """``DistributedDataParallel`` that lends the wrapped model's attributes (the losses read ``model.config``)."""
 
@@ -348,29 +377,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
-    state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "best": None}
-    ckpt = None
-    if resume:
-        if not last_path.exists():
-            raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
-        ckpt = load_checkpoint(last_path)
-        if ckpt.model_name != name:
-            raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
-                                  f"--model {ckpt.model_name} or use a new --out")
-        saved_model, saved_train = saved_configs(ckpt)
-        saved = saved_model.to_dict() | saved_train.to_dict()
-        given = model_config.to_dict() | cfg.to_dict()
-        diff = _differences(saved, given)
-        if diff:
-            listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
-            raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
-                              f"same settings (only --epochs may change) or use a new --out", diff)
-        state = {"history": [], "best": None, **ckpt.state}
-        for stale in run_dir.glob(".*.tmp-*") if main else ():  # a write cut short by a crash
-            stale.unlink(missing_ok=True)
-    elif last_path.exists():
-        raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
-                              f"or choose another output directory")
+    state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, clean=main)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
