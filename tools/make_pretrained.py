@@ -1,6 +1,7 @@
-"""Train the CapsNet shipped inside the package and write it with its model card.
+"""Train a CapsNet shipped inside the package and write it with its model card.
 
-    python tools/make_pretrained.py --data-dir ../shared/data
+    python tools/make_pretrained.py --data-dir ../shared/data                                  # capsnet-mnist-small
+    python tools/make_pretrained.py --name capsnet-fashion-small --data-dir ../shared/data     # the Fashion-MNIST one
 
 Step 1 is an ordinary ``capsnet train`` run (printed before it starts, so it
 can be read and rerun by hand; an interrupted run resumes when this script is
@@ -11,8 +12,8 @@ the best over epochs), keeps the model weights only, in float16, and writes
   history and weights; no optimizer state), loadable as ``pretrained:NAME``;
 - ``src/capsnet/pretrained/NAME.md``: the model card (data, command, weights,
   the final epoch's MNIST test error with the float16 weights, re-measured
-  here, and the score on the shipped ``mnist-sample`` test digits that the
-  test suite checks).
+  here, and for MNIST the score on the shipped ``mnist-sample`` test digits
+  that the test suite checks).
 """
 from __future__ import annotations
 
@@ -28,24 +29,35 @@ from capsnet.checkpoint import load_checkpoint
 from capsnet.evaluate import evaluate_checkpoint
 from capsnet.pretrained import DEFAULT, DIR, pack
 
-NAME = DEFAULT
 # A narrower CapsNet than the paper's (64 conv1 channels, 16 primary types, decoder 256-512): 1,981,360 weights,
 # 4 MB in float16, about 8x faster to train on a CPU than the paper's 8.2M-weight model.
-TRAIN_FLAGS = ["--model", "capsnet", "--dataset", "mnist", "--conv1-channels", "64", "--primary-types", "16",
+TRAIN_FLAGS = ["--model", "capsnet", "--conv1-channels", "64", "--primary-types", "16",
                "--model-option", "decoder_hidden=[256, 512]", "--epochs", "8", "--batch-size", "128",
                "--lr", "1e-3", "--lr-decay", "0.8", "--lr-decay-steps", "469", "--shift", "2", "--seed", "0"]
+# name -> (data set, its title, what the model has not seen)
+SHIPPED = {
+    DEFAULT: ("mnist", "MNIST", "centred MNIST digits; other images (letters, photographs, digits far from the centre)"),
+    "capsnet-fashion-small": ("fashion-mnist", "Fashion-MNIST", "centred Fashion-MNIST items (greyscale, 28x28, "
+                              "dark background); other images (photographs, other garments' datasets)"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=None, help="data root holding mnist/ (default: capsnet's own lookup)")
-    parser.add_argument("--work", type=Path, default=Path("runs") / f"pretrained-{NAME}",
-                        help="the training run directory")
+    parser.add_argument("--name", choices=list(SHIPPED), default=DEFAULT, help="which shipped model to make")
+    parser.add_argument("--data-dir", default=None, help="data root holding mnist/ and fashion-mnist/ (default: "
+                                                         "capsnet's own lookup)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the training run directory (default: runs/pretrained-NAME)")
     parser.add_argument("--out", type=Path, default=DIR, help="where the shipped files go")
     args = parser.parse_args(argv)
+    NAME = args.name  # noqa: N806 - the name the card and the files carry
+    dataset, title, unseen = SHIPPED[NAME]
+    args.work = args.work or Path("runs") / f"pretrained-{NAME}"
 
     data = ["--data-dir", args.data_dir] if args.data_dir else []
-    train = ["capsnet", "train", *TRAIN_FLAGS, *data, "--out", str(args.work)]
+    name_flag = [] if NAME == DEFAULT else ["--name", NAME]
+    train = ["capsnet", "train", *TRAIN_FLAGS, "--dataset", dataset, *data, "--out", str(args.work)]
     if (args.work / "last.safetensors").exists():
         train.append("--resume")
     print("step 1:", shlex.join(train), flush=True)
@@ -59,42 +71,45 @@ def main(argv: list[str] | None = None) -> int:
     target = pack(args.work, args.out / f"{NAME}.safetensors")
     half = load_checkpoint(target).model_state
 
-    full = evaluate_checkpoint(target, dataset="mnist", root=args.data_dir, progress=False)
-    sample = evaluate_checkpoint(target, dataset="mnist-sample", progress=False)
-    full_acc, sample_acc = full.results[""].accuracy, sample.results[""].accuracy
+    full = evaluate_checkpoint(target, dataset=dataset, root=args.data_dir, progress=False)
+    full_acc = full.results[""].accuracy
+    sample_acc = evaluate_checkpoint(target, dataset="mnist-sample", progress=False).results[""].accuracy \
+        if dataset == "mnist" else None
     t0 = time.perf_counter()
     from capsnet.models import pretrained
     pretrained(NAME)
     load_s = time.perf_counter() - t0
     weights = sum(v.numel() for v in half.values())
     final = last.state["history"][-1]
+    sample = (f"""- **Shipped test sample** (`--dataset mnist-sample`, 500 MNIST test digits): accuracy
+  {100 * sample_acc:.2f}% ({round(sample_acc * 500)} of 500); the test suite checks this figure.
+""" if sample_acc is not None else "")
+    measured = {f"{dataset.replace('-', '_')}_test_accuracy": full_acc, "weights": weights} | (
+        {"sample_accuracy": sample_acc} if sample_acc is not None else {})
     card = f"""# {NAME}
 
-A CapsNet (Sabour et al. 2017) trained on MNIST by capsnet, shipped in the package.
-`capsnet viz` opens it when no `--checkpoint` is given; `capsnet eval --checkpoint pretrained:{NAME}`
+A CapsNet (Sabour et al. 2017) trained on {title} by capsnet, shipped in the package.
+{"`capsnet viz` opens it when no `--checkpoint` is given; " if NAME == DEFAULT else ""}`capsnet eval --checkpoint pretrained:{NAME}`
 scores it; `capsnet.models.pretrained("{NAME}")` loads it.
 
 - **Model**: the paper's CapsNet, narrower: conv1 9x9 with 64 channels (paper: 256), 16 primary capsule types
-  of 8D (paper: 32), 10 digit capsules of 16D, 3 routing iterations, decoder 160-256-512-784 (paper: 512-1024).
+  of 8D (paper: 32), 10 class capsules of 16D, 3 routing iterations, decoder 160-256-512-784 (paper: 512-1024).
   {weights:,} weights, stored in float16 ({target.stat().st_size / 2**20:.1f} MiB).
-- **Data**: the 60,000 MNIST training digits, shifted by up to 2 pixels (section 5 of the paper); no validation
+- **Data**: the 60,000 {title} training images, shifted by up to 2 pixels (section 5 of the paper); no validation
   split, so the checkpoint is the final epoch's.
 - **Training**: {last.train_config['epochs']} epochs of batch {last.train_config['batch_size']}, Adam at
   lr {last.train_config['lr']} decayed x{last.train_config['lr_decay']} every {last.train_config['lr_decay_steps']}
   steps (one epoch), margin loss plus 0.0005 x reconstruction, seed {last.train_config['seed']}, on a 2-core CPU.
-- **Command**: `python tools/make_pretrained.py --data-dir ../shared/data`, which runs
+- **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, "--data-dir", "../shared/data"])}`, which runs
   `{shlex.join(train[:-1] if train[-1] == '--resume' else train)}` and then keeps the last checkpoint's weights in
   float16.
-- **MNIST test error** (final epoch, all 10,000 test digits): {100 * (1 - full_acc):.2f}%
+- **{title} test error** (final epoch, all 10,000 test images): {100 * (1 - full_acc):.2f}%
   (accuracy {100 * full_acc:.2f}%) with the float16 weights; the training run measured
   {100 * (1 - final['test_accuracy']):.2f}% in float32.
-- **Shipped test sample** (`--dataset mnist-sample`, 500 MNIST test digits): accuracy
-  {100 * sample_acc:.2f}% ({round(sample_acc * 500)} of 500); the test suite checks this figure.
-- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
-- **Limits**: trained on centred MNIST digits; other images (letters, photographs, digits far from the centre)
-  get confident wrong answers.
+{sample}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
+- **Limits**: trained on {unseen} get confident wrong answers.
 
-<!-- measured: {json.dumps({'mnist_test_accuracy': full_acc, 'sample_accuracy': sample_acc, 'weights': weights})} -->
+<!-- measured: {json.dumps(measured)} -->
 """
     (args.out / f"{NAME}.md").write_text(card)
     print(card)
