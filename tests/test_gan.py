@@ -19,7 +19,7 @@ from capsnet.evaluate import load_model
 from capsnet.gan import _merged, _split_into, fit_gan, make_optimizers
 from capsnet.image_metrics import l1_error, ssim
 from capsnet.models import CapsPix2pixConfig, Pix2pixConfig, create_model
-from capsnet.synthesis import evaluate_synthesis, generate
+from capsnet.synthesis import evaluate_synthesis, generate, judge_predictions, load_judge
 from capsnet.train import TrainConfig
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
@@ -79,7 +79,26 @@ def test_evaluation_scores_the_seed_0_images_and_the_judge(gan_run, data_root):
     torch.testing.assert_close(generate(model, split.images, seed=0), fake)  # the same seed, the same images
     assert not torch.equal(generate(model, split.images, seed=1), fake) and r.spread > 0
     record = json.loads((gan_run / "metrics.jsonl").read_text().splitlines()[-1])
-    assert 0 <= record["test_judge_accuracy"] <= 1 and {"test_l1", "test_ssim", "test_iou", "test_spread"} <= set(record)
+    assert {"test_l1", "test_ssim", "test_iou", "test_spread"} <= set(record)
+    judge = load_judge("pretrained:capsnet-mnist-small")
+    test = load_test("mnist-skeleton", size=4, root=data_root, progress=False)  # what the run was scored on
+    read = judge_predictions(judge, generate(model, test.images, seed=0))
+    assert record["test_judge_accuracy"] == pytest.approx((read == test.labels).double().mean().item())
+    crop = generate(model, test.images, seed=0)[..., 2:30, 2:30]  # the judge reads the centre 28x28
+    assert torch.equal(read, torch.stack([judge(c[None]).scores.argmax(1)[0] for c in crop]))
+
+
+def test_pix2pix_images_do_not_depend_on_their_batch(data_root):
+    torch.manual_seed(0)
+    model = create_model("pix2pix", base_channels=8, disc_channels=4)
+    labels = load_test("fashion-silhouette", size=5, root=data_root, progress=False).images
+    together = generate(model, labels, seed=3, batch_size=4)
+    torch.testing.assert_close(generate(model, labels, seed=3, batch_size=2), together)
+    torch.testing.assert_close(generate(model, labels[:3], seed=3), together[:3])  # the others do not matter
+    assert not torch.equal(generate(model, labels, seed=4), together)  # another seed: other dropout masks
+    model.train()
+    generate(model, labels[:1])
+    assert model.training  # the caller's mode is restored
 
 
 def _labels(folder, n=3, size=32, mode="L"):
@@ -141,15 +160,38 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
     with pytest.raises(ValueError, match="the GAN loop trains a synthesis model"):
         fit_gan(CapsPix2pixConfig(), replace(TINY, dataset="mnist"), tmp_path / "d", data_root=data_root,
                 progress=False)
+    from capsnet.train import fit
+
+    with pytest.raises(ValueError, match="capspix2pix is a GAN: train it with capsnet.gan.fit_gan"):
+        fit(CapsPix2pixConfig(), TINY, tmp_path / "d", data_root=data_root, progress=False)
     assert not any((tmp_path / d).exists() for d in "abcd")
     assert main(["generate", "--checkpoint", "pretrained:capsnet-mnist-small", "--labels", str(tmp_path),
                  "--out", str(tmp_path / "e")]) == 2
     assert "capsnet generate takes a synthesis model" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(gan_run), "--judge", "pretrained:nope", "--test-size", "2",
                  "--data-dir", str(data_root), "--no-progress"]) == 2
+    (tmp_path / "a-file").write_text("x")
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path), "--out",
+                 str(tmp_path / "a-file")]) == 2
+    assert "is a file; give a folder" in capsys.readouterr().err
 
 
-def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root):
+def test_a_judge_needs_classes_and_is_the_runs_own_only_on_its_own_data(gan_run, tmp_path):
+    from capsnet.synthesis import judge_for
+
+    root = tmp_path / "pairs"
+    for sub in ("labels", "images"):
+        _labels(root / sub, n=3)
+    with pytest.raises(ValueError, match="has no classes, so a judge has nothing to compare"):
+        judge_for(f"pairs:{root}", "pretrained:capsnet-mnist-small")
+    assert judge_for(f"pairs:{root}") is None
+    assert judge_for("mnist-skeleton", run_dir=gan_run) == "pretrained:capsnet-mnist-small"  # the run's own
+    assert judge_for("fashion-silhouette", run_dir=gan_run) != "pretrained:capsnet-mnist-small"  # not on other data
+
+
+def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))  # every read must go to data_root
+    monkeypatch.delenv("CAPSNET_DATA", raising=False)
     from capsnet.experiments import format_synthesis_table, plan, run_plan, synthetic_probe_rows
 
     train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)

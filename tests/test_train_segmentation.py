@@ -162,3 +162,19 @@ def test_the_experiment_reads_back_runs_trained_by_capsnet_train_with_the_same_f
     trained = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert row["model"] == "segcaps-r1" and row["test_dice"] == trained["test_dice"] and otsu["model"] == "otsu"
     assert "| SegCaps R1 | 1,425,649 |" in capsys.readouterr().out
+
+
+def test_a_test_folder_of_another_size_is_refused_before_anything_is_written(tmp_path, mask_pairs, capsys):
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "d", 6, size=(24, 24))
+    mask_pairs(tmp_path / "d" / "test", 3, size=(16, 16))
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'd'}", "--model", "unet", "--out", str(tmp_path / "run"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "the training pairs' images are (1, 24, 24) (C, H, W) but those in" in err and "(1, 16, 16)" in err
+    assert not (tmp_path / "run").exists()
+    from capsnet.models import create_model
+
+    with pytest.raises(ValueError, match="multiples of 16 .*halves them 4 times.*got 24x24: pad or crop them to 32x32"):
+        create_model("unet", base_channels=4)(torch.rand(1, 1, 24, 24))  # four poolings need multiples of 16

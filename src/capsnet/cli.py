@@ -396,6 +396,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
     dataset = getattr(args, "dataset", TrainConfig.dataset)
+    saved = Path(args.out) / "last.safetensors" if args.resume and args.out else None
+    if saved is not None and saved.exists():  # a resume: the flags typed again are checked against the run's model
+        from .checkpoint import load_checkpoint
+
+        run = load_checkpoint(saved)
+        dataset = getattr(args, "dataset", run.train_config.get("dataset", dataset))
+        model = model or run.model_name
     kind = task(dataset).kind
     chosen = model or _DEFAULT_MODEL[kind]
     typed = _typed(args, _MODEL_FIELDS)
@@ -460,9 +467,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if main_rank and args.resume and train.saved_epoch(out) >= train_cfg.epochs:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
     if synthesis:
-        from .synthesis import default_judge
+        from .synthesis import judge_for
 
-        judge = args.judge or (None if args.resume else default_judge(train_cfg.dataset))
+        judge = args.judge if args.resume else judge_for(train_cfg.dataset, args.judge)  # a resume: the run's own
         final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                             progress=not args.no_progress, judge=judge)
         if final:

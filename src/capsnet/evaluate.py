@@ -18,6 +18,7 @@ from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without i
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
+from .data.segmentation import overlap_scores
 from .data.tasks import Split, input_shape, load_test, task
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
@@ -137,12 +138,9 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
         for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
             x, m = images[start:start + batch_size], masks[start:start + batch_size]
             loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
-            pred, truth = (p > 0.5).flatten(1), (m > 0).flatten(1)  # (b, H*W)
-            inter = (pred & truth).sum(1).double()
-            total, union = pred.sum(1).double() + truth.sum(1).double(), (pred | truth).sum(1).double()
-            dice = torch.where(total > 0, 2 * inter / total.clamp_min(1), torch.ones_like(inter))
-            iou = torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(inter))
-            right = (pred == truth).double().mean(1)
+            pred, truth = p > 0.5, m > 0  # (b, 1, H, W)
+            dice, iou = overlap_scores(pred, truth)
+            right = (pred == truth).flatten(1).double().mean(1)
             sums += torch.stack([loss.double() * len(m), dice.sum(), iou.sum(), right.sum()])
     model.train(was_training)
     loss, dice, iou, right = (sums / max(n, 1)).tolist()

@@ -196,10 +196,10 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
             resume = (run.run_dir / "last.safetensors").exists()
             if synthesis:
                 from .gan import fit_gan
-                from .synthesis import default_judge
+                from .synthesis import judge_for
 
                 final = fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                                resume=resume, progress=progress, judge=default_judge(run.dataset))
+                                resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset))
             else:
                 final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
                             resume=resume, progress=progress, compile=compile)
@@ -209,7 +209,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                "run_dir": str(run.run_dir)}
         if synthesis:
             row |= {"generator_weights": run.model_config.generator_weights,
-                    "generate_images_per_s": _generation_speed(run, device)}
+                    "generate_images_per_s": _generation_speed(run, device, data_root)}
         elif run.experiment in ("routing", "segmentation"):
             key = (run.model, run.dataset)
             if key not in memory:
@@ -291,21 +291,30 @@ def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _generation_speed(run: Run, device: str, images: int = 256) -> float:
-    """Images/s of the trained generator making ``images`` images from test label maps (noise seed 0, eval mode),
-    after one untimed batch."""
+def _generation_speed(run: Run, device: str, data_root: str | os.PathLike | None, images: int = 256) -> float:
+    """Images/s of the trained generator making ``images`` images from test label maps (noise seed 0, eval mode,
+    as ``capsnet.synthesis.generate`` makes them), after one untimed call."""
     import time
+
+    import torch
 
     from .data.tasks import load_test
     from .evaluate import load_model
     from .synthesis import generate
 
     model, _ = load_model(run.run_dir, which="last", device=device)
-    labels = load_test(run.dataset, size=images, extras=False, progress=False).images.float()
-    labels = labels.to(next(model.parameters()).device)
+    dev = next(model.parameters()).device
+    labels = load_test(run.dataset, size=images, extras=False, root=data_root, progress=False).images.float().to(dev)
     generate(model, labels[:64])
+
+    def sync() -> None:
+        if dev.type == "cuda":  # the kernels run asynchronously: wait for them before reading the clock
+            torch.cuda.synchronize(dev)
+
+    sync()
     start = time.perf_counter()
     generate(model, labels)
+    sync()
     return len(labels) / (time.perf_counter() - start)
 
 

@@ -93,7 +93,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     maps' classes is recorded as ``*_judge_accuracy`` (a resume keeps the
     run's judge unless given another). Returns the final epoch's record.
     """
-    from .synthesis import evaluate_synthesis, load_judge
+    from .synthesis import evaluate_synthesis, judge_for, load_judge
 
     dev = resolve_device(device)
     run_dir = Path(run_dir)
@@ -113,8 +113,10 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
-    if ckpt is not None and judge is None and (run_dir / "config.json").is_file():  # the run's own judge
-        judge = json.loads((run_dir / "config.json").read_text()).get("judge")
+    if ckpt is not None:  # a resume keeps the run's own judge unless given another
+        judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
+    elif judge is not None:
+        judge = judge_for(cfg.dataset, judge)  # refused for a data set without classes
     judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
@@ -138,6 +140,8 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         _split_into(ckpt.optimizer_state, opt_g, opt_d)
         if "torch" in ckpt.rng_state:
             torch.set_rng_state(ckpt.rng_state["torch"])
+        if dev.type == "cuda" and "cuda" in ckpt.rng_state:  # dropout on a GPU draws from its own generator
+            torch.cuda.set_rng_state(ckpt.rng_state["cuda"], dev)
     D = model.discriminator
 
     # 4. Epochs.
@@ -213,8 +217,8 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                     model_state=model.state_dict())
         if improved:
             save_checkpoint(best_path, Checkpoint(**base))
-        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=_merged(opt_g, opt_d),
-                                              rng_state={"torch": torch.get_rng_state()}))
+        rng = {"torch": torch.get_rng_state()} | ({"cuda": torch.cuda.get_rng_state(dev)} if dev.type == "cuda" else {})
+        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=_merged(opt_g, opt_d), rng_state=rng))
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))

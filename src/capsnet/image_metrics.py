@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .data.segmentation import overlap_scores
+
 __all__ = ["l1_error", "ssim", "shape_iou", "noise_spread", "gaussian_window"]
 
 SSIM_WINDOW = 11  # Wang, Bovik, Sheikh and Simoncelli (2004), section III.C: an 11x11 Gaussian window ...
@@ -67,9 +69,7 @@ def shape_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     Shapes: a, b (N, 1, H, W) -> (N,) float64.
     """
     _pair(a, b)
-    p, t = a.bool().flatten(1), b.bool().flatten(1)
-    union = (p | t).sum(1).double()
-    return torch.where(union > 0, (p & t).sum(1).double() / union.clamp(min=1), torch.ones_like(union))
+    return overlap_scores(a.bool(), b.bool())[1]
 
 
 def noise_spread(samples: torch.Tensor) -> torch.Tensor:

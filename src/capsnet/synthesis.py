@@ -36,7 +36,7 @@ from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 
 __all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "load_judge", "judge_predictions", "SPREAD_SEEDS",
            "SPREAD_SIZE", "generate_folder", "GeneratedFiles", "SynthesisEvaluation", "evaluate_synthesis_checkpoint",
-           "default_judge"]
+           "judge_for"]
 
 SPREAD_SEEDS = 8  # noise draws per label map for the spread
 SPREAD_SIZE = 1000  # label maps the spread is measured on (the first ones of the split)
@@ -54,27 +54,37 @@ class SynthesisResult:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def _dropout_seed(seed: int, start: int) -> int:
-    return seed * 1_000_003 + start  # pix2pix's noise is its dropout: one stream per (seed, batch)
+def _dropout_seed(seed: int, index: int) -> int:
+    return seed * 1_000_003 + index  # pix2pix's noise is its dropout: one stream per (seed, image)
 
 
 @torch.no_grad()
 def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_size: int = 64,
              progress: bool = False) -> torch.Tensor:
-    """Images for ``labels`` in eval mode, noise seed ``seed``: the same labels and seed give the same images.
+    """Images for ``labels`` as at inference, noise seed ``seed``: the same label map and seed give the same image,
+    whatever else is generated with it (the model's mode is restored after).
+
+    A model with a noise vector (CapsPix2pix) gets the vectors of the whole set at once, image i the i-th, and
+    runs in batches; one whose noise is dropout (pix2pix) makes each image alone, its masks from the stream of
+    (seed, i), so no image depends on the batch it came in.
 
     Shapes: labels (N, C, H, W) float in [0, 1] on the model's device -> images (N, C', H, W) in [0, 1].
     """
-    model.eval()
-    z = model.noise(len(labels), seed, labels.device)  # (N, noise_dim): the whole split's noise at once
-    out = []
-    for start in tqdm(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
-                      disable=not progress):
-        out.append(model.generate(labels[start:start + batch_size], z=z[start:start + batch_size],
-                                  seed=_dropout_seed(seed, start)))
-    if not out:
+    if len(labels) == 0:
         raise ValueError("no label maps given")
-    return torch.cat(out)
+    was_training = model.training
+    model.eval()
+    try:
+        z = model.noise(len(labels), seed, labels.device)  # (N, noise_dim): the whole set's noise at once
+        step = batch_size if z.shape[1] else 1
+        out = []
+        for start in tqdm(range(0, len(labels), step), desc="generate", unit="image" if step == 1 else "batch",
+                          leave=False, disable=not progress):
+            out.append(model.generate(labels[start:start + step], z=z[start:start + step],
+                                      seed=_dropout_seed(seed, start)))
+        return torch.cat(out)
+    finally:
+        model.train(was_training)
 
 
 def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
@@ -160,6 +170,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                          f"(capspix2pix, pix2pix)")
     if not seeds:
         raise ValueError("give at least one seed")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise DataError(f"--out {out} is a file; give a folder for the images")
     cfg = model.config
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)
     files = png_files(Path(labels_dir), "label maps")
@@ -224,13 +236,30 @@ class SynthesisEvaluation:
         return "\n".join(lines)
 
 
-def default_judge(dataset: str) -> str | None:
-    """The shipped classifier that judges ``dataset``'s generated images, when capsnet ships one."""
+def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: str | os.PathLike | None = None
+              ) -> str | None:
+    """The classifier that reads ``dataset``'s generated images: ``given``; else the judge recorded in ``run_dir``
+    (its config.json) when that run was trained on ``dataset``; else the one capsnet ships for ``dataset``; else
+    None. A data set without classes (pairs:DIR) has nothing to judge: ``given`` is then refused."""
+    import json
+
+    from .data.tasks import task
     from .pretrained import PREFIX, names
 
-    shipped = {"mnist-skeleton": "capsnet-mnist-small", "fashion-silhouette": "capsnet-fashion-small"}
-    name = shipped.get(dataset)
-    return PREFIX + name if name in names() else None
+    if task(dataset).num_classes < 2:
+        if given is not None:
+            raise ValueError(f"{dataset} has no classes, so a judge has nothing to compare its reading with; leave "
+                             f"--judge out")
+        return None
+    if given is not None:
+        return str(given)
+    saved = Path(run_dir) / "config.json" if run_dir is not None else None
+    if saved is not None and saved.is_file():
+        recorded = json.loads(saved.read_text())
+        if recorded.get("judge") and recorded.get("train_config", {}).get("dataset") == dataset:
+            return recorded["judge"]
+    shipped = {"mnist-skeleton": "capsnet-mnist-small", "fashion-silhouette": "capsnet-fashion-small"}.get(dataset)
+    return PREFIX + shipped if shipped in names() else None
 
 
 def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
@@ -238,9 +267,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                                   batch_size: int = 64, progress: bool = False) -> SynthesisEvaluation:
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
-    ``judge`` (default: the run's own judge, else the shipped classifier for the data set, if any)."""
-    import json
-
+    ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any)."""
     from .data.tasks import input_shape, load_test, task
     from .evaluate import load_model
 
@@ -254,10 +281,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
         raise ValueError(f"{name} has label maps {input_shape(name)} but the checkpoint's model takes "
                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width}); evaluate it on data of the "
                          f"shape it was trained on")
-    if judge is None:
-        saved = Path(ckpt.path).parent / "config.json"
-        run_judge = json.loads(saved.read_text()).get("judge") if saved.is_file() else None
-        judge = run_judge or default_judge(name)
+    judge = judge_for(name, judge, run_dir=Path(ckpt.path).parent)
     judge_model = load_judge(judge, device=device) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,

@@ -35,6 +35,7 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
                          save_checkpoint)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
+from .data.segmentation import overlap_scores
 from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, input_shape, load_training, task
 from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
@@ -131,9 +132,7 @@ def _correct(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(B,) how right each example is, 0..1: argmax right, or for pairs the paper's top-2 rule (both longest
     capsules are the labels), or for masks (B, 1, H, W) the Dice of the mask predicted at probability > 0.5."""
     if labels.dim() == 4:
-        pred, truth = (scores > 0.5).flatten(1), (labels > 0).flatten(1)  # (B, H*W)
-        total = (pred.sum(1) + truth.sum(1)).double()
-        return torch.where(total > 0, 2 * (pred & truth).sum(1).double() / total.clamp_min(1), 1.0)
+        return overlap_scores(scores > 0.5, labels > 0)[0]  # the Dice
     return top2_correct(scores, labels) if labels.dim() == 2 else scores.argmax(1) == labels
 
 
@@ -367,6 +366,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     name = model_name(model_config)
     spec = model_spec(name)
     kind = task(cfg.dataset).kind
+    if spec.kind == "synthesis":
+        raise ValueError(f"{name} is a GAN: train it with capsnet.gan.fit_gan (capsnet train does so itself)")
     if spec.kind != kind:
         raise ValueError(f"{name} is a {spec.kind} model but {cfg.dataset} is a {kind} data set; choose a "
                          f"{spec.kind} data set or a {kind} model")

@@ -32,7 +32,7 @@ from .png import load_png_pairs
 
 __all__ = ["CANVAS", "CanvasRule", "IN_DISTRIBUTION", "OUT_OF_DISTRIBUTION", "CanvasDraw", "draw_canvases",
            "render_canvases", "make_canvases", "random_canvases", "segmentation_test", "load_mask_folder",
-           "otsu_threshold", "otsu_masks", "dice_iou"]
+           "otsu_threshold", "otsu_masks", "dice_iou", "overlap_scores"]
 
 CANVAS = 64  # px: a side of the canvas; the target digit at scale 1.6 spans up to 45 px of it
 
@@ -320,7 +320,15 @@ def dice_iou(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, to
     for name, m in (("pred", pred), ("target", target)):
         if m.numel() and not ((m == 0) | (m == 1)).all():
             raise ValueError(f"{name} must hold only 0 and 1; threshold probabilities first (for example p > 0.5)")
-    p, t = pred.bool().flatten(1), target.bool().flatten(1)  # (N, P)
+    return overlap_scores(pred.bool(), target.bool())
+
+
+def overlap_scores(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dice_iou`` of boolean masks, unchecked and without waiting for the device (the training loop's).
+
+    Shapes: pred, target (N, ...) bool -> dice (N,), iou (N,) float64.
+    """
+    p, t = pred.flatten(1), target.flatten(1)  # (N, P)
     inter = (p & t).sum(1).double()
     total = p.sum(1).double() + t.sum(1).double()
     union = (p | t).sum(1).double()

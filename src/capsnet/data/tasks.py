@@ -73,6 +73,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -414,15 +415,28 @@ PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and im
 
 
 @functools.lru_cache(maxsize=8)
+def _both_splits(root: str | os.PathLike, load) -> Dataset:
+    """The test split of a user's folder, after checking that its training split has the same shapes (they differ
+    only when DIR/test holds its own pairs): every file read and checked, for the models' shapes."""
+    test = load(root, "test")
+    if (Path(root).expanduser() / "test").is_dir():
+        train = load(root, "train")
+        for what, a, b in (("images", train.images, test.images), ("second files", train.labels, test.labels)):
+            if a.shape[1:] != b.shape[1:]:
+                raise DataError(f"{root}: the training pairs' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
+                                f"{Path(root) / 'test'} are {tuple(b.shape[1:])}; make both splits one size and mode")
+    return test
+
+
 def _folder_task(name: str) -> Task:
-    pairs = load_folder(name[len(FOLDER_PREFIX):], "test")  # reads and checks every file: the shape for models
+    pairs = _both_splits(name[len(FOLDER_PREFIX):], load_folder)  # the shape for models
     return Task(name, tuple(pairs.images.shape[1:]), _folder_held, _folder_batch, num_classes=1, places_digits=True,
                 metric="Dice", kind="segmentation")
 
 
 @functools.lru_cache(maxsize=8)
 def _pairs_task(name: str) -> Task:
-    pairs = load_pairs(name[len(PAIRS_PREFIX):], "test")  # reads and checks every file: the shapes for models
+    pairs = _both_splits(name[len(PAIRS_PREFIX):], load_pairs)  # the shapes for models
     return Task(name, tuple(pairs.images.shape[1:]), _pairs_held, _pairs_batch, num_classes=1, places_digits=True,
                 metric="L1", kind="synthesis", target_channels=pairs.labels.shape[1])
 
@@ -445,8 +459,6 @@ def load_folder(root: str | os.PathLike, split: str) -> Dataset:
 def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, read, classes) -> Dataset:
     """One split of a user's folder of pairs: ``read(folder) -> (first, second, names)``; ``root/test`` holds the
     test pairs when it exists, else a fixed fifth of the pairs (drawn under ``TEST_SEED``) is the test split."""
-    from pathlib import Path
-
     base = Path(root).expanduser()
     if not base.is_dir():
         raise DataError(f"--dataset {prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "

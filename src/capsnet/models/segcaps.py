@@ -108,8 +108,9 @@ def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
     return grids
 
 
-def check_segmentation_input(images: torch.Tensor, cfg: Any) -> None:
-    """A ValueError that names the fix when ``images`` are not (B, in_channels, H, W) with sides multiples of 8."""
+def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STRIDE) -> None:
+    """A ValueError that names the fix when ``images`` are not (B, in_channels, H, W) with sides multiples of
+    ``multiple`` (SegCaps: 8, its three halvings)."""
     if images.dim() != 4 or images.shape[1] != cfg.in_channels:
         got = tuple(images.shape)
         raise ValueError(f"expected images (B, {cfg.in_channels}, H, W) for a model trained on {cfg.in_channels}-channel "
@@ -117,10 +118,10 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any) -> None:
                                                  f" ({images.shape[1]} channels): convert them or train a model "
                                                  f"with in_channels {images.shape[1]}"))
     H, W = images.shape[-2:]
-    if H % STRIDE or W % STRIDE:
-        raise ValueError(f"image sides must be multiples of {STRIDE} (the network halves them three times), got "
-                         f"{H}x{W}: pad or crop them to {-(-H // STRIDE) * STRIDE}x{-(-W // STRIDE) * STRIDE} or "
-                         f"{H // STRIDE * STRIDE}x{W // STRIDE * STRIDE}")
+    m = multiple
+    if H % m or W % m:
+        raise ValueError(f"image sides must be multiples of {m} (the network halves them {m.bit_length() - 1} times), "
+                         f"got {H}x{W}: pad or crop them to {-(-H // m) * m}x{-(-W // m) * m} or {H // m * m}x{W // m * m}")
 
 
 @dataclass(frozen=True)

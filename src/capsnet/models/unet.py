@@ -106,7 +106,7 @@ class UNet(nn.Module):
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> UNetOutput:
         """Shapes: images (B, C, H, W), H and W multiples of 2^depth; masks unused (the shared signature)
         -> probabilities, logits (B, 1, H, W)"""
-        check_segmentation_input(images, self.config)
+        check_segmentation_input(images, self.config, max(2 ** self.config.depth, STRIDE))
         skips, x = [], images
         for k, block in enumerate(self.down):
             x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
