@@ -23,7 +23,7 @@ import time
 import torch
 
 from capsnet.bench import environment, write_record
-from capsnet.gan import GAN_LR, make_optimizers
+from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
 from capsnet.synthesis import generate
@@ -45,19 +45,9 @@ class Stepper:
         self.z = self.model.noise(batch, 0)
 
     def train(self) -> float:
-        m = self.model.train()
+        self.model.train()
         start = time.perf_counter()
-        fake = m.generator(self.labels, self.z)
-        d_loss, _ = m.d_loss(self.real, fake.detach(), self.labels)
-        self.opt_d.zero_grad(set_to_none=True)
-        d_loss.backward()
-        self.opt_d.step()
-        m.discriminator.requires_grad_(False)
-        g_loss, _ = m.g_loss(self.real, fake, self.labels)
-        self.opt_g.zero_grad(set_to_none=True)
-        g_loss.backward()
-        self.opt_g.step()
-        m.discriminator.requires_grad_(True)
+        gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z)
         return time.perf_counter() - start
 
     def generate(self) -> float:

@@ -388,6 +388,15 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------------ handlers
 
 
+def _train_config(typed: dict[str, Any], kind: str) -> TrainConfig:
+    """The training settings typed, over the defaults (a GAN's learning rate for synthesis models)."""
+    if kind == "synthesis":
+        from .gan import GAN_LR
+
+        typed = {"lr": GAN_LR} | typed
+    return TrainConfig(**typed)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from . import gan, train
     from .distributed import launcher
@@ -439,13 +448,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
                               f"the run's own settings (only --epochs may change)")
     else:
-        C, H, W = input_shape(dataset)
-        synthesis = kind == "synthesis"
-        sized = {"out_channels": task(dataset).target_channels} if synthesis else {"num_classes": task(dataset).num_classes}
-        model_cfg = model_spec(chosen).config(in_channels=C, input_height=H, input_width=W, **sized, **model_changes)
-        if synthesis:  # the GANs' own learning rate, unless one is typed
-            train_changes = {"lr": gan.GAN_LR} | train_changes
-        train_cfg = TrainConfig(**train_changes)
+        model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
+        train_cfg = _train_config(train_changes, kind)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:
@@ -560,12 +564,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
-    typed = _typed(args, _TRAIN_FIELDS)
-    if args.name == "synthesis":  # the GANs' own learning rate, unless one is typed
-        from .gan import GAN_LR
-
-        typed = {"lr": GAN_LR} | typed
-    train = TrainConfig(**typed)
+    train = _train_config(_typed(args, _TRAIN_FIELDS), "synthesis" if args.name == "synthesis" else "")
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,

@@ -50,7 +50,7 @@ from typing import Any, Mapping, Sequence
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
-from .train import TrainConfig, fit
+from .train import TrainConfig, fit, input_fields
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
@@ -119,10 +119,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     given = dict(configs or {})
 
     def sized(m: str, dataset: str) -> Any:
-        C, H, W = input_shape(dataset)
-        made = {"out_channels": task(dataset).target_channels} if model_spec(m).kind == "synthesis" else \
-            {"num_classes": task(dataset).num_classes}
-        return replace(given.get(m) or model_spec(m).config(), in_channels=C, input_height=H, input_width=W, **made)
+        return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset))
 
     if name == "synthesis":
         wrong = [m for m in models if model_spec(m).kind != "synthesis"]

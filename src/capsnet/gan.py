@@ -21,6 +21,7 @@ the random state, so ``resume`` continues exactly, and ``best.safetensors``
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
 from .train import NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, start_or_resume
 
-__all__ = ["fit_gan", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
+__all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
 GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
 
@@ -69,6 +70,33 @@ def _split_into(merged: dict[str, Any], opt_g: torch.optim.Optimizer, opt_d: tor
     opt_g.load_state_dict({"state": {i: s for i, s in state.items() if i < n}, "param_groups": g_groups})
     opt_d.load_state_dict({"state": {i - n: s for i, s in state.items() if i >= n},
                            "param_groups": [{**g, "params": [i - n for i in g["params"]]} for g in d_groups]})
+
+
+def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
+             labels: torch.Tensor, real: torch.Tensor, z: torch.Tensor, amp: Any = contextlib.nullcontext()
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One training step of a conditional GAN: the fakes made once, the discriminator's step on real against fake
+    pairs, then the generator's on D's verdict and the L1 term, D's weights frozen for it (and thawed after).
+
+    Shapes: labels (B, C, H, W), real (B, C', H, W), z (B, noise_dim) -> D's loss (), G's loss (), D's parts,
+    G's parts (detached scalars).
+    """
+    with amp:
+        fake = model.generator(labels, z)  # (B, C', H, W)
+        d_loss, d_parts = model.d_loss(real, fake.detach(), labels)
+    opt_d.zero_grad(set_to_none=True)
+    d_loss.backward()
+    opt_d.step()
+    model.discriminator.requires_grad_(False)  # the generator's step reads D's verdict but leaves its weights be
+    try:
+        with amp:
+            g_loss, g_parts = model.g_loss(real, fake, labels)
+        opt_g.zero_grad(set_to_none=True)
+        g_loss.backward()
+        opt_g.step()
+    finally:
+        model.discriminator.requires_grad_(True)
+    return d_loss, g_loss, d_parts, g_parts
 
 
 def describe_gan_epoch(record: dict[str, Any]) -> str:
@@ -142,7 +170,6 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             torch.set_rng_state(ckpt.rng_state["torch"])
         if dev.type == "cuda" and "cuda" in ckpt.rng_state:  # dropout on a GPU draws from its own generator
             torch.cuda.set_rng_state(ckpt.rng_state["cuda"], dev)
-    D = model.discriminator
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
@@ -163,19 +190,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             for opt in (opt_g, opt_d):
                 for group in opt.param_groups:
                     group["lr"] = lr_at(step, cfg)
-            with amp:
-                fake = model.generator(labels, z)  # (B, C', H, W)
-                d_loss, d_parts = model.d_loss(real, fake.detach(), labels)
-            opt_d.zero_grad(set_to_none=True)
-            d_loss.backward()
-            opt_d.step()
-            D.requires_grad_(False)  # the generator's step reads D's verdict but leaves its weights be
-            with amp:
-                g_loss, g_parts = model.g_loss(real, fake, labels)
-            opt_g.zero_grad(set_to_none=True)
-            g_loss.backward()
-            opt_g.step()
-            D.requires_grad_(True)
+            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp)
             step += 1
             n = len(idx)
             sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),

@@ -43,7 +43,7 @@ from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
 __all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError", "resume_configs",
-           "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume"]
+           "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,15 @@ def _differs(saved: Any, field: str, value: Any) -> bool:
         return getattr(dataclasses.replace(saved, **{field: value}), field) != getattr(saved, field)
     except (TypeError, ValueError):
         return True
+
+
+def input_fields(model: str, dataset: str) -> dict[str, int]:
+    """The config fields that size registered model ``model`` for ``dataset``: its input (channels, height, width)
+    and its output (the classes of a classifier or segmenter, the image channels of a generator)."""
+    C, H, W = input_shape(dataset)
+    t = task(dataset)
+    made = {"out_channels": t.target_channels} if model_spec(model).kind == "synthesis" else {"num_classes": t.num_classes}
+    return {"in_channels": C, "input_height": H, "input_width": W} | made
 
 
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
