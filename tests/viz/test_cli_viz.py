@@ -110,3 +110,11 @@ def test_viz_refuses_a_segmentation_run_on_a_classification_set(segmentation_run
     assert main(["viz", "--checkpoint", str(segmentation_run), "--dataset", "mnist", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "segcaps-r1 is a segmentation model but mnist is a classification data set" in err
+
+
+def test_viz_refuses_a_gan_at_once_with_what_to_use_instead(gan_run, capsys):
+    from capsnet.cli import main
+
+    assert main(["viz", "--checkpoint", str(gan_run), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "a GAN; the viewer looks inside classification and segmentation models" in err and "capsnet generate" in err

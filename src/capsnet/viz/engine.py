@@ -304,6 +304,10 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device)
         kind = MODELS[ckpt.model_name].kind
+        if kind == "synthesis":
+            raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model, a GAN; the viewer looks inside "
+                              f"classification and segmentation models: draw a GAN's images with `capsnet figures` "
+                              f"or make them with `capsnet generate`")
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
                               f"model or a segmentation model")
