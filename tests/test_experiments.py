@@ -345,3 +345,28 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
         assert f"{sum(errors) / 2:.2f}% ({min(errors):.2f}-{max(errors):.2f})" in line
         assert f"{rs[0]['weights']:,}" in line and rs[0]["peak_mem_mb"] > 0 and rs[0]["train_images_per_s"] > 0
     assert "seed 1" in capsys.readouterr().out
+
+
+def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data_root):
+    """A finished run written before TrainConfig gained fields (their defaults then applying) is read back as
+    finished, not refused as 'other settings' nor trained again."""
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.experiments import _finished
+    from capsnet.models import UNetConfig
+    from capsnet.train import fit
+
+    train = TrainConfig(epochs=1, batch_size=4, train_size=8, test_size=4)
+    runs = plan("segmentation", tmp_path, train=train, configs={"unet": UNetConfig(base_channels=4, depth=2)},
+                models=["unet"])
+    run = runs[0]
+    final = fit(run.model_config, run.train_config, run.run_dir, device="cpu", data_root=data_root, progress=False)
+    path = run.run_dir / "last.safetensors"
+    ckpt = load_checkpoint(path)
+    for key in ("lr_schedule", "warmup_steps"):  # as an older capsnet wrote it
+        del ckpt.train_config[key]
+    save_checkpoint(path, ckpt)
+    assert _finished(run) == final
+    other = run.__class__(**{**vars(run), "train_config": TrainConfig(epochs=1, batch_size=4, train_size=8,
+                                                                      test_size=4, lr=5e-4, dataset=run.dataset)})
+    with pytest.raises(Exception, match="holds a run with other settings"):
+        _finished(other)

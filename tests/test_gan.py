@@ -49,6 +49,14 @@ def test_a_resume_continues_exactly(tmp_path, data_root):
     assert [r["train_l1"] for r in a.state["history"]] == [r["train_l1"] for r in b.state["history"]]
 
 
+def test_the_gan_loop_follows_a_linear_schedule_to_zero(tmp_path, data_root):
+    cfg = replace(TINY, epochs=2, lr_schedule="linear", warmup_steps=1)  # 2 steps an epoch, 4 in all
+    fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu", data_root=data_root,
+            progress=False)
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in records] == [pytest.approx(2e-4 * 2 / 3), 0.0]  # after 2 steps: (4-2)/(4-1); after 4: 0
+
+
 def test_both_optimizers_round_trip_through_one_checkpoint_entry():
     torch.manual_seed(0)
     model = create_model("pix2pix", base_channels=4, disc_channels=4)

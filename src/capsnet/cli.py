@@ -26,7 +26,7 @@ from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec
 from .runtime import AMP_MODES, COMPILE_MODES, resolve_device
-from .train import TrainConfig
+from .train import LR_SCHEDULES, TrainConfig
 
 __all__ = ["main", "build_parser"]
 
@@ -121,8 +121,20 @@ def _model_option(text: str) -> tuple[str, Any]:
         return key.strip(), json.loads(value)
     except json.JSONDecodeError:
         return key.strip(), value
-_TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "recon_weight", "shift",
-                 "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
+_TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
+                 "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
+
+# capsnet train --preset NAME: the flags it stands for (by their parsed names), each applied unless typed, and
+# --eval-every the run's --epochs (one evaluation and checkpoint, after the last epoch) unless typed. "fast" aims at
+# <= 0.33% final MNIST test error in <= 20 s of training on one H100 (issue 16). The recipe follows the issue's hint
+# (bf16, compiled, 25 epochs of batch 256, warm-up then linear decay); its values are unmeasured on a GPU so far:
+# lr 2e-3 is the authors' 1e-3 at batch 128 scaled linearly to batch 256 (Goyal et al. 2017), which keeps the run's
+# mean rate (half the peak, under a linear decay to 0) at the authors' 1e-3; the warm-up is one epoch (235 steps of
+# 256 of the 60,000 digits, 4% of the run), so Adam's moment estimates settle before the rate peaks.
+_PRESETS: dict[str, dict[str, Any]] = {
+    "fast": {"dataset": "mnist", "model": "capsnet", "epochs": 25, "batch_size": 256, "lr": 2e-3,
+             "lr_schedule": "linear", "warmup_steps": 235, "amp": "bf16", "compile": "default", "val_size": 0},
+}
 
 
 def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
@@ -170,6 +182,14 @@ def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
 
 
 def _train_arguments(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--preset", choices=list(_PRESETS), default=None,
+                   help="a recipe: " + "; ".join(f"{name}: " + " ".join(f"{_flag(k)} {v}" for k, v in flags.items())
+                                                  for name, flags in _PRESETS.items()) +
+                        ", --eval-every its --epochs (evaluation after the last epoch only). fast aims at <= 0.33%% "
+                        "final MNIST test error in <= 20 s of training on an H100 (values not yet measured on a GPU). "
+                        "Flags typed beside it override its values (--preset fast --epochs 40 --amp none). For a new "
+                        "run: refused with --resume, which keeps the run's own settings. Without it, every flag has "
+                        "its own default")
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
                    help="; ".join(f"{n}: {spec.title}" for n, spec in MODELS.items()) + " (default: capsnet; segcaps on "
                         "segmentation data, capspix2pix on synthesis data)")
@@ -186,6 +206,12 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "0.96)", type=_positive_float)
     _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay",
                 type=_positive_int)
+    _field_flag(t, "--lr-schedule", TrainConfig, "lr_schedule", "exponential: --lr times --lr-decay every "
+                "--lr-decay-steps (authors' code); linear: up from --lr / --warmup-steps to --lr over --warmup-steps, "
+                "then straight down to 0 at the run's last step (a --resume with a larger --epochs stretches the "
+                "decay)", choices=LR_SCHEDULES)
+    _field_flag(t, "--warmup-steps", TrainConfig, "warmup_steps", "--lr-schedule linear: optimizer steps of the "
+                "warm-up (0: start at --lr); fewer than the run's steps", type=_nonneg_int)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
                 "turns it off)", type=_nonneg_float)
     _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off; "
@@ -397,10 +423,37 @@ def _train_config(typed: dict[str, Any], kind: str) -> TrainConfig:
     return TrainConfig(**typed)
 
 
+def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:
+    """Set each of a preset's ``flags`` that was not typed (absent, or None), and --eval-every to the run's epochs;
+    the fields it set. Its warm-up belongs to its linear schedule: left out when another --lr-schedule is typed."""
+    other_schedule = getattr(args, "lr_schedule", None) not in (None, flags.get("lr_schedule"))
+    set_here = [f for f in flags if getattr(args, f, None) is None and not (other_schedule and f == "warmup_steps")]
+    for field in set_here:
+        setattr(args, field, flags[field])
+    if not hasattr(args, "eval_every"):
+        args.eval_every = getattr(args, "epochs", TrainConfig.epochs)
+        set_here.append("eval_every")
+    return set_here
+
+
+def _check_schedule_flags(args: argparse.Namespace, typed: dict[str, Any], preset_fields: list[str]) -> None:
+    """Refuse flags of the learning-rate schedule that a new run's schedule would ignore."""
+    schedule = typed.get("lr_schedule", TrainConfig.lr_schedule)
+    unused = [_flag(f) for f in (("lr_decay", "lr_decay_steps") if schedule == "linear" else ("warmup_steps",))
+              if f in typed]
+    if unused:
+        how = f" (set by --preset {args.preset})" if "lr_schedule" in preset_fields else ""
+        args.parser.error(f"{_listed(unused, 'does', 'do')} not apply to --lr-schedule {schedule}{how}")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from . import gan, train
     from .distributed import launcher
 
+    if args.preset is not None and args.resume:
+        args.parser.error(f"--preset {args.preset} sets up a new run; --resume continues with the run's own settings: "
+                          f"leave --preset out")
+    preset_fields = [] if args.preset is None else _apply_preset(args, _PRESETS[args.preset])
     launch = launcher(required=args.distributed)  # None: one process, as always
     main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
@@ -448,6 +501,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
                               f"the run's own settings (only --epochs may change)")
     else:
+        _check_schedule_flags(args, train_changes, preset_fields)
         model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
         train_cfg = _train_config(train_changes, kind)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own

@@ -167,8 +167,13 @@ def _finished(run: Run) -> dict[str, Any] | None:
         ckpt = load_checkpoint(run.run_dir, "last")
     except CheckpointError:
         return None
-    same_but_epochs = dict(ckpt.train_config, epochs=0) == dict(run.train_config.to_dict(), epochs=0)
-    if not same_but_epochs or ckpt.model_config != run.model_config.to_dict():
+    try:  # the saved settings as today's configs read them: a field added since takes its default
+        saved_train = TrainConfig.from_dict(ckpt.train_config).to_dict()
+        saved_model = type(run.model_config).from_dict(ckpt.model_config).to_dict()
+    except (TypeError, ValueError):
+        saved_train = saved_model = None
+    same_but_epochs = saved_train is not None and dict(saved_train, epochs=0) == dict(run.train_config.to_dict(), epochs=0)
+    if not same_but_epochs or saved_model != run.model_config.to_dict():
         raise CheckpointError(f"{run.run_dir} holds a run with other settings; remove it or choose another --out")
     if ckpt.state.get("epoch") == run.train_config.epochs and ckpt.state.get("history"):
         return ckpt.state["history"][-1]

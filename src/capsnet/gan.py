@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -173,7 +174,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
-    step = state["step"]
+    step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
     amp = autocast(dev, cfg.amp)
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
@@ -189,7 +190,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
             for opt in (opt_g, opt_d):
                 for group in opt.param_groups:
-                    group["lr"] = lr_at(step, cfg)
+                    group["lr"] = lr_at(step, cfg, total_steps)
             d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp)
             step += 1
             n = len(idx)
@@ -207,7 +208,8 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                                 f"Lower --lr or check the label maps and images for NaN or infinite pixels")
         d, gl, l1, d_real, d_fake = (sums / seen).tolist()
         bar.close()
-        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg), "train_d_loss": d, "train_g_loss": gl,
+        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
+                  "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
                   "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
         if epoch % cfg.eval_every and epoch != cfg.epochs:

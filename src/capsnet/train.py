@@ -42,10 +42,12 @@ from .evaluate import evaluate_split
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError", "resume_configs",
-           "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume", "input_fields"]
+__all__ = ["TrainConfig", "LR_SCHEDULES", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
+           "resume_configs", "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
+
+LR_SCHEDULES = ("exponential", "linear")  # lr_at: the authors' smooth decay, or warm-up then straight down to 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class TrainConfig:
     lr: float = 1e-3  # authors' code: Adam, 1e-3
     lr_decay: float = 0.96  # authors' code: x0.96 ...
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
+    lr_schedule: str = "exponential"  # or "linear": warm-up, then down to 0 at the run's end (lr_decay* unused)
+    warmup_steps: int = 0  # linear schedule: steps of the ramp from lr / warmup_steps up to lr (0: start at lr)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
     shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
     augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase recipe
@@ -74,13 +78,18 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("val_size", "train_size", "test_size", "shift", "seed"):
+        for name in ("val_size", "train_size", "test_size", "shift", "seed", "warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid values are {', '.join(LR_SCHEDULES)}")
+        if self.warmup_steps and self.lr_schedule != "linear":
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) applies to lr_schedule 'linear', not "
+                             f"{self.lr_schedule!r}; set lr_schedule='linear' or warmup_steps=0")
         if self.recon_weight < 0:
             raise ValueError(f"recon_weight must be >= 0, got {self.recon_weight}")
         if self.augment not in AUGMENTATIONS:
@@ -96,9 +105,27 @@ class TrainConfig:
         return config_from_dict(cls, d)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate after ``step`` optimizer steps: lr * decay^(step / decay_steps)."""
-    return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps)
+def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
+    """Learning rate after ``step`` optimizer steps, for the step that follows.
+
+    ``"exponential"`` (the authors' code): lr * lr_decay^(step / lr_decay_steps).
+    ``"linear"``, with W = ``warmup_steps`` and T = ``total_steps``, the run's
+    steps: lr * (step + 1) / W while step < W (the first step at lr / W, the
+    W-th at lr), then lr * (T - step) / (T - W), which reaches 0 at step T,
+    the end of the run (its last step at lr / (T - W)). A resume with more
+    epochs has a larger T: the decay is stretched over the new total.
+    """
+    if cfg.lr_schedule == "exponential":
+        return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps)
+    if total_steps is None:
+        raise ValueError("lr_schedule 'linear' decays to 0 at the run's end: lr_at needs the run's total_steps")
+    W, T = cfg.warmup_steps, total_steps
+    if W >= T:
+        raise ValueError(f"warmup_steps ({W}) must be fewer than the run's {T} optimizer steps; lower --warmup-steps "
+                         f"or train for more steps")
+    if step < W:
+        return cfg.lr * (step + 1) / W
+    return cfg.lr * max(0, T - step) / (T - W)
 
 
 def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
@@ -468,7 +495,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     lo, hi = 0, 1
                 x, y, comp = x[lo:hi], y[lo:hi], None if comp is None else comp[lo:hi]
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg)
+                group["lr"] = lr_at(step, cfg, total_steps)
             with amp:
                 loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight,
                                          progress=min(1.0, step / total_steps))
@@ -496,7 +523,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
         bar.close()
 
-        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg),
+        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}

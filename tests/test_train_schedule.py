@@ -1,0 +1,191 @@
+"""The learning-rate schedules (``TrainConfig.lr_schedule``, ``lr_at``) and ``capsnet train --preset``.
+
+The linear schedule is checked against values worked out by hand; the preset
+through ``capsnet.cli.main`` with ``fit`` replaced (no training), except the
+resume, which needs a run on disk (tiny sizes, on the CPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from capsnet import cli
+from capsnet import train as train_mod
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.models import CapsNetConfig
+from capsnet.train import TrainConfig, fit, lr_at, resume_configs
+
+LINEAR = TrainConfig(lr=1e-3, lr_schedule="linear", warmup_steps=4)
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+TINY_FLAGS = ["--conv1-channels", "8", "--primary-types", "2", "--model-option", "decoder_hidden=[32,64]"]
+
+
+# ------------------------------------------------------------------------------------------ lr_at
+
+
+@pytest.mark.parametrize("step, expected", [
+    (0, 0.25e-3), (1, 0.5e-3), (2, 0.75e-3), (3, 1e-3),  # warm-up: lr * (step + 1) / 4
+    (4, 1e-3), (8, 0.75e-3), (12, 0.5e-3), (19, 1e-3 / 16),  # decay: lr * (20 - step) / 16
+    (20, 0.0),  # the end of the run
+])
+def test_linear_schedule_by_hand(step, expected):
+    assert lr_at(step, LINEAR, total_steps=20) == pytest.approx(expected, abs=1e-15)
+
+
+def test_linear_schedule_rises_then_falls_to_zero_at_the_last_step():
+    rates = [lr_at(s, LINEAR, total_steps=20) for s in range(21)]
+    assert max(rates) == pytest.approx(1e-3) and rates.index(max(rates)) == 3
+    assert all(a < b for a, b in zip(rates[:4], rates[1:4]))  # strictly up during the warm-up
+    assert all(a > b for a, b in zip(rates[4:], rates[5:]))  # strictly down after it
+    assert rates[19] > 0 and rates[20] == 0.0  # the last update still moves the weights; the run ends at 0
+
+
+def test_linear_schedule_without_warmup_starts_at_lr():
+    cfg = TrainConfig(lr=2e-3, lr_schedule="linear")
+    assert [lr_at(s, cfg, total_steps=10) for s in (0, 5, 9, 10)] == pytest.approx([2e-3, 1e-3, 2e-4, 0.0])
+
+
+def test_exponential_default_is_unchanged():
+    cfg = TrainConfig()
+    assert cfg.lr_schedule == "exponential" and cfg.warmup_steps == 0
+    for step, expected in ((0, 1e-3), (2000, 0.96e-3), (1000, 1e-3 * 0.96 ** 0.5), (10000, 1e-3 * 0.96 ** 5)):
+        assert lr_at(step, cfg) == pytest.approx(expected)
+        assert lr_at(step, cfg, total_steps=50) == lr_at(step, cfg)  # the run's length does not enter it
+
+
+def test_linear_schedule_needs_the_run_length_and_a_shorter_warmup():
+    with pytest.raises(ValueError, match="total_steps"):
+        lr_at(0, LINEAR)
+    with pytest.raises(ValueError, match=r"warmup_steps \(4\) must be fewer than the run's 4 optimizer steps; "
+                                         r"lower --warmup-steps"):
+        lr_at(0, LINEAR, total_steps=4)
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"lr_schedule": "cosine"}, "unknown lr_schedule 'cosine'; valid values are exponential, linear"),
+    ({"lr_schedule": "linear", "warmup_steps": -1}, "warmup_steps must be >= 0, got -1"),
+    ({"warmup_steps": 10}, "warmup_steps (10) applies to lr_schedule 'linear', not 'exponential'"),
+    ({"lr_schedule": "linear", "warmup_steps": "10"}, "TrainConfig.warmup_steps must be an integer"),
+])
+def test_bad_schedule_fields_are_refused_by_name(fields, fragment):
+    with pytest.raises(ValueError) as e:
+        TrainConfig.from_dict(fields)
+    assert fragment in str(e.value)
+
+
+def test_a_config_saved_before_the_schedule_fields_loads_with_the_defaults():
+    old = {k: v for k, v in TrainConfig(epochs=3).to_dict().items() if k not in ("lr_schedule", "warmup_steps")}
+    cfg = TrainConfig.from_dict(old)
+    assert cfg == TrainConfig(epochs=3) and cfg.lr_schedule == "exponential"
+
+
+# ------------------------------------------------------------------------------------------ fit
+
+
+def test_fit_follows_the_linear_schedule_and_resumes(tmp_path):
+    # 64 examples in batches of 32: 2 steps an epoch, 4 in the run; the lr logged after epoch 1 is the next step's.
+    cfg = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=64, test_size=32, lr=1e-3,
+                      lr_schedule="linear", warmup_steps=1)
+    fit(TINY, dataclasses.replace(cfg, epochs=1), tmp_path, device="cpu", progress=False)
+    # a run of 2 steps with a warm-up of 1: both steps at lr (lr * 1/1, then lr * (2 - 1) / (2 - 1)), its end at 0
+    ckpt = load_checkpoint(tmp_path, "last")
+    assert ckpt.optimizer_state["param_groups"][0]["lr"] == pytest.approx(1e-3)  # the rate of the last step taken
+    assert ckpt.state["history"][-1]["lr"] == 0.0
+    model_cfg, saved = resume_configs(tmp_path, train_changes={"epochs": 2})
+    assert saved == cfg  # the schedule is part of the saved settings
+    fit(model_cfg, saved, tmp_path, device="cpu", progress=False, resume=True)
+    # resumed to 4 steps: the decay stretched over the new total, steps 2 and 3 at lr * 2/3 and lr * 1/3
+    ckpt = load_checkpoint(tmp_path, "last")
+    assert ckpt.optimizer_state["param_groups"][0]["lr"] == pytest.approx(1e-3 / 3)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["lr"]) for r in records] == [(2, 0.0), (4, 0.0)]  # each run's own end
+
+
+def test_a_checkpoint_without_the_schedule_fields_resumes(tmp_path):
+    cfg = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32, train_size=64, test_size=32)
+    fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    ckpt = load_checkpoint(tmp_path, "last")
+    old = {k: v for k, v in ckpt.train_config.items() if k not in ("lr_schedule", "warmup_steps")}
+    save_checkpoint(tmp_path / "last.safetensors", dataclasses.replace(ckpt, train_config=old))
+    assert "lr_schedule" not in load_checkpoint(tmp_path, "last").train_config  # as an older capsnet wrote it
+    model_cfg, saved = resume_configs(tmp_path, train_changes={"epochs": 2})
+    assert saved == dataclasses.replace(cfg, epochs=2)
+    final = fit(model_cfg, saved, tmp_path, device="cpu", progress=False, resume=True)
+    assert final["epoch"] == 2 and final["lr"] == pytest.approx(lr_at(4, saved))
+
+
+# ------------------------------------------------------------------------------------------ --preset
+
+
+@pytest.fixture
+def fit_calls(monkeypatch):
+    """``capsnet train``'s calls of ``fit``, recorded instead of trained."""
+    calls = []
+    monkeypatch.setattr(train_mod, "fit", lambda model_cfg, cfg, out, **kw: calls.append((model_cfg, cfg, kw)) or {})
+    return calls
+
+
+FAST = TrainConfig(dataset="mnist", epochs=25, batch_size=256, lr=2e-3, lr_schedule="linear", warmup_steps=235,
+                   amp="bf16", val_size=0, eval_every=25)
+
+
+def test_preset_fast_builds_its_recipe(tmp_path, fit_calls):
+    assert cli.main(["train", "--preset", "fast", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    (model_cfg, cfg, kw), = fit_calls
+    assert cfg == FAST and kw["compile"] == "default"
+    assert model_cfg == CapsNetConfig()  # the paper's CapsNet
+
+
+def test_without_preset_nothing_changes(tmp_path, fit_calls):
+    assert cli.main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    (model_cfg, cfg, kw), = fit_calls
+    assert cfg == TrainConfig() and kw["compile"] is False and model_cfg == CapsNetConfig()
+
+
+def test_typed_flags_override_the_preset(tmp_path, fit_calls):
+    assert cli.main(["train", "--preset", "fast", "--epochs", "40", "--amp", "none", "--lr", "1e-3", "--compile",
+                     "aot_eager", "--warmup-steps", "10", "--routing-iterations", "2", "--out", str(tmp_path / "a"),
+                     "--no-progress"]) == 0
+    model_cfg, cfg, kw = fit_calls[-1]
+    assert cfg == dataclasses.replace(FAST, epochs=40, eval_every=40, amp="none", lr=1e-3, warmup_steps=10)
+    assert kw["compile"] == "aot_eager" and model_cfg == CapsNetConfig(routing_iterations=2)
+    assert cli.main(["train", "--preset", "fast", "--eval-every", "5", "--out", str(tmp_path / "b"),
+                     "--no-progress"]) == 0
+    assert fit_calls[-1][1] == dataclasses.replace(FAST, eval_every=5)
+    # another schedule typed: the preset's warm-up, which belongs to its linear schedule, is left out
+    assert cli.main(["train", "--preset", "fast", "--lr-schedule", "exponential", "--out", str(tmp_path / "c"),
+                     "--no-progress"]) == 0
+    assert fit_calls[-1][1] == dataclasses.replace(FAST, lr_schedule="exponential", warmup_steps=0)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--preset", "fast", "--lr-decay", "0.9"], "--lr-decay does not apply to --lr-schedule linear (set by --preset "
+                                                "fast)"),
+    (["--lr-schedule", "linear", "--lr-decay-steps", "10"], "--lr-decay-steps does not apply to --lr-schedule linear"),
+    (["--warmup-steps", "5"], "--warmup-steps does not apply to --lr-schedule exponential"),
+    (["--preset", "fast", "--resume"], "--preset fast sets up a new run; --resume continues with the run's own "
+                                       "settings: leave --preset out"),
+    (["--preset", "slow"], "argument --preset: invalid choice: 'slow'"),
+])
+def test_schedule_and_preset_flags_that_conflict_exit_2(tmp_path, capsys, fit_calls, argv, fragment):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", *argv, "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and fragment in err and "usage: capsnet train" in err
+    assert fit_calls == []
+
+
+def test_resume_keeps_the_runs_settings_not_the_presets(tmp_path, data_root, capsys):
+    run = tmp_path / "run"
+    shared = ["--out", str(run), "--device", "cpu", "--data-dir", str(data_root), "--no-progress"]
+    assert cli.main(["train", "--preset", "fast", "--train-size", "64", "--test-size", "32", "--epochs", "1",
+                     "--batch-size", "32", "--warmup-steps", "1", "--compile", "eager", *TINY_FLAGS, *shared]) == 0
+    assert cli.main(["train", "--resume", "--epochs", "2", *shared]) == 0
+    assert "error" not in capsys.readouterr().err
+    ckpt = load_checkpoint(run, "last")
+    expected = dataclasses.replace(FAST, epochs=2, eval_every=1, batch_size=32, train_size=64, test_size=32,
+                                   warmup_steps=1)
+    assert TrainConfig.from_dict(ckpt.train_config) == expected  # the preset's values, kept by the resume
+    assert ckpt.state["epoch"] == 2 and ckpt.state["history"][-1]["lr"] == 0.0  # the stretched decay's end
