@@ -283,8 +283,9 @@ if step less-data 2; then
     finish
 fi
 
-# The other families' rows. These scripts take no --device today (they time on the CPU): on a GPU they are skipped
-# with that message, and they run here as soon as one gains the flag. ~0.5 min each on a GPU.
+# The other families' rows: the routing family, SegCaps beside the U-Net, CapsPix2pix beside pix2pix, each script
+# on --device (a script without the flag would time the CPU: on a GPU it is skipped with that message). ~0.5 min
+# each on a GPU.
 for family in routing-family segmentation synthesis; do
     script=benchmarks/${family/-/_}.py
     case $family in

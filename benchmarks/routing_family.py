@@ -19,7 +19,6 @@ import copy
 import shlex
 import statistics
 import sys
-import time
 
 import torch
 from torch import nn
@@ -57,18 +56,20 @@ def main() -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED), choices=list(MODELS))
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
+    dev = torch.device(args.device)
     rows = []
     for name in args.models:
         spec = model_spec(name)
         config = spec.config(input_height=28, input_width=28, in_channels=1, num_classes=10)
         torch.manual_seed(0)
-        model = spec.build(config)
+        model = spec.build(config).to(dev)
         g = torch.Generator().manual_seed(0)
-        images = torch.rand(args.batch_size, 1, 28, 28, generator=g)
-        labels = torch.randint(0, 10, (args.batch_size,), generator=g)
+        images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
+        labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
         full = _Runner(model, "train", images, labels, 1e-3, loss_fn=spec.loss)
         bare = _Runner(without_routing(model), "train", images, labels, 1e-3, loss_fn=spec.loss)
         full.time_step(), bare.time_step()
@@ -87,8 +88,8 @@ def main() -> None:
               f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
-          f"| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
+          "| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['model']} | {r['title']} | {r['weights']:,} | {r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-"
               f"{r['images_per_s_max']:.1f}) | {100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"

@@ -11,7 +11,7 @@ median over the paired repeats. Part 2 measures the peak tensor memory
 SegCaps' step at most 2x the U-Net's (the public code: 3.3x), one 512x512
 image under 4 GB.
 
-    python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--json FILE]
+    python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--device cpu] [--json FILE]
 """
 from __future__ import annotations
 
@@ -29,14 +29,14 @@ from capsnet.models import model_spec
 MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
-def runner(name: str, size: int, batch: int, mode: str) -> _Runner:
+def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu") -> _Runner:
     spec = model_spec(name)
     config = spec.config(input_height=size, input_width=size)
     torch.manual_seed(0)
-    model = spec.build(config)
+    model = spec.build(config).to(device)
     g = torch.Generator().manual_seed(0)
-    images = torch.rand(batch, 1, size, size, generator=g)
-    masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8)
+    images = torch.rand(batch, 1, size, size, generator=g).to(device)
+    masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8).to(device)
     return _Runner(model, mode, images, masks, 1e-3, loss_fn=spec.loss)
 
 
@@ -46,10 +46,11 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--big", type=int, default=512, help="image side of the one-image memory measurement (0: skip)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    runners = {m: runner(m, args.size, args.batch_size, "train") for m in MODELS}
+    runners = {m: runner(m, args.size, args.batch_size, "train", args.device) for m in MODELS}
     for r in runners.values():
         r.time_step()  # warm-up, untimed
     times: dict[str, list[float]] = {m: [] for m in MODELS}
@@ -70,7 +71,7 @@ def main() -> None:
     if args.big:
         for m in MODELS:
             for mode in ("train", "infer"):
-                r = runner(m, args.big, 1, mode)
+                r = runner(m, args.big, 1, mode, args.device)
                 rows.append({"model": m, "part": f"{args.big}x{args.big}, {mode}", "size": args.big, "batch": 1,
                              "seconds": r.time_step(), "peak_mem_mb": r.peak_bytes() / 2**20})
                 print(f"{m} {mode} {args.big}x{args.big}: {rows[-1]['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ times both models back to back, alternating which goes first; the ratio
 column is the median of the per-repeat ratios pix2pix / CapsPix2pix (above
 1: CapsPix2pix is faster).
 
-    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--json FILE]
+    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--json FILE]
 """
 from __future__ import annotations
 
@@ -35,25 +35,30 @@ MODELS = ("capspix2pix", "pix2pix")
 class Stepper:
     """One model with its optimizers and a fixed batch; ``train()`` and ``generate()`` each time one call."""
 
-    def __init__(self, name: str, size: int, batch: int) -> None:
+    def __init__(self, name: str, size: int, batch: int, device: str = "cpu") -> None:
         torch.manual_seed(0)
-        self.model = create_model(name, input_height=size, input_width=size)
+        self.device = torch.device(device)
+        self.model = create_model(name, input_height=size, input_width=size).to(self.device)
         self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))
         g = torch.Generator().manual_seed(0)
-        self.labels = (torch.rand(batch, 1, size, size, generator=g) > 0.9).float()
-        self.real = torch.rand(batch, 1, size, size, generator=g)
-        self.z = self.model.noise(batch, 0)
+        self.labels = (torch.rand(batch, 1, size, size, generator=g) > 0.9).float().to(self.device)
+        self.real = torch.rand(batch, 1, size, size, generator=g).to(self.device)
+        self.z = self.model.noise(batch, 0, self.device)
+
+    def _timed(self, work) -> float:
+        sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        work()
+        sync()
+        return time.perf_counter() - start
 
     def train(self) -> float:
         self.model.train()
-        start = time.perf_counter()
-        gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z)
-        return time.perf_counter() - start
+        return self._timed(lambda: gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z))
 
     def generate(self) -> float:
-        start = time.perf_counter()
-        generate(self.model, self.labels, seed=0, batch_size=len(self.labels))
-        return time.perf_counter() - start
+        return self._timed(lambda: generate(self.model, self.labels, seed=0, batch_size=len(self.labels)))
 
 
 def main() -> None:
@@ -61,10 +66,11 @@ def main() -> None:
     p.add_argument("--size", type=int, default=32, help="side of the label maps and images")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    steppers = {m: Stepper(m, args.size, args.batch_size) for m in MODELS}
+    steppers = {m: Stepper(m, args.size, args.batch_size, args.device) for m in MODELS}
     rows = []
     for mode in ("train", "generate"):
         for s in steppers.values():
