@@ -49,6 +49,25 @@ def test_a_resume_continues_exactly(tmp_path, data_root):
     assert [r["train_l1"] for r in a.state["history"]] == [r["train_l1"] for r in b.state["history"]]
 
 
+def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_path, data_root, monkeypatch):
+    cfg = replace(TINY, epochs=2, eval_every=2)
+    model = Pix2pixConfig(base_channels=4, disc_channels=4)
+    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("capsnet.synthesis.evaluate_synthesis", killed)  # gan.py imports it inside fit_gan
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 0.0)  # as if each epoch took over the minute between saves
+    with pytest.raises(KeyboardInterrupt):
+        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False)
+    assert load_checkpoint(tmp_path / "split", "last").state["epoch"] == 1  # epoch 1 kept, without an evaluation
+    monkeypatch.undo()
+    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    for k in a.model_state:
+        assert torch.equal(a.model_state[k], b.model_state[k]), k
+
+
 def test_the_gan_loop_follows_a_linear_schedule_to_zero(tmp_path, data_root):
     cfg = replace(TINY, epochs=2, lr_schedule="linear", warmup_steps=1)  # 2 steps an epoch, 4 in all
     fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu", data_root=data_root,

@@ -50,6 +50,35 @@ def test_resume_reaches_exactly_the_uninterrupted_weights(tmp_path):
     assert [r["epoch"] for r in lines(tmp_path / "split")] == [1, 2]
 
 
+class _Killed(Exception):
+    pass
+
+
+def test_a_run_killed_between_evaluations_resumes_from_its_last_epoch(tmp_path, monkeypatch):
+    """eval_every > 1: the epochs without an evaluation still leave a resumable last.safetensors, so a run
+    killed before its first evaluation loses one epoch at most and still ends with the uninterrupted weights."""
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 3, "eval_every": 3})
+    fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False)
+
+    def killed(*args, **kwargs):
+        raise _Killed
+    monkeypatch.setattr("capsnet.train.evaluate_split", killed)
+    with pytest.raises(_Killed):  # short epochs (the default minute between saves): nothing written before the end
+        fit(TINY, cfg, tmp_path / "quick", device="cpu", progress=False)
+    assert not (tmp_path / "quick" / "last.safetensors").exists()
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 0.0)  # long epochs: each one saved
+    with pytest.raises(_Killed):
+        fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False)
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert saved.state["epoch"] == 2 and [r["epoch"] for r in saved.state["history"]] == [1, 2]
+    assert saved.optimizer_state and not (tmp_path / "split" / "best.safetensors").exists()
+    monkeypatch.undo()
+    final = fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert final["epoch"] == 3 and "test_accuracy" in final
+
+
 def test_metrics_log_and_best_checkpoint(tmp_path):
     final = fit(TINY, CFG, tmp_path, device="cpu", progress=False)
     records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

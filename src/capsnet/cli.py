@@ -225,8 +225,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "for one --seed smaller subsets are nested in larger ones", type=_nonneg_int)
     _field_flag(t, "--test-size", TrainConfig, "test_size", "evaluate on the first this many test examples (0: all; "
                 "multimnist: the first this many of the 10,000 fixed test pairs)", type=_nonneg_int)
-    _field_flag(t, "--eval-every", TrainConfig, "eval_every", "evaluate and checkpoint every this many epochs, and "
-                "after the last (many short epochs of a small --train-size)", type=_positive_int)
+    _field_flag(t, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last "
+                "(many short epochs of a small --train-size); an epoch between evaluations still checkpoints when "
+                "the last save is a minute old, so a long run resumes", type=_positive_int)
     _capsnet_arguments(t, all_flags=True)
     _baseline_arguments(t)
     t.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
