@@ -103,7 +103,9 @@ def pt2_checks(path, batch_images, model):
         assert_matches(list(got), reference(model, images), f"pt2, batch {len(images)}")
 
 
-@pytest.mark.parametrize("name", list_models())
+# segcaps-r1 is segcaps with one routing round: the same operations, a 10 s export; it runs with -m slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "segcaps-r1" else n
+                                  for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
     model = create_model(name, **SMALL[name])
