@@ -15,9 +15,10 @@ Everything else is ``capsnet.train.fit``'s: Adam (betas from the model's
 config, the learning rate and its decay from ``TrainConfig``), seeded batch
 order and noise per epoch, a progress bar with both losses, one record per
 epoch in ``metrics.jsonl``, held-out scores (``capsnet.synthesis``) every
-``eval_every`` epochs, ``last.safetensors`` every epoch with both
-optimizers' state and the random state, so ``resume`` continues exactly, and ``best.safetensors``
-(highest held-out SSIM).
+``eval_every`` epochs, ``last.safetensors`` with both optimizers' state and
+the random state at each evaluation (and between them once the last save is
+``capsnet.train.SAVE_AFTER_S`` old), so ``resume`` continues exactly, and
+``best.safetensors`` (highest held-out SSIM).
 """
 from __future__ import annotations
 
@@ -144,6 +145,16 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     last_saved = time.monotonic()
+
+    def save_last(state: dict[str, Any]) -> None:
+        """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
+        nonlocal last_saved
+        rng = {"torch": torch.get_rng_state()} | ({"cuda": torch.cuda.get_rng_state(dev)} if dev.type == "cuda" else {})
+        save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
+                                              train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
+                                              optimizer_state=_merged(opt_g, opt_d), rng_state=rng))
+        last_saved = time.monotonic()
+
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
     elif judge is not None:
@@ -214,16 +225,10 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
                   "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
-        rng = {"torch": torch.get_rng_state()} | ({"cuda": torch.cuda.get_rng_state(dev)} if dev.type == "cuda" else {})
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if time.monotonic() - last_saved < _train.SAVE_AFTER_S:
-                continue
-            last_saved = time.monotonic()
-            save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                                  train_config=cfg.to_dict(), state=state,
-                                                  model_state=model.state_dict(),
-                                                  optimizer_state=_merged(opt_g, opt_d), rng_state=rng))
+            if time.monotonic() - last_saved >= _train.SAVE_AFTER_S:
+                save_last(state)
             continue
         results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
                                      batch_size=min(cfg.eval_batch_size, 64), progress=progress)
@@ -240,12 +245,11 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             state["best"] = {"epoch": epoch, "accuracy": score, "split": held_name}
 
         # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
-        base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(), state=state,
-                    model_state=model.state_dict())
         if improved:
-            save_checkpoint(best_path, Checkpoint(**base))
-        save_checkpoint(last_path, Checkpoint(**base, optimizer_state=_merged(opt_g, opt_d), rng_state=rng))
-        last_saved = time.monotonic()
+            save_checkpoint(best_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
+                                                  train_config=cfg.to_dict(), state=state,
+                                                  model_state=model.state_dict()))
+        save_last(state)
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))

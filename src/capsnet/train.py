@@ -67,7 +67,7 @@ class TrainConfig:
     train_size: int = 0  # 0: all; else a seeded subset of this many (nested across sizes for one seed)
     test_size: int = 0  # 0: all; else the first this many test examples (multimnist: this many test pairs)
     eval_batch_size: int = 256
-    eval_every: int = 1  # evaluate every this many epochs, and after the last (every epoch is checkpointed)
+    eval_every: int = 1  # evaluate every this many epochs, and after the last (checkpoints: see SAVE_AFTER_S)
     seed: int = 0
     amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
 
@@ -333,9 +333,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
         tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None) -> dict[str, Any]:
-    """Train the registered model ``model_config`` configures, checkpointing into ``run_dir`` every epoch and
-    evaluating every ``cfg.eval_every`` epochs and after the last (an epoch without an evaluation still writes a
-    resumable ``last.safetensors``, its record without held-out scores).
+    """Train the registered model ``model_config`` configures, evaluating and checkpointing into ``run_dir`` every
+    ``cfg.eval_every`` epochs and after the last (an epoch between evaluations still writes a resumable
+    ``last.safetensors`` once the last save is ``SAVE_AFTER_S`` seconds old).
 
     ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
     step), ``best.safetensors`` (best accuracy on the validation split, or on
@@ -419,6 +419,16 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, clean=main)
     last_saved = time.monotonic()
+
+    def save_last(state: dict[str, Any]) -> None:
+        """``last.safetensors``: what a resume continues from (weights, optimizer, random state)."""
+        nonlocal last_saved
+        save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
+                                              train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
+                                              optimizer_state=opt.state_dict(),
+                                              rng_state={"torch": torch.get_rng_state()}))
+        last_saved = time.monotonic()
+
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
@@ -532,11 +542,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             if main and time.monotonic() - last_saved >= SAVE_AFTER_S:  # not evaluated, but resumable
-                save_checkpoint(last_path, Checkpoint(
-                    model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(), state=state,
-                    model_state=model.state_dict(), optimizer_state=opt.state_dict(),
-                    rng_state={"torch": torch.get_rng_state()}))
-                saved_epoch, last_saved = epoch, time.monotonic()
+                save_last(state)
+                saved_epoch = epoch
             continue
         if main:  # rank 0 alone evaluates and writes; the others wait for its state below
             results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
@@ -558,13 +565,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
             # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
             # history, so the two always agree whatever moment a crash strikes.
-            base = dict(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(),
-                        state=state, model_state=model.state_dict())
             if improved:
-                save_checkpoint(best_path, Checkpoint(**base))
-            save_checkpoint(last_path, Checkpoint(**base, optimizer_state=opt.state_dict(),
-                                                  rng_state={"torch": torch.get_rng_state()}))
-            last_saved = time.monotonic()
+                save_checkpoint(best_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
+                                                      train_config=cfg.to_dict(), state=state,
+                                                      model_state=model.state_dict()))
+            save_last(state)
             atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
             if board is not None:
                 board.log_epoch(model, record)
