@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from capsnet.checkpoint import load_checkpoint
@@ -36,7 +36,6 @@ from capsnet.pretrained import DEFAULT, DIR, pack
 CAPSNET_FLAGS = ["--model", "capsnet", "--conv1-channels", "64", "--primary-types", "16",
                  "--model-option", "decoder_hidden=[256, 512]", "--epochs", "8", "--batch-size", "128",
                  "--lr", "1e-3", "--lr-decay", "0.8", "--lr-decay-steps", "469", "--shift", "2", "--seed", "0"]
-CAPSNET = "A CapsNet (Sabour et al. 2017)"
 CAPSNET_MODEL = ("the paper's CapsNet, narrower: conv1 9x9 with 64 channels (paper: 256), 16 primary capsule types\n"
                  "  of 8D (paper: 32), 10 {capsules} capsules of 16D, 3 routing iterations, decoder 160-256-512-784 "
                  "(paper: 512-1024)")
@@ -67,17 +66,17 @@ class Recipe:
 
 
 MNIST_UNSEEN = "centred MNIST digits; other images (letters, photographs, digits far from the centre)"
-SHIFTED = "shifted by up to 2 pixels (section 5 of the paper)"
-CAPSNET_LOSS = "margin loss plus 0.0005 x reconstruction"
+CAPSNET_MNIST = Recipe(dataset="mnist", title="MNIST", unit="digits", capsules="digit", unseen=MNIST_UNSEEN,
+                       paper="A CapsNet (Sabour et al. 2017)", flags=CAPSNET_FLAGS, model=CAPSNET_MODEL,
+                       augmentation="shifted by up to 2 pixels (section 5 of the paper)",
+                       loss="margin loss plus 0.0005 x reconstruction")
 # name -> its recipe
 SHIPPED = {
-    DEFAULT: Recipe(dataset="mnist", title="MNIST", unit="digits", capsules="digit", unseen=MNIST_UNSEEN,
-                    paper=CAPSNET, flags=CAPSNET_FLAGS, model=CAPSNET_MODEL, augmentation=SHIFTED, loss=CAPSNET_LOSS),
-    "capsnet-fashion-small": Recipe(
-        dataset="fashion-mnist", title="Fashion-MNIST", unit="images", capsules="class",
+    DEFAULT: CAPSNET_MNIST,
+    "capsnet-fashion-small": replace(  # the same recipe on Fashion-MNIST
+        CAPSNET_MNIST, dataset="fashion-mnist", title="Fashion-MNIST", unit="images", capsules="class",
         unseen="centred Fashion-MNIST items (greyscale, 28x28, dark background); other images (photographs, other "
-               "garments' datasets)",
-        paper=CAPSNET, flags=CAPSNET_FLAGS, model=CAPSNET_MODEL, augmentation=SHIFTED, loss=CAPSNET_LOSS),
+               "garments' datasets)"),
     "efficient-capsnet-mnist": Recipe(
         dataset="mnist", title="MNIST", unit="digits", capsules="digit", unseen=MNIST_UNSEEN,
         paper="An Efficient-CapsNet (Mazzia et al. 2021)", flags=EFFICIENT_FLAGS, model=EFFICIENT_MODEL,
