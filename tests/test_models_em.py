@@ -110,6 +110,31 @@ def test_em_models_run_train_and_are_batch_independent(name, side, classes):
         torch.testing.assert_close(a[0], b[1], rtol=1e-9, atol=1e-12)
 
 
+def test_conv1_batch_norm_option_counts_normalises_and_is_batch_independent_in_eval():
+    torch.manual_seed(2)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    plain = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, **small)
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, conv1_batch_norm=True,
+                         **small)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == model.config.num_weights == sum(p.numel() for p in plain.parameters()) + 2 * 8
+    images, labels = 3 * torch.rand(4, 1, 28, 28) + 1, torch.tensor([0, 1, 2, 3])
+    # training mode: conv1's output reaches the ReLU standardised per channel over the batch and the grid
+    seen = {}
+    model.conv1_norm.register_forward_hook(lambda m, i, o: seen.update(out=o.detach()))  # returns None: output kept
+    loss, _ = em_capsnet_loss(model, images, labels, progress=0.5)
+    mean, var = seen["out"].mean((0, 2, 3)), seen["out"].var((0, 2, 3), unbiased=False)
+    torch.testing.assert_close(mean, torch.zeros(8), atol=1e-5, rtol=0)
+    torch.testing.assert_close(var, torch.ones(8), atol=1e-3, rtol=0)
+    loss.backward()
+    assert model.conv1_norm.weight.grad.abs().sum() > 0 and model.conv1_norm.bias.grad.abs().sum() > 0
+    # eval mode: the running statistics, so one example's output does not depend on the rest of its batch
+    model.eval().double()
+    together, alone = model(images.double()), model(images[2:3].double())
+    torch.testing.assert_close(alone.activations[0], together.activations[2], rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(model.conv1_norm.running_mean, torch.zeros(8, dtype=DT))  # it learned the statistics
+
+
 def test_em_model_under_bf16_autocast_is_finite():
     torch.manual_seed(1)
     model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10)

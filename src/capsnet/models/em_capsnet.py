@@ -14,6 +14,11 @@ Section 5 gives "310K" and "68K" weights; counted from the architecture
 (tests/test_models_em.py) they are 316,394 and 67,154 with 5 classes and
 biased primary convolutions: the paper's 310K is a rounded figure (the two
 convolutional capsule layers alone hold 294,912).
+
+``conv1_batch_norm`` (off by default; ``--model-option conv1_batch_norm=true``)
+puts batch norm between conv1 and its ReLU, as the most-used PyTorch port of
+the paper does; neither the paper nor the official code has it. In eval mode
+it is a fixed affine map, so an example's output stays independent of its batch.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class EMCapsNetConfig:
     margin_start: float = 0.2  # section 4.1: "starting with a small margin of 0.2 ...
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
     margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
+    conv1_batch_norm: bool = False  # not in the paper nor the official code: batch norm between conv1 and its ReLU
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -86,7 +92,8 @@ class EMCapsNetConfig:
         conv1 = (self.in_channels * 25 + 1) * A
         primary = (A + 1) * B * 16 + (A + 1) * B  # 1x1 pose and activation convolutions, with biases
         caps = 9 * B * C * 16 + 2 * C + 9 * C * D * 16 + 2 * D + D * K * 16 + 2 * K  # 4x4 transforms, beta_u, beta_a
-        return conv1 + primary + caps
+        norm = 2 * A if self.conv1_batch_norm else 0  # batch norm's scale and shift
+        return conv1 + norm + primary + caps
 
     def margin(self, progress: float) -> float:
         """The spread loss's margin after ``progress`` (0..1) of training: linear from start to end over the warm-up."""
@@ -130,6 +137,7 @@ class EMCapsNet(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
+        self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         iters, lam, norm = cfg.routing_iterations, cfg.final_lambda, cfg.normalise_cost
         self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2,
@@ -154,7 +162,7 @@ class EMCapsNet(nn.Module):
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
 
     def _conv_capsules(self, images: torch.Tensor):
-        caps = self.primary(F.relu(self.conv1(images)))  # (B, H1, W1, B_types, 16)
+        caps = self.primary(F.relu(self.conv1_norm(self.conv1(images))))  # (B, H1, W1, B_types, 16)
         return self.caps2(self.caps1(caps))  # (B, H3, W3, D, 16)
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
