@@ -116,6 +116,37 @@ def test_finite_values_and_gradients_for_any_number_of_iterations(iterations):
     assert all(torch.isfinite(t).all() for t in out)
 
 
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+@pytest.mark.parametrize("with_activations", [True, False])
+def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, with_activations):
+    """A training step's routing (one batched product for the votes' gradient) against the plain autograd loop
+    (the recording path), on random votes and betas in float64."""
+    g = torch.Generator().manual_seed(11 + iterations)
+    routing = EMRouting(4, iterations=iterations).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
+        routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT))
+    votes = (torch.randn(3, 10, 4, 16, generator=g, dtype=DT) + 2).requires_grad_(True)
+    a = torch.rand(3, 10, generator=g, dtype=DT).requires_grad_(True) if with_activations else None
+    weights = [torch.randn(3, 4, 16, generator=g, dtype=DT), torch.randn(3, 4, generator=g, dtype=DT),
+               torch.randn(3, 10, 4, generator=g, dtype=DT)]
+    inputs = [votes, routing.beta_u, routing.beta_a] + ([a] if with_activations else [])
+    results = []
+    for record in (False, True):
+        out = routing(votes, a, record=record)
+        assert (type(out.poses.grad_fn).__name__ == "_FusedEMBackward") == (not record)
+        loss = sum((t * w).sum() for t, w in zip((out.poses, out.activations, out.coupling), weights))
+        results.append((out[:3], torch.autograd.grad(loss, inputs)))
+    (fused, fused_grads), (plain, plain_grads) = results
+    for x, y in zip(fused + fused_grads, plain + plain_grads):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    # only the betas wanted: the votes get no gradient and the betas the same one
+    out = routing(votes.detach(), None if a is None else a.detach())
+    g_u, = torch.autograd.grad(out.activations.sum(), [routing.beta_u])
+    plain = routing(votes.detach(), None if a is None else a.detach(), record=True)
+    torch.testing.assert_close(g_u, torch.autograd.grad(plain.activations.sum(), [routing.beta_u])[0])
+
+
 def test_bf16_votes_are_routed_in_fp32():
     g = torch.Generator().manual_seed(6)
     votes = torch.randn(2, 6, 3, 16, generator=g)
