@@ -147,6 +147,18 @@ def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, w
     torch.testing.assert_close(g_u, torch.autograd.grad(plain.activations.sum(), [routing.beta_u])[0])
 
 
+def test_a_second_backward_through_the_fused_path_names_the_way_out():
+    votes = torch.randn(2, 6, 3, 16, requires_grad=True)
+    out = EMRouting(3)(votes)
+    loss = out.activations.sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=r"fused_backward=False"):
+        loss.backward()
+    plain = EMRouting(3, fused_backward=False)(votes)  # plain autograd backpropagates twice
+    plain.activations.sum().backward(retain_graph=True)
+    plain.activations.sum().backward()
+
+
 def test_bf16_votes_are_routed_in_fp32():
     g = torch.Generator().manual_seed(6)
     votes = torch.randn(2, 6, 3, 16, generator=g)

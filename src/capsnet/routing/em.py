@@ -243,6 +243,10 @@ class _FusedEM(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):
+        if ctx.graph is None:
+            raise RuntimeError("EM routing's fused backward runs once per forward pass (its graph is freed as it "
+                               "goes): to backpropagate through the same forward twice (retain_graph=True), build "
+                               "the routing with EMRouting(..., fused_backward=False)")
         (outputs, VV, taps, leaves), ctx.graph = ctx.graph, None
         used = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad]  # R of a single iteration is a constant
         found = torch.autograd.grad([o for o, _ in used], [p for p, _, _ in taps] + list(leaves),
