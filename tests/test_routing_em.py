@@ -119,8 +119,8 @@ def test_finite_values_and_gradients_for_any_number_of_iterations(iterations):
 @pytest.mark.parametrize("iterations", [1, 2, 3])
 @pytest.mark.parametrize("with_activations", [True, False])
 def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, with_activations):
-    """A training step's routing (one batched product for the votes' gradient) against the plain autograd loop
-    (the recording path), on random votes and betas in float64."""
+    """A training step's routing (one batched product for the votes' gradient) and inference against the plain
+    autograd loop (the recording path), on random votes and betas in float64."""
     g = torch.Generator().manual_seed(11 + iterations)
     routing = EMRouting(4, iterations=iterations).double()
     with torch.no_grad():
@@ -140,6 +140,9 @@ def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, w
     (fused, fused_grads), (plain, plain_grads) = results
     for x, y in zip(fused + fused_grads, plain + plain_grads):
         torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    with torch.no_grad():  # inference lays the votes out in one buffer: the same values again
+        for x, y in zip(routing(votes, a)[:3], plain):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
     # only the betas wanted: the votes get no gradient and the betas the same one
     out = routing(votes.detach(), None if a is None else a.detach())
     g_u, = torch.autograd.grad(out.activations.sum(), [routing.beta_u])

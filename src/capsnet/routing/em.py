@@ -188,7 +188,8 @@ class EMRouting(nn.Module):
             if self.fused_backward and not record and _wants_fused_backward(votes, a_in, self.beta_u, self.beta_a):
                 poses, logit, R = _FusedEM.apply(votes, a_in, self.beta_u, self.beta_a, self)
                 return RoutingResult(poses, torch.sigmoid(logit), R.transpose(1, 2))
-            VV, centre = _layout(votes, a_in)
+            # inference: both halves written into one buffer (no autograd to feed, nothing tracing the graph)
+            VV, centre = _layout(votes, a_in, into_buffer=not torch.is_grad_enabled() and _eager())
             m1, logit, R, rounds = self._iterate(VV, a_in, record=record)
             # R is what the last M-step used: the coupling of the last round
             return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
@@ -211,12 +212,17 @@ class EMRouting(nn.Module):
         return m1, logit, R, rounds
 
 
-def _wants_fused_backward(*tensors: torch.Tensor) -> bool:
-    """A training step in eager mode: gradients wanted, nothing tracing or compiling the routing."""
-    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors) or torch.jit.is_tracing():
+def _eager() -> bool:
+    """Nothing is tracing, exporting or compiling the routing."""
+    if torch.jit.is_tracing():
         return False
     compiler = getattr(torch, "compiler", None)
     return not (compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+def _wants_fused_backward(*tensors: torch.Tensor) -> bool:
+    """A training step in eager mode: gradients wanted, nothing tracing or compiling the routing."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and _eager()
 
 
 class _FusedEM(torch.autograd.Function):
