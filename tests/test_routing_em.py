@@ -150,6 +150,30 @@ def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, w
     torch.testing.assert_close(g_u, torch.autograd.grad(plain.activations.sum(), [routing.beta_u])[0])
 
 
+def test_torch_func_transforms_and_forward_ad_take_the_plain_path():
+    """vmap, torch.func.grad and jvp have no rule for the fused Function nor for writes into a buffer: with the
+    default routing they must still work, under no_grad and with gradients on, and give the plain path's numbers."""
+    g = torch.Generator().manual_seed(13)
+    routing = EMRouting(3).double()
+    votes = torch.randn(2, 5, 3, 16, generator=g, dtype=DT)
+    a = torch.rand(2, 5, generator=g, dtype=DT)
+    plain = routing(votes, a, record=True)
+    one_by_one = torch.stack([routing(votes[i:i + 1], a[i:i + 1], record=True).activations[0] for i in range(2)])
+    for grad_mode in (False, True):
+        with torch.set_grad_enabled(grad_mode):
+            batched = torch.vmap(lambda v, w: routing(v[None], w[None]).activations[0])(votes, a)
+        torch.testing.assert_close(batched, one_by_one)
+    grad = torch.func.grad(lambda v: routing(v, a).activations.sum())(votes)
+    v = votes.clone().requires_grad_(True)
+    torch.testing.assert_close(grad, torch.autograd.grad(routing(v, a, record=True).activations.sum(), v)[0])
+    tangent = torch.randn(votes.shape, generator=g, dtype=DT)
+    out, jvp = torch.func.jvp(lambda v: routing(v, a).poses, (votes,), (tangent,))
+    torch.testing.assert_close(out, plain.poses)
+    eps = 1e-6  # the directional derivative, by central differences
+    fd = (routing(votes + eps * tangent, a, record=True).poses - routing(votes - eps * tangent, a, record=True).poses)
+    torch.testing.assert_close(jvp, fd / (2 * eps), rtol=1e-5, atol=1e-7)
+
+
 def test_a_second_backward_through_the_fused_path_names_the_way_out():
     votes = torch.randn(2, 6, 3, 16, requires_grad=True)
     out = EMRouting(3)(votes)

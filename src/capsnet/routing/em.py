@@ -28,7 +28,11 @@ one vote-sized outer product per use and add them up. Training steps run
 the iterations inside an autograd Function that does exactly that
 (``_FusedEM``): about half the routing's forward-and-backward time on a CPU,
 same values and gradients (tests/test_routing_em.py checks both against the
-plain path). Recording, inference, tracing and compiling take the plain path.
+plain path). Recording, inference, tracing, compiling, torch.func transforms
+and forward-mode AD take the plain path. The fused backward is first-order
+and runs once per forward: for double backward (a gradient penalty,
+``create_graph=True``), ``retain_graph=True`` or ``gradcheck``, build the
+routing with ``fused_backward=False``.
 
 Paper and official code differ in places; this module follows the paper's
 Procedure 1 and takes from the official code (google-research/capsule_em)
@@ -213,15 +217,23 @@ class EMRouting(nn.Module):
 
 
 def _eager() -> bool:
-    """Nothing is tracing, exporting or compiling the routing."""
+    """Plain eager autograd: nothing is tracing, exporting or compiling the routing, and no torch.func
+    transform (vmap, grad, jacrev) or forward-mode AD is active (neither has a rule for the fused
+    Function or for writes into a buffer)."""
     if torch.jit.is_tracing():
         return False
     compiler = getattr(torch, "compiler", None)
-    return not (compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return False
+    transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if transforms is not None and transforms():
+        return False
+    forward_ad = getattr(torch.autograd, "forward_ad", None)
+    return getattr(forward_ad, "_current_level", -1) < 0
 
 
 def _wants_fused_backward(*tensors: torch.Tensor) -> bool:
-    """A training step in eager mode: gradients wanted, nothing tracing or compiling the routing."""
+    """A training step in plain eager mode (``_eager``): gradients wanted."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and _eager()
 
 
@@ -254,6 +266,11 @@ class _FusedEM(torch.autograd.Function):
                                "goes): to backpropagate through the same forward twice (retain_graph=True), build "
                                "the routing with EMRouting(..., fused_backward=False)")
         (outputs, VV, taps, leaves), ctx.graph = ctx.graph, None
+        with _autocast_off(VV.device.type):  # float32 products, also when backward is called inside autocast
+            return _FusedEM._backward(ctx, outputs, VV, taps, leaves, grads)
+
+    @staticmethod
+    def _backward(ctx, outputs, VV, taps, leaves, grads):
         used = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad]  # R of a single iteration is a constant
         found = torch.autograd.grad([o for o, _ in used], [p for p, _, _ in taps] + list(leaves),
                                     [g for _, g in used], allow_unused=True)
