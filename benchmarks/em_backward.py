@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from capsnet.bench import _Runner, environment, write_record
+from capsnet.bench import _Runner, alternate, environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 from capsnet.routing import EMRouting
@@ -63,12 +63,7 @@ def main() -> None:
             labels = torch.randint(0, 10, (args.batch_size,), generator=g)
             runners = {fused: _Runner(with_fused_backward(model, fused), "train", images, labels, 1e-3,
                                       loss_fn=spec.loss) for fused in (True, False)}
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for runner in runners.values():
-                runner.time_step()  # untimed warm-up
-            for r in range(args.repeats):
-                for fused in ((True, False) if r % 2 == 0 else (False, True)):
-                    times[fused].append(runners[fused].time_step())
+            times = alternate({fused: r.time_step for fused, r in runners.items()}, args.repeats)
             ratios = [f / p_ for f, p_ in zip(times[True], times[False])]
             row = {"model": name, "iterations": iterations, "batch": args.batch_size, "weights": config.num_weights,
                    "fused_images_per_s": args.batch_size / statistics.median(times[True]),

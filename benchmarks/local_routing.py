@@ -14,6 +14,7 @@ matmul / broadcast per shape (above 1: the broadcast path is faster).
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 import statistics
 import sys
@@ -22,7 +23,7 @@ import time
 import torch
 
 import capsnet.routing.dynamic as dynamic
-from capsnet.bench import environment, write_record
+from capsnet.bench import alternate, environment, write_record
 from capsnet.routing import DynamicRouting
 
 # SegCaps R3 at 64x64 (capsnet.models.segcaps): layer -> (positions per image, child types T, parent types J, D)
@@ -58,12 +59,8 @@ def main() -> None:
         votes = torch.randn(args.batch * P, T, J, D, generator=g).requires_grad_()  # (B*H*W, T, J, D)
         bias = torch.full((J, D), 0.1).requires_grad_()
         ways = {"broadcast": 10**6, "matmul": 0}  # _FEW_CHILDREN: every layer local, or none
-        for few in ways.values():
-            step(routing, votes, bias, few)  # warm-up
-        times: dict[str, list[float]] = {w: [] for w in ways}
-        for k in range(args.repeats):
-            for w in (list(ways) if k % 2 == 0 else list(ways)[::-1]):
-                times[w].append(step(routing, votes, bias, ways[w]))
+        times = alternate({w: functools.partial(step, routing, votes, bias, few) for w, few in ways.items()},
+                          args.repeats)
         ratios = [m / b for m, b in zip(times["matmul"], times["broadcast"])]
         rows.append({"layer": name, "votes": [args.batch * P, T, J, D],
                      "broadcast_ms": 1e3 * statistics.median(times["broadcast"]),

@@ -23,7 +23,7 @@ import sys
 import torch
 from torch import nn
 
-from capsnet.bench import _Runner, environment, write_record
+from capsnet.bench import _Runner, alternate, environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import MODELS, model_spec
 from capsnet.routing import ROUTINGS, RoutingResult
@@ -72,11 +72,8 @@ def main() -> None:
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
         full = _Runner(model, "train", images, labels, 1e-3, loss_fn=spec.loss)
         bare = _Runner(without_routing(model), "train", images, labels, 1e-3, loss_fn=spec.loss)
-        full.time_step(), bare.time_step()
-        t_full, t_bare = [], []
-        for r in range(args.repeats):
-            for runner, times in ((full, t_full), (bare, t_bare)) if r % 2 == 0 else ((bare, t_bare), (full, t_full)):
-                times.append(runner.time_step())
+        times = alternate({"full": full.time_step, "bare": bare.time_step}, args.repeats)
+        t_full, t_bare = times["full"], times["bare"]
         shares = [1 - b / f for f, b in zip(t_full, t_bare)]
         row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
                "images_per_s": args.batch_size / statistics.median(t_full),

@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-from capsnet.bench import _Runner, environment, write_record
+from capsnet.bench import _Runner, alternate, environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 
@@ -51,12 +51,7 @@ def main() -> None:
     args = p.parse_args()
     keep_freed_memory()
     runners = {m: runner(m, args.size, args.batch_size, "train", args.device) for m in MODELS}
-    for r in runners.values():
-        r.time_step()  # warm-up, untimed
-    times: dict[str, list[float]] = {m: [] for m in MODELS}
-    for k in range(args.repeats):
-        for m in (MODELS if k % 2 == 0 else MODELS[::-1]):
-            times[m].append(runners[m].time_step())
+    times = alternate({m: runners[m].time_step for m in MODELS}, args.repeats)
     rows = []
     for m in MODELS:
         ratios = [t / u for t, u in zip(times[m], times["unet"])]

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from capsnet.bench import environment, write_record
+from capsnet.bench import alternate, environment, write_record
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
@@ -73,12 +73,7 @@ def main() -> None:
     steppers = {m: Stepper(m, args.size, args.batch_size, args.device) for m in MODELS}
     rows = []
     for mode in ("train", "generate"):
-        for s in steppers.values():
-            getattr(s, mode)()  # warm-up, untimed
-        times: dict[str, list[float]] = {m: [] for m in MODELS}
-        for k in range(args.repeats):
-            for m in (MODELS if k % 2 == 0 else MODELS[::-1]):
-                times[m].append(getattr(steppers[m], mode)())
+        times = alternate({m: getattr(steppers[m], mode) for m in MODELS}, args.repeats)
         ratios = [p2p / caps for caps, p2p in zip(times["capspix2pix"], times["pix2pix"])]
         for m in MODELS:
             rows.append({"model": m, "mode": mode, "size": args.size, "batch": args.batch_size,

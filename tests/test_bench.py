@@ -266,3 +266,34 @@ def test_bench_command_passes_compile(monkeypatch, capsys):
     assert main(["bench", "--device", "cpu", "--compile"]) == 0
     assert main(["bench", "--device", "cpu", "--baseline", ""]) == 0
     assert seen[0]["compile"] == "default" and seen[1]["compile"] is False and seen[1]["baseline_path"] == ""
+
+
+def test_alternate_warms_up_then_rotates_who_goes_first():
+    from capsnet.bench import alternate
+
+    calls = []
+
+    def step(name, seconds):
+        def run():
+            calls.append(name)
+            return seconds + len(calls) / 1000  # a distinct time per call, to check which call it came from
+        return run
+
+    times = alternate({"a": step("a", 1.0), "b": step("b", 2.0), "c": step("c", 3.0)}, 4, warmup=2)
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]  # untimed warm-up, each in turn
+    assert calls[6:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]  # rotated by the repeat
+    assert list(times) == ["a", "b", "c"]
+    assert times["a"] == [1.007, 1.012, 1.014, 1.016]  # the 7th, 12th, 14th and 16th calls: warm-up not recorded
+    assert times["c"] == [3.009, 3.011, 3.013, 3.018]
+    assert [len(v) for v in times.values()] == [4, 4, 4]
+
+
+@pytest.mark.parametrize("kwargs, message", [({"repeats": 0}, "repeats must be a positive integer"),
+                                             ({"repeats": 2, "warmup": -1}, "warmup must be a non-negative")])
+def test_alternate_rejects_bad_counts(kwargs, message):
+    from capsnet.bench import alternate
+
+    with pytest.raises(ValueError, match=message):
+        alternate({"a": lambda: 0.0}, **kwargs)
+    with pytest.raises(ValueError, match="at least one step"):
+        alternate({}, 3)

@@ -47,7 +47,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -57,7 +57,7 @@ from .models.capsnet import CapsNet, CapsNetConfig
 from .runtime import compile_model
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
-           "measure_training", "format_table", "write_record"]
+           "measure_training", "format_table", "write_record", "alternate"]
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +252,37 @@ class _Runner:
         return self.resting_bytes() + peak
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+def alternate(steps: Mapping[K, Callable[[], float]], repeats: int, *, warmup: int = 1) -> dict[K, list[float]]:
+    """Paired timing: each step ``warmup`` times untimed, then all of them ``repeats`` times, taking turns to go first.
+
+    ``steps`` maps a name to a callable that runs one step and returns its
+    seconds (``_Runner.time_step`` is one). In repeat ``r`` the order is the
+    names rotated by ``r``, so each goes first equally often and load from
+    other processes hits all of them alike; the i-th times of two names were
+    taken back to back and their ratio is a paired measurement. Returns each
+    name's ``repeats`` times in order.
+    """
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if not steps:
+        raise ValueError("alternate needs at least one step to time")
+    order = list(steps)
+    for name in order:
+        for _ in range(warmup):
+            steps[name]()
+    times: dict[K, list[float]] = {name: [] for name in order}
+    for r in range(repeats):
+        k = r % len(order)
+        for name in order[k:] + order[:k]:
+            times[name].append(steps[name]())
+    return times
+
+
 def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: int = 3, device: str = "cpu",
                      seed: int = 0) -> dict[str, float]:
     """Training images/s (median of ``repeats`` steps after one untimed) and peak tensor memory (MB) of one step
@@ -268,8 +299,7 @@ def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: 
     else:
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
     runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss)
-    runner.time_step()
-    times = [runner.time_step() for _ in range(repeats)]
+    times = alternate({name: runner.time_step}, repeats)[name]
     return {"images_per_s": batch_size / statistics.median(times), "peak_mem_mb": runner.peak_bytes() / 2**20}
 
 
@@ -392,17 +422,19 @@ def run_benchmark(
             for impl, runner in runners.items():
                 for _ in range(warmup):
                     runner.time_step()
-            times: dict[str, list[float]] = {impl: [] for impl in runners}
             routing_times: list[float] = []
-            order = list(runners)
-            for r in range(repeats):
-                for impl in order[r % len(order):] + order[:r % len(order)]:  # each goes first in turn
-                    times[impl].append(runners[impl].time_step())
-                    if impl == CAPSNET and not compile:  # the layer alone runs eagerly: no share of a compiled step
-                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                            routing_times.append(_time_routing(model, images, mode))
-                log.info("%s %s repeat %d/%d: %s", device_name, mode, r + 1, repeats,
-                         ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
+
+            def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
+                seconds = runner.time_step()
+                if not compile:  # the layer alone runs eagerly: no share of a compiled step
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                        routing_times.append(_time_routing(model, images, mode))
+                return seconds
+
+            times = alternate({impl: capsnet_step if impl == CAPSNET else runner.time_step
+                               for impl, runner in runners.items()}, repeats, warmup=0)
+            log.info("%s %s, %d repeats: %s", device_name, mode, repeats,
+                     ", ".join(f"{k} median {statistics.median(v):.3f} s" for k, v in times.items()))
             paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
             to_floor = ([f / c for c, f in zip(times[CAPSNET], times[FLOOR])] if FLOOR in times else [])
             for impl, runner in runners.items():
