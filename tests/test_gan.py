@@ -128,6 +128,29 @@ def test_pix2pix_images_do_not_depend_on_their_batch(data_root):
     assert model.training  # the caller's mode is restored
 
 
+def test_pix2pix_batched_generation_equals_each_image_alone(data_root):
+    """The batched path draws image i's masks as the image alone would under its own seed (on the CPU, where
+    F.dropout is a Bernoulli draw of the keep probability): the per-image path is the reference."""
+    from capsnet.synthesis import _dropout_seed
+
+    torch.manual_seed(0)
+    model = create_model("pix2pix", base_channels=8, disc_channels=4)
+    with torch.no_grad():  # N(0, 0.02) weights give 0.5 everywhere: larger ones let the masks show in the images
+        for p in model.generator.parameters():
+            p.mul_(20)
+    labels = load_test("fashion-silhouette", size=5, root=data_root, progress=False).images
+    batched = generate(model, labels, seed=3, batch_size=5)
+    alone = torch.cat([model.generate(labels[i:i + 1], seed=_dropout_seed(3, i)) for i in range(5)])
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-6)
+    off = model.eval()(labels)  # dropout off: the masks must change the images
+    assert (batched - off).abs().mean() > 0.05
+    assert not any(isinstance(m, torch.nn.Dropout) and m._forward_hooks for m in model.modules())  # hooks removed
+    with pytest.raises(ValueError, match="2 seeds for 5 label maps"):
+        model.generate(labels, seeds=[1, 2])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        generate(model, labels, batch_size=0)
+
+
 def _labels(folder, n=3, size=32, mode="L"):
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(n):

@@ -64,24 +64,30 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     """Images for ``labels`` as at inference, noise seed ``seed``: the same label map and seed give the same image,
     whatever else is generated with it (the model's mode is restored after).
 
-    A model with a noise vector (CapsPix2pix) gets the vectors of the whole set at once, image i the i-th, and
-    runs in batches; one whose noise is dropout (pix2pix) makes each image alone, its masks from the stream of
-    (seed, i), so no image depends on the batch it came in.
+    A model with a noise vector (CapsPix2pix) gets the vectors of the whole set at once, image i the i-th; one
+    whose noise is dropout (pix2pix, an empty z) draws image i's masks from a stream of its own, seeded by
+    (seed, i) (its ``generate`` takes ``seeds``). Either way the images run in batches and none depends on the
+    batch it came in.
 
     Shapes: labels (N, C, H, W) float in [0, 1] on the model's device -> images (N, C', H, W) in [0, 1].
     """
     if len(labels) == 0:
         raise ValueError("no label maps given")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     was_training = model.training
     model.eval()
     try:
         z = model.noise(len(labels), seed, labels.device)  # (N, noise_dim): the whole set's noise at once
-        step = batch_size if z.shape[1] else 1
         out = []
-        for start in tqdm(range(0, len(labels), step), desc="generate", unit="image" if step == 1 else "batch",
-                          leave=False, disable=not progress):
-            out.append(model.generate(labels[start:start + step], z=z[start:start + step],
-                                      seed=_dropout_seed(seed, start)))
+        for start in tqdm(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
+                          disable=not progress):
+            stop = min(start + batch_size, len(labels))
+            if z.shape[1]:
+                out.append(model.generate(labels[start:stop], z=z[start:stop], seed=_dropout_seed(seed, start)))
+            else:  # the noise is dropout: a stream per image
+                out.append(model.generate(labels[start:stop], z=z[start:stop],
+                                          seeds=[_dropout_seed(seed, i) for i in range(start, stop)]))
         return torch.cat(out)
     finally:
         model.train(was_training)

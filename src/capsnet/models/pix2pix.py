@@ -22,8 +22,9 @@ discriminator only.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -207,19 +208,51 @@ class Pix2pix(ConditionalGAN):
         return torch.empty(batch, 0, device=device)
 
     @torch.no_grad()
-    def generate(self, labels: torch.Tensor, seed: int = 0, z: torch.Tensor | None = None) -> torch.Tensor:
+    def generate(self, labels: torch.Tensor, seed: int = 0, z: torch.Tensor | None = None, *,
+                 seeds: Sequence[int] | None = None) -> torch.Tensor:
         """Images as at pix2pix's test time: batch norm in eval mode, dropout on, its masks drawn from torch's RNG
         seeded with ``seed`` (the caller's RNG and the modules' modes restored after).
+
+        With ``seeds`` (one per image) image i's masks come from a stream of its own seeded with ``seeds[i]``,
+        drawn layer by layer as a batch of one would draw them under that seed, so an image does not depend on
+        the rest of its batch and the batch runs as one (on the CPU the masks equal those of the image alone
+        under ``seed=seeds[i]``; CUDA's fused dropout draws its masks another way).
 
         Shapes: labels (B, C_in, H, W) -> images (B, C_out, H, W) in [0, 1]
         """
         modes = {m: m.training for m in self.generator.modules()}
+        dropouts = [m for m in self.generator.modules() if isinstance(m, nn.Dropout)]
+        hooks = []
         try:
             self.generator.eval()
-            for m in self.generator.modules():
-                if isinstance(m, nn.Dropout):
+            if seeds is None:
+                for m in dropouts:
                     m.train()
+                return super().generate(labels, seed, z)
+            if len(seeds) != labels.shape[0]:
+                raise ValueError(f"seeds gives {len(seeds)} seeds for {labels.shape[0]} label maps; give one per "
+                                 f"label map")
+            streams = [torch.Generator(labels.device).manual_seed(int(s)) for s in seeds]
+            hooks = [m.register_forward_hook(functools.partial(_per_image_dropout, streams=streams))
+                     for m in dropouts]  # the dropout modules stay in eval mode (identity); the hook drops
             return super().generate(labels, seed, z)
         finally:
+            for h in hooks:
+                h.remove()
             for m, training in modes.items():
                 m.training = training
+
+
+def _per_image_dropout(module: nn.Dropout, inputs: tuple[torch.Tensor, ...], output: torch.Tensor, *,
+                       streams: Sequence[torch.Generator]) -> torch.Tensor:
+    """Dropout whose mask for image i comes from ``streams[i]``, as ``F.dropout`` draws it on the CPU (a Bernoulli
+    draw of the keep probability, scaled by its inverse). Shapes: inputs[0] (B, ...) -> (B, ...)"""
+    x, p = inputs[0], module.p
+    if p == 0:
+        return x
+    if p == 1:
+        return x * 0
+    keep = 1.0 - p
+    masks = torch.stack([torch.empty(x.shape[1:], dtype=x.dtype, device=x.device).bernoulli_(keep, generator=g)
+                         for g in streams])
+    return x * masks.div_(keep)
