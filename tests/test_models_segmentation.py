@@ -128,3 +128,21 @@ def test_bad_input_is_named_with_its_fix():
         SegCapsConfig(input_height=60)
     with pytest.raises(ValueError, match="masks \\(B, 1, H, W\\)"):
         MODELS["segcaps"].loss(model, torch.rand(2, 1, 16, 16), torch.tensor([1, 2]))
+
+
+@pytest.mark.parametrize("name", ["segcaps", "capspix2pix"])
+def test_init_gain_and_bias_init_set_the_hidden_capsule_layers_start(name):
+    torch.manual_seed(0)
+    plain = create_model(name)
+    torch.manual_seed(0)
+    scaled = create_model(name, init_gain=3.0, bias_init=0.01)
+    caps_a = plain.caps if name == "segcaps" else plain.generator.caps
+    caps_b = scaled.caps if name == "segcaps" else scaled.generator.caps
+    for layer, (a, b) in enumerate(zip(caps_a.values(), caps_b.values())):
+        if layer == len(caps_a) - 1:  # seg_caps keeps the reference start
+            assert torch.equal(a.weight, b.weight) and torch.equal(b.bias, torch.full_like(b.bias, 0.1))
+        else:
+            torch.testing.assert_close(b.weight, 3 * a.weight, rtol=1e-6, atol=0)
+            assert torch.equal(a.bias, torch.full_like(a.bias, 0.1)) and torch.equal(b.bias, torch.full_like(b.bias, 0.01))
+    with pytest.raises(ValueError, match="init_gain must be in"):
+        create_model(name, init_gain=0.0)

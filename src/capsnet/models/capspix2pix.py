@@ -215,6 +215,8 @@ class CapsPix2pixConfig:
     primary_routing_iterations: int = 1
     routing_softmax: str = "parents"  # as SegCaps here; the reference code's normalisation is "children"
     routing_bias: bool = True
+    init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (segcaps.capsule_stack)
+    bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
@@ -234,6 +236,8 @@ class CapsPix2pixConfig:
         check_range(self, "noise_dim", 1, 1 << 16)
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "primary_routing_iterations", 1, 100)
+        check_range(self, "init_gain", 1e-3, 100)
+        check_range(self, "bias_init", -10, 10)
         if self.routing_softmax not in ("parents", "children"):
             raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
                              f"{self.routing_softmax!r}")
@@ -289,7 +293,8 @@ class CapsPix2pixGenerator(nn.Module):
         self.conv1 = nn.Conv2d(cfg.in_channels + 1, 16, 5, padding=2)
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
-                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias)
+                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init)
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)

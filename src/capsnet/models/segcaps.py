@@ -64,16 +64,25 @@ LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
 
 
 def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
-                  routing_bias: bool) -> nn.ModuleDict:
+                  routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing, ``primary_routing_iterations`` rounds in the primary layer and
-    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, a routing bias when asked."""
+    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, a routing bias when asked.
+
+    Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
+    seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1)."""
     caps = {}
+    last = _LAYERS[-1][0]
     for name, kind, t, din, j, dout, k, s in _LAYERS:
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
         routing = DynamicRouting(iterations, softmax=routing_softmax)
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
         caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=routing_bias)
+        if name != last:
+            with torch.no_grad():
+                caps[name].weight.mul_(init_gain)
+                if caps[name].bias is not None:
+                    caps[name].bias.fill_(bias_init)
     return nn.ModuleDict(caps)
 
 
@@ -138,6 +147,8 @@ class SegCapsConfig:
     routing_bias: bool = True  # the authors' code: a learned bias per parent type, initialised to 0.1
     reconstruction: bool = True  # the masked-input reconstruction regulariser (section 3.3)
     seg_loss: str = "bce+dice"  # capsnet.losses.SEGMENTATION_LOSSES; the paper trains a weighted BCE
+    init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (capsule_stack)
+    bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -150,6 +161,8 @@ class SegCapsConfig:
         check_range(self, "num_classes", 1, 1)
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "primary_routing_iterations", 1, 100)
+        check_range(self, "init_gain", 1e-3, 100)
+        check_range(self, "bias_init", -10, 10)
         if self.routing_softmax not in ("parents", "children"):
             raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
                              f"{self.routing_softmax!r}")
@@ -195,7 +208,8 @@ class SegCaps(nn.Module):
         self.conv1 = nn.Conv2d(cfg.in_channels, 16, 5, padding=2)
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
-                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias)
+                                  routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
