@@ -146,3 +146,26 @@ def test_init_gain_and_bias_init_set_the_hidden_capsule_layers_start(name):
             assert torch.equal(a.bias, torch.full_like(a.bias, 0.1)) and torch.equal(b.bias, torch.full_like(b.bias, 0.01))
     with pytest.raises(ValueError, match="init_gain must be in"):
         create_model(name, init_gain=0.0)
+
+
+def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
+    """Without the bias, He-normal kernels let the squash shrink the capsules to zero within a few layers: the
+    deep layers get exactly no gradient. The model says so, and init_gain=3 gives every layer a gradient."""
+    images = torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    masks = (torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(1)) > 0.8).to(torch.uint8)
+
+    def dead_layers(**kw):
+        torch.manual_seed(0)
+        model = create_model("segcaps", routing_bias=False, input_height=32, input_width=32, **kw)
+        MODELS["segcaps"].loss(model, images, masks)[0].backward()
+        return [name for name, layer in model.caps.items() if layer.weight.grad.abs().max() == 0]
+
+    with pytest.warns(UserWarning, match="without the routing bias at init_gain 1.*set init_gain=3"):
+        assert "conv_3_2" in dead_layers()
+    with pytest.warns(UserWarning, match="init_gain 2"):
+        create_model("capspix2pix", routing_bias=False, init_gain=2.0)  # the generator shares the layers
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dead_layers(init_gain=3.0) == []
+        create_model("segcaps", init_gain=1.0)  # with the bias: no warning

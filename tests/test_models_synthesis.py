@@ -72,7 +72,7 @@ def test_weight_counts_at_32x32_and_the_tenth():
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
-                                dict(input_height=64, input_width=16, routing_bias=False, noise_dim=7),
+                                dict(input_height=64, input_width=16, routing_bias=False, init_gain=3.0, noise_dim=7),
                                 dict(input_height=256, input_width=256, disc_channels=8)])
 def test_capspix2pix_num_weights_is_exact(kw):
     cfg = CapsPix2pixConfig(**kw)

@@ -25,6 +25,7 @@ by module-level functions, shared with the CapsPix2pix generator
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -70,7 +71,14 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     ``routing_iterations`` in the others, its softmax over ``routing_softmax``, a routing bias when asked.
 
     Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
-    seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1)."""
+    seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
+    Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
+    He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
+    (measured: seven layers exactly zero at gain 1, none at gain 3)."""
+    if not routing_bias and init_gain < 3:
+        warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
+                      f"the capsules shrink to zero within a few layers and the deep layers get no gradient; set "
+                      f"init_gain=3 (--model-option init_gain=3) to train without the bias", stacklevel=3)
     caps = {}
     last = _LAYERS[-1][0]
     for name, kind, t, din, j, dout, k, s in _LAYERS:
