@@ -55,8 +55,8 @@ class TrainConfig:
     dataset: str = "mnist"
     epochs: int = 10
     batch_size: int = 128
-    lr: float = 1e-3  # authors' code: Adam, 1e-3
-    lr_decay: float = 0.96  # authors' code: x0.96 ...
+    lr: float = 1e-3  # Sabour et al.'s code: Adam, 1e-3 (the default for every model; SegCaps' code used 1e-4)
+    lr_decay: float = 0.96  # Sabour et al.'s code: x0.96 ...
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     lr_schedule: str = "exponential"  # or "linear": warm-up, then down to 0 at the run's end (lr_decay* unused)
     warmup_steps: int = 0  # linear schedule: steps of the ramp from lr / warmup_steps up to lr (0: start at lr)
