@@ -431,6 +431,7 @@ def run_benchmark(
                         routing_times.append(_time_routing(model, images, mode))
                 return seconds
 
+            # warmed up above, not by alternate: capsnet_step's routing times must pair with timed steps only
             times = alternate({impl: capsnet_step if impl == CAPSNET else runner.time_step
                                for impl, runner in runners.items()}, repeats, warmup=0)
             log.info("%s %s, %d repeats: %s", device_name, mode, repeats,
