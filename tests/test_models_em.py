@@ -168,3 +168,26 @@ def test_configs_refuse_bad_sizes_by_name():
     with pytest.raises(ValueError, match="coordinate_addition must be true or false"):
         EMCapsNetConfig(coordinate_addition="yes")
     assert type(MODELS["em-capsnet-small"].build(EMCapsNetSmallConfig())) is EMCapsNet
+
+
+def test_transform_std_and_var_floor_options_reach_every_capsule_layer():
+    torch.manual_seed(3)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, transform_std=2.0,
+                         var_floor=1e-9, **small)
+    default = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, **small)
+    for layer, ref in ((model.caps1, default.caps1), (model.caps2, default.caps2), (model.classes, default.classes)):
+        assert layer.routing.var_floor == 1e-9 and ref.routing.var_floor == 5e-4
+        # truncated at two standard deviations: std ~0.88 of the scale; the ratio of the two spreads is the scales'
+        assert layer.weight.abs().max() <= 4.0 and ref.weight.abs().max() <= 1.0
+        assert 3.0 < layer.weight.std().item() / ref.weight.std().item() < 5.0
+    assert sum(p.numel() for p in model.parameters()) == model.config.num_weights  # no new weights
+    # the floor is what the class routing adds to each variance: two equal votes -> variance = the floor
+    votes = torch.ones(1, 2, 10, 16, dtype=DT)
+    _, var, _ = model.classes.routing.double().m_step(votes, torch.ones(1, 2, dtype=DT),
+                                                      torch.full((1, 2, 10), 0.1, dtype=DT), 0.01)
+    torch.testing.assert_close(var, torch.full((1, 10, 16), 1e-9, dtype=DT), rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="transform_std"):
+        EMCapsNetSmallConfig(transform_std=0.0)
+    with pytest.raises(ValueError, match="var_floor"):
+        EMCapsNetSmallConfig(var_floor=-1.0)

@@ -58,6 +58,8 @@ class EMCapsNetConfig:
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
     margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
     conv1_batch_norm: bool = False  # not in the paper nor the official code: batch norm between conv1 and its ReLU
+    transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
+    var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -67,6 +69,8 @@ class EMCapsNetConfig:
             check_range(self, name, 1, 1 << 16)
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "final_lambda", 1e-9, 1e3)
+        check_range(self, "transform_std", 1e-6, 100)
+        check_range(self, "var_floor", 1e-12, 1)
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
@@ -139,15 +143,15 @@ class EMCapsNet(nn.Module):
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
-        iters, lam, norm = cfg.routing_iterations, cfg.final_lambda, cfg.normalise_cost
-        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2,
-                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam, normalise_cost=norm))
-        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1,
-                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam, normalise_cost=norm))
+        iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
+        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor)
+        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2, std=std,
+                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam, **em))
+        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1, std=std,
+                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam, **em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
-                                                         normalise_cost=norm))
+                                       std=std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, **em))
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).
