@@ -219,3 +219,20 @@ def test_bad_input_is_refused_clearly():
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="must be a positive integer"):
             EMRouting(4, iterations=bad)
+
+
+def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_it_adds():
+    g = torch.Generator().manual_seed(4)
+    votes = torch.randn(2, 6, 3, 16, generator=g, dtype=DT) * 0.05
+    a = torch.rand(2, 6, generator=g, dtype=DT)
+    R = torch.full((2, 6, 3), 1 / 3, dtype=DT)
+    plain, shifted = EMRouting(3).double(), EMRouting(3, beta_u_init=3.0).double()
+    assert plain.beta_u.tolist() == [0.0] * 3 and shifted.beta_u.tolist() == [3.0] * 3
+    _, var0, logit0 = plain.m_step(votes, a, R, 0.02)
+    _, var3, logit3 = shifted.m_step(votes, a, R, 0.02)
+    torch.testing.assert_close(var3, var0)
+    # the cost grows by 100 J / I * 16 * 3 * sum_i R_ij a_i, so the logit falls by lambda times that
+    mass = (R * a.unsqueeze(-1)).sum(1)  # (B, J)
+    torch.testing.assert_close(logit0 - logit3, 0.02 * 100 * 3 / 6 * 16 * 3.0 * mass)
+    with pytest.raises(ValueError, match="beta_u_init must be a finite number"):
+        EMRouting(3, beta_u_init=float("nan"))

@@ -60,6 +60,7 @@ class EMCapsNetConfig:
     conv1_batch_norm: bool = False  # not in the paper nor the official code: batch norm between conv1 and its ReLU
     transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
+    beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -71,6 +72,7 @@ class EMCapsNetConfig:
         check_range(self, "final_lambda", 1e-9, 1e3)
         check_range(self, "transform_std", 1e-6, 100)
         check_range(self, "var_floor", 1e-12, 1)
+        check_range(self, "beta_u_init", -100, 100)
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
@@ -144,7 +146,7 @@ class EMCapsNet(nn.Module):
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
-        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor)
+        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init)
         self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2, std=std,
                                     routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam, **em))
         self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1, std=std,

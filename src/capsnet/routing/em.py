@@ -78,6 +78,12 @@ class EMRouting(nn.Module):
         final_lambda: the inverse temperature's scale (official code: 0.01;
             a class layer there uses a quarter of it).
         var_floor: added to every variance (official code: 5e-4).
+        beta_u_init: beta_u's starting value (0: the ports' start). The cost per
+            dimension is beta_u + log sigma, and log sigma is about -3 to -5 at
+            the start of training (the poses are small), so at 0 the parents
+            start almost all active; about 3 starts half of them active, the
+            start Hinton's OpenReview answer describes for the official code
+            (which got there through the weights' initial spreads).
         fused_backward: training steps take the votes' gradient in one batched
             product (module docstring); False runs plain autograd (same numbers,
             slower: benchmarks/em_backward.py compares the two).
@@ -88,7 +94,8 @@ class EMRouting(nn.Module):
     """
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
-                 eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True) -> None:
+                 eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
+                 beta_u_init: float = 0.0) -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -100,7 +107,9 @@ class EMRouting(nn.Module):
         self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
         self.normalise_cost = normalise_cost
         self.fused_backward = bool(fused_backward)
-        self.beta_u = nn.Parameter(torch.zeros(out_caps))  # (J,)
+        if not math.isfinite(beta_u_init):
+            raise ValueError(f"beta_u_init must be a finite number, got {beta_u_init!r}")
+        self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
         self.beta_a = nn.Parameter(torch.zeros(out_caps))  # (J,)
 
     def extra_repr(self) -> str:
