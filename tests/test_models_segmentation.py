@@ -1,6 +1,8 @@
 """SegCaps and the U-Net: the papers' weight counts, shapes, losses, gradients, batch independence, bad input."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -164,7 +166,6 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
         assert "conv_3_2" in dead_layers()
     with pytest.warns(UserWarning, match="init_gain 2"):
         create_model("capspix2pix", routing_bias=False, init_gain=2.0)  # the generator shares the layers
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert dead_layers(init_gain=3.0) == []

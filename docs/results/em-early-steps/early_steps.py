@@ -59,7 +59,7 @@ def main() -> None:
         opt.step()
         if (step + 1) % 40 == 0:
             with torch.no_grad():
-                c1 = model.caps1(model.primary(torch.relu(model.conv1(x))))
+                c1 = model.caps1(model.primary(torch.relu(model.conv1_norm(model.conv1(x)))))  # EMCapsNet's own path
                 c2 = model.caps2(c1)
             print(f"step {step + 1}: loss {statistics.mean(losses[-40:]):.3f} "
                   f"accuracy {statistics.mean(accs[-40:]):.3f} "

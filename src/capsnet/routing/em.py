@@ -53,7 +53,7 @@ only its inverse-temperature schedule and variance floor:
   official schedule ("increases at each iteration according to a fixed
   schedule", Procedure 1's caption gives no values);
 - beta_u and beta_a: one of each per upper capsule type (OpenReview answer
-  quoted by the ports; the official code does the same), initialised to 0.
+  quoted by the ports; the official code does the same), initialised to 0 (beta_u at ``beta_u_init`` when given).
 """
 from __future__ import annotations
 
