@@ -192,3 +192,51 @@ def test_transform_std_var_floor_and_beta_u_init_options_reach_every_capsule_lay
         EMCapsNetSmallConfig(transform_std=0.0)
     with pytest.raises(ValueError, match="var_floor"):
         EMCapsNetSmallConfig(var_floor=-1.0)
+
+
+def test_conv_matrix_caps_child_ids_name_the_child_behind_every_vote_row():
+    layer = ConvMatrixCaps(3, 2, kernel_size=3, stride=2, routing=_Mean())
+    N, H, W, I, Ho, Wo = 2, 5, 7, 3, 2, 3
+    ids = layer.child_ids(N, H, W)
+    assert ids.shape == (N * Ho * Wo, 9 * I)
+    for n, h, w, k, l, i in itertools.product(range(N), range(Ho), range(Wo), range(3), range(3), range(I)):
+        row, child = (n * Ho + h) * Wo + w, (k * 3 + l) * I + i  # forward's folding (the votes test above)
+        assert ids[row, child] == ((n * H + 2 * h + k) * W + 2 * w + l) * I + i
+
+
+class _Shared(_Mean):
+    """_Mean that also keeps the child ids it is given."""
+
+    def forward(self, votes, activations=None, bias=None, *, record=False, children=None, num_children=None):
+        self.children, self.num_children = children, num_children
+        return super().forward(votes, activations)
+
+
+@pytest.mark.parametrize("conv_e_step,norm", [("window", None), ("child", "all"), ("child-type", "type")])
+def test_conv_e_step_option_shares_children_in_both_conv_layers_and_stays_batch_independent(conv_e_step, norm):
+    torch.manual_seed(4)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,
+                         conv_e_step=conv_e_step, **small)
+    for layer in (model.caps1, model.caps2):
+        assert layer.share_children == (norm is not None)
+        if norm:
+            assert layer.routing.child_norm == norm
+    probe = ConvMatrixCaps(4, 4, stride=1, routing=_Shared(), share_children=model.caps2.share_children).double()
+    probe(_caps(2, 5, 5, 4))
+    if norm:
+        torch.testing.assert_close(probe.routing.children, probe.child_ids(2, 5, 5))
+        assert probe.routing.num_children == 2 * 5 * 5 * 4
+    else:
+        assert probe.routing.children is None
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([0, 1, 2])
+    loss, _ = em_capsnet_loss(model, images, labels, progress=0.3)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    model.double()  # ids are offset per example: an example's children never meet another's
+    together, alone = model(images.double()), model(images[1:2].double())
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(a[0], b[1], rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="conv_e_step must be one of window, child, child-type"):
+        EMCapsNetSmallConfig(conv_e_step="children")

@@ -1,6 +1,7 @@
 """EM routing (Hinton et al. 2018, Procedure 1) against values computed independently."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -236,3 +237,119 @@ def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_
     torch.testing.assert_close(logit0 - logit3, 0.02 * 100 * 3 / 6 * 16 * 3.0 * mass)
     with pytest.raises(ValueError, match="beta_u_init must be a finite number"):
         EMRouting(3, beta_u_init=float("nan"))
+
+
+def _reference_shared_routing(votes, a, children, count, norm, lam0, lam1, var_floor):
+    """Two EM iterations written out with loops over (row, parent, child): a child's R sums to one over all its
+    votes ("all") or over its votes for each parent type ("type"), starting uniform over the same set; the cost's
+    100 J / I counts a child held by n rows as 1/n in each. Returns the coupling the second M-step uses, (B, I, J)."""
+    B, I, J, D = votes.shape
+    rows = [0] * count
+    for b in range(B):
+        for i in range(I):
+            rows[children[b][i]] += 1
+
+    def m_step(R, lam):
+        mu, var, logit = torch.zeros(B, J, D, dtype=DT), torch.zeros(B, J, D, dtype=DT), torch.zeros(B, J, dtype=DT)
+        for b in range(B):
+            I_eff = sum(1 / rows[children[b][i]] for i in range(I))
+            scale = 100 * (J if norm == "all" else 1) / I_eff
+            for j in range(J):
+                w = [R[b][i][j] * a[b, i].item() for i in range(I)]
+                mass = sum(w)
+                mu[b, j] = sum(wi * votes[b, i, j] for i, wi in enumerate(w)) / mass
+                var[b, j] = sum(wi * (votes[b, i, j] - mu[b, j]) ** 2 for i, wi in enumerate(w)) / mass + var_floor
+                logit[b, j] = lam * (0.0 - scale * mass * 0.5 * var[b, j].log().sum())  # betas are 0
+        return mu, var, logit
+
+    def uniform(b, i, j):
+        n = rows[children[b][i]]
+        return 1 / (n * J) if norm == "all" else 1 / n
+
+    R0 = [[[uniform(b, i, j) for j in range(J)] for i in range(I)] for b in range(B)]
+    mu, var, logit = m_step(R0, lam0)
+    log_r = {}
+    for b, i, j in itertools.product(range(B), range(I), range(J)):
+        log_p = (-0.5 * ((votes[b, i, j] - mu[b, j]) ** 2 / var[b, j]).sum()
+                 - 0.5 * (var[b, j].log().sum() + D * math.log(2 * math.pi)))
+        log_r[b, i, j] = (torch.nn.functional.logsigmoid(logit[b, j]) + log_p).item()
+    group = (lambda b, i, j: children[b][i]) if norm == "all" else (lambda b, i, j: (children[b][i], j))
+    totals = {}
+    for key, value in log_r.items():
+        totals.setdefault(group(*key), []).append(value)
+    R1 = torch.zeros(B, I, J, dtype=DT)
+    for (b, i, j), value in log_r.items():
+        others = totals[group(b, i, j)]
+        top = max(others)
+        R1[b, i, j] = math.exp(value - top) / sum(math.exp(v - top) for v in others)
+    return R1
+
+
+@pytest.mark.parametrize("norm", ["all", "type"])
+def test_shared_children_are_normalised_over_all_their_votes_as_written_out(norm):
+    g = torch.Generator().manual_seed(21)
+    B, I, J = 3, 4, 3
+    votes = torch.randn(B, I, J, 16, generator=g, dtype=DT) * 0.3
+    a = torch.rand(B, I, generator=g, dtype=DT) + 0.1
+    children = [[0, 1, 2, 3], [2, 3, 4, 5], [5, 6, 0, 7]]  # child 2, 3, 5 and 0 each in two rows
+    routing = EMRouting(J, iterations=2, child_norm=norm).double()
+    out = routing(votes, a, record=True, children=torch.tensor(children), num_children=8)
+    expected = _reference_shared_routing(votes, a, children, 8, norm, routing.inverse_temperature(0),
+                                         routing.inverse_temperature(1), routing.var_floor)
+    torch.testing.assert_close(out.coupling, expected, rtol=1e-9, atol=1e-12)
+    # a child's R sums to one over the set: all its votes, or its votes for each parent type
+    sums = torch.zeros(8, J, dtype=DT).index_add_(0, torch.tensor(children).flatten(), out.coupling.reshape(-1, J))
+    torch.testing.assert_close(sums.sum(1) if norm == "all" else sums, torch.ones(8) if norm == "all"
+                               else torch.ones(8, J), check_dtype=False)
+
+
+def test_children_each_in_one_row_route_as_without_children():
+    """With every child in a single row, "all" is the default routing: the same values and gradients."""
+    g = torch.Generator().manual_seed(22)
+    votes = torch.randn(2, 6, 4, 16, generator=g, dtype=DT).requires_grad_(True)
+    a = torch.rand(2, 6, generator=g, dtype=DT)
+    routing = EMRouting(4, iterations=3).double()
+    plain = routing(votes, a)
+    shared = routing(votes, a, children=torch.arange(12).view(2, 6), num_children=12)
+    for x, y in zip(plain[:3], shared[:3]):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+    grads = [torch.autograd.grad(o.activations.sum() + o.poses.sum(), votes)[0] for o in (plain, shared)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", ["all", "type"])
+def test_shared_children_fused_backward_matches_the_plain_path_and_stays_finite(norm):
+    g = torch.Generator().manual_seed(23)
+    routing = EMRouting(3, iterations=3, child_norm=norm).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.randn(3, generator=g, dtype=DT))
+    votes = torch.randn(4, 5, 3, 16, generator=g, dtype=DT).requires_grad_(True)
+    a = torch.rand(4, 5, generator=g, dtype=DT).requires_grad_(True)
+    children = torch.randint(0, 9, (4, 5), generator=g)
+    weights = [torch.randn(4, 3, 16, generator=g, dtype=DT), torch.randn(4, 3, generator=g, dtype=DT)]
+    results = []
+    for record in (False, True):
+        out = routing(votes, a, record=record, children=children, num_children=9)
+        assert (type(out.poses.grad_fn).__name__ == "_FusedEMBackward") == (not record)
+        loss = (out.poses * weights[0]).sum() + (out.activations * weights[1]).sum()
+        results.append(list(out[:3]) + list(torch.autograd.grad(loss, [votes, a, routing.beta_u])))
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    for scale in (0.0, 1e4):  # all-equal and wild votes: finite everywhere
+        v = (torch.randn(4, 5, 3, 16, generator=g) * scale).requires_grad_(True)
+        out = EMRouting(3, iterations=5, child_norm=norm)(v, None, children=children, num_children=9)
+        assert all(torch.isfinite(t).all() for t in out[:3])
+        assert torch.isfinite(torch.autograd.grad(out.activations.sum() + out.poses.sum(), v)[0]).all()
+
+
+def test_bad_children_are_refused_clearly():
+    routing = EMRouting(4)
+    votes = torch.zeros(2, 5, 4, 16)
+    with pytest.raises(ValueError, match=r"children must be an integer tensor \(B, I\) = \(2, 5\)"):
+        routing(votes, children=torch.zeros(2, 4, dtype=torch.long), num_children=3)
+    with pytest.raises(ValueError, match="children must be an integer tensor"):
+        routing(votes, children=torch.zeros(2, 5), num_children=3)
+    with pytest.raises(ValueError, match="children needs num_children"):
+        routing(votes, children=torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="child_norm must be one of all, type"):
+        EMRouting(4, child_norm="windows")

@@ -9,7 +9,7 @@ mean activations of ConvCaps1 and ConvCaps2 on the last batch, the class
 activations' mean and spread over classes, and the size of ConvCaps2's poses.
 
     python docs/results/em-early-steps/early_steps.py --iterations 3 [--layer-iterations 3,2,2] \
-        [--option var_floor=5e-2 ...] [--steps 160] --data-dir ../shared/data
+        [--option var_floor=5e-2 --option conv_e_step=child ...] [--steps 160] --data-dir ../shared/data
 """
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--layer-iterations", help="caps1,caps2,classes: EM iterations per layer (default: --iterations)")
-    p.add_argument("--option", action="append", default=[], help="model config KEY=VALUE (floats)")
+    p.add_argument("--option", action="append", default=[], help="model config KEY=VALUE (a number or a word)")
     p.add_argument("--steps", type=int, default=160)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None)
     args = p.parse_args()
-    options = {k: float(v) for k, v in (o.split("=", 1) for o in args.option)}
+    options = {k: _value(v) for k, v in (o.split("=", 1) for o in args.option)}
     train = load_dataset("mnist", "train", root=args.data_dir, progress=False)
     torch.manual_seed(args.seed)
     model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,
@@ -67,6 +67,13 @@ def main() -> None:
                   f"ConvCaps1 a {c1.activations.mean():.2f} ConvCaps2 a {c2.activations.mean():.2f} "
                   f"class a {scores.mean():.2f} (spread over classes {scores.std(1).mean():.3f}) "
                   f"|ConvCaps2 pose| {c2.poses.pow(2).mean().sqrt():.1e}", flush=True)
+
+
+def _value(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 if __name__ == "__main__":

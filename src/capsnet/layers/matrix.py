@@ -9,11 +9,13 @@ transformation matrix, ``V_ij = M_i W_ij`` (section 3).
   features below (section 4: "a learned linear transformation ... of the
   lower-layer ReLUs centred at that location").
 - ``ConvMatrixCaps``: every parent at (h, w) sees the children in its K x K
-  window (all child types); the windows are folded into the batch, so each
-  (child, window) copy is routed on its own: R_ij sums to one over the
-  parent types within a window (what the public ports do; the paper's
-  "feedback from each capsule type" across overlapping windows is not
-  modelled, see docs/results.md).
+  window (all child types); the windows are folded into the batch. By
+  default each (child, window) copy is routed on its own: R_ij sums to one
+  over the parent types within a window (what the most-used PyTorch port
+  does). With ``share_children`` the routing is told which copies are one
+  child, and EM routing normalises a child's R across every window that
+  holds it (``EMRouting``'s ``child_norm``: over all those parents, as
+  Procedure 1 and IBM's port, or per parent type, as the official code).
 - ``ClassMatrixCaps``: one transformation per (child type, class) shared over
   positions, with coordinate addition (section 4).
 - ``DenseMatrixCaps``: one transformation per (child, parent), every child
@@ -79,17 +81,21 @@ class ConvMatrixCaps(nn.Module):
         kernel_size, stride: the window (the paper: 3x3, stride 2 then 1), no padding.
         routing: shared call shape, for ``out_types`` upper capsules (``EMRouting(out_types)``).
         std: initial spread of the 4x4 transformation matrices.
+        share_children: pass the routing each vote row's child ids (``children``, ``num_children``: a routing
+            that takes them, as ``EMRouting``), so a child held by several windows is normalised across them.
     """
 
     def __init__(self, in_types: int, out_types: int, *, kernel_size: int = 3, stride: int = 1,
-                 routing: nn.Module, std: float = 0.5) -> None:
+                 routing: nn.Module, std: float = 0.5, share_children: bool = False) -> None:
         super().__init__()
         self.in_types, self.out_types, self.kernel_size, self.stride = in_types, out_types, kernel_size, stride
+        self.share_children = bool(share_children)
         self.weight = _transform((kernel_size, kernel_size, in_types, out_types), std)  # (K, K, I, J, 4, 4)
         self.routing = routing
 
     def extra_repr(self) -> str:
-        return f"in_types={self.in_types}, out_types={self.out_types}, kernel_size={self.kernel_size}, stride={self.stride}"
+        return (f"in_types={self.in_types}, out_types={self.out_types}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}" + (", share_children=True" if self.share_children else ""))
 
     def output_size(self, size: int) -> int:
         return (size - self.kernel_size) // self.stride + 1
@@ -109,8 +115,19 @@ class ConvMatrixCaps(nn.Module):
         votes = torch.einsum("nhwklixy,klijyz->nhwjklixz", p, self.weight)  # V = M W, (N, H', W', J, K, K, I, 4, 4)
         # windows folded into the batch; made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
         votes = votes.reshape(N * Ho * Wo, J, K * K * I, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
-        out = self.routing(votes, a)
+        if self.share_children:
+            out = self.routing(votes, a, children=self.child_ids(N, H, W, caps.poses.device), num_children=N * H * W * I)
+        else:
+            out = self.routing(votes, a)
         return MatrixCaps(out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J))
+
+    def child_ids(self, N: int, H: int, W: int, device: torch.device | None = None) -> torch.Tensor:
+        """(N*H'*W', K*K*I): the id of the child behind each vote row, ((n H + row) W + column) I + type,
+        in the order ``forward`` folds the windows (window-major, then kernel row, column, child type)."""
+        K, s, I = self.kernel_size, self.stride, self.in_types
+        ids = torch.arange(N * H * W * I, device=device).view(N, H, W, I)
+        ids = ids.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
+        return ids.permute(0, 1, 2, 4, 5, 3).reshape(-1, K * K * I)
 
 
 class ClassMatrixCaps(nn.Module):

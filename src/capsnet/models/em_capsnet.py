@@ -35,6 +35,9 @@ from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_ro
 from ..losses import multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
 
+# EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
+CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
+
 __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
 
 
@@ -61,6 +64,10 @@ class EMCapsNetConfig:
     transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
+    # the convolutional capsule layers' E-step: "window" routes each window on its own (the most-used port);
+    # "child" normalises a child over every parent of every window holding it (Procedure 1, IBM's port);
+    # "child-type" over those windows for each parent type (the official code)
+    conv_e_step: str = "window"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -76,6 +83,9 @@ class EMCapsNetConfig:
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
+        if self.conv_e_step not in CONV_E_STEPS:
+            raise ValueError(f"{type(self).__name__}.conv_e_step must be one of {', '.join(CONV_E_STEPS)}, got "
+                             f"{self.conv_e_step!r}")
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
                              f"3x3 capsule layers (stride 2, then 1): it needs at least 17x17")
@@ -147,10 +157,13 @@ class EMCapsNet(nn.Module):
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init)
-        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=3, stride=2, std=std,
-                                    routing=EMRouting(cfg.caps1_types, iters, final_lambda=lam, **em))
-        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=3, stride=1, std=std,
-                                    routing=EMRouting(cfg.caps2_types, iters, final_lambda=lam, **em))
+        norm = CONV_E_STEPS[cfg.conv_e_step]
+        conv = dict(kernel_size=3, std=std, share_children=norm is not None)
+        conv_em = dict(em, final_lambda=lam, child_norm=norm or "all")
+        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, stride=2, **conv,
+                                    routing=EMRouting(cfg.caps1_types, iters, **conv_em))
+        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, stride=1, **conv,
+                                    routing=EMRouting(cfg.caps2_types, iters, **conv_em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
                                        std=std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, **em))

@@ -54,6 +54,19 @@ only its inverse-temperature schedule and variance floor:
   schedule", Procedure 1's caption gives no values);
 - beta_u and beta_a: one of each per upper capsule type (OpenReview answer
   quoted by the ports; the official code does the same), initialised to 0 (beta_u at ``beta_u_init`` when given).
+
+Children shared between rows: a convolutional layer folds its windows into
+the batch, so one child capsule appears in every window that holds it. By
+default each row is routed on its own (R sums to one over the parents of the
+row: what the most-used PyTorch port does). Given ``children`` (each vote
+row's child ids), the E-step normalises a child's R over all of its votes
+instead (``child_norm``): ``"all"``, over every parent of every window that
+holds it (Procedure 1's sum over the parents, and IBM's port), or
+``"type"``, for each parent type over those windows (the official code's
+convolutional E-step: no competition between parent types). The first
+M-step's R is uniform over the same set, and the cost's ``100 J / I``
+counts a child shared by n windows as 1/n of one in each, so the cost keeps
+its scale at a uniform R.
 """
 from __future__ import annotations
 
@@ -67,6 +80,8 @@ from torch import nn
 from .result import RoutingResult, check_votes
 
 __all__ = ["EMRouting"]
+
+CHILD_NORMS = ("all", "type")
 
 
 class EMRouting(nn.Module):
@@ -87,15 +102,19 @@ class EMRouting(nn.Module):
         fused_backward: training steps take the votes' gradient in one batched
             product (module docstring); False runs plain autograd (same numbers,
             slower: benchmarks/em_backward.py compares the two).
+        child_norm: with ``children`` given to ``forward``, the set a child's R
+            sums to one over: ``"all"`` its votes for every parent of every row
+            holding it, ``"type"`` its votes for each parent type (module docstring).
 
     Poses are the means mu_j (votes of 16 = 4x4 entries for matrix capsules,
     flattened); activations are a_j in (0, 1); coupling is R_ij, which sums
-    to one over the J upper capsules for each lower capsule i.
+    to one over the J upper capsules for each lower capsule i (with ``children``:
+    over the set ``child_norm`` names, summed across the rows holding the child).
     """
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
-                 beta_u_init: float = 0.0) -> None:
+                 beta_u_init: float = 0.0, child_norm: str = "all") -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -109,6 +128,9 @@ class EMRouting(nn.Module):
         self.fused_backward = bool(fused_backward)
         if not math.isfinite(beta_u_init):
             raise ValueError(f"beta_u_init must be a finite number, got {beta_u_init!r}")
+        if child_norm not in CHILD_NORMS:
+            raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
+        self.child_norm = child_norm
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
         self.beta_a = nn.Parameter(torch.zeros(out_caps))  # (J,)
 
@@ -132,15 +154,15 @@ class EMRouting(nn.Module):
         return m1 + centre, var, logit
 
     def _m_step(self, VV: torch.Tensor, a: torch.Tensor, R: torch.Tensor, lam: float,
-                betas: tuple[torch.Tensor, torch.Tensor] | None = None, taps: list | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                betas: tuple[torch.Tensor, torch.Tensor] | None = None, taps: list | None = None,
+                share: "_SharedChildren | None" = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The M-step on votes laid out by ``_layout``: R (B, J, I) -> centred mean, variance, logit.
 
         Both weighted moments come from one batched matrix-vector product
         over the votes and their squares side by side (no vote-sized
         temporaries); var = E[V^2] - E[V]^2 of the centred votes.
         ``betas`` stand in for (beta_u, beta_a); ``taps`` collects the
-        product and its weights for ``_FusedEM``.
+        product and its weights for ``_FusedEM``; ``share`` the children shared between rows.
         """
         beta_u, beta_a = (self.beta_u, self.beta_a) if betas is None else betas
         B, J, I, D2 = VV.shape
@@ -155,14 +177,14 @@ class EMRouting(nn.Module):
         m1, m2 = m[..., :D], m[..., D:]
         var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
         # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
-        scale = 100.0 * J / I  # Gritzman's normalisation of the data a parent explains
+        scale = 100.0 * J / I if share is None else share.scale  # Gritzman's normalisation of the data a parent explains
         cost = scale * mass * (D * beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
         if self.normalise_cost:  # each parent's cost against the others' (mean 0, std 1 over j, per example)
             cost = (cost - cost.mean(dim=-1, keepdim=True)) / (cost.std(dim=-1, keepdim=True) + 1e-4)
         return m1, var, lam * (beta_a / self.final_lambda - cost)
 
     def _e_step(self, VV: torch.Tensor, m1: torch.Tensor, var: torch.Tensor, logit: torch.Tensor,
-                taps: list | None = None) -> torch.Tensor:
+                taps: list | None = None, share: "_SharedChildren | None" = None) -> torch.Tensor:
         """Procedure 1, E-step, in the log domain: R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), as (B, J, I).
 
         sum_h (V - mu)^2 / var is expanded into -2 V mu/var + V^2/var + mu^2/var:
@@ -177,11 +199,17 @@ class EMRouting(nn.Module):
             taps.append((q, None, coef.detach().transpose(1, 2)))
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
         log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
-        return torch.softmax(F.logsigmoid(logit).unsqueeze(-1) + log_p, dim=1)  # over the upper capsules j
+        log_r = F.logsigmoid(logit).unsqueeze(-1) + log_p  # (B, J, I)
+        return torch.softmax(log_r, dim=1) if share is None else share.softmax(log_r)  # over the upper capsules j
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                *, record: bool = False) -> RoutingResult:
+                *, record: bool = False, children: torch.Tensor | None = None,
+                num_children: int | None = None) -> RoutingResult:
         """Route ``votes`` (weighted by the lower ``activations``; all 1 when None) to the upper capsules.
+
+        ``children`` (B, I) integers in [0, ``num_children``): the child capsule each vote row comes
+        from; rows with the same id hold the same child (a convolutional layer's overlapping windows,
+        folded into the batch), whose R is normalised over all its votes (``child_norm``).
 
         Shapes:
             votes: (B, I, J, D); activations: (B, I) or None; bias: must be None (EM has no pose bias)
@@ -198,30 +226,33 @@ class EMRouting(nn.Module):
         with _autocast_off(votes.device.type):  # also inside a bf16 autocast step
             votes = votes.to(dtype)
             a_in = votes.new_ones(B, I) if activations is None else activations.to(dtype)
+            share = None if children is None else _SharedChildren(children, num_children, B, I, J, self.child_norm,
+                                                                  dtype)
             if self.fused_backward and not record and _wants_fused_backward(votes, a_in, self.beta_u, self.beta_a):
-                poses, logit, R = _FusedEM.apply(votes, a_in, self.beta_u, self.beta_a, self)
+                poses, logit, R = _FusedEM.apply(votes, a_in, self.beta_u, self.beta_a, self, share)
                 return RoutingResult(poses, torch.sigmoid(logit), R.transpose(1, 2))
             # inference: both halves written into one buffer (no autograd to feed, nothing tracing the graph)
             VV, centre = _layout(votes, a_in, into_buffer=not torch.is_grad_enabled() and _eager())
-            m1, logit, R, rounds = self._iterate(VV, a_in, record=record)
+            m1, logit, R, rounds = self._iterate(VV, a_in, record=record, share=share)
             # R is what the last M-step used: the coupling of the last round
             return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
                                  torch.stack(rounds, dim=1) if record else None)
 
     def _iterate(self, VV: torch.Tensor, a: torch.Tensor, betas: tuple[torch.Tensor, torch.Tensor] | None = None, *,
-                 record: bool = False, taps: list | None = None
+                 record: bool = False, taps: list | None = None, share: "_SharedChildren | None" = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Procedure 1's loop on laid-out votes: the last M-step's centred mean (B, J, D) and logit (B, J), the R
         (B, J, I) it used, and with ``record`` the R of every M-step, each (B, I, J)."""
         B, J, I, _ = VV.shape
-        R = VV.new_full((B, J, I), 1.0 / J)  # Procedure 1: R_ij = 1 / |Omega_{L+1}|
+        # Procedure 1: R_ij = 1 / |Omega_{L+1}|, the parents child i votes for
+        R = VV.new_full((B, J, I), 1.0 / J) if share is None else share.uniform.expand(B, J, I)
         rounds = []
         for t in range(self.iterations):
             if record:
                 rounds.append(R.transpose(1, 2))
-            m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps)
+            m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps, share)
             if t < self.iterations - 1:
-                R = self._e_step(VV, m1, var, logit, taps)
+                R = self._e_step(VV, m1, var, logit, taps, share)
         return m1, logit, R, rounds
 
 
@@ -249,20 +280,20 @@ def _wants_fused_backward(*tensors: torch.Tensor) -> bool:
 class _FusedEM(torch.autograd.Function):
     """EMRouting's loop with one batched product for the votes' gradient (module docstring, "Fast backward").
 
-    forward(votes (B, I, J, D), a (B, I), beta_u (J,), beta_a (J,), routing) -> poses (B, J, D), logit (B, J),
+    forward(votes (B, I, J, D), a (B, I), beta_u (J,), beta_a (J,), routing, share) -> poses (B, J, D), logit (B, J),
     R (B, J, I). The loop runs once, with autograd on, over detached votes: its graph holds the routing's
     small tensors (R, weights, moments) and no vote-sized gradient. ``backward`` asks that graph for the
     gradients reaching each matrix-vector product and turns them into the votes' gradient in one ``bmm``.
     """
 
     @staticmethod
-    def forward(ctx, votes, a, beta_u, beta_a, routing):
+    def forward(ctx, votes, a, beta_u, beta_a, routing, share):
         with torch.enable_grad():
             leaves = tuple(t.detach().requires_grad_() for t in (a, beta_u, beta_a))
             with torch.no_grad():
                 VV, centre = _layout(votes, a, into_buffer=True)
             taps: list = []
-            m1, logit, R, _ = routing._iterate(VV, leaves[0], leaves[1:], taps=taps)
+            m1, logit, R, _ = routing._iterate(VV, leaves[0], leaves[1:], taps=taps, share=share)
             poses = m1 + centre
         ctx.graph = ((poses, logit, R), VV, taps, leaves)
         return poses.detach(), logit.detach(), R.detach()
@@ -298,7 +329,45 @@ class _FusedEM(torch.autograd.Function):
             g_V.addcmul_(VV[..., :D], torch.bmm(L, Rt[..., D:]).view(B, J, I, D), value=2)
             g_votes = g_V.permute(0, 2, 1, 3)  # the centre is a constant (detached in _layout)
         g_a, g_bu, g_ba = (g if need else None for g, need in zip(found[len(taps):], ctx.needs_input_grad[1:4]))
-        return g_votes, g_a, g_bu, g_ba, None
+        return g_votes, g_a, g_bu, g_ba, None, None
+
+
+class _SharedChildren:
+    """Children shared between vote rows (``EMRouting.forward``'s ``children``): the E-step's normaliser, the
+    first M-step's uniform R and the cost's scale, for R (B, J, I) laid out upper-capsule-major."""
+
+    def __init__(self, children: torch.Tensor, num_children: int | None, B: int, I: int, J: int, norm: str,
+                 dtype: torch.dtype) -> None:
+        if not isinstance(children, torch.Tensor) or tuple(children.shape) != (B, I) or children.is_floating_point() \
+                or children.is_complex() or children.dtype == torch.bool:
+            got = tuple(children.shape) if isinstance(children, torch.Tensor) else type(children).__name__
+            raise ValueError(f"children must be an integer tensor (B, I) = ({B}, {I}) of child ids, got {got}")
+        if not isinstance(num_children, int) or isinstance(num_children, bool) or num_children < 1:
+            raise ValueError(f"children needs num_children, a positive integer above every id, got {num_children!r}")
+        self.index = children.long()  # (B, I)
+        self.count, self.J, self.norm = num_children, J, norm
+        # each child's number of rows: 1/n of it in each (a child outside [0, num_children) fails here)
+        rows = torch.zeros(num_children, dtype=dtype, device=children.device).index_add_(
+            0, self.index.reshape(-1), children.new_ones(B * I, dtype=dtype))
+        share = 1.0 / rows[self.index]  # (B, I)
+        # uniform R over the set a child's R sums to one over: all J parents of each row, or each type's rows
+        self.uniform = (share / J if norm == "all" else share).unsqueeze(1)  # (B, 1, I)
+        # Gritzman's 100 J / I with I counting shared children by their share (the cost's scale at uniform R)
+        self.scale = 100.0 * (J if norm == "all" else 1) / share.sum(dim=1, keepdim=True)  # (B, 1)
+
+    def softmax(self, log_r: torch.Tensor) -> torch.Tensor:
+        """exp(log_r) normalised over each child's set (``norm``), shifted by the set's maximum: (B, J, I)."""
+        B, J, I = log_r.shape
+        if self.norm == "all":
+            groups, index = self.count, self.index.unsqueeze(1).expand(B, J, I)
+        else:
+            groups = self.count * J
+            index = self.index.unsqueeze(1) * J + torch.arange(J, device=log_r.device).view(1, J, 1)
+        index, flat = index.reshape(-1), log_r.reshape(-1)
+        top = flat.new_full((groups,), -math.inf).scatter_reduce(0, index, flat.detach(), "amax")
+        e = (flat - top[index]).exp()
+        total = flat.new_zeros(groups).index_add(0, index, e)
+        return (e / total[index]).view(B, J, I)
 
 
 def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
