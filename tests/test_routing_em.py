@@ -351,5 +351,8 @@ def test_bad_children_are_refused_clearly():
         routing(votes, children=torch.zeros(2, 5), num_children=3)
     with pytest.raises(ValueError, match="children needs num_children"):
         routing(votes, children=torch.zeros(2, 5, dtype=torch.long))
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match=r"children ids must lie in 0..2 \(num_children=3\)"):
+            routing(votes, children=torch.full((2, 5), bad), num_children=3)
     with pytest.raises(ValueError, match="child_norm must be one of all, type"):
         EMRouting(4, child_norm="windows")

@@ -9,7 +9,7 @@ mean activations of ConvCaps1 and ConvCaps2 on the last batch, the class
 activations' mean and spread over classes, and the size of ConvCaps2's poses.
 
     python docs/results/em-early-steps/early_steps.py --iterations 3 [--layer-iterations 3,2,2] \
-        [--option var_floor=5e-2 --option conv_e_step=child ...] [--steps 160] --data-dir ../shared/data
+        [--option var_floor=5e-2 --option conv_e_step=child ...] [--detach-r] [--steps 160] --data-dir ../shared/data
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import torch
 from capsnet.data import load_dataset
 from capsnet.models import create_model
 from capsnet.models.em_capsnet import em_capsnet_loss
+from capsnet.routing import EMRouting
 
 
 def main() -> None:
@@ -28,12 +29,17 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--layer-iterations", help="caps1,caps2,classes: EM iterations per layer (default: --iterations)")
     p.add_argument("--option", action="append", default=[], help="model config KEY=VALUE (a number or a word)")
+    p.add_argument("--detach-r", action="store_true",
+                   help="a probe: every E-step's R enters backward as a constant (gradients through the M-steps only)")
     p.add_argument("--steps", type=int, default=160)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None)
     args = p.parse_args()
     options = {k: _value(v) for k, v in (o.split("=", 1) for o in args.option)}
+    if args.detach_r:
+        e_step = EMRouting._e_step
+        EMRouting._e_step = lambda self, *a, **k: e_step(self, *a, **k).detach()
     train = load_dataset("mnist", "train", root=args.data_dir, progress=False)
     torch.manual_seed(args.seed)
     model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,

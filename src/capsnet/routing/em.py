@@ -63,8 +63,10 @@ row's child ids), the E-step normalises a child's R over all of its votes
 instead (``child_norm``): ``"all"``, over every parent of every window that
 holds it (Procedure 1's sum over the parents, and IBM's port), or
 ``"type"``, for each parent type over those windows (the official code's
-convolutional E-step: no competition between parent types). The first
-M-step's R is uniform over the same set, and the cost's ``100 J / I``
+convolutional E-step, ``update_conv_routing`` in em_layers.py: no
+competition between parent types). The first M-step's R is uniform over the
+same set (the official code starts from 1/J, uniform over the parent types,
+so its first and later M-steps weigh a child on different scales), and the cost's ``100 J / I``
 counts a child shared by n windows as 1/n of one in each, so the cost keeps
 its scale at a uniform R.
 """
@@ -345,10 +347,12 @@ class _SharedChildren:
         if not isinstance(num_children, int) or isinstance(num_children, bool) or num_children < 1:
             raise ValueError(f"children needs num_children, a positive integer above every id, got {num_children!r}")
         self.index = children.long()  # (B, I)
-        self.count, self.J, self.norm = num_children, J, norm
-        # each child's number of rows: 1/n of it in each (a child outside [0, num_children) fails here)
-        rows = torch.zeros(num_children, dtype=dtype, device=children.device).index_add_(
-            0, self.index.reshape(-1), children.new_ones(B * I, dtype=dtype))
+        self.count, self.norm = num_children, norm
+        try:  # each child's number of rows: 1/n of it in each
+            rows = torch.zeros(num_children, dtype=dtype, device=children.device).index_add_(
+                0, self.index.reshape(-1), children.new_ones(B * I, dtype=dtype))
+        except IndexError:
+            raise ValueError(f"children ids must lie in 0..{num_children - 1} (num_children={num_children})") from None
         share = 1.0 / rows[self.index]  # (B, I)
         # uniform R over the set a child's R sums to one over: all J parents of each row, or each type's rows
         self.uniform = (share / J if norm == "all" else share).unsqueeze(1)  # (B, 1, I)
