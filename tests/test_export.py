@@ -108,7 +108,19 @@ def pt2_checks(path, batch_images, model):
                                   for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
-    model = create_model(name, **SMALL[name])
+    export_both_and_check(name, create_model(name, **SMALL[name]), tmp_path)
+
+
+def test_em_routing_across_windows_exports_to_both_formats(tmp_path):
+    """conv_e_step=child-type normalises over a child's windows with a scatter-max and a scatter-add, sized by the
+    (dynamic) batch: both formats must carry them and match the model at batch sizes 1 and 7."""
+    torch.manual_seed(0)
+    model = create_model("em-capsnet-small", **SMALL["em-capsnet-small"], conv_e_step="child-type")
+    assert model.caps2.share_children
+    export_both_and_check("em-capsnet-small", model, tmp_path)
+
+
+def export_both_and_check(name, model, tmp_path):
     cfg = model.config
     assert OUTPUTS[name] is None or output_names(model) == OUTPUTS[name]
     batches = [torch.rand(b, cfg.in_channels, cfg.input_height, cfg.input_width) for b in (1, 7)]

@@ -344,7 +344,7 @@ class _SharedChildren:
                 or children.is_complex() or children.dtype == torch.bool:
             got = tuple(children.shape) if isinstance(children, torch.Tensor) else type(children).__name__
             raise ValueError(f"children must be an integer tensor (B, I) = ({B}, {I}) of child ids, got {got}")
-        if not isinstance(num_children, int) or isinstance(num_children, bool) or num_children < 1:
+        if not isinstance(num_children, (int, torch.SymInt)) or isinstance(num_children, bool) or num_children < 1:
             raise ValueError(f"children needs num_children, a positive integer above every id, got {num_children!r}")
         self.index = children.long()  # (B, I)
         self.count, self.norm = num_children, norm
