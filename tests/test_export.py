@@ -22,11 +22,13 @@ SMALL = {
     "capsnet": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
                     input_height=20, input_width=20),
     "baseline": dict(channels=(4,), hidden=(8,)),
-    # the two EM entries build one class: one routes a single M-step, the other an E-step between two
-    "em-capsnet": dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2, routing_iterations=1,
+    # the two EM entries build one class: both route an E-step between two M-steps, one within each window (the
+    # default), the other across a child's windows per parent type (a scatter-max and a scatter-add sized by the
+    # dynamic batch)
+    "em-capsnet": dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2, routing_iterations=2,
                        input_height=20, input_width=20),
     "em-capsnet-small": dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2,
-                             routing_iterations=2, input_height=20, input_width=20),
+                             routing_iterations=2, input_height=20, input_width=20, conv_e_step="child-type"),
     "efficient-capsnet": dict(decoder_hidden=(8,), input_height=14, input_width=14),
     "inverted-capsnet": dict(backbone_channels=4, primary_types=2, caps_types=2, routing_iterations=2,
                              input_height=16, input_width=16),
@@ -108,19 +110,7 @@ def pt2_checks(path, batch_images, model):
                                   for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
-    export_both_and_check(name, create_model(name, **SMALL[name]), tmp_path)
-
-
-def test_em_routing_across_windows_exports_to_both_formats(tmp_path):
-    """conv_e_step=child-type normalises over a child's windows with a scatter-max and a scatter-add, sized by the
-    (dynamic) batch: both formats must carry them and match the model at batch sizes 1 and 7."""
-    torch.manual_seed(0)
-    model = create_model("em-capsnet-small", **SMALL["em-capsnet-small"], conv_e_step="child-type")
-    assert model.caps2.share_children
-    export_both_and_check("em-capsnet-small", model, tmp_path)
-
-
-def export_both_and_check(name, model, tmp_path):
+    model = create_model(name, **SMALL[name])
     cfg = model.config
     assert OUTPUTS[name] is None or output_names(model) == OUTPUTS[name]
     batches = [torch.rand(b, cfg.in_channels, cfg.input_height, cfg.input_width) for b in (1, 7)]
