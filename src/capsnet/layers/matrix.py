@@ -116,7 +116,8 @@ class ConvMatrixCaps(nn.Module):
         # windows folded into the batch; made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
         votes = votes.reshape(N * Ho * Wo, J, K * K * I, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
         if self.share_children:
-            out = self.routing(votes, a, children=self.child_ids(N, H, W, caps.poses.device), num_children=N * H * W * I)
+            ids = self.child_ids(N, H, W, caps.poses.device)
+            out = self.routing(votes, a, children=ids, num_children=N * H * W * I)
         else:
             out = self.routing(votes, a)
         return MatrixCaps(out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J))

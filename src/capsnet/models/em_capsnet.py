@@ -19,6 +19,14 @@ convolutional capsule layers alone hold 294,912).
 puts batch norm between conv1 and its ReLU, as the most-used PyTorch port of
 the paper does; neither the paper nor the official code has it. In eval mode
 it is a fixed affine map, so an example's output stays independent of its batch.
+
+``conv_e_step`` (``window`` by default) chooses how the convolutional capsule
+layers' E-step treats a child held by several windows: each window routes
+it on its own (``window``, the most-used PyTorch port), or its R is
+normalised over every parent of every window holding it (``child``:
+Procedure 1's sum over the parents, IBM's port) or over those windows per
+parent type (``child-type``: the official code). ``EMRouting``'s module
+docstring has the details; docs/results/routing-family.md what each does on MNIST.
 """
 from __future__ import annotations
 

@@ -179,7 +179,8 @@ class EMRouting(nn.Module):
         m1, m2 = m[..., :D], m[..., D:]
         var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
         # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
-        scale = 100.0 * J / I if share is None else share.scale  # Gritzman's normalisation of the data a parent explains
+        # Gritzman's normalisation of the data a parent explains (shared children counted by their share)
+        scale = 100.0 * J / I if share is None else share.scale
         cost = scale * mass * (D * beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
         if self.normalise_cost:  # each parent's cost against the others' (mean 0, std 1 over j, per example)
             cost = (cost - cost.mean(dim=-1, keepdim=True)) / (cost.std(dim=-1, keepdim=True) + 1e-4)
