@@ -347,14 +347,20 @@ class _SharedChildren:
             raise ValueError(f"children must be an integer tensor (B, I) = ({B}, {I}) of child ids, got {got}")
         if not isinstance(num_children, (int, torch.SymInt)) or isinstance(num_children, bool) or num_children < 1:
             raise ValueError(f"children needs num_children, a positive integer above every id, got {num_children!r}")
-        self.index = children.long()  # (B, I)
-        self.count, self.norm = num_children, norm
+        index = children.long()  # (B, I)
         try:  # each child's number of rows: 1/n of it in each
             rows = torch.zeros(num_children, dtype=dtype, device=children.device).index_add_(
-                0, self.index.reshape(-1), children.new_ones(B * I, dtype=dtype))
+                0, index.reshape(-1), children.new_ones(B * I, dtype=dtype))
         except IndexError:
             raise ValueError(f"children ids must lie in 0..{num_children - 1} (num_children={num_children})") from None
-        share = 1.0 / rows[self.index]  # (B, I)
+        share = 1.0 / rows[index]  # (B, I)
+        # the set each entry of R (B, J, I) is normalised over, flattened: its child, or its child and parent type
+        if norm == "all":
+            self.groups, group = num_children, index.unsqueeze(1).expand(B, J, I)
+        else:
+            self.groups = num_children * J
+            group = index.unsqueeze(1) * J + torch.arange(J, device=children.device).view(1, J, 1)
+        self.group = group.reshape(-1)  # (B * J * I,), built once for every E-step
         # uniform R over the set a child's R sums to one over: all J parents of each row, or each type's rows
         self.uniform = (share / J if norm == "all" else share).unsqueeze(1)  # (B, 1, I)
         # Gritzman's 100 J / I with I counting shared children by their share (the cost's scale at uniform R)
@@ -362,17 +368,11 @@ class _SharedChildren:
 
     def softmax(self, log_r: torch.Tensor) -> torch.Tensor:
         """exp(log_r) normalised over each child's set (``norm``), shifted by the set's maximum: (B, J, I)."""
-        B, J, I = log_r.shape
-        if self.norm == "all":
-            groups, index = self.count, self.index.unsqueeze(1).expand(B, J, I)
-        else:
-            groups = self.count * J
-            index = self.index.unsqueeze(1) * J + torch.arange(J, device=log_r.device).view(1, J, 1)
-        index, flat = index.reshape(-1), log_r.reshape(-1)
-        top = flat.new_full((groups,), -math.inf).scatter_reduce(0, index, flat.detach(), "amax")
-        e = (flat - top[index]).exp()
-        total = flat.new_zeros(groups).index_add(0, index, e)
-        return (e / total[index]).view(B, J, I)
+        group, flat = self.group, log_r.reshape(-1)
+        top = flat.new_full((self.groups,), -math.inf).scatter_reduce(0, group, flat.detach(), "amax")
+        e = (flat - top[group]).exp()
+        total = flat.new_zeros(self.groups).index_add(0, group, e)
+        return (e / total[group]).view(log_r.shape)
 
 
 def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
