@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-__all__ = ["config_from_dict", "check_types", "check_range", "MAX_WEIGHTS"]
+__all__ = ["config_from_dict", "check_types", "check_range", "check_choice", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
@@ -58,6 +58,14 @@ def check_range(config: Any, name: str, lo: float, hi: float) -> None:
         if not lo <= v <= hi:
             got = f"{value:.3g}" if _is_int(value) and abs(value) >= 10**12 else repr(value)
             raise ValueError(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}")
+
+
+def check_choice(config: Any, name: str, choices: Any) -> None:
+    """``config.name`` is one of ``choices`` (its values, or a dict keyed by them), or a ValueError naming the
+    field and the choices."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"{type(config).__name__}.{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def _number(x: float) -> str:

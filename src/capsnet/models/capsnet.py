@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import MAX_WEIGHTS, check_choice, check_range, check_types, config_from_dict
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
@@ -64,8 +64,7 @@ class CapsNetConfig:
             check_range(self, name, 1, 4096 if name.startswith("input") else 100 if name == "routing_iterations"
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
-        if self.padding not in PADDINGS:
-            raise ValueError(f"{type(self).__name__}.padding must be one of {', '.join(PADDINGS)}, got {self.padding!r}")
+        check_choice(self, "padding", PADDINGS)
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import MAX_WEIGHTS, check_choice, check_range, check_types, config_from_dict
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
@@ -91,9 +91,7 @@ class EMCapsNetConfig:
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
-        if self.conv_e_step not in CONV_E_STEPS:
-            raise ValueError(f"{type(self).__name__}.conv_e_step must be one of {', '.join(CONV_E_STEPS)}, got "
-                             f"{self.conv_e_step!r}")
+        check_choice(self, "conv_e_step", CONV_E_STEPS)
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
                              f"3x3 capsule layers (stride 2, then 1): it needs at least 17x17")

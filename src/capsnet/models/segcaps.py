@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import check_range, check_types, config_from_dict
+from .._config import check_choice, check_range, check_types, config_from_dict
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
@@ -174,9 +174,7 @@ class SegCapsConfig:
         if self.routing_softmax not in ("parents", "children"):
             raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
                              f"{self.routing_softmax!r}")
-        if self.seg_loss not in SEGMENTATION_LOSSES:
-            raise ValueError(f"{type(self).__name__}.seg_loss must be one of {', '.join(SEGMENTATION_LOSSES)}, got "
-                             f"{self.seg_loss!r}")
+        check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
 
     @property
     def num_weights(self) -> int:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import check_range, check_types, config_from_dict
+from .._config import check_choice, check_range, check_types, config_from_dict
 from ..losses import SEGMENTATION_LOSSES
 from .segcaps import STRIDE, check_segmentation_input
 
@@ -50,9 +50,7 @@ class UNetConfig:
         check_range(self, "in_channels", 1, 64)
         check_range(self, "num_classes", 1, 1)
         check_range(self, "base_channels", 1, 1024)
-        if self.seg_loss not in SEGMENTATION_LOSSES:
-            raise ValueError(f"{type(self).__name__}.seg_loss must be one of {', '.join(SEGMENTATION_LOSSES)}, got "
-                             f"{self.seg_loss!r}")
+        check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
 
     @property
     def widths(self) -> list[int]:
