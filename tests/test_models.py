@@ -168,6 +168,16 @@ def test_config_round_trip():
     assert CapsNetConfig.from_dict({}) == CapsNetConfig()
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_config_round_trips_through_json(name):
+    # A checkpoint stores the config as JSON, so tuple fields come back as lists and must become tuples again.
+    cfg = MODELS[name].config()
+    text = json.dumps(cfg.to_dict())
+    back = MODELS[name].config.from_dict(json.loads(text))
+    assert back == cfg and type(back) is type(cfg) and json.dumps(back.to_dict()) == text
+    assert all(not isinstance(v, tuple) for v in cfg.to_dict().values())
+
+
 def test_config_from_dict_rejects_unknown_keys_by_name():
     with pytest.raises(ValueError, match="unknown") as info:
         CapsNetConfig.from_dict({"routing_iterations": 3, "iters": 2, "dropout": 0.1})

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-__all__ = ["config_from_dict", "check_types", "check_range", "check_choice", "MAX_WEIGHTS"]
+__all__ = ["JsonConfig", "config_from_dict", "check_types", "check_range", "check_choice", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
@@ -27,6 +27,19 @@ def config_from_dict(cls: type[T], d: dict[str, Any]) -> T:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} keys {unknown}; valid keys are {sorted(known)}")
     return cls(**d)
+
+
+class JsonConfig:
+    """``to_dict`` and ``from_dict`` for a frozen config dataclass: its fields as JSON values (tuples as lists; a
+    config with a tuple field turns lists back into tuples in its ``__post_init__``), and back through
+    ``config_from_dict``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+        return config_from_dict(cls, d)
 
 
 def _is_int(v: Any) -> bool:

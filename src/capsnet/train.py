@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
-from ._config import check_types, config_from_dict
+from ._config import JsonConfig, check_types
 from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
                          save_checkpoint)
 from .data.augment import AUGMENTATIONS, augmentation
@@ -51,7 +51,7 @@ LR_SCHEDULES = ("exponential", "linear")  # lr_at: the authors' smooth decay, or
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
     dataset: str = "mnist"
     epochs: int = 10
     batch_size: int = 128
@@ -96,13 +96,6 @@ class TrainConfig:
             raise ValueError(f"unknown augment {self.augment!r}; valid values are {', '.join(AUGMENTATIONS)}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        return config_from_dict(cls, d)
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:

@@ -10,21 +10,20 @@ holds with "same" padding and no pooling (28 x 28 x 128 features into the
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..losses import multi_hot
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
 
 @dataclass(frozen=True)
-class BaselineCNNConfig:
+class BaselineCNNConfig(JsonConfig):
     """Every size of the baseline; the defaults are the paper's MNIST CNN (35,445,522 parameters)."""
 
     input_height: int = 28
@@ -65,15 +64,6 @@ class BaselineCNNConfig:
         n = sum((a * self.kernel**2 + 1) * b for a, b in zip(convs[:-1], convs[1:]))
         fcs = [self.channels[-1] * self.input_height * self.input_width, *self.hidden, self.num_classes]
         return n + sum((a + 1) * b for a, b in zip(fcs[:-1], fcs[1:]))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["channels"], d["hidden"] = list(self.channels), list(self.hidden)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BaselineCNNConfig":
-        return config_from_dict(cls, d)
 
 
 class BaselineCNN(nn.Module):

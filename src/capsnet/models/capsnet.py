@@ -8,15 +8,14 @@ inference).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_choice, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
@@ -27,7 +26,7 @@ __all__ = ["PADDINGS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConf
 
 
 @dataclass(frozen=True)
-class CapsNetConfig:
+class CapsNetConfig(JsonConfig):
     """Every size of the network; the defaults are the paper's MNIST model."""
 
     input_height: int = 28
@@ -108,15 +107,6 @@ class CapsNetConfig:
         """Number I of primary capsules (32 * 6 * 6 = 1152 for MNIST)."""
         h, w = self.primary_grid
         return self.primary_types * h * w
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["decoder_hidden"] = list(self.decoder_hidden)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CapsNetConfig":
-        return config_from_dict(cls, d)
 
 
 @dataclass(frozen=True)

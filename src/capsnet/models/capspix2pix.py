@@ -33,14 +33,14 @@ share, is here too: the noise, seeded generation, the two losses.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from .segcaps import STRIDE, capsule_stack, capsule_stack_weights, walk_capsule_stack
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -202,7 +202,7 @@ def synthesis_losses(model: ConditionalGAN, labels: torch.Tensor, real: torch.Te
 
 
 @dataclass(frozen=True)
-class CapsPix2pixConfig:
+class CapsPix2pixConfig(JsonConfig):
     """CapsPix2pix's sizes and training constants; defaults are the reference code's unless said otherwise."""
 
     input_height: int = 32  # multiples of 8 (the capsule U-Net halves the map three times)
@@ -273,13 +273,6 @@ class CapsPix2pixConfig:
     def num_weights(self) -> int:
         """Every weight of the generator and the discriminator, from the sizes alone."""
         return self.generator_weights + self.discriminator_weights
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CapsPix2pixConfig":
-        return config_from_dict(cls, d)
 
 
 class CapsPix2pixGenerator(nn.Module):

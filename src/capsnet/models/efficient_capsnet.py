@@ -12,15 +12,13 @@ its loss weight 0.392 x the per-pixel mean squared error equals CapsNet's
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
@@ -32,7 +30,7 @@ _CONVS = ((32, 5, 1), (64, 3, 1), (64, 3, 1), (128, 3, 2))  # (channels, kernel,
 
 
 @dataclass(frozen=True)
-class EfficientCapsNetConfig:
+class EfficientCapsNetConfig(JsonConfig):
     """The sizes of the network; the defaults are the paper's MNIST model."""
 
     input_height: int = 28
@@ -85,15 +83,6 @@ class EfficientCapsNetConfig:
             sizes = [J * self.class_dim, *self.decoder_hidden, self.in_channels * self.input_height * self.input_width]
             n += sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
         return n
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["decoder_hidden"] = list(self.decoder_hidden)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EfficientCapsNetConfig":
-        return config_from_dict(cls, d)
 
 
 class EfficientCapsNet(nn.Module):

@@ -30,15 +30,14 @@ docstring has the details; docs/results/routing-family.md what each does on MNIS
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_choice, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
@@ -50,7 +49,7 @@ __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOut
 
 
 @dataclass(frozen=True)
-class EMCapsNetConfig:
+class EMCapsNetConfig(JsonConfig):
     """Every size of the network; the defaults are the paper's smallNORB model (Figure 1, A = B = C = D = 32)."""
 
     input_height: int = 32
@@ -122,13 +121,6 @@ class EMCapsNetConfig:
         if self.margin_warmup == 0:
             return self.margin_end
         return self.margin_start + (self.margin_end - self.margin_start) * min(1.0, progress / self.margin_warmup)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EMCapsNetConfig":
-        return config_from_dict(cls, d)
 
 
 @dataclass(frozen=True)

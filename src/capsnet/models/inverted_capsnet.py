@@ -13,16 +13,15 @@ layer norm and 2 passes.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import MAX_WEIGHTS, check_range, check_types, config_from_dict
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
 from ..routing import InvertedDotProductRouting, RoutingView
@@ -31,7 +30,7 @@ __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", 
 
 
 @dataclass(frozen=True)
-class InvertedCapsNetConfig:
+class InvertedCapsNetConfig(JsonConfig):
     input_height: int = 28
     input_width: int = 28
     in_channels: int = 1
@@ -70,13 +69,6 @@ class InvertedCapsNetConfig:
         h, w = self.grids[-1]
         return ((self.in_channels * 9 + 1) * C + C * P * 16 + 32 + 9 * P * T * 16 + 32 + 9 * T * T * 16 + 32
                 + h * w * T * K * 16 + 32 + 16)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "InvertedCapsNetConfig":
-        return config_from_dict(cls, d)
 
 
 class InvertedCapsNetOutput(NamedTuple):

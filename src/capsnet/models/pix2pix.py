@@ -23,13 +23,13 @@ discriminator only.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import nn
 
-from .._config import check_range, check_types, config_from_dict
+from .._config import JsonConfig, check_range, check_types
 from .capspix2pix import ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, init_gan_weights
 from .segcaps import STRIDE
 
@@ -37,7 +37,7 @@ __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
 
 
 @dataclass(frozen=True)
-class Pix2pixConfig:
+class Pix2pixConfig(JsonConfig):
     """pix2pix's sizes and training constants; the defaults are the paper's unless said otherwise."""
 
     input_height: int = 32  # multiples of 8, as CapsPix2pix's
@@ -112,13 +112,6 @@ class Pix2pixConfig:
     def num_weights(self) -> int:
         """Every weight of the generator and the discriminator, from the sizes alone."""
         return self.generator_weights + self.discriminator_weights
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Pix2pixConfig":
-        return config_from_dict(cls, d)
 
 
 class UNetGenerator(nn.Module):

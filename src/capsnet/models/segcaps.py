@@ -26,14 +26,14 @@ by module-level functions, shared with the CapsPix2pix generator
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import check_choice, check_range, check_types, config_from_dict
+from .._config import JsonConfig, check_choice, check_range, check_types
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
@@ -142,7 +142,7 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
 
 
 @dataclass(frozen=True)
-class SegCapsConfig:
+class SegCapsConfig(JsonConfig):
     """SegCaps R3; the defaults are the paper's (1,425,649 weights for one input channel)."""
 
     input_height: int = 64
@@ -183,13 +183,6 @@ class SegCapsConfig:
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SegCapsConfig":
-        return config_from_dict(cls, d)
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ so scores stay per example.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import check_choice, check_range, check_types, config_from_dict
+from .._config import JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
 from .segcaps import STRIDE, check_segmentation_input
 
@@ -27,7 +27,7 @@ __all__ = ["UNetConfig", "UNet", "UNetOutput"]
 
 
 @dataclass(frozen=True)
-class UNetConfig:
+class UNetConfig(JsonConfig):
     """The U-Net's sizes; the defaults are the paper's widths (64 channels doubling to 1024, four poolings)."""
 
     input_height: int = 64
@@ -67,13 +67,6 @@ class UNetConfig:
         for a, b in zip(w[:0:-1], w[-2::-1]):  # up: 2x2 transposed convolution a -> b, then a block on 2b -> b
             n += (a * 4 + 1) * b + block(2 * b, b)
         return n + w[0] + 1  # the 1x1 output convolution
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "UNetConfig":
-        return config_from_dict(cls, d)
 
 
 class UNetOutput(NamedTuple):
