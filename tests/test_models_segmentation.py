@@ -170,3 +170,22 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
         warnings.simplefilter("error")
         assert dead_layers(init_gain=3.0) == []
         create_model("segcaps", init_gain=1.0)  # with the bias: no warning
+        assert dead_layers(squash="exp") == []  # linear near zero: the capsules do not fade, so no warning
+
+
+@pytest.mark.parametrize("name", ["segcaps", "capspix2pix"])
+def test_exp_squash_is_every_capsule_layers_and_trains_every_weight(name):
+    torch.manual_seed(2)
+    model = create_model(name, squash="exp", input_height=16, input_width=16)
+    caps = model.caps if name == "segcaps" else model.generator.caps
+    assert [layer.routing.squash for layer in caps.values()] == ["exp"] * len(caps)
+    assert model.config.num_weights == create_model(name, input_height=16, input_width=16).config.num_weights
+    assert type(model.config).from_dict(model.config.to_dict()) == model.config
+    if name == "segcaps":
+        images = torch.rand(2, 1, 16, 16)
+        loss, _ = MODELS[name].loss(model, images, (images > 0.6).to(torch.uint8), recon_weight=0.0005)
+        loss.backward()
+        for n, p in model.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    with pytest.raises(ValueError, match=r"squash must be one of sabour, exp, got 'tanh'"):
+        create_model(name, squash="tanh")

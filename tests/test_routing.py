@@ -11,8 +11,10 @@ from capsnet.routing import DynamicRouting, RoutingResult
 DT = torch.float64
 
 
-def reference_routing(votes, bias=None, *, iterations, leaky=False, detach_agreement=False):
+def reference_routing(votes, bias=None, *, iterations, leaky=False, detach_agreement=False, squash="sabour"):
     """Procedure 1 written out with loops over b, i and j (vectors only along D).
+
+    ``squash="exp"``: line 6 with Efficient-CapsNet's squash, (1 - e^-|s|) s/|s|, in place of Eq. 1.
 
     Differentiable, so its autograd gradient is the reference gradient too.
     With ``detach_agreement`` every round but the last sees detached votes.
@@ -39,7 +41,9 @@ def reference_routing(votes, bias=None, *, iterations, leaky=False, detach_agree
                 if bias is not None:
                     s_j = s_j + bias[j]
                 n2 = (s_j * s_j).sum()
-                v.append(n2 / (1 + n2) * s_j / torch.sqrt(n2))  # line 6, Eq. 1 without any epsilon
+                n = torch.sqrt(n2)
+                scale = n2 / (1 + n2) if squash == "sabour" else 1 - torch.exp(-n)
+                v.append(scale * s_j / n)  # line 6 (Eq. 1, or the exp squash) without any epsilon
             if not last:
                 for i in range(I):
                     for j in range(J):
@@ -77,6 +81,40 @@ def test_forward_matches_plain_loop_procedure_1(iterations, with_bias, leaky):
     _close(out.poses, poses)
     _close(out.activations, lengths)
     _close(out.coupling, coupling)
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_exp_squash_matches_plain_loop_values_and_gradients(iterations, with_bias):
+    votes = _votes(scale=2.0).requires_grad_()
+    bias = _bias() if with_bias else None
+    routing = DynamicRouting(iterations, squash="exp")
+    out = routing(votes, bias=bias)
+    poses, lengths, coupling = reference_routing(votes, bias, iterations=iterations, squash="exp")
+    _close(out.poses, poses)
+    _close(out.activations, lengths)
+    _close(out.coupling, coupling)
+    # the lengths are 1 - e^-|s|, not Eq. 1's |s|^2 / (1 + |s|^2): the two squashes differ on these votes
+    assert (out.poses - reference_routing(votes, bias, iterations=iterations)[0]).abs().max() > 1e-2
+    g = torch.randn_like(out.poses)
+    got = torch.autograd.grad(out.poses, votes, g)[0]
+    want = torch.autograd.grad(poses, votes, g)[0]
+    _close(got, want)
+    assert "squash='exp'" in repr(routing) and "squash" not in repr(DynamicRouting(3))
+
+
+def test_exp_squash_route_linear_equals_forward_and_is_finite_at_zero():
+    g = torch.Generator().manual_seed(4)
+    u = torch.randn(2, 7, 3, generator=g, dtype=DT)
+    w = torch.randn(3, 7, 4, 5, generator=g, dtype=DT)
+    routing = DynamicRouting(3, squash="exp")
+    _close(routing.route_linear(u, w).poses, routing(torch.einsum("bid,dijo->bijo", u, w)).poses)
+    votes = torch.zeros(2, 5, 4, 6, requires_grad=True)
+    out = routing(votes)
+    out.poses.sum().backward()
+    assert torch.isfinite(out.poses).all() and torch.isfinite(votes.grad).all()
+    with pytest.raises(ValueError, match="squash must be one of 'sabour', 'exp', got 'tanh'"):
+        DynamicRouting(3, squash="tanh")
 
 
 def test_routing_changes_coupling_after_the_first_round():

@@ -40,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
+from ..routing.dynamic import SQUASHES
 from .segcaps import STRIDE, capsule_stack, capsule_stack_weights, walk_capsule_stack
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -217,6 +218,7 @@ class CapsPix2pixConfig(JsonConfig):
     routing_bias: bool = True
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (segcaps.capsule_stack)
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
+    squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
@@ -241,6 +243,7 @@ class CapsPix2pixConfig(JsonConfig):
         if self.routing_softmax not in ("parents", "children"):
             raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
                              f"{self.routing_softmax!r}")
+        check_choice(self, "squash", SQUASHES)
         check_range(self, "disc_channels", 1, 1024)
         check_gan_fields(self)
 
@@ -287,7 +290,7 @@ class CapsPix2pixGenerator(nn.Module):
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
-                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init)
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash)
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)

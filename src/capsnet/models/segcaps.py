@@ -38,6 +38,7 @@ from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
 from ..routing import DynamicRouting
+from ..routing.dynamic import SQUASHES
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack"]
@@ -65,17 +66,19 @@ LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
 
 
 def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
-                  routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1) -> nn.ModuleDict:
+                  routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
+                  squash: str = "sabour") -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing, ``primary_routing_iterations`` rounds in the primary layer and
-    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, a routing bias when asked.
+    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a
+    routing bias when asked.
 
     Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
     seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
     Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
     (measured: seven layers exactly zero at gain 1, none at gain 3)."""
-    if not routing_bias and init_gain < 3:
+    if not routing_bias and init_gain < 3 and squash == "sabour":
         warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
                       f"the capsules shrink to zero within a few layers and the deep layers get no gradient; set "
                       f"init_gain=3 (--model-option init_gain=3) to train without the bias", stacklevel=3)
@@ -83,7 +86,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     last = _LAYERS[-1][0]
     for name, kind, t, din, j, dout, k, s in _LAYERS:
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
-        routing = DynamicRouting(iterations, softmax=routing_softmax)
+        routing = DynamicRouting(iterations, softmax=routing_softmax, squash=squash)
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
         caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=routing_bias)
         if name != last:
@@ -157,6 +160,7 @@ class SegCapsConfig(JsonConfig):
     seg_loss: str = "bce+dice"  # capsnet.losses.SEGMENTATION_LOSSES; the paper trains a weighted BCE
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (capsule_stack)
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
+    squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -175,6 +179,7 @@ class SegCapsConfig(JsonConfig):
             raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
                              f"{self.routing_softmax!r}")
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
+        check_choice(self, "squash", SQUASHES)
 
     @property
     def num_weights(self) -> int:
@@ -208,7 +213,7 @@ class SegCaps(nn.Module):
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
-                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init)
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 

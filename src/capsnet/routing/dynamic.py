@@ -4,11 +4,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import safe_norm, squash
+from ..ops import exp_squash, safe_norm, squash
 from .dynamic_linear import coupling_softmax, route_linear
 from .result import RoutingResult, check_votes
 
-__all__ = ["DynamicRouting"]
+__all__ = ["DynamicRouting", "SQUASHES"]
+
+# the squash of line 6: Sabour et al.'s Eq. 1, |s|^2 / (1 + |s|^2) s/|s|, or Efficient-CapsNet's (Mazzia et al. 2021,
+# eq. 3), (1 - e^-|s|) s/|s|, which is linear near zero where Eq. 1 is quadratic
+SQUASHES = {"sabour": squash, "exp": exp_squash}
 
 _FEW_CHILDREN = 32  # lower capsules per routing at most for which forward() uses broadcast products
 
@@ -40,13 +44,16 @@ class DynamicRouting(nn.Module):
     """
 
     def __init__(self, iterations: int = 3, *, leaky: bool = False, detach_agreement: bool = False,
-                 softmax: str = "parents") -> None:
+                 softmax: str = "parents", squash: str = "sabour") -> None:
         super().__init__()
         if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
             raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
         if softmax not in ("parents", "children"):
             raise ValueError(f"softmax must be 'parents' or 'children', got {softmax!r}")
+        if squash not in SQUASHES:
+            raise ValueError(f"squash must be one of {', '.join(map(repr, SQUASHES))}, got {squash!r}")
         self.softmax = softmax
+        self.squash = squash
         self.iterations = iterations
         self.leaky = leaky
         self.detach_agreement = detach_agreement
@@ -54,6 +61,7 @@ class DynamicRouting(nn.Module):
 
     def extra_repr(self) -> str:
         more = f", softmax={self.softmax!r}" if self.softmax != "parents" else ""
+        more += f", squash={self.squash!r}" if self.squash != "sabour" else ""
         return f"iterations={self.iterations}, leaky={self.leaky}, detach_agreement={self.detach_agreement}{more}"
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -79,6 +87,7 @@ class DynamicRouting(nn.Module):
         u_hat_detached = u_hat.detach() if self.detach_agreement else u_hat
         b = votes.new_zeros(B, I, J)  # Procedure 1, line 2: per example
         rounds = []
+        squash_fn = SQUASHES[self.squash]
         for r in range(self.iterations):
             last = r == self.iterations - 1
             c = coupling_softmax(b, dim=-1 if self.softmax == "parents" else 1, leaky=self.leaky)  # line 4; (B, I, J)
@@ -91,7 +100,7 @@ class DynamicRouting(nn.Module):
                 s = torch.matmul(c.transpose(1, 2).unsqueeze(2), u).squeeze(2)  # line 5; (B, J, D)
             if bias is not None:
                 s = s + bias
-            v = squash(s)  # line 6; (B, J, D)
+            v = squash_fn(s)  # line 6; (B, J, D)
             if not last:
                 if few:
                     b = b + (u * v.unsqueeze(1)).sum(-1)  # line 7: u_hat_j|i . v_j; (B, I, J)
@@ -114,7 +123,7 @@ class DynamicRouting(nn.Module):
             returns: poses (B, J, Dout), activations (B, J), coupling (B, I, J);
                 with ``record``, ``rounds`` (B, R, I, J)
         """
-        if self.softmax != "parents":  # the fast path knows Procedure 1's softmax only: build the votes
+        if self.softmax != "parents" or self.squash != "sabour":  # the fast path knows Procedure 1 only: build votes
             votes = torch.einsum("bid,dijo->bijo", u, weight)  # (B, I, J, Dout)
             return self.forward(votes, None, bias, record=record)
         v, c, rounds = route_linear(u, weight, bias, iterations=self.iterations, leaky=self.leaky,
