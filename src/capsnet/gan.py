@@ -39,7 +39,8 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
 from . import train as _train
-from .train import NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, start_or_resume
+from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, save_best, start_or_resume,
+                    write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -246,11 +247,9 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
 
         # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
         if improved:
-            save_checkpoint(best_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                                  train_config=cfg.to_dict(), state=state,
-                                                  model_state=model.state_dict()))
+            save_best(best_path, name, model_config, cfg, state, model)
         save_last(state)
-        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+        write_metrics(run_dir, state["history"])
     if ckpt is not None and state["epoch"] >= cfg.epochs:
-        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+        write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}

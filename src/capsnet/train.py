@@ -249,6 +249,18 @@ def input_fields(model: str, dataset: str) -> dict[str, int]:
     return {"in_channels": C, "input_height": H, "input_width": W} | made
 
 
+def write_metrics(run_dir: Path, history: list[dict[str, Any]]) -> None:
+    """``metrics.jsonl``, one evaluated epoch a line, rewritten atomically from the checkpoint's history."""
+    atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+
+
+def save_best(path: Path, name: str, model_config: Any, cfg: TrainConfig, state: dict[str, Any],
+              model: torch.nn.Module) -> None:
+    """``best.safetensors``: the weights of the epoch with the best held-out score (no optimizer or random state)."""
+    save_checkpoint(path, Checkpoint(model_name=name, model_config=model_config.to_dict(), train_config=cfg.to_dict(),
+                                     state=state, model_state=model.state_dict()))
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -559,18 +571,16 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
             # history, so the two always agree whatever moment a crash strikes.
             if improved:
-                save_checkpoint(best_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                                      train_config=cfg.to_dict(), state=state,
-                                                      model_state=model.state_dict()))
+                save_best(best_path, name, model_config, cfg, state, model)
             save_last(state)
-            atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+            write_metrics(run_dir, state["history"])
             if board is not None:
                 board.log_epoch(model, record)
         if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
             state = _from_main(state)
         saved_epoch = epoch
     if main and ckpt is not None and state["epoch"] >= cfg.epochs:
-        atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state["history"]))
+        write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}
 
 
