@@ -31,7 +31,7 @@ from capsnet.data.tasks import TEST_SEED
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variant", nargs="+", default=["default", "squash=exp"],
-                   help="model options per variant, KEY=VALUE joined by commas; 'default' for none")
+                   help="model options per variant, KEY=VALUE joined by commas (no list values); 'default' for none")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=0, help="the weights' seed (the canvases are the fixed test set's)")
     p.add_argument("--data-dir", default=None)

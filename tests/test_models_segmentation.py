@@ -156,11 +156,11 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
     images = torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(0))
     masks = (torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(1)) > 0.8).to(torch.uint8)
 
-    def dead_layers(**kw):
+    def dead_layers(floor=0.0, **kw):
         torch.manual_seed(0)
         model = create_model("segcaps", routing_bias=False, input_height=32, input_width=32, **kw)
         MODELS["segcaps"].loss(model, images, masks)[0].backward()
-        return [name for name, layer in model.caps.items() if layer.weight.grad.abs().max() == 0]
+        return [name for name, layer in model.caps.items() if layer.weight.grad.abs().max() <= floor]
 
     with pytest.warns(UserWarning, match="without the routing bias at init_gain 1.*set init_gain=3"):
         assert "conv_3_2" in dead_layers()
@@ -170,7 +170,11 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
         warnings.simplefilter("error")
         assert dead_layers(init_gain=3.0) == []
         create_model("segcaps", init_gain=1.0)  # with the bias: no warning
-        assert dead_layers(squash="exp") == []  # linear near zero: the capsules do not fade, so no warning
+        # linear near zero: at gain 1 the capsules do not fade, so no warning, and every layer's gradient is
+        # far above rounding (the sabour squash's reaches exactly zero)
+        assert dead_layers(squash="exp", floor=1e-8) == []
+    with pytest.warns(UserWarning, match=r"init_gain 0.5.*set init_gain=1 "):
+        create_model("segcaps", routing_bias=False, squash="exp", init_gain=0.5)
 
 
 @pytest.mark.parametrize("name", ["segcaps", "capspix2pix"])
@@ -179,7 +183,6 @@ def test_exp_squash_is_every_capsule_layers_and_trains_every_weight(name):
     model = create_model(name, squash="exp", input_height=16, input_width=16)
     caps = model.caps if name == "segcaps" else model.generator.caps
     assert [layer.routing.squash for layer in caps.values()] == ["exp"] * len(caps)
-    assert model.config.num_weights == create_model(name, input_height=16, input_width=16).config.num_weights
     assert type(model.config).from_dict(model.config.to_dict()) == model.config
     if name == "segcaps":
         images = torch.rand(2, 1, 16, 16)

@@ -72,6 +72,21 @@ def test_exp_squash_length_is_one_minus_exp_minus_norm():
     assert torch.isfinite(leaf.grad).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_exp_squash_in_half_precision_where_the_squared_length_overflows(dtype):
+    # float16: |s|^2 of 16 entries of 100 is 160,000, past its 65,504; the capsule must still come out of length 1
+    for value in (100.0, 6e4 if dtype == torch.float16 else 1e30):
+        s = torch.full((2, 16), value, dtype=dtype).requires_grad_(True)
+        v = exp_squash(s)
+        torch.testing.assert_close(v.float(), torch.full((2, 16), 0.25), rtol=2e-3, atol=0)
+        v.sum().backward()
+        assert torch.isfinite(s.grad).all()
+    small = torch.tensor([[0.3, -0.4]], dtype=dtype)  # |s| = 0.5: the ordinary path
+    torch.testing.assert_close(exp_squash(small).float(), torch.tensor([[0.3, -0.4]]) * (1 - math.exp(-0.5)) / 0.5,
+                               rtol=1e-2, atol=0)
+    assert exp_squash(torch.zeros(3, 0, dtype=dtype)).shape == (3, 0)
+
+
 def test_exp_squash_of_huge_float32_capsules_is_a_unit_vector():
     s = torch.tensor([[3e38, -1e38, 0.0, 2e37]])
     v = exp_squash(s)

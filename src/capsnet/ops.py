@@ -114,15 +114,16 @@ def exp_squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Lengths approach 1 faster than Eq. 1's ``|s|^2 / (1 + |s|^2)`` (length 0.63
     at |s| = 1, where Eq. 1 gives 0.5). Written with ``expm1`` and the safe norm,
-    so it is finite, with a finite gradient, at s = 0; a capsule with entries
-    past 1e15 is divided by its largest entry first, so |s|^2 cannot overflow.
+    so it is finite, with a finite gradient, at s = 0; a capsule whose |s|^2
+    could overflow its dtype is scaled by a power of two first (``_scale``, as
+    ``squash`` does), so a long capsule has length 1 in float16 too.
 
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
-    top = s.abs().amax(dim=dim, keepdim=True)  # (..., 1)
-    big = top > 1e15
-    t = torch.where(big, s / top.clamp_min(1.0), s)  # the direction of s, shortened where |s|^2 could overflow
+    if s.shape[dim] == 0:  # no entries: nothing to scale (and amax refuses an empty dimension)
+        return s.clone()
+    k, _ = _scale(s, dim, power=1)  # (..., 1): 1, or a power of two where |s|^2 could overflow
+    t = k * s  # the direction of s
     norm_t = safe_norm(t, dim=dim, keepdim=True)
-    norm = torch.where(big, norm_t * top, norm_t)  # |s|
-    return t * (-torch.expm1(-norm) / norm_t)
+    return t * (-torch.expm1(-(norm_t / k)) / norm_t)  # norm_t / k = |s|

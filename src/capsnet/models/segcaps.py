@@ -77,12 +77,15 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
     Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
-    (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero, does
-    not shrink them so, and does not warn (every layer gets a gradient at gain 1: tests)."""
-    if not routing_bias and init_gain < 3 and squash == "sabour":
+    (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero,
+    shrinks them only as the kernels do: it warns below gain 1 (at 0.5 the deep layers' gradients are already
+    100-1000 times smaller; at gain 1 every layer gets one: tests)."""
+    safe_gain = 3.0 if squash == "sabour" else 1.0
+    if not routing_bias and init_gain < safe_gain:
         warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
                       f"the capsules shrink to zero within a few layers and the deep layers get no gradient; set "
-                      f"init_gain=3 (--model-option init_gain=3) to train without the bias", stacklevel=3)
+                      f"init_gain={safe_gain:g} (--model-option init_gain={safe_gain:g}) to train without the bias",
+                      stacklevel=3)
     caps = {}
     last = _LAYERS[-1][0]
     for name, kind, t, din, j, dout, k, s in _LAYERS:

@@ -37,6 +37,13 @@ class DynamicRouting(nn.Module):
             capsules j; ``"children"`` normalises each upper capsule's over the
             lower capsules i instead, as some convolutional-capsule codes do
             (then a parent with no agreeing child still takes a weighted mean).
+        squash: ``"sabour"`` (the default: Eq. 1) or ``"exp"``, Efficient-CapsNet's
+            ``(1 - e^-|s|) s/|s|`` (Mazzia et al. 2021, eq. 3). Eq. 1 shortens a
+            short vector quadratically (length |s|^2 near zero), so in a deep
+            stack of capsule layers the image-dependent part of the poses can
+            fade from layer to layer; ``"exp"`` keeps length |s| near zero.
+            (``capsnet.ops.exp_squash``: float32 and bfloat16; in float16 a
+            capsule longer than about 256 comes out as zero.)
 
     Layers with linear votes call ``route_linear`` (the same maths from the
     lower capsules and the weight, with a hand-written backward) when the
@@ -50,7 +57,7 @@ class DynamicRouting(nn.Module):
             raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
         if softmax not in ("parents", "children"):
             raise ValueError(f"softmax must be 'parents' or 'children', got {softmax!r}")
-        if squash not in SQUASHES:
+        if not isinstance(squash, str) or squash not in SQUASHES:
             raise ValueError(f"squash must be one of {', '.join(map(repr, SQUASHES))}, got {squash!r}")
         self.softmax = softmax
         self.squash = squash
@@ -114,7 +121,9 @@ class DynamicRouting(nn.Module):
         """The same routing for linear votes ``u_hat_j|i = W_ij u_i``, from u and W (``dynamic_linear``).
 
         Equals ``forward(votes)`` up to float rounding (tests check values and
-        gradients), without ever holding a vote-sized gradient.
+        gradients), without ever holding a vote-sized gradient: for Procedure 1
+        as written (``softmax="parents"``, ``squash="sabour"``); with other
+        options it builds the votes and calls ``forward``.
 
         Shapes:
             u: (B, I, Din) lower capsules
