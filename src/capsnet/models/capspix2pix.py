@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
-from ..routing.dynamic import SQUASHES
-from .segcaps import STRIDE, capsule_stack, capsule_stack_weights, walk_capsule_stack
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
+                      walk_capsule_stack)
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields"]
@@ -228,22 +228,11 @@ class CapsPix2pixConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)
-        for name in ("input_height", "input_width"):
-            check_range(self, name, STRIDE, 8192)
-            if getattr(self, name) % STRIDE:
-                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (the generator halves "
-                                 f"the map three times), got {getattr(self, name)}")
+        check_sides(self, STRIDE, "the generator halves the map three times")
         for name in ("in_channels", "out_channels"):
             check_range(self, name, 1, 64)
         check_range(self, "noise_dim", 1, 1 << 16)
-        check_range(self, "routing_iterations", 1, 100)
-        check_range(self, "primary_routing_iterations", 1, 100)
-        check_range(self, "init_gain", 1e-3, 100)
-        check_range(self, "bias_init", -10, 10)
-        if self.routing_softmax not in ("parents", "children"):
-            raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
-                             f"{self.routing_softmax!r}")
-        check_choice(self, "squash", SQUASHES)
+        check_stack_fields(self)
         check_range(self, "disc_channels", 1, 1024)
         check_gan_fields(self)
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_range, check_types
 from .capspix2pix import ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, init_gan_weights
-from .segcaps import STRIDE
+from .segcaps import STRIDE, check_sides
 
 __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
 
@@ -56,11 +56,7 @@ class Pix2pixConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)
-        for name in ("input_height", "input_width"):
-            check_range(self, name, STRIDE, 8192)
-            if getattr(self, name) % STRIDE:
-                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (as CapsPix2pix's), "
-                                 f"got {getattr(self, name)}")
+        check_sides(self, STRIDE, "as CapsPix2pix's")
         for name in ("in_channels", "out_channels"):
             check_range(self, name, 1, 64)
         check_range(self, "base_channels", 1, 1024)

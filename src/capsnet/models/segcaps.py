@@ -41,7 +41,8 @@ from ..routing import DynamicRouting
 from ..routing.dynamic import SQUASHES
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
-           "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack"]
+           "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
+           "check_sides", "check_stack_fields"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
 
@@ -99,6 +100,29 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                 if caps[name].bias is not None:
                     caps[name].bias.fill_(bias_init)
     return nn.ModuleDict(caps)
+
+
+def check_sides(cfg: Any, multiple: int, why: str = "") -> None:
+    """``cfg.input_height`` and ``cfg.input_width`` in ``multiple``..8192 and multiples of ``multiple``, or a
+    ValueError naming the field (and ``why``)."""
+    for name in ("input_height", "input_width"):
+        check_range(cfg, name, multiple, 8192)
+        if getattr(cfg, name) % multiple:
+            raise ValueError(f"{type(cfg).__name__}.{name} must be a multiple of {multiple}"
+                             f"{f' ({why})' if why else ''}, got {getattr(cfg, name)}")
+
+
+def check_stack_fields(cfg: Any) -> None:
+    """The fields a config hands to ``capsule_stack`` (SegCaps', CapsPix2pix's): a ValueError naming the first
+    out of range or not one of its choices."""
+    check_range(cfg, "routing_iterations", 1, 100)
+    check_range(cfg, "primary_routing_iterations", 1, 100)
+    check_range(cfg, "init_gain", 1e-3, 100)
+    check_range(cfg, "bias_init", -10, 10)
+    if cfg.routing_softmax not in ("parents", "children"):
+        raise ValueError(f"{type(cfg).__name__}.routing_softmax must be 'parents' or 'children', got "
+                         f"{cfg.routing_softmax!r}")
+    check_choice(cfg, "squash", SQUASHES)
 
 
 def capsule_stack_weights(routing_bias: bool) -> int:
@@ -168,22 +192,11 @@ class SegCapsConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)
-        for name in ("input_height", "input_width"):
-            check_range(self, name, STRIDE, 8192)
-            if getattr(self, name) % STRIDE:
-                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {STRIDE} (the network halves "
-                                 f"the image three times), got {getattr(self, name)}")
+        check_sides(self, STRIDE, "the network halves the image three times")
         check_range(self, "in_channels", 1, 64)
         check_range(self, "num_classes", 1, 1)
-        check_range(self, "routing_iterations", 1, 100)
-        check_range(self, "primary_routing_iterations", 1, 100)
-        check_range(self, "init_gain", 1e-3, 100)
-        check_range(self, "bias_init", -10, 10)
-        if self.routing_softmax not in ("parents", "children"):
-            raise ValueError(f"{type(self).__name__}.routing_softmax must be 'parents' or 'children', got "
-                             f"{self.routing_softmax!r}")
+        check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
-        check_choice(self, "squash", SQUASHES)
 
     @property
     def num_weights(self) -> int:

@@ -21,7 +21,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
-from .segcaps import STRIDE, check_segmentation_input
+from .segcaps import STRIDE, check_segmentation_input, check_sides
 
 __all__ = ["UNetConfig", "UNet", "UNetOutput"]
 
@@ -42,11 +42,7 @@ class UNetConfig(JsonConfig):
     def __post_init__(self) -> None:
         check_types(self)
         check_range(self, "depth", 1, 8)
-        for name in ("input_height", "input_width"):
-            check_range(self, name, 2 ** self.depth, 8192)
-            if getattr(self, name) % max(2 ** self.depth, STRIDE):
-                raise ValueError(f"{type(self).__name__}.{name} must be a multiple of {max(2 ** self.depth, STRIDE)}, "
-                                 f"got {getattr(self, name)}")
+        check_sides(self, max(2 ** self.depth, STRIDE))
         check_range(self, "in_channels", 1, 64)
         check_range(self, "num_classes", 1, 1)
         check_range(self, "base_channels", 1, 1024)
