@@ -10,7 +10,7 @@ import torch
 from capsnet.checkpoint import CheckpointError, load_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
-from capsnet.train import TrainConfig, fit, lr_at
+from capsnet.train import TrainConfig, fit, lr_at, restore_rng_state, rng_state
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -151,3 +151,19 @@ def test_resume_takes_a_setting_typed_again_in_another_spelling(trained_run):
     assert model == saved
     with pytest.raises(ResumeError, match="decoder_hidden differ"):
         resume_configs(trained_run, model_changes={"decoder_hidden": same + [8]})
+
+
+def test_rng_state_round_trip_on_the_cpu_restores_the_next_draws():
+    cpu = torch.device("cpu")
+    torch.manual_seed(5)
+    saved = rng_state(cpu)
+    assert set(saved) == {"torch"}  # no GPU generator on a CPU run
+    first = torch.rand(4)
+    torch.rand(100)  # the generator moves on
+    restore_rng_state(saved, cpu)
+    assert torch.equal(torch.rand(4), first)
+    here = rng_state(cpu)
+    ahead = torch.rand(4)
+    restore_rng_state(here, cpu)
+    restore_rng_state({}, cpu)  # a checkpoint without random states leaves the generator where it is
+    assert torch.equal(torch.rand(4), ahead)

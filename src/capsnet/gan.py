@@ -39,8 +39,8 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
 from . import train as _train
-from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, save_best, start_or_resume,
-                    write_metrics)
+from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, restore_rng_state, rng_state, save_best,
+                    start_or_resume, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -150,10 +150,9 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     def save_last(state: dict[str, Any]) -> None:
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
         nonlocal last_saved
-        rng = {"torch": torch.get_rng_state()} | ({"cuda": torch.cuda.get_rng_state(dev)} if dev.type == "cuda" else {})
         save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                               train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
-                                              optimizer_state=_merged(opt_g, opt_d), rng_state=rng))
+                                              optimizer_state=_merged(opt_g, opt_d), rng_state=rng_state(dev)))
         last_saved = time.monotonic()
 
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
@@ -181,10 +180,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     if ckpt is not None:
         load_weights(model, ckpt)
         _split_into(ckpt.optimizer_state, opt_g, opt_d)
-        if "torch" in ckpt.rng_state:
-            torch.set_rng_state(ckpt.rng_state["torch"])
-        if dev.type == "cuda" and "cuda" in ckpt.rng_state:  # dropout on a GPU draws from its own generator
-            torch.cuda.set_rng_state(ckpt.rng_state["cuda"], dev)
+        restore_rng_state(ckpt.rng_state, dev)
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size

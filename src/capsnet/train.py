@@ -249,6 +249,20 @@ def input_fields(model: str, dataset: str) -> dict[str, int]:
     return {"in_channels": C, "input_height": H, "input_width": W} | made
 
 
+def rng_state(dev: torch.device) -> dict[str, torch.Tensor]:
+    """The random states a resume restores: the CPU generator's, and the GPU's when the run trains on one (dropout
+    there draws from the GPU's own generator)."""
+    return {"torch": torch.get_rng_state()} | ({"cuda": torch.cuda.get_rng_state(dev)} if dev.type == "cuda" else {})
+
+
+def restore_rng_state(state: dict[str, torch.Tensor], dev: torch.device) -> None:
+    """Set the generators ``rng_state`` saved (a checkpoint without one leaves them as they are)."""
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if dev.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], dev)
+
+
 def write_metrics(run_dir: Path, history: list[dict[str, Any]]) -> None:
     """``metrics.jsonl``, one evaluated epoch a line, rewritten atomically from the checkpoint's history."""
     atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
@@ -431,7 +445,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                               train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
                                               optimizer_state=opt.state_dict(),
-                                              rng_state={"torch": torch.get_rng_state()}))
+                                              rng_state=rng_state(dev)))
         last_saved = time.monotonic()
 
     if main:
@@ -475,8 +489,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if ckpt is not None:
         load_weights(model, ckpt)
         _load_optimizer_state(opt, ckpt.optimizer_state)
-        if "torch" in ckpt.rng_state:
-            torch.set_rng_state(ckpt.rng_state["torch"])
+        restore_rng_state(ckpt.rng_state, dev)
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
