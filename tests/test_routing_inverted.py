@@ -55,3 +55,82 @@ def test_mnist_model_weights_and_shapes():
     assert sum(p.numel() for p in model.parameters()) == 443_792
     out = model(torch.rand(2, 1, 28, 28))
     assert out.poses.shape == (2, 10, 16) and out.logits.shape == (2, 10) and out.coupling.shape == (2, 512, 10)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fused_backward_gives_the_plain_paths_values_and_gradients(iterations, with_bias):
+    """A training step's routing (one batched product for the votes' gradient) against plain autograd
+    (fused_backward=False) and the recording path, on random votes, norm and bias, in float64."""
+    g = torch.Generator().manual_seed(21 + iterations)
+    fused, plain = (InvertedDotProductRouting(16, iterations, fused_backward=f).double() for f in (True, False))
+    with torch.no_grad():
+        fused.norm.weight.copy_(1 + 0.3 * torch.randn(16, generator=g, dtype=DT))
+        fused.norm.bias.copy_(0.3 * torch.randn(16, generator=g, dtype=DT))
+    plain.load_state_dict(fused.state_dict())
+    votes = torch.randn(3, 7, 4, 16, generator=g, dtype=DT).requires_grad_(True)
+    bias = (0.5 * torch.randn(4, 16, generator=g, dtype=DT)).requires_grad_(True) if with_bias else None
+    weights = [torch.randn(3, 4, 16, generator=g, dtype=DT), torch.randn(3, 4, generator=g, dtype=DT),
+               torch.randn(3, 7, 4, generator=g, dtype=DT)]
+    results = []
+    for routing, record in ((fused, False), (plain, False), (fused, True)):
+        out = routing(votes, bias=bias, record=record)
+        assert (type(out.poses.grad_fn).__name__ == "_FusedInvertedBackward") == (routing is fused and not record)
+        loss = sum((t * w).sum() for t, w in zip(out, weights))
+        inputs = [votes, routing.norm.weight, routing.norm.bias] + ([bias] if with_bias else [])
+        results.append((list(out), list(torch.autograd.grad(loss, inputs))))
+    for other in results[1:]:
+        for x, y in zip(results[0][0] + results[0][1], other[0] + other[1]):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    # only the norm wanted: the votes get no gradient and the norm the same one
+    g_w, = torch.autograd.grad(fused(votes.detach()).activations.sum(), [fused.norm.weight])
+    torch.testing.assert_close(g_w, torch.autograd.grad(plain(votes.detach()).activations.sum(),
+                                                        [plain.norm.weight])[0])
+
+
+def test_fused_backward_in_the_model_matches_plain_autograd():
+    """The MNIST model's loss gradient for every weight, fused (the default) against plain autograd."""
+    from capsnet.models.inverted_capsnet import inverted_capsnet_loss
+
+    torch.manual_seed(3)
+    model = create_model("inverted-capsnet").double()
+    images, labels = torch.rand(3, 1, 28, 28, dtype=DT), torch.tensor([1, 7, 3])
+    grads = []
+    for fused in (True, False):
+        for m in model.modules():
+            if isinstance(m, InvertedDotProductRouting):
+                m.fused_backward = fused
+        loss, _ = inverted_capsnet_loss(model, images, labels)
+        grads.append(torch.autograd.grad(loss, list(model.parameters())))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=1e-8, atol=1e-12)
+
+
+def test_torch_func_transforms_take_the_plain_path_and_a_second_backward_names_the_way_out():
+    g = torch.Generator().manual_seed(5)
+    routing = InvertedDotProductRouting(16, 3).double()
+    votes = torch.randn(2, 5, 3, 16, generator=g, dtype=DT)
+    one_by_one = torch.stack([routing(votes[i:i + 1]).poses[0] for i in range(2)])
+    torch.testing.assert_close(torch.vmap(lambda v: routing(v[None]).poses[0])(votes), one_by_one)
+    grad = torch.func.grad(lambda v: routing(v).activations.sum())(votes)
+    v = votes.clone().requires_grad_(True)
+    torch.testing.assert_close(grad, torch.autograd.grad(routing(v, record=True).activations.sum(), v)[0])
+    loss = routing(v).activations.sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=r"fused_backward=False"):
+        loss.backward()
+    plain = InvertedDotProductRouting(16, 3, fused_backward=False).double()(v).activations.sum()
+    plain.backward(retain_graph=True)
+    plain.backward()
+
+
+def test_bf16_autocast_step_is_finite_and_close_to_fp32():
+    g = torch.Generator().manual_seed(8)
+    routing = InvertedDotProductRouting(16, 2)
+    votes = torch.randn(4, 9, 5, 16, generator=g).requires_grad_(True)
+    full = torch.autograd.grad(routing(votes).activations.sum(), votes)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = routing(votes.to(torch.bfloat16))
+        half = torch.autograd.grad(out.activations.float().sum(), votes)[0]
+    assert torch.isfinite(half).all() and half.dtype == torch.float32
+    torch.testing.assert_close(half, full, rtol=0.1, atol=0.05)

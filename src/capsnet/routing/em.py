@@ -26,7 +26,8 @@ matrix-vector products, so their gradient from all of them together is one
 batched product of rank 2T - 1 (T iterations), where autograd would build
 one vote-sized outer product per use and add them up. Training steps run
 the iterations inside an autograd Function that does exactly that
-(``_FusedEM``): about half the routing's forward-and-backward time on a CPU,
+(``_FusedEM``, built on ``routing/_fused.py``, which inverted attention
+shares): about half the routing's forward-and-backward time on a CPU,
 same values and gradients (tests/test_routing_em.py checks both against the
 plain path). Recording, inference, tracing, compiling, torch.func transforms
 and forward-mode AD take the plain path. The fused backward is first-order
@@ -79,6 +80,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._eager import eager
+from ._fused import tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_votes
 
 __all__ = ["EMRouting"]
@@ -103,7 +106,7 @@ class EMRouting(nn.Module):
             (which got there through the weights' initial spreads).
         fused_backward: training steps take the votes' gradient in one batched
             product (module docstring); False runs plain autograd (same numbers,
-            slower: benchmarks/em_backward.py compares the two).
+            slower: benchmarks/fused_backward.py compares the two).
         child_norm: with ``children`` given to ``forward``, the set a child's R
             sums to one over: ``"all"`` its votes for every parent of every row
             holding it, ``"type"`` its votes for each parent type (module docstring).
@@ -174,7 +177,7 @@ class EMRouting(nn.Module):
         w = (Ra / mass.unsqueeze(-1)).reshape(B * J, 1, I)  # sums to 1 over i
         m = torch.bmm(w, VV.view(B * J, I, D2))  # [E[V], E[V^2]], (B * J, 1, 2D)
         if taps is not None:  # d loss / d VV from this product: w^T (d loss / d m)
-            taps.append((m, w.detach().transpose(1, 2), None))
+            tap(taps, m, w.detach().transpose(1, 2), None)
         m = m.view(B, J, D2)
         m1, m2 = m[..., :D], m[..., D:]
         var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
@@ -199,7 +202,7 @@ class EMRouting(nn.Module):
         coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, D2, 1)
         q = torch.bmm(VV.view(B * J, I, D2), coef)  # (B * J, I, 1)
         if taps is not None:  # d loss / d VV from this product: (d loss / d q) coef^T
-            taps.append((q, None, coef.detach().transpose(1, 2)))
+            tap(taps, q, None, coef.detach().transpose(1, 2))
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
         log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
         log_r = F.logsigmoid(logit).unsqueeze(-1) + log_p  # (B, J, I)
@@ -231,11 +234,11 @@ class EMRouting(nn.Module):
             a_in = votes.new_ones(B, I) if activations is None else activations.to(dtype)
             share = None if children is None else _SharedChildren(children, num_children, B, I, J, self.child_norm,
                                                                   dtype)
-            if self.fused_backward and not record and _wants_fused_backward(votes, a_in, self.beta_u, self.beta_a):
+            if self.fused_backward and not record and wants_fused_backward(votes, a_in, self.beta_u, self.beta_a):
                 poses, logit, R = _FusedEM.apply(votes, a_in, self.beta_u, self.beta_a, self, share)
                 return RoutingResult(poses, torch.sigmoid(logit), R.transpose(1, 2))
             # inference: both halves written into one buffer (no autograd to feed, nothing tracing the graph)
-            VV, centre = _layout(votes, a_in, into_buffer=not torch.is_grad_enabled() and _eager())
+            VV, centre = _layout(votes, a_in, into_buffer=not torch.is_grad_enabled() and eager())
             m1, logit, R, rounds = self._iterate(VV, a_in, record=record, share=share)
             # R is what the last M-step used: the coupling of the last round
             return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
@@ -257,27 +260,6 @@ class EMRouting(nn.Module):
             if t < self.iterations - 1:
                 R = self._e_step(VV, m1, var, logit, taps, share)
         return m1, logit, R, rounds
-
-
-def _eager() -> bool:
-    """Plain eager autograd: nothing is tracing, exporting or compiling the routing, and no torch.func
-    transform (vmap, grad, jacrev) or forward-mode AD is active (neither has a rule for the fused
-    Function or for writes into a buffer)."""
-    if torch.jit.is_tracing():
-        return False
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return False
-    transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
-    if transforms is not None and transforms():
-        return False
-    forward_ad = getattr(torch.autograd, "forward_ad", None)
-    return getattr(forward_ad, "_current_level", -1) < 0
-
-
-def _wants_fused_backward(*tensors: torch.Tensor) -> bool:
-    """A training step in plain eager mode (``_eager``): gradients wanted."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and _eager()
 
 
 class _FusedEM(torch.autograd.Function):
@@ -314,24 +296,16 @@ class _FusedEM(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, outputs, VV, taps, leaves, grads):
-        used = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad]  # R of a single iteration is a constant
-        found = torch.autograd.grad([o for o, _ in used], [p for p, _, _ in taps] + list(leaves),
-                                    [g for _, g in used], allow_unused=True)
-        left, right = [], []  # d loss / d VV = sum over products of left @ right, (B*J, I, 1) @ (B*J, 1, 2D)
-        for (product, w_t, coef_t), g in zip(taps, found):
-            if g is not None:
-                left.append(w_t if w_t is not None else g)
-                right.append(g if coef_t is None else coef_t)
+        L, Rt, found = tapped_backward(outputs, grads, taps, leaves)  # d loss / d VV = L @ Rt
         B, J, I, D2 = VV.shape
         D = D2 // 2
         g_votes = None
-        if left and ctx.needs_input_grad[0]:
-            L, Rt = torch.cat(left, dim=-1), torch.cat(right, dim=1)  # (B*J, I, n), (B*J, n, 2D)
+        if L is not None and ctx.needs_input_grad[0]:
             # VV = [V, V^2] of the centred votes V: d/dV = first half + 2 V * second half
             g_V = torch.bmm(L, Rt[..., :D]).view(B, J, I, D)
             g_V.addcmul_(VV[..., :D], torch.bmm(L, Rt[..., D:]).view(B, J, I, D), value=2)
             g_votes = g_V.permute(0, 2, 1, 3)  # the centre is a constant (detached in _layout)
-        g_a, g_bu, g_ba = (g if need else None for g, need in zip(found[len(taps):], ctx.needs_input_grad[1:4]))
+        g_a, g_bu, g_ba = (g if need else None for g, need in zip(found, ctx.needs_input_grad[1:4]))
         return g_votes, g_a, g_bu, g_ba, None, None
 
 

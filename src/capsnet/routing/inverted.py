@@ -10,14 +10,26 @@ Layer normalisation over the D pose entries follows every pass; there is no
 squash and no activation: ``activations`` are the pose lengths. The paper's
 "concurrent" routing across layers is not modelled: each layer routes its
 passes on its own (the code's ``sequential_routing``).
+
+The votes enter the passes only through batched matrix-vector products
+(``sum_i r_ij v_ij`` and ``v_ij . p_j``), so training steps take the votes'
+gradient from all passes in one product of rank 2T - 1 (T passes;
+``routing/_fused.py``), where plain autograd writes a vote-sized outer
+product per use: same values and gradients (tests/test_routing_inverted.py),
+a fraction of the time (benchmarks/README.md, "Inverted dot-product
+attention's fused backward"). Recording, inference, tracing, export,
+compiling and torch.func transforms take the plain path; for double
+backward or ``retain_graph=True`` build the routing with ``fused_backward=False``.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from ._fused import tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_votes
 
 __all__ = ["InvertedDotProductRouting"]
@@ -29,13 +41,16 @@ class InvertedDotProductRouting(nn.Module):
     Args:
         dim: D, the pose size (the layer norm's, with its learned scale and shift).
         iterations: passes, the uniform first one included (the paper's CIFAR runs: 2).
+        fused_backward: training steps take the votes' gradient in one batched product
+            (module docstring); False runs plain autograd (same numbers, slower).
     """
 
-    def __init__(self, dim: int, iterations: int = 2) -> None:
+    def __init__(self, dim: int, iterations: int = 2, *, fused_backward: bool = True) -> None:
         super().__init__()
         if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
             raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
         self.dim, self.iterations = dim, iterations
+        self.fused_backward = bool(fused_backward)
         self.norm = nn.LayerNorm(dim)
 
     def extra_repr(self) -> str:
@@ -51,19 +66,80 @@ class InvertedDotProductRouting(nn.Module):
         B, I, J, D = check_votes(votes, activations)
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
+        norm = (self.norm.weight, self.norm.bias)
+        if self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
+            p, r = _FusedInverted.apply(votes, bias, *norm, self)
+            return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2))
         # Parent-major votes, so both contractions are batched matrix-vector products over (b, j) with no
         # vote-sized temporaries (free when the layer made them in this layout, as the matrix layers do).
         V = votes.transpose(1, 2).reshape(B * J, I, D)  # (B*J, I, D)
-        r = votes.new_full((B, J, I), 1.0 / J)  # the first pass: uniform
+        p, r, rounds = self._passes(V, J, bias, norm, record=record)
+        return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2), torch.stack(rounds, dim=1) if record else None)
+
+    def _passes(self, V: torch.Tensor, J: int, bias: torch.Tensor | None,
+                norm: tuple[torch.Tensor | None, torch.Tensor | None], *, record: bool = False,
+                taps: list | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The passes over parent-major votes V (B*J, I, D): poses p (B, J, D), the last pass's r (B, J, I) and,
+        with ``record``, every pass's r as (B, I, J); ``taps`` collects the products for ``_FusedInverted``."""
+        BJ, I, D = V.shape
+        B = BJ // J
+        r = V.new_full((B, J, I), 1.0 / J)  # the first pass: uniform
         rounds = []
         for t in range(self.iterations):
             if t > 0:
-                agreement = torch.bmm(V, p.reshape(B * J, D, 1)).view(B, J, I) / math.sqrt(D)  # v_ij . p_j / sqrt(D)
-                r = torch.softmax(agreement, dim=1)  # over the parents j: children compete for parents
+                # v_ij . p_j as p^T V^T: on a CPU several times faster than V p for these thin matrices
+                agreement = torch.bmm(p.reshape(BJ, 1, D), V.transpose(1, 2))  # (B*J, 1, I)
+                if taps is not None:  # d loss / d V from this product: (d loss / d agreement)^T p^T
+                    tap(taps, agreement, None, p.detach().reshape(BJ, 1, D))
+                r = torch.softmax(agreement.view(B, J, I) / math.sqrt(D), dim=1)  # over the parents j
             if record:
                 rounds.append(r.transpose(1, 2))
-            s = torch.bmm(r.reshape(B * J, 1, I), V).view(B, J, D)  # sum_i r_ij v_ij
+            s = torch.bmm(r.reshape(BJ, 1, I), V)  # sum_i r_ij v_ij, (B*J, 1, D)
+            if taps is not None:  # d loss / d V from this product: r^T (d loss / d s)
+                tap(taps, s, r.detach().reshape(BJ, I, 1), None)
+            s = s.view(B, J, D)
             if bias is not None:
                 s = s + bias
-            p = self.norm(s)  # (B, J, D)
-        return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2), torch.stack(rounds, dim=1) if record else None)
+            p = F.layer_norm(s, (D,), *norm, self.norm.eps)  # (B, J, D)
+        return p, r, rounds
+
+
+class _FusedInverted(torch.autograd.Function):
+    """The passes with one batched product for the votes' gradient (``routing/_fused.py``).
+
+    forward(votes (B, I, J, D), bias (J, D) or None, norm weight (D,), norm bias (D,), routing) -> poses (B, J, D),
+    r (B, J, I). The passes run once, with autograd on, over detached votes; ``backward`` asks their graph
+    for the gradients reaching each product and makes the votes' gradient in one ``bmm``.
+    """
+
+    @staticmethod
+    def forward(ctx, votes, bias, weight, shift, routing):
+        B, I, J, D = votes.shape
+        with torch.enable_grad():
+            bias, weight, shift = (None if t is None else t.detach().requires_grad_() for t in (bias, weight, shift))
+            V = votes.detach().transpose(1, 2).reshape(B * J, I, D)  # (B*J, I, D)
+            taps: list = []
+            p, r, _ = routing._passes(V, J, bias, (weight, shift), taps=taps)
+        leaves = tuple(t for t in (bias, weight, shift) if t is not None)
+        ctx.graph = ((p, r), taps, leaves, (bias is not None, weight is not None, shift is not None))
+        ctx.shape = (B, I, J, D)
+        return p.detach(), r.detach()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_p, g_r):
+        if ctx.graph is None:
+            raise RuntimeError("inverted attention routing's fused backward runs once per forward pass (its graph is "
+                               "freed as it goes): to backpropagate through the same forward twice "
+                               "(retain_graph=True), build the routing with "
+                               "InvertedDotProductRouting(..., fused_backward=False)")
+        (outputs, taps, leaves, given), ctx.graph = ctx.graph, None
+        L, R, found = tapped_backward(outputs, (g_p, g_r), taps, leaves)
+        B, I, J, D = ctx.shape
+        g_votes = None
+        if L is not None and ctx.needs_input_grad[0]:
+            dtype = torch.promote_types(L.dtype, R.dtype)  # under autocast, half-precision products beside fp32 r and p
+            g_votes = torch.bmm(L.to(dtype), R.to(dtype)).view(B, J, I, D).transpose(1, 2)  # (B, I, J, D)
+        found = iter(found)
+        grads = [next(found) if there else None for there in given]
+        return (g_votes, *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[1:4])), None)

@@ -1,0 +1,65 @@
+"""Eager-mode fast paths: the check that nothing traces or transforms the code, and a faster permuted copy.
+
+Both are for plain eager PyTorch only; a traced, exported or compiled graph,
+a torch.func transform or forward-mode AD takes the plain operations.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["eager", "permute_contiguous"]
+
+
+def eager() -> bool:
+    """Plain eager autograd: nothing is tracing, exporting or compiling, and no torch.func transform (vmap,
+    grad, jacrev) or forward-mode AD is active (neither has a rule for a custom autograd Function, nor
+    for writes into a buffer)."""
+    if torch.jit.is_tracing():
+        return False
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return False
+    transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if transforms is not None and transforms():
+        return False
+    forward_ad = getattr(torch.autograd, "forward_ad", None)
+    return getattr(forward_ad, "_current_level", -1) < 0
+
+
+# a block of the last dimension moved as one element: its size in bytes -> a dtype of that size
+_BLOCKS = {8: torch.int64, 16: torch.complex128}
+
+
+def permute_contiguous(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``x.permute(dims).contiguous()``, faster on a CPU when the last dimension stays last and holds 8 or
+    16 bytes (4 float32 entries: a row of a 4x4 pose).
+
+    PyTorch's CPU copy moves a permuted tensor one entry at a time, at a
+    fraction of memory speed when the contiguous runs are short; moving each
+    last-dimension row as one 8- or 16-byte element does the same bitwise
+    copy about 3x faster (benchmarks/README.md, "Inverted dot-product
+    attention's fused backward"). Differentiable; elsewhere (other devices,
+    shapes or a traced graph) the plain permute and copy.
+    """
+    dims = tuple(d % x.dim() for d in dims)
+    if (x.device.type == "cpu" and dims[-1] == x.dim() - 1 and x.shape[-1] * x.element_size() in _BLOCKS
+            and not x.is_complex() and eager()):
+        return _BlockPermute.apply(x, dims)
+    return x.permute(dims).contiguous()
+
+
+def _block_permute(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    block = _BLOCKS[x.shape[-1] * x.element_size()]
+    return x.contiguous().view(block).permute(dims).contiguous().view(x.dtype)
+
+
+class _BlockPermute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+        return _block_permute(x, dims)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return _block_permute(grad, ctx.inverse), None

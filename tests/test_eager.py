@@ -1,0 +1,54 @@
+"""capsnet._eager: the eager-mode check and the block copy of permuted tensors, against PyTorch's own."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet._eager import eager, permute_contiguous
+
+
+@pytest.mark.parametrize("dtype,blocked", [(torch.float32, True), (torch.bfloat16, True), (torch.float16, True),
+                                           (torch.float64, False)])
+def test_permute_contiguous_equals_permute_and_copy_bitwise_with_its_gradient(dtype, blocked):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, 4, 6, 4, generator=g).to(dtype)
+    x[0, 0, 0, 0] = torch.tensor([float("nan"), -0.0, float("inf"), 1e-40]).to(dtype)  # moved bit for bit
+    x.requires_grad_(True)
+    dims = (1, 3, 0, 2, 4)
+    y = permute_contiguous(x, dims)
+    assert (type(y.grad_fn).__name__ == "_BlockPermuteBackward") == blocked
+    want = x.detach().permute(dims).contiguous()
+    assert y.is_contiguous() and y.shape == want.shape and y.dtype == dtype
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    assert torch.equal(y.detach().view(bits), want.view(bits))
+    w = torch.randn(want.shape, generator=g).to(dtype)
+    plain = x.detach().clone().requires_grad_(True)  # PyTorch's own permute and copy, and its gradient
+    grad, = torch.autograd.grad((y * w).sum(), x)
+    assert torch.equal(grad, torch.autograd.grad((plain.permute(dims).contiguous() * w).sum(), plain)[0])
+
+
+def test_permute_contiguous_takes_the_plain_copy_where_the_last_dimension_moves_or_is_not_8_or_16_bytes():
+    x = torch.randn(3, 4, 4, requires_grad=True)
+    for dims, t in (((2, 1, 0), x), ((1, 0, 2), torch.randn(3, 4, 3, requires_grad=True))):
+        y = permute_contiguous(t, dims)
+        assert type(y.grad_fn).__name__ != "_BlockPermuteBackward"
+        assert torch.equal(y, t.permute(dims).contiguous())
+    y = permute_contiguous(x.transpose(0, 1), (1, 0, -1))  # a non-contiguous input, a negative dim
+    assert type(y.grad_fn).__name__ == "_BlockPermuteBackward" and torch.equal(y, x)
+
+
+def test_eager_is_false_under_vmap_tracing_and_forward_ad_and_the_copy_still_works_there():
+    assert eager()
+    seen = []
+    x = torch.randn(2, 3, 5, 4)
+
+    def f(t):
+        seen.append(eager())
+        return permute_contiguous(t, (1, 0, 2))
+
+    torch.testing.assert_close(torch.vmap(f)(x), x.permute(0, 2, 1, 3))
+    torch.jit.trace(f, (x[0],), check_trace=False)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x[0], torch.ones_like(x[0]))
+        f(dual)
+    assert seen == [False, False, False]
