@@ -42,6 +42,25 @@ def test_conv_matrix_caps_votes_are_pose_times_transform_for_every_window():
         assert acts[row, child] == caps.activations[n, 2 * h + k, 2 * w + l, i]
 
 
+def test_conv_matrix_caps_float32_votes_and_gradients_match_the_einsum():
+    """In float32 the votes are laid out by the block copy (capsnet._eager.permute_contiguous): the same votes and
+    gradients as one einsum over the unfolded windows."""
+    g = torch.Generator().manual_seed(3)
+    poses = torch.randn(2, 5, 6, 3, 16, generator=g, requires_grad=True)
+    caps = MatrixCaps(poses, torch.rand(2, 5, 6, 3, generator=g))
+    layer = ConvMatrixCaps(3, 4, kernel_size=3, stride=2, routing=_Mean())
+    layer(caps)
+    votes = layer.routing.votes  # (N*Ho*Wo, 27, 4, 16)
+    p = poses.unfold(1, 3, 2).unfold(2, 3, 2).permute(0, 1, 2, 5, 6, 3, 4).reshape(2, 2, 2, 3, 3, 3, 4, 4)
+    expected = torch.einsum("nhwklixy,klijyz->nhwklijxz", p, layer.weight).reshape(8, 27, 4, 16)
+    torch.testing.assert_close(votes, expected)
+    weights = torch.randn(votes.shape, generator=g)
+    got = torch.autograd.grad((votes * weights).sum(), [poses, layer.weight])
+    want = torch.autograd.grad((expected * weights).sum(), [poses, layer.weight])
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
+
+
 def test_class_caps_share_transforms_over_positions_and_add_coordinates():
     caps = _caps(1, 2, 3, 2, seed=1)
     layer = ClassMatrixCaps(2, 5, routing=_Mean()).double()

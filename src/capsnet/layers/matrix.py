@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .._eager import permute_contiguous
 from ..routing import RoutingResult, RoutingView
 
 __all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps",
@@ -108,13 +109,15 @@ class ConvMatrixCaps(nn.Module):
         Ho, Wo = self.output_size(H), self.output_size(W)
         if Ho < 1 or Wo < 1:
             raise ValueError(f"a {H}x{W} capsule grid is smaller than the {K}x{K} kernel")
+        C, M = K * K * I, N * Ho * Wo  # children of a window, windows
         p = caps.poses.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, 16, K, K)
-        p = p.permute(0, 1, 2, 5, 6, 3, 4).reshape(N, Ho, Wo, K, K, I, 4, 4)  # children of each window
+        p = p.permute(5, 6, 3, 0, 1, 2, 4).reshape(C, M * 4, 4)  # each window child's pose rows, (K*K*I, N*H'*W'*4, 4)
         a = caps.activations.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
-        a = a.permute(0, 1, 2, 4, 5, 3).reshape(N * Ho * Wo, K * K * I)  # (N*H'*W', K*K*I)
-        votes = torch.einsum("nhwklixy,klijyz->nhwjklixz", p, self.weight)  # V = M W, (N, H', W', J, K, K, I, 4, 4)
-        # windows folded into the batch; made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
-        votes = votes.reshape(N * Ho * Wo, J, K * K * I, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
+        a = a.permute(0, 1, 2, 4, 5, 3).reshape(M, C)  # (N*H'*W', K*K*I)
+        w = self.weight.permute(0, 1, 2, 4, 3, 5).reshape(C, 4, J * 4)  # (K*K*I, 4, J*4)
+        votes = torch.bmm(p, w).view(C, M, 4, J, 4)  # V = M W, one product per window child: (K*K*I, N*H'*W', 4, J, 4)
+        # windows folded into the batch, made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
+        votes = permute_contiguous(votes, (1, 3, 0, 2, 4)).view(M, J, C, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
         if self.share_children:
             ids = self.child_ids(N, H, W, caps.poses.device)
             out = self.routing(votes, a, children=ids, num_children=N * H * W * I)
