@@ -32,11 +32,16 @@ MODELS_COMPARED = ("capsnet", "em-capsnet-small", "em-capsnet", "efficient-capsn
 
 
 class MeanVotes(nn.Module):
-    """A stand-in for routing: each upper capsule is the mean vote, coupling uniform (no rounds)."""
+    """A stand-in for routing: each upper capsule is the mean vote, coupling uniform (no rounds).
+
+    The mean is a sum divided by I: the matrix layers' votes are a transposed view, and torch's ``mean``
+    over that strided dimension took 19x as long as ``sum`` here (1.4 s against 74 ms, forward and
+    backward, inverted-capsnet's first layer at batch 32), which made the stand-in dearer than some routings.
+    """
 
     def forward(self, votes, activations=None, bias=None, *, record=False):
         B, I, J, D = votes.shape
-        poses = votes.mean(dim=1)
+        poses = votes.sum(dim=1) / I
         return RoutingResult(poses, torch.sigmoid(poses.mean(dim=-1)), votes.new_full((B, I, J), 1 / J))
 
 
