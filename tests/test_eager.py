@@ -52,3 +52,33 @@ def test_eager_is_false_under_vmap_tracing_and_forward_ad_and_the_copy_still_wor
         dual = torch.autograd.forward_ad.make_dual(x[0], torch.ones_like(x[0]))
         f(dual)
     assert seen == [False, False, False]
+
+
+def test_permute_contiguous_of_slices_odd_strides_and_scalars_and_its_gradient_of_a_slice():
+    """Blocks that do not line up with the storage (a slice at an odd offset, a size-1 dimension's odd stride)
+    are copied into a fresh tensor first; a 0-d tensor takes the plain path."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(61, generator=g)
+    for x in (base[1:61].view(5, 3, 4), base[:20].as_strided((5, 1, 4), (4, 3, 1)),
+              base[1:41].view(2, 5, 4).to(torch.bfloat16)):
+        assert torch.equal(permute_contiguous(x, (1, 0, 2)), x.permute(1, 0, 2).contiguous())
+    scalar = torch.tensor(3.0)
+    assert torch.equal(permute_contiguous(scalar, ()), scalar)
+    x = torch.randn(5, 3, 4, generator=g, requires_grad=True)
+    y = permute_contiguous(x, (1, 0, 2))
+    # the gradient reaching y is a slice of a bigger one, at an offset that is not a whole block
+    grad, = torch.autograd.grad(torch.cat([x.new_ones(1), y.flatten()]).pow(2).sum(), x)
+    torch.testing.assert_close(grad, 2 * x.detach())
+
+
+def test_double_backward_through_permute_contiguous():
+    """A gradient penalty through the block copy (as through the matrix capsule layers' votes) equals PyTorch's."""
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(3, 5, 4, generator=g)
+    results = []
+    for permute in (permute_contiguous, lambda t, d: t.permute(d).contiguous()):
+        x = torch.randn(5, 3, 4, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        y = permute(x.pow(3), (1, 0, 2))
+        first, = torch.autograd.grad((y.pow(2) * w).sum(), x, create_graph=True)  # its gradient depends on x
+        results.append(torch.autograd.grad(first.pow(2).sum(), x)[0])
+    torch.testing.assert_close(results[0], results[1])

@@ -9,7 +9,7 @@ import torch
 from capsnet.layers import ClassMatrixCaps, ConvMatrixCaps, MatrixCaps, PrimaryMatrixCaps
 from capsnet.losses import spread_loss
 from capsnet.models import MODELS, EMCapsNet, EMCapsNetConfig, EMCapsNetSmallConfig, create_model, em_capsnet_loss
-from capsnet.routing import RoutingResult
+from capsnet.routing import EMRouting, InvertedDotProductRouting, RoutingResult
 
 DT = torch.float64
 
@@ -259,3 +259,25 @@ def test_conv_e_step_option_shares_children_in_both_conv_layers_and_stays_batch_
         torch.testing.assert_close(a[0], b[1], rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="conv_e_step must be one of window, child, child-type"):
         EMCapsNetSmallConfig(conv_e_step="children")
+
+
+@pytest.mark.parametrize("routing", ["em", "inverted"])
+def test_a_gradient_penalty_through_conv_matrix_caps_with_the_plain_routing(routing, monkeypatch):
+    """Double backward (create_graph=True) through the votes' block copy and a routing built with
+    fused_backward=False, in float32: the same second-order gradient as with PyTorch's own copy."""
+    from capsnet import _eager
+
+    results = []
+    for blocks in (dict(_eager._BLOCKS), {}):
+        monkeypatch.setattr(_eager, "_BLOCKS", blocks)
+        torch.manual_seed(0)
+        route = (EMRouting(4, 2, fused_backward=False) if routing == "em"
+                 else InvertedDotProductRouting(16, 2, fused_backward=False))
+        layer = ConvMatrixCaps(3, 4, kernel_size=3, stride=1, routing=route)
+        poses = torch.randn(2, 4, 4, 3, 16, requires_grad=True)
+        out = layer(MatrixCaps(poses, torch.rand(2, 4, 4, 3)))
+        first, = torch.autograd.grad(out.poses.pow(2).sum() + out.activations.sum(), poses, create_graph=True)
+        results.append(torch.autograd.grad(first.pow(2).sum(), [poses, layer.weight]))
+    for x, y in zip(*results):
+        assert torch.isfinite(x).all()
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)

@@ -41,25 +41,30 @@ def permute_contiguous(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     attention's fused backward"). Differentiable; elsewhere (other devices,
     shapes or a traced graph) the plain permute and copy.
     """
-    dims = tuple(d % x.dim() for d in dims)
-    if (x.device.type == "cpu" and dims[-1] == x.dim() - 1 and x.shape[-1] * x.element_size() in _BLOCKS
-            and not x.is_complex() and eager()):
-        return _BlockPermute.apply(x, dims)
+    if x.dim() and x.device.type == "cpu" and x.shape[-1] * x.element_size() in _BLOCKS and not x.is_complex():
+        dims = tuple(d % x.dim() for d in dims)
+        if dims[-1] == x.dim() - 1 and eager():
+            return _BlockPermute.apply(x, dims)
     return x.permute(dims).contiguous()
 
 
 def _block_permute(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     block = _BLOCKS[x.shape[-1] * x.element_size()]
-    return x.contiguous().view(block).permute(dims).contiguous().view(x.dtype)
+    n = x.shape[-1]  # entries per block
+    x = x.contiguous()
+    if x.storage_offset() % n or any(s % n for s in x.stride()[:-1]):  # a slice, or odd strides of size-1 dims:
+        x = x.clone(memory_format=torch.contiguous_format)  # a fresh tensor, whose blocks line up
+    return x.view(block).permute(dims).contiguous().view(x.dtype)
 
 
 class _BlockPermute(torch.autograd.Function):
+    """``_block_permute`` with its gradient, itself a block permute (so double backward works too)."""
+
     @staticmethod
     def forward(ctx, x, dims):
         ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
         return _block_permute(x, dims)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        return _block_permute(grad, ctx.inverse), None
+        return _BlockPermute.apply(grad, ctx.inverse), None
