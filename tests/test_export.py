@@ -39,8 +39,9 @@ SMALL = {
     "segcaps": dict(routing_iterations=2, input_height=16, input_width=16),
     "segcaps-r1": dict(input_height=16, input_width=16),
     "unet": dict(base_channels=4, depth=2, input_height=16, input_width=16),
-    "capspix2pix": dict(input_height=16, input_width=16), "pix2pix": dict(input_height=16, input_width=16,
-                                                                         disc_layers=2),
+    # one routing round: the two-input generator path (segcaps above writes the rounds out); a 2x faster export
+    "capspix2pix": dict(input_height=8, input_width=8, routing_iterations=1),
+    "pix2pix": dict(input_height=16, input_width=16, disc_layers=2),
 }
 OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
     "capsnet": ("lengths", "poses", "reconstruction"), "efficient-capsnet": ("lengths", "poses", "reconstruction"),
@@ -49,7 +50,8 @@ OUTPUTS = {  # what the README and capsnet.export promise each model's export re
     "capsnet-cifar10": ("lengths", "poses"), "capsnet-svhn": ("lengths", "poses", "reconstruction"),
     "segcaps": ("probabilities", "poses", "reconstruction"), "segcaps-r1": ("probabilities", "poses", "reconstruction"),
     "unet": ("probabilities", "logits"),
-    "capspix2pix": None, "pix2pix": None,  # refused (UNSUPPORTED): their generators take label maps and noise
+    "capspix2pix": ("images",),  # its generator, from label_maps and noise
+    "pix2pix": None,  # refused (UNSUPPORTED): its noise is dropout, drawn per image from a seeded stream
 }
 
 
@@ -57,10 +59,21 @@ def test_every_registered_model_has_small_sizes_and_outputs_here():
     assert set(SMALL) == set(list_models()) == set(OUTPUTS)
 
 
-def reference(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+def example_inputs(model: nn.Module, batch: int) -> dict[str, torch.Tensor]:
+    """The exported graph's inputs by name: images, or a generator's label maps and its noise z."""
+    cfg = model.config
+    shape = (batch, cfg.in_channels, cfg.input_height, cfg.input_width)
+    if hasattr(model, "generator"):  # pix2pix has no noise input (and is refused)
+        return {"label_maps": torch.rand(*shape), "noise": torch.randn(batch, getattr(cfg, "noise_dim", 1))}
+    return {"images": torch.rand(*shape)}
+
+
+def reference(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """The PyTorch model's own outputs, as it evaluates (its fast routing path on), in the export's order."""
     with torch.no_grad():
-        out = model.eval()(images)
+        if "noise" in inputs:  # a generator's images, as model.generate makes them in eval mode
+            return [model.eval().generate(inputs["label_maps"], z=inputs["noise"])]
+        out = model.eval()(inputs["images"])
     if isinstance(out, torch.Tensor):
         return [out]
     fields = {"reconstruction": "reconstructions"}
@@ -75,23 +88,23 @@ def assert_matches(got, expected, what):
         assert (g - e).abs().max().item() <= TOLERANCE, (what, (g - e).abs().max().item())
 
 
-def onnx_checks(path, names, batch_images, model):
+def onnx_checks(path, names, batches, model):
     import onnx
 
     proto = onnx.load(str(path))
     ops = {(n.domain, n.op_type) for n in proto.graph.node}
     assert all(domain in ("", "ai.onnx") for domain, _ in ops), ops  # standard operators only
     assert not any(op in ("PythonOp", "ATen") for _, op in ops) and not proto.functions, ops
-    assert [v.name for v in proto.graph.input] == ["images"] and [v.name for v in proto.graph.output] == list(names)
+    assert [v.name for v in proto.graph.input] == list(batches[0]) and [v.name for v in proto.graph.output] == list(names)
     for value in [*proto.graph.input, *proto.graph.output]:  # one dynamic dimension, named, first everywhere
         assert value.type.tensor_type.shape.dim[0].dim_param == "batch", value
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for images in batch_images:  # one file, two batch sizes
-        got = session.run(None, {"images": images.numpy()})
-        assert_matches(got, reference(model, images), f"onnx, batch {len(images)}")
+    for inputs in batches:  # one file, two batch sizes
+        got = session.run(None, {name: x.numpy() for name, x in inputs.items()})
+        assert_matches(got, reference(model, inputs), f"onnx, batch {len(next(iter(inputs.values())))}")
 
 
-def pt2_checks(path, batch_images, model):
+def pt2_checks(path, batches, model):
     program = torch.export.load(str(path))
     for node in program.graph.nodes:  # plain aten operations: no autograd function, autocast or other wrapper
         if node.op == "call_function":
@@ -99,10 +112,10 @@ def pt2_checks(path, batch_images, model):
             assert (isinstance(target, torch._ops.OpOverload) and target.namespace == "aten") or \
                 getattr(target, "__module__", None) in (operator.__name__, "_operator"), node.format_node()
     loaded = program.module()
-    for images in batch_images:
+    for inputs in batches:
         with torch.no_grad():
-            got = loaded(images)
-        assert_matches(list(got), reference(model, images), f"pt2, batch {len(images)}")
+            got = loaded(*inputs.values())
+        assert_matches(list(got), reference(model, inputs), f"pt2, batch {len(next(iter(inputs.values())))}")
 
 
 # segcaps-r1 is segcaps with one routing round: the same operations, a 10 s export; it runs with -m slow
@@ -113,7 +126,7 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
     model = create_model(name, **SMALL[name])
     cfg = model.config
     assert OUTPUTS[name] is None or output_names(model) == OUTPUTS[name]
-    batches = [torch.rand(b, cfg.in_channels, cfg.input_height, cfg.input_width) for b in (1, 7)]
+    batches = [example_inputs(model, b) for b in (1, 7)]
     traced = None
     for fmt in FORMATS:
         path = tmp_path / f"{name}{FORMATS[fmt]}"
@@ -126,11 +139,18 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
         result = export_model(traced, path, format=fmt)
         assert result.path == path and result.size == path.stat().st_size > 0 and result.model == name
         assert [n for n, _ in result.outputs] == list(OUTPUTS[name])
-        assert result.inputs == [("images", ("batch", cfg.in_channels, cfg.input_height, cfg.input_width))]
+        assert result.inputs == [(n, ("batch", *x.shape[1:])) for n, x in batches[0].items()]
         assert result.max_difference is not None and result.max_difference <= TOLERANCE
         if fmt == "onnx":
             assert result.opset >= 18 and result.checked_with.startswith("onnxruntime")
             onnx_checks(path, OUTPUTS[name], batches, model)
+            if name == "capspix2pix":  # `capsnet generate --seed 5`'s images: its z fed to the file (README, Export)
+                from capsnet.synthesis import generate
+
+                maps = batches[1]["label_maps"]
+                session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+                got, = session.run(None, {"label_maps": maps.numpy(), "noise": model.noise(len(maps), 5).numpy()})
+                assert_matches([got], [generate(model.eval(), maps, seed=5, batch_size=3)], "generate's images")
         else:
             pt2_checks(path, batches, model)
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left

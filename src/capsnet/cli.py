@@ -730,7 +730,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
     "export": (_export_arguments, _cmd_export, "write a checkpoint's model as ONNX or a torch.export program",
                "Export a trained model for inference: images (batch, C, H, W) in [0, 1] in; the class scores, the "
                "class capsules' poses and, where the model has a decoder, the reconstruction from the predicted "
-               "class out (capsnet.export lists them per model). The batch size is dynamic and the graph holds plain "
+               "class out (capsnet.export lists them per model); a CapsPix2pix checkpoint's generator: label_maps and "
+               "noise in, images out. The batch size is dynamic and the graph holds plain "
                "operations. Before the file is written its graph runs once (ONNX: in onnxruntime) and is compared "
                "with the PyTorch model."),
     "bench": (_bench_arguments, _cmd_bench, "training and inference throughput and peak memory",

@@ -18,11 +18,18 @@ baseline                              logits (B, K)
 segcaps, segcaps-r1                   probabilities (B, 1, H, W), poses (B, 1, 16, H, W),
                                       reconstruction (B, C, H, W) (masked by the prediction)
 unet                                  probabilities (B, 1, H, W), logits (B, 1, H, W)
+capspix2pix                           images (B, C_out, H, W) (its generator alone, in eval mode)
 ====================================  ==============================================================
 
 The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training.
 The first output's largest entry is the predicted class in every classifier; a segmentation model's first
 output is the foreground probability of every pixel (the mask: above 0.5).
+CapsPix2pix's generator takes two inputs, ``label_maps`` (B, C_in, H, W) in
+[0, 1] and ``noise`` (B, Z), standard normal z (what ``model.noise(B, seed)``
+draws: ``capsnet generate``'s images for a seed come from that z); in eval
+mode its dropout is off, so the same label map and z give the same image.
+pix2pix is not exported: its noise is dropout kept on at generation, drawn
+per image from a seeded stream, which an exported graph cannot reproduce.
 
 The graph holds plain tensor operations: tracing runs inside
 ``capsnet.routing.plain_routing()``, so ``DenseCaps`` routes its votes
@@ -53,6 +60,7 @@ from torch import nn
 
 from .checkpoint import Checkpoint, atomic_write_bytes
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
+from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing
 
@@ -70,10 +78,9 @@ BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
 
 # (model, format) pairs that cannot be exported, with the reason: export_model refuses them with it at once.
 # tests/test_export.py holds every registered model to exporting in both formats or to its entry here.
-_GAN = ("its generator takes two inputs, label maps and noise, and export takes images alone; make images with "
-        "`capsnet generate` instead")
-UNSUPPORTED: dict[tuple[str, str], str] = {(name, fmt): _GAN for name in ("capspix2pix", "pix2pix")
-                                           for fmt in FORMATS}
+_PIX2PIX = ("its noise is dropout kept on at generation, drawn for each image from a seeded stream, which an exported "
+            "graph cannot reproduce; make images with `capsnet generate` instead")
+UNSUPPORTED: dict[tuple[str, str], str] = {("pix2pix", fmt): _PIX2PIX for fmt in FORMATS}
 
 # The fields of a model's output that an export returns, in order: (exported name, output field).
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
@@ -108,17 +115,24 @@ def _label(model: nn.Module) -> str:
         return type(model).__name__
 
 
-def _input_shape(model: nn.Module) -> tuple[int, int, int]:
+def _inputs(model: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The exported graph's inputs, (name, shape without the batch): images, or a generator's label maps and noise."""
     cfg = getattr(model, "config", None)
     try:
-        return int(cfg.in_channels), int(cfg.input_height), int(cfg.input_width)
+        image = (int(cfg.in_channels), int(cfg.input_height), int(cfg.input_width))
     except AttributeError:
         raise ExportError(f"{_label(model)} has no config with in_channels, input_height and input_width: export "
                           f"takes the models of capsnet.models ({', '.join(MODELS)})") from None
+    if isinstance(model, ConditionalGAN):
+        if not hasattr(cfg, "noise_dim"):  # pix2pix: no noise input
+            raise ExportError(f"{_label(model)} cannot be exported: {_PIX2PIX}")
+        return ("label_maps", image), ("noise", (int(cfg.noise_dim),))
+    return (("images", image),)
 
 
 class InferenceModule(nn.Module):
-    """A model for inference: ``images`` (B, C, H, W) in, the tuple of tensors ``output_names`` names out.
+    """A model for inference: ``images`` (B, C, H, W) in (a synthesis model's generator: ``label_maps`` and
+    ``noise``), the tuple of tensors ``output_names`` names out.
 
     The model runs as at inference (no labels: a decoder reconstructs from
     the longest capsule). Build it with ``InferenceModule(model)``; the model
@@ -129,11 +143,14 @@ class InferenceModule(nn.Module):
         super().__init__()
         self.model = model
         self.label = _label(model)
-        self.input_shape = _input_shape(model)
+        self.inputs = _inputs(model)
+        self.generator = isinstance(model, ConditionalGAN)
         with torch.no_grad(), _evaluating(model):
-            probe = model(torch.zeros(2, *self.input_shape))
-        if isinstance(probe, torch.Tensor):
-            self._fields: tuple[tuple[str, str | None], ...] = (("logits", None),)
+            probe = self(*self.example(2, 0)) if self.generator else model(*self.example(2, 0))
+        if self.generator:
+            self._fields: tuple[tuple[str, str | None], ...] = (("images", None),)
+        elif isinstance(probe, torch.Tensor):
+            self._fields = (("logits", None),)
         elif type(probe) in _FIELDS:
             self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
         else:
@@ -141,9 +158,18 @@ class InferenceModule(nn.Module):
                               f"add it to capsnet.export._FIELDS")
         self.output_names = tuple(n for n, _ in self._fields)
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Shapes: images (B, C, H, W) -> the outputs ``output_names`` names (module docstring: shapes per model)."""
-        out = self.model(images)
+    def example(self, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+        """Seeded inputs of ``batch`` examples: images and label maps uniform in [0, 1), noise standard normal."""
+        g = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(batch, *shape, generator=g) if name == "noise" else
+                     torch.rand(batch, *shape, generator=g) for name, shape in self.inputs)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Shapes: images (B, C, H, W), or label_maps (B, C, H, W) and noise (B, Z) -> the outputs
+        ``output_names`` names (module docstring: shapes per model)."""
+        if self.generator:
+            return (self.model.generator(*inputs),)
+        out = self.model(*inputs)
         return tuple(out if f is None else getattr(out, f) for _, f in self._fields)
 
 
@@ -200,11 +226,11 @@ def trace_model(model: nn.Module, *, example_batch: int = 2) -> Traced:
         raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
                           f"pass model.float().cpu()")
     module = InferenceModule(model)
-    example = torch.rand(example_batch, *module.input_shape, generator=torch.Generator().manual_seed(0))
-    batch = torch.export.Dim(BATCH, min=1)
+    example = module.example(example_batch, 0)
+    batch = torch.export.Dim(BATCH, min=1)  # one dimension for every input: a generator's label maps and noise
     try:
         with _evaluating(model), plain_routing(), _quiet():
-            program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+            program = torch.export.export(module, example, dynamic_shapes=(tuple({0: batch} for _ in example),))
     except Exception as e:
         raise ExportError(f"{module.label} cannot be exported: torch.export cannot trace it ({_first_line(e)})") from e
     return Traced(module, program)
@@ -236,8 +262,9 @@ class ExportResult:
             for name, shape in specs:
                 lines.append(f"  {kind}  {name:<{width}}  float32 ({', '.join(map(str, shape))})")
         if self.checked_with:
-            lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random images within "
-                         f"{self.max_difference:.1e} of PyTorch")
+            lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random "
+                         f"{'inputs' if len(self.inputs) > 1 else 'images'} within {self.max_difference:.1e} of "
+                         f"PyTorch")
         return "\n".join(lines + self.notes)
 
 
@@ -248,11 +275,11 @@ def _size(n: int) -> str:
 _CHECK_BATCH = 3  # neither the traced example's 2 nor 1: the check shows the batch is dynamic
 
 
-def _check_batch(module: InferenceModule) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """Random images and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates)."""
-    images = torch.rand(_CHECK_BATCH, *module.input_shape, generator=torch.Generator().manual_seed(1))
+def _check_batch(module: InferenceModule) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Random inputs and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates)."""
+    inputs = module.example(_CHECK_BATCH, 1)
     with torch.no_grad(), _evaluating(module.model):
-        return images, tuple(t.detach() for t in module(images))
+        return inputs, tuple(t.detach() for t in module(*inputs))
 
 
 def _compare(traced: Traced, got: list[Any], expected: tuple[torch.Tensor, ...], what: str) -> float:
@@ -275,15 +302,15 @@ def _shape(dims: Any) -> tuple[int | str, ...]:
 
 
 def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
-    images, expected = _check_batch(traced.module)
+    inputs, expected = _check_batch(traced.module)
     with torch.no_grad():
-        got = traced.program.module()(images)  # the program as saved (tests load the file back: torch.export.load)
+        got = traced.program.module()(*inputs)  # the program as saved (tests load the file back: torch.export.load)
     result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
     buffer = io.BytesIO()
     with _quiet():
         torch.export.save(traced.program, buffer)
     data = buffer.getvalue()
-    result.inputs = [("images", (BATCH, *traced.module.input_shape))]
+    result.inputs = [(name, (BATCH, *shape)) for name, shape in traced.module.inputs]
     result.outputs = [(n, _shape(v.meta["val"].shape)) for n, v in
                       zip(traced.module.output_names, _program_outputs(traced.program))]
     return data
@@ -330,7 +357,8 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
     names = traced.module.output_names
     try:
         with _quiet():
-            program = torch.onnx.export(traced.program, input_names=["images"], output_names=list(names),
+            program = torch.onnx.export(traced.program, input_names=[n for n, _ in traced.module.inputs],
+                                        output_names=list(names),
                                         opset_version=opset, dynamo=True, verbose=False, optimize=True)
             proto = program.model_proto
     except Exception as e:
@@ -358,8 +386,8 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
                           f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
                           f"or another --opset, may help)") from e
-    images, expected = _check_batch(traced.module)
-    got = session.run(list(names), {"images": images.numpy()})
+    inputs, expected = _check_batch(traced.module)
+    got = session.run(list(names), {name: x.numpy() for (name, _), x in zip(traced.module.inputs, inputs)})
     result.checked_with = f"onnxruntime {onnxruntime.__version__}"
     result.max_difference = _compare(traced, got, expected, "ONNX")
     return data
