@@ -329,7 +329,9 @@ def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recip
         plan("routing", tmp_path, train=TrainConfig(), datasets=["multimnist"])
 
 
-def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsys):
+def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsys, monkeypatch):
+    kept = []  # the experiment keeps freed memory, as capsnet train does (--allocator keep, the default)
+    monkeypatch.setattr("capsnet.memory.keep_freed_memory", lambda: kept.append(True) or True)
     out = tmp_path / "routing"
     assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "inverted-capsnet",
                  "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "1", "--train-size", "64",
@@ -344,7 +346,13 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
         line = next(line for line in table.splitlines() if line.startswith(f"| {model} |"))
         assert f"{sum(errors) / 2:.2f}% ({min(errors):.2f}-{max(errors):.2f})" in line
         assert f"{rs[0]['weights']:,}" in line and rs[0]["peak_mem_mb"] > 0 and rs[0]["train_images_per_s"] > 0
-    assert "seed 1" in capsys.readouterr().out
+    assert "seed 1" in capsys.readouterr().out and kept == [True]
+    kept.clear()  # --allocator default: the C library's own behaviour (the finished runs are read back)
+    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "inverted-capsnet",
+                 "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "1", "--train-size", "64",
+                 "--test-size", "32", "--batch-size", "32", "--conv1-channels", "8", "--primary-types", "2",
+                 "--no-progress", "--allocator", "default"]) == 0
+    assert kept == []
 
 
 def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data_root):

@@ -235,9 +235,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "(VALUE as JSON); repeat for several")
     _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_nonneg_int)
     _speed_arguments(t, "the training steps")
-    t.add_argument("--allocator", choices=ALLOCATORS, default="keep",
-                   help="keep: glibc keeps freed memory for reuse, faster CPU training (capsnet.memory; a no-op off "
-                        "glibc); default: the C library's own behaviour")
+    _allocator_argument(t, "")
     t.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write every evaluated epoch for TensorBoard into DIR: the metrics.jsonl numbers, "
                         "reconstructions and a pose sweep (needs pip install tensorboard)")
@@ -321,9 +319,7 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                         f"eager): {', '.join(COMPILE_MODES)}; the flag alone: default")
     b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
-    b.add_argument("--allocator", choices=ALLOCATORS, default="keep",
-                   help="keep: glibc keeps freed memory for reuse, as capsnet train does (capsnet.memory); "
-                        "default: the C library's own behaviour. Applies to every implementation in the run")
+    _allocator_argument(b, ". Applies to every implementation in the run")
 
 
 def _figures_arguments(f: argparse.ArgumentParser) -> None:
@@ -385,6 +381,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _field_flag(x, "--seed", TrainConfig, "seed", "seed of the weights, subsets, shuffles and placements (test sets "
                 "have their own fixed seed)", type=_nonneg_int)
     _speed_arguments(x, "every run's training steps")
+    _allocator_argument(x, ", for every run")
     _common(x)
 
 
@@ -620,6 +617,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     train = _train_config(_typed(args, _TRAIN_FIELDS), "synthesis" if args.name == "synthesis" else "")
+    _keep_memory(args.allocator)
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
@@ -706,6 +704,12 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _allocator_argument(p: argparse.ArgumentParser, scope: str) -> None:
+    p.add_argument("--allocator", choices=ALLOCATORS, default="keep",
+                   help="keep: glibc keeps freed memory for reuse, faster CPU training (capsnet.memory; a no-op off "
+                        f"glibc); default: the C library's own behaviour{scope}")
 
 
 def _keep_memory(allocator: str) -> str:
