@@ -13,7 +13,7 @@ from capsnet.cli import main
 from capsnet.data import load_dataset
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
                                 nested_subset, translated_anywhere_test, translated_test)
-from capsnet.experiments import LESS_DATA_SIZES, format_table, plan
+from capsnet.experiments import LESS_DATA_SIZES, format_table, plan, run_plan
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import BaselineCNNConfig, CapsNet
 from capsnet.evaluate import load_model
@@ -378,3 +378,37 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
     with pytest.raises(Exception, match="holds a run with other settings"):
         _finished(other)
+
+
+def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capsys):
+    """--jobs 2 trains the runs two at a time in processes of their own (one thread each here) and gets exactly
+    the final records a sequential run gets with one thread; the runs are then read back and tabulated."""
+    common = ["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--seeds", "0", "1",
+              "--epochs", "1", "--train-size", "64", "--test-size", "32", "--batch-size", "32",
+              "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
+    threads = torch.get_num_threads()
+    assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
+    torch.set_num_threads(1)  # each worker's share here, with 2 threads or fewer (workers get at least 1)
+    try:
+        assert main(common + ["--out", str(tmp_path / "sequential")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    parallel, sequential = (json.loads((tmp_path / d / "results.json").read_text())["rows"]
+                            for d in ("parallel", "sequential"))
+    assert len(parallel) == len(sequential) == 2
+    for p, s in zip(parallel, sequential):
+        speed = ("train_images_per_s", "run_dir", "peak_mem_mb")
+        assert {k: v for k, v in p.items() if k not in speed} == {k: v for k, v in s.items() if k not in speed}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_run_failing_in_a_worker_is_raised_naming_the_run(tmp_path):
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=1, batch_size=32, train_size=64, test_size=32),
+                models=["efficient-capsnet", "capsnet"], datasets=["mnist-sample"])
+    with pytest.raises(RuntimeError, match=r"run [12] \((efficient-capsnet|capsnet) on mnist-sample, seed 0, .*\) "
+                                           r"failed: ValueError: device 'cuda' asked for"):
+        run_plan(runs, device="cuda", jobs=2)
+    with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
+        run_plan(runs, jobs=0)

@@ -382,6 +382,10 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "have their own fixed seed)", type=_nonneg_int)
     _speed_arguments(x, "every run's training steps")
     _allocator_argument(x, ", for every run")
+    x.add_argument("--jobs", type=_positive_int, default=1,
+                   help="train this many runs at once, each in a process of its own with 1/N of the CPU threads and "
+                        "no progress bar (the same results as one at a time with that many threads: tested); then "
+                        "every run is read back and tabulated")
     _common(x)
 
 
@@ -617,7 +621,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     train = _train_config(_typed(args, _TRAIN_FIELDS), "synthesis" if args.name == "synthesis" else "")
-    _keep_memory(args.allocator)
+    kept = _keep_memory(args.allocator) == "keep"
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
@@ -629,9 +633,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
               f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epochs "
               f"-> {run.run_dir}", flush=True)
 
+    def trained(k: int, run: ex.Run) -> None:
+        print(f"trained [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} -> {run.run_dir}",
+              flush=True)
+
+    if args.jobs > 1:
+        print(f"training the runs not yet finished {args.jobs} at a time, each in a process of its own", flush=True)
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
-                       compile=args.compile or False)
+                       compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows.append(ex.otsu_row(runs[0].dataset, test_size=train.test_size, root=args.data_dir))
         ex.write_results(rows, out, args.command_line)

@@ -52,7 +52,7 @@ from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
 from .train import TrainConfig, fit, input_fields
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
 
@@ -180,13 +180,74 @@ def _finished(run: Run) -> dict[str, Any] | None:
     return None
 
 
+def train_run(run: Run, *, device: str = "auto", data_root: str | os.PathLike | None = None, progress: bool = True,
+              compile: bool | str = False) -> dict[str, Any]:
+    """Train one run of a plan, resuming where its directory holds a checkpoint; its final epoch's record."""
+    resume = (run.run_dir / "last.safetensors").exists()
+    if model_spec(run.model).kind == "synthesis":
+        from .gan import fit_gan
+        from .synthesis import judge_for
+
+        return fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
+                       resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset))
+    return fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root, resume=resume,
+               progress=progress, compile=compile)
+
+
+def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool | str, int, bool]) -> int:
+    """A worker process's run (``run_plan`` with ``jobs``): its share of the threads, the parent's allocator; the
+    run's index, or an error that names the run."""
+    k, run, device, data_root, compile, threads, keep_memory = task
+    import torch
+
+    torch.set_num_threads(threads)
+    if keep_memory:
+        from .memory import keep_freed_memory
+
+        keep_freed_memory()
+    try:
+        train_run(run, device=device, data_root=data_root, progress=False, compile=compile)
+    except Exception as e:  # the message crosses back to the parent; the worker's traceback does not
+        raise RuntimeError(f"run {k + 1} ({run.model} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
+                           f"{type(e).__name__}: {e}") from None
+    return k
+
+
+def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: str,
+                       data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained) -> None:
+    """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
+    with 1/jobs of this process's threads. A run that fails stops the others at once (checkpoints are written
+    atomically: they resume next time) and its error, naming it, is raised here."""
+    import multiprocessing
+
+    import torch
+
+    threads = max(1, torch.get_num_threads() // jobs)
+    tasks = [(k, run, device, data_root, compile, threads, keep_memory) for k, run in todo]
+    runs = dict(todo)
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks)), maxtasksperchild=1) as pool:
+        for k in pool.imap_unordered(_train_in_worker, tasks):  # leaving the block terminates the workers
+            if on_trained is not None:
+                on_trained(k, runs[k])
+
+
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
-             progress: bool = True, on_start=None, on_done=None, compile: bool | str = False) -> list[dict[str, Any]]:
+             progress: bool = True, on_start=None, on_done=None, compile: bool | str = False, jobs: int = 1,
+             keep_memory: bool = False, on_trained=None) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
-    ``on_start(k, run)`` is called before run k, ``on_done(rows)`` after each run with the rows so far;
-    ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``).
+    ``on_start(k, run)`` is called before run k is trained or read back, ``on_done(rows)`` after each run with the
+    rows so far; ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``). With ``jobs`` above 1 the
+    runs still to train are first trained that many at a time, each in a process of its own with 1/jobs of the
+    threads (``keep_memory``: with the allocator kept as ``capsnet.memory.keep_freed_memory`` keeps it), without
+    progress bars, ``on_trained(k, run)`` called as each finishes; then every run is read back in order.
     """
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    todo = [(k, run) for k, run in enumerate(runs) if _finished(run) is None] if jobs > 1 else []
+    if todo:
+        _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
+                           keep_memory=keep_memory, on_trained=on_trained)
     rows = []
     memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
     for k, run in enumerate(runs):
@@ -195,16 +256,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         final = _finished(run)
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
-            resume = (run.run_dir / "last.safetensors").exists()
-            if synthesis:
-                from .gan import fit_gan
-                from .synthesis import judge_for
-
-                final = fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                                resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset))
-            else:
-                final = fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                            resume=resume, progress=progress, compile=compile)
+            final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
         size = run.train_config.train_size or 60000
         row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
