@@ -162,7 +162,9 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
         MODELS["segcaps"].loss(model, images, masks)[0].backward()
         return [name for name, layer in model.caps.items() if layer.weight.grad.abs().max() <= floor]
 
-    with pytest.warns(UserWarning, match="without the routing bias at init_gain 1.*set init_gain=3"):
+    with pytest.warns(UserWarning, match="without the routing bias at init_gain 1: from this start the capsules shrink "
+                                         "to zero within a few layers and the deep layers get no gradient; set "
+                                         "init_gain=3"):
         assert "conv_3_2" in dead_layers()
     with pytest.warns(UserWarning, match="init_gain 2"):
         create_model("capspix2pix", routing_bias=False, init_gain=2.0)  # the generator shares the layers
@@ -173,7 +175,8 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
         # linear near zero: at gain 1 the capsules do not fade, so no warning, and every layer's gradient is
         # far above rounding (the sabour squash's reaches exactly zero)
         assert dead_layers(squash="exp", floor=1e-8) == []
-    with pytest.warns(UserWarning, match=r"init_gain 0.5.*set init_gain=1 "):
+    with pytest.warns(UserWarning, match=r"init_gain 0.5: from this start the capsules shrink layer by layer and "
+                                         r"the deep layers' gradients fall 100-1000 times; set init_gain=1 "):
         create_model("segcaps", routing_bias=False, squash="exp", init_gain=0.5)
 
 

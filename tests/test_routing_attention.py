@@ -87,6 +87,15 @@ def test_exp_squash_in_half_precision_where_the_squared_length_overflows(dtype):
     assert exp_squash(torch.zeros(3, 0, dtype=dtype)).shape == (3, 0)
 
 
+def test_exp_squash_of_integers_and_of_very_long_float16_capsules():
+    """Integers are squashed as floats (as squash does); a float16 capsule of 32,768 entries of 0.9, |s|^2 =
+    26,542 (inside float16), is not scaled up into an overflow: length 1 - e^-163, that is 1."""
+    torch.testing.assert_close(exp_squash(torch.tensor([[3, 4]])), exp_squash(torch.tensor([[3.0, 4.0]])))
+    v = exp_squash(torch.full((1, 32768), 0.9, dtype=torch.float16))
+    assert torch.isfinite(v).all()
+    torch.testing.assert_close(v.float().norm(), torch.tensor(1.0), rtol=1e-2, atol=0)
+
+
 def test_exp_squash_of_huge_float32_capsules_is_a_unit_vector():
     s = torch.tensor([[3e38, -1e38, 0.0, 2e37]])
     v = exp_squash(s)

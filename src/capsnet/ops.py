@@ -41,8 +41,9 @@ def _scale(s: torch.Tensor, dim: int, power: int) -> tuple[torch.Tensor, torch.T
     # and 2^19 for its gradient at D = 16; float16: 32).
     big = 2.0 ** math.floor(((maxexp - 2) / power - math.ceil(math.log2(D))) / 2)
     a = s.detach().abs().amax(dim=dim, keepdim=True)
-    # e <= maxexp - 2 keeps 2^-e a normal number (never flushed to zero), and |t| < 4 still.
-    e = torch.log2(a).floor().clamp(max=maxexp - 2)
+    # e <= maxexp - 2 keeps 2^-e a normal number (never flushed to zero), and |t| < 4 still; e >= 0 never scales
+    # up (big < 1 only for capsules of thousands of float16 entries, which no scaling to |t| < 4 can save)
+    e = torch.log2(a).floor().clamp(min=0, max=maxexp - 2)
     k = torch.where(a > big, torch.exp2(-e), torch.ones_like(a))
     return k, k * k  # r underflows to 0 for huge inputs, where 1 / |s|^2 is below the dtype's resolution
 
@@ -121,6 +122,8 @@ def exp_squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
+    if not s.is_floating_point():
+        s = s.to(torch.get_default_dtype())
     if s.shape[dim] == 0:  # no entries: nothing to scale (and amax refuses an empty dimension)
         return s.clone()
     k, _ = _scale(s, dim, power=1)  # (..., 1): 1, or a power of two where |s|^2 could overflow

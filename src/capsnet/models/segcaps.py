@@ -83,10 +83,11 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     100-1000 times smaller; at gain 1 every layer gets one: tests)."""
     safe_gain = 3.0 if squash == "sabour" else 1.0
     if not routing_bias and init_gain < safe_gain:
+        fate = ("shrink to zero within a few layers and the deep layers get no gradient" if squash == "sabour" else
+                "shrink layer by layer and the deep layers' gradients fall 100-1000 times")
         warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
-                      f"the capsules shrink to zero within a few layers and the deep layers get no gradient; set "
-                      f"init_gain={safe_gain:g} (--model-option init_gain={safe_gain:g}) to train without the bias",
-                      stacklevel=3)
+                      f"the capsules {fate}; set init_gain={safe_gain:g} (--model-option init_gain={safe_gain:g}) to "
+                      f"train without the bias", stacklevel=3)
     caps = {}
     last = _LAYERS[-1][0]
     for name, kind, t, din, j, dout, k, s in _LAYERS:

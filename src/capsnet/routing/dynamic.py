@@ -42,8 +42,9 @@ class DynamicRouting(nn.Module):
             short vector quadratically (length |s|^2 near zero), so in a deep
             stack of capsule layers the image-dependent part of the poses can
             fade from layer to layer; ``"exp"`` keeps length |s| near zero.
-            (``capsnet.ops.exp_squash``: float32 and bfloat16; in float16 a
-            capsule longer than about 256 comes out as zero.)
+            (``capsnet.ops.exp_squash``: a capsule whose |s|^2 could overflow
+            its dtype is scaled first, so long capsules have length 1 in
+            float16 too.)
 
     Layers with linear votes call ``route_linear`` (the same maths from the
     lower capsules and the weight, with a hand-written backward) when the
