@@ -73,3 +73,33 @@ def test_the_viewer_command_exits_2_on_a_tampered_checkpoint(trained_run, tmp_pa
                   model_config={"routing_iterations": 10**9})
     assert main(["viz", "--checkpoint", str(bad), "--port", "0"]) == 2
     assert "routing_iterations must be in 1..100" in capsys.readouterr().err
+
+
+RESUME_CASES = [  # (the run fixture, a change to last.safetensors' tensors, what the message must name)
+    ("trained_run", _replace("rng.torch", lambda v: v[:100].contiguous()),
+     "random state rng.torch is torch.uint8 of shape (100,) where this PyTorch's is torch.uint8 of shape (5056,)"),
+    ("trained_run", _replace("rng.torch", lambda v: v.float()), "random state rng.torch is torch.float32"),
+    ("trained_run", _replace("optim.0.exp_avg", lambda v: v.flatten()[:5].contiguous()),
+     "optimizer state exp_avg of parameter 0 has shape (5,) where the parameter has (16, 1, 9, 9)"),
+    ("gan_run", _replace("optim.3.exp_avg_sq", lambda v: torch.zeros(7)), "optimizer state exp_avg_sq of parameter 3"),
+]
+
+
+@pytest.mark.parametrize("fixture,tensors,message", RESUME_CASES, ids=[c[2][:40] for c in RESUME_CASES])
+def test_a_resume_refuses_a_damaged_optimizer_or_random_state_before_training(request, data_root, tmp_path, capsys,
+                                                                              fixture, tensors, message):
+    """Before: the random state raised PyTorch's own RuntimeError or TypeError, and a moment of the wrong shape
+    was only found by the first step's arithmetic, after the data was loaded."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(request.getfixturevalue(fixture), run)
+    _tamper(run / "last.safetensors", run / "damaged.safetensors", tensors=tensors)
+    (run / "damaged.safetensors").replace(run / "last.safetensors")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["train", "--resume", "--epochs", "3", "--out", str(run), "--device", "cpu",
+                 "--data-dir", str(data_root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"checkpoint {run / 'last.safetensors'} cannot be resumed" in err, err
+    assert err.startswith("capsnet train: error:") and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # nothing written

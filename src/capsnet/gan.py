@@ -39,8 +39,8 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
 from . import train as _train
-from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, lr_at, restore_rng_state, rng_state, save_best,
-                    start_or_resume, write_metrics)
+from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state, lr_at, restore_rng_state,
+                    resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -160,10 +160,6 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     elif judge is not None:
         judge = judge_for(cfg.dataset, judge)  # refused for a data set without classes
     judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
-                                                           "train_config": cfg.to_dict(),
-                                                           "judge": None if judge is None else str(judge)}, indent=2))
 
     # 2. Data, resident on the device.
     train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
@@ -179,8 +175,15 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     opt_g, opt_d = make_optimizers(model, cfg)
     if ckpt is not None:
         load_weights(model, ckpt)
-        _split_into(ckpt.optimizer_state, opt_g, opt_d)
-        restore_rng_state(ckpt.rng_state, dev)
+        with resume_state_of(ckpt):
+            _split_into(ckpt.optimizer_state, opt_g, opt_d)
+            check_optimizer_state(opt_g)
+            check_optimizer_state(opt_d)
+            restore_rng_state(ckpt.rng_state, dev)
+    run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
+    atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
+                                                           "train_config": cfg.to_dict(),
+                                                           "judge": None if judge is None else str(judge)}, indent=2))
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size

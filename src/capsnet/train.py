@@ -14,6 +14,7 @@ and trains on its slice of it through ``DistributedDataParallel``
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -257,10 +258,42 @@ def rng_state(dev: torch.device) -> dict[str, torch.Tensor]:
 
 def restore_rng_state(state: dict[str, torch.Tensor], dev: torch.device) -> None:
     """Set the generators ``rng_state`` saved (a checkpoint without one leaves them as they are)."""
+    current = {"torch": torch.get_rng_state} | ({"cuda": lambda: torch.cuda.get_rng_state(dev)}
+                                                if dev.type == "cuda" else {})
+    for key in current.keys() & state.keys():
+        saved, now = state[key], current[key]()
+        if saved.dtype != now.dtype or saved.shape != now.shape:
+            raise ValueError(f"its random state rng.{key} is {saved.dtype} of shape {tuple(saved.shape)} where "
+                             f"this PyTorch's is {now.dtype} of shape {tuple(now.shape)}")
     if "torch" in state:
         torch.set_rng_state(state["torch"])
     if dev.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], dev)
+
+
+def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
+    """Each loaded tensor of a parameter's state (Adam's moments) has that parameter's shape: a damaged checkpoint
+    is refused here, not by the first step's arithmetic."""
+    names = {id(p): f"parameter {i}" for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+    for p, entry in opt.state.items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                raise ValueError(f"its optimizer state {key} of {names.get(id(p), 'a parameter')} has shape "
+                                 f"{tuple(value.shape)} where the parameter has {tuple(p.shape)}")
+
+
+@contextlib.contextmanager
+def resume_state_of(ckpt: Checkpoint):
+    """Loading ``ckpt``'s optimizer and random state in this block: whatever does not load is raised as one
+    ``CheckpointError`` naming the file, before any training step."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}; the file is damaged or was not written "
+                              f"by capsnet's training. Resume from a copy that is whole, or start the run again in "
+                              f"a new directory") from None
 
 
 def write_metrics(run_dir: Path, history: list[dict[str, Any]]) -> None:
@@ -448,11 +481,6 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                               rng_state=rng_state(dev)))
         last_saved = time.monotonic()
 
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
-                                                               "train_config": cfg.to_dict()}, indent=2))
-
     # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
     # what is missing), then the others read what it left.
     first_here = launch is None or launch.local_rank == 0
@@ -488,8 +516,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     opt = make_optimizer(model, cfg, dev)
     if ckpt is not None:
         load_weights(model, ckpt)
-        _load_optimizer_state(opt, ckpt.optimizer_state)
-        restore_rng_state(ckpt.rng_state, dev)
+        with resume_state_of(ckpt):
+            _load_optimizer_state(opt, ckpt.optimizer_state)
+            check_optimizer_state(opt)
+            restore_rng_state(ckpt.rng_state, dev)
+    if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
+                                                               "train_config": cfg.to_dict()}, indent=2))
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
