@@ -329,6 +329,22 @@ def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recip
         plan("routing", tmp_path, train=TrainConfig(), datasets=["multimnist"])
 
 
+def test_a_learning_rate_the_user_typed_holds_for_every_model_of_the_routing_experiment(tmp_path, monkeypatch):
+    """Before, each model's recipe overrode a typed --lr (EM trained at 3e-3, Efficient-CapsNet at 5e-4)."""
+    runs = plan("routing", tmp_path, train=TrainConfig(lr=2e-3), typed={"lr"})
+    assert {r.model: r.train_config.lr for r in runs} == {"capsnet": 2e-3, "em-capsnet-small": 2e-3,
+                                                          "efficient-capsnet": 2e-3, "inverted-capsnet": 2e-3}
+    eff = next(r for r in runs if r.model == "efficient-capsnet")
+    assert eff.train_config.augment == "efficient-capsnet"  # the recipe's fields not typed still apply
+    planned = []
+    monkeypatch.setattr("capsnet.experiments.run_plan", lambda runs, **kw: planned.extend(runs) or [])
+    for extra, em_lr in (([], 3e-3), (["--lr", "2e-3"], 2e-3)):
+        planned.clear()
+        main(["experiment", "routing", "--models", "em-capsnet-small", "--datasets", "mnist", "--out", str(tmp_path),
+              *extra])
+        assert [r.train_config.lr for r in planned] == [em_lr]
+
+
 def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsys, monkeypatch):
     kept = []  # the experiment keeps freed memory, as capsnet train does (--allocator keep, the default)
     monkeypatch.setattr("capsnet.memory.keep_freed_memory", lambda: kept.append(True) or True)

@@ -201,7 +201,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
-    _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3)", type=_positive_float)
+    _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3; synthesis "
+                "models: 2e-4 when not given)", type=_positive_float)
     _field_flag(t, "--lr-decay", TrainConfig, "lr_decay", "learning rate factor per --lr-decay-steps (authors' code: "
                 "0.96)", type=_positive_float)
     _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay",
@@ -371,7 +372,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _field_flag(x, "--test-size", TrainConfig, "test_size", "first this many test digits (0: all 10,000); "
                 "multimnist: the first this many of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
-    _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3)", type=_positive_float)
+    _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3); routing: "
+                "when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 when not "
+                "given", type=_positive_float)
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
                 "this many steps", type=_positive_int)
     _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last",
@@ -620,13 +623,14 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
-    train = _train_config(_typed(args, _TRAIN_FIELDS), "synthesis" if args.name == "synthesis" else "")
+    typed = _typed(args, _TRAIN_FIELDS)
+    train = _train_config(typed, "synthesis" if args.name == "synthesis" else "")
     kept = _keep_memory(args.allocator) == "keep"
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
-                   seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None))
+                   seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
 
     def started(k: int, run: ex.Run) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "

@@ -45,7 +45,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape, task
@@ -95,7 +95,7 @@ class Run:
 
 def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
          models: Sequence[str] | None = None, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0,
-         seeds: Sequence[int] = (), datasets: Sequence[str] | None = None) -> list[Run]:
+         seeds: Sequence[int] = (), datasets: Sequence[str] | None = None, typed: Collection[str] = ()) -> list[Run]:
     """The runs of experiment ``name``, each model's input sized to the experiment's images.
 
     ``train`` gives everything shared (epochs, batch, seed, test size, ...);
@@ -105,7 +105,8 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
     each model (default ``ROUTING_MODELS``) runs with its ``RECIPES`` entry on
     each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
-    (default ``train.seed``).
+    (default ``train.seed``); a field named in ``typed`` (settings the user gave,
+    such as ``lr``) keeps ``train``'s value for every model.
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
@@ -134,7 +135,10 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
             raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
-        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **RECIPES.get(m, {})),
+        def recipe(m: str) -> dict[str, Any]:
+            return {k: v for k, v in RECIPES.get(m, {}).items() if k not in typed}
+
+        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **recipe(m)),
                     out / d / f"{m}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     dataset = EXPERIMENTS[name][0]
