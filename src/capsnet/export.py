@@ -302,14 +302,14 @@ def _shape(dims: Any) -> tuple[int | str, ...]:
 
 
 def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
-    inputs, expected = _check_batch(traced.module)
-    with torch.no_grad():
-        got = traced.program.module()(*inputs)  # the program as saved (tests load the file back: torch.export.load)
-    result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
     buffer = io.BytesIO()
     with _quiet():
         torch.export.save(traced.program, buffer)
     data = buffer.getvalue()
+    inputs, expected = _check_batch(traced.module)
+    with torch.no_grad(), _quiet():
+        got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
+    result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
     result.inputs = [(name, (BATCH, *shape)) for name, shape in traced.module.inputs]
     result.outputs = [(n, _shape(v.meta["val"].shape)) for n, v in
                       zip(traced.module.output_names, _program_outputs(traced.program))]
@@ -426,7 +426,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     own name with the format's suffix (best.onnx beside best.safetensors).
     ``format``: "onnx" or "torch-export" ("pt2" too); ``opset``: the ONNX opset,
     18 or newer (default: the exporter's). The file is checked against the
-    model before it is written, whole (a temporary file renamed), or not at all;
+    model before it is written (ONNX: when onnxruntime is installed, else the
+    result's ``notes`` say so), whole (a temporary file renamed), or not at all;
     every refusal is an ``ExportError`` (a ``ValueError``) saying why.
     """
     format = _format(format)
