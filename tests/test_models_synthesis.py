@@ -326,6 +326,27 @@ def test_configs_refuse_bad_values_by_name(cls, field, value, message):
         cls(**{field: value})
 
 
+def test_capspix2pix_image_init_std_scales_only_the_image_convolution():
+    """image_init_std rescales the 1x1 image convolution's N(0, 0.02) draw: every other weight is the same for the
+    same seed, and the generator's first images spread away from 0.5 (a squashed pose has length below 1, so a
+    0.02-scale convolution leaves every logit within about +-0.1 of its bias, every pixel within 0.03 of 0.5)."""
+    with pytest.raises(ValueError, match=r"image_init_std must be in 0..100, got -1"):
+        CapsPix2pixConfig(image_init_std=-1.0)
+    models = {}
+    for std in (0.02, 1.0):
+        torch.manual_seed(0)
+        models[std] = CapsPix2pix(CapsPix2pixConfig(input_height=16, input_width=16, noise_dim=8, disc_channels=4,
+                                                        image_init_std=std)).eval()
+    small, wide = (dict(m.named_parameters()) for m in models.values())
+    assert torch.equal(wide["generator.to_image.weight"], 50 * small["generator.to_image.weight"])
+    assert all(torch.equal(small[k], wide[k]) for k in small if k != "generator.to_image.weight")
+    labels, _ = _data(4)
+    z = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        spread = {std: m.generator(labels, z).std().item() for std, m in models.items()}
+    assert spread[0.02] < 0.005 and spread[1.0] > 20 * spread[0.02], spread
+
+
 def test_patchgan_too_deep_for_the_image_names_the_fix():
     with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or disc_layers 2"):
         Pix2pixConfig(input_height=16, input_width=16)
