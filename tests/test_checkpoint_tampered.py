@@ -14,10 +14,12 @@ from capsnet.cli import main
 from capsnet.viz import load_viewer
 
 
-def _tamper(src, dst, *, model_config=None, train_config=None, metadata=None, tensors=None):
-    """A copy of checkpoint ``src`` at ``dst`` with config fields, metadata entries or tensors replaced."""
+def _tamper(src, dst, *, model_config=None, train_config=None, metadata=None, tensors=None, drop=()):
+    """A copy of checkpoint ``src`` at ``dst`` with config fields, metadata entries or tensors replaced, metadata
+    entries in ``drop`` left out."""
     with safe_open(str(src), "pt") as f:
         meta, ts = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    meta = {k: v for k, v in meta.items() if k not in drop}
     for key, changes in (("model_config", model_config), ("train_config", train_config)):
         if changes:
             meta[key] = json.dumps(json.loads(meta[key]) | changes)
@@ -75,26 +77,35 @@ def test_the_viewer_command_exits_2_on_a_tampered_checkpoint(trained_run, tmp_pa
     assert "routing_iterations must be in 1..100" in capsys.readouterr().err
 
 
-RESUME_CASES = [  # (the run fixture, a change to last.safetensors' tensors, what the message must name)
-    ("trained_run", _replace("rng.torch", lambda v: v[:100].contiguous()),
+RESUME_CASES = [  # (the run fixture, changes to last.safetensors as _tamper takes them, what the message must name)
+    ("trained_run", {"tensors": _replace("rng.torch", lambda v: v[:100].contiguous())},
      "random state rng.torch is torch.uint8 of shape (100,) where this PyTorch's is torch.uint8 of shape (5056,)"),
-    ("trained_run", _replace("rng.torch", lambda v: v.float()), "random state rng.torch is torch.float32"),
-    ("trained_run", _replace("optim.0.exp_avg", lambda v: v.flatten()[:5].contiguous()),
+    ("trained_run", {"tensors": _replace("rng.torch", lambda v: v.float())}, "random state rng.torch is torch.float32"),
+    ("trained_run", {"tensors": _replace("optim.0.exp_avg", lambda v: v.flatten()[:5].contiguous())},
      "optimizer state exp_avg of parameter 0 has shape (5,) where the parameter has (16, 1, 9, 9)"),
-    ("gan_run", _replace("optim.3.exp_avg_sq", lambda v: torch.zeros(7)), "optimizer state exp_avg_sq of parameter 3"),
+    ("gan_run", {"tensors": _replace("optim.3.exp_avg_sq", lambda v: torch.zeros(7))},
+     "optimizer state exp_avg_sq of parameter 3"),
+    ("trained_run", {"tensors": _replace("optim.0.exp_avg", lambda v: v.flatten()[0].clone())},
+     "optimizer state exp_avg of parameter 0 has shape () where the parameter has (16, 1, 9, 9)"),
+    ("trained_run", {"tensors": _replace("optim.0.step", lambda v: torch.zeros(2))},
+     "optimizer state step of parameter 0 has shape (2,) where a step count is one number"),
+    ("trained_run", {"tensors": lambda ts: {k: v for k, v in ts.items() if not k.startswith("optim.")},
+                     "drop": ("optimizer",)},
+     "it holds no optimizer state (a best.safetensors, or a file saved for inference: only last.safetensors resumes)"),
 ]
 
 
-@pytest.mark.parametrize("fixture,tensors,message", RESUME_CASES, ids=[c[2][:40] for c in RESUME_CASES])
+@pytest.mark.parametrize("fixture,changes,message", RESUME_CASES, ids=[c[2][:40] for c in RESUME_CASES])
 def test_a_resume_refuses_a_damaged_optimizer_or_random_state_before_training(request, data_root, tmp_path, capsys,
-                                                                              fixture, tensors, message):
-    """Before: the random state raised PyTorch's own RuntimeError or TypeError, and a moment of the wrong shape
-    was only found by the first step's arithmetic, after the data was loaded."""
+                                                                              fixture, changes, message):
+    """Before: the random state raised PyTorch's own RuntimeError or TypeError, a missing optimizer state a
+    TypeError, and a moment of the wrong shape was only found by the first step's arithmetic, after the data was
+    loaded."""
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(request.getfixturevalue(fixture), run)
-    _tamper(run / "last.safetensors", run / "damaged.safetensors", tensors=tensors)
+    _tamper(run / "last.safetensors", run / "damaged.safetensors", **changes)
     (run / "damaged.safetensors").replace(run / "last.safetensors")
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     assert main(["train", "--resume", "--epochs", "3", "--out", str(run), "--device", "cpu",

@@ -392,8 +392,11 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
     assert _finished(run) == final
     other = run.__class__(**{**vars(run), "train_config": TrainConfig(epochs=1, batch_size=4, train_size=8,
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
-    with pytest.raises(Exception, match="holds a run with other settings"):
+    with pytest.raises(Exception, match=r"holds a run with other settings \(lr\); remove it"):
         _finished(other)
+    wider = run.__class__(**{**vars(run), "model_config": UNetConfig(base_channels=8, depth=2)})
+    with pytest.raises(Exception, match=r"holds a run with other settings \(base_channels\); remove it"):
+        _finished(wider)
 
 
 def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capsys):

@@ -229,6 +229,23 @@ def test_a_file_that_does_not_match_the_model_is_never_written(tmp_path, monkeyp
     assert model.training  # exporting leaves the model in its own mode
 
 
+def test_the_torch_export_file_is_checked_as_saved_and_read_back(tmp_path, monkeypatch):
+    """The check runs the program read back from the bytes to be written, not the one in memory: a save that loses
+    something (here: read back as another model's program) is refused, and nothing is written."""
+    import torch
+
+    model = create_model("baseline", **SMALL["baseline"])
+    other = create_model("baseline", **SMALL["baseline"])  # other random weights
+    other_program = trace_model(other).program
+    monkeypatch.setattr(torch.export, "load", lambda f: other_program)
+    with pytest.raises(ExportError, match="differs from the PyTorch model by .* nothing written"):
+        export_model(model, tmp_path / "m.pt2", format="torch-export")
+    monkeypatch.setattr(torch.export, "load", lambda f: (_ for _ in ()).throw(RuntimeError("bad archive")))
+    with pytest.raises(ExportError, match=r"does not run once saved and read back: RuntimeError: bad archive; nothing written"):
+        export_model(model, tmp_path / "m.pt2", format="torch-export")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_older_opset_is_written_as_asked(tmp_path):
     import onnx
 

@@ -30,8 +30,8 @@ def test_a_short_run_on_real_pairs_lowers_the_l1_term(tmp_path, data_root):
     fit_gan(CapsPix2pixConfig(), cfg, tmp_path / "r", device="cpu", data_root=data_root, progress=False)
     records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     l1 = [r["train_l1"] for r in records]
-    # from the flat grey of an untrained generator (sigmoid(0) = 0.5: L1 about 0.47 from the digits) towards them,
-    # every epoch (24 steps in all: the output's weights move about lr per step)
+    # from an untrained generator's images (random greys from the N(0, 10) image convolution) towards the digits,
+    # every epoch (24 steps in all)
     assert l1[0] > l1[1] > l1[2] and l1[2] < l1[0] - 0.02, l1
     assert all(np.isfinite([r["train_d_loss"], r["train_g_loss"]]).all() for r in records)
 

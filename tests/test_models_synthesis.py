@@ -347,6 +347,20 @@ def test_capspix2pix_image_init_std_scales_only_the_image_convolution():
     assert spread[0.02] < 0.005 and spread[1.0] > 20 * spread[0.02], spread
 
 
+def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():
+    """Runs saved before the field existed started at DCGAN's 0.02: their checkpoints read so (a resume, a finished
+    experiment run compared with today's plan), while a new config takes today's default."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.train import TrainConfig, saved_configs
+
+    old = CapsPix2pixConfig().to_dict()
+    del old["image_init_std"]
+    ckpt = Checkpoint("capspix2pix", old, TrainConfig().to_dict(), {"epoch": 1, "step": 1}, {})
+    assert saved_configs(ckpt)[0].image_init_std == 0.02
+    assert CapsPix2pixConfig.from_dict(old).image_init_std == CapsPix2pixConfig().image_init_std == 10.0
+    assert CapsPix2pixConfig.from_saved(old | {"image_init_std": 3.0}).image_init_std == 3.0  # a recorded value wins
+
+
 def test_patchgan_too_deep_for_the_image_names_the_fix():
     with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or disc_layers 2"):
         Pix2pixConfig(input_height=16, input_width=16)

@@ -32,7 +32,11 @@ def config_from_dict(cls: type[T], d: dict[str, Any]) -> T:
 class JsonConfig:
     """``to_dict`` and ``from_dict`` for a frozen config dataclass: its fields as JSON values (tuples as lists; a
     config with a tuple field turns lists back into tuples in its ``__post_init__``), and back through
-    ``config_from_dict``."""
+    ``config_from_dict``. ``from_saved`` reads a configuration a checkpoint recorded: a field added to the config
+    since, with a default other than what the code of that time did, reads as that older behaviour
+    (``_SAVED_BEFORE``: field -> value, set by a subclass without annotation, so not a field)."""
+
+    _SAVED_BEFORE: dict[str, Any] = {}
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
@@ -40,6 +44,13 @@ class JsonConfig:
     @classmethod
     def from_dict(cls: type[T], d: dict[str, Any]) -> T:
         return config_from_dict(cls, d)
+
+    @classmethod
+    def from_saved(cls: type[T], d: dict[str, Any]) -> T:
+        """``from_dict`` of a configuration a checkpoint recorded, the fields it predates at their old values."""
+        if not isinstance(d, dict):
+            return config_from_dict(cls, d)  # refused there, by name
+        return config_from_dict(cls, {k: v for k, v in cls._SAVED_BEFORE.items() if k not in d} | d)
 
 
 def _is_int(v: Any) -> bool:

@@ -172,13 +172,18 @@ def _finished(run: Run) -> dict[str, Any] | None:
     except CheckpointError:
         return None
     try:  # the saved settings as today's configs read them: a field added since takes its default
-        saved_train = TrainConfig.from_dict(ckpt.train_config).to_dict()
-        saved_model = type(run.model_config).from_dict(ckpt.model_config).to_dict()
-    except (TypeError, ValueError):
-        saved_train = saved_model = None
-    same_but_epochs = saved_train is not None and dict(saved_train, epochs=0) == dict(run.train_config.to_dict(), epochs=0)
-    if not same_but_epochs or saved_model != run.model_config.to_dict():
-        raise CheckpointError(f"{run.run_dir} holds a run with other settings; remove it or choose another --out")
+        saved_train = TrainConfig.from_saved(ckpt.train_config).to_dict()
+        saved_model = type(run.model_config).from_saved(ckpt.model_config).to_dict()
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{run.run_dir} holds a run whose settings this capsnet cannot read ({e}); remove it or "
+                              f"choose another --out") from None
+    differ = [f for f in sorted(set(saved_train) | set(run.train_config.to_dict()))
+              if f != "epochs" and saved_train.get(f) != run.train_config.to_dict().get(f)]
+    differ += [f for f in sorted(set(saved_model) | set(run.model_config.to_dict()))
+               if saved_model.get(f) != run.model_config.to_dict().get(f)]
+    if differ:
+        raise CheckpointError(f"{run.run_dir} holds a run with other settings ({', '.join(differ)}); remove it or "
+                              f"choose another --out")
     if ckpt.state.get("epoch") == run.train_config.epochs and ckpt.state.get("history"):
         return ckpt.state["history"][-1]
     return None

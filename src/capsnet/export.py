@@ -307,8 +307,12 @@ def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
         torch.export.save(traced.program, buffer)
     data = buffer.getvalue()
     inputs, expected = _check_batch(traced.module)
-    with torch.no_grad(), _quiet():
-        got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
+    try:
+        with torch.no_grad(), _quiet():
+            got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
+    except Exception as e:
+        raise ExportError(f"the torch.export program of {traced.label} does not run once saved and read back: "
+                          f"{_first_line(e)}; nothing written (--format onnx may work)") from e
     result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
     result.inputs = [(name, (BATCH, *shape)) for name, shape in traced.module.inputs]
     result.outputs = [(n, _shape(v.meta["val"].shape)) for n, v in

@@ -205,7 +205,7 @@ def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
     if spec is None:
         raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows {', '.join(MODELS)}")
     try:
-        return spec.config.from_dict(ckpt.model_config), TrainConfig.from_dict(ckpt.train_config)
+        return spec.config.from_saved(ckpt.model_config), TrainConfig.from_saved(ckpt.train_config)
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"checkpoint {ckpt.path} has a bad configuration: {e}; use another checkpoint or "
                               f"retrain") from None
@@ -277,9 +277,17 @@ def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
     names = {id(p): f"parameter {i}" for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
     for p, entry in opt.state.items():
         for key, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+            want = () if key == "step" else p.shape  # Adam's step count: one number (a tensor on fused and CPU Adam)
+            if isinstance(value, torch.Tensor) and value.shape != want:
+                where = "a step count is one number" if key == "step" else f"the parameter has {tuple(p.shape)}"
                 raise ValueError(f"its optimizer state {key} of {names.get(id(p), 'a parameter')} has shape "
-                                 f"{tuple(value.shape)} where the parameter has {tuple(p.shape)}")
+                                 f"{tuple(value.shape)} where {where}")
+
+
+def _require_optimizer_state(ckpt: Checkpoint) -> None:
+    if ckpt.optimizer_state is None:
+        raise ValueError("it holds no optimizer state (a best.safetensors, or a file saved for inference: only "
+                         "last.safetensors resumes)")
 
 
 @contextlib.contextmanager
@@ -517,6 +525,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if ckpt is not None:
         load_weights(model, ckpt)
         with resume_state_of(ckpt):
+            _require_optimizer_state(ckpt)
             _load_optimizer_state(opt, ckpt.optimizer_state)
             check_optimizer_state(opt)
             restore_rng_state(ckpt.rng_state, dev)

@@ -234,6 +234,7 @@ class CapsPix2pixConfig(JsonConfig):
     fake_label: float = 0.1
     beta1: float = 0.5  # Adam's betas (DCGAN's); the learning rate, 2e-4, is the training config's
     beta2: float = 0.999
+    _SAVED_BEFORE = {"image_init_std": 0.02}  # runs saved before the field existed started from DCGAN's init
 
     def __post_init__(self) -> None:
         check_types(self)
