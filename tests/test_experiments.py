@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -420,6 +421,38 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     for p, s in zip(parallel, sequential):
         speed = ("train_images_per_s", "run_dir", "peak_mem_mb")
         assert {k: v for k, v in p.items() if k not in speed} == {k: v for k, v in s.items() if k not in speed}
+
+
+def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_root):
+    """A worker the kernel kills (out of memory) dies without a word: before, multiprocessing.Pool replaced it and
+    waited for its run for ever; now the run is named as not finished, the other workers stopped."""
+    import multiprocessing
+    import signal
+    import threading
+    import time
+
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=50, batch_size=32, train_size=64, test_size=32),
+                models=["capsnet"], datasets=["mnist-sample"], seeds=[0, 1])
+    errors = []
+
+    def train():
+        try:
+            run_plan(runs, device="cpu", data_root=data_root, jobs=2, progress=False)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim = multiprocessing.active_children()[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive(), "run_plan still waiting for the killed worker"
+    assert len(errors) == 1 and "a worker process died while training" in errors[0], errors
+    assert "runs not finished: capsnet on mnist-sample, seed" in errors[0] and "fewer --jobs" in errors[0]
+    assert not multiprocessing.active_children()  # the other worker was stopped too
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -225,19 +225,41 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
 def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: str,
                        data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained) -> None:
     """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
-    with 1/jobs of this process's threads. A run that fails stops the others at once (checkpoints are written
-    atomically: they resume next time) and its error, naming it, is raised here."""
+    with 1/jobs of this process's threads. A run that fails, or a worker that dies without a word (killed for
+    memory, say), stops the others at once (checkpoints are written atomically: they resume next time), raised
+    here naming the run or the runs in progress."""
     import multiprocessing
+    import sys
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     import torch
 
     threads = max(1, torch.get_num_threads() // jobs)
-    tasks = [(k, run, device, data_root, compile, threads, keep_memory) for k, run in todo]
-    runs = dict(todo)
-    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks)), maxtasksperchild=1) as pool:
-        for k in pool.imap_unordered(_train_in_worker, tasks):  # leaving the block terminates the workers
-            if on_trained is not None:
-                on_trained(k, runs[k])
+    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a process per run where possible
+    pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"), **fresh)
+    try:
+        pending = {pool.submit(_train_in_worker, (k, run, device, data_root, compile, threads, keep_memory)): (k, run)
+                   for k, run in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                k, run = pending.pop(future)
+                try:
+                    future.result()
+                except BrokenProcessPool:
+                    left = [run, *(r for _, r in pending.values())]
+                    names = ", ".join(f"{r.model} on {r.dataset}, seed {r.seed}" for r in left)
+                    raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
+                                       f"memory: see `dmesg`); runs not finished: {names}. Finished runs are kept "
+                                       f"and interrupted ones resume: run the command again, with fewer --jobs if "
+                                       f"memory ran out") from None
+                if on_trained is not None:
+                    on_trained(k, run)
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):  # stop runs still going (no public API)
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
