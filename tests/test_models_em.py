@@ -281,3 +281,27 @@ def test_a_gradient_penalty_through_conv_matrix_caps_with_the_plain_routing(rout
     for x, y in zip(*results):
         assert torch.isfinite(x).all()
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, small", [
+    ("inverted-capsnet", dict(backbone_channels=8, primary_types=2, caps_types=2)),
+    ("em-capsnet-small", dict(conv1_channels=4, primary_types=2, caps1_types=2, caps2_types=2, input_height=28,
+                              input_width=28, num_classes=10))])
+def test_models_with_large_votes_are_evaluated_32_at_a_time_with_the_same_result(name, small):
+    """At the default evaluation batch of 256 these models' forwards peaked at 11-13 GB (10x their training step at
+    batch 32); evaluate runs them 32 at a time, and the scores are those of any other batching."""
+    from capsnet.evaluate import eval_batch, evaluate
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, **small)
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[0]))
+    images, labels = torch.rand(70, 1, 28, 28), torch.arange(70) % 10
+    whole = evaluate(model, images, labels, batch_size=256)
+    assert seen == [32, 32, 6] and eval_batch(model, 256) == 32 and eval_batch(model, 8) == 8
+    seen.clear()
+    by_eight = evaluate(model, images, labels, batch_size=8)
+    assert seen == [8] * 8 + [6]
+    assert torch.equal(whole.confusion, by_eight.confusion) and abs(whole.loss - by_eight.loss) < 1e-5
+    assert eval_batch(create_model("capsnet", conv1_channels=8, primary_types=2), 256) == 256  # no limit set

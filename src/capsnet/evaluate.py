@@ -23,8 +23,8 @@ from .data.tasks import Split, input_shape, load_test, task
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
 
-__all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "evaluate_pairs", "evaluate_segmentation",
-           "evaluate_split", "load_model",
+__all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "eval_batch", "evaluate_pairs",
+           "evaluate_segmentation", "evaluate_split", "load_model",
            "CheckpointEvaluation", "evaluate_checkpoint"]
 
 
@@ -70,6 +70,14 @@ def _loss_of(model: nn.Module):
     return model_spec(model_name(model.config)).loss
 
 
+def eval_batch(model: nn.Module, batch_size: int) -> int:
+    """``batch_size``, at most the model's ``eval_batch_limit`` where it sets one: a model whose forward holds
+    tens of MB an example (the votes of a convolutional capsule layer) is evaluated that many at a time, so the
+    default of 256 does not need ten times the memory of training."""
+    limit = getattr(model, "eval_batch_limit", None)
+    return batch_size if limit is None else max(1, min(batch_size, limit))
+
+
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
              recon_weight: float = 0.0005, progress: bool = False) -> EvalResult:
     """Loss, accuracy and confusion matrix of ``model`` on a split (no augmentation).
@@ -77,6 +85,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     Shapes: images (N, C, H, W) float in [0, 1]; labels (N,).
     """
     loss_fn = _loss_of(model)
+    batch_size = eval_batch(model, batch_size)
     was_training = model.training
     model.eval()
     K = model.config.num_classes
@@ -105,6 +114,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     Shapes: images (N, C, 36, 36), labels (N, 2), components (N, 2, C, 36, 36) or None (no reconstruction term).
     """
     loss_fn = _loss_of(model)
+    batch_size = eval_batch(model, batch_size)
     was_training = model.training
     model.eval()
     n = len(labels)
@@ -130,6 +140,7 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     Shapes: images (N, C, H, W) float in [0, 1]; masks (N, 1, H, W) 0/1.
     """
     loss_fn = _loss_of(model)
+    batch_size = eval_batch(model, batch_size)
     was_training = model.training
     model.eval()
     n = len(masks)

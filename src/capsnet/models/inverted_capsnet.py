@@ -83,6 +83,11 @@ class InvertedCapsNetOutput(NamedTuple):
 
 
 class InvertedCapsNet(nn.Module):
+    # evaluation runs this many examples at a time (capsnet.evaluate.eval_batch): the first convolutional capsule
+    # layer's votes alone take 29 MB an example at 28x28; a forward of 256 MNIST digits peaked at 11.3 GB resident,
+    # of 32 at 1.6 GB (2026-11-25, VmHWM)
+    eval_batch_limit = 32
+
     def __init__(self, config: InvertedCapsNetConfig = InvertedCapsNetConfig()) -> None:
         super().__init__()
         self.config = cfg = config
