@@ -410,6 +410,8 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
+    assert out.count("training [") == 2 and "training [1/2] capsnet on mnist-sample, seed 0 in a process" in out
+    assert out.index("training [2/2]") < out.index("trained [2/2]")  # each run announced as it starts
     torch.set_num_threads(1)  # each worker's share here, with 2 threads or fewer (workers get at least 1)
     try:
         assert main(common + ["--out", str(tmp_path / "sequential")]) == 0
@@ -451,7 +453,7 @@ def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_ro
     thread.join(120)
     assert not thread.is_alive(), "run_plan still waiting for the killed worker"
     assert len(errors) == 1 and "a worker process died while training" in errors[0], errors
-    assert "runs not finished: capsnet on mnist-sample, seed" in errors[0] and "fewer --jobs" in errors[0]
+    assert "runs in progress: capsnet on mnist-sample, seed" in errors[0] and "fewer --jobs" in errors[0]
     assert not multiprocessing.active_children()  # the other worker was stopped too
 
 

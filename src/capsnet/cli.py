@@ -637,6 +637,10 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
               f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epochs "
               f"-> {run.run_dir}", flush=True)
 
+    def launched(k: int, run: ex.Run) -> None:
+        print(f"training [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} in a process of its own "
+              f"-> {run.run_dir}", flush=True)
+
     def trained(k: int, run: ex.Run) -> None:
         print(f"trained [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} -> {run.run_dir}",
               flush=True)
@@ -645,7 +649,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         print(f"training the runs not yet finished {args.jobs} at a time, each in a process of its own", flush=True)
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
-                       compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained)
+                       compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
+                       on_launch=launched)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows.append(ex.otsu_row(runs[0].dataset, test_size=train.test_size, root=args.data_dir))
         ex.write_results(rows, out, args.command_line)

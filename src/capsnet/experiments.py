@@ -223,11 +223,13 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
 
 
 def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: str,
-                       data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained) -> None:
+                       data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained,
+                       on_launch=None) -> None:
     """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
-    with 1/jobs of this process's threads. A run that fails, or a worker that dies without a word (killed for
-    memory, say), stops the others at once (checkpoints are written atomically: they resume next time), raised
-    here naming the run or the runs in progress."""
+    with 1/jobs of this process's threads; ``on_launch(k, run)`` as each is handed to a process (no more than
+    ``jobs`` are in flight), ``on_trained(k, run)`` as each finishes. A run that fails, or a worker that dies
+    without a word (killed for memory, say), stops the others at once (checkpoints are written atomically: they
+    resume next time), raised here naming the run or the runs in progress."""
     import multiprocessing
     import sys
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -238,9 +240,17 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
     threads = max(1, torch.get_num_threads() // jobs)
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a process per run where possible
     pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"), **fresh)
+    queue, pending = list(todo), {}
+
+    def launch() -> None:
+        while queue and len(pending) < jobs:
+            k, run = queue.pop(0)
+            if on_launch is not None:
+                on_launch(k, run)
+            pending[pool.submit(_train_in_worker, (k, run, device, data_root, compile, threads, keep_memory))] = (k, run)
+
     try:
-        pending = {pool.submit(_train_in_worker, (k, run, device, data_root, compile, threads, keep_memory)): (k, run)
-                   for k, run in todo}
+        launch()
         while pending:
             done, _ = wait(pending, return_when=FIRST_EXCEPTION)
             for future in done:
@@ -251,11 +261,12 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                     left = [run, *(r for _, r in pending.values())]
                     names = ", ".join(f"{r.model} on {r.dataset}, seed {r.seed}" for r in left)
                     raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
-                                       f"memory: see `dmesg`); runs not finished: {names}. Finished runs are kept "
+                                       f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
                                        f"and interrupted ones resume: run the command again, with fewer --jobs if "
                                        f"memory ran out") from None
                 if on_trained is not None:
                     on_trained(k, run)
+            launch()
     finally:
         for process in list(getattr(pool, "_processes", {}).values()):  # stop runs still going (no public API)
             process.terminate()
@@ -264,21 +275,22 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
              progress: bool = True, on_start=None, on_done=None, compile: bool | str = False, jobs: int = 1,
-             keep_memory: bool = False, on_trained=None) -> list[dict[str, Any]]:
+             keep_memory: bool = False, on_trained=None, on_launch=None) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
     ``on_start(k, run)`` is called before run k is trained or read back, ``on_done(rows)`` after each run with the
     rows so far; ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``). With ``jobs`` above 1 the
     runs still to train are first trained that many at a time, each in a process of its own with 1/jobs of the
     threads (``keep_memory``: with the allocator kept as ``capsnet.memory.keep_freed_memory`` keeps it), without
-    progress bars, ``on_trained(k, run)`` called as each finishes; then every run is read back in order.
+    progress bars, ``on_launch(k, run)`` called as each starts and ``on_trained(k, run)`` as each finishes; then
+    every run is read back in order.
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     todo = [(k, run) for k, run in enumerate(runs) if _finished(run) is None] if jobs > 1 else []
     if todo:
         _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
-                           keep_memory=keep_memory, on_trained=on_trained)
+                           keep_memory=keep_memory, on_trained=on_trained, on_launch=on_launch)
     rows = []
     memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
     for k, run in enumerate(runs):
