@@ -50,7 +50,7 @@ from typing import Any, Collection, Mapping, Sequence
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
-from .train import TrainConfig, fit, input_fields
+from .train import TrainConfig, _differences, fit, input_fields
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
@@ -177,10 +177,8 @@ def _finished(run: Run) -> dict[str, Any] | None:
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run.run_dir} holds a run whose settings this capsnet cannot read ({e}); remove it or "
                               f"choose another --out") from None
-    differ = [f for f in sorted(set(saved_train) | set(run.train_config.to_dict()))
-              if f != "epochs" and saved_train.get(f) != run.train_config.to_dict().get(f)]
-    differ += [f for f in sorted(set(saved_model) | set(run.model_config.to_dict()))
-               if saved_model.get(f) != run.model_config.to_dict().get(f)]
+    differ = (_differences(saved_train, run.train_config.to_dict())
+              + _differences(saved_model, run.model_config.to_dict()))
     if differ:
         raise CheckpointError(f"{run.run_dir} holds a run with other settings ({', '.join(differ)}); remove it or "
                               f"choose another --out")
@@ -287,7 +285,8 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    todo = [(k, run) for k, run in enumerate(runs) if _finished(run) is None] if jobs > 1 else []
+    finished = {k: _finished(run) for k, run in enumerate(runs)} if jobs > 1 else {}  # each checkpoint read once
+    todo = [(k, run) for k, run in enumerate(runs) if finished[k] is None] if jobs > 1 else []
     if todo:
         _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
                            keep_memory=keep_memory, on_trained=on_trained, on_launch=on_launch)
@@ -296,7 +295,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     for k, run in enumerate(runs):
         if on_start is not None:
             on_start(k, run)
-        final = _finished(run)
+        final = finished.get(k) or _finished(run)  # read again only if trained above or not read yet
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
             final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)

@@ -39,8 +39,8 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
 from . import train as _train
-from .train import (NonFiniteLoss, TrainConfig, _require_optimizer_state, _seeded_generator, check_optimizer_state, lr_at,
-                    restore_rng_state, resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
+from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state, lr_at, restore_rng_state,
+                    resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -176,7 +176,6 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     if ckpt is not None:
         load_weights(model, ckpt)
         with resume_state_of(ckpt):
-            _require_optimizer_state(ckpt)
             _split_into(ckpt.optimizer_state, opt_g, opt_d)
             check_optimizer_state(opt_g)
             check_optimizer_state(opt_d)

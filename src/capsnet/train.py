@@ -284,17 +284,14 @@ def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
                                  f"{tuple(value.shape)} where {where}")
 
 
-def _require_optimizer_state(ckpt: Checkpoint) -> None:
-    if ckpt.optimizer_state is None:
-        raise ValueError("it holds no optimizer state (a best.safetensors, or a file saved for inference: only "
-                         "last.safetensors resumes)")
-
-
 @contextlib.contextmanager
 def resume_state_of(ckpt: Checkpoint):
-    """Loading ``ckpt``'s optimizer and random state in this block: whatever does not load is raised as one
-    ``CheckpointError`` naming the file, before any training step."""
+    """Loading ``ckpt``'s optimizer and random state in this block: a checkpoint without optimizer state, or
+    whatever does not load, is raised as one ``CheckpointError`` naming the file, before any training step."""
     try:
+        if ckpt.optimizer_state is None:
+            raise ValueError("it holds no optimizer state (a best.safetensors, or a file saved for inference: only "
+                             "last.safetensors resumes)")
         yield
     except CheckpointError:
         raise
@@ -525,7 +522,6 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if ckpt is not None:
         load_weights(model, ckpt)
         with resume_state_of(ckpt):
-            _require_optimizer_state(ckpt)
             _load_optimizer_state(opt, ckpt.optimizer_state)
             check_optimizer_state(opt)
             restore_rng_state(ckpt.rng_state, dev)
