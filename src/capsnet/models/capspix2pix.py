@@ -29,7 +29,8 @@ to a length below 1, so at 0.02 every logit sits within about 0.1 of the
 bias, every pixel near 0.5, and Adam needs thousands of steps to grow the
 weights to where a pixel can be black (87% of an MNIST target's pixels are
 below 0.05). In 375-step probes on MNIST skeletons at Adam 2e-4, N(0, 10)
-gave L1 0.039 and SSIM 0.74 where 0.02 (at 1e-3) gave 0.150 and 0.40
+gave L1 0.039 and SSIM 0.74 where 0.02 gave 0.387 and 0.01 (grey images;
+0.150 and 0.40 at 1e-3)
 (docs/results.md, "CapsPix2pix's image convolution at the start"). The
 discriminator is the reference's exactly at 64 x 64; for other sizes it halves
 the map while its smaller side is at least 8, and averages the 4x4 head's
