@@ -434,8 +434,9 @@ def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_ro
     import time
 
     runs = plan("routing", tmp_path, train=TrainConfig(epochs=50, batch_size=32, train_size=64, test_size=32),
+                configs={"capsnet": CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))},
                 models=["capsnet"], datasets=["mnist-sample"], seeds=[0, 1])
-    errors = []
+    errors, before = [], {p.pid for p in multiprocessing.active_children()}  # children of earlier tests: not ours
 
     def train():
         try:
@@ -446,15 +447,18 @@ def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_ro
     thread = threading.Thread(target=train, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
-    while not multiprocessing.active_children() and time.monotonic() < deadline:
+    def workers():
+        return [p for p in multiprocessing.active_children() if p.pid not in before]
+
+    while not workers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    victim = multiprocessing.active_children()[0]
+    victim = workers()[0]
     os.kill(victim.pid, signal.SIGKILL)
     thread.join(120)
     assert not thread.is_alive(), "run_plan still waiting for the killed worker"
     assert len(errors) == 1 and "a worker process died while training" in errors[0], errors
     assert "runs in progress: capsnet on mnist-sample, seed" in errors[0] and "fewer --jobs" in errors[0]
-    assert not multiprocessing.active_children()  # the other worker was stopped too
+    assert not workers()  # the other worker was stopped too
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
