@@ -254,6 +254,12 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _common(t)
 
 
+def _models_arguments(m: argparse.ArgumentParser) -> None:
+    m.add_argument("name", nargs="?", choices=list(MODELS), metavar="NAME",
+                   help=f"a registered model ({', '.join(MODELS)}): list its config fields, defaults and notes")
+    m.add_argument("--json", action="store_true", help="print JSON (capsnet.models.catalog) instead of tables")
+
+
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
@@ -578,6 +584,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .models import catalog
+
+    if args.json:
+        data = catalog.describe(args.name) if args.name else {"models": catalog.catalog(), "pretrained": catalog.shipped()}
+        print(json.dumps(data, indent=1))
+    else:
+        print(catalog.format_model(args.name) if args.name else catalog.format_catalog())
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .synthesis import generate_folder
 
@@ -741,7 +758,11 @@ def _keep_memory(allocator: str) -> str:
 # ------------------------------------------------------------------------------------------ the command
 
 _COMMANDS = {  # name: (arguments, handler, help, description)
-    "train": (_train_arguments, _cmd_train, "train a CapsNet, checkpointing every epoch",
+    "models": (_models_arguments, _cmd_models, "the registered models, their fields and the shipped trained ones",
+               "List the registered models (paper, task, input, weights) and the trained models shipped with capsnet; "
+               "with NAME, every field of that model's config: its type, default and what it does. Set a field with "
+               "`capsnet train --model NAME --model-option FIELD=VALUE`."),
+    "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing every epoch",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
               "config.json and metrics.jsonl into --out."),
     "generate": (_generate_arguments, _cmd_generate, "images from your own label maps with a synthesis model",

@@ -47,25 +47,35 @@ class ModelSpec(NamedTuple):
     # probabilities (B, 1, H, W) out, scored by Dice and IoU; "synthesis": a conditional GAN, label maps
     # (B, C_in, H, W) to images (B, C_out, H, W), its loss (model, labels, images, z) -> (d_loss, g_loss, parts)
     kind: str = "classification"
+    paper: str = ""  # where the model comes from, for `capsnet models` and tables
 
 
 MODELS: dict[str, ModelSpec] = {
-    "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet"),  # Sabour et al. 2017, section 4
-    "capsnet-cifar10": ModelSpec(CapsNetCifar10Config, CapsNet, capsnet_loss, "CapsNet (CIFAR-10)"),  # section 7
-    "capsnet-svhn": ModelSpec(CapsNetSvhnConfig, CapsNet, capsnet_loss, "CapsNet (SVHN)"),  # section 7
-    "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline"),  # section 5
-    "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules"),  # Hinton et al. 2018
-    "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)"),
-    # Mazzia et al. 2021: margin loss + 0.392 x pixel-mean squared error = CapsNet's loss
-    "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet"),
+    "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet", paper="Sabour et al. 2017, section 4"),
+    "capsnet-cifar10": ModelSpec(CapsNetCifar10Config, CapsNet, capsnet_loss, "CapsNet (CIFAR-10)",
+                                 paper="Sabour et al. 2017, section 7"),
+    "capsnet-svhn": ModelSpec(CapsNetSvhnConfig, CapsNet, capsnet_loss, "CapsNet (SVHN)",
+                              paper="Sabour et al. 2017, section 7"),
+    "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline",
+                          paper="Sabour et al. 2017, section 5"),
+    "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules",
+                            paper="Hinton, Sabour and Frosst 2018"),
+    "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)",
+                                  paper="Hinton, Sabour and Frosst 2018, section 5"),
+    # margin loss + 0.392 x pixel-mean squared error = CapsNet's loss
+    "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet",
+                                   paper="Mazzia et al. 2021"),
     "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,
-                                  "inverted dot-product attention"),  # Tsai et al. 2020
-    # LaLonde and Bagci 2018
-    "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation"),
-    "segcaps-r1": ModelSpec(SegCapsR1Config, SegCaps, segmentation_model_loss, "SegCaps R1", "segmentation"),
-    "unet": ModelSpec(UNetConfig, UNet, segmentation_model_loss, "U-Net", "segmentation"),  # Ronneberger et al. 2015
-    "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis"),  # Bass 2019
-    "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis"),  # Isola et al. 2017
+                                  "inverted dot-product attention", paper="Tsai et al. 2020"),
+    "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation",
+                         paper="LaLonde and Bagci 2018"),
+    "segcaps-r1": ModelSpec(SegCapsR1Config, SegCaps, segmentation_model_loss, "SegCaps R1", "segmentation",
+                            paper="LaLonde and Bagci 2018"),
+    "unet": ModelSpec(UNetConfig, UNet, segmentation_model_loss, "U-Net", "segmentation",
+                      paper="Ronneberger et al. 2015"),
+    "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis",
+                             paper="Bass et al. 2019"),
+    "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017"),
 }
 
 

@@ -30,10 +30,10 @@ class BaselineCNNConfig(JsonConfig):
     input_width: int = 28
     in_channels: int = 1
     num_classes: int = 10
-    channels: tuple[int, ...] = (256, 256, 128)
-    kernel: int = 5
-    hidden: tuple[int, ...] = (328, 192)
-    dropout: float = 0.5
+    channels: tuple[int, ...] = (256, 256, 128)  # section 5: three convolutions of 256, 256 and 128 channels ...
+    kernel: int = 5  # ... with 5x5 kernels and stride 1
+    hidden: tuple[int, ...] = (328, 192)  # then two fully connected layers of 328 and 192
+    dropout: float = 0.5  # before the last layer, "connected with dropout to a 10 class softmax layer"
 
     def __post_init__(self) -> None:
         for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):

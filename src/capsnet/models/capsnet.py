@@ -33,19 +33,19 @@ class CapsNetConfig(JsonConfig):
     input_width: int = 28
     in_channels: int = 1
     num_classes: int = 10
-    conv1_channels: int = 256
+    conv1_channels: int = 256  # Conv1: 256 channels, 9x9 kernels, stride 1, ReLU
     conv1_kernel: int = 9
-    primary_types: int = 32
+    primary_types: int = 32  # PrimaryCaps: 32 types of 8D capsules from a 9x9 convolution of stride 2
     primary_dim: int = 8
     primary_kernel: int = 9
     primary_stride: int = 2
-    digit_dim: int = 16
-    routing_iterations: int = 3
+    digit_dim: int = 16  # DigitCaps: one 16D capsule a class
+    routing_iterations: int = 3  # rounds of routing by agreement (Procedure 1's r; the paper's figures use 3)
     routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1
-    leaky_routing: bool = False
-    detach_agreement: bool = False
-    decoder: bool = True
-    decoder_hidden: tuple[int, ...] = (512, 1024)
+    leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax
+    detach_agreement: bool = False  # no gradient through the routing rounds before the last (a speed trick)
+    decoder: bool = True  # the reconstruction decoder (section 4.1), masked by the true class while training
+    decoder_hidden: tuple[int, ...] = (512, 1024)  # its fully connected ReLU layers, then a sigmoid to the image
     # "valid": no padding (the paper's MNIST model, 28 -> 20 -> 6); "same": TensorFlow's SAME zero padding for Conv1
     # and the primary capsules' convolution, out = ceil(in / stride) (the authors' CIFAR-10 command, 24 -> 24 -> 12)
     padding: str = "valid"

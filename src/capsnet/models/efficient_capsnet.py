@@ -39,8 +39,8 @@ class EfficientCapsNetConfig(JsonConfig):
     num_classes: int = 10
     primary_caps: int = 16  # 128 channels of the last convolution = 16 capsules ...
     primary_dim: int = 8  # ... of 8 dimensions
-    class_dim: int = 16
-    decoder: bool = True
+    class_dim: int = 16  # each class capsule's dimensions
+    decoder: bool = True  # CapsNet's reconstruction decoder, for the paper's loss (not counted in its 161,824)
     decoder_hidden: tuple[int, ...] = (512, 1024)
 
     def __post_init__(self) -> None:

@@ -62,7 +62,7 @@ class EMCapsNetConfig(JsonConfig):
     caps2_types: int = 32  # D
     routing_iterations: int = 3  # Table 1: 3 iterations give the lowest smallNORB error
     final_lambda: float = 0.01  # official code: inverse temperature scale (the class layer takes a quarter)
-    coordinate_addition: bool = True
+    coordinate_addition: bool = True  # section 4: the class layer adds its child's scaled (row, column) to each vote
     normalise_cost: bool = False  # EMRouting's option: each parent's cost standardised against the others
     margin_start: float = 0.2  # section 4.1: "starting with a small margin of 0.2 ...
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"

@@ -31,13 +31,15 @@ __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", 
 
 @dataclass(frozen=True)
 class InvertedCapsNetConfig(JsonConfig):
+    """The sizes of the network: the official code's simple backbone and capsule layers for MNIST-sized input."""
+
     input_height: int = 28
     input_width: int = 28
     in_channels: int = 1
     num_classes: int = 10
-    backbone_channels: int = 128
-    primary_types: int = 32
-    caps_types: int = 32
+    backbone_channels: int = 128  # the 3x3 stride-2 convolution before the primary capsules
+    primary_types: int = 32  # primary capsule types (4x4 poses, from a 1x1 convolution)
+    caps_types: int = 32  # the types of each of the two convolutional capsule layers
     routing_iterations: int = 2  # the paper's CIFAR runs ("num_routing 2"); the code warns that more than 3 converge slowly
 
     def __post_init__(self) -> None:

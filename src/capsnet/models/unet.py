@@ -36,7 +36,7 @@ class UNetConfig(JsonConfig):
     num_classes: int = 1
     base_channels: int = 64  # Ronneberger et al.: 64, 128, 256, 512, 1024
     depth: int = 4  # poolings
-    batch_norm: bool = True
+    batch_norm: bool = True  # after every convolution (the paper's U-Net has none: false gives it)
     seg_loss: str = "bce+dice"  # as SegCaps' default (capsnet.losses.SEGMENTATION_LOSSES)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,191 @@
+"""What each registered model is and what can be set on it: the data behind ``capsnet models``.
+
+``catalog()`` gives one row a registered model (name, title, paper, task,
+default input, weights); ``describe(name)`` one model in full: every field of
+its config with its type, its default and the note written beside the field
+in the config class. Those source comments are the fields' documentation, so
+the listing cannot drift from the code: a field without a comment is shown
+without a note. ``shipped()`` lists the trained models inside the package.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import re
+import textwrap
+import tokenize
+from typing import Any
+
+__all__ = ["catalog", "describe", "field_notes", "shipped", "format_catalog", "format_model", "DATASET_FIELDS"]
+
+# a field in a dataclass body: four spaces, a name, an annotation, an optional default
+_FIELD = re.compile(r"^ {4}([A-Za-z_]\w*)\s*:\s*[^=#]+?(?:=.*)?$")
+_COMMENT_ONLY = re.compile(r"^ {4}#\s?(.*)$")
+
+
+def _trailing_comment(line: str) -> str | None:
+    """The comment ending ``line`` (a ``#`` inside a string is not one), or None."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
+            if tok.type == tokenize.COMMENT:
+                return tok.string[1:].strip()
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return None
+
+
+def _notes_in(cls: type) -> dict[str, str]:
+    """The notes of the fields ``cls`` itself declares: the comment ending a field's line, else the comment lines
+    right above it."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source (a frozen or interactive build): no notes, the rest still listed
+        return {}
+    own = set(cls.__dict__.get("__annotations__", {}))
+    notes: dict[str, str] = {}
+    above: list[str] = []
+    for line in source.splitlines()[1:]:
+        if line.startswith("    def ") or line.startswith("    @"):
+            break  # the methods: no fields below
+        comment = _COMMENT_ONLY.match(line)
+        if comment:
+            above.append(comment.group(1).strip())
+            continue
+        field = _FIELD.match(line)
+        if field and field.group(1) in own:
+            note = _trailing_comment(line) or " ".join(above)
+            if note:
+                notes[field.group(1)] = note
+        above = []
+    return notes
+
+
+def field_notes(config_cls: type) -> dict[str, str]:
+    """Each field of a config dataclass -> its note from the source, a subclass's note over its base's."""
+    notes: dict[str, str] = {}
+    for cls in reversed(config_cls.__mro__):
+        if dataclasses.is_dataclass(cls):
+            notes |= _notes_in(cls)
+    return notes
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) or ""
+    if doc.startswith(cls.__name__ + "("):  # the dataclass's generated signature, not a description
+        return ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _row(name: str) -> dict[str, Any]:
+    from . import model_spec
+
+    spec = model_spec(name)
+    config = spec.config()
+    row = {"name": name, "title": spec.title, "paper": spec.paper, "task": spec.kind,
+           "input": [config.in_channels, config.input_height, config.input_width],
+           "weights": config.num_weights}
+    if hasattr(config, "generator_weights"):
+        row["generator_weights"] = config.generator_weights
+    return row
+
+
+def catalog() -> list[dict[str, Any]]:
+    """One row a registered model, in registry order: name, title, paper, task, default input (C, H, W), weights
+    at the defaults (and the generator's, for a synthesis model)."""
+    from . import list_models
+
+    return [_row(name) for name in list_models()]
+
+
+def describe(name: str) -> dict[str, Any]:
+    """One registered model in full: ``catalog()``'s row, the config's summary, its fields (name, type, default,
+    note) in declaration order and the shipped trained models of it. An unknown name is a ValueError listing the
+    valid ones."""
+    from . import model_spec
+
+    spec = model_spec(name)
+    notes = field_notes(spec.config)
+    config = spec.config()
+    fields = [{"name": f.name, "type": str(f.type), "default": getattr(config, f.name), "note": notes.get(f.name, "")}
+              for f in dataclasses.fields(config)]
+    for f in fields:
+        if isinstance(f["default"], tuple):
+            f["default"] = list(f["default"])
+    return _row(name) | {"summary": _summary(spec.config), "fields": fields,
+                         "pretrained": [p["name"] for p in shipped() if p["model"] == name]}
+
+
+def shipped() -> list[dict[str, Any]]:
+    """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs and the final
+    epoch's test accuracy (or None where its history has none)."""
+    from .. import pretrained
+    from ..checkpoint import load_checkpoint
+
+    rows = []
+    for name in pretrained.names():
+        ckpt = load_checkpoint(pretrained.path(name))
+        history = ckpt.state.get("history") or []
+        last = history[-1] if history else {}
+        rows.append({"name": name, "model": ckpt.model_name, "dataset": (ckpt.train_config or {}).get("dataset"),
+                     "epochs": ckpt.state.get("epoch"), "test_accuracy": last.get("test_accuracy")})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ as text
+
+# the fields `capsnet train` sets from --dataset (capsnet.train.input_fields): the defaults below are for the papers'
+# data
+DATASET_FIELDS = ("in_channels", "input_height", "input_width", "num_classes", "out_channels")
+
+
+def _weights(row: dict[str, Any]) -> str:
+    text = f"{row['weights']:,}"
+    return text + (f" (generator {row['generator_weights']:,})" if "generator_weights" in row else "")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def format_catalog() -> str:
+    """``catalog()`` and ``shipped()`` as Markdown tables, with how to see and set a model's fields."""
+    lines = ["| name | model | paper | task | input (C x H x W) | weights |", "|---|---|---|---|---|---:|"]
+    for r in catalog():
+        lines.append(f"| {r['name']} | {r['title']} | {r['paper']} | {r['task']} | {'x'.join(map(str, r['input']))} "
+                     f"| {_weights(r)} |")
+    lines += ["", "Input sizes and weights are the defaults; `capsnet train` sizes the input and the classes from "
+              "--dataset.", "", "Trained models shipped with capsnet (`--checkpoint pretrained:NAME`):", "",
+              "| name | model | data | epochs | final-epoch test accuracy |", "|---|---|---|---:|---:|"]
+    for p in shipped():
+        accuracy = "-" if p["test_accuracy"] is None else f"{100 * p['test_accuracy']:.2f}%"
+        lines.append(f"| pretrained:{p['name']} | {p['model']} | {p['dataset']} | {p['epochs']} | {accuracy} |")
+    lines += ["", "`capsnet models NAME` lists a model's fields; `capsnet train --model NAME --model-option "
+              "FIELD=VALUE` sets one."]
+    return "\n".join(lines)
+
+
+def format_model(name: str) -> str:
+    """``describe(name)`` as text: what the model is, then a Markdown table of its fields."""
+    import json
+
+    d = describe(name)
+    paper = f", {d['paper']}" if d["paper"] else ""
+    lines = [f"{name}: {d['title']}{paper} ({d['task']})"]
+    if d["summary"]:
+        lines.append(d["summary"])
+    lines += [f"{_weights(d)} weights at these defaults, input {'x'.join(map(str, d['input']))}.", "",
+              "| field | type | default | note |", "|---|---|---|---|"]
+    for f in d["fields"]:
+        note = f["note"]
+        if f["name"] in DATASET_FIELDS:
+            note = "set from --dataset by `capsnet train`" + (f"; {note}" if note else "")
+        lines.append(f"| {f['name']} | {_cell(f['type'])} | {_cell(json.dumps(f['default']))} | {_cell(note)} |")
+    example = d["fields"][-1]
+    value = example["default"] if isinstance(example["default"], str) else json.dumps(example["default"])
+    lines += ["", f"Set a field: `capsnet train --model {name} --model-option FIELD=VALUE` (VALUE as JSON; a string "
+              f"may go unquoted), e.g. `--model-option {example['name']}={value}`; in Python: "
+              f"`capsnet.models.create_model({name!r}, FIELD=VALUE)`."]
+    if d["pretrained"]:
+        lines.append("Shipped trained: " + ", ".join(f"pretrained:{p}" for p in d["pretrained"]) + ".")
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""capsnet.models.catalog and `capsnet models`: the registered models, their fields with the notes from their config
+classes' source, and the shipped trained models."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+from capsnet import pretrained
+from capsnet.checkpoint import load_checkpoint
+from capsnet.cli import main
+from capsnet.data.tasks import TASKS, task
+from capsnet.models import MODELS, create_model, list_models, model_spec
+from capsnet.models.catalog import (DATASET_FIELDS, catalog, describe, field_notes, format_catalog, format_model,
+                                    shipped)
+from capsnet.train import input_fields
+
+
+@dataclass(frozen=True)
+class _Base:
+    width: int = 3  # how wide
+    # the block comment above a field
+    # is its note, in one line
+    depth: int = 2
+    name: str = "a # b"  # a '#' inside the default's string is not where the note starts
+    plain: bool = False
+
+    def method(self) -> int:
+        hidden: int = 1  # a local in a method, not a field
+        return hidden
+
+
+@dataclass(frozen=True)
+class _Child(_Base):
+    depth: int = 5  # the subclass's own note wins
+    width: int = 4
+
+
+def test_field_notes_read_the_comment_beside_or_above_each_field_and_a_subclass_keeps_its_bases_notes():
+    assert field_notes(_Base) == {"width": "how wide", "depth": "the block comment above a field is its note, in one line",
+                                  "name": "a '#' inside the default's string is not where the note starts"}
+    assert field_notes(_Child) == {"width": "how wide", "depth": "the subclass's own note wins",
+                                   "name": "a '#' inside the default's string is not where the note starts"}
+
+
+def test_every_registered_model_has_a_row_with_its_paper_task_input_and_weights():
+    rows = catalog()
+    assert [r["name"] for r in rows] == list_models()
+    for r in rows:
+        spec = model_spec(r["name"])
+        assert r["title"] == spec.title and r["task"] == spec.kind and r["paper"], r  # every model names its paper
+        config = spec.config()
+        assert r["input"] == [config.in_channels, config.input_height, config.input_width]
+    for name in ("em-capsnet-small", "inverted-capsnet", "efficient-capsnet", "segcaps", "capspix2pix"):
+        model = create_model(name)  # weights counted on the built model, not taken from the config
+        row = next(r for r in rows if r["name"] == name)
+        assert row["weights"] == sum(p.numel() for p in model.parameters()), name
+        if name == "capspix2pix":
+            assert row["generator_weights"] == sum(p.numel() for p in model.generator.parameters())
+
+
+def test_describe_lists_every_config_field_with_its_default_and_source_note():
+    d = describe("em-capsnet-small")
+    config = MODELS["em-capsnet-small"].config()
+    assert [f["name"] for f in d["fields"]] == [f.name for f in dataclasses.fields(config)]
+    assert all(f["default"] == getattr(config, f["name"]) for f in d["fields"])
+    notes = {f["name"]: f["note"] for f in d["fields"]}
+    assert notes["conv1_channels"] == "A" and notes["primary_types"] == "B"  # the small variant's sizes, base's notes
+    assert '"child-type" over those windows for each parent type' in notes["conv_e_step"]  # a block comment above
+    assert d["summary"].startswith("The paper's small variant") and d["pretrained"] == []
+    assert describe("capsnet")["fields"][-2]["default"] == [512, 1024]  # a tuple as JSON shows it
+    assert set(describe("capsnet")["pretrained"]) == {"capsnet-mnist-small", "capsnet-fashion-small"}
+    with pytest.raises(ValueError, match="unknown model 'nope'; valid names are capsnet, "):
+        describe("nope")
+
+
+def test_the_fields_train_sets_from_the_data_set_are_the_ones_marked_so():
+    for name in list_models():
+        kind = model_spec(name).kind
+        dataset = next(t for t in TASKS if task(t).kind == kind) if kind != "classification" else "mnist"
+        assert set(input_fields(name, dataset)) <= set(DATASET_FIELDS), name
+    table = format_model("unet")
+    assert "| in_channels | int | 1 | set from --dataset by `capsnet train` |" in table
+    assert "| batch_norm | bool | true | after every convolution" in table
+
+
+def test_shipped_models_report_the_final_epoch_figure_their_cards_state():
+    rows = shipped()
+    assert [r["name"] for r in rows] == pretrained.names() and rows
+    for r in rows:
+        ckpt = load_checkpoint(pretrained.path(r["name"]))
+        assert r["model"] == ckpt.model_name and r["epochs"] == ckpt.state["epoch"]
+        assert f"{100 * r['test_accuracy']:.2f}%" in pretrained.card(r["name"]), r
+
+
+def in_process(capsys, *args):
+    try:
+        code = main(["models", *args])
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_capsnet_models_prints_every_model_and_shipped_model(capsys):
+    r = in_process(capsys)
+    assert r.returncode == 0 and r.stdout == format_catalog() + "\n"
+    lines = r.stdout.splitlines()
+    for row in catalog():
+        assert any(line.startswith(f"| {row['name']} | {row['title']} | {row['paper']} |") for line in lines), row
+    assert "| capspix2pix | CapsPix2pix | Bass et al. 2019 | synthesis | 1x32x32 | 2,182,225 (generator 1,519,953) |" \
+        in lines
+    for name in pretrained.names():
+        assert any(line.startswith(f"| pretrained:{name} |") for line in lines)
+
+
+def test_capsnet_models_name_prints_a_row_per_field_and_json_matches_the_library(capsys):
+    r = in_process(capsys, "inverted-capsnet")
+    assert r.returncode == 0
+    fields = [f.name for f in dataclasses.fields(MODELS["inverted-capsnet"].config)]
+    rows = [line for line in r.stdout.splitlines() if re.match(r"\| [a-z_0-9]+ \| ", line)]
+    assert [row.split(" | ")[0][2:] for row in rows] == ["field", *fields]  # the header, then one row a field
+    assert "| routing_iterations | int | 2 | the paper's CIFAR runs" in r.stdout
+    assert "--model-option routing_iterations=2" in r.stdout
+    r = in_process(capsys, "segcaps", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == json.loads(json.dumps(describe("segcaps")))
+    r = in_process(capsys, "--json")
+    assert json.loads(r.stdout) == json.loads(json.dumps({"models": catalog(), "pretrained": shipped()}))
+
+
+def test_capsnet_models_with_an_unknown_name_lists_the_valid_ones(capsys):
+    r = in_process(capsys, "em-capsnet-big")
+    assert r.returncode == 2 and "invalid choice: 'em-capsnet-big'" in r.stderr and "'em-capsnet-small'" in r.stderr
