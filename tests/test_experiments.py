@@ -425,6 +425,45 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
         assert {k: v for k, v in p.items() if k not in speed} == {k: v for k, v in s.items() if k not in speed}
 
 
+def test_the_next_run_starts_as_soon_as_one_finishes_not_when_all_in_flight_have():
+    """--jobs N keeps N runs going: a short run ending beside a long one frees its slot at once (before, the loop
+    waited for every run in flight: a pool of 2 sat half idle behind its slowest run). The scheduling loop is
+    _train_in_parallel's, driven here by threads that sleep."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from capsnet.experiments import _as_completed_bounded
+
+    events, lock = [], threading.Lock()
+
+    def sleep(arguments):
+        name, seconds = arguments
+        time.sleep(seconds)
+        with lock:
+            events.append(f"end {name}")
+
+    todo = [("long", 1.5), ("short1", 0.1), ("short2", 0.1), ("short3", 0.1)]
+    with ThreadPoolExecutor(2) as pool:
+        finished = []
+        for item, future, in_flight in _as_completed_bounded(pool, todo, 2, lambda item: (sleep, item),
+                                                             on_launch=lambda item: events.append(f"start {item[0]}")):
+            future.result()
+            finished.append((item[0], [i[0] for i in in_flight]))
+    # the long run holds one slot throughout; the three short ones take turns in the other
+    assert events[:2] == ["start long", "start short1"] and events[-1] == "end long"
+    assert events.index("start short2") > events.index("end short1")
+    assert events.index("start short3") < events.index("end long")
+    assert finished == [("short1", ["long"]), ("short2", ["long"]), ("short3", ["long"]), ("long", [])]
+    with ThreadPoolExecutor(2) as pool:  # a failure comes out of its future, the items still running named
+        def fail(arguments):
+            raise ValueError(arguments[0])
+        for item, future, in_flight in _as_completed_bounded(pool, [("bad", 0)], 2, lambda item: (fail, item)):
+            with pytest.raises(ValueError, match="bad"):
+                future.result()
+            assert in_flight == []
+
+
 def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_root):
     """A worker the kernel kills (out of memory) dies without a word: before, multiprocessing.Pool replaced it and
     waited for its run for ever; now the run is named as not finished, the other workers stopped."""

@@ -43,14 +43,17 @@ from __future__ import annotations
 import json
 import math
 import os
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape, task
 from .models import MODELS, model_spec
 from .train import TrainConfig, _differences, fit, input_fields
+
+T = TypeVar("T")
 
 __all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
@@ -220,17 +223,43 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     return k
 
 
+def _as_completed_bounded(executor, todo: Sequence[T], jobs: int, job: Callable[[T], tuple[Callable, tuple]],
+                          on_launch: Callable[[T], None] | None = None):
+    """Run ``todo`` on ``executor`` with at most ``jobs`` in flight: ``job(item)`` gives the (function, arguments)
+    to submit, ``on_launch(item)`` is called as each is submitted. Yields ``(item, future, in_flight)`` as each
+    finishes, in the order they finish (``in_flight``: the items still running), and submits the next item as soon
+    as one finishes, not when the whole batch in flight has."""
+    queue, pending = list(todo), {}
+
+    def launch() -> None:
+        while queue and len(pending) < jobs:
+            item = queue.pop(0)
+            if on_launch is not None:
+                on_launch(item)
+            function, arguments = job(item)
+            pending[executor.submit(function, arguments)] = item
+
+    launch()
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            item = pending.pop(future)
+            yield item, future, list(pending.values())
+        launch()
+
+
 def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: str,
                        data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained,
                        on_launch=None) -> None:
     """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
     with 1/jobs of this process's threads; ``on_launch(k, run)`` as each is handed to a process (no more than
-    ``jobs`` are in flight), ``on_trained(k, run)`` as each finishes. A run that fails, or a worker that dies
-    without a word (killed for memory, say), stops the others at once (checkpoints are written atomically: they
-    resume next time), raised here naming the run or the runs in progress."""
+    ``jobs`` are in flight, the next one started as soon as one finishes), ``on_trained(k, run)`` as each
+    finishes. A run that fails, or a worker that dies without a word (killed for memory, say), stops the others
+    at once (checkpoints are written atomically: they resume next time), raised here naming the run or the runs
+    in progress."""
     import multiprocessing
     import sys
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     import torch
@@ -238,33 +267,24 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
     threads = max(1, torch.get_num_threads() // jobs)
     fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a process per run where possible
     pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"), **fresh)
-    queue, pending = list(todo), {}
 
-    def launch() -> None:
-        while queue and len(pending) < jobs:
-            k, run = queue.pop(0)
-            if on_launch is not None:
-                on_launch(k, run)
-            pending[pool.submit(_train_in_worker, (k, run, device, data_root, compile, threads, keep_memory))] = (k, run)
+    def job(item: tuple[int, Run]) -> tuple[Callable, tuple]:
+        k, run = item
+        return _train_in_worker, (k, run, device, data_root, compile, threads, keep_memory)
 
     try:
-        launch()
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_EXCEPTION)
-            for future in done:
-                k, run = pending.pop(future)
-                try:
-                    future.result()
-                except BrokenProcessPool:
-                    left = [run, *(r for _, r in pending.values())]
-                    names = ", ".join(f"{r.model} on {r.dataset}, seed {r.seed}" for r in left)
-                    raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
-                                       f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
-                                       f"and interrupted ones resume: run the command again, with fewer --jobs if "
-                                       f"memory ran out") from None
-                if on_trained is not None:
-                    on_trained(k, run)
-            launch()
+        for (k, run), future, in_flight in _as_completed_bounded(
+                pool, todo, jobs, job, on_launch=None if on_launch is None else lambda item: on_launch(*item)):
+            try:
+                future.result()
+            except BrokenProcessPool:
+                names = ", ".join(f"{r.model} on {r.dataset}, seed {r.seed}" for r in [run, *(r for _, r in in_flight)])
+                raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
+                                   f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
+                                   f"and interrupted ones resume: run the command again, with fewer --jobs if "
+                                   f"memory ran out") from None
+            if on_trained is not None:
+                on_trained(k, run)
     finally:
         for process in list(getattr(pool, "_processes", {}).values()):  # stop runs still going (no public API)
             process.terminate()
