@@ -68,6 +68,31 @@ def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_
         assert torch.equal(a.model_state[k], b.model_state[k]), k
 
 
+@pytest.mark.parametrize("save_every_epoch", [False, True])
+def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, data_root, monkeypatch,
+                                                                      save_every_epoch):
+    """A NaN in epoch 2 of a run evaluated only at its end: epoch 1 was saved only if the minute between saves had
+    passed. Before, the message said 'still holds epoch 1' either way, of a file that might not exist."""
+    from capsnet import gan
+    from capsnet.train import NonFiniteLoss
+
+    step, calls = gan.gan_step, []
+
+    def nan_in_epoch_2(*args, **kwargs):
+        d_loss, g_loss, d_parts, g_parts = step(*args, **kwargs)
+        calls.append(1)
+        return (d_loss * float("nan") if len(calls) == 3 else d_loss), g_loss, d_parts, g_parts  # 2 steps an epoch
+
+    monkeypatch.setattr(gan, "gan_step", nan_in_epoch_2)
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 0.0 if save_every_epoch else 1e9)
+    run = tmp_path / "r"
+    kept = f"{run / 'last.safetensors'} still holds epoch 1" if save_every_epoch else "no checkpoint was written"
+    with pytest.raises(NonFiniteLoss, match=f"in epoch 2; stopped without saving, {kept}"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), replace(TINY, epochs=3, eval_every=3), run,
+                device="cpu", data_root=data_root, progress=False)
+    assert (run / "last.safetensors").exists() == save_every_epoch
+
+
 def test_the_gan_loop_follows_a_linear_schedule_to_zero(tmp_path, data_root):
     cfg = replace(TINY, epochs=2, lr_schedule="linear", warmup_steps=1)  # 2 steps an epoch, 4 in all
     fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu", data_root=data_root,

@@ -117,6 +117,31 @@ def test_resume_refuses_another_configuration(tmp_path):
         fit(TINY, CFG, tmp_path / "empty", device="cpu", progress=False, resume=True)
 
 
+def test_a_resume_asking_for_fewer_epochs_than_trained_is_refused_not_answered_with_a_later_epoch(trained_run,
+                                                                                                    tmp_path):
+    """Before, the epoch loop did not run and fit returned the record of the later, saved epoch as the final one;
+    an experiment rerun with a smaller --epochs tabulated those figures under the smaller budget."""
+    import dataclasses
+    import shutil
+
+    from capsnet.experiments import Run, _finished
+    from capsnet.train import ResumeError, resume_configs
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    model, cfg = resume_configs(run)
+    assert cfg.epochs == 2
+    before = (run / "last.safetensors").read_bytes()
+    with pytest.raises(ResumeError, match=r"has already trained 2 epochs, more than the 1 asked for; resume with "
+                                          r"--epochs 2 or more") as info:
+        fit(model, dataclasses.replace(cfg, epochs=1), run, device="cpu", progress=False, resume=True)
+    assert info.value.fields == ["epochs"] and (run / "last.safetensors").read_bytes() == before
+    shorter = Run("routing", "capsnet", cfg.dataset, cfg.seed, model, dataclasses.replace(cfg, epochs=1), run)
+    with pytest.raises(CheckpointError, match=r"holds a run of 2 epochs, more than the 1 asked for; give --epochs 2"):
+        _finished(shorter)
+    assert _finished(dataclasses.replace(shorter, train_config=cfg)) == load_checkpoint(run, "last").state["history"][-1]
+
+
 def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     from capsnet import models
     from capsnet.checkpoint import load_checkpoint

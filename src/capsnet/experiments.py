@@ -185,7 +185,11 @@ def _finished(run: Run) -> dict[str, Any] | None:
     if differ:
         raise CheckpointError(f"{run.run_dir} holds a run with other settings ({', '.join(differ)}); remove it or "
                               f"choose another --out")
-    if ckpt.state.get("epoch") == run.train_config.epochs and ckpt.state.get("history"):
+    done = ckpt.state.get("epoch")
+    if isinstance(done, int) and done > run.train_config.epochs:  # its final figures are of a later epoch
+        raise CheckpointError(f"{run.run_dir} holds a run of {done} epochs, more than the {run.train_config.epochs} "
+                              f"asked for; give --epochs {done}, or remove it or choose another --out")
+    if done == run.train_config.epochs and ckpt.state.get("history"):
         return ckpt.state["history"][-1]
     return None
 

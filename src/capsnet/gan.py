@@ -146,14 +146,15 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     last_saved = time.monotonic()
+    saved_epoch = state["epoch"]  # the epoch last.safetensors holds (0: none written yet)
 
     def save_last(state: dict[str, Any]) -> None:
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
-        nonlocal last_saved
+        nonlocal last_saved, saved_epoch
         save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                               train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
                                               optimizer_state=_merged(opt_g, opt_d), rng_state=rng_state(dev)))
-        last_saved = time.monotonic()
+        last_saved, saved_epoch = time.monotonic(), state["epoch"]
 
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
@@ -216,7 +217,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}")
                 shown = time.monotonic()
         if bool(bad):
-            kept = f"{last_path} still holds epoch {state['epoch']}" if state["epoch"] else "no checkpoint was written"
+            kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
             raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
                                 f"Lower --lr or check the label maps and images for NaN or infinite pixels")
         d, gl, l1, d_real, d_fake = (sums / seen).tolist()

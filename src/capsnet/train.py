@@ -337,6 +337,11 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs may change) or use a new --out", diff)
+    done = ckpt.state.get("epoch", 0)
+    if isinstance(done, int) and done > cfg.epochs:  # the loop would not run and return a later epoch's figures
+        raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {cfg.epochs} asked for; "
+                          f"resume with --epochs {done} or more, or train the shorter run in a new --out",
+                          ["epochs"])
     for stale in run_dir.glob(".*.tmp-*") if clean else ():  # a write cut short by a crash
         stale.unlink(missing_ok=True)
     return {"history": [], "best": None, **ckpt.state}, ckpt
