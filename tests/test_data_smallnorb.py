@@ -87,6 +87,25 @@ def test_load_checks_checksums_and_reads_raw_and_gzipped(fake_root, monkeypatch)
         sn.load_smallnorb("train", root=fake_root)
 
 
+@pytest.mark.parametrize("check", [True, False])
+def test_a_cut_short_or_misnamed_gzip_file_is_a_clear_error_or_read_by_its_contents(fake_root, check):
+    """gzip is told by the file's first bytes, not its name, in the checksum pass as in the reader; a gzip stream
+    cut short (an interrupted copy) is a DataError naming the file, not a raw EOFError traceback."""
+    d = fake_root / "smallnorb"
+    dat = sn.SMALLNORB_FILES["test"]["dat"].name
+    whole = (d / (dat + ".gz")).read_bytes()
+    (d / (dat + ".gz")).write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(DataError, match=r"testing-dat.mat.gz: corrupt or truncated gzip file .*download or copy it"):
+        sn.load_smallnorb("test", root=fake_root, check=check)
+    (d / (dat + ".gz")).unlink()
+    (d / dat).write_bytes(whole)  # gzipped, under the raw name
+    assert sn.load_smallnorb("test", root=fake_root, check=check).images.shape == (6, 2, 96, 96)
+    raw = gzip.decompress(whole)
+    (d / dat).unlink()
+    (d / (dat + ".gz")).write_bytes(raw)  # raw, under the .gz name
+    assert sn.load_smallnorb("test", root=fake_root, check=check).images.shape == (6, 2, 96, 96)
+
+
 def test_missing_files_say_where_to_put_them(tmp_path):
     with pytest.raises(DataError, match=r"smallnorb train file\(s\) .*-training-dat.mat and .*-training-cat.mat not "
                                         r"found in .*smallnorb .*cs.nyu.edu"):
