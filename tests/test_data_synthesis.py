@@ -141,7 +141,7 @@ def test_the_users_pairs_round_trip_and_split(tmp_path):
     assert x.shape == (3, 1, 12, 16) and t.shape == (3, 3, 12, 16) and 0 <= float(t.min()) and float(t.max()) <= 1
 
 
-@pytest.mark.parametrize("case", ["unpaired", "size", "mode", "not png", "empty"])
+@pytest.mark.parametrize("case", ["unpaired", "size", "mode", "not png", "jpeg beside", "empty"])
 def test_bad_pairs_get_one_clear_message(tmp_path, case):
     root = tmp_path / "d"
     _pairs(root)
@@ -157,6 +157,11 @@ def test_bad_pairs_get_one_clear_message(tmp_path, case):
     elif case == "not png":
         Image.fromarray(np.zeros((12, 16), np.uint8)).save(root / "images" / "p1.png", format="JPEG")
         match = "p1.png is a JPEG file, not a PNG; convert it to PNG"
+    elif case == "jpeg beside":  # paired by name with a label map, it would have been left out without a word
+        (root / "labels" / "p1.png").rename(root / "labels" / "p1.jpg")
+        (root / "labels" / "notes.txt").write_text("not an image: ignored")
+        match = r"labels holds 1 image file\(s\) that are not PNG beside its PNG label maps \(p1.jpg\); capsnet reads " \
+                r"PNG only: convert them to PNG or move them out"
     else:
         for p in (root / "labels").iterdir():
             p.unlink()

@@ -14,6 +14,8 @@ from .idx import DataError
 
 __all__ = ["png_files", "read_png", "image_array", "mask_array", "load_png_pairs"]
 
+# image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
+_OTHER_IMAGES = {".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm"}
 _IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
 
 
@@ -29,6 +31,11 @@ def png_files(folder: Path, what: str) -> dict[str, Path]:
         fix = f" (found {len(files)} other file(s): {others}; convert them to PNG)" if files else \
             f"; put the {what} there as .png files"
         raise DataError(f"no PNG files in {folder}{fix}")
+    images = [p for p in files if p.suffix.lower() in _OTHER_IMAGES]
+    if images:  # read as a data set they would be left out without a word
+        listed = ", ".join(p.name for p in images[:5]) + (", ..." if len(images) > 5 else "")
+        raise DataError(f"{folder} holds {len(images)} image file(s) that are not PNG beside its PNG {what} "
+                        f"({listed}); capsnet reads PNG only: convert them to PNG or move them out")
     by_stem: dict[str, Path] = {}
     for p in pngs:
         if p.stem in by_stem:
