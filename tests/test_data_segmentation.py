@@ -282,6 +282,24 @@ def test_folder_round_trip_gray(folder):
     assert torch.equal(images, torch.from_numpy(gray[:, None])) and torch.equal(masks, torch.from_numpy(m[:, None]).to(torch.uint8))
 
 
+def test_the_held_out_pairs_of_a_folder_are_chosen_by_name_so_new_files_move_no_other_pair():
+    """Before, a fifth of randperm(n) was held out: one file added to 100 sent 17 of the 20 new test pairs from the
+    old training set, so a run evaluated after the folder grew was scored on pairs it had trained on."""
+    from capsnet.data.tasks import held_out_names
+
+    names = [f"img{k:03d}" for k in range(100)]
+    held = held_out_names(names)
+    assert 10 <= len(held) <= 30 and held <= set(names)  # about one in five
+    assert held_out_names(list(reversed(names))) == held  # the order of the files does not matter
+    for grown in (names + ["img100", "zz"], names[:60]):  # files added, files removed
+        assert held_out_names(grown) & set(names) == held & set(grown)
+    big = [f"x{k}" for k in range(5000)]
+    assert 0.18 <= len(held_out_names(big)) / 5000 <= 0.22
+    for few in (["a", "b"], ["only", "two"], [f"n{k}" for k in range(4)]):
+        kept = held_out_names(few)
+        assert 1 <= len(kept) < len(few)  # always one pair to test and one to train on
+
+
 def test_folder_round_trip_rgb_with_alpha_and_empty_mask(tmp_path):
     rng = np.random.default_rng(1)
     rgb = rng.integers(0, 256, (2, 9, 7, 3), dtype=np.uint8)

@@ -11,7 +11,7 @@ import torch
 
 from capsnet import CapsNetConfig
 from capsnet.data.segmentation import dice_iou, otsu_masks
-from capsnet.data.tasks import input_shape, load_test, load_training, task
+from capsnet.data.tasks import held_out_names, input_shape, load_test, load_training, task
 from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmentation, load_model
 from capsnet.experiments import format_segmentation_table, otsu_row, plan, run_plan
 from capsnet.models import SegCapsR1Config, UNetConfig
@@ -90,12 +90,13 @@ def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path, mask_pai
     name = f"folder:{tmp_path / 'data'}"
     assert task(name).kind == "segmentation" and input_shape(name) == (1, 16, 16)
     train, held, _ = load_training(name, progress=False)
-    assert len(train) == 8 and len(held) == 2  # a fixed fifth held out for testing
+    names = [f"p{k:02d}" for k in range(10)]
+    assert len(held) == len(held_out_names(names)) == 10 - len(train) and 1 <= len(held) <= 9  # chosen by name
     cfg = UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16)
     final = fit(cfg, TrainConfig(dataset=name, epochs=2, batch_size=4, lr=3e-3), tmp_path / "run", progress=False)
     assert 0.0 <= final["test_dice"] <= 1.0 and "test_iou" in final
     done = evaluate_checkpoint(tmp_path / "run", progress=False, device="cpu")
-    assert done.images == 2 and done.results[""].dice == pytest.approx(final["test_dice"])
+    assert done.images == len(held) and done.results[""].dice == pytest.approx(final["test_dice"])
 
 
 def test_a_folder_with_a_test_folder_uses_it(tmp_path, mask_pairs):

@@ -71,6 +71,7 @@ line here.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -456,9 +457,26 @@ def load_folder(root: str | os.PathLike, split: str) -> Dataset:
         where / "images", where / "masks"), SEGMENTATION_CLASSES)
 
 
+def held_out_names(names: list[str]) -> set[str]:
+    """The pairs of a user's folder held out for testing: each pair by its own name (a hash of ``TEST_SEED`` and the
+    name, one in five on average), so adding or removing files never moves another pair between the splits, and a
+    run's test pairs stay unseen by it. At least one pair is held out and one kept for training (the lowest and
+    highest hashes decide when the rule alone would hold out none or all)."""
+    def draw(name: str) -> int:
+        return int.from_bytes(hashlib.blake2b(f"{TEST_SEED}:{name}".encode(), digest_size=8).digest(), "big")
+
+    held = {n for n in names if draw(n) % 5 == 0}
+    if not held:
+        held = {min(names, key=draw)}
+    if len(held) == len(names):
+        held.discard(max(names, key=draw))
+    return held
+
+
 def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, read, classes) -> Dataset:
     """One split of a user's folder of pairs: ``read(folder) -> (first, second, names)``; ``root/test`` holds the
-    test pairs when it exists, else a fixed fifth of the pairs (drawn under ``TEST_SEED``) is the test split."""
+    test pairs when it exists, else about a fifth of the pairs, chosen by name (``held_out_names``), is the test
+    split."""
     base = Path(root).expanduser()
     if not base.is_dir():
         raise DataError(f"--dataset {prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
@@ -472,9 +490,8 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     if n < 2:
         raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
                         f"pairs in {base / 'test'})")
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(TEST_SEED))
-    n_test = max(1, n // 5)
-    keep, _ = (perm[:n_test] if split == "test" else perm[n_test:]).sort()
+    held = held_out_names(list(names))
+    keep = torch.tensor([(name in held) == (split == "test") for name in names]).nonzero().flatten()
     return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes)
 
 
