@@ -215,8 +215,11 @@ _TRANSLATED_SETS = {
 
 
 def _translated_held(digits: Dataset, size: int, extras: bool = True) -> Split:
+    # each set made from every digit, then cut: a makers' draws depend on how many images it is given, and the
+    # first ``size`` examples must be those of the whole set (a run tested on --test-size N and `capsnet eval` on
+    # all of them score the same placements)
     d = _first(digits, size)
-    sets = {name: Split(make(d.images), d.labels, d.classes, title=title)
+    sets = {name: Split(make(digits.images)[:len(d)], d.labels, d.classes, title=title)
             for name, (make, title) in _TRANSLATED_SETS.items() if extras or not name}
     main = sets.pop("")
     main.extra = sets
