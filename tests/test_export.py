@@ -252,3 +252,13 @@ def test_an_older_opset_is_written_as_asked(tmp_path):
     result = export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / "m.onnx", opset=18)
     assert result.opset == 18
     assert [o.version for o in onnx.load(str(tmp_path / "m.onnx")).opset_import if o.domain in ("", "ai.onnx")] == [18]
+
+
+def test_an_opset_the_exporter_cannot_write_is_refused_not_replaced_by_another(tmp_path, caplog):
+    """onnxscript's version converter fails past the opsets it knows, logs a traceback and keeps its own opset:
+    before, the file was written at that other opset and reported as a success."""
+    with pytest.raises(ExportError, match=r"cannot write baseline at opset 1000 \(it wrote opset \d+ instead\); give "
+                                          r"an opset it supports, e.g. --opset \d+; nothing written"):
+        export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / "m.onnx", opset=1000)
+    assert list(tmp_path.iterdir()) == []
+    assert "Traceback" not in caplog.text

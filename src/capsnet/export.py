@@ -194,16 +194,20 @@ class Traced:
 def _quiet() -> Iterator[None]:
     """The exporters' notes that say nothing about this model: deprecations inside torch, and the ONNX registry's
     'torchvision is not installed' lines (capsnet uses no torchvision operator)."""
-    onnx_log = logging.getLogger("torch.onnx")
-    level = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)
+    # onnxscript logs a version-conversion failure as a traceback and carries on at its own opset: the caller says
+    # that in one line instead (_write_onnx)
+    logs = [logging.getLogger("torch.onnx"), logging.getLogger("onnxscript")]
+    levels = [log.level for log in logs]
+    for log, quiet in zip(logs, (logging.ERROR, logging.CRITICAL)):
+        log.setLevel(quiet)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
-        onnx_log.setLevel(level)
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def _first_line(e: BaseException) -> str:
@@ -377,6 +381,10 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
     except ValueError as e:  # protobuf's 2 GB limit
         raise ExportError(f"{traced.label} is too large for one ONNX file ({e}); use --format torch-export") from e
     result.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if opset is not None and result.opset != opset:  # the exporter falls back to its own opset with a log line only
+        raise ExportError(f"the ONNX exporter cannot write {traced.label} at opset {opset} (it wrote opset "
+                          f"{result.opset} instead); give an opset it supports, e.g. --opset {result.opset}; "
+                          f"nothing written")
     result.inputs = [(v.name, _onnx_shape(v)) for v in proto.graph.input]
     result.outputs = [(v.name, _onnx_shape(v)) for v in proto.graph.output]
     try:
