@@ -452,6 +452,7 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if format == "onnx":
         _require_onnx()  # before loading and tracing: a missing package is said at once
     checkpoint: Checkpoint | None = None
+    shipped = isinstance(source, str) and source.startswith("pretrained:")
     if isinstance(source, (str, os.PathLike)):
         from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
 
@@ -465,7 +466,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if path is None:
         if checkpoint is None or checkpoint.path is None:
             raise ExportError("give the path of the file to write (only a checkpoint has a default: its own name)")
-        path = checkpoint.path.with_suffix(FORMATS[format])
+        # a shipped model's own name, in the working folder: never into the installed package
+        path = Path(checkpoint.path.stem + FORMATS[format]) if shipped else checkpoint.path.with_suffix(FORMATS[format])
     path = Path(path)
     if path.is_dir():
         raise ExportError(f"{path} is a folder: give the path of the file to write, "

@@ -82,6 +82,22 @@ def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_pat
             assert_close(program(images), expected(trained_run, "last", images))
 
 
+def test_a_shipped_model_exports_into_the_working_folder_not_into_the_package(trained_run, tmp_path, capsys,
+                                                                              monkeypatch):
+    from capsnet import pretrained
+
+    shelf, work = tmp_path / "package", tmp_path / "work"
+    work.mkdir()
+    shelf.mkdir()
+    pretrained.pack(trained_run, shelf / "tiny.safetensors")
+    monkeypatch.setattr(pretrained, "_dir", lambda: shelf)  # the installed package's folder, here a copy
+    monkeypatch.chdir(work)
+    r = in_process(capsys, "export", "--checkpoint", "pretrained:tiny", "--format", "torch-export")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["tiny.pt2"] and sorted(p.name for p in shelf.iterdir()) == [
+        "tiny.safetensors"]
+
+
 def test_export_refusals(trained_run, tmp_path, capsys, monkeypatch):
     r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "tflite", "--out", tmp_path / "m")
     assert_clean_error(r, "invalid choice: 'tflite'", "'onnx'", "'torch-export'")
