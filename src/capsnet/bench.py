@@ -54,7 +54,7 @@ from torch import nn
 
 from .losses import margin_loss, reconstruction_loss
 from .models.capsnet import CapsNet, CapsNetConfig
-from .runtime import compile_model
+from .runtime import compile_model, parse_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
            "measure_training", "format_table", "write_record", "alternate"]
@@ -382,7 +382,7 @@ def run_benchmark(
     if devices is None:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for name in devices:
-        if torch.device(name).type == "cuda" and not torch.cuda.is_available():
+        if parse_device(name).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
 
     note = None

@@ -56,6 +56,18 @@ def _number(kind: type, *, minimum: float, strict: bool = False):
     return parse
 
 
+def _device(text: str) -> str:
+    """An argparse type: auto, or a device name torch knows (cpu, cuda, cuda:1, mps, ...); kept as typed."""
+    if text != "auto":
+        from .runtime import parse_device
+
+        try:
+            parse_device(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 _positive_int = _number(int, minimum=1)
 _nonneg_int = _number(int, minimum=0)
 _positive_float = _number(float, minimum=0, strict=True)
@@ -177,7 +189,7 @@ def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
     p.add_argument("--data-dir", default=None, help="folder holding one folder per data set: mnist/, fashion-mnist/, "
                                                     "smallnorb/, cifar10/, svhn/ (default: $CAPSNET_DATA, else a user "
                                                     "cache, downloading when missing)")
-    p.add_argument("--device", default=device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    p.add_argument("--device", default=device, type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -293,7 +305,7 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
                                                                 "and seed")
     g.add_argument("--seeds", type=_nonneg_int, nargs="+", default=[0],
                    help="noise seeds: one image per label map and seed (the same seed gives the same image)")
-    g.add_argument("--device", default="cpu", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -318,7 +330,7 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--dtype", choices=("fp32", "bf16"), nargs="+", default=["fp32"],
                    help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
-    b.add_argument("--device", default="auto", help="auto (CPU, plus CUDA when present), cpu or cuda")
+    b.add_argument("--device", default="auto", type=_device, help="auto (CPU, plus CUDA when present), cpu or cuda")
     b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline "
                                                                                  "('' to skip)")
     b.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
@@ -418,7 +430,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; the default serves this machine only (0.0.0.0: every network)")
     v.add_argument("--port", type=int, default=5000, help="port to listen on (0: any free port)")
-    v.add_argument("--device", default="cpu", help="device for the model (cpu, cuda, auto)")
+    v.add_argument("--device", default="cpu", type=_device, help="device for the model (cpu, cuda, auto)")
     v.add_argument("--quiet", action="store_true", help="do not log each request")
 
 
@@ -556,11 +568,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _output_file(path: str | None, flag: str) -> None:
+    """A file the command writes at its end: refused before any work if it cannot be written there."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p} is a folder; give a file name, e.g. {p / 'results.json'}")
+    if not p.parent.is_dir():
+        raise ValueError(f"{flag} {p}: the folder {p.parent} does not exist; create it or write elsewhere")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import atomic_write_text, load_checkpoint
     from .evaluate import evaluate_checkpoint
     from .synthesis import evaluate_synthesis_checkpoint
 
+    _output_file(args.json, "--json")
     if model_spec(load_checkpoint(args.checkpoint, args.which).model_name).kind == "synthesis":
         if args.affnist:
             args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
@@ -691,6 +715,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines are noise here
     from .bench import environment, format_table, run_grid, write_record
 
+    _output_file(args.json, "--json")
     allocator = _keep_memory(args.allocator)
     rows = run_grid(batch_sizes=args.batch_size, rounds=args.routing_iterations, dtypes=args.dtype,
                     on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {r} routing rounds, {d} ...",
@@ -861,3 +886,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
         return 141
+    except OSError as e:  # a path the command cannot read or write (a file where a folder belongs, no permission)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"capsnet {args.command}{_rank_tag()}: error: {e.strerror or e}{where}; check the paths given",
+              file=sys.stderr)
+        return 2

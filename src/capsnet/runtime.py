@@ -12,11 +12,20 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eag
 _INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def parse_device(device: str | torch.device) -> torch.device:
+    """``torch.device(device)``, a name torch does not know being a ValueError that lists the usual ones."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N (or another device type torch "
+                         f"knows, such as mps)") from None
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"``: CUDA when present, else the CPU; a CUDA device asked for without CUDA is a clear ValueError."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    dev = parse_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
     return dev

@@ -268,3 +268,20 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
     r = in_process(capsys, "train", "--dataset", "mnist-sample", "--out", tmp_path / "new", "--no-progress")
     assert r.returncode == 130
     assert f"interrupted; `capsnet train --out {tmp_path / 'new'} --resume` continues" in r.stderr
+
+
+def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_work(tmp_path, trained_run, capsys):
+    """Before: torch's RuntimeError for --device foo, and FileNotFoundError / FileExistsError tracebacks for an
+    output in a missing folder (after the whole evaluation) or an --out that is a file."""
+    for command in (["eval", "--checkpoint", trained_run], ["bench", "--repeats", "1"],
+                    ["train", "--dataset", "mnist-sample", *TINY, "--out", tmp_path / "r"]):
+        r = in_process(capsys, *command, "--device", "foo")
+        assert_clean_error(r, "unknown device 'foo'; use auto, cpu, cuda or cuda:N")
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--json", tmp_path / "missing" / "x.json")
+    assert_clean_error(r, f"the folder {tmp_path / 'missing'} does not exist")
+    assert r.stdout == ""  # refused before the evaluation
+    r = in_process(capsys, "bench", "--json", tmp_path, "--repeats", "1")
+    assert_clean_error(r, f"--json {tmp_path} is a folder; give a file name")
+    (tmp_path / "a_file").write_text("")
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--out", tmp_path / "a_file")
+    assert_clean_error(r, f"File exists: {tmp_path / 'a_file'}; check the paths given")
