@@ -90,8 +90,8 @@ def mask_pairs():
 
 @pytest.fixture(scope="session")
 def unet_run(tmp_path_factory) -> Path:
-    """A U-Net of 4 base channels and 2 poolings, trained one epoch on 8 of 10 16x16 pairs in folder:DIR (2 held out
-    for testing). Shared by the viewer and figure tests: read-only."""
+    """A U-Net of 4 base channels and 2 poolings, trained one epoch on 7 of 10 16x16 pairs in folder:DIR (3 held out
+    for testing, chosen by name). Shared by the viewer and figure tests: read-only."""
     from capsnet.models import UNetConfig
 
     root = tmp_path_factory.mktemp("unet")

@@ -336,3 +336,26 @@ def test_a_sweep_that_barely_moves_says_so_on_the_figure():
     moving = flat.clone()
     moving[1, 2, :14] = 1.0  # half the pixels of one tile change by 0.7
     assert "barely" not in plot_pose_sweep(moving, [0, 1], deltas)._suptitle.get_text()
+
+
+def test_curves_of_runs_with_one_name_are_told_apart_and_a_gan_run_beside_a_classifier_is_refused_first(
+        run_dir, data_root, tmp_path, capsys):
+    """Before: runs were keyed by their folder's name (mnist/capsnet-seed0 and fashion-mnist/capsnet-seed0 drew one
+    curve), and a GAN run's metrics beside a classifier's raised KeyError after half the figures were written."""
+    import shutil
+
+    from capsnet.figures.report import _labels, _runs
+
+    assert _labels([Path("/x/mnist/capsnet-seed0"), Path("/x/fashion-mnist/capsnet-seed0"), Path("/y/other")]) == [
+        "mnist/capsnet-seed0", "fashion-mnist/capsnet-seed0", "other"]
+    assert _labels([Path("/a/b/run"), Path("/c/b/run")]) == ["a/b/run", "c/b/run"]
+    for data in ("mnist", "fashion-mnist"):
+        shutil.copytree(run_dir, tmp_path / data / "run", ignore=shutil.ignore_patterns("*.safetensors"))
+    runs = _runs([tmp_path / "mnist" / "run", tmp_path / "fashion-mnist" / "run"])
+    assert list(runs) == ["mnist/run", "fashion-mnist/run"] and all(runs.values())
+    gan = tmp_path / "gan"
+    gan.mkdir()
+    (gan / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "train_d_loss": 0.5, "train_g_loss": 3.0}) + "\n")
+    out = tmp_path / "figs"
+    assert _figures("--checkpoint", run_dir, gan, "--out", out, "--data-dir", data_root) == 2
+    assert "holds another kind of run than" in capsys.readouterr().err and not out.exists()

@@ -81,13 +81,13 @@ def test_figures_command_on_a_segcaps_run(segmentation_run, data_root, tmp_path,
 
 
 def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_run, tmp_path, capsys):
-    run = unet_run  # 10 16x16 PNG pairs: 8 trained on, 2 held out for testing
+    run = unet_run  # 10 16x16 PNG pairs: 7 trained on, 3 held out for testing (p00, p05, p06: by their names)
     out = tmp_path / "figs"
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--indices", "1", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["segmentations.png", "training_curves.png", "worst.png"]
-    assert "first 2 images: mean Dice" in capsys.readouterr().out  # the held-out pairs
+    assert "first 3 images: mean Dice" in capsys.readouterr().out  # the held-out pairs
     bad = tmp_path / "bad"
     assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--dims", "3", "--no-progress"]) != 0
     assert "a segmentation model has no class capsules" in capsys.readouterr().err and not bad.exists()
-    assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--indices", "2", "--no-progress"]) != 0
-    assert "--indices [2] out of range: the " in capsys.readouterr().err and not bad.exists()
+    assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--indices", "3", "--no-progress"]) != 0
+    assert "--indices [3] out of range: the " in capsys.readouterr().err and not bad.exists()

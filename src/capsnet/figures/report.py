@@ -29,16 +29,39 @@ class FiguresWritten:
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
 
 
-def _runs(checkpoints: Sequence[str | os.PathLike]) -> dict[str, list[dict]]:
-    """Each run's epoch records, by run directory name (for the training curves)."""
-    runs = {}
+def _labels(run_dirs: Sequence[Path]) -> list[str]:
+    """A name for each run in the curves' legend: its folder's name, with as many parent folders as it takes to tell
+    runs of the same name apart (mnist/capsnet-seed0 beside fashion-mnist/capsnet-seed0)."""
+    parts = [run_dir.resolve().parts for run_dir in run_dirs]
+    depth = [1] * len(parts)
+    while True:
+        labels = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
+        clash = {label for label in labels if labels.count(label) > 1}
+        grow = [i for i, label in enumerate(labels) if label in clash and depth[i] < len(parts[i])]
+        if not grow:
+            return labels
+        for i in grow:
+            depth[i] += 1
+
+
+def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification") -> dict[str, list[dict]]:
+    """Each run's epoch records, by a name that tells it from the others (for the training curves). Every run must
+    be of ``kind``'s metrics (a GAN's curves and a classifier's do not share axes): one that is not is refused here,
+    before any figure is written."""
+    needed = "train_g_loss" if kind == "synthesis" else "train_loss"
+    run_dirs, records = [], []
     for run in checkpoints:
         path = Path(run)
         if not path.exists():
             raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
         run_dir = path if path.is_dir() else path.parent
-        runs[run_dir.name or str(run_dir)] = read_metrics(run_dir)
-    return runs
+        history = read_metrics(run_dir)
+        if any(needed not in r for r in history):
+            raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
+                              f"have {needed}); overlay the training curves of runs of one kind, or draw it alone")
+        run_dirs.append(run_dir)
+        records.append(history)
+    return dict(zip(_labels(run_dirs), records))
 
 
 def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
@@ -72,13 +95,13 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
                               "capsules")
-        return _write_synthesis(model, ckpt, _runs(checkpoints), out=out, dataset=dataset, root=root,
+        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), out=out, dataset=dataset, root=root,
                                 indices=indices, fmt=fmt, dpi=dpi, progress=progress)
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
                               "capsules")
-        return _write_segmentation(model, ckpt, _runs(checkpoints), out=out, dataset=dataset, root=root,
+        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), out=out, dataset=dataset, root=root,
                                    indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
