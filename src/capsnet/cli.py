@@ -504,8 +504,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.parser.error(f"--model-option {', '.join(unknown)}: not a field of {chosen}; its fields are "
                           f"{', '.join(sorted(_fields(chosen)))}")
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
-    if task(dataset).places_digits and "shift" in train_changes:
-        args.parser.error(f"--shift does not apply to --dataset {dataset}, which makes its training images itself")
+    if task(dataset).places_digits:  # its batches are made by the task; shift and augment never reach them
+        for field in ("shift", "augment"):
+            if field in train_changes:
+                args.parser.error(f"--{field} does not apply to --dataset {dataset}, which makes its training images "
+                                  f"itself")
     if not args.resume and model_spec(chosen).kind != kind:
         fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
         args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "

@@ -285,3 +285,12 @@ def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_wor
     (tmp_path / "a_file").write_text("")
     r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--out", tmp_path / "a_file")
     assert_clean_error(r, f"File exists: {tmp_path / 'a_file'}; check the paths given")
+
+
+@pytest.mark.parametrize("dataset,flag", [("multimnist", ["--shift", "3"]), ("translated-mnist", ["--augment",
+                                           "efficient-capsnet"]), ("mnist-segmentation", ["--augment", "shift"])])
+def test_flags_for_images_a_data_set_makes_itself_are_refused(dataset, flag, tmp_path, capsys):
+    """Before, --augment was accepted there, recorded in config.json and never applied."""
+    r = in_process(capsys, "train", "--dataset", dataset, *flag, "--no-progress", "--out", tmp_path / "r")
+    assert_clean_error(r, f"{flag[0]} does not apply to --dataset {dataset}, which makes its training images itself")
+    assert not (tmp_path / "r").exists()
