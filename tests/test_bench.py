@@ -142,9 +142,15 @@ def test_run_benchmark_smoke():
     assert table.count("\n") == len(rows) + 1 and "tutorial baseline" in table
 
 
-def test_run_benchmark_without_baseline(tmp_path):
-    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"],
-                         baseline_path=tmp_path / "missing.py", config=TINY, memory=False, floor=False)
+def test_run_benchmark_without_baseline(tmp_path, monkeypatch):
+    from capsnet import bench
+
+    with pytest.raises(ValueError, match="missing.py: no such file; give the path of benchmarks/tutorial_baseline.py"):
+        run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"],
+                      baseline_path=tmp_path / "missing.py", config=TINY, memory=False, floor=False)
+    monkeypatch.setattr(bench, "default_baseline_path", lambda: None)  # installed without the source checkout
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"], config=TINY,
+                         memory=False, floor=False)
     assert len(rows) == 1 and rows[0]["impl"] == "capsnet"
     assert rows[0]["ratio"] is None and rows[0]["peak_mem_mb"] is None and "not found" in rows[0]["note"]
     assert "Note: tutorial baseline not found" in format_table(rows)

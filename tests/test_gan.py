@@ -239,7 +239,11 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
 
     with pytest.raises(ValueError, match="capspix2pix is a GAN: train it with capsnet.gan.fit_gan"):
         fit(CapsPix2pixConfig(), TINY, tmp_path / "d", data_root=data_root, progress=False)
-    assert not any((tmp_path / d).exists() for d in "abcd")
+    with pytest.raises(SystemExit) as exit_:  # the experiment's GAN runs do not compile either: not taken silently
+        main(["experiment", "synthesis", "--compile", "--out", str(tmp_path / "f")])
+    assert exit_.value.code == 2 and "--compile does not apply to the GAN loop of the synthesis experiment" in \
+        capsys.readouterr().err
+    assert not any((tmp_path / d).exists() for d in "abcdf")
     assert main(["generate", "--checkpoint", "pretrained:capsnet-mnist-small", "--labels", str(tmp_path),
                  "--out", str(tmp_path / "e")]) == 2
     assert "capsnet generate takes a synthesis model" in capsys.readouterr().err

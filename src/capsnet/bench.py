@@ -391,6 +391,9 @@ def run_benchmark(
         note = "tutorial baseline left out: no baseline rows or ratios"
     else:
         path = Path(baseline_path) if baseline_path is not None else default_baseline_path()
+        if baseline_path is not None and not path.is_file():  # asked for by name: a typo must not pass as a choice
+            raise ValueError(f"tutorial baseline {path}: no such file; give the path of benchmarks/tutorial_baseline.py "
+                             f"of a capsnet source checkout, or '' to leave the baseline out")
         if path is not None and path.is_file():
             baseline_module = load_baseline(path)
         else:

@@ -331,8 +331,10 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
     b.add_argument("--device", default="auto", type=_device, help="auto (CPU, plus CUDA when present), cpu or cuda")
-    b.add_argument("--baseline", default="benchmarks/tutorial_baseline.py", help="file of the tutorial-style baseline "
-                                                                                 "('' to skip)")
+    b.add_argument("--baseline", default=None, help="file of the tutorial-style baseline (default: "
+                                                    "benchmarks/tutorial_baseline.py of the source checkout or the "
+                                                    "working folder, left out with a note when neither has it; '' "
+                                                    "to skip)")
     b.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                    help="compile capsnet's model as capsnet train --compile does (the baseline and the floor stay "
                         f"eager): {', '.join(COMPILE_MODES)}; the flag alone: default")
@@ -666,6 +668,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
+    if args.name == "synthesis" and args.compile:
+        args.parser.error("--compile does not apply to the GAN loop of the synthesis experiment; run it without")
     out = Path(args.out or f"runs/experiment-{args.name}")
     typed = _typed(args, _TRAIN_FIELDS)
     train = _train_config(typed, "synthesis" if args.name == "synthesis" else "")
