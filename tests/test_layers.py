@@ -208,3 +208,21 @@ def test_dense_caps_records_every_round_on_both_paths():
     assert a.rounds.shape == (2, 3, 6, 5)
     torch.testing.assert_close(a.rounds, b.rounds)
     assert fast(u).rounds is None
+
+
+def test_dense_caps_under_torch_func_transforms_and_forward_ad_takes_the_plain_path():
+    """The fast path is one autograd Function without a vmap or jvp rule: before, vmap, jacrev and forward-mode AD
+    of a CapsNet raised inside it (EM and inverted routing already fell back to their plain paths there)."""
+    layer = _dense()
+    u = torch.randn(3, 6, 4, dtype=DT)
+    one_by_one = torch.stack([layer(u[i:i + 1]).poses[0] for i in range(3)])
+    torch.testing.assert_close(torch.vmap(lambda x: layer(x[None]).poses[0])(u), one_by_one)
+    jac = torch.func.jacrev(lambda x: layer(x).activations.sum())(u)
+    x = u.clone().requires_grad_(True)
+    torch.testing.assert_close(jac, torch.autograd.grad(layer(x).activations.sum(), x)[0])
+    tangent = torch.randn(u.shape, dtype=DT)
+    out, jvp = torch.func.jvp(lambda x: layer(x).poses, (u,), (tangent,))
+    torch.testing.assert_close(out, layer(u).poses)
+    eps = 1e-6  # the directional derivative, by central differences
+    torch.testing.assert_close(jvp, (layer(u + eps * tangent).poses - layer(u - eps * tangent).poses) / (2 * eps),
+                               rtol=1e-5, atol=1e-7)

@@ -153,3 +153,18 @@ def test_reconstruction_loss_sums_half_precision_outputs_in_fp32():
     assert loss.dtype == torch.float32
     expected = 0.0005 * (r.double() - x.double().reshape(4, -1)).pow(2).sum(1).mean()
     assert abs(loss.item() - expected.item()) < 1e-6 * expected.item() + 1e-9
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice"])
+def test_segmentation_losses_of_half_precision_probabilities_are_finite_at_sure_pixels(dtype, kind):
+    """In bf16 and fp16 the clamp's 1 - 1e-7 rounds to 1, and a sure foreground pixel gave 0 * log1p(-1) = NaN."""
+    from capsnet.losses import segmentation_loss
+
+    p = torch.tensor([0.0, 0.3, 1.0, 1.0]).view(1, 1, 2, 2)
+    m = torch.tensor([0.0, 1.0, 1.0, 0.0]).view(1, 1, 2, 2)
+    half = p.to(dtype).requires_grad_(True)
+    loss = segmentation_loss(half, m, kind)
+    (grad,) = torch.autograd.grad(loss, half)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    torch.testing.assert_close(loss.float(), segmentation_loss(p, m, kind), rtol=2e-2, atol=2e-2)

@@ -356,3 +356,19 @@ def test_bad_children_are_refused_clearly():
             routing(votes, children=torch.full((2, 5), bad), num_children=3)
     with pytest.raises(ValueError, match="child_norm must be one of all, type"):
         EMRouting(4, child_norm="windows")
+
+
+def test_one_parent_with_normalised_costs_and_no_children_stay_finite():
+    """normalise_cost standardised the costs over the parents with the sample std, NaN for one parent (an
+    EMCapsNet of one class); no children divided the cost's 100 J / I by zero."""
+    g = torch.Generator().manual_seed(5)
+    votes = torch.randn(2, 7, 1, 16, generator=g, dtype=DT, requires_grad=True)
+    a = torch.rand(2, 7, generator=g, dtype=DT)
+    out = EMRouting(1, normalise_cost=True).double()(votes, a)
+    assert torch.isfinite(out.activations).all() and torch.isfinite(out.poses).all()
+    # one parent has no others to be standardised against: the costs of the plain routing
+    torch.testing.assert_close(out.activations, EMRouting(1).double()(votes, a).activations)
+    assert torch.autograd.grad(out.activations.sum(), votes)[0].isfinite().all()
+    empty = EMRouting(4)(torch.zeros(2, 0, 4, 16))
+    assert empty.poses.shape == (2, 4, 16) and torch.isfinite(empty.poses).all()
+    assert torch.isfinite(empty.activations).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._eager import eager
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
 
 __all__ = ["DenseCaps"]
@@ -79,7 +80,9 @@ class DenseCaps(nn.Module):
                 with ``record``, every round's coupling in ``rounds`` (B, R, I, J)
         """
         recording = {"record": True} if record else {}  # a routing module of one's own need not know the keyword
-        fast = getattr(self.routing, "route_linear", None) if self.factored and not plain_routing_active() else None
+        # the fast path is one autograd Function: plain autograd only (not under vmap, jacrev or forward-mode AD)
+        fast = getattr(self.routing, "route_linear", None) \
+            if self.factored and not plain_routing_active() and eager() else None
         if fast is not None:
             self._check(u)
             return fast(u, self.weight, self.bias, **recording)

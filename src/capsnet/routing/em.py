@@ -6,8 +6,10 @@ coefficients and the lower activations, and turns its description length
 into an activation; the E-step gives each lower capsule's vote to the upper
 capsules in proportion to their activation times the vote's likelihood.
 
-Kept finite for any number of iterations and any votes (the failures the
-public ports report: NaN past one iteration, all-equal activations):
+Kept finite for any number of iterations and for votes up to about 1e18
+in size (past that their float32 squares overflow; the issue's bar is 1e4)
+(the failures the public ports report: NaN past one iteration, all-equal
+activations):
 
 - routing runs in float32 with autocast off, also inside a bf16 step;
 - the variance has a floor added (``var_floor``, 5e-4 as in the official
@@ -183,9 +185,10 @@ class EMRouting(nn.Module):
         var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
         # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
         # Gritzman's normalisation of the data a parent explains (shared children counted by their share)
-        scale = 100.0 * J / I if share is None else share.scale
+        scale = 100.0 * J / max(I, 1) if share is None else share.scale  # no children: no data, a finite cost
         cost = scale * mass * (D * beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
-        if self.normalise_cost:  # each parent's cost against the others' (mean 0, std 1 over j, per example)
+        if self.normalise_cost and J > 1:  # each parent's cost against the others' (mean 0, std 1 over j, per
+            # example); one parent has no others (its sample std would be NaN)
             cost = (cost - cost.mean(dim=-1, keepdim=True)) / (cost.std(dim=-1, keepdim=True) + 1e-4)
         return m1, var, lam * (beta_a / self.final_lambda - cost)
 
