@@ -124,7 +124,7 @@ def test_the_unet_shows_its_first_convolution_and_prediction(unet_viewer):
     info = v.info()
     assert info["model_name"] == "unet" and info["layers"] == [] and info["routing_layers"] == []
     assert info["conv1"] == {"name": "down.0.0", "channels": 4, "kernel": 3, "map": [16, 16], "batch_norm": True}
-    assert info["decoder"] is False and info["dataset"].startswith("folder:") and info["test_size"] == 2
+    assert info["decoder"] is False and info["dataset"].startswith("folder:") and info["test_size"] == 3
     inp = v.test_input(index=1)
     w = v.walk(inp)
     x = inp.image[None]  # (1, 1, 16, 16)
