@@ -245,3 +245,21 @@ def test_shards_are_disjoint_cover_the_batch_and_weigh_to_its_mean():
                 assert sum(weights) == pytest.approx(world)  # DDP divides by world: the batch mean
                 if n % world == 0:
                     assert weights == [1.0] * world  # exactly: the loss is left as it is
+
+
+def test_each_rank_gets_its_gpu_and_one_process_a_machine_keeps_the_one_it_names(monkeypatch):
+    """Before, an explicit cuda:N with one process on the machine (one process per machine, several machines) was
+    silently replaced by cuda:LOCAL_RANK. No GPU is needed: the device count is stood in for."""
+    from capsnet.distributed import DistributedError, Launch, rank_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cpu = torch.device("cpu")
+    assert rank_device(cpu, Launch(3, 4, 1, 2)) == cpu
+    assert rank_device(torch.device("cuda"), Launch(3, 4, 1, 2)) == torch.device("cuda", 1)
+    assert rank_device(torch.device("cuda", 1), Launch(0, 2, 0, 1)) == torch.device("cuda", 1)  # one process here
+    with pytest.raises(DistributedError, match="this machine has 2 GPU"):
+        rank_device(torch.device("cuda", 2), Launch(0, 2, 0, 1))
+    with pytest.raises(DistributedError, match="puts every process on one GPU"):
+        rank_device(torch.device("cuda", 0), Launch(1, 2, 1, 2))
+    with pytest.raises(DistributedError, match="LOCAL_RANK 2 has no GPU"):
+        rank_device(torch.device("cuda"), Launch(2, 3, 2, 3))

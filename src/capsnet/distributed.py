@@ -13,6 +13,8 @@ makes the same global batch (same augmentation draws as one process), then
 trains on its own contiguous slice of it (``shard``). With the loss a mean
 over the batch and DDP's average over ranks, one step is the one-process step
 (``share_weight`` keeps this exact when the last batch does not divide evenly).
+Not exact, as the README says: dropout, BatchNorm on CPUs (per-process
+statistics) and the weighted cross-entropy's foreground weight (per slice).
 """
 from __future__ import annotations
 
@@ -99,12 +101,18 @@ def backend_for(device: torch.device) -> str:
 def rank_device(device: torch.device, launch: Launch) -> torch.device:
     """The device of this rank: ``cuda:LOCAL_RANK`` when ``device`` is CUDA without an index, else ``device``.
 
-    An index that is not this rank's, or more processes on a machine than it
-    has GPUs, is a ``DistributedError`` (NCCL cannot share one GPU between ranks).
+    With one process on the machine, an explicit ``cuda:N`` is that GPU (one
+    process per machine across several). With more, an index that is not this
+    rank's, or more processes than GPUs, is a ``DistributedError`` (NCCL
+    cannot share one GPU between ranks).
     """
     if device.type != "cuda":
         return device
     count = torch.cuda.device_count()
+    if launch.local_world_size == 1 and device.index is not None:
+        if device.index >= count:
+            raise DistributedError(f"--device {device}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}")
+        return device
     if launch.local_rank >= count:
         raise DistributedError(f"LOCAL_RANK {launch.local_rank} has no GPU: this machine has {count}; start at most "
                                f"{count} processes on it (--nproc_per_node {count}), or train on --device cpu")

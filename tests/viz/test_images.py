@@ -171,3 +171,30 @@ def test_four_large_uploads_at_once_stay_within_bounded_memory(tmp_path):
     assert "SIZES [(4032, 3024), (4032, 3024), (4032, 3024), (4032, 3024)]" in out.stdout
     grew = int(out.stdout.split("GREW_KB")[1])
     assert grew < 600_000, f"peak memory grew by {grew:,} kB"  # about 300 MB now; about 1.7 GB before
+
+
+def test_a_16_bit_grey_scan_reads_as_its_8_bit_twin(data_root):
+    """Pillow opens 16-bit grey PNGs as I;16 and its convert("L") clips at 255: every pixel above 255/65535 turned
+    white, and a dark-on-light scan came back "blank"."""
+    original = load_dataset("mnist", "test", root=data_root, progress=False).images[0, 0].numpy()
+    scan = np.asarray(Image.fromarray(255 - original).resize((112, 112), Image.Resampling.NEAREST))
+    sixteen = Image.fromarray(scan.astype(np.uint16) * 257)
+    assert Image.open(io.BytesIO(_png(sixteen))).mode.startswith("I;16")
+    x8, _ = upload_input(_png(Image.fromarray(scan)), (1, 28, 28))
+    x16, _ = upload_input(_png(sixteen), (1, 28, 28))
+    np.testing.assert_array_equal(x16.numpy(), x8.numpy())
+
+
+def test_an_upload_header_is_read_inside_a_decode_slot(monkeypatch):
+    """Reading a PNG's header inflates its text chunks (Pillow allows 64 MiB of them): done outside the slots, 30
+    small uploads at once held 1.3 GB."""
+    from capsnet.viz import images
+
+    seen = []
+    opened = images._open
+    monkeypatch.setattr(images, "_open", lambda data: seen.append(images._DECODE_SLOTS._value) or opened(data))
+    digit = np.zeros((28, 28), np.uint8)
+    digit[6:22, 12:16] = 255
+    upload_input(_png(Image.fromarray(digit)), (1, 28, 28))
+    images.canvas_input(_png(Image.fromarray(digit)), (1, 28, 28))
+    assert seen == [images.MAX_CONCURRENT_DECODES - 1] * 2  # one slot taken: this upload's

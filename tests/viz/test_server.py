@@ -138,6 +138,27 @@ def test_bad_uploads(server):
         assert_alive(server)
 
 
+def test_uploads_past_the_ones_held_at_once_are_turned_away_before_their_body_is_read(server):
+    """Each upload held its body (up to 4 MiB) while it waited for a decode slot, with no cap on how many: 60 at
+    once took 400 MB. Past MAX_UPLOADS_IN_FLIGHT the viewer answers 503 at once; the slots come back after."""
+    from capsnet.viz.server import MAX_UPLOADS_IN_FLIGHT
+
+    good = _png(np.eye(40, dtype=np.uint8) * 255)
+    held = 0
+    while server.upload_slots.acquire(blocking=False):  # as many uploads in flight as the viewer takes
+        held += 1
+    try:
+        assert held == MAX_UPLOADS_IN_FLIGHT
+        got, payload = api(server, "/api/upload", raw=good)
+        assert got == 503 and f"busy with {MAX_UPLOADS_IN_FLIGHT} other uploads" in payload["error"]
+    finally:
+        for _ in range(held):
+            server.upload_slots.release()
+    got, payload = api(server, "/api/upload", raw=good)
+    assert got == 200 and "predicted" in payload
+    assert_alive(server)
+
+
 def test_paths_methods_and_broken_http(server):
     assert request(server, "GET", "/nope")[0] == 404
     assert request(server, "GET", "/api/forward")[0] == 405

@@ -114,9 +114,9 @@ def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
     and working at no more than ``WORK_SIDE`` pixels a side, so concurrent
     uploads hold a bounded amount of memory.
     """
-    img = _open(data)  # header checks need no slot: a refused upload never waits
-    size = img.size  # before a JPEG's reduced-scale decoding changes it
-    with _DECODE_SLOTS:
+    with _DECODE_SLOTS:  # the header too: reading it inflates a PNG's text chunks (Pillow allows 64 MiB of them)
+        img = _open(data)
+        size = img.size  # before a JPEG's reduced-scale decoding changes it
         return mnist_style(_decode(img, WORK_SIDE), shape), size
 
 
@@ -129,16 +129,16 @@ def canvas_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
     ``upload_input``.
     """
     C, H, W = shape
-    img = _open(data)
-    w, h = img.size
-    if sorted((w, h)) != sorted((W, H)):  # from the header (an EXIF rotation may still swap the sides)
-        raise ViewerError(f"the image is {w}x{h} pixels; this model segments {W}x{H} images: upload one of exactly "
-                          f"that size (crop or scale it first)")
     if C not in (1, 3):
         raise ViewerError(f"the viewer converts uploads for 1- or 3-channel models, not {C}")
-    if img.mode.startswith(("I", "F")):
-        raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
-    with _DECODE_SLOTS:
+    with _DECODE_SLOTS:  # the header too (see upload_input)
+        img = _open(data)
+        w, h = img.size
+        if sorted((w, h)) != sorted((W, H)):  # from the header (an EXIF rotation may still swap the sides)
+            raise ViewerError(f"the image is {w}x{h} pixels; this model segments {W}x{H} images: upload one of "
+                              f"exactly that size (crop or scale it first)")
+        if img.mode.startswith(("I", "F")):
+            raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
         img = _decode(img, None)
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
@@ -173,6 +173,8 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     float arrays below stay small (the digit ends up 20 pixels tall anyway).
     """
     C, H, W = shape
+    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
     if max(img.size) > WORK_SIDE:
         img = _shrink(img, WORK_SIDE)
     if C == 3:

@@ -71,6 +71,8 @@ _MAX_NUMBER_CHARS = 100  # a number written with more characters than this is re
 READ_TIMEOUT_S = 10.0  # s: the longest wait for the next bytes of a request, or for a kept-alive connection's next one
 REQUEST_TIMEOUT_S = 60.0  # s: the longest a whole request (line, headers, body) may take to arrive (4 MiB at 70 kB/s)
 LISTEN_BACKLOG = 128  # pending connections queued by the kernel (socketserver's default is 5)
+# uploads whose bodies (up to 4 MiB each) are held at once; more are answered 503 at once, before their body is read
+MAX_UPLOADS_IN_FLIGHT = 8
 _LINGER_S = 2.0  # s: before closing, unread input is drained this long, so the client reads our answer, not a reset
 _LINGER_BYTES = 1 << 20
 _DRAIN_BYTES = 64 * 1024 * 1024  # bodies over a limit but under this are read and dropped before the 413
@@ -417,6 +419,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, viewer.walk(inp))
 
     def _upload(self) -> None:
+        slots = self.server.upload_slots
+        if not slots.acquire(blocking=False):
+            raise _HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, f"the viewer is busy with {MAX_UPLOADS_IN_FLIGHT} other "
+                             "uploads; send this one again in a moment", close=True)
+        try:
+            self._upload_held()
+        finally:
+            slots.release()
+
+    def _upload_held(self) -> None:
         viewer = self.server.viewer
         if viewer.kind == "segmentation":
             routing = self._routing_query()
@@ -464,6 +476,7 @@ class _Server(ThreadingHTTPServer):
                  log: Callable[[str], None] | None, read_timeout: float, request_timeout: float) -> None:
         self.viewer = viewer
         self.log = log
+        self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.read_timeout = read_timeout
         self.request_timeout = request_timeout
         super().__init__(address, _Handler)

@@ -16,6 +16,8 @@ const state = {
   last: null,      // the last walk request that was answered: {path, body, raw}
   routing: null,   // segmentation: the capsule layer whose routing is shown ...
   parent: 0,       // ... and its parent type
+  walkSeq: 0,      // numbers the walk requests: an answer overtaken by a later request is not shown
+  reconSeq: 0,     // the same for reconstructions (a capsule or image chosen since makes one stale)
 };
 
 const $ = (id) => document.getElementById(id);
@@ -162,7 +164,9 @@ function drawCoupling(coupling, j, roundsBox, typesBox, { label, title }) {
     }
     means.push(m);
   }
-  const lo = Math.min(...means.map((m) => Math.min(...m))), top = Math.max(...means.map((m) => Math.max(...m)));
+  // a loop, not Math.min(...m): spreading a 512x512 layer's 262,144 values overflows the call stack
+  let lo = Infinity, top = -Infinity;
+  for (const m of means) for (const v of m) { if (v < lo) lo = v; if (v > top) top = v; }
   for (let r = 0; r < R; r++) {
     const mean = means[r].map((v) => Math.round(255 * (top > lo ? (v - lo) / (top - lo) : 0)));
     const fig = document.createElement("figure");
@@ -253,8 +257,10 @@ async function requestReconstruction() {
   if (state.inflight) { state.pending = true; return; }
   state.inflight = true;
   const started = performance.now();
+  const seq = ++state.reconSeq;
   try {
     const r = await api("/api/reconstruct", { capsule: state.selected, pose: state.pose });
+    if (seq !== state.reconSeq) return;  // another capsule or image was chosen meanwhile
     drawImage($("recon"), r.reconstruction);
     $("latency").textContent = `${(performance.now() - started).toFixed(1)} ms`;
     document.body.dataset.reconstructions = Number(document.body.dataset.reconstructions || 0) + 1;
@@ -274,6 +280,7 @@ function selectCapsule(j) {
   renderRouting();
   resetSliders();
   if (j === state.walk.predicted && state.walk.reconstruction) {
+    state.reconSeq++;  // a reconstruction still on its way is of another capsule or image
     drawImage($("recon"), state.walk.reconstruction);
   } else {
     requestReconstruction();
@@ -296,7 +303,9 @@ function showWalk(w) {
 async function walk(path, body, raw) {
   try {
     const [to, sent] = state.info.kind === "segmentation" ? routedRequest(path, body) : [path, body];
+    const seq = ++state.walkSeq;
     const w = await api(to, sent, raw);
+    if (seq !== state.walkSeq) return;  // a later request was sent meanwhile: its answer is the one to show
     state.last = { path, body, raw };
     showWalk(w);
   } catch (err) {
