@@ -359,3 +359,22 @@ def test_curves_of_runs_with_one_name_are_told_apart_and_a_gan_run_beside_a_clas
     out = tmp_path / "figs"
     assert _figures("--checkpoint", run_dir, gan, "--out", out, "--data-dir", data_root) == 2
     assert "holds another kind of run than" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_shipped_model_draws_its_figures_into_the_working_folder(data_root, tmp_path, monkeypatch):
+    """pretrained:NAME was refused ('not found': no metrics.jsonl); its history travels in the checkpoint, and its
+    figures must not go into the installed package."""
+    from matplotlib.figure import Figure
+
+    from capsnet import pretrained
+    from capsnet.figures import report
+
+    monkeypatch.setattr(report, "plot_routing", lambda *a, **k: Figure(figsize=(1, 1)))  # which files, not drawing
+    monkeypatch.setattr(report, "plot_pose_sweep", lambda *a, **k: Figure(figsize=(1, 1)))
+    monkeypatch.chdir(tmp_path)
+    shipped = sorted(p.name for p in pretrained.DIR.iterdir())
+    assert _figures("--checkpoint", "pretrained:capsnet-mnist-small", "--data-dir", data_root, "--indices", 0,
+                    "--misclassified", 0, "--dpi", 20) == 0
+    out = tmp_path / "figures-capsnet-mnist-small"
+    assert {"training_curves.png", "reconstructions.png", "pose_sweep_0.png"} <= {p.name for p in out.iterdir()}
+    assert sorted(p.name for p in pretrained.DIR.iterdir()) == shipped

@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from ..checkpoint import CheckpointError
+from ..pretrained import PREFIX
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
@@ -27,6 +28,15 @@ class FiguresWritten:
     folder: Path
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
+
+
+def _default_out(checkpoint: str | os.PathLike, ckpt) -> Path:
+    """Where the figures go without --out: RUN_DIR/figures, or figures-NAME in the working folder for a shipped
+    model (never into the installed package)."""
+    if str(checkpoint).startswith(PREFIX):
+        return Path(f"figures-{str(checkpoint)[len(PREFIX):]}")
+    first = Path(ckpt.path if ckpt is not None and ckpt.path is not None else checkpoint)
+    return (first if first.is_dir() else first.parent) / "figures"
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -51,11 +61,19 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
     needed = "train_g_loss" if kind == "synthesis" else "train_loss"
     run_dirs, records = [], []
     for run in checkpoints:
-        path = Path(run)
-        if not path.exists():
-            raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`")
-        run_dir = path if path.is_dir() else path.parent
-        history = read_metrics(run_dir)
+        if str(run).startswith(PREFIX):  # a shipped model: its history travels in the checkpoint
+            from .. import pretrained
+            from ..checkpoint import load_checkpoint
+
+            history = load_checkpoint(pretrained.path(str(run))).state.get("history") or []
+            run_dir = Path(str(run))  # its name, for the legend
+        else:
+            path = Path(run)
+            if not path.exists():
+                raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`, or "
+                                      f"pretrained:NAME")
+            run_dir = path if path.is_dir() else path.parent
+            history = read_metrics(run_dir)
         if any(needed not in r for r in history):
             raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
                               f"have {needed}); overlay the training curves of runs of one kind, or draw it alone")
@@ -95,13 +113,15 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
                               "capsules")
-        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), out=out, dataset=dataset, root=root,
+        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), source=checkpoints[0], out=out,
+                                dataset=dataset, root=root,
                                 indices=indices, fmt=fmt, dpi=dpi, progress=progress)
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
                               "capsules")
-        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), out=out, dataset=dataset, root=root,
+        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), source=checkpoints[0], out=out,
+                                   dataset=dataset, root=root,
                                    indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
@@ -109,8 +129,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
                           f"or another capsule model")
     runs = _runs(checkpoints)
-    first = Path(checkpoints[0])
-    done = FiguresWritten(Path(out) if out else (first if first.is_dir() else first.parent) / "figures")
+    done = FiguresWritten(Path(out) if out else _default_out(checkpoints[0], None))
 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
@@ -194,13 +213,11 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
 WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the first this many test images
 
 
-def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out, dataset, root, indices,
+def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, source, out, dataset, root, indices,
                         worst: int, fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A segmentation run's figures: segmentations (and _ood) of the chosen test images, the ``worst`` of the first
     ``WORST_POOL`` by Dice, SegCaps' capsule maps per chosen image, the training curves."""
-    first = Path(ckpt.path)
-    run_dir = first if first.is_dir() else first.parent
-    done = FiguresWritten(Path(out) if out else run_dir / "figures")
+    done = FiguresWritten(Path(out) if out else _default_out(source, ckpt))
     name = dataset or ckpt.train_config.get("dataset", "mnist-segmentation")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(max(chosen) + 1, WORST_POOL if worst else 0), root=root, progress=progress)
@@ -252,15 +269,13 @@ SAMPLE_SEEDS = (0, 1, 2, 3)  # synthesis: the noise seeds of the samples figure
 INTERPOLATION_STEPS = 8
 
 
-def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out, dataset, root, indices,
+def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, source, out, dataset, root, indices,
                      fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A synthesis run's figures: samples and interpolation of the chosen test label maps (default: the first 8),
     the generator's capsule maps per chosen label map (CapsPix2pix), the GAN's training curves."""
     from ..synthesis import generate
 
-    first = Path(ckpt.path)
-    run_dir = first if first.is_dir() else first.parent
-    done = FiguresWritten(Path(out) if out else run_dir / "figures")
+    done = FiguresWritten(Path(out) if out else _default_out(source, ckpt))
     name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
