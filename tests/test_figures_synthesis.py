@@ -28,6 +28,20 @@ def test_interpolation_ends_at_the_two_seeds_images(gan_run, data_root):
     torch.testing.assert_close(rows[2:3], mid, rtol=1e-4, atol=1e-5)
 
 
+def test_the_interpolation_of_the_kth_label_map_ends_at_its_images_in_the_samples_figure(gan_run, data_root):
+    """generate gives label map k row k of each seed's noise; the interpolation and capsule maps took row 0 for
+    every map, so for maps after the first their 'seed 0' was not the samples figure's seed 0."""
+    model, _ = load_model(gan_run)
+    labels = load_test("mnist-skeleton", size=3, root=data_root, progress=False).images.float()
+    samples = torch.stack([generate(model.eval(), labels, seed=s) for s in (0, 1)])  # (2, 3, 1, 32, 32)
+    rows = interpolate_noise(model, labels[2], steps=3, seeds=(0, 1), row=2)
+    torch.testing.assert_close(rows[[0, -1]], samples[:, 2], rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        grids = model.generator.capsule_grids(labels[2:3], model.noise(3, 1)[2:])
+    maps = generator_maps(model, labels[2], seed=1, row=2)
+    torch.testing.assert_close(maps["primary"], grids["primary"][0].norm(dim=1), rtol=1e-5, atol=1e-6)
+
+
 def test_generator_maps_are_the_lengths_of_every_capsule_layer(gan_run, data_root):
     model, _ = load_model(gan_run)
     label = load_test("mnist-skeleton", size=1, root=data_root, progress=False).images[0]

@@ -296,9 +296,10 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     real = test.components[chosen]
     samples = torch.stack([generate(model, labels.to(dev), seed=s).cpu() for s in SAMPLE_SEEDS])  # (S, N, C, H, W)
     noisy = model.noise(1, 0, dev).shape[1] > 0  # pix2pix's noise is dropout: no vector to interpolate
-    rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS) for label in labels[:4]]) \
-        if noisy else None
-    maps = [generator_maps(model, label) for label in labels] if hasattr(model.generator, "capsule_grids") else []
+    rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS, row=k)
+                        for k, label in enumerate(labels[:4])]) if noisy else None
+    maps = [generator_maps(model, label, row=k) for k, label in enumerate(labels)] \
+        if hasattr(model.generator, "capsule_grids") else []
     spread = samples.std(0).mean().item()
     done.notes.append(f"{name} test label maps {chosen}: mean per-pixel spread over noise seeds "
                       f"{list(SAMPLE_SEEDS)}: {spread:.4f}" + (" (the generator ignores its noise)" if spread < 1e-3

@@ -24,15 +24,17 @@ __all__ = ["interpolate_noise", "generator_maps", "plot_samples", "plot_interpol
 
 
 @torch.no_grad()
-def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 8, seeds: tuple[int, int] = (0, 1)
-                      ) -> torch.Tensor:
+def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 8, seeds: tuple[int, int] = (0, 1),
+                      row: int = 0) -> torch.Tensor:
     """Images of one label map with the noise moved linearly from seed ``seeds[0]``'s vector to seed ``seeds[1]``'s.
 
+    ``row``: the label map's place among those generated together, whose noise is row ``row`` of each seed's draw
+    (``capsnet.synthesis.generate``): the ends are then that map's images of the two seeds in the samples figure.
     Shapes: label (C, H, W) -> (steps, C', H, W). A model without a noise vector (pix2pix) is refused.
     """
     model.eval()
     dev = next(model.parameters()).device
-    a, b = model.noise(1, seeds[0], dev), model.noise(1, seeds[1], dev)  # (1, noise_dim) each
+    a, b = (model.noise(row + 1, s, dev)[row:] for s in seeds)  # (1, noise_dim) each
     if a.shape[1] == 0:
         raise FigureError(f"{type(model).__name__} takes no noise vector (its noise is dropout): nothing to "
                           f"interpolate")
@@ -42,8 +44,10 @@ def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 
 
 
 @torch.no_grad()
-def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The length of every capsule type at every position of every generator layer, for one label map and seed.
+def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0, row: int = 0
+                   ) -> dict[str, torch.Tensor]:
+    """The length of every capsule type at every position of every generator layer, for one label map and seed
+    (its noise: row ``row`` of the seed's draw, as ``interpolate_noise``).
 
     Shapes: label (C, H, W) -> {layer: (types, H', W')} in the network's order, on the CPU.
     """
@@ -52,7 +56,8 @@ def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0) -
         raise FigureError(f"{type(generator).__name__} has no capsule layers to draw")
     model.eval()
     dev = next(model.parameters()).device
-    grids = generator.capsule_grids(label.to(dev).unsqueeze(0), model.noise(1, seed, dev))  # {name: (1, T, D, h, w)}
+    z = model.noise(row + 1, seed, dev)[row:]  # (1, noise_dim)
+    grids = generator.capsule_grids(label.to(dev).unsqueeze(0), z)  # {name: (1, T, D, h, w)}
     return {name: safe_norm(g[0].float(), dim=1).cpu() for name, g in grids.items()}
 
 
