@@ -464,6 +464,26 @@ def test_the_next_run_starts_as_soon_as_one_finishes_not_when_all_in_flight_have
             assert in_flight == []
 
 
+def test_each_job_runs_in_a_process_of_its_own_and_none_is_left_behind():
+    """--jobs ran on ProcessPoolExecutor(max_tasks_per_child=1), whose worker replacement on Python 3.11 left a
+    freshly spawned worker that shutdown waited on for ever: a 24-run experiment hung after its last run."""
+    import multiprocessing
+    import os
+
+    from capsnet.experiments import _FreshProcesses
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    processes = _FreshProcesses(multiprocessing.get_context("spawn"))
+    first, second = processes.submit(os.getpid), processes.submit(os.getpid)
+    pids = {first.result(timeout=60), second.result(timeout=60)}
+    assert len(pids) == 2 and os.getpid() not in pids  # a new process for each call
+    processes.release(first)
+    third = processes.submit(os.getpid)
+    assert third.result(timeout=60) not in pids
+    processes.stop()
+    assert processes.pools == {} and {p.pid for p in multiprocessing.active_children()} <= before
+
+
 def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_root):
     """A worker the kernel kills (out of memory) dies without a word: before, multiprocessing.Pool replaced it and
     waited for its run for ever; now the run is named as not finished, the other workers stopped."""

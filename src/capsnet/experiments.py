@@ -252,6 +252,39 @@ def _as_completed_bounded(executor, todo: Sequence[T], jobs: int, job: Callable[
         launch()
 
 
+class _FreshProcesses:
+    """An executor whose every ``submit`` runs in a new process of its own: a one-worker pool per call, shut down
+    once its call is done (``release``) or stopped (``stop``). Not ProcessPoolExecutor(max_tasks_per_child=1): on
+    Python 3.11 its worker replacement can leave a spawned worker that shutdown waits on for ever (cpython
+    gh-115634; seen here after the last run of a 24-run experiment)."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.pools: dict[Any, Any] = {}
+
+    def submit(self, function: Callable, *args: Any):
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(1, mp_context=self.context)
+        future = pool.submit(function, *args)
+        self.pools[future] = pool
+        return future
+
+    def release(self, future) -> None:
+        """Join the process of a finished call."""
+        pool = self.pools.pop(future, None)
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def stop(self) -> None:
+        """Stop every call still running (their processes terminated) and join them."""
+        for future, pool in list(self.pools.items()):
+            for process in list(getattr(pool, "_processes", {}).values()):  # no public API to stop a running call
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            del self.pools[future]
+
+
 def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: str,
                        data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained,
                        on_launch=None) -> None:
@@ -262,15 +295,12 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
     at once (checkpoints are written atomically: they resume next time), raised here naming the run or the runs
     in progress."""
     import multiprocessing
-    import sys
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     import torch
 
     threads = max(1, torch.get_num_threads() // jobs)
-    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a process per run where possible
-    pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"), **fresh)
+    processes = _FreshProcesses(multiprocessing.get_context("spawn"))
 
     def job(item: tuple[int, Run]) -> tuple[Callable, tuple]:
         k, run = item
@@ -278,7 +308,7 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
 
     try:
         for (k, run), future, in_flight in _as_completed_bounded(
-                pool, todo, jobs, job, on_launch=None if on_launch is None else lambda item: on_launch(*item)):
+                processes, todo, jobs, job, on_launch=None if on_launch is None else lambda item: on_launch(*item)):
             try:
                 future.result()
             except BrokenProcessPool:
@@ -287,12 +317,11 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                                    f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
                                    f"and interrupted ones resume: run the command again, with fewer --jobs if "
                                    f"memory ran out") from None
+            processes.release(future)
             if on_trained is not None:
                 on_trained(k, run)
     finally:
-        for process in list(getattr(pool, "_processes", {}).values()):  # stop runs still going (no public API)
-            process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        processes.stop()
 
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
