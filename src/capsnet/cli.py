@@ -668,6 +668,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines (peak MB) are noise
     if args.name == "synthesis" and args.compile:
         args.parser.error("--compile does not apply to the GAN loop of the synthesis experiment; run it without")
     out = Path(args.out or f"runs/experiment-{args.name}")
