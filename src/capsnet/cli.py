@@ -245,7 +245,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _baseline_arguments(t)
     t.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
                    help="set any field of the model's config, e.g. caps1_types=16 or coordinate_addition=false "
-                        "(VALUE as JSON); repeat for several")
+                        "(VALUE as JSON); repeat for several; `capsnet models NAME` lists a model's fields")
     _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_nonneg_int)
     _speed_arguments(t, "the training steps")
     _allocator_argument(t, "")
@@ -504,7 +504,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     unknown = sorted(set(options) - _fields(chosen))
     if unknown:
         args.parser.error(f"--model-option {', '.join(unknown)}: not a field of {chosen}; its fields are "
-                          f"{', '.join(sorted(_fields(chosen)))}")
+                          f"{', '.join(sorted(_fields(chosen)))} (`capsnet models {chosen}` says what each does)")
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
     if task(dataset).places_digits:  # its batches are made by the task; shift and augment never reach them
         for field in ("shift", "augment"):
