@@ -168,3 +168,27 @@ def test_segmentation_losses_of_half_precision_probabilities_are_finite_at_sure_
     (grad,) = torch.autograd.grad(loss, half)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     torch.testing.assert_close(loss.float(), segmentation_loss(p, m, kind), rtol=2e-2, atol=2e-2)
+
+
+def test_slices_of_a_batch_weighted_as_the_whole_batch_sum_to_its_weighted_cross_entropy():
+    """Under torchrun each process computes its slice's loss; the weighted cross-entropy's foreground weight was
+    counted on the slice, so the average of the processes' gradients was not the one-process gradient (53% apart
+    for two slices). Within batch_foreground_weight(whole batch) the slices' share-weighted losses add up to it."""
+    from capsnet.distributed import shard, share_weight
+    from capsnet.losses import batch_foreground_weight, segmentation_loss
+
+    g = torch.Generator().manual_seed(3)
+    masks = (torch.rand(5, 1, 6, 6, generator=g) < torch.linspace(0.05, 0.6, 5).view(5, 1, 1, 1)).float()
+    p = torch.rand(5, 1, 6, 6, generator=g, dtype=torch.float64).requires_grad_(True)
+    whole = segmentation_loss(p, masks, "weighted-bce")
+    (expected,) = torch.autograd.grad(whole, p)
+    grads = []
+    for rank in range(2):
+        lo, hi = shard(5, rank, 2)
+        with batch_foreground_weight(masks):
+            part = segmentation_loss(p[lo:hi], masks[lo:hi], "weighted-bce") * share_weight(lo, hi, 5, 2)
+        grads.append(torch.autograd.grad(part, p)[0])
+    torch.testing.assert_close((grads[0] + grads[1]) / 2, expected)  # what DDP averages
+    alone = [segmentation_loss(p[lo:hi], masks[lo:hi], "weighted-bce") * share_weight(lo, hi, 5, 2)
+             for lo, hi in (shard(5, r, 2) for r in range(2))]
+    assert not torch.allclose(sum(torch.autograd.grad(a, p)[0] for a in alone) / 2, expected)  # without it: not

@@ -13,8 +13,9 @@ makes the same global batch (same augmentation draws as one process), then
 trains on its own contiguous slice of it (``shard``). With the loss a mean
 over the batch and DDP's average over ranks, one step is the one-process step
 (``share_weight`` keeps this exact when the last batch does not divide evenly).
-Not exact, as the README says: dropout, BatchNorm on CPUs (per-process
-statistics) and the weighted cross-entropy's foreground weight (per slice).
+The weighted cross-entropy's foreground weight is the whole batch's too
+(``losses.batch_foreground_weight``). Not exact, as the README says: dropout
+and BatchNorm on CPUs (per-process statistics).
 """
 from __future__ import annotations
 

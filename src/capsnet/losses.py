@@ -1,11 +1,37 @@
 """Losses of capsule networks (Sabour et al. 2017, sections 3 and 4.1) and of segmentation (SegCaps, U-Net)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 import torch.nn.functional as F
 
 __all__ = ["margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "segmentation_loss",
-           "soft_dice"]
+           "soft_dice", "foreground_weight", "batch_foreground_weight"]
+
+# the weighted cross-entropy's foreground weight of the whole batch, where a process sees only its slice of it
+_BATCH_FOREGROUND_WEIGHT: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
+    "batch_foreground_weight", default=None)
+
+
+def foreground_weight(masks: torch.Tensor) -> torch.Tensor:
+    """The weighted cross-entropy's weight of a foreground pixel: background pixels per foreground one, at least 1
+    (an empty batch weighs nothing extra). Shapes: masks (B, 1, H, W) 0/1; returns ()."""
+    m = masks.float()
+    fg = m.sum()
+    return ((m.numel() - fg) / fg.clamp_min(1)).clamp_min(1).detach()
+
+
+@contextlib.contextmanager
+def batch_foreground_weight(masks: torch.Tensor):
+    """Within it, ``segmentation_loss`` weighs the foreground as ``masks``' whole batch does: a process of a
+    multi-process step computes its slice's loss with the weight one process computes for the whole batch."""
+    token = _BATCH_FOREGROUND_WEIGHT.set(foreground_weight(masks))
+    try:
+        yield
+    finally:
+        _BATCH_FOREGROUND_WEIGHT.reset(token)
 
 
 def margin_loss(
@@ -137,9 +163,9 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
     m = masks.to(probabilities.dtype)
     loss = probabilities.new_zeros(())
     if kind in ("bce", "weighted-bce", "bce+dice"):
-        if kind == "weighted-bce":  # background / foreground pixels, at least 1 (an empty batch weighs nothing extra)
-            fg = m.sum()
-            pos_weight = ((m.numel() - fg) / fg.clamp_min(1)).clamp_min(1).detach()
+        if kind == "weighted-bce":  # background / foreground pixels of the batch (batch_foreground_weight's, if set)
+            whole = _BATCH_FOREGROUND_WEIGHT.get()
+            pos_weight = foreground_weight(m) if whole is None else whole.to(m.device)
         else:
             pos_weight = None
         if logits is not None:

@@ -40,6 +40,7 @@ from .data.segmentation import overlap_scores
 from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, input_shape, load_training, task
 from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
+from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
@@ -563,8 +564,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         for start in bar:
             idx = order[start:start + B]
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
-            weight, own = 1.0, len(y)
+            weight, own, whole = 1.0, len(y), contextlib.nullcontext()
             if launch is not None:  # this rank's slice of the global batch, its mean loss weighted by its share
+                if spec.kind == "segmentation":  # the weighted cross-entropy weighs as the whole batch does
+                    whole = batch_foreground_weight(y)
                 lo, hi = shard(len(y), rank, W)
                 weight, own = share_weight(lo, hi, len(y), W), hi - lo
                 if own == 0:  # a last batch smaller than the ranks: a stand-in example of weight 0 keeps DDP in step
@@ -572,7 +575,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 x, y, comp = x[lo:hi], y[lo:hi], None if comp is None else comp[lo:hi]
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg, total_steps)
-            with amp:
+            with amp, whole:
                 loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight,
                                          progress=min(1.0, step / total_steps))
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
