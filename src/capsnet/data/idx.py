@@ -13,12 +13,13 @@ and what to do, and raises :class:`DataError`.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import secrets
 import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -62,22 +63,33 @@ def read_idx_bytes(path: str | os.PathLike, *, max_size: int | None = None) -> b
     be read at all.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        magic = f.read(2)
-        if not magic:
+    with open_maybe_gzipped(path) as f:
+        if isinstance(f, gzip.GzipFile):
+            return _read_declared(f, path, max_size, None)
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
             raise DataError(f"{path}: the file is empty; delete it and download or copy it again")
+        return _read_declared(f, path, max_size, size)
+
+
+@contextlib.contextmanager
+def open_maybe_gzipped(path: Path) -> Iterator[BinaryIO]:
+    """``path`` open for reading, through gzip when it starts with gzip's magic bytes (whatever its name says); a
+    gzip stream cut short or damaged while it is read inside the block is a DataError naming the file and the fix,
+    not a raw EOFError or zlib.error."""
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
         f.seek(0)
-        if magic != GZIP_MAGIC:
-            return _read_declared(f, path, max_size, os.fstat(f.fileno()).st_size)
+        if not gzipped:
+            yield f
+            return
         try:
             with gzip.GzipFile(fileobj=f, mode="rb") as stream:
-                return _read_declared(stream, path, max_size, None)
+                yield stream
         except (EOFError, gzip.BadGzipFile, zlib.error) as err:
             # EOFError: cut short; BadGzipFile: bad header or CRC; zlib.error: bad stream.
-            raise DataError(
-                f"{path}: corrupt or truncated gzip file ({err}); "
-                "delete it and download or copy it again"
-            ) from err
+            raise DataError(f"{path}: corrupt or truncated gzip file ({err}); delete it and download or copy it "
+                            f"again") from err
 
 
 def _read_declared(stream: BinaryIO, path: Path, max_size: int | None, file_size: int | None) -> bytes:

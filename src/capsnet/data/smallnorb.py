@@ -17,11 +17,9 @@ the size the header declares and refuses a wrong magic, rank or size by name.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 import os
-import zlib
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -29,7 +27,7 @@ import numpy as np
 import torch
 
 from .download import download_file
-from .idx import DataError
+from .idx import DataError, open_maybe_gzipped
 from .sets import Dataset, resolve_root
 
 __all__ = ["SMALLNORB_CLASSES", "SMALLNORB_MIRRORS", "SMALLNORB_FILES", "read_norb", "write_norb", "load_smallnorb"]
@@ -94,7 +92,7 @@ def read_norb(path: str | os.PathLike, *, max_size: int | None = None) -> np.nda
     a file shorter or longer than its header says is a ``DataError``.
     """
     path = Path(path)
-    with _open(path) as f:
+    with open_maybe_gzipped(path) as f:
         head = f.read(8 + 16)
         dtype, shape, n_head = _header(head, str(path))
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -128,33 +126,9 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
-class _open:
-    """``open(path, "rb")``, through gzip where the file starts with gzip's magic bytes (whatever its name says);
-    a cut-short or damaged gzip stream read inside it is a DataError saying so, not a raw EOFError or zlib.error."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self):
-        self.file = open(self.path, "rb")
-        gzipped = self.file.read(2) == b"\x1f\x8b"
-        self.file.seek(0)
-        self.stream = gzip.GzipFile(fileobj=self.file, mode="rb") if gzipped else self.file
-        return self.stream
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if self.stream is not self.file:
-            self.stream.close()
-        self.file.close()
-        if isinstance(error, (EOFError, gzip.BadGzipFile, zlib.error)):  # cut short; bad header or CRC; bad stream
-            raise DataError(f"{self.path}: corrupt or truncated gzip file ({error}); delete it and download or copy "
-                            f"it again") from error
-        return False
-
-
 def _content_md5(path: Path) -> str:
     h = hashlib.md5(usedforsecurity=False)
-    with _open(path) as f:
+    with open_maybe_gzipped(path) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
