@@ -144,9 +144,9 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
 
 def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
     """A run directory becomes its ``best`` (or ``last``) checkpoint file; ``pretrained:NAME`` a shipped model's."""
-    if isinstance(path, str) and path.startswith("pretrained:"):
-        from . import pretrained
+    from . import pretrained
 
+    if pretrained.is_shipped(path):
         try:
             return pretrained.path(path)
         except ValueError as e:

@@ -25,7 +25,7 @@ from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec
-from .runtime import AMP_MODES, COMPILE_MODES, resolve_device
+from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, TrainConfig
 
 __all__ = ["main", "build_parser"]
@@ -59,8 +59,6 @@ def _number(kind: type, *, minimum: float, strict: bool = False):
 def _device(text: str) -> str:
     """An argparse type: auto, or a device name torch knows (cpu, cuda, cuda:1, mps, ...); kept as typed."""
     if text != "auto":
-        from .runtime import parse_device
-
         try:
             parse_device(text)
         except ValueError as e:
@@ -605,7 +603,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress)
     print(done.format())
-    shipped = str(args.checkpoint).startswith("pretrained:")  # never write into the installed package
+    from . import pretrained
+
+    shipped = pretrained.is_shipped(args.checkpoint)  # never write into the installed package
     out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
         else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
     atomic_write_text(out, json.dumps(done.report(), indent=2))
@@ -763,7 +763,7 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     if viewer.checkpoint is None:
         print("the weights are UNTRAINED (random), so predictions and reconstructions mean nothing; pass "
               "--checkpoint RUN_DIR from `capsnet train`, or leave both out for the shipped model", file=sys.stderr)
-    shown = checkpoint if str(checkpoint).startswith("pretrained:") else viewer.checkpoint or "untrained CapsNet"
+    shown = checkpoint if pretrained.is_shipped(checkpoint) else viewer.checkpoint or "untrained CapsNet"
     print(f"capsnet viewer: {shown} on {viewer.dataset} test images", flush=True)
     print(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/  (Ctrl-C stops)", flush=True)
     try:

@@ -452,7 +452,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if format == "onnx":
         _require_onnx()  # before loading and tracing: a missing package is said at once
     checkpoint: Checkpoint | None = None
-    shipped = isinstance(source, str) and source.startswith("pretrained:")
+    from . import pretrained
+
+    shipped = pretrained.is_shipped(source)
     if isinstance(source, (str, os.PathLike)):
         from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
 

@@ -16,7 +16,7 @@ def parse_device(device: str | torch.device) -> torch.device:
     """``torch.device(device)``, a name torch does not know being a ValueError that lists the usual ones."""
     try:
         return torch.device(device)
-    except (RuntimeError, TypeError) as e:
+    except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N (or another device type torch "
                          f"knows, such as mps)") from None
 

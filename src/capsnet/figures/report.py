@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from ..checkpoint import CheckpointError
-from ..pretrained import PREFIX
+from .. import pretrained
+from ..checkpoint import CheckpointError, load_checkpoint
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
@@ -33,8 +33,8 @@ class FiguresWritten:
 def _default_out(checkpoint: str | os.PathLike, ckpt) -> Path:
     """Where the figures go without --out: RUN_DIR/figures, or figures-NAME in the working folder for a shipped
     model (never into the installed package)."""
-    if str(checkpoint).startswith(PREFIX):
-        return Path(f"figures-{str(checkpoint)[len(PREFIX):]}")
+    if pretrained.is_shipped(checkpoint):
+        return Path(f"figures-{checkpoint[len(pretrained.PREFIX):]}")
     first = Path(ckpt.path if ckpt is not None and ckpt.path is not None else checkpoint)
     return (first if first.is_dir() else first.parent) / "figures"
 
@@ -61,12 +61,9 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
     needed = "train_g_loss" if kind == "synthesis" else "train_loss"
     run_dirs, records = [], []
     for run in checkpoints:
-        if str(run).startswith(PREFIX):  # a shipped model: its history travels in the checkpoint
-            from .. import pretrained
-            from ..checkpoint import load_checkpoint
-
-            history = load_checkpoint(pretrained.path(str(run))).state.get("history") or []
-            run_dir = Path(str(run))  # its name, for the legend
+        if pretrained.is_shipped(run):  # a shipped model: its history travels in the checkpoint
+            history = load_checkpoint(pretrained.path(run)).state.get("history") or []
+            run_dir = Path(run)  # its name, for the legend
         else:
             path = Path(run)
             if not path.exists():

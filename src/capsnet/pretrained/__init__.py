@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DIR", "DEFAULT", "PREFIX", "names", "path", "card", "pack"]
+__all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "card", "pack"]
 
 DIR = Path(__file__).resolve().parent
 DEFAULT = "capsnet-mnist-small"
 PREFIX = "pretrained:"
+
+
+def is_shipped(source: object) -> bool:
+    """Whether a checkpoint argument names a shipped model (``pretrained:NAME``): loaded from the package, and
+    nothing derived from it (a report, an export, figures) may be written beside it."""
+    return isinstance(source, str) and source.startswith(PREFIX)
 
 
 def names() -> list[str]:

@@ -292,6 +292,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     """
     from ..data.tasks import FOLDER_PREFIX, load_test, task
     from ..evaluate import load_model
+    from .. import pretrained
     from ..models import MODELS
     from .segmentation import SEGMENTATION_TEST_SIZE, SegmentationViewer
 
@@ -311,7 +312,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
                               f"model or a segmentation model")
-        shipped = isinstance(checkpoint, str) and checkpoint.startswith("pretrained:")
+        shipped = pretrained.is_shipped(checkpoint)
         name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
         what, checkpoint = ckpt.model_name, ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
