@@ -549,6 +549,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     train_model = compile_model(model if launch is None else
                                 _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
     amp = autocast(dev, cfg.amp)
+    # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
+    whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
@@ -566,7 +568,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             weight, own, whole = 1.0, len(y), contextlib.nullcontext()
             if launch is not None:  # this rank's slice of the global batch, its mean loss weighted by its share
-                if spec.kind == "segmentation":  # the weighted cross-entropy weighs as the whole batch does
+                if whole_batch_weight:  # the weighted cross-entropy weighs as the whole batch does
                     whole = batch_foreground_weight(y)
                 lo, hi = shard(len(y), rank, W)
                 weight, own = share_weight(lo, hi, len(y), W), hi - lo
