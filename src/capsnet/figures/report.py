@@ -30,12 +30,12 @@ class FiguresWritten:
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
 
 
-def _default_out(checkpoint: str | os.PathLike, ckpt) -> Path:
+def _default_out(checkpoint: str | os.PathLike) -> Path:
     """Where the figures go without --out: RUN_DIR/figures, or figures-NAME in the working folder for a shipped
     model (never into the installed package)."""
     if pretrained.is_shipped(checkpoint):
         return Path(f"figures-{checkpoint[len(pretrained.PREFIX):]}")
-    first = Path(ckpt.path if ckpt is not None and ckpt.path is not None else checkpoint)
+    first = Path(checkpoint)
     return (first if first.is_dir() else first.parent) / "figures"
 
 
@@ -106,19 +106,18 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
     model.eval()
+    out = Path(out) if out else _default_out(checkpoints[0])
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
                               "capsules")
-        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), source=checkpoints[0], out=out,
-                                dataset=dataset, root=root,
+        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), out=out, dataset=dataset, root=root,
                                 indices=indices, fmt=fmt, dpi=dpi, progress=progress)
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
                               "capsules")
-        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), source=checkpoints[0], out=out,
-                                   dataset=dataset, root=root,
+        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), out=out, dataset=dataset, root=root,
                                    indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
@@ -126,7 +125,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
                           f"or another capsule model")
     runs = _runs(checkpoints)
-    done = FiguresWritten(Path(out) if out else _default_out(checkpoints[0], None))
+    done = FiguresWritten(out)
 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
@@ -210,11 +209,11 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
 WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the first this many test images
 
 
-def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, source, out, dataset, root, indices,
+def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out: Path, dataset, root, indices,
                         worst: int, fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A segmentation run's figures: segmentations (and _ood) of the chosen test images, the ``worst`` of the first
     ``WORST_POOL`` by Dice, SegCaps' capsule maps per chosen image, the training curves."""
-    done = FiguresWritten(Path(out) if out else _default_out(source, ckpt))
+    done = FiguresWritten(out)
     name = dataset or ckpt.train_config.get("dataset", "mnist-segmentation")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(max(chosen) + 1, WORST_POOL if worst else 0), root=root, progress=progress)
@@ -266,13 +265,13 @@ SAMPLE_SEEDS = (0, 1, 2, 3)  # synthesis: the noise seeds of the samples figure
 INTERPOLATION_STEPS = 8
 
 
-def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, source, out, dataset, root, indices,
+def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out: Path, dataset, root, indices,
                      fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A synthesis run's figures: samples and interpolation of the chosen test label maps (default: the first 8),
     the generator's capsule maps per chosen label map (CapsPix2pix), the GAN's training curves."""
     from ..synthesis import generate
 
-    done = FiguresWritten(Path(out) if out else _default_out(source, ckpt))
+    done = FiguresWritten(out)
     name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
