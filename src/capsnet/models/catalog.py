@@ -107,11 +107,9 @@ def describe(name: str) -> dict[str, Any]:
     spec = model_spec(name)
     notes = field_notes(spec.config)
     config = spec.config()
-    fields = [{"name": f.name, "type": str(f.type), "default": getattr(config, f.name), "note": notes.get(f.name, "")}
+    defaults = config.to_dict()  # as JSON values: a tuple as a list
+    fields = [{"name": f.name, "type": str(f.type), "default": defaults[f.name], "note": notes.get(f.name, "")}
               for f in dataclasses.fields(config)]
-    for f in fields:
-        if isinstance(f["default"], tuple):
-            f["default"] = list(f["default"])
     return _row(name) | {"summary": _summary(spec.config), "fields": fields,
                          "pretrained": [p["name"] for p in shipped() if p["model"] == name]}
 
