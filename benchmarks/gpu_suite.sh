@@ -9,17 +9,12 @@
 # sitting continues with the rest, and the training runs of a step that was cut short resume from their own last
 # checkpoint (`capsnet train --resume`; the experiments resume their runs themselves) where it is still on disk.
 #
-# GPU time: each step's figure below is an ESTIMATE (nothing here has run on a GPU yet), from the sizes and these
-# assumptions: a compiled bf16 CapsNet trains about 40,000 MNIST images/s at batch 128-256 and an eager bf16 one about
-# 15,000 (the issue's figures for a model of the same maths; capsnet's own are what bench-eager and bench-compiled
-# measure), 36x36 and 40x40 inputs cost about 2.5x and 3x a 28x28 one, and each torch.compile of a new graph takes
-# about a minute. In all about 28 minutes; re-derive the budgets from the speed table after the first sitting.
-# Where one command may run for 10 minutes at most, run it in sittings with --only (bf16-parity reads fast-seed0), e.g.
-#   1. --only env,cuda-tests,bench-eager                    (about 4.5 min)
-#   2. --only bench-compiled                                (about 4.5 min)
-#   3. --only fast-preset,bf16-parity                       (about 7.5 min)
-#   4. --only paper-mnist                                   (about 6 min)
-#   5. --only multimnist,affine,less-data,routing-family,segmentation,synthesis   (about 6 min)
+# GPU time: each step's figure below is what it took on one H100 on 2026-11-25 (benchmarks/results/gpu-h100-2026-11-25,
+# torch 2.11), rounded up, with the sizes of that sitting (the compiled rows then had no reduce-overhead set, the
+# preset was batch 256 compiled "default"). In all about 17 minutes. Where one command may run for 10 minutes at
+# most, run it in two sittings (the second skips what the first finished, and resumes a cut-short training run):
+#   1. --only env,cuda-tests,bench-eager,bench-compiled,fast-preset,bf16-parity   (about 9 min)
+#   2. (the rest)                                                                  (about 9 min)
 set -euo pipefail
 
 usage() {
@@ -100,6 +95,7 @@ if ((TINY)); then
     BENCH_EAGER=(--batch-size 2 --routing-iterations 1 --dtype fp32 bf16 --repeats 1)
     BENCH_COMPILED=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
     BENCH_COMPILED_FP32=()
+    BENCH_COMPILED_GRAPHS=()
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-2}
     MULTI_EPOCHS=${MULTI_EPOCHS:-1} AFFINE_EPOCHS=${AFFINE_EPOCHS:-1} LESS_STEPS=${LESS_STEPS:-2}
@@ -116,9 +112,13 @@ else
     BENCH_EAGER=(--batch-size 32 128 512 --routing-iterations 1 3 5 --dtype fp32 bf16 --repeats 5)
     BENCH_COMPILED=(--batch-size 128 512 --routing-iterations 3 --dtype bf16 --repeats 5 --compile default)
     BENCH_COMPILED_FP32=(--batch-size 128 --routing-iterations 3 --dtype fp32 --repeats 5 --compile default)
-    COMPILE=default
+    # CUDA graphs: at batch 128 the "default" compiled step waits on kernel launches (H100, 2026-11-25: 21,000 vs
+    # 31,000 images/s); the preset's mode, so its runs and their resumes use it too
+    BENCH_COMPILED_GRAPHS=(--batch-size 128 256 512 --routing-iterations 3 --dtype bf16 --repeats 5
+                           --compile reduce-overhead)
+    COMPILE=reduce-overhead
     SEEDS="0 1 2"
-    PAPER_EPOCHS=${PAPER_EPOCHS:-40}  # about 60 s of training a seed at 40,000 images/s; 10 minutes is ~400 epochs
+    PAPER_EPOCHS=${PAPER_EPOCHS:-100}  # ~95 s of training a seed at 64,000 images/s; 10 minutes is ~600 epochs
     MULTI_EPOCHS=${MULTI_EPOCHS:-10} AFFINE_EPOCHS=${AFFINE_EPOCHS:-5} LESS_STEPS=${LESS_STEPS:-1000}
     TRAIN_SMALL=()
     FAST_EPOCHS=()  # the preset's 25
@@ -195,15 +195,15 @@ fi
 
 # ------------------------------------------------------------------------------------------ steps
 
-# What the results depend on: commit, torch, CUDA devices (capsnet.bench.environment). ~0.1 min.
-if step env 0.1; then
+# What the results depend on: commit, torch, CUDA devices (capsnet.bench.environment). ~0.2 min.
+if step env 0.2; then
     run "$PY" benchmarks/gpu_suite.py environment --device "$DEVICE" --out "$OUT/environment.json"
     if command -v nvidia-smi >/dev/null; then run nvidia-smi; fi
     finish
 fi
 
-# The CUDA checks (tests marked requires_cuda; CI leaves them out). ~1.5 min.
-if step cuda-tests 1.5; then
+# The CUDA checks (tests marked requires_cuda; CI leaves them out). ~0.5 min.
+if step cuda-tests 0.5; then
     if [[ $DEVICE == cpu ]]; then
         skip "the requires_cuda tests need a CUDA device (--device cpu)"
     else
@@ -213,27 +213,30 @@ if step cuda-tests 1.5; then
 fi
 
 # The speed table, eager: batch 32/128/512 x routing rounds 1/3/5 x fp32/bf16 (18 row sets: capsnet, the tutorial
-# baseline and the conv floor, training and inference), 5 timed steps each. ~3 min.
-if step bench-eager 3; then
+# baseline and the conv floor, training and inference), 5 timed steps each. ~0.7 min.
+if step bench-eager 0.7; then
     run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_EAGER[@]}" --json "$OUT/bench/eager.json"
     finish
 fi
 
 # The speed table, compiled (one torch.compile per row set and mode, about a minute each, hence fewer rows): the
-# paper's 3 rounds, bf16 at batch 128 and 512, fp32 at 128; the baseline, eager, is in bench-eager. ~4.5 min.
-if step bench-compiled 4.5; then
+# paper's 3 rounds, bf16 at batch 128 and 512, fp32 at 128; the baseline, eager, is in bench-eager; then
+# the preset's CUDA graphs (reduce-overhead) at batch 128/256/512. ~3 min.
+if step bench-compiled 3; then
     run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED[@]}" --baseline '' \
         --json "$OUT/bench/compiled.json"
     if ((${#BENCH_COMPILED_FP32[@]})); then
         run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED_FP32[@]}" --baseline '' \
             --json "$OUT/bench/compiled-fp32.json"
+        run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED_GRAPHS[@]}" --baseline '' \
+            --json "$OUT/bench/compiled-graphs.json"
     fi
     finish
 fi
 
 # The 20-second preset, 3 seeds (target: <= 0.33% final test error after <= 20 s of training). Each: 25 epochs at
-# ~40,000 images/s = ~40 s, plus ~1 min of compiling. ~5 min.
-if step fast-preset 5; then
+# ~64,000 images/s (H100, 2026-11-25) = ~23 s, plus ~5 s of compiling and the start. ~2.5 min.
+if step fast-preset 2.5; then
     for seed in $SEEDS; do
         train "$OUT/runs/fast-seed$seed" --preset fast --seed "$seed" --compile "$COMPILE" "${FAST_EPOCHS[@]}" \
             "${TRAIN_SMALL[@]}"
@@ -241,16 +244,17 @@ if step fast-preset 5; then
     finish
 fi
 
-# bf16 costs no accuracy: the preset in fp32 on seed 0, against fast-seed0 (target: within 0.05 points). ~2.5 min.
-if step bf16-parity 2.5; then
+# bf16 costs no accuracy: the preset in fp32 on seed 0, against fast-seed0 (target: within 0.05 points). ~1 min.
+if step bf16-parity 1; then
     train "$OUT/runs/fast-fp32-seed0" --preset fast --amp none --seed 0 --compile "$COMPILE" "${FAST_EPOCHS[@]}" \
         "${TRAIN_SMALL[@]}"
     finish
 fi
 
 # The paper's MNIST figure (<= 0.25%, Sabour et al. 2017, Table 1) within 10 minutes: the preset's recipe for
-# PAPER_EPOCHS epochs, evaluated (and checkpointed) 10 times, 3 seeds. ~2 min a seed at 40 epochs: ~6 min.
-if step paper-mnist 6; then
+# PAPER_EPOCHS epochs, evaluated (and checkpointed) 10 times, 3 seeds. At 40 epochs of the first preset (batch 256,
+# "default" compile) it gave 0.36% in ~55 s a seed; 100 of this one take ~1.8 min a seed: ~5.5 min.
+if step paper-mnist 5.5; then
     for seed in $SEEDS; do
         train "$OUT/runs/paper-e$PAPER_EPOCHS-seed$seed" --preset fast --epochs "$PAPER_EPOCHS" \
             --eval-every $(((PAPER_EPOCHS + 9) / 10)) --seed "$seed" --compile "$COMPILE" "${TRAIN_SMALL[@]}"
@@ -260,8 +264,8 @@ fi
 
 # The paper's other experiments, CapsNet against the CNN baseline, eager bf16 (short runs: compiling each would cost
 # as much as it saves). Their run directories resume themselves when started again.
-# MultiMNIST (section 6; paper: 5.2% vs 8.1%): 60,000 pairs an epoch, CapsNet ~6,000 pairs/s. ~2.5 min at 10 epochs.
-if step multimnist 2.5; then
+# MultiMNIST (section 6; paper: 5.2% vs 8.1%): 60,000 pairs an epoch, CapsNet ~6,000 pairs/s. ~2 min at 10 epochs.
+if step multimnist 2; then
     run "$PY" -m capsnet experiment multimnist --out "$OUT/experiments/multimnist" --epochs "$MULTI_EPOCHS" --amp bf16 \
         "${EXPERIMENT_SMALL[@]}" "${COMMON[@]}"
     finish
@@ -276,15 +280,15 @@ if step affine 1.5; then
 fi
 
 # Less data: 500 ... 60,000 training digits, every run LESS_STEPS steps of batch 128, both models (10 runs).
-# ~2 min at 1,000 steps.
-if step less-data 2; then
+# ~2.2 min at 1,000 steps.
+if step less-data 2.2; then
     run "$PY" -m capsnet experiment less-data --out "$OUT/experiments/less-data" --steps "$LESS_STEPS" --amp bf16 \
         "${LESS_SMALL[@]}" "${COMMON[@]}"
     finish
 fi
 
 # The other families' rows: the routing family, SegCaps beside the U-Net, CapsPix2pix beside pix2pix, each script
-# on --device (a script without the flag would time the CPU: on a GPU it is skipped with that message). ~0.5 min
+# on --device (a script without the flag would time the CPU: on a GPU it is skipped with that message). ~0.3 min
 # each on a GPU.
 for family in routing-family segmentation synthesis; do
     script=benchmarks/${family/-/_}.py
@@ -293,7 +297,7 @@ for family in routing-family segmentation synthesis; do
         segmentation) sizes=("${SEGMENTATION[@]}") ;;
         synthesis) sizes=("${SYNTHESIS[@]}") ;;
     esac
-    if step "$family" 0.5; then
+    if step "$family" 0.3; then
         if has_device_flag "$script"; then
             run "$PY" "$script" --device "$DEVICE" "${sizes[@]}" --json "$OUT/families/$family.json"
             finish

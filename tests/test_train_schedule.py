@@ -127,14 +127,14 @@ def fit_calls(monkeypatch):
     return calls
 
 
-FAST = TrainConfig(dataset="mnist", epochs=25, batch_size=256, lr=2e-3, lr_schedule="linear", warmup_steps=235,
+FAST = TrainConfig(dataset="mnist", epochs=25, batch_size=512, lr=4e-3, lr_schedule="linear", warmup_steps=235,
                    amp="bf16", val_size=0, eval_every=25)
 
 
 def test_preset_fast_builds_its_recipe(tmp_path, fit_calls):
     assert cli.main(["train", "--preset", "fast", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (model_cfg, cfg, kw), = fit_calls
-    assert cfg == FAST and kw["compile"] == "default"
+    assert cfg == FAST and kw["compile"] == "reduce-overhead"
     assert model_cfg == CapsNetConfig()  # the paper's CapsNet
 
 
