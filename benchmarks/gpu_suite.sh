@@ -207,7 +207,11 @@ if step cuda-tests 0.5; then
     if [[ $DEVICE == cpu ]]; then
         skip "the requires_cuda tests need a CUDA device (--device cpu)"
     else
-        run "$PY" -m pytest -m requires_cuda -p no:cacheprovider -q -rs --junitxml "$OUT/cuda-tests.xml" tests
+        # the tests that read real data find it in --data-dir (else beside the checkout, ../shared/data)
+        test_env=()
+        if [[ -n $DATA_DIR ]]; then test_env=(CAPSNET_TEST_DATA="$DATA_DIR"); fi
+        run env "${test_env[@]}" "$PY" -m pytest -m requires_cuda -p no:cacheprovider -q -rs \
+            --junitxml "$OUT/cuda-tests.xml" tests
         finish
     fi
 fi

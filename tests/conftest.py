@@ -1,6 +1,7 @@
 """Shared fixtures: the offline copy of the real data sets, and one small trained CapsNet for the whole run."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,11 @@ TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128
 
 @pytest.fixture(scope="session")
 def data_root() -> Path:
-    """../shared/data next to the repository: real MNIST and Fashion-MNIST IDX files."""
-    root = (Path(__file__).parents[1].parent / "shared" / "data").resolve()
+    """../shared/data next to the repository, or $CAPSNET_TEST_DATA: real MNIST and Fashion-MNIST IDX files."""
+    given = os.environ.get("CAPSNET_TEST_DATA")
+    root = (Path(given) if given else Path(__file__).parents[1].parent / "shared" / "data").resolve()
     if not (root / "mnist").is_dir():
-        pytest.skip(f"real data sets not found at {root}")
+        pytest.skip(f"real data sets not found at {root} (set CAPSNET_TEST_DATA to the folder holding mnist/)")
     return root
 
 

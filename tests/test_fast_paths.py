@@ -253,6 +253,21 @@ def test_a_cpu_run_resumes_fused_on_cuda(tmp_path):
     assert final["epoch"] == 2 and 0.0 <= final["test_accuracy"] <= 1.0
 
 
+@pytest.mark.requires_cuda
+def test_cuda_graphs_train_as_the_default_compile_does(tmp_path):
+    # --preset fast compiles with mode="reduce-overhead" (CUDA graphs): the same arithmetic, replayed. A graph's
+    # outputs are overwritten by its next replay, so a loop that kept one (a loss summed on the device without a
+    # copy) would log a wrong figure: the two runs' logged losses and final weights must agree.
+    cfg = dataclasses.replace(CFG, amp="bf16", epochs=1)
+    a = fit(TINY, cfg, tmp_path / "a", device="cuda", progress=False, compile="default")
+    b = fit(TINY, cfg, tmp_path / "b", device="cuda", progress=False, compile="reduce-overhead")
+    assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+    assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-3)
+    wa, wb = (load_checkpoint(tmp_path / r, "last").model_state for r in ("a", "b"))
+    for k in wa:
+        torch.testing.assert_close(wb[k].float(), wa[k].float(), rtol=1e-3, atol=1e-4)
+
+
 def test_margin_loss_can_skip_its_range_check():
     lengths = torch.full((2, 10), 0.5)
     with pytest.raises(ValueError, match="class indices must lie in"):
