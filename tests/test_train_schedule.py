@@ -55,6 +55,16 @@ def test_exponential_default_is_unchanged():
         assert lr_at(step, cfg, total_steps=50) == lr_at(step, cfg)  # the run's length does not enter it
 
 
+def test_exponential_schedule_with_a_warmup_by_hand():
+    # a ramp (step + 1) / W up to the authors' decaying rate, then that rate alone
+    cfg = TrainConfig(lr=1e-3, lr_decay=0.5, lr_decay_steps=4, warmup_steps=4)
+    for step, expected in ((0, 1e-3 * 0.5 ** 0 / 4), (1, 1e-3 * 0.5 ** 0.25 * 2 / 4), (3, 1e-3 * 0.5 ** 0.75),
+                           (4, 1e-3 * 0.5), (8, 1e-3 * 0.25)):
+        assert lr_at(step, cfg) == pytest.approx(expected, rel=1e-12)
+    # a run shorter than the warm-up ends on its ramp, refused by nothing
+    assert lr_at(1, cfg, total_steps=2) == lr_at(1, cfg)
+
+
 def test_linear_schedule_needs_the_run_length_and_a_shorter_warmup():
     with pytest.raises(ValueError, match="total_steps"):
         lr_at(0, LINEAR)
@@ -66,7 +76,6 @@ def test_linear_schedule_needs_the_run_length_and_a_shorter_warmup():
 @pytest.mark.parametrize("fields, fragment", [
     ({"lr_schedule": "cosine"}, "unknown lr_schedule 'cosine'; valid values are exponential, linear"),
     ({"lr_schedule": "linear", "warmup_steps": -1}, "warmup_steps must be >= 0, got -1"),
-    ({"warmup_steps": 10}, "warmup_steps (10) applies to lr_schedule 'linear', not 'exponential'"),
     ({"lr_schedule": "linear", "warmup_steps": "10"}, "TrainConfig.warmup_steps must be an integer"),
 ])
 def test_bad_schedule_fields_are_refused_by_name(fields, fragment):
@@ -138,6 +147,17 @@ def test_preset_fast_builds_its_recipe(tmp_path, fit_calls):
     assert model_cfg == CapsNetConfig()  # the paper's CapsNet
 
 
+def test_the_baseline_warms_up_unless_told_otherwise(tmp_path, fit_calls):
+    assert cli.main(["train", "--model", "baseline", "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert fit_calls[-1][1] == TrainConfig(warmup_steps=200)  # its ModelSpec.train_defaults, on the authors' decay
+    assert cli.main(["train", "--model", "baseline", "--warmup-steps", "0", "--out", str(tmp_path / "b"),
+                     "--no-progress"]) == 0
+    assert fit_calls[-1][1] == TrainConfig()
+    # any model may ask for a warm-up on the exponential schedule
+    assert cli.main(["train", "--warmup-steps", "5", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert fit_calls[-1][1] == TrainConfig(warmup_steps=5)
+
+
 def test_without_preset_nothing_changes(tmp_path, fit_calls):
     assert cli.main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (model_cfg, cfg, kw), = fit_calls
@@ -164,7 +184,6 @@ def test_typed_flags_override_the_preset(tmp_path, fit_calls):
     (["--preset", "fast", "--lr-decay", "0.9"], "--lr-decay does not apply to --lr-schedule linear (set by --preset "
                                                 "fast)"),
     (["--lr-schedule", "linear", "--lr-decay-steps", "10"], "--lr-decay-steps does not apply to --lr-schedule linear"),
-    (["--warmup-steps", "5"], "--warmup-steps does not apply to --lr-schedule exponential"),
     (["--preset", "fast", "--resume"], "--preset fast sets up a new run; --resume continues with the run's own "
                                        "settings: leave --preset out"),
     (["--preset", "slow"], "argument --preset: invalid choice: 'slow'"),

@@ -223,8 +223,10 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "--lr-decay-steps (authors' code); linear: up from --lr / --warmup-steps to --lr over --warmup-steps, "
                 "then straight down to 0 at the run's last step (a --resume with a larger --epochs stretches the "
                 "decay)", choices=LR_SCHEDULES)
-    _field_flag(t, "--warmup-steps", TrainConfig, "warmup_steps", "--lr-schedule linear: optimizer steps of the "
-                "warm-up (0: start at --lr); fewer than the run's steps", type=_nonneg_int)
+    _field_flag(t, "--warmup-steps", TrainConfig, "warmup_steps", "optimizer steps of a linear warm-up from --lr / "
+                "--warmup-steps up to the schedule's rate (0: start at --lr; default 0, 200 for --model baseline, "
+                "whose first dense layer a full-rate start can kill); --lr-schedule linear: fewer than the run's steps",
+                type=_nonneg_int)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
                 "turns it off)", type=_nonneg_float)
     _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off; "
@@ -439,8 +441,11 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------------ handlers
 
 
-def _train_config(typed: dict[str, Any], kind: str) -> TrainConfig:
-    """The training settings typed, over the defaults (a GAN's learning rate for synthesis models)."""
+def _train_config(typed: dict[str, Any], kind: str, model: str | None = None) -> TrainConfig:
+    """The training settings typed, over the defaults: a GAN's learning rate for synthesis models, and ``model``'s
+    own (``ModelSpec.train_defaults``)."""
+    if model is not None:
+        typed = dict(model_spec(model).train_defaults) | typed
     if kind == "synthesis":
         from .gan import GAN_LR
 
@@ -464,8 +469,7 @@ def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:
 def _check_schedule_flags(args: argparse.Namespace, typed: dict[str, Any], preset_fields: list[str]) -> None:
     """Refuse flags of the learning-rate schedule that a new run's schedule would ignore."""
     schedule = typed.get("lr_schedule", TrainConfig.lr_schedule)
-    unused = [_flag(f) for f in (("lr_decay", "lr_decay_steps") if schedule == "linear" else ("warmup_steps",))
-              if f in typed]
+    unused = [_flag(f) for f in (("lr_decay", "lr_decay_steps") if schedule == "linear" else ()) if f in typed]
     if unused:
         how = f" (set by --preset {args.preset})" if "lr_schedule" in preset_fields else ""
         args.parser.error(f"{_listed(unused, 'does', 'do')} not apply to --lr-schedule {schedule}{how}")
@@ -531,7 +535,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
         model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
-        train_cfg = _train_config(train_changes, kind)
+        train_cfg = _train_config(train_changes, kind, chosen)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:

@@ -108,8 +108,9 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
     each model (default ``ROUTING_MODELS``) runs with its ``RECIPES`` entry on
     each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
-    (default ``train.seed``); a field named in ``typed`` (settings the user gave,
-    such as ``lr``) keeps ``train``'s value for every model.
+    (default ``train.seed``). Every model gets its ``ModelSpec.train_defaults``
+    (the CNN baseline's warm-up); a field named in ``typed`` (settings the user
+    gave, such as ``lr``) keeps ``train``'s value for every model.
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
@@ -122,6 +123,10 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     out = Path(out)
     given = dict(configs or {})
 
+    def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
+        mine = {**model_spec(m).train_defaults, **(RECIPES.get(m, {}) if name == "routing" else {})}
+        return {k: v for k, v in mine.items() if k not in typed}
+
     def sized(m: str, dataset: str) -> Any:
         return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset))
 
@@ -130,7 +135,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
         if wrong:
             raise ValueError(f"the synthesis experiment needs synthesis models; {', '.join(wrong)} "
                              f"{'is' if len(wrong) == 1 else 'are'} not")
-        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d), out / d / m)
+        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)), out / d / m)
                 for d in (datasets or EXPERIMENTS[name]) for m in models]
 
     if name == "routing":
@@ -138,10 +143,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
             raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
-        def recipe(m: str) -> dict[str, Any]:
-            return {k: v for k, v in RECIPES.get(m, {}).items() if k not in typed}
-
-        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **recipe(m)),
+        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **own(m)),
                     out / d / f"{m}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     dataset = EXPERIMENTS[name][0]
@@ -154,7 +156,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     runs = []
     if name != "less-data":
         for m in models:
-            runs.append(Run(name, m, dataset, base.seed, configs[m], base, out / m))
+            runs.append(Run(name, m, dataset, base.seed, configs[m], replace(base, **own(m)), out / m))
         return runs
     bad = [s for s in sizes if not 1 <= s <= 60000]
     if bad or not sizes:
@@ -164,7 +166,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
         cfg = replace(base, train_size=0 if size == 60000 else size, epochs=epochs,
                       eval_every=max(1, epochs // 10))  # about ten evaluations a run, the last one reported
         for m in models:
-            runs.append(Run(name, m, dataset, cfg.seed, configs[m], cfg, out / f"{m}-{size}"))
+            runs.append(Run(name, m, dataset, cfg.seed, configs[m], replace(cfg, **own(m)), out / f"{m}-{size}"))
     return runs
 
 

@@ -61,7 +61,7 @@ class TrainConfig(JsonConfig):
     lr_decay: float = 0.96  # Sabour et al.'s code: x0.96 ...
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     lr_schedule: str = "exponential"  # or "linear": warm-up, then down to 0 at the run's end (lr_decay* unused)
-    warmup_steps: int = 0  # linear schedule: steps of the ramp from lr / warmup_steps up to lr (0: start at lr)
+    warmup_steps: int = 0  # steps of a linear ramp from lr / warmup_steps up to the schedule's rate (0: none)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
     shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
     augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase recipe
@@ -89,9 +89,6 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid values are {', '.join(LR_SCHEDULES)}")
-        if self.warmup_steps and self.lr_schedule != "linear":
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) applies to lr_schedule 'linear', not "
-                             f"{self.lr_schedule!r}; set lr_schedule='linear' or warmup_steps=0")
         if self.recon_weight < 0:
             raise ValueError(f"recon_weight must be >= 0, got {self.recon_weight}")
         if self.augment not in AUGMENTATIONS:
@@ -103,7 +100,8 @@ class TrainConfig(JsonConfig):
 def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
     """Learning rate after ``step`` optimizer steps, for the step that follows.
 
-    ``"exponential"`` (the authors' code): lr * lr_decay^(step / lr_decay_steps).
+    ``"exponential"`` (the authors' code): lr * lr_decay^(step / lr_decay_steps), times (step + 1) / W while
+    step < W = ``warmup_steps`` (a ramp up to the decaying rate; none when W is 0; a run shorter than W ends on it).
     ``"linear"``, with W = ``warmup_steps`` and T = ``total_steps``, the run's
     steps: lr * (step + 1) / W while step < W (the first step at lr / W, the
     W-th at lr), then lr * (T - step) / (T - W), which reaches 0 at step T,
@@ -111,7 +109,8 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
     epochs has a larger T: the decay is stretched over the new total.
     """
     if cfg.lr_schedule == "exponential":
-        return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps)
+        ramp = (step + 1) / cfg.warmup_steps if step < cfg.warmup_steps else 1.0
+        return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps) * ramp
     if total_steps is None:
         raise ValueError("lr_schedule 'linear' decays to 0 at the run's end: lr_at needs the run's total_steps")
     W, T = cfg.warmup_steps, total_steps

@@ -7,7 +7,8 @@ adding a model is one file (config, module, loss), its test and one line below.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
@@ -48,6 +49,8 @@ class ModelSpec(NamedTuple):
     # (B, C_in, H, W) to images (B, C_out, H, W), its loss (model, labels, images, z) -> (d_loss, g_loss, parts)
     kind: str = "classification"
     paper: str = ""  # where the model comes from, for `capsnet models` and tables
+    # training settings (TrainConfig fields) this model gets unless typed, by `capsnet train` and the experiments
+    train_defaults: Mapping[str, Any] = MappingProxyType({})
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -56,8 +59,11 @@ MODELS: dict[str, ModelSpec] = {
                                  paper="Sabour et al. 2017, section 7"),
     "capsnet-svhn": ModelSpec(CapsNetSvhnConfig, CapsNet, capsnet_loss, "CapsNet (SVHN)",
                               paper="Sabour et al. 2017, section 7"),
+    # a warm-up: at full rate, Adam's first steps move every weight of the first dense layer (fan-in 128*H*W: 100k at
+    # 28x28, 205k at 40x40) by lr at once, which can kill its ReLUs for good (docs/results.md, "The CNN baseline on
+    # larger inputs": at chance for whole runs on 36x36 and 40x40)
     "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline",
-                          paper="Sabour et al. 2017, section 5"),
+                          paper="Sabour et al. 2017, section 5", train_defaults=MappingProxyType({"warmup_steps": 200})),
     "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules",
                             paper="Hinton, Sabour and Frosst 2018"),
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)",

@@ -111,6 +111,7 @@ def describe(name: str) -> dict[str, Any]:
     fields = [{"name": f.name, "type": str(f.type), "default": defaults[f.name], "note": notes.get(f.name, "")}
               for f in dataclasses.fields(config)]
     return _row(name) | {"summary": _summary(spec.config), "fields": fields,
+                         "train_defaults": dict(spec.train_defaults),
                          "pretrained": [p["name"] for p in shipped() if p["model"] == name]}
 
 
@@ -184,6 +185,9 @@ def format_model(name: str) -> str:
     lines += ["", f"Set a field: `capsnet train --model {name} --model-option FIELD=VALUE` (VALUE as JSON; a string "
               f"may go unquoted), e.g. `--model-option {example['name']}={value}`; in Python: "
               f"`capsnet.models.create_model({name!r}, FIELD=VALUE)`."]
+    if d["train_defaults"]:
+        lines.append("Trained with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d["train_defaults"].items())
+                     + " unless another value is typed (`capsnet train` and the experiments).")
     if d["pretrained"]:
         lines.append("Shipped trained: " + ", ".join(f"pretrained:{p}" for p in d["pretrained"]) + ".")
     return "\n".join(lines)
