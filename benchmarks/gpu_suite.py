@@ -127,6 +127,11 @@ def _bench_table(path: Path) -> list[str]:
     return lines
 
 
+def _step(stem: str) -> str:
+    """The suite step whose log holds a family JSON's table: families/routing-family-bf16.json -> routing-family."""
+    return stem.removesuffix("-bf16")
+
+
 def _paper_numbers(experiment: str) -> str:
     try:
         from capsnet.experiments import PAPER  # imports torch: only when an experiment has results
@@ -198,7 +203,8 @@ def render_index(out: Path) -> tuple[str, dict[str, Any]]:
     families = sorted((out / "families").glob("*.json"))
     if families:
         results += ["### Other families", ""] + [f"- {p.stem}: [{p.name}](families/{p.name}), table in "
-                                                 f"[logs/{p.stem}.log](logs/{p.stem}.log)" for p in families] + [""]
+                                                 f"[logs/{_step(p.stem)}.log](logs/{_step(p.stem)}.log)"
+                                                 for p in families] + [""]
     if results:
         lines += ["", "## Results", ""] + results
     lines += ["", "## Commands", "", "Run from the repository root with `PYTHONPATH=src` (this checkout's capsnet), in "

@@ -10,7 +10,11 @@ hits both alike. For CapsNet the stand-in also drops the linear fast path,
 so its votes are built by the plain path and counted outside routing.
 Peak memory is the tensor memory of one training step (capsnet.bench).
 
-    python benchmarks/routing_family.py [--batch-size 64] [--repeats 5] [--models ...] [--json FILE]
+    python benchmarks/routing_family.py [--batch-size 64] [--repeats 5] [--models ...] [--device cuda]
+                                        [--dtype bf16] [--json FILE]
+
+--dtype bf16 runs the steps under bfloat16 autocast (as `capsnet train --amp bf16`; the routings run in fp32 inside):
+for GPUs, many times slower on a CPU without bfloat16 units.
 """
 from __future__ import annotations
 
@@ -62,10 +66,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
     dev = torch.device(args.device)
+    bf16 = args.dtype == "bf16"
     rows = []
     for name in args.models:
         spec = model_spec(name)
@@ -75,12 +81,13 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
-        full = _Runner(model, "train", images, labels, 1e-3, loss_fn=spec.loss)
-        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, loss_fn=spec.loss)
+        full = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss)
+        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss)
         times = alternate({"full": full.time_step, "bare": bare.time_step}, args.repeats)
         t_full, t_bare = times["full"], times["bare"]
         shares = [1 - b / f for f, b in zip(t_full, t_bare)]
         row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
+               "dtype": args.dtype,
                "images_per_s": args.batch_size / statistics.median(t_full),
                "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
                "routing_share": statistics.median(shares), "routing_share_min": min(shares),
@@ -90,6 +97,7 @@ def main() -> None:
               f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(f"{args.dtype}, batch {args.batch_size}:\n")
     print("| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
           "| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:

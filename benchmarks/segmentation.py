@@ -11,7 +11,8 @@ median over the paired repeats. Part 2 measures the peak tensor memory
 SegCaps' step at most 2x the U-Net's (the public code: 3.3x), one 512x512
 image under 4 GB.
 
-    python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--device cpu] [--json FILE]
+    python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--device cpu] [--dtype bf16]
+                                      [--json FILE]
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from capsnet.models import model_spec
 MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
-def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu") -> _Runner:
+def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False) -> _Runner:
     spec = model_spec(name)
     config = spec.config(input_height=size, input_width=size)
     torch.manual_seed(0)
@@ -37,7 +38,7 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu") -> 
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 1, size, size, generator=g).to(device)
     masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8).to(device)
-    return _Runner(model, mode, images, masks, 1e-3, loss_fn=spec.loss)
+    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss)
 
 
 def main() -> None:
@@ -47,15 +48,18 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--big", type=int, default=512, help="image side of the one-image memory measurement (0: skip)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast "
+                   "(as capsnet train --amp bf16; for GPUs)")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    runners = {m: runner(m, args.size, args.batch_size, "train", args.device) for m in MODELS}
+    bf16 = args.dtype == "bf16"
+    runners = {m: runner(m, args.size, args.batch_size, "train", args.device, bf16) for m in MODELS}
     times = alternate({m: runners[m].time_step for m in MODELS}, args.repeats)
     rows = []
     for m in MODELS:
         ratios = [t / u for t, u in zip(times[m], times["unet"])]
-        rows.append({"model": m, "part": "step", "size": args.size, "batch": args.batch_size,
+        rows.append({"model": m, "part": "step", "size": args.size, "batch": args.batch_size, "dtype": args.dtype,
                      "weights": runners[m].model.config.num_weights,
                      "images_per_s": args.batch_size / statistics.median(times[m]),
                      "step_ratio_to_unet": statistics.median(ratios), "step_ratio_min": min(ratios),
@@ -66,14 +70,15 @@ def main() -> None:
     if args.big:
         for m in MODELS:
             for mode in ("train", "infer"):
-                r = runner(m, args.big, 1, mode, args.device)
+                r = runner(m, args.big, 1, mode, args.device, bf16)
                 rows.append({"model": m, "part": f"{args.big}x{args.big}, {mode}", "size": args.big, "batch": 1,
+                             "dtype": args.dtype,
                              "seconds": r.time_step(), "peak_mem_mb": r.peak_bytes() / 2**20})
                 print(f"{m} {mode} {args.big}x{args.big}: {rows[-1]['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
                 del r
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, training steps paired with the U-Net's:\n")
+    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, training steps paired with the U-Net's:\n")
     print("| model | weights | train images/s | step / U-Net step, median (min-max) | peak MB of a step |\n"
           "| --- | ---: | ---: | ---: | ---: |")
     for r in rows:

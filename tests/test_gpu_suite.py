@@ -195,3 +195,13 @@ def test_the_index_of_a_partial_folder(tmp_path):
     assert "| mean ± std (2 runs) | 0.33% ± 0.03 |" in text
     assert summary["parity"]["difference_points"] == pytest.approx(0.01) and summary["parity"]["within_0.05"]
     assert "python3 -m capsnet train --preset fast --seed 0" in text
+
+
+def test_a_bf16_family_table_links_its_steps_log(tmp_path):
+    out = tmp_path / "out"
+    (out / "families").mkdir(parents=True)
+    for name in ("segmentation.json", "segmentation-bf16.json"):
+        (out / "families" / name).write_text("{}")
+    text, _ = suite.render_index(out)
+    assert ("- segmentation-bf16: [segmentation-bf16.json](families/segmentation-bf16.json), table in "
+            "[logs/segmentation.log](logs/segmentation.log)") in text
