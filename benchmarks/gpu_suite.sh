@@ -10,11 +10,13 @@
 # checkpoint (`capsnet train --resume`; the experiments resume their runs themselves) where it is still on disk.
 #
 # GPU time: each step's figure below is what it took on one H100 on 2026-11-25 (benchmarks/results/gpu-h100-2026-11-25,
-# torch 2.11), rounded up, with the sizes of that sitting (the compiled rows then had no reduce-overhead set, the
-# preset was batch 256 compiled "default"). In all about 17 minutes. Where one command may run for 10 minutes at
-# most, run it in two sittings (the second skips what the first finished, and resumes a cut-short training run):
-#   1. --only env,cuda-tests,bench-eager,bench-compiled,fast-preset,bf16-parity   (about 9 min)
-#   2. (the rest)                                                                  (about 9 min)
+# torch 2.11; 16.8 minutes in all), rounded up, except where a step has grown since: bench-compiled (+ the CUDA-graph
+# rows), fast-preset (now batch 512 with CUDA graphs: faster) and paper-mnist (now 100 epochs: a projection from the
+# preset's 64,000 images/s). In all about 20 minutes. One command may run for 10 minutes at most: run it in three
+# sittings (each skips what the earlier ones finished, and resumes a training run cut short):
+#   1. --only env,cuda-tests,bench-eager,bench-compiled,fast-preset,bf16-parity   (about 8 min)
+#   2. --only paper-mnist,multimnist                                              (about 7.5 min)
+#   3. (the rest)                                                                 (about 4.6 min)
 set -euo pipefail
 
 usage() {
@@ -91,11 +93,11 @@ if [[ -n $DATA_DIR ]]; then COMMON+=(--data-dir "$DATA_DIR"); fi
 if ((TINY)); then
     # on a GPU, --tiny is a smoke test of the whole programme, Inductor included (~3 min); on a CPU, AOTAutograd
     # without Inductor's C++ compiling, which takes minutes there
-    if [[ $DEVICE == cpu ]]; then COMPILE=aot_eager; else COMPILE=default; fi
+    if [[ $DEVICE == cpu ]]; then COMPILE=aot_eager; else COMPILE=reduce-overhead; fi
     BENCH_EAGER=(--batch-size 2 --routing-iterations 1 --dtype fp32 bf16 --repeats 1)
     BENCH_COMPILED=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
     BENCH_COMPILED_FP32=()
-    BENCH_COMPILED_GRAPHS=()
+    BENCH_COMPILED_GRAPHS=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-2}
     MULTI_EPOCHS=${MULTI_EPOCHS:-1} AFFINE_EPOCHS=${AFFINE_EPOCHS:-1} LESS_STEPS=${LESS_STEPS:-2}
@@ -232,6 +234,8 @@ if step bench-compiled 3; then
     if ((${#BENCH_COMPILED_FP32[@]})); then
         run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED_FP32[@]}" --baseline '' \
             --json "$OUT/bench/compiled-fp32.json"
+    fi
+    if ((${#BENCH_COMPILED_GRAPHS[@]})); then
         run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED_GRAPHS[@]}" --baseline '' \
             --json "$OUT/bench/compiled-graphs.json"
     fi

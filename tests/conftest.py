@@ -16,9 +16,12 @@ TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128
 
 @pytest.fixture(scope="session")
 def data_root() -> Path:
-    """../shared/data next to the repository, or $CAPSNET_TEST_DATA: real MNIST and Fashion-MNIST IDX files."""
+    """Real MNIST and Fashion-MNIST IDX files: in $CAPSNET_TEST_DATA when set, else ../shared/data next to the
+    repository, else $CAPSNET_DATA (the loaders' own data folder)."""
     given = os.environ.get("CAPSNET_TEST_DATA")
-    root = (Path(given) if given else Path(__file__).parents[1].parent / "shared" / "data").resolve()
+    candidates = [Path(given)] if given else [Path(__file__).parents[1].parent / "shared" / "data"] + (
+        [Path(os.environ["CAPSNET_DATA"])] if os.environ.get("CAPSNET_DATA") else [])
+    root = next((c.resolve() for c in candidates if (c / "mnist").is_dir()), candidates[0].resolve())
     if not (root / "mnist").is_dir():
         pytest.skip(f"real data sets not found at {root} (set CAPSNET_TEST_DATA to the folder holding mnist/)")
     return root

@@ -125,7 +125,7 @@ def test_less_data_gives_every_size_and_model_the_same_step_budget(tmp_path):
     assert [r.train_config.epochs for r in runs[::2]] == [120, 60, 1]
 
 
-def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_authors_schedule(tmp_path):
+def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_authors_schedule(tmp_path, monkeypatch):
     # the CNN's first dense layer died at full rate on 36x36 and 40x40 (docs/results.md): its ModelSpec warm-up
     for name in ("multimnist", "affine", "less-data"):
         runs = plan(name, tmp_path, train=TrainConfig(), sizes=[500], steps=10)
@@ -133,6 +133,10 @@ def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_a
         assert all(r.train_config.lr_schedule == "exponential" and r.train_config.lr == 1e-3 for r in runs)
     runs = plan("affine", tmp_path, train=TrainConfig(warmup_steps=7), typed={"warmup_steps"})
     assert {r.train_config.warmup_steps for r in runs} == {7}  # typed: for every model
+    planned = []
+    monkeypatch.setattr("capsnet.experiments.run_plan", lambda runs, **kw: planned.extend(runs) or [])
+    main(["experiment", "affine", "--warmup-steps", "0", "--out", str(tmp_path / "x")])  # the runs made before it
+    assert {(r.model, r.train_config.warmup_steps) for r in planned} == {("capsnet", 0), ("baseline", 0)}
     # the routing experiment's recipes stay its own: the paper experiments run each model at the typed rate
     em = plan("affine", tmp_path, train=TrainConfig(), models=["em-capsnet-small"])[0]
     assert em.train_config.lr == 1e-3

@@ -117,8 +117,8 @@ def test_the_whole_suite_runs_tiny_on_the_cpu(tmp_path, data_root):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert steps(out) == {name: "skipped" if name == "cuda-tests" else "ok" for name in STEPS}
     for f in ["README.md", "summary.json", "environment.json", "commands.tsv", "steps.tsv", "bench/eager.json",
-              "bench/compiled.json", "experiments/multimnist/results.md", "experiments/affine/results.md",
-              "experiments/less-data/results.md", "families/routing-family.json", "families/segmentation.json",
+              "bench/compiled.json", "bench/compiled-graphs.json", "experiments/multimnist/results.md",
+              "experiments/affine/results.md", "experiments/less-data/results.md", "families/routing-family.json", "families/segmentation.json",
               "families/synthesis.json"] + [f"logs/{name}.log" for name in STEPS if name != "cuda-tests"]:
         assert (out / f).is_file(), f
     for seed in (0, 1, 2):

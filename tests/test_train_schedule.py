@@ -153,6 +153,10 @@ def test_the_baseline_warms_up_unless_told_otherwise(tmp_path, fit_calls):
     assert cli.main(["train", "--model", "baseline", "--warmup-steps", "0", "--out", str(tmp_path / "b"),
                      "--no-progress"]) == 0
     assert fit_calls[-1][1] == TrainConfig()
+    # on the linear schedule the warm-up must fit the run, which the model cannot know: none unless typed
+    assert cli.main(["train", "--model", "baseline", "--lr-schedule", "linear", "--out", str(tmp_path / "d"),
+                     "--no-progress"]) == 0
+    assert fit_calls[-1][1] == TrainConfig(lr_schedule="linear")
     # any model may ask for a warm-up on the exponential schedule
     assert cli.main(["train", "--warmup-steps", "5", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
     assert fit_calls[-1][1] == TrainConfig(warmup_steps=5)

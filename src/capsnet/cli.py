@@ -24,7 +24,7 @@ from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
-from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec
+from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, TrainConfig
 
@@ -399,6 +399,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "given", type=_positive_float)
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
                 "this many steps", type=_positive_int)
+    _field_flag(x, "--warmup-steps", TrainConfig, "warmup_steps", "a linear warm-up of the learning rate over this "
+                "many steps, for every model (default: each model's own: 200 for the CNN baseline, 0 for the rest; "
+                "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int)
     _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last",
                 type=_positive_int)
     _capsnet_arguments(x, all_flags=False)
@@ -445,7 +448,7 @@ def _train_config(typed: dict[str, Any], kind: str, model: str | None = None) ->
     """The training settings typed, over the defaults: a GAN's learning rate for synthesis models, and ``model``'s
     own (``ModelSpec.train_defaults``)."""
     if model is not None:
-        typed = dict(model_spec(model).train_defaults) | typed
+        typed = train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | typed
     if kind == "synthesis":
         from .gan import GAN_LR
 

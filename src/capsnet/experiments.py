@@ -50,7 +50,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import input_shape, task
-from .models import MODELS, model_spec
+from .models import MODELS, model_spec, train_defaults
 from .train import TrainConfig, _differences, fit, input_fields
 
 T = TypeVar("T")
@@ -124,7 +124,7 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     given = dict(configs or {})
 
     def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
-        mine = {**model_spec(m).train_defaults, **(RECIPES.get(m, {}) if name == "routing" else {})}
+        mine = {**train_defaults(m, train.lr_schedule), **(RECIPES.get(m, {}) if name == "routing" else {})}
         return {k: v for k, v in mine.items() if k not in typed}
 
     def sized(m: str, dataset: str) -> Any:

@@ -29,7 +29,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
-           "model_name", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
+           "model_name", "train_defaults", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
@@ -101,6 +101,16 @@ def model_spec(name: str) -> ModelSpec:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid names are {', '.join(MODELS)}")
     return MODELS[name]
+
+
+def train_defaults(name: str, lr_schedule: str = "exponential") -> dict[str, Any]:
+    """The training settings model ``name`` gets unless typed (``ModelSpec.train_defaults``), for a run on
+    ``lr_schedule``: a default warm-up goes with the exponential schedule only, since a linear schedule's warm-up must
+    fit its run's length, which the model cannot know (the user's ``--warmup-steps`` sets it there)."""
+    own = dict(model_spec(name).train_defaults)
+    if lr_schedule != "exponential":
+        own.pop("warmup_steps", None)
+    return own
 
 
 def model_name(config: Any) -> str:
