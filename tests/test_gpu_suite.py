@@ -126,7 +126,7 @@ def test_the_whole_suite_runs_tiny_on_the_cpu(tmp_path, data_root):
             assert (out / "runs" / run / "last.safetensors").is_file(), run
     # the preset's runs carry its recipe, shrunk by the typed flags
     cfg = json.loads((out / "runs" / "fast-seed1" / "config.json").read_text())["train_config"]
-    assert (cfg["lr_schedule"], cfg["amp"], cfg["lr"], cfg["seed"]) == ("linear", "bf16", 2e-3, 1)
+    assert (cfg["lr_schedule"], cfg["amp"], cfg["lr"], cfg["seed"]) == ("linear", "bf16", 4e-3, 1)
     fp32 = json.loads((out / "runs" / "fast-fp32-seed0" / "config.json").read_text())["train_config"]
     assert fp32 == {**json.loads((out / "runs" / "fast-seed0" / "config.json").read_text())["train_config"],
                     "amp": "none"}
