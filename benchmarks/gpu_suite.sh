@@ -272,15 +272,16 @@ fi
 
 # The paper's other experiments, CapsNet against the CNN baseline, eager bf16 (short runs: compiling each would cost
 # as much as it saves). Their run directories resume themselves when started again.
-# MultiMNIST (section 6; paper: 5.2% vs 8.1%): 60,000 pairs an epoch, CapsNet ~6,000 pairs/s. ~2 min at 10 epochs.
+# MultiMNIST (section 6; paper: 5.2% vs 8.1%): 60,000 pairs an epoch, CapsNet ~11,000 pairs/s
+# and the baseline ~15,000 (H100, eager bf16). ~2 min at 10 epochs.
 if step multimnist 2; then
     run "$PY" -m capsnet experiment multimnist --out "$OUT/experiments/multimnist" --epochs "$MULTI_EPOCHS" --amp bf16 \
         "${EXPERIMENT_SMALL[@]}" "${COMMON[@]}"
     finish
 fi
 
-# Affine robustness (section 5.2; paper: 79% vs 66% on affNIST at ~99.2% translated): 40x40, CapsNet ~5,000
-# images/s. ~1.5 min at 5 epochs.
+# Affine robustness (section 5.2; paper: 79% vs 66% on affNIST at ~99.2% translated): 40x40, CapsNet ~11,000
+# images/s and the baseline ~13,500 (H100, eager bf16). ~1.5 min at 5 epochs.
 if step affine 1.5; then
     run "$PY" -m capsnet experiment affine --out "$OUT/experiments/affine" --epochs "$AFFINE_EPOCHS" --amp bf16 \
         "${EXPERIMENT_SMALL[@]}" "${COMMON[@]}"
