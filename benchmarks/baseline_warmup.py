@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from capsnet.data.affine import random_translate
 from capsnet.data.idx import read_idx
 from capsnet.models.baseline import BaselineCNN, BaselineCNNConfig
+from capsnet.train import TrainConfig, lr_at
 
 
 def main() -> None:
@@ -40,11 +41,11 @@ def main() -> None:
     model = BaselineCNN(BaselineCNNConfig(input_height=args.size, input_width=args.size))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     g = torch.Generator().manual_seed(args.seed)
+    schedule = TrainConfig(lr=args.lr, lr_decay=1.0, warmup_steps=args.warmup_steps)  # the ramp alone, no decay
     losses: list[float] = []
     for step in range(args.steps):
-        ramp = (step + 1) / args.warmup_steps if step < args.warmup_steps else 1.0
         for group in opt.param_groups:
-            group["lr"] = args.lr * ramp
+            group["lr"] = lr_at(step, schedule)
         idx = torch.randint(0, len(images), (args.batch_size,), generator=g)
         x = random_translate(images[idx].unsqueeze(1), args.size, generator=g)[0]
         loss = F.cross_entropy(model(x), labels[idx])
