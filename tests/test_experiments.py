@@ -137,6 +137,9 @@ def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_a
     monkeypatch.setattr("capsnet.experiments.run_plan", lambda runs, **kw: planned.extend(runs) or [])
     main(["experiment", "affine", "--warmup-steps", "0", "--out", str(tmp_path / "x")])  # the runs made before it
     assert {(r.model, r.train_config.warmup_steps) for r in planned} == {("capsnet", 0), ("baseline", 0)}
+    # the synthesis models' own rate, the GAN's, unless one is typed
+    assert {r.train_config.lr for r in plan("synthesis", tmp_path, train=TrainConfig())} == {2e-4}
+    assert {r.train_config.lr for r in plan("synthesis", tmp_path, train=TrainConfig(lr=1e-3), typed={"lr"})} == {1e-3}
     # the routing experiment's recipes stay its own: the paper experiments run each model at the typed rate
     em = plan("affine", tmp_path, train=TrainConfig(), models=["em-capsnet-small"])[0]
     assert em.train_config.lr == 1e-3

@@ -162,6 +162,17 @@ def test_the_baseline_warms_up_unless_told_otherwise(tmp_path, fit_calls):
     assert fit_calls[-1][1] == TrainConfig(warmup_steps=5)
 
 
+def test_synthesis_models_train_at_the_gan_rate_unless_told(tmp_path, monkeypatch):
+    from capsnet import gan
+
+    seen = []
+    monkeypatch.setattr(gan, "fit_gan", lambda model_cfg, cfg, out, **kw: seen.append((model_cfg, cfg)) or {})
+    for model, extra, lr in (("capspix2pix", [], 2e-4), ("pix2pix", [], 2e-4), ("capspix2pix", ["--lr", "1e-3"], 1e-3)):
+        assert cli.main(["train", "--model", model, "--dataset", "mnist-skeleton", *extra, "--out",
+                         str(tmp_path / f"{model}{len(extra)}"), "--no-progress"]) == 0
+        assert seen[-1][1] == TrainConfig(dataset="mnist-skeleton", lr=lr)
+
+
 def test_without_preset_nothing_changes(tmp_path, fit_calls):
     assert cli.main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (model_cfg, cfg, kw), = fit_calls

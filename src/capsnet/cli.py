@@ -444,16 +444,10 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------------ handlers
 
 
-def _train_config(typed: dict[str, Any], kind: str, model: str | None = None) -> TrainConfig:
-    """The training settings typed, over the defaults: a GAN's learning rate for synthesis models, and ``model``'s
-    own (``ModelSpec.train_defaults``)."""
-    if model is not None:
-        typed = train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | typed
-    if kind == "synthesis":
-        from .gan import GAN_LR
-
-        typed = {"lr": GAN_LR} | typed
-    return TrainConfig(**typed)
+def _train_config(typed: dict[str, Any], model: str) -> TrainConfig:
+    """The training settings typed, over ``model``'s own defaults (``ModelSpec.train_defaults``: the synthesis
+    models' GAN rate, the baseline's warm-up), over TrainConfig's."""
+    return TrainConfig(**(train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | typed))
 
 
 def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:
@@ -538,7 +532,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
         model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
-        train_cfg = _train_config(train_changes, kind, chosen)
+        train_cfg = _train_config(train_changes, chosen)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:
@@ -682,7 +676,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error("--compile does not apply to the GAN loop of the synthesis experiment; run it without")
     out = Path(args.out or f"runs/experiment-{args.name}")
     typed = _typed(args, _TRAIN_FIELDS)
-    train = _train_config(typed, "synthesis" if args.name == "synthesis" else "")
+    train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
     kept = _keep_memory(args.allocator) == "keep"
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in (args.models or MODELS)}

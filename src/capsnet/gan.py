@@ -44,7 +44,7 @@ from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimiz
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
-GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
+from .models.capspix2pix import GAN_LR  # the synthesis models' own rate (their ModelSpec.train_defaults)
 
 log = logging.getLogger(__name__)
 

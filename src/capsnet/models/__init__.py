@@ -20,7 +20,7 @@ from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
 from .capspix2pix import (CapsPix2pix, CapsPix2pixConfig, CapsPix2pixGenerator, ConditionalDiscriminator,
-                          ConditionalGAN, synthesis_losses)
+                          ConditionalGAN, GAN_LR, synthesis_losses)
 from .pix2pix import PatchDiscriminator, Pix2pix, Pix2pixConfig, UNetGenerator
 from .segcaps import SegCaps, SegCapsConfig, SegCapsOutput, SegCapsR1Config, segmentation_model_loss
 from .unet import UNet, UNetConfig, UNetOutput
@@ -80,8 +80,9 @@ MODELS: dict[str, ModelSpec] = {
     "unet": ModelSpec(UNetConfig, UNet, segmentation_model_loss, "U-Net", "segmentation",
                       paper="Ronneberger et al. 2015"),
     "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis",
-                             paper="Bass et al. 2019"),
-    "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017"),
+                             paper="Bass et al. 2019", train_defaults=MappingProxyType({"lr": GAN_LR})),
+    "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017",
+                         train_defaults=MappingProxyType({"lr": GAN_LR})),
 }
 
 

@@ -54,7 +54,7 @@ from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides,
                       walk_capsule_stack)
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
-           "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields"]
+           "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields"]
 
 
 def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: int = STRIDE) -> None:
@@ -128,6 +128,9 @@ def _seeded(seed: int, device: torch.device) -> Iterator[None]:
 def _bce(logits: torch.Tensor, target: float) -> torch.Tensor:
     """BCE with logits against a constant target, the mean over every logit (per image, or per patch)."""
     return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, target))
+
+
+GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
 
 
 class ConditionalGAN(nn.Module):
