@@ -1,0 +1,145 @@
+"""Probe: does channels-last, or another way of forming the votes, speed up the paper's CapsNet training step?
+
+    PYTHONPATH=src python3 benchmarks/speed_variants.py --device cuda --batch-size 128 512 \
+        --compile reduce-overhead --dtype bf16 --repeats 30 --json out.json
+
+The leads from the H100 profile (benchmarks/results/gpu-h100-2026-11-25/extra/): at batch 512 cuDNN convolutions
+take about 40% of the GPU time and a legacy cuBLAS batched product 13%, plausibly the votes' ``bmm`` (1,152 products
+of inner size 8). Variants, each the same maths as the shipped model (checked below against it before timing):
+
+- ``base``: the shipped model.
+- ``channels-last``: model and images in channels-last memory format (NHWC convolutions).
+- ``mulsum``: votes as a broadcast product summed over the 8 input dimensions, which Inductor can generate as one
+  reduction kernel instead of calling cuBLAS.
+- ``channels-last+mulsum``: both.
+
+All variants of one batch size are timed in one process, taking turns (``capsnet.bench.alternate``), so their
+ratios are paired; the step is `capsnet bench`'s training step (margin + reconstruction loss, fused Adam on CUDA).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+from collections.abc import Iterator
+
+import torch
+
+from capsnet.bench import _Runner, alternate
+from capsnet.layers.dense import DenseCaps
+from capsnet.models.capsnet import CapsNet, CapsNetConfig
+from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
+
+VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum")
+
+
+def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
+    """``DenseCaps.votes`` as a broadcast product summed over Din: (B, I, Din, 1) * (I, Din, J*Dout) -> (B, I, J, Dout)."""
+    self._check(u)
+    B, I, Din = u.shape
+    W = self.weight.reshape(Din, I, -1).transpose(0, 1)  # (I, Din, J*Dout)
+    u_hat = (u.unsqueeze(-1) * W).sum(dim=2)  # (B, I, J*Dout)
+    return u_hat.view(B, I, self.out_caps, self.out_dim)
+
+
+@contextlib.contextmanager
+def votes_as(variant: str) -> Iterator[None]:
+    if "mulsum" not in variant:
+        yield
+        return
+    original = DenseCaps.votes
+    DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DenseCaps.votes = original  # type: ignore[method-assign]
+
+
+def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bool) -> _Runner:
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig()).to(device)
+    images = torch.rand(batch, 1, 28, 28, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    if "channels-last" in variant:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    runner = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, fused=device.type == "cuda")
+    if compile != "none":  # as capsnet.runtime.compile_model, but static shapes: each variant its own graph
+        kind = {"mode": compile} if compile in ("default", *_INDUCTOR_MODES) else {"backend": compile}
+        runner.call = torch.compile(model, dynamic=False, **kind)
+    return runner
+
+
+def check_same_maths(device: torch.device) -> None:
+    """Every variant's plain (votes) forward equals the base model's, in fp32, before anything is timed."""
+    from capsnet.routing import plain_routing
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig()).to(device).eval()
+    x = torch.rand(4, 1, 28, 28, device=device)
+    with torch.no_grad(), plain_routing():
+        ref = model(x).lengths
+        for variant in VARIANTS[1:]:
+            m = model.to(memory_format=torch.channels_last) if "channels-last" in variant else model
+            xi = x.contiguous(memory_format=torch.channels_last) if "channels-last" in variant else x
+            with votes_as(variant):
+                got = m(xi).lengths
+            if not torch.allclose(got, ref, atol=1e-5, rtol=1e-4):
+                sys.exit(f"{variant}: lengths differ from the base model by {(got - ref).abs().max().item():.2e}")
+            model = model.to(memory_format=torch.contiguous_format)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--batch-size", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--compile", choices=("none", *COMPILE_MODES), default="reduce-overhead")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--json", help="write the rows here")
+    args = p.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but no CUDA device")
+    check_same_maths(device)
+    torch._dynamo.config.cache_size_limit = 64  # one graph per variant and batch size, no recompile limit reached
+    rows = []
+    print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+          f"compile {args.compile}, {args.dtype}, {args.repeats} paired repeats", flush=True)
+    print("| batch | variant | images/s, median | x base | peak MB |\n| ---: | --- | ---: | ---: | ---: |", flush=True)
+    for batch in args.batch_size:
+        runners = {}
+        for variant in args.variants:
+            with votes_as(variant):
+                runner = build(variant, batch, device, args.compile, args.dtype == "bf16")
+                for _ in range(3):  # compile and record the graphs with this variant's votes in place
+                    runner.time_step()
+            runners[variant] = runner
+
+        def timed(variant: str) -> float:
+            with votes_as(variant):
+                return runners[variant].time_step()
+
+        times = alternate({v: (lambda v=v: timed(v)) for v in args.variants}, args.repeats, warmup=2)
+        base = statistics.median(times[args.variants[0]])
+        for variant in args.variants:
+            med = statistics.median(times[variant])
+            with votes_as(variant):
+                peak = runners[variant].peak_bytes() / 2**20
+            row = {"batch": batch, "variant": variant, "images_per_s": batch / med, "x_base": base / med,
+                   "peak_mb": peak, "times_s": times[variant]}
+            rows.append(row)
+            print(f"| {batch} | {variant} | {batch / med:,.0f} | {base / med:.2f} | {peak:.0f} |", flush=True)
+        del runners
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "compile": args.compile, "dtype": args.dtype,
+                       "repeats": args.repeats, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
