@@ -171,6 +171,11 @@ def render_index(out: Path) -> tuple[str, dict[str, Any]]:
         results += ["### Speed (`capsnet bench`, capsnet's rows)", ""]
         for path in bench:
             results += [f"{path.stem}: [{path.name}](bench/{path.name})", ""] + _bench_table(path) + [""]
+    variants = out / "speed" / "variants.json"
+    if variants.is_file():
+        results += ["### Speed leads (`benchmarks/speed_variants.py`, paired)", "",
+                    f"[variants.json](speed/variants.json), table in [logs/speed-variants.log](logs/speed-variants.log)",
+                    ""]
     fast = sorted((out / "runs").glob("fast-seed*"), key=_seed)
     if fast:
         rows = [run_row(p) for p in fast]

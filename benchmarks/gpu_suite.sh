@@ -10,13 +10,16 @@
 # checkpoint (`capsnet train --resume`; the experiments resume their runs themselves) where it is still on disk.
 #
 # GPU time: each step's figure below is what it took on one H100 on 2026-11-25 (benchmarks/results/gpu-h100-2026-11-25,
-# torch 2.11; 16.8 minutes in all), rounded up, except where a step has grown since: bench-compiled (+ the CUDA-graph
-# rows), fast-preset (now batch 512 with CUDA graphs: faster) and paper-mnist (now 100 epochs: a projection from the
-# preset's 64,000 images/s). In all about 20 minutes. One command may run for 10 minutes at most: run it in three
-# sittings (each skips what the earlier ones finished, and resumes a training run cut short):
-#   1. --only env,cuda-tests,bench-eager,bench-compiled,fast-preset,bf16-parity   (about 8 min)
-#   2. --only paper-mnist,multimnist                                              (about 7.5 min)
-#   3. (the rest)                                                                 (about 4.6 min)
+# torch 2.11; 16.8 minutes in all), rounded up, except where a step has grown since: bench-eager and bench-compiled
+# (10 steps a timing since 2026-11-26, and the CUDA-graph rows), speed-variants (new), fast-preset (now batch 512
+# with CUDA graphs: faster) and paper-mnist (now 100 epochs: a projection from the preset's 64,000 images/s). In all
+# about 25 minutes. One command may run for 10 minutes at most, and a session has been lent 15 to 30 minutes of
+# device time, starts included; a new session's machine has none of the last one's files, so plan by --only:
+#   A. --only env,cuda-tests,bench-compiled,speed-variants     (about 7 min: the speed targets)
+#      --only fast-preset,bf16-parity                          (about 3.5 min, the same --out)
+#   B. --only paper-mnist,multimnist                           (about 7.5 min)
+#   C. --only bench-eager,affine,less-data,routing-family,segmentation,synthesis   (about 7 min)
+# On one machine, the same --out skips what an earlier sitting finished and resumes a training run cut short.
 set -euo pipefail
 
 usage() {
@@ -34,8 +37,8 @@ MNIST figure and other experiments, the other families' benchmark rows, the requ
   --tiny            sizes that run on a CPU in a few minutes: a test of the script, not a measurement (on a
                     GPU, a smoke test of every step before the real sizes)
   --only STEPS      comma-separated steps to run (default: all), from:
-                    env cuda-tests bench-eager bench-compiled fast-preset bf16-parity paper-mnist multimnist affine
-                    less-data routing-family segmentation synthesis
+                    env cuda-tests bench-eager bench-compiled speed-variants fast-preset bf16-parity paper-mnist
+                    multimnist affine less-data routing-family segmentation synthesis
   --bundle FILE     at the end, also pack the results (all but the checkpoints) into FILE (.tar.gz)
   -h, --help        this help
 
@@ -45,8 +48,8 @@ AFFINE_EPOCHS, LESS_STEPS override those budgets (see the script). Exit status: 
 EOF
 }
 
-STEPS=(env cuda-tests bench-eager bench-compiled fast-preset bf16-parity paper-mnist multimnist affine less-data
-       routing-family segmentation synthesis)
+STEPS=(env cuda-tests bench-eager bench-compiled speed-variants fast-preset bf16-parity paper-mnist multimnist affine
+       less-data routing-family segmentation synthesis)
 
 abspath() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
 die_usage() { echo "gpu_suite.sh: error: $1" >&2; usage >&2; exit 2; }
@@ -83,7 +86,7 @@ OUT=${OUT:-$REPO/benchmarks/gpu-results/$(date -u +%Y-%m-%d)}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's capsnet, installed or not
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT/logs" "$OUT/bench" "$OUT/runs" "$OUT/experiments" "$OUT/families"
+mkdir -p "$OUT/logs" "$OUT/bench" "$OUT/speed" "$OUT/runs" "$OUT/experiments" "$OUT/families"
 
 # ------------------------------------------------------------------------------------------ sizes
 # Full sizes (the programme) and tiny ones (CPU, a test of the script). The budgets can be raised once the speed
@@ -98,6 +101,7 @@ if ((TINY)); then
     BENCH_COMPILED=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
     BENCH_COMPILED_FP32=()
     BENCH_COMPILED_GRAPHS=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
+    SPEED_VARIANTS=(--batch-size 2 --compile none --dtype fp32 --repeats 1 --steps-per-timing 2)
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-2}
     MULTI_EPOCHS=${MULTI_EPOCHS:-1} AFFINE_EPOCHS=${AFFINE_EPOCHS:-1} LESS_STEPS=${LESS_STEPS:-2}
@@ -119,6 +123,7 @@ else
     BENCH_COMPILED_GRAPHS=(--batch-size 128 256 512 --routing-iterations 3 --dtype bf16 --repeats 5
                            --compile reduce-overhead)
     COMPILE=reduce-overhead
+    SPEED_VARIANTS=(--batch-size 128 512 --compile reduce-overhead --dtype bf16 --repeats 20 --steps-per-timing 10)
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-100}  # ~95 s of training a seed at 64,000 images/s; 10 minutes is ~600 epochs
     MULTI_EPOCHS=${MULTI_EPOCHS:-10} AFFINE_EPOCHS=${AFFINE_EPOCHS:-5} LESS_STEPS=${LESS_STEPS:-1000}
@@ -219,16 +224,16 @@ if step cuda-tests 0.5; then
 fi
 
 # The speed table, eager: batch 32/128/512 x routing rounds 1/3/5 x fp32/bf16 (18 row sets: capsnet, the tutorial
-# baseline and the conv floor, training and inference), 5 timed steps each. ~0.7 min.
-if step bench-eager 0.7; then
+# baseline and the conv floor, training and inference), 5 timings of 10 steps each. ~2.5 min (0.7 at 1 step a timing).
+if step bench-eager 2.5; then
     run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_EAGER[@]}" --json "$OUT/bench/eager.json"
     finish
 fi
 
 # The speed table, compiled (one torch.compile per row set and mode, about a minute each, hence fewer rows): the
 # paper's 3 rounds, bf16 at batch 128 and 512, fp32 at 128; the baseline, eager, is in bench-eager; then
-# the preset's CUDA graphs (reduce-overhead) at batch 128/256/512. ~3 min.
-if step bench-compiled 3; then
+# the preset's CUDA graphs (reduce-overhead) at batch 128/256/512. ~3.5 min.
+if step bench-compiled 3.5; then
     run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED[@]}" --baseline '' \
         --json "$OUT/bench/compiled.json"
     if ((${#BENCH_COMPILED_FP32[@]})); then
@@ -239,6 +244,16 @@ if step bench-compiled 3; then
         run "$PY" -m capsnet bench --device "$DEVICE" "${BENCH_COMPILED_GRAPHS[@]}" --baseline '' \
             --json "$OUT/bench/compiled-graphs.json"
     fi
+    finish
+fi
+
+# Speed leads, paired against the shipped model in one process (benchmarks/speed_variants.py): cuDNN's algorithm
+# search (torch.backends.cudnn.benchmark) for the two 9x9 convolutions, compiled with the preset's mode, bf16, batch
+# 128 and 512, 10 steps a timing. (Channels-last and the votes as a fused reduction changed nothing on an H200,
+# 2026-11-25.) Four compiles of ~35 s. ~2.5 min.
+if step speed-variants 2.5; then
+    run "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" --variants base cudnn-benchmark \
+        --json "$OUT/speed/variants.json"
     finish
 fi
 

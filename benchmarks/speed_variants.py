@@ -12,6 +12,10 @@ of inner size 8). Variants, each the same maths as the shipped model (checked be
 - ``mulsum``: votes as a broadcast product summed over the 8 input dimensions, which Inductor can generate as one
   reduction kernel instead of calling cuBLAS.
 - ``channels-last+mulsum``: both.
+- ``cudnn-benchmark``: ``torch.backends.cudnn.benchmark`` on while the variant is built, compiled and run, so cuDNN
+  times its algorithms for these convolution shapes (9x9 kernels) and keeps the fastest, instead of its heuristic's.
+
+(H200, 2026-11-25: the first four within 0.4% of each other at batch 128 and 512; cudnn-benchmark came after.)
 
 All variants of one batch size are timed in one process, taking turns (``capsnet.bench.alternate``), so their
 ratios are paired; the step is `capsnet bench`'s training step (margin + reconstruction loss, fused Adam on CUDA).
@@ -32,7 +36,7 @@ from capsnet.layers.dense import DenseCaps
 from capsnet.models.capsnet import CapsNet, CapsNetConfig
 from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
 
-VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum")
+VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark")
 
 
 def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
@@ -46,18 +50,19 @@ def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def votes_as(variant: str) -> Iterator[None]:
-    if "mulsum" not in variant:
-        yield
-        return
-    original = DenseCaps.votes
-    DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
+    """The variant's global settings in place: its votes, cuDNN's algorithm search."""
+    original, benchmark = DenseCaps.votes, torch.backends.cudnn.benchmark
+    if "mulsum" in variant:
+        DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
+    torch.backends.cudnn.benchmark = variant == "cudnn-benchmark"
     try:
         yield
     finally:
         DenseCaps.votes = original  # type: ignore[method-assign]
+        torch.backends.cudnn.benchmark = benchmark
 
 
-def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bool) -> _Runner:
+def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bool, steps: int) -> _Runner:
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig()).to(device)
     images = torch.rand(batch, 1, 28, 28, device=device)
@@ -65,7 +70,7 @@ def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bo
     if "channels-last" in variant:
         model = model.to(memory_format=torch.channels_last)
         images = images.contiguous(memory_format=torch.channels_last)
-    runner = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, fused=device.type == "cuda")
+    runner = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, fused=device.type == "cuda", steps=steps)
     if compile != "none":  # as capsnet.runtime.compile_model, but static shapes: each variant its own graph
         kind = {"mode": compile} if compile in ("default", *_INDUCTOR_MODES) else {"backend": compile}
         runner.call = torch.compile(model, dynamic=False, **kind)
@@ -98,6 +103,8 @@ def main() -> None:
     p.add_argument("--compile", choices=("none", *COMPILE_MODES), default="reduce-overhead")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16")
     p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--steps-per-timing", type=int, default=1,
+                   help="steps back to back in each timing (capsnet bench's default on CUDA is 10: throughput)")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args()
     device = torch.device(args.device)
@@ -107,13 +114,13 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64  # one graph per variant and batch size, no recompile limit reached
     rows = []
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-          f"compile {args.compile}, {args.dtype}, {args.repeats} paired repeats", flush=True)
+          f"compile {args.compile}, {args.dtype}, {args.repeats} paired repeats of {args.steps_per_timing} steps", flush=True)
     print("| batch | variant | images/s, median | x base | peak MB |\n| ---: | --- | ---: | ---: | ---: |", flush=True)
     for batch in args.batch_size:
         runners = {}
         for variant in args.variants:
             with votes_as(variant):
-                runner = build(variant, batch, device, args.compile, args.dtype == "bf16")
+                runner = build(variant, batch, device, args.compile, args.dtype == "bf16", args.steps_per_timing)
                 for _ in range(3):  # compile and record the graphs with this variant's votes in place
                     runner.time_step()
             runners[variant] = runner
@@ -138,7 +145,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "compile": args.compile, "dtype": args.dtype,
-                       "repeats": args.repeats, "rows": rows}, f, indent=1)
+                       "repeats": args.repeats, "steps_per_timing": args.steps_per_timing,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def test_paper_sized_baseline_has_the_paper_counts(tutorial):
 
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
-KEYS = {"impl", "device", "mode", "batch", "rounds", "dtype", "repeats", "warmup", "seed", "images_per_s", "images_per_s_min",
+KEYS = {"impl", "device", "mode", "batch", "rounds", "dtype", "repeats", "warmup", "steps_per_timing", "seed", "images_per_s", "images_per_s_min",
         "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "routing_share", "note"}
 
 
@@ -161,6 +161,77 @@ def test_run_benchmark_rejects_bad_arguments():
         run_benchmark(modes=["fit"], config=TINY)
     with pytest.raises(ValueError, match="repeats"):
         run_benchmark(repeats=0, config=TINY)
+    with pytest.raises(ValueError, match="steps_per_timing must be a positive integer or None, got 0"):
+        run_benchmark(steps_per_timing=0, config=TINY)
+
+
+def _adam_steps(opt: torch.optim.Optimizer) -> int:
+    return int(next(iter(opt.state.values()))["step"])
+
+
+def test_a_timing_runs_its_steps_back_to_back_and_returns_their_mean(monkeypatch):
+    from capsnet import bench
+
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([0, 4, 9])
+    runner = bench._Runner(model, "train", images, labels, 1e-3, steps=4)
+    clock = iter([10.0, 12.0])  # the timing's start and end: 2 s for its 4 steps
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    assert runner.time_step() == pytest.approx(0.5)
+    assert _adam_steps(runner.opt) == 4  # four optimizer steps, each after its own zero_grad
+    with pytest.raises(ValueError, match="steps per timing must be a positive integer, got 0"):
+        bench._Runner(model, "train", images, labels, 1e-3, steps=0)
+
+
+def test_rows_record_steps_per_timing_one_on_the_cpu_by_default():
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"], baseline_path="",
+                         config=TINY, memory=False, floor=False)
+    assert rows[0]["steps_per_timing"] == 1
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["train"], baseline_path="",
+                         config=TINY, memory=False, floor=False, steps_per_timing=3)
+    assert rows[0]["steps_per_timing"] == 3
+
+
+def test_the_bench_step_trains_on_capsnet_trains_loss():
+    """Its loss and gradients are those of capsnet train's (capsnet_loss): the same step, timed."""
+    from capsnet import bench
+    from capsnet.models.capsnet import capsnet_loss
+
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([0, 4, 9])
+    capsnet_loss(model, images, labels)[0].backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    class NoStep(torch.optim.SGD):
+        def step(self, closure=None):  # keep the gradients and weights as the backward left them
+            return None
+
+    model.zero_grad(set_to_none=True)
+    bench._train_step(model, NoStep(model.parameters(), lr=0.0), images, labels)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[n], msg=n)
+
+
+@pytest.mark.requires_cuda
+def test_the_bench_step_never_waits_for_the_gpu():
+    from capsnet import bench
+
+    torch.manual_seed(0)
+    model = CapsNet(TINY).cuda()
+    images = torch.rand(4, 1, 28, 28, device="cuda")
+    labels = torch.tensor([0, 4, 9, 1], device="cuda")
+    runner = bench._Runner(model, "train", images, labels, 1e-3, fused=True, steps=3)
+    runner.time_step()  # the first steps allocate Adam's state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            runner._prepare()
+            runner._run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def test_conv_floor_is_the_capsnets_two_convolutions():

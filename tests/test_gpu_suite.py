@@ -22,7 +22,7 @@ from capsnet.train import TrainConfig, fit
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
-STEPS = ["env", "cuda-tests", "bench-eager", "bench-compiled", "fast-preset", "bf16-parity", "paper-mnist",
+STEPS = ["env", "cuda-tests", "bench-eager", "bench-compiled", "speed-variants", "fast-preset", "bf16-parity", "paper-mnist",
          "multimnist", "affine", "less-data", "routing-family", "segmentation", "synthesis"]
 
 
@@ -117,7 +117,7 @@ def test_the_whole_suite_runs_tiny_on_the_cpu(tmp_path, data_root):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert steps(out) == {name: "skipped" if name == "cuda-tests" else "ok" for name in STEPS}
     for f in ["README.md", "summary.json", "environment.json", "commands.tsv", "steps.tsv", "bench/eager.json",
-              "bench/compiled.json", "bench/compiled-graphs.json", "experiments/multimnist/results.md",
+              "bench/compiled.json", "bench/compiled-graphs.json", "speed/variants.json", "experiments/multimnist/results.md",
               "experiments/affine/results.md", "experiments/less-data/results.md", "families/routing-family.json", "families/segmentation.json",
               "families/synthesis.json"] + [f"logs/{name}.log" for name in STEPS if name != "cuda-tests"]:
         assert (out / f).is_file(), f
@@ -143,6 +143,7 @@ def test_the_whole_suite_runs_tiny_on_the_cpu(tmp_path, data_root):
     assert f"torch {torch.__version__}" in index and "device cpu" in index
     assert all(f"\n{name}:\n" in index for name in STEPS if name != "cuda-tests")  # each step's commands
     assert "The paper: capsnet 5.2% error; baseline 8.1% error." in index
+    assert "[variants.json](speed/variants.json)" in index
     # the bundle holds everything but the checkpoints
     with tarfile.open(bundle) as tar:
         names = tar.getnames()

@@ -332,6 +332,10 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--dtype", choices=("fp32", "bf16"), nargs="+", default=["fp32"],
                    help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
+    b.add_argument("--steps-per-timing", type=_positive_int, default=None,
+                   help="steps run back to back in each timing, their mean the step time (default: 1 on a CPU; 10 on "
+                        "CUDA, where the host queues a step while the GPU runs the last, as in training: throughput, "
+                        "not one step's latency)")
     b.add_argument("--device", default="auto", type=_device, help="auto (CPU, plus CUDA when present), cpu or cuda")
     b.add_argument("--baseline", default=None, help="file of the tutorial-style baseline (default: "
                                                     "benchmarks/tutorial_baseline.py of the source checkout or the "
@@ -732,7 +736,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {r} routing rounds, {d} ...",
                                                    file=sys.stderr, flush=True),
                     devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
-                    baseline_path=args.baseline, seed=args.seed, compile=args.compile or False)
+                    baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,
+                    steps_per_timing=args.steps_per_timing)
     env = environment() | {"allocator": allocator}
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     print(format_table(rows))
