@@ -312,9 +312,8 @@ if step less-data 2.2; then
 fi
 
 # The other families' rows: the routing family, SegCaps beside the U-Net, CapsPix2pix beside pix2pix, each script
-# on --device (a script without the flag would time the CPU: on a GPU it is skipped with that message), fp32 and (but
-# synthesis, whose script has no --dtype) bf16. ~0.3 min
-# each on a GPU.
+# on --device (a script without the flag would time the CPU: on a GPU it is skipped with that message), fp32 and
+# bf16. ~0.3 min each on a GPU.
 for family in routing-family segmentation synthesis; do
     script=benchmarks/${family/-/_}.py
     case $family in
@@ -325,7 +324,7 @@ for family in routing-family segmentation synthesis; do
     if step "$family" 0.3; then
         if has_device_flag "$script"; then
             run "$PY" "$script" --device "$DEVICE" "${sizes[@]}" --json "$OUT/families/$family.json"
-            if [[ $family != synthesis ]] && ((!TINY)); then  # and under bf16 autocast, as --amp bf16 trains
+            if ((!TINY)); then  # and under bf16 autocast, as --amp bf16 trains
                 run "$PY" "$script" --device "$DEVICE" "${sizes[@]}" --dtype bf16 --json "$OUT/families/$family-bf16.json"
             fi
             finish

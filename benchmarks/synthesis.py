@@ -10,7 +10,10 @@ times both models back to back, alternating which goes first; the ratio
 column is the median of the per-repeat ratios pix2pix / CapsPix2pix (above
 1: CapsPix2pix is faster).
 
-    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--json FILE]
+    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--dtype bf16] [--json FILE]
+
+``--dtype bf16`` runs both under bfloat16 autocast, as ``capsnet train --amp bf16`` trains them (weights and Adam in
+fp32; for GPUs).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from capsnet.bench import alternate, environment, write_record
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
+from capsnet.runtime import autocast
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
 
@@ -35,9 +39,10 @@ MODELS = ("capspix2pix", "pix2pix")
 class Stepper:
     """One model with its optimizers and a fixed batch; ``train()`` and ``generate()`` each time one call."""
 
-    def __init__(self, name: str, size: int, batch: int, device: str = "cpu") -> None:
+    def __init__(self, name: str, size: int, batch: int, device: str = "cpu", dtype: str = "fp32") -> None:
         torch.manual_seed(0)
         self.device = torch.device(device)
+        self.amp_mode = "bf16" if dtype == "bf16" else "none"
         self.model = create_model(name, input_height=size, input_width=size).to(self.device)
         self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))
         g = torch.Generator().manual_seed(0)
@@ -55,10 +60,14 @@ class Stepper:
 
     def train(self) -> float:
         self.model.train()
-        return self._timed(lambda: gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z))
+        return self._timed(lambda: gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z,
+                                            autocast(self.device, self.amp_mode)))
 
     def generate(self) -> float:
-        return self._timed(lambda: generate(self.model, self.labels, seed=0, batch_size=len(self.labels)))
+        def work() -> None:
+            with autocast(self.device, self.amp_mode):
+                generate(self.model, self.labels, seed=0, batch_size=len(self.labels))
+        return self._timed(work)
 
 
 def main() -> None:
@@ -67,16 +76,18 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: both under bfloat16 autocast "
+                   "(as capsnet train --amp bf16; for GPUs)")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    steppers = {m: Stepper(m, args.size, args.batch_size, args.device) for m in MODELS}
+    steppers = {m: Stepper(m, args.size, args.batch_size, args.device, args.dtype) for m in MODELS}
     rows = []
     for mode in ("train", "generate"):
         times = alternate({m: getattr(steppers[m], mode) for m in MODELS}, args.repeats)
         ratios = [p2p / caps for caps, p2p in zip(times["capspix2pix"], times["pix2pix"])]
         for m in MODELS:
-            rows.append({"model": m, "mode": mode, "size": args.size, "batch": args.batch_size,
+            rows.append({"model": m, "mode": mode, "size": args.size, "batch": args.batch_size, "dtype": args.dtype,
                          "generator_weights": steppers[m].model.config.generator_weights,
                          "weights": steppers[m].model.config.num_weights,
                          "images_per_s": args.batch_size / statistics.median(times[m]),
@@ -88,7 +99,7 @@ def main() -> None:
               file=sys.stderr, flush=True)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, median of {args.repeats} paired repeats:\n")
+    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, median of {args.repeats} paired repeats:\n")
     print("| model | mode | generator weights | weights | images/s, median (min-max) | pix2pix time / CapsPix2pix time |\n"
           "| --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
