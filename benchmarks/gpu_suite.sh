@@ -13,9 +13,9 @@
 # torch 2.11; 16.8 minutes in all), rounded up, except where a step has grown since: bench-eager and bench-compiled
 # (10 steps a timing since 2026-11-26, and the CUDA-graph rows), speed-variants (new), fast-preset (now batch 512
 # with CUDA graphs: faster) and paper-mnist (now 100 epochs: a projection from the preset's 64,000 images/s). In all
-# about 25 minutes. One command may run for 10 minutes at most, and a session has been lent 15 to 30 minutes of
+# about 26 minutes. One command may run for 10 minutes at most, and a session has been lent 15 to 30 minutes of
 # device time, starts included; a new session's machine has none of the last one's files, so plan by --only:
-#   A. --only env,cuda-tests,bench-compiled,speed-variants     (about 7 min: the speed targets)
+#   A. --only env,cuda-tests,bench-compiled,speed-variants     (about 8 min: the speed targets)
 #      --only fast-preset,bf16-parity                          (about 3.5 min, the same --out)
 #   B. --only paper-mnist,multimnist                           (about 7.5 min)
 #   C. --only bench-eager,affine,less-data,routing-family,segmentation,synthesis   (about 7 min)
@@ -247,12 +247,14 @@ if step bench-compiled 3.5; then
     finish
 fi
 
-# Speed leads, paired against the shipped model in one process (benchmarks/speed_variants.py): cuDNN's algorithm
-# search (torch.backends.cudnn.benchmark) for the two 9x9 convolutions, compiled with the preset's mode, bf16, batch
-# 128 and 512, 10 steps a timing. (Channels-last and the votes as a fused reduction changed nothing on an H200,
-# 2026-11-25.) Four compiles of ~35 s. ~2.5 min.
-if step speed-variants 2.5; then
-    run "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" --variants base cudnn-benchmark \
+# Speed leads, paired against the shipped model in one process (benchmarks/speed_variants.py), bf16, batch 128 and 512,
+# 10 steps a timing, the model compiled with the preset's mode: cuDNN's algorithm search
+# (torch.backends.cudnn.benchmark) for the two 9x9 convolutions, and the whole training step (forward, loss, backward,
+# Adam) in one CUDA graph. (Channels-last and the votes as a fused reduction changed nothing on an H200, 2026-11-25.)
+# Six compiles of ~35 s. ~3.5 min.
+if step speed-variants 3.5; then
+    run "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" \
+        --variants base cudnn-benchmark whole-step-graph \
         --json "$OUT/speed/variants.json"
     finish
 fi
