@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from capsnet import CapsNetConfig
+from capsnet.checkpoint import load_checkpoint
 from capsnet.cli import main
 from capsnet.data import load_dataset
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
@@ -296,6 +297,22 @@ def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):
     assert (out / "less_data.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the 32-digit subset is the start of the 64-digit one (same seed)
     assert torch.equal(nested_subset(60000, 64, 0)[:32], nested_subset(60000, 32, 0))
+
+
+def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
+    """More --steps into the same --out: each run resumes and trains on, though its evaluation interval (a tenth
+    of its epochs) changes with the budget; before, the run was refused as one with other settings (eval_every)."""
+    out = tmp_path / "ld"
+    args = ["experiment", "less-data", "--out", str(out), "--sizes", "32", "--models", "capsnet", "--test-size", "40",
+            "--data-dir", str(data_root), *NARROW]
+    assert main([*args, "--steps", "2"]) == 0
+    first = load_checkpoint(out / "capsnet-32", "last")
+    assert (first.state["epoch"], first.train_config["eval_every"]) == (2, 1)
+    assert main([*args, "--steps", "40"]) == 0
+    last = load_checkpoint(out / "capsnet-32", "last")
+    assert (last.state["epoch"], last.state["step"], last.train_config["eval_every"]) == (40, 40, 4)
+    assert [r["epoch"] for r in last.state["history"][:2]] == [1, 2]  # the first two epochs kept, not retrained
+    assert [(r["model"], r["epochs"], r["step"]) for r in _results(out)] == [("capsnet", 40, 40)]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -166,6 +166,26 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_che
     assert all(torch.isfinite(t).all() for t in kept.model_state.values())
 
 
+def test_a_resume_may_change_how_often_it_evaluates(trained_run, tmp_path, data_root):
+    """--eval-every, like --epochs, changes no step already taken: a resume takes it; other settings still clash."""
+    import dataclasses
+    import shutil
+
+    from capsnet.train import ResumeError, resume_configs
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    model, cfg = resume_configs(run, train_changes={"epochs": 4, "eval_every": 2})
+    assert (cfg.epochs, cfg.eval_every) == (4, 2)
+    with pytest.raises(ResumeError, match="batch_size differ"):
+        resume_configs(run, train_changes={"eval_every": 2, "batch_size": 8})
+    final = fit(model, cfg, run, device="cpu", data_root=data_root, progress=False, resume=True)
+    history = load_checkpoint(run, "last").state["history"]
+    assert [r["epoch"] for r in history] == [1, 2, 3, 4] and final["epoch"] == 4
+    assert "test_accuracy" not in history[2] and "test_accuracy" in history[3]  # epoch 3 not evaluated, 4 is
+    assert load_checkpoint(run, "last").train_config["eval_every"] == 2
+
+
 def test_resume_takes_a_setting_typed_again_in_another_spelling(trained_run):
     """--model-option decoder_hidden=[a, b] on a resume is the tuple the run's config holds, not a change."""
     from capsnet.train import ResumeError, resume_configs

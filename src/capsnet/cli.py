@@ -532,7 +532,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         except train.ResumeError as e:
             flags = [_flag(f) for f in e.fields]
             args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
-                              f"the run's own settings (only --epochs may change)")
+                              f"the run's own settings (only --epochs and --eval-every may change)")
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
         model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)

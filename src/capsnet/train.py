@@ -194,9 +194,14 @@ class ResumeError(CheckpointError):
         self.fields = fields
 
 
+# The settings a resume may change: how long the run trains and how often it evaluates (and checkpoints), neither of
+# which changes the steps already taken.
+RESUMABLE_CHANGES = ("epochs", "eval_every")
+
+
 def _differences(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """The keys whose values differ, ``epochs`` aside (a resume may train longer)."""
-    return sorted(k for k in set(saved) | set(given) if k != "epochs" and saved.get(k) != given.get(k))
+    """The keys whose values differ, ``RESUMABLE_CHANGES`` aside (a resume may train longer, evaluate more often)."""
+    return sorted(k for k in set(saved) | set(given) if k not in RESUMABLE_CHANGES and saved.get(k) != given.get(k))
 
 
 def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
@@ -216,8 +221,9 @@ def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, mode
     """The model and training configurations saved with the run in ``run_dir``, for ``fit(..., resume=True)``.
 
     ``model_changes`` and ``train_changes`` are settings asked for again (flags
-    typed on a resume): each must equal the saved one, except ``epochs``, the
-    new total. Otherwise a ``ResumeError`` names the fields that differ.
+    typed on a resume): each must equal the saved one, except ``epochs`` (the
+    new total) and ``eval_every``. Otherwise a ``ResumeError`` names the fields
+    that differ.
     """
     ckpt = load_checkpoint(run_dir, "last")
     if model is not None and model != ckpt.model_name:
@@ -225,11 +231,12 @@ def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, mode
     saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
     clashes = ([k for k, v in model_changes.items() if _differs(saved_model, k, v)]
-               + [k for k, v in train_changes.items() if k != "epochs" and _differs(saved_train, k, v)])
+               + [k for k, v in train_changes.items() if k not in RESUMABLE_CHANGES and _differs(saved_train, k, v)])
     if clashes:
         raise ResumeError(f"{', '.join(sorted(clashes))} differ from the run in {run_dir}; a resume continues with "
-                          f"the run's own settings (only epochs may change)", sorted(clashes))
-    return saved_model, dataclasses.replace(saved_train, **{k: v for k, v in train_changes.items() if k == "epochs"})
+                          f"the run's own settings (only epochs and eval_every may change)", sorted(clashes))
+    return saved_model, dataclasses.replace(saved_train, **{k: v for k, v in train_changes.items()
+                                                            if k in RESUMABLE_CHANGES})
 
 
 def _differs(saved: Any, field: str, value: Any) -> bool:
@@ -336,7 +343,7 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
     if diff:
         listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
-                          f"same settings (only --epochs may change) or use a new --out", diff)
+                          f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
     done = ckpt.state.get("epoch", 0)
     if isinstance(done, int) and done > cfg.epochs:  # the loop would not run and return a later epoch's figures
         raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {cfg.epochs} asked for; "
