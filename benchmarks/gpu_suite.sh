@@ -102,6 +102,7 @@ if ((TINY)); then
     BENCH_COMPILED_FP32=()
     BENCH_COMPILED_GRAPHS=(--batch-size 2 --routing-iterations 1 --dtype fp32 --repeats 1 --compile "$COMPILE")
     SPEED_VARIANTS=(--batch-size 2 --compile none --dtype fp32 --repeats 1 --steps-per-timing 2)
+    PROFILE_BY_OP=(--batch-size 2 --dtype fp32)
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-2}
     MULTI_EPOCHS=${MULTI_EPOCHS:-1} AFFINE_EPOCHS=${AFFINE_EPOCHS:-1} LESS_STEPS=${LESS_STEPS:-2}
@@ -124,6 +125,7 @@ else
                            --compile reduce-overhead)
     COMPILE=reduce-overhead
     SPEED_VARIANTS=(--batch-size 128 512 --compile reduce-overhead --dtype bf16 --repeats 20 --steps-per-timing 10)
+    PROFILE_BY_OP=(--batch-size 512 --dtype bf16)
     SEEDS="0 1 2"
     PAPER_EPOCHS=${PAPER_EPOCHS:-100}  # ~95 s of training a seed at 64,000 images/s; 10 minutes is ~600 epochs
     MULTI_EPOCHS=${MULTI_EPOCHS:-10} AFFINE_EPOCHS=${AFFINE_EPOCHS:-5} LESS_STEPS=${LESS_STEPS:-1000}
@@ -256,6 +258,8 @@ if step speed-variants 3.5; then
     run "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" \
         --variants base cudnn-benchmark whole-step-graph \
         --json "$OUT/speed/variants.json"
+    # where an eager step's GPU time goes, by operation and input shape (which part of the model each is)
+    run "$PY" benchmarks/profile_step.py --device "$DEVICE" "${PROFILE_BY_OP[@]}" --compile none --by-op --rows 30
     finish
 fi
 
