@@ -6,7 +6,8 @@
 #      eager bf16 batch 128 as in the suite; both experiments at once (accuracy only, nothing timed);
 #   2. the requires_cuda tests (one, CUDA graphs in training, never run on a GPU before);
 #   3. benchmarks/speed_variants.py: channels-last and the votes as a fused reduction, paired against the shipped
-#      model, compiled with CUDA graphs, bf16, batch 128 and 512.
+#      model, compiled with CUDA graphs, bf16, batch 128 and 512 (the variants pinned since the script gained more;
+#      its "peak MB" column was then a replay's peak of the whole device, since replaced by each variant's own).
 # usage: benchmarks/gpu_followup.sh OUT DATA_DIR   (then OUT holds logs/, experiments/, speed_variants.json)
 set -uo pipefail
 OUT=${1:?usage: gpu_followup.sh OUT DATA_DIR}
@@ -34,6 +35,7 @@ CAPSNET_TEST_DATA="$DATA" timeout 90 "$PY" -m pytest -m requires_cuda -p no:cach
     > "$OUT/logs/cuda-tests.log" 2>&1
 echo "speed-variants: $(stamp)" >> "$OUT/logs/steps.log"
 timeout "${SPEED_LIMIT:-230}" "$PY" benchmarks/speed_variants.py --device cuda --batch-size 128 512 \
+    --variants base channels-last mulsum channels-last+mulsum \
     --compile reduce-overhead --dtype bf16 --repeats 30 --json "$OUT/speed_variants.json" \
     > "$OUT/logs/speed_variants.log" 2>&1
 echo "done: $(stamp)" >> "$OUT/logs/steps.log"

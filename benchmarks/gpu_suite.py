@@ -117,7 +117,9 @@ def _runs_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def _bench_table(path: Path) -> list[str]:
     rows = [r for r in json.loads(path.read_text())["rows"] if r["impl"] == "capsnet"]
+    steps = sorted({r.get("steps_per_timing", 1) for r in rows})  # rows before 2026-11-26: one step a timing
     lines = [f"`{json.loads(path.read_text())['command']}`", "",
+             f"Steps per timing: {', '.join(map(str, steps))} (1: a step's latency; more: queued, throughput).", "",
              "| mode | batch | rounds | dtype | images/s, median (min-max) | peak MB | x baseline |",
              "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in rows:

@@ -253,9 +253,9 @@ fi
 # 10 steps a timing, the model compiled with the preset's mode: cuDNN's algorithm search
 # (torch.backends.cudnn.benchmark) for the two 9x9 convolutions, and the whole training step (forward, loss, backward,
 # Adam) in one CUDA graph. (Channels-last and the votes as a fused reduction changed nothing on an H200, 2026-11-25.)
-# Six compiles of ~35 s. ~3.5 min.
+# Six compiles of ~35 s; cut at 5 minutes (rows are written after each batch size). ~3.5 min.
 if step speed-variants 3.5; then
-    run "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" \
+    run timeout 300 "$PY" benchmarks/speed_variants.py --device "$DEVICE" "${SPEED_VARIANTS[@]}" \
         --variants base cudnn-benchmark whole-step-graph \
         --json "$OUT/speed/variants.json"
     # where an eager step's GPU time goes, by operation and input shape (which part of the model each is)

@@ -25,7 +25,7 @@ def main() -> None:
     p.add_argument("--compile", choices=("none", *COMPILE_MODES), default="default",
                    help="none: eager, where every row below is an operation of the model's own code")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16")
-    p.add_argument("--rows", type=int, default=25, help="kernels listed")
+    p.add_argument("--rows", type=int, default=25, help="rows listed (kernels, or operations with --by-op)")
     p.add_argument("--by-op", action="store_true",
                    help="list operations with their input shapes instead of kernels (with --compile none, which "
                         "part of the model each is: the votes' bmm is (1152, B, 8) x (1152, 8, 160), the decoder's "

@@ -84,10 +84,7 @@ class WholeStepGraph:
         self.device = images.device
         model.train()
         self.call = model if compile == "none" else torch.compile(model, dynamic=False)  # no graphs of its own
-        try:
-            self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True, capturable=True)
-        except (RuntimeError, ValueError):
-            self.opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True, capturable=True)
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True, capturable=True)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # compile, and allocate Adam's state, outside the capture
@@ -97,8 +94,34 @@ class WholeStepGraph:
         torch.cuda.current_stream(self.device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         self.opt.zero_grad(set_to_none=True)  # the captured backward writes the gradients afresh at every replay
-        with torch.cuda.graph(self.graph):
+        # a recompile inside the capture would run host work the graph cannot hold: fail with its reason instead
+        with torch._dynamo.config.patch(error_on_recompile=True), torch.cuda.graph(self.graph):
             self._step()
+
+    def update_agreement(self, lr: float, replays: int = 2) -> float:
+        """Cosine similarity between the weights' change over the 3 warm-up steps and ``replays`` replays and that of
+        the same steps taken eagerly (same start, data, Adam and autocast; not compiled, not captured): near 1 when
+        the captured step trains as the plain one does."""
+        start = {n: p.detach().clone() for n, p in self.model.named_parameters()}  # after the 3 warm-up steps
+        torch.manual_seed(0)
+        ref = CapsNet(CapsNetConfig()).to(self.device).train()
+        first = {n: p.detach().clone() for n, p in ref.named_parameters()}
+        opt = torch.optim.Adam(ref.parameters(), lr=lr)
+        for _ in range(3 + replays):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                out = ref(self.images, self.labels)
+                loss = margin_loss(out.lengths, self.labels, validate=False)
+                loss = loss + reconstruction_loss(out.reconstructions, self.images)
+            loss.backward()
+            opt.step()
+        for _ in range(replays):
+            self.graph.replay()
+        torch.cuda.synchronize(self.device)
+        ours = torch.cat([(p.detach() - first[n]).flatten() for n, p in self.model.named_parameters()])
+        theirs = torch.cat([(p.detach() - first[n]).flatten() for n, p in ref.named_parameters()])
+        del start
+        return torch.nn.functional.cosine_similarity(ours.double(), theirs.double(), dim=0).item()
 
     def _step(self) -> None:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
@@ -116,12 +139,6 @@ class WholeStepGraph:
         torch.cuda.synchronize(self.device)
         return (time.perf_counter() - start) / self.steps
 
-    def peak_bytes(self) -> int:
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        self.graph.replay()
-        torch.cuda.synchronize(self.device)
-        return torch.cuda.max_memory_allocated(self.device)
 
 
 def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bool, steps: int) -> _Runner:
@@ -141,15 +158,16 @@ def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bo
     return runner
 
 
-def check_same_maths(device: torch.device) -> None:
-    """Every variant's plain (votes) forward equals the base model's, in fp32, before anything is timed."""
+def check_same_maths(device: torch.device, variants: list[str]) -> None:
+    """Each variant's plain (votes) forward equals the base model's, in fp32, before anything is timed (for
+    cudnn-benchmark and whole-step-graph, whose model is the base's, see ``WholeStepGraph.update_agreement``)."""
     from capsnet.routing import plain_routing
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig()).to(device).eval()
     x = torch.rand(4, 1, 28, 28, device=device)
     with torch.no_grad(), plain_routing():
         ref = model(x).lengths
-        for variant in VARIANTS[1:]:
+        for variant in [v for v in variants if v != "base"]:
             m = model.to(memory_format=torch.channels_last) if "channels-last" in variant else model
             xi = x.contiguous(memory_format=torch.channels_last) if "channels-last" in variant else x
             with votes_as(variant):
@@ -159,68 +177,102 @@ def check_same_maths(device: torch.device) -> None:
             model = model.to(memory_format=torch.contiguous_format)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _memory_mark(device: torch.device) -> int:
+    """Bytes allocated now, the peak counter restarted (CUDA; 0 elsewhere)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--batch-size", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--batch-size", type=_positive, nargs="+", default=[128, 512])
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--compile", choices=("none", *COMPILE_MODES), default="reduce-overhead")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16")
-    p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--steps-per-timing", type=int, default=1,
+    p.add_argument("--repeats", type=_positive, default=30)
+    p.add_argument("--steps-per-timing", type=_positive, default=1,
                    help="steps back to back in each timing (capsnet bench's default on CUDA is 10: throughput)")
-    p.add_argument("--json", help="write the rows here")
+    p.add_argument("--json", help="write the rows here (after every batch size)")
     args = p.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but no CUDA device")
-    check_same_maths(device)
+    check_same_maths(device, args.variants)
     torch._dynamo.config.cache_size_limit = 64  # one graph per variant and batch size, no recompile limit reached
-    rows = []
+    rows: list[dict] = []
+
+    def write() -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"torch": torch.__version__, "compile": args.compile, "dtype": args.dtype,
+                           "repeats": args.repeats, "steps_per_timing": args.steps_per_timing,
+                           "rows": rows}, f, indent=1)
+
     print(f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-          f"compile {args.compile}, {args.dtype}, {args.repeats} paired repeats of {args.steps_per_timing} steps", flush=True)
-    print("| batch | variant | images/s, median | x base | peak MB |\n| ---: | --- | ---: | ---: | ---: |", flush=True)
+          f"compile {args.compile}, {args.dtype}, {args.repeats} paired repeats of {args.steps_per_timing} steps; "
+          f"MB: on CUDA what the variant allocated from its start through compiling and recording (its weights, "
+          f"Adam, graphs and peak), on the CPU one step's peak", flush=True)
+    print("| batch | variant | images/s, median | x base | MB | note |\n| ---: | --- | ---: | ---: | ---: | --- |",
+          flush=True)
     for batch in args.batch_size:
-        runners = {}
+        runners, memory, notes = {}, {}, {}
         for variant in args.variants:
             if variant == "whole-step-graph" and device.type != "cuda":
-                print(f"| {batch} | {variant} | needs CUDA: left out | | |", flush=True)
+                print(f"| {batch} | {variant} | | | | needs CUDA: left out |", flush=True)
                 continue
             try:
+                mark = _memory_mark(device)
                 with votes_as(variant):
                     runner = build(variant, batch, device, args.compile, args.dtype == "bf16", args.steps_per_timing)
                     for _ in range(3):  # compile and record the graphs with this variant's votes in place
                         runner.time_step()
+                if device.type == "cuda":
+                    memory[variant] = (torch.cuda.max_memory_allocated(device) - mark) / 2**20
+                else:
+                    memory[variant] = runner.peak_bytes() / 2**20
+                if isinstance(runner, WholeStepGraph):
+                    notes[variant] = f"update cosine vs eager {runner.update_agreement(1e-3):.4f}"
             except Exception as e:  # a probe: report it, time the rest
-                print(f"| {batch} | {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:200]} | | |",
-                      flush=True)
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                print(f"| {batch} | {variant} | | | | failed: {reason} |", flush=True)
                 rows.append({"batch": batch, "variant": variant, "failed": f"{type(e).__name__}: {e}"})
                 continue
             runners[variant] = runner
         timed_variants = [v for v in args.variants if v in runners]
+        if not timed_variants:
+            write()
+            continue
 
         def timed(variant: str) -> float:
             with votes_as(variant):
                 return runners[variant].time_step()
 
         times = alternate({v: (lambda v=v: timed(v)) for v in timed_variants}, args.repeats, warmup=2)
-        base = statistics.median(times[timed_variants[0]])
+        reference = "base" if "base" in times else timed_variants[0]
+        base = statistics.median(times[reference])
         for variant in timed_variants:
             med = statistics.median(times[variant])
-            with votes_as(variant):
-                peak = runners[variant].peak_bytes() / 2**20
-            row = {"batch": batch, "variant": variant, "images_per_s": batch / med, "x_base": base / med,
-                   "peak_mb": peak, "times_s": times[variant]}
-            rows.append(row)
-            print(f"| {batch} | {variant} | {batch / med:,.0f} | {base / med:.2f} | {peak:.0f} |", flush=True)
+            note = "; ".join(x for x in (notes.get(variant, ""),
+                                         "" if reference == "base" else f"ratios to {reference}, base failed") if x)
+            rows.append({"batch": batch, "variant": variant, "images_per_s": batch / med, "x_base": base / med,
+                         "relative_to": reference, "mb": memory[variant], "note": note, "times_s": times[variant]})
+            print(f"| {batch} | {variant} | {batch / med:,.0f} | {base / med:.2f} | {memory[variant]:.0f} | {note} |",
+                  flush=True)
         del runners
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "compile": args.compile, "dtype": args.dtype,
-                       "repeats": args.repeats, "steps_per_timing": args.steps_per_timing,
-                       "rows": rows}, f, indent=1)
+        write()
 
 
 if __name__ == "__main__":

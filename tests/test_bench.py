@@ -170,27 +170,77 @@ def _adam_steps(opt: torch.optim.Optimizer) -> int:
 
 
 def test_a_timing_runs_its_steps_back_to_back_and_returns_their_mean(monkeypatch):
+    import types
+
     from capsnet import bench
 
     torch.manual_seed(0)
     model = CapsNet(TINY)
     images, labels = torch.rand(3, 1, 28, 28), torch.tensor([0, 4, 9])
     runner = bench._Runner(model, "train", images, labels, 1e-3, steps=4)
+    cleared = []
+    zero_grad = runner.opt.zero_grad
+    runner.opt.zero_grad = lambda **kw: (cleared.append(_adam_steps(runner.opt) if runner.opt.state else 0),
+                                         zero_grad(**kw))[1]
     clock = iter([10.0, 12.0])  # the timing's start and end: 2 s for its 4 steps
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     assert runner.time_step() == pytest.approx(0.5)
-    assert _adam_steps(runner.opt) == 4  # four optimizer steps, each after its own zero_grad
+    assert _adam_steps(runner.opt) == 4  # four optimizer steps,
+    assert cleared == [0, 1, 2, 3]  # each after its own zero_grad
     with pytest.raises(ValueError, match="steps per timing must be a positive integer, got 0"):
         bench._Runner(model, "train", images, labels, 1e-3, steps=0)
 
 
-def test_rows_record_steps_per_timing_one_on_the_cpu_by_default():
+def test_each_row_set_times_the_steps_per_timing_it_records(monkeypatch):
+    from capsnet import bench
+
+    made = []
+    real = bench._Runner
+
+    def recording(*args, **kwargs):
+        made.append(kwargs["steps"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "_Runner", recording)
     rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"], baseline_path="",
                          config=TINY, memory=False, floor=False)
-    assert rows[0]["steps_per_timing"] == 1
+    assert rows[0]["steps_per_timing"] == 1 and made == [1]
     rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["train"], baseline_path="",
                          config=TINY, memory=False, floor=False, steps_per_timing=3)
-    assert rows[0]["steps_per_timing"] == 3
+    assert rows[0]["steps_per_timing"] == 3 and made == [1, 3]
+    assert bench.default_steps_per_timing(torch.device("cuda")) == 10  # queued steps: throughput
+    assert bench.default_steps_per_timing(torch.device("cpu")) == 1
+    assert bench.default_steps_per_timing(torch.device("cuda"), 4) == 4
+
+
+def test_the_routing_layer_is_timed_as_the_steps_are(monkeypatch):
+    import types
+
+    from capsnet import bench
+
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    passes = []
+    forward = model.digits.forward
+    monkeypatch.setattr(model.digits, "forward", lambda *a, **k: (passes.append(1), forward(*a, **k))[1])
+    clock = iter([0.0, 3.0])
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    assert bench._time_routing(model, torch.rand(2, 1, 28, 28), "train", steps=3) == pytest.approx(1.0)
+    assert len(passes) == 3
+
+
+def test_the_bench_step_leaves_out_the_labels_range_check(monkeypatch):
+    """The check reads the labels on the host: on a GPU it would wait for the step's forward every step."""
+    from capsnet import bench
+
+    asked = []
+    real = bench.margin_loss
+    monkeypatch.setattr(bench, "margin_loss", lambda *a, **k: (asked.append(k.get("validate", True)), real(*a, **k))[1])
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    bench._train_step(model, torch.optim.SGD(model.parameters(), lr=0.0), torch.rand(2, 1, 28, 28),
+                      torch.tensor([1, 2]))
+    assert asked == [False]
 
 
 def test_the_bench_step_trains_on_capsnet_trains_loss():
@@ -267,12 +317,14 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, c
     monkeypatch.setattr(capsnet.bench, "run_benchmark", tiny)
     out = tmp_path / "bench.json"
     assert main(["bench", "--batch-size", "2", "--repeats", "1", "--device", "cpu", "--baseline", str(BASELINE_PATH),
-                 "--json", str(out)]) == 0
+                 "--steps-per-timing", "2", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert report["command"].startswith("capsnet ") and report["environment"]["torch"] == torch.__version__
     assert [(r["impl"], r["mode"], r["batch"]) for r in report["rows"]] == [
         (impl, mode, 2) for mode in ("train", "infer") for impl in ("capsnet", "tutorial baseline", "conv floor")]
+    assert {r["steps_per_timing"] for r in report["rows"]} == {2}
+    assert "steps per timing: 2 on cpu (1: one step's latency" in printed
     assert format_table(report["rows"]) in printed
 
 

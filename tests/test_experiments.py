@@ -1,6 +1,7 @@
 """The paper's experiments: their data sets, the two-digit decoding and loss, the plan, and tiny runs end to end."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -313,6 +314,15 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
     assert (last.state["epoch"], last.state["step"], last.train_config["eval_every"]) == (40, 40, 4)
     assert [r["epoch"] for r in last.state["history"][:2]] == [1, 2]  # the first two epochs kept, not retrained
     assert [(r["model"], r["epochs"], r["step"]) for r in _results(out)] == [("capsnet", 40, 40)]
+    # a smaller budget than the run holds is refused, and the message names the flag less-data takes
+    from capsnet.experiments import Run, _finished
+    from capsnet.train import saved_configs
+
+    model_cfg, train_cfg = saved_configs(last)
+    shorter = Run("less-data", "capsnet", "mnist", 0, model_cfg, dataclasses.replace(train_cfg, epochs=2),
+                  out / "capsnet-32")
+    with pytest.raises(Exception, match=r"holds a run of 40 epochs, more than the 2 asked for; give a larger --steps"):
+        _finished(shorter)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -35,7 +35,9 @@ What is measured:
 - ``peak_mem_mb`` is the largest amount of tensor memory held during one extra,
   untimed step: parameters, optimizer state and the batch held before it, plus
   the peak of what the step allocates. On CUDA that is
-  ``torch.cuda.max_memory_allocated``; on CPU the allocations come from the
+  ``torch.cuda.max_memory_allocated`` (with ``compile="reduce-overhead"``, the
+  larger of that and its peak over the warm-up steps, which record the CUDA
+  graphs and take their memory: a replay allocates nothing); on CPU the allocations come from the
   torch profiler's memory events (``profile_memory=True``), so it counts what
   goes through torch's CPU allocator and not the interpreter, the allocator's
   cached pages or the libraries' own scratch buffers: tensor memory, not RSS.
@@ -135,25 +137,26 @@ def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any]
 # --- steps -------------------------------------------------------------------------
 
 
-def _time_routing(model: CapsNet, images: torch.Tensor, mode: str) -> float:
-    """Seconds of the digit capsule layer alone (votes and routing; forward, and backward when training)."""
+def _time_routing(model: CapsNet, images: torch.Tensor, mode: str, steps: int = 1) -> float:
+    """Seconds of the digit capsule layer alone (votes and routing; forward, and backward when training): ``steps``
+    passes back to back between two synchronisations, their mean, as ``_Runner.time_step`` times whole steps."""
     with torch.no_grad():
         u = model.primary_capsules(images)
     sync = torch.cuda.synchronize if images.device.type == "cuda" else (lambda: None)
     if mode == "train":
         u.requires_grad_(True)
-        sync()
-        start = time.perf_counter()
-        model.digits(u).poses.sum().backward()
-    else:
-        sync()
-        start = time.perf_counter()
-        with torch.inference_mode():
-            model.digits(u)
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        if mode == "train":
+            model.digits(u).poses.sum().backward()
+        else:
+            with torch.inference_mode():
+                model.digits(u)
     sync()
     elapsed = time.perf_counter() - start
     model.zero_grad(set_to_none=True)
-    return elapsed
+    return elapsed / steps
 
 
 class ConvFloor(nn.Module):
@@ -168,6 +171,11 @@ class ConvFloor(nn.Module):
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         return CapsNet.primary_capsules(self, images)  # (B, I, D): the CapsNet's own prefix, on these copies
+
+
+def default_steps_per_timing(device: torch.device, given: int | None = None) -> int:
+    """Steps in one timing: ``given``, else 10 on CUDA (queued back to back: throughput) and 1 elsewhere."""
+    return given if given is not None else (10 if device.type == "cuda" else 1)
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
@@ -211,8 +219,8 @@ class _Runner:
         model.train(mode == "train")
 
     def _prepare(self) -> None:
-        if self.opt is not None:
-            self.opt.zero_grad(set_to_none=True)  # outside the timed and profiled region
+        if self.opt is not None:  # before the first step of a timing outside the timed region, within it after
+            self.opt.zero_grad(set_to_none=True)
 
     def _run(self) -> None:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
@@ -355,8 +363,8 @@ def run_benchmark(
 
     Args:
         devices: e.g. ``("cpu", "cuda")``; None: the CPU and, when present, CUDA.
-        batch_size, repeats, warmup: images per step, timed steps, untimed steps first
-            (None: 1, or 2 when compiling, so compilation and any recompile are not timed).
+        batch_size, repeats, warmup: images per step, timings (each of ``steps_per_timing`` steps), untimed
+            timings first (None: 1, or 2 when compiling, so compilation and any recompile are not timed).
         modes: any of ``"train"`` and ``"infer"``.
         baseline_path: the tutorial baseline file; None looks for
             ``benchmarks/tutorial_baseline.py`` beside the source or in the working
@@ -377,7 +385,7 @@ def run_benchmark(
             a fresh ``torch._dynamo.reset()``; ``routing_share`` is None then (the
             layer alone would run eagerly, not as part of the compiled step).
         steps_per_timing: steps run back to back in each timing, their mean time the step time (None: 1 on a
-            CPU, 10 on CUDA; see the module docstring). ``routing_share`` pairs the layer with that mean.
+            CPU, 10 on CUDA; see the module docstring). The layer of ``routing_share`` is timed the same way.
 
     On CUDA, capsnet's Adam is fused, as in ``capsnet train``; the baseline's is not.
 
@@ -442,21 +450,28 @@ def run_benchmark(
             # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
             if compile:
                 torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
-            per_timing = steps_per_timing or (10 if device.type == "cuda" else 1)
+            per_timing = default_steps_per_timing(device, steps_per_timing)
             runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", steps=per_timing,
                                      fused=impl == CAPSNET and device.type == "cuda",
                                      compile=compile if impl == CAPSNET else False)
                        for impl, m in models.items()}
+            recording_peak: dict[str, int] = {}
             for impl, runner in runners.items():
+                graphs = device.type == "cuda" and compile == "reduce-overhead" and impl == CAPSNET
+                if graphs:  # a CUDA graph's memory is taken while it is recorded (warm-up); a replay takes none
+                    torch.cuda.synchronize(device)
+                    torch.cuda.reset_peak_memory_stats(device)
                 for _ in range(warmup):
                     runner.time_step()
+                if graphs:
+                    recording_peak[impl] = torch.cuda.max_memory_allocated(device)
             routing_times: list[float] = []
 
             def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
                 seconds = runner.time_step()
                 if not compile:  # the layer alone runs eagerly: no share of a compiled step
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                        routing_times.append(_time_routing(model, images, mode))
+                        routing_times.append(_time_routing(model, images, mode, runner.steps))
                 return seconds
 
             # warmed up above, not by alternate: capsnet_step's routing times must pair with timed steps only
@@ -473,7 +488,8 @@ def run_benchmark(
                                        "seed": seed}
                 row.update(_summary([batch_size / t for t in times[impl]]))
                 row["step_s"] = statistics.median(times[impl])
-                row["peak_mem_mb"] = runner.peak_bytes() / 2**20 if memory else None
+                row["peak_mem_mb"] = (max(runner.peak_bytes(), recording_peak.get(impl, 0)) / 2**20
+                                      if memory else None)
                 if impl == BASELINE:
                     row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
                 elif impl == CAPSNET and paired:

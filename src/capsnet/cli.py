@@ -331,7 +331,8 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                                                                                             "one row set each")
     b.add_argument("--dtype", choices=("fp32", "bf16"), nargs="+", default=["fp32"],
                    help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
-    b.add_argument("--repeats", type=_positive_int, default=5, help="timed steps per measurement (median reported)")
+    b.add_argument("--repeats", type=_positive_int, default=5, help="timings per measurement, each of "
+                                                                  "--steps-per-timing steps (median reported)")
     b.add_argument("--steps-per-timing", type=_positive_int, default=None,
                    help="steps run back to back in each timing, their mean the step time (default: 1 on a CPU; 10 on "
                         "CUDA, where the host queues a step while the GPU runs the last, as in training: throughput, "
@@ -740,6 +741,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     steps_per_timing=args.steps_per_timing)
     env = environment() | {"allocator": allocator}
     print(" ".join(f"{k}={v}" for k, v in env.items()))
+    timings = sorted({(r["device"], r["steps_per_timing"]) for r in rows})
+    print("steps per timing: " + ", ".join(f"{n} on {d}" for d, n in timings)
+          + " (1: one step's latency; more: steps queued back to back, throughput)")
     print(format_table(rows))
     if args.json:
         write_record(args.json, args.command_line, env, rows)

@@ -189,8 +189,10 @@ def _finished(run: Run) -> dict[str, Any] | None:
                               f"choose another --out")
     done = ckpt.state.get("epoch")
     if isinstance(done, int) and done > run.train_config.epochs:  # its final figures are of a later epoch
+        more = ("a larger --steps (each size's epochs follow from it)" if run.experiment == "less-data"
+                else f"--epochs {done}")
         raise CheckpointError(f"{run.run_dir} holds a run of {done} epochs, more than the {run.train_config.epochs} "
-                              f"asked for; give --epochs {done}, or remove it or choose another --out")
+                              f"asked for; give {more}, or remove it or choose another --out")
     if done == run.train_config.epochs and ckpt.state.get("history"):
         return ckpt.state["history"][-1]
     return None
