@@ -27,7 +27,7 @@ import sys
 import torch
 from torch import nn
 
-from capsnet.bench import _Runner, alternate, environment, write_record
+from capsnet.bench import _Runner, alternate, default_steps_per_timing, environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import MODELS, model_spec
 from capsnet.routing import ROUTINGS, RoutingResult
@@ -67,11 +67,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast")
+    p.add_argument("--steps-per-timing", type=int, default=None,
+                   help="steps back to back in each timing (default: 1 on a CPU; 10 on CUDA, throughput as in "
+                        "training, as capsnet bench)")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
     dev = torch.device(args.device)
     bf16 = args.dtype == "bf16"
+    steps = default_steps_per_timing(dev, args.steps_per_timing)
+    fused = dev.type == "cuda"  # as capsnet train's Adam
     rows = []
     for name in args.models:
         spec = model_spec(name)
@@ -81,13 +86,14 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
-        full = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss)
-        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss)
+        full = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps, fused=fused)
+        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss,
+                       steps=steps, fused=fused)
         times = alternate({"full": full.time_step, "bare": bare.time_step}, args.repeats)
         t_full, t_bare = times["full"], times["bare"]
         shares = [1 - b / f for f, b in zip(t_full, t_bare)]
         row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
-               "dtype": args.dtype,
+               "dtype": args.dtype, "steps_per_timing": steps,
                "images_per_s": args.batch_size / statistics.median(t_full),
                "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
                "routing_share": statistics.median(shares), "routing_share_min": min(shares),
@@ -97,7 +103,7 @@ def main() -> None:
               f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"{args.dtype}, batch {args.batch_size}:\n")
+    print(f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n")
     print("| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
           "| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:

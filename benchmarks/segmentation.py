@@ -23,14 +23,15 @@ import sys
 
 import torch
 
-from capsnet.bench import _Runner, alternate, environment, write_record
+from capsnet.bench import _Runner, alternate, default_steps_per_timing, environment, write_record
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 
 MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
-def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False) -> _Runner:
+def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False,
+           steps: int = 1) -> _Runner:
     spec = model_spec(name)
     config = spec.config(input_height=size, input_width=size)
     torch.manual_seed(0)
@@ -38,7 +39,8 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf1
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 1, size, size, generator=g).to(device)
     masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8).to(device)
-    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss)
+    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
+                   fused=torch.device(device).type == "cuda")  # as capsnet train's Adam
 
 
 def main() -> None:
@@ -50,16 +52,21 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast "
                    "(as capsnet train --amp bf16; for GPUs)")
+    p.add_argument("--steps-per-timing", type=int, default=None,
+                   help="steps back to back in each timing of part 1 (default: 1 on a CPU; 10 on CUDA, throughput as "
+                        "in training, as capsnet bench)")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
     bf16 = args.dtype == "bf16"
-    runners = {m: runner(m, args.size, args.batch_size, "train", args.device, bf16) for m in MODELS}
+    steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)
+    runners = {m: runner(m, args.size, args.batch_size, "train", args.device, bf16, steps) for m in MODELS}
     times = alternate({m: runners[m].time_step for m in MODELS}, args.repeats)
     rows = []
     for m in MODELS:
         ratios = [t / u for t, u in zip(times[m], times["unet"])]
         rows.append({"model": m, "part": "step", "size": args.size, "batch": args.batch_size, "dtype": args.dtype,
+                     "steps_per_timing": steps,
                      "weights": runners[m].model.config.num_weights,
                      "images_per_s": args.batch_size / statistics.median(times[m]),
                      "step_ratio_to_unet": statistics.median(ratios), "step_ratio_min": min(ratios),
@@ -79,7 +86,8 @@ def main() -> None:
                 del r
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, training steps paired with the U-Net's:\n")
+    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, {steps} step(s) a timing, training steps "
+          f"paired with the U-Net's:\n")
     print("| model | weights | train images/s | step / U-Net step, median (min-max) | peak MB of a step |\n"
           "| --- | ---: | ---: | ---: | ---: |")
     for r in rows:
