@@ -41,8 +41,7 @@ import torch
 
 from capsnet.bench import _Runner, alternate
 from capsnet.layers.dense import DenseCaps
-from capsnet.losses import margin_loss, reconstruction_loss
-from capsnet.models.capsnet import CapsNet, CapsNetConfig
+from capsnet.models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
 
 VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark", "whole-step-graph")
@@ -102,7 +101,6 @@ class WholeStepGraph:
         """Cosine similarity between the weights' change over the 3 warm-up steps and ``replays`` replays and that of
         the same steps taken eagerly (same start, data, Adam and autocast; not compiled, not captured): near 1 when
         the captured step trains as the plain one does."""
-        start = {n: p.detach().clone() for n, p in self.model.named_parameters()}  # after the 3 warm-up steps
         torch.manual_seed(0)
         ref = CapsNet(CapsNetConfig()).to(self.device).train()
         first = {n: p.detach().clone() for n, p in ref.named_parameters()}
@@ -110,9 +108,7 @@ class WholeStepGraph:
         for _ in range(3 + replays):
             opt.zero_grad(set_to_none=True)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                out = ref(self.images, self.labels)
-                loss = margin_loss(out.lengths, self.labels, validate=False)
-                loss = loss + reconstruction_loss(out.reconstructions, self.images)
+                loss = capsnet_loss(ref, self.images, self.labels)[0]
             loss.backward()
             opt.step()
         for _ in range(replays):
@@ -120,14 +116,11 @@ class WholeStepGraph:
         torch.cuda.synchronize(self.device)
         ours = torch.cat([(p.detach() - first[n]).flatten() for n, p in self.model.named_parameters()])
         theirs = torch.cat([(p.detach() - first[n]).flatten() for n, p in ref.named_parameters()])
-        del start
         return torch.nn.functional.cosine_similarity(ours.double(), theirs.double(), dim=0).item()
 
     def _step(self) -> None:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
-            out = self.call(self.images, self.labels)
-            loss = margin_loss(out.lengths, self.labels, validate=False)
-            loss = loss + reconstruction_loss(out.reconstructions, self.images)
+            loss = capsnet_loss(self.call, self.images, self.labels)[0]  # capsnet train's: no sync, none to capture
         loss.backward()
         self.opt.step()
 

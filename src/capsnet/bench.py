@@ -60,8 +60,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 import torch
 from torch import nn
 
-from .losses import margin_loss, reconstruction_loss
-from .models.capsnet import CapsNet, CapsNetConfig
+from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from .runtime import compile_model, parse_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
@@ -180,20 +179,11 @@ def default_steps_per_timing(device: torch.device, given: int | None = None) -> 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
                 loss_fn: Callable[..., Any] | None = None) -> None:
-    if loss_fn is not None:  # a registered model's own loss
-        loss_fn(model, images, labels, recon_weight=0.0005)[0].backward()
-        opt.step()
-        return
     if isinstance(model, ConvFloor):
-        model(images).pow(2).mean().backward()  # a loss that costs next to nothing
-        opt.step()
-        return
-    out = model(images, labels)
-    # no range check of the labels: it would wait for the GPU in the middle of every step (capsnet train's loss,
-    # capsnet.models.capsnet.capsnet_loss, leaves it out for the same reason; the labels here are made in range)
-    loss = margin_loss(out.lengths, labels, validate=False)
-    if out.reconstructions is not None:
-        loss = loss + reconstruction_loss(out.reconstructions, images)
+        loss = model(images).pow(2).mean()  # a loss that costs next to nothing
+    else:  # a registered model's own loss, else capsnet train's (the CapsNet's and the tutorial baseline's): margin
+        # and reconstruction, without a range check of the labels, which would wait for the GPU in every step
+        loss = (loss_fn or capsnet_loss)(model, images, labels, recon_weight=0.0005)[0]
     loss.backward()
     opt.step()
 
