@@ -28,7 +28,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=25, help="rows listed (kernels, or operations with --by-op)")
     p.add_argument("--by-op", action="store_true",
                    help="list operations with their input shapes instead of kernels (with --compile none, which "
-                        "part of the model each is: the votes' bmm is (1152, B, 8) x (1152, 8, 160), the decoder's "
+                        "part of the model each is: the votes' bmm is (i, B, 8) x (i, 8, 160) over blocks of i of the 1,152 "
+                        "primary capsules (the routing's products have 16 = the output capsule's length), the decoder's "
                         "matrices 160x512, 512x1024 and 1024x784, the convolutions' weights 256x1x9x9 and "
                         "256x256x9x9)")
     p.add_argument("--device", default="cuda", help="cuda, or cpu to try the script (CPU time only)")
