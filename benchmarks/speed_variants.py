@@ -21,7 +21,13 @@ of inner size 8). Variants, each the same maths as the shipped model (checked be
   but leave the loss, the autograd engine between them and Adam to launch kernel by kernel: at batch 128 the H100's
   compiled step was 2.3 ms of GPU work in a 6.1 ms step.
 
-(H200, 2026-11-25: the first four within 0.4% of each other at batch 128 and 512; the last two came after.)
+- ``gemm-primary``: the primary capsules' 9x9 stride-2 convolution as one matrix product over the unfolded
+  windows (``F.unfold``, then (B, 36, 20736) @ (20736, 256)), its output already in capsule order. On an H200 the
+  bench's conv floor (the two convolutions alone) trains at 49,900 images/s at batch 128, a few percent of the card's
+  bf16 rate: the convolutions, not the capsules, bound that batch size.
+
+(H200, 2026-11-25: the first four within 0.4% of each other at batch 128 and 512. 2026-11-26, batch 128:
+cudnn-benchmark 1.02x, whole-step-graph 1.16x; gemm-primary came after.)
 A variant that fails to build is reported as failed and left out; the others are still timed.
 
 All variants of one batch size are timed in one process, taking turns (``capsnet.bench.alternate``), so their
@@ -38,13 +44,17 @@ import time
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 
 from capsnet.bench import _Runner, alternate
 from capsnet.layers.dense import DenseCaps
+from capsnet.layers.primary import PrimaryCaps
+from capsnet.ops import squash
 from capsnet.models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
 
-VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark", "whole-step-graph")
+VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark", "whole-step-graph",
+            "gemm-primary")
 
 
 def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
@@ -56,17 +66,34 @@ def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
     return u_hat.view(B, I, self.out_caps, self.out_dim)
 
 
+def gemm_primary(self: PrimaryCaps, x: torch.Tensor) -> torch.Tensor:
+    """``PrimaryCaps.forward`` with its convolution as one matrix product over the unfolded windows:
+    (B, L, C*k*k) @ (C*k*k, types*D) -> (B, L, types*D), already capsule-minor (no permute of the output). On an H200
+    the 9x9 stride-2 convolution's cuDNN kernels run at a few percent of the card's bf16 rate (the bench's conv floor):
+    as a plain GEMM of (B*36) x 20736 x 256 the same work may run nearer cuBLAS's rate."""
+    conv = self.conv
+    k, st = conv.kernel_size, conv.stride
+    cols = F.unfold(x, k, stride=st)  # (B, C*k*k, L)
+    B, _, L = cols.shape
+    y = torch.matmul(cols.transpose(1, 2), conv.weight.flatten(1).t()) + conv.bias  # (B, L, types*D)
+    y = y.view(B, L, self.types, self.dim).transpose(1, 2)  # (B, types, L, D): (type, row, column) order
+    return squash(y.reshape(B, self.types * L, self.dim))
+
+
 @contextlib.contextmanager
 def votes_as(variant: str) -> Iterator[None]:
-    """The variant's global settings in place: its votes, cuDNN's algorithm search."""
-    original, benchmark = DenseCaps.votes, torch.backends.cudnn.benchmark
+    """The variant's global settings in place: its votes, its primary capsules' product, cuDNN's algorithm search."""
+    original, primary, benchmark = DenseCaps.votes, PrimaryCaps.forward, torch.backends.cudnn.benchmark
     if "mulsum" in variant:
         DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
+    if variant == "gemm-primary":
+        PrimaryCaps.forward = gemm_primary  # type: ignore[method-assign]
     torch.backends.cudnn.benchmark = variant == "cudnn-benchmark"
     try:
         yield
     finally:
         DenseCaps.votes = original  # type: ignore[method-assign]
+        PrimaryCaps.forward = primary  # type: ignore[method-assign]
         torch.backends.cudnn.benchmark = benchmark
 
 
