@@ -143,7 +143,39 @@ def test_compile_modes_map_onto_torch_compile(monkeypatch):
     assert compile_model(model, False) is model and calls == []
     for arg in (True, "default", "reduce-overhead", "max-autotune", "aot_eager"):
         compile_model(model, arg)
-    assert calls == [{}, {}, {"mode": "reduce-overhead"}, {"mode": "max-autotune"}, {"backend": "aot_eager"}]
+    static = {"dynamic": False}
+    assert calls == [static, static, {"mode": "reduce-overhead", **static}, {"mode": "max-autotune", **static},
+                     {"backend": "aot_eager", **static}]
+
+
+def test_full_batches_after_a_smaller_last_batch_keep_their_static_graph():
+    # torch's automatic dynamic shapes would answer the smaller batch with a graph for any batch size and run every
+    # later full batch through it (Dynamo tries its newest graph first); compile_model keeps one graph per size
+    from torch._dynamo import register_backend
+
+    used: list[int] = []  # the graph each call ran
+    graphs: list[object] = []  # each graph's batch dimension as it was compiled: an int, or a symbol when dynamic
+
+    def backend(gm, example_inputs):
+        number = len(graphs)
+        sizes = [t.shape[0] for t in example_inputs if isinstance(t, torch.Tensor) and t.dim() == 3]  # the images
+        graphs.append(sizes[0] if sizes else None)
+
+        def run(*args):
+            used.append(number)
+            return gm.forward(*args)
+        return run
+
+    register_backend(name="capsnet_test_recorder", compiler_fn=backend)
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 2))
+    compiled = compile_model(model, "capsnet_test_recorder")
+    for b in (8, 8, 5, 8, 5, 8):  # two epochs of 21 examples in batches of 8
+        out = compiled(torch.randn(b, 3, 2))
+        assert out.shape == (b, 2)
+    assert used == [0, 0, 1, 0, 1, 0]
+    assert graphs == [8, 5]  # both graphs specialised to their batch size (ints, not symbols)
+    torch._dynamo.reset()
 
 
 def test_a_fused_adam_state_resumes_on_a_device_without_it():
