@@ -25,6 +25,8 @@ of inner size 8). Variants, each the same maths as the shipped model (checked be
   windows (``F.unfold``, then (B, 36, 20736) @ (20736, 256)), its output already in capsule order. On an H200 the
   bench's conv floor (the two convolutions alone) trains at 49,900 images/s at batch 128, a few percent of the card's
   bf16 rate: the convolutions, not the capsules, bound that batch size.
+- ``gemm-convs``: both convolutions (Conv1 and the primary capsules') as matrix products over unfolded windows
+  (``gemm_conv2d`` in place of ``nn.Conv2d.forward``).
 
 (H200, 2026-11-25: the first four within 0.4% of each other at batch 128 and 512. 2026-11-26, batch 128:
 cudnn-benchmark 1.02x, whole-step-graph 1.16x; gemm-primary came after.)
@@ -54,7 +56,7 @@ from capsnet.models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
 
 VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark", "whole-step-graph",
-            "gemm-primary")
+            "gemm-primary", "gemm-convs")
 
 
 def mulsum_votes(self: DenseCaps, u: torch.Tensor) -> torch.Tensor:
@@ -80,6 +82,25 @@ def gemm_primary(self: PrimaryCaps, x: torch.Tensor) -> torch.Tensor:
     return squash(y.reshape(B, self.types * L, self.dim))
 
 
+_CONV2D_FORWARD = torch.nn.Conv2d.forward
+
+
+def gemm_conv2d(self: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Conv2d.forward`` as one matrix product over the unfolded windows (zero padding, groups 1; any other
+    convolution runs as before): (B, L, C*k*k) @ (C*k*k, O) -> (B, O, H', W'). For Conv1 (1 -> 256 channels, 9x9) cuDNN
+    has a single input channel to put on its tensor cores; as a GEMM the 81 taps are the inner dimension."""
+    if self.groups != 1 or self.padding_mode != "zeros" or isinstance(self.padding, str):
+        return _CONV2D_FORWARD(self, x)
+    k, st, pad, dil = self.kernel_size, self.stride, self.padding, self.dilation
+    cols = F.unfold(x, k, dilation=dil, padding=pad, stride=st)  # (B, C*k*k, L)
+    H = (x.shape[2] + 2 * pad[0] - dil[0] * (k[0] - 1) - 1) // st[0] + 1
+    W = (x.shape[3] + 2 * pad[1] - dil[1] * (k[1] - 1) - 1) // st[1] + 1
+    y = torch.matmul(self.weight.flatten(1), cols)  # (B, O, L)
+    if self.bias is not None:
+        y = y + self.bias[:, None]
+    return y.view(x.shape[0], -1, H, W)
+
+
 @contextlib.contextmanager
 def votes_as(variant: str) -> Iterator[None]:
     """The variant's global settings in place: its votes, its primary capsules' product, cuDNN's algorithm search."""
@@ -88,12 +109,15 @@ def votes_as(variant: str) -> Iterator[None]:
         DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
     if variant == "gemm-primary":
         PrimaryCaps.forward = gemm_primary  # type: ignore[method-assign]
+    if variant == "gemm-convs":
+        torch.nn.Conv2d.forward = gemm_conv2d  # type: ignore[method-assign]
     torch.backends.cudnn.benchmark = variant == "cudnn-benchmark"
     try:
         yield
     finally:
         DenseCaps.votes = original  # type: ignore[method-assign]
         PrimaryCaps.forward = primary  # type: ignore[method-assign]
+        torch.nn.Conv2d.forward = _CONV2D_FORWARD  # type: ignore[method-assign]
         torch.backends.cudnn.benchmark = benchmark
 
 

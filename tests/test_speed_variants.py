@@ -44,3 +44,35 @@ def test_votes_as_puts_the_primary_product_in_place_and_back(variants):
     assert PrimaryCaps.forward is original
     with variants.votes_as("base"):
         assert PrimaryCaps.forward is original
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=9), dict(kernel_size=9, stride=2), dict(kernel_size=3, padding=2),
+                                dict(kernel_size=(3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
+                                dict(kernel_size=3, bias=False)])
+def test_gemm_conv2d_matches_the_convolution_values_and_gradients(variants, kw):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 5, **kw).double()
+    x = torch.randn(2, 3, 13, 12, dtype=torch.float64, requires_grad=True)
+    params = [x] + list(conv.parameters())
+    ref = conv(x)
+    g = torch.randn_like(ref)
+    ref_grads = torch.autograd.grad(ref, params, g)
+    got = variants.gemm_conv2d(conv, x)
+    got_grads = torch.autograd.grad(got, params, g)
+    torch.testing.assert_close(got, ref)
+    for a, b in zip(got_grads, ref_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_gemm_conv2d_leaves_grouped_and_same_padded_convolutions_to_torch(variants):
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8)
+    for conv in (torch.nn.Conv2d(4, 4, 3, groups=2), torch.nn.Conv2d(4, 4, 3, padding="same")):
+        torch.testing.assert_close(variants.gemm_conv2d(conv, x), conv(x))
+
+
+def test_the_convolution_variant_is_put_back(variants):
+    original = torch.nn.Conv2d.forward
+    with variants.votes_as("gemm-convs"):
+        assert torch.nn.Conv2d.forward is variants.gemm_conv2d
+    assert torch.nn.Conv2d.forward is original
