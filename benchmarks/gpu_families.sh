@@ -34,10 +34,13 @@ mkdir -p "$OUT/logs" "$RUNS"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}  # nine processes on the GPU machine's 16 cores
 COMMON=(--device "${DEVICE:-cuda}" --no-progress --data-dir "$DATA" --eval-every 1)
 job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at END (ARGS override COMMON's)
-    local name=$1; shift
+    local name=$1 left=$((END - SECONDS)); shift
+    if ((left < 30)); then  # (timeout 0 would mean no limit at all)
+        echo "$name: not started, $left s left" >> "$OUT/logs/commands.log"
+        return
+    fi
     echo "$name: capsnet train --out $RUNS/$name ${COMMON[*]} $*" >> "$OUT/logs/commands.log"
-    timeout $((END - SECONDS)) "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" \
-        > "$OUT/logs/$name.log" 2>&1 &
+    timeout "$left" "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" > "$OUT/logs/$name.log" 2>&1 &
 }
 SEG=(--dataset mnist-segmentation --train-size 20000 --test-size 2000 --epochs 200 --batch-size 16
      --lr-decay-steps 1000 --amp bf16 --seed 0)

@@ -20,10 +20,11 @@ mkdir -p "$OUT/logs" "$OUT/preset-seed0"
     "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 } > "$OUT/logs/env.log" 2>&1
-timeout 120 "$PY" -m capsnet train --out /tmp/preset-seed0 --preset fast --seed 0 --data-dir "$DATA" --device cuda \
+RUN=$(mktemp -d)/preset-seed0  # the checkpoint off OUT (it would not come back); a new run every time
+timeout 120 "$PY" -m capsnet train --out "$RUN" --preset fast --seed 0 --data-dir "$DATA" --device cuda \
     --no-progress > "$OUT/logs/preset-seed0.log" 2>&1
 echo "preset exit $? at ${SECONDS} s" >> "$OUT/logs/preset-seed0.log"
-cp /tmp/preset-seed0/config.json /tmp/preset-seed0/metrics.jsonl "$OUT/preset-seed0/" 2>/dev/null
+cp "$RUN"/config.json "$RUN"/metrics.jsonl "$OUT/preset-seed0/" 2>/dev/null
 SV=(--device cuda --compile reduce-overhead --dtype bf16 --repeats 20 --steps-per-timing 10)
 timeout 170 "$PY" "$REPO/benchmarks/speed_variants.py" "${SV[@]}" --batch-size 128 \
     --variants base gemm-primary gemm-convs whole-step-graph --json "$OUT/speed_variants-128.json" \

@@ -28,8 +28,10 @@ of inner size 8). Variants, each the same maths as the shipped model (checked be
 - ``gemm-convs``: both convolutions (Conv1 and the primary capsules') as matrix products over unfolded windows
   (``gemm_conv2d`` in place of ``nn.Conv2d.forward``).
 
-(H200, 2026-11-25: the first four within 0.4% of each other at batch 128 and 512. 2026-11-26, batch 128:
-cudnn-benchmark 1.02x, whole-step-graph 1.16x; gemm-primary came after.)
+(H200, 2026-11-25: channels-last within 0.4% of base at batch 128 and 512; the mulsum rows of that run timed the
+base's graph, since the variant was then a method patched on the class, which compiled code does not see. 2026-11-26,
+batch 128: cudnn-benchmark 1.02x, whole-step-graph 1.16x; gemm-primary and gemm-convs came after.)
+Each variant's maths lives in classes of its own, given to its model's modules (``apply_variant``).
 A variant that fails to build is reported as failed and left out; the others are still timed.
 
 All variants of one batch size are timed in one process, taking turns (``capsnet.bench.alternate``), so their
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import statistics
 import sys
@@ -77,12 +80,9 @@ def gemm_primary(self: PrimaryCaps, x: torch.Tensor) -> torch.Tensor:
     k, st = conv.kernel_size, conv.stride
     cols = F.unfold(x, k, stride=st)  # (B, C*k*k, L)
     B, _, L = cols.shape
-    y = torch.matmul(cols.transpose(1, 2), conv.weight.flatten(1).t()) + conv.bias  # (B, L, types*D)
+    y = F.linear(cols.transpose(1, 2), conv.weight.flatten(1), conv.bias)  # (B, L, types*D), bias in its dtype
     y = y.view(B, L, self.types, self.dim).transpose(1, 2)  # (B, types, L, D): (type, row, column) order
     return squash(y.reshape(B, self.types * L, self.dim))
-
-
-_CONV2D_FORWARD = torch.nn.Conv2d.forward
 
 
 def gemm_conv2d(self: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -90,34 +90,58 @@ def gemm_conv2d(self: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     convolution runs as before): (B, L, C*k*k) @ (C*k*k, O) -> (B, O, H', W'). For Conv1 (1 -> 256 channels, 9x9) cuDNN
     has a single input channel to put on its tensor cores; as a GEMM the 81 taps are the inner dimension."""
     if self.groups != 1 or self.padding_mode != "zeros" or isinstance(self.padding, str):
-        return _CONV2D_FORWARD(self, x)
+        return torch.nn.Conv2d.forward(self, x)
     k, st, pad, dil = self.kernel_size, self.stride, self.padding, self.dilation
     cols = F.unfold(x, k, dilation=dil, padding=pad, stride=st)  # (B, C*k*k, L)
     H = (x.shape[2] + 2 * pad[0] - dil[0] * (k[0] - 1) - 1) // st[0] + 1
     W = (x.shape[3] + 2 * pad[1] - dil[1] * (k[1] - 1) - 1) // st[1] + 1
-    y = torch.matmul(self.weight.flatten(1), cols)  # (B, O, L)
-    if self.bias is not None:
-        y = y + self.bias[:, None]
-    return y.view(x.shape[0], -1, H, W)
+    y = F.linear(cols.transpose(1, 2), self.weight.flatten(1), self.bias)  # (B, L, O), bias in the product's dtype
+    return y.transpose(1, 2).reshape(x.shape[0], -1, H, W)
+
+
+class _MulsumDenseCaps(DenseCaps):
+    votes = mulsum_votes
+
+
+class _GemmPrimaryCaps(PrimaryCaps):
+    forward = gemm_primary
+
+
+class _GemmConv2d(torch.nn.Conv2d):
+    forward = gemm_conv2d
+
+
+def apply_variant(model: CapsNet, variant: str) -> CapsNet:
+    """The variant's maths on ``model``'s own modules, by giving them a subclass (weights untouched).
+
+    A class of their own, not a method patched on the shared class: Dynamo keeps its graphs per code object
+    (``CapsNet.forward``), guards on the modules' types but not on a patched method, and shares graphs between instances
+    of the same classes, so until 2026-11-26 the compiled mulsum variant (and any other patched one) ran the base's
+    graph: the H200 rows of 2026-11-25 for mulsum timed the shipped model twice.
+    """
+    if "mulsum" in variant:
+        for m in model.modules():
+            if type(m) is DenseCaps:
+                m.__class__ = _MulsumDenseCaps
+    if variant == "gemm-primary":
+        for m in model.modules():
+            if type(m) is PrimaryCaps:
+                m.__class__ = _GemmPrimaryCaps
+    if variant == "gemm-convs":
+        for m in model.modules():
+            if type(m) is torch.nn.Conv2d:
+                m.__class__ = _GemmConv2d
+    return model
 
 
 @contextlib.contextmanager
-def votes_as(variant: str) -> Iterator[None]:
-    """The variant's global settings in place: its votes, its primary capsules' product, cuDNN's algorithm search."""
-    original, primary, benchmark = DenseCaps.votes, PrimaryCaps.forward, torch.backends.cudnn.benchmark
-    if "mulsum" in variant:
-        DenseCaps.votes = mulsum_votes  # type: ignore[method-assign]
-    if variant == "gemm-primary":
-        PrimaryCaps.forward = gemm_primary  # type: ignore[method-assign]
-    if variant == "gemm-convs":
-        torch.nn.Conv2d.forward = gemm_conv2d  # type: ignore[method-assign]
+def settings_of(variant: str) -> Iterator[None]:
+    """The variant's global settings in place while it is built, compiled and run: cuDNN's algorithm search."""
+    benchmark = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = variant == "cudnn-benchmark"
     try:
         yield
     finally:
-        DenseCaps.votes = original  # type: ignore[method-assign]
-        PrimaryCaps.forward = primary  # type: ignore[method-assign]
-        torch.nn.Conv2d.forward = _CONV2D_FORWARD  # type: ignore[method-assign]
         torch.backends.cudnn.benchmark = benchmark
 
 
@@ -193,7 +217,7 @@ class WholeStepGraph:
 
 def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bool, steps: int) -> _Runner:
     torch.manual_seed(0)
-    model = CapsNet(CapsNetConfig()).to(device)
+    model = apply_variant(CapsNet(CapsNetConfig()).to(device), variant)
     images = torch.rand(batch, 1, 28, 28, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
     if variant == "whole-step-graph":
@@ -218,13 +242,14 @@ def check_same_maths(device: torch.device, variants: list[str]) -> None:
     with torch.no_grad(), plain_routing():
         ref = model(x).lengths
         for variant in [v for v in variants if v != "base"]:
-            m = model.to(memory_format=torch.channels_last) if "channels-last" in variant else model
-            xi = x.contiguous(memory_format=torch.channels_last) if "channels-last" in variant else x
-            with votes_as(variant):
+            m = apply_variant(copy.deepcopy(model), variant)
+            xi = x
+            if "channels-last" in variant:
+                m, xi = m.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+            with settings_of(variant):
                 got = m(xi).lengths
             if not torch.allclose(got, ref, atol=1e-5, rtol=1e-4):
                 sys.exit(f"{variant}: lengths differ from the base model by {(got - ref).abs().max().item():.2e}")
-            model = model.to(memory_format=torch.contiguous_format)
 
 
 def _positive(text: str) -> int:
@@ -283,7 +308,7 @@ def main() -> None:
                 continue
             try:
                 mark = _memory_mark(device)
-                with votes_as(variant):
+                with settings_of(variant):
                     runner = build(variant, batch, device, args.compile, args.dtype == "bf16", args.steps_per_timing)
                     if not isinstance(runner, WholeStepGraph):  # that one compiled and recorded in build
                         for _ in range(3):  # compile and record the graphs with this variant's votes in place
@@ -306,7 +331,7 @@ def main() -> None:
             continue
 
         def timed(variant: str) -> float:
-            with votes_as(variant):
+            with settings_of(variant):
                 return runners[variant].time_step()
 
         times = alternate({v: (lambda v=v: timed(v)) for v in timed_variants}, args.repeats, warmup=2)

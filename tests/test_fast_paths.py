@@ -151,31 +151,58 @@ def test_compile_modes_map_onto_torch_compile(monkeypatch):
 def test_full_batches_after_a_smaller_last_batch_keep_their_static_graph():
     # torch's automatic dynamic shapes would answer the smaller batch with a graph for any batch size and run every
     # later full batch through it (Dynamo tries its newest graph first); compile_model keeps one graph per size
-    from torch._dynamo import register_backend
-
     used: list[int] = []  # the graph each call ran
-    graphs: list[object] = []  # each graph's batch dimension as it was compiled: an int, or a symbol when dynamic
+    symbolic: list[bool] = []  # whether each graph was compiled for a symbolic (any) batch size
 
     def backend(gm, example_inputs):
-        number = len(graphs)
-        sizes = [t.shape[0] for t in example_inputs if isinstance(t, torch.Tensor) and t.dim() == 3]  # the images
-        graphs.append(sizes[0] if sizes else None)
+        number = len(symbolic)
+        symbolic.append(any(isinstance(t, torch.SymInt) for t in example_inputs)
+                        or any(isinstance(d, torch.SymInt) for t in example_inputs if isinstance(t, torch.Tensor)
+                               for d in t.shape))
 
         def run(*args):
             used.append(number)
             return gm.forward(*args)
         return run
 
-    register_backend(name="capsnet_test_recorder", compiler_fn=backend)
     torch._dynamo.reset()
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 2))
-    compiled = compile_model(model, "capsnet_test_recorder")
-    for b in (8, 8, 5, 8, 5, 8):  # two epochs of 21 examples in batches of 8
-        out = compiled(torch.randn(b, 3, 2))
-        assert out.shape == (b, 2)
-    assert used == [0, 0, 1, 0, 1, 0]
-    assert graphs == [8, 5]  # both graphs specialised to their batch size (ints, not symbols)
+    try:
+        compiled = compile_model(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 2)), backend)
+        for b in (8, 8, 5, 8, 5, 8):  # two epochs of 21 examples in batches of 8
+            out = compiled(torch.randn(b, 3, 2))
+            assert out.shape == (b, 2)
+        assert used == [0, 0, 1, 0, 1, 0]
+        assert symbolic == [False, False]  # both graphs specialised to their batch size
+    finally:
+        torch._dynamo.reset()
+
+
+def test_many_runs_in_one_process_stay_compiled():
+    # graphs are kept per code object and shared by every model of a class: runs with ten different last-batch
+    # sizes in one process (more than torch's default limit of 8 graphs) must all run compiled
+    calls: list[int] = []
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            calls.append(1)
+            return gm.forward(*args)
+        return run
+
     torch._dynamo.reset()
+    try:
+        for b in range(1, 11):
+            compile_model(Net(), backend)(torch.randn(b, 3))
+        assert len(calls) == 10
+    finally:
+        torch._dynamo.reset()
 
 
 def test_a_fused_adam_state_resumes_on_a_device_without_it():

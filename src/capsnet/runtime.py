@@ -38,6 +38,9 @@ def autocast(device: torch.device, amp: str) -> torch.autocast:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
 
 
+GRAPH_LIMIT = 64  # compiled graphs per function before torch falls back to running it uncompiled (its default: 8)
+
+
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """``torch.compile(model)`` for the training step, or the model itself when ``compile`` is False or None.
 
@@ -54,10 +57,16 @@ def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     recompiles the model for any batch size, and since Dynamo tries its most
     recent graph first, every full batch after it, from the second epoch on,
     runs the batch-size-generic graph instead of the one ``capsnet bench``
-    times.
+    times. Dynamo's graphs are kept per code object and shared by every
+    model of a class, so several runs in one process (``capsnet experiment
+    less-data``: one more last-batch size a training-set size) add up: the
+    limit on graphs per function, past which torch runs the model uncompiled
+    with no more than a warning, is raised to ``GRAPH_LIMIT``.
     """
     if compile is False or compile is None:
         return model
+    dynamo_config = torch._dynamo.config
+    dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, GRAPH_LIMIT)
     if compile is True or compile == "default":
         return torch.compile(model, dynamic=False)
     if compile in _INDUCTOR_MODES:
