@@ -233,3 +233,56 @@ def test_num_weights_counts_what_the_model_holds(name, overrides):
 def test_configs_refuse_too_many_weights_before_allocating():
     with pytest.raises(ValueError, match=r"would hold 11,062,159,792 weights, more than 2,147,483,648"):
         CapsNetConfig(primary_types=4096, conv1_channels=4096)
+
+
+def _truncated_normal_std(std: float) -> float:
+    """The standard deviation of N(0, std^2) truncated at +-2 std (TensorFlow's truncated_normal_initializer)."""
+    from math import erf, exp, pi, sqrt
+    z = 2.0
+    mass = erf(z / sqrt(2))  # P(|x| < 2 std)
+    density = exp(-z * z / 2) / sqrt(2 * pi)
+    return std * sqrt(1 - 2 * z * density / mass)  # 0.8796 std
+
+
+def test_authors_init_starts_every_layer_as_the_authors_code():
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(init="authors"))
+    layers = [(model.conv1.weight, model.conv1.bias, 0.05), (model.primary.conv.weight, model.primary.conv.bias, 0.1),
+              (model.digits.weight, model.digits.bias, 0.1)]
+    layers += [(m.weight, m.bias, 0.1) for m in model.decoder.net if isinstance(m, torch.nn.Linear)]
+    assert len(layers) == 6
+    for weight, bias, std in layers:
+        assert weight.abs().max() <= 2 * std  # truncated at 2 standard deviations
+        assert weight.std().item() == pytest.approx(_truncated_normal_std(std), rel=0.05 if weight.numel() > 2e4 else 0.15)
+        assert weight.mean().abs().item() < 0.1 * std
+        assert torch.equal(bias, torch.full_like(bias, 0.1))
+    assert model.primary.out_scale == pytest.approx(1 / 32)
+    assert CapsNet(CapsNetConfig()).primary.out_scale == 1.0  # the default is PyTorch's start, unscaled
+
+
+def test_authors_primary_capsules_are_the_convolution_over_the_types_plus_the_bias():
+    # the authors' code makes the primary capsules by one routing round over the 32 types with zero logits: each
+    # type's votes times 1/32, then the bias, then the squash; computed here from the weights, not through the layer
+    from capsnet.ops import squash
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig(init="authors", conv1_channels=16, primary_types=4)).double()
+    h = torch.rand(2, 16, 20, 20, dtype=torch.float64)
+    conv = model.primary.conv
+    pre = torch.nn.functional.conv2d(h, conv.weight, stride=2) / 4 + conv.bias.view(1, -1, 1, 1)  # (2, 4*8, 6, 6)
+    expected = squash(pre.view(2, 4, 8, 6, 6).permute(0, 1, 3, 4, 2).reshape(2, 4 * 36, 8))
+    torch.testing.assert_close(model.primary(h), expected)
+    # the same function as an unscaled layer holding weight / 4: only the parametrisation differs
+    plain = CapsNet(CapsNetConfig(conv1_channels=16, primary_types=4)).double()
+    plain.primary.conv.weight.data.copy_(conv.weight / 4)
+    plain.primary.conv.bias.data.copy_(conv.bias)
+    torch.testing.assert_close(plain.primary(h), expected)
+
+
+def test_init_is_checked_and_saved_with_the_config():
+    with pytest.raises(ValueError, match="init"):
+        CapsNetConfig(init="xavier")
+    cfg = CapsNetConfig(init="authors")
+    assert CapsNetConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    old = CapsNetConfig().to_dict()
+    del old["init"]  # a checkpoint from before the option: PyTorch's start, as then
+    assert CapsNetConfig.from_saved(old).init == "torch"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..ops import squash
@@ -15,12 +16,15 @@ class PrimaryCaps(nn.Module):
     One convolution gives ``types * dim`` channels; each group of ``dim``
     consecutive channels at one position is a capsule, squashed. The paper's
     MNIST layer: 32 types of 8D capsules, 9x9 kernel, stride 2, on 20x20x256,
-    giving 32 x 6 x 6 = 1152 capsules.
+    giving 32 x 6 x 6 = 1152 capsules. ``out_scale`` multiplies the
+    convolution's product before its bias is added: 1 / types gives the
+    authors' code's primary capsules (their one routing round over the types).
     """
 
-    def __init__(self, in_channels: int, *, types: int = 32, dim: int = 8, kernel_size: int = 9, stride: int = 2) -> None:
+    def __init__(self, in_channels: int, *, types: int = 32, dim: int = 8, kernel_size: int = 9, stride: int = 2,
+                 out_scale: float = 1.0) -> None:
         super().__init__()
-        self.types, self.dim = types, dim
+        self.types, self.dim, self.out_scale = types, dim, float(out_scale)
         self.conv = nn.Conv2d(in_channels, types * dim, kernel_size=kernel_size, stride=stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +32,12 @@ class PrimaryCaps(nn.Module):
             x: (B, C, H, W) feature maps
             returns: (B, I, D) squashed capsules, I = types * H' * W', ordered (type, row, column)
         """
-        y = self.conv(x)  # (B, types*D, H', W')
+        if self.out_scale == 1.0:
+            y = self.conv(x)  # (B, types*D, H', W')
+        else:  # the convolution's product scaled before its bias is added (CapsNetConfig.init="authors")
+            c = self.conv
+            y = F.conv2d(x, c.weight, None, c.stride, c.padding, c.dilation, c.groups) * self.out_scale
+            y = y + c.bias.view(1, -1, 1, 1)
         B, _, H, W = y.shape
         y = y.view(B, self.types, self.dim, H, W).permute(0, 1, 3, 4, 2)  # (B, types, H', W', D)
         return squash(y.reshape(B, self.types * H * W, self.dim))  # (B, I, D)

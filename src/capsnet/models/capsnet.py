@@ -21,8 +21,11 @@ from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
 
 PADDINGS = ("valid", "same")
+# how the weights start: "torch", PyTorch's own initialisers (with the digit capsules' W ~ N(0, 0.01^2)); "authors",
+# the authors' released code (research/capsules: truncated normals, biases 0.1, primary capsules scaled by 1 / types)
+INITS = ("torch", "authors")
 
-__all__ = ["PADDINGS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+__all__ = ["PADDINGS", "INITS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,14 @@ class CapsNetConfig(JsonConfig):
     # "valid": no padding (the paper's MNIST model, 28 -> 20 -> 6); "same": TensorFlow's SAME zero padding for Conv1
     # and the primary capsules' convolution, out = ceil(in / stride) (the authors' CIFAR-10 command, 24 -> 24 -> 12)
     padding: str = "valid"
+    # "torch": PyTorch's initialisers (Conv1, the primary convolution, the decoder), the digit capsules' W from
+    # N(0, 0.01^2) and their bias 0.1. "authors": the start of the authors' released code (research/capsules, its
+    # variables.py and layers.py): weights from a normal truncated at 2 standard deviations, 0.05 for Conv1 and 0.1
+    # for the primary convolution, the digit capsules' W and the decoder, every bias 0.1; and the primary capsules
+    # squash(conv(x) / types + bias), as that code's one routing round over the types (softmax of zero logits, 1 /
+    # 32 each) makes them. The same functions either way; under Adam the scale a weight starts at sets how fast it
+    # moves relative to itself, and the 1 / types factor slows the primary convolution 32-fold (MNIST).
+    init: str = "torch"
 
     def __post_init__(self) -> None:
         positive = ["input_height", "input_width", "in_channels", "num_classes", "conv1_channels", "conv1_kernel",
@@ -64,6 +75,7 @@ class CapsNetConfig(JsonConfig):
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
         check_choice(self, "padding", PADDINGS)
+        check_choice(self, "init", INITS)
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
@@ -200,17 +212,37 @@ class CapsNet(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=cfg.conv1_kernel)
+        authors = cfg.init == "authors"
         self.primary = PrimaryCaps(cfg.conv1_channels, types=cfg.primary_types, dim=cfg.primary_dim,
-                                   kernel_size=cfg.primary_kernel, stride=cfg.primary_stride)
+                                   kernel_size=cfg.primary_kernel, stride=cfg.primary_stride,
+                                   out_scale=1.0 / cfg.primary_types if authors else 1.0)
         routing = DynamicRouting(cfg.routing_iterations, leaky=cfg.leaky_routing, detach_agreement=cfg.detach_agreement)
         self.digits = DenseCaps(cfg.num_primary, cfg.primary_dim, cfg.num_classes, cfg.digit_dim,
                                 routing=routing, bias=cfg.routing_bias)
         self.decoder = (Decoder(cfg.num_classes * cfg.digit_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
                                 cfg.decoder_hidden) if cfg.decoder else None)
+        if authors:
+            self._authors_init()
         size = (cfg.input_height, cfg.input_width)
         self._pads = ((cfg.same_padding(size, cfg.conv1_kernel, 1), cfg.same_padding(size, cfg.primary_kernel,
                                                                                      cfg.primary_stride))
                       if cfg.padding == "same" else None)  # Conv1 keeps the size, so both pad an (H, W) input
+
+    @torch.no_grad()
+    def _authors_init(self) -> None:
+        """The authors' code's start (``CapsNetConfig.init``): truncated normals (at 2 standard deviations, as
+        TensorFlow's ``truncated_normal_initializer``), biases 0.1."""
+        def start(weight: torch.Tensor, bias: torch.Tensor | None, std: float) -> None:
+            nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+            if bias is not None:
+                bias.fill_(0.1)
+
+        start(self.conv1.weight, self.conv1.bias, 0.05)
+        start(self.primary.conv.weight, self.primary.conv.bias, 0.1)
+        start(self.digits.weight, self.digits.bias, 0.1)
+        for layer in [] if self.decoder is None else self.decoder.net:
+            if isinstance(layer, nn.Linear):
+                start(layer.weight, layer.bias, 0.1)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> CapsNetOutput:
         """Classify, and reconstruct from the masked digit capsule.
