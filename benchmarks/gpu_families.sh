@@ -15,7 +15,7 @@
 #   paper (issue 16): the preset with the authors' code's loss balance and start, that code's whole recipe, and
 #       MultiMNIST with its loss balance (below).
 # usage: benchmarks/gpu_families.sh OUT DATA_DIR [SECONDS]   (SECONDS: when every run stops, default 500 from the start;
-# GROUPS=segmentation,synthesis,routing,paper picks the groups, default all; DEVICE=cpu for a smoke test)
+# ONLY=segmentation,synthesis,routing,paper picks the groups, default all; DEVICE=cpu for a smoke test)
 # OUT gets logs/ and one folder per run with its config.json and metrics.jsonl (checkpoints are deleted).
 set -uo pipefail
 OUT=${1:?usage: gpu_families.sh OUT DATA_DIR [SECONDS]}
@@ -33,8 +33,8 @@ mkdir -p "$OUT/logs" "$RUNS"
 } > "$OUT/logs/env.log" 2>&1
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # twelve processes on the GPU machine's 16 cores
-GROUPS=${GROUPS:-segmentation,synthesis,routing,paper}
-group() { [[ ",$GROUPS," == *",$1,"* ]]; }
+ONLY=${ONLY:-segmentation,synthesis,routing,paper}
+group() { [[ ",$ONLY," == *",$1,"* ]]; }
 COMMON=(--device "${DEVICE:-cuda}" --no-progress --data-dir "$DATA" --eval-every 1)
 job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at END (ARGS override COMMON's)
     local name=$1 left=$((END - SECONDS)); shift
