@@ -69,7 +69,7 @@ done
 # their per-epoch test accuracy is still in metrics.jsonl if they do not.
 for r in 2 3; do
     group routing || break
-    job em-small-r$r --model em-capsnet-small --dataset mnist --epochs "${EM_EPOCHS:-10}" --batch-size 64 --lr 3e-3 \
+    job em-small-r$r --model em-capsnet-small --dataset mnist --epochs "${EM_EPOCHS:-8}" --batch-size 64 --lr 3e-3 \
         --lr-schedule linear --warmup-steps 200 --routing-iterations $r --model-option conv_e_step=child-type \
         --model-option var_floor=5e-2 --seed 0
 done
