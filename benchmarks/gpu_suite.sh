@@ -20,6 +20,10 @@
 #   B. --only paper-mnist,multimnist                           (about 7.5 min)
 #   C. --only bench-eager,affine,less-data,routing-family,segmentation,synthesis   (about 7 min)
 # On one machine, the same --out skips what an earlier sitting finished and resumes a training run cut short.
+# After the second H200 sitting (2026-11-26, benchmarks/results/gpu-h200-2026-11-26) two shorter scripts come first:
+#   benchmarks/gpu_sitting4.sh OUT DATA          (about 6.5 min: the preset with static-shape compiling, speed variants)
+#   benchmarks/gpu_families.sh OUT DATA SECONDS  (the rest: the family's accuracy runs and the 0.25% probes side by
+#                                                 side; ONLY=paper,segmentation,... picks groups)
 set -euo pipefail
 
 usage() {
