@@ -258,6 +258,9 @@ def test_authors_init_starts_every_layer_as_the_authors_code():
         assert torch.equal(bias, torch.full_like(bias, 0.1))
     assert model.primary.out_scale == pytest.approx(1 / 32)
     assert CapsNet(CapsNetConfig()).primary.out_scale == 1.0  # the default is PyTorch's start, unscaled
+    # with leaky routing the authors' code routes the primary capsules leakily too: one more zero logit
+    leaky = CapsNetConfig(init="authors", leaky_routing=True, conv1_channels=8, primary_types=4)
+    assert CapsNet(leaky).primary.out_scale == pytest.approx(1 / 5)
 
 
 def test_authors_primary_capsules_are_the_convolution_over_the_types_plus_the_bias():

@@ -57,7 +57,7 @@ class CapsNetConfig(JsonConfig):
     # variables.py and layers.py): weights from a normal truncated at 2 standard deviations, 0.05 for Conv1 and 0.1
     # for the primary convolution, the digit capsules' W and the decoder, every bias 0.1; and the primary capsules
     # squash(conv(x) / types + bias), as that code's one routing round over the types (softmax of zero logits, 1 /
-    # 32 each) makes them. The same functions either way; under Adam the scale a weight starts at sets how fast it
+    # 32 each; with leaky_routing its orphan logit too, 1 / (types + 1)) makes them. The same functions either way; under Adam the scale a weight starts at sets how fast it
     # moves relative to itself, and the 1 / types factor slows the primary convolution 32-fold (MNIST).
     init: str = "torch"
 
@@ -215,7 +215,7 @@ class CapsNet(nn.Module):
         authors = cfg.init == "authors"
         self.primary = PrimaryCaps(cfg.conv1_channels, types=cfg.primary_types, dim=cfg.primary_dim,
                                    kernel_size=cfg.primary_kernel, stride=cfg.primary_stride,
-                                   out_scale=1.0 / cfg.primary_types if authors else 1.0)
+                                   out_scale=1.0 / (cfg.primary_types + cfg.leaky_routing) if authors else 1.0)
         routing = DynamicRouting(cfg.routing_iterations, leaky=cfg.leaky_routing, detach_agreement=cfg.detach_agreement)
         self.digits = DenseCaps(cfg.num_primary, cfg.primary_dim, cfg.num_classes, cfg.digit_dim,
                                 routing=routing, bias=cfg.routing_bias)
