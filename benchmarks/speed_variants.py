@@ -56,7 +56,7 @@ from capsnet.layers.dense import DenseCaps
 from capsnet.layers.primary import PrimaryCaps
 from capsnet.ops import squash
 from capsnet.models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
-from capsnet.runtime import _INDUCTOR_MODES, COMPILE_MODES
+from capsnet.runtime import COMPILE_MODES, compile_model
 
 VARIANTS = ("base", "channels-last", "mulsum", "channels-last+mulsum", "cudnn-benchmark", "whole-step-graph",
             "gemm-primary", "gemm-convs")
@@ -158,7 +158,7 @@ class WholeStepGraph:
         self.taken = 0  # training steps the model has had: the reference in update_agreement takes as many
         self.device = images.device
         model.train()
-        self.call = model if compile == "none" else torch.compile(model, dynamic=False)  # no graphs of its own
+        self.call = model if compile == "none" else compile_model(model, "default")  # no CUDA graphs of its own
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True, capturable=True)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -225,11 +225,9 @@ def build(variant: str, batch: int, device: torch.device, compile: str, bf16: bo
     if "channels-last" in variant:
         model = model.to(memory_format=torch.channels_last)
         images = images.contiguous(memory_format=torch.channels_last)
-    runner = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, fused=device.type == "cuda", steps=steps)
-    if compile != "none":  # as capsnet.runtime.compile_model, but static shapes: each variant its own graph
-        kind = {"mode": compile} if compile in ("default", *_INDUCTOR_MODES) else {"backend": compile}
-        runner.call = torch.compile(model, dynamic=False, **kind)
-    return runner
+    # compiled as capsnet train compiles (static shapes), each variant to a graph of its own (apply_variant)
+    return _Runner(model, "train", images, labels, 1e-3, bf16=bf16, fused=device.type == "cuda", steps=steps,
+                   compile=False if compile == "none" else compile)
 
 
 def check_same_maths(device: torch.device, variants: list[str]) -> None:
@@ -284,7 +282,6 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but no CUDA device")
     check_same_maths(device, args.variants)
-    torch._dynamo.config.cache_size_limit = 64  # one graph per variant and batch size, no recompile limit reached
     rows: list[dict] = []
 
     def write() -> None:

@@ -67,8 +67,6 @@ def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
         return model
     dynamo_config = torch._dynamo.config
     dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, GRAPH_LIMIT)
-    if compile is True or compile == "default":
-        return torch.compile(model, dynamic=False)
-    if compile in _INDUCTOR_MODES:
-        return torch.compile(model, mode=compile, dynamic=False)
-    return torch.compile(model, backend=compile, dynamic=False)
+    kind = ({} if compile is True or compile == "default" else {"mode": compile} if compile in _INDUCTOR_MODES
+            else {"backend": compile})
+    return torch.compile(model, dynamic=False, **kind)

@@ -57,8 +57,9 @@ class CapsNetConfig(JsonConfig):
     # variables.py and layers.py): weights from a normal truncated at 2 standard deviations, 0.05 for Conv1 and 0.1
     # for the primary convolution, the digit capsules' W and the decoder, every bias 0.1; and the primary capsules
     # squash(conv(x) / types + bias), as that code's one routing round over the types (softmax of zero logits, 1 /
-    # 32 each; with leaky_routing its orphan logit too, 1 / (types + 1)) makes them. The same functions either way; under Adam the scale a weight starts at sets how fast it
-    # moves relative to itself, and the 1 / types factor slows the primary convolution 32-fold (MNIST).
+    # 32 each; with leaky_routing its orphan logit too, 1 / (types + 1)) makes them. The same functions either way;
+    # under Adam the scale a weight starts at sets how fast it moves relative to itself, and the 1 / types factor
+    # slows the primary convolution 32-fold (MNIST).
     init: str = "torch"
 
     def __post_init__(self) -> None:
