@@ -26,11 +26,10 @@ export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 RUNS=${RUNS_DIR:-/tmp/gpu-families-runs}  # checkpoints stay off OUT (they would not come back)
 mkdir -p "$OUT/logs" "$RUNS"
-{
-    echo "commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), started $(date -u +"%F %T UTC")"
-    "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-} > "$OUT/logs/env.log" 2>&1
+# commit, torch, the device and its name (the suite's record), then the driver
+"$PY" "$REPO/benchmarks/gpu_suite.py" environment --device "${DEVICE:-cuda}" --out "$OUT/environment.json" \
+    > "$OUT/logs/env.log" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/logs/env.log" 2>&1
 
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # twelve processes on the GPU machine's 16 cores
 ONLY=${ONLY:-segmentation,synthesis,routing,paper}

@@ -15,11 +15,10 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 mkdir -p "$OUT/logs" "$OUT/preset-seed0"
-{
-    echo "commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), started $(date -u +"%F %T UTC")"
-    "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-} > "$OUT/logs/env.log" 2>&1
+# commit, torch, the device and its name (the suite's record), then the driver
+"$PY" "$REPO/benchmarks/gpu_suite.py" environment --device cuda --out "$OUT/environment.json" \
+    > "$OUT/logs/env.log" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/logs/env.log" 2>&1
 RUN=$(mktemp -d)/preset-seed0  # the checkpoint off OUT (it would not come back); a new run every time
 timeout 120 "$PY" -m capsnet train --out "$RUN" --preset fast --seed 0 --data-dir "$DATA" --device cuda \
     --no-progress > "$OUT/logs/preset-seed0.log" 2>&1
