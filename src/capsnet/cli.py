@@ -72,6 +72,19 @@ _positive_float = _number(float, minimum=0, strict=True)
 _nonneg_float = _number(float, minimum=0)
 
 
+def _unit_float(text: str) -> float:
+    """An argparse type: a number in [0, 1)."""
+    value = _nonneg_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1) (e.g. 0.999), got {text}")
+    return value
+
+
+EMA_HELP = ("synthesis models: evaluate and save an exponential moving average of the generator's weights with "
+            "this decay (TensorFlow's warm-up: at most (1 + t) / (10 + t) after step t); training itself is unchanged, "
+            "and a resume continues both (0: the last weights)")
+
+
 def _dataset(value: str) -> str:
     """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read)."""
     if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
@@ -132,7 +145,8 @@ def _model_option(text: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         return key.strip(), value
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
-                 "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp")
+                 "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
+                 "ema_decay")
 
 # capsnet train --preset NAME: the flags it stands for (by their parsed names), each applied unless typed, and
 # --eval-every the run's --epochs (one evaluation and checkpoint, after the last epoch) unless typed. "fast" aims at
@@ -258,6 +272,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                    help="synthesis models: a classifier trained on the real images (run directory, checkpoint or "
                         "pretrained:NAME) that reads the generated test images at every evaluation (default: the "
                         "shipped one for the data set, if any)")
+    _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-MODEL for "
                                                "segmentation and synthesis)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
@@ -384,6 +399,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                                                    "mnist-skeleton fashion-silhouette)")
     x.add_argument("--probe-epochs", type=_nonneg_int, default=argparse.SUPPRESS,
                    help="synthesis: epochs of each train-on-synthetic classifier (0: no probes) (default: 3)")
+    _field_flag(x, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     x.add_argument("--seeds", type=_nonneg_int, nargs="+", default=argparse.SUPPRESS,
                    help="routing: one run per seed, reported as mean and spread (default: --seed)")
     _field_flag(x, "--epochs", TrainConfig, "epochs", "epochs per run (less-data: unless --steps is given)",
@@ -547,6 +563,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 args.parser.error(f"{flag} does not apply to the GAN loop of --model {chosen}; train without it")
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
+    elif train_cfg.ema_decay:
+        args.parser.error(f"--ema-decay averages a GAN's generator (synthesis models); --model {chosen} is a {kind} "
+                          f"model: train it without")
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]
     if launch is not None:
@@ -669,7 +688,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     less = args.name == "less-data"
     only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
-            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",)}
+            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",), "ema_decay": ("synthesis",)}
     misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if args.name not in v)
                  if hasattr(args, f)]
     if misplaced:

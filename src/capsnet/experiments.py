@@ -492,7 +492,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     for dataset in dict.fromkeys(r.dataset for r in runs):
         first = next(r for r in runs if r.dataset == dataset)
         source = task(dataset).source  # the plain image set: mnist or fashion-mnist
-        cfg = replace(first.train_config, dataset=source, epochs=epochs, lr=TrainConfig.lr, eval_every=epochs)
+        cfg = replace(first.train_config, dataset=source, epochs=epochs, lr=TrainConfig.lr, eval_every=epochs,
+                      ema_decay=0.0)  # a classifier: no generator to average
         pairs, _, _ = load_training(dataset, train_size=cfg.train_size, seed=cfg.seed, root=data_root,
                                     progress=progress)  # the 28x28 training images of the runs, in their order
         test = load_test(source, size=cfg.test_size, root=data_root, progress=progress)

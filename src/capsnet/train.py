@@ -72,6 +72,7 @@ class TrainConfig(JsonConfig):
     eval_every: int = 1  # evaluate every this many epochs, and after the last (checkpoints: see SAVE_AFTER_S)
     seed: int = 0
     amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
+    ema_decay: float = 0.0  # GAN loop: evaluate and save a moving average of the generator's weights (0: off)
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
@@ -95,6 +96,8 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"unknown augment {self.augment!r}; valid values are {', '.join(AUGMENTATIONS)}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must lie in [0, 1) (0: no average; e.g. 0.999), got {self.ema_decay}")
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
@@ -446,6 +449,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     generated images this way); one process only, and a resume must pass the
     same splits again.
     """
+    if cfg.ema_decay:
+        raise ValueError(f"ema_decay ({cfg.ema_decay}) averages a GAN's generator and applies to the synthesis "
+                         f"models' loop (capsnet.gan.fit_gan); train this model with ema_decay 0")
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
