@@ -11,7 +11,10 @@ and the T child types vote for the J parent types: the votes of one position
 are (T, J, D_out). Routing is local: it runs at every position on that
 position's votes alone, and per example. Positions are folded into the batch,
 (B * H' * W', T, J, D_out), so any routing module of the shared call shape
-(``capsnet.routing``) routes them all at once, with no loop over positions.
+(``capsnet.routing``) routes them all at once, with no loop over positions;
+one that offers ``route_grid`` (dynamic routing) routes the votes in the
+convolution's own layout instead, without that copy, when only the parent
+grid is asked for (``forward``).
 
 Padding is TensorFlow's "same" (the reference code's): output side
 ceil(H / stride), the odd pixel of padding at the bottom and right. The
@@ -94,7 +97,12 @@ class _GridCaps(nn.Module):
             x: (B, T, Din, H, W) child capsules; activations: (B, T, H', W') or None (routings that use them)
             returns: (B, J, Dout, H', W') parent capsules
         """
-        return self.route(x, activations)[0]
+        route_grid = getattr(self.routing, "route_grid", None)
+        if route_grid is None:
+            return self.route(x, activations)[0]
+        y = self.votes(x)  # (B * T, J * Dout, H', W'); the routing (dynamic) has no use for activations
+        B, (H, W) = x.shape[0], y.shape[-2:]
+        return route_grid(y.view(B, self.in_types, self.out_types, self.out_dim, H, W), self.bias)
 
     def route(self, x: torch.Tensor, activations: torch.Tensor | None = None, *, record: bool = False
               ) -> tuple[torch.Tensor, RoutingResult]:

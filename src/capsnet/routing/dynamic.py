@@ -117,6 +117,44 @@ class DynamicRouting(nn.Module):
                     b = b + agreement.transpose(1, 2)  # (B, I, J)
         return RoutingResult(v, safe_norm(v, dim=-1), c, torch.stack(rounds, dim=1) if record else None)
 
+    def route_grid(self, votes: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The same routing at every position of a grid, on votes in the layout a convolution makes them.
+
+        Local routing (``capsnet.layers.conv``) routes each position's votes
+        alone: ``forward`` on the votes with the positions folded into the
+        batch gives the same poses, but needs the votes permuted into (B * H *
+        W, I, J, D) and the poses back. Here every product runs in place over
+        the grid, positions innermost, with no copy of the votes: 1.2-1.3x
+        faster for a SegCaps training step on a CPU (benchmarks/README.md,
+        "Local routing in the grid's layout"). Every option of the module
+        applies; the coupling is not returned (``forward`` for that).
+
+        Shapes:
+            votes: (B, I, J, D, H, W): I lower capsule types vote for J upper types at each of H x W positions
+            bias: (J, D) or None
+            returns: poses (B, J, D, H, W)
+        """
+        if votes.dim() != 6:
+            raise ValueError(f"votes must be a grid (B, I, J, D, H, W), got shape {tuple(votes.shape)}")
+        _, _, J, D, _, _ = votes.shape
+        if bias is not None and tuple(bias.shape) != (J, D):
+            raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
+        b = votes.new_zeros(votes.shape[:3] + (1,) + votes.shape[4:])  # (B, I, J, 1, H, W): per example, position
+        detached = votes.detach() if self.detach_agreement else votes
+        grid_bias = None if bias is None else bias.view(1, J, D, 1, 1)
+        squash_fn = SQUASHES[self.squash]
+        for r in range(self.iterations):
+            last = r == self.iterations - 1
+            c = coupling_softmax(b, dim=2 if self.softmax == "parents" else 1, leaky=self.leaky)  # (B, I, J, 1, H, W)
+            u = votes if last else detached
+            s = (c * u).sum(1)  # (B, J, D, H, W)
+            if grid_bias is not None:
+                s = s + grid_bias
+            v = squash_fn(s, dim=2)  # (B, J, D, H, W)
+            if not last:
+                b = b + (u * v.unsqueeze(1)).sum(3, keepdim=True)  # (B, I, J, 1, H, W)
+        return v
+
     def route_linear(self, u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                      record: bool = False) -> RoutingResult:
         """The same routing for linear votes ``u_hat_j|i = W_ij u_i``, from u and W (``dynamic_linear``).
