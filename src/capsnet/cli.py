@@ -80,9 +80,9 @@ def _unit_float(text: str) -> float:
     return value
 
 
-EMA_HELP = ("synthesis models: evaluate and save an exponential moving average of the generator's weights with "
-            "this decay (TensorFlow's warm-up: at most (1 + t) / (10 + t) after step t); training itself is unchanged, "
-            "and a resume continues both (0: the last weights)")
+EMA_HELP = ("evaluate and save an exponential moving average of the weights (synthesis models: the generator's) "
+            "with this decay, e.g. 0.999 (TensorFlow's warm-up: at most (1 + t) / (10 + t) after step t); training "
+            "itself is unchanged, and a resume continues both (0: the last weights)")
 
 
 def _dataset(value: str) -> str:
@@ -563,9 +563,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 args.parser.error(f"{flag} does not apply to the GAN loop of --model {chosen}; train without it")
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
-    elif train_cfg.ema_decay:
-        args.parser.error(f"--ema-decay averages a GAN's generator (synthesis models); --model {chosen} is a {kind} "
-                          f"model: train it without")
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]
     if launch is not None:
@@ -688,7 +685,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     less = args.name == "less-data"
     only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
-            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",), "ema_decay": ("synthesis",)}
+            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",)}
     misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if args.name not in v)
                  if hasattr(args, f)]
     if misplaced:

@@ -21,13 +21,14 @@ the random state at each evaluation (and between them once the last save is
 ``best.safetensors`` (highest held-out SSIM).
 
 With ``TrainConfig.ema_decay`` > 0 the loop also keeps an exponential
-moving average of the generator's weights (``GeneratorAverage``; Yazici et
+moving average of the generator's weights (``capsnet.average``; Yazici et
 al., "The unusual effectiveness of averaging in GAN training", ICLR 2019):
 the average is what is evaluated and what both checkpoints hold as the
-model's weights (so ``eval``, ``generate``, ``figures`` and the viewer use
-it), while training continues from the generator's own weights, kept in
+generator's weights (so ``eval``, ``generate``, ``figures`` and the viewer
+use it), while training continues from the generator's own weights, kept in
 ``last.safetensors`` beside the optimizers' state for a resume. Training's
-trajectory is the same with or without it.
+trajectory is the same with or without it; the discriminator is not
+averaged.
 """
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from .checkpoint import Checkpoint, CheckpointError, atomic_write_text, load_weights, save_checkpoint
+from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
+                      without_training_weights)
+from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
 from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, resolve_device
@@ -51,7 +54,7 @@ from . import train as _train
 from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state, lr_at, restore_rng_state,
                     resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
 
-__all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GeneratorAverage", "GAN_LR"]
+__all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
 from .models.capspix2pix import GAN_LR  # the synthesis models' own rate (their ModelSpec.train_defaults)
 
@@ -65,93 +68,30 @@ def make_optimizers(model: torch.nn.Module, cfg: TrainConfig) -> tuple[torch.opt
             torch.optim.Adam(model.discriminator.parameters(), lr=cfg.lr, betas=betas))
 
 
-class GeneratorAverage:
-    """An exponential moving average of a module's floating-point weights and buffers (the generator's).
-
-    ``update(t)``, after optimizer step t (0, 1, ...), moves the average
-    toward the weights by 1 - min(decay, (1 + t) / (10 + t)): TensorFlow's
-    ``ExponentialMovingAverage`` warm-up, so that early in a run (or in a short
-    one) the average spans roughly its last tenth instead of reaching back to
-    the initial weights. ``applied()`` puts the average into the module for a
-    while (evaluation, saving) and the training weights back after.
-    """
-
-    def __init__(self, module: torch.nn.Module, decay: float) -> None:
-        if not 0 < decay < 1:
-            raise ValueError(f"decay must lie in (0, 1), got {decay}")
-        self.decay = decay
-        self.tensors = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
-        self.average = [t.detach().clone() for t in self.tensors]
-
-    def update(self, step: int) -> None:
-        """Fold the module's weights after optimizer step ``step`` (counted from 0) into the average."""
-        weight = 1 - min(self.decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            torch._foreach_lerp_(self.average, [t.detach() for t in self.tensors], weight)
-
-    @contextlib.contextmanager
-    def applied(self) -> Any:
-        """The average in the module's tensors inside the block, its own (training) weights back after."""
-        kept = [t.detach().clone() for t in self.tensors]
-        with torch.no_grad():
-            torch._foreach_copy_(self.tensors, self.average)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                torch._foreach_copy_(self.tensors, kept)
-
-
 def _merged(opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
             weights: list[torch.Tensor] | None = None) -> dict[str, Any]:
     """Both optimizers' states as one (the checkpoint's single optimizer entry): D's parameter indices after G's,
-    then, with ``weights`` (the generator's training weights while the model's entry holds their average), one
-    index per tensor in a group of owner "weights" (state {"value": tensor})."""
+    then, with ``weights`` (the generator's training weights while the model's entry holds their average), those
+    (``capsnet.average.with_training_weights``)."""
     g, d = opt_g.state_dict(), opt_d.state_dict()
     n = sum(len(group["params"]) for group in g["param_groups"])
     groups = g["param_groups"] + [{**group, "params": [i + n for i in group["params"]], "owner": "d"}
                                   for group in d["param_groups"]]
-    state = {**g["state"], **{i + n: s for i, s in d["state"].items()}}
-    if weights is not None:
-        first = n + sum(len(group["params"]) for group in d["param_groups"])
-        groups.append({"params": list(range(first, first + len(weights))), "owner": "weights"})
-        state |= {first + k: {"value": w.detach()} for k, w in enumerate(weights)}
-    return {"state": state, "param_groups": groups}
-
-
-def _training_weights(merged: dict[str, Any]) -> list[torch.Tensor] | None:
-    """The generator's training weights a ``_merged`` state holds, in order (None: it holds none)."""
-    groups = [g for g in merged["param_groups"] if g.get("owner") == "weights"]
-    if not groups:
-        return None
-    state = {int(i): s for i, s in merged["state"].items()}
-    return [state[i]["value"] for i in groups[0]["params"]]
+    merged = {"state": {**g["state"], **{i + n: s for i, s in d["state"].items()}}, "param_groups": groups}
+    return merged if weights is None else with_training_weights(merged, weights)
 
 
 def _split_into(merged: dict[str, Any], opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer) -> None:
     """Load a ``_merged`` state back into the two optimizers (the training weights, if any, are not theirs)."""
-    merged = {**merged, "param_groups": [g for g in merged["param_groups"] if g.get("owner") != "weights"]}
+    merged = without_training_weights(merged)
     g_groups = [g for g in merged["param_groups"] if g.get("owner") != "d"]
     d_groups = [{k: v for k, v in g.items() if k != "owner"} for g in merged["param_groups"] if g.get("owner") == "d"]
     n = sum(len(group["params"]) for group in g_groups)
     state = {int(i): s for i, s in merged["state"].items()}
     opt_g.load_state_dict({"state": {i: s for i, s in state.items() if i < n}, "param_groups": g_groups})
-    d_params = {i for g in d_groups for i in g["params"]}
+    d_params = {i for g in d_groups for i in g["params"]}  # (a damaged entry's stray indices are nobody's)
     opt_d.load_state_dict({"state": {i - n: s for i, s in state.items() if i in d_params},
                            "param_groups": [{**g, "params": [i - n for i in g["params"]]} for g in d_groups]})
-
-
-def _restore_training_weights(ckpt: Checkpoint, average: GeneratorAverage) -> None:
-    """Resume an averaged run: the average came in as the model's weights; the generator's training weights, kept
-    beside the optimizers' state, go back into the generator (a CheckpointError if they are missing or misfit)."""
-    weights = _training_weights(ckpt.optimizer_state)
-    if weights is None or len(weights) != len(average.tensors) or any(
-            w.shape != t.shape for w, t in zip(weights, average.tensors)):
-        raise CheckpointError(f"{ckpt.path} holds no training weights that fit this generator beside its average "
-                              f"(ema_decay {average.decay}); it was not written by this run's loop: start the run "
-                              f"afresh in a new --out")
-    with torch.no_grad():
-        torch._foreach_copy_(average.tensors, [w.to(t.device, t.dtype) for w, t in zip(weights, average.tensors)])
 
 
 def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
@@ -230,17 +170,13 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
         nonlocal last_saved, saved_epoch
         weights = None if average is None else [t.detach().clone() for t in average.tensors]
-        with averaged():  # the model's entry: the average, if any; the training weights beside the optimizers'
+        with applied(average):  # the model's entry: the average, if any; the training weights beside the optimizers'
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(),
                                                   optimizer_state=_merged(opt_g, opt_d, weights),
                                                   rng_state=rng_state(dev)))
         last_saved, saved_epoch = time.monotonic(), state["epoch"]
-
-    def averaged() -> Any:
-        """The generator's average in the model inside the block (no change without one)."""
-        return contextlib.nullcontext() if average is None else average.applied()
 
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
@@ -269,9 +205,9 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             check_optimizer_state(opt_d)
             restore_rng_state(ckpt.rng_state, dev)
     if cfg.ema_decay:
-        average = GeneratorAverage(model.generator, cfg.ema_decay)  # from the start, or the saved average
+        average = WeightAverage(model.generator, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
-            _restore_training_weights(ckpt, average)
+            restore_training_weights(ckpt, average)
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),
@@ -324,7 +260,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             if time.monotonic() - last_saved >= _train.SAVE_AFTER_S:
                 save_last(state)
             continue
-        with averaged():
+        with applied(average):
             results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
                                          batch_size=min(cfg.eval_batch_size, 64), progress=progress)
         for extra, r in results.items():
@@ -341,7 +277,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
 
         # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
         if improved:
-            with averaged():
+            with applied(average):
                 save_best(best_path, name, model_config, cfg, state, model)
         save_last(state)
         write_metrics(run_dir, state["history"])

@@ -32,6 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from ._config import JsonConfig, check_types
+from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
+                      without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
                          save_checkpoint)
 from .data.augment import AUGMENTATIONS, augmentation
@@ -72,7 +74,7 @@ class TrainConfig(JsonConfig):
     eval_every: int = 1  # evaluate every this many epochs, and after the last (checkpoints: see SAVE_AFTER_S)
     seed: int = 0
     amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
-    ema_decay: float = 0.0  # GAN loop: evaluate and save a moving average of the generator's weights (0: off)
+    ema_decay: float = 0.0  # evaluate and save a moving average of the weights (GANs: the generator's; 0: off)
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
@@ -449,9 +451,6 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     generated images this way); one process only, and a resume must pass the
     same splits again.
     """
-    if cfg.ema_decay:
-        raise ValueError(f"ema_decay ({cfg.ema_decay}) averages a GAN's generator and applies to the synthesis "
-                         f"models' loop (capsnet.gan.fit_gan); train this model with ema_decay 0")
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
@@ -498,10 +497,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     def save_last(state: dict[str, Any]) -> None:
         """``last.safetensors``: what a resume continues from (weights, optimizer, random state)."""
         nonlocal last_saved
-        save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                              train_config=cfg.to_dict(), state=state, model_state=model.state_dict(),
-                                              optimizer_state=opt.state_dict(),
-                                              rng_state=rng_state(dev)))
+        opt_state = opt.state_dict()
+        if average is not None:  # the model's entry holds the average; the training weights go beside Adam's state
+            opt_state = with_training_weights(opt_state, [t.detach().clone() for t in average.tensors])
+        with applied(average):
+            save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
+                                                  train_config=cfg.to_dict(), state=state,
+                                                  model_state=model.state_dict(), optimizer_state=opt_state,
+                                                  rng_state=rng_state(dev)))
         last_saved = time.monotonic()
 
     # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
@@ -537,12 +540,17 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             log.warning("%s has BatchNorm layers; on the CPU (no SyncBatchNorm) each process normalises over its own "
                         "share of the batch, so training is not step for step that of one process", name)
     opt = make_optimizer(model, cfg, dev)
+    average = None
     if ckpt is not None:
-        load_weights(model, ckpt)
+        load_weights(model, ckpt)  # with an average: the average (the training weights follow)
         with resume_state_of(ckpt):
-            _load_optimizer_state(opt, ckpt.optimizer_state)
+            _load_optimizer_state(opt, without_training_weights(ckpt.optimizer_state))
             check_optimizer_state(opt)
             restore_rng_state(ckpt.rng_state, dev)
+    if cfg.ema_decay:
+        average = WeightAverage(model, cfg.ema_decay)  # from the start, or the saved average
+        if ckpt is not None:
+            restore_training_weights(ckpt, average)
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
@@ -596,6 +604,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             opt.zero_grad(set_to_none=True)
             (loss if weight == 1.0 else loss * weight).backward()
             opt.step()
+            if average is not None:
+                average.update(step)
             step += 1
             if own:
                 run_loss += loss.detach().double() * len(y)
@@ -625,8 +635,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 saved_epoch = epoch
             continue
         if main:  # rank 0 alone evaluates and writes; the others wait for its state below
-            results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
-                                     progress=progress)
+            with applied(average):  # the average, if any, is what is scored and saved as the model
+                results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
+                                         progress=progress)
             result = results[""]
             for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
                 prefix = extra or held_name
@@ -645,11 +656,13 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
             # history, so the two always agree whatever moment a crash strikes.
             if improved:
-                save_best(best_path, name, model_config, cfg, state, model)
+                with applied(average):
+                    save_best(best_path, name, model_config, cfg, state, model)
             save_last(state)
             write_metrics(run_dir, state["history"])
             if board is not None:
-                board.log_epoch(model, record)
+                with applied(average):
+                    board.log_epoch(model, record)
         if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
             state = _from_main(state)
         saved_epoch = epoch

@@ -1,6 +1,6 @@
-"""The generator's moving average in the GAN loop (capsnet.gan.GeneratorAverage, TrainConfig.ema_decay): its
-formula against values computed by hand, a run's trajectory unchanged by it, the average in both checkpoints,
-the training weights kept for an exact resume, and the refusals."""
+"""The moving average of the weights (capsnet.average, TrainConfig.ema_decay) in both training loops: its formula
+against values computed by hand, a run's trajectory unchanged by it, the average in both checkpoints, the training
+weights kept for an exact resume, and the refusals."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,10 +10,12 @@ import torch
 from torch import nn
 
 from capsnet import gan
+from capsnet import train as train_module
+from capsnet.average import WeightAverage, training_weights, with_training_weights, without_training_weights
 from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.cli import main
-from capsnet.gan import GeneratorAverage, _training_weights, fit_gan
-from capsnet.models import Pix2pixConfig
+from capsnet.gan import fit_gan
+from capsnet.models import CapsNetConfig, Pix2pixConfig, create_model
 from capsnet.train import TrainConfig, fit
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=2, batch_size=8, train_size=16, test_size=4, lr=2e-4)
@@ -24,7 +26,7 @@ def test_the_average_follows_tensorflows_warm_up_by_hand():
     layer = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
         layer.weight.fill_(2.0)
-    average = GeneratorAverage(layer, 0.9)
+    average = WeightAverage(layer, 0.9)
     expected = 2.0
     for t, w in enumerate([4.0, -1.0, 3.0, 0.5, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0, 7.0]):
         with torch.no_grad():
@@ -40,7 +42,7 @@ def test_the_decay_caps_the_warm_up():
     layer = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
         layer.weight.fill_(0.0)
-    average = GeneratorAverage(layer, 0.5)
+    average = WeightAverage(layer, 0.5)
     with torch.no_grad():
         layer.weight.fill_(1.0)
     average.update(1000)  # (1 + t) / (10 + t) = 0.991 > 0.5: the decay holds
@@ -49,7 +51,7 @@ def test_the_decay_caps_the_warm_up():
 
 def test_applied_swaps_the_average_in_and_the_weights_back_even_after_an_error():
     net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
-    average = GeneratorAverage(net, 0.99)
+    average = WeightAverage(net, 0.99)
     own = {k: v.clone() for k, v in net.state_dict().items()}
     with torch.no_grad():
         for t in average.average:
@@ -66,7 +68,7 @@ def test_applied_swaps_the_average_in_and_the_weights_back_even_after_an_error()
 
 def test_a_decay_outside_0_1_is_refused():
     with pytest.raises(ValueError, match="decay must lie in"):
-        GeneratorAverage(nn.Linear(1, 1), 1.0)
+        WeightAverage(nn.Linear(1, 1), 1.0)
     with pytest.raises(ValueError, match=r"ema_decay must lie in \[0, 1\)"):
         TrainConfig(ema_decay=-0.1)
 
@@ -95,7 +97,6 @@ def test_an_averaged_run_trains_as_a_plain_one_and_saves_the_average(tmp_path, d
     assert len(seen) == 4  # 2 steps an epoch
 
     # the average by hand, from the initial weights (those of the plain run's start: the same seed)
-    from capsnet.models import create_model
     torch.manual_seed(cfg.seed)
     g = create_model("pix2pix", **SMALL.to_dict()).generator
     names = [n for n, t in (*g.named_parameters(), *g.named_buffers()) if t.is_floating_point()]
@@ -109,7 +110,7 @@ def test_an_averaged_run_trains_as_a_plain_one_and_saves_the_average(tmp_path, d
         if "running" not in name and name.endswith("weight"):  # the average is not the last weights
             assert not torch.allclose(saved, plain.model_state[f"generator.{name}"]), name
     # the training weights beside the optimizers' state are the plain run's last weights
-    kept = _training_weights(avg.optimizer_state)
+    kept = training_weights(avg.optimizer_state)
     assert len(kept) == len(names)
     for name, w in zip(names, kept):
         assert torch.equal(w, plain.model_state[f"generator.{name}"]), name
@@ -130,7 +131,7 @@ def test_an_averaged_run_resumes_exactly(tmp_path, data_root):
     a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
     for k in a.model_state:
         assert torch.equal(a.model_state[k], b.model_state[k]), k
-    for x, y in zip(_training_weights(a.optimizer_state), _training_weights(b.optimizer_state), strict=True):
+    for x, y in zip(training_weights(a.optimizer_state), training_weights(b.optimizer_state), strict=True):
         assert torch.equal(x, y)
     assert [r["test_l1"] for r in a.state["history"]] == [r["test_l1"] for r in b.state["history"]]
 
@@ -144,19 +145,80 @@ def test_a_resume_without_the_training_weights_is_refused_and_writes_nothing(tmp
                                                                     if g.get("owner") != "weights"]}
     save_checkpoint(run / "last.safetensors", ckpt)
     before = {p.name: p.read_bytes() for p in run.iterdir()}
-    with pytest.raises(CheckpointError, match="holds no training weights that fit this generator"):
+    with pytest.raises(CheckpointError, match="holds no training weights that fit this model"):
         fit_gan(SMALL, replace(TINY, epochs=2, ema_decay=0.9), run, device="cpu", data_root=data_root,
                 progress=False, resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
 
 
-def test_the_average_is_for_gans_only(tmp_path, capsys):
-    with pytest.raises(ValueError, match="applies to the synthesis models' loop"):
-        fit(None, TrainConfig(ema_decay=0.9), tmp_path / "r", device="cpu")
+CAPS = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+CLASSIFY = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=96, test_size=64, seed=3)
+
+
+def test_an_averaged_classifier_trains_as_a_plain_one_and_saves_the_average(tmp_path, monkeypatch):
+    fit(CAPS, CLASSIFY, tmp_path / "plain", device="cpu", progress=False)
+    seen: list[list[torch.Tensor]] = []
+    make = train_module.make_optimizer
+
+    def recording(model, cfg, device):  # the weights after every optimizer step, as the loop leaves them
+        opt = make(model, cfg, device)
+        opt.register_step_post_hook(lambda *_: seen.append([p.detach().clone() for p in model.parameters()]))
+        return opt
+    monkeypatch.setattr(train_module, "make_optimizer", recording)
+    fit(CAPS, replace(CLASSIFY, ema_decay=0.7), tmp_path / "avg", device="cpu", progress=False)
+    plain, avg = load_checkpoint(tmp_path / "plain", "last"), load_checkpoint(tmp_path / "avg", "last")
+    assert [r["train_loss"] for r in plain.state["history"]] == [r["train_loss"] for r in avg.state["history"]]
+    assert len(seen) == 6  # 3 steps an epoch
+    torch.manual_seed(CLASSIFY.seed)
+    model = create_model("capsnet", **CAPS.to_dict())
+    names = [n for n, _ in model.named_parameters()]
+    expected = [p.detach().double() for p in model.parameters()]
+    for t, weights in enumerate(seen):
+        d = min(0.7, (1 + t) / (10 + t))
+        expected = [d * e + (1 - d) * w.double() for e, w in zip(expected, weights)]
+    for name, e, last in zip(names, expected, seen[-1]):
+        assert torch.allclose(avg.model_state[name].double(), e, atol=1e-6), name
+        assert torch.equal(plain.model_state[name], last), name  # the plain run saved its last weights
+    kept = training_weights(avg.optimizer_state)
+    assert all(torch.equal(w, plain.model_state[n]) for n, w in zip(names, kept))
+    # the scores are the average's: eval of the saved checkpoint gives the recorded test figure
+    from capsnet.data.tasks import load_test
+    from capsnet.evaluate import evaluate_split, load_model
+
+    test = load_test("mnist-sample", size=CLASSIFY.test_size, progress=False).to("cpu")
+    saved, _ = load_model(tmp_path / "avg", which="last", device="cpu")
+    assert evaluate_split(saved, test)[""].accuracy == avg.state["history"][-1]["test_accuracy"]
+
+
+def test_an_averaged_classifier_resumes_exactly(tmp_path):
+    cfg = replace(CLASSIFY, ema_decay=0.9)
+    fit(CAPS, cfg, tmp_path / "straight", device="cpu", progress=False)
+    fit(CAPS, replace(cfg, epochs=1), tmp_path / "split", device="cpu", progress=False)
+    fit(CAPS, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    for k in a.model_state:
+        assert torch.equal(a.model_state[k], b.model_state[k]), k
+    for x, y in zip(training_weights(a.optimizer_state), training_weights(b.optimizer_state), strict=True):
+        assert torch.equal(x, y)
+    assert [r["test_accuracy"] for r in a.state["history"]] == [r["test_accuracy"] for r in b.state["history"]]
+
+
+def test_the_training_weights_round_trip_beside_an_optimizers_state():
+    net = nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    weights = [torch.randn(2, 3), torch.randn(2)]
+    both = with_training_weights(opt.state_dict(), weights)
+    assert [torch.equal(a, b) for a, b in zip(training_weights(both), weights)] == [True, True]
+    assert training_weights(opt.state_dict()) is None
+    own = without_training_weights(both)
+    assert own["param_groups"] == opt.state_dict()["param_groups"] and own["state"].keys() == {0, 1}
+    torch.optim.Adam(net.parameters()).load_state_dict(own)  # loads as Adam's own
+
+
+def test_a_decay_of_1_is_refused_by_the_cli(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["train", "--model", "capsnet", "--ema-decay", "0.9", "--out", str(tmp_path / "c")])
-    assert "--ema-decay averages a GAN's generator" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["experiment", "multimnist", "--ema-decay", "0.9", "--out", str(tmp_path / "m")])
-    assert "--ema-decay does not apply to `capsnet experiment multimnist`" in capsys.readouterr().err
-    assert not (tmp_path / "c").exists() and not (tmp_path / "m").exists()
+        main(["train", "--model", "capsnet", "--ema-decay", "1", "--out", str(tmp_path / "c")])
+    assert "--ema-decay: must be a number in [0, 1) (e.g. 0.999), got 1" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
