@@ -140,6 +140,24 @@ def test_evaluation_scores_the_seed_0_images_and_the_judge(gan_run, data_root):
     assert torch.equal(read, torch.stack([judge(c[None]).scores.argmax(1)[0] for c in crop]))
 
 
+def test_the_draws_scores_average_eight_noise_seeds(gan_run, data_root):
+    from capsnet.synthesis import SPREAD_SEEDS
+
+    model, _ = load_model(gan_run)
+    split = load_test("mnist-skeleton", size=6, root=data_root, progress=False)
+    judge = load_judge("pretrained:capsnet-mnist-small")
+    r = evaluate_synthesis(model, split, judge=judge, batch_size=4)[""]
+    draws = [generate(model, split.images, seed=s) for s in range(SPREAD_SEEDS)]  # 6 label maps: all of them
+    assert r.l1_draws == pytest.approx(np.mean([l1_error(d, split.components).mean().item() for d in draws]))
+    assert r.ssim_draws == pytest.approx(np.mean([ssim(d, split.components).mean().item() for d in draws]))
+    accuracies = [(judge_predictions(judge, d) == split.labels).double().mean().item() for d in draws]
+    assert r.judge_accuracy_draws == pytest.approx(np.mean(accuracies))
+    assert r.judge_accuracy_draws_sd == pytest.approx(np.std(accuracies, ddof=1))
+    assert r.l1_draws != pytest.approx(r.l1)  # not seed 0's figure alone
+    assert "judge_accuracy_draws_sd" in r.as_dict()
+    assert "judge_accuracy_draws" not in evaluate_synthesis(model, split, batch_size=4)[""].as_dict()  # no judge
+
+
 def test_pix2pix_images_do_not_depend_on_their_batch(data_root):
     torch.manual_seed(0)
     model = create_model("pix2pix", base_channels=8, disc_channels=4)

@@ -522,7 +522,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
     """The synthesis experiment's tables: per data set and model, the final-epoch held-out scores, weights and
     speeds; then the train-on-synthetic probes' real test accuracy."""
     head = ["data", "model", "generator weights", "weights", "epochs", "L1", "SSIM", "shape IoU", "noise spread",
-            "judge accuracy", "train images/s", "generate images/s"]
+            "judge accuracy", "SSIM, 8 draws", "judge accuracy, 8 draws (sd)", "train images/s", "generate images/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(r: dict[str, Any], key: str, fmt: str = ".4f") -> str:
@@ -532,8 +532,10 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join([
             r["dataset"], MODELS[r["model"]].title, f"{r['generator_weights']:,}", f"{r['weights']:,}",
             str(r["epochs"]), cell(r, "test_l1"), cell(r, "test_ssim"), cell(r, "test_iou"), cell(r, "test_spread"),
-            cell(r, "test_judge_accuracy", ".2%"), cell(r, "train_images_per_s", ".1f"),
-            cell(r, "generate_images_per_s", ".1f")]) + " |")
+            cell(r, "test_judge_accuracy", ".2%"), cell(r, "test_ssim_draws"),
+            f"{cell(r, 'test_judge_accuracy_draws', '.2%')} ({cell(r, 'test_judge_accuracy_draws_sd', '.2%')})"
+            if "test_judge_accuracy_draws" in r else "-",
+            cell(r, "train_images_per_s", ".1f"), cell(r, "generate_images_per_s", ".1f")]) + " |")
     probes = [r for r in rows if r["experiment"] == "synthesis-probe"]
     if probes:
         lines += ["", "| data | classifier trained on | training images | epochs | real test accuracy |",
