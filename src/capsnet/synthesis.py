@@ -152,16 +152,20 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
         fake = generate(model, sp.images, seed=0, batch_size=batch_size, progress=progress)  # (N, C', H, W)
         real = sp.components
         n = min(len(sp), SPREAD_SIZE)
-        draws = [fake[:n]] + [generate(model, sp.images[:n], seed=s, batch_size=batch_size)
-                              for s in range(1, SPREAD_SEEDS)]
-        result = SynthesisResult(l1=l1_error(fake, real).mean().item(), ssim=ssim(fake, real).mean().item(),
+        others = [generate(model, sp.images[:n], seed=s, batch_size=batch_size) for s in range(1, SPREAD_SEEDS)]
+        l1_each, ssim_each = l1_error(fake, real), ssim(fake, real)  # (N,): seed 0's, whose first n are a draw too
+        result = SynthesisResult(l1=l1_each.mean().item(), ssim=ssim_each.mean().item(),
                                  iou=shape_iou(shape_of(fake), shape_of(real)).mean().item(),
-                                 spread=noise_spread(torch.stack(draws)).mean().item(),
-                                 l1_draws=float(np.mean([l1_error(d, real[:n]).mean().item() for d in draws])),
-                                 ssim_draws=float(np.mean([ssim(d, real[:n]).mean().item() for d in draws])))
+                                 spread=noise_spread(torch.stack([fake[:n], *others])).mean().item(),
+                                 l1_draws=float(np.mean([l1_each[:n].mean().item()] +
+                                                        [l1_error(d, real[:n]).mean().item() for d in others])),
+                                 ssim_draws=float(np.mean([ssim_each[:n].mean().item()] +
+                                                          [ssim(d, real[:n]).mean().item() for d in others])))
         if judge is not None:
-            result.judge_accuracy = (judge_predictions(judge, fake) == sp.labels).double().mean().item()
-            accuracies = [(judge_predictions(judge, d) == sp.labels[:n]).double().mean().item() for d in draws]
+            right = (judge_predictions(judge, fake) == sp.labels).double()  # (N,)
+            accuracies = [right[:n].mean().item()] + [(judge_predictions(judge, d) == sp.labels[:n]).double().mean()
+                                                      .item() for d in others]
+            result.judge_accuracy = right.mean().item()
             result.judge_accuracy_draws = float(np.mean(accuracies))
             result.judge_accuracy_draws_sd = float(np.std(accuracies, ddof=1))
         return result
