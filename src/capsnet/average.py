@@ -20,7 +20,7 @@ import torch
 
 from .checkpoint import Checkpoint, CheckpointError
 
-__all__ = ["WeightAverage", "with_training_weights", "training_weights", "without_training_weights",
+__all__ = ["WeightAverage", "applied", "with_training_weights", "training_weights", "without_training_weights",
            "restore_training_weights"]
 
 _OWNER = "weights"
@@ -53,20 +53,21 @@ class WeightAverage:
             torch._foreach_lerp_(self.average, [t.detach() for t in self.tensors], weight)
 
     @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
-        """The average in the module's tensors inside the block, its own (training) weights back after."""
+    def applied(self) -> Iterator[list[torch.Tensor]]:
+        """The average in the module's tensors inside the block, its own (training) weights back after; the block
+        gets a copy of those training weights (what a checkpoint keeps beside the optimizer's state)."""
         kept = [t.detach().clone() for t in self.tensors]
         with torch.no_grad():
             torch._foreach_copy_(self.tensors, self.average)
         try:
-            yield
+            yield kept
         finally:
             with torch.no_grad():
                 torch._foreach_copy_(self.tensors, kept)
 
 
 def applied(average: WeightAverage | None) -> contextlib.AbstractContextManager:
-    """``average.applied()``, or no change without an average."""
+    """``average.applied()``, or no change without an average (the block then gets None)."""
     return contextlib.nullcontext() if average is None else average.applied()
 
 

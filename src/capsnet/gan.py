@@ -169,12 +169,11 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     def save_last(state: dict[str, Any]) -> None:
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
         nonlocal last_saved, saved_epoch
-        weights = None if average is None else [t.detach().clone() for t in average.tensors]
-        with applied(average):  # the model's entry: the average, if any; the training weights beside the optimizers'
+        with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(),
-                                                  optimizer_state=_merged(opt_g, opt_d, weights),
+                                                  optimizer_state=_merged(opt_g, opt_d, kept),
                                                   rng_state=rng_state(dev)))
         last_saved, saved_epoch = time.monotonic(), state["epoch"]
 

@@ -497,10 +497,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     def save_last(state: dict[str, Any]) -> None:
         """``last.safetensors``: what a resume continues from (weights, optimizer, random state)."""
         nonlocal last_saved
-        opt_state = opt.state_dict()
-        if average is not None:  # the model's entry holds the average; the training weights go beside Adam's state
-            opt_state = with_training_weights(opt_state, [t.detach().clone() for t in average.tensors])
-        with applied(average):
+        with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
+            opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(), optimizer_state=opt_state,
