@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import shlex
 import shutil
 import statistics
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from capsnet.bench import _Runner, alternate, environment, write_record
+from capsnet.bench import _Runner, alternate, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import MODELS, model_spec
 
@@ -68,20 +67,16 @@ def main() -> None:
             ratios = [b / a for b, a in zip(times["before"], times["after"])]
             row = {"model": name, "batch": args.batch_size,
                    **{f"{tag}_images_per_s": args.batch_size / statistics.median(t) for tag, t in times.items()},
-                   "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                   **spread(ratios),
                    **{f"{tag}_peak_mb": r.peak_bytes() / 2**20 for tag, r in runners.items()}}
             rows.append(row)
             print(f"{name}: before {row['before_images_per_s']:.1f} images/s, after {row['after_images_per_s']:.1f}, "
                   f"before / after {row['ratio']:.2f}", file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print("| model | before images/s | after images/s | before step / after step, median (min-max) | before peak MB "
-          "| after peak MB |\n| --- | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['model']} | {r['before_images_per_s']:.1f} | {r['after_images_per_s']:.1f} | {r['ratio']:.2f} "
-              f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['before_peak_mb']:.0f} | {r['after_peak_mb']:.0f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/before_after.py", *sys.argv[1:]]), env, rows)
+    publish("benchmarks/before_after.py", rows, markdown_table(
+        ["model", "before images/s", "after images/s", "before step / after step, median (min-max)", "before peak MB",
+         "after peak MB"],
+        ([r["model"], f"{r['before_images_per_s']:.1f}", f"{r['after_images_per_s']:.1f}", show_spread(r),
+          f"{r['before_peak_mb']:.0f}", f"{r['after_peak_mb']:.0f}"] for r in rows)), args.json)
 
 
 if __name__ == "__main__":

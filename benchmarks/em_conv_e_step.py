@@ -17,13 +17,12 @@ paired ratio to ``window``'s.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 
 import torch
 
-from capsnet.bench import _Runner, alternate, environment, write_record
+from capsnet.bench import _Runner, alternate, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 from capsnet.models.em_capsnet import CONV_E_STEPS
@@ -54,19 +53,14 @@ def main() -> None:
             ratios = [t / w for t, w in zip(times[mode], times["window"])]
             rows.append({"model": args.model, "iterations": iterations, "conv_e_step": mode, "batch": args.batch_size,
                          "images_per_s": args.batch_size / statistics.median(times[mode]),
-                         "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                         **spread(ratios),
                          "peak_mb": runners[mode].peak_bytes() / 2**20})
             print(f"{iterations} iterations, {mode}: {rows[-1]['images_per_s']:.1f} images/s", file=sys.stderr,
                   flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print("| model | iterations | conv_e_step | images/s | step / window's step, median (min-max) | peak MB |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['model']} | {r['iterations']} | {r['conv_e_step']} | {r['images_per_s']:.1f} | "
-              f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['peak_mb']:.0f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/em_conv_e_step.py", *sys.argv[1:]]), env, rows)
+    publish("benchmarks/em_conv_e_step.py", rows, markdown_table(
+        ["model", "iterations", "conv_e_step", "images/s", "step / window's step, median (min-max)", "peak MB"],
+        ([r["model"], r["iterations"], r["conv_e_step"], f"{r['images_per_s']:.1f}", show_spread(r),
+          f"{r['peak_mb']:.0f}"] for r in rows), align="lrlrrr"), args.json)
 
 
 if __name__ == "__main__":

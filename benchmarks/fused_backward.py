@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import shlex
 import statistics
 import sys
 
 import torch
 
 from capsnet import _eager
-from capsnet.bench import _Runner, alternate, environment, write_record
+from capsnet.bench import _Runner, alternate, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 from capsnet.routing import EMRouting, InvertedDotProductRouting
@@ -101,19 +100,14 @@ def main() -> None:
                     peak = runners[v].peak_bytes() / 2**20
                 rows.append({"model": name, "iterations": iterations, "variant": v, "batch": args.batch_size,
                              "weights": config.num_weights, "images_per_s": args.batch_size / statistics.median(times[v]),
-                             "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                             **spread(ratios),
                              "peak_mb": peak})
                 print(f"{name}, {iterations} iterations, {v}: {rows[-1]['images_per_s']:.1f} images/s, "
                       f"step / fused step {rows[-1]['ratio']:.2f}", file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print("| model | iterations | variant | images/s | step / fused step, median (min-max) | peak MB |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['model']} | {r['iterations']} | {r['variant']} | {r['images_per_s']:.1f} | "
-              f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['peak_mb']:.0f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/fused_backward.py", *sys.argv[1:]]), env, rows)
+    publish("benchmarks/fused_backward.py", rows, markdown_table(
+        ["model", "iterations", "variant", "images/s", "step / fused step, median (min-max)", "peak MB"],
+        ([r["model"], r["iterations"], r["variant"], f"{r['images_per_s']:.1f}", show_spread(r), f"{r['peak_mb']:.0f}"]
+         for r in rows), align="lrlrrr"), args.json)
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ def render_index(out: Path) -> tuple[str, dict[str, Any]]:
     variants = out / "speed" / "variants.json"
     if variants.is_file():
         results += ["### Speed leads (`benchmarks/speed_variants.py`, paired)", "",
-                    f"[variants.json](speed/variants.json), table in [logs/speed-variants.log](logs/speed-variants.log)",
+                    "[variants.json](speed/variants.json), table in [logs/speed-variants.log](logs/speed-variants.log)",
                     ""]
     fast = sorted((out / "runs").glob("fast-seed*"), key=_seed)
     if fast:

@@ -14,7 +14,6 @@ layout is faster).
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from capsnet.bench import alternate, environment, write_record
+from capsnet.bench import alternate, markdown_table, publish, show_spread, spread
 from capsnet.layers.conv import _GridCaps
 from capsnet.models import create_model
 
@@ -93,19 +92,12 @@ def main() -> None:
         folded(layers, False)
         ratios = [f / g for f, g in zip(times["folded"], times["grid"])]
         rows.append({"model": name, "grid_ms": 1e3 * statistics.median(times["grid"]),
-                     "folded_ms": 1e3 * statistics.median(times["folded"]), "ratio": statistics.median(ratios),
-                     "ratio_min": min(ratios), "ratio_max": max(ratios)})
+                     "folded_ms": 1e3 * statistics.median(times["folded"]), **spread(ratios)})
         print(f"{name}: folded / grid {rows[-1]['ratio']:.2f}", file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\nTraining step (forward, loss, backward), median of {args.repeats} paired repeats:\n")
-    print("| model | grid layout ms | positions folded ms | folded / grid, median (min-max) |\n"
-          "| --- | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['model']} | {r['grid_ms']:.0f} | {r['folded_ms']:.0f} | "
-              f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/grid_routing.py", *sys.argv[1:]]), env, rows)
+    table = markdown_table(["model", "grid layout ms", "positions folded ms", "folded / grid, median (min-max)"],
+                           ([r["model"], f"{r['grid_ms']:.0f}", f"{r['folded_ms']:.0f}", show_spread(r)] for r in rows))
+    publish("benchmarks/grid_routing.py", rows,
+            f"\nTraining step (forward, loss, backward), median of {args.repeats} paired repeats:\n\n{table}", args.json)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import shlex
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ import time
 import torch
 
 import capsnet.routing.dynamic as dynamic
-from capsnet.bench import alternate, environment, write_record
+from capsnet.bench import alternate, markdown_table, publish, show_spread, spread
 from capsnet.routing import DynamicRouting
 
 # SegCaps R3 at 64x64 (capsnet.models.segcaps): layer -> (positions per image, child types T, parent types J, D)
@@ -65,19 +64,15 @@ def main() -> None:
         rows.append({"layer": name, "votes": [args.batch * P, T, J, D],
                      "broadcast_ms": 1e3 * statistics.median(times["broadcast"]),
                      "matmul_ms": 1e3 * statistics.median(times["matmul"]),
-                     "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
+                     **spread(ratios)})
         print(f"{name}: matmul / broadcast {rows[-1]['ratio']:.2f}", file=sys.stderr, flush=True)
     dynamic._FEW_CHILDREN = default
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n3 routing rounds, forward and backward, batch {args.batch}, median of {args.repeats} paired repeats:\n")
-    print("| layer | votes (B*H*W, T, J, D) | broadcast ms | matmul ms | matmul / broadcast, median (min-max) |\n"
-          "| --- | --- | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['layer']} | {tuple(r['votes'])} | {r['broadcast_ms']:.1f} | {r['matmul_ms']:.1f} | "
-              f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/local_routing.py", *sys.argv[1:]]), env, rows)
+    table = markdown_table(
+        ["layer", "votes (B*H*W, T, J, D)", "broadcast ms", "matmul ms", "matmul / broadcast, median (min-max)"],
+        ([r["layer"], tuple(r["votes"]), f"{r['broadcast_ms']:.1f}", f"{r['matmul_ms']:.1f}", show_spread(r)]
+         for r in rows), align="llrrr")
+    publish("benchmarks/local_routing.py", rows, f"\n3 routing rounds, forward and backward, batch {args.batch}, median of "
+            f"{args.repeats} paired repeats:\n\n{table}", args.json)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ alike. Prints a table of medians and each size's time over the best one's;
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
 
 import torch
 
-from capsnet.bench import environment, write_record
+from capsnet.bench import markdown_table, publish, show_spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import CapsNet, CapsNetConfig
 from capsnet.routing.dynamic_linear import default_chunk
@@ -69,16 +68,11 @@ def main() -> None:
                          "ms": 1000 * medians[k], "ms_min": 1000 * min(times[k]), "ms_max": 1000 * max(times[k]),
                          "over_best": medians[k] / best, "repeats": args.repeats})
         print(f"batch {B} done", file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print("| batch | lower capsules per block | digit caps fwd+bwd, ms median (min-max) | over the best |")
-    print("| ---: | ---: | ---: | ---: |")
-    for r in rows:
-        name = f"{r['block']} (default)" if r["is_default"] else f"{r['block']}" + (" (4 MiB rule)" if r["is_old_rule"] else "")
-        print(f"| {r['batch']} | {name} | {r['ms']:.1f} ({r['ms_min']:.1f}-{r['ms_max']:.1f}) | {r['over_best']:.2f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/routing_blocks.py", *sys.argv[1:]]), env, rows)
-        print(f"wrote {args.json}")
+    publish("benchmarks/routing_blocks.py", rows, markdown_table(
+        ["batch", "lower capsules per block", "digit caps fwd+bwd, ms median (min-max)", "over the best"],
+        ([r["batch"], f"{r['block']} (default)" if r["is_default"] else
+          f"{r['block']}" + (" (4 MiB rule)" if r["is_old_rule"] else ""), show_spread(r, "ms", fmt=".1f"),
+          f"{r['over_best']:.2f}"] for r in rows), align="rrrr"), args.json)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 import statistics
 import sys
 
 import torch
 from torch import nn
 
-from capsnet.bench import _Runner, alternate, default_steps_per_timing, environment, write_record
+from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import MODELS, model_spec
 from capsnet.routing import ROUTINGS, RoutingResult
@@ -96,22 +95,17 @@ def main() -> None:
                "dtype": args.dtype, "steps_per_timing": steps,
                "images_per_s": args.batch_size / statistics.median(t_full),
                "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
-               "routing_share": statistics.median(shares), "routing_share_min": min(shares),
-               "routing_share_max": max(shares), "peak_mem_mb": full.peak_bytes() / 2**20}
+               **spread(shares, "routing_share"), "peak_mem_mb": full.peak_bytes() / 2**20}
         rows.append(row)
         print(f"{name}: {row['images_per_s']:.1f} images/s, routing {100 * row['routing_share']:.0f}%, "
               f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n")
-    print("| model | routing | weights | train images/s, median (min-max) | routing share of a step, median (min-max) "
-          "| peak MB |\n| --- | --- | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['model']} | {r['title']} | {r['weights']:,} | {r['images_per_s']:.1f} ({r['images_per_s_min']:.1f}-"
-              f"{r['images_per_s_max']:.1f}) | {100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
-              f"{100 * r['routing_share_max']:.0f}%) | {r['peak_mem_mb']:.0f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/routing_family.py", *sys.argv[1:]]), env, rows)
+    publish("benchmarks/routing_family.py", rows, f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n\n"
+            + markdown_table(["model", "routing", "weights", "train images/s, median (min-max)",
+                              "routing share of a step, median (min-max)", "peak MB"],
+                             ([r["model"], r["title"], f"{r['weights']:,}", show_spread(r, "images_per_s", fmt=".1f"),
+                               f"{100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
+                               f"{100 * r['routing_share_max']:.0f}%)", f"{r['peak_mem_mb']:.0f}"] for r in rows),
+                             align="llrrrr"), args.json)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ image under 4 GB.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 
 import torch
 
-from capsnet.bench import _Runner, alternate, default_steps_per_timing, environment, write_record
+from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 
@@ -69,8 +68,7 @@ def main() -> None:
                      "steps_per_timing": steps,
                      "weights": runners[m].model.config.num_weights,
                      "images_per_s": args.batch_size / statistics.median(times[m]),
-                     "step_ratio_to_unet": statistics.median(ratios), "step_ratio_min": min(ratios),
-                     "step_ratio_max": max(ratios), "peak_mem_mb": runners[m].peak_bytes() / 2**20})
+                     **spread(ratios, "step_ratio_to_unet", "step_ratio"), "peak_mem_mb": runners[m].peak_bytes() / 2**20})
         print(f"{m}: {rows[-1]['images_per_s']:.1f} images/s, {rows[-1]['step_ratio_to_unet']:.2f}x the U-Net's step",
               file=sys.stderr, flush=True)
     del runners
@@ -84,24 +82,17 @@ def main() -> None:
                              "seconds": r.time_step(), "peak_mem_mb": r.peak_bytes() / 2**20})
                 print(f"{m} {mode} {args.big}x{args.big}: {rows[-1]['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
                 del r
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, {steps} step(s) a timing, training steps "
-          f"paired with the U-Net's:\n")
-    print("| model | weights | train images/s | step / U-Net step, median (min-max) | peak MB of a step |\n"
-          "| --- | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        if r["part"] == "step":
-            print(f"| {r['model']} | {r['weights']:,} | {r['images_per_s']:.1f} | {r['step_ratio_to_unet']:.2f} "
-                  f"({r['step_ratio_min']:.2f}-{r['step_ratio_max']:.2f}) | {r['peak_mem_mb']:.0f} |")
+    text = (f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, {steps} step(s) a timing, training "
+            f"steps paired with the U-Net's:\n\n") + markdown_table(
+        ["model", "weights", "train images/s", "step / U-Net step, median (min-max)", "peak MB of a step"],
+        ([r["model"], f"{r['weights']:,}", f"{r['images_per_s']:.1f}", show_spread(r, "step_ratio_to_unet", "step_ratio"),
+          f"{r['peak_mem_mb']:.0f}"] for r in rows if r["part"] == "step"))
     if args.big:
-        print(f"\none {args.big}x{args.big} image:\n\n| model | step | seconds (the second step) | peak MB |\n"
-              "| --- | --- | ---: | ---: |")
-        for r in rows:
-            if r["part"] != "step":
-                print(f"| {r['model']} | {r['part'].split(', ')[1]} | {r['seconds']:.2f} | {r['peak_mem_mb']:.0f} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/segmentation.py", *sys.argv[1:]]), env, rows)
+        text += f"\n\none {args.big}x{args.big} image:\n\n" + markdown_table(
+            ["model", "step", "seconds (the second step)", "peak MB"],
+            ([r["model"], r["part"].split(", ")[1], f"{r['seconds']:.2f}", f"{r['peak_mem_mb']:.0f}"]
+             for r in rows if r["part"] != "step"), align="llrr")
+    publish("benchmarks/segmentation.py", rows, text, args.json)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ fp32; for GPUs).
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
 
 import torch
 
-from capsnet.bench import alternate, environment, write_record
+from capsnet.bench import alternate, markdown_table, publish, show_spread, spread
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
@@ -93,22 +92,18 @@ def main() -> None:
                          "images_per_s": args.batch_size / statistics.median(times[m]),
                          "min_images_per_s": args.batch_size / max(times[m]),
                          "max_images_per_s": args.batch_size / min(times[m])})
-        rows[-2] |= {"speedup_vs_pix2pix": statistics.median(ratios), "speedup_min": min(ratios),
-                     "speedup_max": max(ratios)}
+        rows[-2] |= spread(ratios, "speedup_vs_pix2pix", "speedup")
         print(f"{mode}: CapsPix2pix {rows[-2]['images_per_s']:.1f}, pix2pix {rows[-1]['images_per_s']:.1f} images/s",
               file=sys.stderr, flush=True)
-    env = environment()
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, median of {args.repeats} paired repeats:\n")
-    print("| model | mode | generator weights | weights | images/s, median (min-max) | pix2pix time / CapsPix2pix time |\n"
-          "| --- | --- | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        ratio = f"{r['speedup_vs_pix2pix']:.2f} ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})" \
-            if "speedup_vs_pix2pix" in r else "-"
-        print(f"| {r['model']} | {r['mode']} | {r['generator_weights']:,} | {r['weights']:,} | {r['images_per_s']:.1f} "
-              f"({r['min_images_per_s']:.1f}-{r['max_images_per_s']:.1f}) | {ratio} |")
-    if args.json:
-        write_record(args.json, shlex.join(["python", "benchmarks/synthesis.py", *sys.argv[1:]]), env, rows)
+    table = markdown_table(
+        ["model", "mode", "generator weights", "weights", "images/s, median (min-max)",
+         "pix2pix time / CapsPix2pix time"],
+        ([r["model"], r["mode"], f"{r['generator_weights']:,}", f"{r['weights']:,}",
+          f"{r['images_per_s']:.1f} ({r['min_images_per_s']:.1f}-{r['max_images_per_s']:.1f})",
+          show_spread(r, "speedup_vs_pix2pix", "speedup") if "speedup_vs_pix2pix" in r else "-"] for r in rows),
+        align="llrrrr")
+    publish("benchmarks/synthesis.py", rows, f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, median "
+            f"of {args.repeats} paired repeats:\n\n{table}", args.json)
 
 
 if __name__ == "__main__":

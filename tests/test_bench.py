@@ -428,3 +428,48 @@ def test_alternate_rejects_bad_counts(kwargs, message):
         alternate({"a": lambda: 0.0}, **kwargs)
     with pytest.raises(ValueError, match="at least one step"):
         alternate({}, 3)
+
+
+def test_spread_and_its_cell_give_median_min_and_max():
+    from capsnet.bench import show_spread, spread
+
+    row = spread([1.5, 0.5, 2.0, 1.0])
+    assert row == {"ratio": 1.25, "ratio_min": 0.5, "ratio_max": 2.0}  # the median of an even count is the mean of two
+    assert show_spread(row) == "1.25 (0.50-2.00)"
+    named = spread([3.0, 1.0, 2.0], "step_ratio_to_unet", "step_ratio")
+    assert named == {"step_ratio_to_unet": 2.0, "step_ratio_min": 1.0, "step_ratio_max": 3.0}
+    assert show_spread(named, "step_ratio_to_unet", "step_ratio", fmt=".1f") == "2.0 (1.0-3.0)"
+    with pytest.raises(ValueError, match="speedup: no values to summarise"):
+        spread([], "speedup")
+
+
+def test_markdown_table_aligns_columns_and_refuses_ragged_rows():
+    from capsnet.bench import markdown_table
+
+    assert markdown_table(["model", "ms"], [["a", 1.5], ("b", "2")]) == (
+        "| model | ms |\n| --- | ---: |\n| a | 1.5 |\n| b | 2 |")
+    assert markdown_table(["x", "y", "z"], [], align="rlr").splitlines()[1] == "| ---: | --- | ---: |"
+    with pytest.raises(ValueError, match=r"a row of 1 cells under 2 columns: \['a'\]"):
+        markdown_table(["model", "ms"], [["a"]])
+    with pytest.raises(ValueError, match="align 'lx': give one of 'l' or 'r' for each of the 2 columns"):
+        markdown_table(["model", "ms"], [], align="lx")
+
+
+def test_publish_prints_the_environment_and_table_and_records_the_command(tmp_path, monkeypatch, capsys):
+    import json
+
+    from capsnet.bench import publish
+
+    monkeypatch.setattr("sys.argv", ["benchmarks/x.py", "--repeats", "3", "--json", "out dir/x.json"])
+    rows = [{"model": "a", "ratio": 1.0}]
+    path = tmp_path / "x.json"
+    publish("benchmarks/x.py", rows, "| model |\n| --- |\n| a |", path)
+    out, err = capsys.readouterr()
+    first, *table = out.splitlines()
+    assert first.startswith("date=") and f"torch={torch.__version__}" in first
+    assert table == ["| model |", "| --- |", "| a |"] and f"wrote {path}" in err
+    record = json.loads(path.read_text())
+    assert record["command"] == "python benchmarks/x.py --repeats 3 --json 'out dir/x.json'"
+    assert record["rows"] == rows and record["environment"]["torch"] == torch.__version__
+    publish("benchmarks/x.py", rows, "table", None)  # no path: printed only
+    assert capsys.readouterr().out.endswith("table\n") and sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]

@@ -50,12 +50,14 @@ import json
 import logging
 import os
 import platform
+import shlex
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -131,6 +133,47 @@ def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any]
     from .checkpoint import atomic_write_text
 
     atomic_write_text(Path(path), json.dumps({"command": command, "environment": env, "rows": list(rows)}, indent=1) + "\n")
+
+
+def spread(values: Sequence[float], key: str = "ratio", prefix: str | None = None) -> dict[str, float]:
+    """A paired benchmark's repeats as row fields: ``{key: median, prefix_min: min, prefix_max: max}`` (``prefix``
+    defaults to ``key``)."""
+    if not values:
+        raise ValueError(f"{key}: no values to summarise; run at least one repeat")
+    prefix = key if prefix is None else prefix
+    return {key: statistics.median(values), f"{prefix}_min": min(values), f"{prefix}_max": max(values)}
+
+
+def show_spread(row: Mapping[str, Any], key: str = "ratio", prefix: str | None = None, fmt: str = ".2f") -> str:
+    """``spread``'s fields of ``row`` as a table cell: ``median (min-max)``."""
+    prefix = key if prefix is None else prefix
+    return f"{row[key]:{fmt}} ({row[f'{prefix}_min']:{fmt}}-{row[f'{prefix}_max']:{fmt}})"
+
+
+def markdown_table(header: Sequence[str], cells: Iterable[Sequence[Any]], align: str | None = None) -> str:
+    """A Markdown table: one header row, then a row per sequence of cells; ``align`` has one letter a column, ``l``
+    for left and ``r`` for right (default: the first column left, the rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    if len(align) != len(header) or set(align) - {"l", "r"}:
+        raise ValueError(f"align {align!r}: give one of 'l' or 'r' for each of the {len(header)} columns")
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" if a == "l" else "---:" for a in align) + " |"]
+    for row in cells:
+        row = list(row)
+        if len(row) != len(header):
+            raise ValueError(f"a row of {len(row)} cells under {len(header)} columns: {row}")
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def publish(script: str, rows: Sequence[dict[str, Any]], text: str, json_path: str | os.PathLike[str] | None) -> None:
+    """A benchmark script's ending: print the environment line and ``text`` (its tables) on stdout, then, given a
+    path, record the rows there with the command that made them (``python <script> <this process's arguments>``)."""
+    env = environment()
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    print(text)
+    if json_path:
+        write_record(json_path, shlex.join(["python", script, *sys.argv[1:]]), env, rows)
+        print(f"wrote {json_path}", file=sys.stderr)
 
 
 # --- steps -------------------------------------------------------------------------
