@@ -101,6 +101,11 @@ if group paper; then
 fi
 wait
 echo "stopped $(date -u +"%F %T UTC") (${SECONDS} s)" >> "$OUT/logs/env.log"
+if group segmentation && [ -d "$RUNS/segcaps" ] && [ -d "$RUNS/unet" ]; then  # where each model's Dice goes
+    "$PY" "$REPO/docs/results/segmentation-errors/errors.py" "$RUNS/segcaps" "$RUNS/unet" --test-size 1000 \
+        --data-dir "$DATA" --device "${DEVICE:-cuda}" --json "$OUT/segmentation-errors.json" \
+        > "$OUT/logs/segmentation-errors.log" 2>&1
+fi
 for dir in "$RUNS"/*/; do
     name=$(basename "$dir")
     mkdir -p "$OUT/$name"

@@ -14,7 +14,7 @@ object segmented), each kind's wrong pixels per target pixel, and the mean Dice 
 alone were put right (the others kept), which says how much of the shortfall from 1 each kind accounts for.
 
     python docs/results/segmentation-errors/errors.py RUN_DIR [RUN_DIR ...] [--test-size 2000] [--data-dir DIR] \
-        [--json OUT]
+        [--json OUT] [--device cuda]
 """
 import argparse
 import json
@@ -62,12 +62,14 @@ def main() -> None:
     p.add_argument("--test-size", type=int, default=2000)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", default=None)
+    p.add_argument("--device", default="cpu")
     args = p.parse_args()
     test = load_test("mnist-segmentation", size=args.test_size, root=args.data_dir, progress=False)
     splits = {"test": (test.images, test.labels), "ood": (test.extra["ood"].images, test.extra["ood"].labels)}
+    splits = {k: (x.to(args.device), m.to(args.device)) for k, (x, m) in splits.items()}
     out = {}
     for run in args.runs:
-        model, ckpt = load_model(run, which="last", device="cpu")
+        model, ckpt = load_model(run, which="last", device=args.device)
         model.eval()
         for split, (images, masks) in splits.items():
             row = score(model, images, masks)
