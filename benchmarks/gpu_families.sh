@@ -7,7 +7,7 @@
 # figure (EM's runs excepted: below). Rows:
 #   segmentation (issue 14): SegCaps R3 and the U-Net, 20,000 canvases an epoch, batch 16, lr 1e-3 x 0.96 every 1,000
 #       steps, bf16; Dice and IoU on the first 2,000 test and out-of-distribution canvases (bar: SegCaps >= 0.95);
-#   synthesis (issue 15): CapsPix2pix on mnist-skeleton and fashion-silhouette, all training pairs, batch 16, the
+#   synthesis (issue 15): CapsPix2pix and pix2pix on mnist-skeleton and fashion-silhouette, all training pairs, batch 16, the
 #       paper's Adam 2e-4, fp32, the generator's moving average scored; L1, SSIM, judge accuracy (seed 0 and over 8
 #       noise draws) on the first 1,000 test pairs (bars: 97% / 80%, SSIM 0.80);
 #   routing (issue 13): Efficient-CapsNet on MNIST, seeds 0 and 1, with `capsnet experiment routing`'s recipe (and the
@@ -33,7 +33,7 @@ mkdir -p "$OUT/logs" "$RUNS"
     > "$OUT/logs/env.log" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/logs/env.log" 2>&1
 
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # twelve processes on the GPU machine's 16 cores
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # up to fifteen processes on the GPU machine's 16 cores
 ONLY=${ONLY:-segmentation,synthesis,routing,paper}
 group() { [[ ",$ONLY," == *",$1,"* ]]; }
 COMMON=(--device "${DEVICE:-cuda}" --no-progress --data-dir "$DATA" --eval-every 1)
@@ -54,10 +54,12 @@ if group segmentation; then
 fi
 # --ema-decay: every run here is cut by the clock, mid-schedule, so its last evaluation is of moving weights; the
 # average of the weights (what is scored and saved; training is unchanged) is the steadier figure to read
-SYN=(--model capspix2pix --train-size 0 --test-size 1000 --epochs 200 --batch-size 16 --seed 0 --ema-decay 0.999)
-if group synthesis; then
-    job capspix2pix-mnist --dataset mnist-skeleton "${SYN[@]}"
-    job capspix2pix-fashion --dataset fashion-silhouette "${SYN[@]}"
+SYN=(--train-size 0 --test-size 1000 --epochs 200 --batch-size 16 --seed 0 --ema-decay 0.999)
+if group synthesis; then  # pix2pix beside it: the bar is CapsPix2pix within 1 point of pix2pix at the same budget
+    for model in capspix2pix pix2pix; do
+        job $model-mnist --model $model --dataset mnist-skeleton "${SYN[@]}"
+        job $model-fashion --model $model --dataset fashion-silhouette "${SYN[@]}"
+    done
 fi
 # capsnet experiment routing's recipe for Efficient-CapsNet (capsnet.experiments.RECIPES): lr 5e-4 and its
 # augmentation, decayed by 0.96 every 2,000 steps, batch 128
