@@ -5,19 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 
 import pytest
 
 from capsnet import pretrained
 from capsnet.checkpoint import load_checkpoint
-from capsnet.cli import main
 from capsnet.data.tasks import TASKS, task
 from capsnet.models import MODELS, create_model, list_models, model_spec
 from capsnet.models.catalog import (DATASET_FIELDS, catalog, describe, field_notes, format_catalog, format_model,
                                     shipped)
 from capsnet.train import input_fields
+from cli_helpers import in_process
 
 
 @dataclass(frozen=True)
@@ -102,17 +101,8 @@ def test_shipped_models_report_the_final_epoch_figure_their_cards_state():
         assert f"{100 * r['test_accuracy']:.2f}%" in pretrained.card(r["name"]), r
 
 
-def in_process(capsys, *args):
-    try:
-        code = main(["models", *args])
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-
 def test_capsnet_models_prints_every_model_and_shipped_model(capsys):
-    r = in_process(capsys)
+    r = in_process(capsys, "models")
     assert r.returncode == 0 and r.stdout == format_catalog() + "\n"
     lines = r.stdout.splitlines()
     for row in catalog():
@@ -124,19 +114,19 @@ def test_capsnet_models_prints_every_model_and_shipped_model(capsys):
 
 
 def test_capsnet_models_name_prints_a_row_per_field_and_json_matches_the_library(capsys):
-    r = in_process(capsys, "inverted-capsnet")
+    r = in_process(capsys, "models", "inverted-capsnet")
     assert r.returncode == 0
     fields = [f.name for f in dataclasses.fields(MODELS["inverted-capsnet"].config)]
     rows = [line for line in r.stdout.splitlines() if re.match(r"\| [a-z_0-9]+ \| ", line)]
     assert [row.split(" | ")[0][2:] for row in rows] == ["field", *fields]  # the header, then one row a field
     assert "| routing_iterations | int | 2 | the paper's CIFAR runs" in r.stdout
     assert "--model-option routing_iterations=2" in r.stdout
-    r = in_process(capsys, "segcaps", "--json")
+    r = in_process(capsys, "models", "segcaps", "--json")
     assert r.returncode == 0 and json.loads(r.stdout) == json.loads(json.dumps(describe("segcaps")))
-    r = in_process(capsys, "--json")
+    r = in_process(capsys, "models", "--json")
     assert json.loads(r.stdout) == json.loads(json.dumps({"models": catalog(), "pretrained": shipped()}))
 
 
 def test_capsnet_models_with_an_unknown_name_lists_the_valid_ones(capsys):
-    r = in_process(capsys, "em-capsnet-big")
+    r = in_process(capsys, "models", "em-capsnet-big")
     assert r.returncode == 2 and "invalid choice: 'em-capsnet-big'" in r.stderr and "'em-capsnet-small'" in r.stderr

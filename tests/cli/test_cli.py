@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from capsnet.checkpoint import load_checkpoint
-from capsnet.cli import main
+from cli_helpers import in_process
 
 TINY = ["--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--no-progress"]
 
@@ -31,16 +31,6 @@ def assert_clean_error(r, *fragments):
     assert "Traceback" not in r.stderr
     for f in fragments:
         assert f in r.stderr, r.stderr
-
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """``capsnet ARGS`` through ``capsnet.cli.main`` here; exit status and output as a subprocess would give them."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:  # argparse: --help, or a bad flag
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(["capsnet", *map(str, args)], code, out.out, out.err)
 
 
 def test_help_everywhere(capsys):

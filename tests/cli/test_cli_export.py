@@ -3,26 +3,15 @@ torch.export program, each equal to the PyTorch model at batch sizes 1 and 7; th
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 
 import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
 import pytest
 import torch
 
-from capsnet.cli import main
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
-
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """``capsnet ARGS`` through ``capsnet.cli.main`` here; exit status and output as a subprocess would give them."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:  # argparse: --help, or a bad flag
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(["capsnet", *map(str, args)], code, out.out, out.err)
+from cli_helpers import in_process
 
 
 def assert_clean_error(r, *fragments):

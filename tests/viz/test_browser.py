@@ -12,7 +12,8 @@ import shutil
 import numpy as np
 import pytest
 
-from capsnet.viz import decode, serve_in_thread
+from capsnet.viz import decode
+from http_helpers import serving
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -40,10 +41,8 @@ def _need_browser() -> None:
 @pytest.fixture(scope="module")
 def page_url(viewer):
     _need_browser()
-    srv, thread = serve_in_thread(viewer)
-    yield "http://%s:%d/" % srv.server_address[:2]
-    srv.shutdown()
-    srv.server_close()
+    with serving(viewer) as srv:
+        yield "http://%s:%d/" % srv.server_address[:2]
 
 
 def test_pick_draw_and_slide(page_url, viewer):
@@ -146,11 +145,8 @@ def test_pick_draw_and_slide(page_url, viewer):
 def segmentation_urls(segmentation_viewer, unet_viewer):
     """The pages of SegCaps R1 (tests/conftest.py) and of the tiny U-Net (tests/viz/conftest.py)."""
     _need_browser()
-    servers = [serve_in_thread(v)[0] for v in (segmentation_viewer, unet_viewer)]
-    yield ["http://%s:%d/" % srv.server_address[:2] for srv in servers]
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+    with serving(segmentation_viewer) as seg, serving(unet_viewer) as unet:
+        yield ["http://%s:%d/" % srv.server_address[:2] for srv in (seg, unet)]
 
 
 def _pixels(page, canvas_id: str, H: int, W: int) -> np.ndarray:

@@ -1,7 +1,6 @@
 """capsnet.viz.server over real HTTP on 127.0.0.1: every endpoint, every bad request, concurrency."""
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import socket
@@ -11,45 +10,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from capsnet.viz import decode, serve_in_thread
+from capsnet.viz import decode
+from http_helpers import api, png, request, serving
 
 
 @pytest.fixture(scope="module")
 def server(viewer):
-    srv, thread = serve_in_thread(viewer)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
-
-
-def request(server, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        data = r.read()
-        return r.status, r.getheader("Content-Type"), data
-    finally:
-        conn.close()
-
-
-def api(server, path, payload=None, raw=None):
-    body = raw if raw is not None else (None if payload is None else json.dumps(payload).encode())
-    status, ctype, data = request(server, "GET" if body is None else "POST", path, body)
-    assert ctype == "application/json"
-    return status, json.loads(data)
+    with serving(viewer) as srv:
+        yield srv
 
 
 def assert_alive(server):
     status, info = api(server, "/api/info")
     assert status == 200 and info["trained"] is True
-
-
-def _png(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def test_page_and_assets(server):
@@ -81,7 +54,7 @@ def test_info_kernels_forward_reconstruct(server, viewer):
 def test_upload_of_a_test_digit(server, viewer):
     """A test digit uploaded as PNG is classified as that test image is."""
     original = viewer.test_images[11, 0].numpy()
-    status, w = api(server, "/api/upload", raw=_png(original))
+    status, w = api(server, "/api/upload", raw=png(original))
     assert status == 200 and w["source"] == {"kind": "upload", "size": [28, 28]}
     np.testing.assert_allclose(decode(w["input"]), original[None] / 255, atol=0.1)
     _, ref = api(server, "/api/forward", {"index": 11})
@@ -122,11 +95,11 @@ def test_bad_json_requests(server, path, body, status, fragment):
 
 
 def test_bad_uploads(server):
-    good = _png(np.eye(40, dtype=np.uint8) * 255)
+    good = png(np.eye(40, dtype=np.uint8) * 255)
     cases = [
         (b"this is not an image", 400, "not a PNG or JPEG"),
         (good[: len(good) // 2], 400, "truncated or corrupt"),
-        (_png(np.zeros((30, 30), dtype=np.uint8)), 400, "blank"),
+        (png(np.zeros((30, 30), dtype=np.uint8)), 400, "blank"),
         (b"\0" * (5 * 2**20), 413, "at most 4,194,304"),
     ]
     big = io.BytesIO()
@@ -143,7 +116,7 @@ def test_uploads_past_the_ones_held_at_once_are_turned_away_before_their_body_is
     once took 400 MB. Past MAX_UPLOADS_IN_FLIGHT the viewer answers 503 at once; the slots come back after."""
     from capsnet.viz.server import MAX_UPLOADS_IN_FLIGHT
 
-    good = _png(np.eye(40, dtype=np.uint8) * 255)
+    good = png(np.eye(40, dtype=np.uint8) * 255)
     held = 0
     while server.upload_slots.acquire(blocking=False):  # as many uploads in flight as the viewer takes
         held += 1

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from capsnet.viz import images, serve_in_thread
+from capsnet.viz import images
+from http_helpers import serving
 from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, make_server
 
 HOST = "127.0.0.1"
@@ -28,21 +29,15 @@ HOST = "127.0.0.1"
 
 @pytest.fixture(scope="module")
 def server(viewer):
-    srv, thread = serve_in_thread(viewer)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving(viewer) as srv:
+        yield srv
 
 
 @pytest.fixture
 def quick(viewer):
     """A server whose timeouts are cut to fractions of a second."""
-    srv, thread = serve_in_thread(viewer, read_timeout=0.3, request_timeout=1.0)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving(viewer, read_timeout=0.3, request_timeout=1.0) as srv:
+        yield srv
 
 
 # ------------------------------------------------------------------ raw HTTP

@@ -2,64 +2,32 @@
 the model's input size, and bad requests answered with a clear 400 while the server goes on."""
 from __future__ import annotations
 
-import http.client
-import io
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from capsnet.viz import decode, serve_in_thread
-
-
-def _serve(viewer):
-    srv, thread = serve_in_thread(viewer)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+from capsnet.viz import decode
+from http_helpers import api, png, request, serving
 
 
 @pytest.fixture(scope="module")
 def server(segmentation_viewer):
-    yield from _serve(segmentation_viewer)
+    with serving(segmentation_viewer) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def unet_server(unet_viewer):
-    yield from _serve(unet_viewer)
-
-
-def request(server, method, path, body=None):
-    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
-    try:
-        conn.request(method, path, body=body)
-        r = conn.getresponse()
-        return r.status, r.getheader("Content-Type"), r.read()
-    finally:
-        conn.close()
-
-
-def api(server, path, payload=None, raw=None):
-    body = raw if raw is not None else (None if payload is None else json.dumps(payload).encode())
-    status, ctype, data = request(server, "GET" if body is None else "POST", path, body)
-    assert ctype == "application/json"
-    return status, json.loads(data)
+    with serving(unet_viewer) as srv:
+        yield srv
 
 
 def assert_alive(server):
     status, info = api(server, "/api/info")
     assert status == 200 and info["kind"] == "segmentation"
-
-
-def _png(a: np.ndarray) -> bytes:
-    """A PNG of ``a``: grey for (H, W) uint8, RGBA for (H, W, 4), 16-bit grey (I;16) for uint16."""
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def test_info_kernels_forward_and_the_page_script(server, segmentation_viewer):
@@ -81,7 +49,7 @@ def test_upload_of_a_test_canvas_is_segmented_as_it_is(server, segmentation_view
     """A test canvas sent as an 8-bit PNG, untouched by MNIST's centring: the same mask up to the 8-bit rounding."""
     v = segmentation_viewer
     canvas = np.round(v.test_images[6, 0].numpy() * 255).astype(np.uint8)  # (64, 64)
-    status, w = api(server, "/api/upload?routing=deconv_3_1", raw=_png(canvas))
+    status, w = api(server, "/api/upload?routing=deconv_3_1", raw=png(canvas))
     assert status == 200 and w["source"] == {"kind": "upload", "size": [64, 64]}
     np.testing.assert_allclose(decode(w["input"]), canvas[None] / 255, atol=0.5 / 255 + 1e-6)
     assert w["truth"] is None and w["dice"] is None and w["iou"] is None and w["pixels"]["truth"] is None
@@ -89,7 +57,7 @@ def test_upload_of_a_test_canvas_is_segmented_as_it_is(server, segmentation_view
     ref = v.walk(v.test_input(index=6))
     agree = (decode(w["mask"]) == decode(ref["mask"])).mean()
     assert agree > 0.99  # pixels within 1/510 of 0.5 may flip
-    status, w = api(server, "/api/upload", raw=_png(np.stack([canvas] * 4, -1)))  # alpha is dropped
+    status, w = api(server, "/api/upload", raw=png(np.stack([canvas] * 4, -1)))  # alpha is dropped
     assert status == 200 and w["routing"] is None
     np.testing.assert_allclose(decode(w["input"]), canvas[None] / 255, atol=0.5 / 255 + 1e-6)
 
@@ -106,14 +74,14 @@ BAD = [
      "segments images: it has no digit capsules to move"),
     ("/api/reconstruct", b"{}", "segments images"),
     ("/api/upload", b"this is not an image", "not a PNG or JPEG"),
-    ("/api/upload", _png(np.zeros((28, 28), np.uint8)), "the image is 28x28 pixels; this model segments 64x64 images: "
+    ("/api/upload", png(np.zeros((28, 28), np.uint8)), "the image is 28x28 pixels; this model segments 64x64 images: "
                                                         "upload one of exactly that size"),
-    ("/api/upload", _png(np.zeros((64, 32), np.uint8)), "the image is 32x64 pixels"),
-    ("/api/upload", _png(np.zeros((64, 64), np.uint16)), "16/32-bit"),
-    ("/api/upload?routing=conv9", _png(np.zeros((64, 64), np.uint8)), "unknown routing layer 'conv9'"),
-    ("/api/upload?layer=primary", _png(np.zeros((64, 64), np.uint8)), "unknown or repeated query field(s) ['layer']"),
-    ("/api/upload?routing=primary&routing=conv_2_1", _png(np.zeros((64, 64), np.uint8)), "repeated"),
-    ("/api/upload?routing", _png(np.zeros((64, 64), np.uint8)), "the query string is malformed"),
+    ("/api/upload", png(np.zeros((64, 32), np.uint8)), "the image is 32x64 pixels"),
+    ("/api/upload", png(np.zeros((64, 64), np.uint16)), "16/32-bit"),
+    ("/api/upload?routing=conv9", png(np.zeros((64, 64), np.uint8)), "unknown routing layer 'conv9'"),
+    ("/api/upload?layer=primary", png(np.zeros((64, 64), np.uint8)), "unknown or repeated query field(s) ['layer']"),
+    ("/api/upload?routing=primary&routing=conv_2_1", png(np.zeros((64, 64), np.uint8)), "repeated"),
+    ("/api/upload?routing", png(np.zeros((64, 64), np.uint8)), "the query string is malformed"),
 ]
 
 
@@ -139,10 +107,10 @@ def test_the_unet_over_http(unet_server, unet_viewer):
     status, w = api(unet_server, "/api/forward", {"index": 0})
     assert status == 200 and w["layers"] == [] and w["dice"] is not None
     image = unet_viewer.test_images[1, 0].numpy()  # uint8, from the folder's PNG
-    status, up = api(unet_server, "/api/upload", raw=_png(image))
+    status, up = api(unet_server, "/api/upload", raw=png(image))
     assert status == 200 and up["probability"] == unet_viewer.walk(unet_viewer.test_input(index=1))["probability"]
     for path, body, fragment in [
-        ("/api/upload", _png(np.zeros((64, 64), np.uint8)), "this model segments 16x16 images"),
+        ("/api/upload", png(np.zeros((64, 64), np.uint8)), "this model segments 16x16 images"),
         ("/api/forward", b'{"index": 0, "routing": "primary"}', "UNet has no capsule layers"),
         ("/api/reconstruct", b'{"capsule": 0, "pose": [0]}', "this UNet segments images"),
     ]:
@@ -158,7 +126,7 @@ def test_fuzz_hostile_segmentation_requests(server):
     layers = ["primary", "seg_caps", "conv1", "PRIMARY", "conv_2_1 ", "", None, 3, ["conv_2_1"], "%00", "\u00e9"]
     queries = ["", "?", "?routing=", "?routing=primary", "?routing=seg%5Fcaps", "?routing=%ZZ", "?a=1&b=2&c=3&d=4&e=5",
                "?routing=primary&routing=primary", "?routing=" + "x" * 3000, "?;routing=primary", "?routing=nope#x"]
-    good = _png(np.zeros((64, 64), np.uint8))
+    good = png(np.zeros((64, 64), np.uint8))
     statuses = set()
     for _ in range(150):
         kind = rng.random()
