@@ -41,6 +41,11 @@ What is measured:
   torch profiler's memory events (``profile_memory=True``), so it counts what
   goes through torch's CPU allocator and not the interpreter, the allocator's
   cached pages or the libraries' own scratch buffers: tensor memory, not RSS.
+
+The scripts under benchmarks/ share the rest: ``alternate`` (steps timed in
+turn, so load hits every side alike), ``spread`` and ``show_spread`` (a
+paired ratio's median, min and max), ``markdown_table``, and ``publish``
+(the environment line, the tables, and the JSON record with its command).
 """
 from __future__ import annotations
 
