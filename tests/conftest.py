@@ -7,7 +7,8 @@ from pathlib import Path
 # `pytest -n N` (pytest-xdist, the README's command): the cores go to the N worker processes, so each runs torch on
 # one thread, and so do the processes the tests start (set before torch is imported; an explicit setting wins).
 # Several threads a worker oversubscribe a small machine: on 2 cores, -n 2 at 2 threads each was slower than no -n.
-if os.environ.get("PYTEST_XDIST_WORKER"):
+_XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+if _XDIST_WORKER:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from capsnet import CapsNetConfig
 from capsnet.train import TrainConfig, fit
 
-if os.environ.get("PYTEST_XDIST_WORKER") and os.environ["OMP_NUM_THREADS"] == "1":
+if _XDIST_WORKER and os.environ["OMP_NUM_THREADS"] == "1":
     torch.set_num_threads(1)  # in case a plugin imported torch before this file
 
 # 4 x 6 x 6 primary capsules of 8D, 10 digit capsules of 16D, a narrow decoder: trains in seconds on a CPU

@@ -154,17 +154,18 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
         n = min(len(sp), SPREAD_SIZE)
         others = [generate(model, sp.images[:n], seed=s, batch_size=batch_size) for s in range(1, SPREAD_SEEDS)]
         l1_each, ssim_each = l1_error(fake, real), ssim(fake, real)  # (N,): seed 0's, whose first n are a draw too
+        # per draw, the per-image scores of its n pairs: seed 0's are the first n of the whole split's
+        l1_draws = [l1_each[:n], *(l1_error(d, real[:n]) for d in others)]
+        ssim_draws = [ssim_each[:n], *(ssim(d, real[:n]) for d in others)]
         result = SynthesisResult(l1=l1_each.mean().item(), ssim=ssim_each.mean().item(),
                                  iou=shape_iou(shape_of(fake), shape_of(real)).mean().item(),
                                  spread=noise_spread(torch.stack([fake[:n], *others])).mean().item(),
-                                 l1_draws=float(np.mean([l1_each[:n].mean().item()] +
-                                                        [l1_error(d, real[:n]).mean().item() for d in others])),
-                                 ssim_draws=float(np.mean([ssim_each[:n].mean().item()] +
-                                                          [ssim(d, real[:n]).mean().item() for d in others])))
+                                 l1_draws=float(np.mean([x.mean().item() for x in l1_draws])),
+                                 ssim_draws=float(np.mean([x.mean().item() for x in ssim_draws])))
         if judge is not None:
             right = (judge_predictions(judge, fake) == sp.labels).double()  # (N,)
-            accuracies = [right[:n].mean().item()] + [(judge_predictions(judge, d) == sp.labels[:n]).double().mean()
-                                                      .item() for d in others]
+            accuracies = [x.mean().item() for x in
+                          [right[:n], *((judge_predictions(judge, d) == sp.labels[:n]).double() for d in others)]]
             result.judge_accuracy = right.mean().item()
             result.judge_accuracy_draws = float(np.mean(accuracies))
             result.judge_accuracy_draws_sd = float(np.std(accuracies, ddof=1))
