@@ -18,6 +18,8 @@ alone were put right (the others kept), which says how much of the shortfall fro
 """
 import argparse
 import json
+import shlex
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +84,7 @@ def main() -> None:
                           f"Dice {v['dice_if_fixed']:.4f} if put right", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python docs/results/segmentation-errors/errors.py " + " ".join(
-                [*args.runs, "--test-size", str(args.test_size)]), "rows": out}, f, indent=1)
+            json.dump({"command": shlex.join(["python", *sys.argv]), "rows": out}, f, indent=1)
 
 
 if __name__ == "__main__":
