@@ -108,9 +108,19 @@ if group segmentation && [ -d "$RUNS/segcaps" ] && [ -d "$RUNS/unet" ]; then  # 
         --data-dir "$DATA" --device "${DEVICE:-cuda}" --json "$OUT/segmentation-errors.json" \
         > "$OUT/logs/segmentation-errors.log" 2>&1
 fi
+if group synthesis; then  # CapsPix2pix's noise truncated (BigGAN's trick): the judge and SSIM at pix2pix's variety
+    for task in mnist fashion; do  # (its noise spread at T = 1 matched pix2pix's on the CPU's Fashion run)
+        for t in 1.0 0.5; do
+            [ -f "$RUNS/capspix2pix-$task/last.safetensors" ] || continue
+            "$PY" -m capsnet eval --checkpoint "$RUNS/capspix2pix-$task" --which last --test-size 1000 --truncation $t \
+                --data-dir "$DATA" --device "${DEVICE:-cuda}" --no-progress \
+                --json "$RUNS/capspix2pix-$task/eval-truncation$t.json" > "$OUT/logs/truncation-$task-$t.log" 2>&1
+        done
+    done
+fi
 for dir in "$RUNS"/*/; do
     name=$(basename "$dir")
     mkdir -p "$OUT/$name"
-    cp "$dir"/config.json "$dir"/metrics.jsonl "$OUT/$name/" 2>/dev/null
+    cp "$dir"/config.json "$dir"/metrics.jsonl "$dir"/eval-*.json "$OUT/$name/" 2>/dev/null
 done
 nvidia-smi >> "$OUT/logs/env.log" 2>&1

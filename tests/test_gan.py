@@ -216,6 +216,41 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     assert "wrote 6 images" in capsys.readouterr().out
 
 
+def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_cannot_apply(gan_run, data_root,
+                                                                                           tmp_path, capsys):
+    _labels(tmp_path / "labels", n=2)
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
+                 str(tmp_path / "out"), "--seeds", "4", "--truncation", "0.5", "--no-progress"]) == 0
+    model, _ = load_model(gan_run)
+    labels = torch.from_numpy(np.stack([np.array(Image.open(tmp_path / "labels" / f"map{k}.png")) for k in range(2)]))
+    labels = labels[:, None].float() / 255
+    z = model.noise(2, 4, truncation=0.5)
+    want = model.eval().generate(labels, z=z, seed=4)  # the same truncated noise, given by hand
+    img = np.array(Image.open(tmp_path / "out" / "map1_seed4.png")).astype(np.float64)
+    assert np.abs(img - (want[1, 0].numpy() * 255).round()).max() <= 1
+    assert not torch.allclose(generate(model, labels, seed=4), want)  # untruncated: other images
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(gan_run), "--test-size", "3", "--truncation", "0", "--json", str(out),
+                 "--data-dir", str(data_root), "--no-progress"]) == 0
+    report = json.loads(out.read_text())
+    assert report["truncation"] == 0.0 and "noise truncated at 0" in capsys.readouterr().out
+    assert report["test"]["spread"] == 0.0  # every draw is the noise's mean: one image per label map
+    split = load_test("mnist-skeleton", size=3, root=data_root, progress=False)
+    at_mean = model.generate(split.images, z=torch.zeros(3, model.config.noise_dim))
+    assert report["test"]["l1"] == pytest.approx(l1_error(at_mean, split.components).mean().item())
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--checkpoint", "pretrained:capsnet-mnist-small", "--truncation", "1", "--test-size", "2",
+              "--data-dir", str(data_root), "--no-progress"])
+    assert exit_.value.code == 2 and "--truncation applies to synthesis models" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
+              str(tmp_path / "neg"), "--truncation", "-1"])
+    assert "--truncation" in capsys.readouterr().err and not (tmp_path / "neg").exists()
+    pix = create_model("pix2pix", base_channels=4, disc_channels=4)
+    with pytest.raises(ValueError, match="pix2pix has no noise vector to truncate"):
+        generate(pix, labels, truncation=1.0)
+
+
 @pytest.mark.parametrize("case,message", [
     ("size", "is 1-channel 24x24 (HxW), but the model takes 1-channel 32x32 label maps; resize or pad it"),
     ("channels", "is 3-channel 32x32 (HxW), but the model takes 1-channel 32x32 label maps; save it as grayscale"),

@@ -164,6 +164,35 @@ def test_capspix2pix_noise_is_a_seeded_standard_normal_and_z_can_be_given():
         model(labels, torch.zeros(4, 3))
 
 
+def test_truncated_noise_is_the_truncated_normal_and_shrinks_one_seeds_z_towards_0():
+    model = _model("capspix2pix", noise_dim=1000)
+    # the standard normal truncated to [-1, 1]: its standard deviation in closed form, sqrt(1 - 2 phi(1) / (2 Phi(1)
+    # - 1)), with phi(1) = e^-1/2 / sqrt(2 pi) and 2 Phi(1) - 1 = erf(1 / sqrt 2)
+    sd1 = math.sqrt(1 - 2 * math.exp(-0.5) / math.sqrt(2 * math.pi) / math.erf(1 / math.sqrt(2)))
+    z1 = model.noise(100, 3, truncation=1.0)  # 100,000 values
+    assert z1.dtype == torch.float32 and z1.shape == (100, 1000)
+    assert z1.abs().max() <= 1.0 and abs(z1.mean().item()) < 0.01
+    assert z1.std().item() == pytest.approx(sd1, abs=0.005)  # 0.5396; the untruncated normal's is 1
+    wide = model.noise(100, 3, truncation=8.0)  # far out: the normal itself
+    assert wide.std().item() == pytest.approx(1.0, abs=0.01) and abs(wide.mean().item()) < 0.01
+    # one seed: the same uniform draws, so each value keeps its sign and order and moves towards 0 as t falls
+    z05 = model.noise(100, 3, truncation=0.5)
+    assert torch.equal(torch.sign(z05), torch.sign(z1)) and (z05.abs() <= z1.abs()).all()
+    order = z1[0].argsort()
+    assert (z05[0][order].diff() >= 0).all()
+    assert torch.equal(model.noise(2, 3, truncation=0), torch.zeros(2, 1000))  # the noise's mean
+    assert torch.equal(model.noise(4, 3, truncation=1.0), z1[:4])  # seeded: the same draw again
+    labels, _ = _data(2)
+    small = _model("capspix2pix").eval()
+    torch.testing.assert_close(small.generate(labels, z=small.noise(2, 7, truncation=0.0)),
+                               small.generate(labels, z=torch.zeros(2, 8)), rtol=0, atol=0)
+    for bad in (-0.5, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="truncation must be a finite number >= 0"):
+            model.noise(2, 0, truncation=bad)
+    with pytest.raises(ValueError, match="pix2pix has no noise vector to truncate"):
+        _model("pix2pix").noise(2, 0, truncation=1.0)
+
+
 def test_pix2pix_generates_with_dropout_on_and_batch_norm_in_eval_mode():
     torch.manual_seed(4)
     model = _model("pix2pix").eval()

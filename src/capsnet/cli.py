@@ -289,6 +289,11 @@ def _models_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--json", action="store_true", help="print JSON (capsnet.models.catalog) instead of tables")
 
 
+_TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it from the normal truncated to [-T, T] "
+                    "(BigGAN's truncation trick): smaller T trades variety for fidelity, 0 gives the noise's mean "
+                    "(default: untruncated)")
+
+
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
@@ -307,6 +312,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--judge", default=None, metavar="CHECKPOINT",
                    help="synthesis models: the classifier that reads the generated images (default: the run's own, "
                         "else the shipped one for the data set, if any)")
+    e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
                                                 "checkpoint)")
     _common(e)
@@ -322,6 +328,7 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
                                                                 "and seed")
     g.add_argument("--seeds", type=_nonneg_int, nargs="+", default=[0],
                    help="noise seeds: one image per label map and seed (the same seed gives the same image)")
+    g.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -618,9 +625,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         done = evaluate_synthesis_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset,
                                              test_size=args.test_size, judge=args.judge, root=args.data_dir,
                                              device=str(resolve_device(args.device)),
-                                             batch_size=min(args.batch_size, 64), progress=not args.no_progress)
-    elif args.judge is not None:
-        args.parser.error("--judge scores synthesis models (capspix2pix, pix2pix); this checkpoint holds a "
+                                             batch_size=min(args.batch_size, 64), progress=not args.no_progress,
+                                             truncation=args.truncation)
+    elif args.judge is not None or args.truncation is not None:
+        flag = "--judge" if args.judge is not None else "--truncation"
+        args.parser.error(f"{flag} applies to synthesis models (capspix2pix, pix2pix); this checkpoint holds a "
                           f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
     else:
         done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
@@ -652,7 +661,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .synthesis import generate_folder
 
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
-                           device=str(resolve_device(args.device)), progress=not args.no_progress)
+                           device=str(resolve_device(args.device)), progress=not args.no_progress,
+                           truncation=args.truncation)
     print(f"wrote {len(done.files)} images to {done.folder}")
     return 0
 

@@ -72,14 +72,15 @@ def _dropout_seed(seed: int, index: int) -> int:
 
 @torch.no_grad()
 def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_size: int = 64,
-             progress: bool = False) -> torch.Tensor:
+             progress: bool = False, truncation: float | None = None) -> torch.Tensor:
     """Images for ``labels`` as at inference, noise seed ``seed``: the same label map and seed give the same image,
     whatever else is generated with it (the model's mode is restored after).
 
     A model with a noise vector (CapsPix2pix) gets the vectors of the whole set at once, image i the i-th; one
     whose noise is dropout (pix2pix, an empty z) draws image i's masks from a stream of its own, seeded by
     (seed, i) (its ``generate`` takes ``seeds``). Either way the images run in batches and none depends on the
-    batch it came in.
+    batch it came in. ``truncation`` draws the noise vectors from the normal truncated to [-t, t]
+    (``ConditionalGAN.noise``; refused by a model without a noise vector).
 
     Shapes: labels (N, C, H, W) float in [0, 1] on the model's device -> images (N, C', H, W) in [0, 1].
     """
@@ -90,7 +91,7 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     was_training = model.training
     model.eval()
     try:
-        z = model.noise(len(labels), seed, labels.device)  # (N, noise_dim): the whole set's noise at once
+        z = model.noise(len(labels), seed, labels.device, truncation=truncation)  # (N, noise_dim): all at once
         out = []
         for start in tqdm(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
                           disable=not progress):
@@ -137,11 +138,12 @@ def judge_predictions(judge: nn.Module, images: torch.Tensor, batch_size: int = 
 @torch.no_grad()
 def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | None = None,
                        shape: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_size: int = 64,
-                       progress: bool = False) -> dict[str, SynthesisResult]:
+                       progress: bool = False, truncation: float | None = None) -> dict[str, SynthesisResult]:
     """Score the images ``model`` makes from ``split`` (and its extra sets): {"": result, ...}.
 
     ``split`` is on the model's device: images the label maps, components the real images, labels the classes
     (for the judge). ``shape`` makes each image's binary shape for the IoU (default: above half intensity).
+    ``truncation``: every draw's noise from the normal truncated to [-t, t] (``generate``).
     """
     def shape_of(x: torch.Tensor) -> torch.Tensor:
         return shape(x) if shape is not None else (x.mean(1, keepdim=True) > 0.5).to(torch.uint8)
@@ -149,10 +151,12 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
     def one(sp: Split) -> SynthesisResult:
         if sp.components is None:
             raise ValueError("a synthesis split needs its real images (components)")
-        fake = generate(model, sp.images, seed=0, batch_size=batch_size, progress=progress)  # (N, C', H, W)
+        fake = generate(model, sp.images, seed=0, batch_size=batch_size, progress=progress,
+                        truncation=truncation)  # (N, C', H, W)
         real = sp.components
         n = min(len(sp), SPREAD_SIZE)
-        others = [generate(model, sp.images[:n], seed=s, batch_size=batch_size) for s in range(1, SPREAD_SEEDS)]
+        others = [generate(model, sp.images[:n], seed=s, batch_size=batch_size, truncation=truncation)
+                  for s in range(1, SPREAD_SEEDS)]
         l1_each, ssim_each = l1_error(fake, real), ssim(fake, real)  # (N,): seed 0's, whose first n are a draw too
         # per draw, the per-image scores of its n pairs: seed 0's are the first n of the whole split's
         l1_draws = [l1_each[:n], *(l1_error(d, real[:n]) for d in others)]
@@ -182,10 +186,10 @@ class GeneratedFiles:
 
 def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike, out: str | os.PathLike, *,
                     seeds: Sequence[int] = (0,), which: str = "best", device: str | torch.device = "cpu",
-                    progress: bool = False) -> GeneratedFiles:
+                    progress: bool = False, truncation: float | None = None) -> GeneratedFiles:
     """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
     ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
-    then is anything written, each file atomically."""
+    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``)."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
     from .data.png import image_array, png_files
@@ -198,6 +202,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                          f"(capspix2pix, pix2pix)")
     if not seeds:
         raise ValueError("give at least one seed")
+    model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
     if Path(out).exists() and not Path(out).is_dir():
         raise DataError(f"--out {out} is a file; give a folder for the images")
     cfg = model.config
@@ -214,7 +219,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
         arrays[stem] = a
     labels = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
     labels = labels.to(next(model.parameters()).device)
-    images = {s: generate(model, labels, seed=s, progress=progress).cpu() for s in seeds}  # all made, then written
+    images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation).cpu()
+              for s in seeds}  # all made, then written
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -243,18 +249,20 @@ class SynthesisEvaluation:
     pairs: int
     results: dict[str, SynthesisResult]
     judge: str | None = None
+    truncation: float | None = None  # the noise's, when truncated (None: the untruncated normal)
 
     def report(self) -> dict:
         ckpt = self.checkpoint
         out = {"checkpoint": str(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
-               "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge,
+               "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge, "truncation": self.truncation,
                "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}
         return out | {name or "test": r.as_dict() for name, r in self.results.items()}
 
     def format(self) -> str:
         ckpt = self.checkpoint
         lines = [f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {self.dataset} test set, {self.pairs} "
-                 f"label maps" + (f", judged by {self.judge}" if self.judge else ""),
+                 f"label maps" + (f", judged by {self.judge}" if self.judge else "")
+                 + (f", noise truncated at {self.truncation:g}" if self.truncation is not None else ""),
                  f"{'test set':<10}  {'L1':>7}  {'SSIM':>7}  {'IoU':>7}  {'spread':>7}  judge accuracy"]
         for name, r in self.results.items():
             judged = f"{r.judge_accuracy:.4f}" if r.judge_accuracy is not None else "-"
@@ -299,13 +307,16 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
 def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
                                   test_size: int = 0, judge: str | os.PathLike | None = None,
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
-                                  batch_size: int = 64, progress: bool = False) -> SynthesisEvaluation:
+                                  batch_size: int = 64, progress: bool = False,
+                                  truncation: float | None = None) -> SynthesisEvaluation:
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
-    ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any)."""
+    ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
+    ``truncation``: the noise truncated to [-t, t] (``generate``)."""
     from .data.tasks import input_shape, load_test, task
     from .evaluate import load_model
 
     model, ckpt = load_model(path, which=which, device=device)
+    model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
     name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
     if task(name).kind != "synthesis":
         raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a synthesis model "
@@ -319,5 +330,6 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     judge_model = load_judge(judge, device=device) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
-                                 progress=progress)
-    return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge))
+                                 progress=progress, truncation=truncation)
+    return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),
+                               None if truncation is None else float(truncation))

@@ -42,6 +42,7 @@ share, is here too: the noise, seeded generation, the two losses.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -54,7 +55,8 @@ from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides,
                       walk_capsule_stack)
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
-           "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields"]
+           "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
+           "truncated_normal", "check_truncation"]
 
 
 def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: int = STRIDE) -> None:
@@ -130,6 +132,24 @@ def _bce(logits: torch.Tensor, target: float) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, target))
 
 
+def check_truncation(truncation: float) -> float:
+    """``truncation`` as a float, refused unless finite and at least 0."""
+    if isinstance(truncation, bool) or not isinstance(truncation, (int, float)) or not math.isfinite(truncation) \
+            or truncation < 0:
+        raise ValueError(f"truncation must be a finite number >= 0 (the noise's values are cut to [-t, t]; 0 gives "
+                         f"the noise's mean, larger values approach the untruncated normal), got {truncation!r}")
+    return float(truncation)
+
+
+def truncated_normal(rows: int, cols: int, truncation: float, generator: torch.Generator) -> torch.Tensor:
+    """(rows, cols) float32 values of the standard normal truncated to [-t, t], t = ``truncation``: one uniform
+    draw u per value mapped by the inverse CDF, Phi^-1(Phi(-t) + u (Phi(t) - Phi(-t))), in float64."""
+    t = check_truncation(truncation)
+    u = torch.rand(rows, cols, generator=generator, device=generator.device, dtype=torch.float64)  # (rows, cols)
+    low = torch.special.ndtr(torch.tensor(-t, dtype=torch.float64, device=generator.device))
+    return torch.special.ndtri(low + u * (1 - 2 * low)).clamp_(-t, t).float()
+
+
 GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
 
 
@@ -143,12 +163,20 @@ class ConditionalGAN(nn.Module):
         self.generator = generator
         self.discriminator = discriminator
 
-    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None
-              ) -> torch.Tensor:
+    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None, *,
+              truncation: float | None = None) -> torch.Tensor:
         """Standard normal z (B, noise_dim), drawn on the CPU from a generator seeded with ``seed`` (or from the
-        torch.Generator given), then moved: the same z on every device."""
+        torch.Generator given), then moved: the same z on every device.
+
+        ``truncation`` t (BigGAN's truncation trick, Brock et al. 2019, section 3.1): each value drawn from the
+        standard normal truncated to [-t, t] instead, by its inverse CDF from one uniform draw per value, so one
+        seed's z shrinks monotonically towards 0 (the noise's mean, t = 0) as t falls; fidelity for variety.
+        """
         g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
+        if truncation is None:
+            z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
+        else:
+            z = truncated_normal(batch, self.config.noise_dim, truncation, g)  # (B, Z)
         return z if device is None else z.to(device)
 
     @torch.no_grad()

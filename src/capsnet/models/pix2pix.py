@@ -191,9 +191,12 @@ class Pix2pix(ConditionalGAN):
     def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
         super().__init__(config, UNetGenerator(config), PatchDiscriminator(config))
 
-    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None
-              ) -> torch.Tensor:
-        """An empty z (B, 0): pix2pix has no noise input."""
+    def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None, *,
+              truncation: float | None = None) -> torch.Tensor:
+        """An empty z (B, 0): pix2pix has no noise input (so nothing to truncate: ``truncation`` is refused)."""
+        if truncation is not None:
+            raise ValueError("pix2pix has no noise vector to truncate (its noise is dropout); truncation applies "
+                             "to models with a noise input (capspix2pix)")
         return torch.empty(batch, 0, device=device)
 
     @torch.no_grad()
