@@ -9,7 +9,7 @@ from capsnet import figures as fg
 from capsnet.cli import main
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
-from capsnet.figures.synthesis import generator_maps, interpolate_noise
+from capsnet.figures.synthesis import generator_maps, interpolate_noise, truncate_noise
 from capsnet.models import Pix2pixConfig
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
@@ -42,6 +42,17 @@ def test_the_interpolation_of_the_kth_label_map_ends_at_its_images_in_the_sample
     torch.testing.assert_close(maps["primary"], grids["primary"][0].norm(dim=1), rtol=1e-5, atol=1e-6)
 
 
+def test_the_truncation_row_is_the_models_images_of_one_seeds_noise_cut_at_each_t(gan_run, data_root):
+    model, _ = load_model(gan_run)
+    labels = load_test("mnist-skeleton", size=3, root=data_root, progress=False).images.float()
+    row = truncate_noise(model, labels[2], (0.0, 1.0, 3.0), seed=5, row=2)
+    assert row.shape == (3, 1, 32, 32)
+    want = torch.cat([generate(model, labels, seed=5, truncation=t)[2:] for t in (0.0, 1.0, 3.0)])
+    torch.testing.assert_close(row, want, rtol=1e-5, atol=1e-6)  # label map 2's images in `capsnet generate`
+    at_mean = model.generate(labels[2:3], z=torch.zeros(1, model.config.noise_dim))
+    torch.testing.assert_close(row[:1], at_mean, rtol=1e-5, atol=1e-6)
+
+
 def test_generator_maps_are_the_lengths_of_every_capsule_layer(gan_run, data_root):
     model, _ = load_model(gan_run)
     label = load_test("mnist-skeleton", size=1, root=data_root, progress=False).images[0]
@@ -58,7 +69,7 @@ def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, caps
     assert main(["figures", "--checkpoint", str(gan_run), "--out", str(out), "--data-dir", str(data_root),
                  "--indices", "1", "3", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["capsule_maps_1.png", "capsule_maps_3.png", "interpolation.png",
-                                                      "samples.png", "training_curves.png"]
+                                                      "samples.png", "training_curves.png", "truncation.png"]
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in out.iterdir())
     # the spread the note reports is that of the samples drawn: recompute it from the model
     model, _ = load_model(gan_run)
@@ -82,3 +93,5 @@ def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path,
     assert sorted(p.name for p in out.iterdir()) == ["samples.png", "training_curves.png"]
     with pytest.raises(fg.FigureError, match="takes no noise vector"):
         interpolate_noise(load_model(run)[0], torch.zeros(1, 32, 32))
+    with pytest.raises(fg.FigureError, match="nothing to truncate"):
+        truncate_noise(load_model(run)[0], torch.zeros(1, 32, 32), (0.5,))

@@ -18,7 +18,8 @@ from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_swe
 from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
                     plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
 from .segmentation import Segmentations, capsule_maps, plot_capsule_maps, plot_segmentations, segment
-from .synthesis import generator_maps, interpolate_noise, plot_gan_curves, plot_interpolation, plot_samples
+from .synthesis import (generator_maps, interpolate_noise, plot_gan_curves, plot_interpolation, plot_samples,
+                        plot_truncation, truncate_noise)
 
 __all__ = ["FiguresWritten", "write_figures"]
 
@@ -263,6 +264,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
 
 SAMPLE_SEEDS = (0, 1, 2, 3)  # synthesis: the noise seeds of the samples figure
 INTERPOLATION_STEPS = 8
+TRUNCATIONS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)  # synthesis: the truncation figure's columns (noise seed 0)
 
 
 def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out: Path, dataset, root, indices,
@@ -294,6 +296,8 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     noisy = model.noise(1, 0, dev).shape[1] > 0  # pix2pix's noise is dropout: no vector to interpolate
     rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS, row=k)
                         for k, label in enumerate(labels[:4])]) if noisy else None
+    cut = torch.stack([truncate_noise(model, label, TRUNCATIONS, row=k)
+                       for k, label in enumerate(labels[:4])]) if noisy else None
     maps = [generator_maps(model, label, row=k) for k, label in enumerate(labels)] \
         if hasattr(model.generator, "capsule_grids") else []
     spread = samples.std(0).mean().item()
@@ -309,6 +313,7 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
                             f"{', '.join(map(str, SAMPLE_SEEDS))}"), "samples")
     if rows is not None:
         save(plot_interpolation(labels[:4], rows, indices=chosen[:4]), "interpolation")
+        save(plot_truncation(labels[:4], cut, indices=chosen[:4], truncations=TRUNCATIONS), "truncation")
     for index, m, label in zip(chosen, maps, labels):
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")

@@ -20,7 +20,8 @@ from .plots import _figure, _show
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["interpolate_noise", "generator_maps", "plot_samples", "plot_interpolation", "plot_gan_curves"]
+__all__ = ["interpolate_noise", "truncate_noise", "generator_maps", "plot_samples", "plot_interpolation",
+           "plot_truncation", "plot_gan_curves"]
 
 
 @torch.no_grad()
@@ -41,6 +42,23 @@ def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 
     t = torch.linspace(0, 1, steps, device=dev)[:, None]  # (steps, 1)
     z = (1 - t) * a + t * b  # (steps, noise_dim)
     return model.generate(label.to(dev).unsqueeze(0).expand(steps, *label.shape), z=z, seed=0).cpu()
+
+
+@torch.no_grad()
+def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Sequence[float], seed: int = 0,
+                   row: int = 0) -> torch.Tensor:
+    """Images of one label map with seed ``seed``'s noise truncated at each of ``truncations``
+    (``ConditionalGAN.noise``: the same uniform draws each time, so the vector shrinks towards the mean, T = 0).
+
+    ``row``: the label map's place among those generated together, as ``interpolate_noise``.
+    Shapes: label (C, H, W) -> (len(truncations), C', H, W). A model without a noise vector (pix2pix) is refused.
+    """
+    model.eval()
+    dev = next(model.parameters()).device
+    if model.noise(1, 0).shape[1] == 0:
+        raise FigureError(f"{type(model).__name__} takes no noise vector (its noise is dropout): nothing to truncate")
+    z = torch.cat([model.noise(row + 1, seed, dev, truncation=t)[row:] for t in truncations])  # (K, noise_dim)
+    return model.generate(label.to(dev).unsqueeze(0).expand(len(truncations), *label.shape), z=z, seed=0).cpu()
 
 
 @torch.no_grad()
@@ -91,6 +109,25 @@ def plot_interpolation(labels: torch.Tensor, rows: torch.Tensor, *, indices: Seq
 
     Shapes: labels (N, C, H, W), rows (N, K, C', H, W).
     """
+    K = rows.shape[1]
+    return _plot_rows(labels, rows, indices, [f"t = {k / max(K - 1, 1):.2f}" for k in range(K)],
+                      title or f"Noise interpolated linearly from seed {seeds[0]}'s vector (t = 0) to seed "
+                               f"{seeds[1]}'s (t = 1)")
+
+
+def plot_truncation(labels: torch.Tensor, rows: torch.Tensor, *, indices: Sequence[int],
+                    truncations: Sequence[float], seed: int = 0, title: str = "") -> "Figure":
+    """One row per label map: the label map, then its images with seed ``seed``'s noise truncated at each T.
+
+    Shapes: labels (N, C, H, W), rows (N, len(truncations), C', H, W).
+    """
+    return _plot_rows(labels, rows, indices, [f"T = {t:g}" for t in truncations],
+                      title or f"Noise seed {seed} truncated at T (the normal cut to [-T, T]; T = 0: its mean)")
+
+
+def _plot_rows(labels: torch.Tensor, rows: torch.Tensor, indices: Sequence[int], columns: Sequence[str],
+               title: str) -> "Figure":
+    """One row per label map: the label map, then K images under the given column titles."""
     N, K = rows.shape[:2]
     if N == 0:
         raise FigureError("no label maps to show")
@@ -100,9 +137,8 @@ def plot_interpolation(labels: torch.Tensor, rows: torch.Tensor, *, indices: Seq
         _show(axes[n, 0], labels[n], f"#{indices[n]}" if n == 0 else None)
         axes[n, 0].set_ylabel(f"#{indices[n]}", fontsize=8)
         for k in range(K):
-            _show(axes[n, k + 1], rows[n, k], f"t = {k / max(K - 1, 1):.2f}" if n == 0 else None)
-    fig.suptitle(title or f"Noise interpolated linearly from seed {seeds[0]}'s vector (t = 0) to seed {seeds[1]}'s "
-                          f"(t = 1)", fontsize=10)
+            _show(axes[n, k + 1], rows[n, k], columns[k] if n == 0 else None)
+    fig.suptitle(title, fontsize=10)
     return fig
 
 
