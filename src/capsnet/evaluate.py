@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
-from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
+from ._progress import progress_bar
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
@@ -94,7 +94,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
     total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
     with torch.inference_mode():
-        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+        for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             loss, scores = loss_fn(model, x, y, recon_weight=recon_weight)
             total_loss += loss.double() * len(y)
@@ -121,7 +121,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
     right = torch.zeros((), dtype=torch.int64, device=images.device)
     with torch.inference_mode():
-        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+        for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             sl = slice(start, start + batch_size)
             comp = components[sl] if components is not None else None
             loss, scores = loss_fn(model, images[sl], labels[sl], comp,
@@ -146,7 +146,7 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     n = len(masks)
     sums = torch.zeros(4, dtype=torch.float64, device=images.device)  # loss, dice, iou, pixel accuracy
     with torch.inference_mode():
-        for start in tqdm(range(0, n, batch_size), desc="eval", leave=False, disable=not progress, unit="batch"):
+        for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, m = images[start:start + batch_size], masks[start:start + batch_size]
             loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
             pred, truth = p > 0.5, m > 0  # (b, 1, H, W)

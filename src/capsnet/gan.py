@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
@@ -220,7 +221,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         model.train()
         g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
         order = torch.randperm(N, generator=g, device=dev)
-        bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
+        bar = progress_bar(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
         sums = torch.zeros(5, dtype=torch.float64, device=dev)  # D loss, G loss, L1, D(real), D(fake): no sync
         bad = torch.zeros((), dtype=torch.bool, device=dev)
         seen, shown, started = 0, time.monotonic(), time.monotonic()
@@ -242,7 +243,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             seen += n
             if progress and time.monotonic() - shown > 0.5:
                 d, gl, l1 = (sums[:3] / seen).tolist()
-                bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}")
+                bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
         if bool(bad):
             kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"

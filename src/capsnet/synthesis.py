@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
+from ._progress import progress_bar
 
 from .checkpoint import Checkpoint
 from .data.tasks import Split
@@ -93,8 +93,8 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     try:
         z = model.noise(len(labels), seed, labels.device, truncation=truncation)  # (N, noise_dim): all at once
         out = []
-        for start in tqdm(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
-                          disable=not progress):
+        for start in progress_bar(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
+                                  progress=progress):
             stop = min(start + batch_size, len(labels))
             if z.shape[1]:
                 out.append(model.generate(labels[start:stop], z=z[start:stop], seed=_dropout_seed(seed, start)))

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from ._config import JsonConfig, check_types
+from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
@@ -575,7 +576,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             torch.manual_seed((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1)
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
-        bar = tqdm(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, leave=True)
+        bar = progress_bar(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
         run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
         run_correct = torch.zeros((), dtype=torch.float64, device=dev)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
@@ -610,7 +611,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 run_correct += _correct(scores.detach(), y).sum()
                 seen += len(y)
             if progress and time.monotonic() - shown > 0.5:
-                bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}")
+                bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}",
+                                refresh=False)
                 shown = time.monotonic()
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)

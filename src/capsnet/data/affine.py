@@ -25,7 +25,6 @@ real affNIST .mat files are read by ``capsnet.data.affnist.load_affnist``.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

@@ -24,7 +24,6 @@ import logging
 import os
 import secrets
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +31,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from tqdm import tqdm
+from .._progress import progress_bar
 
 from .idx import GZIP_MAGIC, DataError
 
@@ -196,8 +195,8 @@ def _fetch(
                 raise _MirrorFailed(f"the mirror sends {size:,} bytes, more than the {max_size:,} the file has")
             digest = hashlib.md5(usedforsecurity=False)
             received = 0
-            with tqdm(total=size, desc=dest.name, unit="B", unit_scale=True, unit_divisor=1024,
-                      file=sys.stderr, disable=not progress, leave=False) as bar:
+            with progress_bar(total=size, desc=dest.name, unit="B", unit_scale=True, unit_divisor=1024,
+                              progress=progress, leave=False, brief=False) as bar:
                 while chunk := response.read(_CHUNK):
                     out.write(chunk)
                     digest.update(chunk)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import torch
-from tqdm import tqdm
+from .._progress import progress_bar
 
 from ..models.capsnet import CapsNet
 
@@ -61,7 +61,7 @@ def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, prog
     model.eval()
     x = _images(model, images)
     poses, lengths = [], []
-    for start in tqdm(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False, disable=not progress):
+    for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False, progress=progress):
         out = model(x[start:start + batch_size])
         poses.append(out.poses.cpu())
         lengths.append(out.scores.cpu())

@@ -1,0 +1,68 @@
+"""Progress bars: redrawn in place on a terminal, one plain line a minute in a log (capsnet._progress)."""
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from capsnet import _progress
+from capsnet._progress import progress_bar
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run(n: int, **kw) -> None:
+    bar = progress_bar(range(n), desc="epoch 1/1", unit="batch", **kw)
+    for k in bar:
+        bar.set_postfix(loss=f"{1 / (k + 1):.3f}", refresh=False)
+    bar.close()
+
+
+def test_a_log_gets_whole_ascii_lines_at_the_interval(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # every update a line
+    _run(4)
+    err = capsys.readouterr().err  # pytest's capture is not a terminal
+    lines = err.splitlines()
+    assert "\r" not in err and err.endswith("\n") and err.isascii()
+    assert lines[0].startswith("epoch 1/1:   0%") and "0/4" in lines[0]
+    assert "100%" in lines[-1] and "4/4" in lines[-1] and "loss=0.250" in lines[-1]  # the last postfix shows
+    assert len(lines) >= 3  # updates in between, each on its own line
+
+
+def test_a_log_gets_only_the_first_and_last_state_of_a_short_bar(capsys):
+    _run(50)  # well inside the minute
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "0/50" in lines[0] and "50/50" in lines[1]
+    _run(50, leave=False)  # a bar that vanishes when done (evaluation) leaves nothing in a log
+    _run(50, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_terminal_keeps_tqdms_redrawn_bar(monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    _run(3)
+    assert "\r" in terminal.getvalue() and "3/3" in terminal.getvalue()
+
+
+def test_a_training_run_logs_its_progress_as_lines(tmp_path, capsys, monkeypatch):
+    from capsnet.models import CapsNetConfig
+    from capsnet.train import TrainConfig, fit
+
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)
+    fit(CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64)),
+        TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32, train_size=96, test_size=32, seed=0),
+        tmp_path / "run", device="cpu", progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    epoch = [line for line in err.splitlines() if line.startswith("epoch 1/1")]
+    assert "0/3" in epoch[0] and "3/3" in epoch[-1]  # (its postfix is set twice a second: none so soon)
+
+
+@pytest.mark.parametrize("stream", [None, object()])
+def test_streams_without_isatty_count_as_logs(stream):
+    assert not _progress._is_terminal(stream)
