@@ -241,7 +241,8 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "--checkpoint", "pretrained:capsnet-mnist-small", "--truncation", "1", "--test-size", "2",
               "--data-dir", str(data_root), "--no-progress"])
-    assert exit_.value.code == 2 and "--truncation applies to synthesis models" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "--truncation applies to synthesis models (capspix2pix); this checkpoint holds a capsnet" in \
+        capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
               str(tmp_path / "neg"), "--truncation", "-1"])

@@ -628,8 +628,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                              batch_size=min(args.batch_size, 64), progress=not args.no_progress,
                                              truncation=args.truncation)
     elif args.judge is not None or args.truncation is not None:
-        flag = "--judge" if args.judge is not None else "--truncation"
-        args.parser.error(f"{flag} applies to synthesis models (capspix2pix, pix2pix); this checkpoint holds a "
+        flag, models = ("--judge", "capspix2pix, pix2pix") if args.judge is not None else ("--truncation",
+                                                                                           "capspix2pix")
+        args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
                           f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
     else:
         done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
