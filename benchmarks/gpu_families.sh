@@ -18,7 +18,10 @@
 #       MultiMNIST with its loss balance (below).
 # usage: benchmarks/gpu_families.sh OUT DATA_DIR [SECONDS]   (SECONDS: when every run stops, default 500 from the start;
 # ONLY=segmentation,synthesis,routing,paper picks the groups, default all; DEVICE=cpu for a smoke test)
-# OUT gets logs/ and one folder per run with its config.json and metrics.jsonl (checkpoints are deleted).
+# OUT gets logs/ and one folder per run with its config.json and metrics.jsonl (checkpoints are deleted). After the
+# sitting's clock (outside SECONDS, about a minute more on a GPU): the segmentation runs' wrong pixels sorted
+# (segmentation-errors.json) and the CapsPix2pix runs (their averaged weights, what the runs save) scored with the noise
+# truncated at 1.0 and 0.5 (capspix2pix-*/eval-truncation*.json).
 set -uo pipefail
 OUT=${1:?usage: gpu_families.sh OUT DATA_DIR [SECONDS]}
 DATA=${2:?usage: gpu_families.sh OUT DATA_DIR [SECONDS]}

@@ -10,6 +10,7 @@ from torch import nn
 
 from capsnet.models import (MODELS, CapsPix2pix, CapsPix2pixConfig, Pix2pix, Pix2pixConfig, SegCaps, SegCapsConfig,
                             create_model, model_name, synthesis_losses)
+from capsnet.models.capspix2pix import truncate_normal
 from capsnet.models.segcaps import capsule_stack, walk_capsule_stack
 
 SYNTHESIS = [n for n, spec in MODELS.items() if spec.kind == "synthesis"]
@@ -164,7 +165,7 @@ def test_capspix2pix_noise_is_a_seeded_standard_normal_and_z_can_be_given():
         model(labels, torch.zeros(4, 3))
 
 
-def test_truncated_noise_is_the_truncated_normal_and_shrinks_one_seeds_z_towards_0():
+def test_truncated_noise_is_the_truncated_normal_of_the_seeds_own_draw():
     model = _model("capspix2pix", noise_dim=1000)
     # the standard normal truncated to [-1, 1]: its standard deviation in closed form, sqrt(1 - 2 phi(1) / (2 Phi(1)
     # - 1)), with phi(1) = e^-1/2 / sqrt(2 pi) and 2 Phi(1) - 1 = erf(1 / sqrt 2)
@@ -173,20 +174,30 @@ def test_truncated_noise_is_the_truncated_normal_and_shrinks_one_seeds_z_towards
     assert z1.dtype == torch.float32 and z1.shape == (100, 1000)
     assert z1.abs().max() <= 1.0 and abs(z1.mean().item()) < 0.01
     assert z1.std().item() == pytest.approx(sd1, abs=0.005)  # 0.5396; the untruncated normal's is 1
-    wide = model.noise(100, 3, truncation=8.0)  # far out: the normal itself
-    assert wide.std().item() == pytest.approx(1.0, abs=0.01) and abs(wide.mean().item()) < 0.01
-    # one seed: the same uniform draws, so each value keeps its sign and order and moves towards 0 as t falls
+    # the seed's own draw, cut: each value keeps its sign and order, shrinks as t falls, and comes back for large t
+    z = model.noise(100, 3)
+    torch.testing.assert_close(model.noise(100, 3, truncation=12.0), z, rtol=1e-6, atol=1e-6)
     z05 = model.noise(100, 3, truncation=0.5)
-    assert torch.equal(torch.sign(z05), torch.sign(z1)) and (z05.abs() <= z1.abs()).all()
-    order = z1[0].argsort()
-    assert (z05[0][order].diff() >= 0).all()
+    assert torch.equal(torch.sign(z1), torch.sign(z)) and torch.equal(torch.sign(z05), torch.sign(z))
+    assert (z05.abs() <= z1.abs()).all() and (z1.abs() <= z.abs() + 1e-6).all()
+    order = z[0].argsort()
+    assert (z05[0][order].diff() >= 0).all() and (z1[0][order].diff() >= 0).all()
+    # a value's quantile is kept: Phi(z) = (Phi(z1) - Phi(-1)) / (Phi(1) - Phi(-1)), by the error function
+    phi = lambda v: 0.5 * (1 + torch.erf(v.double() / math.sqrt(2)))  # noqa: E731
+    low = phi(torch.tensor(-1.0))
+    torch.testing.assert_close(phi(z[:5]), (phi(z1[:5]) - low) / (1 - 2 * low), rtol=0, atol=1e-6)
+    far = torch.tensor([-9.0, -6.0, 6.0, 9.0], dtype=torch.float64)  # the tails: odd, inside [-2, 2], in order
+    cut = truncate_normal(far, 2.0)
+    assert cut.dtype == torch.float64 and torch.equal(cut, -cut.flip(0)) and (cut.abs() <= 2).all()
+    assert 1.9999999 < cut[2] < 2 and cut[3] >= cut[2]  # 6 lands 2e-8 inside the cut (Phi(-6) = 1e-9)
     assert torch.equal(model.noise(2, 3, truncation=0), torch.zeros(2, 1000))  # the noise's mean
-    assert torch.equal(model.noise(4, 3, truncation=1.0), z1[:4])  # seeded: the same draw again
     labels, _ = _data(2)
     small = _model("capspix2pix").eval()
     torch.testing.assert_close(small.generate(labels, z=small.noise(2, 7, truncation=0.0)),
                                small.generate(labels, z=torch.zeros(2, 8)), rtol=0, atol=0)
-    for bad in (-0.5, float("nan"), float("inf"), True, "1"):
+    np = pytest.importorskip("numpy")
+    assert torch.equal(model.noise(2, 3, truncation=np.float32(0.5)), z05[:2])  # numpy scalars are numbers too
+    for bad in (-0.5, float("nan"), float("inf"), True, "1", torch.tensor(1.0)):
         with pytest.raises(ValueError, match="truncation must be a finite number >= 0"):
             model.noise(2, 0, truncation=bad)
     with pytest.raises(ValueError, match="pix2pix has no noise vector to truncate"):

@@ -66,3 +66,35 @@ def test_a_training_run_logs_its_progress_as_lines(tmp_path, capsys, monkeypatch
 @pytest.mark.parametrize("stream", [None, object()])
 def test_streams_without_isatty_count_as_logs(stream):
     assert not _progress._is_terminal(stream)
+
+
+def test_a_long_vanishing_bar_shows_in_a_log_and_a_download_shows_its_end(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # every bar runs "long"
+    _run(3, leave=False)
+    assert "3/3" in capsys.readouterr().err
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 3600.0)
+    with progress_bar(total=10, desc="t10k.gz", leave=False, brief=False) as bar:  # as capsnet.data.download
+        bar.update(10)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "0/10" in lines[0] and "10/10" in lines[1]
+
+
+def test_nested_bars_leave_no_control_sequences_in_a_log(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)
+    outer = progress_bar(range(2), desc="outer")
+    for _ in outer:
+        _run(2)  # a bar inside a bar: tqdm moves the cursor between them
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err and err.isascii()
+    assert any(line.startswith("outer") and "2/2" in line for line in err.splitlines())
+
+
+def test_a_jupyter_kernel_counts_as_a_terminal(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    assert _progress._is_terminal(io.StringIO())
+
+
+def test_a_closed_stream_counts_as_a_log():
+    stream = io.StringIO()
+    stream.close()
+    assert not _progress._is_terminal(stream)

@@ -6,11 +6,14 @@ bar is a stream of carriage returns, ten a second, that buries the log; there
 the bar is written as one plain line every ``LOG_INTERVAL_S`` seconds
 (its first and last state always, ASCII), and a bar that disappears when done
 (``leave=False``: evaluation, generation) shows only if it runs that long (a
-download's bar, which disappears too, always shows: a log should say what was fetched).
+download's bar, which disappears too, always shows, to its end: a log should say
+what was fetched). A Jupyter kernel's output counts as a terminal: its front end
+redraws the bar in place.
 """
 from __future__ import annotations
 
 import io
+import re
 import sys
 from typing import Any, Iterable
 
@@ -19,6 +22,7 @@ from tqdm import tqdm
 __all__ = ["progress_bar", "LOG_INTERVAL_S"]
 
 LOG_INTERVAL_S = 60.0  # seconds between the lines of a bar written to a log
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal control sequences (tqdm moves the cursor for nested bars)
 
 
 class _Lines(io.TextIOBase):
@@ -28,7 +32,7 @@ class _Lines(io.TextIOBase):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        line = text.replace("\r", "").strip()
+        line = _ESCAPES.sub("", text).replace("\r", "").strip()  # a nested bar's cursor moves are not text
         if line:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -39,6 +43,10 @@ class _Lines(io.TextIOBase):
 
 
 def _is_terminal(stream: Any) -> bool:
+    """Whether a bar redrawn in place shows as one: a terminal, or a Jupyter kernel's output (its streams say they
+    are not terminals, but its front end draws carriage returns in place)."""
+    if "ipykernel" in sys.modules:
+        return True
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed stream
@@ -56,4 +64,5 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
         brief = not leave if brief is None else brief
         kw = {**kw, "file": _Lines(stream), "mininterval": LOG_INTERVAL_S, "maxinterval": LOG_INTERVAL_S,
               "ascii": True, **({"delay": LOG_INTERVAL_S} if brief else {})}
+        leave = leave or not brief  # a bar a log always gets, it gets to the end (not just its first line)
     return tqdm(iterable, disable=not progress, leave=leave, **kw)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -56,7 +57,7 @@ from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides,
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
-           "truncated_normal", "check_truncation"]
+           "truncate_normal", "check_truncation"]
 
 
 def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: int = STRIDE) -> None:
@@ -133,21 +134,27 @@ def _bce(logits: torch.Tensor, target: float) -> torch.Tensor:
 
 
 def check_truncation(truncation: float) -> float:
-    """``truncation`` as a float, refused unless finite and at least 0."""
-    if isinstance(truncation, bool) or not isinstance(truncation, (int, float)) or not math.isfinite(truncation) \
-            or truncation < 0:
+    """``truncation`` as a float, refused unless a finite real number at least 0."""
+    if isinstance(truncation, bool) or not isinstance(truncation, numbers.Real) \
+            or not math.isfinite(truncation) or truncation < 0:
         raise ValueError(f"truncation must be a finite number >= 0 (the noise's values are cut to [-t, t]; 0 gives "
                          f"the noise's mean, larger values approach the untruncated normal), got {truncation!r}")
     return float(truncation)
 
 
-def truncated_normal(rows: int, cols: int, truncation: float, generator: torch.Generator) -> torch.Tensor:
-    """(rows, cols) float32 values of the standard normal truncated to [-t, t], t = ``truncation``: one uniform
-    draw u per value mapped by the inverse CDF, Phi^-1(Phi(-t) + u (Phi(t) - Phi(-t))), in float64."""
+def truncate_normal(z: torch.Tensor, truncation: float) -> torch.Tensor:
+    """Standard normal values ``z`` mapped to the standard normal truncated to [-t, t], t = ``truncation``, by
+    matching their CDFs: F_t^-1(Phi(z)), F_t^-1(p) = Phi^-1(Phi(-t) + p (Phi(t) - Phi(-t))). Monotone and odd, so
+    each value keeps its sign and order and shrinks towards 0 as t falls (t = 0: all 0; large t: ``z`` itself).
+    Worked on the CPU in float64 from each value's own tail, Phi(-|z|) (no cancellation near p = 1).
+
+    Shapes: z (...) -> (...), the same dtype and device.
+    """
     t = check_truncation(truncation)
-    u = torch.rand(rows, cols, generator=generator, device=generator.device, dtype=torch.float64)  # (rows, cols)
-    low = torch.special.ndtr(torch.tensor(-t, dtype=torch.float64, device=generator.device))
-    return torch.special.ndtri(low + u * (1 - 2 * low)).clamp_(-t, t).float()
+    x = z.detach().to("cpu", torch.float64)
+    low = torch.special.ndtr(torch.tensor(-t, dtype=torch.float64))  # Phi(-t)
+    tail = torch.special.ndtri(low + torch.special.ndtr(-x.abs()) * (1 - 2 * low))  # F_t^-1 of the tail, <= 0
+    return (-torch.sign(x) * tail).clamp_(-t, t).to(device=z.device, dtype=z.dtype)
 
 
 GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
@@ -168,15 +175,15 @@ class ConditionalGAN(nn.Module):
         """Standard normal z (B, noise_dim), drawn on the CPU from a generator seeded with ``seed`` (or from the
         torch.Generator given), then moved: the same z on every device.
 
-        ``truncation`` t (BigGAN's truncation trick, Brock et al. 2019, section 3.1): each value drawn from the
-        standard normal truncated to [-t, t] instead, by its inverse CDF from one uniform draw per value, so one
-        seed's z shrinks monotonically towards 0 (the noise's mean, t = 0) as t falls; fidelity for variety.
+        ``truncation`` t (BigGAN's truncation trick, Brock et al. 2019, section 3.1): the same draw mapped to the
+        standard normal truncated to [-t, t] (``truncate_normal``: BigGAN resamples the values outside, which
+        gives the same distribution), so one seed's z shrinks monotonically towards 0 (the noise's mean, t = 0)
+        as t falls and is the untruncated z for large t; fidelity for variety.
         """
         g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        if truncation is None:
-            z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
-        else:
-            z = truncated_normal(batch, self.config.noise_dim, truncation, g)  # (B, Z)
+        z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
+        if truncation is not None:
+            z = truncate_normal(z, truncation)  # the same draw, cut
         return z if device is None else z.to(device)
 
     @torch.no_grad()
