@@ -264,7 +264,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
 
 SAMPLE_SEEDS = (0, 1, 2, 3)  # synthesis: the noise seeds of the samples figure
 INTERPOLATION_STEPS = 8
-TRUNCATIONS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)  # synthesis: the truncation figure's columns (noise seed 0)
+TRUNCATIONS = (0.0, 0.5, 1.0, 1.5, 2.0, None)  # synthesis: the truncation figure's columns (seed 0; None: untruncated)
 
 
 def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out: Path, dataset, root, indices,

@@ -45,10 +45,10 @@ def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 
 
 
 @torch.no_grad()
-def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Sequence[float], seed: int = 0,
+def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Sequence[float | None], seed: int = 0,
                    row: int = 0) -> torch.Tensor:
-    """Images of one label map with seed ``seed``'s noise truncated at each of ``truncations``
-    (``ConditionalGAN.noise``: the same uniform draws each time, so the vector shrinks towards the mean, T = 0).
+    """Images of one label map with seed ``seed``'s noise truncated at each of ``truncations`` (None: untruncated)
+    (``ConditionalGAN.noise``: the seed's own draw, cut, so the vector shrinks towards the mean, T = 0).
 
     ``row``: the label map's place among those generated together, as ``interpolate_noise``.
     Shapes: label (C, H, W) -> (len(truncations), C', H, W). A model without a noise vector (pix2pix) is refused.
@@ -116,12 +116,13 @@ def plot_interpolation(labels: torch.Tensor, rows: torch.Tensor, *, indices: Seq
 
 
 def plot_truncation(labels: torch.Tensor, rows: torch.Tensor, *, indices: Sequence[int],
-                    truncations: Sequence[float], seed: int = 0, title: str = "") -> "Figure":
-    """One row per label map: the label map, then its images with seed ``seed``'s noise truncated at each T.
+                    truncations: Sequence[float | None], seed: int = 0, title: str = "") -> "Figure":
+    """One row per label map: the label map, then its images with seed ``seed``'s noise truncated at each T
+    (None: untruncated).
 
     Shapes: labels (N, C, H, W), rows (N, len(truncations), C', H, W).
     """
-    return _plot_rows(labels, rows, indices, [f"T = {t:g}" for t in truncations],
+    return _plot_rows(labels, rows, indices, ["untruncated" if t is None else f"T = {t:g}" for t in truncations],
                       title or f"Noise seed {seed} truncated at T (the normal cut to [-T, T]; T = 0: its mean)")
 
 
