@@ -60,7 +60,21 @@ def test_a_training_run_logs_its_progress_as_lines(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert "\r" not in err
     epoch = [line for line in err.splitlines() if line.startswith("epoch 1/1")]
-    assert "0/3" in epoch[0] and "3/3" in epoch[-1]  # (its postfix is set twice a second: none so soon)
+    assert "0/3" in epoch[0] and "3/3" in epoch[-1] and "loss=" in epoch[-1]  # the epoch's figures at its end
+
+
+def test_a_gan_run_logs_both_losses_at_the_end_of_its_epoch(tmp_path, capsys, data_root):
+    from capsnet.gan import fit_gan
+    from capsnet.models import CapsPix2pixConfig
+    from capsnet.train import TrainConfig
+
+    fit_gan(CapsPix2pixConfig(noise_dim=8, disc_channels=4), TrainConfig(dataset="mnist-skeleton", epochs=1,
+            batch_size=8, train_size=16, test_size=4), tmp_path / "gan", device="cpu", data_root=data_root,
+            progress=True)
+    err = capsys.readouterr().err
+    epoch = [line for line in err.splitlines() if line.startswith("epoch 1/1")]
+    assert "\r" not in err and len(epoch) == 2 and "2/2" in epoch[-1]
+    assert all(f"{k}=" in epoch[-1] for k in ("d", "g", "l1"))
 
 
 @pytest.mark.parametrize("stream", [None, object()])

@@ -221,11 +221,12 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         model.train()
         g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
         order = torch.randperm(N, generator=g, device=dev)
-        bar = progress_bar(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
+        starts = range(0, N, B)
+        bar = progress_bar(total=len(starts), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
         sums = torch.zeros(5, dtype=torch.float64, device=dev)  # D loss, G loss, L1, D(real), D(fake): no sync
         bad = torch.zeros((), dtype=torch.bool, device=dev)
         seen, shown, started = 0, time.monotonic(), time.monotonic()
-        for start in bar:
+        for start in starts:  # the bar is advanced by hand: left open after the loop, it shows the epoch's figures
             idx = order[start:start + B]
             labels, _, real = make_batch(train, idx, g, None)  # (B, C, H, W) label maps, (B, C', H, W) images
             z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
@@ -245,12 +246,15 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 d, gl, l1 = (sums[:3] / seen).tolist()
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
+            bar.update()
+        d, gl, l1 = (sums[:3] / seen).tolist()
+        bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
+        bar.close()  # its last state, with the epoch's figures
         if bool(bad):
             kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
             raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
                                 f"Lower --lr or check the label maps and images for NaN or infinite pixels")
         d, gl, l1, d_real, d_fake = (sums / seen).tolist()
-        bar.close()
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

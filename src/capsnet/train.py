@@ -576,13 +576,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             torch.manual_seed((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1)
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
-        bar = progress_bar(range(0, N, B), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
+        starts = range(0, N, B)
+        bar = progress_bar(total=len(starts), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
         run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
         run_correct = torch.zeros((), dtype=torch.float64, device=dev)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         seen, shown = 0, time.monotonic()
         started = shown
-        for start in bar:
+        for start in starts:  # the bar is advanced by hand: left open after the loop, it shows the epoch's figures
             idx = order[start:start + B]
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             weight, own, whole = 1.0, len(y), contextlib.nullcontext()
@@ -614,6 +615,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}",
                                 refresh=False)
                 shown = time.monotonic()
+            bar.update()
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)
         _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)  # before anything of this epoch is saved
@@ -623,8 +625,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             run_loss, run_correct, seen = totals[0], totals[1], int(totals[2].item())
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)
-        bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}")
-        bar.close()
+        bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}", refresh=False)
+        bar.close()  # its last state, with the epoch's figures
 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
