@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Any, Iterable
 
-from tqdm import tqdm
+from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 __all__ = ["progress_bar", "LOG_INTERVAL_S"]
 

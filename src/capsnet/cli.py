@@ -628,8 +628,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                              batch_size=min(args.batch_size, 64), progress=not args.no_progress,
                                              truncation=args.truncation)
     elif args.judge is not None or args.truncation is not None:
-        flag, models = ("--judge", "capspix2pix, pix2pix") if args.judge is not None else ("--truncation",
-                                                                                           "capspix2pix")
+        flag = "--judge" if args.judge is not None else "--truncation"
+        models = "capspix2pix, pix2pix" if args.judge is not None else "capspix2pix"  # pix2pix has no noise vector
         args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
                           f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
     else:

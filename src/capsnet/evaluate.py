@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
-from ._progress import progress_bar
 
+from ._progress import progress_bar
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement

@@ -247,14 +247,13 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
             bar.update()
-        d, gl, l1 = (sums[:3] / seen).tolist()
+        d, gl, l1, d_real, d_fake = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
         if bool(bad):
             kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
             raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
                                 f"Lower --lr or check the label maps and images for NaN or infinite pixels")
-        d, gl, l1, d_real, d_fake = (sums / seen).tolist()
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 from torch import nn
-from ._progress import progress_bar
 
+from ._progress import progress_bar
 from .checkpoint import Checkpoint
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim

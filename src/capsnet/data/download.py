@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._progress import progress_bar
-
 from .idx import GZIP_MAGIC, DataError
 
 __all__ = ["download_file", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]

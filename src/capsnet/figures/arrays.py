@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import torch
-from .._progress import progress_bar
 
+from .._progress import progress_bar
 from ..models.capsnet import CapsNet
 
 __all__ = ["FigureError", "DEFAULT_DELTAS", "Reconstructions", "PairReconstructions", "RoutingTrace", "predict",
@@ -61,7 +61,8 @@ def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, prog
     model.eval()
     x = _images(model, images)
     poses, lengths = [], []
-    for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False, progress=progress):
+    for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False,
+                              progress=progress):
         out = model(x[start:start + batch_size])
         poses.append(out.poses.cpu())
         lengths.append(out.scores.cpu())

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import torch
-from .._progress import progress_bar
 
+from .._progress import progress_bar
 from ..data.segmentation import dice_iou
 from ..ops import safe_norm
 from .arrays import FigureError, _images
@@ -50,7 +50,8 @@ def segment(model: torch.nn.Module, images: torch.Tensor, masks: torch.Tensor | 
         raise FigureError(f"masks must be ({len(x)}, 1, {x.shape[-2]}, {x.shape[-1]}), one per image, got "
                           f"{tuple(masks.shape)}")
     probs, recons = [], []
-    for start in progress_bar(range(0, len(x), batch_size), desc="segment", unit="batch", leave=False, progress=progress):
+    for start in progress_bar(range(0, len(x), batch_size), desc="segment", unit="batch", leave=False,
+                              progress=progress):
         out = model(x[start:start + batch_size])  # no mask: SegCaps reconstructs from its own prediction
         probs.append(out.probabilities.float().cpu())
         rec = getattr(out, "reconstructions", None)

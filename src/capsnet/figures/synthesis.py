@@ -33,15 +33,10 @@ def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 
     (``capsnet.synthesis.generate``): the ends are then that map's images of the two seeds in the samples figure.
     Shapes: label (C, H, W) -> (steps, C', H, W). A model without a noise vector (pix2pix) is refused.
     """
-    model.eval()
-    dev = next(model.parameters()).device
+    dev = _noise_vector_model(model, "interpolate")
     a, b = (model.noise(row + 1, s, dev)[row:] for s in seeds)  # (1, noise_dim) each
-    if a.shape[1] == 0:
-        raise FigureError(f"{type(model).__name__} takes no noise vector (its noise is dropout): nothing to "
-                          f"interpolate")
     t = torch.linspace(0, 1, steps, device=dev)[:, None]  # (steps, 1)
-    z = (1 - t) * a + t * b  # (steps, noise_dim)
-    return model.generate(label.to(dev).unsqueeze(0).expand(steps, *label.shape), z=z, seed=0).cpu()
+    return _label_images(model, label, (1 - t) * a + t * b)  # z (steps, noise_dim)
 
 
 @torch.no_grad()
@@ -53,12 +48,23 @@ def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Seq
     ``row``: the label map's place among those generated together, as ``interpolate_noise``.
     Shapes: label (C, H, W) -> (len(truncations), C', H, W). A model without a noise vector (pix2pix) is refused.
     """
+    dev = _noise_vector_model(model, "truncate")
+    return _label_images(model, label, torch.cat([model.noise(row + 1, seed, dev, truncation=t)[row:]
+                                                  for t in truncations]))  # z (K, noise_dim)
+
+
+def _noise_vector_model(model: torch.nn.Module, what: str) -> torch.device:
+    """``model`` put in eval mode, refused (naming ``what`` cannot be done) when it takes no noise vector; its
+    device."""
     model.eval()
-    dev = next(model.parameters()).device
     if model.noise(1, 0).shape[1] == 0:
-        raise FigureError(f"{type(model).__name__} takes no noise vector (its noise is dropout): nothing to truncate")
-    z = torch.cat([model.noise(row + 1, seed, dev, truncation=t)[row:] for t in truncations])  # (K, noise_dim)
-    return model.generate(label.to(dev).unsqueeze(0).expand(len(truncations), *label.shape), z=z, seed=0).cpu()
+        raise FigureError(f"{type(model).__name__} takes no noise vector (its noise is dropout): nothing to {what}")
+    return next(model.parameters()).device
+
+
+def _label_images(model: torch.nn.Module, label: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """One label map's images, one per row of ``z``: (C, H, W), (K, noise_dim) -> (K, C', H, W) on the CPU."""
+    return model.generate(label.to(z.device).unsqueeze(0).expand(len(z), *label.shape), z=z, seed=0).cpu()
 
 
 @torch.no_grad()
