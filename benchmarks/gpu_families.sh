@@ -47,7 +47,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/lo
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # up to fifteen processes on the GPU machine's 16 cores
 ONLY=${ONLY:-segmentation,synthesis}
 group() { [[ ",$ONLY," == *",$1,"* ]]; }
-COMMON=(--device "${DEVICE:-cuda}" --no-progress --data-dir "$DATA" --eval-every 1)
+# no --no-progress: in a log the bars write a line a minute (steps done, rate, losses), which is all a run cut by the
+# clock before its first evaluation leaves behind (the first sitting's such logs were empty)
+COMMON=(--device "${DEVICE:-cuda}" --data-dir "$DATA" --eval-every 1)
 job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at END (ARGS override COMMON's)
     local name=$1 left=$((END - SECONDS)); shift
     if ((left < 30)); then  # (timeout 0 would mean no limit at all)
@@ -59,17 +61,49 @@ job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at 
 }
 SEG=(--dataset mnist-segmentation --train-size 30000 --test-size 2000 --epochs 200 --batch-size 16
      --lr-decay-steps 1000 --amp bf16 --seed 0)
-if group segmentation; then
-    job segcaps --model segcaps "${SEG[@]}"
-    job unet --model unet "${SEG[@]}"
-fi
 # --ema-decay: every run here is cut by the clock, mid-schedule, so its last evaluation is of moving weights; the
 # average of the weights (what is scored and saved; training is unchanged) is the steadier figure to read
 SYN=(--train-size 0 --test-size 1000 --epochs 200 --batch-size 16 --seed 0 --ema-decay 0.999)
+# Compiled or eager: the capsule models' eager steps are launch-bound on a GPU (SegCaps' step 3.36x the U-Net's,
+# CapsPix2pix's 4x pix2pix's on an H100), and compiling sped them up 1.46x and 1.38x on the CPU (benchmarks/README.md).
+# So first the two speed benchmarks, at once (about 2.5 minutes of the clock; their rows are of a shared card), each
+# model's training step compiled as CUDA graphs paired with its eager step; a model then trains compiled where that
+# was at least 1.2x faster. COMPILE=auto (the default); none, or a mode (reduce-overhead), forces it for all.
+declare -A compiled=()
+faster_compiled() {  # faster_compiled JSON MODEL: whether MODEL's compiled step beat its eager one 1.2 to 1
+    "$PY" - "$1" "$2" 2>/dev/null <<'PYEOF'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["model"] == sys.argv[2] and "speedup_vs_eager" in r]
+sys.exit(0 if rows and rows[0]["speedup_vs_eager"] >= 1.2 else 1)
+PYEOF
+}
+if [ "${COMPILE:-auto}" = auto ] && { group segmentation || group synthesis; }; then
+    if group segmentation; then
+        timeout 180 "$PY" "$REPO/benchmarks/segmentation.py" --device "${DEVICE:-cuda}" --dtype bf16 --batch-size 16 \
+            --models segcaps unet --repeats 5 --big 0 --compile reduce-overhead --json "$OUT/segmentation-speed.json" \
+            > "$OUT/logs/segmentation-speed.log" 2>&1 &
+    fi
+    if group synthesis; then
+        timeout 180 "$PY" "$REPO/benchmarks/synthesis.py" --device "${DEVICE:-cuda}" --size 32 --batch-size 16 \
+            --repeats 5 --compile reduce-overhead --json "$OUT/synthesis-speed.json" \
+            > "$OUT/logs/synthesis-speed.log" 2>&1 &
+    fi
+    wait
+    for m in segcaps unet; do faster_compiled "$OUT/segmentation-speed.json" $m && compiled[$m]=reduce-overhead; done
+    for m in capspix2pix pix2pix; do faster_compiled "$OUT/synthesis-speed.json" $m && compiled[$m]=reduce-overhead; done
+elif [ "${COMPILE:-auto}" != none ] && [ "${COMPILE:-auto}" != auto ]; then
+    for m in segcaps unet capspix2pix pix2pix; do compiled[$m]=$COMPILE; done
+fi
+compile_flag() { [ -n "${compiled[$1]:-}" ] && echo "--compile ${compiled[$1]}"; }
+echo "compiled: ${!compiled[*]} (${compiled[*]})" >> "$OUT/logs/commands.log"
+if group segmentation; then
+    job segcaps --model segcaps "${SEG[@]}" $(compile_flag segcaps)
+    job unet --model unet "${SEG[@]}" $(compile_flag unet)
+fi
 if group synthesis; then  # pix2pix beside it: the bar is CapsPix2pix within 1 point of pix2pix at the same budget
     for model in capspix2pix pix2pix; do
-        job $model-mnist --model $model --dataset mnist-skeleton "${SYN[@]}"
-        job $model-fashion --model $model --dataset fashion-silhouette "${SYN[@]}"
+        job $model-mnist --model $model --dataset mnist-skeleton "${SYN[@]}" $(compile_flag $model)
+        job $model-fashion --model $model --dataset fashion-silhouette "${SYN[@]}" $(compile_flag $model)
     done
 fi
 # capsnet experiment routing's recipe for Efficient-CapsNet (capsnet.experiments.RECIPES): lr 5e-4 and its
@@ -114,7 +148,7 @@ if group paper; then
 fi
 wait
 echo "stopped $(date -u +"%F %T UTC") (${SECONDS} s)" >> "$OUT/logs/env.log"
-if group segmentation && [ -d "$RUNS/segcaps" ] && [ -d "$RUNS/unet" ]; then  # where each model's Dice goes
+if group segmentation && [ -f "$RUNS/segcaps/last.safetensors" ] && [ -f "$RUNS/unet/last.safetensors" ]; then  # where each model's Dice goes
     "$PY" "$REPO/docs/results/segmentation-errors/errors.py" "$RUNS/segcaps" "$RUNS/unet" --test-size 1000 \
         --data-dir "$DATA" --device "${DEVICE:-cuda}" --json "$OUT/segmentation-errors.json" \
         > "$OUT/logs/segmentation-errors.log" 2>&1

@@ -11,8 +11,16 @@ median over the paired repeats. Part 2 measures the peak tensor memory
 SegCaps' step at most 2x the U-Net's (the public code: 3.3x), one 512x512
 image under 4 GB.
 
+With ``--compile MODE`` part 1 also times each model compiled
+(``capsnet.runtime.compile_model``, as ``capsnet train --compile MODE``;
+"reduce-overhead" records CUDA graphs on a GPU), the same weights, paired
+with the eager steps: its rows give the compiled step's speed-up over the
+eager one and its ratio to the compiled U-Net's step. SegCaps' eager step is
+many small kernels (local routing at every layer), so on a GPU it waits on
+their launches (3.36x the U-Net's step on an H100, 2026-11-25).
+
     python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--device cpu] [--dtype bf16]
-                                      [--json FILE]
+                                      [--models segcaps unet] [--compile MODE] [--json FILE]
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
 def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False,
-           steps: int = 1) -> _Runner:
+           steps: int = 1, compile: bool | str = False) -> _Runner:
     spec = model_spec(name)
     config = spec.config(input_height=size, input_width=size)
     torch.manual_seed(0)
@@ -38,12 +46,14 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf1
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 1, size, size, generator=g).to(device)
     masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8).to(device)
-    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
+    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps, compile=compile,
                    fused=torch.device(device).type == "cuda")  # as capsnet train's Adam
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS,
+                   help="the models to time (the U-Net, every ratio's reference, is always among them)")
     p.add_argument("--size", type=int, default=64, help="image side of the step-time comparison")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
@@ -54,26 +64,34 @@ def main() -> None:
     p.add_argument("--steps-per-timing", type=int, default=None,
                    help="steps back to back in each timing of part 1 (default: 1 on a CPU; 10 on CUDA, throughput as "
                         "in training, as capsnet bench)")
+    p.add_argument("--compile", default=None, metavar="MODE",
+                   help="also time each model compiled: default, reduce-overhead (CUDA graphs), max-autotune or a "
+                        "backend name, as capsnet train --compile")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
+    models = [m for m in MODELS if m in args.models or m == "unet"]
     bf16 = args.dtype == "bf16"
     steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)
-    runners = {m: runner(m, args.size, args.batch_size, "train", args.device, bf16, steps) for m in MODELS}
-    times = alternate({m: runners[m].time_step for m in MODELS}, args.repeats)
+    kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
+    runners = {(m, c): runner(m, args.size, args.batch_size, "train", args.device, bf16, steps,
+                              compile=c or False) for c in kinds for m in models}
+    times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
     rows = []
-    for m in MODELS:
-        ratios = [t / u for t, u in zip(times[m], times["unet"])]
-        rows.append({"model": m, "part": "step", "size": args.size, "batch": args.batch_size, "dtype": args.dtype,
-                     "steps_per_timing": steps,
-                     "weights": runners[m].model.config.num_weights,
-                     "images_per_s": args.batch_size / statistics.median(times[m]),
-                     **spread(ratios, "step_ratio_to_unet", "step_ratio"), "peak_mem_mb": runners[m].peak_bytes() / 2**20})
-        print(f"{m}: {rows[-1]['images_per_s']:.1f} images/s, {rows[-1]['step_ratio_to_unet']:.2f}x the U-Net's step",
-              file=sys.stderr, flush=True)
+    for (m, c), r in runners.items():
+        ratios = [t / u for t, u in zip(times[m, c], times["unet", c])]
+        row = {"model": m, "compile": c or "none", "part": "step", "size": args.size, "batch": args.batch_size,
+               "dtype": args.dtype, "steps_per_timing": steps, "weights": r.model.config.num_weights,
+               "images_per_s": args.batch_size / statistics.median(times[m, c]),
+               **spread(ratios, "step_ratio_to_unet", "step_ratio"), "peak_mem_mb": r.peak_bytes() / 2**20}
+        if c:  # paired with the same model's eager step
+            row.update(spread([e / t for e, t in zip(times[m, None], times[m, c])], "speedup_vs_eager", "speedup"))
+        rows.append(row)
+        print(f"{m}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, "
+              f"{row['step_ratio_to_unet']:.2f}x the U-Net's step", file=sys.stderr, flush=True)
     del runners
     if args.big:
-        for m in MODELS:
+        for m in models:
             for mode in ("train", "infer"):
                 r = runner(m, args.big, 1, mode, args.device, bf16)
                 r.time_step()  # the first step allocates (Adam's state, the allocator's pages): untimed
@@ -83,9 +101,12 @@ def main() -> None:
                 print(f"{m} {mode} {args.big}x{args.big}: {rows[-1]['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
                 del r
     text = (f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, {steps} step(s) a timing, training "
-            f"steps paired with the U-Net's:\n\n") + markdown_table(
-        ["model", "weights", "train images/s", "step / U-Net step, median (min-max)", "peak MB of a step"],
-        ([r["model"], f"{r['weights']:,}", f"{r['images_per_s']:.1f}", show_spread(r, "step_ratio_to_unet", "step_ratio"),
+            f"steps paired with the U-Net's (compiled with the compiled U-Net's):\n\n") + markdown_table(
+        ["model", "compile", "weights", "train images/s", "step / U-Net step, median (min-max)",
+         "speed-up over eager", "peak MB of a step"],
+        ([r["model"], r["compile"], f"{r['weights']:,}", f"{r['images_per_s']:.1f}",
+          show_spread(r, "step_ratio_to_unet", "step_ratio"),
+          show_spread(r, "speedup_vs_eager", "speedup") if "speedup_vs_eager" in r else "-",
           f"{r['peak_mem_mb']:.0f}"] for r in rows if r["part"] == "step"))
     if args.big:
         text += f"\n\none {args.big}x{args.big} image:\n\n" + markdown_table(

@@ -10,10 +10,13 @@ times both models back to back, alternating which goes first; the ratio
 column is the median of the per-repeat ratios pix2pix / CapsPix2pix (above
 1: CapsPix2pix is faster).
 
-    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--dtype bf16] [--json FILE]
+    python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--dtype bf16]
+                                   [--compile MODE] [--json FILE]
 
 ``--dtype bf16`` runs both under bfloat16 autocast, as ``capsnet train --amp bf16`` trains them (weights and Adam in
-fp32; for GPUs).
+fp32; for GPUs). ``--compile MODE`` also times each model's training step with its generator compiled, as
+``capsnet train --compile MODE`` trains it (the same weights; its rows give the speed-up over the eager step, paired);
+generation stays eager.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from capsnet.bench import alternate, markdown_table, publish, show_spread, sprea
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
-from capsnet.runtime import autocast
+from capsnet.runtime import autocast, compile_model
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
 
@@ -38,7 +41,8 @@ MODELS = ("capspix2pix", "pix2pix")
 class Stepper:
     """One model with its optimizers and a fixed batch; ``train()`` and ``generate()`` each time one call."""
 
-    def __init__(self, name: str, size: int, batch: int, device: str = "cpu", dtype: str = "fp32") -> None:
+    def __init__(self, name: str, size: int, batch: int, device: str = "cpu", dtype: str = "fp32",
+                 compile: bool | str = False) -> None:
         torch.manual_seed(0)
         self.device = torch.device(device)
         self.amp_mode = "bf16" if dtype == "bf16" else "none"
@@ -48,6 +52,7 @@ class Stepper:
         self.labels = (torch.rand(batch, 1, size, size, generator=g) > 0.9).float().to(self.device)
         self.real = torch.rand(batch, 1, size, size, generator=g).to(self.device)
         self.z = self.model.noise(batch, 0, self.device)
+        self.generator = compile_model(self.model.generator, compile)  # the generator itself unless compiled
 
     def _timed(self, work) -> float:
         sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
@@ -60,7 +65,7 @@ class Stepper:
     def train(self) -> float:
         self.model.train()
         return self._timed(lambda: gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z,
-                                            autocast(self.device, self.amp_mode)))
+                                            autocast(self.device, self.amp_mode), self.generator))
 
     def generate(self) -> float:
         def work() -> None:
@@ -77,10 +82,15 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: both under bfloat16 autocast "
                    "(as capsnet train --amp bf16; for GPUs)")
+    p.add_argument("--compile", default=None, metavar="MODE",
+                   help="also time each model's training step with its generator compiled: default, reduce-overhead "
+                        "(CUDA graphs), max-autotune or a backend name, as capsnet train --compile")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
     steppers = {m: Stepper(m, args.size, args.batch_size, args.device, args.dtype) for m in MODELS}
+    compiled = {m: Stepper(m, args.size, args.batch_size, args.device, args.dtype, compile=args.compile)
+                for m in (MODELS if args.compile else ())}
     rows = []
     for mode in ("train", "generate"):
         times = alternate({m: getattr(steppers[m], mode) for m in MODELS}, args.repeats)
@@ -95,13 +105,29 @@ def main() -> None:
         rows[-2] |= spread(ratios, "speedup_vs_pix2pix", "speedup")
         print(f"{mode}: CapsPix2pix {rows[-2]['images_per_s']:.1f}, pix2pix {rows[-1]['images_per_s']:.1f} images/s",
               file=sys.stderr, flush=True)
+    if compiled:  # each compiled step paired with its eager one
+        steps = {(m, c): (compiled if c else steppers)[m].train for m in MODELS for c in (False, True)}
+        times = alternate(steps, args.repeats)
+        for m in MODELS:
+            rows.append({"model": m, "mode": f"train, generator compiled {args.compile}", "size": args.size,
+                         "batch": args.batch_size, "dtype": args.dtype, "compile": args.compile,
+                         "generator_weights": compiled[m].model.config.generator_weights,
+                         "weights": compiled[m].model.config.num_weights,
+                         "images_per_s": args.batch_size / statistics.median(times[m, True]),
+                         "min_images_per_s": args.batch_size / max(times[m, True]),
+                         "max_images_per_s": args.batch_size / min(times[m, True]),
+                         **spread([e / c for e, c in zip(times[m, False], times[m, True])], "speedup_vs_eager",
+                                  "speedup_eager")})
+            print(f"{m} compiled: {rows[-1]['images_per_s']:.1f} images/s, {rows[-1]['speedup_vs_eager']:.2f}x eager",
+                  file=sys.stderr, flush=True)
     table = markdown_table(
         ["model", "mode", "generator weights", "weights", "images/s, median (min-max)",
-         "pix2pix time / CapsPix2pix time"],
+         "pix2pix time / CapsPix2pix time", "eager time / compiled time"],
         ([r["model"], r["mode"], f"{r['generator_weights']:,}", f"{r['weights']:,}",
           f"{r['images_per_s']:.1f} ({r['min_images_per_s']:.1f}-{r['max_images_per_s']:.1f})",
-          show_spread(r, "speedup_vs_pix2pix", "speedup") if "speedup_vs_pix2pix" in r else "-"] for r in rows),
-        align="llrrrr")
+          show_spread(r, "speedup_vs_pix2pix", "speedup") if "speedup_vs_pix2pix" in r else "-",
+          show_spread(r, "speedup_vs_eager", "speedup_eager") if "speedup_vs_eager" in r else "-"] for r in rows),
+        align="llrrrrr")
     publish("benchmarks/synthesis.py", rows, f"\n{args.size}x{args.size}, batch {args.batch_size}, {args.dtype}, median "
             f"of {args.repeats} paired repeats:\n\n{table}", args.json)
 

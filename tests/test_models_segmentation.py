@@ -195,3 +195,36 @@ def test_exp_squash_is_every_capsule_layers_and_trains_every_weight(name):
             assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
     with pytest.raises(ValueError, match=r"squash must be one of sabour, exp, got 'tanh'"):
         create_model(name, squash="tanh")
+
+
+def test_compiled_training_step_is_one_graph_and_matches_eager():
+    # capsnet train --compile (benchmarks/segmentation.py --compile): SegCaps' many small routing kernels are what
+    # compiling (and CUDA graphs, which need the step as one graph) speed up. fullgraph=True fails on any graph break;
+    # aot_eager traces forward and backward as Inductor would, without its C++ build (that is the slow test below).
+    torch.manual_seed(5)
+    name = "segcaps"
+    model = create_model(name, input_height=16, input_width=16)
+    images = torch.rand(2, 1, 16, 16)
+    masks = (torch.rand(2, 1, 16, 16) > 0.6).float()
+    grads = []
+    for call in (model, torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)):
+        model.zero_grad(set_to_none=True)
+        loss, probs = MODELS[name].loss(call, images, masks, recon_weight=0.0005)
+        loss.backward()
+        grads.append((loss.detach(), probs.detach(), [p.grad.clone() for p in model.parameters()]))
+    (l0, p0, g0), (l1, p1, g1) = grads
+    torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(p1, p0, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # Inductor builds C++ kernels: about 70 s for SegCaps on a 2-core machine with a cold cache
+def test_inductor_compiled_segcaps_matches_eager():
+    torch.manual_seed(6)
+    model = create_model("segcaps", input_height=16, input_width=16)
+    images = torch.rand(2, 1, 16, 16)
+    masks = (torch.rand(2, 1, 16, 16) > 0.6).float()
+    out = [MODELS["segcaps"].loss(call, images, masks, recon_weight=0.0005)[0]
+           for call in (model, torch.compile(model, dynamic=False))]
+    torch.testing.assert_close(out[1], out[0], rtol=1e-4, atol=1e-5)

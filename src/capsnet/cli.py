@@ -195,7 +195,7 @@ def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
                 "GPUs; a CPU without bfloat16 units runs it far slower); evaluation stays fp32", choices=AMP_MODES)
     p.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                    help=f"compile the model for {what} with torch.compile (the optimizer stays eager, so the decaying "
-                        f"learning rate never recompiles it); pays off on GPUs. MODE: {', '.join(COMPILE_MODES)}; "
+                        f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. MODE: {', '.join(COMPILE_MODES)}; "
                         f"the flag alone: default")
 
 
@@ -564,7 +564,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:
-        for flag, given in (("--compile", args.compile), ("--tensorboard", args.tensorboard),
+        for flag, given in (("--tensorboard", args.tensorboard),
                             ("--distributed", args.distributed or launch is not None)):
             if given:
                 args.parser.error(f"{flag} does not apply to the GAN loop of --model {chosen}; train without it")
@@ -586,7 +586,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         judge = args.judge if args.resume else judge_for(train_cfg.dataset, args.judge)  # a resume: the run's own
         final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
-                            progress=not args.no_progress, judge=judge)
+                            progress=not args.no_progress, judge=judge, compile=args.compile or False)
         if final:
             print(gan.describe_gan_epoch(final))
         print(f"run directory: {out}")
@@ -704,8 +704,6 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines (peak MB) are noise
-    if args.name == "synthesis" and args.compile:
-        args.parser.error("--compile does not apply to the GAN loop of the synthesis experiment; run it without")
     out = Path(args.out or f"runs/experiment-{args.name}")
     typed = _typed(args, _TRAIN_FIELDS)
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)

@@ -207,7 +207,8 @@ def train_run(run: Run, *, device: str = "auto", data_root: str | os.PathLike | 
         from .synthesis import judge_for
 
         return fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
-                       resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset))
+                       resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset),
+                       compile=compile)
     return fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root, resume=resume,
                progress=progress, compile=compile)
 

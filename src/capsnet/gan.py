@@ -29,6 +29,14 @@ use it), while training continues from the generator's own weights, kept in
 ``last.safetensors`` beside the optimizers' state for a resume. Training's
 trajectory is the same with or without it; the discriminator is not
 averaged.
+
+``compile`` (``capsnet train --compile MODE``) compiles the generator for
+the training steps (``capsnet.runtime.compile_model``): the capsule
+generator's step is many small routing kernels, which compiling fuses and
+CUDA graphs ("reduce-overhead") launch at once. The discriminator stays
+eager: its weights are frozen and thawed inside every step, and a graph
+would be made again for each. Evaluation, the average and the checkpoints
+use the model itself.
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
@@ -50,7 +58,7 @@ from .average import (WeightAverage, applied, restore_training_weights, with_tra
 from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
 from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
-from .runtime import autocast, resolve_device
+from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
 from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state, lr_at, restore_rng_state,
                     resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
@@ -96,16 +104,18 @@ def _split_into(merged: dict[str, Any], opt_g: torch.optim.Optimizer, opt_d: tor
 
 
 def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
-             labels: torch.Tensor, real: torch.Tensor, z: torch.Tensor, amp: Any = contextlib.nullcontext()
+             labels: torch.Tensor, real: torch.Tensor, z: torch.Tensor, amp: Any = contextlib.nullcontext(),
+             generator: Callable[..., torch.Tensor] | None = None
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One training step of a conditional GAN: the fakes made once, the discriminator's step on real against fake
     pairs, then the generator's on D's verdict and the L1 term, D's weights frozen for it (and thawed after).
+    ``generator`` makes the fakes in place of ``model.generator`` (its compiled form: the same weights).
 
     Shapes: labels (B, C, H, W), real (B, C', H, W), z (B, noise_dim) -> D's loss (), G's loss (), D's parts,
     G's parts (detached scalars).
     """
     with amp:
-        fake = model.generator(labels, z)  # (B, C', H, W)
+        fake = (model.generator if generator is None else generator)(labels, z)  # (B, C', H, W)
         d_loss, d_parts = model.d_loss(real, fake.detach(), labels)
     opt_d.zero_grad(set_to_none=True)
     d_loss.backward()
@@ -136,13 +146,14 @@ def describe_gan_epoch(record: dict[str, Any]) -> str:
 
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
             data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
-            judge: str | os.PathLike | None = None) -> dict[str, Any]:
+            judge: str | os.PathLike | None = None, compile: bool | str = False) -> dict[str, Any]:
     """Train the synthesis model ``model_config`` configures on ``cfg.dataset``'s pairs (see the module docstring).
 
     ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
     generated test images at every evaluation; its accuracy against the label
     maps' classes is recorded as ``*_judge_accuracy`` (a resume keeps the
-    run's judge unless given another). Returns the final epoch's record.
+    run's judge unless given another). ``compile``: the generator compiled for
+    the training steps (see the module docstring). Returns the final epoch's record.
     """
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
@@ -217,6 +228,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     N, B = len(train), cfg.batch_size
     step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
     amp = autocast(dev, cfg.amp)
+    generator = compile_model(model.generator, compile)  # the generator itself unless compiled; same weights
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
@@ -233,7 +245,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             for opt in (opt_g, opt_d):
                 for group in opt.param_groups:
                     group["lr"] = lr_at(step, cfg, total_steps)
-            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp)
+            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp, generator)
             if average is not None:
                 average.update(step)
             step += 1
