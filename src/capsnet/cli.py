@@ -579,15 +579,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
-    if main_rank and args.resume and train.saved_epoch(out) >= train_cfg.epochs:
+    finished = args.resume and train.saved_epoch(out) >= train_cfg.epochs
+    if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
+    # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
+    # run had nothing left to train
+    summarise = args.no_progress or finished
     if synthesis:
         from .synthesis import judge_for
 
         judge = args.judge if args.resume else judge_for(train_cfg.dataset, args.judge)  # a resume: the run's own
         final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                             progress=not args.no_progress, judge=judge, compile=args.compile or False)
-        if final:
+        if final and summarise:
             print(gan.describe_gan_epoch(final))
         print(f"run directory: {out}")
         return 0
@@ -596,7 +600,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       tensorboard=args.tensorboard)
     if not main_rank:  # rank 0 speaks for the run
         return 0
-    if final:
+    if final and summarise:
         print(train.describe_epoch(final, train_cfg.dataset))
     print(f"run directory: {out}")
     return 0

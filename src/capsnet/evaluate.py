@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, load_weights
+from .checkpoint import Checkpoint, load_checkpoint, load_weights
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores

@@ -64,6 +64,19 @@ def test_train_then_eval_on_mnist_sample(tmp_path):
     assert f"accuracy {report['accuracy']:.4f}" in r.stdout
 
 
+def test_the_final_epoch_is_reported_once_with_or_without_progress_bars(tmp_path, capsys):
+    # with the bars the loop writes each evaluated epoch's line itself; the command adds it only without them, or
+    # when a resume found nothing left to train (it printed the last line twice before)
+    tiny = [a for a in TINY if a != "--no-progress"]
+    args = ("train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64", "--test-size", "32", *tiny)
+    for extra in ((), ("--no-progress",)):
+        r = in_process(capsys, *args, *extra, "--out", tmp_path / f"run{len(extra)}")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
+    r = in_process(capsys, *args, "--out", tmp_path / "run0", "--resume")
+    assert "has finished its 1 epochs" in r.stdout and r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
+
+
 def test_the_shared_run_learned_and_eval_agrees_with_its_metrics(trained_run, data_root, tmp_path, capsys):
     final = [json.loads(x) for x in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
     assert final["epoch"] == 2 and final["test_accuracy"] >= 0.80, final  # 2 epochs of 1,000 real digits
