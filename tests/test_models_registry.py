@@ -51,3 +51,33 @@ def test_registered_model_scores_an_example_the_same_in_any_batch(name):
         for k in (0, 3):
             _, alone = MODELS[name].loss(model, images[k:k + 1], torch.zeros(1, dtype=torch.long), recon_weight=0.0)
             torch.testing.assert_close(alone[0], together[k], rtol=1e-4, atol=1e-6)
+
+
+# the slowest two to trace are slow tests: em-capsnet-small has em-capsnet's layers, and test_fast_paths.py trains
+# the CapsNet compiled
+COVERED_ELSEWHERE = {"em-capsnet", "capsnet"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in COVERED_ELSEWHERE else n
+                                  for n in CLASSIFIERS])
+def test_registered_model_compiles_as_one_graph_and_trains_as_eager(name):
+    # capsnet train --compile MODE: the training step as one graph (fullgraph fails on any graph break, which CUDA
+    # graphs, --compile reduce-overhead, could not take whole), with eager's loss and gradients. aot_eager traces
+    # forward and backward as Inductor does, without its C++ build (Inductor itself: the slow tests of
+    # test_fast_paths.py and test_models_segmentation.py)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 3, 9])
+    results = []
+    for call in (model, torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)  # the same dropout masks (the baseline's) for both
+        loss, scores = MODELS[name].loss(call, images, labels, recon_weight=0.0005, progress=0.5)
+        loss.backward()
+        results.append((loss.detach(), scores.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss0, scores0, grads0), (loss1, scores1, grads1) = results
+    torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scores1, scores0, rtol=1e-5, atol=1e-6)
+    for n in grads0:
+        torch.testing.assert_close(grads1[n], grads0[n], rtol=1e-4, atol=1e-6, msg=n)
