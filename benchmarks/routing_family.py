@@ -11,10 +11,12 @@ so its votes are built by the plain path and counted outside routing.
 Peak memory is the tensor memory of one training step (capsnet.bench).
 
     python benchmarks/routing_family.py [--batch-size 64] [--repeats 5] [--models ...] [--device cuda]
-                                        [--dtype bf16] [--json FILE]
+                                        [--dtype bf16] [--compile MODE] [--json FILE]
 
 --dtype bf16 runs the steps under bfloat16 autocast (as `capsnet train --amp bf16`; the routings run in fp32 inside):
-for GPUs, many times slower on a CPU without bfloat16 units.
+for GPUs, many times slower on a CPU without bfloat16 units. --compile MODE adds a row per model with both steps
+compiled as `capsnet train --compile MODE` does (every registered classifier's step is one graph:
+tests/test_models_registry.py), timed in turn with the eager steps, and its paired speed-up over the eager step.
 """
 from __future__ import annotations
 
@@ -69,6 +71,9 @@ def main() -> None:
     p.add_argument("--steps-per-timing", type=int, default=None,
                    help="steps back to back in each timing (default: 1 on a CPU; 10 on CUDA, throughput as in "
                         "training, as capsnet bench)")
+    p.add_argument("--compile", default=None, metavar="MODE",
+                   help="also time both steps compiled: default, reduce-overhead (CUDA graphs), max-autotune or a "
+                        "backend name")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
@@ -85,27 +90,35 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
-        full = _Runner(model, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps, fused=fused)
-        bare = _Runner(without_routing(model), "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss,
-                       steps=steps, fused=fused)
-        times = alternate({"full": full.time_step, "bare": bare.time_step}, args.repeats)
-        t_full, t_bare = times["full"], times["bare"]
-        shares = [1 - b / f for f, b in zip(t_full, t_bare)]
-        row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
-               "dtype": args.dtype, "steps_per_timing": steps,
-               "images_per_s": args.batch_size / statistics.median(t_full),
-               "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
-               **spread(shares, "routing_share"), "peak_mem_mb": full.peak_bytes() / 2**20}
-        rows.append(row)
-        print(f"{name}: {row['images_per_s']:.1f} images/s, routing {100 * row['routing_share']:.0f}%, "
-              f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
+        bare_model = without_routing(model)
+        runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
+                                      fused=fused, compile=c or False)
+                   for c in [None] + ([args.compile] if args.compile else []) for part, m in
+                   (("full", model), ("bare", bare_model))}
+        times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
+        for c in dict.fromkeys(c for c, _ in runners):
+            t_full, t_bare = times[c, "full"], times[c, "bare"]
+            shares = [1 - b / f for f, b in zip(t_full, t_bare)]
+            row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
+                   "dtype": args.dtype, "compile": c or "none", "steps_per_timing": steps,
+                   "images_per_s": args.batch_size / statistics.median(t_full),
+                   "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
+                   **spread(shares, "routing_share"), "peak_mem_mb": runners[c, "full"].peak_bytes() / 2**20}
+            if c:  # paired with the eager step of the same repeat
+                row |= spread([e / t for e, t in zip(times[None, "full"], t_full)], "speedup_vs_eager", "speedup")
+            rows.append(row)
+            print(f"{name}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, routing "
+                  f"{100 * row['routing_share']:.0f}%, {row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     publish("benchmarks/routing_family.py", rows, f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n\n"
-            + markdown_table(["model", "routing", "weights", "train images/s, median (min-max)",
-                              "routing share of a step, median (min-max)", "peak MB"],
-                             ([r["model"], r["title"], f"{r['weights']:,}", show_spread(r, "images_per_s", fmt=".1f"),
+            + markdown_table(["model", "routing", "compile", "weights", "train images/s, median (min-max)",
+                              "routing share of a step, median (min-max)", "speed-up over eager", "peak MB"],
+                             ([r["model"], r["title"], r["compile"], f"{r['weights']:,}",
+                               show_spread(r, "images_per_s", fmt=".1f"),
                                f"{100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
-                               f"{100 * r['routing_share_max']:.0f}%)", f"{r['peak_mem_mb']:.0f}"] for r in rows),
-                             align="llrrrr"), args.json)
+                               f"{100 * r['routing_share_max']:.0f}%)",
+                               show_spread(r, "speedup_vs_eager", "speedup") if "speedup_vs_eager" in r else "-",
+                               f"{r['peak_mem_mb']:.0f}"] for r in rows),
+                             align="lllrrrrr"), args.json)
 
 
 if __name__ == "__main__":
