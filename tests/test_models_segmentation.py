@@ -197,12 +197,12 @@ def test_exp_squash_is_every_capsule_layers_and_trains_every_weight(name):
         create_model(name, squash="tanh")
 
 
-def test_compiled_training_step_is_one_graph_and_matches_eager():
+@pytest.mark.parametrize("name", ["segcaps", "segcaps-r1", "unet"])
+def test_compiled_training_step_is_one_graph_and_matches_eager(name):
     # capsnet train --compile (benchmarks/segmentation.py --compile): SegCaps' many small routing kernels are what
     # compiling (and CUDA graphs, which need the step as one graph) speed up. fullgraph=True fails on any graph break;
     # aot_eager traces forward and backward as Inductor would, without its C++ build (that is the slow test below).
     torch.manual_seed(5)
-    name = "segcaps"
     model = create_model(name, input_height=16, input_width=16)
     images = torch.rand(2, 1, 16, 16)
     masks = (torch.rand(2, 1, 16, 16) > 0.6).float()
