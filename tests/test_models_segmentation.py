@@ -197,7 +197,8 @@ def test_exp_squash_is_every_capsule_layers_and_trains_every_weight(name):
         create_model(name, squash="tanh")
 
 
-@pytest.mark.parametrize("name", ["segcaps", "segcaps-r1", "unet"])
+@pytest.mark.parametrize("name", ["segcaps", pytest.param("segcaps-r1", marks=pytest.mark.slow),  # SegCaps' layers
+                                  pytest.param("unet", marks=pytest.mark.slow)])
 def test_compiled_training_step_is_one_graph_and_matches_eager(name):
     # capsnet train --compile (benchmarks/segmentation.py --compile): SegCaps' many small routing kernels are what
     # compiling (and CUDA graphs, which need the step as one graph) speed up. fullgraph=True fails on any graph break;
