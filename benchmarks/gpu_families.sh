@@ -23,9 +23,9 @@
 # Its first sitting (H100, 2026-11-26, benchmarks/results/gpu-h100-2026-11-26) ran all four groups, fifteen runs, on
 # the card for 317 s: the routing and paper runs (epochs of seconds) gave their rows, but no segmentation, synthesis or
 # MultiMNIST run finished its first epoch (30,000 canvases or 60,000 pairs at batch 16, shared fifteen ways). Those
-# groups are the default now, alone on the card (six runs) for a whole call: SegCaps trains at about 236 images/s
-# alone (eager fp32, batch 8), CapsPix2pix at about 488, so 500 s is a few epochs each. ONLY=routing,paper reruns the
-# rest.
+# groups are the default now, alone on the card (six runs) for a whole call, compiled with CUDA graphs (below): eager,
+# SegCaps trains at about 236 images/s alone (fp32, batch 8) and CapsPix2pix at about 488, so eager and shared six
+# ways an epoch would take minutes. ONLY=routing,paper reruns the rest.
 # OUT gets logs/ and one folder per run with its config.json and metrics.jsonl (checkpoints are deleted). After the
 # sitting's clock (outside SECONDS, about a minute more on a GPU): the segmentation runs' wrong pixels sorted
 # (segmentation-errors.json) and the CapsPix2pix runs (their averaged weights, what the runs save) scored with the noise
@@ -57,7 +57,21 @@ job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at 
         return
     fi
     echo "$name: capsnet train --out $RUNS/$name ${COMMON[*]} $*" >> "$OUT/logs/commands.log"
-    timeout "$left" "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" > "$OUT/logs/$name.log" 2>&1 &
+    {
+        timeout "$left" "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" > "$OUT/logs/$name.log" 2>&1
+        local rc=$? rest=$((END - SECONDS))
+        # a compiled run that failed (not the clock's stop, 124): the same run eager, afresh, for what is left
+        if ((rc != 0 && rc != 124 && rest >= 30)) && [[ " $* " == *" --compile "* ]]; then
+            local args=() skip=0 a
+            for a in "$@"; do
+                if ((skip)); then skip=0; elif [ "$a" = --compile ]; then skip=1; else args+=("$a"); fi
+            done
+            echo "$name: compiled run failed (exit $rc) at ${SECONDS} s; $name-eager without --compile" \
+                >> "$OUT/logs/commands.log"
+            timeout "$rest" "$PY" -m capsnet train --out "$RUNS/$name-eager" "${COMMON[@]}" "${args[@]}" \
+                > "$OUT/logs/$name-eager.log" 2>&1
+        fi
+    } &
 }
 SEG=(--dataset mnist-segmentation --train-size 30000 --test-size 2000 --epochs 200 --batch-size 16
      --lr-decay-steps 1000 --amp bf16 --seed 0)
@@ -65,19 +79,13 @@ SEG=(--dataset mnist-segmentation --train-size 30000 --test-size 2000 --epochs 2
 # average of the weights (what is scored and saved; training is unchanged) is the steadier figure to read
 SYN=(--train-size 0 --test-size 1000 --epochs 200 --batch-size 16 --seed 0 --ema-decay 0.999)
 # Compiled or eager: the capsule models' eager steps are launch-bound on a GPU (SegCaps' step 3.36x the U-Net's,
-# CapsPix2pix's 4x pix2pix's on an H100), and compiling sped them up 1.46x and 1.38x on the CPU (benchmarks/README.md).
-# So first the two speed benchmarks, at once (about 2.5 minutes of the clock; their rows are of a shared card), each
-# model's training step compiled as CUDA graphs paired with its eager step; a model then trains compiled where that
-# was at least 1.2x faster. COMPILE=auto (the default); none, or a mode (reduce-overhead), forces it for all.
+# CapsPix2pix's 4x pix2pix's on an H100), compiling sped them up 1.46x and 1.38x on the CPU (benchmarks/README.md),
+# and every model's step compiles as one graph (the tests), so all four train compiled with CUDA graphs
+# (COMPILE=reduce-overhead, the default; none: eager; another mode), each pair alike. A compiled run that fails
+# restarts eager (job, above). Untried on a GPU before this sitting. SPEED=1 first times each model compiled against
+# its eager step (benchmarks/segmentation.py and synthesis.py, at once, about 2.5 minutes, before the clock starts).
 declare -A compiled=()
-faster_compiled() {  # faster_compiled JSON MODEL: whether MODEL's compiled step beat its eager one 1.2 to 1
-    "$PY" - "$1" "$2" 2>/dev/null <<'PYEOF'
-import json, sys
-rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["model"] == sys.argv[2] and "speedup_vs_eager" in r]
-sys.exit(0 if rows and rows[0]["speedup_vs_eager"] >= 1.2 else 1)
-PYEOF
-}
-if [ "${COMPILE:-auto}" = auto ] && { group segmentation || group synthesis; }; then
+if [ "${SPEED:-0}" = 1 ]; then
     if group segmentation; then
         timeout 180 "$PY" "$REPO/benchmarks/segmentation.py" --device "${DEVICE:-cuda}" --dtype bf16 --batch-size 16 \
             --models segcaps unet --repeats 5 --big 0 --compile reduce-overhead --json "$OUT/segmentation-speed.json" \
@@ -89,10 +97,10 @@ if [ "${COMPILE:-auto}" = auto ] && { group segmentation || group synthesis; }; 
             > "$OUT/logs/synthesis-speed.log" 2>&1 &
     fi
     wait
-    for m in segcaps unet; do faster_compiled "$OUT/segmentation-speed.json" $m && compiled[$m]=reduce-overhead; done
-    for m in capspix2pix pix2pix; do faster_compiled "$OUT/synthesis-speed.json" $m && compiled[$m]=reduce-overhead; done
-elif [ "${COMPILE:-auto}" != none ] && [ "${COMPILE:-auto}" != auto ]; then
-    for m in segcaps unet capspix2pix pix2pix; do compiled[$m]=$COMPILE; done
+    END=$((END + SECONDS))  # the training runs' clock starts now
+fi
+if [ "${COMPILE:-reduce-overhead}" != none ]; then
+    for m in segcaps unet capspix2pix pix2pix; do compiled[$m]=${COMPILE:-reduce-overhead}; done
 fi
 compile_flag() { [ -n "${compiled[$1]:-}" ] && echo "--compile ${compiled[$1]}"; }
 echo "compiled: ${!compiled[*]} (${compiled[*]})" >> "$OUT/logs/commands.log"
@@ -148,18 +156,23 @@ if group paper; then
 fi
 wait
 echo "stopped $(date -u +"%F %T UTC") (${SECONDS} s)" >> "$OUT/logs/env.log"
-if group segmentation && [ -f "$RUNS/segcaps/last.safetensors" ] && [ -f "$RUNS/unet/last.safetensors" ]; then  # where each model's Dice goes
-    "$PY" "$REPO/docs/results/segmentation-errors/errors.py" "$RUNS/segcaps" "$RUNS/unet" --test-size 1000 \
+trained() {  # trained NAME: the run's folder with a checkpoint, the compiled run's or its eager restart's
+    local d
+    for d in "$RUNS/$1" "$RUNS/$1-eager"; do [ -f "$d/last.safetensors" ] && { echo "$d"; return 0; }; done
+    return 1
+}
+if group segmentation && seg=$(trained segcaps) && unet=$(trained unet); then  # where each model's Dice goes
+    "$PY" "$REPO/docs/results/segmentation-errors/errors.py" "$seg" "$unet" --test-size 1000 \
         --data-dir "$DATA" --device "${DEVICE:-cuda}" --json "$OUT/segmentation-errors.json" \
         > "$OUT/logs/segmentation-errors.log" 2>&1
 fi
 if group synthesis; then  # CapsPix2pix's noise truncated (BigGAN's trick): the judge and SSIM at pix2pix's variety
     for task in mnist fashion; do  # (its noise spread at T = 1 matched pix2pix's on the CPU's Fashion run)
         for t in 1.0 0.5; do
-            [ -f "$RUNS/capspix2pix-$task/last.safetensors" ] || continue
-            "$PY" -m capsnet eval --checkpoint "$RUNS/capspix2pix-$task" --which last --test-size 1000 --truncation $t \
+            run=$(trained capspix2pix-$task) || continue
+            "$PY" -m capsnet eval --checkpoint "$run" --which last --test-size 1000 --truncation $t \
                 --data-dir "$DATA" --device "${DEVICE:-cuda}" --no-progress \
-                --json "$RUNS/capspix2pix-$task/eval-truncation$t.json" > "$OUT/logs/truncation-$task-$t.log" 2>&1
+                --json "$run/eval-truncation$t.json" > "$OUT/logs/truncation-$task-$t.log" 2>&1
         done
     done
 fi

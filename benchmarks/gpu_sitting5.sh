@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 16's preset with the weights' moving average: a second command for the next GPU sitting (about 4 minutes),
 # after benchmarks/gpu_families.sh (segmentation and synthesis). Prepared 2026-11-26 after
-# benchmarks/results/gpu-h100-2026-11-26, where the preset trained 25 epochs in 20.9 s of steady training on an H100
-# (71,900 images/s) and ended at 0.36% for seed 0 (0.33 / 0.37 / 0.33% for seeds 0-2 on 2026-11-25): the speed is
+# benchmarks/results/gpu-h100-2026-11-26, where the preset's epochs 2-25 took 20.0 s on an H100 (71,900
+# images/s) and ended at 0.36% for seed 0 (0.33 / 0.37 / 0.33% for seeds 0-2 on 2026-11-25): the speed is
 # about there, the error is not (target: <= 0.33% in <= 20 s). The preset's last steps run at a learning rate near 0
 # on one batch at a time; an exponential moving average of the weights (--ema-decay, what is scored and saved;
 # training unchanged) is the usual cheap gain of a short schedule's final figure. Seeds 0-2, each with and without

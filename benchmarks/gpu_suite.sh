@@ -23,7 +23,9 @@
 # After the second H200 sitting (2026-11-26, benchmarks/results/gpu-h200-2026-11-26) two shorter scripts come first:
 #   benchmarks/gpu_sitting4.sh OUT DATA          (about 6.5 min: the preset with static-shape compiling, speed variants)
 #   benchmarks/gpu_families.sh OUT DATA SECONDS  (the rest: the family's accuracy runs and the 0.25% probes side by
-#                                                 side; ONLY=paper,segmentation,... picks groups)
+#                                                 side; ONLY=paper,segmentation,... picks groups, default
+#                                                 segmentation,synthesis since the third sitting, on an H100)
+# Both ran in the third sitting; the next is benchmarks/README.md's "The next sitting, prepared".
 set -euo pipefail
 
 usage() {

@@ -107,7 +107,7 @@ def main() -> None:
               file=sys.stderr, flush=True)
     if compiled:  # each compiled step paired with its eager one
         steps = {(m, c): (compiled if c else steppers)[m].train for m in MODELS for c in (False, True)}
-        times = alternate(steps, args.repeats)
+        times = alternate(steps, args.repeats, warmup=3)  # one step a timing: CUDA graphs record in the first calls
         for m in MODELS:
             rows.append({"model": m, "mode": f"train, generator compiled {args.compile}", "size": args.size,
                          "batch": args.batch_size, "dtype": args.dtype, "compile": args.compile,

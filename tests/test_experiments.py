@@ -147,6 +147,19 @@ def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_a
     assert em.train_config.lr == 1e-3
 
 
+def test_the_synthesis_experiment_passes_compile_to_the_gan_loop(tmp_path, monkeypatch):
+    # capsnet experiment synthesis --compile MODE: each GAN run gets it (the loop compiles its generator)
+    from capsnet.experiments import train_run
+
+    seen = []
+    monkeypatch.setattr("capsnet.gan.fit_gan", lambda *a, **kw: seen.append(kw["compile"]) or {})
+    runs = plan("synthesis", tmp_path, train=TrainConfig())
+    assert {r.model for r in runs} == {"capspix2pix", "pix2pix"}
+    for r in runs:
+        train_run(r, device="cpu", compile="aot_eager")
+    assert seen == ["aot_eager"] * len(runs)
+
+
 def test_plan_sizes_models_to_the_experiments_images(tmp_path):
     for name, side, dataset in (("multimnist", 36, "multimnist"), ("affine", 40, "translated-mnist")):
         runs = plan(name, tmp_path, train=TrainConfig())
