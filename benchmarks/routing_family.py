@@ -81,6 +81,7 @@ def main() -> None:
     bf16 = args.dtype == "bf16"
     steps = default_steps_per_timing(dev, args.steps_per_timing)
     fused = dev.type == "cuda"  # as capsnet train's Adam
+    kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
     rows = []
     for name in args.models:
         spec = model_spec(name)
@@ -93,10 +94,9 @@ def main() -> None:
         bare_model = without_routing(model)
         runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
                                       fused=fused, compile=c or False)
-                   for c in [None] + ([args.compile] if args.compile else []) for part, m in
-                   (("full", model), ("bare", bare_model))}
+                   for c in kinds for part, m in (("full", model), ("bare", bare_model))}
         times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
-        for c in dict.fromkeys(c for c, _ in runners):
+        for c in kinds:
             t_full, t_bare = times[c, "full"], times[c, "bare"]
             shares = [1 - b / f for f, b in zip(t_full, t_bare)]
             row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,

@@ -319,7 +319,8 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
 
     out = cli("train", "--dataset", "mnist-skeleton", "--model", "segcaps", "--out", str(tmp_path / "a"))
     assert out.returncode == 2 and "use --model capspix2pix or pix2pix" in out.stderr
-    out = cli("train", "--dataset", "mnist-skeleton", "--tensorboard", str(tmp_path / "tb"), "--out", str(tmp_path / "b"))
+    out = cli("train", "--dataset", "mnist-skeleton", "--tensorboard", str(tmp_path / "tb"),
+              "--out", str(tmp_path / "b"))
     assert out.returncode == 2 and "--tensorboard does not apply to the GAN loop of --model capspix2pix" in out.stderr
     out = cli("train", "--dataset", "mnist-sample", "--judge", "x", "--out", str(tmp_path / "c"))
     assert out.returncode == 2 and "--judge scores synthesis models" in out.stderr

@@ -195,8 +195,8 @@ def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
                 "GPUs; a CPU without bfloat16 units runs it far slower); evaluation stays fp32", choices=AMP_MODES)
     p.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                    help=f"compile the model for {what} with torch.compile (the optimizer stays eager, so the decaying "
-                        f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. MODE: {', '.join(COMPILE_MODES)}; "
-                        f"the flag alone: default")
+                        f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. "
+                        f"MODE: {', '.join(COMPILE_MODES)}; the flag alone: default")
 
 
 def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
