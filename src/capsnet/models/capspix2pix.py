@@ -157,6 +157,7 @@ def truncate_normal(z: torch.Tensor, truncation: float) -> torch.Tensor:
     return (-torch.sign(x) * tail).clamp_(-t, t).to(device=z.device, dtype=z.dtype)
 
 
+NOISE_CHUNK = 16  # ConditionalGAN.noise draws a multiple of this many values (torch's CPU normal fills 16 at a time)
 GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
 
 
@@ -173,7 +174,8 @@ class ConditionalGAN(nn.Module):
     def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None, *,
               truncation: float | None = None) -> torch.Tensor:
         """Standard normal z (B, noise_dim), drawn on the CPU from a generator seeded with ``seed`` (or from the
-        torch.Generator given), then moved: the same z on every device.
+        torch.Generator given), then moved: the same z on every device. Row i is the same for every ``batch`` > i,
+        so an image's noise does not depend on how many are drawn with it.
 
         ``truncation`` t (BigGAN's truncation trick, Brock et al. 2019, section 3.1): the same draw mapped to the
         standard normal truncated to [-t, t] (``truncate_normal``: BigGAN resamples the values outside, which
@@ -181,7 +183,12 @@ class ConditionalGAN(nn.Module):
         as t falls and is the untruncated z for large t; fidelity for variety.
         """
         g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        z = torch.randn(batch, self.config.noise_dim, generator=g, device=g.device)  # (B, Z)
+        n = batch * self.config.noise_dim
+        # drawn as a multiple of 16 values: the CPU's randn fills 16 at a time and draws the last 16 afresh when the
+        # count is not a multiple of 16, which would give the last row of a draw other values than the same row of
+        # a longer one; padded, row i of one seed's draw is the same whatever the batch (capsnet.synthesis.generate)
+        z = torch.randn(-(-n // NOISE_CHUNK) * NOISE_CHUNK, generator=g, device=g.device)[:n]
+        z = z.view(batch, self.config.noise_dim)  # (B, Z)
         if truncation is not None:
             z = truncate_normal(z, truncation)  # the same draw, cut
         return z if device is None else z.to(device)
