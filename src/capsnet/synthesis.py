@@ -42,9 +42,9 @@ from .checkpoint import Checkpoint
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 
-__all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "load_judge", "judge_predictions", "SPREAD_SEEDS",
-           "SPREAD_SIZE", "generate_folder", "GeneratedFiles", "SynthesisEvaluation", "evaluate_synthesis_checkpoint",
-           "judge_for"]
+__all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "load_judge", "judge_predictions",
+           "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles", "SynthesisEvaluation",
+           "evaluate_synthesis_checkpoint", "judge_for"]
 
 SPREAD_SEEDS = 8  # noise draws per label map for the spread
 SPREAD_SIZE = 1000  # label maps the spread is measured on (the first ones of the split)
@@ -182,6 +182,31 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
 class GeneratedFiles:
     folder: Path
     files: list[Path]
+
+
+@torch.no_grad()
+def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row: int = 0,
+            truncation: float | None = None) -> torch.Tensor:
+    """One label map's images under each of ``seeds``: image k is ``generate(model, labels, seed=seeds[k])[row]``
+    for any ``labels`` whose row ``row`` is ``label`` (so a test pair's images are ``capsnet eval``'s, and row 0
+    gives ``capsnet generate``'s for a folder of that one map), made in one batch (the model's mode restored).
+
+    Shapes: label (C, H, W) float in [0, 1] on the model's device -> (len(seeds), C', H, W) in [0, 1].
+    """
+    if not isinstance(row, int) or isinstance(row, bool) or row < 0:
+        raise ValueError(f"row must be a non-negative integer, got {row!r}")
+    if not seeds:
+        raise ValueError("give at least one seed")
+    was_training = model.training
+    model.eval()
+    try:
+        labels = label.unsqueeze(0).expand(len(seeds), *label.shape)  # (K, C, H, W)
+        z = torch.cat([model.noise(row + 1, s, label.device, truncation=truncation)[row:] for s in seeds])  # (K, Z)
+        if z.shape[1]:  # in eval mode the generator's dropout is off: the seed is the noise vector alone
+            return model.generate(labels, z=z.to(label.dtype), seed=0)
+        return model.generate(labels, z=z, seeds=[_dropout_seed(s, row) for s in seeds])  # dropout: a stream each
+    finally:
+        model.train(was_training)
 
 
 def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike, out: str | os.PathLike, *,

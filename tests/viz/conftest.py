@@ -1,5 +1,5 @@
-"""The viewers shared by the viewer's tests: of the whole run's trained CapsNet, SegCaps R1 and the tiny U-Net trained
-on a folder of the user's own images and masks (tests/conftest.py)."""
+"""The viewers shared by the viewer's tests: of the whole run's trained CapsNet, SegCaps R1, the tiny U-Net trained
+on a folder of the user's own images and masks, and CapsPix2pix (tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
@@ -22,3 +22,9 @@ def segmentation_viewer(segmentation_run, data_root):
 @pytest.fixture(scope="session")
 def unet_viewer(unet_run):
     return load_viewer(unet_run, progress=False)
+
+
+@pytest.fixture(scope="session")
+def synthesis_viewer(gan_run, data_root):
+    """CapsPix2pix of the shared gan_run (1 epoch on 16 mnist-skeleton pairs) on its 4 test pairs."""
+    return load_viewer(gan_run, data_dir=data_root, progress=False, test_size=4)

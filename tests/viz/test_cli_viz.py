@@ -112,9 +112,26 @@ def test_viz_refuses_a_segmentation_run_on_a_classification_set(segmentation_run
     assert "segcaps-r1 is a segmentation model but mnist is a classification data set" in err
 
 
-def test_viz_refuses_a_gan_at_once_with_what_to_use_instead(gan_run, capsys):
+def test_viz_serves_a_synthesis_run(gan_run, data_root):
+    proc, url = start("--checkpoint", str(gan_run), "--data-dir", str(data_root), "--test-size", "4")
+    try:
+        info = get(url + "api/info")
+        assert info["kind"] == "synthesis" and info["model_name"] == "capspix2pix" and info["test_size"] == 4
+        assert info["dataset"] == "mnist-skeleton" and info["input"] == [1, 32, 32] and info["noise"] == "vector"
+        body = json.dumps({"index": 2, "seeds": [4, 5]}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url + "api/forward", data=body, method="POST"),
+                                    timeout=60) as r:
+            walk = json.loads(r.read())
+        assert walk["samples"]["shape"] == [2, 1, 32, 32] and walk["seeds"] == [4, 5] and len(walk["scores"]) == 2
+    finally:
+        assert "UNTRAINED" not in stop(proc)
+
+
+def test_viz_refuses_a_gan_on_a_data_set_of_another_kind(gan_run, data_root, capsys):
     from capsnet.cli import main
 
-    assert main(["viz", "--checkpoint", str(gan_run), "--port", "0"]) == 2
+    assert main(["viz", "--checkpoint", str(gan_run), "--dataset", "mnist", "--data-dir", str(data_root),
+                 "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert "a GAN; the viewer looks inside classification and segmentation models" in err and "capsnet generate" in err
+    assert "capspix2pix is a synthesis model but mnist is a classification data set" in err
+    assert "mnist-skeleton, fashion-silhouette or pairs:DIR" in err

@@ -26,6 +26,7 @@ from ..models.capsnet import CapsNet, CapsNetConfig
 
 if TYPE_CHECKING:
     from .segmentation import SegmentationViewer
+    from .synthesis import SynthesisViewer
 
 __all__ = ["ViewerError", "Viewer", "load_viewer", "encode", "decode", "conv_kernels", "SWEEP_HALF_RANGE"]
 
@@ -273,12 +274,13 @@ def _is_int(v: Any) -> bool:
 
 def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
-                test_size: int | None = None) -> Viewer | SegmentationViewer:
+                test_size: int | None = None) -> Viewer | SegmentationViewer | SynthesisViewer:
     """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
 
     A classification checkpoint gives a ``Viewer``; a segmentation one
-    (``segcaps``, ``segcaps-r1``, ``unet``) a ``SegmentationViewer`` of the same
-    calls. A shipped model (``pretrained:NAME``) shows the shipped
+    (``segcaps``, ``segcaps-r1``, ``unet``) a ``SegmentationViewer`` and a
+    synthesis one (``capspix2pix``, ``pix2pix``) a ``SynthesisViewer``, of the
+    same calls. A shipped model (``pretrained:NAME``) shows the shipped
     ``mnist-sample`` test digits unless ``dataset`` says otherwise, so it works
     offline; any other checkpoint the data set it was trained on (``folder:DIR``
     reads the user's own images and masks).
@@ -287,14 +289,17 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     the experiment sets, the fixed MultiMNIST test pairs (36x36) or translated
     test digits (40x40); for ``mnist-segmentation`` the first
     ``SEGMENTATION_TEST_SIZE`` (1,000) of its fixed test canvases, as
-    ``capsnet eval`` numbers them. ``test_size`` keeps the first this many
+    ``capsnet eval`` numbers them; for ``mnist-skeleton`` and
+    ``fashion-silhouette`` the first ``SYNTHESIS_TEST_SIZE`` (1,000) test
+    pairs (``pairs:DIR``: all the user's). ``test_size`` keeps the first this many
     test examples instead (0: all).
     """
-    from ..data.tasks import FOLDER_PREFIX, load_test, task
+    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, task
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
     from .segmentation import SEGMENTATION_TEST_SIZE, SegmentationViewer
+    from .synthesis import SYNTHESIS_TEST_SIZE, SynthesisViewer
 
     if test_size is not None and (not _is_int(test_size) or test_size < 0):
         raise ViewerError(f"test_size must be a non-negative integer (0: all), got {test_size!r}")
@@ -305,10 +310,6 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device)
         kind = MODELS[ckpt.model_name].kind
-        if kind == "synthesis":
-            raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model, a GAN; the viewer looks inside "
-                              f"classification and segmentation models: draw a GAN's images with `capsnet figures` "
-                              f"or make them with `capsnet generate`")
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
                               f"model or a segmentation model")
@@ -316,14 +317,20 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
         what, checkpoint = ckpt.model_name, ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
-        fix = "mnist-segmentation or folder:DIR" if kind == "segmentation" else "the data set it was trained on"
+        fix = {"segmentation": "mnist-segmentation or folder:DIR", "synthesis": "mnist-skeleton, fashion-silhouette "
+               "or pairs:DIR"}.get(kind, "the data set it was trained on")
         raise ViewerError(f"{what} is a {kind} model but {name} is a {task(name).kind} data set: open it on {fix} "
                           f"(--dataset)")
     if test_size is None:  # the generated canvases are drawn on loading: 10,000 take ~10 s on a CPU
-        test_size = SEGMENTATION_TEST_SIZE if kind == "segmentation" and not name.startswith(FOLDER_PREFIX) else 0
+        made = not name.startswith((FOLDER_PREFIX, PAIRS_PREFIX))
+        test_size = {"segmentation": SEGMENTATION_TEST_SIZE, "synthesis": SYNTHESIS_TEST_SIZE}.get(kind, 0) if made \
+            else 0
     test = load_test(name, size=test_size, extras=False, root=data_dir, progress=progress)
     if kind == "segmentation":
         return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
                                   checkpoint=checkpoint)
+    if kind == "synthesis":  # images: the label maps; components: the real images; labels: their classes
+        return SynthesisViewer(model, test_labels=test.images, test_images=test.components, test_classes=test.labels,
+                               classes=test.classes, dataset=name, checkpoint=checkpoint)
     return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
                   checkpoint=checkpoint)

@@ -120,9 +120,11 @@ def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
         return mnist_style(_decode(img, WORK_SIDE), shape), size
 
 
-def canvas_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
-    """An uploaded image of exactly the model's input size as a segmentation model's input (C, H, W) in [0, 1], and
-    its size (width, height); any other size is a ``ViewerError`` that names the size to send.
+def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments {W}x{H} images"
+                 ) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An uploaded image of exactly the model's input size as a segmentation model's input (C, H, W) in [0, 1] (or a
+    synthesis model's label map), and its size (width, height); any other size is a ``ViewerError`` that names the
+    size to send: "this model " + ``what`` (formatted with the model's ``W`` and ``H``).
 
     Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), an alpha channel dropped, as
     ``capsnet.data.segmentation`` reads the user's PNG images. Decoded under the same caps and slots as
@@ -135,14 +137,14 @@ def canvas_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
         img = _open(data)
         w, h = img.size
         if sorted((w, h)) != sorted((W, H)):  # from the header (an EXIF rotation may still swap the sides)
-            raise ViewerError(f"the image is {w}x{h} pixels; this model segments {W}x{H} images: upload one of "
+            raise ViewerError(f"the image is {w}x{h} pixels; this model {what.format(W=W, H=H)}: upload one of "
                               f"exactly that size (crop or scale it first)")
         if img.mode.startswith(("I", "F")):
             raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
         img = _decode(img, None)
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
-                              f"this model segments {W}x{H} images: upload one of exactly that size")
+                              f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
         try:
             a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.float32) / 255
         except Exception as e:  # a mode PIL cannot convert

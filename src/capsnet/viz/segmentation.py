@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -24,7 +24,8 @@ from torch import nn
 from ..data.segmentation import dice_iou
 from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode, segments
 
-__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE"]
+__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
+           "describe_layers", "length_views", "coupling_view"]
 
 THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score
 SEGMENTATION_TEST_SIZE = 1000  # mnist-segmentation canvases the viewer draws (all 10,000 take ~10 s on a CPU)
@@ -39,6 +40,74 @@ def _first_maps(model: nn.Module, conv: nn.Conv2d) -> nn.Module:
             if stop is not None:
                 return block[:stop + 1]
     return nn.Sequential(conv, nn.ReLU())  # SegCaps: relu(conv1(x)), its conv1 capsule grid
+
+
+def routers(model: nn.Module) -> dict[str, nn.Module]:
+    """The capsule layers of ``model.caps`` (SegCaps' stack, also CapsPix2pix's generator's) that route, by name:
+    each has ``route(x, record=True)``. None for a model without such a stack (the U-Net, pix2pix)."""
+    caps = getattr(model, "caps", None)
+    return {name: m for name, m in caps.items() if hasattr(m, "route")} if isinstance(caps, nn.ModuleDict) else {}
+
+
+def routing_layer(routers: dict[str, nn.Module], routing: Any, model: nn.Module) -> str | None:
+    """``routing`` checked against the layers that route: the name, or None; anything else is a ViewerError that
+    names them."""
+    if routing is None or (isinstance(routing, str) and routing in routers):
+        return routing
+    names = ", ".join(routers)
+    raise ViewerError(f"unknown routing layer {str(routing)[:60]!r}: " +
+                      (f"the capsule layers that route are {names}" if names else
+                       f"this {type(model).__name__} has no capsule layers; leave routing out"))
+
+
+def hooked_grids(routers: dict[str, nn.Module], hooked: list[str], grids: Callable[[], dict[str, torch.Tensor]]
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``grids()`` (a ``capsule_grids`` call: {name: (1, T, D, H', W')}) and the input each ``hooked`` layer of
+    ``routers`` got on the way ((1, T, Din, H, W), the skip concatenation included)."""
+    inputs: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            inputs[name] = args[0]
+        return hook
+
+    handles = [routers[name].register_forward_pre_hook(keep(name)) for name in hooked]
+    try:
+        return grids(), inputs
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def describe_layers(routers: dict[str, nn.Module], grids: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]
+                    ) -> list[dict[str, Any]]:
+    """``info()["layers"]``: each grid's name, types, dims and grid size, and for a layer that routes (its input in
+    ``inputs``) its rounds and child and parent types."""
+    rounds = {name: routers[name].route(inputs[name], record=True)[1].rounds.shape  # (P, R, T, J)
+              for name in inputs}
+    return [{"name": name, "types": g.shape[1], "dim": g.shape[2], "grid": list(g.shape[3:]),
+             "routing": None if name not in rounds else
+             {"rounds": rounds[name][1], "children": rounds[name][2], "parents": rounds[name][3]}}
+            for name, g in grids.items()]  # g: (1, T, D, H', W')
+
+
+def length_views(grids: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Every capsule's length per layer, each layer encoded from 0 to its longest capsule: [{name, lengths}], the
+    lengths (T, H', W')."""
+    views = []
+    for name, g in grids.items():
+        lengths = torch.linalg.vector_norm(g[0].float(), dim=1).cpu()  # (T, H', W')
+        views.append({"name": name, "lengths": encode(lengths, 0.0, max(float(lengths.max()), 1e-12))})
+    return views
+
+
+def coupling_view(layer: str, rounds: torch.Tensor, grid: torch.Tensor) -> dict[str, Any]:
+    """One layer's recorded coupling (P, R, T, J), P the positions of its output ``grid`` (1, J, D, H', W'), as
+    {layer, coupling (R, J, T, H', W')} from 0 to its largest coefficient."""
+    h, w = grid.shape[-2:]
+    P, R, T, J = rounds.shape
+    c = rounds.float().cpu().reshape(h, w, R, T, J).permute(2, 4, 3, 0, 1)  # (R, J, T, H', W')
+    return {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12))}
 
 
 class SegmentationViewer:
@@ -83,22 +152,13 @@ class SegmentationViewer:
         self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
         self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
         self._first = _first_maps(model, self.conv)
-        # SegCaps' capsule layers that route: model.caps[name], each with route(x, record=True)
-        caps = getattr(model, "caps", None)
-        self._routers = {name: m for name, m in caps.items() if hasattr(m, "route")} \
-            if isinstance(caps, nn.ModuleDict) else {}
+        self._routers = routers(model)  # SegCaps' capsule layers that route
         with torch.inference_mode():  # the sizes of every view, from one blank input
             x = torch.zeros(1, *self.shape, device=self.device)
             out = model(x)
             self.decodes = getattr(out, "reconstructions", None) is not None
             self._map = list(self._first(x).shape[2:])
-            grids, inputs = self._grids(x, list(self._routers))
-            rounds = {name: self._routers[name].route(inputs[name], record=True)[1].rounds.shape  # (P, R, T, J)
-                      for name in inputs}
-        self.layers = [{"name": name, "types": g.shape[1], "dim": g.shape[2], "grid": list(g.shape[3:]),
-                        "routing": None if name not in rounds else
-                        {"rounds": rounds[name][1], "children": rounds[name][2], "parents": rounds[name][3]}}
-                       for name, g in grids.items()]  # g: (1, T, D, H', W')
+            self.layers = describe_layers(self._routers, *self._grids(x, list(self._routers)))
 
     # ------------------------------------------------------------------ description
 
@@ -153,31 +213,13 @@ class SegmentationViewer:
     # ------------------------------------------------------------------ the network
 
     def _routing_layer(self, routing: Any) -> str | None:
-        if routing is None or (isinstance(routing, str) and routing in self._routers):
-            return routing
-        names = ", ".join(self._routers)
-        raise ViewerError(f"unknown routing layer {str(routing)[:60]!r}: " +
-                          (f"the capsule layers that route are {names}" if names else
-                           f"this {type(self.model).__name__} has no capsule layers; leave routing out"))
+        return routing_layer(self._routers, routing, self.model)
 
     def _grids(self, x: torch.Tensor, hooked: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Every capsule grid of ``x`` (none without ``capsule_grids``) and the input each ``hooked`` layer got."""
         if not hasattr(self.model, "capsule_grids"):
             return {}, {}
-        inputs: dict[str, torch.Tensor] = {}
-
-        def keep(name: str):
-            def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-                inputs[name] = args[0]  # (1, T, Din, H, W), the skip concatenation included
-            return hook
-
-        handles = [self._routers[name].register_forward_pre_hook(keep(name)) for name in hooked]
-        try:
-            grids = self.model.capsule_grids(x)  # {name: (1, T, D, H', W')}
-        finally:
-            for h in handles:
-                h.remove()
-        return grids, inputs
+        return hooked_grids(self._routers, hooked, lambda: self.model.capsule_grids(x))
 
     def walk(self, inp: _Input, routing: str | None = None) -> dict[str, Any]:
         """Every view of one input (the JSON of POST /api/forward and /api/upload).
@@ -202,16 +244,8 @@ class SegmentationViewer:
         recon = getattr(out, "reconstructions", None)
         fmap = maps[0].float().cpu()  # (K, H, W)
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
-        layers = []
-        for name, g in grids.items():
-            lengths = torch.linalg.vector_norm(g[0].float(), dim=1).cpu()  # (T, H', W')
-            layers.append({"name": name, "lengths": encode(lengths, 0.0, max(float(lengths.max()), 1e-12))})
-        coupling = None
-        if rounds is not None:
-            h, w = grids[layer].shape[-2:]
-            P, R, T, J = rounds.shape
-            c = rounds.float().cpu().reshape(h, w, R, T, J).permute(2, 4, 3, 0, 1)  # (R, J, T, H', W')
-            coupling = {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12))}
+        layers = length_views(grids)
+        coupling = None if rounds is None else coupling_view(layer, rounds, grids[layer])
         return {
             "source": inp.source,
             "input": encode(inp.image, 0.0, 1.0),

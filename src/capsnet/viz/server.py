@@ -25,19 +25,25 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
 API (also in the README):
 
 - ``GET /api/info``: the model, data set and sizes; ``kind`` is
-  ``"classification"`` or ``"segmentation"``.
-- ``GET /api/kernels``: conv1's kernels (a segmentation model's first convolution).
+  ``"classification"``, ``"segmentation"`` or ``"synthesis"``.
+- ``GET /api/kernels``: conv1's kernels (a segmentation model's first convolution, a synthesis model's
+  generator's).
 - ``POST /api/forward`` with ``{"index": n}`` or ``{"class": k, "nth": m}``:
   every layer's view of a test image. A segmentation model takes
   ``{"index": n}``, optionally with ``"routing": LAYER`` (a capsule layer's
-  name: its coupling coefficients of every round come too).
+  name: its coupling coefficients of every round come too). A synthesis
+  model takes ``{"index": n}`` (a test label map), optionally with
+  ``"seeds": [s, ...]`` (1 to 8 noise seeds), ``"truncation": t`` and
+  ``"routing": LAYER``.
 - ``POST /api/upload`` with a PNG or JPEG as the body: the same for an
   uploaded or drawn image, after MNIST's preprocessing; for a segmentation
   model an image of exactly its input size, taken as it is
-  (``/api/upload?routing=LAYER`` as above).
+  (``/api/upload?routing=LAYER`` as above); for a synthesis model a label
+  map of exactly its input size (``?seeds=0,1,2&truncation=T&routing=LAYER``,
+  each optional).
 - ``POST /api/reconstruct`` with ``{"capsule": j, "pose": [16 numbers]}``:
   the decoder's image of that capsule (the sliders); refused with a 400 for a
-  segmentation model, which has no digit capsules.
+  segmentation or synthesis model, which has no digit capsules.
 """
 from __future__ import annotations
 
@@ -58,6 +64,7 @@ from urllib.parse import parse_qs
 from .engine import Viewer, ViewerError
 from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
 from .segmentation import SegmentationViewer
+from .synthesis import SynthesisViewer
 
 __all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
            "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
@@ -81,6 +88,7 @@ _STATIC = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/segmentation.js": ("segmentation.js", "text/javascript; charset=utf-8"),
+    "/synthesis.js": ("synthesis.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 _GET_API = ("/api/info", "/api/kernels")
@@ -397,6 +405,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         viewer = self.server.viewer
         req = self._json_body()
+        if viewer.kind == "synthesis":
+            unknown = set(req) - {"index", "routing", "seeds", "truncation"}
+            if unknown or "index" not in req:
+                what = f"unknown field(s) {_short(str(sorted(unknown)), 200)}: " if unknown else ""
+                raise _HTTPError(HTTPStatus.BAD_REQUEST, f'{what}send {{"index": n}}, optionally with "seeds": '
+                                 f'[s, ...], "truncation": t and "routing": a capsule layer (a test label map is '
+                                 f'picked by index)')
+            inp = viewer.test_input(index=req["index"])
+            self._json(HTTPStatus.OK, viewer.walk(inp, routing=req.get("routing"), seeds=req.get("seeds"),
+                                                  truncation=req.get("truncation")))
+            return
         if viewer.kind == "segmentation":
             unknown = set(req) - {"index", "class", "nth", "routing"}
             if unknown or "index" not in req:
@@ -430,6 +449,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upload_held(self) -> None:
         viewer = self.server.viewer
+        if viewer.kind == "synthesis":
+            fields = self._query({"routing", "seeds", "truncation"},
+                                 "/api/upload?seeds=0,1,2&truncation=T&routing=LAYER")
+            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape,
+                                       "makes images from {W}x{H} label maps")
+            inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
+            self._json(HTTPStatus.OK, viewer.walk(inp, routing=fields.get("routing"),
+                                                  seeds=_seeds_field(fields.get("seeds")),
+                                                  truncation=_truncation_field(fields.get("truncation"))))
+            return
         if viewer.kind == "segmentation":
             routing = self._routing_query()
             image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
@@ -441,28 +470,54 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _routing_query(self) -> str | None:
         """``routing`` from the query string of a segmentation upload (``/api/upload?routing=LAYER``), or None."""
+        return self._query({"routing"}, "/api/upload?routing=LAYER").get("routing")
+
+    def _query(self, allowed: set[str], example: str) -> dict[str, str]:
+        """The query string's fields, each at most once and each one of ``allowed``; anything else is a 400 that
+        shows ``example``."""
         query = self.path.split("?", 1)[1] if "?" in self.path else ""
         try:
-            fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=4)
+            fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=8)
         except ValueError as e:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the query string is malformed ({_short(str(e), 80)}): send "
-                             "/api/upload or /api/upload?routing=LAYER") from None
-        unknown = set(fields) - {"routing"}
-        if unknown or len(fields.get("routing", [])) > 1:
+                             f"/api/upload or {example}") from None
+        unknown = set(fields) - allowed
+        if unknown or any(len(v) > 1 for v in fields.values()):
             raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown or repeated query field(s) "
-                             f"{_short(str(sorted(unknown or fields)), 200)}: send /api/upload or "
-                             "/api/upload?routing=LAYER")
-        return fields["routing"][0] if fields else None
+                             f"{_short(str(sorted(unknown or fields)), 200)}: send /api/upload or {example}")
+        return {k: v[0] for k, v in fields.items()}
 
     def _reconstruct(self) -> None:
         req = self._json_body()
         viewer = self.server.viewer
-        if viewer.kind == "segmentation":
+        if viewer.kind in ("segmentation", "synthesis"):
             viewer.reconstruct()  # raises a ViewerError (a 400) that says what to do instead
         unknown = set(req) - {"capsule", "pose"}
         if unknown or "capsule" not in req or "pose" not in req:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, 'send {"capsule": j, "pose": [numbers]} and nothing else')
         self._json(HTTPStatus.OK, viewer.reconstruct(req["pose"], req["capsule"]))
+
+
+def _seeds_field(text: str | None) -> list[int] | None:
+    """``seeds=0,1,2`` of an upload's query string as a list (the viewer checks the values), or None."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    if not 1 <= len(parts) <= 64 or not all(re.fullmatch(r"[0-9]{1,10}", p) for p in parts):
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"seeds={_short(text, 40)} is not a comma-separated list of "
+                         f"non-negative integers: send e.g. ?seeds=0,1,2,3")
+    return [int(p) for p in parts]
+
+
+def _truncation_field(text: str | None) -> float | None:
+    """``truncation=T`` of an upload's query string as a number (the viewer checks its range), or None."""
+    if text is None:
+        return None
+    try:
+        return _parse_float(text)
+    except ValueError:
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"truncation={_short(text, 40)} is not a number: send e.g. "
+                         f"?truncation=0.5, or leave it out for the untruncated noise") from None
 
 
 # ------------------------------------------------------------------ the server
@@ -472,7 +527,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer,
+    def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer | SynthesisViewer,
                  log: Callable[[str], None] | None, read_timeout: float, request_timeout: float) -> None:
         self.viewer = viewer
         self.log = log
@@ -508,7 +563,7 @@ class _Server(ThreadingHTTPServer):
             self.log(f"{client_address[0]} internal error:\n{traceback.format_exc()}")
 
 
-def make_server(viewer: Viewer | SegmentationViewer, host: str = "127.0.0.1", port: int = 5000,
+def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 5000,
                 log: Callable[[str], None] | None = None, *, read_timeout: float | None = None,
                 request_timeout: float | None = None) -> _Server:
     """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()`` on it.
@@ -520,8 +575,8 @@ def make_server(viewer: Viewer | SegmentationViewer, host: str = "127.0.0.1", po
                    REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
 
 
-def serve_in_thread(viewer: Viewer | SegmentationViewer, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
-                    ) -> tuple[_Server, threading.Thread]:
+def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 0,
+                    **kwargs: Any) -> tuple[_Server, threading.Thread]:
     """Start a server in a daemon thread (tests, benchmarks, notebooks); stop it with ``server.shutdown()``."""
     server = make_server(viewer, host, port, **kwargs)
     thread = threading.Thread(target=server.serve_forever, name="capsnet-viz", daemon=True)

@@ -1,7 +1,8 @@
 // capsnet viewer: talks to the JSON API of capsnet.viz.server and draws every array on canvases.
 // No build step and no libraries; arrays arrive as {shape, lo, hi, data: base64 uint8}.
 // A segmentation model (info.kind === "segmentation") gets the panels of segmentation.js instead of the
-// classification ones (digit capsules, routing to a digit capsule, pose sliders).
+// classification ones (digit capsules, routing to a digit capsule, pose sliders), a synthesis model
+// (info.kind === "synthesis") those of synthesis.js.
 "use strict";
 
 const state = {
@@ -14,10 +15,11 @@ const state = {
   nth: {},         // class -> how many images of it were shown
   clearDrawing: null,  // blanks the drawing canvas (set up by setUpDrawing)
   last: null,      // the last walk request that was answered: {path, body, raw}
-  routing: null,   // segmentation: the capsule layer whose routing is shown ...
+  routing: null,   // segmentation and synthesis: the capsule layer whose routing is shown ...
   parent: 0,       // ... and its parent type
   walkSeq: 0,      // numbers the walk requests: an answer overtaken by a later request is not shown
   reconSeq: 0,     // the same for reconstructions (a capsule or image chosen since makes one stale)
+  brush: 18,       // the drawing's stroke width in canvas pixels (280 wide)
 };
 
 const $ = (id) => document.getElementById(id);
@@ -107,7 +109,11 @@ function drawLabelledTiles(box, bytes, n, h, w, { label = (k) => `${k}`, color =
 // An image (C, H, W), grey for C = 1 and RGB for C = 3, scaled to the canvas.
 function drawImage(canvas, e) {
   const [C, H, W] = e.shape;
-  const b = bytesOf(e);
+  drawPixels(canvas, bytesOf(e), C, H, W);
+}
+
+// The same from C x H x W values 0..255 (e.g. one image of a batch: a subarray of its bytes).
+function drawPixels(canvas, b, C, H, W) {
   const off = document.createElement("canvas");
   off.width = W; off.height = H;
   const ctx = off.getContext("2d");
@@ -292,6 +298,8 @@ function showWalk(w) {
   if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
   if (state.info.kind === "segmentation") {
     renderSegmentation();
+  } else if (state.info.kind === "synthesis") {
+    renderSynthesis();
   } else {
     renderLayers();
     selectCapsule(w.predicted);
@@ -302,7 +310,9 @@ function showWalk(w) {
 
 async function walk(path, body, raw) {
   try {
-    const [to, sent] = state.info.kind === "segmentation" ? routedRequest(path, body) : [path, body];
+    const kind = state.info.kind;
+    const [to, sent] = kind === "segmentation" ? routedRequest(path, body)
+      : kind === "synthesis" ? synthesisRequest(path, body) : [path, body];
     const seq = ++state.walkSeq;
     const w = await api(to, sent, raw);
     if (seq !== state.walkSeq) return;  // a later request was sent meanwhile: its answer is the one to show
@@ -328,7 +338,7 @@ function setUpDrawing() {
   canvas.addEventListener("pointerdown", (e) => {
     drawing = true; drawn = true;
     canvas.setPointerCapture(e.pointerId);
-    ctx.strokeStyle = "#fff"; ctx.lineWidth = 18; ctx.lineCap = ctx.lineJoin = "round";
+    ctx.strokeStyle = "#fff"; ctx.lineWidth = state.brush; ctx.lineCap = ctx.lineJoin = "round";
     ctx.beginPath(); ctx.moveTo(...at(e)); ctx.lineTo(...at(e)); ctx.stroke();
   });
   canvas.addEventListener("pointermove", (e) => {
@@ -339,8 +349,9 @@ function setUpDrawing() {
     if (!drawing) return;
     drawing = false;
     if (!drawn) return;
-    // a segmentation model takes an image of its own input size, as it is: the drawing is scaled to it here
-    const send = state.info.kind === "segmentation" ? scaledDrawing(canvas) : canvas;
+    // a segmentation or synthesis model takes an image of its own input size, as it is: the drawing is scaled to
+    // it here
+    const send = state.info.kind === "classification" ? canvas : scaledDrawing(canvas);
     send.toBlob((blob) => walk("/api/upload", blob, true), "image/png");
   };
   canvas.addEventListener("pointerup", finish);
@@ -379,8 +390,9 @@ async function start() {
   try {
     const info = state.info = await api("/api/info");
     const [C, H, W] = info.input;
-    const segmenting = info.kind === "segmentation";
+    const segmenting = info.kind === "segmentation", synthesizing = info.kind === "synthesis";
     $("model-info").textContent = segmenting ? segmentationSummary(info)
+      : synthesizing ? synthesisSummary(info)
       : `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
       `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
       `${info.primary.types}x${info.primary.grid.join("x")} ${info.model === "CapsNet" ? "primary" : "lower"} ` +
@@ -390,11 +402,12 @@ async function start() {
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
     setUpPickers();
-    if (segmenting) setUpSegmentation(); else buildSliders();
+    if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis(); else buildSliders();
     const k = await api("/api/kernels");
     const [K, Ck, kh, kw] = k.kernels.shape;
-    // one tile per kernel and input channel
-    drawTiles($("kernels"), bytesOf(k.kernels), K * Ck, kh, kw, { cols: 16 * Ck, scale: 2, gap: 2 });
+    // one tile per kernel and input channel; a generator's few kernels, 8 a row, drawn larger
+    const [perRow, scale] = synthesizing ? [8, 3] : [16, 2];
+    drawTiles($("kernels"), bytesOf(k.kernels), K * Ck, kh, kw, { cols: perRow * Ck, scale, gap: 2 });
     if (info.test_size > 0) await walk("/api/forward", { index: 0 });
     document.body.dataset.ready = "1";
   } catch (err) {

@@ -39,6 +39,13 @@ function setUpSegmentation() {
     draw.style.height = `${Math.round(196 * H / W)}px`;
     state.clearDrawing();
   }
+  setUpRoutingPickers();
+}
+
+// The routing panel's layer and parent pickers (SegCaps, and CapsPix2pix's generator in synthesis.js): the first
+// layer that routes more than once is shown first (SegCaps R3: conv_2_1); another layer re-walks the same input.
+function setUpRoutingPickers() {
+  const info = state.info;
   const routed = info.layers.filter((l) => l.routing);
   const layers = $("routing-layer");
   for (const l of routed) {
@@ -63,6 +70,15 @@ function setUpSegmentation() {
     state.parent = Number($("routing-parent").value);
     renderSegmentationRouting();
   });
+}
+
+// The views every capsule-grid model shares: the first convolution's feature maps, the capsule layers, the routing.
+function renderLayerViews() {
+  const w = state.walk;
+  const [K, h, wd] = w.feature_maps.shape;
+  drawTiles($("feature-maps"), bytesOf(w.feature_maps), K, h, wd, { cols: 8, scale: 1, gap: 2 });
+  renderCapsuleLayers();
+  renderSegmentationRouting();
 }
 
 function fillParents() {
@@ -128,10 +144,7 @@ function renderSegmentation() {
   $("seg-pixels").textContent = known
     ? `(${w.pixels.predicted} pixels predicted, ${w.pixels.truth} in the ground truth)`
     : `(${w.pixels.predicted} pixels predicted; your image has no ground truth to score against)`;
-  const [K, h, wd] = w.feature_maps.shape;
-  drawTiles($("feature-maps"), bytesOf(w.feature_maps), K, h, wd, { cols: 8, scale: 1, gap: 2 });
-  renderCapsuleLayers();
-  renderSegmentationRouting();
+  renderLayerViews();
   const s = w.source;
   $("source").textContent = s.kind === "test"
     ? `test canvas #${s.index} of ${info.dataset}` : `your image (${s.size[0]}x${s.size[1]} px, as it is)`;

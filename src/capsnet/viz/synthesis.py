@@ -1,0 +1,278 @@
+"""What the viewer computes for a synthesis model (CapsPix2pix, pix2pix): the images one label map gives under
+several noise seeds, and the generator's layers that made them.
+
+``SynthesisViewer`` answers the calls of ``Viewer`` (``info``, ``kernels``,
+``test_input``, ``image_input``, ``walk``), so the server and the page take
+one path for every kind. A walk holds the label map, the images it gives
+under each seed asked for (``capsnet.synthesis.samples``: a test pair's
+images are the ones ``capsnet eval`` scores, a drawn or uploaded map's the
+ones ``capsnet generate`` writes for a folder of that one map), for a test
+pair the real image with each sample's L1 and SSIM against it and its class,
+the spread of the samples over the seeds (the noise-spread metric of
+``capsnet eval``), and for a model with a noise vector (CapsPix2pix; pix2pix's
+noise is its dropout) a row of images whose noise moves linearly from the
+first seed's vector to the second's, the noise channel the first seed gives
+the generator, and, as for SegCaps, the capsule lengths of every generator
+layer (``capsule_grids``) with, at the one layer asked for, the coupling
+coefficients of every routing round. All but the samples and their scores
+are of the first seed. ``truncation`` draws the noise from the truncated
+normal (``capsnet eval --truncation``). There is nothing to reconstruct from
+a pose, so ``reconstruct`` is refused with a message.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import threading
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..image_metrics import l1_error, noise_spread, ssim
+from ..synthesis import samples
+from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode
+from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
+
+__all__ = ["SynthesisViewer", "SYNTHESIS_TEST_SIZE", "DEFAULT_SEEDS", "MAX_SEEDS", "INTERPOLATION_STEPS",
+           "MAX_SEED"]
+
+SYNTHESIS_TEST_SIZE = 1000  # test pairs the viewer loads (the first 1,000, as the docs' tables score)
+DEFAULT_SEEDS = (0, 1, 2, 3)  # samples per label map: four images from one map show what its noise does
+MAX_SEEDS = 8  # the noise-spread metric's draws (capsnet.synthesis.SPREAD_SEEDS): more gives a slow page
+INTERPOLATION_STEPS = 8  # images from seeds[0]'s noise vector to seeds[1]'s, as `capsnet figures` draws them
+MAX_SEED = 2 ** 31 - 1
+
+
+def _first_maps(generator: nn.Module, labels: torch.Tensor, z: torch.Tensor, conv: nn.Conv2d,
+                grids: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The generator's first convolution's feature maps as the next layer sees them, (K, H', W'): CapsPix2pix's
+    conv1 capsule grid (LeakyReLU 0.01 of conv1 over the label map and noise channel); otherwise (pix2pix) the
+    convolution's output through LeakyReLU 0.2, which its next layer applies first."""
+    if "conv1" in grids:
+        return grids["conv1"][0, 0]  # (1, 1, 16, H, W) -> (16, H, W)
+    out: list[torch.Tensor] = []
+    handle = conv.register_forward_hook(lambda m, a, o: out.append(o))
+    try:
+        generator(labels, z)
+    finally:
+        handle.remove()
+    return F.leaky_relu(out[0][0], 0.2)  # (K, H', W')
+
+
+class SynthesisViewer:
+    """One synthesis model, its test label maps with their real images, and the views of a label map.
+
+    Thread-safe as ``Viewer``: all model calls, and the hooks that catch a
+    capsule layer's input, hold one lock.
+
+    Args:
+        model: a registered synthesis model (``ConditionalGAN``: ``noise``, ``generate``, ``generator``).
+        test_labels: (N, C, H, W) label maps in [0, 1], or None (draw or upload only).
+        test_images: (N, C', H, W) the real image of each label map, in [0, 1].
+        test_classes: (N,) the class of each pair, or None; ``classes`` their names.
+    """
+
+    kind = "synthesis"
+
+    def __init__(self, model: nn.Module, *, test_labels: torch.Tensor | None = None,
+                 test_images: torch.Tensor | None = None, test_classes: torch.Tensor | None = None,
+                 classes: Sequence[str] | None = None, dataset: str | None = None,
+                 checkpoint: str | os.PathLike | None = None) -> None:
+        if not all(hasattr(model, a) for a in ("generator", "noise", "generate")):
+            raise ViewerError(f"SynthesisViewer shows a synthesis model (capspix2pix, pix2pix), got "
+                              f"{type(model).__name__}: a classification or segmentation model opens in Viewer or "
+                              f"SegmentationViewer (load_viewer picks)")
+        self.model = model.eval()
+        self.config = cfg = model.config
+        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)  # a label map
+        self.out_shape = (cfg.out_channels, cfg.input_height, cfg.input_width)  # an image
+        if test_labels is not None:
+            if tuple(test_labels.shape[1:]) != self.shape:
+                raise ViewerError(f"{dataset or 'the'} test label maps are {tuple(test_labels.shape[1:])} but the "
+                                  f"model takes {self.shape}: pick the data set the checkpoint was trained on "
+                                  f"(--dataset)")
+            want = (len(test_labels), *self.out_shape)
+            if test_images is None or tuple(test_images.shape) != want:
+                got = None if test_images is None else tuple(test_images.shape)
+                raise ViewerError(f"test_images must give one image {want[1:]} per label map, {want} in all, got {got}")
+            if test_classes is not None and len(test_classes) != len(test_labels):
+                raise ViewerError("test_classes must give one class per label map")
+        self.test_labels = test_labels
+        self.test_images = test_images
+        self.test_classes = test_classes
+        self.classes = list(classes or [])
+        self.dataset = dataset
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.device = next(model.parameters()).device
+        self.generator = model.generator
+        self.noise_dim = int(model.noise(1, 0).shape[1])  # 0: the noise is dropout (pix2pix)
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Any] | None = None
+        self.conv = next(m for m in self.generator.modules() if isinstance(m, nn.Conv2d))
+        self._conv_name = next(name for name, m in self.generator.named_modules() if m is self.conv)
+        self._routers = routers(self.generator)  # CapsPix2pix's capsule layers that route
+        with torch.inference_mode():  # the sizes of every view, from one blank label map
+            x = torch.zeros(1, *self.shape, device=self.device)
+            z = model.noise(1, 0, self.device)
+            grids, inputs = self._grids(x, z, list(self._routers))
+            self._map = list(_first_maps(self.generator, x, z, self.conv, grids).shape[1:])
+            self.layers = describe_layers(self._routers, grids, inputs)
+
+    # ------------------------------------------------------------------ description
+
+    def info(self) -> dict[str, Any]:
+        from ..models import model_name
+
+        return {
+            "kind": self.kind,
+            "checkpoint": self.checkpoint,
+            "trained": self.checkpoint is not None,
+            "dataset": self.dataset,
+            "test_size": 0 if self.test_labels is None else len(self.test_labels),
+            "classes": self.classes,  # a pair's class is shown, not picked: a test pair is picked by index
+            "input": list(self.shape),
+            "output": list(self.out_shape),
+            "model": type(self.model).__name__,
+            "model_name": model_name(self.config),
+            "noise": "vector" if self.noise_dim else "dropout",
+            "noise_dim": self.noise_dim,
+            "seeds": list(DEFAULT_SEEDS),
+            "max_seeds": MAX_SEEDS,
+            "interpolation_steps": INTERPOLATION_STEPS if self.noise_dim else 0,
+            "conv1": {"name": self._conv_name, "channels": self.conv.out_channels, "kernel": self.conv.kernel_size[0],
+                      "map": self._map, "in_channels": self.conv.in_channels},
+            "layers": self.layers,
+            "routing_layers": [layer["name"] for layer in self.layers if layer["routing"]],
+        }
+
+    def kernels(self) -> dict[str, Any]:
+        """The generator's first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range
+        (CapsPix2pix's conv1: C = the label map's channels and the noise channel, last)."""
+        if self._kernels is None:
+            self._kernels = conv_kernels(self.conv)
+        return self._kernels
+
+    # ------------------------------------------------------------------ inputs
+
+    def test_input(self, index: int | None = None, label: Any = None, nth: Any = 0) -> _Input:
+        """Test pair ``index``: its label map, with its real image as the truth; ``label`` is refused (pick by
+        index)."""
+        if self.test_labels is None:
+            raise ViewerError("no test set is loaded; draw or upload a label map instead")
+        if label is not None:
+            raise ViewerError('a synthesis test pair is picked by index: send {"index": n}')
+        n = len(self.test_labels)
+        if not _is_int(index) or not 0 <= index < n:
+            raise ViewerError(f"test index {index!r} out of range: the test set has {n} label maps, 0..{n - 1}")
+        source: dict[str, Any] = {"kind": "test", "index": index}
+        if self.test_classes is not None:
+            k = int(self.test_classes[index])
+            source["class"] = k
+            if 0 <= k < len(self.classes):
+                source["class_name"] = self.classes[k]
+        return _Input(_unit(self.test_labels[index]), source, _unit(self.test_images[index]))
+
+    def image_input(self, image: torch.Tensor, source: dict[str, Any]) -> _Input:
+        """An uploaded or drawn label map (C, H, W) in [0, 1], of the model's input size; no real image."""
+        return _Input(checked_image(image, self.shape), source)
+
+    # ------------------------------------------------------------------ the network
+
+    def _grids(self, labels: torch.Tensor, z: torch.Tensor, hooked: list[str]
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every capsule grid of the generator for (labels, z) (none without ``capsule_grids``) and the input each
+        ``hooked`` layer got."""
+        if not hasattr(self.generator, "capsule_grids"):
+            return {}, {}
+        return hooked_grids(self._routers, hooked, lambda: self.generator.capsule_grids(labels, z))
+
+    def _seeds(self, seeds: Any) -> list[int]:
+        if seeds is None:
+            return list(DEFAULT_SEEDS)
+        if (not isinstance(seeds, (list, tuple)) or not 1 <= len(seeds) <= MAX_SEEDS
+                or not all(_is_int(s) and 0 <= s <= MAX_SEED for s in seeds)):
+            raise ViewerError(f"seeds must be a list of 1 to {MAX_SEEDS} integers in 0..{MAX_SEED}, got "
+                              f"{str(seeds)[:80]}")
+        if len(set(seeds)) != len(seeds):
+            raise ViewerError(f"seeds {str(seeds)[:80]} repeats a seed: give each once")
+        return [int(s) for s in seeds]
+
+    def _truncation(self, truncation: Any) -> float | None:
+        if truncation is None:
+            return None
+        if not self.noise_dim:
+            raise ViewerError(f"{type(self.model).__name__} has no noise vector to truncate (its noise is dropout); "
+                              f"leave truncation out")
+        if (isinstance(truncation, bool) or not isinstance(truncation, numbers.Real)
+                or not math.isfinite(truncation) or truncation < 0):
+            raise ViewerError(f"truncation must be a finite number >= 0 (0: the noise's mean; larger values approach "
+                              f"the untruncated noise), or left out, got {str(truncation)[:40]}")
+        return float(truncation)
+
+    def walk(self, inp: _Input, routing: str | None = None, seeds: Any = None, truncation: Any = None
+             ) -> dict[str, Any]:
+        """Every view of one label map (the JSON of POST /api/forward and /api/upload).
+
+        ``routing``: a capsule layer's name (``info()["routing_layers"]``) whose coupling coefficients of every
+        round to send, or None. ``seeds``: the noise seeds of the samples (default ``DEFAULT_SEEDS``).
+        ``truncation``: the noise's truncation (None: untruncated).
+        """
+        layer = routing_layer(self._routers, routing, self.model)
+        seeds = self._seeds(seeds)
+        truncation = self._truncation(truncation)
+        row = inp.source["index"] if inp.source.get("kind") == "test" else 0
+        with self._lock, torch.inference_mode():
+            label = inp.image.to(self.device)  # (C, H, W)
+            images = samples(self.model, label, seeds, row=row, truncation=truncation).float()  # (K, C', H, W)
+            z = self.model.noise(row + 1, seeds[0], self.device, truncation=truncation)[row:]  # (1, Z)
+            x = label.unsqueeze(0)  # (1, C, H, W)
+            grids, inputs = self._grids(x, z, [layer] if layer else [])
+            rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P,R,T,J)
+            maps = _first_maps(self.generator, x, z, self.conv, grids).float().cpu()  # (K, H', W')
+            noise_map = between = None
+            if self.noise_dim:
+                noise_map = self.generator.noise(z).view(self.shape[1:]).float().cpu()  # (H, W)
+                if len(seeds) > 1:
+                    b = self.model.noise(row + 1, seeds[1], self.device, truncation=truncation)[row:]  # (1, Z)
+                    t = torch.linspace(0, 1, INTERPOLATION_STEPS, device=self.device)[:, None]  # (S, 1)
+                    zs = (1 - t) * z + t * b  # (S, Z)
+                    between = self.model.generate(x.expand(len(zs), *self.shape), z=zs, seed=0).float().cpu()
+        images = images.cpu()
+        truth = inp.truth
+        scores = None
+        if truth is not None:
+            real = truth.unsqueeze(0).expand_as(images)
+            scores = [{"seed": s, "l1": float(a), "ssim": float(b)}
+                      for s, a, b in zip(seeds, l1_error(images, real), ssim(images, real))]
+        spread = float(noise_spread(images.unsqueeze(1))[0]) if len(seeds) > 1 else None
+        fmax = maps.reshape(maps.shape[0], -1).amax(dim=1).clamp_min(1e-12)
+        noise_range = max(float(noise_map.abs().max()), 1e-12) if noise_map is not None else None
+        return {
+            "source": inp.source,
+            "input": encode(inp.image, 0.0, 1.0),
+            "truth": None if truth is None else encode(truth, 0.0, 1.0),
+            "seeds": seeds,
+            "truncation": truncation,
+            "samples": encode(images, 0.0, 1.0),
+            "scores": scores,
+            "spread": spread,
+            "interpolation": None if between is None else encode(between, 0.0, 1.0),
+            "noise_map": None if noise_map is None else encode(noise_map, -noise_range, noise_range),
+            "feature_maps": encode(maps, [0.0] * len(fmax), fmax.tolist()),
+            "layers": length_views(grids),
+            "routing": None if rounds is None else coupling_view(layer, rounds, grids[layer]),
+        }
+
+    def reconstruct(self, pose: Any = None, capsule: Any = None) -> dict[str, Any]:
+        """Refused: the pose sliders move a digit capsule of a classification model; a generator has none."""
+        raise ViewerError(f"this {type(self.model).__name__} makes images from label maps: it has no digit capsules "
+                          "to move, so there is nothing to reconstruct from a pose (POST /api/reconstruct is for "
+                          "classification models); its images come with every walk (POST /api/forward)")
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """(C, H, W) as float in [0, 1] (uint8 0..255 divided)."""
+    return x.float() if x.is_floating_point() else x.float() / 255.0

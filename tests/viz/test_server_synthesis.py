@@ -1,0 +1,112 @@
+"""capsnet.viz.server for a synthesis run (CapsPix2pix) over real HTTP: the endpoints, uploads of a label map of the
+model's input size with seeds and truncation in the query string, and bad requests answered with a clear 400 while
+the server goes on."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from capsnet.viz import decode
+from http_helpers import api, png, request, serving
+
+
+@pytest.fixture(scope="module")
+def server(synthesis_viewer):
+    with serving(synthesis_viewer) as srv:
+        yield srv
+
+
+def assert_alive(server):
+    status, info = api(server, "/api/info")
+    assert status == 200 and info["kind"] == "synthesis"
+
+
+def test_info_kernels_forward_and_the_page_script(server, synthesis_viewer):
+    v = synthesis_viewer
+    status, info = api(server, "/api/info")
+    assert status == 200 and info == json.loads(json.dumps(v.info()))
+    status, k = api(server, "/api/kernels")
+    assert status == 200 and k["kernels"]["shape"] == [16, 2, 5, 5]  # conv1 over the label map and the noise channel
+    ask = {"index": 3, "seeds": [2, 7], "truncation": 1.0, "routing": "conv_2_1"}
+    status, w = api(server, "/api/forward", ask)
+    want = v.walk(v.test_input(index=3), seeds=[2, 7], truncation=1.0, routing="conv_2_1")
+    assert status == 200 and w == json.loads(json.dumps(want))
+    assert w["seeds"] == [2, 7] and w["truncation"] == 1.0 and w["routing"]["layer"] == "conv_2_1"
+    status, w = api(server, "/api/forward", {"index": 0})
+    assert status == 200 and w["seeds"] == info["seeds"] and w["truncation"] is None
+    status, ctype, _ = request(server, "GET", "/synthesis.js")
+    assert status == 200 and ctype.startswith("text/javascript")
+
+
+def test_upload_of_a_test_label_map_makes_capsnet_generates_images(server, synthesis_viewer):
+    """A test label map sent as an 8-bit PNG, taken as it is: row 0's images (a folder of that one map)."""
+    v = synthesis_viewer
+    label = np.round(v.test_labels[1, 0].numpy() * 255).astype(np.uint8)  # (32, 32): skeletons are 0 or 1
+    status, w = api(server, "/api/upload?seeds=3,0&truncation=0.5&routing=deconv_1_1", raw=png(label))
+    assert status == 200 and w["source"] == {"kind": "upload", "size": [32, 32]}
+    np.testing.assert_allclose(decode(w["input"]), label[None] / 255, atol=0.5 / 255 + 1e-6)
+    assert w["truth"] is None and w["scores"] is None and w["seeds"] == [3, 0] and w["truncation"] == 0.5
+    assert w["routing"]["layer"] == "deconv_1_1"
+    ref = v.walk(v.image_input(v.test_labels[1], {"kind": "upload", "size": [32, 32]}), seeds=[3, 0],
+                 truncation=0.5, routing="deconv_1_1")
+    assert w["samples"] == ref["samples"] and w["interpolation"] == ref["interpolation"]
+    status, w = api(server, "/api/upload", raw=png(np.stack([label] * 4, -1)))  # alpha is dropped
+    assert status == 200 and w["seeds"] == [0, 1, 2, 3] and w["routing"] is None
+
+
+BLANK = png(np.zeros((32, 32), np.uint8))
+BAD = [
+    ("/api/forward", b'{"class": 1}', 'send {"index": n}'),
+    ("/api/forward", b'{"index": 1, "class": 1}', "unknown field(s) ['class']"),
+    ("/api/forward", b'{"index": 4}', "out of range: the test set has 4 label maps"),
+    ("/api/forward", b'{"index": 1, "seeds": []}', "seeds must be a list of 1 to 8 integers"),
+    ("/api/forward", b'{"index": 1, "seeds": [1, 1]}', "repeats a seed"),
+    ("/api/forward", b'{"index": 1, "seeds": "0,1"}', "seeds must be a list"),
+    ("/api/forward", b'{"index": 1, "truncation": -0.5}', "truncation must be a finite number >= 0"),
+    ("/api/forward", b'{"index": 1, "truncation": "big"}', "truncation must be a finite number"),
+    ("/api/forward", b'{"index": 1, "routing": "conv9"}', "unknown routing layer 'conv9'"),
+    ("/api/reconstruct", b'{"capsule": 0, "pose": [0]}', "makes images from label maps: it has no digit capsules"),
+    ("/api/upload", b"this is not an image", "not a PNG or JPEG"),
+    ("/api/upload", png(np.zeros((28, 28), np.uint8)), "the image is 28x28 pixels; this model makes images from "
+                                                        "32x32 label maps: upload one of exactly that size"),
+    ("/api/upload?seeds=0,x", BLANK, "seeds=0,x is not a comma-separated list of non-negative integers"),
+    ("/api/upload?seeds=-1", BLANK, "is not a comma-separated list"),
+    ("/api/upload?seeds=", BLANK, "is not a comma-separated list"),
+    ("/api/upload?seeds=1,2,3,4,5,6,7,8,9", BLANK, "seeds must be a list of 1 to 8 integers"),
+    ("/api/upload?truncation=abc", BLANK, "truncation=abc is not a number"),
+    ("/api/upload?truncation=nan", BLANK, "truncation=nan is not a number"),
+    ("/api/upload?truncation=-1", BLANK, "truncation must be a finite number >= 0"),
+    ("/api/upload?seed=1", BLANK, "unknown or repeated query field(s) ['seed']: send /api/upload or /api/upload?seeds"),
+    ("/api/upload?seeds=1&seeds=2", BLANK, "repeated"),
+]
+
+
+@pytest.mark.parametrize("path, body, fragment", BAD, ids=[f"{path}:{fragment[:30]}" for path, _, fragment in BAD])
+def test_bad_requests_get_a_clear_400(server, path, body, fragment):
+    status, payload = api(server, path, raw=body)
+    assert status == 400 and fragment in payload["error"], payload
+    assert_alive(server)
+
+
+def test_fuzz_hostile_synthesis_requests(server):
+    """Mutated walks and upload query strings: every answer a 200 or a 4xx with a message, never a 5xx."""
+    rng = random.Random(0)
+    values = [-1, 4, 10**9, "3", 1.5, None, True, [], {}, [0], [0, 1], [2**40], {"a": 1}, "conv_2_1", "", 1e300]
+    queries = ["", "?", "?seeds=", "?seeds=0", "?seeds=0,1,2", "?seeds=%ZZ", "?truncation=1e999", "?truncation=0",
+               "?seeds=99999999999", "?seeds=" + "1," * 3000, "?truncation=0.5&routing=primary", "?routing=seg_caps",
+               "?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9"]
+    statuses = set()
+    for _ in range(60):
+        if rng.random() < 0.5:
+            fields = rng.sample(["index", "seeds", "truncation", "routing", "class"], rng.randint(0, 4))
+            body = json.dumps({k: rng.choice(values) for k in fields}).encode()
+            status, payload = api(server, "/api/forward", raw=body)
+        else:
+            status, payload = api(server, "/api/upload" + rng.choice(queries), raw=BLANK)
+        statuses.add(status)
+        assert status == 200 or (400 <= status < 500 and payload.get("error")), (status, payload)
+    assert 200 in statuses and 400 in statuses
+    assert_alive(server)

@@ -1,0 +1,201 @@
+"""SynthesisViewer: what the viewer shows of a synthesis model, checked against the library's own generation, the
+figures' paths and values computed here."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from capsnet.data.tasks import load_test
+from capsnet.evaluate import load_model
+from capsnet.figures.synthesis import generator_maps
+from capsnet.image_metrics import l1_error, ssim
+from capsnet.models import create_model
+from capsnet.synthesis import generate, samples
+from capsnet.viz import SynthesisViewer, ViewerError, decode, load_viewer
+from capsnet.viz.synthesis import INTERPOLATION_STEPS
+
+Q = 1 / 255 + 1e-6  # the viewer's arrays are quantised to 1/255 of their range
+
+
+@pytest.fixture(scope="module")
+def pix2pix_viewer():
+    torch.manual_seed(0)
+    model = create_model("pix2pix").eval()
+    g = torch.Generator().manual_seed(1)
+    labels = (torch.rand(3, 1, 32, 32, generator=g) > 0.8).float()
+    images = torch.rand(3, 1, 32, 32, generator=g)
+    return SynthesisViewer(model, test_labels=labels, test_images=images, test_classes=torch.tensor([1, 2, 3]),
+                           classes=[str(k) for k in range(10)], dataset="mnist-skeleton")
+
+
+def test_samples_are_the_images_generate_makes_for_that_row(gan_run, pix2pix_viewer, data_root):
+    model, _ = load_model(gan_run)
+    labels = load_test("mnist-skeleton", size=4, extras=False, root=data_root, progress=False).images  # (4, 1, 32, 32)
+    for m, maps in [(model, labels), (pix2pix_viewer.model, pix2pix_viewer.test_labels)]:
+        for row in (0, 2):
+            got = samples(m, maps[row], [3, 0, 7], row=row)  # (3, 1, 32, 32): one batch
+            for k, seed in enumerate([3, 0, 7]):
+                torch.testing.assert_close(got[k], generate(m, maps, seed=seed)[row], atol=1e-6, rtol=0)
+    torch.testing.assert_close(samples(model, labels[1], [2], row=1, truncation=0.5)[0],
+                               generate(model, labels, seed=2, truncation=0.5)[1], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="give at least one seed"):
+        samples(model, labels[0], [])
+
+
+def test_a_test_walk_shows_the_images_eval_scores_with_their_scores(synthesis_viewer, data_root):
+    v = synthesis_viewer
+    test = load_test("mnist-skeleton", size=4, extras=False, root=data_root, progress=False)
+    w = v.walk(v.test_input(index=2), seeds=[1, 5, 2])
+    assert w["source"] == {"kind": "test", "index": 2, "class": int(test.labels[2]),
+                           "class_name": test.classes[int(test.labels[2])]}
+    assert np.abs(decode(w["input"]) - test.images[2].numpy()).max() <= Q
+    assert np.abs(decode(w["truth"]) - test.components[2].numpy()).max() <= Q
+    got = torch.from_numpy(decode(w["samples"]))  # (3, 1, 32, 32)
+    made = torch.stack([generate(v.model, test.images, seed=s)[2] for s in (1, 5, 2)])  # what capsnet eval scores
+    assert got.shape == (3, 1, 32, 32) and (got - made).abs().max() <= Q
+    real = test.components[2].expand_as(made)
+    assert [s["seed"] for s in w["scores"]] == [1, 5, 2]
+    np.testing.assert_allclose([s["l1"] for s in w["scores"]], l1_error(made, real).numpy(), rtol=1e-6)
+    np.testing.assert_allclose([s["ssim"] for s in w["scores"]], ssim(made, real).numpy(), rtol=1e-6)
+    x = made.double().numpy()
+    assert w["spread"] == pytest.approx(x.std(axis=0, ddof=1).mean(), rel=1e-9)  # over the seeds, per pixel
+    assert w["spread"] > 0  # a generator that ignores its noise would show 0 here
+
+
+def test_the_interpolation_runs_from_the_first_seeds_image_to_the_seconds(synthesis_viewer):
+    v = synthesis_viewer
+    w = v.walk(v.test_input(index=1), seeds=[0, 6])
+    row = decode(w["interpolation"])  # (8, 1, 32, 32)
+    ends = decode(w["samples"])
+    assert row.shape == (INTERPOLATION_STEPS, 1, 32, 32)
+    assert np.abs(row[0] - ends[0]).max() <= 2 * Q and np.abs(row[-1] - ends[1]).max() <= 2 * Q
+    assert np.abs(row[3] - row[0]).max() > 0.01 and np.abs(row[3] - row[-1]).max() > 0.01  # in between
+    assert v.walk(v.test_input(index=1), seeds=[6])["interpolation"] is None  # one seed: nothing to move between
+
+
+def test_truncation_zero_gives_every_seed_the_noises_mean(synthesis_viewer, data_root):
+    v = synthesis_viewer
+    w = v.walk(v.test_input(index=0), seeds=[0, 1, 2], truncation=0)
+    x = decode(w["samples"])
+    assert w["truncation"] == 0.0 and np.abs(x - x[0]).max() == 0 and w["spread"] == 0.0
+    labels = load_test("mnist-skeleton", size=4, extras=False, root=data_root, progress=False).images
+    w = v.walk(v.test_input(index=3), seeds=[4], truncation=1.5)
+    made = generate(v.model, labels, seed=4, truncation=1.5)[3]
+    assert np.abs(decode(w["samples"])[0] - made.numpy()).max() <= Q
+    assert w["spread"] is None and w["scores"][0]["seed"] == 4
+
+
+def test_the_noise_map_conv1_maps_and_layers_are_the_first_seeds(synthesis_viewer):
+    v = synthesis_viewer
+    gen = v.model.generator
+    inp = v.test_input(index=2)
+    w = v.walk(inp, seeds=[3, 1])
+    z = v.model.noise(3, 3)[2:]  # row 2 of seed 3's draw: the noise this pair gets in capsnet eval
+    with torch.no_grad():
+        noise = gen.noise(z).view(32, 32)
+    assert np.abs(decode(w["noise_map"]) - noise.detach().numpy()).max() <= float(noise.abs().max()) * 2 * Q
+    maps = F.leaky_relu(gen.conv1(torch.cat([inp.image[None], noise[None, None]], dim=1)), 0.01)[0].detach()
+    got = decode(w["feature_maps"])  # (16, 32, 32), each map from 0 to its maximum
+    top = maps.flatten(1).amax(1).clamp_min(1e-12)[:, None, None].numpy()
+    assert got.shape == (16, 32, 32) and np.abs(got - maps.clamp_min(0).numpy()).max() <= (top * Q).max()
+    lengths = generator_maps(v.model, inp.image, seed=3, row=2)  # the figures' path
+    assert [layer["name"] for layer in w["layers"]] == list(lengths) == [layer["name"] for layer in v.info()["layers"]]
+    for layer in w["layers"]:
+        want = lengths[layer["name"]].numpy()
+        assert np.abs(decode(layer["lengths"]) - want).max() <= want.max() * Q + 1e-7
+
+
+def test_routing_at_a_layer_is_its_coupling_per_round(synthesis_viewer):
+    v = synthesis_viewer
+    info = v.info()
+    layer = next(d for d in info["layers"] if d["routing"] and d["routing"]["rounds"] == 3)
+    w = v.walk(v.test_input(index=0), routing=layer["name"])
+    c = decode(w["routing"]["coupling"])  # (R, J, T, h, w)
+    r = layer["routing"]
+    assert w["routing"]["layer"] == layer["name"]
+    assert c.shape == (r["rounds"], r["parents"], r["children"], *layer["grid"])
+    np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=r["parents"] * 1 / 255)  # softmax over the parent types
+    np.testing.assert_allclose(c[0], 1 / r["parents"], atol=1 / 255)  # round 1: uniform, before any agreement
+
+
+def test_an_upload_is_row_0_as_capsnet_generate_makes_it(synthesis_viewer):
+    v = synthesis_viewer
+    label = v.test_labels[3]
+    w = v.walk(v.image_input(label, {"kind": "upload", "size": [32, 32]}), seeds=[0, 1])
+    made = generate(v.model, label[None], seed=1)[0]  # a folder of this one map
+    assert w["truth"] is None and w["scores"] is None and w["source"]["kind"] == "upload"
+    assert np.abs(decode(w["samples"])[1] - made.numpy()).max() <= Q
+    again = v.walk(v.image_input(label, {"kind": "upload", "size": [32, 32]}), seeds=[0, 1])
+    assert again["samples"] == w["samples"]  # deterministic in eval mode
+
+
+def test_pix2pix_shows_its_dropout_samples_and_no_noise_vector(pix2pix_viewer):
+    v = pix2pix_viewer
+    info = v.info()
+    assert info["kind"] == "synthesis" and info["noise"] == "dropout" and info["noise_dim"] == 0
+    assert info["layers"] == [] and info["routing_layers"] == [] and info["interpolation_steps"] == 0
+    w = v.walk(v.test_input(index=1), seeds=[0, 9])
+    assert w["interpolation"] is None and w["noise_map"] is None and w["layers"] == [] and w["routing"] is None
+    made = torch.stack([generate(v.model, v.test_labels, seed=s)[1] for s in (0, 9)])
+    assert np.abs(decode(w["samples"]) - made.numpy()).max() <= Q
+    assert w["spread"] > 0  # its dropout is its noise
+    first = v.model.generator.down[0]
+    maps = F.leaky_relu(first(v.test_labels[1][None]), 0.2)[0].detach()  # (64, 16, 16), as down[1] sees them
+    top = maps.flatten(1).amax(1).clamp_min(1e-12)[:, None, None].numpy()
+    assert np.abs(decode(w["feature_maps"]) - maps.clamp_min(0).numpy()).max() <= (top * Q).max()
+    with pytest.raises(ViewerError, match="no noise vector to truncate"):
+        v.walk(v.test_input(index=0), truncation=1.0)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda v: v.walk(v.test_input(index=0), seeds=[]), "seeds must be a list of 1 to 8 integers"),
+    (lambda v: v.walk(v.test_input(index=0), seeds=list(range(9))), "seeds must be a list of 1 to 8 integers"),
+    (lambda v: v.walk(v.test_input(index=0), seeds=[1, -1]), "seeds must be a list of 1 to 8 integers"),
+    (lambda v: v.walk(v.test_input(index=0), seeds=[True]), "seeds must be a list of 1 to 8 integers"),
+    (lambda v: v.walk(v.test_input(index=0), seeds="0,1"), "seeds must be a list of 1 to 8 integers"),
+    (lambda v: v.walk(v.test_input(index=0), seeds=[2, 2]), "repeats a seed"),
+    (lambda v: v.walk(v.test_input(index=0), truncation=-1), "truncation must be a finite number >= 0"),
+    (lambda v: v.walk(v.test_input(index=0), truncation=float("nan")), "truncation must be a finite number"),
+    (lambda v: v.walk(v.test_input(index=0), truncation="1"), "truncation must be a finite number"),
+    (lambda v: v.walk(v.test_input(index=0), routing="nope"), "unknown routing layer 'nope': the capsule layers"),
+    (lambda v: v.test_input(index=4), "test index 4 out of range: the test set has 4 label maps, 0..3"),
+    (lambda v: v.test_input(label=3), "picked by index"),
+    (lambda v: v.image_input(torch.zeros(1, 28, 28), {"kind": "upload"}), "image must be (1, 32, 32)"),
+    (lambda v: v.reconstruct([0.0] * 16, 0), "no digit capsules to move"),
+])
+def test_bad_requests_are_named(synthesis_viewer, call, fragment):
+    with pytest.raises(ViewerError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        call(synthesis_viewer)
+
+
+def test_the_other_kinds_of_model_are_refused_with_where_they_open():
+    with pytest.raises(ViewerError, match="SynthesisViewer shows a synthesis model"):
+        SynthesisViewer(create_model("unet"))
+    model = create_model("capspix2pix")
+    with pytest.raises(ViewerError, match="test_images must give one image"):
+        SynthesisViewer(model, test_labels=torch.zeros(2, 1, 32, 32), test_images=torch.zeros(2, 1, 28, 28))
+    with pytest.raises(ViewerError, match=r"test label maps are \(1, 28, 28\) but the model takes \(1, 32, 32\)"):
+        SynthesisViewer(model, test_labels=torch.zeros(2, 1, 28, 28), test_images=torch.zeros(2, 1, 28, 28))
+
+
+def test_load_viewer_opens_a_gan_run_on_its_test_pairs(gan_run, data_root, monkeypatch):
+    monkeypatch.setattr("capsnet.viz.synthesis.SYNTHESIS_TEST_SIZE", 6)
+    v = load_viewer(gan_run, data_dir=data_root, progress=False)
+    assert isinstance(v, SynthesisViewer) and v.info()["test_size"] == 6 and v.dataset == "mnist-skeleton"
+    test = load_test("mnist-skeleton", size=6, extras=False, root=data_root, progress=False)
+    assert torch.equal(v.test_labels, test.images) and torch.equal(v.test_images, test.components)
+    assert v.info()["classes"] == list(test.classes) and torch.equal(v.test_classes, test.labels)
+    with pytest.raises(ViewerError, match="capspix2pix is a synthesis model but mnist-segmentation is a segmentation "
+                                          "data set: open it on mnist-skeleton, fashion-silhouette or pairs:DIR"):
+        load_viewer(gan_run, dataset="mnist-segmentation", data_dir=data_root, progress=False)
+
+
+def test_the_json_of_a_full_walk_stays_small(synthesis_viewer):
+    v = synthesis_viewer
+    info = v.info()
+    w = v.walk(v.test_input(index=0), seeds=list(range(8)), routing="conv_2_1")
+    assert len(json.dumps(info)) < 8_000 and len(json.dumps(w)) < 200_000
