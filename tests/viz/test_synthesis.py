@@ -199,3 +199,27 @@ def test_the_json_of_a_full_walk_stays_small(synthesis_viewer):
     info = v.info()
     w = v.walk(v.test_input(index=0), seeds=list(range(8)), routing="conv_2_1")
     assert len(json.dumps(info)) < 8_000 and len(json.dumps(w)) < 200_000
+
+
+def test_a_run_on_the_users_own_pairs_opens_on_them_without_classes(tmp_path):
+    from PIL import Image
+
+    from capsnet.gan import fit_gan
+    from capsnet.models import CapsPix2pixConfig
+    from capsnet.train import TrainConfig
+
+    rng = np.random.default_rng(0)
+    for k in range(6):
+        for sub, a in (("labels", (rng.random((16, 16)) > 0.6) * 255), ("images", rng.integers(0, 256, (16, 16)))):
+            (tmp_path / "d" / sub).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(a.astype(np.uint8)).save(tmp_path / "d" / sub / f"p{k}.png")
+    name = f"pairs:{tmp_path / 'd'}"
+    fit_gan(CapsPix2pixConfig(input_height=16, input_width=16), TrainConfig(dataset=name, epochs=1, batch_size=4),
+            tmp_path / "run", device="cpu", progress=False)
+    v = load_viewer(tmp_path / "run", progress=False)
+    test = load_test(name, extras=False, progress=False)  # the pairs held out for testing, every one
+    info = v.info()
+    assert info["dataset"] == name and info["classes"] == [] and info["test_size"] == len(test) >= 1
+    w = v.walk(v.test_input(index=0), seeds=[0, 1])
+    assert w["source"] == {"kind": "test", "index": 0} and len(w["scores"]) == 2  # scored, but no class to name
+    assert np.abs(decode(w["truth"]) - test.components[0].numpy()).max() <= Q

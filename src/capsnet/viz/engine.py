@@ -330,7 +330,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
                                   checkpoint=checkpoint)
     if kind == "synthesis":  # images: the label maps; components: the real images; labels: their classes
-        return SynthesisViewer(model, test_labels=test.images, test_images=test.components, test_classes=test.labels,
-                               classes=test.classes, dataset=name, checkpoint=checkpoint)
+        classless = name.startswith(PAIRS_PREFIX)  # the user's pairs have none
+        return SynthesisViewer(model, test_labels=test.images, test_images=test.components,
+                               test_classes=None if classless else test.labels,
+                               classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)
     return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
                   checkpoint=checkpoint)
