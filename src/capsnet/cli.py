@@ -447,19 +447,21 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
 
 def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--checkpoint", default=None, metavar="RUN_DIR",
-                   help="run directory or .safetensors file of a capsule model or a segmentation model (segcaps, "
-                        "segcaps-r1, unet), or pretrained:NAME (default: the shipped pretrained:capsnet-mnist-small "
-                        "on the shipped mnist-sample test digits)")
+                   help="run directory or .safetensors file of a capsule model, a segmentation model (segcaps, "
+                        "segcaps-r1, unet) or a synthesis model (capspix2pix, pix2pix), or pretrained:NAME "
+                        "(default: the shipped pretrained:capsnet-mnist-small on the shipped mnist-sample test digits)")
     v.add_argument("--untrained", action="store_true",
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one; "
                         "multimnist: the fixed test pairs; translated-mnist: test digits on 40x40; "
-                        "mnist-segmentation: the fixed test canvases with their masks)")
+                        "mnist-segmentation: the fixed test canvases with their masks; mnist-skeleton, "
+                        "fashion-silhouette, pairs:DIR: the test label maps with their real images)")
     v.add_argument("--test-size", type=_nonneg_int, default=None,
                    help="keep the first this many test examples (0: all; default: all, but the first 1,000 of "
-                        "mnist-segmentation's 10,000 canvases, which are drawn when the viewer starts)")
+                        "mnist-segmentation's 10,000 canvases and of the synthesis sets' 10,000 pairs, which are "
+                        "made when the viewer starts)")
     v.add_argument("--data-dir", default=None, help="data root holding mnist/ and fashion-mnist/ "
                                                     "(default: $CAPSNET_DATA, else the user cache)")
     v.add_argument("--host", default="127.0.0.1",

@@ -41,10 +41,11 @@ from ._progress import progress_bar
 from .checkpoint import Checkpoint
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
+from .models.capspix2pix import truncate_normal
 
-__all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "load_judge", "judge_predictions",
-           "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles", "SynthesisEvaluation",
-           "evaluate_synthesis_checkpoint", "judge_for"]
+__all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "row_noise", "load_judge",
+           "judge_predictions", "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles",
+           "SynthesisEvaluation", "evaluate_synthesis_checkpoint", "judge_for"]
 
 SPREAD_SEEDS = 8  # noise draws per label map for the spread
 SPREAD_SIZE = 1000  # label maps the spread is measured on (the first ones of the split)
@@ -184,6 +185,19 @@ class GeneratedFiles:
     files: list[Path]
 
 
+def row_noise(model: nn.Module, row: int, seed: int, device: str | torch.device | None = None, *,
+              truncation: float | None = None) -> torch.Tensor:
+    """Row ``row`` of seed ``seed``'s noise draw, the noise image ``row`` of a generated set gets (``generate``),
+    as (1, noise_dim); truncated after the row is taken (truncation works value by value, so this is row ``row``
+    of the truncated draw without truncating the rows before it). A model without a noise vector (pix2pix) gives
+    (1, 0), and refuses a truncation."""
+    z = model.noise(row + 1, seed)[row:]  # (1, Z), drawn on the CPU
+    if truncation is not None:
+        model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise
+        z = truncate_normal(z, truncation)
+    return z if device is None else z.to(device)
+
+
 @torch.no_grad()
 def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row: int = 0,
             truncation: float | None = None) -> torch.Tensor:
@@ -201,7 +215,7 @@ def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row:
     model.eval()
     try:
         labels = label.unsqueeze(0).expand(len(seeds), *label.shape)  # (K, C, H, W)
-        z = torch.cat([model.noise(row + 1, s, label.device, truncation=truncation)[row:] for s in seeds])  # (K, Z)
+        z = torch.cat([row_noise(model, row, s, label.device, truncation=truncation) for s in seeds])  # (K, Z)
         if z.shape[1]:  # in eval mode the generator's dropout is off: the seed is the noise vector alone
             return model.generate(labels, z=z.to(label.dtype), seed=0)
         return model.generate(labels, z=z, seeds=[_dropout_seed(s, row) for s in seeds])  # dropout: a stream each

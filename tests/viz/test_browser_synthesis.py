@@ -192,9 +192,23 @@ def test_the_capspix2pix_page_shows_samples_noise_and_layers(synthesis_urls, syn
             for k, pixels in enumerate(_shown_samples(page, H, W)):
                 np.testing.assert_array_equal(pixels, _bytes(expected["samples"], k))
 
+            # a drawing whose walk fails (seeds not yet fixed) stays the input: fixing the seeds walks it
+            page.fill("#syn-seeds", "1, x")
+            page.press("#syn-seeds", "Enter")
+            page.wait_for_function("document.querySelector('#error').textContent !== ''")
+            page.click("#clear-drawing")
+            _stroke(page, x0=0.3)  # a new drawing, refused in the page as well (nothing sent)
+            assert page.evaluate("document.body.dataset.walks") == "8"
+            page.fill("#syn-seeds", "5")
+            page.press("#syn-seeds", "Enter")
+            _wait_walk(page, 9)
+            assert page.evaluate("state.walk.source.kind") == "upload" and page.evaluate("state.walk.seeds") == [5]
+            redrawn = decode(page.evaluate("state.walk.input"))[0]
+            assert (redrawn > 0.5).sum(axis=0).argmax() < (drawn > 0.5).sum(axis=0).argmax()  # the new, left stroke
+
             # a test pair again: the drawing is cleared, the real image is back
             page.click("#show-test")
-            _wait_walk(page, 9)
+            _wait_walk(page, 10)
             assert page.locator("#syn-truth").is_visible()
             assert errors == []
         finally:

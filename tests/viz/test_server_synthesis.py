@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 
-from capsnet.viz import decode
+from capsnet.models import create_model
+from capsnet.viz import SynthesisViewer, decode
 from http_helpers import api, png, request, serving
 
 
@@ -78,6 +81,8 @@ BAD = [
     ("/api/upload?seeds=1,2,3,4,5,6,7,8,9", BLANK, "seeds must be a list of 1 to 8 integers"),
     ("/api/upload?truncation=abc", BLANK, "truncation=abc is not a number"),
     ("/api/upload?truncation=nan", BLANK, "truncation=nan is not a number"),
+    ("/api/upload?truncation=1_0", BLANK, "truncation=1_0 is not a number"),
+    ("/api/upload?truncation=1e10", BLANK, "truncation=1e10 is out of range (at most 1e+09)"),
     ("/api/upload?truncation=-1", BLANK, "truncation must be a finite number >= 0"),
     ("/api/upload?seed=1", BLANK, "unknown or repeated query field(s) ['seed']: send /api/upload or /api/upload?seeds"),
     ("/api/upload?seeds=1&seeds=2", BLANK, "repeated"),
@@ -91,13 +96,50 @@ def test_bad_requests_get_a_clear_400(server, path, body, fragment):
     assert_alive(server)
 
 
-def test_fuzz_hostile_synthesis_requests(server):
+def test_concurrent_walks_agree_with_serial(server, synthesis_viewer):
+    v = synthesis_viewer
+    asks = [(0, [0, 1], None, "primary"), (1, [5], 0.5, "deconv_1_2"), (2, [3, 2, 1], 0.0, "seg_caps"),
+            (3, [7, 8], 2.0, None)]
+    body = lambda a: {"index": a[0], "seeds": a[1], **({} if a[2] is None else {"truncation": a[2]}),
+                      **({} if a[3] is None else {"routing": a[3]})}
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda a: api(server, "/api/forward", body(a)), asks))
+    for (k, seeds, t, layer), (status, w) in zip(asks, got):
+        want = v.walk(v.test_input(index=k), seeds=seeds, truncation=t, routing=layer)
+        assert status == 200 and w == json.loads(json.dumps(want))
+
+
+def test_pix2pix_over_http_refuses_what_it_has_not():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    labels = (torch.rand(2, 1, 32, 32, generator=g) > 0.8).float()
+    v = SynthesisViewer(create_model("pix2pix").eval(), test_labels=labels, test_images=torch.rand(2, 1, 32, 32))
+    with serving(v) as srv:
+        status, info = api(srv, "/api/info")
+        assert status == 200 and info["noise"] == "dropout" and info["routing_layers"] == []
+        status, w = api(srv, "/api/forward", {"index": 1, "seeds": [3, 4]})
+        assert status == 200 and w["samples"] == v.walk(v.test_input(index=1), seeds=[3, 4])["samples"]
+        for path, body, fragment in [
+            ("/api/forward", b'{"index": 0, "truncation": 1}', "no noise vector to truncate"),
+            ("/api/forward", b'{"index": 0, "routing": "primary"}', "has no capsule layers; leave routing out"),
+            ("/api/upload?truncation=0.5", BLANK, "no noise vector to truncate"),
+            ("/api/upload?routing=seg_caps", BLANK, "has no capsule layers"),
+        ]:
+            status, payload = api(srv, path, raw=body)
+            assert status == 400 and fragment in payload["error"], payload
+        assert api(srv, "/api/info")[0] == 200
+
+
+def test_fuzz_hostile_synthesis_requests(server, synthesis_viewer):
     """Mutated walks and upload query strings: every answer a 200 or a 4xx with a message, never a 5xx."""
     rng = random.Random(0)
     values = [-1, 4, 10**9, "3", 1.5, None, True, [], {}, [0], [0, 1], [2**40], {"a": 1}, "conv_2_1", "", 1e300]
     queries = ["", "?", "?seeds=", "?seeds=0", "?seeds=0,1,2", "?seeds=%ZZ", "?truncation=1e999", "?truncation=0",
                "?seeds=99999999999", "?seeds=" + "1," * 3000, "?truncation=0.5&routing=primary", "?routing=seg_caps",
                "?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9"]
+    label = png(np.round(synthesis_viewer.test_labels[0, 0].numpy() * 255).astype(np.uint8))  # a real skeleton
+    queries += ["?seeds=4294967296", "?seeds=2147483648", "?seeds=0,1,2,3,4,5,6,7,8", "?truncation=-0",
+                "?truncation=1e-300", "?truncation=5e-324", "?truncation=.5&seeds=3,3"]
     statuses = set()
     for _ in range(60):
         if rng.random() < 0.5:
@@ -105,7 +147,7 @@ def test_fuzz_hostile_synthesis_requests(server):
             body = json.dumps({k: rng.choice(values) for k in fields}).encode()
             status, payload = api(server, "/api/forward", raw=body)
         else:
-            status, payload = api(server, "/api/upload" + rng.choice(queries), raw=BLANK)
+            status, payload = api(server, "/api/upload" + rng.choice(queries), raw=rng.choice([BLANK, label]))
         statuses.add(status)
         assert status == 200 or (400 <= status < 500 and payload.get("error")), (status, payload)
     assert 200 in statuses and 400 in statuses

@@ -223,3 +223,14 @@ def test_a_run_on_the_users_own_pairs_opens_on_them_without_classes(tmp_path):
     w = v.walk(v.test_input(index=0), seeds=[0, 1])
     assert w["source"] == {"kind": "test", "index": 0} and len(w["scores"]) == 2  # scored, but no class to name
     assert np.abs(decode(w["truth"]) - test.components[0].numpy()).max() <= Q
+
+
+def test_a_rows_truncated_noise_is_that_row_of_the_truncated_draw(synthesis_viewer):
+    from capsnet.synthesis import row_noise
+
+    m = synthesis_viewer.model
+    for row, t in [(0, None), (5, 0.7), (37, 0.0), (37, 2.5)]:
+        torch.testing.assert_close(row_noise(m, row, 9, truncation=t), m.noise(row + 1, 9, truncation=t)[row:],
+                                   rtol=0, atol=0)
+    with pytest.raises(ValueError, match="truncation must be a finite number >= 0"):
+        row_noise(m, 0, 0, truncation=-1.0)

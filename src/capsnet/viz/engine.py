@@ -312,7 +312,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         kind = MODELS[ckpt.model_name].kind
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
-                              f"model or a segmentation model")
+                              f"model, a segmentation model or a synthesis model")
         shipped = pretrained.is_shipped(checkpoint)
         name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
         what, checkpoint = ckpt.model_name, ckpt.path
@@ -330,7 +330,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
                                   checkpoint=checkpoint)
     if kind == "synthesis":  # images: the label maps; components: the real images; labels: their classes
-        classless = name.startswith(PAIRS_PREFIX)  # the user's pairs have none
+        classless = task(name).num_classes < 2  # the user's pairs (pairs:DIR) have none
         return SynthesisViewer(model, test_labels=test.images, test_images=test.components,
                                test_classes=None if classless else test.labels,
                                classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)

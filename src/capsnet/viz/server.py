@@ -452,12 +452,12 @@ class _Handler(BaseHTTPRequestHandler):
         if viewer.kind == "synthesis":
             fields = self._query({"routing", "seeds", "truncation"},
                                  "/api/upload?seeds=0,1,2&truncation=T&routing=LAYER")
-            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape,
+            seeds, truncation = _seeds_field(fields.get("seeds")), _truncation_field(fields.get("truncation"))
+            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape,  # the query first: it is cheap
                                        "makes images from {W}x{H} label maps")
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
-            self._json(HTTPStatus.OK, viewer.walk(inp, routing=fields.get("routing"),
-                                                  seeds=_seeds_field(fields.get("seeds")),
-                                                  truncation=_truncation_field(fields.get("truncation"))))
+            self._json(HTTPStatus.OK, viewer.walk(inp, routing=fields.get("routing"), seeds=seeds,
+                                                  truncation=truncation))
             return
         if viewer.kind == "segmentation":
             routing = self._routing_query()
@@ -498,6 +498,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, viewer.reconstruct(req["pose"], req["capsule"]))
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a plain decimal number
+
+
 def _seeds_field(text: str | None) -> list[int] | None:
     """``seeds=0,1,2`` of an upload's query string as a list (the viewer checks the values), or None."""
     if text is None:
@@ -505,7 +508,7 @@ def _seeds_field(text: str | None) -> list[int] | None:
     parts = text.split(",")
     if not 1 <= len(parts) <= 64 or not all(re.fullmatch(r"[0-9]{1,10}", p) for p in parts):
         raise _HTTPError(HTTPStatus.BAD_REQUEST, f"seeds={_short(text, 40)} is not a comma-separated list of "
-                         f"non-negative integers: send e.g. ?seeds=0,1,2,3")
+                         f"non-negative integers of at most 10 digits: send e.g. ?seeds=0,1,2,3")
     return [int(p) for p in parts]
 
 
@@ -513,11 +516,15 @@ def _truncation_field(text: str | None) -> float | None:
     """``truncation=T`` of an upload's query string as a number (the viewer checks its range), or None."""
     if text is None:
         return None
+    if not _DECIMAL.fullmatch(text):  # Python's float() would take "1_0", "inf" and "nan" as well
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"truncation={_short(text, 40)} is not a number: send e.g. "
+                         f"?truncation=0.5, or leave it out for the untruncated noise")
     try:
         return _parse_float(text)
     except ValueError:
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"truncation={_short(text, 40)} is not a number: send e.g. "
-                         f"?truncation=0.5, or leave it out for the untruncated noise") from None
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"truncation={_short(text, 40)} is out of range (at most "
+                         f"{MAX_JSON_NUMBER:g}); the noise is untruncated beyond about 6 anyway: send e.g. "
+                         f"?truncation=0.5, or leave it out") from None
 
 
 # ------------------------------------------------------------------ the server

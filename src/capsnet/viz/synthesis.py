@@ -14,8 +14,9 @@ noise is its dropout) a row of images whose noise moves linearly from the
 first seed's vector to the second's, the noise channel the first seed gives
 the generator, and, as for SegCaps, the capsule lengths of every generator
 layer (``capsule_grids``) with, at the one layer asked for, the coupling
-coefficients of every routing round. All but the samples and their scores
-are of the first seed. ``truncation`` draws the noise from the truncated
+coefficients of every routing round. The noise channel, the layers, the
+routing and the conv1 maps are of the first seed's noise (the interpolation
+runs from it to the second's). ``truncation`` draws the noise from the truncated
 normal (``capsnet eval --truncation``). There is nothing to reconstruct from
 a pose, so ``reconstruct`` is refused with a message.
 """
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..image_metrics import l1_error, noise_spread, ssim
-from ..synthesis import samples
+from ..synthesis import row_noise, samples
 from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
 
@@ -227,7 +228,7 @@ class SynthesisViewer:
         with self._lock, torch.inference_mode():
             label = inp.image.to(self.device)  # (C, H, W)
             images = samples(self.model, label, seeds, row=row, truncation=truncation).float()  # (K, C', H, W)
-            z = self.model.noise(row + 1, seeds[0], self.device, truncation=truncation)[row:]  # (1, Z)
+            z = row_noise(self.model, row, seeds[0], self.device, truncation=truncation)  # (1, Z)
             x = label.unsqueeze(0)  # (1, C, H, W)
             grids, inputs = self._grids(x, z, [layer] if layer else [])
             rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P,R,T,J)
@@ -236,7 +237,7 @@ class SynthesisViewer:
             if self.noise_dim:
                 noise_map = self.generator.noise(z).view(self.shape[1:]).float().cpu()  # (H, W)
                 if len(seeds) > 1:
-                    b = self.model.noise(row + 1, seeds[1], self.device, truncation=truncation)[row:]  # (1, Z)
+                    b = row_noise(self.model, row, seeds[1], self.device, truncation=truncation)  # (1, Z)
                     t = torch.linspace(0, 1, INTERPOLATION_STEPS, device=self.device)[:, None]  # (S, 1)
                     zs = (1 - t) * z + t * b  # (S, Z)
                     between = self.model.generate(x.expand(len(zs), *self.shape), z=zs, seed=0).float().cpu()

@@ -14,7 +14,7 @@ const state = {
   pending: false,  // ... and the sliders moved again meanwhile
   nth: {},         // class -> how many images of it were shown
   clearDrawing: null,  // blanks the drawing canvas (set up by setUpDrawing)
-  last: null,      // the last walk request that was answered: {path, body, raw}
+  last: null,      // the last walk request sent (answered or not): {path, body, raw}
   routing: null,   // segmentation and synthesis: the capsule layer whose routing is shown ...
   parent: 0,       // ... and its parent type
   walkSeq: 0,      // numbers the walk requests: an answer overtaken by a later request is not shown
@@ -309,6 +309,8 @@ function showWalk(w) {
 }
 
 async function walk(path, body, raw) {
+  // the input asked for is the current one even if its walk fails (bad seeds, say): a re-walk sends it again
+  state.last = { path, body, raw };
   try {
     const kind = state.info.kind;
     const [to, sent] = kind === "segmentation" ? routedRequest(path, body)
@@ -316,7 +318,6 @@ async function walk(path, body, raw) {
     const seq = ++state.walkSeq;
     const w = await api(to, sent, raw);
     if (seq !== state.walkSeq) return;  // a later request was sent meanwhile: its answer is the one to show
-    state.last = { path, body, raw };
     showWalk(w);
   } catch (err) {
     showError(err.message);
