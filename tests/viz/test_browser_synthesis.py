@@ -11,7 +11,6 @@ from http_helpers import serving
 from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels
 
 
-
 @pytest.fixture(scope="module")
 def pix2pix_viewer() -> SynthesisViewer:
     """An untrained pix2pix on three random label maps and images."""
