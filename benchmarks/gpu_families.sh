@@ -79,8 +79,8 @@ SEG=(--dataset mnist-segmentation --train-size 30000 --test-size 2000 --epochs 2
 # average of the weights (what is scored and saved; training is unchanged) is the steadier figure to read
 SYN=(--train-size 0 --test-size 1000 --epochs 200 --batch-size 16 --seed 0 --ema-decay 0.999)
 # L1_WEIGHT=W: both generators' L1 weight (default: the models', pix2pix's 100). On the CPU (750 steps,
-# docs/results.md "What the bars ask of the L1 weight") 1,000 lifted Fashion's judge over 8 draws from 76.2% to 79.0%
-# for CapsPix2pix (two training seeds) and from 81.0% to 82.8% for pix2pix, and CapsPix2pix's MNIST SSIM by 0.02
+# docs/results.md "What the bars ask of the L1 weight") 1,000 lifted Fashion's judge over 8 draws from 76.1% to 78.7%
+# for CapsPix2pix (three training seeds) and from 81.0% to 82.8% for pix2pix, and CapsPix2pix's MNIST SSIM by 0.02
 [ -n "${L1_WEIGHT:-}" ] && SYN+=(--model-option "l1_weight=$L1_WEIGHT")
 # Compiled or eager: the capsule models' eager steps are launch-bound on a GPU (SegCaps' step 3.36x the U-Net's,
 # CapsPix2pix's 4x pix2pix's on an H100), compiling sped them up 1.46x and 1.38x on the CPU (benchmarks/README.md),
