@@ -233,6 +233,7 @@ def test_the_pix2pix_page_has_no_noise_vector_nor_capsule_layers(synthesis_urls,
             assert page.inner_text("#conv-title") == "First convolution (down.0)"
             assert "dropout" in page.inner_text("#syn-panel") and "untrained Pix2pix" in page.inner_text("#model-info")
             assert page.locator("#untrained").is_visible()
+            assert "so the images it makes mean nothing" in page.inner_text("#untrained")
 
             w = v.walk(v.test_input(0))
             shown = _shown_samples(page, H, W)

@@ -24,6 +24,7 @@ function setUpSegmentation() {
   $("seg-routing-panel").hidden = info.routing_layers.length === 0;
   $("seg-recon-figure").hidden = $("seg-recon-hint").hidden = !info.decoder;
   $("class-picker").hidden = $("next-of-class").hidden = true;  // no classes: a test canvas is picked by index
+  $("untrained-what").textContent = info.decoder ? "the masks and reconstructions" : "the masks";
   $("draw-hint").textContent = `draw with the mouse or a finger; it is scaled to ${W}x${H} and segmented when ` +
     "you lift it";
   $("upload-size").textContent = ` of ${W}x${H} pixels`;

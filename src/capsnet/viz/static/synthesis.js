@@ -32,6 +32,7 @@ function setUpSynthesis() {
   $("seg-routing-panel").hidden = info.routing_layers.length === 0;
   $("layers-note").textContent = " Of the first seed's noise.";
   $("test-noun").textContent = "Test label map";
+  $("untrained-what").textContent = "the images it makes";
   $("syn-noise-how").textContent = vector
     ? `${info.model} draws a ${info.noise_dim}-D normal noise vector from each seed. Truncation t draws it from the ` +
       "normal cut to [-t, t]: smaller t trades variety for fidelity, and 0 gives every seed the noise's mean, so " +
