@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ..ops import safe_norm
+from ..synthesis import row_noise
 from .arrays import FigureError
 from .plots import _figure, _show
 
@@ -26,15 +27,16 @@ __all__ = ["interpolate_noise", "truncate_noise", "generator_maps", "plot_sample
 
 @torch.no_grad()
 def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 8, seeds: tuple[int, int] = (0, 1),
-                      row: int = 0) -> torch.Tensor:
+                      row: int = 0, truncation: float | None = None) -> torch.Tensor:
     """Images of one label map with the noise moved linearly from seed ``seeds[0]``'s vector to seed ``seeds[1]``'s.
 
     ``row``: the label map's place among those generated together, whose noise is row ``row`` of each seed's draw
-    (``capsnet.synthesis.generate``): the ends are then that map's images of the two seeds in the samples figure.
+    (``capsnet.synthesis.row_noise``): the ends are then that map's images of the two seeds in the samples figure
+    (and the viewer's). ``truncation``: both vectors truncated first (``ConditionalGAN.noise``).
     Shapes: label (C, H, W) -> (steps, C', H, W). A model without a noise vector (pix2pix) is refused.
     """
     dev = _noise_vector_model(model, "interpolate")
-    a, b = (model.noise(row + 1, s, dev)[row:] for s in seeds)  # (1, noise_dim) each
+    a, b = (row_noise(model, row, s, dev, truncation=truncation) for s in seeds)  # (1, noise_dim) each
     t = torch.linspace(0, 1, steps, device=dev)[:, None]  # (steps, 1)
     return _label_images(model, label, (1 - t) * a + t * b)  # z (steps, noise_dim)
 
@@ -49,7 +51,7 @@ def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Seq
     Shapes: label (C, H, W) -> (len(truncations), C', H, W). A model without a noise vector (pix2pix) is refused.
     """
     dev = _noise_vector_model(model, "truncate")
-    return _label_images(model, label, torch.cat([model.noise(row + 1, seed, dev, truncation=t)[row:]
+    return _label_images(model, label, torch.cat([row_noise(model, row, seed, dev, truncation=t)
                                                   for t in truncations]))  # z (K, noise_dim)
 
 
@@ -80,7 +82,7 @@ def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0, r
         raise FigureError(f"{type(generator).__name__} has no capsule layers to draw")
     model.eval()
     dev = next(model.parameters()).device
-    z = model.noise(row + 1, seed, dev)[row:]  # (1, noise_dim)
+    z = row_noise(model, row, seed, dev)  # (1, noise_dim)
     grids = generator.capsule_grids(label.to(dev).unsqueeze(0), z)  # {name: (1, T, D, h, w)}
     return {name: safe_norm(g[0].float(), dim=1).cpu() for name, g in grids.items()}
 

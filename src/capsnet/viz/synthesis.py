@@ -22,8 +22,6 @@ a pose, so ``reconstruct`` is refused with a message.
 """
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import threading
 from typing import Any, Sequence
@@ -32,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..figures.report import INTERPOLATION_STEPS  # images from seeds[0]'s noise to seeds[1]'s, as figures draws them
+from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
 from ..synthesis import row_noise, samples
 from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode
@@ -43,24 +43,17 @@ __all__ = ["SynthesisViewer", "SYNTHESIS_TEST_SIZE", "DEFAULT_SEEDS", "MAX_SEEDS
 SYNTHESIS_TEST_SIZE = 1000  # test pairs the viewer loads (the first 1,000, as the docs' tables score)
 DEFAULT_SEEDS = (0, 1, 2, 3)  # samples per label map: four images from one map show what its noise does
 MAX_SEEDS = 8  # the noise-spread metric's draws (capsnet.synthesis.SPREAD_SEEDS): more gives a slow page
-INTERPOLATION_STEPS = 8  # images from seeds[0]'s noise vector to seeds[1]'s, as `capsnet figures` draws them
 MAX_SEED = 2 ** 31 - 1
 
 
-def _first_maps(generator: nn.Module, labels: torch.Tensor, z: torch.Tensor, conv: nn.Conv2d,
-                grids: dict[str, torch.Tensor]) -> torch.Tensor:
+def _first_maps(labels: torch.Tensor, conv: nn.Conv2d, grids: dict[str, torch.Tensor]) -> torch.Tensor:
     """The generator's first convolution's feature maps as the next layer sees them, (K, H', W'): CapsPix2pix's
-    conv1 capsule grid (LeakyReLU 0.01 of conv1 over the label map and noise channel); otherwise (pix2pix) the
-    convolution's output through LeakyReLU 0.2, which its next layer applies first."""
+    conv1 capsule grid (LeakyReLU 0.01 of conv1 over the label map and noise channel); otherwise (pix2pix, whose
+    U-Net starts with it on the label map) the convolution of ``labels`` through LeakyReLU 0.2, which its next
+    layer applies first."""
     if "conv1" in grids:
         return grids["conv1"][0, 0]  # (1, 1, 16, H, W) -> (16, H, W)
-    out: list[torch.Tensor] = []
-    handle = conv.register_forward_hook(lambda m, a, o: out.append(o))
-    try:
-        generator(labels, z)
-    finally:
-        handle.remove()
-    return F.leaky_relu(out[0][0], 0.2)  # (K, H', W')
+    return F.leaky_relu(conv(labels)[0], 0.2)  # (K, H', W')
 
 
 class SynthesisViewer:
@@ -119,7 +112,7 @@ class SynthesisViewer:
             x = torch.zeros(1, *self.shape, device=self.device)
             z = model.noise(1, 0, self.device)
             grids, inputs = self._grids(x, z, list(self._routers))
-            self._map = list(_first_maps(self.generator, x, z, self.conv, grids).shape[1:])
+            self._map = list(_first_maps(x, self.conv, grids).shape[1:])
             self.layers = describe_layers(self._routers, grids, inputs)
 
     # ------------------------------------------------------------------ description
@@ -202,15 +195,13 @@ class SynthesisViewer:
         return [int(s) for s in seeds]
 
     def _truncation(self, truncation: Any) -> float | None:
+        """``truncation`` checked by the model's own noise (a finite number >= 0, and a noise vector to cut)."""
         if truncation is None:
             return None
-        if not self.noise_dim:
-            raise ViewerError(f"{type(self.model).__name__} has no noise vector to truncate (its noise is dropout); "
-                              f"leave truncation out")
-        if (isinstance(truncation, bool) or not isinstance(truncation, numbers.Real)
-                or not math.isfinite(truncation) or truncation < 0):
-            raise ViewerError(f"truncation must be a finite number >= 0 (0: the noise's mean; larger values approach "
-                              f"the untruncated noise), or left out, got {str(truncation)[:40]}")
+        try:
+            self.model.noise(1, 0, truncation=truncation)
+        except ValueError as e:
+            raise ViewerError(f"{str(e)[:300]}; or leave truncation out") from None
         return float(truncation)
 
     def walk(self, inp: _Input, routing: str | None = None, seeds: Any = None, truncation: Any = None
@@ -232,15 +223,13 @@ class SynthesisViewer:
             x = label.unsqueeze(0)  # (1, C, H, W)
             grids, inputs = self._grids(x, z, [layer] if layer else [])
             rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P,R,T,J)
-            maps = _first_maps(self.generator, x, z, self.conv, grids).float().cpu()  # (K, H', W')
+            maps = _first_maps(x, self.conv, grids).float().cpu()  # (K, H', W')
             noise_map = between = None
             if self.noise_dim:
                 noise_map = self.generator.noise(z).view(self.shape[1:]).float().cpu()  # (H, W)
-                if len(seeds) > 1:
-                    b = row_noise(self.model, row, seeds[1], self.device, truncation=truncation)  # (1, Z)
-                    t = torch.linspace(0, 1, INTERPOLATION_STEPS, device=self.device)[:, None]  # (S, 1)
-                    zs = (1 - t) * z + t * b  # (S, Z)
-                    between = self.model.generate(x.expand(len(zs), *self.shape), z=zs, seed=0).float().cpu()
+                if len(seeds) > 1:  # (S, C', H, W), the ends: samples 0 and 1
+                    between = interpolate_noise(self.model, label, INTERPOLATION_STEPS, (seeds[0], seeds[1]),
+                                                row=row, truncation=truncation).float()
         images = images.cpu()
         truth = inp.truth
         scores = None
