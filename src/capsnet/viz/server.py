@@ -460,17 +460,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                   truncation=truncation))
             return
         if viewer.kind == "segmentation":
-            routing = self._routing_query()
+            routing = self._query({"routing"}, "/api/upload?routing=LAYER").get("routing")
             image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
             return
         image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
-
-    def _routing_query(self) -> str | None:
-        """``routing`` from the query string of a segmentation upload (``/api/upload?routing=LAYER``), or None."""
-        return self._query({"routing"}, "/api/upload?routing=LAYER").get("routing")
 
     def _query(self, allowed: set[str], example: str) -> dict[str, str]:
         """The query string's fields, each at most once and each one of ``allowed``; anything else is a 400 that
