@@ -33,7 +33,7 @@ def start_viewer(args: argparse.Namespace) -> tuple[subprocess.Popen, str, int]:
         cmd += ["--checkpoint", args.checkpoint]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
-    if getattr(args, "test_size", None) is not None:
+    if args.test_size is not None:
         cmd += ["--test-size", str(args.test_size)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
