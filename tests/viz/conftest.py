@@ -25,6 +25,23 @@ def unet_viewer(unet_run):
 
 
 @pytest.fixture(scope="session")
+def pix2pix_viewer():
+    """An untrained pix2pix (its noise is dropout: no noise vector, no capsule layers) on three random 32x32 label maps
+    and images, of classes "two", "zero" and "one"."""
+    import torch
+
+    from capsnet.models import create_model
+    from capsnet.viz import SynthesisViewer
+
+    torch.manual_seed(0)
+    model = create_model("pix2pix").eval()
+    g = torch.Generator().manual_seed(1)
+    labels = (torch.rand(3, 1, 32, 32, generator=g) > 0.8).float()
+    return SynthesisViewer(model, test_labels=labels, test_images=torch.rand(3, 1, 32, 32, generator=g),
+                           test_classes=torch.tensor([2, 0, 1]), classes=["zero", "one", "two"])
+
+
+@pytest.fixture(scope="session")
 def synthesis_viewer(gan_run, data_root):
     """CapsPix2pix of the shared gan_run (1 epoch on 16 mnist-skeleton pairs) on its 4 test pairs."""
     return load_viewer(gan_run, data_dir=data_root, progress=False, test_size=4)

@@ -6,23 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet.viz import SynthesisViewer, decode
+from capsnet.viz import decode
 from http_helpers import serving
 from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels
-
-
-@pytest.fixture(scope="module")
-def pix2pix_viewer() -> SynthesisViewer:
-    """An untrained pix2pix on three random label maps and images."""
-    from capsnet.models import create_model
-
-    torch.manual_seed(0)
-    model = create_model("pix2pix").eval()
-    cfg = model.config
-    shape = (cfg.input_height, cfg.input_width)
-    return SynthesisViewer(model, test_labels=(torch.rand(3, cfg.in_channels, *shape) > 0.8).float(),
-                           test_images=torch.rand(3, cfg.out_channels, *shape), test_classes=torch.tensor([2, 0, 1]),
-                           classes=["zero", "one", "two"])
 
 
 @pytest.fixture(scope="module")

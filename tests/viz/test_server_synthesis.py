@@ -9,10 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 
-from capsnet.models import create_model
-from capsnet.viz import SynthesisViewer, decode
+from capsnet.viz import decode
 from http_helpers import api, png, request, serving
 
 
@@ -109,11 +107,8 @@ def test_concurrent_walks_agree_with_serial(server, synthesis_viewer):
         assert status == 200 and w == json.loads(json.dumps(want))
 
 
-def test_pix2pix_over_http_refuses_what_it_has_not():
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(2)
-    labels = (torch.rand(2, 1, 32, 32, generator=g) > 0.8).float()
-    v = SynthesisViewer(create_model("pix2pix").eval(), test_labels=labels, test_images=torch.rand(2, 1, 32, 32))
+def test_pix2pix_over_http_refuses_what_it_has_not(pix2pix_viewer):
+    v = pix2pix_viewer
     with serving(v) as srv:
         status, info = api(srv, "/api/info")
         assert status == 200 and info["noise"] == "dropout" and info["routing_layers"] == []

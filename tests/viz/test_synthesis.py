@@ -21,17 +21,6 @@ from capsnet.viz.synthesis import INTERPOLATION_STEPS
 Q = 1 / 255 + 1e-6  # the viewer's arrays are quantised to 1/255 of their range
 
 
-@pytest.fixture(scope="module")
-def pix2pix_viewer():
-    torch.manual_seed(0)
-    model = create_model("pix2pix").eval()
-    g = torch.Generator().manual_seed(1)
-    labels = (torch.rand(3, 1, 32, 32, generator=g) > 0.8).float()
-    images = torch.rand(3, 1, 32, 32, generator=g)
-    return SynthesisViewer(model, test_labels=labels, test_images=images, test_classes=torch.tensor([1, 2, 3]),
-                           classes=[str(k) for k in range(10)], dataset="mnist-skeleton")
-
-
 def test_samples_are_the_images_generate_makes_for_that_row(gan_run, pix2pix_viewer, data_root):
     model, _ = load_model(gan_run)
     labels = load_test("mnist-skeleton", size=4, extras=False, root=data_root, progress=False).images  # (4, 1, 32, 32)
