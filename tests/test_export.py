@@ -118,8 +118,10 @@ def pt2_checks(path, batches, model):
         assert_matches(list(got), reference(model, inputs), f"pt2, batch {len(next(iter(inputs.values())))}")
 
 
-# segcaps-r1 is segcaps with one routing round: the same operations, a 10 s export; it runs with -m slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "segcaps-r1" else n
+# segcaps is segcaps-r1 with more routing rounds written out: a later round repeats the first's operations and adds
+# the agreement update (a product and a sum, operations of the same kinds); a 20-25 s export against 10 s, so it
+# runs with -m slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "segcaps" else n
                                   for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)

@@ -359,7 +359,10 @@ def test_a_judge_needs_classes_and_is_the_runs_own_only_on_its_own_data(gan_run,
 def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))  # every read must go to data_root
     monkeypatch.delenv("CAPSNET_DATA", raising=False)
+    from capsnet import experiments
     from capsnet.experiments import format_synthesis_table, plan, run_plan, synthetic_probe_rows
+
+    monkeypatch.setattr(experiments, "GENERATION_SPEED_IMAGES", 16)  # the full-size generator times 16 maps, not 256
 
     train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)
     configs = {"pix2pix": Pix2pixConfig(base_channels=4, disc_channels=4)}
