@@ -126,7 +126,6 @@ def pt2_checks(path, batches, model):
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
     model = create_model(name, **SMALL[name])
-    cfg = model.config
     assert OUTPUTS[name] is None or output_names(model) == OUTPUTS[name]
     batches = [example_inputs(model, b) for b in (1, 7)]
     traced = None
