@@ -340,6 +340,7 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
 
 @pytest.mark.parametrize("args, message", [
     (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data`"),
+    (["less-data", "--eval-every", "2"], "--eval-every does not apply to `capsnet experiment less-data`"),
     (["affine", "--steps", "10"], "--steps does not apply to `capsnet experiment affine`"),
     (["affine", "--seeds", "1", "2"], "--seeds does not apply to `capsnet experiment affine`"),
     (["less-data", "--datasets", "mnist"], "--datasets does not apply to `capsnet experiment less-data`"),

@@ -703,7 +703,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     less = args.name == "less-data"
     only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
             "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",)}
-    misplaced = [f for f in (("train_size",) if less else ()) + tuple(k for k, v in only.items() if args.name not in v)
+    # less-data sets each run's training size from --sizes and evaluates about ten times a run (experiments.plan)
+    misplaced = [f for f in (("train_size", "eval_every") if less else ()) +
+                 tuple(k for k, v in only.items() if args.name not in v)
                  if hasattr(args, f)]
     if misplaced:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
