@@ -56,11 +56,14 @@ def test_applied_swaps_the_average_in_and_the_weights_back_even_after_an_error()
     with torch.no_grad():
         for t in average.average:
             t.add_(1.0)
-    with pytest.raises(RuntimeError):
+    inside = []
+    with pytest.raises(RuntimeError, match="the body failed"):
         with average.applied():
             assert torch.equal(net[0].weight, own["0.weight"] + 1)
             assert torch.equal(net[1].running_var, own["1.running_var"] + 1)  # float buffers are averaged
-            raise RuntimeError
+            inside.append(True)
+            raise RuntimeError("the body failed")
+    assert inside  # the error was the body's, raised with the average in place
     for k, v in net.state_dict().items():
         assert torch.equal(v, own[k]), k
     assert len(average.tensors) == 6  # weight, bias, BN weight, bias, running mean, var; not num_batches_tracked

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from capsnet.data import load_dataset
 from capsnet.models import BaselineCNN, BaselineCNNConfig, create_model, model_name
 from capsnet.evaluate import load_model
 from capsnet.train import TrainConfig, fit
@@ -66,6 +67,10 @@ def test_small_baseline_learns_real_mnist_and_round_trips_its_checkpoint(tmp_pat
     assert final["test_accuracy"] >= 0.85
     model, ckpt = load_model(tmp_path / "run", which="last")
     assert isinstance(model, BaselineCNN) and ckpt.model_name == "baseline" and model.config == cfg
+    test = load_dataset("mnist", "test", root=data_root)  # the loaded weights score what training measured
+    with torch.no_grad():
+        logits = model.eval()(test.images[:1000].float().div(255))
+    assert (logits.argmax(1) == test.labels[:1000]).float().mean().item() == pytest.approx(final["test_accuracy"])
 
 
 def test_figures_refuse_a_baseline_checkpoint(tmp_path, data_root, capsys):

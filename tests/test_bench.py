@@ -302,7 +302,20 @@ def test_conv_floor_is_the_capsnets_two_convolutions():
 def test_environment_names_versions():
     env = environment()
     assert env["torch"] == torch.__version__
-    assert env["torch_threads"] >= 1 and isinstance(env["cuda_devices"], list)
+    import os
+    import platform
+    import subprocess
+
+    assert env["torch_threads"] == torch.get_num_threads() and env["cpu_count"] == os.cpu_count()
+    assert env["python"] == platform.python_version() and env["platform"] == platform.platform()
+    assert env["cuda_devices"] == ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                                   if torch.cuda.is_available() else [])
+    import capsnet
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(capsnet.__file__))  # the checkout capsnet runs from, if any
+    assert env["git_commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+    assert env["cpu"] and env["date"].endswith(" UTC")
 
 
 def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, capsys):

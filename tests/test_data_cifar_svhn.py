@@ -414,7 +414,7 @@ def test_capsnet_train_runs_the_cifar10_model_on_cifar10_and_eval_scores_it(cifa
     from capsnet import cli
     from capsnet.checkpoint import load_checkpoint
 
-    root, _ = cifar_root
+    root, arrays = cifar_root
     out = root / "run"
     assert cli.main(["train", "--model", "capsnet-cifar10", "--dataset", "cifar10", "--data-dir", str(root),
                      "--epochs", "1", "--batch-size", "8", "--conv1-channels", "8", "--primary-types", "2",
@@ -429,3 +429,6 @@ def test_capsnet_train_runs_the_cifar10_model_on_cifar10_and_eval_scores_it(cifa
     capsys.readouterr()
     assert cli.main(["eval", "--checkpoint", str(out), "--data-dir", str(root), "--device", "cpu"]) == 0
     assert "cifar10" in capsys.readouterr().out
+    report = json.loads((out / "eval-best.json").read_text())  # one epoch: best is the last, scored again here
+    assert report["images"] == len(arrays["test_batch"][1]) and report["dataset"] == "cifar10"
+    assert report["accuracy"] == pytest.approx(record["test_accuracy"], abs=1e-9)

@@ -359,9 +359,15 @@ def _break(root, case):
     raise AssertionError(case)
 
 
-CASES = ["no folder", "no png", "image without mask", "mask without image", "not a png", "jpeg named png",
-         "sizes of a pair", "sizes of images", "gray and rgb", "mask values", "mask 1 and 255", "colour mask",
-         "16-bit image"]
+REASONS = {  # what each message says is wrong, beside the file it names
+    "no folder": "does not exist; create it", "no png": "no PNG files in", "image without mask": "images with no mask",
+    "mask without image": "masks with no image", "not a png": "is not a readable PNG image",
+    "jpeg named png": "is a JPEG file, not a PNG", "sizes of a pair": "a mask must match its image pixel for pixel",
+    "sizes of images": "images must all be one size", "gray and rgb": "convert all images to one mode",
+    "mask values": "holds values [128]; masks must be binary", "mask 1 and 255": "mixes 1 and 255",
+    "colour mask": "is in colour (its RGB channels differ)", "16-bit image": "(16/32-bit); save it as an 8-bit",
+}
+CASES = list(REASONS)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -369,7 +375,7 @@ def test_folder_errors_name_the_file(folder, case):
     images_dir, masks_dir, named = _break(folder[0], case)
     with pytest.raises(DataError) as err:
         load_mask_folder(images_dir, masks_dir)
-    assert named in str(err.value)
+    assert named in str(err.value) and REASONS[case] in str(err.value)
 
 
 def test_folder_lists_unpaired_files_with_counts(folder):

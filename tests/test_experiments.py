@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from capsnet import CapsNetConfig
-from capsnet.checkpoint import load_checkpoint
+from capsnet.checkpoint import CheckpointError, load_checkpoint
 from capsnet.cli import main
 from capsnet.data import load_dataset
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
@@ -334,7 +334,7 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
     model_cfg, train_cfg = saved_configs(last)
     shorter = Run("less-data", "capsnet", "mnist", 0, model_cfg, dataclasses.replace(train_cfg, epochs=2),
                   out / "capsnet-32")
-    with pytest.raises(Exception, match=r"holds a run of 40 epochs, more than the 2 asked for; give a larger --steps"):
+    with pytest.raises(CheckpointError, match=r"holds a run of 40 epochs, more than the 2 asked for; give a larger --steps"):
         _finished(shorter)
 
 
@@ -454,10 +454,10 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
     assert _finished(run) == final
     other = run.__class__(**{**vars(run), "train_config": TrainConfig(epochs=1, batch_size=4, train_size=8,
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
-    with pytest.raises(Exception, match=r"holds a run with other settings \(lr\); remove it"):
+    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(lr\); remove it"):
         _finished(other)
     wider = run.__class__(**{**vars(run), "model_config": UNetConfig(base_channels=8, depth=2)})
-    with pytest.raises(Exception, match=r"holds a run with other settings \(base_channels\); remove it"):
+    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(base_channels\); remove it"):
         _finished(wider)
 
 

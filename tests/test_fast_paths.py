@@ -269,13 +269,18 @@ def test_cli_choices_come_from_the_registries():
 
 
 def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert cli.main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--batch-size", "32", "--train-size", "96",
-                     "--test-size", "64", "--conv1-channels", "8", "--primary-types", "2", "--compile", "aot_eager",
-                     "--out", str(out), "--no-progress"]) == 0
-    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-    assert record["epoch"] == 1 and 0.0 <= record["test_accuracy"] <= 1.0
-    assert "compile" not in load_checkpoint(out, "last").train_config  # not part of the run's configuration
+    out, eager = tmp_path / "run", tmp_path / "eager"
+    flags = ["train", "--dataset", "mnist-sample", "--epochs", "1", "--batch-size", "32", "--train-size", "96",
+             "--test-size", "64", "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
+    assert cli.main([*flags, "--compile", "aot_eager", "--out", str(out)]) == 0
+    assert cli.main([*flags, "--out", str(eager)]) == 0  # the same run, eager
+    record, alone = (json.loads((d / "metrics.jsonl").read_text().splitlines()[-1]) for d in (out, eager))
+    assert record["epoch"] == 1 and record["test_accuracy"] == pytest.approx(alone["test_accuracy"], abs=1 / 64)
+    assert record["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-4)
+    compiled = load_checkpoint(out, "last")
+    assert "compile" not in compiled.train_config  # not part of the run's configuration
+    for name, t in load_checkpoint(eager, "last").model_state.items():  # 3 steps: the compiled graph's weights
+        torch.testing.assert_close(compiled.model_state[name], t, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_the_whole_capsnet_compiles_as_one_graph():

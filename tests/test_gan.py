@@ -280,10 +280,11 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
               "--data-dir", str(data_root), "--no-progress"])
     assert exit_.value.code == 2 and "--truncation applies to synthesis models (capspix2pix); this checkpoint holds a capsnet" in \
         capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
               str(tmp_path / "neg"), "--truncation", "-1"])
-    assert "--truncation" in capsys.readouterr().err and not (tmp_path / "neg").exists()
+    assert exit_.value.code == 2 and not (tmp_path / "neg").exists()
+    assert "argument --truncation: must be a finite number >= 0, got -1" in capsys.readouterr().err
     pix = create_model("pix2pix", base_channels=4, disc_channels=4)
     with pytest.raises(ValueError, match="pix2pix has no noise vector to truncate"):
         generate(pix, labels, truncation=1.0)
@@ -337,6 +338,7 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
     assert "capsnet generate takes a synthesis model" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(gan_run), "--judge", "pretrained:nope", "--test-size", "2",
                  "--data-dir", str(data_root), "--no-progress"]) == 2
+    assert "no shipped model named 'nope'" in capsys.readouterr().err
     (tmp_path / "a-file").write_text("x")
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path), "--out",
                  str(tmp_path / "a-file")]) == 2
@@ -353,7 +355,7 @@ def test_a_judge_needs_classes_and_is_the_runs_own_only_on_its_own_data(gan_run,
         judge_for(f"pairs:{root}", "pretrained:capsnet-mnist-small")
     assert judge_for(f"pairs:{root}") is None
     assert judge_for("mnist-skeleton", run_dir=gan_run) == "pretrained:capsnet-mnist-small"  # the run's own
-    assert judge_for("fashion-silhouette", run_dir=gan_run) != "pretrained:capsnet-mnist-small"  # not on other data
+    assert judge_for("fashion-silhouette", run_dir=gan_run) == "pretrained:capsnet-fashion-small"  # not on other data
 
 
 def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root, monkeypatch):
@@ -373,7 +375,15 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     assert all(r["generate_images_per_s"] > 0 and r["generator_weights"] < r["weights"] for r in rows)
     probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
     assert [p["trained_on"] for p in probes] == ["real", "capspix2pix", "pix2pix"]
-    assert all(p["train_size"] == 16 and 0 <= p["test_accuracy"] <= 1 for p in probes)
+    assert all(p["train_size"] == 16 for p in probes)
+    from capsnet.evaluate import evaluate_checkpoint
+
+    for p in probes:  # each row is its classifier's score on the real test images (one epoch: best is last)
+        done = evaluate_checkpoint(p["run_dir"], dataset="fashion-mnist", test_size=8, root=data_root, progress=False)
+        assert done.results[""].accuracy == pytest.approx(p["test_accuracy"], abs=1e-9)
+    first = {p["trained_on"]: load_checkpoint(p["run_dir"], "last").model_state["conv1.weight"] for p in probes}
+    assert not torch.equal(first["real"], first["capspix2pix"]) and not torch.equal(first["capspix2pix"],
+                                                                                     first["pix2pix"])
     # each probe was trained on its own images: the probe of the real images on exactly the real training items
     real_probe = json.loads((tmp_path / "probes" / "fashion-silhouette" / "real" / "config.json").read_text())
     assert real_probe["model_config"]["conv1_channels"] == 64 and real_probe["train_config"]["dataset"] == "fashion-mnist"

@@ -176,8 +176,19 @@ def test_routing_options_coupling_sums_and_bias_off():
 def test_any_routing_of_the_shared_call_shape_routes_locally():
     torch.manual_seed(7)
     layer = ConvCaps2d(3, 4, 2, 16, kernel_size=3, routing=create_routing("em", out_caps=2), bias=False)
-    y = layer(torch.randn(2, 3, 4, 5, 5), torch.rand(2, 3, 5, 5))
+    x, a = torch.randn(2, 3, 4, 5, 5), torch.rand(2, 3, 5, 5)
+    with torch.no_grad():
+        y = layer(x, a)
     assert y.shape == (2, 2, 16, 5, 5) and torch.isfinite(y).all()
+    # each position alone: its 3x3 window's votes, written out as products (zero outside the grid), and its
+    # children's activations, routed by the same module
+    padded = F.pad(x, (1, 1, 1, 1))  # (B, T, Din, H + 2, W + 2)
+    for n, r, c in [(0, 0, 0), (0, 2, 3), (1, 4, 4), (1, 1, 0)]:
+        window = padded[n, :, :, r:r + 3, c:c + 3]  # (T, Din, 3, 3)
+        votes = torch.einsum("oikl,tikl->to", layer.weight, window).view(1, 3, 2, 16)  # (1, T, J, D)
+        with torch.no_grad():
+            alone = layer.routing(votes, a[n, :, r, c][None], None).poses[0]  # (J, D)
+        torch.testing.assert_close(y[n, :, :, r, c], alone, rtol=1e-4, atol=1e-5)
 
 
 def test_bad_shapes_and_sizes_are_named():

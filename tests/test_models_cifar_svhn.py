@@ -148,4 +148,5 @@ def test_svhn_model_trains_on_32x32_colour_digits():
     torch.testing.assert_close(out.coupling.sum(-1), torch.ones(2, 128))  # no extra category here
     loss, _ = capsnet_loss(model, x, y)
     loss.backward()
-    assert all(p.grad is not None for p in model.parameters())
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name

@@ -24,10 +24,16 @@ def test_lr_schedule_matches_authors_decay():
     assert lr_at(1000, cfg) == pytest.approx(1e-3 * math.sqrt(0.96))
 
 
-@pytest.mark.parametrize("bad", [dict(epochs=0), dict(batch_size=0), dict(dataset="cifar"), dict(lr=-1.0),
-                                 dict(lr_decay=1.5), dict(val_size=-1)])
-def test_bad_train_config(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, message", [
+    (dict(epochs=0), "epochs must be at least 1, got 0"),
+    (dict(batch_size=0), "batch_size must be at least 1, got 0"),
+    (dict(dataset="cifar"), "unknown dataset 'cifar'; valid names are mnist, fashion-mnist, "),
+    (dict(lr=-1.0), "lr must be a positive number, got -1.0"),
+    (dict(lr_decay=1.5), r"lr_decay must lie in \(0, 1\], got 1.5"),
+    (dict(val_size=-1), "val_size must be >= 0, got -1"),
+])
+def test_bad_train_config(bad, message):
+    with pytest.raises(ValueError, match=message):
         TrainConfig(**bad)
 
 
@@ -168,7 +174,6 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_che
 
 def test_a_resume_may_change_how_often_it_evaluates(trained_run, tmp_path, data_root):
     """--eval-every, like --epochs, changes no step already taken: a resume takes it; other settings still clash."""
-    import dataclasses
     import shutil
 
     from capsnet.train import ResumeError, resume_configs

@@ -168,11 +168,20 @@ def test_the_viewer_walks_every_capsule_model(name, small):
     model = create_model(name, num_classes=10, input_height=28, input_width=28, **small)
     v = Viewer(model)
     info = v.info()
-    w = v.walk(v.image_input(torch.rand(1, 28, 28), {"kind": "upload"}))
+    inp = v.image_input(torch.rand(1, 28, 28), {"kind": "upload"})
+    w = v.walk(inp)
     T, rows, cols = info["primary"]["types"], *info["primary"]["grid"]
     R = info["routing_iterations"]
     c = decode(w["coupling"])
     assert c.shape == (R, 10, T, rows, cols) and decode(w["primary_lengths"]).shape == (T, rows, cols)
+    with torch.no_grad():  # the model's own outputs for the image walked
+        out = model.eval()(inp.image[None])
+    np.testing.assert_allclose(w["lengths"], out.scores[0].numpy(), rtol=1e-5, atol=1e-6)
+    own = out.coupling[0]  # (I, 10); the last round, the children reordered to (type, row, column)
+    if name in ("em-capsnet-small", "inverted-capsnet"):  # their class layers flatten (row, column, type)
+        own = own.view(rows, cols, T, 10).permute(2, 0, 1, 3)
+    np.testing.assert_allclose(c[-1], own.reshape(T, rows, cols, 10).permute(3, 0, 1, 2).numpy(),
+                               atol=w["coupling"]["hi"] / 255 + 1e-6)
     assert decode(w["feature_maps"]).shape == (info["conv1"]["channels"], *info["conv1"]["map"])
     if R > 1:  # iterative routings start uniform; self-attention's one round is its softmax
         np.testing.assert_allclose(c[0], 1 / 10, atol=w["coupling"]["hi"] / 255)

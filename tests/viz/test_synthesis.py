@@ -98,17 +98,32 @@ def test_the_noise_map_conv1_maps_and_layers_are_the_first_seeds(synthesis_viewe
         assert np.abs(decode(layer["lengths"]) - want).max() <= want.max() * Q + 1e-7
 
 
-def test_routing_at_a_layer_is_its_coupling_per_round(synthesis_viewer):
+@pytest.mark.parametrize("name, children", [
+    ("conv_2_1", lambda g: g["primary"]),
+    ("deconv_1_2", lambda g: torch.cat([g["deconv_1_1"], g["conv_3_1"]], dim=1)),  # SegCaps' skip: 8 + 8 types
+])
+def test_routing_at_a_layer_is_its_coupling_per_round(synthesis_viewer, name, children):
     v = synthesis_viewer
-    info = v.info()
-    layer = next(d for d in info["layers"] if d["routing"] and d["routing"]["rounds"] == 3)
-    w = v.walk(v.test_input(index=0), routing=layer["name"])
+    layer = next(d for d in v.info()["layers"] if d["name"] == name)
+    w = v.walk(v.test_input(index=2), routing=name, seeds=[4, 1])
     c = decode(w["routing"]["coupling"])  # (R, J, T, h, w)
     r = layer["routing"]
-    assert w["routing"]["layer"] == layer["name"]
+    assert w["routing"]["layer"] == name and r["rounds"] == 3
     assert c.shape == (r["rounds"], r["parents"], r["children"], *layer["grid"])
-    np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=r["parents"] * 1 / 255)  # softmax over the parent types
-    np.testing.assert_allclose(c[0], 1 / r["parents"], atol=1 / 255)  # round 1: uniform, before any agreement
+    # the layer routed again here, from the capsules the generator makes of test pair 2 under the first seed's noise
+    gen = v.model.generator
+    with torch.no_grad():
+        grids = gen.capsule_grids(v.test_labels[2][None].float(), v.model.noise(3, 4)[2:])
+        parents, result = gen.caps[name].route(children(grids), record=True)
+    torch.testing.assert_close(parents, grids[name])  # the children given are the ones the generator routed
+    P, R, T, J = result.rounds.shape
+    h, w_ = grids[name].shape[-2:]
+    expected = result.rounds.reshape(h, w_, R, T, J).permute(2, 4, 3, 0, 1).numpy()  # (R, J, T, h, w)
+    hi = w["routing"]["coupling"]["hi"]
+    np.testing.assert_allclose(c, expected, atol=hi / 255 + 1e-6)
+    assert np.abs(c[-1] - c[0]).max() > 0.01  # the rounds differ: agreement moved the coupling
+    np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=r["parents"] * hi / 255)  # softmax over the parent types
+    np.testing.assert_allclose(c[0], 1 / r["parents"], atol=hi / 255)  # round 1: uniform, before any agreement
 
 
 def test_an_upload_is_row_0_as_capsnet_generate_makes_it(synthesis_viewer):
