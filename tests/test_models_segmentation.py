@@ -31,10 +31,21 @@ def test_segcaps_weight_count_is_the_papers_1_4m():
     assert sum(p.numel() for p in SegCaps().parameters()) == 1_425_649  # the README's figure
 
 
+def _ronneberger_weights(batch_norm: bool) -> int:
+    """The U-Net of Ronneberger et al.'s Fig. 1 (one input channel, one output map), counted layer by layer."""
+    convs = [(1, 64), (64, 64), (64, 128), (128, 128), (128, 256), (256, 256), (256, 512), (512, 512),
+             (512, 1024), (1024, 1024),  # the contracting path: two 3x3 convolutions a level
+             (1024, 512), (512, 512), (512, 256), (256, 256), (256, 128), (128, 128), (128, 64), (64, 64)]  # expanding
+    n = sum((a * 9 + 1) * b + (2 * b if batch_norm else 0) for a, b in convs)
+    n += sum((a * 4 + 1) * b for a, b in [(1024, 512), (512, 256), (256, 128), (128, 64)])  # 2x2 up-convolutions
+    return n + 64 + 1  # the final 1x1 convolution
+
+
 def test_unet_weight_count_is_the_papers_31m():
-    for bn, expected in ((False, 31_030_593), (True, 31_042_369)):
+    for bn, expected in ((False, _ronneberger_weights(False)), (True, _ronneberger_weights(True))):
         model = create_model("unet", batch_norm=bn)
         assert sum(p.numel() for p in model.parameters()) == expected == model.config.num_weights
+    assert _ronneberger_weights(False) == 31_030_593 and _ronneberger_weights(True) == 31_042_369  # the README's
     assert UNetConfig().num_weights > 10 * SegCapsConfig().num_weights  # the issue's "a tenth of its weights"
 
 
