@@ -155,6 +155,7 @@ def _rank_of(pid: int) -> int | None:
 TRAIN_SIZE = 161  # 5 steps of 32, then 1 example: rank 0 trains on it, rank 1 on a stand-in of weight 0
 
 
+@pytest.mark.slow  # three torchrun launches, about 20 s; the default suite keeps the one-process kill tests
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker processes through /proc")
 def test_a_rank_killed_mid_run_leaves_the_last_checkpoint_and_resume_finishes_the_run(tmp_path, data_root, one_thread):
     """kill -9 rank 1 while epoch 2 runs: torchrun stops rank 0; last.safetensors still holds a complete epoch, and

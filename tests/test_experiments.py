@@ -411,14 +411,14 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
     kept = []  # the experiment keeps freed memory, as capsnet train does (--allocator keep, the default)
     monkeypatch.setattr("capsnet.memory.keep_freed_memory", lambda: kept.append(True) or True)
     out = tmp_path / "routing"
-    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "inverted-capsnet",
+    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "efficient-capsnet",
                  "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "1", "--train-size", "64",
                  "--test-size", "32", "--batch-size", "32", "--conv1-channels", "8", "--primary-types", "2",
                  "--no-progress"]) == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert len(rows) == 4 and {r["seed"] for r in rows} == {0, 1}
     table = (out / "results.md").read_text()
-    for model in ("capsnet", "inverted-capsnet"):
+    for model in ("capsnet", "efficient-capsnet"):
         rs = [r for r in rows if r["model"] == model]
         errors = [100 * r["test_error"] for r in rs]
         line = next(line for line in table.splitlines() if line.startswith(f"| {model} |"))
@@ -426,7 +426,7 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
         assert f"{rs[0]['weights']:,}" in line and rs[0]["peak_mem_mb"] > 0 and rs[0]["train_images_per_s"] > 0
     assert "seed 1" in capsys.readouterr().out and kept == [True]
     kept.clear()  # --allocator default: the C library's own behaviour (the finished runs are read back)
-    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "inverted-capsnet",
+    assert main(["experiment", "routing", "--out", str(out), "--models", "capsnet", "efficient-capsnet",
                  "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "1", "--train-size", "64",
                  "--test-size", "32", "--batch-size", "32", "--conv1-channels", "8", "--primary-types", "2",
                  "--no-progress", "--allocator", "default"]) == 0
