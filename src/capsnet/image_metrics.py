@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from .data.segmentation import overlap_scores
 
-__all__ = ["l1_error", "ssim", "shape_iou", "noise_spread", "gaussian_window"]
+__all__ = ["l1_error", "ssim", "window_statistics", "shape_iou", "noise_spread", "gaussian_window"]
 
 SSIM_WINDOW = 11  # Wang, Bovik, Sheikh and Simoncelli (2004), section III.C: an 11x11 Gaussian window ...
 SSIM_SIGMA = 1.5  # ... of standard deviation 1.5 pixels
@@ -37,12 +37,12 @@ def gaussian_window(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch
     return g[:, None] * g[None, :]  # (size, size)
 
 
-def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: int = SSIM_WINDOW,
-         sigma: float = SSIM_SIGMA) -> torch.Tensor:
-    """The structural similarity of each pair of images (Wang et al. 2004, equation 13), its mean SSIM map over
-    every position where the Gaussian window fits (no padding), averaged over the channels.
+def window_statistics(a: torch.Tensor, b: torch.Tensor, *, window: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA
+                      ) -> tuple[torch.Tensor, ...]:
+    """SSIM's local statistics under the Gaussian window at every position where it fits (no padding), each
+    channel on its own: the means mu_a, mu_b, variances var_a, var_b and covariance cov.
 
-    Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
+    Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> five (N*C, 1, H-k+1, W-k+1) float64 tensors.
     """
     _pair(a, b)
     N, C, H, W = a.shape
@@ -55,9 +55,18 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
         return F.conv2d(t, w)  # (N*C, 1, H-k+1, W-k+1)
 
     mu_x, mu_y = blur(x), blur(y)
-    var_x = blur(x * x) - mu_x ** 2
-    var_y = blur(y * y) - mu_y ** 2
-    cov = blur(x * y) - mu_x * mu_y
+    return mu_x, mu_y, blur(x * x) - mu_x ** 2, blur(y * y) - mu_y ** 2, blur(x * y) - mu_x * mu_y
+
+
+def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: int = SSIM_WINDOW,
+         sigma: float = SSIM_SIGMA) -> torch.Tensor:
+    """The structural similarity of each pair of images (Wang et al. 2004, equation 13), its mean SSIM map over
+    every position where the Gaussian window fits (no padding), averaged over the channels.
+
+    Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
+    """
+    mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b, window=window, sigma=sigma)
+    N, C = a.shape[:2]
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
     s = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x ** 2 + mu_y ** 2 + c1) * (var_x + var_y + c2))
     return s.view(N, C, -1).mean(2).mean(1)

@@ -15,11 +15,10 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
-from capsnet.image_metrics import SSIM_K1, SSIM_K2, gaussian_window, ssim
+from capsnet.image_metrics import SSIM_K1, SSIM_K2, ssim, window_statistics
 from capsnet.synthesis import generate
 
 p = argparse.ArgumentParser()
@@ -33,16 +32,9 @@ args = p.parse_args()
 
 def parts(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     """a generated, b real, (N, 1, H, W) in [0, 1]."""
-    w = gaussian_window().to(torch.float64)[None, None]
     x, y = a.double(), b.double()
-
-    def blur(t):
-        return F.conv2d(t, w)
-
-    mu_x, mu_y = blur(x), blur(y)
-    var_x = (blur(x * x) - mu_x ** 2).clamp_min(0)
-    var_y = (blur(y * y) - mu_y ** 2).clamp_min(0)
-    cov = blur(x * y) - mu_x * mu_y
+    mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b)
+    var_x, var_y = var_x.clamp_min(0), var_y.clamp_min(0)  # rounding can leave -1e-17 under a square root
     c1, c2 = SSIM_K1 ** 2, SSIM_K2 ** 2
     lum = (2 * mu_x * mu_y + c1) / (mu_x ** 2 + mu_y ** 2 + c1)
     con = (2 * var_x.sqrt() * var_y.sqrt() + c2) / (var_x + var_y + c2)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from capsnet.checkpoint import load_checkpoint
 from capsnet.experiments import Run, synthetic_probe_rows
-from capsnet.models import model_spec
-from capsnet.train import TrainConfig
+from capsnet.train import saved_configs
 
 p = argparse.ArgumentParser()
 p.add_argument("runs", nargs="+")
@@ -29,9 +28,8 @@ args = p.parse_args()
 runs = []
 for d in args.runs:
     ckpt = load_checkpoint(d, "last")
-    train = TrainConfig.from_saved(ckpt.train_config)
-    runs.append(Run("synthesis", ckpt.model_name, train.dataset, train.seed,
-                    model_spec(ckpt.model_name).config.from_saved(ckpt.model_config), train, Path(d)))
+    model_config, train = saved_configs(ckpt)
+    runs.append(Run("synthesis", ckpt.model_name, train.dataset, train.seed, model_config, train, Path(d)))
 shared = {(r.dataset, r.train_config.train_size, r.train_config.seed, r.train_config.test_size) for r in runs}
 if len(shared) != 1:
     raise SystemExit(f"the runs differ in data set, --train-size, --seed or --test-size: {sorted(shared)}")
