@@ -38,14 +38,14 @@ def _data(B: int = 3, H: int = 16, W: int = 16, seed: int = 0) -> tuple[torch.Te
 # -- weight counts -----------------------------------------------------------------------------------------------
 
 def capspix2pix_weights_by_hand(H: int, W: int, c_in: int = 1, c_out: int = 1, noise: int = 100,
-                                ndf: int = 64) -> tuple[int, int]:
+                                ndf: int = 64, image_kernel: int = 1) -> tuple[int, int]:
     """(generator, discriminator) counted layer by layer: the noise layer, conv1 over label map + noise channel,
-    SegCaps' Figure 2 capsule layers (kernel, in dim, out types, out dim) with routing bias, the 1x1 image
-    convolution; the DCGAN discriminator's bias-free 4x4 convolutions while the smaller side is >= 8."""
+    SegCaps' Figure 2 capsule layers (kernel, in dim, out types, out dim) with routing bias, the image convolution
+    (1x1 unless asked); the DCGAN discriminator's bias-free 4x4 convolutions while the smaller side is >= 8."""
     caps = [(5, 16, 2, 16), (5, 16, 4, 16), (5, 16, 4, 32), (5, 32, 8, 32), (5, 32, 8, 64), (5, 64, 8, 32),
             (4, 32, 8, 32), (5, 32, 4, 32), (4, 32, 4, 16), (5, 16, 4, 16), (4, 16, 2, 16), (1, 16, 1, 16)]
     g = (noise + 1) * H * W + ((c_in + 1) * 25 + 1) * 16 + sum(k * k * d * t * o + t * o for k, d, t, o in caps)
-    g += 16 * c_out + c_out
+    g += 16 * image_kernel ** 2 * c_out + c_out
     d, c, side, k = 0, c_in + c_out, min(H, W), 0
     while side >= 8:
         w = ndf * min(2 ** k, 8)
@@ -75,14 +75,16 @@ def test_weight_counts_at_32x32_and_the_tenth():
 
 @pytest.mark.parametrize("kw", [dict(), dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
                                 dict(input_height=64, input_width=16, routing_bias=False, init_gain=3.0, noise_dim=7),
-                                dict(input_height=256, input_width=256, disc_channels=8)])
+                                dict(input_height=256, input_width=256, disc_channels=8),
+                                dict(image_kernel=3, out_channels=3), dict(image_kernel=7, input_height=16)])
 def test_capspix2pix_num_weights_is_exact(kw):
     cfg = CapsPix2pixConfig(**kw)
     model = CapsPix2pix(cfg)
     assert cfg.num_weights == _count(model)
     if cfg.routing_bias:
         assert (_count(model.generator), _count(model.discriminator)) == capspix2pix_weights_by_hand(
-            cfg.input_height, cfg.input_width, cfg.in_channels, cfg.out_channels, cfg.noise_dim, cfg.disc_channels)
+            cfg.input_height, cfg.input_width, cfg.in_channels, cfg.out_channels, cfg.noise_dim, cfg.disc_channels,
+            cfg.image_kernel)
 
 
 @pytest.mark.parametrize("kw", [dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
@@ -255,6 +257,71 @@ def test_capspix2pix_dropout_drops_whole_capsule_types_in_training_only():
     assert (model(labels, z) - model(labels, z)).abs().max() > 0  # training: dropout on
     model.eval()
     torch.testing.assert_close(model(labels, z), model(labels, z), rtol=0, atol=0)
+
+
+class _Record(nn.Module):
+    """A stand-in for the generator's dropout: passes its input on and records its shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.shapes.append(tuple(x.shape))
+        return x
+
+
+@pytest.mark.parametrize("scale,dropped", [(1, {16: 1, 8: 4, 4: 4, 2: 2}), (4, {4: 4, 2: 2}), (8, {2: 2})])
+def test_capspix2pix_dropout_min_scale_drops_out_only_the_deep_grids(scale, dropped):
+    """dropout_min_scale s: the dropout sees only the grids at 1/s of the image or smaller. A 16x16 input, the
+    layers' grids by side: primary, conv_2_1, deconv_2_1, deconv_2_2 at 8; conv_2_2, conv_3_1, deconv_1_1,
+    deconv_1_2 at 4; conv_3_2, conv_4_1 at 2; deconv_3_1 at 16 (seg_caps, the last, never)."""
+    model = _model("capspix2pix", dropout_min_scale=scale).train()
+    model.generator.dropout = record = _Record()
+    labels, _ = _data(2)
+    model.generator.capsule_grids(labels, model.noise(2, 0))
+    sides = [shape[-1] for shape in record.shapes]
+    assert {side: sides.count(side) for side in set(sides)} == dropped
+    with pytest.raises(ValueError, match=r"dropout_min_scale must be 1, 2, 4 or 8 .* got 3"):
+        CapsPix2pixConfig(dropout_min_scale=3)
+
+
+def test_conv1_skip_dropout_reaches_only_the_skips_copy_of_conv1():
+    """between_conv1_skip: the dropout (here one that zeroes everything) reaches conv1's copy in the last skip, so
+    seg_caps no longer sees conv1 (its output is the same for any input), while the primary layer still reads
+    conv1 whole (the same grid with the flag or without); the config's conv1_skip_dropout turns it on."""
+    stack = capsule_stack(routing_iterations=1, primary_routing_iterations=1, routing_softmax="parents",
+                          routing_bias=True)
+    a, b = torch.rand(1, 1, 16, 8, 8), torch.rand(1, 1, 16, 8, 8)
+    walk = {flag: [walk_capsule_stack(stack, x, lambda g: 0 * g, between_conv1_skip=flag) for x in (a, b)]
+            for flag in (False, True)}
+    assert not torch.equal(walk[False][0]["seg_caps"], walk[False][1]["seg_caps"])  # the skip carries conv1
+    torch.testing.assert_close(walk[True][0]["seg_caps"], walk[True][1]["seg_caps"], rtol=0, atol=0)
+    torch.testing.assert_close(walk[True][0]["primary"], walk[False][0]["primary"], rtol=0, atol=0)
+    assert walk[True][0]["primary"].abs().max() == 0  # (the zeroing dropout is applied after the primary layer)
+    model = _model("capspix2pix", conv1_skip_dropout=True).train()
+    model.generator.dropout = record = _Record()
+    model.generator.capsule_grids(*_data(2)[:1], model.noise(2, 0))
+    assert [shape[1:] for shape in record.shapes].count((1, 16, 16, 16)) == 1  # conv1's copy: one 16D type, full
+    # size (deconv_3_1's grid there has 2 types)
+
+
+def test_capspix2pix_image_kernel_reads_a_neighbourhood_of_poses():
+    """image_kernel k: the image convolution is k x k with 'same' padding, so a pixel moves when a pose k // 2 away
+    changes and the image keeps its size; its start is scaled by 1/k; an even kernel is refused by name."""
+    with pytest.raises(ValueError, match=r"image_kernel must be 1, 3, 5 or 7 .* got 2"):
+        CapsPix2pixConfig(image_kernel=2)
+    for k in (1, 3):
+        g = _model("capspix2pix", image_kernel=k).generator.eval()
+        poses = torch.zeros(1, 16, 9, 9, requires_grad=True)
+        g.to_image(poses)[0, 0, 4, 4].backward()
+        reach = poses.grad.abs().sum(1)[0] > 0  # (9, 9): which poses the centre pixel reads
+        assert reach.sum() == k * k and reach[4 - k // 2:5 + k // 2, 4 - k // 2:5 + k // 2].all()
+        assert g(*_data(2)[:1], _model("capspix2pix").noise(2, 0)).shape == (2, 1, 16, 16)
+    # the start: N(0, image_init_std / k) per weight, so k^2 inputs spread a logit as the 1x1 kernel's one does
+    torch.manual_seed(0)
+    w = _model("capspix2pix", image_kernel=5, image_init_std=10.0).generator.to_image.weight  # 400 weights
+    assert abs(w.std().item() / 2.0 - 1) < 0.15, w.std()
 
 
 # -- gradients and losses ----------------------------------------------------------------------------------------

@@ -274,6 +274,11 @@ class CapsPix2pixConfig(JsonConfig):
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
     squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
     image_init_std: float = 10.0  # the 1x1 image convolution's weights at the start: N(0, this) (the reference: 0.02)
+    image_kernel: int = 1  # the image convolution's kernel over the final pose (odd; the reference code's is 1); its
+    # weights start at N(0, image_init_std / image_kernel), so the logits spread alike for every kernel
+    dropout_min_scale: int = 1  # dropout only on grids at 1/s of the image with s >= this (1: every grid, the
+    # reference code's; 4: the two deepest levels only, as pix2pix drops out only in its innermost decoder layers)
+    conv1_skip_dropout: bool = False  # dropout on conv1's copy in the last skip too (the reference: conv1 undropped)
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
@@ -291,6 +296,12 @@ class CapsPix2pixConfig(JsonConfig):
         check_stack_fields(self)
         check_range(self, "disc_channels", 1, 1024)
         check_range(self, "image_init_std", 0, 100)
+        if self.image_kernel not in (1, 3, 5, 7):
+            raise ValueError(f"{type(self).__name__}.image_kernel must be 1, 3, 5 or 7 (odd, so the image keeps its "
+                             f"size), got {self.image_kernel!r}")
+        if self.dropout_min_scale not in (1, 2, 4, 8):
+            raise ValueError(f"{type(self).__name__}.dropout_min_scale must be 1, 2, 4 or 8 (the grids are at 1, "
+                             f"1/2, 1/4 and 1/8 of the image), got {self.dropout_min_scale!r}")
         check_gan_fields(self)
 
     @property
@@ -307,7 +318,8 @@ class CapsPix2pixConfig(JsonConfig):
         """The generator's weights: the noise layer, conv1, SegCaps' capsule layers, the 1x1 image convolution."""
         noise = (self.noise_dim + 1) * self.input_height * self.input_width
         conv1 = ((self.in_channels + 1) * 25 + 1) * 16
-        return noise + conv1 + capsule_stack_weights(self.routing_bias) + (16 + 1) * self.out_channels
+        image = (16 * self.image_kernel ** 2 + 1) * self.out_channels
+        return noise + conv1 + capsule_stack_weights(self.routing_bias) + image
 
     @property
     def discriminator_weights(self) -> int:
@@ -340,10 +352,11 @@ class CapsPix2pixGenerator(nn.Module):
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)
-        self.to_image = nn.Conv2d(16, cfg.out_channels, 1)
+        self.to_image = nn.Conv2d(16, cfg.out_channels, cfg.image_kernel, padding=cfg.image_kernel // 2)
         init_gan_weights(self)
-        with torch.no_grad():  # N(0, 0.02) rescaled: no more random draws, so the other weights are seed for seed
-            self.to_image.weight.mul_(cfg.image_init_std / 0.02)
+        with torch.no_grad():  # N(0, 0.02) rescaled: no more random draws, so the other weights are seed for seed;
+            # divided by the kernel's side, so a k x k kernel's logits spread as the 1x1 kernel's (k^2 inputs each)
+            self.to_image.weight.mul_(cfg.image_init_std / 0.02 / cfg.image_kernel)
 
     def capsule_grids(self, labels: torch.Tensor, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
@@ -357,7 +370,11 @@ class CapsPix2pixGenerator(nn.Module):
         noise = self.noise(z).view(B, 1, H, W)  # (B, 1, H, W)
         x = torch.cat([labels, noise], dim=1)  # (B, C_in + 1, H, W)
         conv1 = F.leaky_relu(self.conv1(x), 0.01).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
-        return walk_capsule_stack(self.caps, conv1, self.dropout)
+
+        def dropout(grid: torch.Tensor) -> torch.Tensor:  # (B, T, D, h, w), h = H / s: dropped when s is deep enough
+            return self.dropout(grid) if H // grid.shape[-2] >= cfg.dropout_min_scale else grid
+
+        return walk_capsule_stack(self.caps, conv1, dropout, between_conv1_skip=cfg.conv1_skip_dropout)
 
     def forward(self, labels: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Shapes:

@@ -133,12 +133,14 @@ def capsule_stack_weights(routing_bias: bool) -> int:
 
 
 def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
-                       between: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                       between: Callable[[torch.Tensor], torch.Tensor] | None = None, *,
+                       between_conv1_skip: bool = False) -> dict[str, torch.Tensor]:
     """Run ``conv1``, the first grid, through the layers of ``capsule_stack``; every layer's grid, in order.
 
     The skips stack capsule types: deconv_1_1's output with conv_3_1's, deconv_2_1's with conv_2_1's,
     deconv_3_1's with conv1's. ``between`` (CapsPix2pix's dropout) is applied to every layer's grid but the
-    last before it goes on, the skips included; the grids returned are the ones that went on.
+    last before it goes on, the skips included; the grids returned are the ones that went on. With
+    ``between_conv1_skip`` it is applied to conv1's copy in the last skip as well (conv1 itself goes on whole).
 
     Shapes:
         conv1: (B, 1, 16, H, W), H and W multiples of 8
@@ -147,13 +149,16 @@ def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
     grids = {"conv1": conv1}
     x = conv1
     last = next(reversed(caps.keys()))
+    skips = dict(grids)
+    if between is not None and between_conv1_skip:
+        skips["conv1"] = between(conv1)  # the skip's copy of conv1 (the primary layer still reads it whole)
     for name, layer in caps.items():
         x = layer(x)  # (B, J, D, H', W')
         if between is not None and name != last:
             x = between(x)  # (B, J, D, H', W')
-        grids[name] = x
+        grids[name] = skips[name] = x
         if name in _SKIPS:
-            x = torch.cat([x, grids[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
+            x = torch.cat([x, skips[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
     return grids
 
 
