@@ -20,6 +20,17 @@ the random state at each evaluation (and between them once the last save is
 ``capsnet.train.SAVE_AFTER_S`` old), so ``resume`` continues exactly, and
 ``best.safetensors`` (highest held-out SSIM).
 
+Collapse to one saturated level: every epoch records the generated and the
+real images' pixel standard deviation per image (``train_fake_std``,
+``train_real_std``) and the generated pixels' mean distance to the nearer
+end of [0, 1] (``train_fake_edge``), means over the epoch, and warns when the
+generated images are both flat (their deviation below ``COLLAPSE_RATIO`` of
+the real ones') and saturated (``train_fake_edge`` below ``COLLAPSE_EDGE``):
+a generator whose last layer gives the same value at every position is
+driven by the L1 term to the target's median level (black on MNIST), where
+its sigmoid saturates and it rarely recovers (docs/results.md, "What the
+capsule generator uses"). A flat grey start (pixels near 0.5) is not one.
+
 With ``TrainConfig.ema_decay`` > 0 the loop also keeps an exponential
 moving average of the generator's weights (``capsnet.average``; Yazici et
 al., "The unusual effectiveness of averaging in GAN training", ICLR 2019):
@@ -46,6 +57,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,6 +78,9 @@ from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimiz
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
 from .models.capspix2pix import GAN_LR  # the synthesis models' own rate (their ModelSpec.train_defaults)
+
+COLLAPSE_RATIO = 0.05  # generated images this much flatter than the real ones (pixel sd) ...
+COLLAPSE_EDGE = 0.01  # ... with their pixels this close to 0 or 1 on average: an epoch's warning
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +127,8 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     ``generator`` makes the fakes in place of ``model.generator`` (its compiled form: the same weights).
 
     Shapes: labels (B, C, H, W), real (B, C', H, W), z (B, noise_dim) -> D's loss (), G's loss (), D's parts,
-    G's parts (detached scalars).
+    G's parts (detached scalars; with ``fake_std`` and ``real_std``, the images' pixel standard deviation per
+    image, averaged over the batch, and ``fake_edge``, the fakes' mean distance to the nearer end of [0, 1]).
     """
     with amp:
         fake = (model.generator if generator is None else generator)(labels, z)  # (B, C', H, W)
@@ -129,6 +145,9 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
         opt_g.step()
     finally:
         model.discriminator.requires_grad_(True)
+    f = fake.detach().float()
+    g_parts = {**g_parts, "fake_std": f.flatten(1).std(1).mean(), "fake_edge": torch.minimum(f, 1 - f).mean(),
+               "real_std": real.detach().float().flatten(1).std(1).mean()}
     return d_loss, g_loss, d_parts, g_parts
 
 
@@ -235,7 +254,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
         bar = progress_bar(total=len(starts), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
-        sums = torch.zeros(5, dtype=torch.float64, device=dev)  # D loss, G loss, L1, D(real), D(fake): no sync
+        sums = torch.zeros(8, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
         bad = torch.zeros((), dtype=torch.bool, device=dev)
         seen, shown, started = 0, time.monotonic(), time.monotonic()
         for start in starts:  # the bar is advanced by hand: left open after the loop, it shows the epoch's figures
@@ -251,7 +270,9 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             step += 1
             n = len(idx)
             sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
-                                 d_parts["d_real"].double(), d_parts["d_fake"].double()]) * n
+                                 d_parts["d_real"].double(), d_parts["d_fake"].double(),
+                                 g_parts["fake_std"].double(), g_parts["real_std"].double(),
+                                 g_parts["fake_edge"].double()]) * n
             bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
             seen += n
             if progress and time.monotonic() - shown > 0.5:
@@ -259,7 +280,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
             bar.update()
-        d, gl, l1, d_real, d_fake = (sums / seen).tolist()
+        d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
         if bool(bad):
@@ -269,7 +290,16 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
+                  "train_fake_std": fake_std, "train_real_std": real_std, "train_fake_edge": fake_edge,
                   "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
+        if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
+            message = (f"epoch {epoch}: the generator's images are nearly flat (pixel standard deviation "
+                       f"{fake_std:.4f} per image against the real images' {real_std:.4f}, L1 {l1:.4f}) and "
+                       f"saturated (pixels {fake_edge:.4f} from 0 or 1 on average): it has collapsed to one level, "
+                       f"which the L1 term rarely undoes once the output saturates; restart "
+                       f"with another --seed or a lower --lr, or undo the change to the model's start that made its "
+                       f"last layer the same at every position")
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             if time.monotonic() - last_saved >= _train.SAVE_AFTER_S:
