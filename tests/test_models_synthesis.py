@@ -468,6 +468,21 @@ def test_capspix2pix_image_init_std_scales_only_the_image_convolution():
     assert spread[0.02] < 0.005 and spread[1.0] > 20 * spread[0.02], spread
 
 
+def test_capspix2pix_conv1_init_std_scales_only_conv1():
+    """conv1_init_std rescales conv1's N(0, 0.02) draw (the other weights the same for the same seed); refused
+    below 0 by name."""
+    with pytest.raises(ValueError, match=r"conv1_init_std must be in 0..100, got -1"):
+        CapsPix2pixConfig(conv1_init_std=-1.0)
+    params = []
+    for std in (0.02, 0.2):
+        torch.manual_seed(0)
+        params.append(dict(_model("capspix2pix", conv1_init_std=std).named_parameters()))
+    small, wide = params
+    torch.testing.assert_close(wide["generator.conv1.weight"], 10 * small["generator.conv1.weight"])
+    assert all(torch.equal(small[k], wide[k]) for k in small if k != "generator.conv1.weight")
+    assert abs(small["generator.conv1.weight"].std().item() / 0.02 - 1) < 0.1  # 816 draws of N(0, 0.02)
+
+
 def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():
     """Runs saved before the field existed started at DCGAN's 0.02: their checkpoints read so (a resume, a finished
     experiment run compared with today's plan), while a new config takes today's default."""

@@ -279,6 +279,7 @@ class CapsPix2pixConfig(JsonConfig):
     dropout_min_scale: int = 1  # dropout only on grids at 1/s of the image with s >= this (1: every grid, the
     # reference code's; 4: the two deepest levels only, as pix2pix drops out only in its innermost decoder layers)
     conv1_skip_dropout: bool = False  # dropout on conv1's copy in the last skip too (the reference: conv1 undropped)
+    conv1_init_std: float = 0.02  # conv1's weights at the start: N(0, this) (the reference code's DCGAN 0.02)
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
@@ -296,6 +297,7 @@ class CapsPix2pixConfig(JsonConfig):
         check_stack_fields(self)
         check_range(self, "disc_channels", 1, 1024)
         check_range(self, "image_init_std", 0, 100)
+        check_range(self, "conv1_init_std", 0, 100)
         if self.image_kernel not in (1, 3, 5, 7):
             raise ValueError(f"{type(self).__name__}.image_kernel must be 1, 3, 5 or 7 (odd, so the image keeps its "
                              f"size), got {self.image_kernel!r}")
@@ -357,6 +359,7 @@ class CapsPix2pixGenerator(nn.Module):
         with torch.no_grad():  # N(0, 0.02) rescaled: no more random draws, so the other weights are seed for seed;
             # divided by the kernel's side, so a k x k kernel's logits spread as the 1x1 kernel's (k^2 inputs each)
             self.to_image.weight.mul_(cfg.image_init_std / 0.02 / cfg.image_kernel)
+            self.conv1.weight.mul_(cfg.conv1_init_std / 0.02)
 
     def capsule_grids(self, labels: torch.Tensor, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
