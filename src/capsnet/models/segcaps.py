@@ -149,16 +149,16 @@ def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
     grids = {"conv1": conv1}
     x = conv1
     last = next(reversed(caps.keys()))
-    skips = dict(grids)
-    if between is not None and between_conv1_skip:
-        skips["conv1"] = between(conv1)  # the skip's copy of conv1 (the primary layer still reads it whole)
+    # the skip's copy of conv1 (the primary layer still reads conv1 whole)
+    conv1_skip = between(conv1) if between is not None and between_conv1_skip else conv1
     for name, layer in caps.items():
         x = layer(x)  # (B, J, D, H', W')
         if between is not None and name != last:
             x = between(x)  # (B, J, D, H', W')
-        grids[name] = skips[name] = x
+        grids[name] = x
         if name in _SKIPS:
-            x = torch.cat([x, skips[_SKIPS[name]]], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
+            skip = conv1_skip if _SKIPS[name] == "conv1" else grids[_SKIPS[name]]
+            x = torch.cat([x, skip], dim=1)  # (B, J + T_skip, D, H', W'): capsule types stacked
     return grids
 
 
