@@ -10,11 +10,13 @@ run directory; CapsPix2pix: label maps and noise seed 0; SegCaps: images). Usage
         [--dataset mnist-skeleton] [--test-size 64] [--data-dir DIR] [--json OUT]
 """
 import argparse
+import functools
 import json
 import warnings
 
 import torch
 
+from capsnet.cli import _model_option
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
 from capsnet.models import create_model
@@ -29,18 +31,15 @@ p.add_argument("--json")
 args = p.parse_args()
 
 
-def value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+@functools.cache
+def inputs(dataset: str) -> torch.Tensor:
+    """The first --test-size test inputs of ``dataset`` in [0, 1], loaded once per data set."""
+    split = load_test(dataset, size=args.test_size, root=args.data_dir, progress=False)
+    return split.images.float() if split.images.is_floating_point() else split.images.float() / 255
 
 
 def grids(model, dataset: str) -> dict[str, torch.Tensor]:
-    split = load_test(dataset, size=args.test_size, root=args.data_dir, progress=False)
-    x = split.images.float() if split.images.is_floating_point() else split.images.float() / 255
+    x = inputs(dataset)
     model.eval()
     with torch.no_grad():
         if hasattr(model, "generator"):
@@ -54,7 +53,7 @@ for d in args.runs:
     models.append((d, model, ckpt.train_config["dataset"]))
 for spec in args.start:
     name, _, opts = spec.partition(":")
-    kw = {k: value(v) for k, v in (o.split("=", 1) for o in opts.split(",") if o)}
+    kw = dict(_model_option(o) for o in opts.split(",") if o)  # each as `capsnet train --model-option` reads it
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # capsule_stack's warning about starts without the routing bias

@@ -15,6 +15,7 @@ import json
 
 import torch
 
+from capsnet.data.segmentation import dice_iou
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
 from capsnet.image_metrics import ssim
@@ -30,15 +31,6 @@ args = p.parse_args()
 
 def batch_mean(module, inputs, output):  # a forward hook: the output replaced by its mean over the batch
     return output.mean(0, keepdim=True).expand_as(output)
-
-
-def dice_iou(prob: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
-    """Mean over images of Dice and IoU, the prediction cut at 0.5 (an image with both empty scores 1)."""
-    pred, m = (prob > 0.5).flatten(1).double(), mask.flatten(1).double()
-    inter, total = (pred * m).sum(1), pred.sum(1) + m.sum(1)
-    dice = torch.where(total > 0, 2 * inter / total.clamp_min(1), torch.ones_like(total))
-    iou = torch.where(total > 0, inter / (total - inter).clamp_min(1), torch.ones_like(total))
-    return dice.mean().item(), iou.mean().item()
 
 
 rows = []
@@ -62,8 +54,8 @@ for d in args.runs:
         masks = split.labels
 
         def score() -> dict[str, float]:
-            dice, iou = dice_iou(net(images).probabilities, masks)
-            return {"dice": dice, "iou": iou}
+            dice, iou = dice_iou(net(images).probabilities > 0.5, masks)  # per image, both 1 when both are empty
+            return {"dice": dice.mean().item(), "iou": iou.mean().item()}
     with torch.no_grad():
         for name, module in [("none", None), *layers.items()]:
             handle = module.register_forward_hook(batch_mean) if module is not None else None
