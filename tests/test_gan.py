@@ -147,6 +147,33 @@ def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_
         assert torch.equal(a.model_state[k], b.model_state[k]), k
 
 
+def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_root, monkeypatch):
+    """A save between batches (save_every_s) holds both optimizers, the epoch's sums (its eight running figures) and
+    its generator of batches, label maps and noise: the resumed run ends with the uninterrupted run's weights."""
+    from capsnet.train import lr_at as real_lr_at
+
+    cfg = replace(TINY, epochs=2)  # 2 batches an epoch
+    model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)  # its noise vectors are drawn from the epoch's generator
+    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False, save_every_s=None)
+
+    def stopped_at_step_3(step, *args):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real_lr_at(step, *args)
+    monkeypatch.setattr("capsnet.gan.lr_at", stopped_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=1e-9)
+    monkeypatch.undo()
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (1, 3, 1)
+    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    for k in a.model_state:
+        assert torch.equal(a.model_state[k], b.model_state[k]), k
+    keep = ("train_l1", "train_d_loss", "train_fake_std", "test_ssim")
+    assert [[r[k] for k in keep] for r in a.state["history"]] == [[r[k] for k in keep] for r in b.state["history"]]
+
+
 @pytest.mark.parametrize("save_every_epoch", [False, True])
 def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, data_root, monkeypatch,
                                                                       save_every_epoch):

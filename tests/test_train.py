@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
 
-from capsnet.checkpoint import CheckpointError, load_checkpoint
+from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
 from capsnet.train import TrainConfig, fit, lr_at, restore_rng_state, rng_state
@@ -83,6 +84,47 @@ def test_a_run_killed_between_evaluations_resumes_from_its_last_epoch(tmp_path, 
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert final["epoch"] == 3 and "test_accuracy" in final
+
+
+def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypatch):
+    """save_every_s: last.safetensors rewritten between batches holds the step, the epoch's running sums and its
+    batch generator, so a run stopped in the middle of an epoch resumes at that batch and ends with the weights and
+    metrics of the run that never stopped; a resume asking for fewer epochs than the one it stopped in is refused."""
+    from capsnet.train import ResumeError, lr_at as real_lr_at
+
+    fit(TINY, CFG, tmp_path / "straight", device="cpu", progress=False, save_every_s=None)
+
+    def stopped_at_step_7(step, *args):  # 5 batches an epoch: 2 batches into epoch 2
+        if step == 7:
+            raise _Killed
+        return real_lr_at(step, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", stopped_at_step_7)
+    with pytest.raises(_Killed):
+        fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, save_every_s=1e-9)  # a save every batch
+    monkeypatch.undo()
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert saved.state["epoch"] == 1 and saved.state["step"] == 7
+    assert saved.state["within"]["epoch"] == 2 and saved.state["within"]["batches"] == 2
+    assert saved.state["within"]["seen"] == 64 and "epoch_batches" in saved.rng_state
+    assert [json.loads(x)["epoch"] for x in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()] == [1]
+    with pytest.raises(ResumeError, match="saved inside epoch 2, past the 1 asked for; resume with --epochs 2"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False,
+            resume=True)
+    damaged = tmp_path / "damaged"  # its place in the epoch past the epoch's end: refused before any step
+    shutil.copytree(tmp_path / "split", damaged)
+    saved.state["within"]["batches"] = 99
+    save_checkpoint(damaged / "last.safetensors", saved)
+    with pytest.raises(CheckpointError, match=r"inside epoch 2 \(batch 99 of 5, 2 running sums for 2\) does not fit"):
+        fit(TINY, CFG, damaged, device="cpu", progress=False, resume=True)
+    fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def lines(d):  # every record but its wall-clock throughput
+        records = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "train_images_per_s"} for r in records]
+    assert lines(tmp_path / "straight") == lines(tmp_path / "split")
+    assert "within" not in load_checkpoint(tmp_path / "split", "last").state
 
 
 def test_metrics_log_and_best_checkpoint(tmp_path):

@@ -26,7 +26,7 @@ from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
-from .train import LR_SCHEDULES, TrainConfig
+from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
 __all__ = ["main", "build_parser"]
 
@@ -276,6 +276,10 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-MODEL for "
                                                "segmentation and synthesis)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
+    t.add_argument("--save-every", type=_nonneg_float, default=SAVE_EVERY_S / 60, metavar="MINUTES",
+                   help="inside an epoch, rewrite last.safetensors when the last save is this many minutes old, so a "
+                        "run stopped mid-epoch resumes from there, exactly (0: at epoch ends only; one process only: "
+                        "under torchrun, epoch ends)")
     t.add_argument("--distributed", action="store_true",
                    help="insist on several processes: fail unless torchrun started this one (`torchrun "
                         "--nproc_per_node N -m capsnet train ...` trains with DistributedDataParallel with or without "
@@ -592,14 +596,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         judge = args.judge if args.resume else judge_for(train_cfg.dataset, args.judge)  # a resume: the run's own
         final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
-                            progress=not args.no_progress, judge=judge, compile=args.compile or False)
+                            progress=not args.no_progress, judge=judge, compile=args.compile or False,
+                            save_every_s=args.save_every * 60)
         if final and summarise:
             print(gan.describe_gan_epoch(final))
         print(f"run directory: {out}")
         return 0
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                       progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None,
-                      tensorboard=args.tensorboard)
+                      tensorboard=args.tensorboard, save_every_s=args.save_every * 60)
     if not main_rank:  # rank 0 speaks for the run
         return 0
     if final and summarise:

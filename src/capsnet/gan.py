@@ -17,8 +17,9 @@ order and noise per epoch, a progress bar with both losses, one record per
 epoch in ``metrics.jsonl``, held-out scores (``capsnet.synthesis``) every
 ``eval_every`` epochs, ``last.safetensors`` with both optimizers' state and
 the random state at each evaluation (and between them once the last save is
-``capsnet.train.SAVE_AFTER_S`` old), so ``resume`` continues exactly, and
-``best.safetensors`` (highest held-out SSIM).
+``capsnet.train.SAVE_AFTER_S`` old; inside an epoch once it is
+``save_every_s`` old, with the epoch's running sums and batch generator), so
+``resume`` continues exactly, and ``best.safetensors`` (highest held-out SSIM).
 
 Collapse to one saturated level: every epoch records the generated and the
 real images' pixel standard deviation per image (``train_fake_std``,
@@ -72,8 +73,9 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
-from .train import (NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state, lr_at, restore_rng_state,
-                    resume_state_of, rng_state, save_best, start_or_resume, write_metrics)
+from .train import (SAVE_EVERY_S, NonFiniteLoss, TrainConfig, _saved_point, _seeded_generator, check_optimizer_state,
+                    lr_at, restore_rng_state, resume_state_of, resume_within, rng_state, save_best, start_or_resume,
+                    within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -151,6 +153,14 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     return d_loss, g_loss, d_parts, g_parts
 
 
+def _stop_if_bad(bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int | tuple[int, int]) -> None:
+    """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag)."""
+    if bool(bad):
+        kept = f"{last_path} still holds {_saved_point(saved_epoch)}" if saved_epoch else "no checkpoint was written"
+        raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
+                            f"Lower --lr or check the label maps and images for NaN or infinite pixels")
+
+
 def describe_gan_epoch(record: dict[str, Any]) -> str:
     """One line for an epoch of a GAN: the held-out scores when it was evaluated, and both training losses."""
     losses = f"D loss {record['train_d_loss']:.4f}, G loss {record['train_g_loss']:.4f} (L1 {record['train_l1']:.4f})"
@@ -165,14 +175,17 @@ def describe_gan_epoch(record: dict[str, Any]) -> str:
 
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
             data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
-            judge: str | os.PathLike | None = None, compile: bool | str = False) -> dict[str, Any]:
+            judge: str | os.PathLike | None = None, compile: bool | str = False,
+            save_every_s: float | None = SAVE_EVERY_S) -> dict[str, Any]:
     """Train the synthesis model ``model_config`` configures on ``cfg.dataset``'s pairs (see the module docstring).
 
     ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
     generated test images at every evaluation; its accuracy against the label
     maps' classes is recorded as ``*_judge_accuracy`` (a resume keeps the
     run's judge unless given another). ``compile``: the generator compiled for
-    the training steps (see the module docstring). Returns the final epoch's record.
+    the training steps (see the module docstring). ``save_every_s``: seconds
+    between saves inside an epoch (None or 0: at epoch ends only; see
+    ``capsnet.train.fit``). Returns the final epoch's record.
     """
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
@@ -194,19 +207,26 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
+    within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last_saved = time.monotonic()
-    saved_epoch = state["epoch"]  # the epoch last.safetensors holds (0: none written yet)
+    saved_epoch = state["epoch"]  # what last.safetensors holds (0: none written yet), or (epoch, batches)
+    if within is not None:
+        saved_epoch = (within.get("epoch"), within.get("batches"))
 
-    def save_last(state: dict[str, Any]) -> None:
-        """``last.safetensors``: what a resume continues from (weights, both optimizers, random states)."""
+    def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
+        """``last.safetensors``: what a resume continues from (weights, both optimizers, random states; inside an
+        epoch, ``g``, the epoch's batch generator, too)."""
         nonlocal last_saved, saved_epoch
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(),
                                                   optimizer_state=_merged(opt_g, opt_d, kept),
-                                                  rng_state=rng_state(dev)))
-        last_saved, saved_epoch = time.monotonic(), state["epoch"]
+                                                  rng_state=rng_state(dev) | ({} if g is None else
+                                                                              {"epoch_batches": g.get_state()})))
+        last_saved = time.monotonic()
+        saved_epoch = state["epoch"] if "within" not in state else (state["within"]["epoch"],
+                                                                    state["within"]["batches"])
 
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
@@ -253,11 +273,14 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
         g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
-        bar = progress_bar(total=len(starts), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
-        sums = torch.zeros(8, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 8)  # (0, zeros, 0, 0) mostly
+        bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
+                           progress=progress)
+        sums = torch.tensor(sums, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
         bad = torch.zeros((), dtype=torch.bool, device=dev)
-        seen, shown, started = 0, time.monotonic(), time.monotonic()
-        for start in starts:  # the bar is advanced by hand: left open after the loop, it shows the epoch's figures
+        shown = time.monotonic()
+        started = shown - before
+        for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
             idx = order[start:start + B]
             labels, _, real = make_batch(train, idx, g, None)  # (B, C, H, W) label maps, (B, C', H, W) images
             z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
@@ -280,13 +303,14 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
             bar.update()
+            if save_every_s and start + B < N and time.monotonic() - last_saved >= save_every_s:
+                _stop_if_bad(bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
+                save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
+                                       time.monotonic() - started), g)
         d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
-        if bool(bad):
-            kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
-            raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
-                                f"Lower --lr or check the label maps and images for NaN or infinite pixels")
+        _stop_if_bad(bad, epoch, last_path, saved_epoch)
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

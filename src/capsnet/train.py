@@ -169,10 +169,12 @@ class NonFiniteLoss(ValueError):
 
 SAVE_AFTER_S = 60.0  # an epoch without an evaluation still checkpoints when the last save is this old (seconds):
 # a long run killed between evaluations loses about a minute, a fast one (many short epochs) spends no time saving
+SAVE_EVERY_S = 300.0  # inside an epoch, last.safetensors is rewritten when the last save is this old (seconds; fit's
+# save_every_s, `capsnet train --save-every MINUTES`): a run whose epochs outlast a sitting resumes mid-epoch
 _CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
 
 
-def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int,
+def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int | tuple[int, int],
                         launch: Launch | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1.
 
@@ -186,10 +188,42 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, sa
     bad = int(first_bad)
     if bad < 0:
         return
-    kept = f"{last_path} still holds epoch {saved_epoch}" if saved_epoch else "no checkpoint was written"
+    kept = f"{last_path} still holds {_saved_point(saved_epoch)}" if saved_epoch else "no checkpoint was written"
     raise NonFiniteLoss(f"the training loss became NaN or infinite at step {bad + 1} (epoch {epoch}); stopped "
                         f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or train "
                         f"without --amp")
+
+
+def _saved_point(saved: int | tuple[int, int]) -> str:
+    """What last.safetensors holds, for a message: ``epoch E``, or ``N batches of epoch E`` for a save inside one."""
+    return f"epoch {saved}" if isinstance(saved, int) else f"{saved[1]} batches of epoch {saved[0]}"
+
+
+def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
+                 seconds: float) -> dict[str, Any]:
+    """A checkpoint's state for a save inside ``epoch`` after ``batches`` of its batches: the last complete epoch's
+    state with the steps taken since, and under ``within`` where the epoch stands (its running sums, the examples
+    and seconds they cover), which ``resume_within`` reads back."""
+    return {**ckpt_state, "within": {"epoch": epoch, "batches": batches, "sums": sums, "seen": seen,
+                                     "seconds": seconds}}
+
+
+def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | None, g: torch.Generator,
+                  n_batches: int, width: int) -> tuple[int, list[float], int, float]:
+    """Where ``epoch`` starts: (batches already trained, the running sums, examples and seconds they cover), from a
+    save inside it (``within_epoch``), else from nothing. The epoch's generator ``g`` (batch order drawn) is set to
+    its saved state, so the remaining batches draw what an uninterrupted run would have."""
+    if within is None or within.get("epoch") != epoch:
+        return 0, [0.0] * width, 0, 0.0
+    with resume_state_of(ckpt):
+        batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], int(within["seen"])
+        if not (isinstance(batches, int) and 0 < batches < n_batches and len(sums) == width):
+            raise ValueError(f"its place inside epoch {epoch} (batch {batches!r} of {n_batches}, {len(sums)} running "
+                             f"sums for {width}) does not fit this run")
+        if "epoch_batches" not in ckpt.rng_state:
+            raise ValueError(f"it was saved inside epoch {epoch} but holds no rng.epoch_batches")
+        g.set_state(ckpt.rng_state["epoch_batches"])
+    return batches, sums, seen, float(within.get("seconds", 0.0))
 
 
 class ResumeError(CheckpointError):
@@ -355,6 +389,11 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {cfg.epochs} asked for; "
                           f"resume with --epochs {done} or more, or train the shorter run in a new --out",
                           ["epochs"])
+    within = ckpt.state.get("within")
+    part = within.get("epoch") if isinstance(within, dict) else None
+    if isinstance(part, int) and part > cfg.epochs:  # its weights are past the last epoch asked for
+        raise ResumeError(f"{last_path} was saved inside epoch {part}, past the {cfg.epochs} asked for; resume with "
+                          f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
     for stale in run_dir.glob(".*.tmp-*") if clean else ():  # a write cut short by a crash
         stale.unlink(missing_ok=True)
     return {"history": [], "best": None, **ckpt.state}, ckpt
@@ -407,10 +446,20 @@ def _barrier(dev: torch.device) -> None:
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
-        tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None) -> dict[str, Any]:
+        tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None,
+        save_every_s: float | None = SAVE_EVERY_S) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, evaluating and checkpointing into ``run_dir`` every
     ``cfg.eval_every`` epochs and after the last (an epoch between evaluations still writes a resumable
-    ``last.safetensors`` once the last save is ``SAVE_AFTER_S`` seconds old).
+    ``last.safetensors`` once the last save is ``SAVE_AFTER_S`` seconds old, and inside an epoch once it is
+    ``save_every_s`` old: None or 0 saves at epoch ends only).
+
+    A save inside an epoch holds the weights, optimizer and random state after
+    that batch, the epoch's running sums and its batch generator's state, so a
+    resume trains the epoch's remaining batches exactly as the uninterrupted
+    run would have (the same weights, the same metrics but the epoch's
+    images/s); ``metrics.jsonl`` and ``best.safetensors`` change only at epoch
+    ends. One process only: under torchrun every rank draws its own dropout,
+    so those runs save at epoch ends.
 
     ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
     step), ``best.safetensors`` (best accuracy on the validation split, or on
@@ -455,7 +504,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data)
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
+                    save_every_s)
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
@@ -472,7 +522,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
          launch: Launch | None, tensorboard: str | os.PathLike | None = None,
-         data: tuple[Split, Split] | None = None) -> dict[str, Any]:
+         data: tuple[Split, Split] | None = None, save_every_s: float | None = None) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -493,17 +543,20 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, clean=main)
+    within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last_saved = time.monotonic()
 
-    def save_last(state: dict[str, Any]) -> None:
-        """``last.safetensors``: what a resume continues from (weights, optimizer, random state)."""
+    def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
+        """``last.safetensors``: what a resume continues from (weights, optimizer, random state; inside an epoch,
+        ``g``, the epoch's batch generator, too)."""
         nonlocal last_saved
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
             opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(), optimizer_state=opt_state,
-                                                  rng_state=rng_state(dev)))
+                                                  rng_state=rng_state(dev) | ({} if g is None else
+                                                                              {"epoch_batches": g.get_state()})))
         last_saved = time.monotonic()
 
     # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
@@ -557,7 +610,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
-    step, saved_epoch = state["step"], state["epoch"]  # the epoch last.safetensors holds
+    step, saved_epoch = state["step"], state["epoch"]  # what last.safetensors holds: an epoch, or (epoch, batches)
+    if within is not None:
+        saved_epoch = (within.get("epoch"), within.get("batches"))
+    save_inside = bool(save_every_s) and launch is None  # torchrun: every rank its own dropout; epoch ends only
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
     board = None
@@ -577,13 +633,15 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
-        bar = progress_bar(total=len(starts), desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", progress=progress)
-        run_loss = torch.zeros((), dtype=torch.float64, device=dev)  # sums on the device: no sync per step
-        run_correct = torch.zeros((), dtype=torch.float64, device=dev)
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2)  # (0, zeros, 0, 0) mostly
+        bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
+                           progress=progress)
+        run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
+        run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
-        seen, shown = 0, time.monotonic()
-        started = shown
-        for start in starts:  # the bar is advanced by hand: left open after the loop, it shows the epoch's figures
+        shown = time.monotonic()
+        started = shown - before
+        for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
             idx = order[start:start + B]
             x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
             weight, own, whole = 1.0, len(y), contextlib.nullcontext()
@@ -618,13 +676,19 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             bar.update()
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)
+            if save_inside and main and start + B < N and time.monotonic() - last_saved >= save_every_s:
+                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
+                batches = start // B + 1
+                save_last(within_epoch({**state, "step": step}, epoch, batches, [run_loss.item(), run_correct.item()],
+                                       seen, time.monotonic() - started), g)
+                saved_epoch = (epoch, batches)
         _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)  # before anything of this epoch is saved
         if launch is not None:  # the epoch's sums over every rank: the one-process figures
             totals = torch.stack([run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)])
             dist.all_reduce(totals)
             run_loss, run_correct, seen = totals[0], totals[1], int(totals[2].item())
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
-        images_per_s = seen / max(time.monotonic() - started, 1e-9)
+        images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
         bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
 

@@ -185,6 +185,7 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
     (["train", "--batch-size", "0"], "--batch-size: must be an integer >= 1"),
     (["train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
     (["train", "--lr", "nan"], "--lr: must be a finite number > 0"),
+    (["train", "--save-every", "-1"], "--save-every: must be a finite number >= 0"),
     (["eval"], "the following arguments are required: --checkpoint"),
     (["frobnicate"], "invalid choice"),
 ])
