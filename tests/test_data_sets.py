@@ -183,3 +183,14 @@ def test_read_numbers_match_independent_decoding(data_root, mnist_test):
     raw = gzip.decompress((data_root / "mnist" / "t10k-images-idx3-ubyte.gz").read_bytes())
     first = np.frombuffer(raw[16:16 + 784], dtype=np.uint8).reshape(28, 28)
     assert torch.equal(mnist_test.images[0, 0], torch.from_numpy(first.copy()))
+
+
+def test_unit_float_scales_uint8_and_keeps_float_pixels():
+    from capsnet.data import unit_float
+
+    raw = np.array([[0, 1, 128, 255]], dtype=np.uint8)
+    got = unit_float(torch.from_numpy(raw))
+    assert got.dtype == torch.float32 and got.shape == (1, 4)
+    np.testing.assert_allclose(got.numpy(), raw.astype(np.float64) / 255, rtol=0, atol=1e-7)
+    floats = torch.tensor([[0.0, 0.25, 1.0]], dtype=torch.float64)  # already in [0, 1]: not divided again
+    assert unit_float(floats).dtype == torch.float32 and unit_float(floats).tolist() == [[0.0, 0.25, 1.0]]

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .data.sets import unit_float
+
 __all__ = ["TensorBoardLogger", "EXAMPLES"]
 
 EXAMPLES = 8  # held-out examples drawn every epoch
@@ -36,7 +38,7 @@ class TensorBoardLogger:
     def __init__(self, log_dir: str | os.PathLike, images: torch.Tensor) -> None:
         """``images``: the held-out examples drawn every epoch, (N, C, H, W), uint8 or float in [0, 1]."""
         self.writer = _writer_class()(log_dir=str(log_dir))
-        self.images = images[:EXAMPLES].float().div(255.0) if not images.is_floating_point() else images[:EXAMPLES]
+        self.images = unit_float(images[:EXAMPLES])
 
     def log_epoch(self, model: torch.nn.Module, record: dict[str, Any]) -> None:
         """The epoch's metrics as scalars, and its reconstructions and pose sweep where the model decodes."""

@@ -31,15 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from .multimnist import bounding_boxes, place
+from .sets import unit_float
 
 __all__ = ["AffineParams", "random_translate", "random_affine", "AFFNIST_RANGES"]
 
 # affNIST's ranges (Tieleman's affNIST page): rotation, shear, scale per axis.
 AFFNIST_RANGES = {"rotation_deg": 20.0, "shear": 0.2, "scale": (0.8, 1.2)}
-
-
-def _float(images: torch.Tensor) -> torch.Tensor:
-    return images.float() / 255.0 if not images.is_floating_point() else images.float()
 
 
 def random_translate(images: torch.Tensor, size: int = 40, *, generator: torch.Generator | None = None
@@ -58,7 +55,7 @@ def random_translate(images: torch.Tensor, size: int = 40, *, generator: torch.G
     gen_dev = generator.device if generator is not None else torch.device("cpu")
     offsets = torch.stack([torch.randint(0, size - H + 1, (N,), generator=generator, device=gen_dev),
                            torch.randint(0, size - W + 1, (N,), generator=generator, device=gen_dev)], dim=1)
-    return place(_float(images), offsets.to(images.device), size), offsets.to(images.device)
+    return place(unit_float(images), offsets.to(images.device), size), offsets.to(images.device)
 
 
 @dataclass
@@ -112,7 +109,7 @@ def random_affine(images: torch.Tensor, size: int = 40, *, generator: torch.Gene
     sx, sy = uniform(*scale), uniform(*scale)
     dev = images.device
     big = 2 * max(H, W)  # room for any transform within the ranges
-    x = place(_float(images), torch.full((N, 2), (big - H) // 2, dtype=torch.long, device=dev), big)
+    x = place(unit_float(images), torch.full((N, 2), (big - H) // 2, dtype=torch.long, device=dev), big)
     identity = rotation_deg == 0 and shear == 0 and tuple(scale) == (1.0, 1.0)
     warped = x if identity else _warp(x, rot, sh, sx, sy)
 

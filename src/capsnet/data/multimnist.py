@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sets import unit_float
+
 __all__ = ["MultiMNISTBatch", "make_pairs", "draw_pairs", "render_pairs", "place", "bounding_boxes", "box_overlap", "top2_correct"]
 
 
@@ -109,7 +111,7 @@ def render_pairs(images: torch.Tensor, labels: torch.Tensor, sources: torch.Tens
     dev = images.device
     lab = labels.to(sources.device)
     x = images.to(dev)
-    x = x.float() / 255.0 if not x.is_floating_point() else x.float()
+    x = unit_float(x)
     _, C, H, W = x.shape
     size = max(H, W) + 2 * max_shift
     parts = []

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from .multimnist import bounding_boxes
 from .png import load_png_pairs
+from .sets import unit_float
 
 __all__ = ["CANVAS", "CanvasRule", "IN_DISTRIBUTION", "OUT_OF_DISTRIBUTION", "CanvasDraw", "draw_canvases",
            "render_canvases", "make_canvases", "random_canvases", "segmentation_test", "load_mask_folder",
@@ -111,10 +112,6 @@ def draw_canvases(n: int, pool_size: int, generator: torch.Generator | None, *, 
     return CanvasDraw(rot, scale, place, count, offset, side, cut, f_rot, f_scale, f_pos, angle, amp, noise)
 
 
-def _float(images: torch.Tensor) -> torch.Tensor:
-    return images.float() if images.is_floating_point() else images.float() / 255.0
-
-
 def _ink_box(x: torch.Tensor) -> torch.Tensor:
     """Each image's ink box (x0, y0, x1, y1) in px from its frame's centre; the whole frame when it has no ink.
 
@@ -174,7 +171,7 @@ def render_canvases(digits: torch.Tensor, targets: torch.Tensor, draw: CanvasDra
 
     # The target: the rotated, scaled corners of its ink box bound where it goes; place it uniformly so that the box
     # stays 1 px inside (bilinear sampling spreads ink by up to a pixel), centred on an axis where it cannot.
-    x = _float(digits[targets])  # (B, 1, h, w)
+    x = unit_float(digits[targets])  # (B, 1, h, w)
     box = _ink_box(x)  # (B, 4)
     corners = torch.stack([box[:, [0, 1]], box[:, [2, 1]], box[:, [0, 3]], box[:, [2, 3]]], 1)  # (B, 4, 2)
     moved = d["scale"][:, None, None] * corners @ _rotation(d["rotation_deg"]).transpose(1, 2)  # (B, 4, 2)
@@ -189,7 +186,7 @@ def render_canvases(digits: torch.Tensor, targets: torch.Tensor, draw: CanvasDra
     # Clutter: one slot at a time, a square cut from another digit (its centre inside that digit's ink box).
     for k in range(draw.source_offset.shape[1]):
         shown = d["count"] > k  # (B,); no skipping of unused slots: that would sync with a GPU every batch
-        src = _float(digits[(targets + d["source_offset"][:, k]) % N])  # (B, 1, h, w)
+        src = unit_float(digits[(targets + d["source_offset"][:, k]) % N])  # (B, 1, h, w)
         sbox = _ink_box(src)
         r = d["side"][:, k, None].double() / 2  # (B, 1)
         frame = sbox.new_tensor([w / 2, h / 2])  # the cut stays inside the source's frame

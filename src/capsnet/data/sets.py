@@ -58,6 +58,12 @@ MIRRORS: dict[str, tuple[str, ...]] = {
 }
 
 
+
+def unit_float(images: torch.Tensor) -> torch.Tensor:
+    """Images as float32 pixels in [0, 1]: uint8 ones (0..255, as the data sets hold them) divided by 255, float ones
+    (already in [0, 1]) as they are, in float32. Any shape, on the images' device."""
+    return images.float() if images.is_floating_point() else images.float() / 255.0
+
 class _File(NamedTuple):
     name: str  # uncompressed file name; ".gz" is appended for the compressed copy
     md5: str  # of the uncompressed contents

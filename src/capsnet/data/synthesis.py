@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .png import image_array, load_png_pairs
+from .sets import unit_float
 
 __all__ = ["skeletonize", "silhouette", "pad_to", "load_pair_folder", "SKELETON_THRESHOLD", "SILHOUETTE_THRESHOLD"]
 
@@ -36,7 +37,7 @@ def _binary(images: torch.Tensor, threshold: float) -> torch.Tensor:
     """(N, 1, H, W) uint8 0..255 or float 0..1 -> (N, H, W) bool, the pixels above ``threshold`` (in 0..1)."""
     if images.dim() != 4 or images.shape[1] != 1:
         raise ValueError(f"images must be (N, 1, H, W) single-channel images, got shape {tuple(images.shape)}")
-    x = images.float() / 255.0 if not images.is_floating_point() else images
+    x = unit_float(images)
     return x[:, 0] > threshold
 
 

@@ -84,7 +84,7 @@ import torch.nn.functional as F
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
-from .sets import DATASETS, Dataset, load_dataset, split_validation
+from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
 from .cifar10 import load_cifar10
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
@@ -131,7 +131,7 @@ class Split:
     def to(self, device: str | torch.device) -> "Split":
         """On ``device``, images as float in [0, 1] and labels as int64, masks as uint8 (extra sets too)."""
         images = self.images.to(device)
-        images = images.float() if images.is_floating_point() else images.float().div_(255.0)
+        images = unit_float(images)
         labels = self.labels.to(device)
         return Split(images, labels if labels.dim() == 4 else labels.long(), self.classes,
                      None if self.components is None else self.components.to(device),
@@ -243,10 +243,6 @@ def _standardised(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / std
 
 
-def _as_unit(images: torch.Tensor) -> torch.Tensor:
-    return images.float() / 255.0 if not images.is_floating_point() else images
-
-
 def _random_crops(x: torch.Tensor, crop: int, g: torch.Generator | None) -> torch.Tensor:
     """A random ``crop`` x ``crop`` window of each image, each its own corner: (B, C, H, W) -> (B, C, crop, crop)."""
     B, C, H, W = x.shape
@@ -261,7 +257,7 @@ def _random_crops(x: torch.Tensor, crop: int, g: torch.Generator | None) -> torc
 
 def _norb_standardised(images: torch.Tensor) -> torch.Tensor:
     """(N, 2, 96, 96) uint8 or [0, 1] -> (N, 2, 48, 48) float, each image zero mean and unit variance."""
-    x = F.interpolate(_as_unit(images), size=(NORB_SIDE, NORB_SIDE), mode="area")  # (N, 2, 48, 48)
+    x = F.interpolate(unit_float(images), size=(NORB_SIDE, NORB_SIDE), mode="area")  # (N, 2, 48, 48)
     return _standardised(x)  # as tf.image.per_image_standardization
 
 
@@ -292,7 +288,7 @@ CIFAR_CONTRAST = (0.2, 1.8)  # the authors' cifar10_input.py: tf.image.random_co
 def _cifar_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     d = _first(digits, size)
     m = (CIFAR_SIDE - CIFAR_CROP) // 2
-    crops = [_standardised(_as_unit(d.images[k:k + 5000, :, m:m + CIFAR_CROP, m:m + CIFAR_CROP]))
+    crops = [_standardised(unit_float(d.images[k:k + 5000, :, m:m + CIFAR_CROP, m:m + CIFAR_CROP]))
              for k in range(0, len(d), 5000)]
     return Split(torch.cat(crops or [torch.empty(0, 3, CIFAR_CROP, CIFAR_CROP)]), d.labels, d.classes)  # centre crop
 
@@ -301,7 +297,7 @@ def _cifar_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: A
     # The authors' _distort_resize, then per-image standardisation: a random 24x24 crop, a left-right flip for half
     # the images, a random contrast factor in 0.2..1.8 about each channel's mean. (Their random brightness, +-63 of
     # 255, is left out: the standardisation takes the image's mean out again, so it would change nothing.)
-    x = _random_crops(_as_unit(train.images[idx]), CIFAR_CROP, g)  # (B, 3, 24, 24)
+    x = _random_crops(unit_float(train.images[idx]), CIFAR_CROP, g)  # (B, 3, 24, 24)
     B, dev = len(idx), x.device
     gen_dev = g.device if g is not None else torch.device("cpu")
     u = torch.rand(2, B, 1, 1, 1, generator=g, device=gen_dev).to(dev)
@@ -349,7 +345,7 @@ SYNTHESIS_SIDE = 32  # the 28x28 images centred on 32x32: the generators halve t
 
 def _synthesis_pairs(images: torch.Tensor, make_label) -> tuple[torch.Tensor, torch.Tensor]:
     """(label maps, targets), both float on SYNTHESIS_SIDE: ``make_label`` of the 28x28 images, and the images."""
-    x = images.float() / 255.0 if not images.is_floating_point() else images  # (N, 1, 28, 28)
+    x = unit_float(images)  # (N, 1, 28, 28)
     return pad_to(make_label(x).float(), SYNTHESIS_SIDE), pad_to(x, SYNTHESIS_SIDE)
 
 

@@ -19,6 +19,7 @@ from typing import Iterable, NamedTuple, Sequence
 import torch
 
 from .._progress import progress_bar
+from ..data.sets import unit_float
 from ..models.capsnet import CapsNet
 
 __all__ = ["FigureError", "DEFAULT_DELTAS", "Reconstructions", "PairReconstructions", "RoutingTrace", "predict",
@@ -43,7 +44,7 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
                           f"got {tuple(images.shape)}")
     device = next(model.parameters()).device
     x = images.to(device)
-    return x.float() / 255.0 if not x.is_floating_point() else x.float()
+    return unit_float(x)
 
 
 def _decoder(model: CapsNet) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ..checkpoint import atomic_write
+from ..data.sets import unit_float
 from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
@@ -32,7 +33,7 @@ def _figure(width: float, height: float) -> "Figure":
 
 def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
     img = image.detach().cpu()
-    img = img.float() / 255.0 if not img.is_floating_point() else img.float()  # uint8 data set images
+    img = unit_float(img)  # uint8 data set images
     if img.dim() == 3:
         img = img[0] if img.shape[0] == 1 else img.permute(1, 2, 0)
     ax.imshow(img.clamp(0, 1).numpy(), cmap="gray", vmin=0, vmax=1)
