@@ -7,11 +7,12 @@ import shutil
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
-from capsnet.train import TrainConfig, fit, lr_at, restore_rng_state, rng_state
+from capsnet.train import TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -110,13 +111,31 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
     with pytest.raises(ResumeError, match="saved inside epoch 2, past the 1 asked for; resume with --epochs 2"):
         fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False,
             resume=True)
-    damaged = tmp_path / "damaged"  # its place in the epoch past the epoch's end: refused before any step
-    shutil.copytree(tmp_path / "split", damaged)
-    saved.state["within"]["batches"] = 99
-    save_checkpoint(damaged / "last.safetensors", saved)
+    with safe_open(str(tmp_path / "split" / "last.safetensors"), "pt") as f:  # an older capsnet refuses it
+        assert f.metadata()["format_version"] == "2"
+    assert not finished(tmp_path / "split", 1)  # the CLI's "finished" line: not for a run stopped inside epoch 2
+    from capsnet.pretrained import pack
+    with pytest.raises(ValueError, match="saved 2 batches into epoch 2; finish that epoch"):  # not final weights
+        pack(tmp_path / "split", tmp_path / "packed.safetensors")
+    assert not (tmp_path / "packed.safetensors").exists()
+
+    def damaged(name, **within):
+        run = tmp_path / name
+        shutil.copytree(tmp_path / "split", run)
+        ckpt = load_checkpoint(run, "last")
+        ckpt.state["within"] |= within
+        save_checkpoint(run / "last.safetensors", ckpt)
+        return run
     with pytest.raises(CheckpointError, match=r"inside epoch 2 \(batch 99 of 5, 2 running sums for 2\) does not fit"):
-        fit(TINY, CFG, damaged, device="cpu", progress=False, resume=True)
+        fit(TINY, CFG, damaged("far", batches=99), device="cpu", progress=False, resume=True)
+    with pytest.raises(CheckpointError, match=r"state.within.epoch must be 2 \(the epoch after state.epoch 1\), got 3"):
+        fit(TINY, CFG, damaged("later", epoch=3), device="cpu", progress=False, resume=True)
+    with pytest.raises(CheckpointError, match=r"state.within.sums must be a list of finite numbers, got '12'"):
+        load_checkpoint(damaged("sums", sums="12"), "last")
+    with pytest.warns(RuntimeWarning, match="saved 2 batches into epoch 2 on cuda; on cpu the rest of that epoch"):
+        fit(TINY, CFG, damaged("gpu", device="cuda"), device="cpu", progress=False, resume=True)
     fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
+    assert finished(tmp_path / "split", 2)
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
 

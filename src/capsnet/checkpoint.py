@@ -11,6 +11,7 @@ moment leaves either the previous checkpoint or the new one, never a broken one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -23,10 +24,13 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
-           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION"]
+           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
+WITHIN_EPOCH_VERSION = "2"  # a save inside an epoch (state.within): a capsnet that reads only "1" would resume it
+# as if at the epoch's start, with weights already past it, so it is refused there
+READ_VERSIONS = (FORMAT_VERSION, WITHIN_EPOCH_VERSION)
 
 
 class CheckpointError(ValueError):
@@ -127,7 +131,7 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
     metadata = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": WITHIN_EPOCH_VERSION if "within" in ckpt.state else FORMAT_VERSION,
         "model": ckpt.model_name,
         "model_config": json.dumps(ckpt.model_config),
         "train_config": json.dumps(ckpt.train_config),
@@ -192,9 +196,9 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
                               f"use another checkpoint or retrain") from e
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{p} is a safetensors file but not a capsnet checkpoint (no '{FORMAT}' metadata)")
-    if metadata.get("format_version") != FORMAT_VERSION:
+    if metadata.get("format_version") not in READ_VERSIONS:
         raise CheckpointError(f"{p} has checkpoint format version {metadata.get('format_version')!r}; "
-                              f"this capsnet reads version {FORMAT_VERSION}")
+                              f"this capsnet reads versions {', '.join(READ_VERSIONS)}")
     try:
         model_config = json.loads(metadata["model_config"])
         train_config = json.loads(metadata["train_config"])
@@ -228,6 +232,44 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
         raise ValueError("state.history must be a list of epoch records")
     if state.get("best") is not None and not isinstance(state["best"], dict):
         raise ValueError(f"state.best must be an object or null, got {state['best']!r}")
+    if "within" in state:
+        _check_within(state["within"], state["epoch"])
+
+
+def saved_point(state: dict[str, Any]) -> str:
+    """Where in training a checkpoint's ``state`` was saved, for messages: ``epoch E``, or, for a save inside an
+    epoch, ``epoch E + N batches of epoch E+1``."""
+    within = state.get("within")
+    if isinstance(within, dict):
+        return f"epoch {state.get('epoch')} + {within.get('batches')} batches of epoch {within.get('epoch')}"
+    return f"epoch {state.get('epoch')}"
+
+
+def _count(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_within(within: Any, epoch: int) -> None:
+    """A save inside an epoch (``capsnet.train.within_epoch``): the next epoch, a batch count, running sums."""
+    if not isinstance(within, dict):
+        raise ValueError(f"state.within must be an object, got {within!r}")
+    if within.get("epoch") != epoch + 1 or isinstance(within.get("epoch"), bool):
+        raise ValueError(f"state.within.epoch must be {epoch + 1} (the epoch after state.epoch {epoch}), got "
+                         f"{within.get('epoch')!r}")
+    for key, least in (("batches", 1), ("seen", 0)):
+        if not _count(within.get(key), least):
+            raise ValueError(f"state.within.{key} must be an integer >= {least}, got {within.get(key)!r}")
+    sums = within.get("sums")
+    if not (isinstance(sums, list) and sums and all(_number(x) for x in sums)):
+        raise ValueError(f"state.within.sums must be a list of finite numbers, got {sums!r}")
+    if not (_number(within.get("seconds")) and within["seconds"] >= 0):
+        raise ValueError(f"state.within.seconds must be a number >= 0, got {within.get('seconds')!r}")
+    if not isinstance(within.get("device", ""), str):
+        raise ValueError(f"state.within.device must be a device type such as 'cpu', got {within['device']!r}")
 
 
 def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:

@@ -585,7 +585,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
-    finished = args.resume and train.saved_epoch(out) >= train_cfg.epochs
+    finished = args.resume and train.finished(out, train_cfg.epochs)
     if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, load_checkpoint, load_weights
+from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
@@ -252,7 +252,7 @@ class CheckpointEvaluation:
         if isinstance(r, SegEvalResult):
             return "\n".join(self._segmentation_table())
         pairs = isinstance(r, PairEvalResult)
-        lines = [f"checkpoint {self.checkpoint.path} (epoch {self.checkpoint.state.get('epoch')}), {self.dataset} "
+        lines = [f"checkpoint {self.checkpoint.path} ({saved_point(self.checkpoint.state)}), {self.dataset} "
                  f"test set, {self.images} {'pairs' if pairs else 'images'}"]
         if pairs:
             return "\n".join(lines + [f"top-2 exact accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   "
@@ -276,7 +276,7 @@ class CheckpointEvaluation:
 
     def _segmentation_table(self) -> list[str]:
         """One line per test set: images, Dice, IoU, pixel accuracy, how it was made."""
-        lines = [f"checkpoint {self.checkpoint.path} (epoch {self.checkpoint.state.get('epoch')}), {self.dataset}",
+        lines = [f"checkpoint {self.checkpoint.path} ({saved_point(self.checkpoint.state)}), {self.dataset}",
                  f"{'test set':<10}  {'images':>6}    Dice     IoU  pixel acc.  how made"]
         for name, er in self.results.items():
             size = self.extra_sizes.get(name, self.images)

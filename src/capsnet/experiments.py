@@ -193,7 +193,7 @@ def _finished(run: Run) -> dict[str, Any] | None:
                 else f"--epochs {done}")
         raise CheckpointError(f"{run.run_dir} holds a run of {done} epochs, more than the {run.train_config.epochs} "
                               f"asked for; give {more}, or remove it or choose another --out")
-    if done == run.train_config.epochs and ckpt.state.get("history"):
+    if done == run.train_config.epochs and ckpt.state.get("history") and "within" not in ckpt.state:
         return ckpt.state["history"][-1]
     return None
 

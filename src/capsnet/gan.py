@@ -306,7 +306,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             if save_every_s and start + B < N and time.monotonic() - last_saved >= save_every_s:
                 _stop_if_bad(bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
-                                       time.monotonic() - started), g)
+                                       time.monotonic() - started, dev), g)
         d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
-                         save_checkpoint)
+                         save_checkpoint, saved_point)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -195,35 +196,50 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, sa
 
 
 def _saved_point(saved: int | tuple[int, int]) -> str:
-    """What last.safetensors holds, for a message: ``epoch E``, or ``N batches of epoch E`` for a save inside one."""
-    return f"epoch {saved}" if isinstance(saved, int) else f"{saved[1]} batches of epoch {saved[0]}"
+    """What last.safetensors holds, for a message: ``epoch E``, or for a save inside epoch E (``(E, N)``)
+    ``epoch E-1 + N batches of epoch E`` (``capsnet.checkpoint.saved_point``'s words)."""
+    if isinstance(saved, int):
+        return f"epoch {saved}"
+    return saved_point({"epoch": saved[0] - 1, "within": {"epoch": saved[0], "batches": saved[1]}})
 
 
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
-                 seconds: float) -> dict[str, Any]:
+                 seconds: float, device: torch.device) -> dict[str, Any]:
     """A checkpoint's state for a save inside ``epoch`` after ``batches`` of its batches: the last complete epoch's
     state with the steps taken since, and under ``within`` where the epoch stands (its running sums, the examples
-    and seconds they cover), which ``resume_within`` reads back."""
+    and seconds they cover, the device type whose generator drew its batches), which ``resume_within`` reads back
+    (``capsnet.checkpoint`` checks its fields on loading)."""
     return {**ckpt_state, "within": {"epoch": epoch, "batches": batches, "sums": sums, "seen": seen,
-                                     "seconds": seconds}}
+                                     "seconds": seconds, "device": torch.device(device).type}}
 
 
 def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | None, g: torch.Generator,
-                  n_batches: int, width: int) -> tuple[int, list[float], int, float]:
+                  n_batches: int, width: int, rank: int = 0) -> tuple[int, list[float], int, float]:
     """Where ``epoch`` starts: (batches already trained, the running sums, examples and seconds they cover), from a
     save inside it (``within_epoch``), else from nothing. The epoch's generator ``g`` (batch order drawn) is set to
-    its saved state, so the remaining batches draw what an uninterrupted run would have."""
+    its saved state, so the remaining batches draw what an uninterrupted run would have. Under torchrun only rank 0
+    takes the saved sums (they are summed over the ranks). Saved on another device type (whose generator draws
+    other numbers): a warning, and the rest of the epoch in this device's order from the same batch on."""
     if within is None or within.get("epoch") != epoch:
         return 0, [0.0] * width, 0, 0.0
+    batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], within["seen"]
     with resume_state_of(ckpt):
-        batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], int(within["seen"])
-        if not (isinstance(batches, int) and 0 < batches < n_batches and len(sums) == width):
-            raise ValueError(f"its place inside epoch {epoch} (batch {batches!r} of {n_batches}, {len(sums)} running "
+        if not (0 < batches < n_batches and len(sums) == width):
+            raise ValueError(f"its place inside epoch {epoch} (batch {batches} of {n_batches}, {len(sums)} running "
                              f"sums for {width}) does not fit this run")
         if "epoch_batches" not in ckpt.rng_state:
             raise ValueError(f"it was saved inside epoch {epoch} but holds no rng.epoch_batches")
-        g.set_state(ckpt.rng_state["epoch_batches"])
-    return batches, sums, seen, float(within.get("seconds", 0.0))
+        saved_on = within.get("device", g.device.type)
+        if saved_on == g.device.type:
+            g.set_state(ckpt.rng_state["epoch_batches"])
+    if saved_on != g.device.type:
+        warnings.warn(f"{ckpt.path} was saved {batches} batches into epoch {epoch} on {saved_on}; on "
+                      f"{g.device.type} the rest of that epoch follows this device's shuffle, not the one it began "
+                      f"with (some of its examples twice, others not at all); later epochs are whole again",
+                      RuntimeWarning, stacklevel=3)
+    if rank:
+        sums, seen = [0.0] * width, 0
+    return batches, sums, seen, within["seconds"]
 
 
 class ResumeError(CheckpointError):
@@ -633,7 +649,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
-        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2)  # (0, zeros, 0, 0) mostly
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2, rank)  # mostly 0s
         bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                            progress=progress)
         run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
@@ -680,7 +696,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
                 batches = start // B + 1
                 save_last(within_epoch({**state, "step": step}, epoch, batches, [run_loss.item(), run_correct.item()],
-                                       seen, time.monotonic() - started), g)
+                                       seen, time.monotonic() - started, dev), g)
                 saved_epoch = (epoch, batches)
         _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)  # before anything of this epoch is saved
         if launch is not None:  # the epoch's sums over every rank: the one-process figures
@@ -738,9 +754,19 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
 
 def saved_epoch(run_dir: str | os.PathLike) -> int:
-    """The epoch the run in ``run_dir`` last checkpointed (0 when it has none)."""
+    """The last whole epoch the run in ``run_dir`` checkpointed (0 when it has none; a save inside the next epoch
+    counts as that one's start: see ``finished``)."""
     path = Path(run_dir) / "last.safetensors"
     return load_checkpoint(path).state["epoch"] if path.exists() else 0
+
+
+def finished(run_dir: str | os.PathLike, epochs: int) -> bool:
+    """Whether the run in ``run_dir`` has trained ``epochs`` whole epochs and stopped there (not inside a later one)."""
+    path = Path(run_dir) / "last.safetensors"
+    if not path.exists():
+        return False
+    state = load_checkpoint(path).state
+    return state["epoch"] >= epochs and "within" not in state
 
 
 def describe_epoch(record: dict[str, Any], dataset: str) -> str:

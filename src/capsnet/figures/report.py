@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from .. import pretrained
-from ..checkpoint import CheckpointError, load_checkpoint
+from ..checkpoint import CheckpointError, load_checkpoint, saved_point
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
@@ -146,7 +146,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         rec = pair_reconstructions(model, images)
         save(plot_multimnist(images, rec, labels, pairs.classes), "multimnist")
         save(plot_training_curves(runs), "training_curves")
-        done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), MultiMNIST test pairs {chosen}")
+        done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
         return done
 
     name = dataset or trained_on
@@ -203,7 +203,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     save(plot_lengths(scores, labels, classes=classes), "lengths")
     save(plot_training_curves(runs), "training_curves")
-    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
+    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
 
@@ -258,7 +258,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
                                                             f"layer by layer"), f"capsule_maps_{index}")
     save(plot_training_curves(runs), "training_curves")
-    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test images {chosen}")
+    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
 
@@ -318,5 +318,5 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
     save(plot_gan_curves(runs), "training_curves")
-    done.notes.append(f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {name} test label maps {chosen}")
+    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps {chosen}")
     return done

@@ -59,6 +59,10 @@ def pack(run: str | Path, target: str | Path) -> Path:
     from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
     last = load_checkpoint(run, which="last")
+    if "within" in last.state:  # its weights are part-way through an epoch, not a final epoch's
+        raise ValueError(f"{last.path} was saved {last.state['within']['batches']} batches into epoch "
+                         f"{last.state['within']['epoch']}; finish that epoch (capsnet train --out {run} --resume) "
+                         f"and pack the run then")
     half = {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in last.model_state.items()}
     state = {key: last.state[key] for key in ("epoch", "step", "history") if key in last.state}
     target = Path(target)
