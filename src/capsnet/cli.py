@@ -588,6 +588,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     finished = args.resume and train.finished(out, train_cfg.epochs)
     if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
+    elif main_rank and args.resume and (out / "last.safetensors").exists():
+        from .checkpoint import load_checkpoint, saved_point
+
+        print(f"resuming the run in {out} from {saved_point(load_checkpoint(out, 'last').state)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
     # run had nothing left to train
     summarise = args.no_progress or finished

@@ -144,6 +144,7 @@ def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run):
     assert 1 <= done < 3
     r = capsnet("train", "--out", run, "--resume", "--no-progress")  # the run's own settings
     assert r.returncode == 0, r.stderr
+    assert f"resuming the run in {run} from epoch {done}\n" in r.stdout
     assert _same_weights(run, straight_run)
     assert _metrics(run) == _metrics(straight_run)
 
