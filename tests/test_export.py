@@ -41,6 +41,7 @@ SMALL = {
     "unet": dict(base_channels=4, depth=2, input_height=16, input_width=16),
     # one routing round: the two-input generator path (segcaps above writes the rounds out); a 2x faster export
     "capspix2pix": dict(input_height=8, input_width=8, routing_iterations=1),
+    "capspix2pix-deep": dict(input_height=8, input_width=8, routing_iterations=1),
     "pix2pix": dict(input_height=16, input_width=16, disc_layers=2),
 }
 OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
@@ -51,6 +52,7 @@ OUTPUTS = {  # what the README and capsnet.export promise each model's export re
     "segcaps": ("probabilities", "poses", "reconstruction"), "segcaps-r1": ("probabilities", "poses", "reconstruction"),
     "unet": ("probabilities", "logits"),
     "capspix2pix": ("images",),  # its generator, from label_maps and noise
+    "capspix2pix-deep": ("images",),  # the same generator from another start
     "pix2pix": None,  # refused (UNSUPPORTED): its noise is dropout, drawn per image from a seeded stream
 }
 
@@ -120,8 +122,8 @@ def pt2_checks(path, batches, model):
 
 # segcaps is segcaps-r1 with more routing rounds written out: a later round repeats the first's operations and adds
 # the agreement update (a product and a sum, operations of the same kinds); a 20-25 s export against 10 s, so it
-# runs with -m slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "segcaps" else n
+# runs with -m slow; capspix2pix-deep is capspix2pix's generator from another start, the same operations
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("segcaps", "capspix2pix-deep") else n
                                   for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
@@ -145,7 +147,7 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
         if fmt == "onnx":
             assert result.opset >= 18 and result.checked_with.startswith("onnxruntime")
             onnx_checks(path, OUTPUTS[name], batches, model)
-            if name == "capspix2pix":  # `capsnet generate --seed 5`'s images: its z fed to the file (README, Export)
+            if name.startswith("capspix2pix"):  # `capsnet generate --seed 5`'s images: its z fed to the file (README, Export)
                 from capsnet.synthesis import generate
 
                 maps = batches[1]["label_maps"]

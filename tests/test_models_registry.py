@@ -19,7 +19,8 @@ SMALL = {
     "efficient-capsnet": dict(decoder_hidden=(16, 32)),
     "inverted-capsnet": dict(backbone_channels=8, primary_types=4, caps_types=4),
     "segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=2),
-    "capspix2pix": dict(noise_dim=8, disc_channels=4), "pix2pix": dict(base_channels=4, disc_channels=4),
+    "capspix2pix": dict(noise_dim=8, disc_channels=4), "capspix2pix-deep": dict(noise_dim=8, disc_channels=4),
+    "pix2pix": dict(base_channels=4, disc_channels=4),
 }
 
 

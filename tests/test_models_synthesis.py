@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from capsnet.models import (MODELS, CapsPix2pix, CapsPix2pixConfig, Pix2pix, Pix2pixConfig, SegCaps, SegCapsConfig,
-                            create_model, model_name, synthesis_losses)
+from capsnet.models import (MODELS, CapsPix2pix, CapsPix2pixConfig, CapsPix2pixDeepConfig, Pix2pix, Pix2pixConfig,
+                            SegCaps, SegCapsConfig, create_model, model_name, synthesis_losses)
 from capsnet.models.capspix2pix import truncate_normal
 from capsnet.models.segcaps import capsule_stack, walk_capsule_stack
 from capsnet.synthesis import generate
 
-SYNTHESIS = [n for n, spec in MODELS.items() if spec.kind == "synthesis"]
+SYNTHESIS = ["capspix2pix", "pix2pix"]  # capspix2pix-deep: the same model from another start (its own test below)
 # Small sizes: CapsPix2pix's capsule layers are SegCaps' (fixed); its noise and discriminator are shrunk
 SMALL = {"capspix2pix": dict(noise_dim=8, disc_channels=4), "pix2pix": dict(base_channels=4, disc_channels=4)}
 
@@ -481,6 +481,27 @@ def test_capspix2pix_conv1_init_std_scales_only_conv1():
     torch.testing.assert_close(wide["generator.conv1.weight"], 10 * small["generator.conv1.weight"])
     assert all(torch.equal(small[k], wide[k]) for k in small if k != "generator.conv1.weight")
     assert abs(small["generator.conv1.weight"].std().item() / 0.02 - 1) < 0.1  # 816 draws of N(0, 0.02)
+
+
+def test_the_deep_start_carries_the_label_map_where_the_reference_start_loses_it(data_root):
+    """capspix2pix-deep: the same layers and weights, its own start and no dropout; at the reference start two label
+    maps give 1/4-level capsules (conv_3_1) that hardly differ, at the deep start they differ by a hundred times more."""
+    from capsnet.data.tasks import load_test
+
+    assert [n for n, spec in MODELS.items() if spec.kind == "synthesis"] == ["capspix2pix", "capspix2pix-deep",
+                                                                              "pix2pix"]
+    deep = CapsPix2pixDeepConfig()
+    assert (deep.dropout, deep.init_gain, deep.bias_init, deep.conv1_init_std) == (0.0, 2.0, 0.01, 0.2)
+    assert deep.num_weights == CapsPix2pixConfig().num_weights and model_name(deep) == "capspix2pix-deep"
+    labels = load_test("mnist-skeleton", size=8, root=data_root, progress=False).images.float()  # (8, 1, 32, 32)
+    spread = {}
+    for name in ("capspix2pix", "capspix2pix-deep"):
+        torch.manual_seed(0)
+        model = create_model(name).eval()
+        with torch.no_grad():
+            lengths = model.generator.capsule_grids(labels, model.noise(8, 0))["conv_3_1"].norm(dim=2)  # (8, T, h, w)
+        spread[name] = lengths.std(0).mean().item()  # across the label maps
+    assert spread["capspix2pix-deep"] > 100 * spread["capspix2pix"], spread
 
 
 def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():

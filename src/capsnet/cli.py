@@ -452,7 +452,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
 def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--checkpoint", default=None, metavar="RUN_DIR",
                    help="run directory or .safetensors file of a capsule model, a segmentation model (segcaps, "
-                        "segcaps-r1, unet) or a synthesis model (capspix2pix, pix2pix), or pretrained:NAME "
+                        "segcaps-r1, unet) or a synthesis model (capspix2pix, capspix2pix-deep, pix2pix), or pretrained:NAME "
                         "(default: the shipped pretrained:capsnet-mnist-small on the shipped mnist-sample test digits)")
     v.add_argument("--untrained", action="store_true",
                    help="open an untrained (random) paper CapsNet instead of the shipped model")

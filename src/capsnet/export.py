@@ -18,7 +18,7 @@ baseline                              logits (B, K)
 segcaps, segcaps-r1                   probabilities (B, 1, H, W), poses (B, 1, 16, H, W),
                                       reconstruction (B, C, H, W) (masked by the prediction)
 unet                                  probabilities (B, 1, H, W), logits (B, 1, H, W)
-capspix2pix                           images (B, C_out, H, W) (its generator alone, in eval mode)
+capspix2pix, capspix2pix-deep         images (B, C_out, H, W) (its generator alone, in eval mode)
 ====================================  ==============================================================
 
 The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training.

@@ -19,7 +19,8 @@ from .capsnet import (CapsNet, CapsNetCifar10Config, CapsNetConfig, CapsNetOutpu
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
-from .capspix2pix import (CapsPix2pix, CapsPix2pixConfig, CapsPix2pixGenerator, ConditionalDiscriminator,
+from .capspix2pix import (CapsPix2pix, CapsPix2pixConfig, CapsPix2pixDeepConfig, CapsPix2pixGenerator,
+                          ConditionalDiscriminator,
                           ConditionalGAN, GAN_LR, synthesis_losses)
 from .pix2pix import PatchDiscriminator, Pix2pix, Pix2pixConfig, UNetGenerator
 from .segcaps import SegCaps, SegCapsConfig, SegCapsOutput, SegCapsR1Config, segmentation_model_loss
@@ -31,7 +32,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
-           "CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
+           "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
 
 
@@ -81,6 +82,9 @@ MODELS: dict[str, ModelSpec] = {
                       paper="Ronneberger et al. 2015"),
     "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis",
                              paper="Bass et al. 2019", train_defaults=MappingProxyType({"lr": GAN_LR})),
+    "capspix2pix-deep": ModelSpec(CapsPix2pixDeepConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix (deep start)",
+                                  "synthesis", paper="Bass et al. 2019; its start: docs/results.md",
+                                  train_defaults=MappingProxyType({"lr": GAN_LR})),
     "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017",
                          train_defaults=MappingProxyType({"lr": GAN_LR})),
 }

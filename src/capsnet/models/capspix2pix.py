@@ -55,7 +55,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
                       walk_capsule_stack)
 
-__all__ = ["CapsPix2pixConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
+__all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
            "truncate_normal", "check_truncation"]
 
@@ -336,6 +336,20 @@ class CapsPix2pixConfig(JsonConfig):
     def num_weights(self) -> int:
         """Every weight of the generator and the discriminator, from the sizes alone."""
         return self.generator_weights + self.discriminator_weights
+
+
+@dataclass(frozen=True)
+class CapsPix2pixDeepConfig(CapsPix2pixConfig):
+    """CapsPix2pix with a start whose capsule layers carry the label map: conv1 at N(0, 0.2) (ten times DCGAN's), the
+    hidden capsule layers' votes at twice He's gain, their routing bias at 0.01, and no capsule dropout. At the
+    reference start (``capspix2pix``) the input's trace shrinks three- to sevenfold per capsule layer and training
+    reads the image from conv1's 5x5 window alone; from this one it reads the 1/2 and 1/4 levels (docs/results.md,
+    "A start that opens the deep path"). The same layers and weights."""
+
+    dropout: float = 0.0
+    init_gain: float = 2.0
+    bias_init: float = 0.01
+    conv1_init_std: float = 0.2
 
 
 class CapsPix2pixGenerator(nn.Module):
