@@ -347,7 +347,7 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "--checkpoint", "pretrained:capsnet-mnist-small", "--truncation", "1", "--test-size", "2",
               "--data-dir", str(data_root), "--no-progress"])
-    assert exit_.value.code == 2 and "--truncation applies to synthesis models (capspix2pix); this checkpoint holds a capsnet" in \
+    assert exit_.value.code == 2 and "--truncation applies to synthesis models (capspix2pix, capspix2pix-deep); this checkpoint holds a capsnet" in \
         capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
@@ -388,7 +388,7 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
         return subprocess.run([sys.executable, "-m", "capsnet", *args], capture_output=True, text=True)
 
     out = cli("train", "--dataset", "mnist-skeleton", "--model", "segcaps", "--out", str(tmp_path / "a"))
-    assert out.returncode == 2 and "use --model capspix2pix or pix2pix" in out.stderr
+    assert out.returncode == 2 and "use --model capspix2pix, capspix2pix-deep or pix2pix" in out.stderr
     out = cli("train", "--dataset", "mnist-skeleton", "--tensorboard", str(tmp_path / "tb"),
               "--out", str(tmp_path / "b"))
     assert out.returncode == 2 and "--tensorboard does not apply to the GAN loop of --model capspix2pix" in out.stderr

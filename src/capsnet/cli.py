@@ -324,7 +324,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
 
 def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a synthesis model "
-                                                       "(capspix2pix, pix2pix)")
+                                                       "(capspix2pix, capspix2pix-deep, pix2pix)")
     g.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     g.add_argument("--labels", required=True, metavar="DIR",
                    help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
@@ -644,7 +644,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                              truncation=args.truncation)
     elif args.judge is not None or args.truncation is not None:
         flag = "--judge" if args.judge is not None else "--truncation"
-        models = "capspix2pix, pix2pix" if args.judge is not None else "capspix2pix"  # pix2pix has no noise vector
+        models = "capspix2pix, capspix2pix-deep, pix2pix" if args.judge is not None else "capspix2pix, capspix2pix-deep"  # pix2pix has no noise vector
         args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
                           f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
     else:

@@ -196,7 +196,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     kind = task(cfg.dataset).kind
     if spec.kind != "synthesis" or kind != "synthesis":
         raise ValueError(f"{name} is a {spec.kind} model and {cfg.dataset} a {kind} data set; the GAN loop trains "
-                         f"a synthesis model (capspix2pix, pix2pix) on a synthesis data set (mnist-skeleton, "
+                         f"a synthesis model (capspix2pix, capspix2pix-deep, pix2pix) on a synthesis data set (mnist-skeleton, "
                          f"fashion-silhouette, pairs:DIR)")
     shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
     if shape != input_shape(cfg.dataset) or model_config.out_channels != task(cfg.dataset).target_channels:

@@ -238,7 +238,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     model, ckpt = load_model(checkpoint, which=which, device=device)
     if model_spec(ckpt.model_name).kind != "synthesis":
         raise ValueError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet generate takes a synthesis model "
-                         f"(capspix2pix, pix2pix)")
+                         f"(capspix2pix, capspix2pix-deep, pix2pix)")
     if not seeds:
         raise ValueError("give at least one seed")
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early

@@ -403,12 +403,12 @@ TASKS: dict[str, Task] = {
                                     "mask; scored by Dice and IoU, also out of distribution; use --model segcaps, "
                                     "segcaps-r1 or unet (SegCaps, LaLonde and Bagci 2018)"),
     "mnist-skeleton": Task("mnist", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SKELETON, places_digits=True, metric="L1",
-                           kind="synthesis", help="a digit's skeleton -> the digit, 32x32; use --model capspix2pix or "
-                                                  "pix2pix (CapsPix2pix, Bass et al. 2019)"),
+                           kind="synthesis", help="a digit's skeleton -> the digit, 32x32; use --model capspix2pix, "
+                                                  "capspix2pix-deep or pix2pix (CapsPix2pix, Bass et al. 2019)"),
     "fashion-silhouette": Task("fashion-mnist", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SILHOUETTE, places_digits=True,
                                metric="L1", kind="synthesis", shape=silhouette,
                                help="a Fashion-MNIST item's filled silhouette -> the item, 32x32; use --model "
-                                    "capspix2pix or pix2pix"),
+                                    "capspix2pix, capspix2pix-deep or pix2pix"),
 }
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images

@@ -76,7 +76,7 @@ class SynthesisViewer:
                  classes: Sequence[str] | None = None, dataset: str | None = None,
                  checkpoint: str | os.PathLike | None = None) -> None:
         if not all(hasattr(model, a) for a in ("generator", "noise", "generate")):
-            raise ViewerError(f"SynthesisViewer shows a synthesis model (capspix2pix, pix2pix), got "
+            raise ViewerError(f"SynthesisViewer shows a synthesis model (capspix2pix, capspix2pix-deep, pix2pix), got "
                               f"{type(model).__name__}: a classification or segmentation model opens in Viewer or "
                               f"SegmentationViewer (load_viewer picks)")
         self.model = model.eval()
