@@ -19,7 +19,8 @@
 #       MultiMNIST with its loss balance (below).
 # usage: benchmarks/gpu_families.sh OUT DATA_DIR [SECONDS]   (SECONDS: when every run stops, default 500 from the start;
 # ONLY=segmentation,synthesis,routing,paper picks the groups, default segmentation,synthesis; L1_WEIGHT sets the
-# synthesis runs' L1 weight (below); DEVICE=cpu for a smoke test)
+# synthesis runs' L1 weight (below); CAPS_MODEL=capspix2pix-deep trains that start in place of CapsPix2pix's;
+# DEVICE=cpu for a smoke test)
 # Its first sitting (H100, 2026-11-26, benchmarks/results/gpu-h100-2026-11-26) ran all four groups, fifteen runs, on
 # the card for 317 s: the routing and paper runs (epochs of seconds) gave their rows, but no segmentation, synthesis or
 # MultiMNIST run finished its first epoch (30,000 canvases or 60,000 pairs at batch 16, shared fifteen ways). Those
@@ -113,9 +114,11 @@ if group segmentation; then
     job unet --model unet "${SEG[@]}" $(compile_flag unet)
 fi
 if group synthesis; then  # pix2pix beside it: the bar is CapsPix2pix within 1 point of pix2pix at the same budget
-    for model in capspix2pix pix2pix; do
-        job $model-mnist --model $model --dataset mnist-skeleton "${SYN[@]}" $(compile_flag $model)
-        job $model-fashion --model $model --dataset fashion-silhouette "${SYN[@]}" $(compile_flag $model)
+    for model in capspix2pix pix2pix; do  # CAPS_MODEL=capspix2pix-deep: CapsPix2pix from the start that opens its
+        # deep path (docs/results.md, "A start that opens the deep path"); the runs keep their names
+        as=$model; [ "$model" = capspix2pix ] && as=${CAPS_MODEL:-capspix2pix}
+        job $model-mnist --model "$as" --dataset mnist-skeleton "${SYN[@]}" $(compile_flag $model)
+        job $model-fashion --model "$as" --dataset fashion-silhouette "${SYN[@]}" $(compile_flag $model)
     done
 fi
 # capsnet experiment routing's recipe for Efficient-CapsNet (capsnet.experiments.RECIPES): lr 5e-4 and its
