@@ -113,7 +113,7 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
             resume=True)
     with safe_open(str(tmp_path / "split" / "last.safetensors"), "pt") as f:  # an older capsnet refuses it
         assert f.metadata()["format_version"] == "2"
-    assert not finished(tmp_path / "split", 1)  # the CLI's "finished" line: not for a run stopped inside epoch 2
+    assert not finished(saved.state, 1)  # the CLI's "finished" line: not for a run stopped inside epoch 2
     from capsnet.pretrained import pack
     with pytest.raises(ValueError, match="saved 2 batches into epoch 2; finish that epoch"):  # not final weights
         pack(tmp_path / "split", tmp_path / "packed.safetensors")
@@ -135,7 +135,7 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
     with pytest.warns(RuntimeWarning, match="saved 2 batches into epoch 2 on cuda; on cpu the rest of that epoch"):
         fit(TINY, CFG, damaged("gpu", device="cuda"), device="cpu", progress=False, resume=True)
     fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
-    assert finished(tmp_path / "split", 2)
+    assert finished(load_checkpoint(tmp_path / "split", "last").state, 2)
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
 

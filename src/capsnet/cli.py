@@ -555,14 +555,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     stem = f"{prefix[:-1]}-{Path(dataset[len(prefix):]).name}" if prefix else dataset
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
                                              f"-{chosen}" if kind != "classification" else ""))
+    resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
+        from .checkpoint import load_checkpoint, saved_point
+
+        last = load_checkpoint(out, "last")
+        resumed = last.state
         try:
-            model_cfg, train_cfg = train.resume_configs(out, model=model, model_changes=model_changes,
+            model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)
         except train.ResumeError as e:
             flags = [_flag(f) for f in e.fields]
             args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
                               f"the run's own settings (only --epochs and --eval-every may change)")
+        del last  # its weights and optimizer state, not held while fit trains
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
         model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
@@ -585,13 +591,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
-    finished = args.resume and train.finished(out, train_cfg.epochs)
+    finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
     if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
-    elif main_rank and args.resume and (out / "last.safetensors").exists():
-        from .checkpoint import load_checkpoint, saved_point
-
-        print(f"resuming the run in {out} from {saved_point(load_checkpoint(out, 'last').state)}")
+    elif main_rank and resumed is not None:
+        print(f"resuming the run in {out} from {saved_point(resumed)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
     # run had nothing left to train
     summarise = args.no_progress or finished

@@ -73,7 +73,7 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
-from .train import (SAVE_EVERY_S, NonFiniteLoss, TrainConfig, _saved_point, _seeded_generator, check_optimizer_state,
+from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state,
                     lr_at, restore_rng_state, resume_state_of, resume_within, rng_state, save_best, start_or_resume,
                     within_epoch, write_metrics)
 
@@ -153,12 +153,11 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     return d_loss, g_loss, d_parts, g_parts
 
 
-def _stop_if_bad(bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int | tuple[int, int]) -> None:
+def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave) -> None:
     """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag)."""
     if bool(bad):
-        kept = f"{last_path} still holds {_saved_point(saved_epoch)}" if saved_epoch else "no checkpoint was written"
-        raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, {kept}. "
-                            f"Lower --lr or check the label maps and images for NaN or infinite pixels")
+        raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
+                            f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")
 
 
 def describe_gan_epoch(record: dict[str, Any]) -> str:
@@ -208,15 +207,11 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
-    last_saved = time.monotonic()
-    saved_epoch = state["epoch"]  # what last.safetensors holds (0: none written yet), or (epoch, batches)
-    if within is not None:
-        saved_epoch = (within.get("epoch"), within.get("batches"))
+    last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states; inside an
         epoch, ``g``, the epoch's batch generator, too)."""
-        nonlocal last_saved, saved_epoch
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
@@ -224,9 +219,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                                                   optimizer_state=_merged(opt_g, opt_d, kept),
                                                   rng_state=rng_state(dev) | ({} if g is None else
                                                                               {"epoch_batches": g.get_state()})))
-        last_saved = time.monotonic()
-        saved_epoch = state["epoch"] if "within" not in state else (state["within"]["epoch"],
-                                                                    state["within"]["batches"])
+        last.wrote(state)
 
     if ckpt is not None:  # a resume keeps the run's own judge unless given another
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
@@ -303,14 +296,14 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
                 bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
                 shown = time.monotonic()
             bar.update()
-            if save_every_s and start + B < N and time.monotonic() - last_saved >= save_every_s:
-                _stop_if_bad(bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
+            if save_every_s and start + B < N and last.older_than(save_every_s):
+                _stop_if_bad(bad, epoch, last)  # nothing non-finite is saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
                                        time.monotonic() - started, dev), g)
         d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
-        _stop_if_bad(bad, epoch, last_path, saved_epoch)
+        _stop_if_bad(bad, epoch, last)
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
@@ -326,7 +319,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if time.monotonic() - last_saved >= _train.SAVE_AFTER_S:
+            if last.older_than(_train.SAVE_AFTER_S):
                 save_last(state)
             continue
         with applied(average):

@@ -49,7 +49,7 @@ from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
-           "resume_configs", "saved_configs", "saved_epoch", "describe_epoch", "start_or_resume", "input_fields"]
+           "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,27 @@ SAVE_EVERY_S = 300.0  # inside an epoch, last.safetensors is rewritten when the 
 _CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
 
 
-def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, saved_epoch: int | tuple[int, int],
-                        launch: Launch | None = None) -> None:
+class LastSave:
+    """A run's last.safetensors as its loop wrote it: the state it holds (None: none written yet) and when it was
+    written, for the clock of saves inside an epoch and for what a stop says is kept."""
+
+    def __init__(self, path: Path, state: dict[str, Any] | None) -> None:
+        self.path, self.state, self.at = path, state, time.monotonic()
+
+    def wrote(self, state: dict[str, Any]) -> None:
+        self.state, self.at = state, time.monotonic()
+
+    def older_than(self, seconds: float) -> bool:
+        return time.monotonic() - self.at >= seconds
+
+    def kept(self) -> str:
+        """``PATH still holds epoch E`` (or ``epoch E + N batches of epoch E+1``), or that there is none."""
+        if self.state is None:
+            return "no checkpoint was written"
+        return f"{self.path} still holds {saved_point(self.state)}"
+
+
+def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
@@ -189,18 +208,9 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last_path: Path, sa
     bad = int(first_bad)
     if bad < 0:
         return
-    kept = f"{last_path} still holds {_saved_point(saved_epoch)}" if saved_epoch else "no checkpoint was written"
     raise NonFiniteLoss(f"the training loss became NaN or infinite at step {bad + 1} (epoch {epoch}); stopped "
-                        f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or train "
-                        f"without --amp")
-
-
-def _saved_point(saved: int | tuple[int, int]) -> str:
-    """What last.safetensors holds, for a message: ``epoch E``, or for a save inside epoch E (``(E, N)``)
-    ``epoch E-1 + N batches of epoch E`` (``capsnet.checkpoint.saved_point``'s words)."""
-    if isinstance(saved, int):
-        return f"epoch {saved}"
-    return saved_point({"epoch": saved[0] - 1, "within": {"epoch": saved[0], "batches": saved[1]}})
+                        f"without saving, {last.kept()}. Lower --lr, check the images for NaN or infinite pixels, or "
+                        f"train without --amp")
 
 
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
@@ -272,16 +282,17 @@ def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
                               f"retrain") from None
 
 
-def resume_configs(run_dir: str | os.PathLike, *, model: str | None = None, model_changes: dict[str, Any] | None = None,
+def resume_configs(run_dir: str | os.PathLike | Checkpoint, *, model: str | None = None, model_changes: dict[str, Any] | None = None,
                    train_changes: dict[str, Any] | None = None) -> tuple[Any, TrainConfig]:
     """The model and training configurations saved with the run in ``run_dir``, for ``fit(..., resume=True)``.
 
     ``model_changes`` and ``train_changes`` are settings asked for again (flags
     typed on a resume): each must equal the saved one, except ``epochs`` (the
     new total) and ``eval_every``. Otherwise a ``ResumeError`` names the fields
-    that differ.
+    that differ. ``run_dir`` may be the run's last checkpoint, loaded already.
     """
-    ckpt = load_checkpoint(run_dir, "last")
+    ckpt = run_dir if isinstance(run_dir, Checkpoint) else load_checkpoint(run_dir, "last")
+    run_dir = Path(ckpt.path).parent
     if model is not None and model != ckpt.model_name:
         raise ResumeError(f"{ckpt.path} holds a {ckpt.model_name!r} model, not {model!r}", ["model"])
     saved_model, saved_train = saved_configs(ckpt)
@@ -560,12 +571,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # 1. Start or resume.
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, clean=main)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
-    last_saved = time.monotonic()
+    last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
         """``last.safetensors``: what a resume continues from (weights, optimizer, random state; inside an epoch,
         ``g``, the epoch's batch generator, too)."""
-        nonlocal last_saved
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
             opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
@@ -573,7 +583,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                                   model_state=model.state_dict(), optimizer_state=opt_state,
                                                   rng_state=rng_state(dev) | ({} if g is None else
                                                                               {"epoch_batches": g.get_state()})))
-        last_saved = time.monotonic()
+        last.wrote(state)
 
     # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
     # what is missing), then the others read what it left.
@@ -626,9 +636,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
-    step, saved_epoch = state["step"], state["epoch"]  # what last.safetensors holds: an epoch, or (epoch, batches)
-    if within is not None:
-        saved_epoch = (within.get("epoch"), within.get("batches"))
+    step = state["step"]
     save_inside = bool(save_every_s) and launch is None  # torchrun: every rank its own dropout; epoch ends only
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
@@ -691,14 +699,12 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 shown = time.monotonic()
             bar.update()
             if step % _CHECK_EVERY == 0:
-                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)
-            if save_inside and main and start + B < N and time.monotonic() - last_saved >= save_every_s:
-                _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch)  # nothing non-finite is saved
-                batches = start // B + 1
-                save_last(within_epoch({**state, "step": step}, epoch, batches, [run_loss.item(), run_correct.item()],
-                                       seen, time.monotonic() - started, dev), g)
-                saved_epoch = (epoch, batches)
-        _stop_if_not_finite(first_bad, epoch, last_path, saved_epoch, launch)  # before anything of this epoch is saved
+                _stop_if_not_finite(first_bad, epoch, last, launch)
+            if save_inside and main and start + B < N and last.older_than(save_every_s):
+                _stop_if_not_finite(first_bad, epoch, last)  # nothing non-finite is saved
+                save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
+                                       [run_loss.item(), run_correct.item()], seen, time.monotonic() - started, dev), g)
+        _stop_if_not_finite(first_bad, epoch, last, launch)  # before anything of this epoch is saved
         if launch is not None:  # the epoch's sums over every rank: the one-process figures
             totals = torch.stack([run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)])
             dist.all_reduce(totals)
@@ -712,9 +718,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                   "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if main and time.monotonic() - last_saved >= SAVE_AFTER_S:  # not evaluated, but resumable
+            if main and last.older_than(SAVE_AFTER_S):  # not evaluated, but resumable
                 save_last(state)
-                saved_epoch = epoch
             continue
         if main:  # rank 0 alone evaluates and writes; the others wait for its state below
             with applied(average):  # the average, if any, is what is scored and saved as the model
@@ -747,25 +752,15 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     board.log_epoch(model, record)
         if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
             state = _from_main(state)
-        saved_epoch = epoch
+            last.state = state  # what rank 0 wrote
     if main and ckpt is not None and state["epoch"] >= cfg.epochs:
         write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}
 
 
-def saved_epoch(run_dir: str | os.PathLike) -> int:
-    """The last whole epoch the run in ``run_dir`` checkpointed (0 when it has none; a save inside the next epoch
-    counts as that one's start: see ``finished``)."""
-    path = Path(run_dir) / "last.safetensors"
-    return load_checkpoint(path).state["epoch"] if path.exists() else 0
-
-
-def finished(run_dir: str | os.PathLike, epochs: int) -> bool:
-    """Whether the run in ``run_dir`` has trained ``epochs`` whole epochs and stopped there (not inside a later one)."""
-    path = Path(run_dir) / "last.safetensors"
-    if not path.exists():
-        return False
-    state = load_checkpoint(path).state
+def finished(state: dict[str, Any], epochs: int) -> bool:
+    """Whether a run whose last.safetensors holds ``state`` has trained ``epochs`` whole epochs and stopped there (not
+    inside a later one)."""
     return state["epoch"] >= epochs and "within" not in state
 
 
