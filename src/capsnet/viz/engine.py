@@ -82,7 +82,39 @@ class _Input:
     truth: torch.Tensor | None = None  # (1, H, W) 0/1: a segmentation test canvas's mask
 
 
-class Viewer:
+class _ViewerBase:
+    """What every viewer holds: the model in eval mode, its config and input shape, the data set and checkpoint it
+    was opened with, its device, one lock for model calls, and its first convolution (``conv``, set by the viewer)
+    with the kernels drawn from it once."""
+
+    kind = ""
+    conv: nn.Conv2d
+
+    def _hold(self, model: nn.Module, dataset: str | None, checkpoint: str | os.PathLike | None) -> None:
+        self.model = model.eval()
+        self.config = cfg = model.config
+        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)  # what the model reads
+        self.dataset = dataset
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.device = next(model.parameters()).device
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Any] | None = None
+
+    def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
+        """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
+        return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
+                "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
+                "model": type(self.model).__name__}
+
+    def kernels(self) -> dict[str, Any]:
+        """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range (CapsPix2pix's
+        conv1: C = the label map's channels and the noise channel, last)."""
+        if self._kernels is None:
+            self._kernels = conv_kernels(self.conv)
+        return self._kernels
+
+
+class Viewer(_ViewerBase):
     """One CapsNet, the test images to pick from, and the per-layer views of an input.
 
     Thread-safe: all model calls hold one lock, so a threaded server can call
@@ -98,11 +130,10 @@ class Viewer:
             hint = ": a segmentation model opens in SegmentationViewer" if segments(model) else ""
             raise ViewerError(f"the viewer looks inside a capsule model (one with routing_view), got "
                               f"{type(model).__name__}{hint}")
-        self.model = model.eval()
-        self.config = cfg = model.config
+        self._hold(model, dataset, checkpoint)
+        cfg = self.config
         # the first convolution: its kernels and feature maps (CapsNet's conv1, the others' first layer)
         self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
-        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
         if test_images is not None:
             if tuple(test_images.shape[1:]) != self.shape:
                 raise ViewerError(f"{dataset or 'the'} test images are {tuple(test_images.shape[1:])} but the model "
@@ -114,11 +145,6 @@ class Viewer:
         self.classes = list(classes) if classes is not None else [str(k) for k in range(cfg.num_classes)]
         if len(self.classes) != cfg.num_classes:
             raise ViewerError(f"{len(self.classes)} class names for a model with {cfg.num_classes} classes")
-        self.dataset = dataset
-        self.checkpoint = str(checkpoint) if checkpoint is not None else None
-        self.device = next(model.parameters()).device
-        self._lock = threading.Lock()
-        self._kernels: dict[str, Any] | None = None
         with torch.inference_mode():  # the sizes of every view, from one blank input
             x = torch.zeros(1, *self.shape, device=self.device)
             view, out = model.routing_view(x), model(x)
@@ -131,15 +157,7 @@ class Viewer:
     def info(self) -> dict[str, Any]:
         cfg = self.config
         types, rows, cols = self._grid
-        return {
-            "kind": self.kind,
-            "checkpoint": self.checkpoint,
-            "trained": self.checkpoint is not None,
-            "dataset": self.dataset,
-            "test_size": 0 if self.test_images is None else len(self.test_images),
-            "classes": self.classes,
-            "input": list(self.shape),
-            "model": type(self.model).__name__,
+        return self._described(0 if self.test_images is None else len(self.test_images), self.classes) | {
             "conv1": {"channels": self.conv.out_channels, "kernel": self.conv.kernel_size[0], "map": self._map},
             # the capsules the last routing layer routes (CapsNet: the primary capsules)
             "primary": {"types": types, "dim": getattr(cfg, "primary_dim", None), "grid": [rows, cols]},
@@ -148,12 +166,6 @@ class Viewer:
             "decoder": self.decodes,
             "sweep_half_range": SWEEP_HALF_RANGE,
         }
-
-    def kernels(self) -> dict[str, Any]:
-        """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
-        if self._kernels is None:
-            self._kernels = conv_kernels(self.conv)
-        return self._kernels
 
     # ------------------------------------------------------------------ inputs
 

@@ -15,14 +15,13 @@ record=True)``). There are no classes and no digit capsules to move, so
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from ..data.segmentation import dice_iou
-from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode, segments
+from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, encode, segments
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
            "describe_layers", "length_views", "coupling_view"]
@@ -110,7 +109,7 @@ def coupling_view(layer: str, rounds: torch.Tensor, grid: torch.Tensor) -> dict[
     return {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12))}
 
 
-class SegmentationViewer:
+class SegmentationViewer(_ViewerBase):
     """One segmentation model (SegCaps or the U-Net), its test canvases and masks, and the views of an input.
 
     Thread-safe as ``Viewer``: all model calls, and the hooks that catch a
@@ -130,9 +129,7 @@ class SegmentationViewer:
         if not segments(model):
             raise ViewerError(f"SegmentationViewer shows a segmentation model (segcaps, segcaps-r1, unet), got "
                               f"{type(model).__name__}: a classification model opens in Viewer")
-        self.model = model.eval()
-        self.config = cfg = model.config
-        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+        self._hold(model, dataset, checkpoint)
         if test_images is not None:
             if tuple(test_images.shape[1:]) != self.shape:
                 raise ViewerError(f"{dataset or 'the'} test images are {tuple(test_images.shape[1:])} but the model "
@@ -143,11 +140,6 @@ class SegmentationViewer:
                 raise ViewerError(f"test_masks must give one mask {want[1:]} per test image, {want} in all, got {got}")
         self.test_images = test_images
         self.test_masks = test_masks
-        self.dataset = dataset
-        self.checkpoint = str(checkpoint) if checkpoint is not None else None
-        self.device = next(model.parameters()).device
-        self._lock = threading.Lock()
-        self._kernels: dict[str, Any] | None = None
         # the first convolution: its kernels and feature maps (SegCaps' conv1, the U-Net's first 3x3)
         self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
         self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
@@ -165,15 +157,8 @@ class SegmentationViewer:
     def info(self) -> dict[str, Any]:
         from ..models import model_name
 
-        return {
-            "kind": self.kind,
-            "checkpoint": self.checkpoint,
-            "trained": self.checkpoint is not None,
-            "dataset": self.dataset,
-            "test_size": 0 if self.test_images is None else len(self.test_images),
-            "classes": [],  # nothing to pick by class: a test canvas is picked by index
-            "input": list(self.shape),
-            "model": type(self.model).__name__,
+        # nothing to pick by class: a test canvas is picked by index
+        return self._described(0 if self.test_images is None else len(self.test_images), []) | {
             "model_name": model_name(self.config),
             "conv1": {"name": self._conv_name, "channels": self.conv.out_channels, "kernel": self.conv.kernel_size[0],
                       "map": self._map, "batch_norm": any(isinstance(m, nn.BatchNorm2d) for m in self._first)},
@@ -183,12 +168,6 @@ class SegmentationViewer:
             "decoder": self.decodes,
             "threshold": THRESHOLD,
         }
-
-    def kernels(self) -> dict[str, Any]:
-        """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range."""
-        if self._kernels is None:
-            self._kernels = conv_kernels(self.conv)
-        return self._kernels
 
     # ------------------------------------------------------------------ inputs
 

@@ -23,7 +23,6 @@ a pose, so ``reconstruct`` is refused with a message.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, Sequence
 
 import torch
@@ -34,7 +33,7 @@ from ..figures.report import INTERPOLATION_STEPS  # images from seeds[0]'s noise
 from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
 from ..synthesis import row_noise, samples
-from .engine import ViewerError, _Input, _is_int, checked_image, conv_kernels, encode
+from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, encode
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
 
 __all__ = ["SynthesisViewer", "SYNTHESIS_TEST_SIZE", "DEFAULT_SEEDS", "MAX_SEEDS", "INTERPOLATION_STEPS",
@@ -56,7 +55,7 @@ def _first_maps(labels: torch.Tensor, conv: nn.Conv2d, grids: dict[str, torch.Te
     return F.leaky_relu(conv(labels)[0], 0.2)  # (K, H', W')
 
 
-class SynthesisViewer:
+class SynthesisViewer(_ViewerBase):
     """One synthesis model, its test label maps with their real images, and the views of a label map.
 
     Thread-safe as ``Viewer``: all model calls, and the hooks that catch a
@@ -79,9 +78,8 @@ class SynthesisViewer:
             raise ViewerError(f"SynthesisViewer shows a synthesis model (capspix2pix, capspix2pix-deep, pix2pix), got "
                               f"{type(model).__name__}: a classification or segmentation model opens in Viewer or "
                               f"SegmentationViewer (load_viewer picks)")
-        self.model = model.eval()
-        self.config = cfg = model.config
-        self.shape = (cfg.in_channels, cfg.input_height, cfg.input_width)  # a label map
+        self._hold(model, dataset, checkpoint)  # self.shape: a label map's
+        cfg = self.config
         self.out_shape = (cfg.out_channels, cfg.input_height, cfg.input_width)  # an image
         if test_labels is not None:
             if tuple(test_labels.shape[1:]) != self.shape:
@@ -98,13 +96,8 @@ class SynthesisViewer:
         self.test_images = test_images
         self.test_classes = test_classes
         self.classes = list(classes or [])
-        self.dataset = dataset
-        self.checkpoint = str(checkpoint) if checkpoint is not None else None
-        self.device = next(model.parameters()).device
         self.generator = model.generator
         self.noise_dim = int(model.noise(1, 0).shape[1])  # 0: the noise is dropout (pix2pix)
-        self._lock = threading.Lock()
-        self._kernels: dict[str, Any] | None = None
         self.conv = next(m for m in self.generator.modules() if isinstance(m, nn.Conv2d))
         self._conv_name = next(name for name, m in self.generator.named_modules() if m is self.conv)
         self._routers = routers(self.generator)  # CapsPix2pix's capsule layers that route
@@ -120,16 +113,9 @@ class SynthesisViewer:
     def info(self) -> dict[str, Any]:
         from ..models import model_name
 
-        return {
-            "kind": self.kind,
-            "checkpoint": self.checkpoint,
-            "trained": self.checkpoint is not None,
-            "dataset": self.dataset,
-            "test_size": 0 if self.test_labels is None else len(self.test_labels),
-            "classes": self.classes,  # a pair's class is shown, not picked: a test pair is picked by index
-            "input": list(self.shape),
+        # a pair's class is shown, not picked: a test pair is picked by index
+        return self._described(0 if self.test_labels is None else len(self.test_labels), self.classes) | {
             "output": list(self.out_shape),
-            "model": type(self.model).__name__,
             "model_name": model_name(self.config),
             "noise": "vector" if self.noise_dim else "dropout",
             "noise_dim": self.noise_dim,
@@ -141,13 +127,6 @@ class SynthesisViewer:
             "layers": self.layers,
             "routing_layers": [layer["name"] for layer in self.layers if layer["routing"]],
         }
-
-    def kernels(self) -> dict[str, Any]:
-        """The generator's first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range
-        (CapsPix2pix's conv1: C = the label map's channels and the noise channel, last)."""
-        if self._kernels is None:
-            self._kernels = conv_kernels(self.conv)
-        return self._kernels
 
     # ------------------------------------------------------------------ inputs
 
