@@ -853,9 +853,10 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                "List the registered models (paper, task, input, weights) and the trained models shipped with capsnet; "
                "with NAME, every field of that model's config: its type, default and what it does. Set a field with "
                "`capsnet train --model NAME --model-option FIELD=VALUE`."),
-    "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing every epoch",
+    "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing as it goes",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
-              "config.json and metrics.jsonl into --out."),
+              "config.json and metrics.jsonl into --out; last.safetensors at the end of epochs and every "
+              "--save-every minutes inside an epoch, so --resume continues a stopped run where it was."),
     "generate": (_generate_arguments, _cmd_generate, "images from your own label maps with a synthesis model",
                  "Make images from a folder of label maps (PNG) with a trained synthesis model (capspix2pix, "
                  "pix2pix): one PNG per label map and noise seed, every label map checked before any file is "
