@@ -386,3 +386,26 @@ def test_folder_lists_unpaired_files_with_counts(folder):
         load_mask_folder(root / "images", root / "masks")
     msg = str(err.value)
     assert "7 in" in msg and "z4.png" in msg and "z5.png" not in msg and "same file name" in msg
+
+
+def test_a_palette_mask_is_read_by_its_indices(tmp_path):
+    """Many segmentation data sets store masks as palette PNGs whose indices are the classes (index 1 drawn in some
+    colour). Before: converted to RGB through the palette and refused as 'in colour'."""
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    _save(tmp_path / "im" / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    _save(tmp_path / "im" / "b.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    truth = (rng.random((2, 6, 5)) < 0.5).astype(np.uint8)
+    for name, index, scale in (("a", 0, 1), ("b", 1, 255)):  # indices 0/1 and 0/255
+        p = Image.fromarray(truth[index] * np.uint8(scale), mode="P")
+        p.putpalette([0, 0, 0, 200, 30, 30] + [0, 0, 0] * 253 + [250, 250, 0])  # 1: red, 255: yellow
+        (tmp_path / "mk").mkdir(exist_ok=True)
+        p.save(tmp_path / "mk" / f"{name}.png")
+    _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert torch.equal(masks[:, 0], torch.from_numpy(truth))
+    three = Image.fromarray(truth[0] * np.uint8(3), mode="P")  # index 3: not a binary mask's index
+    three.putpalette([0, 0, 0] * 3 + [200, 30, 30] + [0, 0, 0] * 252)
+    three.save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match="a.png is in colour"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")

@@ -167,7 +167,7 @@ def test_subset_and_split_validation():
     assert not torch.equal(val.images, val_other.images)
 
     for bad in (500, 501, -1):
-        with pytest.raises(ValueError, match="n_val"):
+        with pytest.raises(ValueError, match=r"--val-size\) must be in 0..499, leaving at least one of the 500"):
             split_validation(ds, bad, seed=0)
 
 

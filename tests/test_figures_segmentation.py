@@ -91,3 +91,29 @@ def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_
     assert "a segmentation model has no class capsules" in capsys.readouterr().err and not bad.exists()
     assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--indices", "3", "--no-progress"]) != 0
     assert "--indices [3] out of range: the " in capsys.readouterr().err and not bad.exists()
+
+
+def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkpoint(unet_run, tmp_path, capsys):
+    """Before: the default indices 0-7 were refused on a folder with 3 test images ("--indices [3, ...] out of range",
+    a flag never typed), and a checkpoint file on its own or a run without metrics.jsonl was refused for want of
+    training curves."""
+    import shutil
+
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    out = tmp_path / "figs"
+    assert main(["figures", "--checkpoint", str(unet_run), "--out", str(out), "--no-progress"]) == 0
+    assert "test images [0, 1, 2]" in capsys.readouterr().out
+    solo = tmp_path / "solo" / "model.safetensors"
+    solo.parent.mkdir()
+    shutil.copy(unet_run / "best.safetensors", solo)  # its history travels in the checkpoint: the curves are drawn
+    assert main(["figures", "--checkpoint", str(solo), "--out", str(tmp_path / "f2"), "--no-progress"]) == 0
+    assert (tmp_path / "f2" / "training_curves.png").read_bytes()[:8] == PNG_MAGIC
+    early = load_checkpoint(unet_run, "last")  # a run stopped before its first epoch's record
+    early.state = {"epoch": 0, "step": 0, "history": [], "best": None}
+    (tmp_path / "early").mkdir()
+    save_checkpoint(tmp_path / "early" / "last.safetensors", early)
+    assert main(["figures", "--checkpoint", str(tmp_path / "early"), "--which", "last", "--out", str(tmp_path / "f3"),
+                 "--no-progress"]) == 0
+    assert "no training curves: no run given has finished an epoch" in capsys.readouterr().out
+    assert (tmp_path / "f3" / "segmentations.png").exists() and not (tmp_path / "f3" / "training_curves.png").exists()

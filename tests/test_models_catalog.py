@@ -27,6 +27,9 @@ class _Base:
     depth: int = 2
     name: str = "a # b"  # a '#' inside the default's string is not where the note starts
     plain: bool = False
+    long: int = 1  # a note too long for its line goes
+    # on below it (before: cut at "goes")
+    after: int = 0  # its own note
 
     def method(self) -> int:
         hidden: int = 1  # a local in a method, not a field
@@ -40,10 +43,11 @@ class _Child(_Base):
 
 
 def test_field_notes_read_the_comment_beside_or_above_each_field_and_a_subclass_keeps_its_bases_notes():
+    both = {"name": "a '#' inside the default's string is not where the note starts",
+            "long": 'a note too long for its line goes on below it (before: cut at "goes")', "after": "its own note"}
     assert field_notes(_Base) == {"width": "how wide", "depth": "the block comment above a field is its note, in one line",
-                                  "name": "a '#' inside the default's string is not where the note starts"}
-    assert field_notes(_Child) == {"width": "how wide", "depth": "the subclass's own note wins",
-                                   "name": "a '#' inside the default's string is not where the note starts"}
+                                  **both}
+    assert field_notes(_Child) == {"width": "how wide", "depth": "the subclass's own note wins", **both}
 
 
 def test_every_registered_model_has_a_row_with_its_paper_task_input_and_weights():

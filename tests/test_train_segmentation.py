@@ -179,3 +179,31 @@ def test_a_test_folder_of_another_size_is_refused_before_anything_is_written(tmp
 
     with pytest.raises(ValueError, match="multiples of 16 .*halves them 4 times.*got 24x24: pad or crop them to 32x32"):
         create_model("unet", base_channels=4)(torch.rand(1, 1, 24, 24))  # four poolings need multiples of 16
+
+
+def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, mask_pairs, capsys, monkeypatch):
+    """Before: the relative DIR of folder:DIR was saved as typed, so the run could be resumed, evaluated or drawn
+    only from the directory it was started in, and the same folder named absolutely was refused as another data set.
+    Also: a resume error names --model-option for the fields set with it, and a resume asking for fewer epochs than
+    the run has trained says only why it is refused."""
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "d", 10)
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--model", "unet", "--model-option", "base_channels=4", "--model-option", "depth=2", "--batch-size", "4",
+            "--no-progress"]
+    assert main(["train", "--dataset", "folder:d", "--epochs", "1", "--out", "run", *tiny]) == 0
+    assert load_checkpoint(tmp_path / "run", "last").train_config["dataset"] == f"folder:{tmp_path / 'd'}"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "2", "--no-progress"]) == 0
+    assert load_checkpoint(tmp_path / "run", "last").state["epoch"] == 2
+    with pytest.raises(SystemExit):  # the same folder named absolutely is the run's; the other depth is not
+        main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "3", "--dataset",
+              f"folder:{tmp_path / 'd'}", "--model-option", "depth=3", "--no-progress"])
+    assert "--model-option depth differs from the run" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "1", "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert "has finished" not in out and "has already trained 2 epochs, more than the 1 asked for" in err

@@ -86,9 +86,13 @@ EMA_HELP = ("evaluate and save an exponential moving average of the weights (syn
 
 
 def _dataset(value: str) -> str:
-    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read)."""
-    if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
+    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read) with DIR made absolute, so
+    that the run it trains can be resumed, evaluated and drawn from any working directory."""
+    if value in TASKS:
         return value
+    for prefix in (FOLDER_PREFIX, PAIRS_PREFIX):
+        if value.startswith(prefix) and len(value) > len(prefix):
+            return prefix + os.path.abspath(os.path.expanduser(value[len(prefix):]))
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
                                      f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
                                      f"your own label maps and images)")
@@ -565,7 +569,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)
         except train.ResumeError as e:
-            flags = [_flag(f) for f in e.fields]
+            flags = [f"--model-option {f}" if f in options else _flag(f) for f in e.fields]
             args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
                               f"the run's own settings (only --epochs and --eval-every may change)")
         del last  # its weights and optimizer state, not held while fit trains
@@ -583,10 +587,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
     _keep_memory(args.allocator)
-    again = ["capsnet", "train", "--out", str(out), "--resume"]
+    again = ["capsnet", "train", "--out", str(out), "--resume"]  # with the flags a checkpoint does not keep
+    for flag, value in (("--data-dir", args.data_dir), ("--device", None if args.device == "auto" else args.device),
+                        ("--compile", args.compile),
+                        ("--allocator", None if args.allocator == "keep" else args.allocator)):
+        again += [] if value is None else [flag, str(value)]
     if launch is not None:
         again = ["torchrun", "--nproc_per_node", str(launch.local_world_size), "-m", *again]
-    args.resume_command = shlex.join(again)  # for Ctrl-C's message
+    args.resume_command, args.resume_checkpoint = shlex.join(again), out / "last.safetensors"  # for Ctrl-C's message
     if launch is not None:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
@@ -946,7 +954,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume
             return 130
-        resume = getattr(args, "resume_command", None)
+        resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
+        if resume and not saved.exists():  # stopped before the first save: nothing to continue
+            print(f"capsnet {args.command}: interrupted before the run saved anything ({saved} is not written "
+                  f"yet); run the same command again to start it", file=sys.stderr)
+            return 130
         print(f"capsnet {args.command}: interrupted" + (f"; `{resume}` continues from the last checkpoint"
                                                         if resume else ""), file=sys.stderr)
         return 130

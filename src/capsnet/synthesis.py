@@ -231,7 +231,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``)."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import image_array, png_files
+    from .data.png import label_map_array, png_files
     from .evaluate import load_model
     from .models import model_spec
 
@@ -249,7 +249,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     files = png_files(Path(labels_dir), "label maps")
     arrays = {}
     for stem, path in files.items():
-        a = image_array(path)
+        a = label_map_array(path)  # a 0/1 map as 0/255
         if a.shape != want:
             raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
                             f"takes {want[0]}-channel {want[1]}x{want[2]} label maps; "

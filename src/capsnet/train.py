@@ -650,6 +650,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     amp = autocast(dev, cfg.amp)
     # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
     whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
+    shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
@@ -694,7 +695,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 run_correct += _correct(scores.detach(), y).sum()
                 seen += len(y)
             if progress and time.monotonic() - shown > 0.5:
-                bar.set_postfix(loss=f"{run_loss.item() / seen:.4f}", acc=f"{run_correct.item() / seen:.4f}",
+                bar.set_postfix({"loss": f"{run_loss.item() / seen:.4f}", shown_as: f"{run_correct.item() / seen:.4f}"},
                                 refresh=False)
                 shown = time.monotonic()
             bar.update()
@@ -711,7 +712,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             run_loss, run_correct, seen = totals[0], totals[1], int(totals[2].item())
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
-        bar.set_postfix(loss=f"{train_loss:.4f}", acc=f"{train_accuracy:.4f}", refresh=False)
+        bar.set_postfix({"loss": f"{train_loss:.4f}", shown_as: f"{train_accuracy:.4f}"}, refresh=False)
         bar.close()  # its last state, with the epoch's figures
 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
@@ -761,7 +762,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 def finished(state: dict[str, Any], epochs: int) -> bool:
     """Whether a run whose last.safetensors holds ``state`` has trained ``epochs`` whole epochs and stopped there (not
     inside a later one)."""
-    return state["epoch"] >= epochs and "within" not in state
+    return state["epoch"] == epochs and "within" not in state  # more epochs: the resume is refused (fit says why)
 
 
 def describe_epoch(record: dict[str, Any], dataset: str) -> str:

@@ -271,8 +271,14 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
         raise KeyboardInterrupt
     monkeypatch.setattr(train, "fit", interrupted)
     r = in_process(capsys, "train", "--dataset", "mnist-sample", "--out", tmp_path / "new", "--no-progress")
+    assert r.returncode == 130  # before the first save there is nothing to resume
+    assert "interrupted before the run saved anything" in r.stderr and "--resume" not in r.stderr
+    # with a checkpoint: the command holds the flags a checkpoint does not keep (before: --data-dir was dropped)
+    r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", "3", "--data-dir", tmp_path / "data",
+                   "--compile", "--no-progress")
     assert r.returncode == 130
-    assert f"interrupted; `capsnet train --out {tmp_path / 'new'} --resume` continues" in r.stderr
+    assert (f"interrupted; `capsnet train --out {run} --resume --data-dir {tmp_path / 'data'} --compile default` "
+            f"continues") in r.stderr
 
 
 def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_work(tmp_path, trained_run, capsys):

@@ -12,7 +12,7 @@ import torch
 
 from .idx import DataError
 
-__all__ = ["png_files", "read_png", "image_array", "mask_array", "load_png_pairs"]
+__all__ = ["png_files", "read_png", "image_array", "label_map_array", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
 _OTHER_IMAGES = {".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm"}
@@ -70,11 +70,25 @@ def image_array(path: Path) -> np.ndarray:
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
 
 
+def label_map_array(path: Path) -> np.ndarray:
+    """A label map as ``image_array`` reads it, except that one holding only 0s and 1s (a 0/1 map, as masks may be)
+    is scaled to 0/255: read as 8-bit grey it would be all but black."""
+    a = image_array(path)
+    if a.max() == 1:  # every pixel 0 or 1
+        a = a * np.uint8(255)
+    return a
+
+
 def mask_array(path: Path) -> np.ndarray:
-    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels) as (1, H, W) uint8 0/1."""
+    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image whose indices are
+    0/1 or 0/255, as many segmentation data sets store them) as (1, H, W) uint8 0/1."""
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
+    if img.mode == "P":
+        indices = np.asarray(img, dtype=np.uint8)
+        if np.isin(indices, (0, 1)).all() or np.isin(indices, (0, 255)).all():  # the classes are the indices
+            return (indices > 0).astype(np.uint8)[None]
     if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
     a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)

@@ -289,7 +289,8 @@ def split_validation(dataset: Dataset, n_val: int, *, seed: int) -> tuple[Datase
     """
     n = len(dataset)
     if not 0 <= n_val < n:
-        raise ValueError(f"n_val must be in 0..{n - 1} for {n} examples, got {n_val}")
+        raise ValueError(f"the validation size (--val-size) must be in 0..{n - 1}, leaving at least one of the {n} "
+                         f"training examples to train on; got {n_val}")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     val_idx, _ = perm[:n_val].sort()
     train_idx, _ = perm[n_val:].sort()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -71,13 +71,27 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
                 raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`, or "
                                       f"pretrained:NAME")
             run_dir = path if path.is_dir() else path.parent
-            history = read_metrics(run_dir)
+            if (run_dir / "metrics.jsonl").is_file():
+                history = read_metrics(run_dir)
+            else:  # a checkpoint file on its own, or a run stopped before its first epoch's record
+                history = load_checkpoint(path, "last" if (path / "last.safetensors").is_file() else "best"
+                                          ).state.get("history") or []
         if any(needed not in r for r in history):
             raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
                               f"have {needed}); overlay the training curves of runs of one kind, or draw it alone")
         run_dirs.append(run_dir)
         records.append(history)
     return dict(zip(_labels(run_dirs), records))
+
+
+def _curves(save: Callable[[Any, str], None], plot: Callable[[dict[str, list[dict]]], Any],
+            runs: dict[str, list[dict]], done: FiguresWritten) -> None:
+    """The training_curves figure of the runs that have finished an epoch; a note when none has."""
+    finished = {name: records for name, records in runs.items() if records}
+    if finished:
+        save(plot(finished), "training_curves")
+    else:
+        done.notes.append("no training curves: no run given has finished an epoch")
 
 
 def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
@@ -95,7 +109,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     (SegCaps, the U-Net): segmentations and segmentations_ood (inputs, true
     masks, probabilities, predicted masks, SegCaps' reconstruction) of the
     chosen test images (default: the first 8), worst (the ``misclassified``
-    lowest-Dice images of the first ``WORST_POOL``), capsule_maps_INDEX
+    lowest-Dice images of the first ``WORST_POOL``, or of the run's own smaller test set), capsule_maps_INDEX
     (SegCaps: every layer's capsule lengths per type) and training_curves.
     For a synthesis model (CapsPix2pix, pix2pix): samples (label maps, real
     images, one generated image per noise seed 0-3), interpolation (the noise
@@ -145,7 +159,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         images, labels = pairs.images[chosen], pairs.labels[chosen]
         rec = pair_reconstructions(model, images)
         save(plot_multimnist(images, rec, labels, pairs.classes), "multimnist")
-        save(plot_training_curves(runs), "training_curves")
+        _curves(save, plot_training_curves, runs, done)
         done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
         return done
 
@@ -202,7 +216,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     save(plot_lengths(scores, labels, classes=classes), "lengths")
-    save(plot_training_curves(runs), "training_curves")
+    _curves(save, plot_training_curves, runs, done)
     done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
@@ -213,11 +227,15 @@ WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the f
 def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], *, out: Path, dataset, root, indices,
                         worst: int, fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A segmentation run's figures: segmentations (and _ood) of the chosen test images, the ``worst`` of the first
-    ``WORST_POOL`` by Dice, SegCaps' capsule maps per chosen image, the training curves."""
+    ``WORST_POOL`` (or of the run's smaller --test-size) by Dice, SegCaps' capsule maps per chosen image, the training curves."""
     done = FiguresWritten(out)
     name = dataset or ckpt.train_config.get("dataset", "mnist-segmentation")
     chosen = list(range(8)) if indices is None else list(indices)
-    test = load_test(name, size=max(max(chosen) + 1, WORST_POOL if worst else 0), root=root, progress=progress)
+    run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
+    pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
+    test = load_test(name, size=max(max(chosen) + 1, pool_size if worst else 0), root=root, progress=progress)
+    if indices is None:  # a small folder of the user's: the images it has
+        chosen = chosen[:len(test)]
     cfg = model.config
     if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
         raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
@@ -233,7 +251,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     shown = {key: (s, segment(model, s.images[chosen], s.labels[chosen])) for key, s in sets.items()}
     worst_idx, worst_seg = [], None
     if worst:
-        n = min(len(test), WORST_POOL)
+        n = min(len(test), pool_size)
         pool = segment(model, test.images[:n], test.labels[:n], progress=progress)
         order = pool.dice.argsort(stable=True)[:worst]  # lowest Dice first
         worst_idx = order.tolist()
@@ -253,11 +271,11 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     if worst_seg is not None:
         save(plot_segmentations(test.images[worst_idx], test.labels[worst_idx], worst_seg, indices=worst_idx,
                                 title=f"The {len(worst_idx)} lowest-Dice images of the first "
-                                      f"{min(len(test), WORST_POOL)} {name} test images"), "worst")
+                                      f"{min(len(test), pool_size)} {name} test images"), "worst")
     for index, m in zip(chosen, maps):
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
                                                             f"layer by layer"), f"capsule_maps_{index}")
-    save(plot_training_curves(runs), "training_curves")
+    _curves(save, plot_training_curves, runs, done)
     done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
@@ -277,6 +295,8 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
+    if indices is None:  # a small folder of the user's: the label maps it has
+        chosen = chosen[:len(test)]
     cfg = model.config
     if test.components is None or test.images.dim() != 4 or test.components.dim() != 4:
         raise FigureError(f"{name} is not a synthesis data set; give one of label maps and images (--dataset)")
@@ -317,6 +337,6 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     for index, m, label in zip(chosen, maps, labels):
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
-    save(plot_gan_curves(runs), "training_curves")
+    _curves(save, plot_gan_curves, runs, done)
     done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps {chosen}")
     return done

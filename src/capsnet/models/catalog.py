@@ -45,6 +45,7 @@ def _notes_in(cls: type) -> dict[str, str]:
     own = set(cls.__dict__.get("__annotations__", {}))
     notes: dict[str, str] = {}
     above: list[str] = []
+    previous = None  # the field on the line just above the comment lines, if its note ended that line
     for line in source.splitlines()[1:]:
         if line.startswith("    def ") or line.startswith("    @"):
             break  # the methods: no fields below
@@ -53,10 +54,15 @@ def _notes_in(cls: type) -> dict[str, str]:
             above.append(comment.group(1).strip())
             continue
         field = _FIELD.match(line)
+        trailing = _trailing_comment(line) if field else None
+        if above and trailing and previous in notes:  # the next field has its own note: the lines between go on
+            notes[previous] += " " + " ".join(above)  # the note of the field above them (its sentence continued)
+        previous = None
         if field and field.group(1) in own:
-            note = _trailing_comment(line) or " ".join(above)
+            note = trailing or " ".join(above)
             if note:
                 notes[field.group(1)] = note
+                previous = field.group(1) if trailing else None
         above = []
     return notes
 

@@ -108,9 +108,12 @@ def check_sides(cfg: Any, multiple: int, why: str = "") -> None:
     ValueError naming the field (and ``why``)."""
     for name in ("input_height", "input_width"):
         check_range(cfg, name, multiple, 8192)
-        if getattr(cfg, name) % multiple:
+        side = getattr(cfg, name)
+        if side % multiple:  # side >= multiple (checked above), so cropping is possible too
+            down, up = side // multiple * multiple, side // multiple * multiple + multiple
             raise ValueError(f"{type(cfg).__name__}.{name} must be a multiple of {multiple}"
-                             f"{f' ({why})' if why else ''}, got {getattr(cfg, name)}")
+                             f"{f' ({why})' if why else ''}, got {side}: pad the images to {up} or crop them to "
+                             f"{down}")
 
 
 def check_stack_fields(cfg: Any) -> None:
