@@ -404,8 +404,15 @@ def test_a_palette_mask_is_read_by_its_indices(tmp_path):
         p.save(tmp_path / "mk" / f"{name}.png")
     _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
     assert torch.equal(masks[:, 0], torch.from_numpy(truth))
-    three = Image.fromarray(truth[0] * np.uint8(3), mode="P")  # index 3: not a binary mask's index
-    three.putpalette([0, 0, 0] * 3 + [200, 30, 30] + [0, 0, 0] * 252)
-    three.save(tmp_path / "mk" / "a.png")
-    with pytest.raises(DataError, match="a.png is in colour"):
-        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    grey = Image.fromarray(truth[0], mode="P")  # a grey palette with white at index 0: read by its greys
+    grey.putpalette([255, 255, 255, 0, 0, 0] + [0, 0, 0] * 254)
+    grey.save(tmp_path / "mk" / "a.png")
+    _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert torch.equal(masks[0, 0], torch.from_numpy(1 - truth[0]))  # white is the foreground, whatever its index
+    for indices, palette in ((truth[0] * np.uint8(3), [0, 0, 0] * 3 + [200, 30, 30]),  # index 3: not binary
+                             (truth[0], [30, 200, 30, 200, 30, 30])):  # index 0 green: not a background
+        p = Image.fromarray(indices, mode="P")
+        p.putpalette(palette + [0, 0, 0] * (256 - len(palette) // 3))
+        p.save(tmp_path / "mk" / "a.png")
+        with pytest.raises(DataError, match="a.png is in colour"):
+            load_mask_folder(tmp_path / "im", tmp_path / "mk")

@@ -170,17 +170,16 @@ def test_bad_pairs_get_one_clear_message(tmp_path, case):
         load_pair_folder(root / "labels", root / "images")
 
 
-def test_a_label_map_of_0s_and_1s_is_read_as_0_and_255(tmp_path):
-    """Before: a 0/1 label map (as masks may be) was read as 8-bit grey, all but black, and trained on or generated
-    from without a word."""
+def test_a_folder_of_0_1_label_maps_is_read_as_0_255(tmp_path):
+    """Before: 0/1 label maps (as masks may be) were read as 8-bit grey, all but black, and trained on or generated
+    from without a word. Decided per folder: a folder of class maps (0..K) keeps a map that holds only 0s and 1s."""
     rng = np.random.default_rng(3)
-    shape = (rng.random((8, 8)) < 0.3).astype(np.uint8)
-    _save(tmp_path / "labels" / "a.png", shape)
-    _save(tmp_path / "labels" / "b.png", shape * np.uint8(255))
-    _save(tmp_path / "labels" / "c.png", shape * np.uint8(7))  # graded maps are kept as they are
-    for stem in "abc":
-        _save(tmp_path / "images" / f"{stem}.png", rng.integers(0, 256, (8, 8), dtype=np.uint8))
-    labels, _, names = load_pair_folder(tmp_path / "labels", tmp_path / "images")
-    assert names == ["a", "b", "c"]
-    assert torch.equal(labels[0], labels[1]) and int(labels[0].max()) == 255
-    assert torch.equal(labels[2, 0], torch.from_numpy(shape * np.uint8(7)))
+    shapes = (rng.random((3, 8, 8)) < 0.3).astype(np.uint8)
+    for folder, scales in (("binary", (1, 1, 1)), ("classes", (1, 255, 7))):
+        for stem, shape, scale in zip("abc", shapes, scales):
+            _save(tmp_path / folder / "labels" / f"{stem}.png", shape * np.uint8(scale))
+            _save(tmp_path / folder / "images" / f"{stem}.png", rng.integers(0, 256, (8, 8), dtype=np.uint8))
+    labels, _, names = load_pair_folder(tmp_path / "binary" / "labels", tmp_path / "binary" / "images")
+    assert names == ["a", "b", "c"] and torch.equal(labels[:, 0], torch.from_numpy(shapes * np.uint8(255)))
+    labels, _, _ = load_pair_folder(tmp_path / "classes" / "labels", tmp_path / "classes" / "images")
+    assert torch.equal(labels[:, 0], torch.from_numpy(shapes * np.array([1, 255, 7], np.uint8)[:, None, None]))

@@ -320,6 +320,13 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     want = generate(model, labels[:, None].float() / 255, seed=5)[1, 0]
     assert np.abs(img.astype(np.float64) - (want.numpy() * 255).round()).max() <= 1  # the PNG holds the image
     assert "wrote 6 images" in capsys.readouterr().out
+    binary = tmp_path / "binary"  # the same maps saved 0/1: read as 0/255 (before: all but black)
+    binary.mkdir()
+    for k in range(3):
+        Image.fromarray(np.array(Image.open(tmp_path / "labels" / f"map{k}.png")) // 255).save(binary / f"map{k}.png")
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "out01"),
+                 "--seeds", "5", "--no-progress"]) == 0
+    assert np.array_equal(np.array(Image.open(tmp_path / "out01" / "map1_seed5.png")), img)
 
 
 def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_cannot_apply(gan_run, data_root,

@@ -206,4 +206,13 @@ def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, m
     assert "--model-option depth differs from the run" in capsys.readouterr().err
     assert main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "1", "--no-progress"]) == 2
     out, err = capsys.readouterr()
-    assert "has finished" not in out and "has already trained 2 epochs, more than the 1 asked for" in err
+    assert "has already trained 2 epochs, more than the 1 asked for" in err
+    assert "has finished" not in out and "resuming" not in out  # nothing but why it is refused
+    from capsnet.checkpoint import save_checkpoint
+
+    old = load_checkpoint(tmp_path / "run", "last")  # as an older capsnet saved it: the DIR as typed
+    old.train_config["dataset"] = "folder:d"
+    save_checkpoint(tmp_path / "run" / "last.safetensors", old)
+    monkeypatch.chdir(tmp_path)  # from where it was started, typed again either way: the run's own folder
+    for typed in ("folder:d", f"folder:{tmp_path / 'd'}"):
+        assert main(["train", "--out", "run", "--resume", "--epochs", "2", "--dataset", typed, "--no-progress"]) == 0

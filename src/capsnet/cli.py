@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -88,11 +88,8 @@ EMA_HELP = ("evaluate and save an exponential moving average of the weights (syn
 def _dataset(value: str) -> str:
     """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read) with DIR made absolute, so
     that the run it trains can be resumed, evaluated and drawn from any working directory."""
-    if value in TASKS:
-        return value
-    for prefix in (FOLDER_PREFIX, PAIRS_PREFIX):
-        if value.startswith(prefix) and len(value) > len(prefix):
-            return prefix + os.path.abspath(os.path.expanduser(value[len(prefix):]))
+    if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
+        return absolute_dataset(value)
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
                                      f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
                                      f"your own label maps and images)")
@@ -526,9 +523,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if saved is not None and saved.exists():  # a resume: the flags typed again are checked against the run's model
         from .checkpoint import load_checkpoint
 
-        run = load_checkpoint(saved)
-        dataset = getattr(args, "dataset", run.train_config.get("dataset", dataset))
-        model = model or run.model_name
+        first_read = load_checkpoint(saved)
+        dataset = getattr(args, "dataset", first_read.train_config.get("dataset", dataset))
+        model = model or first_read.model_name
     kind = task(dataset).kind
     chosen = model or _DEFAULT_MODEL[kind]
     typed = _typed(args, _MODEL_FIELDS)
@@ -563,7 +560,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         from .checkpoint import load_checkpoint, saved_point
 
-        last = load_checkpoint(out, "last")
+        last = first_read if saved == out / "last.safetensors" else load_checkpoint(out, "last")
+        first_read = None  # its tensors are not held while fit trains
         resumed = last.state
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
@@ -589,7 +587,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]  # with the flags a checkpoint does not keep
     for flag, value in (("--data-dir", args.data_dir), ("--device", None if args.device == "auto" else args.device),
-                        ("--compile", args.compile),
+                        ("--compile", args.compile), ("--tensorboard", args.tensorboard),
+                        ("--save-every", None if args.save_every == SAVE_EVERY_S / 60 else f"{args.save_every:g}"),
                         ("--allocator", None if args.allocator == "keep" else args.allocator)):
         again += [] if value is None else [flag, str(value)]
     if launch is not None:
@@ -600,9 +599,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
+    within = (resumed or {}).get("within") or {}
+    past = resumed is not None and max(resumed["epoch"], within.get("epoch", 0)) > train_cfg.epochs  # fit refuses it
     if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
-    elif main_rank and resumed is not None:
+    elif main_rank and resumed is not None and not past:
         print(f"resuming the run in {out} from {saved_point(resumed)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
     # run had nothing left to train

@@ -231,7 +231,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``)."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import label_map_array, png_files
+    from .data.png import image_array, png_files, scale_binary_label_maps
     from .evaluate import load_model
     from .models import model_spec
 
@@ -249,14 +249,15 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     files = png_files(Path(labels_dir), "label maps")
     arrays = {}
     for stem, path in files.items():
-        a = label_map_array(path)  # a 0/1 map as 0/255
+        a = image_array(path)
         if a.shape != want:
             raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
                             f"takes {want[0]}-channel {want[1]}x{want[2]} label maps; "
                             + ("resize or pad it" if a.shape[0] == want[0] else
                                f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
         arrays[stem] = a
-    labels = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
+    maps = scale_binary_label_maps(np.stack(list(arrays.values())))  # (N, C, H, W); a folder of 0/1 maps as 0/255
+    labels = torch.from_numpy(maps).float().div_(255.0)
     labels = labels.to(next(model.parameters()).device)
     images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation).cpu()
               for s in seeds}  # all made, then written

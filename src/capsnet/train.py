@@ -41,7 +41,8 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, input_shape, load_training, task
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, input_shape, load_training,
+                         task)
 from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
@@ -82,6 +83,8 @@ class TrainConfig(JsonConfig):
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
         if self.dataset not in TASKS and not self.dataset.startswith((FOLDER_PREFIX, PAIRS_PREFIX)):
             raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}")
+        # a user's folder by its absolute path (one saved relative by an older capsnet: against this directory)
+        object.__setattr__(self, "dataset", absolute_dataset(self.dataset))
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

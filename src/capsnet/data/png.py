@@ -12,7 +12,7 @@ import torch
 
 from .idx import DataError
 
-__all__ = ["png_files", "read_png", "image_array", "label_map_array", "mask_array", "load_png_pairs"]
+__all__ = ["png_files", "read_png", "image_array", "scale_binary_label_maps", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
 _OTHER_IMAGES = {".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm"}
@@ -70,25 +70,27 @@ def image_array(path: Path) -> np.ndarray:
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
 
 
-def label_map_array(path: Path) -> np.ndarray:
-    """A label map as ``image_array`` reads it, except that one holding only 0s and 1s (a 0/1 map, as masks may be)
-    is scaled to 0/255: read as 8-bit grey it would be all but black."""
-    a = image_array(path)
-    if a.max() == 1:  # every pixel 0 or 1
-        a = a * np.uint8(255)
-    return a
+def scale_binary_label_maps(maps: np.ndarray) -> np.ndarray:
+    """A folder's label maps (N, C, H, W) uint8 as read; if every pixel of every map is 0 or 1 (0/1 maps, as masks may
+    be), the same maps as 0/255, which read as 8-bit grey would be all but black. Decided for the whole folder, so a
+    folder of class maps (0..K) in which one map happens to hold only 0s and 1s is left as it is."""
+    return maps * np.uint8(255) if maps.size and maps.max() == 1 else maps
 
 
 def mask_array(path: Path) -> np.ndarray:
-    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image whose indices are
-    0/1 or 0/255, as many segmentation data sets store them) as (1, H, W) uint8 0/1."""
+    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image of greys, or one
+    of colours whose indices are 0/1 or 0/255 with index 0 black, as many segmentation data sets store them) as
+    (1, H, W) uint8 0/1."""
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
-    if img.mode == "P":
-        indices = np.asarray(img, dtype=np.uint8)
-        if np.isin(indices, (0, 1)).all() or np.isin(indices, (0, 255)).all():  # the classes are the indices
-            return (indices > 0).astype(np.uint8)[None]
+    if img.mode == "P":  # a grey palette is read by its greys below; a coloured one by its indices, if they are
+        rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)  # 0/1 or 0/255 with index 0 black (the background)
+        if not ((rgb[..., 0] == rgb[..., 1]) & (rgb[..., 1] == rgb[..., 2])).all():
+            indices = np.asarray(img, dtype=np.uint8)
+            binary = np.isin(indices, (0, 1)).all() or np.isin(indices, (0, 255)).all()
+            if binary and list(img.getpalette() or [])[:3] == [0, 0, 0]:
+                return (indices > 0).astype(np.uint8)[None]
     if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
     a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)

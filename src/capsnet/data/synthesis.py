@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .png import image_array, label_map_array, load_png_pairs
+from .png import image_array, load_png_pairs, scale_binary_label_maps
 from .sets import unit_float
 
 __all__ = ["skeletonize", "silhouette", "pad_to", "load_pair_folder", "SKELETON_THRESHOLD", "SILHOUETTE_THRESHOLD"]
@@ -129,10 +129,12 @@ def load_pair_folder(labels_dir: str | Path, images_dir: str | Path) -> tuple[to
 
     Both are read as 8-bit grey (1 channel) or RGB (3) images (alpha dropped,
     palettes to RGB, 16/32-bit refused), each folder in one size and mode,
-    every label map the size of its image; a label map holding only 0s and 1s is read as 0/255. A problem is a ``DataError`` naming
-    the file and the fix; nothing is written.
+    every label map the size of its image; a folder of label maps holding
+    only 0s and 1s is read as 0/255. A problem is a ``DataError`` naming the
+    file and the fix; nothing is written.
 
     Shapes: -> labels (N, C_label, H, W) uint8, images (N, C_image, H, W) uint8, names: the N file stems, sorted.
     """
-    return load_png_pairs(labels_dir, images_dir, first=("label map", "label maps", label_map_array),
-                          second=("image", "images", image_array))
+    labels, images, names = load_png_pairs(labels_dir, images_dir, first=("label map", "label maps", image_array),
+                                           second=("image", "images", image_array))
+    return torch.from_numpy(scale_binary_label_maps(labels.numpy())), images, names

@@ -92,7 +92,7 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
+__all__ = ["Task", "Split", "TASKS", "absolute_dataset", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs"]
@@ -412,6 +412,15 @@ TASKS: dict[str, Task] = {
 }
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images
+
+
+def absolute_dataset(name: str) -> str:
+    """``name`` with the DIR of folder:DIR or pairs:DIR made absolute (``~`` expanded), other names as they are: a run
+    records where its folder is, so it resumes, evaluates and draws from any working directory."""
+    for prefix in (FOLDER_PREFIX, PAIRS_PREFIX):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return prefix + os.path.abspath(os.path.expanduser(name[len(prefix):]))
+    return name
 
 
 @functools.lru_cache(maxsize=8)

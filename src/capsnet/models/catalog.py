@@ -37,7 +37,8 @@ def _trailing_comment(line: str) -> str | None:
 
 def _notes_in(cls: type) -> dict[str, str]:
     """The notes of the fields ``cls`` itself declares: the comment ending a field's line, else the comment lines
-    right above it."""
+    right above it. Comment lines between two fields that both end in a comment continue the upper one's note (a
+    section heading there wants a blank line above it)."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # no source (a frozen or interactive build): no notes, the rest still listed
