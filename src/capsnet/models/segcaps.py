@@ -42,6 +42,7 @@ from ..routing.dynamic import SQUASHES
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
+           "CAPSULE_NORMS", "instance_norm_capsules",
            "check_sides", "check_stack_fields"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
@@ -101,6 +102,22 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                 if caps[name].bias is not None:
                     caps[name].bias.fill_(bias_init)
     return nn.ModuleDict(caps)
+
+
+CAPSULE_NORMS = ("none", "instance")  # SegCapsConfig.capsule_norm
+
+
+def instance_norm_capsules(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Each example's grid of each capsule type centred over the positions (every pose dimension's mean over the
+    grid taken away) and scaled so that its capsules' lengths have a root mean square of 1: a type whose poses do
+    not vary over the grid passes zeros on. Per example, so an image's output does not depend on its batch (no
+    learned scale: the next layer's vote kernels are one).
+
+    Shapes: x (B, J, D, H, W) -> (B, J, D, H, W)."""
+    centred = x - x.mean(dim=(-2, -1), keepdim=True)
+    lengths_squared = centred.float().pow(2).sum(dim=2, keepdim=True)  # (B, J, 1, H, W), summed in fp32
+    rms = lengths_squared.mean(dim=(3, 4), keepdim=True).add(eps).sqrt()  # (B, J, 1, 1, 1)
+    return centred / rms.to(x.dtype)
 
 
 def check_sides(cfg: Any, multiple: int, why: str = "") -> None:
@@ -198,6 +215,9 @@ class SegCapsConfig(JsonConfig):
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (capsule_stack)
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
     squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
+    capsule_norm: str = "none"  # "instance": every capsule layer's output but the last centred over the grid and
+    # scaled to capsules of unit length (RMS) per example and type before it goes on (instance_norm_capsules; not in
+    # the paper)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -206,6 +226,7 @@ class SegCapsConfig(JsonConfig):
         check_range(self, "num_classes", 1, 1)
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
+        check_choice(self, "capsule_norm", CAPSULE_NORMS)
 
     @property
     def num_weights(self) -> int:
@@ -248,7 +269,8 @@ class SegCaps(nn.Module):
         "seg_caps": (B, 1, 16, H, W)} (the skip concatenations are not layers)."""
         check_segmentation_input(images, self.config)
         conv1 = F.relu(self.conv1(images)).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
-        return walk_capsule_stack(self.caps, conv1)
+        between = instance_norm_capsules if self.config.capsule_norm == "instance" else None
+        return walk_capsule_stack(self.caps, conv1, between)
 
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> SegCapsOutput:
         """Shapes:
