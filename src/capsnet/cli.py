@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, input_shape, task
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -86,10 +86,10 @@ EMA_HELP = ("evaluate and save an exponential moving average of the weights (syn
 
 
 def _dataset(value: str) -> str:
-    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read) with DIR made absolute, so
-    that the run it trains can be resumed, evaluated and drawn from any working directory."""
+    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read; TrainConfig makes a run's
+    DIR absolute)."""
     if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
-        return absolute_dataset(value)
+        return value
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
                                      f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
                                      f"your own label maps and images)")
@@ -598,12 +598,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
+    if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
+        train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors")
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
-    within = (resumed or {}).get("within") or {}
-    past = resumed is not None and max(resumed["epoch"], within.get("epoch", 0)) > train_cfg.epochs  # fit refuses it
     if main_rank and finished:
         print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
-    elif main_rank and resumed is not None and not past:
+    elif main_rank and resumed is not None:
         print(f"resuming the run in {out} from {saved_point(resumed)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
     # run had nothing left to train

@@ -390,6 +390,21 @@ def save_best(path: Path, name: str, model_config: Any, cfg: TrainConfig, state:
                                      state=state, model_state=model.state_dict()))
 
 
+def check_epochs(state: dict[str, Any], epochs: int, last_path: Path) -> None:
+    """A ``ResumeError`` when the run whose ``last_path`` holds ``state`` is past the ``epochs`` a resume asks for:
+    trained more whole epochs, or saved inside a later epoch."""
+    done = state.get("epoch", 0)
+    if isinstance(done, int) and done > epochs:  # the loop would not run and return a later epoch's figures
+        raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {epochs} asked for; "
+                          f"resume with --epochs {done} or more, or train the shorter run in a new --out",
+                          ["epochs"])
+    within = state.get("within")
+    part = within.get("epoch") if isinstance(within, dict) else None
+    if isinstance(part, int) and part > epochs:  # its weights are past the last epoch asked for
+        raise ResumeError(f"{last_path} was saved inside epoch {part}, past the {epochs} asked for; resume with "
+                          f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -414,16 +429,7 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
-    done = ckpt.state.get("epoch", 0)
-    if isinstance(done, int) and done > cfg.epochs:  # the loop would not run and return a later epoch's figures
-        raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {cfg.epochs} asked for; "
-                          f"resume with --epochs {done} or more, or train the shorter run in a new --out",
-                          ["epochs"])
-    within = ckpt.state.get("within")
-    part = within.get("epoch") if isinstance(within, dict) else None
-    if isinstance(part, int) and part > cfg.epochs:  # its weights are past the last epoch asked for
-        raise ResumeError(f"{last_path} was saved inside epoch {part}, past the {cfg.epochs} asked for; resume with "
-                          f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
+    check_epochs(ckpt.state, cfg.epochs, last_path)
     for stale in run_dir.glob(".*.tmp-*") if clean else ():  # a write cut short by a crash
         stale.unlink(missing_ok=True)
     return {"history": [], "best": None, **ckpt.state}, ckpt
