@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -38,6 +39,32 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None:
             return action.help or ""
         return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in two lines: the message, with the nearest choice or option to a misspelt one, and where the help is;
+    not argparse's whole usage first (25 lines for `capsnet train`, above the line that matters)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        guess = _nearest(message, self)
+        hint = f"; did you mean {guess}?" if guess else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n(`{self.prog} --help` lists the options)\n")
+
+
+def _nearest(message: str, parser: argparse.ArgumentParser) -> str | None:
+    """The choice (quoted) or option a misspelt one in ``message`` most likely meant, or None."""
+    import re
+
+    choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+    if choice:
+        close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1, cutoff=0.6)
+        return repr(close[0]) if close else None
+    option = re.match(r"unrecognized arguments: (-\S+)", message)
+    if option:
+        known = [o for o in parser._option_string_actions if o.startswith("--")]
+        close = difflib.get_close_matches(option[1].split("=")[0], known, n=1, cutoff=0.7)
+        return close[0] if close else None
+    return None
 
 
 def _number(kind: type, *, minimum: float, strict: bool = False):
@@ -920,9 +947,8 @@ def _torch_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="capsnet", formatter_class=_HelpFormatter,
-                                description="Capsule networks (Sabour, Frosst and Hinton, NIPS 2017): train, evaluate, "
-                                            "benchmark.")
+    p = _Parser(prog="capsnet", formatter_class=_HelpFormatter,
+                description="Capsule networks (Sabour, Frosst and Hinton, NIPS 2017): train, evaluate, benchmark.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     p.add_argument("--version", action="version", version=f"capsnet {__version__} (torch {_torch_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -941,7 +967,9 @@ def _rank_tag() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # said by the command's own parser, which knows the options they may have meant
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join(["capsnet", *argv])
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError

@@ -194,6 +194,31 @@ def test_impossible_flags(capsys, args, fragment):
     assert_clean_error(in_process(capsys, *args), fragment)
 
 
+@pytest.mark.parametrize("args, said, meant", [
+    (["train", "--model", "capsnett"], "invalid choice: 'capsnett' (choose from 'capsnet', ", "'capsnet'"),
+    (["trian"], "capsnet: error: argument COMMAND: invalid choice: 'trian'", "'train'"),
+    (["train", "--lrr", "0.1"], "capsnet train: error: unrecognized arguments: --lrr 0.1", "--lr"),
+    (["train", "--batchsize=4"], "capsnet train: error: unrecognized arguments: --batchsize=4", "--batch-size"),
+    (["eval", "--checkpoint", "x", "--batch-sise", "8"], "capsnet eval: error: unrecognized arguments: --batch-sise 8",
+     "--batch-size"),
+])
+def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, said, meant):
+    # the command's own parser answers (its name, not the top-level one's), names the nearest spelling, and points
+    # at --help instead of printing argparse's usage (25 lines for train) above the error
+    r = in_process(capsys, *args)
+    assert_clean_error(r, said)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].endswith(f"; did you mean {meant}?"), r.stderr
+    command = "capsnet" if args == ["trian"] else f"capsnet {args[0]}"
+    assert lines[1] == f"(`{command} --help` lists the options)"
+
+
+def test_no_guess_for_a_flag_like_none_of_them(capsys):
+    r = in_process(capsys, "train", "--foo")
+    assert_clean_error(r, "unrecognized arguments: --foo")
+    assert "did you mean" not in r.stderr
+
+
 def _copy_run(run: Path, to: Path) -> Path:
     to.mkdir()
     for f in run.iterdir():
@@ -214,7 +239,7 @@ def test_bad_checkpoints(tmp_path, trained_run, capsys):
     assert_clean_error(in_process(capsys, "eval", "--checkpoint", run), "truncated or corrupt")
     # Resuming with flags that contradict the run: the flag named, with capsnet train's usage.
     r = in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5)
-    assert_clean_error(r, "--routing-iterations differs from the run", "usage: capsnet train")
+    assert_clean_error(r, "--routing-iterations differs from the run", "(`capsnet train --help` lists the options)")
     assert_clean_error(in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5, "--seed", 3),
                        "--routing-iterations, --seed differ from the run")
     assert_clean_error(in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--out", run),
