@@ -264,3 +264,57 @@ def test_each_rank_gets_its_gpu_and_one_process_a_machine_keeps_the_one_it_names
         rank_device(torch.device("cuda", 0), Launch(1, 2, 1, 2))
     with pytest.raises(DistributedError, match="LOCAL_RANK 2 has no GPU"):
         rank_device(torch.device("cuda"), Launch(2, 3, 2, 3))
+
+
+# `capsnet train` whose checks meet every step (64 in real runs), and whose rank 0 dies as soon as it has saved
+# $STOP_AT batches into epoch 2 (os._exit: no cleanup, as a killed job), when STOP_AT is set.
+STOPPING = textwrap.dedent("""
+    import os, sys
+    import capsnet.train as train
+
+    train._CHECK_EVERY = 1
+    saved = train.save_checkpoint
+
+    def save_then_die(path, ckpt):
+        saved(path, ckpt)
+        within = ckpt.state.get("within")
+        if within and within["epoch"] == 2 and str(within["batches"]) == os.environ.get("STOP_AT"):
+            os._exit(3)
+    train.save_checkpoint = save_then_die
+    from capsnet.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow  # three torchrun launches, about 20 s
+def test_a_torchrun_save_inside_an_epoch_resumes_each_ranks_dropout_exactly(tmp_path, data_root):
+    """The CNN baseline (dropout 0.5: each rank draws its own masks) in 2 gloo processes, saving every batch:
+    rank 0 dies 3 batches into epoch 2; the torchrun resume trains the epoch's last 3 batches and reaches the
+    weights and training figures of the 2-process run that never stopped (the ranks' random states restored:
+    with rank 1's epoch seeding instead, its masks, and so the weights, differ)."""
+    script = tmp_path / "stopping.py"
+    script.write_text(STOPPING)
+    args = ["train", "--model", "baseline", "--cnn-channels", "4", "4", "4", "--cnn-hidden", "16", "8", "--dataset",
+            "mnist", "--epochs", "2", "--train-size", "192", "--test-size", "32", "--seed", "4", "--batch-size", "32",
+            "--save-every", "1e-9", "--no-progress"]
+    env = _env(data_root)
+    straight = subprocess.run(torchrun(script, *args, "--out", tmp_path / "straight"), capture_output=True,
+                              text=True, timeout=300, env=env)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    run = tmp_path / "run"
+    stopped = subprocess.run(torchrun(script, *args, "--out", run), capture_output=True, text=True, timeout=300,
+                             env=env | {"STOP_AT": "3"})
+    assert stopped.returncode != 0, "the run was not stopped"
+    saved = load_checkpoint(run, "last")
+    assert (saved.state["step"], saved.state["within"]) == (9, saved.state["within"] | {"epoch": 2, "batches": 3,
+                                                                                         "processes": 2, "seen": 96})
+    assert {"torch", "rank1.torch", "epoch_batches"} <= saved.rng_state.keys()
+    assert not torch.equal(saved.rng_state["torch"], saved.rng_state["rank1.torch"])  # each rank its own draws
+
+    again = subprocess.run(torchrun("-m", "capsnet", "train", "--out", run, "--resume", "--no-progress"),
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "RuntimeWarning" not in again.stderr
+    a, b = (load_checkpoint(d, "last").model_state for d in (tmp_path / "straight", run))
+    assert all(torch.equal(a[k], b[k]) for k in a), "the resumed run left the uninterrupted one's weights"
+    assert _metrics(run) == _metrics(tmp_path / "straight")

@@ -132,6 +132,11 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
         fit(TINY, CFG, damaged("later", epoch=3), device="cpu", progress=False, resume=True)
     with pytest.raises(CheckpointError, match=r"state.within.sums must be a list of finite numbers, got '12'"):
         load_checkpoint(damaged("sums", sums="12"), "last")
+    with pytest.raises(CheckpointError, match=r"state.within.processes must be an integer >= 1, got 0"):
+        load_checkpoint(damaged("nobody", processes=0), "last")
+    with pytest.warns(RuntimeWarning, match=r"saved inside epoch 2 by 2 process\(es\) and is resumed by 1: the rest "
+                                            r"of that epoch draws other dropout masks"):  # torchrun's save, one process
+        fit(TINY, CFG, damaged("torchrun", processes=2), device="cpu", progress=False, resume=True)
     with pytest.warns(RuntimeWarning, match="saved 2 batches into epoch 2 on cuda; on cpu the rest of that epoch"):
         fit(TINY, CFG, damaged("gpu", device="cuda"), device="cpu", progress=False, resume=True)
     fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)

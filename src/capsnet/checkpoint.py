@@ -268,6 +268,8 @@ def _check_within(within: Any, epoch: int) -> None:
         raise ValueError(f"state.within.sums must be a list of finite numbers, got {sums!r}")
     if not (_number(within.get("seconds")) and within["seconds"] >= 0):
         raise ValueError(f"state.within.seconds must be a number >= 0, got {within.get('seconds')!r}")
+    if not _count(within.get("processes", 1), 1):
+        raise ValueError(f"state.within.processes must be an integer >= 1, got {within['processes']!r}")
     if not isinstance(within.get("device", ""), str):
         raise ValueError(f"state.within.device must be a device type such as 'cpu', got {within['device']!r}")
 

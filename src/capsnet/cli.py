@@ -306,8 +306,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--save-every", type=_nonneg_float, default=SAVE_EVERY_S / 60, metavar="MINUTES",
                    help="inside an epoch, rewrite last.safetensors when the last save is this many minutes old, so a "
-                        "run stopped mid-epoch resumes from there, exactly (0: at epoch ends only; one process only: "
-                        "under torchrun, epoch ends)")
+                        "run stopped mid-epoch resumes from there, exactly (0: at epoch ends only; under torchrun "
+                        "rank 0's clock decides, asked every 64 steps)")
     t.add_argument("--distributed", action="store_true",
                    help="insist on several processes: fail unless torchrun started this one (`torchrun "
                         "--nproc_per_node N -m capsnet train ...` trains with DistributedDataParallel with or without "

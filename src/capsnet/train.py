@@ -198,6 +198,19 @@ class LastSave:
         return f"{self.path} still holds {saved_point(self.state)}"
 
 
+def _save_now(last: LastSave, save_every_s: float, step: int, launch: Launch | None, dev: torch.device) -> bool:
+    """Whether to save inside the epoch after ``step``: the last save is ``save_every_s`` old. Under torchrun
+    rank 0's clock decides for every rank (the save is collective), asked every ``_CHECK_EVERY`` steps, where the
+    ranks meet anyway for the finite-loss check, not at every step."""
+    if launch is None:
+        return last.older_than(save_every_s)
+    if step % _CHECK_EVERY:
+        return False
+    due = torch.tensor(int(launch.is_main and last.older_than(save_every_s)), device=dev)
+    dist.broadcast(due, 0)
+    return bool(due.item())
+
+
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1.
 
@@ -217,13 +230,44 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
 
 
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
-                 seconds: float, device: torch.device) -> dict[str, Any]:
+                 seconds: float, device: torch.device, processes: int = 1) -> dict[str, Any]:
     """A checkpoint's state for a save inside ``epoch`` after ``batches`` of its batches: the last complete epoch's
     state with the steps taken since, and under ``within`` where the epoch stands (its running sums, the examples
-    and seconds they cover, the device type whose generator drew its batches), which ``resume_within`` reads back
+    and seconds they cover, the device type whose generator drew its batches, and under torchrun the number of
+    processes, whose random states are saved one per rank), which ``resume_within`` reads back
     (``capsnet.checkpoint`` checks its fields on loading)."""
     return {**ckpt_state, "within": {"epoch": epoch, "batches": batches, "sums": sums, "seen": seen,
-                                     "seconds": seconds, "device": torch.device(device).type}}
+                                     "seconds": seconds, "device": torch.device(device).type}
+                                    | ({"processes": processes} if processes > 1 else {})}
+
+
+def _rank_rng_key(rank: int, key: str) -> str:
+    """Where a save inside an epoch under torchrun keeps rank ``rank``'s generator ``key`` (rank 0's: the usual)."""
+    return key if rank == 0 else f"rank{rank}.{key}"
+
+
+def ranks_rng_state(dev: torch.device, launch: Launch) -> dict[str, torch.Tensor]:
+    """Every rank's random states (their dropout draws differ), gathered for rank 0's save inside an epoch, keyed
+    by ``_rank_rng_key``; collective: every rank calls it."""
+    states: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(states, {k: v.cpu() for k, v in rng_state(dev).items()})
+    return {_rank_rng_key(r, k): v for r, state in enumerate(states) for k, v in state.items()}
+
+
+def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, processes: int, dev: torch.device) -> None:
+    """A resume inside an epoch under torchrun (or of a save torchrun made): saved by as many processes, this rank's
+    random state at the save, after the epoch's own seeding (its dropout masks continue as they would have). Saved
+    by another number: a warning that the rest of the epoch draws other dropout masks (nothing else differs)."""
+    saved_by = within.get("processes", 1)
+    if saved_by != processes:
+        if rank == 0:
+            warnings.warn(f"{ckpt.path} was saved inside epoch {within['epoch']} by {saved_by} process(es) and is "
+                          f"resumed by {processes}: the rest of that epoch draws other dropout masks than the "
+                          f"uninterrupted run would have (the same batches, in the same order)", RuntimeWarning,
+                          stacklevel=3)
+        return
+    with resume_state_of(ckpt):
+        restore_rng_state({k: ckpt.rng_state[_rank_rng_key(rank, k)] for k in rng_state(dev)}, dev)
 
 
 def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | None, g: torch.Generator,
@@ -494,8 +538,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     resume trains the epoch's remaining batches exactly as the uninterrupted
     run would have (the same weights, the same metrics but the epoch's
     images/s); ``metrics.jsonl`` and ``best.safetensors`` change only at epoch
-    ends. One process only: under torchrun every rank draws its own dropout,
-    so those runs save at epoch ends.
+    ends. Under torchrun the save is collective (rank 0's clock decides, asked
+    every 64 steps) and holds every rank's random state (each draws its own
+    dropout), so a resume by as many processes continues each rank's draws.
 
     ``run_dir`` receives ``last.safetensors`` (resumable: weights, optimizer,
     step), ``best.safetensors`` (best accuracy on the validation split, or on
@@ -550,7 +595,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
     dev, created = join(launch, dev)
     try:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard)
+        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
+                    save_every_s=save_every_s)
     finally:
         leave(created)
 
@@ -582,16 +628,17 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
-    def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
+    def save_last(state: dict[str, Any], g: torch.Generator | None = None,
+                  ranks_rng: dict[str, torch.Tensor] | None = None) -> None:
         """``last.safetensors``: what a resume continues from (weights, optimizer, random state; inside an epoch,
-        ``g``, the epoch's batch generator, too)."""
+        ``g``, the epoch's batch generator, too, and under torchrun ``ranks_rng``, every rank's random state)."""
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
             opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
                                                   model_state=model.state_dict(), optimizer_state=opt_state,
-                                                  rng_state=rng_state(dev) | ({} if g is None else
-                                                                              {"epoch_batches": g.get_state()})))
+                                                  rng_state=rng_state(dev) | (ranks_rng or {}) |
+                                                  ({} if g is None else {"epoch_batches": g.get_state()})))
         last.wrote(state)
 
     # 2. Data, resident on the device. Under torchrun each machine's local rank 0 loads first (and downloads
@@ -646,7 +693,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
     step = state["step"]
-    save_inside = bool(save_every_s) and launch is None  # torchrun: every rank its own dropout; epoch ends only
+    save_inside = bool(save_every_s)
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
     board = None
@@ -668,6 +715,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
         done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2, rank)  # mostly 0s
+        if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
+            restore_rank_rng(ckpt, within, rank, W, dev)
         bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                            progress=progress)
         run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
@@ -710,10 +759,17 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             bar.update()
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last, launch)
-            if save_inside and main and start + B < N and last.older_than(save_every_s):
-                _stop_if_not_finite(first_bad, epoch, last)  # nothing non-finite is saved
-                save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
-                                       [run_loss.item(), run_correct.item()], seen, time.monotonic() - started, dev), g)
+            if save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev):
+                _stop_if_not_finite(first_bad, epoch, last, launch)  # nothing non-finite is saved
+                totals, ranks_rng = [run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)], {}
+                if launch is not None:  # the sums over every rank (resumed by rank 0), and every rank's dropout
+                    totals = torch.stack(totals)
+                    dist.all_reduce(totals)
+                    ranks_rng = ranks_rng_state(dev, launch)
+                if main:
+                    save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
+                                           [totals[0].item(), totals[1].item()], int(totals[2].item()),
+                                           time.monotonic() - started, dev, W), g, ranks_rng)
         _stop_if_not_finite(first_bad, epoch, last, launch)  # before anything of this epoch is saved
         if launch is not None:  # the epoch's sums over every rank: the one-process figures
             totals = torch.stack([run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)])
