@@ -546,13 +546,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     main_rank = launch is None or launch.is_main
     model = getattr(args, "model", None)
     dataset = getattr(args, "dataset", TrainConfig.dataset)
-    saved = Path(args.out) / "last.safetensors" if args.resume and args.out else None
-    if saved is not None and saved.exists():  # a resume: the flags typed again are checked against the run's model
+    last = None  # a resume's last.safetensors, read once: the flags typed again are checked against its run
+    if args.resume and args.out and (Path(args.out) / "last.safetensors").exists():
         from .checkpoint import load_checkpoint
 
-        first_read = load_checkpoint(saved)
-        dataset = getattr(args, "dataset", first_read.train_config.get("dataset", dataset))
-        model = model or first_read.model_name
+        last = load_checkpoint(Path(args.out) / "last.safetensors")
+        dataset = getattr(args, "dataset", last.train_config.get("dataset", dataset))
+        model = model or last.model_name
     kind = task(dataset).kind
     chosen = model or _DEFAULT_MODEL[kind]
     typed = _typed(args, _MODEL_FIELDS)
@@ -587,8 +587,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         from .checkpoint import load_checkpoint, saved_point
 
-        last = first_read if saved == out / "last.safetensors" else load_checkpoint(out, "last")
-        first_read = None  # its tensors are not held while fit trains
+        last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
