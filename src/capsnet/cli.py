@@ -42,29 +42,62 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Errors in two lines: the message, with the nearest choice or option to a misspelt one, and where the help is;
-    not argparse's whole usage first (25 lines for `capsnet train`, above the line that matters)."""
+    """Errors in two lines: the message, with what a misspelt choice or option most likely meant, and where the help
+    is; not argparse's whole usage first (25 lines for `capsnet train`, above the line that matters).
+    ``before_command``: the options of `capsnet` itself, which a command's parser points back to."""
+
+    before_command: tuple[str, ...] = ()
 
     def error(self, message: str):  # type: ignore[override]
-        guess = _nearest(message, self)
-        hint = f"; did you mean {guess}?" if guess else ""
-        self.exit(2, f"{self.prog}: error: {message}{hint}\n(`{self.prog} --help` lists the options)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_hint(message, self)}\n(`{self.prog} --help` lists the "
+                     f"options)\n")
 
 
-def _nearest(message: str, parser: argparse.ArgumentParser) -> str | None:
-    """The choice (quoted) or option a misspelt one in ``message`` most likely meant, or None."""
+def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
+    """The argument argparse's message calls ``name`` (an option string, a metavar or a positional's name)."""
+    return next((a for a in parser._actions if name in a.option_strings or name in (a.metavar, a.dest)), None)
+
+
+def _hint(message: str, parser: _Parser) -> str:
+    """What to add to argparse's ``message``: the nearest choice to an invalid one, the nearest option to each
+    unrecognized one (or that an option of `capsnet` itself goes before the command), a missing positional's
+    choices; else ''."""
     import re
 
-    choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
-    if choice:
-        close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1, cutoff=0.6)
-        return repr(close[0]) if close else None
-    option = re.match(r"unrecognized arguments: (-\S+)", message)
-    if option:
+    choice = re.match(r"argument (\S+): invalid choice: (['\"])(.*?)\2", message)
+    if choice:  # the choices from the parser, not the message (whose quoting differs between Python versions)
+        action = _action(parser, choice[1])
+        close = difflib.get_close_matches(choice[3], [str(c) for c in (action and action.choices) or ()], n=1,
+                                          cutoff=0.6)
+        return f"; did you mean {close[0]!r}?" if close else ""
+    if message.startswith("unrecognized arguments: "):
         known = [o for o in parser._option_string_actions if o.startswith("--")]
-        close = difflib.get_close_matches(option[1].split("=")[0], known, n=1, cutoff=0.7)
-        return close[0] if close else None
-    return None
+        guesses, misplaced = [], []
+        for token in message[len("unrecognized arguments: "):].split():
+            flag = token.split("=")[0]
+            if not flag.startswith("-"):
+                continue
+            if flag in parser.before_command:
+                misplaced.append(flag)
+            elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
+                guesses.append((close[0], flag))
+        said = ""
+        if len(guesses) == 1:
+            said = f"; did you mean {guesses[0][0]}?"
+        elif guesses:
+            said = "; did you mean " + ", ".join(f"{g} (for {t})" for g, t in guesses) + "?"
+        if misplaced:
+            command = parser.prog.split()[-1]
+            said += (f"; {', '.join(misplaced)} {'is an option' if len(misplaced) == 1 else 'are options'} of "
+                     f"capsnet itself: put {'it' if len(misplaced) == 1 else 'them'} before the command "
+                     f"(capsnet {' '.join(misplaced)} {command} ...)")
+        return said
+    missing = re.match(r"the following arguments are required: (.*)", message)
+    if missing:
+        listed = [(name, _action(parser, name)) for name in missing[1].split(", ")]
+        return "".join(f"; {name} is one of {', '.join(map(str, action.choices))}" for name, action in listed
+                       if action is not None and action.choices and not action.option_strings)
+    return ""
 
 
 def _number(kind: type, *, minimum: float, strict: bool = False):
@@ -117,9 +150,11 @@ def _dataset(value: str) -> str:
     DIR absolute)."""
     if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
         return value
+    close = difflib.get_close_matches(value, list(TASKS), n=1, cutoff=0.6)
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
                                      f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
-                                     f"your own label maps and images)")
+                                     f"your own label maps and images)" + (f"; did you mean {close[0]!r}?" if close
+                                                                           else ""))
 
 
 _DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR}}"  # the metavar of every --dataset
@@ -955,6 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, formatter_class=_HelpFormatter, help=help, description=description)
         arguments(sp)
         sp.set_defaults(handler=handler, parser=sp)
+        sp.before_command = tuple(o for a in p._actions for o in a.option_strings if o not in ("-h", "--help"))
     return p
 
 

@@ -224,8 +224,9 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     bad = int(first_bad)
     if bad < 0:
         return
+    kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
     raise NonFiniteLoss(f"the training loss became NaN or infinite at step {bad + 1} (epoch {epoch}); stopped "
-                        f"without saving, {last.kept()}. Lower --lr, check the images for NaN or infinite pixels, or "
+                        f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or "
                         f"train without --amp")
 
 
@@ -254,20 +255,24 @@ def ranks_rng_state(dev: torch.device, launch: Launch) -> dict[str, torch.Tensor
     return {_rank_rng_key(r, k): v for r, state in enumerate(states) for k, v in state.items()}
 
 
-def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, processes: int, dev: torch.device) -> None:
+def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, processes: int, dev: torch.device,
+                     dropout: bool) -> None:
     """A resume inside an epoch under torchrun (or of a save torchrun made): saved by as many processes, this rank's
-    random state at the save, after the epoch's own seeding (its dropout masks continue as they would have). Saved
-    by another number: a warning that the rest of the epoch draws other dropout masks (nothing else differs)."""
+    random state at the save, after the epoch's own seeding (its dropout masks continue as they would have; a
+    generator the save did not hold, e.g. CUDA's for a CPU save, keeps the seeding's). Saved by another number: a
+    warning, for a model with dropout, that the rest of the epoch draws other masks (nothing else differs)."""
     saved_by = within.get("processes", 1)
     if saved_by != processes:
-        if rank == 0:
+        if rank == 0 and dropout:
             warnings.warn(f"{ckpt.path} was saved inside epoch {within['epoch']} by {saved_by} process(es) and is "
                           f"resumed by {processes}: the rest of that epoch draws other dropout masks than the "
                           f"uninterrupted run would have (the same batches, in the same order)", RuntimeWarning,
                           stacklevel=3)
         return
+    saved = {k: ckpt.rng_state[_rank_rng_key(rank, k)] for k in rng_state(dev) if _rank_rng_key(rank, k) in
+             ckpt.rng_state}
     with resume_state_of(ckpt):
-        restore_rng_state({k: ckpt.rng_state[_rank_rng_key(rank, k)] for k in rng_state(dev)}, dev)
+        restore_rng_state(saved, dev)
 
 
 def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | None, g: torch.Generator,
@@ -594,11 +599,14 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
     dev, created = join(launch, dev)
+    ended = None  # the device, once this rank's training ended without an error
     try:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
-                    save_every_s=save_every_s)
+        final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
+                     save_every_s=save_every_s)
+        ended = dev
+        return final
     finally:
-        leave(created)
+        leave(created, ended)
 
 
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
@@ -716,7 +724,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         starts = range(0, N, B)
         done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2, rank)  # mostly 0s
         if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
-            restore_rank_rng(ckpt, within, rank, W, dev)
+            restore_rank_rng(ckpt, within, rank, W, dev,
+                             any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
         bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                            progress=progress)
         run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
@@ -760,7 +769,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last, launch)
             if save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev):
-                _stop_if_not_finite(first_bad, epoch, last, launch)  # nothing non-finite is saved
+                if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
+                    _stop_if_not_finite(first_bad, epoch, last)
                 totals, ranks_rng = [run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)], {}
                 if launch is not None:  # the sums over every rank (resumed by rank 0), and every rank's dropout
                     totals = torch.stack(totals)

@@ -195,7 +195,9 @@ def test_impossible_flags(capsys, args, fragment):
 
 
 @pytest.mark.parametrize("args, said, meant", [
-    (["train", "--model", "capsnett"], "invalid choice: 'capsnett' (choose from 'capsnet', ", "'capsnet'"),
+    (["train", "--model", "capsnett"], "argument --model: invalid choice: 'capsnett'", "'capsnet'"),
+    (["train", "--dataset", "mnsit"], "argument --dataset: invalid choice: 'mnsit'", "'mnist'"),
+    (["experiment", "rooting"], "argument name: invalid choice: 'rooting'", "'routing'"),
     (["trian"], "capsnet: error: argument COMMAND: invalid choice: 'trian'", "'train'"),
     (["train", "--lrr", "0.1"], "capsnet train: error: unrecognized arguments: --lrr 0.1", "--lr"),
     (["train", "--batchsize=4"], "capsnet train: error: unrecognized arguments: --batchsize=4", "--batch-size"),
@@ -211,6 +213,20 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
     assert len(lines) == 2 and lines[0].endswith(f"; did you mean {meant}?"), r.stderr
     command = "capsnet" if args == ["trian"] else f"capsnet {args[0]}"
     assert lines[1] == f"(`{command} --help` lists the options)"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["train", "--foo", "--seedd", "3", "--lrr", "1"], "unrecognized arguments: --foo --seedd 3 --lrr 1; did you mean "
+                                                       "--seed (for --seedd), --lr (for --lrr)?"),
+    (["train", "-v"], "unrecognized arguments: -v; -v is an option of capsnet itself: put it before the command "
+                      "(capsnet -v train ...)"),
+    (["experiment"], "the following arguments are required: name; name is one of multimnist, affine, less-data, "
+                     "routing, segmentation, synthesis"),
+])
+def test_what_a_bad_command_line_meant_is_said(capsys, args, said):
+    r = in_process(capsys, *args)
+    assert_clean_error(r, said)
+    assert len(r.stderr.strip().splitlines()) == 2
 
 
 def test_no_guess_for_a_flag_like_none_of_them(capsys):
