@@ -54,8 +54,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
-    """The argument argparse's message calls ``name`` (an option string, a metavar or a positional's name)."""
-    return next((a for a in parser._actions if name in a.option_strings or name in (a.metavar, a.dest)), None)
+    """The argument argparse's message calls ``name`` (its option strings joined by '/', a metavar or a positional's
+    name)."""
+    return next((a for a in parser._actions if a.option_strings and name == "/".join(a.option_strings)
+                 or not a.option_strings and name in (a.metavar, a.dest)), None)
 
 
 def _hint(message: str, parser: _Parser) -> str:
