@@ -93,7 +93,8 @@ def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_
     assert "--indices [3] out of range: the " in capsys.readouterr().err and not bad.exists()
 
 
-def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkpoint(unet_run, tmp_path, capsys):
+def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkpoint(unet_run, tmp_path, capsys,
+                                                                                     monkeypatch):
     """Before: the default indices 0-7 were refused on a folder with 3 test images ("--indices [3, ...] out of range",
     a flag never typed), and a checkpoint file on its own or a run without metrics.jsonl was refused for want of
     training curves."""
@@ -107,7 +108,12 @@ def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkp
     solo = tmp_path / "solo" / "model.safetensors"
     solo.parent.mkdir()
     shutil.copy(unet_run / "best.safetensors", solo)  # its history travels in the checkpoint: the curves are drawn
+    import capsnet.figures.report as report
+    reads = []
+    monkeypatch.setattr(report, "load_checkpoint", lambda *a, **k: reads.append(a) or load_checkpoint(*a, **k))
     assert main(["figures", "--checkpoint", str(solo), "--out", str(tmp_path / "f2"), "--no-progress"]) == 0
+    assert reads == []  # the curves' history from the checkpoint the figures were drawn from, not a second read
+    monkeypatch.undo()
     assert (tmp_path / "f2" / "training_curves.png").read_bytes()[:8] == PNG_MAGIC
     early = load_checkpoint(unet_run, "last")  # a run stopped before its first epoch's record
     early.state = {"epoch": 0, "step": 0, "history": [], "best": None}

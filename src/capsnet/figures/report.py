@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import pretrained
-from ..checkpoint import CheckpointError, load_checkpoint, saved_point
+from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
 from ..data.tasks import TEST_PAIRS, load_test
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
@@ -55,15 +55,22 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
             depth[i] += 1
 
 
-def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification") -> dict[str, list[dict]]:
+def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification",
+          read: Checkpoint | None = None) -> dict[str, list[dict]]:
     """Each run's epoch records, by a name that tells it from the others (for the training curves). Every run must
     be of ``kind``'s metrics (a GAN's curves and a classifier's do not share axes): one that is not is refused here,
-    before any figure is written."""
+    before any figure is written. ``read``: a checkpoint already loaded, not read again where its history is
+    wanted."""
+
+    def history_of(path: Path) -> list[dict]:
+        same = read is not None and read.path is not None and Path(read.path).resolve() == path.resolve()
+        return (read if same else load_checkpoint(path)).state.get("history") or []
+
     needed = "train_g_loss" if kind == "synthesis" else "train_loss"
     run_dirs, records = [], []
     for run in checkpoints:
         if pretrained.is_shipped(run):  # a shipped model: its history travels in the checkpoint
-            history = load_checkpoint(pretrained.path(run)).state.get("history") or []
+            history = history_of(Path(pretrained.path(run)))
             run_dir = Path(run)  # its name, for the legend
         else:
             path = Path(run)
@@ -74,8 +81,8 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
             if (run_dir / "metrics.jsonl").is_file():
                 history = read_metrics(run_dir)
             else:  # a checkpoint file on its own, or a run stopped before its first epoch's record
-                history = load_checkpoint(path, "last" if (path / "last.safetensors").is_file() else "best"
-                                          ).state.get("history") or []
+                history = history_of(resolve_checkpoint(path, "last" if (path / "last.safetensors").is_file()
+                                                        else "best"))
         if any(needed not in r for r in history):
             raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
                               f"have {needed}); overlay the training curves of runs of one kind, or draw it alone")
@@ -126,20 +133,20 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
                               "capsules")
-        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis"), out=out, dataset=dataset, root=root,
+        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis", ckpt), out=out, dataset=dataset, root=root,
                                 indices=indices, fmt=fmt, dpi=dpi, progress=progress)
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
                               "capsules")
-        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation"), out=out, dataset=dataset, root=root,
+        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation", ckpt), out=out, dataset=dataset, root=root,
                                    indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
     if not (decodes or routes):
         raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
                           f"or another capsule model")
-    runs = _runs(checkpoints)
+    runs = _runs(checkpoints, read=ckpt)
     done = FiguresWritten(out)
 
     def save(fig, stem: str) -> None:
