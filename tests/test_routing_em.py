@@ -239,6 +239,26 @@ def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_
         EMRouting(3, beta_u_init=float("nan"))
 
 
+def test_beta_a_init_starts_beta_a_there_and_shifts_the_logits_by_lambda_over_the_final_lambda():
+    # the official code's start for convolutional capsules: -25 in units of the final logit, so at the inverse
+    # temperature lambda the logit falls by lambda * 25 / final_lambda (at the last iteration, about 25)
+    g = torch.Generator().manual_seed(5)
+    votes = torch.randn(2, 6, 3, 16, generator=g, dtype=DT) * 0.05
+    a = torch.rand(2, 6, generator=g, dtype=DT)
+    R = torch.full((2, 6, 3), 1 / 3, dtype=DT)
+    plain, shifted = EMRouting(3).double(), EMRouting(3, beta_a_init=-25.0).double()
+    assert shifted.beta_a.tolist() == [-25.0] * 3 and shifted.beta_u.tolist() == [0.0] * 3
+    m0, var0, logit0 = plain.m_step(votes, a, R, 0.004)
+    m1, var1, logit1 = shifted.m_step(votes, a, R, 0.004)
+    torch.testing.assert_close((m1, var1), (m0, var0))
+    torch.testing.assert_close(logit0 - logit1, torch.full_like(logit0, 0.004 * 25.0 / 0.01))
+    # through the whole routing: every parent less active (here 0.80-1.00 at 0, 0.04-0.88 at -25)
+    out0, out1 = plain(votes, a), shifted(votes, a)
+    assert (out1.activations < out0.activations - 0.05).all() and out0.activations.mean() > 0.95
+    with pytest.raises(ValueError, match="beta_a_init must be a finite number"):
+        EMRouting(3, beta_a_init=float("inf"))
+
+
 def _reference_shared_routing(votes, a, children, count, norm, lam0, lam1, var_floor):
     """Two EM iterations written out with loops over (row, parent, child): a child's R sums to one over all its
     votes ("all") or over its votes for each parent type ("type"), starting uniform over the same set; the cost's

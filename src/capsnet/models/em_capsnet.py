@@ -71,6 +71,8 @@ class EMCapsNetConfig(JsonConfig):
     transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
+    beta_a_init: float = 0.0  # the convolutional capsule layers' beta_a start (EMRouting; official code: about -25)
+    class_beta_a_init: float = 0.0  # the class layer's beta_a start (official code: about -12.5)
     # the convolutional capsule layers' E-step: "window" routes each window on its own (the most-used port);
     # "child" normalises a child over every parent of every window holding it (Procedure 1, IBM's port);
     # "child-type" over those windows for each parent type (the official code)
@@ -86,7 +88,8 @@ class EMCapsNetConfig(JsonConfig):
         check_range(self, "final_lambda", 1e-9, 1e3)
         check_range(self, "transform_std", 1e-6, 100)
         check_range(self, "var_floor", 1e-12, 1)
-        check_range(self, "beta_u_init", -100, 100)
+        for name in ("beta_u_init", "beta_a_init", "class_beta_a_init"):
+            check_range(self, name, -100, 100)
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
@@ -162,14 +165,15 @@ class EMCapsNet(nn.Module):
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init)
         norm = CONV_E_STEPS[cfg.conv_e_step]
         conv = dict(kernel_size=3, std=std, share_children=norm is not None)
-        conv_em = dict(em, final_lambda=lam, child_norm=norm or "all")
+        conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init)
         self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, stride=2, **conv,
                                     routing=EMRouting(cfg.caps1_types, iters, **conv_em))
         self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, stride=1, **conv,
                                     routing=EMRouting(cfg.caps2_types, iters, **conv_em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       std=std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, **em))
+                                       std=std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
+                                                                         beta_a_init=cfg.class_beta_a_init, **em))
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).

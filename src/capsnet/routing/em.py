@@ -56,7 +56,8 @@ only its inverse-temperature schedule and variance floor:
   official schedule ("increases at each iteration according to a fixed
   schedule", Procedure 1's caption gives no values);
 - beta_u and beta_a: one of each per upper capsule type (OpenReview answer
-  quoted by the ports; the official code does the same), initialised to 0 (beta_u at ``beta_u_init`` when given).
+  quoted by the ports; the official code does the same), initialised to 0 (at ``beta_u_init`` and ``beta_a_init``
+  when given).
 
 Children shared between rows: a convolutional layer folds its windows into
 the batch, so one child capsule appears in every window that holds it. By
@@ -106,6 +107,11 @@ class EMRouting(nn.Module):
             start almost all active; about 3 starts half of them active, the
             start Hinton's OpenReview answer describes for the official code
             (which got there through the weights' initial spreads).
+        beta_a_init: beta_a's starting value, in units of the final logit (0: the ports' start, where the parents
+            start almost all active: logits of about +5 after 2 iterations, +7 after 3). The official code's
+            starts, converted to these units (its logit is lambda_t (... - 5000 act_b), act_b at 0.5 for the
+            convolutional capsules and 1.0 for the class layer, so beta_a = -5000 act_b final_lambda): -25 and
+            -12.5.
         fused_backward: training steps take the votes' gradient in one batched
             product (module docstring); False runs plain autograd (same numbers,
             slower: benchmarks/fused_backward.py compares the two).
@@ -121,7 +127,7 @@ class EMRouting(nn.Module):
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
-                 beta_u_init: float = 0.0, child_norm: str = "all") -> None:
+                 beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all") -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -133,13 +139,14 @@ class EMRouting(nn.Module):
         self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
         self.normalise_cost = normalise_cost
         self.fused_backward = bool(fused_backward)
-        if not math.isfinite(beta_u_init):
-            raise ValueError(f"beta_u_init must be a finite number, got {beta_u_init!r}")
+        for name, value in (("beta_u_init", beta_u_init), ("beta_a_init", beta_a_init)):
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
-        self.beta_a = nn.Parameter(torch.zeros(out_caps))  # (J,)
+        self.beta_a = nn.Parameter(torch.full((out_caps,), float(beta_a_init)))  # (J,)
 
     def extra_repr(self) -> str:
         return f"out_caps={self.out_caps}, iterations={self.iterations}, final_lambda={self.final_lambda}"
