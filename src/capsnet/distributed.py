@@ -145,13 +145,18 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     return device, True
 
 
+def barrier(device: torch.device) -> None:
+    """Wait for every rank (NCCL: on this rank's GPU)."""
+    dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+
+
 def leave(created: bool, device: torch.device | None = None) -> None:
     """Destroy the process group if ``join`` created it. ``device``: the ranks ended together (no error), so they
     first meet at a barrier on it and tear their connections down together, with nothing of any rank's still in
     flight; None (a rank failed, the others may be gone): destroyed at once."""
     if created and dist.is_initialized():
         if device is not None:
-            dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+            barrier(device)
         dist.destroy_process_group()
 
 

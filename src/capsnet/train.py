@@ -43,7 +43,7 @@ from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, input_shape, load_training,
                          task)
-from .distributed import DistributedError, Launch, join, launcher, leave, shard, share_weight
+from .distributed import DistributedError, Launch, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
@@ -209,6 +209,16 @@ def _save_now(last: LastSave, save_every_s: float, step: int, launch: Launch | N
     due = torch.tensor(int(launch.is_main and last.older_than(save_every_s)), device=dev)
     dist.broadcast(due, 0)
     return bool(due.item())
+
+
+def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch | None
+            ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """An epoch's running (loss sum, correct count, examples) so far, over every rank under torchrun (collective)."""
+    if launch is None:
+        return loss, correct, seen
+    totals = torch.stack([loss, correct.double(), torch.tensor(float(seen), device=loss.device)])
+    dist.all_reduce(totals)
+    return totals[0], totals[1], int(totals[2].item())
 
 
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None) -> None:
@@ -524,10 +534,6 @@ def _from_main(obj: Any) -> Any:
     return box[0]
 
 
-def _barrier(dev: torch.device) -> None:
-    dist.barrier(device_ids=[dev.index]) if dev.type == "cuda" else dist.barrier()
-
-
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
@@ -653,14 +659,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # what is missing), then the others read what it left.
     first_here = launch is None or launch.local_rank == 0
     if not first_here:
-        _barrier(dev)
+        barrier(dev)
     if data is None:
         train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
                                                test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
     else:
         (train, held), held_name = data, "test"
     if launch is not None and first_here:
-        _barrier(dev)
+        barrier(dev)
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
@@ -771,20 +777,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev):
                 if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
                     _stop_if_not_finite(first_bad, epoch, last)
-                totals, ranks_rng = [run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)], {}
-                if launch is not None:  # the sums over every rank (resumed by rank 0), and every rank's dropout
-                    totals = torch.stack(totals)
-                    dist.all_reduce(totals)
-                    ranks_rng = ranks_rng_state(dev, launch)
+                loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
+                ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                 if main:
                     save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
-                                           [totals[0].item(), totals[1].item()], int(totals[2].item()),
+                                           [loss_sum.item(), correct_sum.item()], seen_all,
                                            time.monotonic() - started, dev, W), g, ranks_rng)
         _stop_if_not_finite(first_bad, epoch, last, launch)  # before anything of this epoch is saved
-        if launch is not None:  # the epoch's sums over every rank: the one-process figures
-            totals = torch.stack([run_loss, run_correct.double(), torch.tensor(float(seen), device=dev)])
-            dist.all_reduce(totals)
-            run_loss, run_correct, seen = totals[0], totals[1], int(totals[2].item())
+        run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
         bar.set_postfix({"loss": f"{train_loss:.4f}", shown_as: f"{train_accuracy:.4f}"}, refresh=False)
