@@ -88,19 +88,23 @@ def test_a_run_killed_between_evaluations_resumes_from_its_last_epoch(tmp_path, 
     assert final["epoch"] == 3 and "test_accuracy" in final
 
 
+def _kill_at_step(monkeypatch, at: int) -> None:
+    """The training loop dies (``_Killed``) as it asks for step ``at``'s learning rate, after the saves before it."""
+    def stopped(step, *args):
+        if step == at:
+            raise _Killed
+        return lr_at(step, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", stopped)
+
+
 def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypatch):
     """save_every_s: last.safetensors rewritten between batches holds the step, the epoch's running sums and its
     batch generator, so a run stopped in the middle of an epoch resumes at that batch and ends with the weights and
     metrics of the run that never stopped; a resume asking for fewer epochs than the one it stopped in is refused."""
-    from capsnet.train import ResumeError, lr_at as real_lr_at
+    from capsnet.train import ResumeError
 
     fit(TINY, CFG, tmp_path / "straight", device="cpu", progress=False, save_every_s=None)
-
-    def stopped_at_step_7(step, *args):  # 5 batches an epoch: 2 batches into epoch 2
-        if step == 7:
-            raise _Killed
-        return real_lr_at(step, *args)
-    monkeypatch.setattr("capsnet.train.lr_at", stopped_at_step_7)
+    _kill_at_step(monkeypatch, 7)  # 5 batches an epoch: 2 batches into epoch 2
     with pytest.raises(_Killed):
         fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, save_every_s=1e-9)  # a save every batch
     monkeypatch.undo()
@@ -160,15 +164,9 @@ def test_a_save_inside_an_epoch_by_more_processes_warns_of_other_dropout_masks(t
     baseline's dropout draws other masks for the rest of that epoch than the uninterrupted run, and a warning says
     so; the run finishes."""
     from capsnet.models import BaselineCNNConfig
-    from capsnet.train import lr_at as real_lr_at
 
     model = BaselineCNNConfig(channels=(4, 4, 4), hidden=(8, 8))
-
-    def stopped_at_step_2(step, *args):
-        if step == 2:
-            raise _Killed
-        return real_lr_at(step, *args)
-    monkeypatch.setattr("capsnet.train.lr_at", stopped_at_step_2)
+    _kill_at_step(monkeypatch, 2)
     cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 1})
     with pytest.raises(_Killed):
         fit(model, cfg, tmp_path, device="cpu", progress=False, save_every_s=1e-9)

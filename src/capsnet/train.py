@@ -279,8 +279,7 @@ def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, proces
                           f"uninterrupted run would have (the same batches, in the same order)", RuntimeWarning,
                           stacklevel=3)
         return
-    saved = {k: ckpt.rng_state[_rank_rng_key(rank, k)] for k in rng_state(dev) if _rank_rng_key(rank, k) in
-             ckpt.rng_state}
+    saved = {k: ckpt.rng_state[key] for k in rng_state(dev) if (key := _rank_rng_key(rank, k)) in ckpt.rng_state}
     with resume_state_of(ckpt):
         restore_rng_state(saved, dev)
 
