@@ -259,6 +259,41 @@ def test_beta_a_init_starts_beta_a_there_and_shifts_the_logits_by_lambda_over_th
         EMRouting(3, beta_a_init=float("inf"))
 
 
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_detach_routing_backpropagates_through_the_last_m_step_alone(iterations):
+    """detach_routing: the same forward pass; the gradient is the last M-step's with the R it used held constant
+    (computed here from the recorded rounds through m_step), on the fused and the plain path; with more than one
+    iteration it differs from the full gradient, with one it is the same."""
+    g = torch.Generator().manual_seed(3)
+    full, cut = EMRouting(4, iterations=iterations).double(), EMRouting(4, iterations=iterations,
+                                                                       detach_routing=True).double()
+    with torch.no_grad():
+        for routing in (full, cut):
+            routing.beta_u.copy_(torch.tensor([0.3, -0.2, 0.1, 0.0], dtype=DT))
+            routing.beta_a.copy_(torch.tensor([-1.0, 0.5, 0.2, 0.0], dtype=DT))
+    votes = (torch.randn(3, 10, 4, 16, generator=g, dtype=DT) + 1).requires_grad_(True)
+    a = torch.rand(3, 10, generator=g, dtype=DT).requires_grad_(True)
+    w_pose, w_act = torch.randn(3, 4, 16, generator=g, dtype=DT), torch.randn(3, 4, generator=g, dtype=DT)
+    inputs = [votes, a, cut.beta_u, cut.beta_a]
+
+    def grads(routing, record):
+        out = routing(votes, a, record=record)
+        loss = (out.poses * w_pose).sum() + (out.activations * w_act).sum()
+        return out, torch.autograd.grad(loss, [votes, a, routing.beta_u, routing.beta_a])
+    recorded, _ = grads(full, True)
+    R_last = recorded.rounds[:, -1].detach()  # (B, I, J): the R the last M-step used
+    mu, _, logit = cut.m_step(votes, a, R_last, cut.inverse_temperature(iterations - 1))
+    reference = torch.autograd.grad((mu * w_pose).sum() + (torch.sigmoid(logit) * w_act).sum(), inputs)
+    for record in (False, True):
+        out, got = grads(cut, record)
+        torch.testing.assert_close(out[:3], recorded[:3], rtol=1e-9, atol=1e-12)  # the forward pass is unchanged
+        for x, y in zip(got, reference):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    _, whole = grads(full, False)
+    differs = not torch.allclose(whole[0], reference[0], rtol=1e-6, atol=1e-9)
+    assert differs == (iterations > 1)
+
+
 def _reference_shared_routing(votes, a, children, count, norm, lam0, lam1, var_floor):
     """Two EM iterations written out with loops over (row, parent, child): a child's R sums to one over all its
     votes ("all") or over its votes for each parent type ("type"), starting uniform over the same set; the cost's

@@ -77,6 +77,7 @@ class EMCapsNetConfig(JsonConfig):
     # "child" normalises a child over every parent of every window holding it (Procedure 1, IBM's port);
     # "child-type" over those windows for each parent type (the official code)
     conv_e_step: str = "window"
+    detach_routing: bool = False  # EMRouting's option: no gradient through the E-steps (no paper or reference code)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -162,7 +163,8 @@ class EMCapsNet(nn.Module):
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
-        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init)
+        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init,
+                  detach_routing=cfg.detach_routing)
         norm = CONV_E_STEPS[cfg.conv_e_step]
         conv = dict(kernel_size=3, std=std, share_children=norm is not None)
         conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init)

@@ -118,6 +118,12 @@ class EMRouting(nn.Module):
         child_norm: with ``children`` given to ``forward``, the set a child's R
             sums to one over: ``"all"`` its votes for every parent of every row
             holding it, ``"type"`` its votes for each parent type (module docstring).
+        detach_routing: no gradient through the E-steps: every R is a constant to
+            the gradient, which reaches the votes, activations and betas through
+            the last M-step alone, so more iterations change what the parents see
+            but not the gradient's path (the EM analogue of dynamic routing's
+            ``detach_agreement``; no reference code does it). The forward pass is
+            unchanged.
 
     Poses are the means mu_j (votes of 16 = 4x4 entries for matrix capsules,
     flattened); activations are a_j in (0, 1); coupling is R_ij, which sums
@@ -127,7 +133,8 @@ class EMRouting(nn.Module):
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
-                 beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all") -> None:
+                 beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",
+                 detach_routing: bool = False) -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -145,6 +152,7 @@ class EMRouting(nn.Module):
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
+        self.detach_routing = bool(detach_routing)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
         self.beta_a = nn.Parameter(torch.full((out_caps,), float(beta_a_init)))  # (J,)
 
@@ -267,7 +275,10 @@ class EMRouting(nn.Module):
             if record:
                 rounds.append(R.transpose(1, 2))
             m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps, share)
-            if t < self.iterations - 1:
+            if t < self.iterations - 1 and self.detach_routing:
+                with torch.no_grad():  # no graph, and no product for the fused backward to ask about
+                    R = self._e_step(VV, m1, var, logit, None, share)
+            elif t < self.iterations - 1:
                 R = self._e_step(VV, m1, var, logit, taps, share)
         return m1, logit, R, rounds
 
