@@ -163,12 +163,14 @@ _DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR}}"  
 _DEFAULT_MODEL = {"classification": "capsnet", "segmentation": "segcaps", "synthesis": "capspix2pix"}
 
 
-def _field_flag(parser: argparse.ArgumentParser, flag: str, config: type, field: str, help: str, **kw: Any) -> None:
-    """A flag that sets ``config.field``: absent from the namespace unless typed; its help shows the config's default."""
+def _field_flag(parser: argparse.ArgumentParser, flag: str, config: type, field: str, help: str, *,
+                show_default: bool = True, **kw: Any) -> None:
+    """A flag that sets ``config.field``: absent from the namespace unless typed; its help shows the config's default
+    (``show_default=False``: a help that states its own)."""
     default = next(f.default for f in dataclasses.fields(config) if f.name == field)
     shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
     if kw.get("action") not in ("store_const", "store_true"):
-        help = f"{help} (default: {shown})"
+        help = f"{help} (default: {shown})" if show_default else help
         if "choices" not in kw:
             kw.setdefault("metavar", flag.lstrip("-").upper().replace("-", "_"))
     parser.add_argument(flag, dest=field, default=argparse.SUPPRESS, help=help, **kw)
@@ -264,10 +266,12 @@ def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
                         f"MODE: {', '.join(COMPILE_MODES)}; the flag alone: default")
 
 
+_DATA_DIR_HELP = ("folder holding one folder per data set: mnist/, fashion-mnist/, smallnorb/, cifar10/, svhn/ "
+                  "(default: $CAPSNET_DATA, else a user cache, downloading when missing)")
+
+
 def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
-    p.add_argument("--data-dir", default=None, help="folder holding one folder per data set: mnist/, fashion-mnist/, "
-                                                    "smallnorb/, cifar10/, svhn/ (default: $CAPSNET_DATA, else a user "
-                                                    "cache, downloading when missing)")
+    p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--device", default=device, type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -303,8 +307,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "then straight down to 0 at the run's last step (a --resume with a larger --epochs stretches the "
                 "decay)", choices=LR_SCHEDULES)
     _field_flag(t, "--warmup-steps", TrainConfig, "warmup_steps", "optimizer steps of a linear warm-up from --lr / "
-                "--warmup-steps up to the schedule's rate (0: start at --lr; default 0, 200 for --model baseline, "
-                "whose first dense layer a full-rate start can kill); --lr-schedule linear: fewer than the run's steps",
+                "--warmup-steps up to the schedule's rate (0: start at --lr; default 0, 200 for --model baseline "
+                "under the exponential schedule, whose first dense layer a full-rate start can kill); --lr-schedule "
+                "linear: fewer than the run's steps",
                 type=_nonneg_int)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
                 "turns it off)", type=_nonneg_float)
@@ -403,14 +408,16 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
 
 
 def _export_arguments(x: argparse.ArgumentParser) -> None:
-    x.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, or a .safetensors "
-                                                       "checkpoint file")
+    x.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
+                                                       "checkpoint file, or pretrained:NAME (a model shipped with "
+                                                       "capsnet)")
     x.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     x.add_argument("--format", choices=list(FORMATS), default="onnx",
                    help="onnx: an ONNX graph for onnxruntime and other runtimes; torch-export: torch.export's "
                         "program (.pt2), loaded with torch.export.load")
     x.add_argument("--out", default=None, help="file to write (default: the checkpoint's name with .onnx or .pt2, "
-                                               "beside it)")
+                                               "beside it; for pretrained:NAME, NAME.onnx or NAME.pt2 in the working "
+                                               "folder)")
     x.add_argument("--opset", type=_number(int, minimum=MIN_OPSET), default=None,
                    help=f"ONNX opset, {MIN_OPSET} or newer (default: the exporter's)")
 
@@ -443,8 +450,8 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
 
 def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--checkpoint", required=True, nargs="+", metavar="RUN_DIR",
-                   help="run directory or checkpoint file; the model figures use the first, the training curves "
-                        "overlay all")
+                   help="run directory, checkpoint file or pretrained:NAME (figures to figures-NAME in the working "
+                        "folder); the model figures use the first, the training curves overlay all")
     f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
     f.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
@@ -486,8 +493,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--sizes", type=_positive_int, nargs="+", default=argparse.SUPPRESS,
                    help=f"less-data: training-set sizes (nested subsets for one --seed) (default: "
                         f"{' '.join(map(str, LESS_DATA_SIZES))})")
-    _field_flag(x, "--train-size", TrainConfig, "train_size", "multimnist, affine: train on a seeded subset of this "
-                "many MNIST digits (0: all 60,000)", type=_nonneg_int)
+    _field_flag(x, "--train-size", TrainConfig, "train_size", "all but less-data: train on a seeded subset of this "
+                "many training examples (0: all)", type=_nonneg_int)
     _field_flag(x, "--test-size", TrainConfig, "test_size", "first this many test digits (0: all 10,000); "
                 "multimnist: the first this many of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
@@ -498,7 +505,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "this many steps", type=_positive_int)
     _field_flag(x, "--warmup-steps", TrainConfig, "warmup_steps", "a linear warm-up of the learning rate over this "
                 "many steps, for every model (default: each model's own: 200 for the CNN baseline, 0 for the rest; "
-                "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int)
+                "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int, show_default=False)
     _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last",
                 type=_positive_int)
     _capsnet_arguments(x, all_flags=False)
@@ -531,8 +538,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
                    help="keep the first this many test examples (0: all; default: all, but the first 1,000 of "
                         "mnist-segmentation's 10,000 canvases and of the synthesis sets' 10,000 pairs, which are "
                         "made when the viewer starts)")
-    v.add_argument("--data-dir", default=None, help="data root holding mnist/ and fashion-mnist/ "
-                                                    "(default: $CAPSNET_DATA, else the user cache)")
+    v.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     v.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; the default serves this machine only (0.0.0.0: every network)")
     v.add_argument("--port", type=int, default=5000, help="port to listen on (0: any free port)")
