@@ -292,6 +292,14 @@ def test_detach_routing_backpropagates_through_the_last_m_step_alone(iterations)
     _, whole = grads(full, False)
     differs = not torch.allclose(whole[0], reference[0], rtol=1e-6, atol=1e-9)
     assert differs == (iterations > 1)
+    # forward mode (torch.func.jvp, the plain path) agrees: <d loss / d votes, tangent> = the loss's jvp
+    tangent = torch.randn(votes.shape, generator=g, dtype=DT)
+
+    def loss_of(v):
+        out = cut(v, a.detach())
+        return (out.poses * w_pose).sum() + (out.activations * w_act).sum()
+    _, jvp = torch.func.jvp(loss_of, (votes.detach(),), (tangent,))
+    torch.testing.assert_close(jvp, (reference[0] * tangent).sum(), rtol=1e-9, atol=1e-12)
 
 
 def _reference_shared_routing(votes, a, children, count, norm, lam0, lam1, var_floor):

@@ -274,11 +274,14 @@ class EMRouting(nn.Module):
         for t in range(self.iterations):
             if record:
                 rounds.append(R.transpose(1, 2))
+            last = t == self.iterations - 1
+            if self.detach_routing and not last:  # no graph and no product for the fused backward to ask about;
+                with torch.no_grad():  # detach() as well: no_grad does not stop forward-mode derivatives (jvp)
+                    m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, None, share)
+                    R = self._e_step(VV, m1, var, logit, None, share).detach()
+                continue
             m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps, share)
-            if t < self.iterations - 1 and self.detach_routing:
-                with torch.no_grad():  # no graph, and no product for the fused backward to ask about
-                    R = self._e_step(VV, m1, var, logit, None, share)
-            elif t < self.iterations - 1:
+            if not last:
                 R = self._e_step(VV, m1, var, logit, taps, share)
         return m1, logit, R, rounds
 
