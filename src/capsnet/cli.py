@@ -74,25 +74,34 @@ def _hint(message: str, parser: _Parser) -> str:
         return f"; did you mean {close[0]!r}?" if close else ""
     if message.startswith("unrecognized arguments: "):
         known = [o for o in parser._option_string_actions if o.startswith("--")]
-        guesses, misplaced = [], []
+        guesses, misplaced, early, past_dashes = [], [], [], False
         for token in message[len("unrecognized arguments: "):].split():
             flag = token.split("=")[0]
-            if not flag.startswith("-"):
+            if token == "--":  # what follows is positional to argparse, however it is spelt
+                past_dashes = True
+            elif not flag.startswith("-") or past_dashes:
                 continue
-            if flag in parser.before_command:
+            elif flag in parser.before_command:
                 misplaced.append(flag)
+            elif flag in parser._option_string_actions:  # the command's own option, typed before the command
+                early.append(flag)
             elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
                 guesses.append((close[0], flag))
-        said = ""
+        said, command = "", parser.prog.split()[-1]
         if len(guesses) == 1:
             said = f"; did you mean {guesses[0][0]}?"
         elif guesses:
             said = "; did you mean " + ", ".join(f"{g} (for {t})" for g, t in guesses) + "?"
+        one = len(misplaced) == 1
         if misplaced:
-            command = parser.prog.split()[-1]
-            said += (f"; {', '.join(misplaced)} {'is an option' if len(misplaced) == 1 else 'are options'} of "
-                     f"capsnet itself: put {'it' if len(misplaced) == 1 else 'them'} before the command "
-                     f"(capsnet {' '.join(misplaced)} {command} ...)")
+            said += (f"; {', '.join(misplaced)} {'is an option' if one else 'are options'} of capsnet itself: put "
+                     f"{'it' if one else 'them'} before the command (capsnet {' '.join(misplaced)} {command} ...)")
+        one = len(early) == 1
+        if early:
+            said += (f"; {', '.join(early)} {'is an option' if one else 'are options'} of capsnet {command}: put "
+                     f"{'it' if one else 'them'} after the command (capsnet {command} {' '.join(early)} ...)")
+        if past_dashes:
+            said += f"; everything after -- is read as positional (capsnet {command} takes none there): drop the --"
         return said
     missing = re.match(r"the following arguments are required: (.*)", message)
     if missing:

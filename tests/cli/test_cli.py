@@ -220,6 +220,10 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
                                                        "--seed (for --seedd), --lr (for --lrr)?"),
     (["train", "-v"], "unrecognized arguments: -v; -v is an option of capsnet itself: put it before the command "
                       "(capsnet -v train ...)"),
+    (["--epochs=3", "train"], "unrecognized arguments: --epochs=3; --epochs is an option of capsnet train: put it after "
+                              "the command (capsnet train --epochs ...)"),
+    (["train", "--out", "x", "--", "--lr", "1"], "unrecognized arguments: -- --lr 1; everything after -- is read as "
+                                                 "positional (capsnet train takes none there): drop the --"),
     (["experiment"], "the following arguments are required: name; name is one of multimnist, affine, less-data, "
                      "routing, segmentation, synthesis"),
 ])
