@@ -92,14 +92,12 @@ def _hint(message: str, parser: _Parser) -> str:
             said = f"; did you mean {guesses[0][0]}?"
         elif guesses:
             said = "; did you mean " + ", ".join(f"{g} (for {t})" for g, t in guesses) + "?"
-        one = len(misplaced) == 1
-        if misplaced:
-            said += (f"; {', '.join(misplaced)} {'is an option' if one else 'are options'} of capsnet itself: put "
-                     f"{'it' if one else 'them'} before the command (capsnet {' '.join(misplaced)} {command} ...)")
-        one = len(early) == 1
-        if early:
-            said += (f"; {', '.join(early)} {'is an option' if one else 'are options'} of capsnet {command}: put "
-                     f"{'it' if one else 'them'} after the command (capsnet {command} {' '.join(early)} ...)")
+        for flags, owner, where, example in ((misplaced, "capsnet itself", "before", f"{' '.join(misplaced)} {command}"),
+                                             (early, f"capsnet {command}", "after", f"{command} {' '.join(early)}")):
+            if flags:
+                one = len(flags) == 1
+                said += (f"; {', '.join(flags)} {'is an option' if one else 'are options'} of {owner}: put "
+                         f"{'it' if one else 'them'} {where} the command (capsnet {example} ...)")
         if past_dashes:
             said += f"; everything after -- is read as positional (capsnet {command} takes none there): drop the --"
         return said
