@@ -193,13 +193,13 @@ def test_transform_std_var_floor_and_beta_inits_reach_every_capsule_layer():
     torch.manual_seed(3)
     small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
     model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, transform_std=2.0,
-                         var_floor=1e-9, beta_u_init=2.5, beta_a_init=-25.0, class_beta_a_init=-12.5, **small)
+                         var_floor=1e-9, beta_u_init=2.5, beta_a_init=-7.0, class_beta_a_init=3.0, **small)
     default = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, **small)
     for layer, ref in ((model.caps1, default.caps1), (model.caps2, default.caps2), (model.classes, default.classes)):
         assert layer.routing.var_floor == 1e-9 and ref.routing.var_floor == 5e-4
         assert set(layer.routing.beta_u.tolist()) == {2.5} and set(ref.routing.beta_u.tolist()) == {0.0}
-        start = -12.5 if layer is model.classes else -25.0  # the official code's starts, the class layer's apart
-        assert set(layer.routing.beta_a.tolist()) == {start} and set(ref.routing.beta_a.tolist()) == {0.0}
+        start, official = (3.0, -12.5) if layer is model.classes else (-7.0, -25.0)  # the class layer's apart
+        assert set(layer.routing.beta_a.tolist()) == {start} and set(ref.routing.beta_a.tolist()) == {official}
         # truncated at two standard deviations: std ~0.88 of the scale; the ratio of the two spreads is the scales'
         assert layer.weight.abs().max() <= 4.0 and ref.weight.abs().max() <= 1.0
         assert 3.0 < layer.weight.std().item() / ref.weight.std().item() < 5.0
