@@ -18,7 +18,7 @@
 #   paper (issue 16): the preset with the authors' code's loss balance and start, that code's whole recipe, and
 #       MultiMNIST with its loss balance (below).
 # usage: benchmarks/gpu_families.sh OUT DATA_DIR [SECONDS]   (SECONDS: when every run stops, default 500 from the start;
-# ONLY=segmentation,synthesis,routing,paper picks the groups, default segmentation,synthesis; L1_WEIGHT sets the
+# ONLY=segmentation,synthesis,routing,paper picks the groups, default segmentation,synthesis (em: EM's pair alone); L1_WEIGHT sets the
 # synthesis runs' L1 weight (below); CAPS_MODEL=capspix2pix-deep trains that start in place of CapsPix2pix's;
 # DEVICE=cpu for a smoke test)
 # Its first sitting (H100, 2026-11-26, benchmarks/results/gpu-h100-2026-11-26) ran all four groups, fifteen runs, on
@@ -139,7 +139,7 @@ done
 EM_OPTS=()
 for option in ${EM_OPTIONS:-}; do EM_OPTS+=(--model-option "$option"); done
 for r in 2 3; do
-    group routing || break
+    group routing || group em || break
     job em-small-r$r --model em-capsnet-small --dataset mnist --epochs "${EM_EPOCHS:-8}" --batch-size 64 --lr 3e-3 \
         --lr-schedule linear --warmup-steps 200 --routing-iterations $r "${EM_OPTS[@]}" --seed 0
 done
