@@ -71,11 +71,9 @@ class EMCapsNetConfig(JsonConfig):
     transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
-    # beta_a's start in the convolutional capsule layers and the class layer, in units of the final logit: the
-    # official code's act_b starts (0.5, 1.0) as EMRouting counts them; 0, 0 (the ports' start, saturated
-    # capsules) reproduces runs made before 2026-11-27 (docs/results/routing-family.md)
-    beta_a_init: float = -25.0
-    class_beta_a_init: float = -12.5
+    beta_a_init: float = -25.0  # the convolutional capsule layers' beta_a start in final-logit units (EMRouting):
+    # the official code's (act_b 0.5); 0, the ports' start (saturated capsules), reproduces runs before 2026-11-27
+    class_beta_a_init: float = -12.5  # the class layer's: the official code's (act_b 1.0); 0 before 2026-11-27
     # the convolutional capsule layers' E-step: "window" routes each window on its own (the most-used port);
     # "child" normalises a child over every parent of every window holding it (Procedure 1, IBM's port);
     # "child-type" over those windows for each parent type (the official code)
