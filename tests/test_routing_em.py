@@ -276,14 +276,16 @@ def test_detach_routing_backpropagates_through_the_last_m_step_alone(iterations)
     w_pose, w_act = torch.randn(3, 4, 16, generator=g, dtype=DT), torch.randn(3, 4, generator=g, dtype=DT)
     inputs = [votes, a, cut.beta_u, cut.beta_a]
 
+    def loss_of(poses, activations):
+        return (poses * w_pose).sum() + (activations * w_act).sum()
+
     def grads(routing, record):
         out = routing(votes, a, record=record)
-        loss = (out.poses * w_pose).sum() + (out.activations * w_act).sum()
-        return out, torch.autograd.grad(loss, [votes, a, routing.beta_u, routing.beta_a])
+        return out, torch.autograd.grad(loss_of(out.poses, out.activations), [votes, a, routing.beta_u, routing.beta_a])
     recorded, _ = grads(full, True)
     R_last = recorded.rounds[:, -1].detach()  # (B, I, J): the R the last M-step used
     mu, _, logit = cut.m_step(votes, a, R_last, cut.inverse_temperature(iterations - 1))
-    reference = torch.autograd.grad((mu * w_pose).sum() + (torch.sigmoid(logit) * w_act).sum(), inputs)
+    reference = torch.autograd.grad(loss_of(mu, torch.sigmoid(logit)), inputs)
     for record in (False, True):
         out, got = grads(cut, record)
         torch.testing.assert_close(out[:3], recorded[:3], rtol=1e-9, atol=1e-12)  # the forward pass is unchanged
@@ -294,11 +296,7 @@ def test_detach_routing_backpropagates_through_the_last_m_step_alone(iterations)
     assert differs == (iterations > 1)
     # forward mode (torch.func.jvp, the plain path) agrees: <d loss / d votes, tangent> = the loss's jvp
     tangent = torch.randn(votes.shape, generator=g, dtype=DT)
-
-    def loss_of(v):
-        out = cut(v, a.detach())
-        return (out.poses * w_pose).sum() + (out.activations * w_act).sum()
-    _, jvp = torch.func.jvp(loss_of, (votes.detach(),), (tangent,))
+    _, jvp = torch.func.jvp(lambda v: loss_of(*cut(v, a.detach())[:2]), (votes.detach(),), (tangent,))
     torch.testing.assert_close(jvp, (reference[0] * tangent).sum(), rtol=1e-9, atol=1e-12)
 
 

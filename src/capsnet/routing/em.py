@@ -275,14 +275,14 @@ class EMRouting(nn.Module):
             if record:
                 rounds.append(R.transpose(1, 2))
             last = t == self.iterations - 1
-            if self.detach_routing and not last:  # no graph and no product for the fused backward to ask about;
-                with torch.no_grad():  # detach() as well: no_grad does not stop forward-mode derivatives (jvp)
-                    m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, None, share)
-                    R = self._e_step(VV, m1, var, logit, None, share).detach()
-                continue
-            m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps, share)
-            if not last:
-                R = self._e_step(VV, m1, var, logit, taps, share)
+            cut = self.detach_routing and not last  # no graph, and no product for the fused backward to ask about
+            taps_here = None if cut else taps
+            with torch.no_grad() if cut else contextlib.nullcontext():
+                m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps_here, share)
+                if not last:
+                    R = self._e_step(VV, m1, var, logit, taps_here, share)
+            if cut:  # no_grad does not stop forward-mode derivatives (jvp)
+                R = R.detach()
         return m1, logit, R, rounds
 
 
