@@ -211,8 +211,30 @@ def test_transform_std_var_floor_and_beta_inits_reach_every_capsule_layer():
     torch.testing.assert_close(var, torch.full((1, 10, 16), 1e-9, dtype=DT), rtol=1e-6, atol=0)
     with pytest.raises(ValueError, match="transform_std"):
         EMCapsNetSmallConfig(transform_std=0.0)
+    with pytest.raises(ValueError, match=r"class_transform_std must be in 1e-06\.\.100, got -0\.1"):
+        EMCapsNetSmallConfig(class_transform_std=-0.1)
     with pytest.raises(ValueError, match="var_floor"):
         EMCapsNetSmallConfig(var_floor=-1.0)
+
+
+def test_class_transform_std_sets_the_class_layer_alone():
+    torch.manual_seed(4)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 8, "caps2_types": 8}
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, transform_std=0.3,
+                         class_transform_std=0.01, **small)
+    same = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, transform_std=0.3,
+                        **small)
+    # a truncated normal at +-2 std keeps ~0.88 of the scale as its standard deviation, and nothing beyond 2 std
+    assert model.classes.weight.abs().max() <= 0.02 and 0.008 < model.classes.weight.std().item() < 0.0095
+    assert same.classes.weight.abs().max() > 0.1 and 0.24 < same.classes.weight.std().item() < 0.29
+    for layer in (model.caps1, model.caps2):
+        assert layer.weight.abs().max() <= 0.6 and 0.24 < layer.weight.std().item() < 0.29
+    # a tiny class transform gives tiny votes but finite class activations and gradients
+    images = torch.rand(2, 1, 28, 28)
+    out = model(images)
+    assert torch.isfinite(out.activations).all() and out.activations.shape == (2, 10)
+    out.activations.sum().backward()
+    assert torch.isfinite(model.classes.weight.grad).all() and model.classes.weight.grad.abs().sum() > 0
 
 
 def test_conv_matrix_caps_child_ids_name_the_child_behind_every_vote_row():

@@ -69,6 +69,7 @@ class EMCapsNetConfig(JsonConfig):
     margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
     conv1_batch_norm: bool = False  # not in the paper nor the official code: batch norm between conv1 and its ReLU
     transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
+    class_transform_std: float = 0.0  # the class layer's spread; 0: transform_std (the official code's is 0.01)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
     beta_a_init: float = -25.0  # the convolutional capsule layers' beta_a start in final-logit units (EMRouting):
@@ -89,6 +90,8 @@ class EMCapsNetConfig(JsonConfig):
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "final_lambda", 1e-9, 1e3)
         check_range(self, "transform_std", 1e-6, 100)
+        if self.class_transform_std != 0:  # 0 means "as transform_std"
+            check_range(self, "class_transform_std", 1e-6, 100)
         check_range(self, "var_floor", 1e-12, 1)
         for name in ("beta_u_init", "beta_a_init", "class_beta_a_init"):
             check_range(self, name, -100, 100)
@@ -175,7 +178,7 @@ class EMCapsNet(nn.Module):
                                     routing=EMRouting(cfg.caps2_types, iters, **conv_em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       std=std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
+                                       std=cfg.class_transform_std or std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
                                                                          beta_a_init=cfg.class_beta_a_init, **em))
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
