@@ -175,6 +175,11 @@ def test_a_save_inside_an_epoch_by_more_processes_warns_of_other_dropout_masks(t
     assert ckpt.state["within"]["batches"] == 2
     ckpt.state["within"]["processes"] = 2
     save_checkpoint(tmp_path / "last.safetensors", ckpt)
+    with pytest.raises(CheckpointError, match=r"state.within.processes is 2 but the file holds no rng.rank1.torch "
+                                              r"\(each rank's random state at the save\)"):
+        load_checkpoint(tmp_path, "last")  # rank 1's state is missing: a torchrun save always holds it
+    ckpt.rng_state["rank1.torch"] = torch.get_rng_state()
+    save_checkpoint(tmp_path / "last.safetensors", ckpt)
     with pytest.warns(RuntimeWarning, match=r"saved inside epoch 1 by 2 process\(es\) and is resumed by 1: the rest "
                                             r"of that epoch draws other dropout masks"):
         fit(model, cfg, tmp_path, device="cpu", progress=False, resume=True)

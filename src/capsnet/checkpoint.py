@@ -212,6 +212,7 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         opt_tensors = {k: v for k, v in tensors.items() if k.startswith("optim.")}
         rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
         optimizer_state = _unflatten_optimizer(opt_tensors, opt_meta) if opt_meta is not None else None
+        _check_rank_rng(state, rng)
     except ValueError as e:
         raise CheckpointError(f"checkpoint {p} has damaged metadata: {e}; use another checkpoint or retrain") from None
     return Checkpoint(metadata.get("model", "capsnet"), model_config, train_config, state, model_state,
@@ -272,6 +273,22 @@ def _check_within(within: Any, epoch: int) -> None:
         raise ValueError(f"state.within.processes must be an integer >= 1, got {within['processes']!r}")
     if not isinstance(within.get("device", ""), str):
         raise ValueError(f"state.within.device must be a device type such as 'cpu', got {within['device']!r}")
+
+
+def _check_rank_rng(state: dict[str, Any], rng: dict[str, torch.Tensor]) -> None:
+    """A save inside an epoch by N torchrun processes holds every rank's random states (``rank{r}.torch``, and
+    ``rank{r}.cuda`` where rank 0's ``cuda`` is there): without them a resume by N processes would continue ranks
+    1..N-1 from the epoch's seeding, not where they stopped."""
+    within = state.get("within")
+    processes = within.get("processes", 1) if isinstance(within, dict) else 1
+    missing = [f"rng.rank{r}.{k}" for r in range(1, processes) for k in ("torch", "cuda")
+               if k in rng and f"rank{r}.{k}" not in rng]
+    if processes > 1 and "torch" not in rng:
+        missing.insert(0, "rng.torch")
+    if missing:
+        raise ValueError(f"state.within.processes is {processes} but the file holds no "
+                         f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (each rank's random state "
+                         f"at the save)")
 
 
 def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
