@@ -47,6 +47,7 @@ class _Parser(argparse.ArgumentParser):
     ``before_command``: the options of `capsnet` itself, which a command's parser points back to."""
 
     before_command: tuple[str, ...] = ()
+    argv: list[str] = []  # the command line being parsed (set by main): what a hint may quote back
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}{_hint(message, self)}\n(`{self.prog} --help` lists the "
@@ -61,14 +62,16 @@ def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | Non
 
 
 def _hint(message: str, parser: _Parser) -> str:
-    """What to add to argparse's ``message``: the nearest choice to an invalid one, the nearest option to each
-    unrecognized one (or that an option of `capsnet` itself goes before the command), a missing positional's
-    choices; else ''."""
+    """What to add to argparse's ``message``: the nearest choice to an invalid one (or, for an invalid command,
+    that a command's options typed before it go after it), the nearest option to each unrecognized one (or that an
+    option of `capsnet` itself goes before the command), a missing positional's choices; else ''."""
     import re
 
     choice = re.match(r"argument (\S+): invalid choice: (['\"])(.*?)\2", message)
     if choice:  # the choices from the parser, not the message (whose quoting differs between Python versions)
         action = _action(parser, choice[1])
+        if isinstance(action, argparse._SubParsersAction) and (early := _before_the_command(parser, action)):
+            return early
         close = difflib.get_close_matches(choice[3], [str(c) for c in (action and action.choices) or ()], n=1,
                                           cutoff=0.6)
         return f"; did you mean {close[0]!r}?" if close else ""
@@ -107,6 +110,26 @@ def _hint(message: str, parser: _Parser) -> str:
         return "".join(f"; {name} is one of {', '.join(map(str, action.choices))}" for name, action in listed
                        if action is not None and action.choices and not action.option_strings)
     return ""
+
+
+def _before_the_command(parser: _Parser, commands: argparse._SubParsersAction) -> str:
+    """A command's options typed before it (`capsnet --epochs 3 train`: argparse reads the 3 as the command): say
+    whose they are and where they go; '' when the command line names no command or holds no such option."""
+    argv = parser.argv
+    at = next((i for i, token in enumerate(argv) if token in commands.choices), None)
+    if at is None:
+        return ""
+    command, own = argv[at], set(parser._option_string_actions)
+    ahead = [t for t in argv[:at] if t.split("=")[0] not in own]
+    theirs = commands.choices[command]._option_string_actions
+    flags = [t.split("=")[0] for t in ahead if t.split("=")[0] in theirs]
+    if not flags:
+        return ""
+    one = len(flags) == 1
+    kept = [t for t in argv[:at] if t not in ahead]
+    example = shlex.join(["capsnet", *kept, command, *ahead])
+    return (f"; {', '.join(flags)} {'is an option' if one else 'are options'} of capsnet {command}, not of capsnet "
+            f"itself: put {'it' if one else 'them'} after the command ({example} ...)")
 
 
 def _number(kind: type, *, minimum: float, strict: bool = False):
@@ -1017,7 +1040,9 @@ def _rank_tag() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    parser.argv = argv
+    args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser, which knows the options they may have meant
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join(["capsnet", *argv])

@@ -222,6 +222,13 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
                       "(capsnet -v train ...)"),
     (["--epochs=3", "train"], "unrecognized arguments: --epochs=3; --epochs is an option of capsnet train: put it after "
                               "the command (capsnet train --epochs ...)"),
+    (["--epochs", "3", "train"], "invalid choice: '3' (choose from "),  # argparse reads the 3 as the command
+    (["--epochs", "3", "train"], "; --epochs is an option of capsnet train, not of capsnet itself: put it after the "
+                                 "command (capsnet train --epochs 3 ...)"),
+    (["-v", "--lr=1", "--model", "em-capsnet", "train", "--seed", "2"],
+     "; --lr, --model are options of capsnet train, not of capsnet itself: put them after the command (capsnet -v "
+     "train --lr=1 --model em-capsnet ...)"),
+    (["--foo", "3", "train"], "invalid choice: '3' (choose from "),  # not train's option: nothing to say of it
     (["train", "--out", "x", "--", "--lr", "1"], "unrecognized arguments: -- --lr 1; everything after -- is read as "
                                                  "positional (capsnet train takes none there): drop the --"),
     (["experiment"], "the following arguments are required: name; name is one of multimnist, affine, less-data, "
@@ -237,6 +244,8 @@ def test_no_guess_for_a_flag_like_none_of_them(capsys):
     r = in_process(capsys, "train", "--foo")
     assert_clean_error(r, "unrecognized arguments: --foo")
     assert "did you mean" not in r.stderr
+    r = in_process(capsys, "--foo", "3", "train")  # before the command, and no command's option either
+    assert "is an option" not in r.stderr and "did you mean" not in r.stderr
 
 
 def _copy_run(run: Path, to: Path) -> Path:
