@@ -237,6 +237,34 @@ def test_class_transform_std_sets_the_class_layer_alone():
     assert torch.isfinite(model.classes.weight.grad).all() and model.classes.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("conv_e_step", ["window", "child-type"])
+def test_the_official_cost_and_damping_reach_every_layer_and_train_finitely(conv_e_step):
+    torch.manual_seed(5)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, cost_scale=2.0,
+                         mean_momentum=0.1, beta_u_init=0.709, class_beta_u_init=2.838, conv_e_step=conv_e_step,
+                         **small)
+    for layer in (model.caps1, model.caps2, model.classes):
+        assert (layer.routing.cost_scale, layer.routing.mean_momentum) == (2.0, 0.1)
+        start = 2.838 if layer is model.classes else 0.709
+        assert layer.routing.beta_u.tolist() == pytest.approx([start] * layer.routing.out_caps)
+    default = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, beta_u_init=1.5,
+                           **small)
+    assert default.classes.routing.beta_u.tolist() == [1.5] * 10  # None: the class layer follows beta_u_init
+    assert (default.caps1.routing.cost_scale, default.caps1.routing.mean_momentum) == (None, 0.0)
+    images = torch.rand(3, 1, 28, 28)
+    out = model(images)
+    assert torch.isfinite(out.activations).all() and torch.isfinite(out.poses).all()
+    loss, _ = em_capsnet_loss(model, images, torch.tensor([1, 4, 7]))
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    for bad, match in (({"cost_scale": -1.0}, "cost_scale must be in"), ({"mean_momentum": 1.0}, "mean_momentum must be"),
+                       ({"class_beta_u_init": "x"}, "class_beta_u_init must be a finite number or null")):
+        with pytest.raises(ValueError, match=match):
+            EMCapsNetSmallConfig(**bad)
+
+
 def test_conv_matrix_caps_child_ids_name_the_child_behind_every_vote_row():
     layer = ConvMatrixCaps(3, 2, kernel_size=3, stride=2, routing=_Mean())
     N, H, W, I, Ho, Wo = 2, 5, 7, 3, 2, 3

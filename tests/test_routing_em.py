@@ -259,6 +259,89 @@ def test_beta_a_init_starts_beta_a_there_and_shifts_the_logits_by_lambda_over_th
         EMRouting(3, beta_a_init=float("inf"))
 
 
+def test_cost_scale_two_is_the_official_codes_cost():
+    # em_layers.py: cost_j = sum_i R_ij a_i * sum_h (log var_j^h + beta_v (log 2 pi + 1)), no 100 J / I; written out
+    # here with beta_v, and matched by cost_scale=2 with beta_u = beta_v (log 2 pi + 1) / 2
+    g = torch.Generator().manual_seed(6)
+    votes = torch.randn(2, 7, 3, 16, generator=g, dtype=DT) * 0.3
+    a = torch.rand(2, 7, generator=g, dtype=DT)
+    R = torch.softmax(torch.randn(2, 7, 3, generator=g, dtype=DT), dim=-1)
+    beta_v = torch.tensor([0.5, 2.0, -0.3], dtype=DT)
+    routing = EMRouting(3, cost_scale=2.0).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(beta_v * (math.log(2 * math.pi) + 1) / 2)
+        routing.beta_a.copy_(torch.tensor([-25.0, 3.0, 0.0]))
+    _, var, logit = routing.m_step(votes, a, R, 0.004)
+    for b, j in itertools.product(range(2), range(3)):
+        mass = sum(R[b, i, j].item() * a[b, i].item() for i in range(7))
+        cost = mass * sum(math.log(var[b, j, h].item()) + beta_v[j].item() * (math.log(2 * math.pi) + 1)
+                          for h in range(16))
+        assert logit[b, j].item() == pytest.approx(0.004 * (routing.beta_a[j].item() / 0.01 - cost), rel=1e-9)
+    # the default scale, 100 J / I, gives the same logit for beta_u 0 only after rescaling the cost by 2 I / (100 J)
+    plain, scaled = EMRouting(3).double(), EMRouting(3, cost_scale=2.0).double()
+    ratio = plain.m_step(votes, a, R, 0.004)[2] / scaled.m_step(votes, a, R, 0.004)[2]
+    torch.testing.assert_close(ratio, torch.full_like(ratio, 100 * 3 / 7 / 2))
+    assert "cost_scale=2.0" in repr(scaled) and "cost_scale" not in repr(plain)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="cost_scale must be a positive number"):
+            EMRouting(3, cost_scale=bad)
+
+
+def _reference_damped_em(votes, a, routing, momentum, scale):
+    """EM written out with the official code's damping: mu = (1 - m) new + m previous (0 before the first M-step),
+    the variance about that mu; cost ``scale`` * mass * sum_h (beta_u + log sigma). Returns poses, activations and
+    the last M-step's R (B, I, J)."""
+    B, I, J, D = votes.shape
+    R = torch.full((B, I, J), 1 / J, dtype=DT)
+    previous = torch.zeros(B, J, D, dtype=DT)
+    for t in range(routing.iterations):
+        lam = routing.final_lambda * (1 - 0.95 ** (t + 1))
+        w = R * a.unsqueeze(-1)  # (B, I, J)
+        mass = w.sum(1)  # (B, J)
+        new = torch.einsum("bij,bijd->bjd", w, votes) / mass.unsqueeze(-1)
+        mu = (1 - momentum) * new + momentum * previous
+        var = torch.einsum("bij,bijd->bjd", w, (votes - mu.unsqueeze(1)) ** 2) / mass.unsqueeze(-1) + routing.var_floor
+        cost = scale * mass * (D * routing.beta_u + 0.5 * var.log().sum(-1))
+        logit = lam * (routing.beta_a / routing.final_lambda - cost)
+        previous = mu
+        if t < routing.iterations - 1:
+            log_p = (-0.5 * ((votes - mu.unsqueeze(1)) ** 2 / var.unsqueeze(1)).sum(-1)
+                     - 0.5 * (var.log().sum(-1) + D * math.log(2 * math.pi)).unsqueeze(1))  # (B, I, J)
+            R = torch.softmax(torch.nn.functional.logsigmoid(logit).unsqueeze(1) + log_p, dim=-1)
+    return mu, torch.sigmoid(logit), R
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+@pytest.mark.parametrize("cost_scale", [None, 2.0])
+def test_mean_momentum_mixes_the_previous_mean_as_written_out(iterations, cost_scale):
+    g = torch.Generator().manual_seed(7 + iterations)
+    votes = (torch.randn(2, 9, 4, 16, generator=g, dtype=DT) * 0.5 + 1).requires_grad_(True)
+    a = torch.rand(2, 9, generator=g, dtype=DT)
+    routing = EMRouting(4, iterations=iterations, mean_momentum=0.1, cost_scale=cost_scale).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
+        routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT) - 5)
+    expected = _reference_damped_em(votes.detach(), a, routing, 0.1, 2.0 if cost_scale else 100 * 4 / 9)
+    weights = [torch.randn(2, 4, 16, generator=g, dtype=DT), torch.randn(2, 4, generator=g, dtype=DT),
+               torch.randn(2, 9, 4, generator=g, dtype=DT)]
+    grads = []
+    for record in (False, True):  # the fused training path and the plain one
+        out = routing(votes, a, record=record)
+        for x, y in zip(out[:3], expected):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+        loss = sum((t * w).sum() for t, w in zip(out[:3], weights))
+        grads.append(torch.autograd.grad(loss, [votes, routing.beta_u, routing.beta_a]))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    # the damping moves the poses: one M-step's mean is 0.9 of the undamped one
+    plain = EMRouting(4, iterations=1, cost_scale=cost_scale).double()
+    damped = EMRouting(4, iterations=1, cost_scale=cost_scale, mean_momentum=0.1).double()
+    torch.testing.assert_close(damped(votes, a).poses, 0.9 * plain(votes, a).poses)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"mean_momentum must be in \[0, 1\)"):
+            EMRouting(4, mean_momentum=bad)
+
+
 @pytest.mark.parametrize("iterations", [1, 3])
 def test_detach_routing_backpropagates_through_the_last_m_step_alone(iterations):
     """detach_routing: the same forward pass; the gradient is the last M-step's with the R it used held constant

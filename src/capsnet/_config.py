@@ -60,6 +60,8 @@ def _is_int(v: Any) -> bool:
 _TYPES = {  # annotation -> (test, what it must be)
     "int": (_is_int, "an integer"),
     "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a finite number"),
+    "float | None": (lambda v: v is None or (_is_int(v) or isinstance(v, float)) and math.isfinite(v),
+                     "a finite number or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),

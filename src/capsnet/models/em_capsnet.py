@@ -72,6 +72,7 @@ class EMCapsNetConfig(JsonConfig):
     class_transform_std: float = 0.0  # the class layer's spread; 0: transform_std (the official code's is 0.01)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
+    class_beta_u_init: float | None = None  # the class layer's; None: beta_u_init (official: 2.838 at cost_scale 2)
     beta_a_init: float = -25.0  # the convolutional capsule layers' beta_a start in final-logit units (EMRouting):
     # the official code's (act_b 0.5); 0, the ports' start (saturated capsules), reproduces runs before 2026-11-27
     class_beta_a_init: float = -12.5  # the class layer's: the official code's (act_b 1.0); 0 before 2026-11-27
@@ -80,6 +81,10 @@ class EMCapsNetConfig(JsonConfig):
     # "child-type" over those windows for each parent type (the official code)
     conv_e_step: str = "window"
     detach_routing: bool = False  # EMRouting's option: no gradient through the E-steps (no paper or reference code)
+    # EMRouting's cost_scale in place of Gritzman's 100 J / I (0: that); 2, with beta_u_init 0.709 and
+    # class_beta_u_init 2.838, is the official code's cost and start (beta_v 0.5 and 2.0)
+    cost_scale: float = 0.0
+    mean_momentum: float = 0.0  # EMRouting's: the previous mean's share in each M-step's (official code: 0.1)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -93,8 +98,12 @@ class EMCapsNetConfig(JsonConfig):
         if self.class_transform_std != 0:  # 0 means "as transform_std"
             check_range(self, "class_transform_std", 1e-6, 100)
         check_range(self, "var_floor", 1e-12, 1)
-        for name in ("beta_u_init", "beta_a_init", "class_beta_a_init"):
+        for name in ("beta_u_init", "beta_a_init", "class_beta_a_init") + (
+                ("class_beta_u_init",) if self.class_beta_u_init is not None else ()):
             check_range(self, name, -100, 100)
+        if self.cost_scale != 0:  # 0 means Gritzman's 100 J / I
+            check_range(self, "cost_scale", 1e-6, 1e6)
+        check_range(self, "mean_momentum", 0, 0.99)
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
@@ -167,19 +176,22 @@ class EMCapsNet(nn.Module):
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
-        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, beta_u_init=cfg.beta_u_init,
-                  detach_routing=cfg.detach_routing)
+        em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, detach_routing=cfg.detach_routing,
+                  cost_scale=cfg.cost_scale or None, mean_momentum=cfg.mean_momentum)
         norm = CONV_E_STEPS[cfg.conv_e_step]
         conv = dict(kernel_size=3, std=std, share_children=norm is not None)
-        conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init)
+        conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init,
+                       beta_u_init=cfg.beta_u_init)
+        class_beta_u = cfg.beta_u_init if cfg.class_beta_u_init is None else cfg.class_beta_u_init
         self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, stride=2, **conv,
                                     routing=EMRouting(cfg.caps1_types, iters, **conv_em))
         self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, stride=1, **conv,
                                     routing=EMRouting(cfg.caps2_types, iters, **conv_em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
+        class_em = EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, beta_a_init=cfg.class_beta_a_init,
+                             beta_u_init=class_beta_u, **em)
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       std=cfg.class_transform_std or std, routing=EMRouting(cfg.num_classes, iters, final_lambda=lam / 4,
-                                                                         beta_a_init=cfg.class_beta_a_init, **em))
+                                       std=cfg.class_transform_std or std, routing=class_em)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).

@@ -51,7 +51,13 @@ only its inverse-temperature schedule and variance floor:
   beta_a is learned in units of the final logit (the official code
   multiplies it by 5000 for the same reason: at lambda ~ 1e-3 an Adam step
   on a raw beta_a would move the logit by 1e-6);
-- the official code damps the mean (0.9 new + 0.1 previous): not done here;
+- the official code damps the mean (0.9 new + 0.1 previous, the previous
+  starting at 0) and takes the variance about the damped mean: off by
+  default, ``mean_momentum=0.1`` does it;
+- ``cost_scale`` replaces ``100 J / I`` by a constant: the official cost,
+  ``sum_i R_ij a_i * sum_h (log var_j^h + beta_v (log 2 pi + 1))``, is
+  ``cost_scale=2`` with ``beta_u = beta_v (log 2 pi + 1) / 2`` (its starts,
+  beta_v 0.5 and 2.0 in the class layer, are beta_u 0.709 and 2.838);
 - lambda in iteration t (0-based) is ``final_lambda * (1 - 0.95^(t+1))``, the
   official schedule ("increases at each iteration according to a fixed
   schedule", Procedure 1's caption gives no values);
@@ -118,6 +124,10 @@ class EMRouting(nn.Module):
         child_norm: with ``children`` given to ``forward``, the set a child's R
             sums to one over: ``"all"`` its votes for every parent of every row
             holding it, ``"type"`` its votes for each parent type (module docstring).
+        cost_scale: the cost's scale in place of Gritzman's ``100 J / I`` (None); 2, with beta_u at
+            beta_v (log 2 pi + 1) / 2, is the official code's cost (module docstring).
+        mean_momentum: each M-step's mean is ``(1 - m) new + m previous`` (the first step's previous is 0) and
+            its variance is taken about that mean; the official code's is 0.1, 0 (the default) is Procedure 1.
         detach_routing: no gradient through the E-steps: every R is a constant to
             the gradient, which reaches the votes, activations and betas through
             the last M-step alone, so more iterations change what the parents see
@@ -134,7 +144,7 @@ class EMRouting(nn.Module):
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
                  beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",
-                 detach_routing: bool = False) -> None:
+                 detach_routing: bool = False, cost_scale: float | None = None, mean_momentum: float = 0.0) -> None:
         super().__init__()
         if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
             raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
@@ -153,11 +163,18 @@ class EMRouting(nn.Module):
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
         self.detach_routing = bool(detach_routing)
+        if cost_scale is not None and not (math.isfinite(cost_scale) and cost_scale > 0):
+            raise ValueError(f"cost_scale must be a positive number (or None: Gritzman's 100 J / I), got {cost_scale!r}")
+        if not 0 <= mean_momentum < 1:
+            raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
+        self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
         self.beta_a = nn.Parameter(torch.full((out_caps,), float(beta_a_init)))  # (J,)
 
     def extra_repr(self) -> str:
-        return f"out_caps={self.out_caps}, iterations={self.iterations}, final_lambda={self.final_lambda}"
+        extra = "".join(f", {k}={v}" for k, v in (("cost_scale", self.cost_scale),
+                                                   ("mean_momentum", self.mean_momentum)) if v)
+        return f"out_caps={self.out_caps}, iterations={self.iterations}, final_lambda={self.final_lambda}{extra}"
 
     def inverse_temperature(self, t: int) -> float:
         """lambda of iteration t (0-based): final_lambda * (1 - 0.95^(t+1)) (official code's schedule)."""
@@ -172,19 +189,22 @@ class EMRouting(nn.Module):
             returns mu (B, J, D), var (B, J, D) (the floor included), logit (B, J): a_j = sigmoid(logit)
         """
         VV, centre = _layout(votes, activations)
-        m1, var, logit = self._m_step(VV, activations, R.transpose(1, 2), lam)
+        m1, var, logit = self._m_step(VV, activations, R.transpose(1, 2), lam, previous=-centre)
         return m1 + centre, var, logit
 
     def _m_step(self, VV: torch.Tensor, a: torch.Tensor, R: torch.Tensor, lam: float,
                 betas: tuple[torch.Tensor, torch.Tensor] | None = None, taps: list | None = None,
-                share: "_SharedChildren | None" = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                share: "_SharedChildren | None" = None, previous: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The M-step on votes laid out by ``_layout``: R (B, J, I) -> centred mean, variance, logit.
 
         Both weighted moments come from one batched matrix-vector product
         over the votes and their squares side by side (no vote-sized
         temporaries); var = E[V^2] - E[V]^2 of the centred votes.
         ``betas`` stand in for (beta_u, beta_a); ``taps`` collects the
-        product and its weights for ``_FusedEM``; ``share`` the children shared between rows.
+        product and its weights for ``_FusedEM``; ``share`` the children shared between rows; ``previous`` the
+        last M-step's centred mean (B, J, D), which ``mean_momentum`` mixes in (the variance about the mixed mean:
+        E[(V - mixed)^2] = var + (new - mixed)^2).
         """
         beta_u, beta_a = (self.beta_u, self.beta_a) if betas is None else betas
         B, J, I, D2 = VV.shape
@@ -198,9 +218,16 @@ class EMRouting(nn.Module):
         m = m.view(B, J, D2)
         m1, m2 = m[..., :D], m[..., D:]
         var = (m2 - m1.pow(2)).clamp_min(0) + self.var_floor  # (B, J, D)
+        if self.mean_momentum and previous is not None:
+            mixed = torch.lerp(m1, previous.to(m1.dtype), self.mean_momentum)
+            var = var + (m1 - mixed).pow(2)
+            m1 = mixed
         # cost^h = (beta_u + log sigma^h) sum_i R_ij a_i; log sigma = 0.5 log var (a square root's gradient is not finite at 0)
         # Gritzman's normalisation of the data a parent explains (shared children counted by their share)
-        scale = 100.0 * J / max(I, 1) if share is None else share.scale  # no children: no data, a finite cost
+        if self.cost_scale is not None:
+            scale = self.cost_scale
+        else:  # no children: no data, a finite cost
+            scale = 100.0 * J / max(I, 1) if share is None else share.scale
         cost = scale * mass * (D * beta_u + 0.5 * var.log().sum(dim=-1))  # sum_h cost^h, (B, J)
         if self.normalise_cost and J > 1:  # each parent's cost against the others' (mean 0, std 1 over j, per
             # example); one parent has no others (its sample std would be NaN)
@@ -257,17 +284,20 @@ class EMRouting(nn.Module):
                 return RoutingResult(poses, torch.sigmoid(logit), R.transpose(1, 2))
             # inference: both halves written into one buffer (no autograd to feed, nothing tracing the graph)
             VV, centre = _layout(votes, a_in, into_buffer=not torch.is_grad_enabled() and eager())
-            m1, logit, R, rounds = self._iterate(VV, a_in, record=record, share=share)
+            m1, logit, R, rounds = self._iterate(VV, a_in, record=record, share=share, centre=centre)
             # R is what the last M-step used: the coupling of the last round
             return RoutingResult(m1 + centre, torch.sigmoid(logit), R.transpose(1, 2),
                                  torch.stack(rounds, dim=1) if record else None)
 
     def _iterate(self, VV: torch.Tensor, a: torch.Tensor, betas: tuple[torch.Tensor, torch.Tensor] | None = None, *,
-                 record: bool = False, taps: list | None = None, share: "_SharedChildren | None" = None
+                 record: bool = False, taps: list | None = None, share: "_SharedChildren | None" = None,
+                 centre: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Procedure 1's loop on laid-out votes: the last M-step's centred mean (B, J, D) and logit (B, J), the R
-        (B, J, I) it used, and with ``record`` the R of every M-step, each (B, I, J)."""
+        (B, J, I) it used, and with ``record`` the R of every M-step, each (B, I, J). ``centre`` (B, J, D), what
+        ``_layout`` took off the votes, places the first M-step's previous mean (0) for ``mean_momentum``."""
         B, J, I, _ = VV.shape
+        m1 = None if centre is None else -centre  # the mean before the first M-step: 0, in centred coordinates
         # Procedure 1: R_ij = 1 / |Omega_{L+1}|, the parents child i votes for
         R = VV.new_full((B, J, I), 1.0 / J) if share is None else share.uniform.expand(B, J, I)
         rounds = []
@@ -278,7 +308,7 @@ class EMRouting(nn.Module):
             cut = self.detach_routing and not last  # no graph, and no product for the fused backward to ask about
             taps_here = None if cut else taps
             with torch.no_grad() if cut else contextlib.nullcontext():
-                m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps_here, share)
+                m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps_here, share, m1)
                 if not last:
                     R = self._e_step(VV, m1, var, logit, taps_here, share)
             if cut:  # no_grad does not stop forward-mode derivatives (jvp)
@@ -302,7 +332,7 @@ class _FusedEM(torch.autograd.Function):
             with torch.no_grad():
                 VV, centre = _layout(votes, a, into_buffer=True)
             taps: list = []
-            m1, logit, R, _ = routing._iterate(VV, leaves[0], leaves[1:], taps=taps, share=share)
+            m1, logit, R, _ = routing._iterate(VV, leaves[0], leaves[1:], taps=taps, share=share, centre=centre)
             poses = m1 + centre
         ctx.graph = ((poses, logit, R), VV, taps, leaves)
         return poses.detach(), logit.detach(), R.detach()
