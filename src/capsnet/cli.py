@@ -86,6 +86,8 @@ def _hint(message: str, parser: _Parser) -> str:
                 continue
             elif flag in parser.before_command:
                 misplaced.append(flag)
+            elif flag.startswith("--") and len(owners := [o for o in parser.before_command if o.startswith(flag)]) == 1:
+                misplaced.append(owners[0])  # an abbreviation, which argparse takes before the command
             elif flag in parser._option_string_actions:  # the command's own option, typed before the command
                 early.append(flag)
             elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):

@@ -220,6 +220,8 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
                                                        "--seed (for --seedd), --lr (for --lrr)?"),
     (["train", "-v"], "unrecognized arguments: -v; -v is an option of capsnet itself: put it before the command "
                       "(capsnet -v train ...)"),
+    (["train", "--verb"], "unrecognized arguments: --verb; --verbose is an option of capsnet itself: put it before "
+                          "the command (capsnet --verbose train ...)"),
     (["--epochs=3", "train"], "unrecognized arguments: --epochs=3; --epochs is an option of capsnet train: put it after "
                               "the command (capsnet train --epochs ...)"),
     (["--epochs", "3", "train"], "invalid choice: '3' (choose from "),  # argparse reads the 3 as the command
