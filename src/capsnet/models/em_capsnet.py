@@ -68,7 +68,9 @@ class EMCapsNetConfig(JsonConfig):
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
     margin_warmup: float = 0.5  # fraction of training over which the margin grows (the paper gives none)
     conv1_batch_norm: bool = False  # not in the paper nor the official code: batch norm between conv1 and its ReLU
-    transform_std: float = 0.5  # initial spread of the 4x4 transformation matrices (Gritzman's code: 1.0)
+    # initial spread of the 4x4 transformation matrices: the official code's convolutional layers' (Gritzman's
+    # code: 1.0); 0.5 before 2026-11-27 (evening), which reproduces the runs recorded before
+    transform_std: float = 0.3
     class_transform_std: float = 0.0  # the class layer's spread; 0: transform_std (the official code's is 0.01)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
