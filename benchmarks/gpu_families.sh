@@ -133,7 +133,8 @@ done
 # spread-loss margin follow the run's length, so these two have a fixed length (EM_EPOCHS) that must finish in time:
 # their per-epoch test accuracy is still in metrics.jsonl if they do not. The model's defaults, which since
 # 2026-11-27 start beta_a where the official code does (the best setting in the CPU's 628- and 1,256-step probes:
-# 94.6% with 3 iterations, 96.4% with 2 at 1,256 steps); EM_OPTIONS adds model options (space-separated KEY=VALUE);
+# 94.6% with 3 iterations, 96.4% with 2 at 1,256 steps) and, since that evening, its transforms at 0.3 (2 CPU epochs:
+# 97.80% / 98.55%); EM_OPTIONS adds model options (space-separated KEY=VALUE);
 # the first sitting's pair (98.10% / 98.69% after 8 epochs) was EM_OPTIONS="beta_a_init=0 class_beta_a_init=0
 # conv_e_step=child-type var_floor=5e-2" (the official start with that floor learns far worse: the probes).
 EM_OPTS=()
