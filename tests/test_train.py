@@ -124,11 +124,12 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
         pack(tmp_path / "split", tmp_path / "packed.safetensors")
     assert not (tmp_path / "packed.safetensors").exists()
 
-    def damaged(name, **within):
+    def damaged(name, rng=None, **within):
         run = tmp_path / name
         shutil.copytree(tmp_path / "split", run)
         ckpt = load_checkpoint(run, "last")
         ckpt.state["within"] |= within
+        ckpt.rng_state |= rng or {}
         save_checkpoint(run / "last.safetensors", ckpt)
         return run
     with pytest.raises(CheckpointError, match=r"inside epoch 2 \(batch 99 of 5, 2 running sums for 2\) does not fit"):
@@ -139,7 +140,8 @@ def test_a_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, monkeypat
         load_checkpoint(damaged("sums", sums="12"), "last")
     with pytest.raises(CheckpointError, match=r"state.within.processes must be an integer >= 1, got 0"):
         load_checkpoint(damaged("nobody", processes=0), "last")
-    torchrun_save = damaged("torchrun", processes=2)  # as 2 processes save it: rank 1's states would sit beside
+    # as 2 processes save it: rank 1's states sit beside rank 0's
+    torchrun_save = damaged("torchrun", {"rank1.torch": torch.get_rng_state()}, processes=2)
     with warnings.catch_warnings():  # no dropout in this model: one process continues it exactly, without a word
         warnings.simplefilter("error")
         fit(TINY, CFG, torchrun_save, device="cpu", progress=False, resume=True)
