@@ -265,6 +265,29 @@ def test_the_official_cost_and_damping_reach_every_layer_and_train_finitely(conv
             EMCapsNetSmallConfig(**bad)
 
 
+def test_the_official_primary_start_sets_conv1_and_the_primary_capsules():
+    torch.manual_seed(6)
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,
+                         primary_init="official")
+    default = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10)
+    # truncated at 2 std: nothing beyond, and ~0.88 of the scale as the standard deviation
+    for weight, std in ((model.conv1.weight, 0.05), (model.primary.pose.weight, 0.5),
+                        (model.primary.activation.weight, 0.5)):
+        assert weight.abs().max() <= 2 * std and 0.8 * std < weight.std().item() < 0.95 * std
+    torch.testing.assert_close(model.conv1.bias, torch.full((64,), 0.1))
+    assert set(model.primary.pose.bias.tolist()) == {0.0}
+    assert set(model.primary.activation.bias.tolist()) == {-1.0}
+    assert default.conv1.bias.abs().max() < 0.21 and default.primary.activation.bias.std() > 0  # PyTorch's uniform
+    assert model.config.num_weights == sum(p.numel() for p in model.parameters())  # the same weights, started apart
+    images = torch.zeros(2, 1, 28, 28)  # a blank image: conv1 gives its bias, the activations sigmoid(-1 + ...)
+    caps = model.primary(torch.relu(model.conv1(images)))
+    expected = torch.sigmoid(model.primary.activation.weight.sum(dim=(1, 2, 3)) * 0.1 - 1.0)
+    torch.testing.assert_close(caps.activations[0, 0, 0], expected)
+    assert torch.isfinite(model(images).activations).all()
+    with pytest.raises(ValueError, match="primary_init must be one of pytorch, official, got 'tf'"):
+        EMCapsNetSmallConfig(primary_init="tf")
+
+
 def test_conv_matrix_caps_child_ids_name_the_child_behind_every_vote_row():
     layer = ConvMatrixCaps(3, 2, kernel_size=3, stride=2, routing=_Mean())
     N, H, W, I, Ho, Wo = 2, 5, 7, 3, 2, 3

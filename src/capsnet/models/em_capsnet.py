@@ -44,6 +44,7 @@ from ..routing import EMRouting, RoutingView
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
+PRIMARY_INITS = ("pytorch", "official")
 
 __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
 
@@ -87,6 +88,11 @@ class EMCapsNetConfig(JsonConfig):
     # class_beta_u_init 2.838, is the official code's cost and start (beta_v 0.5 and 2.0)
     cost_scale: float = 0.0
     mean_momentum: float = 0.0  # EMRouting's: the previous mean's share in each M-step's (official code: 0.1)
+    # the start of conv1 and the primary capsules: "pytorch" (its defaults) or "official": conv1 truncated normal
+    # 0.05 with biases 0.1, the primary 1x1 convolutions truncated normal 0.5 with pose biases 0 and activation
+    # biases -1 (the official code: no biases there, sigmoid(x - 1); its activation kernel's std 3.0 reaches only the
+    # last two types, through a reshape of the concatenated kernels, so 0.5 is what most of its types start from)
+    primary_init: str = "pytorch"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -110,6 +116,7 @@ class EMCapsNetConfig(JsonConfig):
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
         check_choice(self, "conv_e_step", CONV_E_STEPS)
+        check_choice(self, "primary_init", PRIMARY_INITS)
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
                              f"3x3 capsule layers (stride 2, then 1): it needs at least 17x17")
@@ -177,6 +184,8 @@ class EMCapsNet(nn.Module):
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
+        if cfg.primary_init == "official":
+            self._official_start()
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, detach_routing=cfg.detach_routing,
                   cost_scale=cfg.cost_scale or None, mean_momentum=cfg.mean_momentum)
@@ -194,6 +203,16 @@ class EMCapsNet(nn.Module):
                              beta_u_init=class_beta_u, **em)
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
                                        std=cfg.class_transform_std or std, routing=class_em)
+
+    @torch.no_grad()
+    def _official_start(self) -> None:
+        """conv1 and the primary capsules as the official code starts them (EMCapsNetConfig.primary_init)."""
+        for weight, std in ((self.conv1.weight, 0.05), (self.primary.pose.weight, 0.5),
+                            (self.primary.activation.weight, 0.5)):
+            nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+        self.conv1.bias.fill_(0.1)
+        self.primary.pose.bias.zero_()
+        self.primary.activation.bias.fill_(-1.0)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).
