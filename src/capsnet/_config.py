@@ -57,11 +57,14 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_finite_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
 _TYPES = {  # annotation -> (test, what it must be)
     "int": (_is_int, "an integer"),
-    "float": (lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v), "a finite number"),
-    "float | None": (lambda v: v is None or (_is_int(v) or isinstance(v, float)) and math.isfinite(v),
-                     "a finite number or null"),
+    "float": (_is_finite_number, "a finite number"),
+    "float | None": (lambda v: v is None or _is_finite_number(v), "a finite number or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),

@@ -275,14 +275,19 @@ def _check_within(within: Any, epoch: int) -> None:
         raise ValueError(f"state.within.device must be a device type such as 'cpu', got {within['device']!r}")
 
 
+def rank_rng_key(rank: int, key: str) -> str:
+    """Where a save inside an epoch under torchrun keeps rank ``rank``'s generator ``key`` (rank 0's: the usual)."""
+    return key if rank == 0 else f"rank{rank}.{key}"
+
+
 def _check_rank_rng(state: dict[str, Any], rng: dict[str, torch.Tensor]) -> None:
     """A save inside an epoch by N torchrun processes holds every rank's random states (``rank{r}.torch``, and
     ``rank{r}.cuda`` where rank 0's ``cuda`` is there): without them a resume by N processes would continue ranks
     1..N-1 from the epoch's seeding, not where they stopped."""
     within = state.get("within")
     processes = within.get("processes", 1) if isinstance(within, dict) else 1
-    missing = [f"rng.rank{r}.{k}" for r in range(1, processes) for k in ("torch", "cuda")
-               if k in rng and f"rank{r}.{k}" not in rng]
+    missing = [f"rng.{rank_rng_key(r, k)}" for r in range(1, processes) for k in ("torch", "cuda")
+               if k in rng and rank_rng_key(r, k) not in rng]
     if processes > 1 and "torch" not in rng:
         missing.insert(0, "rng.torch")
     if missing:

@@ -36,7 +36,7 @@ from ._config import JsonConfig, check_types
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights,
+from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights, rank_rng_key,
                          save_checkpoint, saved_point)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
@@ -252,17 +252,12 @@ def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: lis
                                     | ({"processes": processes} if processes > 1 else {})}
 
 
-def _rank_rng_key(rank: int, key: str) -> str:
-    """Where a save inside an epoch under torchrun keeps rank ``rank``'s generator ``key`` (rank 0's: the usual)."""
-    return key if rank == 0 else f"rank{rank}.{key}"
-
-
 def ranks_rng_state(dev: torch.device, launch: Launch) -> dict[str, torch.Tensor]:
     """Every rank's random states (their dropout draws differ), gathered for rank 0's save inside an epoch, keyed
-    by ``_rank_rng_key``; collective: every rank calls it."""
+    by ``rank_rng_key``; collective: every rank calls it."""
     states: list[Any] = [None] * launch.world_size
     dist.all_gather_object(states, {k: v.cpu() for k, v in rng_state(dev).items()})
-    return {_rank_rng_key(r, k): v for r, state in enumerate(states) for k, v in state.items()}
+    return {rank_rng_key(r, k): v for r, state in enumerate(states) for k, v in state.items()}
 
 
 def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, processes: int, dev: torch.device,
@@ -279,7 +274,7 @@ def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, proces
                           f"uninterrupted run would have (the same batches, in the same order)", RuntimeWarning,
                           stacklevel=3)
         return
-    saved = {k: ckpt.rng_state[key] for k in rng_state(dev) if (key := _rank_rng_key(rank, k)) in ckpt.rng_state}
+    saved = {k: ckpt.rng_state[key] for k in rng_state(dev) if (key := rank_rng_key(rank, k)) in ckpt.rng_state}
     with resume_state_of(ckpt):
         restore_rng_state(saved, dev)
 

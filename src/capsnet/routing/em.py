@@ -297,7 +297,8 @@ class EMRouting(nn.Module):
         (B, J, I) it used, and with ``record`` the R of every M-step, each (B, I, J). ``centre`` (B, J, D), what
         ``_layout`` took off the votes, places the first M-step's previous mean (0) for ``mean_momentum``."""
         B, J, I, _ = VV.shape
-        m1 = None if centre is None else -centre  # the mean before the first M-step: 0, in centred coordinates
+        # the mean before the first M-step, for mean_momentum alone: 0, in centred coordinates
+        m1 = -centre if self.mean_momentum and centre is not None else None
         # Procedure 1: R_ij = 1 / |Omega_{L+1}|, the parents child i votes for
         R = VV.new_full((B, J, I), 1.0 / J) if share is None else share.uniform.expand(B, J, I)
         rounds = []
