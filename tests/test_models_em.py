@@ -265,6 +265,27 @@ def test_the_official_cost_and_damping_reach_every_layer_and_train_finitely(conv
             EMCapsNetSmallConfig(**bad)
 
 
+def test_the_unset_options_are_null_and_their_first_spelling_0_reads_as_null():
+    """class_transform_std and cost_scale were unset at 0 when they came in; now null, as class_beta_u_init: a
+    config (or checkpoint) that says 0 reads as null, and builds the model null builds."""
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    unset = EMCapsNetSmallConfig(**small)
+    assert (unset.class_transform_std, unset.cost_scale, unset.class_beta_u_init) == (None, None, None)
+    old = EMCapsNetSmallConfig.from_saved(unset.to_dict() | {"class_transform_std": 0.0, "cost_scale": 0})
+    assert old == unset and old.to_dict() == unset.to_dict()
+    assert EMCapsNetSmallConfig.from_dict(unset.to_dict()) == unset  # null round-trips through JSON's None
+    torch.manual_seed(7)
+    a = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, cost_scale=0,
+                     class_transform_std=0.0, **small)
+    torch.manual_seed(7)
+    b = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10, **small)
+    assert a.caps1.routing.cost_scale is None and a.classes.routing.cost_scale is None
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name  # the class layer drew its transforms at transform_std, as null says
+    set_ = EMCapsNetSmallConfig(class_transform_std=0.01, cost_scale=2.0, **small)
+    assert (set_.class_transform_std, set_.cost_scale) == (0.01, 2.0)
+
+
 def test_the_official_primary_start_sets_conv1_and_the_primary_capsules():
     torch.manual_seed(6)
     model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,

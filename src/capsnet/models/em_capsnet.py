@@ -72,7 +72,7 @@ class EMCapsNetConfig(JsonConfig):
     # initial spread of the 4x4 transformation matrices: the official code's convolutional layers' (Gritzman's
     # code: 1.0); 0.5 before 2026-11-27 (evening), which reproduces the runs recorded before
     transform_std: float = 0.3
-    class_transform_std: float = 0.0  # the class layer's spread; 0: transform_std (the official code's is 0.01)
+    class_transform_std: float | None = None  # the class layer's spread; None: transform_std (official: 0.01)
     var_floor: float = 5e-4  # EMRouting's variance floor (official code: 5e-4; Gritzman's code: 1e-9)
     beta_u_init: float = 0.0  # EMRouting's beta_u start; ~3: half the capsules start active (EMRouting)
     class_beta_u_init: float | None = None  # the class layer's; None: beta_u_init (official: 2.838 at cost_scale 2)
@@ -84,9 +84,9 @@ class EMCapsNetConfig(JsonConfig):
     # "child-type" over those windows for each parent type (the official code)
     conv_e_step: str = "window"
     detach_routing: bool = False  # EMRouting's option: no gradient through the E-steps (no paper or reference code)
-    # EMRouting's cost_scale in place of Gritzman's 100 J / I (0: that); 2, with beta_u_init 0.709 and
+    # EMRouting's cost_scale in place of Gritzman's 100 J / I (None: that); 2, with beta_u_init 0.709 and
     # class_beta_u_init 2.838, is the official code's cost and start (beta_v 0.5 and 2.0)
-    cost_scale: float = 0.0
+    cost_scale: float | None = None
     mean_momentum: float = 0.0  # EMRouting's: the previous mean's share in each M-step's (official code: 0.1)
     # the start of conv1 and the primary capsules: "pytorch" (its defaults) or "official": conv1 truncated normal
     # 0.05 with biases 0.1, the primary 1x1 convolutions truncated normal 0.5 with pose biases 0 and activation
@@ -96,6 +96,9 @@ class EMCapsNetConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)
+        for name in ("class_transform_std", "cost_scale"):  # 0, their first unset value, reads as None
+            if getattr(self, name) == 0:
+                object.__setattr__(self, name, None)
         for name in ("input_height", "input_width"):
             check_range(self, name, 1, 4096)
         for name in ("in_channels", "num_classes", "conv1_channels", "primary_types", "caps1_types", "caps2_types"):
@@ -103,13 +106,13 @@ class EMCapsNetConfig(JsonConfig):
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "final_lambda", 1e-9, 1e3)
         check_range(self, "transform_std", 1e-6, 100)
-        if self.class_transform_std != 0:  # 0 means "as transform_std"
+        if self.class_transform_std is not None:
             check_range(self, "class_transform_std", 1e-6, 100)
         check_range(self, "var_floor", 1e-12, 1)
         for name in ("beta_u_init", "beta_a_init", "class_beta_a_init") + (
                 ("class_beta_u_init",) if self.class_beta_u_init is not None else ()):
             check_range(self, name, -100, 100)
-        if self.cost_scale != 0:  # 0 means Gritzman's 100 J / I
+        if self.cost_scale is not None:
             check_range(self, "cost_scale", 1e-6, 1e6)
         check_range(self, "mean_momentum", 0, 0.99)
         check_range(self, "margin_start", 0, 1)
@@ -188,7 +191,7 @@ class EMCapsNet(nn.Module):
             self._official_start()
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, detach_routing=cfg.detach_routing,
-                  cost_scale=cfg.cost_scale or None, mean_momentum=cfg.mean_momentum)
+                  cost_scale=cfg.cost_scale, mean_momentum=cfg.mean_momentum)
         norm = CONV_E_STEPS[cfg.conv_e_step]
         conv = dict(kernel_size=3, std=std, share_children=norm is not None)
         conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init,
@@ -202,7 +205,8 @@ class EMCapsNet(nn.Module):
         class_em = EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, beta_a_init=cfg.class_beta_a_init,
                              beta_u_init=class_beta_u, **em)
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
-                                       std=cfg.class_transform_std or std, routing=class_em)
+                                       std=std if cfg.class_transform_std is None else cfg.class_transform_std,
+                                       routing=class_em)
 
     @torch.no_grad()
     def _official_start(self) -> None:
