@@ -49,8 +49,9 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
 - ``folder:DIR``: the user's own segmentation data, PNG images in
   ``DIR/images`` and masks (0/1 or 0/255) of the same names in
   ``DIR/masks``; held-out pairs in ``DIR/test/images`` and ``DIR/test/masks``
-  when that folder exists, else a fixed 20% of the pairs (drawn under
-  ``TEST_SEED``) held out of training.
+  when that folder exists, else about one pair in five held out of
+  training, each chosen by a hash of ``TEST_SEED`` and its own file name
+  (``held_out_names``: adding files never moves another pair across).
 
 - ``mnist-skeleton`` and ``fashion-silhouette`` (conditional synthesis,
   CapsPix2pix and pix2pix): the input is a label map made from the image,
