@@ -460,8 +460,8 @@ def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
 
 def load_folder(root: str | os.PathLike, split: str) -> Dataset:
     """The user's segmentation pairs under ``root`` (see the module docstring) as a Dataset of masks: (N, C, H, W)
-    uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, 20% of the pairs, fixed by ``TEST_SEED``,
-    are the test split and the rest the training split."""
+    uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, about a fifth of the pairs, each
+    chosen by its name (``held_out_names``), are the test split and the rest the training split."""
     return _user_split(root, split, FOLDER_PREFIX, "images/ and masks/", lambda where: load_mask_folder(
         where / "images", where / "masks"), SEGMENTATION_CLASSES)
 
