@@ -6,7 +6,8 @@ factors: luminance l = (2 mu_x mu_y + C1) / (mu_x^2 + mu_y^2 + C1), contrast c =
 (var_x + var_y + C2) and structure s = (cov + C2/2) / (sd_x sd_y + C2/2) (SSIM = l c s per window), the SSIM of
 windows that hold ink in the real image (its mean above 0.05) against those that do not, the images' mean
 intensity against the real one's, the fraction of pixels that are grey (0.1 to 0.9), and the generated values where
-the real image is black (below 0.01): their mean and the share above 0.01. Usage:
+the real image is black (below 0.01): their mean and the share above 0.01; and, per class of the label map, the
+mean SSIM and structure of that class's test pairs (``per_class``: which items the score is lost on). Usage:
 
     python ssim_parts.py RUN_DIR [RUN_DIR ...] [--test-size 1000] [--which last] [--data-dir DIR] [--json OUT]
 """
@@ -30,8 +31,8 @@ p.add_argument("--json")
 args = p.parse_args()
 
 
-def parts(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    """a generated, b real, (N, 1, H, W) in [0, 1]."""
+def parts(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, classes: tuple[str, ...]) -> dict[str, object]:
+    """a generated, b real, (N, 1, H, W) in [0, 1]; labels (N,) the classes of the label maps."""
     x, y = a.double(), b.double()
     mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b)
     var_x, var_y = var_x.clamp_min(0), var_y.clamp_min(0)  # rounding can leave -1e-17 under a square root
@@ -49,7 +50,10 @@ def parts(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
             "grey_share": ((x > 0.1) & (x < 0.9)).double().mean().item(),
             "real_grey_share": ((y > 0.1) & (y < 0.9)).double().mean().item(),
             "background_mean": bg.mean().item(), "background_above_0.01": (bg > 0.01).double().mean().item(),
-            "ssim_check": ssim(a, b).mean().item()}
+            "ssim_check": ssim(a, b).mean().item(),
+            "per_class": {classes[k]: {"pairs": int((labels == k).sum()),
+                                       "ssim": s[labels == k].mean().item(), "structure": stru[labels == k].mean().item()}
+                          for k in range(len(classes)) if (labels == k).any()}}
 
 
 rows = []
@@ -59,7 +63,7 @@ for d in args.runs:
     split = load_test(dataset, size=args.test_size, root=args.data_dir, progress=False)
     fake = generate(model, split.images.float(), seed=0, progress=False)
     row = {"run": str(Path(d)), "model": ckpt.model_name, "dataset": dataset, "test_size": len(fake)}
-    row |= parts(fake, split.components.float())
+    row |= parts(fake, split.components.float(), split.labels, split.classes)
     rows.append(row)
     print(json.dumps(row))
 if args.json:
