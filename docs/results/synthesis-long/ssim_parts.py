@@ -51,9 +51,8 @@ def parts(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, classes: tuple
             "real_grey_share": ((y > 0.1) & (y < 0.9)).double().mean().item(),
             "background_mean": bg.mean().item(), "background_above_0.01": (bg > 0.01).double().mean().item(),
             "ssim_check": ssim(a, b).mean().item(),
-            "per_class": {classes[k]: {"pairs": int((labels == k).sum()),
-                                       "ssim": s[labels == k].mean().item(), "structure": stru[labels == k].mean().item()}
-                          for k in range(len(classes)) if (labels == k).any()}}
+            "per_class": {name: {"pairs": int(m.sum()), "ssim": s[m].mean().item(), "structure": stru[m].mean().item()}
+                          for k, name in enumerate(classes) if (m := labels == k).any()}}
 
 
 rows = []
