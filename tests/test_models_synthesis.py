@@ -518,6 +518,44 @@ def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():
     assert CapsPix2pixConfig.from_saved(old | {"image_init_std": 3.0}).image_init_std == 3.0  # a recorded value wins
 
 
+def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
+    """discriminator="patch": the capsule generator unchanged, pix2pix's PatchGAN as its discriminator (the same
+    layers, the same logits for the same weights), counted exactly, and both losses reach every weight."""
+    torch.manual_seed(0)
+    caps = CapsPix2pix(CapsPix2pixDeepConfig(discriminator="patch"))
+    pix = Pix2pix(Pix2pixConfig())
+    assert _count(caps.generator) == 1_519_953 and _count(caps.discriminator) == _count(pix.discriminator) == 2_764_609
+    assert caps.config.num_weights == _count(caps) and caps.config.discriminator_weights == 2_764_609
+    caps.discriminator.load_state_dict(pix.discriminator.state_dict())  # the same keys and shapes, or this raises
+    labels, real = _data(2, 32, 32)
+    caps.eval(), pix.eval()
+    assert caps.discriminator(real, labels).shape == (2, 1, 2, 2)  # one logit per (70x70) patch
+    torch.testing.assert_close(caps.discriminator(real, labels), pix.discriminator(real, labels), rtol=0, atol=0)
+    small = _model("capspix2pix", 16, 16, discriminator="patch", patch_layers=2, dropout=0.0)
+    assert small.config.num_weights == _count(small)
+    assert small.config.discriminator_weights == Pix2pixConfig(input_height=16, input_width=16, disc_channels=4,
+                                                               disc_layers=2).discriminator_weights
+    labels, real = _data(3)
+    fake = small(labels, small.noise(3, 0))
+    small.d_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.discriminator.parameters())
+    small.zero_grad(set_to_none=True)
+    small.g_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.generator.parameters())
+    cfg = CapsPix2pixConfig(discriminator="patch", patch_layers=2)
+    assert CapsPix2pixConfig.from_dict(cfg.to_dict()) == cfg and CapsPix2pixConfig().discriminator == "dcgan"
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(discriminator="patchgan"), "CapsPix2pixConfig.discriminator must be one of dcgan, patch, got 'patchgan'"),
+    (dict(discriminator="patch", input_height=16, input_width=16),
+     r"a PatchGAN of patch_layers 3 needs sides of at least 24, got 16x16: use larger images or patch_layers 2"),
+    (dict(patch_layers=0), "patch_layers must be in 1")])
+def test_capspix2pix_discriminator_choice_refuses_bad_values_by_name(kw, message):
+    with pytest.raises(ValueError, match=message):
+        CapsPix2pixConfig(**kw)
+
+
 def test_patchgan_too_deep_for_the_image_names_the_fix():
     with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or disc_layers 2"):
         Pix2pixConfig(input_height=16, input_width=16)

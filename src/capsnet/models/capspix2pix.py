@@ -35,6 +35,9 @@ gave L1 0.039 and SSIM 0.74 where 0.02 gave 0.387 and 0.01 (grey images;
 discriminator is the reference's exactly at 64 x 64; for other sizes it halves
 the map while its smaller side is at least 8, and averages the 4x4 head's
 logits over the positions left (one position for a square power of two).
+``discriminator="patch"`` swaps it for pix2pix's PatchGAN (``patch_layers``
+stride-2 layers), the baseline's discriminator, so a comparison with pix2pix
+can differ in the generator alone.
 
 ``ConditionalGAN``, what this model and pix2pix (``capsnet.models.pix2pix``)
 share, is here too: the noise, seeded generation, the two losses.
@@ -51,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
                       walk_capsule_stack)
 
@@ -157,6 +160,7 @@ def truncate_normal(z: torch.Tensor, truncation: float) -> torch.Tensor:
     return (-torch.sign(x) * tail).clamp_(-t, t).to(device=z.device, dtype=z.dtype)
 
 
+DISCRIMINATORS = ("dcgan", "patch")  # CapsPix2pixConfig.discriminator
 NOISE_CHUNK = 16  # ConditionalGAN.noise draws a multiple of this many values (torch's CPU normal fills 16 at a time)
 GAN_LR = 2e-4  # pix2pix (Isola et al. 2017, section 3.3) and CapsPix2pix's code: Adam at 2e-4, betas (0.5, 0.999)
 
@@ -281,6 +285,10 @@ class CapsPix2pixConfig(JsonConfig):
     conv1_skip_dropout: bool = False  # dropout on conv1's copy in the last skip too (the reference: conv1 undropped)
     conv1_init_std: float = 0.02  # conv1's weights at the start: N(0, this) (the reference code's DCGAN 0.02)
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
+    # the discriminator: "dcgan", the reference code's (one logit per image), or "patch", pix2pix's PatchGAN (one
+    # logit per patch; what the pix2pix baseline judges with), so a comparison can change the generator alone
+    discriminator: str = "dcgan"
+    patch_layers: int = 3  # with discriminator "patch": its stride-2 layers (pix2pix's n_layers; 3: 70x70 patches)
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
     fake_label: float = 0.1
@@ -304,7 +312,23 @@ class CapsPix2pixConfig(JsonConfig):
         if self.dropout_min_scale not in (1, 2, 4, 8):
             raise ValueError(f"{type(self).__name__}.dropout_min_scale must be 1, 2, 4 or 8 (the grids are at 1, "
                              f"1/2, 1/4 and 1/8 of the image), got {self.dropout_min_scale!r}")
+        check_choice(self, "discriminator", DISCRIMINATORS)
+        check_range(self, "patch_layers", 1, 8)
+        side = min(self.input_height, self.input_width)
+        if self.discriminator == "patch" and side >> self.patch_layers < 3:
+            fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
+            raise ValueError(f"a PatchGAN of patch_layers {self.patch_layers} needs sides of at least "
+                             f"{3 << self.patch_layers}, got {self.input_height}x{self.input_width}: use larger "
+                             f"images or patch_layers {fit}")
         check_gan_fields(self)
+
+    def patch_config(self) -> Any:
+        """The ``Pix2pixConfig`` whose PatchGAN this model judges with (discriminator "patch"): its sizes, channels
+        and ``patch_layers``; pix2pix's other fields at their defaults (unused by the discriminator)."""
+        from .pix2pix import Pix2pixConfig  # pix2pix builds on this module
+        return Pix2pixConfig(input_height=self.input_height, input_width=self.input_width,
+                             in_channels=self.in_channels, out_channels=self.out_channels,
+                             disc_channels=self.disc_channels, disc_layers=self.patch_layers)
 
     @property
     def disc_widths(self) -> tuple[int, ...]:
@@ -325,7 +349,10 @@ class CapsPix2pixConfig(JsonConfig):
 
     @property
     def discriminator_weights(self) -> int:
-        """4x4 convolutions without bias, batch norm (scale, shift) on all but the first, a 4x4 head to one logit."""
+        """4x4 convolutions without bias, batch norm (scale, shift) on all but the first, a 4x4 head to one logit
+        (discriminator "patch": the PatchGAN's count)."""
+        if self.discriminator == "patch":
+            return self.patch_config().discriminator_weights
         n, c = 0, self.in_channels + self.out_channels
         for k, w in enumerate(self.disc_widths):
             n += 16 * c * w + (2 * w if k else 0)
@@ -432,7 +459,13 @@ class ConditionalDiscriminator(nn.Module):
 
 
 class CapsPix2pix(ConditionalGAN):
-    """CapsPix2pix: the capsule generator and the DCGAN discriminator (see the module docstring)."""
+    """CapsPix2pix: the capsule generator and the DCGAN discriminator (see the module docstring), or pix2pix's
+    PatchGAN with ``discriminator="patch"``."""
 
     def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
-        super().__init__(config, CapsPix2pixGenerator(config), ConditionalDiscriminator(config))
+        if config.discriminator == "patch":
+            from .pix2pix import PatchDiscriminator  # pix2pix builds on this module
+            discriminator: nn.Module = PatchDiscriminator(config.patch_config())
+        else:
+            discriminator = ConditionalDiscriminator(config)
+        super().__init__(config, CapsPix2pixGenerator(config), discriminator)
