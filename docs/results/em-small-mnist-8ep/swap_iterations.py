@@ -17,6 +17,7 @@ import torch
 
 from capsnet.data import load_dataset
 from capsnet.evaluate import evaluate, load_model
+from capsnet.memory import keep_freed_memory
 from capsnet.models import MODELS
 
 
@@ -28,6 +29,7 @@ def main() -> None:
     p.add_argument("--test-size", type=int, default=0, help="the first N test digits (0: all 10,000)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    keep_freed_memory()  # as `capsnet train` and `eval` do: freed memory reused, not faulted in again every batch
     test = load_dataset("mnist", "test", root=args.data_dir, download=False)
     images, labels = test.images.float() / 255, test.labels  # as training scores them: floats in [0, 1]
     if args.test_size:
