@@ -544,6 +544,12 @@ def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.generator.parameters())
     cfg = CapsPix2pixConfig(discriminator="patch", patch_layers=2)
     assert CapsPix2pixConfig.from_dict(cfg.to_dict()) == cfg and CapsPix2pixConfig().discriminator == "dcgan"
+    torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
+    dcgan = CapsPix2pix(CapsPix2pixDeepConfig())
+    torch.manual_seed(3)
+    patch = CapsPix2pix(CapsPix2pixDeepConfig(discriminator="patch"))
+    for a, b in zip(dcgan.generator.parameters(), patch.generator.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("kw,message", [

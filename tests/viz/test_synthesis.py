@@ -51,7 +51,9 @@ def test_a_test_walk_shows_the_images_eval_scores_with_their_scores(synthesis_vi
     np.testing.assert_allclose([s["l1"] for s in w["scores"]], l1_error(made, real).numpy(), rtol=1e-6)
     np.testing.assert_allclose([s["ssim"] for s in w["scores"]], ssim(made, real).numpy(), rtol=1e-6)
     x = made.double().numpy()
-    assert w["spread"] == pytest.approx(x.std(axis=0, ddof=1).mean(), rel=1e-9)  # over the seeds, per pixel
+    # over the seeds, per pixel; the viewer's float32 images come from its own batch, so they may round otherwise in
+    # the last place than these (a 1.4e-7 relative difference on an AMD EPYC host): float32's tolerance, as above
+    assert w["spread"] == pytest.approx(x.std(axis=0, ddof=1).mean(), rel=1e-6)
     assert w["spread"] > 0  # a generator that ignores its noise would show 0 here
 
 

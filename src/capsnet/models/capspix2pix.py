@@ -463,9 +463,10 @@ class CapsPix2pix(ConditionalGAN):
     PatchGAN with ``discriminator="patch"``."""
 
     def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
+        generator = CapsPix2pixGenerator(config)  # first: a seed gives the weights it gave before the option
         if config.discriminator == "patch":
             from .pix2pix import PatchDiscriminator  # pix2pix builds on this module
             discriminator: nn.Module = PatchDiscriminator(config.patch_config())
         else:
             discriminator = ConditionalDiscriminator(config)
-        super().__init__(config, CapsPix2pixGenerator(config), discriminator)
+        super().__init__(config, generator, discriminator)
