@@ -60,7 +60,7 @@ from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides,
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
-           "truncate_normal", "check_truncation"]
+           "truncate_normal", "check_truncation", "check_patch_layers"]
 
 
 def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: int = STRIDE) -> None:
@@ -105,6 +105,18 @@ def check_gan_fields(cfg: Any) -> None:
     if cfg.num_weights > MAX_WEIGHTS:
         raise ValueError(f"this {type(cfg).__name__} would hold {cfg.num_weights:,} weights, more than "
                          f"{MAX_WEIGHTS:,}: use smaller images or fewer channels")
+
+
+def check_patch_layers(cfg: Any, name: str) -> None:
+    """``cfg.name``, a PatchGAN's stride-2 layers, in 1..8 and few enough for the image: each halves the map and the
+    two 4x4 convolutions after them need at least 3 positions, so sides of at least 3 << layers; else a ValueError
+    naming the most layers that fit."""
+    check_range(cfg, name, 1, 8)
+    layers, side = getattr(cfg, name), min(cfg.input_height, cfg.input_width)
+    if side >> layers < 3:
+        fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
+        raise ValueError(f"a PatchGAN of {name} {layers} needs sides of at least {3 << layers}, got "
+                         f"{cfg.input_height}x{cfg.input_width}: use larger images or {name} {fit}")
 
 
 def init_gan_weights(module: nn.Module) -> None:
@@ -313,13 +325,10 @@ class CapsPix2pixConfig(JsonConfig):
             raise ValueError(f"{type(self).__name__}.dropout_min_scale must be 1, 2, 4 or 8 (the grids are at 1, "
                              f"1/2, 1/4 and 1/8 of the image), got {self.dropout_min_scale!r}")
         check_choice(self, "discriminator", DISCRIMINATORS)
-        check_range(self, "patch_layers", 1, 8)
-        side = min(self.input_height, self.input_width)
-        if self.discriminator == "patch" and side >> self.patch_layers < 3:
-            fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
-            raise ValueError(f"a PatchGAN of patch_layers {self.patch_layers} needs sides of at least "
-                             f"{3 << self.patch_layers}, got {self.input_height}x{self.input_width}: use larger "
-                             f"images or patch_layers {fit}")
+        if self.discriminator == "patch":
+            check_patch_layers(self, "patch_layers")
+        else:
+            check_range(self, "patch_layers", 1, 8)
         check_gan_fields(self)
 
     def patch_config(self) -> Any:

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from .._config import JsonConfig, check_range, check_types
-from .capspix2pix import ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, init_gan_weights
+from .capspix2pix import (ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, check_patch_layers,
+                          init_gan_weights)
 from .segcaps import STRIDE, check_sides
 
 __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
@@ -61,13 +62,7 @@ class Pix2pixConfig(JsonConfig):
             check_range(self, name, 1, 64)
         check_range(self, "base_channels", 1, 1024)
         check_range(self, "disc_channels", 1, 1024)
-        check_range(self, "disc_layers", 1, 8)
-        side = min(self.input_height, self.input_width)
-        if side >> self.disc_layers < 3:
-            fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
-            raise ValueError(f"a PatchGAN of disc_layers {self.disc_layers} needs sides of at least "
-                             f"{3 << self.disc_layers}, got {self.input_height}x{self.input_width}: use larger images "
-                             f"or disc_layers {fit}")
+        check_patch_layers(self, "disc_layers")
         check_gan_fields(self)
 
     @property
