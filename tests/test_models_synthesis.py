@@ -552,6 +552,40 @@ def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
         assert torch.equal(a, b)
 
 
+def test_pix2pix_can_judge_with_capspix2pixs_dcgan_discriminator():
+    """discriminator="dcgan": pix2pix's U-Net unchanged (seed for seed), CapsPix2pix's discriminator as its judge (the
+    same layers, the same logit for the same weights), counted exactly, and both losses reach every weight."""
+    torch.manual_seed(0)
+    pix = Pix2pix(Pix2pixConfig(discriminator="dcgan"))
+    caps = CapsPix2pix(CapsPix2pixConfig())
+    assert _count(pix.generator) == 16_652_929 and _count(pix.discriminator) == _count(caps.discriminator) == 662_272
+    assert pix.config.num_weights == _count(pix) == 16_652_929 + 662_272
+    pix.discriminator.load_state_dict(caps.discriminator.state_dict())  # the same keys and shapes, or this raises
+    labels, real = _data(2, 32, 32)
+    pix.eval(), caps.eval()
+    assert pix.discriminator(real, labels).shape == (2,)  # one logit per image
+    torch.testing.assert_close(pix.discriminator(real, labels), caps.discriminator(real, labels), rtol=0, atol=0)
+    small = _model("pix2pix", 16, 16, discriminator="dcgan")
+    assert small.config.num_weights == _count(small)
+    labels, real = _data(3)
+    fake = small(labels, small.noise(3, 0))
+    small.d_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.discriminator.parameters())
+    small.zero_grad(set_to_none=True)
+    small.g_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.generator.parameters())
+    cfg = Pix2pixConfig(discriminator="dcgan", input_height=16, input_width=16)  # no PatchGAN, so no patch-size check
+    assert Pix2pixConfig.from_dict(cfg.to_dict()) == cfg and Pix2pixConfig().discriminator == "patch"
+    torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
+    patch = Pix2pix(Pix2pixConfig())
+    torch.manual_seed(3)
+    dcgan = Pix2pix(Pix2pixConfig(discriminator="dcgan"))
+    for a, b in zip(patch.generator.parameters(), dcgan.generator.parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="Pix2pixConfig.discriminator must be one of dcgan, patch, got 'dcgan2'"):
+        Pix2pixConfig(discriminator="dcgan2")
+
+
 @pytest.mark.parametrize("kw,message", [
     (dict(discriminator="patchgan"), "CapsPix2pixConfig.discriminator must be one of dcgan, patch, got 'patchgan'"),
     (dict(discriminator="patch", input_height=16, input_width=16),

@@ -14,7 +14,9 @@ paper's tanh is for [-1, 1]). Its noise is that dropout, at test time too:
 torch's RNG seeded with ``seed``. The discriminator is the 70x70 PatchGAN
 (n_layers 3): C64 stride 2 (no batch norm), C128 s2, C256 s2, C512 s1, a
 convolution to one logit per patch, 4x4 kernels, LeakyReLU 0.2; the loss
-averages over the patches. Weights are initialised N(0, 0.02) (pix2pix's
+averages over the patches. ``discriminator="dcgan"`` swaps it for
+CapsPix2pix's (the reference code's DCGAN discriminator, one logit per
+image), so a comparison can change pix2pix's discriminator alone. Weights are initialised N(0, 0.02) (pix2pix's
 ``init_type='normal'``). The losses are CapsPix2pix's
 (``capsnet.models.capspix2pix.ConditionalGAN``), smoothed labels and
 ``l1_weight`` 100 included, so the comparison changes the generator and the
@@ -29,9 +31,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .._config import JsonConfig, check_range, check_types
-from .capspix2pix import (ConditionalGAN, check_gan_fields, check_image_pairs, check_label_maps, check_patch_layers,
-                          init_gan_weights)
+from .._config import JsonConfig, check_choice, check_range, check_types
+from .capspix2pix import (DISCRIMINATORS, ConditionalDiscriminator, ConditionalGAN, CapsPix2pixConfig,
+                          check_gan_fields, check_image_pairs, check_label_maps, check_patch_layers, init_gan_weights)
 from .segcaps import STRIDE, check_sides
 
 __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
@@ -49,6 +51,9 @@ class Pix2pixConfig(JsonConfig):
     dropout: float = 0.5  # in the first three up-layers, at training and test time
     disc_channels: int = 64  # ndf
     disc_layers: int = 3  # the 70x70 PatchGAN
+    # the discriminator: "patch", pix2pix's PatchGAN, or "dcgan", CapsPix2pix's (the reference code's, one logit per
+    # image, disc_channels doubling down to 4x4), so a comparison can change pix2pix's discriminator alone
+    discriminator: str = "patch"
     l1_weight: float = 100.0  # the paper's lambda
     real_label: float = 0.9  # CapsPix2pix's smoothed labels, so both models train on the same losses (pix2pix: 1, 0)
     fake_label: float = 0.1
@@ -62,8 +67,19 @@ class Pix2pixConfig(JsonConfig):
             check_range(self, name, 1, 64)
         check_range(self, "base_channels", 1, 1024)
         check_range(self, "disc_channels", 1, 1024)
-        check_patch_layers(self, "disc_layers")
+        check_choice(self, "discriminator", DISCRIMINATORS)
+        if self.discriminator == "patch":
+            check_patch_layers(self, "disc_layers")
+        else:
+            check_range(self, "disc_layers", 1, 8)
         check_gan_fields(self)
+
+    def dcgan_config(self) -> CapsPix2pixConfig:
+        """The ``CapsPix2pixConfig`` whose DCGAN discriminator this model judges with (discriminator "dcgan"): its
+        sizes and channels; CapsPix2pix's other fields at their defaults (unused by the discriminator)."""
+        return CapsPix2pixConfig(input_height=self.input_height, input_width=self.input_width,
+                                 in_channels=self.in_channels, out_channels=self.out_channels,
+                                 disc_channels=self.disc_channels)
 
     @property
     def levels(self) -> int:
@@ -90,7 +106,10 @@ class Pix2pixConfig(JsonConfig):
 
     @property
     def discriminator_weights(self) -> int:
-        """The PatchGAN's weights: the first and last convolutions with bias, the others with batch norm."""
+        """The PatchGAN's weights: the first and last convolutions with bias, the others with batch norm
+        (discriminator "dcgan": CapsPix2pix's discriminator's count)."""
+        if self.discriminator == "dcgan":
+            return self.dcgan_config().discriminator_weights
         c, ndf = self.in_channels + self.out_channels, self.disc_channels
         n = 16 * c * ndf + ndf
         mult = 1
@@ -180,11 +199,15 @@ class PatchDiscriminator(nn.Module):
 
 
 class Pix2pix(ConditionalGAN):
-    """pix2pix: the U-Net generator and the PatchGAN (see the module docstring). Its noise is dropout: ``noise``
-    gives an empty z (B, 0), and ``generate`` keeps dropout on, seeded."""
+    """pix2pix: the U-Net generator and the PatchGAN (see the module docstring), or CapsPix2pix's DCGAN
+    discriminator with ``discriminator="dcgan"``. Its noise is dropout: ``noise`` gives an empty z (B, 0), and
+    ``generate`` keeps dropout on, seeded."""
 
     def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
-        super().__init__(config, UNetGenerator(config), PatchDiscriminator(config))
+        generator = UNetGenerator(config)  # first: a seed starts the generator alike with either discriminator
+        discriminator: nn.Module = (ConditionalDiscriminator(config.dcgan_config()) if config.discriminator == "dcgan"
+                                    else PatchDiscriminator(config))
+        super().__init__(config, generator, discriminator)
 
     def noise(self, batch: int, seed: int | torch.Generator = 0, device: str | torch.device | None = None, *,
               truncation: float | None = None) -> torch.Tensor:
