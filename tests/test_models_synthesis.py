@@ -518,6 +518,17 @@ def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():
     assert CapsPix2pixConfig.from_saved(old | {"image_init_std": 3.0}).image_init_std == 3.0  # a recorded value wins
 
 
+def _assert_each_loss_reaches_its_network(model: nn.Module) -> None:
+    """The discriminator's loss gives every discriminator weight a gradient, the generator's every generator weight."""
+    labels, real = _data(3)
+    fake = model(labels, model.noise(3, 0))
+    model.d_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.discriminator.parameters())
+    model.zero_grad(set_to_none=True)
+    model.g_loss(real, fake, labels)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.generator.parameters())
+
+
 def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
     """discriminator="patch": the capsule generator unchanged, pix2pix's PatchGAN as its discriminator (the same
     layers, the same logits for the same weights), counted exactly, and both losses reach every weight."""
@@ -535,13 +546,7 @@ def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
     assert small.config.num_weights == _count(small)
     assert small.config.discriminator_weights == Pix2pixConfig(input_height=16, input_width=16, disc_channels=4,
                                                                disc_layers=2).discriminator_weights
-    labels, real = _data(3)
-    fake = small(labels, small.noise(3, 0))
-    small.d_loss(real, fake, labels)[0].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.discriminator.parameters())
-    small.zero_grad(set_to_none=True)
-    small.g_loss(real, fake, labels)[0].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.generator.parameters())
+    _assert_each_loss_reaches_its_network(small)
     cfg = CapsPix2pixConfig(discriminator="patch", patch_layers=2)
     assert CapsPix2pixConfig.from_dict(cfg.to_dict()) == cfg and CapsPix2pixConfig().discriminator == "dcgan"
     torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
@@ -567,13 +572,7 @@ def test_pix2pix_can_judge_with_capspix2pixs_dcgan_discriminator():
     torch.testing.assert_close(pix.discriminator(real, labels), caps.discriminator(real, labels), rtol=0, atol=0)
     small = _model("pix2pix", 16, 16, discriminator="dcgan")
     assert small.config.num_weights == _count(small)
-    labels, real = _data(3)
-    fake = small(labels, small.noise(3, 0))
-    small.d_loss(real, fake, labels)[0].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.discriminator.parameters())
-    small.zero_grad(set_to_none=True)
-    small.g_loss(real, fake, labels)[0].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in small.generator.parameters())
+    _assert_each_loss_reaches_its_network(small)
     cfg = Pix2pixConfig(discriminator="dcgan", input_height=16, input_width=16)  # no PatchGAN, so no patch-size check
     assert Pix2pixConfig.from_dict(cfg.to_dict()) == cfg and Pix2pixConfig().discriminator == "patch"
     torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
