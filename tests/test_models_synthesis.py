@@ -11,7 +11,7 @@ from torch import nn
 from capsnet.models import (MODELS, CapsPix2pix, CapsPix2pixConfig, CapsPix2pixDeepConfig, Pix2pix, Pix2pixConfig,
                             SegCaps, SegCapsConfig, create_model, model_name, synthesis_losses)
 from capsnet.models.capspix2pix import truncate_normal
-from capsnet.models.segcaps import capsule_stack, walk_capsule_stack
+from capsnet.models.segcaps import capsule_stack, instance_norm_capsules, walk_capsule_stack
 from capsnet.synthesis import generate
 
 SYNTHESIS = ["capspix2pix", "pix2pix"]  # capspix2pix-deep: the same model from another start (its own test below)
@@ -260,14 +260,16 @@ def test_capspix2pix_dropout_drops_whole_capsule_types_in_training_only():
 
 
 class _Record(nn.Module):
-    """A stand-in for the generator's dropout: passes its input on and records its shape."""
+    """A stand-in for the generator's dropout: passes its input on and records it and its shape."""
 
     def __init__(self) -> None:
         super().__init__()
         self.shapes: list[tuple[int, ...]] = []
+        self.grids: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.shapes.append(tuple(x.shape))
+        self.grids.append(x.detach())
         return x
 
 
@@ -304,6 +306,39 @@ def test_conv1_skip_dropout_reaches_only_the_skips_copy_of_conv1():
     model.generator.capsule_grids(*_data(2)[:1], model.noise(2, 0))
     assert [shape[1:] for shape in record.shapes].count((1, 16, 16, 16)) == 1  # conv1's copy: one 16D type, full
     # size (deconv_3_1's grid there has 2 types)
+
+
+def test_capspix2pix_capsule_norm_normalises_what_goes_on_before_the_dropout():
+    """capsule_norm="instance": every capsule grid but the last is centred over its positions and scaled to unit
+    RMS length per example and type (SegCaps' instance_norm_capsules), conv1 is not, the dropout comes after it,
+    the weights are the same as without it, and an example's image does not depend on its batch."""
+    torch.manual_seed(1)
+    model = _model("capspix2pix", capsule_norm="instance", dropout=0.0).eval()
+    plain = _model("capspix2pix", dropout=0.0).eval()
+    plain.load_state_dict(model.state_dict())  # the same weights: the norm holds none
+    labels = _data(4)[0]
+    z = model.noise(4, 0)
+    with torch.no_grad():
+        grids, plain_grids = model.generator.capsule_grids(labels, z), plain.generator.capsule_grids(labels, z)
+    torch.testing.assert_close(grids["conv1"], plain_grids["conv1"], rtol=0, atol=0)
+    torch.testing.assert_close(grids["primary"], instance_norm_capsules(plain_grids["primary"]))
+    for name in ("primary", "conv_3_2", "deconv_3_1"):  # centred, unit RMS lengths (less the eps of 1e-5)
+        assert grids[name].mean(dim=(-2, -1)).abs().max() < 1e-5, name
+        ms = grids[name].pow(2).sum(dim=2).mean(dim=(-2, -1))
+        assert ((ms > 0.98) & (ms <= 1)).all(), (name, ms)
+    assert grids["seg_caps"].pow(2).sum(dim=2).max() < 1  # the last layer's poses go to the image as squashed
+    with torch.no_grad():
+        images = model(labels, z)
+        assert not torch.allclose(images, plain(labels, z))
+        torch.testing.assert_close(model(labels[1:2], z[1:2]), images[1:2], rtol=1e-4, atol=1e-6)
+    dropped = _model("capspix2pix", capsule_norm="instance").train()  # dropout after the norm: whole types zeroed,
+    dropped.generator.dropout = record = _Record()  # the others normalised
+    dropped.generator.capsule_grids(labels, z)
+    for grid in record.grids[:3]:
+        ms = grid.pow(2).sum(dim=2).mean(dim=(-2, -1))
+        assert ((ms > 0.98) & (ms <= 1)).all()
+    with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, got 'batch'"):
+        CapsPix2pixConfig(capsule_norm="batch")
 
 
 def test_capspix2pix_image_kernel_reads_a_neighbourhood_of_poses():

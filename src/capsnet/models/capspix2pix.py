@@ -37,7 +37,8 @@ the map while its smaller side is at least 8, and averages the 4x4 head's
 logits over the positions left (one position for a square power of two).
 ``discriminator="patch"`` swaps it for pix2pix's PatchGAN (``patch_layers``
 stride-2 layers), the baseline's discriminator, so a comparison with pix2pix
-can differ in the generator alone.
+can differ in the generator alone. ``capsule_norm="instance"`` is SegCaps'
+per-example capsule normalisation (not in the paper) in the generator.
 
 ``ConditionalGAN``, what this model and pix2pix (``capsnet.models.pix2pix``)
 share, is here too: the noise, seeded generation, the two losses.
@@ -55,8 +56,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
-from .segcaps import (STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      walk_capsule_stack)
+from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
+                      instance_norm_capsules, walk_capsule_stack)
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
@@ -296,6 +297,9 @@ class CapsPix2pixConfig(JsonConfig):
     # reference code's; 4: the two deepest levels only, as pix2pix drops out only in its innermost decoder layers)
     conv1_skip_dropout: bool = False  # dropout on conv1's copy in the last skip too (the reference: conv1 undropped)
     conv1_init_std: float = 0.02  # conv1's weights at the start: N(0, this) (the reference code's DCGAN 0.02)
+    capsule_norm: str = "none"  # "instance": SegCaps' option (segcaps.instance_norm_capsules; not in the paper):
+    # every capsule layer's output but the last centred over the grid and scaled to unit RMS length, per example and
+    # capsule type, before its dropout
     disc_channels: int = 64  # DCGAN's; doubling per layer, capped at 8x
     # the discriminator: "dcgan", the reference code's (one logit per image), or "patch", pix2pix's PatchGAN (one
     # logit per patch; what the pix2pix baseline judges with), so a comparison can change the generator alone
@@ -324,6 +328,7 @@ class CapsPix2pixConfig(JsonConfig):
         if self.dropout_min_scale not in (1, 2, 4, 8):
             raise ValueError(f"{type(self).__name__}.dropout_min_scale must be 1, 2, 4 or 8 (the grids are at 1, "
                              f"1/2, 1/4 and 1/8 of the image), got {self.dropout_min_scale!r}")
+        check_choice(self, "capsule_norm", CAPSULE_NORMS)
         check_choice(self, "discriminator", DISCRIMINATORS)
         if self.discriminator == "patch":
             check_patch_layers(self, "patch_layers")
@@ -424,10 +429,12 @@ class CapsPix2pixGenerator(nn.Module):
         x = torch.cat([labels, noise], dim=1)  # (B, C_in + 1, H, W)
         conv1 = F.leaky_relu(self.conv1(x), 0.01).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
 
-        def dropout(grid: torch.Tensor) -> torch.Tensor:  # (B, T, D, h, w), h = H / s: dropped when s is deep enough
+        def between(grid: torch.Tensor) -> torch.Tensor:  # (B, T, D, h, w), h = H / s: dropped when s is deep enough
+            if cfg.capsule_norm == "instance" and grid is not conv1:  # conv1 goes on unnormalised, as in SegCaps
+                grid = instance_norm_capsules(grid)
             return self.dropout(grid) if H // grid.shape[-2] >= cfg.dropout_min_scale else grid
 
-        return walk_capsule_stack(self.caps, conv1, dropout, between_conv1_skip=cfg.conv1_skip_dropout)
+        return walk_capsule_stack(self.caps, conv1, between, between_conv1_skip=cfg.conv1_skip_dropout)
 
     def forward(self, labels: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Shapes:
