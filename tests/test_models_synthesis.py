@@ -564,6 +564,17 @@ def _assert_each_loss_reaches_its_network(model: nn.Module) -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.generator.parameters())
 
 
+def _assert_seed_starts_the_generator_alike(build, build_other) -> None:
+    """Two models built under one seed, differing in their discriminators, start their generators alike (the
+    generator is built first)."""
+    torch.manual_seed(3)
+    first = build()
+    torch.manual_seed(3)
+    other = build_other()
+    for a, b in zip(first.generator.parameters(), other.generator.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
     """discriminator="patch": the capsule generator unchanged, pix2pix's PatchGAN as its discriminator (the same
     layers, the same logits for the same weights), counted exactly, and both losses reach every weight."""
@@ -584,12 +595,8 @@ def test_capspix2pix_can_judge_with_pix2pixs_patchgan():
     _assert_each_loss_reaches_its_network(small)
     cfg = CapsPix2pixConfig(discriminator="patch", patch_layers=2)
     assert CapsPix2pixConfig.from_dict(cfg.to_dict()) == cfg and CapsPix2pixConfig().discriminator == "dcgan"
-    torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
-    dcgan = CapsPix2pix(CapsPix2pixDeepConfig())
-    torch.manual_seed(3)
-    patch = CapsPix2pix(CapsPix2pixDeepConfig(discriminator="patch"))
-    for a, b in zip(dcgan.generator.parameters(), patch.generator.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_seed_starts_the_generator_alike(lambda: CapsPix2pix(CapsPix2pixDeepConfig()),
+                                            lambda: CapsPix2pix(CapsPix2pixDeepConfig(discriminator="patch")))
 
 
 def test_pix2pix_can_judge_with_capspix2pixs_dcgan_discriminator():
@@ -610,12 +617,8 @@ def test_pix2pix_can_judge_with_capspix2pixs_dcgan_discriminator():
     _assert_each_loss_reaches_its_network(small)
     cfg = Pix2pixConfig(discriminator="dcgan", input_height=16, input_width=16)  # no PatchGAN, so no patch-size check
     assert Pix2pixConfig.from_dict(cfg.to_dict()) == cfg and Pix2pixConfig().discriminator == "patch"
-    torch.manual_seed(3)  # the generator is built first, so a seed starts it alike with either discriminator
-    patch = Pix2pix(Pix2pixConfig())
-    torch.manual_seed(3)
-    dcgan = Pix2pix(Pix2pixConfig(discriminator="dcgan"))
-    for a, b in zip(patch.generator.parameters(), dcgan.generator.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_seed_starts_the_generator_alike(lambda: Pix2pix(Pix2pixConfig()),
+                                            lambda: Pix2pix(Pix2pixConfig(discriminator="dcgan")))
     with pytest.raises(ValueError, match="Pix2pixConfig.discriminator must be one of dcgan, patch, got 'dcgan2'"):
         Pix2pixConfig(discriminator="dcgan2")
 

@@ -16,8 +16,8 @@ torch's RNG seeded with ``seed``. The discriminator is the 70x70 PatchGAN
 convolution to one logit per patch, 4x4 kernels, LeakyReLU 0.2; the loss
 averages over the patches. ``discriminator="dcgan"`` swaps it for
 CapsPix2pix's (the reference code's DCGAN discriminator, one logit per
-image), so a comparison can change pix2pix's discriminator alone. Weights are initialised N(0, 0.02) (pix2pix's
-``init_type='normal'``). The losses are CapsPix2pix's
+image), so a comparison can change pix2pix's discriminator alone. Weights
+are initialised N(0, 0.02) (pix2pix's ``init_type='normal'``). The losses are CapsPix2pix's
 (``capsnet.models.capspix2pix.ConditionalGAN``), smoothed labels and
 ``l1_weight`` 100 included, so the comparison changes the generator and the
 discriminator only.
