@@ -16,7 +16,8 @@ from capsnet.cli import main
 from capsnet.data import load_dataset
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
                                 nested_subset, translated_anywhere_test, translated_test)
-from capsnet.experiments import LESS_DATA_SIZES, format_table, plan, run_plan
+from capsnet.experiments import (LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS, format_table, plan,
+                                 run_plan)
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import BaselineCNNConfig, CapsNet
 from capsnet.evaluate import load_model
@@ -368,6 +369,10 @@ def test_experiment_help_names_every_flag_and_its_default(capsys):
                  "--test-size", "--batch-size", "--cnn-channels", "--dropout", "--seed", "--device"):
         assert flag in text
     assert "(default: 10)" in text and "default: None" not in text
+    flat = " ".join(text.split()).replace("- ", "-")  # argparse wraps a hyphenated name across lines
+    for name, models in (("routing", ROUTING_MODELS), ("segmentation", SEGMENTATION_MODELS),
+                         ("synthesis", SYNTHESIS_MODELS)):  # each experiment's default models, as it runs them
+        assert f"{name}: {' '.join(models)}" in flat
 
 
 # -------------------------------------------------------------------------------- routing side by side

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from . import __version__
 from .data.augment import AUGMENTATIONS
 from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
-from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS
+from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
@@ -506,7 +506,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
-                   help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) + ")")
+                   help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) +
+                        "; segmentation: " + " ".join(SEGMENTATION_MODELS) + "; synthesis: " +
+                        " ".join(SYNTHESIS_MODELS) + ")")
     x.add_argument("--datasets", nargs="+", choices=[n for n in TASKS if input_shape(n) == (1, 28, 28) or
                                                      task(n).kind == "synthesis"],
                    default=argparse.SUPPRESS, help="routing: the 28x28 data sets to compare on (default: mnist "

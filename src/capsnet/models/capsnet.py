@@ -36,13 +36,13 @@ class CapsNetConfig(JsonConfig):
     input_width: int = 28
     in_channels: int = 1
     num_classes: int = 10
-    conv1_channels: int = 256  # Conv1: 256 channels, 9x9 kernels, stride 1, ReLU
+    conv1_channels: int = 256  # Conv1's channels (stride 1, ReLU; the paper's MNIST model: 256 of 9x9)
     conv1_kernel: int = 9
-    primary_types: int = 32  # PrimaryCaps: 32 types of 8D capsules from a 9x9 convolution of stride 2
+    primary_types: int = 32  # PrimaryCaps' capsule types, each primary_dim-D (the paper's MNIST model: 32 of 8D)
     primary_dim: int = 8
     primary_kernel: int = 9
     primary_stride: int = 2
-    digit_dim: int = 16  # DigitCaps: one 16D capsule a class
+    digit_dim: int = 16  # DigitCaps: one capsule of this many dimensions a class (the paper's MNIST model: 16)
     routing_iterations: int = 3  # rounds of routing by agreement (Procedure 1's r; the paper's figures use 3)
     routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1
     leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax
