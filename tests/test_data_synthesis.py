@@ -9,7 +9,7 @@ from PIL import Image
 
 from capsnet.data import DataError, load_dataset
 from capsnet.data.synthesis import load_pair_folder, pad_to, silhouette, skeletonize
-from capsnet.data.tasks import input_shape, load_test, load_training, task
+from capsnet.data.tasks import held_out_names, input_shape, load_test, load_training, task
 
 
 def grid(rows: list[str]) -> torch.Tensor:
@@ -136,7 +136,17 @@ def test_the_users_pairs_round_trip_and_split(tmp_path):
     name = f"pairs:{tmp_path / 'd'}"
     assert task(name).kind == "synthesis" and input_shape(name) == (1, 12, 16) and task(name).target_channels == 3
     train, held, _ = load_training(name, progress=False)
-    assert len(train) == 8 and len(held) == 2 and held.components.shape == (2, 3, 12, 16)
+    # the held-out pairs are the ones held_out_names picks (a hash of each name), each pair whole, none in both
+    picked = sorted(held_out_names(names))
+    assert len(train) + len(held) == 10 and len(held) == len(picked) and held.components.shape[1:] == (3, 12, 16)
+    def key(img):  # an image as its 0-255 levels, whether a split holds it as bytes or as floats in [0, 1]
+        return tuple((img * 255).round().int().flatten().tolist()) if img.is_floating_point() else \
+            tuple(img.int().flatten().tolist())
+
+    test_images = {key(img) for img in held.components}
+    assert test_images == {key(images[names.index(n)]) for n in picked}
+    trained = {key(img) for img in train.labels}  # a training split's targets ride in labels (task.batch's y)
+    assert trained == {key(images[k]) for k, n in enumerate(names) if n not in picked}  # the rest, none in both
     x, y, t = task(name).batch(train.to("cpu"), torch.arange(3), torch.Generator(), None)
     assert x.shape == (3, 1, 12, 16) and t.shape == (3, 3, 12, 16) and 0 <= float(t.min()) and float(t.max()) <= 1
 

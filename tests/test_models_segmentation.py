@@ -1,6 +1,7 @@
 """SegCaps and the U-Net: the papers' weight counts, shapes, losses, gradients, batch independence, bad input."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -100,7 +101,7 @@ def test_finite_at_all_zero_input_and_under_bf16_autocast(name):
             loss, probs = MODELS[name].loss(model, images, torch.zeros(2, 1, 16, 16), recon_weight=0.0005)
         assert torch.isfinite(probs).all() and torch.isfinite(loss)
         loss.backward()
-        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
 def test_reconstruction_targets_the_input_masked_by_the_ground_truth():
@@ -127,6 +128,16 @@ def test_segmentation_losses_against_closed_forms():
     torch.testing.assert_close(segmentation_loss(p, m, "weighted-bce"), weighted)  # 2 of 4 foreground: weight 1
     logits = torch.logit(p)
     torch.testing.assert_close(segmentation_loss(p, m, "bce", logits=logits), bce, rtol=1e-5, atol=1e-6)
+    # one foreground pixel of four: it weighs 3 (background pixels per foreground one), from probabilities and logits
+    one = torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]])
+    weighted = -(3 * math.log(0.9) + math.log(0.8) + math.log(0.4) + math.log(0.9)) / 4
+    torch.testing.assert_close(segmentation_loss(p, one, "weighted-bce"), torch.tensor(weighted))
+    torch.testing.assert_close(segmentation_loss(p, one, "weighted-bce", logits=logits), torch.tensor(weighted),
+                               rtol=1e-5, atol=1e-6)
+    # three of four: the weight is clamped at 1, never below (the background is not weighted up instead)
+    three = torch.tensor([[[[1.0, 1.0], [1.0, 0.0]]]])
+    plain = -(math.log(0.9) + math.log(0.2) + math.log(0.6) + math.log(0.9)) / 4
+    torch.testing.assert_close(segmentation_loss(p, three, "weighted-bce"), torch.tensor(plain))
     with pytest.raises(ValueError, match="unknown segmentation loss 'iou'"):
         segmentation_loss(p, m, "iou")
 
@@ -237,9 +248,17 @@ def test_inductor_compiled_segcaps_matches_eager():
     model = create_model("segcaps", input_height=16, input_width=16)
     images = torch.rand(2, 1, 16, 16)
     masks = (torch.rand(2, 1, 16, 16) > 0.6).float()
-    out = [MODELS["segcaps"].loss(call, images, masks, recon_weight=0.0005)[0]
-           for call in (model, torch.compile(model, dynamic=False))]
-    torch.testing.assert_close(out[1], out[0], rtol=1e-4, atol=1e-5)
+    out = []
+    for call in (model, torch.compile(model, dynamic=False)):  # forward and backward, as --compile trains
+        model.zero_grad(set_to_none=True)
+        loss, probs = MODELS["segcaps"].loss(call, images, masks, recon_weight=0.0005)
+        loss.backward()
+        out.append((loss.detach(), probs.detach(), [p.grad.clone() for p in model.parameters()]))
+    (l0, p0, g0), (l1, p1, g1) = out
+    torch.testing.assert_close(l1, l0, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(p1, p0, rtol=1e-4, atol=1e-5)
+    for a, b in zip(g1, g0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
 
 
 def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps_batch_independent():

@@ -425,13 +425,20 @@ def test_losses_match_their_closed_forms(name):
 @pytest.mark.parametrize("name", SYNTHESIS)
 def test_registered_loss_is_the_methods_on_one_fake(name):
     torch.manual_seed(6)
-    model = _model(name).eval()
+    model = _model(name).train()  # dropout on: two generator calls would draw two different fakes
     assert model_name(model.config) == name and MODELS[name].config.from_dict(model.config.to_dict()) == model.config
     labels, real = _data(2)
     z = model.noise(2, 3)
+    calls, forward = [], model.forward
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    torch.manual_seed(60)
     d, g, parts = MODELS[name].loss(model, labels, real, z)
+    assert len(calls) == 1  # one generated batch serves both losses
     with torch.no_grad():
+        torch.manual_seed(60)  # the same dropout draws: the very fake the loss judged
         fake = model(labels, z)
+        torch.manual_seed(61)
+        assert not torch.equal(model(labels, z), fake)  # (so another call would not have matched it)
         assert d.item() == pytest.approx(model.d_loss(real, fake, labels)[0].item(), rel=1e-6)
         assert g.item() == pytest.approx(model.g_loss(real, fake, labels)[0].item(), rel=1e-6)
     assert set(parts) == {"d_real", "d_fake", "g_adv", "l1"} and MODELS[name].loss is synthesis_losses
