@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from capsnet.data import DataError, load_dataset
+from capsnet.data.sets import unit_float
 from capsnet.data.synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from capsnet.data.tasks import held_out_names, input_shape, load_test, load_training, task
 
@@ -139,9 +140,9 @@ def test_the_users_pairs_round_trip_and_split(tmp_path):
     # the held-out pairs are the ones held_out_names picks (a hash of each name), each pair whole, none in both
     picked = sorted(held_out_names(names))
     assert len(train) + len(held) == 10 and len(held) == len(picked) and held.components.shape[1:] == (3, 12, 16)
-    def key(img):  # an image as its 0-255 levels, whether a split holds it as bytes or as floats in [0, 1]
-        return tuple((img * 255).round().int().flatten().tolist()) if img.is_floating_point() else \
-            tuple(img.int().flatten().tolist())
+
+    def key(img):  # an image as floats in [0, 1], whether a split holds it as bytes or already as floats
+        return tuple(unit_float(img).flatten().tolist())
 
     test_images = {key(img) for img in held.components}
     assert test_images == {key(images[names.index(n)]) for n in picked}
