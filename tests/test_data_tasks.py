@@ -174,3 +174,28 @@ def test_translated_task_holds_the_four_sets_in_report_order(data_root, mnist_te
                                                                           split.extra["affine"].images)
     assert "+-6 px" in split.title and "anywhere" in split.extra["affine"].title
     assert load_test("translated-mnist", size=N, extras=False, root=data_root, progress=False).extra == {}
+
+
+def test_the_sample_tasks_make_the_full_tasks_canvases_and_pairs_from_the_shipped_digits():
+    from capsnet.data.segmentation import OUT_OF_DISTRIBUTION, segmentation_test
+    from capsnet.data.synthesis import skeletonize
+    from capsnet.data.tasks import input_shape, load_training, task
+    from capsnet.synthesis import judge_for
+
+    digits = load_dataset("mnist-sample", "test")
+    seg = load_test("mnist-sample-segmentation", size=20, progress=False)
+    images, masks = segmentation_test(digits.images, 20, seed=TEST_SEED)  # built here from the digits themselves
+    assert torch.equal(seg.images, images) and torch.equal(seg.labels, masks) and seg.images.shape == (20, 1, 64, 64)
+    ood = segmentation_test(digits.images, 20, seed=TEST_SEED, rule=OUT_OF_DISTRIBUTION)
+    assert torch.equal(seg.extra["ood"].labels, ood[1])
+    train, held, held_name = load_training("mnist-sample-segmentation", progress=False)
+    assert torch.equal(train.images, load_dataset("mnist-sample", "train").images) and held_name == "test"
+    assert len(held) == 500  # one canvas per shipped test digit
+
+    pairs = load_test("mnist-sample-skeleton", size=6, progress=False)
+    assert torch.equal(pairs.labels, digits.labels[:6]) and pairs.images.shape == (6, 1, 32, 32)
+    # the label map is the real image's skeleton, fewer pixels than its ink
+    skeleton = skeletonize(pairs.components)
+    assert torch.equal(pairs.images > 0.5, skeleton.bool()) and 0 < skeleton.sum() < (pairs.components > 0.5).sum()
+    assert task("mnist-sample-skeleton").kind == "synthesis" and input_shape("mnist-sample-segmentation") == (1, 64, 64)
+    assert judge_for("mnist-sample-skeleton") == judge_for("mnist-skeleton") == "pretrained:capsnet-mnist-small"

@@ -455,6 +455,7 @@ def test_a_judge_needs_classes_and_is_the_runs_own_only_on_its_own_data(gan_run,
     assert judge_for(f"pairs:{root}") is None
     assert judge_for("mnist-skeleton", run_dir=gan_run) == "pretrained:capsnet-mnist-small"  # the run's own
     assert judge_for("fashion-silhouette", run_dir=gan_run) == "pretrained:capsnet-fashion-small"  # not on other data
+    assert judge_for("mnist-sample-skeleton", run_dir=gan_run) == "pretrained:capsnet-mnist-small"  # the shipped one
 
 
 def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root, monkeypatch):

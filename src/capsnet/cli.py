@@ -564,7 +564,9 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
-                   help="test images to pick from (default: the checkpoint's data set; mnist-sample without one; "
+                   help="test images to pick from (default: the checkpoint's data set; mnist-sample without one and for a "
+                        "shipped classifier, mnist-sample-segmentation or mnist-sample-skeleton for a shipped "
+                        "segmentation or MNIST synthesis model; "
                         "multimnist: the fixed test pairs; translated-mnist: test digits on 40x40; "
                         "mnist-segmentation: the fixed test canvases with their masks; mnist-skeleton, "
                         "fashion-silhouette, pairs:DIR: the test label maps with their real images)")

@@ -340,7 +340,9 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
         recorded = json.loads(saved.read_text())
         if recorded.get("judge") and recorded.get("train_config", {}).get("dataset") == dataset:
             return recorded["judge"]
-    shipped = {"mnist-skeleton": "capsnet-mnist-small", "fashion-silhouette": "capsnet-fashion-small"}.get(dataset)
+    # by the images the pairs are made from: MNIST's digits (also the shipped sample's) or Fashion-MNIST's items
+    shipped = {"mnist": "capsnet-mnist-small", "mnist-sample": "capsnet-mnist-small",
+               "fashion-mnist": "capsnet-fashion-small"}.get(task(dataset).source)
     return PREFIX + shipped if shipped in names() else None
 
 

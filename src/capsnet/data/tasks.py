@@ -61,6 +61,10 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
   The test pairs are those of the 10,000 test images, in order.
 - ``pairs:DIR``: the user's own label maps in ``DIR/labels`` and images of
   the same names in ``DIR/images`` (PNG), held out as ``folder:DIR``.
+- ``mnist-sample-segmentation`` and ``mnist-sample-skeleton``: the same
+  canvases and pairs made from the MNIST digits that ship with capsnet
+  (``mnist-sample``: 2,000 training and 500 test digits), so the shipped
+  segmentation and synthesis models open, and a first run trains, offline.
 
 ``nested_subset`` gives the "learning from less data" training subsets: the
 first ``size`` indices of one seeded permutation, so for one seed the subsets
@@ -410,6 +414,15 @@ TASKS: dict[str, Task] = {
                                metric="L1", kind="synthesis", shape=silhouette,
                                help="a Fashion-MNIST item's filled silhouette -> the item, 32x32; use --model "
                                     "capspix2pix, capspix2pix-deep or pix2pix"),
+    # the same two tasks on the digits that ship with capsnet (mnist-sample): offline, for the shipped segmentation
+    # and synthesis models (the viewer opens them on these), a first run, or a tutorial
+    "mnist-sample-segmentation": Task("mnist-sample", (1, CANVAS, CANVAS), _seg_held, _seg_batch, num_classes=1,
+                                      places_digits=True, metric="Dice", kind="segmentation",
+                                      help="mnist-segmentation's canvases from the 2,000 training and 500 test MNIST "
+                                           "digits that ship with capsnet: offline"),
+    "mnist-sample-skeleton": Task("mnist-sample", (1, SYNTHESIS_SIDE, SYNTHESIS_SIDE), *_SKELETON, places_digits=True,
+                                  metric="L1", kind="synthesis",
+                                  help="mnist-skeleton's pairs from the MNIST digits that ship with capsnet: offline"),
 }
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images

@@ -284,6 +284,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# a shipped model's task -> the same task on the MNIST digits that ship with capsnet (the viewer's offline default)
+_SHIPPED_SAMPLE = {"mnist-segmentation": "mnist-sample-segmentation", "mnist-skeleton": "mnist-sample-skeleton"}
+
+
 def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
                 test_size: int | None = None) -> Viewer | SegmentationViewer | SynthesisViewer:
@@ -293,7 +297,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     (``segcaps``, ``segcaps-r1``, ``unet``) a ``SegmentationViewer`` and a
     synthesis one (``capspix2pix``, ``pix2pix``) a ``SynthesisViewer``, of the
     same calls. A shipped model (``pretrained:NAME``) shows the shipped
-    ``mnist-sample`` test digits unless ``dataset`` says otherwise, so it works
+    ``mnist-sample`` test digits (a segmentation or MNIST synthesis model: the
+    canvases or pairs made from them, ``mnist-sample-segmentation`` and
+    ``mnist-sample-skeleton``) unless ``dataset`` says otherwise, so it works
     offline; any other checkpoint the data set it was trained on (``folder:DIR``
     reads the user's own images and masks).
 
@@ -326,7 +332,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
                               f"model, a segmentation model or a synthesis model")
         shipped = pretrained.is_shipped(checkpoint)
-        name = dataset or ("mnist-sample" if shipped else ckpt.train_config.get("dataset", "mnist"))  # offline
+        trained_on = ckpt.train_config.get("dataset", "mnist")
+        # a shipped model opens offline, on the shipped digits (made into canvases or pairs for its task)
+        name = dataset or (_SHIPPED_SAMPLE.get(trained_on, "mnist-sample") if shipped else trained_on)
         what, checkpoint = ckpt.model_name, ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
         fix = {"segmentation": "mnist-segmentation or folder:DIR", "synthesis": "mnist-skeleton, fashion-silhouette "
