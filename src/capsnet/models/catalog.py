@@ -123,18 +123,27 @@ def describe(name: str) -> dict[str, Any]:
 
 
 def shipped() -> list[dict[str, Any]]:
-    """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs and the final
-    epoch's test accuracy (or None where its history has none)."""
+    """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs, the final
+    epoch's test accuracy (a classifier's; None for the others, or where the history has none) and ``test_figure``,
+    that epoch's headline test figure as text (a classifier's accuracy, a segmentation model's Dice, a synthesis
+    model's SSIM; None where the history has none)."""
     from .. import pretrained
     from ..checkpoint import load_checkpoint
+    from . import MODELS
 
     rows = []
     for name in pretrained.names():
         ckpt = load_checkpoint(pretrained.path(name))
         history = ckpt.state.get("history") or []
         last = history[-1] if history else {}
+        kind = MODELS[ckpt.model_name].kind if ckpt.model_name in MODELS else "classification"
+        accuracy = last.get("test_accuracy") if kind == "classification" else None
+        key, text = {"classification": ("test_accuracy", lambda v: f"{100 * v:.2f}%"),
+                     "segmentation": ("test_dice", lambda v: f"Dice {v:.4f}"),
+                     "synthesis": ("test_ssim", lambda v: f"SSIM {v:.4f}")}[kind]
         rows.append({"name": name, "model": ckpt.model_name, "dataset": (ckpt.train_config or {}).get("dataset"),
-                     "epochs": ckpt.state.get("epoch"), "test_accuracy": last.get("test_accuracy")})
+                     "epochs": ckpt.state.get("epoch"), "test_accuracy": accuracy,
+                     "test_figure": None if last.get(key) is None else text(last[key])})
     return rows
 
 
@@ -162,10 +171,10 @@ def format_catalog() -> str:
                      f"| {_weights(r)} |")
     lines += ["", "Input sizes and weights are the defaults; `capsnet train` sizes the input and the classes from "
               "--dataset.", "", "Trained models shipped with capsnet (`--checkpoint pretrained:NAME`):", "",
-              "| name | model | data | epochs | final-epoch test accuracy |", "|---|---|---|---:|---:|"]
+              "| name | model | data | epochs | final-epoch test figure |", "|---|---|---|---:|---:|"]
     for p in shipped():
-        accuracy = "-" if p["test_accuracy"] is None else f"{100 * p['test_accuracy']:.2f}%"
-        lines.append(f"| pretrained:{p['name']} | {p['model']} | {p['dataset']} | {p['epochs']} | {accuracy} |")
+        lines.append(f"| pretrained:{p['name']} | {p['model']} | {p['dataset']} | {p['epochs']} | "
+                     f"{p['test_figure'] or '-'} |")
     lines += ["", "`capsnet models NAME` lists a model's fields; `capsnet train --model NAME --model-option "
               "FIELD=VALUE` sets one."]
     return "\n".join(lines)
