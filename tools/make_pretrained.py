@@ -3,6 +3,8 @@
     python tools/make_pretrained.py --data-dir ../shared/data                                  # capsnet-mnist-small
     python tools/make_pretrained.py --name capsnet-fashion-small --data-dir ../shared/data     # the Fashion-MNIST one
     python tools/make_pretrained.py --name efficient-capsnet-mnist --data-dir ../shared/data   # Efficient-CapsNet
+    python tools/make_pretrained.py --name segcaps-mnist --data-dir ../shared/data             # SegCaps
+    python tools/make_pretrained.py --name capspix2pix-mnist --data-dir ../shared/data         # CapsPix2pix
 
 Step 1 is an ordinary ``capsnet train`` run (printed before it starts, so it
 can be read and rerun by hand; an interrupted run resumes when this script is
@@ -12,9 +14,16 @@ the best over epochs), keeps the model weights only, in float16, and writes
 - ``src/capsnet/pretrained/NAME.safetensors``: a capsnet checkpoint (configs,
   history and weights; no optimizer state), loadable as ``pretrained:NAME``;
 - ``src/capsnet/pretrained/NAME.md``: the model card (data, command, weights,
-  the final epoch's MNIST test error with the float16 weights, re-measured
-  here, and for MNIST the score on the shipped ``mnist-sample`` test digits
-  that the test suite checks).
+  the final epoch's test figures with the float16 weights, re-measured here
+  on the whole test split, and for MNIST the figures on the shipped
+  ``mnist-sample`` test digits that the test suite checks: a classifier's
+  accuracy on them, a segmentation model's Dice on the first
+  ``SAMPLE_SIZE`` canvases made from them, a synthesis model's L1, SSIM and
+  judged accuracy on the first ``SAMPLE_SIZE`` pairs).
+
+SegCaps trains for about 2 h 20 min and CapsPix2pix for about 40 min on one
+thread of this project's CPU; the segmentation card's full test takes about
+10 minutes more (20,000 canvases).
 """
 from __future__ import annotations
 
@@ -49,6 +58,23 @@ EFFICIENT_MODEL = ("Efficient-CapsNet (Mazzia et al. 2021) at the paper's size: 
                    "(161,824 weights),\n  and CapsNet's decoder 160-512-1024-784 for the reconstruction loss")
 
 
+# SegCaps R3 at the paper's size with two of capsnet's options (the capsules normalised per example, the routing
+# softmax over the children), the 15,000-digit recipe trained 3 epochs (5,625 steps of batch 8): the best SegCaps
+# recorded on this CPU (docs/results.md, "The children's softmax with the norm at 3,750 steps").
+SEGCAPS_FLAGS = ["--model", "segcaps", "--train-size", "15000", "--epochs", "3", "--batch-size", "8",
+                 "--lr-decay-steps", "100", "--test-size", "2000", "--eval-every", "1", "--seed", "0", "--compile",
+                 "--model-option", "capsule_norm=instance", "--model-option", "routing_softmax=children"]
+SEGCAPS_MODEL = ("SegCaps R3 (the paper's layers: a 5x5 convolution, primary capsules, convolutional and\n"
+                 "  deconvolutional capsules with local dynamic routing, a 16D segmentation capsule whose length is the\n"
+                 "  foreground probability), with `capsule_norm=instance` and `routing_softmax=children`")
+# CapsPix2pix's deep start, the recipe of docs/results.md "A start that opens the deep path, trained 6,000 steps"
+CAPSPIX2PIX_FLAGS = ["--model", "capspix2pix-deep", "--train-size", "24000", "--epochs", "4", "--eval-every", "1",
+                     "--batch-size", "16", "--test-size", "1000", "--model-option", "l1_weight=1000",
+                     "--compile", "default", "--seed", "0"]
+CAPSPIX2PIX_MODEL = ("CapsPix2pix's generator (SegCaps R3's capsule layers over the skeleton and a noise\n"
+                     "  channel made from a 100-d vector, `capspix2pix-deep`'s start) and its DCGAN discriminator")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How one shipped model is trained and described on its card."""
@@ -63,6 +89,9 @@ class Recipe:
     model: str  # the card's Model line ({capsules} filled in)
     augmentation: str  # what the training images went through
     loss: str
+    kind: str = "classification"  # or "segmentation", "synthesis": what the card measures
+    data: str = ""  # the card's Data line, where the classifiers' "the 60,000 training images" does not fit
+    limits: str = ""  # the card's Limits line (default: the classifiers', from ``unseen``)
 
 
 MNIST_UNSEEN = "centred MNIST digits; other images (letters, photographs, digits far from the centre)"
@@ -83,7 +112,31 @@ SHIPPED = {
         augmentation="rotated, shifted, squished and partly erased as Efficient-CapsNet's code does "
                      "(`--augment efficient-capsnet`)",
         loss="margin loss plus 0.392 x the per-pixel mean squared reconstruction error"),
+    "segcaps-mnist": Recipe(
+        dataset="mnist-segmentation", title="mnist-segmentation", unit="canvases", capsules="segmentation",
+        unseen="", limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like "
+                          "strokes; other images (photographs, medical scans, other objects or sizes) need a model "
+                          "trained on them (`--dataset folder:DIR`, README 'Segmentation')",
+        paper="A SegCaps R3 (LaLonde and Bagci 2018)", flags=SEGCAPS_FLAGS, model=SEGCAPS_MODEL,
+        augmentation="each placed on a fresh 64x64 canvas every step (turned up to 30 degrees, scaled 1-1.6x, among "
+                     "fragments of other digits, noise and a background ramp)",
+        loss="binary cross-entropy plus soft Dice, plus 0.0005 x the masked reconstruction",
+        kind="segmentation",
+        data="15,000 MNIST training digits (a seeded subset)"),
+    "capspix2pix-mnist": Recipe(
+        dataset="mnist-skeleton", title="mnist-skeleton", unit="pairs", capsules="",
+        unseen="", limits="trained on one-pixel-wide skeletons of MNIST digits on 32x32, it draws digit strokes "
+                          "along them; other label maps (filled shapes, thick strokes, letters) are outside what it "
+                          "learned: train on your own pairs (`--dataset pairs:DIR`, README 'Synthesis')",
+        paper="A CapsPix2pix (Bass et al. 2019) generator with its discriminator", flags=CAPSPIX2PIX_FLAGS,
+        model=CAPSPIX2PIX_MODEL,
+        augmentation="each turned into a (Zhang-Suen skeleton, digit) pair centred on 32x32",
+        loss="betas (0.5, 0.999), the adversarial loss with smoothed labels plus 1,000 x L1 for the generator",
+        kind="synthesis",
+        data="24,000 MNIST training digits (a seeded subset)"),
 }
+
+SAMPLE_SIZE = 100  # the shipped-sample canvases or pairs a segmentation or synthesis card is checked on (fast)
 
 
 def schedule(cfg: dict) -> str:
@@ -124,49 +177,110 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     target = pack(args.work, args.out / f"{NAME}.safetensors")
     half = load_checkpoint(target).model_state
-
-    full = evaluate_checkpoint(target, dataset=dataset, root=args.data_dir, progress=False)
-    full_acc = full.results[""].accuracy
-    sample_acc = evaluate_checkpoint(target, dataset="mnist-sample", progress=False).results[""].accuracy \
-        if dataset == "mnist" else None
+    measured, figures = MEASURE[recipe.kind](target, recipe, last.state["history"][-1], args.data_dir)
     t0 = time.perf_counter()
     from capsnet.models import pretrained
-    pretrained(NAME)
+    model = pretrained(NAME)
     load_s = time.perf_counter() - t0
-    weights = sum(v.numel() for v in half.values())
-    final = last.state["history"][-1]
-    sample = (f"""- **Shipped test sample** (`--dataset mnist-sample`, 500 MNIST test digits): accuracy
-  {100 * sample_acc:.2f}% ({round(sample_acc * 500)} of 500); the test suite checks this figure.
-""" if sample_acc is not None else "")
-    measured = {f"{dataset.replace('-', '_')}_test_accuracy": full_acc, "weights": weights} | (
-        {"sample_accuracy": sample_acc} if sample_acc is not None else {})
+    weights = sum(v.numel() for v in half.values())  # what is stored: the weights and any batch-norm statistics
+    learned = sum(p.numel() for p in model.parameters())
+    counted = f"{weights:,} weights" if learned == weights else \
+        f"{learned:,} weights ({weights:,} numbers with the batch-norm statistics)"
+    measured = measured | {"weights": weights}
     cfg = last.train_config
+    uses = {"classification": f"`capsnet eval --checkpoint pretrained:{NAME}`\nscores it",
+            "segmentation": f"`capsnet viz --checkpoint pretrained:{NAME}` opens it on canvases of the\nshipped "
+                            f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
+            "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels DIR --out DIR`\ndraws digits "
+                         f"from your skeleton PNGs; `capsnet viz --checkpoint pretrained:{NAME}` opens it offline"
+            }[recipe.kind]
+    data = recipe.data or f"the 60,000 {title} training {recipe.unit}"
+    split = "no validation\n  split, so the checkpoint is the final epoch's"
+    limits = recipe.limits or f"trained on {recipe.unseen} get confident wrong answers"
     card = f"""# {NAME}
 
 {recipe.paper} trained on {title} by capsnet, shipped in the package.
-{"`capsnet viz` opens it when no `--checkpoint` is given; " if NAME == DEFAULT else ""}`capsnet eval --checkpoint pretrained:{NAME}`
-scores it; `capsnet.models.pretrained("{NAME}")` loads it.
+{"`capsnet viz` opens it when no `--checkpoint` is given; " if NAME == DEFAULT else ""}{uses}; `capsnet.models.pretrained("{NAME}")` loads it.
 
 - **Model**: {recipe.model.format(capsules=recipe.capsules)}.
-  {weights:,} weights, stored in float16 ({target.stat().st_size / 2**20:.1f} MiB).
-- **Data**: the 60,000 {title} training {recipe.unit}, {recipe.augmentation}; no validation
-  split, so the checkpoint is the final epoch's.
+  {counted}, stored in float16 ({target.stat().st_size / 2**20:.1f} MiB).
+- **Data**: {data}, {recipe.augmentation}; {split}.
 - **Training**: {cfg['epochs']} epochs of batch {cfg['batch_size']}, Adam at
   {schedule(cfg)}, {recipe.loss}, seed {cfg['seed']}, on a 2-core CPU.
 - **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, "--data-dir", "../shared/data"])}`, which runs
   `{shlex.join(train[:-1] if train[-1] == '--resume' else train)}` and then keeps the last checkpoint's weights in
   float16.
-- **{title} test error** (final epoch, all 10,000 test {recipe.unit}): {100 * (1 - full_acc):.2f}%
-  (accuracy {100 * full_acc:.2f}%) with the float16 weights; the training run measured
-  {100 * (1 - final['test_accuracy']):.2f}% in float32.
-{sample}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
-- **Limits**: trained on {recipe.unseen} get confident wrong answers.
+{figures}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
+- **Limits**: {limits}.
 
 <!-- measured: {json.dumps(measured)} -->
 """
     (args.out / f"{NAME}.md").write_text(card)
     print(card)
     return 0
+
+
+def measure_classification(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+    """A classifier's card figures: accuracy on the whole test split, and on the shipped sample for MNIST."""
+    dataset, title = recipe.dataset, recipe.title
+    full_acc = evaluate_checkpoint(target, dataset=dataset, root=data_dir, progress=False).results[""].accuracy
+    sample_acc = evaluate_checkpoint(target, dataset="mnist-sample", progress=False).results[""].accuracy \
+        if dataset == "mnist" else None
+    figures = f"""- **{title} test error** (final epoch, all 10,000 test {recipe.unit}): {100 * (1 - full_acc):.2f}%
+  (accuracy {100 * full_acc:.2f}%) with the float16 weights; the training run measured
+  {100 * (1 - final['test_accuracy']):.2f}% in float32.
+"""
+    if sample_acc is not None:
+        figures += f"""- **Shipped test sample** (`--dataset mnist-sample`, 500 MNIST test digits): accuracy
+  {100 * sample_acc:.2f}% ({round(sample_acc * 500)} of 500); the test suite checks this figure.
+"""
+    return {f"{dataset.replace('-', '_')}_test_accuracy": full_acc} | (
+        {"sample_accuracy": sample_acc} if sample_acc is not None else {}), figures
+
+
+def measure_segmentation(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+    """A segmentation model's card figures: Dice and IoU on all the test and out-of-distribution canvases, and on
+    the first ``SAMPLE_SIZE`` canvases of the shipped digits (``mnist-sample-segmentation``)."""
+    full = evaluate_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True, batch_size=64)
+    sample = evaluate_checkpoint(target, dataset="mnist-sample-segmentation", test_size=SAMPLE_SIZE, progress=False)
+    test, ood = full.results[""], full.results["ood"]
+    s_test, s_ood = sample.results[""], sample.results["ood"]
+    figures = f"""- **{recipe.title} test Dice** (final epoch, float16 weights, the mask where the probability
+  exceeds 0.5): **{test.dice:.4f}** (IoU {test.iou:.4f}) on all {full.images:,} test canvases; out of distribution
+  (turned up to 75 degrees, scaled 0.7-2.1x) {ood.dice:.4f} (IoU {ood.iou:.4f}). The training run measured
+  {final['test_dice']:.4f} (out of distribution {final['ood_dice']:.4f}) on the first 2,000 in float32.
+- **Shipped test sample** (`--dataset mnist-sample-segmentation --test-size {SAMPLE_SIZE}`: canvases of the first
+  {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): Dice {s_test.dice:.4f}, out of distribution
+  {s_ood.dice:.4f}; the test suite checks these figures.
+"""
+    return {"test_dice": test.dice, "test_iou": test.iou, "ood_dice": ood.dice, "ood_iou": ood.iou,
+            "sample_dice": s_test.dice, "sample_ood_dice": s_ood.dice}, figures
+
+
+def measure_synthesis(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+    """A synthesis model's card figures on all the test pairs and on the first ``SAMPLE_SIZE`` pairs of the shipped
+    digits (``mnist-sample-skeleton``), judged by the shipped MNIST classifier."""
+    from capsnet.synthesis import evaluate_synthesis_checkpoint
+
+    full = evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True)
+    sample = evaluate_synthesis_checkpoint(target, dataset="mnist-sample-skeleton", test_size=SAMPLE_SIZE)
+    r, s = full.results[""], sample.results[""]
+    figures = f"""- **{recipe.title} test figures** (final epoch, float16 weights, all {full.pairs:,} test pairs, noise
+  seed 0): L1 {r.l1:.4f}, SSIM **{r.ssim:.4f}**, shape IoU {r.iou:.4f}; `{full.judge}` reads
+  **{100 * r.judge_accuracy:.2f}%** of the generated digits as the class of their skeleton
+  ({100 * r.judge_accuracy_draws:.2f}% over 8 noise draws of the first 1,000); the noise moves each pixel by
+  {r.spread:.4f} (its standard deviation over the 8 draws). The training run measured L1 {final['test_l1']:.4f},
+  SSIM {final['test_ssim']:.4f} and {100 * final['test_judge_accuracy']:.2f}% on the first 1,000 in float32.
+- **Shipped test sample** (`--dataset mnist-sample-skeleton --test-size {SAMPLE_SIZE}`: the skeletons of the first
+  {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): L1 {s.l1:.4f}, SSIM {s.ssim:.4f}, judged
+  {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
+"""
+    return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
+            "sample_l1": s.l1, "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
+
+
+MEASURE = {"classification": measure_classification, "segmentation": measure_segmentation,
+           "synthesis": measure_synthesis}
 
 
 if __name__ == "__main__":
