@@ -326,6 +326,9 @@ def _break(root, case):
     im, mk = root / "images", root / "masks"
     if case == "no folder":
         return root / "nowhere", mk, "nowhere"
+    if case == "a file for a folder":
+        (root / "list.txt").write_text("a.png\n")
+        return root / "list.txt", mk, "list.txt"
     if case == "no png":
         (root / "empty").mkdir()
         (root / "empty" / "notes.jpg").write_bytes(b"x")
@@ -368,7 +371,7 @@ def _break(root, case):
 
 
 REASONS = {  # what each message says is wrong, beside the file it names
-    "no folder": "does not exist; create it", "no png": "no PNG files in", "image without mask": "images with no mask",
+    "no folder": "does not exist; create it", "a file for a folder": "is a file, not a folder", "no png": "no PNG files in", "image without mask": "images with no mask",
     "mask without image": "masks with no image", "not a png": "is not a readable PNG image",
     "jpeg named png": "is a JPEG file, not a PNG", "sizes of a pair": "a mask must match its image pixel for pixel",
     "sizes of images": "images must all be one size", "gray and rgb": "convert all images to one mode",

@@ -21,6 +21,9 @@ _IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "P
 
 def png_files(folder: Path, what: str) -> dict[str, Path]:
     """The PNG files of ``folder`` by file stem (``what`` names them in errors: "images", "masks", ...)."""
+    if folder.exists() and not folder.is_dir():
+        raise DataError(f"{what} folder {folder} is a file, not a folder; give the folder that holds the {what} "
+                        f"as PNG files")
     if not folder.is_dir():
         raise DataError(f"{what} folder {folder} does not exist; create it and put the {what} in it as PNG "
                         f"files (paired files named alike)")
