@@ -36,8 +36,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from capsnet.checkpoint import load_checkpoint
+from capsnet.checkpoint import Checkpoint, load_checkpoint
 from capsnet.evaluate import evaluate_checkpoint
+from capsnet.models import model_spec
 from capsnet.pretrained import DEFAULT, DIR, pack
 
 # A narrower CapsNet than the paper's (64 conv1 channels, 16 primary types, decoder 256-512): 1,981,360 weights,
@@ -83,19 +84,18 @@ class Recipe:
     title: str  # the data set's name on the card
     unit: str  # what the test examples are called: "digits", "images"
     capsules: str  # what the class capsules are called: "digit", "class"
-    unseen: str  # the card's limits: what the model has not seen
+    limits: str  # the card's Limits line: what the model has not seen, and what then
     paper: str  # the card's first words: "A CapsNet (Sabour et al. 2017)"
     flags: list[str]  # capsnet train flags, without --dataset, --data-dir and --out
     model: str  # the card's Model line ({capsules} filled in)
     augmentation: str  # what the training images went through
     loss: str
-    kind: str = "classification"  # or "segmentation", "synthesis": what the card measures
     data: str = ""  # the card's Data line, where the classifiers' "the 60,000 training images" does not fit
-    limits: str = ""  # the card's Limits line (default: the classifiers', from ``unseen``)
 
 
-MNIST_UNSEEN = "centred MNIST digits; other images (letters, photographs, digits far from the centre)"
-CAPSNET_MNIST = Recipe(dataset="mnist", title="MNIST", unit="digits", capsules="digit", unseen=MNIST_UNSEEN,
+MNIST_UNSEEN = ("trained on centred MNIST digits; other images (letters, photographs, digits far from the centre) get "
+                "confident wrong answers")
+CAPSNET_MNIST = Recipe(dataset="mnist", title="MNIST", unit="digits", capsules="digit", limits=MNIST_UNSEEN,
                        paper="A CapsNet (Sabour et al. 2017)", flags=CAPSNET_FLAGS, model=CAPSNET_MODEL,
                        augmentation="shifted by up to 2 pixels (section 5 of the paper)",
                        loss="margin loss plus 0.0005 x reconstruction")
@@ -104,35 +104,33 @@ SHIPPED = {
     DEFAULT: CAPSNET_MNIST,
     "capsnet-fashion-small": replace(  # the same recipe on Fashion-MNIST
         CAPSNET_MNIST, dataset="fashion-mnist", title="Fashion-MNIST", unit="images", capsules="class",
-        unseen="centred Fashion-MNIST items (greyscale, 28x28, dark background); other images (photographs, other "
-               "garments' datasets)"),
+        limits="trained on centred Fashion-MNIST items (greyscale, 28x28, dark background); other images "
+               "(photographs, other garments' datasets) get confident wrong answers"),
     "efficient-capsnet-mnist": Recipe(
-        dataset="mnist", title="MNIST", unit="digits", capsules="digit", unseen=MNIST_UNSEEN,
+        dataset="mnist", title="MNIST", unit="digits", capsules="digit", limits=MNIST_UNSEEN,
         paper="An Efficient-CapsNet (Mazzia et al. 2021)", flags=EFFICIENT_FLAGS, model=EFFICIENT_MODEL,
         augmentation="rotated, shifted, squished and partly erased as Efficient-CapsNet's code does "
                      "(`--augment efficient-capsnet`)",
         loss="margin loss plus 0.392 x the per-pixel mean squared reconstruction error"),
     "segcaps-mnist": Recipe(
         dataset="mnist-segmentation", title="mnist-segmentation", unit="canvases", capsules="segmentation",
-        unseen="", limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like "
+        limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like "
                           "strokes; other images (photographs, medical scans, other objects or sizes) need a model "
                           "trained on them (`--dataset folder:DIR`, README 'Segmentation')",
         paper="A SegCaps R3 (LaLonde and Bagci 2018)", flags=SEGCAPS_FLAGS, model=SEGCAPS_MODEL,
         augmentation="each placed on a fresh 64x64 canvas every step (turned up to 30 degrees, scaled 1-1.6x, among "
                      "fragments of other digits, noise and a background ramp)",
         loss="binary cross-entropy plus soft Dice, plus 0.0005 x the masked reconstruction",
-        kind="segmentation",
         data="15,000 MNIST training digits (a seeded subset)"),
     "capspix2pix-mnist": Recipe(
         dataset="mnist-skeleton", title="mnist-skeleton", unit="pairs", capsules="",
-        unseen="", limits="trained on one-pixel-wide skeletons of MNIST digits on 32x32, it draws digit strokes "
+        limits="trained on one-pixel-wide skeletons of MNIST digits on 32x32, it draws digit strokes "
                           "along them; other label maps (filled shapes, thick strokes, letters) are outside what it "
                           "learned: train on your own pairs (`--dataset pairs:DIR`, README 'Synthesis')",
         paper="A CapsPix2pix (Bass et al. 2019) generator with its discriminator", flags=CAPSPIX2PIX_FLAGS,
         model=CAPSPIX2PIX_MODEL,
         augmentation="each turned into a (Zhang-Suen skeleton, digit) pair centred on 32x32",
         loss="betas (0.5, 0.999), the adversarial loss with smoothed labels plus 1,000 x L1 for the generator",
-        kind="synthesis",
         data="24,000 MNIST training digits (a seeded subset)"),
 }
 
@@ -177,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     target = pack(args.work, args.out / f"{NAME}.safetensors")
     half = load_checkpoint(target).model_state
-    measured, figures = MEASURE[recipe.kind](target, recipe, last.state["history"][-1], args.data_dir)
+    kind = model_spec(last.model_name).kind  # what the card measures
+    measured, figures = MEASURE[kind](target, recipe, last, args.data_dir)
     t0 = time.perf_counter()
     from capsnet.models import pretrained
     model = pretrained(NAME)
@@ -193,10 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
             "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels DIR --out DIR`\ndraws digits "
                          f"from your skeleton PNGs; `capsnet viz --checkpoint pretrained:{NAME}` opens it offline"
-            }[recipe.kind]
+            }[kind]
     data = recipe.data or f"the 60,000 {title} training {recipe.unit}"
-    split = "no validation\n  split, so the checkpoint is the final epoch's"
-    limits = recipe.limits or f"trained on {recipe.unseen} get confident wrong answers"
     card = f"""# {NAME}
 
 {recipe.paper} trained on {title} by capsnet, shipped in the package.
@@ -204,14 +201,15 @@ def main(argv: list[str] | None = None) -> int:
 
 - **Model**: {recipe.model.format(capsules=recipe.capsules)}.
   {counted}, stored in float16 ({target.stat().st_size / 2**20:.1f} MiB).
-- **Data**: {data}, {recipe.augmentation}; {split}.
+- **Data**: {data}, {recipe.augmentation}; no validation
+  split, so the checkpoint is the final epoch's.
 - **Training**: {cfg['epochs']} epochs of batch {cfg['batch_size']}, Adam at
   {schedule(cfg)}, {recipe.loss}, seed {cfg['seed']}, on a 2-core CPU.
 - **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, "--data-dir", "../shared/data"])}`, which runs
   `{shlex.join(train[:-1] if train[-1] == '--resume' else train)}` and then keeps the last checkpoint's weights in
   float16.
 {figures}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
-- **Limits**: {limits}.
+- **Limits**: {recipe.limits}.
 
 <!-- measured: {json.dumps(measured)} -->
 """
@@ -220,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_classification(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+def measure_classification(target: Path, recipe: Recipe, last: Checkpoint, data_dir: str | None
+                           ) -> tuple[dict, str]:
     """A classifier's card figures: accuracy on the whole test split, and on the shipped sample for MNIST."""
-    dataset, title = recipe.dataset, recipe.title
+    dataset, title, final = recipe.dataset, recipe.title, last.state["history"][-1]
     full_acc = evaluate_checkpoint(target, dataset=dataset, root=data_dir, progress=False).results[""].accuracy
     sample_acc = evaluate_checkpoint(target, dataset="mnist-sample", progress=False).results[""].accuracy \
         if dataset == "mnist" else None
@@ -238,9 +237,10 @@ def measure_classification(target: Path, recipe: Recipe, final: dict, data_dir: 
         {"sample_accuracy": sample_acc} if sample_acc is not None else {}), figures
 
 
-def measure_segmentation(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+def measure_segmentation(target: Path, recipe: Recipe, last: Checkpoint, data_dir: str | None) -> tuple[dict, str]:
     """A segmentation model's card figures: Dice and IoU on all the test and out-of-distribution canvases, and on
     the first ``SAMPLE_SIZE`` canvases of the shipped digits (``mnist-sample-segmentation``)."""
+    final, scored = last.state["history"][-1], _scored(last)
     full = evaluate_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True, batch_size=64)
     sample = evaluate_checkpoint(target, dataset="mnist-sample-segmentation", test_size=SAMPLE_SIZE, progress=False)
     test, ood = full.results[""], full.results["ood"]
@@ -248,7 +248,7 @@ def measure_segmentation(target: Path, recipe: Recipe, final: dict, data_dir: st
     figures = f"""- **{recipe.title} test Dice** (final epoch, float16 weights, the mask where the probability
   exceeds 0.5): **{test.dice:.4f}** (IoU {test.iou:.4f}) on all {full.images:,} test canvases; out of distribution
   (turned up to 75 degrees, scaled 0.7-2.1x) {ood.dice:.4f} (IoU {ood.iou:.4f}). The training run measured
-  {final['test_dice']:.4f} (out of distribution {final['ood_dice']:.4f}) on the first 2,000 in float32.
+  {final['test_dice']:.4f} (out of distribution {final['ood_dice']:.4f}) on {scored} in float32.
 - **Shipped test sample** (`--dataset mnist-sample-segmentation --test-size {SAMPLE_SIZE}`: canvases of the first
   {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): Dice {s_test.dice:.4f}, out of distribution
   {s_ood.dice:.4f}; the test suite checks these figures.
@@ -257,10 +257,12 @@ def measure_segmentation(target: Path, recipe: Recipe, final: dict, data_dir: st
             "sample_dice": s_test.dice, "sample_ood_dice": s_ood.dice}, figures
 
 
-def measure_synthesis(target: Path, recipe: Recipe, final: dict, data_dir: str | None) -> tuple[dict, str]:
+def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: str | None) -> tuple[dict, str]:
     """A synthesis model's card figures on all the test pairs and on the first ``SAMPLE_SIZE`` pairs of the shipped
     digits (``mnist-sample-skeleton``), judged by the shipped MNIST classifier."""
-    from capsnet.synthesis import evaluate_synthesis_checkpoint
+    from capsnet.synthesis import SPREAD_SEEDS, SPREAD_SIZE, evaluate_synthesis_checkpoint
+
+    final, scored = last.state["history"][-1], _scored(last)
 
     full = evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True)
     sample = evaluate_synthesis_checkpoint(target, dataset="mnist-sample-skeleton", test_size=SAMPLE_SIZE)
@@ -268,15 +270,21 @@ def measure_synthesis(target: Path, recipe: Recipe, final: dict, data_dir: str |
     figures = f"""- **{recipe.title} test figures** (final epoch, float16 weights, all {full.pairs:,} test pairs, noise
   seed 0): L1 {r.l1:.4f}, SSIM **{r.ssim:.4f}**, shape IoU {r.iou:.4f}; `{full.judge}` reads
   **{100 * r.judge_accuracy:.2f}%** of the generated digits as the class of their skeleton
-  ({100 * r.judge_accuracy_draws:.2f}% over 8 noise draws of the first 1,000); the noise moves each pixel by
-  {r.spread:.4f} (its standard deviation over the 8 draws). The training run measured L1 {final['test_l1']:.4f},
-  SSIM {final['test_ssim']:.4f} and {100 * final['test_judge_accuracy']:.2f}% on the first 1,000 in float32.
+  ({100 * r.judge_accuracy_draws:.2f}% over {SPREAD_SEEDS} noise draws of the first {SPREAD_SIZE:,}); the noise moves each pixel by
+  {r.spread:.4f} (its standard deviation over the {SPREAD_SEEDS} draws). The training run measured L1 {final['test_l1']:.4f},
+  SSIM {final['test_ssim']:.4f} and {100 * final['test_judge_accuracy']:.2f}% on {scored} in float32.
 - **Shipped test sample** (`--dataset mnist-sample-skeleton --test-size {SAMPLE_SIZE}`: the skeletons of the first
   {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): L1 {s.l1:.4f}, SSIM {s.ssim:.4f}, judged
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
             "sample_l1": s.l1, "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
+
+
+def _scored(last: Checkpoint) -> str:
+    """What the training run's own evaluations scored: "the first 2,000" (its --test-size) or "all of them"."""
+    size = last.train_config.get("test_size", 0)
+    return f"the first {size:,}" if size else "all of them"
 
 
 MEASURE = {"classification": measure_classification, "segmentation": measure_segmentation,
