@@ -199,3 +199,18 @@ def test_the_sample_tasks_make_the_full_tasks_canvases_and_pairs_from_the_shippe
     assert torch.equal(pairs.images > 0.5, skeleton.bool()) and 0 < skeleton.sum() < (pairs.components > 0.5).sum()
     assert task("mnist-sample-skeleton").kind == "synthesis" and input_shape("mnist-sample-segmentation") == (1, 64, 64)
     assert judge_for("mnist-sample-skeleton") == judge_for("mnist-skeleton") == "pretrained:capsnet-mnist-small"
+
+
+def test_a_shipped_model_defaults_to_its_task_on_the_shipped_digits_and_only_there():
+    from capsnet.data.tasks import SHIPPED_SAMPLES, TASKS, shipped_default, task
+
+    for full, sample in SHIPPED_SAMPLES.items():  # the same task, shapes and metric, made from the shipped digits
+        a, b = task(full), task(sample)
+        assert (a.source, b.source) == ("mnist", "mnist-sample")
+        assert (a.kind, a.input_shape, a.metric, a.num_classes) == (b.kind, b.input_shape, b.metric, b.num_classes)
+        assert shipped_default(full) == sample
+    # every task on MNIST that has a shipped counterpart is in the map (a new sample task needs its line)
+    assert {n.replace("mnist-sample", "mnist", 1) for n in TASKS if task(n).source == "mnist-sample"} == set(SHIPPED_SAMPLES)
+    # a model of any other data set is shown on its own: a Fashion-MNIST classifier never on digits
+    for other in ("fashion-mnist", "fashion-silhouette", "multimnist", "mnist-sample", "folder:/x"):
+        assert shipped_default(other) == other

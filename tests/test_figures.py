@@ -378,3 +378,23 @@ def test_a_shipped_model_draws_its_figures_into_the_working_folder(data_root, tm
     out = tmp_path / "figures-capsnet-mnist-small"
     assert {"training_curves.png", "reconstructions.png", "pose_sweep_0.png"} <= {p.name for p in out.iterdir()}
     assert sorted(p.name for p in pretrained.DIR.iterdir()) == shipped
+
+
+def test_a_shipped_mnist_model_draws_its_figures_offline_on_the_shipped_digits(tmp_path, monkeypatch, capsys):
+    """Without --dataset the figures of pretrained:capsnet-mnist-small used MNIST itself, a download; they now use the
+    digits that ship with it (as the viewer does). An empty data folder stands in for a machine without MNIST."""
+    from matplotlib.figure import Figure
+
+    from capsnet.figures import report
+
+    monkeypatch.setattr(report, "plot_routing", lambda *a, **k: Figure(figsize=(1, 1)))
+    monkeypatch.setattr(report, "plot_pose_sweep", lambda *a, **k: Figure(figsize=(1, 1)))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert _figures("--checkpoint", "pretrained:capsnet-mnist-small", "--data-dir", tmp_path / "empty",
+                    "--indices", 0, "--misclassified", 0, "--dpi", 20) == 0
+    assert "mnist-sample test images [0]" in capsys.readouterr().out
+    # asked for MNIST itself, it still looks there, and says what is missing
+    assert _figures("--checkpoint", "pretrained:capsnet-mnist-small", "--dataset", "mnist", "--data-dir",
+                    tmp_path / "empty", "--indices", 0, "--misclassified", 0, "--dpi", 20, "--out", tmp_path / "x") == 2
+    assert "mnist" in capsys.readouterr().err.lower() and not (tmp_path / "x").exists()

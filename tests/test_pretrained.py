@@ -176,3 +176,28 @@ def test_the_viewer_opens_a_shipped_segmentation_or_synthesis_model_offline_on_t
         assert walked["dice"] > 0.5  # the fourth canvas's digit found
     else:
         assert walked["scores"] and all(0 <= s["l1"] < 0.2 for s in walked["scores"])
+
+
+@_each(["segcaps-mnist", "capspix2pix-mnist"])
+def test_the_figures_of_a_shipped_segmentation_or_synthesis_model_draw_offline_on_the_shipped_digits(name, tmp_path,
+                                                                                                     monkeypatch, capsys):
+    from capsnet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()  # no MNIST here: the shipped digits are used
+    assert main(["figures", "--no-progress", "--checkpoint", f"pretrained:{name}", "--data-dir", str(tmp_path / "empty"),
+                 "--indices", "0", "--misclassified", "0", "--dpi", "20"]) == 0
+    sample = {"mnist-segmentation": "mnist-sample-segmentation", "mnist-skeleton": "mnist-sample-skeleton"}
+    assert f"{sample[SHIPPED[name]]} test" in capsys.readouterr().out
+    assert (tmp_path / f"figures-{name}" / "capsule_maps_0.png").is_file()
+
+
+@_each(["capsnet-fashion-small"])
+def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_shipped_digits(name, data_root):
+    """It opened on the shipped MNIST digits (a Fashion-MNIST classifier reading handwriting); there are no shipped
+    Fashion-MNIST items, so it opens on Fashion-MNIST itself (downloaded, or from --data-dir)."""
+    from capsnet.viz.engine import load_viewer
+
+    viewer = load_viewer(f"pretrained:{name}", data_dir=data_root, progress=False, test_size=50)
+    assert viewer.info()["dataset"] == "fashion-mnist"
+    assert viewer.info()["classes"][0] == "T-shirt/top"

@@ -487,7 +487,9 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
     f.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
-                   help="test set the inputs come from (default: the run's)")
+                   help="test set the inputs come from (default: the run's; for a shipped model trained on MNIST the "
+                        "same task on the shipped digits, offline: mnist-sample, mnist-sample-segmentation or "
+                        "mnist-sample-skeleton)")
     f.add_argument("--indices", type=_nonneg_int, nargs="+", default=None,
                    help="test-set indices of the inputs (default: the first test image of each class; MultiMNIST: "
                         "the first 8 pairs of the fixed test set; segmentation: the first 8 test images)")
@@ -565,8 +567,8 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one and for a "
-                        "shipped classifier, mnist-sample-segmentation or mnist-sample-skeleton for a shipped "
-                        "segmentation or MNIST synthesis model; "
+                        "shipped MNIST classifier, mnist-sample-segmentation or mnist-sample-skeleton for a shipped "
+                        "MNIST segmentation or synthesis model; "
                         "multimnist: the fixed test pairs; translated-mnist: test digits on 40x40; "
                         "mnist-segmentation: the fixed test canvases with their masks; mnist-skeleton, "
                         "fashion-silhouette, pairs:DIR: the test label maps with their real images)")

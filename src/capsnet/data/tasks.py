@@ -97,7 +97,8 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "absolute_dataset", "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "absolute_dataset", "TEST_SEED",
+           "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs"]
@@ -424,6 +425,19 @@ TASKS: dict[str, Task] = {
                                   metric="L1", kind="synthesis",
                                   help="mnist-skeleton's pairs from the MNIST digits that ship with capsnet: offline"),
 }
+# a task on MNIST -> the same task on the digits that ship with capsnet: where a shipped model (pretrained:NAME)
+# opens by default in the viewer and `capsnet figures`, offline
+SHIPPED_SAMPLES = {"mnist": "mnist-sample", "mnist-segmentation": "mnist-sample-segmentation",
+                   "mnist-skeleton": "mnist-sample-skeleton"}
+
+
+def shipped_default(trained_on: str) -> str:
+    """The data set a shipped model trained on ``trained_on`` is shown on when none is given: the same task on the
+    shipped MNIST digits where there is one (offline), else ``trained_on`` itself (a Fashion-MNIST model on
+    Fashion-MNIST, never on digits)."""
+    return SHIPPED_SAMPLES.get(trained_on, trained_on)
+
+
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images
 

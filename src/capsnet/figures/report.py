@@ -10,7 +10,7 @@ import torch
 
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
-from ..data.tasks import TEST_PAIRS, load_test
+from ..data.tasks import TEST_PAIRS, load_test, shipped_default
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -122,12 +122,19 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     images, one generated image per noise seed 0-3), interpolation (the noise
     moved between two seeds' vectors), capsule_maps_INDEX (CapsPix2pix: every
     generator layer's capsule lengths per type) and training_curves.
+    The inputs come from ``dataset``, by default the run's own; a shipped
+    model trained on MNIST (``pretrained:NAME``) draws on the same task made
+    from the digits that ship with capsnet (``mnist-sample``,
+    ``mnist-sample-segmentation``, ``mnist-sample-skeleton``), offline.
     Every input is checked before the first file is written.
     """
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
     model.eval()
+    if dataset is None and pretrained.is_shipped(checkpoints[0]):  # a shipped MNIST model: the shipped digits, offline
+        trained_on = ckpt.train_config.get("dataset", "mnist")
+        dataset = None if shipped_default(trained_on) == trained_on else shipped_default(trained_on)
     out = Path(out) if out else _default_out(checkpoints[0])
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:

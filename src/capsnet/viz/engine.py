@@ -284,10 +284,6 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# a shipped model's task -> the same task on the MNIST digits that ship with capsnet (the viewer's offline default)
-_SHIPPED_SAMPLE = {"mnist-segmentation": "mnist-sample-segmentation", "mnist-skeleton": "mnist-sample-skeleton"}
-
-
 def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
                 test_size: int | None = None) -> Viewer | SegmentationViewer | SynthesisViewer:
@@ -296,12 +292,13 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     A classification checkpoint gives a ``Viewer``; a segmentation one
     (``segcaps``, ``segcaps-r1``, ``unet``) a ``SegmentationViewer`` and a
     synthesis one (``capspix2pix``, ``pix2pix``) a ``SynthesisViewer``, of the
-    same calls. A shipped model (``pretrained:NAME``) shows the shipped
-    ``mnist-sample`` test digits (a segmentation or MNIST synthesis model: the
+    same calls. A shipped model (``pretrained:NAME``) trained on MNIST shows the
+    shipped ``mnist-sample`` test digits (a segmentation or synthesis model: the
     canvases or pairs made from them, ``mnist-sample-segmentation`` and
     ``mnist-sample-skeleton``) unless ``dataset`` says otherwise, so it works
-    offline; any other checkpoint the data set it was trained on (``folder:DIR``
-    reads the user's own images and masks).
+    offline (``capsnet.data.tasks.shipped_default``); any other checkpoint, and
+    a shipped model of another data set (Fashion-MNIST), the data set it was
+    trained on (``folder:DIR`` reads the user's own images and masks).
 
     The test inputs are the data set's test split (``capsnet.data.tasks``): for
     the experiment sets, the fixed MultiMNIST test pairs (36x36) or translated
@@ -312,7 +309,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     pairs (``pairs:DIR``: all the user's). ``test_size`` keeps the first this many
     test examples instead (0: all).
     """
-    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, task
+    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, shipped_default, task
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -334,7 +331,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         shipped = pretrained.is_shipped(checkpoint)
         trained_on = ckpt.train_config.get("dataset", "mnist")
         # a shipped model opens offline, on the shipped digits (made into canvases or pairs for its task)
-        name = dataset or (_SHIPPED_SAMPLE.get(trained_on, "mnist-sample") if shipped else trained_on)
+        name = dataset or (shipped_default(trained_on) if shipped else trained_on)
         what, checkpoint = ckpt.model_name, ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
         fix = {"segmentation": "mnist-segmentation or folder:DIR", "synthesis": "mnist-skeleton, fashion-silhouette "
