@@ -30,6 +30,8 @@ class _Base:
     long: int = 1  # a note too long for its line goes
     # on below it (before: cut at "goes")
     after: int = 0  # its own note
+    last: int = 0  # the last field's note goes on below
+    # it too (before: cut at "below")
 
     def method(self) -> int:
         hidden: int = 1  # a local in a method, not a field
@@ -44,7 +46,8 @@ class _Child(_Base):
 
 def test_field_notes_read_the_comment_beside_or_above_each_field_and_a_subclass_keeps_its_bases_notes():
     both = {"name": "a '#' inside the default's string is not where the note starts",
-            "long": 'a note too long for its line goes on below it (before: cut at "goes")', "after": "its own note"}
+            "long": 'a note too long for its line goes on below it (before: cut at "goes")', "after": "its own note",
+            "last": 'the last field\'s note goes on below it too (before: cut at "below")'}
     assert field_notes(_Base) == {"width": "how wide", "depth": "the block comment above a field is its note, in one line",
                                   **both}
     assert field_notes(_Child) == {"width": "how wide", "depth": "the subclass's own note wins", **both}

@@ -36,9 +36,11 @@ class EvalResult:
     confusion: torch.Tensor  # (K, K) int64, rows: true class, columns: predicted
 
     @property
-    def per_class_accuracy(self) -> list[float]:
-        totals = self.confusion.sum(dim=1).clamp(min=1)
-        return (self.confusion.diag().double() / totals).tolist()
+    def per_class_accuracy(self) -> list[float | None]:
+        """Each class's share of its test images classified right; None for a class with no test image (a small
+        --test-size can leave one out: it was reported as 0.0)."""
+        totals = self.confusion.sum(dim=1)
+        return [None if n == 0 else float(c) / int(n) for c, n in zip(self.confusion.diag().tolist(), totals.tolist())]
 
 
 @dataclass
@@ -271,7 +273,8 @@ class CheckpointEvaluation:
         K = r.confusion.shape[0]
         lines.append(f"\n{label}class  accuracy   " + " ".join(f"{j:>5}" for j in range(K)) + "   <- predicted")
         for i, acc in enumerate(r.per_class_accuracy):
-            lines.append(f"{i:>5}  {acc:8.4f}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
+            shown = "     n/a" if acc is None else f"{acc:8.4f}"  # no test image of this class
+            lines.append(f"{i:>5}  {shown}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
         return "\n".join(lines)
 
     def _segmentation_table(self) -> list[str]:

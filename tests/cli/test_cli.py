@@ -284,6 +284,30 @@ def test_missing_data_directory_is_explained(tmp_path, capsys):
                    "--out", tmp_path / "r")
     assert_clean_error(r, "train-images-idx3-ubyte")
     assert not (tmp_path / "r" / "last.safetensors").exists()
+    # the ways out are the command line's (it said "pass download=True", a Python argument), with the offline one
+    err = r.stderr
+    assert "download=True fetches" in err and "leave both unset to download them into" in err
+    assert "--dataset mnist-sample" in err
+    r = in_process(capsys, "eval", "--checkpoint", "pretrained:capsnet-fashion-small", "--data-dir", tmp_path,
+                   "--no-progress")
+    assert_clean_error(r, "No Fashion-MNIST items ship with capsnet")
+
+
+def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run, tmp_path, capsys):
+    """--test-size 50 of mnist-sample holds no 8: its accuracy was printed as 0.0000 and written as 0.0."""
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "50",
+                   "--json", tmp_path / "e.json", "--no-progress")
+    report = json.loads((tmp_path / "e.json").read_text())
+    confusion = torch.tensor(report["confusion"])
+    absent = [k for k in range(10) if confusion[k].sum() == 0]
+    assert absent == [8]  # the first 50 shipped test digits
+    assert report["per_class_accuracy"][8] is None
+    present = [k for k in range(10) if k not in absent]
+    assert [report["per_class_accuracy"][k] for k in present] == pytest.approx(
+        [(confusion[k, k] / confusion[k].sum()).item() for k in present])
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["8"])
+    assert row.split()[1] == "n/a"
 
 
 def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):

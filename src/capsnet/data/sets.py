@@ -196,8 +196,12 @@ def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
     env = os.environ.get("CAPSNET_DATA")
     if env:
         return Path(env).expanduser(), "CAPSNET_DATA"
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache).expanduser() / "capsnet", "cache"
+    return cache_root(), "cache"
+
+
+def cache_root() -> Path:
+    """The user cache the loaders download into when neither a root nor CAPSNET_DATA is given."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "capsnet"
 
 
 def load_dataset(
@@ -243,11 +247,15 @@ def load_dataset(
                 download = source == "cache"
             if not download:
                 names = " and ".join(f.name for f in missing)
+                offline = {"mnist": " Offline, the MNIST digits that ship with capsnet: --dataset mnist-sample "
+                                    "(or mnist-sample-segmentation, mnist-sample-skeleton).",
+                           "fashion-mnist": " No Fashion-MNIST items ship with capsnet."}.get(name, "")
                 raise DataError(
                     f"{name} {split} file(s) {names} not found in {folder} (root from {source}; "
                     f"looked for each raw and with .gz). Put the IDX files there (gzip or raw), "
-                    f"point --data-dir or CAPSNET_DATA at a folder holding {name}/, "
-                    "or pass download=True to fetch them."
+                    f"point --data-dir or CAPSNET_DATA at a folder holding {name}/, or leave both unset to "
+                    f"download them into {cache_root()} (from Python: download=True fetches them into "
+                    f"{base}).{offline}"
                 )
             urls = MIRRORS[name] if mirrors is None else tuple(mirrors)
             for f in missing:

@@ -37,8 +37,9 @@ def _trailing_comment(line: str) -> str | None:
 
 def _notes_in(cls: type) -> dict[str, str]:
     """The notes of the fields ``cls`` itself declares: the comment ending a field's line, else the comment lines
-    right above it. Comment lines between two fields that both end in a comment continue the upper one's note (a
-    section heading there wants a blank line above it)."""
+    right above it. Comment lines right below a field whose line ends in a comment continue its note when what
+    follows them is another such field, a blank line or the end of the fields (a section heading there wants a
+    blank line above it); above a field without a comment of its own they are that field's note."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # no source (a frozen or interactive build): no notes, the rest still listed
@@ -47,17 +48,17 @@ def _notes_in(cls: type) -> dict[str, str]:
     notes: dict[str, str] = {}
     above: list[str] = []
     previous = None  # the field on the line just above the comment lines, if its note ended that line
-    for line in source.splitlines()[1:]:
-        if line.startswith("    def ") or line.startswith("    @"):
-            break  # the methods: no fields below
+    for line in source.splitlines()[1:] + [""]:
         comment = _COMMENT_ONLY.match(line)
         if comment:
             above.append(comment.group(1).strip())
             continue
         field = _FIELD.match(line)
         trailing = _trailing_comment(line) if field else None
-        if above and trailing and previous in notes:  # the next field has its own note: the lines between go on
-            notes[previous] += " " + " ".join(above)  # the note of the field above them (its sentence continued)
+        if above and previous in notes and (trailing or not field):  # not the next field's own note: the lines
+            notes[previous] += " " + " ".join(above)  # go on the note of the field above them (its sentence continued)
+        if line.startswith("    def ") or line.startswith("    @"):
+            break  # the methods: no fields below
         previous = None
         if field and field.group(1) in own:
             note = trailing or " ".join(above)
