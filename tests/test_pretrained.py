@@ -7,7 +7,6 @@ has it) is checked against the figures its model card records.
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
@@ -90,7 +89,8 @@ each_shipped = _each(SHIPPED)
 
 def _measured(name: str) -> dict:
     """The figures tools/make_pretrained.py measured and wrote into the model card."""
-    return json.loads(re.search(r"<!-- measured: (\{.*\}) -->", shipped.card(name)).group(1))
+    assert "<!-- measured: {" in shipped.card(name)
+    return shipped.measured(name)
 
 
 @each_shipped

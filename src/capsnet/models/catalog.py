@@ -127,7 +127,8 @@ def shipped() -> list[dict[str, Any]]:
     """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs, the final
     epoch's test accuracy (a classifier's; None for the others, or where the history has none) and ``test_figure``,
     that epoch's headline test figure as text (a classifier's accuracy, a segmentation model's Dice, a synthesis
-    model's SSIM; None where the history has none)."""
+    model's SSIM): as its card measured it, on the whole test set with the shipped float16 weights, else (a card
+    without the figure) as the training run scored it; None where neither has one."""
     from .. import pretrained
     from ..checkpoint import load_checkpoint
     from . import MODELS
@@ -138,13 +139,18 @@ def shipped() -> list[dict[str, Any]]:
         history = ckpt.state.get("history") or []
         last = history[-1] if history else {}
         kind = MODELS[ckpt.model_name].kind if ckpt.model_name in MODELS else "classification"
-        accuracy = last.get("test_accuracy") if kind == "classification" else None
+        dataset = (ckpt.train_config or {}).get("dataset")
         key, text = {"classification": ("test_accuracy", lambda v: f"{100 * v:.2f}%"),
                      "segmentation": ("test_dice", lambda v: f"Dice {v:.4f}"),
                      "synthesis": ("test_ssim", lambda v: f"SSIM {v:.4f}")}[kind]
-        rows.append({"name": name, "model": ckpt.model_name, "dataset": (ckpt.train_config or {}).get("dataset"),
+        # the card's figure (the whole test set, the shipped weights): a segmentation run scores 2,000 canvases
+        card = pretrained.measured(name)
+        figure = card.get(f"{str(dataset).replace('-', '_')}_{key}" if kind == "classification" else key,
+                          last.get(key))
+        accuracy = figure if kind == "classification" else None
+        rows.append({"name": name, "model": ckpt.model_name, "dataset": dataset,
                      "epochs": ckpt.state.get("epoch"), "test_accuracy": accuracy,
-                     "test_figure": None if last.get(key) is None else text(last[key])})
+                     "test_figure": None if figure is None else text(figure)})
     return rows
 
 
@@ -176,7 +182,8 @@ def format_catalog() -> str:
     for p in shipped():
         lines.append(f"| pretrained:{p['name']} | {p['model']} | {p['dataset']} | {p['epochs']} | "
                      f"{p['test_figure'] or '-'} |")
-    lines += ["", "`capsnet models NAME` lists a model's fields; `capsnet train --model NAME --model-option "
+    lines += ["", "Test figures as each model's card measured them: the whole test set, the shipped float16 weights.",
+              "", "`capsnet models NAME` lists a model's fields; `capsnet train --model NAME --model-option "
               "FIELD=VALUE` sets one."]
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "card", "pack"]
+__all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "card", "measured", "pack"]
 
 DIR = Path(__file__).resolve().parent
 DEFAULT = "capsnet-mnist-small"
@@ -44,6 +44,17 @@ def path(name: str) -> Path:
 def card(name: str) -> str:
     """The model card (Markdown) of shipped model ``name``."""
     return path(name).with_suffix(".md").read_text(encoding="utf-8")
+
+
+def measured(name: str) -> dict:
+    """What tools/make_pretrained.py measured of shipped model ``name`` with its shipped (float16) weights, as its
+    card records it (the ``<!-- measured: {...} -->`` line): e.g. ``mnist_test_accuracy`` on the whole test set,
+    ``test_dice``, ``test_ssim``; {} for a card without one."""
+    import json
+    import re
+
+    found = re.search(r"<!-- measured: (\{.*\}) -->", card(name))
+    return json.loads(found.group(1)) if found else {}
 
 
 def pack(run: str | Path, target: str | Path) -> Path:
