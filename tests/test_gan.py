@@ -350,6 +350,13 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "out01"),
                  "--seeds", "5", "--no-progress"]) == 0
     assert np.array_equal(np.array(Image.open(tmp_path / "out01" / "map1_seed5.png")), img)
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
+                 "--seeds", "5", "--no-progress"]) == 0 and "wrote 3 images" in capsys.readouterr().out
+    for k in (1, 2):
+        (binary / f"map{k}.png").unlink()
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
+                 "--seeds", "5", "--no-progress"]) == 0 and "wrote 1 image to" in capsys.readouterr().out
 
 
 def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_cannot_apply(gan_run, data_root,
@@ -394,6 +401,7 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
     ("channels", "is 3-channel 32x32 (HxW), but the model takes 1-channel 32x32 label maps; save it as grayscale"),
     ("jpeg", "is a JPEG file, not a PNG"),
     ("empty", "no PNG files in"),
+    ("missing", "does not exist; create it and put the label maps in it as PNG files\n"),  # not "(paired ...)"
 ])
 def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, capsys, case, message):
     folder = tmp_path / "labels"
@@ -406,7 +414,7 @@ def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, c
     elif case == "jpeg":
         _labels(folder, n=1)
         Image.fromarray(np.zeros((32, 32), np.uint8)).save(folder / "map0.png", format="JPEG")
-    else:
+    elif case == "empty":
         folder.mkdir()
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(folder), "--out", str(tmp_path / "out"),
                  "--no-progress"]) == 2

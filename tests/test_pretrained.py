@@ -67,6 +67,12 @@ def test_an_unknown_shipped_name_lists_the_shipped_ones(packed, capsys):
         load_checkpoint("pretrained:nope")
     assert main(["eval", "--checkpoint", "pretrained:nope"]) == 2
     assert "pretrained:tiny" in capsys.readouterr().err
+    # a model's registry name, or a slip of the keys, is told the shipped model it meant
+    for typed in ("ti", "tinny"):
+        with pytest.raises(CheckpointError, match=rf"no shipped model named '{typed}' \(did you mean pretrained:tiny\?\)"):
+            load_checkpoint(f"pretrained:{typed}")
+    with pytest.raises(CheckpointError, match=r"pretrained: names no shipped model \(give pretrained:NAME\)"):
+        load_checkpoint("pretrained:")
 
 
 # ------------------------------------------------------------------ the models that ship

@@ -799,7 +799,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
                            device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
-    print(f"wrote {len(done.files)} images to {done.folder}")
+    print(f"wrote {len(done.files)} image{'s' if len(done.files) != 1 else ''} to {done.folder}")
     return 0
 
 

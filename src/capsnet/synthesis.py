@@ -246,7 +246,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
         raise DataError(f"--out {out} is a file; give a folder for the images")
     cfg = model.config
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)
-    files = png_files(Path(labels_dir), "label maps")
+    files = png_files(Path(labels_dir), "label maps", paired=False)
     arrays = {}
     for stem, path in files.items():
         a = image_array(path)

@@ -19,14 +19,15 @@ _OTHER_IMAGES = {".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".pp
 _IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
 
 
-def png_files(folder: Path, what: str) -> dict[str, Path]:
-    """The PNG files of ``folder`` by file stem (``what`` names them in errors: "images", "masks", ...)."""
+def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path]:
+    """The PNG files of ``folder`` by file stem (``what`` names them in errors: "images", "masks", ...; ``paired``:
+    they are paired by name with another folder's, as the errors say)."""
     if folder.exists() and not folder.is_dir():
         raise DataError(f"{what} folder {folder} is a file, not a folder; give the folder that holds the {what} "
                         f"as PNG files")
     if not folder.is_dir():
         raise DataError(f"{what} folder {folder} does not exist; create it and put the {what} in it as PNG "
-                        f"files (paired files named alike)")
+                        f"files" + (" (paired files named alike)" if paired else ""))
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     pngs = [p for p in files if p.suffix.lower() == ".png"]
     if not pngs:

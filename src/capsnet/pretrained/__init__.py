@@ -36,8 +36,14 @@ def path(name: str) -> Path:
     """The checkpoint file of shipped model ``name`` (``pretrained:`` may lead); a ValueError lists the names."""
     name = name[len(PREFIX):] if name.startswith(PREFIX) else name
     if name not in names():
+        import difflib
+
         shipped = ", ".join(f"{PREFIX}{n}" for n in names()) or "none in this installation"
-        raise ValueError(f"no shipped model named {name!r}; the shipped ones are {shipped}")
+        # a model's registry name (segcaps) or a slip of the keys: the shipped models it begins or nearly spells
+        near = [n for n in names() if name and n.startswith(name)] or difflib.get_close_matches(name, names(), n=1)
+        meant = f" (did you mean {' or '.join(PREFIX + n for n in near)}?)" if near else ""
+        what = f"no shipped model named {name!r}" if name else f"{PREFIX} names no shipped model (give {PREFIX}NAME)"
+        raise ValueError(f"{what}{meant}; the shipped ones are {shipped}")
     return _dir() / f"{name}.safetensors"
 
 
