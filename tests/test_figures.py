@@ -302,6 +302,12 @@ def test_routing_trace_of_every_capsule_model(name, small):
         own = own.view(3, H, W, T, J).permute(0, 3, 1, 2, 4).reshape(3, I, J)
     torch.testing.assert_close(trace.coupling[:, -1], own)
     assert trace.coupling_maps().shape == (3, R, J, H, W)
+    # the lower capsules' maps say what they show: EM's are activations (in 0..1), the others' pose lengths
+    assert trace.primary_are == ("activations" if name == "em-capsnet-small" else "lengths")
+    if name == "em-capsnet-small":
+        assert 0 <= trace.primary.min() and trace.primary.max() <= 1
+    fig = fg.plot_routing(trace, 0)
+    assert f"Lower capsule {trace.primary_are}, one map per capsule type" in fig.subfigs[1]._suptitle.get_text()
 
 
 def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys):

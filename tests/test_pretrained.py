@@ -194,7 +194,9 @@ def test_the_figures_of_a_shipped_segmentation_or_synthesis_model_draw_offline_o
     assert main(["figures", "--no-progress", "--checkpoint", f"pretrained:{name}", "--data-dir", str(tmp_path / "empty"),
                  "--indices", "0", "--misclassified", "0", "--dpi", "20"]) == 0
     sample = {"mnist-segmentation": "mnist-sample-segmentation", "mnist-skeleton": "mnist-sample-skeleton"}
-    assert f"{sample[SHIPPED[name]]} test" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{sample[SHIPPED[name]]} test" in out
+    assert out.splitlines()[0].startswith("checkpoint ")  # what was drawn from first, then what was seen
     assert (tmp_path / f"figures-{name}" / "capsule_maps_0.png").is_file()
 
 

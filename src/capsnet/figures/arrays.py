@@ -230,12 +230,14 @@ class RoutingTrace:
     lengths: (N, J), the class scores (capsule lengths for CapsNet).
     grid: (types, rows, columns) of the primary capsules; I = types * rows * columns,
         ordered (type, row, column).
+    primary_are: what ``primary`` holds, "lengths" or "activations" (EM's).
     """
 
     coupling: torch.Tensor
     primary: torch.Tensor
     lengths: torch.Tensor
     grid: tuple[int, int, int]
+    primary_are: str = "lengths"
 
     def coupling_maps(self) -> torch.Tensor:
         """Coefficients averaged over the capsule types, per position: (N, R, J, rows, columns)."""
@@ -256,7 +258,7 @@ def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
         raise FigureError(f"routing maps need a capsule model; {type(model).__name__} has no routing_view")
     model.eval()
     view = model.routing_view(_images(model, images))
-    return RoutingTrace(view.rounds.cpu(), view.children.cpu(), view.scores.cpu(), view.grid)
+    return RoutingTrace(view.rounds.cpu(), view.children.cpu(), view.scores.cpu(), view.grid, view.children_are)
 
 
 def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:

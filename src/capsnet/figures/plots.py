@@ -186,8 +186,8 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
             ax.set_title(f"type {t}", fontsize=6)
         else:
             ax.axis("off")
-    sub[1].colorbar(pim, ax=axes2[:, -1], shrink=0.8, label="length")
-    sub[1].suptitle("Lower capsule lengths (EM: activations), one map per capsule type", fontsize=9)
+    sub[1].colorbar(pim, ax=axes2[:, -1], shrink=0.8, label=trace.primary_are.rstrip("s"))
+    sub[1].suptitle(f"Lower capsule {trace.primary_are}, one map per capsule type", fontsize=9)
     return fig
 
 

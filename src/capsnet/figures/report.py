@@ -174,7 +174,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         rec = pair_reconstructions(model, images)
         save(plot_multimnist(images, rec, labels, pairs.classes), "multimnist")
         _curves(save, plot_training_curves, runs, done)
-        done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
+        done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
         return done
 
     name = dataset or trained_on
@@ -231,7 +231,7 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     save(plot_lengths(scores, labels, classes=classes), "lengths")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
 
@@ -290,7 +290,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
                                                             f"layer by layer"), f"capsule_maps_{index}")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
 
 
@@ -352,5 +352,5 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
     _curves(save, plot_gan_curves, runs, done)
-    done.notes.append(f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps {chosen}")
     return done

@@ -211,4 +211,4 @@ def grid_routing_view(caps: MatrixCaps, result: RoutingResult) -> RoutingView:
     R, K = result.rounds.shape[1], result.rounds.shape[-1]
     rounds = result.rounds.reshape(N, R, H, W, T, K).permute(0, 1, 4, 2, 3, 5).reshape(N, R, T * H * W, K)
     children = caps.activations.permute(0, 3, 1, 2).reshape(N, T * H * W)
-    return RoutingView(rounds, children, result.activations, (T, H, W))
+    return RoutingView(rounds, children, result.activations, (T, H, W), "activations")

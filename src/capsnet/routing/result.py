@@ -40,12 +40,14 @@ class RoutingView(NamedTuple):
     children: (N, I), the lower capsules' lengths or activations.
     scores: (N, J), the class scores (capsule lengths, activations or probabilities).
     grid: (types, rows, columns) of the lower capsules; I = types * rows * columns, ordered (type, row, column).
+    children_are: what ``children`` holds, "lengths" or "activations" (EM's), for a figure's words.
     """
 
     rounds: torch.Tensor
     children: torch.Tensor
     scores: torch.Tensor
     grid: tuple[int, int, int]
+    children_are: str = "lengths"
 
 
 def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None) -> tuple[int, int, int, int]:
