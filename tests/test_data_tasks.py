@@ -214,3 +214,16 @@ def test_a_shipped_model_defaults_to_its_task_on_the_shipped_digits_and_only_the
     # a model of any other data set is shown on its own: a Fashion-MNIST classifier never on digits
     for other in ("fashion-mnist", "fashion-silhouette", "multimnist", "mnist-sample", "folder:/x"):
         assert shipped_default(other) == other
+
+
+def test_other_classes_speaks_only_where_the_classes_differ():
+    from capsnet.data.tasks import other_classes
+
+    for same in (("mnist", "mnist-sample"), ("mnist", "translated-mnist"), ("mnist-sample", "mnist"),
+                 ("fashion-mnist", "fashion-mnist"), ("mnist-segmentation", "mnist-sample-segmentation"),
+                 ("mnist", "folder:/x"), ("cifar10", "mnist")):  # masks, or classes not known without loading
+        assert other_classes(*same) is None, same
+    said = other_classes("fashion-mnist", "mnist-sample")
+    assert said.startswith("the model was trained on fashion-mnist (T-shirt/top, Trouser, Pullover, ...) but "
+                           "mnist-sample's classes are others (0, 1, 2, ...)")
+    assert other_classes("mnist", "fashion-mnist").startswith("the model was trained on mnist (0, 1, 2, ...)")

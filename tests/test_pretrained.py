@@ -208,4 +208,8 @@ def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_
 
     viewer = load_viewer(f"pretrained:{name}", data_dir=data_root, progress=False, test_size=50)
     assert viewer.info()["dataset"] == "fashion-mnist"
-    assert viewer.info()["classes"][0] == "T-shirt/top"
+    assert viewer.info()["classes"][0] == "T-shirt/top" and "warning" not in viewer.info()
+    # asked for the shipped digits it opens on them, and says that the classes are not the ones it learned
+    viewer = load_viewer(f"pretrained:{name}", dataset="mnist-sample", progress=False)
+    assert viewer.info()["classes"][0] == "0"
+    assert viewer.info()["warning"].startswith("the model was trained on fashion-mnist (T-shirt/top, Trouser")

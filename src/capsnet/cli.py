@@ -771,13 +771,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress)
-    print(done.format())
     from . import pretrained
 
     shipped = pretrained.is_shipped(args.checkpoint)  # never write into the installed package
     out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
         else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
-    atomic_write_text(out, json.dumps(done.report(), indent=2))
+    atomic_write_text(out, json.dumps(done.report(), indent=2))  # first: a reader that stops early loses nothing
+    print(done.format())
     print(f"\nwritten {out}")
     return 0
 
@@ -937,6 +937,8 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     if viewer.checkpoint is None:
         print("the weights are UNTRAINED (random), so predictions and reconstructions mean nothing; pass "
               "--checkpoint RUN_DIR from `capsnet train`, or leave both out for the shipped model", file=sys.stderr)
+    if viewer.warning:
+        print(f"warning: {viewer.warning}", file=sys.stderr)
     shown = checkpoint if pretrained.is_shipped(checkpoint) else viewer.checkpoint or "untrained CapsNet"
     print(f"capsnet viewer: {shown} on {viewer.dataset} test images", flush=True)
     print(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/  (Ctrl-C stops)", flush=True)

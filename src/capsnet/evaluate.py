@@ -19,7 +19,7 @@ from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
-from .data.tasks import Split, input_shape, load_test, task
+from .data.tasks import Split, input_shape, load_test, other_classes, task
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
 
@@ -202,6 +202,7 @@ class CheckpointEvaluation:
     extra_sizes: dict[str, int] = field(default_factory=dict)
     titles: dict[str, str] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
+    warning: str | None = None  # scored on classes it was not trained for (capsnet.data.tasks.other_classes)
 
     def label(self, name: str) -> str:
         """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
@@ -221,6 +222,8 @@ class CheckpointEvaluation:
         out = {"checkpoint": str(self.checkpoint.path), "model": self.checkpoint.model_name,
                "epoch": self.checkpoint.state.get("epoch"), "dataset": self.dataset, "images": self.images,
                "accuracy": r.accuracy, "error": r.error, "loss": r.loss}
+        if self.warning:
+            out["warning"] = self.warning
         if isinstance(r, PairEvalResult):
             return out | {"metric": "top-2 exact match"}
         if isinstance(r, SegEvalResult):  # accuracy and error above are the Dice and 1 - Dice
@@ -256,6 +259,8 @@ class CheckpointEvaluation:
         pairs = isinstance(r, PairEvalResult)
         lines = [f"checkpoint {self.checkpoint.path} ({saved_point(self.checkpoint.state)}), {self.dataset} "
                  f"test set, {self.images} {'pairs' if pairs else 'images'}"]
+        if self.warning:
+            lines.append(f"warning: {self.warning}")
         if pairs:
             return "\n".join(lines + [f"top-2 exact accuracy {r.accuracy:.4f}   error {100 * r.error:.2f}%   "
                                       f"loss {r.loss:.4f}",
@@ -351,4 +356,5 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
                                 recon_weight=recon_weight, progress=progress)
         sizes[key] = len(real)
         placements[key] = placement(real.images)
-    return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements)
+    return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements,
+                                other_classes(train_config.get("dataset", "mnist"), name))

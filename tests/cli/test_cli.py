@@ -293,6 +293,20 @@ def test_missing_data_directory_is_explained(tmp_path, capsys):
     assert_clean_error(r, "No Fashion-MNIST items ship with capsnet")
 
 
+def test_a_classifier_scored_on_other_classes_is_warned_in_the_table_and_the_report(trained_run, tmp_path, capsys):
+    """The shipped Fashion-MNIST model scored on the shipped digits printed 22% accuracy without a word."""
+    r = in_process(capsys, "eval", "--checkpoint", "pretrained:capsnet-fashion-small", "--dataset", "mnist-sample",
+                   "--test-size", "20", "--json", tmp_path / "f.json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    said = "the model was trained on fashion-mnist (T-shirt/top, Trouser, Pullover, ...) but mnist-sample's classes"
+    assert r.stdout.splitlines()[1].startswith(f"warning: {said}")
+    assert json.loads((tmp_path / "f.json").read_text())["warning"].startswith(said)
+    # the digits the digit model trained on: no warning (mnist-sample and mnist share their classes)
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "20",
+                   "--json", tmp_path / "m.json", "--no-progress")
+    assert "warning" not in r.stdout and "warning" not in json.loads((tmp_path / "m.json").read_text())
+
+
 def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run, tmp_path, capsys):
     """--test-size 50 of mnist-sample holds no 8: its accuracy was printed as 0.0000 and written as 0.0."""
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "50",
@@ -331,6 +345,7 @@ def test_output_into_a_closed_pipe_is_not_a_traceback(trained_run, data_root, tm
     proc.stdout.close()  # long before the command has imported torch
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+    assert json.loads((tmp_path / "eval.json").read_text())["images"] == 20  # the report is written all the same
 
 
 def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):

@@ -199,6 +199,11 @@ def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
     return cache_root(), "cache"
 
 
+def class_names(name: str) -> tuple[str, ...] | None:
+    """The class names of one of ``DATASETS`` (None for any other name), without loading it."""
+    return _SPECS[name].classes if name in _SPECS else None
+
+
 def cache_root() -> Path:
     """The user cache the loaders download into when neither a root nor CAPSNET_DATA is given."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "capsnet"

@@ -97,8 +97,8 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "absolute_dataset", "TEST_SEED",
-           "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "absolute_dataset",
+           "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs"]
@@ -436,6 +436,23 @@ def shipped_default(trained_on: str) -> str:
     shipped MNIST digits where there is one (offline), else ``trained_on`` itself (a Fashion-MNIST model on
     Fashion-MNIST, never on digits)."""
     return SHIPPED_SAMPLES.get(trained_on, trained_on)
+
+
+def other_classes(trained_on: str, scored_on: str) -> str | None:
+    """A warning when a classifier trained on ``trained_on`` is scored or shown on ``scored_on`` whose classes are
+    others (a Fashion-MNIST model on MNIST digits: its accuracy there counts nothing); None when they agree or
+    either is not known without loading."""
+    from .sets import class_names
+
+    def classes(name: str) -> tuple[str, ...] | None:
+        return class_names(TASKS[name].source) if name in TASKS and TASKS[name].kind == "classification" else None
+
+    a, b = classes(trained_on), classes(scored_on)
+    if a is None or b is None or a == b:
+        return None
+    return (f"the model was trained on {trained_on} ({', '.join(a[:3])}, ...) but {scored_on}'s classes are others "
+            f"({', '.join(b[:3])}, ...): its scores there count nothing (--dataset {trained_on} scores it on its "
+            f"own classes)")
 
 
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks

@@ -99,12 +99,13 @@ class _ViewerBase:
         self.device = next(model.parameters()).device
         self._lock = threading.Lock()
         self._kernels: dict[str, Any] | None = None
+        self.warning: str | None = None  # a classifier shown other classes than it learned (load_viewer sets it)
 
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
         return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
                 "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
-                "model": type(self.model).__name__}
+                "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
 
     def kernels(self) -> dict[str, Any]:
         """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range (CapsPix2pix's
@@ -309,7 +310,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     pairs (``pairs:DIR``: all the user's). ``test_size`` keeps the first this many
     test examples instead (0: all).
     """
-    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, shipped_default, task
+    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, other_classes, shipped_default, task
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -351,5 +352,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         return SynthesisViewer(model, test_labels=test.images, test_images=test.components,
                                test_classes=None if classless else test.labels,
                                classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)
-    return Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
-                  checkpoint=checkpoint)
+    viewer = Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
+                    checkpoint=checkpoint)
+    if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
+        viewer.warning = other_classes(trained_on, name)
+    return viewer

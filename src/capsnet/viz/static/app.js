@@ -400,6 +400,8 @@ async function start() {
       `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +
       `${info.digit_dim}D · ${info.routing_iterations} routing rounds`;
     $("untrained").hidden = info.trained;
+    $("classes-warning").hidden = !info.warning;  // a classifier shown other classes than it learned
+    $("classes-warning").textContent = info.warning ? `Note: ${info.warning}.` : "";
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
     setUpPickers();
