@@ -420,13 +420,14 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "else the shipped one for the data set, if any)")
     e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
-                                                "checkpoint)")
+                                                "checkpoint; for pretrained:NAME eval-NAME.json in the working folder)")
     _common(e)
 
 
 def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a synthesis model "
-                                                       "(capspix2pix, capspix2pix-deep, pix2pix)")
+                                                       "(capspix2pix, capspix2pix-deep, pix2pix), or a shipped one "
+                                                       "(pretrained:capspix2pix-mnist)")
     g.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     g.add_argument("--labels", required=True, metavar="DIR",
                    help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
@@ -542,8 +543,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _field_flag(x, "--warmup-steps", TrainConfig, "warmup_steps", "a linear warm-up of the learning rate over this "
                 "many steps, for every model (default: each model's own: 200 for the CNN baseline, 0 for the rest; "
                 "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int, show_default=False)
-    _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last",
-                type=_positive_int)
+    _field_flag(x, "--eval-every", TrainConfig, "eval_every", "evaluate every this many epochs, and after the last "
+                "(not less-data, which evaluates about ten times a run)", type=_positive_int)
     _capsnet_arguments(x, all_flags=False)
     _baseline_arguments(x)
     _field_flag(x, "--seed", TrainConfig, "seed", "seed of the weights, subsets, shuffles and placements (test sets "
