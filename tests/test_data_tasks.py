@@ -221,9 +221,12 @@ def test_other_classes_speaks_only_where_the_classes_differ():
 
     for same in (("mnist", "mnist-sample"), ("mnist", "translated-mnist"), ("mnist-sample", "mnist"),
                  ("fashion-mnist", "fashion-mnist"), ("mnist-segmentation", "mnist-sample-segmentation"),
-                 ("mnist", "folder:/x"), ("cifar10", "mnist")):  # masks, or classes not known without loading
+                 ("mnist", "folder:/x"), ("svhn", "mnist")):  # a user's folder (masks); svhn's digits are MNIST's
         assert other_classes(*same) is None, same
     said = other_classes("fashion-mnist", "mnist-sample")
     assert said.startswith("the model was trained on fashion-mnist (T-shirt/top, Trouser, Pullover, ...) but "
                            "mnist-sample's classes are others (0, 1, 2, ...)")
     assert other_classes("mnist", "fashion-mnist").startswith("the model was trained on mnist (0, 1, 2, ...)")
+    # CIFAR-10 and SVHN are both 3x32x32 with 10 classes: the shapes agree, the classes do not
+    assert other_classes("cifar10", "svhn").startswith("the model was trained on cifar10 (airplane, automobile, bird")
+    assert "smallnorb (animal, human, airplane" in other_classes("smallnorb", "cifar10")

@@ -777,7 +777,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     shipped = pretrained.is_shipped(args.checkpoint)  # never write into the installed package
     out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
         else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
-    atomic_write_text(out, json.dumps(done.report(), indent=2))  # first: a reader that stops early loses nothing
+    try:  # first: a reader that stops early (| head) loses nothing
+        atomic_write_text(out, json.dumps(done.report(), indent=2))
+    except OSError:
+        print(done.format())  # a long evaluation's figures are shown all the same, then the error
+        raise
     print(done.format())
     print(f"\nwritten {out}")
     return 0

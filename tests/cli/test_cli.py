@@ -287,7 +287,7 @@ def test_missing_data_directory_is_explained(tmp_path, capsys):
     # the ways out are the command line's (it said "pass download=True", a Python argument), with the offline one
     err = r.stderr
     assert "download=True fetches" in err and "leave both unset to download them into" in err
-    assert "--dataset mnist-sample" in err
+    assert "mnist-sample, mnist-sample-segmentation and mnist-sample-skeleton are made from MNIST digits" in err
     r = in_process(capsys, "eval", "--checkpoint", "pretrained:capsnet-fashion-small", "--data-dir", tmp_path,
                    "--no-progress")
     assert_clean_error(r, "No Fashion-MNIST items ship with capsnet")
@@ -305,6 +305,19 @@ def test_a_classifier_scored_on_other_classes_is_warned_in_the_table_and_the_rep
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "20",
                    "--json", tmp_path / "m.json", "--no-progress")
     assert "warning" not in r.stdout and "warning" not in json.loads((tmp_path / "m.json").read_text())
+
+
+def test_an_eval_report_that_cannot_be_written_still_shows_its_figures(trained_run, monkeypatch, capsys):
+    import capsnet.checkpoint
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(capsnet.checkpoint, "atomic_write_text", full)
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "20",
+                   "--no-progress")
+    assert r.returncode == 2 and "No space left on device" in r.stderr
+    assert "accuracy" in r.stdout and "written" not in r.stdout
 
 
 def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run, tmp_path, capsys):

@@ -252,15 +252,15 @@ def load_dataset(
                 download = source == "cache"
             if not download:
                 names = " and ".join(f.name for f in missing)
-                offline = {"mnist": " Offline, the MNIST digits that ship with capsnet: --dataset mnist-sample "
-                                    "(or mnist-sample-segmentation, mnist-sample-skeleton).",
+                offline = {"mnist": " Offline: the data sets mnist-sample, mnist-sample-segmentation and "
+                                    "mnist-sample-skeleton are made from MNIST digits that ship with capsnet.",
                            "fashion-mnist": " No Fashion-MNIST items ship with capsnet."}.get(name, "")
+                fetch = (f", or leave both unset to download them into {cache_root()} (from Python: download=True "
+                         f"fetches them into {base})") if source != "cache" else ", or allow the download"
                 raise DataError(
                     f"{name} {split} file(s) {names} not found in {folder} (root from {source}; "
                     f"looked for each raw and with .gz). Put the IDX files there (gzip or raw), "
-                    f"point --data-dir or CAPSNET_DATA at a folder holding {name}/, or leave both unset to "
-                    f"download them into {cache_root()} (from Python: download=True fetches them into "
-                    f"{base}).{offline}"
+                    f"point --data-dir or CAPSNET_DATA at a folder holding {name}/{fetch}.{offline}"
                 )
             urls = MIRRORS[name] if mirrors is None else tuple(mirrors)
             for f in missing:

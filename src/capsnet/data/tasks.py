@@ -90,12 +90,12 @@ from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
 from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
-from .cifar10 import load_cifar10
+from .cifar10 import CIFAR10_CLASSES, load_cifar10
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
-from .svhn import load_svhn
+from .svhn import SVHN_CLASSES, load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "absolute_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
@@ -444,15 +444,19 @@ def other_classes(trained_on: str, scored_on: str) -> str | None:
     either is not known without loading."""
     from .sets import class_names
 
+    known = {"cifar10": CIFAR10_CLASSES, "svhn": SVHN_CLASSES, "smallnorb": SMALLNORB_CLASSES}
+
     def classes(name: str) -> tuple[str, ...] | None:
-        return class_names(TASKS[name].source) if name in TASKS and TASKS[name].kind == "classification" else None
+        if name not in TASKS or TASKS[name].kind != "classification":
+            return None
+        return known.get(TASKS[name].source) or class_names(TASKS[name].source)
 
     a, b = classes(trained_on), classes(scored_on)
     if a is None or b is None or a == b:
         return None
     return (f"the model was trained on {trained_on} ({', '.join(a[:3])}, ...) but {scored_on}'s classes are others "
-            f"({', '.join(b[:3])}, ...): its scores there count nothing (--dataset {trained_on} scores it on its "
-            f"own classes)")
+            f"({', '.join(b[:3])}, ...), so its accuracy there means nothing (--dataset {trained_on} uses its own "
+            f"classes)")
 
 
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks

@@ -10,7 +10,7 @@ import torch
 
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
-from ..data.tasks import TEST_PAIRS, load_test, shipped_default
+from ..data.tasks import TEST_PAIRS, load_test, other_classes, shipped_default
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -179,6 +179,8 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
 
     name = dataset or trained_on
     test = load_test(name, extras=False, root=root, progress=progress)
+    if warning := other_classes(trained_on, name):  # a Fashion-MNIST model drawn on digits: said, not refused
+        done.notes.append(f"warning: {warning}")
     cfg = model.config
     if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
         raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "

@@ -124,10 +124,10 @@ def describe(name: str) -> dict[str, Any]:
 
 
 def shipped() -> list[dict[str, Any]]:
-    """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs, the final
-    epoch's test accuracy (a classifier's; None for the others, or where the history has none) and ``test_figure``,
-    that epoch's headline test figure as text (a classifier's accuracy, a segmentation model's Dice, a synthesis
-    model's SSIM): as its card measured it, on the whole test set with the shipped float16 weights, else (a card
+    """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs, the test
+    accuracy (a classifier's; None for the others, or where neither card nor history has one) and ``test_figure``,
+    the headline test figure as text (a classifier's accuracy, a segmentation model's Dice, a synthesis model's
+    SSIM), both of the final epoch's weights: as its card measured it, on the whole test set with the shipped float16 weights, else (a card
     without the figure) as the training run scored it; None where neither has one."""
     from .. import pretrained
     from ..checkpoint import load_checkpoint
@@ -178,11 +178,12 @@ def format_catalog() -> str:
                      f"| {_weights(r)} |")
     lines += ["", "Input sizes and weights are the defaults; `capsnet train` sizes the input and the classes from "
               "--dataset.", "", "Trained models shipped with capsnet (`--checkpoint pretrained:NAME`):", "",
-              "| name | model | data | epochs | final-epoch test figure |", "|---|---|---|---:|---:|"]
+              "| name | model | data | epochs | test figure |", "|---|---|---|---:|---:|"]
     for p in shipped():
         lines.append(f"| pretrained:{p['name']} | {p['model']} | {p['dataset']} | {p['epochs']} | "
                      f"{p['test_figure'] or '-'} |")
-    lines += ["", "Test figures as each model's card measured them: the whole test set, the shipped float16 weights.",
+    lines += ["", "Test figures of the final epoch's weights as each model's card measured them: the whole test set, "
+              "the shipped float16 weights.",
               "", "`capsnet models NAME` lists a model's fields; `capsnet train --model NAME --model-option "
               "FIELD=VALUE` sets one."]
     return "\n".join(lines)

@@ -225,6 +225,7 @@ class Viewer(_ViewerBase):
             "input": encode(inp.image, 0.0, 1.0),
             "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
             "primary_lengths": encode(view.children[0].cpu().reshape(types, rows, cols)),  # min..max
+            "primary_are": view.children_are,  # "lengths", or EM's "activations"
             "coupling": encode(coupling, 0.0, float(coupling.max())),
             "lengths": [round(v, 6) for v in lengths[0].cpu().tolist()],
             "poses": [[round(v, 6) for v in row] for row in poses[0].cpu().tolist()],

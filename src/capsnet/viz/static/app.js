@@ -206,7 +206,8 @@ function renderLayers() {
   drawTiles($("feature-maps"), bytesOf(w.feature_maps), K, h, wd, { cols: 16, scale: 1, gap: 2 });
   const [T, rows, cols] = w.primary_lengths.shape;
   drawLabelledTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols,
-    { label: (t) => `type ${t}`, title: (t) => `lengths of capsule type ${t} over its ${rows}x${cols} grid` });
+    { label: (t) => `type ${t}`, title: (t) => `${w.primary_are} of capsule type ${t} over its ${rows}x${cols} grid` });
+  $("primary-what").textContent = w.primary_are === "activations" ? "Activation" : "Length";  // EM: activations
   $("primary-range").textContent = `black ${w.primary_lengths.lo.toFixed(3)} to white ${w.primary_lengths.hi.toFixed(3)}, ` +
     "this input's shortest and longest";
   const s = w.source;
