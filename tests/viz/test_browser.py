@@ -125,6 +125,8 @@ def test_pick_draw_and_slide(page_url, viewer):
             assert page.evaluate(blank)
 
             # the primary capsules and per-type routing maps: one labelled map per capsule type
+            assert page.inner_text("#primary-heading") == "Primary capsules"
+            assert page.inner_text("#primary-panel .hint").startswith("Length of each primary capsule")
             types = viewer.info()["primary"]["types"]
             for panel in ("#primary", "#routing-types"):
                 assert page.locator(f"{panel} figure canvas").count() == types
@@ -246,6 +248,36 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert page.inner_text("#conv-title") == "First convolution (down.0.0)"
             assert "after batch norm and ReLU" in page.inner_text("#conv-hint")
             assert "UNet (unet)" in page.inner_text("#model-info")
+            assert errors == []
+        finally:
+            browser.close()
+
+
+def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
+    """EM's class layer routes ConvCaps2's capsules, whose maps are activations: the page called them 'primary
+    capsules' and their values lengths (CapsNet's page keeps its words, checked in test_pick_draw_and_slide)."""
+    import torch
+    from playwright.sync_api import sync_playwright
+
+    from capsnet.models import create_model
+    from capsnet.viz.engine import Viewer
+
+    _need_browser()
+    torch.manual_seed(0)
+    model = create_model("em-capsnet-small", num_classes=10, input_height=28, input_width=28, conv1_channels=8,
+                         primary_types=2, caps1_types=4, caps2_types=4)
+    with serving(Viewer(model, test_images=torch.rand(4, 1, 28, 28), test_labels=torch.arange(4))) as srv, \
+            sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto("http://%s:%d/" % srv.server_address[:2])
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
+            assert page.inner_text("#primary-heading") == "Lower capsules (the class layer's inputs)"
+            assert page.inner_text("#primary-panel .hint").startswith("Activation of each lower capsule")
             assert errors == []
         finally:
             browser.close()

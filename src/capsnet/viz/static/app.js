@@ -199,6 +199,12 @@ function renderRouting() {
     `type maps from 0 to ${hi.toFixed(3)}`;
 }
 
+// CapsNet and Efficient-CapsNet route their primary capsules into the class layer; EM's and inverted attention's
+// class layers route deeper capsules
+function routesPrimary(info) {
+  return info.model === "CapsNet" || info.model === "EfficientCapsNet";
+}
+
 function renderLayers() {
   const w = state.walk, info = state.info;
   drawImage($("input"), w.input);
@@ -208,6 +214,9 @@ function renderLayers() {
   drawLabelledTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols,
     { label: (t) => `type ${t}`, title: (t) => `${w.primary_are} of capsule type ${t} over its ${rows}x${cols} grid` });
   $("primary-what").textContent = w.primary_are === "activations" ? "Activation" : "Length";  // EM: activations
+  const primary = routesPrimary(info);
+  $("primary-heading").textContent = primary ? "Primary capsules" : "Lower capsules (the class layer's inputs)";
+  $("primary-which").textContent = primary ? "primary" : "lower";
   $("primary-range").textContent = `black ${w.primary_lengths.lo.toFixed(3)} to white ${w.primary_lengths.hi.toFixed(3)}, ` +
     "this input's shortest and longest";
   const s = w.source;
@@ -397,7 +406,7 @@ async function start() {
       : synthesizing ? synthesisSummary(info)
       : `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
       `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
-      `${info.primary.types}x${info.primary.grid.join("x")} ${info.model === "CapsNet" ? "primary" : "lower"} ` +
+      `${info.primary.types}x${info.primary.grid.join("x")} ${routesPrimary(info) ? "primary" : "lower"} ` +
       `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +
       `${info.digit_dim}D · ${info.routing_iterations} routing rounds`;
     $("untrained").hidden = info.trained;
