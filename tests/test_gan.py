@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -501,3 +502,22 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     assert [r["test_l1"] for r in again] == [r["test_l1"] for r in rows]
     with pytest.raises(ValueError, match="needs synthesis models; segcaps is not"):
         plan("synthesis", tmp_path, train=train, models=["segcaps"])
+
+
+def test_pairs_whose_images_have_other_channels_than_the_model_makes_are_refused_alike(gan_run, tmp_path, capsys):
+    """Grey label maps that fit, RGB images that do not: eval said 'expected two image batches ... of one shape', the
+    viewer named an internal argument, and figures drew them. Each now names the data set and the fix."""
+    from capsnet.viz.engine import ViewerError, load_viewer
+
+    root = tmp_path / "pairs"
+    _labels(root / "labels", n=5)
+    _labels(root / "images", n=5, mode="RGB")
+    said = f"pairs:{root} has 3-channel images but the checkpoint's model makes 1-channel ones"
+    assert main(["eval", "--checkpoint", str(gan_run), "--dataset", f"pairs:{root}", "--no-progress",
+                 "--json", str(tmp_path / "e.json")]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "e.json").exists()
+    assert main(["figures", "--checkpoint", str(gan_run), "--dataset", f"pairs:{root}", "--out", str(tmp_path / "f"),
+                 "--no-progress"]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "f").exists()
+    with pytest.raises(ViewerError, match=re.escape(said)):
+        load_viewer(gan_run, dataset=f"pairs:{root}", progress=False)

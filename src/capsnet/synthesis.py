@@ -346,6 +346,20 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
     return PREFIX + shipped if shipped in names() else None
 
 
+def pairs_misfit(name: str, cfg) -> str | None:
+    """What keeps a synthesis model of config ``cfg`` from data set ``name``'s pairs (label maps of another shape,
+    images of another channel count), said for the user; None when they fit."""
+    from .data.tasks import input_shape, task
+
+    takes = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    if input_shape(name) != takes:
+        return f"{name} has label maps {input_shape(name)} (C, H, W) but the checkpoint's model takes {takes}"
+    if task(name).target_channels != cfg.out_channels:
+        return (f"{name} has {task(name).target_channels}-channel images but the checkpoint's model makes "
+                f"{cfg.out_channels}-channel ones")
+    return None
+
+
 def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
                                   test_size: int = 0, judge: str | os.PathLike | None = None,
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
@@ -354,7 +368,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
     ``truncation``: the noise truncated to [-t, t] (``generate``)."""
-    from .data.tasks import input_shape, load_test, task
+    from .data.tasks import load_test, task
     from .evaluate import load_model
 
     model, ckpt = load_model(path, which=which, device=device)
@@ -363,11 +377,8 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     if task(name).kind != "synthesis":
         raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a synthesis model "
                          f"({ckpt.model_name}); evaluate it on mnist-skeleton, fashion-silhouette or pairs:DIR")
-    cfg = model.config
-    if input_shape(name) != (cfg.in_channels, cfg.input_height, cfg.input_width):
-        raise ValueError(f"{name} has label maps {input_shape(name)} but the checkpoint's model takes "
-                         f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width}); evaluate it on data of the "
-                         f"shape it was trained on")
+    if misfit := pairs_misfit(name, model.config):
+        raise ValueError(f"{misfit}; evaluate it on data of the shape it was trained on")
     judge = judge_for(name, judge, run_dir=Path(ckpt.path).parent)
     judge_model = load_judge(judge, device=device) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)

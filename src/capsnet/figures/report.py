@@ -319,6 +319,10 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
         raise FigureError(f"{name} label maps are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
                           f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
+    if test.components.shape[1] != cfg.out_channels:  # drawn beside the real images, they must be alike
+        raise FigureError(f"{name} has {test.components.shape[1]}-channel images but the checkpoint's model makes "
+                          f"{cfg.out_channels}-channel ones; draw it on data of the shape it was trained on "
+                          f"(--dataset)")
     bad = [i for i in chosen if not 0 <= i < len(test)]
     if bad:
         raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} label maps, "

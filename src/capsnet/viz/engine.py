@@ -340,6 +340,11 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
                "or pairs:DIR"}.get(kind, "the data set it was trained on")
         raise ViewerError(f"{what} is a {kind} model but {name} is a {task(name).kind} data set: open it on {fix} "
                           f"(--dataset)")
+    if kind == "synthesis":
+        from ..synthesis import pairs_misfit
+
+        if misfit := pairs_misfit(name, model.config):
+            raise ViewerError(f"{misfit}: open it on data of the shape it was trained on (--dataset)")
     if test_size is None:  # the generated canvases are drawn on loading: 10,000 take ~10 s on a CPU
         made = not name.startswith((FOLDER_PREFIX, PAIRS_PREFIX))
         test_size = {"segmentation": SEGMENTATION_TEST_SIZE, "synthesis": SYNTHESIS_TEST_SIZE}.get(kind, 0) if made \
