@@ -428,6 +428,14 @@ def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path,
 
     out = cli("train", "--dataset", "mnist-skeleton", "--model", "segcaps", "--out", str(tmp_path / "a"))
     assert out.returncode == 2 and "use --model capspix2pix, capspix2pix-deep or pix2pix" in out.stderr
+    # a user's folder of the other kind: the kinds are told apart before its files are read (it said "label maps
+    # folder .../labels does not exist" of a segmentation folder given as pairs:)
+    for model, data, use in (("unet", "pairs", "capspix2pix, capspix2pix-deep or pix2pix"),
+                             ("pix2pix", "folder", "segcaps, segcaps-r1 or unet")):
+        with pytest.raises(SystemExit):
+            main(["train", "--model", model, "--dataset", f"{data}:{tmp_path / 'nowhere'}", "--out", str(tmp_path / "f")])
+        assert f"a {'synthesis' if data == 'pairs' else 'segmentation'} data set; use --model {use}" in \
+            capsys.readouterr().err
     out = cli("train", "--dataset", "mnist-skeleton", "--tensorboard", str(tmp_path / "tb"),
               "--out", str(tmp_path / "b"))
     assert out.returncode == 2 and "--tensorboard does not apply to the GAN loop of --model capspix2pix" in out.stderr

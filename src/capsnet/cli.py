@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task, task_kind
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -635,8 +635,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         last = load_checkpoint(Path(args.out) / "last.safetensors")
         dataset = getattr(args, "dataset", last.train_config.get("dataset", dataset))
         model = model or last.model_name
-    kind = task(dataset).kind
+    kind = task_kind(dataset)  # a user's folder is read after the model's kind is checked against it
     chosen = model or _DEFAULT_MODEL[kind]
+    if not args.resume and model_spec(chosen).kind != kind:
+        fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
+        use = f"{', '.join(fitting[:-1])} or {fitting[-1]}" if len(fitting) > 1 else fitting[0]
+        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "
+                          f"data set; use --model {use}")
     typed = _typed(args, _MODEL_FIELDS)
     for owner in MODELS:  # flags for fields the chosen model lacks, grouped by the first model that has them
         foreign = sorted(_flag(f) for f in typed if f not in _fields(chosen) and f in _fields(owner))
@@ -656,11 +661,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if field in train_changes:
                 args.parser.error(f"--{field} does not apply to --dataset {dataset}, which makes its training images "
                                   f"itself")
-    if not args.resume and model_spec(chosen).kind != kind:
-        fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
-        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "
-                          f"data set; use --model {', '.join(fitting[:-1])} or {fitting[-1]}" if len(fitting) > 1 else
-                          f"use --model {fitting[0]}")
     prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if dataset.startswith(p)), None)
     stem = f"{prefix[:-1]}-{Path(dataset[len(prefix):]).name}" if prefix else dataset
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else

@@ -97,7 +97,7 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import SVHN_CLASSES, load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "absolute_dataset",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind", "absolute_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
@@ -550,6 +550,16 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     held = held_out_names(list(names))
     keep = torch.tensor([(name in held) == (split == "test") for name in names]).nonzero().flatten()
     return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes)
+
+
+def task_kind(name: str) -> str:
+    """``task(name).kind`` without reading a user's folder: folder:DIR is segmentation, pairs:DIR synthesis (so a
+    model of the wrong kind is told so before the folder's files are checked)."""
+    if name.startswith(FOLDER_PREFIX):
+        return "segmentation"
+    if name.startswith(PAIRS_PREFIX):
+        return "synthesis"
+    return task(name).kind
 
 
 def task(name: str) -> Task:
