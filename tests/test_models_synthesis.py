@@ -633,7 +633,7 @@ def test_pix2pix_can_judge_with_capspix2pixs_dcgan_discriminator():
 @pytest.mark.parametrize("kw,message", [
     (dict(discriminator="patchgan"), "CapsPix2pixConfig.discriminator must be one of dcgan, patch, got 'patchgan'"),
     (dict(discriminator="patch", input_height=16, input_width=16),
-     r"a PatchGAN of patch_layers 3 needs sides of at least 24, got 16x16: use larger images or patch_layers 2"),
+     r"a PatchGAN of patch_layers 3 needs sides of at least 24, got 16x16: use larger images or --model-option patch_layers=2"),
     (dict(patch_layers=0), "patch_layers must be in 1")])
 def test_capspix2pix_discriminator_choice_refuses_bad_values_by_name(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -641,7 +641,7 @@ def test_capspix2pix_discriminator_choice_refuses_bad_values_by_name(kw, message
 
 
 def test_patchgan_too_deep_for_the_image_names_the_fix():
-    with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or disc_layers 2"):
+    with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or --model-option disc_layers=2"):
         Pix2pixConfig(input_height=16, input_width=16)
 
 

@@ -181,6 +181,19 @@ def test_a_test_folder_of_another_size_is_refused_before_anything_is_written(tmp
         create_model("unet", base_channels=4)(torch.rand(1, 1, 24, 24))  # four poolings need multiples of 16
 
 
+def test_a_folder_of_images_the_network_cannot_take_is_told_whose_size_it_is(tmp_path, mask_pairs, capsys):
+    """It named the config class alone (SegCapsR1Config.input_height must be a multiple of 8 ...)."""
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "d", 6, size=(60, 60))
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'd'}", "--model", "segcaps-r1", "--out",
+                 str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--dataset folder:{tmp_path / 'd'} holds 60x60 (HxW) images, which --model segcaps-r1 cannot take: " in err
+    assert "must be a multiple of 8" in err and "pad the images to 64 or crop them to 56" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, mask_pairs, capsys, monkeypatch):
     """Before: the relative DIR of folder:DIR was saved as typed, so the run could be resumed, evaluated or drawn
     only from the directory it was started in, and the same folder named absolutely was refused as another data set.

@@ -681,7 +681,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         del last  # its weights and optimizer state, not held while fit trains
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
-        model_cfg = model_spec(chosen).config(**train.input_fields(chosen, dataset), **model_changes)
+        sized = train.input_fields(chosen, dataset)
+        try:
+            model_cfg = model_spec(chosen).config(**sized, **model_changes)
+        except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
+            if not dataset.startswith((FOLDER_PREFIX, PAIRS_PREFIX)) or not any(
+                    f"input_{side}" in str(e) for side in ("height", "width")):
+                raise
+            raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
+                             f"images, which --model {chosen} cannot take: {e}") from None
         train_cfg = _train_config(train_changes, chosen)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"

@@ -240,11 +240,11 @@ def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
         ax_err.plot(epochs, [100 * r.get(f"{held}_error", math.nan) for r in records], marker="o",
                     color=line.get_color(), label=f"{name} ({held})")
     if any(k.endswith("_dice") for records in runs.values() for k in records[-1]):  # segmentation: accuracy is Dice
-        ax_loss.set(title="Loss (segmentation + reconstruction)", xlabel="epoch", ylabel="loss")
-        ax_acc.set(title="Training Dice (fresh canvases)", xlabel="epoch", ylabel="Dice (%)")
+        ax_loss.set(title="Loss (segmentation; SegCaps: + reconstruction)", xlabel="epoch", ylabel="loss")
+        ax_acc.set(title="Training Dice (training batches)", xlabel="epoch", ylabel="Dice (%)")
         ax_err.set(title="Held-out 1 - Dice", xlabel="epoch", ylabel="1 - Dice (%)")
     else:
-        ax_loss.set(title="Loss (margin + 0.0005 x reconstruction)", xlabel="epoch", ylabel="loss")
+        ax_loss.set(title="Loss (the model's own: CapsNet's margin + reconstruction)", xlabel="epoch", ylabel="loss")
         ax_acc.set(title="Training accuracy (augmented batches)", xlabel="epoch", ylabel="accuracy (%)")
         ax_err.set(title="Held-out error", xlabel="epoch", ylabel="error (%)")
     for ax in (ax_loss, ax_acc, ax_err):

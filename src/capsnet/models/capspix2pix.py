@@ -117,7 +117,7 @@ def check_patch_layers(cfg: Any, name: str) -> None:
     if side >> layers < 3:
         fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
         raise ValueError(f"a PatchGAN of {name} {layers} needs sides of at least {3 << layers}, got "
-                         f"{cfg.input_height}x{cfg.input_width}: use larger images or {name} {fit}")
+                         f"{cfg.input_height}x{cfg.input_width}: use larger images or --model-option {name}={fit}")
 
 
 def init_gan_weights(module: nn.Module) -> None:
