@@ -427,3 +427,18 @@ def test_a_palette_mask_is_read_by_its_indices(tmp_path):
         p.save(tmp_path / "mk" / "a.png")
         with pytest.raises(DataError, match="a.png is in colour"):
             load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
+def test_a_folder_whose_masks_are_all_empty_is_refused_and_one_empty_mask_is_not(folder):
+    """Every mask empty trained to test Dice 1.0000 (nothing predicted, nothing to find): a perfect-looking model."""
+    root = folder[0]
+    images, masks, names = load_mask_folder(root / "images", root / "masks")
+    assert masks.any()
+    for name in names:  # the same folder, every mask blanked
+        _save(root / "masks" / f"{name}.png", np.zeros(tuple(masks.shape[-2:]), np.uint8))
+    with pytest.raises(DataError, match=r"every mask in .*masks is empty \(all 0\): there is nothing to segment"):
+        load_mask_folder(root / "images", root / "masks")
+    mask = np.zeros(tuple(masks.shape[-2:]), np.uint8)
+    mask[1:3, 1:3] = 255
+    _save(root / "masks" / f"{names[0]}.png", mask)  # one object in one mask: a folder to learn from
+    assert int(load_mask_folder(root / "images", root / "masks")[1].sum()) == 4

@@ -229,3 +229,9 @@ def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, m
     monkeypatch.chdir(tmp_path)  # from where it was started, typed again either way: the run's own folder
     for typed in ("folder:d", f"folder:{tmp_path / 'd'}"):
         assert main(["train", "--out", "run", "--resume", "--epochs", "2", "--dataset", typed, "--no-progress"]) == 0
+    # the folder moved away: said as such (it was "--dataset folder:...: no such folder", of a flag never typed)
+    (tmp_path / "d").rename(tmp_path / "moved")
+    with pytest.raises(SystemExit):
+        main(["train", "--out", "run", "--resume", "--epochs", "3", "--no-progress"])
+    assert "trained on --dataset folder:d, and that folder is gone; put it back at d to resume" in \
+        capsys.readouterr().err

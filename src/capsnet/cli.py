@@ -671,6 +671,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
+        saved = last.train_config.get("dataset", "")
+        prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if saved.startswith(p)), None)
+        if prefix and not Path(saved[len(prefix):]).is_dir():  # a resume reads the very folder the run trained on
+            args.parser.error(f"the run in {out} trained on --dataset {saved}, and that folder is gone; put it back at "
+                              f"{saved[len(prefix):]} to resume (its test split is drawn from its files)")
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .idx import DataError
 from .multimnist import bounding_boxes
 from .png import load_png_pairs
 from .sets import unit_float
@@ -257,13 +258,18 @@ def load_mask_folder(images_dir: str | Path, masks_dir: str | Path
 
     Images: grayscale (L, or 1-bit) gives 1 channel and RGB 3; an alpha channel (LA, RGBA) is dropped, a palette
     image (P) is converted to RGB; 16- and 32-bit images (I;16, I, F) are refused: save them as 8-bit. All images
-    must have one size and one channel count. Masks: 1-bit, or 8-bit grayscale holding 0/1 or 0/255 (all 0 is fine);
-    an RGB mask is accepted when its channels are equal. Every file is read and checked before anything is
-    returned; a problem is a ``DataError`` (a ValueError) naming the file and the fix. Nothing is written.
+    must have one size and one channel count. Masks: 1-bit, or 8-bit grayscale holding 0/1 or 0/255 (a mask all 0
+    is fine, a folder of them all 0 is not: nothing to segment, and any model would score Dice 1 on it); an RGB
+    mask is accepted when its channels are equal. Every file is read and checked before anything is returned; a
+    problem is a ``DataError`` (a ValueError) naming the file and the fix. Nothing is written.
 
     Shapes: -> images (N, C, H, W) uint8, masks (N, 1, H, W) uint8 0/1, names: the N file stems, sorted.
     """
-    return load_png_pairs(images_dir, masks_dir)
+    images, masks, names = load_png_pairs(images_dir, masks_dir)
+    if len(masks) and not masks.any():
+        raise DataError(f"every mask in {masks_dir} is empty (all 0): there is nothing to segment, and a model "
+                        f"predicting nothing would score Dice 1; give masks with the objects marked 255 (or 1)")
+    return images, masks, names
 
 
 # ---------------------------------------------------------------------------------------------- baseline and metrics
