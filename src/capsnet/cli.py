@@ -826,6 +826,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     if args.opset is not None and args.format != "onnx":
         args.parser.error(f"--opset applies to --format onnx only, not --format {args.format}")
+    from .export import FORMATS as suffixes
+
+    given = Path(args.out).suffix.lower() if args.out else ""
+    other = next((f for f, s in suffixes.items() if s == given and f != args.format), None)
+    if other:  # x.pt2 written as ONNX reads back as neither
+        args.parser.error(f"--out {args.out} has the suffix of --format {other} ({given}), not of {args.format}: use "
+                          f"--format {other}, or name the file {Path(args.out).with_suffix(suffixes[args.format]).name}")
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset)
           .format_report())
     return 0

@@ -95,6 +95,12 @@ def test_export_refusals(trained_run, tmp_path, capsys, monkeypatch):
     r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "torch-export", "--opset", "18",
                    "--out", tmp_path / "m.pt2")
     assert_clean_error(r, "--opset applies to --format onnx only")
+    # a file named for the other format was written in this one (x.pt2 holding ONNX), readable as neither
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", tmp_path / "m.pt2")
+    assert_clean_error(r, "--out", "m.pt2 has the suffix of --format torch-export (.pt2), not of onnx: use --format "
+                       "torch-export, or name the file m.onnx")
+    r = in_process(capsys, "export", "--checkpoint", trained_run, "--format", "torch-export", "--out", tmp_path / "m.ONNX")
+    assert_clean_error(r, "has the suffix of --format onnx (.onnx), not of torch-export")
     r = in_process(capsys, "export", "--checkpoint", tmp_path / "nothing-here", "--out", tmp_path / "m.onnx")
     assert_clean_error(r, "capsnet export: error: checkpoint", "does not exist")
     r = in_process(capsys, "export", "--checkpoint", trained_run, "--out", trained_run / "best.safetensors")
