@@ -976,6 +976,19 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _path_error(e: OSError) -> str:
+    """An OSError of a path in words: a file where a folder was to be made, the folder an atomic write's temporary
+    file was in (its name means nothing to the user), else the error and the path."""
+    import errno
+
+    name = Path(e.filename) if e.filename else None
+    if name is not None and e.errno == errno.EEXIST and name.is_file():
+        return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
+    if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
+        return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
+    return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
+
+
 def _allocator_argument(p: argparse.ArgumentParser, scope: str) -> None:
     p.add_argument("--allocator", choices=ALLOCATORS, default="keep",
                    help="keep: glibc keeps freed memory for reuse, faster CPU training (capsnet.memory; a no-op off "
@@ -1105,7 +1118,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
         return 141
     except OSError as e:  # a path the command cannot read or write (a file where a folder belongs, no permission)
-        where = f": {e.filename}" if e.filename else ""
-        print(f"capsnet {args.command}{_rank_tag()}: error: {e.strerror or e}{where}; check the paths given",
-              file=sys.stderr)
+        print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e)}", file=sys.stderr)
         return 2

@@ -403,7 +403,15 @@ def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_wor
     assert_clean_error(r, f"--json {tmp_path} is a folder; give a file name")
     (tmp_path / "a_file").write_text("")
     r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--out", tmp_path / "a_file")
-    assert_clean_error(r, f"File exists: {tmp_path / 'a_file'}; check the paths given")
+    assert_clean_error(r, f"{tmp_path / 'a_file'} is a file, where a folder was to be made; give a folder (--out)")
+    # an atomic write's temporary file named the folder it could not write in, not itself (.config.json.tmp-...)
+    from capsnet.cli import _path_error
+
+    e = OSError(30, "Read-only file system", str(tmp_path / "ro" / ".config.json.tmp-9866z12_"))
+    assert _path_error(e) == (f"cannot write in {tmp_path / 'ro'}: Read-only file system; give a folder you can write "
+                              f"to (--out)")
+    e = OSError(2, "No such file or directory", str(tmp_path / "x.json"))
+    assert _path_error(e) == f"No such file or directory: {tmp_path / 'x.json'}; check the paths given"
 
 
 @pytest.mark.parametrize("dataset,flag", [("multimnist", ["--shift", "3"]), ("translated-mnist", ["--augment",
