@@ -148,6 +148,11 @@ def test_run_benchmark_without_baseline(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="missing.py: no such file; give the path of benchmarks/tutorial_baseline.py"):
         run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"],
                       baseline_path=tmp_path / "missing.py", config=TINY, memory=False, floor=False)
+    started = []  # run_grid checks it before announcing its first row set (it printed "batch ..." first)
+    with pytest.raises(ValueError, match="missing.py: no such file"):
+        bench.run_grid(batch_sizes=[2], rounds=[1], dtypes=["fp32"], on_start=lambda *a: started.append(a),
+                       baseline_path=tmp_path / "missing.py", repeats=1)
+    assert started == []
     monkeypatch.setattr(bench, "default_baseline_path", lambda: None)  # installed without the source checkout
     rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["infer"], config=TINY,
                          memory=False, floor=False)

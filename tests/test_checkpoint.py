@@ -136,3 +136,11 @@ def test_a_model_with_batch_norm_round_trips_its_integer_counter(tmp_path):
     save_checkpoint(tmp_path / "b.safetensors", Checkpoint("efficient-capsnet", model.config.to_dict(), {}, {"epoch": 1, "step": 1}, bad))
     with pytest.raises(CheckpointError, match="keeps an integer count"):
         load_weights(fresh, load_checkpoint(tmp_path / "b.safetensors"))
+
+
+def test_saved_point_says_where_in_training_with_one_batch_or_several():
+    from capsnet.checkpoint import saved_point
+
+    assert saved_point({"epoch": 3}) == "epoch 3"
+    assert saved_point({"epoch": 1, "within": {"batches": 1, "epoch": 2}}) == "epoch 1 + 1 batch of epoch 2"
+    assert saved_point({"epoch": 0, "within": {"batches": 40, "epoch": 1}}) == "epoch 0 + 40 batches of epoch 1"

@@ -461,9 +461,7 @@ def run_benchmark(
         note = "tutorial baseline left out: no baseline rows or ratios"
     else:
         path = Path(baseline_path) if baseline_path is not None else default_baseline_path()
-        if baseline_path is not None and not path.is_file():  # asked for by name: a typo must not pass as a choice
-            raise ValueError(f"tutorial baseline {path}: no such file; give the path of benchmarks/tutorial_baseline.py "
-                             f"of a capsnet source checkout, or '' to leave the baseline out")
+        _check_baseline_path(baseline_path)
         if path is not None and path.is_file():
             baseline_module = load_baseline(path)
         else:
@@ -543,6 +541,13 @@ def run_benchmark(
     return rows
 
 
+def _check_baseline_path(baseline_path: str | os.PathLike[str] | None) -> None:
+    """A baseline asked for by name must exist: a typo must not pass as a choice to leave it out."""
+    if baseline_path not in (None, "") and not Path(baseline_path).is_file():
+        raise ValueError(f"tutorial baseline {baseline_path}: no such file; give the path of "
+                         f"benchmarks/tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
+
+
 def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),
              on_start: Callable[[int, int, str], None] | None = None, **options: Any) -> list[dict[str, Any]]:
     """``run_benchmark`` for the paper's CapsNet at every (batch size, routing rounds, dtype), one row set each.
@@ -550,6 +555,7 @@ def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,
     ``on_start(batch, rounds, dtype)`` is called before each row set; ``options`` go to ``run_benchmark``.
     """
     rows: list[dict[str, Any]] = []
+    _check_baseline_path(options.get("baseline_path"))  # before the first row set is announced
     for batch_size in batch_sizes:
         for r in rounds:
             for dtype in dtypes:

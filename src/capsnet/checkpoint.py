@@ -242,7 +242,8 @@ def saved_point(state: dict[str, Any]) -> str:
     epoch, ``epoch E + N batches of epoch E+1``."""
     within = state.get("within")
     if isinstance(within, dict):
-        return f"epoch {state.get('epoch')} + {within.get('batches')} batches of epoch {within.get('epoch')}"
+        n = within.get("batches")
+        return f"epoch {state.get('epoch')} + {n} batch{'' if n == 1 else 'es'} of epoch {within.get('epoch')}"
     return f"epoch {state.get('epoch')}"
 
 

@@ -723,7 +723,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors")
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
     if main_rank and finished:
-        print(f"the run in {out} has finished its {train_cfg.epochs} epochs; pass a larger --epochs to train on")
+        print(f"the run in {out} has finished its {train_cfg.epochs} epoch{'' if train_cfg.epochs == 1 else 's'}; pass a larger --epochs to train on")
     elif main_rank and resumed is not None:
         print(f"resuming the run in {out} from {saved_point(resumed)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
@@ -878,7 +878,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     def started(k: int, run: ex.Run) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
-              f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epochs "
+              f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epoch{'' if run.train_config.epochs == 1 else 's'} "
               f"-> {run.run_dir}", flush=True)
 
     def launched(k: int, run: ex.Run) -> None:
