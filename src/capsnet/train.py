@@ -15,6 +15,8 @@ and trains on its slice of it through ``DistributedDataParallel``
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import copy
 import dataclasses
 import json
@@ -196,6 +198,35 @@ class LastSave:
         if self.state is None:
             return "no checkpoint was written"
         return f"{self.path} still holds {saved_point(self.state)}"
+
+
+class _SaveThenStop:
+    """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
+    resumed exactly) and then stops as an interrupt; a second signal stops at once. ``arm`` installs the handlers
+    (at the first epoch, so an interrupt while the data loads stops at once), leaving the block restores the
+    previous ones. Off under torchrun (the launcher owns the signals) and off the main thread."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.asked = False
+        self._old: dict[int, Any] = {}
+
+    def arm(self) -> None:
+        if self.enabled and not self._old:
+            self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def __enter__(self) -> "_SaveThenStop":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old = {}
 
 
 def _save_now(last: LastSave, save_every_s: float, step: int, launch: Launch | None, dev: torch.device) -> bool:
@@ -590,8 +621,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
-                    save_every_s)
+        with _SaveThenStop(enabled=True) as stop:
+            return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
+                        save_every_s, stop)
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
@@ -612,7 +644,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
          launch: Launch | None, tensorboard: str | os.PathLike | None = None,
-         data: tuple[Split, Split] | None = None, save_every_s: float | None = None) -> dict[str, Any]:
+         data: tuple[Split, Split] | None = None, save_every_s: float | None = None,
+         stop: _SaveThenStop | None = None) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -715,6 +748,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
     whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
     shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
+    stop = stop or _SaveThenStop(enabled=False)
+    stop.arm()  # from here an interrupt saves where training is, then stops
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
@@ -768,7 +803,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             bar.update()
             if step % _CHECK_EVERY == 0:
                 _stop_if_not_finite(first_bad, epoch, last, launch)
-            if save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev):
+            stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
+            if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                 if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
                     _stop_if_not_finite(first_bad, epoch, last)
                 loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
@@ -777,6 +813,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
                                            [loss_sum.item(), correct_sum.item()], seen_all,
                                            time.monotonic() - started, dev, W), g, ranks_rng)
+                if stopping:
+                    bar.close()
+                    raise KeyboardInterrupt
         _stop_if_not_finite(first_bad, epoch, last, launch)  # before anything of this epoch is saved
         run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device

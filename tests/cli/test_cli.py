@@ -74,7 +74,7 @@ def test_the_final_epoch_is_reported_once_with_or_without_progress_bars(tmp_path
         assert r.returncode == 0, r.stderr
         assert r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
     r = in_process(capsys, *args, "--out", tmp_path / "run0", "--resume")
-    assert "has finished its 1 epochs" in r.stdout and r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
+    assert "has finished its 1 epoch;" in r.stdout and r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
 
 
 def test_the_shared_run_learned_and_eval_agrees_with_its_metrics(trained_run, data_root, tmp_path, capsys):
@@ -145,6 +145,29 @@ def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run):
     r = capsnet("train", "--out", run, "--resume", "--no-progress")  # the run's own settings
     assert r.returncode == 0, r.stderr
     assert f"resuming the run in {run} from epoch {done}\n" in r.stdout
+    assert _same_weights(run, straight_run)
+    assert _metrics(run) == _metrics(straight_run)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact(tmp_path, straight_run, sig):
+    """SIGTERM (a scheduler's stop) ended a run silently, and Ctrl-C stopped it, each losing up to --save-every
+    minutes of training; now the loop saves at the step it was at, then stops."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "capsnet", "train", *RESUMABLE, "--out", str(run)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # into epoch 2
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "--resume` continues from the last checkpoint" in err
+    state = load_checkpoint(run, "last").state
+    assert "within" in state and state["within"]["batches"] >= 1  # saved inside the epoch, at the signal
+    r = capsnet("train", "--out", run, "--resume", "--no-progress")
+    assert r.returncode == 0, r.stderr
     assert _same_weights(run, straight_run)
     assert _metrics(run) == _metrics(straight_run)
 
