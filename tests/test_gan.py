@@ -176,6 +176,38 @@ def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_
     assert [[r[k] for k in keep] for r in a.state["history"]] == [[r[k] for k in keep] for r in b.state["history"]]
 
 
+def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(tmp_path, data_root, monkeypatch):
+    """SIGTERM (or Ctrl-C) during a step: the loop finishes the step, saves inside the epoch and stops; with saves
+    inside epochs off, nothing but the signal wrote that save. The handlers are restored afterwards."""
+    import os
+    import signal
+
+    from capsnet.train import lr_at as real_lr_at
+
+    cfg = replace(TINY, epochs=2)  # 2 batches an epoch
+    model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)
+    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False, save_every_s=None)
+    before = signal.getsignal(signal.SIGTERM)
+
+    sent = []
+
+    def signalled_at_step_2(step, *args):  # called for each optimizer: one signal (a second stops at once)
+        if step == 2 and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return real_lr_at(step, *args)
+    monkeypatch.setattr("capsnet.gan.lr_at", signalled_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=None)
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGTERM) == before
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (1, 3, 1)
+    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    for k in a.model_state:
+        assert torch.equal(a.model_state[k], b.model_state[k]), k
+
+
 @pytest.mark.parametrize("save_every_epoch", [False, True])
 def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, data_root, monkeypatch,
                                                                       save_every_epoch):

@@ -320,3 +320,22 @@ def test_rng_state_round_trip_on_the_cpu_restores_the_next_draws():
     restore_rng_state(here, cpu)
     restore_rng_state({}, cpu)  # a checkpoint without random states leaves the generator where it is
     assert torch.equal(torch.rand(4), ahead)
+
+
+def test_save_then_stop_asks_once_then_stops_at_once_and_restores_the_handlers():
+    import signal
+
+    from capsnet.train import SaveThenStop
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with SaveThenStop(enabled=True) as stop:
+        assert signal.getsignal(signal.SIGINT) == before[0]  # not armed yet: an interrupt while loading stops at once
+        stop.arm()
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the first signal: the loop saves, then stops
+        assert stop.asked
+        with pytest.raises(KeyboardInterrupt):  # a second one does not wait for the loop
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    off = SaveThenStop(enabled=False)
+    off.arm()
+    assert signal.getsignal(signal.SIGINT) == before[0] and not off.asked

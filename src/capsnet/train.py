@@ -200,7 +200,7 @@ class LastSave:
         return f"{self.path} still holds {saved_point(self.state)}"
 
 
-class _SaveThenStop:
+class SaveThenStop:
     """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
     resumed exactly) and then stops as an interrupt; a second signal stops at once. ``arm`` installs the handlers
     (at the first epoch, so an interrupt while the data loads stops at once), leaving the block restores the
@@ -220,7 +220,7 @@ class _SaveThenStop:
             raise KeyboardInterrupt
         self.asked = True
 
-    def __enter__(self) -> "_SaveThenStop":
+    def __enter__(self) -> "SaveThenStop":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -621,7 +621,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        with _SaveThenStop(enabled=True) as stop:
+        with SaveThenStop(enabled=True) as stop:
             return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
                         save_every_s, stop)
     if data is not None:
@@ -645,7 +645,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
          launch: Launch | None, tensorboard: str | os.PathLike | None = None,
          data: tuple[Split, Split] | None = None, save_every_s: float | None = None,
-         stop: _SaveThenStop | None = None) -> dict[str, Any]:
+         stop: SaveThenStop | None = None) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -748,7 +748,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
     whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
     shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
-    stop = stop or _SaveThenStop(enabled=False)
+    stop = stop or SaveThenStop(enabled=False)
     stop.arm()  # from here an interrupt saves where training is, then stops
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
