@@ -19,7 +19,7 @@ from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
-from .data.tasks import Split, input_shape, load_test, other_classes, task
+from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task
 from .models import MODELS, model_name, model_spec
 from .runtime import resolve_device
 
@@ -336,6 +336,7 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
     split = load_test(name, size=test_size, root=root, progress=progress)
+    check_test_size(test_size, split, name)
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
     sizes = {extra: len(s) for extra, s in split.extra.items()}

@@ -368,7 +368,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
     ``truncation``: the noise truncated to [-t, t] (``generate``)."""
-    from .data.tasks import load_test, task
+    from .data.tasks import check_test_size, load_test, task
     from .evaluate import load_model
 
     model, ckpt = load_model(path, which=which, device=device)
@@ -382,6 +382,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     judge = judge_for(name, judge, run_dir=Path(ckpt.path).parent)
     judge_model = load_judge(judge, device=device) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
+    check_test_size(test_size, split, name)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
                                  progress=progress, truncation=truncation)
     return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),

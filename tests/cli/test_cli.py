@@ -343,6 +343,18 @@ def test_an_eval_report_that_cannot_be_written_still_shows_its_figures(trained_r
     assert "accuracy" in r.stdout and "written" not in r.stdout
 
 
+def test_more_test_examples_than_there_are_is_refused_as_too_many_training_ones_are(trained_run, tmp_path, capsys):
+    """--test-size 99999 of mnist-sample trained and scored on its 500 without a word."""
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--test-size", "99999", "--epochs", "1", *TINY,
+                   "--out", tmp_path / "r")
+    assert_clean_error(r, "test_size 99999 exceeds the 500 test examples of mnist-sample; give at most 500, or 0 for all")
+    assert not (tmp_path / "r").exists()
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "501",
+                   "--no-progress", "--json", tmp_path / "e.json")
+    assert_clean_error(r, "test_size 501 exceeds the 500 test examples of mnist-sample")
+    assert not (tmp_path / "e.json").exists()
+
+
 def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run, tmp_path, capsys):
     """--test-size 50 of mnist-sample holds no 8: its accuracy was printed as 0.0000 and written as 0.0."""
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "50",

@@ -97,7 +97,7 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import SVHN_CLASSES, load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind", "absolute_dataset",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind", "check_test_size", "absolute_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
@@ -608,7 +608,16 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
         held, held_name = t.held(val, 0, True), "val"
     else:
         held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
+        check_test_size(test_size, held, name)
     return Split(train.images, train.labels, train.classes), held, held_name
+
+
+def check_test_size(test_size: int, held: Split, name: str) -> None:
+    """A ValueError when more test examples were asked for than ``name`` has (it scored the fewer without a word,
+    where too large a train_size is refused)."""
+    if test_size and len(held) < test_size:
+        raise ValueError(f"test_size {test_size} exceeds the {len(held)} test examples of {name}; give at most "
+                         f"{len(held)}, or 0 for all")
 
 
 _LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_svhn}  # the rest: load_dataset
