@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task, task_kind
+from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task, task_kind, user_folder
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -182,7 +182,8 @@ EMA_HELP = ("evaluate and save an exponential moving average of the weights (syn
 def _dataset(value: str) -> str:
     """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read; TrainConfig makes a run's
     DIR absolute)."""
-    if value in TASKS or any(value.startswith(p) and len(value) > len(p) for p in (FOLDER_PREFIX, PAIRS_PREFIX)):
+    folder = user_folder(value)
+    if value in TASKS or (folder and folder[1]):  # folder:DIR with a DIR
         return value
     close = difflib.get_close_matches(value, list(TASKS), n=1, cutoff=0.6)
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
@@ -661,8 +662,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if field in train_changes:
                 args.parser.error(f"--{field} does not apply to --dataset {dataset}, which makes its training images "
                                   f"itself")
-    prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if dataset.startswith(p)), None)
-    stem = f"{prefix[:-1]}-{Path(dataset[len(prefix):]).name}" if prefix else dataset
+    folder = user_folder(dataset)
+    stem = f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else dataset
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
                                              f"-{chosen}" if kind != "classification" else ""))
     resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
@@ -672,10 +673,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
         saved = last.train_config.get("dataset", "")
-        prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if saved.startswith(p)), None)
-        if prefix and not Path(saved[len(prefix):]).is_dir():  # a resume reads the very folder the run trained on
+        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
             args.parser.error(f"the run in {out} trained on --dataset {saved}, and that folder is gone; put it back at "
-                              f"{saved[len(prefix):]} to resume (its test split is drawn from its files)")
+                              f"{gone[1]} to resume (its test split is drawn from its files)")
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)
@@ -690,7 +690,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             model_cfg = model_spec(chosen).config(**sized, **model_changes)
         except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
-            if not dataset.startswith((FOLDER_PREFIX, PAIRS_PREFIX)) or not any(
+            if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):
                 raise
             raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
@@ -792,10 +792,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(done.report(), indent=2))
-    except OSError:
-        print(done.format())  # a long evaluation's figures are shown all the same, then the error
-        raise
-    print(done.format())
+    finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
+        print(done.format())
     print(f"\nwritten {out}")
     return 0
 

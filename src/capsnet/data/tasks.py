@@ -97,7 +97,8 @@ from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
 from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import SVHN_CLASSES, load_svhn
 
-__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind", "check_test_size", "absolute_dataset",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind", "check_test_size", "user_folder",
+           "absolute_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
@@ -463,13 +464,19 @@ FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and mas
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images
 
 
+def user_folder(name: str) -> tuple[str, str] | None:
+    """(prefix, DIR) of a user's ``folder:DIR`` or ``pairs:DIR``; None for every other data set name."""
+    prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if name.startswith(p)), None)
+    return None if prefix is None else (prefix, name[len(prefix):])
+
+
 def absolute_dataset(name: str) -> str:
     """``name`` with the DIR of folder:DIR or pairs:DIR made absolute (``~`` expanded), other names as they are: a run
     records where its folder is, so it resumes, evaluates and draws from any working directory."""
-    for prefix in (FOLDER_PREFIX, PAIRS_PREFIX):
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return prefix + os.path.abspath(os.path.expanduser(name[len(prefix):]))
-    return name
+    folder = user_folder(name)
+    if folder is None or not folder[1]:
+        return name
+    return folder[0] + os.path.abspath(os.path.expanduser(folder[1]))
 
 
 @functools.lru_cache(maxsize=8)
