@@ -544,8 +544,8 @@ def run_benchmark(
 def _check_baseline_path(baseline_path: str | os.PathLike[str] | None) -> None:
     """A baseline asked for by name must exist: a typo must not pass as a choice to leave it out."""
     if baseline_path not in (None, "") and not Path(baseline_path).is_file():
-        raise ValueError(f"tutorial baseline {baseline_path}: no such file; give the path of "
-                         f"benchmarks/tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
+        raise ValueError(f"tutorial baseline {baseline_path}: no such file; give the path of benchmarks/"
+                         f"tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
 
 
 def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),

@@ -218,6 +218,11 @@ def _flag(field: str) -> str:
             "hidden": "--cnn-hidden"}.get(field, "--" + field.replace("_", "-"))
 
 
+def _counted(n: int, one: str) -> str:
+    """``n`` and its noun: "1 epoch", "3 epochs"."""
+    return f"{n} {one}{'' if n == 1 else 's'}"
+
+
 def _listed(flags: list[str], one: str, many: str) -> str:
     """'--a sets' or '--a, --b set': the flags with the verb that agrees with them."""
     return f"{', '.join(flags)} {one if len(flags) == 1 else many}"
@@ -568,9 +573,9 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
     v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
-                   help="test images to pick from (default: the checkpoint's data set; mnist-sample without one and for a "
-                        "shipped MNIST classifier, mnist-sample-segmentation or mnist-sample-skeleton for a shipped "
-                        "MNIST segmentation or synthesis model; "
+                   help="test images to pick from (default: the checkpoint's data set; mnist-sample without one "
+                        "and for a shipped MNIST classifier, mnist-sample-segmentation or mnist-sample-skeleton for a "
+                        "shipped MNIST segmentation or synthesis model; "
                         "multimnist: the fixed test pairs; translated-mnist: test digits on 40x40; "
                         "mnist-segmentation: the fixed test canvases with their masks; mnist-skeleton, "
                         "fashion-silhouette, pairs:DIR: the test label maps with their real images)")
@@ -723,7 +728,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors")
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
     if main_rank and finished:
-        print(f"the run in {out} has finished its {train_cfg.epochs} epoch{'' if train_cfg.epochs == 1 else 's'}; pass a larger --epochs to train on")
+        print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "
+              f"train on")
     elif main_rank and resumed is not None:
         print(f"resuming the run in {out} from {saved_point(resumed)}")
     # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
@@ -815,7 +821,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
                            device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
-    print(f"wrote {len(done.files)} image{'s' if len(done.files) != 1 else ''} to {done.folder}")
+    print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}")
     return 0
 
 
@@ -829,8 +835,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     given = Path(args.out).suffix.lower() if args.out else ""
     other = next((f for f, s in suffixes.items() if s == given and f != args.format), None)
     if other:  # x.pt2 written as ONNX reads back as neither
+        renamed = Path(args.out).with_suffix(suffixes[args.format]).name
         args.parser.error(f"--out {args.out} has the suffix of --format {other} ({given}), not of {args.format}: use "
-                          f"--format {other}, or name the file {Path(args.out).with_suffix(suffixes[args.format]).name}")
+                          f"--format {other}, or name the file {renamed}")
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset)
           .format_report())
     return 0
@@ -876,7 +883,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     def started(k: int, run: ex.Run) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
-              f"{run.train_config.train_size or 60000} training examples, {run.train_config.epochs} epoch{'' if run.train_config.epochs == 1 else 's'} "
+              f"{run.train_config.train_size or 60000} training examples, {_counted(run.train_config.epochs, 'epoch')} "
               f"-> {run.run_dir}", flush=True)
 
     def launched(k: int, run: ex.Run) -> None:

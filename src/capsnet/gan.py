@@ -186,6 +186,15 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     between saves inside an epoch (None or 0: at epoch ends only; see
     ``capsnet.train.fit``). Returns the final epoch's record.
     """
+    with _train.SaveThenStop(enabled=True) as stop:
+        return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,
+                        progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop)
+
+
+def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device,
+             data_root: str | os.PathLike | None, resume: bool, progress: bool, judge: str | os.PathLike | None,
+             compile: bool | str, save_every_s: float | None, stop: "_train.SaveThenStop") -> dict[str, Any]:
+    """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores."""
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
     dev = resolve_device(device)
@@ -261,94 +270,93 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
     amp = autocast(dev, cfg.amp)
     generator = compile_model(model.generator, compile)  # the generator itself unless compiled; same weights
-    with _train.SaveThenStop(enabled=True) as stop:  # Ctrl-C or SIGTERM: save where training is, then stop
-        stop.arm()
-        for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
-            model.train()
-            g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
-            order = torch.randperm(N, generator=g, device=dev)
-            starts = range(0, N, B)
-            done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 8)  # (0, zeros, 0, 0) mostly
-            bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
-                               progress=progress)
-            sums = torch.tensor(sums, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
-            bad = torch.zeros((), dtype=torch.bool, device=dev)
-            shown = time.monotonic()
-            started = shown - before
-            for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
-                idx = order[start:start + B]
-                labels, _, real = make_batch(train, idx, g, None)  # (B, C, H, W) label maps, (B, C', H, W) images
-                z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
-                for opt in (opt_g, opt_d):
-                    for group in opt.param_groups:
-                        group["lr"] = lr_at(step, cfg, total_steps)
-                d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp, generator)
-                if average is not None:
-                    average.update(step)
-                step += 1
-                n = len(idx)
-                sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
-                                     d_parts["d_real"].double(), d_parts["d_fake"].double(),
-                                     g_parts["fake_std"].double(), g_parts["real_std"].double(),
-                                     g_parts["fake_edge"].double()]) * n
-                bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
-                seen += n
-                if progress and time.monotonic() - shown > 0.5:
-                    d, gl, l1 = (sums[:3] / seen).tolist()
-                    bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
-                    shown = time.monotonic()
-                bar.update()
-                stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
-                if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
-                    _stop_if_bad(bad, epoch, last)  # nothing non-finite is saved
-                    save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
-                                           time.monotonic() - started, dev), g)
-                    if stopping:
-                        bar.close()
-                        raise KeyboardInterrupt
-            d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
-            bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
-            bar.close()  # its last state, with the epoch's figures
-            _stop_if_bad(bad, epoch, last)
-            record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
-                      "train_d_loss": d, "train_g_loss": gl,
-                      "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
-                      "train_fake_std": fake_std, "train_real_std": real_std, "train_fake_edge": fake_edge,
-                      "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
-            if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
-                message = (f"epoch {epoch}: the generator's images are nearly flat (pixel standard deviation "
-                           f"{fake_std:.4f} per image against the real images' {real_std:.4f}, L1 {l1:.4f}) and "
-                           f"saturated (pixels {fake_edge:.4f} from 0 or 1 on average): it has collapsed to one level, "
-                           f"which the L1 term rarely undoes once the output saturates; restart "
-                           f"with another --seed or a lower --lr, or undo the change to the model's start that made its "
-                           f"last layer the same at every position")
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-            if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
-                state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-                if last.older_than(_train.SAVE_AFTER_S):
-                    save_last(state)
-                continue
-            with applied(average):
-                results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
-                                             batch_size=min(cfg.eval_batch_size, 64), progress=progress)
-            for extra, r in results.items():
-                record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
-            log.info("epoch %d: %s", epoch, record)
-            if progress:
-                tqdm.write(describe_gan_epoch(record))
-            state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                     "eval_split": held_name}
-            score = results[""].ssim
-            improved = state["best"] is None or score > state["best"]["accuracy"]
-            if improved:  # "accuracy" is the held-out SSIM: what chooses best.safetensors
-                state["best"] = {"epoch": epoch, "accuracy": score, "split": held_name}
+    stop.arm()  # from here Ctrl-C or SIGTERM saves where training is, then stops
+    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+        model.train()
+        g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
+        order = torch.randperm(N, generator=g, device=dev)
+        starts = range(0, N, B)
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 8)  # (0, zeros, 0, 0) mostly
+        bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
+                           progress=progress)
+        sums = torch.tensor(sums, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
+        bad = torch.zeros((), dtype=torch.bool, device=dev)
+        shown = time.monotonic()
+        started = shown - before
+        for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
+            idx = order[start:start + B]
+            labels, _, real = make_batch(train, idx, g, None)  # (B, C, H, W) label maps, (B, C', H, W) images
+            z = torch.randn(len(idx), getattr(model_config, "noise_dim", 0), generator=g, device=dev)  # (B, noise_dim)
+            for opt in (opt_g, opt_d):
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step, cfg, total_steps)
+            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp, generator)
+            if average is not None:
+                average.update(step)
+            step += 1
+            n = len(idx)
+            sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
+                                 d_parts["d_real"].double(), d_parts["d_fake"].double(),
+                                 g_parts["fake_std"].double(), g_parts["real_std"].double(),
+                                 g_parts["fake_edge"].double()]) * n
+            bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
+            seen += n
+            if progress and time.monotonic() - shown > 0.5:
+                d, gl, l1 = (sums[:3] / seen).tolist()
+                bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
+                shown = time.monotonic()
+            bar.update()
+            stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
+            if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
+                _stop_if_bad(bad, epoch, last)  # nothing non-finite is saved
+                save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
+                                       time.monotonic() - started, dev), g)
+                if stopping:
+                    bar.close()
+                    raise KeyboardInterrupt
+        d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
+        bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
+        bar.close()  # its last state, with the epoch's figures
+        _stop_if_bad(bad, epoch, last)
+        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
+                  "train_d_loss": d, "train_g_loss": gl,
+                  "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
+                  "train_fake_std": fake_std, "train_real_std": real_std, "train_fake_edge": fake_edge,
+                  "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
+        if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
+            message = (f"epoch {epoch}: the generator's images are nearly flat (pixel standard deviation "
+                       f"{fake_std:.4f} per image against the real images' {real_std:.4f}, L1 {l1:.4f}) and "
+                       f"saturated (pixels {fake_edge:.4f} from 0 or 1 on average): it has collapsed to one level, "
+                       f"which the L1 term rarely undoes once the output saturates; restart "
+                       f"with another --seed or a lower --lr, or undo the change to the model's start that made its "
+                       f"last layer the same at every position")
+            warnings.warn(message, RuntimeWarning, stacklevel=3)  # the caller of fit_gan
+        if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
+            state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
+            if last.older_than(_train.SAVE_AFTER_S):
+                save_last(state)
+            continue
+        with applied(average):
+            results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
+                                         batch_size=min(cfg.eval_batch_size, 64), progress=progress)
+        for extra, r in results.items():
+            record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
+        log.info("epoch %d: %s", epoch, record)
+        if progress:
+            tqdm.write(describe_gan_epoch(record))
+        state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
+                 "eval_split": held_name}
+        score = results[""].ssim
+        improved = state["best"] is None or score > state["best"]["accuracy"]
+        if improved:  # "accuracy" is the held-out SSIM: what chooses best.safetensors
+            state["best"] = {"epoch": epoch, "accuracy": score, "split": held_name}
 
-            # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
-            if improved:
-                with applied(average):
-                    save_best(best_path, name, model_config, cfg, state, model)
-            save_last(state)
-            write_metrics(run_dir, state["history"])
+        # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
+        if improved:
+            with applied(average):
+                save_best(best_path, name, model_config, cfg, state, model)
+        save_last(state)
+        write_metrics(run_dir, state["history"])
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}

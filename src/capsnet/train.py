@@ -15,14 +15,14 @@ and trains on its slice of it through ``DistributedDataParallel``
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import copy
 import dataclasses
 import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass

@@ -134,7 +134,8 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     model.eval()
     if dataset is None and pretrained.is_shipped(checkpoints[0]):  # a shipped MNIST model: the shipped digits, offline
         trained_on = ckpt.train_config.get("dataset", "mnist")
-        dataset = None if shipped_default(trained_on) == trained_on else shipped_default(trained_on)
+        sample = shipped_default(trained_on)
+        dataset = sample if sample != trained_on else None  # none for it: the run's own, as for any run
     out = Path(out) if out else _default_out(checkpoints[0])
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:

@@ -127,8 +127,8 @@ def shipped() -> list[dict[str, Any]]:
     """The trained models inside the package: name (for ``pretrained:NAME``), model, data set, epochs, the test
     accuracy (a classifier's; None for the others, or where neither card nor history has one) and ``test_figure``,
     the headline test figure as text (a classifier's accuracy, a segmentation model's Dice, a synthesis model's
-    SSIM), both of the final epoch's weights: as its card measured it, on the whole test set with the shipped float16 weights, else (a card
-    without the figure) as the training run scored it; None where neither has one."""
+    SSIM), both of the final epoch's weights: as its card measured it, on the whole test set with the shipped
+    float16 weights, else (a card without the figure) as the training run scored it; None where neither has one."""
     from .. import pretrained
     from ..checkpoint import load_checkpoint
     from . import MODELS

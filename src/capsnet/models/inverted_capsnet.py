@@ -129,7 +129,8 @@ class InvertedCapsNet(nn.Module):
         result = self.classes(caps, record=True)
         view = grid_routing_view(caps, result)
         lengths = caps.poses.norm(dim=-1).permute(0, 3, 1, 2).reshape(view.children.shape)  # (N, T*H*W)
-        return view._replace(children=lengths, children_are="lengths", scores=self.head(result.poses).squeeze(-1).softmax(dim=-1))
+        scores = self.head(result.poses).squeeze(-1).softmax(dim=-1)
+        return view._replace(children=lengths, children_are="lengths", scores=scores)
 
 
 def inverted_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
