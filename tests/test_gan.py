@@ -149,22 +149,23 @@ def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_
         assert torch.equal(a.model_state[k], b.model_state[k]), k
 
 
-def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_root, monkeypatch):
-    """A save between batches (save_every_s) holds both optimizers, the epoch's sums (its eight running figures) and
-    its generator of batches, label maps and noise: the resumed run ends with the uninterrupted run's weights."""
+def _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, lr_hook, save_every_s):
+    """A 2-epoch run (2 batches an epoch) straight through, and the same run stopped by ``lr_hook(step)`` (patched
+    into the loop's learning-rate lookup) inside epoch 2, then resumed: the save the stop left is at step 3, one
+    batch into epoch 2, and the resumed run ends with the straight run's weights. Returns both last checkpoints."""
     from capsnet.train import lr_at as real_lr_at
 
     cfg = replace(TINY, epochs=2)  # 2 batches an epoch
     model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)  # its noise vectors are drawn from the epoch's generator
     fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False, save_every_s=None)
 
-    def stopped_at_step_3(step, *args):
-        if step == 3:
-            raise KeyboardInterrupt
+    def hooked(step, *args):
+        lr_hook(step)
         return real_lr_at(step, *args)
-    monkeypatch.setattr("capsnet.gan.lr_at", stopped_at_step_3)
+    monkeypatch.setattr("capsnet.gan.lr_at", hooked)
     with pytest.raises(KeyboardInterrupt):
-        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=1e-9)
+        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False,
+                save_every_s=save_every_s)
     monkeypatch.undo()
     saved = load_checkpoint(tmp_path / "split", "last")
     assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (1, 3, 1)
@@ -172,6 +173,16 @@ def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_
     a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
     for k in a.model_state:
         assert torch.equal(a.model_state[k], b.model_state[k]), k
+    return a, b
+
+
+def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_root, monkeypatch):
+    """A save between batches (save_every_s) holds both optimizers, the epoch's sums (its eight running figures) and
+    its generator of batches, label maps and noise: the resumed run ends with the uninterrupted run's weights."""
+    def stop_at_step_3(step):
+        if step == 3:
+            raise KeyboardInterrupt
+    a, b = _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, stop_at_step_3, save_every_s=1e-9)
     keep = ("train_l1", "train_d_loss", "train_fake_std", "test_ssim")
     assert [[r[k] for k in keep] for r in a.state["history"]] == [[r[k] for k in keep] for r in b.state["history"]]
 
@@ -182,30 +193,13 @@ def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(tmp_pa
     import os
     import signal
 
-    from capsnet.train import lr_at as real_lr_at
+    before, sent = signal.getsignal(signal.SIGTERM), []
 
-    cfg = replace(TINY, epochs=2)  # 2 batches an epoch
-    model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)
-    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False, save_every_s=None)
-    before = signal.getsignal(signal.SIGTERM)
-
-    sent = []
-
-    def signalled_at_step_2(step, *args):  # called for each optimizer: one signal (a second stops at once)
+    def signal_at_step_2(step):  # called for each optimizer: one signal (a second stops at once)
         if step == 2 and not sent:
             sent.append(os.kill(os.getpid(), signal.SIGTERM))
-        return real_lr_at(step, *args)
-    monkeypatch.setattr("capsnet.gan.lr_at", signalled_at_step_2)
-    with pytest.raises(KeyboardInterrupt):
-        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=None)
-    monkeypatch.undo()
-    assert signal.getsignal(signal.SIGTERM) == before
-    saved = load_checkpoint(tmp_path / "split", "last")
-    assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (1, 3, 1)
-    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
-    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
-    for k in a.model_state:
-        assert torch.equal(a.model_state[k], b.model_state[k]), k
+    _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, signal_at_step_2, save_every_s=None)
+    assert sent and signal.getsignal(signal.SIGTERM) == before
 
 
 @pytest.mark.parametrize("save_every_epoch", [False, True])
