@@ -114,9 +114,9 @@ SHIPPED = {
         loss="margin loss plus 0.392 x the per-pixel mean squared reconstruction error"),
     "segcaps-mnist": Recipe(
         dataset="mnist-segmentation", title="mnist-segmentation", unit="canvases", capsules="segmentation",
-        limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like "
-                          "strokes; other images (photographs, medical scans, other objects or sizes) need a model "
-                          "trained on them (`--dataset folder:DIR`, README 'Segmentation')",
+        limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like strokes; other "
+               "images (photographs, medical scans, other objects or sizes) need a model trained on them (`--dataset "
+               "folder:DIR`, README 'Segmentation')",
         paper="A SegCaps R3 (LaLonde and Bagci 2018)", flags=SEGCAPS_FLAGS, model=SEGCAPS_MODEL,
         augmentation="each placed on a fresh 64x64 canvas every step (turned up to 30 degrees, scaled 1-1.6x, among "
                      "fragments of other digits, noise and a background ramp)",
@@ -124,9 +124,9 @@ SHIPPED = {
         data="15,000 MNIST training digits (a seeded subset)"),
     "capspix2pix-mnist": Recipe(
         dataset="mnist-skeleton", title="mnist-skeleton", unit="pairs", capsules="",
-        limits="trained on one-pixel-wide skeletons of MNIST digits on 32x32, it draws digit strokes "
-                          "along them; other label maps (filled shapes, thick strokes, letters) are outside what it "
-                          "learned: train on your own pairs (`--dataset pairs:DIR`, README 'Synthesis')",
+        limits="trained on one-pixel-wide skeletons of MNIST digits on 32x32, it draws digit strokes along them; "
+               "other label maps (filled shapes, thick strokes, letters) are outside what it learned: train on your "
+               "own pairs (`--dataset pairs:DIR`, README 'Synthesis')",
         paper="A CapsPix2pix (Bass et al. 2019) generator with its discriminator", flags=CAPSPIX2PIX_FLAGS,
         model=CAPSPIX2PIX_MODEL,
         augmentation="each turned into a (Zhang-Suen skeleton, digit) pair centred on 32x32",
