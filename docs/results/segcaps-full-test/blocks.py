@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from capsnet.data.segmentation import otsu_masks, overlap_scores
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
+from capsnet.figures.segmentation import segment
 
 BLOCK = 1000
 
@@ -37,17 +38,6 @@ def boundary_share(masks: torch.Tensor) -> torch.Tensor:
     area = m.sum(dim=(1, 2, 3))
     edge = (m.bool() & ~inner).sum(dim=(1, 2, 3)).float()
     return edge / area.clamp(min=1)
-
-
-def dice_of(model, images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    out = []
-    with torch.inference_mode():
-        for i in range(0, len(images), 64):
-            p = model(images[i:i + 64]).probabilities
-            out.append(overlap_scores(p > 0.5, masks[i:i + 64])[0])
-            print(f"\r{i + len(p)}/{len(images)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    return torch.cat(out)
 
 
 def table(columns: dict[str, torch.Tensor], share: torch.Tensor, area: torch.Tensor) -> list[dict]:
@@ -72,7 +62,7 @@ def main() -> None:
     columns = {"otsu": overlap_scores(otsu_masks(images), masks)[0]}
     for ckpt in args.checkpoints:
         model, _ = load_model(ckpt, which="last")
-        columns[ckpt] = dice_of(model.eval(), images, masks)
+        columns[ckpt] = segment(model, images, masks, batch_size=64, progress=True).dice  # each canvas's Dice
     rows = table(columns, share, area)
     names = list(columns)
     print("| canvases | " + " | ".join(f"Dice, {n}" for n in names) + " | mask area (px) | boundary share |")

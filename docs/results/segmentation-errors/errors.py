@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from capsnet.data.segmentation import overlap_scores
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
+from capsnet.figures.segmentation import segment
 
 
 def grow(mask: torch.Tensor, r: int) -> torch.Tensor:
@@ -43,11 +44,7 @@ def kinds(pred: torch.Tensor, truth: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def score(model, images: torch.Tensor, masks: torch.Tensor) -> dict:
-    probs = []
-    with torch.inference_mode():
-        for i in range(0, len(images), 64):
-            probs.append(model(images[i:i + 64]).probabilities)
-    pred, truth = torch.cat(probs) > 0.5, masks > 0
+    pred, truth = segment(model, images, batch_size=64).probabilities > 0.5, masks > 0
     dice = overlap_scores(pred, truth)[0]
     row = {"dice": dice.mean().item(), "share_under_0.5": (dice < 0.5).double().mean().item(),
            "target_pixels": truth.sum().item()}

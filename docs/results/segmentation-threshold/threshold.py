@@ -21,16 +21,9 @@ from capsnet.data.segmentation import overlap_scores
 from capsnet.data.sets import load_dataset
 from capsnet.data.tasks import load_test, nested_subset, task
 from capsnet.evaluate import load_model
+from capsnet.figures.segmentation import segment
 
 GRID = [round(0.05 * k, 2) for k in range(2, 19)]  # 0.10 .. 0.90
-
-
-def probabilities(model, images: torch.Tensor) -> torch.Tensor:
-    out = []
-    with torch.inference_mode():
-        for i in range(0, len(images), 64):
-            out.append(model(images[i:i + 64]).probabilities)
-    return torch.cat(out)
 
 
 def dice_at(p: torch.Tensor, truth: torch.Tensor) -> dict[float, float]:
@@ -63,7 +56,7 @@ def main() -> None:
         model.eval()
         splits = {"val": (val.images, val.labels), "test": (test.images, test.labels),
                   "ood": (test.extra["ood"].images, test.extra["ood"].labels)}
-        scores = {k: dice_at(probabilities(model, x), m > 0) for k, (x, m) in splits.items()}
+        scores = {k: dice_at(segment(model, x, batch_size=64).probabilities, m > 0) for k, (x, m) in splits.items()}
         best = max(GRID, key=lambda t: scores["val"][t])
         rows[run] = {"model": ckpt.model_name, "seed": tc["seed"], "chosen": best, "dice": scores}
         print(f"{ckpt.model_name} ({run}): validation's best threshold {best:.2f}; "
