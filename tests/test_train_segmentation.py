@@ -216,7 +216,8 @@ def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, m
     with pytest.raises(SystemExit):  # the same folder named absolutely is the run's; the other depth is not
         main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "3", "--dataset",
               f"folder:{tmp_path / 'd'}", "--model-option", "depth=3", "--no-progress"])
-    assert "--model-option depth differs from the run" in capsys.readouterr().err
+    assert "--model-option depth=3 differs from the run" in (err := capsys.readouterr().err)
+    assert "which trained with --model-option depth=2; --resume continues" in err
     assert main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "1", "--no-progress"]) == 2
     out, err = capsys.readouterr()
     assert "has already trained 2 epochs, more than the 1 asked for" in err

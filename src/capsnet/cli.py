@@ -218,6 +218,24 @@ def _flag(field: str) -> str:
             "hidden": "--cnn-hidden"}.get(field, "--" + field.replace("_", "-"))
 
 
+def _as_typed(field: str, value: Any, option: bool = False) -> str:
+    """``field`` set to ``value`` as a command line types it: "--seed 3", "--no-decoder", "--model-option depth=3"."""
+    if option:
+        return f"--model-option {field}={json.dumps(list(value) if isinstance(value, tuple) else value)}"
+    if field == "model":
+        return f"--model {value}"
+    flag = _flag(field)
+    if isinstance(value, bool):  # a switch (--no-decoder: decoder false); the value it does not set, as a field's
+        return flag if flag.startswith("--no-") != value else f"{field}={json.dumps(value)}"
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
+
+
+# What a --resume may set anew: how long and how often (the run's TrainConfig.epochs, eval_every), and the flags no
+# checkpoint keeps.
+_RESUME_MAY_CHANGE = ("A resume may change --epochs and --eval-every, and the flags a checkpoint does not keep: "
+                      "--data-dir, --device, --compile, --save-every, --tensorboard, --allocator")
+
+
 def _counted(n: int, one: str) -> str:
     """``n`` and its noun: "1 epoch", "3 epochs"."""
     return f"{n} {one}{'' if n == 1 else 's'}"
@@ -685,9 +703,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)
         except train.ResumeError as e:
-            flags = [f"--model-option {f}" if f in options else _flag(f) for f in e.fields]
-            args.parser.error(f"{_listed(flags, 'differs', 'differ')} from the run in {out}; --resume continues with "
-                              f"the run's own settings (only --epochs and --eval-every may change)")
+            given = model_changes | train_changes | ({"model": model} if model else {})
+            typed = [_as_typed(f, given[f], f in options) for f in e.fields]
+            saved = ", ".join(_as_typed(f, e.saved[f], f in options) for f in e.fields if f in e.saved)
+            args.parser.error(f"{_listed(typed, 'differs', 'differ')} from the run in {out}"
+                              + (f", which trained with {saved}" if saved else "") + "; --resume continues with "
+                              f"the run's own settings: leave {'it' if len(typed) == 1 else 'them'} out, or train "
+                              f"the new settings in a new --out. {_RESUME_MAY_CHANGE}")
         del last  # its weights and optimizer state, not held while fit trains
     else:
         _check_schedule_flags(args, train_changes, preset_fields)

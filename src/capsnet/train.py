@@ -340,11 +340,13 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
 
 
 class ResumeError(CheckpointError):
-    """A resume asked for settings other than the run's; ``fields`` names them."""
+    """A resume asked for settings other than the run's; ``fields`` names them, ``saved`` holds the run's own
+    value of each (where known)."""
 
-    def __init__(self, message: str, fields: list[str]) -> None:
+    def __init__(self, message: str, fields: list[str], saved: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.fields = fields
+        self.saved = saved or {}
 
 
 # The settings a resume may change: how long the run trains and how often it evaluates (and checkpoints), neither of
@@ -381,14 +383,17 @@ def resume_configs(run_dir: str | os.PathLike | Checkpoint, *, model: str | None
     ckpt = run_dir if isinstance(run_dir, Checkpoint) else load_checkpoint(run_dir, "last")
     run_dir = Path(ckpt.path).parent
     if model is not None and model != ckpt.model_name:
-        raise ResumeError(f"{ckpt.path} holds a {ckpt.model_name!r} model, not {model!r}", ["model"])
+        raise ResumeError(f"{ckpt.path} holds a {ckpt.model_name!r} model, not {model!r}", ["model"],
+                          {"model": ckpt.model_name})
     saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
     clashes = ([k for k, v in model_changes.items() if _differs(saved_model, k, v)]
                + [k for k, v in train_changes.items() if k not in RESUMABLE_CHANGES and _differs(saved_train, k, v)])
     if clashes:
-        raise ResumeError(f"{', '.join(sorted(clashes))} differ from the run in {run_dir}; a resume continues with "
-                          f"the run's own settings (only epochs and eval_every may change)", sorted(clashes))
+        saved = {k: getattr(saved_model if k in model_changes else saved_train, k) for k in clashes}
+        raise ResumeError(f"{', '.join(sorted(clashes))} differ from the run in {run_dir} (it trained with "
+                          f"{', '.join(f'{k}={saved[k]!r}' for k in sorted(clashes))}); a resume continues with the "
+                          f"run's own settings (only epochs and eval_every may change)", sorted(clashes), saved)
     return saved_model, dataclasses.replace(saved_train, **{k: v for k, v in train_changes.items()
                                                             if k in RESUMABLE_CHANGES})
 

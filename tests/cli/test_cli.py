@@ -292,10 +292,19 @@ def test_bad_checkpoints(tmp_path, trained_run, capsys):
     (run / "best.safetensors").write_bytes(data[: len(data) // 3])
     assert_clean_error(in_process(capsys, "eval", "--checkpoint", run), "truncated or corrupt")
     # Resuming with flags that contradict the run: the flag named, with capsnet train's usage.
-    r = in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5)
-    assert_clean_error(r, "--routing-iterations differs from the run", "(`capsnet train --help` lists the options)")
-    assert_clean_error(in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", 5, "--seed", 3),
-                       "--routing-iterations, --seed differ from the run")
+    # Each flag with its value and the run's own, and every flag a resume may change (it named only two).
+    saved = load_checkpoint(run, "last")
+    iterations, seed = saved.model_config["routing_iterations"], saved.train_config["seed"]
+    r = in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", iterations + 2)
+    assert_clean_error(r, f"--routing-iterations {iterations + 2} differs from the run in {run}, which trained with "
+                          f"--routing-iterations {iterations}; --resume continues with the run's own settings: leave "
+                          f"it out", "(`capsnet train --help` lists the options)")
+    assert "--data-dir, --device, --compile, --save-every, --tensorboard, --allocator" in r.stderr
+    r = in_process(capsys, "train", "--out", run, "--resume", "--routing-iterations", iterations + 2, "--seed",
+                   seed + 3, "--no-decoder", "--epochs", 9)
+    assert_clean_error(r, f"--no-decoder, --routing-iterations {iterations + 2}, --seed {seed + 3} differ from the run",
+                       f"which trained with decoder=true, --routing-iterations {iterations}, --seed {seed}; "
+                       f"--resume continues with the run's own settings: leave them out")
     assert_clean_error(in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--out", run),
                        "already holds a run")
     assert_clean_error(in_process(capsys, "train", "--dataset", "mnist-sample", "--resume", "--out", tmp_path / "fresh"),
