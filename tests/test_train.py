@@ -339,3 +339,20 @@ def test_save_then_stop_asks_once_then_stops_at_once_and_restores_the_handlers()
     off = SaveThenStop(enabled=False)
     off.arm()
     assert signal.getsignal(signal.SIGINT) == before[0] and not off.asked
+
+
+def test_budget_warnings_name_what_the_run_will_not_do_as_typed():
+    from capsnet.train import TrainConfig, budget_warnings
+
+    assert budget_warnings(TrainConfig(batch_size=32, epochs=2, warmup_steps=8), 320) == []  # 20 steps > 8
+    said = budget_warnings(TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr=2e-3), 300)
+    assert said == ["--batch-size 500 is more than the 300 training examples: each epoch is one step of all 300",
+                    "--warmup-steps 12 is longer than the run's 3 optimizer steps: the rate never reaches --lr 0.002 "
+                    "(it ends at 25% of its ramp); lower --warmup-steps or train longer"]
+    # the ramp's last step is lr_at's: 3 of 12 steps of the ramp (decay aside)
+    from capsnet.train import lr_at
+    cfg = TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr=2e-3, lr_decay=1.0)
+    assert lr_at(2, cfg) == pytest.approx(0.25 * 2e-3)
+    # the linear schedule refuses such a warm-up outright (lr_at), so only the batch is said
+    assert len(budget_warnings(TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr_schedule="linear"), 300)) == 1
+    assert budget_warnings(TrainConfig(batch_size=10, epochs=1, warmup_steps=1), 10) == []  # exactly one batch

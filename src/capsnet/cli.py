@@ -16,8 +16,9 @@ import logging
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
@@ -640,6 +641,31 @@ def _check_schedule_flags(args: argparse.Namespace, typed: dict[str, Any], prese
         args.parser.error(f"{_listed(unused, 'does', 'do')} not apply to --lr-schedule {schedule}{how}")
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether a flag's value and a --model-option's JSON value are one setting ([64, 128] is (64, 128))."""
+    return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
+
+
+def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, typed: list[str],
+                        model_changes: dict[str, Any], options: dict[str, Any]) -> None:
+    """Refuse training flags (``typed``: by the user, not a preset) that the new run's model or other flags ignore."""
+    name = model_name(model_cfg)
+    if "recon_weight" in typed and train_cfg.recon_weight > 0:
+        switch = next((f for f in ("decoder", "reconstruction") if hasattr(model_cfg, f)), None)
+        if switch is None:
+            args.parser.error(f"--recon-weight weighs a reconstruction loss, and --model {name} has none; leave "
+                              f"--recon-weight out")
+        if not getattr(model_cfg, switch):
+            off = _as_typed(switch, model_changes[switch], switch in options) if switch in model_changes else \
+                f"--model {name} (its {switch} is off by default)"
+            args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
+                              f"leaves the model without a reconstruction; leave out one of them")
+    if "shift" in typed and train_cfg.augment != "shift":
+        args.parser.error(f"--shift sets how far --augment shift moves the images, and --augment {train_cfg.augment} "
+                          f"makes its own shifts (within each digit's margins); leave --shift out, or pass "
+                          f"--augment shift")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from . import gan, train
     from .distributed import launcher
@@ -679,6 +705,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if unknown:
         args.parser.error(f"--model-option {', '.join(unknown)}: not a field of {chosen}; its fields are "
                           f"{', '.join(sorted(_fields(chosen)))} (`capsnet models {chosen}` says what each does)")
+    twice = [f for f in sorted(set(typed) & set(options)) if not _same_value(typed[f], options[f])]
+    if twice:  # the option would win, silently
+        f = twice[0]
+        args.parser.error(f"{_as_typed(f, typed[f])} and {_as_typed(f, options[f], True)} both set {f}; keep one")
     model_changes, train_changes = typed | options, _typed(args, _TRAIN_FIELDS)
     if task(dataset).places_digits:  # its batches are made by the task; shift and augment never reach them
         for field in ("shift", "augment"):
@@ -723,6 +753,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
                              f"images, which --model {chosen} cannot take: {e}") from None
         train_cfg = _train_config(train_changes, chosen)
+        _check_unused_flags(args, model_cfg, train_cfg, [f for f in train_changes if f not in preset_fields],
+                            model_changes, options)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:
@@ -1113,6 +1145,18 @@ def _rank_tag() -> str:
     return f" (rank {rank} of {world})" if rank.isdigit() and world.isdigit() and int(world) > 1 else ""
 
 
+def _said(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: capsnet's own warnings as one line, "capsnet train: warning: ...",
+    the rest as Python shows them."""
+    package, shown = str(Path(__file__).parent), warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not str(filename).startswith(package):
+            return shown(message, category, filename, lineno, file, line)
+        print(f"capsnet {command}{_rank_tag()}: warning: {message}", file=file or sys.stderr)
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -1126,7 +1170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .data import DataError
 
     try:
-        return args.handler(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _said(args.command)
+            return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)
         return 2

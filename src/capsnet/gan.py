@@ -73,9 +73,9 @@ from .data.tasks import input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
-from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, check_optimizer_state,
-                    lr_at, restore_rng_state, resume_state_of, resume_within, rng_state, save_best, start_or_resume,
-                    within_epoch, write_metrics)
+from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
+                    check_optimizer_state, lr_at, restore_rng_state, resume_state_of, resume_within, rng_state,
+                    save_best, start_or_resume, within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -268,6 +268,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
     step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
+    for said in budget_warnings(cfg, N) if step == 0 else ():
+        warnings.warn(said, UserWarning, stacklevel=2)
     amp = autocast(dev, cfg.amp)
     generator = compile_model(model.generator, compile)  # the generator itself unless compiled; same weights
     stop.arm()  # from here Ctrl-C or SIGTERM saves where training is, then stops

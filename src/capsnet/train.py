@@ -51,7 +51,7 @@ from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "LR_SCHEDULES", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
+__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
            "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
@@ -494,6 +494,22 @@ def check_epochs(state: dict[str, Any], epochs: int, last_path: Path) -> None:
                           f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
 
 
+def budget_warnings(cfg: TrainConfig, examples: int) -> list[str]:
+    """What in ``cfg`` a run over ``examples`` training examples will not do as typed: a batch larger than the
+    training set (each epoch one step of all of them), a warm-up of the exponential schedule longer than the run
+    (the rate never reaches --lr; the linear schedule refuses it in ``lr_at``)."""
+    steps = cfg.epochs * math.ceil(examples / cfg.batch_size)
+    said = []
+    if cfg.batch_size > examples:
+        said.append(f"--batch-size {cfg.batch_size} is more than the {examples} training examples: each epoch is "
+                    f"one step of all {examples}")
+    if cfg.lr_schedule == "exponential" and cfg.warmup_steps > steps:
+        said.append(f"--warmup-steps {cfg.warmup_steps} is longer than the run's {steps} optimizer step{'' if steps == 1 else 's'}: the rate "
+                    f"never reaches --lr {cfg.lr:g} (it ends at {steps / cfg.warmup_steps:.0%} of its ramp); lower "
+                    f"--warmup-steps or train longer")
+    return said
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -741,6 +757,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     step = state["step"]
     save_inside = bool(save_every_s)
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
+    for said in budget_warnings(cfg, N) if main and step == 0 else ():
+        warnings.warn(said, UserWarning, stacklevel=2)
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
     board = None
     if tensorboard is not None and main:  # the same scalars as metrics.jsonl, and images, every evaluated epoch

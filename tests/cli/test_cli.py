@@ -465,3 +465,46 @@ def test_flags_for_images_a_data_set_makes_itself_are_refused(dataset, flag, tmp
     r = in_process(capsys, "train", "--dataset", dataset, *flag, "--no-progress", "--out", tmp_path / "r")
     assert_clean_error(r, f"{flag[0]} does not apply to --dataset {dataset}, which makes its training images itself")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--conv1-channels", "8", "--model-option", "conv1_channels=16"],
+     "--conv1-channels 8 and --model-option conv1_channels=16 both set conv1_channels; keep one"),
+    (["--no-decoder", "--recon-weight", "0.01"],
+     "--recon-weight 0.01 weighs the reconstruction loss, and --no-decoder leaves the model without a reconstruction"),
+    (["--model-option", "decoder=false", "--recon-weight", "0.01"],
+     "and --model-option decoder=false leaves the model without a reconstruction"),
+    (["--model", "baseline", "--recon-weight", "0.01"],
+     "--recon-weight weighs a reconstruction loss, and --model baseline has none; leave --recon-weight out"),
+    (["--model", "segcaps", "--dataset", "mnist-sample-segmentation", "--model-option", "reconstruction=false",
+      "--recon-weight", "0.1"], "and --model-option reconstruction=false leaves the model without a reconstruction"),
+    (["--augment", "efficient-capsnet", "--shift", "3"],
+     "--shift sets how far --augment shift moves the images, and --augment efficient-capsnet makes its own shifts"),
+])
+def test_flags_that_another_flag_makes_moot_are_refused(flags, fragment, tmp_path, capsys):
+    """Each was accepted, recorded in config.json and ignored (the --model-option won, the weight weighed nothing)."""
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", *flags, "--no-progress", "--out", tmp_path / "r")
+    assert_clean_error(r, fragment)
+    assert not (tmp_path / "r").exists()
+
+
+def test_flags_that_agree_or_weigh_nothing_are_accepted(tmp_path, capsys):
+    # the same value twice, and a zero weight beside --no-decoder, ask for nothing contradictory
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64",
+                   "--test-size", "32", *TINY, "--model-option", "conv1_channels=8", "--no-decoder", "--recon-weight",
+                   "0", "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    saved = load_checkpoint(tmp_path / "r", "last")
+    assert saved.model_config["conv1_channels"] == 8 and saved.model_config["decoder"] is False
+
+
+def test_a_budget_the_run_cannot_follow_is_warned_in_one_line(tmp_path, capsys):
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "40",
+                   "--test-size", "20", *TINY, "--batch-size", "64", "--warmup-steps", "5", "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert ("capsnet train: warning: --batch-size 64 is more than the 40 training examples: each epoch is one step of "
+            "all 40") in lines
+    assert any(s.startswith("capsnet train: warning: --warmup-steps 5 is longer than the run's 1 optimizer step:")
+               for s in lines), r.stderr
+    assert "UserWarning" not in r.stderr and "warnings.warn" not in r.stderr
