@@ -555,3 +555,19 @@ def test_pairs_whose_images_have_other_channels_than_the_model_makes_are_refused
     assert said in capsys.readouterr().err and not (tmp_path / "f").exists()
     with pytest.raises(ViewerError, match=re.escape(said)):
         load_viewer(gan_run, dataset=f"pairs:{root}", progress=False)
+
+
+def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
+    root = tmp_path / "pairs"
+    _labels(root / "labels", n=5)
+    _labels(root / "images", n=5)
+    cfg = TrainConfig(dataset=f"pairs:{root}", epochs=1, batch_size=4, lr=2e-4)
+    model = Pix2pixConfig(base_channels=4, disc_channels=4, input_height=32, input_width=32)
+    fit_gan(model, cfg, tmp_path / "r", device="cpu", progress=False)
+    assert load_checkpoint(tmp_path / "r", "last").state["data"]["files"] == 10
+    (root / "images" / "map4.png").unlink()
+    (root / "labels" / "map4.png").unlink()
+    with pytest.warns(UserWarning, match=f"--dataset pairs:{re.escape(str(root))} holds 8 files, 10 when the run last "
+                                         f"saved"):
+        fit_gan(model, replace(cfg, epochs=2), tmp_path / "r", device="cpu", progress=False, resume=True)
+    assert load_checkpoint(tmp_path / "r", "last").state["data"]["files"] == 8

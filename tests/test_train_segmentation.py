@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -236,3 +237,37 @@ def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, m
         main(["train", "--out", "run", "--resume", "--epochs", "3", "--no-progress"])
     assert "trained on --dataset folder:d, and that folder is gone; put it back at d to resume" in \
         capsys.readouterr().err
+
+
+def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, mask_pairs, capsys):
+    """A folder that gained, lost or rewrote files between a run's epochs changed its training and test pairs
+    without a word; each pair keeps its split, so it is said, not refused."""
+    import shutil
+
+    from PIL import Image
+
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "d", 10)
+    run = str(tmp_path / "run")
+    tiny = ["--model", "unet", "--model-option", "base_channels=4", "--model-option", "depth=2", "--batch-size", "4",
+            "--no-progress", "--out", run]
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'd'}", "--epochs", "1", *tiny]) == 0
+    assert load_checkpoint(run, "last").state["data"]["files"] == 20  # 10 images, 10 masks
+    capsys.readouterr()
+    assert main(["train", "--resume", "--epochs", "2", *tiny]) == 0  # as it was: nothing said
+    assert "warning" not in capsys.readouterr().err
+    for sub in ("images", "masks"):  # one pair more
+        shutil.copy(tmp_path / "d" / sub / "p00.png", tmp_path / "d" / sub / "p10.png")
+    assert main(["train", "--resume", "--epochs", "3", *tiny]) == 0
+    err = capsys.readouterr().err
+    assert (f"capsnet train: warning: --dataset folder:{tmp_path / 'd'} holds 22 files, 20 when the run last saved: "
+            f"the rest of the run trains and tests on the folder as it is now") in err
+    assert load_checkpoint(run, "last").state["data"]["files"] == 22  # said once: the next resume compares with it
+    mask = tmp_path / "d" / "masks" / "p10.png"  # rewritten: an empty mask, another file size
+    before = mask.stat().st_size
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask)
+    assert mask.stat().st_size != before
+    assert main(["train", "--resume", "--epochs", "4", *tiny]) == 0
+    assert "holds 22 files, as when the run last saved, but other names or sizes" in capsys.readouterr().err

@@ -74,8 +74,8 @@ from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
-                    check_optimizer_state, lr_at, restore_rng_state, resume_state_of, resume_within, rng_state,
-                    save_best, start_or_resume, within_epoch, write_metrics)
+                    check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
+                    rng_state, save_best, start_or_resume, within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -242,6 +242,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training pairs left; lower val_size or raise train_size")
+    state = folder_noted(state, cfg.dataset)
     make_batch = task(cfg.dataset).batch
 
     # 3. Model and optimizers, the same initial weights for the same seed.
@@ -347,7 +348,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         if progress:
             tqdm.write(describe_gan_epoch(record))
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                 "eval_split": held_name}
+                 "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
         score = results[""].ssim
         improved = state["best"] is None or score > state["best"]["accuracy"]
         if improved:  # "accuracy" is the held-out SSIM: what chooses best.safetensors

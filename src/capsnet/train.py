@@ -43,8 +43,8 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, input_shape, load_training,
-                         task)
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, folder_contents, input_shape,
+                         load_training, task)
 from .distributed import DistributedError, Launch, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
@@ -510,6 +510,23 @@ def budget_warnings(cfg: TrainConfig, examples: int) -> list[str]:
     return said
 
 
+def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict[str, Any]:
+    """``state`` with what the user's folder of ``dataset`` (folder:DIR, pairs:DIR) holds now under ``data``; a
+    resume whose folder changed since the save (files added, removed or rewritten) is warned: its remaining epochs
+    train and test on the folder as it is (each pair keeps its split, ``held_out_names``). Other data sets: as is."""
+    now = folder_contents(dataset)
+    if now is None:
+        return state
+    before = state.get("data")
+    if warn and isinstance(before, dict) and before != now:
+        count = (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
+                 else f"{now['files']} files, as when the run last saved, but other names or sizes")
+        warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
+                      f"now (each pair keeps its split), so its test figures are not those of the earlier epochs' "
+                      f"pairs; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)
+    return {**state, "data": now}
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -718,6 +735,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
+    state = folder_noted(state, cfg.dataset, warn=main)
     make_batch, augment = task(cfg.dataset).batch, augmentation(cfg.augment, cfg.shift)
 
     # 3. Model and optimizer, same initial weights for the same seed.
@@ -867,7 +885,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if progress:  # one readable line per epoch, with the bars
                 tqdm.write(describe_epoch(record, cfg.dataset))
             state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                     "eval_split": held_name}
+                     "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
             improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
             if improved:
                 state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}

@@ -77,11 +77,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +103,8 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
-           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs"]
+           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs",
+           "folder_contents"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -468,6 +470,21 @@ def user_folder(name: str) -> tuple[str, str] | None:
     """(prefix, DIR) of a user's ``folder:DIR`` or ``pairs:DIR``; None for every other data set name."""
     prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if name.startswith(p)), None)
     return None if prefix is None else (prefix, name[len(prefix):])
+
+
+def folder_contents(name: str) -> dict[str, Any] | None:
+    """What the user's folder of ``folder:DIR`` or ``pairs:DIR`` holds, for a resume to notice a change: how many
+    files its two subfolders (and test/'s) hold and a digest of their names and sizes. None for other data sets and
+    for a folder that is not there."""
+    folder = user_folder(name)
+    if folder is None or not Path(folder[1]).expanduser().is_dir():
+        return None
+    root = Path(folder[1]).expanduser()
+    subs = ("images", "masks") if folder[0] == FOLDER_PREFIX else ("labels", "images")
+    files = sorted((str(f.relative_to(root)), f.stat().st_size) for top in (root, root / "test") for sub in subs
+                   if (top / sub).is_dir() for f in (top / sub).iterdir() if f.is_file())
+    digest = hashlib.blake2b(json.dumps(files).encode(), digest_size=8).hexdigest()
+    return {"files": len(files), "digest": digest}
 
 
 def absolute_dataset(name: str) -> str:
