@@ -379,11 +379,16 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     assert np.array_equal(np.array(Image.open(tmp_path / "out01" / "map1_seed5.png")), img)
     capsys.readouterr()
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
-                 "--seeds", "5", "--no-progress"]) == 0 and "wrote 3 images" in capsys.readouterr().out
+                 "--seeds", "5", "--no-progress"]) == 0
+    assert capsys.readouterr().out == f"wrote 3 images to {tmp_path / 'one'}\n"
     for k in (1, 2):
         (binary / f"map{k}.png").unlink()
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
-                 "--seeds", "5", "--no-progress"]) == 0 and "wrote 1 image to" in capsys.readouterr().out
+                 "--seeds", "5", "--no-progress"]) == 0  # into the same folder: the file it replaced is said
+    assert capsys.readouterr().out == f"wrote 1 image to {tmp_path / 'one'} (1 file of the same name replaced)\n"
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
+                 "--seeds", "5", "6", "--no-progress"]) == 0
+    assert capsys.readouterr().out.endswith("(1 file of the same name replaced)\n")
 
 
 def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_cannot_apply(gan_run, data_root,

@@ -875,7 +875,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
                            device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
-    print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}")
+    n = len(done.replaced)  # a second run into one folder: said, so no earlier output goes unnoticed
+    again = f" ({_counted(n, 'file')} of the same name{'s' if n > 1 else ''} replaced)" if n else ""
+    print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
     return 0
 
 

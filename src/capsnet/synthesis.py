@@ -29,7 +29,7 @@ split at once, so an image does not depend on how the split is batched):
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -183,6 +183,7 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
 class GeneratedFiles:
     folder: Path
     files: list[Path]
+    replaced: list[Path] = field(default_factory=list)  # files of the same names that were there before
 
 
 def row_noise(model: nn.Module, row: int, seed: int, device: str | torch.device | None = None, *,
@@ -263,13 +264,15 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
               for s in seeds}  # all made, then written
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    written, replaced = [], []
     for s, batch in images.items():
         for stem, image in zip(arrays, batch):
             path = folder / f"{stem}_seed{s}.png"
+            if path.exists():
+                replaced.append(path)
             _write_png(path, image, atomic_write)
             written.append(path)
-    return GeneratedFiles(folder, written)
+    return GeneratedFiles(folder, written, replaced)
 
 
 def _write_png(path: Path, image: torch.Tensor, atomic_write) -> None:
