@@ -211,7 +211,7 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
             "--data-dir", str(data_root), *NARROW]
     assert main(args) == 0
     table = capsys.readouterr().out
-    assert "top-2 exact error" in table
+    assert "top-2 exact error" in table and "read back" not in table
     rows = _results(out)
     assert [r["model"] for r in rows] == ["capsnet", "baseline"]
     for r in rows:
@@ -224,7 +224,9 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
     assert main(args) == 0
     assert (out / "capsnet" / "last.safetensors").stat().st_mtime_ns == stamp
     assert _results(out) == rows
-    capsys.readouterr()
+    said = capsys.readouterr().out  # and each run says so
+    assert said.count("(finished before: its figures read back)") == 2
+    assert f"[2/2] baseline on multimnist, seed 0, 96 training examples, 1 epoch -> {out / 'baseline'} (finished" in said
 
     # eval recomputes the final test figure from the checkpoint
     assert main(["eval", "--checkpoint", str(out / "capsnet"), "--which", "last", "--test-size", "40",
@@ -478,6 +480,7 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
     assert out.count("training [") == 2 and "training [1/2] capsnet on mnist-sample, seed 0 in a process" in out
     assert out.index("training [2/2]") < out.index("trained [2/2]")  # each run announced as it starts
+    assert "finished before" not in out  # trained just now, then read back: not called finished before
     torch.set_num_threads(1)  # each worker's share here, with 2 threads or fewer (workers get at least 1)
     try:
         assert main(common + ["--out", str(tmp_path / "sequential")]) == 0

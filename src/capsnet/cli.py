@@ -937,10 +937,10 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
 
-    def started(k: int, run: ex.Run) -> None:
+    def started(k: int, run: ex.Run, done: bool) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
               f"{run.train_config.train_size or 60000} training examples, {_counted(run.train_config.epochs, 'epoch')} "
-              f"-> {run.run_dir}", flush=True)
+              f"-> {run.run_dir}" + (" (finished before: its figures read back)" if done else ""), flush=True)
 
     def launched(k: int, run: ex.Run) -> None:
         print(f"training [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} in a process of its own "

@@ -334,7 +334,8 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
              keep_memory: bool = False, on_trained=None, on_launch=None) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
-    ``on_start(k, run)`` is called before run k is trained or read back, ``on_done(rows)`` after each run with the
+    ``on_start(k, run, done)`` is called before run k is trained or read back (``done``: it had finished before this
+    call, so its figures are read back from its run directory), ``on_done(rows)`` after each run with the
     rows so far; ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``). With ``jobs`` above 1 the
     runs still to train are first trained that many at a time, each in a process of its own with 1/jobs of the
     threads (``keep_memory``: with the allocator kept as ``capsnet.memory.keep_freed_memory`` keeps it), without
@@ -351,9 +352,9 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     rows = []
     memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
     for k, run in enumerate(runs):
-        if on_start is not None:
-            on_start(k, run)
         final = finished.get(k) or _finished(run)  # read again only if trained above or not read yet
+        if on_start is not None:
+            on_start(k, run, finished[k] is not None if jobs > 1 else final is not None)
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
             final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
