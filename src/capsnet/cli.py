@@ -926,7 +926,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines (peak MB) are noise
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the memory profiler's start/stop lines are noise
     out = Path(args.out or f"runs/experiment-{args.name}")
     typed = _typed(args, _TRAIN_FIELDS)
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
@@ -976,7 +976,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the memory profiler's start/stop lines are noise here
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the memory profiler's start/stop lines are noise
     from .bench import environment, format_table, run_grid, write_record
 
     _output_file(args.json, "--json")

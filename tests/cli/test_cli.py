@@ -508,3 +508,14 @@ def test_a_budget_the_run_cannot_follow_is_warned_in_one_line(tmp_path, capsys):
     assert any(s.startswith("capsnet train: warning: --warmup-steps 5 is longer than the run's 1 optimizer step:")
                for s in lines), r.stderr
     assert "UserWarning" not in r.stderr and "warnings.warn" not in r.stderr
+
+
+def test_bench_prints_no_profiler_start_and_stop_lines():
+    """torch 2.13's profiler (peak memory) wrote a 'USDT: ... profiler_start' line to stderr per measurement; the
+    level KINETO_LOG_LEVEL=5 left them, 6 is above them. In a process of its own: the level is read once."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    r = subprocess.run([sys.executable, "-m", "capsnet", "bench", "--batch-size", "2", "--repeats", "1", "--baseline",
+                        "", "--device", "cpu"], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "| capsnet | cpu | train | 2 |" in r.stdout
+    assert "USDT" not in r.stderr and "profiler_start" not in r.stderr, r.stderr
