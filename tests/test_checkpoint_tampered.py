@@ -16,10 +16,11 @@ from capsnet.viz import load_viewer
 
 def _tamper(src, dst, *, model_config=None, train_config=None, metadata=None, tensors=None, drop=()):
     """A copy of checkpoint ``src`` at ``dst`` with config fields, metadata entries or tensors replaced, metadata
-    entries in ``drop`` left out."""
+    entries in ``drop`` left out, as a tool that knows nothing of capsnet's digest writes it (without one: the
+    checks below the digest's are what these cases test; test_a_changed_tensor_is_caught_by_the_digest the digest)."""
     with safe_open(str(src), "pt") as f:
         meta, ts = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
-    meta = {k: v for k, v in meta.items() if k not in drop}
+    meta = {k: v for k, v in meta.items() if k not in drop and k != "digest"}
     for key, changes in (("model_config", model_config), ("train_config", train_config)):
         if changes:
             meta[key] = json.dumps(json.loads(meta[key]) | changes)
@@ -114,3 +115,38 @@ def test_a_resume_refuses_a_damaged_optimizer_or_random_state_before_training(re
     assert message in err and f"checkpoint {run / 'last.safetensors'} cannot be resumed" in err, err
     assert err.startswith("capsnet train: error:") and err.count("\n") == 1
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # nothing written
+
+
+def test_a_changed_tensor_is_caught_by_the_digest(trained_run, data_root, tmp_path, capsys):
+    """A finite change to one weight (a bit flipped on disk, a weight edited in place) loaded and scored as if
+    nothing had happened; the digest saved with the tensors finds it. Files without a digest still load."""
+    import shutil
+
+    from capsnet.checkpoint import load_checkpoint, tensor_digest
+
+    good = trained_run / "best.safetensors"
+    with safe_open(str(good), "pt") as f:
+        meta = dict(f.metadata())
+        assert meta["digest"] == tensor_digest({k: f.get_tensor(k) for k in f.keys()})  # independently recomputed
+    bad = tmp_path / "bad.safetensors"
+    shutil.copy(good, bad)
+    data = bytearray(bad.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last tensor's last bytes: a finite value still
+    bad.write_bytes(bytes(data))
+    with safe_open(str(bad), "pt") as f:
+        assert all(torch.isfinite(f.get_tensor(k).float()).all() for k in f.keys())
+    assert main(["eval", "--checkpoint", str(bad), "--data-dir", str(data_root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"capsnet eval: error: checkpoint {bad} is damaged: its tensors do not match the digest saved with "
+                   f"them (the file changed after it was written); use another checkpoint or retrain (weights changed "
+                   f"on purpose: save them with capsnet.checkpoint.save_checkpoint)\n")
+    assert not (tmp_path / "eval-bad.json").exists()
+    # without the digest (a file from before it, the shipped models) the same tensors load
+    unchecked = _tamper(bad, tmp_path / "unchecked.safetensors")
+    assert load_checkpoint(unchecked).model_state.keys() == load_checkpoint(good).model_state.keys()
+    # saved again through capsnet: a new digest, and it loads
+    from capsnet.checkpoint import save_checkpoint
+
+    ckpt = load_checkpoint(unchecked)
+    save_checkpoint(tmp_path / "resaved.safetensors", ckpt)
+    assert load_checkpoint(tmp_path / "resaved.safetensors").model_state.keys() == ckpt.model_state.keys()

@@ -24,7 +24,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
-           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point"]
+           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point",
+           "tensor_digest"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -126,6 +127,22 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: Any) -> dict[st
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+DIGEST = "blake2b-128"  # the metadata's "digest": "blake2b-128:HEX" of every tensor, in name order (tensor_digest)
+
+
+def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """A digest of ``tensors``: each one's name, dtype, shape and bytes, in name order, so any change to a value
+    (a flipped bit on disk, a weight edited in place) changes it; the file's layout does not enter it."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return f"{DIGEST}:{h.hexdigest()}"
+
+
 def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
     """Write ``ckpt`` atomically to ``path`` (a ``.safetensors`` file)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
@@ -143,6 +160,7 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
         metadata["optimizer"] = json.dumps(opt_meta)
     for k, v in ckpt.rng_state.items():
         tensors[f"rng.{k}"] = v.detach().cpu().contiguous()
+    metadata["digest"] = tensor_digest(tensors)  # load_checkpoint checks it: a value changed on disk is not trusted
     atomic_write_bytes(path, st_save(tensors, metadata=metadata))
 
 
@@ -196,6 +214,11 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
                               f"use another checkpoint or retrain") from e
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{p} is a safetensors file but not a capsnet checkpoint (no '{FORMAT}' metadata)")
+    saved = metadata.get("digest")  # absent in files written before 2026-11-28 (the shipped models among them)
+    if saved is not None and saved.startswith(DIGEST + ":") and tensor_digest(tensors) != saved:
+        raise CheckpointError(f"checkpoint {p} is damaged: its tensors do not match the digest saved with them (the "
+                              f"file changed after it was written); use another checkpoint or retrain (weights "
+                              f"changed on purpose: save them with capsnet.checkpoint.save_checkpoint)")
     if metadata.get("format_version") not in READ_VERSIONS:
         raise CheckpointError(f"{p} has checkpoint format version {metadata.get('format_version')!r}; "
                               f"this capsnet reads versions {', '.join(READ_VERSIONS)}")
