@@ -85,7 +85,7 @@ class InvertedDotProductRouting(nn.Module):
         BJ, I, D = V.shape
         B = BJ // J
         r = V.new_full((B, J, I), 1.0 / J)  # the first pass: uniform
-        rounds = []
+        rounds, p = [], V.new_empty(0)  # p: the poses, made by each pass and read by the next
         for t in range(self.iterations):
             if t > 0:
                 # v_ij . p_j as p^T V^T: on a CPU several times faster than V p for these thin matrices
