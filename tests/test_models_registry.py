@@ -82,3 +82,64 @@ def test_registered_model_compiles_as_one_graph_and_trains_as_eager(name):
     torch.testing.assert_close(scores1, scores0, rtol=1e-5, atol=1e-6)
     for n in grads0:
         torch.testing.assert_close(grads1[n], grads0[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_bytes_and_one_hot_labels_are_refused_by_name(name):
+    """uint8 images (load_dataset's, PIL's) reached the first convolution as a dtype error; one-hot labels were read
+    as MultiMNIST pairs of classes 0 and 1 and trained on without a word."""
+    import torch.nn.functional as F
+
+    model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
+    loss = MODELS[name].loss
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 3, 9])
+    with pytest.raises(ValueError, match=r"images are torch.uint8; the models take floating-point images in \[0, 1\]: "
+                                         r"capsnet.data.unit_float\(images\) converts 0-255 bytes"):
+        model((images * 255).to(torch.uint8))
+    with pytest.raises(ValueError, match=r"labels of shape \(4, 10\) look one-hot; give class indices \(B,\): "
+                                         r"labels.argmax\(1\)"):
+        loss(model, images, F.one_hot(labels, 10))
+    with pytest.raises(ValueError, match=r"labels are torch.float32; give class indices as integers"):
+        loss(model, images, labels.float())
+    with pytest.raises(ValueError, match=r"labels must be \(4,\) class indices or \(4, 2\) pairs for 4 images, got "
+                                         r"shape \(3,\)"):
+        loss(model, images, labels[:3])
+    loss(model, images, labels)  # indices, and pairs, as before
+    loss(model, images, torch.tensor([[0, 1], [3, 4], [5, 9], [2, 8]]))
+
+
+def test_evaluate_refuses_a_split_it_cannot_score():
+    """An empty split was reported as 100% error, and mismatched counts, one-hot labels or batch_size 0 failed
+    inside the loop with torch's own messages."""
+    import torch.nn.functional as F
+
+    from capsnet.evaluate import evaluate, evaluate_pairs, evaluate_segmentation
+
+    model = create_model("capsnet", **SMALL["capsnet"])
+    x, y = torch.rand(6, 1, 28, 28), torch.tensor([0, 1, 2, 3, 4, 5])
+    for call, message in [
+        (lambda: evaluate(model, x[:0], y[:0]), "no images to evaluate: the split is empty"),
+        (lambda: evaluate(model, x, y[:4]), "6 images but 4 labels: give one entry of labels per image"),
+        (lambda: evaluate(model, x, y, batch_size=0), "batch_size must be a positive integer, got 0"),
+        (lambda: evaluate(model, x, F.one_hot(y, 10)), "look one-hot"),
+        (lambda: evaluate(model, x, y.float()), "labels are torch.float32"),
+        (lambda: evaluate(model, x, torch.stack([y, y], 1)), "are MultiMNIST pairs: score them with evaluate_pairs"),
+        (lambda: evaluate_pairs(model, x, y[:2]), "6 images but 2 labels"),
+        (lambda: evaluate_segmentation(create_model("unet", **SMALL["unet"]), torch.rand(2, 1, 16, 16),
+                                       torch.zeros(3, 1, 16, 16)), "2 images but 3 masks"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    r = evaluate(model, x, y, batch_size=4)  # and a good split scores as before: every image counted once
+    assert r.confusion.sum() == 6 and r.confusion.sum(1).tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="labels are torch.float32"):  # the decoder's mask is an index too
+        model(x, y.float())
+    assert model(x, torch.arange(10).expand(6, 10)).reconstructions.shape == (6, 10, 1, 28, 28)  # K decodes each
+
+
+@pytest.mark.parametrize("name", [n for n, spec in MODELS.items() if spec.kind != "classification"])
+def test_image_to_image_models_refuse_bytes_by_name(name):
+    model = create_model(name, **SMALL[name], input_height=32, input_width=32)
+    what = "label maps" if MODELS[name].kind == "synthesis" else "images"
+    with pytest.raises(ValueError, match=f"{what} are torch.uint8; the models take floating-point {what} in"):
+        model(torch.zeros(1, 1, 32, 32, dtype=torch.uint8))

@@ -21,6 +21,7 @@ from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
 from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task
 from .models import MODELS, model_name, model_spec
+from .models.inputs import check_class_labels
 from .runtime import resolve_device
 
 __all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "eval_batch", "evaluate_pairs",
@@ -80,12 +81,28 @@ def eval_batch(model: nn.Module, batch_size: int) -> int:
     return batch_size if limit is None else max(1, min(batch_size, limit))
 
 
+def _check_split(images: torch.Tensor, targets: torch.Tensor, batch_size: int, what: str = "labels") -> None:
+    """A ValueError naming the fix for a split that cannot be scored: no examples, images and targets of other
+    counts, a batch size below 1 (the loops below would report an empty set as 100% error, or fail deep inside)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if len(images) != len(targets):
+        raise ValueError(f"{len(images)} images but {len(targets)} {what}: give one entry of {what} per image")
+    if len(images) == 0:
+        raise ValueError("no images to evaluate: the split is empty")
+
+
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 256,
              recon_weight: float = 0.0005, progress: bool = False) -> EvalResult:
     """Loss, accuracy and confusion matrix of ``model`` on a split (no augmentation).
 
-    Shapes: images (N, C, H, W) float in [0, 1]; labels (N,).
+    Shapes: images (N, C, H, W) float in [0, 1]; labels (N,). Returns the mean loss, the accuracy, the error
+    and the (K, K) confusion matrix, rows the true classes and columns the predicted ones.
     """
+    _check_split(images, labels, batch_size)
+    check_class_labels(labels, len(images), model.config.num_classes)
+    if labels.dim() != 1:
+        raise ValueError("labels of shape (N, 2) are MultiMNIST pairs: score them with evaluate_pairs")
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     was_training = model.training
@@ -115,6 +132,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
     Shapes: images (N, C, 36, 36), labels (N, 2), components (N, 2, C, 36, 36) or None (no reconstruction term).
     """
+    _check_split(images, labels, batch_size)
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     was_training = model.training
@@ -141,6 +159,7 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
 
     Shapes: images (N, C, H, W) float in [0, 1]; masks (N, 1, H, W) 0/1.
     """
+    _check_split(images, masks, batch_size, "masks")
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     was_training = model.training

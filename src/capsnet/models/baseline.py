@@ -18,6 +18,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..losses import multi_hot
+from .inputs import check_class_images, check_class_labels
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
@@ -88,9 +89,7 @@ class BaselineCNN(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Shapes: images (B, C, H, W) in [0, 1] -> logits (B, num_classes)."""
         cfg = self.config
-        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         x = images
         for conv in self.convs:
             x = F.relu(conv(x))
@@ -110,6 +109,7 @@ def baseline_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
 
     Shapes: images (B, C, H, W); labels (B,) or (B, 2); returns loss (), scores (B, num_classes)
     """
+    check_class_labels(labels, images.shape[0], model.config.num_classes)
     logits = model(images)  # (B, K)
     target = multi_hot(labels, logits.shape[1], logits.dtype) / labels.shape[1] if labels.dim() == 2 else labels
     return F.cross_entropy(logits, target), logits.softmax(dim=1)

@@ -19,6 +19,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
+from .inputs import check_class_images, check_class_labels, check_integer_labels
 
 PADDINGS = ("valid", "same")
 # how the weights start: "torch", PyTorch's own initialisers (with the digit capsules' W ~ N(0, 0.01^2)); "authors",
@@ -257,9 +258,9 @@ class CapsNet(nn.Module):
                 reconstructions (B, C, H, W), or (B, K, C, H, W) for (B, K) labels, or None
         """
         cfg = self.config
-        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        if labels is not None:
+            check_integer_labels(labels)
         u = self.primary_capsules(images)  # (B, I, 8)
         poses, lengths, coupling = self.digits(u)  # (B, J, 16), (B, J), (B, I, J)
         reconstructions = None
@@ -326,6 +327,7 @@ def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, c
     Shapes: images (B, C, H, W); labels (B,) or (B, 2); components (B, 2, C, H, W) or None;
     returns loss (), scores (B, num_classes)
     """
+    check_class_labels(labels, images.shape[0], model.config.num_classes)
     out = model(images, labels)
     pairs = labels.dim() == 2
     targets = multi_hot(labels, out.lengths.shape[1], out.lengths.dtype) if pairs else labels

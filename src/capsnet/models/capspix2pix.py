@@ -58,6 +58,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
                       instance_norm_capsules, walk_capsule_stack)
+from .inputs import check_floating
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
@@ -73,6 +74,7 @@ def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: i
                          f"label maps, got {got}" + ("" if labels.dim() != 4 else
                                                      f" ({labels.shape[1]} channels): convert them or build the "
                                                      f"model with in_channels {labels.shape[1]}"))
+    check_floating(labels, "label maps")
     H, W = labels.shape[-2:]
     h, w = cfg.input_height, cfg.input_width
     if exact and (H, W) != (h, w):

@@ -23,6 +23,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
+from .inputs import check_class_images, check_integer_labels
 
 __all__ = ["EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -119,9 +120,9 @@ class EfficientCapsNet(nn.Module):
         """Shapes: images (B, C, H, W) in [0, 1]; labels (B,), (B, K) or None ->
         poses (B, J, 16), lengths (B, J), reconstructions (B, C, H, W) (or (B, K, C, H, W)) or None, coupling (B, I, J)."""
         cfg = self.config
-        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        if labels is not None:
+            check_integer_labels(labels)
         poses, lengths, coupling = self.digits(self.primary_capsules(images))
         reconstructions = None
         if self.decoder is not None:

@@ -41,6 +41,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
+from .inputs import check_class_images, check_class_labels
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
@@ -224,9 +225,7 @@ class EMCapsNet(nn.Module):
         ``labels`` are accepted for the shared model signature and unused (no decoder).
         """
         cfg = self.config
-        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         out = self.classes(self._conv_capsules(images))
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
 
@@ -247,6 +246,7 @@ def em_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     Shapes: images (B, C, H, W); labels (B,) or (B, 2) pairs; returns loss (), scores (B, K).
     ``components`` and ``recon_weight`` are accepted for the shared loss signature: no decoder.
     """
+    check_class_labels(labels, images.shape[0], model.config.num_classes)
     out = model(images)
     targets = multi_hot(labels, out.activations.shape[1], out.activations.dtype) if labels.dim() == 2 else labels
     return spread_loss(out.activations, targets, model.config.margin(progress)), out.activations

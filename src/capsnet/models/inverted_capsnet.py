@@ -25,6 +25,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
 from ..routing import InvertedDotProductRouting, RoutingView
+from .inputs import check_class_images, check_class_labels
 
 __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss"]
 
@@ -110,9 +111,7 @@ class InvertedCapsNet(nn.Module):
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> InvertedCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), logits (B, K), coupling (B, I, K). ``labels`` unused."""
         cfg = self.config
-        expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         out = self.classes(self._conv_capsules(images))
         return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
 
@@ -137,6 +136,7 @@ def inverted_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.
                           components: torch.Tensor | None = None, *, recon_weight: float = 0.0, progress: float = 1.0
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of the class logits (pairs: probability 1/2 on each), and the softmax probabilities as scores."""
+    check_class_labels(labels, images.shape[0], model.config.num_classes)
     logits = model(images).logits
     target = multi_hot(labels, logits.shape[1], logits.dtype) / labels.shape[1] if labels.dim() == 2 else labels
     return F.cross_entropy(logits, target), logits.softmax(dim=1)

@@ -39,6 +39,7 @@ from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
 from ..routing import DynamicRouting
 from ..routing.dynamic import SQUASHES
+from .inputs import check_floating
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
@@ -191,6 +192,7 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
                          f"images, got {got}" + ("" if images.dim() != 4 else
                                                  f" ({images.shape[1]} channels): convert them or train a model "
                                                  f"with in_channels {images.shape[1]}"))
+    check_floating(images)
     H, W = images.shape[-2:]
     m = multiple
     if H % m or W % m:

@@ -1,0 +1,45 @@
+"""What every model checks of the tensors it is given, with messages that name the fix.
+
+Only dtypes and shapes are read (never values), so the checks cost nothing
+and force no host sync on a GPU.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["check_floating", "check_class_images", "check_class_labels", "check_integer_labels"]
+
+
+def check_floating(x: torch.Tensor, what: str = "images") -> None:
+    """A ValueError unless ``x`` is floating point: the 0-255 bytes ``capsnet.data.load_dataset`` and PIL give
+    reach the first convolution as a dtype error otherwise."""
+    if not torch.is_floating_point(x):
+        raise ValueError(f"{what} are {x.dtype}; the models take floating-point {what} in [0, 1]: "
+                         f"capsnet.data.unit_float({what}) converts 0-255 bytes")
+
+
+def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> None:
+    """A ValueError unless ``images`` are floating-point (B, C, H, W) with (C, H, W) = ``expected``."""
+    if images.dim() != 4 or tuple(images.shape[1:]) != tuple(expected):
+        raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+    check_floating(images)
+
+
+def check_integer_labels(labels: torch.Tensor) -> None:
+    """A ValueError unless ``labels`` hold integers (class indices), not floats or booleans."""
+    if torch.is_floating_point(labels) or labels.dtype == torch.bool:
+        raise ValueError(f"labels are {labels.dtype}; give class indices as integers (B,), e.g. "
+                         f"labels.argmax(1) for one-hot or probability rows")
+
+
+def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int) -> None:
+    """A ValueError unless ``labels`` are a classifier's targets for ``batch`` images: (B,) class indices, or (B, 2)
+    index pairs (MultiMNIST), as integers. One-hot or probability rows, (B, num_classes), are refused by name: read
+    as pairs they would train on classes 0 and 1 (their values) without a word."""
+    check_integer_labels(labels)
+    if labels.dim() == 2 and labels.shape[1] == num_classes and num_classes != 2:
+        raise ValueError(f"labels of shape {tuple(labels.shape)} look one-hot; give class indices (B,): "
+                         f"labels.argmax(1) (two-dimensional labels are MultiMNIST's (B, 2) pairs of classes)")
+    if labels.dim() not in (1, 2) or (labels.dim() == 2 and labels.shape[1] != 2) or labels.shape[0] != batch:
+        raise ValueError(f"labels must be ({batch},) class indices or ({batch}, 2) pairs for {batch} images, got shape "
+                         f"{tuple(labels.shape)}")
