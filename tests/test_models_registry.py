@@ -143,3 +143,24 @@ def test_image_to_image_models_refuse_bytes_by_name(name):
     what = "label maps" if MODELS[name].kind == "synthesis" else "images"
     with pytest.raises(ValueError, match=f"{what} are torch.uint8; the models take floating-point {what} in"):
         model(torch.zeros(1, 1, 32, 32, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n in ("capsnet", "baseline", "em-capsnet-small", "unet")])
+def test_numpy_numbers_from_a_sweep_are_the_numbers_they_hold(name):
+    """np.int64(64) (np.arange, a pandas column) was refused as 'must be a positive integer, got np.int64(64)'."""
+    import json
+
+    import numpy as np
+
+    from capsnet.train import TrainConfig
+
+    small = {k: (np.int64(v) if isinstance(v, int) and not isinstance(v, bool) else
+                 tuple(np.int64(x) for x in v) if isinstance(v, tuple) else v) for k, v in SMALL[name].items()}
+    assert any(type(x).__module__ == "numpy" for v in small.values() for x in (v if isinstance(v, tuple) else (v,)))
+    config = create_model(name, **small).config
+    assert config == create_model(name, **SMALL[name]).config  # the same model
+    assert json.loads(json.dumps(config.to_dict())) == create_model(name, **SMALL[name]).config.to_dict()
+    train = TrainConfig(epochs=np.int64(3), lr=np.float32(0.5))
+    assert type(train.epochs) is int and train.lr == 0.5 and type(train.lr) is float
+    with pytest.raises(ValueError, match="must be"):  # a fraction is still not a count
+        create_model(name, **SMALL[name] | {"num_classes": np.float64(3.5)})

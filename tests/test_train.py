@@ -356,3 +356,23 @@ def test_budget_warnings_name_what_the_run_will_not_do_as_typed():
     # the linear schedule refuses such a warm-up outright (lr_at), so only the batch is said
     assert len(budget_warnings(TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr_schedule="linear"), 300)) == 1
     assert budget_warnings(TrainConfig(batch_size=10, epochs=1, warmup_steps=1), 10) == []  # exactly one batch
+
+
+def test_fit_names_every_size_field_a_model_lacks_for_its_data_set(tmp_path):
+    """A model for 28x28 digits but 100 classes crashed inside the loss ('Class values must be smaller than
+    num_classes') after the size message had been followed; a 3-channel one was told of heights and widths."""
+    from capsnet.models import CapsNetConfig, EMCapsNetSmallConfig, create_model, model_name
+    from capsnet.train import TrainConfig, fit, input_fields
+
+    cases = [(EMCapsNetSmallConfig(input_height=28, input_width=28, num_classes=5), "num_classes 10", "num_classes 5"),
+             (CapsNetConfig(in_channels=3), "in_channels 1", "in_channels 3"),
+             (CapsNetConfig(input_height=32, input_width=32, num_classes=4),
+              "input_height 28, input_width 28, num_classes 10", "input_height 32, input_width 32, num_classes 4")]
+    for config, needs, has in cases:
+        with pytest.raises(ValueError, match=f"mnist-sample needs a model with {needs}, and this one has {has}; build "
+                                             f"it with those"):
+            fit(config, TrainConfig(dataset="mnist-sample"), tmp_path / "r", progress=False)
+        assert not (tmp_path / "r").exists()
+    name = model_name(cases[0][0])  # the fix it names builds the model that fits
+    config = create_model(name, **input_fields(name, "mnist-sample")).config
+    assert (config.num_classes, config.input_height, config.in_channels) == (10, 28, 1)

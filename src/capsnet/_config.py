@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-__all__ = ["JsonConfig", "config_from_dict", "check_types", "check_range", "check_choice", "MAX_WEIGHTS"]
+__all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
@@ -71,11 +71,29 @@ _TYPES = {  # annotation -> (test, what it must be)
 }
 
 
+def _plain(v: Any) -> Any:
+    """A NumPy scalar (np.int64(64) from a sweep's np.arange, np.float32(0.5)) as the Python number it holds, in a
+    list or tuple too; other values as they are."""
+    if type(v).__module__ == "numpy" and getattr(v, "ndim", None) == 0:
+        return v.item()
+    if isinstance(v, (list, tuple)) and any(type(x).__module__ == "numpy" for x in v):
+        return type(v)(_plain(x) for x in v)
+    return v
+
+
+def plain_numbers(config: Any) -> None:
+    """NumPy scalars in ``config``'s fields made the Python numbers they hold (``check_types`` does so first)."""
+    for f in dataclasses.fields(config):
+        object.__setattr__(config, f.name, _plain(getattr(config, f.name)))
+
+
 def check_types(config: Any) -> None:
-    """Each field of a config dataclass holds a value of its annotated type; a ValueError names the first that does not."""
+    """Each field of a config dataclass holds a value of its annotated type (NumPy scalars become the Python numbers
+    they hold, so the config saves as JSON); a ValueError names the first field that does not."""
     for f in dataclasses.fields(config):
         test, what = _TYPES[f.type]
-        value = getattr(config, f.name)
+        value = _plain(getattr(config, f.name))
+        object.__setattr__(config, f.name, value)
         if not test(value):
             raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}")
 

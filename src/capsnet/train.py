@@ -696,10 +696,13 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if spec.kind != kind:
         raise ValueError(f"{name} is a {spec.kind} model but {cfg.dataset} is a {kind} data set; choose a "
                          f"{spec.kind} data set or a {kind} model")
-    shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
-    if shape != input_shape(cfg.dataset):
-        raise ValueError(f"{cfg.dataset} images are {input_shape(cfg.dataset)} but the model takes {shape}; build it "
-                         f"with input_height and input_width {input_shape(cfg.dataset)[1]} (the CLI does so itself)")
+    needed = {f: v for f, v in input_fields(name, cfg.dataset).items() if hasattr(model_config, f)}
+    off = {f: getattr(model_config, f) for f, v in needed.items() if getattr(model_config, f) != v}
+    if off:  # its input (channels, height, width) or its output (classes)
+        raise ValueError(f"{cfg.dataset} needs a model with {', '.join(f'{f} {needed[f]}' for f in off)}, and this one "
+                         f"has {', '.join(f'{f} {v}' for f, v in off.items())}; build it with those, e.g. "
+                         f"create_model({name!r}, **capsnet.train.input_fields({name!r}, {cfg.dataset!r})).config "
+                         f"(the CLI does so itself)")
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.

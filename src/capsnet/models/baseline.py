@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types, plain_numbers
 from ..losses import multi_hot
 from .inputs import check_class_images, check_class_labels
 
@@ -37,6 +37,7 @@ class BaselineCNNConfig(JsonConfig):
     dropout: float = 0.5  # before the last layer, "connected with dropout to a 10 class softmax layer"
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # np.int64(64) from a sweep is 64
         for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, plain_numbers
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import DynamicRouting, RoutingView
@@ -64,6 +64,7 @@ class CapsNetConfig(JsonConfig):
     init: str = "torch"
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # np.int64(64) from a sweep is 64
         positive = ["input_height", "input_width", "in_channels", "num_classes", "conv1_channels", "conv1_kernel",
                     "primary_types", "primary_dim", "primary_kernel", "primary_stride", "digit_dim", "routing_iterations"]
         for name in positive:
