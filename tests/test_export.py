@@ -209,6 +209,11 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
         export_model(model, tmp_path / "missing" / "m.pt2", format="pt2")
     with pytest.raises(ExportError, match="give the path"):
         export_model(model, format="pt2")
+    with pytest.raises(ExportError, match=r"m.onnx has the suffix of format 'onnx', not of 'torch-export': name it "
+                                          r"m.pt2 or pass format='onnx'"):  # written before, as a .pt2 named .onnx
+        export_model(model, tmp_path / "m.onnx", format="pt2")
+    with pytest.raises(ExportError, match=r"M.PT2 has the suffix of format 'torch-export', not of 'onnx'"):
+        export_model(model, tmp_path / "M.PT2")
     with pytest.raises(ExportError, match=r"baseline holds weights as torch.float64 on cpu; .* model.float\(\).cpu\(\)"):
         export_model(create_model("baseline", **SMALL["baseline"]).double(), tmp_path / "m.pt2", format="pt2")
     monkeypatch.setattr(onnxscript, "__version__", "0.7.1")

@@ -376,3 +376,30 @@ def test_fit_names_every_size_field_a_model_lacks_for_its_data_set(tmp_path):
     name = model_name(cases[0][0])  # the fix it names builds the model that fits
     config = create_model(name, **input_fields(name, "mnist-sample")).config
     assert (config.num_classes, config.input_height, config.in_channels) == (10, 28, 1)
+
+
+def test_fit_arguments_of_the_wrong_kind_are_named_before_any_work(tmp_path, trained_run):
+    """A dict of settings failed with AttributeError, a run directory that is a file with a bare FileExistsError,
+    a model in place of its config said only that it was no config; load_model took which='final' as a file name."""
+    from capsnet.checkpoint import CheckpointError
+    from capsnet.evaluate import load_model
+    from capsnet.gan import fit_gan
+    from capsnet.models import CapsNetConfig, create_model
+    from capsnet.train import TrainConfig, fit
+
+    config = CapsNetConfig(conv1_channels=8, primary_types=2)
+    with pytest.raises(ValueError, match=r"the training settings must be a TrainConfig, got dict; pass "
+                                         r"TrainConfig\(\*\*settings\)"):
+        fit(config, {"dataset": "mnist-sample", "epochs": 1}, tmp_path / "r")
+    (tmp_path / "file").write_text("")
+    for train in (fit, fit_gan):
+        with pytest.raises(ValueError, match=f"run_dir {tmp_path / 'file'} is a file; give a folder"):
+            train(config, TrainConfig(dataset="mnist-sample"), tmp_path / "file")
+    with pytest.raises(ValueError, match="a CapsNet model was given where its config belongs: pass model.config"):
+        fit(create_model("capsnet", conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist-sample"),
+            tmp_path / "r")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    with pytest.raises(CheckpointError, match="which must be 'best' or 'last'"):
+        load_model(trained_run, which="final")
+    with pytest.raises(CheckpointError, match="which must be 'best' or 'last'"):
+        load_model(trained_run / "best.safetensors", which="Best")

@@ -173,6 +173,9 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
             return pretrained.path(path)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
+    if which not in ("best", "last"):
+        raise CheckpointError(f"which must be 'best' or 'last' (a run directory's best.safetensors or "
+                              f"last.safetensors), got {which!r}")
     p = Path(path)
     if p.is_dir():
         f = p / f"{which}.safetensors"

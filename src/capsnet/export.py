@@ -471,6 +471,10 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         # a shipped model's own name, in the working folder: never into the installed package
         path = Path(checkpoint.path.stem + FORMATS[format]) if shipped else checkpoint.path.with_suffix(FORMATS[format])
     path = Path(path)
+    other = next((f for f, suffix in FORMATS.items() if f != format and path.suffix.lower() == suffix), None)
+    if other is not None:  # a torch.export program named .onnx (or the reverse) opens nowhere
+        raise ExportError(f"{path} has the suffix of format {other!r}, not of {format!r}: name it "
+                          f"{path.with_suffix(FORMATS[format]).name} or pass format={other!r}")
     if path.is_dir():
         raise ExportError(f"{path} is a folder: give the path of the file to write, "
                           f"e.g. {path / ('model' + FORMATS[format])}")

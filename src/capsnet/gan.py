@@ -197,6 +197,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores."""
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
+    _train.check_fit_arguments(cfg, run_dir)
     dev = resolve_device(device)
     run_dir = Path(run_dir)
     name = model_name(model_config)

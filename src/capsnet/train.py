@@ -51,7 +51,7 @@ from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
+__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
            "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
@@ -597,6 +597,16 @@ def _from_main(obj: Any) -> Any:
     return box[0]
 
 
+def check_fit_arguments(cfg: Any, run_dir: str | os.PathLike) -> None:
+    """A ValueError naming the fix for ``fit``'s (and ``fit_gan``'s) arguments of the wrong kind, before any work:
+    settings as a dict (or anything but a TrainConfig), a run directory that is a file."""
+    if not isinstance(cfg, TrainConfig):
+        hint = "TrainConfig(**settings)" if isinstance(cfg, dict) else "a capsnet.train.TrainConfig"
+        raise ValueError(f"the training settings must be a TrainConfig, got {type(cfg).__name__}; pass {hint}")
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise ValueError(f"run_dir {run_dir} is a file; give a folder for the run's checkpoints and metrics")
+
+
 def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
@@ -656,6 +666,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     generated images this way); one process only, and a resume must pass the
     same splits again.
     """
+    check_fit_arguments(cfg, run_dir)
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:

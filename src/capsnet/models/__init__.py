@@ -123,7 +123,10 @@ def model_name(config: Any) -> str:
     for name, spec in MODELS.items():
         if type(config) is spec.config:
             return name
-    raise ValueError(f"{type(config).__name__} is not the config of a registered model ({', '.join(MODELS)})")
+    if isinstance(config, nn.Module) and type(getattr(config, "config", None)) in {s.config for s in MODELS.values()}:
+        raise ValueError(f"a {type(config).__name__} model was given where its config belongs: pass model.config")
+    raise ValueError(f"{type(config).__name__} is not the config of a registered model ({', '.join(MODELS)}); "
+                     f"make one with create_model(NAME, ...).config or model_spec(NAME).config(...)")
 
 
 def create_model(name: str, **config: Any) -> nn.Module:
