@@ -69,3 +69,27 @@ def test_every_routing_is_finite_under_bf16_autocast(name):
         loss = out.poses.float().sum() + out.activations.float().sum()
     loss.backward()
     assert all(torch.isfinite(t.float()).all() for t in out) and torch.isfinite(votes.grad.float()).all()
+
+
+def test_routing_arguments_of_the_wrong_kind_are_named():
+    """DynamicRouting(leaky="no") routed leakily; a negative size or integer votes failed inside torch; a bias of
+    the wrong shape was a broadcast error in self-attention and inverted routing."""
+    from capsnet.layers import DenseCaps
+    from capsnet.routing import DynamicRouting, EMRouting, InvertedDotProductRouting, SelfAttentionRouting
+
+    for make, message in [(lambda: DynamicRouting(3, leaky="no"), "leaky must be True or False, got 'no'"),
+                          (lambda: DynamicRouting(3, detach_agreement=1), "detach_agreement must be True or False"),
+                          (lambda: InvertedDotProductRouting(dim=0), "dim must be a positive integer, got 0"),
+                          (lambda: SelfAttentionRouting(in_caps=-1, out_caps=10), "in_caps must be a positive integer"),
+                          (lambda: DenseCaps(-1, 8, 10, 16), "in_caps must be a positive integer, got -1")]:
+        with pytest.raises(ValueError, match=message):
+            make()
+    votes = torch.randn(2, 6, 3, 4)
+    for routing in (DynamicRouting(2), EMRouting(out_caps=3), InvertedDotProductRouting(dim=4),
+                    SelfAttentionRouting(6, 3)):
+        with pytest.raises(ValueError, match=r"votes must be floating point, got torch.int64: votes.float\(\)"):
+            routing(votes.long())
+    for routing in (DynamicRouting(2), InvertedDotProductRouting(dim=4), SelfAttentionRouting(6, 3)):
+        with pytest.raises(ValueError, match=r"bias must be \(J, D\) = \(3, 4\), got shape \(4, 3\)"):
+            routing(votes, bias=torch.zeros(4, 3))
+        assert routing(votes, bias=torch.zeros(3, 4)).poses.shape == (2, 3, 4)  # the right one still routes

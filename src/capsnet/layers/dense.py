@@ -6,6 +6,7 @@ from torch import nn
 
 from .._eager import eager
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
+from ..routing.result import check_count
 
 __all__ = ["DenseCaps"]
 
@@ -46,6 +47,8 @@ class DenseCaps(nn.Module):
         factored: bool = True,
     ) -> None:
         super().__init__()
+        for name, value in (("in_caps", in_caps), ("in_dim", in_dim), ("out_caps", out_caps), ("out_dim", out_dim)):
+            check_count(name, value)
         self.in_caps, self.in_dim, self.out_caps, self.out_dim = in_caps, in_dim, out_caps, out_dim
         self.factored = factored
         self.weight = nn.Parameter(torch.randn(in_dim, in_caps, out_caps, out_dim) * 0.01)  # (Din, I, J, Dout)

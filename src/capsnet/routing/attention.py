@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..ops import exp_squash, safe_norm
-from .result import RoutingResult, check_votes
+from .result import RoutingResult, check_count, check_votes
 
 __all__ = ["SelfAttentionRouting"]
 
@@ -38,6 +38,8 @@ class SelfAttentionRouting(nn.Module):
 
     def __init__(self, in_caps: int, out_caps: int) -> None:
         super().__init__()
+        check_count("in_caps", in_caps)
+        check_count("out_caps", out_caps)
         self.in_caps, self.out_caps = in_caps, out_caps
         self.prior = nn.Parameter(torch.zeros(in_caps, out_caps))  # b_ij, (I, J)
 
@@ -51,7 +53,7 @@ class SelfAttentionRouting(nn.Module):
             returns: poses (B, J, D), activations |v_j| (B, J), coupling (B, I, J) (the softmax, before the
                 prior); with ``record``, ``rounds`` (B, 1, I, J)
         """
-        B, I, J, D = check_votes(votes, activations)
+        B, I, J, D = check_votes(votes, activations, bias)
         if (I, J) != (self.in_caps, self.out_caps):
             raise ValueError(f"votes (B, I, J, D) = {tuple(votes.shape)} do not fit this routing's "
                              f"(I, J) = ({self.in_caps}, {self.out_caps})")

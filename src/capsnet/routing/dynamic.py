@@ -6,7 +6,7 @@ from torch import nn
 
 from ..ops import exp_squash, safe_norm, squash
 from .dynamic_linear import coupling_softmax, route_linear
-from .result import RoutingResult, check_votes
+from .result import RoutingResult, check_switch, check_votes
 
 __all__ = ["DynamicRouting", "SQUASHES"]
 
@@ -60,6 +60,8 @@ class DynamicRouting(nn.Module):
             raise ValueError(f"softmax must be 'parents' or 'children', got {softmax!r}")
         if not isinstance(squash, str) or squash not in SQUASHES:
             raise ValueError(f"squash must be one of {', '.join(map(repr, SQUASHES))}, got {squash!r}")
+        check_switch("leaky", leaky)
+        check_switch("detach_agreement", detach_agreement)
         self.softmax = softmax
         self.squash = squash
         self.iterations = iterations

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._fused import tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_votes
+from .result import RoutingResult, check_count, check_votes
 
 __all__ = ["InvertedDotProductRouting"]
 
@@ -48,8 +48,8 @@ class InvertedDotProductRouting(nn.Module):
 
     def __init__(self, dim: int, iterations: int = 2, *, fused_backward: bool = True) -> None:
         super().__init__()
-        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-            raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        check_count("dim", dim)
+        check_count("iterations", iterations)
         self.dim, self.iterations = dim, iterations
         self.fused_backward = bool(fused_backward)
         self.norm = nn.LayerNorm(dim)
@@ -64,7 +64,7 @@ class InvertedDotProductRouting(nn.Module):
             returns: poses p (B, J, D), activations |p_j| (B, J), coupling r of the last pass (B, I, J);
                 with ``record``, ``rounds`` (B, R, I, J)
         """
-        B, I, J, D = check_votes(votes, activations)
+        B, I, J, D = check_votes(votes, activations, bias)
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
         norm = (self.norm.weight, self.norm.bias)

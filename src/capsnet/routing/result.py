@@ -50,16 +50,33 @@ class RoutingView(NamedTuple):
     children_are: str = "lengths"
 
 
-def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None) -> tuple[int, int, int, int]:
+def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None
+                ) -> tuple[int, int, int, int]:
     """(B, I, J, D) of ``votes``, after checking the shared call shape; a clear ValueError otherwise.
 
     Shapes:
-        votes: (B, I, J, D); activations: (B, I) or None
+        votes: (B, I, J, D) floating point; activations: (B, I) or None; bias: (J, D) or None
     """
     if votes.dim() != 4:
         raise ValueError(f"votes must be (B, I, J, D), got shape {tuple(votes.shape)}")
+    if not torch.is_floating_point(votes):
+        raise ValueError(f"votes must be floating point, got {votes.dtype}: votes.float() routes them")
     B, I, J, D = votes.shape
     if activations is not None and tuple(activations.shape) != (B, I):
         raise ValueError(f"activations must be (B, I) = ({B}, {I}) for votes {tuple(votes.shape)}, "
                          f"got shape {tuple(activations.shape)}")
+    if bias is not None and tuple(bias.shape) != (J, D):
+        raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
     return B, I, J, D
+
+
+def check_count(name: str, value: object) -> None:
+    """A ValueError unless ``value`` is a positive integer (not a bool): a routing's or layer's size."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_switch(name: str, value: object) -> None:
+    """A ValueError unless ``value`` is True or False (a string such as "no" would read as True)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
