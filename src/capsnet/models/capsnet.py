@@ -328,7 +328,7 @@ def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, c
     Shapes: images (B, C, H, W); labels (B,) or (B, 2); components (B, 2, C, H, W) or None;
     returns loss (), scores (B, num_classes)
     """
-    check_class_labels(labels, images.shape[0], model.config.num_classes)
+    check_class_labels(labels, images.shape[0], getattr(getattr(model, "config", None), "num_classes", None))
     out = model(images, labels)
     pairs = labels.dim() == 2
     targets = multi_hot(labels, out.lengths.shape[1], out.lengths.dtype) if pairs else labels

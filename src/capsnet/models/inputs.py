@@ -32,12 +32,13 @@ def check_integer_labels(labels: torch.Tensor) -> None:
                          f"labels.argmax(1) for one-hot or probability rows")
 
 
-def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int) -> None:
+def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None) -> None:
     """A ValueError unless ``labels`` are a classifier's targets for ``batch`` images: (B,) class indices, or (B, 2)
     index pairs (MultiMNIST), as integers. One-hot or probability rows, (B, num_classes), are refused by name: read
-    as pairs they would train on classes 0 and 1 (their values) without a word."""
+    as pairs they would train on classes 0 and 1 (their values) without a word. ``num_classes`` None: a model with
+    no config (a user's own, trained by ``capsnet_loss``)."""
     check_integer_labels(labels)
-    if labels.dim() == 2 and labels.shape[1] == num_classes and num_classes != 2:
+    if labels.dim() == 2 and labels.shape[1] != 2 and num_classes in (None, labels.shape[1]):
         raise ValueError(f"labels of shape {tuple(labels.shape)} look one-hot; give class indices (B,): "
                          f"labels.argmax(1) (two-dimensional labels are MultiMNIST's (B, 2) pairs of classes)")
     if labels.dim() not in (1, 2) or (labels.dim() == 2 and labels.shape[1] != 2) or labels.shape[0] != batch:
