@@ -227,13 +227,14 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
 
 def test_a_file_that_does_not_match_the_model_is_never_written(tmp_path, monkeypatch):
     model = create_model("baseline", **SMALL["baseline"]).train()
-    target = tmp_path / "m.onnx"
-    target.write_bytes(b"the previous export")
     monkeypatch.setattr("capsnet.export.TOLERANCE", -1.0)  # no difference is small enough
-    for fmt in FORMATS:
+    for fmt, suffix in FORMATS.items():
+        target = tmp_path / f"m{suffix}"
+        target.write_bytes(b"the previous export")
         with pytest.raises(ExportError, match="differs from the PyTorch model by .* nothing written"):
             export_model(model, target, format=fmt)
-    assert target.read_bytes() == b"the previous export" and [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+        assert target.read_bytes() == b"the previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.pt2"]
     assert model.training  # exporting leaves the model in its own mode
 
 

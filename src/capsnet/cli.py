@@ -719,6 +719,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     stem = f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else dataset
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
                                              f"-{chosen}" if kind != "classification" else ""))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
     resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         from .checkpoint import load_checkpoint, saved_point
