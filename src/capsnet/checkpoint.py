@@ -25,7 +25,7 @@ from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point",
-           "tensor_digest"]
+           "tensor_digest", "run_file"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -162,6 +162,21 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
         tensors[f"rng.{k}"] = v.detach().cpu().contiguous()
     metadata["digest"] = tensor_digest(tensors)  # load_checkpoint checks it: a value changed on disk is not trusted
     atomic_write_bytes(path, st_save(tensors, metadata=metadata))
+
+
+RUN_FILES = ("config.json", "metrics.jsonl")  # beside a run's checkpoints: what figures, viz and resumes read
+
+
+def run_file(path: Path | str) -> str | None:
+    """What ``path`` is when writing over it would lose a run's own file (an output of eval or export named so by
+    mistake): any ``.safetensors`` file name (a checkpoint's), or a run directory's config.json or metrics.jsonl.
+    None for every other path."""
+    p = Path(path)
+    if p.suffix.lower() == ".safetensors":
+        return "a checkpoint's name (.safetensors)"
+    if p.name in RUN_FILES and any((p.parent / f"{w}.safetensors").exists() for w in ("best", "last")):
+        return f"the {p.name} of the run in {p.parent}"
+    return None
 
 
 def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, task, task_kind, user_folder
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, input_shape, task, task_kind,
+                         user_folder)
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -445,7 +446,9 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "else the shipped one for the data set, if any)")
     e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
-                                                "checkpoint; for pretrained:NAME eval-NAME.json in the working folder)")
+                                                "checkpoint, with -DATASET and -nSIZE added for another data set or "
+                                                "test size than the run's; for pretrained:NAME eval-NAME.json in "
+                                                "the working folder)")
     _common(e)
 
 
@@ -817,11 +820,46 @@ def _output_file(path: str | None, flag: str) -> None:
     """A file the command writes at its end: refused before any work if it cannot be written there."""
     if path is None:
         return
+    from .checkpoint import run_file
+
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{flag} {p} is a folder; give a file name, e.g. {p / 'results.json'}")
     if not p.parent.is_dir():
         raise ValueError(f"{flag} {p}: the folder {p.parent} does not exist; create it or write elsewhere")
+    if (lost := run_file(p)) is not None:
+        raise ValueError(f"{flag} {p} is {lost}; writing there would lose it: give another file name, e.g. "
+                         f"{p.with_name('results.json')}")
+    if (why := _unwritable(p.parent)) is not None:
+        raise ValueError(f"{flag} {p}: cannot write in {p.parent} ({why}); give a file where you can write")
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be written in ``folder`` (a file made there and removed: permission bits, a read-only file
+    system, a virtual one such as /sys, whatever root may bypass), or None where it can."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".capsnet-probe-"):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
+    """Where ``capsnet eval`` writes its report without --json: eval-best.json (eval-last.json) beside the checkpoint
+    for its own data set's whole test split, with the data set and the size in the name otherwise
+    (eval-best-fashion-mnist-n100.json), so a quick check never replaces the full figure; a shipped model's in the
+    working folder (never into the installed package)."""
+    from . import pretrained
+
+    name = f"eval-{ckpt.path.stem}"
+    if args.dataset is not None and absolute_dataset(args.dataset) != ckpt.train_config.get("dataset"):
+        folder = user_folder(args.dataset)
+        name += "-" + (f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else args.dataset)
+    if args.test_size:  # the first N test examples: another figure than the whole split's
+        name += f"-n{args.test_size}"
+    return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -830,7 +868,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .synthesis import evaluate_synthesis_checkpoint
 
     _output_file(args.json, "--json")
-    if model_spec(load_checkpoint(args.checkpoint, args.which).model_name).kind == "synthesis":
+    saved = load_checkpoint(args.checkpoint, args.which)
+    out = Path(args.json) if args.json else _eval_report(saved, args)
+    if not args.json and (why := _unwritable(out.parent)) is not None:  # said now, not after the evaluation
+        raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
+    if model_spec(saved.model_name).kind == "synthesis":
         if args.affnist:
             args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
         done = evaluate_synthesis_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset,
@@ -847,11 +889,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress)
-    from . import pretrained
-
-    shipped = pretrained.is_shipped(args.checkpoint)  # never write into the installed package
-    out = Path(args.json) if args.json else Path(f"eval-{done.checkpoint.path.stem}.json") if shipped \
-        else done.checkpoint.path.parent / f"eval-{done.checkpoint.path.stem}.json"
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(done.report(), indent=2))
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)

@@ -58,7 +58,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .checkpoint import Checkpoint, atomic_write_bytes
+from .checkpoint import Checkpoint, atomic_write_bytes, run_file
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
@@ -480,6 +480,11 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
                           f"e.g. {path / ('model' + FORMATS[format])}")
     if checkpoint is not None and checkpoint.path is not None and path.resolve() == checkpoint.path.resolve():
         raise ExportError(f"{path} is the checkpoint itself: give another --out")
+    if not path.suffix and not path.is_dir():  # a file named "model" opens in no tool by its name
+        raise ExportError(f"{path} has no suffix; name it {path.name}{FORMATS[format]} (the {format} format's)")
+    if (lost := run_file(path)) is not None:  # the run's other checkpoint, its config or metrics: never overwritten
+        raise ExportError(f"{path} is {lost}; writing the export there would lose it: give another --out, e.g. "
+                          f"{path.with_name('model' + FORMATS[format])}")
     if not path.parent.is_dir():
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
     traced = source if isinstance(source, Traced) else trace_model(source)

@@ -99,7 +99,7 @@ def test_short_training_on_real_mnist_reaches_90_percent(tmp_path, data_root):
     r = capsnet("eval", "--checkpoint", run, "--which", "last", "--test-size", "1000", "--no-progress",
                 env={"CAPSNET_DATA": str(data_root)})
     assert r.returncode == 0, r.stderr
-    assert json.loads((run / "eval-last.json").read_text())["accuracy"] == pytest.approx(final["test_accuracy"])
+    assert json.loads((run / "eval-last-n1000.json").read_text())["accuracy"] == pytest.approx(final["test_accuracy"])
 
 
 def _metrics(run):
@@ -519,3 +519,44 @@ def test_bench_prints_no_profiler_start_and_stop_lines():
     assert r.returncode == 0, r.stderr
     assert "| capsnet | cpu | train | 2 |" in r.stdout
     assert "USDT" not in r.stderr and "profiler_start" not in r.stderr, r.stderr
+
+
+def test_eval_and_export_never_write_over_a_runs_own_files(trained_run, data_root, tmp_path, capsys):
+    """`eval --json run/best.safetensors` replaced the checkpoint it had scored with its report, and `export --out
+    run/last.safetensors` the resumable checkpoint with ONNX (config.json and metrics.jsonl likewise)."""
+    run = _copy_run(trained_run, tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    for target, what in (("best.safetensors", "a checkpoint's name (.safetensors)"),
+                         ("config.json", f"the config.json of the run in {run}"),
+                         ("metrics.jsonl", f"the metrics.jsonl of the run in {run}")):
+        r = in_process(capsys, "eval", "--checkpoint", run, "--json", run / target, "--data-dir", data_root,
+                       "--no-progress")
+        assert_clean_error(r, f"--json {run / target} is {what}; writing there would lose it")
+        assert r.stdout == ""  # refused before the evaluation
+        r = in_process(capsys, "export", "--checkpoint", run, "--which", "last", "--format", "torch-export",
+                       "--out", run / target)
+        assert_clean_error(r, f"{run / target} is {what}")
+    r = in_process(capsys, "export", "--checkpoint", run, "--format", "torch-export", "--out", tmp_path / "model")
+    assert_clean_error(r, f"{tmp_path / 'model'} has no suffix; name it model.pt2")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert not (tmp_path / "model").exists()
+
+
+def test_eval_reports_on_other_data_or_sizes_keep_the_runs_own_report(trained_run, data_root, tmp_path, capsys):
+    """A quick check (--test-size 50, or another data set) wrote eval-best.json over the whole test set's report."""
+    run = _copy_run(trained_run, tmp_path / "run")
+    saved = load_checkpoint(run, "best").train_config
+    assert in_process(capsys, "eval", "--checkpoint", run, "--data-dir", data_root, "--no-progress").returncode == 0
+    full = json.loads((run / "eval-best.json").read_text())
+    assert full["images"] == 10_000 and saved["test_size"] == 200  # the whole split, whatever the run scored
+    assert in_process(capsys, "eval", "--checkpoint", run, "--test-size", 50, "--data-dir", data_root,
+                      "--no-progress").returncode == 0
+    assert json.loads((run / "eval-best-n50.json").read_text())["images"] == 50
+    assert in_process(capsys, "eval", "--checkpoint", run, "--dataset", "mnist-sample", "--test-size", 40,
+                      "--no-progress").returncode == 0
+    assert json.loads((run / "eval-best-mnist-sample-n40.json").read_text())["dataset"] == "mnist-sample"
+    assert json.loads((run / "eval-best.json").read_text()) == full  # untouched
+    r = in_process(capsys, "eval", "--checkpoint", run, "--json", "/sys/e.json", "--data-dir", data_root,
+                   "--no-progress")  # a folder nobody may write in, root included: said before the evaluation
+    assert_clean_error(r, "--json /sys/e.json: cannot write in /sys (")
+    assert r.stdout == ""
