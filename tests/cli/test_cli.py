@@ -560,3 +560,17 @@ def test_eval_reports_on_other_data_or_sizes_keep_the_runs_own_report(trained_ru
                    "--no-progress")  # a folder nobody may write in, root included: said before the evaluation
     assert_clean_error(r, "--json /sys/e.json: cannot write in /sys (")
     assert r.stdout == ""
+
+
+def test_figures_and_the_viewer_refuse_a_data_set_of_another_shape_before_reading_it(trained_run, tmp_path, capsys):
+    """Both went for CIFAR-10 (a 170 MB download) before saying a 1x28x28 model cannot read it; eval said so at once."""
+    from capsnet.viz.engine import ViewerError, load_viewer
+
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    r = in_process(capsys, "figures", "--checkpoint", trained_run, "--dataset", "cifar10", "--data-dir", empty,
+                   "--out", tmp_path / "f", "--no-progress")
+    assert_clean_error(r, "cifar10 images are (3, 24, 24) but the checkpoint's model takes (1, 28, 28)")
+    with pytest.raises(ViewerError, match=r"cifar10 test images are \(3, 24, 24\) but the model takes \(1, 28, 28\)"):
+        load_viewer(trained_run, dataset="cifar10", data_dir=empty, progress=False)
+    assert list(empty.iterdir()) == [] and not (tmp_path / "f").exists()

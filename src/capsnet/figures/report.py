@@ -10,7 +10,7 @@ import torch
 
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
-from ..data.tasks import TEST_PAIRS, load_test, other_classes, shipped_default
+from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -101,6 +101,14 @@ def _curves(save: Callable[[Any, str], None], plot: Callable[[dict[str, list[dic
         done.notes.append("no training curves: no run given has finished an epoch")
 
 
+def _check_fits(name: str, cfg: Any) -> None:
+    """A FigureError unless data set ``name``'s images have the (C, H, W) the model reads: known from the name, so
+    said before its files are read or downloaded."""
+    takes = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    if input_shape(name) != takes:
+        raise FigureError(f"{name} images are {input_shape(name)} but the checkpoint's model takes {takes}")
+
+
 def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
                   dataset: str | None = None, root: str | os.PathLike | None = None,
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
@@ -179,13 +187,11 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
         return done
 
     name = dataset or trained_on
+    _check_fits(name, model.config)  # before reading (or downloading) a data set of another shape
     test = load_test(name, extras=False, root=root, progress=progress)
     if warning := other_classes(trained_on, name):  # a Fashion-MNIST model drawn on digits: said, not refused
         done.notes.append(f"warning: {warning}")
     cfg = model.config
-    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
-        raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
-                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
     if indices is None:  # the first test image of each class
         chosen = [int((test.labels == k).nonzero()[0]) for k in range(cfg.num_classes) if (test.labels == k).any()]
     else:
@@ -250,13 +256,10 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     chosen = list(range(8)) if indices is None else list(indices)
     run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
     pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
+    _check_fits(name, model.config)
     test = load_test(name, size=max(max(chosen) + 1, pool_size if worst else 0), root=root, progress=progress)
     if indices is None:  # a small folder of the user's: the images it has
         chosen = chosen[:len(test)]
-    cfg = model.config
-    if tuple(test.images.shape[1:]) != (cfg.in_channels, cfg.input_height, cfg.input_width):
-        raise FigureError(f"{name} images are {tuple(test.images.shape[1:])} but the checkpoint's model takes "
-                          f"({cfg.in_channels}, {cfg.input_height}, {cfg.input_width})")
     if test.labels.dim() != 4:
         raise FigureError(f"{name} is not a segmentation data set; give one with masks (--dataset)")
     bad = [i for i in chosen if not 0 <= i < len(test)]

@@ -311,7 +311,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     pairs (``pairs:DIR``: all the user's). ``test_size`` keeps the first this many
     test examples instead (0: all).
     """
-    from ..data.tasks import FOLDER_PREFIX, PAIRS_PREFIX, load_test, other_classes, shipped_default, task
+    from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, input_shape, load_test, other_classes, shipped_default,
+                              task)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -349,6 +350,11 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         made = not name.startswith((FOLDER_PREFIX, PAIRS_PREFIX))
         test_size = {"segmentation": SEGMENTATION_TEST_SIZE, "synthesis": SYNTHESIS_TEST_SIZE}.get(kind, 0) if made \
             else 0
+    cfg = model.config
+    shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
+    if kind != "synthesis" and input_shape(name) != shape:  # known before any file is read or downloaded
+        raise ViewerError(f"{name} test images are {input_shape(name)} but the model takes {shape}: pick the data set "
+                          f"the checkpoint was trained on (--dataset)")
     test = load_test(name, size=test_size, extras=False, root=data_dir, progress=progress)
     if kind == "segmentation":
         return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
