@@ -404,3 +404,13 @@ def test_a_shipped_mnist_model_draws_its_figures_offline_on_the_shipped_digits(t
     assert _figures("--checkpoint", "pretrained:capsnet-mnist-small", "--dataset", "mnist", "--data-dir",
                     tmp_path / "empty", "--indices", 0, "--misclassified", 0, "--dpi", 20, "--out", tmp_path / "x") == 2
     assert "mnist" in capsys.readouterr().err.lower() and not (tmp_path / "x").exists()
+
+
+def test_a_figure_write_cut_short_earlier_is_cleared_by_the_next(tmp_path):
+    """kill -9 during `capsnet figures` left .routing_61.png.tmp-XXXX in the folder, and reruns kept it."""
+    stale = tmp_path / ".lengths.png.tmp-o1vcpa2v"
+    other = tmp_path / ".other.png.tmp-abc"  # another figure's: not this write's to clear
+    stale.write_bytes(b"half a png")
+    other.write_bytes(b"x")
+    fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.png.tmp-abc", "lengths.png"]

@@ -529,7 +529,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
                    help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
                         "the this many lowest-Dice images of the first 1,000 test images) (0: skip)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
-    f.add_argument("--dpi", type=_positive_int, default=100, help="resolution of PNG figures")
+    f.add_argument("--dpi", type=_dpi, default=100, help="resolution of PNG figures (1 to 1200)")
     _common(f)
 
 
@@ -814,6 +814,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(train.describe_epoch(final, train_cfg.dataset))
     print(f"run directory: {out}")
     return 0
+
+
+def _dpi(text: str) -> int:
+    """A PNG resolution: 1 to 1200 dots per inch (100,000 asked matplotlib for gigabytes and ended in MemoryError)."""
+    value = _positive_int(text)
+    if value > 1200:
+        raise argparse.ArgumentTypeError(f"{value} is above 1200 dots per inch, the most a printed figure needs")
+    return value
 
 
 def _output_file(path: str | None, flag: str) -> None:

@@ -574,3 +574,16 @@ def test_figures_and_the_viewer_refuse_a_data_set_of_another_shape_before_readin
     with pytest.raises(ViewerError, match=r"cifar10 test images are \(3, 24, 24\) but the model takes \(1, 28, 28\)"):
         load_viewer(trained_run, dataset="cifar10", data_dir=empty, progress=False)
     assert list(empty.iterdir()) == [] and not (tmp_path / "f").exists()
+
+
+def test_figures_dpi_and_the_viewers_test_size_have_bounds(trained_run, tmp_path, capsys):
+    """--dpi 100000 ended in a MemoryError traceback and an empty --out; viz --test-size 99999 opened on 500."""
+    from capsnet.viz.engine import ViewerError, load_viewer
+
+    r = in_process(capsys, "figures", "--checkpoint", trained_run, "--dpi", 100000, "--out", tmp_path / "f")
+    assert_clean_error(r, "argument --dpi: 100000 is above 1200 dots per inch")
+    assert not (tmp_path / "f").exists()
+    with pytest.raises(ViewerError, match="--test-size 99999 exceeds the 500 test examples of mnist-sample; give at "
+                                          "most 500, or 0 for all"):
+        load_viewer(trained_run, dataset="mnist-sample", test_size=99999, progress=False)
+    assert len(load_viewer(trained_run, dataset="mnist-sample", test_size=500, progress=False).test_images) == 500

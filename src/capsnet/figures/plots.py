@@ -297,6 +297,8 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
         raise FigureError(f"unknown figure format {fmt!r} for {path}; use one of {', '.join(FORMATS)}")
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # this figure's write cut short (kill -9) by an earlier run
+        stale.unlink(missing_ok=True)
 
     def write(f) -> None:
         import matplotlib

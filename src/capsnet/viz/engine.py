@@ -346,6 +346,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
 
         if misfit := pairs_misfit(name, model.config):
             raise ViewerError(f"{misfit}: open it on data of the shape it was trained on (--dataset)")
+    asked = test_size  # typed by the user: more than the data set holds is said, as eval says it
     if test_size is None:  # the generated canvases are drawn on loading: 10,000 take ~10 s on a CPU
         made = not name.startswith((FOLDER_PREFIX, PAIRS_PREFIX))
         test_size = {"segmentation": SEGMENTATION_TEST_SIZE, "synthesis": SYNTHESIS_TEST_SIZE}.get(kind, 0) if made \
@@ -356,6 +357,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         raise ViewerError(f"{name} test images are {input_shape(name)} but the model takes {shape}: pick the data set "
                           f"the checkpoint was trained on (--dataset)")
     test = load_test(name, size=test_size, extras=False, root=data_dir, progress=progress)
+    if asked and len(test) < asked:
+        raise ViewerError(f"--test-size {asked} exceeds the {len(test)} test examples of {name}; give at most "
+                          f"{len(test)}, or 0 for all")
     if kind == "segmentation":
         return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
                                   checkpoint=checkpoint)
