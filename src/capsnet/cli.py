@@ -1064,8 +1064,12 @@ def _cmd_viz(args: argparse.Namespace) -> int:
         server = make_server(viewer, args.host, args.port,
                              log=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     except OSError as e:
-        raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); "
-                         f"pick another --port or stop what uses it") from None
+        import errno
+
+        in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)  # taken, or a privileged port
+        fix = "pick another --port or stop what uses it" if in_use else \
+            "give --host an address of this machine (127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+        raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); {fix}") from None
     host, port = server.server_address[:2]
     if viewer.checkpoint is None:
         print("the weights are UNTRAINED (random), so predictions and reconstructions mean nothing; pass "

@@ -87,6 +87,9 @@ def test_viz_bad_flags(tmp_path, trained_run, data_root):
         busy.listen()
         r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--port", str(busy.getsockname()[1]))
     assert r.returncode == 2 and "cannot listen" in r.stderr and "pick another --port" in r.stderr
+    r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--host", "999.1.1.1", "--port", "0")
+    assert r.returncode == 2 and "cannot listen on 999.1.1.1:0" in r.stderr  # not a port's fault: it said so
+    assert "give --host an address of this machine" in r.stderr and "--port" not in r.stderr.split("(")[-1]
 
 
 def test_viz_serves_a_segmentation_run(segmentation_run, data_root):

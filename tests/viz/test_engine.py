@@ -95,8 +95,9 @@ def test_pick_by_class(viewer: Viewer):
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    ({"index": 10**6}, "out of range"), ({"index": -1}, "out of range"), ({"index": True}, "out of range"),
-    ({"index": "3"}, "out of range"), ({"label": 10}, "unknown class"), ({"label": 2.0}, "unknown class"),
+    ({"index": 10**6}, "out of range"), ({"index": -1}, "out of range"),
+    ({"index": True}, "test index must be an integer, got True"), ({"index": "3"}, "must be an integer, got '3'"),
+    ({"label": 10}, "unknown class"), ({"label": 2.0}, "unknown class"),
     ({"label": 1, "nth": -1}, "nth must be"),
 ])
 def test_bad_picks(viewer: Viewer, kwargs, fragment):

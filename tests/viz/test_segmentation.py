@@ -147,7 +147,7 @@ def test_the_unet_shows_its_first_convolution_and_prediction(unet_viewer):
 @pytest.mark.parametrize("call, fragment", [
     (lambda v: v.test_input(label=1), "no classes to pick from"),
     (lambda v: v.test_input(index=SEGMENTATION_TEST_SIZE), "out of range: the test set has 16 images, 0..15"),
-    (lambda v: v.test_input(index="3"), "out of range"),
+    (lambda v: v.test_input(index="3"), "test index must be an integer, got '3'"),
     (lambda v: v.walk(v.test_input(index=0), routing="nope"), "unknown routing layer 'nope': the capsule layers "
                                                                "that route are primary, conv_2_1"),
     (lambda v: v.walk(v.test_input(index=0), routing=3), "unknown routing layer '3'"),

@@ -69,7 +69,7 @@ BAD_JSON = [
     ("/api/forward", b"{}", 400, "exactly one of"),
     ("/api/forward", b'{"idx": 1}', 400, "unknown field"),
     ("/api/forward", b'{"index": 99999999}', 400, "out of range"),
-    ("/api/forward", b'{"index": 1.5}', 400, "out of range"),
+    ("/api/forward", b'{"index": 1.5}', 400, "test index must be an integer, got 1.5"),
     ("/api/forward", b'{"class": 11}', 400, "unknown class"),
     ("/api/forward", b'{"class": "seven"}', 400, "unknown class"),
     ("/api/reconstruct", b'{"capsule": 1, "pose": [0, 0, 0]}', 400, "list of 16 numbers, got 3"),

@@ -186,7 +186,9 @@ class Viewer(_ViewerBase):
             if len(where) == 0:
                 raise ViewerError(f"the test set has no image of class {self.classes[label]!r}")
             index = int(where[nth % len(where)])
-        if not _is_int(index) or not 0 <= index < n:
+        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
+            raise ViewerError(f"test index must be an integer, got {index!r}")
+        if not 0 <= index < n:
             raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
         image = self.test_images[index].float() / 255.0 if not self.test_images.is_floating_point() \
             else self.test_images[index].float()

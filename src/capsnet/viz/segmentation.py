@@ -179,7 +179,9 @@ class SegmentationViewer(_ViewerBase):
             raise ViewerError('a segmentation test set has no classes to pick from: pick a canvas by index, '
                               '{"index": n}')
         n = len(self.test_images)
-        if not _is_int(index) or not 0 <= index < n:
+        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
+            raise ViewerError(f"test index must be an integer, got {index!r}")
+        if not 0 <= index < n:
             raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
         image = self.test_images[index]
         image = image.float() if image.is_floating_point() else image.float() / 255.0

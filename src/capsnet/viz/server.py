@@ -286,7 +286,10 @@ class _Handler(BaseHTTPRequestHandler):
         text = _short(message or HTTPStatus(code).phrase, 200)
         if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:  # HTTP/2 and later: the client's doing, so a 4xx
             code = HTTPStatus.BAD_REQUEST
-        self._error(code, f"{text}; send an HTTP/1.1 request")
+        fix = "send a shorter request line and headers" if code in (HTTPStatus.REQUEST_URI_TOO_LONG,
+                                                                    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE) \
+            else "send an HTTP/1.1 request"
+        self._error(code, f"{text}; {fix}")
 
     def _body_declared(self) -> bool:
         headers = getattr(self, "headers", None)

@@ -138,7 +138,9 @@ class SynthesisViewer(_ViewerBase):
         if label is not None:
             raise ViewerError('a synthesis test pair is picked by index: send {"index": n}')
         n = len(self.test_labels)
-        if not _is_int(index) or not 0 <= index < n:
+        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
+            raise ViewerError(f"test index must be an integer, got {index!r}")
+        if not 0 <= index < n:
             raise ViewerError(f"test index {index!r} out of range: the test set has {n} label maps, 0..{n - 1}")
         source: dict[str, Any] = {"kind": "test", "index": index}
         if self.test_classes is not None:
