@@ -195,7 +195,9 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
 
 def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
                ) -> tuple[nn.Module, Checkpoint]:
-    """Rebuild the model saved in a checkpoint (file or run directory), by the name and config it records."""
+    """Rebuild the model saved in a checkpoint, by the name and config it records, with its weights, on
+    ``device``: ``path`` a run directory (``which`` "best" or "last" picks its best.safetensors or
+    last.safetensors), a .safetensors file, or ``pretrained:NAME``. Returns (model, the checkpoint read)."""
     from .train import saved_configs  # train imports this module: a local import keeps the arrows one way
 
     ckpt = load_checkpoint(path, which)

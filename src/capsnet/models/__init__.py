@@ -130,7 +130,9 @@ def model_name(config: Any) -> str:
 
 
 def create_model(name: str, **config: Any) -> nn.Module:
-    """Build a registered model; keyword arguments override its config fields (unknown ones are refused by name)."""
+    """Build registered model ``name`` (``list_models()``); keyword arguments override its config fields, whose
+    names, defaults and meanings ``model_spec(name).config`` holds (``capsnet models NAME`` prints them); an unknown
+    field is refused by name with the valid ones, a value of the wrong type or range by its field."""
     spec = model_spec(name)
     return spec.build(spec.config.from_dict(config))
 

@@ -220,7 +220,7 @@ class EMCapsNet(nn.Module):
         self.primary.activation.bias.fill_(-1.0)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> EMCapsNetOutput:
-        """Shapes: images (B, C, H, W) -> poses (B, K, 16), activations (B, K), coupling (B, I, K).
+        """Shapes: images (B, C, H, W) float in [0, 1] -> poses (B, K, 16), activations (B, K), coupling (B, I, K).
 
         ``labels`` are accepted for the shared model signature and unused (no decoder).
         """
