@@ -109,6 +109,9 @@ def test_bad_uploads(server):
         got, payload = api(server, "/api/upload", raw=body)
         assert got == status and fragment in payload["error"], (got, payload)
         assert_alive(server)
+    for query in ("routing=x", "foo=1"):  # a classifier's upload takes no query: it was accepted and ignored
+        got, payload = api(server, f"/api/upload?{query}", raw=good)
+        assert got == 400 and "a classifier's upload takes no query" in payload["error"], (got, payload)
 
 
 def test_uploads_past_the_ones_held_at_once_are_turned_away_before_their_body_is_read(server):

@@ -66,6 +66,7 @@ BAD = [
     ("/api/forward", b'{"class": 1}', "has no classes to pick from"),
     ("/api/forward", b'{"index": 1, "class": 1}', "has no classes to pick from"),
     ("/api/forward", b'{"index": 1, "digit": 1}', "unknown field(s) ['digit']"),
+    ("/api/forward", b'{"index": 0, "nth": 3}', "unknown field(s) ['nth']"),  # was answered, nth ignored
     ("/api/forward", b'{"index": 16}', "out of range: the test set has 16 images"),
     ("/api/forward", b'{"index": 1, "routing": "conv9"}', "unknown routing layer 'conv9': the capsule layers that "
                                                           "route are primary, conv_2_1"),

@@ -420,7 +420,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                   truncation=req.get("truncation")))
             return
         if viewer.kind == "segmentation":
-            unknown = set(req) - {"index", "class", "nth", "routing"}
+            unknown = set(req) - {"index", "class", "routing"}  # "class" is refused by the engine, with why
             if unknown or "index" not in req:
                 what = f"unknown field(s) {_short(str(sorted(unknown)), 200)}: " if unknown else ""
                 raise _HTTPError(HTTPStatus.BAD_REQUEST, f'{what}send {{"index": n}}, optionally with '
@@ -468,6 +468,7 @@ class _Handler(BaseHTTPRequestHandler):
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
             return
+        self._query(set(), "/api/upload (a classifier's upload takes no query)")  # ?routing=x was ignored
         image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
 
