@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..routing import DynamicRouting, RoutingResult
+from ..routing.result import check_count
 
 __all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "same_padding", "check_grid"]
 
@@ -57,8 +58,7 @@ class _GridCaps(nn.Module):
         super().__init__()
         for name, v in (("in_types", in_types), ("in_dim", in_dim), ("out_types", out_types), ("out_dim", out_dim),
                         ("kernel_size", kernel_size), ("stride", stride)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            check_count(name, v)
         self.in_types, self.in_dim, self.out_types, self.out_dim = in_types, in_dim, out_types, out_dim
         self.kernel_size, self.stride = kernel_size, stride
         # SegCaps' routing bias: one per parent type and dimension, shared by the positions, initialised to 0.1

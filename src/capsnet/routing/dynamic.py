@@ -6,7 +6,7 @@ from torch import nn
 
 from ..ops import exp_squash, safe_norm, squash
 from .dynamic_linear import coupling_softmax, route_linear
-from .result import RoutingResult, check_switch, check_votes
+from .result import RoutingResult, check_count, check_switch, check_votes
 
 __all__ = ["DynamicRouting", "SQUASHES"]
 
@@ -54,8 +54,7 @@ class DynamicRouting(nn.Module):
     def __init__(self, iterations: int = 3, *, leaky: bool = False, detach_agreement: bool = False,
                  softmax: str = "parents", squash: str = "sabour") -> None:
         super().__init__()
-        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-            raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        check_count("iterations", iterations)
         if softmax not in ("parents", "children"):
             raise ValueError(f"softmax must be 'parents' or 'children', got {softmax!r}")
         if not isinstance(squash, str) or squash not in SQUASHES:

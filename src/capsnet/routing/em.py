@@ -91,7 +91,7 @@ from torch import nn
 
 from .._eager import eager
 from ._fused import tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_votes
+from .result import RoutingResult, check_count, check_votes
 
 __all__ = ["EMRouting"]
 
@@ -146,10 +146,8 @@ class EMRouting(nn.Module):
                  beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",
                  detach_routing: bool = False, cost_scale: float | None = None, mean_momentum: float = 0.0) -> None:
         super().__init__()
-        if not isinstance(out_caps, int) or isinstance(out_caps, bool) or out_caps < 1:
-            raise ValueError(f"out_caps must be a positive integer, got {out_caps!r}")
-        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-            raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
+        check_count("out_caps", out_caps)
+        check_count("iterations", iterations)
         if not final_lambda > 0 or not var_floor > 0:
             raise ValueError(f"final_lambda and var_floor must be positive, got {final_lambda} and {var_floor}")
         self.out_caps, self.iterations = out_caps, iterations
