@@ -186,10 +186,7 @@ class Viewer(_ViewerBase):
             if len(where) == 0:
                 raise ViewerError(f"the test set has no image of class {self.classes[label]!r}")
             index = int(where[nth % len(where)])
-        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
-            raise ViewerError(f"test index must be an integer, got {index!r}")
-        if not 0 <= index < n:
-            raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
+        checked_index(index, n)
         image = self.test_images[index].float() / 255.0 if not self.test_images.is_floating_point() \
             else self.test_images[index].float()
         lab = self.test_labels[index]
@@ -282,6 +279,15 @@ def _pose_number(v: Any) -> bool:
         return math.isfinite(v) and abs(v) <= MAX_POSE
     except OverflowError:  # an int too large for a float
         return False
+
+
+def checked_index(index: Any, n: int, unit: str = "images") -> None:
+    """A ViewerError unless ``index`` picks one of a test set's ``n`` items: a type ("3", 3.0, true, null) said as
+    one, an index outside 0..n-1 as out of range."""
+    if not _is_int(index):
+        raise ViewerError(f"test index must be an integer, got {index!r}")
+    if not 0 <= index < n:
+        raise ViewerError(f"test index {index!r} out of range: the test set has {n} {unit}, 0..{n - 1}")
 
 
 def _is_int(v: Any) -> bool:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..data.segmentation import dice_iou
-from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, encode, segments
+from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode, segments
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
            "describe_layers", "length_views", "coupling_view"]
@@ -179,10 +179,7 @@ class SegmentationViewer(_ViewerBase):
             raise ViewerError('a segmentation test set has no classes to pick from: pick a canvas by index, '
                               '{"index": n}')
         n = len(self.test_images)
-        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
-            raise ViewerError(f"test index must be an integer, got {index!r}")
-        if not 0 <= index < n:
-            raise ViewerError(f"test index {index!r} out of range: the test set has {n} images, 0..{n - 1}")
+        checked_index(index, n)
         image = self.test_images[index]
         image = image.float() if image.is_floating_point() else image.float() / 255.0
         return _Input(image, {"kind": "test", "index": index}, self.test_masks[index].to(torch.uint8))

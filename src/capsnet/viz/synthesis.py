@@ -33,7 +33,7 @@ from ..figures.report import INTERPOLATION_STEPS  # images from seeds[0]'s noise
 from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
 from ..synthesis import row_noise, samples
-from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, encode
+from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, checked_index, encode
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
 
 __all__ = ["SynthesisViewer", "SYNTHESIS_TEST_SIZE", "DEFAULT_SEEDS", "MAX_SEEDS", "INTERPOLATION_STEPS",
@@ -138,10 +138,7 @@ class SynthesisViewer(_ViewerBase):
         if label is not None:
             raise ViewerError('a synthesis test pair is picked by index: send {"index": n}')
         n = len(self.test_labels)
-        if not _is_int(index):  # "3", 3.0, true, null: a type, not a range
-            raise ViewerError(f"test index must be an integer, got {index!r}")
-        if not 0 <= index < n:
-            raise ViewerError(f"test index {index!r} out of range: the test set has {n} label maps, 0..{n - 1}")
+        checked_index(index, n, "label maps")
         source: dict[str, Any] = {"kind": "test", "index": index}
         if self.test_classes is not None:
             k = int(self.test_classes[index])
