@@ -719,7 +719,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 args.parser.error(f"--{field} does not apply to --dataset {dataset}, which makes its training images "
                                   f"itself")
     folder = user_folder(dataset)
-    stem = f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else dataset
+    stem = _dataset_stem(dataset)
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
                                              f"-{chosen}" if kind != "classification" else ""))
     if out.exists() and not out.is_dir():
@@ -854,6 +854,12 @@ def _unwritable(folder: Path) -> str | None:
         return e.strerror or str(e)
 
 
+def _dataset_stem(dataset: str) -> str:
+    """A data set's name as part of a file or folder name: folder:DIR and pairs:DIR as folder-NAME, pairs-NAME."""
+    folder = user_folder(dataset)
+    return f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else dataset
+
+
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     """Where ``capsnet eval`` writes its report without --json: eval-best.json (eval-last.json) beside the checkpoint
     for its own data set's whole test split, with the data set and the size in the name otherwise
@@ -863,8 +869,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
 
     name = f"eval-{ckpt.path.stem}"
     if args.dataset is not None and absolute_dataset(args.dataset) != ckpt.train_config.get("dataset"):
-        folder = user_folder(args.dataset)
-        name += "-" + (f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else args.dataset)
+        name += "-" + _dataset_stem(args.dataset)
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
@@ -892,7 +897,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         flag = "--judge" if args.judge is not None else "--truncation"
         models = "capspix2pix, capspix2pix-deep, pix2pix" if args.judge is not None else "capspix2pix, capspix2pix-deep"  # pix2pix has no noise vector
         args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
-                          f"{load_checkpoint(args.checkpoint, args.which).model_name} model")
+                          f"{saved.model_name} model")
     else:
         done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
