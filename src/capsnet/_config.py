@@ -10,7 +10,8 @@ import dataclasses
 import math
 from typing import Any, TypeVar
 
-__all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice", "MAX_WEIGHTS"]
+__all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice",
+           "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 

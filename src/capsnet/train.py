@@ -51,7 +51,8 @@ from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "make_optimizer", "NonFiniteLoss", "ResumeError",
+__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "make_optimizer",
+           "NonFiniteLoss", "ResumeError",
            "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
@@ -504,9 +505,9 @@ def budget_warnings(cfg: TrainConfig, examples: int) -> list[str]:
         said.append(f"--batch-size {cfg.batch_size} is more than the {examples} training examples: each epoch is "
                     f"one step of all {examples}")
     if cfg.lr_schedule == "exponential" and cfg.warmup_steps > steps:
-        said.append(f"--warmup-steps {cfg.warmup_steps} is longer than the run's {steps} optimizer step{'' if steps == 1 else 's'}: the rate "
-                    f"never reaches --lr {cfg.lr:g} (it ends at {steps / cfg.warmup_steps:.0%} of its ramp); lower "
-                    f"--warmup-steps or train longer")
+        said.append(f"--warmup-steps {cfg.warmup_steps} is longer than the run's {steps} optimizer "
+                    f"step{'' if steps == 1 else 's'}: the rate never reaches --lr {cfg.lr:g} (it ends at "
+                    f"{steps / cfg.warmup_steps:.0%} of its ramp); lower --warmup-steps or train longer")
     return said
 
 
