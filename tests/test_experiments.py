@@ -25,8 +25,10 @@ from capsnet.models import capsnet_loss
 from capsnet.train import TrainConfig
 
 # Narrow models so that a whole experiment runs in seconds on 2 cores.
-NARROW = ["--conv1-channels", "8", "--primary-types", "2", "--cnn-channels", "8", "8", "4", "--cnn-hidden", "16", "8",
-          "--batch-size", "32", "--no-progress"]
+# (A model's flag that no model of an experiment has is refused: --models capsnet takes CAPSNET_NARROW.)
+CAPSNET_NARROW = ["--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--no-progress"]
+BASELINE_NARROW = ["--cnn-channels", "8", "8", "4", "--cnn-hidden", "16", "8", "--batch-size", "32", "--no-progress"]
+NARROW = CAPSNET_NARROW[:4] + BASELINE_NARROW
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +251,7 @@ def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_place
                                                                                             capsys):
     out = tmp_path / "af"
     assert main(["experiment", "affine", "--out", str(out), "--epochs", "1", "--train-size", "64", "--test-size", "50",
-                 "--models", "capsnet", "--data-dir", str(data_root), *NARROW]) == 0
+                 "--models", "capsnet", "--data-dir", str(data_root), *CAPSNET_NARROW]) == 0
     assert ("| accuracy, translated +-6 px (as trained) | accuracy, affine +-6 px | accuracy, translated anywhere | "
             "accuracy, affine anywhere (affNIST-like) |") in capsys.readouterr().out
     (row,) = _results(out)
@@ -310,6 +312,9 @@ def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):
     rows = _results(out)
     assert [(r["model"], r["train_size"], r["epochs"], r["step"]) for r in rows] == [
         ("capsnet", 32, 2, 2), ("baseline", 32, 2, 2), ("capsnet", 64, 1, 2), ("baseline", 64, 1, 2)]
+    # NARROW's --conv1-channels and --cnn-channels each set one of the two models: said, not silently skipped
+    assert "note: --conv1-channels applies to capsnet; baseline has no such setting" in printed
+    assert "note: --cnn-channels applies to baseline; capsnet has no such setting" in printed
     assert format_table(rows) in printed
     assert (out / "less_data.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the 32-digit subset is the start of the 64-digit one (same seed)
@@ -321,7 +326,7 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
     of its epochs) changes with the budget; before, the run was refused as one with other settings (eval_every)."""
     out = tmp_path / "ld"
     args = ["experiment", "less-data", "--out", str(out), "--sizes", "32", "--models", "capsnet", "--test-size", "40",
-            "--data-dir", str(data_root), *NARROW]
+            "--data-dir", str(data_root), *CAPSNET_NARROW]
     assert main([*args, "--steps", "2"]) == 0
     first = load_checkpoint(out / "capsnet-32", "last")
     assert (first.state["epoch"], first.train_config["eval_every"]) == (2, 1)
@@ -341,6 +346,37 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
         _finished(shorter)
 
 
+def test_a_run_directory_holding_other_settings_is_refused_before_any_run_trains(tmp_path, data_root, capsys):
+    """One run at a time (--jobs 1), the second run's folder was checked only when its turn came: the first run
+    had trained and rewritten results.md and results.json by then. Every folder is now checked first."""
+    out = tmp_path / "ld"
+    args = ["experiment", "less-data", "--out", str(out), "--sizes", "32", "--steps", "1", "--test-size", "20",
+            "--data-dir", str(data_root), *BASELINE_NARROW]
+    assert main([*args, "--models", "baseline", "--lr", "5e-4"]) == 0
+    before = (out / "results.md").read_text(), (out / "results.json").read_text()
+    capsys.readouterr()
+    assert main([*args, *CAPSNET_NARROW[:4], "--models", "capsnet", "baseline"]) == 2
+    assert "baseline-32 holds a run with other settings (lr); remove it or choose another --out" in capsys.readouterr().err
+    assert not (out / "capsnet-32").exists()  # capsnet, first in the plan, never started
+    assert ((out / "results.md").read_text(), (out / "results.json").read_text()) == before
+
+
+def test_a_model_seed_or_data_set_given_twice_is_one_run_and_sample_sets_count_their_own_examples(tmp_path):
+    from capsnet.experiments import training_examples
+
+    runs = plan("routing", tmp_path, train=TrainConfig(), models=["capsnet", "capsnet"], seeds=[1, 1, 2],
+                datasets=["mnist", "mnist-sample", "mnist"])
+    assert [(r.dataset, r.model, r.seed) for r in runs] == [("mnist", "capsnet", 1), ("mnist", "capsnet", 2),
+                                                           ("mnist-sample", "capsnet", 1), ("mnist-sample", "capsnet", 2)]
+    assert [training_examples(r) for r in runs] == [60000, 60000, 2000, 2000]  # mnist-sample: 2,000, not 60,000
+    held = plan("routing", tmp_path, train=TrainConfig(val_size=500, train_size=1500), models=["capsnet"],
+                datasets=["fashion-mnist"])
+    assert training_examples(held[0]) == 1000
+    synthesis = plan("synthesis", tmp_path, train=TrainConfig(), models=["pix2pix", "pix2pix"],
+                     datasets=["mnist-sample-skeleton", "mnist-sample-skeleton"])
+    assert [(r.model, r.dataset, training_examples(r)) for r in synthesis] == [("pix2pix", "mnist-sample-skeleton", 2000)]
+
+
 @pytest.mark.parametrize("args, message", [
     (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data`"),
     (["less-data", "--eval-every", "2"], "--eval-every does not apply to `capsnet experiment less-data`"),
@@ -349,6 +385,11 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
     (["less-data", "--datasets", "mnist"], "--datasets does not apply to `capsnet experiment less-data`"),
     (["less-data", "--steps", "10", "--epochs", "2"], "--steps and --epochs conflict"),
     (["less-data", "--sizes", "70000"], "less-data sizes must lie in 1..60000"),
+    # a model's flag that no model of the experiment has was ignored without a word
+    (["routing", "--cnn-channels", "8"], "--cnn-channels sets a field of baseline, and no model of this experiment "
+                                         "(capsnet, em-capsnet-small, efficient-capsnet, inverted-capsnet) has it; "
+                                         "leave it out"),
+    (["segmentation", "--dropout", "0.1"], "no model of this experiment (segcaps, unet) has it"),
 ])
 def test_experiment_bad_flags_are_refused_before_any_run(tmp_path, capsys, args, message):
     out = tmp_path / "x"

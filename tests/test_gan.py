@@ -509,8 +509,13 @@ def test_a_judge_needs_classes_and_is_the_runs_own_only_on_its_own_data(gan_run,
 def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))  # every read must go to data_root
     monkeypatch.delenv("CAPSNET_DATA", raising=False)
+    import dataclasses
+    from pathlib import Path
+
     from capsnet import experiments
+    from capsnet.checkpoint import CheckpointError, save_checkpoint
     from capsnet.experiments import format_synthesis_table, plan, run_plan, synthetic_probe_rows
+    from capsnet.train import saved_configs
 
     monkeypatch.setattr(experiments, "GENERATION_SPEED_IMAGES", 16)  # the full-size generator times 16 maps, not 256
 
@@ -539,6 +544,25 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     assert "| fashion-silhouette | CapsPix2pix | 1,519,953 |" in table and "pix2pix's images" in table
     again = run_plan(runs, device="cpu", data_root=data_root, progress=False)  # finished runs are read back
     assert [r["test_l1"] for r in again] == [r["test_l1"] for r in rows]
+    assert [Path(p["run_dir"]).name for p in probes] == ["real", "capspix2pix-1ep", "pix2pix-1ep"]
+    # a generator trained on makes other images: its probe is trained afresh, not read back from the one before
+    # (which stays); the probe of the real images is read back
+    longer = plan("synthesis", tmp_path, train=dataclasses.replace(train, epochs=2), configs=configs,
+                  datasets=["fashion-silhouette"], models=["pix2pix"])
+    run_plan(longer, device="cpu", data_root=data_root, progress=False)
+    later = synthetic_probe_rows(longer, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+    assert [Path(p["run_dir"]).name for p in later] == ["real", "pix2pix-2ep"]
+    assert later[0] == probes[0] and (tmp_path / "probes" / "fashion-silhouette" / "pix2pix-1ep").is_dir()
+    assert not torch.equal(load_checkpoint(later[1]["run_dir"], "last").model_state["conv1.weight"], first["pix2pix"])
+    # a probe of more epochs than --probe-epochs asks for is refused naming that flag (it said --epochs)
+    ckpt = load_checkpoint(later[0]["run_dir"], "last")
+    ckpt.state["epoch"] = 2
+    (tmp_path / "longer-probe").mkdir()
+    save_checkpoint(tmp_path / "longer-probe" / "last.safetensors", ckpt)
+    model_cfg, probe_cfg = saved_configs(ckpt)
+    with pytest.raises(CheckpointError, match="holds a run of 2 epochs, more than the 1 asked for; give --probe-epochs 2"):
+        experiments._finished(experiments.Run("synthesis-probe", "capsnet", "fashion-mnist", 0, model_cfg, probe_cfg,
+                                              tmp_path / "longer-probe"))
     with pytest.raises(ValueError, match="needs synthesis models; segcaps is not"):
         plan("synthesis", tmp_path, train=train, models=["segcaps"])
 

@@ -308,7 +308,8 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
 
 def _baseline_arguments(p: argparse.ArgumentParser) -> None:
     _field_flag(p, "--dropout", BaselineCNNConfig, "dropout", "dropout before the CNN baseline's last layer "
-                "(--model baseline)", type=_nonneg_float)
+                "(--model baseline); a synthesis generator's dropout (capspix2pix, pix2pix: their own defaults "
+                "unless given)", type=_nonneg_float)
     _field_flag(p, "--cnn-channels", BaselineCNNConfig, "channels", "channels of the CNN baseline's 5x5 "
                 "convolutions (paper: 256 256 128)", type=_positive_int, nargs="+")
     _field_flag(p, "--cnn-hidden", BaselineCNNConfig, "hidden", "sizes of the CNN baseline's fully connected layers "
@@ -553,8 +554,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _field_flag(x, "--epochs", TrainConfig, "epochs", "epochs per run (less-data: unless --steps is given)",
                 type=_positive_int)
     x.add_argument("--steps", type=_nonneg_int, default=argparse.SUPPRESS,
-                   help="less-data: optimizer steps per run, the same for every size and model "
-                        "(epochs = ceil(steps / ceil(size / batch)); 0: --epochs for every size) (default: 0)")
+                   help="less-data: optimizer steps per run, the same for every size and model, rounded up to "
+                        "whole epochs (epochs = ceil(steps / ceil(size / batch)); 0: --epochs for every size) "
+                        "(default: 0)")
     x.add_argument("--sizes", type=_positive_int, nargs="+", default=argparse.SUPPRESS,
                    help=f"less-data: training-set sizes (nested subsets for one --seed) (default: "
                         f"{' '.join(map(str, LESS_DATA_SIZES))})")
@@ -988,10 +990,21 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
+    planned = list(dict.fromkeys(r.model for r in runs))
+    for field in _typed(args, _MODEL_FIELDS):  # a model's flag: refused where no model of the plan has its field
+        having = [m for m in planned if field in _fields(m)]
+        if not having:
+            owners = [m for m in MODELS if field in _fields(m)]
+            args.parser.error(f"{_flag(field)} sets a field of {', '.join(owners)}, and no model of this experiment "
+                              f"({', '.join(planned)}) has it; leave it out")
+        if len(having) < len(planned):
+            print(f"note: {_flag(field)} applies to {', '.join(having)}; "
+                  f"{', '.join(m for m in planned if m not in having)} {'has' if len(planned) - len(having) == 1 else 'have'} "
+                  f"no such setting", flush=True)
 
     def started(k: int, run: ex.Run, done: bool) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
-              f"{run.train_config.train_size or 60000} training examples, {_counted(run.train_config.epochs, 'epoch')} "
+              f"{ex.training_examples(run):,} training examples, {_counted(run.train_config.epochs, 'epoch')} "
               f"-> {run.run_dir}" + (" (finished before: its figures read back)" if done else ""), flush=True)
 
     def launched(k: int, run: ex.Run) -> None:

@@ -31,8 +31,9 @@ Sabour, Frosst and Hinton (NIPS 2017):
   same CapsNet trained on the real training images.
 - ``less-data``: MNIST test error from nested training subsets of 500, 1,000,
   5,000, 10,000 and 60,000 digits under one seed. Budget rule: every run, of
-  either model, takes the same number of optimizer steps (``steps``), so a
-  small subset is seen for more epochs: epochs = ceil(steps / ceil(size / batch)).
+  either model, takes the same budget of optimizer steps (``steps``) rounded up
+  to whole epochs, so a small subset is seen for more epochs: epochs =
+  ceil(steps / ceil(size / batch)), at most one epoch's steps above ``steps``.
 
 Each run is a plain ``capsnet train`` run directory under ``out/``; a run
 already finished is read back, not retrained, and one cut short resumes. The
@@ -55,7 +56,7 @@ from .train import TrainConfig, _differences, fit, input_fields
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run", "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
 
@@ -114,9 +115,10 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
-    models = list(models if models is not None else ROUTING_MODELS if name == "routing" else
-                  SEGMENTATION_MODELS if name == "segmentation" else SYNTHESIS_MODELS if name == "synthesis" else
-                  COMPARED)
+    models = list(dict.fromkeys(models if models is not None else ROUTING_MODELS if name == "routing" else
+                                SEGMENTATION_MODELS if name == "segmentation" else SYNTHESIS_MODELS
+                                if name == "synthesis" else COMPARED))  # a name given twice is one run, not two
+    seeds, datasets = tuple(dict.fromkeys(seeds)), None if datasets is None else list(dict.fromkeys(datasets))
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
@@ -170,6 +172,15 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     return runs
 
 
+def training_examples(run: Run) -> int:
+    """How many training examples ``run`` trains on: its ``train_size`` subset, else the whole training split of
+    its data set (mnist-sample's 2,000, MNIST's 60,000), less the ``val_size`` held out for validation."""
+    from .data.sets import split_size
+
+    cfg = run.train_config
+    return (cfg.train_size or split_size(task(run.dataset).source, "train")) - cfg.val_size
+
+
 def _finished(run: Run) -> dict[str, Any] | None:
     """The final record of a run directory that already completed exactly this run, else None."""
     try:
@@ -190,7 +201,7 @@ def _finished(run: Run) -> dict[str, Any] | None:
     done = ckpt.state.get("epoch")
     if isinstance(done, int) and done > run.train_config.epochs:  # its final figures are of a later epoch
         more = ("a larger --steps (each size's epochs follow from it)" if run.experiment == "less-data"
-                else f"--epochs {done}")
+                else f"--probe-epochs {done}" if run.experiment == "synthesis-probe" else f"--epochs {done}")
         raise CheckpointError(f"{run.run_dir} holds a run of {done} epochs, more than the {run.train_config.epochs} "
                               f"asked for; give {more}, or remove it or choose another --out")
     if done == run.train_config.epochs and ckpt.state.get("history") and "within" not in ckpt.state:
@@ -344,7 +355,9 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    finished = {k: _finished(run) for k, run in enumerate(runs)} if jobs > 1 else {}  # each checkpoint read once
+    # every run directory checked before any run trains: one holding another run is refused before the first run
+    # rewrites the results (each checkpoint read once)
+    finished = {k: _finished(run) for k, run in enumerate(runs)}
     todo = [(k, run) for k, run in enumerate(runs) if finished[k] is None] if jobs > 1 else []
     if todo:
         _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
@@ -352,13 +365,13 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     rows = []
     memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
     for k, run in enumerate(runs):
-        final = finished.get(k) or _finished(run)  # read again only if trained above or not read yet
+        final = finished[k] if finished[k] is not None or not todo else _finished(run)  # read again if trained above
         if on_start is not None:
-            on_start(k, run, finished[k] is not None if jobs > 1 else final is not None)
+            on_start(k, run, finished[k] is not None)
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
             final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
-        size = run.train_config.train_size or 60000
+        size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
                "run_dir": str(run.run_dir)}
@@ -485,8 +498,9 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     the label maps of the same training images; each scored on the real test images after its final epoch.
 
     The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
-    size and seed, with the plain task's shift augmentation. Each probe is a run directory under ``out/probes``
-    (a finished one is read back).
+    size and seed, with the plain task's shift augmentation. Each probe is a run directory under
+    ``out/probes/DATASET``: ``real``, and ``MODEL-Eep`` for the images of MODEL's generator after its E epochs (a
+    finished one is read back).
     """
     import torch
 
@@ -506,13 +520,15 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
         test = load_test(source, size=cfg.test_size, root=data_root, progress=progress)
         labels, _, _ = task(dataset).batch(pairs.to("cpu"), torch.arange(len(pairs)), torch.Generator(), None)
         crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
-        made = {"real": pairs.images}
+        made = {"real": (pairs.images, "real")}
         for run in (r for r in runs if r.dataset == dataset):
-            model, _ = load_model(run.run_dir, which="last", device=device)
+            model, ckpt = load_model(run.run_dir, which="last", device=device)
             fake = generate(model, labels.to(next(model.parameters()).device), progress=progress).cpu()
-            made[run.model] = fake[..., crop, crop]  # (N, 1, 28, 28) in [0, 1]
-        for trained_on, images in made.items():
-            probe_dir = Path(out) / "probes" / dataset / trained_on
+            # (N, 1, 28, 28) in [0, 1]; the folder names the generator's epochs: a generator trained on (a larger
+            # --epochs) makes other images, so its probe from before is not read back as this one's
+            made[run.model] = (fake[..., crop, crop], f"{run.model}-{ckpt.state.get('epoch')}ep")
+        for trained_on, (images, folder) in made.items():
+            probe_dir = Path(out) / "probes" / dataset / folder
             probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
             final = _finished(probe)
             if final is None:
@@ -529,7 +545,8 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
     """The synthesis experiment's tables: per data set and model, the final-epoch held-out scores, weights and
     speeds; then the train-on-synthetic probes' real test accuracy."""
     head = ["data", "model", "generator weights", "weights", "epochs", "L1", "SSIM", "shape IoU", "noise spread",
-            "judge accuracy", "SSIM, 8 draws", "judge accuracy, 8 draws (sd)", "train images/s", "generate images/s"]
+            "judge accuracy", "L1, 8 draws", "SSIM, 8 draws", "judge accuracy, 8 draws (sd)", "train images/s",
+            "generate images/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(r: dict[str, Any], key: str, fmt: str = ".4f") -> str:
@@ -539,7 +556,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join([
             r["dataset"], MODELS[r["model"]].title, f"{r['generator_weights']:,}", f"{r['weights']:,}",
             str(r["epochs"]), cell(r, "test_l1"), cell(r, "test_ssim"), cell(r, "test_iou"), cell(r, "test_spread"),
-            cell(r, "test_judge_accuracy", ".2%"), cell(r, "test_ssim_draws"),
+            cell(r, "test_judge_accuracy", ".2%"), cell(r, "test_l1_draws"), cell(r, "test_ssim_draws"),
             f"{cell(r, 'test_judge_accuracy_draws', '.2%')} ({cell(r, 'test_judge_accuracy_draws_sd', '.2%')})"
             if "test_judge_accuracy_draws" in r else "-",
             cell(r, "train_images_per_s", ".1f"), cell(r, "generate_images_per_s", ".1f")]) + " |")
@@ -555,10 +572,11 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The routing experiment's table: per model and data set, the final-epoch test error over the seeds
-    (mean, and the spread min-max), weights, training images/s (final epoch, mean) and peak MB of a step."""
-    head = ["model", "", "data", "weights", "seeds", "test error, mean (min-max)", "train images/s",
-            "peak MB"]
+    """The routing experiment's table: per model and data set, weights, epochs and optimizer steps, the final-epoch
+    test error over the seeds (mean, and the spread min-max), training images/s (final epoch, mean) and peak MB of
+    a step."""
+    head = ["model", "algorithm", "data", "weights", "epochs", "steps", "seeds", "test error, mean (min-max)",
+            "train images/s", "peak MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -566,7 +584,10 @@ def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
     for (model, dataset), rs in groups.items():
         errors = [100 * r["test_error"] for r in rs]
         speed = [r["train_images_per_s"] for r in rs if "train_images_per_s" in r]
-        cells = [model, MODELS[model].title if model in MODELS else "", dataset, f"{rs[0]['weights']:,}", str(len(rs)),
+        steps = sorted({r["step"] for r in rs if "step" in r})
+        cells = [model, MODELS[model].title if model in MODELS else "", dataset, f"{rs[0]['weights']:,}",
+                 "/".join(sorted({str(r["epochs"]) for r in rs if "epochs" in r}, key=int)) or "-",
+                 "/".join(f"{n:,}" for n in steps) or "-", str(len(rs)),
                  f"{sum(errors) / len(errors):.2f}% ({min(errors):.2f}-{max(errors):.2f})",
                  f"{sum(speed) / len(speed):.0f}" if speed else "-",
                  f"{rs[0]['peak_mem_mb']:.0f}" if rs[0].get("peak_mem_mb") is not None else "-"]

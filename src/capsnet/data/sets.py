@@ -37,7 +37,7 @@ from .idx import DataError, decode_idx, read_idx_bytes
 
 __all__ = [
     "DATASETS", "MIRRORS", "SAMPLE_DIR", "Dataset", "DataError",
-    "load_dataset", "resolve_root", "split_validation",
+    "load_dataset", "resolve_root", "split_size", "split_validation",
 ]
 
 log = logging.getLogger(__name__)
@@ -202,6 +202,15 @@ def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
 def class_names(name: str) -> tuple[str, ...] | None:
     """The class names of one of ``DATASETS`` (None for any other name), without loading it."""
     return _SPECS[name].classes if name in _SPECS else None
+
+
+def split_size(name: str, split: str) -> int:
+    """How many examples split ``split`` ("train" or "test") of ``name``, one of ``DATASETS``, holds, without
+    loading it."""
+    if name not in _SPECS or split not in _SPECS[name].sizes:
+        raise ValueError(f"no split {split!r} of {name!r} known here; data sets: {', '.join(_SPECS)}, splits: train, "
+                         f"test")
+    return _SPECS[name].sizes[split]
 
 
 def cache_root() -> Path:
