@@ -509,15 +509,18 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
         _finished(wider)
 
 
-def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capsys):
+def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capfd):
     """--jobs 2 trains the runs two at a time in processes of their own (one thread each here) and gets exactly
-    the final records a sequential run gets with one thread; the runs are then read back and tabulated."""
+    the final records a sequential run gets with one thread; the runs are then read back and tabulated. A worker's
+    warning (a batch above the training set) is one line naming its run, not Python's UserWarning with a path."""
     common = ["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--seeds", "0", "1",
-              "--epochs", "1", "--train-size", "64", "--test-size", "32", "--batch-size", "32",
+              "--epochs", "1", "--train-size", "24", "--test-size", "32", "--batch-size", "32",
               "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
     threads = torch.get_num_threads()
     assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "2"]) == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
+    assert ("warning, run 2 (capsnet on mnist-sample, seed 1): --batch-size 32 is more than the 24 training examples"
+            in err) and "UserWarning" not in err
     assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
     assert out.count("training [") == 2 and "training [1/2] capsnet on mnist-sample, seed 0 in a process" in out
     assert out.index("training [2/2]") < out.index("trained [2/2]")  # each run announced as it starts
