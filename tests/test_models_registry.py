@@ -164,3 +164,37 @@ def test_numpy_numbers_from_a_sweep_are_the_numbers_they_hold(name):
     assert type(train.epochs) is int and train.lr == 0.5 and type(train.lr) is float
     with pytest.raises(ValueError, match="must be"):  # a fraction is still not a count
         create_model(name, **SMALL[name] | {"num_classes": np.float64(3.5)})
+
+
+def _inputs(model: torch.nn.Module, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (label maps for a synthesis model) of ``model``'s size and targets of ``batch`` examples: class
+    indices, masks or images."""
+    cfg, kind = model.config, MODELS[model_name(model.config)].kind
+    H, W = getattr(cfg, "input_height", 64), getattr(cfg, "input_width", 64)
+    images = torch.rand(batch, getattr(cfg, "in_channels", 1), H, W)
+    targets = (torch.zeros(batch, dtype=torch.long) if kind == "classification" else
+               torch.zeros(batch, 1, H, W) if kind == "segmentation" else
+               torch.rand(batch, getattr(cfg, "out_channels", 1), H, W))
+    return images, targets
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_no_images_give_no_outputs_and_a_loss_over_none_is_refused_not_nan(name):
+    """Every model's forward on an empty batch gives empty outputs (the inverted-dot-product model's class layer
+    reshaped with -1 and crashed); a loss over no examples was NaN (a mean of nothing, which an optimizer step
+    writes into every weight) or a reshape error, and is now a ValueError."""
+    model = create_model(name, **SMALL[name]).eval()
+    images, targets = _inputs(model, 0)
+    with torch.no_grad():
+        out = model(images)
+    fields = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, tuple) else vars(out).values()
+    tensors = [v for v in fields if isinstance(v, torch.Tensor)]
+    assert tensors and all(t.shape[0] == 0 for t in tensors), [tuple(t.shape) for t in tensors]
+    with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
+        if MODELS[name].kind == "synthesis":
+            MODELS[name].loss(model, images, targets)
+        else:
+            MODELS[name].loss(model, images, targets, recon_weight=0.0005, progress=0.5)
+    loss = MODELS[name].loss(model, *_inputs(model, 2), **({} if MODELS[name].kind == "synthesis" else
+                                                          {"recon_weight": 0.0005}))[0]
+    assert torch.isfinite(loss)  # the same call with two examples: a number

@@ -26,6 +26,8 @@ routing is the paper's.
 """
 from __future__ import annotations
 
+import math
+
 from typing import NamedTuple
 
 import torch
@@ -193,11 +195,11 @@ class DenseMatrixCaps(nn.Module):
 
     def forward(self, caps: MatrixCaps, *, record: bool = False):
         """Shapes: poses (N, H, W, T, 16) with H*W*T = in_caps -> a ``RoutingResult`` over the parents."""
-        N = caps.poses.shape[0]
-        p = caps.poses.reshape(N, -1, 4, 4)
-        if p.shape[1] != self.in_caps:
-            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules, got {p.shape[1]} "
-                             f"(poses {tuple(caps.poses.shape)})")
+        N, shape = caps.poses.shape[0], caps.poses.shape
+        if shape[-1] != POSE or math.prod(shape[1:-1]) != self.in_caps:  # sizes, not -1: an empty batch reshapes too
+            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, got "
+                             f"poses {tuple(shape)}")
+        p = caps.poses.reshape(N, self.in_caps, 4, 4)
         votes = torch.einsum("nixy,ijyz->njixz", p, self.weight).reshape(N, self.out_caps, self.in_caps, POSE)
         a = caps.activations.reshape(N, self.in_caps)
         votes = votes.transpose(1, 2)  # (N, I, J, 16), a view of the upper-capsule-major votes

@@ -58,7 +58,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
                       instance_norm_capsules, walk_capsule_stack)
-from .inputs import check_floating
+from .inputs import check_floating, check_nonempty
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
@@ -242,6 +242,7 @@ class ConditionalGAN(nn.Module):
         Shapes: real, fake (B, C_out, H, W); labels (B, C_in, H, W) -> loss ()
         """
         cfg = self.config
+        check_nonempty(real.shape[0])
         real_logits = self.discriminator(real, labels)  # (B,) or (B, 1, h, w)
         fake_logits = self.discriminator(fake.detach(), labels)
         loss = 0.5 * (_bce(real_logits, cfg.real_label) + _bce(fake_logits, cfg.fake_label))  # pix2pix halves D's
@@ -255,6 +256,7 @@ class ConditionalGAN(nn.Module):
 
         Shapes: real, fake (B, C_out, H, W); labels (B, C_in, H, W) -> loss ()
         """
+        check_nonempty(real.shape[0])
         adv = _bce(self.discriminator(fake, labels), 1.0)
         l1 = (fake - real).abs().mean()
         return adv + self.config.l1_weight * l1, {"g_adv": adv.detach(), "l1": l1.detach()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_floating", "check_class_images", "check_class_labels", "check_integer_labels"]
+__all__ = ["check_floating", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
@@ -25,6 +25,14 @@ def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> 
     check_floating(images)
 
 
+def check_nonempty(batch: int) -> None:
+    """A ValueError for a loss over an empty batch: its mean over no examples is NaN (or a reshape error), which an
+    optimizer step would write into every weight. A forward pass of no images is fine (no outputs)."""
+    if batch == 0:
+        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
+                         "example")
+
+
 def check_integer_labels(labels: torch.Tensor) -> None:
     """A ValueError unless ``labels`` hold integers (class indices), not floats or booleans."""
     if torch.is_floating_point(labels) or labels.dtype == torch.bool:
@@ -36,7 +44,8 @@ def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None
     """A ValueError unless ``labels`` are a classifier's targets for ``batch`` images: (B,) class indices, or (B, 2)
     index pairs (MultiMNIST), as integers. One-hot or probability rows, (B, num_classes), are refused by name: read
     as pairs they would train on classes 0 and 1 (their values) without a word. ``num_classes`` None: a model with
-    no config (a user's own, trained by ``capsnet_loss``)."""
+    no config (a user's own, trained by ``capsnet_loss``). An empty batch is refused (``check_nonempty``)."""
+    check_nonempty(batch)
     check_integer_labels(labels)
     if labels.dim() == 2 and labels.shape[1] != 2 and num_classes in (None, labels.shape[1]):
         raise ValueError(f"labels of shape {tuple(labels.shape)} look one-hot; give class indices (B,): "

@@ -39,7 +39,7 @@ from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
 from ..routing import DynamicRouting
 from ..routing.dynamic import SQUASHES
-from .inputs import check_floating
+from .inputs import check_floating, check_nonempty
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
@@ -306,6 +306,7 @@ def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch
     if masks.dim() != 4 or masks.shape[1] != 1 or masks.shape[-2:] != images.shape[-2:]:
         raise ValueError(f"a segmentation model trains on masks (B, 1, H, W) matching the images "
                          f"{tuple(images.shape)}, got labels {tuple(masks.shape)}: use a segmentation data set")
+    check_nonempty(images.shape[0])
     m = masks.to(images.dtype)
     out = model(images, m)
     logits = getattr(out, "logits", None)
