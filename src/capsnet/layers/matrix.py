@@ -125,7 +125,12 @@ class ConvMatrixCaps(nn.Module):
             out = self.routing(votes, a, children=ids, num_children=N * H * W * I)
         else:
             out = self.routing(votes, a)
-        return MatrixCaps(out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J))
+        poses, activations = out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J)
+        if self.weight.dtype in (torch.bfloat16, torch.float16):  # a half model (.bfloat16()): routed in fp32 (as
+            # EMRouting routes half votes), handed on in the weights' dtype for the next layer's product; under
+            # autocast the weights stay fp32 and so do these
+            poses, activations = poses.to(self.weight.dtype), activations.to(self.weight.dtype)
+        return MatrixCaps(poses, activations)
 
     def child_ids(self, N: int, H: int, W: int, device: torch.device | None = None) -> torch.Tensor:
         """(N*H'*W', K*K*I): the id of the child behind each vote row, ((n H + row) W + column) I + type,
