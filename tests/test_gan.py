@@ -600,3 +600,23 @@ def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
                                          f"saved"):
         fit_gan(model, replace(cfg, epochs=2), tmp_path / "r", device="cpu", progress=False, resume=True)
     assert load_checkpoint(tmp_path / "r", "last").state["data"]["files"] == 8
+
+
+def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_them(tmp_path, data_root, capsys):
+    """pairs:DIR in --datasets: its runs go to out/pairs-NAME/MODEL (the name was joined into the path as
+    'pairs:/...'), and no train-on-synthetic classifier is made for a set without classes."""
+    from capsnet.experiments import plan, synthetic_probe_rows
+
+    _labels(tmp_path / "mine" / "labels", n=6)
+    _labels(tmp_path / "mine" / "images", n=6)
+    name = f"pairs:{tmp_path / 'mine'}"
+    runs = plan("synthesis", tmp_path / "exp", train=TrainConfig(epochs=1, batch_size=4), datasets=[name],
+                models=["pix2pix"], configs={"pix2pix": Pix2pixConfig(base_channels=4, disc_channels=4)})
+    assert [r.run_dir for r in runs] == [tmp_path / "exp" / "pairs-mine" / "pix2pix"]
+    assert synthetic_probe_rows(runs, tmp_path / "exp", epochs=1, device="cpu", progress=False) == []
+    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1",
+                 "--batch-size", "4", "--out", str(tmp_path / "cli"), "--no-progress", "--data-dir", str(data_root)]) == 0
+    said = capsys.readouterr().out
+    assert f"note: {name} has no classes, so no classifier is trained on its generated images" in said
+    rows = json.loads((tmp_path / "cli" / "results.json").read_text())["rows"]
+    assert [(r["model"], r["train_size"]) for r in rows] == [("pix2pix", len(load_training(name, progress=False)[0]))]

@@ -271,3 +271,39 @@ def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, ma
     assert mask.stat().st_size != before
     assert main(["train", "--resume", "--epochs", "4", *tiny]) == 0
     assert "holds 22 files, as when the run last saved, but other names or sizes" in capsys.readouterr().err
+
+
+def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path, data_root, mask_pairs, capsys):
+    """--datasets for segmentation: the user's folder:DIR trains and is tabulated beside the default canvases (their
+    runs where they always were, the folder's in out/folder-NAME/MODEL), each with its own Otsu row."""
+    from capsnet.cli import main
+    from capsnet.experiments import training_examples
+
+    mask_pairs(tmp_path / "cells", 10)
+    folder = f"folder:{tmp_path / 'cells'}"
+    train = TrainConfig(epochs=1, batch_size=4, train_size=0, test_size=0)
+    runs = plan("segmentation", tmp_path / "exp", train=train, configs={"unet": UNetConfig(base_channels=4, depth=2)},
+                models=["unet"], datasets=["mnist-segmentation", folder])
+    assert [(r.dataset, r.run_dir) for r in runs] == [("mnist-segmentation", tmp_path / "exp" / "unet"),
+                                                     (folder, tmp_path / "exp" / "folder-cells" / "unet")]
+    assert runs[1].model_config.input_height == 16 and runs[1].train_config.dataset == folder
+    held = len(load_test(folder, progress=False))
+    assert training_examples(runs[1]) == 10 - held and 1 <= held < 10  # the folder's own training pairs
+    rows = run_plan(runs[1:], device="cpu", progress=False)
+    rows.append(otsu_row(folder))
+    assert rows[0]["train_size"] == 10 - held and 0 <= rows[0]["test_dice"] <= 1
+    table = format_segmentation_table(rows)
+    assert f"| U-Net | folder-cells | {rows[0]['weights']:,} | 1 |" in table
+    assert "| Otsu threshold (no training) | folder-cells | 0 |" in table
+    for datasets, message in ((["mnist"], "the segmentation experiment needs segmentation data sets; mnist is not"),
+                              ([f"pairs:{tmp_path}"], "needs segmentation data sets; pairs:")):
+        with pytest.raises(ValueError, match=message):
+            plan("segmentation", tmp_path, train=train, datasets=datasets)
+    with pytest.raises(ValueError, match="the routing experiment needs classification models; unet is not"):
+        plan("routing", tmp_path, train=train, models=["unet"])
+    with pytest.raises(ValueError, match="the affine experiment runs on translated-mnist alone"):
+        plan("affine", tmp_path, train=train, datasets=["mnist"])
+    # the command line: a classification set for segmentation is refused before anything is written
+    assert main(["experiment", "segmentation", "--datasets", "mnist", "--out", str(tmp_path / "no"),
+                 "--no-progress"]) == 2
+    assert "needs segmentation data sets; mnist is not" in capsys.readouterr().err and not (tmp_path / "no").exists()

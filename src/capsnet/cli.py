@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 
 from . import __version__
 from .data.augment import AUGMENTATIONS
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, input_shape, task, task_kind,
-                         user_folder)
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
+                         task_kind, user_folder)
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .memory import ALLOCATORS
@@ -541,11 +541,12 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                    help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) +
                         "; segmentation: " + " ".join(SEGMENTATION_MODELS) + "; synthesis: " +
                         " ".join(SYNTHESIS_MODELS) + ")")
-    x.add_argument("--datasets", nargs="+", choices=[n for n in TASKS if input_shape(n) == (1, 28, 28) or
-                                                     task(n).kind == "synthesis"],
-                   default=argparse.SUPPRESS, help="routing: the 28x28 data sets to compare on (default: mnist "
-                                                   "fashion-mnist); synthesis: the pairs to train on (default: "
-                                                   "mnist-skeleton fashion-silhouette)")
+    routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
+    x.add_argument("--datasets", nargs="+", type=_dataset, default=argparse.SUPPRESS, metavar="DATASET",
+                   help=f"routing: the 28x28 data sets to compare on ({routing_sets}; default: mnist fashion-mnist); "
+                        f"segmentation: mnist-segmentation (the default), mnist-sample-segmentation or your own "
+                        f"{FOLDER_PREFIX}DIR; synthesis: the pairs to train on (default: mnist-skeleton "
+                        f"fashion-silhouette; or your own {PAIRS_PREFIX}DIR)")
     x.add_argument("--probe-epochs", type=_nonneg_int, default=argparse.SUPPRESS,
                    help="synthesis: epochs of each train-on-synthetic classifier (0: no probes) (default: 3)")
     _field_flag(x, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
@@ -721,7 +722,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 args.parser.error(f"--{field} does not apply to --dataset {dataset}, which makes its training images "
                                   f"itself")
     folder = user_folder(dataset)
-    stem = _dataset_stem(dataset)
+    stem = dataset_stem(dataset)
     out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
                                              f"-{chosen}" if kind != "classification" else ""))
     if out.exists() and not out.is_dir():
@@ -856,12 +857,6 @@ def _unwritable(folder: Path) -> str | None:
         return e.strerror or str(e)
 
 
-def _dataset_stem(dataset: str) -> str:
-    """A data set's name as part of a file or folder name: folder:DIR and pairs:DIR as folder-NAME, pairs-NAME."""
-    folder = user_folder(dataset)
-    return f"{folder[0][:-1]}-{Path(folder[1]).name}" if folder else dataset
-
-
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     """Where ``capsnet eval`` writes its report without --json: eval-best.json (eval-last.json) beside the checkpoint
     for its own data set's whole test split, with the data set and the size in the name otherwise
@@ -871,7 +866,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
 
     name = f"eval-{ckpt.path.stem}"
     if args.dataset is not None and absolute_dataset(args.dataset) != ckpt.train_config.get("dataset"):
-        name += "-" + _dataset_stem(args.dataset)
+        name += "-" + dataset_stem(args.dataset)
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
@@ -971,7 +966,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     less = args.name == "less-data"
     only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
-            "datasets": ("routing", "synthesis"), "probe_epochs": ("synthesis",)}
+            "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",)}
     # less-data sets each run's training size from --sizes and evaluates about ten times a run (experiments.plan)
     misplaced = [f for f in (("train_size", "eval_every") if less else ()) +
                  tuple(k for k, v in only.items() if args.name not in v)
@@ -1022,10 +1017,13 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                        compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
                        on_launch=launched)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
-        rows.append(ex.otsu_row(runs[0].dataset, test_size=train.test_size, root=args.data_dir))
+        rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
+                 for d in dict.fromkeys(r.dataset for r in runs)]
         ex.write_results(rows, out, args.command_line)
     probe_epochs = getattr(args, "probe_epochs", 3)
     if args.name == "synthesis" and probe_epochs:  # train on synthetic, test on real
+        for d in dict.fromkeys(r.dataset for r in runs if task(r.dataset).num_classes < 2):
+            print(f"note: {d} has no classes, so no classifier is trained on its generated images (--probe-epochs)")
         rows += ex.synthetic_probe_rows(runs, out, epochs=probe_epochs, device=args.device, data_root=args.data_dir,
                                         progress=not args.no_progress)
         ex.write_results(rows, out, args.command_line)

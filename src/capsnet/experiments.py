@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
-from .data.tasks import input_shape, task
+from .data.tasks import dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, train_defaults
 from .train import TrainConfig, _differences, fit, input_fields
 
@@ -109,7 +109,11 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
     each model (default ``ROUTING_MODELS``) runs with its ``RECIPES`` entry on
     each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
-    (default ``train.seed``). Every model gets its ``ModelSpec.train_defaults``
+    (default ``train.seed``). ``segmentation`` and ``synthesis`` run on each of
+    ``datasets`` (default the experiment's; the user's folder:DIR and pairs:DIR
+    too): the default segmentation set's runs in ``out/MODEL`` (where they
+    always were), every other in ``out/DATA/MODEL``, DATA the set's name
+    (folder-NAME, pairs-NAME for a user's). Every model gets its ``ModelSpec.train_defaults``
     (the CNN baseline's warm-up); a field named in ``typed`` (settings the user
     gave, such as ``lr``) keeps ``train``'s value for every model.
     """
@@ -132,31 +136,39 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     def sized(m: str, dataset: str) -> Any:
         return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset))
 
+    kind = task(EXPERIMENTS[name][0]).kind
+    wrong = [m for m in models if model_spec(m).kind != kind]
+    if wrong:
+        raise ValueError(f"the {name} experiment needs {kind} models; {', '.join(wrong)} "
+                         f"{'is' if len(wrong) == 1 else 'are'} not")
+    if datasets is not None and name not in ("routing", "segmentation", "synthesis"):
+        raise ValueError(f"the {name} experiment runs on {EXPERIMENTS[name][0]} alone; it takes no data sets")
+    datasets = list(datasets or EXPERIMENTS[name])
+    other = [d for d in datasets if task_kind(d) != kind]
+    if other:
+        raise ValueError(f"the {name} experiment needs {kind} data sets; {', '.join(other)} "
+                         f"{'is' if len(other) == 1 else 'are'} not")
+
     if name == "synthesis":
-        wrong = [m for m in models if model_spec(m).kind != "synthesis"]
-        if wrong:
-            raise ValueError(f"the synthesis experiment needs synthesis models; {', '.join(wrong)} "
-                             f"{'is' if len(wrong) == 1 else 'are'} not")
-        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)), out / d / m)
-                for d in (datasets or EXPERIMENTS[name]) for m in models]
+        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)),
+                    out / dataset_stem(d) / m) for d in datasets for m in models]
 
     if name == "routing":
-        datasets = list(datasets or EXPERIMENTS[name])
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
             raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
         return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **own(m)),
                     out / d / f"{m}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
+    if name == "segmentation":  # the default data set's runs in out/MODEL (as recorded), any other's in out/DATA/MODEL
+        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)),
+                    out / m if d == EXPERIMENTS[name][0] else out / dataset_stem(d) / m)
+                for d in datasets for m in models]
     dataset = EXPERIMENTS[name][0]
-    wrong = [m for m in models if model_spec(m).kind != task(dataset).kind]
-    if wrong:
-        raise ValueError(f"the {name} experiment needs {task(dataset).kind} models; {', '.join(wrong)} "
-                         f"{'is' if len(wrong) == 1 else 'are'} not")
     configs = {m: sized(m, dataset) for m in models}
     base = replace(train, dataset=dataset)
     runs = []
-    if name != "less-data":
+    if name != "less-data":  # multimnist, affine
         for m in models:
             runs.append(Run(name, m, dataset, base.seed, configs[m], replace(base, **own(m)), out / m))
         return runs
@@ -174,11 +186,14 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
 
 def training_examples(run: Run) -> int:
     """How many training examples ``run`` trains on: its ``train_size`` subset, else the whole training split of
-    its data set (mnist-sample's 2,000, MNIST's 60,000), less the ``val_size`` held out for validation."""
+    its data set (mnist-sample's 2,000, MNIST's 60,000; a user's folder: its training pairs, read), less the
+    ``val_size`` held out for validation."""
     from .data.sets import split_size
+    from .data.tasks import _load, user_folder
 
-    cfg = run.train_config
-    return (cfg.train_size or split_size(task(run.dataset).source, "train")) - cfg.val_size
+    cfg, source = run.train_config, task(run.dataset).source
+    whole = len(_load(source, "train", None, False)) if user_folder(source) else split_size(source, "train")
+    return (cfg.train_size or whole) - cfg.val_size
 
 
 def _finished(run: Run) -> dict[str, Any] | None:
@@ -462,10 +477,14 @@ def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
     def cell(r: dict[str, Any], key: str) -> str:
         return f"{r[key]:.4f}" if key in r else "-"
 
+    shown = any(r["dataset"] != EXPERIMENTS["segmentation"][0] for r in rows)  # a data column for other data sets
+    if shown:
+        head.insert(1, "data")
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         title = MODELS[r["model"]].title if r["model"] in MODELS else "Otsu threshold (no training)"
         lines.append("| " + " | ".join([
-            title, f"{r['weights']:,}", str(r.get("epochs", "-")), f"{r['step']:,}" if "step" in r else "-",
+            title, *([dataset_stem(r["dataset"])] if shown else []), f"{r['weights']:,}", str(r.get("epochs", "-")), f"{r['step']:,}" if "step" in r else "-",
             cell(r, "test_dice"), cell(r, "test_iou"), cell(r, "ood_dice"), cell(r, "ood_iou"),
             f"{r['train_images_per_s']:.1f}" if "train_images_per_s" in r else "-",
             f"{r['peak_mem_mb']:.0f}" if r.get("peak_mem_mb") is not None else "-"]) + " |")
@@ -508,7 +527,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                          data_root: str | os.PathLike | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Train on synthetic, test on real: for each data set of ``runs``, a CapsNet of ``PROBE``'s sizes trained on
     the real training images, and one trained only on the images each run's generator makes (noise seed 0) from
-    the label maps of the same training images; each scored on the real test images after its final epoch.
+    the label maps of the same training images; each scored on the real test images after its final epoch. A data
+    set without classes (the user's pairs:DIR) has no probes.
 
     The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
     size and seed, with the plain task's shift augmentation. Each probe is a run directory under
@@ -523,7 +543,7 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     from .synthesis import generate
 
     rows = []
-    for dataset in dict.fromkeys(r.dataset for r in runs):
+    for dataset in dict.fromkeys(r.dataset for r in runs if task(r.dataset).num_classes > 1):  # pairs:DIR: no classes
         first = next(r for r in runs if r.dataset == dataset)
         source = task(dataset).source  # the plain image set: mnist or fashion-mnist
         cfg = replace(first.train_config, dataset=source, epochs=epochs, lr=TrainConfig.lr, eval_every=epochs,

@@ -99,7 +99,7 @@ from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import SVHN_CLASSES, load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind",
-           "check_test_size", "user_folder", "absolute_dataset",
+           "check_test_size", "user_folder", "absolute_dataset", "dataset_stem",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
@@ -470,6 +470,13 @@ def user_folder(name: str) -> tuple[str, str] | None:
     """(prefix, DIR) of a user's ``folder:DIR`` or ``pairs:DIR``; None for every other data set name."""
     prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if name.startswith(p)), None)
     return None if prefix is None else (prefix, name[len(prefix):])
+
+
+def dataset_stem(name: str) -> str:
+    """A data set's name as part of a file or folder name: folder:DIR and pairs:DIR as folder-NAME and pairs-NAME
+    (NAME: DIR's last part), every other name as it is."""
+    folder = user_folder(name)
+    return f"{folder[0][:-1]}-{Path(folder[1]).expanduser().resolve().name}" if folder else name
 
 
 def folder_contents(name: str) -> dict[str, Any] | None:
