@@ -78,13 +78,14 @@ def gan_run(tmp_path_factory, data_root) -> Path:
     return run
 
 
-def _write_mask_pairs(root: Path, n: int, size: tuple[int, int] = (16, 16), mode: str = "L", mask_scale: int = 255
-                      ) -> None:
+def _write_mask_pairs(root: Path, n: int, size: tuple[int, int] = (16, 16), mode: str = "L", mask_scale: int = 255,
+                      seed: int = 0) -> None:
     """``n`` PNG images (grey, or ``mode`` RGB) of a bright 6x6 square on noise under root/images, and its mask
-    (0/``mask_scale``) of the same name under root/masks: a user's own segmentation folder."""
+    (0/``mask_scale``) of the same name under root/masks: a user's own segmentation folder (``seed``: another
+    one's contents)."""
     from PIL import Image
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     (root / "images").mkdir(parents=True)
     (root / "masks").mkdir()
     for k in range(n):
@@ -100,7 +101,8 @@ def _write_mask_pairs(root: Path, n: int, size: tuple[int, int] = (16, 16), mode
 
 @pytest.fixture(scope="session")
 def mask_pairs():
-    """The writer of a user's segmentation folder: ``mask_pairs(root, n, size=(16, 16), mode="L", mask_scale=255)``."""
+    """The writer of a user's segmentation folder: ``mask_pairs(root, n, size=(16, 16), mode="L", mask_scale=255,
+    seed=0)``."""
     return _write_mask_pairs
 
 

@@ -64,6 +64,7 @@ def served(data_root):
         f"/corrupt/{LABELS}.gz": ("ok", gzip.compress(bytes(changed))),
         f"/badgzip/{LABELS}.gz": ("ok", bytes(broken)),
         f"/drop/{LABELS}.gz": ("drop", good_gz),
+        f"/html/{LABELS}.gz": ("ok", b"<!DOCTYPE html>\n<html><body>Please log in</body></html>\n"),
     }
     routes[f"/bomb/{LABELS}.gz"] = ("ok", gzip.compress(bytes(8 << 20)))  # 8 KB holding 8 MiB of zeros
     for name in (LABELS, "t10k-images-idx3-ubyte"):
@@ -305,3 +306,71 @@ def test_a_mirror_serving_a_gzip_bomb_is_left(served, tmp_path):
     with pytest.raises(DataError, match="more than the 1,000 the file has"):
         download_file(_url(served, f"/good/{LABELS}.gz"), tmp_path / "y.gz", progress=False, max_size=1000)
     assert _names(tmp_path) == [dest.name]
+
+
+def test_a_web_page_served_for_the_file_is_named_as_one(served, tmp_path):
+    """A login or error page served with a 200 was reported as a bare MD5 mismatch."""
+    dest = tmp_path / f"{LABELS}.gz"
+    with pytest.raises(DataError, match=r"the mirror sent a web page \(HTML, \d+ bytes\), not the file"):
+        download_file(_url(served, f"/html/{LABELS}.gz"), dest, md5_uncompressed=LABELS_MD5, progress=False)
+    assert _names(tmp_path) == []
+
+
+def test_part_files_of_killed_downloads_are_cleared_and_a_fresh_one_is_not(served, tmp_path):
+    """A download killed by SIGTERM or SIGKILL never ran its cleanup: its part file stayed, one more each time."""
+    import os
+
+    dest = tmp_path / f"{LABELS}.gz"
+    old, fresh = tmp_path / f"{dest.name}.part-0badf00d", tmp_path / f"{dest.name}.part-1234abcd"
+    for part in (old, fresh):
+        part.write_bytes(b"half a file")
+    hour_ago = time.time() - download_module.STALE_PART_S - 60
+    os.utime(old, (hour_ago, hour_ago))
+    download_file(_url(served, f"/good/{LABELS}.gz"), dest, md5_uncompressed=LABELS_MD5, progress=False)
+    assert _names(tmp_path) == [dest.name, fresh.name]  # the other may be a download still running
+
+
+def test_a_folder_that_cannot_be_written_fails_at_once_not_on_every_mirror(served, tmp_path, monkeypatch):
+    """A read-only cache was retried four times a mirror with back-off and blamed on the internet connection."""
+    import builtins
+
+    real_open = builtins.open
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if "x" in mode or "w" in mode:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", read_only)
+    before = served.hits.copy()
+    with pytest.raises(DataError, match=r"cannot download .*: .* cannot be written \(Permission denied\); download "
+                                        r"into a writable folder .*set XDG_CACHE_HOME"):
+        download_file(_url(served, f"/good/{LABELS}.gz"), tmp_path / f"{LABELS}.gz", progress=False)
+    assert served.hits == before  # no mirror asked
+    monkeypatch.setattr(builtins, "open", real_open)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DataError, match="cannot be written"):  # its folder would have to be made inside a file
+        download_file(_url(served, f"/good/{LABELS}.gz"), blocker / "mnist" / f"{LABELS}.gz", progress=False)
+
+
+def test_a_full_disk_mid_download_is_not_retried(served, tmp_path, monkeypatch):
+    calls = []
+
+    def full(*args, **kwargs):
+        calls.append(1)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(download_module, "_fetch", full)
+    with pytest.raises(DataError, match=r"into .*: No space left on device; free space there"):
+        download_file([_url(served, f"/good/{LABELS}.gz")] * 2, tmp_path / f"{LABELS}.gz", retries=3, progress=False)
+    assert calls == [1]
+
+
+def test_one_mirror_given_as_a_string_is_that_mirror_not_its_characters(served, tmp_path):
+    root = tmp_path / "data"
+    ds = load_dataset("mnist", "test", root=root, download=True, progress=False,
+                      mirrors=_url(served, "/mnist/"))  # a string, not a list
+    assert len(ds) == 10000
+    with pytest.raises(ValueError, match="mirrors must be base URLs"):
+        load_dataset("mnist", "train", root=tmp_path / "other", download=True, progress=False, mirrors=[])

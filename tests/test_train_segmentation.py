@@ -102,9 +102,30 @@ def test_a_folder_of_the_users_own_pairs_trains_and_evaluates(tmp_path, mask_pai
 
 def test_a_folder_with_a_test_folder_uses_it(tmp_path, mask_pairs):
     mask_pairs(tmp_path / "d", 6)
-    mask_pairs(tmp_path / "d" / "test", 3)
+    mask_pairs(tmp_path / "d" / "test", 3, seed=1)
     train, held, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
     assert len(train) == 6 and len(held) == 3
+
+
+def test_test_pairs_copied_from_the_training_pairs_are_refused_by_name(tmp_path, mask_pairs):
+    """Pairs copied (not moved) into DIR/test were trained on and then scored as unseen, without a word. The same
+    contents under another name count too; other pairs of the same names do not."""
+    import shutil
+
+    from capsnet.data.idx import DataError
+
+    mask_pairs(tmp_path / "d", 6)
+    (tmp_path / "d" / "test" / "images").mkdir(parents=True)
+    (tmp_path / "d" / "test" / "masks").mkdir()
+    for k, new in ((1, "p01"), (4, "renamed")):
+        for sub in ("images", "masks"):
+            shutil.copy(tmp_path / "d" / sub / f"p{k:02d}.png", tmp_path / "d" / "test" / sub / f"{new}.png")
+    with pytest.raises(DataError, match=r"test holds 2 of the training pairs \(the same files' contents\): p01.png, "
+                                        r"renamed.png; a test pair must not be trained on"):
+        load_training(f"folder:{tmp_path / 'd'}", progress=False)
+    mask_pairs(tmp_path / "e", 6)
+    mask_pairs(tmp_path / "e" / "test", 2, seed=3)  # p00.png and p01.png again, of other contents: fine
+    assert len(load_training(f"folder:{tmp_path / 'e'}", progress=False)[1]) == 2
 
 
 def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmentation_run, mask_pairs):
@@ -170,7 +191,7 @@ def test_a_test_folder_of_another_size_is_refused_before_anything_is_written(tmp
     from capsnet.cli import main
 
     mask_pairs(tmp_path / "d", 6, size=(24, 24))
-    mask_pairs(tmp_path / "d" / "test", 3, size=(16, 16))
+    mask_pairs(tmp_path / "d" / "test", 3, size=(16, 16), seed=1)
     assert main(["train", "--dataset", f"folder:{tmp_path / 'd'}", "--model", "unet", "--out", str(tmp_path / "run"),
                  "--no-progress"]) == 2
     err = capsys.readouterr().err

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .download import download_file
+from .download import download_file, mirror_list
 from .idx import DataError
 from .sets import Dataset, resolve_root
 
@@ -178,7 +178,7 @@ def load_cifar10(split: str = "train", *, root: str | os.PathLike | None = None,
                             f"extracted), point --data-dir or CAPSNET_DATA at a folder holding cifar10/, or pass "
                             f"download=True")
         log.info("downloading cifar10 %s to %s", CIFAR10_ARCHIVE, folder)
-        download_file([u + CIFAR10_ARCHIVE for u in (mirrors or CIFAR10_MIRRORS)], path,
+        download_file([u + CIFAR10_ARCHIVE for u in mirror_list(mirrors, CIFAR10_MIRRORS)], path,
                       md5=CIFAR10_MD5 if check else None, progress=progress, max_size=_MAX_ARCHIVE_BYTES)
     if check and (digest := _archive_md5(path)) != CIFAR10_MD5:
         raise DataError(f"{path}: MD5 is {digest}, expected {CIFAR10_MD5} for CIFAR-10's binary version "

@@ -16,10 +16,10 @@ mirror set fails within a minute with the usual message.
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import http.client
-import errno
 import logging
 import os
 import secrets
@@ -119,7 +119,8 @@ def download_file(
     timeout = TIMEOUT_S if timeout is None else timeout
     clock = _Clock(TOTAL_TIMEOUT_S if total_timeout is None else total_timeout)
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    _writable_folder(dest)
+    _clear_stale_parts(dest)
 
     failures: list[str] = []
     for url in url_list:
@@ -153,6 +154,10 @@ def download_file(
                 error = f"no answer within {wait:.3g} s ({type(err).__name__}: {err})"
                 break
             except (OSError, http.client.HTTPException) as err:
+                if getattr(err, "errno", None) in _LOCAL_ERRNOS:  # the disk, not the mirror: no retry helps
+                    raise DataError(f"cannot download {dest.name} into {dest.parent}: {err.strerror or err}; free "
+                                    f"space there, or download into another folder (XDG_CACHE_HOME, or --data-dir "
+                                    f"with the files put there by hand)") from None
                 error = f"{type(err).__name__}: {err}"
                 if _unreachable(err):
                     break
@@ -166,10 +171,62 @@ def download_file(
 
     raise DataError(
         f"could not download {dest.name} from any mirror:\n" + "\n".join(failures) + "\n"
-        f"Check the internet connection, or fetch the file yourself and put it at {dest}; "
+        f"Check the internet connection and the mirrors' answers above, or fetch the file yourself and put it at "
+        f"{dest}; "
         "a folder holding the data sets (one sub-folder per set, e.g. mnist/) can be given "
         "with --data-dir or the CAPSNET_DATA environment variable."
     )
+
+
+_LOCAL_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}  # writing the part file failed: no mirror will help
+
+# a part file not written to for this long is a download that was killed (SIGTERM, SIGKILL, a power cut): the
+# ``finally`` that removes it never ran; one being written gets a chunk at least every TIMEOUT_S
+STALE_PART_S = 3600.0
+
+
+def _writable_folder(dest: Path) -> None:
+    """Make ``dest``'s folder and write a probe file there: a folder capsnet cannot write into (a read-only cache
+    in a container) is one DataError at once, not every mirror's every attempt failing on the part file."""
+    probe = dest.with_name(f".{dest.name}.probe-{secrets.token_hex(4)}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(probe, "xb"):
+            pass
+        probe.unlink()
+    except OSError as err:
+        raise DataError(
+            f"cannot download {dest.name}: {dest.parent} cannot be written ({err.strerror or err}); download into a "
+            f"writable folder (capsnet's cache is $XDG_CACHE_HOME/capsnet, else ~/.cache/capsnet: set XDG_CACHE_HOME), "
+            f"or put the data set's files in a folder given with --data-dir or CAPSNET_DATA") from None
+
+
+def _clear_stale_parts(dest: Path) -> None:
+    """Remove part files of ``dest`` left by downloads killed before they could clean up (older than
+    ``STALE_PART_S``; a download in progress keeps writing to its own)."""
+    now = time.time()
+    for part in dest.parent.glob(f"{dest.name}.part-*"):
+        try:
+            if now - part.stat().st_mtime > STALE_PART_S:
+                part.unlink()
+                log.info("removed %s, left by a download that was stopped", part)
+        except OSError:  # gone already, or not ours to remove: the download goes on regardless
+            pass
+
+
+def _looks_like_html(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(512).lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body"))
+
+
+def mirror_list(mirrors: str | Sequence[str] | None, default: Sequence[str]) -> tuple[str, ...]:
+    """A loader's ``mirrors`` argument as base URLs: ``default`` for None, one URL given as a string as that one
+    (``tuple("http://...")`` would be its characters), a list as it is; an empty list is a ValueError."""
+    urls = tuple(default) if mirrors is None else (mirrors,) if isinstance(mirrors, str) else tuple(mirrors)
+    if not urls or not all(isinstance(u, str) and u for u in urls):
+        raise ValueError(f"mirrors must be base URLs (a string or a list of strings), got {mirrors!r}")
+    return urls
 
 
 def _unreachable(err: object) -> bool:
@@ -209,7 +266,10 @@ def _fetch(
         # raising IncompleteRead, so the length has to be checked here.
         if size is not None and received != size:
             raise ConnectionError(f"connection closed after {received} of {size} bytes")
-        if md5 is not None and digest.hexdigest() != md5.lower():
+        if (md5 is not None and digest.hexdigest() != md5.lower()) or (md5_uncompressed is not None and
+                                                                      _looks_like_html(part)):
+            if _looks_like_html(part):  # a login, error or moved page served with a 200
+                raise _MirrorFailed(f"the mirror sent a web page (HTML, {received:,} bytes), not the file")
             raise _MirrorFailed(f"MD5 of the download is {digest.hexdigest()}, expected {md5}")
         if md5_uncompressed is not None:
             content = _content_md5(part, max_size)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .download import download_file
+from .download import download_file, mirror_list
 from .idx import DataError, decode_idx, read_idx_bytes
 
 __all__ = [
@@ -162,8 +162,11 @@ class Dataset:
     images: torch.Tensor  # (N, 1, 28, 28) uint8
     labels: torch.Tensor  # (N,) int64
     classes: tuple[str, ...]
+    names: tuple[str, ...] | None = None  # a user's folder: each example's file stem; None for the sets here
 
     def __post_init__(self) -> None:
+        if self.names is not None and len(self.names) != self.images.shape[0]:
+            raise ValueError(f"{len(self.names)} names for {self.images.shape[0]} images")
         if self.images.dim() != 4:
             raise ValueError(f"images must be (N, C, H, W), got shape {tuple(self.images.shape)}")
         if self.labels.shape[:1] != self.images.shape[:1] or (self.labels.dim() > 1 and self.labels.dim() != 4):
@@ -186,7 +189,8 @@ class Dataset:
         if index.dtype == torch.bool:
             index = index.nonzero().flatten()
         index = index.to(device=self.labels.device, dtype=torch.long)
-        return dataclasses.replace(self, images=self.images[index], labels=self.labels[index])
+        names = None if self.names is None else tuple(self.names[k] for k in index.tolist())
+        return dataclasses.replace(self, images=self.images[index], labels=self.labels[index], names=names)
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
@@ -271,7 +275,7 @@ def load_dataset(
                     f"looked for each raw and with .gz). Put the IDX files there (gzip or raw), "
                     f"point --data-dir or CAPSNET_DATA at a folder holding {name}/{fetch}.{offline}"
                 )
-            urls = MIRRORS[name] if mirrors is None else tuple(mirrors)
+            urls = mirror_list(mirrors, MIRRORS[name])
             for f in missing:
                 log.info("downloading %s %s to %s", name, f.name, folder)
                 download_file([base_url + f.name + ".gz" for base_url in urls],

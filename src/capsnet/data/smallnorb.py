@@ -26,7 +26,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
-from .download import download_file
+from .download import download_file, mirror_list
 from .idx import DataError, open_maybe_gzipped
 from .sets import Dataset, resolve_root
 
@@ -159,7 +159,7 @@ def load_smallnorb(split: str = "train", *, root: str | os.PathLike | None = Non
                             f"holding smallnorb/, or pass download=True")
         for f in missing:
             log.info("downloading smallnorb %s to %s", f.name, folder)
-            download_file([u + f.name + ".gz" for u in (mirrors or SMALLNORB_MIRRORS)], folder / (f.name + ".gz"),
+            download_file([u + f.name + ".gz" for u in mirror_list(mirrors, SMALLNORB_MIRRORS)], folder / (f.name + ".gz"),
                           md5_uncompressed=f.md5 if check else None, progress=progress,
                           max_size=int(np.prod(f.shape)) * np.dtype(f.dtype).itemsize + 64)
     arrays = []

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .affnist import read_mat
-from .download import download_file
+from .download import download_file, mirror_list
 from .idx import DataError
 from .sets import Dataset, resolve_root
 
@@ -89,7 +89,7 @@ def load_svhn(split: str = "train", *, root: str | os.PathLike | None = None, do
                             f"{SVHN_MIRRORS[0]}{f.name} into that folder, point --data-dir or CAPSNET_DATA at a folder "
                             f"holding svhn/, or pass download=True")
         log.info("downloading svhn %s to %s", f.name, folder)
-        download_file([u + f.name for u in (mirrors or SVHN_MIRRORS)], path, md5=f.md5 if check else None,
+        download_file([u + f.name for u in mirror_list(mirrors, SVHN_MIRRORS)], path, md5=f.md5 if check else None,
                       progress=progress, max_size=f.max_bytes)
     if check and (digest := _md5(path)) != f.md5:
         raise DataError(f"{path}: MD5 is {digest}, expected {f.md5} for SVHN's {f.name} (cropped digits). The file "

@@ -514,7 +514,23 @@ def _both_splits(root: str | os.PathLike, load) -> Dataset:
             if a.shape[1:] != b.shape[1:]:
                 raise DataError(f"{root}: the training pairs' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
                                 f"{Path(root) / 'test'} are {tuple(b.shape[1:])}; make both splits one size and mode")
+        trained = {_pair_digest(train, k) for k in range(len(train))}
+        copied = [test.names[k] for k in range(len(test)) if _pair_digest(test, k) in trained]
+        if copied:  # a test pair also trained on scores as if seen: its figures would be too good
+            shown = ", ".join(f"{n}.png" for n in copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
+                                                                 else "")
+            raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training pairs (the same files' "
+                            f"contents): {shown}; a test pair must not be trained on: keep it in test/ only (remove it "
+                            f"from the training folders of {root})")
     return test
+
+
+def _pair_digest(pairs: Dataset, k: int) -> bytes:
+    """A digest of pair ``k``'s two arrays (its contents, not its name)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in (pairs.images[k], pairs.labels[k]):
+        h.update(t.contiguous().numpy().tobytes())
+    return h.digest()
 
 
 def _folder_task(name: str) -> Task:
@@ -573,14 +589,14 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     where = base / "test" if held_out and split == "test" else base
     first, second, names = read(where)
     if held_out:
-        return Dataset(f"{prefix}{root}", split, first, second, classes)
+        return Dataset(f"{prefix}{root}", split, first, second, classes, tuple(names))
     n = len(names)
     if n < 2:
         raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
                         f"pairs in {base / 'test'})")
     held = held_out_names(list(names))
     keep = torch.tensor([(name in held) == (split == "test") for name in names]).nonzero().flatten()
-    return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes)
+    return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes, tuple(names[k] for k in keep.tolist()))
 
 
 def task_kind(name: str) -> str:
