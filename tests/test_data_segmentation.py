@@ -415,18 +415,44 @@ def test_a_palette_mask_is_read_by_its_indices(tmp_path):
         p.save(tmp_path / "mk" / f"{name}.png")
     _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
     assert torch.equal(masks[:, 0], torch.from_numpy(truth))
-    grey = Image.fromarray(truth[0], mode="P")  # a grey palette with white at index 0: read by its greys
+    for palette in ([30, 200, 30, 200, 30, 30], [0, 0, 0, 128, 128, 128]):  # index 0 green; index 1 mid-grey
+        p = Image.fromarray(truth[0], mode="P")  # read by the indices too (they were refused: colour; value 128)
+        p.putpalette(palette + [0, 0, 0] * 254)
+        p.save(tmp_path / "mk" / "a.png")
+        _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+        assert torch.equal(masks[0, 0], torch.from_numpy(truth[0]))
+    # a grey palette whose index 0 is white: the indices and the greys disagree on the foreground (it was read by
+    # its greys, inverting a mask stored by index): refused, naming both
+    grey = Image.fromarray(truth[0], mode="P")
     grey.putpalette([255, 255, 255, 0, 0, 0] + [0, 0, 0] * 254)
     grey.save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match=r"a.png is a palette image whose index 0 is lighter \(grey 255\) than its "
+                                        r"index 1 \(grey 0\)"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    p = Image.fromarray(truth[0] * np.uint8(3), mode="P")  # index 3: not binary, and in colour
+    p.putpalette([0, 0, 0] * 3 + [200, 30, 30] + [0, 0, 0] * 252)
+    p.save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match="a.png is in colour"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
+def test_a_mask_with_transparent_pixels_is_refused_and_an_opaque_alpha_is_read(tmp_path):
+    """An alpha channel was dropped: a shape drawn in transparency alone read as an empty mask (one among many: no
+    word), white shapes on transparent white as all foreground."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    _save(tmp_path / "im" / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    truth = (rng.random((6, 5)) < 0.5).astype(np.uint8)
+    (tmp_path / "mk").mkdir()
+    opaque = np.stack([truth * 255, np.full_like(truth, 255)], -1)
+    Image.fromarray(opaque, "LA").save(tmp_path / "mk" / "a.png")
     _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
-    assert torch.equal(masks[0, 0], torch.from_numpy(1 - truth[0]))  # white is the foreground, whatever its index
-    for indices, palette in ((truth[0] * np.uint8(3), [0, 0, 0] * 3 + [200, 30, 30]),  # index 3: not binary
-                             (truth[0], [30, 200, 30, 200, 30, 30])):  # index 0 green: not a background
-        p = Image.fromarray(indices, mode="P")
-        p.putpalette(palette + [0, 0, 0] * (256 - len(palette) // 3))
-        p.save(tmp_path / "mk" / "a.png")
-        with pytest.raises(DataError, match="a.png is in colour"):
-            load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert torch.equal(masks[0, 0], torch.from_numpy(truth))
+    drawn_in_alpha = np.stack([np.zeros_like(truth)] * 3 + [truth * 255], -1)
+    Image.fromarray(drawn_in_alpha, "RGBA").save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match="a.png has transparent pixels; a mask is read by its values, not its alpha"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
 
 
 def test_a_folder_whose_masks_are_all_empty_is_refused_and_one_empty_mask_is_not(folder):

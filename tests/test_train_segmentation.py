@@ -288,10 +288,21 @@ def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, ma
     assert load_checkpoint(run, "last").state["data"]["files"] == 22  # said once: the next resume compares with it
     mask = tmp_path / "d" / "masks" / "p10.png"  # rewritten: an empty mask, another file size
     before = mask.stat().st_size
-    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask)
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask, compress_level=0)
     assert mask.stat().st_size != before
     assert main(["train", "--resume", "--epochs", "4", *tiny]) == 0
-    assert "holds 22 files, as when the run last saved, but other names or sizes" in capsys.readouterr().err
+    assert "holds 22 files, as when the run last saved, but other names or contents" in capsys.readouterr().err
+    # rewritten to the very same size (uncompressed): said too (names and sizes alone missed it)
+    square, size = np.zeros((16, 16), np.uint8), mask.stat().st_size
+    square[4:10, 4:10] = 255
+    Image.fromarray(square).save(mask, compress_level=0)
+    assert mask.stat().st_size == size
+    (tmp_path / "d" / "images" / ".DS_Store").write_bytes(b"Finder")  # files the loader skips: not counted
+    (tmp_path / "d" / "masks" / "notes.txt").write_text("drawn by hand")
+    assert main(["train", "--resume", "--epochs", "5", *tiny]) == 0
+    assert "holds 22 files, as when the run last saved, but other names or contents" in capsys.readouterr().err
+    assert main(["train", "--resume", "--epochs", "6", *tiny]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path, data_root, mask_pairs, capsys):

@@ -519,9 +519,11 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
     if now is None:
         return state
     before = state.get("data")
+    if isinstance(before, dict) and before.get("version") != now["version"]:  # saved by an earlier capsnet: its
+        before = {**now, "files": before.get("files")}  # digest counted other files; their number alone compares
     if warn and isinstance(before, dict) and before != now:
         count = (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
-                 else f"{now['files']} files, as when the run last saved, but other names or sizes")
+                 else f"{now['files']} files, as when the run last saved, but other names or contents")
         warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
                       f"now (each pair keeps its split), so its test figures are not those of the earlier epochs' "
                       f"pairs; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)

@@ -82,19 +82,30 @@ def scale_binary_label_maps(maps: np.ndarray) -> np.ndarray:
 
 
 def mask_array(path: Path) -> np.ndarray:
-    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image of greys, or one
-    of colours whose indices are 0/1 or 0/255 with index 0 black, as many segmentation data sets store them) as
-    (1, H, W) uint8 0/1."""
+    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image whose indices are
+    0/1 or 0/255, index 0 the background, as many segmentation data sets store them, or of greys read as grey) as
+    (1, H, W) uint8 0/1. Transparency is refused: the mask is its values, not its alpha."""
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
-    if img.mode == "P":  # a grey palette is read by its greys below; a coloured one by its indices, if they are
-        rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)  # 0/1 or 0/255 with index 0 black (the background)
-        if not ((rgb[..., 0] == rgb[..., 1]) & (rgb[..., 1] == rgb[..., 2])).all():
-            indices = np.asarray(img, dtype=np.uint8)
-            binary = np.isin(indices, (0, 1)).all() or np.isin(indices, (0, 255)).all()
-            if binary and list(img.getpalette() or [])[:3] == [0, 0, 0]:
-                return (indices > 0).astype(np.uint8)[None]
+    if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        alpha = np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3]
+        if (alpha < 255).any():
+            raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha "
+                            f"(a shape drawn in transparency alone would read as empty): save it without alpha, the "
+                            f"foreground 255 (or 1) and the background 0")
+    if img.mode == "P":  # by its indices when they are 0/1 or 0/255 (index 0 the background), whatever the colours
+        indices = np.asarray(img, dtype=np.uint8)
+        used = np.unique(indices).tolist()
+        if set(used) <= {0, 1} or set(used) <= {0, 255}:
+            palette = list(img.getpalette() or [])
+            colours = [tuple(palette[3 * i:3 * i + 3]) for i in used]
+            greys = [c[0] for c in colours if len(c) == 3 and len(set(c)) == 1]
+            if len(used) == 2 and len(greys) == 2 and greys[0] > greys[1]:
+                raise DataError(f"mask {path} is a palette image whose index 0 is lighter (grey {greys[0]}) than its "
+                                f"index {used[1]} (grey {greys[1]}): the indices make the dark pixels the foreground, "
+                                f"the greys the light ones; save it as an 8-bit grayscale PNG, the foreground 255")
+            return (indices > 0).astype(np.uint8)[None]
     if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
     a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)

@@ -481,17 +481,24 @@ def dataset_stem(name: str) -> str:
 
 def folder_contents(name: str) -> dict[str, Any] | None:
     """What the user's folder of ``folder:DIR`` or ``pairs:DIR`` holds, for a resume to notice a change: how many
-    files its two subfolders (and test/'s) hold and a digest of their names and sizes. None for other data sets and
-    for a folder that is not there."""
+    PNG files its two subfolders (and test/'s) hold and a digest of their names and contents (the files the
+    loader reads: hidden files such as .DS_Store and other files are not counted, a file rewritten to the same
+    size is). ``version`` 2; a run saved with version 1 (names and sizes of every file) is compared by count alone.
+    None for other data sets and for a folder that is not there."""
     folder = user_folder(name)
     if folder is None or not Path(folder[1]).expanduser().is_dir():
         return None
     root = Path(folder[1]).expanduser()
     subs = ("images", "masks") if folder[0] == FOLDER_PREFIX else ("labels", "images")
-    files = sorted((str(f.relative_to(root)), f.stat().st_size) for top in (root, root / "test") for sub in subs
-                   if (top / sub).is_dir() for f in (top / sub).iterdir() if f.is_file())
-    digest = hashlib.blake2b(json.dumps(files).encode(), digest_size=8).hexdigest()
-    return {"files": len(files), "digest": digest}
+    files = sorted(f for top in (root, root / "test") for sub in subs if (top / sub).is_dir()
+                   for f in (top / sub).iterdir()
+                   if f.is_file() and not f.name.startswith(".") and f.suffix.lower() == ".png")
+    digest = hashlib.blake2b(digest_size=8)
+    for f in files:
+        digest.update(str(f.relative_to(root)).encode() + b"\0")
+        with open(f, "rb") as data:
+            digest.update(hashlib.file_digest(data, "blake2b").digest())
+    return {"files": len(files), "digest": digest.hexdigest(), "version": 2}
 
 
 def absolute_dataset(name: str) -> str:
