@@ -620,3 +620,43 @@ def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_the
     assert f"note: {name} has no classes, so no classifier is trained on its generated images" in said
     rows = json.loads((tmp_path / "cli" / "results.json").read_text())["rows"]
     assert [(r["model"], r["train_size"]) for r in rows] == [("pix2pix", len(load_training(name, progress=False)[0]))]
+
+
+def test_graded_label_maps_read_alike_in_training_test_and_generate(tmp_path, monkeypatch):
+    """Class maps (0..3) whose test/ folder held only classes 0 and 1 read those 255 times brighter than training
+    did (0/1 folders are read as 0/255, decided per folder); capsnet generate did the same to a folder of 0/1 maps
+    for a run trained on class maps. Both now follow the training maps."""
+    from capsnet import synthesis
+
+    rng = np.random.default_rng(5)
+
+    def write(folder, n, top):
+        for sub in ("labels", "images"):
+            (folder / sub).mkdir(parents=True)
+        for k in range(n):
+            Image.fromarray(rng.integers(0, top + 1, (32, 32)).astype(np.uint8)).save(folder / "labels" / f"m{k}.png")
+            Image.fromarray(rng.integers(0, 256, (32, 32)).astype(np.uint8)).save(folder / "images" / f"m{k}.png")
+
+    write(tmp_path / "p", 6, 3)  # training maps: classes 0..3
+    write(tmp_path / "p" / "test", 2, 1)  # test maps: classes 0 and 1 only
+    name = f"pairs:{tmp_path / 'p'}"
+    train, held, _ = load_training(name, progress=False)
+    assert train.images.max() == 3 and held.images.max() * 255 == 1  # held: /255 floats of the raw 0/1
+    run = tmp_path / "run"
+    fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), TrainConfig(dataset=name, epochs=1, batch_size=4, lr=2e-4),
+            run, device="cpu", progress=False)
+    assert load_checkpoint(run, "last").state["label_maps"] == "graded"
+    seen = []
+    real = synthesis.generate
+    monkeypatch.setattr(synthesis, "generate", lambda model, labels, **kw: seen.append(labels) or real(model, labels, **kw))
+    _labels(tmp_path / "ones", n=2)  # 0/255 maps ...
+    for f in (tmp_path / "ones").iterdir():  # ... saved as 0/1
+        Image.fromarray(np.array(Image.open(f)) // 255).save(f)
+    assert main(["generate", "--checkpoint", str(run), "--labels", str(tmp_path / "ones"), "--out",
+                 str(tmp_path / "made"), "--no-progress"]) == 0
+    assert seen[-1].max().item() * 255 == pytest.approx(1.0)  # read as the class maps were: 1 is class 1, not 255
+    # a folder of 0/1 training maps throughout (test/ too) is read as 0/255 in both splits, and its run says binary
+    write(tmp_path / "b", 6, 1)
+    write(tmp_path / "b" / "test", 2, 1)
+    train, held, _ = load_training(f"pairs:{tmp_path / 'b'}", progress=False)
+    assert train.images.max() == 255 and held.images.max() == 1.0

@@ -331,6 +331,14 @@ def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path
                               ([f"pairs:{tmp_path}"], "needs segmentation data sets; pairs:")):
         with pytest.raises(ValueError, match=message):
             plan("segmentation", tmp_path, train=train, datasets=datasets)
+    mask_pairs(tmp_path / "other" / "cells", 4)
+    with pytest.raises(ValueError, match=r"folder:.*/cells and folder:.*/other/cells would both train in .*folder-cells/"
+                                         r"unet \(their folders share the name 'folder-cells'\)"):
+        plan("segmentation", tmp_path / "exp", train=train, models=["unet"],
+             datasets=[folder, f"folder:{tmp_path / 'other' / 'cells'}"])
+    same = plan("segmentation", tmp_path / "exp", train=train, models=["unet"],
+                datasets=[folder, f"folder:{tmp_path / 'other' / '..' / 'cells'}"])  # one folder named two ways
+    assert len(same) == 1
     with pytest.raises(ValueError, match="the routing experiment needs classification models; unet is not"):
         plan("routing", tmp_path, train=train, models=["unet"])
     with pytest.raises(ValueError, match="the affine experiment runs on translated-mnist alone"):

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
-from .data.tasks import dataset_stem, input_shape, task, task_kind
+from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, train_defaults
 from .train import TrainConfig, _differences, fit, input_fields
 
@@ -117,12 +117,30 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     (the CNN baseline's warm-up); a field named in ``typed`` (settings the user
     gave, such as ``lr``) keeps ``train``'s value for every model.
     """
+    runs = _planned(name, out, train=train, configs=configs, models=models, sizes=sizes, steps=steps, seeds=seeds,
+                    datasets=datasets, typed=typed)
+    folders: dict[Path, Run] = {}
+    for run in runs:  # two data sets of one name (folder:a/data and folder:b/data) would share their run folders
+        other = folders.setdefault(run.run_dir, run)
+        if other is not run:
+            raise ValueError(f"{other.dataset} and {run.dataset} would both train in {run.run_dir} (their folders "
+                             f"share the name {run.run_dir.parent.name!r}); run them with different --out, or rename "
+                             f"one folder")
+    return runs
+
+
+def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
+             models: Sequence[str] | None = None, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0,
+             seeds: Sequence[int] = (), datasets: Sequence[str] | None = None, typed: Collection[str] = ()
+             ) -> list[Run]:
+    """``plan``'s runs, before their folders are checked."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
     models = list(dict.fromkeys(models if models is not None else ROUTING_MODELS if name == "routing" else
                                 SEGMENTATION_MODELS if name == "segmentation" else SYNTHESIS_MODELS
                                 if name == "synthesis" else COMPARED))  # a name given twice is one run, not two
-    seeds, datasets = tuple(dict.fromkeys(seeds)), None if datasets is None else list(dict.fromkeys(datasets))
+    seeds = tuple(dict.fromkeys(seeds))  # a user's folder named two ways (DIR, ./DIR) is one data set
+    datasets = None if datasets is None else list(dict.fromkeys(absolute_dataset(d) for d in datasets))
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")

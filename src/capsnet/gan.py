@@ -69,7 +69,7 @@ from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
-from .data.tasks import input_shape, load_training, task
+from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
@@ -244,6 +244,9 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     if len(train) == 0:
         raise ValueError("no training pairs left; lower val_size or raise train_size")
     state = folder_noted(state, cfg.dataset)
+    if "label_maps" not in state:  # how the training label maps read: capsnet generate reads the user's alike
+        binary = not cfg.dataset.startswith(PAIRS_PREFIX) or bool(((train.images == 0) | (train.images == 255)).all())
+        state = {**state, "label_maps": "binary" if binary else "graded"}
     make_batch = task(cfg.dataset).batch
 
     # 3. Model and optimizers, the same initial weights for the same seed.
@@ -349,7 +352,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         if progress:
             tqdm.write(describe_gan_epoch(record))
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                 "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
+                 "eval_split": held_name} | {k: state[k] for k in ("data", "label_maps") if k in state}
         score = results[""].ssim
         improved = state["best"] is None or score > state["best"]["accuracy"]
         if improved:  # "accuracy" is the held-out SSIM: what chooses best.safetensors

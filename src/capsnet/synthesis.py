@@ -229,7 +229,9 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                     progress: bool = False, truncation: float | None = None) -> GeneratedFiles:
     """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
     ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
-    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``)."""
+    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``).
+    A folder of label maps holding only 0s and 1s is read as 0/255, as binary training maps are, unless the run
+    trained on graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
     from .data.png import image_array, png_files, scale_binary_label_maps
@@ -257,7 +259,9 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                             + ("resize or pad it" if a.shape[0] == want[0] else
                                f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
         arrays[stem] = a
-    maps = scale_binary_label_maps(np.stack(list(arrays.values())))  # (N, C, H, W); a folder of 0/1 maps as 0/255
+    maps = np.stack(list(arrays.values()))  # (N, C, H, W)
+    if ckpt.state.get("label_maps") != "graded":  # 0/1 maps as 0/255, as the run's binary maps read (a run on graded
+        maps = scale_binary_label_maps(maps)  # maps, class indices 0..K, reads them as they are, 0/1 ones too)
     labels = torch.from_numpy(maps).float().div_(255.0)
     labels = labels.to(next(model.parameters()).device)
     images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation).cpu()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -124,17 +125,24 @@ def pad_to(images: torch.Tensor, side: int) -> torch.Tensor:
     return F.pad(images, (left, side - W - left, top, side - H - top))
 
 
-def load_pair_folder(labels_dir: str | Path, images_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def load_pair_folder(labels_dir: str | Path, images_dir: str | Path, *, scale: bool | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The user's label maps and images (PNG), paired by file name (``labels/a.png`` with ``images/a.png``).
 
     Both are read as 8-bit grey (1 channel) or RGB (3) images (alpha dropped,
     palettes to RGB, 16/32-bit refused), each folder in one size and mode,
     every label map the size of its image; a folder of label maps holding
-    only 0s and 1s is read as 0/255. A problem is a ``DataError`` naming the
-    file and the fix; nothing is written.
+    only 0s and 1s is read as 0/255 (``scale`` True or False: as the caller
+    decided for a data set of several folders). A problem is a ``DataError``
+    naming the file and the fix; nothing is written.
 
     Shapes: -> labels (N, C_label, H, W) uint8, images (N, C_image, H, W) uint8, names: the N file stems, sorted.
     """
     labels, images, names = load_png_pairs(labels_dir, images_dir, first=("label map", "label maps", image_array),
                                            second=("image", "images", image_array))
-    return torch.from_numpy(scale_binary_label_maps(labels.numpy())), images, names
+    maps = labels.numpy()
+    if scale is None:
+        maps = scale_binary_label_maps(maps)
+    elif scale:
+        maps = maps * np.uint8(255)
+    return torch.from_numpy(maps), images, names

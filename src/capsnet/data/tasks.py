@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 from pathlib import Path
@@ -556,8 +555,20 @@ def _pairs_task(name: str) -> Task:
 def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
     """The user's synthesis pairs under ``root`` as a Dataset: images = the label maps (N, C, H, W) uint8, labels =
     the images to make from them (N, C', H, W) uint8; split and held out as ``load_folder``."""
+    scale = _binary_label_maps(str(root)) if (Path(root).expanduser() / "test").is_dir() else None
     return _user_split(root, split, PAIRS_PREFIX, "labels/ and images/", lambda where: load_pair_folder(
-        where / "labels", where / "images"), ("pair",))
+        where / "labels", where / "images", scale=scale), ("pair",))
+
+
+def _binary_label_maps(root: str) -> bool:
+    """Whether every label map of a user's pairs, in ``root/labels`` and ``root/test/labels``, holds only 0s and 1s:
+    both splits are then read as 0/255, else both as they are (decided per folder, a class map of the test split
+    holding only classes 0 and 1 read 255 times brighter than in training)."""
+    from .png import image_array, png_files
+
+    base = Path(root).expanduser()
+    return all(image_array(f).max() <= 1 for top in (base, base / "test")
+               for f in png_files(top / "labels", "label maps").values())
 
 
 def load_folder(root: str | os.PathLike, split: str) -> Dataset:
