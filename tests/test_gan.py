@@ -453,6 +453,15 @@ def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, c
     assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+def test_generate_refuses_to_write_among_its_label_maps(gan_run, tmp_path, capsys):
+    """--out the --labels folder wrote NAME_seed0.png beside the maps, read as label maps by the next run."""
+    _labels(tmp_path / "labels", n=2)
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
+                 str(tmp_path / "labels" / ".." / "labels"), "--no-progress"]) == 2
+    assert "is the --labels folder; give another folder for the images" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == ["map0.png", "map1.png"]
+
+
 def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path, data_root, gan_run, capsys):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "capsnet", *args], capture_output=True, text=True)

@@ -347,3 +347,27 @@ def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path
     assert main(["experiment", "segmentation", "--datasets", "mnist", "--out", str(tmp_path / "no"),
                  "--no-progress"]) == 2
     assert "needs segmentation data sets; mnist is not" in capsys.readouterr().err and not (tmp_path / "no").exists()
+
+
+def test_a_few_pairs_held_out_unevenly_are_said_with_the_way_to_choose_them(tmp_path, mask_pairs, capsys):
+    """Held out by file name, 3 pairs can leave 1 to train on (the rule holds out one in five on average): said in
+    one warning line naming DIR/test; a folder with its own test/ says nothing."""
+    from capsnet.cli import main
+    from capsnet.data.tasks import held_out_names
+
+    mask_pairs(tmp_path / "few", 3)
+    names = ["img000", "img001", "img002"]
+    assert held_out_names(names) == {"img001", "img002"}  # two of three, by the names' hashes
+    for sub in ("images", "masks"):
+        for k, name in enumerate(names):
+            (tmp_path / "few" / sub / f"p{k:02d}.png").rename(tmp_path / "few" / sub / f"{name}.png")
+    tiny = ["--model", "unet", "--model-option", "base_channels=4", "--model-option", "depth=2", "--batch-size", "1",
+            "--epochs", "1", "--no-progress"]
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'few'}", "--out", str(tmp_path / "r1"), *tiny]) == 0
+    err = capsys.readouterr().err
+    assert (f"capsnet train: warning: --dataset folder:{tmp_path / 'few'}: 2 of its 3 pairs are held out for testing "
+            f"(chosen by file name: one in five on average, unevenly for a few pairs), so the run trains on 1; put the "
+            f"test pairs in {tmp_path / 'few' / 'test'} to choose them") in err
+    mask_pairs(tmp_path / "few" / "test", 2, seed=9)
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'few'}", "--out", str(tmp_path / "r2"), *tiny]) == 0
+    assert "held out for testing" not in capsys.readouterr().err

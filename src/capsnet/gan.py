@@ -273,7 +273,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     # 4. Epochs.
     N, B = len(train), cfg.batch_size
     step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
-    for said in budget_warnings(cfg, N) if step == 0 else ():
+    for said in budget_warnings(cfg, N, len(held) if held_name == "test" else 0) if step == 0 else ():
         warnings.warn(said, UserWarning, stacklevel=2)
     amp = autocast(dev, cfg.amp)
     generator = compile_model(model.generator, compile)  # the generator itself unless compiled; same weights

@@ -247,6 +247,9 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
     if Path(out).exists() and not Path(out).is_dir():
         raise DataError(f"--out {out} is a file; give a folder for the images")
+    if Path(out).expanduser().resolve() == Path(labels_dir).expanduser().resolve():  # a second run would read the
+        raise DataError(f"--out {out} is the --labels folder; give another folder for the images (written among "
+                        f"the label maps, they would be read as label maps next time)")
     cfg = model.config
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)
     files = png_files(Path(labels_dir), "label maps", paired=False)

@@ -44,7 +44,7 @@ from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, folder_contents, input_shape,
-                         load_training, task)
+                         load_training, task, user_folder)
 from .distributed import DistributedError, Launch, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
@@ -495,12 +495,20 @@ def check_epochs(state: dict[str, Any], epochs: int, last_path: Path) -> None:
                           f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
 
 
-def budget_warnings(cfg: TrainConfig, examples: int) -> list[str]:
+def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[str]:
     """What in ``cfg`` a run over ``examples`` training examples will not do as typed: a batch larger than the
     training set (each epoch one step of all of them), a warm-up of the exponential schedule longer than the run
-    (the rate never reaches --lr; the linear schedule refuses it in ``lr_at``)."""
+    (the rate never reaches --lr; the linear schedule refuses it in ``lr_at``); a user's folder without a test/
+    folder whose pairs held out by name (``tested`` of them) are far more than the usual fifth (a few pairs)."""
     steps = cfg.epochs * math.ceil(examples / cfg.batch_size)
     said = []
+    folder = user_folder(cfg.dataset)
+    total = examples + tested
+    if folder and tested > max(1, 0.4 * total) and not cfg.val_size and \
+            not (Path(folder[1]).expanduser() / "test").is_dir():
+        said.append(f"--dataset {cfg.dataset}: {tested} of its {total} pairs are held out for testing (chosen by "
+                    f"file name: one in five on average, unevenly for a few pairs), so the run trains on {examples}; "
+                    f"put the test pairs in {Path(folder[1]) / 'test'} to choose them")
     if cfg.batch_size > examples:
         said.append(f"--batch-size {cfg.batch_size} is more than the {examples} training examples: each epoch is "
                     f"one step of all {examples}")
@@ -792,7 +800,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     step = state["step"]
     save_inside = bool(save_every_s)
     total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
-    for said in budget_warnings(cfg, N) if main and step == 0 else ():
+    for said in budget_warnings(cfg, N, len(held) if held_name == "test" else 0) if main and step == 0 else ():
         warnings.warn(said, UserWarning, stacklevel=2)
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
     board = None
