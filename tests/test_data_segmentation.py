@@ -468,3 +468,27 @@ def test_a_folder_whose_masks_are_all_empty_is_refused_and_one_empty_mask_is_not
     mask[1:3, 1:3] = 255
     _save(root / "masks" / f"{names[0]}.png", mask)  # one object in one mask: a folder to learn from
     assert int(load_mask_folder(root / "images", root / "masks")[1].sum()) == 4
+
+
+def test_broken_links_subfolders_and_a_subfolder_given_as_the_data_set_are_named(tmp_path):
+    """A link to nothing was skipped without a word (its pair then 'unpaired', or the set one smaller); PNG files in
+    a subfolder were not mentioned; folder:DIR/images asked to create DIR/images/images."""
+    from capsnet.data.tasks import load_folder
+
+    rng = np.random.default_rng(6)
+    for name in ("a", "b"):
+        _save(tmp_path / "d" / "images" / f"{name}.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+        _save(tmp_path / "d" / "masks" / f"{name}.png", (rng.random((6, 5)) < 0.5).astype(np.uint8) * 255)
+    (tmp_path / "d" / "images" / "c.png").symlink_to(tmp_path / "nowhere.png")
+    (tmp_path / "d" / "masks" / "c.png").symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(DataError, match=r"images holds 1 link\(s\) to nothing: c.png; point them at their files"):
+        load_mask_folder(tmp_path / "d" / "images", tmp_path / "d" / "masks")
+    with pytest.raises(DataError, match=r"d/images looks like one of the data set's two folders: give the folder "
+                                        r"above it, .*/d$"):
+        load_folder(tmp_path / "d" / "images", "train")
+    nested = tmp_path / "n" / "images" / "part1"
+    _save(nested / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    (tmp_path / "n" / "masks").mkdir()
+    with pytest.raises(DataError, match=r"no PNG files in .*n/images \(the PNG files in its subfolder part1/ are not "
+                                        r"read: put them in .*n/images itself\)"):
+        load_mask_folder(tmp_path / "n" / "images", tmp_path / "n" / "masks")

@@ -26,14 +26,25 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
         raise DataError(f"{what} folder {folder} is a file, not a folder; give the folder that holds the {what} "
                         f"as PNG files")
     if not folder.is_dir():
-        raise DataError(f"{what} folder {folder} does not exist; create it and put the {what} in it as PNG "
-                        f"files" + (" (paired files named alike)" if paired else ""))
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        given, subs = folder.parent, ("images", "masks", "labels")
+        inside = given.name in subs and any((given.parent / n).is_dir() for n in subs if n != given.name)
+        raise DataError(f"{what} folder {folder} does not exist; " + (
+            f"{given} looks like one of the data set's two folders: give the folder above it, {given.parent}"
+            if inside else
+            f"create it and put the {what} in it as PNG files" + (" (paired files named alike)" if paired else "")))
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    broken = [p for p in entries if p.is_symlink() and not p.exists()]
+    if broken:  # skipped, they would leave their pair unpaired or the set smaller without a word
+        raise DataError(f"{folder} holds {len(broken)} link(s) to nothing: {', '.join(p.name for p in broken[:5])}; "
+                        f"point them at their files or remove them")
+    files = [p for p in entries if p.is_file()]
     pngs = [p for p in files if p.suffix.lower() == ".png"]
     if not pngs:
         others = ", ".join(p.name for p in files[:5])
+        nested = [d for d in entries if d.is_dir() and any(f.suffix.lower() == ".png" for f in d.iterdir())]
         fix = f" (found {len(files)} other file(s): {others}; convert them to PNG)" if files else \
-            f"; put the {what} there as .png files"
+            f" (the PNG files in its subfolder {nested[0].name}/ are not read: put them in {folder} itself)" \
+            if nested else f"; put the {what} there as .png files"
         raise DataError(f"no PNG files in {folder}{fix}")
     images = [p for p in files if p.suffix.lower() in _OTHER_IMAGES]
     if images:  # read as a data set they would be left out without a word
