@@ -371,3 +371,27 @@ def test_a_few_pairs_held_out_unevenly_are_said_with_the_way_to_choose_them(tmp_
     mask_pairs(tmp_path / "few" / "test", 2, seed=9)
     assert main(["train", "--dataset", f"folder:{tmp_path / 'few'}", "--out", str(tmp_path / "r2"), *tiny]) == 0
     assert "held out for testing" not in capsys.readouterr().err
+
+
+def test_a_run_whose_folder_moved_says_so_in_eval_figures_and_the_viewer(tmp_path, mask_pairs):
+    """The run's folder moved: eval said '--dataset folder:...: no such folder' of a flag the user never typed."""
+    from capsnet.data.idx import DataError
+    from capsnet.figures import write_figures
+    from capsnet.viz.engine import load_viewer
+
+    mask_pairs(tmp_path / "d", 6)
+    run = tmp_path / "run"
+    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+        TrainConfig(dataset=f"folder:{tmp_path / 'd'}", epochs=1, batch_size=4), run, progress=False)
+    (tmp_path / "d").rename(tmp_path / "moved")
+    said = rf"the run trained on folder:{tmp_path / 'd'}, which is not there any more \(moved or removed\): give " \
+           rf"--dataset folder:DIR with the folder's new place"
+    with pytest.raises(DataError, match=said):
+        evaluate_checkpoint(run, progress=False, device="cpu")
+    for one in (run, str(run)):  # one run as a path or a string (a Path was a TypeError, a string its characters)
+        with pytest.raises(DataError, match=said):
+            write_figures(one, out=tmp_path / "figs", progress=False)
+    with pytest.raises(DataError, match=said):
+        load_viewer(str(run))
+    done = evaluate_checkpoint(run, dataset=f"folder:{tmp_path / 'moved'}", progress=False, device="cpu")
+    assert 0 <= done.results[""].dice <= 1  # given its new place, it scores

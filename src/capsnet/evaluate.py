@@ -19,7 +19,7 @@ from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
-from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task
+from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task, trained_dataset
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
 from .runtime import resolve_device
@@ -341,7 +341,7 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
     dev = resolve_device(device)
     model, ckpt = load_model(path, which=which, device=dev)
     train_config = ckpt.train_config
-    name = dataset or train_config.get("dataset", "mnist")
+    name = dataset or trained_dataset(train_config, "mnist")
     cfg = model.config
     shape = (cfg.in_channels, cfg.input_height, cfg.input_width)
     kind = model_spec(ckpt.model_name).kind

@@ -378,12 +378,12 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
     ``truncation``: the noise truncated to [-t, t] (``generate``)."""
-    from .data.tasks import check_test_size, load_test, task
+    from .data.tasks import check_test_size, load_test, task, trained_dataset
     from .evaluate import load_model
 
     model, ckpt = load_model(path, which=which, device=device)
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
-    name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
+    name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
     if task(name).kind != "synthesis":
         raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a synthesis model "
                          f"({ckpt.model_name}); evaluate it on mnist-skeleton, fashion-silhouette or pairs:DIR")

@@ -98,7 +98,7 @@ from .synthesis import load_pair_folder, pad_to, silhouette, skeletonize
 from .svhn import SVHN_CLASSES, load_svhn
 
 __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind",
-           "check_test_size", "user_folder", "absolute_dataset", "dataset_stem",
+           "check_test_size", "user_folder", "absolute_dataset", "dataset_stem", "trained_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
@@ -498,6 +498,18 @@ def folder_contents(name: str) -> dict[str, Any] | None:
         with open(f, "rb") as data:
             digest.update(hashlib.file_digest(data, "blake2b").digest())
     return {"files": len(files), "digest": digest.hexdigest(), "version": 2}
+
+
+def trained_dataset(train_config: dict[str, Any], default: str = "mnist") -> str:
+    """The data set a run trained on (its saved ``dataset``, else ``default``): a user's folder that is no longer
+    where the run recorded it is a DataError that says so and names the fix (--dataset with its new place), not
+    "no such folder" of a --dataset the user never typed."""
+    name = train_config.get("dataset", default)
+    folder = user_folder(name)
+    if folder and folder[1] and not Path(folder[1]).expanduser().is_dir():
+        raise DataError(f"the run trained on {name}, which is not there any more (moved or removed): give "
+                        f"--dataset {folder[0]}DIR with the folder's new place")
+    return name
 
 
 def absolute_dataset(name: str) -> str:

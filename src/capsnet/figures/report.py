@@ -10,7 +10,7 @@ import torch
 
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
-from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default
+from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -109,12 +109,13 @@ def _check_fits(name: str, cfg: Any) -> None:
         raise FigureError(f"{name} images are {input_shape(name)} but the checkpoint's model takes {takes}")
 
 
-def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "best", out: str | os.PathLike | None = None,
-                  dataset: str | None = None, root: str | os.PathLike | None = None,
+def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *, which: str = "best",
+                  out: str | os.PathLike | None = None, dataset: str | None = None, root: str | os.PathLike | None = None,
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
                   deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = 8, fmt: str = "png", dpi: int = 100,
                   device: str | torch.device = "cpu", progress: bool = True) -> FiguresWritten:
-    """Look inside the CapsNet of ``checkpoints[0]``; training curves overlay every run given.
+    """Look inside the CapsNet of ``checkpoints[0]`` (or of ``checkpoints``, one run dir or file); training curves
+    overlay every run given.
 
     Writes into ``out`` (default: FIRST_RUN_DIR/figures): reconstructions,
     misclassified (inputs decoded from the true and the predicted capsule),
@@ -136,6 +137,10 @@ def write_figures(checkpoints: Sequence[str | os.PathLike], *, which: str = "bes
     ``mnist-sample-segmentation``, ``mnist-sample-skeleton``), offline.
     Every input is checked before the first file is written.
     """
+    if isinstance(checkpoints, (str, os.PathLike)):  # one run (a string is a sequence too: of its characters)
+        checkpoints = [checkpoints]
+    if not checkpoints:
+        raise FigureError("give at least one checkpoint")
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     model, ckpt = load_model(checkpoints[0], which=which, device=device)
@@ -252,7 +257,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     """A segmentation run's figures: segmentations (and _ood) of the chosen test images, the ``worst`` of the first
     ``WORST_POOL`` (or of the run's smaller --test-size) by Dice, SegCaps' capsule maps per chosen image, the training curves."""
     done = FiguresWritten(out)
-    name = dataset or ckpt.train_config.get("dataset", "mnist-segmentation")
+    name = dataset or trained_dataset(ckpt.train_config, "mnist-segmentation")
     chosen = list(range(8)) if indices is None else list(indices)
     run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
     pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
@@ -312,7 +317,7 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     from ..synthesis import generate
 
     done = FiguresWritten(out)
-    name = dataset or ckpt.train_config.get("dataset", "mnist-skeleton")
+    name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
     chosen = list(range(8)) if indices is None else list(indices)
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
     if indices is None:  # a small folder of the user's: the label maps it has

@@ -320,7 +320,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     test examples instead (0: all).
     """
     from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, input_shape, load_test, other_classes, shipped_default,
-                              task)
+                              task, trained_dataset)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -342,7 +342,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         shipped = pretrained.is_shipped(checkpoint)
         trained_on = ckpt.train_config.get("dataset", "mnist")
         # a shipped model opens offline, on the shipped digits (made into canvases or pairs for its task)
-        name = dataset or (shipped_default(trained_on) if shipped else trained_on)
+        name = dataset or (shipped_default(trained_on) if shipped else trained_dataset(ckpt.train_config, "mnist"))
         what, checkpoint = ckpt.model_name, ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
         fix = {"segmentation": "mnist-segmentation or folder:DIR", "synthesis": "mnist-skeleton, fashion-silhouette "
