@@ -395,3 +395,33 @@ def test_a_run_whose_folder_moved_says_so_in_eval_figures_and_the_viewer(tmp_pat
         load_viewer(str(run))
     done = evaluate_checkpoint(run, dataset=f"folder:{tmp_path / 'moved'}", progress=False, device="cpu")
     assert 0 <= done.results[""].dice <= 1  # given its new place, it scores
+
+
+def test_a_users_folder_is_decoded_once_a_run_and_again_when_a_file_changes(tmp_path, mask_pairs, monkeypatch):
+    """The shapes check, the training split and the test split each decoded every PNG again (and the viewer and
+    figures once more): four reads of a large folder before the first step."""
+    from PIL import Image
+
+    from capsnet.cli import main
+    from capsnet.data import tasks
+
+    mask_pairs(tmp_path / "d", 8)
+    calls = []
+    real = tasks.load_mask_folder
+    monkeypatch.setattr(tasks, "load_mask_folder", lambda *a: calls.append(a) or real(*a))
+    tiny = ["--model", "unet", "--model-option", "base_channels=4", "--model-option", "depth=2", "--batch-size", "4",
+            "--epochs", "1", "--no-progress"]
+    assert main(["train", "--dataset", f"folder:{tmp_path / 'd'}", "--out", str(tmp_path / "r"), *tiny]) == 0
+    assert len(calls) == 1
+    train, held, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
+    assert len(calls) == 1 and len(train) + len(held) == 8
+    train.images.zero_()  # the caller's own tensors: the next read is not changed by this
+    again, _, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
+    assert again.images.any() and len(calls) == 1
+    mask = np.zeros((16, 16), np.uint8)
+    mask[2:8, 2:8] = 255
+    Image.fromarray(mask).save(tmp_path / "d" / "masks" / "p03.png")  # rewritten: read afresh, with the new mask
+    train, held, _ = load_training(f"folder:{tmp_path / 'd'}", progress=False)
+    assert len(calls) == 2
+    both = torch.cat([train.labels, held.labels])
+    assert any(torch.equal(m[0], torch.from_numpy(mask // 255)) for m in both)

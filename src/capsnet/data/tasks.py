@@ -568,8 +568,8 @@ def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
     """The user's synthesis pairs under ``root`` as a Dataset: images = the label maps (N, C, H, W) uint8, labels =
     the images to make from them (N, C', H, W) uint8; split and held out as ``load_folder``."""
     scale = _binary_label_maps(str(root)) if (Path(root).expanduser() / "test").is_dir() else None
-    return _user_split(root, split, PAIRS_PREFIX, "labels/ and images/", lambda where: load_pair_folder(
-        where / "labels", where / "images", scale=scale), ("pair",))
+    return _user_split(root, split, PAIRS_PREFIX, "labels/ and images/", lambda where: _read_folder(
+        "pairs", where, scale), ("pair",))
 
 
 def _binary_label_maps(root: str) -> bool:
@@ -587,8 +587,39 @@ def load_folder(root: str | os.PathLike, split: str) -> Dataset:
     """The user's segmentation pairs under ``root`` (see the module docstring) as a Dataset of masks: (N, C, H, W)
     uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, about a fifth of the pairs, each
     chosen by its name (``held_out_names``), are the test split and the rest the training split."""
-    return _user_split(root, split, FOLDER_PREFIX, "images/ and masks/", lambda where: load_mask_folder(
-        where / "images", where / "masks"), SEGMENTATION_CLASSES)
+    return _user_split(root, split, FOLDER_PREFIX, "images/ and masks/", lambda where: _read_folder(
+        "folder", where), SEGMENTATION_CLASSES)
+
+
+_SUBFOLDERS = {"folder": ("images", "masks"), "pairs": ("labels", "images")}
+
+
+def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """A user's folder of pairs read (``load_mask_folder`` or ``load_pair_folder``), once while its files stay
+    as they are: a run reads a folder for its shapes, its training split and its test split, and the viewer and
+    figures read it again; each PNG was decoded up to four times. The files' names, sizes and change times are the
+    key, so a file added, removed or rewritten is read afresh. The tensors returned are the caller's own."""
+    where = Path(where).expanduser().absolute()
+    stamp = []
+    for sub in _SUBFOLDERS[kind]:
+        folder = where / sub
+        if folder.is_dir():
+            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                try:  # the file a link points at (rewritten through the link, it is read afresh)
+                    st = entry.stat()
+                except OSError:  # a link to nothing: refused when read
+                    st = entry.stat(follow_symlinks=False)
+                stamp.append((sub, entry.name, st.st_size, st.st_mtime_ns))
+    first, second, names = _read_folder_once(kind, str(where), tuple(stamp), scale)
+    return first.clone(), second.clone(), list(names)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_folder_once(kind: str, where: str, stamp: tuple, scale: bool | None):
+    base = Path(where)
+    if kind == "folder":
+        return load_mask_folder(base / "images", base / "masks")
+    return load_pair_folder(base / "labels", base / "images", scale=scale)
 
 
 def held_out_names(names: list[str]) -> set[str]:
