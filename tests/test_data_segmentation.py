@@ -492,3 +492,19 @@ def test_broken_links_subfolders_and_a_subfolder_given_as_the_data_set_are_named
     with pytest.raises(DataError, match=r"no PNG files in .*n/images \(the PNG files in its subfolder part1/ are not "
                                         r"read: put them in .*n/images itself\)"):
         load_mask_folder(tmp_path / "n" / "images", tmp_path / "n" / "masks")
+
+
+def test_unpaired_files_are_listed_by_their_own_names_and_unicode_forms_pair(tmp_path):
+    """An unpaired img.PNG was listed as img.png; 'café' written composed beside decomposed was listed twice as
+    unpaired, under names that look alike."""
+    import unicodedata
+
+    rng = np.random.default_rng(7)
+    composed, decomposed = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    _save(tmp_path / "im" / f"{composed}.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    _save(tmp_path / "mk" / f"{decomposed}.png", (rng.random((6, 5)) < 0.5).astype(np.uint8) * 255)
+    images, masks, names = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert names == [composed] and images.shape[0] == masks.shape[0] == 1
+    _save(tmp_path / "im" / "Lonely.PNG", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    with pytest.raises(DataError, match=r"images with no mask: 1 in .*im \(Lonely\.PNG\)"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")

@@ -4,6 +4,7 @@ Every problem is a ``DataError`` naming the file and the fix; nothing is written
 """
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Callable
 
@@ -52,10 +53,11 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
         raise DataError(f"{folder} holds {len(images)} image file(s) that are not PNG beside its PNG {what} "
                         f"({listed}); capsnet reads PNG only: convert them to PNG or move them out")
     by_stem: dict[str, Path] = {}
-    for p in pngs:
-        if p.stem in by_stem:
-            raise DataError(f"{by_stem[p.stem]} and {p} have the same name; rename one of them")
-        by_stem[p.stem] = p
+    for p in pngs:  # names in one Unicode form: macOS writes 'café' decomposed, most tools composed
+        stem = unicodedata.normalize("NFC", p.stem)
+        if stem in by_stem:
+            raise DataError(f"{by_stem[stem]} and {p} have the same name; rename one of them")
+        by_stem[stem] = p
     return by_stem
 
 
@@ -153,10 +155,11 @@ def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tupl
     a_files, b_files = png_files(first_dir, ones), png_files(second_dir, others)
     lonely, orphan = sorted(set(a_files) - set(b_files)), sorted(set(b_files) - set(a_files))
     if lonely or orphan:
-        def listed(names: list[str], where: Path) -> str:
-            return f"{len(names)} in {where} ({', '.join(n + '.png' for n in names[:5])}{', ...' if len(names) > 5 else ''})"
-        parts = ([f"{ones} with no {other}: {listed(lonely, first_dir)}"] if lonely else []) + \
-                ([f"{others} with no {one}: {listed(orphan, second_dir)}"] if orphan else [])
+        def listed(names: list[str], where: Path, files: dict[str, Path]) -> str:  # the files' own names (.PNG)
+            shown = ", ".join(files[n].name for n in names[:5])
+            return f"{len(names)} in {where} ({shown}{', ...' if len(names) > 5 else ''})"
+        parts = ([f"{ones} with no {other}: {listed(lonely, first_dir, a_files)}"] if lonely else []) + \
+                ([f"{others} with no {one}: {listed(orphan, second_dir, b_files)}"] if orphan else [])
         raise DataError("; ".join(parts) + f"; every {one} needs a{'n' if other[0] in 'aeiou' else ''} {other} of "
                         f"the same file name")
     names = sorted(a_files)
