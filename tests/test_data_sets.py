@@ -194,3 +194,18 @@ def test_unit_float_scales_uint8_and_keeps_float_pixels():
     np.testing.assert_allclose(got.numpy(), raw.astype(np.float64) / 255, rtol=0, atol=1e-7)
     floats = torch.tensor([[0.0, 0.25, 1.0]], dtype=torch.float64)  # already in [0, 1]: not divided again
     assert unit_float(floats).dtype == torch.float32 and unit_float(floats).tolist() == [[0.0, 0.25, 1.0]]
+
+
+def test_a_data_set_folder_given_in_place_of_the_folder_above_it_is_named(tmp_path, data_root):
+    """--data-dir DATA/mnist (the set's own folder) said only 'not found in DATA/mnist/mnist'."""
+    import shutil
+
+    from capsnet.data import DataError, load_dataset
+
+    own = tmp_path / "mnist"
+    own.mkdir()
+    for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(data_root / "mnist" / f, own / f)
+    with pytest.raises(DataError, match=rf"{own} itself holds them: give its parent, {tmp_path}, which holds mnist/"):
+        load_dataset("mnist", "test", root=own)
+    assert len(load_dataset("mnist", "test", root=tmp_path)) == 10000

@@ -270,9 +270,12 @@ def load_dataset(
                            "fashion-mnist": " No Fashion-MNIST items ship with capsnet."}.get(name, "")
                 fetch = (f", or leave both unset to download them into {cache_root()} (from Python: download=True "
                          f"fetches them into {base})") if source != "cache" else ", or allow the download"
+                inside = all(_find(base, f) is not None for f in missing)  # the set's own folder was given
+                hint = (f" {base} itself holds them: give its parent, {base.parent}, which holds {name}/." if inside
+                        else "")
                 raise DataError(
                     f"{name} {split} file(s) {names} not found in {folder} (root from {source}; "
-                    f"looked for each raw and with .gz). Put the IDX files there (gzip or raw), "
+                    f"looked for each raw and with .gz).{hint} Put the IDX files there (gzip or raw), "
                     f"point --data-dir or CAPSNET_DATA at a folder holding {name}/{fetch}.{offline}"
                 )
             urls = mirror_list(mirrors, MIRRORS[name])
@@ -356,6 +359,7 @@ def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
         raise DataError(
             f"{path}: MD5 of the uncompressed contents is {digest}, expected {f.md5} for "
             f"{name}'s {f.name}. The file may be corrupt, truncated or from another data set; "
-            "delete it and download (download=True) or copy it again."
+            "delete it and copy it again (or let capsnet download it again: into its cache, or from Python with "
+            "download=True)."
         )
     return decode_idx(data, source=str(path))
