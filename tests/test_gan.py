@@ -21,7 +21,7 @@ from capsnet.evaluate import load_model
 from capsnet.gan import COLLAPSE_EDGE, _merged, _split_into, fit_gan, make_optimizers
 from capsnet.image_metrics import l1_error, ssim
 from capsnet.models import CapsPix2pixConfig, Pix2pixConfig, create_model
-from capsnet.synthesis import evaluate_synthesis, generate, judge_predictions, load_judge
+from capsnet.synthesis import _dropout_seed, evaluate_synthesis, generate, judge_predictions, load_judge
 from capsnet.train import TrainConfig
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
@@ -367,9 +367,27 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     img = np.array(Image.open(tmp_path / "out" / "map1_seed5.png"))
     model, _ = load_model(gan_run)
     labels = torch.from_numpy(np.stack([np.array(Image.open(tmp_path / "labels" / f"map{k}.png")) for k in range(3)]))
-    want = generate(model, labels[:, None].float() / 255, seed=5)[1, 0]
+    want = generate(model, labels[:, None].float() / 255, seed=5, shared=True)[1, 0]
     assert np.abs(img.astype(np.float64) - (want.numpy() * 255).round()).max() <= 1  # the PNG holds the image
     assert "wrote 6 images" in capsys.readouterr().out
+    # map1 alone in a folder, and beside other maps: the same image (the noise was taken by place in the folder);
+    # a 0/1 copy of a map beside 0/255 maps is read as 0/255 too (the folder's scaling read it as all but black)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "map1.png").write_bytes((tmp_path / "labels" / "map1.png").read_bytes())
+    Image.fromarray(np.array(Image.open(tmp_path / "labels" / "map1.png")) // 255).save(tmp_path / "labels" / "z01.png")
+    for folder, out in ((alone, "alone-out"), (tmp_path / "labels", "mixed-out")):
+        assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(folder), "--out", str(tmp_path / out),
+                     "--seeds", "5", "--no-progress"]) == 0
+    assert np.array_equal(np.array(Image.open(tmp_path / "alone-out" / "map1_seed5.png")), img)
+    assert np.array_equal(np.array(Image.open(tmp_path / "mixed-out" / "z01_seed5.png")), img)
+    (tmp_path / "labels" / "z01.png").unlink()
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", str(gan_run), "--labels", str(alone), "--out", str(tmp_path / "big"),
+              "--seeds", str(2**63)])
+    assert "must be below 2**63" in capsys.readouterr().err
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(alone), "--out", str(tmp_path / "big"),
+                 "--seeds", str(2**63 - 1), "--no-progress"]) == 0  # the largest seed: no overflow
     binary = tmp_path / "binary"  # the same maps saved 0/1: read as 0/255 (before: all but black)
     binary.mkdir()
     for k in range(3):
@@ -399,8 +417,8 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
     model, _ = load_model(gan_run)
     labels = torch.from_numpy(np.stack([np.array(Image.open(tmp_path / "labels" / f"map{k}.png")) for k in range(2)]))
     labels = labels[:, None].float() / 255
-    z = model.noise(2, 4, truncation=0.5)
-    want = model.eval().generate(labels, z=z, seed=4)  # the same truncated noise, given by hand
+    z = model.noise(1, 4, truncation=0.5).expand(2, -1)  # generate's files: seed 4's first vector for every map
+    want = model.eval().generate(labels, z=z, seed=_dropout_seed(4, 0))  # the same truncated noise, given by hand
     img = np.array(Image.open(tmp_path / "out" / "map1_seed4.png")).astype(np.float64)
     assert np.abs(img - (want[1, 0].numpy() * 255).round()).max() <= 1
     assert not torch.allclose(generate(model, labels, seed=4), want)  # untruncated: other images

@@ -181,6 +181,14 @@ EMA_HELP = ("evaluate and save an exponential moving average of the weights (syn
             "itself is unchanged, and a resume continues both (0: the last weights)")
 
 
+def _seed(value: str) -> int:
+    """A seed: an integer in 0 .. 2**63 - 1 (torch's generators take no larger one)."""
+    n = _nonneg_int(value)
+    if n >= 2**63:
+        raise argparse.ArgumentTypeError(f"must be below 2**63 (9223372036854775808), got {value}")
+    return n
+
+
 def _dataset(value: str) -> str:
     """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read; TrainConfig makes a run's
     DIR absolute)."""
@@ -462,8 +470,9 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
                    help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
     g.add_argument("--out", required=True, metavar="DIR", help="folder for the images: NAME_seedS.png per label map "
                                                                 "and seed")
-    g.add_argument("--seeds", type=_nonneg_int, nargs="+", default=[0],
-                   help="noise seeds: one image per label map and seed (the same seed gives the same image)")
+    g.add_argument("--seeds", type=_seed, nargs="+", default=[0],
+                   help="noise seeds: one image per label map and seed (the same map and seed give the same image, "
+                        "whatever else the folder holds)")
     g.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -68,12 +68,14 @@ class SynthesisResult:
 
 
 def _dropout_seed(seed: int, index: int) -> int:
-    return seed * 1_000_003 + index  # pix2pix's noise is its dropout: one stream per (seed, image)
+    # pix2pix's noise is its dropout: one stream per (seed, image), within torch's seeds (a seed above 9.2e12
+    # overflowed them)
+    return (seed * 1_000_003 + index) % 2**63
 
 
 @torch.no_grad()
 def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_size: int = 64,
-             progress: bool = False, truncation: float | None = None) -> torch.Tensor:
+             progress: bool = False, truncation: float | None = None, shared: bool = False) -> torch.Tensor:
     """Images for ``labels`` as at inference, noise seed ``seed``: the same label map and seed give the same image,
     whatever else is generated with it (the model's mode is restored after).
 
@@ -81,7 +83,9 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     whose noise is dropout (pix2pix, an empty z) draws image i's masks from a stream of its own, seeded by
     (seed, i) (its ``generate`` takes ``seeds``). Either way the images run in batches and none depends on the
     batch it came in. ``truncation`` draws the noise vectors from the normal truncated to [-t, t]
-    (``ConditionalGAN.noise``; refused by a model without a noise vector).
+    (``ConditionalGAN.noise``; refused by a model without a noise vector). ``shared``: every label map gets image
+    0's noise (the seed's first vector, its first dropout stream), so an image depends on its map and the seed
+    alone, not on its place in the set (``generate_folder``: a folder's other files change nothing).
 
     Shapes: labels (N, C, H, W) float in [0, 1] on the model's device -> images (N, C', H, W) in [0, 1].
     """
@@ -92,16 +96,20 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     was_training = model.training
     model.eval()
     try:
-        z = model.noise(len(labels), seed, labels.device, truncation=truncation)  # (N, noise_dim): all at once
+        if shared:  # image 0's noise for every map
+            z = model.noise(1, seed, labels.device, truncation=truncation).expand(len(labels), -1)
+        else:
+            z = model.noise(len(labels), seed, labels.device, truncation=truncation)  # (N, noise_dim): all at once
         out = []
         for start in progress_bar(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
                                   progress=progress):
             stop = min(start + batch_size, len(labels))
             if z.shape[1]:
-                out.append(model.generate(labels[start:stop], z=z[start:stop], seed=_dropout_seed(seed, start)))
+                out.append(model.generate(labels[start:stop], z=z[start:stop],
+                                          seed=_dropout_seed(seed, 0 if shared else start)))
             else:  # the noise is dropout: a stream per image
                 out.append(model.generate(labels[start:stop], z=z[start:stop],
-                                          seeds=[_dropout_seed(seed, i) for i in range(start, stop)]))
+                                          seeds=[_dropout_seed(seed, 0 if shared else i) for i in range(start, stop)]))
         return torch.cat(out)
     finally:
         model.train(was_training)
@@ -230,8 +238,10 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
     ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
     then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``).
-    A folder of label maps holding only 0s and 1s is read as 0/255, as binary training maps are, unless the run
-    trained on graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are."""
+    A label map holding only 0s and 1s is read as 0/255, as binary training maps are, unless the run trained on
+    graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are. Every map of
+    one seed gets the same noise (``generate(shared=True)``): its image depends on the map, the seed and the model
+    alone, whatever else the folder holds."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
     from .data.png import image_array, png_files, scale_binary_label_maps
@@ -263,12 +273,12 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                                f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
         arrays[stem] = a
     maps = np.stack(list(arrays.values()))  # (N, C, H, W)
-    if ckpt.state.get("label_maps") != "graded":  # 0/1 maps as 0/255, as the run's binary maps read (a run on graded
-        maps = scale_binary_label_maps(maps)  # maps, class indices 0..K, reads them as they are, 0/1 ones too)
+    if ckpt.state.get("label_maps") != "graded":  # each 0/1 map as 0/255, as the run's binary maps read (a run on
+        maps = np.stack([scale_binary_label_maps(m) for m in maps])  # class indices 0..K reads them as they are)
     labels = torch.from_numpy(maps).float().div_(255.0)
     labels = labels.to(next(model.parameters()).device)
-    images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation).cpu()
-              for s in seeds}  # all made, then written
+    images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation, shared=True).cpu()
+              for s in seeds}  # all made, then written; a map's image by its seed alone, not its place in the folder
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written, replaced = [], []
