@@ -365,6 +365,18 @@ def test_curves_of_runs_with_one_name_are_told_apart_and_a_gan_run_beside_a_clas
     out = tmp_path / "figs"
     assert _figures("--checkpoint", run_dir, gan, "--out", out, "--data-dir", data_root) == 2
     assert "holds another kind of run than" in capsys.readouterr().err and not out.exists()
+    # a segmentation run beside a classifier: both have train_loss, and the classifier's accuracy was drawn as Dice
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    (seg / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "train_loss": 0.5, "test_dice": 0.7,
+                                                   "test_accuracy": 0.7}) + "\n")
+    assert _figures("--checkpoint", run_dir, seg, "--out", out, "--data-dir", data_root) == 2
+    err = capsys.readouterr().err
+    assert "holds another kind of run than" in err and "accuracy, not Dice" in err and not out.exists()
+    with pytest.raises(fg.FigureError, match="seg holds another kind of run .*have train_loss, and accuracy, not Dice"):
+        _runs([run_dir, seg])
+    with pytest.raises(fg.FigureError, match="holds another kind of run .*have train_loss, and Dice"):
+        _runs([seg, run_dir], kind="segmentation")
 
 
 def test_a_shipped_model_draws_its_figures_into_the_working_folder(data_root, tmp_path, monkeypatch):

@@ -55,6 +55,9 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
             depth[i] += 1
 
 
+_SCORED = {"segmentation": ", and Dice", "classification": ", and accuracy, not Dice"}  # what each kind's records score
+
+
 def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification",
           read: Checkpoint | None = None) -> dict[str, list[dict]]:
     """Each run's epoch records, by a name that tells it from the others (for the training curves). Every run must
@@ -83,9 +86,13 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
             else:  # a checkpoint file on its own, or a run stopped before its first epoch's record
                 history = history_of(resolve_checkpoint(path, "last" if (path / "last.safetensors").is_file()
                                                         else "best"))
-        if any(needed not in r for r in history):
+        scored = [k for r in history for k in r if k.endswith(("_dice", "_accuracy"))]
+        dice = any(k.endswith("_dice") for k in scored)  # a segmentation run scores Dice, a classifier accuracy
+        if any(needed not in r for r in history) or (scored and kind != "synthesis" and
+                                                     dice != (kind == "segmentation")):
             raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
-                              f"have {needed}); overlay the training curves of runs of one kind, or draw it alone")
+                              f"have {needed}{_SCORED.get(kind, '')}); overlay the training curves of runs of one "
+                              f"kind, or draw it alone")
         run_dirs.append(run_dir)
         records.append(history)
     return dict(zip(_labels(run_dirs), records))
