@@ -54,3 +54,13 @@ def test_tile_places_images_row_major_on_a_grey_grid():
     torch.testing.assert_close(grid[0, 0, ::2], torch.tensor([0.0, 0.1, 0.2]))
     torch.testing.assert_close(grid[0, 2, ::2], torch.tensor([0.3, 0.4, 0.5]))
     assert grid[0, 1].eq(0.5).all() and grid[0, 0, 1] == 0.5
+
+
+def test_a_file_where_the_tensorboard_folder_goes_is_named_before_anything_is_written(tmp_path, capsys):
+    """--tensorboard FILE was blamed on --out, after config.json had been written into the run folder."""
+    (tmp_path / "afile").write_text("")
+    for board in (tmp_path / "afile", tmp_path / "afile" / "below"):
+        assert main(["train", *TINY_FLAGS, "--out", str(tmp_path / "run"), "--tensorboard", str(board)]) == 2
+        err = capsys.readouterr().err
+        assert f"--tensorboard {board}: a file stands where its folder was to be made" in err and "(--out)" not in err
+        assert not (tmp_path / "run").exists()

@@ -736,6 +736,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                              f"-{chosen}" if kind != "classification" else ""))
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
+    board = Path(args.tensorboard) if args.tensorboard else None
+    if board is not None and any(p.exists() and not p.is_dir() for p in (board, *board.parents)):
+        raise ValueError(f"--tensorboard {board}: a file stands where its folder was to be made; give a folder "
+                         f"for the TensorBoard logs")
     resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         from .checkpoint import load_checkpoint, saved_point
