@@ -491,3 +491,21 @@ def test_publish_prints_the_environment_and_table_and_records_the_command(tmp_pa
     assert record["rows"] == rows and record["environment"]["torch"] == torch.__version__
     publish("benchmarks/x.py", rows, "table", None)  # no path: printed only
     assert capsys.readouterr().out.endswith("table\n") and sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
+def test_a_baseline_file_of_the_wrong_kind_is_one_message_not_a_traceback(tmp_path, capsys):
+    """--baseline README.md raised ImportError, a .py without TutorialCapsNet an AttributeError after it ran, a
+    folder was 'no such file'."""
+    from capsnet.cli import main
+
+    other = tmp_path / "other.py"
+    other.write_text("VALUE = 1\n")
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    text = tmp_path / "notes.md"
+    text.write_text("# notes\n")
+    for path, said in ((text, "is not a Python file (.py)"), (other, "defines no TutorialCapsNet"),
+                       (broken, "failed to import (RuntimeError: boom)"), (tmp_path, "a folder, not a file")):
+        assert main(["bench", "--batch-size", "2", "--repeats", "1", "--baseline", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"tutorial baseline {path}" in err and said in err and "Traceback" not in err

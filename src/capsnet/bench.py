@@ -91,12 +91,21 @@ def default_baseline_path() -> Path | None:
 
 
 def load_baseline(path: str | os.PathLike[str]) -> ModuleType:
-    """Import the baseline file by path (it lives outside the package)."""
+    """Import the baseline file by path (it lives outside the package); a file that is not Python, or that has no
+    ``TutorialCapsNet``, is a ValueError naming it (not a traceback)."""
+    fix = "give benchmarks/tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out"
+    if Path(path).suffix != ".py":
+        raise ValueError(f"tutorial baseline {path} is not a Python file (.py); {fix}")
     spec = importlib.util.spec_from_file_location("capsnet_tutorial_baseline", path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import the tutorial baseline from {path}")
+        raise ValueError(f"cannot import the tutorial baseline from {path}; {fix}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the file's own error, whatever it is
+        raise ValueError(f"tutorial baseline {path} failed to import ({type(e).__name__}: {e}); {fix}") from None
+    if not hasattr(module, "TutorialCapsNet"):
+        raise ValueError(f"tutorial baseline {path} defines no TutorialCapsNet; {fix}")
     return module
 
 
@@ -544,8 +553,11 @@ def run_benchmark(
 def _check_baseline_path(baseline_path: str | os.PathLike[str] | None) -> None:
     """A baseline asked for by name must exist: a typo must not pass as a choice to leave it out."""
     if baseline_path not in (None, "") and not Path(baseline_path).is_file():
-        raise ValueError(f"tutorial baseline {baseline_path}: no such file; give the path of benchmarks/"
+        what = "a folder, not a file" if Path(baseline_path).is_dir() else "no such file"
+        raise ValueError(f"tutorial baseline {baseline_path}: {what}; give the path of benchmarks/"
                          f"tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
+    if baseline_path not in (None, ""):
+        load_baseline(baseline_path)  # a file of the wrong kind is refused before anything is measured
 
 
 def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),
