@@ -340,7 +340,8 @@ _DATA_DIR_HELP = ("folder holding one folder per data set: mnist/, fashion-mnist
 def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
     p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--device", default=device, type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (train: each evaluated epoch's line is still printed as it ends)")
 
 
 def _train_arguments(t: argparse.ArgumentParser) -> None:
@@ -807,23 +808,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"train on")
     elif main_rank and resumed is not None:
         print(f"resuming the run in {out} from {saved_point(resumed)}")
-    # the final epoch's line: the progress bars wrote it already, after its evaluation, unless they were off or the
-    # run had nothing left to train
-    summarise = args.no_progress or finished
+    # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
+    # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
+    summarise = finished
     if synthesis:
         from .synthesis import judge_for
 
         judge = args.judge if args.resume else judge_for(train_cfg.dataset, args.judge)  # a resume: the run's own
         final = gan.fit_gan(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                             progress=not args.no_progress, judge=judge, compile=args.compile or False,
-                            save_every_s=args.save_every * 60)
+                            save_every_s=args.save_every * 60,
+                            on_epoch=(lambda r: print(gan.describe_gan_epoch(r), flush=True)) if args.no_progress
+                            else None)
         if final and summarise:
             print(gan.describe_gan_epoch(final))
         print(f"run directory: {out}")
         return 0
     final = train.fit(model_cfg, train_cfg, out, device=args.device, data_root=args.data_dir, resume=args.resume,
                       progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None,
-                      tensorboard=args.tensorboard, save_every_s=args.save_every * 60)
+                      tensorboard=args.tensorboard, save_every_s=args.save_every * 60,
+                      on_epoch=(lambda r: print(train.describe_epoch(r, train_cfg.dataset), flush=True))
+                      if args.no_progress else None)
     if not main_rank:  # rank 0 speaks for the run
         return 0
     if final and summarise:

@@ -175,7 +175,8 @@ def describe_gan_epoch(record: dict[str, Any]) -> str:
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
             data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
             judge: str | os.PathLike | None = None, compile: bool | str = False,
-            save_every_s: float | None = SAVE_EVERY_S) -> dict[str, Any]:
+            save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None
+            ) -> dict[str, Any]:
     """Train the synthesis model ``model_config`` configures on ``cfg.dataset``'s pairs (see the module docstring).
 
     ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
@@ -184,16 +185,19 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     run's judge unless given another). ``compile``: the generator compiled for
     the training steps (see the module docstring). ``save_every_s``: seconds
     between saves inside an epoch (None or 0: at epoch ends only; see
-    ``capsnet.train.fit``). Returns the final epoch's record.
+    ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. Returns the final
+    epoch's record.
     """
     with _train.SaveThenStop(enabled=True) as stop:
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,
-                        progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop)
+                        progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop,
+                        on_epoch=on_epoch)
 
 
 def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device,
              data_root: str | os.PathLike | None, resume: bool, progress: bool, judge: str | os.PathLike | None,
-             compile: bool | str, save_every_s: float | None, stop: "_train.SaveThenStop") -> dict[str, Any]:
+             compile: bool | str, save_every_s: float | None, stop: "_train.SaveThenStop",
+             on_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores."""
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
@@ -351,6 +355,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         log.info("epoch %d: %s", epoch, record)
         if progress:
             tqdm.write(describe_gan_epoch(record))
+        if on_epoch is not None:  # each evaluated epoch's record (the CLI's --no-progress prints it)
+            on_epoch(record)
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                  "eval_split": held_name} | {k: state[k] for k in ("data", "label_maps") if k in state}
         score = results[""].ssim

@@ -27,7 +27,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -622,11 +622,13 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
         tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None,
-        save_every_s: float | None = SAVE_EVERY_S) -> dict[str, Any]:
+        save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None
+        ) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, evaluating and checkpointing into ``run_dir`` every
     ``cfg.eval_every`` epochs and after the last (an epoch between evaluations still writes a resumable
     ``last.safetensors`` once the last save is ``SAVE_AFTER_S`` seconds old, and inside an epoch once it is
-    ``save_every_s`` old: None or 0 saves at epoch ends only).
+    ``save_every_s`` old: None or 0 saves at epoch ends only). ``on_epoch(record)`` is called with each
+    evaluated epoch's record (rank 0; the CLI's --no-progress prints a line for each).
 
     A save inside an epoch holds the weights, optimizer and random state after
     that batch, the epoch's running sums and its batch generator's state, so a
@@ -683,7 +685,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if launch is None:
         with SaveThenStop(enabled=True) as stop:
             return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
-                        save_every_s, stop)
+                        save_every_s, stop, on_epoch)
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
@@ -694,7 +696,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     ended = None  # the device, once this rank's training ended without an error
     try:
         final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
-                     save_every_s=save_every_s)
+                     save_every_s=save_every_s, on_epoch=on_epoch)
         ended = dev
         return final
     finally:
@@ -705,7 +707,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
          launch: Launch | None, tensorboard: str | os.PathLike | None = None,
          data: tuple[Split, Split] | None = None, save_every_s: float | None = None,
-         stop: SaveThenStop | None = None) -> dict[str, Any]:
+         stop: SaveThenStop | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None
+         ) -> dict[str, Any]:
     """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
@@ -909,6 +912,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             log.info("epoch %d: %s", epoch, record)
             if progress:  # one readable line per epoch, with the bars
                 tqdm.write(describe_epoch(record, cfg.dataset))
+            if on_epoch is not None and main:
+                on_epoch(record)
             state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                      "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
             improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]

@@ -75,6 +75,10 @@ def test_the_final_epoch_is_reported_once_with_or_without_progress_bars(tmp_path
         assert r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
     r = in_process(capsys, *args, "--out", tmp_path / "run0", "--resume")
     assert "has finished its 1 epoch;" in r.stdout and r.stdout.count("epoch 1: test accuracy") == 1, r.stdout
+    # without the bars every evaluated epoch has its line, as it ends (a log held the final epoch's alone)
+    r = in_process(capsys, *args, "--epochs", "3", "--eval-every", "2", "--no-progress", "--out", tmp_path / "run3")
+    lines = [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith("epoch ")]
+    assert lines == ["epoch 2", "epoch 3"], r.stdout  # epoch 1 is not evaluated (--eval-every 2)
 
 
 def test_the_shared_run_learned_and_eval_agrees_with_its_metrics(trained_run, data_root, tmp_path, capsys):
