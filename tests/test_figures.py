@@ -182,8 +182,8 @@ def _figures(*args) -> int:
 
 def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys):
     out = tmp_path / "figs"
-    assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10,
-                    "--misclassified", 4) == 0
+    assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10, 3,
+                    "--misclassified", 4) == 0  # 3 given twice: drawn once (it was counted and listed twice)
     names = sorted(p.name for p in out.iterdir())
     expected = {"reconstructions.png", "lengths.png", "training_curves.png", "pose_sweep_3.png", "pose_sweep_10.png",
                 "routing_3.png", "routing_10.png"}
@@ -192,6 +192,7 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
         assert (out / name).read_bytes().startswith(PNG_MAGIC), name
     printed = capsys.readouterr().out
     assert f"wrote {len(names)} figures to {out}" in printed and "misclassified" in printed
+    assert printed.count("pose_sweep_3.png") == 1
 
 
 def test_figures_command_default_inputs(run_dir, data_root, tmp_path, monkeypatch):

@@ -538,7 +538,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
     f.add_argument("--misclassified", type=_nonneg_int, default=8,
                    help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
-                        "the this many lowest-Dice images of the first 1,000 test images) (0: skip)")
+                        "this many lowest-Dice images of the first 1,000 test images) (0: skip)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
     f.add_argument("--dpi", type=_dpi, default=100, help="resolution of PNG figures (1 to 1200)")
     _common(f)
@@ -970,7 +970,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     from .figures import sweep_deltas, write_figures
 
     done = write_figures(args.checkpoint, which=args.which, out=args.out, dataset=args.dataset, root=args.data_dir,
-                         indices=args.indices, dims=args.dims, deltas=sweep_deltas(args.delta_range, args.delta_step),
+                         indices=None if args.indices is None else list(dict.fromkeys(args.indices)),  # once each
+                         dims=args.dims, deltas=sweep_deltas(args.delta_range, args.delta_step),
                          misclassified=args.misclassified, fmt=args.format, dpi=args.dpi, device=args.device,
                          progress=not args.no_progress)
     print("\n".join(done.notes))
