@@ -318,3 +318,16 @@ def test_a_torchrun_save_inside_an_epoch_resumes_each_ranks_dropout_exactly(tmp_
     a, b = (load_checkpoint(d, "last").model_state for d in (tmp_path / "straight", run))
     assert all(torch.equal(a[k], b[k]) for k in a), "the resumed run left the uninterrupted one's weights"
     assert _metrics(run) == _metrics(tmp_path / "straight")
+
+
+def test_a_resume_by_a_process_count_that_does_not_divide_the_runs_batch_names_the_counts_that_do(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """The advice was 'use a multiple of 3, e.g. 33' for --batch-size, which a resume then refused as another
+    setting than the run's: the process count is what can change."""
+    assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", *TINY, "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    env = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    code, err = in_process(capsys, monkeypatch, env, "train", "--resume", "--epochs", "2", "--out", tmp_path / "run")
+    assert code == 2 and "Traceback" not in err, err
+    assert ("the run's --batch-size 32 is the global batch and must divide evenly among the processes, and 3 do not "
+            "divide it; resume with --nproc_per_node (times --nnodes) one of 1, 2, 4, 8, 16, 32") in err, err

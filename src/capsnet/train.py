@@ -689,6 +689,11 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
+        if resume and (Path(run_dir) / "last.safetensors").exists():  # the run's batch holds: the count must change
+            counts = [n for n in range(1, min(cfg.batch_size, 64) + 1) if cfg.batch_size % n == 0]
+            raise DistributedError(f"the run's --batch-size {cfg.batch_size} is the global batch and must divide "
+                                   f"evenly among the processes, and {launch.world_size} do not divide it; resume "
+                                   f"with --nproc_per_node (times --nnodes) one of {', '.join(map(str, counts))}")
         raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
