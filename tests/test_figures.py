@@ -427,3 +427,19 @@ def test_a_figure_write_cut_short_earlier_is_cleared_by_the_next(tmp_path):
     other.write_bytes(b"x")
     fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.png.tmp-abc", "lengths.png"]
+
+
+def test_the_class_score_plot_names_its_scores_draws_margins_only_for_a_margin_loss_and_titles_test_indices():
+    """EM's activations and the inverted model's probabilities were drawn as 'capsule length' under the margin
+    loss's m+ and m- lines, in panels titled by their place ('input 0') where the other figures name test indices."""
+    fig = fg.plot_lengths(torch.rand(2, 10), torch.tensor([1, 7]), score="class capsule activation", m_plus=None,
+                          m_minus=None, indices=[3, 41])
+    first = fig.axes[0]
+    assert first.get_ylabel() == "class capsule activation" and first.get_title() == "test image 3: true 1"
+    assert fig.axes[1].get_title() == "test image 41: true 7" and first.get_lines() == []
+    assert first.get_legend() is None
+    margin = fg.plot_lengths(torch.rand(1, 10)).axes[0]
+    assert margin.get_ylabel() == "capsule length" and [l.get_ydata()[0] for l in margin.get_lines()] == [0.9, 0.1]
+    from capsnet.figures.report import _SCORES
+
+    assert _SCORES["em-capsnet-small"] == ("class capsule activation", None) and "capsnet" not in _SCORES

@@ -191,9 +191,12 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
     return fig
 
 
-def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m_plus: float = 0.9,
-                 m_minus: float = 0.1, classes: Sequence[str] | None = None) -> "Figure":
-    """Bars of the digit capsule lengths per input, with the margin loss's m+ and m- drawn."""
+def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m_plus: float | None = 0.9,
+                 m_minus: float | None = 0.1, classes: Sequence[str] | None = None, score: str = "capsule length",
+                 indices: Sequence[int] | None = None) -> "Figure":
+    """Bars of the class scores per input (``score`` names them: a CapsNet's capsule lengths, EM's activations, a
+    probability), with the margin loss's m+ and m- drawn where the model trains with one (None: not drawn), each
+    panel titled by its test index (``indices``; else its place)."""
     N, J = lengths.shape
     cols = min(N, 5)
     rows = math.ceil(N / cols)
@@ -208,15 +211,18 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         pred = int(lengths[n].argmax())
         colors = ["tab:orange" if j == pred else "tab:blue" for j in range(J)]
         ax.bar(range(J), lengths[n].numpy(), color=colors)
-        ax.axhline(m_plus, color="green", linestyle="--", linewidth=0.8, label=f"m+ = {m_plus}")
-        ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
+        if m_plus is not None:
+            ax.axhline(m_plus, color="green", linestyle="--", linewidth=0.8, label=f"m+ = {m_plus}")
+        if m_minus is not None:
+            ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
         ax.set_ylim(0, 1)
         ax.set_xticks(range(J), names, fontsize=7)
-        title = f"input {n}" if labels is None else f"input {n}: true {names[int(labels[n])]}"
+        which = f"test image {indices[n]}" if indices is not None else f"input {n}"
+        title = which if labels is None else f"{which}: true {names[int(labels[n])]}"
         ax.set_title(title, fontsize=8)
         if n % cols == 0:
-            ax.set_ylabel("capsule length", fontsize=8)
-        if n == 0:
+            ax.set_ylabel(score, fontsize=8)
+        if n == 0 and (m_plus is not None or m_minus is not None):
             ax.legend(fontsize=6, loc="upper left")
     fig.suptitle("Class scores: capsule lengths, activations or probabilities (the predicted class in orange)",
                  fontsize=10)

@@ -55,6 +55,11 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
             depth[i] += 1
 
 
+# what a classifier's class scores are, and the margins of its loss where it has them (the margin loss's m+ and
+# m-: CapsNet and Efficient-CapsNet); EM trains activations with the spread loss, the inverted model probabilities
+# with cross-entropy
+_SCORES = {"em-capsnet": ("class capsule activation", None), "em-capsnet-small": ("class capsule activation", None),
+           "inverted-capsnet": ("class probability", None), "baseline": ("class probability", None)}
 _SCORED = {"segmentation": ", and Dice", "classification": ", and accuracy, not Dice"}  # what each kind's records score
 
 
@@ -250,7 +255,9 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                                   f"pixel change); the model looks barely trained")
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
-    save(plot_lengths(scores, labels, classes=classes), "lengths")
+    score, margins = _SCORES.get(ckpt.model_name, ("capsule length", (0.9, 0.1)))
+    save(plot_lengths(scores, labels, classes=classes, score=score, m_plus=margins and margins[0],
+                      m_minus=margins and margins[1], indices=chosen), "lengths")
     _curves(save, plot_training_curves, runs, done)
     done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
     return done
