@@ -509,3 +509,16 @@ def test_a_baseline_file_of_the_wrong_kind_is_one_message_not_a_traceback(tmp_pa
         assert main(["bench", "--batch-size", "2", "--repeats", "1", "--baseline", str(path)]) == 2
         err = capsys.readouterr().err
         assert f"tutorial baseline {path}" in err and said in err and "Traceback" not in err
+
+
+def test_a_value_given_twice_is_measured_once(monkeypatch, capsys):
+    """--batch-size 8 8 measured the same setting twice and printed two different figures for it."""
+    from capsnet import bench
+    from capsnet.cli import main
+
+    asked = {}
+    monkeypatch.setattr(bench, "run_grid", lambda **kw: asked.update(kw) or [])
+    monkeypatch.setattr(bench, "format_table", lambda rows: "")
+    assert main(["bench", "--batch-size", "8", "8", "4", "--routing-iterations", "2", "2", "--dtype", "fp32", "fp32",
+                 "--baseline", ""]) == 0
+    assert (asked["batch_sizes"], asked["rounds"], asked["dtypes"]) == ([8, 4], [2], ["fp32"])

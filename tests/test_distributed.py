@@ -331,3 +331,13 @@ def test_a_resume_by_a_process_count_that_does_not_divide_the_runs_batch_names_t
     assert code == 2 and "Traceback" not in err, err
     assert ("the run's --batch-size 32 is the global batch and must divide evenly among the processes, and 3 do not "
             "divide it; resume with --nproc_per_node (times --nnodes) one of 1, 2, 4, 8, 16, 32") in err, err
+
+
+def test_a_gan_under_torchrun_without_the_flag_is_told_it_trains_in_one_process(tmp_path, capsys, monkeypatch):
+    """Under torchrun without --distributed the message named --distributed, which was never typed."""
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    code, err = in_process(capsys, monkeypatch, env, "train", "--dataset", "mnist-sample-skeleton", "--epochs", "1",
+                           "--no-progress", "--out", tmp_path / "gan")
+    assert code == 2 and "several processes (torchrun) do not apply to the GAN loop of --model capspix2pix, which " \
+                         "trains in one process; run `capsnet train` without torchrun" in err, err
+    assert not (tmp_path / "gan").exists()

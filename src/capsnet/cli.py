@@ -780,10 +780,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own
     synthesis = kind == "synthesis"
     if synthesis:
-        for flag, given in (("--tensorboard", args.tensorboard),
-                            ("--distributed", args.distributed or launch is not None)):
-            if given:
-                args.parser.error(f"{flag} does not apply to the GAN loop of --model {chosen}; train without it")
+        if args.tensorboard:
+            args.parser.error(f"--tensorboard does not apply to the GAN loop of --model {chosen}; train without it")
+        if args.distributed or launch is not None:  # torchrun with or without --distributed
+            how = "--distributed does" if args.distributed else "several processes (torchrun) do"
+            args.parser.error(f"{how} not apply to the GAN loop of --model {chosen}, which trains in one process; "
+                              f"run `capsnet train` without torchrun")
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
     _keep_memory(args.allocator)
@@ -1063,7 +1065,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     _output_file(args.json, "--json")
     allocator = _keep_memory(args.allocator)
-    rows = run_grid(batch_sizes=args.batch_size, rounds=args.routing_iterations, dtypes=args.dtype,
+    def once(values):  # a value given twice is one row set, not two measurements of it
+        return list(dict.fromkeys(values))
+
+    rows = run_grid(batch_sizes=once(args.batch_size), rounds=once(args.routing_iterations), dtypes=once(args.dtype),
                     on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {r} routing rounds, {d} ...",
                                                    file=sys.stderr, flush=True),
                     devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
