@@ -318,8 +318,12 @@ def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys)
                  "--model-option", "primary_types=4", "--model-option", "caps_types=4", "--out", str(run),
                  "--no-progress"]) == 0
     out = tmp_path / "figs"
-    assert _figures("--checkpoint", run, "--out", out, "--indices", 0, 60, "--dpi", 30) == 0
+    capsys.readouterr()
+    assert _figures("--checkpoint", run, "--out", out, "--indices", 0, 60, "--dpi", 30, "--dims", 1) == 0
     assert {p.name for p in out.iterdir()} == {"routing_0.png", "routing_60.png", "lengths.png", "training_curves.png"}
+    # what it did not draw, and the flag it did not use, are said (both were skipped without a word)
+    assert ("no reconstructions, misclassified inputs or pose sweeps: --model inverted-capsnet has no decoder (--dims "
+            "not used)") in capsys.readouterr().out
 
 
 def test_sweep_change_is_the_largest_mean_pixel_change_from_the_unswept_tile():

@@ -181,6 +181,12 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                           f"or another capsule model")
     runs = _runs(checkpoints, read=ckpt)
     done = FiguresWritten(out)
+    if not decodes:  # what is not drawn, and the flags that would have shaped it, said rather than skipped silently
+        unused = [flag for flag, given in (("--dims", dims is not None), ("--delta-range/--delta-step",
+                                                                          tuple(deltas) != tuple(DEFAULT_DELTAS)))
+                  if given]
+        done.notes.append(f"no reconstructions, misclassified inputs or pose sweeps: --model {ckpt.model_name} has no "
+                          f"decoder" + (f" ({', '.join(unused)} not used)" if unused else ""))
 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
