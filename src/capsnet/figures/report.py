@@ -63,6 +63,21 @@ _SCORES = {"em-capsnet": ("class capsule activation", None), "em-capsnet-small":
 _SCORED = {"segmentation": ", and Dice", "classification": ", and accuracy, not Dice"}  # what each kind's records score
 
 
+def _check_indices_early(name: str, chosen: Sequence[int], what: str) -> None:
+    """--indices past a generated test set (one canvas or pair per test image of its source set), refused before
+    the set is made (10,000 canvases or skeletons took 10-25 s before the same refusal). A user's folder is
+    checked once read."""
+    from ..data.sets import split_size
+    from ..data.tasks import task, user_folder
+
+    if user_folder(name):
+        return
+    n = split_size(task(name).source, "test")
+    bad = [i for i in chosen if not 0 <= i < n]
+    if bad:
+        raise FigureError(f"--indices {bad} out of range: the {name} test set has {n:,} {what}, 0..{n - 1}")
+
+
 def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification",
           read: Checkpoint | None = None) -> dict[str, list[dict]]:
     """Each run's epoch records, by a name that tells it from the others (for the training curves). Every run must
@@ -282,6 +297,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
     pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
     _check_fits(name, model.config)
+    _check_indices_early(name, chosen, "images")
     test = load_test(name, size=max(max(chosen) + 1, pool_size if worst else 0), root=root, progress=progress)
     if indices is None:  # a small folder of the user's: the images it has
         chosen = chosen[:len(test)]
@@ -339,6 +355,7 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     done = FiguresWritten(out)
     name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
     chosen = list(range(8)) if indices is None else list(indices)
+    _check_indices_early(name, chosen, "label maps")
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
     if indices is None:  # a small folder of the user's: the label maps it has
         chosen = chosen[:len(test)]
