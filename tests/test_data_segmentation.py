@@ -508,3 +508,26 @@ def test_unpaired_files_are_listed_by_their_own_names_and_unicode_forms_pair(tmp
     _save(tmp_path / "im" / "Lonely.PNG", rng.integers(0, 256, (6, 5), dtype=np.uint8))
     with pytest.raises(DataError, match=r"images with no mask: 1 in .*im \(Lonely\.PNG\)"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
+def test_a_palette_image_of_greys_is_a_grey_image():
+    """A grey palette PNG among grey PNGs was read as RGB and refused as '3 channels' beside them."""
+    import tempfile
+    from pathlib import Path
+
+    from PIL import Image
+
+    from capsnet.data.png import image_array
+
+    rng = np.random.default_rng(8)
+    grey = rng.integers(0, 256, (6, 5), dtype=np.uint8)
+    with tempfile.TemporaryDirectory() as d:
+        p = Image.fromarray(grey, mode="P")  # index g drawn as grey g
+        p.putpalette([v for g in range(256) for v in (g, g, g)])
+        p.save(Path(d) / "g.png")
+        a = image_array(Path(d) / "g.png")
+        assert a.shape == (1, 6, 5) and np.array_equal(a[0], grey)
+        coloured = Image.fromarray(grey % 2, mode="P")
+        coloured.putpalette([0, 0, 0, 200, 30, 30] + [0, 0, 0] * 254)
+        coloured.save(Path(d) / "c.png")
+        assert image_array(Path(d) / "c.png").shape == (3, 6, 5)  # a coloured palette stays RGB

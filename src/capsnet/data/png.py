@@ -77,13 +77,20 @@ def read_png(path: Path):
 
 
 def image_array(path: Path) -> np.ndarray:
-    """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB, 16/32-bit
-    refused."""
+    """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette of
+    greys only to grey: such a file looks grey and sits among grey ones), 16/32-bit refused."""
     img = read_png(path)
     if img.mode not in _IMAGE_MODES:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
-    a = np.asarray(img.convert(_IMAGE_MODES[img.mode]), dtype=np.uint8)
+    mode = _IMAGE_MODES[img.mode]
+    if img.mode in ("P", "PA"):
+        used = np.unique(np.asarray(img)).tolist()
+        palette = list(img.getpalette() or [])
+        colours = [palette[3 * i:3 * i + 3] for i in used]
+        if all(len(c) == 3 and c[0] == c[1] == c[2] for c in colours):
+            mode = "L"
+    a = np.asarray(img.convert(mode), dtype=np.uint8)
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
 
 
