@@ -181,14 +181,23 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
                               "capsules")
-        return _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis", ckpt), out=out, dataset=dataset, root=root,
-                                indices=indices, fmt=fmt, dpi=dpi, progress=progress)
+        done = _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis", ckpt), out=out, dataset=dataset,
+                                root=root, indices=indices, fmt=fmt, dpi=dpi, progress=progress)
+        unused = [flag for flag, given in (("--delta-range/--delta-step", tuple(deltas) != tuple(DEFAULT_DELTAS)),
+                                           ("--misclassified", misclassified != 8)) if given]
+        if unused:  # said, not skipped without a word (--dims is refused above: it has no meaning at all here)
+            done.notes.append(f"{', '.join(unused)} not used: a synthesis model's figures have no pose sweeps or "
+                              f"misclassified inputs")
+        return done
     if is_segmentation(model.config):
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a segmentation model has no class "
                               "capsules")
-        return _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation", ckpt), out=out, dataset=dataset, root=root,
-                                   indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
+        done = _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation", ckpt), out=out, dataset=dataset,
+                                   root=root, indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
+        if tuple(deltas) != tuple(DEFAULT_DELTAS):
+            done.notes.append("--delta-range/--delta-step not used: a segmentation model's figures have no pose sweeps")
+        return done
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
     if not (decodes or routes):
