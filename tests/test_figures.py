@@ -309,6 +309,10 @@ def test_routing_trace_of_every_capsule_model(name, small):
         assert 0 <= trace.primary.min() and trace.primary.max() <= 1
     fig = fg.plot_routing(trace, 0)
     assert f"Lower capsule {trace.primary_are}, one map per capsule type" in fig.subfigs[1]._suptitle.get_text()
+    if trace.grid[1:] == (1, 1):  # Efficient-CapsNet: a strip per class, one cell per lower capsule (was one cell)
+        shown = fig.subfigs[0].axes[1 + 3].images[0].get_array()  # round 1, class 3
+        torch.testing.assert_close(torch.as_tensor(shown[:, 0]), trace.coupling[0, 0, :, 3])
+        assert "one cell per lower capsule" in fig.subfigs[0]._suptitle.get_text()
 
 
 def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys):

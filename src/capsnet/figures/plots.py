@@ -144,10 +144,15 @@ def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[f
 
 def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = None,
                  classes: Sequence[str] | None = None) -> "Figure":
-    """Coupling maps round by round (rows) for every digit capsule (columns), and the primary capsule lengths."""
-    maps = trace.coupling_maps()[n]  # (R, J, rows, cols)
+    """Coupling maps round by round (rows) for every digit capsule (columns), and the primary capsule lengths. On
+    a 1x1 grid (Efficient-CapsNet's 16 primary capsules) each class gets a strip of its coupling from every lower
+    capsule, one cell each: averaged over the types, a map there was a single cell."""
+    types, H, W = trace.grid
+    strips = H * W == 1
+    # (R, J, rows, cols): per position averaged over types, or per lower capsule (types x 1) on a 1x1 grid
+    maps = trace.coupling[n].permute(0, 2, 1).reshape(*trace.coupling.shape[1:2], -1, types, 1) if strips else \
+        trace.coupling_maps()[n]
     R, J = maps.shape[:2]
-    types = trace.grid[0]
     name = (lambda k: classes[k]) if classes else str
     fig = _figure(1.15 * (J + 1) + 0.6, 1.2 * R + 2.8)
     sub = fig.subfigures(2, 1, height_ratios=[1.2 * R + 0.5, 2.2])
@@ -162,7 +167,7 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
             axes[r, 0].axis("off")
         for j in range(J):
             ax = axes[r, j + 1]
-            im = ax.imshow(maps[r, j].numpy(), cmap="viridis", vmin=vmin, vmax=vmax)
+            im = ax.imshow(maps[r, j].numpy(), cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto" if strips else None)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
@@ -170,8 +175,9 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
             if j == 0:
                 ax.set_ylabel(f"round {r + 1}", fontsize=8)
     sub[0].colorbar(im, ax=axes[:, -1], shrink=0.8, label="coupling c_ij")
-    sub[0].suptitle(f"Coupling from the {trace.coupling.shape[2]} lower capsules to each class capsule, "
-                    f"averaged over the {types} types, per position; rows: routing rounds", fontsize=9)
+    sub[0].suptitle(f"Coupling from the {trace.coupling.shape[2]} lower capsules to each class capsule, " + (
+                    "one cell per lower capsule (top: capsule 0)" if strips else
+                    f"averaged over the {types} types, per position") + "; rows: routing rounds", fontsize=9)
     prim = trace.primary_maps()[n]  # (types, rows, cols)
     cols = min(types, 16)
     rows = math.ceil(types / cols)
