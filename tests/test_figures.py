@@ -304,7 +304,10 @@ def test_routing_trace_of_every_capsule_model(name, small):
     torch.testing.assert_close(trace.coupling[:, -1], own)
     assert trace.coupling_maps().shape == (3, R, J, H, W)
     # the lower capsules' maps say what they show: EM's are activations (in 0..1), the others' pose lengths
-    assert trace.primary_are == ("activations" if name == "em-capsnet-small" else "lengths")
+    assert trace.primary_are == {"em-capsnet-small": "activations", "inverted-capsnet": "largest couplings"}.get(
+        name, "lengths")
+    if name == "inverted-capsnet":  # each child's largest coupling in the last pass (its pose lengths are
+        torch.testing.assert_close(trace.primary, trace.coupling[:, -1].amax(-1))  # layer-normalised: all near 4)
     if name == "em-capsnet-small":
         assert 0 <= trace.primary.min() and trace.primary.max() <= 1
     fig = fg.plot_routing(trace, 0)

@@ -175,7 +175,8 @@ def test_the_viewer_walks_every_capsule_model(name, small):
     R = info["routing_iterations"]
     c = decode(w["coupling"])
     assert c.shape == (R, 10, T, rows, cols) and decode(w["primary_lengths"]).shape == (T, rows, cols)
-    assert w["primary_are"] == ("activations" if name == "em-capsnet-small" else "lengths")  # the page's words
+    assert w["primary_are"] == {"em-capsnet-small": "activations", "inverted-capsnet": "largest couplings"}.get(
+        name, "lengths")  # the page's words
     with torch.no_grad():  # the model's own outputs for the image walked
         out = model.eval()(inp.image[None])
     np.testing.assert_allclose(w["lengths"], out.scores[0].numpy(), rtol=1e-5, atol=1e-6)

@@ -230,7 +230,7 @@ class RoutingTrace:
     lengths: (N, J), the class scores (capsule lengths for CapsNet).
     grid: (types, rows, columns) of the primary capsules; I = types * rows * columns,
         ordered (type, row, column).
-    primary_are: what ``primary`` holds, "lengths" or "activations" (EM's).
+    primary_are: what ``primary`` holds, "lengths", "activations" (EM's) or "largest couplings" (inverted).
     """
 
     coupling: torch.Tensor

@@ -123,13 +123,15 @@ class InvertedCapsNet(nn.Module):
         return self.caps2(self.caps1(caps))
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
-        """The class layer's passes over the last convolutional capsules (children: their pose lengths)."""
+        """The class layer's passes over the last convolutional capsules (children: each one's largest coupling in
+        the last pass, how decidedly it routes: their pose lengths are layer-normalised, near 4 everywhere, a map
+        that shows nothing)."""
         caps = self._conv_capsules(images)
         result = self.classes(caps, record=True)
         view = grid_routing_view(caps, result)
-        lengths = caps.poses.norm(dim=-1).permute(0, 3, 1, 2).reshape(view.children.shape)  # (N, T*H*W)
+        decided = view.rounds[:, -1].amax(dim=-1)  # (N, T*H*W), in the view's (type, row, column) order
         scores = self.head(result.poses).squeeze(-1).softmax(dim=-1)
-        return view._replace(children=lengths, children_are="lengths", scores=scores)
+        return view._replace(children=decided, children_are="largest couplings", scores=scores)
 
 
 def inverted_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,

@@ -40,7 +40,8 @@ class RoutingView(NamedTuple):
     children: (N, I), the lower capsules' lengths or activations.
     scores: (N, J), the class scores (capsule lengths, activations or probabilities).
     grid: (types, rows, columns) of the lower capsules; I = types * rows * columns, ordered (type, row, column).
-    children_are: what ``children`` holds, "lengths" or "activations" (EM's), for a figure's words.
+    children_are: what ``children`` holds, "lengths", "activations" (EM's) or "largest couplings" (the inverted
+        model's: each child's largest coupling), for a figure's words.
     """
 
     rounds: torch.Tensor

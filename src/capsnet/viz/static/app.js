@@ -213,7 +213,8 @@ function renderLayers() {
   const [T, rows, cols] = w.primary_lengths.shape;
   drawLabelledTiles($("primary"), bytesOf(w.primary_lengths), T, rows, cols,
     { label: (t) => `type ${t}`, title: (t) => `${w.primary_are} of capsule type ${t} over its ${rows}x${cols} grid` });
-  $("primary-what").textContent = w.primary_are === "activations" ? "Activation" : "Length";  // EM: activations
+  $("primary-what").textContent = {activations: "Activation", "largest couplings": "Largest coupling"}[w.primary_are]
+    || "Length";  // EM: activations; inverted attention: each capsule's largest coupling
   const primary = routesPrimary(info);
   $("primary-heading").textContent = primary ? "Primary capsules" : "Lower capsules (the class layer's inputs)";
   $("primary-which").textContent = primary ? "primary" : "lower";
