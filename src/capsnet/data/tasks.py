@@ -575,10 +575,18 @@ def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
 def _binary_label_maps(root: str) -> bool:
     """Whether every label map of a user's pairs, in ``root/labels`` and ``root/test/labels``, holds only 0s and 1s:
     both splits are then read as 0/255, else both as they are (decided per folder, a class map of the test split
-    holding only classes 0 and 1 read 255 times brighter than in training)."""
+    holding only classes 0 and 1 read 255 times brighter than in training). Read once while the files stay as they
+    are (``_read_folder``'s key)."""
+    base = Path(root).expanduser().absolute()
+    stamp = tuple(_stamp(top, ("labels",)) for top in (base, base / "test"))
+    return _binary_label_maps_once(str(base), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _binary_label_maps_once(root: str, stamp: tuple) -> bool:
     from .png import image_array, png_files
 
-    base = Path(root).expanduser()
+    base = Path(root)
     return all(image_array(f).max() <= 1 for top in (base, base / "test")
                for f in png_files(top / "labels", "label maps").values())
 
@@ -600,8 +608,15 @@ def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[tor
     figures read it again; each PNG was decoded up to four times. The files' names, sizes and change times are the
     key, so a file added, removed or rewritten is read afresh. The tensors returned are the caller's own."""
     where = Path(where).expanduser().absolute()
+    first, second, names = _read_folder_once(kind, str(where), _stamp(where, _SUBFOLDERS[kind]), scale)
+    return first.clone(), second.clone(), list(names)
+
+
+def _stamp(where: Path, subs: tuple[str, ...]) -> tuple:
+    """The names, sizes and change times of the files in ``where``'s subfolders ``subs``: a cache key that changes
+    when a file is added, removed or rewritten."""
     stamp = []
-    for sub in _SUBFOLDERS[kind]:
+    for sub in subs:
         folder = where / sub
         if folder.is_dir():
             for entry in sorted(os.scandir(folder), key=lambda e: e.name):
@@ -610,8 +625,7 @@ def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[tor
                 except OSError:  # a link to nothing: refused when read
                     st = entry.stat(follow_symlinks=False)
                 stamp.append((sub, entry.name, st.st_size, st.st_mtime_ns))
-    first, second, names = _read_folder_once(kind, str(where), tuple(stamp), scale)
-    return first.clone(), second.clone(), list(names)
+    return tuple(stamp)
 
 
 @functools.lru_cache(maxsize=4)
