@@ -425,3 +425,13 @@ def test_a_users_folder_is_decoded_once_a_run_and_again_when_a_file_changes(tmp_
     assert len(calls) == 2
     both = torch.cat([train.labels, held.labels])
     assert any(torch.equal(m[0], torch.from_numpy(mask // 255)) for m in both)
+
+
+def test_the_eval_report_of_a_users_folder_names_its_test_files_in_order(unet_run, tmp_path, capsys):
+    """Figures and --indices number a folder's test images, and nothing said which files those were."""
+    from capsnet.cli import main
+
+    assert main(["eval", "--checkpoint", str(unet_run), "--json", str(tmp_path / "e.json"), "--no-progress"]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["test_files"] == ["p00.png", "p05.png", "p06.png"]  # held out by their names, in name order
+    assert report["images"] == 3

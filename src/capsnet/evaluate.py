@@ -224,6 +224,7 @@ class CheckpointEvaluation:
     titles: dict[str, str] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     warning: str | None = None  # scored on classes it was not trained for (capsnet.data.tasks.other_classes)
+    test_files: tuple[str, ...] | None = None  # a user's folder: the test split's files, index k the k-th
 
     def label(self, name: str) -> str:
         """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
@@ -251,6 +252,8 @@ class CheckpointEvaluation:
             def seg(er: SegEvalResult) -> dict[str, Any]:
                 return {"dice": er.dice, "iou": er.iou, "pixel_accuracy": er.pixel_accuracy, "loss": er.loss}
             out |= {"metric": "Dice"} | seg(r) | self._described("")
+            if self.test_files is not None:  # which files the figures' and --indices' numbers are
+                out["test_files"] = [f"{n}.png" for n in self.test_files]
             for name, er in self.results.items():
                 if name:
                     out[name] = {"images": self.extra_sizes[name], **seg(er)} | self._described(name)
@@ -363,7 +366,7 @@ def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset
     sizes = {extra: len(s) for extra, s in split.extra.items()}
     if split.labels.dim() == 4:  # segmentation: say how each set was made
         titles = {extra: s.title for extra, s in ({"": split} | split.extra).items() if s.title}
-        return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles)
+        return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, test_files=split.names)
     described = bool(split.extra or affnist) and split.labels.dim() == 1  # several single-digit sets to tell apart
     sets = {"": split} | split.extra if described else {}
     titles = {extra: s.title for extra, s in sets.items() if s.title}

@@ -124,6 +124,7 @@ class Split:
         to synthesise from the label maps in ``images`` (synthesis), or None.
     extra: more test sets scored alike, by name (translated MNIST's "affine", ...).
     title: how its images were made, in a few words, for reports ("" where there is nothing to tell).
+    names: a user's folder: each example's file stem (index k is file names[k]); None for the other sets.
     """
 
     images: torch.Tensor
@@ -132,6 +133,7 @@ class Split:
     components: torch.Tensor | None = None
     extra: dict[str, "Split"] = field(default_factory=dict)
     title: str = ""
+    names: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return self.labels.shape[0]
@@ -143,7 +145,7 @@ class Split:
         labels = self.labels.to(device)
         return Split(images, labels if labels.dim() == 4 else labels.long(), self.classes,
                      None if self.components is None else self.components.to(device),
-                     {name: s.to(device) for name, s in self.extra.items()}, self.title)
+                     {name: s.to(device) for name, s in self.extra.items()}, self.title, self.names)
 
 
 # A training batch: images (B, C, H, W), labels (B,) or (B, 2), components (B, 2, C, H, W) or None.
@@ -341,7 +343,7 @@ def _seg_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Aug
 
 def _folder_held(pairs: Dataset, size: int, extras: bool = True) -> Split:
     d = _first(pairs, size)
-    return Split(d.images, d.labels, d.classes)
+    return Split(d.images, d.labels, d.classes, names=d.names)
 
 
 def _folder_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
@@ -377,7 +379,7 @@ _SILHOUETTE = _synthesis_task(silhouette, "filled silhouettes")
 def _pairs_held(pairs: Dataset, size: int, extras: bool = True) -> Split:
     d = _first(pairs, size)  # images: the label maps; labels: the images made from them
     return Split(d.images.float() / 255.0, torch.zeros(len(d), dtype=torch.long), d.classes,
-                 d.labels.float() / 255.0, title="your label maps and images")
+                 d.labels.float() / 255.0, title="your label maps and images", names=d.names)
 
 
 def _pairs_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
