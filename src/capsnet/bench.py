@@ -556,8 +556,6 @@ def _check_baseline_path(baseline_path: str | os.PathLike[str] | None) -> None:
         what = "a folder, not a file" if Path(baseline_path).is_dir() else "no such file"
         raise ValueError(f"tutorial baseline {baseline_path}: {what}; give the path of benchmarks/"
                          f"tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
-    if baseline_path not in (None, ""):
-        load_baseline(baseline_path)  # a file of the wrong kind is refused before anything is measured
 
 
 def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),
@@ -568,6 +566,8 @@ def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,
     """
     rows: list[dict[str, Any]] = []
     _check_baseline_path(options.get("baseline_path"))  # before the first row set is announced
+    if options.get("baseline_path"):  # a file of the wrong kind too (each row set loads it again before measuring)
+        load_baseline(options["baseline_path"])
     for batch_size in batch_sizes:
         for r in rounds:
             for dtype in dtypes:

@@ -266,10 +266,10 @@ def _fetch(
         # raising IncompleteRead, so the length has to be checked here.
         if size is not None and received != size:
             raise ConnectionError(f"connection closed after {received} of {size} bytes")
-        if (md5 is not None and digest.hexdigest() != md5.lower()) or (md5_uncompressed is not None and
-                                                                      _looks_like_html(part)):
-            if _looks_like_html(part):  # a login, error or moved page served with a 200
-                raise _MirrorFailed(f"the mirror sent a web page (HTML, {received:,} bytes), not the file")
+        wrong = md5 is not None and digest.hexdigest() != md5.lower()
+        if (wrong or md5_uncompressed is not None) and _looks_like_html(part):  # a login, error or moved page: 200
+            raise _MirrorFailed(f"the mirror sent a web page (HTML, {received:,} bytes), not the file")
+        if wrong:
             raise _MirrorFailed(f"MD5 of the download is {digest.hexdigest()}, expected {md5}")
         if md5_uncompressed is not None:
             content = _content_md5(part, max_size)
