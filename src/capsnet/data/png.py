@@ -84,14 +84,18 @@ def image_array(path: Path) -> np.ndarray:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
     mode = _IMAGE_MODES[img.mode]
-    if img.mode in ("P", "PA"):
-        used = np.unique(np.asarray(img)).tolist()
-        palette = list(img.getpalette() or [])
-        colours = [palette[3 * i:3 * i + 3] for i in used]
-        if all(len(c) == 3 and c[0] == c[1] == c[2] for c in colours):
-            mode = "L"
+    if img.mode in ("P", "PA") and all(grey is not None for _, grey in _palette_used(img)):
+        mode = "L"
     a = np.asarray(img.convert(mode), dtype=np.uint8)
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
+
+
+def _palette_used(img) -> list[tuple[int, int | None]]:
+    """The palette indices a P-mode image uses, in order, each with its grey level (None for a colour)."""
+    palette = list(img.getpalette() or [])
+    used = np.unique(np.asarray(img)).tolist()
+    return [(i, c[0] if len(c) == 3 and c[0] == c[1] == c[2] else None)
+            for i, c in ((i, palette[3 * i:3 * i + 3]) for i in used)]
 
 
 def scale_binary_label_maps(maps: np.ndarray) -> np.ndarray:
@@ -115,17 +119,15 @@ def mask_array(path: Path) -> np.ndarray:
                             f"(a shape drawn in transparency alone would read as empty): save it without alpha, the "
                             f"foreground 255 (or 1) and the background 0")
     if img.mode == "P":  # by its indices when they are 0/1 or 0/255 (index 0 the background), whatever the colours
-        indices = np.asarray(img, dtype=np.uint8)
-        used = np.unique(indices).tolist()
-        if set(used) <= {0, 1} or set(used) <= {0, 255}:
-            palette = list(img.getpalette() or [])
-            colours = [tuple(palette[3 * i:3 * i + 3]) for i in used]
-            greys = [c[0] for c in colours if len(c) == 3 and len(set(c)) == 1]
+        used = _palette_used(img)
+        if {i for i, _ in used} <= {0, 1} or {i for i, _ in used} <= {0, 255}:
+            greys = [grey for _, grey in used if grey is not None]
             if len(used) == 2 and len(greys) == 2 and greys[0] > greys[1]:
                 raise DataError(f"mask {path} is a palette image whose index 0 is lighter (grey {greys[0]}) than its "
-                                f"index {used[1]} (grey {greys[1]}): the indices make the dark pixels the foreground, "
-                                f"the greys the light ones; save it as an 8-bit grayscale PNG, the foreground 255")
-            return (indices > 0).astype(np.uint8)[None]
+                                f"index {used[1][0]} (grey {greys[1]}): the indices make the dark pixels the "
+                                f"foreground, the greys the light ones; save it as an 8-bit grayscale PNG, the "
+                                f"foreground 255")
+            return (np.asarray(img, dtype=np.uint8) > 0).astype(np.uint8)[None]
     if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
     a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)
