@@ -488,21 +488,19 @@ def otsu_row(dataset: str, *, test_size: int = 0, root: str | os.PathLike | None
 def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
     """The segmentation experiment's table: final-epoch Dice and IoU on the test and out-of-distribution canvases,
     weights, training images/s and peak MB of a step, one line per model (Otsu's threshold: no training)."""
-    head = ["model", "weights", "epochs", "steps", "test Dice", "test IoU", "OOD Dice", "OOD IoU", "train images/s",
-            "peak MB"]
+    shown = any(r["dataset"] != EXPERIMENTS["segmentation"][0] for r in rows)  # a data column for other data sets
+    head = ["model", *(["data"] if shown else []), "weights", "epochs", "steps", "test Dice", "test IoU", "OOD Dice",
+            "OOD IoU", "train images/s", "peak MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def cell(r: dict[str, Any], key: str) -> str:
         return f"{r[key]:.4f}" if key in r else "-"
 
-    shown = any(r["dataset"] != EXPERIMENTS["segmentation"][0] for r in rows)  # a data column for other data sets
-    if shown:
-        head.insert(1, "data")
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         title = MODELS[r["model"]].title if r["model"] in MODELS else "Otsu threshold (no training)"
         lines.append("| " + " | ".join([
-            title, *([dataset_stem(r["dataset"])] if shown else []), f"{r['weights']:,}", str(r.get("epochs", "-")), f"{r['step']:,}" if "step" in r else "-",
+            title, *([dataset_stem(r["dataset"])] if shown else []), f"{r['weights']:,}", str(r.get("epochs", "-")),
+            f"{r['step']:,}" if "step" in r else "-",
             cell(r, "test_dice"), cell(r, "test_iou"), cell(r, "ood_dice"), cell(r, "ood_iou"),
             f"{r['train_images_per_s']:.1f}" if "train_images_per_s" in r else "-",
             f"{r['peak_mem_mb']:.0f}" if r.get("peak_mem_mb") is not None else "-"]) + " |")
