@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
-__all__ = ["progress_bar", "LOG_INTERVAL_S"]
+__all__ = ["progress_bar", "LOG_INTERVAL_S", "one_line_warnings"]
 
 LOG_INTERVAL_S = 60.0  # seconds between the lines of a bar written to a log
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal control sequences (tqdm moves the cursor for nested bars)
@@ -66,3 +66,19 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
               "ascii": True, **({"delay": LOG_INTERVAL_S} if brief else {})}
         leave = leave or not brief  # a bar a log always gets, it gets to the end (not just its first line)
     return tqdm(iterable, disable=not progress, leave=leave, **kw)
+
+
+def one_line_warnings(prefix: str):
+    """A ``warnings.showwarning`` that prints capsnet's own warnings as one line, ``PREFIX MESSAGE`` (no file path,
+    no category), and the rest as Python shows them: for the command line, and for an experiment's worker
+    processes (a spawned process has not the command line's hook)."""
+    import warnings
+    from pathlib import Path
+
+    package, shown = str(Path(__file__).parent), warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not str(filename).startswith(package):
+            return shown(message, category, filename, lineno, file, line)
+        print(f"{prefix}{message}", file=file or sys.stderr, flush=True)
+    return show

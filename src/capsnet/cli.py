@@ -18,9 +18,10 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from . import __version__
+from ._progress import one_line_warnings
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
@@ -1238,17 +1239,6 @@ def _rank_tag() -> str:
     return f" (rank {rank} of {world})" if rank.isdigit() and world.isdigit() and int(world) > 1 else ""
 
 
-def _said(command: str) -> Callable[..., None]:
-    """``warnings.showwarning`` for a command: capsnet's own warnings as one line, "capsnet train: warning: ...",
-    the rest as Python shows them."""
-    package, shown = str(Path(__file__).parent), warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if not str(filename).startswith(package):
-            return shown(message, category, filename, lineno, file, line)
-        print(f"capsnet {command}{_rank_tag()}: warning: {message}", file=file or sys.stderr)
-    return show
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1264,7 +1254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _said(args.command)
+            # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
+            warnings.showwarning = one_line_warnings(f"capsnet {args.command}{_rank_tag()}: warning: ")
             return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)

@@ -261,20 +261,14 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     """A worker process's run (``run_plan`` with ``jobs``): its share of the threads, the parent's allocator; the
     run's index, or an error that names the run."""
     k, run, device, data_root, compile, threads, keep_memory = task
-    import sys
     import warnings
 
     import torch
 
-    package, shown = str(Path(__file__).parent), warnings.showwarning
+    from ._progress import one_line_warnings
 
-    def show(message, category, filename, lineno, file=None, line=None):  # capsnet's own warnings: one line
-        if not str(filename).startswith(package):  # naming the run (a spawned process has not the CLI's hook)
-            return shown(message, category, filename, lineno, file, line)
-        print(f"warning, run {k + 1} ({run.model} on {run.dataset}, seed {run.seed}): {message}",
-              file=file or sys.stderr, flush=True)
-
-    warnings.showwarning = show
+    # capsnet's own warnings: one line naming the run
+    warnings.showwarning = one_line_warnings(f"warning, run {k + 1} ({run.model} on {run.dataset}, seed {run.seed}): ")
 
     torch.set_num_threads(threads)
     if keep_memory:
