@@ -60,6 +60,7 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
 # with cross-entropy
 _SCORES = {"em-capsnet": ("class capsule activation", None), "em-capsnet-small": ("class capsule activation", None),
            "inverted-capsnet": ("class probability", None), "baseline": ("class probability", None)}
+MISCLASSIFIED = 8  # write_figures' default: misclassified inputs shown (segmentation: the lowest-Dice images)
 _SCORED = {"segmentation": ", and Dice", "classification": ", and accuracy, not Dice"}  # what each kind's records score
 
 
@@ -139,7 +140,8 @@ def _check_fits(name: str, cfg: Any) -> None:
 def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *, which: str = "best",
                   out: str | os.PathLike | None = None, dataset: str | None = None, root: str | os.PathLike | None = None,
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
-                  deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = 8, fmt: str = "png", dpi: int = 100,
+                  deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = MISCLASSIFIED, fmt: str = "png",
+                  dpi: int = 100,
                   device: str | torch.device = "cpu", progress: bool = True) -> FiguresWritten:
     """Look inside the CapsNet of ``checkpoints[0]`` (or of ``checkpoints``, one run dir or file); training curves
     overlay every run given.
@@ -166,6 +168,12 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     """
     if isinstance(checkpoints, (str, os.PathLike)):  # one run (a string is a sequence too: of its characters)
         checkpoints = [checkpoints]
+    given = {"--dims": dims is not None, "--delta-range/--delta-step": tuple(deltas) != tuple(DEFAULT_DELTAS),
+             "--misclassified": misclassified != MISCLASSIFIED}  # flags set away from their defaults
+
+    def unused(*flags: str) -> list[str]:  # of ``flags``, those given: said where a model has nothing they shape
+        return [f for f in flags if given[f]]
+
     if not checkpoints:
         raise FigureError("give at least one checkpoint")
     if fmt not in FORMATS:
@@ -183,10 +191,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                               "capsules")
         done = _write_synthesis(model, ckpt, _runs(checkpoints, "synthesis", ckpt), out=out, dataset=dataset,
                                 root=root, indices=indices, fmt=fmt, dpi=dpi, progress=progress)
-        unused = [flag for flag, given in (("--delta-range/--delta-step", tuple(deltas) != tuple(DEFAULT_DELTAS)),
-                                           ("--misclassified", misclassified != 8)) if given]
-        if unused:  # said, not skipped without a word (--dims is refused above: it has no meaning at all here)
-            done.notes.append(f"{', '.join(unused)} not used: a synthesis model's figures have no pose sweeps or "
+        if skipped := unused("--delta-range/--delta-step", "--misclassified"):  # (--dims is refused above)
+            done.notes.append(f"{', '.join(skipped)} not used: a synthesis model's figures have no pose sweeps or "
                               f"misclassified inputs")
         return done
     if is_segmentation(model.config):
@@ -195,7 +201,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                               "capsules")
         done = _write_segmentation(model, ckpt, _runs(checkpoints, "segmentation", ckpt), out=out, dataset=dataset,
                                    root=root, indices=indices, worst=misclassified, fmt=fmt, dpi=dpi, progress=progress)
-        if tuple(deltas) != tuple(DEFAULT_DELTAS):
+        if unused("--delta-range/--delta-step"):
             done.notes.append("--delta-range/--delta-step not used: a segmentation model's figures have no pose sweeps")
         return done
     decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
@@ -206,11 +212,9 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     runs = _runs(checkpoints, read=ckpt)
     done = FiguresWritten(out)
     if not decodes:  # what is not drawn, and the flags that would have shaped it, said rather than skipped silently
-        unused = [flag for flag, given in (("--dims", dims is not None), ("--delta-range/--delta-step",
-                                                                          tuple(deltas) != tuple(DEFAULT_DELTAS)))
-                  if given]
+        skipped = unused("--dims", "--delta-range/--delta-step")
         done.notes.append(f"no reconstructions, misclassified inputs or pose sweeps: --model {ckpt.model_name} has no "
-                          f"decoder" + (f" ({', '.join(unused)} not used)" if unused else ""))
+                          f"decoder" + (f" ({', '.join(skipped)} not used)" if skipped else ""))
 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
