@@ -490,7 +490,7 @@ def folder_contents(name: str) -> dict[str, Any] | None:
     if folder is None or not Path(folder[1]).expanduser().is_dir():
         return None
     root = Path(folder[1]).expanduser()
-    subs = ("images", "masks") if folder[0] == FOLDER_PREFIX else ("labels", "images")
+    subs = _SUBFOLDERS[folder[0]]
     files = sorted(f for top in (root, root / "test") for sub in subs if (top / sub).is_dir()
                    for f in (top / sub).iterdir()
                    if f.is_file() and not f.name.startswith(".") and f.suffix.lower() == ".png")
@@ -571,7 +571,7 @@ def load_pairs(root: str | os.PathLike, split: str) -> Dataset:
     the images to make from them (N, C', H, W) uint8; split and held out as ``load_folder``."""
     scale = _binary_label_maps(str(root)) if (Path(root).expanduser() / "test").is_dir() else None
     return _user_split(root, split, PAIRS_PREFIX, "labels/ and images/", lambda where: _read_folder(
-        "pairs", where, scale), ("pair",))
+        PAIRS_PREFIX, where, scale), ("pair",))
 
 
 def _binary_label_maps(root: str) -> bool:
@@ -598,17 +598,19 @@ def load_folder(root: str | os.PathLike, split: str) -> Dataset:
     uint8 images, (N, 1, H, W) uint8 0/1 masks. Without ``root/test``, about a fifth of the pairs, each
     chosen by its name (``held_out_names``), are the test split and the rest the training split."""
     return _user_split(root, split, FOLDER_PREFIX, "images/ and masks/", lambda where: _read_folder(
-        "folder", where), SEGMENTATION_CLASSES)
+        FOLDER_PREFIX, where), SEGMENTATION_CLASSES)
 
 
-_SUBFOLDERS = {"folder": ("images", "masks"), "pairs": ("labels", "images")}
+# a user's folder's two subfolders, by its prefix: the first and second files of each pair
+_SUBFOLDERS = {FOLDER_PREFIX: ("images", "masks"), PAIRS_PREFIX: ("labels", "images")}
 
 
 def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """A user's folder of pairs read (``load_mask_folder`` or ``load_pair_folder``), once while its files stay
-    as they are: a run reads a folder for its shapes, its training split and its test split, and the viewer and
-    figures read it again; each PNG was decoded up to four times. The files' names, sizes and change times are the
-    key, so a file added, removed or rewritten is read afresh. The tensors returned are the caller's own."""
+    """A user's folder of pairs (``kind`` its prefix, folder: or pairs:) read (``load_mask_folder`` or
+    ``load_pair_folder``), once while its files stay as they are: a run reads a folder for its shapes, its training
+    split and its test split, and the viewer and figures read it again; each PNG was decoded up to four times. The
+    files' names, sizes and change times are the key, so a file added, removed or rewritten is read afresh. The
+    tensors returned are the caller's own."""
     where = Path(where).expanduser().absolute()
     first, second, names = _read_folder_once(kind, str(where), _stamp(where, _SUBFOLDERS[kind]), scale)
     return first.clone(), second.clone(), list(names)
@@ -633,7 +635,7 @@ def _stamp(where: Path, subs: tuple[str, ...]) -> tuple:
 @functools.lru_cache(maxsize=4)
 def _read_folder_once(kind: str, where: str, stamp: tuple, scale: bool | None):
     base = Path(where)
-    if kind == "folder":
+    if kind == FOLDER_PREFIX:
         return load_mask_folder(base / "images", base / "masks")
     return load_pair_folder(base / "labels", base / "images", scale=scale)
 
