@@ -138,7 +138,8 @@ def _check_fits(name: str, cfg: Any) -> None:
 
 
 def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *, which: str = "best",
-                  out: str | os.PathLike | None = None, dataset: str | None = None, root: str | os.PathLike | None = None,
+                  out: str | os.PathLike | None = None, dataset: str | None = None,
+                  root: str | os.PathLike | None = None,
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
                   deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = MISCLASSIFIED, fmt: str = "png",
                   dpi: int = 100,
