@@ -531,3 +531,27 @@ def test_a_palette_image_of_greys_is_a_grey_image():
         coloured.putpalette([0, 0, 0, 200, 30, 30] + [0, 0, 0] * 254)
         coloured.save(Path(d) / "c.png")
         assert image_array(Path(d) / "c.png").shape == (3, 6, 5)  # a coloured palette stays RGB
+
+
+def test_a_16_bit_mask_is_read_by_its_values_and_a_non_binary_one_is_refused(tmp_path):
+    """Medical masks are often 16-bit grey (Pillow's I;16); they were refused with "save it as 8-bit". Binary ones
+    (0/1, 0/255, 0/65535) are read; others are refused naming their values, as 8-bit ones are."""
+    rng = np.random.default_rng(5)
+    _save(tmp_path / "im" / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    truth = (rng.random((6, 5)) < 0.5).astype(np.uint16)
+    for on in (1, 255, 65535):
+        _save(tmp_path / "mk" / "a.png", truth * np.uint16(on))
+        assert Image.open(tmp_path / "mk" / "a.png").mode == "I;16"
+        _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+        assert masks.dtype == torch.uint8 and torch.equal(masks[0, 0], torch.from_numpy(truth.astype(np.uint8)))
+    graded = truth * np.uint16(1000)
+    _save(tmp_path / "mk" / "a.png", graded)
+    with pytest.raises(DataError, match=r"a.png holds values \[1000\]; masks must be binary, 0/1, 0/255 or 0/65535 "
+                                        r"\(16-bit\): threshold it \(for example value > 32767 -> 65535\)"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    mixed = truth * np.uint16(65535)
+    mixed[truth == 0] = 0
+    mixed.flat[np.flatnonzero(truth)[0]] = 255  # one pixel 255 among 65535s
+    _save(tmp_path / "mk" / "a.png", mixed)
+    with pytest.raises(DataError, match="a.png mixes 255 and 65535"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")

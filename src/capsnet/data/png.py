@@ -106,9 +106,10 @@ def scale_binary_label_maps(maps: np.ndarray) -> np.ndarray:
 
 
 def mask_array(path: Path) -> np.ndarray:
-    """A binary mask (1-bit, or grey holding 0/1 or 0/255; RGB with equal channels; a palette image whose indices are
-    0/1 or 0/255, index 0 the background, as many segmentation data sets store them, or of greys read as grey) as
-    (1, H, W) uint8 0/1. Transparency is refused: the mask is its values, not its alpha."""
+    """A binary mask (1-bit, or grey holding 0/1 or 0/255, or 16-bit grey holding 0/1, 0/255 or 0/65535; RGB with
+    equal channels; a palette image whose indices are 0/1 or 0/255, index 0 the background, as many segmentation data
+    sets store them, or of greys read as grey) as (1, H, W) uint8 0/1. Transparency is refused: the mask is its
+    values, not its alpha."""
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
@@ -128,19 +129,25 @@ def mask_array(path: Path) -> np.ndarray:
                                 f"foreground, the greys the light ones; save it as an 8-bit grayscale PNG, the "
                                 f"foreground 255")
             return (np.asarray(img, dtype=np.uint8) > 0).astype(np.uint8)[None]
-    if img.mode not in ("L", "LA", "RGB", "RGBA", "P"):
+    deep = img.mode in ("I", "I;16", "I;16B", "I;16L")  # 16-bit grey, as medical masks often are (I: 32-bit)
+    if img.mode not in ("L", "LA", "RGB", "RGBA", "P") and not deep:
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
-    a = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8)
+    if deep:
+        a, on = np.asarray(img), (1, 255, 65535)
+    else:
+        a, on = np.asarray(img.convert("L" if img.mode in ("L", "LA") else "RGB"), dtype=np.uint8), (1, 255)
     if a.ndim == 3:
         if not ((a[..., 0] == a[..., 1]) & (a[..., 1] == a[..., 2])).all():
             raise DataError(f"mask {path} is in colour (its RGB channels differ); save it as a grayscale (L) PNG")
         a = a[..., 0]
     values = np.unique(a)
-    bad = values[(values != 0) & (values != 1) & (values != 255)]
-    if len(bad) or (1 in values and 255 in values):
-        what = f"holds values {bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}" if len(bad) else "mixes 1 and 255"
-        raise DataError(f"mask {path} {what}; masks must be binary, 0/1 or 0/255: threshold it (for example "
-                        f"value > 127 -> 255) and save it again")
+    bad, found = values[~np.isin(values, (0,) + on)], [v for v in on if v in values]
+    if len(bad) or len(found) > 1:
+        what = f"holds values {bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}" if len(bad) else \
+            f"mixes {' and '.join(map(str, found))}"
+        allowed = "0/1, 0/255 or 0/65535 (16-bit)" if deep else "0/1 or 0/255"
+        raise DataError(f"mask {path} {what}; masks must be binary, {allowed}: threshold it (for example "
+                        f"value > {on[-1] // 2} -> {on[-1]}) and save it again")
     return (a > 0).astype(np.uint8)[None]  # (1, H, W)
 
 

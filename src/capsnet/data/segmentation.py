@@ -258,10 +258,11 @@ def load_mask_folder(images_dir: str | Path, masks_dir: str | Path
 
     Images: grayscale (L, or 1-bit) gives 1 channel and RGB 3; an alpha channel (LA, RGBA) is dropped, a palette
     image (P) is converted to RGB; 16- and 32-bit images (I;16, I, F) are refused: save them as 8-bit. All images
-    must have one size and one channel count. Masks: 1-bit, or 8-bit grayscale holding 0/1 or 0/255 (a mask all 0
-    is fine, a folder of them all 0 is not: nothing to segment, and any model would score Dice 1 on it); an RGB
-    mask is accepted when its channels are equal. Every file is read and checked before anything is returned; a
-    problem is a ``DataError`` (a ValueError) naming the file and the fix. Nothing is written.
+    must have one size and one channel count. Masks: 1-bit, 8-bit grayscale holding 0/1 or 0/255, or 16-bit
+    grayscale holding 0/1, 0/255 or 0/65535 (a mask all 0 is fine, a folder of them all 0 is not: nothing to
+    segment, and any model would score Dice 1 on it); an RGB mask is accepted when its channels are equal. Every
+    file is read and checked before anything is returned; a problem is a ``DataError`` (a ValueError) naming the
+    file and the fix. Nothing is written.
 
     Shapes: -> images (N, C, H, W) uint8, masks (N, 1, H, W) uint8 0/1, names: the N file stems, sorted.
     """
