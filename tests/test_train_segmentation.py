@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from capsnet import CapsNetConfig
+from capsnet.data import unit_float
 from capsnet.data.segmentation import dice_iou, otsu_masks
 from capsnet.data.tasks import held_out_names, input_shape, load_test, load_training, task
 from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmentation, load_model
@@ -435,3 +436,41 @@ def test_the_eval_report_of_a_users_folder_names_its_test_files_in_order(unet_ru
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["test_files"] == ["p00.png", "p05.png", "p06.png"]  # held out by their names, in name order
     assert report["images"] == 3
+
+
+def test_the_eval_report_of_a_users_folder_gives_each_images_dice_and_names_the_lowest(unet_run, tmp_path, capsys):
+    """Means alone did not say which of the user's images are segmented worst. Each image's Dice and IoU, checked
+    against numpy on the model's own predictions, their mean the report's Dice, the lowest named under the table.
+    The test masks are redrawn at three sizes so the three images' Dice differ."""
+    import shutil
+
+    from PIL import Image
+
+    from capsnet.cli import main
+
+    data = tmp_path / "data"
+    shutil.copytree(unet_run.parent / "data", data)  # the fixture's folder, beside its run
+    for name, side in (("p00", 9), ("p05", 2), ("p06", 5)):
+        mask = np.zeros((16, 16), np.uint8)
+        mask[3:3 + side, 4:4 + side] = 255
+        Image.fromarray(mask).save(data / "masks" / f"{name}.png")
+    assert main(["eval", "--checkpoint", str(unet_run), "--dataset", f"folder:{data}", "--json",
+                 str(tmp_path / "e.json"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "e.json").read_text())
+    model, _ = load_model(unet_run)
+    split = load_test(f"folder:{data}")
+    with torch.no_grad():
+        prob = model.eval()(unit_float(split.images)).probabilities  # (3, 1, 16, 16)
+    expected = []
+    for p, t in zip((prob > 0.5).numpy(), (split.labels > 0).numpy()):
+        inter, total, union = (p & t).sum(), p.sum() + t.sum(), (p | t).sum()
+        expected.append(2 * inter / total if total else 1.0)
+        expected.append(inter / union if union else 1.0)
+    rows = report["per_image"]
+    assert [r["file"] for r in rows] == report["test_files"] == ["p00.png", "p05.png", "p06.png"]
+    assert [v for r in rows for v in (r["dice"], r["iou"])] == pytest.approx(expected)
+    assert len({r["dice"] for r in rows}) == 3  # the order below is decided by the values
+    assert np.mean([r["dice"] for r in rows]) == pytest.approx(report["dice"])
+    shown = ", ".join(f"{r['file']} {r['dice']:.4f}" for r in sorted(rows, key=lambda r: r["dice"]))
+    assert f"lowest Dice: {shown} (every image's in the JSON's per_image)" in printed

@@ -59,6 +59,9 @@ class SegEvalResult:
     dice: float  # mean over the images of 2 |P & T| / (|P| + |T|) (1 where both are empty)
     iou: float  # mean over the images of |P & T| / |P | T| (1 where both are empty)
     pixel_accuracy: float
+    # (N,) float64 on the CPU: each image's Dice and IoU, in the split's order (the means above are theirs)
+    per_image_dice: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    per_image_iou: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def accuracy(self) -> float:  # what chooses the best checkpoint and fills metrics' *_accuracy: the Dice
@@ -67,6 +70,9 @@ class SegEvalResult:
     @property
     def error(self) -> float:
         return 1.0 - self.dice
+
+
+WORST_SHOWN = 5  # a user's test images with the lowest Dice, named under ``capsnet eval``'s table
 
 
 def _loss_of(model: nn.Module):
@@ -166,6 +172,7 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     model.eval()
     n = len(masks)
     sums = torch.zeros(4, dtype=torch.float64, device=images.device)  # loss, dice, iou, pixel accuracy
+    each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
     with torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, m = images[start:start + batch_size], masks[start:start + batch_size]
@@ -174,9 +181,11 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
             dice, iou = overlap_scores(pred, truth)
             right = (pred == truth).flatten(1).double().mean(1)
             sums += torch.stack([loss.double() * len(m), dice.sum(), iou.sum(), right.sum()])
+            each.append(torch.stack([dice, iou], 1).double())
     model.train(was_training)
     loss, dice, iou, right = (sums / max(n, 1)).tolist()
-    return SegEvalResult(loss, dice, iou, right)
+    per_image = torch.cat(each).cpu()
+    return SegEvalResult(loss, dice, iou, right, per_image[:, 0], per_image[:, 1])
 
 
 def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
@@ -252,8 +261,11 @@ class CheckpointEvaluation:
             def seg(er: SegEvalResult) -> dict[str, Any]:
                 return {"dice": er.dice, "iou": er.iou, "pixel_accuracy": er.pixel_accuracy, "loss": er.loss}
             out |= {"metric": "Dice"} | seg(r) | self._described("")
-            if self.test_files is not None:  # which files the figures' and --indices' numbers are
+            if self.test_files is not None:  # which files the figures' and --indices' numbers are, and how each did
                 out["test_files"] = [f"{n}.png" for n in self.test_files]
+                if r.per_image_dice is not None:
+                    out["per_image"] = [{"file": f, "dice": d, "iou": i} for f, d, i in zip(
+                        out["test_files"], r.per_image_dice.tolist(), r.per_image_iou.tolist())]
             for name, er in self.results.items():
                 if name:
                     out[name] = {"images": self.extra_sizes[name], **seg(er)} | self._described(name)
@@ -315,6 +327,11 @@ class CheckpointEvaluation:
             lines.append(f"{self.label(name):<10}  {size:>6}  {er.dice:6.4f}  {er.iou:6.4f}  {er.pixel_accuracy:10.4f}  "
                          f"{self.titles.get(name, '')}")
         lines.append("(the mask predicted where the probability exceeds 0.5; Dice and IoU are means over the images)")
+        r = self.results[""]
+        if self.test_files is not None and r.per_image_dice is not None and len(self.test_files) > 1:
+            worst = r.per_image_dice.argsort(stable=True)[:WORST_SHOWN].tolist()  # lowest first, ties in file order
+            lines.append("lowest Dice: " + ", ".join(f"{self.test_files[k]}.png {r.per_image_dice[k]:.4f}"
+                                                      for k in worst) + " (every image's in the JSON's per_image)")
         return lines
 
     def _sets_table(self) -> list[str]:
