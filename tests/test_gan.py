@@ -613,6 +613,27 @@ def test_pairs_whose_images_have_other_channels_than_the_model_makes_are_refused
         load_viewer(gan_run, dataset=f"pairs:{root}", progress=False)
 
 
+def test_the_eval_report_of_a_users_pairs_names_its_test_files_in_order(gan_run, tmp_path, data_root):
+    """Figures and --indices number a pairs:DIR's test maps; the segmentation report named its files, this one did
+    not. Here DIR/test holds them, so they are exactly its files, in name order."""
+    root = tmp_path / "pairs"
+    _labels(root / "labels", n=4)
+    _labels(root / "images", n=4)
+    for k, name in enumerate(("c", "a", "b", "d")):  # test pairs of their own, written out of name order
+        a = np.zeros((32, 32), np.uint8)
+        a[4 + k, 6:26] = 255  # rows, where the training maps have columns
+        for sub in ("labels", "images"):
+            (root / "test" / sub).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(a).save(root / "test" / sub / f"{name}.png")
+    assert main(["eval", "--checkpoint", str(gan_run), "--dataset", f"pairs:{root}", "--no-progress",
+                 "--json", str(tmp_path / "e.json")]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["test_files"] == ["a.png", "b.png", "c.png", "d.png"] and report["pairs"] == 4
+    assert main(["eval", "--checkpoint", str(gan_run), "--no-progress", "--json", str(tmp_path / "m.json"),
+                 "--data-dir", str(data_root), "--test-size", "4"]) == 0
+    assert "test_files" not in json.loads((tmp_path / "m.json").read_text())  # a generated set has no files
+
+
 def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
     root = tmp_path / "pairs"
     _labels(root / "labels", n=5)

@@ -310,12 +310,15 @@ class SynthesisEvaluation:
     results: dict[str, SynthesisResult]
     judge: str | None = None
     truncation: float | None = None  # the noise's, when truncated (None: the untruncated normal)
+    test_files: tuple[str, ...] | None = None  # a user's pairs:DIR: the test split's files, index k the k-th
 
     def report(self) -> dict:
         ckpt = self.checkpoint
         out = {"checkpoint": str(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
                "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge, "truncation": self.truncation,
                "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}
+        if self.test_files is not None:  # which files the figures' and --indices' numbers are
+            out["test_files"] = [f"{n}.png" for n in self.test_files]
         return out | {name or "test": r.as_dict() for name, r in self.results.items()}
 
     def format(self) -> str:
@@ -406,4 +409,4 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
                                  progress=progress, truncation=truncation)
     return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),
-                               None if truncation is None else float(truncation))
+                               None if truncation is None else float(truncation), split.names)
