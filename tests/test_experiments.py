@@ -418,6 +418,38 @@ def test_experiment_help_names_every_flag_and_its_default(capsys):
         assert f"{name}: {' '.join(models)}" in flat
 
 
+# the flags only some experiments take, and with what value each is tried
+_ONLY_SOME = {"--steps": ["10"], "--sizes": ["100"], "--seeds": ["1"], "--datasets": ["mnist"],
+              "--probe-epochs": ["1"], "--train-size": ["100"], "--eval-every": ["2"]}
+_TAKES = {"multimnist": {"--train-size", "--eval-every"}, "affine": {"--train-size", "--eval-every"},
+          "less-data": {"--steps", "--sizes"}, "routing": {"--seeds", "--datasets", "--train-size", "--eval-every"},
+          "segmentation": {"--datasets", "--train-size", "--eval-every"},
+          "synthesis": {"--datasets", "--probe-epochs", "--train-size", "--eval-every"}}
+
+
+@pytest.mark.parametrize("name", list(_TAKES))
+def test_one_experiments_help_shows_its_own_paragraph_and_the_flags_it_takes(name, capsys, tmp_path):
+    """`capsnet experiment routing --help` printed every experiment's help; now the one named, and a flag it hides
+    is one the command refuses (each tried here), a flag it shows one the command takes."""
+    with pytest.raises(SystemExit) as e:
+        main(["experiment", name, "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert f"`capsnet experiment {name}`:" in flat and "--epochs" in text and "--out" in text
+    others = [n for n in _TAKES if n != name]
+    assert not any(f"`capsnet experiment {n}`" in flat for n in others)
+    for flag, value in _ONLY_SOME.items():
+        shown = f"\n  {flag} " in text
+        assert shown == (flag in _TAKES[name]), flag
+        if not shown:
+            with pytest.raises(SystemExit) as e:
+                main(["experiment", name, flag, *value, "--out", str(tmp_path / "x"), "--no-progress"])
+            assert e.value.code == 2
+            assert f"{flag} does not apply to `capsnet experiment {name}`" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 # -------------------------------------------------------------------------------- routing side by side
 
 

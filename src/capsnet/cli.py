@@ -545,7 +545,55 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     _common(f)
 
 
+# what each experiment does (`capsnet experiment NAME --help` shows its own paragraph and flags)
+_EXPERIMENT_ABOUT = {
+    "multimnist": "CapsNet against the CNN baseline: top-2 exact error on 36x36 overlapping pairs (section 6).",
+    "affine": "CapsNet against the CNN baseline: train on translated MNIST (40x40), accuracy on translated and affine "
+              "test digits, each placed within the training range (+-6 px) and anywhere in the frame (section 5.2).",
+    "less-data": "CapsNet against the CNN baseline: MNIST test error from nested training subsets, every run with "
+                 "the same --steps.",
+    "routing": "One model per routing algorithm (dynamic, EM, self-attention, inverted dot-product) on MNIST and "
+               "Fashion-MNIST over --seeds, with each paper's learning rate and augmentation: error, weights, "
+               "images/s, peak memory.",
+    "segmentation": "SegCaps against the U-Net on mnist-segmentation (LaLonde and Bagci 2018): Dice and IoU on the "
+                    "test and out-of-distribution canvases, weights, images/s, peak memory, beside an Otsu "
+                    "threshold.",
+    "synthesis": "CapsPix2pix against pix2pix on mnist-skeleton and fashion-silhouette (Bass et al. 2019): L1, SSIM, "
+                 "shape IoU, noise spread, a frozen classifier's accuracy on the generated images, weights, speeds, "
+                 "and classifiers trained on the generated images tested on real ones.",
+}
+_EXPERIMENT_RUNS = ("Each run is a `capsnet train` run directory under --out (finished runs are read back, "
+                    "interrupted ones resume); results.md, results.json (and less_data.png) go there too.")
+# flags (their dests) that only some experiments take; the rest apply to every one
+_EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
+                    "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",),
+                    "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),  # less-data sets it by --sizes
+                    "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data")}  # and evaluates ~10 times
+
+
+class _ExperimentHelp(argparse.Action):
+    """--help: after an experiment's name (`capsnet experiment routing --help`), that experiment's paragraph and
+    only the flags it takes; else every experiment's."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = getattr(namespace, "name", None)
+        if name in _EXPERIMENT_ABOUT:
+            parser.description = (f"`capsnet experiment {name}`: {_EXPERIMENT_ABOUT[name]} {_EXPERIMENT_RUNS} "
+                                  f"(`capsnet experiment --help` describes every experiment.)")
+            for action in parser._actions:
+                if name not in _EXPERIMENT_ONLY.get(action.dest, (name,)):
+                    action.help = argparse.SUPPRESS
+            parser.usage = None
+        parser.print_help()
+        parser.exit()
+
+
 def _experiment_arguments(x: argparse.ArgumentParser) -> None:
+    x.add_argument("-h", "--help", action=_ExperimentHelp, help="show this help message and exit (after an "
+                   "experiment's name: that experiment's alone)")
     x.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
@@ -986,13 +1034,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 def _cmd_experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
-    less = args.name == "less-data"
-    only = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
-            "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",)}
-    # less-data sets each run's training size from --sizes and evaluates about ten times a run (experiments.plan)
-    misplaced = [f for f in (("train_size", "eval_every") if less else ()) +
-                 tuple(k for k, v in only.items() if args.name not in v)
-                 if hasattr(args, f)]
+    misplaced = [f for f, names in _EXPERIMENT_ONLY.items() if args.name not in names and hasattr(args, f)]
     if misplaced:
         args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
@@ -1052,7 +1094,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_segmentation_table(rows)
           if args.name == "segmentation" else ex.format_synthesis_table(rows) if args.name == "synthesis" else
           ex.format_table(rows))
-    if less:
+    if args.name == "less-data":
         from .figures import save_figure
 
         print(f"wrote {save_figure(ex.plot_less_data(rows), out / 'less_data.png')}")
@@ -1194,20 +1236,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                 "layer's capsule lengths per type) and training_curves."),
     "experiment": (_experiment_arguments, _cmd_experiment, "rerun the paper's experiments; compare the routings",
                    "Train models through the same loop, data and budget, and tabulate their final-epoch test "
-                   "figures. CapsNet against the CNN baseline: multimnist: top-2 exact error on 36x36 overlapping "
-                   "pairs (section 6); affine: train on translated MNIST (40x40), accuracy on translated and "
-                   "affine test digits, each placed within the training range (+-6 px) and anywhere in the frame "
-                   "(section 5.2); less-data: MNIST test error from nested training "
-                   "subsets, every run with the same --steps. routing: one model per routing algorithm (dynamic, EM, "
-                   "self-attention, inverted dot-product) on MNIST and Fashion-MNIST over --seeds, with each "
-                   "paper's learning rate and augmentation: error, weights, images/s, peak memory. segmentation: "
-                   "SegCaps against the U-Net on mnist-segmentation (LaLonde and Bagci 2018): Dice and IoU on the "
-                   "test and out-of-distribution canvases, weights, images/s, peak memory, beside an Otsu threshold. "
-                   "synthesis: CapsPix2pix against pix2pix on mnist-skeleton and fashion-silhouette (Bass et al. "
-                   "2019): L1, SSIM, shape IoU, noise spread, a frozen classifier's accuracy on the generated images, "
-                   "weights, speeds, and classifiers trained on the generated images tested on real ones. "
-                   "Each run is a `capsnet train` run directory under --out (finished runs are read "
-                   "back, interrupted ones resume); results.md, results.json (and less_data.png) go there too."),
+                   "figures. " + " ".join(f"{n}: {about}" for n, about in _EXPERIMENT_ABOUT.items()) + " "
+                   + _EXPERIMENT_RUNS + " (`capsnet experiment NAME --help`: one experiment's flags alone.)"),
     "viz": (_viz_arguments, _cmd_viz, "local web viewer: walk an image through the network, move its pose",
             "Serve the interactive viewer on a local web server (loopback by default)."),
 }
@@ -1226,7 +1256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"capsnet {__version__} (torch {_torch_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (arguments, handler, help, description) in _COMMANDS.items():
-        sp = sub.add_parser(name, formatter_class=_HelpFormatter, help=help, description=description)
+        sp = sub.add_parser(name, formatter_class=_HelpFormatter, help=help, description=description,
+                            add_help=name != "experiment")  # its own --help (_ExperimentHelp)
         arguments(sp)
         sp.set_defaults(handler=handler, parser=sp)
         sp.before_command = tuple(o for a in p._actions for o in a.option_strings if o not in ("-h", "--help"))
