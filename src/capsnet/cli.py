@@ -27,6 +27,7 @@ from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, d
                          task_kind, user_folder)
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
+from .figures.report import MISCLASSIFIED
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
@@ -537,7 +538,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--dims", type=_nonneg_int, nargs="+", default=None, help="pose dimensions to sweep (default: all)")
     f.add_argument("--delta-range", type=_positive_float, default=0.25, help="sweep each dimension from -R to +R")
     f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
-    f.add_argument("--misclassified", type=_nonneg_int, default=8,
+    f.add_argument("--misclassified", type=_nonneg_int, default=MISCLASSIFIED,
                    help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
                         "this many lowest-Dice images of the first 1,000 test images) (0: skip)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
