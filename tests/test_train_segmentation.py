@@ -428,6 +428,28 @@ def test_a_users_folder_is_decoded_once_a_run_and_again_when_a_file_changes(tmp_
     assert any(torch.equal(m[0], torch.from_numpy(mask // 255)) for m in both)
 
 
+def test_a_long_lived_process_sees_a_users_folder_change_its_size_or_gain_a_copied_test_pair(tmp_path, mask_pairs):
+    """The folder's shapes and the copied-test-pair check were cached by its path alone: in the viewer or a notebook,
+    a folder whose images were replaced by larger ones kept its old shape, and a training pair copied into test/
+    afterwards was never refused."""
+    import shutil
+
+    from capsnet.data import DataError
+
+    mask_pairs(tmp_path / "d", 6)
+    name = f"folder:{tmp_path / 'd'}"
+    assert input_shape(name) == (1, 16, 16)
+    shutil.rmtree(tmp_path / "d")
+    mask_pairs(tmp_path / "d", 6, size=(32, 24))
+    assert input_shape(name) == (1, 32, 24)
+    mask_pairs(tmp_path / "d" / "test", 2, size=(32, 24), seed=7)  # test pairs of their own: fine
+    assert len(load_test(name)) == 2
+    for sub in ("images", "masks"):  # a training pair copied into test/
+        shutil.copy(tmp_path / "d" / sub / "p03.png", tmp_path / "d" / "test" / sub / "p09.png")
+    with pytest.raises(DataError, match=r"test holds 1 of the training pairs \(the same files' contents\): p09.png"):
+        task(name)
+
+
 def test_the_eval_report_of_a_users_folder_names_its_test_files_in_order(unet_run, tmp_path, capsys):
     """Figures and --indices number a folder's test images, and nothing said which files those were."""
     from capsnet.cli import main

@@ -749,7 +749,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from .checkpoint import load_checkpoint
 
         last = load_checkpoint(Path(args.out) / "last.safetensors")
-        dataset = getattr(args, "dataset", last.train_config.get("dataset", dataset))
+        saved = last.train_config.get("dataset", dataset)
+        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
+            args.parser.error(f"the run in {args.out} trained on --dataset {saved}, and that folder is gone; put it "
+                              f"back at {gone[1]} to resume (its test split is drawn from its files)")
+        dataset = getattr(args, "dataset", saved)
         model = model or last.model_name
     kind = task_kind(dataset)  # a user's folder is read after the model's kind is checked against it
     chosen = model or _DEFAULT_MODEL[kind]
@@ -797,10 +801,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
-        saved = last.train_config.get("dataset", "")
-        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
-            args.parser.error(f"the run in {out} trained on --dataset {saved}, and that folder is gone; put it back at "
-                              f"{gone[1]} to resume (its test split is drawn from its files)")
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)

@@ -523,10 +523,19 @@ def absolute_dataset(name: str) -> str:
     return folder[0] + os.path.abspath(os.path.expanduser(folder[1]))
 
 
+def _both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
+    """The test split of a user's folder (``prefix`` folder: or pairs:), after checking that its training split has
+    the same shapes (they differ only when DIR/test holds its own pairs): every file read and checked, for the
+    models' shapes. Once while the folder's files stay as they are: a long-lived process (the viewer, a notebook)
+    sees a file added, removed or rewritten, as ``_read_folder`` does."""
+    base = Path(root).expanduser().absolute()
+    stamp = tuple(_stamp(top, _SUBFOLDERS[prefix]) for top in (base, base / "test")) + ((base / "test").is_dir(),)
+    return _both_splits_once(root, prefix, stamp)
+
+
 @functools.lru_cache(maxsize=8)
-def _both_splits(root: str | os.PathLike, load) -> Dataset:
-    """The test split of a user's folder, after checking that its training split has the same shapes (they differ
-    only when DIR/test holds its own pairs): every file read and checked, for the models' shapes."""
+def _both_splits_once(root: str | os.PathLike, prefix: str, stamp: tuple) -> Dataset:
+    load = load_folder if prefix == FOLDER_PREFIX else load_pairs
     test = load(root, "test")
     if (Path(root).expanduser() / "test").is_dir():
         train = load(root, "train")
@@ -554,14 +563,13 @@ def _pair_digest(pairs: Dataset, k: int) -> bytes:
 
 
 def _folder_task(name: str) -> Task:
-    pairs = _both_splits(name[len(FOLDER_PREFIX):], load_folder)  # the shape for models
+    pairs = _both_splits(name[len(FOLDER_PREFIX):], FOLDER_PREFIX)  # the shape for models
     return Task(name, tuple(pairs.images.shape[1:]), _folder_held, _folder_batch, num_classes=1, places_digits=True,
                 metric="Dice", kind="segmentation")
 
 
-@functools.lru_cache(maxsize=8)
 def _pairs_task(name: str) -> Task:
-    pairs = _both_splits(name[len(PAIRS_PREFIX):], load_pairs)  # the shapes for models
+    pairs = _both_splits(name[len(PAIRS_PREFIX):], PAIRS_PREFIX)  # the shapes for models
     return Task(name, tuple(pairs.images.shape[1:]), _pairs_held, _pairs_batch, num_classes=1, places_digits=True,
                 metric="L1", kind="synthesis", target_channels=pairs.labels.shape[1])
 
