@@ -450,6 +450,28 @@ def test_a_long_lived_process_sees_a_users_folder_change_its_size_or_gain_a_copi
         task(name)
 
 
+@pytest.mark.parametrize("run", ["unet_run", "gan_run"])
+def test_eval_reads_the_checkpoint_once(run, request, tmp_path, monkeypatch, data_root):
+    """`capsnet eval` read the checkpoint for its kind and the report's name, then again to score it: a training
+    run replacing best.safetensors in between made a report named after one checkpoint of another's figures."""
+    from capsnet import checkpoint, evaluate
+    from capsnet.cli import main
+
+    path = request.getfixturevalue(run)  # made (and its judge read) before the reads are counted
+    reads = []
+    real = checkpoint.load_checkpoint
+
+    def counted(*a, **k):
+        reads.append(a[0])
+        return real(*a, **k)
+    monkeypatch.setattr(checkpoint, "load_checkpoint", counted)
+    monkeypatch.setattr(evaluate, "load_checkpoint", counted)
+    assert main(["eval", "--checkpoint", str(path), "--json", str(tmp_path / "e.json"), "--no-progress",
+                 "--data-dir", str(data_root), "--test-size", "4" if run == "gan_run" else "0"]) == 0
+    judge = ["pretrained:capsnet-mnist-small"] if run == "gan_run" else []  # the synthesis run's judge, read once
+    assert reads == [str(path), *judge] and json.loads((tmp_path / "e.json").read_text())["model"]
+
+
 def test_the_eval_report_of_a_users_folder_names_its_test_files_in_order(unet_run, tmp_path, capsys):
     """Figures and --indices number a folder's test images, and nothing said which files those were."""
     from capsnet.cli import main

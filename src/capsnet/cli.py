@@ -948,14 +948,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .synthesis import evaluate_synthesis_checkpoint
 
     _output_file(args.json, "--json")
-    saved = load_checkpoint(args.checkpoint, args.which)
-    out = Path(args.json) if args.json else _eval_report(saved, args)
+    saved = load_checkpoint(args.checkpoint, args.which)  # read once: the report is of these weights, whatever a
+    out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := _unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
     if model_spec(saved.model_name).kind == "synthesis":
         if args.affnist:
             args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
-        done = evaluate_synthesis_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset,
+        done = evaluate_synthesis_checkpoint(saved, which=args.which, dataset=args.dataset,
                                              test_size=args.test_size, judge=args.judge, root=args.data_dir,
                                              device=str(resolve_device(args.device)),
                                              batch_size=min(args.batch_size, 64), progress=not args.no_progress,
@@ -966,7 +966,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
                           f"{saved.model_name} model")
     else:
-        done = evaluate_checkpoint(args.checkpoint, which=args.which, dataset=args.dataset, test_size=args.test_size,
+        done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress)
     try:  # first: a reader that stops early (| head) loses nothing

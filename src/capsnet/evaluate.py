@@ -202,14 +202,15 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
     return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
 
 
-def load_model(path: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu"
+def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu"
                ) -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model saved in a checkpoint, by the name and config it records, with its weights, on
     ``device``: ``path`` a run directory (``which`` "best" or "last" picks its best.safetensors or
-    last.safetensors), a .safetensors file, or ``pretrained:NAME``. Returns (model, the checkpoint read)."""
+    last.safetensors), a .safetensors file, ``pretrained:NAME``, or a Checkpoint already read (a training run may
+    replace its file between two reads). Returns (model, the checkpoint read)."""
     from .train import saved_configs  # train imports this module: a local import keeps the arrows one way
 
-    ckpt = load_checkpoint(path, which)
+    ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, which)
     config, _ = saved_configs(ckpt)
     model = MODELS[ckpt.model_name].build(config)
     load_weights(model, ckpt)
@@ -352,7 +353,7 @@ class CheckpointEvaluation:
         return lines
 
 
-def evaluate_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
+def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best", dataset: str | None = None,
                         test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
                         device: str | torch.device = "auto", root: str | os.PathLike | None = None,
                         progress: bool = True) -> CheckpointEvaluation:

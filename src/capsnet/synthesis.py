@@ -383,8 +383,8 @@ def pairs_misfit(name: str, cfg) -> str | None:
     return None
 
 
-def evaluate_synthesis_checkpoint(path: str | os.PathLike, *, which: str = "best", dataset: str | None = None,
-                                  test_size: int = 0, judge: str | os.PathLike | None = None,
+def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best",
+                                  dataset: str | None = None, test_size: int = 0, judge: str | os.PathLike | None = None,
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                                   batch_size: int = 64, progress: bool = False,
                                   truncation: float | None = None) -> SynthesisEvaluation:
