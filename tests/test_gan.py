@@ -572,6 +572,16 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     again = run_plan(runs, device="cpu", data_root=data_root, progress=False)  # finished runs are read back
     assert [r["test_l1"] for r in again] == [r["test_l1"] for r in rows]
     assert [Path(p["run_dir"]).name for p in probes] == ["real", "capspix2pix-1ep", "pix2pix-1ep"]
+    # finished probes read back as they are: no generator run over the training maps, no data set read (a whole
+    # MNIST's skeletons and 60,000 generated images on every read-back before)
+    from capsnet import synthesis
+    from capsnet.data import tasks
+
+    with monkeypatch.context() as m:
+        for module, name in ((synthesis, "generate"), (tasks, "load_training"), (tasks, "load_test")):
+            m.setattr(module, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} called on a read-back"))
+        assert synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root,
+                                    progress=False) == probes
     # a generator trained on makes other images: its probe is trained afresh, not read back from the one before
     # (which stays); the probe of the real images is read back
     longer = plan("synthesis", tmp_path, train=dataclasses.replace(train, epochs=2), configs=configs,

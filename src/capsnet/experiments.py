@@ -544,10 +544,13 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
     size and seed, with the plain task's shift augmentation. Each probe is a run directory under
     ``out/probes/DATASET``: ``real``, and ``MODEL-Eep`` for the images of MODEL's generator after its E epochs (a
-    finished one is read back).
+    finished one is read back, and then neither its images are generated nor the data sets read).
     """
+    import functools
+
     import torch
 
+    from .data.sets import split_size
     from .data.tasks import SYNTHESIS_SIDE, Split, load_test, load_training
     from .evaluate import load_model
     from .models import CapsNetConfig
@@ -559,29 +562,37 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
         source = task(dataset).source  # the plain image set: mnist or fashion-mnist
         cfg = replace(first.train_config, dataset=source, epochs=epochs, lr=TrainConfig.lr, eval_every=epochs,
                       ema_decay=0.0)  # a classifier: no generator to average
-        pairs, _, _ = load_training(dataset, train_size=cfg.train_size, seed=cfg.seed, root=data_root,
-                                    progress=progress)  # the 28x28 training images of the runs, in their order
-        test = load_test(source, size=cfg.test_size, root=data_root, progress=progress)
-        labels, _, _ = task(dataset).batch(pairs.to("cpu"), torch.arange(len(pairs)), torch.Generator(), None)
-        crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
-        made = {"real": (pairs.images, "real")}
-        for run in (r for r in runs if r.dataset == dataset):
-            model, ckpt = load_model(run.run_dir, which="last", device=device)
-            fake = generate(model, labels.to(next(model.parameters()).device), progress=progress).cpu()
-            # (N, 1, 28, 28) in [0, 1]; the folder names the generator's epochs: a generator trained on (a larger
-            # --epochs) makes other images, so its probe from before is not read back as this one's
-            made[run.model] = (fake[..., crop, crop], f"{run.model}-{ckpt.state.get('epoch')}ep")
-        for trained_on, (images, folder) in made.items():
+
+        @functools.cache
+        def data() -> tuple[Split, torch.Tensor, Split]:  # read when a probe is to be trained, once
+            pairs, _, _ = load_training(dataset, train_size=cfg.train_size, seed=cfg.seed, test_size=1, root=data_root,
+                                        progress=progress)  # the runs' 28x28 training images, in order (test unused)
+            labels, _, _ = task(dataset).batch(pairs.to("cpu"), torch.arange(len(pairs)), torch.Generator(), None)
+            return pairs, labels, load_test(source, size=cfg.test_size, root=data_root, progress=progress)
+
+        def generated(run: Run) -> torch.Tensor:  # the images run's generator makes from the labels (N, 1, 28, 28)
+            model, _ = load_model(run.run_dir, which="last", device=device)
+            fake = generate(model, data()[1].to(next(model.parameters()).device), progress=progress).cpu()
+            crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
+            return fake[..., crop, crop]
+
+        # the folder names the generator's epochs: a generator trained on (a larger --epochs) makes other images, so
+        # its probe from before is not read back as this one's
+        made = {"real": ("real", lambda: data()[0].images)} | {
+            run.model: (f"{run.model}-{load_checkpoint(run.run_dir, 'last').state.get('epoch')}ep",
+                        functools.partial(generated, run)) for run in runs if run.dataset == dataset}
+        for trained_on, (folder, images) in made.items():
             probe_dir = Path(out) / "probes" / dataset / folder
             probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
             final = _finished(probe)
             if final is None:
+                pairs, _, test = data()
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(),
-                            data=(Split(images, pairs.labels, pairs.classes), test))
+                            data=(Split(images(), pairs.labels, pairs.classes), test))
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
-                         "train_size": len(images), "epochs": epochs, "test_accuracy": final["test_accuracy"],
-                         "run_dir": str(probe_dir)})
+                         "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,
+                         "test_accuracy": final["test_accuracy"], "run_dir": str(probe_dir)})
     return rows
 
 
