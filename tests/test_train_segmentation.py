@@ -444,6 +444,8 @@ def test_a_long_lived_process_sees_a_users_folder_change_its_size_or_gain_a_copi
     assert input_shape(name) == (1, 32, 24)
     mask_pairs(tmp_path / "d" / "test", 2, size=(32, 24), seed=7)  # test pairs of their own: fine
     assert len(load_test(name)) == 2
+    load_test(name).images.zero_()  # the caller's own tensors (DIR/test's split is the whole folder, copied)
+    assert load_test(name).images.any()
     for sub in ("images", "masks"):  # a training pair copied into test/
         shutil.copy(tmp_path / "d" / sub / "p03.png", tmp_path / "d" / "test" / sub / "p09.png")
     with pytest.raises(DataError, match=r"test holds 1 of the training pairs \(the same files' contents\): p09.png"):

@@ -618,10 +618,10 @@ def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[tor
     ``load_pair_folder``), once while its files stay as they are: a run reads a folder for its shapes, its training
     split and its test split, and the viewer and figures read it again; each PNG was decoded up to four times. The
     files' names, sizes and change times are the key, so a file added, removed or rewritten is read afresh. The
-    tensors returned are the caller's own."""
+    tensors returned are the cache's: copy them before handing them on (``_user_split`` does)."""
     where = Path(where).expanduser().absolute()
     first, second, names = _read_folder_once(kind, str(where), _stamp(where, _SUBFOLDERS[kind]), scale)
-    return first.clone(), second.clone(), list(names)
+    return first, second, list(names)
 
 
 def _stamp(where: Path, subs: tuple[str, ...]) -> tuple:
@@ -674,9 +674,9 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
                         f"the same names)")
     held_out = (base / "test").is_dir()
     where = base / "test" if held_out and split == "test" else base
-    first, second, names = read(where)
+    first, second, names = read(where)  # the cache's tensors: every split below is a copy of its own
     if held_out:
-        return Dataset(f"{prefix}{root}", split, first, second, classes, tuple(names))
+        return Dataset(f"{prefix}{root}", split, first.clone(), second.clone(), classes, tuple(names))
     n = len(names)
     if n < 2:
         raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
