@@ -28,6 +28,7 @@ from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, d
 from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
 from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
+from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
@@ -479,6 +480,35 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _open_unit_float(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    value = _nonneg_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1 (e.g. 0.5), got {text}")
+    return value
+
+
+def _predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a classifier or a segmentation "
+                                                       "model, or a shipped one (pretrained:NAME)")
+    p.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    p.add_argument("--images", required=True, metavar="DIR",
+                   help="folder of PNG images: a classifier's input size and channels; a segmentation model's "
+                        "channels, any size whose sides are multiples of its stride (SegCaps: 8)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help=f"folder for the results: a classifier's {PREDICTIONS_FILE} (each file's class and every "
+                        f"class's score); a segmentation model's NAME.png masks (0/255)")
+    p.add_argument("--threshold", type=_open_unit_float, default=0.5,
+                   help="segmentation: the mask is where the foreground probability exceeds this")
+    p.add_argument("--probabilities", action="store_true",
+                   help="segmentation: also write NAME_probability.png, the probabilities x 255")
+    p.add_argument("--batch-size", type=_positive_int, default=64,
+                   help="images per forward pass (segmentation: at the model's training size; larger images go "
+                        "fewer at a time)")
+    p.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _export_arguments(x: argparse.ArgumentParser) -> None:
@@ -1000,6 +1030,29 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from .predict import predict_folder
+
+    done = predict_folder(args.checkpoint, args.images, args.out, which=args.which,
+                          device=str(resolve_device(args.device)), threshold=args.threshold,
+                          probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress)
+    n = len(done.replaced)  # a second run into one folder: said, so no earlier output goes unnoticed
+    again = f" ({_counted(n, 'file')} of the same name{'s' if n > 1 else ''} replaced)" if n else ""
+    if done.kind == "classification":
+        shown = done.rows[:10]
+        width = max(len(r["file"]) for r in shown)
+        for r in shown:
+            print(f"{r['file']:<{width}}  {r['class']:<12}  score {r['score']:.4f}")
+        if len(done.rows) > len(shown):
+            print(f"... and {len(done.rows) - len(shown)} more")
+        print(f"classified {_counted(len(done.rows), 'image')}: wrote {done.files[0]}{again}")
+    else:
+        share = sum(r["foreground"] for r in done.rows) / len(done.rows)
+        print(f"segmented {_counted(len(done.rows), 'image')} (foreground {100 * share:.1f}% of the pixels on "
+              f"average): wrote {_counted(len(done.files), 'file')} to {done.folder}{again}")
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .export import export_model
 
@@ -1213,6 +1266,11 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                  "Make images from a folder of label maps (PNG) with a trained synthesis model (capspix2pix, "
                  "pix2pix): one PNG per label map and noise seed, every label map checked before any file is "
                  "written."),
+    "predict": (_predict_arguments, _cmd_predict, "classify or segment your own images with a trained model",
+                "Apply a trained classifier or segmentation model to a folder of PNG images: a classifier writes "
+                f"{PREDICTIONS_FILE} (each file's class and every class's score), a segmentation model one mask "
+                "per image (and, with --probabilities, its probabilities). Every image is read and checked, and "
+                "every prediction made, before any file is written."),
     "eval": (_eval_arguments, _cmd_eval, "test accuracy, per-class accuracy and confusion matrix",
              "Evaluate a checkpoint on its data set's test split; prints a table and writes JSON."),
     "export": (_export_arguments, _cmd_export, "write a checkpoint's model as ONNX or a torch.export program",

@@ -36,7 +36,7 @@ def assert_clean_error(r, *fragments):
 def test_help_everywhere(capsys):
     r = capsnet("--help")  # the installed entry point, in its own process
     assert r.returncode == 0 and "usage: capsnet" in r.stdout
-    for command in ("train", "eval", "bench", "figures", "experiment", "viz"):
+    for command in ("train", "eval", "bench", "figures", "experiment", "viz", "predict", "generate"):
         r = in_process(capsys, command, "--help")
         assert r.returncode == 0 and f"usage: capsnet {command}" in r.stdout
     r = in_process(capsys, "train", "--help")

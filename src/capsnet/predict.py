@@ -1,0 +1,193 @@
+"""A trained classifier or segmentation model applied to the user's own PNG images (``capsnet predict``).
+
+- A classifier reads every PNG of the folder at its input size and channel count, and writes
+  ``OUT/predictions.csv``: each file's predicted class (its name where the data set names its classes), that class's
+  score and every class's score, the scores ``capsnet eval`` ranks the classes by (capsule lengths, EM activations,
+  the CNN's softmax probabilities).
+- A segmentation model reads every PNG of its channel count at any size whose sides are multiples of its stride
+  (SegCaps: 8), and writes each file's mask as ``OUT/NAME.png`` (0/255, where the foreground probability exceeds the
+  threshold) and, when asked, its probabilities as ``OUT/NAME_probability.png`` (probability x 255). It was trained at
+  its run's size; other sizes run because the network is convolutional.
+
+Every image is read and checked, and every prediction made, before anything is written; each file is written
+atomically. Synthesis models make images with ``capsnet generate``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ._progress import progress_bar
+from .checkpoint import Checkpoint, atomic_write
+from .data.idx import DataError
+from .data.png import image_array, png_files
+from .data.sets import class_names
+from .data.tasks import task
+from .evaluate import eval_batch, load_model
+from .models import model_spec
+
+__all__ = ["Predictions", "predict_folder", "PREDICTIONS_FILE"]
+
+PREDICTIONS_FILE = "predictions.csv"  # a classifier's output in --out
+_CHANNELS = {1: "grayscale", 3: "RGB"}
+
+
+@dataclass
+class Predictions:
+    """What ``predict_folder`` wrote: the folder, the files (the CSV, or one mask per image, and the probability
+    images when asked), those of the same names it replaced, and one row per image (a classifier: file, predicted,
+    class, score, and every class's score; a segmentation model: file, height, width, the foreground's share of the
+    pixels and the mean foreground probability)."""
+
+    kind: str  # "classification" or "segmentation"
+    folder: Path
+    files: list[Path]
+    rows: list[dict] = field(default_factory=list)
+    replaced: list[Path] = field(default_factory=list)
+
+
+def _read(images_dir: Path, channels: int, size: tuple[int, int] | None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+    """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
+    the ``size`` (H, W) it takes; and the files by stem."""
+    arrays, paths = {}, png_files(images_dir, "images", paired=False)
+    for stem, path in paths.items():
+        a = image_array(path)
+        if a.shape[0] != channels:
+            raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
+                            f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
+        if size is not None and a.shape[1:] != size:
+            raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
+                            f"{size[0]}x{size[1]} images; resize or crop it to that size")
+        arrays[stem] = a
+    return arrays, paths
+
+
+@torch.no_grad()
+def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.ndarray], batch_size: int,
+              progress: bool) -> list[dict]:
+    loss = model_spec(ckpt.model_name).loss
+    dev = next(model.parameters()).device
+    x = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
+    scores = []
+    for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False,
+                              progress=progress):
+        batch = x[start:start + batch_size].to(dev)
+        # the registry's loss gives every classifier's class scores; the labels only weigh the loss, unused here
+        scores.append(loss(model, batch, torch.zeros(len(batch), dtype=torch.long, device=dev),
+                           recon_weight=0.0)[1].float().cpu())
+    scores_ = torch.cat(scores)  # (N, K)
+    dataset = ckpt.train_config.get("dataset", "mnist")
+    names = class_names(task(dataset).source) if not dataset.startswith(("folder:", "pairs:")) else None
+    K = scores_.shape[1]
+    names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
+    rows = []
+    for stem, s in zip(arrays, scores_.tolist()):
+        k = max(range(K), key=s.__getitem__)
+        rows.append({"file": f"{stem}.png", "predicted": k, "class": names[k], "score": s[k]}
+                    | {f"score_{names[j]}": s[j] for j in range(K)})
+    return rows
+
+
+@torch.no_grad()
+def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[str, Path], batch_size: int,
+             progress: bool) -> dict[str, np.ndarray]:
+    """Each image's foreground probabilities (H, W) float32; images of one size go through together, as many at a
+    time as the model's evaluation batch holds at its training size (a 512x512 image is 64 of 64x64)."""
+    cfg, dev = model.config, next(model.parameters()).device
+    by_size: dict[tuple[int, ...], list[str]] = {}
+    for stem, a in arrays.items():
+        by_size.setdefault(a.shape[1:], []).append(stem)
+    out: dict[str, np.ndarray] = {}
+    bar = progress_bar(total=len(arrays), desc="segment", unit="image", leave=False, progress=progress)
+    try:
+        for (H, W), stems in by_size.items():
+            per_batch = max(1, eval_batch(model, batch_size) * cfg.input_height * cfg.input_width // (H * W))
+            for start in range(0, len(stems), per_batch):
+                chunk = stems[start:start + per_batch]
+                x = torch.from_numpy(np.stack([arrays[s] for s in chunk])).float().div_(255.0).to(dev)
+                try:
+                    p = model(x).probabilities  # (b, 1, H, W)
+                except ValueError as e:  # the model's own check of the size (sides multiples of its stride)
+                    raise DataError(f"image {paths[chunk[0]]} cannot be segmented: {e}") from None
+                for s, prob in zip(chunk, p[:, 0].float().cpu().numpy()):
+                    out[s] = prob
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+    return {s: out[s] for s in arrays}  # the folder's order
+
+
+def _png_bytes(a: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(a).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str | os.PathLike,
+                   out: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu",
+                   threshold: float = 0.5, probabilities: bool = False, batch_size: int = 64,
+                   progress: bool = False) -> Predictions:
+    """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
+    read) to every PNG image in ``images_dir`` and write the results into ``out`` (see the module docstring).
+    ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
+    ``probabilities``: also write each image's probabilities. A problem with an image is a DataError naming it,
+    raised before anything is written."""
+    if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
+        raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    model, ckpt = load_model(checkpoint, which=which, device=device)
+    kind = model_spec(ckpt.model_name).kind
+    if kind == "synthesis":
+        raise ValueError(f"{ckpt.path} holds a synthesis model ({ckpt.model_name}); it makes images from label maps: "
+                         f"use capsnet generate")
+    if probabilities and kind != "segmentation":
+        raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
+                         f"whose scores are all in {PREDICTIONS_FILE}")
+    folder, source = Path(out), Path(images_dir)
+    if folder.exists() and not folder.is_dir():
+        raise DataError(f"--out {out} is a file; give a folder for the predictions")
+    if folder.expanduser().resolve() == source.expanduser().resolve():
+        raise DataError(f"--out {out} is the --images folder; give another folder (masks written among the images "
+                        f"would be read as images next time)")
+    cfg = model.config
+    model.eval()
+    segmenting = kind == "segmentation"
+    arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width))
+    clash = sorted({f"{stem}_probability" for stem in arrays} & set(arrays)) if probabilities else []
+    if clash:  # NAME_probability.png of one image would be written over the mask of another
+        raise DataError(f"{source} holds both {clash[0][:-len('_probability')]}.png and {clash[0]}.png: the first's "
+                        f"probabilities would be written over the second's mask; rename {clash[0]}.png or leave out "
+                        f"the probabilities")
+    written: dict[Path, bytes] = {}
+    if segmenting:
+        probs = _segment(model, arrays, paths, batch_size, progress)
+        rows = []
+        for stem, p in probs.items():
+            mask = p > threshold
+            written[folder / f"{stem}.png"] = _png_bytes(mask.astype(np.uint8) * np.uint8(255))
+            if probabilities:
+                written[folder / f"{stem}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
+            rows.append({"file": f"{stem}.png", "height": p.shape[0], "width": p.shape[1],
+                         "foreground": float(mask.mean()), "mean_probability": float(p.mean())})
+    else:
+        rows = _classify(model, ckpt, arrays, eval_batch(model, batch_size), progress)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+        written[folder / PREDICTIONS_FILE] = text.getvalue().encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    replaced = [p for p in written if p.exists()]
+    for path, data in written.items():
+        atomic_write(path, lambda f, data=data: f.write(data))
+    return Predictions(kind, folder, list(written), rows, replaced)

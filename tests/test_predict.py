@@ -1,0 +1,171 @@
+"""capsnet predict: a trained classifier's classes and a segmentation model's masks for the user's own PNG images,
+checked against the models run by hand on the same pixels; bad folders named before anything is written."""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capsnet.cli import main
+from capsnet.data import DataError, load_dataset
+from capsnet.data.sets import class_names
+from capsnet.evaluate import load_model
+from capsnet.predict import PREDICTIONS_FILE, predict_folder
+
+
+def _digits(folder, dataset, data_root, n=6):
+    """The first ``n`` test images of ``dataset`` as PNG files; their (N, 1, 28, 28) uint8 pixels."""
+    d = load_dataset(dataset, "test", root=data_root)
+    folder.mkdir(parents=True)
+    for i in range(n):
+        Image.fromarray(d.images[i, 0].numpy()).save(folder / f"item{i}.png")
+    return d.images[:n]
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("name, dataset", [("capsnet-mnist-small", "mnist"),
+                                           ("capsnet-fashion-small", "fashion-mnist")])
+def test_a_classifier_writes_each_files_class_and_every_score(name, dataset, tmp_path, data_root):
+    pixels = _digits(tmp_path / "in", dataset, data_root)
+    done = predict_folder(f"pretrained:{name}", tmp_path / "in", tmp_path / "out")
+    model, _ = load_model(f"pretrained:{name}")
+    with torch.no_grad():
+        lengths = model.eval()(pixels.float() / 255).poses.norm(dim=-1)  # (6, 10): the class capsules' lengths
+    rows = _rows(tmp_path / "out" / PREDICTIONS_FILE)
+    names = class_names(dataset)
+    assert [r["file"] for r in rows] == [f"item{i}.png" for i in range(6)] and done.files == [tmp_path / "out" /
+                                                                                              PREDICTIONS_FILE]
+    for r, scores in zip(rows, lengths):
+        k = int(scores.argmax())
+        assert int(r["predicted"]) == k and r["class"] == names[k]
+        assert [float(r[f"score_{c}"]) for c in names] == pytest.approx(scores.tolist(), abs=5e-6)  # safe_norm's epsilon, 6 decimals
+        assert float(r["score"]) == pytest.approx(float(scores[k]), abs=5e-6)
+    labels = load_dataset(dataset, "test", root=data_root).labels[:6]
+    assert sum(int(r["predicted"]) == int(y) for r, y in zip(rows, labels)) >= 5  # a trained model, real images
+
+
+def test_a_segmentation_model_writes_masks_at_any_size_its_stride_divides(unet_run, tmp_path):
+    rng = np.random.default_rng(3)
+    (tmp_path / "in").mkdir()
+    images = {"a": rng.integers(0, 256, (16, 16), dtype=np.uint8), "b": rng.integers(0, 256, (32, 24), dtype=np.uint8),
+              "c": rng.integers(0, 256, (16, 16), dtype=np.uint8)}
+    images["c"][4:10, 4:10] = 220  # the fixture's bright square
+    for stem, a in images.items():
+        Image.fromarray(a).save(tmp_path / "in" / f"{stem}.png")
+    model, _ = load_model(unet_run)
+    with torch.no_grad():
+        p_b = model.eval()(torch.from_numpy(images["b"])[None, None].float() / 255).probabilities
+    middle = float(p_b.median())  # a cut that splits b's pixels, whatever this little-trained model predicts
+    assert 0 < float((p_b > middle).float().mean()) < 1
+    for threshold in (0.5, middle):
+        out = tmp_path / f"out{threshold}"
+        done = predict_folder(unet_run, tmp_path / "in", out, threshold=threshold, probabilities=True)
+        assert sorted(p.name for p in out.iterdir()) == ["a.png", "a_probability.png", "b.png", "b_probability.png",
+                                                         "c.png", "c_probability.png"]
+        for row, (stem, a) in zip(done.rows, images.items()):
+            with torch.no_grad():
+                p = model.eval()(torch.from_numpy(a)[None, None].float() / 255).probabilities[0, 0].numpy()
+            mask = np.array(Image.open(out / f"{stem}.png"))
+            assert mask.shape == a.shape and set(np.unique(mask)) <= {0, 255}
+            assert np.array_equal(mask == 255, p > threshold)
+            assert np.array_equal(np.array(Image.open(out / f"{stem}_probability.png")), np.round(p * 255))
+            assert row == {"file": f"{stem}.png", "height": a.shape[0], "width": a.shape[1],
+                           "foreground": pytest.approx(float((p > threshold).mean())),
+                           "mean_probability": pytest.approx(float(p.mean()))}
+
+
+def _folder(tmp_path, arrays, mode=None):
+    folder = tmp_path / "in"
+    folder.mkdir(exist_ok=True)
+    for stem, a in arrays.items():
+        img = Image.fromarray(a)
+        (img if mode is None else img.convert(mode)).save(folder / f"{stem}.png")
+    return folder
+
+
+@pytest.mark.parametrize("case, message", [
+    ("rgb", "image {in}/x.png is RGB but the model takes grayscale images; save it as grayscale"),
+    ("side", "image {in}/x.png cannot be segmented: image sides must be multiples of 8"),
+    ("same", "--out {in} is the --images folder; give another folder"),
+    ("clash", "{in} holds both x.png and x_probability.png: the first's probabilities would be written over the "
+              "second's mask"),
+    ("empty", "no PNG files in {in}"),
+])
+def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_run, tmp_path):
+    grey = np.zeros((16, 16), np.uint8)
+    arrays = {"rgb": {"ok": grey, "x": grey}, "side": {"ok": grey, "x": np.zeros((20, 16), np.uint8)},
+              "same": {"x": grey}, "clash": {"x": grey, "x_probability": grey}, "empty": {}}[case]
+    folder = _folder(tmp_path, arrays)
+    if case == "rgb":
+        Image.fromarray(grey).convert("RGB").save(folder / "x.png")
+    out = folder if case == "same" else tmp_path / "out"
+    with pytest.raises(DataError) as e:
+        predict_folder(unet_run, folder, out, probabilities=case == "clash")
+    assert message.format(**{"in": folder}) in str(e.value)
+    assert not (tmp_path / "out").exists() and sorted(p.stem for p in folder.iterdir()) == sorted(arrays)
+
+
+def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
+    folder = _folder(tmp_path, {"x": np.zeros((30, 28), np.uint8)})
+    with pytest.raises(DataError, match=r"x.png is 30x28 \(HxW\) but the classifier takes 28x28 images; resize or "
+                                        r"crop it"):
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
+    with pytest.raises(ValueError, match="holds a synthesis model .*: use capsnet generate"):
+        predict_folder(gan_run, folder, tmp_path / "out")
+    with pytest.raises(ValueError, match="probabilities are written for segmentation models"):
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", probabilities=True)
+    with pytest.raises(ValueError, match="threshold must lie strictly between 0 and 1"):
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=1.0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_prints_what_it_wrote_and_what_it_replaced(tmp_path, data_root, capsys):
+    _digits(tmp_path / "in", "mnist", data_root, n=12)
+    args = ["predict", "--checkpoint", "pretrained:capsnet-mnist-small", "--images", str(tmp_path / "in"), "--out",
+            str(tmp_path / "out"), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "item0.png" in out and "... and 2 more" in out
+    assert f"classified 12 images: wrote {tmp_path / 'out' / PREDICTIONS_FILE}\n" in out
+    assert main(args) == 0
+    assert "(1 file of the same name replaced)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(args + ["--threshold", "1.5"])
+    assert "must lie strictly between 0 and 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["baseline", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet",
+                                  "capsnet-cifar10"])
+def test_every_kind_of_classifier_is_read_by_its_own_scores(name, tmp_path):
+    """The CSV's scores come through the registry's loss; each model's own output says what they must be: the CNN's
+    softmax, EM's activations, the capsule lengths, the inverted model's logits. Untrained weights, a Checkpoint
+    handed in (a run directory is read into one)."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.models import MODELS
+
+    torch.manual_seed(0)
+    spec = MODELS[name]
+    cfg = spec.config()
+    model = spec.build(cfg).eval()
+    rng = np.random.default_rng(1)
+    shape = (cfg.input_height, cfg.input_width) + ((3,) if cfg.in_channels == 3 else ())
+    pixels = {f"x{i}": rng.integers(0, 256, shape, dtype=np.uint8) for i in range(3)}
+    folder = _folder(tmp_path, pixels)
+    ckpt = Checkpoint(name, cfg.to_dict(), {"dataset": "cifar10" if cfg.in_channels == 3 else "mnist"}, {},
+                      model.state_dict())
+    done = predict_folder(ckpt, folder, tmp_path / "out")
+    x = torch.from_numpy(np.stack([a if a.ndim == 2 else a.transpose(2, 0, 1) for a in pixels.values()]))
+    x = (x[:, None] if x.dim() == 3 else x).float() / 255
+    with torch.no_grad():
+        out = model(x)
+    expected = out.softmax(1) if isinstance(out, torch.Tensor) else out.scores
+    got = torch.tensor([[r[k] for k in r if k.startswith("score_")] for r in done.rows])
+    assert torch.allclose(got, expected.float(), atol=1e-5)
+    assert [r["predicted"] for r in done.rows] == expected.argmax(1).tolist()
