@@ -142,7 +142,7 @@ def test_the_command_prints_what_it_wrote_and_what_it_replaced(tmp_path, data_ro
 
 
 @pytest.mark.parametrize("name", ["baseline", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet",
-                                  "capsnet-cifar10"])
+                                  "capsnet-svhn"])
 def test_every_kind_of_classifier_is_read_by_its_own_scores(name, tmp_path):
     """The CSV's scores come through the registry's loss; each model's own output says what they must be: the CNN's
     softmax, EM's activations, the capsule lengths, the inverted model's logits. Untrained weights, a Checkpoint
@@ -158,7 +158,7 @@ def test_every_kind_of_classifier_is_read_by_its_own_scores(name, tmp_path):
     shape = (cfg.input_height, cfg.input_width) + ((3,) if cfg.in_channels == 3 else ())
     pixels = {f"x{i}": rng.integers(0, 256, shape, dtype=np.uint8) for i in range(3)}
     folder = _folder(tmp_path, pixels)
-    ckpt = Checkpoint(name, cfg.to_dict(), {"dataset": "cifar10" if cfg.in_channels == 3 else "mnist"}, {},
+    ckpt = Checkpoint(name, cfg.to_dict(), {"dataset": "svhn" if cfg.in_channels == 3 else "mnist"}, {},
                       model.state_dict())
     done = predict_folder(ckpt, folder, tmp_path / "out")
     x = torch.from_numpy(np.stack([a if a.ndim == 2 else a.transpose(2, 0, 1) for a in pixels.values()]))
@@ -169,3 +169,18 @@ def test_every_kind_of_classifier_is_read_by_its_own_scores(name, tmp_path):
     got = torch.tensor([[r[k] for k in r if k.startswith("score_")] for r in done.rows])
     assert torch.allclose(got, expected.float(), atol=1e-5)
     assert [r["predicted"] for r in done.rows] == expected.argmax(1).tolist()
+    if name == "capsnet-svhn":  # SVHN's digits named; CIFAR-10's images are cropped and standardised: refused
+        assert [r["class"] for r in done.rows] == [str(k) for k in expected.argmax(1).tolist()]
+        cifar = MODELS["capsnet-cifar10"]
+        ckpt = Checkpoint("capsnet-cifar10", cifar.config().to_dict(), {"dataset": "cifar10"}, {},
+                          cifar.build(cifar.config()).state_dict())
+        with pytest.raises(ValueError, match="trained on cifar10, whose images the model takes centre-cropped"):
+            predict_folder(ckpt, folder, tmp_path / "out2")
+        assert not (tmp_path / "out2").exists()
+
+
+def test_the_csv_names_each_file_as_it_is_on_disk(tmp_path):
+    folder = _folder(tmp_path, {})
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(folder / "UP.PNG")
+    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
+    assert [r["file"] for r in done.rows] == ["UP.PNG"]

@@ -831,6 +831,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
+        saved = last.train_config.get("dataset", "")
+        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
+            args.parser.error(f"the run in {out} trained on --dataset {saved}, and that folder is gone; put it back at "
+                              f"{gone[1]} to resume (its test split is drawn from its files)")
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)

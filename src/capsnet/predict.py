@@ -28,13 +28,16 @@ from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data.png import image_array, png_files
 from .data.sets import class_names
-from .data.tasks import task
+from .data.tasks import SVHN_CLASSES, task
 from .evaluate import eval_batch, load_model
 from .models import model_spec
 
 __all__ = ["Predictions", "predict_folder", "PREDICTIONS_FILE"]
 
 PREDICTIONS_FILE = "predictions.csv"  # a classifier's output in --out
+# data sets whose models take prepared images, not PNG pixels / 255 (capsnet.data.tasks makes their test splits)
+PREPARED = {"cifar10": "centre-cropped to 24x24 and standardised per image",
+            "smallnorb": "as two 96x96 views, downsampled to 48x48, cropped to 32x32 and standardised"}
 _CHANNELS = {1: "grayscale", 3: "RGB"}
 
 
@@ -70,8 +73,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None
 
 
 @torch.no_grad()
-def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.ndarray], batch_size: int,
-              progress: bool) -> list[dict]:
+def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.ndarray], paths: dict[str, Path],
+              batch_size: int, progress: bool) -> list[dict]:
     loss = model_spec(ckpt.model_name).loss
     dev = next(model.parameters()).device
     x = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
@@ -84,13 +87,14 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.nda
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
     dataset = ckpt.train_config.get("dataset", "mnist")
-    names = class_names(task(dataset).source) if not dataset.startswith(("folder:", "pairs:")) else None
+    source = task(dataset).source
+    names = SVHN_CLASSES if source == "svhn" else class_names(source)
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
     rows = []
     for stem, s in zip(arrays, scores_.tolist()):
         k = max(range(K), key=s.__getitem__)
-        rows.append({"file": f"{stem}.png", "predicted": k, "class": names[k], "score": s[k]}
+        rows.append({"file": paths[stem].name, "predicted": k, "class": names[k], "score": s[k]}
                     | {f"score_{names[j]}": s[j] for j in range(K)})
     return rows
 
@@ -153,6 +157,12 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if probabilities and kind != "segmentation":
         raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
                          f"whose scores are all in {PREDICTIONS_FILE}")
+    trained_on = task(ckpt.train_config.get("dataset", "mnist")).source if kind == "classification" else None
+    if trained_on in PREPARED:  # its test images are not the pixels / 255: they would be scored wrong
+        raise ValueError(f"{ckpt.model_name} trained on {trained_on}, whose images the model takes "
+                         f"{PREPARED[trained_on]}; capsnet predict reads PNG pixels / 255 only, so it would score them "
+                         f"wrong: use capsnet eval, or the model in Python on images prepared as capsnet.data.tasks "
+                         f"prepares {trained_on}'s")
     folder, source = Path(out), Path(images_dir)
     if folder.exists() and not folder.is_dir():
         raise DataError(f"--out {out} is a file; give a folder for the predictions")
@@ -177,10 +187,10 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
             written[folder / f"{stem}.png"] = _png_bytes(mask.astype(np.uint8) * np.uint8(255))
             if probabilities:
                 written[folder / f"{stem}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
-            rows.append({"file": f"{stem}.png", "height": p.shape[0], "width": p.shape[1],
+            rows.append({"file": paths[stem].name, "height": p.shape[0], "width": p.shape[1],
                          "foreground": float(mask.mean()), "mean_probability": float(p.mean())})
     else:
-        rows = _classify(model, ckpt, arrays, eval_batch(model, batch_size), progress)
+        rows = _classify(model, ckpt, arrays, paths, eval_batch(model, batch_size), progress)
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
