@@ -779,11 +779,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from .checkpoint import load_checkpoint
 
         last = load_checkpoint(Path(args.out) / "last.safetensors")
-        saved = last.train_config.get("dataset", dataset)
-        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
-            args.parser.error(f"the run in {args.out} trained on --dataset {saved}, and that folder is gone; put it "
-                              f"back at {gone[1]} to resume (its test split is drawn from its files)")
-        dataset = getattr(args, "dataset", saved)
+        _refuse_moved_folder(args, args.out, last)  # before the folder is read for its shapes
+        dataset = getattr(args, "dataset", last.train_config.get("dataset", dataset))
         model = model or last.model_name
     kind = task_kind(dataset)  # a user's folder is read after the model's kind is checked against it
     chosen = model or _DEFAULT_MODEL[kind]
@@ -831,10 +828,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed = last.state
-        saved = last.train_config.get("dataset", "")
-        if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():  # a resume reads the folder it trained on
-            args.parser.error(f"the run in {out} trained on --dataset {saved}, and that folder is gone; put it back at "
-                              f"{gone[1]} to resume (its test split is drawn from its files)")
+        _refuse_moved_folder(args, out, last)  # --resume without --out: read only now
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)
@@ -1028,10 +1022,25 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
                            device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
-    n = len(done.replaced)  # a second run into one folder: said, so no earlier output goes unnoticed
-    again = f" ({_counted(n, 'file')} of the same name{'s' if n > 1 else ''} replaced)" if n else ""
+    again = _replaced(done.replaced)
     print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
     return 0
+
+
+def _replaced(files: Sequence[Path]) -> str:
+    """' (N files of the same names replaced)' for the last line of a command that wrote into a folder, else '': a
+    second run into one folder is said, so no earlier output goes unnoticed."""
+    n = len(files)
+    return f" ({_counted(n, 'file')} of the same name{'s' if n > 1 else ''} replaced)" if n else ""
+
+
+def _refuse_moved_folder(args: argparse.Namespace, run_dir, last) -> None:
+    """A resume of a run whose user folder (folder:DIR, pairs:DIR) is no longer there, named with the fix: a resume
+    reads the folder it trained on (its test split is drawn from its files)."""
+    saved = last.train_config.get("dataset", "")
+    if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():
+        args.parser.error(f"the run in {run_dir} trained on --dataset {saved}, and that folder is gone; put it back at "
+                          f"{gone[1]} to resume (its test split is drawn from its files)")
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -1040,8 +1049,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     done = predict_folder(args.checkpoint, args.images, args.out, which=args.which,
                           device=str(resolve_device(args.device)), threshold=args.threshold,
                           probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress)
-    n = len(done.replaced)  # a second run into one folder: said, so no earlier output goes unnoticed
-    again = f" ({_counted(n, 'file')} of the same name{'s' if n > 1 else ''} replaced)" if n else ""
+    again = _replaced(done.replaced)
     if done.kind == "classification":
         shown = done.rows[:10]
         width = max(len(r["file"]) for r in shown)
