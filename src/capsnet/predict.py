@@ -73,8 +73,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None
 
 
 @torch.no_grad()
-def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.ndarray], paths: dict[str, Path],
-              batch_size: int, progress: bool) -> list[dict]:
+def _classify(model: torch.nn.Module, ckpt: Checkpoint, source: str, arrays: dict[str, np.ndarray],
+              paths: dict[str, Path], batch_size: int, progress: bool) -> list[dict]:
+    """Each file's class and every class's score; ``source`` the data set it trained on, which names the classes."""
     loss = model_spec(ckpt.model_name).loss
     dev = next(model.parameters()).device
     x = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
@@ -86,8 +87,6 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.nda
         scores.append(loss(model, batch, torch.zeros(len(batch), dtype=torch.long, device=dev),
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
-    dataset = ckpt.train_config.get("dataset", "mnist")
-    source = task(dataset).source
     names = SVHN_CLASSES if source == "svhn" else class_names(source)
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
@@ -190,7 +189,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
             rows.append({"file": paths[stem].name, "height": p.shape[0], "width": p.shape[1],
                          "foreground": float(mask.mean()), "mean_probability": float(p.mean())})
     else:
-        rows = _classify(model, ckpt, arrays, paths, eval_batch(model, batch_size), progress)
+        rows = _classify(model, ckpt, trained_on, arrays, paths, eval_batch(model, batch_size), progress)
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
