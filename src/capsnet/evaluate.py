@@ -171,7 +171,7 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     was_training = model.training
     model.eval()
     n = len(masks)
-    sums = torch.zeros(4, dtype=torch.float64, device=images.device)  # loss, dice, iou, pixel accuracy
+    sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
     with torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
@@ -180,11 +180,12 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
             pred, truth = p > 0.5, m > 0  # (b, 1, H, W)
             dice, iou = overlap_scores(pred, truth)
             right = (pred == truth).flatten(1).double().mean(1)
-            sums += torch.stack([loss.double() * len(m), dice.sum(), iou.sum(), right.sum()])
+            sums += torch.stack([loss.double() * len(m), right.sum()])
             each.append(torch.stack([dice, iou], 1).double())
     model.train(was_training)
-    loss, dice, iou, right = (sums / max(n, 1)).tolist()
-    per_image = torch.cat(each).cpu()
+    loss, right = (sums / max(n, 1)).tolist()
+    per_image = torch.cat(each).cpu()  # (N, 2): the means are theirs
+    dice, iou = per_image.mean(0).tolist()
     return SegEvalResult(loss, dice, iou, right, per_image[:, 0], per_image[:, 1])
 
 
