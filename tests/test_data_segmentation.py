@@ -555,3 +555,36 @@ def test_a_16_bit_mask_is_read_by_its_values_and_a_non_binary_one_is_refused(tmp
     _save(tmp_path / "mk" / "a.png", mixed)
     with pytest.raises(DataError, match="a.png mixes 255 and 65535"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
+def _write_png(path, array: np.ndarray, color_type: int) -> None:
+    """A PNG written byte by byte (Pillow cannot write 16-bit colour): big-endian 16-bit samples, filter 0 rows."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    h, w = array.shape[:2]
+    rows = b"".join(b"\0" + array[y].astype(">u2").tobytes() for y in range(h))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("color_type,channels", [(2, 3), (4, 2), (6, 4)])  # RGB, grey + alpha, RGBA
+def test_a_16_bit_colour_or_alpha_mask_is_refused_rather_than_read_as_its_high_bytes(tmp_path, color_type, channels):
+    """Pillow loads these as 8-bit, keeping each value's high byte: a 0/1 mask read as all background, silently."""
+    rng = np.random.default_rng(6)
+    _save(tmp_path / "im" / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    truth = (rng.random((6, 5)) < 0.5).astype(np.uint16)
+    planes = [truth] * (channels - 1 if channels in (2, 4) else channels)
+    planes += [np.full_like(truth, 65535)] if channels in (2, 4) else []  # opaque alpha
+    _write_png(tmp_path / "mk" / "a.png", np.stack(planes, axis=-1), color_type)
+    assert Image.open(tmp_path / "mk" / "a.png").mode in ("RGB", "LA", "RGBA")  # what Pillow makes of it
+    with pytest.raises(DataError, match=r"a.png is a 16-bit (RGB|LA|RGBA) PNG, which reads as the high byte of each "
+                                        r"value \(a 0/1 mask would read as empty\); save it as 8-bit grayscale"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    _write_png(tmp_path / "mk" / "a.png", truth * np.uint16(255), 0)  # 16-bit grey, the same mask: read
+    _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert torch.equal(masks[0, 0], torch.from_numpy(truth.astype(np.uint8)))

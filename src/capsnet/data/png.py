@@ -76,6 +76,14 @@ def read_png(path: Path):
     return img
 
 
+def _bit_depth(path: Path) -> int:
+    """The bit depth a PNG file's header gives (IHDR: 8 bytes of signature, 8 of chunk length and type, width and
+    height, then the depth); Pillow loads 16-bit colour and grey+alpha files as 8-bit, keeping the high bytes."""
+    with open(path, "rb") as f:
+        header = f.read(25)
+    return header[24] if len(header) == 25 and header[12:16] == b"IHDR" else 8
+
+
 def image_array(path: Path) -> np.ndarray:
     """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette of
     greys only to grey: such a file looks grey and sits among grey ones), 16/32-bit refused."""
@@ -113,6 +121,10 @@ def mask_array(path: Path) -> np.ndarray:
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
+    if img.mode in ("RGB", "RGBA", "LA") and _bit_depth(path) == 16:
+        raise DataError(f"mask {path} is a 16-bit {img.mode} PNG, which reads as the high byte of each value (a 0/1 "
+                        f"mask would read as empty); save it as 8-bit grayscale (L), the foreground 255, or as 16-bit "
+                        f"grayscale without alpha")
     if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
         alpha = np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3]
         if (alpha < 255).any():
