@@ -8,6 +8,7 @@ import torch
 
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import MODELS, CapsNet, CapsNetConfig, CapsNetOutput, Decoder, create_model, mask_capsules
+from capsnet.routing import ROUTINGS
 
 # Small sizes for everything but the parameter counts and the full-size gradient test.
 SMALL = dict(conv1_channels=16, primary_types=4, primary_dim=4, digit_dim=6, decoder_hidden=(32, 48))
@@ -289,3 +290,114 @@ def test_init_is_checked_and_saved_with_the_config():
     old = CapsNetConfig().to_dict()
     del old["init"]  # a checkpoint from before the option: PyTorch's start, as then
     assert CapsNetConfig.from_saved(old).init == "torch"
+
+
+# ------------------------------------------------------------------ the digit capsules' routing, by name
+
+
+@pytest.mark.parametrize("routing", CapsNetConfig.probability_routings())
+def test_capsnet_trains_with_every_routing_whose_activations_are_probabilities(routing):
+    """``CapsNetConfig.routing`` reaches the registry: the layer's sizes go to the routing, the weights are counted
+    before building, every weight (the routing's own too) gets a gradient, and an image's output does not depend on
+    its batch."""
+    torch.manual_seed(6)
+    cfg = CapsNetConfig(**SMALL, routing=routing, routing_iterations=2 if routing != "self-attention" else 3)
+    model = CapsNet(cfg)
+    assert isinstance(model.digits.routing, ROUTINGS[routing])
+    assert cfg.num_weights == _count(model)
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([1, 4, 7])
+    out = model(images, labels)
+    assert out.poses.shape == (3, 10, 6) and out.lengths.shape == (3, 10) and out.coupling.shape == (3, 144, 10)
+    assert ((out.lengths >= 0) & (out.lengths <= 1)).all()
+    loss = margin_loss(out.lengths, labels) + reconstruction_loss(out.reconstructions, images)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, (routing, n)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(images[1:2]).lengths[0], model(images).lengths[1])
+    view = model.routing_view(images)
+    assert view.rounds.shape[-2:] == (144, 10) and view.rounds.shape[1] == (1 if routing == "self-attention" else 2)
+    assert MODELS["capsnet"].config.from_dict(cfg.to_dict()) == cfg
+
+
+def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_has_no_pose_bias():
+    torch.manual_seed(7)
+    model = CapsNet(CapsNetConfig(**SMALL, routing="em"))
+    assert model.digits.bias is None and not model.config.pose_bias and model.config.routing_bias
+    u = model.primary_capsules(torch.rand(2, 1, 28, 28))
+    expected = model.digits.routing(model.digits.votes(u), u.norm(dim=-1))
+    torch.testing.assert_close(model.digits(u, model._presence(u)).activations, expected.activations)
+    assert not torch.allclose(model.digits.routing(model.digits.votes(u), None).activations, expected.activations)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(routing="inverted"), "inverted routing's activations are not probabilities in \\[0, 1\\].*use one of "
+                               "dynamic, em, self-attention"),
+    (dict(routing="em", leaky_routing=True), "leaky_routing is an option of dynamic routing; em routing does not"),
+    (dict(routing="self-attention", detach_agreement=True), "detach_agreement is an option of dynamic routing"),
+    (dict(routing="nope"), "routing must be one of dynamic, em, inverted, self-attention, got 'nope'"),
+    (dict(routing=3), "routing must be a string"),
+    (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'bogus': 1}: em routing takes no option bogus; "
+                                                       "its options are beta_a_init, "),
+    (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda and var_floor must be positive"),
+    (dict(routing="em", routing_options={"final_lambda": "x"}), "a value of the wrong kind for em routing"),
+    (dict(routing_options={"iterations": 2}), "routing_options: iterations is set by routing_iterations, not here"),
+    (dict(routing_options={"leaky": True}), "routing_options: leaky is set by leaky_routing, not here"),
+    (dict(routing_options=[["leaky", True]]), "routing_options must be a JSON object"),
+    (dict(routing_options={"x": [1]}), "routing_options must be a JSON object of named numbers"),
+    (dict(digit_init_std=-0.1), "digit_init_std must be in 0..100, got -0.1"),
+])
+def test_capsnet_config_refuses_a_routing_it_cannot_train_by_name(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        CapsNetConfig(**overrides)
+
+
+def test_capsnet_starts_em_routing_as_routing_starts_says_and_the_config_overrides_it():
+    from capsnet.models.capsnet import ROUTING_STARTS
+
+    torch.manual_seed(8)
+    options, std = ROUTING_STARTS["em"]
+    model = CapsNet(CapsNetConfig(**SMALL, routing="em"))
+    assert model.digits.routing.beta_a.eq(options["beta_a_init"]).all()
+    assert abs(model.digits.weight.std().item() - std) < 0.05 * std  # 576 x 60 draws: within 5%
+    cfg = CapsNetConfig(**SMALL, routing="em", routing_options={"beta_a_init": 0, "final_lambda": 0.02},
+                        digit_init_std=0.01)
+    model = CapsNet(cfg)
+    assert model.digits.routing.beta_a.eq(0).all() and model.digits.routing.final_lambda == 0.02
+    assert abs(model.digits.weight.std().item() - 0.01) < 0.0005
+    assert CapsNetConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg  # a checkpoint's config.json
+    assert abs(CapsNet(CapsNetConfig(**SMALL, init="authors", digit_init_std=0.5)).digits.weight.std().item()
+               - 0.5 * 0.8796) < 0.03  # truncated at 2 standard deviations
+    # dynamic routing keeps the paper's start
+    assert abs(CapsNet(CapsNetConfig(**SMALL)).digits.weight.std().item() - 0.01) < 0.0005
+
+
+def test_a_routing_added_to_the_registry_reaches_capsnet_with_no_other_change(monkeypatch):
+    """DESIGN.md's promise for an outsider: one module and one registry line, and CapsNet trains with it."""
+    from torch import nn
+
+    from capsnet.ops import squash
+    from capsnet.routing import RoutingResult
+
+    class MeanRouting(nn.Module):  # every child coupled equally, one learned gain per parent
+        def __init__(self, in_caps: int, out_caps: int) -> None:
+            super().__init__()
+            self.in_caps = in_caps
+            self.gain = nn.Parameter(torch.ones(out_caps))
+
+        def forward(self, votes, activations=None, bias=None, *, record=False):
+            s = votes.mean(dim=1) * self.gain[:, None] + (0 if bias is None else bias)
+            v = squash(s)
+            c = votes.new_full(votes.shape[:3], 1.0 / votes.shape[2])
+            return RoutingResult(v, v.norm(dim=-1), c, c.unsqueeze(1) if record else None)
+
+    monkeypatch.setitem(ROUTINGS, "mean", MeanRouting)
+    cfg = CapsNetConfig(**SMALL, routing="mean")
+    model = CapsNet(cfg)
+    assert model.digits.routing.in_caps == cfg.num_primary and cfg.num_weights == _count(model)
+    images, labels = torch.rand(2, 1, 28, 28), torch.tensor([0, 3])
+    out = model(images, labels)
+    margin_loss(out.lengths, labels).backward()
+    assert model.digits.routing.gain.grad.abs().sum() > 0
+    assert "mean" in CapsNetConfig.probability_routings()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.routing import ROUTINGS, RoutingResult, create_routing, list_routings
+from capsnet.routing import ROUTINGS, RoutingResult, create_routing, list_routings, routing_takes
 
 
 def test_create_routing_by_name_and_unknown_names_list_the_valid_ones():
@@ -16,11 +16,24 @@ def test_create_routing_by_name_and_unknown_names_list_the_valid_ones():
 
 
 B, I, J, D = 3, 7, 4, 16
-OPTIONS = {"dynamic": {}, "em": {"out_caps": J}, "self-attention": {"in_caps": I, "out_caps": J}, "inverted": {"dim": D}}  # what each needs to route votes for J upper capsules
+SIZES = {"in_caps": I, "out_caps": J, "dim": D}  # what a layer knows of itself: each routing takes what it needs
 
 
-def test_every_registered_routing_is_checked_here():
-    assert set(OPTIONS) == set(ROUTINGS)  # a new algorithm: add its options above and it gets every test below
+def test_create_routing_passes_each_routing_the_layer_sizes_it_takes_and_refuses_the_rest():
+    assert create_routing("em", **SIZES).out_caps == J
+    attention = create_routing("self-attention", **SIZES)
+    assert (attention.in_caps, attention.out_caps, attention.prior.shape) == (I, J, (I, J))
+    assert create_routing("inverted", **SIZES, iterations=4).iterations == 4
+    assert create_routing("dynamic", **SIZES, iterations=5).iterations == 5
+    assert routing_takes("dynamic", "iterations") and not routing_takes("self-attention", "iterations")
+    with pytest.raises(ValueError, match="self-attention routing makes one pass and takes no iterations"):
+        create_routing("self-attention", **SIZES, iterations=3)
+    with pytest.raises(ValueError, match="em routing takes no option leaky; its options are beta_a_init, "):
+        create_routing("em", **SIZES, leaky=True)
+    with pytest.raises(ValueError, match="self-attention routing takes no option squash; its options are none"):
+        create_routing("self-attention", **SIZES, squash="exp")
+    with pytest.raises(ValueError, match="unknown routing 3"):
+        routing_takes(3, "iterations")
 
 
 @pytest.mark.parametrize("name", sorted(ROUTINGS))
@@ -28,7 +41,7 @@ def test_every_routing_has_the_shared_call_shape(name):
     g = torch.Generator().manual_seed(0)
     votes = torch.randn(B, I, J, D, generator=g, dtype=torch.float64, requires_grad=True)
     activations = torch.rand(B, I, generator=g, dtype=torch.float64)
-    routing = create_routing(name, **OPTIONS[name]).double()
+    routing = create_routing(name, **SIZES).double()
     out = routing(votes, activations, record=True)
     assert isinstance(out, RoutingResult)
     assert out.poses.shape == (B, J, D) and out.activations.shape == (B, J) and out.coupling.shape == (B, I, J)
@@ -52,7 +65,7 @@ def test_every_routing_has_the_shared_call_shape(name):
 def test_every_routing_is_finite_for_zero_and_huge_votes(name, scale):
     g = torch.Generator().manual_seed(1)
     votes = (torch.randn(B, I, J, D, generator=g) * scale).requires_grad_(True)
-    routing = create_routing(name, **OPTIONS[name])
+    routing = create_routing(name, **SIZES)
     out = routing(votes, torch.rand(B, I, generator=g))
     assert all(torch.isfinite(t).all() for t in out), name
     (grad,) = torch.autograd.grad(out.poses.sum() + out.activations.sum(), votes)
@@ -63,7 +76,7 @@ def test_every_routing_is_finite_for_zero_and_huge_votes(name, scale):
 def test_every_routing_is_finite_under_bf16_autocast(name):
     g = torch.Generator().manual_seed(2)
     votes = torch.randn(B, I, J, D, generator=g).to(torch.bfloat16).requires_grad_(True)
-    routing = create_routing(name, **OPTIONS[name])
+    routing = create_routing(name, **SIZES)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = routing(votes, torch.rand(B, I, generator=g).to(torch.bfloat16))
         loss = out.poses.float().sum() + out.activations.float().sum()
@@ -93,3 +106,33 @@ def test_routing_arguments_of_the_wrong_kind_are_named():
         with pytest.raises(ValueError, match=r"bias must be \(J, D\) = \(3, 4\), got shape \(4, 3\)"):
             routing(votes, bias=torch.zeros(4, 3))
         assert routing(votes, bias=torch.zeros(3, 4)).poses.shape == (2, 3, 4)  # the right one still routes
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+def test_every_routing_takes_the_layers_pose_bias_unless_it_says_it_has_none(name):
+    """The call shape's third argument: a (J, D) bias added to s_j moves the poses; a routing with
+    ``pose_bias = False`` (EM) refuses one by name instead of ignoring it."""
+    g = torch.Generator().manual_seed(4)
+    votes = torch.randn(B, I, J, D, generator=g, dtype=torch.float64)
+    routing = create_routing(name, **SIZES).double()
+    bias = torch.randn(J, D, generator=g, dtype=torch.float64)
+    if not getattr(type(routing), "pose_bias", True):
+        with pytest.raises(ValueError, match="takes no pose bias"):
+            routing(votes, None, bias)
+        return
+    with_bias, without = routing(votes, None, bias), routing(votes, None, None)
+    assert not torch.allclose(with_bias.poses, without.poses)
+    assert torch.isfinite(with_bias.poses).all()
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+@pytest.mark.parametrize("scale", [0.0, 0.1, 10.0, 1e4])
+def test_a_routing_that_says_its_activations_are_probabilities_keeps_them_in_0_1(name, scale):
+    """``probabilities = False`` is what keeps a routing out of CapsNet's margin loss; the rest must keep their word."""
+    g = torch.Generator().manual_seed(5)
+    routing = create_routing(name, **SIZES)
+    a = routing(torch.randn(B, I, J, D, generator=g) * scale, torch.rand(B, I, generator=g)).activations
+    if getattr(type(routing), "probabilities", True):
+        assert ((a >= 0) & (a <= 1)).all(), (name, a)
+    elif scale == 10.0:  # the flag is not set for nothing: inverted routing's layer-normed poses are about sqrt(D) long
+        assert (a > 1).any(), (name, a)

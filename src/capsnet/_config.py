@@ -69,6 +69,9 @@ _TYPES = {  # annotation -> (test, what it must be)
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),
+    "dict[str, Any]": (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)
+                       and all(v is None or isinstance(v, (bool, str)) or _is_finite_number(v) for v in v.values()),
+                       "a JSON object of named numbers, true/false or strings"),
 }
 
 

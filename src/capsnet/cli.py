@@ -31,6 +31,7 @@ from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
+from .routing import routing_takes
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
@@ -263,7 +264,7 @@ def _listed(flags: list[str], one: str, many: str) -> str:
 
 # Model config fields with a flag of their own (_flag(field)); a flag applies to every model whose config has the
 # field, and --model-option KEY=VALUE sets any field of the chosen model.
-_MODEL_FIELDS = ("routing_iterations", "conv1_channels", "primary_types", "decoder", "routing_bias", "leaky_routing",
+_MODEL_FIELDS = ("routing_iterations", "routing", "conv1_channels", "primary_types", "decoder", "routing_bias", "leaky_routing",
                  "detach_agreement", "dropout", "channels", "hidden")
 
 
@@ -307,6 +308,8 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     _field_flag(p, "--primary-types", CapsNetConfig, "primary_types", "primary capsule types (paper: 32)",
                 type=_positive_int)
     if all_flags:
+        _field_flag(p, "--routing", CapsNetConfig, "routing", "the digit capsules' routing algorithm (capsnet.routing); "
+                    "the rest of the network and its loss stay the paper's", choices=CapsNetConfig.probability_routings())
         _field_flag(p, "--no-decoder", CapsNetConfig, "decoder", "train without the reconstruction decoder",
                     action="store_const", const=False)
         _field_flag(p, "--no-routing-bias", CapsNetConfig, "routing_bias",
@@ -756,6 +759,12 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
+    routing = getattr(model_cfg, "routing", None)
+    if "routing_iterations" in model_changes and isinstance(routing, str) and not routing_takes(routing, "iterations"):
+        rounds = _as_typed("routing_iterations", model_changes["routing_iterations"], "routing_iterations" in options)
+        by = _as_typed("routing", routing, "routing" in options)
+        args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave the "
+                          f"rounds out")
     if "shift" in typed and train_cfg.augment != "shift":
         args.parser.error(f"--shift sets how far --augment shift moves the images, and --augment {train_cfg.augment} "
                           f"makes its own shifts (within each digit's margins); leave --shift out, or pass "

@@ -385,6 +385,45 @@ def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run,
     assert row.split()[1] == "n/a"
 
 
+def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_it_cannot_take(tmp_path, capsys):
+    r = in_process(capsys, "train", "--routing", "self-attention", "--routing-iterations", "5", "--out", tmp_path / "a")
+    assert_clean_error(r, "--routing-iterations 5 sets the rounds of a routing that iterates, and --routing "
+                          "self-attention makes one pass: leave the rounds out")
+    r = in_process(capsys, "train", "--model-option", "routing=self-attention", "--model-option", "routing_iterations=2",
+                   "--out", tmp_path / "a")
+    assert_clean_error(r, "--model-option routing_iterations=2 sets the rounds of a routing that iterates, and "
+                          "--model-option routing=\"self-attention\" makes one pass")
+    r = in_process(capsys, "train", "--routing", "inverted", "--out", tmp_path / "a")
+    assert_clean_error(r, "argument --routing: invalid choice: 'inverted' (choose from 'dynamic', 'em', 'self-attention')")
+    r = in_process(capsys, "train", "--routing", "em", "--leaky-routing", "--out", tmp_path / "a")
+    assert_clean_error(r, "leaky_routing is an option of dynamic routing; em routing does not take it")
+    r = in_process(capsys, "train", "--model", "em-capsnet-small", "--routing", "em", "--out", tmp_path / "a")
+    assert_clean_error(r, "--routing sets the CapsNet; it does not apply to --model em-capsnet-small")
+    r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"bogus": 1}',
+                   "--out", tmp_path / "a")
+    assert_clean_error(r, "em routing takes no option bogus")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_path, capsys):
+    """The routing and its options are in the run's config: eval rebuilds the same network (its figure again)."""
+    run = tmp_path / "em"
+    r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"final_lambda": 0.02}',
+                   "--conv1-channels", "8", "--primary-types", "2", "--dataset", "mnist-sample", "--train-size", "64",
+                   "--test-size", "32", "--epochs", "1", "--batch-size", "32", "--out", run, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    model_config = json.loads((run / "config.json").read_text())["model_config"]
+    assert model_config["routing"] == "em" and model_config["routing_options"] == {"final_lambda": 0.02}
+    from capsnet.evaluate import load_model
+    model, _ = load_model(run)
+    assert type(model.digits.routing).__name__ == "EMRouting" and model.digits.routing.final_lambda == 0.02
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    r = in_process(capsys, "eval", "--checkpoint", run, "--dataset", "mnist-sample", "--test-size", "32",
+                   "--json", tmp_path / "e.json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == pytest.approx(metrics[-1]["test_accuracy"])
+
+
 def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
     r = in_process(capsys, "train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
     assert_clean_error(r, "--routing-iterations sets the CapsNet; it does not apply to --model baseline")

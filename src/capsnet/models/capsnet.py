@@ -8,8 +8,8 @@ inference).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -18,15 +18,22 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, plain_numbers
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
-from ..routing import DynamicRouting, RoutingView
+from ..routing import ROUTINGS, RoutingView, create_routing, list_routings, routing_takes
 from .inputs import check_class_images, check_class_labels, check_integer_labels
 
 PADDINGS = ("valid", "same")
 # how the weights start: "torch", PyTorch's own initialisers (with the digit capsules' W ~ N(0, 0.01^2)); "authors",
 # the authors' released code (research/capsules: truncated normals, biases 0.1, primary capsules scaled by 1 / types)
 INITS = ("torch", "authors")
+# How CapsNet starts a routing whose own defaults do not train in it: (routing options, the digit capsules' W std),
+# under what routing_options and digit_init_std set. EM weighs Gaussians with a variance floor of 5e-4, so the votes
+# must start above it (W of 0.01 leaves them at about 0.01 and every class equal), and its class layer starts mostly
+# inactive, the official code's beta_a (Hinton et al. 2018; capsnet.routing.em). Measured on 2,000 MNIST digits, 2
+# epochs (docs/results/routing-family.md, "CapsNet with each routing"): 9.8% test accuracy from EMRouting's defaults
+# and W at 0.01, 90.8% from this start.
+ROUTING_STARTS: dict[str, tuple[dict[str, Any], float]] = {"em": ({"beta_a_init": -25.0}, 0.3)}
 
-__all__ = ["PADDINGS", "INITS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+__all__ = ["PADDINGS", "INITS", "ROUTING_STARTS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -45,9 +52,19 @@ class CapsNetConfig(JsonConfig):
     primary_stride: int = 2
     digit_dim: int = 16  # DigitCaps: one capsule of this many dimensions a class (the paper's MNIST model: 16)
     routing_iterations: int = 3  # rounds of routing by agreement (Procedure 1's r; the paper's figures use 3)
-    routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1
-    leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax
-    detach_agreement: bool = False  # no gradient through the routing rounds before the last (a speed trick)
+    # the digit capsules' routing: any registered one whose activations are probabilities (capsnet.routing: dynamic,
+    # em, self-attention), built with the layer's sizes, routing_iterations (where it iterates) and routing_options,
+    # fed the primary capsules' lengths as their activations; the rest of the network and its loss stay the paper's
+    routing: str = "dynamic"
+    # the routing's own options by name (capsnet.routing; e.g. {"final_lambda": 0.02} for em), over CapsNet's start
+    # for that routing (ROUTING_STARTS in capsnet.models.capsnet; em: {"beta_a_init": -25})
+    routing_options: dict[str, Any] = field(default_factory=dict)
+    # the digit capsules' W starts from N(0, std^2); None: CapsNet's start for the routing (em: 0.3), else init's
+    # (torch: 0.01; authors: 0.1)
+    digit_init_std: float | None = None
+    routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1 (routings with a pose bias)
+    leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax (dynamic routing)
+    detach_agreement: bool = False  # no gradient through the routing rounds before the last (dynamic routing)
     decoder: bool = True  # the reconstruction decoder (section 4.1), masked by the true class while training
     decoder_hidden: tuple[int, ...] = (512, 1024)  # its fully connected ReLU layers, then a sigmoid to the image
     # "valid": no padding (the paper's MNIST model, 28 -> 20 -> 6); "same": TensorFlow's SAME zero padding for Conv1
@@ -77,8 +94,11 @@ class CapsNetConfig(JsonConfig):
             check_range(self, name, 1, 4096 if name.startswith("input") else 100 if name == "routing_iterations"
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
+        if self.digit_init_std is not None:
+            check_range(self, "digit_init_std", 0, 100)
         check_choice(self, "padding", PADDINGS)
         check_choice(self, "init", INITS)
+        self._check_routing()
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
@@ -87,13 +107,71 @@ class CapsNetConfig(JsonConfig):
             raise ValueError(f"this CapsNetConfig would hold {self.num_weights:,} weights, more than {MAX_WEIGHTS:,} "
                              f"({MAX_WEIGHTS * 4 >> 30} GiB in float32): lower its channel, capsule or decoder sizes")
 
+    def _check_routing(self) -> None:
+        """``routing`` a registered routing a margin loss can read, and the dynamic-routing switches only with it."""
+        check_choice(self, "routing", list_routings())
+        if not getattr(ROUTINGS[self.routing], "probabilities", True):
+            raise ValueError(f"CapsNetConfig.routing: {self.routing} routing's activations are not probabilities in "
+                             f"[0, 1], and CapsNet's margin loss reads its digit capsules' activations as "
+                             f"probabilities; use one of {', '.join(self.probability_routings())}, or a model built "
+                             f"for it (capsnet models)")
+        for name, option in (("leaky_routing", "leaky"), ("detach_agreement", "detach_agreement")):
+            if getattr(self, name) and not routing_takes(self.routing, option):
+                raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
+                                 f"does not take it: leave it false")
+        owned = {"leaky": "leaky_routing", "detach_agreement": "detach_agreement", "iterations": "routing_iterations",
+                 "in_caps": "the layer's sizes", "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
+        for option in self.routing_options:
+            if option in owned:
+                raise ValueError(f"CapsNetConfig.routing_options: {option} is set by {owned[option]}, not here")
+        try:  # an option the routing lacks, or a value it refuses, named now (on the meta device: no data)
+            with torch.device("meta"):
+                self.digit_routing()
+        except ValueError as e:
+            raise ValueError(f"CapsNetConfig.routing_options {self.routing_options}: {e}") from None
+        except TypeError as e:  # "'>' not supported between 'str' and 'int'": a value of the wrong kind
+            raise ValueError(f"CapsNetConfig.routing_options {self.routing_options}: a value of the wrong kind for "
+                             f"{self.routing} routing ({e})") from None
+
+    @staticmethod
+    def probability_routings() -> list[str]:
+        """The registered routings whose activations are probabilities: those ``routing`` may name."""
+        return [name for name in list_routings() if getattr(ROUTINGS[name], "probabilities", True)]
+
+    @property
+    def digit_std(self) -> float:
+        """The standard deviation the digit capsules' W starts from: ``digit_init_std``, else the routing's start
+        (``ROUTING_STARTS``), else ``init``'s (torch: 0.01; authors: 0.1, truncated at 2 standard deviations)."""
+        if self.digit_init_std is not None:
+            return self.digit_init_std
+        start = ROUTING_STARTS.get(self.routing)
+        return start[1] if start is not None else 0.1 if self.init == "authors" else 0.01
+
+    @property
+    def pose_bias(self) -> bool:
+        """Whether the digit capsules have the bias on s_j: ``routing_bias``, where the routing takes one (EM
+        does not)."""
+        return self.routing_bias and getattr(ROUTINGS[self.routing], "pose_bias", True)
+
+    def digit_routing(self) -> nn.Module:
+        """The digit capsule layer's routing module, built by name with that layer's sizes and options."""
+        options = {"leaky": True} if self.leaky_routing else {}
+        options |= {"detach_agreement": True} if self.detach_agreement else {}
+        options |= ROUTING_STARTS.get(self.routing, ({}, None))[0] | self.routing_options
+        iterations = self.routing_iterations if routing_takes(self.routing, "iterations") else None
+        return create_routing(self.routing, in_caps=self.num_primary, out_caps=self.num_classes, dim=self.digit_dim,
+                              iterations=iterations, **options)
+
     @property
     def num_weights(self) -> int:
-        """The number of weights the model holds, computed from the sizes alone (checked before anything is allocated)."""
+        """The number of weights the model holds, computed from the sizes alone (checked before anything is allocated;
+        the routing's own weights counted on a module built on the meta device, which holds no data)."""
         conv1 = (self.in_channels * self.conv1_kernel**2 + 1) * self.conv1_channels
         primary = (self.conv1_channels * self.primary_kernel**2 + 1) * self.primary_types * self.primary_dim
         digits = self.primary_dim * self.num_primary * self.num_classes * self.digit_dim
-        digits += self.num_classes * self.digit_dim if self.routing_bias else 0
+        digits += self.num_classes * self.digit_dim if self.pose_bias else 0
+        with torch.device("meta"):
+            digits += sum(p.numel() for p in self.digit_routing().parameters())
         sizes = [self.num_classes * self.digit_dim, *self.decoder_hidden, self.in_channels * self.input_height * self.input_width]
         decoder = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:])) if self.decoder else 0
         return conv1 + primary + digits + decoder
@@ -219,9 +297,11 @@ class CapsNet(nn.Module):
         self.primary = PrimaryCaps(cfg.conv1_channels, types=cfg.primary_types, dim=cfg.primary_dim,
                                    kernel_size=cfg.primary_kernel, stride=cfg.primary_stride,
                                    out_scale=1.0 / (cfg.primary_types + cfg.leaky_routing) if authors else 1.0)
-        routing = DynamicRouting(cfg.routing_iterations, leaky=cfg.leaky_routing, detach_agreement=cfg.detach_agreement)
         self.digits = DenseCaps(cfg.num_primary, cfg.primary_dim, cfg.num_classes, cfg.digit_dim,
-                                routing=routing, bias=cfg.routing_bias)
+                                routing=cfg.digit_routing(), bias=cfg.pose_bias)
+        if not authors and cfg.digit_std != 0.01:  # DenseCaps starts W from N(0, 0.01^2)
+            with torch.no_grad():
+                self.digits.weight.normal_(0, cfg.digit_std)
         self.decoder = (Decoder(cfg.num_classes * cfg.digit_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
                                 cfg.decoder_hidden) if cfg.decoder else None)
         if authors:
@@ -242,7 +322,7 @@ class CapsNet(nn.Module):
 
         start(self.conv1.weight, self.conv1.bias, 0.05)
         start(self.primary.conv.weight, self.primary.conv.bias, 0.1)
-        start(self.digits.weight, self.digits.bias, 0.1)
+        start(self.digits.weight, self.digits.bias, self.config.digit_std)
         for layer in [] if self.decoder is None else self.decoder.net:
             if isinstance(layer, nn.Linear):
                 start(layer.weight, layer.bias, 0.1)
@@ -263,7 +343,7 @@ class CapsNet(nn.Module):
         if labels is not None:
             check_integer_labels(labels)
         u = self.primary_capsules(images)  # (B, I, 8)
-        poses, lengths, coupling = self.digits(u)  # (B, J, 16), (B, J), (B, I, J)
+        poses, lengths, coupling = self.digits(u, self._presence(u))  # (B, J, 16), (B, J), (B, I, J)
         reconstructions = None
         if self.decoder is not None:
             # Section 4.1: mask by the true label while training, else by the longest capsule.
@@ -281,10 +361,16 @@ class CapsNet(nn.Module):
         h = F.relu(self.conv1(F.pad(images, self._pads[0])))  # (B, 256, H, W)
         return self.primary(F.pad(h, self._pads[1]))
 
+    @staticmethod
+    def _presence(u: torch.Tensor) -> torch.Tensor:
+        """The primary capsules' activations for the routing: their lengths, each capsule's probability of being
+        present (section 2); EM weighs its votes by them, the other routings ignore them."""
+        return u.norm(dim=-1)  # (B, I)
+
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The digit capsule layer's routing, round by round, from one recorded pass (figures, the viewer)."""
         u = self.primary_capsules(images)  # (N, I, D), I ordered (type, row, column)
-        r = self.digits(u, record=True)
+        r = self.digits(u, self._presence(u), record=True)
         rows, cols = self.config.primary_grid
         return RoutingView(r.rounds, u.norm(dim=-1), r.activations, (self.config.primary_types, rows, cols))
 

@@ -5,6 +5,8 @@ Every algorithm is an ``nn.Module`` in a file of its own, called the same way
 
     votes:       (B, I, J, D)   prediction u_hat_{j|i} of lower capsule i for upper j
     activations: (B, I) or None presence of the lower capsules (EM uses it)
+    bias:        (J, D) or None the layer's pose bias, added to s_j (a routing without one, ``pose_bias = False``
+                                as EM, refuses it)
     record:      keyword; True also returns every round's coupling
     returns      RoutingResult(poses (B, J, D), activations (B, J), coupling (B, I, J)),
                  with .rounds (B, R, I, J) when recording
@@ -15,9 +17,16 @@ path that never builds the votes' gradient; inside ``plain_routing()``, and
 while ``torch.export`` traces, layers take the plain path instead (an exported
 graph holds plain operations, no autograd function). Adding an algorithm is one file,
 its test and one line in ``ROUTINGS``.
+
+A model builds its routing by name with the sizes of the layer it routes (``create_routing(name, in_caps=I,
+out_caps=J, dim=D, iterations=r)``): a routing's constructor takes whichever of these it needs, under these names,
+and gets only those. Two class attributes say what a routing is not, where it differs from the rest: ``pose_bias =
+False`` (it takes no bias, and a layer built for it has none) and ``probabilities = False`` (its activations are not
+presence probabilities in [0, 1], so a margin loss cannot read them).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from torch import nn
@@ -30,8 +39,8 @@ from .inverted import InvertedDotProductRouting
 from .result import RoutingResult, RoutingView, check_votes
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
-           "InvertedDotProductRouting", "ROUTINGS", "create_routing", "list_routings", "plain_routing",
-           "plain_routing_active"]
+           "InvertedDotProductRouting", "ROUTINGS", "LAYER_SIZES", "create_routing", "list_routings",
+           "routing_takes", "plain_routing", "plain_routing_active"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {
@@ -47,8 +56,47 @@ def list_routings() -> list[str]:
     return sorted(ROUTINGS)
 
 
-def create_routing(name: str, **options: Any) -> nn.Module:
-    """Build a registered routing module by name, e.g. ``create_routing("dynamic", iterations=3)``."""
-    if name not in ROUTINGS:
+# what a layer knows of itself, passed by ``create_routing`` to the routings whose constructors take it
+LAYER_SIZES = ("in_caps", "out_caps", "dim", "iterations")
+
+
+def _registered(name: str) -> type[nn.Module]:
+    if not isinstance(name, str) or name not in ROUTINGS:
         raise ValueError(f"unknown routing {name!r}; valid names are {', '.join(list_routings())}")
-    return ROUTINGS[name](**options)
+    return ROUTINGS[name]
+
+
+def _parameters(name: str) -> tuple[set[str], bool]:
+    """The keyword parameters of the routing ``name``'s constructor, and whether it takes any (``**options``)."""
+    parameters = inspect.signature(_registered(name)).parameters.values()
+    return {p.name for p in parameters}, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def routing_takes(name: str, option: str) -> bool:
+    """Whether the registered routing ``name``'s constructor takes ``option`` (``"iterations"``: whether it
+    iterates at all; self-attention routing makes one pass)."""
+    names, anything = _parameters(name)
+    return anything or option in names
+
+
+def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | None = None, dim: int | None = None,
+                   iterations: int | None = None, **options: Any) -> nn.Module:
+    """Build a registered routing module by name, e.g. ``create_routing("dynamic", iterations=3)``.
+
+    ``in_caps``, ``out_caps`` and ``dim`` (I, J and D of the votes) are passed to the routings that take them and
+    left out for the rest, so a layer can build any routing from its own sizes; ``iterations`` too, but given to a
+    routing that makes one pass it is refused (it would be ignored); ``options`` go to the routing as they are, an
+    unknown one refused by name."""
+    names, anything = _parameters(name)
+    given = {k: v for k, v in (("in_caps", in_caps), ("out_caps", out_caps), ("dim", dim))
+             if v is not None and (anything or k in names)}
+    if iterations is not None:
+        if not (anything or "iterations" in names):
+            raise ValueError(f"{name} routing makes one pass and takes no iterations; leave them out")
+        given["iterations"] = iterations
+    unknown = [] if anything else sorted(set(options) - names)
+    if unknown:
+        valid = sorted(names - set(LAYER_SIZES))
+        raise ValueError(f"{name} routing takes no option {', '.join(unknown)}; its options are "
+                         f"{', '.join(valid) or 'none'}")
+    return ROUTINGS[name](**given, **options)

@@ -141,6 +141,8 @@ class EMRouting(nn.Module):
     over the set ``child_norm`` names, summed across the rows holding the child).
     """
 
+    pose_bias = False  # the means are the poses: a layer routed by EM has no pose bias (capsnet.routing)
+
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
                  beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",

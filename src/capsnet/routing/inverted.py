@@ -46,6 +46,8 @@ class InvertedDotProductRouting(nn.Module):
             (module docstring); False runs plain autograd (same numbers, slower).
     """
 
+    probabilities = False  # its activations are layer-normed poses' lengths, about sqrt(D): no presence probabilities
+
     def __init__(self, dim: int, iterations: int = 2, *, fused_backward: bool = True) -> None:
         super().__init__()
         check_count("dim", dim)
