@@ -476,7 +476,7 @@ def test_generate_refuses_to_write_among_its_label_maps(gan_run, tmp_path, capsy
     _labels(tmp_path / "labels", n=2)
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
                  str(tmp_path / "labels" / ".." / "labels"), "--no-progress"]) == 2
-    assert "is the --labels folder; give another folder for the images" in capsys.readouterr().err
+    assert "is the --labels folder; give another folder (the images, written among the label maps" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == ["map0.png", "map1.png"]
 
 

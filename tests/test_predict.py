@@ -112,6 +112,25 @@ def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_ru
     assert not (tmp_path / "out").exists() and sorted(p.stem for p in folder.iterdir()) == sorted(arrays)
 
 
+def test_an_out_folder_that_cannot_be_made_or_written_is_refused_before_the_model_runs(unet_run, tmp_path,
+                                                                                       monkeypatch):
+    """It was found only when the results were written, after every image had been segmented."""
+    import capsnet.data.png as png
+    import capsnet.predict as predict
+
+    folder = _folder(tmp_path, {"x": np.zeros((16, 16), np.uint8)})
+    (tmp_path / "a-file").write_text("")
+    ran = []
+    monkeypatch.setattr(predict, "_segment", lambda *a: ran.append(1))
+    with pytest.raises(DataError, match=f"--out {tmp_path}/a-file/masks: {tmp_path}/a-file is a file, where a folder "
+                                        f"was to be made"):
+        predict_folder(unet_run, folder, tmp_path / "a-file" / "masks")
+    monkeypatch.setattr(png.os, "access", lambda path, mode: str(path) != str(tmp_path))  # tmp_path read-only
+    with pytest.raises(DataError, match=f"--out {tmp_path}/new/masks: {tmp_path} cannot be written to by this user"):
+        predict_folder(unet_run, folder, tmp_path / "new" / "masks")
+    assert not ran and not (tmp_path / "new").exists()
+
+
 def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
     folder = _folder(tmp_path, {"x": np.zeros((30, 28), np.uint8)})
     with pytest.raises(DataError, match=r"x.png is 30x28 \(HxW\) but the classifier takes 28x28 images; resize or "

@@ -26,7 +26,7 @@ import torch
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
-from .data.png import image_array, png_files
+from .data.png import check_out_folder, image_array, png_files
 from .data.sets import class_names
 from .data.tasks import SVHN_CLASSES, task
 from .evaluate import eval_batch, load_model
@@ -163,11 +163,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"wrong: use capsnet eval, or the model in Python on images prepared as capsnet.data.tasks "
                          f"prepares {trained_on}'s")
     folder, source = Path(out), Path(images_dir)
-    if folder.exists() and not folder.is_dir():
-        raise DataError(f"--out {out} is a file; give a folder for the predictions")
-    if folder.expanduser().resolve() == source.expanduser().resolve():
-        raise DataError(f"--out {out} is the --images folder; give another folder (masks written among the images "
-                        f"would be read as images next time)")
+    check_out_folder(folder, source, written="predictions", source_flag="--images", read="images")
     cfg = model.config
     model.eval()
     segmenting = kind == "segmentation"

@@ -244,7 +244,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     alone, whatever else the folder holds."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import image_array, png_files, scale_binary_label_maps
+    from .data.png import check_out_folder, image_array, png_files, scale_binary_label_maps
     from .evaluate import load_model
     from .models import model_spec
 
@@ -255,11 +255,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     if not seeds:
         raise ValueError("give at least one seed")
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
-    if Path(out).exists() and not Path(out).is_dir():
-        raise DataError(f"--out {out} is a file; give a folder for the images")
-    if Path(out).expanduser().resolve() == Path(labels_dir).expanduser().resolve():  # a second run would read the
-        raise DataError(f"--out {out} is the --labels folder; give another folder for the images (written among "
-                        f"the label maps, they would be read as label maps next time)")
+    check_out_folder(out, labels_dir, written="images", source_flag="--labels", read="label maps")
     cfg = model.config
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)
     files = png_files(Path(labels_dir), "label maps", paired=False)
