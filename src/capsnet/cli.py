@@ -1330,14 +1330,16 @@ def _torch_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="capsnet", formatter_class=_HelpFormatter,
+    # allow_abbrev=False: an abbreviation is taken for the one flag it begins (--routing em for --routing-iterations,
+    # "invalid int"), and a flag added later turns yesterday's abbreviation into an error; every flag in full
+    p = _Parser(prog="capsnet", formatter_class=_HelpFormatter, allow_abbrev=False,
                 description="Capsule networks (Sabour, Frosst and Hinton, NIPS 2017): train, evaluate, benchmark.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     p.add_argument("--version", action="version", version=f"capsnet {__version__} (torch {_torch_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (arguments, handler, help, description) in _COMMANDS.items():
         sp = sub.add_parser(name, formatter_class=_HelpFormatter, help=help, description=description,
-                            add_help=name != "experiment")  # its own --help (_ExperimentHelp)
+                            add_help=name != "experiment", allow_abbrev=False)  # its own --help (_ExperimentHelp)
         arguments(sp)
         sp.set_defaults(handler=handler, parser=sp)
         sp.before_command = tuple(o for a in p._actions for o in a.option_strings if o not in ("-h", "--help"))

@@ -385,6 +385,16 @@ def test_a_class_without_test_images_is_not_reported_as_never_right(trained_run,
     assert row.split()[1] == "n/a"
 
 
+def test_a_flag_is_taken_in_full_only(tmp_path, capsys):
+    """argparse took an abbreviation for the one flag it began: `bench --routing em` was --routing-iterations em
+    ("invalid int"), and `train --routing-iter 2` trained; a flag added later would break such a command."""
+    r = in_process(capsys, "train", "--routing-iter", "2", "--out", tmp_path / "a")
+    assert_clean_error(r, "unrecognized arguments: --routing-iter 2; did you mean --routing-iterations?")
+    r = in_process(capsys, "bench", "--routing", "em")
+    assert_clean_error(r, "unrecognized arguments: --routing em")
+    assert not any(tmp_path.iterdir())
+
+
 def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_it_cannot_take(tmp_path, capsys):
     r = in_process(capsys, "train", "--routing", "self-attention", "--routing-iterations", "5", "--out", tmp_path / "a")
     assert_clean_error(r, "--routing-iterations 5 sets the rounds of a routing that iterates, and --routing "
