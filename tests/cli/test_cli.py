@@ -415,8 +415,9 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     assert not any(tmp_path.iterdir())
 
 
-def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_path, capsys):
-    """The routing and its options are in the run's config: eval rebuilds the same network (its figure again)."""
+def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_path, capsys, monkeypatch):
+    """The routing and its options are in the run's config: eval rebuilds the same network (its figure again), and
+    figures draw its routing and name its scores as what they are."""
     run = tmp_path / "em"
     r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"final_lambda": 0.02}',
                    "--conv1-channels", "8", "--primary-types", "2", "--dataset", "mnist-sample", "--train-size", "64",
@@ -432,6 +433,15 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
                    "--json", tmp_path / "e.json", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == pytest.approx(metrics[-1]["test_accuracy"])
+    import capsnet.figures.report as report
+    drawn = []
+    plot_lengths = report.plot_lengths
+    monkeypatch.setattr(report, "plot_lengths", lambda *a, **kw: drawn.append(kw) or plot_lengths(*a, **kw))
+    r = in_process(capsys, "figures", "--checkpoint", run, "--dataset", "mnist-sample", "--indices", "0",
+                   "--out", tmp_path / "fig", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert drawn[0]["score"] == "class capsule activation (em routing)" and drawn[0]["m_plus"] == 0.9
+    assert (tmp_path / "fig" / "routing_0.png").exists()
 
 
 def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):

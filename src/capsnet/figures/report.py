@@ -291,6 +291,9 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     score, margins = _SCORES.get(ckpt.model_name, ("capsule length", (0.9, 0.1)))
+    routing = getattr(model.config, "routing", "dynamic")
+    if routing != "dynamic":  # a CapsNet routed otherwise: its activations, under the same margin loss
+        score = f"class capsule activation ({routing} routing)"
     save(plot_lengths(scores, labels, classes=classes, score=score, m_plus=margins and margins[0],
                       m_minus=margins and margins[1], indices=chosen), "lengths")
     _curves(save, plot_training_curves, runs, done)
