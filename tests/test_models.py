@@ -347,6 +347,7 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     (dict(routing_options=[["leaky", True]]), "routing_options must be a JSON object"),
     (dict(routing_options={"x": [1]}), "routing_options must be a JSON object of named numbers"),
     (dict(digit_init_std=-0.1), "digit_init_std must be in 0..100, got -0.1"),
+    (dict(routing="self-attention", input_height=10, input_width=10), "input 10x10 is too small for conv1 9x9"),
 ])
 def test_capsnet_config_refuses_a_routing_it_cannot_train_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -98,11 +98,11 @@ class CapsNetConfig(JsonConfig):
             check_range(self, "digit_init_std", 0, 100)
         check_choice(self, "padding", PADDINGS)
         check_choice(self, "init", INITS)
-        self._check_routing()
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
             raise ValueError(
                 f"input {self.input_height}x{self.input_width} is too small for conv1 {self.conv1_kernel}x{self.conv1_kernel} "
                 f"and primary capsules {self.primary_kernel}x{self.primary_kernel}: use a larger input or smaller kernels")
+        self._check_routing()  # built with the layer's sizes: the grid checked first
         if self.num_weights > MAX_WEIGHTS:
             raise ValueError(f"this CapsNetConfig would hold {self.num_weights:,} weights, more than {MAX_WEIGHTS:,} "
                              f"({MAX_WEIGHTS * 4 >> 30} GiB in float32): lower its channel, capsule or decoder sizes")
