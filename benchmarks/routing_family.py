@@ -13,6 +13,9 @@ Peak memory is the tensor memory of one training step (capsnet.bench).
     python benchmarks/routing_family.py [--batch-size 64] [--repeats 5] [--models ...] [--device cuda]
                                         [--dtype bf16] [--compile MODE] [--json FILE]
 
+A model written NAME:ROUTING is that model with its ``routing`` field set (CapsNet's digit capsules:
+``capsnet:em``, ``capsnet:self-attention``), so one network can be timed under each routing.
+
 --dtype bf16 runs the steps under bfloat16 autocast (as `capsnet train --amp bf16`; the routings run in fp32 inside):
 for GPUs, many times slower on a CPU without bfloat16 units. --compile MODE adds a row per model with both steps
 compiled as `capsnet train --compile MODE` does (every registered classifier's step is one graph:
@@ -61,9 +64,22 @@ def without_routing(model: nn.Module) -> nn.Module:
     return model
 
 
+def _model_entry(text: str) -> str:
+    """NAME or NAME:ROUTING, checked: a registered model, and a routing its config has a field for."""
+    name, _, routing = text.partition(":")
+    if name not in MODELS:
+        raise argparse.ArgumentTypeError(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
+    if routing and not hasattr(MODELS[name].config(), "routing"):
+        raise argparse.ArgumentTypeError(f"{name} has no routing field to set; NAME:ROUTING takes capsnet")
+    if routing and routing not in ROUTINGS:
+        raise argparse.ArgumentTypeError(f"unknown routing {routing!r}; registered: {', '.join(sorted(ROUTINGS))}")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED), choices=list(MODELS))
+    p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED), type=_model_entry,
+                   help=f"registered models ({', '.join(MODELS)}), each optionally NAME:ROUTING")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -83,9 +99,11 @@ def main() -> None:
     fused = dev.type == "cuda"  # as capsnet train's Adam
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
     rows = []
-    for name in args.models:
+    for entry in args.models:
+        name, _, routing = entry.partition(":")
         spec = model_spec(name)
-        config = spec.config(input_height=28, input_width=28, in_channels=1, num_classes=10)
+        config = spec.config(input_height=28, input_width=28, in_channels=1, num_classes=10,
+                             **({"routing": routing} if routing else {}))
         torch.manual_seed(0)
         model = spec.build(config).to(dev)
         g = torch.Generator().manual_seed(0)
@@ -99,7 +117,7 @@ def main() -> None:
         for c in kinds:
             t_full, t_bare = times[c, "full"], times[c, "bare"]
             shares = [1 - b / f for f, b in zip(t_full, t_bare)]
-            row = {"model": name, "title": spec.title, "weights": config.num_weights, "batch": args.batch_size,
+            row = {"model": entry, "title": spec.title + (f", {routing} routing" if routing else ""), "weights": config.num_weights, "batch": args.batch_size,
                    "dtype": args.dtype, "compile": c or "none", "steps_per_timing": steps,
                    "images_per_s": args.batch_size / statistics.median(t_full),
                    "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
@@ -107,7 +125,7 @@ def main() -> None:
             if c:  # paired with the eager step of the same repeat
                 row |= spread([e / t for e, t in zip(times[None, "full"], t_full)], "speedup_vs_eager", "speedup")
             rows.append(row)
-            print(f"{name}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, routing "
+            print(f"{entry}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, routing "
                   f"{100 * row['routing_share']:.0f}%, {row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     publish("benchmarks/routing_family.py", rows, f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n\n"
             + markdown_table(["model", "routing", "compile", "weights", "train images/s, median (min-max)",

@@ -442,6 +442,10 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
     assert r.returncode == 0, r.stderr
     assert drawn[0]["score"] == "class capsule activation (em routing)" and drawn[0]["m_plus"] == 0.9
     assert (tmp_path / "fig" / "routing_0.png").exists()
+    from capsnet.viz.engine import load_viewer
+    viewer = load_viewer(run, dataset="mnist-sample", progress=False, test_size=4)
+    walked = viewer.walk(viewer.test_input(1))
+    assert viewer.info()["routing_iterations"] == 3 and walked["coupling"] and walked["reconstruction"]
 
 
 def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
