@@ -14,6 +14,7 @@ from capsnet import CapsNetConfig
 from capsnet.checkpoint import CheckpointError, load_checkpoint
 from capsnet.cli import main
 from capsnet.data import load_dataset
+from cli_helpers import in_process
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
                                 nested_subset, translated_anywhere_test, translated_test)
 from capsnet.experiments import (LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS, format_table, plan,
@@ -175,8 +176,10 @@ def test_plan_sizes_models_to_the_experiments_images(tmp_path):
         plan("mnist", tmp_path, train=TrainConfig())
     with pytest.raises(ValueError, match="less-data sizes must lie in 1..60000"):
         plan("less-data", tmp_path, train=TrainConfig(), sizes=[70000])
-    with pytest.raises(ValueError, match="unknown models"):
+    with pytest.raises(ValueError, match="unknown model 'resnet'; choose from capsnet, "):
         plan("affine", tmp_path, train=TrainConfig(), models=["resnet"])
+    with pytest.raises(ValueError, match="no models; choose from capsnet, "):
+        plan("affine", tmp_path, train=TrainConfig(), models=[])
 
 
 def test_affine_table_reads_placement_and_distortion_apart_and_marks_sets_a_run_lacks():
@@ -511,6 +514,44 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
                  "--test-size", "32", "--batch-size", "32", "--conv1-channels", "8", "--primary-types", "2",
                  "--no-progress", "--allocator", "default"]) == 0
     assert kept == []
+
+
+def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path, capsys):
+    """--models capsnet:em: the paper's CapsNet with its digit capsules routed by EM, beside the same network routed
+    dynamically, through the same loop, recipe and seeds; each in a folder of its own, read back on a rerun."""
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), seeds=[0, 1],
+                models=["capsnet", "capsnet:em", "capsnet:self-attention"],
+                configs={"capsnet": CapsNetConfig(conv1_channels=8, primary_types=2)})
+    assert [(r.label, r.model, r.routing, r.model_config.routing, r.model_config.conv1_channels, r.seed)
+            for r in runs if r.dataset == "mnist"] == [
+        ("capsnet", "capsnet", None, "dynamic", 8, 0), ("capsnet", "capsnet", None, "dynamic", 8, 1),
+        ("capsnet:em", "capsnet", "em", "em", 8, 0), ("capsnet:em", "capsnet", "em", "em", 8, 1),
+        ("capsnet:self-attention", "capsnet", "self-attention", "self-attention", 8, 0),
+        ("capsnet:self-attention", "capsnet", "self-attention", "self-attention", 8, 1)]
+    assert len({r.run_dir for r in runs}) == len(runs)
+    assert runs[2].run_dir == tmp_path / "mnist" / "capsnet-em-routing-seed0"
+    assert {r.train_config for r in runs if r.dataset == "mnist" and r.seed == 0} == {runs[0].train_config}
+    for bad, message in [("capsnet:inverted", "capsnet takes the routings dynamic, em, self-attention, not 'inverted'"),
+                         ("em-capsnet-small:em", "em-capsnet-small has no routing to set; NAME:ROUTING takes capsnet"),
+                         ("capsnett", "unknown model 'capsnett'; choose from capsnet, ")]:
+        with pytest.raises(ValueError, match=message):
+            plan("routing", tmp_path, train=TrainConfig(), models=[bad])
+    r = in_process(capsys, "experiment", "routing", "--models", "capsnet:nope")
+    assert r.returncode == 2 and "argument --models: capsnet:nope: capsnet takes the routings" in r.stderr
+
+    out = tmp_path / "side"
+    common = ["experiment", "routing", "--out", out, "--models", "capsnet", "capsnet:em", "--datasets", "mnist-sample",
+              "--seeds", "0", "--epochs", "1", "--train-size", "64", "--test-size", "32", "--batch-size", "32",
+              "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
+    r = in_process(capsys, *common)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [row["model"] for row in rows] == ["capsnet", "capsnet:em"]
+    em = json.loads((out / "mnist-sample" / "capsnet-em-routing-seed0" / "config.json").read_text())["model_config"]
+    assert em["routing"] == "em" and em["conv1_channels"] == 8
+    assert "| capsnet:em | CapsNet, em routing | mnist-sample |" in (out / "results.md").read_text()
+    r = in_process(capsys, *common)
+    assert r.returncode == 0 and r.stdout.count("finished before: its figures read back") == 2
 
 
 def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data_root):

@@ -588,7 +588,8 @@ _EXPERIMENT_ABOUT = {
                  "the same --steps.",
     "routing": "One model per routing algorithm (dynamic, EM, self-attention, inverted dot-product) on MNIST and "
                "Fashion-MNIST over --seeds, with each paper's learning rate and augmentation: error, weights, "
-               "images/s, peak memory.",
+               "images/s, peak memory. --models capsnet capsnet:em capsnet:self-attention: one network, the "
+               "routing swapped.",
     "segmentation": "SegCaps against the U-Net on mnist-segmentation (LaLonde and Bagci 2018): Dice and IoU on the "
                     "test and out-of-distribution canvases, weights, images/s, peak memory, beside an Otsu "
                     "threshold.",
@@ -625,15 +626,27 @@ class _ExperimentHelp(argparse.Action):
         parser.exit()
 
 
+def _experiment_model(text: str) -> str:
+    """An experiment's model: a registered name or NAME:ROUTING (experiments.model_entry), checked."""
+    from .experiments import model_entry
+
+    try:
+        model_entry(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("-h", "--help", action=_ExperimentHelp, help="show this help message and exit (after an "
                    "experiment's name: that experiment's alone)")
     x.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
-    x.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
-                   help="models to train (default: capsnet baseline; routing: " + " ".join(ROUTING_MODELS) +
-                        "; segmentation: " + " ".join(SEGMENTATION_MODELS) + "; synthesis: " +
-                        " ".join(SYNTHESIS_MODELS) + ")")
+    x.add_argument("--models", nargs="+", type=_experiment_model, default=None, metavar="MODEL",
+                   help="models to train: registered names, or capsnet:ROUTING for the paper's CapsNet with its digit "
+                        "capsules routed by another algorithm (capsnet:em, capsnet:self-attention) (default: capsnet "
+                        "baseline; routing: " + " ".join(ROUTING_MODELS) + "; segmentation: " +
+                        " ".join(SEGMENTATION_MODELS) + "; synthesis: " + " ".join(SYNTHESIS_MODELS) + ")")
     routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
     x.add_argument("--datasets", nargs="+", type=_dataset, default=argparse.SUPPRESS, metavar="DATASET",
                    help=f"routing: the 28x28 data sets to compare on ({routing_sets}; default: mnist fashion-mnist); "
@@ -1120,7 +1133,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
     kept = _keep_memory(args.allocator) == "keep"
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
-               for m in (args.models or MODELS)}
+               for m in ([ex.model_entry(m)[0] for m in args.models] if args.models else MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
@@ -1137,16 +1150,16 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                   f"no such setting", flush=True)
 
     def started(k: int, run: ex.Run, done: bool) -> None:
-        print(f"[{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed}, "
+        print(f"[{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed}, "
               f"{ex.training_examples(run):,} training examples, {_counted(run.train_config.epochs, 'epoch')} "
               f"-> {run.run_dir}" + (" (finished before: its figures read back)" if done else ""), flush=True)
 
     def launched(k: int, run: ex.Run) -> None:
-        print(f"training [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} in a process of its own "
+        print(f"training [{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed} in a process of its own "
               f"-> {run.run_dir}", flush=True)
 
     def trained(k: int, run: ex.Run) -> None:
-        print(f"trained [{k + 1}/{len(runs)}] {run.model} on {run.dataset}, seed {run.seed} -> {run.run_dir}",
+        print(f"trained [{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed} -> {run.run_dir}",
               flush=True)
 
     if args.jobs > 1:

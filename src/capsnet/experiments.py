@@ -41,6 +41,7 @@ figures reported are the final epoch's, never the best over epochs.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -52,11 +53,13 @@ from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, train_defaults
+from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "plan", "run_plan", "train_run",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "model_entry", "model_title",
+           "plan", "run_plan", "train_run",
            "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
@@ -96,6 +99,36 @@ class Run:
     model_config: Any
     train_config: TrainConfig
     run_dir: Path
+    routing: str | None = None  # a model entry NAME:ROUTING's routing (model_entry), set in model_config
+
+    @property
+    def label(self) -> str:
+        """The model as the plan was given it: NAME, or NAME:ROUTING."""
+        return self.model if self.routing is None else f"{self.model}:{self.routing}"
+
+
+def model_entry(entry: str) -> tuple[str, str | None]:
+    """A plan's model: a registered name, or NAME:ROUTING for a model whose config has a ``routing`` field (CapsNet's
+    digit capsules: ``capsnet:em``), so one network can be compared under each routing. Returns (name, routing or
+    None); a ValueError names what is wrong and the valid choices."""
+    name, colon, routing = entry.partition(":")
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    if not colon:
+        return name, None
+    routable = [m for m in MODELS if "routing" in {f.name for f in dataclasses.fields(MODELS[m].config)}]
+    if name not in routable:
+        raise ValueError(f"{entry}: {name} has no routing to set; NAME:ROUTING takes {', '.join(routable)}")
+    choices = getattr(MODELS[name].config, "probability_routings", list_routings)()
+    if routing not in choices:
+        raise ValueError(f"{entry}: {name} takes the routings {', '.join(choices)}, not {routing!r}")
+    return name, routing
+
+
+def model_title(label: str) -> str:
+    """The title of a plan's model (``Run.label``): its registered title, with its routing when one was set."""
+    name, _, routing = label.partition(":")
+    return "" if name not in MODELS else MODELS[name].title + (f", {routing} routing" if routing else "")
 
 
 def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
@@ -142,21 +175,32 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
                                 if name == "synthesis" else COMPARED))  # a name given twice is one run, not two
     seeds = tuple(dict.fromkeys(seeds))  # a user's folder named two ways (DIR, ./DIR) is one data set
     datasets = None if datasets is None else list(dict.fromkeys(absolute_dataset(d) for d in datasets))
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise ValueError(f"unknown models {unknown}; choose from {', '.join(MODELS)}")
+    if not models:
+        raise ValueError(f"no models; choose from {', '.join(MODELS)}")
+    entries = {m: model_entry(m) for m in models}  # entry -> (registered name, routing or None)
     out = Path(out)
     given = dict(configs or {})
 
     def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
+        m = entries[m][0]
         mine = {**train_defaults(m, train.lr_schedule), **(RECIPES.get(m, {}) if name == "routing" else {})}
         return {k: v for k, v in mine.items() if k not in typed}
 
     def sized(m: str, dataset: str) -> Any:
-        return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset))
+        m, routing = entries[m]
+        return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset),
+                       **({} if routing is None else {"routing": routing}))
+
+    def stem(m: str) -> str:  # a run folder's name: NAME:ROUTING trains in NAME-ROUTING-routing (no colon)
+        model, routing = entries[m]
+        return model if routing is None else f"{model}-{routing}-routing"
+
+    def make(m: str, dataset: str, seed: int, train_config: TrainConfig, run_dir: Path) -> Run:
+        model, routing = entries[m]
+        return Run(name, model, dataset, seed, sized(m, dataset), train_config, run_dir, routing)
 
     kind = task(EXPERIMENTS[name][0]).kind
-    wrong = [m for m in models if model_spec(m).kind != kind]
+    wrong = [m for m in models if model_spec(entries[m][0]).kind != kind]
     if wrong:
         raise ValueError(f"the {name} experiment needs {kind} models; {', '.join(wrong)} "
                          f"{'is' if len(wrong) == 1 else 'are'} not")
@@ -169,27 +213,25 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
                          f"{'is' if len(other) == 1 else 'are'} not")
 
     if name == "synthesis":
-        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)),
-                    out / dataset_stem(d) / m) for d in datasets for m in models]
+        return [make(m, d, train.seed, replace(train, dataset=d, **own(m)), out / dataset_stem(d) / stem(m))
+                for d in datasets for m in models]
 
     if name == "routing":
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
             raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
-        return [Run(name, m, d, seed, sized(m, d), replace(train, dataset=d, seed=seed, **own(m)),
-                    out / d / f"{m}-seed{seed}")
+        return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m)), out / d / f"{stem(m)}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     if name == "segmentation":  # the default data set's runs in out/MODEL (as recorded), any other's in out/DATA/MODEL
-        return [Run(name, m, d, train.seed, sized(m, d), replace(train, dataset=d, **own(m)),
-                    out / m if d == EXPERIMENTS[name][0] else out / dataset_stem(d) / m)
+        return [make(m, d, train.seed, replace(train, dataset=d, **own(m)),
+                     out / stem(m) if d == EXPERIMENTS[name][0] else out / dataset_stem(d) / stem(m))
                 for d in datasets for m in models]
     dataset = EXPERIMENTS[name][0]
-    configs = {m: sized(m, dataset) for m in models}
     base = replace(train, dataset=dataset)
     runs = []
     if name != "less-data":  # multimnist, affine
         for m in models:
-            runs.append(Run(name, m, dataset, base.seed, configs[m], replace(base, **own(m)), out / m))
+            runs.append(make(m, dataset, base.seed, replace(base, **own(m)), out / stem(m)))
         return runs
     bad = [s for s in sizes if not 1 <= s <= 60000]
     if bad or not sizes:
@@ -199,7 +241,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         cfg = replace(base, train_size=0 if size == 60000 else size, epochs=epochs,
                       eval_every=max(1, epochs // 10))  # about ten evaluations a run, the last one reported
         for m in models:
-            runs.append(Run(name, m, dataset, cfg.seed, configs[m], replace(cfg, **own(m)), out / f"{m}-{size}"))
+            runs.append(make(m, dataset, cfg.seed, replace(cfg, **own(m)), out / f"{stem(m)}-{size}"))
     return runs
 
 
@@ -269,7 +311,7 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     from ._progress import one_line_warnings
 
     # capsnet's own warnings: one line naming the run
-    warnings.showwarning = one_line_warnings(f"warning, run {k + 1} ({run.model} on {run.dataset}, seed {run.seed}): ")
+    warnings.showwarning = one_line_warnings(f"warning, run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}): ")
 
     torch.set_num_threads(threads)
     if keep_memory:
@@ -279,7 +321,7 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     try:
         train_run(run, device=device, data_root=data_root, progress=False, compile=compile)
     except Exception as e:  # the message crosses back to the parent; the worker's traceback does not
-        raise RuntimeError(f"run {k + 1} ({run.model} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
+        raise RuntimeError(f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
                            f"{type(e).__name__}: {e}") from None
     return k
 
@@ -369,7 +411,7 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
             try:
                 future.result()
             except BrokenProcessPool:
-                names = ", ".join(f"{r.model} on {r.dataset}, seed {r.seed}" for r in [run, *(r for _, r in in_flight)])
+                names = ", ".join(f"{r.label} on {r.dataset}, seed {r.seed}" for r in [run, *(r for _, r in in_flight)])
                 raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
                                    f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
                                    f"and interrupted ones resume: run the command again, with fewer --jobs if "
@@ -413,14 +455,14 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         if final is None:
             final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
         size = training_examples(run)
-        row = {"experiment": run.experiment, "model": run.model, "dataset": run.dataset, "seed": run.seed,
+        row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
                "run_dir": str(run.run_dir)}
         if synthesis:
             row |= {"generator_weights": run.model_config.generator_weights,
                     "generate_images_per_s": _generation_speed(run, device, data_root)}
         elif run.experiment in ("routing", "segmentation"):
-            key = (run.model, run.dataset)
+            key = (run.label, run.dataset)
             if key not in memory:
                 from .bench import measure_training
                 from .runtime import resolve_device
@@ -640,7 +682,7 @@ def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
         errors = [100 * r["test_error"] for r in rs]
         speed = [r["train_images_per_s"] for r in rs if "train_images_per_s" in r]
         steps = sorted({r["step"] for r in rs if "step" in r})
-        cells = [model, MODELS[model].title if model in MODELS else "", dataset, f"{rs[0]['weights']:,}",
+        cells = [model, model_title(model), dataset, f"{rs[0]['weights']:,}",
                  "/".join(sorted({str(r["epochs"]) for r in rs if "epochs" in r}, key=int)) or "-",
                  "/".join(f"{n:,}" for n in steps) or "-", str(len(rs)),
                  f"{sum(errors) / len(errors):.2f}% ({min(errors):.2f}-{max(errors):.2f})",
