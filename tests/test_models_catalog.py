@@ -154,3 +154,37 @@ def test_capsnet_models_name_prints_a_row_per_field_and_json_matches_the_library
 def test_capsnet_models_with_an_unknown_name_lists_the_valid_ones(capsys):
     r = in_process(capsys, "models", "em-capsnet-big")
     assert r.returncode == 2 and "invalid choice: 'em-capsnet-big'" in r.stderr and "'em-capsnet-small'" in r.stderr
+
+
+def test_a_model_of_ones_own_whose_config_does_not_count_its_weights_is_counted_by_building_it(monkeypatch, capsys):
+    """`capsnet models` read config.num_weights, so a model registered without one crashed it with an
+    AttributeError; the count now comes from the model built on the meta device."""
+    import torch
+    from torch import nn
+
+    from capsnet._config import JsonConfig
+    from capsnet.models import ModelSpec, num_weights
+
+    @dataclass(frozen=True)
+    class TinyConfig(JsonConfig):
+        input_height: int = 28
+        input_width: int = 28
+        in_channels: int = 1
+        num_classes: int = 10
+
+    class Tiny(nn.Module):
+        def __init__(self, config: TinyConfig) -> None:
+            super().__init__()
+            self.config = config
+            self.linear = nn.Linear(config.input_height * config.input_width, config.num_classes)  # 7,850 weights
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return self.linear(images.flatten(1))
+
+    monkeypatch.setitem(MODELS, "tiny", ModelSpec(TinyConfig, Tiny, lambda *a, **k: None, "a tiny model"))
+    assert num_weights(TinyConfig()) == 28 * 28 * 10 + 10
+    assert num_weights(model_spec("capsnet").config()) == model_spec("capsnet").config().num_weights
+    row = next(r for r in catalog() if r["name"] == "tiny")
+    assert row["weights"] == 7850 and row["input"] == [1, 28, 28]
+    r = in_process(capsys, "models")
+    assert r.returncode == 0 and "tiny" in r.stdout and "7,850" in r.stdout

@@ -25,7 +25,10 @@ SMALL = {
 
 
 def test_every_registered_model_has_small_sizes_here():
-    assert set(SMALL) == set(MODELS)
+    missing, stale = sorted(set(MODELS) - set(SMALL)), sorted(set(SMALL) - set(MODELS))
+    assert not missing, (f"a model registered since this table was written: add {missing} to SMALL with the config "
+                         f"fields that make it small for these tests ({{}} if its defaults are)")
+    assert not stale, f"{stale} are no longer registered: take them out of SMALL"
 
 
 @pytest.mark.parametrize("name", CLASSIFIERS)

@@ -52,7 +52,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
-from .models import MODELS, model_spec, train_defaults
+from .models import MODELS, model_spec, num_weights, train_defaults
 from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields
 
@@ -456,7 +456,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
             final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
         size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
-               "train_size": size, "epochs": run.train_config.epochs, "weights": run.model_config.num_weights,
+               "train_size": size, "epochs": run.train_config.epochs, "weights": num_weights(run.model_config),
                "run_dir": str(run.run_dir)}
         if synthesis:
             row |= {"generator_weights": run.model_config.generator_weights,

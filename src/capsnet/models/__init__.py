@@ -30,7 +30,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
-           "model_name", "train_defaults", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
+           "model_name", "train_defaults", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
@@ -127,6 +127,17 @@ def model_name(config: Any) -> str:
         raise ValueError(f"a {type(config).__name__} model was given where its config belongs: pass model.config")
     raise ValueError(f"{type(config).__name__} is not the config of a registered model ({', '.join(MODELS)}); "
                      f"make one with create_model(NAME, ...).config or model_spec(NAME).config(...)")
+
+
+def num_weights(config: Any) -> int:
+    """The weights a registered model's ``config`` builds: ``config.num_weights`` where the config computes it from its
+    sizes (every model shipped does, and checks it before allocating), else counted on the model built on the meta
+    device, which holds no data (a model of one's own need not write the count)."""
+    count = getattr(config, "num_weights", None)
+    if isinstance(count, int):
+        return count
+    with torch.device("meta"):
+        return sum(p.numel() for p in model_spec(model_name(config)).build(config).parameters())
 
 
 def create_model(name: str, **config: Any) -> nn.Module:

@@ -86,13 +86,13 @@ def _summary(cls: type) -> str:
 
 
 def _row(name: str) -> dict[str, Any]:
-    from . import model_spec
+    from . import model_spec, num_weights
 
     spec = model_spec(name)
     config = spec.config()
     row = {"name": name, "title": spec.title, "paper": spec.paper, "task": spec.kind,
            "input": [config.in_channels, config.input_height, config.input_width],
-           "weights": config.num_weights}
+           "weights": num_weights(config)}
     if hasattr(config, "generator_weights"):
         row["generator_weights"] = config.generator_weights
     return row
