@@ -215,7 +215,7 @@ def test_a_model_cast_to_bfloat16_runs_on_bfloat16_images(name):
     half.load_state_dict(model.state_dict())
     half = half.bfloat16()
     with torch.no_grad():
-        out, ref = half(images.bfloat16()), model(images)
+        out = half(images.bfloat16())
     pick = (lambda o: o) if isinstance(out, torch.Tensor) else (lambda o: next(
         v for v in (list(o) if isinstance(o, tuple) else vars(o).values()) if isinstance(v, torch.Tensor)))
     assert torch.isfinite(pick(out).float()).all()
