@@ -450,7 +450,24 @@ def test_one_experiments_help_shows_its_own_paragraph_and_the_flags_it_takes(nam
                 main(["experiment", name, flag, *value, "--out", str(tmp_path / "x"), "--no-progress"])
             assert e.value.code == 2
             assert f"{flag} does not apply to `capsnet experiment {name}`" in capsys.readouterr().err
+    # a model's flag is shown where a model the experiment can train has its field, and refused where none has
+    shown_model_flags = _MODEL_FLAGS_SHOWN.get(name, set(_MODEL_FLAGS))
+    for flag, value in _MODEL_FLAGS.items():
+        assert (f"\n  {flag} " in text) == (flag in shown_model_flags), flag
+        if flag not in shown_model_flags:
+            with pytest.raises(SystemExit) as e:
+                main(["experiment", name, flag, *value, "--out", str(tmp_path / "x"), "--no-progress"])
+            assert e.value.code == 2 and "no model of this experiment" in capsys.readouterr().err, flag
+    assert ("less_data.png" in flat) == (name == "less-data")
+    models = flat.split("--models MODEL [MODEL ...] ")[1].split(" --")[0]
+    assert ("segcaps" in models) == (name == "segmentation") and ("pix2pix" in models) == (name == "synthesis")
     assert not (tmp_path / "x").exists()
+
+
+_MODEL_FLAGS = {"--routing-iterations": ["2"], "--conv1-channels": ["8"], "--primary-types": ["2"],
+                "--dropout": ["0.1"], "--cnn-channels": ["4", "4", "4"], "--cnn-hidden": ["8", "8"]}
+# where fewer than all show: segmentation models have routing rounds alone; synthesis ones those and dropout
+_MODEL_FLAGS_SHOWN = {"segmentation": {"--routing-iterations"}, "synthesis": {"--routing-iterations", "--dropout"}}
 
 
 # -------------------------------------------------------------------------------- routing side by side

@@ -25,7 +25,8 @@ from ._progress import one_line_warnings
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
-from .experiments import EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS
+from .experiments import (COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS,
+                          SEGMENTATION_MODELS, SYNTHESIS_MODELS)
 from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
@@ -598,7 +599,7 @@ _EXPERIMENT_ABOUT = {
                  "and classifiers trained on the generated images tested on real ones.",
 }
 _EXPERIMENT_RUNS = ("Each run is a `capsnet train` run directory under --out (finished runs are read back, "
-                    "interrupted ones resume); results.md, results.json (and less_data.png) go there too.")
+                    "interrupted ones resume); results.md and results.json go there too{}.")
 # flags (their dests) that only some experiments take; the rest apply to every one
 _EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
                     "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",),
@@ -616,11 +617,22 @@ class _ExperimentHelp(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         name = getattr(namespace, "name", None)
         if name in _EXPERIMENT_ABOUT:
-            parser.description = (f"`capsnet experiment {name}`: {_EXPERIMENT_ABOUT[name]} {_EXPERIMENT_RUNS} "
+            more = " (and less_data.png, the plot)" if name == "less-data" else ""
+            parser.description = (f"`capsnet experiment {name}`: {_EXPERIMENT_ABOUT[name]} "
+                                  f"{_EXPERIMENT_RUNS.format(more)} "
                                   f"(`capsnet experiment --help` describes every experiment.)")
+            kind = task(EXPERIMENTS[name][0]).kind
+            fitting = [m for m, spec in MODELS.items() if spec.kind == kind]
             for action in parser._actions:
                 if name not in _EXPERIMENT_ONLY.get(action.dest, (name,)):
                     action.help = argparse.SUPPRESS
+                elif action.dest in _MODEL_FIELDS and not any(action.dest in _fields(m) for m in fitting):
+                    action.help = argparse.SUPPRESS  # a field no model this experiment can train has
+                elif action.dest == "models":
+                    action.help = (f"models to train (default: {' '.join(DEFAULT_MODELS.get(name, COMPARED))}): "
+                                   f"any of {', '.join(fitting)}" + (", or capsnet:ROUTING (the paper's CapsNet with "
+                                   "its digit capsules routed by another algorithm: capsnet:em, capsnet:self-attention)"
+                                   if kind == "classification" else ""))
             parser.usage = None
         parser.print_help()
         parser.exit()
@@ -1330,7 +1342,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
     "experiment": (_experiment_arguments, _cmd_experiment, "rerun the paper's experiments; compare the routings",
                    "Train models through the same loop, data and budget, and tabulate their final-epoch test "
                    "figures. " + " ".join(f"{n}: {about}" for n, about in _EXPERIMENT_ABOUT.items()) + " "
-                   + _EXPERIMENT_RUNS + " (`capsnet experiment NAME --help`: one experiment's flags alone.)"),
+                   + _EXPERIMENT_RUNS.format(" (less-data: and less_data.png)")
+                   + " (`capsnet experiment NAME --help`: one experiment's flags alone.)"),
     "viz": (_viz_arguments, _cmd_viz, "local web viewer: walk an image through the network, move its pose",
             "Serve the interactive viewer on a local web server (loopback by default)."),
 }

@@ -58,7 +58,7 @@ from .train import TrainConfig, _differences, fit, input_fields
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "model_entry", "model_title",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "model_entry", "model_title", "DEFAULT_MODELS",
            "plan", "run_plan", "train_run",
            "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
@@ -79,6 +79,8 @@ LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
 COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
 SEGMENTATION_MODELS = ("segcaps", "unet")  # LaLonde and Bagci compare SegCaps with the U-Net
 SYNTHESIS_MODELS = ("capspix2pix", "pix2pix")  # Bass et al. compare CapsPix2pix with pix2pix
+# each experiment's models when none are given (the others: COMPARED)
+DEFAULT_MODELS = {"routing": ROUTING_MODELS, "segmentation": SEGMENTATION_MODELS, "synthesis": SYNTHESIS_MODELS}
 # the classifier of "train on synthetic, test on real": the shipped small CapsNet's sizes (src/capsnet/pretrained)
 PROBE = {"conv1_channels": 64, "primary_types": 16, "decoder_hidden": (256, 512)}
 
@@ -170,9 +172,8 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     """``plan``'s runs, before their folders are checked."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
-    models = list(dict.fromkeys(models if models is not None else ROUTING_MODELS if name == "routing" else
-                                SEGMENTATION_MODELS if name == "segmentation" else SYNTHESIS_MODELS
-                                if name == "synthesis" else COMPARED))  # a name given twice is one run, not two
+    models = list(dict.fromkeys(models if models is not None else DEFAULT_MODELS.get(name, COMPARED)))  # a name
+    # given twice is one run, not two
     seeds = tuple(dict.fromkeys(seeds))  # a user's folder named two ways (DIR, ./DIR) is one data set
     datasets = None if datasets is None else list(dict.fromkeys(absolute_dataset(d) for d in datasets))
     if not models:
