@@ -508,6 +508,10 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                    help="segmentation: the mask is where the foreground probability exceeds this")
     p.add_argument("--probabilities", action="store_true",
                    help="segmentation: also write NAME_probability.png, the probabilities x 255")
+    p.add_argument("--mnist-style", action="store_true",
+                   help="classifiers: make each image, of any size, as MNIST was made (a photo or scan of one digit "
+                        "or item: dark ink on light paper inverted, its box scaled to 20/28 of the input, centred by "
+                        "its centre of mass), as the viewer does with uploads")
     p.add_argument("--batch-size", type=_positive_int, default=64,
                    help="images per forward pass (segmentation: at the model's training size; larger images go "
                         "fewer at a time)")
@@ -1082,7 +1086,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     done = predict_folder(args.checkpoint, args.images, args.out, which=args.which,
                           device=str(resolve_device(args.device)), threshold=args.threshold,
-                          probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress)
+                          probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress,
+                          mnist_style=args.mnist_style)
+    for note in done.notes:
+        print(f"note: {note}")
     again = _replaced(done.replaced)
     if done.kind == "classification":
         shown = done.rows[:10]

@@ -26,7 +26,8 @@ import torch
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
-from .data.png import check_out_folder, image_array, png_files
+from .data import photos
+from .data.png import check_out_folder, image_array, png_files, read_png
 from .data.sets import class_names
 from .data.tasks import SVHN_CLASSES, task
 from .evaluate import eval_batch, load_model
@@ -53,21 +54,36 @@ class Predictions:
     files: list[Path]
     rows: list[dict] = field(default_factory=list)
     replaced: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the user may want to know (images unlike the training set)
 
 
-def _read(images_dir: Path, channels: int, size: tuple[int, int] | None
+def _light_border(a: np.ndarray) -> bool:
+    """Whether a grey image (H, W) uint8 has a mostly light border (the median of its edge pixels over half)."""
+    return float(np.median(np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]]))) > 127.5
+
+
+def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False
           ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
-    the ``size`` (H, W) it takes; and the files by stem."""
+    the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
+    its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are)."""
     arrays, paths = {}, png_files(images_dir, "images", paired=False)
     for stem, path in paths.items():
+        if styled:
+            try:
+                x = photos.mnist_style(read_png(path), (channels, *size))
+            except DataError as e:
+                raise DataError(f"image {path}: {e}") from None
+            arrays[stem] = x.mul(255).round_().to(torch.uint8).numpy()
+            continue
         a = image_array(path)
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
-                            f"{size[0]}x{size[1]} images; resize or crop it to that size")
+                            f"{size[0]}x{size[1]} images; resize or crop it to that size (or, a photo or scan of "
+                            f"one digit or item: --mnist-style makes it as MNIST was made)")
         arrays[stem] = a
     return arrays, paths
 
@@ -138,12 +154,14 @@ def _png_bytes(a: np.ndarray) -> bytes:
 def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str | os.PathLike,
                    out: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu",
                    threshold: float = 0.5, probabilities: bool = False, batch_size: int = 64,
-                   progress: bool = False) -> Predictions:
+                   progress: bool = False, mnist_style: bool = False) -> Predictions:
     """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
     read) to every PNG image in ``images_dir`` and write the results into ``out`` (see the module docstring).
     ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
-    ``probabilities``: also write each image's probabilities. A problem with an image is a DataError naming it,
-    raised before anything is written."""
+    ``probabilities``: also write each image's probabilities; ``mnist_style`` (classifiers): each image, of any size,
+    made as MNIST was made (a photo or scan of one digit: dark ink on light paper inverted, its box scaled to 20/28 of
+    the input, centred by its centre of mass). A problem with an image is a DataError naming it, raised before
+    anything is written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -167,7 +185,18 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     cfg = model.config
     model.eval()
     segmenting = kind == "segmentation"
-    arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width))
+    if mnist_style and segmenting:
+        raise ValueError(f"--mnist-style makes one digit or item as MNIST was made; {ckpt.model_name} segments whole "
+                         f"scenes, read as they are: leave it out")
+    arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
+                          styled=mnist_style)
+    notes = []
+    if not segmenting and not mnist_style and cfg.in_channels == 1:
+        light = [paths[s].name for s, a in arrays.items() if _light_border(a[0])]
+        if 2 * len(light) >= len(arrays):  # MNIST-family images are light on a black ground
+            notes.append(f"{len(light)} of {len(arrays)} images ({', '.join(light[:3])}{', ...' if len(light) > 3 else ''}) "
+                         f"are dark on a light background, unlike the {trained_on} images {ckpt.model_name} trained on "
+                         f"(light on black); --mnist-style makes each as MNIST was made (inverted, scaled and centred)")
     clash = sorted({f"{stem}_probability" for stem in arrays} & set(arrays)) if probabilities else []
     if clash:  # NAME_probability.png of one image would be written over the mask of another
         raise DataError(f"{source} holds both {clash[0][:-len('_probability')]}.png and {clash[0]}.png: the first's "
@@ -195,4 +224,4 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     replaced = [p for p in written if p.exists()]
     for path, data in written.items():
         atomic_write(path, lambda f, data=data: f.write(data))
-    return Predictions(kind, folder, list(written), rows, replaced)
+    return Predictions(kind, folder, list(written), rows, replaced, notes)

@@ -1,11 +1,9 @@
 """Uploaded and drawn images, turned into what the network saw in training.
 
-MNIST's own recipe (LeCun et al., the MNIST page): the digit's bounding box is
-scaled to fit a 20x20 box with its aspect ratio kept (anti-aliased, hence
-grey levels), then placed in the 28x28 field so that its centre of mass lies
-at the centre. For other input sizes the box scales with the input
-(20/28 of it). Dark digits on light paper are inverted first, so photos of
-handwriting work as well as white strokes on a black canvas.
+A digit is made as MNIST was (``capsnet.data.photos.mnist_style``: its box
+scaled to 20/28 of the input, centred by its centre of mass, dark ink on
+light paper inverted), so photos of handwriting work as well as white strokes
+on a black canvas.
 
 A segmentation model's input is a whole scene, not a digit to centre:
 ``canvas_input`` takes an image of exactly the model's input size as it is
@@ -20,6 +18,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..data import photos
+from ..data.idx import DataError
+from ..data.photos import WORK_SIDE, shrink
 from .engine import ViewerError
 
 __all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "WORK_SIDE",
@@ -32,8 +33,6 @@ MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is de
 # RGBA (64 MiB, and 0.6 GB once preprocessed at full size) does not.
 MAX_DECODED_BYTES = 48 * 1024 * 1024
 MAX_CONCURRENT_DECODES = 2  # uploads decoded and preprocessed at once; more wait their turn
-WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
-BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
 
 _DECODE_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
@@ -89,21 +88,10 @@ def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
     try:
         img.load()
         if max_side is not None and max(img.size) > max_side:
-            img = _shrink(img, max_side)
+            img = shrink(img, max_side)
         return ImageOps.exif_transpose(img)
     except Exception as e:  # truncated or corrupt pixel data
         raise ViewerError(f"the image data is truncated or corrupt ({e}); upload the whole file") from None
-
-
-def _shrink(img: Image.Image, side: int) -> Image.Image:
-    """The image scaled down (box filter; PIL premultiplies alpha) to at most ``side`` pixels on its longer side."""
-    w, h = img.size
-    scale = side / max(w, h)
-    size = (max(1, round(w * scale)), max(1, round(h * scale)))
-    try:
-        return img.resize(size, Image.Resampling.BOX)
-    except ValueError:  # a mode PIL cannot resize: keep it, it is within the caps
-        return img
 
 
 def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -154,61 +142,13 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 
 
-def _grey(img: Image.Image) -> np.ndarray:
-    """Grey levels in [0, 1], transparent pixels filled with the background the strokes stand out from."""
-    if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
-        rgba = np.asarray(img.convert("RGBA"), dtype=np.float32) / 255
-        alpha = rgba[..., 3]
-        grey = rgba[..., :3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
-        ink = float((grey * alpha).sum() / max(alpha.sum(), 1e-6))  # mean grey of what is painted
-        background = 0.0 if ink > 0.5 else 1.0
-        return grey * alpha + background * (1 - alpha)
-    return np.asarray(img.convert("L"), dtype=np.float32) / 255
-
-
 def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
-    """An image as MNIST was made: bright digit on black, box-scaled, centred by centre of mass.
+    """``capsnet.data.photos.mnist_style`` (MNIST's recipe) for the viewer: a problem is a ``ViewerError``, which the
+    server answers with its message.
 
     Shapes: returns (C, H, W) float in [0, 1] for ``shape`` = (C, H, W).
-    Colour models (C = 3) get the image resized to H x W, nothing more.
-    Images over ``WORK_SIDE`` pixels a side are shrunk to it first, so the
-    float arrays below stay small (the digit ends up 20 pixels tall anyway).
     """
-    C, H, W = shape
-    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
-        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
-    if max(img.size) > WORK_SIDE:
-        img = _shrink(img, WORK_SIDE)
-    if C == 3:
-        a = np.asarray(img.convert("RGB").resize((W, H), Image.Resampling.BOX), dtype=np.float32) / 255
-        return torch.from_numpy(a).permute(2, 0, 1).contiguous()  # (3, H, W)
-    if C != 1:
-        raise ViewerError(f"the viewer converts uploads for 1- or 3-channel models, not {C}")
-    a = _grey(img)
-    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
-    if np.median(border) > 0.5:  # dark ink on light paper
-        a = 1.0 - a
-        border = 1.0 - border
-    a = np.clip(a - float(np.median(border)), 0, None)
-    peak = float(a.max())
-    if peak < 0.05:
-        raise ViewerError("the image is blank: draw or upload a digit that stands out from its background")
-    a = a / peak
-    ys, xs = np.nonzero(a > 0.1)
-    a = a[ys.min():ys.max() + 1, xs.min():xs.max() + 1]  # the digit's bounding box
-    box = max(1, round(BOX_FRACTION * min(H, W)))
-    h, w = a.shape
-    scale = box / max(h, w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    digit = np.asarray(Image.fromarray(a, mode="F").resize((nw, nh), Image.Resampling.LANCZOS), dtype=np.float32)
-    digit = np.clip(digit, 0, 1)
-    mass = digit.sum()
-    cy = float((digit.sum(axis=1) * np.arange(nh)).sum() / mass)
-    cx = float((digit.sum(axis=0) * np.arange(nw)).sum() / mass)
-    # Centre of mass at pixel (H / 2, W / 2), (14, 14) in 28x28, where MNIST's digits have theirs
-    # (their mean over the test set: 14.0, 14.0); kept inside the field.
-    top = int(np.clip(round(H / 2 - cy), 0, H - nh))
-    left = int(np.clip(round(W / 2 - cx), 0, W - nw))
-    out = np.zeros((H, W), dtype=np.float32)
-    out[top:top + nh, left:left + nw] = digit
-    return torch.from_numpy(out).unsqueeze(0)  # (1, H, W)
+    try:
+        return photos.mnist_style(img, shape)
+    except DataError as e:
+        raise ViewerError(f"{e} (draw or upload one)" if "blank" in str(e) else str(e)) from None

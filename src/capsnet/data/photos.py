@@ -1,0 +1,91 @@
+"""Photos and scans of single digits made into what an MNIST-family model saw in training.
+
+MNIST's own recipe (LeCun et al., the MNIST page): the digit's bounding box is scaled to fit a 20x20 box with its
+aspect ratio kept (anti-aliased, hence grey levels), then placed in the 28x28 field so that its centre of mass lies at
+the centre. For other input sizes the box scales with the input (20/28 of it). Dark digits on light paper are
+inverted first, so photos of handwriting work as well as white strokes on a black canvas. The viewer's uploads
+(``capsnet.viz.images``) and ``capsnet predict --mnist-style`` both go through ``mnist_style``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .idx import DataError
+
+__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "mnist_style"]
+
+WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
+BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
+
+
+def shrink(img: Image.Image, side: int) -> Image.Image:
+    """The image scaled down (box filter; PIL premultiplies alpha) to at most ``side`` pixels on its longer side."""
+    w, h = img.size
+    scale = side / max(w, h)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    try:
+        return img.resize(size, Image.Resampling.BOX)
+    except ValueError:  # a mode PIL cannot resize: keep it, it is within the caps
+        return img
+
+
+def _grey(img: Image.Image) -> np.ndarray:
+    """Grey levels in [0, 1], transparent pixels filled with the background the strokes stand out from."""
+    if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = np.asarray(img.convert("RGBA"), dtype=np.float32) / 255
+        alpha = rgba[..., 3]
+        grey = rgba[..., :3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+        ink = float((grey * alpha).sum() / max(alpha.sum(), 1e-6))  # mean grey of what is painted
+        background = 0.0 if ink > 0.5 else 1.0
+        return grey * alpha + background * (1 - alpha)
+    return np.asarray(img.convert("L"), dtype=np.float32) / 255
+
+
+def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
+    """An image as MNIST was made: bright digit on black, box-scaled, centred by centre of mass.
+
+    Shapes: returns (C, H, W) float in [0, 1] for ``shape`` = (C, H, W).
+    Colour models (C = 3) get the image resized to H x W, nothing more.
+    Images over ``WORK_SIDE`` pixels a side are shrunk to it first, so the
+    float arrays below stay small (the digit ends up 20 pixels tall anyway).
+    """
+    C, H, W = shape
+    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
+    if max(img.size) > WORK_SIDE:
+        img = shrink(img, WORK_SIDE)
+    if C == 3:
+        a = np.asarray(img.convert("RGB").resize((W, H), Image.Resampling.BOX), dtype=np.float32) / 255
+        return torch.from_numpy(a).permute(2, 0, 1).contiguous()  # (3, H, W)
+    if C != 1:
+        raise DataError(f"only 1- and 3-channel models take MNIST-style images, not {C}-channel ones")
+    a = _grey(img)
+    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    if np.median(border) > 0.5:  # dark ink on light paper
+        a = 1.0 - a
+        border = 1.0 - border
+    a = np.clip(a - float(np.median(border)), 0, None)
+    peak = float(a.max())
+    if peak < 0.05:
+        raise DataError("the image is blank: give a digit that stands out from its background")
+    a = a / peak
+    ys, xs = np.nonzero(a > 0.1)
+    a = a[ys.min():ys.max() + 1, xs.min():xs.max() + 1]  # the digit's bounding box
+    box = max(1, round(BOX_FRACTION * min(H, W)))
+    h, w = a.shape
+    scale = box / max(h, w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    digit = np.asarray(Image.fromarray(a, mode="F").resize((nw, nh), Image.Resampling.LANCZOS), dtype=np.float32)
+    digit = np.clip(digit, 0, 1)
+    mass = digit.sum()
+    cy = float((digit.sum(axis=1) * np.arange(nh)).sum() / mass)
+    cx = float((digit.sum(axis=0) * np.arange(nw)).sum() / mass)
+    # Centre of mass at pixel (H / 2, W / 2), (14, 14) in 28x28, where MNIST's digits have theirs
+    # (their mean over the test set: 14.0, 14.0); kept inside the field.
+    top = int(np.clip(round(H / 2 - cy), 0, H - nh))
+    left = int(np.clip(round(W / 2 - cx), 0, W - nw))
+    out = np.zeros((H, W), dtype=np.float32)
+    out[top:top + nh, left:left + nw] = digit
+    return torch.from_numpy(out).unsqueeze(0)  # (1, H, W)
