@@ -58,9 +58,8 @@ from .train import TrainConfig, _differences, fit, input_fields
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "Run", "model_entry", "model_title", "DEFAULT_MODELS",
-           "plan", "run_plan", "train_run",
-           "training_examples",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "DEFAULT_MODELS", "Run",
+           "model_entry", "model_title", "plan", "run_plan", "train_run", "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
 
@@ -172,8 +171,8 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     """``plan``'s runs, before their folders are checked."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
-    models = list(dict.fromkeys(models if models is not None else DEFAULT_MODELS.get(name, COMPARED)))  # a name
-    # given twice is one run, not two
+    # a name given twice is one run, not two
+    models = list(dict.fromkeys(models if models is not None else DEFAULT_MODELS.get(name, COMPARED)))
     seeds = tuple(dict.fromkeys(seeds))  # a user's folder named two ways (DIR, ./DIR) is one data set
     datasets = None if datasets is None else list(dict.fromkeys(absolute_dataset(d) for d in datasets))
     if not models:
