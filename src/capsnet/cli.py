@@ -25,8 +25,7 @@ from ._progress import one_line_warnings
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
-from .experiments import (COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES, ROUTING_MODELS,
-                          SEGMENTATION_MODELS, SYNTHESIS_MODELS)
+from .experiments import COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES
 from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
@@ -660,9 +659,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", type=_experiment_model, default=None, metavar="MODEL",
                    help="models to train: registered names, or capsnet:ROUTING for the paper's CapsNet with its digit "
-                        "capsules routed by another algorithm (capsnet:em, capsnet:self-attention) (default: capsnet "
-                        "baseline; routing: " + " ".join(ROUTING_MODELS) + "; segmentation: " +
-                        " ".join(SEGMENTATION_MODELS) + "; synthesis: " + " ".join(SYNTHESIS_MODELS) + ")")
+                        "capsules routed by another algorithm (capsnet:em, capsnet:self-attention) (default: "
+                        + "; ".join([" ".join(COMPARED)] + [f"{n}: {' '.join(m)}" for n, m in DEFAULT_MODELS.items()])
+                        + ")")
     routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
     x.add_argument("--datasets", nargs="+", type=_dataset, default=argparse.SUPPRESS, metavar="DATASET",
                    help=f"routing: the 28x28 data sets to compare on ({routing_sets}; default: mnist fashion-mnist); "
