@@ -229,7 +229,7 @@ def _typed(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
 
 def _flag(field: str) -> str:
     return {"decoder": "--no-decoder", "routing_bias": "--no-routing-bias", "channels": "--cnn-channels",
-            "hidden": "--cnn-hidden"}.get(field, "--" + field.replace("_", "-"))
+            "hidden": "--cnn-hidden", "routing_options": "--routing-option"}.get(field, "--" + field.replace("_", "-"))
 
 
 def _as_typed(field: str, value: Any, option: bool = False) -> str:
@@ -239,6 +239,8 @@ def _as_typed(field: str, value: Any, option: bool = False) -> str:
     if field == "model":
         return f"--model {value}"
     flag = _flag(field)
+    if isinstance(value, dict):  # --routing-option KEY=VALUE, once a key
+        return " ".join(f"{flag} {k}={json.dumps(v)}" for k, v in value.items())
     if isinstance(value, bool):  # a switch (--no-decoder: decoder false); the value it does not set, as a field's
         return flag if flag.startswith("--no-") != value else f"{field}={json.dumps(value)}"
     return f"{flag} {' '.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
@@ -264,12 +266,20 @@ def _listed(flags: list[str], one: str, many: str) -> str:
 
 # Model config fields with a flag of their own (_flag(field)); a flag applies to every model whose config has the
 # field, and --model-option KEY=VALUE sets any field of the chosen model.
-_MODEL_FIELDS = ("routing_iterations", "routing", "conv1_channels", "primary_types", "decoder", "routing_bias", "leaky_routing",
-                 "detach_agreement", "dropout", "channels", "hidden")
+_MODEL_FIELDS = ("routing_iterations", "routing", "routing_options", "conv1_channels", "primary_types", "decoder",
+                 "routing_bias", "leaky_routing", "detach_agreement", "dropout", "channels", "hidden")
 
 
 def _fields(model: str) -> set[str]:
     return {f.name for f in dataclasses.fields(MODELS[model].config)}
+
+
+class _KeyValues(argparse.Action):
+    """KEY=VALUE pairs (parsed by ``type``) gathered into one dict, a later KEY over an earlier one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        key, value = values
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest, {}), key: value})
 
 
 def _model_option(text: str) -> tuple[str, Any]:
@@ -310,6 +320,10 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     if all_flags:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the digit capsules' routing algorithm (capsnet.routing); "
                     "the rest of the network and its loss stay the paper's", choices=CapsNetConfig.probability_routings())
+        p.add_argument("--routing-option", type=_model_option, action=_KeyValues, dest="routing_options",
+                       default=argparse.SUPPRESS, metavar="KEY=VALUE",
+                       help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
+                            "repeat for several (`python -c 'help(capsnet.routing.EMRouting)'` lists em's)")
         _field_flag(p, "--no-decoder", CapsNetConfig, "decoder", "train without the reconstruction decoder",
                     action="store_const", const=False)
         _field_flag(p, "--no-routing-bias", CapsNetConfig, "routing_bias",

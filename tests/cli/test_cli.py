@@ -412,15 +412,22 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"bogus": 1}',
                    "--out", tmp_path / "a")
     assert_clean_error(r, "em routing takes no option bogus")
+    r = in_process(capsys, "train", "--routing", "em", "--routing-option", "final_lambda=0.02", "--model-option",
+                   'routing_options={"final_lambda": 0.03}', "--out", tmp_path / "a")
+    assert_clean_error(r, '--routing-option final_lambda=0.02 and --model-option routing_options={"final_lambda": 0.03} '
+                          'both set routing_options; keep one')
+    r = in_process(capsys, "train", "--model", "baseline", "--routing-option", "final_lambda=0.02", "--out", tmp_path / "a")
+    assert_clean_error(r, "--routing-option sets the CapsNet; it does not apply to --model baseline")
     assert not any(tmp_path.iterdir())
 
 
 def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_path, capsys, monkeypatch):
-    """The routing and its options are in the run's config: eval rebuilds the same network (its figure again), and
-    figures draw its routing and name its scores as what they are."""
+    """The routing and its options are in the run's config (--routing-option: a later value of a key over an earlier
+    one): eval rebuilds the same network (its figure again), and figures draw its routing and name its scores as what
+    they are; a resume holds the options."""
     run = tmp_path / "em"
-    r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"final_lambda": 0.02}',
-                   "--conv1-channels", "8", "--primary-types", "2", "--dataset", "mnist-sample", "--train-size", "64",
+    r = in_process(capsys, "train", "--routing", "em", "--routing-option", "final_lambda=0.05", "--routing-option",
+                   "final_lambda=0.02", "--conv1-channels", "8", "--primary-types", "2", "--dataset", "mnist-sample", "--train-size", "64",
                    "--test-size", "32", "--epochs", "1", "--batch-size", "32", "--out", run, "--no-progress")
     assert r.returncode == 0, r.stderr
     model_config = json.loads((run / "config.json").read_text())["model_config"]
@@ -429,6 +436,8 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
     model, _ = load_model(run)
     assert type(model.digits.routing).__name__ == "EMRouting" and model.digits.routing.final_lambda == 0.02
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    r = in_process(capsys, "train", "--resume", "--out", run, "--routing-option", "final_lambda=0.05")
+    assert_clean_error(r, "--routing-option final_lambda=0.05 differs from the run in")
     r = in_process(capsys, "eval", "--checkpoint", run, "--dataset", "mnist-sample", "--test-size", "32",
                    "--json", tmp_path / "e.json", "--no-progress")
     assert r.returncode == 0, r.stderr
