@@ -163,6 +163,25 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
+@pytest.mark.parametrize("routing", ["em", "self-attention"])
+def test_a_capsnet_routed_otherwise_exports_to_both_formats(routing, tmp_path):
+    """CapsNetConfig.routing: the EM and self-attention digit capsules trace to plain operations as dynamic routing
+    does (EM's routing in float32 inside, its fused backward left out), and the files give the model's outputs."""
+    torch.manual_seed(0)
+    model = create_model("capsnet", **SMALL["capsnet"], routing=routing)
+    batches = [example_inputs(model, b) for b in (1, 7)]
+    traced = trace_model(model)
+    for fmt in FORMATS:
+        path = tmp_path / f"capsnet-{routing}{FORMATS[fmt]}"
+        result = export_model(traced, path, format=fmt)
+        assert [n for n, _ in result.outputs] == list(OUTPUTS["capsnet"])
+        assert result.max_difference is not None and result.max_difference <= TOLERANCE
+        if fmt == "onnx":
+            onnx_checks(path, OUTPUTS["capsnet"], batches, model)
+        else:
+            pt2_checks(path, batches, model)
+
+
 def test_exported_graphs_route_without_the_autograd_function(monkeypatch):
     """The fast path (one torch.autograd.Function) is what eval runs; tracing for export and plain_routing() avoid it
     and give the same numbers."""
