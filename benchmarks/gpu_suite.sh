@@ -118,7 +118,8 @@ if ((TINY)); then
     FAST_EPOCHS=(--epochs 1)
     LESS_SMALL=("${SMALL[@]}" --cnn-channels 8 8 8 --cnn-hidden 16 16 --sizes 32 64)
     EXPERIMENT_SMALL=(--train-size 64 "${SMALL[@]}" --cnn-channels 8 8 8 --cnn-hidden 16 16)
-    ROUTING_FAMILY=(--batch-size 2 --repeats 1 --models capsnet em-capsnet-small efficient-capsnet inverted-capsnet)
+    ROUTING_FAMILY=(--batch-size 2 --repeats 1 --models capsnet capsnet:em em-capsnet-small efficient-capsnet
+                    inverted-capsnet)
     SEGMENTATION=(--size 32 --batch-size 2 --repeats 1 --big 0)  # the U-Net's batch norm needs 2 at its 2x2 bottom
     SYNTHESIS=(--size 32 --batch-size 2 --repeats 1)  # the PatchGAN needs sides of at least 24
 else
@@ -139,7 +140,9 @@ else
     FAST_EPOCHS=()  # the preset's 25
     EXPERIMENT_SMALL=(--batch-size 128)
     LESS_SMALL=(--batch-size 128)
-    ROUTING_FAMILY=(--batch-size 64 --repeats 5)
+    # the registered family, and the paper's CapsNet with its digit capsules routed by EM and self-attention
+    ROUTING_FAMILY=(--batch-size 64 --repeats 5 --models capsnet capsnet:em capsnet:self-attention em-capsnet-small
+                    em-capsnet efficient-capsnet inverted-capsnet)
     SEGMENTATION=(--size 64 --batch-size 8 --repeats 5 --big 512)
     SYNTHESIS=(--size 32 --batch-size 16 --repeats 5)
 fi
