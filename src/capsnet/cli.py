@@ -323,7 +323,7 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
         p.add_argument("--routing-option", type=_model_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
-                            "repeat for several (`python -c 'help(capsnet.routing.EMRouting)'` lists em's)")
+                            "repeat for several (`capsnet routings NAME` lists a routing's options)")
         _field_flag(p, "--no-decoder", CapsNetConfig, "decoder", "train without the reconstruction decoder",
                     action="store_const", const=False)
         _field_flag(p, "--no-routing-bias", CapsNetConfig, "routing_bias",
@@ -449,6 +449,14 @@ def _models_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("name", nargs="?", choices=list(MODELS), metavar="NAME",
                    help=f"a registered model ({', '.join(MODELS)}): list its config fields, defaults and notes")
     m.add_argument("--json", action="store_true", help="print JSON (capsnet.models.catalog) instead of tables")
+
+
+def _routings_arguments(r: argparse.ArgumentParser) -> None:
+    from .routing import list_routings
+
+    r.add_argument("name", nargs="?", choices=list_routings(), metavar="NAME",
+                   help=f"a registered routing ({', '.join(list_routings())}): list its options, defaults and notes")
+    r.add_argument("--json", action="store_true", help="print JSON (capsnet.routing.catalog) instead of tables")
 
 
 _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it from the normal truncated to [-T, T] "
@@ -1067,6 +1075,40 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_routings(args: argparse.Namespace) -> int:
+    from .models.capsnet import ROUTING_OPTIONS_SET_ELSEWHERE, ROUTING_STARTS
+    from .routing import catalog
+
+    if args.json:
+        print(json.dumps(catalog.describe_routing(args.name) if args.name else catalog.routing_catalog(), indent=1))
+        return 0
+    if not args.name:
+        print(catalog.format_routings())
+        print(f"\nIn the paper's CapsNet: `capsnet train --routing NAME` takes "
+              f"{', '.join(CapsNetConfig.probability_routings())} (activations in [0, 1], which its margin loss reads), "
+              f"with their options as `--routing-option KEY=VALUE`; `capsnet routings NAME` lists a routing's.")
+        return 0
+    print(catalog.format_routing(args.name))
+    if args.name not in CapsNetConfig.probability_routings():
+        print(f"\n{args.name} routing's activations are not in [0, 1], so CapsNet's --routing does not take it; the "
+              f"models built for it do (capsnet models).")
+        return 0
+    own = [o["name"] for o in catalog.describe_routing(args.name)["options"]
+           if o["name"] not in ROUTING_OPTIONS_SET_ELSEWHERE]
+    print(f"\nIn the paper's CapsNet: `capsnet train --routing {args.name}`"
+          + (f", its options as `--routing-option KEY=VALUE` ({', '.join(own)})" if own else " (it has no options)")
+          + "; the layer's sizes" + (" and --routing-iterations" if routing_takes(args.name, "iterations") else "")
+          + " come from the network"
+          + (", --leaky-routing and --detach-agreement from their flags" if "leaky" in
+             {o["name"] for o in catalog.describe_routing(args.name)["options"]} else "") + ".")
+    if args.name in ROUTING_STARTS:
+        options, std = ROUTING_STARTS[args.name]
+        print(f"CapsNet starts it from {', '.join(f'{k}={v}' for k, v in options.items())} and the digit capsules' W "
+              f"at N(0, {std}^2) (ROUTING_STARTS), unless --routing-option or --model-option digit_init_std say "
+              f"otherwise.")
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .synthesis import generate_folder
 
@@ -1324,6 +1366,10 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                "List the registered models (paper, task, input, weights) and the trained models shipped with capsnet; "
                "with NAME, every field of that model's config: its type, default and what it does. Set a field with "
                "`capsnet train --model NAME --model-option FIELD=VALUE`."),
+    "routings": (_routings_arguments, _cmd_routings, "the registered routing algorithms and their options",
+                 "List the registered routing algorithms (whether each iterates, takes a pose bias and gives "
+                 "activations in [0, 1]); with NAME, its options, defaults and notes, read from its code. In the "
+                 "paper's CapsNet: `capsnet train --routing NAME --routing-option KEY=VALUE`."),
     "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing as it goes",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
               "config.json and metrics.jsonl into --out; last.safetensors at the end of epochs and every "

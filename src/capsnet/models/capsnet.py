@@ -32,8 +32,12 @@ INITS = ("torch", "authors")
 # epochs (docs/results/routing-family.md, "CapsNet with each routing"): 9.8% test accuracy from EMRouting's defaults
 # and W at 0.01, 90.8% from this start.
 ROUTING_STARTS: dict[str, tuple[dict[str, Any], float]] = {"em": ({"beta_a_init": -25.0}, 0.3)}
+# routing options CapsNet sets from its own fields (or the layer's sizes), never from routing_options
+ROUTING_OPTIONS_SET_ELSEWHERE = {"leaky": "leaky_routing", "detach_agreement": "detach_agreement",
+                                 "iterations": "routing_iterations", "in_caps": "the layer's sizes",
+                                 "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
 
-__all__ = ["PADDINGS", "INITS", "ROUTING_STARTS", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+__all__ = ["PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,10 @@ class CapsNetConfig(JsonConfig):
             if getattr(self, name) and not routing_takes(self.routing, option):
                 raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
                                  f"does not take it: leave it false")
-        owned = {"leaky": "leaky_routing", "detach_agreement": "detach_agreement", "iterations": "routing_iterations",
-                 "in_caps": "the layer's sizes", "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
         for option in self.routing_options:
-            if option in owned:
-                raise ValueError(f"CapsNetConfig.routing_options: {option} is set by {owned[option]}, not here")
+            if option in ROUTING_OPTIONS_SET_ELSEWHERE:
+                raise ValueError(f"CapsNetConfig.routing_options: {option} is set by "
+                                 f"{ROUTING_OPTIONS_SET_ELSEWHERE[option]}, not here")
         try:  # an option the routing lacks, or a value it refuses, named now (on the meta device: no data)
             with torch.device("meta"):
                 self.digit_routing()

@@ -107,6 +107,9 @@ class EMRouting(nn.Module):
         final_lambda: the inverse temperature's scale (official code: 0.01;
             a class layer there uses a quarter of it).
         var_floor: added to every variance (official code: 5e-4).
+        eps: the floor of a parent's mass, sum_i R_ij a_i, where every child it could explain is silent.
+        normalise_cost: each parent's cost taken against the others' (mean 0, standard deviation 1 over the
+            parents of an example); not in the paper.
         beta_u_init: beta_u's starting value (0: the ports' start). The cost per
             dimension is beta_u + log sigma, and log sigma is about -3 to -5 at
             the start of training (the poses are small), so at 0 the parents

@@ -1,0 +1,75 @@
+"""capsnet.routing.catalog and `capsnet routings`: what each registered routing takes, read from its code."""
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+from capsnet.routing import ROUTINGS, EMRouting, list_routings
+from capsnet.routing.catalog import _arg_notes, describe_routing, format_routing, format_routings, routing_catalog
+from cli_helpers import in_process
+
+
+def test_every_registered_routing_has_a_row_with_what_the_registry_reads():
+    rows = {r["name"]: r for r in routing_catalog()}
+    assert sorted(rows) == list_routings()
+    assert rows["dynamic"] | {"summary": ""} == {"name": "dynamic", "class": "DynamicRouting", "summary": "",
+                                                 "iterates": True, "pose_bias": True, "probabilities": True,
+                                                 "layer_sizes": []}
+    assert (rows["em"]["pose_bias"], rows["em"]["layer_sizes"]) == (False, ["out_caps"])
+    assert (rows["inverted"]["probabilities"], rows["inverted"]["layer_sizes"]) == (False, ["dim"])
+    assert (rows["self-attention"]["iterates"], rows["self-attention"]["layer_sizes"]) == (False, ["in_caps", "out_caps"])
+    assert rows["dynamic"]["summary"].startswith("Routing by agreement (Sabour et al. 2017, Procedure 1).")
+
+
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+def test_a_routings_options_are_its_constructors_parameters_with_their_defaults_and_notes(name):
+    options = describe_routing(name)["options"]
+    parameters = inspect.signature(ROUTINGS[name]).parameters
+    assert [o["name"] for o in options] == list(parameters)
+    for o in options:
+        p = parameters[o["name"]]
+        assert o["default"] == (None if p.default is p.empty else p.default)
+        assert o["note"], f"{name}'s {o['name']} has no entry under Args: in {ROUTINGS[name].__name__}'s docstring"
+    assert {o["name"] for o in options if o["set_by_layer"]} <= {"in_caps", "out_caps", "dim", "iterations"}
+
+
+def test_the_notes_are_read_from_the_args_block_with_continuations_and_shared_entries():
+    class Documented:
+        """A routing.
+
+        Args:
+            a, b: two sizes,
+                continued.
+            c: the third.
+
+        Returns nothing.
+        """
+
+        def __init__(self, a, b, c=1):
+            pass
+
+    assert _arg_notes(Documented) == {"a": "two sizes, continued.", "b": "two sizes, continued.", "c": "the third."}
+    notes = _arg_notes(EMRouting)
+    assert notes["final_lambda"].startswith("the inverse temperature's scale (official code: 0.01;")
+    assert notes["var_floor"] == "added to every variance (official code: 5e-4)."
+
+
+def test_capsnet_routings_prints_the_table_and_a_routings_options_with_how_capsnet_takes_them(capsys):
+    r = in_process(capsys, "routings")
+    assert r.returncode == 0 and "| em | EMRouting | yes | no | yes | out_caps |" in r.stdout
+    assert "`capsnet train --routing NAME` takes dynamic, em, self-attention" in r.stdout
+    r = in_process(capsys, "routings", "em")
+    assert "| final_lambda | 0.01 | the inverse temperature's scale" in r.stdout
+    assert "| out_caps | set by the layer |" in r.stdout
+    assert "CapsNet starts it from beta_a_init=-25.0 and the digit capsules' W at N(0, 0.3^2)" in r.stdout
+    r = in_process(capsys, "routings", "dynamic")
+    assert "`--routing-option KEY=VALUE` (softmax, squash)" in r.stdout  # leaky and detach_agreement have flags
+    r = in_process(capsys, "routings", "inverted")
+    assert "CapsNet's --routing does not take it" in r.stdout
+    r = in_process(capsys, "routings", "self-attention", "--json")
+    assert json.loads(r.stdout) == describe_routing("self-attention")
+    r = in_process(capsys, "routings", "nope")
+    assert r.returncode == 2 and "invalid choice: 'nope'" in r.stderr
+    assert format_routings().count("\n") == len(ROUTINGS) + 1 and format_routing("em").startswith("em: EMRouting.")
