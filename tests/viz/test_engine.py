@@ -161,18 +161,21 @@ def test_reconstruct_refuses_numbers_a_float32_pose_cannot_hold(viewer, bad):
     ("em-capsnet-small", dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4)),
     ("efficient-capsnet", dict(decoder_hidden=(16, 32))),
     ("inverted-capsnet", dict(backbone_channels=8, primary_types=4, caps_types=4)),
+    ("capsnet:em", dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32), routing="em")),
 ])
 def test_the_viewer_walks_every_capsule_model(name, small):
     from capsnet.models import create_model
 
     torch.manual_seed(0)
-    model = create_model(name, num_classes=10, input_height=28, input_width=28, **small)
+    model = create_model(name.partition(":")[0], num_classes=10, input_height=28, input_width=28, **small)
     v = Viewer(model)
     info = v.info()
     inp = v.image_input(torch.rand(1, 28, 28), {"kind": "upload"})
     w = v.walk(inp)
     T, rows, cols = info["primary"]["types"], *info["primary"]["grid"]
     R = info["routing_iterations"]
+    assert info["routing"] == {"em-capsnet-small": "em", "efficient-capsnet": "self-attention",
+                               "inverted-capsnet": "inverted", "capsnet:em": "em"}[name]
     c = decode(w["coupling"])
     assert c.shape == (R, 10, T, rows, cols) and decode(w["primary_lengths"]).shape == (T, rows, cols)
     assert w["primary_are"] == {"em-capsnet-small": "activations", "inverted-capsnet": "largest couplings"}.get(
@@ -189,7 +192,7 @@ def test_the_viewer_walks_every_capsule_model(name, small):
     if R > 1:  # iterative routings start uniform; self-attention's one round is its softmax
         np.testing.assert_allclose(c[0], 1 / 10, atol=w["coupling"]["hi"] / 255)
     assert len(w["lengths"]) == 10 and w["predicted"] == int(np.argmax(w["lengths"]))
-    assert (w["reconstruction"] is not None) == info["decoder"] == (name == "efficient-capsnet")
+    assert (w["reconstruction"] is not None) == info["decoder"] == (name in ("efficient-capsnet", "capsnet:em"))
     if not info["decoder"]:
         with pytest.raises(ViewerError, match="has no decoder"):
             v.reconstruct([0.0] * info["digit_dim"], 0)

@@ -40,7 +40,7 @@ from .result import RoutingResult, RoutingView, check_votes
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
            "InvertedDotProductRouting", "ROUTINGS", "LAYER_SIZES", "create_routing", "list_routings",
-           "routing_takes", "plain_routing", "plain_routing_active"]
+           "routing_takes", "routing_name", "plain_routing", "plain_routing_active"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {
@@ -64,6 +64,14 @@ def _registered(name: str) -> type[nn.Module]:
     if not isinstance(name, str) or name not in ROUTINGS:
         raise ValueError(f"unknown routing {name!r}; valid names are {', '.join(list_routings())}")
     return ROUTINGS[name]
+
+
+def routing_name(module: nn.Module) -> str | None:
+    """The registry name of the last routing module in ``module`` (itself, or the one its last routing layer
+    holds: what figures and the viewer draw), or None where it holds none."""
+    kinds = {cls: name for name, cls in ROUTINGS.items()}
+    found = [m for m in module.modules() if type(m) in kinds]
+    return kinds[type(found[-1])] if found else None
 
 
 def _parameters(name: str) -> tuple[set[str], bool]:

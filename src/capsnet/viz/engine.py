@@ -23,6 +23,7 @@ from torch import nn
 
 from ..models import is_segmentation
 from ..models.capsnet import CapsNet, CapsNetConfig
+from ..routing import routing_name
 
 if TYPE_CHECKING:
     from .segmentation import SegmentationViewer
@@ -164,6 +165,7 @@ class Viewer(_ViewerBase):
             "primary": {"types": types, "dim": getattr(cfg, "primary_dim", None), "grid": [rows, cols]},
             "digit_dim": self.digit_dim,
             "routing_iterations": self._rounds,
+            "routing": routing_name(self.model),  # the algorithm of the routing drawn (capsnet.routing's name)
             "decoder": self.decodes,
             "sweep_half_range": SWEEP_HALF_RANGE,
         }

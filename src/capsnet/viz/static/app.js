@@ -409,7 +409,8 @@ async function start() {
       `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
       `${info.primary.types}x${info.primary.grid.join("x")} ${routesPrimary(info) ? "primary" : "lower"} ` +
       `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +
-      `${info.digit_dim}D · ${info.routing_iterations} routing rounds`;
+      `${info.digit_dim}D · ${info.routing_iterations} ${info.routing ? info.routing + " " : ""}routing ` +
+      `round${info.routing_iterations === 1 ? "" : "s"}`;
     $("untrained").hidden = info.trained;
     $("classes-warning").hidden = !info.warning;  // a classifier shown other classes than it learned
     $("classes-warning").textContent = info.warning ? `Note: ${info.warning}.` : "";
