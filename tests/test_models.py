@@ -316,6 +316,14 @@ def test_capsnet_trains_with_every_routing_whose_activations_are_probabilities(r
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(images[1:2]).lengths[0], model(images).lengths[1])
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the speed path for GPUs: finite, and so are the gradients
+        half = model(images, labels)
+        loss = margin_loss(half.lengths.float(), labels) + reconstruction_loss(half.reconstructions.float(), images)
+    model.zero_grad()
+    loss.backward()
+    assert torch.isfinite(half.lengths.float()).all() and all(torch.isfinite(p.grad).all() for p in model.parameters())
+    model.eval()
     view = model.routing_view(images)
     assert view.rounds.shape[-2:] == (144, 10) and view.rounds.shape[1] == (1 if routing == "self-attention" else 2)
     assert MODELS["capsnet"].config.from_dict(cfg.to_dict()) == cfg
