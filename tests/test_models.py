@@ -354,7 +354,8 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     (dict(routing_options={"leaky": True}), "routing_options: leaky is set by leaky_routing, not here"),
     (dict(routing_options=[["leaky", True]]), "routing_options must be a JSON object"),
     (dict(routing_options={"x": [1]}), "routing_options must be a JSON object of named numbers"),
-    (dict(digit_init_std=-0.1), "digit_init_std must be in 0..100, got -0.1"),
+    (dict(digit_init_std=-0.1), "digit_init_std must be in 1e-06..100, got -0.1"),
+    (dict(digit_init_std=0.0), "digit_init_std must be in 1e-06..100, got 0.0"),
     (dict(routing="self-attention", input_height=10, input_width=10), "input 10x10 is too small for conv1 9x9"),
 ])
 def test_capsnet_config_refuses_a_routing_it_cannot_train_by_name(overrides, message):
@@ -380,6 +381,19 @@ def test_capsnet_starts_em_routing_as_routing_starts_says_and_the_config_overrid
                - 0.5 * 0.8796) < 0.03  # truncated at 2 standard deviations
     # dynamic routing keeps the paper's start
     assert abs(CapsNet(CapsNetConfig(**SMALL)).digits.weight.std().item() - 0.01) < 0.0005
+
+
+def test_capsnet_configs_hash_and_keep_their_own_routing_options():
+    """routing_options is a dict: the frozen configs could no longer be hashed (set members, dict keys), and the
+    caller's dict, changed after the config was made, changed the config past its checks."""
+    from capsnet.models import CapsNetCifar10Config, CapsNetSvhnConfig
+
+    options = {"final_lambda": 0.02}
+    cfg = CapsNetConfig(routing="em", routing_options=options)
+    options["final_lambda"] = -1.0
+    assert cfg.routing_options == {"final_lambda": 0.02}
+    assert len({cfg, CapsNetConfig(routing="em", routing_options={"final_lambda": 0.02}), CapsNetConfig()}) == 2
+    assert hash(CapsNetCifar10Config()) == hash(CapsNetCifar10Config()) and hash(CapsNetSvhnConfig()) is not None
 
 
 def test_a_routing_added_to_the_registry_reaches_capsnet_with_no_other_change(monkeypatch):

@@ -245,6 +245,12 @@ def test_mnist_style_reads_photos_of_digits_as_mnist_was_made(tmp_path, data_roo
     styled = predict_folder("pretrained:capsnet-mnist-small", tmp_path / "inverted", tmp_path / "out3",
                             mnist_style=True)
     assert [r["predicted"] for r in styled.rows] == d.labels[:8].tolist()
+    # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it (61% against 91% on its own test
+    # images, measured): refused, and no note suggests it
+    with pytest.raises(ValueError, match="--mnist-style makes images as MNIST's 28x28 digits were made .* capsnet "
+                                         "trained on fashion-mnist at 1x28x28"):
+        predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out4", mnist_style=True)
+    assert not predict_folder("pretrained:capsnet-fashion-small", tmp_path / "inverted", tmp_path / "out5").notes
 
 
 def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet_run, tmp_path):

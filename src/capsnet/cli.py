@@ -240,7 +240,7 @@ def _as_typed(field: str, value: Any, option: bool = False) -> str:
         return f"--model {value}"
     flag = _flag(field)
     if isinstance(value, dict):  # --routing-option KEY=VALUE, once a key
-        return " ".join(f"{flag} {k}={json.dumps(v)}" for k, v in value.items())
+        return " ".join(f"{flag} {k}={json.dumps(v)}" for k, v in value.items()) or f"no {flag}"
     if isinstance(value, bool):  # a switch (--no-decoder: decoder false); the value it does not set, as a field's
         return flag if flag.startswith("--no-") != value else f"{field}={json.dumps(value)}"
     return f"{flag} {' '.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
@@ -282,6 +282,14 @@ class _KeyValues(argparse.Action):
         setattr(namespace, self.dest, {**getattr(namespace, self.dest, {}), key: value})
 
 
+def _routing_option(text: str) -> tuple[str, Any]:
+    """--routing-option KEY=VALUE, VALUE as JSON (else a string)."""
+    try:
+        return _model_option(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. final_lambda=0.02), got {text!r}") from None
+
+
 def _model_option(text: str) -> tuple[str, Any]:
     """KEY=VALUE with VALUE as JSON (3, 0.5, true, [64, 128]), else as a string."""
     key, sep, value = text.partition("=")
@@ -320,7 +328,7 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     if all_flags:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the digit capsules' routing algorithm (capsnet.routing); "
                     "the rest of the network and its loss stay the paper's", choices=CapsNetConfig.probability_routings())
-        p.add_argument("--routing-option", type=_model_option, action=_KeyValues, dest="routing_options",
+        p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
                             "repeat for several (`capsnet routings NAME` lists a routing's options)")
@@ -530,9 +538,9 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probabilities", action="store_true",
                    help="segmentation: also write NAME_probability.png, the probabilities x 255")
     p.add_argument("--mnist-style", action="store_true",
-                   help="classifiers: make each image, of any size, as MNIST was made (a photo or scan of one digit "
-                        "or item: dark ink on light paper inverted, its box scaled to 20/28 of the input, centred by "
-                        "its centre of mass), as the viewer does with uploads")
+                   help="classifiers trained on MNIST's 28x28 digits: make each image, of any size, as MNIST was made "
+                        "(a photo or scan of one digit: dark ink on light paper inverted, its box scaled to 20x20, "
+                        "centred by its centre of mass), as the viewer does with uploads")
     p.add_argument("--batch-size", type=_positive_int, default=64,
                    help="images per forward pass (segmentation: at the model's training size; larger images go "
                         "fewer at a time)")

@@ -158,9 +158,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
     read) to every PNG image in ``images_dir`` and write the results into ``out`` (see the module docstring).
     ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
-    ``probabilities``: also write each image's probabilities; ``mnist_style`` (classifiers): each image, of any size,
-    made as MNIST was made (a photo or scan of one digit: dark ink on light paper inverted, its box scaled to 20/28 of
-    the input, centred by its centre of mass). A problem with an image is a DataError naming it, raised before
+    ``probabilities``: also write each image's probabilities; ``mnist_style`` (a classifier trained on MNIST's 28x28
+    digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
+    inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). A problem with an image is a DataError naming it, raised before
     anything is written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
@@ -182,20 +182,28 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"prepares {trained_on}'s")
     folder, source = Path(out), Path(images_dir)
     check_out_folder(folder, source, written="predictions", source_flag="--images", read="images")
-    cfg = model.config
     model.eval()
     segmenting = kind == "segmentation"
     if mnist_style and segmenting:
         raise ValueError(f"--mnist-style makes one digit or item as MNIST was made; {ckpt.model_name} segments whole "
                          f"scenes, read as they are: leave it out")
+    cfg = model.config
+    as_mnist = trained_on in ("mnist", "mnist-sample") and (cfg.in_channels, cfg.input_height, cfg.input_width) == (
+        1, 28, 28)  # MNIST's own digits: 28x28, each in a 20x20 box, centred by its centre of mass
+    if mnist_style and not as_mnist:
+        size = f"{cfg.in_channels}x{cfg.input_height}x{cfg.input_width}"
+        raise ValueError(f"--mnist-style makes images as MNIST's 28x28 digits were made (each in a 20x20 box); "
+                         f"{ckpt.model_name} trained on {trained_on} at {size}, whose images are made otherwise (a "
+                         f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
+                         f"--mnist-style")
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style)
     notes = []
-    if not segmenting and not mnist_style and cfg.in_channels == 1:
+    if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if _light_border(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST-family images are light on a black ground
-            notes.append(f"{len(light)} of {len(arrays)} images ({', '.join(light[:3])}{', ...' if len(light) > 3 else ''}) "
-                         f"are dark on a light background, unlike the {trained_on} images {ckpt.model_name} trained on "
+            shown = ", ".join(light[:3]) + (", ..." if len(light) > 3 else "")
+            notes.append(f"{len(light)} of {len(arrays)} images ({shown}) are dark on a light background, unlike the {trained_on} images {ckpt.model_name} trained on "
                          f"(light on black); --mnist-style makes each as MNIST was made (inverted, scaled and centred)")
     clash = sorted({f"{stem}_probability" for stem in arrays} & set(arrays)) if probabilities else []
     if clash:  # NAME_probability.png of one image would be written over the mask of another

@@ -401,7 +401,11 @@ def resume_configs(run_dir: str | os.PathLike | Checkpoint, *, model: str | None
 
 def _differs(saved: Any, field: str, value: Any) -> bool:
     """Whether ``value`` differs from config ``saved``'s ``field`` once the config has normalised it (a JSON
-    list typed with --model-option is the tuple the config holds)."""
+    list typed with --model-option is the tuple the config holds). A dict (CapsNet's routing_options, typed key by key
+    with --routing-option) differs where one of its keys does: the keys not typed keep the run's values."""
+    kept = getattr(saved, field, None)
+    if isinstance(value, dict) and isinstance(kept, dict):
+        return any(k not in kept or kept[k] != v for k, v in value.items())
     try:
         return getattr(dataclasses.replace(saved, **{field: value}), field) != getattr(saved, field)
     except (TypeError, ValueError):

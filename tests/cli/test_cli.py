@@ -438,6 +438,8 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     r = in_process(capsys, "train", "--resume", "--out", run, "--routing-option", "final_lambda=0.05")
     assert_clean_error(r, "--routing-option final_lambda=0.05 differs from the run in")
+    r = in_process(capsys, "train", "--resume", "--out", run, "--routing-option", "final_lambda=0.02", "--epochs", "1")
+    assert r.returncode == 0, r.stderr  # the run's own value, typed again: one key of its options, not all of them
     r = in_process(capsys, "eval", "--checkpoint", run, "--dataset", "mnist-sample", "--test-size", "32",
                    "--json", tmp_path / "e.json", "--no-progress")
     assert r.returncode == 0, r.stderr

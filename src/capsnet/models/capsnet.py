@@ -8,6 +8,7 @@ inference).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -27,8 +28,9 @@ PADDINGS = ("valid", "same")
 INITS = ("torch", "authors")
 # How CapsNet starts a routing whose own defaults do not train in it: (routing options, the digit capsules' W std),
 # under what routing_options and digit_init_std set. EM weighs Gaussians with a variance floor of 5e-4, so the votes
-# must start above it (W of 0.01 leaves them at about 0.01 and every class equal), and its class layer starts mostly
-# inactive, the official code's beta_a (Hinton et al. 2018; capsnet.routing.em). Measured on 2,000 MNIST digits, 2
+# must start above it (W of 0.01 leaves them at about 0.01 and every class equal), and its parents start mostly
+# inactive: beta_a -25, the official code's start for its convolutional capsule layers (its class layer's, -12.5,
+# did about as well in a first probe; capsnet.routing.em converts both). Measured on 2,000 MNIST digits, 2
 # epochs (docs/results/routing-family.md, "CapsNet with each routing"): 9.8% test accuracy from EMRouting's defaults
 # and W at 0.01, 90.8% from this start.
 ROUTING_STARTS: dict[str, tuple[dict[str, Any], float]] = {"em": ({"beta_a_init": -25.0}, 0.3)}
@@ -75,7 +77,7 @@ class CapsNetConfig(JsonConfig):
     # and the primary capsules' convolution, out = ceil(in / stride) (the authors' CIFAR-10 command, 24 -> 24 -> 12)
     padding: str = "valid"
     # "torch": PyTorch's initialisers (Conv1, the primary convolution, the decoder), the digit capsules' W from
-    # N(0, 0.01^2) and their bias 0.1. "authors": the start of the authors' released code (research/capsules, its
+    # N(0, 0.01^2) (digit_init_std; EM routing: 0.3) and their bias 0.1. "authors": the start of the authors' released code (research/capsules, its
     # variables.py and layers.py): weights from a normal truncated at 2 standard deviations, 0.05 for Conv1 and 0.1
     # for the primary convolution, the digit capsules' W and the decoder, every bias 0.1; and the primary capsules
     # squash(conv(x) / types + bias), as that code's one routing round over the types (softmax of zero logits, 1 /
@@ -99,7 +101,8 @@ class CapsNetConfig(JsonConfig):
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
         if self.digit_init_std is not None:
-            check_range(self, "digit_init_std", 0, 100)
+            check_range(self, "digit_init_std", 1e-6, 100)  # 0 would start every vote at 0 (and no truncated normal)
+        object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
         check_choice(self, "padding", PADDINGS)
         check_choice(self, "init", INITS)
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
@@ -135,6 +138,9 @@ class CapsNetConfig(JsonConfig):
         except TypeError as e:  # "'>' not supported between 'str' and 'int'": a value of the wrong kind
             raise ValueError(f"CapsNetConfig.routing_options {self.routing_options}: a value of the wrong kind for "
                              f"{self.routing} routing ({e})") from None
+
+    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
 
     @staticmethod
     def probability_routings() -> list[str]:
@@ -222,6 +228,8 @@ class CapsNetCifar10Config(CapsNetConfig):
     reconstruction decoder.
     """
 
+    __hash__ = CapsNetConfig.__hash__  # a dataclass would make its own, which cannot hash routing_options
+
     input_height: int = 24
     input_width: int = 24
     in_channels: int = 3
@@ -236,6 +244,8 @@ class CapsNetSvhnConfig(CapsNetConfig):
     """Section 7's smaller SVHN model: "We reduced the number of first convolutional layer channels to 64, the
     primary capsule layer to 16 6D-capsules with 8D final capsule layer at the end" (4.3% test error). The paper
     says nothing more; the rest is the MNIST model's (decoder included), on the 32x32x3 digits."""
+
+    __hash__ = CapsNetConfig.__hash__  # a dataclass would make its own, which cannot hash routing_options
 
     input_height: int = 32
     input_width: int = 32
