@@ -186,19 +186,31 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         mine = {**train_defaults(m, train.lr_schedule), **(RECIPES.get(m, {}) if name == "routing" else {})}
         return {k: v for k, v in mine.items() if k not in typed}
 
+    def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default
+        model, routing = entries[m]
+        default = getattr(model_spec(model).config(), "routing", None)
+        routing = routing or getattr(given.get(model), "routing", default)
+        return None if routing == default else routing
+
     def sized(m: str, dataset: str) -> Any:
-        m, routing = entries[m]
-        return replace(given.get(m) or model_spec(m).config(), **input_fields(m, dataset),
-                       **({} if routing is None else {"routing": routing}))
+        model, routing = entries[m]
+        config = given.get(model) or model_spec(model).config()
+        # NAME:ROUTING over a given config routed otherwise: that routing's own options do not carry over
+        swap = {} if routing is None or routing == config.routing else {"routing": routing, "routing_options": {}}
+        return replace(config, **input_fields(model, dataset), **swap)
 
     def stem(m: str) -> str:  # a run folder's name: NAME:ROUTING trains in NAME-ROUTING-routing (no colon)
-        model, routing = entries[m]
+        model, routing = entries[m][0], routed(m)
         return model if routing is None else f"{model}-{routing}-routing"
 
     def make(m: str, dataset: str, seed: int, train_config: TrainConfig, run_dir: Path) -> Run:
-        model, routing = entries[m]
-        return Run(name, model, dataset, seed, sized(m, dataset), train_config, run_dir, routing)
+        return Run(name, entries[m][0], dataset, seed, sized(m, dataset), train_config, run_dir, routed(m))
 
+    # one run per network trained: capsnet and capsnet:dynamic are one (with a config routed otherwise, two)
+    networks = {}
+    for m in models:
+        networks.setdefault((entries[m][0], routed(m)), m)
+    models = list(networks.values())
     kind = task(EXPERIMENTS[name][0]).kind
     wrong = [m for m in models if model_spec(entries[m][0]).kind != kind]
     if wrong:
