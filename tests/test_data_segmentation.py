@@ -585,6 +585,9 @@ def test_a_16_bit_colour_or_alpha_mask_is_refused_rather_than_read_as_its_high_b
     with pytest.raises(DataError, match=r"a.png is a 16-bit (RGB|LA|RGBA) PNG, which reads as the high byte of each "
                                         r"value \(a 0/1 mask would read as empty\); save it as 8-bit grayscale"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    from capsnet.data.png import image_array
+    with pytest.raises(DataError, match=r"a.png is a 16-bit (RGB|LA|RGBA) PNG, which reads as the high byte"):
+        image_array(tmp_path / "mk" / "a.png")  # an image or a label map: the same refusal
     _write_png(tmp_path / "mk" / "a.png", truth * np.uint16(255), 0)  # 16-bit grey, the same mask: read
     _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
     assert torch.equal(masks[0, 0], torch.from_numpy(truth.astype(np.uint8)))

@@ -92,6 +92,9 @@ def image_array(path: Path) -> np.ndarray:
     if img.mode not in _IMAGE_MODES:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
+    if img.mode in ("RGB", "RGBA", "LA") and _bit_depth(path) == 16:  # Pillow keeps each value's high byte
+        raise DataError(f"{path} is a 16-bit {img.mode} PNG, which reads as the high byte of each value (a 0/1 label "
+                        f"map would read as empty); save it as an 8-bit grayscale (L) or RGB PNG")
     mode = _IMAGE_MODES[img.mode]
     if img.mode in ("P", "PA") and all(grey is not None for _, grey in _palette_used(img)):
         mode = "L"
