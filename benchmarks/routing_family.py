@@ -33,6 +33,7 @@ from torch import nn
 
 from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
+from capsnet.experiments import model_entry
 from capsnet.models import MODELS, model_spec
 from capsnet.routing import ROUTINGS, RoutingResult
 
@@ -65,14 +66,11 @@ def without_routing(model: nn.Module) -> nn.Module:
 
 
 def _model_entry(text: str) -> str:
-    """NAME or NAME:ROUTING, checked: a registered model, and a routing its config has a field for."""
-    name, _, routing = text.partition(":")
-    if name not in MODELS:
-        raise argparse.ArgumentTypeError(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
-    if routing and not hasattr(MODELS[name].config(), "routing"):
-        raise argparse.ArgumentTypeError(f"{name} has no routing field to set; NAME:ROUTING takes capsnet")
-    if routing and routing not in ROUTINGS:
-        raise argparse.ArgumentTypeError(f"unknown routing {routing!r}; registered: {', '.join(sorted(ROUTINGS))}")
+    """NAME or NAME:ROUTING, checked as `capsnet experiment` checks its --models."""
+    try:
+        model_entry(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
