@@ -65,18 +65,9 @@ def without_routing(model: nn.Module) -> nn.Module:
     return model
 
 
-def _model_entry(text: str) -> str:
-    """NAME or NAME:ROUTING, checked as `capsnet experiment` checks its --models."""
-    try:
-        model_entry(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED), type=_model_entry,
+    p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED),
                    help=f"registered models ({', '.join(MODELS)}), each optionally NAME:ROUTING")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
@@ -90,6 +81,11 @@ def main() -> None:
                         "backend name")
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
+    for entry in args.models:  # checked as `capsnet experiment` checks its --models
+        try:
+            model_entry(entry)
+        except ValueError as e:
+            p.error(f"argument --models: {e}")
     keep_freed_memory()
     dev = torch.device(args.device)
     bf16 = args.dtype == "bf16"
