@@ -558,10 +558,11 @@ def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path
     em = CapsNetConfig(conv1_channels=8, primary_types=2, routing="em", routing_options={"final_lambda": 0.02})
     runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), datasets=["mnist"], configs={"capsnet": em},
                 models=["capsnet", "capsnet:em", "capsnet:self-attention", "capsnet:dynamic"])
-    assert [(r.label, r.run_dir.name, r.model_config.routing, r.model_config.routing_options) for r in runs] == [
-        ("capsnet:em", "capsnet-em-routing-seed0", "em", {"final_lambda": 0.02}),
-        ("capsnet:self-attention", "capsnet-self-attention-routing-seed0", "self-attention", {}),
-        ("capsnet", "capsnet-seed0", "dynamic", {})]
+    assert [(r.label, r.run_dir.name, r.model_config.routing, r.model_config.routing_options,
+             r.model_config.digit_init_std) for r in runs] == [
+        ("capsnet:em", "capsnet-em-routing-seed0", "em", {"beta_a_init": -25.0, "final_lambda": 0.02}, 0.3),
+        ("capsnet:self-attention", "capsnet-self-attention-routing-seed0", "self-attention", {}, None),
+        ("capsnet", "capsnet-seed0", "dynamic", {}, None)]
     assert [r.label for r in plan("routing", tmp_path, train=TrainConfig(), datasets=["mnist"],
                                   models=["capsnet", "capsnet:dynamic"])] == ["capsnet"]
     r = in_process(capsys, "experiment", "routing", "--models", "capsnet:nope")

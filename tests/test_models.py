@@ -346,8 +346,8 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     (dict(routing="self-attention", detach_agreement=True), "detach_agreement is an option of dynamic routing"),
     (dict(routing="nope"), "routing must be one of dynamic, em, inverted, self-attention, got 'nope'"),
     (dict(routing=3), "routing must be a string"),
-    (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'bogus': 1}: em routing takes no option bogus; "
-                                                       "its options are beta_a_init, "),
+    (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'beta_a_init': -25.0, 'bogus': 1}: em routing "
+                                                       "takes no option bogus; its options are beta_a_init, "),
     (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda and var_floor must be positive"),
     (dict(routing="em", routing_options={"final_lambda": "x"}), "a value of the wrong kind for em routing"),
     (dict(routing_options={"iterations": 2}), "routing_options: iterations is set by routing_iterations, not here"),
@@ -377,6 +377,10 @@ def test_capsnet_starts_em_routing_as_routing_starts_says_and_the_config_overrid
     assert model.digits.routing.beta_a.eq(0).all() and model.digits.routing.final_lambda == 0.02
     assert abs(model.digits.weight.std().item() - 0.01) < 0.0005
     assert CapsNetConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg  # a checkpoint's config.json
+    # the start is written into the config (a saved run says how it started, whatever the table says later)
+    assert CapsNetConfig(routing="em").to_dict()["routing_options"] == options
+    assert CapsNetConfig(routing="em").to_dict()["digit_init_std"] == std
+    assert CapsNetConfig().to_dict()["routing_options"] == {} and CapsNetConfig().digit_init_std is None
     assert abs(CapsNet(CapsNetConfig(**SMALL, init="authors", digit_init_std=0.5)).digits.weight.std().item()
                - 0.5 * 0.8796) < 0.03  # truncated at 2 standard deviations
     # dynamic routing keeps the paper's start
@@ -391,7 +395,7 @@ def test_capsnet_configs_hash_and_keep_their_own_routing_options():
     options = {"final_lambda": 0.02}
     cfg = CapsNetConfig(routing="em", routing_options=options)
     options["final_lambda"] = -1.0
-    assert cfg.routing_options == {"final_lambda": 0.02}
+    assert cfg.routing_options == {"beta_a_init": -25.0, "final_lambda": 0.02}  # the start written in, not -1
     assert len({cfg, CapsNetConfig(routing="em", routing_options={"final_lambda": 0.02}), CapsNetConfig()}) == 2
     assert hash(CapsNetCifar10Config()) == hash(CapsNetCifar10Config()) and hash(CapsNetSvhnConfig()) is not None
 

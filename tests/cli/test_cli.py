@@ -431,7 +431,8 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
                    "--test-size", "32", "--epochs", "1", "--batch-size", "32", "--out", run, "--no-progress")
     assert r.returncode == 0, r.stderr
     model_config = json.loads((run / "config.json").read_text())["model_config"]
-    assert model_config["routing"] == "em" and model_config["routing_options"] == {"final_lambda": 0.02}
+    assert model_config["routing"] == "em" and model_config["digit_init_std"] == 0.3
+    assert model_config["routing_options"] == {"beta_a_init": -25.0, "final_lambda": 0.02}  # CapsNet's start written in
     from capsnet.evaluate import load_model
     model, _ = load_model(run)
     assert type(model.digits.routing).__name__ == "EMRouting" and model.digits.routing.final_lambda == 0.02

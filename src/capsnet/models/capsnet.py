@@ -63,10 +63,11 @@ class CapsNetConfig(JsonConfig):
     # fed the primary capsules' lengths as their activations; the rest of the network and its loss stay the paper's
     routing: str = "dynamic"
     # the routing's own options by name (capsnet.routing; e.g. {"final_lambda": 0.02} for em), over CapsNet's start
-    # for that routing (ROUTING_STARTS in capsnet.models.capsnet; em: {"beta_a_init": -25})
+    # for that routing, written in when the config is made (ROUTING_STARTS in capsnet.models.capsnet; em:
+    # {"beta_a_init": -25})
     routing_options: dict[str, Any] = field(default_factory=dict)
-    # the digit capsules' W starts from N(0, std^2); None: CapsNet's start for the routing (em: 0.3), else init's
-    # (torch: 0.01; authors: 0.1)
+    # the digit capsules' W starts from N(0, std^2); None: init's (torch: 0.01; authors: 0.1); a routing with a start
+    # of its own writes it in (em: 0.3)
     digit_init_std: float | None = None
     routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1 (routings with a pose bias)
     leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax (dynamic routing)
@@ -102,7 +103,12 @@ class CapsNetConfig(JsonConfig):
         check_range(self, "decoder_hidden", 1, 1 << 16)
         if self.digit_init_std is not None:
             check_range(self, "digit_init_std", 1e-6, 100)  # 0 would start every vote at 0 (and no truncated normal)
-        object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
+        # its own copy, not the caller's, with CapsNet's start for the routing written in (ROUTING_STARTS), so a saved
+        # config says how its run started even if the table changes
+        options, std = ROUTING_STARTS.get(self.routing, ({}, None)) if isinstance(self.routing, str) else ({}, None)
+        object.__setattr__(self, "routing_options", options | dict(self.routing_options))
+        if self.digit_init_std is None and std is not None:
+            object.__setattr__(self, "digit_init_std", std)
         check_choice(self, "padding", PADDINGS)
         check_choice(self, "init", INITS)
         if self.primary_grid[0] < 1 or self.primary_grid[1] < 1:
@@ -149,12 +155,11 @@ class CapsNetConfig(JsonConfig):
 
     @property
     def digit_std(self) -> float:
-        """The standard deviation the digit capsules' W starts from: ``digit_init_std``, else the routing's start
-        (``ROUTING_STARTS``), else ``init``'s (torch: 0.01; authors: 0.1, truncated at 2 standard deviations)."""
+        """The standard deviation the digit capsules' W starts from: ``digit_init_std`` (the routing's start written
+        in, ``ROUTING_STARTS``), else ``init``'s (torch: 0.01; authors: 0.1, truncated at 2 standard deviations)."""
         if self.digit_init_std is not None:
             return self.digit_init_std
-        start = ROUTING_STARTS.get(self.routing)
-        return start[1] if start is not None else 0.1 if self.init == "authors" else 0.01
+        return 0.1 if self.init == "authors" else 0.01
 
     @property
     def pose_bias(self) -> bool:
@@ -166,7 +171,7 @@ class CapsNetConfig(JsonConfig):
         """The digit capsule layer's routing module, built by name with that layer's sizes and options."""
         options = {"leaky": True} if self.leaky_routing else {}
         options |= {"detach_agreement": True} if self.detach_agreement else {}
-        options |= ROUTING_STARTS.get(self.routing, ({}, None))[0] | self.routing_options
+        options |= self.routing_options
         iterations = self.routing_iterations if routing_takes(self.routing, "iterations") else None
         return create_routing(self.routing, in_caps=self.num_primary, out_caps=self.num_classes, dim=self.digit_dim,
                               iterations=iterations, **options)
