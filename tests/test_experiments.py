@@ -565,6 +565,10 @@ def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path
         ("capsnet", "capsnet-seed0", "dynamic", {}, None)]
     assert [r.label for r in plan("routing", tmp_path, train=TrainConfig(), datasets=["mnist"],
                                   models=["capsnet", "capsnet:dynamic"])] == ["capsnet"]
+    # --routing-iterations: nothing to set for self-attention's one pass (train refuses it there too)
+    r = in_process(capsys, "experiment", "routing", "--models", "capsnet:self-attention", "--routing-iterations", "2",
+                   "--datasets", "mnist", "--out", tmp_path / "x")
+    assert r.returncode == 2 and "no model of this experiment (capsnet:self-attention) has it" in r.stderr
     r = in_process(capsys, "experiment", "routing", "--models", "capsnet:nope")
     assert r.returncode == 2 and "argument --models: capsnet:nope: capsnet takes the routings" in r.stderr
 
@@ -572,14 +576,15 @@ def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path
     common = ["experiment", "routing", "--out", out, "--models", "capsnet", "capsnet:em", "--datasets", "mnist-sample",
               "--seeds", "0", "--epochs", "1", "--train-size", "64", "--test-size", "32", "--batch-size", "32",
               "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
-    r = in_process(capsys, *common)
+    r = in_process(capsys, *common, "--routing-iterations", "2")
     assert r.returncode == 0, r.stderr
+    assert "note: --routing-iterations" not in r.stdout  # both iterate: the flag applies to both
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert [row["model"] for row in rows] == ["capsnet", "capsnet:em"]
     em = json.loads((out / "mnist-sample" / "capsnet-em-routing-seed0" / "config.json").read_text())["model_config"]
-    assert em["routing"] == "em" and em["conv1_channels"] == 8
+    assert em["routing"] == "em" and em["conv1_channels"] == 8 and em["routing_iterations"] == 2
     assert "| capsnet:em | CapsNet, em routing | mnist-sample |" in (out / "results.md").read_text()
-    r = in_process(capsys, *common)
+    r = in_process(capsys, *common, "--routing-iterations", "2")
     assert r.returncode == 0 and r.stdout.count("finished before: its figures read back") == 2
 
 

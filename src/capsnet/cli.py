@@ -1219,9 +1219,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
-    planned = list(dict.fromkeys(r.model for r in runs))
+    planned = list(dict.fromkeys(r.label for r in runs))  # NAME, or NAME:ROUTING
+
+    def takes(label: str, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set
+        model, _, routing = label.partition(":")
+        return field in _fields(model) and not (field == "routing_iterations" and routing
+                                                and not routing_takes(routing, "iterations"))
+
     for field in _typed(args, _MODEL_FIELDS):  # a model's flag: refused where no model of the plan has its field
-        having = [m for m in planned if field in _fields(m)]
+        having = [m for m in planned if takes(m, field)]
         if not having:
             owners = [m for m in MODELS if field in _fields(m)]
             args.parser.error(f"{_flag(field)} sets a field of {', '.join(owners)}, and no model of this experiment "
