@@ -17,6 +17,8 @@ import textwrap
 import tokenize
 from typing import Any
 
+from .._docs import class_summary, table_cell
+
 __all__ = ["catalog", "describe", "field_notes", "shipped", "format_catalog", "format_model", "DATASET_FIELDS"]
 
 # a field in a dataclass body: four spaces, a name, an annotation, an optional default
@@ -78,13 +80,6 @@ def field_notes(config_cls: type) -> dict[str, str]:
     return notes
 
 
-def _summary(cls: type) -> str:
-    doc = inspect.getdoc(cls) or ""
-    if doc.startswith(cls.__name__ + "("):  # the dataclass's generated signature, not a description
-        return ""
-    return " ".join(doc.split("\n\n")[0].split())
-
-
 def _row(name: str) -> dict[str, Any]:
     from . import model_spec, num_weights
 
@@ -118,7 +113,7 @@ def describe(name: str) -> dict[str, Any]:
     defaults = config.to_dict()  # as JSON values: a tuple as a list
     fields = [{"name": f.name, "type": str(f.type), "default": defaults[f.name], "note": notes.get(f.name, "")}
               for f in dataclasses.fields(config)]
-    return _row(name) | {"summary": _summary(spec.config), "fields": fields,
+    return _row(name) | {"summary": class_summary(spec.config), "fields": fields,
                          "train_defaults": dict(spec.train_defaults),
                          "pretrained": [p["name"] for p in shipped() if p["model"] == name]}
 
@@ -166,10 +161,6 @@ def _weights(row: dict[str, Any]) -> str:
     return text + (f" (generator {row['generator_weights']:,})" if "generator_weights" in row else "")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def format_catalog() -> str:
     """``catalog()`` and ``shipped()`` as Markdown tables, with how to see and set a model's fields."""
     lines = ["| name | model | paper | task | input (C x H x W) | weights |", "|---|---|---|---|---|---:|"]
@@ -204,7 +195,8 @@ def format_model(name: str) -> str:
         note = f["note"]
         if f["name"] in DATASET_FIELDS:
             note = "set from --dataset by `capsnet train`" + (f"; {note}" if note else "")
-        lines.append(f"| {f['name']} | {_cell(f['type'])} | {_cell(json.dumps(f['default']))} | {_cell(note)} |")
+        lines.append(f"| {f['name']} | {table_cell(f['type'])} | {table_cell(json.dumps(f['default']))} | "
+                     f"{table_cell(note)} |")
     example = d["fields"][-1]
     value = example["default"] if isinstance(example["default"], str) else json.dumps(example["default"])
     lines += ["", f"Set a field: `capsnet train --model {name} --model-option FIELD=VALUE` (VALUE as JSON; a string "

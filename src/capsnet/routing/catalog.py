@@ -11,14 +11,10 @@ import json
 import re
 from typing import Any
 
+from .._docs import class_summary, table_cell
 from . import LAYER_SIZES, _registered, list_routings, routing_takes
 
 __all__ = ["routing_catalog", "describe_routing", "format_routings", "format_routing"]
-
-
-def _summary(cls: type) -> str:
-    """The first sentence block of the class docstring, on one line."""
-    return " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
 
 
 def _arg_notes(cls: type) -> dict[str, str]:
@@ -44,19 +40,21 @@ def _arg_notes(cls: type) -> dict[str, str]:
     return notes
 
 
+def _row(name: str) -> dict[str, Any]:
+    """Routing ``name``'s row: name, class, summary, whether it iterates, takes a pose bias and gives activations in
+    [0, 1] (what CapsNet's ``routing`` field needs), and the layer sizes it is built with."""
+    cls = _registered(name)
+    parameters = inspect.signature(cls).parameters
+    return {"name": name, "class": cls.__name__, "summary": class_summary(cls),
+            "iterates": routing_takes(name, "iterations"),
+            "pose_bias": bool(getattr(cls, "pose_bias", True)),
+            "probabilities": bool(getattr(cls, "probabilities", True)),
+            "layer_sizes": [s for s in LAYER_SIZES if s in parameters and s != "iterations"]}
+
+
 def routing_catalog() -> list[dict[str, Any]]:
-    """One row per registered routing: name, class, summary, whether it iterates, takes a pose bias and gives
-    activations in [0, 1] (what CapsNet's ``routing`` field needs), and the layer sizes it is built with."""
-    rows = []
-    for name in list_routings():
-        cls = _registered(name)
-        parameters = inspect.signature(cls).parameters
-        rows.append({"name": name, "class": cls.__name__, "summary": _summary(cls),
-                     "iterates": routing_takes(name, "iterations"),
-                     "pose_bias": bool(getattr(cls, "pose_bias", True)),
-                     "probabilities": bool(getattr(cls, "probabilities", True)),
-                     "layer_sizes": [s for s in LAYER_SIZES if s in parameters and s != "iterations"]})
-    return rows
+    """One row per registered routing (``_row``)."""
+    return [_row(name) for name in list_routings()]
 
 
 def describe_routing(name: str) -> dict[str, Any]:
@@ -71,11 +69,7 @@ def describe_routing(name: str) -> dict[str, Any]:
         default = None if p.default is p.empty else p.default
         options.append({"name": p.name, "default": default, "note": notes.get(p.name, ""),
                         "set_by_layer": p.name in LAYER_SIZES})
-    return next(r for r in routing_catalog() if r["name"] == name) | {"options": options}
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|")
+    return _row(name) | {"options": options}
 
 
 def format_routings() -> str:
@@ -95,5 +89,5 @@ def format_routing(name: str) -> str:
     lines = [f"{d['name']}: {d['class']}. {d['summary']}", "", "| option | default | note |", "| --- | --- | --- |"]
     for o in d["options"]:
         default = "set by the layer" if o["set_by_layer"] else json.dumps(o["default"])
-        lines.append(f"| {o['name']} | {_cell(default)} | {_cell(o['note'])} |")
+        lines.append(f"| {o['name']} | {table_cell(default)} | {table_cell(o['note'])} |")
     return "\n".join(lines)
