@@ -803,6 +803,13 @@ def _same_value(a: Any, b: Any) -> bool:
     return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
 
 
+def _one_pass(model_cfg: Any) -> bool:
+    """Whether a model's config names a routing that makes one pass (self-attention), so routing_iterations is
+    nothing to it."""
+    routing = getattr(model_cfg, "routing", None)
+    return isinstance(routing, str) and not routing_takes(routing, "iterations")
+
+
 def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, typed: list[str],
                         model_changes: dict[str, Any], options: dict[str, Any]) -> None:
     """Refuse training flags (``typed``: by the user, not a preset) that the new run's model or other flags ignore."""
@@ -817,10 +824,9 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
-    routing = getattr(model_cfg, "routing", None)
-    if "routing_iterations" in model_changes and isinstance(routing, str) and not routing_takes(routing, "iterations"):
+    if "routing_iterations" in model_changes and _one_pass(model_cfg):
         rounds = _as_typed("routing_iterations", model_changes["routing_iterations"], "routing_iterations" in options)
-        by = _as_typed("routing", routing, "routing" in options)
+        by = _as_typed("routing", model_cfg.routing, "routing" in options)
         args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave the "
                           f"rounds out")
     if "shift" in typed and train_cfg.augment != "shift":
@@ -1101,14 +1107,13 @@ def _cmd_routings(args: argparse.Namespace) -> int:
         print(f"\n{args.name} routing's activations are not in [0, 1], so CapsNet's --routing does not take it; the "
               f"models built for it do (capsnet models).")
         return 0
-    own = [o["name"] for o in catalog.describe_routing(args.name)["options"]
-           if o["name"] not in ROUTING_OPTIONS_SET_ELSEWHERE]
+    options = [o["name"] for o in catalog.describe_routing(args.name)["options"]]
+    own = [o for o in options if o not in ROUTING_OPTIONS_SET_ELSEWHERE]
     print(f"\nIn the paper's CapsNet: `capsnet train --routing {args.name}`"
           + (f", its options as `--routing-option KEY=VALUE` ({', '.join(own)})" if own else " (it has no options)")
-          + "; the layer's sizes" + (" and --routing-iterations" if routing_takes(args.name, "iterations") else "")
+          + "; the layer's sizes" + (" and --routing-iterations" if "iterations" in options else "")
           + " come from the network"
-          + (", --leaky-routing and --detach-agreement from their flags" if "leaky" in
-             {o["name"] for o in catalog.describe_routing(args.name)["options"]} else "") + ".")
+          + (", --leaky-routing and --detach-agreement from their flags" if "leaky" in options else "") + ".")
     if args.name in ROUTING_STARTS:
         options, std = ROUTING_STARTS[args.name]
         print(f"CapsNet starts it from {', '.join(f'{k}={v}' for k, v in options.items())} and the digit capsules' W "
@@ -1219,15 +1224,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)
-    planned = list(dict.fromkeys(r.label for r in runs))  # NAME, or NAME:ROUTING
+    planned = {}  # label (NAME, or NAME:ROUTING) -> its first run
+    for run in runs:
+        planned.setdefault(run.label, run)
 
-    def takes(label: str, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set
-        model, _, routing = label.partition(":")
-        return field in _fields(model) and not (field == "routing_iterations" and routing
-                                                and not routing_takes(routing, "iterations"))
+    def takes(run: ex.Run, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set
+        return field in _fields(run.model) and not (field == "routing_iterations" and _one_pass(run.model_config))
 
     for field in _typed(args, _MODEL_FIELDS):  # a model's flag: refused where no model of the plan has its field
-        having = [m for m in planned if takes(m, field)]
+        having = [m for m, run in planned.items() if takes(run, field)]
         if not having:
             owners = [m for m in MODELS if field in _fields(m)]
             args.parser.error(f"{_flag(field)} sets a field of {', '.join(owners)}, and no model of this experiment "

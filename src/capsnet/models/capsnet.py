@@ -105,7 +105,7 @@ class CapsNetConfig(JsonConfig):
             check_range(self, "digit_init_std", 1e-6, 100)  # 0 would start every vote at 0 (and no truncated normal)
         # its own copy, not the caller's, with CapsNet's start for the routing written in (ROUTING_STARTS), so a saved
         # config says how its run started even if the table changes
-        options, std = ROUTING_STARTS.get(self.routing, ({}, None)) if isinstance(self.routing, str) else ({}, None)
+        options, std = ROUTING_STARTS.get(self.routing, ({}, None))  # a string: check_types ran
         object.__setattr__(self, "routing_options", options | dict(self.routing_options))
         if self.digit_init_std is None and std is not None:
             object.__setattr__(self, "digit_init_std", std)
