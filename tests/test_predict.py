@@ -251,6 +251,9 @@ def test_mnist_style_reads_photos_of_digits_as_mnist_was_made(tmp_path, data_roo
                                          "trained on fashion-mnist at 1x28x28"):
         predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out4", mnist_style=True)
     assert not predict_folder("pretrained:capsnet-fashion-small", tmp_path / "inverted", tmp_path / "out5").notes
+    with pytest.raises(DataError, match=r"photo00.png is 150x120 \(HxW\) but the classifier takes 28x28 images; "
+                                        r"resize or crop it to that size$"):  # no pointer to --mnist-style
+        predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out6")
 
 
 def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet_run, tmp_path):

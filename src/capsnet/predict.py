@@ -57,16 +57,12 @@ class Predictions:
     notes: list[str] = field(default_factory=list)  # what the user may want to know (images unlike the training set)
 
 
-def _light_border(a: np.ndarray) -> bool:
-    """Whether a grey image (H, W) uint8 has a mostly light border (the median of its edge pixels over half)."""
-    return float(np.median(np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]]))) > 127.5
-
-
-def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False
-          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
+          styleable: bool = False) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
-    its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are)."""
+    its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
+    message points to --mnist-style (a model trained on MNIST's digits)."""
     arrays, paths = {}, png_files(images_dir, "images", paired=False)
     for stem, path in paths.items():
         if styled:
@@ -82,8 +78,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
-                            f"{size[0]}x{size[1]} images; resize or crop it to that size (or, a photo or scan of "
-                            f"one digit or item: --mnist-style makes it as MNIST was made)")
+                            f"{size[0]}x{size[1]} images; resize or crop it to that size"
+                            + (" (or, a photo or scan of one digit: --mnist-style makes it as MNIST was made)"
+                               if styleable else ""))
         arrays[stem] = a
     return arrays, paths
 
@@ -160,8 +157,8 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
     ``probabilities``: also write each image's probabilities; ``mnist_style`` (a classifier trained on MNIST's 28x28
     digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
-    inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). A problem with an image is a DataError naming it, raised before
-    anything is written."""
+    inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). A problem with an image is a
+    DataError naming it, raised before anything is written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -197,14 +194,15 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
                          f"--mnist-style")
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
-                          styled=mnist_style)
+                          styled=mnist_style, styleable=as_mnist)
     notes = []
     if as_mnist and not mnist_style:
-        light = [paths[s].name for s, a in arrays.items() if _light_border(a[0])]
-        if 2 * len(light) >= len(arrays):  # MNIST-family images are light on a black ground
+        light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
+        if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
             shown = ", ".join(light[:3]) + (", ..." if len(light) > 3 else "")
-            notes.append(f"{len(light)} of {len(arrays)} images ({shown}) are dark on a light background, unlike the {trained_on} images {ckpt.model_name} trained on "
-                         f"(light on black); --mnist-style makes each as MNIST was made (inverted, scaled and centred)")
+            notes.append(f"{len(light)} of {len(arrays)} images ({shown}) are dark on a light background, unlike the "
+                         f"{trained_on} images {ckpt.model_name} trained on (light on black); --mnist-style makes "
+                         f"each as MNIST was made (inverted, scaled and centred)")
     clash = sorted({f"{stem}_probability" for stem in arrays} & set(arrays)) if probabilities else []
     if clash:  # NAME_probability.png of one image would be written over the mask of another
         raise DataError(f"{source} holds both {clash[0][:-len('_probability')]}.png and {clash[0]}.png: the first's "

@@ -14,7 +14,7 @@ from PIL import Image
 
 from .idx import DataError
 
-__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "mnist_style"]
+__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "light_background", "mnist_style"]
 
 WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
 BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
@@ -43,6 +43,17 @@ def _grey(img: Image.Image) -> np.ndarray:
     return np.asarray(img.convert("L"), dtype=np.float32) / 255
 
 
+def _border(a: np.ndarray) -> np.ndarray:
+    """The pixels on the edge of a grey image (H, W): the paper or canvas around a digit."""
+    return np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+
+
+def light_background(a: np.ndarray) -> bool:
+    """Whether a grey image (H, W), uint8 or in [0, 1], is mostly light at its edge: dark ink on light paper, the
+    opposite of MNIST's light digits on black (``mnist_style`` inverts such an image)."""
+    return float(np.median(_border(a))) > (127.5 if a.dtype == np.uint8 else 0.5)
+
+
 def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     """An image as MNIST was made: bright digit on black, box-scaled, centred by centre of mass.
 
@@ -62,7 +73,7 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     if C != 1:
         raise DataError(f"only 1- and 3-channel models take MNIST-style images, not {C}-channel ones")
     a = _grey(img)
-    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    border = _border(a)
     if np.median(border) > 0.5:  # dark ink on light paper
         a = 1.0 - a
         border = 1.0 - border
