@@ -33,7 +33,7 @@ from torch import nn
 
 from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
-from capsnet.experiments import model_entry
+from capsnet.experiments import model_entry, model_title
 from capsnet.models import MODELS, model_spec
 from capsnet.routing import ROUTINGS, RoutingResult
 
@@ -94,7 +94,7 @@ def main() -> None:
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
     rows = []
     for entry in args.models:
-        name, _, routing = entry.partition(":")
+        name, routing = model_entry(entry)
         spec = model_spec(name)
         config = spec.config(input_height=28, input_width=28, in_channels=1, num_classes=10,
                              **({"routing": routing} if routing else {}))
@@ -111,7 +111,7 @@ def main() -> None:
         for c in kinds:
             t_full, t_bare = times[c, "full"], times[c, "bare"]
             shares = [1 - b / f for f, b in zip(t_full, t_bare)]
-            row = {"model": entry, "title": spec.title + (f", {routing} routing" if routing else ""), "weights": config.num_weights, "batch": args.batch_size,
+            row = {"model": entry, "title": model_title(entry), "weights": config.num_weights, "batch": args.batch_size,
                    "dtype": args.dtype, "compile": c or "none", "steps_per_timing": steps,
                    "images_per_s": args.batch_size / statistics.median(t_full),
                    "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),

@@ -100,11 +100,11 @@ class Run:
     model_config: Any
     train_config: TrainConfig
     run_dir: Path
-    routing: str | None = None  # a model entry NAME:ROUTING's routing (model_entry), set in model_config
+    routing: str | None = None  # the routing model_config trains with, where it is not its model's default
 
     @property
     def label(self) -> str:
-        """The model as the plan was given it: NAME, or NAME:ROUTING."""
+        """The network the run trains: NAME, or NAME:ROUTING for a routing other than its model's default."""
         return self.model if self.routing is None else f"{self.model}:{self.routing}"
 
 

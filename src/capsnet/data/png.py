@@ -85,6 +85,14 @@ def _bit_depth(path: Path) -> int:
     return header[24] if len(header) == 25 and header[12:16] == b"IHDR" else 8
 
 
+def _refuse_16_bit_colour(path: Path, img, example: str, fix: str, what: str = "") -> None:
+    """A DataError for a 16-bit colour or grey+alpha PNG (``what``: a word before its path in the message), which
+    Pillow loads as 8-bit, keeping each value's high byte: ``example`` would read as empty."""
+    if img.mode in ("RGB", "RGBA", "LA") and _bit_depth(path) == 16:
+        raise DataError(f"{what}{path} is a 16-bit {img.mode} PNG, which reads as the high byte of each value "
+                        f"({example} would read as empty); save it as {fix}")
+
+
 def image_array(path: Path) -> np.ndarray:
     """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette of
     greys only to grey: such a file looks grey and sits among grey ones), 16/32-bit refused."""
@@ -92,9 +100,7 @@ def image_array(path: Path) -> np.ndarray:
     if img.mode not in _IMAGE_MODES:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
-    if img.mode in ("RGB", "RGBA", "LA") and _bit_depth(path) == 16:  # Pillow keeps each value's high byte
-        raise DataError(f"{path} is a 16-bit {img.mode} PNG, which reads as the high byte of each value (a 0/1 label "
-                        f"map would read as empty); save it as an 8-bit grayscale (L) or RGB PNG")
+    _refuse_16_bit_colour(path, img, "a 0/1 label map", "an 8-bit grayscale (L) or RGB PNG")
     mode = _IMAGE_MODES[img.mode]
     if img.mode in ("P", "PA") and all(grey is not None for _, grey in _palette_used(img)):
         mode = "L"
@@ -125,10 +131,8 @@ def mask_array(path: Path) -> np.ndarray:
     img = read_png(path)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
-    if img.mode in ("RGB", "RGBA", "LA") and _bit_depth(path) == 16:
-        raise DataError(f"mask {path} is a 16-bit {img.mode} PNG, which reads as the high byte of each value (a 0/1 "
-                        f"mask would read as empty); save it as 8-bit grayscale (L), the foreground 255, or as 16-bit "
-                        f"grayscale without alpha")
+    _refuse_16_bit_colour(path, img, "a 0/1 mask", "8-bit grayscale (L), the foreground 255, or as 16-bit "
+                          "grayscale without alpha", what="mask ")
     if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
         alpha = np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3]
         if (alpha < 255).any():
