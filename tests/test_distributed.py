@@ -87,16 +87,18 @@ def recording(model_spec, seen: list):
 
 # `capsnet train` with every training batch recorded, per process, into $RECORD_TO-rankR.pt.
 RECORDING = textwrap.dedent("""
-    import atexit, os, sys, torch
+    import os, sys, torch
     import capsnet.train as train
+    from capsnet import distributed
     from test_distributed import recording
 
     seen = []
     train.model_spec = recording(train.model_spec, seen)
     out = os.environ["RECORD_TO"] + "-rank" + os.environ["RANK"] + ".pt"
-    atexit.register(lambda: torch.save(seen, out))
     from capsnet.cli import main
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    torch.save(seen, out)
+    distributed.exit_process(code)  # as python -m capsnet ends (gloo's teardown aborted 1 run in 4 with sys.exit)
 """)
 
 
@@ -281,8 +283,9 @@ STOPPING = textwrap.dedent("""
         if within and within["epoch"] == 2 and str(within["batches"]) == os.environ.get("STOP_AT"):
             os._exit(3)
     train.save_checkpoint = save_then_die
+    from capsnet import distributed
     from capsnet.cli import main
-    sys.exit(main(sys.argv[1:]))
+    distributed.exit_process(main(sys.argv[1:]))  # as python -m capsnet ends
 """)
 
 

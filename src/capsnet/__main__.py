@@ -1,15 +1,7 @@
 """``python -m capsnet``: the same as the ``capsnet`` command."""
-import logging
-import os
-import sys
-
 from . import distributed
 from .cli import main
 
-code = main()
-if distributed.LEFT_A_GROUP:  # a torchrun rank that ran and left a process group: everything is written; end here,
-    sys.stdout.flush()  # before gloo's teardown at interpreter exit can abort the finished run (distributed.py)
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
-sys.exit(code)
+# a torchrun rank that ran and left a process group ends by os._exit, everything written, before gloo's teardown at
+# interpreter exit can abort the finished run (distributed.exit_process)
+distributed.exit_process(main())

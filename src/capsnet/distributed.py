@@ -19,7 +19,9 @@ and BatchNorm on CPUs (per-process statistics).
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -155,6 +157,19 @@ def barrier(device: torch.device) -> None:
 # without an active exception": seen in about a quarter of 2-process runs, and in a 10-line gloo script of torch's
 # own calls), and torchrun reports the whole run failed though every rank finished and rank 0 saved.
 LEFT_A_GROUP = False
+
+
+def exit_process(code: int) -> None:
+    """End the process with ``code``: after a process group was left (``LEFT_A_GROUP``) by os._exit, with stdout,
+    stderr and logging flushed first, before gloo's teardown at interpreter exit can abort the finished run; else by
+    sys.exit. ``python -m capsnet`` ends here, and so must any script that runs ``capsnet.cli.main`` under torchrun
+    (atexit handlers do not run after os._exit: do their work first)."""
+    if LEFT_A_GROUP:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
 
 
 def leave(created: bool, device: torch.device | None = None) -> None:
