@@ -301,7 +301,7 @@ def _model_option(text: str) -> tuple[str, Any]:
         return key.strip(), value
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
                  "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
-                 "ema_decay")
+                 "ema_decay", "grad_clip")
 
 # capsnet train --preset NAME: the flags it stands for (by their parsed names), each applied unless typed, and
 # --eval-every the run's --epochs (one evaluation and checkpoint, after the last epoch) unless typed. "fast" aims at
@@ -439,6 +439,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "pretrained:NAME) that reads the generated test images at every evaluation (default: the "
                         "shipped one for the data set, if any)")
     _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
+    _field_flag(t, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-MODEL for "
                                                "segmentation and synthesis)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
@@ -513,6 +514,10 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+GRAD_CLIP_HELP = ("clip the gradient's global norm to NORM before each optimizer step (0: no clipping); each "
+                  "evaluated epoch's metrics then hold grad_norm, the mean norm before clipping, and clipped, the "
+                  "share of steps it cut (not for synthesis models)")
 
 
 def _open_unit_float(text: str) -> float:
@@ -637,7 +642,8 @@ _EXPERIMENT_RUNS = ("Each run is a `capsnet train` run directory under --out (fi
 _EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
                     "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",),
                     "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),  # less-data sets it by --sizes
-                    "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data")}  # and evaluates ~10 times
+                    "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data"),  # and evaluates ~10 times
+                    "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis")}  # GANs: not clipped
 
 
 class _ExperimentHelp(argparse.Action):
@@ -701,6 +707,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--probe-epochs", type=_nonneg_int, default=argparse.SUPPRESS,
                    help="synthesis: epochs of each train-on-synthetic classifier (0: no probes) (default: 3)")
     _field_flag(x, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
+    _field_flag(x, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
     x.add_argument("--seeds", type=_nonneg_int, nargs="+", default=argparse.SUPPRESS,
                    help="routing: one run per seed, reported as mean and spread (default: --seed)")
     _field_flag(x, "--epochs", TrainConfig, "epochs", "epochs per run (less-data: unless --steps is given)",

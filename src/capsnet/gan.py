@@ -211,6 +211,9 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         raise ValueError(f"{name} is a {spec.kind} model and {cfg.dataset} a {kind} data set; the GAN loop trains "
                          f"a synthesis model (capspix2pix, capspix2pix-deep, pix2pix) on a synthesis data set (mnist-skeleton, "
                          f"fashion-silhouette, pairs:DIR)")
+    if cfg.grad_clip:
+        raise ValueError(f"grad_clip (--grad-clip) applies to the classifier and segmentation loop; the GAN loop of "
+                         f"{name} steps two optimizers on their own and clips neither: train without it")
     shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
     if shape != input_shape(cfg.dataset) or model_config.out_channels != task(cfg.dataset).target_channels:
         raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "

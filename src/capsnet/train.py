@@ -81,6 +81,7 @@ class TrainConfig(JsonConfig):
     seed: int = 0
     amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
     ema_decay: float = 0.0  # evaluate and save a moving average of the weights (GANs: the generator's; 0: off)
+    grad_clip: float = 0.0  # the gradient's global norm clipped to this before each step (0: off; not for GANs)
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
@@ -108,6 +109,8 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must lie in [0, 1) (0: no average; e.g. 0.999), got {self.ema_decay}")
+        if self.grad_clip < 0:  # (not finite: refused by check_types)
+            raise ValueError(f"grad_clip must be >= 0 (0: no clipping; e.g. 1.0), got {self.grad_clip}")
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
@@ -835,7 +838,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
-        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 2, rank)  # mostly 0s
+        # running sums: loss and correct answers, and with grad_clip the pre-clip norms and the steps clipped
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 4 if cfg.grad_clip else 2,
+                                                 rank)  # mostly 0s
         if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
             restore_rank_rng(ckpt, within, rank, W, dev,
                              any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
@@ -843,6 +848,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                            progress=progress)
         run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
         run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
+        norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip: every rank's alike
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         shown = time.monotonic()
         started = shown - before
@@ -866,6 +872,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
             opt.zero_grad(set_to_none=True)
             (loss if weight == 1.0 else loss * weight).backward()
+            if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
+                norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
             opt.step()
             if average is not None:
                 average.update(step)
@@ -889,7 +898,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                 if main:
                     save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
-                                           [loss_sum.item(), correct_sum.item()], seen_all,
+                                           [loss_sum.item(), correct_sum.item(), *norms.tolist()], seen_all,
                                            time.monotonic() - started, dev, W), g, ranks_rng)
                 if stopping:
                     bar.close()
@@ -903,6 +912,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
+        if cfg.grad_clip:  # the epoch's mean gradient norm before clipping, and the share of its steps clipped
+            record |= dict(zip(("grad_norm", "clipped"), (norms / len(starts)).tolist()))
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             if main and last.older_than(SAVE_AFTER_S):  # not evaluated, but resumable
