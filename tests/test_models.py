@@ -344,6 +344,8 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
                                "dynamic, em, self-attention"),
     (dict(routing="em", leaky_routing=True), "leaky_routing is an option of dynamic routing; em routing does not"),
     (dict(routing="self-attention", detach_agreement=True), "detach_agreement is an option of dynamic routing"),
+    (dict(routing="em", routing_bias=False), r"routing_bias: em routing's digit capsules have no pose bias .* \(drop "
+                                              r"--no-routing-bias"),
     (dict(routing="nope"), "routing must be one of dynamic, em, inverted, self-attention, got 'nope'"),
     (dict(routing=3), "routing must be a string"),
     (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'beta_a_init': -25.0, 'bogus': 1}: em routing "

@@ -132,6 +132,10 @@ class CapsNetConfig(JsonConfig):
             if getattr(self, name) and not routing_takes(self.routing, option):
                 raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
                                  f"does not take it: leave it false")
+        if not self.routing_bias and not getattr(ROUTINGS[self.routing], "pose_bias", True):
+            raise ValueError(f"CapsNetConfig.routing_bias: {self.routing} routing's digit capsules have no pose bias "
+                             f"to turn off (their poses are what the routing fits), so false changes nothing: leave "
+                             f"it true (drop --no-routing-bias)")
         for option in self.routing_options:
             if option in ROUTING_OPTIONS_SET_ELSEWHERE:
                 raise ValueError(f"CapsNetConfig.routing_options: {option} is set by "
