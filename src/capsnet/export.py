@@ -11,7 +11,8 @@ length, (C, H, W) the input image):
 model                                 outputs
 ====================================  ==============================================================
 capsnet, efficient-capsnet            lengths (B, K), poses (B, K, D), reconstruction (B, C, H, W)
-                                      (no reconstruction when built without a decoder)
+                                      (no reconstruction when built without a decoder; a CapsNet routed
+                                      by another algorithm, ``--routing``: activations in place of lengths)
 em-capsnet, em-capsnet-small          activations (B, K), poses (B, K, 16)
 inverted-capsnet                      logits (B, K), poses (B, K, 16)
 baseline                              logits (B, K)
@@ -153,6 +154,9 @@ class InferenceModule(nn.Module):
             self._fields = (("logits", None),)
         elif type(probe) in _FIELDS:
             self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
+            if type(probe) is CapsNetOutput and getattr(model.config, "routing", "dynamic") != "dynamic":
+                # CapsNet routed otherwise: its scores are that routing's activations (CapsNetConfig.routing)
+                self._fields = tuple(("activations" if n == "lengths" else n, f) for n, f in self._fields)
         else:
             raise ExportError(f"{self.label} returns a {type(probe).__name__}, whose fields export does not know: "
                               f"add it to capsnet.export._FIELDS")
