@@ -749,3 +749,15 @@ def test_a_run_failing_in_a_worker_is_raised_naming_the_run(tmp_path):
         run_plan(runs, device="cuda", jobs=2)
     with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
         run_plan(runs, jobs=0)
+
+
+def test_the_less_data_plot_names_each_line_by_its_model_and_routing():
+    from capsnet.experiments import plot_less_data
+
+    rows = [{"model": m, "train_size": n, "test_error": e} for m in ("capsnet", "capsnet:em", "baseline")
+            for n, e in ((1000, 0.05), (10000, 0.02))]
+    fig = plot_less_data(rows)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["CapsNet", "CapsNet, em routing", "CNN baseline"]
+    line = fig.axes[0].get_lines()[1]
+    assert list(line.get_xdata()) == [1000, 10000] and list(line.get_ydata()) == pytest.approx([5.0, 2.0])

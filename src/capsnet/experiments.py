@@ -725,7 +725,7 @@ def plot_less_data(rows: Sequence[dict[str, Any]]):
     ax = fig.subplots()
     for model in dict.fromkeys(r["model"] for r in rows):
         pts = sorted((r["train_size"], 100 * r["test_error"]) for r in rows if r["model"] == model)
-        ax.plot(*zip(*pts), marker="o", label=MODELS[model].title if model in MODELS else model)
+        ax.plot(*zip(*pts), marker="o", label=model_title(model) or model)  # capsnet:em: its title and routing
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log")
