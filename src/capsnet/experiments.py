@@ -263,10 +263,10 @@ def training_examples(run: Run) -> int:
     its data set (mnist-sample's 2,000, MNIST's 60,000; a user's folder: its training pairs, read), less the
     ``val_size`` held out for validation."""
     from .data.sets import split_size
-    from .data.tasks import _load, user_folder
+    from .data.tasks import load_source, user_folder
 
     cfg, source = run.train_config, task(run.dataset).source
-    whole = len(_load(source, "train", None, False)) if user_folder(source) else split_size(source, "train")
+    whole = len(load_source(source, "train", None, False)) if user_folder(source) else split_size(source, "train")
     return (cfg.train_size or whole) - cfg.val_size
 
 

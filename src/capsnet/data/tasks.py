@@ -102,7 +102,7 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
-           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs",
+           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs", "load_source",
            "folder_contents"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
@@ -717,7 +717,7 @@ def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.P
               progress: bool = True) -> Split:
     """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
     t = task(name)
-    return t.held(_load(t.source, "test", root, progress), size, extras)
+    return t.held(load_source(t.source, "test", root, progress), size, extras)
 
 
 def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_size: int = 0, seed: int = 0,
@@ -732,7 +732,7 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     generated images.
     """
     t = task(name)
-    train = _load(t.source, "train", root, progress)
+    train = load_source(t.source, "train", root, progress)
     if train_size:
         if train_size > len(train):
             raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
@@ -757,7 +757,9 @@ def check_test_size(test_size: int, held: Split, name: str) -> None:
 _LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_svhn}  # the rest: load_dataset
 
 
-def _load(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
+def load_source(source: str, split: str, root: str | os.PathLike | None, progress: bool) -> Dataset:
+    """One split of a task's plain source (``Task.source``): a registered image set, or a user's folder of images
+    and masks (``folder:DIR``) or of label maps and images (``pairs:DIR``), as read from disk."""
     if source.startswith(FOLDER_PREFIX):
         return load_folder(source[len(FOLDER_PREFIX):], split)
     if source.startswith(PAIRS_PREFIX):
