@@ -247,10 +247,12 @@ class EMRouting(nn.Module):
         B, J, I, D2 = VV.shape
         D = D2 // 2
         inv = 1.0 / var  # (B, J, D)
-        coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, D2, 1)
-        q = torch.bmm(VV.view(B * J, I, D2), coef)  # (B * J, I, 1)
-        if taps is not None:  # d loss / d VV from this product: (d loss / d q) coef^T
-            tap(taps, q, None, coef.detach().transpose(1, 2))
+        coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, 1, D2)
+        # coef^T VV^T, a row times the votes' transposed view: the numbers of VV coef, but 3x faster on a CPU, where
+        # MKL's batched product is slow for a tall matrix times a column, and so is the transpose its backward takes
+        q = torch.bmm(coef, VV.view(B * J, I, D2).transpose(1, 2))  # (B * J, 1, I)
+        if taps is not None:  # d loss / d VV from this product: (d loss / d q)^T coef
+            tap(taps, q, None, coef.detach())
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
         log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
         log_r = F.logsigmoid(logit).unsqueeze(-1) + log_p  # (B, J, I)
