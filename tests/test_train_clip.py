@@ -138,3 +138,14 @@ def test_the_synthesis_experiment_refuses_a_clip_by_name(tmp_path, capsys):
         main(["experiment", "synthesis", "--grad-clip", "1", "--out", str(tmp_path / "x")])
     assert "--grad-clip does not apply to `capsnet experiment synthesis`" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_epoch_line_shows_the_norm_and_the_share_clipped():
+    from capsnet.train import describe_epoch
+
+    record = {"epoch": 3, "train_loss": 0.25, "test_accuracy": 0.9, "test_error": 0.1, "grad_norm": 2.3456,
+              "clipped": 0.375}
+    assert describe_epoch(record, "mnist") == ("epoch 3: test accuracy 0.9000 (error 10.00%), train loss 0.2500, "
+                                               "gradient norm 2.35 (38% of steps clipped)")
+    del record["grad_norm"], record["clipped"]
+    assert describe_epoch(record, "mnist") == "epoch 3: test accuracy 0.9000 (error 10.00%), train loss 0.2500"

@@ -965,7 +965,15 @@ def finished(state: dict[str, Any], epochs: int) -> bool:
 
 
 def describe_epoch(record: dict[str, Any], dataset: str) -> str:
-    """One line for an epoch's metrics record: the held-out accuracy and error, extra test sets, the train loss."""
+    """One line for an epoch's metrics record: the held-out accuracy and error, extra test sets, the train loss
+    (and with --grad-clip the mean gradient norm before clipping and the share of steps clipped)."""
+    line = _describe_epoch(record, dataset)
+    if "grad_norm" in record:
+        line += f", gradient norm {record['grad_norm']:.3g} ({100 * record['clipped']:.0f}% of steps clipped)"
+    return line
+
+
+def _describe_epoch(record: dict[str, Any], dataset: str) -> str:
     split = "val" if "val_accuracy" in record else "test"
     if f"{split}_accuracy" not in record:
         return f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} (not evaluated)"
