@@ -3,6 +3,7 @@
     python tools/make_pretrained.py --data-dir ../shared/data                                  # capsnet-mnist-small
     python tools/make_pretrained.py --name capsnet-fashion-small --data-dir ../shared/data     # the Fashion-MNIST one
     python tools/make_pretrained.py --name efficient-capsnet-mnist --data-dir ../shared/data   # Efficient-CapsNet
+    python tools/make_pretrained.py --name em-capsnet-mnist --data-dir ../shared/data          # EM matrix capsules
     python tools/make_pretrained.py --name segcaps-mnist --data-dir ../shared/data             # SegCaps
     python tools/make_pretrained.py --name capspix2pix-mnist --data-dir ../shared/data         # CapsPix2pix
 
@@ -58,6 +59,14 @@ EFFICIENT_MODEL = ("Efficient-CapsNet (Mazzia et al. 2021) at the paper's size: 
                    "  primary capsules of 8D, 10 {capsules} capsules of 16D by self-attention routing "
                    "(161,824 weights),\n  and CapsNet's decoder 160-512-1024-784 for the reconstruction loss")
 
+# Matrix capsules with EM routing, the small variant (A = 64, B = 8, C = D = 16: 68,444 weights), 2 EM iterations (at
+# this budget 3 trail 2: docs/results/routing-family.md), the 8-epoch CPU recipe of that page (Adam 3e-3 as Gritzman's
+# code, a 200-step warm-up then a linear decay, batch 32; the spread loss's margin grows over the first half)
+EM_FLAGS = ["--model", "em-capsnet-small", "--epochs", "8", "--eval-every", "2", "--batch-size", "32", "--lr", "3e-3",
+            "--lr-schedule", "linear", "--warmup-steps", "200", "--routing-iterations", "2", "--seed", "0"]
+EM_MODEL = ("matrix capsules with EM routing (Hinton, Sabour and Frosst 2018), the small variant: a 5x5 convolution\n"
+            "  (64 channels), 8 primary matrix capsule types, two 3x3 convolutional capsule layers of 16 types, 10 "
+            "{capsules}\n  capsules with coordinate addition, 2 EM iterations (68,444 weights); no decoder")
 
 # SegCaps R3 at the paper's size with two of capsnet's options (the capsules normalised per example, the routing
 # softmax over the children), the 15,000-digit recipe trained 3 epochs (5,625 steps of batch 8): the best SegCaps
@@ -112,6 +121,10 @@ SHIPPED = {
         augmentation="rotated, shifted, squished and partly erased as Efficient-CapsNet's code does "
                      "(`--augment efficient-capsnet`)",
         loss="margin loss plus 0.392 x the per-pixel mean squared reconstruction error"),
+    "em-capsnet-mnist": Recipe(
+        dataset="mnist", title="MNIST", unit="digits", capsules="digit", limits=MNIST_UNSEEN,
+        paper="Matrix capsules with EM routing (Hinton et al. 2018)", flags=EM_FLAGS, model=EM_MODEL,
+        augmentation="shifted by up to 2 pixels", loss="the spread loss, its margin 0.2 -> 0.9 over the first half"),
     "segcaps-mnist": Recipe(
         dataset="mnist-segmentation", title="mnist-segmentation", unit="canvases", capsules="segmentation",
         limits="trained on 64x64 canvases of one MNIST digit among MNIST clutter, it finds digit-like strokes; other "

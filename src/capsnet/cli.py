@@ -183,6 +183,9 @@ def _unit_float(text: str) -> float:
 EMA_HELP = ("evaluate and save an exponential moving average of the weights (synthesis models: the generator's) "
             "with this decay, e.g. 0.999 (TensorFlow's warm-up: at most (1 + t) / (10 + t) after step t); training "
             "itself is unchanged, and a resume continues both (0: the last weights)")
+GRAD_CLIP_HELP = ("clip the gradient's global norm to NORM before each optimizer step (0: no clipping); each "
+                  "evaluated epoch's metrics then hold grad_norm, the mean norm before clipping, and clipped, the "
+                  "share of steps it cut (not for synthesis models)")
 
 
 def _seed(value: str) -> int:
@@ -514,10 +517,6 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     g.add_argument("--device", default="cpu", type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-GRAD_CLIP_HELP = ("clip the gradient's global norm to NORM before each optimizer step (0: no clipping); each "
-                  "evaluated epoch's metrics then hold grad_norm, the mean norm before clipping, and clipped, the "
-                  "share of steps it cut (not for synthesis models)")
 
 
 def _open_unit_float(text: str) -> float:
