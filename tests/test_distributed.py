@@ -105,11 +105,12 @@ RECORDING = textwrap.dedent("""
 def test_two_gloo_processes_reach_the_weights_of_one_process_with_the_same_global_batch(tmp_path, data_root, capsys,
                                                                                         monkeypatch, one_thread):
     """1 epoch of 241 real digits in global batches of 32, shifted by up to 2 pixels: 7 steps of 16 examples per
-    process, then 17 examples: 9 on rank 0 and 8 on rank 1, their mean losses weighted 18/17 and 16/17."""
+    process, then 17 examples: 9 on rank 0 and 8 on rank 1, their mean losses weighted 18/17 and 16/17; the
+    gradient clipped after the ranks' sum (--grad-clip), as one process clips its own."""
     script = tmp_path / "recording.py"
     script.write_text(RECORDING)
     args = ["train", "--dataset", "mnist", "--epochs", "1", "--train-size", "241", "--test-size", "64", "--seed", "1",
-            *TINY]
+            "--grad-clip", "0.1", *TINY]
     env = _env(data_root) | {"RECORD_TO": str(tmp_path / "two")}
     env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)  # the recording above
     two = subprocess.run(torchrun(script, *args, "--out", tmp_path / "two"), capture_output=True, text=True,
@@ -137,6 +138,8 @@ def test_two_gloo_processes_reach_the_weights_of_one_process_with_the_same_globa
     assert [r["epoch"] for r in b] == [1] and b[0]["step"] == 8
     assert b[0]["train_loss"] == pytest.approx(a[0]["train_loss"], rel=1e-5)  # summed over both ranks' examples
     assert b[0]["train_accuracy"] == a[0]["train_accuracy"] and b[0]["test_loss"] == pytest.approx(a[0]["test_loss"])
+    # every step clipped (norms about 0.25), the same mean norm before clipping in both
+    assert b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-5) and b[0]["clipped"] == a[0]["clipped"] == 1
     assert {p.name for p in (tmp_path / "two").iterdir()} == {"best.safetensors", "last.safetensors", "config.json",
                                                                "metrics.jsonl"}
 

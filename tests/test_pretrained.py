@@ -220,3 +220,24 @@ def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_
     done = write_figures([f"pretrained:{name}"], dataset="mnist-sample", indices=[0], misclassified=0, dpi=20,
                          out=tmp_path / "f", progress=False)  # the figures say it too
     assert any(n.startswith("warning: the model was trained on fashion-mnist") for n in done.notes)
+
+
+@_each(["em-capsnet-mnist"])
+def test_the_shipped_em_model_opens_in_the_viewer_and_draws_its_routing_offline(name, tmp_path, monkeypatch, capsys):
+    """The EM matrix-capsule model ships too: the viewer opens it on the shipped digits with its EM rounds, reads
+    them as its run did, and `capsnet figures` draws its routing offline."""
+    from capsnet.cli import main
+    from capsnet.viz.engine import load_viewer
+
+    viewer = load_viewer(f"pretrained:{name}", progress=False)
+    info = viewer.info()
+    assert info["dataset"] == "mnist-sample" and info["routing"] == "em" and info["routing_iterations"] == 2
+    walks = [(viewer.walk(viewer.test_input(k)), viewer.test_input(k).source["label"]) for k in range(20)]
+    assert sum(w["predicted"] == label for w, label in walks) >= 19  # its card: over 98% of the shipped digits
+    assert all(0 <= s <= 1 for w, _ in walks for s in w["lengths"])  # the class capsules' activations
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()  # no MNIST here: the shipped digits are used
+    assert main(["figures", "--no-progress", "--checkpoint", f"pretrained:{name}", "--data-dir", str(tmp_path / "empty"),
+                 "--indices", "0", "--misclassified", "0", "--dpi", "20"]) == 0
+    assert "mnist-sample test" in capsys.readouterr().out
+    assert (tmp_path / f"figures-{name}" / "routing_0.png").is_file()

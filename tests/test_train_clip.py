@@ -58,7 +58,10 @@ def test_a_clip_above_every_norm_trains_exactly_as_no_clip_and_reports_the_norms
 def test_a_clip_below_some_norms_cuts_those_steps_to_it_and_counts_them(tmp_path, monkeypatch):
     seen = _norms_seen(monkeypatch)
     fit(TINY, _with(grad_clip=1e9), tmp_path / "loose", device="cpu", progress=False)
-    limit = sorted(b for b, _ in seen)[4]  # between the norms: some steps cut, some not
+    norms = sorted(b for b, _ in seen)
+    gap = max(range(3, 7), key=lambda k: norms[k + 1] - norms[k])  # the widest gap mid-way: no norm near the limit
+    assert norms[gap + 1] - norms[gap] > 1e-4 * norms[gap]
+    limit = (norms[gap] + norms[gap + 1]) / 2  # some steps cut, some not
     seen.clear()
     fit(TINY, _with(grad_clip=limit), tmp_path / "clipped", device="cpu", progress=False)
     assert len(seen) == 10
@@ -146,6 +149,30 @@ def test_the_epoch_line_shows_the_norm_and_the_share_clipped():
     record = {"epoch": 3, "train_loss": 0.25, "test_accuracy": 0.9, "test_error": 0.1, "grad_norm": 2.3456,
               "clipped": 0.375}
     assert describe_epoch(record, "mnist") == ("epoch 3: test accuracy 0.9000 (error 10.00%), train loss 0.2500, "
-                                               "gradient norm 2.35 (38% of steps clipped)")
+                                               "gradient norm 2.35 (37.5% of steps clipped)")
     del record["grad_norm"], record["clipped"]
     assert describe_epoch(record, "mnist") == "epoch 3: test accuracy 0.9000 (error 10.00%), train loss 0.2500"
+
+
+def test_a_gradient_that_is_not_finite_stops_a_clipped_run_before_anything_of_it_is_saved(tmp_path, monkeypatch):
+    """A finite loss whose gradient is NaN (step 8, in epoch 2) would make every weight NaN: with the norm at hand
+    the run stops as for a NaN loss, and the saves made inside epoch 2 before it stay finite and loadable."""
+    from capsnet import models
+    from capsnet.train import NonFiniteLoss
+
+    spec = models.MODELS["capsnet"]
+    calls = []
+
+    def nan_gradient(model, images, labels, components=None, **kw):
+        calls.extend([1] if model.training else [])
+        loss, scores = spec.loss(model, images, labels, components, **kw)
+        if model.training and len(calls) == 8:
+            loss.register_hook(lambda g: g * float("nan"))  # the loss stays finite, its gradient does not
+        return loss, scores
+
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=nan_gradient))
+    with pytest.raises(NonFiniteLoss, match=r"or its gradient\) became NaN or infinite at step 8 \(epoch 2\)"):
+        fit(TINY, _with(epochs=3, grad_clip=1.0), tmp_path, device="cpu", progress=False, save_every_s=1e-9)
+    kept = load_checkpoint(tmp_path, "last")
+    assert kept.state["epoch"] == 1 and kept.state["within"]["batches"] == 2  # saved after step 7, not 8
+    assert all(torch.isfinite(t).all() for t in kept.model_state.values())

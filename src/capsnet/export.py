@@ -12,7 +12,7 @@ model                                 outputs
 ====================================  ==============================================================
 capsnet, efficient-capsnet            lengths (B, K), poses (B, K, D), reconstruction (B, C, H, W)
                                       (no reconstruction when built without a decoder; a CapsNet routed
-                                      by another algorithm, ``--routing``: activations in place of lengths)
+                                      by EM, ``--routing em``: activations in place of lengths)
 em-capsnet, em-capsnet-small          activations (B, K), poses (B, K, 16)
 inverted-capsnet                      logits (B, K), poses (B, K, 16)
 baseline                              logits (B, K)
@@ -63,7 +63,7 @@ from .checkpoint import Checkpoint, atomic_write_bytes, run_file
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
-from .routing import plain_routing
+from .routing import ROUTINGS, plain_routing
 
 __all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "InferenceModule", "Traced",
            "ExportResult", "trace_model", "export_model", "output_names"]
@@ -154,8 +154,9 @@ class InferenceModule(nn.Module):
             self._fields = (("logits", None),)
         elif type(probe) in _FIELDS:
             self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
-            if type(probe) is CapsNetOutput and getattr(model.config, "routing", "dynamic") != "dynamic":
-                # CapsNet routed otherwise: its scores are that routing's activations (CapsNetConfig.routing)
+            routing = ROUTINGS.get(getattr(model.config, "routing", "dynamic"))
+            if type(probe) is CapsNetOutput and not getattr(routing, "length_activations", True):
+                # CapsNet routed by EM: its scores are the routing's activations, not its capsules' lengths
                 self._fields = tuple(("activations" if n == "lengths" else n, f) for n, f in self._fields)
         else:
             raise ExportError(f"{self.label} returns a {type(probe).__name__}, whose fields export does not know: "

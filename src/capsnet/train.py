@@ -270,7 +270,8 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     if bad < 0:
         return
     kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
-    raise NonFiniteLoss(f"the training loss became NaN or infinite at step {bad + 1} (epoch {epoch}); stopped "
+    raise NonFiniteLoss(f"the training loss (with --grad-clip, or its gradient) became NaN or infinite at step "
+                        f"{bad + 1} (epoch {epoch}); stopped "
                         f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or "
                         f"train without --amp")
 
@@ -848,7 +849,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                            progress=progress)
         run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
         run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
-        norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip: every rank's alike
+        norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip (rank 0's recorded)
         first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
         shown = time.monotonic()
         started = shown - before
@@ -875,6 +876,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
                 norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
+                # a finite loss with a gradient that is not (the step would make every weight NaN): stopped too
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(norm), step, first_bad)
             opt.step()
             if average is not None:
                 average.update(step)
@@ -969,7 +972,7 @@ def describe_epoch(record: dict[str, Any], dataset: str) -> str:
     (and with --grad-clip the mean gradient norm before clipping and the share of steps clipped)."""
     line = _describe_epoch(record, dataset)
     if "grad_norm" in record:
-        line += f", gradient norm {record['grad_norm']:.3g} ({100 * record['clipped']:.0f}% of steps clipped)"
+        line += f", gradient norm {record['grad_norm']:.3g} ({100 * record['clipped']:.1f}% of steps clipped)"
     return line
 
 

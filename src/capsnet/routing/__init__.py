@@ -20,9 +20,10 @@ its test and one line in ``ROUTINGS``.
 
 A model builds its routing by name with the sizes of the layer it routes (``create_routing(name, in_caps=I,
 out_caps=J, dim=D, iterations=r)``): a routing's constructor takes whichever of these it needs, under these names,
-and gets only those. Two class attributes say what a routing is not, where it differs from the rest: ``pose_bias =
-False`` (it takes no bias, and a layer built for it has none) and ``probabilities = False`` (its activations are not
-presence probabilities in [0, 1], so a margin loss cannot read them).
+and gets only those. Three class attributes say what a routing is not, where it differs from the rest: ``pose_bias =
+False`` (it takes no bias, and a layer built for it has none), ``probabilities = False`` (its activations are not
+presence probabilities in [0, 1], so a margin loss cannot read them) and ``length_activations = False`` (its
+activations are not its poses' lengths: an export names them activations, not lengths).
 """
 from __future__ import annotations
 

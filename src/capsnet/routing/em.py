@@ -145,6 +145,7 @@ class EMRouting(nn.Module):
     """
 
     pose_bias = False  # the means are the poses: a layer routed by EM has no pose bias (capsnet.routing)
+    length_activations = False  # a_j comes from the cost, not from |mu_j| (capsnet.routing)
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
