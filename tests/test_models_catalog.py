@@ -77,7 +77,7 @@ def test_describe_lists_every_config_field_with_its_default_and_source_note():
     notes = {f["name"]: f["note"] for f in d["fields"]}
     assert notes["conv1_channels"] == "A" and notes["primary_types"] == "B"  # the small variant's sizes, base's notes
     assert '"child-type" over those windows for each parent type' in notes["conv_e_step"]  # a block comment above
-    assert d["summary"].startswith("The paper's small variant") and d["pretrained"] == []
+    assert d["summary"].startswith("The paper's small variant") and d["pretrained"] == ["em-capsnet-mnist"]
     capsnet_fields = {f["name"]: f for f in describe("capsnet")["fields"]}
     assert capsnet_fields["decoder_hidden"]["default"] == [512, 1024]  # a tuple as JSON shows it
     assert "truncated at 2 standard deviations" in capsnet_fields["init"]["note"]  # a block comment above

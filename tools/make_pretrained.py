@@ -123,7 +123,7 @@ SHIPPED = {
         loss="margin loss plus 0.392 x the per-pixel mean squared reconstruction error"),
     "em-capsnet-mnist": Recipe(
         dataset="mnist", title="MNIST", unit="digits", capsules="digit", limits=MNIST_UNSEEN,
-        paper="Matrix capsules with EM routing (Hinton et al. 2018)", flags=EM_FLAGS, model=EM_MODEL,
+        paper="An EM matrix-capsule network (Hinton et al. 2018)", flags=EM_FLAGS, model=EM_MODEL,
         augmentation="shifted by up to 2 pixels", loss="the spread loss, its margin 0.2 -> 0.9 over the first half"),
     "segcaps-mnist": Recipe(
         dataset="mnist-segmentation", title="mnist-segmentation", unit="canvases", capsules="segmentation",
@@ -153,7 +153,7 @@ SAMPLE_SIZE = 100  # the shipped-sample canvases or pairs a segmentation or synt
 def schedule(cfg: dict) -> str:
     """The card's words for the learning-rate schedule of train config ``cfg``."""
     if cfg.get("lr_schedule", "exponential") == "linear":
-        warm = f"up over {cfg['warmup_steps']} steps to lr {cfg['lr']}, then " if cfg.get("warmup_steps") else \
+        warm = f"lr {cfg['lr']} after a {cfg['warmup_steps']}-step warm-up, then " if cfg.get("warmup_steps") else \
             f"lr {cfg['lr']}, "
         return f"{warm}linearly down to 0 at the last step"
     return f"lr {cfg['lr']} decayed x{cfg['lr_decay']} every {cfg['lr_decay_steps']}\n  steps"
