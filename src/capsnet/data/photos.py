@@ -73,11 +73,9 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     if C != 1:
         raise DataError(f"only 1- and 3-channel models take MNIST-style images, not {C}-channel ones")
     a = _grey(img)
-    border = _border(a)
-    if np.median(border) > 0.5:  # dark ink on light paper
+    if light_background(a):  # dark ink on light paper
         a = 1.0 - a
-        border = 1.0 - border
-    a = np.clip(a - float(np.median(border)), 0, None)
+    a = np.clip(a - float(np.median(_border(a))), 0, None)  # the paper's tone taken away
     peak = float(a.max())
     if peak < 0.05:
         raise DataError("the image is blank: give a digit that stands out from its background")
