@@ -16,8 +16,10 @@ def test_every_registered_routing_has_a_row_with_what_the_registry_reads():
     assert sorted(rows) == list_routings()
     assert rows["dynamic"] | {"summary": ""} == {"name": "dynamic", "class": "DynamicRouting", "summary": "",
                                                  "iterates": True, "pose_bias": True, "probabilities": True,
-                                                 "layer_sizes": []}
+                                                 "length_activations": True, "layer_sizes": []}
     assert (rows["em"]["pose_bias"], rows["em"]["layer_sizes"]) == (False, ["out_caps"])
+    # EM's activations come from its cost; the others' are their poses' lengths (what export names them by)
+    assert {n: r["length_activations"] for n, r in rows.items()} == {n: n != "em" for n in rows}
     assert (rows["inverted"]["probabilities"], rows["inverted"]["layer_sizes"]) == (False, ["dim"])
     assert (rows["self-attention"]["iterates"], rows["self-attention"]["layer_sizes"]) == (False, ["in_caps", "out_caps"])
     assert rows["dynamic"]["summary"].startswith("Routing by agreement (Sabour et al. 2017, Procedure 1).")
@@ -58,7 +60,7 @@ def test_the_notes_are_read_from_the_args_block_with_continuations_and_shared_en
 
 def test_capsnet_routings_prints_the_table_and_a_routings_options_with_how_capsnet_takes_them(capsys):
     r = in_process(capsys, "routings")
-    assert r.returncode == 0 and "| em | EMRouting | yes | no | yes | out_caps |" in r.stdout
+    assert r.returncode == 0 and "| em | EMRouting | yes | no | yes | no | out_caps |" in r.stdout
     assert "`capsnet train --routing NAME` takes dynamic, em, self-attention" in r.stdout
     r = in_process(capsys, "routings", "em")
     assert "| final_lambda | 0.01 | the inverse temperature's scale" in r.stdout

@@ -13,6 +13,7 @@ from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_c
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
+from ..routing import ROUTINGS
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
 from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
@@ -60,6 +61,19 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
 # with cross-entropy
 _SCORES = {"em-capsnet": ("class capsule activation", None), "em-capsnet-small": ("class capsule activation", None),
            "inverted-capsnet": ("class probability", None), "baseline": ("class probability", None)}
+
+
+def class_scores(name: str, routing: str = "dynamic") -> tuple[str, tuple[float, float] | None]:
+    """What model ``name``'s class scores are called on a figure, and its margin loss's (m+, m-) or None. A CapsNet
+    routed otherwise than by dynamic routing keeps its margin loss; its scores are its capsules' lengths or, where
+    the routing's activations are not lengths (EM: ``length_activations``), the routing's activations."""
+    score, margins = _SCORES.get(name, ("capsule length", (0.9, 0.1)))
+    if routing != "dynamic":
+        what = "length" if getattr(ROUTINGS.get(routing), "length_activations", True) else "activation"
+        score = f"class capsule {what} ({routing} routing)"
+    return score, margins
+
+
 MISCLASSIFIED = 8  # write_figures' default: misclassified inputs shown (segmentation: the lowest-Dice images)
 _SCORED = {"segmentation": ", and Dice", "classification": ", and accuracy, not Dice"}  # what each kind's records score
 
@@ -290,10 +304,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                                   f"pixel change); the model looks barely trained")
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
-    score, margins = _SCORES.get(ckpt.model_name, ("capsule length", (0.9, 0.1)))
-    routing = getattr(model.config, "routing", "dynamic")
-    if routing != "dynamic":  # a CapsNet routed otherwise: its activations, under the same margin loss
-        score = f"class capsule activation ({routing} routing)"
+    score, margins = class_scores(ckpt.model_name, getattr(model.config, "routing", "dynamic"))
     save(plot_lengths(scores, labels, classes=classes, score=score, m_plus=margins and margins[0],
                       m_minus=margins and margins[1], indices=chosen), "lengths")
     _curves(save, plot_training_curves, runs, done)

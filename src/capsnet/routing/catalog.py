@@ -2,7 +2,8 @@
 
 Read from the code itself, so it cannot drift from it: a routing's options are its constructor's keyword parameters
 with their defaults, each one's note is its entry under "Args:" in the class docstring, and its properties are the
-ones the registry reads (``routing_takes``, the ``pose_bias`` and ``probabilities`` class attributes).
+ones the registry reads (``routing_takes``, the ``pose_bias``, ``probabilities`` and ``length_activations`` class
+attributes).
 """
 from __future__ import annotations
 
@@ -41,14 +42,16 @@ def _arg_notes(cls: type) -> dict[str, str]:
 
 
 def _row(name: str) -> dict[str, Any]:
-    """Routing ``name``'s row: name, class, summary, whether it iterates, takes a pose bias and gives activations in
-    [0, 1] (what CapsNet's ``routing`` field needs), and the layer sizes it is built with."""
+    """Routing ``name``'s row: name, class, summary, whether it iterates, takes a pose bias, gives activations in
+    [0, 1] (what CapsNet's ``routing`` field needs) and activations that are its poses' lengths, and the layer sizes
+    it is built with."""
     cls = _registered(name)
     parameters = inspect.signature(cls).parameters
     return {"name": name, "class": cls.__name__, "summary": class_summary(cls),
             "iterates": routing_takes(name, "iterations"),
             "pose_bias": bool(getattr(cls, "pose_bias", True)),
             "probabilities": bool(getattr(cls, "probabilities", True)),
+            "length_activations": bool(getattr(cls, "length_activations", True)),
             "layer_sizes": [s for s in LAYER_SIZES if s in parameters and s != "iterations"]}
 
 
@@ -74,11 +77,12 @@ def describe_routing(name: str) -> dict[str, Any]:
 
 def format_routings() -> str:
     """The registered routings as a table, and how to choose one."""
-    lines = ["| routing | class | iterates | pose bias | activations in [0, 1] | built with |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| routing | class | iterates | pose bias | activations in [0, 1] | activations are lengths | built with |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in routing_catalog():
         lines.append(f"| {r['name']} | {r['class']} | {'yes' if r['iterates'] else 'no (one pass)'} | "
                      f"{'yes' if r['pose_bias'] else 'no'} | {'yes' if r['probabilities'] else 'no'} | "
+                     f"{'yes' if r['length_activations'] else 'no'} | "
                      f"{', '.join(r['layer_sizes']) or '-'} |")
     return "\n".join(lines)
 
