@@ -297,3 +297,56 @@ def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps
     assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
     with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, got 'batch'"):
         create_model("segcaps", capsule_norm="batch")
+
+
+def test_segcaps_routes_by_self_attention_in_every_capsule_layer_when_asked():
+    """SegCapsConfig.routing: each layer's routing built by name over its own child and parent types (self-attention's
+    prior is (T, J) at every position), its weights counted, every weight trained, one image's mask independent of
+    its batch, finite at zero input and under bf16 autocast; the config round-trips."""
+    from capsnet.models.segcaps import _LAYERS
+    from capsnet.routing import DynamicRouting, SelfAttentionRouting
+
+    torch.manual_seed(4)
+    model = create_model("segcaps", routing="self-attention", input_height=16, input_width=16)
+    layers = list(model.caps.values())
+    assert all(type(layer.routing) is SelfAttentionRouting for layer in layers)
+    assert [(layer.routing.in_caps, layer.routing.out_caps) for layer in layers] == [(t, j) for _, _, t, _, j, *_ in _LAYERS]
+    priors = sum(t * j for _, _, t, _, j, *_ in _LAYERS)  # 373
+    assert sum(p.numel() for p in model.parameters()) == model.config.num_weights == 1_425_649 + priors
+    assert type(model.config).from_dict(model.config.to_dict()) == model.config and hash(model.config)
+    images = torch.rand(3, 1, 16, 16)
+    loss, probs = MODELS["segcaps"].loss(model, images, (images > 0.6).to(torch.uint8), recon_weight=0.0005)
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    model.eval()
+    with torch.no_grad():
+        together = model(images).probabilities
+        torch.testing.assert_close(model(images[1:2]).probabilities[0], together[1], rtol=1e-4, atol=1e-6)
+        assert torch.isfinite(model(torch.zeros(2, 1, 16, 16)).probabilities).all()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.isfinite(model(images).probabilities).all()
+    # the default is still the paper's dynamic routing, and its options reach every layer
+    leaky = create_model("segcaps", routing_options={"leaky": True}, input_height=16, input_width=16)
+    assert all(type(layer.routing) is DynamicRouting and layer.routing.leaky for layer in leaky.caps.values())
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(routing="em"), "SegCapsConfig.routing: em routing's activations are not its capsules' lengths as "
+                         "probabilities, and the segmentation capsule's length is the foreground's probability; use "
+                         "one of dynamic, self-attention"),
+    (dict(routing="inverted"), "inverted routing's activations are not its capsules' lengths"),
+    (dict(routing="nope"), "SegCapsConfig.routing must be one of dynamic, self-attention, got 'nope'"),
+    (dict(routing="self-attention", squash="exp"), "SegCapsConfig.squash is an option of dynamic routing; "
+                                                   "self-attention routing does not take it: leave it at 'sabour'"),
+    (dict(routing="self-attention", routing_softmax="children"), "SegCapsConfig.routing_softmax is an option of "
+                                                                 "dynamic routing"),
+    (dict(routing_options={"iterations": 2}), "routing_options: iterations is set by routing_iterations"),
+    (dict(routing_options={"in_caps": 2}), "routing_options: in_caps is set by the layer's sizes"),
+    (dict(routing_options={"foo": 1}), "dynamic routing takes no option foo"),
+    (dict(routing="self-attention", routing_options={"leaky": True}), "self-attention routing takes no option leaky"),
+])
+def test_a_segcaps_routing_it_cannot_use_is_refused_by_name(overrides, message):
+    with pytest.raises(ValueError) as info:
+        create_model("segcaps", **overrides)
+    assert message in str(info.value)

@@ -329,8 +329,9 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     _field_flag(p, "--primary-types", CapsNetConfig, "primary_types", "primary capsule types (paper: 32)",
                 type=_positive_int)
     if all_flags:
-        _field_flag(p, "--routing", CapsNetConfig, "routing", "the digit capsules' routing algorithm (capsnet.routing); "
-                    "the rest of the network and its loss stay the paper's", choices=CapsNetConfig.probability_routings())
+        _field_flag(p, "--routing", CapsNetConfig, "routing", "the routing algorithm (capsnet.routing) of CapsNet's "
+                    "digit capsules, the rest of the network and its loss the paper's; for segcaps, of every capsule "
+                    "layer (dynamic or self-attention)", choices=CapsNetConfig.probability_routings())
         p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "

@@ -25,8 +25,9 @@ by module-level functions, shared with the CapsPix2pix generator
 """
 from __future__ import annotations
 
+import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -37,13 +38,13 @@ from .._config import JsonConfig, check_choice, check_range, check_types
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
-from ..routing import DynamicRouting
+from ..routing import ROUTINGS, create_routing, list_routings, routing_takes
 from ..routing.dynamic import SQUASHES
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
-           "CAPSULE_NORMS", "instance_norm_capsules",
+           "CAPSULE_NORMS", "instance_norm_capsules", "stack_routings", "stack_routing",
            "check_sides", "check_stack_fields"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
@@ -68,13 +69,41 @@ _SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "con
 LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
 
 
+def stack_routings() -> list[str]:
+    """The registered routings SegCaps' capsule layers can route by: those whose activations are probabilities and
+    are their poses' lengths (the ``probabilities`` and ``length_activations`` class attributes), since the
+    segmentation capsule's length is the foreground's probability (dynamic and self-attention routing today)."""
+    return [name for name in list_routings() if getattr(ROUTINGS[name], "probabilities", True)
+            and getattr(ROUTINGS[name], "length_activations", True)]
+
+
+# a routing's options that capsule_stack sets from the config's own fields or the layer's sizes, never from
+# routing_options; softmax and squash go only to a routing that takes them (dynamic routing)
+STACK_SETS = {"iterations": "routing_iterations (primary_routing_iterations in the primary layer)",
+              "softmax": "routing_softmax", "squash": "squash", "in_caps": "the layer's sizes",
+              "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
+
+
+def stack_routing(routing: str, options: dict[str, Any] | None, *, types: int, parents: int, dim: int,
+                  iterations: int, softmax: str = "parents", squash: str = "sabour") -> nn.Module:
+    """One capsule layer's routing module, by name: over ``types`` child capsule types into ``parents`` types of
+    ``dim`` dimensions at every position; ``iterations``, ``softmax`` and ``squash`` given where the routing takes
+    them, then the routing's own ``options``."""
+    given = {k: v for k, v in (("softmax", softmax), ("squash", squash)) if routing_takes(routing, k)}
+    return create_routing(routing, in_caps=types, out_caps=parents, dim=dim,
+                          iterations=iterations if routing_takes(routing, "iterations") else None,
+                          **given, **(options or {}))
+
+
 def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
                   routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
-                  squash: str = "sabour") -> nn.ModuleDict:
+                  squash: str = "sabour", routing: str = "dynamic",
+                  routing_options: dict[str, Any] | None = None) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
-    CapsPix2pix generator share. Dynamic routing, ``primary_routing_iterations`` rounds in the primary layer and
-    ``routing_iterations`` in the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a
-    routing bias when asked.
+    CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
+    ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer and ``routing_iterations`` in
+    the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
+    (and the routing takes one).
 
     Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
     seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
@@ -84,7 +113,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     shrinks them only as the kernels do: it warns below gain 1 (at 0.5 the deep layers' gradients are already
     100-1000 times smaller; at gain 1 every layer gets one: tests)."""
     safe_gain = 3.0 if squash == "sabour" else 1.0
-    if not routing_bias and init_gain < safe_gain:
+    if routing == "dynamic" and not routing_bias and init_gain < safe_gain:  # measured with dynamic routing
         fate = ("shrink to zero within a few layers and the deep layers get no gradient" if squash == "sabour" else
                 "shrink layer by layer and the deep layers' gradients fall 100-1000 times")
         warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
@@ -92,11 +121,13 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                       f"train without the bias", stacklevel=3)
     caps = {}
     last = _LAYERS[-1][0]
+    bias = routing_bias and getattr(ROUTINGS[routing], "pose_bias", True)
     for name, kind, t, din, j, dout, k, s in _LAYERS:
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
-        routing = DynamicRouting(iterations, softmax=routing_softmax, squash=squash)
+        module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
+                               softmax=routing_softmax, squash=squash)
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
-        caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=routing, bias=routing_bias)
+        caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=module, bias=bias)
         if name != last:
             with torch.no_grad():
                 caps[name].weight.mul_(init_gain)
@@ -145,12 +176,49 @@ def check_stack_fields(cfg: Any) -> None:
         raise ValueError(f"{type(cfg).__name__}.routing_softmax must be 'parents' or 'children', got "
                          f"{cfg.routing_softmax!r}")
     check_choice(cfg, "squash", SQUASHES)
+    _check_stack_routing(cfg)
 
 
-def capsule_stack_weights(routing_bias: bool) -> int:
+def _check_stack_routing(cfg: Any) -> None:
+    """``cfg.routing`` (where the config has one) one of ``stack_routings``, dynamic routing's fields left at their
+    defaults under another, and ``cfg.routing_options`` options the routing takes: a ValueError naming the field."""
+    routing, options = getattr(cfg, "routing", "dynamic"), getattr(cfg, "routing_options", {})
+    kind = type(cfg).__name__
+    if routing not in list_routings():
+        raise ValueError(f"{kind}.routing must be one of {', '.join(stack_routings())}, got {routing!r}")
+    if routing not in stack_routings():
+        raise ValueError(f"{kind}.routing: {routing} routing's activations are not its capsules' lengths as "
+                         f"probabilities, and the segmentation capsule's length is the foreground's probability; "
+                         f"use one of {', '.join(stack_routings())}")
+    for name, option, default in (("routing_softmax", "softmax", "parents"), ("squash", "squash", "sabour")):
+        if getattr(cfg, name) != default and not routing_takes(routing, option):
+            raise ValueError(f"{kind}.{name} is an option of dynamic routing; {routing} routing does not take it: "
+                             f"leave it at {default!r}")
+    for option in options:
+        if option in STACK_SETS:
+            raise ValueError(f"{kind}.routing_options: {option} is set by {STACK_SETS[option]}, not here")
+    try:  # an option the routing lacks, or a value it refuses, named now (on the meta device: no data)
+        with torch.device("meta"):
+            stack_routing(routing, options, types=1, parents=1, dim=16, iterations=1)
+    except ValueError as e:
+        raise ValueError(f"{kind}.routing_options {options}: {e}") from None
+    except TypeError as e:  # a value of the wrong kind
+        raise ValueError(f"{kind}.routing_options {options}: a value of the wrong kind for {routing} routing "
+                         f"({e})") from None
+
+
+def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
+                          routing_options: dict[str, Any] | None = None) -> int:
     """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
-    routing bias J x Dout (independent of the image size)."""
-    return sum(k * k * din * j * dout + (j * dout if routing_bias else 0) for _, _, _, din, j, dout, k, _ in _LAYERS)
+    routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
+    counted on modules built on the meta device); independent of the image size."""
+    bias = routing_bias and getattr(ROUTINGS[routing], "pose_bias", True)
+    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in _LAYERS)
+    with torch.device("meta"):
+        n += sum(p.numel() for _, _, t, _, j, dout, _, _ in _LAYERS
+                 for p in stack_routing(routing, routing_options, types=t, parents=j, dim=dout,
+                                        iterations=1).parameters())
+    return n
 
 
 def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
@@ -220,6 +288,11 @@ class SegCapsConfig(JsonConfig):
     capsule_norm: str = "none"  # "instance": every capsule layer's output but the last centred over the grid and
     # scaled to capsules of unit length (RMS) per example and type before it goes on (instance_norm_capsules; not in
     # the paper)
+    # every capsule layer's routing: dynamic (the paper's), or another registered one whose activations are its
+    # capsules' lengths as probabilities (stack_routings: self-attention, one pass with a learned prior per layer),
+    # with its own options by name (never the sizes, iterations, softmax or squash: STACK_SETS)
+    routing: str = "dynamic"
+    routing_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -229,11 +302,16 @@ class SegCapsConfig(JsonConfig):
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
         check_choice(self, "capsule_norm", CAPSULE_NORMS)
+        object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
+
+    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
 
     @property
     def num_weights(self) -> int:
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
-        n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias)  # conv1, the capsules
+        n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias, self.routing,
+                                                                     self.routing_options)  # conv1, the capsules
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
@@ -262,7 +340,8 @@ class SegCaps(nn.Module):
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
-                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash)
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
+                                  routing=cfg.routing, routing_options=cfg.routing_options)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
