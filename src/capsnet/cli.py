@@ -1098,6 +1098,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 def _cmd_routings(args: argparse.Namespace) -> int:
     from .models.capsnet import ROUTING_OPTIONS_SET_ELSEWHERE, ROUTING_STARTS
+    from .models.segcaps import stack_routings
     from .routing import catalog
 
     if args.json:
@@ -1108,6 +1109,8 @@ def _cmd_routings(args: argparse.Namespace) -> int:
         print(f"\nIn the paper's CapsNet: `capsnet train --routing NAME` takes "
               f"{', '.join(CapsNetConfig.probability_routings())} (activations in [0, 1], which its margin loss reads), "
               f"with their options as `--routing-option KEY=VALUE`; `capsnet routings NAME` lists a routing's.")
+        print(f"In SegCaps (every capsule layer): `capsnet train --model segcaps --routing NAME` takes "
+              f"{', '.join(stack_routings())} (activations that are its capsules' lengths, as probabilities).")
         return 0
     print(catalog.format_routing(args.name))
     if args.name not in CapsNetConfig.probability_routings():

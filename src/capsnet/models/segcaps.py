@@ -17,7 +17,11 @@ whatever the image size.
 Routing: 3 rounds in every capsule layer but the primary one (1 round) for
 R3, 1 everywhere for R1 (the paper's two variants), dynamic routing applied
 locally (``capsnet.layers.conv``), its softmax over the parent types and
-the routing bias on, as the authors' code; both are options.
+the routing bias on, as the authors' code; both are options. ``routing``
+swaps the algorithm in every capsule layer for another registered one whose
+activations are its capsules' lengths as probabilities (``stack_routings``:
+self-attention, one pass with a learned (T, J) prior per layer; not in the
+paper).
 
 The capsule layers are built (``capsule_stack``) and run (``walk_capsule_stack``)
 by module-level functions, shared with the CapsPix2pix generator
@@ -288,11 +292,11 @@ class SegCapsConfig(JsonConfig):
     capsule_norm: str = "none"  # "instance": every capsule layer's output but the last centred over the grid and
     # scaled to capsules of unit length (RMS) per example and type before it goes on (instance_norm_capsules; not in
     # the paper)
-    # every capsule layer's routing: dynamic (the paper's), or another registered one whose activations are its
-    # capsules' lengths as probabilities (stack_routings: self-attention, one pass with a learned prior per layer),
-    # with its own options by name (never the sizes, iterations, softmax or squash: STACK_SETS)
-    routing: str = "dynamic"
-    routing_options: dict[str, Any] = field(default_factory=dict)
+    routing: str = "dynamic"  # every capsule layer's routing: the paper's, or another registered one whose
+    # activations are its capsules' lengths as probabilities (stack_routings: self-attention, one pass with a learned
+    # prior per layer; not in the paper)
+    routing_options: dict[str, Any] = field(default_factory=dict)  # the routing's own options by name (never the
+    # layer's sizes, iterations, softmax or squash: STACK_SETS)
 
     def __post_init__(self) -> None:
         check_types(self)
