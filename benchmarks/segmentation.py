@@ -21,10 +21,14 @@ their launches (3.36x the U-Net's step on an H100, 2026-11-25).
 
     python benchmarks/segmentation.py [--size 64] [--batch-size 8] [--repeats 5] [--big 512] [--device cpu] [--dtype bf16]
                                       [--models segcaps unet] [--compile MODE] [--json FILE]
+
+A model may carry config fields as ``NAME:FIELD=VALUE`` (VALUE as JSON, else a string; several joined by ``:``),
+e.g. ``--models segcaps segcaps:routing=self-attention``: each such variant is a row of its own.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 
@@ -37,10 +41,27 @@ from capsnet.models import model_spec
 MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
+def variant(text: str) -> tuple[str, dict]:
+    """``NAME[:FIELD=VALUE...]``: a model name and config fields (VALUE as JSON, else a string)."""
+    name, *fields = text.split(":")
+    if name not in MODELS:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(MODELS)}")
+    options = {}
+    for item in fields:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected FIELD=VALUE after {name}:, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return name, options
+
+
 def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False,
-           steps: int = 1, compile: bool | str = False) -> _Runner:
+           steps: int = 1, compile: bool | str = False, options: dict | None = None) -> _Runner:
     spec = model_spec(name)
-    config = spec.config(input_height=size, input_width=size)
+    config = spec.config(input_height=size, input_width=size, **(options or {}))
     torch.manual_seed(0)
     model = spec.build(config).to(device)
     g = torch.Generator().manual_seed(0)
@@ -52,7 +73,7 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf1
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS,
+    p.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME[:FIELD=VALUE]",
                    help="the models to time (the U-Net, every ratio's reference, is always among them)")
     p.add_argument("--size", type=int, default=64, help="image side of the step-time comparison")
     p.add_argument("--batch-size", type=int, default=8)
@@ -70,12 +91,16 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    models = [m for m in MODELS if m in args.models or m == "unet"]
+    # each model as typed (the U-Net, every ratio's reference, added if missing), with its config fields
+    try:
+        models = {text: variant(text) for text in dict.fromkeys([*args.models, "unet"])}
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
     bf16 = args.dtype == "bf16"
     steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
-    runners = {(m, c): runner(m, args.size, args.batch_size, "train", args.device, bf16, steps,
-                              compile=c or False) for c in kinds for m in models}
+    runners = {(m, c): runner(*models[m][:1], args.size, args.batch_size, "train", args.device, bf16, steps,
+                              compile=c or False, options=models[m][1]) for c in kinds for m in models}
     times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
     rows = []
     for (m, c), r in runners.items():
@@ -93,7 +118,7 @@ def main() -> None:
     if args.big:
         for m in models:
             for mode in ("train", "infer"):
-                r = runner(m, args.big, 1, mode, args.device, bf16)
+                r = runner(models[m][0], args.big, 1, mode, args.device, bf16, options=models[m][1])
                 r.time_step()  # the first step allocates (Adam's state, the allocator's pages): untimed
                 rows.append({"model": m, "part": f"{args.big}x{args.big}, {mode}", "size": args.big, "batch": 1,
                              "dtype": args.dtype,

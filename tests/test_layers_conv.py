@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from capsnet.layers import ConvCaps2d, ConvTransposeCaps2d, DenseCaps
 from capsnet.layers.conv import same_padding
 from capsnet.ops import squash
-from capsnet.routing import DynamicRouting, create_routing
+from capsnet.routing import DynamicRouting, SelfAttentionRouting, create_routing
 
 
 def procedure1(votes: torch.Tensor, bias: torch.Tensor | None, iterations: int, over: str = "parents") -> torch.Tensor:
@@ -128,38 +128,48 @@ def test_finite_outputs_and_gradients_at_zero_input_and_under_bf16_autocast(laye
 
 @pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
 @pytest.mark.parametrize("options", [dict(), dict(softmax="children"), dict(squash="exp"), dict(leaky=True),
-                                     dict(detach_agreement=True, iterations=2), dict(iterations=1)])
+                                     dict(detach_agreement=True, iterations=2), dict(iterations=1), "self-attention"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_the_grid_layout_routes_as_the_positions_folded_into_the_batch(layer_cls, options, bias):
-    """forward routes the votes in the convolution's layout (DynamicRouting.route_grid); route() folds the positions
-    into the batch and calls the routing's forward: the same poses and the same gradients, for every option."""
+    """forward routes the votes in the convolution's layout (DynamicRouting.route_grid, SelfAttentionRouting's);
+    route() folds the positions into the batch and calls the routing's forward: the same poses and the same
+    gradients, for every option (self-attention's prior included)."""
     torch.manual_seed(8)
-    options = {"iterations": 3} | options
+    if options == "self-attention":
+        routing = SelfAttentionRouting(3, 2)
+        with torch.no_grad():
+            routing.prior.normal_(0, 0.5)  # zero at the start: a prior that matters
+    else:
+        routing = DynamicRouting(**{"iterations": 3} | options)
     layer = layer_cls(3, 4, 2, 5, kernel_size=4 if layer_cls is ConvTransposeCaps2d else 3, stride=2,
-                      routing=DynamicRouting(**options), bias=bias)
+                      routing=routing, bias=bias)
     if bias:
         with torch.no_grad():
             layer.bias.normal_()
     x = torch.randn(2, 3, 4, 5, 5, requires_grad=True)
     outputs, grads = [], []
+    weights = (x, layer.weight, *([layer.bias] if bias else []), *routing.parameters())
     for path in (layer, lambda x: layer.route(x)[0]):
         y = path(x)
         (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
         outputs.append(y.detach())
-        grads.append([t.grad.clone() for t in (x, layer.weight, *([layer.bias] if bias else []))])
-        x.grad = None
-        layer.zero_grad()
+        grads.append([t.grad.clone() for t in weights])
+        for t in weights:
+            t.grad = None
     torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
-    for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for a, b in zip(*grads, strict=True):  # self-attention's sums over the grid round apart a little more
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 if options == "self-attention" else 1e-6)
 
 
-def test_route_grid_names_a_wrong_shape():
-    routing = DynamicRouting(2)
+@pytest.mark.parametrize("routing", [DynamicRouting(2), SelfAttentionRouting(3, 4)], ids=["dynamic", "self-attention"])
+def test_route_grid_names_a_wrong_shape(routing):
     with pytest.raises(ValueError, match=r"votes must be a grid \(B, I, J, D, H, W\), got shape \(2, 3, 4, 5\)"):
         routing.route_grid(torch.randn(2, 3, 4, 5))
     with pytest.raises(ValueError, match=r"bias must be \(J, D\) = \(4, 5\)"):
         routing.route_grid(torch.randn(2, 3, 4, 5, 6, 6), torch.zeros(5, 4))
+    if isinstance(routing, SelfAttentionRouting):
+        with pytest.raises(ValueError, match=r"do not fit this routing's \(I, J\) = \(3, 4\)"):
+            routing.route_grid(torch.randn(2, 2, 4, 5, 6, 6))
 
 
 def test_routing_options_coupling_sums_and_bias_off():

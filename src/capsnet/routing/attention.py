@@ -65,3 +65,27 @@ class SelfAttentionRouting(nn.Module):
             s = s + bias
         v = exp_squash(s)
         return RoutingResult(v, safe_norm(v, dim=-1), c, c.unsqueeze(1) if record else None)
+
+    def route_grid(self, votes: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The same routing at every position of a grid, on votes in the layout a convolution makes them
+        (``capsnet.layers.conv``; as ``DynamicRouting.route_grid``): no copy of the votes into (B * H * W, I, J, D)
+        and back. The coupling is not returned (``forward`` for that).
+
+        Shapes:
+            votes: (B, I, J, D, H, W); bias: (J, D) or None; returns poses (B, J, D, H, W)
+        """
+        if votes.dim() != 6:
+            raise ValueError(f"votes must be a grid (B, I, J, D, H, W), got shape {tuple(votes.shape)}")
+        _, I, J, D, _, _ = votes.shape
+        if (I, J) != (self.in_caps, self.out_caps):
+            raise ValueError(f"votes (B, I, J, D, H, W) = {tuple(votes.shape)} do not fit this routing's "
+                             f"(I, J) = ({self.in_caps}, {self.out_caps})")
+        if bias is not None and tuple(bias.shape) != (J, D):
+            raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
+        total = votes.sum(dim=1, keepdim=True)  # sum_k u_kj at every position, (B, 1, J, D, H, W)
+        scores = (votes * total).sum(dim=3, keepdim=True) / math.sqrt(D)  # (B, I, J, 1, H, W)
+        c = torch.softmax(scores, dim=2)  # over the upper capsules j
+        s = ((c + self.prior.view(1, I, J, 1, 1, 1)) * votes).sum(dim=1)  # (B, J, D, H, W)
+        if bias is not None:
+            s = s + bias.view(1, J, D, 1, 1)
+        return exp_squash(s, dim=2)
