@@ -3,6 +3,7 @@ against values computed by hand, a run's trajectory unchanged by it, the average
 weights kept for an exact resume, and the refusals."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,7 @@ from capsnet.cli import main
 from capsnet.gan import fit_gan
 from capsnet.models import CapsNetConfig, Pix2pixConfig, create_model
 from capsnet.train import TrainConfig, fit
+from cli_helpers import in_process
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=2, batch_size=8, train_size=16, test_size=4, lr=2e-4)
 SMALL = Pix2pixConfig(base_channels=4, disc_channels=4)  # batch norm in the generator: buffers are averaged too
@@ -124,6 +126,11 @@ def test_an_averaged_run_trains_as_a_plain_one_and_saves_the_average(tmp_path, d
     best = load_checkpoint(tmp_path / "avg", "best")
     for k, v in avg.model_state.items():
         assert torch.equal(v, best.model_state[k]), k
+    # load_model(weights="training") (eval --weights training): the generator the run trained, the plain run's
+    from capsnet.evaluate import load_model
+
+    trained, _ = load_model(tmp_path / "avg", which="last", weights="training")
+    assert all(torch.equal(t, plain.model_state[k]) for k, t in trained.state_dict().items())
 
 
 def test_an_averaged_run_resumes_exactly(tmp_path, data_root):
@@ -158,7 +165,7 @@ CAPS = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CLASSIFY = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=96, test_size=64, seed=3)
 
 
-def test_an_averaged_classifier_trains_as_a_plain_one_and_saves_the_average(tmp_path, monkeypatch):
+def test_an_averaged_classifier_trains_as_a_plain_one_and_saves_the_average(tmp_path, monkeypatch, capsys):
     fit(CAPS, CLASSIFY, tmp_path / "plain", device="cpu", progress=False)
     seen: list[list[torch.Tensor]] = []
     make = train_module.make_optimizer
@@ -191,6 +198,24 @@ def test_an_averaged_classifier_trains_as_a_plain_one_and_saves_the_average(tmp_
     test = load_test("mnist-sample", size=CLASSIFY.test_size, progress=False).to("cpu")
     saved, _ = load_model(tmp_path / "avg", which="last", device="cpu")
     assert evaluate_split(saved, test)[""].accuracy == avg.state["history"][-1]["test_accuracy"]
+    # its training weights (eval --weights training) are the plain run: its weights, and its recorded test figure
+    trained, _ = load_model(tmp_path / "avg", which="last", device="cpu", weights="training")
+    assert all(torch.equal(t, plain.model_state[k]) for k, t in trained.state_dict().items())
+    r = in_process(capsys, "eval", "--checkpoint", tmp_path / "avg", "--which", "last", "--weights", "training",
+                   "--test-size", CLASSIFY.test_size, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "(the run's training weights, not the average it saved as its model)" in r.stdout
+    report = json.loads((tmp_path / "avg" / f"eval-last-n{CLASSIFY.test_size}-training-weights.json").read_text())
+    assert report["weights"] == "training" and report["accuracy"] == plain.state["history"][-1]["test_accuracy"]
+    assert report["accuracy"] != avg.state["history"][-1]["test_accuracy"]  # so the two figures are told apart
+    # a checkpoint without them says why: the best one keeps no optimizer state; a plain run has only its own
+    for run, which, why in (("avg", "best", "only a run's last checkpoint keeps them (use --which last)"),
+                            ("plain", "last", "its run was not trained with --ema-decay, so the weights it holds "
+                                              "are its training weights (leave out --weights training)")):
+        r = in_process(capsys, "eval", "--checkpoint", tmp_path / run, "--which", which, "--weights", "training",
+                       "--no-progress")
+        assert r.returncode != 0 and why in r.stderr and "holds no training weights beside an average" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "plain").glob("eval-*")) == []
 
 
 def test_an_averaged_classifier_resumes_exactly(tmp_path):

@@ -482,6 +482,10 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
     e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    e.add_argument("--weights", choices=("saved", "training"), default="saved",
+                   help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
+                        "average); training: such a run's own training weights, which its last checkpoint keeps "
+                        "(--which last), as the run would have scored without the average (default: saved)")
     e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -498,7 +502,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
                                                 "checkpoint, with -DATASET and -nSIZE added for another data set or "
-                                                "test size than the run's; for pretrained:NAME eval-NAME.json in "
+                                                "test size than the run's and -training-weights for --weights "
+                                                "training; for pretrained:NAME eval-NAME.json in "
                                                 "the working folder)")
     _common(e)
 
@@ -1047,6 +1052,8 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
         name += "-" + dataset_stem(args.dataset)
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
+    if args.weights == "training":  # an averaged run's training weights: another figure than its average's
+        name += "-training-weights"
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
 
@@ -1067,7 +1074,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                              test_size=args.test_size, judge=args.judge, root=args.data_dir,
                                              device=str(resolve_device(args.device)),
                                              batch_size=min(args.batch_size, 64), progress=not args.no_progress,
-                                             truncation=args.truncation)
+                                             truncation=args.truncation, weights=args.weights)
     elif args.judge is not None or args.truncation is not None:
         flag = "--judge" if args.judge is not None else "--truncation"
         models = "capspix2pix, capspix2pix-deep, pix2pix" if args.judge is not None else "capspix2pix, capspix2pix-deep"  # pix2pix has no noise vector
@@ -1076,11 +1083,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                    affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
-                                   root=args.data_dir, progress=not args.no_progress)
+                                   root=args.data_dir, progress=not args.no_progress, weights=args.weights)
+    report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
-        atomic_write_text(out, json.dumps(done.report(), indent=2))
+        atomic_write_text(out, json.dumps(report, indent=2))
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
         print(done.format())
+        if args.weights == "training":
+            print("(the run's training weights, not the average it saved as its model)")
     print(f"\nwritten {out}")
     return 0
 

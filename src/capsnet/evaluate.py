@@ -203,19 +203,45 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
     return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
 
 
-def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu"
-               ) -> tuple[nn.Module, Checkpoint]:
+WEIGHTS = ("saved", "training")  # load_model's weights: the checkpoint's model entry, or an averaged run's own
+
+
+def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu",
+               weights: str = "saved") -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model saved in a checkpoint, by the name and config it records, with its weights, on
     ``device``: ``path`` a run directory (``which`` "best" or "last" picks its best.safetensors or
     last.safetensors), a .safetensors file, ``pretrained:NAME``, or a Checkpoint already read (a training run may
-    replace its file between two reads). Returns (model, the checkpoint read)."""
+    replace its file between two reads). ``weights``: "saved", what the checkpoint holds as the model (for a run
+    trained with ``--ema-decay``, the average of its weights), or "training", such a run's training weights, which
+    its last checkpoint keeps beside Adam's state (``capsnet.average``; a synthesis model's generator, the part
+    averaged): the run as it would have scored without the average. Returns (model, the checkpoint read)."""
     from .train import saved_configs  # train imports this module: a local import keeps the arrows one way
 
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, which)
     config, _ = saved_configs(ckpt)
     model = MODELS[ckpt.model_name].build(config)
     load_weights(model, ckpt)
+    if weights == "training":
+        _use_training_weights(model, ckpt)
     return model.to(resolve_device(device)), ckpt
+
+
+def _use_training_weights(model: nn.Module, ckpt: Checkpoint) -> None:
+    """Put an averaged run's training weights (kept beside the optimizer's state) into ``model`` in place of the
+    average it was loaded with; a CheckpointError that says why a checkpoint has none."""
+    from .average import WeightAverage, restore_training_weights, training_weights
+    from .checkpoint import CheckpointError
+
+    if ckpt.optimizer_state is None or training_weights(ckpt.optimizer_state) is None:
+        averaged = bool(ckpt.train_config.get("ema_decay"))
+        why = ("only a run's last checkpoint keeps them (use --which last)" if averaged and ckpt.optimizer_state is None
+               else "its run was not trained with --ema-decay, so the weights it holds are its training weights "
+                    "(leave out --weights training)")
+        raise CheckpointError(f"{ckpt.path} holds no training weights beside an average: {why}")
+    averaged_part = model.generator if model_spec(ckpt.model_name).kind == "synthesis" else model
+    restore_training_weights(ckpt, WeightAverage(averaged_part, 0.5))  # the tensors the run averaged, in its order
 
 
 @dataclass
@@ -357,11 +383,12 @@ class CheckpointEvaluation:
 def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best", dataset: str | None = None,
                         test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
                         device: str | torch.device = "auto", root: str | os.PathLike | None = None,
-                        progress: bool = True) -> CheckpointEvaluation:
+                        progress: bool = True, weights: str = "saved") -> CheckpointEvaluation:
     """Score a checkpoint on the test split of ``dataset`` (default: the one it trained on), its extra sets
-    (translated MNIST: the affNIST-like set) and any real affNIST ``.mat`` files given."""
+    (translated MNIST: the affNIST-like set) and any real affNIST ``.mat`` files given; ``weights`` as
+    ``load_model``."""
     dev = resolve_device(device)
-    model, ckpt = load_model(path, which=which, device=dev)
+    model, ckpt = load_model(path, which=which, device=dev, weights=weights)
     train_config = ckpt.train_config
     name = dataset or trained_dataset(train_config, "mnist")
     cfg = model.config

@@ -383,14 +383,15 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
                                   dataset: str | None = None, test_size: int = 0, judge: str | os.PathLike | None = None,
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                                   batch_size: int = 64, progress: bool = False,
-                                  truncation: float | None = None) -> SynthesisEvaluation:
+                                  truncation: float | None = None, weights: str = "saved") -> SynthesisEvaluation:
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
-    ``truncation``: the noise truncated to [-t, t] (``generate``)."""
+    ``truncation``: the noise truncated to [-t, t] (``generate``); ``weights`` as ``capsnet.evaluate.load_model``
+    (an averaged run's training generator)."""
     from .data.tasks import check_test_size, load_test, task, trained_dataset
     from .evaluate import load_model
 
-    model, ckpt = load_model(path, which=which, device=device)
+    model, ckpt = load_model(path, which=which, device=device, weights=weights)
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
     name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
     if task(name).kind != "synthesis":
