@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 
@@ -43,7 +44,7 @@ MODELS = ("segcaps", "segcaps-r1", "unet")
 
 def variant(text: str) -> tuple[str, dict]:
     """``NAME[:FIELD=VALUE...]``: a model name and config fields (VALUE as JSON, else a string)."""
-    name, *fields = text.split(":")
+    name, *fields = re.split(r":(?=[A-Za-z_]\w*=)", text)  # a colon inside a JSON value stays in it
     if name not in MODELS:
         raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(MODELS)}")
     options = {}
@@ -94,7 +95,9 @@ def main() -> None:
     # each model as typed (the U-Net, every ratio's reference, added if missing), with its config fields
     try:
         models = {text: variant(text) for text in dict.fromkeys([*args.models, "unet"])}
-    except argparse.ArgumentTypeError as e:
+        for name, options in models.values():  # a field the model lacks, or a value it refuses, named now
+            model_spec(name).config(**options)
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
         p.error(str(e))
     bf16 = args.dtype == "bf16"
     steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)

@@ -533,6 +533,19 @@ def test_routing_experiment_end_to_end_tabulates_mean_and_spread(tmp_path, capsy
     assert kept == []
 
 
+def test_the_segmentation_experiment_compares_segcaps_under_each_routing_it_takes(tmp_path):
+    """segcaps:self-attention: SegCaps with every capsule layer routed by self-attention, beside the paper's, in a
+    folder of its own; a routing SegCaps cannot read as probabilities is refused with the ones it takes."""
+    runs = plan("segmentation", tmp_path, train=TrainConfig(epochs=1), models=["segcaps", "segcaps:self-attention",
+                                                                               "segcaps-r1:self-attention", "unet"])
+    assert [(r.label, getattr(r.model_config, "routing", None), r.run_dir.name) for r in runs] == [
+        ("segcaps", "dynamic", "segcaps"), ("segcaps:self-attention", "self-attention", "segcaps-self-attention-routing"),
+        ("segcaps-r1:self-attention", "self-attention", "segcaps-r1-self-attention-routing"), ("unet", None, "unet")]
+    assert hash(runs[2].model_config) == hash(runs[2].model_config)  # R1's config hashes too (a dict field)
+    with pytest.raises(ValueError, match="segcaps:em: segcaps takes the routings dynamic, self-attention, not 'em'"):
+        plan("segmentation", tmp_path, train=TrainConfig(), models=["segcaps:em"])
+
+
 def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path, capsys):
     """--models capsnet:em: the paper's CapsNet with its digit capsules routed by EM, beside the same network routed
     dynamically, through the same loop, recipe and seeds; each in a folder of its own, read back on a rerun."""

@@ -345,6 +345,11 @@ def test_segcaps_routes_by_self_attention_in_every_capsule_layer_when_asked():
     (dict(routing_options={"in_caps": 2}), "routing_options: in_caps is set by the layer's sizes"),
     (dict(routing_options={"foo": 1}), "dynamic routing takes no option foo"),
     (dict(routing="self-attention", routing_options={"leaky": True}), "self-attention routing takes no option leaky"),
+    (dict(routing="self-attention", routing_options={"iterations": 2}), "self-attention routing makes one pass and "
+                                                                         "takes no iterations"),
+    (dict(routing="self-attention", routing_options={"softmax": "children"}), "self-attention routing takes no option "
+                                                                              "softmax"),
+    (dict(routing="self-attention", routing_options={"out_caps": 2}), "out_caps is set by the layer's sizes"),
 ])
 def test_a_segcaps_routing_it_cannot_use_is_refused_by_name(overrides, message):
     with pytest.raises(ValueError) as info:

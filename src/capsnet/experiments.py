@@ -196,8 +196,9 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         model, routing = entries[m]
         config = given.get(model) or model_spec(model).config()
         # NAME:ROUTING over a given config routed otherwise: that routing's options and start do not carry over
-        swap = {} if routing is None or routing == config.routing else {"routing": routing, "routing_options": {},
-                                                                           "digit_init_std": None}
+        swap = {} if routing is None or routing == config.routing else {"routing": routing, "routing_options": {}}
+        if swap and hasattr(config, "digit_init_std"):  # CapsNet's start for the routing it was given goes too
+            swap["digit_init_std"] = None
         return replace(config, **input_fields(model, dataset), **swap)
 
     def stem(m: str) -> str:  # a run folder's name: NAME:ROUTING trains in NAME-ROUTING-routing (no colon)

@@ -12,7 +12,7 @@ are (T, J, D_out). Routing is local: it runs at every position on that
 position's votes alone, and per example. Positions are folded into the batch,
 (B * H' * W', T, J, D_out), so any routing module of the shared call shape
 (``capsnet.routing``) routes them all at once, with no loop over positions;
-one that offers ``route_grid`` (dynamic routing) routes the votes in the
+one that offers ``route_grid`` (dynamic and self-attention routing) routes the votes in the
 convolution's own layout instead, without that copy, when only the parent
 grid is asked for (``forward``).
 
@@ -100,7 +100,7 @@ class _GridCaps(nn.Module):
         route_grid = getattr(self.routing, "route_grid", None)
         if route_grid is None:
             return self.route(x, activations)[0]
-        y = self.votes(x)  # (B * T, J * Dout, H', W'); the routing (dynamic) has no use for activations
+        y = self.votes(x)  # (B * T, J * Dout, H', W'); a routing with route_grid takes no activations
         B, (H, W) = x.shape[0], y.shape[-2:]
         return route_grid(y.view(B, self.in_types, self.out_types, self.out_dim, H, W), self.bias)
 

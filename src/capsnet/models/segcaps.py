@@ -198,8 +198,10 @@ def _check_stack_routing(cfg: Any) -> None:
         if getattr(cfg, name) != default and not routing_takes(routing, option):
             raise ValueError(f"{kind}.{name} is an option of dynamic routing; {routing} routing does not take it: "
                              f"leave it at {default!r}")
-    for option in options:
-        if option in STACK_SETS:
+    for option in options:  # softmax and squash where the routing takes them (else it names them below)
+        if option == "iterations" and not routing_takes(routing, option):
+            raise ValueError(f"{kind}.routing_options: {routing} routing makes one pass and takes no iterations")
+        if option in STACK_SETS and (option not in ("softmax", "squash") or routing_takes(routing, option)):
             raise ValueError(f"{kind}.routing_options: {option} is set by {STACK_SETS[option]}, not here")
     try:  # an option the routing lacks, or a value it refuses, named now (on the meta device: no data)
         with torch.device("meta"):
@@ -311,6 +313,11 @@ class SegCapsConfig(JsonConfig):
     def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
         return hash(json.dumps(self.to_dict(), sort_keys=True))
 
+    @staticmethod
+    def probability_routings() -> list[str]:
+        """The registered routings ``routing`` may name (``stack_routings``; CapsNetConfig's hook of this name)."""
+        return stack_routings()
+
     @property
     def num_weights(self) -> int:
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
@@ -326,6 +333,8 @@ class SegCapsR1Config(SegCapsConfig):
     """SegCaps R1: one routing round in every layer (the paper's faster variant)."""
 
     routing_iterations: int = 1
+
+    __hash__ = SegCapsConfig.__hash__  # a frozen dataclass writes its own field-tuple hash, which a dict defeats
 
 
 class SegCapsOutput(NamedTuple):
