@@ -223,3 +223,16 @@ def test_resume_keeps_the_runs_settings_not_the_presets(tmp_path, data_root, cap
                                    warmup_steps=1)
     assert TrainConfig.from_dict(ckpt.train_config) == expected  # the preset's values, kept by the resume
     assert ckpt.state["epoch"] == 2 and ckpt.state["history"][-1]["lr"] == 0.0  # the stretched decay's end
+
+
+@pytest.mark.parametrize("model", ["capsnet", "pix2pix"])
+def test_a_warmup_as_long_as_the_run_is_refused_before_anything_is_written(tmp_path, capsys, model):
+    """It was refused at the first step, after the run folder and its config.json were written."""
+    from cli_helpers import in_process
+
+    dataset = "mnist-sample" if model == "capsnet" else "mnist-sample-skeleton"
+    r = in_process(capsys, "train", "--model", model, "--dataset", dataset, "--train-size", 16, "--test-size", 8,
+                   "--batch-size", 8, "--epochs", 1, "--lr-schedule", "linear", "--warmup-steps", 2,
+                   "--out", tmp_path / "run", "--no-progress")
+    assert r.returncode != 0 and "warmup_steps (2) must be fewer than the run's 2 optimizer steps" in r.stderr
+    assert not (tmp_path / "run").exists()

@@ -272,6 +272,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         average = WeightAverage(model.generator, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
             restore_training_weights(ckpt, average)
+    lr_at(0, cfg, cfg.epochs * math.ceil(len(train) / cfg.batch_size))  # a schedule that cannot run, refused first
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),

@@ -806,6 +806,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         average = WeightAverage(model, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
             restore_training_weights(ckpt, average)
+    lr_at(0, cfg, cfg.epochs * math.ceil(len(train) / cfg.batch_size))  # a schedule that cannot run (a linear
+    # warm-up as long as the run), refused before any file is written
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
