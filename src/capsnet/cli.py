@@ -485,7 +485,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--weights", choices=("saved", "training"), default="saved",
                    help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
                         "average); training: such a run's own training weights, which its last checkpoint keeps "
-                        "(--which last), as the run would have scored without the average (default: saved)")
+                        "(--which last), as the run would have scored without the average")
     e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -676,7 +676,8 @@ class _ExperimentHelp(argparse.Action):
                     action.help = (f"models to train (default: {' '.join(DEFAULT_MODELS.get(name, COMPARED))}): "
                                    f"any of {', '.join(fitting)}" + (", or capsnet:ROUTING (the paper's CapsNet with "
                                    "its digit capsules routed by another algorithm: capsnet:em, capsnet:self-attention)"
-                                   if kind == "classification" else ""))
+                                   if kind == "classification" else ", or segcaps:self-attention (every capsule "
+                                   "layer of SegCaps routed by self-attention)" if kind == "segmentation" else ""))
             parser.usage = None
         parser.print_help()
         parser.exit()
