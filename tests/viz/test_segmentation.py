@@ -117,12 +117,17 @@ def test_a_paper_sized_segcaps_r3_walk_is_small_too():
     w = v.walk(v.image_input(torch.rand(1, 64, 64), {"kind": "upload"}), routing="deconv_3_1")
     assert w["routing"]["coupling"]["shape"] == [3, 2, 4, 64, 64] and w["truth"] is None and w["dice"] is None
     assert len(json.dumps(w)) < 2_000_000
+    assert v.info()["routing"] == "dynamic"
+    routed = SegmentationViewer(SegCaps(SegCapsConfig(routing="self-attention", input_height=16, input_width=16)))
+    w = routed.walk(routed.image_input(torch.rand(1, 16, 16), {"kind": "upload"}), routing="deconv_3_1")
+    assert routed.info()["routing"] == "self-attention" and w["routing"]["coupling"]["shape"] == [1, 2, 4, 16, 16]
 
 
 def test_the_unet_shows_its_first_convolution_and_prediction(unet_viewer):
     v = unet_viewer
     info = v.info()
     assert info["model_name"] == "unet" and info["layers"] == [] and info["routing_layers"] == []
+    assert info["routing"] is None
     assert info["conv1"] == {"name": "down.0.0", "channels": 4, "kernel": 3, "map": [16, 16], "batch_norm": True}
     assert info["decoder"] is False and info["dataset"].startswith("folder:") and info["test_size"] == 3
     inp = v.test_input(index=1)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..data.segmentation import dice_iou
+from ..routing import routing_name
 from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode, segments
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
@@ -165,6 +166,7 @@ class SegmentationViewer(_ViewerBase):
             # every layer of model.capsule_grids (SegCaps), in order; "routing" for those that route
             "layers": self.layers,
             "routing_layers": [layer["name"] for layer in self.layers if layer["routing"]],
+            "routing": routing_name(self.model) if self.layers else None,  # the algorithm (capsnet.routing's name)
             "decoder": self.decodes,
             "threshold": THRESHOLD,
         }
