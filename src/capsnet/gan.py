@@ -272,15 +272,16 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         average = WeightAverage(model.generator, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
             restore_training_weights(ckpt, average)
-    lr_at(0, cfg, cfg.epochs * math.ceil(len(train) / cfg.batch_size))  # a schedule that cannot run, refused first
+    N, B = len(train), cfg.batch_size
+    total_steps = cfg.epochs * math.ceil(N / B)  # for a linear learning-rate schedule
+    lr_at(0, cfg, total_steps)  # a schedule that cannot run, refused before any file is written
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),
                                                            "judge": None if judge is None else str(judge)}, indent=2))
 
     # 4. Epochs.
-    N, B = len(train), cfg.batch_size
-    step, total_steps = state["step"], cfg.epochs * math.ceil(N / B)  # total: for a linear learning-rate schedule
+    step = state["step"]
     for said in budget_warnings(cfg, N, len(held) if held_name == "test" else 0) if step == 0 else ():
         warnings.warn(said, UserWarning, stacklevel=2)
     amp = autocast(dev, cfg.amp)

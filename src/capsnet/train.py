@@ -806,18 +806,18 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         average = WeightAverage(model, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
             restore_training_weights(ckpt, average)
-    lr_at(0, cfg, cfg.epochs * math.ceil(len(train) / cfg.batch_size))  # a schedule that cannot run (a linear
-    # warm-up as long as the run), refused before any file is written
+    N, B = len(train), cfg.batch_size
+    total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
+    lr_at(0, cfg, total_steps)  # a schedule that cannot run (a linear warm-up as long as the run), refused before
+    # any file is written
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                                "train_config": cfg.to_dict()}, indent=2))
 
     # 4. Epochs.
-    N, B = len(train), cfg.batch_size
     step = state["step"]
     save_inside = bool(save_every_s)
-    total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
     for said in budget_warnings(cfg, N, len(held) if held_name == "test" else 0) if main and step == 0 else ():
         warnings.warn(said, UserWarning, stacklevel=2)
     W, rank = (1, 0) if launch is None else (launch.world_size, launch.rank)
