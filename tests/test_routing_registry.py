@@ -136,3 +136,19 @@ def test_a_routing_that_says_its_activations_are_probabilities_keeps_them_in_0_1
         assert ((a >= 0) & (a <= 1)).all(), (name, a)
     elif scale == 10.0:  # the flag is not set for nothing: inverted routing's layer-normed poses are about sqrt(D) long
         assert (a > 1).any(), (name, a)
+
+
+def test_routing_is_reads_each_routings_traits_and_names_an_unknown_trait():
+    """What the registry's readers (CapsNet's margin loss, SegCaps, export, figures) ask of a routing: EM takes no
+    pose bias and its activations are not lengths; inverted routing's activations are not probabilities; the rest
+    have every trait, as has a name not registered (a model without routing)."""
+    from capsnet.routing import TRAITS, routing_is
+
+    expected = {"dynamic": (True, True, True), "em": (False, True, False), "inverted": (True, False, True),
+                "self-attention": (True, True, True)}
+    assert TRAITS == ("pose_bias", "probabilities", "length_activations")
+    assert {name: tuple(routing_is(name, t) for t in TRAITS) for name in list_routings()} == expected
+    assert routing_is(None, "pose_bias") and routing_is("not-registered", "probabilities")
+    with pytest.raises(ValueError, match="unknown routing trait 'bias'; the traits are pose_bias, probabilities, "
+                                         "length_activations"):
+        routing_is("dynamic", "bias")

@@ -63,7 +63,7 @@ from .checkpoint import Checkpoint, atomic_write_bytes, run_file
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
-from .routing import ROUTINGS, plain_routing
+from .routing import plain_routing, routing_is
 
 __all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "InferenceModule", "Traced",
            "ExportResult", "trace_model", "export_model", "output_names"]
@@ -154,8 +154,8 @@ class InferenceModule(nn.Module):
             self._fields = (("logits", None),)
         elif type(probe) in _FIELDS:
             self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
-            routing = ROUTINGS.get(getattr(model.config, "routing", "dynamic"))
-            if type(probe) is CapsNetOutput and not getattr(routing, "length_activations", True):
+            routing = getattr(model.config, "routing", "dynamic")
+            if type(probe) is CapsNetOutput and not routing_is(routing, "length_activations"):
                 # CapsNet routed by EM: its scores are the routing's activations, not its capsules' lengths
                 self._fields = tuple(("activations" if n == "lengths" else n, f) for n, f in self._fields)
         else:

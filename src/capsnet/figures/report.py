@@ -13,7 +13,7 @@ from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_c
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
-from ..routing import ROUTINGS
+from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
 from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
@@ -69,7 +69,7 @@ def class_scores(name: str, routing: str = "dynamic") -> tuple[str, tuple[float,
     the routing's activations are not lengths (EM: ``length_activations``), the routing's activations."""
     score, margins = _SCORES.get(name, ("capsule length", (0.9, 0.1)))
     if routing != "dynamic":
-        what = "length" if getattr(ROUTINGS.get(routing), "length_activations", True) else "activation"
+        what = "length" if routing_is(routing, "length_activations") else "activation"
         score = f"class capsule {what} ({routing} routing)"
     return score, margins
 

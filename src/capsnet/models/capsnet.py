@@ -19,7 +19,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, plain_numbers
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
-from ..routing import ROUTINGS, RoutingView, create_routing, list_routings, routing_takes
+from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
 from .inputs import check_class_images, check_class_labels, check_integer_labels
 
 PADDINGS = ("valid", "same")
@@ -123,7 +123,7 @@ class CapsNetConfig(JsonConfig):
     def _check_routing(self) -> None:
         """``routing`` a registered routing a margin loss can read, and the dynamic-routing switches only with it."""
         check_choice(self, "routing", list_routings())
-        if not getattr(ROUTINGS[self.routing], "probabilities", True):
+        if not routing_is(self.routing, "probabilities"):
             raise ValueError(f"CapsNetConfig.routing: {self.routing} routing's activations are not probabilities in "
                              f"[0, 1], and CapsNet's margin loss reads its digit capsules' activations as "
                              f"probabilities; use one of {', '.join(self.probability_routings())}, or a model built "
@@ -132,7 +132,7 @@ class CapsNetConfig(JsonConfig):
             if getattr(self, name) and not routing_takes(self.routing, option):
                 raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
                                  f"does not take it: leave it false")
-        if not self.routing_bias and not getattr(ROUTINGS[self.routing], "pose_bias", True):
+        if not self.routing_bias and not routing_is(self.routing, "pose_bias"):
             raise ValueError(f"CapsNetConfig.routing_bias: {self.routing} routing's digit capsules have no pose bias "
                              f"to turn off (their poses are what the routing fits), so false changes nothing: leave "
                              f"it true (drop --no-routing-bias)")
@@ -155,7 +155,7 @@ class CapsNetConfig(JsonConfig):
     @staticmethod
     def probability_routings() -> list[str]:
         """The registered routings whose activations are probabilities: those ``routing`` may name."""
-        return [name for name in list_routings() if getattr(ROUTINGS[name], "probabilities", True)]
+        return [name for name in list_routings() if routing_is(name, "probabilities")]
 
     @property
     def digit_std(self) -> float:
@@ -169,7 +169,7 @@ class CapsNetConfig(JsonConfig):
     def pose_bias(self) -> bool:
         """Whether the digit capsules have the bias on s_j: ``routing_bias``, where the routing takes one (EM
         does not)."""
-        return self.routing_bias and getattr(ROUTINGS[self.routing], "pose_bias", True)
+        return self.routing_bias and routing_is(self.routing, "pose_bias")
 
     def digit_routing(self) -> nn.Module:
         """The digit capsule layer's routing module, built by name with that layer's sizes and options."""

@@ -42,7 +42,7 @@ from .._config import JsonConfig, check_choice, check_range, check_types
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
-from ..routing import ROUTINGS, create_routing, list_routings, routing_takes
+from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
 from .inputs import check_floating, check_nonempty
 
@@ -77,8 +77,8 @@ def stack_routings() -> list[str]:
     """The registered routings SegCaps' capsule layers can route by: those whose activations are probabilities and
     are their poses' lengths (the ``probabilities`` and ``length_activations`` class attributes), since the
     segmentation capsule's length is the foreground's probability (dynamic and self-attention routing today)."""
-    return [name for name in list_routings() if getattr(ROUTINGS[name], "probabilities", True)
-            and getattr(ROUTINGS[name], "length_activations", True)]
+    return [name for name in list_routings()
+            if routing_is(name, "probabilities") and routing_is(name, "length_activations")]
 
 
 # a routing's options that capsule_stack sets from the config's own fields or the layer's sizes, never from
@@ -125,7 +125,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                       f"train without the bias", stacklevel=3)
     caps = {}
     last = _LAYERS[-1][0]
-    bias = routing_bias and getattr(ROUTINGS[routing], "pose_bias", True)
+    bias = routing_bias and routing_is(routing, "pose_bias")
     for name, kind, t, din, j, dout, k, s in _LAYERS:
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
         module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
@@ -218,7 +218,7 @@ def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
     """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
     routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
     counted on modules built on the meta device); independent of the image size."""
-    bias = routing_bias and getattr(ROUTINGS[routing], "pose_bias", True)
+    bias = routing_bias and routing_is(routing, "pose_bias")
     n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in _LAYERS)
     with torch.device("meta"):
         n += sum(p.numel() for _, _, t, _, j, dout, _, _ in _LAYERS

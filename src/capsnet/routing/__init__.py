@@ -41,7 +41,7 @@ from .result import RoutingResult, RoutingView, check_votes
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
            "InvertedDotProductRouting", "ROUTINGS", "LAYER_SIZES", "create_routing", "list_routings",
-           "routing_takes", "routing_name", "plain_routing", "plain_routing_active"]
+           "routing_takes", "routing_name", "routing_is", "TRAITS", "plain_routing", "plain_routing_active"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {
@@ -65,6 +65,19 @@ def _registered(name: str) -> type[nn.Module]:
     if not isinstance(name, str) or name not in ROUTINGS:
         raise ValueError(f"unknown routing {name!r}; valid names are {', '.join(list_routings())}")
     return ROUTINGS[name]
+
+
+# the class attributes that say what a routing is not, where it differs from the rest (the module's docstring)
+TRAITS = ("pose_bias", "probabilities", "length_activations")
+
+
+def routing_is(name: str | None, trait: str) -> bool:
+    """Whether the routing ``name`` has ``trait`` (one of ``TRAITS``): True unless its class sets the attribute
+    False, and True for a name not registered (None: a model without routing), as for the dynamic routing the rest
+    follow."""
+    if trait not in TRAITS:
+        raise ValueError(f"unknown routing trait {trait!r}; the traits are {', '.join(TRAITS)}")
+    return bool(getattr(ROUTINGS.get(name) if isinstance(name, str) else None, trait, True))
 
 
 def routing_name(module: nn.Module) -> str | None:

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .._docs import class_summary, table_cell
-from . import LAYER_SIZES, _registered, list_routings, routing_takes
+from . import LAYER_SIZES, TRAITS, _registered, list_routings, routing_is, routing_takes
 
 __all__ = ["routing_catalog", "describe_routing", "format_routings", "format_routing"]
 
@@ -49,9 +49,7 @@ def _row(name: str) -> dict[str, Any]:
     parameters = inspect.signature(cls).parameters
     return {"name": name, "class": cls.__name__, "summary": class_summary(cls),
             "iterates": routing_takes(name, "iterations"),
-            "pose_bias": bool(getattr(cls, "pose_bias", True)),
-            "probabilities": bool(getattr(cls, "probabilities", True)),
-            "length_activations": bool(getattr(cls, "length_activations", True)),
+            **{trait: routing_is(name, trait) for trait in TRAITS},
             "layer_sizes": [s for s in LAYER_SIZES if s in parameters and s != "iterations"]}
 
 
