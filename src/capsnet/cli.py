@@ -477,15 +477,20 @@ _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it
                     "(default: untruncated)")
 
 
+def _checkpoint_choice(p: argparse.ArgumentParser) -> None:
+    """--which and --weights: the checkpoint of a run directory, and which of its weights make the model."""
+    p.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    p.add_argument("--weights", choices=("saved", "training"), default="saved",
+                   help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
+                        "average); training: such a run's own training weights, which its last checkpoint keeps "
+                        "(--which last), as the run would have scored without the average")
+
+
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
-    e.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
-    e.add_argument("--weights", choices=("saved", "training"), default="saved",
-                   help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
-                        "average); training: such a run's own training weights, which its last checkpoint keeps "
-                        "(--which last), as the run would have scored without the average")
+    _checkpoint_choice(e)
     e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -512,7 +517,7 @@ def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a synthesis model "
                                                        "(capspix2pix, capspix2pix-deep, pix2pix), or a shipped one "
                                                        "(pretrained:capspix2pix-mnist)")
-    g.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    _checkpoint_choice(g)
     g.add_argument("--labels", required=True, metavar="DIR",
                    help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
     g.add_argument("--out", required=True, metavar="DIR", help="folder for the images: NAME_seedS.png per label map "
@@ -536,7 +541,7 @@ def _open_unit_float(text: str) -> float:
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a classifier or a segmentation "
                                                        "model, or a shipped one (pretrained:NAME)")
-    p.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    _checkpoint_choice(p)
     p.add_argument("--images", required=True, metavar="DIR",
                    help="folder of PNG images: a classifier's input size and channels; a segmentation model's "
                         "channels, any size whose sides are multiples of its stride (SegCaps: 8)")
@@ -562,7 +567,7 @@ def _export_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet)")
-    x.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    _checkpoint_choice(x)
     x.add_argument("--format", choices=list(FORMATS), default="onnx",
                    help="onnx: an ONNX graph for onnxruntime and other runtimes; torch-export: torch.export's "
                         "program (.pt2), loaded with torch.export.load")
@@ -603,7 +608,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--checkpoint", required=True, nargs="+", metavar="RUN_DIR",
                    help="run directory, checkpoint file or pretrained:NAME (figures to figures-NAME in the working "
                         "folder); the model figures use the first, the training curves overlay all")
-    f.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    _checkpoint_choice(f)
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
     f.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set the inputs come from (default: the run's; for a shipped model trained on MNIST the "
@@ -760,7 +765,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
                         "(default: the shipped pretrained:capsnet-mnist-small on the shipped mnist-sample test digits)")
     v.add_argument("--untrained", action="store_true",
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
-    v.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    _checkpoint_choice(v)
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one "
                         "and for a shipped MNIST classifier, mnist-sample-segmentation or mnist-sample-skeleton for a "
@@ -1047,6 +1052,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     (eval-best-fashion-mnist-n100.json), so a quick check never replaces the full figure; a shipped model's in the
     working folder (never into the installed package)."""
     from . import pretrained
+    from .evaluate import TRAINING_WEIGHTS_TAG
 
     name = f"eval-{ckpt.path.stem}"
     if args.dataset is not None and absolute_dataset(args.dataset) != ckpt.train_config.get("dataset"):
@@ -1054,7 +1060,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
     if args.weights == "training":  # an averaged run's training weights: another figure than its average's
-        name += "-training-weights"
+        name += TRAINING_WEIGHTS_TAG
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
 
@@ -1147,7 +1153,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .synthesis import generate_folder
 
     done = generate_folder(args.checkpoint, args.labels, args.out, seeds=args.seeds, which=args.which,
-                           device=str(resolve_device(args.device)), progress=not args.no_progress,
+                           weights=args.weights, device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
     again = _replaced(done.replaced)
     print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
@@ -1173,7 +1179,7 @@ def _refuse_moved_folder(args: argparse.Namespace, run_dir, last) -> None:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from .predict import predict_folder
 
-    done = predict_folder(args.checkpoint, args.images, args.out, which=args.which,
+    done = predict_folder(args.checkpoint, args.images, args.out, which=args.which, weights=args.weights,
                           device=str(resolve_device(args.device)), threshold=args.threshold,
                           probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress,
                           mnist_style=args.mnist_style)
@@ -1208,7 +1214,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         renamed = Path(args.out).with_suffix(suffixes[args.format]).name
         args.parser.error(f"--out {args.out} has the suffix of --format {other} ({given}), not of {args.format}: use "
                           f"--format {other}, or name the file {renamed}")
-    print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset)
+    print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
+                       weights=args.weights)
           .format_report())
     return 0
 
@@ -1216,7 +1223,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_figures(args: argparse.Namespace) -> int:
     from .figures import sweep_deltas, write_figures
 
-    done = write_figures(args.checkpoint, which=args.which, out=args.out, dataset=args.dataset, root=args.data_dir,
+    done = write_figures(args.checkpoint, which=args.which, weights=args.weights, out=args.out, dataset=args.dataset,
+                         root=args.data_dir,
                          indices=None if args.indices is None else list(dict.fromkeys(args.indices)),  # once each
                          dims=args.dims, deltas=sweep_deltas(args.delta_range, args.delta_step),
                          misclassified=args.misclassified, fmt=args.format, dpi=args.dpi, device=args.device,
@@ -1343,7 +1351,10 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint
     if checkpoint is None and not args.untrained and pretrained.DEFAULT in pretrained.names():
         checkpoint = pretrained.PREFIX + pretrained.DEFAULT
-    viewer = load_viewer(checkpoint, which=args.which, dataset=args.dataset, data_dir=args.data_dir,
+    if args.weights != "saved" and checkpoint is None:
+        raise ValueError(f"--weights {args.weights} picks a checkpoint's weights; give --checkpoint")
+    viewer = load_viewer(checkpoint, which=args.which, weights=args.weights, dataset=args.dataset,
+                         data_dir=args.data_dir,
                          device=str(resolve_device(args.device)), test_size=args.test_size)
     try:
         server = make_server(viewer, args.host, args.port,

@@ -204,6 +204,8 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
 
 
 WEIGHTS = ("saved", "training")  # load_model's weights: the checkpoint's model entry, or an averaged run's own
+TRAINING_WEIGHTS_TAG = "-training-weights"  # what a report, figure folder or export made from the training weights
+# carries in its default name, so it never replaces the average's
 
 
 def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu",

@@ -434,13 +434,16 @@ def _format(format: str) -> str:
 
 
 def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.PathLike | None = None, *,
-                 format: str = "onnx", which: str = "best", opset: int | None = None) -> ExportResult:
+                 format: str = "onnx", which: str = "best", opset: int | None = None,
+                 weights: str = "saved") -> ExportResult:
     """Export a model for inference to ``path`` as ONNX or as ``torch.export``'s program (module docstring).
 
     ``source`` is a checkpoint (a run directory made by ``capsnet train``, with
     ``which`` best or last, or a .safetensors file), a model, or ``trace_model``'s
     result (trace once, write both formats). ``path`` defaults to the checkpoint's
     own name with the format's suffix (best.onnx beside best.safetensors).
+    ``weights``: a checkpoint's "saved" weights or an averaged run's "training" ones (``load_model``; the default
+    name then ends in -training-weights).
     ``format``: "onnx" or "torch-export" ("pt2" too); ``opset``: the ONNX opset,
     18 or newer (default: the exporter's). The file is checked against the
     model before it is written (ONNX: when onnxruntime is installed, else the
@@ -463,7 +466,10 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if isinstance(source, (str, os.PathLike)):
         from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
 
-        source, checkpoint = load_model(source, which=which, device="cpu")
+        source, checkpoint = load_model(source, which=which, device="cpu", weights=weights)
+    elif weights != "saved":
+        raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is a "
+                          f"{type(source).__name__}, not a checkpoint")
     if not isinstance(source, (nn.Module, Traced)):
         raise TypeError(f"source must be a checkpoint path, a model or trace_model's result, "
                         f"got {type(source).__name__}")
@@ -474,7 +480,10 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         if checkpoint is None or checkpoint.path is None:
             raise ExportError("give the path of the file to write (only a checkpoint has a default: its own name)")
         # a shipped model's own name, in the working folder: never into the installed package
-        path = Path(checkpoint.path.stem + FORMATS[format]) if shipped else checkpoint.path.with_suffix(FORMATS[format])
+        from .evaluate import TRAINING_WEIGHTS_TAG
+
+        stem = checkpoint.path.stem + (TRAINING_WEIGHTS_TAG if weights == "training" else "")
+        path = Path(stem + FORMATS[format]) if shipped else checkpoint.path.with_name(stem + FORMATS[format])
     path = Path(path)
     other = next((f for f, suffix in FORMATS.items() if f != format and path.suffix.lower() == suffix), None)
     if other is not None:  # a torch.export program named .onnx (or the reverse) opens nowhere

@@ -149,11 +149,13 @@ def _png_bytes(a: np.ndarray) -> bytes:
 
 
 def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str | os.PathLike,
-                   out: str | os.PathLike, *, which: str = "best", device: str | torch.device = "cpu",
+                   out: str | os.PathLike, *, which: str = "best", weights: str = "saved",
+                   device: str | torch.device = "cpu",
                    threshold: float = 0.5, probabilities: bool = False, batch_size: int = 64,
                    progress: bool = False, mnist_style: bool = False) -> Predictions:
     """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
-    read) to every PNG image in ``images_dir`` and write the results into ``out`` (see the module docstring).
+    read; ``weights`` its "saved" weights or an averaged run's "training" ones, ``load_model``) to every PNG image
+    in ``images_dir`` and write the results into ``out`` (see the module docstring).
     ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
     ``probabilities``: also write each image's probabilities; ``mnist_style`` (a classifier trained on MNIST's 28x28
     digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
@@ -163,7 +165,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    model, ckpt = load_model(checkpoint, which=which, device=device)
+    model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
     kind = model_spec(ckpt.model_name).kind
     if kind == "synthesis":
         raise ValueError(f"{ckpt.path} holds a synthesis model ({ckpt.model_name}); it makes images from label maps: "

@@ -233,11 +233,13 @@ def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row:
 
 
 def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike, out: str | os.PathLike, *,
-                    seeds: Sequence[int] = (0,), which: str = "best", device: str | torch.device = "cpu",
+                    seeds: Sequence[int] = (0,), which: str = "best", weights: str = "saved",
+                    device: str | torch.device = "cpu",
                     progress: bool = False, truncation: float | None = None) -> GeneratedFiles:
     """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
     ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
-    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``).
+    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``);
+    ``weights``: the checkpoint's "saved" generator or an averaged run's "training" one (``load_model``).
     A label map holding only 0s and 1s is read as 0/255, as binary training maps are, unless the run trained on
     graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are. Every map of
     one seed gets the same noise (``generate(shared=True)``): its image depends on the map, the seed and the model
@@ -248,7 +250,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     from .evaluate import load_model
     from .models import model_spec
 
-    model, ckpt = load_model(checkpoint, which=which, device=device)
+    model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
     if model_spec(ckpt.model_name).kind != "synthesis":
         raise ValueError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet generate takes a synthesis model "
                          f"(capspix2pix, capspix2pix-deep, pix2pix)")

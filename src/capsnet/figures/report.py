@@ -11,7 +11,7 @@ import torch
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
-from ..evaluate import load_model
+from ..evaluate import TRAINING_WEIGHTS_TAG, load_model
 from ..models import is_segmentation, model_name, model_spec
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -32,13 +32,14 @@ class FiguresWritten:
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
 
 
-def _default_out(checkpoint: str | os.PathLike) -> Path:
+def _default_out(checkpoint: str | os.PathLike, weights: str = "saved") -> Path:
     """Where the figures go without --out: RUN_DIR/figures, or figures-NAME in the working folder for a shipped
-    model (never into the installed package)."""
+    model (never into the installed package); figures-training-weights for an averaged run's training weights."""
+    tag = TRAINING_WEIGHTS_TAG if weights == "training" else ""
     if pretrained.is_shipped(checkpoint):
-        return Path(f"figures-{checkpoint[len(pretrained.PREFIX):]}")
+        return Path(f"figures-{checkpoint[len(pretrained.PREFIX):]}{tag}")
     first = Path(checkpoint)
-    return (first if first.is_dir() else first.parent) / "figures"
+    return (first if first.is_dir() else first.parent) / f"figures{tag}"
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -152,6 +153,7 @@ def _check_fits(name: str, cfg: Any) -> None:
 
 
 def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], *, which: str = "best",
+                  weights: str = "saved",
                   out: str | os.PathLike | None = None, dataset: str | None = None,
                   root: str | os.PathLike | None = None,
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
@@ -179,6 +181,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     model trained on MNIST (``pretrained:NAME``) draws on the same task made
     from the digits that ship with capsnet (``mnist-sample``,
     ``mnist-sample-segmentation``, ``mnist-sample-skeleton``), offline.
+    ``weights``: the checkpoint's "saved" weights or an averaged run's "training" ones (``load_model``; the
+    default folder is then FIRST_RUN_DIR/figures-training-weights).
     Every input is checked before the first file is written.
     """
     if isinstance(checkpoints, (str, os.PathLike)):  # one run (a string is a sequence too: of its characters)
@@ -193,13 +197,13 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         raise FigureError("give at least one checkpoint")
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
-    model, ckpt = load_model(checkpoints[0], which=which, device=device)
+    model, ckpt = load_model(checkpoints[0], which=which, device=device, weights=weights)
     model.eval()
     if dataset is None and pretrained.is_shipped(checkpoints[0]):  # a shipped MNIST model: the shipped digits, offline
         trained_on = ckpt.train_config.get("dataset", "mnist")
         sample = shipped_default(trained_on)
         dataset = sample if sample != trained_on else None  # none for it: the run's own, as for any run
-    out = Path(out) if out else _default_out(checkpoints[0])
+    out = Path(out) if out else _default_out(checkpoints[0], weights)
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "

@@ -101,11 +101,12 @@ class _ViewerBase:
         self._lock = threading.Lock()
         self._kernels: dict[str, Any] | None = None
         self.warning: str | None = None  # a classifier shown other classes than it learned (load_viewer sets it)
+        self.weights = "saved"  # or "training": an averaged run's training weights (load_viewer sets it)
 
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
         return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
-                "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
+                "weights": self.weights, "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
                 "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
 
     def kernels(self) -> dict[str, Any]:
@@ -296,7 +297,8 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", dataset: str | None = None,
+def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", weights: str = "saved",
+                dataset: str | None = None,
                 data_dir: str | os.PathLike | None = None, device: str = "cpu", progress: bool = True,
                 test_size: int | None = None) -> Viewer | SegmentationViewer | SynthesisViewer:
     """A viewer for a checkpoint (or, without one, an untrained paper CapsNet on ``mnist-sample``).
@@ -319,7 +321,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     ``capsnet eval`` numbers them; for ``mnist-skeleton`` and
     ``fashion-silhouette`` the first ``SYNTHESIS_TEST_SIZE`` (1,000) test
     pairs (``pairs:DIR``: all the user's). ``test_size`` keeps the first this many
-    test examples instead (0: all).
+    test examples instead (0: all). ``weights``: the checkpoint's "saved" weights or an averaged run's "training"
+    ones (``load_model``; the page says which).
     """
     from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, input_shape, load_test, other_classes, shipped_default,
                               task, trained_dataset)
@@ -332,11 +335,13 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     if test_size is not None and (not _is_int(test_size) or test_size < 0):
         raise ViewerError(f"test_size must be a non-negative integer (0: all), got {test_size!r}")
     if checkpoint is None:
+        if weights != "saved":
+            raise ViewerError(f"weights={weights!r} picks a checkpoint's weights; give a checkpoint")
         torch.manual_seed(0)
         model: Any = CapsNet(CapsNetConfig()).to(device)
         name, what, kind = dataset or "mnist-sample", "the untrained CapsNet", "classification"
     else:
-        model, ckpt = load_model(checkpoint, which=which, device=device)
+        model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
         kind = MODELS[ckpt.model_name].kind
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
@@ -370,16 +375,19 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     if asked and len(test) < asked:
         raise ViewerError(f"--test-size {asked} exceeds the {len(test)} test examples of {name}; give at most "
                           f"{len(test)}, or 0 for all")
+    viewer: Viewer | SegmentationViewer | SynthesisViewer
     if kind == "segmentation":
-        return SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
-                                  checkpoint=checkpoint)
-    if kind == "synthesis":  # images: the label maps; components: the real images; labels: their classes
+        viewer = SegmentationViewer(model, test_images=test.images, test_masks=test.labels, dataset=name,
+                                    checkpoint=checkpoint)
+    elif kind == "synthesis":  # images: the label maps; components: the real images; labels: their classes
         classless = task(name).num_classes < 2  # the user's pairs (pairs:DIR) have none
-        return SynthesisViewer(model, test_labels=test.images, test_images=test.components,
-                               test_classes=None if classless else test.labels,
-                               classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)
-    viewer = Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
-                    checkpoint=checkpoint)
-    if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
-        viewer.warning = other_classes(trained_on, name)
+        viewer = SynthesisViewer(model, test_labels=test.images, test_images=test.components,
+                                 test_classes=None if classless else test.labels,
+                                 classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)
+    else:
+        viewer = Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
+                        checkpoint=checkpoint)
+        if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
+            viewer.warning = other_classes(trained_on, name)
+    viewer.weights = weights
     return viewer

@@ -398,6 +398,11 @@ function setUpPickers() {
   $("test-index").max = Math.max(0, state.info.test_size - 1);
 }
 
+// the checkpoint's path, with "(training weights)" when an averaged run's training weights were loaded
+function checkpointLabel(info, untrained) {
+  return info.checkpoint ? info.checkpoint + (info.weights === "training" ? " (training weights)" : "") : untrained;
+}
+
 async function start() {
   try {
     const info = state.info = await api("/api/info");
@@ -405,7 +410,7 @@ async function start() {
     const segmenting = info.kind === "segmentation", synthesizing = info.kind === "synthesis";
     $("model-info").textContent = segmenting ? segmentationSummary(info)
       : synthesizing ? synthesisSummary(info)
-      : `${info.checkpoint || "untrained CapsNet"} · ${info.dataset || "no"} test set ` +
+      : `${checkpointLabel(info, "untrained CapsNet")} · ${info.dataset || "no"} test set ` +
       `(${info.test_size} images) · ${info.model} · input ${C}x${H}x${W} · ` +
       `${info.primary.types}x${info.primary.grid.join("x")} ${routesPrimary(info) ? "primary" : "lower"} ` +
       `capsules${info.primary.dim ? ` of ${info.primary.dim}D` : ""} · ${info.classes.length} class capsules of ` +

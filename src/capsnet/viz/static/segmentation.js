@@ -11,7 +11,7 @@ function segmentationSummary(info) {
   const caps = info.layers.length
     ? ` · ${info.layers.length} capsule layers, ${info.routing_layers.length} of them routing` +
       (info.routing ? ` (${info.routing})` : "") : "";
-  return `${info.checkpoint || `untrained ${info.model}`} · ${info.dataset || "no"} test set ` +
+  return `${checkpointLabel(info, `untrained ${info.model}`)} · ${info.dataset || "no"} test set ` +
     `(${info.test_size} images) · ${info.model} (${info.model_name}), segmentation · input ${C}x${H}x${W}${caps}`;
 }
 
