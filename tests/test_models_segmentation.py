@@ -350,8 +350,20 @@ def test_segcaps_routes_by_self_attention_in_every_capsule_layer_when_asked():
     (dict(routing="self-attention", routing_options={"softmax": "children"}), "self-attention routing takes no option "
                                                                               "softmax"),
     (dict(routing="self-attention", routing_options={"out_caps": 2}), "out_caps is set by the layer's sizes"),
+    (dict(routing="self-attention", routing_iterations=2), "SegCapsConfig.routing_iterations sets the rounds of a "
+                                                           "routing that iterates; self-attention routing makes one "
+                                                           "pass: leave it at 3"),
+    (dict(routing="self-attention", primary_routing_iterations=2), "SegCapsConfig.primary_routing_iterations sets "
+                                                                   "the rounds of a routing that iterates"),
 ])
 def test_a_segcaps_routing_it_cannot_use_is_refused_by_name(overrides, message):
     with pytest.raises(ValueError) as info:
         create_model("segcaps", **overrides)
     assert message in str(info.value)
+
+
+def test_segcaps_r1_under_self_attention_keeps_its_own_rounds_default():
+    """The rounds refused above are the ones moved from the config's own default (R1's is 1, R3's 3)."""
+    assert create_model("segcaps-r1", routing="self-attention").config.routing_iterations == 1
+    with pytest.raises(ValueError, match="leave it at 1"):
+        create_model("segcaps-r1", routing="self-attention", routing_iterations=3)

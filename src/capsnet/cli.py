@@ -842,11 +842,12 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
-    if "routing_iterations" in model_changes and _one_pass(model_cfg):
-        rounds = _as_typed("routing_iterations", model_changes["routing_iterations"], "routing_iterations" in options)
-        by = _as_typed("routing", model_cfg.routing, "routing" in options)
-        args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave the "
-                          f"rounds out")
+    for rounds_field in ("routing_iterations", "primary_routing_iterations"):  # SegCaps' primary layer's too
+        if rounds_field in model_changes and _one_pass(model_cfg):
+            rounds = _as_typed(rounds_field, model_changes[rounds_field], rounds_field in options)
+            by = _as_typed("routing", model_cfg.routing, "routing" in options)
+            args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave "
+                              f"the rounds out")
     if "shift" in typed and train_cfg.augment != "shift":
         args.parser.error(f"--shift sets how far --augment shift moves the images, and --augment {train_cfg.augment} "
                           f"makes its own shifts (within each digit's margins); leave --shift out, or pass "

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -198,6 +198,11 @@ def _check_stack_routing(cfg: Any) -> None:
         if getattr(cfg, name) != default and not routing_takes(routing, option):
             raise ValueError(f"{kind}.{name} is an option of dynamic routing; {routing} routing does not take it: "
                              f"leave it at {default!r}")
+    for name in ("routing_iterations", "primary_routing_iterations"):  # rounds a one-pass routing would ignore
+        default = next(f.default for f in fields(cfg) if f.name == name)
+        if getattr(cfg, name) != default and not routing_takes(routing, "iterations"):
+            raise ValueError(f"{kind}.{name} sets the rounds of a routing that iterates; {routing} routing makes one "
+                             f"pass: leave it at {default}")
     for option in options:  # softmax and squash where the routing takes them (else it names them below)
         if option == "iterations" and not routing_takes(routing, option):
             raise ValueError(f"{kind}.routing_options: {routing} routing makes one pass and takes no iterations")
