@@ -200,6 +200,12 @@ def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
     with pytest.warns(UserWarning, match=r"init_gain 0.5: from this start the capsules shrink layer by layer and "
                                          r"the deep layers' gradients fall 100-1000 times; set init_gain=1 "):
         create_model("segcaps", routing_bias=False, squash="exp", init_gain=0.5)
+    # self-attention squashes by the exp squash: the same rule (at gain 1 every layer learns, below it warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dead_layers(routing="self-attention", floor=1e-8) == []
+    with pytest.warns(UserWarning, match=r"init_gain 0.5: .* gradients fall 100-1000 times"):
+        create_model("segcaps", routing="self-attention", routing_bias=False, init_gain=0.5)
 
 
 @pytest.mark.parametrize("name", ["segcaps", "capspix2pix"])

@@ -115,10 +115,13 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
     (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero,
     shrinks them only as the kernels do: it warns below gain 1 (at 0.5 the deep layers' gradients are already
-    100-1000 times smaller; at gain 1 every layer gets one: tests)."""
-    safe_gain = 3.0 if squash == "sabour" else 1.0
-    if routing == "dynamic" and not routing_bias and init_gain < safe_gain:  # measured with dynamic routing
-        fate = ("shrink to zero within a few layers and the deep layers get no gradient" if squash == "sabour" else
+    100-1000 times smaller; at gain 1 every layer gets one: tests). Self-attention routing squashes by its own exp
+    squash, and from this start its gradients are dynamic routing's under the exp squash, layer for layer: it warns
+    likewise."""
+    applied = {"dynamic": squash, "self-attention": "exp"}.get(routing)  # the squash measured; None: not measured
+    safe_gain = 3.0 if applied == "sabour" else 1.0
+    if applied is not None and not routing_bias and init_gain < safe_gain:
+        fate = ("shrink to zero within a few layers and the deep layers get no gradient" if applied == "sabour" else
                 "shrink layer by layer and the deep layers' gradients fall 100-1000 times")
         warnings.warn(f"SegCaps' capsule layers without the routing bias at init_gain {init_gain:g}: from this start "
                       f"the capsules {fate}; set init_gain={safe_gain:g} (--model-option init_gain={safe_gain:g}) to "
