@@ -373,3 +373,30 @@ def test_segcaps_r1_under_self_attention_keeps_its_own_rounds_default():
     assert create_model("segcaps-r1", routing="self-attention").config.routing_iterations == 1
     with pytest.raises(ValueError, match="leave it at 1"):
         create_model("segcaps-r1", routing="self-attention", routing_iterations=3)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_seg_kernel_widens_the_segmentation_capsules_window_and_is_counted(k):
+    """``seg_kernel`` K: each pixel's segmentation capsule routes from the children in the K x K window around it
+    (the paper's 1: its own position's alone), so a change to one child position moves exactly the K x K parents
+    around it; the weights grow by (K^2 - 1) x 16 x 16 over the paper's count."""
+    model = SegCaps(SegCapsConfig(seg_kernel=k))
+    assert sum(p.numel() for p in model.parameters()) == model.config.num_weights \
+        == paper_segcaps_weights() + (k * k - 1) * 16 * 16
+    layer = model.caps["seg_caps"]
+    g = torch.Generator().manual_seed(0)
+    grid = torch.randn(1, 3, 16, 9, 9, generator=g)
+    moved = grid.clone()
+    moved[0, :, :, 4, 4] += torch.randn(3, 16, generator=g)
+    with torch.no_grad():
+        changed = (layer(moved) - layer(grid)).abs().amax(dim=(0, 1, 2)) > 1e-6  # (9, 9)
+    window = torch.zeros(9, 9, dtype=torch.bool)
+    window[4 - k // 2:5 + k // 2, 4 - k // 2:5 + k // 2] = True
+    assert torch.equal(changed, window)
+
+
+def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():
+    with pytest.raises(ValueError, match=r"SegCapsConfig.seg_kernel must be odd .* got 4: use 3 or 5"):
+        SegCapsConfig(seg_kernel=4)
+    with pytest.raises(ValueError, match="seg_kernel"):
+        SegCapsConfig(seg_kernel=0)

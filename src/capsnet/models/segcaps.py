@@ -73,6 +73,11 @@ _SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "con
 LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
 
 
+def _layers(seg_kernel: int = 1) -> tuple[tuple[Any, ...], ...]:
+    """``_LAYERS`` with the last layer's (seg_caps') kernel ``seg_kernel`` (the paper's 1)."""
+    return _LAYERS[:-1] + (_LAYERS[-1][:6] + (seg_kernel,) + _LAYERS[-1][7:],)
+
+
 def stack_routings() -> list[str]:
     """The registered routings SegCaps' capsule layers can route by: those whose activations are probabilities and
     are their poses' lengths (the ``probabilities`` and ``length_activations`` class attributes), since the
@@ -102,12 +107,13 @@ def stack_routing(routing: str, options: dict[str, Any] | None, *, types: int, p
 def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
                   routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
                   squash: str = "sabour", routing: str = "dynamic",
-                  routing_options: dict[str, Any] | None = None) -> nn.ModuleDict:
+                  routing_options: dict[str, Any] | None = None, seg_kernel: int = 1) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
     ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer and ``routing_iterations`` in
     the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
-    (and the routing takes one).
+    (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
+    paper's 1).
 
     Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
     seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
@@ -129,7 +135,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     caps = {}
     last = _LAYERS[-1][0]
     bias = routing_bias and routing_is(routing, "pose_bias")
-    for name, kind, t, din, j, dout, k, s in _LAYERS:
+    for name, kind, t, din, j, dout, k, s in _layers(seg_kernel):
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
         module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
                                softmax=routing_softmax, squash=squash)
@@ -222,12 +228,12 @@ def _check_stack_routing(cfg: Any) -> None:
 
 
 def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
-                          routing_options: dict[str, Any] | None = None) -> int:
+                          routing_options: dict[str, Any] | None = None, seg_kernel: int = 1) -> int:
     """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
     routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
     counted on modules built on the meta device); independent of the image size."""
     bias = routing_bias and routing_is(routing, "pose_bias")
-    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in _LAYERS)
+    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in _layers(seg_kernel))
     with torch.device("meta"):
         n += sum(p.numel() for _, _, t, _, j, dout, _, _ in _LAYERS
                  for p in stack_routing(routing, routing_options, types=t, parents=j, dim=dout,
@@ -307,10 +313,17 @@ class SegCapsConfig(JsonConfig):
     # prior per layer; not in the paper)
     routing_options: dict[str, Any] = field(default_factory=dict)  # the routing's own options by name (never the
     # layer's sizes, iterations, softmax or squash: STACK_SETS)
+    seg_kernel: int = 1  # the segmentation capsule layer's kernel side, odd: the paper's 1 (each pixel's capsule from
+    # its own position's; 3 or 5 let it see its neighbours' at full resolution; not in the paper)
 
     def __post_init__(self) -> None:
         check_types(self)
         check_sides(self, STRIDE, "the network halves the image three times")
+        check_range(self, "seg_kernel", 1, 9)
+        if self.seg_kernel % 2 == 0:
+            raise ValueError(f"{type(self).__name__}.seg_kernel must be odd (its 'same' padding keeps the mask on the "
+                             f"image's pixels), got {self.seg_kernel}: use {self.seg_kernel - 1} or "
+                             f"{self.seg_kernel + 1}")
         check_range(self, "in_channels", 1, 64)
         check_range(self, "num_classes", 1, 1)
         check_stack_fields(self)
@@ -330,7 +343,8 @@ class SegCapsConfig(JsonConfig):
     def num_weights(self) -> int:
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
         n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias, self.routing,
-                                                                     self.routing_options)  # conv1, the capsules
+                                                                     self.routing_options,
+                                                                     self.seg_kernel)  # conv1, the capsules
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
@@ -362,7 +376,8 @@ class SegCaps(nn.Module):
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
-                                  routing=cfg.routing, routing_options=cfg.routing_options)
+                                  routing=cfg.routing, routing_options=cfg.routing_options,
+                                  seg_kernel=cfg.seg_kernel)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
