@@ -28,35 +28,18 @@ e.g. ``--models segcaps segcaps:routing=self-attention``: each such variant is a
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import statistics
 import sys
 
 import torch
 
-from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
+from capsnet.bench import (_Runner, alternate, default_steps_per_timing, markdown_table, model_variant, publish,
+                           show_spread, spread)
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 
 MODELS = ("segcaps", "segcaps-r1", "unet")
 
-
-def variant(text: str) -> tuple[str, dict]:
-    """``NAME[:FIELD=VALUE...]``: a model name and config fields (VALUE as JSON, else a string)."""
-    name, *fields = re.split(r":(?=[A-Za-z_]\w*=)", text)  # a colon inside a JSON value stays in it
-    if name not in MODELS:
-        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(MODELS)}")
-    options = {}
-    for item in fields:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"expected FIELD=VALUE after {name}:, got {item!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return name, options
 
 
 def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False,
@@ -94,10 +77,10 @@ def main() -> None:
     keep_freed_memory()
     # each model as typed (the U-Net, every ratio's reference, added if missing), with its config fields
     try:
-        models = {text: variant(text) for text in dict.fromkeys([*args.models, "unet"])}
+        models = {text: model_variant(text, MODELS) for text in dict.fromkeys([*args.models, "unet"])}
         for name, options in models.values():  # a field the model lacks, or a value it refuses, named now
             model_spec(name).config(**options)
-    except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+    except (TypeError, ValueError) as e:
         p.error(str(e))
     bf16 = args.dtype == "bf16"
     steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)

@@ -7,11 +7,15 @@ discriminator's verdict plus L1 (the discriminator frozen for it), each with
 Adam. Generation: ``capsnet.synthesis.generate`` on a batch of label maps
 (no gradients). Inputs are seeded random label maps and images. Each repeat
 times both models back to back, alternating which goes first; the ratio
-column is the median of the per-repeat ratios pix2pix / CapsPix2pix (above
-1: CapsPix2pix is faster).
+column is the median of the per-repeat ratios pix2pix / the model (above
+1: the model is faster).
 
     python benchmarks/synthesis.py [--size 32] [--batch-size 16] [--repeats 5] [--device cpu] [--dtype bf16]
-                                   [--compile MODE] [--json FILE]
+                                   [--models capspix2pix pix2pix] [--compile MODE] [--json FILE]
+
+A model may carry config fields as ``NAME:FIELD=VALUE`` (``capsnet.bench.model_variant``), e.g. ``--models
+capspix2pix capspix2pix:routing=self-attention``: each such variant is a row of its own, timed with the others;
+pix2pix, every ratio's reference, is always among them.
 
 ``--dtype bf16`` runs both under bfloat16 autocast, as ``capsnet train --amp bf16`` trains them (weights and Adam in
 fp32; for GPUs). ``--compile MODE`` also times each model's training step with its generator compiled, as
@@ -27,7 +31,7 @@ import time
 
 import torch
 
-from capsnet.bench import alternate, markdown_table, publish, show_spread, spread
+from capsnet.bench import alternate, markdown_table, model_variant, publish, show_spread, spread
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
@@ -35,18 +39,19 @@ from capsnet.runtime import autocast, compile_model
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
 
-MODELS = ("capspix2pix", "pix2pix")
+MODELS = ("capspix2pix", "capspix2pix-deep", "pix2pix")
+REFERENCE = "pix2pix"
 
 
 class Stepper:
     """One model with its optimizers and a fixed batch; ``train()`` and ``generate()`` each time one call."""
 
     def __init__(self, name: str, size: int, batch: int, device: str = "cpu", dtype: str = "fp32",
-                 compile: bool | str = False) -> None:
+                 compile: bool | str = False, options: dict | None = None) -> None:
         torch.manual_seed(0)
         self.device = torch.device(device)
         self.amp_mode = "bf16" if dtype == "bf16" else "none"
-        self.model = create_model(name, input_height=size, input_width=size).to(self.device)
+        self.model = create_model(name, input_height=size, input_width=size, **(options or {})).to(self.device)
         self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))
         g = torch.Generator().manual_seed(0)
         self.labels = (torch.rand(batch, 1, size, size, generator=g) > 0.9).float().to(self.device)
@@ -79,6 +84,8 @@ def main() -> None:
     p.add_argument("--size", type=int, default=32, help="side of the label maps and images")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--models", nargs="+", default=["capspix2pix", REFERENCE], metavar="NAME[:FIELD=VALUE]",
+                   help="the models to time (pix2pix, every ratio's reference, is always among them)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: both under bfloat16 autocast "
                    "(as capsnet train --amp bf16; for GPUs)")
@@ -88,27 +95,33 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()
     keep_freed_memory()
-    steppers = {m: Stepper(m, args.size, args.batch_size, args.device, args.dtype) for m in MODELS}
-    compiled = {m: Stepper(m, args.size, args.batch_size, args.device, args.dtype, compile=args.compile)
-                for m in (MODELS if args.compile else ())}
+    try:  # each model as typed (pix2pix added if missing), a field it lacks or a value it refuses named now
+        models = {text: model_variant(text, MODELS) for text in dict.fromkeys([*args.models, REFERENCE])}
+        steppers = {m: Stepper(name, args.size, args.batch_size, args.device, args.dtype, options=options)
+                    for m, (name, options) in models.items()}
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
+    compiled = {m: Stepper(name, args.size, args.batch_size, args.device, args.dtype, compile=args.compile,
+                           options=options) for m, (name, options) in (models.items() if args.compile else ())}
     rows = []
     for mode in ("train", "generate"):
-        times = alternate({m: getattr(steppers[m], mode) for m in MODELS}, args.repeats)
-        ratios = [p2p / caps for caps, p2p in zip(times["capspix2pix"], times["pix2pix"])]
-        for m in MODELS:
+        times = alternate({m: getattr(steppers[m], mode) for m in models}, args.repeats)
+        for m in models:
             rows.append({"model": m, "mode": mode, "size": args.size, "batch": args.batch_size, "dtype": args.dtype,
                          "generator_weights": steppers[m].model.config.generator_weights,
                          "weights": steppers[m].model.config.num_weights,
                          "images_per_s": args.batch_size / statistics.median(times[m]),
                          "min_images_per_s": args.batch_size / max(times[m]),
                          "max_images_per_s": args.batch_size / min(times[m])})
-        rows[-2] |= spread(ratios, "speedup_vs_pix2pix", "speedup")
-        print(f"{mode}: CapsPix2pix {rows[-2]['images_per_s']:.1f}, pix2pix {rows[-1]['images_per_s']:.1f} images/s",
-              file=sys.stderr, flush=True)
+            if m != REFERENCE:
+                rows[-1] |= spread([ref / t for t, ref in zip(times[m], times[REFERENCE])], "speedup_vs_pix2pix",
+                                   "speedup")
+        print(f"{mode}: " + ", ".join(f"{r['model']} {r['images_per_s']:.1f}" for r in rows[-len(models):])
+              + " images/s", file=sys.stderr, flush=True)
     if compiled:  # each compiled step paired with its eager one
-        steps = {(m, c): (compiled if c else steppers)[m].train for m in MODELS for c in (False, True)}
+        steps = {(m, c): (compiled if c else steppers)[m].train for m in models for c in (False, True)}
         times = alternate(steps, args.repeats, warmup=3)  # one step a timing: CUDA graphs record in the first calls
-        for m in MODELS:
+        for m in models:
             rows.append({"model": m, "mode": f"train, generator compiled {args.compile}", "size": args.size,
                          "batch": args.batch_size, "dtype": args.dtype, "compile": args.compile,
                          "generator_weights": compiled[m].model.config.generator_weights,
@@ -122,7 +135,7 @@ def main() -> None:
                   file=sys.stderr, flush=True)
     table = markdown_table(
         ["model", "mode", "generator weights", "weights", "images/s, median (min-max)",
-         "pix2pix time / CapsPix2pix time", "eager time / compiled time"],
+         "pix2pix time / its time", "eager time / compiled time"],
         ([r["model"], r["mode"], f"{r['generator_weights']:,}", f"{r['weights']:,}",
           f"{r['images_per_s']:.1f} ({r['min_images_per_s']:.1f}-{r['max_images_per_s']:.1f})",
           show_spread(r, "speedup_vs_pix2pix", "speedup") if "speedup_vs_pix2pix" in r else "-",

@@ -522,3 +522,20 @@ def test_a_value_given_twice_is_measured_once(monkeypatch, capsys):
     assert main(["bench", "--batch-size", "8", "8", "4", "--routing-iterations", "2", "2", "--dtype", "fp32", "fp32",
                  "--baseline", ""]) == 0
     assert (asked["batch_sizes"], asked["rounds"], asked["dtypes"]) == ([8, 4], [2], ["fp32"])
+
+
+def test_model_variant_reads_a_benchmarks_model_and_its_fields():
+    """The benchmarks' NAME[:FIELD=VALUE...]: values as JSON else strings, a colon inside a JSON value kept."""
+    from capsnet.bench import model_variant
+
+    names = ("segcaps", "capspix2pix")
+    assert model_variant("segcaps", names) == ("segcaps", {})
+    assert model_variant("segcaps:routing=self-attention:routing_iterations=2:capsule_norm=instance", names) == (
+        "segcaps", {"routing": "self-attention", "routing_iterations": 2, "capsule_norm": "instance"})
+    assert model_variant('capspix2pix:routing_options={"a":1}:dropout=0.5', names) == (
+        "capspix2pix", {"routing_options": {"a": 1}, "dropout": 0.5})
+    assert model_variant('segcaps:x={"k:v": [1, 2]}', names) == ("segcaps", {"x": {"k:v": [1, 2]}})
+    with pytest.raises(ValueError, match="'unet' is not one of segcaps, capspix2pix"):
+        model_variant("unet", names)
+    with pytest.raises(ValueError, match="'segcaps:routing' is not one of"):  # no FIELD=: not a field at all
+        model_variant("segcaps:routing", names)

@@ -7,16 +7,25 @@ bool) and every size against a range, with one message naming the field.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any, TypeVar
 
 __all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice",
-           "MAX_WEIGHTS"]
+           "json_value", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
 # Refuse configs whose weights would not fit a large GPU (2^31 float32 weights: 8 GiB), before allocating any.
 MAX_WEIGHTS = 2**31
+
+
+def json_value(text: str) -> Any:
+    """A field's value as typed on a command line: JSON (3, 0.5, true, [64, 128], "x"), else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def config_from_dict(cls: type[T], d: dict[str, Any]) -> T:

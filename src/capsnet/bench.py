@@ -55,6 +55,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -67,11 +68,12 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 import torch
 from torch import nn
 
+from ._config import json_value
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from .runtime import compile_model, parse_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
-           "measure_training", "format_table", "write_record", "alternate"]
+           "measure_training", "format_table", "write_record", "alternate", "model_variant"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,16 @@ def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any]
     from .checkpoint import atomic_write_text
 
     atomic_write_text(Path(path), json.dumps({"command": command, "environment": env, "rows": list(rows)}, indent=1) + "\n")
+
+
+def model_variant(text: str, names: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """A benchmark's model as typed, ``NAME[:FIELD=VALUE...]``: one of ``names`` and config fields, each VALUE as
+    JSON, else a string (``json_value``), e.g. ``segcaps:routing=self-attention``; a colon inside a JSON value stays
+    in it. A ValueError names what is wrong; the fields themselves are checked by the model's config."""
+    name, *fields = re.split(r":(?=[A-Za-z_]\w*=)", text)
+    if name not in names:
+        raise ValueError(f"{name!r} is not one of {', '.join(names)}")
+    return name, {key: json_value(value) for key, _, value in (item.partition("=") for item in fields)}
 
 
 def spread(values: Sequence[float], key: str = "ratio", prefix: str | None = None) -> dict[str, float]:

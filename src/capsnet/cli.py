@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from ._config import json_value
 from ._progress import one_line_warnings
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
@@ -298,10 +299,8 @@ def _model_option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. caps1_types=16), got {text!r}")
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return key.strip(), value
+    return key.strip(), json_value(value)
+
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
                  "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
                  "ema_decay", "grad_clip")
