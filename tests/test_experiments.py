@@ -544,6 +544,14 @@ def test_the_segmentation_experiment_compares_segcaps_under_each_routing_it_take
     assert hash(runs[2].model_config) == hash(runs[2].model_config)  # R1's config hashes too (a dict field)
     with pytest.raises(ValueError, match="segcaps:em: segcaps takes the routings dynamic, self-attention, not 'em'"):
         plan("segmentation", tmp_path, train=TrainConfig(), models=["segcaps:em"])
+    # the table names each row's routing (a NAME:ROUTING row was titled as Otsu's threshold before)
+    from capsnet.experiments import format_segmentation_table
+
+    rows = [{"model": r.label, "dataset": r.dataset, "weights": 1, "test_dice": 0.5} for r in runs]
+    rows.append({"model": "otsu", "dataset": runs[0].dataset, "weights": 0, "test_dice": 0.5})
+    titles = [line.split(" | ")[0][2:] for line in format_segmentation_table(rows).splitlines()[2:]]
+    assert titles == ["SegCaps R3", "SegCaps R3, self-attention routing", "SegCaps R1, self-attention routing",
+                      "U-Net", "Otsu threshold (no training)"]
 
 
 def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path, capsys):

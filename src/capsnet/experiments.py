@@ -548,7 +548,7 @@ def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
         return f"{r[key]:.4f}" if key in r else "-"
 
     for r in rows:
-        title = MODELS[r["model"]].title if r["model"] in MODELS else "Otsu threshold (no training)"
+        title = model_title(r["model"]) or "Otsu threshold (no training)"  # NAME:ROUTING with its routing
         lines.append("| " + " | ".join([
             title, *([dataset_stem(r["dataset"])] if shown else []), f"{r['weights']:,}", str(r.get("epochs", "-")),
             f"{r['step']:,}" if "step" in r else "-",
@@ -665,7 +665,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
 
     for r in (r for r in rows if r["experiment"] == "synthesis"):
         lines.append("| " + " | ".join([
-            r["dataset"], MODELS[r["model"]].title, f"{r['generator_weights']:,}", f"{r['weights']:,}",
+            r["dataset"], model_title(r["model"]), f"{r['generator_weights']:,}", f"{r['weights']:,}",
             str(r["epochs"]), cell(r, "test_l1"), cell(r, "test_ssim"), cell(r, "test_iou"), cell(r, "test_spread"),
             cell(r, "test_judge_accuracy", ".2%"), cell(r, "test_l1_draws"), cell(r, "test_ssim_draws"),
             f"{cell(r, 'test_judge_accuracy_draws', '.2%')} ({cell(r, 'test_judge_accuracy_draws_sd', '.2%')})"
@@ -676,7 +676,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
         lines += ["", "| data | classifier trained on | training images | epochs | real test accuracy |",
                   "|---|---|---|---|---|"]
         for r in probes:
-            what = "the real images" if r["trained_on"] == "real" else f"{MODELS[r['trained_on']].title}'s images"
+            what = "the real images" if r["trained_on"] == "real" else f"{model_title(r['trained_on'])}'s images"
             lines.append(f"| {r['dataset']} | {what} | {r['train_size']:,} | {r['epochs']} | "
                          f"{r['test_accuracy']:.2%} |")
     return "\n".join(lines)
