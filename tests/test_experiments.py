@@ -20,7 +20,7 @@ from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, inp
 from capsnet.experiments import (LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS, format_table, plan,
                                  run_plan)
 from capsnet.losses import margin_loss, reconstruction_loss
-from capsnet.models import BaselineCNNConfig, CapsNet
+from capsnet.models import BaselineCNNConfig, CapsNet, SegCapsConfig
 from capsnet.evaluate import load_model
 from capsnet.models import capsnet_loss
 from capsnet.train import TrainConfig
@@ -542,6 +542,10 @@ def test_the_segmentation_experiment_compares_segcaps_under_each_routing_it_take
         ("segcaps", "dynamic", "segcaps"), ("segcaps:self-attention", "self-attention", "segcaps-self-attention-routing"),
         ("segcaps-r1:self-attention", "self-attention", "segcaps-r1-self-attention-routing"), ("unet", None, "unet")]
     assert hash(runs[2].model_config) == hash(runs[2].model_config)  # R1's config hashes too (a dict field)
+    # rounds given for the paper's routing (--routing-iterations 2) go to it alone: one pass routes by none
+    given = plan("segmentation", tmp_path, train=TrainConfig(epochs=1), models=["segcaps", "segcaps:self-attention"],
+                 configs={"segcaps": SegCapsConfig(routing_iterations=2)})
+    assert [r.model_config.routing_iterations for r in given] == [2, 3]
     with pytest.raises(ValueError, match="segcaps:em: segcaps takes the routings dynamic, self-attention, not 'em'"):
         plan("segmentation", tmp_path, train=TrainConfig(), models=["segcaps:em"])
     # the table names each row's routing (a NAME:ROUTING row was titled as Otsu's threshold before)
@@ -552,6 +556,25 @@ def test_the_segmentation_experiment_compares_segcaps_under_each_routing_it_take
     titles = [line.split(" | ")[0][2:] for line in format_segmentation_table(rows).splitlines()[2:]]
     assert titles == ["SegCaps R3", "SegCaps R3, self-attention routing", "SegCaps R1, self-attention routing",
                       "U-Net", "Otsu threshold (no training)"]
+
+
+def test_the_synthesis_experiment_compares_capspix2pix_under_self_attention(tmp_path):
+    """capspix2pix:self-attention: the generator's capsule layers routed by self-attention, beside the paper's
+    generator and pix2pix, each in a folder of its own, its routing named in the table; EM refused by name."""
+    from capsnet.experiments import format_synthesis_table
+
+    runs = plan("synthesis", tmp_path, train=TrainConfig(epochs=1), datasets=["mnist-skeleton"],
+                models=["capspix2pix", "capspix2pix:self-attention", "pix2pix"])
+    assert [(r.label, getattr(r.model_config, "routing", None), r.run_dir.name) for r in runs] == [
+        ("capspix2pix", "dynamic", "capspix2pix"),
+        ("capspix2pix:self-attention", "self-attention", "capspix2pix-self-attention-routing"),
+        ("pix2pix", None, "pix2pix")]
+    rows = [{"experiment": "synthesis", "model": r.label, "dataset": r.dataset, "generator_weights": 1, "weights": 2,
+             "epochs": 1} for r in runs]
+    titles = [line.split(" | ")[1] for line in format_synthesis_table(rows).splitlines()[2:]]
+    assert titles == ["CapsPix2pix", "CapsPix2pix, self-attention routing", "pix2pix"]
+    with pytest.raises(ValueError, match="capspix2pix:em: capspix2pix takes the routings dynamic, self-attention"):
+        plan("synthesis", tmp_path, train=TrainConfig(), models=["capspix2pix:em"])
 
 
 def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path, capsys):

@@ -368,6 +368,21 @@ def test_a_segcaps_routing_it_cannot_use_is_refused_by_name(overrides, message):
     assert message in str(info.value)
 
 
+def test_a_saved_run_with_rounds_its_one_pass_routing_never_used_still_loads():
+    """Runs saved before those rounds were refused (an experiment's --routing-iterations reached
+    segcaps:self-attention) read back with the rounds at their defaults, which routed nothing; under dynamic
+    routing the saved rounds stand."""
+    from capsnet.models import CapsPix2pixConfig, SegCapsR1Config
+
+    saved = {"routing": "self-attention", "routing_iterations": 2, "primary_routing_iterations": 4}
+    assert (SegCapsConfig.from_saved(saved).routing_iterations, SegCapsConfig.from_saved(saved).primary_routing_iterations,
+            SegCapsR1Config.from_saved(saved).routing_iterations, CapsPix2pixConfig.from_saved(saved).routing_iterations) \
+        == (3, 1, 1, 3)
+    assert SegCapsConfig.from_saved({"routing": "dynamic", "routing_iterations": 2}).routing_iterations == 2
+    with pytest.raises(ValueError, match="leave it at 3"):  # built anew, not read back: refused
+        SegCapsConfig.from_dict(saved)
+
+
 def test_segcaps_r1_under_self_attention_keeps_its_own_rounds_default():
     """The rounds refused above are the ones moved from the config's own default (R1's is 1, R3's 3)."""
     assert create_model("segcaps-r1", routing="self-attention").config.routing_iterations == 1

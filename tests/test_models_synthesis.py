@@ -679,3 +679,34 @@ def test_segcaps_keeps_its_weights_and_state_dict_keys():
     caps = CapsPix2pix(CapsPix2pixConfig(input_height=16, input_width=16)).generator
     shared = [k for k, _ in SEGCAPS_STATE if k.startswith("caps.")]  # the generator's capsule layers: the same
     assert [k for k in caps.state_dict() if k.startswith("caps.")] == shared
+
+
+def test_capspix2pix_routes_by_self_attention_in_every_capsule_layer_when_asked():
+    """``routing``: the generator's capsule layers, SegCaps' stack, routed by self-attention (each layer's routing
+    over its own types, its learned prior counted: the 373 weights SegCaps' stack gains); every generator weight
+    learns from G's loss; an example's image does not depend on its batch; a routing whose activations are not
+    lengths is refused with the generator's reason."""
+    from capsnet.routing import SelfAttentionRouting
+
+    plain, routed = CapsPix2pixConfig(), CapsPix2pixConfig(routing="self-attention")
+    assert routed.generator_weights - plain.generator_weights == 373
+    torch.manual_seed(5)
+    model = _model("capspix2pix", dropout=0.0, routing="self-attention")
+    assert model.config.num_weights == _count(model)
+    caps = model.generator.caps
+    assert all(type(layer.routing) is SelfAttentionRouting for layer in caps.values())
+    assert [(layer.routing.in_caps, layer.routing.out_caps) for layer in caps.values()][:2] == [(1, 2), (2, 4)]
+    labels, real = _data(3)
+    z = model.noise(3, 0)
+    fake = model(labels, z)
+    model.g_loss(real, fake, labels)[0].backward()
+    for n, p in model.generator.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(labels, z)[1:2], model(labels[1:2], z[1:2]), atol=1e-6)
+    with pytest.raises(ValueError, match="em routing's activations are not its capsules' lengths as probabilities, "
+                                         "and the generator's capsule layers pass on their poses alone"):
+        CapsPix2pixConfig(routing="em")
+    with pytest.raises(ValueError, match="CapsPix2pixConfig.routing_softmax is an option of dynamic routing"):
+        CapsPix2pixConfig(routing="self-attention", routing_softmax="children")

@@ -60,7 +60,14 @@ class JsonConfig:
         """``from_dict`` of a configuration a checkpoint recorded, the fields it predates at their old values."""
         if not isinstance(d, dict):
             return config_from_dict(cls, d)  # refused there, by name
-        return config_from_dict(cls, {k: v for k, v in cls._SAVED_BEFORE.items() if k not in d} | d)
+        return config_from_dict(cls, cls._saved(
+            {k: v for k, v in cls._SAVED_BEFORE.items() if k not in d} | d))
+
+    @classmethod
+    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """A saved configuration's fields as this version builds them (a subclass may set back values that an older
+        version saved without using them and this one refuses); as they are by default."""
+        return d
 
 
 def _is_int(v: Any) -> bool:

@@ -32,6 +32,7 @@ from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
+from .models.segcaps import ROUNDS
 from .routing import routing_takes
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
@@ -681,7 +682,9 @@ class _ExperimentHelp(argparse.Action):
                                    f"any of {', '.join(fitting)}" + (", or capsnet:ROUTING (the paper's CapsNet with "
                                    "its digit capsules routed by another algorithm: capsnet:em, capsnet:self-attention)"
                                    if kind == "classification" else ", or segcaps:self-attention (every capsule "
-                                   "layer of SegCaps routed by self-attention)" if kind == "segmentation" else ""))
+                                   "layer of SegCaps routed by self-attention)" if kind == "segmentation" else
+                                   ", or capspix2pix:self-attention (every capsule layer of the generator routed by "
+                                   "self-attention)" if kind == "synthesis" else ""))
             parser.usage = None
         parser.print_help()
         parser.exit()
@@ -841,7 +844,7 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
-    for rounds_field in ("routing_iterations", "primary_routing_iterations"):  # SegCaps' primary layer's too
+    for rounds_field in ROUNDS:  # SegCaps' primary layer's too
         if rounds_field in model_changes and _one_pass(model_cfg):
             rounds = _as_typed(rounds_field, model_changes[rounds_field], rounds_field in options)
             by = _as_typed("routing", model_cfg.routing, "routing" in options)

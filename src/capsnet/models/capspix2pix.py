@@ -48,7 +48,8 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
@@ -57,7 +58,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      instance_norm_capsules, walk_capsule_stack)
+                      instance_norm_capsules, saved_rounds, stack_routings, walk_capsule_stack)
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -314,7 +315,13 @@ class CapsPix2pixConfig(JsonConfig):
     fake_label: float = 0.1
     beta1: float = 0.5  # Adam's betas (DCGAN's); the learning rate, 2e-4, is the training config's
     beta2: float = 0.999
+    routing: str = "dynamic"  # every capsule layer's routing: the paper's, or another that SegCaps' layers take
+    # (segcaps.stack_routings: self-attention, one pass with a learned prior per layer; not in the paper)
+    routing_options: dict[str, Any] = field(default_factory=dict)  # the routing's own options by name (never the
+    # layer's sizes, iterations, softmax or squash: segcaps.STACK_SETS)
     _SAVED_BEFORE = {"image_init_std": 0.02}  # runs saved before the field existed started from DCGAN's init
+    # why a routing whose activations are not lengths is refused (segcaps._check_stack_routing)
+    _STACK_LENGTHS = "the generator's capsule layers pass on their poses alone, as SegCaps' do"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -339,6 +346,19 @@ class CapsPix2pixConfig(JsonConfig):
         else:
             check_range(self, "patch_layers", 1, 8)
         check_gan_fields(self)
+        object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
+
+    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+    @classmethod
+    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return saved_rounds(cls, d)
+
+    @staticmethod
+    def probability_routings() -> list[str]:
+        """The registered routings ``routing`` may name (``segcaps.stack_routings``, as SegCaps)."""
+        return stack_routings()
 
     def patch_config(self) -> Any:
         """The ``Pix2pixConfig`` whose PatchGAN this model judges with (discriminator "patch"): its sizes, channels
@@ -363,7 +383,7 @@ class CapsPix2pixConfig(JsonConfig):
         noise = (self.noise_dim + 1) * self.input_height * self.input_width
         conv1 = ((self.in_channels + 1) * 25 + 1) * 16
         image = (16 * self.image_kernel ** 2 + 1) * self.out_channels
-        return noise + conv1 + capsule_stack_weights(self.routing_bias) + image
+        return noise + conv1 + capsule_stack_weights(self.routing_bias, self.routing, self.routing_options) + image
 
     @property
     def discriminator_weights(self) -> int:
@@ -409,7 +429,8 @@ class CapsPix2pixGenerator(nn.Module):
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
-                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash)
+                                  init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
+                                  routing=cfg.routing, routing_options=cfg.routing_options)
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)
