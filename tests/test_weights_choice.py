@@ -44,8 +44,8 @@ def _scores(done):
     return [(r["file"], r["class"], r["score"]) for r in done.rows]
 
 
-def test_predict_with_the_training_weights_predicts_as_the_plain_run(classifier_runs, tmp_path):
-    from capsnet.predict import predict_folder
+def test_predict_with_the_training_weights_predicts_as_the_plain_run(classifier_runs, tmp_path, capsys):
+    from capsnet.predict import PREDICTIONS_FILE, predict_folder
 
     _digits(tmp_path / "digits")
     run = {name: classifier_runs / name for name in ("plain", "avg")}
@@ -54,45 +54,59 @@ def test_predict_with_the_training_weights_predicts_as_the_plain_run(classifier_
     saved = predict_folder(run["avg"], tmp_path / "digits", tmp_path / "s", which="last")
     assert _scores(trained) == _scores(plain)
     assert [s for *_, s in _scores(saved)] != [s for *_, s in _scores(plain)]  # the average predicts otherwise
-    # on the command line; a checkpoint without training weights says why and writes nothing
-    assert main(["predict", "--checkpoint", str(run["avg"]), "--which", "last", "--weights", "training",
-                 "--images", str(tmp_path / "digits"), "--out", str(tmp_path / "cli"), "--no-progress"]) == 0
-    assert (tmp_path / "cli").is_dir()
+    # on the command line: the plain run's predictions, and said; without the flag, the average's
+    for out, weights in (("cli", ["--weights", "training"]), ("cli-saved", [])):
+        assert main(["predict", "--checkpoint", str(run["avg"]), "--which", "last", *weights,
+                     "--images", str(tmp_path / "digits"), "--out", str(tmp_path / out), "--no-progress"]) == 0
+    assert "(the run's training weights, not the average" in capsys.readouterr().out
+    assert (tmp_path / "cli" / PREDICTIONS_FILE).read_bytes() == (tmp_path / "p" / PREDICTIONS_FILE).read_bytes()
+    assert (tmp_path / "cli-saved" / PREDICTIONS_FILE).read_bytes() == (tmp_path / "s" / PREDICTIONS_FILE).read_bytes()
+    # a checkpoint without training weights says why and writes nothing
     with pytest.raises(CheckpointError, match="only a run's last checkpoint keeps them"):
         predict_folder(run["avg"], tmp_path / "digits", tmp_path / "never", which="best", weights="training")
     assert not (tmp_path / "never").exists()
 
 
-def test_export_of_the_training_weights_is_named_apart_and_computes_the_plain_run(classifier_runs):
+def test_export_of_the_training_weights_is_named_apart_and_computes_the_plain_run(classifier_runs, capsys):
     import onnxruntime
 
-    from capsnet.export import export_model
+    from capsnet.export import ExportError, export_model, trace_model
 
-    done = export_model(classifier_runs / "avg", which="last", weights="training")
-    assert done.path == classifier_runs / "avg" / "last-training-weights.onnx"
+    assert main(["export", "--checkpoint", str(classifier_runs / "avg"), "--which", "last", "--weights",
+                 "training"]) == 0
+    assert "(the run's training weights, not the average" in capsys.readouterr().out
+    path = classifier_runs / "avg" / "last-training-weights.onnx"
+    assert path.is_file()
     assert not (classifier_runs / "avg" / "last.onnx").exists()  # the average's default name is left alone
     x = load_test("mnist-sample", size=3, progress=False).images.float() / 255  # stored as bytes
-    session = onnxruntime.InferenceSession(str(done.path))
+    session = onnxruntime.InferenceSession(str(path))
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     plain, _ = load_model(classifier_runs / "plain", which="last")
     saved, _ = load_model(classifier_runs / "avg", which="last")
     with torch.no_grad():
         want, other = plain.eval()(x).lengths.numpy(), saved.eval()(x).lengths.numpy()
     assert np.allclose(got, want, atol=1e-5) and not np.allclose(got, other, atol=1e-5)
-    with pytest.raises(ValueError, match="weights='training' picks a checkpoint's weights"):
-        export_model(plain, classifier_runs / "model.onnx", weights="training")
+    for source in (plain, trace_model(plain)):  # a model or a trace has no training weights to pick
+        with pytest.raises(ExportError, match="weights='training' picks a checkpoint's weights"):
+            export_model(source, classifier_runs / "model.onnx", weights="training")
+    with pytest.raises(ExportError, match="weights must be one of saved, training, got 'bogus'"):
+        export_model(plain, classifier_runs / "model.onnx", weights="bogus")
+    assert not (classifier_runs / "model.onnx").exists()
 
 
-def test_figures_of_the_training_weights_go_to_their_own_folder_and_draw_the_plain_run(classifier_runs, tmp_path):
+def test_figures_of_the_training_weights_go_to_their_own_folder_and_draw_the_plain_run(classifier_runs, tmp_path,
+                                                                                       capsys):
     from capsnet.figures import write_figures
 
+    assert main(["figures", "--checkpoint", str(classifier_runs / "avg"), "--which", "last", "--weights", "training",
+                 "--indices", "0", "--misclassified", "1", "--no-progress"]) == 0
+    assert "(the run's training weights, not the average" in capsys.readouterr().out
+    trained = classifier_runs / "avg" / "figures-training-weights"
     common = dict(which="last", indices=[0], misclassified=1, progress=False)
-    trained = write_figures(classifier_runs / "avg", weights="training", **common)
-    assert trained.folder == classifier_runs / "avg" / "figures-training-weights"
     plain = write_figures(classifier_runs / "plain", out=tmp_path / "plain", **common)
     saved = write_figures(classifier_runs / "avg", out=tmp_path / "saved", **common)
     figure = "reconstructions.png"  # drawn from the model's weights alone
-    assert (trained.folder / figure).read_bytes() == (plain.folder / figure).read_bytes()
+    assert (trained / figure).read_bytes() == (plain.folder / figure).read_bytes()
     assert (saved.folder / figure).read_bytes() != (plain.folder / figure).read_bytes()
 
 
@@ -106,8 +120,10 @@ def test_the_viewer_opens_the_training_weights_and_says_so(classifier_runs, caps
     assert load_viewer(classifier_runs / "avg", which="last", progress=False).info()["weights"] == "saved"
     with pytest.raises(ViewerError, match="weights='training' picks a checkpoint's weights; give a checkpoint"):
         load_viewer(None, weights="training")
-    assert main(["viz", "--untrained", "--weights", "training"]) != 0
-    assert "--weights training picks a checkpoint's weights; give --checkpoint" in capsys.readouterr().err
+    for flags in ([], ["--untrained"]):  # the shipped model, or an untrained one: neither keeps training weights
+        assert main(["viz", *flags, "--weights", "training"]) != 0
+        assert "--weights training needs --checkpoint RUN_DIR, a run trained with --ema-decay" in \
+            capsys.readouterr().err
 
 
 def test_generate_with_the_training_weights_draws_the_plain_runs_images(tmp_path, data_root):
@@ -123,8 +139,11 @@ def test_generate_with_the_training_weights_draws_the_plain_runs_images(tmp_path
         a[8:24, 10 + 3 * k] = 255
         Image.fromarray(a).save(labels / f"map{k}.png")
     images = {}
-    for name, run, weights in (("plain", "plain", "saved"), ("trained", "avg", "training"), ("saved", "avg", "saved")):
+    for name, run, weights in (("plain", "plain", "saved"), ("saved", "avg", "saved")):
         done = generate_folder(tmp_path / run, labels, tmp_path / f"out-{name}", which="last", weights=weights)
         images[name] = [np.array(Image.open(f)) for f in sorted(done.files)]
+    assert main(["generate", "--checkpoint", str(tmp_path / "avg"), "--which", "last", "--weights", "training",
+                 "--labels", str(labels), "--out", str(tmp_path / "out-trained"), "--no-progress"]) == 0
+    images["trained"] = [np.array(Image.open(f)) for f in sorted((tmp_path / "out-trained").iterdir())]
     assert all(np.array_equal(a, b) for a, b in zip(images["trained"], images["plain"], strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(images["saved"], images["plain"], strict=True))

@@ -21,9 +21,19 @@ import torch
 from .checkpoint import Checkpoint, CheckpointError
 
 __all__ = ["WeightAverage", "applied", "with_training_weights", "training_weights", "without_training_weights",
-           "restore_training_weights"]
+           "restore_training_weights", "WEIGHTS", "weights_tag"]
 
 _OWNER = "weights"
+
+# which weights of a checkpoint make the model (load_model, --weights): its model entry (for an averaged run, the
+# average), or an averaged run's training weights
+WEIGHTS = ("saved", "training")
+
+
+def weights_tag(weights: str) -> str:
+    """What a default output name made from ``weights`` carries, so a file made from an averaged run's training
+    weights never replaces the average's: "-training-weights", or "" for the saved weights."""
+    return "-training-weights" if weights == "training" else ""
 
 
 class WeightAverage:

@@ -483,7 +483,11 @@ def _checkpoint_choice(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=("saved", "training"), default="saved",
                    help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
                         "average); training: such a run's own training weights, which its last checkpoint keeps "
-                        "(--which last), as the run would have scored without the average")
+                        "(--which last): the model the run trained, not its average")
+
+
+# what a command that loaded --weights training prints (the report or the files do not say it themselves)
+_TRAINING_NOTE = "(the run's training weights, not the average it saved as its model)"
 
 
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
@@ -572,8 +576,8 @@ def _export_arguments(x: argparse.ArgumentParser) -> None:
                    help="onnx: an ONNX graph for onnxruntime and other runtimes; torch-export: torch.export's "
                         "program (.pt2), loaded with torch.export.load")
     x.add_argument("--out", default=None, help="file to write (default: the checkpoint's name with .onnx or .pt2, "
-                                               "beside it; for pretrained:NAME, NAME.onnx or NAME.pt2 in the working "
-                                               "folder)")
+                                               "beside it, last-training-weights.onnx for --weights training; for "
+                                               "pretrained:NAME, NAME.onnx or NAME.pt2 in the working folder)")
     x.add_argument("--opset", type=_number(int, minimum=MIN_OPSET), default=None,
                    help=f"ONNX opset, {MIN_OPSET} or newer (default: the exporter's)")
 
@@ -609,7 +613,10 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
                    help="run directory, checkpoint file or pretrained:NAME (figures to figures-NAME in the working "
                         "folder); the model figures use the first, the training curves overlay all")
     _checkpoint_choice(f)
-    f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures)")
+    f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures, "
+                                               "FIRST_RUN_DIR/figures-training-weights for --weights training; "
+                                               "figures-NAME in the working folder for pretrained:NAME); --which and "
+                                               "--weights pick the first run's model, the others add their curves")
     f.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set the inputs come from (default: the run's; for a shipped model trained on MNIST the "
                         "same task on the shipped digits, offline: mnist-sample, mnist-sample-segmentation or "
@@ -1055,15 +1062,14 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     (eval-best-fashion-mnist-n100.json), so a quick check never replaces the full figure; a shipped model's in the
     working folder (never into the installed package)."""
     from . import pretrained
-    from .evaluate import TRAINING_WEIGHTS_TAG
+    from .average import weights_tag
 
     name = f"eval-{ckpt.path.stem}"
     if args.dataset is not None and absolute_dataset(args.dataset) != ckpt.train_config.get("dataset"):
         name += "-" + dataset_stem(args.dataset)
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
-    if args.weights == "training":  # an averaged run's training weights: another figure than its average's
-        name += TRAINING_WEIGHTS_TAG
+    name += weights_tag(args.weights)  # an averaged run's training weights: another figure than its average's
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
 
@@ -1100,7 +1106,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
         print(done.format())
         if args.weights == "training":
-            print("(the run's training weights, not the average it saved as its model)")
+            print(_TRAINING_NOTE)
     print(f"\nwritten {out}")
     return 0
 
@@ -1160,6 +1166,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                            truncation=args.truncation)
     again = _replaced(done.replaced)
     print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
+    if args.weights == "training":
+        print(_TRAINING_NOTE)
     return 0
 
 
@@ -1188,6 +1196,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                           mnist_style=args.mnist_style)
     for note in done.notes:
         print(f"note: {note}")
+    if args.weights == "training":
+        print(_TRAINING_NOTE)
     again = _replaced(done.replaced)
     if done.kind == "classification":
         shown = done.rows[:10]
@@ -1220,6 +1230,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
                        weights=args.weights)
           .format_report())
+    if args.weights == "training":
+        print(_TRAINING_NOTE)
     return 0
 
 
@@ -1233,6 +1245,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                          misclassified=args.misclassified, fmt=args.format, dpi=args.dpi, device=args.device,
                          progress=not args.no_progress)
     print("\n".join(done.notes))
+    if args.weights == "training":
+        print(_TRAINING_NOTE)
     print(f"wrote {len(done.files)} figures to {done.folder}:")
     print("\n".join(f"  {p.name}" for p in done.files))
     return 0
@@ -1351,11 +1365,12 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 
     if args.untrained and args.checkpoint:
         raise ValueError("--untrained and --checkpoint contradict each other: give one")
+    if args.weights == "training" and args.checkpoint is None:  # the shipped model and an untrained one keep none
+        raise ValueError("--weights training needs --checkpoint RUN_DIR, a run trained with --ema-decay (the shipped "
+                         "model and an untrained one keep no training weights beside an average)")
     checkpoint = args.checkpoint
     if checkpoint is None and not args.untrained and pretrained.DEFAULT in pretrained.names():
         checkpoint = pretrained.PREFIX + pretrained.DEFAULT
-    if args.weights != "saved" and checkpoint is None:
-        raise ValueError(f"--weights {args.weights} picks a checkpoint's weights; give --checkpoint")
     viewer = load_viewer(checkpoint, which=args.which, weights=args.weights, dataset=args.dataset,
                          data_dir=args.data_dir,
                          device=str(resolve_device(args.device)), test_size=args.test_size)
@@ -1376,7 +1391,8 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     if viewer.warning:
         print(f"warning: {viewer.warning}", file=sys.stderr)
     shown = checkpoint if pretrained.is_shipped(checkpoint) else viewer.checkpoint or "untrained CapsNet"
-    print(f"capsnet viewer: {shown} on {viewer.dataset} test images", flush=True)
+    weights = " (its training weights, not the average it saved as its model)" if args.weights == "training" else ""
+    print(f"capsnet viewer: {shown}{weights} on {viewer.dataset} test images", flush=True)
     print(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ._progress import progress_bar
+from .average import WEIGHTS
 from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
@@ -203,9 +204,6 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
     return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
 
 
-WEIGHTS = ("saved", "training")  # load_model's weights: the checkpoint's model entry, or an averaged run's own
-TRAINING_WEIGHTS_TAG = "-training-weights"  # what a report, figure folder or export made from the training weights
-# carries in its default name, so it never replaces the average's
 
 
 def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu",

@@ -457,6 +457,10 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
             raise ExportError(f"ONNX opset {opset!r} is too old: the dynamo-based exporter writes opset {MIN_OPSET} "
                               f"or newer")
+    from .average import WEIGHTS, weights_tag
+
+    if weights not in WEIGHTS:
+        raise ExportError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if format == "onnx":
         _require_onnx()  # before loading and tracing: a missing package is said at once
     checkpoint: Checkpoint | None = None
@@ -467,12 +471,12 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
 
         source, checkpoint = load_model(source, which=which, device="cpu", weights=weights)
-    elif weights != "saved":
-        raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is a "
-                          f"{type(source).__name__}, not a checkpoint")
     if not isinstance(source, (nn.Module, Traced)):
         raise TypeError(f"source must be a checkpoint path, a model or trace_model's result, "
                         f"got {type(source).__name__}")
+    if checkpoint is None and weights != "saved":
+        raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is a "
+                          f"{type(source).__name__}, not a checkpoint")
     label = source.label if isinstance(source, Traced) else _label(source)
     if (label, format) in UNSUPPORTED:
         raise ExportError(f"{label} cannot be exported to {format}: {UNSUPPORTED[label, format]}")
@@ -480,9 +484,7 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         if checkpoint is None or checkpoint.path is None:
             raise ExportError("give the path of the file to write (only a checkpoint has a default: its own name)")
         # a shipped model's own name, in the working folder: never into the installed package
-        from .evaluate import TRAINING_WEIGHTS_TAG
-
-        stem = checkpoint.path.stem + (TRAINING_WEIGHTS_TAG if weights == "training" else "")
+        stem = checkpoint.path.stem + weights_tag(weights)
         path = Path(stem + FORMATS[format]) if shipped else checkpoint.path.with_name(stem + FORMATS[format])
     path = Path(path)
     other = next((f for f, suffix in FORMATS.items() if f != format and path.suffix.lower() == suffix), None)

@@ -11,7 +11,8 @@ import torch
 from .. import pretrained
 from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
-from ..evaluate import TRAINING_WEIGHTS_TAG, load_model
+from ..average import weights_tag
+from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -35,7 +36,7 @@ class FiguresWritten:
 def _default_out(checkpoint: str | os.PathLike, weights: str = "saved") -> Path:
     """Where the figures go without --out: RUN_DIR/figures, or figures-NAME in the working folder for a shipped
     model (never into the installed package); figures-training-weights for an averaged run's training weights."""
-    tag = TRAINING_WEIGHTS_TAG if weights == "training" else ""
+    tag = weights_tag(weights)
     if pretrained.is_shipped(checkpoint):
         return Path(f"figures-{checkpoint[len(pretrained.PREFIX):]}{tag}")
     first = Path(checkpoint)
