@@ -392,9 +392,9 @@ def test_segcaps_r1_under_self_attention_keeps_its_own_rounds_default():
 
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_seg_kernel_widens_the_segmentation_capsules_window_and_is_counted(k):
-    """``seg_kernel`` K: each pixel's segmentation capsule routes from the children in the K x K window around it
-    (the paper's 1: its own position's alone), so a change to one child position moves exactly the K x K parents
-    around it; the weights grow by (K^2 - 1) x 16 x 16 over the paper's count."""
+    """``seg_kernel`` K: each pixel's votes for its segmentation capsule are made from the children in the K x K
+    window around it (the paper's 1: its own position's alone), so a change to one child position moves exactly the
+    K x K parents around it; the weights grow by (K^2 - 1) x 16 x 16 over the paper's count."""
     model = SegCaps(SegCapsConfig(seg_kernel=k))
     assert sum(p.numel() for p in model.parameters()) == model.config.num_weights \
         == paper_segcaps_weights() + (k * k - 1) * 16 * 16

@@ -332,7 +332,7 @@ class SegCapsConfig(JsonConfig):
     routing_options: dict[str, Any] = field(default_factory=dict)  # the routing's own options by name (never the
     # layer's sizes, iterations, softmax or squash: STACK_SETS)
     seg_kernel: int = 1  # the segmentation capsule layer's kernel side, odd: the paper's 1 (each pixel's capsule from
-    # its own position's; 3 or 5 let it see its neighbours' at full resolution; not in the paper)
+    # its own position's; 3 or 5 make its votes from its neighbours' too at full resolution; not in the paper)
 
     def __post_init__(self) -> None:
         check_types(self)
