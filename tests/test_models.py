@@ -344,6 +344,9 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
                                "dynamic, em, self-attention"),
     (dict(routing="em", leaky_routing=True), "leaky_routing is an option of dynamic routing; em routing does not"),
     (dict(routing="self-attention", detach_agreement=True), "detach_agreement is an option of dynamic routing"),
+    (dict(routing="self-attention", routing_iterations=2), "CapsNetConfig.routing_iterations sets the rounds of a "
+                                                           "routing that iterates; self-attention routing makes one "
+                                                           "pass: leave it at 3"),
     (dict(routing="em", routing_bias=False), r"routing_bias: em routing's digit capsules have no pose bias .* \(drop "
                                               r"--no-routing-bias"),
     (dict(routing="nope"), "routing must be one of dynamic, em, inverted, self-attention, got 'nope'"),
@@ -363,6 +366,12 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
 def test_capsnet_config_refuses_a_routing_it_cannot_train_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):
         CapsNetConfig(**overrides)
+
+
+def test_a_capsnet_saved_with_rounds_its_one_pass_routing_never_used_still_loads():
+    """The rounds refused above read back at their default from a run saved before they were refused."""
+    assert CapsNetConfig.from_saved({"routing": "self-attention", "routing_iterations": 2}).routing_iterations == 3
+    assert CapsNetConfig.from_saved({"routing": "em", "routing_iterations": 2}).routing_iterations == 2  # EM iterates
 
 
 def test_capsnet_starts_em_routing_as_routing_starts_says_and_the_config_overrides_it():

@@ -32,8 +32,8 @@ from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
-from .models.segcaps import ROUNDS
-from .routing import routing_takes
+from .models.rounds import ROUNDS
+from .routing import ROUTINGS, routing_takes
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
@@ -837,6 +837,21 @@ def _one_pass(model_cfg: Any) -> bool:
     return isinstance(routing, str) and not routing_takes(routing, "iterations")
 
 
+def _check_rounds_flags(args: argparse.Namespace, chosen: str, model_changes: dict[str, Any],
+                        options: dict[str, Any]) -> None:
+    """Refuse rounds typed for a routing that makes one pass (self-attention), naming the flags, before the model's
+    config refuses them by its field names."""
+    routing = model_changes.get("routing", getattr(model_spec(chosen).config, "routing", None))
+    if not isinstance(routing, str) or routing not in ROUTINGS or routing_takes(routing, "iterations"):
+        return
+    for rounds_field in ROUNDS:  # SegCaps' primary layer's too
+        if rounds_field in model_changes:
+            rounds = _as_typed(rounds_field, model_changes[rounds_field], rounds_field in options)
+            by = _as_typed("routing", routing, "routing" in options)
+            args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave "
+                              f"the rounds out")
+
+
 def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, typed: list[str],
                         model_changes: dict[str, Any], options: dict[str, Any]) -> None:
     """Refuse training flags (``typed``: by the user, not a preset) that the new run's model or other flags ignore."""
@@ -851,12 +866,6 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
-    for rounds_field in ROUNDS:  # SegCaps' primary layer's too
-        if rounds_field in model_changes and _one_pass(model_cfg):
-            rounds = _as_typed(rounds_field, model_changes[rounds_field], rounds_field in options)
-            by = _as_typed("routing", model_cfg.routing, "routing" in options)
-            args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave "
-                              f"the rounds out")
     if "shift" in typed and train_cfg.augment != "shift":
         args.parser.error(f"--shift sets how far --augment shift moves the images, and --augment {train_cfg.augment} "
                           f"makes its own shifts (within each digit's margins); leave --shift out, or pass "
@@ -944,6 +953,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         del last  # its weights and optimizer state, not held while fit trains
     else:
         _check_schedule_flags(args, train_changes, preset_fields)
+        _check_rounds_flags(args, chosen, model_changes, options)
         sized = train.input_fields(chosen, dataset)
         try:
             model_cfg = model_spec(chosen).config(**sized, **model_changes)

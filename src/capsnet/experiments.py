@@ -53,7 +53,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
-from .models.segcaps import unused_rounds
+from .models.rounds import unused_rounds
 from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields
 

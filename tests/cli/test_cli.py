@@ -406,7 +406,8 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--model", "segcaps", "--dataset", "mnist-segmentation", "--routing",
                    "self-attention", "--model-option",
                    "primary_routing_iterations=2", "--out", tmp_path / "a")  # SegCaps' primary layer's rounds too
-    assert_clean_error(r, "primary_routing_iterations sets the rounds of a routing that iterates")
+    assert_clean_error(r, "--model-option primary_routing_iterations=2 sets the rounds of a routing that iterates, "
+                          "and --routing self-attention makes one pass")
     r = in_process(capsys, "train", "--routing", "inverted", "--out", tmp_path / "a")
     assert_clean_error(r, "argument --routing: invalid choice: 'inverted' (choose from 'dynamic', 'em', 'self-attention')")
     r = in_process(capsys, "train", "--routing", "em", "--leaky-routing", "--out", tmp_path / "a")

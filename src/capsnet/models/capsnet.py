@@ -21,6 +21,7 @@ from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
 from .inputs import check_class_images, check_class_labels, check_integer_labels
+from .rounds import check_rounds, saved_rounds
 
 PADDINGS = ("valid", "same")
 # how the weights start: "torch", PyTorch's own initialisers (with the digit capsules' W ~ N(0, 0.01^2)); "authors",
@@ -128,6 +129,7 @@ class CapsNetConfig(JsonConfig):
                              f"[0, 1], and CapsNet's margin loss reads its digit capsules' activations as "
                              f"probabilities; use one of {', '.join(self.probability_routings())}, or a model built "
                              f"for it (capsnet models)")
+        check_rounds(self, self.routing)  # routing_iterations, where the routing makes one pass
         for name, option in (("leaky_routing", "leaky"), ("detach_agreement", "detach_agreement")):
             if getattr(self, name) and not routing_takes(self.routing, option):
                 raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
@@ -148,6 +150,10 @@ class CapsNetConfig(JsonConfig):
         except TypeError as e:  # "'>' not supported between 'str' and 'int'": a value of the wrong kind
             raise ValueError(f"CapsNetConfig.routing_options {self.routing_options}: a value of the wrong kind for "
                              f"{self.routing} routing ({e})") from None
+
+    @classmethod
+    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return saved_rounds(cls, d)
 
     def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
         return hash(json.dumps(self.to_dict(), sort_keys=True))

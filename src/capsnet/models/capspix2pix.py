@@ -58,7 +58,8 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      instance_norm_capsules, saved_rounds, stack_routings, walk_capsule_stack)
+                      instance_norm_capsules, stack_routings, walk_capsule_stack)
+from .rounds import saved_rounds
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -44,12 +44,13 @@ from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
+from .rounds import check_rounds, saved_rounds
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
            "CAPSULE_NORMS", "instance_norm_capsules", "stack_routings", "stack_routing",
-           "check_sides", "check_stack_fields", "ROUNDS", "unused_rounds", "saved_rounds"]
+           "check_sides", "check_stack_fields"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
 
@@ -84,25 +85,6 @@ def stack_routings() -> list[str]:
     segmentation capsule's length is the foreground's probability (dynamic and self-attention routing today)."""
     return [name for name in list_routings()
             if routing_is(name, "probabilities") and routing_is(name, "length_activations")]
-
-
-# the fields that set routing rounds, refused away from their defaults under a routing that makes one pass
-ROUNDS = ("routing_iterations", "primary_routing_iterations")
-
-
-def unused_rounds(config: Any, routing: str) -> dict[str, int]:
-    """The defaults of ``config``'s (a config class's or instance's) rounds fields when ``routing`` makes one pass,
-    which routes nothing with them; {} for a routing that iterates."""
-    if routing not in list_routings() or routing_takes(routing, "iterations"):
-        return {}
-    return {f.name: f.default for f in fields(config) if f.name in ROUNDS}
-
-
-def saved_rounds(cls: type, d: dict[str, Any]) -> dict[str, Any]:
-    """A saved config dict with the rounds its one-pass routing never used set back to ``cls``'s defaults, so a run
-    saved before they were refused (an experiment's --routing-iterations over segcaps:self-attention) still loads."""
-    routing = d.get("routing", "dynamic")
-    return d | unused_rounds(cls, routing) if isinstance(routing, str) else d
 
 
 # a routing's options that capsule_stack sets from the config's own fields or the layer's sizes, never from
@@ -226,10 +208,7 @@ def _check_stack_routing(cfg: Any) -> None:
         if getattr(cfg, name) != default and not routing_takes(routing, option):
             raise ValueError(f"{kind}.{name} is an option of dynamic routing; {routing} routing does not take it: "
                              f"leave it at {default!r}")
-    for name, default in unused_rounds(cfg, routing).items():  # rounds a one-pass routing would ignore
-        if getattr(cfg, name) != default:
-            raise ValueError(f"{kind}.{name} sets the rounds of a routing that iterates; {routing} routing makes one "
-                             f"pass: leave it at {default}")
+    check_rounds(cfg, routing)  # rounds a one-pass routing would ignore
     for option in options:  # softmax and squash where the routing takes them (else it names them below)
         if option == "iterations" and not routing_takes(routing, option):
             raise ValueError(f"{kind}.routing_options: {routing} routing makes one pass and takes no iterations")
