@@ -6,7 +6,7 @@ takes a step on real against fake pairs, then the generator one on the
 discriminator's verdict plus L1 (the discriminator frozen for it), each with
 Adam. Generation: ``capsnet.synthesis.generate`` on a batch of label maps
 (no gradients). Inputs are seeded random label maps and images. Each repeat
-times both models back to back, alternating which goes first; the ratio
+times every model back to back, in turns that change which goes first; the ratio
 column is the median of the per-repeat ratios pix2pix / the model (above
 1: the model is faster).
 

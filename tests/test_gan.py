@@ -718,3 +718,25 @@ def test_graded_label_maps_read_alike_in_training_test_and_generate(tmp_path, mo
     write(tmp_path / "b" / "test", 2, 1)
     train, held, _ = load_training(f"pairs:{tmp_path / 'b'}", progress=False)
     assert train.images.max() == 255 and held.images.max() == 1.0
+
+
+def test_each_generator_of_a_synthesis_experiment_gets_its_own_probe(tmp_path, data_root, monkeypatch):
+    """capspix2pix and capspix2pix:self-attention share a model name: each gets its own train-on-synthetic probe, in
+    a folder named as its run's, and its own row (the second one overwrote the first's before)."""
+    from pathlib import Path
+
+    from capsnet import experiments
+    from capsnet.experiments import format_synthesis_table, plan, run_plan, synthetic_probe_rows
+
+    monkeypatch.setattr(experiments, "GENERATION_SPEED_IMAGES", 16)
+    monkeypatch.setattr(experiments, "PROBE", dict(experiments.PROBE, conv1_channels=8, primary_types=2))
+    train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)
+    runs = plan("synthesis", tmp_path, train=train, datasets=["mnist-skeleton"],
+                models=["capspix2pix", "capspix2pix:self-attention"])
+    rows = run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+    assert [(p["trained_on"], Path(p["run_dir"]).name) for p in probes] == [
+        ("real", "real"), ("capspix2pix", "capspix2pix-1ep"),
+        ("capspix2pix:self-attention", "capspix2pix-self-attention-routing-1ep")]
+    table = format_synthesis_table(rows + probes)
+    assert "| CapsPix2pix's images |" in table and "| CapsPix2pix, self-attention routing's images |" in table

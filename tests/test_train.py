@@ -403,3 +403,22 @@ def test_fit_arguments_of_the_wrong_kind_are_named_before_any_work(tmp_path, tra
         load_model(trained_run, which="final")
     with pytest.raises(CheckpointError, match="which must be 'best' or 'last'"):
         load_model(trained_run / "best.safetensors", which="Best")
+
+
+def test_a_run_saved_with_rounds_its_one_pass_routing_never_used_loads_and_resumes(tmp_path):
+    """A self-attention run saved before such rounds were refused (routing_iterations 2 in its config): it loads with
+    the rounds at their default, and a resume that types them again is not a clash; other fields still are."""
+    from capsnet.train import ResumeError, resume_configs
+
+    cfg = CapsNetConfig(conv1_channels=8, primary_types=2, routing="self-attention")
+    fit(cfg, TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32, train_size=32, test_size=32), tmp_path / "r",
+        device="cpu", progress=False)
+    ckpt = load_checkpoint(tmp_path / "r", "last")
+    ckpt.model_config = ckpt.model_config | {"routing_iterations": 2}  # as such a run was written
+    save_checkpoint(tmp_path / "r" / "last.safetensors", ckpt)
+    model, _ = load_model(tmp_path / "r", which="last")
+    assert model.config.routing_iterations == 3
+    model_cfg, _ = resume_configs(tmp_path / "r", model_changes={"routing_iterations": 2})
+    assert model_cfg.routing == "self-attention" and model_cfg.routing_iterations == 3
+    with pytest.raises(ResumeError, match="conv1_channels differ from the run"):
+        resume_configs(tmp_path / "r", model_changes={"conv1_channels": 16, "routing_iterations": 2})

@@ -58,7 +58,8 @@ def test_predict_with_the_training_weights_predicts_as_the_plain_run(classifier_
     for out, weights in (("cli", ["--weights", "training"]), ("cli-saved", [])):
         assert main(["predict", "--checkpoint", str(run["avg"]), "--which", "last", *weights,
                      "--images", str(tmp_path / "digits"), "--out", str(tmp_path / out), "--no-progress"]) == 0
-    assert "(the run's training weights, not the average" in capsys.readouterr().out
+        said = "(the run's training weights, not the average" in capsys.readouterr().out
+        assert said == bool(weights), out  # said for the training weights alone
     assert (tmp_path / "cli" / PREDICTIONS_FILE).read_bytes() == (tmp_path / "p" / PREDICTIONS_FILE).read_bytes()
     assert (tmp_path / "cli-saved" / PREDICTIONS_FILE).read_bytes() == (tmp_path / "s" / PREDICTIONS_FILE).read_bytes()
     # a checkpoint without training weights says why and writes nothing

@@ -32,8 +32,7 @@ from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
-from .models.rounds import ROUNDS
-from .routing import ROUTINGS, routing_takes
+from .models.rounds import unused_rounds
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
@@ -330,8 +329,8 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
                 type=_positive_int)
     if all_flags:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the routing algorithm (capsnet.routing) of CapsNet's "
-                    "digit capsules, the rest of the network and its loss the paper's; for segcaps, of every capsule "
-                    "layer (dynamic or self-attention)", choices=CapsNetConfig.probability_routings())
+                    "digit capsules, the rest of the network and its loss the paper's; for segcaps and capspix2pix, "
+                    "of every capsule layer (dynamic or self-attention)", choices=CapsNetConfig.probability_routings())
         p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
@@ -834,7 +833,7 @@ def _one_pass(model_cfg: Any) -> bool:
     """Whether a model's config names a routing that makes one pass (self-attention), so routing_iterations is
     nothing to it."""
     routing = getattr(model_cfg, "routing", None)
-    return isinstance(routing, str) and not routing_takes(routing, "iterations")
+    return isinstance(routing, str) and bool(unused_rounds(model_cfg, routing))
 
 
 def _check_rounds_flags(args: argparse.Namespace, chosen: str, model_changes: dict[str, Any],
@@ -842,9 +841,8 @@ def _check_rounds_flags(args: argparse.Namespace, chosen: str, model_changes: di
     """Refuse rounds typed for a routing that makes one pass (self-attention), naming the flags, before the model's
     config refuses them by its field names."""
     routing = model_changes.get("routing", getattr(model_spec(chosen).config, "routing", None))
-    if not isinstance(routing, str) or routing not in ROUTINGS or routing_takes(routing, "iterations"):
-        return
-    for rounds_field in ROUNDS:  # SegCaps' primary layer's too
+    unused = unused_rounds(model_spec(chosen).config, routing) if isinstance(routing, str) else {}
+    for rounds_field in unused:  # SegCaps' primary layer's too
         if rounds_field in model_changes:
             rounds = _as_typed(rounds_field, model_changes[rounds_field], rounds_field in options)
             by = _as_typed("routing", routing, "routing" in options)

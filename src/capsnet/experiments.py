@@ -602,8 +602,9 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
 
     The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
     size and seed, with the plain task's shift augmentation. Each probe is a run directory under
-    ``out/probes/DATASET``: ``real``, and ``MODEL-Eep`` for the images of MODEL's generator after its E epochs (a
-    finished one is read back, and then neither its images are generated nor the data sets read).
+    ``out/probes/DATASET``: ``real``, and ``RUN-Eep`` for the images of the generator of the run in folder RUN (its
+    model's name, or NAME-ROUTING-routing for NAME:ROUTING) after its E epochs (a finished one is read back, and then
+    neither its images are generated nor the data sets read).
     """
     import functools
 
@@ -637,8 +638,9 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
 
         # the folder names the generator's epochs: a generator trained on (a larger --epochs) makes other images, so
         # its probe from before is not read back as this one's
+        # its own (NAME:ROUTING beside NAME: each generator its probe, named as its run folder is)
         made = {"real": ("real", lambda: data()[0].images)} | {
-            run.model: (f"{run.model}-{load_checkpoint(run.run_dir, 'last').state.get('epoch')}ep",
+            run.label: (f"{run.run_dir.name}-{load_checkpoint(run.run_dir, 'last').state.get('epoch')}ep",
                         functools.partial(generated, run)) for run in runs if run.dataset == dataset}
         for trained_on, (folder, images) in made.items():
             probe_dir = Path(out) / "probes" / dataset / folder

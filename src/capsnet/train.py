@@ -49,6 +49,7 @@ from .distributed import DistributedError, Launch, barrier, join, launcher, leav
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
+from .models.rounds import unused_rounds
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "make_optimizer",
@@ -392,7 +393,10 @@ def resume_configs(run_dir: str | os.PathLike | Checkpoint, *, model: str | None
                           {"model": ckpt.model_name})
     saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
-    clashes = ([k for k, v in model_changes.items() if _differs(saved_model, k, v)]
+    # rounds under a one-pass routing route nothing: a run saved with them (read back at their defaults) resumes
+    # with the flags it was first typed with
+    unused = unused_rounds(saved_model, getattr(saved_model, "routing", "dynamic"))
+    clashes = ([k for k, v in model_changes.items() if k not in unused and _differs(saved_model, k, v)]
                + [k for k, v in train_changes.items() if k not in RESUMABLE_CHANGES and _differs(saved_train, k, v)])
     if clashes:
         saved = {k: getattr(saved_model if k in model_changes else saved_train, k) for k in clashes}

@@ -417,6 +417,8 @@ class CapsPix2pixDeepConfig(CapsPix2pixConfig):
     bias_init: float = 0.01
     conv1_init_std: float = 0.2
 
+    __hash__ = CapsPix2pixConfig.__hash__  # a frozen dataclass writes its own (over a dict field) unless given one
+
 
 class CapsPix2pixGenerator(nn.Module):
     """SegCaps R3 over the label map and a noise map; the final capsule's pose, through a 1x1 convolution, is the
