@@ -12,12 +12,19 @@ import math
 from typing import Any, TypeVar
 
 __all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice",
-           "json_value", "MAX_WEIGHTS"]
+           "json_value", "hash_as_saved", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
 # Refuse configs whose weights would not fit a large GPU (2^31 float32 weights: 8 GiB), before allocating any.
 MAX_WEIGHTS = 2**31
+
+
+def hash_as_saved(config: Any) -> int:
+    """A config's hash from its JSON record (``__hash__ = hash_as_saved`` in the class body, and again in every
+    frozen subclass, which would write its own field-tuple hash): for a config with a dict field
+    (routing_options)."""
+    return hash(json.dumps(config.to_dict(), sort_keys=True))
 
 
 def json_value(text: str) -> Any:

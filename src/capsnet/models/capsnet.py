@@ -8,7 +8,6 @@ inference).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, plain_numbers
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved, plain_numbers
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
@@ -155,8 +154,7 @@ class CapsNetConfig(JsonConfig):
     def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
         return saved_rounds(cls, d)
 
-    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
+    __hash__ = hash_as_saved  # routing_options is a dict: hash the config as saved
 
     @staticmethod
     def probability_routings() -> list[str]:
@@ -243,7 +241,7 @@ class CapsNetCifar10Config(CapsNetConfig):
     reconstruction decoder.
     """
 
-    __hash__ = CapsNetConfig.__hash__  # a dataclass would make its own, which cannot hash routing_options
+    __hash__ = hash_as_saved  # a dataclass would make its own, which cannot hash routing_options
 
     input_height: int = 24
     input_width: int = 24
@@ -260,7 +258,7 @@ class CapsNetSvhnConfig(CapsNetConfig):
     primary capsule layer to 16 6D-capsules with 8D final capsule layer at the end" (4.3% test error). The paper
     says nothing more; the rest is the MNIST model's (decoder included), on the 32x32x3 digits."""
 
-    __hash__ = CapsNetConfig.__hash__  # a dataclass would make its own, which cannot hash routing_options
+    __hash__ = hash_as_saved  # a dataclass would make its own, which cannot hash routing_options
 
     input_height: int = 32
     input_width: int = 32

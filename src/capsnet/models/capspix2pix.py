@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -56,10 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      instance_norm_capsules, stack_routings, walk_capsule_stack)
-from .rounds import saved_rounds
+                      StackRouted, instance_norm_capsules, walk_capsule_stack)
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -280,7 +278,7 @@ def synthesis_losses(model: ConditionalGAN, labels: torch.Tensor, real: torch.Te
 
 
 @dataclass(frozen=True)
-class CapsPix2pixConfig(JsonConfig):
+class CapsPix2pixConfig(StackRouted, JsonConfig):
     """CapsPix2pix's sizes and training constants; defaults are the reference code's unless said otherwise."""
 
     input_height: int = 32  # multiples of 8 (the capsule U-Net halves the map three times)
@@ -349,17 +347,7 @@ class CapsPix2pixConfig(JsonConfig):
         check_gan_fields(self)
         object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
 
-    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
-
-    @classmethod
-    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
-        return saved_rounds(cls, d)
-
-    @staticmethod
-    def probability_routings() -> list[str]:
-        """The registered routings ``routing`` may name (``segcaps.stack_routings``, as SegCaps)."""
-        return stack_routings()
+    __hash__ = hash_as_saved  # routing_options is a dict: hash the config as saved
 
     def patch_config(self) -> Any:
         """The ``Pix2pixConfig`` whose PatchGAN this model judges with (discriminator "patch"): its sizes, channels
@@ -417,7 +405,7 @@ class CapsPix2pixDeepConfig(CapsPix2pixConfig):
     bias_init: float = 0.01
     conv1_init_std: float = 0.2
 
-    __hash__ = CapsPix2pixConfig.__hash__  # a frozen dataclass writes its own (over a dict field) unless given one
+    __hash__ = hash_as_saved  # a frozen dataclass writes its own (over a dict field) unless given one
 
 
 class CapsPix2pixGenerator(nn.Module):

@@ -29,7 +29,6 @@ by module-level functions, shared with the CapsPix2pix generator
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -38,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, check_choice, check_range, check_types
+from .._config import JsonConfig, check_choice, check_range, check_types, hash_as_saved
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
 from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
@@ -50,7 +49,7 @@ from .inputs import check_floating, check_nonempty
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
            "CAPSULE_NORMS", "instance_norm_capsules", "stack_routings", "stack_routing",
-           "check_sides", "check_stack_fields"]
+           "check_sides", "check_stack_fields", "StackRouted"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
 
@@ -285,8 +284,22 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
                          f"got {H}x{W}: pad or crop them to {-(-H // m) * m}x{-(-W // m) * m} or {H // m * m}x{W // m * m}")
 
 
+class StackRouted:
+    """What the configs of a capsule stack's owners (SegCaps, CapsPix2pix) share for its ``routing``: the routings it
+    may name, and rounds a one-pass routing never used read back at their defaults (``models.rounds``)."""
+
+    @classmethod
+    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return saved_rounds(cls, d)
+
+    @staticmethod
+    def probability_routings() -> list[str]:
+        """The registered routings ``routing`` may name (``stack_routings``; CapsNetConfig's hook of this name)."""
+        return stack_routings()
+
+
 @dataclass(frozen=True)
-class SegCapsConfig(JsonConfig):
+class SegCapsConfig(StackRouted, JsonConfig):
     """SegCaps R3; the defaults are the paper's (1,425,649 weights for one input channel)."""
 
     input_height: int = 64
@@ -328,17 +341,7 @@ class SegCapsConfig(JsonConfig):
         check_choice(self, "capsule_norm", CAPSULE_NORMS)
         object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
 
-    def __hash__(self) -> int:  # routing_options is a dict: hash the config as saved
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
-
-    @classmethod
-    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
-        return saved_rounds(cls, d)
-
-    @staticmethod
-    def probability_routings() -> list[str]:
-        """The registered routings ``routing`` may name (``stack_routings``; CapsNetConfig's hook of this name)."""
-        return stack_routings()
+    __hash__ = hash_as_saved  # routing_options is a dict: hash the config as saved
 
     @property
     def num_weights(self) -> int:
@@ -357,7 +360,7 @@ class SegCapsR1Config(SegCapsConfig):
 
     routing_iterations: int = 1
 
-    __hash__ = SegCapsConfig.__hash__  # a frozen dataclass writes its own field-tuple hash, which a dict defeats
+    __hash__ = hash_as_saved  # a frozen dataclass writes its own field-tuple hash, which a dict defeats
 
 
 class SegCapsOutput(NamedTuple):
