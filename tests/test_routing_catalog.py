@@ -62,7 +62,8 @@ def test_capsnet_routings_prints_the_table_and_a_routings_options_with_how_capsn
     r = in_process(capsys, "routings")
     assert r.returncode == 0 and "| em | EMRouting | yes | no | yes | no | out_caps |" in r.stdout
     assert "`capsnet train --routing NAME` takes dynamic, em, self-attention" in r.stdout
-    assert "`capsnet train --model segcaps --routing NAME` takes dynamic, self-attention (" in r.stdout
+    assert "`capsnet train --model segcaps --routing NAME` (or --model capspix2pix) takes dynamic, self-attention (" \
+        in r.stdout
     r = in_process(capsys, "routings", "em")
     assert "| final_lambda | 0.01 | the inverse temperature's scale" in r.stdout
     assert "| out_caps | set by the layer |" in r.stdout

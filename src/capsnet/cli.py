@@ -1143,8 +1143,9 @@ def _cmd_routings(args: argparse.Namespace) -> int:
         print(f"\nIn the paper's CapsNet: `capsnet train --routing NAME` takes "
               f"{', '.join(CapsNetConfig.probability_routings())} (activations in [0, 1], which its margin loss reads), "
               f"with their options as `--routing-option KEY=VALUE`; `capsnet routings NAME` lists a routing's.")
-        print(f"In SegCaps (every capsule layer): `capsnet train --model segcaps --routing NAME` takes "
-              f"{', '.join(stack_routings())} (activations that are its capsules' lengths, as probabilities).")
+        print(f"In SegCaps and CapsPix2pix's generator (every capsule layer): `capsnet train --model segcaps "
+              f"--routing NAME` (or --model capspix2pix) takes {', '.join(stack_routings())} (activations that are "
+              f"its capsules' lengths, as probabilities).")
         return 0
     print(catalog.format_routing(args.name))
     if args.name not in CapsNetConfig.probability_routings():
