@@ -144,6 +144,7 @@ def test_pix2pix_shows_its_dropout_samples_and_no_noise_vector(pix2pix_viewer):
     info = v.info()
     assert info["kind"] == "synthesis" and info["noise"] == "dropout" and info["noise_dim"] == 0
     assert info["layers"] == [] and info["routing_layers"] == [] and info["interpolation_steps"] == 0
+    assert info["routing"] is None  # no capsule layers
     w = v.walk(v.test_input(index=1), seeds=[0, 9])
     assert w["interpolation"] is None and w["noise_map"] is None and w["layers"] == [] and w["routing"] is None
     made = torch.stack([generate(v.model, v.test_labels, seed=s)[1] for s in (0, 9)])
@@ -240,3 +241,15 @@ def test_a_rows_truncated_noise_is_that_row_of_the_truncated_draw(synthesis_view
                                    rtol=0, atol=0)
     with pytest.raises(ValueError, match="truncation must be a finite number >= 0"):
         row_noise(m, 0, 0, truncation=-1.0)
+
+
+def test_the_info_names_the_generators_routing(synthesis_viewer):
+    """The page's header says which algorithm the capsule layers route by (CapsPix2pix takes self-attention too)."""
+    from capsnet.models import create_model
+    from capsnet.viz import SynthesisViewer
+
+    assert synthesis_viewer.info()["routing"] == "dynamic"
+    torch.manual_seed(0)
+    model = create_model("capspix2pix", routing="self-attention")
+    routed = SynthesisViewer(model, test_labels=torch.zeros(2, 1, 32, 32), test_images=torch.zeros(2, 1, 32, 32))
+    assert routed.info()["routing"] == "self-attention" and len(routed.info()["routing_layers"]) == 12

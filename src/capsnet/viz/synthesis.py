@@ -32,6 +32,7 @@ from torch import nn
 from ..figures.report import INTERPOLATION_STEPS  # images from seeds[0]'s noise to seeds[1]'s, as figures draws them
 from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
+from ..routing import routing_name
 from ..synthesis import row_noise, samples
 from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, checked_index, encode
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
@@ -126,6 +127,7 @@ class SynthesisViewer(_ViewerBase):
                       "map": self._map, "in_channels": self.conv.in_channels},
             "layers": self.layers,
             "routing_layers": [layer["name"] for layer in self.layers if layer["routing"]],
+            "routing": routing_name(self.model) if self.layers else None,  # the algorithm (capsnet.routing's name)
         }
 
     # ------------------------------------------------------------------ inputs
