@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from . import __version__
 from ._config import json_value
 from ._progress import one_line_warnings
+from .average import WEIGHTS
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
@@ -301,6 +302,7 @@ def _model_option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. caps1_types=16), got {text!r}")
     return key.strip(), json_value(value)
 
+
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
                  "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
                  "ema_decay", "grad_clip")
@@ -479,14 +481,17 @@ _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it
 def _checkpoint_choice(p: argparse.ArgumentParser) -> None:
     """--which and --weights: the checkpoint of a run directory, and which of its weights make the model."""
     p.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
-    p.add_argument("--weights", choices=("saved", "training"), default="saved",
+    p.add_argument("--weights", choices=WEIGHTS, default="saved",
                    help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
                         "average); training: such a run's own training weights, which its last checkpoint keeps "
                         "(--which last): the model the run trained, not its average")
 
 
-# what a command that loaded --weights training prints (the report or the files do not say it themselves)
-_TRAINING_NOTE = "(the run's training weights, not the average it saved as its model)"
+def _say_training_weights(args: argparse.Namespace) -> None:
+    """What a command that loaded --weights training prints (its reports and files do not say it themselves);
+    nothing for the saved weights."""
+    if args.weights == "training":
+        print("(the run's training weights, not the average it saved as its model)")
 
 
 def _eval_arguments(e: argparse.ArgumentParser) -> None:
@@ -1113,8 +1118,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         atomic_write_text(out, json.dumps(report, indent=2))
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
         print(done.format())
-        if args.weights == "training":
-            print(_TRAINING_NOTE)
+        _say_training_weights(args)
     print(f"\nwritten {out}")
     return 0
 
@@ -1175,8 +1179,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                            truncation=args.truncation)
     again = _replaced(done.replaced)
     print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
-    if args.weights == "training":
-        print(_TRAINING_NOTE)
+    _say_training_weights(args)
     return 0
 
 
@@ -1205,8 +1208,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                           mnist_style=args.mnist_style)
     for note in done.notes:
         print(f"note: {note}")
-    if args.weights == "training":
-        print(_TRAINING_NOTE)
+    _say_training_weights(args)
     again = _replaced(done.replaced)
     if done.kind == "classification":
         shown = done.rows[:10]
@@ -1239,8 +1241,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
                        weights=args.weights)
           .format_report())
-    if args.weights == "training":
-        print(_TRAINING_NOTE)
+    _say_training_weights(args)
     return 0
 
 
@@ -1254,8 +1255,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                          misclassified=args.misclassified, fmt=args.format, dpi=args.dpi, device=args.device,
                          progress=not args.no_progress)
     print("\n".join(done.notes))
-    if args.weights == "training":
-        print(_TRAINING_NOTE)
+    _say_training_weights(args)
     print(f"wrote {len(done.files)} figures to {done.folder}:")
     print("\n".join(f"  {p.name}" for p in done.files))
     return 0

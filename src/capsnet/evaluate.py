@@ -204,8 +204,6 @@ def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, rec
     return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
 
 
-
-
 def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", device: str | torch.device = "cpu",
                weights: str = "saved") -> tuple[nn.Module, Checkpoint]:
     """Rebuild the model saved in a checkpoint, by the name and config it records, with its weights, on

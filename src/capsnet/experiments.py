@@ -636,9 +636,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
             crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
             return fake[..., crop, crop]
 
-        # the folder names the generator's epochs: a generator trained on (a larger --epochs) makes other images, so
-        # its probe from before is not read back as this one's
-        # its own (NAME:ROUTING beside NAME: each generator its probe, named as its run folder is)
+        # each generator its own probe (NAME:ROUTING beside NAME), named as its run folder is, with its epochs: a
+        # generator trained on (a larger --epochs) makes other images, so its probe from before is not read back
         made = {"real": ("real", lambda: data()[0].images)} | {
             run.label: (f"{run.run_dir.name}-{load_checkpoint(run.run_dir, 'last').state.get('epoch')}ep",
                         functools.partial(generated, run)) for run in runs if run.dataset == dataset}
