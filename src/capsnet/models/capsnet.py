@@ -20,7 +20,7 @@ from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
 from .inputs import check_class_images, check_class_labels, check_integer_labels
-from .rounds import check_rounds, saved_rounds
+from .rounds import SavedRounds, check_rounds
 
 PADDINGS = ("valid", "same")
 # how the weights start: "torch", PyTorch's own initialisers (with the digit capsules' W ~ N(0, 0.01^2)); "authors",
@@ -43,7 +43,7 @@ __all__ = ["PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE
 
 
 @dataclass(frozen=True)
-class CapsNetConfig(JsonConfig):
+class CapsNetConfig(SavedRounds, JsonConfig):
     """Every size of the network; the defaults are the paper's MNIST model."""
 
     input_height: int = 28
@@ -149,10 +149,6 @@ class CapsNetConfig(JsonConfig):
         except TypeError as e:  # "'>' not supported between 'str' and 'int'": a value of the wrong kind
             raise ValueError(f"CapsNetConfig.routing_options {self.routing_options}: a value of the wrong kind for "
                              f"{self.routing} routing ({e})") from None
-
-    @classmethod
-    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
-        return saved_rounds(cls, d)
 
     __hash__ = hash_as_saved  # routing_options is a dict: hash the config as saved
 

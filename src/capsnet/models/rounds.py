@@ -13,7 +13,7 @@ from typing import Any
 
 from ..routing import list_routings, routing_takes
 
-__all__ = ["ROUNDS", "unused_rounds", "saved_rounds", "check_rounds"]
+__all__ = ["ROUNDS", "unused_rounds", "saved_rounds", "check_rounds", "SavedRounds"]
 
 # the fields that set routing rounds, refused away from their defaults under a routing that makes one pass
 ROUNDS = ("routing_iterations", "primary_routing_iterations")
@@ -32,6 +32,14 @@ def saved_rounds(cls: type, d: dict[str, Any]) -> dict[str, Any]:
     saved before they were refused (an experiment's --routing-iterations over segcaps:self-attention) still loads."""
     routing = d.get("routing", "dynamic")
     return d | unused_rounds(cls, routing) if isinstance(routing, str) else d
+
+
+class SavedRounds:
+    """A config mixin (before ``JsonConfig``): ``from_saved`` reads its rounds back through ``saved_rounds``."""
+
+    @classmethod
+    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return saved_rounds(cls, d)
 
 
 def check_rounds(config: Any, routing: str) -> None:

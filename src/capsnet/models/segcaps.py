@@ -43,7 +43,7 @@ from ..losses import SEGMENTATION_LOSSES, segmentation_loss
 from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
-from .rounds import check_rounds, saved_rounds
+from .rounds import SavedRounds, check_rounds
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
@@ -284,13 +284,9 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
                          f"got {H}x{W}: pad or crop them to {-(-H // m) * m}x{-(-W // m) * m} or {H // m * m}x{W // m * m}")
 
 
-class StackRouted:
+class StackRouted(SavedRounds):
     """What the configs of a capsule stack's owners (SegCaps, CapsPix2pix) share for its ``routing``: the routings it
     may name, and rounds a one-pass routing never used read back at their defaults (``models.rounds``)."""
-
-    @classmethod
-    def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:
-        return saved_rounds(cls, d)
 
     @staticmethod
     def probability_routings() -> list[str]:
