@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 import warnings
@@ -75,7 +74,7 @@ from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
-                    rng_state, save_best, start_or_resume, within_epoch, write_metrics)
+                    rng_state, run_steps, save_best, start_or_resume, within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -273,8 +272,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         if ckpt is not None:
             restore_training_weights(ckpt, average)
     N, B = len(train), cfg.batch_size
-    total_steps = cfg.epochs * math.ceil(N / B)  # for a linear learning-rate schedule
-    lr_at(0, cfg, total_steps)  # a schedule that cannot run, refused before any file is written
+    total_steps = run_steps(cfg, N)  # a schedule that cannot run refused before any file is written
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),

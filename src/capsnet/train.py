@@ -52,7 +52,7 @@ from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
 from .runtime import AMP_MODES, autocast, compile_model, resolve_device
 
-__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "make_optimizer",
+__all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
            "NonFiniteLoss", "ResumeError",
            "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
@@ -137,6 +137,15 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
     if step < W:
         return cfg.lr * (step + 1) / W
     return cfg.lr * max(0, T - step) / (T - W)
+
+
+def run_steps(cfg: TrainConfig, examples: int) -> int:
+    """The optimizer steps of the whole run, ``cfg.epochs`` epochs of ``examples`` in batches of ``cfg.batch_size``
+    (the linear schedule's T); a schedule that cannot run over them (a linear warm-up as long as the run) is a
+    ValueError now, before the loop writes any file."""
+    total = cfg.epochs * math.ceil(examples / cfg.batch_size)
+    lr_at(0, cfg, total)
+    return total
 
 
 def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
@@ -811,9 +820,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         if ckpt is not None:
             restore_training_weights(ckpt, average)
     N, B = len(train), cfg.batch_size
-    total_steps = cfg.epochs * math.ceil(N / B)  # for losses with a schedule: progress = step / total_steps
-    lr_at(0, cfg, total_steps)  # a schedule that cannot run (a linear warm-up as long as the run), refused before
-    # any file is written
+    total_steps = run_steps(cfg, N)  # also for losses with a schedule: progress = step / total_steps
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
