@@ -74,6 +74,7 @@ def test_the_capspix2pix_page_shows_samples_noise_and_layers(synthesis_urls, syn
                           "#test-index", "#syn-seeds", "#syn-truncation", "#syn-truth", "#syn-noise-map"):
                 assert page.locator(shown).is_visible(), shown
             assert "CapsPix2pix (capspix2pix), synthesis" in page.inner_text("#model-info")
+            assert "13 capsule layers, 12 of them routing (dynamic)" in page.inner_text("#model-info")
             assert page.input_value("#syn-seeds") == "0, 1, 2, 3"
 
             # the real image and the four samples drawn are the engine's, captioned with their scores

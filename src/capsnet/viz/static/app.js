@@ -403,6 +403,13 @@ function checkpointLabel(info, untrained) {
   return info.checkpoint ? info.checkpoint + (info.weights === "training" ? " (training weights)" : "") : untrained;
 }
 
+// a segmentation or synthesis model's capsule layers, how many route and by what ("" without capsule layers)
+function capsuleLayersLabel(info) {
+  return info.layers.length
+    ? ` · ${info.layers.length} capsule layers, ${info.routing_layers.length} of them routing` +
+      (info.routing ? ` (${info.routing})` : "") : "";
+}
+
 async function start() {
   try {
     const info = state.info = await api("/api/info");

@@ -8,11 +8,8 @@ const SEGMENTATION_CANVASES = ["input", "seg-truth", "seg-probability", "seg-mas
 
 function segmentationSummary(info) {
   const [C, H, W] = info.input;
-  const caps = info.layers.length
-    ? ` · ${info.layers.length} capsule layers, ${info.routing_layers.length} of them routing` +
-      (info.routing ? ` (${info.routing})` : "") : "";
   return `${checkpointLabel(info, `untrained ${info.model}`)} · ${info.dataset || "no"} test set ` +
-    `(${info.test_size} images) · ${info.model} (${info.model_name}), segmentation · input ${C}x${H}x${W}${caps}`;
+    `(${info.test_size} images) · ${info.model} (${info.model_name}), segmentation · input ${C}x${H}x${W}${capsuleLayersLabel(info)}`;
 }
 
 function setUpSegmentation() {

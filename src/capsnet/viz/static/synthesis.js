@@ -12,12 +12,9 @@ const SHAPE_BRUSH = 4;       // silhouettes and other label maps are filled shap
 function synthesisSummary(info) {
   const [C, H, W] = info.input, [Co] = info.output;
   const noise = info.noise === "vector" ? `${info.noise_dim}-D noise vector` : "noise from dropout";
-  const caps = info.layers.length
-    ? ` · ${info.layers.length} capsule layers, ${info.routing_layers.length} of them routing` +
-      (info.routing ? ` (${info.routing})` : "") : "";
   return `${checkpointLabel(info, `untrained ${info.model}`)} · ${info.dataset || "no"} test set ` +
     `(${info.test_size} pairs) · ${info.model} (${info.model_name}), synthesis · label map ${C}x${H}x${W} → ` +
-    `image ${Co}x${H}x${W} · ${noise}${caps}`;
+    `image ${Co}x${H}x${W} · ${noise}${capsuleLayersLabel(info)}`;
 }
 
 function setUpSynthesis() {
