@@ -267,6 +267,17 @@ def _listed(flags: list[str], one: str, many: str) -> str:
     return f"{', '.join(flags)} {one if len(flags) == 1 else many}"
 
 
+def _either(names: list[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+
+
+def _owners(field: str, kind: str) -> list[str]:
+    """The registered models whose config has ``field``: those of the task ``kind`` where any has it, else all."""
+    having = [name for name in MODELS if field in _fields(name)]
+    return [name for name in having if MODELS[name].kind == kind] or having
+
+
 # ------------------------------------------------------------------------------------------ arguments
 
 # Model config fields with a flag of their own (_flag(field)); a flag applies to every model whose config has the
@@ -899,17 +910,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     chosen = model or _DEFAULT_MODEL[kind]
     if not args.resume and model_spec(chosen).kind != kind:
         fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
-        use = f"{', '.join(fitting[:-1])} or {fitting[-1]}" if len(fitting) > 1 else fitting[0]
         args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "
-                          f"data set; use --model {use}")
+                          f"data set; use --model {_either(fitting)}")
     typed = _typed(args, _MODEL_FIELDS)
-    for owner in MODELS:  # flags for fields the chosen model lacks, grouped by the first model that has them
-        foreign = sorted(_flag(f) for f in typed if f not in _fields(chosen) and f in _fields(owner))
-        typed = {f: v for f, v in typed.items() if f in _fields(chosen) or f not in _fields(owner)}
-        if foreign:
-            where = f"{'it does' if len(foreign) == 1 else 'they do'} not apply to --model {chosen}" if model else \
-                f"use {'it' if len(foreign) == 1 else 'them'} with --model {owner}"
-            args.parser.error(f"{_listed(foreign, 'sets', 'set')} the {MODELS[owner].title}; {where}")
+    foreign = sorted(f for f in typed if f not in _fields(chosen))  # flags for fields the chosen model lacks
+    if foreign:  # the first one's, and the others with the same models (of the chosen model's task where any)
+        owners = _owners(foreign[0], kind)
+        flags = sorted(_flag(f) for f in foreign if _owners(f, kind) == owners)
+        why = "" if model else f", the default for --dataset {dataset}"
+        it = "it" if len(flags) == 1 else "them"
+        fix = (f"use {it} with --model {_either(owners)}" if MODELS[owners[0]].kind == kind else
+               f"no {kind} model takes {it} (--model {_either(owners)} {'does' if len(owners) == 1 else 'do'})")
+        args.parser.error(f"{_listed(flags, 'does', 'do')} not apply to --model {chosen}{why}; {fix}")
     options = dict(args.model_option or [])
     unknown = sorted(set(options) - _fields(chosen))
     if unknown:

@@ -413,7 +413,8 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--routing", "em", "--leaky-routing", "--out", tmp_path / "a")
     assert_clean_error(r, "leaky_routing is an option of dynamic routing; em routing does not take it")
     r = in_process(capsys, "train", "--model", "em-capsnet-small", "--routing", "em", "--out", tmp_path / "a")
-    assert_clean_error(r, "--routing sets the CapsNet; it does not apply to --model em-capsnet-small")
+    assert_clean_error(r, "--routing does not apply to --model em-capsnet-small; use it with --model capsnet, "
+                          "capsnet-cifar10 or capsnet-svhn")
     r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"bogus": 1}',
                    "--out", tmp_path / "a")
     assert_clean_error(r, "em routing takes no option bogus")
@@ -422,7 +423,8 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     assert_clean_error(r, '--routing-option final_lambda=0.02 and --model-option routing_options={"final_lambda": 0.03} '
                           'both set routing_options; keep one')
     r = in_process(capsys, "train", "--model", "baseline", "--routing-option", "final_lambda=0.02", "--out", tmp_path / "a")
-    assert_clean_error(r, "--routing-option sets the CapsNet; it does not apply to --model baseline")
+    assert_clean_error(r, "--routing-option does not apply to --model baseline; use it with --model capsnet, "
+                          "capsnet-cifar10 or capsnet-svhn")
     assert not any(tmp_path.iterdir())
 
 
@@ -467,12 +469,23 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
 
 def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
     r = in_process(capsys, "train", "--model", "baseline", "--routing-iterations", "2", "--out", tmp_path / "a")
-    assert_clean_error(r, "--routing-iterations sets the CapsNet; it does not apply to --model baseline")
+    assert_clean_error(r, "--routing-iterations does not apply to --model baseline; use it with --model "
+                          "capsnet, capsnet-cifar10, capsnet-svhn, em-capsnet, em-capsnet-small or inverted-capsnet")
     r = in_process(capsys, "train", "--model", "baseline", "--routing-iterations", "2", "--primary-types", "8",
                    "--out", tmp_path / "a")
-    assert_clean_error(r, "--primary-types, --routing-iterations set the CapsNet; they do not apply to --model baseline")
+    assert_clean_error(r, "--primary-types, --routing-iterations do not apply to --model baseline; use them with "
+                          "--model capsnet, capsnet-cifar10, capsnet-svhn, em-capsnet, em-capsnet-small or inverted-capsnet")
     r = in_process(capsys, "train", "--dropout", "0.3", "--out", tmp_path / "b")
-    assert_clean_error(r, "--dropout sets the CNN baseline; use it with --model baseline")
+    assert_clean_error(r, "--dropout does not apply to --model capsnet, the default for --dataset mnist; use it with "
+                          "--model baseline")
+    r = in_process(capsys, "train", "--model", "unet", "--dataset", "mnist-segmentation", "--routing-iterations", "2",
+                   "--out", tmp_path / "b")  # the models of the chosen model's task that take it
+    assert_clean_error(r, "--routing-iterations does not apply to --model unet; use it with --model segcaps or "
+                          "segcaps-r1")
+    r = in_process(capsys, "train", "--model", "segcaps", "--dataset", "mnist-segmentation", "--dropout", "0.3",
+                   "--out", tmp_path / "b")  # none of its task takes it
+    assert_clean_error(r, "--dropout does not apply to --model segcaps; no segmentation model takes it (--model "
+                          "baseline, capspix2pix, capspix2pix-deep or pix2pix do)")
     r = in_process(capsys, "train", "--model", "baseline", "--dropout", "1", "--out", tmp_path / "c")
     assert_clean_error(r, "dropout must be in [0, 1)")
     assert not any(tmp_path.iterdir())
