@@ -410,6 +410,35 @@ def test_seg_kernel_widens_the_segmentation_capsules_window_and_is_counted(k):
     assert torch.equal(changed, window)
 
 
+@pytest.mark.parametrize("width", [0.5, 1.5, 2])
+def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width):
+    """``width`` w: each hidden capsule layer has round(w x its paper's types) types (conv1's one type and the one
+    segmentation capsule stay), so the weights are the paper's layer list with those types, and each layer's grid
+    carries them; the skips stack the widened types."""
+    paper = {"primary": 2, "conv_2_1": 4, "conv_2_2": 4, "conv_3_1": 8, "conv_3_2": 8, "conv_4_1": 8,
+             "deconv_1_1": 8, "deconv_1_2": 4, "deconv_2_1": 4, "deconv_2_2": 4, "deconv_3_1": 2, "seg_caps": 1}
+    types = {name: t if name == "seg_caps" else max(1, int(t * width + 0.5)) for name, t in paper.items()}
+    layers = [(5, 16, 16), (5, 16, 16), (5, 16, 32), (5, 32, 32), (5, 32, 64), (5, 64, 32), (4, 32, 32),
+              (5, 32, 32), (4, 32, 16), (5, 16, 16), (4, 16, 16), (1, 16, 16)]  # (kernel, in dim, out dim)
+    caps = sum(k * k * d * t * o + t * o for (k, d, o), t in zip(layers, types.values()))
+    model = SegCaps(SegCapsConfig(width=width))
+    assert sum(p.numel() for p in model.parameters()) == model.config.num_weights \
+        == paper_segcaps_weights() - sum(k * k * d * t * o + t * o for (k, d, o), t in zip(layers, paper.values())) \
+        + caps
+    with torch.no_grad():
+        grids = model.capsule_grids(torch.rand(2, 1, 16, 24))
+    assert {name: grid.shape[1] for name, grid in grids.items() if name != "conv1"} == types
+    assert grids["seg_caps"].shape == (2, 1, 16, 16, 24)
+    assert model.caps["deconv_1_2"].in_types == 2 * types["conv_3_1"]  # deconv_1_1's types and conv_3_1's
+    assert model.caps["seg_caps"].in_types == types["deconv_3_1"] + 1  # and conv1's one
+
+
+def test_a_width_out_of_range_is_refused():
+    for bad in (0.25, 9):
+        with pytest.raises(ValueError, match="SegCapsConfig.width"):
+            SegCapsConfig(width=bad)
+
+
 def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():
     with pytest.raises(ValueError, match=r"SegCapsConfig.seg_kernel must be odd .* got 4: use 3 or 5"):
         SegCapsConfig(seg_kernel=4)

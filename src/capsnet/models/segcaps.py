@@ -73,9 +73,24 @@ _SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "con
 LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
 
 
-def _layers(seg_kernel: int = 1) -> tuple[tuple[Any, ...], ...]:
-    """``_LAYERS`` with the last layer's (seg_caps') kernel ``seg_kernel`` (the paper's 1)."""
-    return _LAYERS[:-1] + (_LAYERS[-1][:6] + (seg_kernel,) + _LAYERS[-1][7:],)
+def widened(types: int, width: float) -> int:
+    """A layer's ``types`` capsule types at ``width`` times the paper's: rounded to the nearest (halves up), at
+    least 1."""
+    return max(1, int(types * width + 0.5))
+
+
+def _layers(seg_kernel: int = 1, width: float = 1.0) -> tuple[tuple[Any, ...], ...]:
+    """``_LAYERS`` with the last layer's (seg_caps') kernel ``seg_kernel`` (the paper's 1) and every hidden layer's
+    capsule types ``width`` times the paper's (``widened``; conv1's one type and seg_caps' one stay): each layer's
+    input types are then the previous layer's output types plus, after a skip, the skipped grid's."""
+    out_types = {"conv1": 1}
+    rows, before = [], "conv1"
+    for name, kind, _, din, j, dout, k, s in _LAYERS:
+        t = out_types[before] + (out_types[_SKIPS[before]] if before in _SKIPS else 0)
+        j = j if name == _LAYERS[-1][0] else widened(j, width)
+        rows.append((name, kind, t, din, j, dout, seg_kernel if name == _LAYERS[-1][0] else k, s))
+        out_types[name], before = j, name
+    return tuple(rows)
 
 
 def stack_routings() -> list[str]:
@@ -107,13 +122,14 @@ def stack_routing(routing: str, options: dict[str, Any] | None, *, types: int, p
 def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, routing_softmax: str,
                   routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
                   squash: str = "sabour", routing: str = "dynamic",
-                  routing_options: dict[str, Any] | None = None, seg_kernel: int = 1) -> nn.ModuleDict:
+                  routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
+                  width: float = 1.0) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
     ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer and ``routing_iterations`` in
     the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
-    paper's 1).
+    paper's 1); every hidden layer with ``width`` times the paper's capsule types (``_layers``).
 
     Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
     seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
@@ -135,7 +151,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     caps = {}
     last = _LAYERS[-1][0]
     bias = routing_bias and routing_is(routing, "pose_bias")
-    for name, kind, t, din, j, dout, k, s in _layers(seg_kernel):
+    for name, kind, t, din, j, dout, k, s in _layers(seg_kernel, width):
         iterations = primary_routing_iterations if name == "primary" else routing_iterations
         module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
                                softmax=routing_softmax, squash=squash)
@@ -224,14 +240,16 @@ def _check_stack_routing(cfg: Any) -> None:
 
 
 def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
-                          routing_options: dict[str, Any] | None = None, seg_kernel: int = 1) -> int:
+                          routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
+                          width: float = 1.0) -> int:
     """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
     routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
     counted on modules built on the meta device); independent of the image size."""
     bias = routing_bias and routing_is(routing, "pose_bias")
-    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in _layers(seg_kernel))
+    layers = _layers(seg_kernel, width)
+    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in layers)
     with torch.device("meta"):
-        n += sum(p.numel() for _, _, t, _, j, dout, _, _ in _LAYERS
+        n += sum(p.numel() for _, _, t, _, j, dout, _, _ in layers
                  for p in stack_routing(routing, routing_options, types=t, parents=j, dim=dout,
                                         iterations=1).parameters())
     return n
@@ -321,11 +339,14 @@ class SegCapsConfig(StackRouted, JsonConfig):
     # layer's sizes, iterations, softmax or squash: STACK_SETS)
     seg_kernel: int = 1  # the segmentation capsule layer's kernel side, odd: the paper's 1 (each pixel's capsule from
     # its own position's; 3 or 5 make its votes from its neighbours' too at full resolution; not in the paper)
+    width: float = 1.0  # every hidden capsule layer's types times this, rounded (the paper's 2-8 types at 1; the
+    # weights and the step's cost grow about as width and width squared; not in the paper)
 
     def __post_init__(self) -> None:
         check_types(self)
         check_sides(self, STRIDE, "the network halves the image three times")
         check_range(self, "seg_kernel", 1, 9)
+        check_range(self, "width", 0.5, 8)
         if self.seg_kernel % 2 == 0:
             raise ValueError(f"{type(self).__name__}.seg_kernel must be odd (its 'same' padding keeps the mask on the "
                              f"image's pixels), got {self.seg_kernel}: use {self.seg_kernel - 1} or "
@@ -344,7 +365,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
         n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias, self.routing,
                                                                      self.routing_options,
-                                                                     self.seg_kernel)  # conv1, the capsules
+                                                                     self.seg_kernel, self.width)  # conv1, caps
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
@@ -377,7 +398,7 @@ class SegCaps(nn.Module):
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
                                   routing=cfg.routing, routing_options=cfg.routing_options,
-                                  seg_kernel=cfg.seg_kernel)
+                                  seg_kernel=cfg.seg_kernel, width=cfg.width)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
