@@ -410,7 +410,7 @@ def test_seg_kernel_widens_the_segmentation_capsules_window_and_is_counted(k):
     assert torch.equal(changed, window)
 
 
-@pytest.mark.parametrize("width", [0.5, 1.5, 2])
+@pytest.mark.parametrize("width", [0.5, 1.25, 1.5, 2])  # 1.25: 2 types x 1.25 = 2.5 goes up to 3
 def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width):
     """``width`` w: each hidden capsule layer has round(w x its paper's types) types (conv1's one type and the one
     segmentation capsule stay), so the weights are the paper's layer list with those types, and each layer's grid
@@ -431,6 +431,14 @@ def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width
     assert grids["seg_caps"].shape == (2, 1, 16, 16, 24)
     assert model.caps["deconv_1_2"].in_types == 2 * types["conv_3_1"]  # deconv_1_1's types and conv_3_1's
     assert model.caps["seg_caps"].in_types == types["deconv_3_1"] + 1  # and conv1's one
+    attending = SegCaps(SegCapsConfig(width=width, routing="self-attention"))  # a (T, J) prior per layer, widened
+    w = types
+    children = [1, w["primary"], w["conv_2_1"], w["conv_2_2"], w["conv_3_1"], w["conv_3_2"], w["conv_4_1"],
+                w["deconv_1_1"] + w["conv_3_1"], w["deconv_1_2"], w["deconv_2_1"] + w["conv_2_1"], w["deconv_2_2"],
+                w["deconv_3_1"] + 1]  # each layer's input types, the skips stacked
+    prior = sum(t * j for t, j in zip(children, types.values()))
+    assert sum(p.numel() for p in attending.parameters()) == attending.config.num_weights \
+        == model.config.num_weights + prior
 
 
 def test_a_width_out_of_range_is_refused():
