@@ -381,11 +381,18 @@ def test_a_model_seed_or_data_set_given_twice_is_one_run_and_sample_sets_count_t
 
 
 @pytest.mark.parametrize("args, message", [
-    (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data`"),
+    (["less-data", "--train-size", "100"], "--train-size does not apply to `capsnet experiment less-data` (--sizes "
+                                             "sets its training sizes); it is an option of every other experiment"),
     (["less-data", "--eval-every", "2"], "--eval-every does not apply to `capsnet experiment less-data`"),
-    (["affine", "--steps", "10"], "--steps does not apply to `capsnet experiment affine`"),
-    (["affine", "--seeds", "1", "2"], "--seeds does not apply to `capsnet experiment affine`"),
+    (["affine", "--steps", "10"], "--steps does not apply to `capsnet experiment affine`; it is an "
+                                       "option of `capsnet experiment less-data`"),
+    (["affine", "--seeds", "1", "2"], "--seeds does not apply to `capsnet experiment affine`; it is an "
+                                            "option of `capsnet experiment routing`"),
     (["less-data", "--datasets", "mnist"], "--datasets does not apply to `capsnet experiment less-data`"),
+    (["synthesis", "--grad-clip", "1"], "--grad-clip does not apply to `capsnet experiment synthesis` (its GAN steps are "
+                                        "not clipped); it is an option of every other experiment"),
+    (["less-data", "--eval-every", "2", "--train-size", "5"], "--train-size, --eval-every do not apply to `capsnet "
+                                                               "experiment less-data`; they are options of every other"),
     (["less-data", "--steps", "10", "--epochs", "2"], "--steps and --epochs conflict"),
     (["less-data", "--sizes", "70000"], "less-data sizes must lie in 1..60000"),
     # a model's flag that no model of the experiment has was ignored without a word

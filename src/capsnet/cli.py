@@ -676,6 +676,10 @@ _EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": (
                     "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),  # less-data sets it by --sizes
                     "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data"),  # and evaluates ~10 times
                     "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis")}  # GANs: not clipped
+# why an experiment left out of a flag's list above does without it, by (experiment, field)
+_EXPERIMENT_WITHOUT = {("less-data", "train_size"): "--sizes sets its training sizes",
+                       ("less-data", "eval_every"): "it evaluates about 10 times a run",
+                       ("synthesis", "grad_clip"): "its GAN steps are not clipped"}
 
 
 class _ExperimentHelp(argparse.Action):
@@ -1277,8 +1281,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
     misplaced = [f for f, names in _EXPERIMENT_ONLY.items() if args.name not in names and hasattr(args, f)]
-    if misplaced:
-        args.parser.error(f"{', '.join(_flag(f) for f in misplaced)} does not apply to `capsnet experiment {args.name}`")
+    if misplaced:  # the first one's, and the others that the same experiments take
+        takers = _EXPERIMENT_ONLY[misplaced[0]]
+        flags = [_flag(f) for f in misplaced if _EXPERIMENT_ONLY[f] == takers]
+        why = _EXPERIMENT_WITHOUT.get((args.name, misplaced[0])) if len(flags) == 1 else None
+        others = "every other experiment" if set(takers) == set(EXPERIMENTS) - {args.name} else \
+            _either([f"`capsnet experiment {n}`" for n in takers])
+        args.parser.error(f"{_listed(flags, 'does', 'do')} not apply to `capsnet experiment {args.name}`"
+                          f"{f' ({why})' if why else ''}; {'it is an option' if len(flags) == 1 else 'they are options'}"
+                          f" of {others}")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the memory profiler's start/stop lines are noise
