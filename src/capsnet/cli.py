@@ -673,9 +673,9 @@ _EXPERIMENT_RUNS = ("Each run is a `capsnet train` run directory under --out (fi
 # flags (their dests) that only some experiments take; the rest apply to every one
 _EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": ("routing",),
                     "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",),
-                    "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),  # less-data sets it by --sizes
-                    "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data"),  # and evaluates ~10 times
-                    "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis")}  # GANs: not clipped
+                    "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),
+                    "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data"),
+                    "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis")}
 # why an experiment left out of a flag's list above does without it, by (experiment, field)
 _EXPERIMENT_WITHOUT = {("less-data", "train_size"): "--sizes sets its training sizes",
                        ("less-data", "eval_every"): "it evaluates about 10 times a run",

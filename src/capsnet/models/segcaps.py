@@ -83,12 +83,12 @@ def _layers(seg_kernel: int = 1, width: float = 1.0) -> tuple[tuple[Any, ...], .
     """``_LAYERS`` with the last layer's (seg_caps') kernel ``seg_kernel`` (the paper's 1) and every hidden layer's
     capsule types ``width`` times the paper's (``widened``; conv1's one type and seg_caps' one stay): each layer's
     input types are then the previous layer's output types plus, after a skip, the skipped grid's."""
-    out_types = {"conv1": 1}
+    out_types, last = {"conv1": 1}, _LAYERS[-1][0]
     rows, before = [], "conv1"
     for name, kind, _, din, j, dout, k, s in _LAYERS:
         t = out_types[before] + (out_types[_SKIPS[before]] if before in _SKIPS else 0)
-        j = j if name == _LAYERS[-1][0] else widened(j, width)
-        rows.append((name, kind, t, din, j, dout, seg_kernel if name == _LAYERS[-1][0] else k, s))
+        j, k = (j, seg_kernel) if name == last else (widened(j, width), k)
+        rows.append((name, kind, t, din, j, dout, k, s))
         out_types[name], before = j, name
     return tuple(rows)
 
