@@ -342,7 +342,7 @@ def main() -> None:
                          "relative_to": reference, "mb": memory[variant], "note": note, "times_s": times[variant]})
             print(f"| {batch} | {variant} | {batch / med:,.0f} | {base / med:.2f} | {memory[variant]:.0f} | {note} |",
                   flush=True)
-        del runners
+        runners.clear()  # the graphs and their buffers go before the next batch size's are made
         if device.type == "cuda":
             torch.cuda.empty_cache()
         write()

@@ -17,6 +17,7 @@ def reference(votes, iterations, weight, bias):
     out = torch.zeros(B, J, D, dtype=votes.dtype)
     for b in range(B):
         r = [[1.0 / J] * J for _ in range(I)]
+        p = None  # the parents' poses, made by the first pass and read by the next
         for t in range(iterations):
             if t > 0:
                 for i in range(I):
