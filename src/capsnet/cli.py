@@ -733,8 +733,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("name", choices=list(EXPERIMENTS), help="which experiment")
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", type=_experiment_model, default=None, metavar="MODEL",
-                   help="models to train: registered names, or capsnet:ROUTING for the paper's CapsNet with its digit "
-                        "capsules routed by another algorithm (capsnet:em, capsnet:self-attention) (default: "
+                   help="models to train: registered names, or NAME:ROUTING for a model routed by another algorithm "
+                        "(capsnet:em, capsnet:self-attention: the paper's CapsNet's digit capsules; "
+                        "segcaps:self-attention, capspix2pix:self-attention: every capsule layer) (default: "
                         + "; ".join([" ".join(COMPARED)] + [f"{n}: {' '.join(m)}" for n, m in DEFAULT_MODELS.items()])
                         + ")")
     routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
