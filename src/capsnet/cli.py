@@ -682,6 +682,12 @@ _EXPERIMENT_WITHOUT = {("less-data", "train_size"): "--sizes sets its training s
                        ("synthesis", "grad_clip"): "its GAN steps are not clipped"}
 
 
+# NAME:ROUTING models by task kind (experiments.model_entry): the examples, and what the routing replaces
+_ROUTED_MODELS = {"classification": ("capsnet:em, capsnet:self-attention", "the paper's CapsNet's digit capsules"),
+                  "segmentation": ("segcaps:self-attention", "every capsule layer of SegCaps"),
+                  "synthesis": ("capspix2pix:self-attention", "every capsule layer of the generator")}
+
+
 class _ExperimentHelp(argparse.Action):
     """--help: after an experiment's name (`capsnet experiment routing --help`), that experiment's paragraph and
     only the flags it takes; else every experiment's."""
@@ -704,13 +710,10 @@ class _ExperimentHelp(argparse.Action):
                 elif action.dest in _MODEL_FIELDS and not any(action.dest in _fields(m) for m in fitting):
                     action.help = argparse.SUPPRESS  # a field no model this experiment can train has
                 elif action.dest == "models":
+                    routed = _ROUTED_MODELS.get(kind)
                     action.help = (f"models to train (default: {' '.join(DEFAULT_MODELS.get(name, COMPARED))}): "
-                                   f"any of {', '.join(fitting)}" + (", or capsnet:ROUTING (the paper's CapsNet with "
-                                   "its digit capsules routed by another algorithm: capsnet:em, capsnet:self-attention)"
-                                   if kind == "classification" else ", or segcaps:self-attention (every capsule "
-                                   "layer of SegCaps routed by self-attention)" if kind == "segmentation" else
-                                   ", or capspix2pix:self-attention (every capsule layer of the generator routed by "
-                                   "self-attention)" if kind == "synthesis" else ""))
+                                   f"any of {', '.join(fitting)}" +
+                                   (f", or {routed[0]} ({routed[1]} routed by another algorithm)" if routed else ""))
             parser.usage = None
         parser.print_help()
         parser.exit()
@@ -734,9 +737,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--out", default=None, help="folder for the runs and the results (default: runs/experiment-NAME)")
     x.add_argument("--models", nargs="+", type=_experiment_model, default=None, metavar="MODEL",
                    help="models to train: registered names, or NAME:ROUTING for a model routed by another algorithm "
-                        "(capsnet:em, capsnet:self-attention: the paper's CapsNet's digit capsules; "
-                        "segcaps:self-attention, capspix2pix:self-attention: every capsule layer) (default: "
-                        + "; ".join([" ".join(COMPARED)] + [f"{n}: {' '.join(m)}" for n, m in DEFAULT_MODELS.items()])
+                        "(" + "; ".join(f"{examples}: {what}" for examples, what in _ROUTED_MODELS.values()) + ") "
+                        "(default: " + "; ".join([" ".join(COMPARED)] + [f"{n}: {' '.join(m)}" for n, m in DEFAULT_MODELS.items()])
                         + ")")
     routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
     x.add_argument("--datasets", nargs="+", type=_dataset, default=argparse.SUPPRESS, metavar="DATASET",
