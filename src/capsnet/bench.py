@@ -326,6 +326,7 @@ class _Runner:
             self._run()
             self._sync()
             return torch.cuda.max_memory_allocated(self.device)
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the profiler's start/stop lines are noise
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
             self._run()
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]

@@ -1295,7 +1295,6 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                           f" of {others}")
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the memory profiler's start/stop lines are noise
     out = Path(args.out or f"runs/experiment-{args.name}")
     typed = _typed(args, _TRAIN_FIELDS)
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
@@ -1365,7 +1364,6 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the memory profiler's start/stop lines are noise
     from .bench import environment, format_table, run_grid, write_record
 
     _output_file(args.json, "--json")
