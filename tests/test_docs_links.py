@@ -4,6 +4,7 @@ anchor (lower case; punctuation other than hyphens and underscores dropped; spac
 are long and their sections get renamed: a README link to a renamed one goes nowhere on GitHub without a word."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -20,13 +21,20 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def anchors(page: Path) -> set[str]:
-    return {anchor(h) for h in re.findall(r"^#+ (.*)$", FENCED.sub("", page.read_text(encoding="utf-8")), re.M)}
+@functools.cache
+def prose(page: Path) -> str:
+    """The page's text without its code blocks, read once however many links point into it."""
+    return FENCED.sub("", page.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def anchors(page: Path) -> frozenset[str]:
+    return frozenset(anchor(h) for h in re.findall(r"^#+ (.*)$", prose(page), re.M))
 
 
 def links(page: Path) -> list[str]:
     """The page's relative link targets: web addresses (scheme:...) left out."""
-    targets = re.findall(r"\]\(([^)\s]+)\)", FENCED.sub("", page.read_text(encoding="utf-8")))
+    targets = re.findall(r"\]\(([^)\s]+)\)", prose(page))
     return [t for t in targets if not re.match(r"[a-z]+:", t)]
 
 
