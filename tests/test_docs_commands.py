@@ -186,3 +186,31 @@ def test_every_whole_train_command_passes_the_train_checks(page, monkeypatch, tm
             wrong.append(f"capsnet {shlex.join(args)}: {why or f'exit {e.code}'}")
     assert not wrong, "\n".join(wrong)
     assert not any(tmp_path.iterdir())  # nothing written before training
+
+
+def command_rows(text: str) -> dict[str, set[str]]:
+    """The README's command table: for each command, the flags its rows name (`--x`, `--x N`, `--x a\\|b`), its
+    own row and torchrun's row for it together."""
+    rows: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if m := re.match(r"\| `(?:torchrun [^`]*-m )?capsnet (\w+)[^`]*` \|", line):
+            spans = re.findall(r"`([^`]+)`", line)
+            rows.setdefault(m.group(1), set()).update(
+                w.split("=")[0] for s in spans for w in s.replace("\\|", " ").split() if w.startswith("--"))
+    return rows
+
+
+def test_the_readmes_command_table_names_every_flag_of_every_command():
+    rows = command_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    _, commands = _parsers()
+    assert set(rows) == set(commands)  # a row for each command
+    missing = {name: sorted(flags - rows[name]) for name, parser in commands.items()
+               if (flags := {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help"})
+               - rows[name]}
+    assert not missing, f"flags the README's command table does not name: {missing}"
+
+
+def test_the_table_reader_sees_a_flag_left_out():
+    rows = command_rows("| `capsnet eval --checkpoint RUN_DIR` | `--which best\\|last`, `--json FILE` |\n"
+                        "| `torchrun --nproc_per_node N -m capsnet train ...` | `--distributed` refuses |\n")
+    assert rows == {"eval": {"--checkpoint", "--which", "--json"}, "train": {"--nproc_per_node", "--distributed"}}
