@@ -718,6 +718,15 @@ def test_graded_label_maps_read_alike_in_training_test_and_generate(tmp_path, mo
     write(tmp_path / "b" / "test", 2, 1)
     train, held, _ = load_training(f"pairs:{tmp_path / 'b'}", progress=False)
     assert train.images.max() == 255 and held.images.max() == 1.0
+    # ... and capsnet generate reads a 0/1 folder as 0/255 for it (the run said graded, the check seeing the maps as
+    # floats after .to(): 0/255 maps made 1/255-bright, nearly blank, label maps)
+    fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), TrainConfig(dataset=f"pairs:{tmp_path / 'b'}", epochs=1,
+                                                                         batch_size=4, lr=2e-4),
+            tmp_path / "run-b", device="cpu", progress=False)
+    assert load_checkpoint(tmp_path / "run-b", "last").state["label_maps"] == "binary"
+    assert main(["generate", "--checkpoint", str(tmp_path / "run-b"), "--labels", str(tmp_path / "ones"), "--out",
+                 str(tmp_path / "made-b"), "--no-progress"]) == 0
+    assert seen[-1].max().item() == 1.0  # the 0/1 maps' 1s as the training maps' 255s
 
 
 def test_each_generator_of_a_synthesis_experiment_gets_its_own_probe(tmp_path, data_root, monkeypatch):

@@ -246,13 +246,14 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     # 2. Data, resident on the device.
     train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
                                            test_size=cfg.test_size, seed=cfg.seed, root=data_root, progress=progress)
-    train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training pairs left; lower val_size or raise train_size")
     state = folder_noted(state, cfg.dataset)
     if "label_maps" not in state:  # how the training label maps read: capsnet generate reads the user's alike
+        # on the bytes as read (a 0/1 folder's are 0/255 by now), before .to() makes them floats in [0, 1]
         binary = not cfg.dataset.startswith(PAIRS_PREFIX) or bool(((train.images == 0) | (train.images == 255)).all())
         state = {**state, "label_maps": "binary" if binary else "graded"}
+    train, held = train.to(dev), held.to(dev)
     make_batch = task(cfg.dataset).batch
 
     # 3. Model and optimizers, the same initial weights for the same seed.
