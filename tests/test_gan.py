@@ -128,6 +128,10 @@ def test_a_resume_continues_exactly(tmp_path, data_root):
     for k in a.model_state:
         assert torch.equal(a.model_state[k], b.model_state[k]), k
     assert [r["train_l1"] for r in a.state["history"]] == [r["train_l1"] for r in b.state["history"]]
+    # both without a judge: the resumed epoch was scored by the shipped one (a resume took config.json's null for
+    # "none recorded"), so its record held test_judge_accuracy and the straight run's did not
+    assert [sorted(r) for r in a.state["history"]] == [sorted(r) for r in b.state["history"]]
+    assert not any("judge" in k for r in b.state["history"] for k in r)
 
 
 def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_path, data_root, monkeypatch):

@@ -171,6 +171,13 @@ def describe_gan_epoch(record: dict[str, Any]) -> str:
             f"IoU {record[f'{split}_iou']:.4f} spread {record[f'{split}_spread']:.4f}{judged}; {losses}")
 
 
+def _judged(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` trained with a judge: its config.json names one (a run made without one says
+    null, and its resume stays without; a config.json without the entry, the run's judge as judge_for finds it)."""
+    saved = run_dir / "config.json"
+    return not saved.is_file() or json.loads(saved.read_text()).get("judge", "") is not None
+
+
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
             data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
             judge: str | os.PathLike | None = None, compile: bool | str = False,
@@ -237,8 +244,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                                                                               {"epoch_batches": g.get_state()})))
         last.wrote(state)
 
-    if ckpt is not None:  # a resume keeps the run's own judge unless given another
-        judge = judge_for(cfg.dataset, judge, run_dir=run_dir)
+    if ckpt is not None:  # a resume keeps the run's own judge unless given another (none, if it trained without)
+        judge = judge_for(cfg.dataset, judge, run_dir=run_dir) if judge is not None or _judged(run_dir) else None
     elif judge is not None:
         judge = judge_for(cfg.dataset, judge)  # refused for a data set without classes
     judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
