@@ -11,7 +11,10 @@ concatenated, dropout 0.5 in the first three up-layers (the paper's
 after the innermost), a sigmoid at the end (images in [0, 1] here; the
 paper's tanh is for [-1, 1]). Its noise is that dropout, at test time too:
 ``generate`` runs the dropout layers active, batch norm in eval mode, under
-torch's RNG seeded with ``seed``. The discriminator is the 70x70 PatchGAN
+torch's RNG seeded with ``seed``. The paper (section 3.3) normalises a
+test batch by its own statistics instead, instance normalisation at its
+batch size of 1; running statistics keep an image independent of the rest of
+its batch, and are what training at batch 16 has to offer. The discriminator is the 70x70 PatchGAN
 (n_layers 3): C64 stride 2 (no batch norm), C128 s2, C256 s2, C512 s1, a
 convolution to one logit per patch, 4x4 kernels, LeakyReLU 0.2; the loss
 averages over the patches. ``discriminator="dcgan"`` swaps it for
