@@ -194,3 +194,45 @@ def test_a_folder_of_0_1_label_maps_is_read_as_0_255(tmp_path):
     assert names == ["a", "b", "c"] and torch.equal(labels[:, 0], torch.from_numpy(shapes * np.uint8(255)))
     labels, _, _ = load_pair_folder(tmp_path / "classes" / "labels", tmp_path / "classes" / "images")
     assert torch.equal(labels[:, 0], torch.from_numpy(shapes * np.array([1, 255, 7], np.uint8)[:, None, None]))
+
+
+def test_label_maps_binary_at_two_scales_are_refused_and_class_maps_are_not(tmp_path):
+    """Found by a review (2026-11-29): a folder of five 0/1 maps and one 0/255 map read the 0/1 ones as they were,
+    1/255 bright (the folder is scaled only when every map is 0/1), and a run trained on all but black maps; a 0/255
+    training folder with a 0/1 test/ folder did the same to the test maps."""
+    from capsnet.data.tasks import load_pairs
+
+    rng = np.random.default_rng(4)
+    shapes = (rng.random((4, 8, 8)) < 0.3).astype(np.uint8)
+    for stem, shape, scale in zip("abcd", shapes, (1, 1, 255, 1)):
+        _save(tmp_path / "mixed" / "labels" / f"{stem}.png", shape * np.uint8(scale))
+        _save(tmp_path / "mixed" / "images" / f"{stem}.png", rng.integers(0, 256, (8, 8), dtype=np.uint8))
+    with pytest.raises(DataError, match=r"labels: label map a.png holds 0s and 1s and c.png 0s and 255s; binary label "
+                                        r"maps are read as 0/255 only when all of them are 0/1"):
+        load_pair_folder(tmp_path / "mixed" / "labels", tmp_path / "mixed" / "images")
+    for top, stems, scale in ((tmp_path / "split", "ab", 255), (tmp_path / "split" / "test", "cd", 1)):
+        for stem in stems:
+            _save(top / "labels" / f"{stem}.png", shapes["abcd".index(stem)] * np.uint8(scale))
+            _save(top / "images" / f"{stem}.png", rng.integers(0, 256, (8, 8), dtype=np.uint8))
+    with pytest.raises(DataError, match=r"holds 0s and 1s and .*a.png 0s and 255s"):
+        load_pairs(tmp_path / "split", "test")
+    # class maps: a 0/255 map beside maps of classes 0..7 is class 255, read as it is
+    (tmp_path / "mixed" / "labels" / "d.png").unlink()
+    _save(tmp_path / "mixed" / "labels" / "d.png", shapes[3] * np.uint8(7))
+    labels, _, _ = load_pair_folder(tmp_path / "mixed" / "labels", tmp_path / "mixed" / "images")
+    assert [int(m.max()) for m in labels] == [1, 1, 255, 7]
+
+
+def test_a_label_map_painted_on_transparency_is_refused_and_an_opaque_one_reads_as_its_colours(tmp_path):
+    """Found by a review (2026-11-29): strokes whose shape was in the alpha alone (black values, opaque strokes on a
+    transparent canvas) read as an all-zero map, and generate and train took it without a word."""
+    from capsnet.data.png import label_map_array
+
+    stroke = np.zeros((8, 8), np.uint8)
+    stroke[2:6, 3] = 255
+    Image.fromarray(np.stack([np.zeros_like(stroke), stroke], -1), "LA").save(tmp_path / "painted.png")
+    with pytest.raises(DataError, match=r"label map .*painted.png has transparent pixels \(94% of them\); a label map "
+                                        r"is read by its values, not its alpha.*flatten it onto its background"):
+        label_map_array(tmp_path / "painted.png")
+    Image.fromarray(np.stack([stroke, np.full_like(stroke, 255)], -1), "LA").save(tmp_path / "opaque.png")
+    assert np.array_equal(label_map_array(tmp_path / "opaque.png"), stroke[None])

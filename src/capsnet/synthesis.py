@@ -246,7 +246,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     alone, whatever else the folder holds."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import check_out_folder, image_array, png_files, scale_binary_label_maps
+    from .data.png import check_out_folder, label_map_array, png_files, scale_binary_label_maps
     from .evaluate import load_model
     from .models import model_spec
 
@@ -263,7 +263,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     files = png_files(Path(labels_dir), "label maps", paired=False)
     arrays = {}
     for stem, path in files.items():
-        a = image_array(path)
+        a = label_map_array(path)
         if a.shape != want:
             raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
                             f"takes {want[0]}-channel {want[1]}x{want[2]} label maps; "

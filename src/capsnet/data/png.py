@@ -14,10 +14,12 @@ import torch
 
 from .idx import DataError
 
-__all__ = ["png_files", "read_png", "image_array", "scale_binary_label_maps", "mask_array", "load_png_pairs"]
+__all__ = ["png_files", "read_png", "image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
+           "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
-_OTHER_IMAGES = {".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm"}
+_OTHER_IMAGES = {".jpg", ".jpeg", ".jfif", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".pbm", ".pnm",
+                 ".heic", ".heif", ".avif", ".jp2", ".j2k", ".tga", ".ico", ".svg", ".dcm"}
 _IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
 
 
@@ -96,7 +98,10 @@ def _refuse_16_bit_colour(path: Path, img, example: str, fix: str, what: str = "
 def image_array(path: Path) -> np.ndarray:
     """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette of
     greys only to grey: such a file looks grey and sits among grey ones), 16/32-bit refused."""
-    img = read_png(path)
+    return _image_array(read_png(path), path)
+
+
+def _image_array(img, path: Path) -> np.ndarray:
     if img.mode not in _IMAGE_MODES:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
@@ -106,6 +111,25 @@ def image_array(path: Path) -> np.ndarray:
         mode = "L"
     a = np.asarray(img.convert(mode), dtype=np.uint8)
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
+
+
+def label_map_array(path: Path) -> np.ndarray:
+    """A label map as ``image_array`` reads it, transparency refused as for masks: a label map is its values, and
+    one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros)."""
+    img = read_png(path)
+    a = _image_array(img, path)
+    if share := _transparent_share(img):
+        raise DataError(f"label map {path} has transparent pixels ({share:.0%} of them); a label map is read by its "
+                        f"values, not its alpha (strokes painted on a transparent canvas would read as empty): "
+                        f"flatten it onto its background and save it without alpha")
+    return a
+
+
+def _transparent_share(img) -> float:
+    """The share of an image's pixels that are not fully opaque (0.0 for an image without alpha)."""
+    if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        return float((np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3] < 255).mean())
+    return 0.0
 
 
 def _palette_used(img) -> list[tuple[int, int | None]]:
@@ -123,6 +147,26 @@ def scale_binary_label_maps(maps: np.ndarray) -> np.ndarray:
     return maps * np.uint8(255) if maps.size and maps.max() == 1 else maps
 
 
+def refuse_mixed_binary_label_maps(maps, where: str) -> None:
+    """A DataError if a user's label maps, ``maps`` (name, (C, H, W) uint8 array) pairs as read, are binary at two
+    scales: some holding 0s and 1s, others 0s and 255s, and none any other value. Binary maps are read as 0/255 only
+    when all of them are 0/1, so the 0/1 ones would read as all but black beside the others. Class maps (0..K) are
+    left alone: one holding only classes 0 and 1 is a class map like the rest."""
+    ones = full = None
+    for name, a in maps:
+        top = int(a.max())
+        if top == 1:
+            ones = ones or name
+        elif top == 255 and not ((a != 0) & (a != 255)).any():
+            full = full or name
+        elif top > 1:
+            return
+    if ones is not None and full is not None:
+        raise DataError(f"{where}: label map {ones} holds 0s and 1s and {full} 0s and 255s; binary label maps are read "
+                        f"as 0/255 only when all of them are 0/1, so the 0/1 ones would read as all but black: save "
+                        f"them all at one scale (0/255, or all 0/1)")
+
+
 def mask_array(path: Path) -> np.ndarray:
     """A binary mask (1-bit, or grey holding 0/1 or 0/255, or 16-bit grey holding 0/1, 0/255 or 0/65535; RGB with
     equal channels; a palette image whose indices are 0/1 or 0/255, index 0 the background, as many segmentation data
@@ -133,12 +177,10 @@ def mask_array(path: Path) -> np.ndarray:
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
     _refuse_16_bit_colour(path, img, "a 0/1 mask", "8-bit grayscale (L), the foreground 255, or as 16-bit "
                           "grayscale without alpha", what="mask ")
-    if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        alpha = np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3]
-        if (alpha < 255).any():
-            raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha "
-                            f"(a shape drawn in transparency alone would read as empty): save it without alpha, the "
-                            f"foreground 255 (or 1) and the background 0")
+    if _transparent_share(img):
+        raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha (a shape "
+                        f"drawn in transparency alone would read as empty): save it without alpha, the foreground "
+                        f"255 (or 1) and the background 0")
     if img.mode == "P":  # by its indices when they are 0/1 or 0/255 (index 0 the background), whatever the colours
         used = _palette_used(img)
         if {i for i, _ in used} <= {0, 1} or {i for i, _ in used} <= {0, 255}:

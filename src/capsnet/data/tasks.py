@@ -594,11 +594,13 @@ def _binary_label_maps(root: str) -> bool:
 
 @functools.lru_cache(maxsize=4)
 def _binary_label_maps_once(root: str, stamp: tuple) -> bool:
-    from .png import image_array, png_files
+    from .png import label_map_array, png_files, refuse_mixed_binary_label_maps
 
     base = Path(root)
-    return all(image_array(f).max() <= 1 for top in (base, base / "test")
-               for f in png_files(top / "labels", "label maps").values())
+    maps = [(str(f), label_map_array(f)) for top in (base, base / "test")
+            for f in png_files(top / "labels", "label maps").values()]
+    refuse_mixed_binary_label_maps(maps, str(base))
+    return all(a.max() <= 1 for _, a in maps)
 
 
 def load_folder(root: str | os.PathLike, split: str) -> Dataset:
