@@ -97,17 +97,29 @@ def _folder(tmp_path, arrays, mode=None):
     ("clash", "{in} holds both x.png and x_probability.png: the first's probabilities would be written over the "
               "second's mask"),
     ("empty", "no PNG files in {in}"),
+    # below: found by a review (2026-11-29). Names that differ in case alone are one file on macOS and Windows
+    ("case clash", "{in} holds both x.png and X_Probability.png: the first's probabilities would be written over"),
+    ("twins", "{in} holds X.png and x.png, names that differ in case alone: their outputs would be one file"),
+    # a side below the network's multiple: "crop them to ... 0x16" was offered
+    ("tiny", "got 4x16: pad them to 8x16"),
+    ("heic", "{in} holds 1 image file(s) that are not PNG beside its PNG images (y.heic)"),
 ])
 def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_run, tmp_path):
     grey = np.zeros((16, 16), np.uint8)
     arrays = {"rgb": {"ok": grey, "x": grey}, "side": {"ok": grey, "x": np.zeros((20, 16), np.uint8)},
-              "same": {"x": grey}, "clash": {"x": grey, "x_probability": grey}, "empty": {}}[case]
+              "same": {"x": grey}, "clash": {"x": grey, "x_probability": grey}, "empty": {},
+              "case clash": {"x": grey, "X_Probability": grey}, "twins": {"x": grey, "X": grey},
+              "tiny": {"ok": grey, "x": np.zeros((4, 16), np.uint8)},
+              "heic": {"x": grey}}[case]
     folder = _folder(tmp_path, arrays)
     if case == "rgb":
         Image.fromarray(grey).convert("RGB").save(folder / "x.png")
+    if case == "heic":
+        (folder / "y.heic").write_bytes(b"not read")
+        arrays = {**arrays, "y": None}
     out = folder if case == "same" else tmp_path / "out"
     with pytest.raises(DataError) as e:
-        predict_folder(unet_run, folder, out, probabilities=case == "clash")
+        predict_folder(unet_run, folder, out, probabilities=case in ("clash", "case clash"))
     assert message.format(**{"in": folder}) in str(e.value)
     assert not (tmp_path / "out").exists() and sorted(p.stem for p in folder.iterdir()) == sorted(arrays)
 

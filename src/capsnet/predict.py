@@ -205,11 +205,20 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
             notes.append(f"{len(light)} of {len(arrays)} images ({shown}) are dark on a light background, unlike the "
                          f"{trained_on} images {ckpt.model_name} trained on (light on black); --mnist-style makes "
                          f"each as MNIST was made (inverted, scaled and centred)")
-    clash = sorted({f"{stem}_probability" for stem in arrays} & set(arrays)) if probabilities else []
-    if clash:  # NAME_probability.png of one image would be written over the mask of another
-        raise DataError(f"{source} holds both {clash[0][:-len('_probability')]}.png and {clash[0]}.png: the first's "
-                        f"probabilities would be written over the second's mask; rename {clash[0]}.png or leave out "
-                        f"the probabilities")
+    # NAME_probability.png of one image would be written over the mask of another (told apart by case alone on
+    # macOS's and Windows' file systems, as two masks are)
+    folded = {stem.casefold(): stem for stem in arrays}
+    clash = sorted((stem, folded[f"{stem}_probability".casefold()]) for stem in arrays
+                   if f"{stem}_probability".casefold() in folded) if probabilities else []
+    if clash:
+        stem, other = clash[0]
+        raise DataError(f"{source} holds both {stem}.png and {other}.png: the first's probabilities would be written "
+                        f"over the second's mask; rename {other}.png or leave out the probabilities")
+    if segmenting and len(folded) < len(arrays):  # a classifier writes one predictions.csv
+        first = sorted(s for s in arrays if folded[s.casefold()] != s)[0]
+        pair = sorted({first, folded[first.casefold()]})
+        raise DataError(f"{source} holds {pair[0]}.png and {pair[1]}.png, names that differ in case alone: their "
+                        f"outputs would be one file on macOS and Windows; rename one of them")
     written: dict[Path, bytes] = {}
     if segmenting:
         probs = _segment(model, arrays, paths, batch_size, progress)

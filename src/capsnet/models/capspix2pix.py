@@ -57,7 +57,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      StackRouted, instance_norm_capsules, walk_capsule_stack)
+                      sides_fix, StackRouted, instance_norm_capsules, walk_capsule_stack)
 from .inputs import check_floating, check_nonempty
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -82,8 +82,7 @@ def check_label_maps(labels: torch.Tensor, cfg: Any, *, exact: bool, multiple: i
                          f"or crop them to {h}x{w}, or build the model with input_height {H} and input_width {W}")
     if H % multiple or W % multiple:
         raise ValueError(f"label map sides must be multiples of {multiple} (the generator halves them), got {H}x{W}: "
-                         f"pad or crop them to {-(-H // multiple) * multiple}x{-(-W // multiple) * multiple} or "
-                         f"{H // multiple * multiple}x{W // multiple * multiple}")
+                         f"{sides_fix(H, W, multiple)}")
 
 
 def check_image_pairs(images: torch.Tensor, labels: torch.Tensor, cfg: Any) -> None:

@@ -299,7 +299,13 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
     m = multiple
     if H % m or W % m:
         raise ValueError(f"image sides must be multiples of {m} (the network halves them {m.bit_length() - 1} times), "
-                         f"got {H}x{W}: pad or crop them to {-(-H // m) * m}x{-(-W // m) * m} or {H // m * m}x{W // m * m}")
+                         f"got {H}x{W}: {sides_fix(H, W, m)}")
+
+
+def sides_fix(H: int, W: int, m: int) -> str:
+    """How to bring an HxW image to sides that are multiples of ``m``: pad, or crop where cropping leaves a side."""
+    up = f"{-(-H // m) * m}x{-(-W // m) * m}"
+    return f"pad or crop them to {up} or {H // m * m}x{W // m * m}" if H >= m and W >= m else f"pad them to {up}"
 
 
 class StackRouted(SavedRounds):
