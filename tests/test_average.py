@@ -250,3 +250,27 @@ def test_a_decay_of_1_is_refused_by_the_cli(tmp_path, capsys):
         main(["train", "--model", "capsnet", "--ema-decay", "1", "--out", str(tmp_path / "c")])
     assert "--ema-decay: must be a number in [0, 1) (e.g. 0.999), got 1" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("missing", "lacks the training weights' entry optim.{i}.value beside its average: the file is damaged"),
+    ("nan", "holds NaN or infinite values in training weight 0: the run diverged or the file is damaged"),
+    ("int8", "holds training weight 0 as int8 where the model has floating point values: the file is damaged"),
+])
+def test_damaged_training_weights_are_refused_as_the_models_own_are(tmp_path, capsys, damage, message):
+    """Found by a review (2026-11-29): the training weights beside an average skipped load_weights' checks: an entry
+    missing raised a bare KeyError through the CLI, NaN or int8 ones loaded without a word."""
+    run = tmp_path / "avg"
+    fit(CAPS, replace(CLASSIFY, epochs=1, ema_decay=0.9), run, device="cpu", progress=False)
+    ckpt = load_checkpoint(run, "last")
+    first = next(g for g in ckpt.optimizer_state["param_groups"] if g.get("owner") == "weights")["params"][0]
+    entry = ckpt.optimizer_state["state"][first]
+    if damage == "missing":
+        del ckpt.optimizer_state["state"][first]
+    else:
+        entry["value"] = entry["value"].mul(float("nan")) if damage == "nan" else entry["value"].to(torch.int8)
+    save_checkpoint(run / "last.safetensors", ckpt)
+    r = in_process(capsys, "eval", "--checkpoint", run, "--which", "last", "--weights", "training", "--no-progress")
+    assert r.returncode == 2 and message.format(i=first) in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(CheckpointError, match="damaged"):  # a resume of the run, too
+        fit(CAPS, replace(CLASSIFY, epochs=2, ema_decay=0.9), run, device="cpu", progress=False, resume=True)

@@ -91,12 +91,17 @@ def with_training_weights(opt_state: dict[str, Any], weights: list[torch.Tensor]
     return {**opt_state, "state": state, "param_groups": groups}
 
 
-def training_weights(opt_state: dict[str, Any]) -> list[torch.Tensor] | None:
-    """The training weights ``with_training_weights`` put in, in order (None: the state holds none)."""
+def training_weights(opt_state: dict[str, Any], where: object = "the checkpoint") -> list[torch.Tensor] | None:
+    """The training weights ``with_training_weights`` put in, in order (None: the state holds none); an entry
+    missing or not a tensor is a CheckpointError naming ``where`` (a KeyError came out of the CLI before)."""
     groups = [g for g in opt_state["param_groups"] if g.get("owner") == _OWNER]
     if not groups:
         return None
     state = {int(i): s for i, s in opt_state["state"].items()}
+    for i in groups[0]["params"]:
+        if not isinstance(i, int) or not torch.is_tensor(state.get(i, {}).get("value")):
+            raise CheckpointError(f"{where} lacks the training weights' entry optim.{i}.value beside its average: the "
+                                  f"file is damaged; use another checkpoint or leave out --weights training")
     return [state[i]["value"] for i in groups[0]["params"]]
 
 
@@ -111,11 +116,19 @@ def restore_training_weights(ckpt: Checkpoint, average: WeightAverage) -> None:
     """Resume an averaged run: the average came in as the model's weights (so ``average`` was made from them); the
     training weights kept beside the optimizer's state go back into the model (a CheckpointError if they are
     missing or misfit)."""
-    weights = training_weights(ckpt.optimizer_state) if ckpt.optimizer_state is not None else None
+    weights = training_weights(ckpt.optimizer_state, ckpt.path) if ckpt.optimizer_state is not None else None
     if weights is None or len(weights) != len(average.tensors) or any(
             w.shape != t.shape for w, t in zip(weights, average.tensors)):
         raise CheckpointError(f"{ckpt.path} holds no training weights that fit this model beside its average "
                               f"(ema_decay {average.decay}); it was not written by an averaged run of this model: "
                               f"start the run afresh in a new --out")
+    for k, (w, t) in enumerate(zip(weights, average.tensors)):  # as load_weights checks the model's own tensors
+        kind = "floating point" if t.is_floating_point() else "integer"
+        if w.is_floating_point() != t.is_floating_point() or w.dtype == torch.bool:
+            raise CheckpointError(f"{ckpt.path} holds training weight {k} as {str(w.dtype).replace('torch.', '')} "
+                                  f"where the model has {kind} values: the file is damaged; use another checkpoint")
+        if w.is_floating_point() and not torch.isfinite(w).all():
+            raise CheckpointError(f"{ckpt.path} holds NaN or infinite values in training weight {k}: the run diverged "
+                                  f"or the file is damaged; use another checkpoint")
     with torch.no_grad():
         torch._foreach_copy_(average.tensors, [w.to(t.device, t.dtype) for w, t in zip(weights, average.tensors)])

@@ -232,7 +232,7 @@ def _use_training_weights(model: nn.Module, ckpt: Checkpoint) -> None:
     from .average import WeightAverage, restore_training_weights, training_weights
     from .checkpoint import CheckpointError
 
-    if ckpt.optimizer_state is None or training_weights(ckpt.optimizer_state) is None:
+    if ckpt.optimizer_state is None or training_weights(ckpt.optimizer_state, ckpt.path) is None:
         averaged = bool(ckpt.train_config.get("ema_decay"))
         why = ("only a run's last checkpoint keeps them (use --which last)" if averaged and ckpt.optimizer_state is None
                else "its run was not trained with --ema-decay, so the weights it holds are its training weights "
