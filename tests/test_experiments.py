@@ -812,3 +812,39 @@ def test_the_less_data_plot_names_each_line_by_its_model_and_routing():
     assert legend == ["CapsNet", "CapsNet, em routing", "CNN baseline"]
     line = fig.axes[0].get_lines()[1]
     assert list(line.get_xdata()) == [1000, 10000] and list(line.get_ydata()) == pytest.approx([5.0, 2.0])
+
+
+NARROW_CAPS = {"capsnet": CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))}
+
+
+def test_a_longer_run_stopped_early_is_not_read_back_as_a_finished_shorter_one(tmp_path, data_root):
+    """Found by a review (2026-11-29): epochs may change on a resume, so a run of 3 epochs stopped after its first was
+    read back as a finished 1-epoch run: its last record unevaluated (a KeyError in the table) or, under the linear
+    schedule, trained at another rate than a 1-epoch run."""
+    from capsnet.checkpoint import save_checkpoint
+
+    train = TrainConfig(epochs=1, batch_size=32, train_size=64, test_size=32, lr_schedule="linear")
+    runs = plan("routing", tmp_path, train=train, configs=NARROW_CAPS, models=["capsnet"], datasets=["mnist-sample"],
+                seeds=[0])
+    first = run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    assert run_plan(runs, device="cpu", data_root=data_root, progress=False) == first  # a finished run: read back
+    ckpt = load_checkpoint(runs[0].run_dir, "last")  # as a run of 3 epochs saves it after its first
+    ckpt.train_config = {**ckpt.train_config, "epochs": 3}
+    save_checkpoint(runs[0].run_dir / "last.safetensors", ckpt)
+    with pytest.raises(CheckpointError, match=r"holds a run of 3 epochs that stopped after 1: its last epoch is not the "
+                                              r"end of a 1-epoch run .*give --epochs 3 to finish it, or remove it"):
+        run_plan(runs, device="cpu", data_root=data_root, progress=False)
+
+
+def test_the_peak_memory_of_a_routing_table_is_measured_as_its_runs_trained(tmp_path, data_root, monkeypatch):
+    """Found by a review (2026-11-29): a run trained under --amp bf16 (or compiled) had its peak memory measured in
+    fp32, eager, under the same "peak MB" heading."""
+    from capsnet import bench
+
+    seen = []
+    monkeypatch.setattr(bench, "measure_training", lambda *a, **k: seen.append(k) or {"peak_mem_mb": 1.0})
+    train = TrainConfig(epochs=1, batch_size=32, train_size=32, test_size=32, amp="bf16")
+    runs = plan("routing", tmp_path, train=train, configs=NARROW_CAPS, models=["capsnet"], datasets=["mnist-sample"],
+                seeds=[0])
+    run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager")
+    assert [(k["bf16"], k["compile"], k["batch_size"]) for k in seen] == [(True, "aot_eager", 32)]

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from capsnet.checkpoint import load_checkpoint
+from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.cli import main
 from capsnet.data.tasks import load_test, load_training
 from capsnet.evaluate import load_model
@@ -759,3 +759,15 @@ def test_each_generator_of_a_synthesis_experiment_gets_its_own_probe(tmp_path, d
         ("capspix2pix:self-attention", "capspix2pix-self-attention-routing-1ep")]
     table = format_synthesis_table(rows + probes)
     assert "| CapsPix2pix's images |" in table and "| CapsPix2pix, self-attention routing's images |" in table
+    # run again: each probe is read back (none trains: fit would raise), as long as its generator is the same one
+    monkeypatch.setattr(experiments, "fit", lambda *a, **k: pytest.fail("a finished probe was trained again"))
+    again = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+    assert [p["test_accuracy"] for p in again] == [p["test_accuracy"] for p in probes]
+    # a generator's run removed and trained again with other settings keeps its folder's name, and so its probe's:
+    # that probe learnt from the old generator's images (found by a review, 2026-11-29) and is refused by name
+    ckpt = load_checkpoint(runs[0].run_dir, "last")
+    ckpt.train_config = {**ckpt.train_config, "lr": 1e-3}
+    save_checkpoint(runs[0].run_dir / "last.safetensors", ckpt)
+    with pytest.raises(CheckpointError, match=r"probes/mnist-skeleton/capspix2pix-1ep holds a probe trained on the "
+                                              r"images of another generator than the one now in .*capspix2pix"):
+        synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)

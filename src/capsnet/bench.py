@@ -370,9 +370,10 @@ def alternate(steps: Mapping[K, Callable[[], float]], repeats: int, *, warmup: i
 
 
 def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: int = 3, device: str = "cpu",
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0, bf16: bool = False, compile: bool | str = False) -> dict[str, float]:
     """Training images/s (median of ``repeats`` steps after one untimed) and peak tensor memory (MB) of one step
-    of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images."""
+    of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images (``bf16``:
+    under bfloat16 autocast; ``compile``: compiled, as ``capsnet.train.compile_model``)."""
     from .models import model_spec
 
     spec = model_spec(name)
@@ -384,7 +385,8 @@ def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: 
         labels = (torch.rand(batch_size, 1, config.input_height, config.input_width, generator=gen) > 0.8).to(torch.uint8)
     else:
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
-    runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss)
+    runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss, bf16=bf16,
+                     compile=compile)
     times = alternate({name: runner.time_step}, repeats)[name]
     return {"images_per_s": batch_size / statistics.median(times), "peak_mem_mb": runner.peak_bytes() / 2**20}
 

@@ -297,6 +297,13 @@ def _finished(run: Run) -> dict[str, Any] | None:
                 else f"--probe-epochs {done}" if run.experiment == "synthesis-probe" else f"--epochs {done}")
         raise CheckpointError(f"{run.run_dir} holds a run of {done} epochs, more than the {run.train_config.epochs} "
                               f"asked for; give {more}, or remove it or choose another --out")
+    planned = saved_train.get("epochs")
+    if done == run.train_config.epochs and planned != done:  # stopped early in a longer run: not this run's end
+        more = ("the --steps it ran with" if run.experiment == "less-data" else f"--probe-epochs {planned}"
+                if run.experiment == "synthesis-probe" else f"--epochs {planned}")
+        raise CheckpointError(f"{run.run_dir} holds a run of {planned} epochs that stopped after {done}: its last "
+                              f"epoch is not the end of a {done}-epoch run (its schedule and evaluations were those of "
+                              f"{planned} epochs); give {more} to finish it, or remove it or choose another --out")
     if done == run.train_config.epochs and ckpt.state.get("history") and "within" not in ckpt.state:
         return ckpt.state["history"][-1]
     return None
@@ -463,7 +470,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
                            keep_memory=keep_memory, on_trained=on_trained, on_launch=on_launch)
     rows = []
-    memory: dict[tuple[str, str], float] = {}  # (model, data set) -> peak MB of a training step
+    memory: dict[tuple, float] = {}  # (model, data set, amp) -> peak MB of a training step as the runs trained
     for k, run in enumerate(runs):
         final = finished[k] if finished[k] is not None or not todo else _finished(run)  # read again if trained above
         if on_start is not None:
@@ -479,13 +486,14 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
             row |= {"generator_weights": run.model_config.generator_weights,
                     "generate_images_per_s": _generation_speed(run, device, data_root)}
         elif run.experiment in ("routing", "segmentation"):
-            key = (run.label, run.dataset)
-            if key not in memory:
+            key = (run.label, run.dataset, run.train_config.amp)
+            if key not in memory:  # under the run's autocast and compilation (fp32 eager before, whatever it trained)
                 from .bench import measure_training
                 from .runtime import resolve_device
 
                 memory[key] = measure_training(run.model, run.model_config, batch_size=run.train_config.batch_size,
-                                               repeats=1, device=str(resolve_device(device)))["peak_mem_mb"]
+                                               repeats=1, device=str(resolve_device(device)),
+                                               bf16=run.train_config.amp == "bf16", compile=compile)["peak_mem_mb"]
             row["peak_mem_mb"] = memory[key]
         rows.append(row | final)
         if on_done is not None:
@@ -638,14 +646,20 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
 
         # each generator its own probe (NAME:ROUTING beside NAME), named as its run folder is, with its epochs: a
         # generator trained on (a larger --epochs) makes other images, so its probe from before is not read back
-        made = {"real": ("real", lambda: data()[0].images)} | {
-            run.label: (f"{run.run_dir.name}-{load_checkpoint(run.run_dir, 'last').state.get('epoch')}ep",
-                        functools.partial(generated, run)) for run in runs if run.dataset == dataset}
-        for trained_on, (folder, images) in made.items():
+        made = {"real": ("real", lambda: data()[0].images, None, None)}
+        for run in (r for r in runs if r.dataset == dataset):
+            ckpt = load_checkpoint(run.run_dir, "last")
+            made[run.label] = (f"{run.run_dir.name}-{ckpt.state.get('epoch')}ep", functools.partial(generated, run),
+                               _generator_identity(ckpt), run.run_dir)
+        for trained_on, (folder, images, identity, generator_dir) in made.items():
             probe_dir = Path(out) / "probes" / dataset / folder
             probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
+            _check_probe_generator(probe_dir, identity, generator_dir)
             final = _finished(probe)
             if final is None:
+                if identity is not None:  # which generator's images it learns from, checked when it is read back
+                    probe_dir.mkdir(parents=True, exist_ok=True)
+                    atomic_write_text(probe_dir / PROBE_GENERATOR, json.dumps(identity, indent=2, sort_keys=True))
                 pairs, _, test = data()
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(),
@@ -654,6 +668,28 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                          "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,
                          "test_accuracy": final["test_accuracy"], "run_dir": str(probe_dir)})
     return rows
+
+
+PROBE_GENERATOR = "generator.json"  # in a train-on-synthetic probe's folder: the generator whose images it learns
+
+
+def _generator_identity(ckpt) -> dict[str, Any]:
+    """What makes a generator's images for a probe: its settings and epochs (a run directory removed and trained
+    again with other settings keeps its folder name, and so its probe's)."""
+    return {"epoch": ckpt.state.get("epoch"), "model_config": ckpt.model_config, "train_config": ckpt.train_config}
+
+
+def _check_probe_generator(probe_dir: Path, identity: dict[str, Any] | None, generator_dir: Path | None) -> None:
+    """A CheckpointError if ``probe_dir`` learnt from the images of another generator than ``identity``'s, the one
+    now in ``generator_dir`` (its run trained again since with other settings); a probe from before this record (no
+    file) is taken as it is."""
+    saved = probe_dir / PROBE_GENERATOR
+    if identity is None or not saved.is_file():
+        return
+    if json.loads(saved.read_text()) != json.loads(json.dumps(identity)):
+        raise CheckpointError(f"{probe_dir} holds a probe trained on the images of another generator than the one "
+                              f"now in {generator_dir} (trained again since, with other settings): remove "
+                              f"{probe_dir} to train its probe again, or choose another --out")
 
 
 def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
