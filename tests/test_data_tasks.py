@@ -14,8 +14,8 @@ import torch
 
 from capsnet.data import load_dataset
 from capsnet.data.multimnist import bounding_boxes
-from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, load_test, translated_anywhere_test,
-                                translated_test)
+from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, load_source, load_test, load_training,
+                                translated_anywhere_test, translated_test)
 
 SIZE, SHIFT = 40, 6  # the canvas; the translated set's offsets 0..12 are +-6 px about the centre
 N = 500  # test digits for the affine sets: one draw batch, a fraction of a second each
@@ -230,3 +230,31 @@ def test_other_classes_speaks_only_where_the_classes_differ():
     # CIFAR-10 and SVHN are both 3x32x32 with 10 classes: the shapes agree, the classes do not
     assert other_classes("cifar10", "svhn").startswith("the model was trained on cifar10 (airplane, automobile, bird")
     assert "smallnorb (animal, human, airplane" in other_classes("smallnorb", "cifar10")
+
+
+def test_the_validation_set_is_the_same_for_every_train_size_and_the_training_sets_nest():
+    """Found by a review (2026-11-29): --val-size was drawn again inside each --train-size subset, so each size had
+    another validation set, one size's validation digits were another's training digits, and the training sets of
+    two sizes did not nest. The validation digits are now the first of the seed's order, whatever the size; with no
+    --train-size the split is the one it always was."""
+    from capsnet.data.sets import split_validation
+
+    def digits(split):
+        return [x.numpy().tobytes() + bytes([int(y)]) for x, y in zip(split.images, split.labels)]
+
+    runs = {size: load_training("mnist-sample", train_size=size, val_size=200, seed=3, progress=False)
+            for size in (500, 1000, 0)}
+    val = {size: set(digits(held)) for size, (_, held, _) in runs.items()}
+    train = {size: set(digits(t)) for size, (t, _, _) in runs.items()}
+    assert len(val[500]) == 200 and val[500] == val[1000] == val[0]
+    assert len(train[500]) == 300 and len(train[1000]) == 800 and train[500] < train[1000] < train[0]
+    assert not any(train[size] & val[size] for size in runs)
+    # the digits in use at each size are the nested subset's, as without --val-size
+    alone = set(digits(load_training("mnist-sample", train_size=1000, seed=3, progress=False)[0]))
+    assert train[1000] | val[1000] == alone
+    whole = load_source("mnist-sample", "train", None, False)
+    old_train, old_val = split_validation(whole, 200, seed=3)  # with no --train-size: as before
+    assert digits(old_val) == digits(runs[0][1]) and digits(old_train) == digits(runs[0][0])
+    with pytest.raises(ValueError, match=r"the validation size \(--val-size\) must be in 0..299, leaving at least one "
+                                         r"of the 300 training examples"):
+        load_training("mnist-sample", train_size=300, val_size=300, seed=3, progress=False)

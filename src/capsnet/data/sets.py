@@ -309,20 +309,23 @@ def load_dataset(
     )
 
 
-def split_validation(dataset: Dataset, n_val: int, *, seed: int) -> tuple[Dataset, Dataset]:
+def split_validation(dataset: Dataset, n_val: int, *, seed: int, keep: int = 0) -> tuple[Dataset, Dataset]:
     """Hold out ``n_val`` random examples: returns (train, val), disjoint.
 
     The same seed gives the same split on every machine (torch's CPU
     generator). Both parts keep the original order; the held-out part has
-    split "val".
+    split "val". ``keep``: of a seeded subset of ``keep`` examples (the
+    first ``keep`` of the seed's permutation, as ``tasks.nested_subset``
+    draws it), the validation examples are the same whatever ``keep`` is,
+    and the training examples nest across sizes (0: every example).
     """
-    n = len(dataset)
+    n = keep or len(dataset)
     if not 0 <= n_val < n:
         raise ValueError(f"the validation size (--val-size) must be in 0..{n - 1}, leaving at least one of the {n} "
                          f"training examples to train on; got {n_val}")
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))
     val_idx, _ = perm[:n_val].sort()
-    train_idx, _ = perm[n_val:].sort()
+    train_idx, _ = perm[n_val:n].sort()
     val = dataclasses.replace(dataset.subset(val_idx), split="val")
     return dataset.subset(train_idx), val
 

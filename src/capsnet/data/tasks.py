@@ -727,7 +727,10 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     """The training digits of ``name`` and the split to evaluate on: validation if ``val_size``, else test.
 
     ``train_size`` keeps a seeded subset (nested across sizes for one seed),
-    then ``val_size`` examples are held out of it; ``test_size`` keeps the
+    ``val_size`` examples of it held out: the same ones for every
+    ``train_size`` (the first of the seed's order), so the validation set
+    does not change with the size and the training examples still nest
+    (before 2026-11-29 they were drawn again inside each subset); ``test_size`` keeps the
     first examples of the test split. Returns (train, held, "val" or "test"),
     on the CPU. For the generated tasks the training split holds the 28x28
     source digits (``Task.batch`` places them) and the held split the
@@ -735,12 +738,12 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     """
     t = task(name)
     train = load_source(t.source, "train", root, progress)
-    if train_size:
-        if train_size > len(train):
-            raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
+    if train_size > len(train):
+        raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
+    if train_size and not val_size:
         train = train.subset(nested_subset(len(train), train_size, seed))
-    if val_size:
-        train, val = split_validation(train, val_size, seed=seed)
+    if val_size:  # of the same seeded subset nested_subset draws
+        train, val = split_validation(train, val_size, seed=seed, keep=train_size)
         held, held_name = t.held(val, 0, True), "val"
     else:
         held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
