@@ -771,3 +771,26 @@ def test_each_generator_of_a_synthesis_experiment_gets_its_own_probe(tmp_path, d
     with pytest.raises(CheckpointError, match=r"probes/mnist-skeleton/capspix2pix-1ep holds a probe trained on the "
                                               r"images of another generator than the one now in .*capspix2pix"):
         synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+
+
+def test_a_signal_in_a_gan_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_path, data_root, monkeypatch):
+    """As for the classifiers' loop (review, 2026-11-29): with one batch an epoch a signal was swallowed."""
+    import os
+    import signal
+
+    from capsnet.train import lr_at as real_lr_at
+
+    cfg = replace(TINY, epochs=3, batch_size=16, eval_every=3)  # 16 pairs: one batch an epoch
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)  # the epoch's save is the signal's doing
+    sent = []
+
+    def hooked(step, *args):
+        if step == 0 and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return real_lr_at(step, *args)
+    monkeypatch.setattr("capsnet.gan.lr_at", hooked)
+    with pytest.raises(KeyboardInterrupt):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu",
+                data_root=data_root, progress=False)
+    saved = load_checkpoint(tmp_path / "r", "last")
+    assert sent and (saved.state["epoch"], saved.state["step"]) == (1, 1) and "within" not in saved.state

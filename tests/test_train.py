@@ -422,3 +422,33 @@ def test_a_run_saved_with_rounds_its_one_pass_routing_never_used_loads_and_resum
     assert model_cfg.routing == "self-attention" and model_cfg.routing_iterations == 3
     with pytest.raises(ResumeError, match="conv1_channels differ from the run"):
         resume_configs(tmp_path / "r", model_changes={"conv1_channels": 16, "routing_iterations": 2})
+
+
+@pytest.mark.parametrize("eval_every", [1, 3])
+def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_path, monkeypatch, eval_every):
+    """Found by a review (2026-11-29): a signal in an epoch's last batch waits for the epoch's save, and nothing
+    stopped after it, so with one batch an epoch (a small folder:DIR) SIGTERM was swallowed and every epoch trained.
+    Now the run saves at the epoch's end (evaluated or not) and stops there; the resume ends as a straight run."""
+    import os
+    import signal
+
+    cfg = TrainConfig(dataset="mnist-sample", epochs=3, batch_size=32, train_size=32, test_size=32,
+                      eval_every=eval_every)
+    fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False)
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)  # the epoch's save is the signal's doing
+    sent = []
+
+    def hooked(step, *args):
+        armed = signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the loop's, not the optimizer's set-up
+        if step == 0 and armed and not sent:  # the one batch of epoch 1, before its step
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return lr_at(step, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", hooked)
+    with pytest.raises(KeyboardInterrupt):
+        fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False)
+    monkeypatch.undo()
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert sent and (saved.state["epoch"], saved.state["step"]) == (1, 1) and "within" not in saved.state
+    fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    assert all(torch.equal(a.model_state[k], b.model_state[k]) for k in a.model_state)

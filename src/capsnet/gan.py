@@ -355,8 +355,10 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             warnings.warn(message, RuntimeWarning, stacklevel=3)  # the caller of fit_gan
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if last.older_than(_train.SAVE_AFTER_S):
+            if last.older_than(_train.SAVE_AFTER_S) or stop.asked:
                 save_last(state)
+            if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
+                raise KeyboardInterrupt
             continue
         with applied(average):
             results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
@@ -381,6 +383,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                 save_best(best_path, name, model_config, cfg, state, model)
         save_last(state)
         write_metrics(run_dir, state["history"])
+        if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
+            raise KeyboardInterrupt
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}

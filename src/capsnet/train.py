@@ -932,8 +932,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             record |= dict(zip(("grad_norm", "clipped"), (norms / len(starts)).tolist()))
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if main and last.older_than(SAVE_AFTER_S):  # not evaluated, but resumable
+            if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable
                 save_last(state)
+            if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
+                raise KeyboardInterrupt
             continue
         if main:  # rank 0 alone evaluates and writes; the others wait for its state below
             with applied(average):  # the average, if any, is what is scored and saved as the model
@@ -969,6 +971,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
             state = _from_main(state)
             last.state = state  # what rank 0 wrote
+        if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
+            raise KeyboardInterrupt
     if main and ckpt is not None and state["epoch"] >= cfg.epochs:
         write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}
