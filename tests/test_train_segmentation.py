@@ -520,3 +520,26 @@ def test_the_eval_report_of_a_users_folder_gives_each_images_dice_and_names_the_
     assert np.mean([r["dice"] for r in rows]) == pytest.approx(report["dice"])
     shown = ", ".join(f"{r['file']} {r['dice']:.4f}" for r in sorted(rows, key=lambda r: r["dice"]))
     assert f"lowest Dice: {shown} (every image's in the JSON's per_image)" in printed
+
+def test_the_weighted_cross_entropys_evaluation_loss_does_not_depend_on_the_batch_size():
+    """Found by a review (2026-11-29): the evaluation weighed each batch's foreground by that batch's own masks, so the
+    loss of a split changed with --batch-size and its last partial batch (the Dice did not)."""
+    from capsnet.evaluate import evaluate_segmentation
+    from capsnet.losses import foreground_weight
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("unet", in_channels=1, input_height=16, input_width=16, base_channels=4,
+                         seg_loss="weighted-bce").eval()
+    images = torch.rand(10, 1, 16, 16)
+    masks = (torch.rand(10, 1, 16, 16) > 0.8).to(torch.uint8)
+    masks[::2] = 0  # half the masks empty: batches of very different foreground shares
+    losses = {b: evaluate_segmentation(model, images, masks, batch_size=b).loss for b in (1, 3, 10)}
+    assert losses[1] == pytest.approx(losses[10], rel=1e-5) and losses[3] == pytest.approx(losses[10], rel=1e-5)
+    with torch.no_grad():  # the whole split's loss, its foreground weighed by all its masks at once
+        logits = model(images).logits
+        m = masks.float()
+        w = (m.numel() - m.sum()) / m.sum()  # background pixels per foreground pixel
+        expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, m, pos_weight=w)
+    assert foreground_weight(m).item() == pytest.approx(w.item())
+    assert losses[10] == pytest.approx(expected.item(), rel=1e-5)

@@ -21,6 +21,7 @@ from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
 from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task, trained_dataset
+from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
 from .runtime import resolve_device
@@ -174,7 +175,9 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     n = len(masks)
     sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
-    with torch.inference_mode():
+    # the weighted cross-entropy weighs the foreground as the whole split does: per batch, its loss changed with the
+    # batch size and the last, partial batch (the Dice does not depend on it)
+    with torch.inference_mode(), batch_foreground_weight(masks):
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, m = images[start:start + batch_size], masks[start:start + batch_size]
             loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
