@@ -64,8 +64,10 @@ def test_generator_maps_are_the_lengths_of_every_capsule_layer(gan_run, data_roo
         torch.testing.assert_close(maps[name], g[0].norm(dim=1), rtol=1e-5, atol=1e-6)
 
 
-def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, capsys):
+def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, capsys, monkeypatch):
     out = tmp_path / "figs"
+    drawn, plot = [], fg.report.plot_samples
+    monkeypatch.setattr(fg.report, "plot_samples", lambda *a, **k: drawn.append(a[2]) or plot(*a, **k))
     assert main(["figures", "--checkpoint", str(gan_run), "--out", str(out), "--data-dir", str(data_root),
                  "--indices", "1", "3", "--misclassified", "3", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["capsule_maps_1.png", "capsule_maps_3.png", "interpolation.png",
@@ -74,10 +76,14 @@ def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, caps
     assert ("--misclassified not used: a synthesis model's figures have no pose sweeps or misclassified inputs"
             in said)
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in out.iterdir())
-    # the spread the note reports is that of the samples drawn: recompute it from the model
+    # the samples are `capsnet eval`'s images of test pairs 1 and 3 (each its test index's noise; found by a review,
+    # 2026-11-29: they were drawn with the noise of their places in --indices, 0 and 1), and the spread the note
+    # reports is theirs
     model, _ = load_model(gan_run)
-    labels = load_test("mnist-skeleton", size=4, root=data_root, progress=False).images[[1, 3]]
-    spread = torch.stack([generate(model, labels, seed=s) for s in fg.report.SAMPLE_SEEDS]).std(0).mean().item()
+    labels = load_test("mnist-skeleton", size=4, root=data_root, progress=False).images
+    evals = torch.stack([generate(model, labels, seed=s)[[1, 3]] for s in fg.report.SAMPLE_SEEDS])
+    assert torch.allclose(drawn[0], evals, atol=1e-5)
+    spread = evals.std(0).mean().item()
     assert f"spread over noise seeds [0, 1, 2, 3]: {spread:.4f}" in said
     bad = tmp_path / "bad"
     assert main(["figures", "--checkpoint", str(gan_run), "--out", str(bad), "--dims", "0", "--no-progress"]) == 2

@@ -383,7 +383,7 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
                      fmt: str, dpi: int, progress: bool) -> FiguresWritten:
     """A synthesis run's figures: samples and interpolation of the chosen test label maps (default: the first 8),
     the generator's capsule maps per chosen label map (CapsPix2pix), the GAN's training curves."""
-    from ..synthesis import generate
+    from ..synthesis import samples as samples_of
 
     done = FiguresWritten(out)
     name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
@@ -411,13 +411,16 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     dev = next(model.parameters()).device
     labels = test.images[chosen].float()
     real = test.components[chosen]
-    samples = torch.stack([generate(model, labels.to(dev), seed=s).cpu() for s in SAMPLE_SEEDS])  # (S, N, C, H, W)
+    # each label map's noise is its test index's row of a seed's draw, as in `capsnet eval` and the viewer (its place
+    # in --indices gave other images for the same pair and seed, depending on the other indices given)
+    samples = torch.stack([samples_of(model, label.to(dev), SAMPLE_SEEDS, row=i).cpu()
+                           for i, label in zip(chosen, labels)], dim=1)  # (S, N, C, H, W)
     noisy = model.noise(1, 0, dev).shape[1] > 0  # pix2pix's noise is dropout: no vector to interpolate
-    rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS, row=k)
-                        for k, label in enumerate(labels[:4])]) if noisy else None
-    cut = torch.stack([truncate_noise(model, label, TRUNCATIONS, row=k)
-                       for k, label in enumerate(labels[:4])]) if noisy else None
-    maps = [generator_maps(model, label, row=k) for k, label in enumerate(labels)] \
+    rows = torch.stack([interpolate_noise(model, label, INTERPOLATION_STEPS, row=i)
+                        for i, label in zip(chosen, labels[:4])]) if noisy else None
+    cut = torch.stack([truncate_noise(model, label, TRUNCATIONS, row=i)
+                       for i, label in zip(chosen, labels[:4])]) if noisy else None
+    maps = [generator_maps(model, label, row=i) for i, label in zip(chosen, labels)] \
         if hasattr(model.generator, "capsule_grids") else []
     spread = samples.std(0).mean().item()
     done.notes.append(f"{name} test label maps {chosen}: mean per-pixel spread over noise seeds "
