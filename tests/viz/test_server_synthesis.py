@@ -54,8 +54,22 @@ def test_upload_of_a_test_label_map_makes_capsnet_generates_images(server, synth
     ref = v.walk(v.image_input(v.test_labels[1], {"kind": "upload", "size": [32, 32]}), seeds=[3, 0],
                  truncation=0.5, routing="deconv_1_1")
     assert w["samples"] == ref["samples"] and w["interpolation"] == ref["interpolation"]
-    status, w = api(server, "/api/upload", raw=png(np.stack([label] * 4, -1)))  # alpha is dropped
+    opaque = np.stack([label] * 3 + [np.full_like(label, 255)], -1)  # RGBA, every pixel opaque: alpha dropped
+    status, w = api(server, "/api/upload", raw=png(opaque))
     assert status == 200 and w["seeds"] == [0, 1, 2, 3] and w["routing"] is None
+    # read as capsnet generate reads a label map (review, 2026-11-29): a 0/1 map as 0/255 (it was 1/255 bright,
+    # all but blank), and strokes whose shape is in the alpha alone refused (they read as an empty map)
+    status, ones = api(server, "/api/upload?seeds=3,0&truncation=0.5&routing=deconv_1_1", raw=png(label // 255))
+    assert status == 200 and ones["input"] == w_input(server, label) and ones["samples"] == ref["samples"]
+    status, said = api(server, "/api/upload", raw=png(np.stack([np.zeros_like(label), label], -1)))  # grey + alpha
+    assert status == 400 and "the label map has transparent pixels; a label map is read by its values" in said["error"]
+    assert_alive(server)
+
+
+def w_input(server, label):
+    status, w = api(server, "/api/upload", raw=png(label))
+    assert status == 200
+    return w["input"]
 
 
 BLANK = png(np.zeros((32, 32), np.uint8))

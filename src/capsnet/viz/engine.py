@@ -384,6 +384,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         viewer = SynthesisViewer(model, test_labels=test.images, test_images=test.components,
                                  test_classes=None if classless else test.labels,
                                  classes=None if classless else test.classes, dataset=name, checkpoint=checkpoint)
+        viewer.label_maps = ckpt.state.get("label_maps", "binary")  # an upload's 0/1 map read as generate reads it
     else:
         viewer = Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
                         checkpoint=checkpoint)

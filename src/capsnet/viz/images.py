@@ -108,14 +108,16 @@ def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
         return mnist_style(_decode(img, WORK_SIDE), shape), size
 
 
-def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments {W}x{H} images"
-                 ) -> tuple[torch.Tensor, tuple[int, int]]:
+def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments {W}x{H} images",
+                 label_maps: str | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
     """An uploaded image of exactly the model's input size as a segmentation model's input (C, H, W) in [0, 1] (or a
     synthesis model's label map), and its size (width, height); any other size is a ``ViewerError`` that names the
     size to send: "this model " + ``what`` (formatted with the model's ``W`` and ``H``).
 
     Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), an alpha channel dropped, as
-    ``capsnet.data.segmentation`` reads the user's PNG images. Decoded under the same caps and slots as
+    ``capsnet.data.segmentation`` reads the user's PNG images. A label map (``label_maps``: how the run's training
+    maps read, "binary" or "graded") is read as ``capsnet generate`` reads it: transparency refused, and a map of
+    0s and 1s as 0/255 unless the run trained on graded maps. Decoded under the same caps and slots as
     ``upload_input``.
     """
     C, H, W = shape
@@ -133,11 +135,19 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
                               f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
+        if label_maps is not None and (img.mode in ("LA", "RGBA", "PA") or "transparency" in img.info):
+            if (np.asarray(img.convert("RGBA"))[..., 3] < 255).any():  # as capsnet generate refuses it
+                raise ViewerError("the label map has transparent pixels; a label map is read by its values, not its "
+                                  "alpha (strokes painted on a transparent canvas would read as empty): flatten it "
+                                  "onto its background and save it without alpha")
         try:
-            a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.float32) / 255
+            a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.float32)
         except Exception as e:  # a mode PIL cannot convert
             raise ViewerError(f"the image's mode {img.mode!r} cannot be read as grey or RGB ({e}); save it as an "
                               "8-bit grey or RGB image") from None
+        if label_maps is not None and label_maps != "graded" and a.max() == 1:  # 0/1, as capsnet generate reads it
+            a = a * 255
+        a = a / 255
     x = torch.from_numpy(a)
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 

@@ -457,7 +457,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "/api/upload?seeds=0,1,2&truncation=T&routing=LAYER")
             seeds, truncation = _seeds_field(fields.get("seeds")), _truncation_field(fields.get("truncation"))
             image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape,  # the query first: it is cheap
-                                       "makes images from {W}x{H} label maps")
+                                       "makes images from {W}x{H} label maps", label_maps=viewer.label_maps)
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=fields.get("routing"), seeds=seeds,
                                                   truncation=truncation))

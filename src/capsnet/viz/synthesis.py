@@ -70,6 +70,7 @@ class SynthesisViewer(_ViewerBase):
     """
 
     kind = "synthesis"
+    label_maps = "binary"  # how the run's training label maps read ("graded": class indices 0..K, read as they are)
 
     def __init__(self, model: nn.Module, *, test_labels: torch.Tensor | None = None,
                  test_images: torch.Tensor | None = None, test_classes: torch.Tensor | None = None,
