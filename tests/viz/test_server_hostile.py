@@ -242,6 +242,16 @@ def test_malformed_requests_get_a_status_line_and_headers(server, raw, expected)
     assert_alive(server)
 
 
+def test_an_http_0_9_request_line_is_answered_at_once_with_a_status_line(server):
+    """Found by a review (2026-11-29): a client that sends "GET /api/info" and waits (an HTTP/0.9 client sends no
+    headers and does not close) got, after the read timeout, the bare body: no status line. It is refused at once."""
+    with socket.create_connection(server.server_address[:2], timeout=5) as s:
+        s.sendall(b"GET /api/info\r\n")  # and keep the connection open, as such a client does
+        status, headers, data = responses(read_all(s))[0]
+    assert status == 400 and "HTTP/0.9 requests are not served; send an HTTP/1.1 request" in error_of(data)
+    assert_alive(server)
+
+
 @pytest.mark.parametrize("raw, fragment", [
     (b"POST /api/forward HTTP/1.1\r\nHost: x\r\n\r\n", "Content-Length"),
     (b"POST /api/forward HTTP/1.1\r\nContent-Length: banana\r\n\r\n", "not a number of bytes"),

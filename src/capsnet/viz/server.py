@@ -271,6 +271,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f"and {self.server.request_timeout:g} s in all); send it whole")
 
     def parse_request(self) -> bool:
+        if len(str(self.raw_requestline, "iso-8859-1").split()) == 2:  # "GET /": HTTP/0.9, refused at once (the
+            self.request_version = "HTTP/0.9"  # base class would first wait for headers such a client never sends,
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 requests are not served")  # then answer without a
+            return False  # status line)
         if not super().parse_request():
             return False
         if self.request_version == "HTTP/0.9":  # "GET /": an answer without a status line is no answer
