@@ -84,3 +84,24 @@ def test_translate_places_the_whole_digit_at_its_offset(digits):
         assert rest.abs().sum() == 0  # black elsewhere
     with pytest.raises(ValueError, match="smaller than the 28x28 images"):
         random_translate(digits, 20)
+
+
+def test_the_affine_test_sets_are_the_same_on_every_cpu_path():
+    """Found by a review (2026-11-29): the warp ran in float32, whose vectorised (AVX2, AVX-512) and plain CPU code
+    paths differ by up to 6e-6 a pixel, so the fixed affine test sets were not the same on every machine. A process
+    held to the plain path (ATEN_CPU_CAPABILITY=default) now makes the same bytes as this one."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib, torch\n"
+            "from capsnet.data.tasks import affine_test, affine_centred_test\n"
+            "g = torch.Generator().manual_seed(7)\n"
+            "x = torch.zeros(64, 1, 28, 28, dtype=torch.uint8)\n"  # a blotch of ink the size of a digit's
+            "x[:, :, 8:20, 10:18] = (torch.rand(64, 1, 12, 8, generator=g) * 255).to(torch.uint8)\n"
+            "print(' '.join(hashlib.md5(f(x).numpy().tobytes()).hexdigest() for f in (affine_test, "
+            "affine_centred_test)))\n")
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "ATEN_CPU_CAPABILITY": "default"}).stdout
+    assert here == plain and len(here.split()) == 2

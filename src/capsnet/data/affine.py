@@ -149,7 +149,11 @@ def _centred(u: torch.Tensor, extent: torch.Tensor, size: int, max_shift: int) -
 
 
 def _warp(x: torch.Tensor, rot: torch.Tensor, sh: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor) -> torch.Tensor:
-    """Each canvas of ``x`` (N, C, S, S) under ``R(rot) @ Shear(sh) @ diag(sx, sy)`` about its centre, bilinear."""
+    """Each canvas of ``x`` (N, C, S, S) under ``R(rot) @ Shear(sh) @ diag(sx, sy)`` about its centre, bilinear.
+
+    In float64, rounded to float32 at the end: float32's vectorised and plain CPU paths differ by up to 6e-6 per
+    pixel (AVX2 against ``ATEN_CPU_CAPABILITY=default``), and the fixed test sets are to be the same on every
+    machine (a review, 2026-11-29; they moved by under 1e-5 a pixel with the change)."""
     N, C, side, _ = x.shape
     dev = x.device
     theta = torch.deg2rad(rot)
@@ -159,6 +163,7 @@ def _warp(x: torch.Tensor, rot: torch.Tensor, sh: torch.Tensor, sx: torch.Tensor
     D = torch.diag_embed(torch.stack([sx, sy], -1))
     A = R @ S @ D  # forward map on (x, y) about the centre
     inv = torch.linalg.inv(A)  # grid_sample wants output -> input
-    grid_theta = torch.cat([inv, torch.zeros(N, 2, 1, dtype=inv.dtype, device=inv.device)], dim=2).float().to(dev)
+    grid_theta = torch.cat([inv, torch.zeros(N, 2, 1, dtype=inv.dtype, device=inv.device)], dim=2).double().to(dev)
     grid = F.affine_grid(grid_theta, (N, C, side, side), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False).clamp_(0, 1)
+    out = F.grid_sample(x.double(), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return out.clamp_(0, 1).to(x.dtype)
