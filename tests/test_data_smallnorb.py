@@ -70,6 +70,17 @@ def test_bad_files_are_refused_by_name(tmp_path, damage, message):
         sn.read_norb(tmp_path / "x.mat")
 
 
+def test_a_tiny_matrix_with_trailing_bytes_is_refused_by_name(tmp_path):
+    """Found by a review (2026-11-29): a header declaring fewer data bytes than the first read takes (2 of 4) asked
+    f.read for a negative length, read the rest of the file and failed with a plain ValueError."""
+    raw = sn.write_norb(tmp_path / "t.mat", np.array([7, 8], np.uint8)).read_bytes()
+    (tmp_path / "t.mat").write_bytes(raw + bytes(1000))
+    with pytest.raises(DataError, match="t.mat: longer than the 2 data bytes its header declares"):
+        sn.read_norb(tmp_path / "t.mat")
+    (tmp_path / "t.mat").write_bytes(raw)
+    assert sn.read_norb(tmp_path / "t.mat").tolist() == [7, 8]
+
+
 def test_a_header_declaring_more_than_smallnorb_holds_is_refused_before_reading(tmp_path):
     (tmp_path / "big.mat").write_bytes(np.array([0x1E3D4C55, 4, 10**6, 2, 96, 96], "<i4").tobytes())
     with pytest.raises(DataError, match="more than any smallNORB file"):

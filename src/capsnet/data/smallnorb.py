@@ -98,8 +98,9 @@ def read_norb(path: str | os.PathLike, *, max_size: int | None = None) -> np.nda
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if max_size is not None and size > max_size:
             raise DataError(f"{path}: its header declares {size:,} bytes of data, more than any smallNORB file")
-        data = head[n_head:] + f.read(size - (len(head) - n_head))
-        extra = f.read(1)
+        data = head[n_head:n_head + size]  # a header of fewer data bytes than it holds itself: read no further
+        data += f.read(size - len(data))
+        extra = head[n_head + size:] or f.read(1)
     if len(data) != size:
         raise DataError(f"{path}: truncated, {len(data):,} of the {size:,} data bytes its header declares")
     if extra:
