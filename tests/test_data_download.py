@@ -108,6 +108,22 @@ def test_good_download(served, tmp_path):
     assert _names(dest.parent) == [dest.name]
 
 
+def test_a_download_is_on_disk_before_it_takes_the_files_name(served, tmp_path, monkeypatch):
+    """Found by a review (2026-11-29): the part file was renamed onto its name without an fsync, so a power cut could
+    leave a short file under the final name (write_idx syncs its files)."""
+    import os
+
+    from capsnet.data import download
+
+    done, sync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(download.os, "fsync", lambda fd: done.append(("fsync", os.fstat(fd).st_size)) or sync(fd))
+    monkeypatch.setattr(download.os, "replace", lambda a, b: done.append(("replace", Path(b).name)) or replace(a, b))
+    body = served.routes[f"/good/{LABELS}.gz"][1]
+    dest = tmp_path / f"{LABELS}.gz"
+    download_file(_url(served, f"/good/{LABELS}.gz"), dest, md5=hashlib.md5(body).hexdigest(), progress=False)
+    assert done == [("fsync", len(body)), ("replace", dest.name)]
+
+
 def test_uncompressed_checksum_accepts_a_raw_download(served, tmp_path):
     dest = tmp_path / LABELS
     download_file([_url(served, f"/raw/{LABELS}.gz")], dest, md5_uncompressed=LABELS_MD5,

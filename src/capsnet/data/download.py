@@ -262,6 +262,8 @@ def _fetch(
                         clock.progress()
                     if max_size is not None and received > max_size:
                         raise _MirrorFailed(f"the download passed {max_size:,} bytes, more than the file has")
+            out.flush()
+            os.fsync(out.fileno())  # on disk before it takes the file's name: a power cut leaves no short file there
         # http.client's read(n) returns b"" on a dropped connection instead of
         # raising IncompleteRead, so the length has to be checked here.
         if size is not None and received != size:
