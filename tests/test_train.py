@@ -424,6 +424,27 @@ def test_a_run_saved_with_rounds_its_one_pass_routing_never_used_loads_and_resum
         resume_configs(tmp_path / "r", model_changes={"conv1_channels": 16, "routing_iterations": 2})
 
 
+def test_a_signal_inside_an_epoch_saves_at_that_step_and_stops(tmp_path, monkeypatch):
+    """SIGTERM in the middle of an epoch: the step finishes, the loop saves inside the epoch and stops."""
+    import os
+    import signal
+
+    cfg = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=32)  # 5 batches
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)
+    sent = []
+
+    def hooked(step, *args):
+        armed = signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        if step == 6 and armed and not sent:  # the second batch of epoch 2, before its step
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return lr_at(step, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", hooked)
+    with pytest.raises(KeyboardInterrupt):
+        fit(TINY, cfg, tmp_path / "r", device="cpu", progress=False)
+    saved = load_checkpoint(tmp_path / "r", "last")
+    assert sent and saved.state["step"] == 7 and saved.state["within"]["batches"] == 2
+
+
 @pytest.mark.parametrize("eval_every", [1, 3])
 def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_path, monkeypatch, eval_every):
     """Found by a review (2026-11-29): a signal in an epoch's last batch waits for the epoch's save, and nothing

@@ -169,7 +169,10 @@ def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "--resume` continues from the last checkpoint" in err
     state = load_checkpoint(run, "last").state
-    assert "within" in state and state["within"]["batches"] >= 1  # saved inside the epoch, at the signal
+    # saved inside the epoch, at the signal; or, where the signal came in an epoch's last batch or its evaluation
+    # (a fast machine ends epoch 2 within the 0.3 s), at that epoch's end, before the next (test_train has both
+    # cases at set steps)
+    assert ("within" in state and state["within"]["batches"] >= 1) or 2 <= state["epoch"] < 3
     r = capsnet("train", "--out", run, "--resume", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert _same_weights(run, straight_run)
