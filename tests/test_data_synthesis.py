@@ -236,3 +236,7 @@ def test_a_label_map_painted_on_transparency_is_refused_and_an_opaque_one_reads_
         label_map_array(tmp_path / "painted.png")
     Image.fromarray(np.stack([stroke, np.full_like(stroke, 255)], -1), "LA").save(tmp_path / "opaque.png")
     assert np.array_equal(label_map_array(tmp_path / "opaque.png"), stroke[None])
+    # a grey PNG whose tRNS entry makes black transparent (no alpha channel): refused too, as the viewer refuses it
+    Image.fromarray(stroke).save(tmp_path / "keyed.png", transparency=0)
+    with pytest.raises(DataError, match=r"keyed.png has transparent pixels \(94% of them\)"):
+        label_map_array(tmp_path / "keyed.png")

@@ -15,7 +15,7 @@ import torch
 from .idx import DataError
 
 __all__ = ["png_files", "read_png", "image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
-           "mask_array", "load_png_pairs"]
+           "transparent_share", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
 _OTHER_IMAGES = {".jpg", ".jpeg", ".jfif", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".pbm", ".pnm",
@@ -118,16 +118,18 @@ def label_map_array(path: Path) -> np.ndarray:
     one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros)."""
     img = read_png(path)
     a = _image_array(img, path)
-    if share := _transparent_share(img):
+    if share := transparent_share(img):
         raise DataError(f"label map {path} has transparent pixels ({share:.0%} of them); a label map is read by its "
                         f"values, not its alpha (strokes painted on a transparent canvas would read as empty): "
                         f"flatten it onto its background and save it without alpha")
     return a
 
 
-def _transparent_share(img) -> float:
-    """The share of an image's pixels that are not fully opaque (0.0 for an image without alpha)."""
-    if img.mode in ("LA", "RGBA", "PA") or (img.mode == "P" and "transparency" in img.info):
+def transparent_share(img) -> float:
+    """The share of a PIL image's pixels that are not fully opaque: an alpha channel, or a PNG's tRNS entry (a
+    palette's alpha, or a grey or RGB key colour); 0.0 for an image with neither. What refuses a transparent mask or
+    label map here, and an uploaded label map in the viewer."""
+    if img.mode in ("LA", "RGBA", "PA") or "transparency" in img.info:
         return float((np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3] < 255).mean())
     return 0.0
 
@@ -177,7 +179,7 @@ def mask_array(path: Path) -> np.ndarray:
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
     _refuse_16_bit_colour(path, img, "a 0/1 mask", "8-bit grayscale (L), the foreground 255, or as 16-bit "
                           "grayscale without alpha", what="mask ")
-    if _transparent_share(img):
+    if transparent_share(img):
         raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha (a shape "
                         f"drawn in transparency alone would read as empty): save it without alpha, the foreground "
                         f"255 (or 1) and the background 0")

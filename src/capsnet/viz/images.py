@@ -21,6 +21,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..data import photos
 from ..data.idx import DataError
 from ..data.photos import WORK_SIDE, shrink
+from ..data.png import scale_binary_label_maps, transparent_share
 from .engine import ViewerError
 
 __all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "WORK_SIDE",
@@ -135,19 +136,18 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
                               f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
-        if label_maps is not None and (img.mode in ("LA", "RGBA", "PA") or "transparency" in img.info):
-            if (np.asarray(img.convert("RGBA"))[..., 3] < 255).any():  # as capsnet generate refuses it
-                raise ViewerError("the label map has transparent pixels; a label map is read by its values, not its "
-                                  "alpha (strokes painted on a transparent canvas would read as empty): flatten it "
-                                  "onto its background and save it without alpha")
+        if label_maps is not None and transparent_share(img):  # as capsnet generate refuses it
+            raise ViewerError("the label map has transparent pixels; a label map is read by its values, not its "
+                              "alpha (strokes painted on a transparent canvas would read as empty): flatten it "
+                              "onto its background and save it without alpha")
         try:
-            a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.float32)
+            a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.uint8)
         except Exception as e:  # a mode PIL cannot convert
             raise ViewerError(f"the image's mode {img.mode!r} cannot be read as grey or RGB ({e}); save it as an "
                               "8-bit grey or RGB image") from None
-        if label_maps is not None and label_maps != "graded" and a.max() == 1:  # 0/1, as capsnet generate reads it
-            a = a * 255
-        a = a / 255
+        if label_maps is not None and label_maps != "graded":  # a 0/1 map as 0/255, as capsnet generate reads it
+            a = scale_binary_label_maps(a)
+        a = a.astype(np.float32) / 255
     x = torch.from_numpy(a)
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 
