@@ -424,21 +424,28 @@ def test_a_run_saved_with_rounds_its_one_pass_routing_never_used_loads_and_resum
         resume_configs(tmp_path / "r", model_changes={"conv1_channels": 16, "routing_iterations": 2})
 
 
-def test_a_signal_inside_an_epoch_saves_at_that_step_and_stops(tmp_path, monkeypatch):
-    """SIGTERM in the middle of an epoch: the step finishes, the loop saves inside the epoch and stops."""
+def _sigterm_before_step(monkeypatch, step: int) -> list:
+    """One SIGTERM to this process when the loop looks up step ``step``'s learning rate, before that step, once the
+    loop's handler is armed (the optimizer's set-up asks for step 0 before it is); the list holds one entry once
+    sent."""
     import os
     import signal
 
+    sent: list = []
+
+    def hooked(at, *args):
+        if at == step and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return lr_at(at, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", hooked)
+    return sent
+
+
+def test_a_signal_inside_an_epoch_saves_at_that_step_and_stops(tmp_path, monkeypatch):
+    """SIGTERM in the middle of an epoch: the step finishes, the loop saves inside the epoch and stops."""
     cfg = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=32)  # 5 batches
     monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)
-    sent = []
-
-    def hooked(step, *args):
-        armed = signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        if step == 6 and armed and not sent:  # the second batch of epoch 2, before its step
-            sent.append(os.kill(os.getpid(), signal.SIGTERM))
-        return lr_at(step, *args)
-    monkeypatch.setattr("capsnet.train.lr_at", hooked)
+    sent = _sigterm_before_step(monkeypatch, 6)  # the second batch of epoch 2
     with pytest.raises(KeyboardInterrupt):
         fit(TINY, cfg, tmp_path / "r", device="cpu", progress=False)
     saved = load_checkpoint(tmp_path / "r", "last")
@@ -450,21 +457,11 @@ def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_
     """Found by a review (2026-11-29): a signal in an epoch's last batch waits for the epoch's save, and nothing
     stopped after it, so with one batch an epoch (a small folder:DIR) SIGTERM was swallowed and every epoch trained.
     Now the run saves at the epoch's end (evaluated or not) and stops there; the resume ends as a straight run."""
-    import os
-    import signal
-
     cfg = TrainConfig(dataset="mnist-sample", epochs=3, batch_size=32, train_size=32, test_size=32,
                       eval_every=eval_every)
     fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False)
     monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)  # the epoch's save is the signal's doing
-    sent = []
-
-    def hooked(step, *args):
-        armed = signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the loop's, not the optimizer's set-up
-        if step == 0 and armed and not sent:  # the one batch of epoch 1, before its step
-            sent.append(os.kill(os.getpid(), signal.SIGTERM))
-        return lr_at(step, *args)
-    monkeypatch.setattr("capsnet.train.lr_at", hooked)
+    sent = _sigterm_before_step(monkeypatch, 0)  # the one batch of epoch 1
     with pytest.raises(KeyboardInterrupt):
         fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False)
     monkeypatch.undo()
