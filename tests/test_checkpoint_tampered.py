@@ -39,6 +39,8 @@ CASES = [  # (which file, changes, what the message must name)
     ("best", {"train_config": {"lr": None}}, "TrainConfig.lr must be a finite number, got None"),
     ("best", {"metadata": {"state": "null"}}, "state must be a JSON object"),
     ("best", {"metadata": {"state": '{"epoch": "2", "step": 7}'}}, "state.epoch must be a non-negative integer"),
+    ("best", {"metadata": {"state": '{"epoch": 2, "step": 7, "best": {}}'}},
+     "state.best must be null or an object with an integer epoch and a numeric accuracy"),
     ("last", {"metadata": {"optimizer": "{}"}}, "the optimizer entry needs 'param_groups'"),
     ("last", {"tensors": lambda ts: {(k.replace("optim.0.", "optim.x.") if k.startswith("optim.0.") else k): v
                                      for k, v in ts.items()}}, "optimizer state index 'x' is not a parameter index"),

@@ -272,8 +272,12 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
     history = state.get("history", [])
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise ValueError("state.history must be a list of epoch records")
-    if state.get("best") is not None and not isinstance(state["best"], dict):
-        raise ValueError(f"state.best must be an object or null, got {state['best']!r}")
+    best = state.get("best")
+    if best is not None and not (isinstance(best, dict) and _count(best.get("epoch"), 0)
+                                 and isinstance(best.get("accuracy"), (int, float))
+                                 and not isinstance(best.get("accuracy"), bool)):
+        raise ValueError(f"state.best must be null or an object with an integer epoch and a numeric accuracy, "
+                         f"got {best!r}")
     if "within" in state:
         _check_within(state["within"], state["epoch"])
 
