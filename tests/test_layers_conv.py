@@ -211,3 +211,19 @@ def test_bad_shapes_and_sizes_are_named():
         ConvCaps2d(2, 4, 0, 5)
     with pytest.raises(ValueError, match="softmax must be 'parents' or 'children'"):
         DynamicRouting(3, softmax="rows")
+
+
+def test_self_attention_routes_a_grid_of_huge_and_ordinary_votes_as_its_forward_does():
+    """route_grid scales each position's votes on its own (as forward scales each example's): a position of votes of
+    1e25, whose scores overflow float32, beside ordinary ones; each position routed as forward routes it alone."""
+    g = torch.Generator().manual_seed(5)
+    routing = SelfAttentionRouting(3, 2)
+    with torch.no_grad():
+        routing.prior.normal_(0, 0.5, generator=g)
+    votes = torch.randn(2, 3, 2, 4, 2, 3, generator=g)  # (B, I, J, D, H, W)
+    votes[:, :, :, :, 0, 1] *= 1e25
+    grid = routing.route_grid(votes)  # (B, J, D, H, W)
+    assert torch.isfinite(grid).all()
+    folded = votes.permute(0, 4, 5, 1, 2, 3).reshape(12, 3, 2, 4)  # (B * H * W, I, J, D)
+    alone = routing(folded).poses.view(2, 2, 3, 2, 4).permute(0, 3, 4, 1, 2)
+    torch.testing.assert_close(grid, alone, rtol=1e-5, atol=1e-6)

@@ -72,6 +72,32 @@ def test_every_routing_is_finite_for_zero_and_huge_votes(name, scale):
     assert torch.isfinite(grad).all(), name
 
 
+@pytest.mark.parametrize("name", ["dynamic", "inverted", "self-attention"])
+def test_routings_of_votes_past_the_squares_range_match_float64(name):
+    """Votes of 1e20 to 1e36: their squares (self-attention's scores, inverted routing's layer norm) overflow float32,
+    which made a NaN coupling from about 1e19 on; the routing now matches the same routing in float64 (scaled
+    inputs give the same coupling: exactly 0 or 1 where float64 itself saturates), with finite gradients. EM
+    routing is not in the list: its gradient overflows from about 1e13, its poses from about 1e18 (its docstring). The poses are squashed
+    or layer-normed, so of the same size at every scale."""
+    g = torch.Generator().manual_seed(3)
+    for scale in (1e20, 1e30, 1e36):
+        base = torch.randn(B, I, J, D, generator=g, dtype=torch.float64)
+        routing = create_routing(name, **SIZES)
+        with torch.no_grad():
+            for p in routing.parameters():  # a prior (self-attention) or layer norm (inverted) off its start
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1 if p.dim() == 1 else 0))
+        want = routing.double()(base * scale)
+        votes = (base * scale).float().requires_grad_(True)
+        got = routing.float()(votes)
+        assert all(torch.isfinite(t).all() for t in got), (name, scale)
+        torch.testing.assert_close(got.coupling, want.coupling.float(), rtol=1e-4, atol=1e-6)
+        # inverted: the layer norm's eps (1e-5) acts on the scaled parent, whose variance is about 1, where float64's
+        # is about scale^2: a difference of about eps / 2 relative to the norm's outputs, which reach about 3
+        torch.testing.assert_close(got.poses.double(), want.poses, rtol=1e-4, atol=1e-4 if name == "inverted" else 1e-6)
+        (grad,) = torch.autograd.grad(got.poses.sum() + got.activations.sum(), votes)
+        assert torch.isfinite(grad).all(), (name, scale)
+
+
 @pytest.mark.parametrize("name", sorted(ROUTINGS))
 def test_every_routing_is_finite_under_bf16_autocast(name):
     g = torch.Generator().manual_seed(2)

@@ -21,8 +21,11 @@ def _eps(dtype: torch.dtype) -> float:
     return 1e-7 if dtype == torch.float16 else 1e-8
 
 
-def _scale(s: torch.Tensor, dim: int, power: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scale(s: torch.Tensor, dim: int | tuple[int, ...], power: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A power of two ``k`` per capsule (``s``'s shape with ``dim`` kept as 1) and ``r = k^2``.
+
+    ``dim`` may be a tuple: one ``k`` for all the entries along those dimensions (their count plays D's part
+    below), as the attention routings take one for each example's votes.
 
     ``k = 1`` (and ``r = 1``) while every entry is at most ``big``, chosen so
     that ``|s|^2`` raised to ``power`` stays inside ``s``'s dtype (squash
@@ -36,11 +39,14 @@ def _scale(s: torch.Tensor, dim: int, power: int) -> tuple[torch.Tensor, torch.T
     torch.compile traces one graph.
     """
     maxexp = math.frexp(torch.finfo(s.dtype).max)[1]  # max < 2^maxexp: 128 for float32 and bfloat16, 16 for float16
-    D = max(s.shape[dim], 1)
+    D = 1
+    for d in (dim,) if isinstance(dim, int) else dim:  # a loop, not a generator: torch.compile traces no generators
+        D *= s.shape[d]
+    D = max(D, 1)
     # D big^2 <= 2^((maxexp - 2) / power): q^power fits with a factor of 4 to spare (float32: 2^61 for squash
     # and 2^19 for its gradient at D = 16; float16: 32).
     big = 2.0 ** math.floor(((maxexp - 2) / power - math.ceil(math.log2(D))) / 2)
-    a = s.detach().abs().amax(dim=dim, keepdim=True)
+    a = torch.maximum(s.detach().amax(dim=dim, keepdim=True), -s.detach().amin(dim=dim, keepdim=True))  # |s| max, no copy
     # e <= maxexp - 2 keeps 2^-e a normal number (never flushed to zero), and |t| < 4 still; e >= 0 never scales
     # up (big < 1 only for capsules of thousands of float16 entries, which no scaling to |t| < 4 can save)
     e = torch.log2(a).floor().clamp(min=0, max=maxexp - 2)

@@ -10,7 +10,13 @@ capsules turns the scores into coupling coefficients; a learned prior
 the paper's squash, ``(1 - 1/e^|s|) s/|s|``.
 
 The row sums are computed as ``u_ij . (sum_k u_kj)``: O(I J D) instead of
-the O(I^2 J D) of the attention matrix.
+the O(I^2 J D) of the attention matrix. They are quadratic in the votes, so
+an example whose votes reach about 1e18 (float32) would overflow them into
+a NaN coupling: its votes are then scaled by a power of two ``k`` first
+(``capsnet.ops._scale``; ``k = 1``, the plain formula, for every ordinary
+input), and the scores, shifted by their maximum over j, are divided by
+``k^2`` again before the softmax (the same coupling; a gap of scores past the
+dtype's range becomes a coupling of exactly 0 or 1).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from ..ops import exp_squash, safe_norm
+from ..ops import _scale, exp_squash, safe_norm
 from .result import RoutingResult, check_count, check_votes
 
 __all__ = ["SelfAttentionRouting"]
@@ -57,9 +63,10 @@ class SelfAttentionRouting(nn.Module):
         if (I, J) != (self.in_caps, self.out_caps):
             raise ValueError(f"votes (B, I, J, D) = {tuple(votes.shape)} do not fit this routing's "
                              f"(I, J) = ({self.in_caps}, {self.out_caps})")
-        total = votes.sum(dim=1, keepdim=True)  # sum_k u_kj, (B, 1, J, D)
-        scores = (votes * total).sum(dim=-1) / math.sqrt(D)  # row sums of U_j U_j^T / sqrt(D), (B, I, J)
-        c = torch.softmax(scores, dim=-1)  # over the upper capsules j
+        k, _ = _scale(votes, (1, 2, 3), power=1)  # (B, 1, 1, 1): 1, or a power of two where the scores could overflow
+        total = votes.sum(dim=1, keepdim=True) * k * k  # k^2 sum_k u_kj, (B, 1, J, D): no scaled copy of the votes
+        scores = (votes * total).sum(dim=-1) / math.sqrt(D)  # k^2 times the row sums of U_j U_j^T / sqrt(D), (B, I, J)
+        c = torch.softmax(_unscaled(scores, k.view(B, 1, 1), dim=-1), dim=-1)  # over the upper capsules j
         s = ((c + self.prior).unsqueeze(-1) * votes).sum(dim=1)  # (B, J, D)
         if bias is not None:
             s = s + bias
@@ -82,10 +89,19 @@ class SelfAttentionRouting(nn.Module):
                              f"(I, J) = ({self.in_caps}, {self.out_caps})")
         if bias is not None and tuple(bias.shape) != (J, D):
             raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
-        total = votes.sum(dim=1, keepdim=True)  # sum_k u_kj at every position, (B, 1, J, D, H, W)
-        scores = (votes * total).sum(dim=3, keepdim=True) / math.sqrt(D)  # (B, I, J, 1, H, W)
-        c = torch.softmax(scores, dim=2)  # over the upper capsules j
+        k, _ = _scale(votes, (1, 2, 3), power=1)  # (B, 1, 1, 1, H, W), as in forward, per position
+        total = votes.sum(dim=1, keepdim=True) * k * k  # k^2 sum_k u_kj at every position, (B, 1, J, D, H, W)
+        scores = (votes * total).sum(dim=3, keepdim=True) / math.sqrt(D)  # k^2 times the row sums, (B, I, J, 1, H, W)
+        c = torch.softmax(_unscaled(scores, k, dim=2), dim=2)  # over the upper capsules j
         s = ((c + self.prior.view(1, I, J, 1, 1, 1)) * votes).sum(dim=1)  # (B, J, D, H, W)
         if bias is not None:
             s = s + bias.view(1, J, D, 1, 1)
         return exp_squash(s, dim=2)
+
+
+def _unscaled(scores: torch.Tensor, k: torch.Tensor, dim: int) -> torch.Tensor:
+    """Scores made from votes scaled by ``k`` (k^2 times the true ones), shifted by their maximum along ``dim``
+    (which the softmax does not see) and divided by k^2: the true scores' softmax input, with no NaN where the
+    true scores would overflow (a gap past the dtype's range becomes -inf, whose softmax is exactly 0)."""
+    shifted = scores - scores.detach().amax(dim=dim, keepdim=True)  # <= 0, 0 at the maximum
+    return shifted * k.reciprocal().square().clamp(max=torch.finfo(scores.dtype).max)

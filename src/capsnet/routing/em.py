@@ -7,7 +7,10 @@ into an activation; the E-step gives each lower capsule's vote to the upper
 capsules in proportion to their activation times the vote's likelihood.
 
 Kept finite for any number of iterations and for votes up to about 1e18
-in size (past that their float32 squares overflow; the issue's bar is 1e4)
+in size, their gradient up to about 1e12 (past those their float32 squares
+and the products of the backward overflow; measured 2026-11-29 at 12
+children, 4 parents, 16 dimensions; the issue's bar is 1e4; the attention
+routings scale such votes by a power of two and stay finite to about 1e37)
 (the failures the public ports report: NaN past one iteration, all-equal
 activations):
 

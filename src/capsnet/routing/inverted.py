@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops import _scale
 from ._fused import tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_votes
 
@@ -103,7 +104,10 @@ class InvertedDotProductRouting(nn.Module):
             s = s.view(B, J, D)
             if bias is not None:
                 s = s + bias
-            p = F.layer_norm(s, (D,), *norm, self.norm.eps)  # (B, J, D)
+            # the layer norm squares s, which overflows from about 1e18 (float32): such a parent is scaled by a power
+            # of two first (ops._scale; k = 1 for every ordinary one), which the norm takes out again (its eps aside)
+            k, _ = _scale(s, -1, power=1)
+            p = F.layer_norm(s * k, (D,), *norm, self.norm.eps)  # (B, J, D)
         return p, r, rounds
 
 
