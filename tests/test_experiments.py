@@ -802,6 +802,32 @@ def test_a_run_failing_in_a_worker_is_raised_naming_the_run(tmp_path):
         run_plan(runs, jobs=0)
 
 
+def test_a_model_whose_own_dynamic_routing_is_leaky_trains_under_another_routing(tmp_path, capsys, monkeypatch):
+    """capsnet-cifar10 turns leaky routing on; moved to EM or self-attention (`--models capsnet-cifar10:em`,
+    `train --routing em`), which take no leak, it drops it (both were refused, the experiment with no flag to
+    set it off); a leak typed beside such a routing is refused, naming the model's config and the fix."""
+    from capsnet import train as train_mod
+    from capsnet.models import create_model
+
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), datasets=["mnist"],
+                models=["capsnet-cifar10", "capsnet-cifar10:em", "capsnet-cifar10:self-attention"])
+    assert [(r.model_config.routing, r.model_config.leaky_routing) for r in runs] == [
+        ("dynamic", True), ("em", False), ("self-attention", False)]
+    calls = []
+    monkeypatch.setattr(train_mod, "fit", lambda model_cfg, cfg, out, **kw: calls.append(model_cfg) or {})
+    assert main(["train", "--model", "capsnet-cifar10", "--routing", "em", "--out", str(tmp_path / "r"),
+                 "--no-progress"]) == 0
+    assert (calls[0].routing, calls[0].leaky_routing, calls[0].detach_agreement) == ("em", False, False)
+    r = in_process(capsys, "train", "--model", "capsnet-cifar10", "--routing", "em", "--leaky-routing",
+                   "--out", tmp_path / "r2")
+    assert r.returncode == 2 and "CapsNetCifar10Config.leaky_routing is an option of dynamic routing; em routing " \
+        "does not take it: set it false (on by default in this model) (--model-option leaky_routing=false)" in r.stderr
+    with pytest.raises(ValueError, match=r"CapsNetCifar10Config.leaky_routing .* set it false \(on by default"):
+        create_model("capsnet-cifar10", routing="self-attention")
+    with pytest.raises(ValueError, match=r"CapsNetConfig.detach_agreement .* set it false \(--model-option"):
+        create_model("capsnet", routing="em", detach_agreement=True)
+
+
 def test_the_less_data_plot_names_each_line_by_its_model_and_routing():
     from capsnet.experiments import plot_less_data
 

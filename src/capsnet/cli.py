@@ -34,6 +34,7 @@ from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .models.rounds import unused_rounds
+from .models.capsnet import unused_switches
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
@@ -978,7 +979,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _check_rounds_flags(args, chosen, model_changes, options)
         sized = train.input_fields(chosen, dataset)
         try:
-            model_cfg = model_spec(chosen).config(**sized, **model_changes)
+            # --routing X on a model whose own dynamic-routing switches X does not take (capsnet-cifar10's leaky
+            # routing): they go, unless typed (then the config refuses them by name)
+            off = unused_switches(model_spec(chosen).config, model_changes["routing"]) \
+                if isinstance(model_changes.get("routing"), str) else {}
+            model_cfg = model_spec(chosen).config(**sized, **(off | model_changes))
         except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
             if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):

@@ -54,6 +54,7 @@ from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
+from .models.capsnet import unused_switches
 from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields
 
@@ -200,8 +201,9 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         swap = {} if routing is None or routing == config.routing else {"routing": routing, "routing_options": {}}
         if swap and hasattr(config, "digit_init_std"):  # CapsNet's start for the routing it was given goes too
             swap["digit_init_std"] = None
-        if swap:  # rounds set for the given config's routing route nothing under a one-pass one: their defaults
-            swap |= unused_rounds(config, routing)
+        if swap:  # rounds set for the given config's routing route nothing under a one-pass one: their defaults;
+            # dynamic routing's switches (capsnet-cifar10's leaky routing) nothing under another routing: off
+            swap |= unused_rounds(config, routing) | unused_switches(config, routing)
         return replace(config, **input_fields(model, dataset), **swap)
 
     def stem(m: str) -> str:  # a run folder's name: NAME:ROUTING trains in NAME-ROUTING-routing (no colon)

@@ -39,7 +39,21 @@ ROUTING_OPTIONS_SET_ELSEWHERE = {"leaky": "leaky_routing", "detach_agreement": "
                                  "iterations": "routing_iterations", "in_caps": "the layer's sizes",
                                  "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
 
-__all__ = ["PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+# CapsNet's switches of dynamic routing (field: the routing option it sets), which another routing does not take
+DYNAMIC_SWITCHES = {"leaky_routing": "leaky", "detach_agreement": "detach_agreement"}
+
+
+def unused_switches(config: Any, routing: str) -> dict[str, bool]:
+    """The dynamic-routing switches that ``config`` (a config class: its defaults; or an instance) has on and that
+    ``routing`` does not take, each set false: what a config moved to that routing drops (capsnet-cifar10's leaky
+    routing under --routing em), as a one-pass routing drops its rounds (``models.rounds.unused_rounds``)."""
+    if routing not in list_routings():
+        return {}
+    return {name: False for name, option in DYNAMIC_SWITCHES.items()
+            if getattr(config, name, False) is True and not routing_takes(routing, option)}
+
+
+__all__ = ["DYNAMIC_SWITCHES", "unused_switches", "PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -129,10 +143,11 @@ class CapsNetConfig(SavedRounds, JsonConfig):
                              f"probabilities; use one of {', '.join(self.probability_routings())}, or a model built "
                              f"for it (capsnet models)")
         check_rounds(self, self.routing)  # routing_iterations, where the routing makes one pass
-        for name, option in (("leaky_routing", "leaky"), ("detach_agreement", "detach_agreement")):
+        for name, option in DYNAMIC_SWITCHES.items():
             if getattr(self, name) and not routing_takes(self.routing, option):
-                raise ValueError(f"CapsNetConfig.{name} is an option of dynamic routing; {self.routing} routing "
-                                 f"does not take it: leave it false")
+                on = " (on by default in this model)" if getattr(type(self), name) else ""
+                raise ValueError(f"{type(self).__name__}.{name} is an option of dynamic routing; {self.routing} "
+                                 f"routing does not take it: set it false{on} (--model-option {name}=false)")
         if not self.routing_bias and not routing_is(self.routing, "pose_bias"):
             raise ValueError(f"CapsNetConfig.routing_bias: {self.routing} routing's digit capsules have no pose bias "
                              f"to turn off (their poses are what the routing fits), so false changes nothing: leave "
