@@ -203,6 +203,21 @@ def test_no_images_give_no_outputs_and_a_loss_over_none_is_refused_not_nan(name)
     assert torch.isfinite(loss)  # the same call with two examples: a number
 
 
+@pytest.mark.parametrize("routing", ["em", "self-attention", "dynamic"])
+def test_capsnet_under_any_routing_cast_to_bfloat16_decodes(routing):
+    """CapsNet routed by EM, cast with .bfloat16(): EM routes half votes in fp32 and its fp32 poses met the bf16
+    decoder in one product (a dtype error); the digit capsules now hand them on in the weights' dtype."""
+    torch.manual_seed(3)
+    model = create_model("capsnet", conv1_channels=16, primary_types=4, routing=routing).bfloat16()
+    images, labels = torch.rand(2, 1, 28, 28, dtype=torch.bfloat16), torch.tensor([3, 7])
+    out = model(images, labels)
+    assert out.lengths.dtype == torch.bfloat16 and out.reconstructions.dtype == torch.bfloat16
+    loss = MODELS["capsnet"].loss(model, images, labels, recon_weight=0.0005)[0]
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad.float()).all() for p in model.parameters()
+                                        if p.grad is not None)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_model_cast_to_bfloat16_runs_on_bfloat16_images(name):
     """model.bfloat16(): the EM models failed in their second capsule layer (fp32 poses out of the fp32 routing

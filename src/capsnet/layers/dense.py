@@ -89,4 +89,11 @@ class DenseCaps(nn.Module):
         if fast is not None:
             self._check(u)
             return fast(u, self.weight, self.bias, **recording)
-        return self.routing(self.votes(u), activations, self.bias, **recording)
+        out = self.routing(self.votes(u), activations, self.bias, **recording)
+        if self.weight.dtype in (torch.bfloat16, torch.float16) and out.poses.dtype != self.weight.dtype:
+            # a half model (.bfloat16()) routed by EM, which routes half votes in fp32: handed on in the weights'
+            # dtype (as ConvMatrixCaps does), so the decoder's product gets its own dtype; under autocast the weights
+            # stay fp32 and so do these
+            out = RoutingResult(out.poses.to(self.weight.dtype), out.activations.to(self.weight.dtype), out.coupling,
+                                out.rounds)
+        return out
