@@ -353,9 +353,14 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     (dict(routing=3), "routing must be a string"),
     (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'beta_a_init': -25.0, 'bogus': 1}: em routing "
                                                        "takes no option bogus; its options are beta_a_init, "),
-    (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda and var_floor must be positive"),
-    (dict(routing="em", routing_options={"final_lambda": "x"}), "a value of the wrong kind for em routing"),
+    (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda must be a positive finite number, got -1"),
+    (dict(routing="em", routing_options={"final_lambda": "x"}), "final_lambda must be a positive finite number, got 'x'"),
+    # eps floors a parent's mass: 0 gave NaN poses once every child fell silent
+    (dict(routing="em", routing_options={"eps": 0}), "eps must be a positive finite number, got 0"),
     (dict(routing_options={"iterations": 2}), "routing_options: iterations is set by routing_iterations, not here"),
+    # accepted and ignored before: CapsNet's votes share no children
+    (dict(routing="em", routing_options={"child_norm": "type"}), r"routing_options: child_norm changes nothing here: "
+                                                                 r"CapsNet's digit capsules share no child .*; leave"),
     (dict(routing_options={"leaky": True}), "routing_options: leaky is set by leaky_routing, not here"),
     (dict(routing_options=[["leaky", True]]), "routing_options must be a JSON object"),
     (dict(routing_options={"x": [1]}), "routing_options must be a JSON object of named numbers"),

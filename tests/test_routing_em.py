@@ -220,6 +220,13 @@ def test_bad_input_is_refused_clearly():
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="must be a positive integer"):
             EMRouting(4, iterations=bad)
+    # eps floors a parent's mass: at 0 (or below) every silent child made NaN poses; inf passed a "> 0" check
+    for name in ("final_lambda", "var_floor", "eps"):
+        for bad in (0, -1.0, math.inf, math.nan, "1e-6", True):
+            with pytest.raises(ValueError, match=f"{name} must be a positive finite number, got {bad!r}"):
+                EMRouting(4, **{name: bad})
+    out = EMRouting(4, eps=1e-12)(torch.randn(2, 5, 4, 16), torch.zeros(2, 5))  # the smallest floor, still finite
+    assert all(torch.isfinite(t).all() for t in out)
 
 
 def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_it_adds():

@@ -1159,7 +1159,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_routings(args: argparse.Namespace) -> int:
-    from .models.capsnet import ROUTING_OPTIONS_SET_ELSEWHERE, ROUTING_STARTS
+    from .models.capsnet import ROUTING_OPTIONS_SET_ELSEWHERE, ROUTING_OPTIONS_UNUSED, ROUTING_STARTS
     from .models.segcaps import stack_routings
     from .routing import catalog
 
@@ -1181,7 +1181,7 @@ def _cmd_routings(args: argparse.Namespace) -> int:
               f"models built for it do (capsnet models).")
         return 0
     options = [o["name"] for o in catalog.describe_routing(args.name)["options"]]
-    own = [o for o in options if o not in ROUTING_OPTIONS_SET_ELSEWHERE]
+    own = [o for o in options if o not in ROUTING_OPTIONS_SET_ELSEWHERE and o not in ROUTING_OPTIONS_UNUSED]
     print(f"\nIn the paper's CapsNet: `capsnet train --routing {args.name}`"
           + (f", its options as `--routing-option KEY=VALUE` ({', '.join(own)})" if own else " (it has no options)")
           + "; the layer's sizes" + (" and --routing-iterations" if "iterations" in options else "")

@@ -39,6 +39,11 @@ ROUTING_OPTIONS_SET_ELSEWHERE = {"leaky": "leaky_routing", "detach_agreement": "
                                  "iterations": "routing_iterations", "in_caps": "the layer's sizes",
                                  "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
 
+# routing options that change nothing in CapsNet's digit capsules (option: why), refused rather than ignored
+ROUTING_OPTIONS_UNUSED = {"child_norm": "CapsNet's digit capsules share no child between vote rows, so the set a "
+                                        "child's coupling is normalised over is always its own row (the option is "
+                                        "for convolutional matrix capsules: em-capsnet's conv_e_step)"}
+
 # CapsNet's switches of dynamic routing (field: the routing option it sets), which another routing does not take
 DYNAMIC_SWITCHES = {"leaky_routing": "leaky", "detach_agreement": "detach_agreement"}
 
@@ -53,7 +58,7 @@ def unused_switches(config: Any, routing: str) -> dict[str, bool]:
             if getattr(config, name, False) is True and not routing_takes(routing, option)}
 
 
-__all__ = ["DYNAMIC_SWITCHES", "unused_switches", "PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
+__all__ = ["DYNAMIC_SWITCHES", "unused_switches", "PADDINGS", "INITS", "ROUTING_STARTS", "ROUTING_OPTIONS_SET_ELSEWHERE", "ROUTING_OPTIONS_UNUSED", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNet", "CapsNetOutput", "Decoder", "mask_capsules", "decode_masked", "capsnet_loss"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,9 @@ class CapsNetConfig(SavedRounds, JsonConfig):
                              f"to turn off (their poses are what the routing fits), so false changes nothing: leave "
                              f"it true (drop --no-routing-bias)")
         for option in self.routing_options:
+            if option in ROUTING_OPTIONS_UNUSED:
+                raise ValueError(f"{type(self).__name__}.routing_options: {option} changes nothing here: "
+                                 f"{ROUTING_OPTIONS_UNUSED[option]}; leave it out")
             if option in ROUTING_OPTIONS_SET_ELSEWHERE:
                 raise ValueError(f"CapsNetConfig.routing_options: {option} is set by "
                                  f"{ROUTING_OPTIONS_SET_ELSEWHERE[option]}, not here")

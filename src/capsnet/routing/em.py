@@ -157,8 +157,11 @@ class EMRouting(nn.Module):
         super().__init__()
         check_count("out_caps", out_caps)
         check_count("iterations", iterations)
-        if not final_lambda > 0 or not var_floor > 0:
-            raise ValueError(f"final_lambda and var_floor must be positive, got {final_lambda} and {var_floor}")
+        for name, value in (("final_lambda", final_lambda), ("var_floor", var_floor), ("eps", eps)):
+            # eps floors a parent's mass, which an all-silent set of children leaves at 0: 0 divides by it (NaN)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                      and value > 0):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         self.out_caps, self.iterations = out_caps, iterations
         self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
         self.normalise_cost = normalise_cost
