@@ -181,6 +181,17 @@ def _inputs(model: torch.nn.Module, batch: int) -> tuple[torch.Tensor, torch.Ten
     return images, targets
 
 
+@pytest.mark.parametrize("conv_e_step", ["child", "child-type"])
+def test_em_capsnet_whose_children_are_shared_takes_no_images(conv_e_step):
+    """conv_e_step child / child-type: an empty batch asked the routing to share the children of no images (a count of
+    0, refused as "children needs num_children"); it gives empty outputs, as every other model does."""
+    model = create_model("em-capsnet-small", **SMALL["em-capsnet-small"], conv_e_step=conv_e_step).eval()
+    images, _ = _inputs(model, 0)
+    with torch.no_grad():
+        out = model(images)
+    assert out.activations.shape == (0, model.config.num_classes)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_no_images_give_no_outputs_and_a_loss_over_none_is_refused_not_nan(name):
     """Every model's forward on an empty batch gives empty outputs (the inverted-dot-product model's class layer

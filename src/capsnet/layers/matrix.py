@@ -120,7 +120,7 @@ class ConvMatrixCaps(nn.Module):
         votes = torch.bmm(p, w).view(C, M, 4, J, 4)  # V = M W, one product per window child: (K*K*I, N*H'*W', 4, J, 4)
         # windows folded into the batch, made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
         votes = permute_contiguous(votes, (1, 3, 0, 2, 4)).view(M, J, C, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
-        if self.share_children:
+        if self.share_children and N > 0:  # no images, no children to share (and num_children 0 is no count)
             ids = self.child_ids(N, H, W, caps.poses.device)
             out = self.routing(votes, a, children=ids, num_children=N * H * W * I)
         else:
