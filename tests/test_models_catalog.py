@@ -151,6 +151,24 @@ def test_capsnet_models_name_prints_a_row_per_field_and_json_matches_the_library
     assert json.loads(r.stdout) == json.loads(json.dumps({"models": catalog(), "pretrained": shipped()}))
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_example_of_capsnet_models_name_is_one_shell_word_that_sets_its_field(name):
+    """`--model-option decoder_hidden=[512, 1024]` split in two when typed (argparse: unrecognized arguments: 1024]):
+    each model's example is now one shell word, and reads back as the field's default."""
+    import shlex
+
+    line = next(line for line in format_model(name).splitlines() if line.startswith("Set a field"))
+    example = re.search(r"e\.g\. `--model-option ([^`]*)`", line).group(1)
+    (word,) = shlex.split(example)
+    key, value = word.split("=", 1)
+    default = dataclasses.asdict(MODELS[name].config())[key]
+    try:
+        read = json.loads(value)
+    except json.JSONDecodeError:  # a string may go unquoted
+        read = value
+    assert read == (list(default) if isinstance(default, tuple) else default)
+
+
 def test_capsnet_models_with_an_unknown_name_lists_the_valid_ones(capsys):
     r = in_process(capsys, "models", "em-capsnet-big")
     assert r.returncode == 2 and "invalid choice: 'em-capsnet-big'" in r.stderr and "'em-capsnet-small'" in r.stderr

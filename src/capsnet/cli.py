@@ -335,12 +335,15 @@ _PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
-    _field_flag(p, "--routing-iterations", CapsNetConfig, "routing_iterations", "rounds of routing by agreement (paper: 3)",
-                type=_positive_int)
+    # these set the other capsule models' fields of the same names, whose defaults differ (inverted-capsnet: 2
+    # rounds; em-capsnet-small: 64 channels, 8 types): the help names the model's own default, not CapsNet's
+    own = "default: the model's own; `capsnet models NAME` lists it"
+    _field_flag(p, "--routing-iterations", CapsNetConfig, "routing_iterations",
+                f"rounds of routing by agreement (paper: 3; {own})", type=_positive_int, show_default=False)
     _field_flag(p, "--conv1-channels", CapsNetConfig, "conv1_channels",
-                "channels of Conv1 (paper: 256; fewer train faster)", type=_positive_int)
-    _field_flag(p, "--primary-types", CapsNetConfig, "primary_types", "primary capsule types (paper: 32)",
-                type=_positive_int)
+                f"channels of Conv1 (paper: 256; fewer train faster; {own})", type=_positive_int, show_default=False)
+    _field_flag(p, "--primary-types", CapsNetConfig, "primary_types", f"primary capsule types (paper: 32; {own})",
+                type=_positive_int, show_default=False)
     if all_flags:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the routing algorithm (capsnet.routing) of CapsNet's "
                     "digit capsules, the rest of the network and its loss the paper's; for segcaps and capspix2pix, "

@@ -198,7 +198,9 @@ def format_model(name: str) -> str:
         lines.append(f"| {f['name']} | {table_cell(f['type'])} | {table_cell(json.dumps(f['default']))} | "
                      f"{table_cell(note)} |")
     example = d["fields"][-1]
-    value = example["default"] if isinstance(example["default"], str) else json.dumps(example["default"])
+    # no spaces in the example's JSON ([512,1024], not [512, 1024]), so the line works as typed in a shell
+    value = example["default"] if isinstance(example["default"], str) else json.dumps(example["default"],
+                                                                                       separators=(",", ":"))
     lines += ["", f"Set a field: `capsnet train --model {name} --model-option FIELD=VALUE` (VALUE as JSON; a string "
               f"may go unquoted), e.g. `--model-option {example['name']}={value}`; in Python: "
               f"`capsnet.models.create_model({name!r}, FIELD=VALUE)`."]
