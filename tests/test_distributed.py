@@ -347,3 +347,69 @@ def test_a_gan_under_torchrun_without_the_flag_is_told_it_trains_in_one_process(
     assert code == 2 and "several processes (torchrun) do not apply to the GAN loop of --model capspix2pix, which " \
                          "trains in one process; run `capsnet train` without torchrun" in err, err
     assert not (tmp_path / "gan").exists()
+
+
+def test_ranks_that_disagree_on_a_setting_or_their_data_are_named_on_every_rank(monkeypatch):
+    """distributed.agree compares every rank's fingerprint with rank 0's (the gathering itself, torch's, is
+    replaced here by what two ranks would send): the differing fields named with both values, and nothing for
+    ranks that agree."""
+    from capsnet import distributed
+    from capsnet.distributed import DistributedError, Launch, agree
+
+    mine = {"train_config.seed": 0, "training examples": 64, "training data (sha256)": "a51f"}
+    theirs = {}
+
+    def gather(out, obj):
+        out[:] = [obj, theirs]
+    monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
+    theirs.update(mine)
+    agree(mine, Launch(0, 2, 0, 2))  # the same: nothing to say
+    theirs.update({"train_config.seed": 1, "training data (sha256)": "060c"})
+    with pytest.raises(DistributedError, match=r"the processes of this run disagree, process 1 against process 0: "
+                                               r"train_config.seed: 1 where process 0 has 0; training data \(sha256\): "
+                                               r"'060c' where process 0 has 'a51f'; start every process with the same"):
+        agree(mine, Launch(1, 2, 1, 2))
+
+
+def test_a_rank_whose_peer_stopped_says_so_in_one_line(monkeypatch):
+    """A collective that lost its peer (gloo's plain RuntimeError, "Connection closed by peer") is a one-line
+    DistributedError pointing at the other process's error (a 25-line traceback of torch's internals before); any
+    other RuntimeError goes on as it was."""
+    from capsnet import train as train_mod
+    from capsnet.distributed import DistributedError, Launch
+
+    monkeypatch.setattr(train_mod, "launcher", lambda required=False: Launch(1, 2, 1, 2))
+    monkeypatch.setattr(train_mod, "join", lambda launch, dev: (dev, False))
+    monkeypatch.setattr(train_mod, "leave", lambda created, ended=None: None)
+    cfg = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32)
+    for error, caught in [(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection closed by peer"), True),
+                          (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False)]:
+        def failing(*a, error=error, **k):
+            raise error
+        monkeypatch.setattr(train_mod, "_fit", failing)
+        if caught:
+            with pytest.raises(DistributedError, match=r"another process of this run stopped \(its own error, above "
+                                                       r"or in its log, says why\).*Connection closed by peer"):
+                fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, "unused")
+        else:
+            with pytest.raises(RuntimeError, match="cannot be multiplied"):
+                fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, "unused")
+
+
+@pytest.mark.slow  # one torchrun launch, about 10 s
+def test_a_torchrun_whose_ranks_were_started_with_other_seeds_stops_on_every_rank_before_training(tmp_path, data_root):
+    script = tmp_path / "per_rank.py"  # rank 1 typed another --seed, as a second machine started by hand might be
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        from capsnet.cli import main
+        from capsnet.distributed import exit_process
+        exit_process(main(sys.argv[1:] + (["--seed", "1"] if os.environ["RANK"] == "1" else [])))
+    """))
+    r = subprocess.run(torchrun(script, "train", "--dataset", "mnist", "--epochs", "1", "--train-size", "64",
+                                "--test-size", "32", *TINY, "--out", tmp_path / "run"),
+                       capture_output=True, text=True, timeout=300, env=_env(data_root))
+    assert r.returncode != 0
+    for rank in (0, 1):
+        assert f"capsnet train (rank {rank} of 2): error: the processes of this run disagree, process 1 against " \
+               f"process 0: train_config.seed: 1 where process 0 has 0" in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written

@@ -23,12 +23,13 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "join", "leave", "shard",
+__all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "join", "agree", "leave",
+           "shard",
            "share_weight", "backend_for", "rank_device"]
 
 # What torchrun (torch.distributed.run) sets in every process it starts; init_process_group("env://") reads them.
@@ -145,6 +146,25 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
     dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size)
     return device, True
+
+
+def agree(fingerprint: dict[str, Any], launch: Launch) -> None:
+    """Every rank's ``fingerprint`` (flat: a name for each setting, data count and digest, the resumed point)
+    gathered and compared with rank 0's; a ``DistributedError`` on every rank, naming what differs and where, when
+    one differs. Ranks started with other settings or data (another --seed, another --train-size, another data
+    folder or a stale --out on one machine) trained silently on mixed data, or hung in a collective one of them
+    never reached."""
+    gathered: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(gathered, fingerprint)
+    first = gathered[0]
+    for rank, theirs in enumerate(gathered[1:], start=1):
+        differ = [k for k in first if theirs.get(k) != first[k]] + [k for k in theirs if k not in first]
+        if differ:
+            shown = "; ".join(f"{k}: {theirs.get(k)!r} where process 0 has {first.get(k)!r}" for k in differ[:4])
+            more = f" (and {len(differ) - 4} more)" if len(differ) > 4 else ""
+            raise DistributedError(f"the processes of this run disagree, process {rank} against process 0: "
+                                   f"{shown}{more}; start every process with the same command, on the same data "
+                                   f"and the same --out (a folder every machine reads alike)")
 
 
 def barrier(device: torch.device) -> None:

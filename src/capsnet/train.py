@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -45,7 +46,7 @@ from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, folder_contents, input_shape,
                          load_training, task, user_folder)
-from .distributed import DistributedError, Launch, barrier, join, launcher, leave, shard, share_weight
+from .distributed import DistributedError, Launch, agree, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
@@ -725,8 +726,39 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                      save_every_s=save_every_s, on_epoch=on_epoch)
         ended = dev
         return final
+    except (dist.DistError, RuntimeError) as e:
+        # a collective that lost its peers (gloo: "Connection closed by peer"): another rank stopped on its own error,
+        # which it prints; this one says so in a line rather than a traceback of the library's internals
+        if not isinstance(e, dist.DistError) and not _lost_peer(e):
+            raise
+        raise DistributedError(f"another process of this run stopped (its own error, above or in its log, says "
+                               f"why), and this one could not go on without it ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
     finally:
         leave(created, ended)
+
+
+def _lost_peer(e: BaseException) -> bool:
+    """Whether a RuntimeError is a collective's failure to reach another rank (gloo and NCCL raise plain
+    RuntimeErrors for some of these)."""
+    text = str(e)
+    return any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                                   "ProcessGroupGloo", "ProcessGroupNCCL", "gloo/transport", "NCCL error"))
+
+
+def _fingerprint(model_config: Any, cfg: TrainConfig, state: dict[str, Any], within: dict[str, Any] | None,
+                 train: Split, held: Split) -> dict[str, Any]:
+    """What every rank of one run must share (``distributed.agree``): its settings field by field, how many
+    examples it trains and scores, a digest of its training images and labels, and where it resumes."""
+    digest = hashlib.sha256()
+    for t in (train.images, train.labels):
+        digest.update(str((t.dtype, tuple(t.shape))).encode())
+        digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return ({f"model_config.{k}": v for k, v in model_config.to_dict().items()}
+            | {f"train_config.{k}": v for k, v in cfg.to_dict().items()}
+            | {"training examples": len(train), "held-out examples": len(held),
+               "training data (sha256)": digest.hexdigest()[:16],
+               "resumed at": saved_point(state | ({"within": within} if within else {}))})
 
 
 def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: torch.device,
@@ -786,6 +818,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         (train, held), held_name = data, "test"
     if launch is not None and first_here:
         barrier(dev)
+    if launch is not None:  # every rank on the same settings, data and resumed point, before any work together
+        agree(_fingerprint(model_config, cfg, state, within, train, held), launch)
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
