@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from capsnet.cli import main
 from capsnet.tensorboard import _tile
+from cli_helpers import in_process
 
 TINY_FLAGS = ["--dataset", "mnist-sample", "--epochs", "2", "--batch-size", "50", "--train-size", "200",
               "--test-size", "100", "--conv1-channels", "16", "--primary-types", "4", "--no-progress"]
@@ -64,3 +65,30 @@ def test_a_file_where_the_tensorboard_folder_goes_is_named_before_anything_is_wr
         err = capsys.readouterr().err
         assert f"--tensorboard {board}: a file stands where its folder was to be made" in err and "(--out)" not in err
         assert not (tmp_path / "run").exists()
+
+
+def test_tensorboard_trouble_is_named_before_the_data_loads_or_a_file_is_written(tmp_path, capsys, monkeypatch):
+    """A missing tensorboard package, a folder that cannot be made, or an empty name were found after the data had
+    loaded (a download, for some) and config.json had been written; an empty name logged to ./runs/DATE_HOST."""
+    import sys
+
+    from capsnet import train as train_mod
+    from capsnet.train import TrainConfig, fit
+    from capsnet.models import CapsNetConfig
+
+    monkeypatch.setattr(train_mod, "load_training", lambda *a, **k: pytest.fail("the data loaded first"))
+    monkeypatch.chdir(tmp_path)
+    r = in_process(capsys, "train", *TINY_FLAGS, "--out", tmp_path / "run", "--tensorboard", "")
+    assert r.returncode == 2 and "--tensorboard needs a folder for the logs, got an empty name" in r.stderr
+    with pytest.raises(ValueError, match="--tensorboard needs a folder for the logs, got an empty name"):
+        fit(CapsNetConfig(conv1_channels=16, primary_types=4), TrainConfig(dataset="mnist-sample"), tmp_path / "run",
+            tensorboard="")
+    blocked = tmp_path / "ro"
+    blocked.mkdir(mode=0o500)
+    if not __import__("os").access(blocked, __import__("os").W_OK):  # root writes anywhere: nothing to test then
+        assert main(["train", *TINY_FLAGS, "--out", str(tmp_path / "run"), "--tensorboard", str(blocked / "tb")]) == 2
+        assert f"--tensorboard {blocked / 'tb'}: the folder cannot be made" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the package missing
+    assert main(["train", *TINY_FLAGS, "--out", str(tmp_path / "run"), "--tensorboard", str(tmp_path / "tb")]) == 2
+    assert "--tensorboard needs the tensorboard package: pip install tensorboard" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()

@@ -954,6 +954,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                              f"-{chosen}" if kind != "classification" else ""))
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
+    if args.tensorboard is not None and not args.tensorboard.strip():  # SummaryWriter's ./runs/DATE_HOST for ""
+        args.parser.error("--tensorboard needs a folder for the logs, got an empty name; give one, or leave the "
+                          "flag out")
     board = Path(args.tensorboard) if args.tensorboard else None
     if board is not None and any(p.exists() and not p.is_dir() for p in (board, *board.parents)):
         raise ValueError(f"--tensorboard {board}: a file stands where its folder was to be made; give a folder "

@@ -18,7 +18,7 @@ import torch
 
 from .data.sets import unit_float
 
-__all__ = ["TensorBoardLogger", "EXAMPLES"]
+__all__ = ["TensorBoardLogger", "EXAMPLES", "check_log_dir"]
 
 EXAMPLES = 8  # held-out examples drawn every epoch
 
@@ -30,6 +30,26 @@ def _writer_class() -> Any:
         raise ValueError("--tensorboard needs the tensorboard package: pip install tensorboard "
                          "(or pip install -e '.[tensorboard]')") from None
     return SummaryWriter
+
+
+def check_log_dir(log_dir: str | os.PathLike | None) -> None:
+    """Before any work (data loading, a run's first file): ``log_dir`` names a folder that can be made and
+    written, and the tensorboard package is there; a ValueError naming the fix otherwise. An empty name is
+    refused rather than left to SummaryWriter, which logs to ./runs/DATE_HOST for it."""
+    if log_dir is None:
+        return
+    if str(log_dir).strip() == "":
+        raise ValueError("--tensorboard needs a folder for the logs, got an empty name; give one, or leave the flag "
+                         "out")
+    _writer_class()
+    folder = os.fspath(log_dir)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--tensorboard {folder}: the folder cannot be made ({e.strerror or e}); give a folder "
+                         f"you can write") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--tensorboard {folder}: the folder is not writable; give a folder you can write")
 
 
 class TensorBoardLogger:

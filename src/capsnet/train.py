@@ -702,6 +702,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     same splits again.
     """
     check_fit_arguments(cfg, run_dir)
+    if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
+        from .tensorboard import check_log_dir  # of the run is written
+
+        check_log_dir(tensorboard)
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
