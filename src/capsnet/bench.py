@@ -70,7 +70,7 @@ from torch import nn
 
 from ._config import json_value
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
-from .runtime import compile_model, parse_device
+from .runtime import compile_model, parse_device, resolve_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
            "measure_training", "format_table", "write_record", "alternate", "model_variant"]
@@ -478,6 +478,7 @@ def run_benchmark(
     for name in devices:
         if parse_device(name).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
+        resolve_device(name)  # mps without its build, meta: one message, not a traceback from inside the timing
 
     note = None
     baseline_module = None

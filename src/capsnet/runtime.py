@@ -28,6 +28,16 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     dev = parse_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
+    if dev.type == "meta":
+        raise ValueError(f"device {device!r} holds shapes, not numbers: nothing trains, scores or is timed there; use "
+                         f"--device cpu, cuda or auto")
+    if dev.type not in ("cpu", "cuda"):  # mps, xpu, ...: known to torch, but maybe not built in or not on this machine
+        try:
+            torch.empty(1, device=dev)
+        except (RuntimeError, AssertionError) as e:
+            said = str(e).strip().splitlines()[0].split(". ")[0][:160] if str(e).strip() else type(e).__name__
+            raise ValueError(f"device {device!r} asked for, but this PyTorch cannot use it here ({said}); use "
+                             f"--device cpu or auto") from None
     return dev
 
 

@@ -540,6 +540,15 @@ def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_wor
                     ["train", "--dataset", "mnist-sample", *TINY, "--out", tmp_path / "r"]):
         r = in_process(capsys, *command, "--device", "foo")
         assert_clean_error(r, "unknown device 'foo'; use auto, cpu, cuda or cuda:N")
+        # device types torch knows that this build cannot use, or that hold no numbers: a traceback from inside the
+        # work before (bench's timing, train's model), now one line
+        for device, said in (("meta", "device 'meta' holds shapes, not numbers"),
+                             ("xpu", "device 'xpu' asked for, but this PyTorch cannot use it here")):
+            if device == "xpu" and torch.xpu.is_available():
+                continue
+            r = in_process(capsys, *command, "--device", device)
+            assert_clean_error(r, said)
+            assert "use --device cpu" in r.stderr
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--json", tmp_path / "missing" / "x.json")
     assert_clean_error(r, f"the folder {tmp_path / 'missing'} does not exist")
     assert r.stdout == ""  # refused before the evaluation
