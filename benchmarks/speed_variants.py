@@ -333,14 +333,17 @@ def main() -> None:
 
         times = alternate({v: (lambda v=v: timed(v)) for v in timed_variants}, args.repeats, warmup=2)
         reference = "base" if "base" in times else timed_variants[0]
-        base = statistics.median(times[reference])
+        why = "base failed" if "base" in args.variants else "base not run"
         for variant in timed_variants:
             med = statistics.median(times[variant])
+            # the median of the paired ratios (each repeat's two steps ran back to back), as the docstring says and
+            # capsnet bench does; not the ratio of the two medians
+            ratio = statistics.median(b / t for b, t in zip(times[reference], times[variant]))
             note = "; ".join(x for x in (notes.get(variant, ""),
-                                         "" if reference == "base" else f"ratios to {reference}, base failed") if x)
-            rows.append({"batch": batch, "variant": variant, "images_per_s": batch / med, "x_base": base / med,
+                                         "" if reference == "base" else f"ratios to {reference}, {why}") if x)
+            rows.append({"batch": batch, "variant": variant, "images_per_s": batch / med, "x_base": ratio,
                          "relative_to": reference, "mb": memory[variant], "note": note, "times_s": times[variant]})
-            print(f"| {batch} | {variant} | {batch / med:,.0f} | {base / med:.2f} | {memory[variant]:.0f} | {note} |",
+            print(f"| {batch} | {variant} | {batch / med:,.0f} | {ratio:.2f} | {memory[variant]:.0f} | {note} |",
                   flush=True)
         runners.clear()  # the graphs and their buffers go before the next batch size's are made
         if device.type == "cuda":

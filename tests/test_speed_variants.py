@@ -107,3 +107,25 @@ def test_compiled_variants_run_graphs_of_their_own(variants):
         assert any("unfold" in t or "im2col" in t for t in graphs[1])
     finally:
         torch._dynamo.reset()
+
+
+def test_the_table_takes_the_median_of_paired_ratios_and_says_why_base_is_missing(variants, monkeypatch, capsys):
+    """Without base asked for, every row said "base failed"; and "x base" was the ratio of two medians where the
+    docstring promises the paired ratios' median. Timings stand in for the steps here (the maths is tested above)."""
+    class Runner:
+        def time_step(self):
+            return 1.0
+
+        def peak_bytes(self):
+            return 2**20
+
+    times = {"mulsum": [1.0, 2.0, 4.0], "channels-last": [2.0, 1.0, 2.0]}  # paired ratios 0.5, 2, 2: median 2
+    monkeypatch.setattr(variants, "build", lambda *a, **k: Runner())
+    monkeypatch.setattr(variants, "check_same_maths", lambda *a: None)
+    monkeypatch.setattr(variants, "alternate", lambda steps, repeats, warmup: {v: times[v] for v in steps})
+    monkeypatch.setattr(sys, "argv", ["speed_variants.py", "--device", "cpu", "--compile", "none", "--batch-size", "4",
+                                      "--variants", "mulsum", "channels-last"])
+    variants.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 4 |")]
+    assert rows == ["| 4 | mulsum | 2 | 1.00 | 1 | ratios to mulsum, base not run |",
+                    "| 4 | channels-last | 2 | 2.00 | 1 | ratios to mulsum, base not run |"]  # medians' ratio: 1.00

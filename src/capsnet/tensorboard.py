@@ -2,7 +2,8 @@
 
 Every evaluated epoch writes the same numbers as that epoch's line of
 ``metrics.jsonl`` (each as a scalar named like its key, at the epoch's
-optimizer step) and, for a model with a decoder, two images of a fixed set
+optimizer step) and, for a model that reconstructs from its class capsule
+(a decoder and a ``reconstruct`` method; not SegCaps), two images of a fixed set
 of held-out examples: ``reconstructions`` (the inputs above their
 reconstructions from the predicted capsule) and ``pose_sweep`` (the first
 example's predicted capsule, one row per pose dimension moved from -0.25 to
