@@ -256,3 +256,29 @@ def test_the_shipped_em_model_opens_in_the_viewer_and_draws_its_routing_offline(
                  "--indices", "0", "--misclassified", "0", "--dpi", "20"]) == 0
     assert "mnist-sample test" in capsys.readouterr().out
     assert (tmp_path / f"figures-{name}" / "routing_0.png").is_file()
+
+
+def test_make_pretrained_into_another_folder_counts_and_names_what_it_wrote(trained_run, tmp_path, monkeypatch):
+    """tools/make_pretrained.py --out DIR: the card counted the weights of (and timed) the model the package ships
+    under that name, not the one just packed, and its command line left out --work and --out. The training step
+    and the measurements (checked above for the shipped cards) stand aside here; the packing is the tool's own."""
+    import importlib.util
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("make_pretrained", Path(__file__).parents[1] / "tools" /
+                                                  "make_pretrained.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "make_pretrained", tool)  # its dataclasses look their module up
+    spec.loader.exec_module(tool)
+    work = tmp_path / "work"
+    shutil.copytree(trained_run, work)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: None)  # the run is trained already
+    monkeypatch.setattr(tool, "MEASURE", {"classification": lambda *a: ({}, "")})
+    assert tool.main(["--work", str(work), "--out", str(tmp_path / "ship")]) == 0
+    card = (tmp_path / "ship" / "capsnet-mnist-small.md").read_text()
+    tiny = sum(v.numel() for v in load_checkpoint(work, "last").model_state.values())
+    shipped_count = sum(p.numel() for p in pretrained("capsnet-mnist-small").parameters())
+    assert tiny != shipped_count and f"{tiny:,} weights, stored in float16" in card, card
+    assert f"`python tools/make_pretrained.py --work {work} --out {tmp_path / 'ship'}`" in card

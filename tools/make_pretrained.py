@@ -191,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     kind = model_spec(last.model_name).kind  # what the card measures
     measured, figures = MEASURE[kind](target, recipe, last, args.data_dir)
     t0 = time.perf_counter()
-    from capsnet.models import pretrained
-    model = pretrained(NAME)
+    if target.resolve() == (DIR / f"{NAME}.safetensors").resolve():  # the package's own copy: as users load it
+        from capsnet.models import pretrained
+        model = pretrained(NAME)
+    else:  # --out elsewhere: the file just written (pretrained(NAME) would time and count the installed one)
+        from capsnet.evaluate import load_model
+        model, _ = load_model(target)
     load_s = time.perf_counter() - t0
     weights = sum(v.numel() for v in half.values())  # what is stored: the weights and any batch-norm statistics
     learned = sum(p.numel() for p in model.parameters())
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels DIR --out DIR`\ndraws digits "
                          f"from your skeleton PNGs; `capsnet viz --checkpoint pretrained:{NAME}` opens it offline"
             }[kind]
+    data_flags = ["--data-dir", args.data_dir] if args.data_dir else []  # the command as it ran, as train's below
+    placed = ([] if args.work == Path("runs") / f"pretrained-{NAME}" else ["--work", str(args.work)]) + \
+        ([] if args.out.resolve() == DIR.resolve() else ["--out", str(args.out)])
     data = recipe.data or f"the 60,000 {title} training {recipe.unit}"
     card = f"""# {NAME}
 
@@ -218,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
   split, so the checkpoint is the final epoch's.
 - **Training**: {cfg['epochs']} epochs of batch {cfg['batch_size']}, Adam at
   {schedule(cfg)}, {recipe.loss}, seed {cfg['seed']}, on a 2-core CPU.
-- **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, "--data-dir", "../shared/data"])}`, which runs
+- **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, *data_flags, *placed])}`, which runs
   `{shlex.join(train[:-1] if train[-1] == '--resume' else train)}` and then keeps the last checkpoint's weights in
   float16.
 {figures}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
