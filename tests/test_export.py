@@ -237,6 +237,14 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
         export_model(model, tmp_path / "m.pt2", format="torch-export", opset=18)
     with pytest.raises(ExportError, match="the folder .*missing does not exist"):
         export_model(model, tmp_path / "missing" / "m.pt2", format="pt2")
+    # a folder that cannot be written: said before tracing (tens of seconds for the EM model), not after it
+    import capsnet.export as export_module
+
+    monkeypatch.setattr(export_module, "unwritable", lambda folder: "Read-only file system")
+    monkeypatch.setattr(export_module, "trace_model", lambda *a, **k: pytest.fail("traced first"))
+    with pytest.raises(ExportError, match=r"cannot write .*m.pt2: Read-only file system in .*; give another --out"):
+        export_model(model, tmp_path / "m.pt2", format="pt2")
+    monkeypatch.undo()
     with pytest.raises(ExportError, match="give the path"):
         export_model(model, format="pt2")
     with pytest.raises(ExportError, match=r"m.onnx has the suffix of format 'onnx', not of 'torch-export': name it "

@@ -25,7 +25,7 @@ from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point",
-           "tensor_digest", "run_file"]
+           "tensor_digest", "run_file", "unwritable"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -69,6 +69,19 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def unwritable(folder: Path | str) -> str | None:
+    """Why nothing can be written in ``folder`` (a file made there and removed: permission bits, a read-only file
+    system, a virtual one such as /sys, whatever root may bypass), or None where it can: asked before long work
+    whose result goes there."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".capsnet-probe-"):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:

@@ -1073,7 +1073,7 @@ def _output_file(path: str | None, flag: str) -> None:
     """A file the command writes at its end: refused before any work if it cannot be written there."""
     if path is None:
         return
-    from .checkpoint import run_file
+    from .checkpoint import run_file, unwritable
 
     p = Path(path)
     if p.is_dir():
@@ -1083,20 +1083,8 @@ def _output_file(path: str | None, flag: str) -> None:
     if (lost := run_file(p)) is not None:
         raise ValueError(f"{flag} {p} is {lost}; writing there would lose it: give another file name, e.g. "
                          f"{p.with_name('results.json')}")
-    if (why := _unwritable(p.parent)) is not None:
+    if (why := unwritable(p.parent)) is not None:
         raise ValueError(f"{flag} {p}: cannot write in {p.parent} ({why}); give a file where you can write")
-
-
-def _unwritable(folder: Path) -> str | None:
-    """Why nothing can be written in ``folder`` (a file made there and removed: permission bits, a read-only file
-    system, a virtual one such as /sys, whatever root may bypass), or None where it can."""
-    import tempfile
-
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".capsnet-probe-"):
-            return None
-    except OSError as e:
-        return e.strerror or str(e)
 
 
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
@@ -1117,14 +1105,14 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .checkpoint import atomic_write_text, load_checkpoint
+    from .checkpoint import atomic_write_text, load_checkpoint, unwritable
     from .evaluate import evaluate_checkpoint
     from .synthesis import evaluate_synthesis_checkpoint
 
     _output_file(args.json, "--json")
     saved = load_checkpoint(args.checkpoint, args.which)  # read once: the report is of these weights, whatever a
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
-    if not args.json and (why := _unwritable(out.parent)) is not None:  # said now, not after the evaluation
+    if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
     if model_spec(saved.model_name).kind == "synthesis":
         if args.affnist:

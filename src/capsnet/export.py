@@ -59,7 +59,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .checkpoint import Checkpoint, atomic_write_bytes, run_file
+from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
@@ -503,6 +503,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
                           f"{path.with_name('model' + FORMATS[format])}")
     if not path.parent.is_dir():
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
+    if (why := unwritable(path.parent)) is not None:  # said before tracing, not after it (tens of seconds)
+        raise ExportError(f"cannot write {path}: {why} in {path.parent}; give another --out")
     traced = source if isinstance(source, Traced) else trace_model(source)
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None)
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
