@@ -103,6 +103,8 @@ def _folder(tmp_path, arrays, mode=None):
     # a side below the network's multiple: "crop them to ... 0x16" was offered
     ("tiny", "got 4x16: pad them to 8x16"),
     ("heic", "{in} holds 1 image file(s) that are not PNG beside its PNG images (y.heic)"),
+    # a shape held in the alpha alone was read as a blank image and scored (alpha dropped)
+    ("alpha", "image {in}/x.png has transparent pixels (25% of them); an image is read by its values, not its alpha"),
 ])
 def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_run, tmp_path):
     grey = np.zeros((16, 16), np.uint8)
@@ -110,10 +112,14 @@ def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_ru
               "same": {"x": grey}, "clash": {"x": grey, "x_probability": grey}, "empty": {},
               "case clash": {"x": grey, "X_Probability": grey}, "twins": {"x": grey, "X": grey},
               "tiny": {"ok": grey, "x": np.zeros((4, 16), np.uint8)},
-              "heic": {"x": grey}}[case]
+              "heic": {"x": grey}, "alpha": {"ok": grey, "x": grey}}[case]
     folder = _folder(tmp_path, arrays)
     if case == "rgb":
         Image.fromarray(grey).convert("RGB").save(folder / "x.png")
+    if case == "alpha":  # white everywhere, a quarter of it transparent: the drawing is in the alpha
+        alpha = np.full((16, 16), 255, np.uint8)
+        alpha[:8, :8] = 0
+        Image.fromarray(np.stack([np.full((16, 16), 255, np.uint8), alpha], -1), "LA").save(folder / "x.png")
     if case == "heic":
         (folder / "y.heic").write_bytes(b"not read")
         arrays = {**arrays, "y": None}

@@ -27,7 +27,7 @@ from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
-from .data.png import check_out_folder, image_array, png_files, read_png
+from .data.png import check_out_folder, opaque_image_array, png_files, read_png
 from .data.sets import class_names
 from .data.tasks import SVHN_CLASSES, task
 from .evaluate import eval_batch, load_model
@@ -72,7 +72,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                 raise DataError(f"image {path}: {e}") from None
             arrays[stem] = x.mul(255).round_().to(torch.uint8).numpy()
             continue
-        a = image_array(path)
+        # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
+        a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it on "
+                                              "a background as MNIST's digits were made)" if styleable else "")
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")

@@ -14,7 +14,7 @@ import torch
 
 from .idx import DataError
 
-__all__ = ["png_files", "read_png", "image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
+__all__ = ["png_files", "read_png", "image_array", "opaque_image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
            "transparent_share", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
@@ -116,12 +116,20 @@ def _image_array(img, path: Path) -> np.ndarray:
 def label_map_array(path: Path) -> np.ndarray:
     """A label map as ``image_array`` reads it, transparency refused as for masks: a label map is its values, and
     one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros)."""
+    return opaque_image_array(path, "label map")
+
+
+def opaque_image_array(path: Path, what: str = "image", other: str = "") -> np.ndarray:
+    """``image_array`` of a file with no transparent pixel: one with any is refused, as read by its colours its
+    alpha would be lost (a shape drawn in transparency alone reads as empty). ``what`` names the file in the
+    message; ``other`` offers another way, after the fix."""
     img = read_png(path)
     a = _image_array(img, path)
     if share := transparent_share(img):
-        raise DataError(f"label map {path} has transparent pixels ({share:.0%} of them); a label map is read by its "
+        article = "an" if what[0] in "aeiou" else "a"
+        raise DataError(f"{what} {path} has transparent pixels ({share:.0%} of them); {article} {what} is read by its "
                         f"values, not its alpha (strokes painted on a transparent canvas would read as empty): "
-                        f"flatten it onto its background and save it without alpha")
+                        f"flatten it onto its background and save it without alpha{other}")
     return a
 
 
