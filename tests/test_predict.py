@@ -158,6 +158,9 @@ def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
         predict_folder(gan_run, folder, tmp_path / "out")
     with pytest.raises(ValueError, match="probabilities are written for segmentation models"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", probabilities=True)
+    with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities into masks; "
+                                         "capsnet is a classifier, .*: leave --threshold out"):  # ignored before
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=0.9)
     with pytest.raises(ValueError, match="threshold must lie strictly between 0 and 1"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=1.0)
     assert not (tmp_path / "out").exists()

@@ -175,6 +175,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if probabilities and kind != "segmentation":
         raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
                          f"whose scores are all in {PREDICTIONS_FILE}")
+    if threshold != 0.5 and kind != "segmentation":  # accepted and ignored before
+        raise ValueError(f"threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
+                         f"classifier, which names the class of highest score: leave --threshold out")
     trained_on = task(ckpt.train_config.get("dataset", "mnist")).source if kind == "classification" else None
     if trained_on in PREPARED:  # its test images are not the pixels / 255: they would be scored wrong
         raise ValueError(f"{ckpt.model_name} trained on {trained_on}, whose images the model takes "
