@@ -495,7 +495,8 @@ _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it
 
 def _checkpoint_choice(p: argparse.ArgumentParser) -> None:
     """--which and --weights: the checkpoint of a run directory, and which of its weights make the model."""
-    p.add_argument("--which", choices=("best", "last"), default="best", help="which checkpoint of a run directory")
+    p.add_argument("--which", choices=("best", "last"), default=None,
+                   help="which checkpoint of a run directory (default: best); not for a file or a shipped model")
     p.add_argument("--weights", choices=WEIGHTS, default="saved",
                    help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
                         "average); training: such a run's own training weights, which its last checkpoint keeps "
@@ -1555,6 +1556,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # said by the command's own parser, which knows the options they may have meant
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join(["capsnet", *argv])
+    if hasattr(args, "which"):  # --which picks a run directory's checkpoint: for a file it was accepted and ignored
+        given = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+        if args.which is not None and not any(c is not None and Path(c).is_dir() for c in given):
+            args.parser.error(f"--which {args.which} picks a run directory's best or last checkpoint; "
+                              f"{' '.join(str(c) for c in given if c is not None) or 'the shipped model'} is one "
+                              f"checkpoint (a file or a shipped model): leave --which out")
+        args.which = args.which or "best"
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError
     from .data import DataError

@@ -696,3 +696,15 @@ def test_figures_dpi_and_the_viewers_test_size_have_bounds(trained_run, tmp_path
                                           "most 500, or 0 for all"):
         load_viewer(trained_run, dataset="mnist-sample", test_size=99999, progress=False)
     assert len(load_viewer(trained_run, dataset="mnist-sample", test_size=500, progress=False).test_images) == 500
+
+
+def test_which_for_a_checkpoint_file_or_a_shipped_model_is_refused(trained_run, tmp_path, capsys):
+    """--which picks a run directory's best or last: with a .safetensors file or pretrained:NAME it was accepted and
+    ignored (the file was evaluated, under the name eval-best, whatever --which said)."""
+    for checkpoint in (trained_run / "best.safetensors", "pretrained:capsnet-mnist-small"):
+        for command in (["eval", "--checkpoint", checkpoint], ["export", "--checkpoint", checkpoint],
+                        ["figures", "--checkpoint", checkpoint, "--out", tmp_path / "f"]):
+            r = in_process(capsys, *command, "--which", "last")
+            assert r.returncode == 2 and f"--which last picks a run directory's best or last checkpoint; {checkpoint} " \
+                   f"is one checkpoint (a file or a shipped model): leave --which out" in r.stderr, r.stderr
+    assert not (tmp_path / "f").exists()  # a run directory with --which: test_eval_... above and the weights tests
