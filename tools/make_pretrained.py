@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     uses = {"classification": f"`capsnet eval --checkpoint pretrained:{NAME}`\nscores it",
             "segmentation": f"`capsnet viz --checkpoint pretrained:{NAME}` opens it on canvases of the\nshipped "
                             f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
-            "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels DIR --out DIR`\ndraws digits "
+            "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels LABELS_DIR --out OUT_DIR`\ndraws digits "
                          f"from your skeleton PNGs; `capsnet viz --checkpoint pretrained:{NAME}` opens it offline"
             }[kind]
     data_flags = ["--data-dir", args.data_dir] if args.data_dir else []  # the command as it ran, as train's below

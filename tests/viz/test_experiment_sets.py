@@ -53,3 +53,16 @@ def test_translated_checkpoint_shows_40x40_digits(runs, data_root):
     assert viewer.walk(inp)["feature_maps"]["shape"] == [8, 32, 32]
     with pytest.raises(ViewerError, match=r"mnist test images are \(1, 28, 28\) but the model takes \(1, 40, 40\)"):
         load_viewer(runs["translated-mnist"], dataset="mnist", data_dir=data_root, progress=False)
+
+
+def test_an_untrained_capsnet_opens_on_any_classification_set_at_its_size(data_root):
+    """`capsnet viz --untrained --dataset translated-mnist`: the untrained CapsNet was built for 28x28 MNIST whatever
+    the data set, and refused its 40x40 digits with "pick the data set the checkpoint was trained on" (there is no
+    checkpoint); it is now sized for the data set, as a new run is. Another task's data set is still refused."""
+    viewer = load_viewer(None, dataset="translated-mnist", data_dir=data_root, progress=False, test_size=4)
+    cfg = viewer.model.config
+    assert (cfg.in_channels, cfg.input_height, cfg.input_width) == (1, 40, 40)
+    assert tuple(viewer.test_input(index=0).image.shape[-2:]) == (40, 40)
+    assert viewer.walk(viewer.test_input(index=0))["feature_maps"]["shape"][1:] == [32, 32]  # 40 - 9 + 1
+    with pytest.raises(ViewerError, match="the untrained CapsNet is a classification model but mnist-segmentation"):
+        load_viewer(None, dataset="mnist-segmentation", data_dir=data_root, progress=False, test_size=4)

@@ -337,9 +337,16 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     if checkpoint is None:
         if weights != "saved":
             raise ViewerError(f"weights={weights!r} picks a checkpoint's weights; give a checkpoint")
-        torch.manual_seed(0)
-        model: Any = CapsNet(CapsNetConfig()).to(device)
         name, what, kind = dataset or "mnist-sample", "the untrained CapsNet", "classification"
+        # sized for the data set asked for (CIFAR-10's 24x24 colour crops, ...), as capsnet train sizes a new run;
+        # a data set of another task is refused below, by name
+        sized = {}
+        if task(name).kind == "classification":
+            from ..train import input_fields
+
+            sized = input_fields("capsnet", name)
+        torch.manual_seed(0)
+        model: Any = CapsNet(CapsNetConfig(**sized)).to(device)
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
         kind = MODELS[ckpt.model_name].kind

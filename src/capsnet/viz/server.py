@@ -121,7 +121,8 @@ def _refuse_constant(name: str) -> None:
 
 def _out_of_range(text: str) -> ValueError:
     return ValueError(f"the number {_short(text, 40)} is out of range: send finite numbers within "
-                      f"±{MAX_JSON_NUMBER:,.0f} (a pose is a few numbers near ±1)")
+                      f"±{MAX_JSON_NUMBER:,.0f} (every number the viewer takes, a pose entry, an index, a seed, lies "
+                      f"within it)")
 
 
 def _parse_int(text: str) -> int:
