@@ -34,10 +34,21 @@ def test_lr_schedule_matches_authors_decay():
     (dict(lr=-1.0), "lr must be a positive number, got -1.0"),
     (dict(lr_decay=1.5), r"lr_decay must lie in \(0, 1\], got 1.5"),
     (dict(val_size=-1), "val_size must be >= 0, got -1"),
+    (dict(seed=2**63), "seed must be below 2\\^63, got 9223372036854775808"),
 ])
 def test_bad_train_config(bad, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**bad)
+
+
+def test_a_large_seed_trains_its_epoch_generators_seeded_modulo_2_to_the_64():
+    """--seed 20000000000000: the epochs' generators were seeded with seed * 1,000,003 + epoch, past 2^64 (an
+    overflow, after config.json was written); that seed is now taken modulo 2^64, the same seed below it."""
+    from capsnet.train import _seeded_generator
+
+    big = _seeded_generator(20_000_000_000_000, 3, torch.device("cpu"))
+    assert big.initial_seed() == (20_000_000_000_000 * 1_000_003 + 3) % 2**64
+    assert _seeded_generator(7, 3, torch.device("cpu")).initial_seed() == 7 * 1_000_003 + 3  # as before
 
 
 def _weights(run_dir, which="last"):

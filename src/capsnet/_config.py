@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from typing import Any, TypeVar
 
 __all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice",
@@ -82,7 +83,8 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_finite_number(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    # an int past float's range (10**400) is no finite float: math.isfinite raised OverflowError on it, a traceback
+    return isinstance(v, float) and math.isfinite(v) or _is_int(v) and abs(v) <= sys.float_info.max
 
 
 _TYPES = {  # annotation -> (test, what it must be)

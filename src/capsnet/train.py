@@ -97,6 +97,8 @@ class TrainConfig(JsonConfig):
         for name in ("val_size", "train_size", "test_size", "shift", "seed", "warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.seed >= 2**63:  # torch's generators take seeds below 2^64; the run's are made from this one
+            raise ValueError(f"seed must be below 2^63, got {self.seed}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if not 0 < self.lr_decay <= 1:
@@ -151,7 +153,7 @@ def run_steps(cfg: TrainConfig, examples: int) -> int:
 
 def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
     g = torch.Generator(device=device)
-    g.manual_seed(seed * 1_000_003 + epoch)
+    g.manual_seed((seed * 1_000_003 + epoch) % 2**64)  # the same seed as before for every seed below 2^44
     return g
 
 
@@ -886,7 +888,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
         model.train()
         if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
-            torch.manual_seed((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1)
+            torch.manual_seed(((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1) % 2**64)
         g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
