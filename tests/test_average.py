@@ -209,12 +209,20 @@ def test_an_averaged_classifier_trains_as_a_plain_one_and_saves_the_average(tmp_
     assert report["weights"] == "training" and report["accuracy"] == plain.state["history"][-1]["test_accuracy"]
     assert report["accuracy"] != avg.state["history"][-1]["test_accuracy"]  # so the two figures are told apart
     # a checkpoint without them says why: the best one keeps no optimizer state; a plain run has only its own
-    for run, which, why in (("avg", "best", "only a run's last checkpoint keeps them (use --which last)"),
+    for run, which, why in (("avg", "best", "only a run's last checkpoint keeps them (pass its last.safetensors, or "
+                                            "the run directory with --which last)"),
                             ("plain", "last", "its run was not trained with --ema-decay, so the weights it holds "
                                               "are its training weights (leave out --weights training)")):
         r = in_process(capsys, "eval", "--checkpoint", tmp_path / run, "--which", which, "--weights", "training",
                        "--no-progress")
         assert r.returncode != 0 and why in r.stderr and "holds no training weights beside an average" in r.stderr
+    # a packed copy: the advice was --which last, which a file refuses; packing keeps the average alone
+    from capsnet.pretrained import pack
+
+    packed = pack(tmp_path / "avg", tmp_path / "packed.safetensors")
+    r = in_process(capsys, "eval", "--checkpoint", packed, "--weights", "training", "--no-progress")
+    assert r.returncode != 0 and "a packed or shipped checkpoint keeps the average alone; score the run's " \
+        "last.safetensors" in r.stderr, r.stderr
     assert sorted(p.name for p in (tmp_path / "plain").glob("eval-*")) == []
 
 

@@ -111,6 +111,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     check_class_labels(labels, len(images), model.config.num_classes)
     if labels.dim() != 1:
         raise ValueError("labels of shape (N, 2) are MultiMNIST pairs: score them with evaluate_pairs")
+    labels = labels.long()  # uint8 labels wrapped past 255 in y * K + class (17 classes on); int32 failed some losses
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     was_training = model.training
@@ -141,6 +142,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     Shapes: images (N, C, 36, 36), labels (N, 2), components (N, 2, C, 36, 36) or None (no reconstruction term).
     """
     _check_split(images, labels, batch_size)
+    labels = labels.long()  # as evaluate: a pair's cells in int64, whatever the labels' integer type
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     was_training = model.training
@@ -237,7 +239,13 @@ def _use_training_weights(model: nn.Module, ckpt: Checkpoint) -> None:
 
     if ckpt.optimizer_state is None or training_weights(ckpt.optimizer_state, ckpt.path) is None:
         averaged = bool(ckpt.train_config.get("ema_decay"))
-        why = ("only a run's last checkpoint keeps them (use --which last)" if averaged and ckpt.optimizer_state is None
+        # a run directory's best: --which last; a file (best.safetensors, or packed: packing keeps the average
+        # alone): the run's last.safetensors, which a packed checkpoint has no longer
+        packed = ckpt.path is not None and ckpt.path.name != "best.safetensors"
+        keeps = ("a packed or shipped checkpoint keeps the average alone; score the run's last.safetensors"
+                 if packed else "only a run's last checkpoint keeps them (pass its last.safetensors, or the run "
+                                "directory with --which last)")
+        why = (keeps if averaged and ckpt.optimizer_state is None
                else "its run was not trained with --ema-decay, so the weights it holds are its training weights "
                     "(leave out --weights training)")
         raise CheckpointError(f"{ckpt.path} holds no training weights beside an average: {why}")
@@ -280,7 +288,8 @@ class CheckpointEvaluation:
         """The JSON record: the main split's figures, per-class accuracy and confusion, and each extra set's."""
         r = self.results[""]
         out = {"checkpoint": str(self.checkpoint.path), "model": self.checkpoint.model_name,
-               "epoch": self.checkpoint.state.get("epoch"), "dataset": self.dataset, "images": self.images,
+               "epoch": self.checkpoint.state.get("epoch"), "saved_at": saved_point(self.checkpoint.state),
+               "dataset": self.dataset, "images": self.images,
                "accuracy": r.accuracy, "error": r.error, "loss": r.loss}
         if self.warning:
             out["warning"] = self.warning

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, saved_point
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 from .models.capspix2pix import truncate_normal
@@ -313,6 +313,7 @@ class SynthesisEvaluation:
     def report(self) -> dict:
         ckpt = self.checkpoint
         out = {"checkpoint": str(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
+               "saved_at": saved_point(ckpt.state),
                "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge, "truncation": self.truncation,
                "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}
         if self.test_files is not None:  # which files the figures' and --indices' numbers are

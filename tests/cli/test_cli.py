@@ -87,7 +87,23 @@ def test_the_shared_run_learned_and_eval_agrees_with_its_metrics(trained_run, da
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--which", "last", "--test-size", 200, "--no-progress",
                    "--data-dir", data_root, "--json", tmp_path / "eval.json")
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "eval.json").read_text())["accuracy"] == pytest.approx(final["test_accuracy"])
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["accuracy"] == pytest.approx(final["test_accuracy"])
+    assert report["epoch"] == 2 and report["saved_at"] == "epoch 2"  # a save inside an epoch: "epoch E + N batches"
+
+
+def test_evaluate_counts_classes_in_int64_whatever_the_labels_integer_type():
+    """uint8 labels wrapped past 255 in y * K + class (a wrong confusion matrix from 17 classes on, silently)."""
+    from capsnet.evaluate import evaluate
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("baseline", channels=(4, 4, 4), hidden=(8, 8), num_classes=30)
+    x, y = torch.rand(64, 1, 28, 28), torch.randint(0, 30, (64,))
+    want = evaluate(model, x, y, batch_size=16).confusion
+    for dtype in (torch.uint8, torch.int32, torch.int16):
+        assert torch.equal(evaluate(model, x, y.to(dtype), batch_size=16).confusion, want), dtype
+    assert want.sum() == 64 and torch.equal(want.sum(1), torch.bincount(y, minlength=30))
 
 
 @pytest.mark.slow
