@@ -41,6 +41,24 @@ def test_pack_keeps_the_final_epoch_in_half_precision_without_optimizer(trained_
     assert packed.stat().st_size < 0.6 * (trained_run / "last.safetensors").stat().st_size
 
 
+def test_pack_refuses_a_best_checkpoint_and_the_runs_own_files(trained_run, tmp_path):
+    """Given best.safetensors, pack shipped the best epoch (a file is loaded as it is, whatever which= says); given
+    the run's own last.safetensors as the target, it wrote over it and the run could no longer resume."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    before = (run / "last.safetensors").read_bytes()
+    with pytest.raises(ValueError, match=r"best.safetensors is not a run's last checkpoint \(a best.safetensors is "
+                                         r"the best epoch, not the final one\)"):
+        shipped.pack(run / "best.safetensors", tmp_path / "x.safetensors")
+    for target in ("last.safetensors", "best.safetensors"):
+        with pytest.raises(ValueError, match=f"{target} is the run's own checkpoint; packing over it would lose"):
+            shipped.pack(run, run / target)
+    assert (run / "last.safetensors").read_bytes() == before and not (tmp_path / "x.safetensors").exists()
+    assert shipped.pack(run / "last.safetensors", tmp_path / "y.safetensors").exists()  # the run's last: as the run
+
+
 def test_pretrained_returns_an_eval_mode_float32_model_that_predicts_as_the_run(trained_run, packed):
     model = pretrained("tiny")
     assert list_pretrained() == ["tiny"] and isinstance(model, CapsNet) and not model.training

@@ -75,6 +75,14 @@ def pack(run: str | Path, target: str | Path) -> Path:
 
     from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 
+    if Path(run).is_file() and Path(run).name != "last.safetensors":  # a file: load_checkpoint takes it as it is
+        raise ValueError(f"{run} is not a run's last checkpoint (a best.safetensors is the best epoch, not the "
+                         f"final one): give the run directory or its last.safetensors")
+    target = Path(target)
+    run_dir = Path(run) if Path(run).is_dir() else Path(run).parent
+    if target.resolve().parent == run_dir.resolve() and target.name in ("best.safetensors", "last.safetensors"):
+        raise ValueError(f"{target} is the run's own checkpoint; packing over it would lose its optimizer state (and "
+                         f"with it the run's resume): give another target")
     last = load_checkpoint(run, which="last")
     if "within" in last.state:  # its weights are part-way through an epoch, not a final epoch's
         raise ValueError(f"{last.path} was saved {last.state['within']['batches']} batches into epoch "
@@ -82,6 +90,5 @@ def pack(run: str | Path, target: str | Path) -> Path:
                          f"and pack the run then")
     half = {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in last.model_state.items()}
     state = {key: last.state[key] for key in ("epoch", "step", "history") if key in last.state}
-    target = Path(target)
     save_checkpoint(target, Checkpoint(last.model_name, last.model_config, last.train_config, state, half))
     return target
