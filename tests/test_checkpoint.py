@@ -77,6 +77,19 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     assert path.read_bytes() == b"b" * 10 and len(list(tmp_path.iterdir())) == 1
 
 
+def test_atomic_write_gives_the_file_the_users_umask(tmp_path):
+    """Every file was made 0644 whatever the umask (a umask of 077 left checkpoints readable by everyone)."""
+    import os
+
+    for mask, mode in ((0o077, 0o600), (0o022, 0o644), (0o002, 0o664)):
+        old = os.umask(mask)
+        try:
+            atomic_write_bytes(tmp_path / "f.bin", b"x")
+        finally:
+            os.umask(old)
+        assert (tmp_path / "f.bin").stat().st_mode & 0o777 == mode, oct(mask)
+
+
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.safetensors")

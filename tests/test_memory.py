@@ -49,7 +49,11 @@ def test_kept_memory_is_reused_without_page_faults():
 
 
 def test_negative_settings_are_refused():
-    with pytest.raises(ValueError, match="must be >= 0"):
+    with pytest.raises(ValueError, match="trim_threshold must be an integer >= 0 \\(bytes\\), got -1"):
         keep_freed_memory(trim_threshold=-1)
-    with pytest.raises(ValueError, match="must be >= 0"):
+    with pytest.raises(ValueError, match="top_pad must be an integer >= 0"):
         keep_freed_memory(top_pad=-5)
+    # a float failed inside ctypes after the first mallopt had been applied: refused before any of them now
+    for bad in (1.5, True, "8"):
+        with pytest.raises(ValueError, match="trim_threshold must be an integer >= 0"):
+            keep_freed_memory(trim_threshold=bad)

@@ -59,7 +59,7 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from other users
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from other users; the umask holds
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -69,6 +69,16 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and back: os has no getter), 0o022 where it cannot be read."""
+    try:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+    except OSError:  # pragma: no cover - umask does not fail on POSIX
+        return 0o022
 
 
 def unwritable(folder: Path | str) -> str | None:

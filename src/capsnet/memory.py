@@ -46,8 +46,9 @@ def keep_freed_memory(*, trim_threshold: int = 2**31 - 1, top_pad: int = 64 << 2
             the largest value mallopt takes).
         top_pad: extra bytes requested from the kernel each time the heap grows.
     """
-    if trim_threshold < 0 or top_pad < 0:
-        raise ValueError(f"trim_threshold and top_pad must be >= 0, got {trim_threshold} and {top_pad}")
+    for name, value in (("trim_threshold", trim_threshold), ("top_pad", top_pad)):  # before any mallopt: a float
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:  # failed between two of them
+            raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         log.info("keep_freed_memory: the C library is not glibc; allocator left as it is")
         return False
