@@ -795,3 +795,20 @@ def test_a_signal_in_a_gan_epoch_of_one_batch_saves_and_stops_after_that_epoch(t
                 data_root=data_root, progress=False)
     saved = load_checkpoint(tmp_path / "r", "last")
     assert sent and (saved.state["epoch"], saved.state["step"]) == (1, 1) and "within" not in saved.state
+
+
+def test_pairs_too_small_for_ssim_are_refused_before_training(tmp_path, capsys):
+    """8x8 pairs passed every check (the networks take multiples of 8), trained a whole evaluation period, then
+    died in SSIM's 11x11 window with nothing saved; now refused before any training or file."""
+    root = tmp_path / "pairs"
+    for sub in ("labels", "images"):
+        (root / sub).mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for k in range(12):
+        Image.fromarray(((g.random((8, 8)) > 0.6) * 255).astype(np.uint8)).save(root / "labels" / f"{k:02d}.png")
+        Image.fromarray((g.random((8, 8)) * 255).astype(np.uint8)).save(root / "images" / f"{k:02d}.png")
+    code = main(["train", "--model", "capspix2pix", "--dataset", f"pairs:{root}", "--epochs", "1", "--batch-size",
+                 "4", "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds 8x8 (HxW) images, and every evaluation scores SSIM, whose 11x11 window" in err, err
+    assert not (tmp_path / "run").exists()

@@ -69,3 +69,24 @@ def test_l1_iou_and_spread_by_hand_and_numpy():
     with pytest.raises(ValueError, match="S >= 2 draws"):
         noise_spread(torch.rand(1, 3, 1, 4, 4))
     assert math.isfinite(noise_spread(torch.rand(2, 1, 1, 4, 4)).item())
+
+
+def test_bad_inputs_to_ssim_and_l1_are_refused_by_name_and_an_empty_batch_scores_nothing():
+    """Found by a review (2026-11-29): uint8 images were scored as 0..255 against a range of 1 (SSIM 0.73 where it
+    is 0.87, with no word); sigma 0 made every score NaN; an empty batch failed in a reshape."""
+    real = torch.zeros(2, 1, 16, 16)
+    real[:, :, 4:12, 6:10] = 1.0
+    u8 = (real * 255).to(torch.uint8)
+    for f in (ssim, l1_error):
+        with pytest.raises(ValueError, match=r"images must be floating point in \[0, 1\] .*got torch.uint8 and "
+                                             r"torch.uint8: convert 8-bit images with x.float\(\) / 255"):
+            f(u8, u8)
+    with pytest.raises(ValueError, match="sigma must be a positive finite number, got 0.0"):
+        ssim(real, real, sigma=0.0)
+    with pytest.raises(ValueError, match="the window's size must be a positive integer, got 0"):
+        ssim(real, real, window=0)
+    with pytest.raises(ValueError, match=r"data_range must be a positive finite number \(1 for images in \[0, 1\]\)"):
+        ssim(real, real, data_range=0)
+    empty = torch.zeros(0, 1, 16, 16)
+    assert ssim(empty, empty).shape == (0,) and l1_error(empty, empty).shape == (0,)
+    assert ssim(real, real).tolist() == [1.0, 1.0]

@@ -643,6 +643,24 @@ def test_capspix2pix_discriminator_choice_refuses_bad_values_by_name(kw, message
 def test_patchgan_too_deep_for_the_image_names_the_fix():
     with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or --model-option disc_layers=2"):
         Pix2pixConfig(input_height=16, input_width=16)
+    # maps of another size than the config's (the PatchGAN takes them): smaller ones failed inside a convolution
+    patch = Pix2pix(Pix2pixConfig(input_height=16, input_width=16, disc_layers=2)).discriminator
+    with pytest.raises(ValueError, match=r"a PatchGAN of disc_layers 2 needs sides of at least 12, got 8x8 maps"):
+        patch(torch.zeros(2, 1, 8, 8), torch.zeros(2, 1, 8, 8))
+    assert patch(torch.zeros(2, 1, 24, 24), torch.zeros(2, 1, 24, 24)).shape == (2, 1, 4, 4)
+
+
+def test_a_capspix2pix_of_float64_generates_as_it_samples():
+    """generate drew the noise in float32 and handed it to a float64 (or bf16) model: a dtype error in its first
+    product, where samples() worked."""
+    from capsnet.synthesis import generate, samples
+
+    model = CapsPix2pix(CapsPix2pixConfig(input_height=16, input_width=16)).double()
+    labels = torch.zeros(3, 1, 16, 16, dtype=torch.float64)
+    labels[:, :, 4:12, 7:9] = 1.0
+    images = generate(model, labels)
+    assert images.dtype == torch.float64
+    torch.testing.assert_close(images[0], samples(model, labels[0], [0])[0], rtol=0, atol=1e-12)  # row 0: seed 0
 
 
 @pytest.mark.parametrize("cls", [CapsPix2pixConfig, Pix2pixConfig])

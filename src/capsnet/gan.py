@@ -68,6 +68,7 @@ from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
+from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
 from .runtime import autocast, compile_model, resolve_device
@@ -225,6 +226,10 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "
                          f"{task(cfg.dataset).target_channels}-channel images, but the model takes {shape} and makes "
                          f"{model_config.out_channels}-channel images; build it for this data (the CLI does so itself)")
+    if min(shape[1:]) < SSIM_WINDOW:  # found at the first evaluation before, after its training was done and lost
+        raise ValueError(f"{cfg.dataset} holds {shape[1]}x{shape[2]} (HxW) images, and every evaluation scores SSIM, "
+                         f"whose {SSIM_WINDOW}x{SSIM_WINDOW} window (Wang et al. 2004) needs sides of at least "
+                         f"{SSIM_WINDOW}: use images of at least 16x16 (the networks take multiples of 8)")
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.

@@ -5,6 +5,8 @@ Pure tensor functions (CPU or GPU), used to score conditional synthesis
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -23,14 +25,27 @@ def _pair(a: torch.Tensor, b: torch.Tensor) -> None:
                          f"{tuple(b.shape)}")
 
 
+def _pixels(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Two image batches of pixel values: floating point, as SSIM's constants and the L1's units assume (uint8
+    images were scored as 0..255 against a range of 1: SSIM 0.73 where it is 0.87)."""
+    _pair(a, b)
+    if not (a.is_floating_point() and b.is_floating_point()):
+        raise ValueError(f"images must be floating point in [0, 1] (or [0, data_range]), got {a.dtype} and "
+                         f"{b.dtype}: convert 8-bit images with x.float() / 255")
+
+
 def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Mean absolute difference per image. Shapes: a, b (N, C, H, W) -> (N,) float64."""
-    _pair(a, b)
+    _pixels(a, b)
     return (a.double() - b.double()).abs().flatten(1).mean(1)
 
 
 def gaussian_window(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch.Tensor:
     """A normalised 2-D Gaussian: (size, size) float64 summing to 1."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"the window's size must be a positive integer, got {size!r}")
+    if not (isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")  # 0 made every score NaN
     x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
     g = torch.exp(-x ** 2 / (2 * sigma ** 2))
     g = g / g.sum()
@@ -44,7 +59,7 @@ def window_statistics(a: torch.Tensor, b: torch.Tensor, *, window: int = SSIM_WI
 
     Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> five (N*C, 1, H-k+1, W-k+1) float64 tensors.
     """
-    _pair(a, b)
+    _pixels(a, b)
     N, C, H, W = a.shape
     if H < window or W < window:
         raise ValueError(f"SSIM's {window}x{window} window needs images of at least that size, got {H}x{W}")
@@ -65,11 +80,14 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
 
     Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
     """
+    if not (isinstance(data_range, (int, float)) and not isinstance(data_range, bool) and math.isfinite(data_range)
+            and data_range > 0):
+        raise ValueError(f"data_range must be a positive finite number (1 for images in [0, 1]), got {data_range!r}")
     mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b, window=window, sigma=sigma)
     N, C = a.shape[:2]
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
     s = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x ** 2 + mu_y ** 2 + c1) * (var_x + var_y + c2))
-    return s.view(N, C, -1).mean(2).mean(1)
+    return s.reshape(N, C, s.shape[-2] * s.shape[-1]).mean(2).mean(1)  # no -1: an empty batch has no size to infer
 
 
 def shape_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -100,6 +100,7 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
             z = model.noise(1, seed, labels.device, truncation=truncation).expand(len(labels), -1)
         else:
             z = model.noise(len(labels), seed, labels.device, truncation=truncation)  # (N, noise_dim): all at once
+        z = z.to(next(model.parameters()).dtype)  # drawn in float32; a float64 or bf16 model takes its own dtype
         out = []
         for start in progress_bar(range(0, len(labels), batch_size), desc="generate", unit="batch", leave=False,
                                   progress=progress):

@@ -198,6 +198,10 @@ class PatchDiscriminator(nn.Module):
         """
         check_label_maps(labels, self.config, exact=False)
         check_image_pairs(images, labels, self.config)
+        layers, side = self.config.disc_layers, min(labels.shape[-2:])
+        if side >> layers < 3:  # maps of another size than the config's (exact=False): the config's own check here
+            raise ValueError(f"a PatchGAN of disc_layers {layers} needs sides of at least {3 << layers}, got "
+                             f"{labels.shape[-2]}x{labels.shape[-1]} maps: give larger ones")
         return self.main(torch.cat([images, labels], dim=1))  # (B, 1, h, w)
 
 
