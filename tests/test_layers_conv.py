@@ -1,6 +1,8 @@
 """ConvCaps2d and ConvTransposeCaps2d against independent references: DenseCaps, a loop over positions, shifts."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -227,3 +229,24 @@ def test_self_attention_routes_a_grid_of_huge_and_ordinary_votes_as_its_forward_
     folded = votes.permute(0, 4, 5, 1, 2, 3).reshape(12, 3, 2, 4)  # (B * H * W, I, J, D)
     alone = routing(folded).poses.view(2, 2, 3, 2, 4).permute(0, 3, 4, 1, 2)
     torch.testing.assert_close(grid, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_children_activations_of_the_wrong_grid_and_primary_capsules_of_no_size_are_named():
+    """A ConvCaps2d took activations of any shape on its grid path (ignored) and failed inside a permute or a view on
+    the other; PrimaryCaps built with 0 types failed at its first forward, and out_scale NaN made NaN capsules."""
+    from capsnet.layers import PrimaryCaps
+    from capsnet.routing import create_routing
+
+    x = torch.randn(2, 3, 4, 6, 6)
+    layer = ConvCaps2d(3, 4, 2, 5, kernel_size=3)
+    em = ConvCaps2d(3, 4, 2, 5, kernel_size=3, stride=2, routing=create_routing("em", out_caps=2), bias=False)
+    for call, want in ((lambda a: layer(x, a), (2, 3, 6, 6)), (lambda a: layer.route(x, a), (2, 3, 6, 6)),
+                       (lambda a: em(x, a), (2, 3, 3, 3))):
+        with pytest.raises(ValueError, match=r"activations must be \(B, T, H', W'\) = " + re.escape(str(want))):
+            call(torch.rand(7, 7))
+        call(torch.rand(*want))  # the right grid still routes
+    for kw, message in ((dict(types=0), "types must be a positive integer, got 0"),
+                        (dict(out_scale=float("nan")), "out_scale must be a positive finite number, got nan"),
+                        (dict(stride=0), "stride must be a positive integer, got 0")):
+        with pytest.raises(ValueError, match=message):
+            PrimaryCaps(8, kernel_size=3, **kw)

@@ -452,3 +452,32 @@ def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():
         SegCapsConfig(seg_kernel=4)
     with pytest.raises(ValueError, match="seg_kernel"):
         SegCapsConfig(seg_kernel=0)
+
+
+def test_segmentation_inputs_the_review_found_unchecked():
+    """Found by a review (2026-11-29): SegCaps.forward broadcast a (B, H, W) mask over its 16 pose entries (at B = 16
+    a wrong reconstruction, silently) and one mask over the batch; soft Dice summed in bf16 under autocast (about 3
+    digits); a loss over no examples was NaN; a depth-1 U-Net's side message said it halved them 3 times."""
+    from capsnet.models import UNet
+
+    torch.manual_seed(0)
+    model = SegCaps(SegCapsConfig(input_height=16, input_width=16)).eval()
+    x, y = torch.rand(16, 1, 16, 16), (torch.rand(16, 1, 16, 16) > 0.5).float()
+    for bad in (y[:, 0], y[:1], torch.ones(16, 2, 16, 16)):
+        with pytest.raises(ValueError, match=r"masks must be \(B, 1, H, W\) = \(16, 1, 16, 16\), one per image, got"):
+            model(x, bad)
+    assert model(x, y).reconstructions.shape == (16, 1, 16, 16)
+    # soft Dice in float32 at least: a bf16 U-Net's probabilities scored as their float32 copy
+    u = UNet(UNetConfig(base_channels=4, depth=2, input_height=64, input_width=64))
+    images, masks = torch.rand(2, 1, 64, 64), (torch.rand(2, 1, 64, 64) > 0.9).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p = u(images).probabilities
+    assert p.dtype == torch.bfloat16 and soft_dice(p, masks).dtype == torch.float32
+    torch.testing.assert_close(segmentation_loss(p, masks, "dice"), segmentation_loss(p.float(), masks, "dice"))
+    for kind in ("bce", "weighted-bce", "dice", "bce+dice"):
+        with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
+            segmentation_loss(torch.zeros(0, 1, 8, 8), torch.zeros(0, 1, 8, 8), kind)
+    shallow = UNet(UNetConfig(depth=1, base_channels=4, input_height=8, input_width=8))
+    with pytest.raises(ValueError, match=r"multiples of 8 \(SegCaps' multiple, so both take the same images; this "
+                                         r"U-Net halves them 1 time\), got 12x12"):
+        shallow(torch.rand(1, 1, 12, 12))

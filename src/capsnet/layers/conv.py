@@ -86,6 +86,7 @@ class _GridCaps(nn.Module):
         votes = y.view(B, T, J, D, H, W).permute(0, 4, 5, 1, 2, 3).reshape(B * H * W, T, J, D)  # (B*H'*W', T, J, D)
         a = None
         if activations is not None:  # (B, T, H', W') presence of the children, for routings that use it
+            self._check_activations(activations, B, H, W)
             a = activations.permute(0, 2, 3, 1).reshape(B * H * W, T)  # (B*H'*W', T)
         recording = {"record": True} if record else {}
         result = self.routing(votes, a, self.bias, **recording)
@@ -102,6 +103,8 @@ class _GridCaps(nn.Module):
             return self.route(x, activations)[0]
         y = self.votes(x)  # (B * T, J * Dout, H', W'); a routing with route_grid takes no activations
         B, (H, W) = x.shape[0], y.shape[-2:]
+        if activations is not None:  # unused by these routings (dynamic, self-attention), but checked as route does
+            self._check_activations(activations, B, H, W)
         return route_grid(y.view(B, self.in_types, self.out_types, self.out_dim, H, W), self.bias)
 
     def route(self, x: torch.Tensor, activations: torch.Tensor | None = None, *, record: bool = False
@@ -115,6 +118,14 @@ class _GridCaps(nn.Module):
         """
         B = x.shape[0]
         return self._route(self.votes(x), B, activations, record)
+
+    def _check_activations(self, activations: torch.Tensor, B: int, H: int, W: int) -> None:
+        """Children's activations of the votes' grid, (B, T, H', W'), or a ValueError naming the shape."""
+        want = (B, self.in_types, H, W)
+        if not isinstance(activations, torch.Tensor) or tuple(activations.shape) != want:
+            got = tuple(activations.shape) if isinstance(activations, torch.Tensor) else type(activations).__name__
+            raise ValueError(f"activations must be (B, T, H', W') = {want}, one per child type at each output "
+                             f"position, got {got}")
 
     def votes(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - each layer defines its own
         raise NotImplementedError

@@ -285,9 +285,10 @@ def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
     return grids
 
 
-def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STRIDE) -> None:
+def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STRIDE, why: str | None = None) -> None:
     """A ValueError that names the fix when ``images`` are not (B, in_channels, H, W) with sides multiples of
-    ``multiple`` (SegCaps: 8, its three halvings)."""
+    ``multiple`` (SegCaps: 8, its three halvings); ``why`` says where the multiple comes from (default: that many
+    halvings)."""
     if images.dim() != 4 or images.shape[1] != cfg.in_channels:
         got = tuple(images.shape)
         raise ValueError(f"expected images (B, {cfg.in_channels}, H, W) for a model trained on {cfg.in_channels}-channel "
@@ -298,8 +299,8 @@ def check_segmentation_input(images: torch.Tensor, cfg: Any, multiple: int = STR
     H, W = images.shape[-2:]
     m = multiple
     if H % m or W % m:
-        raise ValueError(f"image sides must be multiples of {m} (the network halves them {m.bit_length() - 1} times), "
-                         f"got {H}x{W}: {sides_fix(H, W, m)}")
+        why = why or f"the network halves them {m.bit_length() - 1} times"
+        raise ValueError(f"image sides must be multiples of {m} ({why}), got {H}x{W}: {sides_fix(H, W, m)}")
 
 
 def sides_fix(H: int, W: int, m: int) -> str:
@@ -422,6 +423,11 @@ class SegCaps(nn.Module):
             masks: (B, 1, H, W) 0/1 ground truth (masks the reconstruction in training), or None: the prediction
             returns: probabilities (B, 1, H, W), poses (B, 1, 16, H, W), reconstructions (B, C, H, W) or None
         """
+        if masks is not None and (masks.dim() != 4 or masks.shape[1] != 1 or masks.shape[0] != images.shape[0]
+                                  or masks.shape[-2:] != images.shape[-2:]):  # broadcast over the 16 pose entries,
+            # or over the batch, it masked the reconstruction wrongly and silently (a (B, H, W) mask at B = 16)
+            raise ValueError(f"masks must be (B, 1, H, W) = ({images.shape[0]}, 1, {images.shape[-2]}, "
+                             f"{images.shape[-1]}), one per image, got {tuple(masks.shape)}")
         poses = self.capsule_grids(images)["seg_caps"]  # (B, 1, 16, H, W)
         probabilities = safe_norm(poses, dim=2)  # (B, 1, H, W)
         recon = None
@@ -445,7 +451,8 @@ def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch
 
     Shapes: images (B, C, H, W); masks (B, 1, H, W) 0/1; returns loss (), probabilities (B, 1, H, W)
     """
-    if masks.dim() != 4 or masks.shape[1] != 1 or masks.shape[-2:] != images.shape[-2:]:
+    if masks.dim() != 4 or masks.shape[1] != 1 or masks.shape[-2:] != images.shape[-2:] \
+            or masks.shape[0] != images.shape[0]:
         raise ValueError(f"a segmentation model trains on masks (B, 1, H, W) matching the images "
                          f"{tuple(images.shape)}, got labels {tuple(masks.shape)}: use a segmentation data set")
     check_nonempty(images.shape[0])

@@ -91,9 +91,13 @@ class UNet(nn.Module):
         self.out = nn.Conv2d(w[0], 1, 1)
 
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> UNetOutput:
-        """Shapes: images (B, C, H, W), H and W multiples of 2^depth; masks unused (the shared signature)
-        -> probabilities, logits (B, 1, H, W)"""
-        check_segmentation_input(images, self.config, max(2 ** self.config.depth, STRIDE))
+        """Shapes: images (B, C, H, W), H and W multiples of 2^depth and of 8 (SegCaps', so both take the same
+        images); masks unused (the shared signature) -> probabilities, logits (B, 1, H, W)"""
+        depth = self.config.depth
+        check_segmentation_input(images, self.config, max(2 ** depth, STRIDE),
+                                 None if 2 ** depth >= STRIDE else f"SegCaps' multiple, so both take the same images; "
+                                                                  f"this U-Net halves them {depth} "
+                                                                  f"time{'s' if depth > 1 else ''}")
         skips, x = [], images
         for k, block in enumerate(self.down):
             x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
