@@ -728,3 +728,12 @@ def test_capspix2pix_routes_by_self_attention_in_every_capsule_layer_when_asked(
         CapsPix2pixConfig(routing="em")
     with pytest.raises(ValueError, match="CapsPix2pixConfig.routing_softmax is an option of dynamic routing"):
         CapsPix2pixConfig(routing="self-attention", routing_softmax="children")
+
+
+def test_a_large_pix2pix_judged_by_the_dcgan_discriminator_is_not_refused_for_capspix2pixs_noise_layer():
+    """Pix2pixConfig(discriminator="dcgan") at 4096x8192 was refused as a CapsPix2pixConfig of 3.4 billion weights
+    (CapsPix2pix's 100-number noise layer counted); the pix2pix model holds 1.3e8. The discriminator is the same."""
+    big = Pix2pixConfig(input_height=4096, input_width=8192, discriminator="dcgan")
+    assert big.num_weights < 2**31 and big.discriminator_weights == big.dcgan_config().discriminator_weights
+    small = Pix2pixConfig(input_height=32, input_width=32, discriminator="dcgan")
+    assert small.discriminator_weights == sum(p.numel() for p in Pix2pix(small).discriminator.parameters()) == 662_272

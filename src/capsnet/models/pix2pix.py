@@ -79,10 +79,12 @@ class Pix2pixConfig(JsonConfig):
 
     def dcgan_config(self) -> CapsPix2pixConfig:
         """The ``CapsPix2pixConfig`` whose DCGAN discriminator this model judges with (discriminator "dcgan"): its
-        sizes and channels; CapsPix2pix's other fields at their defaults (unused by the discriminator)."""
+        sizes and channels; CapsPix2pix's other fields at their defaults (unused by the discriminator), but a noise
+        of one number: the config's weight cap counts CapsPix2pix's generator too, whose noise layer (100 x H x W
+        weights) refused large pix2pix models that would hold far fewer."""
         return CapsPix2pixConfig(input_height=self.input_height, input_width=self.input_width,
                                  in_channels=self.in_channels, out_channels=self.out_channels,
-                                 disc_channels=self.disc_channels)
+                                 disc_channels=self.disc_channels, noise_dim=1)
 
     @property
     def levels(self) -> int:
