@@ -44,8 +44,8 @@ from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_ch
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, folder_contents, input_shape,
-                         load_training, task, user_folder)
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_contents,
+                         input_shape, load_training, task, user_folder)
 from .distributed import DistributedError, Launch, agree, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
@@ -749,7 +749,7 @@ def _lost_peer(e: BaseException) -> bool:
     RuntimeErrors for some of these)."""
     text = str(e)
     return any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-                                   "ProcessGroupGloo", "ProcessGroupNCCL", "gloo/transport", "NCCL error"))
+                                   "gloo/transport"))
 
 
 def _fingerprint(model_config: Any, cfg: TrainConfig, state: dict[str, Any], within: dict[str, Any] | None,
@@ -760,8 +760,11 @@ def _fingerprint(model_config: Any, cfg: TrainConfig, state: dict[str, Any], wit
     for t in (train.images, train.labels):
         digest.update(str((t.dtype, tuple(t.shape))).encode())
         digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    settings = cfg.to_dict()
+    if user_folder(cfg.dataset):  # a user's folder by its name: machines may hold it at other paths (the data's
+        settings["dataset"] = dataset_stem(cfg.dataset)  # digest below says whether they hold the same files)
     return ({f"model_config.{k}": v for k, v in model_config.to_dict().items()}
-            | {f"train_config.{k}": v for k, v in cfg.to_dict().items()}
+            | {f"train_config.{k}": v for k, v in settings.items()}
             | {"training examples": len(train), "held-out examples": len(held),
                "training data (sha256)": digest.hexdigest()[:16],
                "resumed at": saved_point(state | ({"within": within} if within else {}))})
