@@ -192,3 +192,40 @@ def test_slices_of_a_batch_weighted_as_the_whole_batch_sum_to_its_weighted_cross
     alone = [segmentation_loss(p[lo:hi], masks[lo:hi], "weighted-bce") * share_weight(lo, hi, 5, 2)
              for lo, hi in (shard(5, r, 2) for r in range(2))]
     assert not torch.allclose(sum(torch.autograd.grad(a, p)[0] for a in alone) / 2, expected)  # without it: not
+
+
+def test_the_papers_losses_refuse_float_indices_and_empty_batches():
+    """Found by a review (2026-11-29): margin_loss truncated class 2.9 to 2 silently, and both losses gave NaN (or a
+    reshape error) over no examples, which an optimizer step writes into every weight."""
+    lengths = torch.full((1, 10), 0.5)
+    with pytest.raises(ValueError, match="class indices must be integers, got torch.float32"):
+        margin_loss(lengths, torch.tensor([2.9]))
+    assert margin_loss(lengths, torch.tensor([[0.0, 0, 1, 0, 0, 0, 0, 0, 0, 0]])) == margin_loss(lengths,
+                                                                                                   torch.tensor([2]))
+    with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
+        margin_loss(torch.rand(0, 10), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
+        reconstruction_loss(torch.rand(0, 1, 28, 28), torch.rand(0, 1, 28, 28))
+
+
+def test_capsnet_refuses_labels_of_another_batch_and_routing_results_keep_their_rounds_when_replaced():
+    """model(x, labels) with one label for four images decoded all four from that label's capsule; a routing
+    result's _replace lost rounds (AttributeError on reading it); the plain path refused float64 capsules into a
+    float32 layer, which the fast path takes (an exported model, on the plain path, failed where eager ran)."""
+    from capsnet import CapsNet, CapsNetConfig
+    from capsnet.layers.dense import DenseCaps
+    from capsnet.routing import DynamicRouting, plain_routing
+
+    model = CapsNet(CapsNetConfig(conv1_channels=8, primary_types=2)).eval()
+    with pytest.raises(ValueError, match=r"index must be \(B,\) = \(4,\), one class per example, got shape \(1,\)"):
+        model(torch.rand(4, 1, 28, 28), torch.tensor([3]))
+    r = DynamicRouting(3)(torch.randn(2, 5, 3, 4), record=True)
+    replaced = r._replace(poses=r.poses * 2)
+    assert replaced.rounds is r.rounds and torch.equal(replaced.poses, r.poses * 2)
+    assert r._replace(rounds=None).rounds is None and type(r)._make(list(r)).rounds is None
+    layer, u = DenseCaps(40, 8, 10, 16), torch.randn(2, 40, 8, dtype=torch.float64)
+    fast = layer(u).poses
+    with plain_routing():
+        plain = layer(u).poses
+    assert fast.dtype == plain.dtype == torch.float64
+    torch.testing.assert_close(fast, plain)

@@ -57,9 +57,15 @@ def margin_loss(
     if lengths.dim() != 2:
         raise ValueError(f"lengths must be (B, J), got shape {tuple(lengths.shape)}")
     B, J = lengths.shape
+    if B == 0:
+        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
+                         "example")
     if targets.dim() == 1:
         if targets.shape[0] != B:
             raise ValueError(f"targets (B,) must match lengths' batch {B}, got shape {tuple(targets.shape)}")
+        if targets.is_floating_point():  # 2.9 was truncated to class 2, silently
+            raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may "
+                             f"be floats")
         if validate and targets.numel() and (targets.min() < 0 or targets.max() >= J):
             raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
         T = F.one_hot(targets.long(), J).to(lengths.dtype)  # (B, J)
@@ -88,6 +94,9 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
     B = images.shape[0]
     if reconstructions.shape[0] != B:
         raise ValueError(f"reconstructions hold {reconstructions.shape[0]} images but images hold {B}")
+    if B == 0:  # a mean over none (and a reshape of 0 elements to (0, -1) fails)
+        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
+                         "example")
     r = reconstructions.reshape(B, -1)
     if r.dtype in (torch.float16, torch.bfloat16):
         r = r.float()  # autocast's half-precision decoder output: sum 784 squared errors in fp32

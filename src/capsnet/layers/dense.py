@@ -68,7 +68,8 @@ class DenseCaps(nn.Module):
         self._check(u)
         B, I, Din = u.shape
         W = self.weight.reshape(Din, I, -1).transpose(0, 1)  # (I, Din, J*Dout), a view
-        u_hat = torch.bmm(u.transpose(0, 1), W)  # (I, B, J*Dout)
+        dtype = torch.promote_types(u.dtype, W.dtype)  # as the fast path does: float64 capsules into a float32 layer
+        u_hat = torch.bmm(u.transpose(0, 1).to(dtype), W.to(dtype))  # (I, B, J*Dout)
         return u_hat.view(I, B, self.out_caps, self.out_dim).transpose(0, 1)  # (B, I, J, Dout)
 
     def _check(self, u: torch.Tensor) -> None:

@@ -308,6 +308,8 @@ def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         returns: (B, J * D)
     """
     B, J, D = poses.shape
+    if tuple(index.shape) != (B,):  # one label for four images was broadcast: all four decoded from its capsule
+        raise ValueError(f"index must be (B,) = ({B},), one class per example, got shape {tuple(index.shape)}")
     keep = F.one_hot(index.long(), J).to(poses.dtype)  # (B, J)
     return (poses * keep.unsqueeze(-1)).reshape(B, J * D)  # (B, J*D)
 

@@ -1,7 +1,7 @@
 """What every routing algorithm returns, and the checks of what it is given."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,13 +24,19 @@ class RoutingResult(_Fields):
     field, so the result still unpacks into its three tensors.
     """
 
-    rounds: torch.Tensor | None
+    rounds: torch.Tensor | None = None  # also for a result made by _make, which skips __new__
 
     def __new__(cls, poses: torch.Tensor, activations: torch.Tensor, coupling: torch.Tensor,
                 rounds: torch.Tensor | None = None) -> "RoutingResult":
         self = super().__new__(cls, poses, activations, coupling)
         self.rounds = rounds
         return self
+
+    def _replace(self, **changes: Any) -> "RoutingResult":
+        """The tuple's ``_replace``, ``rounds`` carried over (or replaced: ``rounds=...``); the namedtuple's own
+        made a result whose ``rounds`` raised AttributeError."""
+        rounds = changes.pop("rounds", self.rounds)
+        return RoutingResult(*super()._replace(**changes), rounds)
 
 
 class RoutingView(NamedTuple):
