@@ -284,13 +284,39 @@ def test_compiled_training_through_the_cli_end_to_end(tmp_path, capsys):
 
 
 def test_the_whole_capsnet_compiles_as_one_graph():
-    # Routing's hand-written backward included: a graph break would leave it
-    # to run eagerly, between compiled pieces, on every step.
+    # A graph break would leave part of the step to run eagerly, between compiled pieces, on every step. Under
+    # torch.compile the routing is traced as plain autograd (the hand-written function is the eager path's).
     torch._dynamo.reset()
     model = CapsNet(TINY)
     images, labels = torch.rand(4, 1, 28, 28), torch.randint(0, 10, (4,))
     report = torch._dynamo.explain(model)(images, labels)
     assert (report.graph_count, report.graph_break_count) == (1, 0), [str(b.reason)[:200] for b in report.break_reasons]
+
+
+def test_a_compiled_capsnet_routes_in_fp32_inside_a_bf16_step(monkeypatch):
+    """--amp bf16 --compile (the fast preset): the compiled graph takes the plain routing path, which routed in bf16
+    under autocast where the eager fast path routes in fp32 (README: "the routing runs in fp32 inside"). Found by a
+    review (2026-11-29); the plain path now turns autocast off around the votes and the routing, as the fast path."""
+    from capsnet.routing import dynamic
+
+    seen = []
+    forward = dynamic.DynamicRouting.forward
+
+    def spy(self, votes, *args, **kwargs):
+        seen.append(votes.dtype)
+        return forward(self, votes, *args, **kwargs)
+    monkeypatch.setattr(dynamic.DynamicRouting, "forward", spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = CapsNet(TINY)
+    images, labels = torch.rand(4, 1, 28, 28), torch.randint(0, 10, (4,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager_out = model(images, labels)
+        compiled_out = torch.compile(model, backend="eager", fullgraph=True)(images, labels)
+    assert seen == [torch.float32]  # the compiled trace's routing (the eager call took the fast path)
+    assert compiled_out.poses.dtype == eager_out.poses.dtype == torch.float32
+    torch.testing.assert_close(compiled_out.lengths, eager_out.lengths, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
 
 
 def test_an_unfused_state_loads_into_a_fused_optimizer_with_its_flags():

@@ -99,8 +99,8 @@ def _squash_vjp(s: torch.Tensor, grad_v: torch.Tensor, eps: float | None = None)
     h = k q_t / ((r + q_t) m_t) and h' = k^3 (r / ((r + q_t)^2 m_t) - q_t / (2 (r + q_t) m_t^3)),
     so grad_s = k (h_t g + 2 (t . g) dh_t t); k = 1 for ordinary inputs.
     Written out rather than taken with torch.autograd.grad, which torch.compile
-    cannot trace: a compiled model then keeps the routing's hand-written
-    backward (capsnet.routing) inside its graph.
+    cannot trace (a compiled model takes the plain routing path today, where
+    autograd differentiates squash itself; ``capsnet._eager``).
     Half-precision inputs are worked in fp32 (m^3 and (1 + q)^2 leave fp16's range).
     """
     if s.dtype in (torch.float16, torch.bfloat16):

@@ -11,6 +11,14 @@ from ..routing.result import check_count
 __all__ = ["DenseCaps"]
 
 
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for a device type autocast does not know)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except (TypeError, RuntimeError):  # torch before 2.4 takes no device type; a device type without autocast
+        return device_type == "cuda" and torch.is_autocast_enabled()
+
+
 class DenseCaps(nn.Module):
     """Fully connected capsules: every lower capsule votes for every upper one.
 
@@ -90,7 +98,13 @@ class DenseCaps(nn.Module):
         if fast is not None:
             self._check(u)
             return fast(u, self.weight, self.bias, **recording)
-        out = self.routing(self.votes(u), activations, self.bias, **recording)
+        if _autocast_on(u.device.type):  # the votes and the routing in fp32 inside a bf16 step, as the fast path
+            # runs them (the plain path is what torch.compile traces: it routed in bf16 there)
+            with torch.autocast(u.device.type, enabled=False):
+                a = None if activations is None else activations.float()
+                out = self.routing(self.votes(u.float()), a, self.bias, **recording)
+        else:
+            out = self.routing(self.votes(u), activations, self.bias, **recording)
         if self.weight.dtype in (torch.bfloat16, torch.float16) and out.poses.dtype != self.weight.dtype:
             # a half model (.bfloat16()) routed by EM, which routes half votes in fp32: handed on in the weights'
             # dtype (as ConvMatrixCaps does), so the decoder's product gets its own dtype; under autocast the weights
