@@ -331,6 +331,11 @@ def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys)
     # what it did not draw, and the flag it did not use, are said (both were skipped without a word)
     assert ("no reconstructions, misclassified inputs or pose sweeps: --model inverted-capsnet has no decoder (--dims "
             "not used)") in capsys.readouterr().out
+    # --dims out of the class capsules' range was refused though nothing uses it here; --misclassified went unnamed
+    out2 = tmp_path / "figs2"
+    assert _figures("--checkpoint", run, "--out", out2, "--indices", 0, "--dpi", 30, "--dims", 99,
+                    "--misclassified", 3) == 0
+    assert "has no decoder (--dims, --misclassified not used)" in capsys.readouterr().out
 
 
 def test_sweep_change_is_the_largest_mean_pixel_change_from_the_unswept_tile():

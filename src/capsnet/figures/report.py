@@ -232,7 +232,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     runs = _runs(checkpoints, read=ckpt)
     done = FiguresWritten(out)
     if not decodes:  # what is not drawn, and the flags that would have shaped it, said rather than skipped silently
-        skipped = unused("--dims", "--delta-range/--delta-step")
+        skipped = unused("--dims", "--delta-range/--delta-step", "--misclassified")
         done.notes.append(f"no reconstructions, misclassified inputs or pose sweeps: --model {ckpt.model_name} has no "
                           f"decoder" + (f" ({', '.join(skipped)} not used)" if skipped else ""))
 
@@ -277,7 +277,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     D = poses.shape[-1]
     dims = list(range(D)) if dims is None else list(dims)
     bad = [d for d in dims if not 0 <= d < D]
-    if bad:
+    if bad and decodes:  # without a decoder there are no pose sweeps: --dims is said unused above, not checked
         raise FigureError(f"--dims {bad} out of range: the class capsules have {D} dimensions, 0..{D - 1}")
 
     # All arrays first, then the files.
