@@ -7,12 +7,21 @@ import contextvars
 import torch
 import torch.nn.functional as F
 
-__all__ = ["margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "segmentation_loss",
-           "soft_dice", "foreground_weight", "batch_foreground_weight"]
+
+__all__ = ["check_nonempty", "margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES",
+           "segmentation_loss", "soft_dice", "foreground_weight", "batch_foreground_weight"]
 
 # the weighted cross-entropy's foreground weight of the whole batch, where a process sees only its slice of it
 _BATCH_FOREGROUND_WEIGHT: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
     "batch_foreground_weight", default=None)
+
+
+def check_nonempty(batch: int) -> None:
+    """A ValueError for a loss over an empty batch: its mean over no examples is NaN (or a reshape error), which an
+    optimizer step would write into every weight. A forward pass of no images is fine (no outputs)."""
+    if batch == 0:
+        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
+                         "example")
 
 
 def foreground_weight(masks: torch.Tensor) -> torch.Tensor:
@@ -57,9 +66,7 @@ def margin_loss(
     if lengths.dim() != 2:
         raise ValueError(f"lengths must be (B, J), got shape {tuple(lengths.shape)}")
     B, J = lengths.shape
-    if B == 0:
-        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
-                         "example")
+    check_nonempty(B)
     if targets.dim() == 1:
         if targets.shape[0] != B:
             raise ValueError(f"targets (B,) must match lengths' batch {B}, got shape {tuple(targets.shape)}")
@@ -94,9 +101,7 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
     B = images.shape[0]
     if reconstructions.shape[0] != B:
         raise ValueError(f"reconstructions hold {reconstructions.shape[0]} images but images hold {B}")
-    if B == 0:  # a mean over none (and a reshape of 0 elements to (0, -1) fails)
-        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
-                         "example")
+    check_nonempty(B)  # a mean over none (and a reshape of 0 elements to (0, -1) fails)
     r = reconstructions.reshape(B, -1)
     if r.dtype in (torch.float16, torch.bfloat16):
         r = r.float()  # autocast's half-precision decoder output: sum 784 squared errors in fp32
@@ -172,8 +177,6 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
         raise ValueError(f"unknown segmentation loss {kind!r}; valid values are {', '.join(SEGMENTATION_LOSSES)}")
     if probabilities.shape != masks.shape:
         raise ValueError(f"probabilities {tuple(probabilities.shape)} and masks {tuple(masks.shape)} must have one shape")
-    from .models.inputs import check_nonempty  # here: capsnet.models imports this module
-
     check_nonempty(probabilities.shape[0])  # a mean over no examples: NaN, which a step writes into every weight
     m = masks.to(probabilities.dtype)
     loss = probabilities.new_zeros(())

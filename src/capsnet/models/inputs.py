@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
+
 __all__ = ["check_floating", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
 
 
@@ -23,14 +25,6 @@ def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> 
     if images.dim() != 4 or tuple(images.shape[1:]) != tuple(expected):
         raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
     check_floating(images)
-
-
-def check_nonempty(batch: int) -> None:
-    """A ValueError for a loss over an empty batch: its mean over no examples is NaN (or a reshape error), which an
-    optimizer step would write into every weight. A forward pass of no images is fine (no outputs)."""
-    if batch == 0:
-        raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
-                         "example")
 
 
 def check_integer_labels(labels: torch.Tensor) -> None:
