@@ -5,12 +5,11 @@ Pure tensor functions (CPU or GPU), used to score conditional synthesis
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from .data.segmentation import overlap_scores
+from .routing.result import check_count, check_positive
 
 __all__ = ["l1_error", "ssim", "window_statistics", "shape_iou", "noise_spread", "gaussian_window"]
 
@@ -42,10 +41,8 @@ def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def gaussian_window(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch.Tensor:
     """A normalised 2-D Gaussian: (size, size) float64 summing to 1."""
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"the window's size must be a positive integer, got {size!r}")
-    if not (isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")  # 0 made every score NaN
+    check_count("the window's size", size)
+    check_positive("sigma", sigma)  # 0 made every score NaN
     x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
     g = torch.exp(-x ** 2 / (2 * sigma ** 2))
     g = g / g.sum()
@@ -80,9 +77,7 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
 
     Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
     """
-    if not (isinstance(data_range, (int, float)) and not isinstance(data_range, bool) and math.isfinite(data_range)
-            and data_range > 0):
-        raise ValueError(f"data_range must be a positive finite number (1 for images in [0, 1]), got {data_range!r}")
+    check_positive("data_range", data_range, " (1 for images in [0, 1])")
     mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b, window=window, sigma=sigma)
     N, C = a.shape[:2]
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2

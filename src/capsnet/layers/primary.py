@@ -1,14 +1,12 @@
 """Primary capsules: a convolution whose channels, grouped, are squashed into capsules."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..ops import squash
-from ..routing.result import check_count
+from ..routing.result import check_count, check_positive
 
 __all__ = ["PrimaryCaps"]
 
@@ -30,9 +28,7 @@ class PrimaryCaps(nn.Module):
         for name, value in (("in_channels", in_channels), ("types", types), ("dim", dim),
                             ("kernel_size", kernel_size), ("stride", stride)):
             check_count(name, value)  # 0 built and failed inside conv2d at the first forward
-        if isinstance(out_scale, bool) or not isinstance(out_scale, (int, float)) or not (math.isfinite(out_scale)
-                                                                                        and out_scale > 0):
-            raise ValueError(f"out_scale must be a positive finite number, got {out_scale!r}")  # NaN made NaN capsules
+        check_positive("out_scale", out_scale)  # NaN made NaN capsules
         self.types, self.dim, self.out_scale = types, dim, float(out_scale)
         self.conv = nn.Conv2d(in_channels, types * dim, kernel_size=kernel_size, stride=stride)
 

@@ -94,7 +94,7 @@ from torch import nn
 
 from .._eager import eager
 from ._fused import tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_count, check_votes
+from .result import RoutingResult, check_count, check_positive, check_votes
 
 __all__ = ["EMRouting"]
 
@@ -159,9 +159,7 @@ class EMRouting(nn.Module):
         check_count("iterations", iterations)
         for name, value in (("final_lambda", final_lambda), ("var_floor", var_floor), ("eps", eps)):
             # eps floors a parent's mass, which an all-silent set of children leaves at 0: 0 divides by it (NaN)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
-                                                                                      and value > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_positive(name, value)
         self.out_caps, self.iterations = out_caps, iterations
         self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
         self.normalise_cost = normalise_cost

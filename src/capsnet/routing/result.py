@@ -1,6 +1,7 @@
 """What every routing algorithm returns, and the checks of what it is given."""
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import torch
@@ -81,6 +82,13 @@ def check_count(name: str, value: object) -> None:
     """A ValueError unless ``value`` is a positive integer (not a bool): a routing's or layer's size."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_positive(name: str, value: object, hint: str = "") -> None:
+    """A ValueError unless ``value`` is a positive finite number (not a bool): a scale, floor or width; ``hint``
+    follows the name in the message."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}")
 
 
 def check_switch(name: str, value: object) -> None:
