@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["eager", "permute_contiguous"]
+__all__ = ["eager", "autocast_on", "permute_contiguous"]
 
 
 def eager() -> bool:
@@ -24,6 +24,17 @@ def eager() -> bool:
         return False
     forward_ad = getattr(torch.autograd, "forward_ad", None)
     return getattr(forward_ad, "_current_level", -1) < 0
+
+
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for a device type autocast does not know): where the
+    routings turn it off around their float32 work."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch before 2.4 takes no device type here
+        return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+    except RuntimeError:  # a device type without autocast
+        return False
 
 
 # a block of the last dimension moved as one element: its size in bytes -> a dtype of that size

@@ -4,19 +4,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._eager import eager
+from .._eager import autocast_on, eager
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
 from ..routing.result import check_count
 
 __all__ = ["DenseCaps"]
-
-
-def _autocast_on(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (False for a device type autocast does not know)."""
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except (TypeError, RuntimeError):  # torch before 2.4 takes no device type; a device type without autocast
-        return device_type == "cuda" and torch.is_autocast_enabled()
 
 
 class DenseCaps(nn.Module):
@@ -98,7 +90,7 @@ class DenseCaps(nn.Module):
         if fast is not None:
             self._check(u)
             return fast(u, self.weight, self.bias, **recording)
-        if _autocast_on(u.device.type):  # the votes and the routing in fp32 inside a bf16 step, as the fast path
+        if autocast_on(u.device.type):  # the votes and the routing in fp32 inside a bf16 step, as the fast path
             # runs them (the plain path is what torch.compile traces: it routed in bf16 there)
             with torch.autocast(u.device.type, enabled=False):
                 a = None if activations is None else activations.float()

@@ -92,7 +92,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._eager import eager
+from .._eager import autocast_on, eager
 from ._fused import tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_positive, check_votes
 
@@ -417,11 +417,7 @@ class _SharedChildren:
 def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     """Autocast turned off for a block; no context at all where it is not on, so an exported graph
     (``torch.export``, ONNX) holds no autocast wrapper around the routing."""
-    try:
-        on = torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch before 2.4 takes no device type here
-        on = True
-    return torch.autocast(device_type, enabled=False) if on else contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False) if autocast_on(device_type) else contextlib.nullcontext()
 
 
 def _layout(votes: torch.Tensor, activations: torch.Tensor, *, into_buffer: bool = False
