@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .checkpoint import unwritable
 from .data.sets import unit_float
 
 __all__ = ["TensorBoardLogger", "EXAMPLES", "check_log_dir"]
@@ -49,8 +50,8 @@ def check_log_dir(log_dir: str | os.PathLike | None) -> None:
     except OSError as e:
         raise ValueError(f"--tensorboard {folder}: the folder cannot be made ({e.strerror or e}); give a folder "
                          f"you can write") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"--tensorboard {folder}: the folder is not writable; give a folder you can write")
+    if (why := unwritable(folder)) is not None:  # the run files' probe (os.access passes root on a read-only disk)
+        raise ValueError(f"--tensorboard {folder}: the folder is not writable ({why}); give a folder you can write")
 
 
 class TensorBoardLogger:
