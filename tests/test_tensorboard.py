@@ -92,3 +92,14 @@ def test_tensorboard_trouble_is_named_before_the_data_loads_or_a_file_is_written
     assert main(["train", *TINY_FLAGS, "--out", str(tmp_path / "run"), "--tensorboard", str(tmp_path / "tb")]) == 2
     assert "--tensorboard needs the tensorboard package: pip install tensorboard" in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_log_folder_the_probe_cannot_write_in_is_refused_even_for_root(tmp_path, monkeypatch):
+    """os.access said yes to root on a folder it could not write (/sys, a read-only disk); the check is now the
+    run files' own probe, which tries a file there."""
+    import capsnet.tensorboard as tb
+
+    monkeypatch.setattr(tb, "unwritable", lambda folder: "Read-only file system")
+    with pytest.raises(ValueError, match=r"--tensorboard .*tb: the folder is not writable \(Read-only file system\); "
+                                         r"give a folder you can write"):
+        tb.check_log_dir(tmp_path / "tb")
