@@ -312,14 +312,70 @@ def test_folder_round_trip_rgb_with_alpha_and_empty_mask(tmp_path):
     rng = np.random.default_rng(1)
     rgb = rng.integers(0, 256, (2, 9, 7, 3), dtype=np.uint8)
     _save(tmp_path / "im" / "x.png", rgb[0])
-    _save(tmp_path / "im" / "y.png", np.concatenate([rgb[1], np.full((9, 7, 1), 128, np.uint8)], -1))  # RGBA
+    _save(tmp_path / "im" / "y.png", np.concatenate([rgb[1], np.full((9, 7, 1), 255, np.uint8)], -1))  # RGBA
     _save(tmp_path / "mk" / "x.png", np.zeros((9, 7), np.uint8))  # all background is fine
     mask = (rng.random((9, 7)) < 0.5).astype(np.uint8) * 255
     _save(tmp_path / "mk" / "y.png", np.repeat(mask[..., None], 3, -1))  # RGB with equal channels
     images, masks, names = load_mask_folder(tmp_path / "im", tmp_path / "mk")
     assert names == ["x", "y"] and images.shape == (2, 3, 9, 7)
-    assert torch.equal(images, torch.from_numpy(rgb).permute(0, 3, 1, 2))  # alpha dropped
+    assert torch.equal(images, torch.from_numpy(rgb).permute(0, 3, 1, 2))  # an opaque alpha dropped
     assert masks[0].sum() == 0 and torch.equal(masks[1, 0], torch.from_numpy(mask // 255))
+    # a half-transparent image: trained on with its alpha dropped, refused by capsnet predict (a review, 2026-11-30)
+    _save(tmp_path / "im" / "y.png", np.concatenate([rgb[1], np.full((9, 7, 1), 128, np.uint8)], -1))
+    with pytest.raises(DataError, match=r"image .*y\.png has transparent pixels \(100% of them\); an image is read "
+                                        r"by its values, not its alpha"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
+def test_palette_images_that_share_a_palette_read_alike_whatever_colours_each_uses(tmp_path):
+    """A file of a colour palette that used only its grey entries read as grey, its siblings as RGB, and the folder
+    was refused as of mixed modes (a review, 2026-11-30)."""
+    palette = [0, 0, 0, 128, 128, 128, 255, 255, 255, 255, 0, 0]  # black, grey, white, red
+    rng = np.random.default_rng(2)
+    for name, top in (("a", 4), ("b", 3)):  # b uses no red
+        index = rng.integers(0, top, (8, 8), dtype=np.uint8)
+        img = Image.fromarray(index, "P")
+        img.putpalette(palette)
+        (tmp_path / "im").mkdir(exist_ok=True)
+        img.save(tmp_path / "im" / f"{name}.png")
+        _save(tmp_path / "mk" / f"{name}.png", np.eye(8, dtype=np.uint8))
+    images, _, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert images.shape == (2, 3, 8, 8)
+    look = np.array(palette, np.uint8).reshape(4, 3)
+    for k, name in enumerate("ab"):
+        index = np.asarray(Image.open(tmp_path / "im" / f"{name}.png"))
+        assert np.array_equal(images[k].permute(1, 2, 0).numpy(), look[index])
+    grey = Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).convert("P")  # a palette of greys only
+    grey.save(tmp_path / "im" / "a.png")
+    grey.save(tmp_path / "im" / "b.png")
+    assert load_mask_folder(tmp_path / "im", tmp_path / "mk")[0].shape == (2, 1, 8, 8)
+
+
+def test_an_image_is_refused_as_16_bit_colour_or_too_large_in_words_about_images(tmp_path, monkeypatch):
+    """The 16-bit refusal spoke of label maps for images too; a file past Pillow's pixel cap was called unreadable,
+    with 're-save it as PNG' for its fix (a review, 2026-11-30)."""
+    from PIL import Image as PILImage
+
+    from capsnet.data.png import image_array, label_map_array
+
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+    path = tmp_path / "deep.png"  # 4x4 16-bit RGB, written by hand (Pillow writes RGB as 8-bit)
+    raw = b"".join(b"\0" + bytes(4 * 6) for _ in range(4))  # 4 rows of 4 pixels of 3 x 2 bytes, filter 0
+    ihdr = (4).to_bytes(4, "big") * 2 + bytes([16, 2, 0, 0, 0])  # width, height, depth 16, colour type 2 (RGB)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
+                     + chunk(b"IEND", b""))
+    with pytest.raises(DataError, match=r"is a 16-bit RGB PNG, which reads as the high byte of each value \(an image "
+                                        r"whose values are all below 256 would read as empty\)"):
+        image_array(path)
+    with pytest.raises(DataError, match=r"\(a 0/1 label map would read as empty\)"):
+        label_map_array(path)
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 4)  # a 16-pixel file is then over twice the cap
+    _save(tmp_path / "big.png", np.zeros((4, 4), np.uint8))
+    with pytest.raises(DataError, match=r"big\.png is too large to read safely \(.*\); scale it down or crop it"):
+        image_array(tmp_path / "big.png")
 
 
 def _break(root, case):

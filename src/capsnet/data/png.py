@@ -65,13 +65,16 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
 
 
 def read_png(path: Path):
-    """The PIL image of a PNG file, loaded; anything else (another format, a damaged file) is a DataError."""
-    from PIL import Image
+    """The PIL image of a PNG file, loaded and turned by its EXIF orientation if it has one (as image viewers and
+    ``capsnet viz`` show it); anything else (another format, a damaged file, one too large) is a DataError."""
+    from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as img:
             img.load()
-            fmt, img = img.format, img.copy()
+            fmt, img = img.format, ImageOps.exif_transpose(img)  # a copy, turned as viewers show it (EXIF orientation)
+    except Image.DecompressionBombError as e:  # over twice Pillow's pixel cap: refused before its pixels are read
+        raise DataError(f"{path} is too large to read safely ({e}); scale it down or crop it") from None
     except Exception as e:  # PIL raises many types on a damaged file
         raise DataError(f"{path} is not a readable PNG image ({type(e).__name__}: {e}); re-save it as PNG") from None
     if fmt != "PNG":
@@ -96,18 +99,19 @@ def _refuse_16_bit_colour(path: Path, img, example: str, fix: str, what: str = "
 
 
 def image_array(path: Path) -> np.ndarray:
-    """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette of
-    greys only to grey: such a file looks grey and sits among grey ones), 16/32-bit refused."""
+    """An 8-bit grey (1 channel) or RGB (3) image as (C, H, W) uint8; alpha dropped, palettes to RGB (a palette
+    whose every entry is grey to grey: such a file looks grey and sits among grey ones; decided by the palette, not
+    by the entries a file happens to use, so files sharing a palette read alike), 16/32-bit refused."""
     return _image_array(read_png(path), path)
 
 
-def _image_array(img, path: Path) -> np.ndarray:
+def _image_array(img, path: Path, example: str = "an image whose values are all below 256") -> np.ndarray:
     if img.mode not in _IMAGE_MODES:
         deep = "16/32-bit" if img.mode.startswith(("I", "F")) else "unsupported"
         raise DataError(f"{path} has mode {img.mode!r} ({deep}); save it as an 8-bit grayscale (L) or RGB PNG")
-    _refuse_16_bit_colour(path, img, "a 0/1 label map", "an 8-bit grayscale (L) or RGB PNG")
+    _refuse_16_bit_colour(path, img, example, "an 8-bit grayscale (L) or RGB PNG")
     mode = _IMAGE_MODES[img.mode]
-    if img.mode in ("P", "PA") and all(grey is not None for _, grey in _palette_used(img)):
+    if img.mode in ("P", "PA") and _grey_palette(img):
         mode = "L"
     a = np.asarray(img.convert(mode), dtype=np.uint8)
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
@@ -122,9 +126,10 @@ def label_map_array(path: Path) -> np.ndarray:
 def opaque_image_array(path: Path, what: str = "image", other: str = "") -> np.ndarray:
     """``image_array`` of a file with no transparent pixel: one with any is refused, as read by its colours its
     alpha would be lost (a shape drawn in transparency alone reads as empty). ``what`` names the file in the
-    message; ``other`` offers another way, after the fix."""
+    message; ``other`` offers another way, after the fix. How a user's images, masks and label maps are read for
+    training, evaluation, ``capsnet predict`` and ``capsnet generate`` alike."""
     img = read_png(path)
-    a = _image_array(img, path)
+    a = _image_array(img, path, f"a 0/1 {what}" if what == "label map" else "an image whose values are all below 256")
     if share := transparent_share(img):
         article = "an" if what[0] in "aeiou" else "a"
         raise DataError(f"{what} {path} has transparent pixels ({share:.0%} of them); {article} {what} is read by its "
@@ -140,6 +145,12 @@ def transparent_share(img) -> float:
     if img.mode in ("LA", "RGBA", "PA") or "transparency" in img.info:
         return float((np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3] < 255).mean())
     return 0.0
+
+
+def _grey_palette(img) -> bool:
+    """Whether every entry of a P-mode image's palette is a grey (its file then reads as grey)."""
+    palette = list(img.getpalette() or [])
+    return all(palette[k] == palette[k + 1] == palette[k + 2] for k in range(0, len(palette) - 2, 3))
 
 
 def _palette_used(img) -> list[tuple[int, int | None]]:
@@ -227,7 +238,7 @@ _KIND = {1: "grayscale (1 channel)", 3: "RGB (3 channels)"}
 
 
 def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tuple[str, str, Callable] = (
-                   "image", "images", image_array), second: tuple[str, str, Callable] = ("mask", "masks", mask_array)
+                   "image", "images", opaque_image_array), second: tuple[str, str, Callable] = ("mask", "masks", mask_array)
                    ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """Two folders of PNG files paired by file name (``first_dir/a.png`` with ``second_dir/a.png``), checked.
 

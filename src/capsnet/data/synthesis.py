@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .png import image_array, label_map_array, load_png_pairs, refuse_mixed_binary_label_maps, scale_binary_label_maps
+from .png import label_map_array, opaque_image_array, load_png_pairs, refuse_mixed_binary_label_maps, scale_binary_label_maps
 from .sets import unit_float
 
 __all__ = ["skeletonize", "silhouette", "pad_to", "load_pair_folder", "SKELETON_THRESHOLD", "SILHOUETTE_THRESHOLD"]
@@ -139,7 +139,7 @@ def load_pair_folder(labels_dir: str | Path, images_dir: str | Path, *, scale: b
     Shapes: -> labels (N, C_label, H, W) uint8, images (N, C_image, H, W) uint8, names: the N file stems, sorted.
     """
     labels, images, names = load_png_pairs(labels_dir, images_dir, first=("label map", "label maps", label_map_array),
-                                           second=("image", "images", image_array))
+                                           second=("image", "images", opaque_image_array))
     maps = labels.numpy()
     if scale is None:  # the caller of several folders (train and test) checks them all together
         refuse_mixed_binary_label_maps(zip((f"{n}.png" for n in names), maps), str(labels_dir))

@@ -115,10 +115,10 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
     synthesis model's label map), and its size (width, height); any other size is a ``ViewerError`` that names the
     size to send: "this model " + ``what`` (formatted with the model's ``W`` and ``H``).
 
-    Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), an alpha channel dropped, as
-    ``capsnet.data.segmentation`` reads the user's PNG images. A label map (``label_maps``: how the run's training
-    maps read, "binary" or "graded") is read as ``capsnet generate`` reads it: transparency refused, and a map of
-    0s and 1s as 0/255 unless the run trained on graded maps. Decoded under the same caps and slots as
+    Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), transparency refused, as ``capsnet predict`` and
+    training read the user's PNG images. A label map (``label_maps``: how the run's training maps read, "binary" or
+    "graded") is read as ``capsnet generate`` reads it: a map of 0s and 1s as 0/255 unless the run trained on graded
+    maps. Decoded under the same caps and slots as
     ``upload_input``.
     """
     C, H, W = shape
@@ -136,10 +136,11 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
                               f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
-        if label_maps is not None and transparent_share(img):  # as capsnet generate refuses it
-            raise ViewerError("the label map has transparent pixels; a label map is read by its values, not its "
-                              "alpha (strokes painted on a transparent canvas would read as empty): flatten it "
-                              "onto its background and save it without alpha")
+        if transparent_share(img):  # as capsnet predict, generate and training refuse it
+            what = "label map" if label_maps is not None else "image"
+            raise ViewerError(f"the {what} has transparent pixels; a{'n' if what == 'image' else ''} {what} is read "
+                              "by its values, not its alpha (strokes painted on a transparent canvas would read as "
+                              "empty): flatten it onto its background and save it without alpha")
         try:
             a = np.asarray(img.convert("L" if C == 1 else "RGB"), dtype=np.uint8)
         except Exception as e:  # a mode PIL cannot convert
