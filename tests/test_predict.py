@@ -285,3 +285,79 @@ def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet
                                          "whole scenes"):
         predict_folder(unet_run, folder, tmp_path / "out", mnist_style=True)
     assert not (tmp_path / "out").exists()
+
+
+def _rgb_copy(unet_run, tmp_path):
+    """The fixture's U-Net as a model of RGB images: its first kernel split in thirds over three channels, so an
+    image whose three channels are one grey image gives exactly the grey model's output."""
+    from dataclasses import replace
+
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    ckpt = load_checkpoint(unet_run, "last")
+    state = dict(ckpt.model_state)
+    state["down.0.0.weight"] = state["down.0.0.weight"].repeat(1, 3, 1, 1) / 3
+    path = tmp_path / "rgb.safetensors"
+    save_checkpoint(path, replace(ckpt, model_config={**ckpt.model_config, "in_channels": 3}, model_state=state,
+                                  optimizer_state=None, path=None))
+    return path
+
+
+def test_a_grey_image_is_read_as_rgb_by_a_model_of_rgb_images(unet_run, tmp_path):
+    """Refused until 2026-11-30 (a review): widening a grey image to three equal channels loses nothing."""
+    rng = np.random.default_rng(5)
+    grey = rng.integers(0, 256, (16, 16), dtype=np.uint8)
+    folder = _folder(tmp_path, {"g": grey})
+    done = predict_folder(_rgb_copy(unet_run, tmp_path), folder, tmp_path / "out", probabilities=True)
+    model, _ = load_model(unet_run)  # the grey model on the same pixels
+    with torch.no_grad():
+        p = model.eval()(torch.from_numpy(grey)[None, None].float() / 255).probabilities[0, 0].numpy()
+    assert np.abs(np.array(Image.open(tmp_path / "out" / "g_probability.png")).astype(int)
+                  - np.round(p * 255)).max() <= 1  # float rounding of the split kernel
+    assert done.rows[0]["mean_probability"] == pytest.approx(float(p.mean()), abs=1e-5)
+
+
+def test_an_image_too_large_for_memory_is_named_with_its_size_and_the_fix(unet_run, tmp_path, monkeypatch):
+    """A 4000x4000 image ended in the allocator's traceback (a review, 2026-11-30)."""
+    from capsnet.models.unet import UNet
+
+    def refuse(self, x):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 2048000000 bytes. Error code 12 (Cannot allocate memory)")
+    monkeypatch.setattr(UNet, "forward", refuse)
+    folder = _folder(tmp_path, {"big": np.zeros((16, 32), np.uint8)})
+    with pytest.raises(DataError, match=r"image .*big\.png \(16x32, HxW\) needs more memory than this device can "
+                                        r"give \(.*can't allocate memory.*\); crop it into smaller tiles or scale it "
+                                        r"down"):
+        predict_folder(unet_run, folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+    def other(self, x):
+        raise RuntimeError("some other failure")
+    monkeypatch.setattr(UNet, "forward", other)
+    with pytest.raises(RuntimeError, match="some other failure"):  # not every RuntimeError is memory
+        predict_folder(unet_run, folder, tmp_path / "out")
+
+
+def test_an_images_exif_orientation_is_applied_as_viewers_show_it(tmp_path, data_root):
+    """A digit stored turned, with the EXIF orientation that turns it upright, was read as stored by predict and
+    upright by the viewer: 9 of 40 right against 40 (a review, 2026-11-30)."""
+    from capsnet.data.png import image_array
+    from capsnet.viz.images import upload_input
+
+    d = load_dataset("mnist", "test", root=data_root)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(8):
+        upright = Image.fromarray(d.images[i, 0].numpy())
+        exif = Image.Exif()
+        exif[0x0112] = 6  # orientation 6: the stored pixels are shown turned 90 degrees clockwise
+        upright.transpose(Image.Transpose.ROTATE_90).save(folder / f"d{i}.png", exif=exif)
+        assert np.array_equal(image_array(folder / f"d{i}.png")[0], d.images[i, 0].numpy())
+    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", mnist_style=True)
+    viewer = [upload_input((folder / f"d{i}.png").read_bytes(), (1, 28, 28))[0] for i in range(8)]
+    model, _ = load_model("pretrained:capsnet-mnist-small")
+    with torch.no_grad():
+        seen = model.eval()(torch.stack(viewer)).poses.norm(dim=-1).argmax(-1).tolist()
+    assert [r["predicted"] for r in done.rows] == seen
+    assert sum(p == int(y) for p, y in zip(seen, d.labels[:8])) >= 7

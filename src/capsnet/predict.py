@@ -75,6 +75,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
         a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it on "
                                               "a background as MNIST's digits were made)" if styleable else "")
+        if a.shape[0] == 1 and channels == 3:  # a grey image for a colour model: widened, nothing lost
+            a = np.repeat(a, 3, axis=0)
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
@@ -134,12 +136,24 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
                     p = model(x).probabilities  # (b, 1, H, W)
                 except ValueError as e:  # the model's own check of the size (sides multiples of its stride)
                     raise DataError(f"image {paths[chunk[0]]} cannot be segmented: {e}") from None
+                except RuntimeError as e:  # torch.OutOfMemoryError too (a RuntimeError)
+                    if not _out_of_memory(e):
+                        raise
+                    raise DataError(f"image {paths[chunk[0]]} ({H}x{W}, HxW) needs more memory than this device can "
+                                    f"give ({str(e).splitlines()[0][:160]}); crop it into smaller tiles or scale it "
+                                    f"down, or predict on a device with more memory (--device)") from None
                 for s, prob in zip(chunk, p[:, 0].float().cpu().numpy()):
                     out[s] = prob
                 bar.update(len(chunk))
     finally:
         bar.close()
     return {s: out[s] for s in arrays}  # the folder's order
+
+
+def _out_of_memory(e: RuntimeError) -> bool:
+    """Whether ``e`` is an allocation that failed (the CPU allocator's message, or CUDA's / MPS's out of memory)."""
+    text = str(e).lower()
+    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
 
 
 def _png_bytes(a: np.ndarray) -> bytes:
