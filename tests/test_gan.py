@@ -459,6 +459,9 @@ def test_truncation_reaches_generation_and_evaluation_and_is_refused_where_it_ca
     ("missing", "does not exist; create it and put the label maps in it as PNG files\n"),  # not "(paired ...)"
     # strokes painted on a transparent canvas read as an empty map and were generated from (review, 2026-11-29)
     ("transparent", "map1.png has transparent pixels (50% of them); a label map is read by its values, not its alpha"),
+    # accepted, their images one file on macOS and Windows (a review, 2026-11-30)
+    ("case", "holds Map0.png and map0.png, names that differ in case alone: their images would be one file on macOS "
+             "and Windows; rename one of them"),
 ])
 def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, capsys, case, message):
     folder = tmp_path / "labels"
@@ -477,6 +480,9 @@ def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, c
         _labels(folder, n=1)
         alpha = np.where(np.arange(32)[:, None] < 16, 255, 0).repeat(32, 1).astype(np.uint8)
         Image.fromarray(np.stack([np.zeros_like(alpha), alpha], -1), "LA").save(folder / "map1.png")
+    elif case == "case":
+        _labels(folder, n=1)
+        (folder / "Map0.png").write_bytes((folder / "map0.png").read_bytes())
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(folder), "--out", str(tmp_path / "out"),
                  "--no-progress"]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -215,6 +215,19 @@ def test_a_folder_of_images_the_network_cannot_take_is_told_whose_size_it_is(tmp
     assert f"--dataset folder:{tmp_path / 'd'} holds 60x60 (HxW) images, which --model segcaps-r1 cannot take: " in err
     assert "must be a multiple of 8" in err and "pad the images to 64 or crop them to 56" in err
     assert not (tmp_path / "run").exists()
+    # below the network's smallest side, the range alone was said, with no fix (a review, 2026-11-30)
+    from PIL import Image
+
+    for sub in ("images", "masks"):
+        (tmp_path / "t" / sub).mkdir(parents=True)
+        for k in range(3):
+            Image.fromarray(np.eye(4, dtype=np.uint8) * 255).save(tmp_path / "t" / sub / f"p{k}.png")
+    assert main(["train", "--dataset", f"folder:{tmp_path / 't'}", "--model", "segcaps", "--out",
+                 str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "holds 4x4 (HxW) images, which --model segcaps cannot take: SegCapsConfig.input_height must be in " \
+           "8..8,192, got 4; pad them to at least 8 a side" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, mask_pairs, capsys, monkeypatch):
@@ -482,6 +495,25 @@ def test_the_eval_report_of_a_users_folder_names_its_test_files_in_order(unet_ru
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["test_files"] == ["p00.png", "p05.png", "p06.png"]  # held out by their names, in name order
     assert report["images"] == 3
+
+
+def test_the_eval_report_names_a_folders_files_as_they_are_on_disk(unet_run, tmp_path, capsys):
+    """Files named x.PNG were reported as x.png, a name not on disk (a review, 2026-11-30); the split is the same,
+    held out by stem as before."""
+    import shutil
+
+    from capsnet.cli import main
+
+    data = tmp_path / "data"
+    shutil.copytree(unet_run.parent / "data", data)
+    for sub in ("images", "masks"):
+        (data / sub / "p05.png").rename(data / sub / "p05.PNG")
+    assert main(["eval", "--checkpoint", str(unet_run), "--dataset", f"folder:{data}", "--json",
+                 str(tmp_path / "e.json"), "--no-progress"]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["test_files"] == ["p00.png", "p05.PNG", "p06.png"]
+    assert all((data / "images" / name).is_file() for name in report["test_files"])
+    assert "p05.PNG" in capsys.readouterr().out  # the lowest Dice's names too
 
 
 def test_the_eval_report_of_a_users_folder_gives_each_images_dice_and_names_the_lowest(unet_run, tmp_path, capsys):

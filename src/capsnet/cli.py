@@ -14,6 +14,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import warnings
@@ -995,8 +996,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):
                 raise
+            bounds = re.search(r"must be in ([\d,]+)\.\.([\d,]+), got", str(e))  # a side out of the model's range
+            fix = "" if bounds is None else "; pad them to at least {} a side".format(bounds[1]) \
+                if min(sized["input_height"], sized["input_width"]) < int(bounds[1].replace(",", "")) else \
+                "; crop or scale them to at most {} a side".format(bounds[2])
             raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
-                             f"images, which --model {chosen} cannot take: {e}") from None
+                             f"images, which --model {chosen} cannot take: {e}{fix}") from None
         train_cfg = _train_config(train_changes, chosen)
         _check_unused_flags(args, model_cfg, train_cfg, [f for f in train_changes if f not in preset_fields],
                             model_changes, options)

@@ -300,7 +300,7 @@ class CheckpointEvaluation:
                 return {"dice": er.dice, "iou": er.iou, "pixel_accuracy": er.pixel_accuracy, "loss": er.loss}
             out |= {"metric": "Dice"} | seg(r) | self._described("")
             if self.test_files is not None:  # which files the figures' and --indices' numbers are, and how each did
-                out["test_files"] = [f"{n}.png" for n in self.test_files]
+                out["test_files"] = list(self.test_files)
                 if r.per_image_dice is not None:
                     out["per_image"] = [{"file": f, "dice": d, "iou": i} for f, d, i in zip(
                         out["test_files"], r.per_image_dice.tolist(), r.per_image_iou.tolist())]
@@ -368,7 +368,7 @@ class CheckpointEvaluation:
         r = self.results[""]
         if self.test_files is not None and r.per_image_dice is not None and len(self.test_files) > 1:
             worst = r.per_image_dice.argsort(stable=True)[:WORST_SHOWN].tolist()  # lowest first, ties in file order
-            lines.append("lowest Dice: " + ", ".join(f"{self.test_files[k]}.png {r.per_image_dice[k]:.4f}"
+            lines.append("lowest Dice: " + ", ".join(f"{self.test_files[k]} {r.per_image_dice[k]:.4f}"
                                                       for k in worst) + " (every image's in the JSON's per_image)")
         return lines
 

@@ -271,6 +271,12 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                             + ("resize or pad it" if a.shape[0] == want[0] else
                                f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
         arrays[stem] = a
+    folded = {stem.casefold(): stem for stem in arrays}
+    if len(folded) < len(arrays):  # their images would be one file on macOS and Windows, written over each other
+        first = sorted(s for s in arrays if folded[s.casefold()] != s)[0]
+        pair = sorted({first, folded[first.casefold()]})
+        raise DataError(f"{labels_dir} holds {pair[0]}.png and {pair[1]}.png, names that differ in case alone: their "
+                        f"images would be one file on macOS and Windows; rename one of them")
     maps = np.stack(list(arrays.values()))  # (N, C, H, W)
     if ckpt.state.get("label_maps") != "graded":  # each 0/1 map as 0/255, as the run's binary maps read (a run on
         maps = np.stack([scale_binary_label_maps(m) for m in maps])  # class indices 0..K reads them as they are)
@@ -318,7 +324,7 @@ class SynthesisEvaluation:
                "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge, "truncation": self.truncation,
                "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}
         if self.test_files is not None:  # which files the figures' and --indices' numbers are
-            out["test_files"] = [f"{n}.png" for n in self.test_files]
+            out["test_files"] = list(self.test_files)
         return out | {name or "test": r.as_dict() for name, r in self.results.items()}
 
     def format(self) -> str:

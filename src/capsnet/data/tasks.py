@@ -124,7 +124,7 @@ class Split:
         to synthesise from the label maps in ``images`` (synthesis), or None.
     extra: more test sets scored alike, by name (translated MNIST's "affine", ...).
     title: how its images were made, in a few words, for reports ("" where there is nothing to tell).
-    names: a user's folder: each example's file stem (index k is file names[k]); None for the other sets.
+    names: a user's folder: each example's file name, its first file's (index k is file names[k]); None for the other sets.
     """
 
     images: torch.Tensor
@@ -546,7 +546,7 @@ def _both_splits_once(root: str | os.PathLike, prefix: str, stamp: tuple) -> Dat
         trained = {_pair_digest(train, k) for k in range(len(train))}
         copied = [test.names[k] for k in range(len(test)) if _pair_digest(test, k) in trained]
         if copied:  # a test pair also trained on scores as if seen: its figures would be too good
-            shown = ", ".join(f"{n}.png" for n in copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
+            shown = ", ".join(copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
                                                                  else "")
             raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training pairs (the same files' "
                             f"contents): {shown}; a test pair must not be trained on: keep it in test/ only (remove it "
@@ -626,6 +626,14 @@ def _read_folder(kind: str, where: Path, scale: bool | None = None) -> tuple[tor
     return first, second, list(names)
 
 
+def _file_names(where: Path, kind: str, stems: list[str]) -> list[str]:
+    """The first files' own names (``img.PNG``, a name in the form the disk holds) of a folder's pairs, by stem."""
+    from .png import png_files
+
+    files = png_files(Path(where) / _SUBFOLDERS[kind][0], _SUBFOLDERS[kind][0])
+    return [files[s].name for s in stems]
+
+
 def _stamp(where: Path, subs: tuple[str, ...]) -> tuple:
     """The names, sizes and change times of the files in ``where``'s subfolders ``subs``: a cache key that changes
     when a file is added, removed or rewritten."""
@@ -677,15 +685,16 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     held_out = (base / "test").is_dir()
     where = base / "test" if held_out and split == "test" else base
     first, second, names = read(where)  # the cache's tensors: every split below is a copy of its own
+    files = _file_names(where, prefix, names)  # a Dataset's names are the files' own (reports name real files)
     if held_out:
-        return Dataset(f"{prefix}{root}", split, first.clone(), second.clone(), classes, tuple(names))
+        return Dataset(f"{prefix}{root}", split, first.clone(), second.clone(), classes, tuple(files))
     n = len(names)
     if n < 2:
         raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
                         f"pairs in {base / 'test'})")
-    held = held_out_names(list(names))
+    held = held_out_names(list(names))  # by stem, as ever (a run's split does not move)
     keep = torch.tensor([(name in held) == (split == "test") for name in names]).nonzero().flatten()
-    return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes, tuple(names[k] for k in keep.tolist()))
+    return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes, tuple(files[k] for k in keep.tolist()))
 
 
 def task_kind(name: str) -> str:
