@@ -110,6 +110,32 @@ def test_bad_files_are_explained(tmp_path, digits):
         load_affnist(tmp_path / "missing.mat")
 
 
+def test_every_damaged_header_byte_is_a_data_error(tmp_path, digits):
+    """A struct short of a field, a field name of latin-1 bytes or a header byte flipped escaped as StopIteration,
+    UnicodeDecodeError or a bare ValueError, a traceback from capsnet eval --affnist (a review, 2026-11-30)."""
+    import random
+
+    images, labels = digits
+    good = write_affnist(tmp_path / "good.mat", images[:2], labels[:2]).read_bytes()
+    draw, seen = random.Random(0), 0
+    for k in range(400):
+        data = bytearray(good)
+        data[draw.randrange(128, 400)] = draw.randrange(256)
+        (tmp_path / "x.mat").write_bytes(bytes(data))
+        try:
+            load_affnist(tmp_path / "x.mat")
+        except DataError as e:
+            seen += 1
+            assert str(tmp_path / "x.mat") in str(e)
+    assert seen > 100  # most flips in the headers are found out, each as a DataError naming the file
+    order = "<"
+    struct = _matrix("affNISTdata", {"image": np.zeros((1600, 1), np.uint8), "label_int": np.zeros((1, 1), np.uint8)},
+                     order)
+    (tmp_path / "short.mat").write_bytes(_header(order) + struct[:-40])  # the struct cut at its last element
+    with pytest.raises(DataError, match="is not a readable MATLAB v5 .mat file"):
+        load_affnist(tmp_path / "short.mat")
+
+
 def test_files_that_are_not_affnist(tmp_path, digits):
     order = "<"
     other = _header(order) + _matrix("x", np.zeros((3, 4)), order)

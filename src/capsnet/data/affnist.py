@@ -120,7 +120,9 @@ class _Reader:
         if cls == _MX_STRUCT:
             length = int(sub.numbers(*next(parts))[0])
             raw = bytes(sub.numbers(*next(parts)))
-            fields = [raw[i:i + length].split(b"\0")[0].decode("ascii") for i in range(0, len(raw), length)]
+            if length <= 0:
+                raise self.fail(f"struct {name!r} gives its field names a length of {length}")
+            fields = [raw[i:i + length].split(b"\0")[0].decode("ascii", "replace") for i in range(0, len(raw), length)]
             items = []
             for _ in range(count):
                 item = {}
@@ -159,10 +161,17 @@ def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[st
         raise DataError(f"{path} is not a MATLAB v5 .mat file (no 'MATLAB 5.0 MAT-file' header with its byte-order mark)")
     reader = _Reader(data, order, str(path), max_size)
     out = {}
-    for mtype, payload in reader.elements(128, len(data)):
-        if mtype == _MI_MATRIX:
-            name, value = reader.matrix(payload)
-            out[name] = value
+    try:
+        for mtype, payload in reader.elements(128, len(data)):
+            if mtype == _MI_MATRIX:
+                name, value = reader.matrix(payload)
+                out[name] = value
+    except (StopIteration, RuntimeError, ValueError, IndexError, TypeError, OverflowError, struct.error) as e:
+        if isinstance(e, DataError):  # the reader's own, already worded
+            raise
+        # a header byte damaged: a struct short of its fields, a field-name length of 0, a payload that is not a
+        # whole number of its type's values (a generator's StopIteration surfaces as RuntimeError)
+        raise reader.fail(f"a malformed element ({type(e).__name__}: {e or 'cut short'}); download it again") from None
     return out
 
 
