@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from capsnet.data import load_dataset
+from capsnet.data import DataError, load_dataset
 from capsnet.data.multimnist import bounding_boxes
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, load_source, load_test, load_training,
                                 translated_anywhere_test, translated_test)
@@ -258,3 +258,17 @@ def test_the_validation_set_is_the_same_for_every_train_size_and_the_training_se
     with pytest.raises(ValueError, match=r"the validation size \(--val-size\) must be in 0..299, leaving at least one "
                                          r"of the 300 training examples"):
         load_training("mnist-sample", train_size=300, val_size=300, seed=3, progress=False)
+
+
+def test_multimnist_refuses_more_test_pairs_than_its_set_and_a_one_class_validation_split(data_root):
+    """--test-size 12000 drew another set, whose first 10,000 pairs were not the fixed ones (8,907 of them other
+    labels), and scored it; --val-size 1 said only 'MultiMNIST needs digits of at least two classes' (a review,
+    2026-11-30)."""
+    with pytest.raises(ValueError, match="test_size 12000 exceeds the 10000 test examples of multimnist; give at "
+                                         "most 10000"):
+        load_training("multimnist", test_size=12000, root=data_root, progress=False)
+    _, held, _ = load_training("multimnist", test_size=50, root=data_root, progress=False)
+    assert len(held) == 50
+    with pytest.raises(DataError, match=r"MultiMNIST pairs digits of two classes, and the 1 digit\(s\) held out here "
+                                        r"are all a \d: give a larger --val-size"):
+        load_training("multimnist", val_size=1, root=data_root, progress=False)

@@ -203,7 +203,12 @@ def _plain_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: A
 
 
 def _multimnist_held(digits: Dataset, size: int, extras: bool = True) -> Split:
-    pairs = multimnist_test(digits.images, digits.labels, size or len(digits))
+    if digits.labels.unique().numel() < 2:  # a validation split of a digit or two (--val-size 1)
+        raise DataError(f"MultiMNIST pairs digits of two classes, and the {len(digits)} digit(s) held out here are "
+                        f"all a {int(digits.labels[0])}: give a larger --val-size")
+    # a split holds as many pairs as digits (the test set: TEST_PAIRS); more asked for are refused by
+    # check_test_size, as for every task (a larger draw is another set: its pairs are not the fixed ones)
+    pairs = multimnist_test(digits.images, digits.labels, min(size, len(digits)) if size else len(digits))
     return Split(pairs.images, pairs.labels, digits.classes, pairs.components)
 
 
