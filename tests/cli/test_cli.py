@@ -341,11 +341,18 @@ def test_missing_data_directory_is_explained(tmp_path, capsys):
     assert not (tmp_path / "r" / "last.safetensors").exists()
     # the ways out are the command line's (it said "pass download=True", a Python argument), with the offline one
     err = r.stderr
-    assert "download=True fetches" in err and "leave both unset to download them into" in err
+    assert "download=True fetches" in err and "leave --data-dir and CAPSNET_DATA unset to download them into" in err
     assert "mnist-sample, mnist-sample-segmentation and mnist-sample-skeleton are made from MNIST digits" in err
     r = in_process(capsys, "eval", "--checkpoint", "pretrained:capsnet-fashion-small", "--data-dir", tmp_path,
                    "--no-progress")
     assert_clean_error(r, "No Fashion-MNIST items ship with capsnet")
+    for dataset, file in (("smallnorb", "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat"),
+                          ("cifar10", "cifar-10-binary.tar.gz"), ("svhn", "train_32x32.mat")):
+        r = in_process(capsys, "train", "--dataset", dataset, "--data-dir", tmp_path, "--epochs", "1",
+                       "--out", tmp_path / dataset)
+        assert_clean_error(r, file)  # these three said "or pass download=True" too (a review, 2026-11-30)
+        assert "leave --data-dir and CAPSNET_DATA unset to download them into" in r.stderr
+        assert "pass download=True" not in r.stderr and not (tmp_path / dataset).exists()
 
 
 def test_a_classifier_scored_on_other_classes_is_warned_in_the_table_and_the_report(trained_run, tmp_path, capsys):

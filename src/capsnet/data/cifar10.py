@@ -32,7 +32,7 @@ import torch
 
 from .download import download_file, mirror_list
 from .idx import DataError
-from .sets import Dataset, resolve_root
+from .sets import Dataset, download_hint, resolve_root
 
 __all__ = ["CIFAR10_CLASSES", "CIFAR10_MIRRORS", "CIFAR10_ARCHIVE", "CIFAR10_MD5", "CIFAR10_MEMBERS", "RECORD_BYTES",
            "decode_cifar_batch", "encode_cifar_batch", "read_cifar_batch", "load_cifar10"]
@@ -175,8 +175,8 @@ def load_cifar10(split: str = "train", *, root: str | os.PathLike | None = None,
                          f"checksum can be checked: put the .tar.gz beside it)") if (folder / _FOLDER).is_dir() else ""
             raise DataError(f"cifar10: {CIFAR10_ARCHIVE} not found in {folder} (root from {source}){extracted}. "
                             f"Download {CIFAR10_MIRRORS[0]}{CIFAR10_ARCHIVE} into that folder as it is (not "
-                            f"extracted), point --data-dir or CAPSNET_DATA at a folder holding cifar10/, or pass "
-                            f"download=True")
+                            f"extracted), point --data-dir or CAPSNET_DATA at a folder holding cifar10/"
+                            + download_hint(source, base))
         log.info("downloading cifar10 %s to %s", CIFAR10_ARCHIVE, folder)
         download_file([u + CIFAR10_ARCHIVE for u in mirror_list(mirrors, CIFAR10_MIRRORS)], path,
                       md5=CIFAR10_MD5 if check else None, progress=progress, max_size=_MAX_ARCHIVE_BYTES)

@@ -217,6 +217,15 @@ def split_size(name: str, split: str) -> int:
     return _SPECS[name].sizes[split]
 
 
+def download_hint(source: str, base: Path) -> str:
+    """The end of a "not found" message: how to have capsnet download a set, for a data root from ``source``
+    (``resolve_root``: --data-dir / CAPSNET_DATA, or the user cache) at ``base``; the CLI has no download flag."""
+    if source == "cache":  # only where download=False was passed (from Python)
+        return ", or allow the download (download=True)"
+    return (f", or leave --data-dir and CAPSNET_DATA unset to download them into {cache_root()} (from Python: "
+            f"download=True fetches them into {base})")
+
+
 def cache_root() -> Path:
     """The user cache the loaders download into when neither a root nor CAPSNET_DATA is given."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "capsnet"
@@ -268,8 +277,7 @@ def load_dataset(
                 offline = {"mnist": " Offline: the data sets mnist-sample, mnist-sample-segmentation and "
                                     "mnist-sample-skeleton are made from MNIST digits that ship with capsnet.",
                            "fashion-mnist": " No Fashion-MNIST items ship with capsnet."}.get(name, "")
-                fetch = (f", or leave both unset to download them into {cache_root()} (from Python: download=True "
-                         f"fetches them into {base})") if source != "cache" else ", or allow the download"
+                fetch = download_hint(source, base)
                 inside = all(_find(base, f) is not None for f in missing)  # the set's own folder was given
                 hint = (f" {base} itself holds them: give its parent, {base.parent}, which holds {name}/." if inside
                         else "")

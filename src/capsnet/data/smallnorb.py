@@ -28,7 +28,7 @@ import torch
 
 from .download import download_file, mirror_list
 from .idx import DataError, open_maybe_gzipped
-from .sets import Dataset, resolve_root
+from .sets import Dataset, download_hint, resolve_root
 
 __all__ = ["SMALLNORB_CLASSES", "SMALLNORB_MIRRORS", "SMALLNORB_FILES", "read_norb", "write_norb", "load_smallnorb"]
 
@@ -157,7 +157,7 @@ def load_smallnorb(split: str = "train", *, root: str | os.PathLike | None = Non
             raise DataError(f"smallnorb {split} file(s) {' and '.join(f.name for f in missing)} not found in {folder} "
                             f"(root from {source}; looked for each raw and with .gz). Download them from "
                             f"{SMALLNORB_MIRRORS[0]} into that folder, point --data-dir or CAPSNET_DATA at a folder "
-                            f"holding smallnorb/, or pass download=True")
+                            f"holding smallnorb/" + download_hint(source, base))
         for f in missing:
             log.info("downloading smallnorb %s to %s", f.name, folder)
             download_file([u + f.name + ".gz" for u in mirror_list(mirrors, SMALLNORB_MIRRORS)], folder / (f.name + ".gz"),

@@ -27,7 +27,7 @@ import torch
 from .affnist import read_mat
 from .download import download_file, mirror_list
 from .idx import DataError
-from .sets import Dataset, resolve_root
+from .sets import Dataset, download_hint, resolve_root
 
 __all__ = ["SVHN_CLASSES", "SVHN_MIRRORS", "SVHN_FILES", "load_svhn"]
 
@@ -87,7 +87,7 @@ def load_svhn(split: str = "train", *, root: str | os.PathLike | None = None, do
         if not (download if download is not None else source == "cache"):
             raise DataError(f"svhn {split} file {f.name} not found in {folder} (root from {source}). Download "
                             f"{SVHN_MIRRORS[0]}{f.name} into that folder, point --data-dir or CAPSNET_DATA at a folder "
-                            f"holding svhn/, or pass download=True")
+                            f"holding svhn/" + download_hint(source, base))
         log.info("downloading svhn %s to %s", f.name, folder)
         download_file([u + f.name for u in mirror_list(mirrors, SVHN_MIRRORS)], path, md5=f.md5 if check else None,
                       progress=progress, max_size=f.max_bytes)
