@@ -96,6 +96,29 @@ def test_fashion_files_in_the_mnist_folder_are_recognised(data_root, tmp_path):
     assert "t10k-images-idx3-ubyte" in str(info.value)
 
 
+def test_the_shipped_sample_in_the_mnist_folder_is_named_as_the_sample(tmp_path):
+    """It said to keep the files in DATA/mnist-sample/, a folder never read (the sample is read from the package)
+    (a review, 2026-11-30)."""
+    (tmp_path / "mnist").mkdir()
+    for f in sets.SAMPLE_DIR.glob("t10k-*"):
+        shutil.copy(f, tmp_path / "mnist" / f.name)
+    with pytest.raises(DataError, match=r"its contents are capsnet's shipped sample of MNIST .*copied into the "
+                                        r"mnist/ folder\. Put the full mnist files there instead \(or use --dataset "
+                                        r"mnist-sample"):
+        load_dataset("mnist", "test", root=tmp_path)
+
+
+def test_a_norb_header_whose_size_overflows_is_a_data_error(tmp_path):
+    """Four dimensions of 65536 wrapped the int64 size to 0: a bare reshape ValueError (a review, 2026-11-30)."""
+    from capsnet.data.smallnorb import read_norb
+
+    magic = (0x1E3D4C55).to_bytes(4, "little")  # the magic of a byte matrix
+    path = tmp_path / "big.mat"
+    path.write_bytes(magic + (4).to_bytes(4, "little") + (65536).to_bytes(4, "little") * 4)
+    with pytest.raises(DataError, match=str(path)):
+        read_norb(path)
+
+
 def test_missing_file_with_explicit_root(data_root, tmp_path):
     _copy_test_split(data_root / "mnist", tmp_path / "mnist")
     (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()

@@ -355,6 +355,12 @@ def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
     if digest != f.md5:
         known = _KNOWN_MD5.get(digest)
+        if known is not None and known[0] == "mnist-sample":  # read from capsnet's own package, never a data root
+            raise DataError(
+                f"{path} is not {name}'s {f.name}: its contents are capsnet's shipped sample of MNIST ({known[1]}, "
+                f"MD5 {digest}), copied into the {name}/ folder. Put the full {name} files there instead (or use "
+                f"--dataset mnist-sample, which reads the sample from capsnet itself)."
+            )
         if known is not None and known[0] != name:
             raise DataError(
                 f"{path} is not {name}'s {f.name}: its contents are {known[0]}'s {known[1]} "

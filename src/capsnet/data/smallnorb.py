@@ -95,8 +95,8 @@ def read_norb(path: str | os.PathLike, *, max_size: int | None = None) -> np.nda
     with open_maybe_gzipped(path) as f:
         head = f.read(8 + 16)
         dtype, shape, n_head = _header(head, str(path))
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if max_size is not None and size > max_size:
+        size = int(np.prod(shape, dtype=object)) * dtype.itemsize  # Python ints: (65536,) * 4 wrapped to 0 in int64
+        if size > (max_size if max_size is not None else 2**40):  # 2**40: a damaged header, past any NORB file
             raise DataError(f"{path}: its header declares {size:,} bytes of data, more than any smallNORB file")
         data = head[n_head:n_head + size]  # a header of fewer data bytes than it holds itself: read no further
         data += f.read(size - len(data))
