@@ -523,3 +523,19 @@ def test_one_parent_with_normalised_costs_and_no_children_stay_finite():
     empty = EMRouting(4)(torch.zeros(2, 0, 4, 16))
     assert empty.poses.shape == (2, 4, 16) and torch.isfinite(empty.poses).all()
     assert torch.isfinite(empty.activations).all()
+
+
+def test_one_dimensional_votes_route_on_every_path():
+    """Votes of D = 1 failed on the plain autograd path (a view of a concatenation whose strides are the votes'
+    permuted ones: a raw RuntimeError), while the fused path routed them (a review, 2026-11-30)."""
+    torch.manual_seed(0)
+    v = torch.randn(2, 5, 3, 1, dtype=torch.float64, requires_grad=True)
+    a = torch.rand(2, 5, dtype=torch.float64)
+    plain = EMRouting(out_caps=3, fused_backward=False).train()(v, a)
+    fused = EMRouting(out_caps=3).train()(v, a)
+    torch.testing.assert_close(plain.poses, fused.poses)
+    torch.testing.assert_close(plain.activations, fused.activations)
+    grads = [torch.autograd.grad((r.poses.sum() + r.activations.sum()), v)[0] for r in (plain, fused)]
+    torch.testing.assert_close(*grads)
+    recorded = EMRouting(out_caps=3)(v, a, record=True)
+    torch.testing.assert_close(recorded.poses, fused.poses)

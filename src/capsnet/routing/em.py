@@ -220,7 +220,7 @@ class EMRouting(nn.Module):
         Ra = R * a.unsqueeze(1)  # R_ij a_i, (B, J, I)
         mass = Ra.sum(dim=-1).clamp_min(self.eps)  # sum_i R_ij a_i, (B, J); the floor only for all-silent children
         w = (Ra / mass.unsqueeze(-1)).reshape(B * J, 1, I)  # sums to 1 over i
-        m = torch.bmm(w, VV.view(B * J, I, D2))  # [E[V], E[V^2]], (B * J, 1, 2D)
+        m = torch.bmm(w, VV.reshape(B * J, I, D2))  # [E[V], E[V^2]], (B * J, 1, 2D)
         if taps is not None:  # d loss / d VV from this product: w^T (d loss / d m)
             tap(taps, m, w.detach().transpose(1, 2), None)
         m = m.view(B, J, D2)
@@ -255,7 +255,7 @@ class EMRouting(nn.Module):
         coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, 1, D2)
         # coef^T VV^T, a row times the votes' transposed view: the numbers of VV coef, but 3x faster on a CPU, where
         # MKL's batched product is slow for a tall matrix times a column, and so is the transpose its backward takes
-        q = torch.bmm(coef, VV.view(B * J, I, D2).transpose(1, 2))  # (B * J, 1, I)
+        q = torch.bmm(coef, VV.reshape(B * J, I, D2).transpose(1, 2))  # (B * J, 1, I)
         if taps is not None:  # d loss / d VV from this product: (d loss / d q)^T coef
             tap(taps, q, None, coef.detach())
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
