@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.models import MODELS, create_model, model_name
+from capsnet.models import MODELS, create_model, list_models, model_name
 
 CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]  # segmentation: test_models_segmentation
 
@@ -251,3 +251,28 @@ def test_a_model_cast_to_bfloat16_runs_on_bfloat16_images(name):
             scores = MODELS[name].loss(half, images.bfloat16(), labels, recon_weight=0.0)[1].float()
             expected = MODELS[name].loss(model, images, labels, recon_weight=0.0)[1]
         torch.testing.assert_close(scores, expected, atol=0.02 * expected.abs().max().item() + 1e-3, rtol=0.02)
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_images_of_another_dtype_than_the_weights_are_refused_by_name(name):
+    """float16 images met a convolution's 'Input type (c10::Half) and bias type (float) should be the same' (or a
+    matmul's dtype error) in every model (a review, 2026-11-30); under autocast they are the autocast's to cast."""
+    model = create_model(name).eval()
+    c = model.config
+    x = torch.rand(2, c.in_channels, c.input_height, c.input_width, dtype=torch.float16)
+    synthesis = hasattr(model, "generator")
+    what, var = ("label maps", "labels") if synthesis else ("images", "images")
+    with pytest.raises(ValueError, match=rf"^{what} are torch.float16 but the model's weights are torch.float32; "
+                                         rf"pass {var}.to\(torch.float32\), or convert the model"):
+        model.generator(x, torch.zeros(2, getattr(c, "noise_dim", 1))) if synthesis else model(x)
+    if synthesis:
+        images = torch.rand(2, c.out_channels, c.input_height, c.input_width, dtype=torch.float16)
+        with pytest.raises(ValueError, match=r"^images are torch.float16 but the model's weights are torch.float32"):
+            model.discriminator(images, x.float())
+
+
+def test_bfloat16_images_run_under_autocast():
+    model = create_model("capsnet", conv1_channels=16, primary_types=4).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        out = model(torch.rand(2, 1, 28, 28, dtype=torch.bfloat16))
+    assert torch.isfinite(out.lengths.float()).all()

@@ -18,7 +18,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types, plain_numbers
 from ..losses import multi_hot
-from .inputs import check_class_images, check_class_labels
+from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
@@ -91,6 +91,7 @@ class BaselineCNN(nn.Module):
         """Shapes: images (B, C, H, W) in [0, 1] -> logits (B, num_classes)."""
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        check_weights_dtype(images, self)
         x = images
         for conv in self.convs:
             x = F.relu(conv(x))

@@ -19,7 +19,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
-from .inputs import check_class_images, check_class_labels, check_integer_labels
+from .inputs import check_class_images, check_weights_dtype, check_class_labels, check_integer_labels
 from .rounds import SavedRounds, check_rounds
 
 PADDINGS = ("valid", "same")
@@ -387,6 +387,7 @@ class CapsNet(nn.Module):
         """
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        check_weights_dtype(images, self)
         if labels is not None:
             check_integer_labels(labels)
         u = self.primary_capsules(images)  # (B, I, 8)

@@ -58,7 +58,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
                       sides_fix, StackRouted, instance_norm_capsules, walk_capsule_stack)
-from .inputs import check_floating, check_nonempty
+from .inputs import check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
@@ -436,6 +436,7 @@ class CapsPix2pixGenerator(nn.Module):
         "seg_caps": (B, 1, 16, H, W)}, after dropout (in training) where it applies."""
         cfg = self.config
         check_label_maps(labels, cfg, exact=True)
+        check_weights_dtype(labels, self, "label maps", "labels")
         B, _, H, W = labels.shape
         if z.shape != (B, cfg.noise_dim):
             raise ValueError(f"expected noise z ({B}, {cfg.noise_dim}), one per label map, got {tuple(z.shape)}: "
@@ -485,6 +486,8 @@ class ConditionalDiscriminator(nn.Module):
         """
         check_label_maps(labels, self.config, exact=True)
         check_image_pairs(images, labels, self.config)
+        check_weights_dtype(images, self)
+        check_weights_dtype(labels, self, "label maps", "labels")
         x = torch.cat([images, labels], dim=1)  # (B, C_out + C_in, H, W): the reference code's order
         return self.main(x).flatten(1).mean(1)  # (B,)
 

@@ -23,7 +23,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
-from .inputs import check_class_images, check_integer_labels
+from .inputs import check_class_images, check_weights_dtype, check_integer_labels
 
 __all__ = ["EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -121,6 +121,7 @@ class EfficientCapsNet(nn.Module):
         poses (B, J, 16), lengths (B, J), reconstructions (B, C, H, W) (or (B, K, C, H, W)) or None, coupling (B, I, J)."""
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        check_weights_dtype(images, self)
         if labels is not None:
             check_integer_labels(labels)
         poses, lengths, coupling = self.digits(self.primary_capsules(images))

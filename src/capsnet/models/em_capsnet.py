@@ -41,7 +41,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
-from .inputs import check_class_images, check_class_labels
+from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
@@ -226,6 +226,7 @@ class EMCapsNet(nn.Module):
         """
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        check_weights_dtype(images, self)
         out = self.classes(self._conv_capsules(images))
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
 

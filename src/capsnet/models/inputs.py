@@ -9,7 +9,7 @@ import torch
 
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
-__all__ = ["check_floating", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
+__all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
@@ -18,6 +18,17 @@ def check_floating(x: torch.Tensor, what: str = "images") -> None:
     if not torch.is_floating_point(x):
         raise ValueError(f"{what} are {x.dtype}; the models take floating-point {what} in [0, 1]: "
                          f"capsnet.data.unit_float({what}) converts 0-255 bytes")
+
+
+def check_weights_dtype(x: torch.Tensor, model: torch.nn.Module, what: str = "images", name: str = "images") -> None:
+    """A ValueError naming the fix when floating ``x`` (``what``, the variable ``name`` in the fix) is of another
+    dtype than ``model``'s weights outside autocast (float16 images into a float32 model met a convolution's
+    "Input type (c10::Half) and bias type (float)")."""
+    w = next(model.parameters(), None)
+    if w is None or x.dtype == w.dtype or torch.is_autocast_enabled(x.device.type):
+        return
+    raise ValueError(f"{what} are {x.dtype} but the model's weights are {w.dtype}; pass {name}.to({w.dtype}), or "
+                     f"convert the model to {x.dtype} (model.to({x.dtype})), or run it under torch.autocast")
 
 
 def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> None:

@@ -25,7 +25,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
 from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
 from ..routing import InvertedDotProductRouting, RoutingView
-from .inputs import check_class_images, check_class_labels
+from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
 __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss"]
 
@@ -112,6 +112,7 @@ class InvertedCapsNet(nn.Module):
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), logits (B, K), coupling (B, I, K). ``labels`` unused."""
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+        check_weights_dtype(images, self)
         out = self.classes(self._conv_capsules(images))
         return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
 

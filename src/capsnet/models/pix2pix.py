@@ -37,6 +37,7 @@ from torch import nn
 from .._config import JsonConfig, check_choice, check_range, check_types
 from .capspix2pix import (DISCRIMINATORS, ConditionalDiscriminator, ConditionalGAN, CapsPix2pixConfig,
                           check_gan_fields, check_image_pairs, check_label_maps, check_patch_layers, init_gan_weights)
+from .inputs import check_weights_dtype
 from .segcaps import STRIDE, check_sides
 
 __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
@@ -162,6 +163,7 @@ class UNetGenerator(nn.Module):
             returns: images (B, C_out, H, W) in [0, 1]
         """
         check_label_maps(labels, self.config, exact=False, multiple=2 ** self.config.levels)
+        check_weights_dtype(labels, self, "label maps", "labels")
         skips, x = [], labels
         for layer in self.down:
             x = layer(x)  # (B, w_k, H / 2^(k+1), W / 2^(k+1))
@@ -200,6 +202,8 @@ class PatchDiscriminator(nn.Module):
         """
         check_label_maps(labels, self.config, exact=False)
         check_image_pairs(images, labels, self.config)
+        check_weights_dtype(images, self)
+        check_weights_dtype(labels, self, "label maps", "labels")
         layers, side = self.config.disc_layers, min(labels.shape[-2:])
         if side >> layers < 3:  # maps of another size than the config's (exact=False): the config's own check here
             raise ValueError(f"a PatchGAN of disc_layers {layers} needs sides of at least {3 << layers}, got "

@@ -44,7 +44,7 @@ from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
 from .rounds import SavedRounds, check_rounds
-from .inputs import check_floating, check_nonempty
+from .inputs import check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
@@ -413,6 +413,7 @@ class SegCaps(nn.Module):
         """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
         "seg_caps": (B, 1, 16, H, W)} (the skip concatenations are not layers)."""
         check_segmentation_input(images, self.config)
+        check_weights_dtype(images, self)
         conv1 = F.relu(self.conv1(images)).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
         between = instance_norm_capsules if self.config.capsule_norm == "instance" else None
         return walk_capsule_stack(self.caps, conv1, between)

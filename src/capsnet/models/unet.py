@@ -21,6 +21,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
+from .inputs import check_weights_dtype
 from .segcaps import STRIDE, check_segmentation_input, check_sides
 
 __all__ = ["UNetConfig", "UNet", "UNetOutput"]
@@ -98,6 +99,7 @@ class UNet(nn.Module):
                                  None if 2 ** depth >= STRIDE else f"SegCaps' multiple, so both take the same images; "
                                                                   f"this U-Net halves them {depth} "
                                                                   f"time{'s' if depth > 1 else ''}")
+        check_weights_dtype(images, self)
         skips, x = [], images
         for k, block in enumerate(self.down):
             x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
