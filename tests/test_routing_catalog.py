@@ -77,3 +77,24 @@ def test_capsnet_routings_prints_the_table_and_a_routings_options_with_how_capsn
     r = in_process(capsys, "routings", "nope")
     assert r.returncode == 2 and "invalid choice: 'nope'" in r.stderr
     assert format_routings().count("\n") == len(ROUTINGS) + 1 and format_routing("em").startswith("em: EMRouting.")
+
+
+@pytest.mark.parametrize("name", list_routings())
+def test_a_non_finite_vote_spoils_its_own_example_alone(name):
+    """README: no routing checks its votes' values; a NaN or infinite vote makes that example's outputs NaN and
+    leaves its batch-mates' as they were (a review asked for the behaviour to be said, 2026-11-30)."""
+    import torch
+
+    from capsnet.routing import create_routing
+
+    torch.manual_seed(0)
+    routing = create_routing(name, in_caps=6, out_caps=3, dim=4).eval()
+    votes, act = torch.randn(3, 6, 3, 4), torch.rand(3, 6)
+    alone = routing(votes[2:], act[2:])
+    for bad in (float("nan"), float("inf")):
+        spoilt = votes.clone()
+        spoilt[0, 1, 2, 3] = bad
+        out = routing(spoilt, act)
+        assert not torch.isfinite(out.poses[0]).all()
+        torch.testing.assert_close(out.poses[2:], alone.poses)
+        assert torch.isfinite(out.poses[1:]).all()
