@@ -300,3 +300,14 @@ def test_make_pretrained_into_another_folder_counts_and_names_what_it_wrote(trai
     shipped_count = sum(p.numel() for p in pretrained("capsnet-mnist-small").parameters())
     assert tiny != shipped_count and f"{tiny:,} weights, stored in float16" in card, card
     assert f"`python tools/make_pretrained.py --work {work} --out {tmp_path / 'ship'}`" in card
+    # a measurement stopped (minutes of it; Ctrl-C) left the new weights under the old card (a review, 2026-11-30)
+    shipped = {p.name: p.read_bytes() for p in (tmp_path / "ship").iterdir()}
+
+    def stopped(*a):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tool, "MEASURE", {"classification": stopped})
+    (work / "last.safetensors").write_bytes((work / "last.safetensors").read_bytes())  # a new run's, say
+    state = dict(load_checkpoint(work, "last").model_state)
+    with pytest.raises(KeyboardInterrupt):
+        tool.main(["--work", str(work), "--out", str(tmp_path / "ship")])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ship").iterdir()} == shipped and state

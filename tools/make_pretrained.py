@@ -31,13 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from capsnet.checkpoint import Checkpoint, load_checkpoint
+from capsnet.checkpoint import Checkpoint, atomic_write_text, load_checkpoint
 from capsnet.evaluate import evaluate_checkpoint
 from capsnet.models import model_spec
 from capsnet.pretrained import DEFAULT, DIR, pack
@@ -186,10 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.work} stopped at epoch {last.state.get('epoch')} of {last.train_config['epochs']}: "
                          f"run this again to finish it")
     args.out.mkdir(parents=True, exist_ok=True)
-    target = pack(args.work, args.out / f"{NAME}.safetensors")
-    half = load_checkpoint(target).model_state
+    # packed and measured beside the run, then moved in with its card: a measurement stopped (minutes, Ctrl-C) left
+    # the package's new weights under the old card, whose figures the tests hold them to
+    staged = pack(args.work, args.work / f"{NAME}.safetensors")
+    target = args.out / f"{NAME}.safetensors"
+    half = load_checkpoint(staged).model_state
     kind = model_spec(last.model_name).kind  # what the card measures
-    measured, figures = MEASURE[kind](target, recipe, last, args.data_dir)
+    measured, figures = MEASURE[kind](staged, recipe, last, args.data_dir)
+    shutil.move(staged, target)  # the card follows within the second (the load below is timed in milliseconds)
     t0 = time.perf_counter()
     if target.resolve() == (DIR / f"{NAME}.safetensors").resolve():  # the package's own copy: as users load it
         from capsnet.models import pretrained
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
 <!-- measured: {json.dumps(measured)} -->
 """
-    (args.out / f"{NAME}.md").write_text(card)
+    atomic_write_text(args.out / f"{NAME}.md", card)
     print(card)
     return 0
 
