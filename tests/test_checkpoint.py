@@ -157,3 +157,25 @@ def test_saved_point_says_where_in_training_with_one_batch_or_several():
     assert saved_point({"epoch": 3}) == "epoch 3"
     assert saved_point({"epoch": 1, "within": {"batches": 1, "epoch": 2}}) == "epoch 1 + 1 batch of epoch 2"
     assert saved_point({"epoch": 0, "within": {"batches": 40, "epoch": 1}}) == "epoch 0 + 40 batches of epoch 1"
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_earlier_one(tmp_path):
+    """'No space left on device; check the paths given' named no file and no fix (a review, 2026-11-30): the error
+    of a write or fsync carries no file name, so atomic_write gives it the one it was writing."""
+    import errno
+
+    from capsnet.checkpoint import atomic_write, atomic_write_text
+    from capsnet.cli import _path_error
+
+    target = tmp_path / "last.safetensors"
+    atomic_write_text(target, "the earlier file")
+
+    def full(f):
+        f.write(b"part")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError) as e:
+        atomic_write(target, full)
+    assert e.value.filename == str(target) and e.value.errno == errno.ENOSPC
+    assert target.read_text() == "the earlier file" and not list(tmp_path.glob(".*.tmp-*"))
+    assert _path_error(e.value) == (f"cannot write {target}: No space left on device; free space there or write "
+                                    f"elsewhere (any earlier file of that name is unchanged)")

@@ -818,3 +818,24 @@ def test_pairs_too_small_for_ssim_are_refused_before_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "holds 8x8 (HxW) images, and every evaluation scores SSIM, whose 11x11 window" in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, said", [("", "not JSON"), ('{"model": "pix', "not JSON"),
+                                        ("[]", "a JSON list, not an object")])
+def test_a_damaged_config_json_is_named_with_its_fix(gan_run, tmp_path, capsys, data_root, text, said):
+    """An empty or cut config.json stopped eval and --resume with a bare 'Expecting value'; '[]' with a traceback
+    (a review, 2026-11-30). The checkpoints hold the run: deleting the file is a fix."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(gan_run, run)
+    (run / "config.json").write_text(text)
+    assert main(["eval", "--checkpoint", str(run), "--test-size", "4", "--no-progress", "--data-dir",
+                 str(data_root)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'config.json'} is damaged ({said}" in err and "restore it, or delete it (the run's checkpoints " \
+                                                                  "hold its settings)" in err
+    assert "Traceback" not in err
+    (run / "config.json").unlink()
+    assert main(["eval", "--checkpoint", str(run), "--test-size", "4", "--no-progress", "--json",
+                 str(tmp_path / "e.json"), "--data-dir", str(data_root)]) == 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import warnings
 
@@ -481,3 +482,44 @@ def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_
     fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
     a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
     assert all(torch.equal(a.model_state[k], b.model_state[k]) for k in a.model_state)
+
+
+def test_a_run_directory_another_process_writes_is_refused_and_released_after(tmp_path):
+    """Two runs into one --out both trained, leaving one's best beside the other's last (a review, 2026-11-30). The
+    lock is RUN/.lock's flock: held here on a descriptor of its own, as another process would hold it."""
+    from capsnet.checkpoint import RunLock
+
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 1})
+    tmp_path.mkdir(exist_ok=True)
+    with RunLock(tmp_path) as other:
+        other.acquire()
+        with pytest.raises(CheckpointError, match=rf"{tmp_path} is being written by another capsnet run \(process "
+                                                  rf"{os.getpid()}\); wait for it to finish, or choose another"):
+            fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+        assert not (tmp_path / "config.json").exists() and not (tmp_path / "last.safetensors").exists()
+    (tmp_path / ".last.safetensors.tmp-x1y2").write_bytes(b"cut short by a kill")  # left by a killed save
+    fit(TINY, cfg, tmp_path, device="cpu", progress=False)  # the lock was released; the new run removes it
+    assert not list(tmp_path.glob(".*.tmp-*")) and (tmp_path / "last.safetensors").exists()
+    assert not (tmp_path / ".lock").exists()  # removed as the run let go
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), tmp_path, device="cpu", progress=False, resume=True)
+
+
+@pytest.mark.parametrize("files", [{"metrics.jsonl": "notes\n"}, {"config.json": '{"my": "own"}'},
+                                   {"best.safetensors": "x"}])
+def test_a_new_run_does_not_replace_files_no_run_left(tmp_path, files):
+    """A folder holding config.json or metrics.jsonl of the user's own (no last.safetensors) had them replaced
+    without a word (a review, 2026-11-30); the config.json of a run stopped before its first save is replaced."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(CheckpointError, match=rf"holds {next(iter(files))} but no last.safetensors, so no run to "
+                                              rf"resume: they are not this run's to replace"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if not p.name.startswith(".")} == files
+
+
+def test_a_new_run_replaces_the_config_of_a_run_stopped_before_its_first_save(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model": "capsnet", "model_config": {}, "train_config": {}}))
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
+    assert json.loads((tmp_path / "config.json").read_text())["model_config"] == TINY.to_dict()

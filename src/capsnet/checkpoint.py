@@ -50,6 +50,79 @@ class Checkpoint:
     path: Path | None = None
 
 
+CONFIG_FIX = "restore it, or delete it (the run's checkpoints hold its settings)"  # a run's damaged config.json
+
+
+def read_json_object(path: Path | str, fix: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (a run's config.json and the like), or a CheckpointError naming the file, what
+    is wrong with it and ``fix``, for a file cut short, not JSON, or JSON of another shape."""
+    path = Path(path)
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise CheckpointError(f"{path} is damaged (not JSON: {e}); {fix}") from None
+    if not isinstance(found, dict):
+        raise CheckpointError(f"{path} is damaged (a JSON {type(found).__name__}, not an object); {fix}")
+    return found
+
+
+class RunLock:
+    """One process writing a run directory at a time: an advisory lock (``flock``) on ``RUN/.lock``, taken when the
+    run starts to write (``acquire``) and held until ``release``, which removes the file (or until the process ends:
+    the system drops the lock then, a kill included, and leaves the file, which the next run takes over). Two ``capsnet train`` into one ``--out`` mixed their files (one run's best, another's last);
+    the second is refused. Where the system has no ``flock`` (Windows) or the file system refuses it (some network
+    mounts), nothing is locked. A context manager: leaving it releases."""
+
+    def __init__(self, run_dir: Path | str) -> None:
+        self.run_dir, self.fd = Path(run_dir), None
+
+    def acquire(self) -> None:
+        """Take the lock (the run directory exists), or a CheckpointError naming the holder; then remove the
+        writes a killed process cut short (``.NAME.tmp-*``), which only the lock's holder may."""
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            return
+        path = self.run_dir / ".lock"
+        while True:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                os.close(fd)
+                raise CheckpointError(f"{self.run_dir} is being written by another capsnet run"
+                                      + (f" (process {holder})" if holder.isdigit() else "")
+                                      + "; wait for it to finish, or choose another output directory") from None
+            except OSError:  # a file system without locks: run unlocked, as before
+                os.close(fd)
+                return
+            try:  # the holder removes the file as it lets go: a lock on a file it removed holds nothing
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+        for stale in self.run_dir.glob(".*.tmp-*"):  # a write cut short by a crash or a kill
+            stale.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Let go, removing ``RUN/.lock`` first (a run's folder holds only its files once it ended)."""
+        if self.fd is not None:
+            (self.run_dir / ".lock").unlink(missing_ok=True)
+            os.close(self.fd)  # closing the descriptor drops its flock
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
 def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     """Let ``write`` fill a temporary file beside ``path``, then rename it over ``path``.
 
@@ -65,8 +138,10 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and not e.filename and e.errno is not None:  # a write or fsync (a full disk):
+            raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
     _fsync_dir(path.parent)
 

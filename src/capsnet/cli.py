@@ -1451,6 +1451,9 @@ def _path_error(e: OSError) -> str:
         return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
     if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
         return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous file of that name, if any, is as it was
+        return (f"cannot write {name if name else 'the output'}: {e.strerror}; free space there or write elsewhere "
+                f"(any earlier file of that name is unchanged)")
     return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
-from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint
+from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
@@ -688,7 +688,7 @@ def _check_probe_generator(probe_dir: Path, identity: dict[str, Any] | None, gen
     saved = probe_dir / PROBE_GENERATOR
     if identity is None or not saved.is_file():
         return
-    if json.loads(saved.read_text()) != json.loads(json.dumps(identity)):
+    if read_json_object(saved, f"remove {probe_dir} to train its probe again") != json.loads(json.dumps(identity)):
         raise CheckpointError(f"{probe_dir} holds a probe trained on the images of another generator than the one "
                               f"now in {generator_dir} (trained again since, with other settings): remove "
                               f"{probe_dir} to train its probe again, or choose another --out")

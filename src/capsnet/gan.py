@@ -67,7 +67,8 @@ from tqdm import tqdm
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import Checkpoint, atomic_write_text, load_weights, save_checkpoint
+from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, load_weights, read_json_object,
+                         save_checkpoint)
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
@@ -176,7 +177,7 @@ def _judged(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` trained with a judge: its config.json names one (a run made without one says
     null, and its resume stays without; a config.json without the entry, the run's judge as judge_for finds it)."""
     saved = run_dir / "config.json"
-    return not saved.is_file() or json.loads(saved.read_text()).get("judge", "") is not None
+    return not saved.is_file() or read_json_object(saved, CONFIG_FIX).get("judge", "") is not None
 
 
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
@@ -195,17 +196,18 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. Returns the final
     epoch's record.
     """
-    with _train.SaveThenStop(enabled=True) as stop:
+    with _train.SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock:
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,
                         progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop,
-                        on_epoch=on_epoch)
+                        on_epoch=on_epoch, lock=lock)
 
 
 def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device,
              data_root: str | os.PathLike | None, resume: bool, progress: bool, judge: str | os.PathLike | None,
              compile: bool | str, save_every_s: float | None, stop: "_train.SaveThenStop",
-             on_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores."""
+             on_epoch: Callable[[dict[str, Any]], None] | None = None, lock: RunLock) -> dict[str, Any]:
+    """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores, and ``lock`` the run
+    directory's, taken when the run starts to write."""
     from .synthesis import evaluate_synthesis, judge_for, load_judge
 
     _train.check_fit_arguments(cfg, run_dir)
@@ -287,6 +289,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # a schedule that cannot run refused before any file is written
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
+    lock.acquire()  # one process writes a run at a time; it removes the writes a kill cut short
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),
                                                            "judge": None if judge is None else str(judge)}, indent=2))

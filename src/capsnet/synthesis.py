@@ -352,8 +352,7 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
     """The classifier that reads ``dataset``'s generated images: ``given``; else the judge recorded in ``run_dir``
     (its config.json) when that run was trained on ``dataset``; else the one capsnet ships for ``dataset``; else
     None. A data set without classes (pairs:DIR) has nothing to judge: ``given`` is then refused."""
-    import json
-
+    from .checkpoint import CONFIG_FIX, read_json_object
     from .data.tasks import task
     from .pretrained import PREFIX, names
 
@@ -366,8 +365,8 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
         return str(given)
     saved = Path(run_dir) / "config.json" if run_dir is not None else None
     if saved is not None and saved.is_file():
-        recorded = json.loads(saved.read_text())
-        if recorded.get("judge") and recorded.get("train_config", {}).get("dataset") == dataset:
+        recorded = read_json_object(saved, CONFIG_FIX)
+        if recorded.get("judge") and (recorded.get("train_config") or {}).get("dataset") == dataset:
             return recorded["judge"]
     # by the images the pairs are made from: MNIST's digits (also the shipped sample's) or Fashion-MNIST's items
     shipped = {"mnist": "capsnet-mnist-small", "mnist-sample": "capsnet-mnist-small",

@@ -39,7 +39,7 @@ from ._config import JsonConfig, check_types
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (Checkpoint, CheckpointError, atomic_write_text, load_checkpoint, load_weights, rank_rng_key,
+from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, load_checkpoint, load_weights, rank_rng_key,
                          save_checkpoint, saved_point)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
@@ -562,15 +562,33 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
     return {**state, "data": now}
 
 
-def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, *, clean: bool = True
+def _a_runs_config(path: Path) -> bool:
+    """Whether ``path`` is absent or the config.json a capsnet run writes as it starts (a run stopped before its
+    first save leaves one, which its rerun replaces)."""
+    if not path.exists():
+        return True
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and {"model", "model_config", "train_config"} <= found.keys()
+
+
+def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
-    ``epochs``); a new run must not overwrite one. ``clean`` removes writes a crash cut short."""
+    ``epochs``); a new run must not overwrite one, nor files of the run's names that no run of capsnet left."""
     name, last_path = model_name(model_config), run_dir / "last.safetensors"
     if not resume:
         if last_path.exists():
             raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
                                   f"or choose another output directory")
+        others = [n for n in ("best.safetensors", "metrics.jsonl") if (run_dir / n).exists()] \
+            + ([] if _a_runs_config(run_dir / "config.json") else ["config.json"])
+        if others:  # a new run writes these names: another's files (or the user's own) would be lost unasked
+            raise CheckpointError(f"{run_dir} holds {' and '.join(others)} but no last.safetensors, so no run to "
+                                  f"resume: they are not this run's to replace; choose another output directory, or "
+                                  f"remove them if they are not wanted")
         return {"epoch": 0, "step": 0, "history": [], "best": None}, None
     if not last_path.exists():
         raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
@@ -587,8 +605,6 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
     check_epochs(ckpt.state, cfg.epochs, last_path)
-    for stale in run_dir.glob(".*.tmp-*") if clean else ():  # a write cut short by a crash
-        stale.unlink(missing_ok=True)
     return {"history": [], "best": None, **ckpt.state}, ckpt
 
 
@@ -711,9 +727,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        with SaveThenStop(enabled=True) as stop:
+        with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock:
             return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
-                        save_every_s, stop, on_epoch)
+                        save_every_s, stop, on_epoch, lock)
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
@@ -727,9 +743,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
     dev, created = join(launch, dev)
     ended = None  # the device, once this rank's training ended without an error
+    lock = RunLock(run_dir)  # taken by the rank that writes
     try:
         final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
-                     save_every_s=save_every_s, on_epoch=on_epoch)
+                     save_every_s=save_every_s, on_epoch=on_epoch, lock=lock)
         ended = dev
         return final
     except (dist.DistError, RuntimeError) as e:
@@ -741,6 +758,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                                f"why), and this one could not go on without it ({type(e).__name__}: "
                                f"{str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
     finally:
+        lock.release()
         leave(created, ended)
 
 
@@ -774,9 +792,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
          data_root: str | os.PathLike | None, resume: bool, progress: bool, compile: bool | str,
          launch: Launch | None, tensorboard: str | os.PathLike | None = None,
          data: tuple[Split, Split] | None = None, save_every_s: float | None = None,
-         stop: SaveThenStop | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None
-         ) -> dict[str, Any]:
-    """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined."""
+         stop: SaveThenStop | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+         lock: RunLock | None = None) -> dict[str, Any]:
+    """``fit`` on ``dev``, alone (``launch`` None) or as one rank of the process group already joined; ``lock``
+    the run directory's, taken when the run starts to write."""
     main = launch is None or launch.is_main  # the one process that writes, evaluates and shows progress
     progress = progress and main
     run_dir = Path(run_dir)
@@ -798,7 +817,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
-    state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, clean=main)
+    state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
@@ -866,6 +885,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     total_steps = run_steps(cfg, N)  # also for losses with a schedule: progress = step / total_steps
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
+        if lock is not None:  # one process writes a run at a time; it removes the writes a kill cut short
+            lock.acquire()
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                                "train_config": cfg.to_dict()}, indent=2))
 
