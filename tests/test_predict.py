@@ -133,7 +133,6 @@ def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_ru
 def test_an_out_folder_that_cannot_be_made_or_written_is_refused_before_the_model_runs(unet_run, tmp_path,
                                                                                        monkeypatch):
     """It was found only when the results were written, after every image had been segmented."""
-    import capsnet.data.png as png
     import capsnet.predict as predict
 
     folder = _folder(tmp_path, {"x": np.zeros((16, 16), np.uint8)})
@@ -143,8 +142,12 @@ def test_an_out_folder_that_cannot_be_made_or_written_is_refused_before_the_mode
     with pytest.raises(DataError, match=f"--out {tmp_path}/a-file/masks: {tmp_path}/a-file is a file, where a folder "
                                         f"was to be made"):
         predict_folder(unet_run, folder, tmp_path / "a-file" / "masks")
-    monkeypatch.setattr(png.os, "access", lambda path, mode: str(path) != str(tmp_path))  # tmp_path read-only
-    with pytest.raises(DataError, match=f"--out {tmp_path}/new/masks: {tmp_path} cannot be written to by this user"):
+    import capsnet.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "unwritable",  # tmp_path read-only (the probe's: root passes os.access there)
+                        lambda folder: "Read-only file system" if str(folder) == str(tmp_path) else None)
+    with pytest.raises(DataError, match=f"--out {tmp_path}/new/masks: nothing can be written in {tmp_path} "
+                                        f"\\(Read-only file system\\); give a folder you can write to"):
         predict_folder(unet_run, folder, tmp_path / "new" / "masks")
     assert not ran and not (tmp_path / "new").exists()
 

@@ -169,6 +169,24 @@ def unwritable(folder: Path | str) -> str | None:
         return e.strerror or str(e)
 
 
+def check_out_dir(out: Path | str, written: str, *, flag: str = "--out", error: type[ValueError] = ValueError) -> None:
+    """Before long work whose results go to the folder ``out`` (the ``written``): an ``error`` naming the fix when
+    it is a file, when a file stands where it or a folder above it was to be made, or when nothing can be written in
+    its nearest existing folder (``unwritable``: a read-only disk, permissions, /sys). Found after the work before,
+    with an error about a path the user never gave."""
+    folder = Path(out).expanduser().absolute()
+    if folder.exists() and not folder.is_dir():
+        raise error(f"{flag} {out} is a file; give a folder for the {written}")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise error(f"{flag} {out}: {existing} is a file, where a folder was to be made; give another folder")
+    why = unwritable(existing)
+    if why is not None:
+        raise error(f"{flag} {out}: nothing can be written in {existing} ({why}); give a folder you can write to")
+
+
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, whole."""
     atomic_write(path, lambda f: f.write(data))

@@ -25,6 +25,7 @@ from . import __version__
 from ._config import json_value
 from ._progress import one_line_warnings
 from .average import WEIGHTS
+from .checkpoint import check_out_dir
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
@@ -956,6 +957,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                              f"-{chosen}" if kind != "classification" else ""))
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
+    check_out_dir(out, "run's checkpoints")  # a file above it, a read-only disk: before the data is read
     if args.tensorboard is not None and not args.tensorboard.strip():  # SummaryWriter's ./runs/DATE_HOST for ""
         args.parser.error("--tensorboard needs a folder for the logs, got an empty name; give one, or leave the "
                           "flag out")
@@ -1301,6 +1303,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if hasattr(args, "steps") and hasattr(args, "epochs"):
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
+    check_out_dir(out, "experiment's runs and tables")
     typed = _typed(args, _TRAIN_FIELDS)
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
     kept = _keep_memory(args.allocator) == "keep"

@@ -731,3 +731,23 @@ def test_which_for_a_checkpoint_file_or_a_shipped_model_is_refused(trained_run, 
             assert r.returncode == 2 and f"--which last picks a run directory's best or last checkpoint; {checkpoint} " \
                    f"is one checkpoint (a file or a shipped model): leave --which out" in r.stderr, r.stderr
     assert not (tmp_path / "f").exists()  # a run directory with --which: test_eval_... above and the weights tests
+
+
+@pytest.mark.parametrize("command", [["train", "--dataset", "mnist-sample", "--epochs", "1"],
+                                     ["figures", "--checkpoint", "pretrained:capsnet-mnist-small"],
+                                     ["experiment", "routing"]])
+def test_an_out_folder_that_cannot_be_made_or_written_is_refused_before_the_work(command, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """train, figures and experiment found a file above --out, or a read-only disk, at their first write (figures
+    after 40 s of work), with 'Not a directory: .../config.json; check the paths given' (a review, 2026-11-30)."""
+    import capsnet.checkpoint as checkpoint
+
+    (tmp_path / "a-file").write_text("")
+    r = in_process(capsys, *command, "--out", tmp_path / "a-file" / "out")
+    assert_clean_error(r, f"--out {tmp_path}/a-file/out: {tmp_path}/a-file is a file, where a folder was to be made; "
+                          f"give another folder")
+    monkeypatch.setattr(checkpoint, "unwritable", lambda folder: "Read-only file system")
+    r = in_process(capsys, *command, "--out", tmp_path / "new" / "out")
+    assert_clean_error(r, f"--out {tmp_path}/new/out: nothing can be written in {tmp_path} (Read-only file system); "
+                          f"give a folder you can write to")
+    assert not (tmp_path / "new").exists()

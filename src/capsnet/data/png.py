@@ -4,7 +4,6 @@ Every problem is a ``DataError`` naming the file and the fix; nothing is written
 """
 from __future__ import annotations
 
-import os
 import unicodedata
 from pathlib import Path
 from typing import Callable
@@ -287,16 +286,12 @@ def check_out_folder(out: str | Path, source: str | Path, *, written: str, sourc
     """Refuse, before any work, an ``--out`` folder the results cannot go to: a file, the ``source_flag`` folder
     itself (what is ``written`` there would be ``read`` as input next time), or a place this process cannot write
     (its nearest existing folder is read-only: found after minutes of work, the results would be lost)."""
+    from ..checkpoint import check_out_dir
+
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise DataError(f"--out {out} is a file; give a folder for the {written}")
     if folder.expanduser().resolve() == Path(source).expanduser().resolve():
         raise DataError(f"--out {out} is the {source_flag} folder; give another folder (the {written}, written among "
                         f"the {read}, would be read as {read} next time)")
-    existing = folder.expanduser().absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise DataError(f"--out {out}: {existing} is a file, where a folder was to be made; give another folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise DataError(f"--out {out}: {existing} cannot be written to by this user; give a folder you can write to")
+    check_out_dir(out, written, error=DataError)

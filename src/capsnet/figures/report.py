@@ -9,7 +9,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import pretrained
-from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, resolve_checkpoint, saved_point
+from ..checkpoint import (Checkpoint, CheckpointError, check_out_dir, load_checkpoint, resolve_checkpoint,
+                          saved_point)
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..average import weights_tag
 from ..evaluate import load_model
@@ -205,6 +206,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         sample = shipped_default(trained_on)
         dataset = sample if sample != trained_on else None  # none for it: the run's own, as for any run
     out = Path(out) if out else _default_out(checkpoints[0], weights)
+    check_out_dir(out, "figures", error=FigureError)  # before the figures' work, not at their first save
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
