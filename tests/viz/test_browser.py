@@ -278,6 +278,9 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
             assert page.inner_text("#primary-heading") == "Lower capsules (the class layer's inputs)"
             assert page.inner_text("#primary-panel .hint").startswith("Activation of each lower capsule")
+            # no decoder: no reconstruction panel (a black canvas and 16 sliders that did nothing: a review,
+            # 2026-11-30)
+            assert page.locator("#recon-panel").is_hidden() and page.locator("input.dim-slider").count() == 0
             assert errors == []
         finally:
             browser.close()

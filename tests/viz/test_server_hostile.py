@@ -144,7 +144,7 @@ def test_pose_numbers_out_of_range_are_a_400(server, value):
     body = ('{"capsule": 1, "pose": [' + value + ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}").encode()
     status, _, data = one(server, post("/api/reconstruct", body))
     assert status == 400, data[:300]
-    assert "out of range: send finite numbers within ±1,000,000,000" in error_of(data)
+    assert "out of range: send finite numbers within ±2,147,483,647" in error_of(data)
     assert_alive(server)
 
 

@@ -71,9 +71,10 @@ __all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
 MAX_JSON_DEPTH = 16  # a real request nests 2 deep ({"pose": [...]}); json's parser recurses once per level
-# |number| in a JSON body: far beyond any index (< 10^5) or pose value (about ±1), and far inside float32
-# (3.4e38), so every number the engine gets converts to a finite float32.
-MAX_JSON_NUMBER = 1e9
+# |number| in a JSON body: a seed's range (``synthesis.MAX_SEED``, capsnet generate's), far beyond any index
+# (< 10^5) or pose value (about ±1), and far inside float32 (3.4e38), so every number the engine gets converts to a
+# finite float32 (it was 1e9, which refused the seeds above it that an upload's query took).
+MAX_JSON_NUMBER = 2 ** 31 - 1
 _MAX_NUMBER_CHARS = 100  # a number written with more characters than this is refused before it is converted
 READ_TIMEOUT_S = 10.0  # s: the longest wait for the next bytes of a request, or for a kept-alive connection's next one
 REQUEST_TIMEOUT_S = 60.0  # s: the longest a whole request (line, headers, body) may take to arrive (4 MiB at 70 kB/s)
@@ -528,7 +529,7 @@ def _truncation_field(text: str | None) -> float | None:
         return _parse_float(text)
     except ValueError:
         raise _HTTPError(HTTPStatus.BAD_REQUEST, f"truncation={_short(text, 40)} is out of range (at most "
-                         f"{MAX_JSON_NUMBER:g}); the noise is untruncated beyond about 6 anyway: send e.g. "
+                         f"{MAX_JSON_NUMBER:,}); the noise is untruncated beyond about 6 anyway: send e.g. "
                          f"?truncation=0.5, or leave it out") from None
 
 

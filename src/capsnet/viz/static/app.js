@@ -259,6 +259,7 @@ function resetSliders() {
   const base = state.walk.poses[state.selected];
   const half = state.info.sweep_half_range;
   state.pose = base.slice();
+  if (!state.info.decoder) return;  // no sliders built: nothing to decode a pose
   base.forEach((v, d) => {
     const slider = $(`dim-${d}`);
     slider.min = (v - half).toFixed(4);
@@ -429,7 +430,9 @@ async function start() {
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
     setUpPickers();
-    if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis(); else buildSliders();
+    if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis();
+    else if (info.decoder) buildSliders();
+    else $("recon-panel").hidden = true;  // no decoder (EM, --no-decoder): a canvas and sliders that did nothing
     const k = await api("/api/kernels");
     const [K, Ck, kh, kw] = k.kernels.shape;
     // one tile per kernel and input channel; a generator's few kernels, 8 a row, drawn larger
