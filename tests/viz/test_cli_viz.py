@@ -63,7 +63,8 @@ def test_viz_without_checkpoint_opens_the_shipped_model_offline():
     try:
         info = get(url + "api/info")
         assert info["trained"] is True and info["dataset"] == "mnist-sample" and info["test_size"] == 500
-        assert info["checkpoint"] == str(pretrained.path(pretrained.DEFAULT))
+        # by its name, not the install's path, which a --host 0.0.0.0 viewer showed anyone (a review, 2026-11-30)
+        assert info["checkpoint"] == f"pretrained:{pretrained.DEFAULT}"
     finally:
         assert "UNTRAINED" not in stop(proc)
 
@@ -137,4 +138,4 @@ def test_viz_refuses_a_gan_on_a_data_set_of_another_kind(gan_run, data_root, cap
                  "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "capspix2pix is a synthesis model but mnist is a classification data set" in err
-    assert "mnist-skeleton, fashion-silhouette or pairs:DIR" in err
+    assert "mnist-skeleton, mnist-sample-skeleton (offline), fashion-silhouette or pairs:DIR" in err

@@ -180,7 +180,8 @@ def test_each_viewer_refuses_the_other_kind_of_model():
 
 def test_load_viewer_opens_the_data_set_of_the_right_kind(segmentation_run, trained_run, data_root, monkeypatch):
     with pytest.raises(ViewerError, match="segcaps-r1 is a segmentation model but mnist is a classification data set: "
-                                          "open it on mnist-segmentation or folder:DIR"):
+                                          "open it on mnist-segmentation, mnist-sample-segmentation \\(offline\\) or "
+                                          "folder:DIR"):
         load_viewer(segmentation_run, dataset="mnist", data_dir=data_root, progress=False)
     with pytest.raises(ViewerError, match="capsnet is a classification model but mnist-segmentation is a segmentation"):
         load_viewer(trained_run, dataset="mnist-segmentation", data_dir=data_root, progress=False)

@@ -21,8 +21,8 @@ import pytest
 from PIL import Image
 
 from capsnet.viz import images
-from http_helpers import serving
-from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, make_server
+from http_helpers import png, serving
+from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, make_server, serve_in_thread
 
 HOST = "127.0.0.1"
 
@@ -266,6 +266,49 @@ def test_bad_bodies_are_4xx_and_close(server, raw, fragment):
     status, headers, data = one(server, raw)
     assert 400 <= status < 500 and fragment in error_of(data) and headers["connection"] == "close"
     assert_alive(server)
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /api/forward HTTP/1.1\r\nX-Bad header\r\nContent-Length: 12\r\n\r\n{\"index\": 1}",
+    b"POST /api/forward HTTP/1.1\r\nHost: x\r\n Content-Length: 12\r\n\r\n{\"index\": 1}",  # folded
+])
+def test_a_malformed_header_line_is_named_not_taken_for_a_missing_content_length(server, raw):
+    """The parser stopped at the bad line and took the rest for a body: the client was told to send the
+    Content-Length it had sent (411; a review, 2026-11-30)."""
+    status, headers, data = one(server, raw)
+    assert status == 400 and headers["connection"] == "close"
+    assert "a header line is malformed (no 'Name: value', or folded onto the line before)" in error_of(data)
+    assert_alive(server)
+
+
+def test_a_multipart_upload_is_told_to_send_the_images_bytes(server):
+    """curl -F or a browser form was answered 'the upload is not a PNG or JPEG image' (a review, 2026-11-30)."""
+    form = (b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"d.png\"\r\n"
+            b"Content-Type: image/png\r\n\r\n" + png(np.zeros((28, 28), np.uint8)) + b"\r\n--XyZ--\r\n")
+    raw = (b"POST /api/upload HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: "
+           + str(len(form)).encode() + b"\r\n\r\n" + form)
+    status, _, data = one(server, raw)
+    assert status == 400 and "the upload is a multipart form; send the image's own bytes as the request body " \
+                             "(curl --data-binary @FILE, not -F)" in error_of(data)
+    assert_alive(server)
+
+
+def test_the_viewer_listens_on_an_ipv6_address(viewer):
+    """--host ::1 was refused, 'Address family for hostname not supported' (a review, 2026-11-30)."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        server, thread = serve_in_thread(viewer, host="::1", port=0)
+    except OSError as e:  # an IPv6 stack without its loopback address
+        pytest.skip(f"::1 cannot be bound here ({e})")
+    try:
+        with socket.create_connection(("::1", server.server_address[1]), timeout=5) as s:
+            s.sendall(b"GET /api/info HTTP/1.1\r\nConnection: close\r\n\r\n")
+            status, _, data = responses(read_all(s))[0]
+        assert status == 200 and json.loads(data)["model"]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_empty_lines_before_a_request_are_ignored_and_pipelining_works(server):

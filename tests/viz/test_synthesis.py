@@ -197,7 +197,8 @@ def test_load_viewer_opens_a_gan_run_on_its_test_pairs(gan_run, data_root, monke
     assert torch.equal(v.test_labels, test.images) and torch.equal(v.test_images, test.components)
     assert v.info()["classes"] == list(test.classes) and torch.equal(v.test_classes, test.labels)
     with pytest.raises(ViewerError, match="capspix2pix is a synthesis model but mnist-segmentation is a segmentation "
-                                          "data set: open it on mnist-skeleton, fashion-silhouette or pairs:DIR"):
+                                          "data set: open it on mnist-skeleton, mnist-sample-skeleton \\(offline\\), "
+                                          "fashion-silhouette or pairs:DIR"):
         load_viewer(gan_run, dataset="mnist-segmentation", data_dir=data_root, progress=False)
 
 

@@ -357,10 +357,13 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         trained_on = ckpt.train_config.get("dataset", "mnist")
         # a shipped model opens offline, on the shipped digits (made into canvases or pairs for its task)
         name = dataset or (shipped_default(trained_on) if shipped else trained_dataset(ckpt.train_config, "mnist"))
-        what, checkpoint = ckpt.model_name, ckpt.path
+        # a shipped model by its name, as the user gave it: its file's path is the install's (which /api/info
+        # and the page's header showed to anyone a --host 0.0.0.0 viewer serves)
+        what, checkpoint = ckpt.model_name, checkpoint if shipped else ckpt.path
     if task(name).kind != kind:  # before any test image is loaded
-        fix = {"segmentation": "mnist-segmentation or folder:DIR", "synthesis": "mnist-skeleton, fashion-silhouette "
-               "or pairs:DIR"}.get(kind, "the data set it was trained on")
+        fix = {"segmentation": "mnist-segmentation, mnist-sample-segmentation (offline) or folder:DIR",
+               "synthesis": "mnist-skeleton, mnist-sample-skeleton (offline), fashion-silhouette or pairs:DIR"
+               }.get(kind, "the data set it was trained on")
         raise ViewerError(f"{what} is a {kind} model but {name} is a {task(name).kind} data set: open it on {fix} "
                           f"(--dataset)")
     if kind == "synthesis":

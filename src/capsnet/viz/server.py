@@ -282,6 +282,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":  # "GET /": an answer without a status line is no answer
             self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 requests are not served")
             return False
+        if self.headers.get_payload() or any("\n" in v for v in self.headers.values()):  # a line with no colon
+            # (the parser stopped there and took the rest for a body, losing the headers after it: Content-Length),
+            # or one folded onto the header before (read as part of its value)
+            self.close_connection = True
+            self._error(HTTPStatus.BAD_REQUEST, "a header line is malformed (no 'Name: value', or folded onto the "
+                                                "line before); send one 'Name: value' line per header")
+            return False
         return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -458,6 +465,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upload_held(self) -> None:
         viewer = self.server.viewer
+        if self.headers.get("Content-Type", "").lower().startswith("multipart/"):  # curl -F, a browser form
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, "the upload is a multipart form; send the image's own bytes as "
+                             "the request body (curl --data-binary @FILE, not -F)", close=True)
         if viewer.kind == "synthesis":
             fields = self._query({"routing", "seeds", "truncation"},
                                  "/api/upload?seeds=0,1,2&truncation=T&routing=LAYER")
@@ -576,6 +586,10 @@ class _Server(ThreadingHTTPServer):
             self.log(f"{client_address[0]} internal error:\n{traceback.format_exc()}")
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 5000,
                 log: Callable[[str], None] | None = None, *, read_timeout: float | None = None,
                 request_timeout: float | None = None) -> _Server:
@@ -584,8 +598,9 @@ def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str
     ``read_timeout`` and ``request_timeout`` (seconds) default to the module's
     ``READ_TIMEOUT_S`` and ``REQUEST_TIMEOUT_S``.
     """
-    return _Server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
-                   REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
+    server = _Server6 if ":" in host else _Server  # an IPv6 address (::1) needs a socket of its family
+    return server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
+                  REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
 
 
 def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 0,
