@@ -145,17 +145,18 @@ def _before_the_command(parser: _Parser, commands: argparse._SubParsersAction) -
             f"itself: put {'it' if one else 'them'} after the command ({example} ...)")
 
 
-def _number(kind: type, *, minimum: float, strict: bool = False):
-    """An argparse type: a finite ``kind`` that is >= minimum (or > it when strict)."""
+def _number(kind: type, *, minimum: float, strict: bool = False, maximum: int | None = None):
+    """An argparse type: a finite ``kind`` that is >= minimum (or > it when strict), and <= ``maximum`` if given."""
     what = "an integer" if kind is int else "a number"
-    bound = f"{'>' if strict else '>='} {minimum:g}"
+    bound = f"{'>' if strict else '>='} {minimum:g}" + (f" and <= {maximum:,}" if maximum is not None else "")
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}") from None
-        if not (value > minimum if strict else value >= minimum) or value == float("inf"):
+        if not (value > minimum if strict else value >= minimum) or value == float("inf") or \
+                (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a finite number'} {bound}, got {text}")
         return value
     return parse
@@ -171,7 +172,7 @@ def _device(text: str) -> str:
     return text
 
 
-_positive_int = _number(int, minimum=1)
+_positive_int = _number(int, minimum=1, maximum=2 ** 31 - 1)  # counts and sizes (2^70 reached torch as a traceback)
 _nonneg_int = _number(int, minimum=0)
 _positive_float = _number(float, minimum=0, strict=True)
 _nonneg_float = _number(float, minimum=0)
@@ -988,12 +989,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _check_schedule_flags(args, train_changes, preset_fields)
         _check_rounds_flags(args, chosen, model_changes, options)
         sized = train.input_fields(chosen, dataset)
+        clash = {f: v for f, v in model_changes.items() if f in sized and v != sized[f]}
+        if clash:  # the config got both (a TypeError's traceback); the same value is taken as it is
+            f, v = next(iter(clash.items()))
+            args.parser.error(f"--model-option {f}={v}: capsnet train sets {f} from --dataset {dataset} "
+                              f"({sized[f]}); leave it out")
         try:
             # --routing X on a model whose own dynamic-routing switches X does not take (capsnet-cifar10's leaky
             # routing): they go, unless typed (then the config refuses them by name)
             off = unused_switches(model_spec(chosen).config, model_changes["routing"]) \
                 if isinstance(model_changes.get("routing"), str) else {}
-            model_cfg = model_spec(chosen).config(**sized, **(off | model_changes))
+            model_cfg = model_spec(chosen).config(**(sized | off | model_changes))
         except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
             if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):
@@ -1402,6 +1408,9 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} is not a port number: use 0..65535")
+    if not args.host.strip():  # "" binds every interface, while the URL printed said 127.0.0.1
+        raise ValueError("--host needs an address: 127.0.0.1 for this machine only (the default), 0.0.0.0 for "
+                         "every network")
     from . import pretrained
 
     if args.untrained and args.checkpoint:
@@ -1434,7 +1443,9 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     shown = checkpoint if pretrained.is_shipped(checkpoint) else viewer.checkpoint or "untrained CapsNet"
     weights = " (its training weights, not the average it saved as its model)" if args.weights == "training" else ""
     print(f"capsnet viewer: {shown}{weights} on {viewer.dataset} test images", flush=True)
-    print(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/  (Ctrl-C stops)", flush=True)
+    shown_host = "127.0.0.1" if host == "0.0.0.0" else "[::1]" if host == "::" else f"[{host}]" if ":" in host \
+        else host  # an IPv6 address in brackets, as URLs write it
+    print(f"open http://{shown_host}:{port}/  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -1567,12 +1578,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # said by the command's own parser, which knows the options they may have meant
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join(["capsnet", *argv])
+    for field in ("out", "images", "labels", "checkpoint", "json", "data_dir"):  # an unset shell variable, say
+        value = getattr(args, field, None)  # (--out "" trained into runs/DATASET, predict wrote into ./)
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            required = any(a.dest == field and a.required for a in args.parser._actions)
+            args.parser.error(f"--{field.replace('_', '-')} needs a path, got an empty one; give one"
+                              + ("" if required else " or leave the flag out"))
     if hasattr(args, "which"):  # --which picks a run directory's checkpoint: for a file it was accepted and ignored
         given = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
         if args.which is not None and not any(c is not None and Path(c).is_dir() for c in given):
-            args.parser.error(f"--which {args.which} picks a run directory's best or last checkpoint; "
-                              f"{' '.join(str(c) for c in given if c is not None) or 'the shipped model'} is one "
-                              f"checkpoint (a file or a shipped model): leave --which out")
+            named = " ".join(str(c) for c in given if c is not None)
+            args.parser.error(f"--which {args.which} picks a run directory's best or last checkpoint; " + (
+                f"{named} is one checkpoint (a file or a shipped model)" if named else
+                "an untrained model has none" if getattr(args, "untrained", False) else
+                "the shipped model is one checkpoint") + ": leave --which out")
         args.which = args.which or "best"
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError

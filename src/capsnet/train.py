@@ -269,8 +269,10 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
     return totals[0], totals[1], int(totals[2].item())
 
 
-def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None) -> None:
-    """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1.
+def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None,
+                        cfg: TrainConfig | None = None) -> None:
+    """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
+    names the flags of ``cfg`` that bear on it, where they are set.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
     """
@@ -283,10 +285,12 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     if bad < 0:
         return
     kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
-    raise NonFiniteLoss(f"the training loss (with --grad-clip, or its gradient) became NaN or infinite at step "
-                        f"{bad + 1} (epoch {epoch}); stopped "
-                        f"without saving, {kept}. Lower --lr, check the images for NaN or infinite pixels, or "
-                        f"train without --amp")
+    clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
+    amp = cfg is None or cfg.amp != "none"
+    raise NonFiniteLoss(f"the training loss{' (with --grad-clip, or its gradient)' if clipped else ''} became NaN or "
+                        f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept}. Lower --lr"
+                        + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
+                           " or check the images for NaN or infinite pixels"))
 
 
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
@@ -814,6 +818,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                          f"has {', '.join(f'{f} {v}' for f, v in off.items())}; build it with those, e.g. "
                          f"create_model({name!r}, **capsnet.train.input_fields({name!r}, {cfg.dataset!r})).config "
                          f"(the CLI does so itself)")
+    side = min(getattr(model_config, "input_height", 0), getattr(model_config, "input_width", 0))
+    if cfg.shift and side and cfg.shift >= side:  # a digit shifted out of its frame (or, for 2^31, a crash)
+        raise ValueError(f"shift {cfg.shift} (--shift) moves images of {side} pixels a side out of their frame; "
+                         f"give less than {side} (the paper's: 2)")
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
@@ -969,11 +977,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 shown = time.monotonic()
             bar.update()
             if step % _CHECK_EVERY == 0:
-                _stop_if_not_finite(first_bad, epoch, last, launch)
+                _stop_if_not_finite(first_bad, epoch, last, launch, cfg)
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
             if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                 if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                    _stop_if_not_finite(first_bad, epoch, last)
+                    _stop_if_not_finite(first_bad, epoch, last, cfg=cfg)
                 loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                 ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                 if main:
@@ -983,7 +991,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if stopping:
                     bar.close()
                     raise KeyboardInterrupt
-        _stop_if_not_finite(first_bad, epoch, last, launch)  # before anything of this epoch is saved
+        _stop_if_not_finite(first_bad, epoch, last, launch, cfg)  # before anything of this epoch is saved
         run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds

@@ -751,3 +751,36 @@ def test_an_out_folder_that_cannot_be_made_or_written_is_refused_before_the_work
     assert_clean_error(r, f"--out {tmp_path}/new/out: nothing can be written in {tmp_path} (Read-only file system); "
                           f"give a folder you can write to")
     assert not (tmp_path / "new").exists()
+
+
+def test_edge_values_a_review_found_are_refused_in_one_line(tmp_path, capsys):
+    """Each gave a traceback, a half-made run folder or a quiet surprise (a review, 2026-11-30)."""
+    run = tmp_path / "r"
+    # a field the data set sets: 'got multiple values for keyword argument' (a TypeError's traceback)
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--model-option", "num_classes=12", "--out", run)
+    assert_clean_error(r, "--model-option num_classes=12: capsnet train sets num_classes from --dataset mnist-sample "
+                          "(10); leave it out")
+    # a shift as large as the image: digits out of frame; 2^31: a storage overflow after config.json was written
+    for shift in ("28", "2147483648"):
+        r = in_process(capsys, "train", "--dataset", "mnist-sample", "--shift", shift, *TINY, "--out", run)
+        assert_clean_error(r, f"shift {shift} (--shift) moves images of 28 pixels a side out of their frame; give "
+                              f"less than 28")
+    assert not run.exists()
+    # empty paths: --out "" trained into runs/DATASET, predict --out "" wrote into the working folder
+    assert_clean_error(in_process(capsys, "train", "--out", ""), "--out needs a path, got an empty one; give one or "
+                                                                 "leave the flag out")
+    assert_clean_error(in_process(capsys, "predict", "--checkpoint", "x", "--images", "", "--out", run),
+                       "--images needs a path, got an empty one; give one")
+    # an empty --host bound every interface while the URL printed said 127.0.0.1
+    assert_clean_error(in_process(capsys, "viz", "--untrained", "--host", " "), "--host needs an address")
+    assert_clean_error(in_process(capsys, "viz", "--untrained", "--which", "last"),
+                       "--which last picks a run directory's best or last checkpoint; an untrained model has none")
+    # 2^70 images a step reached torch
+    assert_clean_error(in_process(capsys, "bench", "--batch-size", str(2 ** 70)),
+                       "must be an integer >= 1 and <= 2,147,483,647")
+
+
+def test_a_model_option_equal_to_what_the_data_set_sets_is_taken(tmp_path, capsys):
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--model-option", "num_classes=10", "--epochs", "1",
+                   "--train-size", "64", "--test-size", "32", *TINY, "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
