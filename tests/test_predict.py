@@ -364,3 +364,19 @@ def test_an_images_exif_orientation_is_applied_as_viewers_show_it(tmp_path, data
         seen = model.eval()(torch.stack(viewer)).poses.norm(dim=-1).argmax(-1).tolist()
     assert [r["predicted"] for r in done.rows] == seen
     assert sum(p == int(y) for p, y in zip(seen, d.labels[:8])) >= 7
+
+
+def test_a_grey_image_saved_in_a_colour_palette_is_read_as_grey_by_a_grey_model(tmp_path, data_root):
+    """Pillow's convert('P') of an RGB image writes its web palette, which holds colours: such a grey digit reads as
+    three equal channels, refused by a grey model once palettes were read by their every entry (a review of the
+    change, 2026-11-30); nothing is lost taking one of them."""
+    d = load_dataset("mnist", "test", root=data_root)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(d.images[i, 0].numpy()).convert("RGB").convert("P").save(folder / f"d{i}.png")
+    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
+    assert [r["predicted"] for r in done.rows] == d.labels[:3].tolist()
+    Image.fromarray(np.stack([d.images[0, 0].numpy()] * 2 + [np.zeros((28, 28), np.uint8)], -1)).save(folder / "c.png")
+    with pytest.raises(DataError, match="c.png is RGB but the model takes grayscale images"):  # colour: refused
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out2")

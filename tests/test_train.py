@@ -519,9 +519,54 @@ def test_a_new_run_does_not_replace_files_no_run_left(tmp_path, files):
     assert {p.name: p.read_text() for p in tmp_path.iterdir() if not p.name.startswith(".")} == files
 
 
-def test_a_new_run_replaces_the_config_of_a_run_stopped_before_its_first_save(tmp_path):
+def test_a_new_run_replaces_the_files_of_a_run_stopped_before_its_first_save(tmp_path):
+    """A run killed between its first best.safetensors and last.safetensors leaves both beside its config.json:
+    they are a run's, so a new run starts over (it was refused for a while: a review, 2026-11-30)."""
     import json
 
     (tmp_path / "config.json").write_text(json.dumps({"model": "capsnet", "model_config": {}, "train_config": {}}))
+    (tmp_path / "best.safetensors").write_text("the killed run's")
     fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
     assert json.loads((tmp_path / "config.json").read_text())["model_config"] == TINY.to_dict()
+    assert load_checkpoint(tmp_path, "best").state["epoch"] == 1
+
+
+def test_a_run_another_process_writes_is_said_so_before_anything_else(trained_run, tmp_path):
+    """With the folder's last.safetensors written by a run still going, a new run was told to pass --resume, and
+    a --resume loaded the data before it was refused (a review, 2026-11-30)."""
+    import shutil
+
+    from capsnet.checkpoint import RunLock
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    ckpt = load_checkpoint(run, "last")
+    model = CapsNetConfig(**ckpt.model_config)
+    cfg = TrainConfig(**{**ckpt.train_config, "epochs": ckpt.train_config["epochs"] + 1})
+    with RunLock(run) as other:
+        other.acquire()
+        for resume in (False, True):
+            with pytest.raises(CheckpointError, match="is being written by another capsnet run"):
+                fit(model, cfg, run, device="cpu", progress=False, resume=resume, data_root="/nowhere")
+
+
+@pytest.mark.parametrize("how", ["no flock", "flock refused"])
+def test_without_a_lock_the_stale_writes_go_and_no_lock_file_stays(tmp_path, monkeypatch, how):
+    """Windows (no fcntl) and file systems that refuse flock skipped the removal of writes a kill cut short, and
+    the second left RUN/.lock behind (a review, 2026-11-30)."""
+    import errno
+    import sys
+
+    if how == "no flock":
+        monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl fails, as on Windows
+    else:
+        import fcntl
+
+        def refuse(fd, op):
+            raise OSError(errno.ENOLCK, "No locks available")
+        monkeypatch.setattr(fcntl, "flock", refuse)
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / ".last.safetensors.tmp-x1y2").write_bytes(b"cut short")
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.safetensors", "config.json", "last.safetensors",
+                                                          "metrics.jsonl"]

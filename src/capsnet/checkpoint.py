@@ -67,25 +67,38 @@ def read_json_object(path: Path | str, fix: str) -> dict[str, Any]:
 
 
 class RunLock:
-    """One process writing a run directory at a time: an advisory lock (``flock``) on ``RUN/.lock``, taken when the
-    run starts to write (``acquire``) and held until ``release``, which removes the file (or until the process ends:
-    the system drops the lock then, a kill included, and leaves the file, which the next run takes over). Two ``capsnet train`` into one ``--out`` mixed their files (one run's best, another's last);
-    the second is refused. Where the system has no ``flock`` (Windows) or the file system refuses it (some network
-    mounts), nothing is locked. A context manager: leaving it releases."""
+    """One process writing a run directory at a time: an advisory lock (``flock``) on ``RUN/.lock``, taken as the
+    run starts (``acquire``) and held until ``release``, which removes the file (or until the process ends: the
+    system drops the lock then, a kill included, and leaves the file, which the next run takes over). Two ``capsnet
+    train`` into one ``--out`` mixed their files (one run's best, another's last); the second is refused. Where the
+    system has no ``flock`` (Windows) or the file system refuses it (some network mounts), nothing is locked and no
+    file is left. A context manager: leaving it releases."""
 
     def __init__(self, run_dir: Path | str) -> None:
-        self.run_dir, self.fd = Path(run_dir), None
+        self.run_dir, self.fd, self.taken = Path(run_dir), None, False
 
     def acquire(self) -> None:
-        """Take the lock (the run directory exists), or a CheckpointError naming the holder; then remove the
-        writes a killed process cut short (``.NAME.tmp-*``), which only the lock's holder may."""
+        """Take the lock (the run directory exists; a second call does nothing), or a CheckpointError naming the
+        holder; then remove the writes a killed process cut short (``.NAME.tmp-*``). Unlocked (no ``flock``), the
+        writes are removed all the same, as before the lock."""
+        if self.taken:
+            return
+        self.fd = self._lock()
+        self.taken = True
+        for stale in self.run_dir.glob(".*.tmp-*"):  # a write cut short by a crash or a kill
+            stale.unlink(missing_ok=True)
+
+    def _lock(self) -> int | None:
         try:
             import fcntl
         except ImportError:  # Windows
-            return
+            return None
         path = self.run_dir / ".lock"
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fd, mine = os.open(path, os.O_CREAT | os.O_RDWR, 0o666), True  # the umask decides, as for the rest
+            except PermissionError:  # another user's, left by a killed run: flock takes a read-only descriptor
+                fd, mine = os.open(path, os.O_RDONLY), False
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -94,20 +107,21 @@ class RunLock:
                 raise CheckpointError(f"{self.run_dir} is being written by another capsnet run"
                                       + (f" (process {holder})" if holder.isdigit() else "")
                                       + "; wait for it to finish, or choose another output directory") from None
-            except OSError:  # a file system without locks: run unlocked, as before
+            except OSError:  # a file system without locks: run unlocked, as before, and leave no file
                 os.close(fd)
-                return
+                if mine:
+                    path.unlink(missing_ok=True)
+                return None
             try:  # the holder removes the file as it lets go: a lock on a file it removed holds nothing
                 if os.stat(path).st_ino == os.fstat(fd).st_ino:
                     break
             except FileNotFoundError:
                 pass
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd = fd
-        for stale in self.run_dir.glob(".*.tmp-*"):  # a write cut short by a crash or a kill
-            stale.unlink(missing_ok=True)
+        if mine:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
 
     def release(self) -> None:
         """Let go, removing ``RUN/.lock`` first (a run's folder holds only its files once it ended)."""
@@ -115,6 +129,7 @@ class RunLock:
             (self.run_dir / ".lock").unlink(missing_ok=True)
             os.close(self.fd)  # closing the descriptor drops its flock
             self.fd = None
+        self.taken = False
 
     def __enter__(self) -> "RunLock":
         return self

@@ -235,6 +235,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
+    if run_dir.is_dir():  # a folder another process writes: said first, as such
+        lock.acquire()
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last = LastSave(last_path, None if ckpt is None else ckpt.state)

@@ -77,6 +77,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                                               "a background as MNIST's digits were made)" if styleable else "")
         if a.shape[0] == 1 and channels == 3:  # a grey image for a colour model: widened, nothing lost
             a = np.repeat(a, 3, axis=0)
+        elif a.shape[0] == 3 and channels == 1 and (a == a[:1]).all():  # grey saved as colour (a palette PNG of
+            a = a[:1]  # Pillow's colour web palette): its one grey, nothing lost
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")

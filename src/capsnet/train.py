@@ -587,8 +587,10 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         if last_path.exists():
             raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
                                   f"or choose another output directory")
-        others = [n for n in ("best.safetensors", "metrics.jsonl") if (run_dir / n).exists()] \
-            + ([] if _a_runs_config(run_dir / "config.json") else ["config.json"])
+        # a run's config.json: the files beside it are that run's (killed before its first last.safetensors), to
+        # start again; without one, or beside one of the user's own, they are not a run's to replace
+        others = [] if (run_dir / "config.json").exists() and _a_runs_config(run_dir / "config.json") else \
+            [n for n in ("config.json", "best.safetensors", "metrics.jsonl") if (run_dir / n).exists()]
         if others:  # a new run writes these names: another's files (or the user's own) would be lost unasked
             raise CheckpointError(f"{run_dir} holds {' and '.join(others)} but no last.safetensors, so no run to "
                                   f"resume: they are not this run's to replace; choose another output directory, or "
@@ -825,6 +827,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.
+    if main and lock is not None and run_dir.is_dir():  # a folder another process writes: said first, as such
+        lock.acquire()
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last = LastSave(last_path, None if ckpt is None else ckpt.state)

@@ -298,7 +298,7 @@ def test_the_viewer_listens_on_an_ipv6_address(viewer):
     if not socket.has_ipv6:
         pytest.skip("no IPv6 here")
     try:
-        server, thread = serve_in_thread(viewer, host="::1", port=0)
+        server, thread = serve_in_thread(viewer, host="[::1]", port=0)  # as URLs write it, brackets taken off
     except OSError as e:  # an IPv6 stack without its loopback address
         pytest.skip(f"::1 cannot be bound here ({e})")
     try:

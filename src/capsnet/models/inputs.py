@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .._eager import autocast_on
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
 __all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
@@ -25,7 +26,7 @@ def check_weights_dtype(x: torch.Tensor, model: torch.nn.Module, what: str = "im
     dtype than ``model``'s weights outside autocast (float16 images into a float32 model met a convolution's
     "Input type (c10::Half) and bias type (float)")."""
     w = next(model.parameters(), None)
-    if w is None or x.dtype == w.dtype or torch.is_autocast_enabled(x.device.type):
+    if w is None or x.dtype == w.dtype or autocast_on(x.device.type):
         return
     raise ValueError(f"{what} are {x.dtype} but the model's weights are {w.dtype}; pass {name}.to({w.dtype}), or "
                      f"convert the model to {x.dtype} (model.to({x.dtype})), or run it under torch.autocast")

@@ -598,6 +598,8 @@ def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str
     ``read_timeout`` and ``request_timeout`` (seconds) default to the module's
     ``READ_TIMEOUT_S`` and ``REQUEST_TIMEOUT_S``.
     """
+    if host.startswith("[") and host.endswith("]"):  # [::1], as URLs write an IPv6 address
+        host = host[1:-1]
     server = _Server6 if ":" in host else _Server  # an IPv6 address (::1) needs a socket of its family
     return server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
                   REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
