@@ -232,6 +232,32 @@ def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, d
     assert (run / "last.safetensors").exists() == save_every_epoch
 
 
+def test_nan_gan_weights_after_finite_losses_are_not_saved(tmp_path, data_root, monkeypatch):
+    """A step whose losses were finite but whose gradient was not left NaN weights, saved as epoch 2 (a review,
+    2026-11-30): the weights are checked before every save."""
+    from capsnet import gan
+    from capsnet.train import NonFiniteLoss
+
+    step, calls = gan.gan_step, []
+
+    def spoil_at_the_end_of_epoch_2(model, *args, **kwargs):
+        out = step(model, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 4:  # 2 steps an epoch: the last of epoch 2, after its update
+            with torch.no_grad():
+                next(model.generator.parameters()).fill_(float("nan"))
+        return out
+
+    monkeypatch.setattr(gan, "gan_step", spoil_at_the_end_of_epoch_2)
+    run = tmp_path / "r"
+    with pytest.raises(NonFiniteLoss, match=r"the GAN's weights became NaN or infinite in epoch 2, after steps whose "
+                                            r"losses were finite"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), replace(TINY, epochs=3), run, device="cpu",
+                data_root=data_root, progress=False)
+    kept = load_checkpoint(run, "last")
+    assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
+
+
 def test_the_gan_loop_follows_a_linear_schedule_to_zero(tmp_path, data_root):
     cfg = replace(TINY, epochs=2, lr_schedule="linear", warmup_steps=1)  # 2 steps an epoch, 4 in all
     fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu", data_root=data_root,

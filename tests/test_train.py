@@ -570,3 +570,30 @@ def test_without_a_lock_the_stale_writes_go_and_no_lock_file_stays(tmp_path, mon
     fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.safetensors", "config.json", "last.safetensors",
                                                           "metrics.jsonl"]
+
+
+def test_a_finite_loss_whose_gradient_is_not_stops_before_nan_weights_are_saved(tmp_path, monkeypatch):
+    """Unclipped, an infinite gradient makes Adam's step NaN in every weight while the loss stays finite: the run
+    saved and evaluated the NaN weights, and its resume was refused (a review, 2026-11-30)."""
+    from capsnet import models
+    from capsnet.train import NonFiniteLoss
+
+    spec = models.MODELS["capsnet"]
+    calls = []
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 3})
+    last_of_epoch_2 = 2 * -(-cfg.train_size // cfg.batch_size)  # no later step's loss to show it
+
+    def infinite_gradient(model, images, labels, components=None, **kw):
+        calls.extend([1] if model.training else [])
+        loss, scores = spec.loss(model, images, labels, components, **kw)
+        if model.training and len(calls) == last_of_epoch_2:
+            loss.register_hook(lambda g: g * float("inf"))  # the loss stays finite, its gradient does not
+        return loss, scores
+
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=infinite_gradient))
+    with pytest.raises(NonFiniteLoss, match=r"the weights became NaN or infinite in epoch 2, after steps whose loss "
+                                            r"was finite .*still holds epoch 1"):
+        fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    kept = load_checkpoint(tmp_path, "last")
+    assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1

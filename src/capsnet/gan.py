@@ -76,7 +76,7 @@ from .runtime import autocast, compile_model, resolve_device
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
-                    rng_state, run_steps, save_best, start_or_resume, within_epoch, write_metrics)
+                    rng_state, run_steps, save_best, start_or_resume, weights_finite, within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -154,11 +154,15 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     return d_loss, g_loss, d_parts, g_parts
 
 
-def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave) -> None:
-    """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag)."""
+def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module) -> None:
+    """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag), or
+    when ``model``'s weights are not (a finite loss whose gradient was not); asked before every save."""
     if bool(bad):
         raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
                             f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")
+    if not weights_finite(model):
+        raise NonFiniteLoss(f"the GAN's weights became NaN or infinite in epoch {epoch}, after steps whose losses were "
+                            f"finite (a gradient that was not); stopped without saving, {last.kept()}. Lower --lr")
 
 
 def describe_gan_epoch(record: dict[str, Any]) -> str:
@@ -340,7 +344,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             bar.update()
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
             if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
-                _stop_if_bad(bad, epoch, last)  # nothing non-finite is saved
+                _stop_if_bad(bad, epoch, last, model)  # nothing non-finite is saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
                                        time.monotonic() - started, dev), g)
                 if stopping:
@@ -349,7 +353,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
-        _stop_if_bad(bad, epoch, last)
+        _stop_if_bad(bad, epoch, last, model)
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

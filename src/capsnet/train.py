@@ -269,10 +269,18 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
     return totals[0], totals[1], int(totals[2].item())
 
 
+def weights_finite(*modules: torch.nn.Module) -> bool:
+    """Whether every parameter of ``modules`` is finite (one wait for the device): asked before a save, since a
+    finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight."""
+    flags = [torch.isfinite(p).all() for m in modules for p in m.parameters()]
+    return not flags or bool(torch.stack(flags).all())
+
+
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None,
-                        cfg: TrainConfig | None = None) -> None:
+                        cfg: TrainConfig | None = None, model: torch.nn.Module | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
-    names the flags of ``cfg`` that bear on it, where they are set.
+    names the flags of ``cfg`` that bear on it, where they are set. With ``model`` (before a save), also when its
+    weights are not finite.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
     """
@@ -282,6 +290,11 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
+    if bad < 0 and model is not None and not weights_finite(model):  # the same on every rank (one model)
+        raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
+                            f"(a gradient that was not); stopped without saving, "
+                            f"{last.kept() if launch is None or launch.is_main else 'rank 0 says which checkpoint is kept'}"
+                            f". Lower --lr, or bound the gradient with --grad-clip")
     if bad < 0:
         return
     kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
@@ -985,7 +998,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
             if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                 if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                    _stop_if_not_finite(first_bad, epoch, last, cfg=cfg)
+                    _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model)
                 loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                 ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                 if main:
@@ -995,7 +1008,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if stopping:
                     bar.close()
                     raise KeyboardInterrupt
-        _stop_if_not_finite(first_bad, epoch, last, launch, cfg)  # before anything of this epoch is saved
+        _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model)  # before anything of this epoch is saved
         run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
         train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
         images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
