@@ -45,12 +45,14 @@ import dataclasses
 import json
 import math
 import os
+import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object
+from .data.idx import DataError
 from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
@@ -347,9 +349,26 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     try:
         train_run(run, device=device, data_root=data_root, progress=False, compile=compile)
     except Exception as e:  # the message crosses back to the parent; the worker's traceback does not
+        said = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: {e}"
+        if isinstance(e, (CheckpointError, DataError)):  # the kinds the CLI says in a line, as with one job
+            raise type(e)(said) from None
+        if isinstance(e, (ValueError, OSError)):
+            raise ValueError(said) from None
         raise RuntimeError(f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
                            f"{type(e).__name__}: {e}") from None
     return k
+
+
+def _worker_start(parent: int) -> None:
+    """A worker process's first act: leave when its parent does (killed with SIGKILL, the workers were adopted by
+    init, finished their run and waited on their pipe for ever, 400 MB each)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)  # the run's last checkpoint stands; it resumes next time
+    threading.Thread(target=watch, name="capsnet-parent-watch", daemon=True).start()
 
 
 def _as_completed_bounded(executor, todo: Sequence[T], jobs: int, job: Callable[[T], tuple[Callable, tuple]],
@@ -388,10 +407,21 @@ class _FreshProcesses:
         self.pools: dict[Any, Any] = {}
 
     def submit(self, function: Callable, *args: Any):
+        import signal
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(1, mp_context=self.context)
-        future = pool.submit(function, *args)
+        pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_worker_start, initargs=(os.getpid(),))
+        try:  # the process is started here: started ignoring Ctrl-C (a disposition it keeps across exec), so a
+            # Ctrl-C while it imports torch is no traceback of its own; the parent stops it (``stop``), and its
+            # fit, once training, takes Ctrl-C and SIGTERM itself (save, then stop)
+            before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: as it is
+            before = None
+        try:
+            future = pool.submit(function, *args)
+        finally:
+            if before is not None:
+                signal.signal(signal.SIGINT, before)
         self.pools[future] = pool
         return future
 
@@ -438,7 +468,7 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                 future.result()
             except BrokenProcessPool:
                 names = ", ".join(f"{r.label} on {r.dataset}, seed {r.seed}" for r in [run, *(r for _, r in in_flight)])
-                raise RuntimeError(f"a worker process died while training (killed from outside, or for lack of "
+                raise CheckpointError(f"a worker process died while training (killed from outside, or for lack of "
                                    f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
                                    f"and interrupted ones resume: run the command again, with fewer --jobs if "
                                    f"memory ran out") from None
@@ -447,6 +477,27 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                 on_trained(k, run)
     finally:
         processes.stop()
+
+
+def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None) -> None:
+    """A ValueError, before any run trains, for a run that asks for more training or test examples than its data
+    set holds (found as that run started, after the runs before it had trained and rewritten the results): the
+    same rule and words as ``load_training``'s, from each data set's source read once."""
+    from .data.tasks import load_source, task
+
+    counts: dict[str, tuple[int, int]] = {}
+    for run in runs:
+        cfg = run.train_config
+        if run.dataset not in counts:
+            source = task(run.dataset).source
+            counts[run.dataset] = tuple(len(load_source(source, split, data_root, False)) for split in ("train", "test"))
+        n_train, n_test = counts[run.dataset]
+        if cfg.train_size > n_train:
+            raise ValueError(f"train_size {cfg.train_size} exceeds the {n_train} training examples of {run.dataset} "
+                             f"({run.label}, seed {run.seed}); give at most {n_train}, or 0 for all")
+        if cfg.test_size > n_test and not cfg.val_size:
+            raise ValueError(f"test_size {cfg.test_size} exceeds the {n_test} test examples of {run.dataset}; give "
+                             f"at most {n_test}, or 0 for all")
 
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
@@ -464,6 +515,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    check_sizes(runs, data_root)
     # every run directory checked before any run trains: one holding another run is refused before the first run
     # rewrites the results (each checkpoint read once)
     finished = {k: _finished(run) for k, run in enumerate(runs)}
@@ -523,6 +575,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         head = head[:-1] + [f"accuracy, {title}" for _, title in AFFINE_COLUMNS]
     elif multimnist:
         head[-1] = "top-2 exact error"
+    cited = any((r["experiment"], r["model"]) in PAPER for r in rows)  # the README's "beside the paper's"
+    if cited:
+        head.append("the paper's (Sabour et al. 2017: Table 1; affNIST: section 5.2)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["model"], f"{r['train_size']:,}", str(r["epochs"]), f"{r['step']:,}"]
@@ -531,6 +586,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
                       for key, _ in AFFINE_COLUMNS]
         else:
             cells.append(f"{100 * r['test_error']:.2f}%")
+        if cited:
+            cells.append(PAPER.get((r["experiment"], r["model"]), "-"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
