@@ -114,8 +114,8 @@ def test_a_bad_folder_is_named_before_anything_is_written(case, message, unet_ru
               "tiny": {"ok": grey, "x": np.zeros((4, 16), np.uint8)},
               "heic": {"x": grey}, "alpha": {"ok": grey, "x": grey}}[case]
     folder = _folder(tmp_path, arrays)
-    if case == "rgb":
-        Image.fromarray(grey).convert("RGB").save(folder / "x.png")
+    if case == "rgb":  # in colour (an RGB file of one grey is read as grey: test below)
+        Image.fromarray(np.stack([grey, grey + 9, grey], -1)).save(folder / "x.png")
     if case == "alpha":  # white everywhere, a quarter of it transparent: the drawing is in the alpha
         alpha = np.full((16, 16), 255, np.uint8)
         alpha[:8, :8] = 0
