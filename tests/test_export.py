@@ -309,3 +309,24 @@ def test_an_opset_the_exporter_cannot_write_is_refused_not_replaced_by_another(t
         export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / "m.onnx", opset=1000)
     assert list(tmp_path.iterdir()) == []
     assert "Traceback" not in caplog.text
+
+
+def test_an_onnx_file_keeps_the_norms_epsilon(tmp_path):
+    """The ONNX optimizer's 'x + 0 -> x' took safe_norm's float32 1e-8 for 0: the file computed the lengths of zero
+    poses as 0, not sqrt(1e-8) = 1e-4, a difference at the whole of TOLERANCE (SegCaps' background: 8.6e-5; a
+    review, 2026-11-30)."""
+    torch.manual_seed(0)
+    model = create_model("capsnet", **SMALL["capsnet"]).eval()
+    with torch.no_grad():  # poses of exactly zero: a zero image through zero weights
+        for p in model.parameters():
+            p.zero_()
+    path = tmp_path / "zero.onnx"
+    export_model(model, path, format="onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    c = model.config
+    x = torch.zeros(2, c.in_channels, c.input_height, c.input_width)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"images": x.numpy()})))
+    with torch.no_grad():
+        want = model(x).lengths
+    assert abs(float(want.min()) - 1e-4) < 1e-7  # the epsilon's floor, in eager
+    assert abs(got["lengths"] - want.numpy()).max() < 1e-6

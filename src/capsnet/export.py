@@ -372,7 +372,10 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         with _quiet():
             program = torch.onnx.export(traced.program, input_names=[n for n, _ in traced.module.inputs],
                                         output_names=list(names),
-                                        opset_version=opset, dynamo=True, verbose=False, optimize=True)
+                                        opset_version=opset, dynamo=True, verbose=False,
+                                        # the optimizer's "x + 0 -> x" takes a float32 1e-8 for 0 (its tolerance):
+                                        # safe_norm's epsilon went, and lengths of zero poses read 0, not 1e-4
+                                        optimize=False)
             proto = program.model_proto
     except Exception as e:
         raise ExportError(f"{traced.label} cannot be exported to ONNX: the exporter failed ({_first_line(e)})") from e
