@@ -684,8 +684,8 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     test pairs when it exists, else about a fifth of the pairs, chosen by name (``held_out_names``), is the test
     split."""
     base = Path(root).expanduser()
-    if not base.is_dir():
-        raise DataError(f"--dataset {prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
+    if not base.is_dir():  # no flag named: --dataset to train and eval, --datasets to capsnet experiment
+        raise DataError(f"{prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
                         f"the same names)")
     held_out = (base / "test").is_dir()
     where = base / "test" if held_out and split == "test" else base
