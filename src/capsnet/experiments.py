@@ -485,12 +485,20 @@ def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None)
     same rule and words as ``load_training``'s, from each data set's source read once."""
     from .data.tasks import load_source, task
 
-    counts: dict[str, tuple[int, int]] = {}
+    counts: dict[str, tuple[int, int] | None] = {}
     for run in runs:
         cfg = run.train_config
+        if not (cfg.train_size or cfg.test_size):
+            continue
         if run.dataset not in counts:
             source = task(run.dataset).source
-            counts[run.dataset] = tuple(len(load_source(source, split, data_root, False)) for split in ("train", "test"))
+            try:
+                counts[run.dataset] = tuple(len(load_source(source, split, data_root, False))
+                                            for split in ("train", "test"))
+            except DataError:  # not on disk (nor to be had): said as the run that needs it starts
+                counts[run.dataset] = None
+        if counts[run.dataset] is None:
+            continue
         n_train, n_test = counts[run.dataset]
         if cfg.train_size > n_train:
             raise ValueError(f"train_size {cfg.train_size} exceeds the {n_train} training examples of {run.dataset} "
