@@ -359,6 +359,21 @@ def test_a_sweep_that_barely_moves_says_so_on_the_figure():
     moving = flat.clone()
     moving[1, 2, :14] = 1.0  # half the pixels of one tile change by 0.7
     assert "barely" not in plot_pose_sweep(moving, [0, 1], deltas)._suptitle.get_text()
+    # the columns read as the deltas asked (+.2f wrote 0.125 as +0.12 and 0.0005 as +0.00), and a small range is
+    # not blamed on the model (a review, 2026-11-30)
+    fine = [-0.125, -0.0005, 0.0, 0.0005, 0.125]
+    fig = plot_pose_sweep(torch.full((2, 5, 28, 28), 0.3), [0, 1], fine)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["-0.125", "-0.0005", "+0", "+0.0005", "+0.125"]
+    tiny = plot_pose_sweep(flat, [0, 1], [-0.01, 0.0, 0.01])._suptitle.get_text()
+    assert "a wider range of changes moves it further" in tiny and "barely trained" not in tiny
+
+
+def test_one_run_given_twice_draws_one_curve_named_without_a_double_slash(run_dir):
+    from capsnet.figures.report import _labels, _runs
+
+    runs = _runs([run_dir, run_dir / "best.safetensors"])
+    assert len(runs) == 1 and not next(iter(runs)).startswith("/")
+    assert _labels([Path("/run")]) == ["run"]
 
 
 def test_curves_of_runs_with_one_name_are_told_apart_and_a_gan_run_beside_a_classifier_is_refused_first(

@@ -90,7 +90,7 @@ def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, caps
     assert "a synthesis model has no class capsules" in capsys.readouterr().err and not bad.exists()
 
 
-def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path, data_root):
+def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path, data_root, capsys):
     from capsnet.gan import fit_gan
 
     run = tmp_path / "p2p"
@@ -100,6 +100,9 @@ def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path,
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--data-dir", str(data_root), "--indices",
                  "0", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["samples.png", "training_curves.png"]
+    # and says why (without a word before: a review, 2026-11-30)
+    assert "pix2pix's noise is its dropout, no vector: no interpolation or truncation figures" in \
+        capsys.readouterr().out
     with pytest.raises(fg.FigureError, match="takes no noise vector"):
         interpolate_noise(load_model(run)[0], torch.zeros(1, 32, 32))
     with pytest.raises(fg.FigureError, match="nothing to truncate"):

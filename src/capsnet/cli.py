@@ -650,11 +650,11 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--dims", type=_nonneg_int, nargs="+", default=None, help="pose dimensions to sweep (default: all)")
     f.add_argument("--delta-range", type=_positive_float, default=0.25, help="sweep each dimension from -R to +R")
     f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
-    f.add_argument("--misclassified", type=_nonneg_int, default=MISCLASSIFIED,
+    f.add_argument("--misclassified", type=_misclassified, default=MISCLASSIFIED,
                    help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
                         "this many lowest-Dice images of the first 1,000 test images) (0: skip)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
-    f.add_argument("--dpi", type=_dpi, default=100, help="resolution of PNG figures (1 to 1200)")
+    f.add_argument("--dpi", type=_dpi, default=100, help="resolution of PNG figures (10 to 1200)")
     _common(f)
 
 
@@ -1076,10 +1076,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _dpi(text: str) -> int:
-    """A PNG resolution: 1 to 1200 dots per inch (100,000 asked matplotlib for gigabytes and ended in MemoryError)."""
-    value = _positive_int(text)
-    if value > 1200:
-        raise argparse.ArgumentTypeError(f"{value} is above 1200 dots per inch, the most a printed figure needs")
+    """A PNG resolution: 10 to 1200 dots per inch (100,000 asked matplotlib for gigabytes and ended in MemoryError;
+    1 to 5 met FreeType's smallest font size, a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 10 to 1200, got {text!r}") from None
+    if not 10 <= value <= 1200:
+        raise argparse.ArgumentTypeError(f"must be an integer from 10 to 1200 dots per inch (below 10 the labels' "
+                                         f"fonts cannot be drawn; above 1200 no printed figure needs it), got {value}")
+    return value
+
+
+def _misclassified(text: str) -> int:
+    """How many misclassified inputs to draw: 0 to 100 (one row of panels; 8,055 drew for minutes in 9.7 GB)."""
+    value = _nonneg_int(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"must be at most 100 (one row of panels), got {value}")
     return value
 
 

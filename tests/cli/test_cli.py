@@ -713,8 +713,15 @@ def test_figures_dpi_and_the_viewers_test_size_have_bounds(trained_run, tmp_path
     from capsnet.viz.engine import ViewerError, load_viewer
 
     r = in_process(capsys, "figures", "--checkpoint", trained_run, "--dpi", 100000, "--out", tmp_path / "f")
-    assert_clean_error(r, "argument --dpi: 100000 is above 1200 dots per inch")
+    assert_clean_error(r, "argument --dpi: must be an integer from 10 to 1200 dots per inch")
     assert not (tmp_path / "f").exists()
+    # 1 to 5 met FreeType's smallest font size (a traceback), --misclassified 100000 drew 8,055 panels for minutes
+    # in 9.7 GB (a review, 2026-11-30)
+    for flag, value, said in (("--dpi", 5, "must be an integer from 10 to 1200"),
+                              ("--misclassified", 101, "must be at most 100 (one row of panels), got 101")):
+        assert_clean_error(in_process(capsys, "figures", "--checkpoint", trained_run, flag, value, "--out",
+                                      tmp_path / "f"), said)
+        assert not (tmp_path / "f").exists()
     with pytest.raises(ViewerError, match="--test-size 99999 exceeds the 500 test examples of mnist-sample; give at "
                                           "most 500, or 0 for all"):
         load_viewer(trained_run, dataset="mnist-sample", test_size=99999, progress=False)

@@ -129,14 +129,17 @@ def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[f
     ax.imshow(canvas[0].numpy() if C == 1 else canvas.permute(1, 2, 0).numpy(), cmap="gray", vmin=0, vmax=1,
               interpolation="nearest")
     ax.set_yticks([a * (H + pad) + H / 2 for a in range(A)], [f"dim {d}" for d in dims], fontsize=7)
-    ax.set_xticks([k * (W + pad) + W / 2 for k in range(K)], [f"{d:+.2f}" for d in deltas], fontsize=7)
+    ax.set_xticks([k * (W + pad) + W / 2 for k in range(K)], [f"{d:+.4g}" for d in deltas], fontsize=7)  # as
+    # asked: +.2f read 0.125 as +0.12 and 0.0005 as +0.00
     ax.set_xlabel("change of the dimension's value", fontsize=8)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
     moved = float(sweep_change(sweep, deltas).max())
-    still = (f"\nthe reconstruction barely moves (at most {moved:.3f} mean pixel change): the capsule is barely "
-             f"trained or ignores these dimensions" if moved < BARELY_MOVES else "")
+    why = ("the capsule is barely trained or ignores these dimensions" if max(map(abs, deltas)) >= 0.25 else
+           "a wider range of changes moves it further")
+    still = (f"\nthe reconstruction barely moves (at most {moved:.3f} mean pixel change): {why}"
+             if moved < BARELY_MOVES else "")
     fig.suptitle(f"Pose sweep{' of ' + label if label else ''}\neach row moves one dimension of the capsule by "
                  f"the amount under its column, then decodes{still}", fontsize=9, color="#a00" if still else "black")
     return fig
@@ -256,7 +259,7 @@ def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
         ax_acc.set(title="Training Dice (training batches)", xlabel="epoch", ylabel="Dice (%)")
         ax_err.set(title="Held-out 1 - Dice", xlabel="epoch", ylabel="1 - Dice (%)")
     else:
-        ax_loss.set(title="Loss (the model's own: CapsNet's margin + reconstruction)", xlabel="epoch", ylabel="loss")
+        ax_loss.set(title="Loss (the model's own;\nCapsNet: margin + reconstruction)", xlabel="epoch", ylabel="loss")
         ax_acc.set(title="Training accuracy (augmented batches)", xlabel="epoch", ylabel="accuracy (%)")
         ax_err.set(title="Held-out error", xlabel="epoch", ylabel="error (%)")
     for ax in (ax_loss, ax_acc, ax_err):

@@ -47,7 +47,7 @@ def _default_out(checkpoint: str | os.PathLike, weights: str = "saved") -> Path:
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
     """A name for each run in the curves' legend: its folder's name, with as many parent folders as it takes to tell
     runs of the same name apart (mnist/capsnet-seed0 beside fashion-mnist/capsnet-seed0)."""
-    parts = [run_dir.resolve().parts for run_dir in run_dirs]
+    parts = [run_dir.resolve().parts[1:] or run_dir.resolve().parts for run_dir in run_dirs]  # no root "/" in a name
     depth = [1] * len(parts)
     while True:
         labels = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
@@ -131,6 +131,8 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
             raise FigureError(f"{run_dir} holds another kind of run than {checkpoints[0]} (a {kind} run's metrics "
                               f"have {needed}{_SCORED.get(kind, '')}); overlay the training curves of runs of one "
                               f"kind, or draw it alone")
+        if any(run_dir.resolve() == seen.resolve() for seen in run_dirs if not pretrained.is_shipped(str(seen))):
+            continue  # the same run given twice (a folder and its checkpoint): one line, not two on each other
         run_dirs.append(run_dir)
         records.append(history)
     return dict(zip(_labels(run_dirs), records))
@@ -308,7 +310,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
             moved = float(sweep_change(sweeps[n], deltas).max())
             if moved < BARELY_MOVES:
                 done.notes.append(f"pose_sweep_{index}: the reconstruction barely moves (at most {moved:.3f} mean "
-                                  f"pixel change); the model looks barely trained")
+                                  f"pixel change); " + ("the model looks barely trained" if max(map(abs, deltas))
+                                                        >= 0.25 else "a wider --delta-range moves it further"))
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
     score, margins = class_scores(ckpt.model_name, getattr(model.config, "routing", "dynamic"))
@@ -438,6 +441,9 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     if rows is not None:
         save(plot_interpolation(labels[:4], rows, indices=chosen[:4]), "interpolation")
         save(plot_truncation(labels[:4], cut, indices=chosen[:4], truncations=TRUNCATIONS), "truncation")
+    else:  # written without a word before
+        done.notes.append(f"{ckpt.model_name}'s noise is its dropout, no vector: no interpolation or truncation "
+                          f"figures")
     for index, m, label in zip(chosen, maps, labels):
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
