@@ -480,3 +480,16 @@ def test_the_class_score_plot_names_its_scores_draws_margins_only_for_a_margin_l
     assert class_scores("capsnet", "self-attention") == ("class capsule length (self-attention routing)", (0.9, 0.1))
     assert class_scores("capsnet-small", "em") == ("class capsule activation (em routing)", (0.9, 0.1))
     assert class_scores("em-capsnet", "em") == ("class capsule activation (em routing)", None)
+
+
+def test_misclassified_inputs_are_shown_with_their_test_indices(model, test_set):
+    """Nothing said which test images they were (worst.png does): each panel names its index (a review,
+    2026-11-30), to find it again with --indices or in the viewer."""
+    from capsnet.figures.plots import plot_misclassified
+
+    images, labels = _inputs(test_set, 2)
+    wrong = (labels + 1) % 10  # told they are other digits: the true capsule is the label given
+    rec = fg.reconstructions(model, images, wrong)
+    fig = plot_misclassified(images, rec, wrong, indices=[7, 42])
+    titles = [fig.axes[n].get_title() for n in range(2)]
+    assert titles[0].startswith("#7: true ") and titles[1].startswith("#42: true ")

@@ -61,8 +61,9 @@ def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: tor
 
 
 def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
-                       classes: Sequence[str] | None = None) -> "Figure":
-    """Sabour et al. 2017, Figure 3 (right): each misread input decoded from the true and the predicted capsule."""
+                       classes: Sequence[str] | None = None, indices: Sequence[int] | None = None) -> "Figure":
+    """Sabour et al. 2017, Figure 3 (right): each misread input decoded from the true and the predicted capsule;
+    ``indices``: their test indices, shown above them (to find them again: --indices, the viewer)."""
     if rec.from_label is None:
         raise FigureError("misclassified reconstructions need the true labels")
     N = len(images)
@@ -73,7 +74,7 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        _show(axes[0, n], images[n], f"true {name(t)}, pred {name(p)}")
+        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}, pred {name(p)}")
         _show(axes[1, n], rec.from_label[n], f"as {name(t)}")
         _show(axes[2, n], rec.from_predicted[n], f"as {name(p)}")
     axes[0, 0].set_ylabel("input", fontsize=9)

@@ -301,7 +301,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     if rec is not None:
         save(plot_reconstructions(images, rec, labels, classes), "reconstructions")
     if m_rec is not None:
-        save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes), "misclassified")
+        save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes, indices=wrong.tolist()),
+             "misclassified")
     for n, index in enumerate(chosen):
         if sweeps is not None:
             label = (f"test image {index} (true {classes[int(labels[n])]}), "
