@@ -27,7 +27,7 @@ from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
-from .data.png import check_out_folder, opaque_image_array, png_files, read_png
+from .data.png import check_out_folder, opaque_image_array, png_files, read_png, refuse_case_twins
 from .data.sets import class_names
 from .data.tasks import SVHN_CLASSES, task
 from .evaluate import eval_batch, load_model
@@ -235,11 +235,8 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         stem, other = clash[0]
         raise DataError(f"{source} holds both {stem}.png and {other}.png: the first's probabilities would be written "
                         f"over the second's mask; rename {other}.png or leave out the probabilities")
-    if segmenting and len(folded) < len(arrays):  # a classifier writes one predictions.csv
-        first = sorted(s for s in arrays if folded[s.casefold()] != s)[0]
-        pair = sorted({first, folded[first.casefold()]})
-        raise DataError(f"{source} holds {pair[0]}.png and {pair[1]}.png, names that differ in case alone: their "
-                        f"outputs would be one file on macOS and Windows; rename one of them")
+    if segmenting:  # a classifier writes one predictions.csv
+        refuse_case_twins(list(arrays), source, "outputs")
     written: dict[Path, bytes] = {}
     if segmenting:
         probs = _segment(model, arrays, paths, batch_size, progress)

@@ -247,7 +247,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     alone, whatever else the folder holds."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import check_out_folder, label_map_array, png_files, scale_binary_label_maps
+    from .data.png import check_out_folder, label_map_array, png_files, refuse_case_twins, scale_binary_label_maps
     from .evaluate import load_model
     from .models import model_spec
 
@@ -271,12 +271,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                             + ("resize or pad it" if a.shape[0] == want[0] else
                                f"save it as {'grayscale' if want[0] == 1 else 'RGB'}"))
         arrays[stem] = a
-    folded = {stem.casefold(): stem for stem in arrays}
-    if len(folded) < len(arrays):  # their images would be one file on macOS and Windows, written over each other
-        first = sorted(s for s in arrays if folded[s.casefold()] != s)[0]
-        pair = sorted({first, folded[first.casefold()]})
-        raise DataError(f"{labels_dir} holds {pair[0]}.png and {pair[1]}.png, names that differ in case alone: their "
-                        f"images would be one file on macOS and Windows; rename one of them")
+    refuse_case_twins(list(arrays), labels_dir, "images")
     maps = np.stack(list(arrays.values()))  # (N, C, H, W)
     if ckpt.state.get("label_maps") != "graded":  # each 0/1 map as 0/255, as the run's binary maps read (a run on
         maps = np.stack([scale_binary_label_maps(m) for m in maps])  # class indices 0..K reads them as they are)

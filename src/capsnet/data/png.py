@@ -13,7 +13,7 @@ import torch
 
 from .idx import DataError
 
-__all__ = ["png_files", "read_png", "image_array", "opaque_image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
+__all__ = ["png_files", "refuse_case_twins", "read_png", "image_array", "opaque_image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
            "transparent_share", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
@@ -61,6 +61,17 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
             raise DataError(f"{by_stem[stem]} and {p} have the same name; rename one of them")
         by_stem[stem] = p
     return by_stem
+
+
+def refuse_case_twins(stems, where: str | Path, outputs: str) -> None:
+    """A DataError when two of a folder's file ``stems`` differ in case alone: the ``outputs`` written by their
+    names would be one file on macOS's and Windows' file systems, one written over the other."""
+    folded = {stem.casefold(): stem for stem in stems}
+    if len(folded) < len(stems):
+        first = sorted(s for s in stems if folded[s.casefold()] != s)[0]
+        pair = sorted({first, folded[first.casefold()]})
+        raise DataError(f"{where} holds {pair[0]}.png and {pair[1]}.png, names that differ in case alone: their "
+                        f"{outputs} would be one file on macOS and Windows; rename one of them")
 
 
 def read_png(path: Path):
