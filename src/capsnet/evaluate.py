@@ -416,7 +416,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
     split = load_test(name, size=test_size, root=root, progress=progress)
-    check_test_size(test_size, split, name)
+    check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
     sizes = {extra: len(s) for extra, s in split.extra.items()}

@@ -270,12 +270,19 @@ def training_examples(run: Run) -> int:
     """How many training examples ``run`` trains on: its ``train_size`` subset, else the whole training split of
     its data set (mnist-sample's 2,000, MNIST's 60,000; a user's folder: its training pairs, read), less the
     ``val_size`` held out for validation."""
-    from .data.sets import split_size
-    from .data.tasks import load_source, user_folder
+    cfg = run.train_config
+    return (cfg.train_size or _split_count(task(run.dataset).source, "train", None)) - cfg.val_size
 
-    cfg, source = run.train_config, task(run.dataset).source
-    whole = len(load_source(source, "train", None, False)) if user_folder(source) else split_size(source, "train")
-    return (cfg.train_size or whole) - cfg.val_size
+
+def _split_count(source: str, split: str, data_root: str | os.PathLike | None) -> int:
+    """How many examples split ``split`` of a task's source holds: a registered image set's known size (nothing
+    read or downloaded), a user's folder's or another set's by reading it."""
+    from .data.sets import DATASETS, split_size
+    from .data.tasks import load_source
+
+    if source in DATASETS:
+        return split_size(source, split)
+    return len(load_source(source, split, data_root, False))
 
 
 def _finished(run: Run) -> dict[str, Any] | None:
@@ -349,13 +356,12 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     try:
         train_run(run, device=device, data_root=data_root, progress=False, compile=compile)
     except Exception as e:  # the message crosses back to the parent; the worker's traceback does not
-        said = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: {e}"
+        failed = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
         if isinstance(e, (CheckpointError, DataError)):  # the kinds the CLI says in a line, as with one job
-            raise type(e)(said) from None
+            raise type(e)(f"{failed}{e}") from None
         if isinstance(e, (ValueError, OSError)):
-            raise ValueError(said) from None
-        raise RuntimeError(f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
-                           f"{type(e).__name__}: {e}") from None
+            raise ValueError(f"{failed}{e}") from None
+        raise RuntimeError(f"{failed}{type(e).__name__}: {e}") from None
     return k
 
 
@@ -482,8 +488,8 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
 def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None) -> None:
     """A ValueError, before any run trains, for a run that asks for more training or test examples than its data
     set holds (found as that run started, after the runs before it had trained and rewritten the results): the
-    same rule and words as ``load_training``'s, from each data set's source read once."""
-    from .data.tasks import load_source, task
+    same rule and words as ``load_training``'s, from each data set's sizes (``_split_count``)."""
+    from .data.tasks import check_test_size
 
     counts: dict[str, tuple[int, int] | None] = {}
     for run in runs:
@@ -493,9 +499,8 @@ def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None)
         if run.dataset not in counts:
             source = task(run.dataset).source
             try:
-                counts[run.dataset] = tuple(len(load_source(source, split, data_root, False))
-                                            for split in ("train", "test"))
-            except DataError:  # not on disk (nor to be had): said as the run that needs it starts
+                counts[run.dataset] = tuple(_split_count(source, split, data_root) for split in ("train", "test"))
+            except DataError:  # a folder not there, a set not on disk: said as the run that needs it starts
                 counts[run.dataset] = None
         if counts[run.dataset] is None:
             continue
@@ -503,9 +508,8 @@ def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None)
         if cfg.train_size > n_train:
             raise ValueError(f"train_size {cfg.train_size} exceeds the {n_train} training examples of {run.dataset} "
                              f"({run.label}, seed {run.seed}); give at most {n_train}, or 0 for all")
-        if cfg.test_size > n_test and not cfg.val_size:
-            raise ValueError(f"test_size {cfg.test_size} exceeds the {n_test} test examples of {run.dataset}; give "
-                             f"at most {n_test}, or 0 for all")
+        if not cfg.val_size:  # (with one, the test split is not read)
+            check_test_size(cfg.test_size, n_test, run.dataset)
 
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,

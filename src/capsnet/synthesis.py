@@ -406,7 +406,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
     judge = judge_for(name, judge, run_dir=Path(ckpt.path).parent)
     judge_model = load_judge(judge, device=device) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
-    check_test_size(test_size, split, name)
+    check_test_size(test_size, len(split), name)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
                                  progress=progress, truncation=truncation)
     return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),

@@ -761,16 +761,16 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
         held, held_name = t.held(val, 0, True), "val"
     else:
         held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
-        check_test_size(test_size, held, name)
+        check_test_size(test_size, len(held), name)
     return Split(train.images, train.labels, train.classes), held, held_name
 
 
-def check_test_size(test_size: int, held: Split, name: str) -> None:
-    """A ValueError when more test examples were asked for than ``name`` has (it scored the fewer without a word,
-    where too large a train_size is refused)."""
-    if test_size and len(held) < test_size:
-        raise ValueError(f"test_size {test_size} exceeds the {len(held)} test examples of {name}; give at most "
-                         f"{len(held)}, or 0 for all")
+def check_test_size(test_size: int, available: int, name: str) -> None:
+    """A ValueError when more test examples were asked for than the ``available`` of ``name`` (it scored the fewer
+    without a word, where too large a train_size is refused)."""
+    if test_size and available < test_size:
+        raise ValueError(f"test_size {test_size} exceeds the {available} test examples of {name}; give at most "
+                         f"{available}, or 0 for all")
 
 
 _LOADERS = {"smallnorb": load_smallnorb, "cifar10": load_cifar10, "svhn": load_svhn}  # the rest: load_dataset
