@@ -137,8 +137,8 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
                               f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
         if transparent_share(img):  # as capsnet predict, generate and training refuse it
-            what = "label map" if label_maps is not None else "image"
-            raise ViewerError(f"the {what} has transparent pixels; a{'n' if what == 'image' else ''} {what} is read "
+            kind = "label map" if label_maps is not None else "image"  # (``what`` is the model's task, above)
+            raise ViewerError(f"the {kind} has transparent pixels; a{'n' if kind == 'image' else ''} {kind} is read "
                               "by its values, not its alpha (strokes painted on a transparent canvas would read as "
                               "empty): flatten it onto its background and save it without alpha")
         try:
