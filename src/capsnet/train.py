@@ -39,8 +39,8 @@ from ._config import JsonConfig, check_types
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, load_checkpoint, load_weights, rank_rng_key,
-                         save_checkpoint, saved_point)
+from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, load_checkpoint, load_weights,
+                         rank_rng_key, read_json_object, save_checkpoint, saved_point)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -269,10 +269,10 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
     return totals[0], totals[1], int(totals[2].item())
 
 
-def weights_finite(*modules: torch.nn.Module) -> bool:
-    """Whether every parameter of ``modules`` is finite (one wait for the device): asked before a save, since a
+def weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every parameter of ``model`` is finite (one wait for the device): asked before a save, since a
     finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight."""
-    flags = [torch.isfinite(p).all() for m in modules for p in m.parameters()]
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
     return not flags or bool(torch.stack(flags).all())
 
 
@@ -290,14 +290,14 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
-    if bad < 0 and model is not None and not weights_finite(model):  # the same on every rank (one model)
-        raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
-                            f"(a gradient that was not); stopped without saving, "
-                            f"{last.kept() if launch is None or launch.is_main else 'rank 0 says which checkpoint is kept'}"
-                            f". Lower --lr, or bound the gradient with --grad-clip")
-    if bad < 0:
+    spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
+    if bad < 0 and not spoilt:
         return
     kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
+    if spoilt:
+        raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
+                            f"(a gradient that was not); stopped without saving, {kept}. Lower --lr, or bound the "
+                            f"gradient with --grad-clip")
     clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
     amp = cfg is None or cfg.amp != "none"
     raise NonFiniteLoss(f"the training loss{' (with --grad-clip, or its gradient)' if clipped else ''} became NaN or "
@@ -580,15 +580,13 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
 
 
 def _a_runs_config(path: Path) -> bool:
-    """Whether ``path`` is absent or the config.json a capsnet run writes as it starts (a run stopped before its
-    first save leaves one, which its rerun replaces)."""
-    if not path.exists():
-        return True
+    """Whether ``path`` is the config.json a capsnet run writes as it starts (a run stopped before its first save
+    leaves one, which its rerun replaces): False for no file, or one of anything else."""
     try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError):
+        found = read_json_object(path, "")
+    except (OSError, CheckpointError):
         return False
-    return isinstance(found, dict) and {"model", "model_config", "train_config"} <= found.keys()
+    return {"model", "model_config", "train_config"} <= found.keys()
 
 
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool
@@ -602,7 +600,7 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
                                   f"or choose another output directory")
         # a run's config.json: the files beside it are that run's (killed before its first last.safetensors), to
         # start again; without one, or beside one of the user's own, they are not a run's to replace
-        others = [] if (run_dir / "config.json").exists() and _a_runs_config(run_dir / "config.json") else \
+        others = [] if _a_runs_config(run_dir / "config.json") else \
             [n for n in ("config.json", "best.safetensors", "metrics.jsonl") if (run_dir / n).exists()]
         if others:  # a new run writes these names: another's files (or the user's own) would be lost unasked
             raise CheckpointError(f"{run_dir} holds {' and '.join(others)} but no last.safetensors, so no run to "

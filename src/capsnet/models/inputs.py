@@ -10,7 +10,8 @@ import torch
 from .._eager import autocast_on
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
-__all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels", "check_nonempty"]
+__all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
+           "check_nonempty"]
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
