@@ -12,8 +12,8 @@ import math
 import sys
 from typing import Any, TypeVar
 
-__all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "check_choice",
-           "json_value", "hash_as_saved", "MAX_WEIGHTS"]
+__all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "OutOfRange",
+           "check_choice", "json_value", "hash_as_saved", "MAX_WEIGHTS"]
 
 T = TypeVar("T")
 
@@ -127,13 +127,25 @@ def check_types(config: Any) -> None:
             raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}")
 
 
+class OutOfRange(ValueError):
+    """``check_range``'s error, with the field's ``name`` and its bounds ``lo`` and ``hi`` for a caller that says
+    more (the CLI: the size to pad or crop a user's images to)."""
+
+    def __init__(self, message: str, name: str = "", lo: float = -math.inf, hi: float = math.inf) -> None:  # the
+        # defaults: an unpickled one (its args are the message alone) is still made
+        super().__init__(message)
+        self.name, self.lo, self.hi = name, lo, hi
+
+
 def check_range(config: Any, name: str, lo: float, hi: float) -> None:
-    """``lo <= config.name <= hi`` (each item, for a list), or a ValueError naming the field and the range."""
+    """``lo <= config.name <= hi`` (each item, for a list), or an ``OutOfRange`` (a ValueError) naming the field and
+    the range."""
     value = getattr(config, name)
     for v in value if isinstance(value, (list, tuple)) else (value,):
         if not lo <= v <= hi:
             got = f"{value:.3g}" if _is_int(value) and abs(value) >= 10**12 else repr(value)
-            raise ValueError(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}")
+            raise OutOfRange(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}",
+                             name, lo, hi)
 
 
 def check_choice(config: Any, name: str, choices: Any) -> None:

@@ -14,7 +14,6 @@ import difflib
 import json
 import logging
 import os
-import re
 import shlex
 import sys
 import warnings
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
-from ._config import json_value
+from ._config import OutOfRange, json_value
 from ._progress import one_line_warnings
 from .average import WEIGHTS
 from .checkpoint import check_out_dir
@@ -1004,10 +1003,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):
                 raise
-            bounds = re.search(r"must be in ([\d,]+)\.\.([\d,]+), got", str(e))  # a side out of the model's range
-            fix = "" if bounds is None else "; pad them to at least {} a side".format(bounds[1]) \
-                if min(sized["input_height"], sized["input_width"]) < int(bounds[1].replace(",", "")) else \
-                "; crop or scale them to at most {} a side".format(bounds[2])
+            fix = "" if not isinstance(e, OutOfRange) else f"; pad them to at least {e.lo:,} a side" \
+                if min(sized["input_height"], sized["input_width"]) < e.lo else \
+                f"; crop or scale them to at most {e.hi:,} a side"  # a side out of the model's range
             raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
                              f"images, which --model {chosen} cannot take: {e}{fix}") from None
         train_cfg = _train_config(train_changes, chosen)
