@@ -330,3 +330,77 @@ def test_an_onnx_file_keeps_the_norms_epsilon(tmp_path):
         want = model(x).lengths
     assert abs(float(want.min()) - 1e-4) < 1e-7  # the epsilon's floor, in eager
     assert abs(got["lengths"] - want.numpy()).max() < 1e-6
+
+
+# segcaps-r1 traces about six times as long with symbolic sides as with fixed ones (a minute here): -m slow
+@pytest.mark.parametrize("name", ["unet", pytest.param("segcaps-r1", marks=pytest.mark.slow)])
+def test_any_size_export_runs_at_other_sides_and_refuses_sides_off_the_stride(name, tmp_path):
+    """--any-size: one file takes images of any height and width that are multiples of the model's stride (not
+    only the traced 16x16), named height and width in both formats; another size is refused by the graph."""
+    from capsnet.export import side_multiple
+
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name]).eval()
+    assert side_multiple(model) == 8  # unet's depth 2 would allow 4: SegCaps' 8 is kept, so both take one set
+    traced = trace_model(model, any_size=True)
+    sizes = [(1, 8, 8), (2, 24, 40), (3, 48, 16)]  # none is the traced 16x16; tall, wide, smaller than traced
+    batches = [{"images": torch.rand(b, 1, h, w)} for b, h, w in sizes]
+    for fmt in FORMATS:
+        path = tmp_path / f"{name}{FORMATS[fmt]}"
+        result = export_model(traced, path, format=fmt)
+        assert result.inputs == [("images", ("batch", 1, "height", "width"))]
+        assert all(shape[0] == "batch" and shape[-2:] == ("height", "width") for _, shape in result.outputs)
+        assert result.checked_sides == (24, 32) and "images of 24x32 within" in result.format_report()
+        if fmt == "onnx":
+            import onnx
+
+            proto = onnx.load(str(path))
+            for value in [*proto.graph.input, *proto.graph.output]:
+                dims = [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+                assert dims[0] == "batch" and dims[-2:] == ["height", "width"], (value.name, dims)
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            for inputs in batches:
+                got = session.run(None, {"images": inputs["images"].numpy()})
+                assert_matches(got, reference(model, inputs), f"onnx at {tuple(inputs['images'].shape)}")
+        else:
+            pt2_checks(path, batches, model)
+            with pytest.raises(Exception, match="% 8 == 0"):  # the program's guard: 20 is no multiple of 8
+                torch.export.load(str(path)).module()(torch.rand(1, 1, 20, 16))
+
+
+def test_any_size_is_refused_for_a_model_of_one_input_size(tmp_path):
+    """A classifier's dense layers and CapsPix2pix's noise map fix the input size: said at once, nothing written."""
+    for name in ("capsnet", "capspix2pix"):
+        with pytest.raises(ExportError, match=f"{name} takes images of one size only .* --any-size, which exports "
+                                              f"the segmentation models \\(segcaps, segcaps-r1, unet\\)"):
+            export_model(create_model(name, **SMALL[name]), tmp_path / "m.onnx", any_size=True)
+    traced = trace_model(create_model("unet", **SMALL["unet"]))  # traced for its own size: cannot become any size
+    with pytest.raises(ExportError, match=r"traced for its own image size: .*any_size=True"):
+        export_model(traced, tmp_path / "u.onnx", any_size=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_cli_any_size(tmp_path, capsys):
+    """capsnet export --any-size on a segmentation checkpoint: the file takes other sides; on a classifier: refused
+    in one line."""
+    from capsnet.checkpoint import Checkpoint, save_checkpoint
+    from capsnet.cli import main
+
+    torch.manual_seed(0)
+    for name in ("unet", "baseline"):
+        model = create_model(name, **SMALL[name])
+        save_checkpoint(tmp_path / f"{name}.safetensors", Checkpoint(name, model.config.to_dict(), {},
+                                                                     {"epoch": 1, "step": 1}, model.state_dict()))
+    assert main(["export", "--checkpoint", str(tmp_path / "unet.safetensors"), "--format", "torch-export",
+                 "--any-size"]) == 0
+    import re
+
+    assert re.search(r"input +images +float32 \(batch, 1, height, width\)", capsys.readouterr().out)
+    from capsnet.evaluate import load_model
+
+    unet, _ = load_model(tmp_path / "unet.safetensors")
+    pt2_checks(tmp_path / "unet.pt2", [{"images": torch.rand(2, 1, 32, 8)}], unet)
+    assert main(["export", "--checkpoint", str(tmp_path / "baseline.safetensors"), "--any-size"]) == 2
+    err = capsys.readouterr().err
+    assert "baseline takes images of one size only" in err and "Traceback" not in err
+    assert not (tmp_path / "baseline.onnx").exists()

@@ -602,6 +602,10 @@ def _export_arguments(x: argparse.ArgumentParser) -> None:
                                                "pretrained:NAME, NAME.onnx or NAME.pt2 in the working folder)")
     x.add_argument("--opset", type=_number(int, minimum=MIN_OPSET), default=None,
                    help=f"ONNX opset, {MIN_OPSET} or newer (default: the exporter's)")
+    x.add_argument("--any-size", action="store_true",
+                   help="a segmentation model's graph takes images of any height and width that are multiples of "
+                        "its stride (8 for SegCaps), not only the run's own size; tracing takes several times as "
+                        "long")
 
 
 def _bench_arguments(b: argparse.ArgumentParser) -> None:
@@ -1282,7 +1286,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         args.parser.error(f"--out {args.out} has the suffix of --format {other} ({given}), not of {args.format}: use "
                           f"--format {other}, or name the file {renamed}")
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
-                       weights=args.weights)
+                       weights=args.weights, any_size=args.any_size)
           .format_report())
     _say_training_weights(args)
     return 0

@@ -4,7 +4,8 @@ The exported graph takes a batch of images and returns the model's class
 scores, its class capsules' poses and, where the model has a decoder, the
 reconstruction from the predicted class's capsule (the others masked, as at
 inference in ``CapsNet.forward``). The batch size is dynamic: one file runs
-any batch. Outputs, by model (B is the batch, K the classes, D a capsule's
+any batch; with ``any_size`` a segmentation model's height and width are
+dynamic too (multiples of its ``side_multiple``). Outputs, by model (B is the batch, K the classes, D a capsule's
 length, (C, H, W) the input image):
 
 ====================================  ==============================================================
@@ -76,6 +77,7 @@ MIN_OPSET = 18  # the dynamo-based ONNX exporter writes opset 18 and newer
 MIN_ONNXSCRIPT = (0, 7, 2)
 TOLERANCE = 1e-4  # the largest difference from the PyTorch model an exported file may show, per unit of output scale
 BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
+SIDES = ("height", "width")  # the names of an any-size export's image sides (trace_model(any_size=True))
 
 # (model, format) pairs that cannot be exported, with the reason: export_model refuses them with it at once.
 # tests/test_export.py holds every registered model to exporting in both formats or to its entry here.
@@ -163,11 +165,12 @@ class InferenceModule(nn.Module):
                               f"add it to capsnet.export._FIELDS")
         self.output_names = tuple(n for n, _ in self._fields)
 
-    def example(self, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
-        """Seeded inputs of ``batch`` examples: images and label maps uniform in [0, 1), noise standard normal."""
+    def example(self, batch: int, seed: int, sides: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
+        """Seeded inputs of ``batch`` examples: images and label maps uniform in [0, 1), noise standard normal;
+        ``sides``: images of that (height, width) in place of the model's own."""
         g = torch.Generator().manual_seed(seed)
         return tuple(torch.randn(batch, *shape, generator=g) if name == "noise" else
-                     torch.rand(batch, *shape, generator=g) for name, shape in self.inputs)
+                     torch.rand(batch, *shape[:1], *(sides or shape[1:]), generator=g) for name, shape in self.inputs)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Shapes: images (B, C, H, W), or label_maps (B, C, H, W) and noise (B, Z) -> the outputs
@@ -185,10 +188,12 @@ def output_names(model: nn.Module) -> tuple[str, ...]:
 
 @dataclass
 class Traced:
-    """A model traced once by ``torch.export`` with a dynamic batch: ``export_model`` writes it in any format."""
+    """A model traced once by ``torch.export`` with a dynamic batch (and, ``any_size``, dynamic image sides):
+    ``export_model`` writes it in any format."""
 
     module: InferenceModule
     program: torch.export.ExportedProgram
+    any_size: bool = False
 
     @property
     def label(self) -> str:
@@ -220,9 +225,22 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def trace_model(model: nn.Module, *, example_batch: int = 2) -> Traced:
+def side_multiple(model: nn.Module) -> int | None:
+    """What a fully convolutional model's image sides must be multiples of (SegCaps 8, a U-Net 2^depth and 8), or
+    None for a model whose graph fixes its input size (a classifier's dense layers, a generator's noise map)."""
+    m = getattr(model, "side_multiple", None)
+    return m if isinstance(m, int) and not isinstance(model, ConditionalGAN) else None
+
+
+def _segmentation_models() -> list[str]:
+    return [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
+
+
+def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = False) -> Traced:
     """Trace ``model`` for inference with ``torch.export``, the batch dimension dynamic, with plain routing.
 
+    ``any_size``: the image's height and width dynamic too, any multiples of the model's ``side_multiple``
+    (segmentation models only: SegCaps and the U-Net; tracing takes about five times as long).
     The model is traced in eval mode (its own mode is restored after).
     A model that cannot be traced is an ``ExportError`` naming it and the reason.
     """
@@ -234,15 +252,23 @@ def trace_model(model: nn.Module, *, example_batch: int = 2) -> Traced:
     if odd:
         raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
                           f"pass model.float().cpu()")
+    multiple = side_multiple(model)
+    if any_size and multiple is None:
+        raise ExportError(f"{_label(model)} takes images of one size only (its graph fixes it): export it without "
+                          f"--any-size, which exports the segmentation models ({', '.join(_segmentation_models())})")
     module = InferenceModule(model)
     example = module.example(example_batch, 0)
     batch = torch.export.Dim(BATCH, min=1)  # one dimension for every input: a generator's label maps and noise
+    dims: tuple[dict[int, Any], ...] = tuple({0: batch} for _ in example)
+    if any_size:  # sides in blocks of the model's multiple: 8 * height_blocks, ...
+        dims = ({0: batch, **{2 + k: multiple * torch.export.Dim(f"{side}_blocks", min=1)
+                              for k, side in enumerate(SIDES)}},)
     try:
         with _evaluating(model), plain_routing(), _quiet():
-            program = torch.export.export(module, example, dynamic_shapes=(tuple({0: batch} for _ in example),))
+            program = torch.export.export(module, example, dynamic_shapes=(dims,))
     except Exception as e:
         raise ExportError(f"{module.label} cannot be exported: torch.export cannot trace it ({_first_line(e)})") from e
-    return Traced(module, program)
+    return Traced(module, program, any_size)
 
 
 @dataclass
@@ -258,6 +284,7 @@ class ExportResult:
     opset: int | None = None  # ONNX only
     checked_with: str | None = None  # what ran the exported graph for the check; None: nothing (no onnxruntime)
     max_difference: float | None = None  # the largest |exported - PyTorch| over every output, on the check batch
+    checked_sides: tuple[int, int] | None = None  # an any-size export's check images' (height, width)
     checkpoint: Path | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -271,9 +298,10 @@ class ExportResult:
             for name, shape in specs:
                 lines.append(f"  {kind}  {name:<{width}}  float32 ({', '.join(map(str, shape))})")
         if self.checked_with:
+            sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""
             lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random "
-                         f"{'inputs' if len(self.inputs) > 1 else 'images'} within {self.max_difference:.1e} of "
-                         f"PyTorch")
+                         f"{'inputs' if len(self.inputs) > 1 else 'images'}{sides} within {self.max_difference:.1e} "
+                         f"of PyTorch")
         return "\n".join(lines + self.notes)
 
 
@@ -284,9 +312,15 @@ def _size(n: int) -> str:
 _CHECK_BATCH = 3  # neither the traced example's 2 nor 1: the check shows the batch is dynamic
 
 
-def _check_batch(module: InferenceModule) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Random inputs and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates)."""
-    inputs = module.example(_CHECK_BATCH, 1)
+def _check_batch(traced: Traced) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Random inputs and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates);
+    an any-size export's at sides other than the traced ones (one block taller, two wider)."""
+    module = traced.module
+    sides = None
+    if traced.any_size:
+        m, (_, height, width) = side_multiple(module.model), module.inputs[0][1]
+        sides = (height + m, width + 2 * m)
+    inputs = module.example(_CHECK_BATCH, 1, sides)
     with torch.no_grad(), _evaluating(module.model):
         return inputs, tuple(t.detach() for t in module(*inputs))
 
@@ -306,8 +340,16 @@ def _compare(traced: Traced, got: list[Any], expected: tuple[torch.Tensor, ...],
     return worst
 
 
-def _shape(dims: Any) -> tuple[int | str, ...]:
-    return tuple(d if isinstance(d, int) else BATCH for d in dims)
+def _dim_names(traced: Traced) -> dict[str, str]:
+    """The program's symbols for the first input's dynamic dimensions -> their names (batch, height, width)."""
+    placeholder = next(n for n in traced.program.graph.nodes
+                       if n.op == "placeholder" and n.name in traced.program.graph_signature.user_inputs)
+    shape = placeholder.meta["val"].shape
+    return {str(shape[k]): name for k, name in zip((0, 2, 3), (BATCH, *SIDES)) if not isinstance(shape[k], int)}
+
+
+def _shape(dims: Any, names: dict[str, str]) -> tuple[int | str, ...]:
+    return tuple(d if isinstance(d, int) else names.get(str(d), str(d)) for d in dims)
 
 
 def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
@@ -315,7 +357,9 @@ def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
     with _quiet():
         torch.export.save(traced.program, buffer)
     data = buffer.getvalue()
-    inputs, expected = _check_batch(traced.module)
+    inputs, expected = _check_batch(traced)
+    if traced.any_size:
+        result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
     try:
         with torch.no_grad(), _quiet():
             got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
@@ -323,8 +367,10 @@ def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
         raise ExportError(f"the torch.export program of {traced.label} does not run once saved and read back: "
                           f"{_first_line(e)}; nothing written (--format onnx may work)") from e
     result.checked_with, result.max_difference = "torch.export", _compare(traced, list(got), expected, "pt2")
-    result.inputs = [(name, (BATCH, *shape)) for name, shape in traced.module.inputs]
-    result.outputs = [(n, _shape(v.meta["val"].shape)) for n, v in
+    names = _dim_names(traced)
+    result.inputs = [(name, (BATCH, shape[0], *SIDES) if traced.any_size and name != "noise" else (BATCH, *shape))
+                     for name, shape in traced.module.inputs]
+    result.outputs = [(n, _shape(v.meta["val"].shape, names)) for n, v in
                       zip(traced.module.output_names, _program_outputs(traced.program))]
     return data
 
@@ -383,7 +429,7 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
     if foreign or proto.functions:
         raise ExportError(f"{traced.label} exports to ONNX only with operators outside the standard set "
                           f"({', '.join(foreign) or 'local functions'}), which runtimes cannot run; nothing written")
-    _name_batch(proto)
+    _name_dims(proto, traced.any_size)
     try:
         data = proto.SerializeToString()
     except ValueError as e:  # protobuf's 2 GB limit
@@ -406,23 +452,26 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
                           f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
                           f"or another --opset, may help)") from e
-    inputs, expected = _check_batch(traced.module)
+    inputs, expected = _check_batch(traced)
+    if traced.any_size:
+        result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
     got = session.run(list(names), {name: x.numpy() for (name, _), x in zip(traced.module.inputs, inputs)})
     result.checked_with = f"onnxruntime {onnxruntime.__version__}"
     result.max_difference = _compare(traced, got, expected, "ONNX")
     return data
 
 
-def _name_batch(proto: Any) -> None:
-    """Call the batch dimension ``batch`` (the exporter calls it s0, s77, ...) in the graph's inputs and outputs."""
-    first = proto.graph.input[0].type.tensor_type.shape.dim[0]
-    symbol = first.dim_param
-    if not symbol:
-        raise ExportError("the ONNX graph's batch dimension came out fixed; this is a bug in capsnet.export")
+def _name_dims(proto: Any, any_size: bool) -> None:
+    """Call the batch dimension ``batch`` (the exporter calls it s0, s77, ...) in the graph's inputs and outputs, and
+    an any-size export's sides ``height`` and ``width`` (the exporter's 8*s75, ...)."""
+    first = proto.graph.input[0].type.tensor_type.shape.dim
+    names = {first[k].dim_param: name for k, name in zip((0, 2, 3), (BATCH, *SIDES) if any_size else (BATCH,))}
+    if "" in names or len(names) != (3 if any_size else 1):
+        raise ExportError("the ONNX graph's dynamic dimensions came out fixed; this is a bug in capsnet.export")
     for value in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         for d in value.type.tensor_type.shape.dim:
-            if d.dim_param == symbol:
-                d.dim_param = BATCH
+            if d.dim_param in names:
+                d.dim_param = names[d.dim_param]
 
 
 def _onnx_shape(value: Any) -> tuple[int | str, ...]:
@@ -438,7 +487,7 @@ def _format(format: str) -> str:
 
 def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.PathLike | None = None, *,
                  format: str = "onnx", which: str = "best", opset: int | None = None,
-                 weights: str = "saved") -> ExportResult:
+                 weights: str = "saved", any_size: bool = False) -> ExportResult:
     """Export a model for inference to ``path`` as ONNX or as ``torch.export``'s program (module docstring).
 
     ``source`` is a checkpoint (a run directory made by ``capsnet train``, with
@@ -448,7 +497,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     ``weights``: a checkpoint's "saved" weights or an averaged run's "training" ones (``load_model``; the default
     name then ends in -training-weights).
     ``format``: "onnx" or "torch-export" ("pt2" too); ``opset``: the ONNX opset,
-    18 or newer (default: the exporter's). The file is checked against the
+    18 or newer (default: the exporter's). ``any_size``: a segmentation model's
+    graph takes images of any height and width that are multiples of its
+    ``side_multiple`` (``trace_model``; a traced source keeps its own). The file is checked against the
     model before it is written (ONNX: when onnxruntime is installed, else the
     result's ``notes`` say so), whole (a temporary file renamed), or not at all;
     every refusal is an ``ExportError`` (a ``ValueError``) saying why.
@@ -508,7 +559,10 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
     if (why := unwritable(path.parent)) is not None:  # said before tracing, not after it (tens of seconds)
         raise ExportError(f"cannot write {path}: {why} in {path.parent}; give another --out")
-    traced = source if isinstance(source, Traced) else trace_model(source)
+    if isinstance(source, Traced) and any_size and not source.any_size:
+        raise ExportError(f"this {label} was traced for its own image size: trace it with "
+                          f"trace_model(model, any_size=True)")
+    traced = source if isinstance(source, Traced) else trace_model(source, any_size=any_size)
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None)
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
     atomic_write_bytes(path, data)

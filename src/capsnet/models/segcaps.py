@@ -409,6 +409,8 @@ class SegCaps(nn.Module):
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
+    side_multiple = STRIDE  # what an image's height and width must be multiples of (three stride-2 layers)
+
     def capsule_grids(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every layer's capsule grid, in order: {"conv1": (B, 1, 16, H, W), "primary": (B, 2, 16, H/2, W/2), ...,
         "seg_caps": (B, 1, 16, H, W)} (the skip concatenations are not layers)."""

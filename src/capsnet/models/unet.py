@@ -91,11 +91,16 @@ class UNet(nn.Module):
         self.merge = nn.ModuleList([_block(2 * b, b, cfg.batch_norm) for b in w[-2::-1]])
         self.out = nn.Conv2d(w[0], 1, 1)
 
+    @property
+    def side_multiple(self) -> int:
+        """What an image's height and width must be multiples of: 2^depth, and SegCaps' 8."""
+        return max(2 ** self.config.depth, STRIDE)
+
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> UNetOutput:
         """Shapes: images (B, C, H, W), H and W multiples of 2^depth and of 8 (SegCaps', so both take the same
         images); masks unused (the shared signature) -> probabilities, logits (B, 1, H, W)"""
         depth = self.config.depth
-        check_segmentation_input(images, self.config, max(2 ** depth, STRIDE),
+        check_segmentation_input(images, self.config, self.side_multiple,
                                  None if 2 ** depth >= STRIDE else f"SegCaps' multiple, so both take the same images; "
                                                                   f"this U-Net halves them {depth} "
                                                                   f"time{'s' if depth > 1 else ''}")
