@@ -276,3 +276,28 @@ def test_bfloat16_images_run_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
         out = model(torch.rand(2, 1, 28, 28, dtype=torch.bfloat16))
     assert torch.isfinite(out.lengths.float()).all()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_runs_forward_and_backward_on_the_meta_device_with_the_cpu_shapes(name):
+    """Shape inference on the meta device (``model.to("meta")``, ``with torch.device("meta")``): CapsNet's fast
+    routing path turned autocast off for a device type autocast does not know ('unsupported scalarType')."""
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name]).eval()
+    images, targets = _inputs(model, 2)
+    spec = MODELS[name]
+    with torch.no_grad():
+        cpu = model(images)
+    meta = model.to("meta")
+    out = meta(images.to("meta"))
+    shapes = [tuple(t.shape) for t in (cpu if isinstance(cpu, tuple) else [cpu] if isinstance(cpu, torch.Tensor)
+                                       else vars(cpu).values()) if isinstance(t, torch.Tensor)]
+    got = [t for t in (out if isinstance(out, tuple) else [out] if isinstance(out, torch.Tensor)
+                       else vars(out).values()) if isinstance(t, torch.Tensor)]
+    assert [tuple(t.shape) for t in got] == shapes and all(t.is_meta for t in got)
+    if spec.kind == "synthesis":
+        return  # a GAN's losses sample noise and labels on the images' device: the forward above is its shape check
+    meta.train()
+    loss = spec.loss(meta, images.to("meta"), targets.to("meta"), recon_weight=0.0005, progress=0.5)[0]
+    loss.backward()
+    assert all(p.grad is not None and p.grad.is_meta for p in meta.parameters() if p.requires_grad)

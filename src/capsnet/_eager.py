@@ -5,9 +5,11 @@ a torch.func transform or forward-mode AD takes the plain operations.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-__all__ = ["eager", "autocast_on", "permute_contiguous"]
+__all__ = ["eager", "autocast_on", "autocast_off", "permute_contiguous"]
 
 
 def eager() -> bool:
@@ -35,6 +37,13 @@ def autocast_on(device_type: str) -> bool:
         return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
     except RuntimeError:  # a device type without autocast
         return False
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast turned off for a block; no context at all where it is not on, so an exported graph
+    (``torch.export``, ONNX) holds no autocast wrapper around the routing, and a device type autocast does not know
+    (``meta``: shape inference) is not refused."""
+    return torch.autocast(device_type, enabled=False) if autocast_on(device_type) else contextlib.nullcontext()
 
 
 # a block of the last dimension moved as one element: its size in bytes -> a dtype of that size

@@ -17,6 +17,7 @@ from typing import Iterator, NamedTuple
 
 import torch
 
+from .._eager import autocast_off
 from ..ops import _squash_vjp, squash
 
 __all__ = ["coupling_softmax", "route_linear", "default_chunk", "MIN_CHUNK", "plain_routing", "plain_routing_active"]
@@ -168,7 +169,7 @@ class _RouteLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u, weight, bias, iterations, leaky, detach, chunk, record):  # noqa: D102
-        with torch.autocast(u.device.type, enabled=False):
+        with autocast_off(u.device.type):
             B, I, Din = u.shape
             _, _, J, D = weight.shape
             BJ = B * J
@@ -224,7 +225,7 @@ class _RouteLinear(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_v, grad_c, _grad_rounds):  # noqa: D102
-        with torch.autocast(ctx.device_type, enabled=False):  # a backward called under autocast must not recast
+        with autocast_off(ctx.device_type):  # a backward called under autocast must not recast
             R = ctx.iterations
             saved = _load(ctx)
             u, weight, cs = saved.u, saved.weight, saved.c

@@ -92,7 +92,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._eager import autocast_on, eager
+from .._eager import autocast_off as _autocast_off, eager
 from ._fused import tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_positive, check_votes
 
@@ -412,12 +412,6 @@ class _SharedChildren:
         e = (flat - top[group]).exp()
         total = flat.new_zeros(self.groups).index_add(0, group, e)
         return (e / total[group]).view(log_r.shape)
-
-
-def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
-    """Autocast turned off for a block; no context at all where it is not on, so an exported graph
-    (``torch.export``, ONNX) holds no autocast wrapper around the routing."""
-    return torch.autocast(device_type, enabled=False) if autocast_on(device_type) else contextlib.nullcontext()
 
 
 def _layout(votes: torch.Tensor, activations: torch.Tensor, *, into_buffer: bool = False
