@@ -493,3 +493,33 @@ def test_misclassified_inputs_are_shown_with_their_test_indices(model, test_set)
     fig = plot_misclassified(images, rec, wrong, indices=[7, 42])
     titles = [fig.axes[n].get_title() for n in range(2)]
     assert titles[0].startswith("#7: true ") and titles[1].startswith("#42: true ")
+
+
+def test_the_figures_functions_leave_a_training_model_training():
+    """A figure drawn mid-training (predict, routing_trace, segment, capsule_maps, interpolate_noise,
+    truncate_noise, generator_maps) runs in eval mode and gives the caller's model back in its own mode: they left it
+    in eval mode, so training carried on with dropout off and batch norm frozen."""
+    from capsnet.figures import segmentation as fs, synthesis as fsyn
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    capsnet = create_model("capsnet", conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))
+    segcaps = create_model("segcaps-r1", input_height=16, input_width=16)
+    gan = create_model("capspix2pix", noise_dim=8, disc_channels=4, input_height=8, input_width=8)
+    images, canvases, label = torch.rand(2, 1, 28, 28), torch.rand(2, 1, 16, 16), torch.rand(1, 8, 8)
+    calls = [(capsnet, lambda: fg.predict(capsnet, images)), (capsnet, lambda: fg.routing_trace(capsnet, images)),
+             (segcaps, lambda: fs.segment(segcaps, canvases)), (segcaps, lambda: fs.capsule_maps(segcaps, canvases[0])),
+             (gan, lambda: fsyn.interpolate_noise(gan, label, steps=2)),
+             (gan, lambda: fsyn.truncate_noise(gan, label, [None, 0.5])),
+             (gan, lambda: fsyn.generator_maps(gan, label))]
+    for model, call in calls:
+        seen = []  # the mode every submodule ran in: eval, as before
+        hooks = [m.register_forward_pre_hook(lambda m, args: seen.append(m.training)) for m in model.modules()]
+        model.train()
+        call()
+        for hook in hooks:
+            hook.remove()
+        assert seen and not any(seen) and model.training and all(m.training for m in model.modules())
+        model.eval()
+        call()
+        assert not model.training

@@ -65,6 +65,7 @@ from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetO
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing, routing_is
+from .runtime import evaluating
 
 __all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "InferenceModule", "Traced",
            "ExportResult", "trace_model", "export_model", "output_names"]
@@ -97,17 +98,6 @@ _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
 
 class ExportError(ValueError):
     """A model or checkpoint cannot be exported as asked; the message names the model, the reason and the fix."""
-
-
-@contextlib.contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
-    """``model`` in eval mode for the block (batch norm's running statistics, no dropout), its own mode after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _label(model: nn.Module) -> str:
@@ -148,7 +138,7 @@ class InferenceModule(nn.Module):
         self.label = _label(model)
         self.inputs = _inputs(model)
         self.generator = isinstance(model, ConditionalGAN)
-        with torch.no_grad(), _evaluating(model):
+        with torch.no_grad(), evaluating(model):
             probe = self(*self.example(2, 0)) if self.generator else model(*self.example(2, 0))
         if self.generator:
             self._fields: tuple[tuple[str, str | None], ...] = (("images", None),)
@@ -264,7 +254,7 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
         dims = ({0: batch, **{2 + k: multiple * torch.export.Dim(f"{side}_blocks", min=1)
                               for k, side in enumerate(SIDES)}},)
     try:
-        with _evaluating(model), plain_routing(), _quiet():
+        with evaluating(model), plain_routing(), _quiet():
             program = torch.export.export(module, example, dynamic_shapes=(dims,))
     except Exception as e:
         raise ExportError(f"{module.label} cannot be exported: torch.export cannot trace it ({_first_line(e)})") from e
@@ -321,7 +311,7 @@ def _check_batch(traced: Traced) -> tuple[tuple[torch.Tensor, ...], tuple[torch.
         m, (_, height, width) = side_multiple(module.model), module.inputs[0][1]
         sides = (height + m, width + 2 * m)
     inputs = module.example(_CHECK_BATCH, 1, sides)
-    with torch.no_grad(), _evaluating(module.model):
+    with torch.no_grad(), evaluating(module.model):
         return inputs, tuple(t.detach() for t in module(*inputs))
 
 

@@ -1,15 +1,42 @@
 """Where and how fast a model runs: the device, bfloat16 autocast and torch.compile, for training and benchmarks."""
 from __future__ import annotations
 
+import contextlib
+import functools
+from typing import Any, Callable, Iterator, TypeVar
+
 import torch
 from torch import nn
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model", "evaluating", "keeps_mode"]
+
+T = TypeVar("T")
 
 AMP_MODES = ("none", "bf16")  # bf16: forward and losses under torch.autocast to bfloat16; weights and Adam stay fp32
 # Inductor modes ("default", "reduce-overhead": CUDA graphs, "max-autotune"), then backends
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eager")
 _INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for the block (batch norm's running statistics, no dropout), its own mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def keeps_mode(fn: Callable[..., T]) -> Callable[..., T]:
+    """A function of a model (its first argument) that puts it in eval mode: the caller's mode is restored after,
+    so a figure drawn mid-training leaves dropout and batch norm training."""
+    @functools.wraps(fn)
+    def wrapper(model: nn.Module, *args: Any, **kwargs: Any) -> T:
+        with evaluating(model):
+            return fn(model, *args, **kwargs)
+    return wrapper
 
 
 def parse_device(device: str | torch.device) -> torch.device:

@@ -21,6 +21,7 @@ import torch
 from .._progress import progress_bar
 from ..data.sets import unit_float
 from ..models.capsnet import CapsNet
+from ..runtime import keeps_mode
 
 __all__ = ["FigureError", "DEFAULT_DELTAS", "Reconstructions", "PairReconstructions", "RoutingTrace", "predict",
            "reconstructions", "pair_reconstructions", "overlay_pair", "swept_poses", "sweep_deltas", "pose_sweep",
@@ -53,6 +54,7 @@ def _decoder(model: CapsNet) -> None:
 
 
 @torch.no_grad()
+@keeps_mode
 def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, progress: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Class capsules and their scores (lengths for CapsNet), in eval mode; ``progress`` shows a bar over the batches.
@@ -251,6 +253,7 @@ class RoutingTrace:
 
 
 @torch.no_grad()
+@keeps_mode
 def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
     """Coupling coefficients round by round, the lower capsules and the class scores, from one recorded pass
     of the model's last routing layer (any model with a ``routing_view`` method: every capsule model here)."""

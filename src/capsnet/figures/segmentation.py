@@ -22,6 +22,7 @@ from ..data.segmentation import dice_iou
 from ..ops import safe_norm
 from .arrays import FigureError, _images
 from .plots import _figure, _show
+from ..runtime import keeps_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,6 +39,7 @@ class Segmentations(NamedTuple):
 
 
 @torch.no_grad()
+@keeps_mode
 def segment(model: torch.nn.Module, images: torch.Tensor, masks: torch.Tensor | None = None, *, batch_size: int = 32,
             progress: bool = False) -> Segmentations:
     """Segment ``images`` in eval mode; ``masks`` (the truth) gives each image's Dice and IoU.
@@ -68,6 +70,7 @@ def segment(model: torch.nn.Module, images: torch.Tensor, masks: torch.Tensor | 
 
 
 @torch.no_grad()
+@keeps_mode
 def capsule_maps(model: torch.nn.Module, image: torch.Tensor) -> dict[str, torch.Tensor]:
     """The length of every capsule type at every position of every capsule layer, for one image.
 

@@ -17,6 +17,7 @@ from ..ops import safe_norm
 from ..synthesis import row_noise
 from .arrays import FigureError
 from .plots import _figure, _show
+from ..runtime import keeps_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -26,6 +27,7 @@ __all__ = ["interpolate_noise", "truncate_noise", "generator_maps", "plot_sample
 
 
 @torch.no_grad()
+@keeps_mode
 def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 8, seeds: tuple[int, int] = (0, 1),
                       row: int = 0, truncation: float | None = None) -> torch.Tensor:
     """Images of one label map with the noise moved linearly from seed ``seeds[0]``'s vector to seed ``seeds[1]``'s.
@@ -42,6 +44,7 @@ def interpolate_noise(model: torch.nn.Module, label: torch.Tensor, steps: int = 
 
 
 @torch.no_grad()
+@keeps_mode
 def truncate_noise(model: torch.nn.Module, label: torch.Tensor, truncations: Sequence[float | None], seed: int = 0,
                    row: int = 0) -> torch.Tensor:
     """Images of one label map with seed ``seed``'s noise truncated at each of ``truncations`` (None: untruncated)
@@ -70,6 +73,7 @@ def _label_images(model: torch.nn.Module, label: torch.Tensor, z: torch.Tensor) 
 
 
 @torch.no_grad()
+@keeps_mode
 def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0, row: int = 0
                    ) -> dict[str, torch.Tensor]:
     """The length of every capsule type at every position of every generator layer, for one label map and seed
