@@ -453,3 +453,15 @@ def test_a_routing_added_to_the_registry_reaches_capsnet_with_no_other_change(mo
     margin_loss(out.lengths, labels).backward()
     assert model.digits.routing.gain.grad.abs().sum() > 0
     assert "mean" in CapsNetConfig.probability_routings()
+
+
+@pytest.mark.parametrize("name", ["capsnet", "efficient-capsnet"])
+def test_labels_outside_the_classes_are_refused_by_name_not_by_one_hot(name):
+    """A label past the last class or below 0, given to the forward for the decoder's mask: one_hot's bare
+    RuntimeError ('Class values must be smaller than num_classes.') named neither the range nor the labels."""
+    model = create_model(name, **({"conv1_channels": 8, "primary_types": 2} if name == "capsnet" else {}))
+    images = torch.rand(3, 1, 28, 28)
+    for labels, got in (([1, 2, 10], "from 1 to 10"), ([-1, 2, 3], "from -1 to 3")):
+        with pytest.raises(ValueError, match=f"class labels must be in 0..9 for 10 class capsules, got values {got}"):
+            model(images, torch.tensor(labels))
+    assert model(images, torch.tensor([0, 9, 5])).reconstructions.shape == (3, 1, 28, 28)

@@ -62,6 +62,11 @@ def test_pack_refuses_a_best_checkpoint_and_the_runs_own_files(trained_run, tmp_
 def test_pretrained_returns_an_eval_mode_float32_model_that_predicts_as_the_run(trained_run, packed):
     model = pretrained("tiny")
     assert list_pretrained() == ["tiny"] and isinstance(model, CapsNet) and not model.training
+    # the name as the CLI spells it too (it was refused: "no shipped model named 'pretrained:tiny' (did you mean
+    # pretrained:tiny?)"); load_model gives a run's model in eval mode as well (it gave it training: a batch norm
+    # model's scores depended on the batch and overwrote its saved statistics)
+    assert torch.equal(pretrained("pretrained:tiny").digits.weight, model.digits.weight)
+    assert not load_model(trained_run)[0].training and not load_model("pretrained:tiny")[0].training
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     full, _ = load_model(trained_run, which="last")
     x = load_dataset("mnist-sample", "test").images[:100].float() / 255

@@ -217,7 +217,9 @@ def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", dev
     replace its file between two reads). ``weights``: "saved", what the checkpoint holds as the model (for a run
     trained with ``--ema-decay``, the average of its weights), or "training", such a run's training weights, which
     its last checkpoint keeps beside Adam's state (``capsnet.average``; a synthesis model's generator, the part
-    averaged): the run as it would have scored without the average. Returns (model, the checkpoint read)."""
+    averaged): the run as it would have scored without the average. Returns (model, the checkpoint read), the model
+    in eval mode (as ``capsnet.models.pretrained`` gives it: batch norm's saved statistics, no dropout; call
+    ``.train()`` to train it on)."""
     from .train import saved_configs  # train imports this module: a local import keeps the arrows one way
 
     if weights not in WEIGHTS:
@@ -228,7 +230,7 @@ def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", dev
     load_weights(model, ckpt)
     if weights == "training":
         _use_training_weights(model, ckpt)
-    return model.to(resolve_device(device)), ckpt
+    return model.to(resolve_device(device)).eval(), ckpt
 
 
 def _use_training_weights(model: nn.Module, ckpt: Checkpoint) -> None:

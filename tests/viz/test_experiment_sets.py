@@ -66,3 +66,15 @@ def test_an_untrained_capsnet_opens_on_any_classification_set_at_its_size(data_r
     assert viewer.walk(viewer.test_input(index=0))["feature_maps"]["shape"][1:] == [32, 32]  # 40 - 9 + 1
     with pytest.raises(ViewerError, match="the untrained CapsNet is a classification model but mnist-segmentation"):
         load_viewer(None, dataset="mnist-segmentation", data_dir=data_root, progress=False, test_size=4)
+
+
+def test_the_untrained_viewer_leaves_the_callers_random_state_alone():
+    """load_viewer(None) seeds the untrained CapsNet's weights (the same model every time) without reseeding the
+    caller's torch random stream (it called torch.manual_seed(0) on it)."""
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    first = load_viewer(None, progress=False).model.state_dict()
+    assert torch.equal(torch.rand(3), expected)
+    second = load_viewer(None, progress=False).model.state_dict()
+    assert all(torch.equal(t, second[k]) for k, t in first.items())

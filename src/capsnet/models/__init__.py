@@ -156,12 +156,14 @@ def list_pretrained() -> list[str]:
 
 
 def pretrained(name: str | None = None, *, device: str | torch.device = "cpu") -> nn.Module:
-    """A trained model shipped in the package, in eval mode; ``name`` defaults to the viewer's model.
+    """A trained model shipped in the package, in eval mode; ``name`` (``NAME`` or ``pretrained:NAME``) defaults to
+    the viewer's model.
 
     ``list_pretrained()`` names them; each one's model card says how it was trained and what it scores.
     """
     from .. import pretrained as shipped
     from ..evaluate import load_model
 
-    model, _ = load_model(shipped.PREFIX + (name or shipped.DEFAULT), device=device)
-    return model.eval()
+    name = name or shipped.DEFAULT
+    model, _ = load_model(name if shipped.is_shipped(name) else shipped.PREFIX + name, device=device)  # either form
+    return model

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved, plain_numbers
+from .._eager import eager
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
@@ -310,6 +311,10 @@ def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     B, J, D = poses.shape
     if tuple(index.shape) != (B,):  # one label for four images was broadcast: all four decoded from its capsule
         raise ValueError(f"index must be (B,) = ({B},), one class per example, got shape {tuple(index.shape)}")
+    if index.device.type == "cpu" and eager() and len(index) and not 0 <= int(index.min()) <= int(index.max()) < J:
+        # said on the CPU, where the check costs no device sync (one_hot's own error is a bare RuntimeError)
+        raise ValueError(f"class labels must be in 0..{J - 1} for {J} class capsules, got values from "
+                         f"{int(index.min())} to {int(index.max())}")
     keep = F.one_hot(index.long(), J).to(poses.dtype)  # (B, J)
     return (poses * keep.unsqueeze(-1)).reshape(B, J * D)  # (B, J*D)
 

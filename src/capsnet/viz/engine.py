@@ -345,8 +345,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             from ..train import input_fields
 
             sized = input_fields("capsnet", name)
-        torch.manual_seed(0)
-        model: Any = CapsNet(CapsNetConfig(**sized)).to(device)
+        with torch.random.fork_rng(devices=[]):  # seeded weights; the caller's random state untouched
+            torch.manual_seed(0)
+            model: Any = CapsNet(CapsNetConfig(**sized)).to(device)
     else:
         model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
         kind = MODELS[ckpt.model_name].kind
