@@ -865,3 +865,33 @@ def test_a_damaged_config_json_is_named_with_its_fix(gan_run, tmp_path, capsys, 
     (run / "config.json").unlink()
     assert main(["eval", "--checkpoint", str(run), "--test-size", "4", "--no-progress", "--json",
                  str(tmp_path / "e.json"), "--data-dir", str(data_root)]) == 0
+
+
+def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data_root, tmp_path, monkeypatch):
+    """--judge takes any classifier trained on the pairs' images: the CNN baseline's output is its logits, not an
+    object with scores (eval crashed after generating every image; train lost its first epoch). A judge trained on
+    other classes (a Fashion-MNIST CapsNet reading digits) scored a meaningless accuracy without a word; a relative
+    --judge path was recorded as typed, so a resume from another folder lost it or found another."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.synthesis import evaluate_synthesis_checkpoint, judge_for
+
+    torch.manual_seed(0)
+    baseline = create_model("baseline", channels=(4,), hidden=(8,))
+    save_checkpoint(tmp_path / "cnn.safetensors", Checkpoint("baseline", baseline.config.to_dict(),
+                                                              {"dataset": "mnist"}, {"epoch": 1, "step": 1},
+                                                              baseline.state_dict()))
+    result = evaluate_synthesis_checkpoint(gan_run, judge=tmp_path / "cnn.safetensors", test_size=4,
+                                           root=data_root, progress=False).results[""]
+    model, _ = load_model(gan_run)
+    test = load_test("mnist-skeleton", size=4, root=data_root, progress=False)
+    with torch.no_grad():
+        read = baseline.eval()(generate(model, test.images, seed=0)[..., 2:30, 2:30]).argmax(1)
+    assert result.judge_accuracy == pytest.approx((read == test.labels).double().mean().item())
+    with pytest.raises(ValueError, match=r"the judge pretrained:capsnet-fashion-small was trained on fashion-mnist, "
+                                         r"whose classes are not those of mnist-skeleton's images \(mnist\): .* give a "
+                                         r"judge trained on mnist"):
+        evaluate_synthesis_checkpoint(gan_run, judge="pretrained:capsnet-fashion-small", test_size=4,
+                                      root=data_root, progress=False)
+    monkeypatch.chdir(tmp_path)
+    assert judge_for("mnist-skeleton", "cnn.safetensors") == str(tmp_path.resolve() / "cnn.safetensors")
+    assert judge_for("mnist-skeleton", "pretrained:capsnet-mnist-small") == "pretrained:capsnet-mnist-small"

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
-from capsnet.train import TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
+from capsnet.train import ResumeError, TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -597,3 +597,52 @@ def test_a_finite_loss_whose_gradient_is_not_stops_before_nan_weights_are_saved(
     kept = load_checkpoint(tmp_path, "last")
     assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_new_run_does_not_replace_a_runs_best_and_metrics_whose_last_checkpoint_was_removed(trained_run, tmp_path,
+                                                                                             capsys):
+    """A finished run whose last.safetensors was deleted (it is the big one; the resume's refusal pointed there):
+    a new run replaced its best.safetensors and metrics.jsonl without a word (a review, 2026-11-30). metrics.jsonl
+    is written after a run's first last.safetensors, so beside it the folder is no run killed before its first
+    save."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "last.safetensors").unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    with pytest.raises(CheckpointError, match="holds config.json and best.safetensors and metrics.jsonl but no "
+                                              "last.safetensors, so no run to resume: they are not this run's to "
+                                              "replace"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False)
+    with pytest.raises(CheckpointError, match=r"nothing to resume in .*: no last.safetensors; its best.safetensors "
+                                              r"and metrics.jsonl are a run's whose last checkpoint was removed: "
+                                              r"train anew in another output directory"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False, resume=True)
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_a_run_stopped_at_an_epochs_end_cannot_be_ended_there_by_a_resume(tmp_path, monkeypatch, capsys):
+    """Stopped after epoch 1 of 2 and resumed with --epochs 1: the run was called finished, with epoch 1 never
+    evaluated (no best.safetensors, a metrics row without its figures) and its schedule planned for 2 (a review,
+    2026-11-30). Refused, in fit and the CLI, naming the epochs that may end it."""
+    from capsnet.cli import main
+
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 2, "eval_every": 2})  # 5 steps an epoch, epoch 1 not evaluated
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)
+    sent = _sigterm_before_step(monkeypatch, 4)  # epoch 1's last batch: saved at its end, stopped there
+    with pytest.raises(KeyboardInterrupt):
+        fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    monkeypatch.undo()
+    assert sent
+    saved = load_checkpoint(tmp_path, "last")
+    assert saved.state["epoch"] == 1 and "within" not in saved.state and saved.train_config["epochs"] == 2
+    short = TrainConfig(**{**cfg.to_dict(), "epochs": 1})
+    said = r"stopped after epoch 1 of the 2 it was training; .* resume with --epochs 2 or more"
+    with pytest.raises(ResumeError, match=said):
+        fit(TINY, short, tmp_path, device="cpu", progress=False, resume=True)
+    assert main(["train", "--out", str(tmp_path), "--resume", "--epochs", "1", "--no-progress"]) == 2
+    assert "stopped after epoch 1 of the 2" in capsys.readouterr().err
+    assert not (tmp_path / "best.safetensors").exists()
+    fit(TINY, cfg, tmp_path, device="cpu", progress=False, resume=True)  # the run's own epochs end it, evaluated
+    assert load_checkpoint(tmp_path, "best").state["epoch"] == 2

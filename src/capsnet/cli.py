@@ -970,11 +970,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"--tensorboard {board}: a file stands where its folder was to be made; give a folder "
                          f"for the TensorBoard logs")
     resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
+    planned = None  # the epochs that run was training
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
         from .checkpoint import load_checkpoint, saved_point
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
-        resumed = last.state
+        resumed, planned = last.state, last.train_config.get("epochs")
         _refuse_moved_folder(args, out, last)  # --resume without --out: read only now
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
@@ -1041,7 +1042,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
     if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
-        train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors")
+        train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
     if main_rank and finished:
         print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "

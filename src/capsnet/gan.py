@@ -261,7 +261,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         judge = judge_for(cfg.dataset, judge, run_dir=run_dir) if judge is not None or _judged(run_dir) else None
     elif judge is not None:
         judge = judge_for(cfg.dataset, judge)  # refused for a data set without classes
-    judge_model = load_judge(judge, device=dev) if judge is not None else None  # refused before anything is written
+    # refused before anything is written
+    judge_model = load_judge(judge, device=dev, dataset=cfg.dataset) if judge is not None else None
 
     # 2. Data, resident on the device.
     train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,

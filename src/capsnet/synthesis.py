@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -116,8 +116,11 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
         model.train(was_training)
 
 
-def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
-    """A frozen classifier (a run directory, checkpoint file or ``pretrained:NAME``) to read generated images."""
+def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", dataset: str | None = None
+               ) -> nn.Module:
+    """A frozen classifier (a run directory, checkpoint file or ``pretrained:NAME``) to read generated images;
+    ``dataset``: the synthesis data set it reads, whose classes it must have been trained on (refused otherwise)."""
+    from .data.tasks import other_classes, task
     from .evaluate import load_model
     from .models import model_spec
 
@@ -125,6 +128,12 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu") -
     if model_spec(ckpt.model_name).kind != "classification":
         raise ValueError(f"the judge must be a classifier; {ckpt.path} holds a {ckpt.model_name!r} "
                          f"({model_spec(ckpt.model_name).kind}) model")
+    trained_on = ckpt.train_config.get("dataset")
+    if dataset is not None and isinstance(trained_on, str) and other_classes(trained_on, task(dataset).source):
+        # a Fashion-MNIST judge reading digits: its accuracy against the label maps' classes would count nothing
+        raise ValueError(f"the judge {path} was trained on {trained_on}, whose classes are not those of {dataset}'s "
+                         f"images ({task(dataset).source}): its accuracy there would mean nothing; give a judge "
+                         f"trained on {task(dataset).source}")
     return model.eval().requires_grad_(False)
 
 
@@ -142,7 +151,12 @@ def judge_predictions(judge: nn.Module, images: torch.Tensor, batch_size: int = 
                          f"{tuple(images.shape[1:])} cannot be cropped to that")
     top, left = (H - h) // 2, (W - w) // 2
     x = images[..., top:top + h, left:left + w]
-    return torch.cat([judge(x[s:s + batch_size]).scores.argmax(1) for s in range(0, len(x), batch_size)])
+    return torch.cat([_scores(judge(x[s:s + batch_size])).argmax(1) for s in range(0, len(x), batch_size)])
+
+
+def _scores(out: Any) -> torch.Tensor:
+    """A classifier's class scores: its output's ``scores``, or the output itself (the CNN baseline's logits)."""
+    return out if isinstance(out, torch.Tensor) else out.scores
 
 
 @torch.no_grad()
@@ -356,8 +370,8 @@ def judge_for(dataset: str, given: str | os.PathLike | None = None, *, run_dir: 
             raise ValueError(f"{dataset} has no classes, so a judge has nothing to compare its reading with; leave "
                              f"--judge out")
         return None
-    if given is not None:
-        return str(given)
+    if given is not None:  # a path made absolute: the run's config.json records it, to resume from anywhere
+        return str(given) if str(given).startswith(PREFIX) else str(Path(given).expanduser().resolve())
     saved = Path(run_dir) / "config.json" if run_dir is not None else None
     if saved is not None and saved.is_file():
         recorded = read_json_object(saved, CONFIG_FIX)
@@ -404,7 +418,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
     if misfit := pairs_misfit(name, model.config):
         raise ValueError(f"{misfit}; evaluate it on data of the shape it was trained on")
     judge = judge_for(name, judge, run_dir=Path(ckpt.path).parent)
-    judge_model = load_judge(judge, device=device) if judge is not None else None
+    judge_model = load_judge(judge, device=device, dataset=name) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
     check_test_size(test_size, len(split), name)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,

@@ -521,14 +521,22 @@ def save_best(path: Path, name: str, model_config: Any, cfg: TrainConfig, state:
                                      state=state, model_state=model.state_dict()))
 
 
-def check_epochs(state: dict[str, Any], epochs: int, last_path: Path) -> None:
+def check_epochs(state: dict[str, Any], epochs: int, last_path: Path, planned: int | None = None) -> None:
     """A ``ResumeError`` when the run whose ``last_path`` holds ``state`` is past the ``epochs`` a resume asks for:
-    trained more whole epochs, or saved inside a later epoch."""
+    trained more whole epochs, or saved inside a later epoch; or, ``planned`` (the epochs it was started or last
+    resumed with) more than it has done, stopped after exactly ``epochs``, the last of which it did not finish as a
+    last epoch (no final evaluation, its schedule planned for more)."""
     done = state.get("epoch", 0)
     if isinstance(done, int) and done > epochs:  # the loop would not run and return a later epoch's figures
         raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {epochs} asked for; "
                           f"resume with --epochs {done} or more, or train the shorter run in a new --out",
                           ["epochs"])
+    if isinstance(planned, int) and done == epochs < planned and "within" not in state:
+        # the loop would not run: the run would be called finished with its last epoch never evaluated as the last
+        raise ResumeError(f"{last_path} stopped after epoch {done} of the {planned} it was training; it cannot end "
+                          f"there (epoch {done} was not evaluated as a last epoch, and its schedule was planned for "
+                          f"{planned}): resume with --epochs {done + 1} or more, or train the shorter run in a new "
+                          f"--out", ["epochs"])
     within = state.get("within")
     part = within.get("epoch") if isinstance(within, dict) else None
     if isinstance(part, int) and part > epochs:  # its weights are past the last epoch asked for
@@ -598,9 +606,10 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         if last_path.exists():
             raise CheckpointError(f"{run_dir} already holds a run (last.safetensors); pass --resume to continue it "
                                   f"or choose another output directory")
-        # a run's config.json: the files beside it are that run's (killed before its first last.safetensors), to
-        # start again; without one, or beside one of the user's own, they are not a run's to replace
-        others = [] if _a_runs_config(run_dir / "config.json") else \
+        # a run's config.json and no metrics.jsonl (written after a run's first last.safetensors): the files beside it
+        # are that run's, killed before its first last.safetensors, to start again; without one, beside one of the
+        # user's own, or beside a run's metrics (a run whose last.safetensors was removed), not a run's to replace
+        others = [] if _a_runs_config(run_dir / "config.json") and not (run_dir / "metrics.jsonl").exists() else \
             [n for n in ("config.json", "best.safetensors", "metrics.jsonl") if (run_dir / n).exists()]
         if others:  # a new run writes these names: another's files (or the user's own) would be lost unasked
             raise CheckpointError(f"{run_dir} holds {' and '.join(others)} but no last.safetensors, so no run to "
@@ -608,7 +617,10 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
                                   f"remove them if they are not wanted")
         return {"epoch": 0, "step": 0, "history": [], "best": None}, None
     if not last_path.exists():
-        raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; start a run without --resume")
+        kept = [n for n in ("best.safetensors", "metrics.jsonl") if (run_dir / n).exists()]
+        raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; " +
+                              (f"its {' and '.join(kept)} are a run's whose last checkpoint was removed: train anew "
+                               f"in another output directory" if kept else "start a run without --resume"))
     ckpt = load_checkpoint(last_path)
     if ckpt.model_name != name:
         raise CheckpointError(f"{last_path} holds a {ckpt.model_name!r} model, not {name!r}; resume with "
@@ -621,7 +633,7 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         listed = ", ".join(f"{k}: saved {saved.get(k)!r}, now {given.get(k)!r}" for k in diff)
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
-    check_epochs(ckpt.state, cfg.epochs, last_path)
+    check_epochs(ckpt.state, cfg.epochs, last_path, saved_train.epochs)
     return {"history": [], "best": None, **ckpt.state}, ckpt
 
 
