@@ -229,3 +229,18 @@ def test_capsnet_refuses_labels_of_another_batch_and_routing_results_keep_their_
         plain = layer(u).poses
     assert fast.dtype == plain.dtype == torch.float64
     torch.testing.assert_close(fast, plain)
+
+
+def test_spread_loss_refuses_no_examples_and_float_class_indices_as_margin_loss_does():
+    """spread_loss over an empty batch was NaN (a mean of nothing) and float targets were truncated (1.9 read as
+    class 1); margin_loss refused both, spread_loss now too. Its value on integer targets is eq. 3 by hand."""
+    from capsnet.losses import spread_loss
+
+    with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
+        spread_loss(torch.empty(0, 10), torch.empty(0, dtype=torch.long), 0.2)
+    with pytest.raises(ValueError, match="class indices must be integers, got torch.float32"):
+        spread_loss(torch.rand(3, 10), torch.tensor([1.9, 2.2, 3.7]), 0.2)
+    a = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.25]])
+    # example 0: both gaps (0.4, 0.8) past the margin, 0; example 1: 0.2 - 0.1 and 0.2 - 0.05, squared
+    by_hand = (0.0 + (0.2 - (0.3 - 0.2)) ** 2 + (0.2 - (0.3 - 0.25)) ** 2) / 2
+    assert spread_loss(a, torch.tensor([0, 1]), 0.2).item() == pytest.approx(by_hand)

@@ -134,6 +134,10 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     if activations.dim() != 2:
         raise ValueError(f"activations must be (B, J), got shape {tuple(activations.shape)}")
     B, J = activations.shape
+    check_nonempty(B)  # a mean over no examples: NaN, which a step would write into every weight
+    if targets.dim() == 1 and targets.is_floating_point():  # 2.9 was truncated to class 2, silently
+        raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may be "
+                         f"floats")
     T = F.one_hot(targets.long(), J).to(activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
     if tuple(T.shape) != (B, J):
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
