@@ -320,12 +320,13 @@ class _Runner:
     def peak_bytes(self) -> int:
         """Peak tensor memory of one step, resting tensors included (see the module docstring)."""
         self._prepare()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda":  # the card's counters count every tensor on it: other runners' too
             self._sync()
             torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device)
             self._run()
             self._sync()
-            return torch.cuda.max_memory_allocated(self.device)
+            return torch.cuda.max_memory_allocated(self.device) - before + self.resting_bytes()
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the profiler's start/stop lines are noise
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
             self._run()
@@ -522,10 +523,12 @@ def run_benchmark(
                 if graphs:  # a CUDA graph's memory is taken while it is recorded (warm-up); a replay takes none
                     torch.cuda.synchronize(device)
                     torch.cuda.reset_peak_memory_stats(device)
+                    # the other runners' tensors are on the card too: counted from this one's resting tensors
+                    before = torch.cuda.memory_allocated(device) - runner.resting_bytes()
                 for _ in range(warmup):
                     runner.time_step()
                 if graphs:
-                    recording_peak[impl] = torch.cuda.max_memory_allocated(device)
+                    recording_peak[impl] = torch.cuda.max_memory_allocated(device) - before
             routing_times: list[float] = []
 
             def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
