@@ -41,7 +41,9 @@ END=${3:-500}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-RUNS=${RUNS_DIR:-/tmp/gpu-families-runs}  # checkpoints stay off OUT (they would not come back)
+# checkpoints stay off OUT (they would not come back); a folder of this call's own: a retry on the warm machine
+# trained into the first try's folders, was refused there (exit 2), restarted each run eager and scored the old ones
+RUNS=${RUNS_DIR:-$(mktemp -d /tmp/gpu-families-runs.XXXXXX)}
 mkdir -p "$OUT/logs" "$RUNS"
 # commit, torch, the device and its name (the suite's record), then the driver
 "$PY" "$REPO/benchmarks/gpu_suite.py" environment --device "${DEVICE:-cuda}" --out "$OUT/environment.json" \
@@ -64,8 +66,9 @@ job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at 
     {
         timeout "$left" "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" > "$OUT/logs/$name.log" 2>&1
         local rc=$? rest=$((END - SECONDS))
-        # a compiled run that failed (not the clock's stop, 124): the same run eager, afresh, for what is left
-        if ((rc != 0 && rc != 124 && rest >= 30)) && [[ " $* " == *" --compile "* ]]; then
+        # a compiled run that failed (not the clock's stop, 124, nor a refusal of its flags or folder, 2): the same run
+        # eager, afresh, for what is left
+        if ((rc != 0 && rc != 124 && rc != 2 && rest >= 30)) && [[ " $* " == *" --compile "* ]]; then
             local args=() skip=0 a
             for a in "$@"; do
                 if ((skip)); then skip=0; elif [ "$a" = --compile ]; then skip=1; else args+=("$a"); fi

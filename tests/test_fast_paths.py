@@ -386,3 +386,19 @@ def test_experiment_flags_reach_every_run(tmp_path, monkeypatch, capsys):
     assert cli.main(["experiment", "less-data", "--sizes", "500", "1000", "--steps", "4", "--amp", "bf16",
                      "--compile", "max-autotune", "--out", str(tmp_path / "x"), "--no-progress"]) == 0
     assert seen == [("bf16", "max-autotune")] * 4  # two sizes x two models
+
+
+def test_a_cuda_device_past_the_last_one_is_refused_with_the_count(monkeypatch):
+    """--device cuda:7 on a machine of one GPU passed resolve_device and failed at the first tensor moved there, a
+    traceback ('invalid device ordinal'); said now with the devices there are (CUDA stood in for: this CPU has
+    none)."""
+    from capsnet.runtime import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for count, said in ((1, r"has 1 CUDA device \(cuda:0\); use one of those, or --device cuda"),
+                        (2, r"has 2 CUDA devices \(cuda:0 to cuda:1\)")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        with pytest.raises(ValueError, match=rf"device 'cuda:7' asked for, but this machine {said}"):
+            resolve_device("cuda:7")
+        assert resolve_device(f"cuda:{count - 1}") == torch.device("cuda", count - 1)
+        assert resolve_device("cuda") == torch.device("cuda")

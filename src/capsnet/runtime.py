@@ -55,6 +55,11 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     dev = parse_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= (count := torch.cuda.device_count()):
+        # torch's own "invalid device ordinal" comes later, from the first tensor moved there, as a traceback
+        raise ValueError(f"device {device!r} asked for, but this machine has {count} CUDA device"
+                         f"{'s' if count != 1 else ''} (cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}); use "
+                         f"one of those, or --device cuda")
     if dev.type == "meta":
         raise ValueError(f"device {device!r} holds shapes, not numbers: nothing trains, scores or is timed there; use "
                          f"--device cpu, cuda or auto")
