@@ -236,6 +236,33 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert page.evaluate("state.walk.routing.layer") == "deconv_1_2"  # the layer picked stays picked
             assert errors == []
 
+            # an upload the server refuses (128x128) leaves the shown canvas the one a layer change re-walks: it
+            # re-sent the refused upload, so the layer's routing was never drawn for the canvas shown (a review,
+            # 2026-11-30); the same file chosen twice is sent twice (the second choice did nothing)
+            import io
+
+            from PIL import Image
+
+            big, right = io.BytesIO(), io.BytesIO()
+            Image.new("L", (128, 128)).save(big, format="PNG")
+            Image.fromarray(np.full((64, 64), 40, np.uint8)).save(right, format="PNG")
+            page.fill("#test-index", "4")
+            page.click("#show-test")
+            page.wait_for_function("document.body.dataset.walks === '5'")
+            page.set_input_files("#upload", {"name": "big.png", "mimeType": "image/png", "buffer": big.getvalue()})
+            page.wait_for_function("document.querySelector('#error').textContent !== ''")
+            assert "128x128" in page.inner_text("#error")
+            page.select_option("#routing-layer", "conv_3_1")
+            page.wait_for_function("document.body.dataset.walks === '6'")
+            assert "test canvas #4" in page.inner_text("#source") and page.inner_text("#error") == ""
+            assert page.evaluate("state.walk.routing.layer") == "conv_3_1"
+            for walks in ("7", "8"):
+                page.set_input_files("#upload", {"name": "grey.png", "mimeType": "image/png",
+                                                 "buffer": right.getvalue()})
+                page.wait_for_function(f"document.body.dataset.walks === '{walks}'")
+                assert "your image (64x64 px" in page.inner_text("#source")
+            assert errors == []
+
             # the U-Net: its first convolution and its prediction, no capsule panels
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -281,6 +308,20 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             # no decoder: no reconstruction panel (a black canvas and 16 sliders that did nothing: a review,
             # 2026-11-30)
             assert page.locator("#recon-panel").is_hidden() and page.locator("input.dim-slider").count() == 0
+            # its class scores are EM's activations, not lengths of probability 0.9 and 0.1 (a review, 2026-11-30)
+            hint = page.inner_text("#digits-hint")
+            assert hint.startswith("Activation of each class capsule") and "margins" not in hint
+            assert "reconstruction" not in hint and page.locator("#lengths .margin").count() == 0
+            assert ", activation " in page.inner_text("#predicted")
+            # a class capsule is chosen by keyboard too: Tab reaches the bars, Enter selects (it stays focused)
+            page.locator("#lengths .bar").nth(3).focus()
+            page.keyboard.press("Enter")
+            page.wait_for_function("state.selected === 3")
+            assert page.evaluate("document.activeElement.dataset.capsule") == "3"
+            page.keyboard.press("Tab")
+            page.keyboard.press(" ")
+            page.wait_for_function("state.selected === 4")
+            assert page.inner_text("#selected-capsule").startswith("4")
             assert errors == []
         finally:
             browser.close()

@@ -458,14 +458,14 @@ def test_uploads_are_decoded_at_most_two_at_a_time(server, monkeypatch):
     active, peak, lock = 0, 0, threading.Lock()
     real = images.mnist_style
 
-    def counting(img, shape):
+    def counting(img, shape, style="mnist"):
         nonlocal active, peak
         with lock:
             active += 1
             peak = max(peak, active)
         try:
             time.sleep(0.05)
-            return real(img, shape)
+            return real(img, shape, style)
         finally:
             with lock:
                 active -= 1

@@ -2,9 +2,11 @@
 
 MNIST's own recipe (LeCun et al., the MNIST page): the digit's bounding box is scaled to fit a 20x20 box with its
 aspect ratio kept (anti-aliased, hence grey levels), then placed in the 28x28 field so that its centre of mass lies at
-the centre. For other input sizes the box scales with the input (20/28 of it). Dark digits on light paper are
-inverted first, so photos of handwriting work as well as white strokes on a black canvas. The viewer's uploads
-(``capsnet.viz.images``) and ``capsnet predict --mnist-style`` both go through ``mnist_style``.
+the centre. Larger inputs (MultiMNIST's 36x36, translated MNIST's 40x40) hold MNIST's digits unscaled, so the box
+stays 20 pixels; a smaller input gets 20/28 of its side. Dark digits on light paper are inverted first, so photos of
+handwriting work as well as white strokes on a black canvas. The viewer's uploads (``capsnet.viz.images``) and
+``capsnet predict --mnist-style`` both go through ``mnist_style``; the viewer's uploads to a one-channel model of
+other data (Fashion-MNIST, whose items fill their frame) through ``frame_style``.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from PIL import Image
 
 from .idx import DataError
 
-__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "light_background", "mnist_style"]
+__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "light_background", "mnist_style", "frame_style"]
 
 WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
 BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
@@ -82,7 +84,9 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     a = a / peak
     ys, xs = np.nonzero(a > 0.1)
     a = a[ys.min():ys.max() + 1, xs.min():xs.max() + 1]  # the digit's bounding box
-    box = max(1, round(BOX_FRACTION * min(H, W)))
+    # MNIST's 20 pixels (20/28 of a smaller input): MultiMNIST's and translated MNIST's larger canvases hold MNIST's
+    # digits unscaled (a 36x36 upload's digit was 26 pixels tall)
+    box = max(1, round(BOX_FRACTION * min(H, W, 28)))
     h, w = a.shape
     scale = box / max(h, w)
     nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
@@ -98,3 +102,31 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     out = np.zeros((H, W), dtype=np.float32)
     out[top:top + nh, left:left + nw] = digit
     return torch.from_numpy(out).unsqueeze(0)  # (1, H, W)
+
+
+def frame_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
+    """An image as a Fashion-MNIST item was made (for one-channel models of other data than MNIST's digits): light
+    on black (a light background inverted), the whole image scaled to fit the frame and centred in it, nothing
+    trimmed; an image of the frame's size on a dark ground is read as it is (pixels / 255, as ``capsnet predict``).
+
+    Shapes: returns (1, H, W) float in [0, 1] for ``shape`` = (1, H, W).
+    """
+    C, H, W = shape
+    if C != 1:
+        raise DataError(f"frame_style makes one-channel images, not {C}-channel ones")
+    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
+    if max(img.size) > WORK_SIDE:
+        img = shrink(img, WORK_SIDE)
+    a = _grey(img)
+    if light_background(a):  # a product photographed on white: Fashion-MNIST's items are light on black
+        a = 1.0 - a
+    h, w = a.shape
+    if (h, w) != (H, W):
+        scale = min(H / h, W / w)
+        nh, nw = max(1, min(H, round(h * scale))), max(1, min(W, round(w * scale)))
+        fitted = np.asarray(Image.fromarray(a, mode="F").resize((nw, nh), Image.Resampling.BOX), dtype=np.float32)
+        a = np.zeros((H, W), dtype=np.float32)
+        top, left = (H - nh) // 2, (W - nw) // 2
+        a[top:top + nh, left:left + nw] = np.clip(fitted, 0, 1)
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).unsqueeze(0)  # (1, H, W)

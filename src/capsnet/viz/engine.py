@@ -23,7 +23,7 @@ from torch import nn
 
 from ..models import is_segmentation
 from ..models.capsnet import CapsNet, CapsNetConfig
-from ..routing import routing_name
+from ..routing import routing_is, routing_name
 
 if TYPE_CHECKING:
     from .segmentation import SegmentationViewer
@@ -83,6 +83,20 @@ class _Input:
     truth: torch.Tensor | None = None  # (1, H, W) 0/1: a segmentation test canvas's mask
 
 
+def scores_are(model: nn.Module) -> str:
+    """What a classifier's class scores are, for the page's words: "lengths" (capsule lengths, the margin loss's),
+    "activations" (EM routing's, the spread loss's) or "probabilities" (the inverted model's softmax)."""
+    from ..models.em_capsnet import EMCapsNet
+    from ..models.inverted_capsnet import InvertedCapsNet
+
+    if isinstance(model, InvertedCapsNet):
+        return "probabilities"
+    if isinstance(model, EMCapsNet) or not routing_is(getattr(model.config, "routing", "dynamic"),
+                                                      "length_activations"):
+        return "activations"
+    return "lengths"
+
+
 class _ViewerBase:
     """What every viewer holds: the model in eval mode, its config and input shape, the data set and checkpoint it
     was opened with, its device, one lock for model calls, and its first convolution (``conv``, set by the viewer)
@@ -102,11 +116,16 @@ class _ViewerBase:
         self._kernels: dict[str, Any] | None = None
         self.warning: str | None = None  # a classifier shown other classes than it learned (load_viewer sets it)
         self.weights = "saved"  # or "training": an averaged run's training weights (load_viewer sets it)
+        # how a classifier's uploads and drawings are made into its input (load_viewer sets it): "mnist", a digit as
+        # MNIST's were made (photos.mnist_style; a colour model's image resized), or "frame", for a one-channel model
+        # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style)
+        self.upload_style = "mnist"
 
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
         return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
                 "weights": self.weights, "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
+                "upload_style": self.upload_style,
                 "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
 
     def kernels(self) -> dict[str, Any]:
@@ -168,6 +187,7 @@ class Viewer(_ViewerBase):
             "routing_iterations": self._rounds,
             "routing": routing_name(self.model),  # the algorithm of the routing drawn (capsnet.routing's name)
             "decoder": self.decodes,
+            "scores_are": scores_are(self.model),
             "sweep_half_range": SWEEP_HALF_RANGE,
         }
 
@@ -324,8 +344,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     test examples instead (0: all). ``weights``: the checkpoint's "saved" weights or an averaged run's "training"
     ones (``load_model``; the page says which).
     """
-    from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, input_shape, load_test, other_classes, shipped_default,
-                              task, trained_dataset)
+    from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, load_test, other_classes,
+                              shipped_default, task, trained_dataset)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -401,5 +421,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
                         checkpoint=checkpoint)
         if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
             viewer.warning = other_classes(trained_on, name)
+        learned = trained_on if checkpoint is not None else name
+        if shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
+            viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
     viewer.weights = weights
     return viewer

@@ -1,9 +1,11 @@
 """Uploaded and drawn images, turned into what the network saw in training.
 
 A digit is made as MNIST was (``capsnet.data.photos.mnist_style``: its box
-scaled to 20/28 of the input, centred by its centre of mass, dark ink on
-light paper inverted), so photos of handwriting work as well as white strokes
-on a black canvas.
+scaled to 20x20, or 20/28 of a smaller input, centred by its centre of mass,
+dark ink on light paper inverted), so photos of handwriting work as well as
+white strokes on a black canvas; a one-channel model of other data
+(Fashion-MNIST) gets the whole image fitted to its frame
+(``photos.frame_style``).
 
 A segmentation model's input is a whole scene, not a digit to centre:
 ``canvas_input`` takes an image of exactly the model's input size as it is
@@ -95,8 +97,11 @@ def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
         raise ViewerError(f"the image data is truncated or corrupt ({e}); upload the whole file") from None
 
 
-def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
-    """An uploaded image as the network's input (C, H, W), and its size (width, height) as uploaded.
+def upload_input(data: bytes, shape: tuple[int, int, int], style: str = "mnist"
+                 ) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An uploaded image as the network's input (C, H, W), and its size (width, height) as uploaded; ``style``
+    "mnist" makes a digit as MNIST's were made, "frame" fits a one-channel model's whole image to its frame (the
+    viewer's ``upload_style``: a Fashion-MNIST item fills its frame).
 
     What the server does with an upload: at most ``MAX_CONCURRENT_DECODES``
     run at once (the others wait), each decoding within ``read_image``'s caps
@@ -106,7 +111,7 @@ def upload_input(data: bytes, shape: tuple[int, int, int]) -> tuple[torch.Tensor
     with _DECODE_SLOTS:  # the header too: reading it inflates a PNG's text chunks (Pillow allows 64 MiB of them)
         img = _open(data)
         size = img.size  # before a JPEG's reduced-scale decoding changes it
-        return mnist_style(_decode(img, WORK_SIDE), shape), size
+        return mnist_style(_decode(img, WORK_SIDE), shape, style), size
 
 
 def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments {W}x{H} images",
@@ -153,13 +158,15 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 
 
-def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
-    """``capsnet.data.photos.mnist_style`` (MNIST's recipe) for the viewer: a problem is a ``ViewerError``, which the
-    server answers with its message.
+def mnist_style(img: Image.Image, shape: tuple[int, int, int], style: str = "mnist") -> torch.Tensor:
+    """``capsnet.data.photos.mnist_style`` (MNIST's recipe; ``style`` "frame": ``photos.frame_style``, a
+    Fashion-MNIST item's) for the viewer: a problem is a ``ViewerError``, which the server answers with its message.
 
     Shapes: returns (C, H, W) float in [0, 1] for ``shape`` = (C, H, W).
     """
     try:
+        if style == "frame" and shape[0] == 1:
+            return photos.frame_style(img, shape)
         return photos.mnist_style(img, shape)
     except DataError as e:
         raise ViewerError(f"{e} (draw or upload one)" if "blank" in str(e) else str(e)) from None

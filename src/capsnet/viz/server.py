@@ -485,7 +485,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
             return
         self._query(set(), "/api/upload (a classifier's upload takes no query)")  # ?routing=x was ignored
-        image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
+        image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape, viewer.upload_style)
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
 
     def _query(self, allowed: set[str], example: str) -> dict[str, str]:

@@ -14,7 +14,10 @@ const state = {
   pending: false,  // ... and the sliders moved again meanwhile
   nth: {},         // class -> how many images of it were shown
   clearDrawing: null,  // blanks the drawing canvas (set up by setUpDrawing)
-  last: null,      // the last walk request sent (answered or not): {path, body, raw}
+  last: null,      // the input a re-walk sends (a layer, seeds or truncation changed): {path, body, raw}, the last
+                   // one asked for (on its way, or refused by the page's own fields: bad seeds), but not one the
+                   // server refused (an upload of the wrong size), whose layers would be drawn over the input shown
+  shown: null,     // the input of the walk shown
   routing: null,   // segmentation and synthesis: the capsule layer whose routing is shown ...
   parent: 0,       // ... and its parent type
   walkSeq: 0,      // numbers the walk requests: an answer overtaken by a later request is not shown
@@ -131,25 +134,51 @@ function drawPixels(canvas, b, C, H, W) {
 
 // ---------------------------------------------------------------- the network's views
 
+// What the class scores are, in the page's words: capsule lengths (margin loss), EM's activations (spread loss) or the
+// inverted model's softmax probabilities
+function scoreWord(info) {
+  return { activations: "activation", probabilities: "probability" }[info.scores_are] || "length";
+}
+
+function digitsHint(info) {
+  const what = {
+    length: "Length of each capsule = probability of its class; the margins 0.9 and 0.1 are marked.",
+    activation: "Activation of each class capsule (EM routing's, trained with the spread loss): the largest is the " +
+      "prediction.",
+    probability: "Softmax probability of each class (from the class capsules' poses, trained with cross-entropy): " +
+      "the largest is the prediction.",
+  }[scoreWord(info)];
+  const uses = info.decoder ? "routing, reconstruction and sliders" : "routing";
+  return `${what} Click a capsule (or Tab to it and press Enter) to select it for ${uses}.`;
+}
+
 function renderLengths() {
-  const w = state.walk, info = state.info;
+  const w = state.walk, info = state.info, word = scoreWord(info);
   const box = $("lengths");
+  const focused = box.contains(document.activeElement);  // keyboard use: the selected bar keeps the focus
   box.replaceChildren();
   w.lengths.forEach((len, j) => {
     const bar = document.createElement("div");
     bar.className = "bar" + (j === w.predicted ? " predicted" : "") + (j === state.selected ? " selected" : "");
     bar.dataset.capsule = j;
+    bar.tabIndex = 0;  // reached by Tab, chosen by Enter or Space, as a click chooses it
+    bar.setAttribute("role", "button");
     bar.innerHTML = `<span class="name"></span><span class="track"><span class="fill"></span>` +
-      `<span class="margin" style="left:90%"></span><span class="margin" style="left:10%"></span></span>` +
-      `<span class="value"></span>`;
+      (word === "length" ? `<span class="margin" style="left:90%"></span><span class="margin" style="left:10%"></span>`
+        : "") + `</span><span class="value"></span>`;
     bar.querySelector(".name").textContent = info.classes[j];
     bar.querySelector(".fill").style.width = `${(100 * len).toFixed(1)}%`;
     bar.querySelector(".value").textContent = len.toFixed(3);
-    bar.title = `capsule ${j} (${info.classes[j]}): length ${len.toFixed(4)}`;
+    bar.title = `capsule ${j} (${info.classes[j]}): ${word} ${len.toFixed(4)}`;
     bar.addEventListener("click", () => selectCapsule(j));
+    bar.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); selectCapsule(j); }
+    });
     box.appendChild(bar);
   });
-  $("predicted").textContent = `${info.classes[w.predicted]} (capsule ${w.predicted}, length ${w.lengths[w.predicted].toFixed(3)})`;
+  if (focused) box.children[state.selected].focus();
+  $("predicted").textContent = `${info.classes[w.predicted]} (capsule ${w.predicted}, ${word} ` +
+    `${w.lengths[w.predicted].toFixed(3)})`;
 }
 
 // Coupling (R, J, T, rows, cols) to upper capsule j: one map per round in roundsBox (mean over the T lower capsule
@@ -222,9 +251,10 @@ function renderLayers() {
     "this input's shortest and longest";
   const s = w.source;
   $("source").textContent = s.kind === "test"
-    ? `test image #${s.index}, label ${s.label_name}` : `your image (${s.size[0]}x${s.size[1]} px, preprocessed as MNIST was)`;
+    ? `test image #${s.index}, label ${s.label_name}`
+    : `your image (${s.size[0]}x${s.size[1]} px, ${info.upload_style === "frame"
+      ? "fitted to the frame as Fashion-MNIST's items were" : "preprocessed as MNIST was"})`;
   if (s.kind === "test") $("test-index").value = s.index;
-  void info;
 }
 
 function buildSliders() {
@@ -241,6 +271,7 @@ function buildSliders() {
     value.className = "value";
     value.id = `dim-${d}-value`;
     slider.addEventListener("input", () => {
+      if (!state.walk) return;  // no input shown yet (a viewer without a test set): no pose to move
       state.pose[d] = Number(slider.value);
       showSliderValue(d);
       requestReconstruction();
@@ -271,7 +302,7 @@ function resetSliders() {
 }
 
 async function requestReconstruction() {
-  if (!state.info.decoder) return;
+  if (!state.info.decoder || !state.walk) return;
   if (state.inflight) { state.pending = true; return; }
   state.inflight = true;
   const started = performance.now();
@@ -306,33 +337,51 @@ function selectCapsule(j) {
 }
 
 function showWalk(w) {
+  const before = state.walk;
   state.walk = w;
-  if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
-  if (state.info.kind === "segmentation") {
-    renderSegmentation();
-  } else if (state.info.kind === "synthesis") {
-    renderSynthesis();
-  } else {
-    renderLayers();
-    selectCapsule(w.predicted);
+  try {
+    if (state.info.kind === "segmentation") {
+      renderSegmentation();
+    } else if (state.info.kind === "synthesis") {
+      renderSynthesis();
+    } else {
+      renderLayers();
+      selectCapsule(w.predicted);
+    }
+  } catch (err) {  // an answer this page cannot draw: a viewer restarted with another model on the same port
+    state.walk = before;
+    throw new Error(`the viewer's answer does not fit this page (${err.message}); was it restarted with another ` +
+      "model? Reload the page");
   }
+  if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
   document.body.dataset.walks = Number(document.body.dataset.walks || 0) + 1;
   showError("");
 }
 
 async function walk(path, body, raw) {
-  // the input asked for is the current one even if its walk fails (bad seeds, say): a re-walk sends it again
-  state.last = { path, body, raw };
+  const asked = { path, body, raw };
+  let to, sent;
   try {
     const kind = state.info.kind;
-    const [to, sent] = kind === "segmentation" ? routedRequest(path, body)
+    [to, sent] = kind === "segmentation" ? routedRequest(path, body)
       : kind === "synthesis" ? synthesisRequest(path, body) : [path, body];
-    const seq = ++state.walkSeq;
+  } catch (err) {  // the page's own fields refused it (bad seeds): the input is the one a re-walk sends once fixed
+    state.last = asked;
+    showError(err.message);
+    return;
+  }
+  state.last = asked;  // on its way: a re-walk meanwhile (seeds changed) sends it again, not the input before it
+  const seq = ++state.walkSeq;
+  try {
     const w = await api(to, sent, raw);
     if (seq !== state.walkSeq) return;  // a later request was sent meanwhile: its answer is the one to show
     showWalk(w);
+    state.shown = asked;
   } catch (err) {
-    showError(err.message);
+    // refused by the server: a re-walk sends the input shown (a layer picked then is drawn for that one)
+    if (seq === state.walkSeq && state.last === asked) state.last = state.shown;
+    showError(err instanceof TypeError ? `the viewer at ${location.host} is not answering (stopped?): ${err.message}`
+      : err.message);
   }
 }
 
@@ -390,9 +439,10 @@ function setUpPickers() {
   });
   $("upload").addEventListener("change", (e) => {
     const file = e.target.files[0];
+    e.target.value = "";  // the same file chosen again is a change too (it was ignored)
     if (file) { state.clearDrawing(); walk("/api/upload", file, true); }
   });
-  $("reset").addEventListener("click", () => { resetSliders(); requestReconstruction(); });
+  $("reset").addEventListener("click", () => { if (state.walk) { resetSliders(); requestReconstruction(); } });
   if (state.info.test_size === 0) {
     for (const id of ["test-index", "show-test", "test-class", "next-of-class"]) $(id).disabled = true;
   }
@@ -433,6 +483,7 @@ async function start() {
     if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis();
     else if (info.decoder) buildSliders();
     else $("recon-panel").hidden = true;  // no decoder (EM, --no-decoder): a canvas and sliders that did nothing
+    if (!segmenting && !synthesizing) $("digits-hint").textContent = digitsHint(info);
     const k = await api("/api/kernels");
     const [K, Ck, kh, kw] = k.kernels.shape;
     // one tile per kernel and input channel; a generator's few kernels, 8 a row, drawn larger

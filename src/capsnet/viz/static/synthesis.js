@@ -59,7 +59,11 @@ function setUpSynthesis() {
   seeds.title = `1 to ${info.max_seeds} different whole numbers, separated by commas`;
   const rewalk = () => { if (state.last) walk(state.last.path, state.last.body, state.last.raw); };
   seeds.addEventListener("change", rewalk);
-  $("syn-truncation").addEventListener("change", rewalk);
+  const truncation = $("syn-truncation");
+  truncation.addEventListener("change", rewalk);
+  // a field holding text that is no number already reads "" to the page, so clearing it fires no change: the
+  // truncation and the error of that text stayed. Leaving the field re-walks when it reads otherwise than it was sent.
+  truncation.addEventListener("blur", () => { if (truncationKey(truncation) !== state.truncationSent) rewalk(); });
 
   const noiseChannel = vector && info.conv1.in_channels === C + 1;
   $("conv-title").textContent = info.conv1.name === "conv1" ? "Conv1" : `First convolution (${info.conv1.name})`;
@@ -80,7 +84,12 @@ function parseSeeds(text) {
   return parts.map(Number);
 }
 
+function truncationKey(input) {  // what the field holds, as far as the page can tell
+  return `${input.validity.badInput}|${input.value.trim()}`;
+}
+
 function parseTruncation(input) {
+  state.truncationSent = truncationKey(input);
   if (input.validity.badInput) throw new Error("truncation: give a number of 0 or more, or leave it blank");
   return input.value.trim() === "" ? null : Number(input.value);
 }
