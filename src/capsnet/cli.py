@@ -1141,6 +1141,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     _output_file(args.json, "--json")
     saved = load_checkpoint(args.checkpoint, args.which)  # read once: the report is of these weights, whatever a
+    chosen_on = (saved.state.get("best") or {}).get("split") if saved.path.name == "best.safetensors" else None
+    note = ""
+    if chosen_on == "test" and not getattr(args, "which_given", True) and Path(args.checkpoint).is_dir() and \
+            (Path(args.checkpoint) / "last.safetensors").exists():
+        # a run without a validation split chose its best epoch on the test split: that epoch's test figure is the
+        # best over epochs, not an estimate; the final epoch's is (--which best scores it anyway)
+        args.which = "last"
+        saved = load_checkpoint(args.checkpoint, "last")
+        note = (f"{args.checkpoint}: best.safetensors was chosen on the test split (trained without --val-size), so "
+                f"its test figure would be the best over epochs; scored last.safetensors, the final epoch's weights "
+                f"(--which best scores the other)\n")
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
@@ -1165,7 +1176,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(report, indent=2))
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
-        print(done.format())
+        print(note + done.format())
         _say_training_weights(args)
     print(f"\nwritten {out}")
     return 0
@@ -1608,6 +1619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{named} is one checkpoint (a file or a shipped model)" if named else
                 "an untrained model has none" if getattr(args, "untrained", False) else
                 "the shipped model is one checkpoint") + ": leave --which out")
+        args.which_given = args.which is not None  # eval: a test-chosen best is left for last unless asked for
         args.which = args.which or "best"
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError
