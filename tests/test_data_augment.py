@@ -148,3 +148,33 @@ def test_efficient_capsnet_augment_is_seeded_and_in_range():
     assert not torch.equal(a, efficient_capsnet_augment(x, torch.Generator().manual_seed(5)))
     with pytest.raises(ValueError, match="unknown augmentation 'flip'"):
         augmentation("flip")
+
+
+def test_random_squish_draws_as_the_official_code_half_normal_not_uniform(monkeypatch):
+    """The official image_squish_random draws width_mod = floor(r * W/4 + 1) and offset = floor(r' * 2) from
+    r = |N(0, 0.33)| clipped below 1: squeezes of 1-3 pixels mostly and an offset for about one image in eight. The
+    draws were uniform (a squeeze of 4 on average, every other image offset: a review, 2026-11-30). The widths
+    and offsets actually applied are read back from the grid each image is sampled on."""
+    import capsnet.data.augment as augment
+
+    grids = []
+    real = augment.F.grid_sample
+    monkeypatch.setattr(augment.F, "grid_sample", lambda x, grid, **k: grids.append(grid) or real(x, grid, **k))
+    n = 20_000
+    augment.random_squish(torch.zeros(n, 1, 28, 28), generator=torch.Generator().manual_seed(0))
+    gx = grids[0][:, 0, :, 0].double()  # (n, 28): normalised source column of each output column
+    src = ((gx + 1) * 28 - 1) / 2  # pixel units: (x + 0.5 - pad) * 28 / (28 - wm) - 0.5
+    scale = src[:, 1] - src[:, 0]  # 28 / (28 - wm)
+    wm = torch.round(28 - 28 / scale)
+    pad = torch.round(0.5 - (src[:, 0] + 0.5) / scale)
+    offset = pad - torch.div(wm, 2, rounding_mode="floor")
+    # expected from the official rule, by the half-normal's distribution: P(width_mod = k) = P(k-1 <= 7r < k)
+    normal = torch.distributions.Normal(0.0, 0.33)
+    edges = torch.arange(0, 8, dtype=torch.float64) / 7
+    p = (2 * (normal.cdf(edges[1:].float()) - normal.cdf(edges[:-1].float()))).double()
+    p[-1] += 1 - p.sum()  # the clip at 0.9999 puts the tail into width 7
+    seen = torch.stack([(wm == k).double().mean() for k in range(1, 8)])
+    assert (seen - p).abs().max() < 0.01, (seen, p)
+    assert abs(wm.mean().item() - 2.36) < 0.05  # the uniform rule's mean was 4.0
+    assert set(offset.long().tolist()) <= {0, 1}
+    assert abs(offset.mean().item() - 2 * (1 - normal.cdf(torch.tensor(0.5))).item()) < 0.01  # P(r' >= 0.5): 0.13

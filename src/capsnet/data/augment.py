@@ -123,15 +123,19 @@ def margin_shift(images: torch.Tensor, *, generator: torch.Generator | None = No
 
 
 def random_squish(images: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Squeeze each image horizontally by 1-7 pixels and re-centre it, give or take one pixel (the official ``squish``).
+    """Squeeze each image horizontally by 1 to W/4 pixels and re-centre it, give or take one pixel (the official
+    ``squish``, ``image_squish_random``).
 
-    width_mod = floor(u * 7 + 1), offset = floor(u' * 2): the image resized to
-    width W - width_mod is placed width_mod // 2 + offset pixels from the left.
+    r, r' = |N(0, 0.33)| clipped below 1 (the official draws, as ``margin_shift``'s); width_mod = floor(r * W/4 + 1)
+    (1..7 at 28, mostly 1-3), offset = floor(r' * 2) (1 for about one image in eight): the image resized to width
+    W - width_mod is placed width_mod // 2 + offset pixels from the left. (Until 2026-11-30 r and r' were uniform:
+    a squeeze of 4 pixels on average and an offset for every other image, stronger than the official code's.)
     Shapes: images (B, C, H, W) float -> the same.
     """
     B, C, H, W = images.shape
-    wm = torch.floor(_uniform(B, generator, images.device) * 7 + 1)  # (B,) in 1..7
-    pad = torch.div(wm, 2, rounding_mode="floor") + torch.floor(_uniform(B, generator, images.device) * 2)
+    r = torch.stack([_normal(B, generator, images.device), _normal(B, generator, images.device)]).abs()  # (2, B)
+    wm = torch.floor(r[0] * (W / 4) + 1)  # (B,) in 1..W/4
+    pad = torch.div(wm, 2, rounding_mode="floor") + torch.floor(r[1] * 2)
     x = torch.arange(W, device=images.device, dtype=images.dtype)  # output column centres at x + 0.5
     src = (x + 0.5 - pad[:, None]) * (W / (W - wm[:, None])) - 0.5  # (B, W): source column, pixel units
     gx = (2 * src + 1) / W - 1  # normalised, align_corners=False
