@@ -413,3 +413,68 @@ def test_a_torchrun_whose_ranks_were_started_with_other_seeds_stops_on_every_ran
         assert f"capsnet train (rank {rank} of 2): error: the processes of this run disagree, process 1 against " \
                f"process 0: train_config.seed: 1 where process 0 has 0" in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+
+
+def test_commands_other_than_train_refuse_several_processes_with_the_rank_said(tmp_path, capsys, monkeypatch):
+    """`torchrun ... -m capsnet experiment ...` ran the whole experiment in every process, each writing the same
+    files (a review, 2026-11-30); an argparse error under torchrun did not say which process met it."""
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    code, err = in_process(capsys, monkeypatch, env, "experiment", "less-data", "--sizes", "64", "--out",
+                           tmp_path / "exp")
+    assert code == 2 and "capsnet experiment (rank 1 of 2): error: capsnet experiment runs in one process; run it " \
+                         "without torchrun" in err, err
+    assert not (tmp_path / "exp").exists()
+    code, err = in_process(capsys, monkeypatch, env, "train", "--dataset", "no-such-set")
+    assert code == 2 and err.startswith("capsnet train (rank 1 of 2): error: argument --dataset"), err
+    one = {**env, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}  # torchrun with one process: as without it
+    code, err = in_process(capsys, monkeypatch, one, "models")
+    assert code == 0, err
+
+
+def test_a_collective_that_timed_out_is_said_so_with_the_setting_that_waits_longer(monkeypatch):
+    """Rank 0 scores the held-out set alone while the others wait: longer than torch's default process-group
+    timeout (30 minutes for gloo) ended the run, each waiting rank saying another process had stopped, which none
+    had (a review, 2026-11-30). The wait is CAPSNET_DIST_TIMEOUT_MIN minutes (6 hours by default), given to the
+    process group, and a timeout is named as one."""
+    import datetime
+
+    from capsnet import train as train_mod
+    from capsnet.distributed import DistributedError, Launch, process_group_timeout
+
+    monkeypatch.delenv("CAPSNET_DIST_TIMEOUT_MIN", raising=False)
+    assert process_group_timeout() == datetime.timedelta(hours=6)
+    monkeypatch.setenv("CAPSNET_DIST_TIMEOUT_MIN", "90")
+    assert process_group_timeout() == datetime.timedelta(minutes=90)
+    for bad in ("0", "soon", "nan"):
+        monkeypatch.setenv("CAPSNET_DIST_TIMEOUT_MIN", bad)
+        with pytest.raises(DistributedError, match=f"CAPSNET_DIST_TIMEOUT_MIN='{bad}': give the minutes"):
+            process_group_timeout()
+    monkeypatch.setenv("CAPSNET_DIST_TIMEOUT_MIN", "90")
+    monkeypatch.setattr(train_mod, "launcher", lambda required=False: Launch(1, 2, 1, 2))
+    monkeypatch.setattr(train_mod, "join", lambda launch, dev: (dev, False))
+    monkeypatch.setattr(train_mod, "leave", lambda created, ended=None: None)
+
+    def timed_out(*a, **k):
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                           "5400000ms for recv operation to complete")
+    monkeypatch.setattr(train_mod, "_fit", timed_out)
+    with pytest.raises(DistributedError, match=r"a collective timed out after 90 minutes: .* set "
+                                               r"CAPSNET_DIST_TIMEOUT_MIN to more minutes and resume"):
+        fit(CapsNetConfig(conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist-sample", epochs=1,
+                                                                         batch_size=32), "unused")
+
+
+def test_the_ranks_fingerprint_holds_whether_they_save_inside_epochs():
+    """A --save-every 0 on one machine: its ranks skipped the collective the others met every 64 steps, and the
+    run hung until the timeout (a review, 2026-11-30); the fingerprint every rank compares now holds it."""
+    import torch
+
+    from capsnet.data.tasks import Split
+    from capsnet.train import _fingerprint
+
+    split = Split(torch.zeros(4, 1, 28, 28, dtype=torch.uint8), torch.zeros(4, dtype=torch.long), [str(k) for k in
+                                                                                                     range(10)])
+    state = {"epoch": 0, "step": 0}
+    cfg = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32)
+    saving, not_saving = (_fingerprint(CapsNetConfig(), cfg, state, None, split, split, s) for s in (300.0, 0))
+    assert {k for k in saving if saving[k] != not_saving[k]} == {"saves inside epochs (--save-every)"}

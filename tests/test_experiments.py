@@ -280,7 +280,7 @@ def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_place
     table = {line.split()[0]: line for line in printed.splitlines() if line.split()[1:2] == ["50"]}
     assert list(table) == ["translated", "affine_centred", "translated_anywhere", "affine"]  # report order
     assert "anywhere in 40x40 (affNIST-like)" in table["affine"] and "as trained" in table["translated"]
-    report = json.loads((out / "capsnet" / "eval-best-n50.json").read_text())
+    report = json.loads((out / "capsnet" / "eval-last-n50.json").read_text())
     for key in sets:
         one = report if key == "test" else report[key]
         assert one["accuracy"] == pytest.approx(row[f"{key}_accuracy"], abs=1e-9) and one["title"]
@@ -303,7 +303,7 @@ def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_place
                  str(mats["far.mat"]), "--data-dir", str(data_root), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "real affNIST file; placement nearest: " in printed
-    report = json.loads((out / "capsnet" / "eval-best-n50.json").read_text())
+    report = json.loads((out / "capsnet" / "eval-last-n50.json").read_text())
     assert report["affnist:near.mat"]["images"] == 50
     assert report["affnist:near.mat"]["placement_nearest"] in ("translated", "affine_centred")
     assert report["affnist:far.mat"]["placement_nearest"] in ("translated_anywhere", "affine")

@@ -60,8 +60,9 @@ class _Parser(argparse.ArgumentParser):
     argv: list[str] = []  # the command line being parsed (set by main): what a hint may quote back
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}{_hint(message, self)}\n(`{self.prog} --help` lists the "
-                     f"options)\n")
+        # under torchrun every process meets the same error: each says which it is, as for the other errors
+        self.exit(2, f"{self.prog}{_rank_tag()}: error: {message}{_hint(message, self)}\n(`{self.prog} --help` "
+                     f"lists the options)\n")
 
 
 def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
@@ -1590,6 +1591,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _launched() -> Any:
+    """torchrun's ``Launch`` for this process, or None (also for launcher variables too broken to read: the command
+    itself then says nothing of them, as before)."""
+    from .distributed import DistributedError, launcher
+
+    try:
+        return launcher()
+    except DistributedError:
+        return None
+
+
 def _rank_tag() -> str:
     """' (rank R of W)' in a process torchrun started with several processes, else ''."""
     rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
@@ -1605,6 +1617,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # said by the command's own parser, which knows the options they may have meant
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join(["capsnet", *argv])
+    if args.command != "train" and (launch := _launched()) is not None and launch.world_size > 1:
+        # each process ran the whole command: an experiment trained every run once per process, all writing the
+        # same files
+        args.parser.error(f"capsnet {args.command} runs in one process; run it without torchrun (`capsnet train` "
+                          f"is the command that trains in several)")
     for field in ("out", "images", "labels", "checkpoint", "json", "data_dir"):  # an unset shell variable, say
         value = getattr(args, field, None)  # (--out "" trained into runs/DATASET, predict wrote into ./)
         if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):

@@ -19,6 +19,7 @@ and BatchNorm on CPUs (per-process statistics).
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
@@ -144,8 +145,30 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     if backend == "nccl" and not dist.is_nccl_available():
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
-    dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size)
+    dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
+                            timeout=process_group_timeout())
     return device, True
+
+
+TIMEOUT_ENV = "CAPSNET_DIST_TIMEOUT_MIN"
+DEFAULT_TIMEOUT_MIN = 6 * 60  # rank 0 scores the held-out set alone: EM on smallNORB takes hours on one CPU thread
+
+
+def process_group_timeout() -> datetime.timedelta:
+    """How long a rank waits in a collective for the others: ``CAPSNET_DIST_TIMEOUT_MIN`` minutes, 6 hours by
+    default. Rank 0 evaluates (and downloads) alone while the others wait; torch's default (30 minutes for gloo, 10
+    for NCCL) ended runs whose evaluation took longer, after their first epoch."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return datetime.timedelta(minutes=DEFAULT_TIMEOUT_MIN)
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = float("nan")
+    if not 1 <= minutes <= 10 ** 6:
+        raise DistributedError(f"{TIMEOUT_ENV}={text!r}: give the minutes a process waits for the others, a number "
+                               f"from 1 (default {DEFAULT_TIMEOUT_MIN})")
+    return datetime.timedelta(minutes=minutes)
 
 
 def agree(fingerprint: dict[str, Any], launch: Launch) -> None:

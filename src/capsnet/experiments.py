@@ -332,7 +332,7 @@ def train_run(run: Run, *, device: str = "auto", data_root: str | os.PathLike | 
                        resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset),
                        compile=compile)
     return fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root, resume=resume,
-               progress=progress, compile=compile)
+               progress=progress, compile=compile, distributed=False)  # one process trains a plan's runs in turn
 
 
 def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool | str, int, bool]) -> int:
@@ -733,7 +733,7 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                     atomic_write_text(probe_dir / PROBE_GENERATOR, json.dumps(identity, indent=2, sort_keys=True))
                 pairs, _, test = data()
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
-                            resume=(probe_dir / "last.safetensors").exists(),
+                            resume=(probe_dir / "last.safetensors").exists(), distributed=False,
                             data=(Split(images(), pairs.labels, pairs.classes), test))
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
                          "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,

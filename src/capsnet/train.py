@@ -783,6 +783,14 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         # which it prints; this one says so in a line rather than a traceback of the library's internals
         if not isinstance(e, dist.DistError) and not _lost_peer(e):
             raise
+        if "timed out" in str(e).lower() or "timeout" in str(e).lower():  # no process stopped: one waited too long
+            from .distributed import TIMEOUT_ENV, process_group_timeout
+
+            waited = process_group_timeout().total_seconds() / 60
+            raise DistributedError(f"a collective timed out after {waited:g} minutes: another process of this run "
+                                   f"took longer than that alone (an evaluation or a download on the first rank); "
+                                   f"set {TIMEOUT_ENV} to more minutes and resume ({type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:160]})") from e
         raise DistributedError(f"another process of this run stopped (its own error, above or in its log, says "
                                f"why), and this one could not go on without it ({type(e).__name__}: "
                                f"{str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
@@ -800,7 +808,7 @@ def _lost_peer(e: BaseException) -> bool:
 
 
 def _fingerprint(model_config: Any, cfg: TrainConfig, state: dict[str, Any], within: dict[str, Any] | None,
-                 train: Split, held: Split) -> dict[str, Any]:
+                 train: Split, held: Split, save_every_s: float | None = None) -> dict[str, Any]:
     """What every rank of one run must share (``distributed.agree``): its settings field by field, how many
     examples it trains and scores, a digest of its training images and labels, and where it resumes."""
     digest = hashlib.sha256()
@@ -812,6 +820,9 @@ def _fingerprint(model_config: Any, cfg: TrainConfig, state: dict[str, Any], wit
         settings["dataset"] = dataset_stem(cfg.dataset)  # digest below says whether they hold the same files)
     return ({f"model_config.{k}": v for k, v in model_config.to_dict().items()}
             | {f"train_config.{k}": v for k, v in settings.items()}
+            # saves inside an epoch or not: the ranks that do meet in a collective every 64 steps, which the others
+            # never reach (a --save-every 0 on one machine hung the run)
+            | {"saves inside epochs (--save-every)": bool(save_every_s)}
             | {"training examples": len(train), "held-out examples": len(held),
                "training data (sha256)": digest.hexdigest()[:16],
                "resumed at": saved_point(state | ({"within": within} if within else {}))})
@@ -882,7 +893,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if launch is not None and first_here:
         barrier(dev)
     if launch is not None:  # every rank on the same settings, data and resumed point, before any work together
-        agree(_fingerprint(model_config, cfg, state, within, train, held), launch)
+        agree(_fingerprint(model_config, cfg, state, within, train, held, save_every_s), launch)
     train, held = train.to(dev), held.to(dev)
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
