@@ -57,6 +57,16 @@ def test_pack_refuses_a_best_checkpoint_and_the_runs_own_files(trained_run, tmp_
             shipped.pack(run, run / target)
     assert (run / "last.safetensors").read_bytes() == before and not (tmp_path / "x.safetensors").exists()
     assert shipped.pack(run / "last.safetensors", tmp_path / "y.safetensors").exists()  # the run's last: as the run
+    # a run stopped at the end of epoch 2 of the 3 it was training (its config says 3): no final epoch's weights
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    stopped = load_checkpoint(run, "last")
+    stopped.train_config["epochs"] = 3
+    save_checkpoint(run / "last.safetensors", stopped)
+    with pytest.raises(ValueError, match=r"stopped after epoch 2 of the 3 it was training: its weights are not a "
+                                         r"final epoch's; finish the run"):
+        shipped.pack(run, tmp_path / "z.safetensors")
+    assert not (tmp_path / "z.safetensors").exists()
 
 
 def test_pretrained_returns_an_eval_mode_float32_model_that_predicts_as_the_run(trained_run, packed):

@@ -88,6 +88,11 @@ def pack(run: str | Path, target: str | Path) -> Path:
         raise ValueError(f"{last.path} was saved {last.state['within']['batches']} batches into epoch "
                          f"{last.state['within']['epoch']}; finish that epoch (capsnet train --out {run} --resume) "
                          f"and pack the run then")
+    planned = last.train_config.get("epochs")
+    if isinstance(planned, int) and last.state.get("epoch", 0) < planned:  # stopped at an epoch's end, not finished
+        raise ValueError(f"{last.path} stopped after epoch {last.state.get('epoch', 0)} of the {planned} it was "
+                         f"training: its weights are not a final epoch's; finish the run (capsnet train --out "
+                         f"{run_dir} --resume) and pack it then")
     half = {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in last.model_state.items()}
     state = {key: last.state[key] for key in ("epoch", "step", "history") if key in last.state}
     save_checkpoint(target, Checkpoint(last.model_name, last.model_config, last.train_config, state, half))
