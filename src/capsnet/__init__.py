@@ -1,14 +1,34 @@
-"""capsnet: capsule networks on PyTorch (Sabour, Frosst and Hinton, NIPS 2017)."""
-from .ops import safe_norm, squash
-from .routing import DynamicRouting, RoutingResult, create_routing, list_routings
-from .layers import DenseCaps, PrimaryCaps
-from .losses import margin_loss, reconstruction_loss
-from .models import CapsNet, CapsNetConfig, create_model, list_models
+"""capsnet: capsule networks on PyTorch (Sabour, Frosst and Hinton, NIPS 2017).
+
+The names below load on first use (PEP 562): ``import capsnet`` itself imports no torch, so the ``capsnet``
+command can say a Ctrl-C during its start-up in one line rather than a traceback from inside torch's import.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "safe_norm", "squash", "DynamicRouting", "RoutingResult", "create_routing", "list_routings", "DenseCaps",
-    "PrimaryCaps", "margin_loss", "reconstruction_loss", "CapsNet", "CapsNetConfig", "create_model", "list_models",
-    "__version__",
-]
+# name -> the submodule that defines it
+_LAZY = {
+    "safe_norm": "ops", "squash": "ops",
+    "DynamicRouting": "routing", "RoutingResult": "routing", "create_routing": "routing", "list_routings": "routing",
+    "DenseCaps": "layers", "PrimaryCaps": "layers",
+    "margin_loss": "losses", "reconstruction_loss": "losses",
+    "CapsNet": "models", "CapsNetConfig": "models", "create_model": "models", "list_models": "models",
+}
+
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -819,3 +819,23 @@ def test_eval_of_a_run_without_validation_scores_its_final_epoch_not_its_best_on
     (run / "eval-best-n30.json").unlink()
     r = in_process(capsys, "eval", "--checkpoint", run, "--test-size", 30, "--data-dir", data_root, "--no-progress")
     assert r.returncode == 0 and "chosen on the test split" not in r.stdout and (run / "eval-best-n30.json").exists()
+
+
+@pytest.mark.parametrize("how", ["command", "module"])
+def test_ctrl_c_while_torch_loads_is_one_line_not_a_traceback(tmp_path, how):
+    """Ctrl-C in the first seconds of `capsnet ...` (torch importing) printed a traceback from inside torch's import:
+    capsnet's package imports nothing until a name is used, and the entry points guard the CLI's import. The
+    interrupt is raised here by a torch that stands in for the real one and raises it on import."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise KeyboardInterrupt\n")  # found before the real torch (PYTHONPATH first)
+    code = "from capsnet._entry import main; raise SystemExit(main())" if how == "command" else None
+    argv = [sys.executable, "-c", code, "eval"] if code else [sys.executable, "-m", "capsnet", "eval"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 130 and r.stderr.strip() == "capsnet: interrupted while starting", r.stderr
+    import capsnet
+
+    # the package's names load on use, as before
+    assert capsnet.create_model("capsnet", conv1_channels=8, primary_types=2).config.conv1_channels == 8
+    assert set(capsnet.__all__) <= set(dir(capsnet)) and capsnet.__version__
