@@ -523,3 +523,21 @@ def test_the_figures_functions_leave_a_training_model_training():
         model.eval()
         call()
         assert not model.training
+
+
+def test_the_curves_of_a_one_epoch_run_tick_whole_epochs_only():
+    """A run of one epoch: its curves' epoch axis ticked 0.96, 0.98, ... 1.04."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from capsnet.figures.plots import plot_training_curves
+    from capsnet.figures.synthesis import plot_gan_curves
+
+    record = {"epoch": 1, "train_loss": 0.5, "train_accuracy": 0.9, "test_loss": 0.4, "test_error": 0.1}
+    gan = {"epoch": 1, "train_d_loss": 0.6, "train_g_loss": 2.0, "train_l1": 0.1, "test_l1": 0.1, "test_ssim": 0.7}
+    for fig in (plot_training_curves({"run": [record]}), plot_gan_curves({"gan": [gan]})):
+        fig.canvas.draw()
+        for ax in fig.axes:
+            lo, hi = ax.get_xlim()
+            shown = [t for t in ax.get_xticks() if lo <= t <= hi]
+            assert shown == [1.0], shown

@@ -20,9 +20,9 @@ import torch
 from .._progress import progress_bar
 from ..data.segmentation import dice_iou
 from ..ops import safe_norm
+from ..runtime import keeps_mode
 from .arrays import FigureError, _images
 from .plots import _figure, _show
-from ..runtime import keeps_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

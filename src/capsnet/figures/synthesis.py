@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ..ops import safe_norm
+from ..runtime import keeps_mode
 from ..synthesis import row_noise
 from .arrays import FigureError
 from .plots import _figure, _show
-from ..runtime import keeps_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -157,6 +157,8 @@ def _plot_rows(labels: torch.Tensor, rows: torch.Tensor, indices: Sequence[int],
 
 def plot_gan_curves(runs: dict[str, list[dict]]) -> "Figure":
     """Per epoch: both training losses, the training L1, and the held-out L1 and SSIM where evaluated."""
+    from matplotlib.ticker import MaxNLocator
+
     fig = _figure(12, 3.4)
     ax_loss, ax_l1, ax_ssim = fig.subplots(1, 3)
     for name, records in runs.items():
@@ -179,5 +181,6 @@ def plot_gan_curves(runs: dict[str, list[dict]]) -> "Figure":
     for ax in (ax_loss, ax_l1, ax_ssim):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        # whole epochs only, also for a run of one epoch (its axis ticked 0.96, 0.98, ... 1.04)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     return fig
