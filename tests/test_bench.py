@@ -321,6 +321,26 @@ def test_environment_names_versions():
                           cwd=os.path.dirname(capsnet.__file__))  # the checkout capsnet runs from, if any
     assert env["git_commit"] == (head.stdout.strip() if head.returncode == 0 else None)
     assert env["cpu"] and env["date"].endswith(" UTC")
+    assert env["capsnet"] == capsnet.__version__  # a wheel's results name the release (no commit to give)
+
+
+def test_a_capsnet_installed_inside_another_repository_records_no_commit(tmp_path, monkeypatch):
+    """A wheel installed in a user's project (proj/.venv/lib/.../site-packages/capsnet, inside proj's git
+    repository): the record gave proj's commit as capsnet's (a review, 2026-11-30)."""
+    import shutil
+    import subprocess
+
+    import capsnet.bench as bench
+
+    proj = tmp_path / "proj"
+    site = proj / ".venv" / "lib" / "site-packages" / "capsnet"
+    site.mkdir(parents=True)
+    shutil.copy(bench.__file__, site / "bench.py")
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    subprocess.run(["git", "-C", str(proj), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q",
+                    "--allow-empty", "-m", "the user's project"], check=True)
+    monkeypatch.setattr(bench, "__file__", str(site / "bench.py"))
+    assert bench._git("rev-parse", "--short", "HEAD") is None
 
 
 def test_bench_command_prints_the_table_and_writes_json(tmp_path, monkeypatch, capsys):

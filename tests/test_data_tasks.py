@@ -272,3 +272,21 @@ def test_multimnist_refuses_more_test_pairs_than_its_set_and_a_one_class_validat
     with pytest.raises(DataError, match=r"MultiMNIST pairs digits of two classes, and the 1 digit\(s\) held out here "
                                         r"are all a \d: give a larger --val-size"):
         load_training("multimnist", val_size=1, root=data_root, progress=False)
+
+
+def test_a_users_folder_is_fingerprinted_without_python_3_11s_file_digest(tmp_path, monkeypatch, mask_pairs):
+    """folder_contents used hashlib.file_digest, new in Python 3.11: every run on folder:DIR or pairs:DIR stopped
+    with an AttributeError on the 3.10 the package supports (a review, 2026-11-30). The digest is each file's
+    blake2b (64 bytes) over its name, as it was: computed here independently."""
+    import hashlib
+
+    from capsnet.data.tasks import folder_contents
+
+    mask_pairs(tmp_path, 3)
+    monkeypatch.delattr(hashlib, "file_digest", raising=False)  # as on Python 3.10
+    got = folder_contents(f"folder:{tmp_path}")
+    files = sorted(p for sub in ("images", "masks") for p in (tmp_path / sub).glob("*.png"))
+    digest = hashlib.blake2b(digest_size=8)
+    for f in files:
+        digest.update(str(f.relative_to(tmp_path)).encode() + b"\0" + hashlib.blake2b(f.read_bytes()).digest())
+    assert got == {"files": 6, "digest": digest.hexdigest(), "version": 2}

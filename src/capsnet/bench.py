@@ -112,8 +112,15 @@ def load_baseline(path: str | os.PathLike[str]) -> ModuleType:
 
 
 def _git(*args: str) -> str | None:
+    """git's answer about capsnet's own checkout; None where capsnet is installed, not checked out (a wheel inside a
+    user's own repository answered with that repository's commit)."""
+    here = Path(__file__).resolve().parent
     try:
-        done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True,
+                             timeout=10)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != here.parents[1]:  # src/capsnet in a clone
+            return None
+        done = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -127,11 +134,14 @@ def environment() -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
+    from . import __version__ as capsnet_version
+
     commit = _git("rev-parse", "--short", "HEAD")
     status = _git("status", "--porcelain") if commit else None
     cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "capsnet": capsnet_version,
         "git_commit": commit,
         "git_dirty": bool(status) if status is not None else None,
         "torch": torch.__version__,
