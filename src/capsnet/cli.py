@@ -496,10 +496,10 @@ _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it
                     "(default: untruncated)")
 
 
-def _checkpoint_choice(p: argparse.ArgumentParser) -> None:
+def _checkpoint_choice(p: argparse.ArgumentParser, default: str = "best") -> None:
     """--which and --weights: the checkpoint of a run directory, and which of its weights make the model."""
     p.add_argument("--which", choices=("best", "last"), default=None,
-                   help="which checkpoint of a run directory (default: best); not for a file or a shipped model")
+                   help=f"which checkpoint of a run directory (default: {default}); not for a file or a shipped model")
     p.add_argument("--weights", choices=WEIGHTS, default="saved",
                    help="saved: the weights the checkpoint holds as the model (a run trained with --ema-decay: their "
                         "average); training: such a run's own training weights, which its last checkpoint keeps "
@@ -517,7 +517,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
-    _checkpoint_choice(e)
+    _checkpoint_choice(e, "best; last, the final epoch's, for a finished run whose best was chosen on the test "
+                          "split, trained without --val-size")
     e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -1148,11 +1149,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             (Path(args.checkpoint) / "last.safetensors").exists():
         # a run without a validation split chose its best epoch on the test split: that epoch's test figure is the
         # best over epochs, not an estimate; the final epoch's is (--which best scores it anyway)
-        args.which = "last"
-        saved = load_checkpoint(args.checkpoint, "last")
-        note = (f"{args.checkpoint}: best.safetensors was chosen on the test split (trained without --val-size), so "
-                f"its test figure would be the best over epochs; scored last.safetensors, the final epoch's weights "
-                f"(--which best scores the other)\n")
+        last = load_checkpoint(args.checkpoint, "last")
+        planned = last.train_config.get("epochs")
+        if "within" not in last.state and last.state.get("epoch") == planned:  # the run finished: its final epoch
+            args.which, saved = "last", last
+            note = (f"{args.checkpoint}: best.safetensors was chosen on the test split (trained without --val-size), "
+                    f"so its test figure would be the best over epochs; scored last.safetensors, the final epoch's "
+                    f"weights (--which best scores the other)\n")
+        else:  # stopped before its last epoch: no final epoch yet, and last is not one
+            note = (f"{args.checkpoint}: the run has not finished its {planned} epochs, and its best.safetensors, "
+                    f"scored here, was chosen on the test split (trained without --val-size): this test figure is the "
+                    f"best over its epochs so far, not an estimate; finish the run for its final epoch's\n")
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")

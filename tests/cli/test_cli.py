@@ -839,3 +839,21 @@ def test_ctrl_c_while_torch_loads_is_one_line_not_a_traceback(tmp_path, how):
     # the package's names load on use, as before
     assert capsnet.create_model("capsnet", conv1_channels=8, primary_types=2).config.conv1_channels == 8
     assert set(capsnet.__all__) <= set(dir(capsnet)) and capsnet.__version__
+
+
+def test_eval_of_an_unfinished_run_without_validation_keeps_its_best_and_says_what_it_is(trained_run, data_root,
+                                                                                       tmp_path, capsys):
+    """A run stopped before its last epoch has no final epoch: eval scored its last.safetensors (an unevaluated
+    save) and called it 'the final epoch's weights' (a review, 2026-11-30). It scores best and says that figure
+    is the best over the epochs so far."""
+    from capsnet.checkpoint import save_checkpoint
+
+    run = _copy_run(trained_run, tmp_path / "run")
+    for which in ("best", "last"):  # as if it had been training 5 epochs
+        ckpt = load_checkpoint(run, which)
+        ckpt.train_config["epochs"] = 5
+        save_checkpoint(run / f"{which}.safetensors", ckpt)
+    r = in_process(capsys, "eval", "--checkpoint", run, "--test-size", 30, "--data-dir", data_root, "--no-progress")
+    assert r.returncode == 0 and "has not finished its 5 epochs" in r.stdout and "best over its epochs so far" in \
+        r.stdout and "scored last" not in r.stdout
+    assert (run / "eval-best-n30.json").exists() and not (run / "eval-last-n30.json").exists()
