@@ -401,3 +401,40 @@ def test_models_with_large_votes_are_evaluated_32_at_a_time_with_the_same_result
     assert seen == [8] * 8 + [6]
     assert torch.equal(whole.confusion, by_eight.confusion) and abs(whole.loss - by_eight.loss) < 1e-5
     assert eval_batch(create_model("capsnet", conv1_channels=8, primary_types=2), 256) == 256  # no limit set
+
+
+@pytest.mark.parametrize("routing", ["em", "inverted", "dynamic"])
+def test_a_gradient_penalty_under_plain_routing_is_plain_autograd_and_outside_it_refused(routing):
+    """plain_routing() promises plain autograd throughout (README: a gradient of a gradient); EM's and inverted
+    attention's fused backward ran inside it all the same, and its once_differentiable let
+    torch.autograd.grad skip the routing's second-order term: wrong gradients (0.96 relative), some None, without a
+    word (a review, 2026-11-30). Inside it the penalty's gradients are those of the routing built with
+    fused_backward=False (float64); outside it, the hand-written backward refuses create_graph by name."""
+    from capsnet.layers import DenseCaps
+    from capsnet.routing import DynamicRouting, plain_routing
+
+    def build(fused: bool):
+        torch.manual_seed(0)
+        route = (EMRouting(3, 3, fused_backward=fused) if routing == "em" else
+                 InvertedDotProductRouting(8, 3, fused_backward=fused) if routing == "inverted" else
+                 DynamicRouting(iterations=3))
+        return DenseCaps(6, 8, 3, 16 if routing == "em" else 8, routing=route, bias=routing != "em").double()
+
+    u = torch.randn(2, 6, 8, dtype=torch.float64)
+
+    def penalty(layer):
+        x = u.clone().requires_grad_()
+        out = layer(x, torch.rand(2, 6, dtype=torch.float64)) if routing == "em" else layer(x)
+        g, = torch.autograd.grad(out.poses.pow(2).sum() + out.activations.sum(), x, create_graph=True)
+        return torch.autograd.grad(g.pow(2).sum(), list(layer.parameters()), allow_unused=True)
+
+    with plain_routing():
+        plain = penalty(build(True))
+    reference = penalty(build(False)) if routing != "dynamic" else None
+    if reference is not None:
+        for a, b in zip(plain, reference):
+            assert a is not None and b is not None
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    with pytest.raises(RuntimeError, match=r"hand-written backward is first-order: .* run the model inside "
+                                           r"`with capsnet.routing.plain_routing\(\):`"):
+        penalty(build(True))

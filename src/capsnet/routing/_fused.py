@@ -18,16 +18,39 @@ gradient.
 """
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable
+
 import torch
 
 from .._eager import eager
 
-__all__ = ["wants_fused_backward", "tap", "tapped_backward"]
+__all__ = ["wants_fused_backward", "first_order", "tap", "tapped_backward"]
 
 
 def wants_fused_backward(*tensors: torch.Tensor | None) -> bool:
-    """A training step in plain eager mode (``eager``): gradients wanted for one of ``tensors``."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors) and eager()
+    """A training step in plain eager mode (``eager``), outside ``plain_routing()`` (which promises plain autograd
+    throughout: a gradient of a gradient): gradients wanted for one of ``tensors``."""
+    from .dynamic_linear import plain_routing_active
+
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors) and eager() and \
+        not plain_routing_active()
+
+
+def first_order(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """For a hand-written ``backward``: a gradient of its gradient (``create_graph=True``: a gradient penalty, a
+    double backward) is refused, naming ``what`` and the fix. ``once_differentiable`` let ``torch.autograd.grad``
+    pass over the routing's second-order term without a word (wrong numbers, some gradients None)."""
+    def decorate(backward: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(backward)
+        def checked(ctx: Any, *grads: Any) -> Any:
+            if torch.is_grad_enabled():  # only under create_graph=True: a plain backward runs without grad mode
+                raise RuntimeError(f"{what}'s hand-written backward is first-order: a gradient of a gradient "
+                                   f"(create_graph=True, a gradient penalty) needs plain autograd: run the model "
+                                   f"inside `with capsnet.routing.plain_routing():`")
+            return backward(ctx, *grads)
+        return checked
+    return decorate
 
 
 def tap(taps: list, product: torch.Tensor, left: torch.Tensor | None, right: torch.Tensor | None) -> torch.Tensor:

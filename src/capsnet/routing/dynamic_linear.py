@@ -18,6 +18,7 @@ from typing import Iterator, NamedTuple
 import torch
 
 from .._eager import autocast_off
+from ._fused import first_order
 from ..ops import _squash_vjp, squash
 
 __all__ = ["coupling_softmax", "route_linear", "default_chunk", "MIN_CHUNK", "plain_routing", "plain_routing_active"]
@@ -223,7 +224,7 @@ class _RouteLinear(torch.autograd.Function):
         return v, c, rounds
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order("dynamic routing")
     def backward(ctx, grad_v, grad_c, _grad_rounds):  # noqa: D102
         with autocast_off(ctx.device_type):  # a backward called under autocast must not recast
             R = ctx.iterations

@@ -93,7 +93,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._eager import autocast_off as _autocast_off, eager
-from ._fused import tap, tapped_backward, wants_fused_backward
+from ._fused import first_order, tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_positive, check_votes
 
 __all__ = ["EMRouting"]
@@ -349,7 +349,7 @@ class _FusedEM(torch.autograd.Function):
         return poses.detach(), logit.detach(), R.detach()
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order("EM routing")
     def backward(ctx, *grads):
         if ctx.graph is None:
             raise RuntimeError("EM routing's fused backward runs once per forward pass (its graph is freed as it "

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import _scale
-from ._fused import tap, tapped_backward, wants_fused_backward
+from ._fused import first_order, tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_votes
 
 __all__ = ["InvertedDotProductRouting"]
@@ -133,7 +133,7 @@ class _FusedInverted(torch.autograd.Function):
         return p.detach(), r.detach()
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order("inverted attention routing")
     def backward(ctx, g_p, g_r):
         if ctx.graph is None:
             raise RuntimeError("inverted attention routing's fused backward runs once per forward pass (its graph is "
