@@ -244,3 +244,16 @@ def test_spread_loss_refuses_no_examples_and_float_class_indices_as_margin_loss_
     # example 0: both gaps (0.4, 0.8) past the margin, 0; example 1: 0.2 - 0.1 and 0.2 - 0.05, squared
     by_hand = (0.0 + (0.2 - (0.3 - 0.2)) ** 2 + (0.2 - (0.3 - 0.25)) ** 2) / 2
     assert spread_loss(a, torch.tensor([0, 1]), 0.2).item() == pytest.approx(by_hand)
+
+
+@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice"])
+def test_the_segmentation_loss_keeps_float64_and_passes_a_gradient_check(kind):
+    """Its BCE ran in float32 whatever the probabilities' dtype (.float() lowers float64): the loss carried float32
+    error and gradcheck failed in float64 (a review, 2026-11-30)."""
+    from capsnet.losses import segmentation_loss
+
+    torch.manual_seed(0)
+    p = torch.rand(2, 1, 4, 4, dtype=torch.float64).clamp(0.05, 0.95).requires_grad_()
+    m = (torch.rand(2, 1, 4, 4) > 0.5).to(torch.float64)
+    assert segmentation_loss(p, m, kind=kind).dtype == torch.float64
+    assert torch.autograd.gradcheck(lambda q: segmentation_loss(q, m, kind=kind), (p,))

@@ -193,10 +193,12 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
         if logits is not None:
             loss = loss + F.binary_cross_entropy_with_logits(logits, m, pos_weight=pos_weight)
         else:
-            # in float32 at least: in bf16 or fp16 1 - _P_EPS rounds to 1, and log1p(-1) of a sure pixel is -inf
-            p = probabilities.float().clamp(_P_EPS, 1 - _P_EPS)
+            # in float32 at least: in bf16 or fp16 1 - _P_EPS rounds to 1, and log1p(-1) of a sure pixel is -inf;
+            # float64 kept (.float() lowered it: a gradient check in float64 failed by 4e-7)
+            dt = torch.promote_types(probabilities.dtype, torch.float32)
+            p, mt = probabilities.to(dt).clamp(_P_EPS, 1 - _P_EPS), m.to(dt)
             w = 1.0 if pos_weight is None else pos_weight
-            loss = loss - (w * m.float() * torch.log(p) + (1 - m.float()) * torch.log1p(-p)).mean()
+            loss = loss - (w * mt * torch.log(p) + (1 - mt) * torch.log1p(-p)).mean()
     if kind in ("dice", "bce+dice"):
         loss = loss + (1 - soft_dice(probabilities, m)).mean()
     return loss
