@@ -252,6 +252,14 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
                  "--data-dir", str(data_root), "--no-progress"]) == 0
     assert sorted(p.name for p in figs.iterdir()) == ["multimnist.png", "training_curves.png"]
     assert (figs / "multimnist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # flags that shape other figures are said to be unused, another data set refused (both were ignored silently)
+    capsys.readouterr()
+    assert main(["figures", "--checkpoint", str(out / "capsnet"), "--out", str(tmp_path / "f2"), "--indices", "0",
+                 "--dims", "3", "--misclassified", "5", "--data-dir", str(data_root), "--no-progress"]) == 0
+    assert "(--dims, --misclassified not used)" in capsys.readouterr().out
+    assert main(["figures", "--checkpoint", str(out / "capsnet"), "--out", str(tmp_path / "f3"), "--dataset",
+                 "fashion-mnist", "--data-dir", str(data_root), "--no-progress"]) == 2
+    assert "holds a MultiMNIST model" in capsys.readouterr().err and not (tmp_path / "f3").exists()
 
 
 def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_places_its_digits(tmp_path, data_root,

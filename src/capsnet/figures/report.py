@@ -248,6 +248,11 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         if not decodes:
             raise FigureError(f"{ckpt.path}: MultiMNIST's Figure 5 decodes each digit; this {ckpt.model_name} model "
                               f"has no decoder")
+        if dataset is not None and dataset != "multimnist":  # drawn on its own pairs only: said, not ignored
+            raise FigureError(f"{ckpt.path} holds a MultiMNIST model, whose figure (Sabour et al. 2017, Figure 5) "
+                              f"draws MultiMNIST's test pairs: leave --dataset {dataset} out")
+        if skipped := unused("--dims", "--delta-range/--delta-step", "--misclassified"):
+            done.notes.append(f"MultiMNIST's figure is its pairs' reconstructions ({', '.join(skipped)} not used)")
         chosen = list(range(8)) if indices is None else list(indices)
         bad = [i for i in chosen if not 0 <= i < TEST_PAIRS]
         if bad:
