@@ -884,6 +884,15 @@ def _check_rounds_flags(args: argparse.Namespace, chosen: str, model_changes: di
             by = _as_typed("routing", routing, "routing" in options)
             args.parser.error(f"{rounds} sets the rounds of a routing that iterates, and {by} makes one pass: leave "
                               f"the rounds out")
+    if isinstance(routing, str):  # a dynamic-routing switch typed for another routing: said by the flag typed
+        from .models.capsnet import DYNAMIC_SWITCHES
+        from .routing import list_routings, routing_takes
+
+        for name, option in DYNAMIC_SWITCHES.items():
+            if model_changes.get(name) is True and routing in list_routings() and not routing_takes(routing, option):
+                switch = _as_typed(name, True, name in options)
+                by = _as_typed("routing", routing, "routing" in options)
+                args.parser.error(f"{switch} is an option of dynamic routing, which {by} is not: leave {switch} out")
 
 
 def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, typed: list[str],

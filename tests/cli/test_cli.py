@@ -438,6 +438,12 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
                           "and --routing self-attention makes one pass")
     r = in_process(capsys, "train", "--routing", "inverted", "--out", tmp_path / "a")
     assert_clean_error(r, "argument --routing: invalid choice: 'inverted' (choose from 'dynamic', 'em', 'self-attention')")
+    # a dynamic-routing switch typed for another routing: the fix names the flag typed (it said to set the field false
+    # with --model-option, which then clashed with the flag: a review, 2026-11-30)
+    for routing, flag in (("self-attention", "--detach-agreement"), ("em", "--leaky-routing")):
+        r = in_process(capsys, "train", "--routing", routing, flag, "--out", tmp_path / "a")
+        assert_clean_error(r, f"{flag} is an option of dynamic routing, which --routing {routing} is not: leave "
+                              f"{flag} out")
     r = in_process(capsys, "train", "--routing", "em", "--leaky-routing", "--out", tmp_path / "a")
     assert_clean_error(r, "leaky_routing is an option of dynamic routing; em routing does not take it")
     r = in_process(capsys, "train", "--model", "em-capsnet-small", "--routing", "em", "--out", tmp_path / "a")
