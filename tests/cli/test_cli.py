@@ -444,8 +444,9 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
         r = in_process(capsys, "train", "--routing", routing, flag, "--out", tmp_path / "a")
         assert_clean_error(r, f"{flag} is an option of dynamic routing, which --routing {routing} is not: leave "
                               f"{flag} out")
-    r = in_process(capsys, "train", "--routing", "em", "--leaky-routing", "--out", tmp_path / "a")
-    assert_clean_error(r, "leaky_routing is an option of dynamic routing; em routing does not take it")
+    r = in_process(capsys, "train", "--model", "capsnet-cifar10", "--dataset", "cifar10", "--routing", "em",
+                   "--model-option", "leaky_routing=true", "--out", tmp_path / "a")  # the config's own check beneath
+    assert_clean_error(r, "--model-option leaky_routing=true is an option of dynamic routing, which --routing em")
     r = in_process(capsys, "train", "--model", "em-capsnet-small", "--routing", "em", "--out", tmp_path / "a")
     assert_clean_error(r, "--routing does not apply to --model em-capsnet-small; use it with --model capsnet, "
                           "capsnet-cifar10 or capsnet-svhn")
