@@ -919,3 +919,20 @@ def test_the_peak_memory_of_a_routing_table_is_measured_as_its_runs_trained(tmp_
                 seeds=[0])
     run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager")
     assert [(k["bf16"], k["compile"], k["batch_size"]) for k in seen] == [(True, "aot_eager", 32)]
+
+
+def test_less_data_steps_0_with_epochs_is_the_epoch_budget_not_a_conflict(tmp_path, capsys, monkeypatch):
+    """--steps 0 means --epochs for every size (its help): with --epochs it was refused as a conflict."""
+    from capsnet import experiments
+
+    planned = []
+
+    def stop(runs, **kwargs):
+        planned.extend(runs)
+        raise KeyboardInterrupt  # the plan is made: the budget is what is checked here
+    monkeypatch.setattr(experiments, "run_plan", stop)
+    monkeypatch.setattr("capsnet.cli.run_plan", stop, raising=False)
+    code = main(["experiment", "less-data", "--steps", "0", "--epochs", "2", "--sizes", "64", "--models", "capsnet",
+                 "--out", str(tmp_path / "x"), "--no-progress"])
+    assert code == 130 and "conflict" not in capsys.readouterr().err
+    assert planned and all(r.train_config.epochs == 2 for r in planned)

@@ -463,8 +463,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "shipped one for the data set, if any)")
     _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     _field_flag(t, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
-    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-MODEL for "
-                                               "segmentation and synthesis)")
+    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-baseline for "
+                                               "--model baseline, runs/DATASET-MODEL for segmentation and "
+                                               "synthesis)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--save-every", type=_nonneg_float, default=SAVE_EVERY_S / 60, metavar="MINUTES",
                    help="inside an epoch, rewrite last.safetensors when the last save is this many minutes old, so a "
@@ -1350,7 +1351,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error(f"{_listed(flags, 'does', 'do')} not apply to `capsnet experiment {args.name}`"
                           f"{f' ({why})' if why else ''}; {'it is an option' if len(flags) == 1 else 'they are options'}"
                           f" of {others}")
-    if hasattr(args, "steps") and hasattr(args, "epochs"):
+    if getattr(args, "steps", 0) and hasattr(args, "epochs"):  # --steps 0 is --epochs for every size: no conflict
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     check_out_dir(out, "experiment's runs and tables")
