@@ -84,7 +84,8 @@ def test_describe_lists_every_config_field_with_its_default_and_source_note():
     assert set(describe("capsnet")["pretrained"]) == {"capsnet-mnist-small", "capsnet-fashion-small"}
     assert describe("baseline")["train_defaults"] == {"warmup_steps": 200} and d["train_defaults"] == {}
     assert describe("pix2pix")["train_defaults"] == describe("capspix2pix")["train_defaults"] == {"lr": 2e-4}
-    assert "Trained with --warmup-steps 200 unless another value is typed" in format_model("baseline")
+    assert "Trained with --warmup-steps 200 (under the exponential schedule; none under --lr-schedule linear) unless "\
+           "another value is typed" in format_model("baseline")
     with pytest.raises(ValueError, match="unknown model 'nope'; valid names are capsnet, "):
         describe("nope")
 

@@ -205,8 +205,10 @@ def format_model(name: str) -> str:
               f"may go unquoted), e.g. `--model-option {example['name']}={value}`; in Python: "
               f"`capsnet.models.create_model({name!r}, FIELD=VALUE)`."]
     if d["train_defaults"]:
-        lines.append("Trained with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in d["train_defaults"].items())
-                     + " unless another value is typed (`capsnet train` and the experiments).")
+        lines.append("Trained with " + ", ".join(f"--{k.replace('_', '-')} {v}" + (
+            " (under the exponential schedule; none under --lr-schedule linear)" if k == "warmup_steps" else "")
+            for k, v in d["train_defaults"].items()) + " unless another value is typed (`capsnet train` and the "
+            "experiments).")
     if d["pretrained"]:
         lines.append("Shipped trained: " + ", ".join(f"pretrained:{p}" for p in d["pretrained"]) + ".")
     return "\n".join(lines)
