@@ -535,10 +535,10 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "else the shipped one for the data set, if any)")
     e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
-                                                "checkpoint, with -DATASET and -nSIZE added for another data set or "
-                                                "test size than the run's and -training-weights for --weights "
-                                                "training; for pretrained:NAME eval-NAME.json in "
-                                                "the working folder)")
+                                                "checkpoint, with -DATASET added for another data set than the "
+                                                "run's, -nSIZE for any --test-size, and -training-weights for "
+                                                "--weights training; for pretrained:NAME eval-NAME.json in the "
+                                                "working folder)")
     _common(e)
 
 

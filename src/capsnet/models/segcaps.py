@@ -382,7 +382,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
 class SegCapsR1Config(SegCapsConfig):
     """SegCaps R1: one routing round in every layer (the paper's faster variant)."""
 
-    routing_iterations: int = 1
+    routing_iterations: int = 1  # R1: one round in every capsule layer (the authors' CapsNetR1)
 
     __hash__ = hash_as_saved  # a frozen dataclass writes its own field-tuple hash, which a dict defeats
 
