@@ -343,7 +343,7 @@ def test_any_size_export_runs_at_other_sides_and_refuses_sides_off_the_stride(na
     model = create_model(name, **SMALL[name]).eval()
     assert side_multiple(model) == 8  # unet's depth 2 would allow 4: SegCaps' 8 is kept, so both take one set
     traced = trace_model(model, any_size=True)
-    sizes = [(1, 8, 8), (2, 24, 40), (3, 48, 16)]  # none is the traced 16x16; tall, wide, smaller than traced
+    sizes = [(1, 16, 16), (2, 24, 40), (3, 48, 16)]  # two blocks a side at least; tall, wide
     batches = [{"images": torch.rand(b, 1, h, w)} for b, h, w in sizes]
     for fmt in FORMATS:
         path = tmp_path / f"{name}{FORMATS[fmt]}"
@@ -351,6 +351,8 @@ def test_any_size_export_runs_at_other_sides_and_refuses_sides_off_the_stride(na
         assert result.inputs == [("images", ("batch", 1, "height", "width"))]
         assert all(shape[0] == "batch" and shape[-2:] == ("height", "width") for _, shape in result.outputs)
         assert result.checked_sides == (24, 32) and "images of 24x32 within" in result.format_report()
+        assert result.side_multiple == 8 and "height and width: any multiples of 8 from 16 (" in result.format_report()
+        assert ("does not check them" in result.format_report()) == (fmt == "onnx")
         if fmt == "onnx":
             import onnx
 
@@ -399,8 +401,20 @@ def test_export_cli_any_size(tmp_path, capsys):
     from capsnet.evaluate import load_model
 
     unet, _ = load_model(tmp_path / "unet.safetensors")
-    pt2_checks(tmp_path / "unet.pt2", [{"images": torch.rand(2, 1, 32, 8)}], unet)
+    pt2_checks(tmp_path / "unet.pt2", [{"images": torch.rand(2, 1, 32, 16)}], unet)
     assert main(["export", "--checkpoint", str(tmp_path / "baseline.safetensors"), "--any-size"]) == 2
     err = capsys.readouterr().err
     assert "baseline takes images of one size only" in err and "Traceback" not in err
     assert not (tmp_path / "baseline.onnx").exists()
+
+
+def test_any_size_traces_a_model_whose_own_side_is_one_block():
+    """A U-Net of depth 4 (multiple 16) at 16x16: the trace at its own size made the innermost map 1x1, which
+    torch.export fixed, and the any-size trace failed (a review, 2026-11-30); it traces at two blocks a side."""
+    torch.manual_seed(0)
+    model = create_model("unet", base_channels=2, depth=4, input_height=16, input_width=16).eval()
+    traced = trace_model(model, any_size=True)
+    x = torch.rand(2, 1, 48, 32)  # two blocks a side at least (said in the report)
+    with torch.no_grad():
+        got, want = traced.program.module()(x), model(x)
+    torch.testing.assert_close(got[0], want.probabilities, rtol=1e-5, atol=1e-6)

@@ -247,11 +247,14 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
         raise ExportError(f"{_label(model)} takes images of one size only (its graph fixes it): export it without "
                           f"--any-size, which exports the segmentation models ({', '.join(_segmentation_models())})")
     module = InferenceModule(model)
-    example = module.example(example_batch, 0)
+    # an any-size trace at two blocks a side at least: at one, the innermost map is 1x1 and torch.export fixes it
+    example = module.example(example_batch, 0, None if not any_size else tuple(
+        max(side, 2 * multiple) for side in module.inputs[0][1][1:]))
     batch = torch.export.Dim(BATCH, min=1)  # one dimension for every input: a generator's label maps and noise
     dims: tuple[dict[int, Any], ...] = tuple({0: batch} for _ in example)
     if any_size:  # sides in blocks of the model's multiple: 8 * height_blocks, ...
-        dims = ({0: batch, **{2 + k: multiple * torch.export.Dim(f"{side}_blocks", min=1)
+        # two blocks a side at least: at one the innermost map is 1x1, a case torch.export specialises away
+        dims = ({0: batch, **{2 + k: multiple * torch.export.Dim(f"{side}_blocks", min=2)
                               for k, side in enumerate(SIDES)}},)
     try:
         with evaluating(model), plain_routing(), _quiet():
@@ -275,6 +278,7 @@ class ExportResult:
     checked_with: str | None = None  # what ran the exported graph for the check; None: nothing (no onnxruntime)
     max_difference: float | None = None  # the largest |exported - PyTorch| over every output, on the check batch
     checked_sides: tuple[int, int] | None = None  # an any-size export's check images' (height, width)
+    side_multiple: int | None = None  # an any-size export's: what height and width must be multiples of
     checkpoint: Path | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -287,6 +291,10 @@ class ExportResult:
         for kind, specs in (("input ", self.inputs), ("output", self.outputs)):
             for name, shape in specs:
                 lines.append(f"  {kind}  {name:<{width}}  float32 ({', '.join(map(str, shape))})")
+        if self.side_multiple:
+            lines.append(f"height and width: any multiples of {self.side_multiple} from {2 * self.side_multiple} (" + (
+                "the program refuses others)" if self.format != "onnx" else
+                "the ONNX graph does not check them: another size runs to a wrong result or an error)"))
         if self.checked_with:
             sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""
             lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random "
@@ -350,6 +358,7 @@ def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
     inputs, expected = _check_batch(traced)
     if traced.any_size:
         result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
+        result.side_multiple = side_multiple(traced.module.model)
     try:
         with torch.no_grad(), _quiet():
             got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
@@ -445,6 +454,7 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
     inputs, expected = _check_batch(traced)
     if traced.any_size:
         result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
+        result.side_multiple = side_multiple(traced.module.model)
     got = session.run(list(names), {name: x.numpy() for (name, _), x in zip(traced.module.inputs, inputs)})
     result.checked_with = f"onnxruntime {onnxruntime.__version__}"
     result.max_difference = _compare(traced, got, expected, "ONNX")
