@@ -865,8 +865,8 @@ def test_a_model_whose_own_dynamic_routing_is_leaky_trains_under_another_routing
     assert (calls[0].routing, calls[0].leaky_routing, calls[0].detach_agreement) == ("em", False, False)
     r = in_process(capsys, "train", "--model", "capsnet-cifar10", "--routing", "em", "--leaky-routing",
                    "--out", tmp_path / "r2")
-    assert r.returncode == 2 and "CapsNetCifar10Config.leaky_routing is an option of dynamic routing; em routing " \
-        "does not take it: set it false (on by default in this model) (--model-option leaky_routing=false)" in r.stderr
+    assert r.returncode == 2 and "--leaky-routing is an option of dynamic routing, which --routing em is not: " \
+        "leave --leaky-routing out" in r.stderr  # the flag typed, named by the command (the config's words below)
     with pytest.raises(ValueError, match=r"CapsNetCifar10Config.leaky_routing .* set it false \(on by default"):
         create_model("capsnet-cifar10", routing="self-attention")
     with pytest.raises(ValueError, match=r"CapsNetConfig.detach_agreement .* set it false \(--model-option"):
