@@ -66,9 +66,11 @@ job() {  # job NAME ARGS...: `capsnet train ARGS` in the background, stopped at 
     {
         timeout "$left" "$PY" -m capsnet train --out "$RUNS/$name" "${COMMON[@]}" "$@" > "$OUT/logs/$name.log" 2>&1
         local rc=$? rest=$((END - SECONDS))
-        # a compiled run that failed (not the clock's stop, 124, nor a refusal of its flags or folder, 2): the same run
-        # eager, afresh, for what is left
-        if ((rc != 0 && rc != 124 && rc != 2 && rest >= 30)) && [[ " $* " == *" --compile "* ]]; then
+        # a compiled run that failed (not the clock's stop, 124, nor a refusal of its folder, which a restart would meet
+        # again; exit 2 is also a NaN loss or another error, which the eager restart is for): the same run eager,
+        # afresh, for what is left
+        if ((rc != 0 && rc != 124 && rest >= 30)) && [[ " $* " == *" --compile "* ]] \
+                && ! grep -q "already holds a run" "$OUT/logs/$name.log"; then
             local args=() skip=0 a
             for a in "$@"; do
                 if ((skip)); then skip=0; elif [ "$a" = --compile ]; then skip=1; else args+=("$a"); fi
@@ -187,7 +189,8 @@ wait
 echo "stopped $(date -u +"%F %T UTC") (${SECONDS} s)" >> "$OUT/logs/env.log"
 trained() {  # trained NAME: the run's folder with a checkpoint, the compiled run's or its eager restart's
     local d
-    for d in "$RUNS/$1" "$RUNS/$1-eager"; do [ -f "$d/last.safetensors" ] && { echo "$d"; return 0; }; done
+    # the eager restart first: it exists only when the compiled run failed, whose folder may still hold a checkpoint
+    for d in "$RUNS/$1-eager" "$RUNS/$1"; do [ -f "$d/last.safetensors" ] && { echo "$d"; return 0; }; done
     return 1
 }
 if group segmentation && seg=$(trained segcaps) && unet=$(trained unet); then  # where each model's Dice goes

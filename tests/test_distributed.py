@@ -418,6 +418,11 @@ def test_a_torchrun_whose_ranks_were_started_with_other_seeds_stops_on_every_ran
 def test_commands_other_than_train_refuse_several_processes_with_the_rank_said(tmp_path, capsys, monkeypatch):
     """`torchrun ... -m capsnet experiment ...` ran the whole experiment in every process, each writing the same
     files (a review, 2026-11-30); an argparse error under torchrun did not say which process met it."""
+    import torch.distributed
+
+    def no_peers(*a, **k):  # a process group would wait for rank 0 (for ever, here): fail at once instead
+        raise RuntimeError("joined a process group")
+    monkeypatch.setattr(torch.distributed, "init_process_group", no_peers)
     env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
     code, err = in_process(capsys, monkeypatch, env, "experiment", "less-data", "--sizes", "64", "--out",
                            tmp_path / "exp")
