@@ -607,8 +607,8 @@ def _export_arguments(x: argparse.ArgumentParser) -> None:
                    help=f"ONNX opset, {MIN_OPSET} or newer (default: the exporter's)")
     x.add_argument("--any-size", action="store_true",
                    help="a segmentation model's graph takes images of any height and width that are multiples of "
-                        "its stride (8 for SegCaps), not only the run's own size; tracing takes several times as "
-                        "long")
+                        "its stride (8 for SegCaps, 16 for the default U-Net), two of them a side at least, not only "
+                        "the run's own size; tracing takes several times as long")
 
 
 def _bench_arguments(b: argparse.ArgumentParser) -> None:
