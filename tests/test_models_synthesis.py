@@ -379,6 +379,16 @@ def test_each_loss_gives_the_gradients_it_should(name):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
     assert set(d_parts) == {"d_real", "d_fake"} and set(g_parts) == {"g_adv", "l1"}
     assert not any(t.requires_grad for t in (*d_parts.values(), *g_parts.values()))
+    # each of G's two terms alone reaches every generator weight: with the L1 term above, a cut adversarial path
+    # (the discriminator fed fake.detach()) still passed (a review, 2026-11-30)
+    for l1_weight, term in ((0.0, "the adversarial term"), (None, "the L1 term")):
+        torch.manual_seed(5)
+        alone = _model(name, dropout=0.0, **({} if l1_weight is None else {"l1_weight": l1_weight}))
+        fake = alone(labels, alone.noise(3, 0))
+        loss = alone.g_loss(real, fake, labels)[0] if l1_weight is not None else (fake - real).abs().mean()
+        loss.backward()
+        for n, p in alone.generator.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, (term, n)
 
 
 def _bce(x: float, t: float) -> float:
