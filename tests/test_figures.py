@@ -193,6 +193,9 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     printed = capsys.readouterr().out
     assert f"wrote {len(names)} figures to {out}" in printed and "misclassified" in printed
     assert printed.count("pose_sweep_3.png") == 1
+    # the run chose its best on the test split (no --val-size): drawn from its final epoch, as eval scores it
+    assert "drawn from last.safetensors, the final epoch's weights" in printed
+    assert f"checkpoint {run_dir / 'last.safetensors'}" in printed
 
 
 def test_figures_command_default_inputs(run_dir, data_root, tmp_path, monkeypatch):

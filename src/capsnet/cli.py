@@ -1146,6 +1146,32 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
 
+def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None) -> tuple[Any, str]:
+    """For eval and figures on a run directory without --which: its best.safetensors (``best``, read if not given)
+    chosen on the test split (trained without --val-size) is the best test figure over epochs, not an estimate; a
+    finished run's last.safetensors, its final epoch, is scored instead. Returns (that Checkpoint or None, a note
+    ending in a newline, or '')."""
+    from .checkpoint import load_checkpoint
+
+    if getattr(args, "which_given", True) or args.which != "best" or not Path(run).is_dir() or \
+            not (Path(run) / "best.safetensors").exists() or not (Path(run) / "last.safetensors").exists():
+        return None, ""
+    best = best if best is not None and best.path.name == "best.safetensors" else load_checkpoint(run, "best")
+    if (best.state.get("best") or {}).get("split") != "test":
+        return None, ""
+    last = load_checkpoint(run, "last")
+    planned = last.train_config.get("epochs")
+    what = "scored" if args.command == "eval" else "drawn"
+    if "within" not in last.state and last.state.get("epoch") == planned:  # the run finished: its final epoch
+        return last, (f"{run}: best.safetensors was chosen on the test split (trained without --val-size), so its "
+                      f"test figures would be the best over epochs; {what} from last.safetensors, the final epoch's "
+                      f"weights (--which best takes the other)\n")
+    # stopped before its last epoch: no final epoch yet, and last is not one
+    return None, (f"{run}: the run has not finished its {planned} epochs, and its best.safetensors, {what} here, was "
+                  f"chosen on the test split (trained without --val-size): its test figures are the best over its "
+                  f"epochs so far, not an estimate; finish the run for its final epoch's\n")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import atomic_write_text, load_checkpoint, unwritable
     from .evaluate import evaluate_checkpoint
@@ -1153,23 +1179,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     _output_file(args.json, "--json")
     saved = load_checkpoint(args.checkpoint, args.which)  # read once: the report is of these weights, whatever a
-    chosen_on = (saved.state.get("best") or {}).get("split") if saved.path.name == "best.safetensors" else None
-    note = ""
-    if chosen_on == "test" and not getattr(args, "which_given", True) and Path(args.checkpoint).is_dir() and \
-            (Path(args.checkpoint) / "last.safetensors").exists():
-        # a run without a validation split chose its best epoch on the test split: that epoch's test figure is the
-        # best over epochs, not an estimate; the final epoch's is (--which best scores it anyway)
-        last = load_checkpoint(args.checkpoint, "last")
-        planned = last.train_config.get("epochs")
-        if "within" not in last.state and last.state.get("epoch") == planned:  # the run finished: its final epoch
-            args.which, saved = "last", last
-            note = (f"{args.checkpoint}: best.safetensors was chosen on the test split (trained without --val-size), "
-                    f"so its test figure would be the best over epochs; scored last.safetensors, the final epoch's "
-                    f"weights (--which best scores the other)\n")
-        else:  # stopped before its last epoch: no final epoch yet, and last is not one
-            note = (f"{args.checkpoint}: the run has not finished its {planned} epochs, and its best.safetensors, "
-                    f"scored here, was chosen on the test split (trained without --val-size): this test figure is the "
-                    f"best over its epochs so far, not an estimate; finish the run for its final epoch's\n")
+    last, note = _final_for_test_chosen(args, args.checkpoint, saved)
+    if last is not None:
+        args.which, saved = "last", last
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
@@ -1325,6 +1337,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_figures(args: argparse.Namespace) -> int:
     from .figures import sweep_deltas, write_figures
 
+    runs = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    last, note = _final_for_test_chosen(args, runs[0]) if runs and runs[0] is not None else (None, "")
+    if last is not None:
+        args.which = "last"
+    if note:
+        print(note, end="")
     done = write_figures(args.checkpoint, which=args.which, weights=args.weights, out=args.out, dataset=args.dataset,
                          root=args.data_dir,
                          indices=None if args.indices is None else list(dict.fromkeys(args.indices)),  # once each

@@ -812,7 +812,7 @@ def test_eval_of_a_run_without_validation_scores_its_final_epoch_not_its_best_on
     run = _copy_run(trained_run, tmp_path / "run")
     assert load_checkpoint(run, "best").state["best"]["split"] == "test"
     r = in_process(capsys, "eval", "--checkpoint", run, "--test-size", 30, "--data-dir", data_root, "--no-progress")
-    assert r.returncode == 0 and "scored last.safetensors, the final epoch's weights" in r.stdout
+    assert r.returncode == 0 and "scored from last.safetensors, the final epoch's weights" in r.stdout
     report = json.loads((run / "eval-last-n30.json").read_text())
     assert report["epoch"] == 2 and not (run / "eval-best-n30.json").exists()
     r = in_process(capsys, "eval", "--checkpoint", run, "--which", "best", "--test-size", 30, "--data-dir", data_root,
