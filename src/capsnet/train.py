@@ -858,6 +858,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if cfg.shift and side and cfg.shift >= side:  # a digit shifted out of its frame (or, for 2^31, a crash)
         raise ValueError(f"shift {cfg.shift} (--shift) moves images of {side} pixels a side out of their frame; "
                          f"give less than {side} (the paper's: 2)")
+    if cfg.shift and side and cfg.shift > side // 2 and main:  # MNIST's ink sits in the middle 20x20 of 28x28
+        warnings.warn(f"--shift {cfg.shift} moves some images' ink wholly out of their {side}-pixel frame (MNIST's "
+                      f"10,000 first training digits: 0.25% blank at 16, 5% at 20, 38% at 27), trained on as blanks "
+                      f"of their class; the paper's is 2", UserWarning, stacklevel=2)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume.

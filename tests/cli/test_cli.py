@@ -783,6 +783,13 @@ def test_edge_values_a_review_found_are_refused_in_one_line(tmp_path, capsys):
         assert_clean_error(r, f"shift {shift} (--shift) moves images of 28 pixels a side out of their frame; give "
                               f"less than 28")
     assert not run.exists()
+    # a shift past half the side empties some images (trained on as blanks of their class): warned (a review,
+    # 2026-11-30); the paper's 2 and up to half the side are not
+    for shift, warned in (("20", True), ("14", False)):
+        r = in_process(capsys, "train", "--dataset", "mnist-sample", "--shift", shift, "--epochs", "1", "--train-size",
+                       "32", "--test-size", "16", *TINY, "--out", tmp_path / f"s{shift}")
+        assert r.returncode == 0 and (f"--shift {shift} moves some images' ink wholly out of their 28-pixel frame"
+                                      in r.stderr) == warned, r.stderr
     # empty paths: --out "" trained into runs/DATASET, predict --out "" wrote into the working folder
     assert_clean_error(in_process(capsys, "train", "--out", ""), "--out needs a path, got an empty one; give one or "
                                                                  "leave the flag out")
