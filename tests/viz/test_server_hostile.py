@@ -22,7 +22,7 @@ from PIL import Image
 
 from capsnet.viz import images
 from http_helpers import png, serving
-from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, make_server, serve_in_thread
+from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, MAX_UPLOADS_IN_FLIGHT, make_server, serve_in_thread
 
 HOST = "127.0.0.1"
 
@@ -580,3 +580,22 @@ def test_fuzz_1200_hostile_requests(server):
     bad = [o for o in outcomes if o != "ok"]
     assert bad == [], bad[:10]
     assert_alive(server)
+
+
+def test_an_uploads_slot_is_free_once_its_body_is_decoded(server, monkeypatch):
+    """The slot bounds the upload bodies held at once; it was held through the walk and the answer, so a client's
+    next upload could find its own last one still holding it: 503s with eight clients one request at a time (a
+    review, 2026-11-30). During the walk the slot is back."""
+    viewer = server.viewer
+    free = []
+    real = viewer.walk
+
+    def walking(*args, **kwargs):
+        free.append(server.upload_slots._value)  # slots free while this upload's model runs
+        return real(*args, **kwargs)
+    monkeypatch.setattr(viewer, "walk", walking)
+    a = np.zeros((56, 56), dtype=np.uint8)
+    a[10:46, 24:32] = 255
+    status, _, _ = request(server, "POST", "/api/upload", _png(Image.fromarray(a)))
+    assert status == 200 and free == [MAX_UPLOADS_IN_FLIGHT]
+    assert server.upload_slots._value == MAX_UPLOADS_IN_FLIGHT  # and after the answer, once only (no double release)

@@ -458,10 +458,19 @@ class _Handler(BaseHTTPRequestHandler):
         if not slots.acquire(blocking=False):
             raise _HTTPError(HTTPStatus.SERVICE_UNAVAILABLE, f"the viewer is busy with {MAX_UPLOADS_IN_FLIGHT} other "
                              "uploads; send this one again in a moment", close=True)
+        # the slot bounds the upload bodies held at once: released once the body is decoded (``_decoded``), not
+        # after the walk and the answer (a client's next upload then found its own last one still holding a slot:
+        # 503s with eight clients, the README's limit)
+        self._held = [slots]
         try:
             self._upload_held()
         finally:
-            slots.release()
+            self._decoded()
+
+    def _decoded(self) -> None:
+        """Give back this request's upload slot (once): its body is read and decoded, or the upload ended."""
+        while getattr(self, "_held", None):
+            self._held.pop().release()
 
     def _upload_held(self) -> None:
         viewer = self.server.viewer
@@ -474,6 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
             seeds, truncation = _seeds_field(fields.get("seeds")), _truncation_field(fields.get("truncation"))
             image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape,  # the query first: it is cheap
                                        "makes images from {W}x{H} label maps", label_maps=viewer.label_maps)
+            self._decoded()
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=fields.get("routing"), seeds=seeds,
                                                   truncation=truncation))
@@ -481,11 +491,13 @@ class _Handler(BaseHTTPRequestHandler):
         if viewer.kind == "segmentation":
             routing = self._query({"routing"}, "/api/upload?routing=LAYER").get("routing")
             image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
+            self._decoded()
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
             return
         self._query(set(), "/api/upload (a classifier's upload takes no query)")  # ?routing=x was ignored
         image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape, viewer.upload_style)
+        self._decoded()
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
 
     def _query(self, allowed: set[str], example: str) -> dict[str, str]:
