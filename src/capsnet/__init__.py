@@ -19,6 +19,12 @@ _LAZY = {
     "CapsNet": "models", "CapsNetConfig": "models", "create_model": "models", "list_models": "models",
 }
 
+# the subpackages and modules a user reaches as attributes after a bare `import capsnet` (capsnet.models.create_model,
+# capsnet.routing.plain_routing(): the docs' spellings), imported on that first use
+_SUBMODULES = ("ops", "routing", "layers", "losses", "models", "data", "figures", "export", "evaluate", "train",
+               "synthesis", "checkpoint", "pretrained", "runtime", "memory", "average", "bench", "experiments",
+               "distributed", "gan", "predict", "image_metrics", "tensorboard", "viz", "cli")
+
 __all__ = [*_LAZY, "__version__"]
 
 
@@ -27,8 +33,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value  # once: later lookups do not come here
         return value
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)  # the import sets the attribute itself
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

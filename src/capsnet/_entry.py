@@ -7,8 +7,9 @@ import sys
 
 def main() -> int:
     try:
-        from .cli import main as run
+        from . import cli
     except KeyboardInterrupt:
         print("capsnet: interrupted while starting", file=sys.stderr)
         return 130
-    return run()
+    cli.AS_PROGRAM = True
+    return cli.main()

@@ -1519,8 +1519,10 @@ def _cmd_viz(args: argparse.Namespace) -> int:
         print("stopped", flush=True)
         sys.stderr.flush()
         # handler threads may be inside torch's C++ code: the interpreter's shutdown stops them there
-        # (std::terminate, SIGABRT and a core dump); nothing is left to write, so the process ends here
-        os._exit(0)
+        # (std::terminate, SIGABRT and a core dump); nothing is left to write, so the program ends here (called from
+        # Python, main() returns: a notebook's process is not the viewer's to end)
+        if AS_PROGRAM:
+            os._exit(0)
     finally:
         server.server_close()
     return 0
@@ -1632,6 +1634,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(handler=handler, parser=sp)
         sp.before_command = tuple(o for a in p._actions for o in a.option_strings if o not in ("-h", "--help"))
     return p
+
+
+AS_PROGRAM = False  # set by the `capsnet` command and `python -m capsnet`: this process is the command's own
 
 
 def _launched() -> Any:

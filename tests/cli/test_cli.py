@@ -871,3 +871,15 @@ def test_eval_of_an_unfinished_run_without_validation_keeps_its_best_and_says_wh
     assert r.returncode == 0 and "has not finished its 5 epochs" in r.stdout and "best over its epochs so far" in \
         r.stdout and "scored last" not in r.stdout
     assert (run / "eval-best-n30.json").exists() and not (run / "eval-last-n30.json").exists()
+
+
+def test_a_bare_import_reaches_the_subpackages_as_the_docs_spell_them():
+    """After the package's names became lazy, `import capsnet; capsnet.models.create_model(...)` (how `capsnet
+    models NAME` and the README spell it) was an AttributeError (a review, 2026-11-30); `import capsnet` still
+    imports no torch until a name is used."""
+    code = ("import sys, capsnet; assert 'torch' not in sys.modules; "
+            "m = capsnet.models.create_model('baseline', channels=(4,), hidden=(8,)); "
+            "assert type(m).__name__ == 'BaselineCNN' and callable(capsnet.routing.plain_routing); "
+            "assert 'models' in dir(capsnet) and capsnet.squash is capsnet.ops.squash; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
