@@ -51,15 +51,10 @@ def keep_freed_memory(*, trim_threshold: int = 2**31 - 1, top_pad: int = 64 << 2
     for name, value in (("trim_threshold", trim_threshold), ("top_pad", top_pad)):  # before any mallopt: a float
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:  # failed between two of them
             raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    mallopt = _mallopt()
+    if mallopt is None:
         log.info("keep_freed_memory: the C library is not glibc; allocator left as it is")
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     limit = 2**31 - 1  # mallopt takes a C int
     ok = (mallopt(_M_MMAP_MAX, 0) == 1
           and mallopt(_M_TRIM_THRESHOLD, min(trim_threshold, limit)) == 1
