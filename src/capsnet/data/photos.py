@@ -56,6 +56,14 @@ def light_background(a: np.ndarray) -> bool:
     return float(np.median(_border(a))) > (127.5 if a.dtype == np.uint8 else 0.5)
 
 
+def _worked(img: Image.Image) -> Image.Image:
+    """The image both recipes work on: 16-bit grey scaled to 8 bits (convert("L") clips at 255), and shrunk to
+    ``WORK_SIDE`` pixels a side at most, so the float arrays stay small."""
+    if img.mode.startswith("I;16") or img.mode == "I":
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
+    return shrink(img, WORK_SIDE) if max(img.size) > WORK_SIDE else img
+
+
 def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     """An image as MNIST was made: bright digit on black, box-scaled, centred by centre of mass.
 
@@ -65,10 +73,7 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     float arrays below stay small (the digit ends up 20 pixels tall anyway).
     """
     C, H, W = shape
-    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
-        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
-    if max(img.size) > WORK_SIDE:
-        img = shrink(img, WORK_SIDE)
+    img = _worked(img)
     if C == 3:
         a = np.asarray(img.convert("RGB").resize((W, H), Image.Resampling.BOX), dtype=np.float32) / 255
         return torch.from_numpy(a).permute(2, 0, 1).contiguous()  # (3, H, W)
@@ -114,10 +119,7 @@ def frame_style(img: Image.Image, shape: tuple[int, int, int]) -> torch.Tensor:
     C, H, W = shape
     if C != 1:
         raise DataError(f"frame_style makes one-channel images, not {C}-channel ones")
-    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey: scaled to 8 bits (convert("L") clips at 255)
-        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
-    if max(img.size) > WORK_SIDE:
-        img = shrink(img, WORK_SIDE)
+    img = _worked(img)
     a = _grey(img)
     if light_background(a):  # a product photographed on white: Fashion-MNIST's items are light on black
         a = 1.0 - a
