@@ -247,13 +247,12 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
         raise ExportError(f"{_label(model)} takes images of one size only (its graph fixes it): export it without "
                           f"--any-size, which exports the segmentation models ({', '.join(_segmentation_models())})")
     module = InferenceModule(model)
-    # an any-size trace at two blocks a side at least: at one, the innermost map is 1x1 and torch.export fixes it
+    # an any-size trace: two blocks a side at least (at one the innermost map is 1x1, which torch.export fixes)
     example = module.example(example_batch, 0, None if not any_size else tuple(
         max(side, 2 * multiple) for side in module.inputs[0][1][1:]))
     batch = torch.export.Dim(BATCH, min=1)  # one dimension for every input: a generator's label maps and noise
     dims: tuple[dict[int, Any], ...] = tuple({0: batch} for _ in example)
-    if any_size:  # sides in blocks of the model's multiple: 8 * height_blocks, ...
-        # two blocks a side at least: at one the innermost map is 1x1, a case torch.export specialises away
+    if any_size:  # sides in blocks of the model's multiple, two at least (above): 8 * height_blocks, ...
         dims = ({0: batch, **{2 + k: multiple * torch.export.Dim(f"{side}_blocks", min=2)
                               for k, side in enumerate(SIDES)}},)
     try:
@@ -310,14 +309,16 @@ def _size(n: int) -> str:
 _CHECK_BATCH = 3  # neither the traced example's 2 nor 1: the check shows the batch is dynamic
 
 
-def _check_batch(traced: Traced) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+def _check_batch(traced: Traced, result: ExportResult) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """Random inputs and the PyTorch model's own outputs on them (its fast paths on, as it trains and evaluates);
-    an any-size export's at sides other than the traced ones (one block taller, two wider)."""
+    an any-size export's at sides other than the traced ones (one block taller, two wider), which ``result`` records
+    with the model's multiple."""
     module = traced.module
     sides = None
     if traced.any_size:
         m, (_, height, width) = side_multiple(module.model), module.inputs[0][1]
         sides = (height + m, width + 2 * m)
+        result.checked_sides, result.side_multiple = sides, m
     inputs = module.example(_CHECK_BATCH, 1, sides)
     with torch.no_grad(), evaluating(module.model):
         return inputs, tuple(t.detach() for t in module(*inputs))
@@ -355,10 +356,7 @@ def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
     with _quiet():
         torch.export.save(traced.program, buffer)
     data = buffer.getvalue()
-    inputs, expected = _check_batch(traced)
-    if traced.any_size:
-        result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
-        result.side_multiple = side_multiple(traced.module.model)
+    inputs, expected = _check_batch(traced, result)
     try:
         with torch.no_grad(), _quiet():
             got = torch.export.load(io.BytesIO(data)).module()(*inputs)  # the program as saved, read back
@@ -451,10 +449,7 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
                           f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
                           f"or another --opset, may help)") from e
-    inputs, expected = _check_batch(traced)
-    if traced.any_size:
-        result.checked_sides = (int(inputs[0].shape[-2]), int(inputs[0].shape[-1]))
-        result.side_multiple = side_multiple(traced.module.model)
+    inputs, expected = _check_batch(traced, result)
     got = session.run(list(names), {name: x.numpy() for (name, _), x in zip(traced.module.inputs, inputs)})
     result.checked_with = f"onnxruntime {onnxruntime.__version__}"
     result.max_difference = _compare(traced, got, expected, "ONNX")
