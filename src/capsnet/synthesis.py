@@ -42,6 +42,7 @@ from .checkpoint import Checkpoint, saved_point
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 from .models.capspix2pix import truncate_normal
+from .runtime import evaluating
 
 __all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "row_noise", "load_judge",
            "judge_predictions", "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles",
@@ -93,9 +94,7 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
         raise ValueError("no label maps given")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         if shared:  # image 0's noise for every map
             z = model.noise(1, seed, labels.device, truncation=truncation).expand(len(labels), -1)
         else:
@@ -112,8 +111,6 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
                 out.append(model.generate(labels[start:stop], z=z[start:stop],
                                           seeds=[_dropout_seed(seed, 0 if shared else i) for i in range(start, stop)]))
         return torch.cat(out)
-    finally:
-        model.train(was_training)
 
 
 def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", dataset: str | None = None
@@ -235,16 +232,12 @@ def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row:
         raise ValueError(f"row must be a non-negative integer, got {row!r}")
     if not seeds:
         raise ValueError("give at least one seed")
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         labels = label.unsqueeze(0).expand(len(seeds), *label.shape)  # (K, C, H, W)
         z = torch.cat([row_noise(model, row, s, label.device, truncation=truncation) for s in seeds])  # (K, Z)
         if z.shape[1]:  # in eval mode the generator's dropout is off: the seed is the noise vector alone
             return model.generate(labels, z=z.to(label.dtype), seed=0)
         return model.generate(labels, z=z, seeds=[_dropout_seed(s, row) for s in seeds])  # dropout: a stream each
-    finally:
-        model.train(was_training)
 
 
 def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike, out: str | os.PathLike, *,

@@ -70,10 +70,9 @@ class TensorBoardLogger:
                 self.writer.add_scalar(key, value, step)
         if getattr(model, "decoder", None) is not None and hasattr(model, "reconstruct"):
             from .figures.arrays import pose_sweep, reconstructions
+            from .runtime import evaluating
 
-            was_training = model.training
-            model.eval()
-            try:
+            with evaluating(model):  # its own mode after (the figures keep it too)
                 device = next(model.parameters()).device
                 x = self.images.to(device)
                 done = reconstructions(model, x)
@@ -85,8 +84,6 @@ class TensorBoardLogger:
                 A, K = sweep.shape[:2]
                 self.writer.add_images("pose_sweep", _tile(sweep.reshape(A * K, *sweep.shape[2:]).clamp(0, 1), rows=A),
                                        step, dataformats="CHW")
-            finally:
-                model.train(was_training)
         self.writer.flush()
 
     def close(self) -> None:
