@@ -176,6 +176,15 @@ def test_translated_task_holds_the_four_sets_in_report_order(data_root, mnist_te
     assert load_test("translated-mnist", size=N, extras=False, root=data_root, progress=False).extra == {}
 
 
+@pytest.mark.parametrize("make", [affine_test, affine_centred_test, translated_anywhere_test])
+def test_an_affine_maker_asked_for_the_first_images_draws_only_their_batches_and_gives_the_whole_sets(make, digits):
+    whole = make(digits[:30], batch_size=8)  # four batches: 8, 8, 8, 6
+    for first in (1, 8, 11, 30, 99):
+        assert torch.equal(make(digits[:30], batch_size=8, first=first), whole[:first])
+    with pytest.raises(ValueError, match="first must be a positive number of images, got 0"):
+        make(digits[:30], first=0)
+
+
 def test_the_sample_tasks_make_the_full_tasks_canvases_and_pairs_from_the_shipped_digits():
     from capsnet.data.segmentation import OUT_OF_DISTRIBUTION, segmentation_test
     from capsnet.data.synthesis import skeletonize

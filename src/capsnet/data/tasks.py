@@ -220,21 +220,24 @@ def _multimnist_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augme
 
 # The translated task's test sets in the order reports show them: name -> (maker, title); "" is the main split.
 # (Lambdas, because the makers are defined further down.)
+# Each maker takes (digits, n) and returns the first n of the set made from all the digits.
 _TRANSLATED_SETS = {
-    "": (lambda x: translated_test(x), f"untransformed, 28x28 frame shifted +-{TRANSLATED_SHIFT} px (as trained)"),
-    "affine_centred": (lambda x: affine_centred_test(x),
+    "": (lambda x, n: translated_test(x)[:n],
+         f"untransformed, 28x28 frame shifted +-{TRANSLATED_SHIFT} px (as trained)"),
+    "affine_centred": (lambda x, n: affine_centred_test(x, first=n),
                        f"affine, ink box centred then shifted +-{TRANSLATED_SHIFT} px"),
-    "translated_anywhere": (lambda x: translated_anywhere_test(x), "untransformed, ink box anywhere in 40x40"),
-    "affine": (lambda x: affine_test(x), "affine, ink box anywhere in 40x40 (affNIST-like)"),
+    "translated_anywhere": (lambda x, n: translated_anywhere_test(x, first=n),
+                            "untransformed, ink box anywhere in 40x40"),
+    "affine": (lambda x, n: affine_test(x, first=n), "affine, ink box anywhere in 40x40 (affNIST-like)"),
 }
 
 
 def _translated_held(digits: Dataset, size: int, extras: bool = True) -> Split:
-    # each set made from every digit, then cut: a makers' draws depend on how many images it is given, and the
-    # first ``size`` examples must be those of the whole set (a run tested on --test-size N and `capsnet eval` on
-    # all of them score the same placements)
+    # each set the first ``size`` of the one made from every digit: a maker's draws depend on how many images it
+    # is given, and a run tested on --test-size N and `capsnet eval` on all of them must score the same placements
+    # (the affine makers draw only the batches that hold the first ``size``)
     d = _first(digits, size)
-    sets = {name: Split(make(digits.images)[:len(d)], d.labels, d.classes, title=title)
+    sets = {name: Split(make(digits.images, len(d)), d.labels, d.classes, title=title)
             for name, (make, title) in _TRANSLATED_SETS.items() if extras or not name}
     main = sets.pop("")
     main.extra = sets
@@ -822,37 +825,46 @@ def translated_test(images: torch.Tensor, *, seed: int = TEST_SEED) -> torch.Ten
     return random_translate(images, TRANSLATED_SIZE, generator=torch.Generator().manual_seed(seed))[0]
 
 
-def affine_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
+def affine_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000,
+                first: int | None = None) -> torch.Tensor:
     """The affNIST-like test set: each digit affinely transformed within affNIST's ranges, its ink box placed
     uniformly anywhere wholly inside 40x40 (``random_affine`` with ``max_shift=None``).
 
     Drawn in batches (to bound memory) from one generator, so the result
     depends only on ``seed`` (and the number of images: the first 1,000 of a
-    10,000-digit set are not the 1,000-digit set). Shapes: images (N, C, 28, 28)
-    -> (N, C, 40, 40) float in [0, 1].
+    10,000-digit set are not the 1,000-digit set). ``first=n`` returns the
+    first n images of the set made from all of ``images``, drawing only the
+    batches that hold them (a batch's draws never depend on the ones after
+    it). Shapes: images (N, C, 28, 28) -> (min(N, first), C, 40, 40) float in
+    [0, 1].
     """
-    return _affine_batches(images, seed, batch_size)
+    return _affine_batches(images, seed, batch_size, first)
 
 
-def affine_centred_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
+def affine_centred_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000,
+                        first: int | None = None) -> torch.Tensor:
     """The affine test set placed within the training range: the same transforms as ``affine_test`` (same seed),
     each ink box centred in 40x40 and then shifted by up to ``TRANSLATED_SHIFT`` pixels per axis, never onto the
-    border (``random_affine`` with ``max_shift=6``). Shapes as ``affine_test``.
+    border (``random_affine`` with ``max_shift=6``). ``first`` and shapes as ``affine_test``.
     """
-    return _affine_batches(images, seed, batch_size, max_shift=TRANSLATED_SHIFT)
+    return _affine_batches(images, seed, batch_size, first, max_shift=TRANSLATED_SHIFT)
 
 
-def translated_anywhere_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000) -> torch.Tensor:
+def translated_anywhere_test(images: torch.Tensor, *, seed: int = TEST_SEED, batch_size: int = 2000,
+                             first: int | None = None) -> torch.Tensor:
     """The untransformed test digits placed by the affNIST-like rule: each ink box uniformly anywhere wholly inside
-    40x40, with the same placement draws as ``affine_test`` (same seed). Shapes as ``affine_test``.
+    40x40, with the same placement draws as ``affine_test`` (same seed). ``first`` and shapes as ``affine_test``.
     """
-    return _affine_batches(images, seed, batch_size, rotation_deg=0.0, shear=0.0, scale=(1.0, 1.0))
+    return _affine_batches(images, seed, batch_size, first, rotation_deg=0.0, shear=0.0, scale=(1.0, 1.0))
 
 
-def _affine_batches(images: torch.Tensor, seed: int, batch_size: int, **rule) -> torch.Tensor:
+def _affine_batches(images: torch.Tensor, seed: int, batch_size: int, first: int | None, **rule) -> torch.Tensor:
+    if first is not None and first < 1:
+        raise ValueError(f"first must be a positive number of images, got {first}")
     g = torch.Generator().manual_seed(seed)
+    stop = len(images) if first is None else min(len(images), first)
     parts = [random_affine(images[s:s + batch_size], TRANSLATED_SIZE, generator=g, **rule)[0]
-             for s in range(0, len(images), batch_size)]
+             for s in range(0, stop, batch_size)]  # the batches that hold the first `stop`, each its whole draw
     if not parts:
         raise ValueError("no images given")
-    return torch.cat(parts)
+    return torch.cat(parts)[:stop]
