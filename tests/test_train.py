@@ -646,3 +646,33 @@ def test_a_run_stopped_at_an_epochs_end_cannot_be_ended_there_by_a_resume(tmp_pa
     assert not (tmp_path / "best.safetensors").exists()
     fit(TINY, cfg, tmp_path, device="cpu", progress=False, resume=True)  # the run's own epochs end it, evaluated
     assert load_checkpoint(tmp_path, "best").state["epoch"] == 2
+
+
+@pytest.mark.parametrize("kind", ["classes", "pairs", "masks"])
+def test_an_evaluation_that_fails_midway_gives_the_model_back_in_its_own_mode(kind):
+    """evaluate, evaluate_pairs and evaluate_segmentation put the model in eval mode; an error inside (here the
+    second batch's forward) must not leave a training model with dropout and batch norm frozen."""
+    from capsnet.evaluate import evaluate_pairs, evaluate_segmentation
+    from capsnet.models import create_model
+
+    name, shape = {"classes": ("capsnet", (4, 1, 28, 28)), "pairs": ("capsnet", (4, 1, 36, 36)),
+                   "masks": ("unet", (4, 1, 32, 32))}[kind]
+    options = {"input_height": 36, "input_width": 36} if kind == "pairs" else {}
+    model = create_model(name, **options).train()
+    calls = []
+
+    def second_fails(module, args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    model.register_forward_pre_hook(second_fails)
+    x = torch.rand(shape)
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "classes":
+            evaluate(model, x, torch.tensor([0, 1, 2, 3]), batch_size=2)
+        elif kind == "pairs":
+            evaluate_pairs(model, x, torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]]), batch_size=2)
+        else:
+            evaluate_segmentation(model, x, (x > 0.5).float(), batch_size=2)
+    assert len(calls) == 2 and model.training and all(m.training for m in model.modules())

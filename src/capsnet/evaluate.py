@@ -24,7 +24,7 @@ from .data.tasks import Split, check_test_size, input_shape, load_test, other_cl
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
-from .runtime import resolve_device
+from .runtime import evaluating, resolve_device
 
 __all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "eval_batch", "evaluate_pairs",
            "evaluate_segmentation", "evaluate_split", "load_model",
@@ -114,21 +114,18 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     labels = labels.long()  # uint8 labels wrapped past 255 in y * K + class (17 classes on); int32 failed some losses
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
-    was_training = model.training
-    model.eval()
     K = model.config.num_classes
     n = len(labels)
     # Sums stay on the device until the end: no host sync per batch.
     confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
     total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
-    with torch.inference_mode():
+    with evaluating(model), torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             loss, scores = loss_fn(model, x, y, recon_weight=recon_weight)
             total_loss += loss.double() * len(y)
             cell = y * K + scores.argmax(dim=1)
             confusion.index_add_(0, cell, torch.ones_like(cell))  # bincount would sync to size its output
-    model.train(was_training)
     confusion = confusion.view(K, K).cpu()
     acc = confusion.diag().sum().item() / max(n, 1)
     return EvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc, confusion)
@@ -145,12 +142,10 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     labels = labels.long()  # as evaluate: a pair's cells in int64, whatever the labels' integer type
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
-    was_training = model.training
-    model.eval()
     n = len(labels)
     total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
     right = torch.zeros((), dtype=torch.int64, device=images.device)
-    with torch.inference_mode():
+    with evaluating(model), torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             sl = slice(start, start + batch_size)
             comp = components[sl] if components is not None else None
@@ -158,7 +153,6 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                                    recon_weight=recon_weight if comp is not None else 0.0)
             total_loss += loss.double() * len(labels[sl])
             right += top2_correct(scores, labels[sl]).sum()
-    model.train(was_training)
     acc = right.item() / max(n, 1)
     return PairEvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc)
 
@@ -172,14 +166,12 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     _check_split(images, masks, batch_size, "masks")
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
-    was_training = model.training
-    model.eval()
     n = len(masks)
     sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
     # the weighted cross-entropy weighs the foreground as the whole split does: per batch, its loss changed with the
     # batch size and the last, partial batch (the Dice does not depend on it)
-    with torch.inference_mode(), batch_foreground_weight(masks):
+    with evaluating(model), torch.inference_mode(), batch_foreground_weight(masks):
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, m = images[start:start + batch_size], masks[start:start + batch_size]
             loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
@@ -188,7 +180,6 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
             right = (pred == truth).flatten(1).double().mean(1)
             sums += torch.stack([loss.double() * len(m), right.sum()])
             each.append(torch.stack([dice, iou], 1).double())
-    model.train(was_training)
     loss, right = (sums / max(n, 1)).tolist()
     per_image = torch.cat(each).cpu()  # (N, 2): the means are theirs
     dice, iou = per_image.mean(0).tolist()
