@@ -418,3 +418,41 @@ def test_any_size_traces_a_model_whose_own_side_is_one_block():
     with torch.no_grad():
         got, want = traced.program.module()(x), model(x)
     torch.testing.assert_close(got[0], want.probabilities, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_of_ones_own_declares_its_exported_outputs_on_its_output_class(tmp_path):
+    """export knew the outputs of the shipped models only, from a table in export.py (a review, 2026-11-30: a
+    model added as the README says could not be exported without editing it); an output class names its own."""
+    from typing import NamedTuple
+
+    class Out(NamedTuple):
+        scores: torch.Tensor
+        poses: torch.Tensor
+        extra: torch.Tensor | None = None
+
+    class Declared(Out):
+        EXPORT_FIELDS = (("class_scores", "scores"), ("poses", "poses"), ("extra", "extra"))
+
+    class Own(nn.Module):
+        def __init__(self, out: type) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(in_channels=1, input_height=8, input_width=8)
+            self.linear, self.out = nn.Linear(64, 6), out
+
+        def forward(self, x: torch.Tensor) -> Out:
+            y = self.linear(x.flatten(1))
+            return self.out(y[:, :3].softmax(1), y.view(-1, 3, 2))
+
+    with pytest.raises(ExportError, match=r"returns a Out, whose fields export does not know: give that class "
+                                          r"EXPORT_FIELDS"):
+        output_names(Own(Out))
+    model = Own(Declared).eval()
+    assert output_names(model) == ("class_scores", "poses")  # a field that is None is left out
+    done = export_model(model, tmp_path / "own.onnx")
+    session = onnxruntime.InferenceSession(str(done.path))
+    x = torch.rand(3, 1, 8, 8)
+    scores, poses = session.run(None, {"images": x.numpy()})
+    with torch.no_grad():
+        expected = model(x)
+    assert torch.allclose(torch.from_numpy(scores), expected.scores, atol=1e-5)
+    assert torch.allclose(torch.from_numpy(poses), expected.poses, atol=1e-5)

@@ -474,14 +474,15 @@ def test_the_class_score_plot_names_its_scores_draws_margins_only_for_a_margin_l
     assert first.get_legend() is None
     margin = fg.plot_lengths(torch.rand(1, 10)).axes[0]
     assert margin.get_ylabel() == "capsule length" and [l.get_ydata()[0] for l in margin.get_lines()] == [0.9, 0.1]
-    from capsnet.figures.report import _SCORES, class_scores
+    from capsnet.figures.report import class_scores
 
-    assert _SCORES["em-capsnet-small"] == ("class capsule activation", None) and "capsnet" not in _SCORES
+    assert class_scores("em-capsnet-small") == ("class capsule activation", None)
+    assert class_scores("inverted-capsnet") == ("class probability", None)
     # CapsNet under another routing keeps its margin loss; self-attention's activations are its poses' lengths (as
     # export names them), EM's come from its cost
     assert class_scores("capsnet") == ("capsule length", (0.9, 0.1))
     assert class_scores("capsnet", "self-attention") == ("class capsule length (self-attention routing)", (0.9, 0.1))
-    assert class_scores("capsnet-small", "em") == ("class capsule activation (em routing)", (0.9, 0.1))
+    assert class_scores("capsnet", "em") == ("class capsule activation (em routing)", (0.9, 0.1))
     assert class_scores("em-capsnet", "em") == ("class capsule activation (em routing)", None)
 
 

@@ -301,3 +301,42 @@ def test_every_model_runs_forward_and_backward_on_the_meta_device_with_the_cpu_s
     loss = spec.loss(meta, images.to("meta"), targets.to("meta"), recon_weight=0.0005, progress=0.5)[0]
     loss.backward()
     assert all(p.grad is not None and p.grad.is_meta for p in meta.parameters() if p.requires_grad)
+
+
+def test_two_models_on_one_config_class_are_refused_by_name(monkeypatch):
+    """A checkpoint names its model by the config's class: a second entry on CapsNet's config was saved and rebuilt
+    as `capsnet` (a review, 2026-11-30), so eval, figures and export scored another network without a word."""
+    from capsnet import models
+    from capsnet.models import CapsNet, CapsNetConfig, ModelSpec, capsnet_loss, check_registry
+
+    check_registry()  # the shipped registry holds
+    twin = {**MODELS, "capsnet-twin": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "twin")}
+    with pytest.raises(TypeError, match=r"models 'capsnet' and 'capsnet-twin' are registered with one config class, "
+                                        r"CapsNetConfig: .* give 'capsnet-twin' a config class of its own"):
+        check_registry(twin)
+    monkeypatch.setattr(models, "MODELS", twin)  # added after import: model_name says so rather than guess
+    with pytest.raises(TypeError, match="capsnet-twin"):
+        models.model_name(CapsNetConfig())
+    with pytest.raises(ValueError, match=r"scores='logits'; choose from lengths, activations, probabilities"):
+        check_registry({"capsnet": MODELS["capsnet"]._replace(scores="logits")})
+
+
+def test_the_figures_and_the_viewer_name_a_models_scores_as_its_registry_entry_says(monkeypatch):
+    """What the scores are came from lists of model names and classes in the figures and the viewer, so a model
+    registered later was drawn as capsule lengths with margin lines whatever it output; it is the entry's word."""
+    from capsnet import models
+    from capsnet.figures.report import class_scores
+    from capsnet.viz.engine import scores_are
+
+    expect = {"capsnet": "lengths", "efficient-capsnet": "lengths", "baseline": "probabilities",
+              "em-capsnet": "activations", "em-capsnet-small": "activations", "inverted-capsnet": "probabilities"}
+    for name, scores in expect.items():
+        assert MODELS[name].scores == scores
+        assert scores_are(create_model(name, **SMALL[name])) == scores
+    assert class_scores("capsnet") == ("capsule length", (0.9, 0.1))
+    assert class_scores("em-capsnet") == ("class capsule activation", None)
+    assert class_scores("baseline") == ("class probability", None)
+    assert scores_are(create_model("capsnet", **SMALL["capsnet"], routing="em")) == "activations"
+    monkeypatch.setitem(models.MODELS, "capsnet", MODELS["capsnet"]._replace(scores="probabilities"))
+    assert class_scores("capsnet") == ("class probability", None)
+    assert scores_are(create_model("capsnet", **SMALL["capsnet"])) == "probabilities"

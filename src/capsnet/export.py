@@ -86,7 +86,8 @@ _PIX2PIX = ("its noise is dropout kept on at generation, drawn for each image fr
             "graph cannot reproduce; make images with `capsnet generate` instead")
 UNSUPPORTED: dict[tuple[str, str], str] = {("pix2pix", fmt): _PIX2PIX for fmt in FORMATS}
 
-# The fields of a model's output that an export returns, in order: (exported name, output field).
+# The fields of a model's output that an export returns, in order: (exported name, output field). A model of one's
+# own declares them on its output class instead: ``EXPORT_FIELDS = (("scores", "scores"), ...)``.
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
     CapsNetOutput: (("lengths", "lengths"), ("poses", "poses"), ("reconstruction", "reconstructions")),
     EMCapsNetOutput: (("activations", "activations"), ("poses", "poses")),
@@ -144,15 +145,16 @@ class InferenceModule(nn.Module):
             self._fields: tuple[tuple[str, str | None], ...] = (("images", None),)
         elif isinstance(probe, torch.Tensor):
             self._fields = (("logits", None),)
-        elif type(probe) in _FIELDS:
-            self._fields = tuple((n, f) for n, f in _FIELDS[type(probe)] if getattr(probe, f) is not None)
+        elif (fields := _FIELDS.get(type(probe), getattr(type(probe), "EXPORT_FIELDS", None))) is not None:
+            self._fields = tuple((n, f) for n, f in fields if getattr(probe, f) is not None)
             routing = getattr(model.config, "routing", "dynamic")
             if type(probe) is CapsNetOutput and not routing_is(routing, "length_activations"):
                 # CapsNet routed by EM: its scores are the routing's activations, not its capsules' lengths
                 self._fields = tuple(("activations" if n == "lengths" else n, f) for n, f in self._fields)
         else:
             raise ExportError(f"{self.label} returns a {type(probe).__name__}, whose fields export does not know: "
-                              f"add it to capsnet.export._FIELDS")
+                              f"give that class EXPORT_FIELDS, a tuple of (exported name, field) pairs, e.g. "
+                              f"EXPORT_FIELDS = (('scores', 'scores'), ('poses', 'poses'))")
         self.output_names = tuple(n for n, _ in self._fields)
 
     def example(self, batch: int, seed: int, sides: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:

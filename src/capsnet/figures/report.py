@@ -59,18 +59,18 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
             depth[i] += 1
 
 
-# what a classifier's class scores are, and the margins of its loss where it has them (the margin loss's m+ and
-# m-: CapsNet and Efficient-CapsNet); EM trains activations with the spread loss, the inverted model probabilities
-# with cross-entropy
-_SCORES = {"em-capsnet": ("class capsule activation", None), "em-capsnet-small": ("class capsule activation", None),
-           "inverted-capsnet": ("class probability", None), "baseline": ("class probability", None)}
+# a classifier's class scores (its ModelSpec's ``scores``) as a figure names them, and the margins of its loss where
+# it has them (the margin loss's m+ and m-: CapsNet and Efficient-CapsNet); EM trains activations with the spread
+# loss, the inverted model and the baseline probabilities with cross-entropy
+_SCORES = {"lengths": ("capsule length", (0.9, 0.1)), "activations": ("class capsule activation", None),
+           "probabilities": ("class probability", None)}
 
 
 def class_scores(name: str, routing: str = "dynamic") -> tuple[str, tuple[float, float] | None]:
     """What model ``name``'s class scores are called on a figure, and its margin loss's (m+, m-) or None. A CapsNet
     routed otherwise than by dynamic routing keeps its margin loss; its scores are its capsules' lengths or, where
     the routing's activations are not lengths (EM: ``length_activations``), the routing's activations."""
-    score, margins = _SCORES.get(name, ("capsule length", (0.9, 0.1)))
+    score, margins = _SCORES[model_spec(name).scores]
     if routing != "dynamic":
         what = "length" if routing_is(routing, "length_activations") else "activation"
         score = f"class capsule {what} ({routing} routing)"

@@ -29,7 +29,7 @@ from .unet import UNet, UNetConfig, UNetOutput
 __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
-           "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "list_models", "model_spec", "create_model",
+           "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
@@ -52,6 +52,13 @@ class ModelSpec(NamedTuple):
     paper: str = ""  # where the model comes from, for `capsnet models` and tables
     # training settings (TrainConfig fields) this model gets unless typed, by `capsnet train` and the experiments
     train_defaults: Mapping[str, Any] = MappingProxyType({})
+    # a classifier's class scores (its output's ``scores``), for figures and the viewer: one of SCORES
+    scores: str = "lengths"
+
+
+# what a classifier's class scores can be: capsule lengths (the margin loss's, its m+ and m- drawn on figures),
+# routing activations (EM's, the spread loss's) or probabilities (a softmax's, cross-entropy's)
+SCORES = ("lengths", "activations", "probabilities")
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -64,16 +71,17 @@ MODELS: dict[str, ModelSpec] = {
     # 28x28, 205k at 40x40) by lr at once, which can kill its ReLUs for good (docs/results.md, "The CNN baseline on
     # larger inputs": at chance for whole runs on 36x36 and 40x40)
     "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline",
-                          paper="Sabour et al. 2017, section 5", train_defaults=MappingProxyType({"warmup_steps": 200})),
+                          paper="Sabour et al. 2017, section 5", train_defaults=MappingProxyType({"warmup_steps": 200}),
+                          scores="probabilities"),
     "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules",
-                            paper="Hinton, Sabour and Frosst 2018"),
+                            paper="Hinton, Sabour and Frosst 2018", scores="activations"),
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)",
-                                  paper="Hinton, Sabour and Frosst 2018, section 5"),
+                                  paper="Hinton, Sabour and Frosst 2018, section 5", scores="activations"),
     # margin loss + 0.392 x pixel-mean squared error = CapsNet's loss
     "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet",
                                    paper="Mazzia et al. 2021"),
     "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,
-                                  "inverted dot-product attention", paper="Tsai et al. 2020"),
+                                  "inverted dot-product attention", paper="Tsai et al. 2020", scores="probabilities"),
     "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation",
                          paper="LaLonde and Bagci 2018"),
     "segcaps-r1": ModelSpec(SegCapsR1Config, SegCaps, segmentation_model_loss, "SegCaps R1", "segmentation",
@@ -88,6 +96,25 @@ MODELS: dict[str, ModelSpec] = {
     "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017",
                          train_defaults=MappingProxyType({"lr": GAN_LR})),
 }
+
+
+def check_registry(models: Mapping[str, ModelSpec] | None = None) -> None:
+    """Each registered model (of ``models``, by default ``MODELS``) has a config class of its own: a checkpoint
+    records its model by the config's class (``model_name``), so a second entry on one class would be saved, and
+    rebuilt, as the first; and its ``scores`` are one of ``SCORES``."""
+    seen: dict[type, str] = {}
+    for name, spec in (MODELS if models is None else models).items():
+        if spec.config in seen:
+            raise TypeError(f"models {seen[spec.config]!r} and {name!r} are registered with one config class, "
+                            f"{spec.config.__name__}: a run of {name!r} would be saved and rebuilt as "
+                            f"{seen[spec.config]!r}; give {name!r} a config class of its own (a subclass shares the "
+                            f"fields: class MyConfig({spec.config.__name__}): ..., as capsnet-cifar10 does)")
+        seen[spec.config] = name
+        if spec.scores not in SCORES:
+            raise ValueError(f"model {name!r}: scores={spec.scores!r}; choose from {', '.join(SCORES)}")
+
+
+check_registry()
 
 
 def list_models() -> list[str]:
@@ -120,9 +147,11 @@ def train_defaults(name: str, lr_schedule: str = "exponential") -> dict[str, Any
 
 def model_name(config: Any) -> str:
     """The registry name of the model a config object builds."""
-    for name, spec in MODELS.items():
-        if type(config) is spec.config:
-            return name
+    names = [name for name, spec in MODELS.items() if type(config) is spec.config]
+    if len(names) > 1:  # an entry added to MODELS after import, on a config class already registered
+        check_registry()
+    if names:
+        return names[0]
     if isinstance(config, nn.Module) and type(getattr(config, "config", None)) in {s.config for s in MODELS.values()}:
         raise ValueError(f"a {type(config).__name__} model was given where its config belongs: pass model.config")
     raise ValueError(f"{type(config).__name__} is not the config of a registered model ({', '.join(MODELS)}); "

@@ -86,15 +86,12 @@ class _Input:
 def scores_are(model: nn.Module) -> str:
     """What a classifier's class scores are, for the page's words: "lengths" (capsule lengths, the margin loss's),
     "activations" (EM routing's, the spread loss's) or "probabilities" (the inverted model's softmax)."""
-    from ..models.em_capsnet import EMCapsNet
-    from ..models.inverted_capsnet import InvertedCapsNet
+    from ..models import model_name, model_spec
 
-    if isinstance(model, InvertedCapsNet):
-        return "probabilities"
-    if isinstance(model, EMCapsNet) or not routing_is(getattr(model.config, "routing", "dynamic"),
-                                                      "length_activations"):
-        return "activations"
-    return "lengths"
+    own = model_spec(model_name(model.config)).scores  # the registry's word for the model's scores
+    if own == "lengths" and not routing_is(getattr(model.config, "routing", "dynamic"), "length_activations"):
+        return "activations"  # CapsNet's digit capsules under a routing whose activations are not lengths (EM)
+    return own
 
 
 class _ViewerBase:
