@@ -120,6 +120,37 @@ def test_routing_trace_rounds_shapes_and_maps(model, test_set):
     assert trace.primary_maps()[n, 3, row, col] == trace.primary[n, 3 * 36 + row * 6 + col]
 
 
+def test_one_routing_rounds_constant_coupling_is_drawn_in_one_colour_in_every_panel():
+    """With one routing round every coupling is 1/J: each panel normalised the constant range on its own and the
+    colour bar widened only the last one's, so nine classes were drawn dark and the tenth teal (a review,
+    2026-11-30). The panels share one scale; primary lengths all zero likewise."""
+    import dataclasses
+
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("capsnet", conv1_channels=8, primary_types=2, routing_iterations=1).eval()
+    x = torch.rand(1, 1, 28, 28)
+    trace = fg.routing_trace(model, x)
+    assert torch.equal(trace.coupling, torch.full_like(trace.coupling, 0.1))
+    for dead in (False, True):  # and every primary capsule of length zero
+        if dead:
+            trace = dataclasses.replace(trace, primary=torch.zeros_like(trace.primary))
+        fig = fg.plot_routing(trace, 0, image=x[0])
+        FigureCanvasAgg(fig).draw()  # the colour bars are drawn, as when saved
+        top, bottom = fig.subfigs
+        colours = {tuple(np.unique(im.to_rgba(im.get_array()).reshape(-1, 4), axis=0).ravel())
+                   for ax in top.axes for im in ax.images if im.get_cmap().name == "viridis"}
+        assert len(colours) == 1 and len(next(iter(colours))) == 4  # ten panels, one colour between them
+        if dead:
+            lows = {tuple(np.unique(im.to_rgba(im.get_array()).reshape(-1, 4), axis=0).ravel())
+                    for ax in bottom.axes for im in ax.images}
+            assert len(lows) == 1
+
+
 def test_read_metrics_good_empty_corrupt_missing(run_dir, tmp_path):
     records = fg.read_metrics(run_dir)
     assert [r["epoch"] for r in records] == [1, 2] and "test_error" in records[-1]

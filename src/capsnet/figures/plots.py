@@ -17,6 +17,7 @@ from ..data.sets import unit_float
 from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
 __all__ = ["FORMATS", "BARELY_MOVES", "sweep_change", "plot_reconstructions", "plot_misclassified", "plot_pose_sweep", "plot_routing", "plot_lengths",
@@ -161,7 +162,9 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
     fig = _figure(1.15 * (J + 1) + 0.6, 1.2 * R + 2.8)
     sub = fig.subfigures(2, 1, height_ratios=[1.2 * R + 0.5, 2.2])
     axes = sub[0].subplots(R, J + 1, squeeze=False)
-    vmin, vmax = float(maps.min()), float(maps.max())  # round 1 is uniform: the scale shows what routing changed
+    # one scale for every panel (round 1 is uniform: the scale shows what routing changed), shared as one object:
+    # the colour bar's widening of a constant range (one routing round, coupling all 1/J) then moves every panel
+    norm = _one_scale(float(maps.min()), float(maps.max()))
     pred = int(trace.lengths[n].argmax())
     im = None
     for r in range(R):
@@ -171,7 +174,7 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
             axes[r, 0].axis("off")
         for j in range(J):
             ax = axes[r, j + 1]
-            im = ax.imshow(maps[r, j].numpy(), cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto" if strips else None)
+            im = ax.imshow(maps[r, j].numpy(), cmap="viridis", norm=norm, aspect="auto" if strips else None)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
@@ -186,19 +189,30 @@ def plot_routing(trace: RoutingTrace, n: int, *, image: torch.Tensor | None = No
     cols = min(types, 16)
     rows = math.ceil(types / cols)
     axes2 = sub[1].subplots(rows, cols, squeeze=False)
-    pmax = float(prim.max())
+    pnorm = _one_scale(0.0, float(prim.max()))
     for t in range(rows * cols):
         ax = axes2[t // cols, t % cols]
         ax.set_xticks([])
         ax.set_yticks([])
         if t < types:
-            pim = ax.imshow(prim[t].numpy(), cmap="magma", vmin=0, vmax=pmax)
+            pim = ax.imshow(prim[t].numpy(), cmap="magma", norm=pnorm)
             ax.set_title(f"type {t}", fontsize=6)
         else:
             ax.axis("off")
     sub[1].colorbar(pim, ax=axes2[:, -1], shrink=0.8, label=trace.primary_are.rstrip("s"))
     sub[1].suptitle(f"Lower capsule {trace.primary_are}, one map per capsule type", fontsize=9)
     return fig
+
+
+def _one_scale(lo: float, hi: float) -> "Normalize":
+    """One colour scale for several panels, from ``lo`` to ``hi``; a constant (``lo == hi``) is centred on a narrow
+    range around it, so every panel shows it in the same middle colour."""
+    from matplotlib.colors import Normalize
+
+    if hi <= lo:
+        pad = max(abs(lo) * 0.05, 1e-6)
+        lo, hi = lo - pad, hi + pad
+    return Normalize(vmin=lo, vmax=hi)
 
 
 def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m_plus: float | None = 0.9,
