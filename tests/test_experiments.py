@@ -24,6 +24,7 @@ from capsnet.models import BaselineCNNConfig, CapsNet, SegCapsConfig
 from capsnet.evaluate import load_model
 from capsnet.models import capsnet_loss
 from capsnet.train import TrainConfig
+from routing_names import CAPSNET, STACK
 
 # Narrow models so that a whole experiment runs in seconds on 2 cores.
 # (A model's flag that no model of an experiment has is refused: --models capsnet takes CAPSNET_NARROW.)
@@ -565,7 +566,7 @@ def test_the_segmentation_experiment_compares_segcaps_under_each_routing_it_take
     given = plan("segmentation", tmp_path, train=TrainConfig(epochs=1), models=["segcaps", "segcaps:self-attention"],
                  configs={"segcaps": SegCapsConfig(routing_iterations=2)})
     assert [r.model_config.routing_iterations for r in given] == [2, 3]
-    with pytest.raises(ValueError, match="segcaps:em: segcaps takes the routings dynamic, self-attention, not 'em'"):
+    with pytest.raises(ValueError, match=f"segcaps:em: segcaps takes the routings {STACK}, not 'em'"):
         plan("segmentation", tmp_path, train=TrainConfig(), models=["segcaps:em"])
     # the table names each row's routing (a NAME:ROUTING row was titled as Otsu's threshold before)
     from capsnet.experiments import format_segmentation_table
@@ -592,7 +593,7 @@ def test_the_synthesis_experiment_compares_capspix2pix_under_self_attention(tmp_
              "epochs": 1} for r in runs]
     titles = [line.split(" | ")[1] for line in format_synthesis_table(rows).splitlines()[2:]]
     assert titles == ["CapsPix2pix", "CapsPix2pix, self-attention routing", "pix2pix"]
-    with pytest.raises(ValueError, match="capspix2pix:em: capspix2pix takes the routings dynamic, self-attention"):
+    with pytest.raises(ValueError, match=f"capspix2pix:em: capspix2pix takes the routings {STACK}, not 'em'"):
         plan("synthesis", tmp_path, train=TrainConfig(), models=["capspix2pix:em"])
 
 
@@ -611,7 +612,7 @@ def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path
     assert len({r.run_dir for r in runs}) == len(runs)
     assert runs[2].run_dir == tmp_path / "mnist" / "capsnet-em-routing-seed0"
     assert {r.train_config for r in runs if r.dataset == "mnist" and r.seed == 0} == {runs[0].train_config}
-    for bad, message in [("capsnet:inverted", "capsnet takes the routings dynamic, em, self-attention, not 'inverted'"),
+    for bad, message in [("capsnet:inverted", f"capsnet takes the routings {CAPSNET}, not 'inverted'"),
                          ("em-capsnet-small:em", "em-capsnet-small has no routing to set; NAME:ROUTING takes capsnet"),
                          ("capsnett", "unknown model 'capsnett'; choose from capsnet, ")]:
         with pytest.raises(ValueError, match=message):
@@ -936,3 +937,26 @@ def test_less_data_steps_0_with_epochs_is_the_epoch_budget_not_a_conflict(tmp_pa
                  "--out", str(tmp_path / "x"), "--no-progress"])
     assert code == 130 and "conflict" not in capsys.readouterr().err
     assert planned and all(r.train_config.epochs == 2 for r in planned)
+
+
+def test_name_routing_on_a_model_whose_config_has_no_routing_options(tmp_path, monkeypatch):
+    """A model of one's own with a `routing` field and no `routing_options`: NAME:ROUTING gave it routing_options={}
+    and the plan died on a TypeError from its config (a review, 2026-11-30); the swap sets the fields it has."""
+    from dataclasses import dataclass
+
+    from capsnet import models
+    from capsnet._config import JsonConfig
+    from capsnet.models import BaselineCNN, ModelSpec, baseline_loss
+
+    @dataclass(frozen=True)
+    class RoutedConfig(JsonConfig):
+        routing: str = "dynamic"
+        in_channels: int = 1
+        input_height: int = 28
+        input_width: int = 28
+        num_classes: int = 10
+
+    monkeypatch.setitem(models.MODELS, "routed-own", ModelSpec(RoutedConfig, BaselineCNN, baseline_loss, "own"))
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), models=["routed-own", "routed-own:em"],
+                datasets=["mnist"])
+    assert [(r.label, r.model_config.routing) for r in runs] == [("routed-own", "dynamic"), ("routed-own:em", "em")]

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from capsnet.losses import margin_loss, reconstruction_loss
-from capsnet.models import MODELS, CapsNet, CapsNetConfig, CapsNetOutput, Decoder, create_model, mask_capsules
-from capsnet.routing import ROUTINGS
+from capsnet.models import (MODELS, CapsNet, CapsNetConfig, CapsNetOutput, Decoder, create_model, mask_capsules,
+                            num_weights)
+from capsnet.routing import ROUTINGS, routing_takes
+from routing_names import ALL, CAPSNET
 
 # Small sizes for everything but the parameter counts and the full-size gradient test.
 SMALL = dict(conv1_channels=16, primary_types=4, primary_dim=4, digit_dim=6, decoder_hidden=(32, 48))
@@ -228,7 +230,7 @@ def test_num_weights_counts_what_the_model_holds(name, overrides):
     for extra in ({}, {"routing_bias": False, "decoder": not MODELS[name].config().decoder}
                   if name.startswith("capsnet") else {}):
         cfg = MODELS[name].config(**small, **overrides, **extra)
-        assert cfg.num_weights == sum(p.numel() for p in MODELS[name].build(cfg).parameters())
+        assert num_weights(cfg) == sum(p.numel() for p in MODELS[name].build(cfg).parameters())
 
 
 def test_configs_refuse_too_many_weights_before_allocating():
@@ -301,7 +303,7 @@ def test_capsnet_trains_with_every_routing_whose_activations_are_probabilities(r
     before building, every weight (the routing's own too) gets a gradient, and an image's output does not depend on
     its batch."""
     torch.manual_seed(6)
-    cfg = CapsNetConfig(**SMALL, routing=routing, routing_iterations=2 if routing != "self-attention" else 3)
+    cfg = CapsNetConfig(**SMALL, routing=routing, routing_iterations=2 if routing_takes(routing, "iterations") else 3)
     model = CapsNet(cfg)
     assert isinstance(model.digits.routing, ROUTINGS[routing])
     assert cfg.num_weights == _count(model)
@@ -341,7 +343,7 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
 
 @pytest.mark.parametrize("overrides,message", [
     (dict(routing="inverted"), "inverted routing's activations are not probabilities in \\[0, 1\\].*use one of "
-                               "dynamic, em, self-attention"),
+                               f"{CAPSNET}, or a model"),
     (dict(routing="em", leaky_routing=True), "leaky_routing is an option of dynamic routing; em routing does not"),
     (dict(routing="self-attention", detach_agreement=True), "detach_agreement is an option of dynamic routing"),
     (dict(routing="self-attention", routing_iterations=2), "CapsNetConfig.routing_iterations sets the rounds of a "
@@ -349,7 +351,7 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
                                                            "pass: leave it at 3"),
     (dict(routing="em", routing_bias=False), r"routing_bias: em routing's digit capsules have no pose bias .* \(drop "
                                               r"--no-routing-bias"),
-    (dict(routing="nope"), "routing must be one of dynamic, em, inverted, self-attention, got 'nope'"),
+    (dict(routing="nope"), f"routing must be one of {ALL}, got 'nope'"),
     (dict(routing=3), "routing must be a string"),
     (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'beta_a_init': -25.0, 'bogus': 1}: em routing "
                                                        "takes no option bogus; its options are beta_a_init, "),

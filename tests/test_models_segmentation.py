@@ -9,6 +9,7 @@ import torch
 
 from capsnet.losses import segmentation_loss, soft_dice
 from capsnet.models import MODELS, SegCaps, SegCapsConfig, UNetConfig, create_model, is_segmentation
+from routing_names import STACK_TEXT
 
 SEGMENTATION = [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
 SMALL = {"segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=3)}
@@ -340,9 +341,9 @@ def test_segcaps_routes_by_self_attention_in_every_capsule_layer_when_asked():
 @pytest.mark.parametrize("overrides, message", [
     (dict(routing="em"), "SegCapsConfig.routing: em routing's activations are not its capsules' lengths as "
                          "probabilities, and the segmentation capsule's length is the foreground's probability; use "
-                         "one of dynamic, self-attention"),
+                         f"one of {STACK_TEXT}"),
     (dict(routing="inverted"), "inverted routing's activations are not its capsules' lengths"),
-    (dict(routing="nope"), "SegCapsConfig.routing must be one of dynamic, self-attention, got 'nope'"),
+    (dict(routing="nope"), f"SegCapsConfig.routing must be one of {STACK_TEXT}, got 'nope'"),
     (dict(routing="self-attention", squash="exp"), "SegCapsConfig.squash is an option of dynamic routing; "
                                                    "self-attention routing does not take it: leave it at 'sabour'"),
     (dict(routing="self-attention", routing_softmax="children"), "SegCapsConfig.routing_softmax is an option of "

@@ -36,6 +36,7 @@ from .memory import ALLOCATORS
 from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
+from .models.segcaps import stack_routings
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
 
@@ -350,7 +351,8 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     if all_flags:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the routing algorithm (capsnet.routing) of CapsNet's "
                     "digit capsules, the rest of the network and its loss the paper's; for segcaps and capspix2pix, "
-                    "of every capsule layer (dynamic or self-attention)", choices=CapsNetConfig.probability_routings())
+                    f"of every capsule layer ({' or '.join(stack_routings())})",
+                    choices=CapsNetConfig.probability_routings())
         p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
@@ -1225,7 +1227,6 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 def _cmd_routings(args: argparse.Namespace) -> int:
     from .models.capsnet import ROUTING_OPTIONS_SET_ELSEWHERE, ROUTING_OPTIONS_UNUSED, ROUTING_STARTS
-    from .models.segcaps import stack_routings
     from .routing import catalog
 
     if args.json:

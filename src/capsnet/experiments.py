@@ -200,7 +200,8 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         model, routing = entries[m]
         config = given.get(model) or model_spec(model).config()
         # NAME:ROUTING over a given config routed otherwise: that routing's options and start do not carry over
-        swap = {} if routing is None or routing == config.routing else {"routing": routing, "routing_options": {}}
+        swap = {} if routing is None or routing == config.routing else \
+            {"routing": routing} | ({"routing_options": {}} if hasattr(config, "routing_options") else {})
         if swap and hasattr(config, "digit_init_std"):  # CapsNet's start for the routing it was given goes too
             swap["digit_init_std"] = None
         if swap:  # rounds set for the given config's routing route nothing under a one-pass one: their defaults;

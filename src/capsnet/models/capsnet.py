@@ -156,8 +156,8 @@ class CapsNetConfig(SavedRounds, JsonConfig):
                                  f"routing does not take it: set it false{on} (--model-option {name}=false)")
         if not self.routing_bias and not routing_is(self.routing, "pose_bias"):
             raise ValueError(f"CapsNetConfig.routing_bias: {self.routing} routing's digit capsules have no pose bias "
-                             f"to turn off (their poses are what the routing fits), so false changes nothing: leave "
-                             f"it true (drop --no-routing-bias)")
+                             f"to turn off (the routing takes none: pose_bias = False), so false changes nothing: "
+                             f"leave it true (drop --no-routing-bias)")
         for option in self.routing_options:
             if option in ROUTING_OPTIONS_UNUSED:
                 raise ValueError(f"{type(self).__name__}.routing_options: {option} changes nothing here: "
