@@ -317,6 +317,13 @@ def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, ma
     assert "holds 22 files, as when the run last saved, but other names or contents" in capsys.readouterr().err
     assert main(["train", "--resume", "--epochs", "6", *tiny]) == 0
     assert "warning" not in capsys.readouterr().err
+    # eval scores the folder as it is; a change since the run's last save is said there too (a review, 2026-11-30)
+    assert main(["eval", "--checkpoint", run, "--which", "last", "--no-progress", "--json", str(tmp_path / "e.json")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask)
+    assert main(["eval", "--checkpoint", run, "--which", "last", "--no-progress", "--json", str(tmp_path / "e.json")]) == 0
+    assert (f"capsnet eval: warning: folder:{tmp_path / 'd'} holds 22 files, as when the run last saved, but other "
+            f"names or contents: its test pairs are scored as the folder is now") in capsys.readouterr().err
 
 
 def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path, data_root, mask_pairs, capsys):
@@ -341,6 +348,21 @@ def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path
     table = format_segmentation_table(rows)
     assert f"| U-Net | folder-cells | {rows[0]['weights']:,} | 1 |" in table
     assert "| Otsu threshold (no training) | folder-cells | 0 |" in table
+    assert run_plan(runs[1:], device="cpu", progress=False)[0] == rows[0]  # read back, the folder as it was
+    # a pair more: the finished run is of other pairs than an Otsu row scored now, and was read back into one table
+    # with it, unmarked (a review, 2026-11-30)
+    import shutil
+
+    from capsnet.checkpoint import CheckpointError
+
+    for sub in ("images", "masks"):
+        shutil.copy(tmp_path / "cells" / sub / "p00.png", tmp_path / "cells" / sub / "p10.png")
+    with pytest.raises(CheckpointError, match=r"folder-cells/unet was trained on folder:.*cells as it was: it holds 22 "
+                                              r"files, 20 when the run last saved, so the run's figures are of other "
+                                              r"pairs than this table's; remove the run"):
+        run_plan(runs[1:], device="cpu", progress=False)
+    for sub in ("images", "masks"):
+        (tmp_path / "cells" / sub / "p10.png").unlink()
     for datasets, message in ((["mnist"], "the segmentation experiment needs segmentation data sets; mnist is not"),
                               ([f"pairs:{tmp_path}"], "needs segmentation data sets; pairs:")):
         with pytest.raises(ValueError, match=message):

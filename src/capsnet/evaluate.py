@@ -7,6 +7,7 @@ label's capsule, as in training. No augmentation.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +21,8 @@ from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
-from .data.tasks import Split, check_test_size, input_shape, load_test, other_classes, task, trained_dataset
+from .data.tasks import (Split, check_test_size, folder_change, input_shape, load_test, other_classes, task,
+                         trained_dataset)
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
@@ -383,6 +385,15 @@ class CheckpointEvaluation:
         return lines
 
 
+def warn_folder_changed(ckpt: Checkpoint, name: str) -> None:
+    """A warning where the user's folder a run trained on (``name``: folder:DIR, pairs:DIR) holds other files than
+    when the run last saved: its test pairs, scored now, are not those the run was tested on."""
+    if (change := folder_change(ckpt.state, name)) is not None:
+        warnings.warn(f"{name} holds {change}: its test pairs are scored as the folder is now, not as the run was "
+                      f"tested on them; put the folder back as it was for the run's own figures", UserWarning,
+                      stacklevel=3)
+
+
 def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best", dataset: str | None = None,
                         test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
                         device: str | torch.device = "auto", root: str | os.PathLike | None = None,
@@ -408,6 +419,8 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
                          f"for this data")
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
+    if dataset is None:
+        warn_folder_changed(ckpt, name)
     split = load_test(name, size=test_size, root=root, progress=progress)
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)

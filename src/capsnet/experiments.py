@@ -53,7 +53,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object
 from .data.idx import DataError
-from .data.tasks import absolute_dataset, dataset_stem, input_shape, task, task_kind
+from .data.tasks import absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
@@ -317,6 +317,12 @@ def _finished(run: Run) -> dict[str, Any] | None:
                               f"epoch is not the end of a {done}-epoch run (its schedule and evaluations were those of "
                               f"{planned} epochs); give {more} to finish it, or remove it or choose another --out")
     if done == run.train_config.epochs and ckpt.state.get("history") and "within" not in ckpt.state:
+        if (change := folder_change(ckpt.state, run.train_config.dataset)) is not None:  # its figures are of other pairs than
+            # the table's other rows (a baseline scored now, a run trained now): not one table's
+            raise CheckpointError(f"{run.run_dir} was trained on {run.train_config.dataset} as it was: it holds "
+                                  f"{change}, so "
+                                  f"the run's figures are of other pairs than this table's; remove the run (or "
+                                  f"choose another --out) to train on the folder as it is, or put the folder back")
         return ckpt.state["history"][-1]
     return None
 

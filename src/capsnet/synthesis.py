@@ -400,11 +400,13 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
     ``truncation``: the noise truncated to [-t, t] (``generate``); ``weights`` as ``capsnet.evaluate.load_model``
     (an averaged run's training generator)."""
     from .data.tasks import check_test_size, load_test, task, trained_dataset
-    from .evaluate import load_model
+    from .evaluate import load_model, warn_folder_changed
 
     model, ckpt = load_model(path, which=which, device=device, weights=weights)
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
     name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
+    if dataset is None:
+        warn_folder_changed(ckpt, name)
     if task(name).kind != "synthesis":
         raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a synthesis model "
                          f"({ckpt.model_name}); evaluate it on mnist-skeleton, fashion-silhouette or pairs:DIR")

@@ -44,8 +44,8 @@ from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_contents,
-                         input_shape, load_training, task, user_folder)
+from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
+                         folder_contents, input_shape, load_training, task, user_folder)
 from .distributed import DistributedError, Launch, agree, barrier, join, launcher, leave, shard, share_weight
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
@@ -575,12 +575,7 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
     now = folder_contents(dataset)
     if now is None:
         return state
-    before = state.get("data")
-    if isinstance(before, dict) and before.get("version") != now["version"]:  # saved by an earlier capsnet: its
-        before = {**now, "files": before.get("files")}  # digest counted other files; their number alone compares
-    if warn and isinstance(before, dict) and before != now:
-        count = (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
-                 else f"{now['files']} files, as when the run last saved, but other names or contents")
+    if warn and (count := folder_change(state, dataset, now)) is not None:
         warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
                       f"now (each pair keeps its split), so its test figures are not those of the earlier epochs' "
                       f"pairs; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)

@@ -513,6 +513,21 @@ def folder_contents(name: str) -> dict[str, Any] | None:
     return {"files": len(files), "digest": digest.hexdigest(), "version": 2}
 
 
+def folder_change(state: dict[str, Any], dataset: str, now: dict[str, Any] | None = None) -> str | None:
+    """How the user's folder of ``dataset`` (folder:DIR, pairs:DIR) differs from what a run's saved ``state`` says
+    it held ("N files, M when the run last saved", or other names or contents), or None: unchanged, not a user's
+    folder, or a state that does not say (``now``: ``folder_contents(dataset)``, if read already)."""
+    now = folder_contents(dataset) if now is None else now
+    before = state.get("data")
+    if now is None or not isinstance(before, dict):
+        return None
+    if before.get("version") != now["version"]:  # saved by an earlier capsnet: its digest counted other files; their
+        before = {**now, "files": before.get("files")}  # number alone compares
+    if before == now:
+        return None
+    return (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
+            else f"{now['files']} files, as when the run last saved, but other names or contents")
+
 def trained_dataset(train_config: dict[str, Any], default: str = "mnist") -> str:
     """The data set a run trained on (its saved ``dataset``, else ``default``): a user's folder that is no longer
     where the run recorded it is a DataError that says so and names the fix (--dataset with its new place), not
