@@ -598,3 +598,22 @@ def test_the_weighted_cross_entropys_evaluation_loss_does_not_depend_on_the_batc
         expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, m, pos_weight=w)
     assert foreground_weight(m).item() == pytest.approx(w.item())
     assert losses[10] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name_before_any_work(tmp_path, mask_pairs, capsys):
+    """A Latin-1 name (from an old zip file) stopped train with "'utf-8' codec can't encode character '\\udce9'",
+    naming no file, and predict after classifying every image, writing nothing (a review, 2026-11-30)."""
+    import os
+
+    from capsnet.cli import main
+    from capsnet.data.idx import DataError
+
+    mask_pairs(tmp_path / "d", 6)
+    for sub in ("images", "masks"):
+        os.rename(os.fsencode(tmp_path / "d" / sub / "p01.png"), os.fsencode(tmp_path / "d" / sub) + b"/\xe9t\xe9.png")
+    with pytest.raises(DataError, match=r"d/images holds 1 file name\(s\) that are not UTF-8: '\\udce9t\\udce9.png'; "
+                                        r"rename them"):
+        load_test(f"folder:{tmp_path / 'd'}", progress=False)
+    assert main(["predict", "--checkpoint", "pretrained:capsnet-mnist-small", "--images", str(tmp_path / "d" / "images"),
+                 "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "file name(s) that are not UTF-8" in capsys.readouterr().err and not (tmp_path / "out").exists()

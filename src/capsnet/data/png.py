@@ -54,6 +54,12 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
         listed = ", ".join(p.name for p in images[:5]) + (", ..." if len(images) > 5 else "")
         raise DataError(f"{folder} holds {len(images)} image file(s) that are not PNG beside its PNG {what} "
                         f"({listed}); capsnet reads PNG only: convert them to PNG or move them out")
+    undecodable = [p for p in pngs if not _utf8(p.name)]
+    if undecodable:  # bytes that are not UTF-8 (Latin-1 names from an old zip file): reports, CSVs and the held-out
+        # split's hash write names as UTF-8, and failed on them after the work, naming no file
+        listed = ", ".join(ascii(p.name) for p in undecodable[:5])
+        raise DataError(f"{folder} holds {len(undecodable)} file name(s) that are not UTF-8: {listed}; rename them "
+                        f"(e.g. convmv -f latin1 -t utf-8, or by hand)")
     by_stem: dict[str, Path] = {}
     for p in pngs:  # names in one Unicode form: macOS writes 'café' decomposed, most tools composed
         stem = unicodedata.normalize("NFC", p.stem)
@@ -61,6 +67,15 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
             raise DataError(f"{by_stem[stem]} and {p} have the same name; rename one of them")
         by_stem[stem] = p
     return by_stem
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name decoded by Python (undecodable bytes as surrogates) encodes to UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def refuse_case_twins(stems, where: str | Path, outputs: str) -> None:
