@@ -494,6 +494,36 @@ def test_a_figure_write_cut_short_earlier_is_cleared_by_the_next(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.png.tmp-abc", "lengths.png"]
 
 
+def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
+    """Two `capsnet figures` into one folder: each took the other's temporary file for a killed run's and removed
+    it, and the other failed with "cannot write in ...: No such file or directory" (a review, 2026-11-30). A
+    temporary file names its writer's pid; only an ended process's is cleared."""
+    import subprocess
+    import sys
+
+    from capsnet.checkpoint import RunLock
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(ended.stdout)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        try:
+            mine = tmp_path / f".lengths.png.tmp-{alive.pid}-k2j4x9"  # being written by a running process
+            left = tmp_path / f".lengths.png.tmp-{dead}-a8b7c6"  # cut short: its process has ended
+            for p in (mine, left):
+                p.write_bytes(b"part of a png")
+            fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
+            assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name, "lengths.png"]
+            run = tmp_path / "run"  # a run's folder, as training takes its lock: the same rule
+            run.mkdir()
+            for p in (run / f".eval-last.json.tmp-{alive.pid}-q1w2e3", run / f".last.safetensors.tmp-{dead}-z9y8x7"):
+                p.write_bytes(b"part")
+            with RunLock(run) as lock:
+                lock.acquire()
+                assert [p.name for p in run.glob(".*.tmp-*")] == [f".eval-last.json.tmp-{alive.pid}-q1w2e3"]
+        finally:
+            alive.kill()
+
+
 def test_the_class_score_plot_names_its_scores_draws_margins_only_for_a_margin_loss_and_titles_test_indices():
     """EM's activations and the inverted model's probabilities were drawn as 'capsule length' under the margin
     loss's m+ and m- lines, in panels titled by their place ('input 0') where the other figures name test indices."""

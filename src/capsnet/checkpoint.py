@@ -85,8 +85,7 @@ class RunLock:
             return
         self.fd = self._lock()
         self.taken = True
-        for stale in self.run_dir.glob(".*.tmp-*"):  # a write cut short by a crash or a kill
-            stale.unlink(missing_ok=True)
+        remove_stale_writes(self.run_dir)  # writes cut short by a crash or a kill
 
     def _lock(self) -> int | None:
         try:
@@ -145,7 +144,8 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     ``write`` leaves no partial file (the temporary one is removed).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)  # the writer's pid: see
+    # remove_stale_writes
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from other users; the umask holds
         with os.fdopen(fd, "wb") as f:
@@ -159,6 +159,29 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
             raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
     _fsync_dir(path.parent)
+
+
+def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
+    """Remove the temporary files of ``atomic_write`` in ``folder`` (matching ``pattern``) that a killed process
+    left: those of a process that has ended. A process still running may be writing its own (two `capsnet figures`
+    into one folder, an eval beside a starting run): they are left alone. A temporary file with no pid in its name
+    (written by a capsnet before 2026-11-30) is removed."""
+    for tmp in Path(folder).glob(pattern):
+        pid = tmp.name.rpartition(".tmp-")[2].split("-")[0]
+        if pid.isdigit() and int(pid) > 0 and _running(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (ours included: another thread may be writing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # another user's process, or a platform that cannot say: keep its file
+        return True
+    return True
 
 
 def _umask() -> int:

@@ -5,6 +5,7 @@ Each ``plot_*`` function draws arrays from ``capsnet.figures.arrays``;
 """
 from __future__ import annotations
 
+import glob
 import math
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write
+from ..checkpoint import atomic_write, remove_stale_writes
 from ..data.sets import unit_float
 from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
 
@@ -330,8 +331,7 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
         raise FigureError(f"unknown figure format {fmt!r} for {path}; use one of {', '.join(FORMATS)}")
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # this figure's write cut short (kill -9) by an earlier run
-        stale.unlink(missing_ok=True)
+    remove_stale_writes(path.parent, f".{glob.escape(path.name)}.tmp-*")  # this figure's write cut short (kill -9)
 
     def write(f) -> None:
         import matplotlib
