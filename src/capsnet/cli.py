@@ -1537,11 +1537,18 @@ def _path_error(e: OSError) -> str:
     name = Path(e.filename) if e.filename else None
     if name is not None and e.errno == errno.EEXIST and name.is_file():
         return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
+    if name is not None and e.errno == errno.EEXIST and name.is_symlink() and not name.exists():
+        return (f"{name} is a link to {os.readlink(name)}, which does not exist; create the folder it points to, or "
+                f"give another (--out)")
     if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
         return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
     if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous file of that name, if any, is as it was
         return (f"cannot write {name if name else 'the output'}: {e.strerror}; free space there or write elsewhere "
                 f"(any earlier file of that name is unchanged)")
+    if e.errno == errno.EFBIG:  # a file size limit (ulimit -f) or the file system's largest file
+        return (f"cannot write {name if name else 'the output'}: {e.strerror} (larger than a file may be here: a "
+                f"file size limit, `ulimit -f`, or the file system's); raise the limit or write elsewhere (any "
+                f"earlier file of that name is unchanged)")
     return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
 
 

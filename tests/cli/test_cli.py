@@ -597,6 +597,15 @@ def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_wor
                               f"to (--out)")
     e = OSError(2, "No such file or directory", str(tmp_path / "x.json"))
     assert _path_error(e) == f"No such file or directory: {tmp_path / 'x.json'}; check the paths given"
+    # a file size limit (ulimit -f) and a link to nothing were "File too large: ..." and "File exists: ..." (a review,
+    # 2026-11-30)
+    e = OSError(27, "File too large", str(tmp_path / "best.safetensors"))
+    assert _path_error(e).startswith(f"cannot write {tmp_path / 'best.safetensors'}: File too large (larger than a "
+                                     f"file may be here: a file size limit, `ulimit -f`, or the file system's)")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--out", tmp_path / "dangling")
+    assert_clean_error(r, f"{tmp_path / 'dangling'} is a link to {tmp_path / 'nowhere'}, which does not exist; create "
+                          f"the folder it points to, or give another (--out)")
 
 
 @pytest.mark.parametrize("dataset,flag", [("multimnist", ["--shift", "3"]), ("translated-mnist", ["--augment",
