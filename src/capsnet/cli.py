@@ -1684,6 +1684,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             required = any(a.dest == field and a.required for a in args.parser._actions)
             args.parser.error(f"--{field.replace('_', '-')} needs a path, got an empty one; give one"
                               + ("" if required else " or leave the flag out"))
+    for field in ("out", "images", "labels", "checkpoint", "json", "data_dir", "tensorboard", "judge", "affnist"):
+        # a ~ the shell left as it was (--out=~/runs, a launcher's or a config file's): checked as the home folder
+        # and written as ./~ before; one meaning for every path flag
+        value = getattr(args, field, None)
+        if isinstance(value, list):
+            setattr(args, field, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+        elif isinstance(value, str):
+            setattr(args, field, os.path.expanduser(value))
     if hasattr(args, "which"):  # --which picks a run directory's checkpoint: for a file it was accepted and ignored
         given = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
         if args.which is not None and not any(c is not None and Path(c).is_dir() for c in given):

@@ -892,3 +892,21 @@ def test_a_bare_import_reaches_the_subpackages_as_the_docs_spell_them():
             "assert 'models' in dir(capsnet) and capsnet.squash is capsnet.ops.squash; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_a_tilde_the_shell_left_in_a_path_flag_is_the_home_folder_for_the_check_and_the_write(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """--out=~/x (no shell expands a ~ after '='): the check looked at $HOME/x and training wrote ./~/x, a folder
+    named ~ in the working folder (a review, 2026-11-30)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--train-size", "64",
+                   "--test-size", "32", "--out=~/run", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert (home / "run" / "last.safetensors").exists() and not (work / "~").exists()
+    r = in_process(capsys, "eval", "--checkpoint=~/run", "--json=~/e.json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert (home / "e.json").exists() and not (work / "~").exists()
