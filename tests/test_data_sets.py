@@ -129,6 +129,29 @@ def test_missing_file_with_explicit_root(data_root, tmp_path):
     assert str(tmp_path / "mnist") in message and "download=True" in message
 
 
+def test_a_data_folder_that_is_a_file_is_said_so(tmp_path):
+    """--data-dir FILE said "not found in FILE/mnist" (a review, 2026-11-30)."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DataError, match=f"the data folder {tmp_path / 'afile'} \\(root from argument\\) is a file, "
+                                        f"not a folder; give the folder that holds mnist/"):
+        load_dataset("mnist", "test", root=tmp_path / "afile")
+
+
+def test_a_png_it_may_not_read_is_said_so_not_called_damaged(tmp_path, monkeypatch):
+    """A file without read permission was "not a readable PNG image (PermissionError ...); re-save it as PNG"."""
+    from PIL import Image
+
+    from capsnet.data.png import read_png
+
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(tmp_path / "a.png")
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "a.png"))
+    monkeypatch.setattr(Image, "open", denied)  # as for a chmod 000 file (root reads those anyway)
+    with pytest.raises(DataError, match=r"a.png cannot be read: permission denied; make it readable \(chmod a\+r\)"):
+        read_png(tmp_path / "a.png")
+
+
 def test_unknown_names_list_the_valid_ones():
     with pytest.raises(DataError, match="mnist, fashion-mnist, mnist-sample"):
         load_dataset("cifar-10")

@@ -100,6 +100,9 @@ def read_png(path: Path):
             fmt, img = img.format, ImageOps.exif_transpose(img)  # a copy, turned as viewers show it (EXIF orientation)
     except Image.DecompressionBombError as e:  # over twice Pillow's pixel cap: refused before its pixels are read
         raise DataError(f"{path} is too large to read safely ({e}); scale it down or crop it") from None
+    except PermissionError:  # not a damaged file: "re-save it as PNG" named the wrong fix
+        raise DataError(f"{path} cannot be read: permission denied; make it readable (chmod a+r) or move it "
+                        f"out") from None
     except Exception as e:  # PIL raises many types on a damaged file
         raise DataError(f"{path} is not a readable PNG image ({type(e).__name__}: {e}); re-save it as PNG") from None
     if fmt != "PNG":

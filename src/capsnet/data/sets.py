@@ -268,6 +268,9 @@ def load_dataset(
     else:
         base, source = resolve_root(root)
         folder = base / name
+        if base.is_file():  # "not found in FILE/mnist" named the wrong problem
+            raise DataError(f"the data folder {base} (root from {source}) is a file, not a folder; give the folder "
+                            f"that holds {name}/ (--data-dir or CAPSNET_DATA)")
         missing = [f for f in (image_file, label_file) if _find(folder, f) is None]
         if missing:
             if download is None:
