@@ -620,6 +620,14 @@ def test_a_new_run_does_not_replace_a_runs_best_and_metrics_whose_last_checkpoin
                                               r"train anew in another output directory"):
         fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False, resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    # a run whose first last.safetensors was never written (its save failed after best's: a full disk): nothing
+    # was removed, and a new run there starts again, as the refusal says (a review, 2026-11-30)
+    (run / "metrics.jsonl").unlink()
+    with pytest.raises(CheckpointError, match=r"nothing to resume in .*: the run there stopped before its first "
+                                              r"last.safetensors was written; start it again without --resume"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False, resume=True)
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False)
+    assert (run / "last.safetensors").exists()
 
 
 def test_a_run_stopped_at_an_epochs_end_cannot_be_ended_there_by_a_resume(tmp_path, monkeypatch, capsys):

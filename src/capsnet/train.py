@@ -612,6 +612,11 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
                                   f"remove them if they are not wanted")
         return {"epoch": 0, "step": 0, "history": [], "best": None}, None
     if not last_path.exists():
+        if _a_runs_config(run_dir / "config.json") and not (run_dir / "metrics.jsonl").exists():
+            # a run stopped before its first last.safetensors (a save that failed after best's): nothing removed
+            raise CheckpointError(f"nothing to resume in {run_dir}: the run there stopped before its first "
+                                  f"last.safetensors was written; start it again without --resume (its files "
+                                  f"there are replaced)")
         kept = [n for n in ("best.safetensors", "metrics.jsonl") if (run_dir / n).exists()]
         raise CheckpointError(f"nothing to resume in {run_dir}: no last.safetensors; " +
                               (f"its {' and '.join(kept)} are a run's whose last checkpoint was removed: train anew "
