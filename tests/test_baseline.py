@@ -80,5 +80,7 @@ def test_figures_refuse_a_baseline_checkpoint(tmp_path, data_root, capsys):
     fit(cfg, TrainConfig(dataset="mnist-sample", epochs=1, batch_size=64, train_size=64, test_size=32), tmp_path / "run",
         device="cpu", progress=False)
     assert main(["figures", "--checkpoint", str(tmp_path / "run"), "--no-progress"]) == 2
-    assert "holds a 'baseline' model; capsnet figures look inside a CapsNet" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "holds a 'baseline' model; capsnet figures look inside a CapsNet" in said.err
+    assert said.out == ""  # not first a note on which of its checkpoints would be drawn (a review, 2026-11-30)
     assert not (tmp_path / "run" / "figures").exists()

@@ -1342,15 +1342,13 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     last, note = _final_for_test_chosen(args, runs[0]) if runs and runs[0] is not None else (None, "")
     if last is not None:
         args.which = "last"
-    if note:
-        print(note, end="")
     done = write_figures(args.checkpoint, which=args.which, weights=args.weights, out=args.out, dataset=args.dataset,
                          root=args.data_dir,
                          indices=None if args.indices is None else list(dict.fromkeys(args.indices)),  # once each
                          dims=args.dims, deltas=sweep_deltas(args.delta_range, args.delta_step),
                          misclassified=args.misclassified, fmt=args.format, dpi=args.dpi, device=args.device,
                          progress=not args.no_progress)
-    print("\n".join(done.notes))
+    print(note + "\n".join(done.notes))  # after: a model figures refuse is told that alone
     _say_training_weights(args)
     print(f"wrote {len(done.files)} figures to {done.folder}:")
     print("\n".join(f"  {p.name}" for p in done.files))
@@ -1602,7 +1600,7 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
               "Throughput (images/s) and peak memory of the MNIST CapsNet, with the tutorial-style baseline measured "
               "in the same run when its file is found."),
     "figures": (_figures_arguments, _cmd_figures, "reconstructions, pose sweeps, routing maps, lengths, curves; "
-                "segmentation: masks, predictions, capsule maps",
+                "segmentation: masks, predictions, capsule maps; synthesis: samples, interpolation, capsule maps",
                 "Look inside a trained CapsNet. Writes into --out: reconstructions, misclassified (inputs decoded from "
                 "the true and the predicted capsule), pose_sweep_INDEX (the paper's Figure 4), routing_INDEX "
                 "(coupling per round and primary capsule lengths), lengths (digit capsule lengths) and "
@@ -1610,7 +1608,11 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                 "digits above its two reconstructions in red and green) and training_curves. For a segmentation "
                 "run (segcaps, segcaps-r1, unet): segmentations and segmentations_ood (inputs, true masks, "
                 "probabilities, predicted masks, SegCaps' reconstruction), worst, capsule_maps_INDEX (SegCaps: every "
-                "layer's capsule lengths per type) and training_curves."),
+                "layer's capsule lengths per type) and training_curves. For a synthesis run (capspix2pix, "
+                "capspix2pix-deep, pix2pix): samples (label maps, real images and images for several noise seeds), "
+                "interpolation and truncation (between two noise vectors, and the noise truncated; models with a "
+                "noise vector), capsule_maps_INDEX (the generator's capsule lengths per layer) and training_curves "
+                "(both losses)."),
     "experiment": (_experiment_arguments, _cmd_experiment, "rerun the paper's experiments; compare the routings",
                    "Train models through the same loop, data and budget, and tabulate their final-epoch test "
                    "figures. " + " ".join(f"{n}: {about}" for n, about in _EXPERIMENT_ABOUT.items()) + " "

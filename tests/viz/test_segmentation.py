@@ -95,6 +95,7 @@ def test_info_and_the_json_of_a_walk_stay_small(segmentation_viewer):
     assert info["kind"] == "segmentation" and info["model_name"] == "segcaps-r1" and info["classes"] == []
     assert info["trained"] and info["dataset"] == "mnist-segmentation" and info["test_size"] == SEGMENTATION_TEST_SIZE
     assert info["decoder"] is True and info["input"] == [1, 64, 64] and info["threshold"] == 0.5
+    assert info["upload_style"] == "as-is"  # its uploads are its input as they are ("mnist" before: a review)
     assert info["routing_layers"] == [layer["name"] for layer in info["layers"][1:]]  # all but conv1 route
     assert info["conv1"] == {"name": "conv1", "channels": 16, "kernel": 5, "map": [64, 64], "batch_norm": False}
     k = v.kernels()["kernels"]

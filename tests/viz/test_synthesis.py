@@ -250,6 +250,7 @@ def test_the_info_names_the_generators_routing(synthesis_viewer):
     from capsnet.viz import SynthesisViewer
 
     assert synthesis_viewer.info()["routing"] == "dynamic"
+    assert synthesis_viewer.info()["upload_style"] == "as-is"  # label maps are taken as they are
     torch.manual_seed(0)
     model = create_model("capspix2pix", routing="self-attention")
     routed = SynthesisViewer(model, test_labels=torch.zeros(2, 1, 32, 32), test_images=torch.zeros(2, 1, 32, 32))

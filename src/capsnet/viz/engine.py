@@ -115,8 +115,9 @@ class _ViewerBase:
         self.weights = "saved"  # or "training": an averaged run's training weights (load_viewer sets it)
         # how a classifier's uploads and drawings are made into its input (load_viewer sets it): "mnist", a digit as
         # MNIST's were made (photos.mnist_style; a colour model's image resized), or "frame", for a one-channel model
-        # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style)
-        self.upload_style = "mnist"
+        # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style); "as-is" for a
+        # segmentation or synthesis model, whose uploads are its input as they are (canvas_input)
+        self.upload_style = "mnist" if self.kind == "classification" else "as-is"
 
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
