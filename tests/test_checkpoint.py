@@ -179,3 +179,16 @@ def test_a_full_disk_names_the_file_and_keeps_the_earlier_one(tmp_path):
     assert target.read_text() == "the earlier file" and not list(tmp_path.glob(".*.tmp-*"))
     assert _path_error(e.value) == (f"cannot write {target}: No space left on device; free space there or write "
                                     f"elsewhere (any earlier file of that name is unchanged)")
+
+
+def test_check_out_dir_checks_the_folder_the_writers_write(tmp_path, monkeypatch):
+    """The check expanded a ~ the writers took as it was: it looked at $HOME/figs while write_figures wrote ./~/figs
+    (a review, 2026-11-30). Both take the path as given; the command line expands a ~ for every path flag."""
+    from capsnet.checkpoint import check_out_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~").write_text("a file named ~ in the working folder")
+    with pytest.raises(ValueError, match="~"):
+        check_out_dir("~/figs", "figures")

@@ -132,9 +132,14 @@ def test_missing_file_with_explicit_root(data_root, tmp_path):
 def test_a_data_folder_that_is_a_file_is_said_so(tmp_path):
     """--data-dir FILE said "not found in FILE/mnist" (a review, 2026-11-30)."""
     (tmp_path / "afile").write_text("")
-    with pytest.raises(DataError, match=f"the data folder {tmp_path / 'afile'} \\(root from argument\\) is a file, "
-                                        f"not a folder; give the folder that holds mnist/"):
+    said = f"the data folder {tmp_path / 'afile'} \\(root from argument\\) is a file, not a folder; give the folder"
+    with pytest.raises(DataError, match=said):
         load_dataset("mnist", "test", root=tmp_path / "afile")
+    from capsnet.data.tasks import load_test
+
+    for name in ("cifar10", "svhn", "smallnorb"):  # every set's loader, from the one place roots are read
+        with pytest.raises(DataError, match=said):
+            load_test(name, root=tmp_path / "afile", progress=False)
 
 
 def test_a_png_it_may_not_read_is_said_so_not_called_damaged(tmp_path, monkeypatch):

@@ -465,7 +465,8 @@ def test_a_collective_that_timed_out_is_said_so_with_the_setting_that_waits_long
     # capsnet made the group: its timeout was waited; the caller made it (with a timeout of their own): not quoted
     for created, said in ((True, r"a collective timed out after 90 minutes: .* set CAPSNET_DIST_TIMEOUT_MIN to "
                                  r"more minutes and resume"),
-                          (False, r"a collective timed out: .* give init_process_group a longer timeout and resume")):
+                          (False, r"a collective timed out: another process of this run took longer than the "
+                                  r"process group's timeout .* give init_process_group a longer timeout and resume")):
         monkeypatch.setattr(train_mod, "join", lambda launch, dev, created=created: (dev, created))
         with pytest.raises(DistributedError, match=said) as e:
             fit(CapsNetConfig(conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist-sample", epochs=1,

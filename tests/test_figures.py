@@ -498,8 +498,10 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
     """Two `capsnet figures` into one folder: each took the other's temporary file for a killed run's and removed
     it, and the other failed with "cannot write in ...: No such file or directory" (a review, 2026-11-30). A
     temporary file names its writer's pid; only an ended process's is cleared."""
+    import os
     import subprocess
     import sys
+    import time
 
     from capsnet.checkpoint import RunLock
 
@@ -509,8 +511,13 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
         try:
             mine = tmp_path / f".lengths.png.tmp-{alive.pid}-k2j4x9"  # being written by a running process
             left = tmp_path / f".lengths.png.tmp-{dead}-a8b7c6"  # cut short: its process has ended
-            for p in (mine, left):
+            reused = tmp_path / f".lengths.png.tmp-{alive.pid}-m3n4b5"  # written an hour before that process began:
+            for p in (mine, left, reused):  # its pid reused (pid 1 in every container)
                 p.write_bytes(b"part of a png")
+            if sys.platform.startswith("linux"):  # where a process's start can be read (/proc)
+                os.utime(reused, (time.time() - 3600, time.time() - 3600))
+            else:
+                reused.unlink()
             fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
             assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name, "lengths.png"]
             run = tmp_path / "run"  # a run's folder, as training takes its lock: the same rule

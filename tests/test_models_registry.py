@@ -340,3 +340,17 @@ def test_the_figures_and_the_viewer_name_a_models_scores_as_its_registry_entry_s
     monkeypatch.setitem(models.MODELS, "capsnet", MODELS["capsnet"]._replace(scores="probabilities"))
     assert class_scores("capsnet") == ("class probability", None)
     assert scores_are(create_model("capsnet", **SMALL["capsnet"])) == "probabilities"
+    # under any routing the entry's word holds, in both (the figures named EM's activations, a review, 2026-11-30)
+    for routing in ("em", "self-attention"):
+        assert class_scores("capsnet", routing) == ("class probability", None)
+        assert scores_are(create_model("capsnet", **SMALL["capsnet"], routing=routing)) == "probabilities"
+    # a CapsNet of one's own config, not registered: the viewer takes it, its scores capsule lengths
+    from dataclasses import dataclass
+
+    from capsnet.models import CapsNet, CapsNetConfig
+
+    @dataclass(frozen=True)
+    class Unregistered(CapsNetConfig):
+        pass
+
+    assert scores_are(CapsNet(Unregistered(**SMALL["capsnet"]))) == "lengths"

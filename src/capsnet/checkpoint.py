@@ -168,20 +168,39 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     (written by a capsnet before 2026-11-30) is removed."""
     for tmp in Path(folder).glob(pattern):
         pid = tmp.name.rpartition(".tmp-")[2].split("-")[0]
-        if pid.isdigit() and int(pid) > 0 and _running(int(pid)):
+        try:
+            written = tmp.stat().st_mtime
+        except OSError:  # gone meanwhile: renamed into place by its writer
+            continue
+        if pid.isdigit() and int(pid) > 0 and _running(int(pid), written):
             continue
         tmp.unlink(missing_ok=True)
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (ours included: another thread may be writing)."""
+def _running(pid: int, since: float) -> bool:
+    """Whether process ``pid`` runs on this machine (ours included: another thread may be writing) and started
+    before ``since`` (a file's mtime): a process that started after the file was last written did not write it, its
+    pid reused (pid 1 in every container, say), so the file is a killed process's."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (PermissionError, OSError):  # another user's process, or a platform that cannot say: keep its file
         return True
-    return True
+    started = _start_time(pid)
+    return started is None or started <= since + 1.0  # a second's slack: the clocks' rounding
+
+
+def _start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from Linux's /proc; None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22, starttime, counted after the command's ")"
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _umask() -> int:
@@ -212,7 +231,7 @@ def check_out_dir(out: Path | str, written: str, *, flag: str = "--out", error: 
     it is a file, when a file stands where it or a folder above it was to be made, or when nothing can be written in
     its nearest existing folder (``unwritable``: a read-only disk, permissions, /sys). Found after the work before,
     with an error about a path the user never gave."""
-    folder = Path(out).expanduser().absolute()
+    folder = Path(out).absolute()  # as the writers take it (a ~ is the command line's to expand, cli.main)
     if folder.exists() and not folder.is_dir():
         raise error(f"{flag} {out} is a file; give a folder for the {written}")
     existing = folder

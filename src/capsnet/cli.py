@@ -1686,7 +1686,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             required = any(a.dest == field and a.required for a in args.parser._actions)
             args.parser.error(f"--{field.replace('_', '-')} needs a path, got an empty one; give one"
                               + ("" if required else " or leave the flag out"))
-    for field in ("out", "images", "labels", "checkpoint", "json", "data_dir", "tensorboard", "judge", "affnist"):
+    for field in ("out", "images", "labels", "checkpoint", "json", "data_dir", "tensorboard", "judge", "affnist",
+                  "baseline"):
         # a ~ the shell left as it was (--out=~/runs, a launcher's or a config file's): checked as the home folder
         # and written as ./~ before; one meaning for every path flag
         value = getattr(args, field, None)

@@ -789,10 +789,12 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             if created:  # capsnet's group: its timeout is the one waited
                 waited = process_group_timeout().total_seconds() / 60
                 after, fix = f" after {waited:g} minutes", f"set {TIMEOUT_ENV} to more minutes and resume"
+                longer = "that"
             else:  # the caller's own group, made with the timeout they gave it
                 after, fix = "", "give init_process_group a longer timeout and resume"
+                longer = "the process group's timeout (the one its init_process_group was given)"
             raise DistributedError(f"a collective timed out{after}: another process of this run took longer than "
-                                   f"that alone (an evaluation or a download on the first rank); {fix} "
+                                   f"{longer} alone (an evaluation or a download on the first rank); {fix} "
                                    f"({type(e).__name__}: {str(e).splitlines()[0][:160]})") from e
         raise DistributedError(f"another process of this run stopped (its own error, above or in its log, says "
                                f"why), and this one could not go on without it ({type(e).__name__}: "

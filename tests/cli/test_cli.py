@@ -437,7 +437,10 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     assert_clean_error(r, "--model-option primary_routing_iterations=2 sets the rounds of a routing that iterates, "
                           "and --routing self-attention makes one pass")
     r = in_process(capsys, "train", "--routing", "inverted", "--out", tmp_path / "a")
-    assert_clean_error(r, "argument --routing: invalid choice: 'inverted' (choose from 'dynamic', 'em', 'self-attention')")
+    from capsnet.models import CapsNetConfig
+
+    choices = ", ".join(repr(n) for n in CapsNetConfig.probability_routings())  # a routing added by its file too
+    assert_clean_error(r, f"argument --routing: invalid choice: 'inverted' (choose from {choices})")
     # a dynamic-routing switch typed for another routing: the fix names the flag typed (it said to set the field false
     # with --model-option, which then clashed with the flag: a review, 2026-11-30)
     for routing, flag in (("self-attention", "--detach-agreement"), ("em", "--leaky-routing")):

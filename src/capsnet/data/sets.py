@@ -194,13 +194,18 @@ class Dataset:
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
-    """The data root and where it came from: "argument", "CAPSNET_DATA" or "cache"."""
+    """The data root and where it came from: "argument", "CAPSNET_DATA" or "cache"; a root that is a file is a
+    DataError (every set's "not found in FILE/NAME" named the wrong problem)."""
     if root is not None:
-        return Path(root).expanduser(), "argument"
-    env = os.environ.get("CAPSNET_DATA")
-    if env:
-        return Path(env).expanduser(), "CAPSNET_DATA"
-    return cache_root(), "cache"
+        base, source = Path(root).expanduser(), "argument"
+    elif env := os.environ.get("CAPSNET_DATA"):
+        base, source = Path(env).expanduser(), "CAPSNET_DATA"
+    else:
+        base, source = cache_root(), "cache"
+    if base.is_file():
+        raise DataError(f"the data folder {base} (root from {source}) is a file, not a folder; give the folder that "
+                        f"holds the data sets (--data-dir or CAPSNET_DATA)")
+    return base, source
 
 
 def class_names(name: str) -> tuple[str, ...] | None:
@@ -268,9 +273,6 @@ def load_dataset(
     else:
         base, source = resolve_root(root)
         folder = base / name
-        if base.is_file():  # "not found in FILE/mnist" named the wrong problem
-            raise DataError(f"the data folder {base} (root from {source}) is a file, not a folder; give the folder "
-                            f"that holds {name}/ (--data-dir or CAPSNET_DATA)")
         missing = [f for f in (image_file, label_file) if _find(folder, f) is None]
         if missing:
             if download is None:

@@ -70,8 +70,9 @@ def class_scores(name: str, routing: str = "dynamic") -> tuple[str, tuple[float,
     """What model ``name``'s class scores are called on a figure, and its margin loss's (m+, m-) or None. A CapsNet
     routed otherwise than by dynamic routing keeps its margin loss; its scores are its capsules' lengths or, where
     the routing's activations are not lengths (EM: ``length_activations``), the routing's activations."""
-    score, margins = _SCORES[model_spec(name).scores]
-    if routing != "dynamic":
+    own = model_spec(name).scores
+    score, margins = _SCORES[own]
+    if own == "lengths" and routing != "dynamic":  # the registry's lengths under another routing (as scores_are)
         what = "length" if routing_is(routing, "length_activations") else "activation"
         score = f"class capsule {what} ({routing} routing)"
     return score, margins

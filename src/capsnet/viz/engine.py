@@ -88,7 +88,10 @@ def scores_are(model: nn.Module) -> str:
     "activations" (EM routing's, the spread loss's) or "probabilities" (the inverted model's softmax)."""
     from ..models import model_name, model_spec
 
-    own = model_spec(model_name(model.config)).scores  # the registry's word for the model's scores
+    try:
+        own = model_spec(model_name(model.config)).scores  # the registry's word for the model's scores
+    except ValueError:  # a model of one's own, not registered (the Viewer takes any CapsNet): capsule lengths
+        own = "lengths"
     if own == "lengths" and not routing_is(getattr(model.config, "routing", "dynamic"), "length_activations"):
         return "activations"  # CapsNet's digit capsules under a routing whose activations are not lengths (EM)
     return own
