@@ -35,7 +35,7 @@ from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown
 from capsnet.memory import keep_freed_memory
 from capsnet.experiments import model_entry, model_title
 from capsnet.models import MODELS, model_spec
-from capsnet.routing import ROUTINGS, RoutingResult
+from capsnet.routing import ROUTINGS, RoutingResult, routing_name
 
 MODELS_COMPARED = ("capsnet", "em-capsnet-small", "em-capsnet", "efficient-capsnet", "inverted-capsnet")
 
@@ -111,7 +111,8 @@ def main() -> None:
         for c in kinds:
             t_full, t_bare = times[c, "full"], times[c, "bare"]
             shares = [1 - b / f for f, b in zip(t_full, t_bare)]
-            row = {"model": entry, "title": model_title(entry), "weights": config.num_weights, "batch": args.batch_size,
+            row = {"model": entry, "title": model_title(entry), "routing": routing_name(model),
+                   "weights": config.num_weights, "batch": args.batch_size,
                    "dtype": args.dtype, "compile": c or "none", "steps_per_timing": steps,
                    "images_per_s": args.batch_size / statistics.median(t_full),
                    "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
@@ -124,7 +125,7 @@ def main() -> None:
     publish("benchmarks/routing_family.py", rows, f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n\n"
             + markdown_table(["model", "routing", "compile", "weights", "train images/s, median (min-max)",
                               "routing share of a step, median (min-max)", "speed-up over eager", "peak MB"],
-                             ([r["model"], r["title"], r["compile"], f"{r['weights']:,}",
+                             ([r["model"], r["routing"] or "-", r["compile"], f"{r['weights']:,}",
                                show_spread(r, "images_per_s", fmt=".1f"),
                                f"{100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
                                f"{100 * r['routing_share_max']:.0f}%)",
