@@ -551,7 +551,7 @@ def test_the_class_score_plot_names_its_scores_draws_margins_only_for_a_margin_l
     assert class_scores("capsnet") == ("capsule length", (0.9, 0.1))
     assert class_scores("capsnet", "self-attention") == ("class capsule length (self-attention routing)", (0.9, 0.1))
     assert class_scores("capsnet", "em") == ("class capsule activation (em routing)", (0.9, 0.1))
-    assert class_scores("em-capsnet", "em") == ("class capsule activation (em routing)", None)
+    assert class_scores("em-capsnet", "em") == ("class capsule activation", None)  # its own routing: the entry's word
 
 
 def test_misclassified_inputs_are_shown_with_their_test_indices(model, test_set):
