@@ -192,3 +192,26 @@ def test_check_out_dir_checks_the_folder_the_writers_write(tmp_path, monkeypatch
     (tmp_path / "~").write_text("a file named ~ in the working folder")
     with pytest.raises(ValueError, match="~"):
         check_out_dir("~/figs", "figures")
+
+
+def test_an_atomic_write_names_its_writer_and_a_stale_write_of_another_users_reused_pid_is_cleared(tmp_path,
+                                                                                                     monkeypatch):
+    """The temporary file names its writer's pid and start (so no file server's clock enters the check, a review,
+    2026-11-30); a pid another user's process holds now (kill says EPERM) is judged by its start too."""
+    from capsnet import checkpoint as ck
+
+    seen = []
+    ck.atomic_write(tmp_path / "a.json", lambda f: seen.extend(p.name for p in tmp_path.glob(".a.json.tmp-*")))
+    own = ck._start_ticks(os.getpid())
+    assert seen[0].startswith(f".a.json.tmp-{os.getpid()}-{own or 0}-")
+    if own is None:
+        pytest.skip("no /proc here: a process's start cannot be read")
+    start = ck._start_ticks(1)
+    (tmp_path / f".b.json.tmp-1-{start + 777}-abc123").write_bytes(b"x")  # an earlier pid 1's
+    (tmp_path / f".c.json.tmp-1-{start}-def456").write_bytes(b"x")  # pid 1's own, still running
+
+    def eperm(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(ck.os, "kill", eperm)
+    ck.remove_stale_writes(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob(".*.tmp-*")) == [f".c.json.tmp-1-{start}-def456"]

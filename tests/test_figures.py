@@ -498,35 +498,34 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
     """Two `capsnet figures` into one folder: each took the other's temporary file for a killed run's and removed
     it, and the other failed with "cannot write in ...: No such file or directory" (a review, 2026-11-30). A
     temporary file names its writer's pid; only an ended process's is cleared."""
-    import os
     import subprocess
     import sys
-    import time
 
-    from capsnet.checkpoint import RunLock
+    from capsnet.checkpoint import RunLock, _start_ticks
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(ended.stdout)
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
         try:
-            mine = tmp_path / f".lengths.png.tmp-{alive.pid}-k2j4x9"  # being written by a running process
-            left = tmp_path / f".lengths.png.tmp-{dead}-a8b7c6"  # cut short: its process has ended
-            reused = tmp_path / f".lengths.png.tmp-{alive.pid}-m3n4b5"  # written an hour before that process began:
-            for p in (mine, left, reused):  # its pid reused (pid 1 in every container)
+            start = _start_ticks(alive.pid) or 0  # its start, in clock ticks since boot (Linux: /proc)
+            mine = tmp_path / f".lengths.png.tmp-{alive.pid}-{start}-k2j4x9"  # being written by a running process
+            left = tmp_path / f".lengths.png.tmp-{dead}-{start}-a8b7c6"  # cut short: its process has ended
+            # written by an earlier process of the same pid (pid 1 in every container): another start
+            reused = tmp_path / f".lengths.png.tmp-{alive.pid}-{start + 12345}-m3n4b5"
+            for p in (mine, left, reused):
                 p.write_bytes(b"part of a png")
-            if sys.platform.startswith("linux"):  # where a process's start can be read (/proc)
-                os.utime(reused, (time.time() - 3600, time.time() - 3600))
-            else:
+            if not start:  # no /proc here: the pid alone decides
                 reused.unlink()
             fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
             assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name, "lengths.png"]
             run = tmp_path / "run"  # a run's folder, as training takes its lock: the same rule
             run.mkdir()
-            for p in (run / f".eval-last.json.tmp-{alive.pid}-q1w2e3", run / f".last.safetensors.tmp-{dead}-z9y8x7"):
+            for p in (run / f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3",
+                      run / f".last.safetensors.tmp-{dead}-{start}-z9y8x7"):
                 p.write_bytes(b"part")
             with RunLock(run) as lock:
                 lock.acquire()
-                assert [p.name for p in run.glob(".*.tmp-*")] == [f".eval-last.json.tmp-{alive.pid}-q1w2e3"]
+                assert [p.name for p in run.glob(".*.tmp-*")] == [f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3"]
         finally:
             alive.kill()
 

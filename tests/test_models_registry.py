@@ -344,7 +344,8 @@ def test_the_figures_and_the_viewer_name_a_models_scores_as_its_registry_entry_s
     for routing in ("em", "self-attention"):
         assert class_scores("capsnet", routing) == ("class probability", None)
         assert scores_are(create_model("capsnet", **SMALL["capsnet"], routing=routing)) == "probabilities"
-    # a CapsNet of one's own config, not registered: the viewer takes it, its scores capsule lengths
+    # a CapsNet of one's own config, not registered: the viewer takes it, its scores those of the config it derives
+    # from (CapsNetConfig's entry says probabilities here)
     from dataclasses import dataclass
 
     from capsnet.models import CapsNet, CapsNetConfig
@@ -353,4 +354,10 @@ def test_the_figures_and_the_viewer_name_a_models_scores_as_its_registry_entry_s
     class Unregistered(CapsNetConfig):
         pass
 
-    assert scores_are(CapsNet(Unregistered(**SMALL["capsnet"]))) == "lengths"
+    assert scores_are(CapsNet(Unregistered(**SMALL["capsnet"]))) == "probabilities"
+    # and one derived from EM's or the inverted model's config: that config's word (not "lengths")
+    for name, word in (("em-capsnet-small", "activations"), ("inverted-capsnet", "probabilities")):
+        registered = create_model(name, **SMALL[name])
+        own = dataclass(frozen=True)(type("Own", (type(registered.config),), {}))
+        model = type(registered)(own(**{f: getattr(registered.config, f) for f in registered.config.__dataclass_fields__}))
+        assert scores_are(model) == word

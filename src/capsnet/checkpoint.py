@@ -144,8 +144,8 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     ``write`` leaves no partial file (the temporary one is removed).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)  # the writer's pid: see
-    # remove_stale_writes
+    pid = os.getpid()  # the writer, named in the temporary file: see remove_stale_writes
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{pid}-{_start_ticks(pid) or 0}-", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from other users; the umask holds
         with os.fdopen(fd, "wb") as f:
@@ -163,43 +163,40 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
 
 def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     """Remove the temporary files of ``atomic_write`` in ``folder`` (matching ``pattern``) that a killed process
-    left: those of a process that has ended. A process still running may be writing its own (two `capsnet figures`
-    into one folder, an eval beside a starting run): they are left alone. A temporary file with no pid in its name
-    (written by a capsnet before 2026-11-30) is removed."""
+    left. A temporary file names its writer (``.NAME.tmp-PID-START-...``, START its start in clock ticks since boot,
+    from /proc): it is left alone while that process still runs (two `capsnet figures` into one folder, an eval
+    beside a starting run), and removed once it has ended or its pid belongs to another process now (one started at
+    another time: pid 1 in every container). Where a start cannot be read the pid alone decides. A temporary file
+    with no pid in its name (a capsnet before 2026-11-30) is removed."""
     for tmp in Path(folder).glob(pattern):
-        pid = tmp.name.rpartition(".tmp-")[2].split("-")[0]
-        try:
-            written = tmp.stat().st_mtime
-        except OSError:  # gone meanwhile: renamed into place by its writer
-            continue
-        if pid.isdigit() and int(pid) > 0 and _running(int(pid), written):
+        parts = tmp.name.rpartition(".tmp-")[2].split("-")
+        pid = int(parts[0]) if parts[0].isdigit() and len(parts) > 1 else 0
+        start = int(parts[1]) if pid and len(parts) > 2 and parts[1].isdigit() else 0
+        if pid > 0 and _running(pid, start):
             continue
         tmp.unlink(missing_ok=True)
 
 
-def _running(pid: int, since: float) -> bool:
-    """Whether process ``pid`` runs on this machine (ours included: another thread may be writing) and started
-    before ``since`` (a file's mtime): a process that started after the file was last written did not write it, its
-    pid reused (pid 1 in every container, say), so the file is a killed process's."""
+def _running(pid: int, start: int) -> bool:
+    """Whether process ``pid`` runs on this machine (ours included: another thread may be writing) and is the one
+    that started at ``start`` (clock ticks since boot; 0: not known, the pid alone decides)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):  # another user's process, or a platform that cannot say: keep its file
-        return True
-    started = _start_time(pid)
-    return started is None or started <= since + 1.0  # a second's slack: the clocks' rounding
+    except OSError:  # PermissionError: another user's process runs with that pid; /proc still tells its start
+        pass
+    now = _start_ticks(pid)
+    return not start or now is None or now == start
 
 
-def _start_time(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), from Linux's /proc; None where it cannot be read."""
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux's /proc/PID/stat, field 22), or None where it
+    cannot be read. A tick count is the process's own: no clock of a file server or of this machine enters it."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22, starttime, counted after the command's ")"
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        return int(stat.rpartition(b")")[2].split()[19])  # field 22, counted after the command's ")"
+    except (OSError, ValueError, IndexError):
         return None
 
 

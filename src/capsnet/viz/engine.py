@@ -86,12 +86,12 @@ class _Input:
 def scores_are(model: nn.Module) -> str:
     """What a classifier's class scores are, for the page's words: "lengths" (capsule lengths, the margin loss's),
     "activations" (EM routing's, the spread loss's) or "probabilities" (the inverted model's softmax)."""
-    from ..models import model_name, model_spec
+    from ..models import MODELS
 
-    try:
-        own = model_spec(model_name(model.config)).scores  # the registry's word for the model's scores
-    except ValueError:  # a model of one's own, not registered (the Viewer takes any CapsNet): capsule lengths
-        own = "lengths"
+    # the registry's word for the model's scores; a config of one's own, not registered (the Viewer takes any model
+    # with a routing view), has that of the registered config it derives from, else capsule lengths
+    by_config = {spec.config: spec.scores for spec in MODELS.values()}
+    own = next((by_config[c] for c in type(model.config).__mro__ if c in by_config), "lengths")
     if own == "lengths" and not routing_is(getattr(model.config, "routing", "dynamic"), "length_activations"):
         return "activations"  # CapsNet's digit capsules under a routing whose activations are not lengths (EM)
     return own
