@@ -488,3 +488,23 @@ def test_the_ranks_fingerprint_holds_whether_they_save_inside_epochs():
     cfg = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32)
     saving, not_saving = (_fingerprint(CapsNetConfig(), cfg, state, None, split, split, s) for s in (300.0, 0))
     assert {k for k in saving if saving[k] != not_saving[k]} == {"saves inside epochs (--save-every)"}
+
+
+@pytest.mark.slow  # a torchrun launch, about 10 s
+def test_a_torchrun_into_a_folder_another_run_writes_is_refused_by_rank_0_alone(tmp_path, data_root):
+    """Rank 1 read the folder of a run still writing (its config.json, no last.safetensors yet) as a run stopped
+    before its first save and told to start again without --resume, before rank 0's refusal (a review,
+    2026-11-30). Rank 0 takes the lock and reads the folder first; the others stop with its reason."""
+    from capsnet.checkpoint import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": "capsnet", "model_config": {}, "train_config": {}}))
+    with RunLock(run) as other:
+        other.acquire()
+        r = subprocess.run(torchrun("-m", "capsnet", "train", "--dataset", "mnist-sample", "--epochs", "1", *TINY,
+                                    "--out", run, "--resume"),
+                           capture_output=True, text=True, timeout=300, env=_env(data_root))
+    assert r.returncode != 0
+    assert "(rank 0 of 2): error: " in r.stderr and "is being written by another capsnet run" in r.stderr, r.stderr
+    assert "nothing to resume" not in r.stderr and "start it again" not in r.stderr, r.stderr

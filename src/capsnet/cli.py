@@ -24,7 +24,7 @@ from . import __version__
 from ._config import OutOfRange, json_value
 from ._progress import one_line_warnings
 from .average import WEIGHTS
-from .checkpoint import check_out_dir
+from .checkpoint import RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
@@ -1062,6 +1062,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "
               f"train on")
     elif main_rank and resumed is not None:
+        with RunLock(out) as lock:  # another trainer there: refused before a line says this one goes on
+            lock.acquire()
         print(f"resuming the run in {out} from {saved_point(resumed)}")
     # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
     # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
@@ -1158,7 +1160,9 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
     if getattr(args, "which_given", True) or args.which != "best" or not Path(run).is_dir() or \
             not (Path(run) / "best.safetensors").exists() or not (Path(run) / "last.safetensors").exists():
         return None, ""
-    best = best if best is not None and best.path.name == "best.safetensors" else load_checkpoint(run, "best")
+    if best is not None and best.path.name != "best.safetensors":  # read before best.safetensors was written (a
+        return None, ""  # run's first epoch, the fallback to last): what was read is scored, and no note of a best
+    best = best if best is not None else load_checkpoint(run, "best")
     if (best.state.get("best") or {}).get("split") != "test":
         return None, ""
     last = load_checkpoint(run, "last")
@@ -1342,7 +1346,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     last, note = _final_for_test_chosen(args, runs[0]) if runs and runs[0] is not None else (None, "")
     if last is not None:
         args.which = "last"
-    done = write_figures(args.checkpoint, which=args.which, weights=args.weights, out=args.out, dataset=args.dataset,
+    done = write_figures(args.checkpoint, loaded=last, which=args.which, weights=args.weights, out=args.out,
+                         dataset=args.dataset,
                          root=args.data_dir,
                          indices=None if args.indices is None else list(dict.fromkeys(args.indices)),  # once each
                          dims=args.dims, deltas=sweep_deltas(args.delta_range, args.delta_step),

@@ -869,10 +869,25 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                       f"of their class; the paper's is 2", UserWarning, stacklevel=2)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
-    # 1. Start or resume.
-    if main and lock is not None and run_dir.is_dir():  # a folder another process writes: said first, as such
-        lock.acquire()
-    state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
+    # 1. Start or resume. Under torchrun rank 0 first: its lock and the folder decide, and the other ranks read the
+    # folder after it (they read a folder another run was writing as a run stopped before its first save, and said
+    # so before rank 0's refusal)
+    refused: Exception | None = None
+    if main:
+        try:
+            if lock is not None and run_dir.is_dir():  # a folder another process writes: said first, as such
+                lock.acquire()
+            state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
+        except Exception as e:  # told to the other ranks before it is raised: they would wait for rank 0
+            refused = e
+    if launch is not None:
+        said = _from_main(None if refused is None else str(refused))
+        if said is not None and not main:
+            raise DistributedError(f"the first process of this run could not start, so this one stops too: {said}")
+    if refused is not None:
+        raise refused
+    if not main:
+        state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 

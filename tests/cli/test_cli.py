@@ -913,3 +913,16 @@ def test_a_tilde_the_shell_left_in_a_path_flag_is_the_home_folder_for_the_check_
     r = in_process(capsys, "eval", "--checkpoint=~/run", "--json=~/e.json", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert (home / "e.json").exists() and not (work / "~").exists()
+
+
+def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(trained_run, tmp_path, capsys):
+    """`--resume` beside a trainer still writing the folder printed "resuming the run in ... from ..." and then the
+    refusal (a review, 2026-11-30): the lock is asked first."""
+    from capsnet.checkpoint import RunLock
+
+    run = _copy_run(trained_run, tmp_path / "run")
+    with RunLock(run) as other:
+        other.acquire()
+        r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", "3", "--no-progress")
+    assert_clean_error(r, "is being written by another capsnet run")
+    assert "resuming" not in r.stdout

@@ -164,7 +164,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
                   indices: Sequence[int] | None = None, dims: Sequence[int] | None = None,
                   deltas: Sequence[float] = DEFAULT_DELTAS, misclassified: int = MISCLASSIFIED, fmt: str = "png",
                   dpi: int = 100,
-                  device: str | torch.device = "cpu", progress: bool = True) -> FiguresWritten:
+                  device: str | torch.device = "cpu", progress: bool = True,
+                  loaded: Checkpoint | None = None) -> FiguresWritten:
     """Look inside the CapsNet of ``checkpoints[0]`` (or of ``checkpoints``, one run dir or file); training curves
     overlay every run given.
 
@@ -188,7 +189,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     ``mnist-sample-segmentation``, ``mnist-sample-skeleton``), offline.
     ``weights``: the checkpoint's "saved" weights or an averaged run's "training" ones (``load_model``; the
     default folder is then FIRST_RUN_DIR/figures-training-weights).
-    Every input is checked before the first file is written.
+    Every input is checked before the first file is written. ``loaded``: the first checkpoint as the caller read
+    it already (``which`` chosen), drawn as read (a training run may replace its file between two reads).
     """
     if isinstance(checkpoints, (str, os.PathLike)):  # one run (a string is a sequence too: of its characters)
         checkpoints = [checkpoints]
@@ -202,7 +204,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         raise FigureError("give at least one checkpoint")
     if fmt not in FORMATS:
         raise FigureError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
-    model, ckpt = load_model(checkpoints[0], which=which, device=device, weights=weights)
+    model, ckpt = load_model(checkpoints[0] if loaded is None else loaded, which=which, device=device, weights=weights)
     model.eval()
     if dataset is None and pretrained.is_shipped(checkpoints[0]):  # a shipped MNIST model: the shipped digits, offline
         trained_on = ckpt.train_config.get("dataset", "mnist")
