@@ -895,3 +895,19 @@ def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data
     monkeypatch.chdir(tmp_path)
     assert judge_for("mnist-skeleton", "cnn.safetensors") == str(tmp_path.resolve() / "cnn.safetensors")
     assert judge_for("mnist-skeleton", "pretrained:capsnet-mnist-small") == "pretrained:capsnet-mnist-small"
+
+
+def test_a_probes_images_come_from_the_generator_it_is_named_after(gan_run):
+    """experiment synthesis named a probe after the generator's last.safetensors, then read that file again minutes
+    later to make its images: a run trained on meanwhile gave the probe another generator's images under the first
+    one's name (a review, 2026-11-30). The images are made only from the generator the name says."""
+    from capsnet.checkpoint import CheckpointError, load_checkpoint
+    from capsnet.experiments import _generator_identity, probe_images
+
+    identity = _generator_identity(load_checkpoint(gan_run, "last"))
+    labels = torch.rand(2, 1, 32, 32).round()
+    assert probe_images(gan_run, identity, labels, device="cpu").shape == (2, 1, 28, 28)
+    later = {**identity, "epoch": identity["epoch"] + 1}  # as after a resume to one more epoch
+    with pytest.raises(CheckpointError, match="was trained on while this experiment ran: its last.safetensors is no "
+                                              "longer the generator its probe is named after"):
+        probe_images(gan_run, later, labels, device="cpu")

@@ -49,7 +49,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object
 from .data.idx import DataError
@@ -59,6 +59,9 @@ from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -697,10 +700,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     import torch
 
     from .data.sets import split_size
-    from .data.tasks import SYNTHESIS_SIDE, Split, load_test, load_training
-    from .evaluate import load_model
+    from .data.tasks import Split, load_test, load_training
     from .models import CapsNetConfig
-    from .synthesis import generate
 
     rows = []
     for dataset in dict.fromkeys(r.dataset for r in runs if task(r.dataset).num_classes > 1):  # pairs:DIR: no classes
@@ -716,19 +717,17 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
             labels, _, _ = task(dataset).batch(pairs.to("cpu"), torch.arange(len(pairs)), torch.Generator(), None)
             return pairs, labels, load_test(source, size=cfg.test_size, root=data_root, progress=progress)
 
-        def generated(run: Run) -> torch.Tensor:  # the images run's generator makes from the labels (N, 1, 28, 28)
-            model, _ = load_model(run.run_dir, which="last", device=device)
-            fake = generate(model, data()[1].to(next(model.parameters()).device), progress=progress).cpu()
-            crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
-            return fake[..., crop, crop]
+        def generated(run: Run, identity: dict[str, Any]) -> torch.Tensor:
+            return probe_images(run.run_dir, identity, data()[1], device=device, progress=progress)
 
         # each generator its own probe (NAME:ROUTING beside NAME), named as its run folder is, with its epochs: a
         # generator trained on (a larger --epochs) makes other images, so its probe from before is not read back
         made = {"real": ("real", lambda: data()[0].images, None, None)}
         for run in (r for r in runs if r.dataset == dataset):
             ckpt = load_checkpoint(run.run_dir, "last")
-            made[run.label] = (f"{run.run_dir.name}-{ckpt.state.get('epoch')}ep", functools.partial(generated, run),
-                               _generator_identity(ckpt), run.run_dir)
+            identity = _generator_identity(ckpt)
+            made[run.label] = (f"{run.run_dir.name}-{ckpt.state.get('epoch')}ep",
+                               functools.partial(generated, run, identity), identity, run.run_dir)
         for trained_on, (folder, images, identity, generator_dir) in made.items():
             probe_dir = Path(out) / "probes" / dataset / folder
             probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
@@ -749,6 +748,26 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
 
 
 PROBE_GENERATOR = "generator.json"  # in a train-on-synthetic probe's folder: the generator whose images it learns
+
+
+def probe_images(run_dir: Path, identity: dict[str, Any], labels: torch.Tensor, *, device: str = "auto",
+                 progress: bool = False) -> torch.Tensor:
+    """The images the generator of ``run_dir`` (its last.safetensors) makes from ``labels`` for a train-on-synthetic
+    probe, cropped to 28x28 (N, 1, 28, 28): the generator ``identity`` names (``_generator_identity``), the one the
+    probe's folder is named after, read minutes earlier; a run trained on since (its file replaced) is a
+    CheckpointError, not a probe of another generator's images under its name."""
+    from .data.tasks import SYNTHESIS_SIDE
+    from .evaluate import load_model
+    from .synthesis import generate
+
+    model, ckpt = load_model(run_dir, which="last", device=device)
+    if _generator_identity(ckpt) != identity:
+        raise CheckpointError(f"{run_dir} was trained on while this experiment ran: its last.safetensors is no longer "
+                              f"the generator its probe is named after; run the experiment again once that training "
+                              f"has ended")
+    fake = generate(model, labels.to(next(model.parameters()).device), progress=progress).cpu()
+    crop = slice((SYNTHESIS_SIDE - 28) // 2, (SYNTHESIS_SIDE + 28) // 2)
+    return fake[..., crop, crop]
 
 
 def _generator_identity(ckpt) -> dict[str, Any]:
