@@ -971,145 +971,150 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         from .tensorboard import TensorBoardLogger
 
         board = TensorBoardLogger(tensorboard, held.images)
-    train_model = compile_model(model if launch is None else
-                                _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
-    amp = autocast(dev, cfg.amp)
-    # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
-    whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
-    shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
-    stop = stop or SaveThenStop(enabled=False)
-    stop.arm()  # from here an interrupt saves where training is, then stops
-    for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
-        model.train()
-        if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
-            torch.manual_seed(((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1) % 2**64)
-        g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
-        order = torch.randperm(N, generator=g, device=dev)
-        starts = range(0, N, B)
-        # running sums: loss and correct answers, and with grad_clip the pre-clip norms and the steps clipped
-        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 4 if cfg.grad_clip else 2,
-                                                 rank)  # mostly 0s
-        if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
-            restore_rank_rng(ckpt, within, rank, W, dev,
-                             any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
-        bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
-                           progress=progress)
-        run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
-        run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
-        norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip (rank 0's recorded)
-        first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
-        shown = time.monotonic()
-        started = shown - before
-        for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
-            idx = order[start:start + B]
-            x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
-            weight, own, whole = 1.0, len(y), contextlib.nullcontext()
-            if launch is not None:  # this rank's slice of the global batch, its mean loss weighted by its share
-                if whole_batch_weight:  # the weighted cross-entropy weighs as the whole batch does
-                    whole = batch_foreground_weight(y)
-                lo, hi = shard(len(y), rank, W)
-                weight, own = share_weight(lo, hi, len(y), W), hi - lo
-                if own == 0:  # a last batch smaller than the ranks: a stand-in example of weight 0 keeps DDP in step
-                    lo, hi = 0, 1
-                x, y, comp = x[lo:hi], y[lo:hi], None if comp is None else comp[lo:hi]
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg, total_steps)
-            with amp, whole:
-                loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight,
-                                         progress=min(1.0, step / total_steps))
-            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
-            opt.zero_grad(set_to_none=True)
-            (loss if weight == 1.0 else loss * weight).backward()
-            if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
-                norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
-                # a finite loss with a gradient that is not (the step would make every weight NaN): stopped too
-                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(norm), step, first_bad)
-            opt.step()
-            if average is not None:
-                average.update(step)
-            step += 1
-            if own:
-                run_loss += loss.detach().double() * len(y)
-                run_correct += _correct(scores.detach(), y).sum()
-                seen += len(y)
-            if progress and time.monotonic() - shown > 0.5:
-                bar.set_postfix({"loss": f"{run_loss.item() / seen:.4f}", shown_as: f"{run_correct.item() / seen:.4f}"},
-                                refresh=False)
-                shown = time.monotonic()
-            bar.update()
-            if step % _CHECK_EVERY == 0:
-                _stop_if_not_finite(first_bad, epoch, last, launch, cfg)
-            stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
-            if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
-                if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                    _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model)
-                loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
-                ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
-                if main:
-                    save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
-                                           [loss_sum.item(), correct_sum.item(), *norms.tolist()], seen_all,
-                                           time.monotonic() - started, dev, W), g, ranks_rng)
-                if stopping:
-                    bar.close()
+    try:  # the board's writer thread ends with the run (a notebook's fit after fit kept one each)
+        train_model = compile_model(model if launch is None else
+                                    _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
+        amp = autocast(dev, cfg.amp)
+        # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
+        whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
+        shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
+        stop = stop or SaveThenStop(enabled=False)
+        stop.arm()  # from here an interrupt saves where training is, then stops
+        for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
+            model.train()
+            if W > 1:  # dropout: each rank its own masks, seeded by (seed, epoch, rank), so a resume replays them
+                torch.manual_seed(((cfg.seed * 1_000_003 + epoch) * 4099 + rank + 1) % 2**64)
+            g = _seeded_generator(cfg.seed, epoch, dev)  # the same on every rank: one order, one set of draws
+            order = torch.randperm(N, generator=g, device=dev)
+            starts = range(0, N, B)
+            # running sums: loss and correct answers, and with grad_clip the pre-clip norms and the steps clipped
+            done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 4 if cfg.grad_clip else 2,
+                                                     rank)  # mostly 0s
+            if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
+                restore_rank_rng(ckpt, within, rank, W, dev,
+                                 any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
+            bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
+                               progress=progress)
+            run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
+            run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
+            norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip (rank 0's recorded)
+            first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
+            shown = time.monotonic()
+            started = shown - before
+            for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
+                idx = order[start:start + B]
+                x, y, comp = make_batch(train, idx, g, augment)  # (B, C, H, W), (B,) or (B, 2), None or (B, 2, C, H, W)
+                weight, own, whole = 1.0, len(y), contextlib.nullcontext()
+                if launch is not None:  # this rank's slice of the global batch, its mean loss weighted by its share
+                    if whole_batch_weight:  # the weighted cross-entropy weighs as the whole batch does
+                        whole = batch_foreground_weight(y)
+                    lo, hi = shard(len(y), rank, W)
+                    weight, own = share_weight(lo, hi, len(y), W), hi - lo
+                    # a last batch smaller than the ranks: a stand-in example of weight 0 keeps DDP in step
+                    if own == 0:
+                        lo, hi = 0, 1
+                    x, y, comp = x[lo:hi], y[lo:hi], None if comp is None else comp[lo:hi]
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step, cfg, total_steps)
+                with amp, whole:
+                    loss, scores = spec.loss(train_model, x, y, comp, recon_weight=cfg.recon_weight,
+                                             progress=min(1.0, step / total_steps))
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
+                opt.zero_grad(set_to_none=True)
+                (loss if weight == 1.0 else loss * weight).backward()
+                if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
+                    norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
+                    # a finite loss with a gradient that is not (the step would make every weight NaN): stopped too
+                    first_bad = torch.where((first_bad < 0) & ~torch.isfinite(norm), step, first_bad)
+                opt.step()
+                if average is not None:
+                    average.update(step)
+                step += 1
+                if own:
+                    run_loss += loss.detach().double() * len(y)
+                    run_correct += _correct(scores.detach(), y).sum()
+                    seen += len(y)
+                if progress and time.monotonic() - shown > 0.5:
+                    bar.set_postfix({"loss": f"{run_loss.item() / seen:.4f}",
+                                     shown_as: f"{run_correct.item() / seen:.4f}"}, refresh=False)
+                    shown = time.monotonic()
+                bar.update()
+                if step % _CHECK_EVERY == 0:
+                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg)
+                stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
+                if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
+                    if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
+                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model)
+                    loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
+                    ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
+                    if main:
+                        save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
+                                               [loss_sum.item(), correct_sum.item(), *norms.tolist()], seen_all,
+                                               time.monotonic() - started, dev, W), g, ranks_rng)
+                    if stopping:
+                        bar.close()
+                        raise KeyboardInterrupt
+            _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model)  # before anything of this epoch is saved
+            run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
+            train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
+            images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
+            bar.set_postfix({"loss": f"{train_loss:.4f}", shown_as: f"{train_accuracy:.4f}"}, refresh=False)
+            bar.close()  # its last state, with the epoch's figures
+
+            record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
+                      "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
+            if cfg.grad_clip:  # the epoch's mean gradient norm before clipping, and the share of its steps clipped
+                record |= dict(zip(("grad_norm", "clipped"), (norms / len(starts)).tolist()))
+            if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
+                state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
+                if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable
+                    save_last(state)
+                if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
                     raise KeyboardInterrupt
-        _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model)  # before anything of this epoch is saved
-        run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
-        train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
-        images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
-        bar.set_postfix({"loss": f"{train_loss:.4f}", shown_as: f"{train_accuracy:.4f}"}, refresh=False)
-        bar.close()  # its last state, with the epoch's figures
+                continue
+            if main:  # rank 0 alone evaluates and writes; the others wait for its state below
+                with applied(average):  # the average, if any, is what is scored and saved as the model
+                    results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
+                                             progress=progress)
+                result = results[""]
+                for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
+                    prefix = extra or held_name
+                    record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
+                    if hasattr(r, "iou"):  # segmentation: accuracy is the Dice
+                        record |= {f"{prefix}_dice": r.dice, f"{prefix}_iou": r.iou}
+                log.info("epoch %d: %s", epoch, record)
+                if progress:  # one readable line per epoch, with the bars
+                    tqdm.write(describe_epoch(record, cfg.dataset))
+                if on_epoch is not None and main:
+                    on_epoch(record)
+                state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
+                         "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
+                improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
+                if improved:
+                    state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}
 
-        record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
-                  "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
-        if cfg.grad_clip:  # the epoch's mean gradient norm before clipping, and the share of its steps clipped
-            record |= dict(zip(("grad_norm", "clipped"), (norms / len(starts)).tolist()))
-        if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
-            state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
-            if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable
+                # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
+                # history, so the two always agree whatever moment a crash strikes.
+                if improved:
+                    with applied(average):
+                        save_best(best_path, name, model_config, cfg, state, model)
                 save_last(state)
-            if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
+                write_metrics(run_dir, state["history"])
+                if board is not None:
+                    with applied(average):
+                        board.log_epoch(model, record)
+            if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
+                state = _from_main(state)
+                last.state = state  # what rank 0 wrote
+            if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
                 raise KeyboardInterrupt
-            continue
-        if main:  # rank 0 alone evaluates and writes; the others wait for its state below
-            with applied(average):  # the average, if any, is what is scored and saved as the model
-                results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
-                                         progress=progress)
-            result = results[""]
-            for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
-                prefix = extra or held_name
-                record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
-                if hasattr(r, "iou"):  # segmentation: accuracy is the Dice
-                    record |= {f"{prefix}_dice": r.dice, f"{prefix}_iou": r.iou}
-            log.info("epoch %d: %s", epoch, record)
-            if progress:  # one readable line per epoch, with the bars
-                tqdm.write(describe_epoch(record, cfg.dataset))
-            if on_epoch is not None and main:
-                on_epoch(record)
-            state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                     "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
-            improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
-            if improved:
-                state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}
-
-            # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
-            # history, so the two always agree whatever moment a crash strikes.
-            if improved:
-                with applied(average):
-                    save_best(best_path, name, model_config, cfg, state, model)
-            save_last(state)
+        if main and ckpt is not None and state["epoch"] >= cfg.epochs:
             write_metrics(run_dir, state["history"])
-            if board is not None:
-                with applied(average):
-                    board.log_epoch(model, record)
-        if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
-            state = _from_main(state)
-            last.state = state  # what rank 0 wrote
-        if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
-            raise KeyboardInterrupt
-    if main and ckpt is not None and state["epoch"] >= cfg.epochs:
-        write_metrics(run_dir, state["history"])
-    return state["history"][-1] if state["history"] else {}
+        return state["history"][-1] if state["history"] else {}
+    finally:
+        if board is not None:
+            board.close()
 
 
 def finished(state: dict[str, Any], epochs: int) -> bool:
