@@ -196,3 +196,15 @@ def test_the_viewer_walks_every_capsule_model(name, small):
     if not info["decoder"]:
         with pytest.raises(ViewerError, match="has no decoder"):
             v.reconstruct([0.0] * info["digit_dim"], 0)
+
+
+def test_the_viewer_says_which_save_of_its_checkpoint_it_shows(viewer: Viewer, trained_run, data_root):
+    """A run training on replaces its files while a viewer shows the one it read: the page named the file alone
+    (a review, 2026-11-30); info() and the header give the save point read (epoch, or epoch + batches)."""
+    from capsnet.checkpoint import load_checkpoint, saved_point
+    from capsnet.viz import load_viewer
+
+    assert viewer.info()["saved"] == saved_point(load_checkpoint(trained_run, "best").state)
+    last = load_viewer(trained_run, which="last", data_dir=data_root, progress=False, test_size=10)
+    assert last.info()["saved"] == saved_point(load_checkpoint(trained_run, "last").state) == "epoch 2"
+    assert load_viewer(None, progress=False, test_size=10).info()["saved"] is None  # untrained: no save

@@ -116,6 +116,7 @@ class _ViewerBase:
         self._kernels: dict[str, Any] | None = None
         self.warning: str | None = None  # a classifier shown other classes than it learned (load_viewer sets it)
         self.weights = "saved"  # or "training": an averaged run's training weights (load_viewer sets it)
+        self.saved: str | None = None  # the checkpoint's save point as read ("epoch 18", ...; load_viewer sets it)
         # how a classifier's uploads and drawings are made into its input (load_viewer sets it): "mnist", a digit as
         # MNIST's were made (photos.mnist_style; a colour model's image resized), or "frame", for a one-channel model
         # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style); "as-is" for a
@@ -125,7 +126,7 @@ class _ViewerBase:
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
         return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
-                "weights": self.weights, "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
+                "weights": self.weights, "saved": self.saved, "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
                 "upload_style": self.upload_style,
                 "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
 
@@ -426,4 +427,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         if shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
             viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
     viewer.weights = weights
+    if checkpoint is not None:  # which save of the file the page shows: a run training on replaces it meanwhile
+        from ..checkpoint import saved_point
+
+        viewer.saved = saved_point(ckpt.state)
     return viewer

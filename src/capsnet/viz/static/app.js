@@ -451,7 +451,8 @@ function setUpPickers() {
 
 // the checkpoint's path, with "(training weights)" when an averaged run's training weights were loaded
 function checkpointLabel(info, untrained) {
-  return info.checkpoint ? info.checkpoint + (info.weights === "training" ? " (training weights)" : "") : untrained;
+  return info.checkpoint ? info.checkpoint + (info.saved ? ` (${info.saved})` : "") +
+    (info.weights === "training" ? " (training weights)" : "") : untrained;
 }
 
 // a segmentation or synthesis model's capsule layers, how many route and by what ("" without capsule layers)
