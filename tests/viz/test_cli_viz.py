@@ -78,11 +78,13 @@ def _run(*args):
     return subprocess.run([sys.executable, "-m", "capsnet", "viz", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_viz_bad_flags(tmp_path, trained_run, data_root):
-    r = _run("--port", "70000")
-    assert r.returncode == 2 and "not a port number" in r.stderr and "Traceback" not in r.stderr
-    r = _run("--checkpoint", str(tmp_path / "missing"))
-    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+def test_viz_bad_flags(tmp_path, trained_run, data_root, capsys):
+    from cli_helpers import in_process
+
+    for flags, said in ((["--port", "70000"], "not a port number"),  # refused before a server starts: in process
+                        (["--checkpoint", str(tmp_path / "missing")], "does not exist")):
+        r = in_process(capsys, "viz", *flags)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
