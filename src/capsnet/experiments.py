@@ -320,12 +320,13 @@ def _finished(run: Run) -> dict[str, Any] | None:
                               f"epoch is not the end of a {done}-epoch run (its schedule and evaluations were those of "
                               f"{planned} epochs); give {more} to finish it, or remove it or choose another --out")
     if done == run.train_config.epochs and ckpt.state.get("history") and "within" not in ckpt.state:
-        if (change := folder_change(ckpt.state, run.train_config.dataset)) is not None:  # its figures are of other pairs than
-            # the table's other rows (a baseline scored now, a run trained now): not one table's
+        # a user's folder changed since: its figures are of other pairs than the table's other rows (a baseline
+        # scored now, a run trained now)
+        if (change := folder_change(ckpt.state, run.train_config.dataset)) is not None:
             raise CheckpointError(f"{run.run_dir} was trained on {run.train_config.dataset} as it was: it holds "
-                                  f"{change}, so "
-                                  f"the run's figures are of other pairs than this table's; remove the run (or "
-                                  f"choose another --out) to train on the folder as it is, or put the folder back")
+                                  f"{change}, so the run's figures are of other pairs than this table's; remove the "
+                                  f"run (or choose another --out) to train on the folder as it is, or put the folder "
+                                  f"back")
         return ckpt.state["history"][-1]
     return None
 

@@ -528,6 +528,7 @@ def folder_change(state: dict[str, Any], dataset: str, now: dict[str, Any] | Non
     return (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
             else f"{now['files']} files, as when the run last saved, but other names or contents")
 
+
 def trained_dataset(train_config: dict[str, Any], default: str = "mnist") -> str:
     """The data set a run trained on (its saved ``dataset``, else ``default``): a user's folder that is no longer
     where the run recorded it is a DataError that says so and names the fix (--dataset with its new place), not

@@ -126,7 +126,8 @@ class _ViewerBase:
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
         return {"kind": self.kind, "checkpoint": self.checkpoint, "trained": self.checkpoint is not None,
-                "weights": self.weights, "saved": self.saved, "dataset": self.dataset, "test_size": test_size, "classes": classes, "input": list(self.shape),
+                "weights": self.weights, "saved": self.saved, "dataset": self.dataset, "test_size": test_size,
+                "classes": classes, "input": list(self.shape),
                 "upload_style": self.upload_style,
                 "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
 
