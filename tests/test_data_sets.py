@@ -127,6 +127,16 @@ def test_missing_file_with_explicit_root(data_root, tmp_path):
     message = str(info.value)
     assert "t10k-labels-idx1-ubyte" in message and "t10k-images" not in message
     assert str(tmp_path / "mnist") in message and "download=True" in message
+    # the offline way it names loads here; the tasks it names beside it are the command line's (it listed all three
+    # as data sets, and load_dataset refused two of them as unknown)
+    import re
+
+    from capsnet.data.tasks import TASKS
+
+    offline = message.split("Offline:")[1]
+    assert len(load_dataset(re.search(r"^ (\S+) holds", offline)[1], "test")) == 500
+    named = re.findall(r"mnist-sample-\w+", offline)
+    assert named and all(t in TASKS and t not in DATASETS for t in named), offline
 
 
 def test_a_data_folder_that_is_a_file_is_said_so(tmp_path):

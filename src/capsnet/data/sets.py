@@ -279,8 +279,9 @@ def load_dataset(
                 download = source == "cache"
             if not download:
                 names = " and ".join(f.name for f in missing)
-                offline = {"mnist": " Offline: the data sets mnist-sample, mnist-sample-segmentation and "
-                                    "mnist-sample-skeleton are made from MNIST digits that ship with capsnet.",
+                offline = {"mnist": " Offline: mnist-sample holds MNIST digits that ship with capsnet (the "
+                                    "command line's tasks mnist-sample-segmentation and mnist-sample-skeleton are "
+                                    "made from them).",
                            "fashion-mnist": " No Fashion-MNIST items ship with capsnet."}.get(name, "")
                 fetch = download_hint(source, base)
                 inside = all(_find(base, f) is not None for f in missing)  # the set's own folder was given
