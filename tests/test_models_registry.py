@@ -361,3 +361,21 @@ def test_the_figures_and_the_viewer_name_a_models_scores_as_its_registry_entry_s
         own = dataclass(frozen=True)(type("Own", (type(registered.config),), {}))
         model = type(registered)(own(**{f: getattr(registered.config, f) for f in registered.config.__dataclass_fields__}))
         assert scores_are(model) == word
+
+
+def test_help_on_each_registered_model_names_its_paper():
+    """help(capsnet.models.X) gave no paper (they were in the module docstrings alone), and InvertedCapsNet had no
+    docstring at all: help() showed torch's "Base class for all neural network modules"."""
+    import inspect
+
+    from capsnet import models
+
+    for name, spec in MODELS.items():
+        doc = inspect.getdoc(spec.build) or ""
+        first_author = spec.paper.split()[0].rstrip(",")
+        assert first_author in doc and "Base class for all neural network" not in doc, (name, doc[:80])
+        # its class and its output's class are importable from capsnet.models, where the docs name them
+        assert getattr(models, spec.build.__name__) is spec.build, name
+        output = inspect.signature(spec.build.forward).return_annotation
+        if isinstance(output, str) and output[0].isupper():  # the annotation as written (postponed evaluation)
+            assert output in models.__all__, (name, output)

@@ -179,3 +179,13 @@ def test_routing_is_reads_each_routings_traits_and_names_an_unknown_trait():
     with pytest.raises(ValueError, match="unknown routing trait 'bias'; the traits are pose_bias, probabilities, "
                                          "length_activations"):
         routing_is("dynamic", "bias")
+
+
+@pytest.mark.parametrize("name", list_routings())
+def test_a_routings_first_paragraph_cites_its_paper(name):
+    """`capsnet routings NAME` and help() show a routing's first paragraph: three of four named no paper."""
+    import inspect
+    import re
+
+    first = inspect.getdoc(ROUTINGS[name]).split("\n\n")[0]
+    assert re.search(r"\b[A-Z][a-z]+\b.*\b(19|20)\d\d\b", first), first  # an author and a year

@@ -17,7 +17,7 @@ from .baseline import BaselineCNN, BaselineCNNConfig, baseline_loss
 from .capsnet import (CapsNet, CapsNetCifar10Config, CapsNetConfig, CapsNetOutput, CapsNetSvhnConfig, Decoder, capsnet_loss,
                       mask_capsules)
 from .efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
-from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, inverted_capsnet_loss
+from .inverted_capsnet import InvertedCapsNet, InvertedCapsNetConfig, InvertedCapsNetOutput, inverted_capsnet_loss
 from .em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput, EMCapsNetSmallConfig, em_capsnet_loss
 from .capspix2pix import (CapsPix2pix, CapsPix2pixConfig, CapsPix2pixDeepConfig, CapsPix2pixGenerator,
                           ConditionalDiscriminator,
@@ -29,7 +29,7 @@ from .unet import UNet, UNetConfig, UNetOutput
 __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfig", "CapsNetOutput", "Decoder", "mask_capsules", "capsnet_loss", "BaselineCNN",
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
-           "InvertedCapsNetConfig", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
+           "InvertedCapsNetConfig", "InvertedCapsNetOutput", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",

@@ -69,7 +69,7 @@ class BaselineCNNConfig(JsonConfig):
 
 
 class BaselineCNN(nn.Module):
-    """Three 5x5 'same' convolutions with ReLU, two fully connected layers, dropout, class logits."""
+    """The CNN baseline of Sabour et al. 2017 (section 5): three 5x5 'same' convolutions with ReLU, two fully connected layers, dropout, class logits."""
 
     def __init__(self, config: BaselineCNNConfig = BaselineCNNConfig()) -> None:
         super().__init__()

@@ -339,7 +339,8 @@ class Decoder(nn.Module):
 
 
 class CapsNet(nn.Module):
-    """The paper's three-layer CapsNet, with the decoder as a regulariser."""
+    """The three-layer CapsNet of Sabour, Frosst and Hinton, "Dynamic Routing Between Capsules" (NIPS 2017), with
+    the decoder as a regulariser."""
 
     def __init__(self, config: CapsNetConfig = CapsNetConfig()) -> None:
         super().__init__()

@@ -493,7 +493,8 @@ class ConditionalDiscriminator(nn.Module):
 
 
 class CapsPix2pix(ConditionalGAN):
-    """CapsPix2pix: the capsule generator and the DCGAN discriminator (see the module docstring), or pix2pix's
+    """CapsPix2pix (Bass et al., "Image synthesis with a convolutional capsule generative adversarial network",
+    MIDL 2019): the capsule generator and the DCGAN discriminator (see the module docstring), or pix2pix's
     PatchGAN with ``discriminator="patch"``."""
 
     def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:

@@ -87,7 +87,8 @@ class EfficientCapsNetConfig(JsonConfig):
 
 
 class EfficientCapsNet(nn.Module):
-    """Efficient-CapsNet; returns a ``CapsNetOutput`` (poses, lengths, reconstructions, coupling) like CapsNet."""
+    """Efficient-CapsNet (Mazzia, Salvetti and Chiaberge, "Efficient-CapsNet: capsule network with self-attention
+    routing", Scientific Reports 2021); returns a ``CapsNetOutput`` (poses, lengths, reconstructions, coupling) like CapsNet."""
 
     def __init__(self, config: EfficientCapsNetConfig = EfficientCapsNetConfig()) -> None:
         super().__init__()

@@ -175,7 +175,8 @@ class EMCapsNetOutput(NamedTuple):
 
 
 class EMCapsNet(nn.Module):
-    """The paper's matrix capsule network with EM routing between every pair of capsule layers."""
+    """The matrix capsule network of Hinton, Sabour and Frosst, "Matrix capsules with EM routing" (ICLR 2018), with EM
+    routing between every pair of capsule layers."""
 
     # evaluation runs this many examples at a time (capsnet.evaluate.eval_batch): a forward of 256 MNIST digits
     # through em-capsnet peaked at 12.8 GB resident (em-capsnet-small 1.9 GB), where training at batch 32 needs

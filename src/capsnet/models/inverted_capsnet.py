@@ -86,6 +86,10 @@ class InvertedCapsNetOutput(NamedTuple):
 
 
 class InvertedCapsNet(nn.Module):
+    """A capsule network with inverted dot-product attention routing (Tsai, Srivastava, Goh and Salakhutdinov,
+    "Capsules with Inverted Dot-Product Attention Routing", ICLR 2020): the module docstring gives its layers;
+    returns an ``InvertedCapsNetOutput`` (poses, logits, coupling)."""
+
     # evaluation runs this many examples at a time (capsnet.evaluate.eval_batch): the first convolutional capsule
     # layer's votes alone take 29 MB an example at 28x28; a forward of 256 MNIST digits peaked at 11.3 GB resident,
     # of 32 at 1.6 GB (2026-11-25, VmHWM)

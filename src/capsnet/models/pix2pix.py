@@ -212,7 +212,8 @@ class PatchDiscriminator(nn.Module):
 
 
 class Pix2pix(ConditionalGAN):
-    """pix2pix: the U-Net generator and the PatchGAN (see the module docstring), or CapsPix2pix's DCGAN
+    """pix2pix (Isola, Zhu, Zhou and Efros, "Image-to-Image Translation with Conditional Adversarial Networks", CVPR
+    2017): the U-Net generator and the PatchGAN (see the module docstring), or CapsPix2pix's DCGAN
     discriminator with ``discriminator="dcgan"``. Its noise is dropout: ``noise`` gives an empty z (B, 0), and
     ``generate`` keeps dropout on, seeded."""
 

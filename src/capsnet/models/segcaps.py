@@ -394,7 +394,7 @@ class SegCapsOutput(NamedTuple):
 
 
 class SegCaps(nn.Module):
-    """The SegCaps network: images in, a foreground probability per pixel out (see the module docstring)."""
+    """SegCaps (LaLonde and Bagci, "Capsules for Object Segmentation", 2018): images in, a foreground probability per pixel out (see the module docstring)."""
 
     def __init__(self, config: SegCapsConfig = SegCapsConfig()) -> None:
         super().__init__()

@@ -79,7 +79,7 @@ def _block(a: int, b: int, bn: bool) -> nn.Sequential:
 
 
 class UNet(nn.Module):
-    """U-Net: images in, a foreground logit and probability per pixel out."""
+    """U-Net (Ronneberger, Fischer and Brox, MICCAI 2015): images in, a foreground logit and probability per pixel out."""
 
     def __init__(self, config: UNetConfig = UNetConfig()) -> None:
         super().__init__()

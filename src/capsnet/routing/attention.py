@@ -32,7 +32,8 @@ __all__ = ["SelfAttentionRouting"]
 
 
 class SelfAttentionRouting(nn.Module):
-    """Efficient-CapsNet's self-attention routing with its learned prior, in the shared call shape.
+    """Efficient-CapsNet's self-attention routing (Mazzia, Salvetti and Chiaberge 2021) with its learned prior, in
+    the shared call shape.
 
     Args:
         in_caps, out_caps: I and J (the prior b is (I, J), initialised to zero as in the official code).

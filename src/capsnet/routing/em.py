@@ -102,7 +102,8 @@ CHILD_NORMS = ("all", "type")
 
 
 class EMRouting(nn.Module):
-    """EM routing between matrix capsules (Procedure 1), with the shared call shape.
+    """EM routing between matrix capsules (Hinton, Sabour and Frosst, "Matrix capsules with EM routing", ICLR 2018,
+    Procedure 1), with the shared call shape.
 
     Args:
         out_caps: J, the upper capsule types (one beta_u and one beta_a each).

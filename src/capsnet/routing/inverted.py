@@ -38,7 +38,8 @@ __all__ = ["InvertedDotProductRouting"]
 
 
 class InvertedDotProductRouting(nn.Module):
-    """Inverted dot-product attention routing with the shared call shape.
+    """Inverted dot-product attention routing (Tsai, Srivastava, Goh and Salakhutdinov, "Capsules with Inverted
+    Dot-Product Attention Routing", ICLR 2020) with the shared call shape.
 
     Args:
         dim: D, the pose size (the layer norm's, with its learned scale and shift).
