@@ -490,7 +490,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     ``source`` is a checkpoint (a run directory made by ``capsnet train``, with
     ``which`` best or last, or a .safetensors file), a model, or ``trace_model``'s
     result (trace once, write both formats). ``path`` defaults to the checkpoint's
-    own name with the format's suffix (best.onnx beside best.safetensors).
+    own name with the format's suffix (best.onnx beside best.safetensors; a
+    shipped model's, ``pretrained:NAME``, NAME.onnx or NAME.pt2 in the working
+    folder, never inside the installed package).
     ``weights``: a checkpoint's "saved" weights or an averaged run's "training" ones (``load_model``; the default
     name then ends in -training-weights).
     ``format``: "onnx" or "torch-export" ("pt2" too); ``opset``: the ONNX opset,

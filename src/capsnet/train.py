@@ -64,6 +64,24 @@ LR_SCHEDULES = ("exponential", "linear")  # lr_at: the authors' smooth decay, or
 
 @dataclass(frozen=True)
 class TrainConfig(JsonConfig):
+    """How a run trains: ``fit(model_config, TrainConfig(...), run_dir)``; ``capsnet train``'s flags of the same names.
+
+    Attributes:
+        dataset: a task name (``capsnet.data.tasks.TASKS``) or a user's folder (``folder:DIR``, ``pairs:DIR``).
+        epochs, batch_size, seed: the run's length, its training batch and the seed of all its randomness.
+        lr, lr_decay, lr_decay_steps: Adam's rate, decayed by ``lr_decay`` every ``lr_decay_steps`` steps
+            (Sabour et al.'s code: 1e-3, 0.96, 2,000); ``lr_schedule`` "linear" decays to 0 at the run's end
+            instead; ``warmup_steps``: a linear ramp up to the schedule first (0: none). ``lr_at`` gives the rate.
+        recon_weight: the decoder's loss weight (section 4.1: 0.0005).
+        shift, augment: random shifts of up to ``shift`` pixels, or "efficient-capsnet"'s recipe.
+        val_size: examples held out of training to choose the best checkpoint (0: the final epoch is the result).
+        train_size, test_size: a seeded subset of the training set, the first examples of the test set (0: all).
+        eval_batch_size, eval_every: evaluation's batch, and evaluate every this many epochs and after the last.
+        amp: "bf16" trains under bfloat16 autocast (evaluation stays float32); "none".
+        ema_decay: evaluate and save a moving average of the weights (0: off; e.g. 0.999).
+        grad_clip: clip the gradient's global norm to this before each step (0: off).
+    """
+
     dataset: str = "mnist"
     epochs: int = 10
     batch_size: int = 128

@@ -169,7 +169,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     """Look inside the CapsNet of ``checkpoints[0]`` (or of ``checkpoints``, one run dir or file); training curves
     overlay every run given.
 
-    Writes into ``out`` (default: FIRST_RUN_DIR/figures): reconstructions,
+    Writes into ``out`` (default: FIRST_RUN_DIR/figures; for a shipped model,
+    ``pretrained:NAME``, figures-NAME in the working folder): reconstructions,
     misclassified (inputs decoded from the true and the predicted capsule),
     pose_sweep_INDEX (Figure 4), routing_INDEX (coupling per round and primary
     capsule lengths), lengths and training_curves; for a MultiMNIST run,

@@ -187,6 +187,7 @@ class DenseMatrixCaps(nn.Module):
         in_caps: children (positions x types of the grid below, flattened row, column, type).
         out_caps: parents.
         routing: shared call shape for ``out_caps`` upper capsules.
+        std: initial spread of the 4x4 transformation matrices.
     """
 
     def __init__(self, in_caps: int, out_caps: int, *, routing: nn.Module, std: float = 0.5) -> None:

@@ -120,6 +120,8 @@ class SegmentationViewer(_ViewerBase):
         model: a registered segmentation model; ``probabilities`` (B, 1, H, W) from ``model(images)``.
         test_images: (N, C, H, W), uint8 0..255 or float in [0, 1], or None (draw or upload only).
         test_masks: (N, 1, H, W) 0/1, one per test image.
+        dataset: the test images' data set name, shown by ``info()`` and the page, named in errors.
+        checkpoint: the file the model came from, shown by ``info()``; None for an untrained model.
     """
 
     kind = "segmentation"

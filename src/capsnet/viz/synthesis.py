@@ -66,7 +66,10 @@ class SynthesisViewer(_ViewerBase):
         model: a registered synthesis model (``ConditionalGAN``: ``noise``, ``generate``, ``generator``).
         test_labels: (N, C, H, W) label maps in [0, 1], or None (draw or upload only).
         test_images: (N, C', H, W) the real image of each label map, in [0, 1].
-        test_classes: (N,) the class of each pair, or None; ``classes`` their names.
+        test_classes: (N,) the class of each pair, or None.
+        classes: the names of the classes ``test_classes`` counts, or None.
+        dataset: the pairs' data set name, shown by ``info()`` and the page.
+        checkpoint: the file the model came from, shown by ``info()``; None for an untrained model.
     """
 
     kind = "synthesis"
