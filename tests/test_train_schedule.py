@@ -225,6 +225,22 @@ def test_resume_keeps_the_runs_settings_not_the_presets(tmp_path, data_root, cap
     assert ckpt.state["epoch"] == 2 and ckpt.state["history"][-1]["lr"] == 0.0  # the stretched decay's end
 
 
+def test_a_resume_of_a_linear_run_refuses_the_exponential_flags_as_not_applying(tmp_path, data_root, capsys):
+    """--lr-decay on a resume of a linear run was refused as differing from "the run, which trained with --lr-decay
+    0.96": a default its schedule never used."""
+    run = tmp_path / "run"
+    shared = ["--out", str(run), "--device", "cpu", "--data-dir", str(data_root), "--no-progress"]
+    assert cli.main(["train", "--lr-schedule", "linear", "--train-size", "64", "--test-size", "32", "--epochs", "1",
+                     "--batch-size", "32", *TINY_FLAGS, *shared]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--resume", "--epochs", "2", "--lr-decay", "0.5", *shared])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--lr-decay does not apply to --lr-schedule linear (the schedule of the run in " \
+                                 f"{run})" in err and "0.96" not in err, err
+    assert load_checkpoint(run, "last").state["epoch"] == 1
+
+
 @pytest.mark.parametrize("model", ["capsnet", "pix2pix"])
 def test_a_warmup_as_long_as_the_run_is_refused_before_anything_is_written(tmp_path, capsys, model):
     """It was refused at the first step, after the run folder and its config.json were written."""

@@ -854,12 +854,15 @@ def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:
     return set_here
 
 
-def _check_schedule_flags(args: argparse.Namespace, typed: dict[str, Any], preset_fields: list[str]) -> None:
-    """Refuse flags of the learning-rate schedule that a new run's schedule would ignore."""
-    schedule = typed.get("lr_schedule", TrainConfig.lr_schedule)
+def _check_schedule_flags(args: argparse.Namespace, typed: dict[str, Any], preset_fields: list[str],
+                          resumed: tuple[Path, str] | None = None) -> None:
+    """Refuse flags of the learning-rate schedule that the run's schedule would ignore: a new run's, or with
+    ``resumed`` (the run's folder and saved schedule) the resumed run's."""
+    schedule = typed.get("lr_schedule", TrainConfig.lr_schedule if resumed is None else resumed[1])
     unused = [_flag(f) for f in (("lr_decay", "lr_decay_steps") if schedule == "linear" else ()) if f in typed]
     if unused:
-        how = f" (set by --preset {args.preset})" if "lr_schedule" in preset_fields else ""
+        how = f" (set by --preset {args.preset})" if "lr_schedule" in preset_fields else \
+            f" (the schedule of the run in {resumed[0]})" if resumed is not None and "lr_schedule" not in typed else ""
         args.parser.error(f"{_listed(unused, 'does', 'do')} not apply to --lr-schedule {schedule}{how}")
 
 
@@ -896,6 +899,13 @@ def _check_rounds_flags(args: argparse.Namespace, chosen: str, model_changes: di
                 switch = _as_typed(name, True, name in options)
                 by = _as_typed("routing", routing, "routing" in options)
                 args.parser.error(f"{switch} is an option of dynamic routing, which {by} is not: leave {switch} out")
+    rounds = model_changes.get("routing_iterations", getattr(model_spec(chosen).config, "routing_iterations", None))
+    if model_changes.get("detach_agreement") is True and rounds == 1:  # trained as without it, gradients identical
+        switch = _as_typed("detach_agreement", True, "detach_agreement" in options)
+        by = _as_typed("routing_iterations", 1, "routing_iterations" in options) \
+            if "routing_iterations" in model_changes else f"--model {chosen} (one round by default)"
+        args.parser.error(f"{switch} stops the gradient through the routing rounds before the last, and {by} routes "
+                          f"one round, the last: leave {switch} out, or route more rounds")
 
 
 def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, typed: list[str],
@@ -912,6 +922,11 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
+    if "test_size" in typed and train_cfg.val_size:  # it was recorded, and never read: the test split is not loaded
+        args.parser.error(f"--test-size keeps the first test examples a run evaluates on, and --val-size "
+                          f"{train_cfg.val_size} makes the run evaluate on held-out training examples instead (it "
+                          f"never reads the test split); leave --test-size out (`capsnet eval --test-size N` scores "
+                          f"the run on the test split)")
     if "shift" in typed and train_cfg.augment != "shift":
         args.parser.error(f"--shift sets how far --augment shift moves the images, and --augment {train_cfg.augment} "
                           f"makes its own shifts (within each digit's margins); leave --shift out, or pass "
@@ -991,6 +1006,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
         resumed, planned = last.state, last.train_config.get("epochs")
         _refuse_moved_folder(args, out, last)  # --resume without --out: read only now
+        # a linear run's --lr-decay was refused as differing from the 0.96 it never used (its config.json's default)
+        _check_schedule_flags(args, train_changes, preset_fields,
+                              (out, last.train_config.get("lr_schedule", TrainConfig.lr_schedule)))
         try:
             model_cfg, train_cfg = train.resume_configs(last, model=model, model_changes=model_changes,
                                                         train_changes=train_changes)

@@ -143,15 +143,24 @@ def _same_weights(a, b):
 RESUMABLE = ["--dataset", "mnist-sample", "--epochs", "3", "--train-size", "640", "--test-size", "64", *TINY]
 
 
+# The runs stopped by a signal or a kill are subprocesses; the uninterrupted run and every resume run here, as
+# the suite's other resume tests do (one torch thread in both: the same numbers to the bit; 2 s of imports saved each)
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
+    from capsnet.cli import main
+
     run = tmp_path_factory.mktemp("straight") / "run"
-    r = capsnet("train", *RESUMABLE, "--out", run)
-    assert r.returncode == 0, r.stderr
+    assert main(["train", *RESUMABLE, "--out", str(run)]) == 0
     return run
 
 
-def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run):
+def _resume(capsys, run):
+    r = in_process(capsys, "train", "--out", run, "--resume", "--no-progress")  # the run's own settings
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run, capsys):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "capsnet", "train", *RESUMABLE, "--out", str(run)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -164,15 +173,14 @@ def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run):
     assert proc.returncode == -signal.SIGKILL, "training ended before the kill: make the run longer"
     done = load_checkpoint(run, "last").state["epoch"]
     assert 1 <= done < 3
-    r = capsnet("train", "--out", run, "--resume", "--no-progress")  # the run's own settings
-    assert r.returncode == 0, r.stderr
+    r = _resume(capsys, run)
     assert f"resuming the run in {run} from epoch {done}\n" in r.stdout
     assert _same_weights(run, straight_run)
     assert _metrics(run) == _metrics(straight_run)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact(tmp_path, straight_run, sig):
+def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact(tmp_path, straight_run, sig, capsys):
     """SIGTERM (a scheduler's stop) ended a run silently, and Ctrl-C stopped it, each losing up to --save-every
     minutes of training; now the loop saves at the step it was at, then stops."""
     run = tmp_path / "run"
@@ -191,13 +199,12 @@ def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact
     # (a fast machine ends epoch 2 within the 0.3 s), at that epoch's end, before the next (test_train has both
     # cases at set steps)
     assert ("within" in state and state["within"]["batches"] >= 1) or 2 <= state["epoch"] < 3
-    r = capsnet("train", "--out", run, "--resume", "--no-progress")
-    assert r.returncode == 0, r.stderr
+    _resume(capsys, run)
     assert _same_weights(run, straight_run)
     assert _metrics(run) == _metrics(straight_run)
 
 
-def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_run):
+def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_run, capsys):
     """SIGKILL the trainer half-way through writing epoch 2's checkpoint."""
     run = tmp_path / "run"
     script = textwrap.dedent(f"""
@@ -221,8 +228,7 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert load_checkpoint(run, "last").state["epoch"] == 1  # the complete checkpoint survived
     assert (run / ".last.safetensors.tmp-crash").exists()
-    r = capsnet("train", "--out", run, "--resume", "--no-progress")
-    assert r.returncode == 0, r.stderr
+    _resume(capsys, run)
     assert not list(run.glob(".*.tmp-*"))
     assert _same_weights(run, straight_run)
     assert _metrics(run) == _metrics(straight_run)
@@ -633,6 +639,15 @@ def test_flags_for_images_a_data_set_makes_itself_are_refused(dataset, flag, tmp
       "--recon-weight", "0.1"], "and --model-option reconstruction=false leaves the model without a reconstruction"),
     (["--augment", "efficient-capsnet", "--shift", "3"],
      "--shift sets how far --augment shift moves the images, and --augment efficient-capsnet makes its own shifts"),
+    # the run evaluated on its validation examples and never read the test split, however large the size asked
+    (["--train-size", "64", "--val-size", "16", "--test-size", "100000"],
+     "--test-size keeps the first test examples a run evaluates on, and --val-size 16 makes the run evaluate on "
+     "held-out training examples instead (it never reads the test split); leave --test-size out"),
+    # one round is the last: nothing to detach (every gradient the same as without it)
+    (["--detach-agreement", "--routing-iterations", "1"], "--detach-agreement stops the gradient through the routing "
+     "rounds before the last, and --routing-iterations 1 routes one round, the last: leave --detach-agreement out"),
+    (["--model-option", "detach_agreement=true", "--model-option", "routing_iterations=1"],
+     "--model-option detach_agreement=true stops the gradient"),
 ])
 def test_flags_that_another_flag_makes_moot_are_refused(flags, fragment, tmp_path, capsys):
     """Each was accepted, recorded in config.json and ignored (the --model-option won, the weight weighed nothing)."""
