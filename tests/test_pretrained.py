@@ -7,6 +7,7 @@ has it) is checked against the figures its model card records.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -56,6 +57,18 @@ def test_pack_refuses_a_best_checkpoint_and_the_runs_own_files(trained_run, tmp_
         with pytest.raises(ValueError, match=f"{target} is the run's own checkpoint; packing over it would lose"):
             shipped.pack(run, run / target)
     assert (run / "last.safetensors").read_bytes() == before and not (tmp_path / "x.safetensors").exists()
+    # the run's history and settings were written over without a word; a folder or a missing one named a temporary
+    metrics, config = (run / "metrics.jsonl").read_bytes(), (run / "config.json").read_bytes()
+    for target, said in ((run / "metrics.jsonl", "is not a .safetensors name; pack writes a checkpoint: give one, "
+                                                 "e.g. metrics.safetensors"),
+                         (run / "config.json", "is not a .safetensors name"),
+                         (tmp_path, f"the target {tmp_path} is a folder; give a file path, e.g. "
+                                    f"{tmp_path / 'NAME.safetensors'}"),
+                         (tmp_path / "nope" / "x.safetensors", f"the folder {tmp_path / 'nope'} does not exist")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            shipped.pack(run, target)
+    assert (run / "metrics.jsonl").read_bytes() == metrics and (run / "config.json").read_bytes() == config
+    assert not list(tmp_path.glob(".*tmp*")) and not list(run.glob(".*tmp*"))
     assert shipped.pack(run / "last.safetensors", tmp_path / "y.safetensors").exists()  # the run's last: as the run
     # a run stopped at the end of epoch 2 of the 3 it was training (its config says 3): no final epoch's weights
     from capsnet.checkpoint import load_checkpoint, save_checkpoint
@@ -107,6 +120,10 @@ def test_an_unknown_shipped_name_lists_the_shipped_ones(packed, capsys):
             load_checkpoint(f"pretrained:{typed}")
     with pytest.raises(CheckpointError, match=r"pretrained: names no shipped model \(give pretrained:NAME\)"):
         load_checkpoint("pretrained:")
+    # a slip in which= was ignored for a shipped model (and a file), where a run directory refused it
+    for source in ("pretrained:tiny", packed):
+        with pytest.raises(CheckpointError, match=r"which must be 'best' or 'last' .* got 'lastt'"):
+            load_model(source, which="lastt")
 
 
 # ------------------------------------------------------------------ the models that ship

@@ -353,14 +353,14 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
     """A run directory becomes its ``best`` (or ``last``) checkpoint file; ``pretrained:NAME`` a shipped model's."""
     from . import pretrained
 
+    if which not in ("best", "last"):  # a shipped model's or a file's too: a slip is said, not ignored
+        raise CheckpointError(f"which must be 'best' or 'last' (a run directory's best.safetensors or "
+                              f"last.safetensors), got {which!r}")
     if pretrained.is_shipped(path):
         try:
             return pretrained.path(path)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    if which not in ("best", "last"):
-        raise CheckpointError(f"which must be 'best' or 'last' (a run directory's best.safetensors or "
-                              f"last.safetensors), got {which!r}")
     p = Path(path)
     if p.is_dir():
         f = p / f"{which}.safetensors"

@@ -79,6 +79,13 @@ def pack(run: str | Path, target: str | Path) -> Path:
         raise ValueError(f"{run} is not a run's last checkpoint (a best.safetensors is the best epoch, not the "
                          f"final one): give the run directory or its last.safetensors")
     target = Path(target)
+    if target.is_dir():
+        raise ValueError(f"the target {target} is a folder; give a file path, e.g. {target / 'NAME.safetensors'}")
+    if target.suffix.lower() != ".safetensors":  # a run's metrics.jsonl or config.json was written over, silently
+        raise ValueError(f"the target {target} is not a .safetensors name; pack writes a checkpoint: give one, e.g. "
+                         f"{target.with_suffix('.safetensors').name}")
+    if not target.parent.is_dir():
+        raise ValueError(f"cannot write {target}: the folder {target.parent} does not exist; make it first")
     run_dir = Path(run) if Path(run).is_dir() else Path(run).parent
     if target.resolve().parent == run_dir.resolve() and target.name in ("best.safetensors", "last.safetensors"):
         raise ValueError(f"{target} is the run's own checkpoint; packing over it would lose its optimizer state (and "
