@@ -109,6 +109,16 @@ def test_bytes_and_one_hot_labels_are_refused_by_name(name):
         loss(model, images, labels[:3])
     loss(model, images, labels)  # indices, and pairs, as before
     loss(model, images, torch.tensor([[0, 1], [3, 4], [5, 9], [2, 8]]))
+    # a class past the last or below 0: torch's "Target 10 is out of bounds" (baseline, inverted) or "Class values
+    # must be smaller than num_classes" (EM) reached the user from the loss and from evaluate
+    from capsnet.evaluate import evaluate
+
+    for bad, got in (([0, 3, 3, 10], "from 0 to 10"), ([0, -1, 3, 9], "from -1 to 9"), ([[0, 1], [3, 10]] * 2, "")):
+        said = r"class labels must be in 0\.\.9 for 10 class(es| capsules), got values " + got
+        with pytest.raises(ValueError, match=said):
+            loss(model, images, torch.tensor(bad))
+        with pytest.raises(ValueError, match=said):
+            evaluate(model, images, torch.tensor(bad), batch_size=2)
 
 
 def test_evaluate_refuses_a_split_it_cannot_score():

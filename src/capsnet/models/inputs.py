@@ -1,13 +1,14 @@
 """What every model checks of the tensors it is given, with messages that name the fix.
 
-Only dtypes and shapes are read (never values), so the checks cost nothing
-and force no host sync on a GPU.
+Only dtypes and shapes are read, so the checks cost nothing and force no
+host sync on a GPU; class labels' values are read on the CPU alone (a label
+out of range met torch's "Target 10 is out of bounds" there).
 """
 from __future__ import annotations
 
 import torch
 
-from .._eager import autocast_on
+from .._eager import autocast_on, eager
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
 __all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
@@ -60,3 +61,8 @@ def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None
     if labels.dim() not in (1, 2) or (labels.dim() == 2 and labels.shape[1] != 2) or labels.shape[0] != batch:
         raise ValueError(f"labels must be ({batch},) class indices or ({batch}, 2) pairs for {batch} images, got shape "
                          f"{tuple(labels.shape)}")
+    if num_classes is not None and labels.device.type == "cpu" and eager() and labels.numel():
+        low, high = int(labels.min()), int(labels.max())  # on the CPU: no device sync
+        if low < 0 or high >= num_classes:
+            raise ValueError(f"class labels must be in 0..{num_classes - 1} for {num_classes} classes, got values "
+                             f"from {low} to {high}")
