@@ -389,3 +389,24 @@ def test_help_on_each_registered_model_names_its_paper():
         output = inspect.signature(spec.build.forward).return_annotation
         if isinstance(output, str) and output[0].isupper():  # the annotation as written (postponed evaluation)
             assert output in models.__all__, (name, output)
+
+
+@pytest.mark.parametrize("name", [n for n, spec in MODELS.items() if spec.kind == "segmentation"])
+def test_segmentation_masks_of_0_and_255_are_refused_by_the_loss_and_evaluate(name):
+    """0/255 masks (a PNG's) trained towards 255 and scored a loss of thousands without a word."""
+    from capsnet.evaluate import evaluate_segmentation
+
+    torch.manual_seed(0)
+    model = create_model(name, **SMALL[name], input_height=16, input_width=16)
+    images = torch.rand(2, 1, 16, 16)
+    masks = (torch.rand(2, 1, 16, 16) > 0.5).float()
+    for bad, said in ((masks * 255, r"got values from 0 to 255: divide 0/255 masks by 255"),
+                      ((masks * 255).to(torch.uint8), r"got values from 0 to 255: divide"),
+                      (masks - 1, r"got values from -1 to 0: give masks of 0 and 1")):
+        with pytest.raises(ValueError, match=r"masks must hold 0 \(background\) and 1 \(foreground\), " + said):
+            MODELS[name].loss(model, images, bad, recon_weight=0.0)
+        with pytest.raises(ValueError, match=said):
+            evaluate_segmentation(model, images, bad)
+    for good in (masks, masks.bool(), masks.to(torch.uint8)):  # 0/1 of any dtype, as before
+        assert torch.isfinite(MODELS[name].loss(model, images, good, recon_weight=0.0)[0])
+    assert 0 <= evaluate_segmentation(model, images, masks).dice <= 1

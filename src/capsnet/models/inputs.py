@@ -12,7 +12,7 @@ from .._eager import autocast_on, eager
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
 __all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
-           "check_nonempty"]
+           "check_nonempty", "check_mask_values"]
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
@@ -66,3 +66,15 @@ def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None
         if low < 0 or high >= num_classes:
             raise ValueError(f"class labels must be in 0..{num_classes - 1} for {num_classes} classes, got values "
                              f"from {low} to {high}")
+
+
+def check_mask_values(masks: torch.Tensor) -> None:
+    """A ValueError unless segmentation ``masks`` lie in [0, 1] (read on the CPU only): 0/255 masks trained towards
+    255 and scored a loss of thousands without a word."""
+    if masks.device.type != "cpu" or not eager() or not masks.numel() or masks.dtype == torch.bool:
+        return
+    low, high = masks.min().item(), masks.max().item()
+    if low < 0 or high > 1:
+        fix = "divide 0/255 masks by 255 (or give masks > 0)" if high > 1 and low >= 0 else "give masks of 0 and 1"
+        raise ValueError(f"masks must hold 0 (background) and 1 (foreground), got values from {low:g} to {high:g}: "
+                         f"{fix}")
