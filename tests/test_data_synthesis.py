@@ -150,6 +150,13 @@ def test_the_users_pairs_round_trip_and_split(tmp_path):
     assert trained == {key(images[k]) for k, n in enumerate(names) if n not in picked}  # the rest, none in both
     x, y, t = task(name).batch(train.to("cpu"), torch.arange(3), torch.Generator(), None)
     assert x.shape == (3, 1, 12, 16) and t.shape == (3, 3, 12, 16) and 0 <= float(t.min()) and float(t.max()) <= 1
+    # a slip in the split's name was the training split, named as asked ("tests" held the 8 training pairs)
+    from capsnet.data.tasks import load_folder, load_pairs
+
+    for load, prefix in ((load_pairs, "pairs:"), (load_folder, "folder:")):
+        with pytest.raises(DataError, match=rf"unknown split 'tests' of {prefix}.*; valid splits: train, test"):
+            load(tmp_path / "d", "tests")
+    assert len(load_pairs(tmp_path / "d", "test")) == len(held)
 
 
 @pytest.mark.parametrize("case", ["unpaired", "size", "mode", "not png", "jpeg beside", "empty"])

@@ -705,6 +705,8 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     """One split of a user's folder of pairs: ``read(folder) -> (first, second, names)``; ``root/test`` holds the
     test pairs when it exists, else about a fifth of the pairs, chosen by name (``held_out_names``), is the test
     split."""
+    if split not in ("train", "test"):  # any other word was the training split, named as asked
+        raise DataError(f"unknown split {split!r} of {prefix}{root}; valid splits: train, test")
     base = Path(root).expanduser()
     if not base.is_dir():  # no flag named: --dataset to train and eval, --datasets to capsnet experiment
         raise DataError(f"{prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
