@@ -371,7 +371,10 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f
     if not p.exists():
-        raise CheckpointError(f"checkpoint {p} does not exist: pass a run directory made by `capsnet train` or its .safetensors file")
+        shipped = f"; did you mean {pretrained.PREFIX}{p}, a model shipped with capsnet?" \
+            if str(p) in pretrained.names() else ""
+        raise CheckpointError(f"checkpoint {p} does not exist: pass a run directory made by `capsnet train` or its "
+                              f".safetensors file{shipped}")
     return p
 
 

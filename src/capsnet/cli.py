@@ -73,6 +73,21 @@ def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | Non
                  or not a.option_strings and name in (a.metavar, a.dest)), None)
 
 
+def _shipped_model_hint(value: str) -> str:
+    """For a shipped trained model's name given where a registered model is asked for: what it is and how to give
+    it; else ''."""
+    from . import pretrained
+
+    name = value[len(pretrained.PREFIX):] if pretrained.is_shipped(value) else value
+    if name not in pretrained.names():
+        return ""
+    from .checkpoint import load_checkpoint
+
+    model = load_checkpoint(pretrained.PREFIX + name).model_name
+    return (f"; {pretrained.PREFIX}{name} is a trained model shipped with capsnet, not a model's name: its "
+            f"architecture is {model} (`capsnet models {model}`); give it as --checkpoint {pretrained.PREFIX}{name}")
+
+
 def _hint(message: str, parser: _Parser) -> str:
     """What to add to argparse's ``message``: the nearest choice to an invalid one (or, for an invalid command,
     that a command's options typed before it go after it), the nearest option to each unrecognized one (or that an
@@ -84,6 +99,9 @@ def _hint(message: str, parser: _Parser) -> str:
         action = _action(parser, choice[1])
         if isinstance(action, argparse._SubParsersAction) and (early := _before_the_command(parser, action)):
             return early
+        shipped = _shipped_model_hint(choice[3])
+        if shipped:  # a name from `capsnet models`' shipped table, where an architecture was asked for
+            return shipped
         close = difflib.get_close_matches(choice[3], [str(c) for c in (action and action.choices) or ()], n=1,
                                           cutoff=0.6)
         return f"; did you mean {close[0]!r}?" if close else ""

@@ -234,6 +234,23 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
     assert _metrics(run) == _metrics(straight_run)
 
 
+@pytest.mark.parametrize("args", [["models", "pretrained:capsnet-mnist-small"], ["train", "--model", "capsnet-mnist-small"],
+                                  ["eval", "--checkpoint", "capsnet-mnist-small"]])
+def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_give_it(capsys, args):
+    """Copied from `capsnet models`' shipped table: "did you mean 'em-capsnet-small'?", an unrelated architecture,
+    or "checkpoint capsnet-mnist-small does not exist" with no word of pretrained:NAME."""
+    r = in_process(capsys, *args)
+    if args[0] == "eval":
+        assert_clean_error(r, "checkpoint capsnet-mnist-small does not exist: pass a run directory made by `capsnet "
+                              "train` or its .safetensors file; did you mean pretrained:capsnet-mnist-small, a model "
+                              "shipped with capsnet?")
+    else:
+        assert_clean_error(r, "; pretrained:capsnet-mnist-small is a trained model shipped with capsnet, not a "
+                              "model's name: its architecture is capsnet (`capsnet models capsnet`); give it as "
+                              "--checkpoint pretrained:capsnet-mnist-small")
+        assert "did you mean" not in r.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["train", "--epochs", "-1"], "--epochs: must be an integer >= 1"),
     (["train", "--epochs", "0"], "--epochs: must be an integer >= 1"),
