@@ -471,7 +471,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
                    help="set any field of the model's config, e.g. caps1_types=16 or coordinate_addition=false "
                         "(VALUE as JSON); repeat for several; `capsnet models NAME` lists a model's fields")
-    _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_nonneg_int)
+    _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_seed)
     _speed_arguments(t, "the training steps")
     _allocator_argument(t, "")
     t.add_argument("--tensorboard", default=None, metavar="DIR",
@@ -652,7 +652,7 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                    help="compile capsnet's model as capsnet train --compile does (the baseline and the floor stay "
                         f"eager): {', '.join(COMPILE_MODES)}; the flag alone: default")
-    b.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the weights and inputs")
+    b.add_argument("--seed", type=_seed, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
     _allocator_argument(b, ". Applies to every implementation in the run")
 
@@ -813,7 +813,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _capsnet_arguments(x, all_flags=False)
     _baseline_arguments(x)
     _field_flag(x, "--seed", TrainConfig, "seed", "seed of the weights, subsets, shuffles and placements (test sets "
-                "have their own fixed seed)", type=_nonneg_int)
+                "have their own fixed seed)", type=_seed)
     _speed_arguments(x, "every run's training steps")
     _allocator_argument(x, ", for every run")
     x.add_argument("--jobs", type=_positive_int, default=1,

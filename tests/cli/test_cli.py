@@ -257,6 +257,10 @@ def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_g
     (["train", "--batch-size", "0"], "--batch-size: must be an integer >= 1"),
     (["train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
     (["train", "--lr", "nan"], "--lr: must be a finite number > 0"),
+    # bench started its benchmark, then said "Overflow when unpacking long long"
+    (["bench", "--seed", "99999999999999999999"], "argument --seed: must be below 2**63"),
+    (["train", "--seed", str(2**63)], "argument --seed: must be below 2**63"),
+    (["experiment", "routing", "--seed", str(2**63)], "argument --seed: must be below 2**63"),
     (["train", "--save-every", "-1"], "--save-every: must be a finite number >= 0"),
     (["eval"], "the following arguments are required: --checkpoint"),
     (["frobnicate"], "invalid choice"),
