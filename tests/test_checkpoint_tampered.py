@@ -39,6 +39,8 @@ CASES = [  # (which file, changes, what the message must name)
     ("best", {"train_config": {"lr": None}}, "TrainConfig.lr must be a finite number, got None"),
     # an integer past float's range: an OverflowError traceback before
     ("best", {"train_config": {"lr": 10**400}}, "TrainConfig.lr must be a finite number, got 1000000000"),
+    # a newer capsnet's model, or one registered by a user's code: eval said "unknown model 'foo'", as if typed
+    ("best", {"metadata": {"model": "foo"}}, "holds a 'foo' model; this capsnet knows capsnet, "),
     ("best", {"metadata": {"state": "null"}}, "state must be a JSON object"),
     ("best", {"metadata": {"state": '{"epoch": "2", "step": 7}'}}, "state.epoch must be a non-negative integer"),
     ("best", {"metadata": {"state": '{"epoch": 2, "step": 7, "best": {}}'}},

@@ -38,7 +38,7 @@ from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
-from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig
+from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig, saved_configs
 
 __all__ = ["main", "build_parser"]
 
@@ -1221,6 +1221,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     _output_file(args.json, "--json")
     saved = load_checkpoint(args.checkpoint, args.which)  # read once: the report is of these weights, whatever a
+    saved_configs(saved)  # a model this capsnet lacks, named with the file (not as if --model had been typed)
     last, note = _final_for_test_chosen(args, args.checkpoint, saved)
     if last is not None:
         args.which, saved = "last", last
