@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
@@ -438,3 +439,26 @@ def test_a_gradient_penalty_under_plain_routing_is_plain_autograd_and_outside_it
     with pytest.raises(RuntimeError, match=r"hand-written backward is first-order: .* run the model inside "
                                            r"`with capsnet.routing.plain_routing\(\):`"):
         penalty(build(True))
+
+
+@pytest.mark.parametrize("config", [EMCapsNetConfig, EMCapsNetSmallConfig])
+def test_an_em_run_saved_before_its_start_fields_reads_as_the_start_it_had(config):
+    """Runs saved before transform_std (0.5 then) and beta_a_init / class_beta_a_init (0 then) existed read back
+    with today's 0.3, -25 and -12.5: an experiment took such a run as finished under today's plan, and a resume
+    typed with the README's `--model-option beta_a_init=0` was refused as differing from -25."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.train import TrainConfig, resume_configs, saved_configs
+
+    old = config().to_dict()
+    for name in ("transform_std", "beta_a_init", "class_beta_a_init"):
+        del old[name]
+    name = next(n for n, spec in MODELS.items() if spec.config is config)
+    ckpt = Checkpoint(name, old, TrainConfig().to_dict(), {"epoch": 1, "step": 1}, {}, path=Path("/r/last.safetensors"))
+    read = saved_configs(ckpt)[0]
+    assert (read.transform_std, read.beta_a_init, read.class_beta_a_init) == (0.5, 0.0, 0.0)
+    assert read.class_transform_std is None  # the class layer at transform_std, as it was
+    assert resume_configs(ckpt, model_changes={"beta_a_init": 0.0, "class_beta_a_init": 0.0,
+                                               "transform_std": 0.5})[0] == read
+    new = config.from_dict(old)  # a config typed today takes today's defaults
+    assert (new.transform_std, new.beta_a_init, new.class_beta_a_init) == (0.3, -25.0, -12.5)
+    assert config.from_saved(old | {"transform_std": 0.3}).transform_std == 0.3  # a recorded value wins

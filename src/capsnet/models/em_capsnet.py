@@ -94,6 +94,10 @@ class EMCapsNetConfig(JsonConfig):
     # biases -1 (the official code: no biases there, sigmoid(x - 1); its activation kernel's std 3.0 reaches only the
     # last two types, through a reshape of the concatenated kernels, so 0.5 is what most of its types start from)
     primary_init: str = "pytorch"
+    # runs saved before these fields existed started from these (0.5 until 2026-11-24's field, whose default moved
+    # to 0.3 later; beta_a at 0 until 2026-11-27): read back so, an experiment and a resume compare and record the
+    # run's own start, not today's defaults
+    _SAVED_BEFORE = {"transform_std": 0.5, "beta_a_init": 0.0, "class_beta_a_init": 0.0}
 
     def __post_init__(self) -> None:
         check_types(self)
