@@ -93,6 +93,8 @@ def test_bytes_and_one_hot_labels_are_refused_by_name(name):
     as MultiMNIST pairs of classes 0 and 1 and trained on without a word."""
     import torch.nn.functional as F
 
+    from capsnet.evaluate import evaluate
+
     model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
     loss = MODELS[name].loss
     images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 3, 9])
@@ -109,9 +111,16 @@ def test_bytes_and_one_hot_labels_are_refused_by_name(name):
         loss(model, images, labels[:3])
     loss(model, images, labels)  # indices, and pairs, as before
     loss(model, images, torch.tensor([[0, 1], [3, 4], [5, 9], [2, 8]]))
+    # a NumPy array or a list met "'numpy.ndarray' object has no attribute 'dim'" or is_floating_point's TypeError
+    with pytest.raises(TypeError, match=r"images must be a torch.Tensor, got numpy.ndarray: pass "
+                                        r"torch.from_numpy\(images\)"):
+        model(images.numpy())
+    with pytest.raises(TypeError, match=r"labels must be a torch.Tensor, got list: pass torch.tensor\(labels\)"):
+        loss(model, images, labels.tolist())
+    with pytest.raises(TypeError, match=r"labels must be a torch.Tensor, got numpy.ndarray"):
+        evaluate(model, images, labels.numpy())
     # a class past the last or below 0: torch's "Target 10 is out of bounds" (baseline, inverted) or "Class values
     # must be smaller than num_classes" (EM) reached the user from the loss and from evaluate
-    from capsnet.evaluate import evaluate
 
     for bad, got in (([0, 3, 3, 10], "from 0 to 10"), ([0, -1, 3, 9], "from -1 to 9"), ([[0, 1], [3, 10]] * 2, "")):
         said = r"class labels must be in 0\.\.9 for 10 class(es| capsules), got values " + got

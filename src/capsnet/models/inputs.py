@@ -11,13 +11,25 @@ import torch
 from .._eager import autocast_on, eager
 from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
 
-__all__ = ["check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
+__all__ = ["check_tensor", "check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
            "check_nonempty", "check_mask_values"]
+
+
+def check_tensor(x: object, what: str = "images") -> None:
+    """A TypeError unless ``x`` is a tensor: a NumPy array or a list met torch's "'numpy.ndarray' object has no
+    attribute 'dim'"."""
+    if not isinstance(x, torch.Tensor):
+        fix = f"torch.from_numpy({what.replace(' ', '_')})" if type(x).__module__ == "numpy" else \
+            f"torch.tensor({what.replace(' ', '_')})"
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__module__}.{type(x).__qualname__}: pass {fix}"
+                        if type(x).__module__ != "builtins" else
+                        f"{what} must be a torch.Tensor, got {type(x).__qualname__}: pass {fix}")
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
     """A ValueError unless ``x`` is floating point: the 0-255 bytes ``capsnet.data.load_dataset`` and PIL give
-    reach the first convolution as a dtype error otherwise."""
+    reach the first convolution as a dtype error otherwise (a TypeError unless it is a tensor)."""
+    check_tensor(x, what)
     if not torch.is_floating_point(x):
         raise ValueError(f"{what} are {x.dtype}; the models take floating-point {what} in [0, 1]: "
                          f"capsnet.data.unit_float({what}) converts 0-255 bytes")
@@ -36,6 +48,7 @@ def check_weights_dtype(x: torch.Tensor, model: torch.nn.Module, what: str = "im
 
 def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> None:
     """A ValueError unless ``images`` are floating-point (B, C, H, W) with (C, H, W) = ``expected``."""
+    check_tensor(images)
     if images.dim() != 4 or tuple(images.shape[1:]) != tuple(expected):
         raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
     check_floating(images)
@@ -43,6 +56,7 @@ def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> 
 
 def check_integer_labels(labels: torch.Tensor) -> None:
     """A ValueError unless ``labels`` hold integers (class indices), not floats or booleans."""
+    check_tensor(labels, "labels")
     if torch.is_floating_point(labels) or labels.dtype == torch.bool:
         raise ValueError(f"labels are {labels.dtype}; give class indices as integers (B,), e.g. "
                          f"labels.argmax(1) for one-hot or probability rows")
