@@ -233,6 +233,8 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
         export_model(model, tmp_path / "m.tflite", format="tflite")
     with pytest.raises(ExportError, match="opset 17 is too old.*18 or newer"):
         export_model(model, tmp_path / "m.onnx", opset=17)
+    with pytest.raises(ExportError, match="opset must be an integer, e.g. 18, got str '18'"):  # was "too old"
+        export_model(model, tmp_path / "m.onnx", opset="18")
     with pytest.raises(ExportError, match="opset applies to ONNX only"):
         export_model(model, tmp_path / "m.pt2", format="torch-export", opset=18)
     with pytest.raises(ExportError, match="the folder .*missing does not exist"):

@@ -430,6 +430,17 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
                  "--seeds", "5", "--no-progress"]) == 0
     assert capsys.readouterr().out == f"wrote 3 images to {tmp_path / 'one'}\n"
+    # the library's seeds, as the command line's: 3 met "'int' object is not iterable", "0" and 1.5 manual_seed's
+    # error, -1 wrote map1_seed-1.png; numpy's integers are integers
+    from capsnet.synthesis import generate_folder
+
+    for seeds in (3, "0", (1.5,), (-1,), (2**63,), (True,)):
+        with pytest.raises(ValueError, match=r"seeds must be a sequence of integers in 0 \.\. 2\*\*63 - 1, e\.g\. "
+                                             r"\(0, 1, 2\), got "):
+            generate_folder(gan_run, alone, tmp_path / "lib", seeds=seeds)
+    assert not (tmp_path / "lib").exists()
+    generate_folder(gan_run, alone, tmp_path / "lib", seeds=tuple(np.arange(5, 6)), progress=False)
+    assert np.array_equal(np.array(Image.open(tmp_path / "lib" / "map1_seed5.png")), img)
     for k in (1, 2):
         (binary / f"map{k}.png").unlink()
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),

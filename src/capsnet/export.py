@@ -507,7 +507,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if opset is not None:
         if format != "onnx":
             raise ExportError(f"an opset applies to ONNX only, not to format {format!r}")
-        if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
+        if not isinstance(opset, int) or isinstance(opset, bool):  # "18" was called too old
+            raise ExportError(f"opset must be an integer, e.g. {MIN_OPSET}, got {type(opset).__name__} {opset!r}")
+        if opset < MIN_OPSET:
             raise ExportError(f"ONNX opset {opset!r} is too old: the dynamo-based exporter writes opset {MIN_OPSET} "
                               f"or newer")
     from .average import WEIGHTS, weights_tag
