@@ -215,3 +215,23 @@ def test_an_atomic_write_names_its_writer_and_a_stale_write_of_another_users_reu
     monkeypatch.setattr(ck.os, "kill", eperm)
     ck.remove_stale_writes(tmp_path)
     assert sorted(p.name for p in tmp_path.glob(".*.tmp-*")) == [f".c.json.tmp-1-{start}-def456"]
+
+
+def test_an_atomic_write_clears_its_own_paths_temporary_files_that_ended_writers_left(tmp_path):
+    """SIGTERM inside an export's, predict's or generate's write left a full-size hidden file that no later run
+    removed (run folders and figures cleared theirs); a writer still running, or another file's, is left alone."""
+    import subprocess
+    import sys
+
+    from capsnet.checkpoint import atomic_write_text
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(ended.stdout)
+    left = tmp_path / f".m.onnx.tmp-{dead}-0-abc"  # the ended writer's (its start unknown: the pid decides)
+    running = tmp_path / f".m.onnx.tmp-{os.getpid()}-0-def"  # a write in progress here
+    other = tmp_path / f".n.onnx.tmp-{dead}-0-ghi"  # another file's: cleared when that file is written
+    for f in (left, running, other):
+        f.write_bytes(b"x" * 100)
+    atomic_write_text(tmp_path / "m.onnx", "new")
+    assert (tmp_path / "m.onnx").read_text() == "new"
+    assert not left.exists() and running.exists() and other.exists()

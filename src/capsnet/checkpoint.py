@@ -10,6 +10,7 @@ moment leaves either the previous checkpoint or the new one, never a broken one.
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -141,9 +142,12 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     """Let ``write`` fill a temporary file beside ``path``, then rename it over ``path``.
 
     Readers see the old file or the new one, whole: a crash or an exception in
-    ``write`` leaves no partial file (the temporary one is removed).
+    ``write`` leaves no partial file (the temporary one is removed). A
+    temporary file of this path that a killed writer left (SIGTERM or kill -9
+    inside the write: an export's 7 MB stayed for good) is removed first.
     """
     path = Path(path)
+    remove_stale_writes(path.parent, f".{glob.escape(path.name)}.tmp-*")
     pid = os.getpid()  # the writer, named in the temporary file: see remove_stale_writes
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{pid}-{_start_ticks(pid) or 0}-", dir=path.parent)
     try:

@@ -5,7 +5,6 @@ Each ``plot_*`` function draws arrays from ``capsnet.figures.arrays``;
 """
 from __future__ import annotations
 
-import glob
 import math
 import os
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write, remove_stale_writes
+from ..checkpoint import atomic_write
 from ..data.sets import unit_float
 from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
 
@@ -331,7 +330,6 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
         raise FigureError(f"unknown figure format {fmt!r} for {path}; use one of {', '.join(FORMATS)}")
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_writes(path.parent, f".{glob.escape(path.name)}.tmp-*")  # this figure's write cut short (kill -9)
 
     def write(f) -> None:
         import matplotlib
