@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -715,7 +716,6 @@ def test_the_next_run_starts_as_soon_as_one_finishes_not_when_all_in_flight_have
     waited for every run in flight: a pool of 2 sat half idle behind its slowest run). The scheduling loop is
     _train_in_parallel's, driven here by threads that sleep."""
     import threading
-    import time
     from concurrent.futures import ThreadPoolExecutor
 
     from capsnet.experiments import _as_completed_bounded
@@ -775,7 +775,6 @@ def test_a_worker_killed_from_outside_is_raised_not_waited_for(tmp_path, data_ro
     import multiprocessing
     import signal
     import threading
-    import time
 
     runs = plan("routing", tmp_path, train=TrainConfig(epochs=50, batch_size=32, train_size=64, test_size=32),
                 configs={"capsnet": CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))},
@@ -841,7 +840,6 @@ def test_a_worker_leaves_when_its_parent_does():
     2026-11-30): a worker watches its parent's pid."""
     import subprocess
     import sys
-    import time
 
     started = time.monotonic()
     r = subprocess.run([sys.executable, "-c", "from capsnet.experiments import _worker_start; import time; "
@@ -961,3 +959,76 @@ def test_name_routing_on_a_model_whose_config_has_no_routing_options(tmp_path, m
     runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), models=["routed-own", "routed-own:em"],
                 datasets=["mnist"])
     assert [(r.label, r.model_config.routing) for r in runs] == [("routed-own", "dynamic"), ("routed-own:em", "em")]
+
+
+def test_an_ignored_ctrl_c_stays_ignored_when_training_arms_its_stop():
+    """An experiment's worker starts ignoring SIGINT: a terminal's Ctrl-C reaches the whole process group, and its
+    fit took it as the first signal, so the parent's SIGTERM that followed was the second, which stopped the worker
+    before its save. Now fit leaves an ignored signal ignored and takes SIGTERM as the one stop."""
+    import signal
+
+    from capsnet.train import SaveThenStop
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with SaveThenStop(True) as stop:
+            stop.arm()
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == stop._handler
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: no stop asked
+            assert not stop.asked
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.asked  # saved then stopped by the loop, as from the parent
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before)
+    with SaveThenStop(True) as stop:  # started with the default Ctrl-C: it is taken, as ever
+        stop.arm()
+        assert signal.getsignal(signal.SIGINT) == stop._handler
+
+
+def test_sigterm_to_an_experiment_with_workers_is_its_ctrl_c():
+    """A SIGTERM (kill, timeout, a scheduler) killed the parent at once: its workers were left to their watchdogs,
+    which ended them unsaved. Inside the workers' loop it now raises KeyboardInterrupt, as Ctrl-C does."""
+    import signal
+
+    from capsnet.experiments import _sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with _sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at once; never reached
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent"])
+def test_an_experiment_with_workers_stopped_saves_every_run_in_progress(tmp_path, data_root, how):
+    """README: Ctrl-C or SIGTERM loses nothing. With --jobs 2 a terminal's Ctrl-C (the whole group) or a SIGTERM to
+    the parent left the runs in progress with no checkpoint (a review, 2026-11-30)."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "exp"
+    proc = subprocess.Popen([sys.executable, "-m", "capsnet", "experiment", "routing", "--models", "capsnet",
+                             "--datasets", "mnist-sample", "--seeds", "0", "1", "--epochs", "2", "--train-size",
+                             "2000", "--test-size", "100", "--batch-size", "8", "--conv1-channels", "64",
+                             "--primary-types", "8", "--no-progress", "--jobs", "2", "--out", str(out),
+                             "--data-dir", str(data_root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runs = [out / "mnist-sample" / f"capsnet-seed{s}" for s in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not all((r / "config.json").exists() for r in runs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)  # into the first epoch of both (250 steps each)
+    assert not any((r / "last.safetensors").exists() for r in runs), "an epoch ended first: make the epochs longer"
+    if how == "ctrl-c to the group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    for r in runs:  # each saved inside its first epoch, where it was
+        assert "within" in load_checkpoint(r, "last").state, r

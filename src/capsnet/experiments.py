@@ -41,6 +41,7 @@ figures reported are the final epoch's, never the best over epochs.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -376,15 +377,24 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
     return k
 
 
+_ORPHAN_GRACE_S = 60.0  # how long a worker whose parent was killed may take to save before it leaves
+
+
 def _worker_start(parent: int) -> None:
     """A worker process's first act: leave when its parent does (killed with SIGKILL, the workers were adopted by
     init, finished their run and waited on their pipe for ever, 400 MB each)."""
     import threading
 
     def watch() -> None:
+        import signal
+
         while os.getppid() == parent:
             time.sleep(1.0)
-        os._exit(1)  # the run's last checkpoint stands; it resumes next time
+        # the parent is gone (killed): a SIGTERM lets a training run save where it is, as a stop from the parent
+        # does; a worker still there after a grace period leaves as it is (its last checkpoint resumes next time)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(_ORPHAN_GRACE_S)
+        os._exit(1)
     threading.Thread(target=watch, name="capsnet-parent-watch", daemon=True).start()
 
 
@@ -428,9 +438,9 @@ class _FreshProcesses:
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_worker_start, initargs=(os.getpid(),))
-        try:  # the process is started here: started ignoring Ctrl-C (a disposition it keeps across exec), so a
-            # Ctrl-C while it imports torch is no traceback of its own; the parent stops it (``stop``), and its
-            # fit, once training, takes Ctrl-C and SIGTERM itself (save, then stop)
+        try:  # the process is started here: started ignoring Ctrl-C (a disposition it keeps across exec, and its
+            # fit leaves so), so a terminal's Ctrl-C, which reaches the whole group, is no traceback or stop of its
+            # own; the parent stops it (``stop``: SIGTERM, which its fit takes as one stop: save, then stop)
             before = signal.signal(signal.SIGINT, signal.SIG_IGN)
         except ValueError:  # not the main thread: as it is
             before = None
@@ -479,21 +489,45 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
         return _train_in_worker, (k, run, device, data_root, compile, threads, keep_memory)
 
     try:
-        for (k, run), future, in_flight in _as_completed_bounded(
-                processes, todo, jobs, job, on_launch=None if on_launch is None else lambda item: on_launch(*item)):
-            try:
-                future.result()
-            except BrokenProcessPool:
-                names = ", ".join(f"{r.label} on {r.dataset}, seed {r.seed}" for r in [run, *(r for _, r in in_flight)])
-                raise CheckpointError(f"a worker process died while training (killed from outside, or for lack of "
-                                   f"memory: see `dmesg`); runs in progress: {names}. Finished runs are kept "
-                                   f"and interrupted ones resume: run the command again, with fewer --jobs if "
-                                   f"memory ran out") from None
-            processes.release(future)
-            if on_trained is not None:
-                on_trained(k, run)
+        with _sigterm_as_interrupt():  # SIGTERM (kill, timeout, a scheduler) stops the workers as Ctrl-C does
+            for (k, run), future, in_flight in _as_completed_bounded(
+                    processes, todo, jobs, job,
+                    on_launch=None if on_launch is None else lambda item: on_launch(*item)):
+                try:
+                    future.result()
+                except BrokenProcessPool:
+                    names = ", ".join(f"{r.label} on {r.dataset}, seed {r.seed}"
+                                      for r in [run, *(r for _, r in in_flight)])
+                    raise CheckpointError(f"a worker process died while training (killed from outside, or for lack "
+                                          f"of memory: see `dmesg`); runs in progress: {names}. Finished runs are "
+                                          f"kept and interrupted ones resume: run the command again, with fewer "
+                                          f"--jobs if memory ran out") from None
+                processes.release(future)
+                if on_trained is not None:
+                    on_trained(k, run)
     finally:
         processes.stop()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt inside the block (on the main thread; elsewhere nothing changes): the
+    parent of an experiment's workers then stops them as on Ctrl-C, each saving where it is (killed at once, it
+    left them to their watchdogs, which ended them unsaved), and exits 130 with its one line."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None) -> None:

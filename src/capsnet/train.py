@@ -248,7 +248,11 @@ class SaveThenStop:
 
     def arm(self) -> None:
         if self.enabled and not self._old:
-            self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+            # a signal this process was started ignoring stays ignored (an experiment's worker: a terminal's Ctrl-C
+            # reaches the whole group, and the parent's SIGTERM that follows was the second signal, which stopped
+            # the worker before its save; nohup's too)
+            self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)
+                         if signal.getsignal(s) is not signal.SIG_IGN}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.asked:
