@@ -124,7 +124,10 @@ def check_types(config: Any) -> None:
         value = _plain(getattr(config, f.name))
         object.__setattr__(config, f.name, value)
         if not test(value):
-            raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}")
+            # a list typed as --model-option decoder_hidden=512,1024 arrives as the string '512,1024'
+            hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" \
+                if f.type == "tuple[int, ...]" and isinstance(value, str) and "," in value else ""
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}{hint}")
 
 
 class OutOfRange(ValueError):

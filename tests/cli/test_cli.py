@@ -490,6 +490,10 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--model", "baseline", "--routing-option", "final_lambda=0.02", "--out", tmp_path / "a")
     assert_clean_error(r, "--routing-option does not apply to --model baseline; use it with --model capsnet, "
                           "capsnet-cifar10 or capsnet-svhn")
+    # a list typed as the flags type theirs: told the JSON it takes
+    r = in_process(capsys, "train", "--model-option", "decoder_hidden=512, 1024", "--out", tmp_path / "a")
+    assert_clean_error(r, "CapsNetConfig.decoder_hidden must be a list of integers, got '512, 1024'; give a JSON "
+                          "list, e.g. decoder_hidden=[512,1024]")
     assert not any(tmp_path.iterdir())
 
 
