@@ -8,7 +8,9 @@ the spread of the ink boxes' centres, never from the code that builds the sets.
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -299,3 +301,12 @@ def test_a_users_folder_is_fingerprinted_without_python_3_11s_file_digest(tmp_pa
     for f in files:
         digest.update(str(f.relative_to(tmp_path)).encode() + b"\0" + hashlib.blake2b(f.read_bytes()).digest())
     assert got == {"files": 6, "digest": digest.hexdigest(), "version": 2}
+
+
+def test_load_test_refuses_a_size_that_is_not_a_count():
+    """-1 met torch's "upper bound and lower bound inconsistent with step sign"; 1.5 returned 2 examples."""
+    for size in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"size must be an integer >= 0 \(0: the whole test split\), got "
+                                             rf"{re.escape(repr(size))}"):
+            load_test("mnist-sample", size=size, progress=False)
+    assert len(load_test("mnist-sample", size=np.int64(3), progress=False)) == 3

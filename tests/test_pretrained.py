@@ -120,6 +120,10 @@ def test_an_unknown_shipped_name_lists_the_shipped_ones(packed, capsys):
             load_checkpoint(f"pretrained:{typed}")
     with pytest.raises(CheckpointError, match=r"pretrained: names no shipped model \(give pretrained:NAME\)"):
         load_checkpoint("pretrained:")
+    # a Path of the name, as a notebook may hold it ("'PosixPath' object has no attribute 'startswith'")
+    from pathlib import Path
+
+    assert isinstance(pretrained(Path("tiny")), CapsNet) and shipped.path(Path("tiny")) == packed
     # a slip in which= was ignored for a shipped model (and a file), where a run directory refused it
     for source in ("pretrained:tiny", packed):
         with pytest.raises(CheckpointError, match=r"which must be 'best' or 'last' .* got 'lastt'"):

@@ -232,6 +232,11 @@ def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row:
         raise ValueError(f"row must be a non-negative integer, got {row!r}")
     if not seeds:
         raise ValueError("give at least one seed")
+    if not isinstance(label, torch.Tensor) or label.dim() != 3:  # a batch was told of a (2, 2, 1, 32, 32) one
+        got = tuple(label.shape) if isinstance(label, torch.Tensor) else type(label).__name__
+        raise ValueError(f"label must be one label map (C, H, W), got {got}"
+                         + (": pass one of the batch, labels[i]" if isinstance(label, torch.Tensor)
+                            and label.dim() == 4 else ""))
     with evaluating(model):
         labels = label.unsqueeze(0).expand(len(seeds), *label.shape)  # (K, C, H, W)
         z = torch.cat([row_noise(model, row, s, label.device, truncation=truncation) for s in seeds])  # (K, Z)

@@ -33,6 +33,10 @@ def test_samples_are_the_images_generate_makes_for_that_row(gan_run, pix2pix_vie
                                generate(model, labels, seed=2, truncation=0.5)[1], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="give at least one seed"):
         samples(model, labels[0], [])
+    # a batch where one map goes was told of a shape it never had, (2, 2, 1, 32, 32)
+    with pytest.raises(ValueError, match=r"label must be one label map \(C, H, W\), got \(2, 1, 32, 32\): pass one "
+                                         r"of the batch, labels\[i\]"):
+        samples(model, labels[:2], [0])
 
 
 def test_a_test_walk_shows_the_images_eval_scores_with_their_scores(synthesis_viewer, data_root):

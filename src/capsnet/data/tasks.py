@@ -756,6 +756,10 @@ def input_shape(name: str) -> tuple[int, int, int]:
 def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.PathLike | None = None,
               progress: bool = True) -> Split:
     """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
+    import numbers
+
+    if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:  # -1 met torch's arange error,
+        raise ValueError(f"size must be an integer >= 0 (0: the whole test split), got {size!r}")  # 1.5 gave 2
     t = task(name)
     return t.held(load_source(t.source, "test", root, progress), size, extras)
 

@@ -7,6 +7,7 @@ adding a model is one file (config, module, loss), its test and one line below.
 """
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -193,6 +194,6 @@ def pretrained(name: str | None = None, *, device: str | torch.device = "cpu") -
     from .. import pretrained as shipped
     from ..evaluate import load_model
 
-    name = name or shipped.DEFAULT
+    name = os.fspath(name) if name else shipped.DEFAULT  # a Path of the name too
     model, _ = load_model(name if shipped.is_shipped(name) else shipped.PREFIX + name, device=device)  # either form
     return model

@@ -8,6 +8,7 @@ pretrained:NAME`` scores one; ``capsnet.models.pretrained(NAME)`` loads one.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "card", "measured", "pack"]
@@ -34,6 +35,7 @@ def _dir() -> Path:
 
 def path(name: str) -> Path:
     """The checkpoint file of shipped model ``name`` (``pretrained:`` may lead); a ValueError lists the names."""
+    name = os.fspath(name)  # a Path("capsnet-mnist-small") met "'PosixPath' object has no attribute 'startswith'"
     name = name[len(PREFIX):] if name.startswith(PREFIX) else name
     if name not in names():
         import difflib
