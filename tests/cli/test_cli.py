@@ -371,7 +371,8 @@ def test_missing_data_directory_is_explained(tmp_path, capsys):
     # the ways out are the command line's (it said "pass download=True", a Python argument), with the offline one
     err = r.stderr
     assert "download=True fetches" in err and "leave --data-dir and CAPSNET_DATA unset to download them into" in err
-    assert "mnist-sample, mnist-sample-segmentation and mnist-sample-skeleton are made from MNIST digits" in err
+    assert ("Offline: mnist-sample holds MNIST digits that ship with capsnet (the command line's tasks "
+            "mnist-sample-segmentation and mnist-sample-skeleton are made from them)") in err
     r = in_process(capsys, "eval", "--checkpoint", "pretrained:capsnet-fashion-small", "--data-dir", tmp_path,
                    "--no-progress")
     assert_clean_error(r, "No Fashion-MNIST items ship with capsnet")
