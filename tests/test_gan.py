@@ -878,7 +878,8 @@ def test_a_damaged_config_json_is_named_with_its_fix(gan_run, tmp_path, capsys, 
                  str(tmp_path / "e.json"), "--data-dir", str(data_root)]) == 0
 
 
-def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data_root, tmp_path, monkeypatch):
+def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data_root, tmp_path, monkeypatch,
+                                                                   capsys):
     """--judge takes any classifier trained on the pairs' images: the CNN baseline's output is its logits, not an
     object with scores (eval crashed after generating every image; train lost its first epoch). A judge trained on
     other classes (a Fashion-MNIST CapsNet reading digits) scored a meaningless accuracy without a word; a relative
@@ -906,6 +907,19 @@ def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data
     monkeypatch.chdir(tmp_path)
     assert judge_for("mnist-skeleton", "cnn.safetensors") == str(tmp_path.resolve() / "cnn.safetensors")
     assert judge_for("mnist-skeleton", "pretrained:capsnet-mnist-small") == "pretrained:capsnet-mnist-small"
+    # a resume given such a judge said "resuming the run ..." and then refused it
+    import shutil
+
+    from cli_helpers import in_process
+
+    run = tmp_path / "resumed"
+    shutil.copytree(gan_run, run)
+    epochs = load_checkpoint(run, "last").state["epoch"]
+    capsys.readouterr()
+    r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", epochs + 1, "--judge",
+                   "pretrained:capsnet-fashion-small", "--data-dir", data_root, "--no-progress")
+    assert r.returncode == 2 and "whose classes are not those of mnist-skeleton's images" in r.stderr, r.stderr
+    assert "resuming" not in r.stdout and load_checkpoint(run, "last").state["epoch"] == epochs
 
 
 def test_a_probes_images_come_from_the_generator_it_is_named_after(gan_run):

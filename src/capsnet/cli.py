@@ -1093,6 +1093,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.quiet_interrupt = not main_rank
     if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)
+        if synthesis and args.judge is not None:  # so is a judge that cannot read the run's images (fit_gan's check)
+            from .synthesis import judge_for, load_judge
+
+            load_judge(judge_for(train_cfg.dataset, args.judge, run_dir=out), dataset=train_cfg.dataset)
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
     if main_rank and finished:
         print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "
