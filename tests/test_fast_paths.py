@@ -402,3 +402,39 @@ def test_a_cuda_device_past_the_last_one_is_refused_with_the_count(monkeypatch):
             resolve_device("cuda:7")
         assert resolve_device(f"cuda:{count - 1}") == torch.device("cuda", count - 1)
         assert resolve_device("cuda") == torch.device("cuda")
+
+
+def test_evaluating_blocks_on_one_model_in_two_threads_share_the_switch():
+    """Each block restored the mode it found: thread B, entering after A had switched a training model to eval,
+    restored eval, and A's exit put the model back in training while B still scored (dropout on, batch norm's
+    statistics moved)."""
+    import threading
+
+    from capsnet.runtime import evaluating
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with evaluating(model):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with evaluating(model):
+            b_in.set()
+            a_out.wait(10)
+            seen["b, after a left"] = model.training
+        seen["after both"] = model.training
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"b, after a left": False, "after both": True}
+    with evaluating(model):  # one block, as ever; a model in eval mode stays so
+        assert not model.training
+    assert model.training and not model.eval().training

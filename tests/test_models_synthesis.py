@@ -747,3 +747,46 @@ def test_a_large_pix2pix_judged_by_the_dcgan_discriminator_is_not_refused_for_ca
     assert big.num_weights < 2**31 and big.discriminator_weights == big.dcgan_config().discriminator_weights
     small = Pix2pixConfig(input_height=32, input_width=32, discriminator="dcgan")
     assert small.discriminator_weights == sum(p.numel() for p in Pix2pix(small).discriminator.parameters()) == 662_272
+
+
+def test_generating_in_eval_mode_leaves_torchs_random_stream_alone(monkeypatch):
+    """CapsPix2pix's generate seeded torch's global RNG in eval mode too, where no module draws from it: a viewer
+    serving in one thread replaced the stream of every other thread (1999 of 2000 draws)."""
+    from capsnet.models import capspix2pix as module
+
+    model = _model("capspix2pix").eval()
+    labels = torch.rand(2, 1, 16, 16)
+    want = model.generate(labels, seed=3)
+
+    def refused(*a, **k):
+        raise AssertionError("torch's RNG seeded in eval mode")
+    monkeypatch.setattr(module, "_seeded", refused)
+    assert torch.equal(model.generate(labels, seed=3), want)  # the noise is seed 3's all the same
+    with pytest.raises(AssertionError, match="seeded in eval mode"):  # dropout training: seeded, as before
+        model.train().generate(labels, seed=3)
+
+
+def test_pix2pix_generates_from_two_threads_as_from_one():
+    """Two threads generating with one pix2pix ran each other's per-image dropout hooks: one raised "The size of
+    tensor a (4) must match the size of tensor b (2)", the other's images were wrong."""
+    import threading
+
+    model = _model("pix2pix").eval()
+    labels = torch.rand(6, 1, 16, 16)
+    want = {4: model.generate(labels[:4], seeds=[1, 2, 3, 4]), 2: model.generate(labels[4:], seeds=[5, 6])}
+    got, errors = {}, []
+
+    def go(n, maps, seeds):
+        try:
+            for _ in range(5):
+                got[n] = model.generate(maps, seeds=seeds)
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=go, args=(4, labels[:4], [1, 2, 3, 4])),
+               threading.Thread(target=go, args=(2, labels[4:], [5, 6]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and all(torch.equal(got[n], want[n]) for n in want), errors
+    assert all(not m.training for m in model.modules())

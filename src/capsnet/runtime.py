@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+import weakref
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 from torch import nn
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model", "evaluating", "keeps_mode"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model", "evaluating", "keeps_mode", "keeps_rng"]
 
 T = TypeVar("T")
 
@@ -18,15 +20,41 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eag
 _INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+# the models inside ``evaluating`` blocks: how many blocks hold each, and the mode the first found it in
+_EVALUATING: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
+_EVALUATING_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[None]:
-    """``model`` in eval mode for the block (batch norm's running statistics, no dropout), its own mode after."""
-    was_training = model.training
-    model.eval()
+    """``model`` in eval mode for the block (batch norm's running statistics, no dropout), its own mode after.
+
+    Blocks on one model in several threads (two evaluations of one model in a service) share the switch: the first
+    in switches to eval, the last out restores the mode the first found (each restoring its own left a model in
+    eval mode, or one thread scoring in training mode while another had restored it, moving batch norm's saved
+    statistics)."""
+    with _EVALUATING_LOCK:
+        held = _EVALUATING.get(model)
+        if held is None:
+            held = _EVALUATING[model] = [0, model.training]
+            model.eval()
+        held[0] += 1
     try:
         yield
     finally:
-        model.train(was_training)
+        with _EVALUATING_LOCK:
+            held[0] -= 1
+            if held[0] == 0:
+                del _EVALUATING[model]
+                model.train(held[1])
+
+
+def keeps_rng(device: str | torch.device) -> contextlib.AbstractContextManager:
+    """torch's global random state restored after the block (the CPU's, and on CUDA ``device``'s own): a training
+    run or a benchmark seeds it from its own seed, which replaced the stream of the program that called it."""
+    dev = torch.device(device)
+    devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
 
 
 def keeps_mode(fn: Callable[..., T]) -> Callable[..., T]:

@@ -214,11 +214,15 @@ class ConditionalGAN(nn.Module):
     @torch.no_grad()
     def generate(self, labels: torch.Tensor, seed: int = 0, z: torch.Tensor | None = None) -> torch.Tensor:
         """Images for ``labels`` from the noise of ``seed`` (or ``z``), without gradients, in the current mode;
-        torch's RNG seeded with ``seed`` (dropout in training mode), the caller's restored after.
+        torch's RNG seeded with ``seed`` when a module trains (dropout), the caller's restored after; untouched in eval
+        mode.
 
         Shapes: labels (B, C_in, H, W), z (B, Z) or None -> images (B, C_out, H, W) in [0, 1]
         """
-        with _seeded(seed, labels.device):
+        # torch's RNG only where dropout may draw from it (a module in training mode): seeding it in eval mode did
+        # nothing but replace the stream of every other thread (a viewer serving in one, the caller's draws in another)
+        drawing = any(m.training for m in self.generator.modules())
+        with _seeded(seed, labels.device) if drawing else contextlib.nullcontext():
             if z is None:
                 z = self.noise(labels.shape[0], seed, labels.device).to(labels.dtype)  # (B, Z)
             return self.generator(labels, z)

@@ -28,6 +28,8 @@ discriminator only.
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -244,6 +246,11 @@ class Pix2pix(ConditionalGAN):
 
         Shapes: labels (B, C_in, H, W) -> images (B, C_out, H, W) in [0, 1]
         """
+        with _generating(self):  # the modes and hooks below are the model's, shared by every thread
+            return self._generate(labels, seed, z, seeds)
+
+    def _generate(self, labels: torch.Tensor, seed: int, z: torch.Tensor | None, seeds: Sequence[int] | None
+                  ) -> torch.Tensor:
         modes = {m: m.training for m in self.generator.modules()}
         dropouts = [m for m in self.generator.modules() if isinstance(m, nn.Dropout)]
         hooks = []
@@ -265,6 +272,21 @@ class Pix2pix(ConditionalGAN):
                 h.remove()
             for m, training in modes.items():
                 m.training = training
+
+
+_GENERATING: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_GENERATING_LOCK = threading.Lock()
+
+
+def _generating(model: nn.Module) -> threading.RLock:
+    """One lock per model for ``Pix2pix.generate``: two threads generating with one model ran each other's
+    per-image dropout hooks ("The size of tensor a (4) must match the size of tensor b (2)") and flipped each
+    other's dropout modes (a model's lock, not an attribute: models are deep-copied, locks are not)."""
+    with _GENERATING_LOCK:
+        lock = _GENERATING.get(model)
+        if lock is None:
+            lock = _GENERATING[model] = threading.RLock()
+        return lock
 
 
 def _per_image_dropout(module: nn.Dropout, inputs: tuple[torch.Tensor, ...], output: torch.Tensor, *,
