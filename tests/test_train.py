@@ -684,3 +684,24 @@ def test_an_evaluation_that_fails_midway_gives_the_model_back_in_its_own_mode(ki
         else:
             evaluate_segmentation(model, x, (x > 0.5).float(), batch_size=2)
     assert len(calls) == 2 and model.training and all(m.training for m in model.modules())
+
+
+def test_fit_leaves_the_callers_random_stream_as_it_was(tmp_path):
+    """fit seeds torch's RNG from cfg.seed for the run; a notebook's or a sweep's own stream after it was the run's
+    (any two seeds before fit gave the same numbers after it)."""
+    from capsnet.bench import measure_training
+
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 1, "train_size": 32, "test_size": 32})
+    for s in (111, 222):
+        torch.manual_seed(s)
+        fit(TINY, cfg, tmp_path / f"r{s}", device="cpu", progress=False)
+        after = torch.rand(3)
+        torch.manual_seed(s)
+        assert torch.equal(after, torch.rand(3)), s
+    # a benchmark step too (experiments measure each run's peak memory so), and its profiler's log level is unset
+    had = "KINETO_LOG_LEVEL" in os.environ
+    torch.manual_seed(7)
+    measure_training("capsnet", TINY, batch_size=4, repeats=1)
+    after = torch.rand(3)
+    torch.manual_seed(7)
+    assert torch.equal(after, torch.rand(3)) and ("KINETO_LOG_LEVEL" in os.environ) == had

@@ -70,7 +70,7 @@ from torch import nn
 
 from ._config import json_value
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
-from .runtime import compile_model, parse_device, resolve_device
+from .runtime import compile_model, keeps_rng, parse_device, resolve_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
            "measure_training", "format_table", "write_record", "alternate", "model_variant"]
@@ -337,9 +337,14 @@ class _Runner:
             self._run()
             self._sync()
             return torch.cuda.max_memory_allocated(self.device) - before + self.resting_bytes()
-        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the profiler's start/stop lines are noise
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-            self._run()
+        set_here = "KINETO_LOG_LEVEL" not in os.environ  # above USDT (5): the profiler's start/stop lines are noise;
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # the caller's environment as it was after
+        try:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+                self._run()
+        finally:
+            if set_here:
+                os.environ.pop("KINETO_LOG_LEVEL", None)
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
         events.sort(key=lambda e: e.start_ns())
         live = peak = 0
@@ -385,6 +390,13 @@ def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: 
     """Training images/s (median of ``repeats`` steps after one untimed) and peak tensor memory (MB) of one step
     of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images (``bf16``:
     under bfloat16 autocast; ``compile``: compiled, as ``capsnet.train.compile_model``)."""
+    with keeps_rng(device):  # the caller's random stream after, not the benchmark's seed
+        return _measure_training(name, config, batch_size=batch_size, repeats=repeats, device=device, seed=seed,
+                                 bf16=bf16, compile=compile)
+
+
+def _measure_training(name: str, config: Any, *, batch_size: int, repeats: int, device: str, seed: int, bf16: bool,
+                      compile: bool | str) -> dict[str, float]:
     from .models import model_spec
 
     spec = model_spec(name)

@@ -51,7 +51,7 @@ from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
-from .runtime import AMP_MODES, autocast, compile_model, resolve_device
+from .runtime import AMP_MODES, autocast, compile_model, keeps_rng, resolve_device
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
            "NonFiniteLoss", "ResumeError",
@@ -764,6 +764,12 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     it. A process group the caller initialised is used and left to them;
     one ``fit`` creates, it destroys.
 
+    torch's global random state is seeded from ``cfg.seed`` for the run and
+    the caller's restored after. Ctrl-C and SIGTERM are caught (a save, then
+    a stop) when ``fit`` runs on the main thread; on another thread, where
+    Python delivers no signal, the run goes on to its end (a process killed
+    meanwhile resumes from its last save).
+
     ``data``: (training split, test split) to train and score on instead of
     ``cfg.dataset``'s own, which then only names the task whose batches and
     augmentation they take (the synthesis experiment trains classifiers on
@@ -778,7 +784,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
-        with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock:
+        with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(dev):  # the caller's RNG after
             return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
                         save_every_s, stop, on_epoch, lock)
     if data is not None:
@@ -796,8 +802,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     ended = None  # the device, once this rank's training ended without an error
     lock = RunLock(run_dir)  # taken by the rank that writes
     try:
-        final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
-                     save_every_s=save_every_s, on_epoch=on_epoch, lock=lock)
+        with keeps_rng(dev):
+            final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
+                         save_every_s=save_every_s, on_epoch=on_epoch, lock=lock)
         ended = dev
         return final
     except (dist.DistError, RuntimeError) as e:
