@@ -458,3 +458,30 @@ def test_a_model_of_ones_own_declares_its_exported_outputs_on_its_output_class(t
         expected = model(x)
     assert torch.allclose(torch.from_numpy(scores), expected.scores, atol=1e-5)
     assert torch.allclose(torch.from_numpy(poses), expected.poses, atol=1e-5)
+
+
+def test_two_threads_exporting_at_once_both_succeed_and_leave_the_warnings_and_logs_as_they_were(tmp_path):
+    """torch.export is not re-entrant across threads: both exports failed "cannot trace it (AssertionError:
+    ProxyTorchDispatchMode slot already occupied)", blaming the model, and the overlapping warning filters and log
+    levels left FutureWarning ignored and two loggers muted for the rest of the process."""
+    import logging
+    import threading
+    import warnings
+
+    filters, levels = list(warnings.filters), [logging.getLogger(n).level for n in ("torch.onnx", "onnxscript")]
+    errors = []
+
+    def go(k):
+        try:
+            torch.manual_seed(k)
+            export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / f"m{k}.pt2", format="torch-export")
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=go, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and sorted(p.name for p in tmp_path.iterdir()) == ["m0.pt2", "m1.pt2"], errors
+    assert warnings.filters == filters
+    assert [logging.getLogger(n).level for n in ("torch.onnx", "onnxscript")] == levels

@@ -51,6 +51,7 @@ import io
 import logging
 import os
 import re
+import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -192,10 +193,21 @@ class Traced:
         return self.module.label
 
 
+# held by every tracing and export section: torch.export is not re-entrant across threads (two exports at once
+# both failed "ProxyTorchDispatchMode slot already occupied", blamed on the model), and the warning filters and
+# log levels _quiet sets are the process's (two overlapping left FutureWarning ignored and the loggers muted)
+_EXPORTING = threading.RLock()
+
+
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """The exporters' notes that say nothing about this model: deprecations inside torch, and the ONNX registry's
-    'torchvision is not installed' lines (capsnet uses no torchvision operator)."""
+    'torchvision is not installed' lines (capsnet uses no torchvision operator); one thread at a time."""
+    with _EXPORTING:
+        yield from _quieted()
+
+
+def _quieted() -> Iterator[None]:
     # onnxscript logs a version-conversion failure as a traceback and carries on at its own opset: the caller says
     # that in one line instead (_write_onnx)
     logs = [logging.getLogger("torch.onnx"), logging.getLogger("onnxscript")]
