@@ -983,12 +983,18 @@ def test_an_ignored_ctrl_c_stays_ignored_when_training_arms_its_stop():
             assert not stop.asked
             os.kill(os.getpid(), signal.SIGTERM)
             assert stop.asked  # saved then stopped by the loop, as from the parent
+            # a scheduler's SIGTERM to the whole group, then the parent's: one stop, not a stop before the save
+            os.kill(os.getpid(), signal.SIGTERM)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, before)
-    with SaveThenStop(True) as stop:  # started with the default Ctrl-C: it is taken, as ever
+    with SaveThenStop(True) as stop:  # started with the default Ctrl-C: it is taken, and a second signal stops
         stop.arm()
         assert signal.getsignal(signal.SIGINT) == stop._handler
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at once; never reached
 
 
 def test_sigterm_to_an_experiment_with_workers_is_its_ctrl_c():
@@ -1007,7 +1013,7 @@ def test_sigterm_to_an_experiment_with_workers_is_its_ctrl_c():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent"])
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent", "sigterm to the group"])
 def test_an_experiment_with_workers_stopped_saves_every_run_in_progress(tmp_path, data_root, how):
     """README: Ctrl-C or SIGTERM loses nothing. With --jobs 2 a terminal's Ctrl-C (the whole group) or a SIGTERM to
     the parent left the runs in progress with no checkpoint (a review, 2026-11-30)."""
@@ -1028,8 +1034,8 @@ def test_an_experiment_with_workers_stopped_saves_every_run_in_progress(tmp_path
         time.sleep(0.1)
     time.sleep(3)  # into the first epoch of both (250 steps each)
     assert not any((r / "last.safetensors").exists() for r in runs), "an epoch ended first: make the epochs longer"
-    if how == "ctrl-c to the group":
-        os.killpg(proc.pid, signal.SIGINT)
+    if how.endswith("to the group"):  # a terminal's Ctrl-C; a scheduler's or timeout's stop
+        os.killpg(proc.pid, signal.SIGINT if how.startswith("ctrl-c") else signal.SIGTERM)
     else:
         proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)

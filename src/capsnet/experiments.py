@@ -378,6 +378,7 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
 
 
 _ORPHAN_GRACE_S = 60.0  # how long a worker whose parent was killed may take to save before it leaves
+STOP_GRACE_S = 120.0  # how long a stopped worker may take to reach its next step and save before it is killed
 
 
 def _worker_start(parent: int) -> None:
@@ -459,10 +460,17 @@ class _FreshProcesses:
             pool.shutdown(wait=True)
 
     def stop(self) -> None:
-        """Stop every call still running (their processes terminated) and join them."""
+        """Stop every call still running (SIGTERM: a training run saves where it is, then stops; a worker takes
+        repeated SIGTERMs as one, so a process still there after ``STOP_GRACE_S`` is killed) and join them."""
+        processes = [p for pool in self.pools.values() for p in list(getattr(pool, "_processes", {}).values())]
+        for process in processes:  # no public API to stop a running call
+            process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
         for future, pool in list(self.pools.items()):
-            for process in list(getattr(pool, "_processes", {}).values()):  # no public API to stop a running call
-                process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
             del self.pools[future]
 

@@ -237,25 +237,30 @@ class LastSave:
 
 class SaveThenStop:
     """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
-    resumed exactly) and then stops as an interrupt; a second signal stops at once. ``arm`` installs the handlers
+    resumed exactly) and then stops as an interrupt; a second signal stops at once (but in a process started
+    ignoring Ctrl-C, an experiment's worker, whose parent kills it if the save never comes). ``arm`` installs the handlers
     (at the first epoch, so an interrupt while the data loads stops at once), leaving the block restores the
     previous ones. Off under torchrun (the launcher owns the signals) and off the main thread."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.asked = False
+        self.escalate = True  # a second signal stops at once
         self._old: dict[int, Any] = {}
 
     def arm(self) -> None:
         if self.enabled and not self._old:
             # a signal this process was started ignoring stays ignored (an experiment's worker: a terminal's Ctrl-C
             # reaches the whole group, and the parent's SIGTERM that follows was the second signal, which stopped
-            # the worker before its save; nohup's too)
+            # the worker before its save). Such a process (started ignoring Ctrl-C: a worker, whose parent stops
+            # it) takes every SIGTERM as the one stop: a scheduler's SIGTERM to the whole group and the parent's
+            # that follows are one request; its parent, not a second signal, ends it if the save never comes
+            self.escalate = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
             self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)
                          if signal.getsignal(s) is not signal.SIG_IGN}
 
     def _handler(self, signum: int, frame: Any) -> None:
-        if self.asked:
+        if self.asked and self.escalate:
             raise KeyboardInterrupt
         self.asked = True
 
