@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -230,8 +231,11 @@ def test_an_atomic_write_clears_its_own_paths_temporary_files_that_ended_writers
     left = tmp_path / f".m.onnx.tmp-{dead}-0-abc"  # the ended writer's (its start unknown: the pid decides)
     running = tmp_path / f".m.onnx.tmp-{os.getpid()}-0-def"  # a write in progress here
     other = tmp_path / f".n.onnx.tmp-{dead}-0-ghi"  # another file's: cleared when that file is written
-    for f in (left, running, other):
+    young = tmp_path / f".m.onnx.tmp-{dead + 1}-0-jkl"  # another machine's writer, maybe (its pid means nothing here)
+    for f in (left, running, other, young):
         f.write_bytes(b"x" * 100)
+        if f is not young:  # an hour old: a kill's leftover, not a write in progress elsewhere
+            os.utime(f, (time.time() - 3600, time.time() - 3600))
     atomic_write_text(tmp_path / "m.onnx", "new")
     assert (tmp_path / "m.onnx").read_text() == "new"
-    assert not left.exists() and running.exists() and other.exists()
+    assert not left.exists() and running.exists() and other.exists() and young.exists()
