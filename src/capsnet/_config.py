@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from typing import Any, TypeVar
 
@@ -125,8 +126,8 @@ def check_types(config: Any) -> None:
         object.__setattr__(config, f.name, value)
         if not test(value):
             # a list typed as --model-option decoder_hidden=512,1024 arrives as the string '512,1024'
-            hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" \
-                if f.type == "tuple[int, ...]" and isinstance(value, str) and "," in value else ""
+            hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" if f.type == "tuple[int, ...]" \
+                and isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)+\s*", value) else ""
             raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}{hint}")
 
 

@@ -21,7 +21,8 @@ What is measured:
   does; 10 on CUDA, where the host queues a step while the GPU runs the one
   before, as in a training loop, so the figure is training throughput rather
   than one step's latency (``--steps-per-timing 1`` measures the latter). No
-  step waits for the GPU in its middle: the labels are not range-checked.
+  step waits for the GPU in its middle: the labels are range-checked on the
+  CPU only.
 - ``ratio`` is capsnet's throughput over the baseline's, the median of the
   ratios of steps timed back to back (the order alternates every repeat), so
   load from other processes hits both sides alike.
@@ -261,7 +262,7 @@ def _train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tens
     if isinstance(model, ConvFloor):
         loss = model(images).pow(2).mean()  # a loss that costs next to nothing
     else:  # a registered model's own loss, else capsnet train's (the CapsNet's and the tutorial baseline's): margin
-        # and reconstruction, without a range check of the labels, which would wait for the GPU in every step
+        # and reconstruction, its labels range-checked on the CPU only (on a GPU it would wait in every step)
         loss = (loss_fn or capsnet_loss)(model, images, labels, recon_weight=0.0005)[0]
     loss.backward()
     opt.step()

@@ -73,9 +73,9 @@ def _action(parser: argparse.ArgumentParser, name: str) -> argparse.Action | Non
                  or not a.option_strings and name in (a.metavar, a.dest)), None)
 
 
-def _shipped_model_hint(value: str) -> str:
-    """For a shipped trained model's name given where a registered model is asked for: what it is and how to give
-    it; else ''."""
+def _shipped_model_hint(value: str, command: str) -> str:
+    """For a shipped trained model's name given where a registered model is asked for (``command``'s --model or
+    NAME): what it is and where it goes; else ''."""
     from . import pretrained
 
     name = value[len(pretrained.PREFIX):] if pretrained.is_shipped(value) else value
@@ -84,8 +84,11 @@ def _shipped_model_hint(value: str) -> str:
     from .checkpoint import load_checkpoint
 
     model = load_checkpoint(pretrained.PREFIX + name).model_name
+    use = (f"`--model {model}` trains a new one" if command in ("train", "experiment") else
+           f"`capsnet models {model}` lists its fields")
     return (f"; {pretrained.PREFIX}{name} is a trained model shipped with capsnet, not a model's name: its "
-            f"architecture is {model} (`capsnet models {model}`); give it as --checkpoint {pretrained.PREFIX}{name}")
+            f"architecture is {model} ({use}); eval, viz, figures, export and predict take it as --checkpoint "
+            f"{pretrained.PREFIX}{name}")
 
 
 def _hint(message: str, parser: _Parser) -> str:
@@ -99,7 +102,8 @@ def _hint(message: str, parser: _Parser) -> str:
         action = _action(parser, choice[1])
         if isinstance(action, argparse._SubParsersAction) and (early := _before_the_command(parser, action)):
             return early
-        shipped = _shipped_model_hint(choice[3])
+        shipped = _shipped_model_hint(choice[3], parser.prog.split()[-1]) if choice[1] in ("--model", "--models",
+                                                                                             "NAME") else ""
         if shipped:  # a name from `capsnet models`' shipped table, where an architecture was asked for
             return shipped
         close = difflib.get_close_matches(choice[3], [str(c) for c in (action and action.choices) or ()], n=1,

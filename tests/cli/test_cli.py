@@ -245,10 +245,14 @@ def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_g
                               "train` or its .safetensors file; did you mean pretrained:capsnet-mnist-small, a model "
                               "shipped with capsnet?")
     else:
-        assert_clean_error(r, "; pretrained:capsnet-mnist-small is a trained model shipped with capsnet, not a "
-                              "model's name: its architecture is capsnet (`capsnet models capsnet`); give it as "
-                              "--checkpoint pretrained:capsnet-mnist-small")
+        use = "`--model capsnet` trains a new one" if args[0] == "train" else "`capsnet models capsnet` lists its fields"
+        assert_clean_error(r, f"; pretrained:capsnet-mnist-small is a trained model shipped with capsnet, not a "
+                              f"model's name: its architecture is capsnet ({use}); eval, viz, figures, export and "
+                              f"predict take it as --checkpoint pretrained:capsnet-mnist-small")
         assert "did you mean" not in r.stderr
+    # elsewhere a shipped name is no slip for a model's name: no word of it (--which, --dataset)
+    for other in (["figures", "--which", "capsnet-mnist-small"], ["train", "--dataset", "capsnet-mnist-small"]):
+        assert "shipped" not in in_process(capsys, *other).stderr
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -495,6 +499,9 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--model-option", "decoder_hidden=512, 1024", "--out", tmp_path / "a")
     assert_clean_error(r, "CapsNetConfig.decoder_hidden must be a list of integers, got '512, 1024'; give a JSON "
                           "list, e.g. decoder_hidden=[512,1024]")
+    for typed in ("(512, 1024)", "[512,1024"):  # no list to wrap: no hint that would be wrong JSON again
+        r = in_process(capsys, "train", "--model-option", f"decoder_hidden={typed}", "--out", tmp_path / "a")
+        assert_clean_error(r, f"must be a list of integers, got {typed!r}\n")
     assert not any(tmp_path.iterdir())
 
 

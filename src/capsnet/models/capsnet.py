@@ -462,8 +462,8 @@ def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, c
     loss takes them multi-hot, and each digit is reconstructed from its own
     capsule against its own ``components`` image (section 6), the squared
     errors summed; without components a pair has no reconstruction term.
-    Labels are not range-checked here (that would wait for a GPU every step):
-    the data sets check them when they load.
+    Labels are range-checked on the CPU only (on a GPU the check would wait
+    for the device every step): the data sets check them when they load.
 
     Shapes: images (B, C, H, W); labels (B,) or (B, 2); components (B, 2, C, H, W) or None;
     returns loss (), scores (B, num_classes)
