@@ -112,3 +112,20 @@ def test_a_closed_stream_counts_as_a_log():
     stream = io.StringIO()
     stream.close()
     assert not _progress._is_terminal(stream)
+
+
+def test_a_vanishing_bar_that_runs_past_the_delay_ends_its_log_on_its_last_state(monkeypatch, capsys):
+    """A log got a brief bar's states at the interval but never its last: a 150 s evaluation's log ended at 80%,
+    as if it had stopped there. One done within the delay still writes nothing."""
+    import time
+
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.2)
+    bar = progress_bar(range(8), desc="eval", unit="batch", leave=False)
+    for k in bar:
+        if k < 5:
+            time.sleep(0.1)  # past the delay; the last three steps come at once, within one interval
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and "8/8" in lines[-1], lines
+    _run(3, leave=False)  # done at once: nothing in the log
+    assert capsys.readouterr().err == ""

@@ -64,7 +64,9 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
         brief = not leave if brief is None else brief
         kw = {**kw, "file": _Lines(stream), "mininterval": LOG_INTERVAL_S, "maxinterval": LOG_INTERVAL_S,
               "ascii": True, **({"delay": LOG_INTERVAL_S} if brief else {})}
-        leave = leave or not brief  # a bar a log always gets, it gets to the end (not just its first line)
+        # a log's bar is a record: it ends on its last state (a brief bar that ran past the delay too: left
+        # unfinished, a 150 s evaluation's log ended at 80%); one done within the delay writes nothing still
+        leave = True
     return tqdm(iterable, disable=not progress, leave=leave, **kw)
 
 
