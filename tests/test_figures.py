@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -512,12 +513,17 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
             left = tmp_path / f".lengths.png.tmp-{dead}-{start}-a8b7c6"  # cut short: its process has ended
             # written by an earlier process of the same pid (pid 1 in every container): another start
             reused = tmp_path / f".lengths.png.tmp-{alive.pid}-{start + 12345}-m3n4b5"
-            for p in (mine, left, reused):
+            import time
+
+            young = tmp_path / f".lengths.png.tmp-{dead}-{start}-y0y0y0"  # maybe a writer on another host: too new
+            for p in (mine, left, reused, young):
                 p.write_bytes(b"part of a png")
+                if p is not young:  # an hour old (a temporary file is cleared only once STALE_WRITE_S old)
+                    os.utime(p, (time.time() - 3600, time.time() - 3600))
             if not start:  # no /proc here: the pid alone decides
                 reused.unlink()
             fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
-            assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name, "lengths.png"]
+            assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, young.name, "lengths.png"])
             run = tmp_path / "run"  # a run's folder, as training takes its lock: the same rule
             run.mkdir()
             for p in (run / f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3",
@@ -612,3 +618,15 @@ def test_the_curves_of_a_one_epoch_run_tick_whole_epochs_only():
             lo, hi = ax.get_xlim()
             shown = [t for t in ax.get_xticks() if lo <= t <= hi]
             assert shown == [1.0], shown
+
+
+def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_path, capsys, monkeypatch):
+    """The figures were drawn for 16-22 s with no bar and no line, in a terminal or a log (a review, 2026-11-30)."""
+    from capsnet import _progress
+    from capsnet.figures import write_figures
+
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # a log line at every figure
+    done = write_figures(run_dir, out=tmp_path / "figs", root=data_root, indices=[3], device="cpu", progress=True)
+    err = capsys.readouterr().err
+    assert f"figures: {len(done.files)} figures [" in err.splitlines()[-1], err
+    assert "figures: 1 figures [" in err  # ticked as each was written

@@ -5,10 +5,12 @@ Each ``plot_*`` function draws arrays from ``capsnet.figures.arrays``;
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
@@ -319,6 +321,19 @@ def plot_multimnist(images: torch.Tensor, rec: PairReconstructions, labels: torc
     return fig
 
 
+_DRAWING: contextvars.ContextVar[Any] = contextvars.ContextVar("capsnet_figures_bar", default=None)
+
+
+@contextlib.contextmanager
+def drawing(bar: Any) -> Iterator[None]:
+    """Inside the block every ``save_figure`` ticks ``bar`` (a progress bar of the figures written)."""
+    token = _DRAWING.set(bar)
+    try:
+        yield
+    finally:
+        _DRAWING.reset(token)
+
+
 def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) via a temporary file, so no partial file is left.
 
@@ -338,4 +353,7 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
             fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.1)  # no clipped labels
 
     atomic_write(path, write)
+    bar = _DRAWING.get()
+    if bar is not None:
+        bar.update(1)
     return path

@@ -13,12 +13,13 @@ from ..checkpoint import (Checkpoint, CheckpointError, check_out_dir, load_check
                           saved_point)
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..average import weights_tag
+from .._progress import progress_bar
 from ..evaluate import load_model
 from ..models import is_segmentation, model_name, model_spec
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
-from .plots import (BARELY_MOVES, FORMATS, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
+from .plots import (BARELY_MOVES, FORMATS, drawing, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
                     plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
 from .segmentation import Segmentations, capsule_maps, plot_capsule_maps, plot_segmentations, segment
 from .synthesis import (generator_maps, interpolate_noise, plot_gan_curves, plot_interpolation, plot_samples,
@@ -213,6 +214,16 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         dataset = sample if sample != trained_on else None  # none for it: the run's own, as for any run
     out = Path(out) if out else _default_out(checkpoints[0], weights)
     check_out_dir(out, "figures", error=FigureError)  # before the figures' work, not at their first save
+    # one bar over the drawing, a figure a tick (16-22 s of it showed nothing, in a terminal or a log)
+    with progress_bar(desc="figures", unit=" figures", progress=progress, leave=False) as bar, drawing(bar):
+        return _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
+                     dims=dims, deltas=deltas, misclassified=misclassified, fmt=fmt, dpi=dpi, progress=progress,
+                     unused=unused)
+
+
+def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, deltas, misclassified: int,
+          fmt: str, dpi: int, progress: bool, unused: Callable[..., list[str]]) -> FiguresWritten:
+    """``write_figures``' drawing, once its inputs are checked."""
     if model_spec(model_name(model.config)).kind == "synthesis":
         if dims is not None:
             raise FigureError("--dims chooses class-capsule dimensions to sweep; a synthesis model has no class "
