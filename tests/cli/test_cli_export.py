@@ -65,6 +65,8 @@ def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_pat
     r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--format", "torch-export")
     assert r.returncode == 0, r.stderr
     assert f"wrote {tmp_path / 'last.pt2'} (" in r.stdout and "torch.export program" in r.stdout
+    # seconds of tracing and checking are said first, on stderr (the report alone on stdout)
+    assert r.stderr.startswith(f"exporting {tmp_path} as a torch.export program: tracing the model, then checking")
     program = torch.export.load(str(tmp_path / "last.pt2")).module()
     for images in (digits[:1], digits):
         with torch.no_grad():
