@@ -236,7 +236,7 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
     assert (out / "capsnet" / "last.safetensors").stat().st_mtime_ns == stamp
     assert _results(out) == rows
     said = capsys.readouterr().out  # and each run says so
-    assert said.count("(finished before: its figures read back)") == 2
+    assert said.count("(finished: its figures read back)") == 2
     assert f"[2/2] baseline on multimnist, seed 0, 96 training examples, 1 epoch -> {out / 'baseline'} (finished" in said
 
     # eval recomputes the final test figure from the checkpoint
@@ -651,7 +651,7 @@ def test_the_routing_experiment_compares_one_network_under_each_routing(tmp_path
     assert em["routing"] == "em" and em["conv1_channels"] == 8 and em["routing_iterations"] == 2
     assert "| capsnet:em | CapsNet, em routing | mnist-sample |" in (out / "results.md").read_text()
     r = in_process(capsys, *common, "--routing-iterations", "2")
-    assert r.returncode == 0 and r.stdout.count("finished before: its figures read back") == 2
+    assert r.returncode == 0 and r.stdout.count("finished: its figures read back") == 2
 
 
 def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data_root):
@@ -697,12 +697,16 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
     assert out.count("training [") == 2 and "training [1/2] capsnet on mnist-sample, seed 0 in a process" in out
     assert out.index("training [2/2]") < out.index("trained [2/2]")  # each run announced as it starts
-    assert "finished before" not in out  # trained just now, then read back: not called finished before
+    # read back once all trained: announced as read back (it was announced again as starting), never "before"
+    assert out.count("(finished: its figures read back)") == 2 and "finished before" not in out
     torch.set_num_threads(1)  # each worker's share here, with 2 threads or fewer (workers get at least 1)
     try:
         assert main(common + ["--out", str(tmp_path / "sequential")]) == 0
     finally:
         torch.set_num_threads(threads)
+    # without bars, each run's evaluated epochs have their lines, as `capsnet train --no-progress` prints them
+    out = capfd.readouterr().out
+    assert out.count("epoch 1: test accuracy") == 2 and out.index("[2/2]") > out.index("epoch 1: test accuracy"), out
     parallel, sequential = (json.loads((tmp_path / d / "results.json").read_text())["rows"]
                             for d in ("parallel", "sequential"))
     assert len(parallel) == len(sequential) == 2

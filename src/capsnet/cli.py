@@ -1454,7 +1454,13 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     def started(k: int, run: ex.Run, done: bool) -> None:
         print(f"[{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed}, "
               f"{ex.training_examples(run):,} training examples, {_counted(run.train_config.epochs, 'epoch')} "
-              f"-> {run.run_dir}" + (" (finished before: its figures read back)" if done else ""), flush=True)
+              f"-> {run.run_dir}" + (" (finished: its figures read back)" if done else ""), flush=True)
+
+    def epoch_line(run: ex.Run, record: dict[str, Any]) -> None:  # without bars, each evaluated epoch's line
+        from . import gan, train
+
+        synthesis = model_spec(run.model).kind == "synthesis"
+        print(gan.describe_gan_epoch(record) if synthesis else train.describe_epoch(record, run.dataset), flush=True)
 
     def launched(k: int, run: ex.Run) -> None:
         print(f"training [{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed} in a process of its own "
@@ -1469,7 +1475,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
                        compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
-                       on_launch=launched)
+                       on_launch=launched, on_epoch=epoch_line if args.no_progress else None)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -333,8 +334,9 @@ def _finished(run: Run) -> dict[str, Any] | None:
 
 
 def train_run(run: Run, *, device: str = "auto", data_root: str | os.PathLike | None = None, progress: bool = True,
-              compile: bool | str = False) -> dict[str, Any]:
-    """Train one run of a plan, resuming where its directory holds a checkpoint; its final epoch's record."""
+              compile: bool | str = False, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Train one run of a plan, resuming where its directory holds a checkpoint; its final epoch's record.
+    ``on_epoch(record)``: called with each evaluated epoch's record (the CLI's lines without progress bars)."""
     resume = (run.run_dir / "last.safetensors").exists()
     if model_spec(run.model).kind == "synthesis":
         from .gan import fit_gan
@@ -342,9 +344,10 @@ def train_run(run: Run, *, device: str = "auto", data_root: str | os.PathLike | 
 
         return fit_gan(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root,
                        resume=resume, progress=progress, judge=None if resume else judge_for(run.dataset),
-                       compile=compile)
+                       compile=compile, on_epoch=on_epoch)
     return fit(run.model_config, run.train_config, run.run_dir, device=device, data_root=data_root, resume=resume,
-               progress=progress, compile=compile, distributed=False)  # one process trains a plan's runs in turn
+               progress=progress, compile=compile, distributed=False,  # one process trains a plan's runs in turn
+               on_epoch=on_epoch)
 
 
 def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool | str, int, bool]) -> int:
@@ -567,7 +570,7 @@ def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None)
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
              progress: bool = True, on_start=None, on_done=None, compile: bool | str = False, jobs: int = 1,
-             keep_memory: bool = False, on_trained=None, on_launch=None) -> list[dict[str, Any]]:
+             keep_memory: bool = False, on_trained=None, on_launch=None, on_epoch=None) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
     ``on_start(k, run, done)`` is called before run k is trained or read back (``done``: it had finished before this
@@ -576,7 +579,8 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     runs still to train are first trained that many at a time, each in a process of its own with 1/jobs of the
     threads (``keep_memory``: with the allocator kept as ``capsnet.memory.keep_freed_memory`` keeps it), without
     progress bars, ``on_launch(k, run)`` called as each starts and ``on_trained(k, run)`` as each finishes; then
-    every run is read back in order.
+    every run is read back in order (``done`` true for those too). ``on_epoch(run, record)``: called with each
+    evaluated epoch's record of a run trained in this process.
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
@@ -592,11 +596,12 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     memory: dict[tuple, float] = {}  # (model, data set, amp) -> peak MB of a training step as the runs trained
     for k, run in enumerate(runs):
         final = finished[k] if finished[k] is not None or not todo else _finished(run)  # read again if trained above
-        if on_start is not None:
-            on_start(k, run, finished[k] is not None)
+        if on_start is not None:  # read back: finished before, or just now in a process of its own
+            on_start(k, run, final is not None)
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
-            final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile)
+            final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile,
+                              on_epoch=None if on_epoch is None else functools.partial(on_epoch, run))
         size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": num_weights(run.model_config),
