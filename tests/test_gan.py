@@ -607,8 +607,16 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
                                                      ("pix2pix", "fashion-silhouette")]
     rows = run_plan(runs, device="cpu", data_root=data_root, progress=False)
     assert all(r["generate_images_per_s"] > 0 and r["generator_weights"] < r["weights"] for r in rows)
-    probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
+    said, epochs = [], []  # each probe named as it starts (its bars alone read as the generator training again)
+    probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False,
+                                  say=said.append, on_epoch=epochs.append)
     assert [p["trained_on"] for p in probes] == ["real", "capspix2pix", "pix2pix"]
+    assert said == [f"probe [1/3] a CapsNet trained on the real training images of fashion-silhouette, tested on "
+                    f"real ones -> {tmp_path / 'probes' / 'fashion-silhouette' / 'real'}",
+                    *(f"probe [{k}/3] a CapsNet trained on {m}'s generated images of fashion-silhouette, tested on "
+                      f"real ones -> {tmp_path / 'probes' / 'fashion-silhouette' / (m + '-1ep')}"
+                      for k, m in ((2, "capspix2pix"), (3, "pix2pix")))]
+    assert [e["epoch"] for e in epochs] == [1, 1, 1]
     assert all(p["train_size"] == 16 for p in probes)
     from capsnet.evaluate import evaluate_checkpoint
 
@@ -634,8 +642,10 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     with monkeypatch.context() as m:
         for module, name in ((synthesis, "generate"), (tasks, "load_training"), (tasks, "load_test")):
             m.setattr(module, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} called on a read-back"))
+        said.clear()
         assert synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root,
-                                    progress=False) == probes
+                                    progress=False, say=said.append) == probes
+        assert len(said) == 3 and all(line.endswith(" (finished: its figures read back)") for line in said)
     # a generator trained on makes other images: its probe is trained afresh, not read back from the one before
     # (which stays); the probe of the real images is read back
     longer = plan("synthesis", tmp_path, train=dataclasses.replace(train, epochs=2), configs=configs,

@@ -1482,10 +1482,14 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         ex.write_results(rows, out, args.command_line)
     probe_epochs = getattr(args, "probe_epochs", 3)
     if args.name == "synthesis" and probe_epochs:  # train on synthetic, test on real
+        from .train import describe_epoch
+
         for d in dict.fromkeys(r.dataset for r in runs if task(r.dataset).num_classes < 2):
             print(f"note: {d} has no classes, so no classifier is trained on its generated images (--probe-epochs)")
         rows += ex.synthetic_probe_rows(runs, out, epochs=probe_epochs, device=args.device, data_root=args.data_dir,
-                                        progress=not args.no_progress)
+                                        progress=not args.no_progress, say=lambda line: print(line, flush=True),
+                                        on_epoch=(lambda r: print(describe_epoch(r, "mnist"), flush=True))
+                                        if args.no_progress else None)
         ex.write_results(rows, out, args.command_line)
     print(ex.format_routing_table(rows) if args.name == "routing" else ex.format_segmentation_table(rows)
           if args.name == "segmentation" else ex.format_synthesis_table(rows) if args.name == "synthesis" else

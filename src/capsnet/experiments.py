@@ -731,7 +731,9 @@ def _generation_speed(run: Run, device: str, data_root: str | os.PathLike | None
 
 
 def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs: int, device: str = "auto",
-                         data_root: str | os.PathLike | None = None, progress: bool = True) -> list[dict[str, Any]]:
+                         data_root: str | os.PathLike | None = None, progress: bool = True,
+                         say: Callable[[str], None] | None = None,
+                         on_epoch: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Train on synthetic, test on real: for each data set of ``runs``, a CapsNet of ``PROBE``'s sizes trained on
     the real training images, and one trained only on the images each run's generator makes (noise seed 0) from
     the label maps of the same training images; each scored on the real test images after its final epoch. A data
@@ -741,7 +743,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     size and seed, with the plain task's shift augmentation. Each probe is a run directory under
     ``out/probes/DATASET``: ``real``, and ``RUN-Eep`` for the images of the generator of the run in folder RUN (its
     model's name, or NAME-ROUTING-routing for NAME:ROUTING) after its E epochs (a finished one is read back, and then
-    neither its images are generated nor the data sets read).
+    neither its images are generated nor the data sets read). ``say(line)``: told which probe starts or is read
+    back (its bars alone read as the generator training again); ``on_epoch(record)``: each evaluated epoch's record.
     """
     import functools
 
@@ -776,11 +779,15 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
             identity = _generator_identity(ckpt)
             made[run.label] = (f"{run.run_dir.name}-{ckpt.state.get('epoch')}ep",
                                functools.partial(generated, run, identity), identity, run.run_dir)
-        for trained_on, (folder, images, identity, generator_dir) in made.items():
+        for n, (trained_on, (folder, images, identity, generator_dir)) in enumerate(made.items()):
             probe_dir = Path(out) / "probes" / dataset / folder
             probe = Run("synthesis-probe", "capsnet", source, cfg.seed, CapsNetConfig(**PROBE), cfg, probe_dir)
             _check_probe_generator(probe_dir, identity, generator_dir)
             final = _finished(probe)
+            if say is not None:
+                what = "the real training images" if trained_on == "real" else f"{trained_on}'s generated images"
+                say(f"probe [{n + 1}/{len(made)}] a CapsNet trained on {what} of {dataset}, tested on real ones -> "
+                    f"{probe_dir}" + (" (finished: its figures read back)" if final is not None else ""))
             if final is None:
                 if identity is not None:  # which generator's images it learns from, checked when it is read back
                     probe_dir.mkdir(parents=True, exist_ok=True)
@@ -788,7 +795,7 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                 pairs, _, test = data()
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(), distributed=False,
-                            data=(Split(images(), pairs.labels, pairs.classes), test))
+                            data=(Split(images(), pairs.labels, pairs.classes), test), on_epoch=on_epoch)
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
                          "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,
                          "test_accuracy": final["test_accuracy"], "run_dir": str(probe_dir)})
