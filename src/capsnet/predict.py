@@ -58,13 +58,14 @@ class Predictions:
 
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
-          styleable: bool = False) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          styleable: bool = False, progress: bool = False) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
     message points to --mnist-style (a model trained on MNIST's digits)."""
     arrays, paths = {}, png_files(images_dir, "images", paired=False)
-    for stem, path in paths.items():
+    # a bar: 300 photos took 65 s to read with nothing shown
+    for stem, path in progress_bar(paths.items(), desc="read", unit="image", leave=False, progress=progress):
         if styled:
             try:
                 x = photos.mnist_style(read_png(path), (channels, *size))
@@ -217,7 +218,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
                          f"--mnist-style")
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
-                          styled=mnist_style, styleable=as_mnist)
+                          styled=mnist_style, styleable=as_mnist, progress=progress)
     notes = []
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
@@ -257,6 +258,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         written[folder / PREDICTIONS_FILE] = text.getvalue().encode()
     folder.mkdir(parents=True, exist_ok=True)
     replaced = [p for p in written if p.exists()]
-    for path, data in written.items():
+    for path, data in progress_bar(written.items(), desc="write", unit="file", leave=False, progress=progress,
+                                   total=len(written)):
         atomic_write(path, lambda f, data=data: f.write(data))
     return Predictions(kind, folder, list(written), rows, replaced, notes)

@@ -282,7 +282,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)
     files = png_files(Path(labels_dir), "label maps", paired=False)
     arrays = {}
-    for stem, path in files.items():
+    for stem, path in progress_bar(files.items(), desc="read", unit="label map", leave=False, progress=progress):
         a = label_map_array(path)
         if a.shape != want:
             raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
@@ -301,13 +301,16 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written, replaced = [], []
-    for s, batch in images.items():
-        for stem, image in zip(arrays, batch):
-            path = folder / f"{stem}_seed{s}.png"
-            if path.exists():
-                replaced.append(path)
-            _write_png(path, image, atomic_write)
-            written.append(path)
+    with progress_bar(total=len(images) * len(arrays), desc="write", unit="image", leave=False,
+                      progress=progress) as bar:
+        for s, batch in images.items():
+            for stem, image in zip(arrays, batch):
+                path = folder / f"{stem}_seed{s}.png"
+                if path.exists():
+                    replaced.append(path)
+                _write_png(path, image, atomic_write)
+                written.append(path)
+                bar.update(1)
     return GeneratedFiles(folder, written, replaced)
 
 
