@@ -404,6 +404,14 @@ def test_a_few_pairs_held_out_unevenly_are_said_with_the_way_to_choose_them(tmp_
     assert (f"capsnet train: warning: --dataset folder:{tmp_path / 'few'}: 2 of its 3 pairs are held out for testing "
             f"(chosen by file name: one in five on average, unevenly for a few pairs), so the run trains on 1; put the "
             f"test pairs in {tmp_path / 'few' / 'test'} to choose them") in err
+    # subsets cut by --train-size or --test-size are no measure of the split (615 of 871 was the usual fifth)
+    from capsnet.train import TrainConfig, budget_warnings
+
+    for sizes in ({"train_size": 1}, {"test_size": 2}):
+        cfg = TrainConfig(dataset=f"folder:{tmp_path / 'few'}", batch_size=1, epochs=1, **sizes)
+        assert not [w for w in budget_warnings(cfg, 1, 2) if "held out" in w]
+    assert [w for w in budget_warnings(TrainConfig(dataset=f"folder:{tmp_path / 'few'}", batch_size=1, epochs=1), 1, 2)
+            if "held out" in w]
     mask_pairs(tmp_path / "few" / "test", 2, seed=9)
     assert main(["train", "--dataset", f"folder:{tmp_path / 'few'}", "--out", str(tmp_path / "r2"), *tiny]) == 0
     assert "held out for testing" not in capsys.readouterr().err
