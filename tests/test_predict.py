@@ -289,6 +289,17 @@ def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet
         predict_folder(unet_run, folder, tmp_path / "out", mnist_style=True)
     assert not (tmp_path / "out").exists()
 
+def test_mnist_style_names_a_file_too_large_once(tmp_path, monkeypatch):
+    """ "image F: F is too large to read safely" named the file twice."""
+    from PIL import Image as PILImage
+
+    folder = _folder(tmp_path, {"big": np.full((30, 30), 200, np.uint8)})
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 100)  # 900 pixels: over twice the cap, refused unread
+    with pytest.raises(DataError) as info:
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", mnist_style=True)
+    said = str(info.value)
+    assert said.count("big.png") == 1 and "is too large to read safely" in said, said
+
 
 def _rgb_copy(unet_run, tmp_path):
     """The fixture's U-Net as a model of RGB images: its first kernel split in thirds over three channels, so an

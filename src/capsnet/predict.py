@@ -69,8 +69,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         if styled:
             try:
                 x = photos.mnist_style(read_png(path), (channels, *size))
-            except DataError as e:
-                raise DataError(f"image {path}: {e}") from None
+            except DataError as e:  # named once (a message naming the file already said "image F: F is too large")
+                raise DataError(str(e) if str(path) in str(e) else f"image {path}: {e}") from None
             arrays[stem] = x.mul(255).round_().to(torch.uint8).numpy()
             continue
         # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
