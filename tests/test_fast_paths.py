@@ -438,3 +438,11 @@ def test_evaluating_blocks_on_one_model_in_two_threads_share_the_switch():
     with evaluating(model):  # one block, as ever; a model in eval mode stays so
         assert not model.training
     assert model.training and not model.eval().training
+
+    class Unhashable(torch.nn.Module):  # __eq__ alone makes a class unhashable: the table cannot hold it
+        def __eq__(self, other):
+            return self is other
+    odd = Unhashable().train()
+    with evaluating(odd):
+        assert not odd.training
+    assert odd.training

@@ -102,8 +102,9 @@ def _hint(message: str, parser: _Parser) -> str:
         action = _action(parser, choice[1])
         if isinstance(action, argparse._SubParsersAction) and (early := _before_the_command(parser, action)):
             return early
-        shipped = _shipped_model_hint(choice[3], parser.prog.split()[-1]) if choice[1] in ("--model", "--models",
-                                                                                             "NAME") else ""
+        command = parser.prog.split()[-1]
+        shipped = _shipped_model_hint(choice[3], command) if choice[1] == "--model" or (
+            choice[1] == "NAME" and command == "models") else ""  # (not `capsnet routings NAME`)
         if shipped:  # a name from `capsnet models`' shipped table, where an architecture was asked for
             return shipped
         close = difflib.get_close_matches(choice[3], [str(c) for c in (action and action.choices) or ()], n=1,

@@ -47,6 +47,7 @@ import functools
 import json
 import math
 import os
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
@@ -370,6 +371,9 @@ def _train_in_worker(task: tuple[int, Run, str, str | os.PathLike | None, bool |
         keep_freed_memory()
     try:
         train_run(run, device=device, data_root=data_root, progress=False, compile=compile)
+    except KeyboardInterrupt:  # stopped by the parent's SIGTERM (or its watchdog's), saved where it was: the
+        sys.stdout.flush()  # process ends (the pool's worker would wait for another call, and its parent 120 s)
+        os._exit(130)
     except Exception as e:  # the message crosses back to the parent; the worker's traceback does not
         failed = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
         if isinstance(e, (CheckpointError, DataError)):  # the kinds the CLI says in a line, as with one job
@@ -389,6 +393,9 @@ def _worker_start(parent: int) -> None:
     init, finished their run and waited on their pipe for ever, 400 MB each)."""
     import threading
 
+    from . import train
+
+    train.STOPPED_BY_PARENT = True  # a scheduler's SIGTERM to the group and the parent's after it: one stop
     def watch() -> None:
         import signal
 

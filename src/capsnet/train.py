@@ -235,10 +235,14 @@ class LastSave:
         return f"{self.path} still holds {saved_point(self.state)}"
 
 
+# set in an experiment's worker process (capsnet.experiments), whose parent stops it: repeated signals are one stop
+STOPPED_BY_PARENT = False
+
+
 class SaveThenStop:
     """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
-    resumed exactly) and then stops as an interrupt; a second signal stops at once (but in a process started
-    ignoring Ctrl-C, an experiment's worker, whose parent kills it if the save never comes). ``arm`` installs the handlers
+    resumed exactly) and then stops as an interrupt; a second signal stops at once (but in an experiment's worker,
+    ``STOPPED_BY_PARENT``, whose parent kills it if the save never comes). ``arm`` installs the handlers
     (at the first epoch, so an interrupt while the data loads stops at once), leaving the block restores the
     previous ones. Off under torchrun (the launcher owns the signals) and off the main thread."""
 
@@ -252,10 +256,10 @@ class SaveThenStop:
         if self.enabled and not self._old:
             # a signal this process was started ignoring stays ignored (an experiment's worker: a terminal's Ctrl-C
             # reaches the whole group, and the parent's SIGTERM that follows was the second signal, which stopped
-            # the worker before its save). Such a process (started ignoring Ctrl-C: a worker, whose parent stops
-            # it) takes every SIGTERM as the one stop: a scheduler's SIGTERM to the whole group and the parent's
-            # that follows are one request; its parent, not a second signal, ends it if the save never comes
-            self.escalate = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+            # the worker before its save). A worker takes every SIGTERM as the one stop: a scheduler's SIGTERM to
+            # the whole group and the parent's that follows are one request; its parent, not a second signal, ends
+            # it if the save never comes
+            self.escalate = not STOPPED_BY_PARENT
             self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)
                          if signal.getsignal(s) is not signal.SIG_IGN}
 

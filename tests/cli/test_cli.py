@@ -251,7 +251,8 @@ def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_g
                               f"predict take it as --checkpoint pretrained:capsnet-mnist-small")
         assert "did you mean" not in r.stderr
     # elsewhere a shipped name is no slip for a model's name: no word of it (--which, --dataset)
-    for other in (["figures", "--which", "capsnet-mnist-small"], ["train", "--dataset", "capsnet-mnist-small"]):
+    for other in (["figures", "--which", "capsnet-mnist-small"], ["train", "--dataset", "capsnet-mnist-small"],
+                  ["routings", "capsnet-mnist-small"]):
         assert "shipped" not in in_process(capsys, *other).stderr
 
 
