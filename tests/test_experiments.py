@@ -925,8 +925,14 @@ def test_the_peak_memory_of_a_routing_table_is_measured_as_its_runs_trained(tmp_
     train = TrainConfig(epochs=1, batch_size=32, train_size=32, test_size=32, amp="bf16")
     runs = plan("routing", tmp_path, train=train, configs=NARROW_CAPS, models=["capsnet"], datasets=["mnist-sample"],
                 seeds=[0])
-    run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager")
+    rows = run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager")
     assert [(k["bf16"], k["compile"], k["batch_size"]) for k in seen] == [(True, "aot_eager", 32)]
+    # read back, the row's figure is the one measured as it trained, kept in its folder (each read-back measured
+    # it again, silently: 12 s a SegCaps row); measured again under another compilation
+    assert run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager") == rows
+    assert len(seen) == 1 and (runs[0].run_dir / "measured.json").is_file()
+    run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    assert [k["compile"] for k in seen] == ["aot_eager", False]
 
 
 def test_less_data_steps_0_with_epochs_is_the_epoch_budget_not_a_conflict(tmp_path, capsys, monkeypatch):

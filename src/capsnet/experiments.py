@@ -614,18 +614,31 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                "train_size": size, "epochs": run.train_config.epochs, "weights": num_weights(run.model_config),
                "run_dir": str(run.run_dir)}
         if synthesis:
-            row |= {"generator_weights": run.model_config.generator_weights,
-                    "generate_images_per_s": _generation_speed(run, device, data_root)}
-        elif run.experiment in ("routing", "segmentation"):
-            key = (run.label, run.dataset, run.train_config.amp)
-            if key not in memory:  # under the run's autocast and compilation (fp32 eager before, whatever it trained)
-                from .bench import measure_training
-                from .runtime import resolve_device
+            from .runtime import resolve_device
 
-                memory[key] = measure_training(run.model, run.model_config, batch_size=run.train_config.batch_size,
-                                               repeats=1, device=str(resolve_device(device)),
-                                               bf16=run.train_config.amp == "bf16", compile=compile)["peak_mem_mb"]
-            row["peak_mem_mb"] = memory[key]
+            row |= {"generator_weights": run.model_config.generator_weights,
+                    "generate_images_per_s": _measured_once(
+                        run, "generate_images_per_s", {"device": str(resolve_device(device)),
+                                                       "images": GENERATION_SPEED_IMAGES},
+                        lambda: _generation_speed(run, device, data_root))}
+        elif run.experiment in ("routing", "segmentation"):
+            from .runtime import resolve_device
+
+            key = (run.label, run.dataset, run.train_config.amp)
+            dev = str(resolve_device(device))
+
+            def peak() -> float:  # under the run's autocast and compilation (fp32 eager before, whatever it trained)
+                if key not in memory:
+                    from .bench import measure_training
+
+                    memory[key] = measure_training(run.model, run.model_config,
+                                                   batch_size=run.train_config.batch_size, repeats=1, device=dev,
+                                                   bf16=run.train_config.amp == "bf16",
+                                                   compile=compile)["peak_mem_mb"]
+                return memory[key]
+            row["peak_mem_mb"] = _measured_once(run, "peak_mem_mb", {
+                "device": dev, "batch_size": run.train_config.batch_size, "amp": run.train_config.amp,
+                "compile": compile or False}, peak)
         rows.append(row | final)
         if on_done is not None:
             on_done(rows)
@@ -707,6 +720,30 @@ def format_segmentation_table(rows: Sequence[dict[str, Any]]) -> str:
 
 # how many test label maps the synthesis table's generation speed is timed on (after an untimed call on 64)
 GENERATION_SPEED_IMAGES = 256
+
+
+MEASURED = "measured.json"  # in a run's folder: its row's memory or speed, measured once with what it depends on
+
+
+def _measured_once(run: Run, what: str, identity: dict[str, Any], measure: Callable[[], float]) -> float:
+    """A figure of ``run``'s row (a training step's peak memory, the generator's images/s), measured the first time
+    the row is made and kept in RUN/measured.json with ``identity`` (the device, batch, autocast, compilation it was
+    measured under): a read-back of a finished run takes it from there (each measured it again, silently: 12 s a
+    SegCaps row, minutes at full size, and a speed that moved between two read-backs of one table)."""
+    path = run.run_dir / MEASURED
+    try:
+        kept = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):  # unreadable: measured again, and written whole
+        kept = {}
+    kept = kept if isinstance(kept, dict) else {}
+    entry = kept.get(what)
+    if isinstance(entry, dict) and entry.get("identity") == identity and isinstance(entry.get("value"), (int, float)) \
+            and not isinstance(entry.get("value"), bool):
+        return float(entry["value"])
+    value = float(measure())
+    kept[what] = {"identity": identity, "value": value}
+    atomic_write_text(path, json.dumps(kept, indent=2, sort_keys=True))
+    return value
 
 
 def _generation_speed(run: Run, device: str, data_root: str | os.PathLike | None) -> float:
