@@ -1260,7 +1260,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
         print(note + done.format())
         _say_training_weights(args)
-    print(f"\nwritten {out}")
+    print(f"\nwrote {out}")
     return 0
 
 
@@ -1512,7 +1512,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return list(dict.fromkeys(values))
 
     rows = run_grid(batch_sizes=once(args.batch_size), rounds=once(args.routing_iterations), dtypes=once(args.dtype),
-                    on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {r} routing rounds, {d} ...",
+                    on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {_counted(r, 'routing round')}, {d} ...",
                                                    file=sys.stderr, flush=True),
                     devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
                     baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,

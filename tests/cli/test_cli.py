@@ -414,7 +414,7 @@ def test_an_eval_report_that_cannot_be_written_still_shows_its_figures(trained_r
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "20",
                    "--no-progress")
     assert r.returncode == 2 and "No space left on device" in r.stderr
-    assert "accuracy" in r.stdout and "written" not in r.stdout
+    assert "accuracy" in r.stdout and "wrote" not in r.stdout
 
 
 def test_more_test_examples_than_there_are_is_refused_as_too_many_training_ones_are(trained_run, tmp_path, capsys):
