@@ -19,6 +19,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
@@ -55,6 +56,9 @@ class Predictions:
     rows: list[dict] = field(default_factory=list)
     replaced: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the user may want to know (images unlike the training set)
+
+
+T = TypeVar("T")
 
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
@@ -120,14 +124,16 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, source: str, arrays: dic
 
 @torch.no_grad()
 def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[str, Path], batch_size: int,
-             progress: bool) -> dict[str, np.ndarray]:
-    """Each image's foreground probabilities (H, W) float32; images of one size go through together, as many at a
-    time as the model's evaluation batch holds at its training size (a 512x512 image is 64 of 64x64)."""
+             progress: bool, made: Callable[[str, np.ndarray], T]) -> dict[str, T]:
+    """``made(stem, probabilities)`` of each image's foreground probabilities (H, W) float32, called as each batch
+    is done (what it keeps, not the float maps, is held until the end: the maps of 10,000 512x512 scans were 10 GB);
+    images of one size go through together, as many at a time as the model's evaluation batch holds at its
+    training size (a 512x512 image is 64 of 64x64)."""
     cfg, dev = model.config, next(model.parameters()).device
     by_size: dict[tuple[int, ...], list[str]] = {}
     for stem, a in arrays.items():
         by_size.setdefault(a.shape[1:], []).append(stem)
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, T] = {}
     bar = progress_bar(total=len(arrays), desc="segment", unit="image", leave=False, progress=progress)
     try:
         for (H, W), stems in by_size.items():
@@ -146,7 +152,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
                                     f"give ({str(e).splitlines()[0][:160]}); crop it into smaller tiles or scale it "
                                     f"down, or predict on a device with more memory (--device)") from None
                 for s, prob in zip(chunk, p[:, 0].float().cpu().numpy()):
-                    out[s] = prob
+                    out[s] = made(s, prob)
                 bar.update(len(chunk))
     finally:
         bar.close()
@@ -240,15 +246,18 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         refuse_case_twins(list(arrays), source, "outputs")
     written: dict[Path, bytes] = {}
     if segmenting:
-        probs = _segment(model, arrays, paths, batch_size, progress)
-        rows = []
-        for stem, p in probs.items():
+        def made(stem: str, p: np.ndarray) -> tuple[dict[Path, bytes], dict]:  # as each batch is done
             mask = p > threshold
-            written[folder / f"{stem}.png"] = _png_bytes(mask.astype(np.uint8) * np.uint8(255))
+            files = {folder / f"{stem}.png": _png_bytes(mask.astype(np.uint8) * np.uint8(255))}
             if probabilities:
-                written[folder / f"{stem}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
-            rows.append({"file": paths[stem].name, "height": p.shape[0], "width": p.shape[1],
-                         "foreground": float(mask.mean()), "mean_probability": float(p.mean())})
+                files[folder / f"{stem}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
+            return files, {"file": paths[stem].name, "height": p.shape[0], "width": p.shape[1],
+                           "foreground": float(mask.mean()), "mean_probability": float(p.mean())}
+
+        rows = []
+        for files, row in _segment(model, arrays, paths, batch_size, progress, made).values():
+            written |= files
+            rows.append(row)
     else:
         rows = _classify(model, ckpt, trained_on, arrays, paths, eval_batch(model, batch_size), progress)
         text = io.StringIO()
