@@ -84,7 +84,8 @@ def _shipped_model_hint(value: str, command: str) -> str:
     from .checkpoint import load_checkpoint
 
     model = load_checkpoint(pretrained.PREFIX + name).model_name
-    use = (f"`--model {model}` trains a new one" if command in ("train", "experiment") else
+    use = (f"`--model {model}` trains a new one" if command == "train" else
+           f"`--models {model}` trains new ones" if command == "experiment" else
            f"`capsnet models {model}` lists its fields")
     return (f"; {pretrained.PREFIX}{name} is a trained model shipped with capsnet, not a model's name: its "
             f"architecture is {model} ({use}); eval, viz, figures, export and predict take it as --checkpoint "
@@ -764,8 +765,8 @@ def _experiment_model(text: str) -> str:
 
     try:
         model_entry(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    except ValueError as e:  # a shipped model's name: what it is ("unknown model 'pretrained'" before)
+        raise argparse.ArgumentTypeError(str(e) + _shipped_model_hint(text, "experiment")) from None
     return text
 
 

@@ -235,7 +235,8 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
 
 
 @pytest.mark.parametrize("args", [["models", "pretrained:capsnet-mnist-small"], ["train", "--model", "capsnet-mnist-small"],
-                                  ["eval", "--checkpoint", "capsnet-mnist-small"]])
+                                  ["eval", "--checkpoint", "capsnet-mnist-small"],
+                                  ["experiment", "routing", "--models", "pretrained:capsnet-mnist-small"]])
 def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_give_it(capsys, args):
     """Copied from `capsnet models`' shipped table: "did you mean 'em-capsnet-small'?", an unrelated architecture,
     or "checkpoint capsnet-mnist-small does not exist" with no word of pretrained:NAME."""
@@ -245,7 +246,8 @@ def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_g
                               "train` or its .safetensors file; did you mean pretrained:capsnet-mnist-small, a model "
                               "shipped with capsnet?")
     else:
-        use = "`--model capsnet` trains a new one" if args[0] == "train" else "`capsnet models capsnet` lists its fields"
+        use = {"train": "`--model capsnet` trains a new one", "experiment": "`--models capsnet` trains new ones",
+               "models": "`capsnet models capsnet` lists its fields"}[args[0]]
         assert_clean_error(r, f"; pretrained:capsnet-mnist-small is a trained model shipped with capsnet, not a "
                               f"model's name: its architecture is capsnet ({use}); eval, viz, figures, export and "
                               f"predict take it as --checkpoint pretrained:capsnet-mnist-small")
