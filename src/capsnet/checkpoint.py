@@ -199,22 +199,17 @@ def _clear_stale_writes_of(path: Path) -> None:
             old = now - tmp.stat().st_mtime >= STALE_WRITE_S
         except OSError:
             continue
-        if (old or not _named_writer(name)) and not _writer_running(name):  # an older capsnet's: no writer named
+        pid, start = _writer(name)
+        if (old or not pid) and not (pid and _running(pid, start)):  # an older capsnet's, no writer named: at once
             tmp.unlink(missing_ok=True)
 
 
-def _named_writer(name: str) -> bool:
-    """Whether a temporary file's name gives its writer's pid (every capsnet since 2026-11-30)."""
-    parts = name.rpartition(".tmp-")[2].split("-")
-    return parts[0].isdigit() and len(parts) > 1
-
-
-def _writer_running(name: str) -> bool:
-    """Whether the writer a temporary file's name gives (``.NAME.tmp-PID-START-...``) still runs here."""
+def _writer(name: str) -> tuple[int, int]:
+    """The writer a temporary file's name gives (``.NAME.tmp-PID-START-...``): its pid (0: none named, a capsnet
+    before 2026-11-30) and start (0: not known)."""
     parts = name.rpartition(".tmp-")[2].split("-")
     pid = int(parts[0]) if parts[0].isdigit() and len(parts) > 1 else 0
-    start = int(parts[1]) if pid and len(parts) > 2 and parts[1].isdigit() else 0
-    return pid > 0 and _running(pid, start)
+    return pid, int(parts[1]) if pid and len(parts) > 2 and parts[1].isdigit() else 0
 
 
 def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
@@ -225,7 +220,8 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     another time: pid 1 in every container). Where a start cannot be read the pid alone decides. A temporary file
     with no pid in its name (a capsnet before 2026-11-30) is removed."""
     for tmp in Path(folder).glob(pattern):
-        if not _writer_running(tmp.name):
+        pid, start = _writer(tmp.name)
+        if not (pid and _running(pid, start)):
             tmp.unlink(missing_ok=True)
 
 
