@@ -19,11 +19,10 @@ def check_tensor(x: object, what: str = "images") -> None:
     """A TypeError unless ``x`` is a tensor: a NumPy array or a list met torch's "'numpy.ndarray' object has no
     attribute 'dim'"."""
     if not isinstance(x, torch.Tensor):
-        fix = f"torch.from_numpy({what.replace(' ', '_')})" if type(x).__module__ == "numpy" else \
-            f"torch.tensor({what.replace(' ', '_')})"
-        raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__module__}.{type(x).__qualname__}: pass {fix}"
-                        if type(x).__module__ != "builtins" else
-                        f"{what} must be a torch.Tensor, got {type(x).__qualname__}: pass {fix}")
+        module, name = type(x).__module__, type(x).__qualname__
+        got = name if module == "builtins" else f"{module}.{name}"
+        make = "torch.from_numpy" if module == "numpy" else "torch.tensor"
+        raise TypeError(f"{what} must be a torch.Tensor, got {got}: pass {make}({what.replace(' ', '_')})")
 
 
 def check_floating(x: torch.Tensor, what: str = "images") -> None:
