@@ -156,3 +156,29 @@ def test_a_changed_tensor_is_caught_by_the_digest(trained_run, data_root, tmp_pa
     ckpt = load_checkpoint(unchecked)
     save_checkpoint(tmp_path / "resaved.safetensors", ckpt)
     assert load_checkpoint(tmp_path / "resaved.safetensors").model_state.keys() == ckpt.model_state.keys()
+
+
+def test_a_configuration_describing_a_far_larger_network_is_refused_before_it_is_built(trained_run, data_root,
+                                                                                       tmp_path, capsys):
+    """A 6 MB checkpoint whose config asks for a decoder of 30,000 x 30,000 units (3.6 GB of weights): eval, the
+    viewer and a resume allocated and initialised all of it before the shapes were compared (or died in the
+    allocator under a memory limit). Its tensors are now checked against the model built on the meta device."""
+    import resource
+    import shutil
+
+    bad = _tamper(trained_run / "best.safetensors", tmp_path / "bad.safetensors",
+                  model_config={"decoder_hidden": [30000, 30000]})
+    message = "holds decoder.net.0.weight of shape (64, 160) where its configuration needs (30000, 160)"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    assert main(["eval", "--checkpoint", str(bad), "--data-dir", str(data_root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    with pytest.raises(CheckpointError, match="needs \\(30000, 160\\)"):
+        load_viewer(bad, data_dir=data_root, progress=False)
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    _tamper(trained_run / "last.safetensors", run / "last.safetensors", model_config={"decoder_hidden": [30000, 30000]})
+    assert main(["train", "--resume", "--epochs", "3", "--out", str(run), "--device", "cpu",
+                 "--data-dir", str(data_root), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 1_000_000  # not 3.6 GB more (KiB)

@@ -26,7 +26,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
-           "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT", "FORMAT_VERSION", "saved_point",
+           "check_fits_before_building", "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT",
+           "FORMAT_VERSION", "saved_point",
            "tensor_digest", "run_file", "unwritable"]
 
 FORMAT = "capsnet-checkpoint"
@@ -563,15 +564,9 @@ def _check_rank_rng(state: dict[str, Any], rng: dict[str, torch.Tensor]) -> None
                          f"at the save)")
 
 
-def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
-    """Copy a checkpoint's weights into ``model``, after checking each against the model's own tensor.
-
-    Every tensor the model has must be there, with its shape, in a floating
-    dtype (int8 weights would load silently, and wrongly) and finite, or an
-    integer one where the model keeps a count (batch norm's); nothing
-    extra may be. A ``CheckpointError`` names the file and the first tensors at fault.
-    """
-    expected = model.state_dict()
+def _check_names_and_shapes(expected: dict[str, torch.Tensor], ckpt: Checkpoint) -> None:
+    """A ``CheckpointError`` unless the checkpoint holds exactly the tensors of ``expected`` (a state dict), each of
+    its shape."""
     saved = ckpt.model_state
     where = f"checkpoint {ckpt.path}"
     missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
@@ -584,6 +579,33 @@ def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
         if got.shape != want.shape:
             raise CheckpointError(f"{where} holds {name} of shape {tuple(got.shape)} where its configuration needs "
                                   f"{tuple(want.shape)}; it is damaged")
+
+
+def check_fits_before_building(build: Callable[[], torch.nn.Module], ckpt: Checkpoint) -> None:
+    """Check a checkpoint's tensors against the model its configuration describes, built on the meta device (no
+    memory, no initialisation), before the model is built for real: a configuration edited or damaged to describe a
+    far larger network (a decoder of 40,000 units in a 6 MB file) is a ``CheckpointError`` here, not gigabytes
+    allocated and initialised first (or an allocator's traceback). ``build`` makes the model; its draws from torch's
+    random generator happen on the meta device, which consumes none."""
+    with torch.device("meta"):
+        model = build()
+    _check_names_and_shapes(model.state_dict(), ckpt)
+
+
+def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
+    """Copy a checkpoint's weights into ``model``, after checking each against the model's own tensor.
+
+    Every tensor the model has must be there, with its shape, in a floating
+    dtype (int8 weights would load silently, and wrongly) and finite, or an
+    integer one where the model keeps a count (batch norm's); nothing
+    extra may be. A ``CheckpointError`` names the file and the first tensors at fault.
+    """
+    expected = model.state_dict()
+    saved = ckpt.model_state
+    where = f"checkpoint {ckpt.path}"
+    _check_names_and_shapes(expected, ckpt)
+    for name, want in expected.items():
+        got = saved[name]
         if not want.is_floating_point():  # a counter such as batch norm's num_batches_tracked: an integer
             if got.is_floating_point() or got.dtype == torch.bool:
                 raise CheckpointError(f"{where} holds {name} as {str(got.dtype).replace('torch.', '')} where its "

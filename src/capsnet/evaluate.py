@@ -17,7 +17,7 @@ from torch import nn
 
 from ._progress import progress_bar
 from .average import WEIGHTS
-from .checkpoint import Checkpoint, load_checkpoint, load_weights, saved_point
+from .checkpoint import Checkpoint, check_fits_before_building, load_checkpoint, load_weights, saved_point
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
@@ -219,7 +219,9 @@ def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", dev
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, which)
     config, _ = saved_configs(ckpt)
-    model = MODELS[ckpt.model_name].build(config)
+    spec = MODELS[ckpt.model_name]
+    check_fits_before_building(lambda: spec.build(config), ckpt)  # a config describing a far larger network
+    model = spec.build(config)
     load_weights(model, ckpt)
     if weights == "training":
         _use_training_weights(model, ckpt)

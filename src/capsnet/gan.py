@@ -67,8 +67,8 @@ from tqdm import tqdm
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, load_weights, read_json_object,
-                         save_checkpoint)
+from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, check_fits_before_building,
+                         load_weights, read_json_object, save_checkpoint)
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
@@ -278,6 +278,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     make_batch = task(cfg.dataset).batch
 
     # 3. Model and optimizers, the same initial weights for the same seed.
+    if ckpt is not None:  # its tensors against its configuration before gigabytes a damaged one may ask for
+        check_fits_before_building(lambda: spec.build(model_config), ckpt)
     torch.manual_seed(cfg.seed)
     model = spec.build(model_config).to(dev)
     opt_g, opt_d = make_optimizers(model, cfg)

@@ -39,8 +39,8 @@ from ._config import JsonConfig, check_types
 from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, load_checkpoint, load_weights,
-                         rank_rng_key, read_json_object, save_checkpoint, saved_point)
+from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
+                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint, saved_point)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -964,6 +964,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     make_batch, augment = task(cfg.dataset).batch, augmentation(cfg.augment, cfg.shift)
 
     # 3. Model and optimizer, same initial weights for the same seed.
+    if ckpt is not None:  # its tensors against its configuration before gigabytes a damaged one may ask for
+        check_fits_before_building(lambda: spec.build(model_config), ckpt)
     torch.manual_seed(cfg.seed)
     model = spec.build(model_config).to(dev)
     if launch is not None:
