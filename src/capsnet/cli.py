@@ -852,11 +852,24 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; the default serves this machine only (0.0.0.0: every network)")
     v.add_argument("--port", type=int, default=5000, help="port to listen on (0: any free port)")
+    v.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a host name others open the viewer by (repeatable); it answers for localhost, IP addresses "
+                        "and this machine's name, and refuses other names (a web page's, pointed at this machine)")
     v.add_argument("--device", default="cpu", type=_device, help="device for the model (cpu, cuda, auto)")
     v.add_argument("--quiet", action="store_true", help="do not log each request")
 
 
 # ------------------------------------------------------------------------------------------ handlers
+
+
+def _loopback(host: str) -> bool:
+    """Whether a bound address serves this machine only (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: localhost is loopback, any other may not be
+        return host == "localhost"
 
 
 def _train_config(typed: dict[str, Any], model: str) -> TrainConfig:
@@ -1555,7 +1568,7 @@ def _cmd_viz(args: argparse.Namespace) -> int:
                          data_dir=args.data_dir,
                          device=str(resolve_device(args.device)), test_size=args.test_size)
     try:
-        server = make_server(viewer, args.host, args.port,
+        server = make_server(viewer, args.host, args.port, allowed_hosts=args.allow_host,
                              log=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     except OSError as e:
         import errno
@@ -1576,6 +1589,10 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     shown_host = "127.0.0.1" if host == "0.0.0.0" else "[::1]" if host == "::" else f"[{host}]" if ":" in host \
         else host  # an IPv6 address in brackets, as URLs write it
     print(f"open http://{shown_host}:{port}/  (Ctrl-C stops)", flush=True)
+    if not _loopback(host):
+        print(f"warning: the viewer listens on {args.host}, reachable from other machines, without a password: anyone "
+              f"who can reach this one sees the model, its checkpoint's path and the test images; --host 127.0.0.1 "
+              f"serves this machine only", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

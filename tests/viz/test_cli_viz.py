@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -45,13 +46,23 @@ def test_viz_serves_a_checkpoint(trained_run, data_root):
         assert "UNTRAINED" not in stop(proc)
 
 
-def test_viz_untrained_says_so():
-    proc, url = start("--untrained")
+def test_viz_untrained_says_so_and_a_viewer_on_every_network_warns():
+    proc, url = start("--untrained", "--host", "0.0.0.0", "--allow-host", "Viewer.Example")
     try:
         info = get(url + "api/info")
         assert info["trained"] is False and info["checkpoint"] is None and info["dataset"] == "mnist-sample"
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        with urllib.request.urlopen(urllib.request.Request(url + "api/info", headers={
+                "Host": f"viewer.example:{port}"}), timeout=30) as r:  # the name it was told
+            assert json.loads(r.read())["dataset"] == "mnist-sample"
+        with pytest.raises(urllib.error.HTTPError) as refused:  # any other
+            urllib.request.urlopen(urllib.request.Request(url + "api/info", headers={"Host": "evil.example"}))
+        assert refused.value.code == 403
     finally:
-        assert "UNTRAINED" in stop(proc)
+        err = stop(proc)
+    assert "UNTRAINED" in err
+    # the server has no password: bound to every interface, the terminal says so (it printed a loopback URL alone)
+    assert "warning: the viewer listens on 0.0.0.0, reachable from other machines, without a password" in err
 
 
 @pytest.mark.skipif("capsnet-mnist-small" not in __import__("capsnet.pretrained").pretrained.names(),

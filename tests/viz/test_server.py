@@ -142,9 +142,9 @@ def test_paths_methods_and_broken_http(server):
     assert request(server, "DELETE", "/api/info")[0] == 405
     assert request(server, "OPTIONS", "/")[0] == 405 and request(server, "HEAD", "/")[0] == 200
     # no Content-Length, a lying Content-Length, garbage instead of HTTP: answered or dropped, never fatal
-    for raw in [b"POST /api/forward HTTP/1.1\r\nHost: x\r\n\r\n",
-                b"POST /api/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"index\": 1}",
-                b"POST /api/forward HTTP/1.1\r\nHost: x\r\nContent-Length: banana\r\n\r\n",
+    for raw in [b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"index\": 1}",
+                b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: banana\r\n\r\n",
                 b"\x16\x03\x01 garbage that is not HTTP\r\n\r\n"]:
         with socket.create_connection(server.server_address[:2], timeout=10) as s:
             s.sendall(raw)

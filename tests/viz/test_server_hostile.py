@@ -82,7 +82,7 @@ def one(srv, raw: bytes, head: bool = False) -> tuple[int, dict[str, str], bytes
 
 
 def post(path: str, body: bytes, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
 
 
@@ -166,11 +166,11 @@ def test_pose_numbers_at_the_bound_are_answered(server):
 def test_other_methods_get_405_with_allow(server, method):
     for path, allow in [("/", "GET, HEAD"), ("/app.js", "GET, HEAD"), ("/api/info", "GET, HEAD"),
                         ("/api/forward", "POST"), ("/api/upload", "POST")]:
-        status, headers, data = one(server, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+        status, headers, data = one(server, f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode(),
                                     head=False)
         assert status == 405 and headers["allow"] == allow, (method, path, status, data)
         assert f"takes {allow.replace(', ', ' or ')}" in error_of(data)
-    status, headers, data = one(server, f"{method} /nope HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    status, headers, data = one(server, f"{method} /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     assert status == 404 and "no such page" in error_of(data)
     assert_alive(server)
 
@@ -203,7 +203,7 @@ def test_head_works_like_get_without_a_body(server):
         assert conn.getresponse().status == 200
     finally:
         conn.close()
-    status, headers, body = one(server, b"HEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n", head=True)
+    status, headers, body = one(server, b"HEAD /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", head=True)
     assert status == 404 and body == b"" and int(headers["content-length"]) > 0
 
 
@@ -215,7 +215,7 @@ CLIENT_HELLO = (b"\x16\x03\x01\x00\xc8\x01\x00\x00\xc4\x03\x03" + bytes(range(32
 
 MALFORMED = [
     (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400),  # the HTTP/2 connection preface (505 would be a 5xx)
-    (b"GET /api/info HTTP/2.0\r\nHost: x\r\n\r\n", 400),
+    (b"GET /api/info HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n", 400),
     (b"GET /api/info HTTP/3.0\r\n\r\n", 400),
     (CLIENT_HELLO, 400),  # https:// to this http:// port
     (bytes(random.Random(0).randrange(256) for _ in range(300)), 400),
@@ -253,7 +253,7 @@ def test_an_http_0_9_request_line_is_answered_at_once_with_a_status_line(server)
 
 
 @pytest.mark.parametrize("raw, fragment", [
-    (b"POST /api/forward HTTP/1.1\r\nHost: x\r\n\r\n", "Content-Length"),
+    (b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "Content-Length"),
     (b"POST /api/forward HTTP/1.1\r\nContent-Length: banana\r\n\r\n", "not a number of bytes"),
     (b"POST /api/forward HTTP/1.1\r\nContent-Length: -5\r\n\r\n", "not a number of bytes"),
     (b"POST /api/forward HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n0123456789", "not a number of bytes"),
@@ -270,7 +270,7 @@ def test_bad_bodies_are_4xx_and_close(server, raw, fragment):
 
 @pytest.mark.parametrize("raw", [
     b"POST /api/forward HTTP/1.1\r\nX-Bad header\r\nContent-Length: 12\r\n\r\n{\"index\": 1}",
-    b"POST /api/forward HTTP/1.1\r\nHost: x\r\n Content-Length: 12\r\n\r\n{\"index\": 1}",  # folded
+    b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\n Content-Length: 12\r\n\r\n{\"index\": 1}",  # folded
 ])
 def test_a_malformed_header_line_is_named_not_taken_for_a_missing_content_length(server, raw):
     """The parser stopped at the bad line and took the rest for a body: the client was told to send the
@@ -312,7 +312,7 @@ def test_the_viewer_listens_on_an_ipv6_address(viewer):
 
 
 def test_empty_lines_before_a_request_are_ignored_and_pipelining_works(server):
-    raw = b"\r\n\r\nGET /api/info HTTP/1.1\r\nHost: x\r\n\r\n" + post("/api/forward", b'{"index": 3}') + \
+    raw = b"\r\n\r\nGET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + post("/api/forward", b'{"index": 3}') + \
         b"GET /nope HTTP/1.1\r\n\r\n"
     got = responses(exchange(server, raw))
     assert [status for status, _, _ in got] == [200, 200, 404]
@@ -352,7 +352,7 @@ def test_listen_backlog_queues_a_burst_before_the_server_accepts(viewer):
         for s in socks:
             s.setblocking(True)
             s.settimeout(30)
-            s.sendall(b"GET /api/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.sendall(b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         for s in socks:
             (status, _, _), = responses(read_all(s))
             assert status == 200
@@ -370,14 +370,14 @@ def test_a_burst_of_clients_connecting_at_once_gets_no_resets(server):
 
     def client(_):
         barrier.wait(timeout=30)
-        return one(server, b"GET /api/info HTTP/1.1\r\nHost: x\r\n\r\n")[0]
+        return one(server, b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0]
 
     with ThreadPoolExecutor(n) as pool:
         assert list(pool.map(client, range(n))) == [200] * n  # a reset would raise ConnectionResetError here
 
 
 def test_an_incomplete_request_is_dropped_after_the_read_timeout(quick):
-    for partial in [b"GET /api/info HTTP/1.1\r\nHost: x\r\n",  # the blank line never comes
+    for partial in [b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # the blank line never comes
                     b"GET /api/in",
                     b"POST /api/forward HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"index\""]:
         with socket.create_connection(quick.server_address[:2], timeout=10) as s:
@@ -391,7 +391,7 @@ def test_an_incomplete_request_is_dropped_after_the_read_timeout(quick):
 
 def test_an_idle_kept_alive_connection_is_closed_quietly(quick):
     with socket.create_connection(quick.server_address[:2], timeout=10) as s:
-        s.sendall(b"GET /api/info HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         time.sleep(0.1)
         first = s.recv(1 << 20)
         assert first.startswith(b"HTTP/1.1 200")
@@ -489,7 +489,7 @@ def _fuzz_case(rng: random.Random) -> tuple[bytes, bool]:
     paths = ["/", "/app.js", "/api/info", "/api/kernels", "/api/forward", "/api/reconstruct", "/api/upload",
              "/nope", "/api/info?x=1", "//api/info", "*", "/../../etc/passwd", "http://x/api/info"]
     if kind == 0:
-        return f"{rng.choice(['GET', 'HEAD'])} {rng.choice(paths)} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), True
+        return f"{rng.choice(['GET', 'HEAD'])} {rng.choice(paths)} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode(), True
     if kind == 1:
         pose = [rng.uniform(-2, 2) for _ in range(16)]
         return post("/api/reconstruct", json.dumps({"capsule": rng.randrange(-2, 12), "pose": pose}).encode()), True
@@ -509,7 +509,7 @@ def _fuzz_case(rng: random.Random) -> tuple[bytes, bool]:
         method = rng.choice(["OPTIONS", "PUT", "DELETE", "PATCH", "TRACE", "CONNECT", "FOO", "get", "G\x01T"])
         body = b"{}" if rng.random() < 0.5 else b""
         extra = f"Content-Length: {len(body)}\r\n" if body else ""
-        return f"{method} {rng.choice(paths)} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode() + body, True
+        return f"{method} {rng.choice(paths)} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode() + body, True
     if kind == 6:
         return rng.choice([b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", CLIENT_HELLO, b"GET /\r\n", b"GET / HTTP/1.1 x\r\n\r\n",
                            b"GET / HTTP/9.9\r\n\r\n", b"\x00" * 50, b"\xff\xfe\xfd\r\n\r\n"]), True
@@ -519,12 +519,12 @@ def _fuzz_case(rng: random.Random) -> tuple[bytes, bool]:
         header = rng.choice(["Content-Length: -1", "Content-Length: abc", "Content-Length: 5\r\nContent-Length: 6",
                              "Transfer-Encoding: chunked", "Content-Length: 1000", "Content-Length: 99999999999",
                              "Expect: 100-continue\r\nContent-Length: 2"])
-        return f"POST {rng.choice(_JSON_PATHS)} HTTP/1.1\r\nHost: x\r\n{header}\r\n\r\n{{}}".encode(), True
+        return f"POST {rng.choice(_JSON_PATHS)} HTTP/1.1\r\nHost: 127.0.0.1\r\n{header}\r\n\r\n{{}}".encode(), True
     if kind == 9:
         return post("/api/upload", rng.choice(_UPLOADS)), True
     if kind == 10:
         # pipelined: an ordinary request, then junk on the same connection
-        return b"GET /api/info HTTP/1.1\r\nHost: x\r\n\r\n" + rng.choice([b"PUT / HTTP/1.1\r\n\r\n", b"\x16\x03\x01",
+        return b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + rng.choice([b"PUT / HTTP/1.1\r\n\r\n", b"\x16\x03\x01",
                                                                          b"GET /api/kernels HTTP/1.1\r\n\r\n"]), True
     if kind == 11:
         fields = rng.choice(['{"index": -1}', '{"class": 3, "nth": -2}', '{"index": 1, "class": 2}', '{"index": "1"}',
@@ -599,3 +599,80 @@ def test_an_uploads_slot_is_free_once_its_body_is_decoded(server, monkeypatch):
     status, _, _ = request(server, "POST", "/api/upload", _png(Image.fromarray(a)))
     assert status == 200 and free == [MAX_UPLOADS_IN_FLIGHT]
     assert server.upload_slots._value == MAX_UPLOADS_IN_FLIGHT  # and after the answer, once only (no double release)
+
+
+# ------------------------------------------------------------------ other names and other pages (a review, 2026-11-30)
+
+
+def test_a_request_for_another_host_name_is_refused(server):
+    """DNS rebinding: a page on evil.example whose name is pointed at 127.0.0.1 sends its own name as Host; the
+    viewer answered it as its own, so the page read /api/info (the checkpoint's path) and every test image."""
+    port = server.server_address[1]
+    for host in ("evil.example", f"evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io"):
+        for method, path, body in (("GET", "/api/info", None), ("GET", "/", None),
+                                   ("POST", "/api/forward", b'{"index": 0}')):
+            status, headers, data = request(server, method, path, body, headers={"Host": host})
+            assert status == 403 and headers["content-type"] == "application/json", (host, path, status)
+            assert "DNS rebinding" in error_of(data) and "--allow-host" in error_of(data)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"app.localhost:{port}", f"[::1]:{port}",
+                 f"10.1.2.3:{port}", f"{socket.gethostname()}:{port}", "localhost."):
+        status, _, data = request(server, "GET", "/api/info", headers={"Host": host})
+        assert status == 200, (host, data)
+    # an HTTP/1.0 request may send no Host at all: a program's, never a browser's
+    status, _, body = one(server, b"GET /api/info HTTP/1.0\r\n\r\n")
+    assert status == 200 and json.loads(body)["dataset"]
+    assert_alive(server)
+
+
+def test_the_names_the_server_was_told_are_answered(viewer):
+    with serving(viewer, allowed_hosts=["Viewer.Example."]) as srv:
+        assert request(srv, "GET", "/api/info", headers={"Host": "viewer.example:80"})[0] == 200
+        assert request(srv, "GET", "/api/info", headers={"Host": "other.example"})[0] == 403
+
+
+def test_a_post_from_another_origin_is_refused(server):
+    """A form or fetch on any site the user visits could POST a text/plain body (no CORS preflight) and make the
+    viewer work; browsers say where such a request comes from in its Origin header."""
+    port = server.server_address[1]
+    for origin in ("https://evil.example", f"http://evil.example:{port}", "null", f"http://127.0.0.1:{port + 1}"):
+        status, _, data = request(server, "POST", "/api/forward", b'{"index": 0}',
+                                  headers={"Origin": origin, "Content-Type": "text/plain"})
+        assert status == 403 and "may not use this viewer" in error_of(data), origin
+    status, _, _ = request(server, "POST", "/api/forward", b'{"index": 0}',
+                           headers={"Origin": f"http://127.0.0.1:{port}", "Content-Type": "application/json"})
+    assert status == 200  # the viewer's own page
+    assert_alive(server)
+
+
+def test_control_characters_of_a_request_line_are_escaped_in_the_log(viewer):
+    """The log printed a request line's escape sequences raw: a client could clear the user's terminal or set its
+    title (CPython's own handler escapes them)."""
+    lines = []
+    with serving(viewer, log=lines.append) as srv:
+        one(srv, b"GET /\x1b]0;pwned\x07\x1b[2J HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    logged = "\n".join(lines)
+    assert "pwned" in logged and "\\x1b]0;pwned\\x07\\x1b[2J" in logged
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in logged.replace("\n", ""))
+
+
+def _progressive_jpeg(extra_scans: int) -> bytes:
+    """A small progressive JPEG, its last scan's header repeated ``extra_scans`` times before the end marker: each is
+    a pass of the decoder over the whole image (360,000 in 4 MiB held a decoder for 15 minutes at 4096x4096)."""
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)).save(
+        buf, "JPEG", progressive=True)
+    data = buf.getvalue()
+    assert data.endswith(b"\xff\xd9")
+    last = data.rfind(b"\xff\xda")
+    header = data[last:last + 2 + int.from_bytes(data[last + 2:last + 4], "big")]
+    return data[:-2] + header * extra_scans + b"\xff\xd9"
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_before_decoding(server):
+    plain = _progressive_jpeg(0)
+    assert 1 < plain.count(b"\xff\xda") < 20  # libjpeg's progressive script: a handful of scans
+    assert request(server, "POST", "/api/upload", plain)[0] == 200
+    status, _, body = request(server, "POST", "/api/upload", _progressive_jpeg(images.MAX_JPEG_SCANS))
+    assert status == 400 and f"scans; the viewer decodes at most {images.MAX_JPEG_SCANS}" in error_of(body)
+    assert "baseline JPEG or as PNG" in error_of(body)
+    assert_alive(server)

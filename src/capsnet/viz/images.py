@@ -26,8 +26,8 @@ from ..data.photos import WORK_SIDE, shrink
 from ..data.png import scale_binary_label_maps, transparent_share
 from .engine import ViewerError
 
-__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "WORK_SIDE",
-           "read_image", "mnist_style", "upload_input", "canvas_input"]
+__all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "MAX_JPEG_SCANS",
+           "WORK_SIDE", "read_image", "mnist_style", "upload_input", "canvas_input"]
 
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads larger than this are refused unread
 MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is decoded
@@ -36,6 +36,11 @@ MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is de
 # RGBA (64 MiB, and 0.6 GB once preprocessed at full size) does not.
 MAX_DECODED_BYTES = 48 * 1024 * 1024
 MAX_CONCURRENT_DECODES = 2  # uploads decoded and preprocessed at once; more wait their turn
+# A JPEG's scans (SOS markers): a progressive one has about 10 (libjpeg's scripts: 6 grey, 10 colour); each scan is a
+# pass over the whole image, so 360,000 empty ones in 4 MiB held a decoder for 15 minutes. 0xFF 0xDA is counted over
+# the whole file: in entropy-coded data every 0xFF is followed by 0x00 or a restart marker, so the count is the scans
+# plus any in metadata (an EXIF thumbnail's), never fewer.
+MAX_JPEG_SCANS = 100
 
 _DECODE_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
@@ -76,6 +81,9 @@ def _open(data: bytes) -> Image.Image:
     if w < 1 or h < 1 or w * h > MAX_UPLOAD_PIXELS:
         raise ViewerError(f"the image is {w}x{h} pixels; the viewer takes images of up to "
                           f"{MAX_UPLOAD_PIXELS:,} pixels (for example 4096x4096)")
+    if img.format == "JPEG" and (scans := data.count(b"\xff\xda")) > MAX_JPEG_SCANS:
+        raise ViewerError(f"the JPEG holds {scans:,} scans; the viewer decodes at most {MAX_JPEG_SCANS} (a "
+                          f"progressive photo has about 10): save it again as a baseline JPEG or as PNG")
     return img
 
 

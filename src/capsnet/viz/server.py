@@ -20,7 +20,13 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
 - ``LISTEN_BACKLOG`` pending connections are queued, so a burst of clients
   connecting at once is not reset;
 - uploads are capped before decoding and at most two are decoded at once
-  (``capsnet.viz.images``).
+  (``capsnet.viz.images``);
+- a request for another host name than ``localhost``, an IP address, this
+  machine's name or one of ``allowed_hosts`` gets a 403 (a web page whose
+  name its owner points at 127.0.0.1, DNS rebinding, would otherwise read the
+  viewer as its own), and so does a request sent by a page of another origin
+  (an ``Origin`` header that is not the viewer's own: a form or ``fetch`` on
+  any web site the user visits could otherwise make it work).
 
 API (also in the README):
 
@@ -48,6 +54,7 @@ API (also in the README):
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import math
 import re
@@ -58,7 +65,7 @@ import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs
 
 from .engine import Viewer, ViewerError
@@ -94,6 +101,9 @@ _STATIC = {
 }
 _GET_API = ("/api/info", "/api/kernels")
 _POST_API = ("/api/forward", "/api/upload", "/api/reconstruct")
+# A logged request line's control characters, escaped: raw escape sequences sent by a client would drive the terminal
+# (clear it, retitle it). The C0 and C1 controls and DEL, as CPython's own handler escapes them since 3.11.1.
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 # In a JSON text, the characters that open or close a level, and what hides them: strings and escapes.
 _JSON_STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 
@@ -229,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         if self.server.log is not None:
-            self.server.log(f"{self.address_string()} {format % args}")
+            self.server.log(f"{self.address_string()} {(format % args).translate(_CONTROL_ESCAPES)}")
 
     def handle_one_request(self) -> None:
         """One request: read it within the deadlines, route it, answer; any connection error closes quietly."""
@@ -389,6 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
         get["/api/kernels"] = lambda: self._json(HTTPStatus.OK, self.server.viewer.kernels())
         post = {"/api/forward": self._forward, "/api/upload": self._upload, "/api/reconstruct": self._reconstruct}
         try:
+            self._check_origin()
             if method in ("GET", "HEAD") and path in get:
                 route = get[path]
             elif method == "POST" and path in post:
@@ -413,6 +424,26 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as e:  # a bug must not take the server down: answer, log, go on
             self.log_message("internal error: %r", e)
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(e).__name__}: {e}")
+
+    def _check_origin(self) -> None:
+        """A 403 unless the request names a host this viewer answers for and, when it says where it comes from
+        (``Origin``), comes from the viewer's own page."""
+        host = self.headers.get("Host")
+        if host is None:  # HTTP/1.0 may leave it out; a browser never does
+            return
+        name = _host_name(host)
+        if not (name == "localhost" or name.endswith(".localhost") or _is_address(name)
+                or name in self.server.allowed_hosts):
+            port = self.server.server_address[1]
+            raise _HTTPError(HTTPStatus.FORBIDDEN, f"this viewer answers for localhost, an IP address or this "
+                             f"machine's name, not for {_short(host, 80)!r} (a web page under another name could "
+                             f"read it: DNS rebinding): open http://127.0.0.1:{port}/, or start it with "
+                             f"--allow-host {_short(name, 80)}", close=True)
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.strip().lower() != f"http://{host.strip().lower()}":
+            raise _HTTPError(HTTPStatus.FORBIDDEN, f"a page from {_short(origin, 80)!r} may not use this viewer; it "
+                             f"answers its own page (http://{_short(host, 80)}/) and programs that send no Origin "
+                             f"header", close=True)
 
     def _page(self, path: str) -> None:
         name, content_type = _STATIC[path]
@@ -526,6 +557,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, viewer.reconstruct(req["pose"], req["capsule"]))
 
 
+def _host_name(host: str) -> str:
+    """A Host header's name, lower case, without its port, brackets or a final dot."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:5000
+        return name[1:name.find("]")] if "]" in name else name
+    if name.count(":") == 1:  # name:port (more colons: an IPv6 address without brackets, as it is)
+        name = name.split(":", 1)[0]
+    return name.rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)  # an address: DNS rebinding needs a name to point at 127.0.0.1
+    except ValueError:
+        return False
+    return True
+
+
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # a plain decimal number
 
 
@@ -563,9 +612,11 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer | SynthesisViewer,
-                 log: Callable[[str], None] | None, read_timeout: float, request_timeout: float) -> None:
+                 log: Callable[[str], None] | None, read_timeout: float, request_timeout: float,
+                 allowed_hosts: frozenset[str]) -> None:
         self.viewer = viewer
         self.log = log
+        self.allowed_hosts = allowed_hosts
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.read_timeout = read_timeout
         self.request_timeout = request_timeout
@@ -604,17 +655,21 @@ class _Server6(_Server):
 
 def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 5000,
                 log: Callable[[str], None] | None = None, *, read_timeout: float | None = None,
-                request_timeout: float | None = None) -> _Server:
+                request_timeout: float | None = None, allowed_hosts: Iterable[str] = ()) -> _Server:
     """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()`` on it.
 
     ``read_timeout`` and ``request_timeout`` (seconds) default to the module's
-    ``READ_TIMEOUT_S`` and ``REQUEST_TIMEOUT_S``.
+    ``READ_TIMEOUT_S`` and ``REQUEST_TIMEOUT_S``. Requests are answered for
+    ``localhost``, IP addresses, this machine's name, ``host`` and the names
+    in ``allowed_hosts`` (a name others reach this machine by); any other
+    Host header gets a 403.
     """
     if host.startswith("[") and host.endswith("]"):  # [::1], as URLs write an IPv6 address
         host = host[1:-1]
+    names = frozenset(_host_name(n) for n in (*allowed_hosts, socket.gethostname(), host) if n.strip())
     server = _Server6 if ":" in host else _Server  # an IPv6 address (::1) needs a socket of its family
     return server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
-                  REQUEST_TIMEOUT_S if request_timeout is None else request_timeout)
+                  REQUEST_TIMEOUT_S if request_timeout is None else request_timeout, names)
 
 
 def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 0,
