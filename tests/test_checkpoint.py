@@ -239,3 +239,109 @@ def test_an_atomic_write_clears_its_own_paths_temporary_files_that_ended_writers
     atomic_write_text(tmp_path / "m.onnx", "new")
     assert (tmp_path / "m.onnx").read_text() == "new"
     assert not left.exists() and running.exists() and other.exists() and young.exists()
+
+
+def _case_insensitive_disk(monkeypatch):
+    """This disk as macOS's and Windows' are by default: a name that differs in case alone is the same file. Both
+    names must exist here (two files on Linux), as they do there, where each opens the one file."""
+    real = os.path.samefile
+    monkeypatch.setattr(os.path, "samefile", lambda a, b: real(a, b) or (
+        os.path.realpath(a).casefold() == os.path.realpath(b).casefold()))
+
+
+def test_same_path_asks_the_file_system_so_a_case_insensitive_disk_is_understood(tmp_path, monkeypatch):
+    """predict --out ci/images for --images ci/Images wrote every mask over its input on macOS (the resolved names
+    differed in case); eval --json RUN/Config.json wrote over the run's config.json; pack to RUN/Last.safetensors
+    replaced the run's last checkpoint (a review, 2026-11-30)."""
+    from capsnet.checkpoint import same_path
+
+    (tmp_path / "Images").mkdir()
+    (tmp_path / "images").mkdir()
+    assert not same_path(tmp_path / "Images", tmp_path / "images")  # this disk tells them apart
+    assert same_path(tmp_path / "Images", tmp_path / "sub" / ".." / "Images")  # not there yet: by resolved names
+    _case_insensitive_disk(monkeypatch)
+    assert same_path(tmp_path / "Images", tmp_path / "images")
+    assert not same_path(tmp_path / "Images", tmp_path / "other")
+
+
+def test_a_run_file_on_a_case_insensitive_disk_is_protected(trained_run, tmp_path, monkeypatch):
+    import shutil
+
+    from capsnet.checkpoint import run_file
+    from capsnet.data.idx import DataError
+    from capsnet.data.png import check_out_folder
+    from capsnet.pretrained import pack
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "Config.json").write_text("{}")
+    (run / "Last.safetensors").write_bytes(b"")
+    (tmp_path / "Images").mkdir()
+    (tmp_path / "images").mkdir()
+    assert run_file(run / "Config.json") is None  # two files on this disk: nothing of the run's is at stake
+    _case_insensitive_disk(monkeypatch)
+    assert run_file(run / "Config.json") == f"the config.json of the run in {run}"
+    with pytest.raises(ValueError, match="is the run's own checkpoint"):
+        pack(run, run / "Last.safetensors")
+    with pytest.raises(DataError, match="is the --images folder"):
+        check_out_folder(tmp_path / "images", tmp_path / "Images", written="masks", source_flag="--images",
+                         read="images")
+
+
+def test_on_windows_a_writer_is_asked_of_the_system_never_signalled(tmp_path, monkeypatch):
+    """Windows' os.kill(pid, 0) is TerminateProcess: the liveness probe of a leftover temporary file's writer ended
+    whatever process held that pid now, and for an ended writer (EINVAL) kept the file for good (a review)."""
+    import ctypes
+
+    from capsnet import checkpoint as ck
+
+    alive = {4242}
+
+    class Kernel32:  # OpenProcess fails with ERROR_INVALID_PARAMETER (87) for a pid no process holds
+        def OpenProcess(self, access, inherit, pid):
+            Kernel32.last = 0 if pid in alive else 87
+            return pid if pid in alive else 0
+
+        def GetExitCodeProcess(self, handle, code):
+            ctypes.cast(code, ctypes.POINTER(ctypes.c_ulong)).contents.value = 259  # STILL_ACTIVE
+            return 1
+
+        def CloseHandle(self, handle):
+            return 1
+
+    def no_signals(pid, sig):
+        raise AssertionError(f"os.kill({pid}, {sig}) would terminate process {pid} on Windows")
+    monkeypatch.setattr(ck, "_WINDOWS", True)
+    monkeypatch.setattr(ck.os, "kill", no_signals)
+    monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error=False: Kernel32(), raising=False)
+    monkeypatch.setattr(ctypes, "get_last_error", lambda: Kernel32.last, raising=False)
+    (tmp_path / ".a.json.tmp-4242-0-abc").write_bytes(b"x")  # a writer still running
+    (tmp_path / ".b.json.tmp-4343-0-def").write_bytes(b"x")  # one that ended
+    ck.remove_stale_writes(tmp_path)
+    assert [p.name for p in tmp_path.glob(".*.tmp-*")] == [".a.json.tmp-4242-0-abc"]
+
+
+def test_on_windows_a_file_held_open_elsewhere_is_waited_for_then_named(tmp_path, monkeypatch, capsys):
+    """Windows cannot replace a file another program holds open (a reader of metrics.jsonl, a virus scanner): the
+    write failed at once, and the CLI blamed the folder ("cannot write in RUN: Access is denied")."""
+    from capsnet import checkpoint as ck
+    from capsnet.cli import _path_error
+
+    real, refusals = os.replace, []
+
+    def busy_twice(src, dst):
+        if len(refusals) < 2:
+            refusals.append(dst)
+            raise PermissionError(13, "Access is denied", str(src), None, str(dst))
+        real(src, dst)
+    monkeypatch.setattr(ck, "_WINDOWS", True)
+    monkeypatch.setattr(ck.os, "replace", busy_twice)
+    ck.atomic_write_text(tmp_path / "metrics.jsonl", "one")
+    assert (tmp_path / "metrics.jsonl").read_text() == "one" and len(refusals) == 2
+    monkeypatch.setattr(ck, "REPLACE_RETRY_S", 0.2)
+    monkeypatch.setattr(ck.os, "replace", lambda src, dst: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    with pytest.raises(PermissionError) as e:
+        ck.atomic_write_text(tmp_path / "metrics.jsonl", "two")
+    assert _path_error(e.value) == (f"cannot replace {tmp_path / 'metrics.jsonl'}: another program holds it open; "
+                                    f"close it and try again")
+    assert (tmp_path / "metrics.jsonl").read_text() == "one" and not list(tmp_path.glob(".*.tmp-*"))

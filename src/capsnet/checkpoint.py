@@ -26,9 +26,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
-           "check_fits_before_building", "atomic_write", "atomic_write_bytes", "atomic_write_text", "FORMAT",
-           "FORMAT_VERSION", "saved_point",
-           "tensor_digest", "run_file", "unwritable"]
+           "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
+           "FORMAT", "FORMAT_VERSION", "saved_point", "tensor_digest", "run_file", "unwritable"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -159,13 +158,50 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError) and not e.filename and e.errno is not None:  # a write or fsync (a full disk):
             raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
     _fsync_dir(path.parent)
+
+
+_WINDOWS = os.name == "nt"
+REPLACE_RETRY_S = 5.0  # Windows: how long a file another program holds open is waited for before giving up
+
+
+def _replace(tmp: str, path: Path) -> None:
+    """``os.replace``; on Windows, where a file another program holds open (an editor, a reader of metrics.jsonl, a
+    virus scanner) cannot be replaced, tried again for up to ``REPLACE_RETRY_S``, then an error naming the file."""
+    if not _WINDOWS:
+        os.replace(tmp, path)
+        return
+    end = time.monotonic() + REPLACE_RETRY_S
+    wait = 0.05
+    while True:
+        try:
+            os.replace(tmp, path)
+            return
+        except PermissionError as e:
+            if time.monotonic() >= end:
+                raise PermissionError(e.errno, f"cannot replace {path}: another program holds it open; close it "
+                                               f"and try again", str(path)) from e
+            time.sleep(wait)
+            wait = min(2 * wait, 0.5)
+
+
+def same_path(a: Path | str, b: Path | str) -> bool:
+    """Whether two paths name one file or folder: by the file system's own identity where both exist (on macOS's and
+    Windows' case-insensitive disks ``Images`` is ``images``, which a comparison of names misses), by their resolved
+    names otherwise."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
 
 
 STALE_WRITE_S = 600.0  # a temporary file of an unlocked folder this old, of an ended writer, is left by a kill
@@ -229,6 +265,8 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
 def _running(pid: int, start: int) -> bool:
     """Whether process ``pid`` runs on this machine (ours included: another thread may be writing) and is the one
     that started at ``start`` (clock ticks since boot; 0: not known, the pid alone decides)."""
+    if _WINDOWS:  # os.kill there terminates the process whatever the signal: it asks the system instead
+        return _running_on_windows(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -237,6 +275,22 @@ def _running(pid: int, start: int) -> bool:
         pass
     now = _start_ticks(pid)
     return not start or now is None or now == start
+
+
+def _running_on_windows(pid: int) -> bool:
+    """Whether process ``pid`` runs, asked of Windows (OpenProcess, GetExitCodeProcess): never a signal, which
+    Windows' os.kill turns into TerminateProcess, ending whatever process holds that pid now."""
+    import ctypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return ctypes.get_last_error() == 5  # ERROR_ACCESS_DENIED: another user's process runs with it
+    try:
+        code = ctypes.c_ulong()
+        return not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)) or code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -393,8 +447,9 @@ def run_file(path: Path | str) -> str | None:
     p = Path(path)
     if p.suffix.lower() == ".safetensors":
         return "a checkpoint's name (.safetensors)"
-    if p.name in RUN_FILES and any((p.parent / f"{w}.safetensors").exists() for w in ("best", "last")):
-        return f"the {p.name} of the run in {p.parent}"
+    for name in RUN_FILES:  # by the file system's identity: on a case-insensitive disk Config.json is config.json
+        if same_path(p, p.parent / name) and any((p.parent / f"{w}.safetensors").exists() for w in ("best", "last")):
+            return f"the {name} of the run in {p.parent}"
     return None
 
 

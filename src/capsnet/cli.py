@@ -1620,6 +1620,8 @@ def _path_error(e: OSError) -> str:
     if name is not None and e.errno == errno.EEXIST and name.is_symlink() and not name.exists():
         return (f"{name} is a link to {os.readlink(name)}, which does not exist; create the folder it points to, or "
                 f"give another (--out)")
+    if name is not None and e.strerror and e.strerror.startswith(f"cannot replace {name}:"):  # said in full
+        return e.strerror
     if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
         return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
     if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous file of that name, if any, is as it was

@@ -315,12 +315,12 @@ def check_out_folder(out: str | Path, source: str | Path, *, written: str, sourc
     """Refuse, before any work, an ``--out`` folder the results cannot go to: a file, the ``source_flag`` folder
     itself (what is ``written`` there would be ``read`` as input next time), or a place this process cannot write
     (its nearest existing folder is read-only: found after minutes of work, the results would be lost)."""
-    from ..checkpoint import check_out_dir
+    from ..checkpoint import check_out_dir, same_path
 
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise DataError(f"--out {out} is a file; give a folder for the {written}")
-    if folder.expanduser().resolve() == Path(source).expanduser().resolve():
+    if same_path(folder, source):  # images/ is Images/ on macOS's and Windows' disks
         raise DataError(f"--out {out} is the {source_flag} folder; give another folder (the {written}, written among "
                         f"the {read}, would be read as {read} next time)")
     check_out_dir(out, written, error=DataError)

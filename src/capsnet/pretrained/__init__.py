@@ -75,7 +75,7 @@ def pack(run: str | Path, target: str | Path) -> Path:
     """
     import torch
 
-    from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+    from ..checkpoint import Checkpoint, load_checkpoint, same_path, save_checkpoint
 
     if Path(run).is_file() and Path(run).name != "last.safetensors":  # a file: load_checkpoint takes it as it is
         raise ValueError(f"{run} is not a run's last checkpoint (a best.safetensors is the best epoch, not the "
@@ -89,7 +89,8 @@ def pack(run: str | Path, target: str | Path) -> Path:
     if not target.parent.is_dir():
         raise ValueError(f"cannot write {target}: the folder {target.parent} does not exist; make it first")
     run_dir = Path(run) if Path(run).is_dir() else Path(run).parent
-    if target.resolve().parent == run_dir.resolve() and target.name in ("best.safetensors", "last.safetensors"):
+    if any(same_path(target, run_dir / f"{w}.safetensors") for w in ("best", "last")):  # Last.safetensors too, on
+        # a case-insensitive disk
         raise ValueError(f"{target} is the run's own checkpoint; packing over it would lose its optimizer state (and "
                          f"with it the run's resume): give another target")
     last = load_checkpoint(run, which="last")
