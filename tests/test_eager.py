@@ -82,3 +82,19 @@ def test_double_backward_through_permute_contiguous():
         first, = torch.autograd.grad((y.pow(2) * w).sum(), x, create_graph=True)  # its gradient depends on x
         results.append(torch.autograd.grad(first.pow(2).sum(), x)[0])
     torch.testing.assert_close(results[0], results[1])
+
+
+def test_eager_is_false_while_dynamo_compiles_on_a_torch_without_torch_compiler_is_compiling(monkeypatch):
+    """torch 2.1 and 2.2 have no torch.compiler.is_compiling: eager() said True while Dynamo traced (a review of
+    the declared floors); torch._dynamo.is_compiling is asked there."""
+    import types
+
+    import torch
+
+    from capsnet._eager import eager
+
+    monkeypatch.setattr(torch, "compiler", types.SimpleNamespace())  # a torch.compiler without is_compiling
+    monkeypatch.setattr(torch._dynamo, "is_compiling", lambda: True)
+    assert eager() is False
+    monkeypatch.setattr(torch._dynamo, "is_compiling", lambda: False)
+    assert eager() is True

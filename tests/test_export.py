@@ -227,6 +227,16 @@ def test_a_model_that_cannot_be_traced_is_a_clear_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_torch_too_old_for_export_is_named_before_tracing(tmp_path, monkeypatch):
+    """torch 2.1 (the library's floor) has no torch.export.Dim: export died in an AttributeError traceback, and a
+    torch before 2.6 in the ONNX exporter's "unexpected keyword argument" (a review of the declared floors)."""
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    with pytest.raises(ExportError, match=r"capsnet export needs torch 2\.6 or newer .*this is torch 2\.5\.1: pip "
+                                          r"install -U 'torch>=2\.6'"):
+        export_model(create_model("baseline", **SMALL["baseline"]), tmp_path / "m.pt2", format="torch-export")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
     model = create_model("baseline", **SMALL["baseline"])
     with pytest.raises(ExportError, match="unknown export format 'tflite'; valid formats are onnx, torch-export"):

@@ -385,7 +385,11 @@ def test_a_grey_image_saved_in_a_colour_palette_is_read_as_grey_by_a_grey_model(
     folder = tmp_path / "in"
     folder.mkdir()
     for i in range(3):
-        Image.fromarray(d.images[i, 0].numpy()).convert("RGB").convert("P").save(folder / f"d{i}.png")
+        # the palette written by hand, as Pillow's quantising differs between versions (before 10 it sent a few
+        # grey pixels to true colours, rightly refused then): 128 greys the digit uses, 128 colours it does not
+        p = Image.fromarray(d.images[i, 0].numpy() // 2, "P")
+        p.putpalette([2 * k for k in range(128) for _ in range(3)] + [255, 0, 0] * 64 + [0, 0, 255] * 64)
+        p.save(folder / f"d{i}.png")
     done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
     assert [r["predicted"] for r in done.rows] == d.labels[:3].tolist()
     Image.fromarray(np.stack([d.images[0, 0].numpy()] * 2 + [np.zeros((28, 28), np.uint8)], -1)).save(folder / "c.png")
@@ -424,3 +428,14 @@ def test_a_segmentation_folder_is_encoded_as_each_batch_is_done(unet_run, tmp_pa
     done = predict_folder(unet_run, tmp_path / "in", tmp_path / "out")
     assert events == ["forward", "png"] * 3 and len(done.rows) == 3
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x0.png", "x1.png", "x2.png"]
+
+
+def test_an_allocation_failure_is_recognised_on_a_torch_without_torch_out_of_memory_error(monkeypatch):
+    """torch before 2.4 has no torch.OutOfMemoryError: every RuntimeError of a segmentation model in predict became
+    an AttributeError there, losing the "crop it into tiles" message (a review of the declared floors)."""
+    from capsnet.predict import _out_of_memory
+
+    monkeypatch.delattr(torch, "OutOfMemoryError")
+    assert _out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB"))
+    assert _out_of_memory(torch.cuda.OutOfMemoryError("CUDA error"))
+    assert not _out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))

@@ -19,8 +19,11 @@ def eager() -> bool:
     if torch.jit.is_tracing():
         return False
     compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return False
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        if compiler.is_compiling():
+            return False
+    elif getattr(getattr(torch, "_dynamo", None), "is_compiling", lambda: False)():  # torch before 2.3, which has
+        return False  # no torch.compiler.is_compiling
     transforms = getattr(torch._C, "_are_functorch_transforms_active", None)
     if transforms is not None and transforms():
         return False

@@ -77,6 +77,10 @@ MIN_OPSET = 18  # the dynamo-based ONNX exporter writes opset 18 and newer
 # torch 2.13's exporter imports a module of onnxscript 0.6 on; before 0.7.2 it writes EM routing's arange as a
 # Range of non-scalars, which onnxruntime refuses (pyproject's extras ask for the same)
 MIN_ONNXSCRIPT = (0, 7, 2)
+# torch.export.Dim and dynamic_shapes came in 2.2, derived dimensions (8 * Dim) later, torch.onnx.export of a traced
+# program (dynamo=True) in 2.5 and its optimize= in 2.6 (torch 2.13's docstring: "versionchanged 2.7: optimize is now
+# True by default"); pyproject's export extra asks for the same
+MIN_TORCH = (2, 6)
 TOLERANCE = 1e-4  # the largest difference from the PyTorch model an exported file may show, per unit of output scale
 BATCH = "batch"  # the name of the dynamic batch dimension, in both formats
 SIDES = ("height", "width")  # the names of an any-size export's image sides (trace_model(any_size=True))
@@ -248,6 +252,7 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
     The model is traced in eval mode (its own mode is restored after).
     A model that cannot be traced is an ``ExportError`` naming it and the reason.
     """
+    _require_torch()
     if example_batch < 2:
         raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
                          f"got {example_batch}")
@@ -400,6 +405,17 @@ def _version(text: str) -> tuple[int, ...]:
             break
         parts.append(int(digits.group()))
     return tuple(parts)
+
+
+def _require_torch() -> None:
+    """An ExportError unless this torch has what export uses (``torch.export``'s dynamic dimensions and derived ones,
+    torch.onnx's exporter of a traced program with ``optimize=``): torch ``MIN_TORCH`` or newer. The library trains
+    and evaluates from torch 2.1."""
+    if _version(torch.__version__) < MIN_TORCH:
+        need = ".".join(map(str, MIN_TORCH))
+        raise ExportError(f"capsnet export needs torch {need} or newer (torch.export's dynamic shapes and ONNX "
+                          f"exporter); this is torch {torch.__version__.split('+')[0]}: pip install -U "
+                          f"'torch>={need}'")
 
 
 def _require_onnx() -> None:

@@ -162,7 +162,8 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
 def _out_of_memory(e: RuntimeError) -> bool:
     """Whether ``e`` is an allocation that failed (the CPU allocator's message, or CUDA's / MPS's out of memory)."""
     text = str(e).lower()
-    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch's own from 2.4, CUDA's before
+    return isinstance(e, oom) or "can't allocate memory" in text or "out of memory" in text
 
 
 def _png_bytes(a: np.ndarray) -> bytes:
