@@ -250,3 +250,13 @@ def test_children_activations_of_the_wrong_grid_and_primary_capsules_of_no_size_
                         (dict(stride=0), "stride must be a positive integer, got 0")):
         with pytest.raises(ValueError, match=message):
             PrimaryCaps(8, kernel_size=3, **kw)
+
+
+def test_a_deconvolutional_capsule_layer_starts_at_he_scale_for_the_inputs_that_reach_an_output():
+    """ConvTransposeCaps2d's weights start at sd sqrt(2 / fan_in), fan_in = (K / S)^2 x Din = 4 x 16 (of a 4x4
+    kernel at stride 2, a quarter of its taps reach each output); SegCaps' deconvolutional layers scale it by
+    init_gain. A fan-in of K^2 x Din (half the sd) passed every test (found by mutation testing, 2026-11-30)."""
+    torch.manual_seed(0)
+    layer = ConvTransposeCaps2d(1, 16, 1, 16)
+    assert layer.weight.numel() == 4096
+    assert layer.weight.std().item() == pytest.approx((2 / (4 * 16)) ** 0.5, rel=0.03)

@@ -37,3 +37,23 @@ def test_loss_is_margin_plus_0392_times_the_pixel_mean_squared_error():
     out = model(images, labels)
     mse = (out.reconstructions - images).pow(2).mean()  # Keras 'mse': over pixels and batch
     torch.testing.assert_close(loss, margin_loss(out.lengths, labels) + 0.392 * mse, rtol=1e-5, atol=1e-6)
+
+
+def test_initial_weights_and_batch_norm_follow_the_keras_defaults_the_paper_used():
+    """Found by mutation testing (2026-11-30), where no test noticed a change: the class capsules' he_normal (Keras:
+    a normal truncated at 2 sd, rescaled so that its sd is sqrt(2 / fan_in), fan_in = 10 x 16 x 8 here) and
+    BatchNormalization's momentum 0.99 (torch's 0.01: the running mean moves 1% of the way to a batch's)."""
+    torch.manual_seed(0)
+    model = create_model("efficient-capsnet")
+    w = model.digits.weight.detach()
+    assert w.numel() == 10 * 16 * 8 * 16
+    target = (2 / (10 * 16 * 8)) ** 0.5  # 0.0395
+    assert w.std().item() == pytest.approx(target, rel=0.03)  # 20,480 draws: the estimate is within about 1%
+    assert w.abs().max().item() <= 2 * target / 0.87962566 + 1e-7  # truncated at 2 sd of the untruncated normal
+    bn = model.features[2]
+    seen = {}
+    bn.register_forward_pre_hook(lambda m, inp: seen.update(mean=inp[0].mean(dim=(0, 2, 3)).detach()))
+    model.train()(torch.rand(4, 1, 28, 28))
+    assert torch.count_nonzero(seen["mean"]) > 0
+    torch.testing.assert_close(bn.running_mean, 0.01 * seen["mean"], rtol=1e-5, atol=1e-8)
+    assert bn.eps == 1e-3

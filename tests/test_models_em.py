@@ -79,6 +79,25 @@ def test_class_caps_share_transforms_over_positions_and_add_coordinates():
     assert set(diff.nonzero()[:, -1].tolist()) == {3, 7}
 
 
+def test_dense_matrix_caps_votes_are_pose_times_its_own_transform():
+    """DenseMatrixCaps (the inverted model's and CapsNet-under-EM's fully connected matrix layer): child i's vote for
+    parent j is its 4x4 pose times W_ij, M W as the paper writes it; the transposed product passed every test (found
+    by mutation testing, 2026-11-30)."""
+    from capsnet.layers import DenseMatrixCaps
+
+    caps = _caps(2, 2, 3, 2, seed=5)  # 12 children
+    torch.manual_seed(0)
+    layer = DenseMatrixCaps(12, 4, routing=_Mean()).double()
+    layer(caps)
+    votes, weight = layer.routing.votes.detach().numpy(), layer.weight.detach().numpy()
+    poses = caps.poses.reshape(2, 12, 4, 4).numpy()
+    assert votes.shape == (2, 12, 4, 16)
+    for n, i, j in itertools.product(range(2), range(12), range(4)):
+        expected = [sum(poses[n, i, x, y] * weight[i, j, y, z] for y in range(4)) for x in range(4) for z in range(4)]
+        assert votes[n, i, j] == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    torch.testing.assert_close(layer.routing.activations, caps.activations.reshape(2, 12))
+
+
 def test_primary_matrix_caps_shapes_and_range():
     layer = PrimaryMatrixCaps(6, 4)
     out = layer(torch.randn(2, 6, 5, 7))

@@ -115,6 +115,15 @@ def test_reconstruction_targets_the_input_masked_by_the_ground_truth():
     recon = model(images, masks).reconstructions
     expected = 0.0005 * (recon - images * masks).pow(2).sum() / 2  # sum over pixels, mean over the batch
     torch.testing.assert_close(with_recon - without, expected, rtol=1e-4, atol=1e-7)
+    # the capsule masked by the ground truth is what the decoder sees (the paper's regulariser), not the prediction:
+    # the loss above compares with the model's own output, so a model masking by its prediction passed it (found by
+    # mutation testing, 2026-11-30)
+    with torch.no_grad():
+        out = model(images, masks)
+        torch.testing.assert_close(out.reconstructions, model.decoder(out.poses[:, 0] * masks))
+        predicted = (out.probabilities > 0.5).float()
+        assert not torch.equal(predicted, masks)  # the two maskings differ here
+        torch.testing.assert_close(model(images).reconstructions, model.decoder(out.poses[:, 0] * predicted))
 
 
 def test_segmentation_losses_against_closed_forms():
@@ -482,3 +491,21 @@ def test_segmentation_inputs_the_review_found_unchecked():
     with pytest.raises(ValueError, match=r"multiples of 8 \(SegCaps' multiple, so both take the same images; this "
                                          r"U-Net halves them 1 time\), got 12x12"):
         shallow(torch.rand(1, 1, 12, 12))
+
+
+def test_a_pixel_is_foreground_when_its_probability_exceeds_one_half_not_at_it(monkeypatch):
+    """evaluate_segmentation's mask is probability > 0.5, as README and predict say: a pixel at exactly 0.5 is
+    background. >= 0.5 passed every test (found by mutation testing, 2026-11-30)."""
+    from capsnet import evaluate as ev
+
+    masks = torch.zeros(2, 1, 4, 4)
+    masks[0, 0, :2, :2] = 1  # 4 pixels
+    masks[1, 0, 1:, 1:] = 1  # 9 pixels
+    at_half = masks * 0.5  # exactly 0.5 on every mask pixel, 0 elsewhere
+    just_over = masks * 0.5000001
+    for probabilities, dice in ((at_half, 0.0), (just_over, 1.0)):
+        monkeypatch.setattr(ev, "_loss_of", lambda model, p=probabilities: (
+            lambda m, x, y, recon_weight: (torch.tensor(0.0), p[:len(y)])))
+        got = ev.evaluate_segmentation(torch.nn.Identity(), torch.rand(2, 1, 4, 4), masks, batch_size=2)
+        assert got.dice == dice and got.iou == dice
+        assert got.pixel_accuracy == pytest.approx(1 - (1 - dice) * 13 / 32)

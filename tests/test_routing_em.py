@@ -51,6 +51,32 @@ def test_activation_logit_is_procedure_1s_cost():
         assert logit[0, j].item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_normalised_cost_is_each_parents_cost_standardised_over_the_parents():
+    """EMRouting(normalise_cost=True): each parent's cost (Procedure 1's, as above) minus the mean over the parents,
+    over their sample standard deviation (+ 1e-4), written out here; its only test had one parent, where the branch
+    does not run, so a cost left unscaled passed (found by mutation testing, 2026-11-30)."""
+    g = torch.Generator().manual_seed(4)
+    I, J = 6, 3
+    votes = torch.randn(1, I, J, 16, generator=g, dtype=DT)
+    a = torch.rand(1, I, generator=g, dtype=DT)
+    R = torch.softmax(torch.randn(1, I, J, generator=g, dtype=DT), dim=-1)
+    routing = EMRouting(J, normalise_cost=True).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.tensor([0.3, -0.2, 0.1]))
+        routing.beta_a.copy_(torch.tensor([1.5, -4.0, 0.5]))
+    _, var, logit = routing.m_step(votes, a, R, 0.02)
+    costs = []
+    for j in range(J):
+        mass = sum(R[0, i, j].item() * a[0, i].item() for i in range(I))
+        costs.append(100 * J / I * sum((routing.beta_u[j].item() + 0.5 * math.log(var[0, j, h].item())) * mass
+                                       for h in range(16)))
+    mean = sum(costs) / J
+    sd = math.sqrt(sum((c - mean) ** 2 for c in costs) / (J - 1))
+    for j in range(J):
+        expected = 0.02 * (routing.beta_a[j].item() / 0.01 - (costs[j] - mean) / (sd + 1e-4))
+        assert logit[0, j].item() == pytest.approx(expected, rel=1e-6)
+
+
 def test_inverse_temperature_follows_the_official_schedule():
     routing = EMRouting(4, iterations=3, final_lambda=0.01)
     assert [routing.inverse_temperature(t) for t in range(3)] == pytest.approx([0.0005, 0.000975, 0.00142625])

@@ -252,3 +252,28 @@ def test_a_warmup_as_long_as_the_run_is_refused_before_anything_is_written(tmp_p
                    "--out", tmp_path / "run", "--no-progress")
     assert r.returncode != 0 and "warmup_steps (2) must be fewer than the run's 2 optimizer steps" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_loop_hands_each_step_its_progress_and_the_em_margin_grows_as_the_paper_says(tmp_path, monkeypatch):
+    """The loss gets ``progress = step / total_steps``: EM's spread-loss margin grows from 0.2 to 0.9 over the first
+    half of training (Hinton et al. 2018, section 4.1) from it. A loop that passed 1.0 throughout (the margin at 0.9
+    from the first step) passed every test (found by mutation testing, 2026-11-30)."""
+    from capsnet import models
+    from capsnet.models import EMCapsNetConfig
+    from capsnet.models.em_capsnet import em_capsnet_loss
+
+    seen = []
+
+    def recorded(model, images, targets, *rest, progress=1.0, **kw):
+        if model.training:  # a training step's (evaluation scores at the end's margin)
+            seen.append((progress, model.config.margin(progress)))
+        return em_capsnet_loss(model, images, targets, *rest, progress=progress, **kw)
+    name = "em-capsnet"
+    monkeypatch.setitem(models.MODELS, name, models.MODELS[name]._replace(loss=recorded))
+    config = EMCapsNetConfig(input_height=28, input_width=28, num_classes=10, conv1_channels=4, primary_types=2,
+                             caps1_types=2, caps2_types=2, routing_iterations=1)
+    fit(config, TrainConfig(dataset="mnist-sample", epochs=2, batch_size=16, train_size=64, test_size=16, seed=0,
+                            lr=1e-3), tmp_path / "em", device="cpu", progress=False)
+    steps = 8  # 2 epochs of 4 batches
+    assert [p for p, _ in seen] == pytest.approx([s / steps for s in range(steps)], abs=1e-12)
+    assert [m for _, m in seen] == pytest.approx([0.2 + 0.7 * min(1.0, s / steps / 0.5) for s in range(steps)])
