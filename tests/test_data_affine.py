@@ -105,3 +105,64 @@ def test_the_affine_test_sets_are_the_same_on_every_cpu_path():
     plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"}).stdout
     assert here == plain and len(here.split()) == 2
+
+
+def test_translate_offsets_span_zero_to_the_maximum_on_rows_and_on_columns():
+    """Found by mutation testing (2026-11-30): row offsets drawn from 0..size-H-1 (one short) passed, since the
+    columns alone met the old test's offsets.max() == 12. Each axis on its own must take every offset 0..12."""
+    _, offsets = random_translate(torch.zeros(500, 1, 28, 28), generator=torch.Generator().manual_seed(8))
+    assert sorted(set(offsets[:, 0].tolist())) == list(range(13))  # rows: 13 values, each about 38 times in 500
+    assert sorted(set(offsets[:, 1].tolist())) == list(range(13))  # columns
+
+
+def _bars(vertical: bool, n: int) -> torch.Tensor:
+    """n 28x28 frames holding one bar of 20 pixels, one pixel wide, through the middle."""
+    x = torch.zeros(n, 1, 28, 28)
+    if vertical:
+        x[:, 0, 4:24, 14] = 1
+    else:
+        x[:, 0, 14, 4:24] = 1
+    return x
+
+
+def test_shear_slides_rows_sideways_in_proportion_to_the_drawn_shear():
+    """Found by mutation testing (2026-11-30): a shear matrix [[1, s], [s, 1]] (s where the 0 belongs) passed every
+    test. With rotation 0 and scale 1 the transform is the horizontal shear x' = x + s y (y down): a horizontal bar
+    keeps its one row whatever the shear, and a vertical bar leans by s columns a row."""
+    gen = torch.Generator().manual_seed(9)
+    out, p = random_affine(_bars(False, 200), generator=gen, rotation_deg=0, scale=(1.0, 1.0))
+    strong = p.shear.abs() > 0.15  # such a shear tilts the 20-pixel bar over 3 rows if it moved rows
+    assert strong.sum() >= 20 and (p.rotation_deg == 0).all() and (p.scale_x == 1).all() and (p.scale_y == 1).all()
+    rows = (out[:, 0] > 0.01).any(2).sum(1)  # rows holding ink
+    assert rows[strong].max() <= 2
+    out, p = random_affine(_bars(True, 200), generator=gen, rotation_deg=0, scale=(1.0, 1.0))
+    strong = p.shear.abs() > 0.15
+    assert strong.sum() >= 20
+    for k in strong.nonzero().flatten().tolist():
+        ink = out[k, 0].double()
+        lit = (ink.sum(1) > 0.5).nonzero().flatten().tolist()
+        columns = [sum(c * float(ink[r, c]) for c in range(40)) / float(ink[r].sum()) for r in lit]  # centroids
+        lean = (columns[-1] - columns[0]) / (lit[-1] - lit[0])  # columns moved a row down
+        assert abs(lean - float(p.shear[k])) < 0.02
+
+
+def _axis_deg(m: torch.Tensor) -> float:
+    """The principal-axis angle of a (h, w) image's ink in degrees, measured with y down (clockwise as displayed)."""
+    h, w = m.shape
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    m = m.double()
+    n = m.sum()
+    mx, my = (m * xs).sum() / n, (m * ys).sum() / n
+    cxx, cyy = (m * (xs - mx) ** 2).sum(), (m * (ys - my) ** 2).sum()
+    cxy = (m * (xs - mx) * (ys - my)).sum()
+    return float(torch.rad2deg(0.5 * torch.atan2(2 * cxy, cxx - cyy)))
+
+
+def test_rotation_turns_a_bar_by_the_drawn_angle_clockwise_as_displayed():
+    """Found by mutation testing (2026-11-30): the rotation matrix transposed (the opposite turn to the angle
+    reported in AffineParams.rotation_deg) passed every test. R(theta) acts on (x, y) with y down, so with no shear
+    and scale 1 a horizontal bar's axis turns by +theta measured with y down: clockwise as displayed."""
+    out, p = random_affine(_bars(False, 100), generator=torch.Generator().manual_seed(10), shear=0, scale=(1.0, 1.0))
+    assert (p.shear == 0).all() and p.rotation_deg.min() < -15 and p.rotation_deg.max() > 15
+    for k in range(100):
+        assert abs(_axis_deg(out[k, 0]) - float(p.rotation_deg[k])) < 1.0

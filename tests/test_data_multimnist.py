@@ -97,3 +97,31 @@ def test_top2_metric_on_hand_made_cases():
     assert top2_correct(scores, labels).tolist() == [True, True, True, False]
     with pytest.raises(ValueError, match=r"labels \(n, 2\)"):
         top2_correct(scores, torch.tensor([0, 1, 2, 3]))
+
+
+def test_the_second_digit_is_drawn_afresh_from_the_other_classes(mnist_test):
+    """Found by mutation testing (2026-11-30): a second digit taken as the one after the first in the split
+    (``(first + 1) % N``, redrawn only on a class clash) passed every test. Over 400,000 draws the second digit must
+    not follow from the first, and given the first's class c, the second's class j must come up in proportion to
+    the digits of class j among those of the other classes (uniform over the other classes' digits, as the paper)."""
+    from capsnet.data.multimnist import draw_pairs
+
+    labels = mnist_test.labels
+    N, n = len(labels), 400_000
+    sources, _ = draw_pairs(labels, n, generator=torch.Generator().manual_seed(11))
+    first, second = sources.unbind(1)
+    assert (second == (first + 1) % N).float().mean() < 0.01  # 1 / N = 0.0001 when drawn afresh
+    per_class = [labels.tolist().count(c) for c in range(10)]
+    a, b = labels[first].tolist(), labels[second].tolist()
+    seen = [[0] * 10 for _ in range(10)]
+    for c, j in zip(a, b):
+        seen[c][j] += 1
+    worst = 0.0
+    for c in range(10):
+        drawn = sum(seen[c])
+        assert seen[c][c] == 0
+        for j in range(10):
+            if j != c:
+                expected = drawn * per_class[j] / (N - per_class[c])  # about 4,400 a cell: 1.5% standard error
+                worst = max(worst, abs(seen[c][j] / expected - 1))
+    assert worst < 0.1

@@ -667,3 +667,49 @@ def test_a_changed_folder_is_read_afresh_and_its_old_copy_let_go(tmp_path, mask_
         assert torch.equal(again.images, first.images)  # the same pixels, read afresh
     held = [key for key in tasks._FOLDERS.items if str(tmp_path / "d") in key[1]]
     assert len(held) == 1 and len([k for k in tasks._BOTH_SPLITS.items if str(tmp_path / "d") in k[0]]) == 1
+
+
+def test_placement_uniforms_span_the_whole_unit_interval():
+    """Found by mutation testing (2026-11-30): placement uniforms drawn from [0.25, 0.75) (targets kept to the middle
+    half of their range) passed every test. Of 4,000 draws of each axis the least must lie within 0.01 of 0 and the
+    largest within 0.01 of 1 (a miss has probability 0.99^4000, about 4e-18)."""
+    draw = draw_canvases(4000, 100, torch.Generator().manual_seed(12), rule=CLEAN)
+    for axis in (0, 1):
+        assert draw.place[:, axis].min() < 0.01 and draw.place[:, axis].max() > 0.99
+
+
+def test_with_two_digits_every_fragment_comes_from_the_other_one():
+    """Found by mutation testing (2026-11-30): fragment source offsets drawn from 0..N-1 (offset 0 cuts the fragment
+    from the target itself) passed, as the old test's pool of 2,000 rarely drew 0. With a pool of two digits the
+    only offset that names the other digit is 1."""
+    draw = draw_canvases(500, 2, torch.Generator().manual_seed(13), rule=IN_DISTRIBUTION)
+    assert draw.source_offset.shape == (500, IN_DISTRIBUTION.fragments[1])
+    assert (draw.source_offset == 1).all()
+
+
+def test_a_target_placed_at_either_end_of_its_range_stays_one_pixel_inside_the_canvas(pool):
+    """Found by mutation testing (2026-11-30): the least position lacking its 1 px margin (``lo = -half - min``)
+    passed every test, though it puts a target placed at 0 on the canvas's first row and column. Unturned and
+    unscaled, a target placed at 0 (or 1) has its ink box's top-left (bottom-right) pixel at (1, 1) (at
+    (side - 2, side - 2)), its mask the digit's pixels above half intensity; turned and scaled as drawn, its mask
+    never reaches the outermost rows and columns."""
+    digits = pool[:300]
+    still = dataclasses.replace(CLEAN, rotation_deg=0.0, scale=(1.0, 1.0))
+    draw = draw_canvases(300, len(digits), torch.Generator().manual_seed(14), rule=still)
+    for end in (0.0, 1.0):
+        at_end = dataclasses.replace(draw, place=torch.full_like(draw.place, end))
+        _, masks = render_canvases(digits, torch.arange(300), at_end, rule=still)
+        for k in range(0, 300, 7):
+            d = digits[k, 0]
+            rows, cols = d.any(1).nonzero().flatten(), d.any(0).nonzero().flatten()  # the ink box, any ink at all
+            t, l, h, w = int(rows[0]), int(cols[0]), int(rows[-1] - rows[0] + 1), int(cols[-1] - cols[0] + 1)
+            top, left = (1, 1) if end == 0 else (CANVAS - 1 - h, CANVAS - 1 - w)
+            want = torch.zeros(CANVAS, CANVAS, dtype=torch.uint8)
+            want[top:top + h, left:left + w] = (d[t:t + h, l:l + w] > 127).to(torch.uint8)
+            assert torch.equal(masks[k, 0], want), k
+    draw = draw_canvases(300, len(digits), torch.Generator().manual_seed(14), rule=CLEAN)  # turned and scaled
+    for end in (0.0, 1.0):
+        at_end = dataclasses.replace(draw, place=torch.full_like(draw.place, end))
+        _, masks = render_canvases(digits, torch.arange(300), at_end, rule=CLEAN)
+        m = masks[:, 0].bool()
+        assert not (m[:, 0].any() or m[:, -1].any() or m[:, :, 0].any() or m[:, :, -1].any())

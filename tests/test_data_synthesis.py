@@ -247,3 +247,88 @@ def test_a_label_map_painted_on_transparency_is_refused_and_an_opaque_one_reads_
     Image.fromarray(stroke).save(tmp_path / "keyed.png", transparency=0)
     with pytest.raises(DataError, match=r"keyed.png has transparent pixels \(94% of them\)"):
         label_map_array(tmp_path / "keyed.png")
+
+
+def _zhang_suen(ink: list[list[bool]]) -> list[list[int]]:
+    """Zhang and Suen's thinning (CACM 1984) as published, one pixel at a time in plain Python: a reference for
+    ``skeletonize``. Pixels outside the picture are background."""
+    H, W = len(ink), len(ink[0])
+    x = [[int(v) for v in row] for row in ink]
+
+    def at(r, c):
+        return x[r][c] if 0 <= r < H and 0 <= c < W else 0
+
+    changed = True
+    while changed:
+        changed = False
+        for step in (0, 1):
+            remove = []
+            for r in range(H):
+                for c in range(W):
+                    if not x[r][c]:
+                        continue
+                    # P2 (north) clockwise to P9 (north-west)
+                    p = [at(r - 1, c), at(r - 1, c + 1), at(r, c + 1), at(r + 1, c + 1), at(r + 1, c),
+                         at(r + 1, c - 1), at(r, c - 1), at(r - 1, c - 1)]
+                    b = sum(p)
+                    a = sum(1 for k in range(8) if p[k] == 0 and p[(k + 1) % 8] == 1)
+                    p2, p4, p6, p8 = p[0], p[2], p[4], p[6]
+                    if step == 0:
+                        ok = p2 * p4 * p6 == 0 and p4 * p6 * p8 == 0
+                    else:
+                        ok = p2 * p4 * p8 == 0 and p2 * p6 * p8 == 0
+                    if 2 <= b <= 6 and a == 1 and ok:
+                        remove.append((r, c))
+            for r, c in remove:  # every decision of a sub-iteration reads the picture as it was at its start
+                x[r][c] = 0
+            changed = changed or bool(remove)
+    return x
+
+
+def test_skeletons_of_real_digits_are_zhang_and_suens_pixel_for_pixel(data_root):
+    """Found by mutation testing (2026-11-30): removing pixels with up to 7 neighbours (``B <= 7`` for the published
+    ``B <= 6``) thinned real digits differently and no test noticed. The skeletons of 300 test digits must equal a
+    plain-Python Zhang-Suen, binarised as the module does (above half intensity, background outside the frame)."""
+    digits = load_dataset("mnist", "test", root=data_root).images[:300]
+    got = skeletonize(digits)[:, 0]
+    ink = (digits[:, 0] > 127).tolist()  # uint8 above 0.5 * 255
+    want = torch.tensor([_zhang_suen(d) for d in ink], dtype=torch.uint8)
+    differ = [k for k in range(len(digits)) if not torch.equal(got[k], want[k])]
+    assert differ == []
+
+
+def test_silhouette_keeps_background_reached_from_any_one_side_of_the_border():
+    """Found by mutation testing (2026-11-30): a flood fill seeded from the left border column alone (not the right
+    one) filled a "C" opening to the right, and no test noticed. Each "C" below touches the border on three sides,
+    so its inside is background reachable through the fourth side only: it must come back as drawn, on every side;
+    a ring that fills the frame must come back filled."""
+    opens_right = grid(["######",
+                        "#.....",
+                        "#.##..",
+                        "#.....",
+                        "######"])
+    opens_left = grid(["######",
+                       ".....#",
+                       "..##.#",
+                       ".....#",
+                       "######"])
+    opens_top = grid(["#...#",
+                      "#...#",
+                      "#.#.#",
+                      "#.#.#",
+                      "#...#",
+                      "#####"])
+    opens_bottom = grid(["#####",
+                         "#...#",
+                         "#.#.#",
+                         "#.#.#",
+                         "#...#",
+                         "#...#"])
+    for shape in (opens_right, opens_left, opens_top, opens_bottom):
+        assert torch.equal(silhouette(shape), shape.to(torch.uint8))
+    ring = grid(["######",
+                 "#....#",
+                 "#.##.#",
+                 "#....#",
+                 "######"])
+    assert silhouette(ring).all()

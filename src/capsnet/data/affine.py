@@ -60,7 +60,11 @@ def random_translate(images: torch.Tensor, size: int = 40, *, generator: torch.G
 
 @dataclass
 class AffineParams:
-    """The transform drawn for each image: (N,) tensors each, and the (N, 2) placement in the frame."""
+    """The transform drawn for each image: (N,) tensors each, and the (N, 2) placement in the frame.
+
+    A positive ``rotation_deg`` turns the digit clockwise as an image is shown (rows down), the opposite of
+    ``capsnet.data.segmentation``'s canvases; the angles are drawn symmetrically about 0, so only the sign reported
+    differs. ``shear`` moves each row sideways by that much per row below the centre."""
 
     rotation_deg: torch.Tensor
     shear: torch.Tensor
