@@ -324,6 +324,30 @@ def test_environment_names_versions():
     assert env["capsnet"] == capsnet.__version__  # a wheel's results name the release (no commit to give)
 
 
+def test_a_checkout_under_a_non_ascii_folder_records_its_commit_in_an_ascii_locale(tmp_path):
+    """A clone under /home/José run with LC_ALL=C and UTF-8 mode off: bench ran, then ended in "'ascii' codec can't
+    decode byte 0xc3" as it asked git for the commit (a review of encodings, 2026-11-30)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import capsnet.bench as bench
+
+    clone = tmp_path / "José" / "clone"
+    (clone / "src" / "capsnet").mkdir(parents=True)
+    shutil.copy(bench.__file__, clone / "src" / "capsnet" / "bench.py")
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q",
+                    "--allow-empty", "-m", "a clone"], check=True)
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    code = "import sys; import capsnet.bench as b; b.__file__ = sys.argv[1]; print(b._git('rev-parse', '--short', 'HEAD'))"
+    done = subprocess.run([sys.executable, "-c", code, bytes(clone / "src" / "capsnet" / "bench.py")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == head.stdout.strip(), done.stderr[-500:]
+
+
 def test_a_capsnet_installed_inside_another_repository_records_no_commit(tmp_path, monkeypatch):
     """A wheel installed in a user's project (proj/.venv/lib/.../site-packages/capsnet, inside proj's git
     repository): the record gave proj's commit as capsnet's (a review, 2026-11-30)."""

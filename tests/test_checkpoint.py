@@ -345,3 +345,12 @@ def test_on_windows_a_file_held_open_elsewhere_is_waited_for_then_named(tmp_path
     assert _path_error(e.value) == (f"cannot replace {tmp_path / 'metrics.jsonl'}: another program holds it open; "
                                     f"close it and try again")
     assert (tmp_path / "metrics.jsonl").read_text() == "one" and not list(tmp_path.glob(".*.tmp-*"))
+
+
+def test_text_holding_bytes_python_could_not_decode_is_written_back_as_those_bytes(tmp_path):
+    """An experiment's results.md quotes its command line; an --out holding a Latin-1 byte (held by Python as a
+    surrogate) stopped the experiment after its first run with a codec error (a review of encodings)."""
+    from capsnet.checkpoint import atomic_write_text
+
+    atomic_write_text(tmp_path / "r.md", "`capsnet experiment --out expl\udce9` caf\u00e9")
+    assert (tmp_path / "r.md").read_bytes() == b"`capsnet experiment --out expl\xe9` caf\xc3\xa9"

@@ -948,3 +948,19 @@ def test_a_probes_images_come_from_the_generator_it_is_named_after(gan_run):
     with pytest.raises(CheckpointError, match="was trained on while this experiment ran: its last.safetensors is no "
                                               "longer the generator its probe is named after"):
         probe_images(gan_run, later, labels, device="cpu")
+
+
+def test_generate_names_each_image_after_its_label_maps_own_file_name(gan_run, tmp_path):
+    """macOS writes 'naïve' decomposed (NFD): the images were named in the composed form, so no script finding an
+    output by its input's name found it (a review of encodings, 2026-11-30)."""
+    import unicodedata
+
+    from capsnet.synthesis import generate_folder
+
+    _labels(tmp_path / "labels")
+    nfd = unicodedata.normalize("NFD", "naïve")
+    assert nfd != "naïve"
+    (tmp_path / "labels" / "map1.png").rename(tmp_path / "labels" / f"{nfd}.png")
+    generate_folder(gan_run, tmp_path / "labels", tmp_path / "out", seeds=(0,), progress=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        ["map0_seed0.png", "map2_seed0.png", f"{nfd}_seed0.png"])

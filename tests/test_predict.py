@@ -439,3 +439,36 @@ def test_an_allocation_failure_is_recognised_on_a_torch_without_torch_out_of_mem
     assert _out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB"))
     assert _out_of_memory(torch.cuda.OutOfMemoryError("CUDA error"))
     assert not _out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+def test_masks_are_named_after_each_images_own_file_name(unet_run, tmp_path):
+    """A decomposed (NFD) 'café.png', as macOS writes it, got its mask as the composed 'café.png' (two names for a
+    script that looks the mask up by its image's name; predictions.csv kept the image's own) (a review, 2026-11-30)."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "café")
+    folder = _folder(tmp_path, {nfd: np.zeros((16, 16), np.uint8), "plain": np.zeros((16, 16), np.uint8)})
+    predict_folder(unet_run, folder, tmp_path / "out", probabilities=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        [f"{nfd}.png", f"{nfd}_probability.png", "plain.png", "plain_probability.png"])
+
+
+def test_a_utf8_file_name_is_read_under_an_ascii_locale_without_utf8_mode(tmp_path):
+    """LC_ALL=C with Python's UTF-8 mode off decodes a UTF-8 'café.png' with surrogates; it was refused as "not
+    UTF-8" with a fix (convmv -f latin1) that would have garbled it. The name's bytes decide now; Latin-1 bytes are
+    still refused."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(folder / "café.png")
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    code = ("import sys; from pathlib import Path; from capsnet.data.png import png_files; "
+            "print(sys.getfilesystemencoding(), len(png_files(Path(sys.argv[1]), 'images', paired=False)))")
+    done = subprocess.run([sys.executable, "-c", code, str(folder).encode()], capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == [b"ascii", b"1"], done.stderr.decode()[-500:]
+    (folder / "café.png").rename(os.fsdecode(bytes(folder) + b"/caf\xe9.png"))  # Latin-1 bytes
+    done = subprocess.run([sys.executable, "-c", code, str(folder).encode()], capture_output=True, env=env, timeout=120)
+    assert done.returncode != 0 and b"that are not UTF-8" in done.stderr

@@ -116,15 +116,14 @@ def _git(*args: str) -> str | None:
     """git's answer about capsnet's own checkout; None where capsnet is installed, not checked out (a wheel inside a
     user's own repository answered with that repository's commit)."""
     here = Path(__file__).resolve().parent
-    try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True,
-                             timeout=10)
-        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != here.parents[1]:  # src/capsnet in a clone
-            return None
-        done = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
+    try:  # bytes, decoded as the file system's names are: a checkout under /home/José in a C locale is UTF-8 bytes
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, timeout=10)
+        if top.returncode != 0 or Path(os.fsdecode(top.stdout.strip())).resolve() != here.parents[1]:  # a clone's
+            return None  # src/capsnet
+        done = subprocess.run(["git", *args], cwd=here, capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else None
 
 
 def environment() -> dict[str, Any]:

@@ -350,7 +350,9 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    """``text`` as UTF-8, atomically; a path or argument Python read from bytes that are not UTF-8 (held as
+    surrogates) is written back as those bytes, not refused after the work it reports."""
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"))
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -1751,8 +1751,22 @@ def _rank_tag() -> str:
 
 
 
+def _tolerant_stdout() -> None:
+    """Paths and file names the stream's encoding cannot hold (a cp1252 log on Windows, PYTHONIOENCODING=ascii in a
+    CI job, a non-ASCII home folder) are written escaped, as stderr's always are: a strict stream made every
+    command that printed one end in exit status 2 and a codec's message, its work done and its table lost."""
+    stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # a stream closed or detached by the caller: left as it is
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if AS_PROGRAM:
+        _tolerant_stdout()
     parser = build_parser()
     parser.argv = argv
     args, unknown = parser.parse_known_args(argv)

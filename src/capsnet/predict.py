@@ -249,9 +249,10 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if segmenting:
         def made(stem: str, p: np.ndarray) -> tuple[dict[Path, bytes], dict]:  # as each batch is done
             mask = p > threshold
-            files = {folder / f"{stem}.png": _png_bytes(mask.astype(np.uint8) * np.uint8(255))}
+            own = paths[stem].stem  # the image's own name: macOS's decomposed 'café' stays so (stem is composed)
+            files = {folder / f"{own}.png": _png_bytes(mask.astype(np.uint8) * np.uint8(255))}
             if probabilities:
-                files[folder / f"{stem}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
+                files[folder / f"{own}_probability.png"] = _png_bytes(np.round(p * 255).astype(np.uint8))
             return files, {"file": paths[stem].name, "height": p.shape[0], "width": p.shape[1],
                            "foreground": float(mask.mean()), "mean_probability": float(p.mean())}
 

@@ -304,8 +304,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     with progress_bar(total=len(images) * len(arrays), desc="write", unit="image", leave=False,
                       progress=progress) as bar:
         for s, batch in images.items():
-            for stem, image in zip(arrays, batch):
-                path = folder / f"{stem}_seed{s}.png"
+            for stem, image in zip(arrays, batch):  # named as the map's own file (macOS's decomposed 'café' too)
+                path = folder / f"{files[stem].stem}_seed{s}.png"
                 if path.exists():
                     replaced.append(path)
                 _write_png(path, image, atomic_write)

@@ -977,3 +977,22 @@ def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(train
         r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", "3", "--no-progress")
     assert_clean_error(r, "is being written by another capsnet run")
     assert "resuming" not in r.stdout
+
+
+def test_a_path_the_output_stream_cannot_encode_is_written_escaped_not_an_error(tmp_path):
+    """Under PYTHONIOENCODING=ascii (a CI job) or a cp1252 log (Windows), a non-ASCII path on stdout made every
+    command end in exit status 2 and a codec's message after its work was done, its table lost (a review of
+    encodings, 2026-11-30). The command escapes it, as stderr always did."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "José" / "e.json"
+    out.parent.mkdir()
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    done = subprocess.run([sys.executable, "-m", "capsnet", "eval", "--checkpoint", "pretrained:capsnet-mnist-small",
+                           "--dataset", "mnist-sample", "--test-size", "10", "--json", str(out), "--no-progress"],
+                          capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-500:]
+    assert b"accuracy 1.0000" in done.stdout and f"wrote {tmp_path}/Jos\\xe9/e.json".encode() in done.stdout
+    assert out.exists()

@@ -4,6 +4,7 @@ Every problem is a ``DataError`` naming the file and the fix; nothing is written
 """
 from __future__ import annotations
 
+import os
 import unicodedata
 from pathlib import Path
 from typing import Callable
@@ -70,10 +71,11 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
 
 
 def _utf8(name: str) -> bool:
-    """Whether a file name decoded by Python (undecodable bytes as surrogates) encodes to UTF-8."""
+    """Whether a file name's bytes on disk are UTF-8 (asked of the bytes: under an ASCII locale with Python's UTF-8
+    mode off, a UTF-8 'café' is decoded with surrogates, and refused as Latin-1 with a fix that would garble it)."""
     try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+        os.fsencode(name).decode("utf-8")
+    except UnicodeError:
         return False
     return True
 
