@@ -50,6 +50,7 @@ paired ratio's median, min and max), ``markdown_table``, and ``publish``
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -517,77 +518,79 @@ def run_benchmark(
             log.warning(note)
 
     rows: list[dict[str, Any]] = []
-    for device_name in devices:
-        device = torch.device(device_name)
-        torch.manual_seed(seed)
-        model = CapsNet(config).to(device)
-        models: dict[str, nn.Module] = {CAPSNET: model}
-        if baseline_module is not None:
-            models[BASELINE] = baseline_module.TutorialCapsNet.from_capsnet(model, share_logits=baseline_share_logits)
-        if floor:
-            models[FLOOR] = ConvFloor(model).to(device)
-        gen = torch.Generator().manual_seed(seed)
-        images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen).to(device)
-        labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
+    with contextlib.ExitStack() as kept:  # the caller's random stream after, not the benchmark's seed
+        for device_name in devices:
+            kept.enter_context(keeps_rng(device_name))
+            device = torch.device(device_name)
+            torch.manual_seed(seed)
+            model = CapsNet(config).to(device)
+            models: dict[str, nn.Module] = {CAPSNET: model}
+            if baseline_module is not None:
+                models[BASELINE] = baseline_module.TutorialCapsNet.from_capsnet(model, share_logits=baseline_share_logits)
+            if floor:
+                models[FLOOR] = ConvFloor(model).to(device)
+            gen = torch.Generator().manual_seed(seed)
+            images = torch.rand(batch_size, config.in_channels, config.input_height, config.input_width, generator=gen).to(device)
+            labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
 
-        for mode in modes:
-            # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
-            if compile:
-                torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
-            per_timing = default_steps_per_timing(device, steps_per_timing)
-            runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", steps=per_timing,
-                                     fused=impl == CAPSNET and device.type == "cuda",
-                                     compile=compile if impl == CAPSNET else False)
-                       for impl, m in models.items()}
-            recording_peak: dict[str, int] = {}
-            for impl, runner in runners.items():
-                graphs = device.type == "cuda" and compile == "reduce-overhead" and impl == CAPSNET
-                if graphs:  # a CUDA graph's memory is taken while it is recorded (warm-up); a replay takes none
-                    torch.cuda.synchronize(device)
-                    torch.cuda.reset_peak_memory_stats(device)
-                    # the other runners' tensors are on the card too: counted from this one's resting tensors
-                    before = torch.cuda.memory_allocated(device) - runner.resting_bytes()
-                for _ in range(warmup):
-                    runner.time_step()
-                if graphs:
-                    recording_peak[impl] = torch.cuda.max_memory_allocated(device) - before
-            routing_times: list[float] = []
+            for mode in modes:
+                # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
+                if compile:
+                    torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
+                per_timing = default_steps_per_timing(device, steps_per_timing)
+                runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", steps=per_timing,
+                                         fused=impl == CAPSNET and device.type == "cuda",
+                                         compile=compile if impl == CAPSNET else False)
+                           for impl, m in models.items()}
+                recording_peak: dict[str, int] = {}
+                for impl, runner in runners.items():
+                    graphs = device.type == "cuda" and compile == "reduce-overhead" and impl == CAPSNET
+                    if graphs:  # a CUDA graph's memory is taken while it is recorded (warm-up); a replay takes none
+                        torch.cuda.synchronize(device)
+                        torch.cuda.reset_peak_memory_stats(device)
+                        # the other runners' tensors are on the card too: counted from this one's resting tensors
+                        before = torch.cuda.memory_allocated(device) - runner.resting_bytes()
+                    for _ in range(warmup):
+                        runner.time_step()
+                    if graphs:
+                        recording_peak[impl] = torch.cuda.max_memory_allocated(device) - before
+                routing_times: list[float] = []
 
-            def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
-                seconds = runner.time_step()
-                if not compile:  # the layer alone runs eagerly: no share of a compiled step
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                        routing_times.append(_time_routing(model, images, mode, runner.steps))
-                return seconds
+                def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
+                    seconds = runner.time_step()
+                    if not compile:  # the layer alone runs eagerly: no share of a compiled step
+                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                            routing_times.append(_time_routing(model, images, mode, runner.steps))
+                    return seconds
 
-            # warmed up above, not by alternate: capsnet_step's routing times must pair with timed steps only
-            times = alternate({impl: capsnet_step if impl == CAPSNET else runner.time_step
-                               for impl, runner in runners.items()}, repeats, warmup=0)
-            log.info("%s %s, %d repeats: %s", device_name, mode, repeats,
-                     ", ".join(f"{k} median {statistics.median(v):.3f} s" for k, v in times.items()))
-            paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
-            to_floor = ([f / c for c, f in zip(times[CAPSNET], times[FLOOR])] if FLOOR in times else [])
-            for impl, runner in runners.items():
-                row: dict[str, Any] = {"impl": impl, "device": device_name, "mode": mode, "batch": batch_size,
-                                       "rounds": config.routing_iterations, "dtype": dtype,
-                                       "repeats": repeats, "warmup": warmup, "steps_per_timing": per_timing,
-                                       "seed": seed}
-                row.update(_summary([batch_size / t for t in times[impl]]))
-                row["step_s"] = statistics.median(times[impl])
-                row["peak_mem_mb"] = (max(runner.peak_bytes(), recording_peak.get(impl, 0)) / 2**20
-                                      if memory else None)
-                if impl == BASELINE:
-                    row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
-                elif impl == CAPSNET and paired:
-                    row.update(ratio=statistics.median(paired), ratio_min=min(paired), ratio_max=max(paired))
-                else:
-                    row.update(ratio=None, ratio_min=None, ratio_max=None)
-                row["floor_ratio"] = statistics.median(to_floor) if impl == CAPSNET and to_floor else None
-                row["routing_share"] = (statistics.median(r_ / t for r_, t in zip(routing_times, times[CAPSNET]))
-                                        if impl == CAPSNET and routing_times else None)
-                row["note"] = note if impl == CAPSNET else None
-                rows.append(row)
-            del runners
+                # warmed up above, not by alternate: capsnet_step's routing times must pair with timed steps only
+                times = alternate({impl: capsnet_step if impl == CAPSNET else runner.time_step
+                                   for impl, runner in runners.items()}, repeats, warmup=0)
+                log.info("%s %s, %d repeats: %s", device_name, mode, repeats,
+                         ", ".join(f"{k} median {statistics.median(v):.3f} s" for k, v in times.items()))
+                paired = ([b / c for c, b in zip(times[CAPSNET], times[BASELINE])] if BASELINE in times else [])
+                to_floor = ([f / c for c, f in zip(times[CAPSNET], times[FLOOR])] if FLOOR in times else [])
+                for impl, runner in runners.items():
+                    row: dict[str, Any] = {"impl": impl, "device": device_name, "mode": mode, "batch": batch_size,
+                                           "rounds": config.routing_iterations, "dtype": dtype,
+                                           "repeats": repeats, "warmup": warmup, "steps_per_timing": per_timing,
+                                           "seed": seed}
+                    row.update(_summary([batch_size / t for t in times[impl]]))
+                    row["step_s"] = statistics.median(times[impl])
+                    row["peak_mem_mb"] = (max(runner.peak_bytes(), recording_peak.get(impl, 0)) / 2**20
+                                          if memory else None)
+                    if impl == BASELINE:
+                        row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
+                    elif impl == CAPSNET and paired:
+                        row.update(ratio=statistics.median(paired), ratio_min=min(paired), ratio_max=max(paired))
+                    else:
+                        row.update(ratio=None, ratio_min=None, ratio_max=None)
+                    row["floor_ratio"] = statistics.median(to_floor) if impl == CAPSNET and to_floor else None
+                    row["routing_share"] = (statistics.median(r_ / t for r_, t in zip(routing_times, times[CAPSNET]))
+                                            if impl == CAPSNET and routing_times else None)
+                    row["note"] = note if impl == CAPSNET else None
+                    rows.append(row)
+                del runners
     return rows
 
 

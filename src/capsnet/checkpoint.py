@@ -304,7 +304,15 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it and back: os has no getter), 0o022 where it cannot be read."""
+    """The process's umask: Linux's /proc/self/status says it; elsewhere read by setting it and back (os has no
+    getter), which for that moment gave another thread's new files 0o022's permissions (a process at 0o077 made a
+    world-readable file); 0o022 where it cannot be read."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         mask = os.umask(0o022)
         os.umask(mask)

@@ -9,6 +9,7 @@ typed, and the help shows the config's own default.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -18,7 +19,7 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import __version__
 from ._config import OutOfRange, json_value
@@ -1641,10 +1642,19 @@ def _allocator_argument(p: argparse.ArgumentParser, scope: str) -> None:
 
 
 def _keep_memory(allocator: str) -> str:
-    """Apply ``--allocator``; the allocator in effect ("default" where keeping is not possible)."""
-    from .memory import keep_freed_memory
+    """Apply ``--allocator``; the allocator in effect ("default" where keeping is not possible, "keep" where an
+    earlier call in this process kept freed memory: glibc's tuning lasts, and a benchmark recorded "default" under
+    it)."""
+    from . import memory
 
-    return "keep" if allocator == "keep" and keep_freed_memory() else "default"
+    if allocator == "keep":
+        return "keep" if memory.keep_freed_memory() else "default"
+    if memory.kept():
+        warnings.warn("--allocator default: an earlier command in this process kept freed memory (--allocator "
+                      "keep), which lasts as long as the process; the allocator stays tuned (run it in a process of "
+                      "its own)", stacklevel=2)
+        return "keep"
+    return "default"
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -1751,6 +1761,31 @@ def _rank_tag() -> str:
 
 
 
+@contextlib.contextmanager
+def _logging_for(verbose: bool) -> Iterator[None]:
+    """The command's log records on stderr, "capsnet.train: ..." (INFO with -v, else WARNING). As the program: the
+    root logger's, for good. Called from another program: a handler of the ``capsnet`` logger for the call alone
+    (basicConfig left a root handler for the whole process, so a later call's -v did nothing and an earlier -v left
+    every library of the program logging at INFO)."""
+    if AS_PROGRAM:
+        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+        yield
+        return
+    logger = logging.getLogger("capsnet")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    level = logger.level
+    logger.addHandler(handler)
+    if verbose and not logger.isEnabledFor(logging.INFO):
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _tolerant_stdout() -> None:
     """Paths and file names the stream's encoding cannot hold (a cp1252 log on Windows, PYTHONIOENCODING=ascii in a
     CI job, a non-ASCII home folder) are written escaped, as stderr's always are: a strict stream made every
@@ -1803,14 +1838,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "the shipped model is one checkpoint") + ": leave --which out")
         args.which_given = args.which is not None  # eval: a test-chosen best is left for last unless asked for
         args.which = args.which or "best"
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     from .checkpoint import CheckpointError
     from .data import DataError
 
     try:
-        with warnings.catch_warnings():
-            # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
-            warnings.showwarning = one_line_warnings(f"capsnet {args.command}{_rank_tag()}: warning: ")
+        with _logging_for(args.verbose), warnings.catch_warnings():
+            if AS_PROGRAM:  # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python
+                # shows them. Not in a caller's process: two calls in two threads restored each other's hook out of
+                # order, leaving a command's prefix on every later warning of the program
+                warnings.showwarning = one_line_warnings(f"capsnet {args.command}{_rank_tag()}: warning: ")
             return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)
@@ -1827,7 +1863,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                         if resume else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        if AS_PROGRAM:  # so the interpreter's final flush is quiet (a caller's process keeps its stdout)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         return 141
     except OSError as e:  # a path the command cannot read or write (a file where a folder belongs, no permission)
         print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e)}", file=sys.stderr)

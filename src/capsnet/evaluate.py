@@ -26,7 +26,7 @@ from .data.tasks import (Split, check_test_size, folder_change, input_shape, loa
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
-from .runtime import evaluating, resolve_device
+from .runtime import evaluating, keeps_rng, resolve_device
 
 __all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "eval_batch", "evaluate_pairs",
            "evaluate_segmentation", "evaluate_split", "load_model",
@@ -221,7 +221,8 @@ def load_model(path: str | os.PathLike | Checkpoint, *, which: str = "best", dev
     config, _ = saved_configs(ckpt)
     spec = MODELS[ckpt.model_name]
     check_fits_before_building(lambda: spec.build(config), ckpt)  # a config describing a far larger network
-    model = spec.build(config)
+    with keeps_rng("cpu"):  # initial weights, replaced by the checkpoint's: the caller's random stream is left as it was
+        model = spec.build(config)
     load_weights(model, ckpt)
     if weights == "training":
         _use_training_weights(model, ckpt)

@@ -385,8 +385,6 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         log.info("epoch %d: %s", epoch, record)
         if progress:
             tqdm.write(describe_gan_epoch(record))
-        if on_epoch is not None:  # each evaluated epoch's record (the CLI's --no-progress prints it)
-            on_epoch(record)
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                  "eval_split": held_name} | {k: state[k] for k in ("data", "label_maps") if k in state}
         score = results[""].ssim
@@ -400,6 +398,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                 save_best(best_path, name, model_config, cfg, state, model)
         save_last(state)
         write_metrics(run_dir, state["history"])
+        if on_epoch is not None:  # each evaluated epoch's record (the CLI's --no-progress prints it), after the saves:
+            on_epoch(record)  # a callback that stops the run keeps the epoch it was shown
         if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
             raise KeyboardInterrupt
     if ckpt is not None and state["epoch"] >= cfg.epochs:

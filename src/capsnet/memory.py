@@ -26,7 +26,7 @@ import logging
 import platform
 from typing import Any
 
-__all__ = ["keep_freed_memory", "limit_arenas", "ALLOCATORS"]
+__all__ = ["keep_freed_memory", "kept", "limit_arenas", "ALLOCATORS"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,18 @@ def keep_freed_memory(*, trim_threshold: int = 2**31 - 1, top_pad: int = 64 << 2
           and mallopt(_M_TOP_PAD, min(top_pad, limit)) == 1)
     if not ok:
         log.warning("keep_freed_memory: glibc refused a mallopt setting; the allocator may be partly tuned")
+    global _KEPT
+    _KEPT = _KEPT or ok
     return ok
+
+
+_KEPT = False  # keep_freed_memory applied in this process: it lasts as long as the process does
+
+
+def kept() -> bool:
+    """Whether ``keep_freed_memory`` was applied in this process (by a training run of a program that imported
+    capsnet, say): the allocator stays tuned for good, whatever a later command asks."""
+    return _KEPT
 
 
 def _mallopt() -> Any:

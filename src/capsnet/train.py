@@ -1127,8 +1127,6 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 log.info("epoch %d: %s", epoch, record)
                 if progress:  # one readable line per epoch, with the bars
                     tqdm.write(describe_epoch(record, cfg.dataset))
-                if on_epoch is not None and main:
-                    on_epoch(record)
                 state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                          "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
                 improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
@@ -1145,6 +1143,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if board is not None:
                     with applied(average):
                         board.log_epoch(model, record)
+                if on_epoch is not None and main:  # after the saves: a callback that stops the run (a sweep's
+                    on_epoch(record)  # pruning raises) keeps the epoch it was shown
             if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
                 state = _from_main(state)
                 last.state = state  # what rank 0 wrote

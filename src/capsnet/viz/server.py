@@ -674,8 +674,16 @@ def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str
 
 def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 0,
                     **kwargs: Any) -> tuple[_Server, threading.Thread]:
-    """Start a server in a daemon thread (tests, benchmarks, notebooks); stop it with ``server.shutdown()``."""
+    """Start a server in a daemon thread (tests, benchmarks, notebooks); stop it with ``server.shutdown()``, which
+    also closes its socket (the port is free again: a notebook cell run twice found it taken, and the old socket
+    accepted connections it never answered)."""
     server = make_server(viewer, host, port, **kwargs)
-    thread = threading.Thread(target=server.serve_forever, name="capsnet-viz", daemon=True)
+
+    def serve() -> None:
+        try:
+            server.serve_forever()
+        finally:
+            server.server_close()
+    thread = threading.Thread(target=serve, name="capsnet-viz", daemon=True)
     thread.start()
     return server, thread
