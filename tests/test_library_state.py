@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import warnings
 
 import pytest
