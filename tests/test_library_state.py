@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import warnings
 
 import pytest
@@ -85,16 +86,41 @@ def test_a_call_logs_for_its_own_length_and_leaves_the_programs_loggers_alone(mo
     assert (list(root.handlers), root.level, list(ours.handlers), ours.level) == before
 
 
-def test_a_call_from_a_program_leaves_its_warning_hook_and_stdout_alone(monkeypatch):
-    """Two cli.main calls in two threads restored each other's warnings.showwarning out of order (a command's
-    prefix stayed on every later warning); a BrokenPipeError pointed the program's own stdout at /dev/null."""
-    original, seen = warnings.showwarning, []
+def test_a_call_from_a_program_leaves_its_warnings_and_stdout_as_they_were(monkeypatch, capsys):
+    """Two cli.main calls in two threads set warnings.showwarning and restored it out of order: a command's prefix
+    stayed on every later warning of the program. Each thread's command now prefixes its own warnings alone; a
+    BrokenPipeError pointed the program's own stdout at /dev/null."""
 
-    def looks(args):
-        seen.append(warnings.showwarning)
+    here = str(cli.__file__)  # a warning "from capsnet" is one its files raise
+
+    def warn(text):
+        warnings.warn_explicit(text, UserWarning, here, 1)
+    barrier = threading.Barrier(2, timeout=30)
+
+    def each(args):
+        barrier.wait()  # both commands running at once
+        warn(f"from {args.command}")
+        barrier.wait()
         return 0
-    _with_handler(monkeypatch, "routings", looks)
-    assert cli.main(["routings"]) == 0 and seen == [original]
+    _with_handler(monkeypatch, "routings", each)
+    _with_handler(monkeypatch, "models", each)
+    programs = []  # the program's own hook
+
+    def mine(message, *rest, **kw):
+        programs.append(str(message))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = mine
+        threads = [threading.Thread(target=cli.main, args=([c],)) for c in ("routings", "models")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert warnings.showwarning is mine
+        warn("from the program")
+    err = capsys.readouterr().err
+    assert "capsnet routings: warning: from routings" in err and "capsnet models: warning: from models" in err
+    assert programs == ["from the program"] and "from the program" not in err
 
     def broken(args):
         raise BrokenPipeError(32, "Broken pipe")

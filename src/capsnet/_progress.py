@@ -70,17 +70,19 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
     return tqdm(iterable, disable=not progress, leave=leave, **kw)
 
 
-def one_line_warnings(prefix: str):
+def one_line_warnings(prefix):
     """A ``warnings.showwarning`` that prints capsnet's own warnings as one line, ``PREFIX MESSAGE`` (no file path,
-    no category), and the rest as Python shows them: for the command line, and for an experiment's worker
-    processes (a spawned process has not the command line's hook)."""
+    no category), and the rest as the hook it replaces shows them: for the command line, and for an experiment's
+    worker processes (a spawned process has not the command line's hook). ``prefix``: a string, or a function
+    giving it at each warning (None: shown as the replaced hook shows it)."""
     import warnings
     from pathlib import Path
 
     package, shown = str(Path(__file__).parent), warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if not str(filename).startswith(package):
+        now = prefix() if callable(prefix) else prefix
+        if now is None or not str(filename).startswith(package):
             return shown(message, category, filename, lineno, file, line)
-        print(f"{prefix}{message}", file=file or sys.stderr, flush=True)
+        print(f"{now}{message}", file=file or sys.stderr, flush=True)
     return show

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import dataclasses
 import difflib
 import json
@@ -17,6 +18,7 @@ import logging
 import os
 import shlex
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -1761,6 +1763,34 @@ def _rank_tag() -> str:
 
 
 
+# the running command's warning prefix, per thread (a context variable), and the hook that reads it: installed while
+# any command runs, the program's own restored when the last ends (two calls of main in two threads each set
+# warnings.showwarning and restored it out of order, leaving a command's prefix on every later warning)
+_WARNING_PREFIX: contextvars.ContextVar[str | None] = contextvars.ContextVar("capsnet_warning_prefix", default=None)
+_HOOK_LOCK = threading.Lock()
+_HOOK: dict[str, Any] = {"users": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def _command_warnings(prefix: str) -> Iterator[None]:
+    """The calling thread's capsnet warnings printed as ``PREFIX MESSAGE`` for the block (``one_line_warnings``);
+    other threads' and other packages' as the program's own hook prints them."""
+    token = _WARNING_PREFIX.set(prefix)
+    with _HOOK_LOCK:
+        if _HOOK["users"] == 0:
+            _HOOK["saved"] = warnings.showwarning
+            warnings.showwarning = one_line_warnings(_WARNING_PREFIX.get)  # the saved hook for the rest
+        _HOOK["users"] += 1
+    try:
+        yield
+    finally:
+        with _HOOK_LOCK:
+            _HOOK["users"] -= 1
+            if _HOOK["users"] == 0:
+                warnings.showwarning = _HOOK["saved"]
+        _WARNING_PREFIX.reset(token)
+
+
 @contextlib.contextmanager
 def _logging_for(verbose: bool) -> Iterator[None]:
     """The command's log records on stderr, "capsnet.train: ..." (INFO with -v, else WARNING). As the program: the
@@ -1842,11 +1872,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .data import DataError
 
     try:
-        with _logging_for(args.verbose), warnings.catch_warnings():
-            if AS_PROGRAM:  # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python
-                # shows them. Not in a caller's process: two calls in two threads restored each other's hook out of
-                # order, leaving a command's prefix on every later warning of the program
-                warnings.showwarning = one_line_warnings(f"capsnet {args.command}{_rank_tag()}: warning: ")
+        # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
+        with _command_warnings(f"capsnet {args.command}{_rank_tag()}: warning: "), _logging_for(args.verbose), \
+                warnings.catch_warnings():
             return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)
