@@ -60,6 +60,8 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
     (default: for a bar that vanishes when done, ``leave=False``). Set a postfix with ``refresh=False`` so it
     waits for the next line."""
     stream = sys.stderr
+    if stream is None:  # no stderr at all (closed by a daemon's launcher, pythonw): nowhere to draw, so no bar (the
+        progress = False  # first line written killed training, without a word, as the traceback had nowhere to go)
     if progress and not _is_terminal(stream):
         brief = not leave if brief is None else brief
         kw = {**kw, "file": _Lines(stream), "mininterval": LOG_INTERVAL_S, "maxinterval": LOG_INTERVAL_S,

@@ -40,7 +40,7 @@ from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
-from .runtime import AMP_MODES, COMPILE_MODES, parse_device, resolve_device
+from .runtime import AMP_MODES, COMPILE_MODES, parse_device, require_compiler, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig, saved_configs
 
 __all__ = ["main", "build_parser"]
@@ -1099,6 +1099,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               f"run `capsnet train` without torchrun")
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
+    require_compiler(args.compile, resolve_device(args.device))  # before the data: Inductor's own error came at the
+    # first step
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]  # with the flags a checkpoint does not keep
     for flag, value in (("--data-dir", args.data_dir), ("--device", None if args.device == "auto" else args.device),
@@ -1890,6 +1892,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"capsnet {args.command}: interrupted" + (f"; `{resume}` continues from the last checkpoint"
                                                         if resume else ""), file=sys.stderr)
         return 130
+    except RuntimeError as e:  # an allocation that failed (the CPU allocator's, CUDA's): one line with the fix
+        from .predict import _out_of_memory
+
+        if not _out_of_memory(e):
+            raise
+        said = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+        print(f"capsnet {args.command}{_rank_tag()}: error: out of memory ({said}); lower --batch-size"
+              + (" or --jobs" if args.command == "experiment" else "") + ", or free memory on the device",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
         if AS_PROGRAM:  # so the interpreter's final flush is quiet (a caller's process keeps its stdout)
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -448,7 +448,11 @@ class _FreshProcesses:
         import signal
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_worker_start, initargs=(os.getpid(),))
+        try:
+            pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_worker_start, initargs=(os.getpid(),))
+        except OSError as e:  # its locks are POSIX semaphores in /dev/shm: read-only or missing in some sandboxes
+            raise ValueError(f"cannot start worker processes for --jobs ({e.strerror or e}: Python's multiprocessing "
+                             f"needs a writable /dev/shm here); run with --jobs 1") from None
         try:  # the process is started here: started ignoring Ctrl-C (a disposition it keeps across exec, and its
             # fit leaves so), so a terminal's Ctrl-C, which reaches the whole group, is no traceback or stop of its
             # own; the parent stops it (``stop``: SIGTERM, which its fit takes as one stop: save, then stop)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Iterator, TypeVar
@@ -121,6 +123,25 @@ def autocast(device: torch.device, amp: str) -> torch.autocast:
 GRAPH_LIMIT = 64  # compiled graphs per function before torch falls back to running it uncompiled (its default: 8)
 
 
+def require_compiler(compile: bool | str | None, device: str | torch.device) -> None:
+    """A ValueError, before any work, where ``compile`` asks TorchInductor to compile for the CPU and no C++ compiler
+    is on PATH (a slim container image): Inductor's own error came at the first training step, 154 lines of
+    traceback. Backends that generate no C++ (aot_eager, eager) and other devices are left to torch."""
+    import shutil
+
+    if compile is False or compile is None or (isinstance(compile, str) and compile not in ("default",
+                                                                                         *_INDUCTOR_MODES)):
+        return
+    if torch.device(device).type != "cpu":
+        return
+    compiler = os.environ.get("CXX") or ("cl" if os.name == "nt" else "clang++" if sys.platform == "darwin" else "g++")
+    if shutil.which(compiler) is None:
+        raise ValueError(f"--compile {compile if isinstance(compile, str) else 'default'} (TorchInductor) on the CPU "
+                         f"needs a C++ compiler, and {compiler} ({'CXX' if os.environ.get('CXX') else 'its default'})"
+                         f" is not on PATH: install one (e.g. apt install g++), use --compile aot_eager, or leave "
+                         f"--compile out")
+
+
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """``torch.compile(model)`` for the training step, or the model itself when ``compile`` is False or None.
 
@@ -145,6 +166,8 @@ def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """
     if compile is False or compile is None:
         return model
+    param = next(model.parameters(), None)
+    require_compiler(compile, "cpu" if param is None else param.device)
     dynamo_config = torch._dynamo.config
     dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, GRAPH_LIMIT)
     kind = ({} if compile is True or compile == "default" else {"mode": compile} if compile in _INDUCTOR_MODES

@@ -227,13 +227,28 @@ def download_hint(source: str, base: Path) -> str:
     (``resolve_root``: --data-dir / CAPSNET_DATA, or the user cache) at ``base``; the CLI has no download flag."""
     if source == "cache":  # only where download=False was passed (from Python)
         return ", or allow the download (download=True)"
-    return (f", or leave --data-dir and CAPSNET_DATA unset to download them into {cache_root()} (from Python: "
+    try:
+        cache = str(cache_root())
+    except DataError:  # no home folder: the hint names the usual place
+        cache = "~/.cache/capsnet"
+    return (f", or leave --data-dir and CAPSNET_DATA unset to download them into {cache} (from Python: "
             f"download=True fetches them into {base})")
 
 
 def cache_root() -> Path:
-    """The user cache the loaders download into when neither a root nor CAPSNET_DATA is given."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "capsnet"
+    """The user cache the loaders download into when neither a root nor CAPSNET_DATA is given: $XDG_CACHE_HOME/capsnet
+    (an absolute one: the XDG spec has a relative value ignored, which made folders in the working folder), else
+    ~/.cache/capsnet; a DataError where there is no home folder to find (HOME unset, a user id without an entry
+    in the password file: an arbitrary-uid container)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(os.path.expanduser(xdg)):
+        return Path(xdg).expanduser() / "capsnet"
+    try:
+        return Path.home() / ".cache" / "capsnet"
+    except (RuntimeError, KeyError):
+        raise DataError("there is no home folder to keep data sets in (HOME is unset and this user has none): set "
+                        "CAPSNET_DATA or --data-dir to a folder of data sets, or HOME or XDG_CACHE_HOME to a folder "
+                        "to download them into") from None
 
 
 def load_dataset(

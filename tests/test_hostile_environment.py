@@ -1,0 +1,103 @@
+"""capsnet where the process's environment is unusual: no stderr, no home folder, no C++ compiler, too little memory,
+no shared memory for worker processes (found by a review of hostile environments, 2026-11-30; each failed before
+its fix)."""
+from __future__ import annotations
+
+import errno
+import sys
+from pathlib import Path
+
+import pytest
+
+from capsnet import cli
+
+
+def test_a_bar_with_no_stderr_at_all_is_no_bar(monkeypatch):
+    """A launcher that closes fd 2 (sys.stderr None): the first line a bar wrote raised AttributeError, and training
+    died with exit status 1 and no word, its traceback having nowhere to go."""
+    from capsnet._progress import progress_bar
+
+    monkeypatch.setattr(sys, "stderr", None)
+    assert list(progress_bar(range(5), desc="train")) == [0, 1, 2, 3, 4]
+    bar = progress_bar(total=3, desc="eval", leave=False)
+    bar.update(3)
+    bar.close()
+
+
+def test_no_home_folder_is_a_clear_error_and_a_relative_xdg_cache_is_ignored(monkeypatch, tmp_path):
+    """An arbitrary-uid container (HOME unset, no password entry): Path.home()'s RuntimeError was a traceback even
+    with --data-dir given (the "not found" message named the cache). A relative XDG_CACHE_HOME made folders in the
+    working folder; the XDG spec has it ignored."""
+    from capsnet.data import DataError
+    from capsnet.data.sets import cache_root, download_hint
+
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(nowhere))
+    with pytest.raises(DataError, match="there is no home folder to keep data sets in .*set CAPSNET_DATA or "
+                                        "--data-dir"):
+        cache_root()
+    assert "download them into ~/.cache/capsnet" in download_hint("argument", tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    with pytest.raises(DataError):  # ignored: the home folder decides, and there is none here
+        cache_root()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "capsnet"
+
+
+def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(monkeypatch, tmp_path, capsys):
+    """A slim container image: TorchInductor's InvalidCxxCompiler came at the first training step, 154 lines of
+    traceback, after the data was loaded and config.json written."""
+    from capsnet.runtime import require_compiler
+
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    assert cli.main(["train", "--dataset", "mnist-sample", "--compile", "default", "--epochs", "1",
+                     "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compile default (TorchInductor) on the CPU needs a C++ compiler" in err
+    assert "use --compile aot_eager" in err and not (tmp_path / "run").exists()
+    require_compiler("aot_eager", "cpu")  # no C++: no compiler needed
+    require_compiler(False, "cpu")
+    with pytest.raises(ValueError, match="max-autotune"):
+        require_compiler("max-autotune", "cpu")
+
+
+def _with_handler(monkeypatch, command, handler):
+    arguments, _, help_, description = cli._COMMANDS[command]
+    monkeypatch.setitem(cli._COMMANDS, command, (arguments, handler, help_, description))
+
+
+def test_running_out_of_memory_is_one_line_that_names_the_batch_size(monkeypatch, capsys):
+    """train and eval under a memory limit ended in the allocator's traceback (predict already said it in a line)."""
+    def oom(args):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 6400000000 bytes. Error code 12 (Cannot allocate memory)")
+    _with_handler(monkeypatch, "routings", oom)
+    assert cli.main(["routings"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("capsnet routings: error: out of memory (") and "lower --batch-size" in err
+    assert err.count("\n") == 1
+
+    def other(args):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    _with_handler(monkeypatch, "routings", other)
+    with pytest.raises(RuntimeError, match="mat1"):  # a bug stays a traceback
+        cli.main(["routings"])
+
+
+def test_worker_processes_that_cannot_start_say_so_and_what_to_do(monkeypatch):
+    """experiment --jobs 2 where /dev/shm is read-only: "Read-only file system; check the paths given", naming no
+    path (every path given was fine)."""
+    import concurrent.futures
+    import multiprocessing
+
+    from capsnet.experiments import _FreshProcesses
+
+    def no_shm(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_shm)
+    with pytest.raises(ValueError, match=r"cannot start worker processes for --jobs \(Read-only file system: "
+                                         r"Python's multiprocessing needs a writable /dev/shm here\); run with "
+                                         r"--jobs 1"):
+        _FreshProcesses(multiprocessing.get_context("spawn")).submit(print, "x")
