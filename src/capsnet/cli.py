@@ -1099,7 +1099,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               f"run `capsnet train` without torchrun")
     elif args.judge is not None:
         args.parser.error(f"--judge scores synthesis models; --model {chosen} is a {kind} model")
-    require_compiler(args.compile, resolve_device(args.device))  # before the data: Inductor's own error came at the
+    require_compiler(args.compile, args.device)  # before the data: Inductor's own error came at the
     # first step
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]  # with the flags a checkpoint does not keep

@@ -132,7 +132,12 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
     if compile is False or compile is None or (isinstance(compile, str) and compile not in ("default",
                                                                                          *_INDUCTOR_MODES)):
         return
-    if torch.device(device).type != "cpu":
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        if torch.device(device).type != "cpu":
+            return
+    except (RuntimeError, TypeError):  # not a device: said by the device's own check
         return
     compiler = os.environ.get("CXX") or ("cl" if os.name == "nt" else "clang++" if sys.platform == "darwin" else "g++")
     if shutil.which(compiler) is None:
