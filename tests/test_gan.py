@@ -5,8 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -535,8 +533,10 @@ def test_generate_refuses_to_write_among_its_label_maps(gan_run, tmp_path, capsy
 
 
 def test_models_and_data_of_other_kinds_and_gan_only_flags_are_refused(tmp_path, data_root, gan_run, capsys):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "capsnet", *args], capture_output=True, text=True)
+    from cli_helpers import in_process
+
+    def cli(*args):  # in this process: three interpreters cost 6 s of the suite
+        return in_process(capsys, *args)
 
     out = cli("train", "--dataset", "mnist-skeleton", "--model", "segcaps", "--out", str(tmp_path / "a"))
     assert out.returncode == 2 and "use --model capspix2pix, capspix2pix-deep or pix2pix" in out.stderr

@@ -979,20 +979,23 @@ def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(train
     assert "resuming" not in r.stdout
 
 
-def test_a_path_the_output_stream_cannot_encode_is_written_escaped_not_an_error(tmp_path):
+def test_a_path_the_output_stream_cannot_encode_is_written_escaped_not_an_error(tmp_path, monkeypatch):
     """Under PYTHONIOENCODING=ascii (a CI job) or a cp1252 log (Windows), a non-ASCII path on stdout made every
     command end in exit status 2 and a codec's message after its work was done, its table lost (a review of
     encodings, 2026-11-30). The command escapes it, as stderr always did."""
-    import os
-    import subprocess
+    import io
     import sys
+
+    from capsnet import cli
 
     out = tmp_path / "José" / "e.json"
     out.parent.mkdir()
-    env = dict(os.environ, PYTHONIOENCODING="ascii")
-    done = subprocess.run([sys.executable, "-m", "capsnet", "eval", "--checkpoint", "pretrained:capsnet-mnist-small",
-                           "--dataset", "mnist-sample", "--test-size", "10", "--json", str(out), "--no-progress"],
-                          capture_output=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-500:]
-    assert b"accuracy 1.0000" in done.stdout and f"wrote {tmp_path}/Jos\\xe9/e.json".encode() in done.stdout
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii", errors="strict", write_through=True)  # as the program starts
+    monkeypatch.setattr(sys, "stdout", stream)
+    monkeypatch.setattr(cli, "AS_PROGRAM", True)
+    assert cli.main(["eval", "--checkpoint", "pretrained:capsnet-mnist-small", "--dataset", "mnist-sample",
+                     "--test-size", "10", "--json", str(out), "--no-progress"]) == 0
+    printed = raw.getvalue()
+    assert b"accuracy 1.0000" in printed and f"wrote {tmp_path}/Jos\\xe9/e.json".encode() in printed
     assert out.exists()

@@ -96,12 +96,14 @@ def test_viz_bad_flags(tmp_path, trained_run, data_root, capsys):
                         (["--checkpoint", str(tmp_path / "missing")], "does not exist")):
         r = in_process(capsys, "viz", *flags)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr
-    with socket.socket() as busy:
+    with socket.socket() as busy:  # in this process too: the server fails to bind before it serves
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--port", str(busy.getsockname()[1]))
+        r = in_process(capsys, "viz", "--checkpoint", str(trained_run), "--data-dir", str(data_root), "--port",
+                       str(busy.getsockname()[1]))
     assert r.returncode == 2 and "cannot listen" in r.stderr and "pick another --port" in r.stderr
-    r = _run("--checkpoint", str(trained_run), "--data-dir", str(data_root), "--host", "999.1.1.1", "--port", "0")
+    r = in_process(capsys, "viz", "--checkpoint", str(trained_run), "--data-dir", str(data_root), "--host",
+                   "999.1.1.1", "--port", "0")
     assert r.returncode == 2 and "cannot listen on 999.1.1.1:0" in r.stderr  # not a port's fault: it said so
     assert "give --host an address of this machine" in r.stderr and "--port" not in r.stderr.split("(")[-1]
 
