@@ -49,9 +49,11 @@ def test_no_home_folder_is_a_clear_error_and_a_relative_xdg_cache_is_ignored(mon
 def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(monkeypatch, tmp_path, capsys):
     """A slim container image: TorchInductor's InvalidCxxCompiler came at the first training step, 154 lines of
     traceback, after the data was loaded and config.json written."""
+    import torch._inductor.config as inductor
+
     from capsnet.runtime import require_compiler
 
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    monkeypatch.setattr(inductor.cpp, "cxx", (None, str(tmp_path / "no-such-g++")))  # Inductor's search list
     assert cli.main(["train", "--dataset", "mnist-sample", "--compile", "default", "--epochs", "1",
                      "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -73,11 +75,16 @@ def test_running_out_of_memory_is_one_line_that_names_the_batch_size(monkeypatch
     def oom(args):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 6400000000 bytes. Error code 12 (Cannot allocate memory)")
-    _with_handler(monkeypatch, "routings", oom)
-    assert cli.main(["routings"]) == 2
+    _with_handler(monkeypatch, "eval", oom)
+    assert cli.main(["eval", "--checkpoint", "pretrained:capsnet-mnist-small"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("capsnet routings: error: out of memory (") and "lower --batch-size" in err
+    assert err.startswith("capsnet eval: error: out of memory (") and "lower --batch-size" in err
     assert err.count("\n") == 1
+
+    _with_handler(monkeypatch, "figures", oom)  # a command without --batch-size is not told to lower it
+    assert cli.main(["figures", "--checkpoint", "pretrained:capsnet-mnist-small"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size" not in err and "give fewer or smaller inputs" in err
 
     def other(args):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")

@@ -1804,17 +1804,20 @@ def _logging_for(verbose: bool) -> Iterator[None]:
         yield
         return
     logger = logging.getLogger("capsnet")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    handler = None
+    if not logger.hasHandlers():  # the program's handlers (its own or the root's) show the records where it has any
+        handler = logging.StreamHandler(sys.stderr)  # (a second handler printed each record twice)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        handler.setLevel(logging.INFO if verbose else logging.WARNING)
+        logger.addHandler(handler)
     level = logger.level
-    logger.addHandler(handler)
     if verbose and not logger.isEnabledFor(logging.INFO):
         logger.setLevel(logging.INFO)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        if handler is not None:
+            logger.removeHandler(handler)
         logger.setLevel(level)
 
 
@@ -1898,9 +1901,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _out_of_memory(e):
             raise
         said = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
-        print(f"capsnet {args.command}{_rank_tag()}: error: out of memory ({said}); lower --batch-size"
-              + (" or --jobs" if args.command == "experiment" else "") + ", or free memory on the device",
-              file=sys.stderr)
+        fix = ("lower --batch-size" + (" or --jobs" if args.command == "experiment" else "")
+               if hasattr(args, "batch_size") else "give fewer or smaller inputs")  # figures, generate, export, viz
+        print(f"capsnet {args.command}{_rank_tag()}: error: out of memory ({said}); {fix}, or free memory on the "
+              f"device", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output went to a reader that stopped (`capsnet eval ... | head`): not an error
         if AS_PROGRAM:  # so the interpreter's final flush is quiet (a caller's process keeps its stdout)

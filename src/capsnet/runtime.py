@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import threading
 import weakref
 from typing import Any, Callable, Iterator, TypeVar
@@ -139,12 +138,18 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
             return
     except (RuntimeError, TypeError):  # not a device: said by the device's own check
         return
-    compiler = os.environ.get("CXX") or ("cl" if os.name == "nt" else "clang++" if sys.platform == "darwin" else "g++")
-    if shutil.which(compiler) is None:
+    if os.name == "nt":
+        candidates = [os.environ.get("CXX") or "cl"]
+    else:  # Inductor's own search list ($CXX or g++, clang++ on macOS, unless the program set another)
+        import torch._inductor.config as inductor
+
+        cxx = inductor.cpp.cxx
+        candidates = [c for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,)) if c]
+    if candidates and not any(shutil.which(c) for c in candidates):
         raise ValueError(f"--compile {compile if isinstance(compile, str) else 'default'} (TorchInductor) on the CPU "
-                         f"needs a C++ compiler, and {compiler} ({'CXX' if os.environ.get('CXX') else 'its default'})"
-                         f" is not on PATH: install one (e.g. apt install g++), use --compile aot_eager, or leave "
-                         f"--compile out")
+                         f"needs a C++ compiler, and {' or '.join(candidates)} "
+                         f"({'CXX' if os.environ.get('CXX') else 'its default'}) is not on PATH: install one (e.g. "
+                         f"apt install g++) or point CXX at it, use --compile aot_eager, or leave --compile out")
 
 
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
@@ -171,8 +176,6 @@ def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """
     if compile is False or compile is None:
         return model
-    param = next(model.parameters(), None)
-    require_compiler(compile, "cpu" if param is None else param.device)
     dynamo_config = torch._dynamo.config
     dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, GRAPH_LIMIT)
     kind = ({} if compile is True or compile == "default" else {"mode": compile} if compile in _INDUCTOR_MODES

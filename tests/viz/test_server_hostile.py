@@ -644,6 +644,24 @@ def test_a_post_from_another_origin_is_refused(server):
     assert_alive(server)
 
 
+def test_the_page_behind_a_reverse_proxy_may_post(viewer):
+    """Behind nginx terminating TLS (Origin https://NAME) or sending the viewer its own address as Host, every POST
+    was refused, and --allow-host could not help (a review of the day's changes)."""
+    with serving(viewer, allowed_hosts=["viz.example.com"]) as srv:
+        port = srv.server_address[1]
+        for host, origin in (("viz.example.com", "https://viz.example.com"),  # TLS at the proxy, Host passed on
+                             (f"127.0.0.1:{port}", "http://viz.example.com"),  # nginx's default Host
+                             (f"127.0.0.1:{port}", "https://viz.example.com:8443"),
+                             (f"localhost:{port}", f"https://localhost:{port}")):
+            status, _, data = request(srv, "POST", "/api/forward", b'{"index": 0}',
+                                      headers={"Host": host, "Origin": origin})
+            assert status == 200, (host, origin, data)
+        for origin in ("https://evil.example", "http://viz.example.com.evil.example", f"http://10.0.0.1:{port}"):
+            status, _, _ = request(srv, "POST", "/api/forward", b'{"index": 0}',
+                                   headers={"Host": f"127.0.0.1:{port}", "Origin": origin})
+            assert status == 403, origin
+
+
 def test_control_characters_of_a_request_line_are_escaped_in_the_log(viewer):
     """The log printed a request line's escape sequences raw: a client could clear the user's terminal or set its
     title (CPython's own handler escapes them)."""
@@ -666,6 +684,23 @@ def _progressive_jpeg(extra_scans: int) -> bytes:
     last = data.rfind(b"\xff\xda")
     header = data[last:last + 2 + int.from_bytes(data[last + 2:last + 4], "big")]
     return data[:-2] + header * extra_scans + b"\xff\xd9"
+
+
+def test_a_multi_picture_jpeg_of_too_many_scans_is_refused_too(server):
+    """A JPEG with a multi-picture segment (as phones save photos) opens in Pillow as "MPO": the limit, asked of
+    JPEG files alone, let 20,000 extra scans through (a review of the day's changes)."""
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64), dtype=np.uint8)).save(
+        buf, "MPO", save_all=True, append_images=[Image.new("L", (8, 8))], progressive=True)
+    data = buf.getvalue()
+    assert Image.open(io.BytesIO(data)).format == "MPO"
+    first_end = data.index(b"\xff\xd9")  # the first picture's end: its scans repeated before it
+    last = data.rfind(b"\xff\xda", 0, first_end)
+    header = data[last:last + 2 + int.from_bytes(data[last + 2:last + 4], "big")]
+    many = data[:first_end] + header * images.MAX_JPEG_SCANS + data[first_end:]
+    status, _, body = request(server, "POST", "/api/upload", many)
+    assert status == 400 and f"the viewer decodes at most {images.MAX_JPEG_SCANS}" in error_of(body)
+    assert_alive(server)
 
 
 def test_a_jpeg_of_too_many_scans_is_refused_before_decoding(server):

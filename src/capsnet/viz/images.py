@@ -81,7 +81,8 @@ def _open(data: bytes) -> Image.Image:
     if w < 1 or h < 1 or w * h > MAX_UPLOAD_PIXELS:
         raise ViewerError(f"the image is {w}x{h} pixels; the viewer takes images of up to "
                           f"{MAX_UPLOAD_PIXELS:,} pixels (for example 4096x4096)")
-    if img.format == "JPEG" and (scans := data.count(b"\xff\xda")) > MAX_JPEG_SCANS:
+    if data[:2] == b"\xff\xd8" and (scans := data.count(b"\xff\xda")) > MAX_JPEG_SCANS:  # JPEG's start marker:
+        # Pillow opens a JPEG with a multi-picture segment (many phones' photos) as "MPO"
         raise ViewerError(f"the JPEG holds {scans:,} scans; the viewer decodes at most {MAX_JPEG_SCANS} (a "
                           f"progressive photo has about 10): save it again as a baseline JPEG or as PNG")
     return img
@@ -89,7 +90,7 @@ def _open(data: bytes) -> Image.Image:
 
 def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
     w, h = img.size
-    if max_side is not None and img.format == "JPEG":
+    if max_side is not None and img.format in ("JPEG", "MPO"):
         img.draft(None, (max_side, max_side))  # decode at the smallest DCT scale still >= max_side
     decoded = img.size[0] * img.size[1] * _bytes_per_pixel(img.mode)
     if decoded > MAX_DECODED_BYTES:

@@ -440,10 +440,20 @@ class _Handler(BaseHTTPRequestHandler):
                              f"read it: DNS rebinding): open http://127.0.0.1:{port}/, or start it with "
                              f"--allow-host {_short(name, 80)}", close=True)
         origin = self.headers.get("Origin")
-        if origin is not None and origin.strip().lower() != f"http://{host.strip().lower()}":
+        if origin is not None and not self._own_origin(origin, host):
             raise _HTTPError(HTTPStatus.FORBIDDEN, f"a page from {_short(origin, 80)!r} may not use this viewer; it "
                              f"answers its own page (http://{_short(host, 80)}/) and programs that send no Origin "
                              f"header", close=True)
+
+    def _own_origin(self, origin: str, host: str) -> bool:
+        """Whether a page of ``origin`` is the viewer's own: served under the Host it asks (by http, or https through a
+        proxy that terminates TLS), or under a name given to ``--allow-host`` (a reverse proxy that sends the
+        viewer its own address as Host)."""
+        origin = origin.strip().lower()
+        if origin in (f"http://{host.strip().lower()}", f"https://{host.strip().lower()}"):
+            return True
+        scheme, _, rest = origin.partition("://")
+        return scheme in ("http", "https") and bool(rest) and _host_name(rest) in self.server.named_hosts
 
     def _page(self, path: str) -> None:
         name, content_type = _STATIC[path]
@@ -613,14 +623,21 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer | SynthesisViewer,
                  log: Callable[[str], None] | None, read_timeout: float, request_timeout: float,
-                 allowed_hosts: frozenset[str]) -> None:
+                 allowed_hosts: frozenset[str], named_hosts: frozenset[str]) -> None:
         self.viewer = viewer
         self.log = log
         self.allowed_hosts = allowed_hosts
+        self.named_hosts = named_hosts  # the --allow-host names alone: their pages may post from any scheme and port
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.read_timeout = read_timeout
         self.request_timeout = request_timeout
         super().__init__(address, _Handler)
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket: the port is free when this returns (a notebook cell run twice found it
+        taken while the serving thread was still closing it)."""
+        super().shutdown()
+        self.server_close()
 
     def shutdown_request(self, request: Any) -> None:
         """Close a connection gracefully: send our FIN, then drain what the client still sends (briefly).
@@ -666,10 +683,11 @@ def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str
     """
     if host.startswith("[") and host.endswith("]"):  # [::1], as URLs write an IPv6 address
         host = host[1:-1]
-    names = frozenset(_host_name(n) for n in (*allowed_hosts, socket.gethostname(), host) if n.strip())
+    named = frozenset(_host_name(n) for n in allowed_hosts if n.strip())
+    names = named | frozenset(_host_name(n) for n in (socket.gethostname(), host) if n.strip())
     server = _Server6 if ":" in host else _Server  # an IPv6 address (::1) needs a socket of its family
     return server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
-                  REQUEST_TIMEOUT_S if request_timeout is None else request_timeout, names)
+                  REQUEST_TIMEOUT_S if request_timeout is None else request_timeout, names, named)
 
 
 def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str = "127.0.0.1", port: int = 0,
@@ -678,12 +696,6 @@ def serve_in_thread(viewer: Viewer | SegmentationViewer | SynthesisViewer, host:
     also closes its socket (the port is free again: a notebook cell run twice found it taken, and the old socket
     accepted connections it never answered)."""
     server = make_server(viewer, host, port, **kwargs)
-
-    def serve() -> None:
-        try:
-            server.serve_forever()
-        finally:
-            server.server_close()
-    thread = threading.Thread(target=serve, name="capsnet-viz", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, name="capsnet-viz", daemon=True)
     thread.start()
     return server, thread
