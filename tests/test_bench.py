@@ -607,3 +607,58 @@ def test_a_cuda_peak_counts_this_runners_tensors_not_the_others_on_the_card(monk
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # autocast for a device type this build lacks, disabled anyway
         assert runner.peak_bytes() == step_rise + runner.resting_bytes() and counters["resets"] == 1
+
+
+def _scripted_timings(monkeypatch, scripted, routing=()):
+    """bench's timings replaced by fixed seconds: ``alternate`` still runs every step (so capsnet's routing layer is
+    timed right after each of its steps, as in the benchmark) but returns ``scripted``; ``_time_routing`` returns
+    ``routing`` in turn; every runner's peak is 5 MiB."""
+    import capsnet.bench as bench
+
+    real = bench.alternate
+
+    def fake(steps, repeats, *, warmup=1):
+        real(steps, repeats, warmup=warmup)  # the steps run (and capsnet's routing is timed) as they would
+        return {name: list(scripted[name]) for name in steps}
+    routed = iter(routing)
+    monkeypatch.setattr(bench, "alternate", fake)
+    monkeypatch.setattr(bench, "_time_routing", lambda *a, **k: next(routed))
+    monkeypatch.setattr(bench._Runner, "peak_bytes", lambda self: 5 * 2**20)
+
+
+def test_run_benchmark_figures_from_scripted_step_times(monkeypatch):
+    """Each row's figures from known step times (batch 4, 3 repeats): images/s is batch / step time, its median
+    over the repeats; ratio the median of the paired baseline-time / capsnet-time ratios (capsnet's throughput over
+    the baseline's); floor_ratio likewise against the conv floor; routing_share the median of routing-layer time
+    over capsnet's step time; peak_mem_mb in MiB (bytes / 2^20). Found by mutation testing (2026-11-30): throughput
+    from 1 / t, ratio inverted or taken as the mean, routing_share inverted and MB as 10^6 bytes all survived the
+    suite, whose smoke test asks only for positive numbers."""
+    from capsnet.bench import BASELINE, CAPSNET, FLOOR
+
+    times = {CAPSNET: [0.1, 0.2, 0.4], BASELINE: [0.3, 0.6, 0.8], FLOOR: [0.05, 0.1, 0.1]}
+    _scripted_timings(monkeypatch, times, routing=[0.05, 0.05, 0.1])
+    rows = run_benchmark(devices=["cpu"], batch_size=4, repeats=3, warmup=0, modes=["train"],
+                         baseline_path=BASELINE_PATH, config=TINY)
+    by = {r["impl"]: r for r in rows}
+    caps, base, floor = by[CAPSNET], by[BASELINE], by[FLOOR]
+    assert caps["images_per_s"] == pytest.approx(20.0)  # 4 / [0.1, 0.2, 0.4] = [40, 20, 10]
+    assert (caps["images_per_s_min"], caps["images_per_s_max"]) == (pytest.approx(10.0), pytest.approx(40.0))
+    assert caps["step_s"] == pytest.approx(0.2)
+    assert base["images_per_s"] == pytest.approx(4 / 0.6) and floor["images_per_s"] == pytest.approx(40.0)
+    assert caps["ratio"] == pytest.approx(3.0)  # paired 0.3/0.1, 0.6/0.2, 0.8/0.4 = 3, 3, 2: median 3 (mean 2.67)
+    assert (caps["ratio_min"], caps["ratio_max"]) == (pytest.approx(2.0), pytest.approx(3.0))
+    assert base["ratio"] == 1.0 and floor["ratio"] is None
+    assert caps["floor_ratio"] == pytest.approx(0.5)  # 0.05/0.1, 0.1/0.2, 0.1/0.4 = 0.5, 0.5, 0.25
+    assert caps["routing_share"] == pytest.approx(0.25)  # 0.05/0.1, 0.05/0.2, 0.1/0.4 = 0.5, 0.25, 0.25
+    assert all(r["peak_mem_mb"] == pytest.approx(5.0) for r in rows)
+
+
+def test_measure_training_figures_from_scripted_step_times(monkeypatch):
+    """measure_training (the experiments' peak-memory and speed figure): images/s is batch / the median step time
+    (4 / 0.2 = 20, not 4 / the mean 0.3), peak in MiB. Found by mutation testing (2026-11-30): the mean and MB as
+    10^6 bytes survived the suite."""
+    from capsnet.bench import measure_training
+
+    _scripted_timings(monkeypatch, {"capsnet": [0.1, 0.2, 0.6]})
+    got = measure_training("capsnet", TINY, batch_size=4, repeats=3)
+    assert got == {"images_per_s": pytest.approx(20.0), "peak_mem_mb": pytest.approx(5.0)}

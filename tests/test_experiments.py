@@ -1068,3 +1068,50 @@ def test_an_experiment_with_workers_stopped_saves_every_run_in_progress(tmp_path
     assert time.monotonic() - signalled < 60
     for r in runs:  # each saved inside its first epoch, where it was
         assert "within" in load_checkpoint(r, "last").state, r
+
+
+def test_a_finished_runs_row_reads_back_its_final_epoch_not_its_best_test_figure(tmp_path, data_root, monkeypatch):
+    """A table row is the run's final epoch (the paper's protocol: no choosing on the test set), also when a finished
+    run is read back from its checkpoint. The test accuracies are scripted (0.9 at epoch 1, 0.3 at epoch 2) by
+    wrapping train's evaluate_split, so the best test figure and the final one differ. Found by mutation testing
+    (2026-11-30): reading back the record of the highest test accuracy survived the suite."""
+    import capsnet.train as train_mod
+
+    real, scripted = train_mod.evaluate_split, iter([0.9, 0.3])
+
+    def scored(*args, **kwargs):
+        results = real(*args, **kwargs)
+        acc = next(scripted)
+        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
+    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    runs = plan("less-data", tmp_path, train=TrainConfig(batch_size=32, test_size=32), configs=NARROW_CAPS,
+                models=["capsnet"], sizes=[32], steps=2)
+    assert [(r.train_config.epochs, r.train_config.eval_every) for r in runs] == [(2, 1)]
+    first = run_plan(runs, device="cpu", data_root=data_root, progress=False)
+    monkeypatch.undo()
+    again = run_plan(runs, device="cpu", data_root=data_root, progress=False)  # finished: read back
+    for rows in (first, again):
+        (row,) = rows
+        assert (row["epoch"], row["test_accuracy"], row["test_error"]) == (2, 0.3, pytest.approx(0.7))
+    assert again == first
+
+
+def test_less_data_sizes_given_twice_are_one_run_each_in_increasing_order(tmp_path):
+    """--sizes 64 32 64: one run per size and model, smallest first (the same run folder trained twice made a
+    duplicated table row). Found by mutation testing (2026-11-30): dropping the de-duplication survived the suite."""
+    runs = plan("less-data", tmp_path, train=TrainConfig(), models=["capsnet", "baseline"], sizes=[64, 32, 64], steps=4)
+    assert [(r.model, r.train_config.train_size) for r in runs] == [("capsnet", 32), ("baseline", 32),
+                                                                   ("capsnet", 64), ("baseline", 64)]
+    assert len({r.run_dir for r in runs}) == 4
+
+
+def test_the_multimnist_table_cites_the_papers_top2_errors_beside_each_model():
+    """The multimnist table's last column is the paper's figure for the row's model (Sabour et al. 2017, Table 1:
+    CapsNet 5.2%, the CNN baseline 8.1% top-2 error). Found by mutation testing (2026-11-30): the two figures
+    swapped survived the suite (only the affine figures were checked)."""
+    base = {"experiment": "multimnist", "train_size": 60000, "epochs": 1, "step": 10}
+    lines = format_table([base | {"model": "capsnet", "test_error": 0.06},
+                          base | {"model": "baseline", "test_error": 0.09}]).splitlines()
+    assert lines[0].startswith("| model | train size | epochs | steps | top-2 exact error | the paper's")
+    assert lines[2] == "| capsnet | 60,000 | 1 | 10 | 6.00% | 5.2% error |"
+    assert lines[3] == "| baseline | 60,000 | 1 | 10 | 9.00% | 8.1% error |"

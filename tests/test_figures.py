@@ -630,3 +630,34 @@ def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_p
     err = capsys.readouterr().err
     assert f"figures: {len(done.files)} figures [" in err.splitlines()[-1], err
     assert "figures: 1 figures [" in err  # ticked as each was written
+
+
+def test_the_misclassified_figure_and_the_pose_sweeps_pick_by_the_models_prediction(run_dir, data_root, tmp_path,
+                                                                                     monkeypatch):
+    """The numbers behind two figures, from the model's own predictions computed here: the misclassified figure
+    shows the first test images whose longest capsule is not their label (in test order) and the note counts them
+    all; each pose sweep moves the capsule of the image's prediction (its title says so), not its label's. The test
+    split is cut to its first 200 images for speed. Found by mutation testing (2026-11-30): choosing the
+    "misclassified" images by the shortest capsule, and sweeping the true class's capsule, both survived the suite."""
+    import capsnet.figures.report as report
+    from capsnet.figures import write_figures
+
+    real_load, real_sweep, real_plot = report.load_test, report.pose_sweep, report.plot_misclassified
+    monkeypatch.setattr(report, "load_test", lambda name, **kw: real_load(name, **{**kw, "size": 200}))
+    swept, shown = [], []
+    monkeypatch.setattr(report, "pose_sweep", lambda m, images, classes, **kw: swept.append(classes.tolist()) or
+                        real_sweep(m, images, classes, **kw))
+    monkeypatch.setattr(report, "plot_misclassified", lambda *a, indices, **kw: shown.append(indices) or
+                        real_plot(*a, indices=indices, **kw))
+    test = real_load("mnist", size=200, extras=False, root=data_root, progress=False)
+    model = load_model(run_dir, which="last")[0].eval()  # the figures of a run that chose on the test split
+    with torch.no_grad():
+        predicted = model(test.images.float() / 255).lengths.argmax(1)
+    errors = (predicted != test.labels).nonzero().flatten().tolist()
+    assert errors  # a model of 2 epochs on 1,000 digits misses some of 200
+    index = errors[0]
+    done = write_figures(run_dir, out=tmp_path / "figs", root=data_root, indices=[index], misclassified=3,
+                         dims=[0], dpi=20, device="cpu", progress=False)
+    assert shown == [errors[:3]]
+    assert f"mnist test set: {len(errors)} of 200 misclassified" in done.notes
+    assert swept == [[int(predicted[index])]] and int(predicted[index]) != int(test.labels[index])

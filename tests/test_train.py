@@ -705,3 +705,124 @@ def test_fit_leaves_the_callers_random_stream_as_it_was(tmp_path):
     after = torch.rand(3)
     torch.manual_seed(7)
     assert torch.equal(after, torch.rand(3)) and ("KINETO_LOG_LEVEL" in os.environ) == had
+
+
+def test_the_last_epoch_is_evaluated_when_eval_every_does_not_divide_the_epochs(tmp_path):
+    """--epochs 3 --eval-every 2: epochs 2 and 3 are evaluated (every second epoch, and always the last), epoch 1
+    is not; the run's final figure is epoch 3's. Found by mutation testing (2026-11-30): dropping the "and after the
+    last" half of the condition left epoch 3 unevaluated, with no test failing."""
+    final = fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 3, "eval_every": 2}), tmp_path, device="cpu",
+                progress=False)
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    assert ["test_accuracy" in r for r in records] == [False, True, True]
+    assert final["epoch"] == 3 and "test_accuracy" in final and final == records[-1]
+    assert load_checkpoint(tmp_path, "best").state["best"]["epoch"] in (2, 3)
+
+
+def test_best_checkpoint_keeps_the_first_best_epochs_weights_and_a_tie_does_not_replace_it(tmp_path, monkeypatch):
+    """best.safetensors holds the weights of the epoch with the highest held-out accuracy; a later epoch that only
+    ties it, or scores lower, leaves it alone. The scores are scripted (0.5, 0.5, 0.25) by wrapping evaluate_split,
+    so epoch 1 is the best; its weights are those of a 1-epoch run of the same settings (the exponential schedule
+    does not depend on the run's length). Found by mutation testing (2026-11-30): saving best.safetensors at every
+    evaluated epoch (its weights then the last epoch's) and choosing ties by >= both survived the suite."""
+    import dataclasses
+
+    import capsnet.train as train_mod
+
+    real, scripted = train_mod.evaluate_split, iter([0.5, 0.5, 0.25])
+
+    def scored(*args, **kwargs):
+        results = real(*args, **kwargs)
+        acc = next(scripted)
+        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
+    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 3}), tmp_path / "three", device="cpu", progress=False)
+    monkeypatch.undo()
+    best = load_checkpoint(tmp_path / "three", "best")
+    assert best.state["best"] == {"epoch": 1, "accuracy": 0.5, "split": "test"}
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "one", device="cpu", progress=False)
+    one, last = _weights(tmp_path / "one"), _weights(tmp_path / "three")
+    assert all(torch.equal(best.model_state[k], one[k]) for k in one)
+    assert not all(torch.equal(best.model_state[k], last[k]) for k in last)  # the last epoch's are other weights
+
+
+class _FakeBar:
+    """progress_bar's stand-in: each batch (``update``) moves the fake clock on by 0.25 s."""
+    def __init__(self, clock):
+        self.clock = clock
+
+    def update(self, n=1):
+        self.clock[0] += 0.25 * n
+
+    def set_postfix(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def _fake_clock(monkeypatch):
+    import types
+
+    import capsnet.train as train_mod
+
+    clock = [1000.0]
+    monkeypatch.setattr(train_mod, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(train_mod, "progress_bar", lambda *a, **k: _FakeBar(clock))
+    return clock
+
+
+def test_train_images_per_s_is_images_over_the_epochs_seconds_with_a_fake_clock(tmp_path, monkeypatch):
+    """train_images_per_s is the epoch's training images over its seconds: 160 images in 5 batches of 0.25 s on a
+    fake clock (train's time source replaced; each batch advances it) is 160 / 1.25 = 128 images/s, not batches/s
+    (4). Found by mutation testing (2026-11-30): a mutant counting batches instead of images survived the suite."""
+    _fake_clock(monkeypatch)
+    fit(TINY, CFG, tmp_path, device="cpu", progress=False)
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train_images_per_s"] for r in records] == [pytest.approx(128.0), pytest.approx(128.0)]
+
+
+def test_a_resumed_epochs_images_per_s_counts_both_parts_seconds(tmp_path, monkeypatch):
+    """An epoch saved inside (after 2 of its 5 batches) and resumed: its train_images_per_s is its 160 images over
+    both parts' seconds, 5 x 0.25 s on a fake clock (128 images/s), not over the resumed part's 3 batches alone
+    (213). Found by mutation testing (2026-11-30): starting the resumed epoch's clock from 0 survived the suite."""
+    def stopped(step, *args):
+        if step == 7:  # 5 batches an epoch: 2 batches into epoch 2
+            raise _Killed
+        return lr_at(step, *args)
+    _fake_clock(monkeypatch)
+    monkeypatch.setattr("capsnet.train.lr_at", stopped)
+    with pytest.raises(_Killed):
+        fit(TINY, CFG, tmp_path, device="cpu", progress=False, save_every_s=1e-9)
+    monkeypatch.undo()
+    within = load_checkpoint(tmp_path, "last").state["within"]
+    assert within["batches"] == 2
+    _fake_clock(monkeypatch)
+    fit(TINY, CFG, tmp_path, device="cpu", progress=False, resume=True)
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
+    assert records[-1]["train_images_per_s"] == pytest.approx(128.0)
+
+
+def test_evaluate_checkpoint_scores_the_checkpoint_which_asks_for(tmp_path, monkeypatch):
+    """evaluate_checkpoint(which="last") (capsnet eval --which last) scores last.safetensors, and "best" the best
+    epoch's file, here another epoch (the held-out scores scripted 0.9 then 0.1, so best is epoch 1). Found by
+    mutation testing (2026-11-30): scoring best.safetensors whatever --which said survived the suite."""
+    import dataclasses
+
+    import capsnet.train as train_mod
+    from capsnet.evaluate import evaluate_checkpoint
+
+    real, scripted = train_mod.evaluate_split, iter([0.9, 0.1])
+
+    def scored(*args, **kwargs):
+        results = real(*args, **kwargs)
+        acc = next(scripted)
+        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
+    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    fit(TINY, CFG, tmp_path, device="cpu", progress=False)
+    monkeypatch.undo()
+    for which, epoch in (("last", 2), ("best", 1)):
+        got = evaluate_checkpoint(tmp_path, which=which, test_size=64, device="cpu", progress=False)
+        assert got.checkpoint.state["epoch"] == epoch and got.images == 64

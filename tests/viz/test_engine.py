@@ -208,3 +208,46 @@ def test_the_viewer_says_which_save_of_its_checkpoint_it_shows(viewer: Viewer, t
     last = load_viewer(trained_run, which="last", data_dir=data_root, progress=False, test_size=10)
     assert last.info()["saved"] == saved_point(load_checkpoint(trained_run, "last").state) == "epoch 2"
     assert load_viewer(None, progress=False, test_size=10).info()["saved"] is None  # untrained: no save
+
+
+def test_walk_sends_each_feature_map_on_its_own_range_and_the_coupling_from_zero(viewer: Viewer):
+    """The arrays' ranges as the page reads them (value = lo + byte / 255 * (hi - lo)): one range per feature map,
+    0 to that map's own maximum (a weak map is not drawn dim against the strongest), and the coupling from 0 to its
+    largest coefficient. Found by mutation testing (2026-11-30): one range shared by every map, and the coupling's
+    range from its minimum, both survived the suite (its tolerances absorb either)."""
+    model: CapsNet = viewer.model
+    inp = viewer.test_input(index=7)
+    w = viewer.walk(inp)
+    with torch.no_grad():
+        maps = torch.relu(model.conv1(inp.image.unsqueeze(0)))[0]
+    fm = w["feature_maps"]
+    assert fm["lo"] == [0.0] * maps.shape[0]
+    np.testing.assert_allclose(fm["hi"], maps.flatten(1).amax(dim=1).clamp_min(1e-12).numpy(), rtol=1e-6)
+    c = w["coupling"]
+    assert c["lo"] == 0.0 and c["hi"] == pytest.approx(float(decode(c).max()), rel=1e-6)
+
+
+def test_reconstruct_decodes_the_pose_from_the_capsule_asked_for(viewer: Viewer):
+    """The sliders' call: the pose goes into the chosen digit capsule, the others zero, and the decoder reads that
+    capsule (CapsNet's reconstruction masks all but the label's). Found by mutation testing (2026-11-30): a pose
+    written into capsule 0 whatever capsule was asked for survived the suite."""
+    model: CapsNet = viewer.model
+    inp = viewer.test_input(index=7)
+    pose = viewer.walk(inp)["poses"][3]
+    got = decode(viewer.reconstruct(pose, 3)["reconstruction"])
+    poses = torch.zeros(1, model.config.num_classes, len(pose))
+    poses[0, 3] = torch.tensor(pose)
+    with torch.no_grad():
+        expected = model.reconstruct(poses, torch.tensor([3]))[0].numpy()
+    np.testing.assert_allclose(got, expected, atol=0.5 / 255 + 1e-6)
+    assert np.abs(got - decode(viewer.reconstruct(pose, 0)["reconstruction"])).max() > 2 / 255  # another capsule
+
+
+def test_the_pose_sliders_span_the_papers_plus_minus_0_25(viewer: Viewer):
+    """Figure 4 of Sabour et al. 2017 moves each dimension within [-0.25, 0.25]; the page's sliders read
+    info()["sweep_half_range"]. Found by mutation testing (2026-11-30): the tests compared with the constant itself,
+    so another range survived."""
+    assert SWEEP_HALF_RANGE == 0.25 and viewer.info()["sweep_half_range"] == 0.25
+    from capsnet.figures.arrays import DEFAULT_DELTAS
+
+    assert (DEFAULT_DELTAS[0], DEFAULT_DELTAS[-1], len(DEFAULT_DELTAS)) == (-0.25, 0.25, 11)

@@ -192,3 +192,19 @@ def test_load_viewer_opens_the_data_set_of_the_right_kind(segmentation_run, trai
     assert isinstance(v, SegmentationViewer) and v.info()["test_size"] == 20
     test = load_test("mnist-segmentation", size=SEGMENTATION_TEST_SIZE, extras=False, root=data_root, progress=False)
     assert torch.equal(v.test_images[:SEGMENTATION_TEST_SIZE], test.images)
+
+
+def test_the_first_convolutions_maps_are_sent_each_on_its_own_range(segmentation_viewer, unet_viewer):
+    """Each feature map of the first convolution is encoded from 0 to its own maximum (one range per map, as the
+    classifier's viewer sends them), so a weak map is not drawn dim beside the strongest: its largest value decodes
+    exactly to its hi. Found by mutation testing (2026-11-30): one range shared by every map survived the suite."""
+    import numpy as np
+
+    from capsnet.viz import decode
+
+    for v in (segmentation_viewer, unet_viewer):
+        fm = v.walk(v.test_input(index=1))["feature_maps"]
+        K = fm["shape"][0]
+        assert isinstance(fm["hi"], list) and fm["lo"] == [0.0] * K and len(fm["hi"]) == K
+        values = decode(fm).reshape(K, -1)
+        np.testing.assert_allclose(values.max(axis=1), fm["hi"], rtol=1e-6, atol=1e-9)

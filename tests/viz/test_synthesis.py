@@ -259,3 +259,22 @@ def test_the_info_names_the_generators_routing(synthesis_viewer):
     model = create_model("capspix2pix", routing="self-attention")
     routed = SynthesisViewer(model, test_labels=torch.zeros(2, 1, 32, 32), test_images=torch.zeros(2, 1, 32, 32))
     assert routed.info()["routing"] == "self-attention" and len(routed.info()["routing_layers"]) == 12
+
+
+def test_the_noise_map_is_sent_on_a_range_symmetric_about_zero_and_the_maps_each_on_their_own(synthesis_viewer):
+    """The noise map is encoded on [-m, m], m its largest magnitude, so that 0 is the middle grey whatever the draw;
+    each first-layer feature map from 0 to its own maximum. Found by mutation testing (2026-11-30): the noise map's
+    range from its minimum to its maximum, and one range shared by every feature map, both survived the suite."""
+    import numpy as np
+
+    from capsnet.viz import decode
+
+    v = synthesis_viewer
+    w = v.walk(v.test_input(index=2), seeds=[1, 5])
+    noise = w["noise_map"]
+    assert noise is not None
+    assert noise["lo"] == -noise["hi"] and noise["hi"] == pytest.approx(float(np.abs(decode(noise)).max()), rel=1e-6)
+    fm = w["feature_maps"]
+    K = fm["shape"][0]
+    assert fm["lo"] == [0.0] * K and len(fm["hi"]) == K
+    np.testing.assert_allclose(decode(fm).reshape(K, -1).max(axis=1), fm["hi"], rtol=1e-6, atol=1e-9)
