@@ -150,5 +150,38 @@ def test_files_that_are_not_affnist(tmp_path, digits):
     images, _ = digits
     (tmp_path / "labels.mat").write_bytes(_header(order) + _matrix(
         "affNISTdata", {"image": images.reshape(7, 1600).T.copy(), "label_int": np.full((1, 7), 12, np.uint8)}, order))
-    with pytest.raises(DataError, match=r"expected 7 labels in 0..9, got 7 in 12..12"):
+    with pytest.raises(DataError, match=r"expected 7 whole-number labels in 0..9, got 7 in 12..12"):
         load_affnist(tmp_path / "labels.mat")
+
+
+def test_hostile_files_are_refused_quickly_with_one_line(tmp_path):
+    """Found by fuzzing (2026-11-30): a 216-byte file declaring a 65535 x 65535 struct of no fields looped 4.3e9
+    times and grew by gigabytes (eval --affnist hung); character labels, NaN or fractional labels, complex or NaN
+    images and an empty image ended in numpy's tracebacks or loaded as wrong labels (NaN as -2**63)."""
+    import resource
+    import time
+
+    order = "<"
+    body = _element(MI_UINT32, struct.pack(order + "II", MX_STRUCT, 0), order)
+    body += _element(MI_INT32, struct.pack(order + "2i", 65535, 65535), order)
+    body += _element(MI_INT8, b"affNISTdata", order)
+    body += _element(MI_INT32, struct.pack(order + "i", 32), order)
+    body += _element(MI_INT8, b"", order)  # no field names
+    (tmp_path / "nofields.mat").write_bytes(_header(order) + _element(MI_MATRIX, body, order))
+    peak, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
+    with pytest.raises(DataError, match=r"struct 'affNISTdata' declares 4,294,836,225 items in \d+ bytes"):
+        load_affnist(tmp_path / "nofields.mat")
+    assert time.monotonic() - start < 30 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200_000
+    images = np.zeros((1600, 3), np.uint8)
+    for name, fields, said in (
+            ("nan.mat", {"image": images, "label_int": np.array([[np.nan, 2.0, 3.0]])}, "not whole numbers"),
+            ("frac.mat", {"image": images, "label_int": np.array([[2.5, 2.0, 3.0]])}, "not whole numbers"),
+            ("nanimage.mat", {"image": np.full((1600, 3), np.nan), "label_int": np.array([[1.0, 2.0, 3.0]])},
+             "NaN or infinite"),
+            ("empty.mat", {"image": np.zeros((1600, 0)), "label_int": np.zeros((1, 0))}, None)):
+        (tmp_path / name).write_bytes(_header(order) + _matrix("affNISTdata", fields, order))
+        if said is None:
+            assert len(load_affnist(tmp_path / name)) == 0  # an empty set: no max() of nothing
+        else:
+            with pytest.raises(DataError, match=said):
+                load_affnist(tmp_path / name)

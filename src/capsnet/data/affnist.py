@@ -102,7 +102,11 @@ class _Reader:
         except StopIteration:
             raise self.fail("a matrix lacks its flags, dimensions or name") from None
         cls = int(flags[0]) & 0xFF
-        count = int(np.prod(dims))
+        count = int(np.prod(dims, dtype=object)) if dims else 1  # Python's integers: 65535 x 65535 x ... is exact
+        if cls in (_MX_STRUCT, _MX_CELL) and count > len(payload) // 8 + 1:  # each item or cell takes an element
+            # of 8 bytes at least (a struct of no fields none: 4.3e9 empty items from a 216-byte file)
+            raise self.fail(f"{'struct' if cls == _MX_STRUCT else 'cell'} {name!r} declares {count:,} items in "
+                            f"{len(payload):,} bytes")
         if cls in _MX_NUMERIC or cls == _MX_CHAR:
             try:
                 real = sub.numbers(*next(parts))
@@ -175,6 +179,11 @@ def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[st
     return out
 
 
+def _real(a: np.ndarray) -> bool:
+    """Whether an array holds real numbers (integers, floats or booleans; not characters, complex or objects)."""
+    return a.dtype.kind in "biuf"
+
+
 def load_affnist(path: str | os.PathLike) -> Dataset:
     """Digits and labels of one affNIST .mat file, as a ``Dataset`` of (N, 1, 40, 40) uint8 images.
 
@@ -182,7 +191,13 @@ def load_affnist(path: str | os.PathLike) -> Dataset:
     ``test.mat`` or ``test_batches/1.mat``), read with ``read_mat``.
     """
     path = Path(path)
-    variables = read_mat(path)
+    # a bound on each element's decompressed size: 64 times the file's size (digits compress about 6-fold; zlib can
+    # reach 1000-fold, and a 622 KB file inflated to 1.2 GB), 64 MiB at least
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # read_mat says why it cannot read it
+    variables = read_mat(path, max_size=max(64 << 20, 64 * size))
     data = variables.get("affNISTdata")
     if not isinstance(data, dict) or "image" not in data:
         raise DataError(f"{path} holds {sorted(variables)} but no affNISTdata struct with an 'image' field; "
@@ -193,17 +208,30 @@ def load_affnist(path: str | os.PathLike) -> Dataset:
         raise DataError(f"{path}: affNISTdata.image should be {side * side} x N (one 40x40 digit per column), "
                         f"got {image.shape}")
     N = image.shape[1]
+    if not _real(image) or (image.dtype.kind == "f" and not np.isfinite(image).all()):
+        raise DataError(f"{path}: affNISTdata.image must hold real, finite numbers, got {image.dtype}"
+                        + ("" if not _real(image) else " with NaN or infinite values"))
     if "label_int" in data:
-        labels = np.asarray(data["label_int"]).reshape(-1)
+        labels = np.asarray(data["label_int"])
+        if not _real(labels):
+            raise DataError(f"{path}: affNISTdata.label_int must hold numbers, got {labels.dtype}")
+        labels = labels.reshape(-1)
     elif "label_one_of_n" in data:
-        labels = np.asarray(data["label_one_of_n"]).argmax(axis=0)
+        one_of_n = np.asarray(data["label_one_of_n"])
+        if not _real(one_of_n) or one_of_n.ndim != 2 or one_of_n.shape[0] != 10:
+            raise DataError(f"{path}: affNISTdata.label_one_of_n must be 10 x N numbers, got {one_of_n.dtype} of "
+                            f"shape {one_of_n.shape}")
+        labels = one_of_n.argmax(axis=0)
     else:
         raise DataError(f"{path}: affNISTdata has neither label_int nor label_one_of_n")
-    if labels.shape != (N,) or (labels.size and (labels.min() < 0 or labels.max() > 9)):
-        raise DataError(f"{path}: expected {N} labels in 0..9, got {labels.shape[0]} in "
-                        f"{labels.min() if labels.size else '-'}..{labels.max() if labels.size else '-'}")
+    whole = labels.size == 0 or bool(np.isfinite(labels).all() and (labels == np.round(labels)).all())
+    if labels.shape != (N,) or not whole or (labels.size and (labels.min() < 0 or labels.max() > 9)):
+        raise DataError(f"{path}: expected {N} whole-number labels in 0..9, got {labels.shape[0]}"
+                        + (f" in {labels.min()}..{labels.max()}" if labels.size and whole else
+                           " that are not whole numbers" if labels.size else ""))
     pixels = np.ascontiguousarray(image.T).reshape(N, 1, side, side)  # each column's 1600 values: rows of 40
-    if pixels.dtype != np.uint8:
+    if pixels.dtype != np.uint8 and N:
         pixels = np.clip(np.rint(pixels * (255.0 if pixels.max() <= 1.0 else 1.0)), 0, 255).astype(np.uint8)
+    pixels = pixels.astype(np.uint8)
     return Dataset(name="affnist", split=path.stem, images=torch.from_numpy(pixels.copy()),
                    labels=torch.from_numpy(labels.astype(np.int64)), classes=tuple(str(d) for d in range(10)))
