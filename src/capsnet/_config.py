@@ -147,7 +147,8 @@ def check_range(config: Any, name: str, lo: float, hi: float) -> None:
     value = getattr(config, name)
     for v in value if isinstance(value, (list, tuple)) else (value,):
         if not lo <= v <= hi:
-            got = f"{value:.3g}" if _is_int(value) and abs(value) >= 10**12 else repr(value)
+            got = (f"{value:.3g}" if abs(value) < 10**300 else f"{str(value)[:12]}... ({len(str(value))} digits)") \
+                if _is_int(value) and abs(value) >= 10**12 else repr(value)  # float's range: an OverflowError
             raise OutOfRange(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}",
                              name, lo, hi)
 

@@ -63,6 +63,8 @@ def read_json_object(path: Path | str, fix: str) -> dict[str, Any]:
         found = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path} is damaged (not JSON: {e}); {fix}") from None
+    except RecursionError:  # nested past Python's limit: no config's shape (found by fuzzing)
+        raise CheckpointError(f"{path} is damaged (JSON nested too deep); {fix}") from None
     if not isinstance(found, dict):
         raise CheckpointError(f"{path} is damaged (a JSON {type(found).__name__}, not an object); {fix}")
     return found

@@ -160,7 +160,7 @@ def opaque_image_array(path: Path, what: str = "image", other: str = "") -> np.n
     training, evaluation, ``capsnet predict`` and ``capsnet generate`` alike."""
     img = read_png(path)
     a = _image_array(img, path, f"a 0/1 {what}" if what == "label map" else "an image whose values are all below 256")
-    if share := transparent_share(img):
+    if share := transparent_share(img, path):
         article = "an" if what[0] in "aeiou" else "a"
         raise DataError(f"{what} {path} has transparent pixels ({share:.0%} of them); {article} {what} is read by its "
                         f"values, not its alpha (strokes painted on a transparent canvas would read as empty): "
@@ -168,12 +168,16 @@ def opaque_image_array(path: Path, what: str = "image", other: str = "") -> np.n
     return a
 
 
-def transparent_share(img) -> float:
+def transparent_share(img, path: Path | str | None = None) -> float:
     """The share of a PIL image's pixels that are not fully opaque: an alpha channel, or a PNG's tRNS entry (a
     palette's alpha, or a grey or RGB key colour); 0.0 for an image with neither. What refuses a transparent mask or
     label map here, and an uploaded label map in the viewer."""
     if img.mode in ("LA", "RGBA", "PA") or "transparency" in img.info:
-        return float((np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3] < 255).mean())
+        try:
+            alpha = np.asarray(img.convert("RGBA"), dtype=np.uint8)[..., 3]
+        except (ValueError, OSError) as e:  # a tRNS chunk longer than the palette: "palette index out of range"
+            raise DataError(f"{path or 'the image'} has a damaged transparency chunk ({e}); re-save it") from None
+        return float((alpha < 255).mean())
     return 0.0
 
 
@@ -228,7 +232,7 @@ def mask_array(path: Path) -> np.ndarray:
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
     _refuse_16_bit_colour(path, img, "a 0/1 mask", "8-bit grayscale (L), the foreground 255, or as 16-bit "
                           "grayscale without alpha", what="mask ")
-    if transparent_share(img):
+    if transparent_share(img, path):
         raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha (a shape "
                         f"drawn in transparency alone would read as empty): save it without alpha, the foreground "
                         f"255 (or 1) and the background 0")

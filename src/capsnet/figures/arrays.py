@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -264,6 +264,18 @@ def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
     return RoutingTrace(view.rounds.cpu(), view.children.cpu(), view.scores.cpu(), view.grid, view.children_are)
 
 
+def _number(v: Any) -> bool:
+    """A metric's value: a real number (NaN allowed: a diverged epoch) within float's range, not a bool."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, float) or abs(v) <= 1 << 1023
+
+
+def _short_repr(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:40]}..."
+
+
 def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
     """The per-epoch records of a run's ``metrics.jsonl``, checked."""
     path = Path(run_dir)
@@ -276,13 +288,18 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FigureError(f"{path}, line {n}, is not JSON ({e.msg}); the file is damaged: "
-                              f"delete that line or rerun the training") from None
+        except (json.JSONDecodeError, RecursionError) as e:  # nested past Python's limit too (found by fuzzing)
+            raise FigureError(f"{path}, line {n}, is not JSON ({getattr(e, 'msg', 'nested too deep')}); the file is "
+                              f"damaged: delete that line or rerun the training") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("epoch"), int) or \
                 not ("train_loss" in rec or "train_g_loss" in rec):  # a GAN's record has each network's loss
             raise FigureError(f"{path}, line {n}, is not a capsnet epoch record (needs 'epoch' and 'train_loss', or "
                               f"a GAN's 'train_g_loss')")
+        bad = sorted(k for k, v in rec.items() if k.startswith(("train_", "test_", "val_")) and not _number(v))
+        if bad:  # plotted as numbers: null, a list or a 400-digit integer failed after the other figures were made
+            raise FigureError(f"{path}, line {n}: {', '.join(bad[:3])} must be numbers, got "
+                              f"{_short_repr(rec[bad[0]])}; the file is damaged: delete that line or rerun the "
+                              f"training")
         records.append(rec)
     if not records:
         raise FigureError(f"{path} holds no epoch yet: train at least one epoch first")

@@ -150,7 +150,11 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         if img.size != (W, H):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
                               f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
-        if transparent_share(img):  # as capsnet predict, generate and training refuse it
+        try:
+            transparent = transparent_share(img)
+        except DataError as e:  # a damaged transparency chunk: the client's 400, not a 500
+            raise ViewerError(str(e)) from None
+        if transparent:  # as capsnet predict, generate and training refuse it
             kind = "label map" if label_maps is not None else "image"  # (``what`` is the model's task, above)
             raise ViewerError(f"the {kind} has transparent pixels; a{'n' if kind == 'image' else ''} {kind} is read "
                               "by its values, not its alpha (strokes painted on a transparent canvas would read as "

@@ -1,0 +1,80 @@
+"""Damaged or hostile files a user may receive (a run folder, a data set): one line naming the file, never another
+exception's traceback (found by fuzzing capsnet's parsers, 2026-11-30; each case failed before its fix)."""
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from capsnet.checkpoint import CheckpointError, read_json_object
+from capsnet.data import DataError
+
+
+def test_json_nested_past_pythons_limit_is_a_damaged_file(tmp_path):
+    """A config.json of 100,000 opening brackets: a RecursionError traceback from resume's config check."""
+    (tmp_path / "config.json").write_text("[" * 100_000)
+    with pytest.raises(CheckpointError, match=r"config.json is damaged \(JSON nested too deep\); fix it"):
+        read_json_object(tmp_path / "config.json", "fix it")
+
+
+def test_metrics_whose_values_are_not_numbers_are_named_before_any_figure(tmp_path):
+    """A metrics.jsonl line with "test_error": null (or a list, or a 400-digit integer) failed inside the plotting,
+    after the other figures were written; a line nested past the recursion limit was a traceback too."""
+    from capsnet.figures.arrays import FigureError, read_metrics
+
+    good = {"epoch": 1, "train_loss": 0.5, "test_error": 0.1, "test_accuracy": 0.9}
+    for bad, said in ((None, "None"), ([1, 2], r"\[1, 2\]"), (10 ** 400, "1000000000"), (True, "True")):
+        (tmp_path / "metrics.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "epoch": 2,
+                                                                                      "test_error": bad}) + "\n")
+        with pytest.raises(FigureError, match=rf"metrics.jsonl, line 2: test_error must be numbers, got {said}"):
+            read_metrics(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({**good, "test_error": float("nan")}) + "\n")
+    assert len(read_metrics(tmp_path)) == 1  # a diverged epoch's NaN is a number
+    (tmp_path / "metrics.jsonl").write_text("[" * 100_000 + "\n")
+    with pytest.raises(FigureError, match=r"line 1, is not JSON \(nested too deep\)"):
+        read_metrics(tmp_path)
+
+
+def test_an_integer_past_floats_range_is_said_not_an_overflow():
+    """--model-option conv1_channels=1 followed by 400 zeros (or such a config in a checkpoint): OverflowError while
+    formatting the refusal."""
+    from capsnet.models import CapsNetConfig
+
+    with pytest.raises(ValueError, match=r"conv1_channels must be in 1\.\.1,048,576, got 100000000000\.\.\. "
+                                         r"\(401 digits\)"):
+        CapsNetConfig(conv1_channels=10 ** 400)
+    with pytest.raises(ValueError, match=r"got 1e\+20"):
+        CapsNetConfig(conv1_channels=10 ** 20)
+
+
+def _palette_png_with_long_trns(path):
+    """A 2x2 palette PNG whose tRNS chunk holds 257 entries, one more than a palette can have."""
+    buf = io.BytesIO()
+    Image.new("P", (2, 2), 0).save(buf, "PNG")
+    data = buf.getvalue()
+    at = data.index(b"IDAT") - 4
+    trns = b"\xff" * 257
+    chunk = struct.pack(">I", len(trns)) + b"tRNS" + trns + struct.pack(">I", zlib.crc32(b"tRNS" + trns))
+    path.write_bytes(data[:at] + chunk + data[at:])
+    return path
+
+
+def test_a_damaged_transparency_chunk_names_the_file(tmp_path):
+    """Pillow's "palette index out of range" reached the user as the whole message, naming no file (predict, a
+    folder: data set, generate), and the viewer answered an upload of it with a 500."""
+    from capsnet.data.png import mask_array, opaque_image_array
+    from capsnet.viz.engine import ViewerError
+    from capsnet.viz.images import canvas_input
+
+    png = _palette_png_with_long_trns(tmp_path / "x.png")
+    for read in (opaque_image_array, mask_array):
+        with pytest.raises(DataError, match=rf"{png} has a damaged transparency chunk \(.*\); re-save it"):
+            read(png)
+    with pytest.raises(ViewerError, match=r"the image has a damaged transparency chunk"):
+        canvas_input(png.read_bytes(), (1, 2, 2))
+    assert np.asarray(Image.open(png)).shape == (2, 2)  # the file itself opens: only its transparency is damaged
