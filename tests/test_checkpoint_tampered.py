@@ -182,3 +182,30 @@ def test_a_configuration_describing_a_far_larger_network_is_refused_before_it_is
                  "--data-dir", str(data_root), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 1_000_000  # not 3.6 GB more (KiB)
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("betas", ["a", "b"], "has betas ['a', 'b'] where Adam takes two numbers in [0, 1)"),
+    ("betas", [2], "has betas [2] where Adam takes two numbers in [0, 1)"),
+    ("eps", None, "has eps None where a finite number >= 0 belongs"),
+    ("weight_decay", "x", "has weight_decay 'x' where a finite number >= 0 belongs"),
+    ("amsgrad", "yes", "has amsgrad 'yes' where true, false or null belongs"),
+])
+def test_a_resume_refuses_damaged_optimizer_settings_before_training(trained_run, data_root, tmp_path, capsys, key,
+                                                                     value, said):
+    """An optimizer's param_groups settings in last.safetensors replaced by wrong types: resume began and Adam's
+    step raised TypeError tracebacks (or "not enough values to unpack", naming no file) (found by fuzzing)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    with safe_open(str(trained_run / "last.safetensors"), "pt") as f:
+        optimizer = json.loads(f.metadata()["optimizer"])
+    for group in optimizer["param_groups"]:
+        group[key] = value
+    _tamper(trained_run / "last.safetensors", run / "last.safetensors", metadata={"optimizer": json.dumps(optimizer)})
+    assert main(["train", "--resume", "--epochs", "3", "--out", str(run), "--device", "cpu",
+                 "--data-dir", str(data_root), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {run / 'last.safetensors'} cannot be resumed: its optimizer's parameter group 0 {said}" \
+        in err and err.count("\n") == 1, err

@@ -513,6 +513,25 @@ def restore_rng_state(state: dict[str, torch.Tensor], dev: torch.device) -> None
 def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
     """Each loaded tensor of a parameter's state (Adam's moments) has that parameter's shape: a damaged checkpoint
     is refused here, not by the first step's arithmetic."""
+    for k, group in enumerate(opt.param_groups):  # the settings a step reads: a damaged one failed inside Adam's step
+        for key in ("lr", "eps", "weight_decay"):
+            v = group.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)) or not math.isfinite(float(v)) \
+                    or float(v) < 0:
+                raise ValueError(f"its optimizer's parameter group {k} has {key} {_short_value(v)} where a finite "
+                                 f"number >= 0 belongs")
+        betas = group.get("betas", (0.9, 0.999))
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
+                isinstance(b, bool) or not isinstance(b, (int, float, torch.Tensor)) or not 0 <= float(b) < 1
+                for b in betas):
+            raise ValueError(f"its optimizer's parameter group {k} has betas {_short_value(betas)} where Adam takes "
+                             f"two numbers in [0, 1)")
+        odd = [key for key in ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused",
+                               "decoupled_weight_decay") if group.get(key) is not None and
+               not isinstance(group.get(key), bool)]
+        if odd:
+            raise ValueError(f"its optimizer's parameter group {k} has {odd[0]} {_short_value(group[odd[0]])} where "
+                             f"true, false or null belongs")
     names = {id(p): f"parameter {i}" for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
     for p, entry in opt.state.items():
         for key, value in entry.items():
@@ -521,6 +540,11 @@ def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
                 where = "a step count is one number" if key == "step" else f"the parameter has {tuple(p.shape)}"
                 raise ValueError(f"its optimizer state {key} of {names.get(id(p), 'a parameter')} has shape "
                                  f"{tuple(value.shape)} where {where}")
+
+
+def _short_value(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 @contextlib.contextmanager
