@@ -139,3 +139,17 @@ def test_the_task_standardises_crops_and_jitters(fake_root):
     a = TASKS["smallnorb"].batch(train, idx, torch.Generator().manual_seed(0), None)[0]
     b = TASKS["smallnorb"].batch(train, idx, torch.Generator().manual_seed(1), None)[0]
     assert a.shape == (6, 2, 32, 32) and not torch.equal(a, b)
+
+
+def test_a_tiny_file_declaring_a_huge_matrix_is_said_truncated_without_allocating_it(tmp_path):
+    """read_norb on a 20-byte file whose header declares 2**20 x 2**20 bytes: read(n) took the n bytes at once, a
+    MemoryError (found by fuzzing, 2026-11-30)."""
+    import resource
+    import struct
+
+    path = tmp_path / "huge.mat"
+    path.write_bytes(struct.pack("<5i", 0x1E3D4C55, 3, 1 << 20, 1 << 20, 1))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(DataError, match=r"truncated, 0 of the 1,099,511,627,776 data bytes"):
+        sn.read_norb(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200_000  # KiB

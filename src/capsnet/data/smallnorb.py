@@ -98,8 +98,12 @@ def read_norb(path: str | os.PathLike, *, max_size: int | None = None) -> np.nda
         size = int(np.prod(shape, dtype=object)) * dtype.itemsize  # Python ints: (65536,) * 4 wrapped to 0 in int64
         if size > (max_size if max_size is not None else 2**40):  # 2**40: a damaged header, past any NORB file
             raise DataError(f"{path}: its header declares {size:,} bytes of data, more than any smallNORB file")
-        data = head[n_head:n_head + size]  # a header of fewer data bytes than it holds itself: read no further
-        data += f.read(size - len(data))
+        data = bytearray(head[n_head:n_head + size])  # a header of fewer data bytes than it holds: read no further
+        while len(data) < size:  # in pieces: read(n) takes n bytes of memory at once, so a 20-byte file declaring
+            piece = f.read(min(size - len(data), 1 << 24))  # 2**40 bytes was a MemoryError (found by fuzzing)
+            if not piece:
+                break
+            data += piece
         extra = head[n_head + size:] or f.read(1)
     if len(data) != size:
         raise DataError(f"{path}: truncated, {len(data):,} of the {size:,} data bytes its header declares")
