@@ -1075,15 +1075,9 @@ def test_a_finished_runs_row_reads_back_its_final_epoch_not_its_best_test_figure
     run is read back from its checkpoint. The test accuracies are scripted (0.9 at epoch 1, 0.3 at epoch 2) by
     wrapping train's evaluate_split, so the best test figure and the final one differ. Found by mutation testing
     (2026-11-30): reading back the record of the highest test accuracy survived the suite."""
-    import capsnet.train as train_mod
+    from scripted import script_held_out_scores
 
-    real, scripted = train_mod.evaluate_split, iter([0.9, 0.3])
-
-    def scored(*args, **kwargs):
-        results = real(*args, **kwargs)
-        acc = next(scripted)
-        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
-    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    script_held_out_scores(monkeypatch, [0.9, 0.3])
     runs = plan("less-data", tmp_path, train=TrainConfig(batch_size=32, test_size=32), configs=NARROW_CAPS,
                 models=["capsnet"], sizes=[32], steps=2)
     assert [(r.train_config.epochs, r.train_config.eval_every) for r in runs] == [(2, 1)]

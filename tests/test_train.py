@@ -726,17 +726,9 @@ def test_best_checkpoint_keeps_the_first_best_epochs_weights_and_a_tie_does_not_
     so epoch 1 is the best; its weights are those of a 1-epoch run of the same settings (the exponential schedule
     does not depend on the run's length). Found by mutation testing (2026-11-30): saving best.safetensors at every
     evaluated epoch (its weights then the last epoch's) and choosing ties by >= both survived the suite."""
-    import dataclasses
+    from scripted import script_held_out_scores
 
-    import capsnet.train as train_mod
-
-    real, scripted = train_mod.evaluate_split, iter([0.5, 0.5, 0.25])
-
-    def scored(*args, **kwargs):
-        results = real(*args, **kwargs)
-        acc = next(scripted)
-        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
-    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    script_held_out_scores(monkeypatch, [0.5, 0.5, 0.25])
     fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 3}), tmp_path / "three", device="cpu", progress=False)
     monkeypatch.undo()
     best = load_checkpoint(tmp_path / "three", "best")
@@ -809,18 +801,12 @@ def test_evaluate_checkpoint_scores_the_checkpoint_which_asks_for(tmp_path, monk
     """evaluate_checkpoint(which="last") (capsnet eval --which last) scores last.safetensors, and "best" the best
     epoch's file, here another epoch (the held-out scores scripted 0.9 then 0.1, so best is epoch 1). Found by
     mutation testing (2026-11-30): scoring best.safetensors whatever --which said survived the suite."""
-    import dataclasses
 
-    import capsnet.train as train_mod
     from capsnet.evaluate import evaluate_checkpoint
 
-    real, scripted = train_mod.evaluate_split, iter([0.9, 0.1])
+    from scripted import script_held_out_scores
 
-    def scored(*args, **kwargs):
-        results = real(*args, **kwargs)
-        acc = next(scripted)
-        return {k: dataclasses.replace(r, accuracy=acc, error=1 - acc) for k, r in results.items()}
-    monkeypatch.setattr(train_mod, "evaluate_split", scored)
+    script_held_out_scores(monkeypatch, [0.9, 0.1])
     fit(TINY, CFG, tmp_path, device="cpu", progress=False)
     monkeypatch.undo()
     for which, epoch in (("last", 2), ("best", 1)):
