@@ -59,6 +59,10 @@ def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(mo
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--compile default (TorchInductor) on the CPU needs a C++ compiler" in err
     assert "use --compile aot_eager" in err and not (tmp_path / "run").exists()
+    for command in (["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--out",
+                     str(tmp_path / "x")], ["bench", "--batch-size", "2"]):  # the other commands that compile
+        assert cli.main([*command, "--compile", "default", "--device", "cpu"]) == 2
+        assert "needs a C++ compiler" in capsys.readouterr().err and not (tmp_path / "x").exists()
     require_compiler("aot_eager", "cpu")  # no C++: no compiler needed
     require_compiler(False, "cpu")
     with pytest.raises(ValueError, match="max-autotune"):

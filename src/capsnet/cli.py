@@ -1447,6 +1447,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     check_out_dir(out, "experiment's runs and tables")
     typed = _typed(args, _TRAIN_FIELDS)
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
+    require_compiler(args.compile, args.device)  # before any run: Inductor's own error came at the first step
     kept = _keep_memory(args.allocator) == "keep"
     configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
                for m in ([ex.model_entry(m)[0] for m in args.models] if args.models else MODELS)}
@@ -1526,6 +1527,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import environment, format_table, run_grid, write_record
 
     _output_file(args.json, "--json")
+    require_compiler(args.compile, args.device)
     allocator = _keep_memory(args.allocator)
     def once(values):  # a value given twice is one row set, not two measurements of it
         return list(dict.fromkeys(values))
