@@ -78,3 +78,22 @@ def test_a_damaged_transparency_chunk_names_the_file(tmp_path):
     with pytest.raises(ViewerError, match=r"the image has a damaged transparency chunk"):
         canvas_input(png.read_bytes(), (1, 2, 2))
     assert np.asarray(Image.open(png)).shape == (2, 2)  # the file itself opens: only its transparency is damaged
+
+
+def test_a_damaged_value_of_megabytes_is_cut_short_in_the_message(trained_run, tmp_path, capsys):
+    """A checkpoint whose state.epoch is 10,000 nested lists, or whose model name is 100,000 characters: the
+    "one-line" error echoed all of it (found by fuzzing)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from capsnet.cli import main
+
+    with safe_open(str(trained_run / "best.safetensors"), "pt") as f:
+        meta, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    meta.pop("digest", None)
+    state = json.loads(meta["state"])
+    for changes in ({"state": json.dumps({**state, "epoch": [[0] * 10] * 1000})}, {"model": "m" * 100_000}):
+        save_file(tensors, str(tmp_path / "bad.safetensors"), metadata={**meta, **changes})
+        assert main(["eval", "--checkpoint", str(tmp_path / "bad.safetensors"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and len(err) < 2000 and "..." in err, err[:300]

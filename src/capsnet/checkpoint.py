@@ -55,6 +55,12 @@ class Checkpoint:
 CONFIG_FIX = "restore it, or delete it (the run's checkpoints hold its settings)"  # a run's damaged config.json
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters: a damaged file's value can be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def read_json_object(path: Path | str, fix: str) -> dict[str, Any]:
     """The JSON object in ``path`` (a run's config.json and the like), or a CheckpointError naming the file, what
     is wrong with it and ``fix``, for a file cut short, not JSON, or JSON of another shape."""
@@ -557,7 +563,7 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
     for key in ("epoch", "step"):
         value = state.get(key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            raise ValueError(f"state.{key} must be a non-negative integer, got {value!r}")
+            raise ValueError(f"state.{key} must be a non-negative integer, got {_shown(value)}")
     history = state.get("history", [])
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise ValueError("state.history must be a list of epoch records")
@@ -566,7 +572,7 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
                                  and isinstance(best.get("accuracy"), (int, float))
                                  and not isinstance(best.get("accuracy"), bool)):
         raise ValueError(f"state.best must be null or an object with an integer epoch and a numeric accuracy, "
-                         f"got {best!r}")
+                         f"got {_shown(best)}")
     if "within" in state:
         _check_within(state["within"], state["epoch"])
 
@@ -592,22 +598,22 @@ def _number(value: Any) -> bool:
 def _check_within(within: Any, epoch: int) -> None:
     """A save inside an epoch (``capsnet.train.within_epoch``): the next epoch, a batch count, running sums."""
     if not isinstance(within, dict):
-        raise ValueError(f"state.within must be an object, got {within!r}")
+        raise ValueError(f"state.within must be an object, got {_shown(within)}")
     if within.get("epoch") != epoch + 1 or isinstance(within.get("epoch"), bool):
         raise ValueError(f"state.within.epoch must be {epoch + 1} (the epoch after state.epoch {epoch}), got "
-                         f"{within.get('epoch')!r}")
+                         f"{_shown(within.get('epoch'))}")
     for key, least in (("batches", 1), ("seen", 0)):
         if not _count(within.get(key), least):
-            raise ValueError(f"state.within.{key} must be an integer >= {least}, got {within.get(key)!r}")
+            raise ValueError(f"state.within.{key} must be an integer >= {least}, got {_shown(within.get(key))}")
     sums = within.get("sums")
     if not (isinstance(sums, list) and sums and all(_number(x) for x in sums)):
-        raise ValueError(f"state.within.sums must be a list of finite numbers, got {sums!r}")
+        raise ValueError(f"state.within.sums must be a list of finite numbers, got {_shown(sums)}")
     if not (_number(within.get("seconds")) and within["seconds"] >= 0):
-        raise ValueError(f"state.within.seconds must be a number >= 0, got {within.get('seconds')!r}")
+        raise ValueError(f"state.within.seconds must be a number >= 0, got {_shown(within.get('seconds'))}")
     if not _count(within.get("processes", 1), 1):
-        raise ValueError(f"state.within.processes must be an integer >= 1, got {within['processes']!r}")
+        raise ValueError(f"state.within.processes must be an integer >= 1, got {_shown(within['processes'])}")
     if not isinstance(within.get("device", ""), str):
-        raise ValueError(f"state.within.device must be a device type such as 'cpu', got {within['device']!r}")
+        raise ValueError(f"state.within.device must be a device type such as 'cpu', got {_shown(within['device'])}")
 
 
 def rank_rng_key(rank: int, key: str) -> str:

@@ -429,7 +429,8 @@ def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
     """The model and training configurations a checkpoint records, checked field by field (its file named on error)."""
     spec = model_spec(ckpt.model_name) if ckpt.model_name in MODELS else None
     if spec is None:
-        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name!r} model; this capsnet knows {', '.join(MODELS)}")
+        raise CheckpointError(f"{ckpt.path} holds a {_short_value(ckpt.model_name)} model; this capsnet knows "
+                              f"{', '.join(MODELS)}")
     try:
         return spec.config.from_saved(ckpt.model_config), TrainConfig.from_saved(ckpt.train_config)
     except (ValueError, TypeError) as e:
