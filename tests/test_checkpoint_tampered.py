@@ -190,6 +190,7 @@ def test_a_configuration_describing_a_far_larger_network_is_refused_before_it_is
     ("eps", None, "has eps None where a finite number >= 0 belongs"),
     ("weight_decay", "x", "has weight_decay 'x' where a finite number >= 0 belongs"),
     ("amsgrad", "yes", "has amsgrad 'yes' where true, false or null belongs"),
+    ("lr", 10 ** 400, "has lr 1000000000"),  # past float's range: an OverflowError while checking it
 ])
 def test_a_resume_refuses_damaged_optimizer_settings_before_training(trained_run, data_root, tmp_path, capsys, key,
                                                                      value, said):

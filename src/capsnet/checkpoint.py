@@ -55,7 +55,7 @@ class Checkpoint:
 CONFIG_FIX = "restore it, or delete it (the run's checkpoints hold its settings)"  # a run's damaged config.json
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)`` for a message, cut to ``limit`` characters: a damaged file's value can be megabytes long."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
@@ -563,7 +563,7 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
     for key in ("epoch", "step"):
         value = state.get(key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            raise ValueError(f"state.{key} must be a non-negative integer, got {_shown(value)}")
+            raise ValueError(f"state.{key} must be a non-negative integer, got {short_repr(value)}")
     history = state.get("history", [])
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise ValueError("state.history must be a list of epoch records")
@@ -572,7 +572,7 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
                                  and isinstance(best.get("accuracy"), (int, float))
                                  and not isinstance(best.get("accuracy"), bool)):
         raise ValueError(f"state.best must be null or an object with an integer epoch and a numeric accuracy, "
-                         f"got {_shown(best)}")
+                         f"got {short_repr(best)}")
     if "within" in state:
         _check_within(state["within"], state["epoch"])
 
@@ -598,22 +598,22 @@ def _number(value: Any) -> bool:
 def _check_within(within: Any, epoch: int) -> None:
     """A save inside an epoch (``capsnet.train.within_epoch``): the next epoch, a batch count, running sums."""
     if not isinstance(within, dict):
-        raise ValueError(f"state.within must be an object, got {_shown(within)}")
+        raise ValueError(f"state.within must be an object, got {short_repr(within)}")
     if within.get("epoch") != epoch + 1 or isinstance(within.get("epoch"), bool):
         raise ValueError(f"state.within.epoch must be {epoch + 1} (the epoch after state.epoch {epoch}), got "
-                         f"{_shown(within.get('epoch'))}")
+                         f"{short_repr(within.get('epoch'))}")
     for key, least in (("batches", 1), ("seen", 0)):
         if not _count(within.get(key), least):
-            raise ValueError(f"state.within.{key} must be an integer >= {least}, got {_shown(within.get(key))}")
+            raise ValueError(f"state.within.{key} must be an integer >= {least}, got {short_repr(within.get(key))}")
     sums = within.get("sums")
     if not (isinstance(sums, list) and sums and all(_number(x) for x in sums)):
-        raise ValueError(f"state.within.sums must be a list of finite numbers, got {_shown(sums)}")
+        raise ValueError(f"state.within.sums must be a list of finite numbers, got {short_repr(sums)}")
     if not (_number(within.get("seconds")) and within["seconds"] >= 0):
-        raise ValueError(f"state.within.seconds must be a number >= 0, got {_shown(within.get('seconds'))}")
+        raise ValueError(f"state.within.seconds must be a number >= 0, got {short_repr(within.get('seconds'))}")
     if not _count(within.get("processes", 1), 1):
-        raise ValueError(f"state.within.processes must be an integer >= 1, got {_shown(within['processes'])}")
+        raise ValueError(f"state.within.processes must be an integer >= 1, got {short_repr(within['processes'])}")
     if not isinstance(within.get("device", ""), str):
-        raise ValueError(f"state.within.device must be a device type such as 'cpu', got {_shown(within['device'])}")
+        raise ValueError(f"state.within.device must be a device type such as 'cpu', got {short_repr(within['device'])}")
 
 
 def rank_rng_key(rank: int, key: str) -> str:

@@ -40,7 +40,8 @@ from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
-                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint, saved_point)
+                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint, saved_point,
+                         short_repr)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -429,7 +430,7 @@ def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
     """The model and training configurations a checkpoint records, checked field by field (its file named on error)."""
     spec = model_spec(ckpt.model_name) if ckpt.model_name in MODELS else None
     if spec is None:
-        raise CheckpointError(f"{ckpt.path} holds a {_short_value(ckpt.model_name)} model; this capsnet knows "
+        raise CheckpointError(f"{ckpt.path} holds a {short_repr(ckpt.model_name)} model; this capsnet knows "
                               f"{', '.join(MODELS)}")
     try:
         return spec.config.from_saved(ckpt.model_config), TrainConfig.from_saved(ckpt.train_config)
@@ -511,27 +512,37 @@ def restore_rng_state(state: dict[str, torch.Tensor], dev: torch.device) -> None
         torch.cuda.set_rng_state(state["cuda"], dev)
 
 
+def _finite_at_least(v: Any, least: float) -> bool:
+    """A number (a one-element tensor too; not a bool) that is finite and >= ``least``; an integer past float's
+    range is not."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
+        return False
+    try:
+        x = float(v)
+    except (OverflowError, RuntimeError, ValueError):  # 10**400; a tensor of several values
+        return False
+    return math.isfinite(x) and x >= least
+
+
 def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
     """Each loaded tensor of a parameter's state (Adam's moments) has that parameter's shape: a damaged checkpoint
     is refused here, not by the first step's arithmetic."""
     for k, group in enumerate(opt.param_groups):  # the settings a step reads: a damaged one failed inside Adam's step
         for key in ("lr", "eps", "weight_decay"):
             v = group.get(key, 0.0)
-            if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)) or not math.isfinite(float(v)) \
-                    or float(v) < 0:
-                raise ValueError(f"its optimizer's parameter group {k} has {key} {_short_value(v)} where a finite "
+            if not _finite_at_least(v, 0.0):
+                raise ValueError(f"its optimizer's parameter group {k} has {key} {short_repr(v)} where a finite "
                                  f"number >= 0 belongs")
         betas = group.get("betas", (0.9, 0.999))
         if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
-                isinstance(b, bool) or not isinstance(b, (int, float, torch.Tensor)) or not 0 <= float(b) < 1
-                for b in betas):
-            raise ValueError(f"its optimizer's parameter group {k} has betas {_short_value(betas)} where Adam takes "
+                not _finite_at_least(b, 0.0) or float(b) >= 1 for b in betas):
+            raise ValueError(f"its optimizer's parameter group {k} has betas {short_repr(betas)} where Adam takes "
                              f"two numbers in [0, 1)")
         odd = [key for key in ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused",
                                "decoupled_weight_decay") if group.get(key) is not None and
                not isinstance(group.get(key), bool)]
         if odd:
-            raise ValueError(f"its optimizer's parameter group {k} has {odd[0]} {_short_value(group[odd[0]])} where "
+            raise ValueError(f"its optimizer's parameter group {k} has {odd[0]} {short_repr(group[odd[0]])} where "
                              f"true, false or null belongs")
     names = {id(p): f"parameter {i}" for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
     for p, entry in opt.state.items():
@@ -541,11 +552,6 @@ def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
                 where = "a step count is one number" if key == "step" else f"the parameter has {tuple(p.shape)}"
                 raise ValueError(f"its optimizer state {key} of {names.get(id(p), 'a parameter')} has shape "
                                  f"{tuple(value.shape)} where {where}")
-
-
-def _short_value(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 @contextlib.contextmanager

@@ -232,6 +232,6 @@ def load_affnist(path: str | os.PathLike) -> Dataset:
     pixels = np.ascontiguousarray(image.T).reshape(N, 1, side, side)  # each column's 1600 values: rows of 40
     if pixels.dtype != np.uint8 and N:
         pixels = np.clip(np.rint(pixels * (255.0 if pixels.max() <= 1.0 else 1.0)), 0, 255).astype(np.uint8)
-    pixels = pixels.astype(np.uint8)
+    pixels = pixels.astype(np.uint8, copy=False)
     return Dataset(name="affnist", split=path.stem, images=torch.from_numpy(pixels.copy()),
                    labels=torch.from_numpy(labels.astype(np.int64)), classes=tuple(str(d) for d in range(10)))

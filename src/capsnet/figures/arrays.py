@@ -19,6 +19,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import torch
 
 from .._progress import progress_bar
+from ..checkpoint import short_repr
 from ..data.sets import unit_float
 from ..models.capsnet import CapsNet
 from ..runtime import keeps_mode
@@ -271,11 +272,6 @@ def _number(v: Any) -> bool:
     return isinstance(v, float) or abs(v) <= 1 << 1023
 
 
-def _short_repr(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else f"{text[:40]}..."
-
-
 def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
     """The per-epoch records of a run's ``metrics.jsonl``, checked."""
     path = Path(run_dir)
@@ -298,7 +294,7 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
         bad = sorted(k for k, v in rec.items() if k.startswith(("train_", "test_", "val_")) and not _number(v))
         if bad:  # plotted as numbers: null, a list or a 400-digit integer failed after the other figures were made
             raise FigureError(f"{path}, line {n}: {', '.join(bad[:3])} must be numbers, got "
-                              f"{_short_repr(rec[bad[0]])}; the file is damaged: delete that line or rerun the "
+                              f"{short_repr(rec[bad[0]])}; the file is damaged: delete that line or rerun the "
                               f"training")
         records.append(rec)
     if not records:
