@@ -97,3 +97,14 @@ def test_a_damaged_value_of_megabytes_is_cut_short_in_the_message(trained_run, t
         assert main(["eval", "--checkpoint", str(tmp_path / "bad.safetensors"), "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and len(err) < 2000 and "..." in err, err[:300]
+
+
+def test_a_saved_epochs_sums_past_floats_range_are_a_damaged_checkpoint():
+    """A save inside an epoch whose running sums hold 10**400: math.isfinite raised OverflowError, a traceback
+    (found reading the day's change)."""
+    from capsnet.checkpoint import _check_within
+
+    with pytest.raises(ValueError, match=r"state.within.sums must be a list of finite numbers, got \[1000"):
+        _check_within({"epoch": 2, "batches": 1, "seen": 0, "sums": [10 ** 400], "seconds": 1.0}, 1)
+    with pytest.raises(ValueError, match=r"state.within.seconds must be a number >= 0"):
+        _check_within({"epoch": 2, "batches": 1, "seen": 0, "sums": [1.0], "seconds": 10 ** 400}, 1)

@@ -591,8 +591,15 @@ def _count(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def finite_number(value: Any) -> bool:
+    """A finite real number, not a bool; an integer past float's range is not one (math.isfinite raised
+    OverflowError on it: a damaged save's sums ended in a traceback)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_within(within: Any, epoch: int) -> None:
@@ -606,9 +613,9 @@ def _check_within(within: Any, epoch: int) -> None:
         if not _count(within.get(key), least):
             raise ValueError(f"state.within.{key} must be an integer >= {least}, got {short_repr(within.get(key))}")
     sums = within.get("sums")
-    if not (isinstance(sums, list) and sums and all(_number(x) for x in sums)):
+    if not (isinstance(sums, list) and sums and all(finite_number(x) for x in sums)):
         raise ValueError(f"state.within.sums must be a list of finite numbers, got {short_repr(sums)}")
-    if not (_number(within.get("seconds")) and within["seconds"] >= 0):
+    if not (finite_number(within.get("seconds")) and within["seconds"] >= 0):
         raise ValueError(f"state.within.seconds must be a number >= 0, got {short_repr(within.get('seconds'))}")
     if not _count(within.get("processes", 1), 1):
         raise ValueError(f"state.within.processes must be an integer >= 1, got {short_repr(within['processes'])}")
