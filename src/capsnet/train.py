@@ -40,8 +40,8 @@ from ._progress import progress_bar
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
-                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint, saved_point,
-                         short_repr)
+                         finite_number, load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint,
+                         saved_point, short_repr)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -512,30 +512,18 @@ def restore_rng_state(state: dict[str, torch.Tensor], dev: torch.device) -> None
         torch.cuda.set_rng_state(state["cuda"], dev)
 
 
-def _finite_at_least(v: Any, least: float) -> bool:
-    """A number (a one-element tensor too; not a bool) that is finite and >= ``least``; an integer past float's
-    range is not."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
-        return False
-    try:
-        x = float(v)
-    except (OverflowError, RuntimeError, ValueError):  # 10**400; a tensor of several values
-        return False
-    return math.isfinite(x) and x >= least
-
-
 def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
     """Each loaded tensor of a parameter's state (Adam's moments) has that parameter's shape: a damaged checkpoint
     is refused here, not by the first step's arithmetic."""
     for k, group in enumerate(opt.param_groups):  # the settings a step reads: a damaged one failed inside Adam's step
         for key in ("lr", "eps", "weight_decay"):
             v = group.get(key, 0.0)
-            if not _finite_at_least(v, 0.0):
+            if not (finite_number(v) and v >= 0):  # the settings come from the checkpoint's JSON: Python numbers
                 raise ValueError(f"its optimizer's parameter group {k} has {key} {short_repr(v)} where a finite "
                                  f"number >= 0 belongs")
         betas = group.get("betas", (0.9, 0.999))
         if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
-                not _finite_at_least(b, 0.0) or float(b) >= 1 for b in betas):
+                not (finite_number(b) and 0 <= b < 1) for b in betas):
             raise ValueError(f"its optimizer's parameter group {k} has betas {short_repr(betas)} where Adam takes "
                              f"two numbers in [0, 1)")
         odd = [key for key in ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused",
