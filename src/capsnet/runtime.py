@@ -131,12 +131,11 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
     if compile is False or compile is None or (isinstance(compile, str) and compile not in ("default",
                                                                                          *_INDUCTOR_MODES)):
         return
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        if torch.device(device).type != "cpu":
-            return
-    except (RuntimeError, TypeError):  # not a device: said by the device's own check
+    try:  # "auto" resolved, any other as typed (a cuda typed on a CPU machine is said by the device's own check)
+        dev = resolve_device(device) if device == "auto" else parse_device(device)
+    except ValueError:  # not a device: said by the device's own check
+        return
+    if dev.type != "cpu":
         return
     if os.name == "nt":
         candidates = [os.environ.get("CXX") or "cl"]
