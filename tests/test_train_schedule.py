@@ -65,6 +65,23 @@ def test_exponential_schedule_with_a_warmup_by_hand():
     assert lr_at(1, cfg, total_steps=2) == lr_at(1, cfg)
 
 
+def test_a_floor_stops_the_decay_of_either_schedule_after_the_warmup_by_hand():
+    # Efficient-CapsNet's official recipe: 5e-4 x 0.97 an epoch, never below 5e-5 (from its epoch 75.6 on)
+    cfg = TrainConfig(lr=5e-4, lr_decay=0.97, lr_decay_steps=3750, lr_min=5e-5)
+    assert lr_at(0, cfg) == 5e-4 and lr_at(3750 * 10, cfg) == pytest.approx(5e-4 * 0.97 ** 10, rel=1e-12)
+    assert lr_at(3750 * 75, cfg) == pytest.approx(5e-4 * 0.97 ** 75, rel=1e-12)  # 5.12e-5: still decaying
+    assert lr_at(3750 * 76, cfg) == lr_at(3750 * 149, cfg) == 5e-5  # 4.97e-5 and 5.4e-6 without the floor
+    # the exponential ramp is left as it is: its first step below the floor
+    ramped = TrainConfig(lr=1e-3, lr_decay=0.5, lr_decay_steps=4, warmup_steps=4, lr_min=4e-4)
+    assert [lr_at(s, ramped) for s in (0, 4, 8, 12)] == pytest.approx([2.5e-4, 5e-4, 4e-4, 4e-4], rel=1e-12)
+    # the linear decay stops at the floor instead of 0: lr * (20 - step) / 16 >= 2.5e-4 until step 16
+    floored = TrainConfig(lr=1e-3, lr_schedule="linear", warmup_steps=4, lr_min=2.5e-4)
+    assert [lr_at(s, floored, total_steps=20) for s in (0, 12, 16, 17, 20)] == pytest.approx(
+        [2.5e-4, 5e-4, 2.5e-4, 2.5e-4, 2.5e-4], abs=1e-15)
+    # the default (no floor) is the schedule as before, to the bit
+    assert lr_at(19, dataclasses.replace(floored, lr_min=0.0), total_steps=20) == 1e-3 * 1 / 16
+
+
 def test_linear_schedule_needs_the_run_length_and_a_shorter_warmup():
     with pytest.raises(ValueError, match="total_steps"):
         lr_at(0, LINEAR)
@@ -77,6 +94,8 @@ def test_linear_schedule_needs_the_run_length_and_a_shorter_warmup():
     ({"lr_schedule": "cosine"}, "unknown lr_schedule 'cosine'; valid values are exponential, linear"),
     ({"lr_schedule": "linear", "warmup_steps": -1}, "warmup_steps must be >= 0, got -1"),
     ({"lr_schedule": "linear", "warmup_steps": "10"}, "TrainConfig.warmup_steps must be an integer"),
+    ({"lr_min": 2e-3}, "lr_min must lie in [0, lr] (a floor under the decaying rate; lr is 0.001), got 0.002"),
+    ({"lr_min": -1e-5}, "lr_min must lie in [0, lr]"),
 ])
 def test_bad_schedule_fields_are_refused_by_name(fields, fragment):
     with pytest.raises(ValueError) as e:
@@ -85,7 +104,8 @@ def test_bad_schedule_fields_are_refused_by_name(fields, fragment):
 
 
 def test_a_config_saved_before_the_schedule_fields_loads_with_the_defaults():
-    old = {k: v for k, v in TrainConfig(epochs=3).to_dict().items() if k not in ("lr_schedule", "warmup_steps")}
+    old = {k: v for k, v in TrainConfig(epochs=3).to_dict().items()
+           if k not in ("lr_schedule", "warmup_steps", "lr_min")}
     cfg = TrainConfig.from_dict(old)
     assert cfg == TrainConfig(epochs=3) and cfg.lr_schedule == "exponential"
 
@@ -160,6 +180,14 @@ def test_the_baseline_warms_up_unless_told_otherwise(tmp_path, fit_calls):
     # any model may ask for a warm-up on the exponential schedule
     assert cli.main(["train", "--warmup-steps", "5", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
     assert fit_calls[-1][1] == TrainConfig(warmup_steps=5)
+
+
+def test_the_efficient_capsnet_recipe_of_the_readme_sets_its_floor(tmp_path, fit_calls):
+    assert cli.main(["train", "--model", "efficient-capsnet", "--lr", "5e-4", "--batch-size", "16", "--augment",
+                     "efficient-capsnet", "--lr-decay", "0.97", "--lr-decay-steps", "3750", "--lr-min", "5e-5",
+                     "--epochs", "150", "--out", str(tmp_path / "e"), "--no-progress"]) == 0
+    assert fit_calls[-1][1] == TrainConfig(lr=5e-4, batch_size=16, augment="efficient-capsnet", lr_decay=0.97,
+                                           lr_decay_steps=3750, lr_min=5e-5, epochs=150)
 
 
 def test_synthesis_models_train_at_the_gan_rate_unless_told(tmp_path, monkeypatch):

@@ -347,6 +347,7 @@ def _model_option(text: str) -> tuple[str, Any]:
 
 
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
+                 "lr_min",
                  "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
                  "ema_decay", "grad_clip")
 
@@ -459,6 +460,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "under the exponential schedule, whose first dense layer a full-rate start can kill); --lr-schedule "
                 "linear: fewer than the run's steps",
                 type=_nonneg_int)
+    _field_flag(t, "--lr-min", TrainConfig, "lr_min", "a floor under the learning rate after the warm-up: the "
+                "decay stops there (0: none; Efficient-CapsNet's code: 5e-5)", type=_nonneg_float)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
                 "turns it off)", type=_nonneg_float)
     _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off; "

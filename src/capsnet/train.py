@@ -72,7 +72,8 @@ class TrainConfig(JsonConfig):
         epochs, batch_size, seed: the run's length, its training batch and the seed of all its randomness.
         lr, lr_decay, lr_decay_steps: Adam's rate, decayed by ``lr_decay`` every ``lr_decay_steps`` steps
             (Sabour et al.'s code: 1e-3, 0.96, 2,000); ``lr_schedule`` "linear" decays to 0 at the run's end
-            instead; ``warmup_steps``: a linear ramp up to the schedule first (0: none). ``lr_at`` gives the rate.
+            instead; ``warmup_steps``: a linear ramp up to the schedule first (0: none); ``lr_min``: a floor
+            under the rate after the ramp (0: none; Efficient-CapsNet's code: 5e-5). ``lr_at`` gives the rate.
         recon_weight: the decoder's loss weight (section 4.1: 0.0005).
         shift, augment: random shifts of up to ``shift`` pixels, or "efficient-capsnet"'s recipe.
         val_size: examples held out of training to choose the best checkpoint (0: the final epoch is the result).
@@ -91,6 +92,7 @@ class TrainConfig(JsonConfig):
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     lr_schedule: str = "exponential"  # or "linear": warm-up, then down to 0 at the run's end (lr_decay* unused)
     warmup_steps: int = 0  # steps of a linear ramp from lr / warmup_steps up to the schedule's rate (0: none)
+    lr_min: float = 0.0  # after the warm-up the rate never falls below this (0: no floor; Efficient-CapsNet: 5e-5)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
     shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
     augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase recipe
@@ -122,6 +124,9 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
+        if not 0 <= self.lr_min <= self.lr:
+            raise ValueError(f"lr_min must lie in [0, lr] (a floor under the decaying rate; lr is {self.lr:g}), got "
+                             f"{self.lr_min:g}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; valid values are {', '.join(LR_SCHEDULES)}")
         if self.recon_weight < 0:
@@ -146,10 +151,13 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
     W-th at lr), then lr * (T - step) / (T - W), which reaches 0 at step T,
     the end of the run (its last step at lr / (T - W)). A resume with more
     epochs has a larger T: the decay is stretched over the new total.
+    Either way, from step W on the rate is at least ``lr_min`` (the decay
+    stops there; the ramp is left as it is).
     """
     if cfg.lr_schedule == "exponential":
-        ramp = (step + 1) / cfg.warmup_steps if step < cfg.warmup_steps else 1.0
-        return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps) * ramp
+        if step < cfg.warmup_steps:
+            return cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps) * ((step + 1) / cfg.warmup_steps)
+        return max(cfg.lr_min, cfg.lr * cfg.lr_decay ** (step / cfg.lr_decay_steps))
     if total_steps is None:
         raise ValueError("lr_schedule 'linear' decays to 0 at the run's end: lr_at needs the run's total_steps")
     W, T = cfg.warmup_steps, total_steps
@@ -158,7 +166,7 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int | None = None) -> float:
                          f"or train for more steps")
     if step < W:
         return cfg.lr * (step + 1) / W
-    return cfg.lr * max(0, T - step) / (T - W)
+    return max(cfg.lr_min, cfg.lr * max(0, T - step) / (T - W))
 
 
 def run_steps(cfg: TrainConfig, examples: int) -> int:
