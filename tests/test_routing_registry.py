@@ -111,6 +111,33 @@ def test_every_routing_is_finite_under_bf16_autocast(name):
     assert all(torch.isfinite(t.float()).all() for t in out) and torch.isfinite(votes.grad.float()).all()
 
 
+@pytest.mark.parametrize("name", sorted(ROUTINGS))
+def test_every_routing_routes_mixed_float_types_in_the_wider(name):
+    """Inverted attention refused float64 votes into its float32 layer norm, and a .double() EM float32 votes ("mixed
+    dtype", "expected scalar type Double"): votes and module of different float types route in the wider, as the
+    all-float64 module does, and the module's own parameters get their gradients in their own type."""
+    import copy
+
+    g = torch.Generator().manual_seed(3)
+    votes = torch.randn(B, I, J, D, generator=g, dtype=torch.float64)
+    acts = torch.rand(B, I, generator=g, dtype=torch.float64)
+    narrow = create_routing(name, **SIZES)
+    wide = copy.deepcopy(narrow).double()
+    cases = [(narrow, votes, acts)]
+    if list(wide.parameters()):  # (a routing without parameters has no float type of its own)
+        cases.append((wide, votes.float(), acts.float()))
+    for module, v, a in cases:
+        v = v.clone().requires_grad_(True)  # a training step's path (the fused backward where a routing has one)
+        got = module(v, a)
+        expected = wide(v.detach().double(), a.double())
+        assert got.poses.dtype == got.activations.dtype == torch.float64
+        torch.testing.assert_close(got.poses, expected.poses)
+        torch.testing.assert_close(got.activations, expected.activations)
+        (got.poses.sum() + got.activations.sum()).backward()
+        assert v.grad.dtype == v.dtype and torch.isfinite(v.grad).all()
+        assert all(p.grad is None or p.grad.dtype == p.dtype for p in module.parameters())
+
+
 def test_routing_arguments_of_the_wrong_kind_are_named():
     """DynamicRouting(leaky="no") routed leakily; a negative size or integer votes failed inside torch; a bias of
     the wrong shape was a broadcast error in self-attention and inverted routing."""

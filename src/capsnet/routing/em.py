@@ -284,7 +284,8 @@ class EMRouting(nn.Module):
             raise ValueError(f"votes are for {J} upper capsules but this EMRouting has out_caps={self.out_caps}")
         if bias is not None:
             raise ValueError("EM routing takes no pose bias: build the layer with bias=False")
-        dtype = torch.promote_types(votes.dtype, torch.float32)  # bf16 and fp16 votes are routed in fp32
+        # bf16 and fp16 votes are routed in fp32; float32 votes beside float64 betas (a .double() module) in float64
+        dtype = torch.promote_types(torch.promote_types(votes.dtype, torch.float32), self.beta_u.dtype)
         with _autocast_off(votes.device.type):  # also inside a bf16 autocast step
             votes = votes.to(dtype)
             a_in = votes.new_ones(B, I) if activations is None else activations.to(dtype)

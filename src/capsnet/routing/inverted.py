@@ -32,7 +32,7 @@ from torch import nn
 
 from ..ops import _scale
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_count, check_votes
+from .result import RoutingResult, check_count, check_votes, widened
 
 __all__ = ["InvertedDotProductRouting"]
 
@@ -72,6 +72,7 @@ class InvertedDotProductRouting(nn.Module):
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
         norm = (self.norm.weight, self.norm.bias)
+        votes = widened(votes, self)
         if self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
             p, r = _FusedInverted.apply(votes, bias, *norm, self)
             return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2))
@@ -108,7 +109,10 @@ class InvertedDotProductRouting(nn.Module):
             # the layer norm squares s, which overflows from about 1e18 (float32): such a parent is scaled by a power
             # of two first (ops._scale; k = 1 for every ordinary one), which the norm takes out again (its eps aside)
             k, _ = _scale(s, -1, power=1)
-            p = F.layer_norm(s * k, (D,), *norm, self.norm.eps)  # (B, J, D)
+            # float64 votes into a float32 module: the norm's weights promoted (layer_norm takes one dtype)
+            wide = [t.to(s.dtype) if t is not None and torch.promote_types(t.dtype, s.dtype) == s.dtype else t
+                    for t in norm]
+            p = F.layer_norm(s * k, (D,), *wide, self.norm.eps)  # (B, J, D)
         return p, r, rounds
 
 

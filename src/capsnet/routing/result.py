@@ -5,6 +5,7 @@ import math
 from typing import Any, NamedTuple
 
 import torch
+from torch import nn
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes"]
 
@@ -76,6 +77,15 @@ def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bi
     if bias is not None and tuple(bias.shape) != (J, D):
         raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
     return B, I, J, D
+
+
+def widened(votes: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """Float32 votes into a float64 module (``.double()``), as float64: routed in the wider type, as float64 votes
+    into a float32 module are (its parameters promoted where they meet the votes). Half-precision votes are left
+    as they are (autocast's, or the routing's own, handling)."""
+    if votes.dtype == torch.float32 and any(p.dtype == torch.float64 for p in module.parameters()):
+        return votes.double()
+    return votes
 
 
 def check_count(name: str, value: object) -> None:
