@@ -57,3 +57,32 @@ def test_initial_weights_and_batch_norm_follow_the_keras_defaults_the_paper_used
     assert torch.count_nonzero(seen["mean"]) > 0
     torch.testing.assert_close(bn.running_mean, 0.01 * seen["mean"], rtol=1e-5, atol=1e-8)
     assert bn.eps == 1e-3
+
+
+def test_init_official_starts_the_primary_convolution_and_the_decoder_as_the_official_keras_layers():
+    """The official code's depthwise Conv2D(128, 9, groups=128) takes Keras' glorot_uniform over its (9, 9, 1, 128)
+    kernel (limit sqrt(6 / (81 + 81 x 128)) = 0.0240) and a zero bias; its decoder's Dense layers he_normal (ReLU)
+    and glorot_normal (sigmoid), zero biases. The default keeps PyTorch's start there (bound 1 / sqrt(81))."""
+    torch.manual_seed(0)
+    default = create_model("efficient-capsnet")
+    assert default.primary.weight.abs().max().item() > 0.1 and torch.count_nonzero(default.primary.bias) == 128
+    official = create_model("efficient-capsnet", init="official")
+    w = official.primary.weight.detach()
+    limit = (6 / (81 + 81 * 128)) ** 0.5
+    assert w.abs().max().item() <= limit and w.std().item() == pytest.approx(limit / 3 ** 0.5, rel=0.03)
+    assert torch.count_nonzero(official.primary.bias) == 0
+    linears = [m for m in official.decoder.net if isinstance(m, torch.nn.Linear)]
+    for layer, target in zip(linears, ((2 / 160) ** 0.5, (2 / 512) ** 0.5, (2 / (1024 + 784)) ** 0.5)):
+        assert layer.weight.std().item() == pytest.approx(target, rel=0.03)
+        assert layer.weight.abs().max().item() <= 2 * target / 0.87962566 + 1e-7
+        assert torch.count_nonzero(layer.bias) == 0
+    # the rest of the network starts from the same draws either way: the option re-draws those two parts after
+    torch.manual_seed(1)
+    a = create_model("efficient-capsnet").state_dict()
+    torch.manual_seed(1)
+    b = create_model("efficient-capsnet", init="official").state_dict()
+    differ = sorted(k for k in a if not torch.equal(a[k], b[k]))
+    assert differ == ["decoder.net.0.bias", "decoder.net.0.weight", "decoder.net.2.bias", "decoder.net.2.weight",
+                      "decoder.net.4.bias", "decoder.net.4.weight", "primary.bias", "primary.weight"]
+    with pytest.raises(ValueError, match="init"):
+        EfficientCapsNetConfig(init="keras")

@@ -18,16 +18,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
 from .inputs import check_class_images, check_weights_dtype, check_integer_labels
 
-__all__ = ["EfficientCapsNetConfig", "EfficientCapsNet"]
+__all__ = ["INITS", "EfficientCapsNetConfig", "EfficientCapsNet"]
 
 _CONVS = ((32, 5, 1), (64, 3, 1), (64, 3, 1), (128, 3, 2))  # (channels, kernel, stride), official MNIST model
+INITS = ("torch", "official")  # EfficientCapsNetConfig.init
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,14 @@ class EfficientCapsNetConfig(JsonConfig):
     class_dim: int = 16  # each class capsule's dimensions
     decoder: bool = True  # CapsNet's reconstruction decoder, for the paper's loss (not counted in its 161,824)
     decoder_hidden: tuple[int, ...] = (512, 1024)
+    init: str = "torch"  # the four convolutions and the class capsules' transforms start as the official code's
+    # (He-normal) either way; "torch" leaves the depthwise primary convolution and the decoder at PyTorch's start (as
+    # every run recorded before 2026-11-30), "official" starts them as the official code too (Glorot-uniform and zero
+    # bias; He-normal, the last layer Glorot-normal, zero biases)
 
     def __post_init__(self) -> None:
         check_types(self)
+        check_choice(self, "init", INITS)
         object.__setattr__(self, "decoder_hidden", tuple(self.decoder_hidden))
         for name in ("input_height", "input_width"):
             check_range(self, name, 1, 4096)
@@ -111,6 +117,27 @@ class EfficientCapsNet(nn.Module):
         nn.init.trunc_normal_(self.digits.weight, std=std, a=-2 * std, b=2 * std)
         self.decoder = (Decoder(cfg.num_classes * cfg.class_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
                                 cfg.decoder_hidden) if cfg.decoder else None)
+        if cfg.init == "official":
+            self._official_start()
+
+    @torch.no_grad()
+    def _official_start(self) -> None:
+        """The primary convolution and the decoder as the official code's Keras layers start them: the depthwise
+        ``Conv2D(128, 9, groups=128)`` Glorot-uniform over its (9, 9, 1, 128) kernel (fan in 81, fan out 81 x 128)
+        with a zero bias; the decoder's ReLU layers He-normal, its sigmoid layer Glorot-normal (Keras' truncated
+        normals, rescaled to their nominal spread), zero biases."""
+        k = self.primary.weight[0, 0].numel()  # 81: the depthwise kernel's receptive field
+        limit = math.sqrt(6 / (k + k * self.primary.out_channels))
+        nn.init.uniform_(self.primary.weight, -limit, limit)
+        nn.init.zeros_(self.primary.bias)
+        if self.decoder is None:
+            return
+        linears = [m for m in self.decoder.net if isinstance(m, nn.Linear)]
+        for i, layer in enumerate(linears):
+            fan_out, fan_in = layer.weight.shape
+            std = math.sqrt(2 / fan_in if i < len(linears) - 1 else 2 / (fan_in + fan_out)) / 0.87962566
+            nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+            nn.init.zeros_(layer.bias)
 
     def primary_capsules(self, images: torch.Tensor) -> torch.Tensor:
         """Shapes: images (B, C, H, W) -> (B, primary_caps, primary_dim), squashed."""
