@@ -21,7 +21,9 @@ library's dynamic routing (``capsnet.layers.conv``): logits per example
 parent types with a routing bias (the reference code normalises over the
 child types, adds a convolution bias to the votes instead, and routes 3
 rounds in the primary layer too; ``routing_softmax="children"`` is its
-normalisation); ``l1_weight`` defaults to pix2pix's 100 so both models of the
+normalisation); the capsule layers' vote kernels start as SegCaps' here
+(He-normal), where the reference code's DCGAN start gives them N(0, 0.02);
+``l1_weight`` defaults to pix2pix's 100 so both models of the
 comparison share it (the reference code's ``lambda_L1`` is 1); the 1x1 image
 convolution starts at N(0, 10), not DCGAN's N(0, 0.02) that the reference
 code gives every convolution (``image_init_std``): the final pose is squashed
@@ -295,7 +297,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     routing_softmax: str = "parents"  # as SegCaps here; the reference code's normalisation is "children"
     routing_bias: bool = True
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (segcaps.capsule_stack)
-    bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
+    bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (SegCaps' reference code's 0.1;
+    # CapsPix2pix's has no routing bias, its vote convolutions' own biases instead)
     squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
     image_init_std: float = 10.0  # the 1x1 image convolution's weights at the start: N(0, this) (the reference: 0.02)
     image_kernel: int = 1  # the image convolution's kernel over the final pose (odd; the reference code's is 1); its

@@ -102,7 +102,9 @@ class InvertedCapsNet(nn.Module):
         self.backbone = nn.Conv2d(cfg.in_channels, C, 3, stride=2, padding=1)
         self.primary = nn.Conv2d(C, P * 16, 1, bias=False)
         self.primary_norm = nn.LayerNorm(16)
-        # the official initialisation: N(0, 1) * sqrt(parents / (4 * children * kernel area))
+        # the official initialisation's scale, sqrt(parents / (4 * children * kernel area)), as the matrix capsule
+        # layers draw it: a normal truncated at 2 of that scale (the official code: an untruncated N(0, 1) times it,
+        # so these start with 0.88 times its spread; README, "Inverted dot-product attention")
         self.caps1 = ConvMatrixCaps(P, T, kernel_size=3, stride=2, routing=InvertedDotProductRouting(16, R),
                                     std=math.sqrt(T / (4 * P * 9)))
         self.caps2 = ConvMatrixCaps(T, T, kernel_size=3, stride=1, routing=InvertedDotProductRouting(16, R),
