@@ -189,6 +189,21 @@ def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_
     assert [[r[k] for k in keep] for r in a.state["history"]] == [[r[k] for k in keep] for r in b.state["history"]]
 
 
+def test_the_eval_header_of_a_gan_checkpoint_saved_inside_an_epoch_says_where(gan_run):
+    """It said "(epoch 0)" for weights 17 steps into epoch 1, where its JSON, figures and every other kind of run say
+    "epoch 0 + 17 batches of epoch 1" (a review, 2026-11-30)."""
+    import dataclasses
+
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.synthesis import SynthesisEvaluation
+
+    ckpt = load_checkpoint(gan_run, which="last")
+    inside = dataclasses.replace(ckpt, state={**ckpt.state, "epoch": 0, "within": {"batches": 17, "epoch": 1}})
+    done = SynthesisEvaluation(inside, "mnist-skeleton", 4, {})
+    assert done.format().splitlines()[0].startswith(f"checkpoint {ckpt.path} (epoch 0 + 17 batches of epoch 1), ")
+    assert done.report()["saved_at"] == "epoch 0 + 17 batches of epoch 1"
+
+
 def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(tmp_path, data_root, monkeypatch):
     """SIGTERM (or Ctrl-C) during a step: the loop finishes the step, saves inside the epoch and stops; with saves
     inside epochs off, nothing but the signal wrote that save. The handlers are restored afterwards."""

@@ -346,7 +346,7 @@ class SynthesisEvaluation:
 
     def format(self) -> str:
         ckpt = self.checkpoint
-        lines = [f"checkpoint {ckpt.path} (epoch {ckpt.state.get('epoch')}), {self.dataset} test set, {self.pairs} "
+        lines = [f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {self.dataset} test set, {self.pairs} "
                  f"label maps" + (f", judged by {self.judge}" if self.judge else "")
                  + (f", noise truncated at {self.truncation:g}" if self.truncation is not None else ""),
                  f"{'test set':<10}  {'L1':>7}  {'SSIM':>7}  {'IoU':>7}  {'spread':>7}  judge accuracy"]
