@@ -167,7 +167,7 @@ def process_group_timeout() -> datetime.timedelta:
         minutes = float("nan")
     if not 1 <= minutes <= 10 ** 6:
         raise DistributedError(f"{TIMEOUT_ENV}={text!r}: give the minutes a process waits for the others, a number "
-                               f"from 1 (default {DEFAULT_TIMEOUT_MIN})")
+                               f"from 1 to 1,000,000 (default {DEFAULT_TIMEOUT_MIN})")
     return datetime.timedelta(minutes=minutes)
 
 
