@@ -182,6 +182,25 @@ def test_init_gain_and_bias_init_set_the_hidden_capsule_layers_start(name):
         create_model(name, init_gain=0.0)
 
 
+def test_deconv_init_reference_starts_the_deconvolutions_at_the_reference_codes_keras_fan():
+    """The reference code's DeconvCapsuleLayer kernel is (K, K, J Dout, Din), He-normal under Keras' fan in of
+    shape[-2] K K = 16 J Dout; the default's fan is the (K / 2)^2 Din inputs that reach each output. The
+    convolutional layers' starts are the reference's either way (K K Din)."""
+    torch.manual_seed(0)
+    plain = create_model("segcaps")
+    torch.manual_seed(0)
+    ref = create_model("segcaps", deconv_init="reference")
+    for name, j, dout, din in (("deconv_1_1", 8, 32, 32), ("deconv_2_1", 4, 16, 32), ("deconv_3_1", 2, 16, 16)):
+        w_plain, w_ref = plain.caps[name].weight.detach(), ref.caps[name].weight.detach()
+        torch.testing.assert_close(w_ref, w_plain * ((4 * din) / (16 * j * dout)) ** 0.5, rtol=1e-6, atol=0)
+        assert w_ref.std().item() == pytest.approx((2 / (16 * j * dout)) ** 0.5, rel=0.05)  # 0.0221, 0.0442, 0.0625
+        assert w_plain.std().item() == pytest.approx((2 / (4 * din)) ** 0.5, rel=0.05)  # 0.125, 0.125, 0.177
+    same = [n for n in plain.caps if not n.startswith("deconv") or not n.endswith("_1")]
+    assert all(torch.equal(plain.caps[n].weight, ref.caps[n].weight) for n in same)
+    with pytest.raises(ValueError, match="deconv_init"):
+        create_model("segcaps", deconv_init="keras")
+
+
 def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
     """Without the bias, He-normal kernels let the squash shrink the capsules to zero within a few layers: the
     deep layers get exactly no gradient. The model says so, and init_gain=3 gives every layer a gradient."""

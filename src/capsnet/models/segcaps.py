@@ -29,6 +29,7 @@ by module-level functions, shared with the CapsPix2pix generator
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -48,7 +49,7 @@ from .inputs import check_floating, check_mask_values, check_nonempty, check_wei
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
-           "CAPSULE_NORMS", "instance_norm_capsules", "stack_routings", "stack_routing",
+           "CAPSULE_NORMS", "DECONV_INITS", "instance_norm_capsules", "stack_routings", "stack_routing",
            "check_sides", "check_stack_fields", "StackRouted"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
@@ -123,7 +124,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                   routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
                   squash: str = "sabour", routing: str = "dynamic",
                   routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
-                  width: float = 1.0) -> nn.ModuleDict:
+                  width: float = 1.0, deconv_init: str = "fan-in") -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
     ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer and ``routing_iterations`` in
@@ -131,8 +132,11 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
     paper's 1); every hidden layer with ``width`` times the paper's capsule types (``_layers``).
 
-    Initialisation: every layer's vote kernel He-normal (the reference code's); the hidden layers' (all but
-    seg_caps) times ``init_gain`` and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1).
+    Initialisation: every layer's vote kernel He-normal; the hidden layers' (all but seg_caps) times ``init_gain``
+    and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1). The convolutional layers' fan in is
+    the reference code's, K K Din; the deconvolutional ones' is ``deconv_init``'s (``DECONV_INITS``): "fan-in", the
+    (K / stride)^2 Din inputs that reach each output, or "reference", the reference code's Keras fan of its
+    (K, K, J Dout, Din) transposed kernel, K K J Dout (2.8-5.7 times smaller a start at the paper's sizes).
     Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
     (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero,
@@ -157,6 +161,9 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                                softmax=routing_softmax, squash=squash)
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
         caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=module, bias=bias)
+        if kind == "deconv" and deconv_init == "reference":
+            with torch.no_grad():  # from sqrt(2 / ((K / S)^2 Din)) to sqrt(2 / (K K J Dout))
+                caps[name].weight.mul_(math.sqrt(max((k // s) ** 2, 1) * din / (k * k * j * dout)))
         if name != last:
             with torch.no_grad():
                 caps[name].weight.mul_(init_gain)
@@ -166,6 +173,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
 
 
 CAPSULE_NORMS = ("none", "instance")  # SegCapsConfig.capsule_norm
+DECONV_INITS = ("fan-in", "reference")  # SegCapsConfig.deconv_init (capsule_stack)
 
 
 def instance_norm_capsules(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -348,6 +356,8 @@ class SegCapsConfig(StackRouted, JsonConfig):
     # its own position's; 3 or 5 make its votes from its neighbours' too at full resolution; not in the paper)
     width: float = 1.0  # every hidden capsule layer's types times this, rounded (the paper's 2-8 types at 1; the
     # weights and the step's cost grow about as width and width squared; not in the paper)
+    deconv_init: str = "fan-in"  # the three deconvolutional capsule layers' He-normal fan (capsule_stack): "fan-in",
+    # the inputs that reach each output, or "reference", the reference code's Keras fan (2.8-5.7x smaller a start)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -363,6 +373,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
         check_choice(self, "capsule_norm", CAPSULE_NORMS)
+        check_choice(self, "deconv_init", DECONV_INITS)
         object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
 
     __hash__ = hash_as_saved  # routing_options is a dict: hash the config as saved
@@ -405,7 +416,7 @@ class SegCaps(nn.Module):
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
                                   routing=cfg.routing, routing_options=cfg.routing_options,
-                                  seg_kernel=cfg.seg_kernel, width=cfg.width)
+                                  seg_kernel=cfg.seg_kernel, width=cfg.width, deconv_init=cfg.deconv_init)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
