@@ -18,6 +18,37 @@ def test_paper_baseline_has_35_4m_parameters():
     assert sum(p.numel() for p in model.parameters()) == convs + fcs == 35_445_522  # the paper's 35.4M
 
 
+def test_pool_builds_the_authors_multimnist_baseline_of_24_56m():
+    # conv_model.py: 5x5 'same' convolutions 1->512->256, each ReLU then a 2x2 max-pool (36 -> 18 -> 9), then
+    # 9*9*256 -> 1024 -> 10; the paper's section 6 counts "24.56M" for it
+    convs = (1 * 512 * 25 + 512) + (512 * 256 * 25 + 256)
+    fcs = (9 * 9 * 256 * 1024 + 1024) + (1024 * 10 + 10)
+    cfg = BaselineCNNConfig(input_height=36, input_width=36, channels=(512, 256), hidden=(1024,), pool=True)
+    assert cfg.num_weights == convs + fcs == 24_535_306
+    with torch.device("meta"):
+        assert sum(p.numel() for p in BaselineCNN(cfg).parameters()) == cfg.num_weights
+
+
+def test_pool_max_pools_after_every_convolution_rounding_odd_sides_up():
+    torch.manual_seed(0)
+    cfg = BaselineCNNConfig(input_height=7, input_width=6, channels=(3, 2), hidden=(5,), kernel=3, pool=True,
+                            dropout=0.0)
+    model = BaselineCNN(cfg).eval()
+    x = torch.rand(2, 1, 7, 6)
+
+    def pooled(t):  # 2x2 windows, stride 2; a last odd row is a window of its own (TensorFlow's 'same' pooling)
+        H, W = t.shape[-2:]
+        return torch.stack([torch.stack([t[..., i:i + 2, j:j + 2].amax(dim=(-2, -1)) for j in range(0, W, 2)], -1)
+                            for i in range(0, H, 2)], -2)
+
+    h = x
+    for conv in model.convs:
+        h = pooled(torch.relu(torch.nn.functional.conv2d(h, conv.weight, conv.bias, padding=1)))
+    assert h.shape == (2, 2, 2, 2) and cfg.features == (2, 2)  # rows 7 -> 4 -> 2, columns 6 -> 3 -> 2
+    expected = model.out(torch.relu(model.fcs[0](h.flatten(1))))
+    torch.testing.assert_close(model(x), expected)
+
+
 def test_forward_shapes_and_dropout_only_in_training():
     torch.manual_seed(0)
     model = BaselineCNN(BaselineCNNConfig(channels=(4, 4, 2), hidden=(8, 6), dropout=0.5))

@@ -7,6 +7,11 @@ fully connected layer is connected with dropout to a 10 class softmax layer
 with cross entropy loss." The paper counts 35.4M parameters for it; that count
 holds with "same" padding and no pooling (28 x 28 x 128 features into the
 328-unit layer), which is what this module builds.
+
+``pool=True`` puts a 2x2 max-pool of stride 2 after every convolution
+(TensorFlow's "same" pooling: an odd side rounds up): with ``channels=(512,
+256)``, ``hidden=(1024,)`` it is the authors' ``conv_model.py``, the MultiMNIST
+baseline of section 6 (24,535,306 weights at 36x36, the paper's "24.56M").
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class BaselineCNNConfig(JsonConfig):
     kernel: int = 5  # ... with 5x5 kernels and stride 1
     hidden: tuple[int, ...] = (328, 192)  # then two fully connected layers of 328 and 192
     dropout: float = 0.5  # before the last layer, "connected with dropout to a 10 class softmax layer"
+    pool: bool = False  # a 2x2 max-pool after every convolution (the authors' conv_model.py; section 5's has none)
 
     def __post_init__(self) -> None:
         plain_numbers(self)  # np.int64(64) from a sweep is 64
@@ -64,12 +70,23 @@ class BaselineCNNConfig(JsonConfig):
         """The number of weights the model holds, computed from the sizes alone."""
         convs = [self.in_channels, *self.channels]
         n = sum((a * self.kernel**2 + 1) * b for a, b in zip(convs[:-1], convs[1:]))
-        fcs = [self.channels[-1] * self.input_height * self.input_width, *self.hidden, self.num_classes]
+        height, width = self.features
+        fcs = [self.channels[-1] * height * width, *self.hidden, self.num_classes]
         return n + sum((a + 1) * b for a, b in zip(fcs[:-1], fcs[1:]))
+
+    @property
+    def features(self) -> tuple[int, int]:
+        """Height and width of the last convolution's output: the input's, halved (rounding up) per pooled layer."""
+        height, width = self.input_height, self.input_width
+        if self.pool:
+            for _ in self.channels:
+                height, width = -(-height // 2), -(-width // 2)
+        return height, width
 
 
 class BaselineCNN(nn.Module):
-    """The CNN baseline of Sabour et al. 2017 (section 5): three 5x5 'same' convolutions with ReLU, two fully connected layers, dropout, class logits."""
+    """The CNN baseline of Sabour et al. 2017 (section 5): three 5x5 'same' convolutions with ReLU (each max-pooled
+    with ``pool``), two fully connected layers, dropout, class logits."""
 
     def __init__(self, config: BaselineCNNConfig = BaselineCNNConfig()) -> None:
         super().__init__()
@@ -79,7 +96,7 @@ class BaselineCNN(nn.Module):
             convs.append(nn.Conv2d(c_in, c_out, cfg.kernel, padding=cfg.kernel // 2))
             c_in = c_out
         self.convs = nn.ModuleList(convs)
-        fcs, f_in = [], c_in * cfg.input_height * cfg.input_width
+        fcs, f_in = [], c_in * cfg.features[0] * cfg.features[1]
         for f_out in cfg.hidden:
             fcs.append(nn.Linear(f_in, f_out))
             f_in = f_out
@@ -95,6 +112,8 @@ class BaselineCNN(nn.Module):
         x = images
         for conv in self.convs:
             x = F.relu(conv(x))
+            if cfg.pool:
+                x = F.max_pool2d(x, 2, 2, ceil_mode=True)  # TensorFlow's "same" pooling for odd sides
         x = x.flatten(1)
         for fc in self.fcs:
             x = F.relu(fc(x))
