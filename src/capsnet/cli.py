@@ -266,7 +266,8 @@ def _typed(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
 
 def _flag(field: str) -> str:
     return {"decoder": "--no-decoder", "routing_bias": "--no-routing-bias", "channels": "--cnn-channels",
-            "hidden": "--cnn-hidden", "routing_options": "--routing-option"}.get(field, "--" + field.replace("_", "-"))
+            "hidden": "--cnn-hidden", "pool": "--cnn-pool",
+            "routing_options": "--routing-option"}.get(field, "--" + field.replace("_", "-"))
 
 
 def _as_typed(field: str, value: Any, option: bool = False) -> str:
@@ -315,7 +316,7 @@ def _owners(field: str, kind: str) -> list[str]:
 # Model config fields with a flag of their own (_flag(field)); a flag applies to every model whose config has the
 # field, and --model-option KEY=VALUE sets any field of the chosen model.
 _MODEL_FIELDS = ("routing_iterations", "routing", "routing_options", "conv1_channels", "primary_types", "decoder",
-                 "routing_bias", "leaky_routing", "detach_agreement", "dropout", "channels", "hidden")
+                 "routing_bias", "leaky_routing", "detach_agreement", "dropout", "channels", "hidden", "pool")
 
 
 def _fields(model: str) -> set[str]:
@@ -403,6 +404,9 @@ def _baseline_arguments(p: argparse.ArgumentParser) -> None:
                 "convolutions (paper: 256 256 128)", type=_positive_int, nargs="+")
     _field_flag(p, "--cnn-hidden", BaselineCNNConfig, "hidden", "sizes of the CNN baseline's fully connected layers "
                 "(paper: 328 192)", type=_positive_int, nargs="+")
+    _field_flag(p, "--cnn-pool", BaselineCNNConfig, "pool", "a 2x2 max-pool after each of the CNN baseline's "
+                "convolutions (section 5's has none; with --cnn-channels 512 256 --cnn-hidden 1024 it is the authors' "
+                "MultiMNIST baseline, 24.5M weights at 36x36)", action="store_const", const=True)
 
 
 def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
@@ -449,8 +453,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "models: 2e-4 when not given)", type=_positive_float)
     _field_flag(t, "--lr-decay", TrainConfig, "lr_decay", "learning rate factor per --lr-decay-steps (authors' code: "
                 "0.96)", type=_positive_float)
-    _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay",
-                type=_positive_int)
+    _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay "
+                "(default 2000; multimnist 20000, the paper's 10x period, section 6.1)", type=_positive_int,
+                show_default=False)
     _field_flag(t, "--lr-schedule", TrainConfig, "lr_schedule", "exponential: --lr times --lr-decay every "
                 "--lr-decay-steps (authors' code); linear: up from --lr / --warmup-steps to --lr over --warmup-steps, "
                 "then straight down to 0 at the run's last step (a --resume with a larger --epochs stretches the "
@@ -816,7 +821,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 when not "
                 "given", type=_positive_float)
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
-                "this many steps", type=_positive_int)
+                "this many steps (default 2000; multimnist 20000, the paper's 10x period, section 6.1; 2000 "
+                "reproduces the multimnist runs made before 2026-11-30)", type=_positive_int, show_default=False)
     _field_flag(x, "--warmup-steps", TrainConfig, "warmup_steps", "a linear warm-up of the learning rate over this "
                 "many steps, for every model (default: each model's own: 200 for the CNN baseline, 0 for the rest; "
                 "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int, show_default=False)
@@ -879,9 +885,12 @@ def _loopback(host: str) -> bool:
 
 
 def _train_config(typed: dict[str, Any], model: str) -> TrainConfig:
-    """The training settings typed, over ``model``'s own defaults (``ModelSpec.train_defaults``: the synthesis
-    models' GAN rate, the baseline's warm-up), over TrainConfig's."""
-    return TrainConfig(**(train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | typed))
+    """The training settings typed, over the task's own defaults (``Task.train_defaults``: MultiMNIST's decay
+    period), over ``model``'s (``ModelSpec.train_defaults``: the synthesis models' GAN rate, the baseline's warm-up),
+    over TrainConfig's."""
+    dataset = typed.get("dataset", TrainConfig.dataset)
+    tasked = dict(TASKS[dataset].train_defaults) if dataset in TASKS else {}
+    return TrainConfig(**(train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | tasked | typed))
 
 
 def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:
