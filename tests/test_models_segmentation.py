@@ -201,6 +201,25 @@ def test_deconv_init_reference_starts_the_deconvolutions_at_the_reference_codes_
         create_model("segcaps", deconv_init="keras")
 
 
+def test_unet_init_paper_draws_every_convolution_at_sqrt_2_over_n():
+    """Ronneberger et al., section 3: weights Gaussian with sd sqrt(2 / N), N the inputs of one neuron (a 3x3
+    convolution of 64 channels: N = 576); PyTorch's start (the default) is a uniform of a third of that variance."""
+    torch.manual_seed(0)
+    model = create_model("unet", batch_norm=False, init="paper")
+    convs = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))]
+    assert len(convs) == 23  # "in total the network has 23 convolutional layers": 18 3x3, 4 up, one 1x1
+    for m in convs:
+        n = m.in_channels * (1 if isinstance(m, torch.nn.ConvTranspose2d) else m.kernel_size[0] * m.kernel_size[1])
+        if m.weight.numel() > 1000:  # the sample sd of the small first and last layers is too loose to test
+            assert m.weight.std().item() == pytest.approx((2 / n) ** 0.5, rel=0.05)
+        assert torch.count_nonzero(m.bias) == 0
+    default = create_model("unet", batch_norm=False)
+    assert default.down[0][0].weight.abs().max().item() <= 1 / 3  # kaiming_uniform(a=sqrt(5)): bound 1/sqrt(9)
+    assert torch.count_nonzero(default.down[0][0].bias) > 0
+    with pytest.raises(ValueError, match="init"):
+        create_model("unet", init="he")
+
+
 def test_without_the_routing_bias_the_reference_start_is_dead_and_warns():
     """Without the bias, He-normal kernels let the squash shrink the capsules to zero within a few layers: the
     deep layers get exactly no gradient. The model says so, and init_gain=3 gives every layer a gradient."""
