@@ -177,6 +177,13 @@ def test_every_routing_takes_the_layers_pose_bias_unless_it_says_it_has_none(nam
     with_bias, without = routing(votes, None, bias), routing(votes, None, None)
     assert not torch.allclose(with_bias.poses, without.poses)
     assert torch.isfinite(with_bias.poses).all()
+    # float32 votes into a float32 module with a float64 bias: routed in float64, as the all-float64 routing
+    # (inverted attention's float32 layer norm raised "expected scalar type Double")
+    narrow = create_routing(name, **SIZES)
+    narrow.load_state_dict(routing.state_dict())  # the same weights, in float32
+    mixed = narrow(votes.float(), None, bias)
+    assert mixed.poses.dtype == torch.float64
+    torch.testing.assert_close(mixed.poses, routing(votes.float().double(), None, bias).poses)
 
 
 @pytest.mark.parametrize("name", sorted(ROUTINGS))

@@ -64,7 +64,7 @@ class SelfAttentionRouting(nn.Module):
         if (I, J) != (self.in_caps, self.out_caps):
             raise ValueError(f"votes (B, I, J, D) = {tuple(votes.shape)} do not fit this routing's "
                              f"(I, J) = ({self.in_caps}, {self.out_caps})")
-        votes = widened(votes, self)
+        votes = widened(votes, self, bias)
         k, _ = _scale(votes, (1, 2, 3), power=1)  # (B, 1, 1, 1): 1, or a power of two where the scores could overflow
         total = votes.sum(dim=1, keepdim=True) * k * k  # k^2 sum_k u_kj, (B, 1, J, D): no scaled copy of the votes
         scores = (votes * total).sum(dim=-1) / math.sqrt(D)  # k^2 times the row sums of U_j U_j^T / sqrt(D), (B, I, J)

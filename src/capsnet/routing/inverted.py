@@ -72,7 +72,7 @@ class InvertedDotProductRouting(nn.Module):
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
         norm = (self.norm.weight, self.norm.bias)
-        votes = widened(votes, self)
+        votes = widened(votes, self, bias)
         if self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
             p, r = _FusedInverted.apply(votes, bias, *norm, self)
             return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2))

@@ -79,11 +79,12 @@ def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bi
     return B, I, J, D
 
 
-def widened(votes: torch.Tensor, module: nn.Module) -> torch.Tensor:
-    """Float32 votes into a float64 module (``.double()``), as float64: routed in the wider type, as float64 votes
-    into a float32 module are (its parameters promoted where they meet the votes). Half-precision votes are left
-    as they are (autocast's, or the routing's own, handling)."""
-    if votes.dtype == torch.float32 and any(p.dtype == torch.float64 for p in module.parameters()):
+def widened(votes: torch.Tensor, module: nn.Module, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Float32 votes into a float64 module (``.double()``) or with a float64 ``bias``, as float64: routed in the
+    wider type, as float64 votes into a float32 module are (its parameters promoted where they meet the votes).
+    Half-precision votes are left as they are (autocast's, or the routing's own, handling)."""
+    if votes.dtype == torch.float32 and (any(p.dtype == torch.float64 for p in module.parameters())
+                                         or (bias is not None and bias.dtype == torch.float64)):
         return votes.double()
     return votes
 
