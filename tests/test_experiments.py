@@ -392,7 +392,8 @@ def test_a_run_directory_holding_other_settings_is_refused_before_any_run_trains
     before = (out / "results.md").read_text(), (out / "results.json").read_text()
     capsys.readouterr()
     assert main([*args, *CAPSNET_NARROW[:4], "--models", "capsnet", "baseline"]) == 2
-    assert "baseline-32 holds a run with other settings (lr); remove it or choose another --out" in capsys.readouterr().err
+    assert ("baseline-32 holds a run with other settings (lr: 0.0005 there, 0.001 planned); remove it or choose another "
+            "--out") in capsys.readouterr().err
     assert not (out / "capsnet-32").exists()  # capsnet, first in the plan, never started
     assert ((out / "results.md").read_text(), (out / "results.json").read_text()) == before
 
@@ -693,11 +694,19 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
     assert _finished(run) == final
     other = run.__class__(**{**vars(run), "train_config": TrainConfig(epochs=1, batch_size=4, train_size=8,
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
-    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(lr\); remove it"):
+    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(lr: 0.001 there, 0.0005 planned\); "
+                                              r"remove it"):
         _finished(other)
     wider = run.__class__(**{**vars(run), "model_config": UNetConfig(base_channels=8, depth=2)})
-    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(base_channels\); remove it"):
+    with pytest.raises(CheckpointError, match=r"holds a run with other settings \(base_channels: \d+ there, 8 planned\); "
+                                              r"remove it"):
         _finished(wider)
+    # a setting whose default changed since the folder was made (MultiMNIST's decay period, the baseline's warm-up):
+    # the message names the flag that reads it back, as the README says
+    later = run.__class__(**{**vars(run), "train_config": dataclasses.replace(run.train_config, lr_decay_steps=20000)})
+    with pytest.raises(CheckpointError, match=r"\(lr_decay_steps: 2000 there, 20000 planned\); give --lr-decay-steps "
+                                              r"2000 to read it back, or remove it"):
+        _finished(later)
 
 
 def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capfd):

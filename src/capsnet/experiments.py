@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
-from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object
+from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
 from .data.tasks import absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
@@ -194,7 +194,8 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
         m = entries[m][0]
         mine = {**train_defaults(m, train.lr_schedule), **(RECIPES.get(m, {}) if name == "routing" else {}),
-                **dict(task(EXPERIMENTS[name][0]).train_defaults)}  # MultiMNIST's decay period
+                **dict(task(EXPERIMENTS[name][0]).train_defaults)}  # MultiMNIST's decay period (the paper
+        # experiments run on their own task alone: datasets= is for routing, segmentation and synthesis)
         return {k: v for k, v in mine.items() if k not in typed}
 
     def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default
@@ -293,6 +294,9 @@ def _split_count(source: str, split: str, data_root: str | os.PathLike | None) -
     return len(load_source(source, split, data_root, False))
 
 
+_READ_BACK = ("warmup_steps", "lr_decay_steps")  # training flags of every experiment whose defaults have changed
+
+
 def _finished(run: Run) -> dict[str, Any] | None:
     """The final record of a run directory that already completed exactly this run, else None."""
     try:
@@ -305,10 +309,16 @@ def _finished(run: Run) -> dict[str, Any] | None:
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run.run_dir} holds a run whose settings this capsnet cannot read ({e}); remove it or "
                               f"choose another --out") from None
-    differ = (_differences(saved_train, run.train_config.to_dict())
-              + _differences(saved_model, run.model_config.to_dict()))
+    planned_train, planned_model = run.train_config.to_dict(), run.model_config.to_dict()
+    differ = _differences(saved_train, planned_train) + _differences(saved_model, planned_model)
     if differ:
-        raise CheckpointError(f"{run.run_dir} holds a run with other settings ({', '.join(differ)}); remove it or "
+        said = [f"{k}: {short_repr((saved_train if k in saved_train else saved_model).get(k))} there, "
+                f"{short_repr((planned_train if k in planned_train else planned_model).get(k))} planned" for k in differ]
+        # the settings whose defaults changed (the baseline's warm-up, MultiMNIST's decay period): typed, they read
+        # back a folder made before
+        back = [f"--{k.replace('_', '-')} {saved_train[k]}" for k in differ if k in _READ_BACK and k in saved_train]
+        hint = f"give {' '.join(back)} to read it back, or " if len(back) == len(differ) else ""
+        raise CheckpointError(f"{run.run_dir} holds a run with other settings ({'; '.join(said)}); {hint}remove it or "
                               f"choose another --out")
     done = ckpt.state.get("epoch")
     if isinstance(done, int) and done > run.train_config.epochs:  # its final figures are of a later epoch
