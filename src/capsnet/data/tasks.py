@@ -178,8 +178,9 @@ class Task:
     target_channels: synthesis: the channels of the images made from the label maps.
     shape: synthesis: an image's binary shape, (N, C, H, W) -> (N, 1, H, W) 0/1, for the IoU of generated
         against real images (None: the pixels above half intensity).
-    train_defaults: training settings (``TrainConfig`` fields) a run on this task gets unless typed, over its
-        model's own (MultiMNIST: the paper's 10x decay period).
+    train_defaults: training settings (``TrainConfig`` fields) a run on this task gets from ``capsnet train`` and
+        ``capsnet experiment`` unless typed, over its model's own (MultiMNIST: the paper's 10x decay period);
+        ``fit`` trains the ``TrainConfig`` it is given.
     """
 
     source: str
