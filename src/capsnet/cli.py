@@ -888,9 +888,8 @@ def _train_config(typed: dict[str, Any], model: str) -> TrainConfig:
     """The training settings typed, over the task's own defaults (``Task.train_defaults``: MultiMNIST's decay
     period), over ``model``'s (``ModelSpec.train_defaults``: the synthesis models' GAN rate, the baseline's warm-up),
     over TrainConfig's."""
-    dataset = typed.get("dataset", TrainConfig.dataset)
-    tasked = dict(TASKS[dataset].train_defaults) if dataset in TASKS else {}
-    return TrainConfig(**(train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule)) | tasked | typed))
+    return TrainConfig(**(train_defaults(model, typed.get("lr_schedule", TrainConfig.lr_schedule),
+                                         typed.get("dataset", TrainConfig.dataset)) | typed))
 
 
 def _apply_preset(args: argparse.Namespace, flags: dict[str, Any]) -> list[str]:

@@ -193,9 +193,10 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
 
     def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
         m = entries[m][0]
-        mine = {**train_defaults(m, train.lr_schedule), **(RECIPES.get(m, {}) if name == "routing" else {}),
-                **dict(task(EXPERIMENTS[name][0]).train_defaults)}  # MultiMNIST's decay period (the paper
-        # experiments run on their own task alone: datasets= is for routing, segmentation and synthesis)
+        # with the experiment's task's (MultiMNIST's decay period; the paper experiments run on their own task
+        # alone: datasets= is for routing, segmentation and synthesis)
+        mine = {**train_defaults(m, train.lr_schedule, EXPERIMENTS[name][0]),
+                **(RECIPES.get(m, {}) if name == "routing" else {})}
         return {k: v for k, v in mine.items() if k not in typed}
 
     def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default

@@ -136,14 +136,17 @@ def model_spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def train_defaults(name: str, lr_schedule: str = "exponential") -> dict[str, Any]:
+def train_defaults(name: str, lr_schedule: str = "exponential", dataset: str | None = None) -> dict[str, Any]:
     """The training settings model ``name`` gets unless typed (``ModelSpec.train_defaults``), for a run on
     ``lr_schedule``: a default warm-up goes with the exponential schedule only, since a linear schedule's warm-up must
-    fit its run's length, which the model cannot know (the user's ``--warmup-steps`` sets it there)."""
+    fit its run's length, which the model cannot know (the user's ``--warmup-steps`` sets it there); and, on a task
+    ``dataset``, that task's own over them (``Task.train_defaults``: MultiMNIST's decay period)."""
+    from ..data.tasks import TASKS  # (a name's lookup: a user's folder:DIR is not read, and has none)
+
     own = dict(model_spec(name).train_defaults)
     if lr_schedule != "exponential":
         own.pop("warmup_steps", None)
-    return own
+    return own | (dict(TASKS[dataset].train_defaults) if dataset in TASKS else {})
 
 
 def model_name(config: Any) -> str:
