@@ -965,6 +965,46 @@ def test_a_probes_images_come_from_the_generator_it_is_named_after(gan_run):
         probe_images(gan_run, later, labels, device="cpu")
 
 
+def test_generate_folder_holds_a_chunk_of_maps_at_once_and_writes_nothing_when_a_later_chunk_fails(
+        gan_run, tmp_path, monkeypatch):
+    """generate_folder held the whole folder's maps and every seed's images as float32 before writing: a user's
+    folder of large maps under several seeds ran the memory out where its PNGs fit. It now takes the maps a chunk
+    at a time, each image straight to PNG bytes, still all made before anything is written."""
+    from capsnet import synthesis
+
+    _labels(tmp_path / "labels", n=5)
+    monkeypatch.setattr(synthesis, "_FOLDER_BATCH", 1)  # batches of one either way: the same arithmetic
+    monkeypatch.setattr(synthesis, "_FOLDER_CHUNK_BATCHES", 100)
+    whole = synthesis.generate_folder(gan_run, tmp_path / "labels", tmp_path / "whole", seeds=(0, 3))
+    sizes = []
+    real = synthesis.generate
+
+    def recording(model, labels, **kw):
+        sizes.append(len(labels))
+        return real(model, labels, **kw)
+
+    monkeypatch.setattr(synthesis, "generate", recording)
+    monkeypatch.setattr(synthesis, "_FOLDER_CHUNK_BATCHES", 2)
+    done = synthesis.generate_folder(gan_run, tmp_path / "labels", tmp_path / "chunked", seeds=(0, 3))
+    assert sizes == [2, 2, 2, 2, 1, 1]  # chunks of 2, 2 and 1 maps, each under both seeds
+    assert [p.name for p in done.files] == [p.name for p in whole.files] == [
+        f"map{k}_seed{s}.png" for s in (0, 3) for k in range(5)]  # seed by seed, as before
+    for a, b in zip(whole.files, done.files):
+        assert np.array_equal(np.array(Image.open(a)), np.array(Image.open(b))), b.name
+
+    def failing(model, labels, **kw):
+        if len(sizes) == 3:
+            raise RuntimeError("out of memory in the second chunk")
+        sizes.append(len(labels))
+        return real(model, labels, **kw)
+
+    sizes.clear()
+    monkeypatch.setattr(synthesis, "generate", failing)
+    with pytest.raises(RuntimeError, match="second chunk"):
+        synthesis.generate_folder(gan_run, tmp_path / "labels", tmp_path / "failed", seeds=(0, 3))
+    assert not (tmp_path / "failed").exists()  # nothing written, not even the folder
+
+
 def test_generate_names_each_image_after_its_label_maps_own_file_name(gan_run, tmp_path):
     """macOS writes 'naïve' decomposed (NFD): the images were named in the composed form, so no script finding an
     output by its input's name found it (a review of encodings, 2026-11-30)."""

@@ -294,32 +294,45 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     maps = np.stack(list(arrays.values()))  # (N, C, H, W)
     if ckpt.state.get("label_maps") != "graded":  # each 0/1 map as 0/255, as the run's binary maps read (a run on
         maps = np.stack([scale_binary_label_maps(m) for m in maps])  # class indices 0..K reads them as they are)
-    labels = torch.from_numpy(maps).float().div_(255.0)
-    labels = labels.to(next(model.parameters()).device)
-    images = {s: generate(model, labels, seed=s, progress=progress, truncation=truncation, shared=True).cpu()
-              for s in seeds}  # all made, then written; a map's image by its seed alone, not its place in the folder
+    device = next(model.parameters()).device
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    written, replaced = [], []
-    with progress_bar(total=len(images) * len(arrays), desc="write", unit="image", leave=False,
+    stems = list(arrays)
+    # All made, then written, a map's image by its seed alone (not its place in the folder). The maps go to float a
+    # chunk at a time and each image straight to PNG bytes, so memory holds one chunk's floats and the PNGs, not
+    # the whole folder's maps and every seed's images as float32.
+    made = {}
+    chunk = _FOLDER_BATCH * _FOLDER_CHUNK_BATCHES
+    with progress_bar(total=len(seeds) * len(stems), desc="generate", unit="image", leave=False,
                       progress=progress) as bar:
-        for s, batch in images.items():
-            for stem, image in zip(arrays, batch):  # named as the map's own file (macOS's decomposed 'café' too)
-                path = folder / f"{files[stem].stem}_seed{s}.png"
-                if path.exists():
-                    replaced.append(path)
-                _write_png(path, image, atomic_write)
-                written.append(path)
-                bar.update(1)
+        for start in range(0, len(stems), chunk):
+            labels = torch.from_numpy(maps[start:start + chunk]).to(device).float().div_(255.0)
+            for s in seeds:
+                images = generate(model, labels, seed=s, batch_size=_FOLDER_BATCH, truncation=truncation,
+                                  shared=True).cpu()
+                for stem, image in zip(stems[start:start + chunk], images):  # named as the map's own file
+                    made[folder / f"{files[stem].stem}_seed{s}.png"] = _png_bytes(image)  # (macOS's 'café' too)
+                bar.update(len(images))
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / f"{files[stem].stem}_seed{s}.png" for s in seeds for stem in stems]  # seed by seed, as ever
+    replaced = [path for path in written if path.exists()]
+    for path in progress_bar(written, desc="write", unit="image", leave=False, progress=progress):
+        atomic_write(path, lambda f, data=made[path]: f.write(data))
     return GeneratedFiles(folder, written, replaced)
 
 
-def _write_png(path: Path, image: torch.Tensor, atomic_write) -> None:
+_FOLDER_BATCH = 64  # generate_folder's batch
+_FOLDER_CHUNK_BATCHES = 16  # and the batches of label maps it holds as float at once
+
+
+def _png_bytes(image: torch.Tensor) -> bytes:
+    import io
+
     from PIL import Image
 
     a = (image.clamp(0, 1) * 255).round().to(torch.uint8).numpy()  # (C, H, W)
-    pil = Image.fromarray(a[0] if a.shape[0] == 1 else a.transpose(1, 2, 0))
-    atomic_write(path, lambda f: pil.save(f, format="PNG"))
+    buffer = io.BytesIO()
+    Image.fromarray(a[0] if a.shape[0] == 1 else a.transpose(1, 2, 0)).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 @dataclass
