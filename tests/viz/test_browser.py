@@ -138,6 +138,18 @@ def test_pick_draw_and_slide(page_url, viewer):
             page.evaluate("window.scrollTo(0, 0)")
             for panel in ("#digits-panel", "#routing-panel", "#primary-panel"):
                 assert page.locator(panel).bounding_box()["y"] < 1000 - 150, panel
+
+            # the checkpoint saved again by a run training on: the page's check (each minute, and when it comes
+            # back into view) says so under the header (the viewer is the session's: its stamp is put back)
+            assert page.locator("#checkpoint-changed").is_hidden()
+            stamp = viewer._stamp
+            try:
+                viewer._stamp = (stamp[0], (0, 0, 0))
+                page.evaluate("checkChanged()")
+                page.wait_for_function("!document.getElementById('checkpoint-changed').hidden")
+                assert page.inner_text("#checkpoint-changed") == f"Note: {viewer.file_changed()}."
+            finally:
+                viewer._stamp = stamp
             assert errors == []
         finally:
             browser.close()

@@ -210,6 +210,36 @@ def test_the_viewer_says_which_save_of_its_checkpoint_it_shows(viewer: Viewer, t
     assert load_viewer(None, progress=False, test_size=10).info()["saved"] is None  # untrained: no save
 
 
+def test_the_viewer_says_when_its_checkpoint_file_has_been_saved_again(trained_run, data_root, tmp_path):
+    """A run training on saves its checkpoint again while a viewer shows the weights it read: nothing said so (a
+    review's suggestion, 2026-11-30); info() now does ("changed"), and the page shows it."""
+    import os
+    import shutil
+
+    from capsnet.viz import load_viewer
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    viewer = load_viewer(run, data_dir=data_root, progress=False, test_size=10)
+    assert "changed" not in viewer.info() and viewer.file_changed() is None
+    os.utime(run / "best.safetensors", ns=(0, 0))
+    assert viewer.file_changed() == (f"best.safetensors has been saved again since the viewer read it "
+                                     f"({viewer.saved}); the page shows the weights it read: restart capsnet viz "
+                                     f"to see the new ones")
+    assert viewer.info()["changed"] == viewer.file_changed()
+    fresh = load_viewer(run, data_dir=data_root, progress=False, test_size=10)  # restarted: the file as it is now
+    assert fresh.file_changed() is None
+    shutil.copy(run / "last.safetensors", tmp_path / "saved")
+    os.replace(tmp_path / "saved", run / "best.safetensors")  # as capsnet saves: a new file renamed over the old
+    assert fresh.file_changed().startswith("best.safetensors has been saved again")
+    (run / "best.safetensors").unlink()
+    assert fresh.info()["changed"] == ("best.safetensors is no longer on disk; the page shows the weights the viewer "
+                                       "read from it")
+    for untouched in (load_viewer(None, progress=False, test_size=10),  # no file; a shipped one is the install's
+                      load_viewer("pretrained:capsnet-mnist-small", progress=False, test_size=10)):
+        assert untouched.file_changed() is None and "changed" not in untouched.info()
+
+
 def test_walk_sends_each_feature_map_on_its_own_range_and_the_coupling_from_zero(viewer: Viewer):
     """The arrays' ranges as the page reads them (value = lo + byte / 255 * (hi - lo)): one range per feature map,
     0 to that map's own maximum (a weak map is not drawn dim against the strongest), and the coupling from 0 to its

@@ -14,6 +14,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -117,6 +118,7 @@ class _ViewerBase:
         self.warning: str | None = None  # a classifier shown other classes than it learned (load_viewer sets it)
         self.weights = "saved"  # or "training": an averaged run's training weights (load_viewer sets it)
         self.saved: str | None = None  # the checkpoint's save point as read ("epoch 18", ...; load_viewer sets it)
+        self._stamp: tuple[Path, tuple[int, int, int]] | None = None  # the file read and its stat (load_viewer sets it)
         # how a classifier's uploads and drawings are made into its input (load_viewer sets it): "mnist", a digit as
         # MNIST's were made (photos.mnist_style; a colour model's image resized), or "frame", for a one-channel model
         # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style); "as-is" for a
@@ -129,7 +131,23 @@ class _ViewerBase:
                 "weights": self.weights, "saved": self.saved, "dataset": self.dataset, "test_size": test_size,
                 "classes": classes, "input": list(self.shape),
                 "upload_style": self.upload_style,
-                "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {})
+                "model": type(self.model).__name__} | ({"warning": self.warning} if self.warning else {}) \
+            | ({"changed": changed} if (changed := self.file_changed()) else {})
+
+    def file_changed(self) -> str | None:
+        """What happened to the checkpoint file since the viewer read it (a run training on saves it again; the page
+        keeps showing the weights it read), or None: unchanged, or no file (untrained, a shipped model)."""
+        if self._stamp is None:
+            return None
+        path, read = self._stamp
+        try:
+            now = _stat_stamp(path)
+        except OSError:
+            return f"{path.name} is no longer on disk; the page shows the weights the viewer read from it"
+        if now == read:
+            return None
+        return (f"{path.name} has been saved again since the viewer read it{f' ({self.saved})' if self.saved else ''}; "
+                f"the page shows the weights it read: restart capsnet viz to see the new ones")
 
     def kernels(self) -> dict[str, Any]:
         """The first convolution's weights (K, C, k, k), each kernel scaled to its own symmetric range (CapsPix2pix's
@@ -372,6 +390,15 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             torch.manual_seed(0)
             model: Any = CapsNet(CapsNetConfig(**sized)).to(device)
     else:
+        stamp = None  # the file's identity before it is read: a save landing meanwhile is reported, not missed
+        if not pretrained.is_shipped(checkpoint):  # a shipped file is the install's: it changes with capsnet alone
+            from ..checkpoint import resolve_checkpoint
+
+            try:
+                path = resolve_checkpoint(checkpoint, which)
+                stamp = (path, _stat_stamp(path))
+            except (OSError, ValueError):  # load_model says what is wrong with it
+                pass
         model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
         kind = MODELS[ckpt.model_name].kind
         if kind == "classification" and not hasattr(model, "routing_view"):
@@ -432,4 +459,11 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         from ..checkpoint import saved_point
 
         viewer.saved = saved_point(ckpt.state)
+        viewer._stamp = stamp
     return viewer
+
+
+def _stat_stamp(path: Path) -> tuple[int, int, int]:
+    """A file's identity for ``file_changed``: an atomic save replaces it (a new inode), an edit changes its time."""
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size

@@ -462,6 +462,18 @@ function capsuleLayersLabel(info) {
       (info.routing ? ` (${info.routing})` : "") : "";
 }
 
+// a run training on saves its checkpoint again while the page shows the weights read at the start: said, checked
+// on load, every minute while the page is in view, and when it comes back into view
+function showChanged(info) {
+  $("checkpoint-changed").hidden = !info.changed;
+  $("checkpoint-changed").textContent = info.changed ? `Note: ${info.changed}.` : "";
+}
+
+async function checkChanged() {
+  if (document.visibilityState !== "visible") return;
+  try { showChanged(await api("/api/info")); } catch (err) { /* the server stopped: the next walk says so */ }
+}
+
 async function start() {
   try {
     const info = state.info = await api("/api/info");
@@ -478,6 +490,11 @@ async function start() {
     $("untrained").hidden = info.trained;
     $("classes-warning").hidden = !info.warning;  // a classifier shown other classes than it learned
     $("classes-warning").textContent = info.warning ? `Note: ${info.warning}.` : "";
+    showChanged(info);
+    if (info.checkpoint) {
+      setInterval(checkChanged, 60_000);
+      document.addEventListener("visibilitychange", checkChanged);
+    }
     $("input-size").textContent = `${H}x${W}`;
     setUpDrawing();
     setUpPickers();
