@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from capsnet import cli
 
@@ -63,6 +64,18 @@ def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(mo
                      str(tmp_path / "x")], ["bench", "--batch-size", "2"]):  # the other commands that compile
         assert cli.main([*command, "--compile", "default", "--device", "cpu"]) == 2
         assert "needs a C++ compiler" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    # the library's training calls too (they met Inductor's error at the first step), before the run's folder
+    from capsnet.gan import fit_gan
+    from capsnet.models import CapsNetConfig, CapsPix2pixConfig
+    from capsnet.train import TrainConfig, fit
+
+    for train, config, dataset in ((fit, CapsNetConfig(), "mnist-sample"),
+                                   (fit_gan, CapsPix2pixConfig(), "mnist-sample-skeleton")):
+        for compile in (True, "default", "max-autotune"):
+            with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
+                train(config, TrainConfig(dataset=dataset, epochs=1), tmp_path / "lib", device=torch.device("cpu"),
+                      compile=compile, progress=False)
+            assert not (tmp_path / "lib").exists()
     require_compiler("aot_eager", "cpu")  # no C++: no compiler needed
     require_compiler(False, "cpu")
     with pytest.raises(ValueError, match="max-autotune"):

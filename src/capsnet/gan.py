@@ -72,7 +72,7 @@ from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, che
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
-from .runtime import autocast, compile_model, keeps_rng, resolve_device
+from .runtime import autocast, compile_model, keeps_rng, require_compiler, resolve_device
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
@@ -200,6 +200,7 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. Returns the final
     epoch's record.
     """
+    require_compiler(compile, device)  # before the run's folder and data: Inductor's own error came at the first step
     with _train.SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(resolve_device(device)):
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,
                         progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop,

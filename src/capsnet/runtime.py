@@ -132,7 +132,7 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
                                                                                          *_INDUCTOR_MODES)):
         return
     try:  # "auto" resolved, any other as typed (a cuda typed on a CPU machine is said by the device's own check)
-        dev = resolve_device(device) if device == "auto" else parse_device(device)
+        dev = resolve_device(device) if str(device) == "auto" else parse_device(device)
     except ValueError:  # not a device: said by the device's own check
         return
     if dev.type != "cpu":

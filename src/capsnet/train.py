@@ -52,7 +52,7 @@ from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
-from .runtime import AMP_MODES, autocast, compile_model, keeps_rng, resolve_device
+from .runtime import AMP_MODES, autocast, compile_model, keeps_rng, require_compiler, resolve_device
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
            "NonFiniteLoss", "ResumeError",
@@ -814,6 +814,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     same splits again.
     """
     check_fit_arguments(cfg, run_dir)
+    require_compiler(compile, device)  # a library call too: Inductor's own error came at the first step
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
