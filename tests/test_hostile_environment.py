@@ -82,6 +82,19 @@ def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(mo
         require_compiler("max-autotune", "cpu")
 
 
+def test_an_unusable_inductor_cache_folder_is_named_by_its_variable(monkeypatch, tmp_path, capsys):
+    """TORCHINDUCTOR_CACHE_DIR under a file: the error ended "check the paths given", of a path no flag gave."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    assert cli.main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--batch-size", "8", "--train-size", "16",
+                     "--conv1-channels", "8", "--primary-types", "2", "--compile", "default", "--device", "cpu",
+                     "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"capsnet train: error: TorchInductor's cache folder {tmp_path / 'file' / 'cache'} "
+                   f"(TORCHINDUCTOR_CACHE_DIR) cannot be used: Not a directory: {tmp_path / 'file' / 'cache'}; set "
+                   f"TORCHINDUCTOR_CACHE_DIR to a folder you can write to, or leave --compile out\n")
+
+
 def _with_handler(monkeypatch, command, handler):
     arguments, _, help_, description = cli._COMMANDS[command]
     monkeypatch.setitem(cli._COMMANDS, command, (arguments, handler, help_, description))

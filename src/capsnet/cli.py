@@ -1642,6 +1642,11 @@ def _path_error(e: OSError) -> str:
         return e.strerror
     if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
         return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
+    for var, what in (("TORCHINDUCTOR_CACHE_DIR", "TorchInductor's"), ("TRITON_CACHE_DIR", "Triton's")):
+        cache = os.environ.get(var)  # Inductor sets its own (the default, /tmp/torchinductor_USER) before using it
+        if name is not None and cache and Path(os.path.abspath(name)).is_relative_to(os.path.abspath(cache)):
+            return (f"{what} cache folder {cache} ({var}) cannot be used: {e.strerror or e}: {name}; set {var} to a "
+                    f"folder you can write to, or leave --compile out")  # no flag named it: "check the paths" misled
     if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous file of that name, if any, is as it was
         return (f"cannot write {name if name else 'the output'}: {e.strerror}; free space there or write elsewhere "
                 f"(any earlier file of that name is unchanged)")
