@@ -203,6 +203,22 @@ def test_any_routing_of_the_shared_call_shape_routes_locally():
         torch.testing.assert_close(y[n, :, :, r, c], alone, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
+def test_a_half_precision_grid_routed_by_em_hands_on_its_weights_dtype(layer_cls):
+    """EM routes half votes in float32; the grid layers handed its float32 on, so a second bf16 layer's convolution
+    refused it (DenseCaps and ConvMatrixCaps cast it back; a review of 2026-11-30)."""
+    torch.manual_seed(8)
+    net = torch.nn.Sequential(*[layer_cls(2, 8, 2, 8, kernel_size=3 if layer_cls is ConvCaps2d else 4,
+                                          routing=create_routing("em", out_caps=2), bias=False) for _ in range(2)])
+    x = torch.randn(1, 2, 8, 5, 5)
+    want = net(x)
+    net = net.bfloat16()
+    assert net[0](x.bfloat16()).dtype == torch.bfloat16
+    got = net(x.bfloat16())
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    torch.testing.assert_close(got.float(), want, rtol=0.1, atol=0.1)  # bf16's 8 bits of mantissa, two layers
+
+
 def test_bad_shapes_and_sizes_are_named():
     layer = ConvCaps2d(2, 4, 3, 5)
     with pytest.raises(ValueError, match=r"expected a child capsule grid \(B, 2, 4, H, W\).*got shape \(1, 3, 4, 5, 5\)"):

@@ -200,6 +200,34 @@ def _inputs(model: torch.nn.Module, batch: int) -> tuple[torch.Tensor, torch.Ten
     return images, targets
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # torch's: no batching rule for unfold's backward
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_per_example_gradients_of_a_registered_loss_by_vmap_are_each_examples_own(name):
+    """torch.func's vmap(grad), per-example gradients (DP-SGD, influence): the capsule mask and the margin and spread
+    losses made their one-hot rows with F.one_hot, which reads the labels on the host and failed under the transform
+    (a review of 2026-11-30); each example's gradient now equals its own, computed alone."""
+    from torch.func import functional_call, grad, vmap
+
+    class Loss(torch.nn.Module):  # the registered loss as a module, so functional_call swaps every weight it reads
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x, y):
+            return MODELS[name].loss(self.model, x, y, recon_weight=0.0005, progress=0.5)[0]
+
+    torch.manual_seed(2)
+    model = Loss(create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)).eval()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([1, 7, 4])
+    each = vmap(grad(lambda p, x, y: functional_call(model, p, (x[None], y[None]))), in_dims=(None, 0, 0))(
+        params, images, labels)
+    for k in range(3):
+        alone = torch.autograd.grad(model(images[k:k + 1], labels[k:k + 1]), list(model.parameters()))
+        for (n, g), a in zip(each.items(), alone):
+            torch.testing.assert_close(g[k], a, rtol=1e-4, atol=1e-6, msg=f"{n}, example {k}")
+
+
 @pytest.mark.parametrize("conv_e_step", ["child", "child-type"])
 def test_em_capsnet_whose_children_are_shared_takes_no_images(conv_e_step):
     """conv_e_step child / child-type: an empty batch asked the routing to share the children of no images (a count of
@@ -223,6 +251,13 @@ def test_no_images_give_no_outputs_and_a_loss_over_none_is_refused_not_nan(name)
     fields = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, tuple) else vars(out).values()
     tensors = [v for v in fields if isinstance(v, torch.Tensor)]
     assert tensors and all(t.shape[0] == 0 for t in tensors), [tuple(t.shape) for t in tensors]
+    # a user's own loss over none: zero gradients (EM's and the inverted model's fused backward reshaped the
+    # gradient of no examples with -1 and crashed, a review of 2026-11-30)
+    images.requires_grad_()
+    out = model(images)
+    fields = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, tuple) else vars(out).values()
+    sum(v.float().sum() for v in fields if isinstance(v, torch.Tensor) and v.requires_grad).backward()
+    assert images.grad is not None and images.grad.shape == images.shape
     with pytest.raises(ValueError, match=r"a loss over an empty batch \(0 examples\) is undefined"):
         if MODELS[name].kind == "synthesis":
             MODELS[name].loss(model, images, targets)

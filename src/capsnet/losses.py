@@ -7,6 +7,8 @@ import contextvars
 import torch
 import torch.nn.functional as F
 
+from ._eager import eager
+
 
 __all__ = ["check_nonempty", "margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES",
            "segmentation_loss", "soft_dice", "foreground_weight", "batch_foreground_weight"]
@@ -43,6 +45,17 @@ def batch_foreground_weight(masks: torch.Tensor):
         _BATCH_FOREGROUND_WEIGHT.reset(token)
 
 
+def _one_hot(index: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """``F.one_hot(index, num_classes).to(dtype)``; under a torch.func transform (vmap(grad): per-example gradients)
+    or a trace, a comparison with the class numbers, as F.one_hot reads the indices on the host (its range check),
+    which a transform cannot (an out-of-range index then gives a row of zeros, not an error).
+
+    Shapes: index (...) integers -> (..., num_classes)."""
+    if eager():
+        return F.one_hot(index.long(), num_classes).to(dtype)
+    return (index.long().unsqueeze(-1) == torch.arange(num_classes, device=index.device)).to(dtype)
+
+
 def margin_loss(
     lengths: torch.Tensor,
     targets: torch.Tensor,
@@ -57,6 +70,8 @@ def margin_loss(
     Summed over the classes, averaged over the batch. ``validate=False`` skips
     the range check of the targets, which reads them on the host (a GPU sync);
     the training loop passes it for labels checked when the data set loaded.
+    A torch.func transform (per-example gradients) or a trace skips it too: it
+    cannot read them.
 
     Shapes:
         lengths: (B, J) capsule lengths
@@ -73,11 +88,11 @@ def margin_loss(
         if targets.is_floating_point():  # 2.9 was truncated to class 2, silently
             raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may "
                              f"be floats")
-        if validate and targets.numel() and (targets.min() < 0 or targets.max() >= J):
+        if validate and eager() and targets.numel() and (targets.min() < 0 or targets.max() >= J):
             raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
-        T = F.one_hot(targets.long(), J).to(lengths.dtype)  # (B, J)
+        T = _one_hot(targets, J, lengths.dtype)  # (B, J)
     elif tuple(targets.shape) == (B, J):
-        if validate and targets.numel() and (targets.min() < 0 or targets.max() > 1):
+        if validate and eager() and targets.numel() and (targets.min() < 0 or targets.max() > 1):
             raise ValueError(f"multi-hot targets must lie in [0, 1], got min {float(targets.min())} max {float(targets.max())}")
         T = targets.to(lengths.dtype)
     else:
@@ -138,7 +153,7 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     if targets.dim() == 1 and targets.is_floating_point():  # 2.9 was truncated to class 2, silently
         raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may be "
                          f"floats")
-    T = F.one_hot(targets.long(), J).to(activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
+    T = _one_hot(targets, J, activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
     if tuple(T.shape) != (B, J):
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
     gap = activations.unsqueeze(1) - activations.unsqueeze(2)  # gap[b, t, i] = a_i - a_t, (B, J, J)

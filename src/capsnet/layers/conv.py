@@ -91,6 +91,10 @@ class _GridCaps(nn.Module):
         recording = {"record": True} if record else {}
         result = self.routing(votes, a, self.bias, **recording)
         grid = result.poses.view(B, H, W, J, D).permute(0, 3, 4, 1, 2)  # (B, J, D, H', W')
+        if self.weight.dtype in (torch.bfloat16, torch.float16) and grid.dtype != self.weight.dtype:
+            # a half model (.bfloat16()) routed by EM, which routes half votes in fp32: handed on in the weights'
+            # dtype, as DenseCaps and ConvMatrixCaps do, so the next layer's convolution takes it
+            grid = grid.to(self.weight.dtype)
         return grid, result
 
     def forward(self, x: torch.Tensor, activations: torch.Tensor | None = None) -> torch.Tensor:

@@ -18,7 +18,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved, plain_numbers
 from .._eager import eager
 from ..layers import DenseCaps, PrimaryCaps
-from ..losses import margin_loss, multi_hot, reconstruction_loss
+from ..losses import _one_hot, margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
 from .inputs import check_class_images, check_weights_dtype, check_class_labels, check_integer_labels
 from .rounds import SavedRounds, check_rounds
@@ -315,7 +315,7 @@ def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         # said on the CPU, where the check costs no device sync (one_hot's own error is a bare RuntimeError)
         raise ValueError(f"class labels must be in 0..{J - 1} for {J} class capsules, got values from "
                          f"{int(index.min())} to {int(index.max())}")
-    keep = F.one_hot(index.long(), J).to(poses.dtype)  # (B, J)
+    keep = _one_hot(index, J, poses.dtype)  # (B, J)
     return (poses * keep.unsqueeze(-1)).reshape(B, J * D)  # (B, J*D)
 
 

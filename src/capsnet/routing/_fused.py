@@ -19,6 +19,7 @@ gradient.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import torch
@@ -79,8 +80,9 @@ def tapped_backward(outputs: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor
     left, right = [], []
     for (product, l, r), g in zip(taps, found):
         if g is not None:
-            left.append(l if l is not None else g.reshape(g.shape[0], -1, 1))
-            right.append(r if r is not None else g.reshape(g.shape[0], 1, -1))
+            n = math.prod(g.shape[1:])  # not -1: an empty batch has no size to infer it from
+            left.append(l if l is not None else g.reshape(g.shape[0], n, 1))
+            right.append(r if r is not None else g.reshape(g.shape[0], 1, n))
     L = torch.cat(left, dim=-1) if left else None
     R = torch.cat(right, dim=1) if right else None
     return L, R, tuple(found[len(taps):])
