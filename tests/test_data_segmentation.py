@@ -167,6 +167,11 @@ def test_training_canvases_reproducible_from_the_generator(pool):
     b = random_canvases(pool, idx, torch.Generator().manual_seed(9))
     c = random_canvases(pool, idx, torch.Generator().manual_seed(10))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])
+    # no canvases: empty tensors of the canvases' types (affine_grid's "non-zero output size" before; a review)
+    for make in (random_canvases, make_canvases):
+        images, masks = make(pool, idx[:0], torch.Generator().manual_seed(9))
+        assert (images.shape, images.dtype, masks.shape, masks.dtype) == (
+            (0, 1, CANVAS, CANVAS), torch.float32, (0, 1, CANVAS, CANVAS), torch.uint8)
 
 
 def test_bad_arguments_are_refused(pool):

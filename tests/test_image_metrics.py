@@ -68,6 +68,8 @@ def test_l1_iou_and_spread_by_hand_and_numpy():
     assert noise_spread(same).abs().max().item() == 0.0  # a generator that ignores its noise spreads nothing
     with pytest.raises(ValueError, match="S >= 2 draws"):
         noise_spread(torch.rand(1, 3, 1, 4, 4))
+    with pytest.raises(ValueError, match=r"samples must be floating point in \[0, 1\], got torch.uint8: convert"):
+        noise_spread(torch.randint(0, 255, (2, 3, 1, 4, 4), dtype=torch.uint8))  # a spread in 0..255 units before
     assert math.isfinite(noise_spread(torch.rand(2, 1, 1, 4, 4)).item())
 
 

@@ -240,6 +240,9 @@ def test_spread_loss_refuses_no_examples_and_float_class_indices_as_margin_loss_
         spread_loss(torch.empty(0, 10), torch.empty(0, dtype=torch.long), 0.2)
     with pytest.raises(ValueError, match="class indices must be integers, got torch.float32"):
         spread_loss(torch.rand(3, 10), torch.tensor([1.9, 2.2, 3.7]), 0.2)
+    for bad in ([0, 3], [-1, 0]):  # F.one_hot's bare RuntimeError before (a review, 2026-11-30)
+        with pytest.raises(ValueError, match=r"class indices must lie in \[0, 3\), got min"):
+            spread_loss(torch.rand(2, 3), torch.tensor(bad), 0.2)
     a = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.25]])
     # example 0: both gaps (0.4, 0.8) past the margin, 0; example 1: 0.2 - 0.1 and 0.2 - 0.05, squared
     by_hand = (0.0 + (0.2 - (0.3 - 0.2)) ** 2 + (0.2 - (0.3 - 0.25)) ** 2) / 2

@@ -102,5 +102,8 @@ def noise_spread(samples: torch.Tensor) -> torch.Tensor:
     """
     if samples.dim() != 5 or samples.shape[0] < 2:
         raise ValueError(f"expected samples (S, N, C, H, W) with S >= 2 draws, got {tuple(samples.shape)}")
+    if not samples.is_floating_point():  # 8-bit samples gave a spread in 0..255 units beside the others' 0..1
+        raise ValueError(f"samples must be floating point in [0, 1], got {samples.dtype}: convert 8-bit images with "
+                         f"x.float() / 255")
     return samples.double().std(dim=0, unbiased=True).flatten(1).mean(1)
 

@@ -167,6 +167,8 @@ def render_canvases(digits: torch.Tensor, targets: torch.Tensor, draw: CanvasDra
                          f"slots, not {B} targets and {rule.fragments[1]}: draw with the same rule and number")
     if rule.fragments[1] and rule.fragment_size[1] > min(h, w):
         raise ValueError(f"fragment_size {rule.fragment_size} does not fit the {h}x{w} digits; use a smaller one")
+    if B == 0:  # no canvases (affine_grid refuses an empty batch)
+        return torch.zeros(0, 1, size, size, device=dev), torch.zeros(0, 1, size, size, dtype=torch.uint8, device=dev)
     d = {k: (v.to(dev) if v is not None else None) for k, v in vars(draw).items()}
     half = size / 2
 

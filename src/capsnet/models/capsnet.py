@@ -297,7 +297,8 @@ class CapsNetOutput(NamedTuple):
 
     @property
     def scores(self) -> torch.Tensor:
-        """(B, J) class scores: the capsule lengths (every model's output has ``scores``)."""
+        """(B, J) class scores: the capsule lengths (every capsule classifier's output has ``scores``; the CNN
+        baseline returns its logits as a plain tensor)."""
         return self.lengths
 
 
