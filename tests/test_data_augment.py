@@ -150,6 +150,26 @@ def test_efficient_capsnet_augment_is_seeded_and_in_range():
         augmentation("flip")
 
 
+def test_augmentations_pickle_and_take_an_empty_batch():
+    """What a DataLoader's workers need under spawn: "shift" was a lambda that did not pickle; and a masked part of a
+    batch may hold no images (x[m] = augment(x[m], g)): the rotation's affine_grid refused none (a review)."""
+    import pickle
+
+    from capsnet.data.affine import random_affine
+
+    x = _digits(4)
+    for name in ("shift", "efficient-capsnet"):
+        f = pickle.loads(pickle.dumps(augmentation(name, shift=3) if name == "shift" else augmentation(name)))
+        assert torch.equal(f(x, torch.Generator().manual_seed(1)),
+                           augmentation(name, **({"shift": 3} if name == "shift" else {}))(
+                               x, torch.Generator().manual_seed(1)))
+        assert f(x[:0], torch.Generator().manual_seed(1)).shape == (0, *x.shape[1:])
+    assert random_affine(x[:0], 40, generator=torch.Generator().manual_seed(1))[0].shape[0] == 0
+    for f in (efficient_capsnet_augment, random_squish):  # torch's theta / grid_sampler errors on 8-bit images
+        with pytest.raises(ValueError, match=f"{f.__name__} takes float images in \\[0, 1\\], got torch.uint8"):
+            f((x * 255).to(torch.uint8), generator=torch.Generator())
+
+
 def test_random_squish_draws_as_the_official_code_half_normal_not_uniform(monkeypatch):
     """The official image_squish_random draws width_mod = floor(r * W/4 + 1) and offset = floor(r' * 2) from
     r = |N(0, 0.33)| clipped below 1: squeezes of 1-3 pixels mostly and an offset for about one image in eight. The

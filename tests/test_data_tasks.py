@@ -210,6 +210,16 @@ def test_the_sample_tasks_make_the_full_tasks_canvases_and_pairs_from_the_shippe
     assert torch.equal(pairs.images > 0.5, skeleton.bool()) and 0 < skeleton.sum() < (pairs.components > 0.5).sum()
     assert task("mnist-sample-skeleton").kind == "synthesis" and input_shape("mnist-sample-segmentation") == (1, 64, 64)
     assert judge_for("mnist-sample-skeleton") == judge_for("mnist-skeleton") == "pretrained:capsnet-mnist-small"
+    # every task pickles (a DataLoader's workers under spawn): the synthesis tasks' closures did not (a review)
+    import pickle
+
+    from capsnet.data.tasks import TASKS
+
+    for name, t in TASKS.items():
+        assert pickle.loads(pickle.dumps(t)).input_shape == t.input_shape, name
+    again = pickle.loads(pickle.dumps(task("mnist-sample-skeleton")))
+    remade = again.held(load_dataset("mnist-sample", "test"), 6)
+    assert torch.equal(remade.images, pairs.images) and torch.equal(remade.components, pairs.components)
 
 
 def test_a_shipped_model_defaults_to_its_task_on_the_shipped_digits_and_only_there():

@@ -192,6 +192,39 @@ def test_save_figure_rejects_unknown_format_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_save_figure_keeps_a_setting_made_during_the_save(tmp_path, monkeypatch, fmt):
+    """save_figure ran every save under rc_context, which restores all of matplotlib's settings when it ends: a
+    setting another thread made meanwhile was undone, and overlapping SVG saves left svg.hashsalt set (a review,
+    2026-11-30). A PNG save now touches none; an SVG save sets and restores the salt alone."""
+    import matplotlib
+
+    fig = fg.plot_lengths(torch.rand(1, 10))
+    save, seen = fig.savefig, []
+
+    def meanwhile(*args, **kwargs):  # another thread's setting, made while the file is written
+        seen.append(matplotlib.rcParams["svg.hashsalt"])
+        matplotlib.rcParams["font.size"] = 17.0
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(fig, "savefig", meanwhile)
+    with matplotlib.rc_context():  # the test's own: this process's settings as they were, after it
+        salt = matplotlib.rcParams["svg.hashsalt"]
+        fg.save_figure(fig, tmp_path / f"x.{fmt}")
+        assert matplotlib.rcParams["font.size"] == 17.0 and matplotlib.rcParams["svg.hashsalt"] == salt
+    assert seen == ["capsnet" if fmt == "svg" else salt]
+
+
+def test_plot_lengths_takes_a_models_output_and_refuses_no_inputs():
+    """A model's scores require grad (numpy() refused them) and no inputs divided by zero (a review, 2026-11-30)."""
+    scores = torch.rand(2, 10, requires_grad=True) * 1
+    assert fg.plot_lengths(scores) is not None
+    for plot in (lambda: fg.plot_lengths(torch.rand(0, 10)),
+                 lambda: fg.plot_reconstructions(torch.rand(0, 1, 28, 28), None, torch.zeros(0))):
+        with pytest.raises(fg.FigureError, match="no inputs to show"):
+            plot()
+
+
 def test_save_figure_failure_leaves_no_partial_file(tmp_path, monkeypatch):
     fig = fg.plot_lengths(torch.rand(1, 10))
 

@@ -159,6 +159,8 @@ def _warp(x: torch.Tensor, rot: torch.Tensor, sh: torch.Tensor, sx: torch.Tensor
     pixel (AVX2 against ``ATEN_CPU_CAPABILITY=default``), and the fixed test sets are to be the same on every
     machine (a review, 2026-11-29; they moved by under 1e-5 a pixel with the change)."""
     N, C, side, _ = x.shape
+    if N == 0:  # affine_grid refuses an empty batch
+        return x.clone()
     dev = x.device
     theta = torch.deg2rad(rot)
     cos, sin = torch.cos(theta), torch.sin(theta)

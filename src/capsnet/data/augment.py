@@ -14,6 +14,7 @@ loop over examples; every draw comes from the generator given.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -63,13 +64,24 @@ def random_shift(
     return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
 
 
+def _shift(images: torch.Tensor, g: torch.Generator | None, *, shift: int) -> torch.Tensor:
+    return random_shift(images, shift, generator=g)
+
+
 def augmentation(name: str, shift: int = 2) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
     """The augmentation ``name`` of ``AUGMENTATIONS`` as ``f(images, generator)``; ``shift`` for "shift"."""
-    if name == "shift":
-        return lambda images, g: random_shift(images, shift, generator=g)
+    if name == "shift":  # a partial, not a lambda: it pickles (a DataLoader's workers under spawn)
+        return functools.partial(_shift, shift=shift)
     if name == "efficient-capsnet":
         return efficient_capsnet_augment
     raise ValueError(f"unknown augmentation {name!r}; valid names are {', '.join(AUGMENTATIONS)}")
+
+
+def _check_float(images: torch.Tensor, name: str) -> None:
+    """Images to resample: floating point (torch's own error on 8-bit ones named theta or grid_sampler)."""
+    if not images.is_floating_point():
+        raise ValueError(f"{name} takes float images in [0, 1], got {images.dtype}: convert 8-bit images (what "
+                         f"load_dataset gives) with x.float() / 255")
 
 
 def _normal(n: int, g: torch.Generator | None, device: torch.device, std: float = 0.33) -> torch.Tensor:
@@ -90,7 +102,10 @@ def random_rotate(images: torch.Tensor, max_degrees: float = 30.0, *, generator:
     As the official code: angle = int(r0 * 30) with r0 ~ N(0, 0.33) clipped, applied where r1 <= 0 (bilinear, zero
     fill). Shapes: images (B, C, H, W) float -> the same.
     """
+    _check_float(images, "random_rotate")
     B = images.shape[0]
+    if B == 0:  # affine_grid refuses an empty batch (a masked part of a batch: x[m] = augment(x[m], g))
+        return images.clone()
     r0, r1 = _normal(B, generator, images.device), _normal(B, generator, images.device)
     angle = torch.trunc(r0 * max_degrees) * (r1 <= 0) * (math.pi / 180)  # (B,), radians; 0 keeps the image
     cos, sin = torch.cos(angle), torch.sin(angle)
@@ -132,6 +147,7 @@ def random_squish(images: torch.Tensor, *, generator: torch.Generator | None = N
     a squeeze of 4 pixels on average and an offset for every other image, stronger than the official code's.)
     Shapes: images (B, C, H, W) float -> the same.
     """
+    _check_float(images, "random_squish")
     B, C, H, W = images.shape
     r = torch.stack([_normal(B, generator, images.device), _normal(B, generator, images.device)]).abs()  # (2, B)
     wm = torch.floor(r[0] * (W / 4) + 1)  # (B,) in 1..W/4
@@ -164,6 +180,7 @@ def efficient_capsnet_augment(images: torch.Tensor, generator: torch.Generator |
 
     Shapes: images (B, C, H, W) float in [0, 1] -> the same.
     """
+    _check_float(images, "efficient_capsnet_augment")
     x = random_rotate(images, generator=generator)
     x = margin_shift(x, generator=generator)
     x = random_squish(x, generator=generator)

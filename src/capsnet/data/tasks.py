@@ -375,17 +375,22 @@ def _synthesis_pairs(images: torch.Tensor, make_label) -> tuple[torch.Tensor, to
     return pad_to(make_label(x).float(), SYNTHESIS_SIDE), pad_to(x, SYNTHESIS_SIDE)
 
 
+def _synthesis_held(source: Dataset, size: int, extras: bool = True, *, make_label, what: str) -> Split:
+    d = _first(source, size)
+    labels, targets = _synthesis_pairs(d.images, make_label)
+    return Split(labels, d.labels, d.classes, targets, title=f"{what} of the test images, in order")
+
+
+def _synthesis_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment, *, make_label) -> Batch:
+    labels, targets = _synthesis_pairs(train.images[idx], make_label)  # made on the fly, on the device
+    return labels, train.labels[idx], targets
+
+
 def _synthesis_task(make_label, what: str):
-    def held(source: Dataset, size: int, extras: bool = True) -> Split:
-        d = _first(source, size)
-        labels, targets = _synthesis_pairs(d.images, make_label)
-        return Split(labels, d.labels, d.classes, targets, title=f"{what} of the test images, in order")
-
-    def batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: Augment) -> Batch:
-        labels, targets = _synthesis_pairs(train.images[idx], make_label)  # made on the fly, on the device
-        return labels, train.labels[idx], targets
-
-    return held, batch
+    """The held-out split and training batch of a synthesis task: partials of module functions, not closures, so a
+    Task pickles (a DataLoader's workers under spawn) as every other task does."""
+    return (functools.partial(_synthesis_held, make_label=make_label, what=what),
+            functools.partial(_synthesis_batch, make_label=make_label))
 
 
 _SKELETON = _synthesis_task(skeletonize, "Zhang-Suen skeletons")

@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import math
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -50,6 +51,8 @@ def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: tor
                          classes: Sequence[str] | None = None) -> "Figure":
     """Inputs (top row) above their reconstructions from the predicted capsule (bottom row)."""
     N = len(images)
+    if N == 0:
+        raise FigureError("no inputs to show the reconstructions of")
     name = (lambda k: classes[k]) if classes else str
     fig = _figure(max(4.0, 1.1 * N), 2.9)
     axes = fig.subplots(2, N, squeeze=False)
@@ -223,7 +226,10 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
     """Bars of the class scores per input (``score`` names them: a CapsNet's capsule lengths, EM's activations, a
     probability), with the margin loss's m+ and m- drawn where the model trains with one (None: not drawn), each
     panel titled by its test index (``indices``; else its place)."""
+    lengths = lengths.detach().cpu()  # a model's own output (it requires grad; it may be on a GPU)
     N, J = lengths.shape
+    if N == 0:
+        raise FigureError("no inputs to show the class scores of")
     cols = min(N, 5)
     rows = math.ceil(N / cols)
     fig = _figure(2.6 * cols, 2.1 * rows + 0.5)
@@ -334,10 +340,16 @@ def drawing(bar: Any) -> Iterator[None]:
         _DRAWING.reset(token)
 
 
+_SVG_SALT = threading.Lock()  # SVG's id salt is a global setting: one save sets and restores it at a time
+
+
 def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) via a temporary file, so no partial file is left.
 
-    PDF and SVG carry no creation date, so the same figure gives the same bytes.
+    PDF and SVG carry no creation date (nor SVG a random id), so a figure made twice gives the same bytes (its
+    first save: saving one Figure object again can move its layout by a pixel). Only SVG's id salt is set, for
+    the save alone and under a lock: the rest of matplotlib's settings are not touched (``rc_context`` restored
+    all of them afterwards, undoing a setting another thread made meanwhile).
     """
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
@@ -349,8 +361,17 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) 
     def write(f) -> None:
         import matplotlib
 
-        with matplotlib.rc_context({"svg.hashsalt": "capsnet"}):
-            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.1)  # no clipped labels
+        save = dict(format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.1)  # no clipped labels
+        if fmt != "svg":
+            fig.savefig(f, **save)
+            return
+        with _SVG_SALT:
+            salt = matplotlib.rcParams["svg.hashsalt"]
+            matplotlib.rcParams["svg.hashsalt"] = "capsnet"
+            try:
+                fig.savefig(f, **save)
+            finally:
+                matplotlib.rcParams["svg.hashsalt"] = salt
 
     atomic_write(path, write)
     bar = _DRAWING.get()
