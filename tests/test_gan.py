@@ -271,6 +271,28 @@ def test_nan_gan_weights_after_finite_losses_are_not_saved(tmp_path, data_root, 
     assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
 
 
+def test_held_out_figures_that_are_not_finite_stop_a_gan_run_before_its_epoch_is_saved(tmp_path, data_root,
+                                                                                      monkeypatch):
+    """Finite weights whose images overflow scored a NaN L1 and SSIM, written into metrics.jsonl as bare NaN (a review
+    of 2026-11-30, on the classification loop; the GAN loop shares the check)."""
+    from capsnet import synthesis
+    from capsnet.train import NonFiniteLoss
+
+    scored, calls = synthesis.evaluate_synthesis, []
+
+    def nan_in_epoch_2(*args, **kwargs):
+        results = scored(*args, **kwargs)
+        calls.append(1)
+        return {k: replace(r, l1=float("nan")) for k, r in results.items()} if len(calls) == 2 else results
+
+    monkeypatch.setattr(synthesis, "evaluate_synthesis", nan_in_epoch_2)  # the GAN loop imports it when it runs
+    run = tmp_path / "r"
+    with pytest.raises(NonFiniteLoss, match=r"the held-out figures after epoch 2 are not finite \(test_l1 nan\)"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), replace(TINY, epochs=2), run, device="cpu",
+                data_root=data_root, progress=False)
+    assert load_checkpoint(run, "last").state["epoch"] == 1
+
+
 def test_the_gan_loop_follows_a_linear_schedule_to_zero(tmp_path, data_root):
     cfg = replace(TINY, epochs=2, lr_schedule="linear", warmup_steps=1)  # 2 steps an epoch, 4 in all
     fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", device="cpu", data_root=data_root,

@@ -227,6 +227,13 @@ def test_the_csv_names_each_file_as_it_is_on_disk(tmp_path):
     Image.fromarray(np.zeros((28, 28), np.uint8)).save(folder / "UP.PNG")
     done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
     assert [r["file"] for r in done.rows] == ["UP.PNG"]
+    # a carriage return in a name: unquoted under "\n" lines, it split the row in two (a review, 2026-11-30)
+    for name in ("cr\rret.png", "new\nline.png", 'comma, "quote".png'):
+        Image.fromarray(np.zeros((28, 28), np.uint8)).save(folder / name)
+    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
+    rows = _rows(tmp_path / "out" / "predictions.csv")
+    assert [r["file"] for r in rows] == [r["file"] for r in done.rows] and len(rows) == 4
+    assert sorted(r["file"] for r in rows) == sorted(["UP.PNG", "cr\rret.png", "new\nline.png", 'comma, "quote".png'])
 
 
 def _photos(folder, data_root, n):

@@ -599,6 +599,46 @@ def test_a_finite_loss_whose_gradient_is_not_stops_before_nan_weights_are_saved(
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
 
 
+def test_a_held_out_loss_that_is_not_finite_stops_training_and_no_file_holds_a_bare_nan(tmp_path, monkeypatch,
+                                                                                        trained_run, capsys):
+    """Weights that are finite but whose outputs overflow (a diverged last step, --lr 1e6) gave a NaN held-out loss
+    beside a meaningless accuracy, written into metrics.jsonl and eval's report as bare NaN, which no strict JSON
+    parser reads (a review, 2026-11-30): the run now stops before saving that epoch, and the files write null."""
+    from capsnet import cli, models
+    from capsnet.train import NonFiniteLoss, write_metrics
+
+    spec = models.MODELS["capsnet"]
+    evaluations = []
+
+    def overflowing_in_epoch_2(model, images, labels, components=None, **kw):
+        loss, scores = spec.loss(model, images, labels, components, **kw)
+        if not model.training:
+            evaluations.append(1)
+            if len(evaluations) > -(-CFG.test_size // CFG.eval_batch_size):  # epoch 2's evaluation
+                return loss * float("nan"), scores
+        return loss, scores
+
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=overflowing_in_epoch_2))
+    with pytest.raises(NonFiniteLoss, match=r"the held-out figures after epoch 2 are not finite \(test_loss nan\).*"
+                                            r"still holds epoch 1. Lower --lr"):
+        fit(TINY, CFG, tmp_path / "run", device="cpu", progress=False)
+    assert load_checkpoint(tmp_path / "run", "last").state["epoch"] == 1
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    write_metrics(tmp_path, [{"epoch": 1, "grad_norm": float("inf"), "test_loss": float("nan"), "x": [1.5, -math.inf]}])
+    assert strict((tmp_path / "metrics.jsonl").read_text()) == {"epoch": 1, "grad_norm": None, "test_loss": None,
+                                                                 "x": [1.5, None]}
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(
+        loss=lambda *a, **k: (lambda loss, scores: (loss * float("nan"), scores))(*spec.loss(*a, **k))))
+    assert cli.main(["eval", "--checkpoint", str(trained_run), "--json", str(tmp_path / "eval.json"),
+                     "--no-progress"]) == 0  # an old run's checkpoint, saved before the stop above
+    assert strict((tmp_path / "eval.json").read_text())["loss"] is None
+    capsys.readouterr()
+
+
 def test_a_new_run_does_not_replace_a_runs_best_and_metrics_whose_last_checkpoint_was_removed(trained_run, tmp_path,
                                                                                              capsys):
     """A finished run whose last.safetensors was deleted (it is the big one; the resume's refusal pointed there):

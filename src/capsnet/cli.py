@@ -41,7 +41,7 @@ from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, require_compiler, resolve_device
-from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig, saved_configs
+from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig, saved_configs, strict_json
 
 __all__ = ["main", "build_parser"]
 
@@ -1286,7 +1286,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                    root=args.data_dir, progress=not args.no_progress, weights=args.weights)
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
-        atomic_write_text(out, json.dumps(report, indent=2))
+        atomic_write_text(out, json.dumps(strict_json(report), indent=2, allow_nan=False))  # NaN as null
     finally:  # a long evaluation's figures are shown even when the report cannot be written (then the error)
         print(note + done.format())
         _say_training_weights(args)

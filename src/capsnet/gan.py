@@ -383,6 +383,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                                          batch_size=min(cfg.eval_batch_size, 64), progress=progress)
         for extra, r in results.items():
             record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
+        _train.stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written
         log.info("epoch %d: %s", epoch, record)
         if progress:
             tqdm.write(describe_gan_epoch(record))

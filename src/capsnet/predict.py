@@ -263,7 +263,11 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     else:
         rows = _classify(model, ckpt, trained_on, arrays, paths, eval_batch(model, batch_size), progress)
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+        # a field holding a carriage return is quoted by no minimal rule under "\n" lines: a file named so split its
+        # row in two for every reader; such a file (rare) has every field quoted, which every reader reads
+        odd = any("\r" in v for r in rows for v in (*r, *r.values()) if isinstance(v, str))
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n",
+                                quoting=csv.QUOTE_ALL if odd else csv.QUOTE_MINIMAL)
         writer.writeheader()
         writer.writerows({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
         written[folder / PREDICTIONS_FILE] = text.getvalue().encode()

@@ -346,6 +346,35 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
                            " or check the images for NaN or infinite pixels"))
 
 
+def stop_if_held_out_not_finite(record: dict[str, Any], epoch: int, last: LastSave) -> None:
+    """Raise ``NonFiniteLoss`` when an evaluated epoch's held-out figures (``record``'s ``*_loss``, a synthesis run's
+    ``*_l1`` and ``*_ssim``) are not finite: weights that are finite but whose outputs overflow (the last steps
+    diverged) gave a NaN loss beside a meaningless accuracy, written into metrics.jsonl as a bare NaN, no JSON."""
+    import math
+
+    bad = {k: v for k, v in record.items() if k.endswith(("_loss", "_l1", "_ssim")) and not k.startswith("train_")
+           and isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+        raise NonFiniteLoss(f"the held-out figures after epoch {epoch} are not finite ({shown}): the weights are, but "
+                            f"their outputs overflow (the last steps diverged); stopped without saving this epoch, "
+                            f"{last.kept()}. Lower --lr, or bound the gradient with --grad-clip")
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every float that is NaN or infinite made None (null), so json.dumps writes strict JSON, which
+    every parser reads (Python's json writes NaN and Infinity, tokens JSON has not)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
                  seconds: float, device: torch.device, processes: int = 1) -> dict[str, Any]:
     """A checkpoint's state for a save inside ``epoch`` after ``batches`` of its batches: the last complete epoch's
@@ -568,8 +597,10 @@ def resume_state_of(ckpt: Checkpoint):
 
 
 def write_metrics(run_dir: Path, history: list[dict[str, Any]]) -> None:
-    """``metrics.jsonl``, one evaluated epoch a line, rewritten atomically from the checkpoint's history."""
-    atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+    """``metrics.jsonl``, one epoch a line (an epoch not evaluated, ``--eval-every``, has no held-out figures),
+    rewritten atomically from the checkpoint's history; strict JSON (a value that is not finite is null)."""
+    atomic_write_text(run_dir / "metrics.jsonl", "".join(json.dumps(strict_json(r), allow_nan=False) + "\n"
+                                                        for r in history))
 
 
 def save_best(path: Path, name: str, model_config: Any, cfg: TrainConfig, state: dict[str, Any],
@@ -1152,6 +1183,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
                     if hasattr(r, "iou"):  # segmentation: accuracy is the Dice
                         record |= {f"{prefix}_dice": r.dice, f"{prefix}_iou": r.iou}
+                stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written
                 log.info("epoch %d: %s", epoch, record)
                 if progress:  # one readable line per epoch, with the bars
                     tqdm.write(describe_epoch(record, cfg.dataset))
