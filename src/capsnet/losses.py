@@ -153,8 +153,9 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     if targets.dim() == 1 and targets.is_floating_point():  # 2.9 was truncated to class 2, silently
         raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may be "
                          f"floats")
-    if targets.dim() == 1 and eager() and len(targets) == B and B and (targets.min() < 0 or targets.max() >= J):
-        # as margin_loss says it (F.one_hot's own was a bare RuntimeError)
+    if (targets.dim() == 1 and targets.device.type == "cpu" and eager() and len(targets) == B and B
+            and (targets.min() < 0 or targets.max() >= J)):  # as margin_loss says it (F.one_hot's own was a bare
+        # RuntimeError); on the CPU, where the check costs no device sync (as mask_capsules)
         raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
     T = _one_hot(targets, J, activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
     if tuple(T.shape) != (B, J):
