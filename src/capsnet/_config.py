@@ -26,7 +26,14 @@ def hash_as_saved(config: Any) -> int:
     """A config's hash from its JSON record (``__hash__ = hash_as_saved`` in the class body, and again in every
     frozen subclass, which would write its own field-tuple hash): for a config with a dict field
     (routing_options)."""
-    return hash(json.dumps(config.to_dict(), sort_keys=True))
+    def plain(v: Any) -> Any:  # 1 and 1.0 equal (the configs compare equal), so they hash alike: a number as a float
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    return hash(json.dumps(plain(config.to_dict()), sort_keys=True))
 
 
 def json_value(text: str) -> Any:

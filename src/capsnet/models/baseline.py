@@ -51,6 +51,7 @@ class BaselineCNNConfig(JsonConfig):
         check_types(self)
         for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):
             check_range(self, name, 1, 4096 if name.startswith("input") else 1 << 20)
+        check_range(self, "num_classes", 2, 1 << 20)  # one class: a loss of 0 and no gradient, whatever the image
         if self.kernel % 2 == 0:
             raise ValueError(f"BaselineCNNConfig.kernel must be odd so 'same' padding keeps the size, got {self.kernel}")
         object.__setattr__(self, "channels", tuple(self.channels))

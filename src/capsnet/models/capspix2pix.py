@@ -58,8 +58,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved
-from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_sides, check_stack_fields,
-                      sides_fix, StackRouted, instance_norm_capsules, walk_capsule_stack)
+from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_capsule_norm_grid,
+                      check_sides, check_stack_fields, sides_fix, StackRouted, instance_norm_capsules,
+                      walk_capsule_stack)
 from .inputs import check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
@@ -345,6 +346,7 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
             raise ValueError(f"{type(self).__name__}.dropout_min_scale must be 1, 2, 4 or 8 (the grids are at 1, "
                              f"1/2, 1/4 and 1/8 of the image), got {self.dropout_min_scale!r}")
         check_choice(self, "capsule_norm", CAPSULE_NORMS)
+        check_capsule_norm_grid(self)
         check_choice(self, "discriminator", DISCRIMINATORS)
         if self.discriminator == "patch":
             check_patch_layers(self, "patch_layers")

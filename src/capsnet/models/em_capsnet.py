@@ -108,6 +108,7 @@ class EMCapsNetConfig(JsonConfig):
             check_range(self, name, 1, 4096)
         for name in ("in_channels", "num_classes", "conv1_channels", "primary_types", "caps1_types", "caps2_types"):
             check_range(self, name, 1, 1 << 16)
+        check_range(self, "num_classes", 2, 1 << 16)  # one class: a spread loss of 0 and no gradient
         check_range(self, "routing_iterations", 1, 100)
         check_range(self, "final_lambda", 1e-9, 1e3)
         check_range(self, "transform_std", 1e-6, 100)

@@ -49,6 +49,7 @@ class InvertedCapsNetConfig(JsonConfig):
             check_range(self, name, 1, 4096)
         for name in ("in_channels", "num_classes", "backbone_channels", "primary_types", "caps_types"):
             check_range(self, name, 1, 1 << 16)
+        check_range(self, "num_classes", 2, 1 << 16)  # one class: a loss of 0 and no gradient, whatever the image
         check_range(self, "routing_iterations", 1, 100)
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for the backbone and two "

@@ -202,6 +202,15 @@ def check_sides(cfg: Any, multiple: int, why: str = "") -> None:
                              f"{down}")
 
 
+def check_capsule_norm_grid(cfg: Any) -> None:
+    """``capsule_norm="instance"`` centres each layer over its grid: a grid of one position (the 1/8 grid of an 8-pixel
+    side) would be all zeros, whatever the image (the config was taken, and three layers carried nothing)."""
+    if cfg.capsule_norm == "instance" and max(cfg.input_height, cfg.input_width) <= STRIDE:
+        raise ValueError(f"{type(cfg).__name__}.capsule_norm='instance' centres every capsule layer over its grid, and "
+                         f"at {cfg.input_height}x{cfg.input_width} the deepest grid is a single position, all zeros "
+                         f"after centring: give a side of at least {2 * STRIDE}, or capsule_norm='none'")
+
+
 def check_stack_fields(cfg: Any) -> None:
     """The fields a config hands to ``capsule_stack`` (SegCaps', CapsPix2pix's): a ValueError naming the first
     out of range or not one of its choices."""
@@ -373,6 +382,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
         check_choice(self, "capsule_norm", CAPSULE_NORMS)
+        check_capsule_norm_grid(self)
         check_choice(self, "deconv_init", DECONV_INITS)
         object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, check_choice, check_range, check_types
+from .._config import MAX_WEIGHTS, JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
 from .inputs import check_weights_dtype
 from .segcaps import STRIDE, check_segmentation_input, check_sides
@@ -51,11 +51,15 @@ class UNetConfig(JsonConfig):
         check_types(self)
         check_choice(self, "init", UNET_INITS)
         check_range(self, "depth", 1, 8)
-        check_sides(self, max(2 ** self.depth, STRIDE))
+        check_sides(self, max(2 ** self.depth, STRIDE), f"{self.depth} poolings" if 2 ** self.depth >= STRIDE
+                    else "SegCaps' multiple, so both take the same images")
         check_range(self, "in_channels", 1, 64)
         check_range(self, "num_classes", 1, 1)
         check_range(self, "base_channels", 1, 1024)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
+        if self.num_weights > MAX_WEIGHTS:  # as every other model: refused before anything is allocated
+            raise ValueError(f"this UNetConfig would hold {self.num_weights:,} weights, more than {MAX_WEIGHTS:,}: "
+                             f"lower base_channels or depth")
 
     @property
     def widths(self) -> list[int]:
@@ -122,6 +126,13 @@ class UNet(nn.Module):
                                                                   f"this U-Net halves them {depth} "
                                                                   f"time{'s' if depth > 1 else ''}")
         check_weights_dtype(images, self)
+        H, W = images.shape[-2:]
+        if self.training and self.config.batch_norm and len(images) == 1 and max(H, W) >> depth == 1:
+            # torch's own error named neither a field nor a fix
+            raise ValueError(f"a training batch of one {H}x{W} image reaches this U-Net's 1x1 bottleneck (depth "
+                             f"{depth}), whose batch norm needs more than one value per channel: train with a batch "
+                             f"size that leaves no last batch of one (it holds the training images modulo the batch "
+                             f"size), on larger images, at a lower depth, or with batch_norm=false")
         skips, x = [], images
         for k, block in enumerate(self.down):
             x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
