@@ -4,6 +4,7 @@ its fix)."""
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
 from pathlib import Path
 
@@ -47,43 +48,50 @@ def test_no_home_folder_is_a_clear_error_and_a_relative_xdg_cache_is_ignored(mon
     assert cache_root() == tmp_path / "xdg" / "capsnet"
 
 
-def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(monkeypatch, tmp_path, capsys):
+def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(tmp_path, capsys):
     """A slim container image: TorchInductor's InvalidCxxCompiler came at the first training step, 154 lines of
     traceback, after the data was loaded and config.json written."""
     import torch._inductor.config as inductor
 
     from capsnet.runtime import require_compiler
 
-    monkeypatch.setattr(inductor.cpp, "cxx", (None, str(tmp_path / "no-such-g++")))  # Inductor's search list
-    assert cli.main(["train", "--dataset", "mnist-sample", "--compile", "default", "--epochs", "1",
-                     "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--compile default (TorchInductor) on the CPU needs a C++ compiler" in err
-    assert "use --compile aot_eager" in err and not (tmp_path / "run").exists()
-    for command in (["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--out",
-                     str(tmp_path / "x")], ["bench", "--batch-size", "2"]):  # the other commands that compile
-        assert cli.main([*command, "--compile", "default", "--device", "cpu"]) == 2
-        assert "needs a C++ compiler" in capsys.readouterr().err and not (tmp_path / "x").exists()
-    # the library's training calls too (they met Inductor's error at the first step), before the run's folder
-    from capsnet.gan import fit_gan
-    from capsnet.models import CapsNetConfig, CapsPix2pixConfig
-    from capsnet.train import TrainConfig, fit
+    # torch's own patch, undone by torch: monkeypatch's undo deleted the entry (its setattr found no attribute of
+    # that name to restore), and every later reader in the process (require_compiler) met "cpp.cxx does not exist"
+    with inductor.patch({"cpp.cxx": (None, str(tmp_path / "no-such-g++"))}):  # Inductor's search list
+        assert cli.main(["train", "--dataset", "mnist-sample", "--compile", "default", "--epochs", "1",
+                         "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--compile default (TorchInductor) on the CPU needs a C++ compiler" in err
+        assert "use --compile aot_eager" in err and not (tmp_path / "run").exists()
+        for command in (["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--out",
+                         str(tmp_path / "x")], ["bench", "--batch-size", "2"]):  # the other commands that compile
+            assert cli.main([*command, "--compile", "default", "--device", "cpu"]) == 2
+            assert "needs a C++ compiler" in capsys.readouterr().err and not (tmp_path / "x").exists()
+        # the library's training calls too (they met Inductor's error at the first step), before the run's folder
+        from capsnet.gan import fit_gan
+        from capsnet.models import CapsNetConfig, CapsPix2pixConfig
+        from capsnet.train import TrainConfig, fit
 
-    for train, config, dataset in ((fit, CapsNetConfig(), "mnist-sample"),
-                                   (fit_gan, CapsPix2pixConfig(), "mnist-sample-skeleton")):
-        for compile in (True, "default", "max-autotune"):
-            with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
-                train(config, TrainConfig(dataset=dataset, epochs=1), tmp_path / "lib", device=torch.device("cpu"),
-                      compile=compile, progress=False)
-            assert not (tmp_path / "lib").exists()
-    require_compiler("aot_eager", "cpu")  # no C++: no compiler needed
-    require_compiler(False, "cpu")
-    with pytest.raises(ValueError, match="max-autotune"):
-        require_compiler("max-autotune", "cpu")
+        for train, config, dataset in ((fit, CapsNetConfig(), "mnist-sample"),
+                                       (fit_gan, CapsPix2pixConfig(), "mnist-sample-skeleton")):
+            for compile in (True, "default", "max-autotune"):
+                with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
+                    train(config, TrainConfig(dataset=dataset, epochs=1), tmp_path / "lib",
+                          device=torch.device("cpu"), compile=compile, progress=False)
+                assert not (tmp_path / "lib").exists()
+        require_compiler("aot_eager", "cpu")  # no C++: no compiler needed
+        require_compiler(False, "cpu")
+        with pytest.raises(ValueError, match="max-autotune"):
+            require_compiler("max-autotune", "cpu")
 
 
 def test_an_unusable_inductor_cache_folder_is_named_by_its_variable(monkeypatch, tmp_path, capsys):
     """TORCHINDUCTOR_CACHE_DIR under a file: the error ended "check the paths given", of a path no flag gave."""
+    # Inductor's config made its cache folder when first imported: imported under the bad variable, it failed half
+    # way and torch could not import it again in this process (every later compiling test of the worker failed), so
+    # it is imported here first, and the folder is made when the model compiles
+    importlib.import_module("torch._inductor.config")
+
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "file" / "cache"))
     assert cli.main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--batch-size", "8", "--train-size", "16",
