@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -1136,3 +1137,66 @@ def test_the_multimnist_table_cites_the_papers_top2_errors_beside_each_model():
     assert lines[0].startswith("| model | train size | epochs | steps | top-2 exact error | the paper's")
     assert lines[2] == "| capsnet | 60,000 | 1 | 10 | 6.00% | 5.2% error |"
     assert lines[3] == "| baseline | 60,000 | 1 | 10 | 9.00% | 8.1% error |"
+
+
+def test_a_stop_asked_in_a_runs_last_epoch_ends_the_experiment_after_that_run(tmp_path, monkeypatch, capsys):
+    """Ctrl-C or SIGTERM during a run's last epoch (its last batches, its final evaluation) let the run finish, as
+    it should, but then the experiment trained the next run and exited 0 (a review, 2026-11-30): it stops after
+    the run it was in, and says how to go on."""
+    import signal
+
+    from capsnet import experiments as ex
+
+    real = ex.train_run
+
+    def asked_in_the_first_runs_last_epoch(run, **kw):
+        def on_epoch(record):
+            if run.seed == 0:
+                os.kill(os.getpid(), signal.SIGINT)  # after its final evaluation, before its save
+
+        return real(run, **{**kw, "on_epoch": on_epoch})
+
+    common = ["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--seeds", "0", "1",
+              "--epochs", "1", "--train-size", "16", "--test-size", "16", "--batch-size", "16",
+              "--conv1-channels", "8", "--primary-types", "2", "--no-progress", "--out", str(tmp_path / "x")]
+    monkeypatch.setattr(ex, "train_run", asked_in_the_first_runs_last_epoch)
+    assert main(common) == 130
+    err = capsys.readouterr().err
+    assert err.endswith("capsnet experiment: interrupted; run the same command again to continue (finished runs "
+                        "are read back)\n"), err
+    first = sorted((tmp_path / "x").rglob("last.safetensors"))
+    assert len(first) == 1 and load_checkpoint(first[0].parent, "last").state["epoch"] == 1  # the run finished
+    assert len(list((tmp_path / "x").rglob("last.safetensors"))) == 1  # and the next did not start
+    monkeypatch.setattr(ex, "train_run", real)
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert out.count("(finished: its figures read back)") == 1 and len(list((tmp_path / "x").rglob(
+        "last.safetensors"))) == 2
+
+
+def test_sigterm_between_runs_and_a_failing_run_of_one_job_are_said(tmp_path, monkeypatch, capsys):
+    """With one job a SIGTERM outside a run's training ended the command silently (status 143); a failing run's
+    error did not name the run, as --jobs 2 does (a review, 2026-11-30)."""
+    import signal
+
+    from capsnet import experiments as ex
+
+    real = ex.train_run
+
+    def terminated_before_the_second(run, **kw):
+        if run.seed == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's, between two runs
+        return real(run, **kw)
+
+    common = ["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--seeds", "0", "1",
+              "--epochs", "1", "--train-size", "16", "--test-size", "16", "--batch-size", "16",
+              "--conv1-channels", "8", "--primary-types", "2", "--no-progress"]
+    monkeypatch.setattr(ex, "train_run", terminated_before_the_second)
+    assert main(common + ["--out", str(tmp_path / "x")]) == 130
+    assert capsys.readouterr().err.endswith("capsnet experiment: interrupted; run the same command again to continue "
+                                            "(finished runs are read back)\n")
+    monkeypatch.setattr(ex, "train_run", real)
+    assert main(common + ["--out", str(tmp_path / "y"), "--lr", "1e12", "--seeds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"capsnet experiment: error: run 1 \(capsnet on mnist-sample, seed 3, .*\) failed: the "
+                     r"(training loss|weights|held-out figures)", err), err

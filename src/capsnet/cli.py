@@ -1440,6 +1440,16 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
+    """The experiment, SIGTERM taken as Ctrl-C throughout (it ended the command silently, status 143, between runs
+    and while one was set up), and Ctrl-C's line saying how to go on."""
+    from . import experiments as ex
+
+    args.interrupted_hint = "run the same command again to continue (finished runs are read back)"
+    with ex._sigterm_as_interrupt():
+        return _experiment(args)
+
+
+def _experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
     misplaced = [f for f, names in _EXPERIMENT_ONLY.items() if args.name not in names and hasattr(args, f)]
@@ -1910,8 +1920,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"capsnet {args.command}: interrupted before the run saved anything ({saved} is not written "
                   f"yet); run the same command again to start it", file=sys.stderr)
             return 130
-        print(f"capsnet {args.command}: interrupted" + (f"; `{resume}` continues from the last checkpoint"
-                                                        if resume else ""), file=sys.stderr)
+        hint = f"; `{resume}` continues from the last checkpoint" if resume else \
+            f"; {args.interrupted_hint}" if getattr(args, "interrupted_hint", None) else ""
+        print(f"capsnet {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except RuntimeError as e:  # an allocation that failed (the CPU allocator's, CUDA's): one line with the fix
         from .predict import _out_of_memory

@@ -607,6 +607,9 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    from .train import stop_requested
+
+    stop_requested(clear=True)
     check_sizes(runs, data_root)
     # every run directory checked before any run trains: one holding another run is refused before the first run
     # rewrites the results (each checkpoint read once)
@@ -623,8 +626,18 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
             on_start(k, run, final is not None)
         synthesis = model_spec(run.model).kind == "synthesis"
         if final is None:
-            final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile,
-                              on_epoch=None if on_epoch is None else functools.partial(on_epoch, run))
+            try:
+                final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile,
+                                  on_epoch=None if on_epoch is None else functools.partial(on_epoch, run))
+            except ValueError as e:  # named as with --jobs above 1 (the error alone, its run known from the line
+                failed = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
+                try:  # above it); of its own kind (a divergence, a checkpoint, the data), for callers that tell
+                    named = type(e)(f"{failed}{e}")
+                except Exception:  # a kind built from other arguments
+                    named = ValueError(f"{failed}{e}")
+                raise named from None
+            if stop_requested():  # asked in its last epoch: it finished and saved; the next one does not start
+                raise KeyboardInterrupt
         size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": num_weights(run.model_config),
@@ -856,6 +869,10 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(), distributed=False,
                             data=(Split(images(), pairs.labels, pairs.classes), test), on_epoch=on_epoch)
+                from .train import stop_requested
+
+                if stop_requested():  # asked in its last epoch: it finished and saved; the next does not start
+                    raise KeyboardInterrupt
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
                          "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,
                          "test_accuracy": final["test_accuracy"], "run_dir": str(probe_dir)})

@@ -248,6 +248,20 @@ class LastSave:
 STOPPED_BY_PARENT = False
 
 
+_STOP_REQUEST = {"asked": False}  # set by every SaveThenStop's handler; read by a caller of several fits
+
+
+def stop_requested(*, clear: bool = False) -> bool:
+    """Whether Ctrl-C or SIGTERM reached a ``fit`` / ``fit_gan`` of this process since the flag was cleared: one that
+    came in a run's last epoch (its last batches or its final evaluation) let the run finish and save, and ``fit``
+    returned as usual; a caller running fits one after another (``capsnet experiment``) stops on it there instead
+    of training the next run (it went on, and exited 0)."""
+    asked = _STOP_REQUEST["asked"]
+    if clear:
+        _STOP_REQUEST["asked"] = False
+    return asked
+
+
 class SaveThenStop:
     """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
     resumed exactly) and then stops as an interrupt; a second signal stops at once (but in an experiment's worker,
@@ -276,6 +290,7 @@ class SaveThenStop:
         if self.asked and self.escalate:
             raise KeyboardInterrupt
         self.asked = True
+        _STOP_REQUEST["asked"] = True
 
     def __enter__(self) -> "SaveThenStop":
         return self
