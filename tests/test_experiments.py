@@ -1152,7 +1152,7 @@ def test_a_stop_asked_in_a_runs_last_epoch_ends_the_experiment_after_that_run(tm
     def asked_in_the_first_runs_last_epoch(run, **kw):
         def on_epoch(record):
             if run.seed == 0:
-                os.kill(os.getpid(), signal.SIGINT)  # after its final evaluation, before its save
+                os.kill(os.getpid(), signal.SIGINT)  # after its final evaluation (and its saves), fit still armed
 
         return real(run, **{**kw, "on_epoch": on_epoch})
 
@@ -1200,3 +1200,24 @@ def test_sigterm_between_runs_and_a_failing_run_of_one_job_are_said(tmp_path, mo
     err = capsys.readouterr().err
     assert re.search(r"capsnet experiment: error: run 1 \(capsnet on mnist-sample, seed 3, .*\) failed: the "
                      r"(training loss|weights|held-out figures)", err), err
+
+
+def test_a_failing_run_keeps_its_errors_type_attributes_and_cause_when_named(tmp_path, monkeypatch):
+    """The run's name was put on a new exception of the error's type, or a plain ValueError where the type takes
+    other arguments: a caller catching JSONDecodeError no longer caught it, and attributes and the traceback went
+    (a review of 2026-11-30's change)."""
+    from capsnet import experiments as ex
+    from capsnet.train import TrainConfig
+
+    runs = plan("routing", tmp_path, train=TrainConfig(epochs=1), models=["capsnet"], seeds=[0],
+                datasets=["mnist-sample"])
+    bad = json.JSONDecodeError("Expecting value", "{", 1)
+
+    def failing(run, **kw):
+        raise bad
+
+    monkeypatch.setattr(ex, "train_run", failing)
+    with pytest.raises(json.JSONDecodeError) as e:
+        ex.run_plan(runs, device="cpu", progress=False)
+    assert e.value is bad and (e.value.msg, e.value.pos) == ("Expecting value", 1)  # the same exception, named
+    assert str(e.value).startswith("run 1 (capsnet on mnist-sample, seed 0, ") and "failed: " in str(e.value)

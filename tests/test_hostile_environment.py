@@ -101,6 +101,20 @@ def test_an_unusable_inductor_cache_folder_is_named_by_its_variable(monkeypatch,
     assert err == (f"capsnet train: error: TorchInductor's cache folder {tmp_path / 'file' / 'cache'} "
                    f"(TORCHINDUCTOR_CACHE_DIR) cannot be used: Not a directory: {tmp_path / 'file' / 'cache'}; set "
                    f"TORCHINDUCTOR_CACHE_DIR to a folder you can write to, or leave --compile out\n")
+    # a cache folder that holds the run too ($HOME): the run's own paths, a full disk and a command that does not
+    # compile are not blamed on the cache (a review of the change)
+    import argparse
+    import errno
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    run = argparse.Namespace(compile="default", out=str(tmp_path / "run"), data_dir=None)
+    denied = OSError(errno.EACCES, "Permission denied", str(tmp_path / "run" / "last.safetensors"))
+    assert cli._path_error(denied, run).endswith("; check the paths given")
+    assert "TorchInductor" in cli._path_error(OSError(errno.EACCES, "Permission denied", str(tmp_path / "c")), run)
+    assert "check the paths" in cli._path_error(OSError(errno.EACCES, "Permission denied", str(tmp_path / "c")),
+                                                argparse.Namespace(command="eval"))
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "c"))
+    assert cli._path_error(full, run).startswith(f"cannot write {tmp_path / 'c'}: No space left on device; free")
 
 
 def _with_handler(monkeypatch, command, handler):

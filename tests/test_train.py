@@ -852,3 +852,18 @@ def test_evaluate_checkpoint_scores_the_checkpoint_which_asks_for(tmp_path, monk
     for which, epoch in (("last", 2), ("best", 1)):
         got = evaluate_checkpoint(tmp_path, which=which, test_size=64, device="cpu", progress=False)
         assert got.checkpoint.state["epoch"] == epoch and got.images == 64
+
+
+def test_stop_requested_tells_of_the_last_fit_alone():
+    """The flag a Ctrl-C in a run's last epoch leaves (capsnet experiment stops there) was cleared by run_plan alone:
+    a fit stopped so in a notebook left it set for a later synthetic_probe_rows (a review of 2026-11-30's change);
+    each fit clears it as it starts."""
+    from capsnet import train
+    from capsnet.train import SaveThenStop, stop_requested
+
+    train._STOP_REQUEST["asked"] = True  # as an earlier fit's last epoch leaves it
+    with SaveThenStop(enabled=True) as stop:
+        assert not stop_requested()
+        stop._handler(2, None)  # the signal, as the armed handler takes it
+        assert stop.asked and stop_requested()
+    assert stop_requested(clear=True) and not stop_requested()

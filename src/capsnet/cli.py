@@ -1637,7 +1637,7 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
-def _path_error(e: OSError) -> str:
+def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     """An OSError of a path in words: a file where a folder was to be made, the folder an atomic write's temporary
     file was in (its name means nothing to the user), else the error and the path."""
     import errno
@@ -1652,11 +1652,6 @@ def _path_error(e: OSError) -> str:
         return e.strerror
     if name is not None and name.name.startswith(".") and ".tmp-" in name.name:  # atomic_write's temporary file
         return f"cannot write in {name.parent}: {e.strerror or e}; give a folder you can write to (--out)"
-    for var, what in (("TORCHINDUCTOR_CACHE_DIR", "TorchInductor's"), ("TRITON_CACHE_DIR", "Triton's")):
-        cache = os.environ.get(var)  # Inductor sets its own (the default, /tmp/torchinductor_USER) before using it
-        if name is not None and cache and Path(os.path.abspath(name)).is_relative_to(os.path.abspath(cache)):
-            return (f"{what} cache folder {cache} ({var}) cannot be used: {e.strerror or e}: {name}; set {var} to a "
-                    f"folder you can write to, or leave --compile out")  # no flag named it: "check the paths" misled
     if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous file of that name, if any, is as it was
         return (f"cannot write {name if name else 'the output'}: {e.strerror}; free space there or write elsewhere "
                 f"(any earlier file of that name is unchanged)")
@@ -1664,7 +1659,28 @@ def _path_error(e: OSError) -> str:
         return (f"cannot write {name if name else 'the output'}: {e.strerror} (larger than a file may be here: a "
                 f"file size limit, `ulimit -f`, or the file system's); raise the limit or write elsewhere (any "
                 f"earlier file of that name is unchanged)")
+    cache = _compile_cache_of(name, args)
+    if cache is not None:  # no flag named it: "check the paths given" misled
+        var, folder = cache
+        return (f"{'Triton' if var.startswith('TRITON') else 'TorchInductor'}'s cache folder {folder} ({var}) cannot be "
+                f"used: {e.strerror or e}: {name}; set {var} to a folder you can write to, or leave --compile out")
     return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
+
+
+def _compile_cache_of(name: Path | None, args: argparse.Namespace | None) -> tuple[str, str] | None:
+    """(variable, folder) of the compiler cache that ``name`` lies in, for a command that compiles, where the path is
+    none the command was given (its --out, its --data-dir): a cache folder set to $HOME holds those too."""
+    if name is None or args is None or not getattr(args, "compile", None):
+        return None
+    path = Path(os.path.abspath(name))
+    own = [getattr(args, f, None) for f in ("out", "data_dir")]
+    if any(o and path.is_relative_to(os.path.abspath(os.path.expanduser(str(o)))) for o in own):
+        return None
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        folder = os.environ.get(var)  # Inductor sets its own (the default, /tmp/torchinductor_USER) before using it
+        if folder and path.is_relative_to(os.path.abspath(folder)):
+            return var, folder
+    return None
 
 
 def _allocator_argument(p: argparse.ArgumentParser, scope: str) -> None:
@@ -1942,5 +1958,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.close(devnull)
         return 141
     except OSError as e:  # a path the command cannot read or write (a file where a folder belongs, no permission)
-        print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e)}", file=sys.stderr)
+        print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e, args)}", file=sys.stderr)
         return 2

@@ -630,12 +630,10 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                 final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile,
                                   on_epoch=None if on_epoch is None else functools.partial(on_epoch, run))
             except ValueError as e:  # named as with --jobs above 1 (the error alone, its run known from the line
-                failed = f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) failed: "
-                try:  # above it); of its own kind (a divergence, a checkpoint, the data), for callers that tell
-                    named = type(e)(f"{failed}{e}")
-                except Exception:  # a kind built from other arguments
-                    named = ValueError(f"{failed}{e}")
-                raise named from None
+                if len(e.args) == 1 and isinstance(e.args[0], str):  # above it): the same exception, its type,
+                    e.args = (f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) "
+                              f"failed: {e.args[0]}",)  # attributes and traceback kept
+                raise
             if stop_requested():  # asked in its last epoch: it finished and saved; the next one does not start
                 raise KeyboardInterrupt
         size = training_examples(run)

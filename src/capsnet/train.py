@@ -252,8 +252,8 @@ _STOP_REQUEST = {"asked": False}  # set by every SaveThenStop's handler; read by
 
 
 def stop_requested(*, clear: bool = False) -> bool:
-    """Whether Ctrl-C or SIGTERM reached a ``fit`` / ``fit_gan`` of this process since the flag was cleared: one that
-    came in a run's last epoch (its last batches or its final evaluation) let the run finish and save, and ``fit``
+    """Whether Ctrl-C or SIGTERM reached the last ``fit`` / ``fit_gan`` of this process (each clears the flag as it
+    starts): one that came in a run's last batch or its final evaluation let the run finish and save, and ``fit``
     returned as usual; a caller running fits one after another (``capsnet experiment``) stops on it there instead
     of training the next run (it went on, and exited 0)."""
     asked = _STOP_REQUEST["asked"]
@@ -293,6 +293,7 @@ class SaveThenStop:
         _STOP_REQUEST["asked"] = True
 
     def __enter__(self) -> "SaveThenStop":
+        _STOP_REQUEST["asked"] = False  # stop_requested() tells of this fit, not of an earlier one in the process
         return self
 
     def __exit__(self, *exc: Any) -> None:
