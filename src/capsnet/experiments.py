@@ -61,7 +61,7 @@ from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .routing import list_routings
-from .train import TrainConfig, _differences, fit, input_fields
+from .train import TrainConfig, _differences, fit, input_fields, stop_requested
 
 if TYPE_CHECKING:
     import torch
@@ -607,8 +607,6 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    from .train import stop_requested
-
     stop_requested(clear=True)
     check_sizes(runs, data_root)
     # every run directory checked before any run trains: one holding another run is refused before the first run
@@ -867,8 +865,6 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(), distributed=False,
                             data=(Split(images(), pairs.labels, pairs.classes), test), on_epoch=on_epoch)
-                from .train import stop_requested
-
                 if stop_requested():  # asked in its last epoch: it finished and saved; the next does not start
                     raise KeyboardInterrupt
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
