@@ -56,6 +56,13 @@ def _one_hot(index: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch
     return (index.long().unsqueeze(-1) == torch.arange(num_classes, device=index.device)).to(dtype)
 
 
+def _refuse_out_of_range(targets: torch.Tensor, J: int) -> None:
+    """A ValueError when class indices ``targets`` (B,) fall outside 0..J-1 (reads them on the host: callers decide
+    when that is free)."""
+    if targets.min() < 0 or targets.max() >= J:
+        raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
+
+
 def margin_loss(
     lengths: torch.Tensor,
     targets: torch.Tensor,
@@ -88,8 +95,8 @@ def margin_loss(
         if targets.is_floating_point():  # 2.9 was truncated to class 2, silently
             raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may "
                              f"be floats")
-        if validate and eager() and targets.numel() and (targets.min() < 0 or targets.max() >= J):
-            raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
+        if validate and eager() and targets.numel():
+            _refuse_out_of_range(targets, J)
         T = _one_hot(targets, J, lengths.dtype)  # (B, J)
     elif tuple(targets.shape) == (B, J):
         if validate and eager() and targets.numel() and (targets.min() < 0 or targets.max() > 1):
@@ -153,10 +160,10 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     if targets.dim() == 1 and targets.is_floating_point():  # 2.9 was truncated to class 2, silently
         raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may be "
                          f"floats")
-    if (targets.dim() == 1 and targets.device.type == "cpu" and eager() and len(targets) == B and B
-            and (targets.min() < 0 or targets.max() >= J)):  # as margin_loss says it (F.one_hot's own was a bare
-        # RuntimeError); on the CPU, where the check costs no device sync (as mask_capsules)
-        raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
+    if targets.dim() == 1 and targets.device.type == "cpu" and eager() and len(targets) == B and B:
+        # as margin_loss says it (F.one_hot's own was a bare RuntimeError); on the CPU, where the check costs no
+        # device sync (as mask_capsules)
+        _refuse_out_of_range(targets, J)
     T = _one_hot(targets, J, activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
     if tuple(T.shape) != (B, J):
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
