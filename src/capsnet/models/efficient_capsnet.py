@@ -23,7 +23,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
-from .inputs import check_class_images, check_weights_dtype, check_integer_labels
+from .inputs import check_class_images, check_integer_labels, check_weights_dtype, refuse_batch_of_one
 
 __all__ = ["INITS", "EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -152,11 +152,9 @@ class EfficientCapsNet(nn.Module):
         check_weights_dtype(images, self)
         if labels is not None:
             check_integer_labels(labels)
-        if self.training and len(images) == 1 and cfg.grid == (1, 1):  # torch's own error named no fix
-            raise ValueError(f"a training batch of one {cfg.input_height}x{cfg.input_width} image leaves the last "
-                             f"convolution a 1x1 map, whose batch norm needs more than one value per channel: train "
-                             f"with a batch size that leaves no last batch of one (it holds the training images "
-                             f"modulo the batch size), or on images of at least 13x13")
+        if self.training and len(images) == 1 and cfg.grid == (1, 1):
+            refuse_batch_of_one(f"{cfg.input_height}x{cfg.input_width} image leaves the last convolution a 1x1 map",
+                                "or on images of at least 13x13")
         poses, lengths, coupling = self.digits(self.primary_capsules(images))
         reconstructions = None
         if self.decoder is not None:

@@ -91,3 +91,11 @@ def check_mask_values(masks: torch.Tensor) -> None:
         fix = "divide 0/255 masks by 255 (or give masks > 0)" if high > 1 and low >= 0 else "give masks of 0 and 1"
         raise ValueError(f"masks must hold 0 (background) and 1 (foreground), got values from {low:g} to {high:g}: "
                          f"{fix}")
+
+
+def refuse_batch_of_one(where: str, fixes: str) -> None:
+    """The ValueError for a training batch of one reaching a batch norm over a 1x1 map (``where``: which map), which
+    has a single value per channel: torch's own error named neither a field nor a fix (``fixes``: the model's)."""
+    raise ValueError(f"a training batch of one {where}, whose batch norm needs more than one value per channel: train "
+                     f"with a batch size that leaves no last batch of one (it holds the training images modulo the "
+                     f"batch size), {fixes}")

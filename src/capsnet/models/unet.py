@@ -24,7 +24,7 @@ from torch import nn
 
 from .._config import MAX_WEIGHTS, JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
-from .inputs import check_weights_dtype
+from .inputs import check_weights_dtype, refuse_batch_of_one
 from .segcaps import STRIDE, check_segmentation_input, check_sides
 
 __all__ = ["UNET_INITS", "UNetConfig", "UNet", "UNetOutput"]
@@ -128,11 +128,8 @@ class UNet(nn.Module):
         check_weights_dtype(images, self)
         H, W = images.shape[-2:]
         if self.training and self.config.batch_norm and len(images) == 1 and max(H, W) >> depth == 1:
-            # torch's own error named neither a field nor a fix
-            raise ValueError(f"a training batch of one {H}x{W} image reaches this U-Net's 1x1 bottleneck (depth "
-                             f"{depth}), whose batch norm needs more than one value per channel: train with a batch "
-                             f"size that leaves no last batch of one (it holds the training images modulo the batch "
-                             f"size), on larger images, at a lower depth, or with batch_norm=false")
+            refuse_batch_of_one(f"{H}x{W} image reaches this U-Net's 1x1 bottleneck (depth {depth})",
+                                "on larger images, at a lower depth, or with batch_norm=false")
         skips, x = [], images
         for k, block in enumerate(self.down):
             x = block(x if k == 0 else F.max_pool2d(x, 2))  # (B, w_k, H / 2^k, W / 2^k)
