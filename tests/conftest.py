@@ -11,6 +11,8 @@ _XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
 if _XDIST_WORKER:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,12 @@ from capsnet.train import TrainConfig, fit
 
 if _XDIST_WORKER and os.environ["OMP_NUM_THREADS"] == "1":
     torch.set_num_threads(1)  # in case a plugin imported torch before this file
+
+# A suite started in the background (`pytest ... &`, nohup, a job runner) inherits Ctrl-C ignored, and so would the
+# commands its tests interrupt: the tests of Ctrl-C would fail. Python's own handler back, as in a terminal (the
+# processes the tests start then get it at their start, as anywhere).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # 4 x 6 x 6 primary capsules of 8D, 10 digit capsules of 16D, a narrow decoder: trains in seconds on a CPU
 TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128))
