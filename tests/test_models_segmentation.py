@@ -431,6 +431,39 @@ def test_a_saved_run_with_rounds_its_one_pass_routing_never_used_still_loads():
         SegCapsConfig.from_dict(saved)
 
 
+# the authors' capsnet.py (lalonderodney/SegCaps): the routings= argument of each capsule layer, read by hand
+_CAPSNET_R3_ROUNDS = dict(primary=1, conv_2_1=3, conv_2_2=3, conv_3_1=3, conv_3_2=3, conv_4_1=3, deconv_1_1=3,
+                          deconv_1_2=3, deconv_2_1=3, deconv_2_2=3, deconv_3_1=3, seg_caps=3)
+_CAPSNET_R1_ROUNDS = dict(primary=1, conv_2_1=1, conv_2_2=3, conv_3_1=1, conv_3_2=3, conv_4_1=1, deconv_1_1=3,
+                          deconv_1_2=1, deconv_2_1=3, deconv_2_2=1, deconv_3_1=3, seg_caps=1)
+
+
+@pytest.mark.parametrize("name, rounds", [("segcaps", _CAPSNET_R3_ROUNDS), ("segcaps-r1", _CAPSNET_R1_ROUNDS)])
+def test_each_capsule_layer_routes_the_rounds_of_the_authors_network(name, rounds):
+    """R3 and R1 route as the authors' CapsNetR3 and CapsNetR1, layer by layer (R1 routes 3 rounds in the layers
+    after the primary one that change the resolution, not 1 everywhere); the field moves those layers alone."""
+    model = create_model(name, input_height=16, input_width=16)
+    assert {n: layer.routing.iterations for n, layer in model.caps.items()} == rounds
+    moved = create_model(name, input_height=16, input_width=16, strided_routing_iterations=2).caps
+    assert {n: layer.routing.iterations for n, layer in moved.items()} == \
+        {n: 2 if n in ("conv_2_2", "conv_3_2", "deconv_1_1", "deconv_2_1", "deconv_3_1") else r
+         for n, r in rounds.items()}
+    with pytest.raises(ValueError, match="strided_routing_iterations"):
+        create_model(name, strided_routing_iterations=0)
+
+
+def test_an_r1_run_saved_before_its_strided_rounds_reads_back_with_one_round_everywhere():
+    """Its weights are the same either way; what it routed is what it was trained and scored with."""
+    from capsnet.models import SegCapsR1Config
+
+    saved = SegCapsR1Config().to_dict()
+    del saved["strided_routing_iterations"]
+    model = SegCaps(SegCapsR1Config.from_saved(saved))
+    assert {layer.routing.iterations for layer in model.caps.values()} == {1}
+    assert SegCapsConfig.from_saved({k: v for k, v in saved.items() if k != "routing_iterations"}) \
+        .strided_routing_iterations is None  # R3's saved runs route its 3 rounds there, as before
+
+
 def test_segcaps_r1_under_self_attention_keeps_its_own_rounds_default():
     """The rounds refused above are the ones moved from the config's own default (R1's is 1, R3's 3)."""
     assert create_model("segcaps-r1", routing="self-attention").config.routing_iterations == 1

@@ -99,6 +99,7 @@ _TYPES = {  # annotation -> (test, what it must be)
     "int": (_is_int, "an integer"),
     "float": (_is_finite_number, "a finite number"),
     "float | None": (lambda v: v is None or _is_finite_number(v), "a finite number or null"),
+    "int | None": (lambda v: v is None or _is_int(v), "an integer or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),

@@ -1,7 +1,8 @@
 """Routing rounds a config sets that its routing never uses.
 
 A routing that makes one pass (self-attention) takes no rounds, so a config's
-``routing_iterations`` (and SegCaps' ``primary_routing_iterations``) route
+``routing_iterations`` (and SegCaps' ``primary_routing_iterations`` and
+``strided_routing_iterations``) route
 nothing under it: a config built anew refuses them away from their defaults,
 and one read back from a checkpoint saved before that (``JsonConfig._saved``)
 has them set back to the defaults, so the run still loads.
@@ -16,7 +17,7 @@ from ..routing import list_routings, routing_takes
 __all__ = ["ROUNDS", "unused_rounds", "saved_rounds", "check_rounds", "SavedRounds"]
 
 # the fields that set routing rounds, refused away from their defaults under a routing that makes one pass
-ROUNDS = ("routing_iterations", "primary_routing_iterations")
+ROUNDS = ("routing_iterations", "primary_routing_iterations", "strided_routing_iterations")
 
 
 def unused_rounds(config: Any, routing: str) -> dict[str, int]:

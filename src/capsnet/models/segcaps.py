@@ -15,7 +15,10 @@ al.'s scale). 1,425,649 weights for one input channel (the paper's 1.4M),
 whatever the image size.
 
 Routing: 3 rounds in every capsule layer but the primary one (1 round) for
-R3, 1 everywhere for R1 (the paper's two variants), dynamic routing applied
+R3; for R1, as the authors' ``CapsNetR1``, 3 rounds in the five layers that
+change the resolution (the two stride-2 capsule convolutions after the
+primary layer and the three deconvolutions) and 1 in the others (the
+primary, the stride-1 layers and seg_caps); dynamic routing applied
 locally (``capsnet.layers.conv``), its softmax over the parent types and
 the routing bias on, as the authors' code; both are options. ``routing``
 swaps the algorithm in every capsule layer for another registered one whose
@@ -104,7 +107,8 @@ def stack_routings() -> list[str]:
 
 # a routing's options that capsule_stack sets from the config's own fields or the layer's sizes, never from
 # routing_options; softmax and squash go only to a routing that takes them (dynamic routing)
-STACK_SETS = {"iterations": "routing_iterations (primary_routing_iterations in the primary layer)",
+STACK_SETS = {"iterations": "routing_iterations (primary_routing_iterations in the primary layer, "
+                            "strided_routing_iterations in the other layers that change the resolution)",
               "softmax": "routing_softmax", "squash": "squash", "in_caps": "the layer's sizes",
               "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
 
@@ -124,11 +128,13 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                   routing_bias: bool, init_gain: float = 1.0, bias_init: float = 0.1,
                   squash: str = "sabour", routing: str = "dynamic",
                   routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
-                  width: float = 1.0, deconv_init: str = "fan-in") -> nn.ModuleDict:
+                  width: float = 1.0, deconv_init: str = "fan-in",
+                  strided_routing_iterations: int | None = None) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
-    ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer and ``routing_iterations`` in
-    the others, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
+    ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer, ``strided_routing_iterations``
+    (where given) in the other layers that change the resolution (the stride-2 convolutions and the
+    deconvolutions) and ``routing_iterations`` in the rest, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
     paper's 1); every hidden layer with ``width`` times the paper's capsule types (``_layers``).
 
@@ -156,7 +162,9 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     last = _LAYERS[-1][0]
     bias = routing_bias and routing_is(routing, "pose_bias")
     for name, kind, t, din, j, dout, k, s in _layers(seg_kernel, width):
-        iterations = primary_routing_iterations if name == "primary" else routing_iterations
+        iterations = (primary_routing_iterations if name == "primary" else
+                      strided_routing_iterations if s != 1 and strided_routing_iterations is not None else
+                      routing_iterations)
         module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
                                softmax=routing_softmax, squash=squash)
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
@@ -346,6 +354,9 @@ class SegCapsConfig(StackRouted, JsonConfig):
     num_classes: int = 1  # one foreground class against the background (the paper's task)
     routing_iterations: int = 3  # R3: every capsule layer but the primary one (the authors' CapsNetR3)
     primary_routing_iterations: int = 1
+    strided_routing_iterations: int | None = None  # the rounds in the five layers after the primary one that change
+    # the resolution (conv_2_2, conv_3_2 and the three deconvolutions); null: routing_iterations (R3 routes 3 rounds
+    # in them as in every layer but the primary one; R1, 3 where its other layers route 1)
     routing_softmax: str = "parents"  # over the parent types, as the authors' code and Procedure 1; or "children"
     routing_bias: bool = True  # the authors' code: a learned bias per parent type, initialised to 0.1
     reconstruction: bool = True  # the masked-input reconstruction regulariser (section 3.3)
@@ -378,6 +389,8 @@ class SegCapsConfig(StackRouted, JsonConfig):
                              f"image's pixels), got {self.seg_kernel}: use {self.seg_kernel - 1} or "
                              f"{self.seg_kernel + 1}")
         check_range(self, "in_channels", 1, 64)
+        if self.strided_routing_iterations is not None:
+            check_range(self, "strided_routing_iterations", 1, 100)
         check_range(self, "num_classes", 1, 1)
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
@@ -401,9 +414,14 @@ class SegCapsConfig(StackRouted, JsonConfig):
 
 @dataclass(frozen=True)
 class SegCapsR1Config(SegCapsConfig):
-    """SegCaps R1: one routing round in every layer (the paper's faster variant)."""
+    """SegCaps R1, the paper's faster variant, as the authors' ``CapsNetR1``: one routing round in every capsule
+    layer but the five after the primary one that change the resolution, which route 3 (a run saved before
+    2026-11-30 routed one round everywhere, and reads back so)."""
 
-    routing_iterations: int = 1  # R1: one round in every capsule layer (the authors' CapsNetR1)
+    routing_iterations: int = 1  # R1: one round in the primary, the stride-1 layers and seg_caps (CapsNetR1)
+    strided_routing_iterations: int | None = 3  # R1: 3 rounds in conv_2_2, conv_3_2 and the deconvolutions (CapsNetR1)
+
+    _SAVED_BEFORE = {"strided_routing_iterations": 1}  # runs saved before the field existed routed 1 round there
 
     __hash__ = hash_as_saved  # a frozen dataclass writes its own field-tuple hash, which a dict defeats
 
@@ -426,7 +444,8 @@ class SegCaps(nn.Module):
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
                                   routing=cfg.routing, routing_options=cfg.routing_options,
-                                  seg_kernel=cfg.seg_kernel, width=cfg.width, deconv_init=cfg.deconv_init)
+                                  seg_kernel=cfg.seg_kernel, width=cfg.width, deconv_init=cfg.deconv_init,
+                                  strided_routing_iterations=cfg.strided_routing_iterations)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
 
