@@ -1041,3 +1041,36 @@ def test_generate_names_each_image_after_its_label_maps_own_file_name(gan_run, t
     generate_folder(gan_run, tmp_path / "labels", tmp_path / "out", seeds=(0,), progress=False)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         ["map0_seed0.png", "map2_seed0.png", f"{nfd}_seed0.png"])
+
+
+def test_a_gan_run_refuses_a_run_written_meanwhile_and_writes_nothing_into_a_folder_made_again(tmp_path, data_root,
+                                                                                               monkeypatch):
+    """The GAN loop locks its run as fit does (a review, 2026-11-30): a run written into the new folder while this
+    one loaded its data is refused, not replaced; a folder removed and made again mid-run gets nothing more."""
+    import capsnet.gan as gan_module
+
+    model, real = CapsPix2pixConfig(noise_dim=8, disc_channels=4), gan_module.load_training
+    raced = tmp_path / "raced"
+
+    def load_while_another_run_finishes(*args, **kwargs):
+        raced.mkdir()
+        (raced / "last.safetensors").write_bytes(b"the other run's")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(gan_module, "load_training", load_while_another_run_finishes)
+    with pytest.raises(CheckpointError, match=f"another capsnet run wrote {raced} while this one prepared its start"):
+        fit_gan(model, TINY, raced, device="cpu", data_root=data_root, progress=False)
+    assert {p.name: p.read_bytes() for p in raced.iterdir()} == {"last.safetensors": b"the other run's"}
+    monkeypatch.undo()
+
+    run = tmp_path / "run"
+
+    def replace_the_folder(record):
+        import shutil
+
+        shutil.rmtree(run)
+        run.mkdir()
+        (run / ".lock").write_text("12345")
+    with pytest.raises(CheckpointError, match=f"{run} was removed or replaced while this run trained"):
+        fit_gan(model, replace(TINY, epochs=2), run, device="cpu", data_root=data_root, progress=False,
+                on_epoch=replace_the_folder)
+    assert {p.name: p.read_text() for p in run.iterdir()} == {".lock": "12345"}

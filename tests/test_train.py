@@ -550,6 +550,42 @@ def test_a_run_another_process_writes_is_said_so_before_anything_else(trained_ru
                 fit(model, cfg, run, device="cpu", progress=False, resume=resume, data_root="/nowhere")
 
 
+def test_a_run_written_into_a_new_folder_while_this_one_loaded_its_data_is_refused_not_replaced(
+        trained_run, tmp_path, monkeypatch):
+    """A folder that did not exist as a run began was locked only at its first write: a second trainer into the
+    same new --out, still loading its data as the first finished, replaced the finished run without a word (a
+    review, 2026-11-30). Here the other run's files land in the folder while this one loads its data."""
+    import capsnet.train as train_module
+
+    run, real = tmp_path / "new", train_module.load_training
+
+    def load_while_another_run_finishes(*args, **kwargs):
+        shutil.copytree(trained_run, run)  # another process's run, written and finished meanwhile
+        return real(*args, **kwargs)
+    monkeypatch.setattr(train_module, "load_training", load_while_another_run_finishes)
+    with pytest.raises(CheckpointError, match=rf"another capsnet run wrote {run} while this one prepared its start: "
+                                              rf"{run} already holds a run \(last.safetensors\)"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), run, device="cpu", progress=False)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in trained_run.iterdir())
+    assert all((run / p.name).read_bytes() == p.read_bytes() for p in trained_run.iterdir())
+
+
+def test_a_run_whose_folder_is_removed_and_made_again_writes_nothing_more_there(tmp_path):
+    """A run whose folder was deleted (and made again by another run, which locked a new .lock) wrote its next
+    saves beside the new run's files, and removed the new run's lock as it ended (a review, 2026-11-30)."""
+    run = tmp_path / "run"
+
+    def replace_the_folder(record):
+        shutil.rmtree(run)
+        run.mkdir()
+        (run / ".lock").write_text("12345")  # the run that made it again, which holds it
+        (run / "config.json").write_text("the other run's")
+    with pytest.raises(CheckpointError, match=rf"{run} was removed or replaced while this run trained"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), run, device="cpu", progress=False,
+            on_epoch=replace_the_folder)
+    assert {p.name: p.read_text() for p in run.iterdir()} == {".lock": "12345", "config.json": "the other run's"}
+
+
 @pytest.mark.parametrize("how", ["no flock", "flock refused"])
 def test_without_a_lock_the_stale_writes_go_and_no_lock_file_stays(tmp_path, monkeypatch, how):
     """Windows (no fcntl) and file systems that refuse flock skipped the removal of writes a kill cut short, and

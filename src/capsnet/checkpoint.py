@@ -132,10 +132,32 @@ class RunLock:
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
 
+    def _holds_the_file(self) -> bool | None:
+        """Whether ``RUN/.lock`` is still the file this lock holds: False when it was removed or replaced (the run's
+        folder deleted, and perhaps made again by another run, which locked a new ``.lock``); None, unlocked."""
+        if self.fd is None:
+            return None
+        try:
+            now, held = os.stat(self.run_dir / ".lock"), os.fstat(self.fd)
+        except FileNotFoundError:
+            return False
+        return (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev)
+
+    def check(self) -> None:
+        """Before a write into the run: a CheckpointError when the run's folder was removed or replaced since the
+        lock was taken (a run whose folder was deleted wrote its next saves into the folder of the run that made it
+        again, beside that run's files), so that nothing more is written there."""
+        if self._holds_the_file() is False:
+            raise CheckpointError(f"{self.run_dir} was removed or replaced while this run trained (its .lock is not "
+                                  f"the one this run holds), so nothing more is written there; this run's files "
+                                  f"went with the folder")
+
     def release(self) -> None:
-        """Let go, removing ``RUN/.lock`` first (a run's folder holds only its files once it ended)."""
+        """Let go, removing ``RUN/.lock`` first (a run's folder holds only its files once it ended) when it is still
+        this lock's file (never a later run's, in a folder made again)."""
         if self.fd is not None:
-            (self.run_dir / ".lock").unlink(missing_ok=True)
+            if self._holds_the_file():
+                (self.run_dir / ".lock").unlink(missing_ok=True)
             os.close(self.fd)  # closing the descriptor drops its flock
             self.fd = None
         self.taken = False

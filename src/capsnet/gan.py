@@ -249,6 +249,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
         """``last.safetensors``: what a resume continues from (weights, both optimizers, random states; inside an
         epoch, ``g``, the epoch's batch generator, too)."""
+        lock.check()  # the folder still this run's
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
                                                   train_config=cfg.to_dict(), state=state,
@@ -299,7 +300,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # a schedule that cannot run refused before any file is written
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
-    lock.acquire()  # one process writes a run at a time; it removes the writes a kill cut short
+    _train.lock_new_run(lock, run_dir, model_config, cfg, resume)  # one process writes a run at a time
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),
                                                            "judge": None if judge is None else str(judge)}, indent=2))
@@ -395,6 +396,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             state["best"] = {"epoch": epoch, "accuracy": score, "split": held_name}
 
         # 5. Checkpoints, then the metrics log rewritten from the checkpoint's history.
+        lock.check()  # the folder still this run's
         if improved:
             with applied(average):
                 save_best(best_path, name, model_config, cfg, state, model)

@@ -698,6 +698,22 @@ def _a_runs_config(path: Path) -> bool:
     return {"model", "model_config", "train_config"} <= found.keys()
 
 
+def lock_new_run(lock: RunLock, run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool) -> None:
+    """Take ``lock`` on the made ``run_dir`` before the run's first write. A folder that did not exist as the run
+    began was not locked then, and another run may have been written there since (a second trainer into the same
+    new ``--out``, still loading its data as the first one finished, replaced the finished run): what
+    ``start_or_resume`` found is asked again under the lock, and such a run refused, not replaced."""
+    early = lock.taken
+    lock.acquire()
+    if early:
+        return
+    try:
+        start_or_resume(run_dir, model_config, cfg, resume)
+    except CheckpointError as e:
+        lock.release()
+        raise CheckpointError(f"another capsnet run wrote {run_dir} while this one prepared its start: {e}") from None
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -1009,6 +1025,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                   ranks_rng: dict[str, torch.Tensor] | None = None) -> None:
         """``last.safetensors``: what a resume continues from (weights, optimizer, random state; inside an epoch,
         ``g``, the epoch's batch generator, too, and under torchrun ``ranks_rng``, every rank's random state)."""
+        if lock is not None:
+            lock.check()  # the folder still this run's
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
             opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
@@ -1072,7 +1090,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
         run_dir.mkdir(parents=True, exist_ok=True)
         if lock is not None:  # one process writes a run at a time; it removes the writes a kill cut short
-            lock.acquire()
+            lock_new_run(lock, run_dir, model_config, cfg, resume)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                                "train_config": cfg.to_dict()}, indent=2))
 
@@ -1211,6 +1229,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
                 # 5. Checkpoints, then the metrics log rewritten from the checkpoint's
                 # history, so the two always agree whatever moment a crash strikes.
+                if lock is not None:
+                    lock.check()  # the folder still this run's
                 if improved:
                     with applied(average):
                         save_best(best_path, name, model_config, cfg, state, model)
