@@ -109,3 +109,29 @@ def test_a_log_folder_the_probe_cannot_write_in_is_refused_even_for_root(tmp_pat
     with pytest.raises(ValueError, match=r"--tensorboard .*tb: the folder is not writable \(Read-only file system\); "
                                          r"give a folder you can write"):
         tb.check_log_dir(tmp_path / "tb")
+
+
+def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(tmp_path, capsys):
+    """Two runs given one --tensorboard DIR both logged there, and TensorBoard drew their scalars as one run's,
+    interleaved at the same steps (a review, 2026-11-30): the folder is marked as its run's, another run is refused
+    before anything is written, and the run's own resume carries on there."""
+    from capsnet.tensorboard import RUN_MARK, claim_log_dir
+
+    board, a, b = tmp_path / "tb", tmp_path / "a", tmp_path / "b"
+    flags = [*TINY_FLAGS, "--epochs", "1", "--no-decoder", "--tensorboard", str(board)]
+    assert main(["train", *flags, "--out", str(a)]) == 0
+    assert (board / RUN_MARK).read_text().strip() == str(a.resolve())
+    capsys.readouterr()
+    assert main(["train", *flags, "--out", str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"--tensorboard {board} holds the TensorBoard logs of another run ({a.resolve()})" in err
+    assert f"(e.g. --tensorboard {board / 'b'}: `tensorboard --logdir {board}` shows every run under it)" in err
+    assert not b.exists()
+    assert main(["train", *flags, "--epochs", "2", "--out", str(a), "--resume"]) == 0
+    assert [e.step for e in _events(board).Scalars("test_accuracy")] == [4, 8]  # 200 digits / 50 a step
+    with pytest.raises(ValueError, match="holds the TensorBoard logs of another run"):  # marked since the check
+        claim_log_dir(board, b)
+    unmarked = tmp_path / "old"  # logs from before the mark: taken as the run's
+    unmarked.mkdir()
+    claim_log_dir(unmarked, b)
+    assert (unmarked / RUN_MARK).read_text().strip() == str(b.resolve())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from .checkpoint import unwritable
 from .data.sets import unit_float
 
-__all__ = ["TensorBoardLogger", "EXAMPLES", "check_log_dir"]
+__all__ = ["TensorBoardLogger", "EXAMPLES", "check_log_dir", "claim_log_dir", "RUN_MARK"]
 
 EXAMPLES = 8  # held-out examples drawn every epoch
 
@@ -34,10 +35,46 @@ def _writer_class() -> Any:
     return SummaryWriter
 
 
-def check_log_dir(log_dir: str | os.PathLike | None) -> None:
+RUN_MARK = ".capsnet-run"  # in a log folder: the run directory whose logs it holds (its resolved path)
+
+
+def _other_run(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> str | None:
+    """The run directory another run's logs in ``log_dir`` belong to (its mark), or None: no mark, or this run's."""
+    try:
+        mark = (Path(log_dir) / RUN_MARK).read_text(encoding="utf-8", errors="replace").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return None if mark == str(Path(run_dir).resolve()) else mark
+
+
+def _refuse_other_run(folder: str, other: str, run_dir: str | os.PathLike) -> None:
+    raise ValueError(f"--tensorboard {folder} holds the TensorBoard logs of another run ({other}): TensorBoard draws "
+                     f"the scalars of one folder as one run's, so the two would be interleaved at the same steps; "
+                     f"give each run a folder of its own (e.g. --tensorboard {os.path.join(folder, Path(run_dir).name)}"
+                     f": `tensorboard --logdir {folder}` shows every run under it), or remove {folder} if that run's "
+                     f"logs are not wanted")
+
+
+def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> None:
+    """Mark ``log_dir`` as ``run_dir``'s (created only if unmarked, so of two runs starting at once one marks it),
+    or the ValueError of ``check_log_dir`` when another run marked it (two runs logged into one folder, and
+    TensorBoard drew them as one run). A folder of logs from before the mark is taken as this run's."""
+    path = Path(log_dir) / RUN_MARK
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    except FileExistsError:
+        if (other := _other_run(log_dir, run_dir)) is not None:
+            _refuse_other_run(os.fspath(log_dir), other, run_dir)
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(str(Path(run_dir).resolve()) + "\n")
+
+
+def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike | None = None) -> None:
     """Before any work (data loading, a run's first file): ``log_dir`` names a folder that can be made and
-    written, and the tensorboard package is there; a ValueError naming the fix otherwise. An empty name is
-    refused rather than left to SummaryWriter, which logs to ./runs/DATE_HOST for it."""
+    written, not marked as another run's than ``run_dir`` (``claim_log_dir``), and the tensorboard package is
+    there; a ValueError naming the fix otherwise. An empty name is refused rather than left to SummaryWriter,
+    which logs to ./runs/DATE_HOST for it."""
     if log_dir is None:
         return
     if str(log_dir).strip() == "":
@@ -52,13 +89,20 @@ def check_log_dir(log_dir: str | os.PathLike | None) -> None:
                          f"you can write") from None
     if (why := unwritable(folder)) is not None:  # the run files' probe (os.access passes root on a read-only disk)
         raise ValueError(f"--tensorboard {folder}: the folder is not writable ({why}); give a folder you can write")
+    if run_dir is not None and (other := _other_run(folder, run_dir)) is not None:
+        _refuse_other_run(folder, other, run_dir)
 
 
 class TensorBoardLogger:
     """Writes one epoch at a time into ``log_dir`` (created if missing)."""
 
-    def __init__(self, log_dir: str | os.PathLike, images: torch.Tensor) -> None:
-        """``images``: the held-out examples drawn every epoch, (N, C, H, W), uint8 or float in [0, 1]."""
+    def __init__(self, log_dir: str | os.PathLike, images: torch.Tensor,
+                 run_dir: str | os.PathLike | None = None) -> None:
+        """``images``: the held-out examples drawn every epoch, (N, C, H, W), uint8 or float in [0, 1]; ``run_dir``,
+        the run whose logs these are: the folder is marked as its (``claim_log_dir``)."""
+        if run_dir is not None:
+            os.makedirs(log_dir, exist_ok=True)
+            claim_log_dir(log_dir, run_dir)
         self.writer = _writer_class()(log_dir=str(log_dir))
         self.images = unit_float(images[:EXAMPLES])
 

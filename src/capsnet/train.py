@@ -881,7 +881,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        check_log_dir(tensorboard)
+        check_log_dir(tensorboard, run_dir)
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
@@ -1104,7 +1104,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if tensorboard is not None and main:  # the same scalars as metrics.jsonl, and images, every evaluated epoch
         from .tensorboard import TensorBoardLogger
 
-        board = TensorBoardLogger(tensorboard, held.images)
+        board = TensorBoardLogger(tensorboard, held.images, run_dir)
     try:  # the board's writer thread ends with the run (a notebook's fit after fit kept one each)
         train_model = compile_model(model if launch is None else
                                     _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
