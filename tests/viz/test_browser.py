@@ -64,6 +64,16 @@ def test_pick_draw_and_slide(page_url, viewer):
             page.click("#show-test")
             page.wait_for_function("document.body.dataset.walks === '2'")
             assert "test image #7" in page.inner_text("#source")
+            # what a screen reader is told (a review, 2026-11-30: nothing was): the result, once, in a live region;
+            # which capsule is selected; what the input canvas holds
+            label = page.evaluate("state.info.classes[state.walk.predicted]")
+            assert page.inner_text("#announce").startswith(f"test image #7, label ")
+            assert f": predicted {label} (capsule " in page.inner_text("#announce")
+            assert page.get_attribute("#announce", "aria-live") == "polite"
+            pressed = page.locator("#lengths .bar[aria-pressed='true']")
+            assert pressed.count() == 1 and pressed.get_attribute("data-capsule") == str(page.evaluate("state.selected"))
+            assert pressed.get_attribute("aria-label").startswith(f"capsule {page.evaluate('state.selected')} (")
+            assert "test image #7" in page.get_attribute("#input", "aria-label")
             recon = "document.getElementById('recon').toDataURL()"
             before = page.evaluate(recon)
 
@@ -78,6 +88,7 @@ def test_pick_draw_and_slide(page_url, viewer):
                 page.focus(f"#dim-{d}")
                 page.keyboard.press(key)
             page.wait_for_function("document.querySelector('#dim-13-value').textContent === '+0.250'")
+            assert page.get_attribute("#dim-13", "aria-valuetext") == "+0.250"  # the offset shown, not the raw value
             page.wait_for_function("Number(document.body.dataset.reconstructions || 0) >= 1 "
                                    "&& !state.inflight && !state.pending")
             page.wait_for_function(f"{recon} !== {before!r}")
@@ -150,6 +161,15 @@ def test_pick_draw_and_slide(page_url, viewer):
                 assert page.inner_text("#checkpoint-changed") == f"Note: {viewer.file_changed()}."
             finally:
                 viewer._stamp = stamp
+            # an empty test-image field is named, not read as image 0
+            walks = page.evaluate("document.body.dataset.walks")
+            page.fill("#test-index", "")
+            page.click("#show-test")
+            assert page.inner_text("#error") == f"enter a test image number, 0 to {viewer.info()['test_size'] - 1}"
+            assert page.evaluate("document.body.dataset.walks") == walks
+            # 400% zoom of a 1280-px window: the page reflows, no sideways scroll (the conv1 maps overflowed)
+            page.set_viewport_size({"width": 320, "height": 800})
+            assert page.evaluate("document.documentElement.scrollWidth") <= 320
             assert errors == []
         finally:
             browser.close()

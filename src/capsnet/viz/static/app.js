@@ -29,8 +29,20 @@ const $ = (id) => document.getElementById(id);
 
 function showError(message) {
   const el = $("error");
+  if (el.textContent === message && el.hidden === !message) return;  // the same alert again is not news
   el.textContent = message;
   el.hidden = !message;
+}
+
+// an error of a request, in the page's words: fetch's TypeError is the server not answering
+function failure(err) {
+  return err instanceof TypeError ? `the viewer at ${location.host} is not answering (stopped?): ${err.message}`
+    : err.message;
+}
+
+// one line for screen readers (a polite live region) when a new input's result is shown
+function announce(text) {
+  $("announce").textContent = text;
 }
 
 async function api(path, body, raw) {
@@ -102,6 +114,8 @@ function drawLabelledTiles(box, bytes, n, h, w, { label = (k) => `${k}`, color =
     const canvas = document.createElement("canvas");
     drawTiles(canvas, bytes.subarray(k * h * w, (k + 1) * h * w), 1, h, w, { cols: 1, scale: 1, gap: 0, color });
     if (title) canvas.title = title(k);
+    canvas.setAttribute("role", "img");
+    canvas.setAttribute("aria-label", title ? title(k) : label(k));
     const cap = document.createElement("figcaption");
     cap.textContent = label(k);
     fig.append(canvas, cap);
@@ -163,6 +177,9 @@ function renderLengths() {
     bar.dataset.capsule = j;
     bar.tabIndex = 0;  // reached by Tab, chosen by Enter or Space, as a click chooses it
     bar.setAttribute("role", "button");
+    bar.setAttribute("aria-pressed", String(j === state.selected));  // which capsule is selected, not only seen
+    bar.setAttribute("aria-label", `capsule ${j} (${info.classes[j]}), ${word} ${len.toFixed(3)}` +
+      (j === w.predicted ? ", predicted" : ""));
     bar.innerHTML = `<span class="name"></span><span class="track"><span class="fill"></span>` +
       (word === "length" ? `<span class="margin" style="left:90%"></span><span class="margin" style="left:10%"></span>`
         : "") + `</span><span class="value"></span>`;
@@ -255,6 +272,7 @@ function renderLayers() {
     : `your image (${s.size[0]}x${s.size[1]} px, ${info.upload_style === "frame"
       ? "fitted to the frame as Fashion-MNIST's items were" : "preprocessed as MNIST was"})`;
   if (s.kind === "test") $("test-index").value = s.index;
+  $("input").setAttribute("aria-label", `what the network sees: ${$("source").textContent}`);
 }
 
 function buildSliders() {
@@ -283,7 +301,9 @@ function buildSliders() {
 function showSliderValue(d) {
   const base = state.walk.poses[state.selected][d];
   const delta = state.pose[d] - base;
-  $(`dim-${d}-value`).textContent = `${delta >= 0 ? "+" : ""}${delta.toFixed(3)}`;
+  const text = `${delta >= 0 ? "+" : ""}${delta.toFixed(3)}`;
+  $(`dim-${d}-value`).textContent = text;
+  $(`dim-${d}`).setAttribute("aria-valuetext", text);  // the offset shown, not the pose's raw value
 }
 
 function resetSliders() {
@@ -311,11 +331,12 @@ async function requestReconstruction() {
     const r = await api("/api/reconstruct", { capsule: state.selected, pose: state.pose });
     if (seq !== state.reconSeq) return;  // another capsule or image was chosen meanwhile
     drawImage($("recon"), r.reconstruction);
+    $("recon").setAttribute("aria-label", `reconstruction from capsule ${state.selected} with the sliders' offsets`);
     $("latency").textContent = `${(performance.now() - started).toFixed(1)} ms`;
     document.body.dataset.reconstructions = Number(document.body.dataset.reconstructions || 0) + 1;
     showError("");
   } catch (err) {
-    showError(err.message);
+    showError(failure(err));
   } finally {
     state.inflight = false;
     if (state.pending) { state.pending = false; requestReconstruction(); }
@@ -331,6 +352,7 @@ function selectCapsule(j) {
   if (j === state.walk.predicted && state.walk.reconstruction) {
     state.reconSeq++;  // a reconstruction still on its way is of another capsule or image
     drawImage($("recon"), state.walk.reconstruction);
+    $("recon").setAttribute("aria-label", `reconstruction from capsule ${j}, the predicted one`);
   } else {
     requestReconstruction();
   }
@@ -354,6 +376,9 @@ function showWalk(w) {
       "model? Reload the page");
   }
   if (w.source.kind === "test" && state.clearDrawing) state.clearDrawing();  // the drawing no longer is the input
+  const kind = state.info.kind, source = $("source").textContent || "your input";
+  announce(kind === "classification" ? `${source}: predicted ${$("predicted").textContent}`
+    : `${source}: ${kind === "segmentation" ? "segmented" : "samples drawn"}`);
   document.body.dataset.walks = Number(document.body.dataset.walks || 0) + 1;
   showError("");
 }
@@ -380,8 +405,7 @@ async function walk(path, body, raw) {
   } catch (err) {
     // refused by the server: a re-walk sends the input shown (a layer picked then is drawn for that one)
     if (seq === state.walkSeq && state.last === asked) state.last = state.shown;
-    showError(err instanceof TypeError ? `the viewer at ${location.host} is not answering (stopped?): ${err.message}`
-      : err.message);
+    showError(failure(err));
   }
 }
 
@@ -429,7 +453,14 @@ function setUpPickers() {
     option.value = k; option.textContent = name === String(k) ? name : `${k}: ${name}`;
     select.appendChild(option);
   });
-  $("show-test").addEventListener("click", () => walk("/api/forward", { index: Number($("test-index").value) }));
+  $("show-test").addEventListener("click", () => {
+    const given = $("test-index").value.trim();  // Number("") is 0: an empty field showed image 0 unasked
+    if (given === "") {
+      showError(`enter a ${$("test-noun").textContent.toLowerCase()} number, 0 to ${state.info.test_size - 1}`);
+      return;
+    }
+    walk("/api/forward", { index: Number(given) });
+  });
   $("test-index").addEventListener("keydown", (e) => { if (e.key === "Enter") $("show-test").click(); });
   $("next-of-class").addEventListener("click", () => {
     const k = Number(select.value);
