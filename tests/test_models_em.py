@@ -481,3 +481,32 @@ def test_an_em_run_saved_before_its_start_fields_reads_as_the_start_it_had(confi
     new = config.from_dict(old)  # a config typed today takes today's defaults
     assert (new.transform_std, new.beta_a_init, new.class_beta_a_init) == (0.3, -25.0, -12.5)
     assert config.from_saved(old | {"transform_std": 0.3}).transform_std == 0.3  # a recorded value wins
+
+
+@pytest.mark.parametrize("side", [28, 32])
+def test_coordinate_addition_in_the_receptive_fields_frame_is_each_childs_field_centre_over_the_image(side):
+    """coordinate_frame="receptive-field" adds what section 4 says, the scaled centre of each ConvCaps2 capsule's
+    receptive field in the image (counted by hand: conv1 5x5 stride 2, the 1x1 primaries, 3x3 stride 2, 3x3 stride
+    1, no padding: position q sees pixels 4q..4q+16, centred on pixel 4q+8, coordinate 4q+8.5); "grid", the
+    default, the cell's centre in the 3x3 or 4x4 grid."""
+    class Votes(torch.nn.Module):
+        def forward(self, votes, a):
+            self.votes = votes
+            return None
+
+    for frame, centre in (("grid", lambda q, n: (q + 0.5) / n), ("receptive-field", lambda q, n: (4 * q + 8.5) / side)):
+        model = create_model("em-capsnet-small", input_height=side, input_width=side, num_classes=3,
+                             coordinate_frame=frame)
+        with torch.no_grad():
+            grid = model._conv_capsules(torch.zeros(1, 1, side, side)).poses.shape[1]
+            model.classes.routing = seen = Votes()
+            I = model.config.caps2_types
+            model.classes(MatrixCaps(torch.zeros(1, grid, grid, I, 16), torch.ones(1, grid, grid, I)))
+        votes = seen.votes.view(1, grid, grid, I, 3, 16)  # zero poses: the votes are the coordinates alone
+        expected = torch.tensor([centre(q, grid) for q in range(grid)])
+        assert grid == {28: 3, 32: 4}[side]
+        torch.testing.assert_close(votes[0, :, 0, 0, 0, 3], expected)  # rows down the first column
+        torch.testing.assert_close(votes[0, 0, :, 0, 0, 7], expected)  # columns along the first row
+        assert votes[..., [0, 1, 2, 4, 5, 6] + list(range(8, 16))].abs().max() == 0
+    with pytest.raises(ValueError, match="coordinate_frame"):
+        create_model("em-capsnet-small", coordinate_frame="image")

@@ -144,20 +144,29 @@ class ConvMatrixCaps(nn.Module):
 class ClassMatrixCaps(nn.Module):
     """Class capsules: every child votes for every class with a transformation shared over positions.
 
-    Coordinate addition (section 4): the scaled (row, column) of a child's
-    position, ((r + 0.5) / H, (c + 0.5) / W), is added to the first two
-    entries of the right-hand column of its vote matrix, flat entries 3 and 7.
+    Coordinate addition (section 4): a scaled (row, column) of each child is
+    added to the first two entries of the right-hand column of its vote
+    matrix, flat entries 3 and 7. By default the centre of the child's cell
+    in its own grid, ((r + 0.5) / H, (c + 0.5) / W), as Gritzman's port (and
+    most ports) scale it; with ``receptive_field`` = (stride, offset, image
+    height, image width), the centre of its receptive field in the image,
+    ((stride r + offset) / image height, ...), the paper's words ("the scaled
+    coordinate (row, column) of the center of the receptive field of each
+    capsule"; the network's composed stride and the first centre's pixel
+    coordinate, which the model computes from its layers).
     """
 
     def __init__(self, in_types: int, classes: int, *, routing: nn.Module, coordinate_addition: bool = True,
-                 std: float = 0.5) -> None:
+                 std: float = 0.5, receptive_field: tuple[int, float, int, int] | None = None) -> None:
         super().__init__()
         self.in_types, self.classes, self.coordinate_addition = in_types, classes, coordinate_addition
+        self.receptive_field = receptive_field
         self.weight = _transform((in_types, classes), std)  # (I, J, 4, 4)
         self.routing = routing
 
     def extra_repr(self) -> str:
-        return f"in_types={self.in_types}, classes={self.classes}, coordinate_addition={self.coordinate_addition}"
+        return (f"in_types={self.in_types}, classes={self.classes}, coordinate_addition={self.coordinate_addition}"
+                + (f", receptive_field={self.receptive_field}" if self.receptive_field is not None else ""))
 
     def forward(self, caps: MatrixCaps, *, record: bool = False):
         """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> a ``RoutingResult`` over the
@@ -169,8 +178,13 @@ class ClassMatrixCaps(nn.Module):
         p = caps.poses.reshape(N, H, W, I, 4, 4)
         votes = torch.einsum("nhwixy,ijyz->njhwixz", p, self.weight).reshape(N, J, H, W, I, POSE)  # upper-major
         if self.coordinate_addition:
-            rows = (torch.arange(H, device=p.device, dtype=p.dtype) + 0.5) / H  # (H,)
-            cols = (torch.arange(W, device=p.device, dtype=p.dtype) + 0.5) / W  # (W,)
+            if self.receptive_field is None:  # the cell's centre in its own grid
+                rows = (torch.arange(H, device=p.device, dtype=p.dtype) + 0.5) / H  # (H,)
+                cols = (torch.arange(W, device=p.device, dtype=p.dtype) + 0.5) / W  # (W,)
+            else:  # the receptive field's centre in the image
+                stride, offset, image_h, image_w = self.receptive_field
+                rows = (torch.arange(H, device=p.device, dtype=p.dtype) * stride + offset) / image_h
+                cols = (torch.arange(W, device=p.device, dtype=p.dtype) * stride + offset) / image_w
             coords = votes.new_zeros(H, W, POSE)
             coords[:, :, 3] = rows.view(H, 1)
             coords[:, :, 7] = cols.view(1, W)

@@ -45,6 +45,19 @@ from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
+COORDINATE_FRAMES = ("grid", "receptive-field")  # EMCapsNetConfig.coordinate_frame
+# the receptive field of a ConvCaps2 capsule at (r, c): conv1 (5x5, stride 2), the 1x1 primary capsules, ConvCaps1
+# (3x3, stride 2), ConvCaps2 (3x3, stride 1), no padding; the centre of a K-wide window from s q is s q + (K - 1) / 2
+_LAYER_WINDOWS = ((5, 2), (1, 1), (3, 2), (3, 1))  # (kernel, stride), image to ConvCaps2
+
+
+def receptive_field_centres() -> tuple[int, float]:
+    """(stride, offset): the pixel coordinate of the centre of the receptive field of the ConvCaps2 capsule at grid
+    position q is stride q + offset (pixel i spanning [i, i + 1)), composed over ``_LAYER_WINDOWS``."""
+    stride, offset = 1, 0.5  # at ConvCaps2: q itself, then back through each layer to the image
+    for k, s in reversed(_LAYER_WINDOWS):
+        stride, offset = stride * s, offset * s + (k - 1) / 2 - (0.5 * s - 0.5)
+    return stride, offset
 PRIMARY_INITS = ("pytorch", "official")
 
 __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
@@ -65,6 +78,10 @@ class EMCapsNetConfig(JsonConfig):
     routing_iterations: int = 3  # Table 1: 3 iterations give the lowest smallNORB error
     final_lambda: float = 0.01  # official code: inverse temperature scale (the class layer takes a quarter)
     coordinate_addition: bool = True  # section 4: the class layer adds its child's scaled (row, column) to each vote
+    # which (row, column): "grid", the child's cell centre in its own grid, (r + 0.5) / H (Gritzman's port; every
+    # run recorded here), or "receptive-field", the centre of its receptive field in the image over the image's side,
+    # the paper's words (section 4; the official code adds pixel coordinates centred and over 100 instead)
+    coordinate_frame: str = "grid"
     normalise_cost: bool = False  # EMRouting's option: each parent's cost standardised against the others
     margin_start: float = 0.2  # section 4.1: "starting with a small margin of 0.2 ...
     margin_end: float = 0.9  # ... and linearly increasing it during training to 0.9"
@@ -125,6 +142,7 @@ class EMCapsNetConfig(JsonConfig):
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
         check_choice(self, "conv_e_step", CONV_E_STEPS)
+        check_choice(self, "coordinate_frame", COORDINATE_FRAMES)
         check_choice(self, "primary_init", PRIMARY_INITS)
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
@@ -211,9 +229,11 @@ class EMCapsNet(nn.Module):
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         class_em = EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, beta_a_init=cfg.class_beta_a_init,
                              beta_u_init=class_beta_u, **em)
+        field = None if cfg.coordinate_frame == "grid" else (*receptive_field_centres(), cfg.input_height,
+                                                             cfg.input_width)
         self.classes = ClassMatrixCaps(cfg.caps2_types, cfg.num_classes, coordinate_addition=cfg.coordinate_addition,
                                        std=std if cfg.class_transform_std is None else cfg.class_transform_std,
-                                       routing=class_em)
+                                       routing=class_em, receptive_field=field)
 
     @torch.no_grad()
     def _official_start(self) -> None:
