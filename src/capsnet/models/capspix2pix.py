@@ -41,6 +41,18 @@ logits over the positions left (one position for a square power of two).
 stride-2 layers), the baseline's discriminator, so a comparison with pix2pix
 can differ in the generator alone. ``capsule_norm="instance"`` is SegCaps'
 per-example capsule normalisation (not in the paper) in the generator.
+Smaller departures: the stride-2 capsule layers pad as SegCaps' code
+(TensorFlow's "same": one row and column before, two after), where the
+reference's ``padding=2`` pads two on each side, so its grid samples the
+input one pixel up and left of this one's; the discriminator's loss is
+halved (pix2pix's), the reference's ``errD`` is not (Adam takes out a
+constant scale, but for its epsilon); ``init_gan_weights`` zeroes the
+plain convolutions' biases, which the reference's ``weights_init`` leaves
+at PyTorch's default; and the learning rate follows capsnet's schedule
+(``--lr-decay 0.96`` every ``--lr-decay-steps 2000`` by default; every
+synthesis run recorded here used it), where the reference's anneals
+linearly to 0.88 of 2e-4 over its 50 epochs (``--lr-decay 1`` keeps it
+constant).
 
 ``ConditionalGAN``, what this model and pix2pix (``capsnet.models.pix2pix``)
 share, is here too: the noise, seeded generation, the two losses.
@@ -126,7 +138,8 @@ def check_patch_layers(cfg: Any, name: str) -> None:
 
 def init_gan_weights(module: nn.Module) -> None:
     """DCGAN's and pix2pix's initialisation (the reference code's ``weights_init``): plain convolutions N(0, 0.02)
-    with zero bias, batch-norm scales N(1, 0.02) and shifts 0. Capsule layers and linear layers keep their own."""
+    with zero bias (the reference leaves their biases at PyTorch's default), batch-norm scales N(1, 0.02) and
+    shifts 0. Capsule layers and linear layers keep their own."""
     for m in module.modules():
         if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
             nn.init.normal_(m.weight, 0.0, 0.02)

@@ -1,4 +1,6 @@
-"""EM routing: Hinton, Sabour and Frosst, "Matrix capsules with EM routing" (ICLR 2018), Procedure 1.
+"""EM routing: Hinton, Sabour and Frosst, "Matrix capsules with EM routing" (ICLR 2018), Procedure 1 (in a
+convolutional layer, each window is routed on its own by default, not Procedure 1's normalisation of a child over
+every parent of every window holding it, which ``child_norm`` gives: "Children shared between rows" below).
 
 Each upper capsule j is a Gaussian over the votes: the M-step fits its mean
 (the pose) and per-dimension variance to the votes weighted by the routing

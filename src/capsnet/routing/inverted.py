@@ -5,7 +5,8 @@ The parents' poses start as the plain mean of the votes (the first pass is
 uniform, 1/J); every later pass lets each child attend to the parents whose
 current pose agrees with its vote, a softmax over the parents of
 ``v_ij . p_j / sqrt(D)`` (the inverted attention: children compete for
-parents), and sets ``p_j = sum_i r_ij v_ij`` (no division by sum_i r_ij).
+parents; the 1 / sqrt(D) is the official code's, the paper's Eq. 2 has no
+scale), and sets ``p_j = sum_i r_ij v_ij`` (no division by sum_i r_ij).
 Layer normalisation over the D pose entries follows every pass; there is no
 squash and no activation: ``activations`` are the pose lengths. The paper's
 "concurrent" routing across layers is not modelled: each layer routes its
