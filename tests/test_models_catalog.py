@@ -145,7 +145,7 @@ def test_capsnet_models_name_prints_a_row_per_field_and_json_matches_the_library
     rows = [line for line in r.stdout.splitlines() if re.match(r"\| [a-z_0-9]+ \| ", line)]
     assert [row.split(" | ")[0][2:] for row in rows] == ["field", *fields]  # the header, then one row a field
     assert "| routing_iterations | int | 2 | the paper's CIFAR runs" in r.stdout
-    assert "--model-option routing_iterations=2" in r.stdout
+    assert "--model-option routing_mode=sequential" in r.stdout
     r = in_process(capsys, "models", "segcaps", "--json")
     assert r.returncode == 0 and json.loads(r.stdout) == json.loads(json.dumps(describe("segcaps")))
     r = in_process(capsys, "models", "--json")

@@ -135,3 +135,80 @@ def test_bf16_autocast_step_is_finite_and_close_to_fp32():
         half = torch.autograd.grad(out.activations.float().sum(), votes)[0]
     assert torch.isfinite(half).all() and half.dtype == torch.float32
     torch.testing.assert_close(half, full, rtol=0.1, atol=0.05)
+
+
+def test_concurrent_routing_is_the_official_codes_iteration_over_every_layer():
+    """routing_mode="concurrent" (the paper's contribution; the official CapsModel.forward without
+    --sequential_routing): a uniform pass in every layer bottom up, then in each later iteration every layer one pass
+    from the capsules of the iteration before, its input and its own parents. Checked against that loop written here
+    over the votes each layer makes (caught from its routing) and the pass from the paper: r_ij = softmax over j of
+    v_ij . p_j / sqrt(D), p_j = LayerNorm(sum_i r_ij v_ij)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from capsnet.layers import MatrixCaps
+    from capsnet.routing import RoutingResult
+
+    torch.manual_seed(0)
+    small = dict(backbone_channels=8, primary_types=4, caps_types=4)
+    model = create_model("inverted-capsnet", routing_iterations=3, routing_mode="concurrent", **small).eval()
+    layers = (model.caps1, model.caps2, model.classes)
+    with torch.no_grad():
+        for layer in layers:  # layer norms away from their identity start
+            layer.routing.norm.weight.uniform_(0.5, 1.5)
+            layer.routing.norm.bias.uniform_(-0.5, 0.5)
+    x = torch.rand(2, 1, 28, 28)
+
+    class Catch(nn.Module):
+        def forward(self, votes, activations=None, bias=None, record=False):
+            self.votes = votes
+            B, I, J, D = votes.shape
+            return RoutingResult(votes.new_zeros(B, J, D), votes.new_zeros(B, J), votes.new_zeros(B, I, J))
+
+    def one_pass(layer, below, start):
+        routing, layer.routing = layer.routing, Catch()
+        try:
+            shaped = layer(below)
+            v = layer.routing.votes
+        finally:
+            layer.routing = routing
+        B, I, J, D = v.shape
+        r = torch.full((B, I, J), 1 / J) if start is None else \
+            torch.softmax(torch.einsum("bijd,bjd->bij", v, start) / math.sqrt(D), dim=2)
+        norm = routing.norm
+        p = F.layer_norm(torch.einsum("bij,bijd->bjd", r, v), (D,), norm.weight, norm.bias, norm.eps)
+        if layer is model.classes:
+            return p
+        N, H, W, J, D = shaped.poses.shape
+        return MatrixCaps(p.reshape(N, H, W, J, D), p.norm(dim=-1).reshape(N, H, W, J))
+
+    def parents(caps):
+        return caps if isinstance(caps, torch.Tensor) else caps.poses.reshape(-1, *caps.poses.shape[3:])
+
+    with torch.no_grad():
+        primary = model._primary_capsules(x)
+        c1 = one_pass(model.caps1, primary, None)
+        c2 = one_pass(model.caps2, c1, None)
+        top = one_pass(model.classes, c2, None)
+        for _ in range(2):
+            c1, c2, top = (one_pass(model.caps1, primary, parents(c1)), one_pass(model.caps2, c1, parents(c2)),
+                           one_pass(model.classes, c2, top))
+        expected = model.head(top).squeeze(-1)
+        got = model(x)
+        torch.testing.assert_close(got.logits, expected, rtol=1e-4, atol=1e-5)
+        sequential = create_model("inverted-capsnet", routing_iterations=3, **small).eval()
+        sequential.load_state_dict(model.state_dict())
+        assert (sequential(x).logits - got.logits).abs().max() > 1e-3  # a different routing, not the same one
+        view = model.routing_view(x)
+        assert view.rounds.shape[1] == 3 and torch.allclose(view.rounds[:, 0], torch.full_like(view.rounds[:, 0], 0.1))
+    for R in (1,):  # one iteration: the same uniform passes either way
+        a = create_model("inverted-capsnet", routing_iterations=R, routing_mode="concurrent", **small).eval()
+        b = create_model("inverted-capsnet", routing_iterations=R, **small).eval()
+        b.load_state_dict(a.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(a(x).logits, b(x).logits)
+    model.train()
+    model(x).logits.sum().backward()  # every weight learns through the iterations
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    with pytest.raises(ValueError, match="routing_mode"):
+        create_model("inverted-capsnet", routing_mode="parallel")

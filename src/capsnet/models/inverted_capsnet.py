@@ -10,6 +10,13 @@ stride 1 (32 types each) -> class capsules (a 4x4 matrix per child position
 and class) -> one linear map of each class pose to its logit, trained with
 cross-entropy. Votes are pose times matrix; every routing layer has its own
 layer norm and 2 passes.
+
+``routing_mode``: "sequential" routes each layer's passes on its own before
+the next layer (the code's ``--sequential_routing``; every run recorded
+here); "concurrent", the paper's contribution and the code's default,
+routes every layer one pass per iteration: the first iteration a uniform
+pass bottom up, each later one every layer again from the capsules of the
+iteration before (its input, and its own parents' poses to agree with).
 """
 from __future__ import annotations
 
@@ -21,13 +28,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types
+from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
-from ..routing import InvertedDotProductRouting, RoutingView
+from ..routing import InvertedDotProductRouting, RoutingResult, RoutingView
 from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
-__all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss"]
+__all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss",
+           "ROUTING_MODES"]
+
+ROUTING_MODES = ("sequential", "concurrent")  # InvertedCapsNetConfig.routing_mode
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,10 @@ class InvertedCapsNetConfig(JsonConfig):
     primary_types: int = 32  # primary capsule types (4x4 poses, from a 1x1 convolution)
     caps_types: int = 32  # the types of each of the two convolutional capsule layers
     routing_iterations: int = 2  # the paper's CIFAR runs ("num_routing 2"); the code warns that more than 3 converge slowly
+    # "sequential": each layer routes its passes before the next (the code's --sequential_routing; every run recorded
+    # here); "concurrent": every layer one pass an iteration, from the capsules of the iteration before (the paper's
+    # and the code's default; module docstring)
+    routing_mode: str = "sequential"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -51,6 +65,7 @@ class InvertedCapsNetConfig(JsonConfig):
             check_range(self, name, 1, 1 << 16)
         check_range(self, "num_classes", 2, 1 << 16)  # one class: a loss of 0 and no gradient, whatever the image
         check_range(self, "routing_iterations", 1, 100)
+        check_choice(self, "routing_mode", ROUTING_MODES)
         if min(self.grids[-1]) < 1:
             raise ValueError(f"input {self.input_height}x{self.input_width} is too small for the backbone and two "
                              f"3x3 capsule layers: it needs at least 13x13")
@@ -120,22 +135,49 @@ class InvertedCapsNet(nn.Module):
         cfg = self.config
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         check_weights_dtype(images, self)
-        out = self.classes(self._conv_capsules(images))
+        _, out = self._routed(images)
         return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
 
-    def _conv_capsules(self, images: torch.Tensor) -> MatrixCaps:
+    def _primary_capsules(self, images: torch.Tensor) -> MatrixCaps:
         x = F.relu(self.backbone(images))  # (B, C, H1, W1)
         N, _, H, W = x.shape
         poses = self.primary(x).view(N, self.config.primary_types, 16, H, W).permute(0, 3, 4, 1, 2)  # (B, H, W, P, 16)
-        caps = MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, self.config.primary_types))
-        return self.caps2(self.caps1(caps))
+        return MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, self.config.primary_types))
+
+    def _routed(self, images: torch.Tensor, *, record: bool = False) -> tuple[MatrixCaps, RoutingResult]:
+        """The class layer's input capsules and its routing's result (with ``record``, every pass's coupling), by
+        the config's ``routing_mode``."""
+        x = self._primary_capsules(images)
+        if self.config.routing_mode == "sequential":
+            caps = self.caps2(self.caps1(x))
+            return caps, self.classes(caps, record=record)
+
+        def grid(caps: MatrixCaps) -> torch.Tensor:  # a conv layer's parents as its routing batches them
+            N, H, W, J, D = caps.poses.shape
+            return caps.poses.reshape(N * H * W, J, D)
+
+        def route(layer: nn.Module, below: MatrixCaps, start: torch.Tensor | None):
+            with layer.routing.one_pass(start):
+                return layer(below, record=record) if layer is self.classes else layer(below)
+
+        # the first iteration: a uniform pass in every layer, bottom up
+        c1 = route(self.caps1, x, None)
+        c2 = route(self.caps2, c1, None)
+        out, below = route(self.classes, c2, None), c2
+        rounds = [out.rounds]
+        for _ in range(self.config.routing_iterations - 1):  # each layer from the iteration before's capsules
+            c1, c2, out, below = (route(self.caps1, x, grid(c1)), route(self.caps2, c1, grid(c2)),
+                                  route(self.classes, c2, out.poses), c2)
+            rounds.append(out.rounds)
+        if record:
+            out = RoutingResult(out.poses, out.activations, out.coupling, torch.cat(rounds, dim=1))
+        return below, out
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The class layer's passes over the last convolutional capsules (children: each one's largest coupling in
         the last pass, how decidedly it routes: their pose lengths are layer-normalised, near 4 everywhere, a map
         that shows nothing)."""
-        caps = self._conv_capsules(images)
-        result = self.classes(caps, record=True)
+        caps, result = self._routed(images, record=True)
         view = grid_routing_view(caps, result)
         decided = view.rounds[:, -1].amax(dim=-1)  # (N, T*H*W), in the view's (type, row, column) order
         scores = self.head(result.poses).squeeze(-1).softmax(dim=-1)

@@ -8,9 +8,12 @@ current pose agrees with its vote, a softmax over the parents of
 parents; the 1 / sqrt(D) is the official code's, the paper's Eq. 2 has no
 scale), and sets ``p_j = sum_i r_ij v_ij`` (no division by sum_i r_ij).
 Layer normalisation over the D pose entries follows every pass; there is no
-squash and no activation: ``activations`` are the pose lengths. The paper's
-"concurrent" routing across layers is not modelled: each layer routes its
-passes on its own (the code's ``sequential_routing``).
+squash and no activation: ``activations`` are the pose lengths. Each layer
+routes its passes on its own (the code's ``sequential_routing``) unless a
+model runs the paper's concurrent routing across layers: inside
+``one_pass(start)`` the routing makes a single pass, uniform (``start``
+None) or from the parents' poses ``start`` (B, J, D) of the iteration
+before (``InvertedCapsNetConfig.routing_mode``).
 
 The votes enter the passes only through batched matrix-vector products
 (``sum_i r_ij v_ij`` and ``v_ij . p_j``), so training steps take the votes'
@@ -25,7 +28,9 @@ backward or ``retain_graph=True`` build the routing with ``fused_backward=False`
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +63,18 @@ class InvertedDotProductRouting(nn.Module):
         self.dim, self.iterations = dim, iterations
         self.fused_backward = bool(fused_backward)
         self.norm = nn.LayerNorm(dim)
+        self._one_pass: tuple[torch.Tensor | None] | None = None  # one_pass's start, while it holds
+
+    @contextlib.contextmanager
+    def one_pass(self, start: torch.Tensor | None) -> Iterator[None]:
+        """Inside the block every call makes one pass: the uniform first one (``start`` None), or one from the
+        parents' poses ``start`` (B, J, D), as concurrent routing's later iterations do (the gradient reaches
+        ``start`` too; the plain path, not the fused backward)."""
+        self._one_pass = (start,)
+        try:
+            yield
+        finally:
+            self._one_pass = None
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, iterations={self.iterations}"
@@ -74,26 +91,33 @@ class InvertedDotProductRouting(nn.Module):
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
         norm = (self.norm.weight, self.norm.bias)
         votes = widened(votes, self, bias)
-        if self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
+        start, iterations = (None, None) if self._one_pass is None else (self._one_pass[0], 1)
+        if start is not None and tuple(start.shape) != (B, J, D):
+            raise ValueError(f"one_pass's start must be the parents' poses (B, J, D) = {(B, J, D)}, got "
+                             f"{tuple(start.shape)}")
+        if start is None and self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
             p, r = _FusedInverted.apply(votes, bias, *norm, self)
             return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2))
         # Parent-major votes, so both contractions are batched matrix-vector products over (b, j) with no
         # vote-sized temporaries (free when the layer made them in this layout, as the matrix layers do).
         V = votes.transpose(1, 2).reshape(B * J, I, D)  # (B*J, I, D)
-        p, r, rounds = self._passes(V, J, bias, norm, record=record)
+        p, r, rounds = self._passes(V, J, bias, norm, record=record, start=start, iterations=iterations)
         return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2), torch.stack(rounds, dim=1) if record else None)
 
     def _passes(self, V: torch.Tensor, J: int, bias: torch.Tensor | None,
                 norm: tuple[torch.Tensor | None, torch.Tensor | None], *, record: bool = False,
-                taps: list | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+                taps: list | None = None, start: torch.Tensor | None = None, iterations: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """The passes over parent-major votes V (B*J, I, D): poses p (B, J, D), the last pass's r (B, J, I) and,
-        with ``record``, every pass's r as (B, I, J); ``taps`` collects the products for ``_FusedInverted``."""
+        with ``record``, every pass's r as (B, I, J); ``taps`` collects the products for ``_FusedInverted``.
+        ``iterations`` passes (None: the module's), the first uniform, or, from the poses ``start``, agreeing."""
         BJ, I, D = V.shape
         B = BJ // J
         r = V.new_full((B, J, I), 1.0 / J)  # the first pass: uniform
-        rounds, p = [], V.new_empty(0)  # p: the poses, made by each pass and read by the next
-        for t in range(self.iterations):
-            if t > 0:
+        rounds = []
+        p = V.new_empty(0) if start is None else start.to(V.dtype)  # the poses, made by each pass, read by the next
+        for t in range(self.iterations if iterations is None else iterations):
+            if t > 0 or start is not None:
                 # v_ij . p_j as p^T V^T: on a CPU several times faster than V p for these thin matrices
                 agreement = torch.bmm(p.reshape(BJ, 1, D), V.transpose(1, 2))  # (B*J, 1, I)
                 if taps is not None:  # d loss / d V from this product: (d loss / d agreement)^T p^T
