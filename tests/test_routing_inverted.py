@@ -212,3 +212,16 @@ def test_concurrent_routing_is_the_official_codes_iteration_over_every_layer():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     with pytest.raises(ValueError, match="routing_mode"):
         create_model("inverted-capsnet", routing_mode="parallel")
+
+
+def test_inverted_capsnet_is_finite_for_images_of_1e30():
+    """The primary capsules' layer norm squared poses of about 4e19 into inf, and the logits were NaN for images of
+    1e20 (a review, 2026-11-30); every other classifier was finite to 1e30. Ordinary images are unchanged (k = 1)."""
+    torch.manual_seed(0)
+    model = create_model("inverted-capsnet", backbone_channels=8, primary_types=4, caps_types=4).eval()
+    x = torch.rand(2, 1, 28, 28)
+    with torch.no_grad():
+        for scale in (1e20, 1e30):
+            assert torch.isfinite(model(x * scale).logits).all(), scale
+        poses = model.primary(torch.relu(model.backbone(x))).view(2, 4, 16, 14, 14).permute(0, 3, 4, 1, 2)
+        torch.testing.assert_close(model._primary_capsules(x).poses, model.primary_norm(poses), rtol=0, atol=0)

@@ -31,6 +31,7 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_view
 from ..losses import multi_hot
+from ..ops import _scale
 from ..routing import InvertedDotProductRouting, RoutingResult, RoutingView
 from .inputs import check_class_images, check_weights_dtype, check_class_labels
 
@@ -142,7 +143,10 @@ class InvertedCapsNet(nn.Module):
         x = F.relu(self.backbone(images))  # (B, C, H1, W1)
         N, _, H, W = x.shape
         poses = self.primary(x).view(N, self.config.primary_types, 16, H, W).permute(0, 3, 4, 1, 2)  # (B, H, W, P, 16)
-        return MatrixCaps(self.primary_norm(poses), poses.new_ones(N, H, W, self.config.primary_types))
+        # the layer norm squares the poses, which overflows from about 1e19 (float32; images of 1e20 gave NaN): such
+        # a capsule is scaled by a power of two first (ops._scale; 1 for every ordinary one), which the norm takes out
+        k, _ = _scale(poses, -1, power=1)
+        return MatrixCaps(self.primary_norm(poses * k), poses.new_ones(N, H, W, self.config.primary_types))
 
     def _routed(self, images: torch.Tensor, *, record: bool = False) -> tuple[MatrixCaps, RoutingResult]:
         """The class layer's input capsules and its routing's result (with ``record``, every pass's coupling), by
