@@ -207,11 +207,32 @@ def test_concurrent_routing_is_the_official_codes_iteration_over_every_layer():
         b.load_state_dict(a.state_dict())
         with torch.no_grad():
             torch.testing.assert_close(a(x).logits, b(x).logits)
+    # a training step routes as evaluation does (its first iteration took the fused path, which made every pass of
+    # the layer, not one: logits 0.35 apart; a review, 2026-11-30), and every weight learns through the iterations
     model.train()
-    model(x).logits.sum().backward()  # every weight learns through the iterations
+    trained = model(x).logits
+    torch.testing.assert_close(trained, got.logits)
+    trained.sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     with pytest.raises(ValueError, match="routing_mode"):
         create_model("inverted-capsnet", routing_mode="parallel")
+
+
+def test_concurrent_routing_in_two_threads_at_once_gives_each_its_own_result():
+    """The concurrent passes' start was module state (a context manager): two threads through one model mixed
+    their batches (a review, 2026-11-30); it is now an argument of each call."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch.manual_seed(0)
+    model = create_model("inverted-capsnet", backbone_channels=8, primary_types=4, caps_types=4,
+                         routing_mode="concurrent").eval()
+    batches = [torch.rand(n, 1, 28, 28) for n in (2, 3) * 6]
+    with torch.no_grad():
+        alone = [model(x).logits for x in batches]
+        with ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(lambda x: model(x).logits, batches))
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(a, b)
 
 
 def test_inverted_capsnet_is_finite_for_images_of_1e30():

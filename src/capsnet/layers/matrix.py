@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -103,8 +103,10 @@ class ConvMatrixCaps(nn.Module):
     def output_size(self, size: int) -> int:
         return (size - self.kernel_size) // self.stride + 1
 
-    def forward(self, caps: MatrixCaps) -> MatrixCaps:
-        """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> (N, H', W', J, 16), (N, H', W', J)."""
+    def forward(self, caps: MatrixCaps, **route: Any) -> MatrixCaps:
+        """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> (N, H', W', J, 16), (N, H', W', J).
+        ``route``: keywords for the routing (inverted attention's ``passes`` and ``start``, the latter as its
+        parents batch, (N*H'*W', J, 16))."""
         _check(caps, self.in_types, type(self).__name__)
         K, s, I, J = self.kernel_size, self.stride, self.in_types, self.out_types
         N, H, W = caps.poses.shape[:3]
@@ -122,9 +124,9 @@ class ConvMatrixCaps(nn.Module):
         votes = permute_contiguous(votes, (1, 3, 0, 2, 4)).view(M, J, C, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
         if self.share_children and N > 0:  # no images, no children to share (and num_children 0 is no count)
             ids = self.child_ids(N, H, W, caps.poses.device)
-            out = self.routing(votes, a, children=ids, num_children=N * H * W * I)
+            out = self.routing(votes, a, children=ids, num_children=N * H * W * I, **route)
         else:
-            out = self.routing(votes, a)
+            out = self.routing(votes, a, **route)
         poses, activations = out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J)
         if self.weight.dtype in (torch.bfloat16, torch.float16):  # a half model (.bfloat16()): routed in fp32 (as
             # EMRouting routes half votes), handed on in the weights' dtype for the next layer's product; under
@@ -213,8 +215,9 @@ class DenseMatrixCaps(nn.Module):
     def extra_repr(self) -> str:
         return f"in_caps={self.in_caps}, out_caps={self.out_caps}"
 
-    def forward(self, caps: MatrixCaps, *, record: bool = False):
-        """Shapes: poses (N, H, W, T, 16) with H*W*T = in_caps -> a ``RoutingResult`` over the parents."""
+    def forward(self, caps: MatrixCaps, *, record: bool = False, **route: Any):
+        """Shapes: poses (N, H, W, T, 16) with H*W*T = in_caps -> a ``RoutingResult`` over the parents;
+        ``route``: keywords for the routing (as ``ConvMatrixCaps``'s)."""
         N, shape = caps.poses.shape[0], caps.poses.shape
         if shape[-1] != POSE or math.prod(shape[1:-1]) != self.in_caps:  # sizes, not -1: an empty batch reshapes too
             raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, got "
@@ -223,7 +226,7 @@ class DenseMatrixCaps(nn.Module):
         votes = torch.einsum("nixy,ijyz->njixz", p, self.weight).reshape(N, self.out_caps, self.in_caps, POSE)
         a = caps.activations.reshape(N, self.in_caps)
         votes = votes.transpose(1, 2)  # (N, I, J, 16), a view of the upper-capsule-major votes
-        return self.routing(votes, a, record=True) if record else self.routing(votes, a)
+        return self.routing(votes, a, record=True, **route) if record else self.routing(votes, a, **route)
 
 
 def grid_routing_view(caps: MatrixCaps, result: RoutingResult) -> RoutingView:

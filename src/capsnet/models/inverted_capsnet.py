@@ -160,9 +160,10 @@ class InvertedCapsNet(nn.Module):
             N, H, W, J, D = caps.poses.shape
             return caps.poses.reshape(N * H * W, J, D)
 
-        def route(layer: nn.Module, below: MatrixCaps, start: torch.Tensor | None):
-            with layer.routing.one_pass(start):
-                return layer(below, record=record) if layer is self.classes else layer(below)
+        def route(layer: nn.Module, below: MatrixCaps, start: torch.Tensor | None):  # one pass, from start if given
+            if layer is self.classes:
+                return layer(below, record=record, passes=1, start=start)
+            return layer(below, passes=1, start=start)
 
         # the first iteration: a uniform pass in every layer, bottom up
         c1 = route(self.caps1, x, None)

@@ -10,10 +10,11 @@ scale), and sets ``p_j = sum_i r_ij v_ij`` (no division by sum_i r_ij).
 Layer normalisation over the D pose entries follows every pass; there is no
 squash and no activation: ``activations`` are the pose lengths. Each layer
 routes its passes on its own (the code's ``sequential_routing``) unless a
-model runs the paper's concurrent routing across layers: inside
-``one_pass(start)`` the routing makes a single pass, uniform (``start``
-None) or from the parents' poses ``start`` (B, J, D) of the iteration
-before (``InvertedCapsNetConfig.routing_mode``).
+model runs the paper's concurrent routing across layers: a call with
+``passes=1`` makes a single pass, uniform, or, given ``start``, from the
+parents' poses (B, J, D) of the iteration before
+(``InvertedCapsNetConfig.routing_mode``; the matrix capsule layers hand
+these keywords on to their routing).
 
 The votes enter the passes only through batched matrix-vector products
 (``sum_i r_ij v_ij`` and ``v_ij . p_j``), so training steps take the votes'
@@ -28,9 +29,7 @@ backward or ``retain_graph=True`` build the routing with ``fused_backward=False`
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -63,45 +62,39 @@ class InvertedDotProductRouting(nn.Module):
         self.dim, self.iterations = dim, iterations
         self.fused_backward = bool(fused_backward)
         self.norm = nn.LayerNorm(dim)
-        self._one_pass: tuple[torch.Tensor | None] | None = None  # one_pass's start, while it holds
-
-    @contextlib.contextmanager
-    def one_pass(self, start: torch.Tensor | None) -> Iterator[None]:
-        """Inside the block every call makes one pass: the uniform first one (``start`` None), or one from the
-        parents' poses ``start`` (B, J, D), as concurrent routing's later iterations do (the gradient reaches
-        ``start`` too; the plain path, not the fused backward)."""
-        self._one_pass = (start,)
-        try:
-            yield
-        finally:
-            self._one_pass = None
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, iterations={self.iterations}"
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                *, record: bool = False) -> RoutingResult:
+                *, record: bool = False, passes: int | None = None, start: torch.Tensor | None = None
+                ) -> RoutingResult:
         """Shapes:
             votes: (B, I, J, D); activations: ignored (accepted for the shared call shape); bias: (J, D) or None
             returns: poses p (B, J, D), activations |p_j| (B, J), coupling r of the last pass (B, I, J);
                 with ``record``, ``rounds`` (B, R, I, J)
+
+        ``passes``: this call's passes (None: ``iterations``); ``start``: the parents' poses (B, J, D) the first of
+        them agrees with, in place of the uniform first pass (concurrent routing's later iterations; the gradient
+        reaches ``start`` too). Either takes the plain backward, not the fused one.
         """
         B, I, J, D = check_votes(votes, activations, bias)
         if D != self.dim:
             raise ValueError(f"votes of {D} dimensions for a routing built with dim={self.dim}")
         norm = (self.norm.weight, self.norm.bias)
         votes = widened(votes, self, bias)
-        start, iterations = (None, None) if self._one_pass is None else (self._one_pass[0], 1)
+        if passes is not None:
+            check_count("passes", passes)
         if start is not None and tuple(start.shape) != (B, J, D):
-            raise ValueError(f"one_pass's start must be the parents' poses (B, J, D) = {(B, J, D)}, got "
-                             f"{tuple(start.shape)}")
-        if start is None and self.fused_backward and not record and wants_fused_backward(votes, bias, *norm):
+            raise ValueError(f"start must be the parents' poses (B, J, D) = {(B, J, D)}, got {tuple(start.shape)}")
+        if start is None and passes is None and self.fused_backward and not record and \
+                wants_fused_backward(votes, bias, *norm):
             p, r = _FusedInverted.apply(votes, bias, *norm, self)
             return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2))
         # Parent-major votes, so both contractions are batched matrix-vector products over (b, j) with no
         # vote-sized temporaries (free when the layer made them in this layout, as the matrix layers do).
         V = votes.transpose(1, 2).reshape(B * J, I, D)  # (B*J, I, D)
-        p, r, rounds = self._passes(V, J, bias, norm, record=record, start=start, iterations=iterations)
+        p, r, rounds = self._passes(V, J, bias, norm, record=record, start=start, iterations=passes)
         return RoutingResult(p, p.norm(dim=-1), r.transpose(1, 2), torch.stack(rounds, dim=1) if record else None)
 
     def _passes(self, V: torch.Tensor, J: int, bias: torch.Tensor | None,
