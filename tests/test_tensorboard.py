@@ -131,7 +131,11 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     assert [e.step for e in _events(board).Scalars("test_accuracy")] == [4, 8]  # 200 digits / 50 a step
     with pytest.raises(ValueError, match="holds the TensorBoard logs of another run"):  # marked since the check
         claim_log_dir(board, b)
+    assert f"if that run is this one, moved since, remove {board / RUN_MARK} (its mark)" in err
     unmarked = tmp_path / "old"  # logs from before the mark: taken as the run's
     unmarked.mkdir()
     claim_log_dir(unmarked, b)
     assert (unmarked / RUN_MARK).read_text().strip() == str(b.resolve())
+    (unmarked / RUN_MARK).write_text("")  # a mark cut short by a crash marks nothing (every run was refused)
+    claim_log_dir(unmarked, a)
+    assert (unmarked / RUN_MARK).read_text().strip() == str(a.resolve())

@@ -44,15 +44,16 @@ def _other_run(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> str | 
         mark = (Path(log_dir) / RUN_MARK).read_text(encoding="utf-8", errors="replace").strip()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return None if mark == str(Path(run_dir).resolve()) else mark
+    # an empty mark (a crash between its making and its writing) marks nothing
+    return None if not mark or mark == str(Path(run_dir).resolve()) else mark
 
 
 def _refuse_other_run(folder: str, other: str, run_dir: str | os.PathLike) -> None:
     raise ValueError(f"--tensorboard {folder} holds the TensorBoard logs of another run ({other}): TensorBoard draws "
                      f"the scalars of one folder as one run's, so the two would be interleaved at the same steps; "
                      f"give each run a folder of its own (e.g. --tensorboard {os.path.join(folder, Path(run_dir).name)}"
-                     f": `tensorboard --logdir {folder}` shows every run under it), or remove {folder} if that run's "
-                     f"logs are not wanted")
+                     f": `tensorboard --logdir {folder}` shows every run under it); if that run is this one, moved "
+                     f"since, remove {os.path.join(folder, RUN_MARK)} (its mark) and this run claims the folder")
 
 
 def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> None:
@@ -65,6 +66,8 @@ def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> Non
     except FileExistsError:
         if (other := _other_run(log_dir, run_dir)) is not None:
             _refuse_other_run(os.fspath(log_dir), other, run_dir)
+        if not path.read_text(encoding="utf-8", errors="replace").strip():  # an empty mark: this run's now
+            path.write_text(str(Path(run_dir).resolve()) + "\n", encoding="utf-8")
         return
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(str(Path(run_dir).resolve()) + "\n")

@@ -228,6 +228,13 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             np.testing.assert_array_equal(_pixels(page, "seg-probability", 64, 64),
                                           np.round(decode(w["probability"])[0] * 255))
             assert page.inner_text("#seg-dice") == f"{w['dice']:.3f}" and "test canvas #0" in page.inner_text("#source")
+            # what a screen reader is told on this page (a review, 2026-11-30: the classifier's words, or nothing)
+            assert page.get_attribute("#draw", "aria-label") == f"drawing area: {page.inner_text('#draw-hint')}"
+            assert "segment" in page.get_attribute("#draw", "aria-label")
+            assert "test canvas #0" in page.get_attribute("#input", "aria-label")
+            assert page.inner_text("#announce").startswith("test canvas #0") and "segmented" in page.inner_text("#announce")
+            for canvas in ("#seg-truth", "#seg-probability", "#seg-mask", "#seg-errors", "#seg-recon"):
+                assert page.get_attribute(canvas, "role") == "img" and page.get_attribute(canvas, "aria-label"), canvas
 
             # every capsule layer, labelled with its grid, one map per capsule type
             layers = page.locator("#layers .layer")

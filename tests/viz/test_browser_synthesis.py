@@ -112,6 +112,8 @@ def test_the_capspix2pix_page_shows_samples_noise_and_layers(synthesis_urls, syn
             page.press("#syn-seeds", "Enter")
             _wait_walk(page, 3)
             assert "test pair #2" in page.inner_text("#source")
+            assert "test pair #2" in page.get_attribute("#input", "aria-label")  # named as drawn (a review)
+            assert page.get_attribute("#syn-sample-1", "aria-label") == "the image of seed 6"
             w = v.walk(v.test_input(2), seeds=[5, 6])
             shown = _shown_samples(page, H, W)
             assert len(shown) == 2 and page.locator("#syn-samples figure").count() == 3

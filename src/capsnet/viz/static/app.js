@@ -532,6 +532,7 @@ async function start() {
     if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis();
     else if (info.decoder) buildSliders();
     else $("recon-panel").hidden = true;  // no decoder (EM, --no-decoder): a canvas and sliders that did nothing
+    $("draw").setAttribute("aria-label", `drawing area: ${$("draw-hint").textContent}`);  // the kind's own hint
     if (!segmenting && !synthesizing) $("digits-hint").textContent = digitsHint(info);
     const k = await api("/api/kernels");
     const [K, Ck, kh, kw] = k.kernels.shape;

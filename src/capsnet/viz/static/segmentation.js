@@ -148,6 +148,7 @@ function renderSegmentation() {
   $("source").textContent = s.kind === "test"
     ? `test canvas #${s.index} of ${info.dataset}` : `your image (${s.size[0]}x${s.size[1]} px, as it is)`;
   if (s.kind === "test") $("test-index").value = s.index;
+  $("input").setAttribute("aria-label", `what the network sees: ${$("source").textContent}`);
 }
 
 function renderCapsuleLayers() {

@@ -116,6 +116,8 @@ function imageFigure(bytes, [C, H, W], scale, id, lines, title) {
   canvas.id = id;
   canvas.width = W * scale; canvas.height = H * scale;
   if (title) canvas.title = title;
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", title || lines.join(", "));
   drawPixels(canvas, bytes, C, H, W);
   const cap = document.createElement("figcaption");
   lines.forEach((line, k) => { if (k) cap.appendChild(document.createElement("br")); cap.append(line); });
@@ -141,6 +143,7 @@ function renderSynthesis() {
       (s.class_name !== undefined ? `, class ${s.class_name}` : "")
     : `your label map (${s.size[0]}x${s.size[1]} px, as it is)`;
   if (s.kind === "test") $("test-index").value = s.index;
+  $("input").setAttribute("aria-label", `the label map: ${$("source").textContent}`);
 }
 
 function renderSamples() {
@@ -199,5 +202,6 @@ function renderNoise() {
     drawTiles(canvas, bytesOf(map), 1, H, W, { cols: 1, scale: canvas.width / W, gap: 0 });
     $("syn-noise-caption").textContent = `noise channel of seed ${w.seeds[0]}: black ${map.lo.toFixed(2)}, ` +
       `grey 0, white +${map.hi.toFixed(2)}`;
+    canvas.setAttribute("aria-label", $("syn-noise-caption").textContent);
   }
 }
