@@ -67,7 +67,7 @@ def test_pick_draw_and_slide(page_url, viewer):
             # what a screen reader is told (a review, 2026-11-30: nothing was): the result, once, in a live region;
             # which capsule is selected; what the input canvas holds
             label = page.evaluate("state.info.classes[state.walk.predicted]")
-            assert page.inner_text("#announce").startswith(f"test image #7, label ")
+            assert page.inner_text("#announce").startswith("test image #7, label ")
             assert f": predicted {label} (capsule " in page.inner_text("#announce")
             assert page.get_attribute("#announce", "aria-live") == "polite"
             pressed = page.locator("#lengths .bar[aria-pressed='true']")
