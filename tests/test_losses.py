@@ -260,3 +260,25 @@ def test_the_segmentation_loss_keeps_float64_and_passes_a_gradient_check(kind):
     m = (torch.rand(2, 1, 4, 4) > 0.5).to(torch.float64)
     assert segmentation_loss(p, m, kind=kind).dtype == torch.float64
     assert torch.autograd.gradcheck(lambda q: segmentation_loss(q, m, kind=kind), (p,))
+
+
+def test_a_right_answer_costs_nothing_even_where_a_weighted_out_term_would_overflow():
+    """margin_loss and spread_loss multiplied each class's (or pair's) term by its 0/1 weight after squaring it: a
+    weighted-out term past ~1e19 (float32; a gap of 256 in float16) squared to inf, and 0 x inf made the loss of a
+    right answer NaN (a review, 2026-11-30). The terms that count are as before, and so are the gradients."""
+    from capsnet.losses import margin_loss, spread_loss
+
+    for scores, dtype in (([[2e19, 0.05]], torch.float32), ([[300.0, 0.0]], torch.float16)):
+        x = torch.tensor(scores, dtype=dtype, requires_grad=True)
+        for loss in (margin_loss(x, torch.tensor([0])), spread_loss(x, torch.tensor([0]), 0.2)):
+            assert float(loss.detach()) == 0.0
+            (grad,) = torch.autograd.grad(loss, x)
+            assert torch.isfinite(grad).all() and not grad.any()
+    x = torch.tensor([[0.3, 0.8, 0.1], [0.9, 0.2, 0.6]], requires_grad=True)  # ordinary scores: the formulas
+    y = torch.tensor([1, 0])
+    T = torch.nn.functional.one_hot(y, 3).float()
+    by_hand = (T * torch.relu(0.9 - x) ** 2 + 0.5 * (1 - T) * torch.relu(x - 0.1) ** 2).sum(1).mean()
+    torch.testing.assert_close(margin_loss(x, y), by_hand)
+    gap = x.unsqueeze(1) - x.unsqueeze(2)
+    spread_by_hand = (T.unsqueeze(2) * (1 - T).unsqueeze(1) * torch.relu(0.5 + gap) ** 2).sum((1, 2)).mean()
+    torch.testing.assert_close(spread_loss(x, y, 0.5), spread_by_hand)

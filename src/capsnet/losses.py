@@ -104,8 +104,10 @@ def margin_loss(
         T = targets.to(lengths.dtype)
     else:
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
-    present = T * F.relu(m_plus - lengths).pow(2)
-    absent = lam * (1.0 - T) * F.relu(lengths - m_minus).pow(2)
+    # each term only where its weight is not 0: a class's weighted-out term that overflows (a score past ~1e19, or
+    # 256 in float16) made 0 x inf = NaN of a right answer
+    present = torch.where(T > 0, T * F.relu(m_plus - lengths).pow(2), 0.0)
+    absent = lam * torch.where(T < 1, (1.0 - T) * F.relu(lengths - m_minus).pow(2), 0.0)
     return (present + absent).sum(dim=1).mean()
 
 
@@ -169,7 +171,8 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
     gap = activations.unsqueeze(1) - activations.unsqueeze(2)  # gap[b, t, i] = a_i - a_t, (B, J, J)
     pairs = T.unsqueeze(2) * (1.0 - T).unsqueeze(1)  # t a target, i not one, (B, J, J)
-    return (pairs * F.relu(margin + gap).pow(2)).sum(dim=(1, 2)).mean()
+    # only the pairs that count: a pair weighted out whose gap overflows squared made 0 x inf = NaN (as margin_loss)
+    return torch.where(pairs > 0, pairs * F.relu(margin + gap).pow(2), 0.0).sum(dim=(1, 2)).mean()
 
 
 # "bce": binary cross-entropy per pixel; "weighted-bce": the foreground pixels weighted by the batch's
