@@ -129,6 +129,11 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     assert not b.exists()
     assert main(["train", *flags, "--epochs", "2", "--out", str(a), "--resume"]) == 0
     assert [e.step for e in _events(board).Scalars("test_accuracy")] == [4, 8]  # 200 digits / 50 a step
+    import shutil  # a new run at the removed run's path: the mark matches, its logs are not this run's
+    shutil.rmtree(a)
+    capsys.readouterr()
+    assert main(["train", *flags, "--out", str(a)]) == 2
+    assert f"--tensorboard {board} already holds TensorBoard logs" in capsys.readouterr().err and not a.exists()
     with pytest.raises(ValueError, match="holds the TensorBoard logs of another run"):  # marked since the check
         claim_log_dir(board, b)
     assert f"if that run is this one, moved since, remove {board / RUN_MARK} (its mark)" in err

@@ -570,6 +570,41 @@ def test_a_run_written_into_a_new_folder_while_this_one_loaded_its_data_is_refus
     assert all((run / p.name).read_bytes() == p.read_bytes() for p in trained_run.iterdir())
 
 
+def test_a_folder_locked_as_the_run_began_and_replaced_while_it_loaded_gets_nothing_written(trained_run, tmp_path,
+                                                                                           monkeypatch):
+    """A folder that existed as the run began is locked then; replaced by another run's while the data loaded, it
+    got this run's config.json (and a finished run's --resume rewrote its metrics.jsonl and exited 0): a review of
+    torchrun runs, 2026-11-30. Now nothing is written once RUN/.lock is not the file this run holds."""
+    import capsnet.train as train_module
+
+    real = train_module.load_training
+    other = {".lock": "12345", "config.json": "the other run's", "metrics.jsonl": "the other run's\n"}
+
+    def replaced_while_loading(run):
+        def load(*args, **kwargs):
+            shutil.rmtree(run)
+            run.mkdir()
+            for name, text in other.items():
+                (run / name).write_text(text)
+            return real(*args, **kwargs)
+        return load
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()  # made beforehand: the path that locks at the start
+    monkeypatch.setattr(train_module, "load_training", replaced_while_loading(fresh))
+    with pytest.raises(CheckpointError, match=rf"{fresh} was removed or replaced while this run trained"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), fresh, device="cpu", progress=False)
+    assert {p.name: p.read_text() for p in fresh.iterdir()} == other
+    finished = tmp_path / "finished"
+    shutil.copytree(trained_run, finished)
+    ckpt = load_checkpoint(finished, "last")
+    monkeypatch.setattr(train_module, "load_training", replaced_while_loading(finished))
+    with pytest.raises(CheckpointError, match="was removed or replaced while this run trained"):
+        fit(CapsNetConfig(**ckpt.model_config), TrainConfig(**ckpt.train_config), finished, device="cpu",
+            progress=False, resume=True)
+    assert {p.name: p.read_text() for p in finished.iterdir()} == other
+
+
 def test_a_run_whose_folder_is_removed_and_made_again_writes_nothing_more_there(tmp_path):
     """A run whose folder was deleted (and made again by another run, which locked a new .lock) wrote its next
     saves beside the new run's files, and removed the new run's lock as it ended (a review, 2026-11-30)."""

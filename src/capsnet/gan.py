@@ -299,6 +299,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             restore_training_weights(ckpt, average)
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # a schedule that cannot run refused before any file is written
+    if lock.taken:  # locked as the run began: the folder still this run's (one removed meanwhile is not made again)
+        lock.check()
     run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
     _train.lock_new_run(lock, run_dir, model_config, cfg, resume)  # one process writes a run at a time
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
@@ -407,5 +409,6 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
             raise KeyboardInterrupt
     if ckpt is not None and state["epoch"] >= cfg.epochs:
+        lock.check()  # the folder still this run's
         write_metrics(run_dir, state["history"])
     return state["history"][-1] if state["history"] else {}

@@ -73,10 +73,12 @@ def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> Non
         f.write(str(Path(run_dir).resolve()) + "\n")
 
 
-def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike | None = None) -> None:
+def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike | None = None,
+                  resume: bool = False) -> None:
     """Before any work (data loading, a run's first file): ``log_dir`` names a folder that can be made and
-    written, not marked as another run's than ``run_dir`` (``claim_log_dir``), and the tensorboard package is
-    there; a ValueError naming the fix otherwise. An empty name is refused rather than left to SummaryWriter,
+    written, not marked as another run's than ``run_dir`` (``claim_log_dir``), without logs already unless the run
+    resumes (a new run at the path of a removed one was drawn as one curve with its logs), and the tensorboard
+    package is there; a ValueError naming the fix otherwise. An empty name is refused rather than left to SummaryWriter,
     which logs to ./runs/DATE_HOST for it."""
     if log_dir is None:
         return
@@ -94,6 +96,12 @@ def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike 
         raise ValueError(f"--tensorboard {folder}: the folder is not writable ({why}); give a folder you can write")
     if run_dir is not None and (other := _other_run(folder, run_dir)) is not None:
         _refuse_other_run(folder, other, run_dir)
+    if run_dir is not None and not resume and any(Path(folder).glob("events.out.tfevents.*")):
+        raise ValueError(f"--tensorboard {folder} already holds TensorBoard logs (of an earlier run at "
+                         f"{Path(run_dir).resolve()}, or another), and TensorBoard would draw this new run's scalars "
+                         f"as one curve with theirs; give this run a folder of its own (e.g. --tensorboard "
+                         f"{os.path.join(folder, Path(run_dir).name)}-2), or remove {folder} if those logs are not "
+                         f"wanted (a resumed run logs on there)")
 
 
 class TensorBoardLogger:

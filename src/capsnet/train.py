@@ -881,7 +881,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        check_log_dir(tensorboard, run_dir)
+        check_log_dir(tensorboard, run_dir, resume)
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
@@ -1088,6 +1088,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # also for losses with a schedule: progress = step / total_steps
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
+        if lock is not None and lock.taken:  # locked as the run began: the folder still this run's (one removed
+            lock.check()  # meanwhile is not made again, nor another run's written into)
         run_dir.mkdir(parents=True, exist_ok=True)
         if lock is not None:  # one process writes a run at a time; it removes the writes a kill cut short
             lock_new_run(lock, run_dir, model_config, cfg, resume)
@@ -1247,6 +1249,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
                 raise KeyboardInterrupt
         if main and ckpt is not None and state["epoch"] >= cfg.epochs:
+            if lock is not None:
+                lock.check()  # the folder still this run's
             write_metrics(run_dir, state["history"])
         return state["history"][-1] if state["history"] else {}
     finally:
