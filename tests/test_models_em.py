@@ -510,3 +510,23 @@ def test_coordinate_addition_in_the_receptive_fields_frame_is_each_childs_field_
         assert votes[..., [0, 1, 2, 4, 5, 6] + list(range(8, 16))].abs().max() == 0
     with pytest.raises(ValueError, match="coordinate_frame"):
         create_model("em-capsnet-small", coordinate_frame="image")
+
+
+def test_coordinate_addition_in_the_receptive_fields_frame_scales_rows_by_the_height_and_columns_by_the_width():
+    """On a 28x40 image the rows' centres are over 28 and the columns' over 40 (square images could not tell)."""
+    class Votes(torch.nn.Module):
+        def forward(self, votes, a):
+            self.votes = votes
+            return None
+
+    model = create_model("em-capsnet-small", input_height=28, input_width=40, num_classes=3,
+                         coordinate_frame="receptive-field")
+    with torch.no_grad():
+        H, W = model._conv_capsules(torch.zeros(1, 1, 28, 40)).poses.shape[1:3]
+        model.classes.routing = seen = Votes()
+        I = model.config.caps2_types
+        model.classes(MatrixCaps(torch.zeros(1, H, W, I, 16), torch.ones(1, H, W, I)))
+    votes = seen.votes.view(1, H, W, I, 3, 16)
+    assert (H, W) == (3, 6)
+    torch.testing.assert_close(votes[0, :, 0, 0, 0, 3], torch.tensor([(4 * q + 8.5) / 28 for q in range(H)]))
+    torch.testing.assert_close(votes[0, 0, :, 0, 0, 7], torch.tensor([(4 * q + 8.5) / 40 for q in range(W)]))

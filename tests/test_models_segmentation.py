@@ -448,8 +448,10 @@ def test_each_capsule_layer_routes_the_rounds_of_the_authors_network(name, round
     assert {n: layer.routing.iterations for n, layer in moved.items()} == \
         {n: 2 if n in ("conv_2_2", "conv_3_2", "deconv_1_1", "deconv_2_1", "deconv_3_1") else r
          for n, r in rounds.items()}
-    with pytest.raises(ValueError, match="strided_routing_iterations"):
-        create_model(name, strided_routing_iterations=0)
+    create_model(name, input_height=16, input_width=16, strided_routing_iterations=100)  # the bounds: 1..100
+    for bad in (0, 101):
+        with pytest.raises(ValueError, match="strided_routing_iterations"):
+            create_model(name, strided_routing_iterations=bad)
 
 
 def test_an_r1_run_saved_before_its_strided_rounds_reads_back_with_one_round_everywhere():

@@ -246,3 +246,28 @@ def test_inverted_capsnet_is_finite_for_images_of_1e30():
             assert torch.isfinite(model(x * scale).logits).all(), scale
         poses = model.primary(torch.relu(model.backbone(x))).view(2, 4, 16, 14, 14).permute(0, 3, 4, 1, 2)
         torch.testing.assert_close(model._primary_capsules(x).poses, model.primary_norm(poses), rtol=0, atol=0)
+
+
+def test_a_pass_from_a_start_is_the_plain_paths_in_training_and_bad_starts_or_passes_are_refused():
+    """A call with start (no passes) took the fused path in training, which ignores start; a start of the wrong
+    shape and zero passes are named."""
+    torch.manual_seed(0)
+    fused, plain = InvertedDotProductRouting(8, 2), InvertedDotProductRouting(8, 2, fused_backward=False)
+    plain.load_state_dict(fused.state_dict())
+    v, start = torch.randn(2, 6, 3, 8, requires_grad=True), torch.randn(2, 3, 8)
+    torch.testing.assert_close(fused.train()(v, start=start).poses, plain.train()(v, start=start).poses)
+    with pytest.raises(ValueError, match=r"start must be the parents' poses \(B, J, D\) = \(2, 3, 8\)"):
+        fused(v, start=torch.randn(2, 4, 8))
+    with pytest.raises(ValueError, match="passes"):
+        fused(v, passes=0)
+
+
+def test_the_primary_capsules_of_huge_images_are_the_float64_models():
+    """The power-of-two scale before the primary layer norm keeps the poses right, not only finite."""
+    torch.manual_seed(0)
+    model = create_model("inverted-capsnet", backbone_channels=8, primary_types=4, caps_types=4).eval()
+    x = torch.rand(2, 1, 28, 28) * 1e20
+    with torch.no_grad():
+        got = model._primary_capsules(x).poses
+        want = model.double()._primary_capsules(x.double()).poses.float()
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)

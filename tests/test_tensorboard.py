@@ -144,3 +144,16 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     (unmarked / RUN_MARK).write_text("")  # a mark cut short by a crash marks nothing (every run was refused)
     claim_log_dir(unmarked, a)
     assert (unmarked / RUN_MARK).read_text().strip() == str(a.resolve())
+
+
+def test_a_relative_log_folder_and_run_folder_are_the_same_run_from_where_they_are_given(tmp_path, monkeypatch):
+    """The mark holds the run's resolved path: the same run named relatively is itself, not another run."""
+    from capsnet.tensorboard import check_log_dir, claim_log_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tb").mkdir()
+    claim_log_dir("tb", "a")
+    check_log_dir("tb", "a")
+    claim_log_dir("tb", "a")
+    with pytest.raises(ValueError, match="holds the TensorBoard logs of another run"):
+        check_log_dir("tb", "b")

@@ -619,6 +619,22 @@ def test_a_run_whose_folder_is_removed_and_made_again_writes_nothing_more_there(
         fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), run, device="cpu", progress=False,
             on_epoch=replace_the_folder)
     assert {p.name: p.read_text() for p in run.iterdir()} == {".lock": "12345", "config.json": "the other run's"}
+    # a save inside the epoch checks too (every step saves here), and a folder removed and not made again
+    run.mkdir(exist_ok=True)
+    shutil.rmtree(run)
+    with pytest.raises(CheckpointError, match=rf"{run} was removed or replaced while this run trained"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), run, device="cpu", progress=False,
+            on_epoch=replace_the_folder, save_every_s=1e-9)
+    assert {p.name: p.read_text() for p in run.iterdir()} == {".lock": "12345", "config.json": "the other run's"}
+    from capsnet.checkpoint import RunLock
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    with RunLock(gone) as lock:
+        lock.acquire()
+        shutil.rmtree(gone)
+        with pytest.raises(CheckpointError, match="removed or replaced"):
+            lock.check()
 
 
 @pytest.mark.parametrize("how", ["no flock", "flock refused"])
