@@ -1074,3 +1074,28 @@ def test_a_gan_run_refuses_a_run_written_meanwhile_and_writes_nothing_into_a_fol
         fit_gan(model, replace(TINY, epochs=2), run, device="cpu", data_root=data_root, progress=False,
                 on_epoch=replace_the_folder)
     assert {p.name: p.read_text() for p in run.iterdir()} == {".lock": "12345"}
+
+
+def test_a_gan_folder_locked_as_the_run_began_and_replaced_while_it_loaded_gets_nothing_written(tmp_path, data_root,
+                                                                                                monkeypatch):
+    """As fit's (a review of torchrun runs, 2026-11-30): a folder that existed as the run began, replaced by another
+    run's while the data loaded, got this run's config.json."""
+    import shutil
+
+    import capsnet.gan as gan_module
+
+    run, real = tmp_path / "run", gan_module.load_training
+    run.mkdir()
+    other = {".lock": "12345", "config.json": "the other run's"}
+
+    def load_while_replaced(*args, **kwargs):
+        shutil.rmtree(run)
+        run.mkdir()
+        for name, text in other.items():
+            (run / name).write_text(text)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(gan_module, "load_training", load_while_replaced)
+    with pytest.raises(CheckpointError, match=f"{run} was removed or replaced while this run trained"):
+        fit_gan(CapsPix2pixConfig(noise_dim=8, disc_channels=4), TINY, run, device="cpu", data_root=data_root,
+                progress=False)
+    assert {p.name: p.read_text() for p in run.iterdir()} == other
