@@ -299,10 +299,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             restore_training_weights(ckpt, average)
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # a schedule that cannot run refused before any file is written
-    if lock.taken:  # locked as the run began: the folder still this run's (one removed meanwhile is not made again)
-        lock.check()
-    run_dir.mkdir(parents=True, exist_ok=True)  # once the run is known to start: a refused resume changes nothing
-    _train.lock_new_run(lock, run_dir, model_config, cfg, resume)  # one process writes a run at a time
+    # made once the run is known to start (a refused resume changes nothing); one process writes a run at a time
+    _train.lock_new_run(lock, run_dir, model_config, cfg, resume)
     atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                            "train_config": cfg.to_dict(),
                                                            "judge": None if judge is None else str(judge)}, indent=2))

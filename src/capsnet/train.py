@@ -699,11 +699,16 @@ def _a_runs_config(path: Path) -> bool:
 
 
 def lock_new_run(lock: RunLock, run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool) -> None:
-    """Take ``lock`` on the made ``run_dir`` before the run's first write. A folder that did not exist as the run
-    began was not locked then, and another run may have been written there since (a second trainer into the same
-    new ``--out``, still loading its data as the first one finished, replaced the finished run): what
-    ``start_or_resume`` found is asked again under the lock, and such a run refused, not replaced."""
+    """Make ``run_dir`` and hold ``lock`` on it before the run's first write. A folder locked as the run began must
+    still be the one locked (one removed meanwhile is not made again, nor another run's written into). A folder
+    that did not exist as the run began was not locked then, and another run may have been written there since (a
+    second trainer into the same new ``--out``, still loading its data as the first one finished, replaced the
+    finished run): what ``start_or_resume`` found is asked again under the lock, and such a run refused, not
+    replaced."""
     early = lock.taken
+    if early:
+        lock.check()
+    run_dir.mkdir(parents=True, exist_ok=True)
     lock.acquire()
     if early:
         return
@@ -1088,11 +1093,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     N, B = len(train), cfg.batch_size
     total_steps = run_steps(cfg, N)  # also for losses with a schedule: progress = step / total_steps
     if main:  # written once the run is known to start: a refused resume leaves the run's files as they were
-        if lock is not None and lock.taken:  # locked as the run began: the folder still this run's (one removed
-            lock.check()  # meanwhile is not made again, nor another run's written into)
-        run_dir.mkdir(parents=True, exist_ok=True)
         if lock is not None:  # one process writes a run at a time; it removes the writes a kill cut short
-            lock_new_run(lock, run_dir, model_config, cfg, resume)
+            lock_new_run(lock, run_dir, model_config, cfg, resume)  # and makes the folder
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({"model": name, "model_config": model_config.to_dict(),
                                                                "train_config": cfg.to_dict()}, indent=2))
 
