@@ -180,13 +180,10 @@ class ClassMatrixCaps(nn.Module):
         p = caps.poses.reshape(N, H, W, I, 4, 4)
         votes = torch.einsum("nhwixy,ijyz->njhwixz", p, self.weight).reshape(N, J, H, W, I, POSE)  # upper-major
         if self.coordinate_addition:
-            if self.receptive_field is None:  # the cell's centre in its own grid
-                rows = (torch.arange(H, device=p.device, dtype=p.dtype) + 0.5) / H  # (H,)
-                cols = (torch.arange(W, device=p.device, dtype=p.dtype) + 0.5) / W  # (W,)
-            else:  # the receptive field's centre in the image
-                stride, offset, image_h, image_w = self.receptive_field
-                rows = (torch.arange(H, device=p.device, dtype=p.dtype) * stride + offset) / image_h
-                cols = (torch.arange(W, device=p.device, dtype=p.dtype) * stride + offset) / image_w
+            # the receptive field's centre in the image, or by default the cell's centre in its own grid
+            stride, offset, image_h, image_w = self.receptive_field or (1, 0.5, H, W)
+            rows = (torch.arange(H, device=p.device, dtype=p.dtype) * stride + offset) / image_h  # (H,)
+            cols = (torch.arange(W, device=p.device, dtype=p.dtype) * stride + offset) / image_w  # (W,)
             coords = votes.new_zeros(H, W, POSE)
             coords[:, :, 3] = rows.view(H, 1)
             coords[:, :, 7] = cols.view(1, W)

@@ -46,6 +46,7 @@ from .inputs import check_class_images, check_weights_dtype, check_class_labels
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
 COORDINATE_FRAMES = ("grid", "receptive-field")  # EMCapsNetConfig.coordinate_frame
+PRIMARY_INITS = ("pytorch", "official")
 # the receptive field of a ConvCaps2 capsule at (r, c): conv1 (5x5, stride 2), the 1x1 primary capsules, ConvCaps1
 # (3x3, stride 2), ConvCaps2 (3x3, stride 1), no padding; the centre of a K-wide window from s q is s q + (K - 1) / 2
 _LAYER_WINDOWS = ((5, 2), (1, 1), (3, 2), (3, 1))  # (kernel, stride), image to ConvCaps2
@@ -58,7 +59,7 @@ def receptive_field_centres() -> tuple[int, float]:
     for k, s in reversed(_LAYER_WINDOWS):
         stride, offset = stride * s, offset * s + (k - 1) / 2 - (0.5 * s - 0.5)
     return stride, offset
-PRIMARY_INITS = ("pytorch", "official")
+
 
 __all__ = ["EMCapsNetConfig", "EMCapsNetSmallConfig", "EMCapsNet", "EMCapsNetOutput", "em_capsnet_loss"]
 
