@@ -38,13 +38,19 @@ def _writer_class() -> Any:
 RUN_MARK = ".capsnet-run"  # in a log folder: the run directory whose logs it holds (its resolved path)
 
 
-def _other_run(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> str | None:
-    """The run directory another run's logs in ``log_dir`` belong to (its mark), or None: no mark, or this run's."""
+def _mark(log_dir: str | os.PathLike) -> str:
+    """The run directory ``log_dir``'s mark names, or "": no mark, or an empty one (a crash between its making and
+    its writing), which marks nothing."""
     try:
-        mark = (Path(log_dir) / RUN_MARK).read_text(encoding="utf-8", errors="replace").strip()
+        return (Path(log_dir) / RUN_MARK).read_text(encoding="utf-8", errors="replace").strip()
     except (FileNotFoundError, NotADirectoryError):
-        return None
-    # an empty mark (a crash between its making and its writing) marks nothing
+        return ""
+
+
+def _other_run(log_dir: str | os.PathLike, run_dir: str | os.PathLike, mark: str | None = None) -> str | None:
+    """The run directory another run's logs in ``log_dir`` belong to (its mark, or ``mark`` read already), or None:
+    no mark, or this run's."""
+    mark = _mark(log_dir) if mark is None else mark
     return None if not mark or mark == str(Path(run_dir).resolve()) else mark
 
 
@@ -64,9 +70,10 @@ def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> Non
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
     except FileExistsError:
-        if (other := _other_run(log_dir, run_dir)) is not None:
+        mark = _mark(log_dir)
+        if (other := _other_run(log_dir, run_dir, mark)) is not None:
             _refuse_other_run(os.fspath(log_dir), other, run_dir)
-        if not path.read_text(encoding="utf-8", errors="replace").strip():  # an empty mark: this run's now
+        if not mark:  # an empty mark: this run's now
             path.write_text(str(Path(run_dir).resolve()) + "\n", encoding="utf-8")
         return
     with os.fdopen(fd, "w", encoding="utf-8") as f:
