@@ -21,6 +21,7 @@ from capsnet.image_metrics import l1_error, ssim
 from capsnet.models import CapsPix2pixConfig, Pix2pixConfig, create_model
 from capsnet.synthesis import _dropout_seed, evaluate_synthesis, generate, judge_predictions, load_judge
 from capsnet.train import TrainConfig
+from cli_helpers import replace_folder
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
 
@@ -1065,11 +1066,7 @@ def test_a_gan_run_refuses_a_run_written_meanwhile_and_writes_nothing_into_a_fol
     run = tmp_path / "run"
 
     def replace_the_folder(record):
-        import shutil
-
-        shutil.rmtree(run)
-        run.mkdir()
-        (run / ".lock").write_text("12345")
+        replace_folder(run, {".lock": "12345"})
     with pytest.raises(CheckpointError, match=f"{run} was removed or replaced while this run trained"):
         fit_gan(model, replace(TINY, epochs=2), run, device="cpu", data_root=data_root, progress=False,
                 on_epoch=replace_the_folder)
@@ -1080,8 +1077,6 @@ def test_a_gan_folder_locked_as_the_run_began_and_replaced_while_it_loaded_gets_
                                                                                                 monkeypatch):
     """As fit's (a review of torchrun runs, 2026-11-30): a folder that existed as the run began, replaced by another
     run's while the data loaded, got this run's config.json."""
-    import shutil
-
     import capsnet.gan as gan_module
 
     run, real = tmp_path / "run", gan_module.load_training
@@ -1089,10 +1084,7 @@ def test_a_gan_folder_locked_as_the_run_began_and_replaced_while_it_loaded_gets_
     other = {".lock": "12345", "config.json": "the other run's"}
 
     def load_while_replaced(*args, **kwargs):
-        shutil.rmtree(run)
-        run.mkdir()
-        for name, text in other.items():
-            (run / name).write_text(text)
+        replace_folder(run, other)
         return real(*args, **kwargs)
     monkeypatch.setattr(gan_module, "load_training", load_while_replaced)
     with pytest.raises(CheckpointError, match=f"{run} was removed or replaced while this run trained"):

@@ -15,6 +15,7 @@ from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
 from capsnet.train import ResumeError, TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
+from cli_helpers import replace_folder
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -582,10 +583,7 @@ def test_a_folder_locked_as_the_run_began_and_replaced_while_it_loaded_gets_noth
 
     def replaced_while_loading(run):
         def load(*args, **kwargs):
-            shutil.rmtree(run)
-            run.mkdir()
-            for name, text in other.items():
-                (run / name).write_text(text)
+            replace_folder(run, other)
             return real(*args, **kwargs)
         return load
 
@@ -610,11 +608,8 @@ def test_a_run_whose_folder_is_removed_and_made_again_writes_nothing_more_there(
     saves beside the new run's files, and removed the new run's lock as it ended (a review, 2026-11-30)."""
     run = tmp_path / "run"
 
-    def replace_the_folder(record):
-        shutil.rmtree(run)
-        run.mkdir()
-        (run / ".lock").write_text("12345")  # the run that made it again, which holds it
-        (run / "config.json").write_text("the other run's")
+    def replace_the_folder(record):  # by a run that holds its own .lock
+        replace_folder(run, {".lock": "12345", "config.json": "the other run's"})
     with pytest.raises(CheckpointError, match=rf"{run} was removed or replaced while this run trained"):
         fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), run, device="cpu", progress=False,
             on_epoch=replace_the_folder)
