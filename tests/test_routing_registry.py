@@ -223,3 +223,49 @@ def test_a_routings_first_paragraph_cites_its_paper(name):
 
     first = inspect.getdoc(ROUTINGS[name]).split("\n\n")[0]
     assert re.search(r"\b[A-Z][a-z]+\b.*\b(19|20)\d\d\b", first), first  # an author and a year
+
+
+@pytest.mark.parametrize("name", ["dynamic", "self-attention", "inverted"])
+def test_float16_votes_of_a_thousand_route_as_float64_does(name):
+    """A .half() model's routing: float16 tops out at 65,504 and a round's sums over 1,152 children of votes of about
+    1e3 overflowed (inf, then NaN poses and gradients). Routed in float32 and returned in float16, the poses and the
+    votes' gradient match float64 routing of the same (float16-rounded) votes; grid routing as well."""
+    torch.manual_seed(0)
+    kw = {} if name == "self-attention" else {"iterations": 3}
+    routing = create_routing(name, in_caps=1152, out_caps=10, dim=16, **kw)
+    if name == "self-attention":
+        torch.nn.init.normal_(routing.prior, std=0.1)
+    votes = (torch.randn(2, 1152, 10, 16) * 1000).half()
+    weights = torch.randn(2, 10, 16, dtype=torch.float64)
+    ref_votes = votes.double().requires_grad_()
+    ref = create_routing(name, in_caps=1152, out_caps=10, dim=16, **kw).double()
+    ref.load_state_dict(routing.state_dict())
+    expected = ref(ref_votes)
+    (expected.poses * weights).sum().backward()
+    half = routing.half()
+    got_votes = votes.clone().requires_grad_()
+    got = half(got_votes, record=True)
+    (got.poses.double() * weights).sum().backward()
+    assert got.poses.dtype == got.coupling.dtype == got.rounds.dtype == torch.float16
+    torch.testing.assert_close(got.poses.double(), expected.poses, atol=3e-3, rtol=0)
+    torch.testing.assert_close(got.coupling.double(), expected.coupling, atol=3e-3, rtol=0)
+    assert torch.isfinite(got_votes.grad).all()
+    cosine = torch.nn.functional.cosine_similarity(got_votes.grad.double().flatten(), ref_votes.grad.flatten(), dim=0)
+    assert cosine > 0.999, cosine
+    if hasattr(half, "route_grid"):  # convolutional capsules: 1,152 children at each of 2 x 2 positions
+        grid = votes[:1].reshape(1, 1152, 10, 16, 1, 1).expand(1, 1152, 10, 16, 2, 2)
+        poses = half.route_grid(grid)
+        assert poses.dtype == torch.float16
+        torch.testing.assert_close(poses.double(), ref.route_grid(grid.double()), atol=3e-3, rtol=0)
+
+
+def test_route_linear_of_a_half_model_routes_in_float32_and_returns_float16():
+    """DenseCaps' fast path (capsnet's digit capsules) on float16 capsules and weights: votes W u of about 1e3."""
+    torch.manual_seed(0)
+    routing = create_routing("dynamic", iterations=3)
+    u, weight = torch.randn(2, 1152, 8) * 30, torch.randn(8, 1152, 10, 16) * 10
+    got = routing.route_linear(u.half(), weight.half(), record=True)
+    expected = routing.route_linear(u.half().double(), weight.half().double(), record=True)
+    assert got.poses.dtype == got.coupling.dtype == got.rounds.dtype == torch.float16
+    torch.testing.assert_close(got.poses.double(), expected.poses, atol=3e-3, rtol=0)
+    torch.testing.assert_close(got.rounds.double(), expected.rounds, atol=3e-3, rtol=0)

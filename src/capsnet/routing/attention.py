@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..ops import _scale, exp_squash, safe_norm
-from .result import RoutingResult, check_count, check_votes, widened
+from .result import RoutingResult, check_count, check_votes, float16_in_float32, widened
 
 __all__ = ["SelfAttentionRouting"]
 
@@ -53,6 +53,7 @@ class SelfAttentionRouting(nn.Module):
     def extra_repr(self) -> str:
         return f"in_caps={self.in_caps}, out_caps={self.out_caps}"
 
+    @float16_in_float32
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False) -> RoutingResult:
         """Shapes:
@@ -75,6 +76,7 @@ class SelfAttentionRouting(nn.Module):
         v = exp_squash(s)
         return RoutingResult(v, safe_norm(v, dim=-1), c, c.unsqueeze(1) if record else None)
 
+    @float16_in_float32
     def route_grid(self, votes: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The same routing at every position of a grid, on votes in the layout a convolution makes them
         (``capsnet.layers.conv``; as ``DynamicRouting.route_grid``): no copy of the votes into (B * H * W, I, J, D)

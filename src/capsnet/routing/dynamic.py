@@ -6,7 +6,7 @@ from torch import nn
 
 from ..ops import exp_squash, safe_norm, squash
 from .dynamic_linear import coupling_softmax, route_linear
-from .result import RoutingResult, check_count, check_switch, check_votes
+from .result import RoutingResult, check_count, check_switch, check_votes, float16_in_float32
 
 __all__ = ["DynamicRouting", "SQUASHES"]
 
@@ -73,6 +73,7 @@ class DynamicRouting(nn.Module):
         more += f", squash={self.squash!r}" if self.squash != "sabour" else ""
         return f"iterations={self.iterations}, leaky={self.leaky}, detach_agreement={self.detach_agreement}{more}"
 
+    @float16_in_float32
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False) -> RoutingResult:
         """Route ``votes`` to the upper capsules.
@@ -120,6 +121,7 @@ class DynamicRouting(nn.Module):
                     b = b + agreement.transpose(1, 2)  # (B, I, J)
         return RoutingResult(v, safe_norm(v, dim=-1), c, torch.stack(rounds, dim=1) if record else None)
 
+    @float16_in_float32
     def route_grid(self, votes: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The same routing at every position of a grid, on votes in the layout a convolution makes them.
 

@@ -89,7 +89,8 @@ def route_linear(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """Procedure 1 on the votes ``W_ij u_i``: the last round's poses and coupling, and every round's when recording.
 
     Inputs of different dtypes (bf16 capsules from autocast, fp32 weights)
-    are routed in the wider dtype, with autocast off.
+    are routed in the wider dtype, with autocast off; float16 ones (a
+    ``.half()`` model) in float32, and returned in float16.
 
     Shapes:
         u: (B, I, Din) lower capsules
@@ -109,11 +110,15 @@ def route_linear(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if bias is not None and tuple(bias.shape) != (J, D):
         raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
     dtype = torch.promote_types(u.dtype, weight.dtype)  # autocast may hand bf16 capsules to fp32 weights
+    given = dtype
+    if dtype == torch.float16:  # routed in float32 (float16's sums overflow; result.float16_in_float32), returned
+        dtype = torch.float32
     u, weight = u.to(dtype), weight.to(dtype)
     bias = bias.to(dtype) if bias is not None else None
     chunk = chunk if chunk is not None else default_chunk(u, J, D)
     v, c, rounds = _RouteLinear.apply(u, weight, bias, iterations, leaky, detach_agreement, chunk, record)
     # c: (B, J, I); rounds: (B, R, J, I) or empty
+    v, c, rounds = v.to(given), c.to(given), rounds.to(given)
     return v, c.transpose(1, 2), rounds.transpose(2, 3) if record else None
 
 

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..ops import _scale
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_count, check_votes, widened
+from .result import RoutingResult, check_count, check_votes, float16_in_float32, widened
 
 __all__ = ["InvertedDotProductRouting"]
 
@@ -66,6 +66,7 @@ class InvertedDotProductRouting(nn.Module):
     def extra_repr(self) -> str:
         return f"dim={self.dim}, iterations={self.iterations}"
 
+    @float16_in_float32
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False, passes: int | None = None, start: torch.Tensor | None = None
                 ) -> RoutingResult:

@@ -1,11 +1,14 @@
 """What every routing algorithm returns, and the checks of what it is given."""
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import torch
 from torch import nn
+
+from .._eager import autocast_off
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes"]
 
@@ -57,6 +60,26 @@ class RoutingView(NamedTuple):
     scores: torch.Tensor
     grid: tuple[int, int, int]
     children_are: str = "lengths"
+
+
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+def float16_in_float32(route: _Route) -> _Route:
+    """A routing method (``forward``, ``route_grid``) that routes float16 votes in float32, autocast off, and
+    returns float16: float16 tops out at 65,504, and a round's sums over thousands of children, or its agreements,
+    overflowed for votes of about 1e3 (inf, then NaN poses and gradients). bfloat16 (fp32's range), float32 and
+    float64 votes are routed as they come, on the same path as before."""
+    @functools.wraps(route)
+    def wrapper(self: nn.Module, votes: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if votes.dtype != torch.float16:
+            return route(self, votes, *args, **kwargs)
+        with autocast_off(votes.device.type):  # float16 autocast would cast the products back
+            out = route(self, votes.float(), *args, **kwargs)
+        if isinstance(out, RoutingResult):
+            return RoutingResult(*(t.half() for t in out), None if out.rounds is None else out.rounds.half())
+        return out.half()
+    return wrapper  # type: ignore[return-value]
 
 
 def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None
