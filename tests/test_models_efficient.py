@@ -83,6 +83,15 @@ def test_init_official_starts_the_primary_convolution_and_the_decoder_as_the_off
     b = create_model("efficient-capsnet", init="official").state_dict()
     differ = sorted(k for k in a if not torch.equal(a[k], b[k]))
     assert differ == ["decoder.net.0.bias", "decoder.net.0.weight", "decoder.net.2.bias", "decoder.net.2.weight",
-                      "decoder.net.4.bias", "decoder.net.4.weight", "primary.bias", "primary.weight"]
+                      "decoder.net.4.bias", "decoder.net.4.weight", "features.0.weight", "features.3.weight",
+                      "features.6.weight", "features.9.weight", "primary.bias", "primary.weight"]
+    # the four convolutions: Keras' he_normal is a normal truncated at 2 std and rescaled to sqrt(2 / fan_in); the
+    # default's kaiming_normal_ is not truncated (its 16,384 draws of the widest layer pass 3 std)
+    for key, fan_in in (("features.0.weight", 25), ("features.3.weight", 32 * 9), ("features.6.weight", 64 * 9),
+                        ("features.9.weight", 64 * 9)):
+        target = (2 / fan_in) ** 0.5
+        assert b[key].std().item() == pytest.approx(target, rel=0.06), key
+        assert b[key].abs().max().item() <= 2 * target / 0.87962566 + 1e-7, key
+    assert a["features.9.weight"].abs().max().item() > 3 * (2 / (64 * 9)) ** 0.5
     with pytest.raises(ValueError, match="init"):
         EfficientCapsNetConfig(init="keras")

@@ -44,10 +44,11 @@ class EfficientCapsNetConfig(JsonConfig):
     class_dim: int = 16  # each class capsule's dimensions
     decoder: bool = True  # CapsNet's reconstruction decoder, for the paper's loss (not counted in its 161,824)
     decoder_hidden: tuple[int, ...] = (512, 1024)
-    init: str = "torch"  # the four convolutions and the class capsules' transforms start as the official code's
-    # (He-normal) either way; "torch" leaves the depthwise primary convolution and the decoder at PyTorch's start (as
-    # every run recorded before 2026-11-30), "official" starts them as the official code too (Glorot-uniform and zero
-    # bias; He-normal, the last layer Glorot-normal, zero biases)
+    init: str = "torch"  # the class capsules' transforms start as the official code's (truncated He-normal) either
+    # way, the four convolutions He-normal; "torch" (every run recorded here) draws those untruncated and leaves the
+    # depthwise primary convolution and the decoder at PyTorch's start, "official" starts all of them as the
+    # official code's Keras layers (he_normal truncated at 2 std; Glorot-uniform and zero bias; He-normal, the last
+    # layer Glorot-normal, zero biases)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -103,7 +104,7 @@ class EfficientCapsNet(nn.Module):
         c_in = cfg.in_channels
         for c, k, s in _CONVS:
             conv = nn.Conv2d(c_in, c, k, stride=s)
-            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")  # Keras he_normal
+            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")  # He-normal (Keras' truncates: init="official")
             nn.init.zeros_(conv.bias)
             # Keras: activation inside the convolution, then BatchNormalization(momentum 0.99, epsilon 1e-3)
             layers += [conv, nn.ReLU(inplace=True), nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)]
@@ -122,10 +123,14 @@ class EfficientCapsNet(nn.Module):
 
     @torch.no_grad()
     def _official_start(self) -> None:
-        """The primary convolution and the decoder as the official code's Keras layers start them: the depthwise
-        ``Conv2D(128, 9, groups=128)`` Glorot-uniform over its (9, 9, 1, 128) kernel (fan in 81, fan out 81 x 128)
-        with a zero bias; the decoder's ReLU layers He-normal, its sigmoid layer Glorot-normal (Keras' truncated
-        normals, rescaled to their nominal spread), zero biases."""
+        """The convolutions, the primary convolution and the decoder as the official code's Keras layers start them:
+        the four convolutions Keras' he_normal (a normal truncated at 2 std, rescaled to sqrt(2 / fan_in); PyTorch's
+        kaiming_normal_ has no truncation); the depthwise ``Conv2D(128, 9, groups=128)`` Glorot-uniform over its
+        (9, 9, 1, 128) kernel (fan in 81, fan out 81 x 128) with a zero bias; the decoder's ReLU layers He-normal,
+        its sigmoid layer Glorot-normal (truncated and rescaled the same way), zero biases."""
+        for conv in (m for m in self.features if isinstance(m, nn.Conv2d)):
+            std = math.sqrt(2 / conv.weight[0].numel()) / 0.87962566  # fan in: c_in x k x k
+            nn.init.trunc_normal_(conv.weight, std=std, a=-2 * std, b=2 * std)
         k = self.primary.weight[0, 0].numel()  # 81: the depthwise kernel's receptive field
         limit = math.sqrt(6 / (k + k * self.primary.out_channels))
         nn.init.uniform_(self.primary.weight, -limit, limit)
