@@ -534,6 +534,11 @@ _TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it
                     "(default: untruncated)")
 
 
+# --which's default where a command shows test figures (eval, figures, viz; _final_for_test_chosen)
+_TEST_CHOSEN = ("best; last, the final epoch's, for a finished run whose best was chosen on the test split, trained "
+                "without --val-size")
+
+
 def _checkpoint_choice(p: argparse.ArgumentParser, default: str = "best") -> None:
     """--which and --weights: the checkpoint of a run directory, and which of its weights make the model."""
     p.add_argument("--which", choices=("best", "last"), default=None,
@@ -555,8 +560,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
                                                        "capsnet, e.g. pretrained:capsnet-mnist-small)")
-    _checkpoint_choice(e, "best; last, the final epoch's, for a finished run whose best was chosen on the test "
-                          "split, trained without --val-size")
+    _checkpoint_choice(e, _TEST_CHOSEN)
     e.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test set (default: the one it was trained on)")
     e.add_argument("--test-size", type=_nonneg_int, default=0,
@@ -678,7 +682,7 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--checkpoint", required=True, nargs="+", metavar="RUN_DIR",
                    help="run directory, checkpoint file or pretrained:NAME (figures to figures-NAME in the working "
                         "folder); the model figures use the first, the training curves overlay all")
-    _checkpoint_choice(f)
+    _checkpoint_choice(f, _TEST_CHOSEN)
     f.add_argument("--out", default=None, help="folder for the figures (default: FIRST_RUN_DIR/figures, "
                                                "FIRST_RUN_DIR/figures-training-weights for --weights training; "
                                                "figures-NAME in the working folder for pretrained:NAME); --which and "
@@ -848,7 +852,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
                         "(default: the shipped pretrained:capsnet-mnist-small on the shipped mnist-sample test digits)")
     v.add_argument("--untrained", action="store_true",
                    help="open an untrained (random) paper CapsNet instead of the shipped model")
-    _checkpoint_choice(v)
+    _checkpoint_choice(v, _TEST_CHOSEN)
     v.add_argument("--dataset", type=_dataset, default=None, metavar=_DATASETS,
                    help="test images to pick from (default: the checkpoint's data set; mnist-sample without one "
                         "and for a shipped MNIST classifier, mnist-sample-segmentation or mnist-sample-skeleton for a "
@@ -1226,7 +1230,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
 
 
 def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None) -> tuple[Any, str]:
-    """For eval and figures on a run directory without --which: its best.safetensors (``best``, read if not given)
+    """For eval, figures and viz on a run directory without --which: its best.safetensors (``best``, read if not given)
     chosen on the test split (trained without --val-size) is the best test figure over epochs, not an estimate; a
     finished run's last.safetensors, its final epoch, is scored instead. Returns (that Checkpoint or None, a note
     ending in a newline, or '')."""
@@ -1242,7 +1246,7 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
         return None, ""
     last = load_checkpoint(run, "last")
     planned = last.train_config.get("epochs")
-    what = "scored" if args.command == "eval" else "drawn"
+    what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
     if "within" not in last.state and last.state.get("epoch") == planned:  # the run finished: its final epoch
         return last, (f"{run}: best.safetensors was chosen on the test split (trained without --val-size), so its "
                       f"test figures would be the best over epochs; {what} from last.safetensors, the final epoch's "
@@ -1592,6 +1596,11 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     checkpoint = args.checkpoint
     if checkpoint is None and not args.untrained and pretrained.DEFAULT in pretrained.names():
         checkpoint = pretrained.PREFIX + pretrained.DEFAULT
+    # the viewer shows the test images' predictions: as eval scores them, a finished run's final epoch where its
+    # best was chosen on the test split (it opened best, while the quick start's eval scored last)
+    last, note = _final_for_test_chosen(args, checkpoint) if args.checkpoint is not None else (None, "")
+    if last is not None:
+        args.which = "last"
     viewer = load_viewer(checkpoint, which=args.which, weights=args.weights, dataset=args.dataset,
                          data_dir=args.data_dir,
                          device=str(resolve_device(args.device)), test_size=args.test_size)
@@ -1611,6 +1620,7 @@ def _cmd_viz(args: argparse.Namespace) -> int:
               "--checkpoint RUN_DIR from `capsnet train`, or leave both out for the shipped model", file=sys.stderr)
     if viewer.warning:
         print(f"warning: {viewer.warning}", file=sys.stderr)
+    print(note, end="", flush=True)
     shown = checkpoint if pretrained.is_shipped(checkpoint) else viewer.checkpoint or "untrained CapsNet"
     weights = " (its training weights, not the average it saved as its model)" if args.weights == "training" else ""
     print(f"capsnet viewer: {shown}{weights} on {viewer.dataset} test images", flush=True)
