@@ -122,6 +122,13 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     assert main(["train", *flags, "--out", str(a)]) == 0
     assert (board / RUN_MARK).read_text().strip() == str(a.resolve())
     capsys.readouterr()
+    from capsnet.checkpoint import RunLock
+
+    with RunLock(a) as live:  # run a training (its lock held): another run into its folder is refused as such, not
+        live.acquire()  # told its logs are an earlier run's, to remove (a review under torchrun, 2026-11-30)
+        assert main(["train", *flags, "--out", str(a)]) == 2
+        err = capsys.readouterr().err
+        assert f"{a} is being written by another capsnet run" in err and "remove" not in err
     assert main(["train", *flags, "--out", str(b)]) == 2
     err = capsys.readouterr().err
     assert f"--tensorboard {board} holds the TensorBoard logs of another run ({a.resolve()})" in err

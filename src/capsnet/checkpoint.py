@@ -113,9 +113,7 @@ class RunLock:
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
                 os.close(fd)
-                raise CheckpointError(f"{self.run_dir} is being written by another capsnet run"
-                                      + (f" (process {holder})" if holder.isdigit() else "")
-                                      + "; wait for it to finish, or choose another output directory") from None
+                raise self._busy(holder) from None
             except OSError:  # a file system without locks: run unlocked, as before, and leave no file
                 os.close(fd)
                 if mine:
@@ -131,6 +129,32 @@ class RunLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def _busy(self, holder: str) -> CheckpointError:
+        return CheckpointError(f"{self.run_dir} is being written by another capsnet run"
+                               + (f" (process {holder})" if holder.isdigit() else "")
+                               + "; wait for it to finish, or choose another output directory")
+
+    def refuse_if_held(self) -> None:
+        """The CheckpointError ``acquire`` would raise when another process holds the lock now, without taking it:
+        for checks that run before the lock is taken and would otherwise name a lesser cause (a live run's
+        TensorBoard folder, refused as an earlier run's logs to remove)."""
+        try:
+            import fcntl
+        except ImportError:  # Windows: nothing is locked
+            return
+        try:
+            fd = os.open(self.run_dir / ".lock", os.O_RDONLY)
+        except OSError:  # no lock file (no run there, or it ended), or one this user cannot read
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._busy(os.pread(fd, 32, 0).decode(errors="replace").strip()) from None
+        except OSError:  # a file system without locks
+            pass
+        finally:
+            os.close(fd)  # a lock taken here goes with the descriptor
 
     def _holds_the_file(self) -> bool | None:
         """Whether ``RUN/.lock`` is still the file this lock holds: False when it was removed or replaced (the run's

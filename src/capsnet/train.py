@@ -886,7 +886,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        check_log_dir(tensorboard, run_dir, resume)
+        RunLock(run_dir).refuse_if_held()  # a live run's folder: said as such, not as its logs to remove (every rank
+        check_log_dir(tensorboard, run_dir, resume)  # checks before the group forms, so none holds the lock yet)
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
