@@ -376,7 +376,7 @@ def test_a_rank_whose_peer_stopped_says_so_in_one_line(monkeypatch):
     DistributedError pointing at the other process's error (a 25-line traceback of torch's internals before); any
     other RuntimeError goes on as it was."""
     from capsnet import train as train_mod
-    from capsnet.distributed import DistributedError, Launch
+    from capsnet.distributed import Launch, PeerLostError
 
     monkeypatch.setattr(train_mod, "launcher", lambda required=False: Launch(1, 2, 1, 2))
     monkeypatch.setattr(train_mod, "join", lambda launch, dev: (dev, False))
@@ -388,12 +388,40 @@ def test_a_rank_whose_peer_stopped_says_so_in_one_line(monkeypatch):
             raise error
         monkeypatch.setattr(train_mod, "_fit", failing)
         if caught:
-            with pytest.raises(DistributedError, match=r"another process of this run stopped \(its own error, above "
-                                                       r"or in its log, says why\).*Connection closed by peer"):
+            with pytest.raises(PeerLostError, match=r"another process of this run stopped \(its own error, above "
+                                                    r"or in its log, says why; a process killed says nothing\).*"
+                                                    r"Connection closed by peer"):
                 fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, "unused")
         else:
             with pytest.raises(RuntimeError, match="cannot be multiplied"):
                 fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, "unused")
+
+
+@pytest.mark.parametrize("machines", [1, 2])
+def test_the_first_rank_says_how_to_resume_when_another_process_was_lost(machines, tmp_path, capsys, monkeypatch):
+    """A rank killed (kill -9, out of memory) says nothing; the first rank's line pointed at an error no process
+    printed and did not say how to go on, as it does after Ctrl-C. On one machine the command it gives has
+    --standalone (a port of its own: with older torch two jobs took 29500 and the second failed)."""
+    from capsnet import distributed
+    from capsnet.distributed import Launch, PeerLostError
+
+    out = tmp_path / "run"
+
+    def lost(*a, **k):  # rank 0 saved a checkpoint, then its peer vanished
+        out.mkdir()
+        (out / "last.safetensors").write_bytes(b"")
+        raise PeerLostError("another process of this run stopped (its own error, above or in its log, says why; "
+                            "a process killed says nothing), and this one could not go on without it")
+
+    monkeypatch.setattr(distributed, "launcher", lambda required=False: Launch(0, 2 * machines, 0, 2))
+    monkeypatch.setattr(capsnet.train, "fit", lost)
+    assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    standalone = "--standalone " if machines == 1 else ""
+    where = "" if machines == 1 else " (on every machine, with the run's --nnodes and rendezvous flags)"
+    assert "error: another process of this run stopped" in err
+    assert (f"`torchrun {standalone}--nproc_per_node 2 -m capsnet train --out {out} --resume`{where} continues from "
+            f"the last checkpoint") in err, err
 
 
 @pytest.mark.slow  # one torchrun launch, about 10 s

@@ -1123,9 +1123,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
                         ("--save-every", None if args.save_every == SAVE_EVERY_S / 60 else f"{args.save_every:g}"),
                         ("--allocator", None if args.allocator == "keep" else args.allocator)):
         again += [] if value is None else [flag, str(value)]
-    if launch is not None:
-        again = ["torchrun", "--nproc_per_node", str(launch.local_world_size), "-m", *again]
-    args.resume_command, args.resume_checkpoint = shlex.join(again), out / "last.safetensors"  # for Ctrl-C's message
+    if launch is not None:  # one machine: --standalone, a port of its own (older torch took 29500: two jobs clashed)
+        again = ["torchrun", *(["--standalone"] if launch.world_size == launch.local_world_size else []),
+                 "--nproc_per_node", str(launch.local_world_size), "-m", *again]
+    args.resume_command, args.resume_checkpoint = f"`{shlex.join(again)}`", out / "last.safetensors"  # Ctrl-C's line
     if launch is not None:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
@@ -1937,6 +1938,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)
+        from .distributed import PeerLostError
+
+        resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
+        if isinstance(e, PeerLostError) and resume and saved.exists() and not getattr(args, "quiet_interrupt", False):
+            print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
+                  file=sys.stderr)  # the first rank's, once: as after Ctrl-C
         return 2
     except KeyboardInterrupt:
         if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume
@@ -1946,7 +1953,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"capsnet {args.command}: interrupted before the run saved anything ({saved} is not written "
                   f"yet); run the same command again to start it", file=sys.stderr)
             return 130
-        hint = f"; `{resume}` continues from the last checkpoint" if resume else \
+        hint = f"; {resume} continues from the last checkpoint" if resume else \
             f"; {args.interrupted_hint}" if getattr(args, "interrupted_hint", None) else ""
         print(f"capsnet {args.command}: interrupted{hint}", file=sys.stderr)
         return 130

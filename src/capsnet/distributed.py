@@ -43,6 +43,10 @@ class DistributedError(ValueError):
     """The launcher's variables are missing, incomplete or wrong, or the devices do not fit the processes."""
 
 
+class PeerLostError(DistributedError):
+    """Another process of the run stopped (its error, a kill) and this one cannot go on without it."""
+
+
 @dataclass(frozen=True)
 class Launch:
     """This process's place among those torchrun started."""

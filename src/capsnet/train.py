@@ -932,8 +932,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             raise DistributedError(f"a collective timed out{after}: another process of this run took longer than "
                                    f"{longer} alone (an evaluation or a download on the first rank); {fix} "
                                    f"({type(e).__name__}: {str(e).splitlines()[0][:160]})") from e
-        raise DistributedError(f"another process of this run stopped (its own error, above or in its log, says "
-                               f"why), and this one could not go on without it ({type(e).__name__}: "
+        from .distributed import PeerLostError
+
+        raise PeerLostError(f"another process of this run stopped (its own error, above or in its log, says why; "
+                            f"a process killed says nothing), and this one could not go on without it ({type(e).__name__}: "
                                f"{str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
     finally:
         lock.release()
