@@ -94,7 +94,19 @@ def test_atomic_write_gives_the_file_the_users_umask(tmp_path):
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.safetensors")
-    with pytest.raises(CheckpointError, match="no checkpoint in"):
+    with pytest.raises(CheckpointError, match="no checkpoint in .*; train one with `capsnet train --out"):
+        load_checkpoint(tmp_path)
+    from capsnet.checkpoint import RunLock
+
+    # a run starting there (its lock held, nothing saved yet): eval advised training into it, which is refused
+    with RunLock(tmp_path) as live:
+        live.acquire()
+        with pytest.raises(CheckpointError, match=rf"^no checkpoint in {tmp_path} yet: a run is training there "
+                                                  rf"\(process {os.getpid()}\) and has not saved its first one"):
+            load_checkpoint(tmp_path)
+        assert RunLock(tmp_path).holder() == str(os.getpid())
+    assert RunLock(tmp_path).holder() is None  # released: no holder, and the lock file gone
+    with pytest.raises(CheckpointError, match="; train one with"):
         load_checkpoint(tmp_path)
 
 

@@ -135,26 +135,33 @@ class RunLock:
                                + (f" (process {holder})" if holder.isdigit() else "")
                                + "; wait for it to finish, or choose another output directory")
 
+    def holder(self) -> str | None:
+        """Whether another process holds the lock now, without taking it: None when none does (no run there, it
+        ended, or nothing can be locked), else what the holder wrote in the file (its process id, or '')."""
+        try:
+            import fcntl
+        except ImportError:  # Windows: nothing is locked
+            return None
+        try:
+            fd = os.open(self.run_dir / ".lock", os.O_RDONLY)
+        except OSError:  # no lock file (no run there, or it ended), or one this user cannot read
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 32, 0).decode(errors="replace").strip()
+        except OSError:  # a file system without locks
+            return None
+        finally:
+            os.close(fd)  # a lock taken here goes with the descriptor
+        return None
+
     def refuse_if_held(self) -> None:
         """The CheckpointError ``acquire`` would raise when another process holds the lock now, without taking it:
         for checks that run before the lock is taken and would otherwise name a lesser cause (a live run's
         TensorBoard folder, refused as an earlier run's logs to remove)."""
-        try:
-            import fcntl
-        except ImportError:  # Windows: nothing is locked
-            return
-        try:
-            fd = os.open(self.run_dir / ".lock", os.O_RDONLY)
-        except OSError:  # no lock file (no run there, or it ended), or one this user cannot read
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise self._busy(os.pread(fd, 32, 0).decode(errors="replace").strip()) from None
-        except OSError:  # a file system without locks
-            pass
-        finally:
-            os.close(fd)  # a lock taken here goes with the descriptor
+        if (holder := self.holder()) is not None:
+            raise self._busy(holder)
 
     def _holds_the_file(self) -> bool | None:
         """Whether ``RUN/.lock`` is still the file this lock holds: False when it was removed or replaced (the run's
@@ -535,6 +542,10 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
         if not f.exists() and which == "best" and (p / "last.safetensors").exists():
             f = p / "last.safetensors"
         if not f.exists():
+            if (holder := RunLock(p).holder()) is not None:  # a run starting there: it is not to be trained again
+                raise CheckpointError(f"no checkpoint in {p} yet: a run is training there"
+                                      + (f" (process {holder})" if holder.isdigit() else "")
+                                      + " and has not saved its first one; try again once it has")
             raise CheckpointError(f"no checkpoint in {p}: expected {p / (which + '.safetensors')}; "
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f
