@@ -637,6 +637,7 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
     from capsnet.train import saved_configs
 
     monkeypatch.setattr(experiments, "GENERATION_SPEED_IMAGES", 16)  # the full-size generator times 16 maps, not 256
+    monkeypatch.setattr(experiments, "PROBE", dict(experiments.PROBE, conv1_channels=8, primary_types=2))
 
     train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)
     configs = {"pix2pix": Pix2pixConfig(base_channels=4, disc_channels=4)}
@@ -666,7 +667,7 @@ def test_the_synthesis_experiment_tabulates_both_models_and_the_probes(tmp_path,
                                                                                      first["pix2pix"])
     # each probe was trained on its own images: the probe of the real images on exactly the real training items
     real_probe = json.loads((tmp_path / "probes" / "fashion-silhouette" / "real" / "config.json").read_text())
-    assert real_probe["model_config"]["conv1_channels"] == 64 and real_probe["train_config"]["dataset"] == "fashion-mnist"
+    assert real_probe["model_config"]["conv1_channels"] == 8 and real_probe["train_config"]["dataset"] == "fashion-mnist"
     table = format_synthesis_table(rows + probes)
     assert "| fashion-silhouette | CapsPix2pix | 1,519,953 |" in table and "pix2pix's images" in table
     again = run_plan(runs, device="cpu", data_root=data_root, progress=False)  # finished runs are read back
