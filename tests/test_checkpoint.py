@@ -366,3 +366,31 @@ def test_text_holding_bytes_python_could_not_decode_is_written_back_as_those_byt
 
     atomic_write_text(tmp_path / "r.md", "`capsnet experiment --out expl\udce9` caf\u00e9")
     assert (tmp_path / "r.md").read_bytes() == b"`capsnet experiment --out expl\xe9` caf\xc3\xa9"
+
+
+def test_holder_asks_without_refusing_other_askers_or_a_run_starting(tmp_path, monkeypatch):
+    """RunLock.holder() asked with an exclusive lock: two askers at once (every rank of a torchrun resume) saw each
+    other as a live run, and a run starting while one asked was refused (a review, 2026-11-30). It asks with a
+    shared lock, and acquire() waits a moment out; a lock file a killed run left is no holder."""
+    import fcntl
+
+    from capsnet.checkpoint import RunLock
+
+    (tmp_path / ".lock").write_text("999999")  # left by a killed run
+    assert RunLock(tmp_path).holder() is None
+    asker = os.open(tmp_path / ".lock", os.O_RDONLY)  # another process asking at this moment
+    try:
+        fcntl.flock(asker, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        assert RunLock(tmp_path).holder() is None  # askers share
+        waited = []
+
+        def asker_done(seconds):  # the asker lets go while acquire waits
+            waited.append(seconds)
+            fcntl.flock(asker, fcntl.LOCK_UN)
+        monkeypatch.setattr("capsnet.checkpoint.time.sleep", asker_done)
+        with RunLock(tmp_path) as run:
+            run.acquire()
+            assert waited and RunLock(tmp_path).holder() == str(os.getpid())
+    finally:
+        os.close(asker)
+    assert RunLock(tmp_path).holder() is None and not (tmp_path / ".lock").exists()

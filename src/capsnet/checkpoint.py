@@ -109,7 +109,14 @@ class RunLock:
             except PermissionError:  # another user's, left by a killed run: flock takes a read-only descriptor
                 fd, mine = os.open(path, os.O_RDONLY), False
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for wait in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, None):  # a holder() asking for a moment lets go
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if wait is None:
+                            raise
+                        time.sleep(wait)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
                 os.close(fd)
@@ -136,8 +143,10 @@ class RunLock:
                                + "; wait for it to finish, or choose another output directory")
 
     def holder(self) -> str | None:
-        """Whether another process holds the lock now, without taking it: None when none does (no run there, it
-        ended, or nothing can be locked), else what the holder wrote in the file (its process id, or '')."""
+        """Whether another process holds the lock now: None when none does (no run there, it ended, or nothing can
+        be locked), else what the holder wrote in the file (its process id, or ''). It asks with a shared lock,
+        which other askers share (an exclusive one told two askers at once of a run that was not there, every rank of
+        a torchrun resume asking together) and which a run's ``acquire`` waits out (``_lock`` retries)."""
         try:
             import fcntl
         except ImportError:  # Windows: nothing is locked
@@ -147,7 +156,7 @@ class RunLock:
         except OSError:  # no lock file (no run there, or it ended), or one this user cannot read
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return os.pread(fd, 32, 0).decode(errors="replace").strip()
         except OSError:  # a file system without locks
