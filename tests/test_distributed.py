@@ -397,31 +397,46 @@ def test_a_rank_whose_peer_stopped_says_so_in_one_line(monkeypatch):
                 fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, "unused")
 
 
-@pytest.mark.parametrize("machines", [1, 2])
-def test_the_first_rank_says_how_to_resume_when_another_process_was_lost(machines, tmp_path, capsys, monkeypatch):
-    """A rank killed (kill -9, out of memory) says nothing; the first rank's line pointed at an error no process
-    printed and did not say how to go on, as it does after Ctrl-C. On one machine the command it gives has
-    --standalone (a port of its own: with older torch two jobs took 29500 and the second failed)."""
+@pytest.mark.parametrize("machines, rank", [(1, 0), (2, 0), (1, 1)])
+def test_a_rank_left_says_how_to_resume_when_another_process_was_lost(machines, rank, tmp_path, capsys,
+                                                                       monkeypatch):
+    """A rank killed (kill -9, out of memory) says nothing; the others' line pointed at an error no process printed
+    and did not say how to go on, as rank 0 does after Ctrl-C. Every rank left says it (the lost one may be rank 0,
+    which evaluates and so is the likelier to run out of memory). On one machine the command has --standalone (a
+    port of its own: with older torch two jobs took 29500 and the second failed). No checkpoint yet, or another
+    error of the processes: no such line."""
     from capsnet import distributed
-    from capsnet.distributed import Launch, PeerLostError
+    from capsnet.distributed import DistributedError, Launch, PeerLostError
 
     out = tmp_path / "run"
+    error = PeerLostError("another process of this run stopped (its own error, above or in its log, says why; "
+                          "a process killed says nothing), and this one could not go on without it")
 
-    def lost(*a, **k):  # rank 0 saved a checkpoint, then its peer vanished
-        out.mkdir()
+    def lost(*a, **k):  # a checkpoint was saved, then a peer vanished
+        out.mkdir(exist_ok=True)
         (out / "last.safetensors").write_bytes(b"")
-        raise PeerLostError("another process of this run stopped (its own error, above or in its log, says why; "
-                            "a process killed says nothing), and this one could not go on without it")
+        raise error
 
-    monkeypatch.setattr(distributed, "launcher", lambda required=False: Launch(0, 2 * machines, 0, 2))
+    monkeypatch.setattr(distributed, "launcher", lambda required=False: Launch(rank, 2 * machines, rank, 2))
     monkeypatch.setattr(capsnet.train, "fit", lost)
-    assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", *TINY, "--out", str(out)]) == 2
+    command = ["train", "--dataset", "mnist-sample", "--epochs", "1", *TINY, "--out", str(out)]
+    assert main(command) == 2
     err = capsys.readouterr().err
     standalone = "--standalone " if machines == 1 else ""
     where = "" if machines == 1 else " (on every machine, with the run's --nnodes and rendezvous flags)"
     assert "error: another process of this run stopped" in err
     assert (f"`torchrun {standalone}--nproc_per_node 2 -m capsnet train --out {out} --resume`{where} continues from "
             f"the last checkpoint") in err, err
+    if (machines, rank) != (1, 0):
+        return
+    (out / "last.safetensors").unlink()  # lost before the first save: nothing to resume from
+    monkeypatch.setattr(capsnet.train, "fit", lambda *a, **k: (_ for _ in ()).throw(error))
+    assert main(command) == 2 and "continues from" not in capsys.readouterr().err
+    error = DistributedError("the processes of this run disagree")  # not a lost peer: no resume to offer
+    monkeypatch.setattr(capsnet.train, "fit", lost)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "error: the processes of this run disagree" in err and "continues from" not in err
 
 
 @pytest.mark.slow  # one torchrun launch, about 10 s

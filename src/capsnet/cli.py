@@ -1941,9 +1941,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .distributed import PeerLostError
 
         resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
-        if isinstance(e, PeerLostError) and resume and saved.exists() and not getattr(args, "quiet_interrupt", False):
-            print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
-                  file=sys.stderr)  # the first rank's, once: as after Ctrl-C
+        if isinstance(e, PeerLostError) and resume and saved.exists():  # every rank left says it: rank 0 may be
+            print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",  # the lost one
+                  file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume
