@@ -254,6 +254,12 @@ def test_float16_votes_of_a_thousand_route_as_float64_does(name):
     assert torch.isfinite(got_votes.grad).all()
     cosine = torch.nn.functional.cosine_similarity(got_votes.grad.double().flatten(), ref_votes.grad.flatten(), dim=0)
     assert cosine > 0.999, cosine
+    with torch.autocast("cpu", dtype=torch.float16):  # float16 autocast (a T4's training) casts products back
+        under = half(votes)
+    torch.testing.assert_close(under.poses.double(), expected.poses, atol=3e-3, rtol=1e-3)
+    wide = routing.bfloat16()(votes.bfloat16())  # bfloat16 has float32's range: routed as it comes, not widened
+    assert wide.poses.dtype == (torch.float32 if name == "em" else torch.bfloat16) and torch.isfinite(wide.poses).all()
+    half = routing.half()
     if hasattr(half, "route_grid"):  # convolutional capsules: 1,152 children at each of 2 x 2 positions
         grid = votes[:1].reshape(1, 1152, 10, 16, 1, 1).expand(1, 1152, 10, 16, 2, 2)
         poses = half.route_grid(grid)
