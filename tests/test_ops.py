@@ -97,12 +97,23 @@ def test_safe_norm_matches_linalg_norm_away_from_zero(dtype, norm, dim, keepdim)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_safe_norm_of_float16_capsules_past_its_squares_range():
+    """16 entries of 300: |s|^2 = 1.44e6, past float16's 65,504 (norm inf and gradient 0 before: a review,
+    2026-11-30); summed in float32, the norm 1200 and the gradient s / |s| = 0.25 come back in float16."""
+    s = torch.full((2, 16), 300.0, dtype=torch.float16, requires_grad=True)
+    n = safe_norm(s)
+    assert n.dtype == torch.float16 and torch.equal(n, torch.full((2,), 1200.0, dtype=torch.float16))
+    (g,) = torch.autograd.grad(n.sum(), s)
+    assert g.dtype == torch.float16 and torch.equal(g, torch.full_like(s, 0.25))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_safe_norm_finite_at_zero(dtype):
     s = torch.zeros(3, 8, dtype=dtype, requires_grad=True)
     n = safe_norm(s)
     eps = 1e-7 if dtype == torch.float16 else 1e-8  # the documented epsilon inside the root
-    assert torch.equal(n, torch.full((3,), eps, dtype=dtype).sqrt())
+    wide = torch.float32 if dtype == torch.float16 else dtype  # float16's root is taken in float32
+    assert torch.equal(n, torch.full((3,), eps, dtype=wide).sqrt().to(dtype))
     (g,) = torch.autograd.grad(n.sum(), s)
     assert (g == 0).all()  # s / norm: finite, and 0 at s = 0
 
