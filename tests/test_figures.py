@@ -263,6 +263,25 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     assert f"checkpoint {run_dir / 'last.safetensors'}" in printed
 
 
+def test_figures_into_a_folder_another_is_writing_are_refused_and_an_error_leaves_no_folder(run_dir, data_root,
+                                                                                           tmp_path, capsys):
+    """Two `capsnet figures` into one --out interleaved their files, one run's figures beside another's (a review,
+    2026-11-30): the second is refused, as a second run into a run's folder is; the folder a refused or failed call
+    made is not left behind."""
+    from capsnet.checkpoint import RunLock
+
+    out = tmp_path / "figs"
+    out.mkdir()
+    with RunLock(out) as other:
+        other.acquire()
+        assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root) == 2
+        assert f"{out} is being written by another capsnet run (process {os.getpid()})" in capsys.readouterr().err
+        assert [p.name for p in out.iterdir()] == [".lock"]
+    fresh = tmp_path / "new" / "figs"
+    assert _figures("--checkpoint", run_dir, "--out", fresh, "--data-dir", data_root, "--indices", 10_000) == 2
+    assert "--indices" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
 def test_figures_command_default_inputs(run_dir, data_root, tmp_path, monkeypatch):
     # Which inputs the command picks, not how they are drawn (the tests above render every kind): the two
     # slowest figures, 10 of each, become blank ones.

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import pretrained
-from ..checkpoint import (Checkpoint, CheckpointError, check_out_dir, load_checkpoint, resolve_checkpoint,
+from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, load_checkpoint, resolve_checkpoint,
                           saved_point)
 from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
 from ..average import weights_tag
@@ -214,11 +214,25 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         dataset = sample if sample != trained_on else None  # none for it: the run's own, as for any run
     out = Path(out) if out else _default_out(checkpoints[0], weights)
     check_out_dir(out, "figures", error=FigureError)  # before the figures' work, not at their first save
-    # one bar over the drawing, a figure a tick (16-22 s of it showed nothing, in a terminal or a log)
-    with progress_bar(desc="figures", unit=" figures", progress=progress, leave=False) as bar, drawing(bar):
-        return _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
-                     dims=dims, deltas=deltas, misclassified=misclassified, fmt=fmt, dpi=dpi, progress=progress,
-                     unused=unused)
+    # one writer at a time: two `capsnet figures` into one folder interleaved their files (one run's figures beside
+    # another's); the second is refused, as a second run into a run's folder is. A folder made here and left empty
+    # by an error goes again.
+    made = [f for f in (out, *out.parents) if not f.exists()]  # the folders made here, innermost first
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # one bar over the drawing, a figure a tick (16-22 s of it showed nothing, in a terminal or a log)
+        with RunLock(out) as lock, progress_bar(desc="figures", unit=" figures", progress=progress,
+                                                leave=False) as bar, drawing(bar):
+            lock.acquire()
+            return _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
+                         dims=dims, deltas=deltas, misclassified=misclassified, fmt=fmt, dpi=dpi, progress=progress,
+                         unused=unused)
+    except BaseException:
+        for folder in made:
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
+        raise
 
 
 def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, deltas, misclassified: int,
