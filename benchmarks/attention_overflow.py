@@ -6,14 +6,13 @@ capsnet.bench.alternate). Prints a table and, with --json, writes it.
     python benchmarks/attention_overflow.py [--batch-size 64] [--repeats 30] [--json OUT]
 """
 import argparse
-import json
 import math
 import statistics
 import time
 
 import torch
 
-from capsnet.bench import alternate
+from capsnet.bench import alternate, publish
 from capsnet.models import create_model
 from capsnet.ops import exp_squash, safe_norm
 from capsnet.routing import SelfAttentionRouting
@@ -59,13 +58,11 @@ times = alternate({"guarded": step(guarded), "unguarded": step(unguarded)}, args
 SelfAttentionRouting.forward = guarded
 ratio = statistics.median(g / u for g, u in zip(times["guarded"], times["unguarded"]))
 rows = {k: statistics.median(v) for k, v in times.items()}
-print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch_size}, "
-      f"{args.repeats} paired steps")
-print("| routing | median step (ms) |\n|---|---|")
-for k, v in rows.items():
-    print(f"| {k} | {1000 * v:.1f} |")
-print(f"guarded / unguarded, median of paired ratios: {ratio:.3f}")
-if args.json:
-    with open(args.json, "w") as f:
-        json.dump({"batch_size": args.batch_size, "repeats": args.repeats, "threads": torch.get_num_threads(),
-                   "median_s": rows, "paired_ratio": ratio, "times_s": times}, f, indent=1)
+text = "\n".join([f"{torch.get_num_threads()} thread(s), batch {args.batch_size}, {args.repeats} paired steps",
+                  "| routing | median step (ms) |", "|---|---|",
+                  *(f"| {k} | {1000 * v:.1f} |" for k, v in rows.items()),
+                  f"guarded / unguarded, median of paired ratios: {ratio:.3f}"])
+# the record names its command, commit and torch version (capsnet.bench.publish); a plain json.dump left them out
+publish("benchmarks/attention_overflow.py", [{
+    "batch_size": args.batch_size, "repeats": args.repeats, "threads": torch.get_num_threads(), "median_s": rows,
+    "paired_ratio": ratio, "times_s": times}], text, args.json)
