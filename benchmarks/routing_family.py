@@ -31,7 +31,7 @@ import sys
 import torch
 from torch import nn
 
-from capsnet.bench import _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
+from capsnet.bench import COMPILED_WARMUP, _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.experiments import model_entry, model_title
 from capsnet.models import MODELS, model_spec
@@ -107,7 +107,9 @@ def main() -> None:
         runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
                                       fused=fused, compile=c or False)
                    for c in kinds for part, m in (("full", model), ("bare", bare_model))}
-        times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
+        for (c, _), r in runners.items():  # CUDA graphs record in the first calls; their peak kept for peak_bytes
+            r.warm_up(COMPILED_WARMUP if c else 1)
+        times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats, warmup=0)
         for c in kinds:
             t_full, t_bare = times[c, "full"], times[c, "bare"]
             shares = [1 - b / f for f, b in zip(t_full, t_bare)]

@@ -33,8 +33,8 @@ import sys
 
 import torch
 
-from capsnet.bench import (_Runner, alternate, default_steps_per_timing, markdown_table, model_variant, publish,
-                           show_spread, spread)
+from capsnet.bench import (COMPILED_WARMUP, _Runner, alternate, default_steps_per_timing, markdown_table,
+                           model_variant, publish, show_spread, spread)
 from capsnet.memory import keep_freed_memory
 from capsnet.models import model_spec
 
@@ -87,7 +87,9 @@ def main() -> None:
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
     runners = {(m, c): runner(*models[m][:1], args.size, args.batch_size, "train", args.device, bf16, steps,
                               compile=c or False, options=models[m][1]) for c in kinds for m in models}
-    times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats)
+    for (m, c), r in runners.items():  # CUDA graphs record in the first calls; their peak kept for peak_bytes
+        r.warm_up(COMPILED_WARMUP if c else 1)
+    times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats, warmup=0)
     rows = []
     for (m, c), r in runners.items():
         ratios = [t / u for t, u in zip(times[m, c], times["unet", c])]

@@ -287,6 +287,22 @@ class _Runner:
         self.device = images.device
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, fused=fused or None) if mode == "train" else None
         model.train(mode == "train")
+        self.compile = compile
+        self.recording_peak = 0  # bytes: a CUDA graph's peak, taken while it is recorded (warm_up)
+
+    def warm_up(self, steps: int) -> None:
+        """``steps`` untimed steps. Compiled with CUDA graphs (``reduce-overhead`` on a GPU), the graph's memory is
+        taken while it is recorded, here, and a replay takes none: the peak of these steps, counted from this
+        runner's resting tensors (the card's counters count every runner's), is kept for ``peak_bytes``."""
+        graphs = self.device.type == "cuda" and self.compile == "reduce-overhead"
+        if graphs:
+            self._sync()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device) - self.resting_bytes()
+        for _ in range(steps):
+            self.time_step()
+        if graphs:
+            self.recording_peak = torch.cuda.max_memory_allocated(self.device) - before
 
     def _prepare(self) -> None:
         if self.opt is not None:  # before the first step of a timing outside the timed region, within it after
@@ -329,7 +345,8 @@ class _Runner:
         return sum(storages.values())
 
     def peak_bytes(self) -> int:
-        """Peak tensor memory of one step, resting tensors included (see the module docstring)."""
+        """Peak tensor memory of one step, resting tensors included (see the module docstring); with CUDA graphs,
+        at least the peak of their recording (``warm_up``)."""
         self._prepare()
         if self.device.type == "cuda":  # the card's counters count every tensor on it: other runners' too
             self._sync()
@@ -337,7 +354,8 @@ class _Runner:
             before = torch.cuda.memory_allocated(self.device)
             self._run()
             self._sync()
-            return torch.cuda.max_memory_allocated(self.device) - before + self.resting_bytes()
+            return max(torch.cuda.max_memory_allocated(self.device) - before + self.resting_bytes(),
+                       self.recording_peak)
         set_here = "KINETO_LOG_LEVEL" not in os.environ  # above USDT (5): the profiler's start/stop lines are noise;
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # the caller's environment as it was after
         try:
@@ -356,6 +374,9 @@ class _Runner:
 
 
 K = TypeVar("K", bound=Hashable)
+
+
+COMPILED_WARMUP = 3  # untimed steps of a compiled runner: CUDA graphs record in the first calls, not the first alone
 
 
 def alternate(steps: Mapping[K, Callable[[], float]], repeats: int, *, warmup: int = 1) -> dict[K, list[float]]:
@@ -411,7 +432,8 @@ def _measure_training(name: str, config: Any, *, batch_size: int, repeats: int, 
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
     runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss, bf16=bf16,
                      compile=compile)
-    times = alternate({name: runner.time_step}, repeats)[name]
+    runner.warm_up(COMPILED_WARMUP if compile else 1)  # CUDA graphs record in the first calls (their peak kept)
+    times = alternate({name: runner.time_step}, repeats, warmup=0)[name]
     return {"images_per_s": batch_size / statistics.median(times), "peak_mem_mb": runner.peak_bytes() / 2**20}
 
 
@@ -542,18 +564,8 @@ def run_benchmark(
                                          fused=impl == CAPSNET and device.type == "cuda",
                                          compile=compile if impl == CAPSNET else False)
                            for impl, m in models.items()}
-                recording_peak: dict[str, int] = {}
-                for impl, runner in runners.items():
-                    graphs = device.type == "cuda" and compile == "reduce-overhead" and impl == CAPSNET
-                    if graphs:  # a CUDA graph's memory is taken while it is recorded (warm-up); a replay takes none
-                        torch.cuda.synchronize(device)
-                        torch.cuda.reset_peak_memory_stats(device)
-                        # the other runners' tensors are on the card too: counted from this one's resting tensors
-                        before = torch.cuda.memory_allocated(device) - runner.resting_bytes()
-                    for _ in range(warmup):
-                        runner.time_step()
-                    if graphs:
-                        recording_peak[impl] = torch.cuda.max_memory_allocated(device) - before
+                for runner in runners.values():  # a CUDA graph's memory is taken while it is recorded, here
+                    runner.warm_up(warmup)
                 routing_times: list[float] = []
 
                 def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
@@ -577,8 +589,7 @@ def run_benchmark(
                                            "seed": seed}
                     row.update(_summary([batch_size / t for t in times[impl]]))
                     row["step_s"] = statistics.median(times[impl])
-                    row["peak_mem_mb"] = (max(runner.peak_bytes(), recording_peak.get(impl, 0)) / 2**20
-                                          if memory else None)
+                    row["peak_mem_mb"] = runner.peak_bytes() / 2**20 if memory else None
                     if impl == BASELINE:
                         row.update(ratio=1.0, ratio_min=1.0, ratio_max=1.0)
                     elif impl == CAPSNET and paired:
