@@ -280,6 +280,23 @@ def test_figures_into_a_folder_another_is_writing_are_refused_and_an_error_leave
     fresh = tmp_path / "new" / "figs"
     assert _figures("--checkpoint", run_dir, "--out", fresh, "--data-dir", data_root, "--indices", 10_000) == 2
     assert "--indices" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    (tmp_path / "keep").mkdir()  # a folder the user made stays, empty or not
+    assert _figures("--checkpoint", run_dir, "--out", tmp_path / "keep" / "figs", "--data-dir", data_root,
+                    "--indices", 10_000) == 2
+    assert (tmp_path / "keep").is_dir() and not (tmp_path / "keep" / "figs").exists()
+
+
+def test_figures_that_fail_after_a_file_keep_it_and_their_own_error(run_dir, tmp_path, monkeypatch):
+    from capsnet.figures import report
+
+    def draw_one_then_fail(*a, out, **k):
+        (out / "lengths.png").write_bytes(b"drawn")
+        raise RuntimeError("the drawing failed")
+    monkeypatch.setattr(report, "_draw", draw_one_then_fail)
+    out = tmp_path / "new" / "figs"
+    with pytest.raises(RuntimeError, match="the drawing failed"):  # not the cleanup's "directory not empty"
+        report.write_figures(run_dir, out=out, progress=False)
+    assert [p.name for p in out.iterdir()] == ["lengths.png"]
 
 
 def test_figures_command_default_inputs(run_dir, data_root, tmp_path, monkeypatch):

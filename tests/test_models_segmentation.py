@@ -607,6 +607,8 @@ def test_a_half_segcaps_sums_its_reconstruction_and_measures_its_probabilities_i
     full = MODELS["segcaps"].loss(shipped, canvases, masks)[0].item()
     half, probabilities = MODELS["segcaps"].loss(_half_copy(shipped), canvases.half(), masks)
     assert probabilities.dtype == torch.float32 and half.item() == pytest.approx(full, rel=0.01)
+    wide = create_model("segcaps-r1", input_height=16, input_width=16).double().eval()  # widened, never narrowed
+    assert wide(torch.rand(1, 1, 16, 16, dtype=torch.float64)).probabilities.dtype == torch.float64
 
 
 def _half_copy(model):

@@ -474,7 +474,7 @@ class SegCaps(nn.Module):
         poses = self.capsule_grids(images)["seg_caps"]  # (B, 1, 16, H, W)
         # (B, 1, H, W), in float32 whatever the poses' dtype: float16 rounds a probability near 1 in steps of 5e-4,
         # which the cross-entropy of a sure pixel, -log(1 - p), magnifies (the shipped model's loss 4.9% off)
-        probabilities = safe_norm(poses.float(), dim=2)
+        probabilities = safe_norm(poses.to(torch.promote_types(poses.dtype, torch.float32)), dim=2)  # float64 kept
         recon = None
         if self.decoder is not None:
             keep = (probabilities.detach() > 0.5) if masks is None else masks
