@@ -137,10 +137,14 @@ class RunLock:
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
 
+    @staticmethod
+    def named(holder: str) -> str:
+        """" (process N)" for what a holder wrote in the lock file (``holder``), "" when it is not a process id."""
+        return f" (process {holder})" if holder.isdigit() else ""
+
     def _busy(self, holder: str) -> CheckpointError:
-        return CheckpointError(f"{self.run_dir} is being written by another capsnet run"
-                               + (f" (process {holder})" if holder.isdigit() else "")
-                               + "; wait for it to finish, or choose another output directory")
+        return CheckpointError(f"{self.run_dir} is being written by another capsnet run{self.named(holder)}; wait for "
+                               f"it to finish, or choose another output directory")
 
     def holder(self) -> str | None:
         """Whether another process holds the lock now: None when none does (no run there, it ended, or nothing can
@@ -552,9 +556,8 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
             f = p / "last.safetensors"
         if not f.exists():
             if (holder := RunLock(p).holder()) is not None:  # a run starting there: it is not to be trained again
-                raise CheckpointError(f"no checkpoint in {p} yet: a run is training there"
-                                      + (f" (process {holder})" if holder.isdigit() else "")
-                                      + " and has not saved its first one; try again once it has")
+                raise CheckpointError(f"no checkpoint in {p} yet: a run is training there{RunLock.named(holder)} "
+                                      f"and has not saved its first one; try again once it has")
             raise CheckpointError(f"no checkpoint in {p}: expected {p / (which + '.safetensors')}; "
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f
