@@ -47,7 +47,8 @@ from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
                          folder_contents, input_shape, load_training, task, user_folder)
-from .distributed import DistributedError, Launch, agree, barrier, join, launcher, leave, shard, share_weight
+from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, join, launcher, leave, shard,
+                          share_weight)
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
@@ -932,11 +933,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             raise DistributedError(f"a collective timed out{after}: another process of this run took longer than "
                                    f"{longer} alone (an evaluation or a download on the first rank); {fix} "
                                    f"({type(e).__name__}: {str(e).splitlines()[0][:160]})") from e
-        from .distributed import PeerLostError
-
         raise PeerLostError(f"another process of this run stopped (its own error, above or in its log, says why; "
-                            f"a process killed says nothing), and this one could not go on without it ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
+                            f"a process killed says nothing), and this one could not go on without it "
+                            f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else 'no message'})") from e
     finally:
         lock.release()
         leave(created, ended)
