@@ -93,6 +93,13 @@ class EfficientCapsNetConfig(JsonConfig):
         return n
 
 
+def _keras_normal(weight: torch.Tensor, variance: float) -> None:
+    """Keras' truncated normal initialisers (he_normal, glorot_normal): drawn within 2 std and rescaled by
+    1 / 0.87962566, the spread lost to the truncation, so the weights keep the nominal ``variance``."""
+    std = math.sqrt(variance) / 0.87962566
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+
+
 class EfficientCapsNet(nn.Module):
     """Efficient-CapsNet (Mazzia, Salvetti and Chiaberge, "Efficient-CapsNet: capsule network with self-attention
     routing", Scientific Reports 2021); returns a ``CapsNetOutput`` (poses, lengths, reconstructions, coupling) like CapsNet."""
@@ -114,8 +121,7 @@ class EfficientCapsNet(nn.Module):
         self.digits = DenseCaps(cfg.primary_caps, cfg.primary_dim, cfg.num_classes, cfg.class_dim, bias=False,
                                 routing=SelfAttentionRouting(cfg.primary_caps, cfg.num_classes))
         # Keras he_normal over the (J, I, Din, Dout) kernel: truncated at 2 std, rescaled to keep sqrt(2 / fan_in)
-        std = math.sqrt(2 / (cfg.num_classes * cfg.primary_caps * cfg.primary_dim)) / 0.87962566
-        nn.init.trunc_normal_(self.digits.weight, std=std, a=-2 * std, b=2 * std)
+        _keras_normal(self.digits.weight, 2 / (cfg.num_classes * cfg.primary_caps * cfg.primary_dim))
         self.decoder = (Decoder(cfg.num_classes * cfg.class_dim, (cfg.in_channels, cfg.input_height, cfg.input_width),
                                 cfg.decoder_hidden) if cfg.decoder else None)
         if cfg.init == "official":
@@ -129,8 +135,7 @@ class EfficientCapsNet(nn.Module):
         (9, 9, 1, 128) kernel (fan in 81, fan out 81 x 128) with a zero bias; the decoder's ReLU layers He-normal,
         its sigmoid layer Glorot-normal (truncated and rescaled the same way), zero biases."""
         for conv in (m for m in self.features if isinstance(m, nn.Conv2d)):
-            std = math.sqrt(2 / conv.weight[0].numel()) / 0.87962566  # fan in: c_in x k x k
-            nn.init.trunc_normal_(conv.weight, std=std, a=-2 * std, b=2 * std)
+            _keras_normal(conv.weight, 2 / conv.weight[0].numel())  # fan in: c_in x k x k
         k = self.primary.weight[0, 0].numel()  # 81: the depthwise kernel's receptive field
         limit = math.sqrt(6 / (k + k * self.primary.out_channels))
         nn.init.uniform_(self.primary.weight, -limit, limit)
@@ -140,8 +145,7 @@ class EfficientCapsNet(nn.Module):
         linears = [m for m in self.decoder.net if isinstance(m, nn.Linear)]
         for i, layer in enumerate(linears):
             fan_out, fan_in = layer.weight.shape
-            std = math.sqrt(2 / fan_in if i < len(linears) - 1 else 2 / (fan_in + fan_out)) / 0.87962566
-            nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+            _keras_normal(layer.weight, 2 / fan_in if i < len(linears) - 1 else 2 / (fan_in + fan_out))
             nn.init.zeros_(layer.bias)
 
     def primary_capsules(self, images: torch.Tensor) -> torch.Tensor:
