@@ -83,8 +83,8 @@ def test_fit_with_amp_bf16_trains_records_and_guards_the_setting(tmp_path):
 
 
 def test_unknown_amp_is_refused():
-    with pytest.raises(ValueError, match="unknown amp 'fp16'; valid values are none, bf16"):
-        TrainConfig(amp="fp16")
+    with pytest.raises(ValueError, match="unknown amp 'fp8'; valid values are none, bf16, fp16"):
+        TrainConfig(amp="fp8")
 
 
 def test_compiled_fit_matches_eager_and_never_recompiles(tmp_path):
@@ -245,7 +245,7 @@ def test_train_flags_reach_fit(tmp_path, monkeypatch):
 
 def test_bad_compile_and_amp_flags_exit_2(capsys):
     for argv, fragment in ((["train", "--compile", "turbo"], "invalid choice: 'turbo'"),
-                           (["train", "--amp", "fp16"], "invalid choice: 'fp16'")):
+                           (["train", "--amp", "fp8"], "invalid choice: 'fp8'")):
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
         assert e.value.code == 2 and fragment in capsys.readouterr().err

@@ -411,7 +411,9 @@ def _baseline_arguments(p: argparse.ArgumentParser) -> None:
 
 def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
     _field_flag(p, "--amp", TrainConfig, "amp", f"bf16: {what} under bfloat16 autocast, weights and Adam in fp32 (for "
-                "GPUs; a CPU without bfloat16 units runs it far slower); evaluation stays fp32", choices=AMP_MODES)
+                "GPUs; a CPU without bfloat16 units runs it far slower); fp16: under float16 autocast with a "
+                "gradient scaler, steps whose gradient is not finite skipped (for GPUs without bfloat16: T4, V100); "
+                "evaluation stays fp32", choices=AMP_MODES)
     p.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                    help=f"compile the model for {what} with torch.compile (the optimizer stays eager, so the decaying "
                         f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. "

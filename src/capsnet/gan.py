@@ -72,7 +72,7 @@ from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, che
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
-from .runtime import autocast, compile_model, keeps_rng, require_compiler, resolve_device
+from .runtime import autocast, compile_model, grad_scaler, keeps_rng, require_compiler, resolve_device, scale_tensor
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
@@ -123,11 +123,13 @@ def _split_into(merged: dict[str, Any], opt_g: torch.optim.Optimizer, opt_d: tor
 
 def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
              labels: torch.Tensor, real: torch.Tensor, z: torch.Tensor, amp: Any = contextlib.nullcontext(),
-             generator: Callable[..., torch.Tensor] | None = None
+             generator: Callable[..., torch.Tensor] | None = None, scaler: torch.amp.GradScaler | None = None
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One training step of a conditional GAN: the fakes made once, the discriminator's step on real against fake
     pairs, then the generator's on D's verdict and the L1 term, D's weights frozen for it (and thawed after).
-    ``generator`` makes the fakes in place of ``model.generator`` (its compiled form: the same weights).
+    ``generator`` makes the fakes in place of ``model.generator`` (its compiled form: the same weights). ``scaler``
+    (--amp fp16) scales both losses for backward and steps both optimizers through it, then updates its scale once:
+    each optimizer's step is skipped when its own gradient is not finite, and the scale halves when either was.
 
     Shapes: labels (B, C, H, W), real (B, C', H, W), z (B, noise_dim) -> D's loss (), G's loss (), D's parts,
     G's parts (detached scalars; with ``fake_std`` and ``real_std``, the images' pixel standard deviation per
@@ -136,16 +138,19 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     with amp:
         fake = (model.generator if generator is None else generator)(labels, z)  # (B, C', H, W)
         d_loss, d_parts = model.d_loss(real, fake.detach(), labels)
+    if scaler is None:  # a disabled one: plain backward and steps
+        scaler = grad_scaler(labels.device, "none")
     opt_d.zero_grad(set_to_none=True)
-    d_loss.backward()
-    opt_d.step()
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
     model.discriminator.requires_grad_(False)  # the generator's step reads D's verdict but leaves its weights be
     try:
         with amp:
             g_loss, g_parts = model.g_loss(real, fake, labels)
         opt_g.zero_grad(set_to_none=True)
-        g_loss.backward()
-        opt_g.step()
+        scaler.scale(g_loss).backward()
+        scaler.step(opt_g)
+        scaler.update()
     finally:
         model.discriminator.requires_grad_(True)
     f = fake.detach().float()
@@ -154,9 +159,13 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
     return d_loss, g_loss, d_parts, g_parts
 
 
-def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module) -> None:
+def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module,
+                 scaler: torch.amp.GradScaler | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag), or
-    when ``model``'s weights are not (a finite loss whose gradient was not); asked before every save."""
+    when ``model``'s weights are not (a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s scale fell
+    below ``MIN_LOSS_SCALE``, a gradient not finite at any scale; asked before every save."""
+    if not bool(bad) and scaler is not None:  # the scale's own message: gradients, each step skipped
+        _train.stop_if_scale_fell(scaler, epoch, last.kept())
     if bool(bad):
         raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
                             f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")
@@ -244,6 +253,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         lock.acquire()
     state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
+    scaled = state.pop("grad_scaler", None)  # --amp fp16: the gradient scaler's state, saved with last.safetensors
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None) -> None:
@@ -251,8 +261,9 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         epoch, ``g``, the epoch's batch generator, too)."""
         lock.check()  # the folder still this run's
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside
+            saved = state | ({"grad_scaler": scaler.state_dict()} if scaler.is_enabled() else {})
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                                  train_config=cfg.to_dict(), state=state,
+                                                  train_config=cfg.to_dict(), state=saved,
                                                   model_state=model.state_dict(),
                                                   optimizer_state=_merged(opt_g, opt_d, kept),
                                                   rng_state=rng_state(dev) | ({} if g is None else
@@ -285,6 +296,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     torch.manual_seed(cfg.seed)
     model = spec.build(model_config).to(dev)
     opt_g, opt_d = make_optimizers(model, cfg)
+    scaler = grad_scaler(dev, cfg.amp)  # fp16: both losses scaled for backward (disabled: plain steps)
     average = None
     if ckpt is not None:
         load_weights(model, ckpt)  # with an average: the average (the training weights follow)
@@ -293,6 +305,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             check_optimizer_state(opt_g)
             check_optimizer_state(opt_d)
             restore_rng_state(ckpt.rng_state, dev)
+            if scaled is not None and scaler.is_enabled():  # the scale the run had reached, continued
+                scaler.load_state_dict(scaled)
     if cfg.ema_decay:
         average = WeightAverage(model.generator, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
@@ -310,6 +324,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     for said in budget_warnings(cfg, N, len(held) if held_name == "test" else 0) if step == 0 else ():
         warnings.warn(said, UserWarning, stacklevel=2)
     amp = autocast(dev, cfg.amp)
+    fp16 = scaler.is_enabled()
     generator = compile_model(model.generator, compile)  # the generator itself unless compiled; same weights
     stop.arm()  # from here Ctrl-C or SIGTERM saves where training is, then stops
     for epoch in range(state["epoch"] + 1, cfg.epochs + 1):
@@ -317,10 +332,11 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         g = _seeded_generator(cfg.seed, epoch, dev)  # batch order, label maps and noise: replayed by a resume
         order = torch.randperm(N, generator=g, device=dev)
         starts = range(0, N, B)
-        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 8)  # (0, zeros, 0, 0) mostly
+        done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 8 + fp16)  # 0s mostly
         bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                            progress=progress)
-        sums = torch.tensor(sums, dtype=torch.float64, device=dev)  # D, G loss, L1, D(real), D(fake), 2 sds, edge
+        # D, G loss, L1, D(real), D(fake), 2 sds, edge; fp16: the steps skipped
+        sums = torch.tensor(sums, dtype=torch.float64, device=dev)
         bad = torch.zeros((), dtype=torch.bool, device=dev)
         shown = time.monotonic()
         started = shown - before
@@ -331,15 +347,19 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             for opt in (opt_g, opt_d):
                 for group in opt.param_groups:
                     group["lr"] = lr_at(step, cfg, total_steps)
-            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp, generator)
+            scale_before = scale_tensor(scaler, dev).clone() if fp16 else None  # it falls exactly at a skipped step
+            d_loss, g_loss, d_parts, g_parts = gan_step(model, opt_g, opt_d, labels, real, z, amp, generator,
+                                                        scaler)
             if average is not None:
                 average.update(step)
             step += 1
             n = len(idx)
-            sums += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
+            sums[:8] += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
                                  d_parts["d_real"].double(), d_parts["d_fake"].double(),
                                  g_parts["fake_std"].double(), g_parts["real_std"].double(),
                                  g_parts["fake_edge"].double()]) * n
+            if fp16:
+                sums[8] += (scale_tensor(scaler, dev) < scale_before).double()  # a count, not times n
             bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
             seen += n
             if progress and time.monotonic() - shown > 0.5:
@@ -349,21 +369,23 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             bar.update()
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
             if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
-                _stop_if_bad(bad, epoch, last, model)  # nothing non-finite is saved
+                _stop_if_bad(bad, epoch, last, model, scaler)  # nothing non-finite is saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
                                        time.monotonic() - started, dev), g)
                 if stopping:
                     bar.close()
                     raise KeyboardInterrupt
-        d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums / seen).tolist()
+        d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums[:8] / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
-        _stop_if_bad(bad, epoch, last, model)
+        _stop_if_bad(bad, epoch, last, model, scaler)
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
                   "train_fake_std": fake_std, "train_real_std": real_std, "train_fake_edge": fake_edge,
                   "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
+        if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
+            record |= {"skipped_steps": int(sums[8].item()), "loss_scale": scaler.get_scale()}
         if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
             message = (f"epoch {epoch}: the generator's images are nearly flat (pixel standard deviation "
                        f"{fake_std:.4f} per image against the real images' {real_std:.4f}, L1 {l1:.4f}) and "

@@ -1,4 +1,5 @@
-"""Where and how fast a model runs: the device, bfloat16 autocast and torch.compile, for training and benchmarks."""
+"""Where and how fast a model runs: the device, bfloat16 and float16 autocast (with float16's gradient scaler) and
+torch.compile, for training and benchmarks."""
 from __future__ import annotations
 
 import contextlib
@@ -11,11 +12,13 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "compile_model", "evaluating", "keeps_mode", "keeps_rng"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model", "evaluating", "keeps_mode", "keeps_rng"]
 
 T = TypeVar("T")
 
-AMP_MODES = ("none", "bf16")  # bf16: forward and losses under torch.autocast to bfloat16; weights and Adam stay fp32
+# bf16, fp16: forward and losses under torch.autocast to bfloat16 or float16; weights and Adam stay fp32; fp16's
+# losses are scaled before backward and its steps with a non-finite gradient skipped (``grad_scaler``)
+AMP_MODES = ("none", "bf16", "fp16")
 # Inductor modes ("default", "reduce-overhead": CUDA graphs, "max-autotune"), then backends
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "aot_eager", "eager")
 _INDUCTOR_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -116,7 +119,27 @@ def autocast(device: torch.device, amp: str) -> torch.autocast:
     """The autocast context of an ``AMP_MODES`` setting (``"none"``: a disabled one)."""
     if amp not in AMP_MODES:
         raise ValueError(f"unknown amp {amp!r}; valid values are {', '.join(AMP_MODES)}")
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
+    return torch.autocast(device.type, dtype=torch.float16 if amp == "fp16" else torch.bfloat16, enabled=amp != "none")
+
+
+def grad_scaler(device: torch.device, amp: str) -> torch.amp.GradScaler:
+    """The gradient scaler of an ``AMP_MODES`` setting: torch's dynamic loss scaling under "fp16" (the loss times
+    2^16 at first, halved at each step whose gradient is not finite, which is then skipped, and doubled after
+    2,000 steps without one: float16's gradients below 6e-8 would otherwise be lost to 0), a disabled one (its
+    ``scale``, ``step`` and ``update`` plain pass-throughs) under "none" and "bf16", whose range is fp32's."""
+    if amp not in AMP_MODES:
+        raise ValueError(f"unknown amp {amp!r}; valid values are {', '.join(AMP_MODES)}")
+    return torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+
+
+def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:
+    """An enabled ``scaler``'s scale as a device tensor, read without waiting for the device (``get_scale`` waits
+    for it, once a step): it falls exactly at a skipped step, so ``scale_tensor(...).clone()`` before a step and a
+    comparison after count the skipped steps on the device. Made at its starting value if no loss was scaled yet.
+    Reads GradScaler's private ``_scale`` (the tests count skipped steps by the optimizer steps not taken)."""
+    if scaler._scale is None:
+        scaler._lazy_init_scale_growth_tracker(device)
+    return scaler._scale
 
 
 GRAPH_LIMIT = 64  # compiled graphs per function before torch falls back to running it uncompiled (its default: 8)

@@ -53,7 +53,8 @@ from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
-from .runtime import AMP_MODES, autocast, compile_model, keeps_rng, require_compiler, resolve_device
+from .runtime import (AMP_MODES, autocast, compile_model, grad_scaler, keeps_rng, require_compiler, resolve_device,
+                      scale_tensor)
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
            "NonFiniteLoss", "ResumeError",
@@ -80,7 +81,8 @@ class TrainConfig(JsonConfig):
         val_size: examples held out of training to choose the best checkpoint (0: the final epoch is the result).
         train_size, test_size: a seeded subset of the training set, the first examples of the test set (0: all).
         eval_batch_size, eval_every: evaluation's batch, and evaluate every this many epochs and after the last.
-        amp: "bf16" trains under bfloat16 autocast (evaluation stays float32); "none".
+        amp: "bf16" trains under bfloat16 autocast, "fp16" under float16 autocast with a gradient scaler (steps
+            whose gradient is not finite skipped); evaluation stays float32; "none".
         ema_decay: evaluate and save a moving average of the weights (0: off; e.g. 0.999).
         grad_clip: clip the gradient's global norm to this before each step (0: off).
     """
@@ -103,7 +105,7 @@ class TrainConfig(JsonConfig):
     eval_batch_size: int = 256
     eval_every: int = 1  # evaluate every this many epochs, and after the last (checkpoints: see SAVE_AFTER_S)
     seed: int = 0
-    amp: str = "none"  # "bf16": training steps under bfloat16 autocast (for GPUs; evaluation stays fp32)
+    amp: str = "none"  # "bf16"/"fp16": training steps under bfloat16/float16 autocast (for GPUs; evaluation fp32)
     ema_decay: float = 0.0  # evaluate and save a moving average of the weights (GANs: the generator's; 0: off)
     grad_clip: float = 0.0  # the gradient's global norm clipped to this before each step (0: off; not for GANs)
 
@@ -223,6 +225,9 @@ SAVE_AFTER_S = 60.0  # an epoch without an evaluation still checkpoints when the
 SAVE_EVERY_S = 300.0  # inside an epoch, last.safetensors is rewritten when the last save is this old (seconds; fit's
 # save_every_s, `capsnet train --save-every MINUTES`): a run whose epochs outlast a sitting resumes mid-epoch
 _CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
+# --amp fp16: a loss scale below this (2^-16, from 2^16 at the start) means a gradient that was not finite at scale
+# after scale, step after step: a NaN in the backward pass, which no scale mends, not float16's range
+MIN_LOSS_SCALE = 2.0 ** -16
 
 
 class LastSave:
@@ -334,10 +339,12 @@ def weights_finite(model: torch.nn.Module) -> bool:
 
 
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None,
-                        cfg: TrainConfig | None = None, model: torch.nn.Module | None = None) -> None:
+                        cfg: TrainConfig | None = None, model: torch.nn.Module | None = None,
+                        scaler: torch.amp.GradScaler | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
     names the flags of ``cfg`` that bear on it, where they are set. With ``model`` (before a save), also when its
-    weights are not finite.
+    weights are not finite. With an enabled ``scaler`` (--amp fp16, whose steps with a gradient that is not finite
+    are skipped), also when its scale fell below ``MIN_LOSS_SCALE``; every rank holds the same scale.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
     """
@@ -348,9 +355,11 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
     spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
+    kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
+    if bad < 0 and not spoilt and scaler is not None:
+        stop_if_scale_fell(scaler, epoch, kept)
     if bad < 0 and not spoilt:
         return
-    kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
     if spoilt:
         raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
                             f"(a gradient that was not); stopped without saving, {kept}. Lower --lr, or bound the "
@@ -361,6 +370,18 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
                         f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept}. Lower --lr"
                         + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
                            " or check the images for NaN or infinite pixels"))
+
+
+def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: str) -> None:
+    """Raise ``NonFiniteLoss`` when an enabled ``scaler`` (--amp fp16) has a scale below ``MIN_LOSS_SCALE``: step
+    after step skipped for a gradient that was not finite, however small the scale (``kept``: which checkpoint
+    stays, for the message). A disabled scaler, or one whose scale is above the floor, passes."""
+    if not scaler.is_enabled() or (scale := scaler.get_scale()) >= MIN_LOSS_SCALE:
+        return
+    raise NonFiniteLoss(f"under --amp fp16 the loss scale fell to {scale:.3g} by epoch {epoch}: step after step had a "
+                        f"gradient that was not finite however small the scale (each step skipped), a NaN in the "
+                        f"backward pass rather than float16's range; stopped without saving, {kept}. Train with "
+                        f"--amp bf16 (float32's range) or --amp none, or lower --lr")
 
 
 def stop_if_held_out_not_finite(record: dict[str, Any], epoch: int, last: LastSave) -> None:
@@ -847,7 +868,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     (``capsnet.tensorboard``). Returns the final epoch's metrics.
 
     Speed: ``cfg.amp == "bf16"`` runs the training steps under bfloat16
-    autocast (evaluation stays fp32); ``compile`` compiles the model for the
+    autocast, ``"fp16"`` under float16 autocast with a gradient scaler saved
+    with the run (evaluation stays fp32); ``compile`` compiles the model for the
     training steps (see ``capsnet.runtime.compile_model``; not part of the saved
     configuration, so a run may resume with or without it, though then not bit
     for bit). On CUDA, Adam is fused. The running loss and accuracy stay on the
@@ -1026,6 +1048,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if not main:
         state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
+    scaled = state.pop("grad_scaler", None)  # --amp fp16: the gradient scaler's state, saved with last.safetensors
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None,
@@ -1036,8 +1059,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             lock.check()  # the folder still this run's
         with applied(average) as kept:  # the model's entry: the average, if any; its training weights beside Adam's
             opt_state = opt.state_dict() if kept is None else with_training_weights(opt.state_dict(), kept)
+            saved = state | ({"grad_scaler": scaler.state_dict()} if scaler.is_enabled() else {})
             save_checkpoint(last_path, Checkpoint(model_name=name, model_config=model_config.to_dict(),
-                                                  train_config=cfg.to_dict(), state=state,
+                                                  train_config=cfg.to_dict(), state=saved,
                                                   model_state=model.state_dict(), optimizer_state=opt_state,
                                                   rng_state=rng_state(dev) | (ranks_rng or {}) |
                                                   ({} if g is None else {"epoch_batches": g.get_state()})))
@@ -1081,6 +1105,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             log.warning("%s has BatchNorm layers; on the CPU (no SyncBatchNorm) each process normalises over its own "
                         "share of the batch, so training is not step for step that of one process", name)
     opt = make_optimizer(model, cfg, dev)
+    scaler = grad_scaler(dev, cfg.amp)  # fp16: the loss scaled for backward (disabled: plain steps)
     average = None
     if ckpt is not None:
         load_weights(model, ckpt)  # with an average: the average (the training weights follow)
@@ -1088,6 +1113,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             _load_optimizer_state(opt, without_training_weights(ckpt.optimizer_state))
             check_optimizer_state(opt)
             restore_rng_state(ckpt.rng_state, dev)
+            if scaled is not None and scaler.is_enabled():  # the scale the run had reached, continued
+                scaler.load_state_dict(scaled)
     if cfg.ema_decay:
         average = WeightAverage(model, cfg.ema_decay)  # from the start, or the saved average
         if ckpt is not None:
@@ -1117,6 +1144,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         train_model = compile_model(model if launch is None else
                                     _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
         amp = autocast(dev, cfg.amp)
+        fp16 = scaler.is_enabled()
         # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
         whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
         shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
@@ -1130,8 +1158,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             order = torch.randperm(N, generator=g, device=dev)
             starts = range(0, N, B)
             # running sums: loss and correct answers, and with grad_clip the pre-clip norms and the steps clipped
-            done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts), 4 if cfg.grad_clip else 2,
-                                                     rank)  # mostly 0s
+            done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts),
+                                                     2 + 2 * bool(cfg.grad_clip) + fp16, rank)  # mostly 0s
             if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
                 restore_rank_rng(ckpt, within, rank, W, dev,
                                  any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
@@ -1139,7 +1167,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                progress=progress)
             run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
             run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
-            norms = torch.tensor(sums[2:], dtype=torch.float64, device=dev)  # (2,) with grad_clip (rank 0's recorded)
+            norms = torch.tensor(sums[2:4 if cfg.grad_clip else 2], dtype=torch.float64, device=dev)  # (2,): grad_clip
+            skipped = torch.tensor(sums[-1] if fp16 else 0.0, dtype=torch.float64, device=dev)  # fp16: steps skipped
             first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
             shown = time.monotonic()
             started = shown - before
@@ -1163,13 +1192,22 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                              progress=min(1.0, step / total_steps))
                 first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)  # no sync
                 opt.zero_grad(set_to_none=True)
-                (loss if weight == 1.0 else loss * weight).backward()
+                scaler.scale(loss if weight == 1.0 else loss * weight).backward()  # fp16: times the loss scale
                 if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
+                    scaler.unscale_(opt)  # fp16: the gradient as it is, for its norm and the clip
                     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
+                    if fp16:  # a norm that is not finite: the scaler skips the step; counted apart, not stopped
+                        norm = torch.where(torch.isfinite(norm), norm, 0.0)
                     norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
                     # a finite loss with a gradient that is not (the step would make every weight NaN): stopped too
                     first_bad = torch.where((first_bad < 0) & ~torch.isfinite(norm), step, first_bad)
-                opt.step()
+                if fp16:  # the scale (a device tensor: no sync) falls exactly when a step is skipped
+                    scale_before = scale_tensor(scaler, dev).clone()
+                    scaler.step(opt)
+                    scaler.update()
+                    skipped += (scale_tensor(scaler, dev) < scale_before).double()
+                else:
+                    opt.step()
                 if average is not None:
                     average.update(step)
                 step += 1
@@ -1183,21 +1221,22 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     shown = time.monotonic()
                 bar.update()
                 if step % _CHECK_EVERY == 0:
-                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg)
+                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg, scaler=scaler)
                 stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
                 if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                     if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model)
+                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model, scaler=scaler)
                     loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                     ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                     if main:
                         save_last(within_epoch({**state, "step": step}, epoch, start // B + 1,
-                                               [loss_sum.item(), correct_sum.item(), *norms.tolist()], seen_all,
+                                               [loss_sum.item(), correct_sum.item(), *norms.tolist(),
+                                                *([skipped.item()] if fp16 else [])], seen_all,
                                                time.monotonic() - started, dev, W), g, ranks_rng)
                     if stopping:
                         bar.close()
                         raise KeyboardInterrupt
-            _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model)  # before anything of this epoch is saved
+            _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model, scaler)  # before this epoch is saved
             run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
             train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
             images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
@@ -1206,8 +1245,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
             record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                       "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
+            taken = len(starts) - (int(skipped.item()) if fp16 else 0)  # fp16: the steps not skipped
             if cfg.grad_clip:  # the epoch's mean gradient norm before clipping, and the share of its steps clipped
-                record |= dict(zip(("grad_norm", "clipped"), (norms / len(starts)).tolist()))
+                record |= dict(zip(("grad_norm", "clipped"), (norms / max(taken, 1)).tolist()))
+            if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
+                record |= {"skipped_steps": len(starts) - taken, "loss_scale": scaler.get_scale()}
             if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
                 state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
                 if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable

@@ -1,0 +1,180 @@
+"""--amp fp16: training steps under float16 autocast with a gradient scaler (steps whose gradient is not finite are
+skipped and counted), saved with the run and resumed, stopped when no scale gives a finite gradient."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from capsnet import cli
+from capsnet.checkpoint import load_checkpoint
+from capsnet.models import CapsNetConfig, model_spec
+from capsnet.runtime import grad_scaler
+from capsnet.train import MIN_LOSS_SCALE, NonFiniteLoss, TrainConfig, fit, lr_at, stop_if_scale_fell
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3, amp="fp16")
+
+
+def _with(**changes) -> TrainConfig:
+    return TrainConfig(**{**CFG.to_dict(), **changes})
+
+
+def _records(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _steps_taken() -> tuple[list[int], object]:
+    """A list that grows by one at every optimizer step taken (the scaler calls none for a skipped step)."""
+    from_optimizer = sys.modules["torch.optim.optimizer"]
+    taken: list[int] = []
+    return taken, from_optimizer.register_optimizer_step_post_hook(lambda *_: taken.append(1))
+
+
+def test_grad_scaler_is_enabled_for_fp16_only():
+    assert grad_scaler(torch.device("cpu"), "fp16").is_enabled()
+    assert not grad_scaler(torch.device("cpu"), "bf16").is_enabled()
+    assert not grad_scaler(torch.device("cpu"), "none").is_enabled()
+    assert grad_scaler(torch.device("cpu"), "fp16").get_scale() == 2.0 ** 16
+
+
+def test_a_scale_below_the_floor_stops_with_the_way_out():
+    scaler = torch.amp.GradScaler("cpu", init_scale=MIN_LOSS_SCALE)
+    stop_if_scale_fell(scaler, 3, "kept X")  # at the floor: passes
+    scaler = torch.amp.GradScaler("cpu", init_scale=MIN_LOSS_SCALE / 2)
+    with pytest.raises(NonFiniteLoss, match=r"loss scale fell to 7.63e-06 by epoch 3.*kept X.*--amp bf16"):
+        stop_if_scale_fell(scaler, 3, "kept X")
+    stop_if_scale_fell(torch.amp.GradScaler("cpu", init_scale=1e-30, enabled=False), 3, "kept X")  # not fp16
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its_scale(tmp_path, monkeypatch):
+    # a start at 2^24 with growth every 2 steps: float16's gradients overflow now and then, those steps are skipped
+    monkeypatch.setattr("capsnet.train.grad_scaler",
+                        lambda dev, amp: torch.amp.GradScaler(dev.type, init_scale=2.0 ** 24, growth_interval=2))
+    cfg = _with(grad_clip=0.05)
+    taken, hook = _steps_taken()
+    try:
+        fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False, save_every_s=None)
+    finally:
+        hook.remove()
+    records = _records(tmp_path / "straight")
+    assert sum(r["skipped_steps"] for r in records) == 10 - len(taken) > 0 and len(taken) > 0  # both kinds happened
+    saved = load_checkpoint(tmp_path / "straight", "last").state["grad_scaler"]
+    assert records[-1]["loss_scale"] == saved["scale"] < 2.0 ** 24
+    assert all(0 < r["grad_norm"] < float("inf") for r in records)  # over the steps taken: no inf, no 0 of a skip
+
+    def stopped(step, *args):
+        if step == 7:  # 5 batches an epoch: 2 batches into epoch 2
+            raise _Killed
+        return lr_at(step, *args)
+    monkeypatch.setattr("capsnet.train.lr_at", stopped)
+    with pytest.raises(_Killed):
+        fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, save_every_s=1e-9)
+    monkeypatch.setattr("capsnet.train.lr_at", lr_at)
+    within = load_checkpoint(tmp_path / "split", "last").state["within"]
+    assert len(within["sums"]) == 5  # loss, correct, norms, steps clipped, steps skipped
+    fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
+    a, b = (load_checkpoint(tmp_path / d, "last").model_state for d in ("straight", "split"))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the scale went on where it was: the same steps skipped
+    strip = [{k: v for k, v in r.items() if k != "train_images_per_s"} for r in records]
+    again = [{k: v for k, v in r.items() if k != "train_images_per_s"} for r in _records(tmp_path / "split")]
+    assert [r.pop("grad_norm") for r in again] == pytest.approx([r.pop("grad_norm") for r in strip])
+    assert again == strip
+
+
+def _with_nan_gradient(monkeypatch):
+    """Every model's loss plus a term that is 0 but whose gradient is NaN (sqrt at 0, times 0)."""
+    def spec_of(name):
+        spec = model_spec(name)
+
+        def loss(model, *args, **kwargs):
+            value, scores = spec.loss(model, *args, **kwargs)
+            return value + (0.0 * sum(p.sum() for p in model.parameters())).sqrt(), scores
+        return spec._replace(loss=loss)
+    monkeypatch.setattr("capsnet.train.model_spec", spec_of)
+
+
+def test_a_gradient_nan_at_every_scale_stops_fp16_by_its_scale_and_saves_nothing(tmp_path, monkeypatch):
+    _with_nan_gradient(monkeypatch)
+    cfg = _with(epochs=1, batch_size=8, train_size=320)  # 40 steps, each skipped and the scale halved: 2^16 to 2^-24
+    taken, hook = _steps_taken()
+    try:
+        with pytest.raises(NonFiniteLoss, match=r"under --amp fp16 the loss scale fell to 5.96e-08 by epoch 1.*"
+                                                r"stopped without saving.*--amp bf16"):
+            fit(TINY, cfg, tmp_path / "fp16", device="cpu", progress=False)
+    finally:
+        hook.remove()
+    assert taken == [] and not (tmp_path / "fp16" / "last.safetensors").exists()
+    # the same run without the scaler takes the NaN step: its weights, then its loss, are NaN from there
+    with pytest.raises(NonFiniteLoss, match="training loss became NaN or infinite at step 2"):
+        fit(TINY, _with(epochs=1, batch_size=8, train_size=320, amp="none"), tmp_path / "none", device="cpu",
+            progress=False)
+
+
+def test_cli_amp_fp16_reaches_the_training_config(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr("capsnet.train.fit", lambda model_cfg, cfg, out, **kw: seen.update(amp=cfg.amp) or {})
+    assert cli.main(["train", "--dataset", "mnist-sample", "--amp", "fp16", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert seen == {"amp": "fp16"}
+
+
+GAN = TrainConfig(dataset="mnist-skeleton", epochs=2, batch_size=8, train_size=16, test_size=4, lr=2e-4, amp="fp16")
+
+
+def test_a_gan_run_under_fp16_skips_counts_and_resumes_mid_epoch_with_its_scale(tmp_path, data_root, monkeypatch):
+    from capsnet.gan import fit_gan
+    from capsnet.models import Pix2pixConfig
+
+    # this small pix2pix's gradients overflow float16 at a scale of 2^12 on these pairs, not at 2^11: from 2^12,
+    # doubled after every 3 good steps, some steps are skipped and some taken (the stop below is at a scale of 2^11)
+    monkeypatch.setattr("capsnet.gan.grad_scaler",
+                        lambda dev, amp: torch.amp.GradScaler(dev.type, init_scale=2.0 ** 12, growth_interval=3))
+    model = Pix2pixConfig(base_channels=4, disc_channels=4)
+    taken, hook = _steps_taken()
+    try:
+        fit_gan(model, GAN, tmp_path / "straight", device="cpu", data_root=data_root, progress=False,
+                save_every_s=None)
+    finally:
+        hook.remove()
+    records = _records(tmp_path / "straight")
+    skipped = sum(r["skipped_steps"] for r in records)
+    assert 0 < skipped < 4 and 2 * (4 - skipped) <= len(taken) <= 8 - skipped  # 2 optimizers a step; a skip: 1 or 2
+    straight = load_checkpoint(tmp_path / "straight", "last")
+    assert records[-1]["loss_scale"] == straight.state["grad_scaler"]["scale"]
+
+    from capsnet.train import lr_at as real_lr_at
+
+    def stopped(step, *args):
+        if step == 3:  # 2 batches an epoch: 1 batch into epoch 2
+            raise KeyboardInterrupt
+        return real_lr_at(step, *args)
+    monkeypatch.setattr("capsnet.gan.lr_at", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        fit_gan(model, GAN, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=1e-9)
+    monkeypatch.setattr("capsnet.gan.lr_at", real_lr_at)
+    assert len(load_checkpoint(tmp_path / "split", "last").state["within"]["sums"]) == 9  # 8 figures, steps skipped
+    fit_gan(model, GAN, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    split = load_checkpoint(tmp_path / "split", "last")
+    assert all(torch.equal(straight.model_state[k], split.model_state[k]) for k in straight.model_state)
+    keep = ("skipped_steps", "loss_scale", "train_l1", "train_d_loss")
+    assert [[r[k] for k in keep] for r in _records(tmp_path / "split")] == [[r[k] for k in keep] for r in records]
+
+
+def test_a_gan_run_whose_scale_falls_below_the_floor_stops_and_saves_nothing(tmp_path, data_root, monkeypatch):
+    from capsnet.gan import fit_gan
+    from capsnet.models import Pix2pixConfig
+
+    # an overflow at 2^16 (as above) and a backoff of 2^-40: the scale is 2^-24 after the first skipped step
+    monkeypatch.setattr("capsnet.gan.grad_scaler",
+                        lambda dev, amp: torch.amp.GradScaler(dev.type, backoff_factor=2.0 ** -40))
+    with pytest.raises(NonFiniteLoss, match=r"loss scale fell to 5.96e-08 by epoch 1.*no checkpoint was written"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), GAN, tmp_path / "r", device="cpu",
+                data_root=data_root, progress=False)
+    assert not (tmp_path / "r" / "last.safetensors").exists()
+
