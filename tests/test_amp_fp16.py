@@ -178,3 +178,20 @@ def test_a_gan_run_whose_scale_falls_below_the_floor_stops_and_saves_nothing(tmp
                 data_root=data_root, progress=False)
     assert not (tmp_path / "r" / "last.safetensors").exists()
 
+
+def test_the_benchmark_runner_steps_under_the_autocast_it_is_given():
+    """The experiments' peak memory of an fp16 run is measured under float16 autocast (it was measured in fp32)."""
+    from capsnet.bench import _Runner
+
+    class Probe(torch.nn.Linear):
+        def forward(self, x):
+            seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+            return super().forward(x.flatten(1))
+    seen = []
+    images, labels = torch.rand(2, 1, 2, 2), torch.tensor([0, 1])
+    for flags in ({}, {"bf16": True}, {"fp16": True}):
+        _Runner(Probe(4, 2), "train", images, labels, 1e-3, loss_fn=lambda m, x, y, *a, **k: (m(x).sum(), None),
+                **flags).time_step()
+    assert seen == [None, torch.bfloat16, torch.float16]
+    with pytest.raises(ValueError, match="bf16 and fp16 are two autocasts: give one"):
+        _Runner(Probe(4, 2), "train", images, labels, 1e-3, bf16=True, fp16=True)

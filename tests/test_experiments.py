@@ -954,7 +954,7 @@ def test_the_peak_memory_of_a_routing_table_is_measured_as_its_runs_trained(tmp_
     runs = plan("routing", tmp_path, train=train, configs=NARROW_CAPS, models=["capsnet"], datasets=["mnist-sample"],
                 seeds=[0])
     rows = run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager")
-    assert [(k["bf16"], k["compile"], k["batch_size"]) for k in seen] == [(True, "aot_eager", 32)]
+    assert [(k["bf16"], k["fp16"], k["compile"], k["batch_size"]) for k in seen] == [(True, False, "aot_eager", 32)]
     # read back, the row's figure is the one measured as it trained, kept in its folder (each read-back measured
     # it again, silently: 12 s a SegCaps row); measured again under another compilation
     assert run_plan(runs, device="cpu", data_root=data_root, progress=False, compile="aot_eager") == rows

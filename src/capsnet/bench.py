@@ -278,10 +278,13 @@ class _Runner:
 
     def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float,
                  bf16: bool = False, fused: bool = False, compile: bool | str = False,
-                 loss_fn: Callable[..., Any] | None = None, steps: int = 1) -> None:
+                 loss_fn: Callable[..., Any] | None = None, steps: int = 1, fp16: bool = False) -> None:
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"steps per timing must be a positive integer, got {steps!r}")
+        if bf16 and fp16:
+            raise ValueError("bf16 and fp16 are two autocasts: give one")
         self.model, self.mode, self.images, self.labels, self.bf16 = model, mode, images, labels, bf16
+        self.fp16 = fp16  # float16 autocast (as --amp fp16, without its gradient scaler's multiply and check)
         self.loss_fn, self.steps = loss_fn, steps
         self.call = compile_model(model, compile)  # the model itself unless compiled; same parameters
         self.device = images.device
@@ -309,7 +312,8 @@ class _Runner:
             self.opt.zero_grad(set_to_none=True)
 
     def _run(self) -> None:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(self.device.type, dtype=torch.float16 if self.fp16 else torch.bfloat16,
+                            enabled=self.bf16 or self.fp16):
             if self.opt is not None:
                 _train_step(self.call, self.opt, self.images, self.labels, self.loss_fn)
             else:
@@ -408,17 +412,18 @@ def alternate(steps: Mapping[K, Callable[[], float]], repeats: int, *, warmup: i
 
 
 def measure_training(name: str, config: Any, *, batch_size: int = 128, repeats: int = 3, device: str = "cpu",
-                     seed: int = 0, bf16: bool = False, compile: bool | str = False) -> dict[str, float]:
+                     seed: int = 0, bf16: bool = False, compile: bool | str = False,
+                     fp16: bool = False) -> dict[str, float]:
     """Training images/s (median of ``repeats`` steps after one untimed) and peak tensor memory (MB) of one step
-    of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images (``bf16``:
-    under bfloat16 autocast; ``compile``: compiled, as ``capsnet.train.compile_model``)."""
+    of the registered model ``name`` with ``config``, trained by its own loss on seeded noise images (``bf16``,
+    ``fp16``: under bfloat16 or float16 autocast; ``compile``: compiled, as ``capsnet.train.compile_model``)."""
     with keeps_rng(device):  # the caller's random stream after, not the benchmark's seed
         return _measure_training(name, config, batch_size=batch_size, repeats=repeats, device=device, seed=seed,
-                                 bf16=bf16, compile=compile)
+                                 bf16=bf16, fp16=fp16, compile=compile)
 
 
 def _measure_training(name: str, config: Any, *, batch_size: int, repeats: int, device: str, seed: int, bf16: bool,
-                      compile: bool | str) -> dict[str, float]:
+                      fp16: bool, compile: bool | str) -> dict[str, float]:
     from .models import model_spec
 
     spec = model_spec(name)
@@ -431,7 +436,7 @@ def _measure_training(name: str, config: Any, *, batch_size: int, repeats: int, 
     else:
         labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen)
     runner = _Runner(model, "train", images.to(device), labels.to(device), 1e-3, loss_fn=spec.loss, bf16=bf16,
-                     compile=compile)
+                     fp16=fp16, compile=compile)
     runner.warm_up(COMPILED_WARMUP if compile else 1)  # CUDA graphs record in the first calls (their peak kept)
     times = alternate({name: runner.time_step}, repeats, warmup=0)[name]
     return {"images_per_s": batch_size / statistics.median(times), "peak_mem_mb": runner.peak_bytes() / 2**20}

@@ -659,6 +659,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                     memory[key] = measure_training(run.model, run.model_config,
                                                    batch_size=run.train_config.batch_size, repeats=1, device=dev,
                                                    bf16=run.train_config.amp == "bf16",
+                                                   fp16=run.train_config.amp == "fp16",
                                                    compile=compile)["peak_mem_mb"]
                 return memory[key]
             row["peak_mem_mb"] = _measured_once(run, "peak_mem_mb", {
