@@ -1133,6 +1133,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
+        if launch.max_restarts > launch.restart and launch.launch_id is not None:  # torchrun goes on by itself
+            args.restart_note = f"restart {launch.restart + 1} of at most {launch.max_restarts}"
     if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)
         if synthesis and args.judge is not None:  # so is a judge that cannot read the run's images (fit_gan's check)
@@ -1944,8 +1946,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
         if isinstance(e, PeerLostError) and resume and saved.exists():  # every rank left says it: rank 0 may be
-            print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",  # the lost one
-                  file=sys.stderr)
+            if getattr(args, "restart_note", None):  # the lost one; under --max-restarts torchrun starts it again
+                print(f"capsnet {args.command}{_rank_tag()}: torchrun restarts the run ({args.restart_note}), which "
+                      f"resumes from the last checkpoint", file=sys.stderr)
+            else:
+                print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
+                      file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume

@@ -55,6 +55,15 @@ class Launch:
     world_size: int  # processes in all
     local_rank: int  # 0..local_world_size-1 on this machine
     local_world_size: int  # processes on this machine (torchrun's LOCAL_WORLD_SIZE; world_size when absent)
+    restart: int = 0  # torchrun's TORCHELASTIC_RESTART_COUNT: 0 at launch, N after its Nth restart (--max-restarts)
+    run_id: str = ""  # torchrun's TORCHELASTIC_RUN_ID, the rendezvous id: a fresh one per --standalone launch
+    max_restarts: int = 0  # torchrun's TORCHELASTIC_MAX_RESTARTS
+
+    @property
+    def launch_id(self) -> str | None:
+        """The id that tells this torchrun launch from others, its restarts included: its rendezvous id, or None
+        where it has none of its own (a static rendezvous without --rdzv-id is "none" for every launch)."""
+        return None if self.run_id in ("", "none") else self.run_id
 
     @property
     def is_main(self) -> bool:
@@ -99,7 +108,9 @@ def launcher(env: Mapping[str, str] | None = None, *, required: bool = False) ->
         raise DistributedError(f"RANK={rank} and LOCAL_RANK={local_rank} must be below WORLD_SIZE={world} and "
                                f"LOCAL_WORLD_SIZE={local_world}; {LAUNCH_HINT} rather than setting them by hand")
     _integer(env, "MASTER_PORT", 1)
-    return Launch(rank, world, local_rank, local_world)
+    restart, most = (_integer(env, name, 0) if env.get(name) else 0
+                     for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"))
+    return Launch(rank, world, local_rank, local_world, restart, env.get("TORCHELASTIC_RUN_ID", ""), most)
 
 
 def backend_for(device: torch.device) -> str:

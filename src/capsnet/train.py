@@ -57,7 +57,7 @@ from .runtime import (AMP_MODES, autocast, compile_model, grad_scaler, keeps_rng
                       scale_tensor)
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
-           "NonFiniteLoss", "ResumeError",
+           "NonFiniteLoss", "ResumeError", "restarted_run",
            "resume_configs", "saved_configs", "finished", "describe_epoch", "start_or_resume", "input_fields"]
 
 log = logging.getLogger(__name__)
@@ -826,6 +826,27 @@ def _from_main(obj: Any) -> Any:
     return box[0]
 
 
+LAUNCH_KEY = "torchrun_launch"  # a run's state under torchrun: the id of the launch that last wrote it
+
+
+def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
+    """Whether this process is one of torchrun's restarts (``--max-restarts``, after a process of the run failed) of
+    the run whose ``last.safetensors`` is in ``run_dir``: a restart of a launch with an id of its own
+    (``Launch.launch_id``) whose checkpoint that same launch wrote. Such a run resumes without ``--resume``;
+    another launch's checkpoint (a folder reused by mistake, a launch that failed on its own start) is left to the
+    usual refusal, as is a launch with no id, which no checkpoint can be told apart by."""
+    if launch is None or not launch.restart or launch.launch_id is None:
+        return False
+    last = Path(run_dir) / "last.safetensors"
+    if not last.is_file():
+        return False
+    try:
+        state = load_checkpoint(last).state
+    except CheckpointError:  # a damaged file: the start says so, as for any run
+        return False
+    return state.get(LAUNCH_KEY) == launch.launch_id
+
+
 def check_fit_arguments(cfg: Any, run_dir: str | os.PathLike) -> None:
     """A ValueError naming the fix for ``fit``'s (and ``fit_gan``'s) arguments of the wrong kind, before any work:
     settings as a dict (or anything but a TrainConfig), a run directory that is a file."""
@@ -928,6 +949,11 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
+    if not resume and restarted_run(run_dir, launch):  # every rank reads the same file before any writes it
+        resume = True
+        if launch.is_main:
+            log.warning("torchrun restarted this run (restart %d of at most %d, after a process stopped); it resumes "
+                        "from %s", launch.restart, launch.max_restarts, Path(run_dir) / "last.safetensors")
     dev, created = join(launch, dev)
     ended = None  # the device, once this rank's training ended without an error
     lock = RunLock(run_dir)  # taken by the rank that writes
@@ -1049,6 +1075,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     scaled = state.pop("grad_scaler", None)  # --amp fp16: the gradient scaler's state, saved with last.safetensors
+    if launch is not None:  # this launch's id in every save, so its restarts know the checkpoint as theirs
+        state = {k: v for k, v in state.items() if k != LAUNCH_KEY} | (
+            {} if launch.launch_id is None else {LAUNCH_KEY: launch.launch_id})
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None,
@@ -1272,7 +1301,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if progress:  # one readable line per epoch, with the bars
                     tqdm.write(describe_epoch(record, cfg.dataset))
                 state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
-                         "eval_split": held_name} | ({"data": state["data"]} if "data" in state else {})
+                         "eval_split": held_name} | {k: state[k] for k in ("data", LAUNCH_KEY) if k in state}
                 improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
                 if improved:
                     state["best"] = {"epoch": epoch, "accuracy": result.accuracy, "split": held_name}

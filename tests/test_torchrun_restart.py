@@ -1,0 +1,151 @@
+"""torchrun --max-restarts: a restart of the launch that wrote a run's last checkpoint resumes it without --resume;
+another launch's checkpoint, or a launch without an id of its own, is refused as before."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from capsnet.distributed import Launch, launcher
+from capsnet.models import CapsNetConfig
+from capsnet.train import LAUNCH_KEY, TrainConfig, fit, restarted_run
+
+TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
+CFG = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32, train_size=64, test_size=32, seed=3)
+LAUNCH = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_the_launcher_reads_torchruns_restart_count_and_run_id():
+    assert launcher(LAUNCH) == Launch(0, 1, 0, 1)  # a launch without torchelastic's variables: restart 0, no id
+    got = launcher(LAUNCH | {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "3",
+                             "TORCHELASTIC_RUN_ID": "abc"})
+    assert (got.restart, got.max_restarts, got.run_id, got.launch_id) == (2, 3, "abc", "abc")
+    assert launcher(LAUNCH | {"TORCHELASTIC_RUN_ID": "none"}).launch_id is None  # a static rendezvous's id
+    with pytest.raises(ValueError, match="TORCHELASTIC_RESTART_COUNT='x' is not an integer >= 0"):
+        launcher(LAUNCH | {"TORCHELASTIC_RESTART_COUNT": "x"})
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _torchrun_env(monkeypatch, restart: int, run_id: str) -> None:
+    """This process as torchrun's only worker (a group of one, gloo on a free port), at ``restart``."""
+    for name, value in (LAUNCH | {"MASTER_PORT": _free_port(), "LOCAL_WORLD_SIZE": "1",
+                                  "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": "3",
+                                  "TORCHELASTIC_RUN_ID": run_id}).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_restart_of_the_launch_that_wrote_the_run_resumes_it_and_another_launch_is_refused(tmp_path, data_root,
+                                                                                            monkeypatch, caplog):
+    run = tmp_path / "run"
+    _torchrun_env(monkeypatch, 0, "launch-a")
+    fit(TINY, CFG, run, device="cpu", data_root=data_root, progress=False)
+    assert load_checkpoint(run, "last").state[LAUNCH_KEY] == "launch-a"
+    two = replace(CFG, epochs=2)  # the command of a longer run, typed again by torchrun's restart: no --resume
+    for other in ((1, "launch-b"), (0, "launch-a"), (1, "none")):  # another launch, the launch itself, no id
+        _torchrun_env(monkeypatch, *other)
+        with pytest.raises(CheckpointError, match="already holds a run"):
+            fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    _torchrun_env(monkeypatch, 1, "launch-a")
+    with caplog.at_level("WARNING", logger="capsnet.train"):
+        fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    assert "torchrun restarted this run (restart 1 of at most 3, after a process stopped); it resumes from" \
+           in caplog.text
+    saved = load_checkpoint(run, "last").state
+    assert saved["epoch"] == 2 and [r["epoch"] for r in saved["history"]] == [1, 2]
+
+    straight = tmp_path / "straight"  # the same two epochs in one process, uninterrupted
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name)
+    fit(TINY, two, straight, device="cpu", data_root=data_root, progress=False)
+    a, b = (load_checkpoint(d, "last").model_state for d in (run, straight))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_restarted_run_asks_for_a_restart_an_id_and_that_launchs_checkpoint(tmp_path, data_root):
+    run = tmp_path / "run"
+    fit(TINY, CFG, run, device="cpu", data_root=data_root, progress=False)  # one process: no launch id saved
+    ours = Launch(0, 2, 0, 2, restart=1, run_id="abc")
+    assert not restarted_run(run, ours) and not restarted_run(tmp_path / "empty", ours)
+    ckpt = load_checkpoint(run, "last")
+    save_checkpoint(run / "last.safetensors", replace(ckpt, state=ckpt.state | {LAUNCH_KEY: "abc"}))
+    assert restarted_run(run, ours)
+    assert not restarted_run(run, replace(ours, restart=0)) and not restarted_run(run, replace(ours, run_id="abd"))
+    assert not restarted_run(run, None)
+    (run / "last.safetensors").write_bytes(b"not a checkpoint")  # damaged: left to the start's own message
+    assert not restarted_run(run, ours)
+
+
+@pytest.mark.slow  # two torchrun launches and a one-process run, about 20 s
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker processes through /proc")
+def test_a_rank_killed_under_max_restarts_is_restarted_and_the_run_finishes_as_one_process_would(tmp_path, data_root):
+    """kill -9 rank 1 in epoch 2 of `torchrun --max-restarts 1 ...` (no --resume): torchrun restarts both ranks,
+    which resume from the last checkpoint and end with the weights of an uninterrupted one-process run."""
+    from test_distributed import TINY as FLAGS, TRAIN_SIZE, _children, _env, _metrics, _rank_of, _weights_close
+
+    run, env = tmp_path / "run", _env(data_root)
+    args = ["--dataset", "mnist", "--epochs", "3", "--train-size", str(TRAIN_SIZE), "--test-size", "32", "--seed", "2",
+            *FLAGS]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "--max-restarts", "1", "-m", "capsnet", "train", *args, "--out", str(run)]
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        workers = {_rank_of(p): p for p in _children(proc.pid)}
+        assert 1 in workers, f"no rank 1 among torchrun's processes {workers}: {proc.poll()}"
+        os.kill(workers[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "torchrun restarted this run (restart 1 of at most 1, after a process stopped); it resumes from" in err, \
+        err[-3000:]
+    assert load_checkpoint(run, "last").state["epoch"] == 3
+
+    straight = tmp_path / "straight"
+    fit(CapsNetConfig(conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist", epochs=3, batch_size=32,
+        train_size=TRAIN_SIZE, test_size=32, seed=2), straight, device="cpu", data_root=data_root, progress=False)
+    assert _weights_close(run, straight)
+    assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("launch, restarts", [(Launch(1, 2, 1, 2, 0, "abc", 2), True),
+                                              (Launch(1, 2, 1, 2, 2, "abc", 2), False),  # the last restart spent
+                                              (Launch(1, 2, 1, 2, 0, "none", 2), False)])  # no id: no resume
+def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, tmp_path, capsys, monkeypatch):
+    """A rank whose peer was lost gave the command that resumes, where torchrun restarts the run by itself."""
+    import capsnet.train
+    from capsnet import distributed
+    from capsnet.cli import main
+    from capsnet.distributed import PeerLostError
+
+    out = tmp_path / "run"
+
+    def lost(*a, **k):  # a checkpoint was saved, then a peer vanished
+        out.mkdir(exist_ok=True)
+        (out / "last.safetensors").write_bytes(b"")
+        raise PeerLostError("another process of this run stopped")
+    monkeypatch.setattr(distributed, "launcher", lambda required=False: launch)
+    monkeypatch.setattr(capsnet.train, "fit", lost)
+    assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    said = f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last checkpoint"
+    assert (said in err) == restarts and ("--resume` continues from the last checkpoint" in err) != restarts, err
