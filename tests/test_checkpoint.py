@@ -394,3 +394,24 @@ def test_holder_asks_without_refusing_other_askers_or_a_run_starting(tmp_path, m
     finally:
         os.close(asker)
     assert RunLock(tmp_path).holder() is None and not (tmp_path / ".lock").exists()
+
+
+def test_a_run_starting_waits_out_an_asker_only_a_moment_then_names_the_holder(tmp_path, monkeypatch):
+    """acquire() retries a lock held shared (holder() asking) for about 0.19 s in growing waits, then refuses with the
+    holder's process id; the lock file is left as it was (the holder's)."""
+    import fcntl
+
+    from capsnet.checkpoint import CheckpointError, RunLock
+
+    (tmp_path / ".lock").write_text("4242")
+    holder = os.open(tmp_path / ".lock", os.O_RDONLY)
+    waited = []
+    monkeypatch.setattr("capsnet.checkpoint.time.sleep", waited.append)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)  # never let go
+        with pytest.raises(CheckpointError, match=r"being written by another capsnet run \(process 4242\); wait"):
+            RunLock(tmp_path).acquire()
+    finally:
+        os.close(holder)
+    assert waited == [0.002, 0.005, 0.01, 0.02, 0.05, 0.1] and sum(waited) < 0.2
+    assert (tmp_path / ".lock").read_text() == "4242"
