@@ -415,8 +415,24 @@ def test_bf16_rows_run_under_autocast():
     rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["train"], baseline_path=BASELINE_PATH,
                          config=TINY, memory=False, dtype="bf16")
     assert [r["dtype"] for r in rows] == ["bf16"] * 3 and all(r["images_per_s"] > 0 for r in rows)
-    with pytest.raises(ValueError, match="unknown dtype 'fp16'"):
-        run_benchmark(dtype="fp16", config=TINY)
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
+        run_benchmark(dtype="fp8", config=TINY)
+
+
+def test_fp16_rows_run_every_step_and_the_routing_under_float16_autocast(monkeypatch):
+    from capsnet import bench
+
+    seen = []
+    time_routing = bench._time_routing
+
+    def recording(model, images, mode, steps):  # the routing share's timing: under the row's autocast
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return time_routing(model, images, mode, steps)
+    monkeypatch.setattr(bench, "_time_routing", recording)
+    rows = run_benchmark(devices=["cpu"], batch_size=2, repeats=1, warmup=0, modes=["train"], baseline_path=BASELINE_PATH,
+                         config=TINY, memory=False, dtype="fp16")
+    assert [r["dtype"] for r in rows] == ["fp16"] * 3 and all(r["images_per_s"] > 0 for r in rows)
+    assert seen == [torch.float16]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without CUDA")

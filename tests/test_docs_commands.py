@@ -131,7 +131,7 @@ def test_the_reader_finds_commands_and_the_checks_catch_a_wrong_one():
     assert unknown_words(["train", "--epoch", "3", "--model-option", "x=1"]) == ["--epoch"]
     assert unknown_words(["evaluate", "--checkpoint", "r"]) == ["evaluate"]
     assert parse_error(["train", "--epochs", "3"]) is None
-    assert "invalid choice: 'fp16'" in parse_error(["bench", "--dtype", "fp16"])
+    assert "invalid choice: 'fp8'" in parse_error(["bench", "--dtype", "fp8"])
     assert sum(len(b) + len(i) for b, i in map(page_commands, PAGES)) >= 300  # the reader found the docs' commands
     assert sum(len(list(filter(_trainable, page_commands(p)[0]))) for p in PAGES) >= 50  # 77 on 2026-11-29
 

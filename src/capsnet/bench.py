@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 BASELINE_FILE = Path("benchmarks") / "tutorial_baseline.py"
 CAPSNET, BASELINE, FLOOR = "capsnet", "tutorial baseline", "conv floor"
 MODES = ("train", "infer")
-DTYPES = ("fp32", "bf16")
+DTYPES = ("fp32", "bf16", "fp16")  # fp16: float16 autocast, as --amp fp16 but without its gradient scaler
 
 
 def default_baseline_path() -> Path | None:
@@ -490,8 +490,9 @@ def run_benchmark(
         lr: Adam's learning rate.
         memory: also run one untimed, instrumented step per row for ``peak_mem_mb``.
         floor: also time the two convolutions alone (``ConvFloor``) for ``floor_ratio``.
-        dtype: ``"fp32"``, or ``"bf16"`` for every step under ``torch.autocast`` to
-            bfloat16 (weights and optimizer stay fp32), for all implementations alike.
+        dtype: ``"fp32"``, or ``"bf16"`` / ``"fp16"`` for every step under ``torch.autocast`` to
+            bfloat16 / float16 (weights and optimizer stay fp32; fp16 without ``--amp fp16``'s gradient scaler,
+            whose multiply and check per step are not timed), for all implementations alike.
         compile: compile capsnet's model as ``capsnet train --compile`` does
             (``capsnet.train.compile_model``: True, an Inductor mode or a backend
             name); the baseline and the floor stay eager. Each row set starts from
@@ -565,7 +566,8 @@ def run_benchmark(
                 if compile:
                     torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
                 per_timing = default_steps_per_timing(device, steps_per_timing)
-                runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", steps=per_timing,
+                runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", fp16=dtype == "fp16",
+                                         steps=per_timing,
                                          fused=impl == CAPSNET and device.type == "cuda",
                                          compile=compile if impl == CAPSNET else False)
                            for impl, m in models.items()}
@@ -576,7 +578,8 @@ def run_benchmark(
                 def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
                     seconds = runner.time_step()
                     if not compile:  # the layer alone runs eagerly: no share of a compiled step
-                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                        with torch.autocast(device.type, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16,
+                                            enabled=dtype != "fp32"):
                             routing_times.append(_time_routing(model, images, mode, runner.steps))
                     return seconds
 

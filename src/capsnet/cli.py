@@ -27,6 +27,7 @@ from . import __version__
 from ._config import OutOfRange, json_value
 from ._progress import one_line_warnings
 from .average import WEIGHTS
+from .bench import DTYPES
 from .checkpoint import RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
@@ -659,8 +660,9 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                                                                                       "row set each")
     b.add_argument("--routing-iterations", type=_positive_int, nargs="+", default=[3], help="routing rounds; several: "
                                                                                             "one row set each")
-    b.add_argument("--dtype", choices=("fp32", "bf16"), nargs="+", default=["fp32"],
-                   help="fp32, or bf16 autocast (weights stay fp32); several: one row set each")
+    b.add_argument("--dtype", choices=DTYPES, nargs="+", default=["fp32"],
+                   help="fp32, or bf16 or fp16 autocast (weights stay fp32; fp16 without --amp fp16's gradient "
+                        "scaler); several: one row set each")
     b.add_argument("--repeats", type=_positive_int, default=5, help="timings per measurement, each of "
                                                                   "--steps-per-timing steps (median reported)")
     b.add_argument("--steps-per-timing", type=_positive_int, default=None,
