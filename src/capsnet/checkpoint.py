@@ -644,6 +644,20 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
                          f"got {short_repr(best)}")
     if "within" in state:
         _check_within(state["within"], state["epoch"])
+    if "grad_scaler" in state:
+        _check_grad_scaler(state["grad_scaler"])
+
+
+def _check_grad_scaler(saved: Any) -> None:
+    """--amp fp16's gradient scaler as GradScaler.state_dict() writes it: a scale that is finite and positive (a
+    scale of 0 turns the first gradient into NaN unflagged), factors above and below 1, whole step counts."""
+    ok = (isinstance(saved, dict) and finite_number(saved.get("scale")) and saved["scale"] > 0
+          and finite_number(saved.get("growth_factor")) and saved["growth_factor"] > 1
+          and finite_number(saved.get("backoff_factor")) and 0 < saved["backoff_factor"] < 1
+          and _count(saved.get("growth_interval"), 1) and _count(saved.get("_growth_tracker"), 0))
+    if not ok:
+        raise ValueError(f"state.grad_scaler must be a gradient scaler's state (a finite positive scale, a growth "
+                         f"factor above 1, a backoff factor in (0, 1), whole step counts), got {short_repr(saved)}")
 
 
 def saved_point(state: dict[str, Any]) -> str:

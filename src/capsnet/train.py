@@ -340,11 +340,13 @@ def weights_finite(model: torch.nn.Module) -> bool:
 
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None,
                         cfg: TrainConfig | None = None, model: torch.nn.Module | None = None,
-                        scaler: torch.amp.GradScaler | None = None) -> None:
+                        scaler: torch.amp.GradScaler | None = None,
+                        skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
     names the flags of ``cfg`` that bear on it, where they are set. With ``model`` (before a save), also when its
     weights are not finite. With an enabled ``scaler`` (--amp fp16, whose steps with a gradient that is not finite
-    are skipped), also when its scale fell below ``MIN_LOSS_SCALE``; every rank holds the same scale.
+    are skipped), also when its scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps
+    and its steps so far, for the message); every rank holds the same scale.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
     """
@@ -357,7 +359,7 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
     kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
     if bad < 0 and not spoilt and scaler is not None:
-        stop_if_scale_fell(scaler, epoch, kept)
+        stop_if_scale_fell(scaler, epoch, kept, *skipped_of())
     if bad < 0 and not spoilt:
         return
     if spoilt:
@@ -372,16 +374,29 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
                            " or check the images for NaN or infinite pixels"))
 
 
-def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: str) -> None:
-    """Raise ``NonFiniteLoss`` when an enabled ``scaler`` (--amp fp16) has a scale below ``MIN_LOSS_SCALE``: step
-    after step skipped for a gradient that was not finite, however small the scale (``kept``: which checkpoint
-    stays, for the message). A disabled scaler, or one whose scale is above the floor, passes."""
+def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: str, skipped: int, steps: int) -> None:
+    """Raise ``NonFiniteLoss`` when an enabled ``scaler`` (--amp fp16) has a scale below ``MIN_LOSS_SCALE``: so many
+    steps skipped for a gradient that was not finite that float16's gradients at that scale vanish (``kept``: which
+    checkpoint stays; ``skipped`` of the epoch's ``steps`` so far: for the message). A disabled scaler, or one whose
+    scale is at the floor or above, passes.
+
+    Each skipped step halves the scale and only 2,000 finite steps in a row double it, so a NaN that recurs (every
+    step, or one batch in a few) lowers it for good; float16 has 5 exponent bits, float32's range is never the
+    cause at such a scale."""
     if not scaler.is_enabled() or (scale := scaler.get_scale()) >= MIN_LOSS_SCALE:
         return
-    raise NonFiniteLoss(f"under --amp fp16 the loss scale fell to {scale:.3g} by epoch {epoch}: step after step had a "
-                        f"gradient that was not finite however small the scale (each step skipped), a NaN in the "
-                        f"backward pass rather than float16's range; stopped without saving, {kept}. Train with "
-                        f"--amp bf16 (float32's range) or --amp none, or lower --lr")
+    raise NonFiniteLoss(f"under --amp fp16 the loss scale fell to {scale:.3g} in epoch {epoch}: {skipped} of its "
+                        f"{steps} steps so far had a gradient that was not finite and were skipped, each halving the "
+                        f"scale (only 2,000 finite steps in a row double it), and float16's gradients vanish at such "
+                        f"a scale: a NaN or infinity in the backward pass that recurs, which no scale mends; stopped "
+                        f"without saving, {kept}. Train with --amp bf16 (float32's range) or --amp none, or lower "
+                        f"--lr")
+
+
+def _skipped_of(skipped: torch.Tensor, steps: int, fp16: bool) -> Callable[[], tuple[int, int]]:
+    """(steps skipped, steps) of an epoch so far, for the loss scale's message, when called (it reads the device,
+    under fp16 only): a check that passes never waits for it."""
+    return lambda: ((int(skipped.item()) if fp16 else 0), steps)
 
 
 def stop_if_held_out_not_finite(record: dict[str, Any], epoch: int, last: LastSave) -> None:
@@ -1249,12 +1264,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                      shown_as: f"{run_correct.item() / seen:.4f}"}, refresh=False)
                     shown = time.monotonic()
                 bar.update()
-                if step % _CHECK_EVERY == 0:
-                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg, scaler=scaler)
+                if step % _CHECK_EVERY == 0:  # fp16: the scale too, before it can reach 0 (2^-126 in 110 steps)
+                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg, scaler=scaler,
+                                        skipped_of=_skipped_of(skipped, start // B + 1, fp16))
                 stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
                 if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                     if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model, scaler=scaler)
+                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model, scaler=scaler,
+                                            skipped_of=_skipped_of(skipped, start // B + 1, fp16))
                     loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                     ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                     if main:
@@ -1265,7 +1282,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     if stopping:
                         bar.close()
                         raise KeyboardInterrupt
-            _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model, scaler)  # before this epoch is saved
+            _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model, scaler,  # before this epoch is saved
+                                _skipped_of(skipped, len(starts), fp16))
             run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
             train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
             images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
@@ -1276,7 +1294,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                       "train_loss": train_loss, "train_accuracy": train_accuracy, "train_images_per_s": images_per_s}
             taken = len(starts) - (int(skipped.item()) if fp16 else 0)  # fp16: the steps not skipped
             if cfg.grad_clip:  # the epoch's mean gradient norm before clipping, and the share of its steps clipped
-                record |= dict(zip(("grad_norm", "clipped"), (norms / max(taken, 1)).tolist()))
+                # (None, null in JSON, when fp16's scaler skipped every step: no step had a gradient to measure)
+                record |= dict(zip(("grad_norm", "clipped"), (norms / taken).tolist() if taken else (None, None)))
             if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
                 record |= {"skipped_steps": len(starts) - taken, "loss_scale": scaler.get_scale()}
             if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
@@ -1345,8 +1364,11 @@ def describe_epoch(record: dict[str, Any], dataset: str) -> str:
     """One line for an epoch's metrics record: the held-out accuracy and error, extra test sets, the train loss
     (and with --grad-clip the mean gradient norm before clipping and the share of steps clipped)."""
     line = _describe_epoch(record, dataset)
-    if "grad_norm" in record:
+    if record.get("grad_norm") is not None:
         line += f", gradient norm {record['grad_norm']:.3g} ({100 * record['clipped']:.1f}% of steps clipped)"
+    if record.get("skipped_steps"):  # --amp fp16
+        line += f", {record['skipped_steps']} step{'s' if record['skipped_steps'] > 1 else ''} skipped " \
+                f"(loss scale {record['loss_scale']:g})"
     return line
 
 
