@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.distributed import Launch, launcher
@@ -24,14 +25,28 @@ CFG = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32, train_size=64
 LAUNCH = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
-def test_the_launcher_reads_torchruns_restart_count_and_run_id():
-    assert launcher(LAUNCH) == Launch(0, 1, 0, 1)  # a launch without torchelastic's variables: restart 0, no id
+def test_the_launcher_reads_torchruns_restart_count_and_store():
+    assert launcher(LAUNCH) == Launch(0, 1, 0, 1)  # a launch without torchelastic's variables: restart 0, no store
     got = launcher(LAUNCH | {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "3",
-                             "TORCHELASTIC_RUN_ID": "abc"})
-    assert (got.restart, got.max_restarts, got.run_id, got.launch_id) == (2, 3, "abc", "abc")
-    assert launcher(LAUNCH | {"TORCHELASTIC_RUN_ID": "none"}).launch_id is None  # a static rendezvous's id
+                             "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert (got.restart, got.max_restarts, got.agent_store, got.launch_id) == (2, 3, True, None)
     with pytest.raises(ValueError, match="TORCHELASTIC_RESTART_COUNT='x' is not an integer >= 0"):
         launcher(LAUNCH | {"TORCHELASTIC_RESTART_COUNT": "x"})
+
+
+def _agent_store() -> dist.TCPStore:
+    """A store as torchrun's agent hosts for a launch (its restarts included), on a free port."""
+    return dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
+
+
+def _torchrun_env(monkeypatch, restart: int, store: dist.TCPStore | None) -> None:
+    """This process as torchrun's only worker at ``restart``, joining through the agent's ``store`` (None: a
+    rendezvous that shares none, rank 0 hosting the group's store on a free port)."""
+    port = store.port if store is not None else _free_port()
+    for name, value in (LAUNCH | {"MASTER_PORT": str(port), "LOCAL_WORLD_SIZE": "1",
+                                  "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": "3",
+                                  "TORCHELASTIC_USE_AGENT_STORE": str(store is not None)}).items():
+        monkeypatch.setenv(name, value)
 
 
 def _free_port() -> str:
@@ -40,32 +55,25 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def _torchrun_env(monkeypatch, restart: int, run_id: str) -> None:
-    """This process as torchrun's only worker (a group of one, gloo on a free port), at ``restart``."""
-    for name, value in (LAUNCH | {"MASTER_PORT": _free_port(), "LOCAL_WORLD_SIZE": "1",
-                                  "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": "3",
-                                  "TORCHELASTIC_RUN_ID": run_id}).items():
-        monkeypatch.setenv(name, value)
-
-
 def test_a_restart_of_the_launch_that_wrote_the_run_resumes_it_and_another_launch_is_refused(tmp_path, data_root,
                                                                                             monkeypatch, caplog):
-    run = tmp_path / "run"
-    _torchrun_env(monkeypatch, 0, "launch-a")
+    run, ours = tmp_path / "run", _agent_store()
+    _torchrun_env(monkeypatch, 0, ours)
     fit(TINY, CFG, run, device="cpu", data_root=data_root, progress=False)
-    assert load_checkpoint(run, "last").state[LAUNCH_KEY] == "launch-a"
+    drawn = ours.get("capsnet/launch_id").decode()
+    assert len(drawn) == 32 and load_checkpoint(run, "last").state[LAUNCH_KEY] == drawn
     two = replace(CFG, epochs=2)  # the command of a longer run, typed again by torchrun's restart: no --resume
-    for other in ((1, "launch-b"), (0, "launch-a"), (1, "none")):  # another launch, the launch itself, no id
-        _torchrun_env(monkeypatch, *other)
+    for restart, store in ((1, _agent_store()), (0, ours), (1, None)):  # another launch, the launch's start, no store
+        _torchrun_env(monkeypatch, restart, store)
         with pytest.raises(CheckpointError, match="already holds a run"):
             fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
-    _torchrun_env(monkeypatch, 1, "launch-a")
+    _torchrun_env(monkeypatch, 1, ours)  # its keys of attempt 0 still there, as in torchrun's agent store
     with caplog.at_level("WARNING", logger="capsnet.train"):
         fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
     assert "torchrun restarted this run (restart 1 of at most 3, after a process stopped); it resumes from" \
            in caplog.text
     saved = load_checkpoint(run, "last").state
-    assert saved["epoch"] == 2 and [r["epoch"] for r in saved["history"]] == [1, 2]
+    assert saved["epoch"] == 2 and [r["epoch"] for r in saved["history"]] == [1, 2] and saved[LAUNCH_KEY] == drawn
 
     straight = tmp_path / "straight"  # the same two epochs in one process, uninterrupted
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -73,17 +81,19 @@ def test_a_restart_of_the_launch_that_wrote_the_run_resumes_it_and_another_launc
     fit(TINY, two, straight, device="cpu", data_root=data_root, progress=False)
     a, b = (load_checkpoint(d, "last").model_state for d in (run, straight))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    fit(TINY, replace(CFG, epochs=3), run, device="cpu", data_root=data_root, progress=False, resume=True)
+    assert LAUNCH_KEY not in load_checkpoint(run, "last").state  # written last by one process: no launch's
 
 
 def test_restarted_run_asks_for_a_restart_an_id_and_that_launchs_checkpoint(tmp_path, data_root):
     run = tmp_path / "run"
     fit(TINY, CFG, run, device="cpu", data_root=data_root, progress=False)  # one process: no launch id saved
-    ours = Launch(0, 2, 0, 2, restart=1, run_id="abc")
+    ours = Launch(0, 2, 0, 2, restart=1, agent_store=True, launch_id="abc")
     assert not restarted_run(run, ours) and not restarted_run(tmp_path / "empty", ours)
     ckpt = load_checkpoint(run, "last")
     save_checkpoint(run / "last.safetensors", replace(ckpt, state=ckpt.state | {LAUNCH_KEY: "abc"}))
     assert restarted_run(run, ours)
-    assert not restarted_run(run, replace(ours, restart=0)) and not restarted_run(run, replace(ours, run_id="abd"))
+    assert not restarted_run(run, replace(ours, restart=0)) and not restarted_run(run, replace(ours, launch_id="abd"))
     assert not restarted_run(run, None)
     (run / "last.safetensors").write_bytes(b"not a checkpoint")  # damaged: left to the start's own message
     assert not restarted_run(run, ours)
@@ -127,9 +137,9 @@ def test_a_rank_killed_under_max_restarts_is_restarted_and_the_run_finishes_as_o
     assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("launch, restarts", [(Launch(1, 2, 1, 2, 0, "abc", 2), True),
-                                              (Launch(1, 2, 1, 2, 2, "abc", 2), False),  # the last restart spent
-                                              (Launch(1, 2, 1, 2, 0, "none", 2), False)])  # no id: no resume
+@pytest.mark.parametrize("launch, restarts", [(Launch(1, 2, 1, 2, 0, 2, True), True),
+                                              (Launch(1, 2, 1, 2, 2, 2, True), False),  # the last restart spent
+                                              (Launch(1, 2, 1, 2, 0, 2, False), False)])  # no agent store: no id
 def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, tmp_path, capsys, monkeypatch):
     """A rank whose peer was lost gave the command that resumes, where torchrun restarts the run by itself."""
     import capsnet.train

@@ -19,17 +19,19 @@ and BatchNorm on CPUs (per-process statistics).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
 import sys
+import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "join", "agree", "leave",
+__all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "identified", "join", "agree", "leave",
            "shard",
            "share_weight", "backend_for", "rank_device"]
 
@@ -56,14 +58,11 @@ class Launch:
     local_rank: int  # 0..local_world_size-1 on this machine
     local_world_size: int  # processes on this machine (torchrun's LOCAL_WORLD_SIZE; world_size when absent)
     restart: int = 0  # torchrun's TORCHELASTIC_RESTART_COUNT: 0 at launch, N after its Nth restart (--max-restarts)
-    run_id: str = ""  # torchrun's TORCHELASTIC_RUN_ID, the rendezvous id: a fresh one per --standalone launch
     max_restarts: int = 0  # torchrun's TORCHELASTIC_MAX_RESTARTS
-
-    @property
-    def launch_id(self) -> str | None:
-        """The id that tells this torchrun launch from others, its restarts included: its rendezvous id, or None
-        where it has none of its own (a static rendezvous without --rdzv-id is "none" for every launch)."""
-        return None if self.run_id in ("", "none") else self.run_id
+    # TORCHELASTIC_USE_AGENT_STORE: torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT, one store for the
+    # whole launch, its restarts included (workers come and go, the agent stays)
+    agent_store: bool = False
+    launch_id: str | None = None  # this launch's own id, the same in its restarts (``identified``); None: unknown
 
     @property
     def is_main(self) -> bool:
@@ -110,7 +109,28 @@ def launcher(env: Mapping[str, str] | None = None, *, required: bool = False) ->
     _integer(env, "MASTER_PORT", 1)
     restart, most = (_integer(env, name, 0) if env.get(name) else 0
                      for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"))
-    return Launch(rank, world, local_rank, local_world, restart, env.get("TORCHELASTIC_RUN_ID", ""), most)
+    return Launch(rank, world, local_rank, local_world, restart, most,
+                  env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+
+
+LAUNCH_ID_KEY = "capsnet/launch_id"  # in torchrun's agent store: the launch's id, drawn by its first process
+
+
+def _agent_store(launch: Launch) -> dist.TCPStore:
+    """A client of the store torchrun's agent hosts for the whole launch (``launch.agent_store``)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
+                         is_master=False, timeout=process_group_timeout())
+
+
+def identified(launch: Launch) -> Launch:
+    """``launch`` with its ``launch_id``: a random id the first of its processes puts in torchrun's agent store,
+    which outlives the workers, so every process of the launch, and of each of its restarts, reads the same one,
+    and another launch (another agent, another store) draws its own, whatever its --rdzv-id. Without an agent
+    store (a rendezvous that does not share one), ``launch`` as it is: no id."""
+    if not launch.agent_store:
+        return launch
+    drawn = _agent_store(launch).compare_set(LAUNCH_ID_KEY, "", uuid.uuid4().hex)  # the first one set stays
+    return dataclasses.replace(launch, launch_id=drawn.decode())
 
 
 def backend_for(device: torch.device) -> str:
@@ -160,8 +180,15 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     if backend == "nccl" and not dist.is_nccl_available():
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
-    dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
-                            timeout=process_group_timeout())
+    if launch.restart and launch.agent_store:
+        # a restart joins through the launch's one agent store, which still holds the keys of the attempt before
+        # (the dead processes' addresses, which gloo then dialled: "Connection refused"): keys of its own attempt
+        store = dist.PrefixStore(f"capsnet/attempt{launch.restart}/", _agent_store(launch))
+        dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
+                                timeout=process_group_timeout())
+    else:
+        dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
+                                timeout=process_group_timeout())
     return device, True
 
 

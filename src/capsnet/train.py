@@ -47,8 +47,8 @@ from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
                          folder_contents, input_shape, load_training, task, user_folder)
-from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, join, launcher, leave, shard,
-                          share_weight)
+from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
+                          shard, share_weight)
 from .evaluate import evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
@@ -846,10 +846,11 @@ LAUNCH_KEY = "torchrun_launch"  # a run's state under torchrun: the id of the la
 
 def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
     """Whether this process is one of torchrun's restarts (``--max-restarts``, after a process of the run failed) of
-    the run whose ``last.safetensors`` is in ``run_dir``: a restart of a launch with an id of its own
-    (``Launch.launch_id``) whose checkpoint that same launch wrote. Such a run resumes without ``--resume``;
-    another launch's checkpoint (a folder reused by mistake, a launch that failed on its own start) is left to the
-    usual refusal, as is a launch with no id, which no checkpoint can be told apart by."""
+    the run whose ``last.safetensors`` is in ``run_dir``: a restart of a launch with an id (``Launch.launch_id``,
+    from torchrun's agent store: ``distributed.identified``) whose checkpoint that same launch wrote. Such a run
+    resumes without ``--resume``; another launch's checkpoint (a folder reused by mistake, its own start refused:
+    whatever its --rdzv-id, another launch has another id) is left to the usual refusal, as is a launch with no
+    id, which no checkpoint can be told apart by."""
     if launch is None or not launch.restart or launch.launch_id is None:
         return False
     last = Path(run_dir) / "last.safetensors"
@@ -942,12 +943,19 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     """
     check_fit_arguments(cfg, run_dir)
     require_compiler(compile, device)  # a library call too: Inductor's own error came at the first step
+    launch = launcher(required=bool(distributed)) if distributed is not False else None
+    if launch is not None:
+        launch = identified(launch)  # its id from torchrun's agent store: the same in each of its restarts
+        if not resume and restarted_run(run_dir, launch):  # every rank reads the same file before any writes it
+            resume = True
+            if launch.is_main:
+                log.warning("torchrun restarted this run (restart %d of at most %d, after a process stopped); it "
+                            "resumes from %s", launch.restart, launch.max_restarts, Path(run_dir) / "last.safetensors")
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
         RunLock(run_dir).refuse_if_held()  # a live run's folder: said as such, not as its logs to remove (every rank
         check_log_dir(tensorboard, run_dir, resume)  # checks before the group forms, so none holds the lock yet)
-    launch = launcher(required=bool(distributed)) if distributed is not False else None
     dev = resolve_device(device)
     if launch is None:
         with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(dev):  # the caller's RNG after
@@ -964,11 +972,6 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
                                f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
                                f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
-    if not resume and restarted_run(run_dir, launch):  # every rank reads the same file before any writes it
-        resume = True
-        if launch.is_main:
-            log.warning("torchrun restarted this run (restart %d of at most %d, after a process stopped); it resumes "
-                        "from %s", launch.restart, launch.max_restarts, Path(run_dir) / "last.safetensors")
     dev, created = join(launch, dev)
     ended = None  # the device, once this rank's training ended without an error
     lock = RunLock(run_dir)  # taken by the rank that writes
@@ -1090,9 +1093,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     scaled = state.pop("grad_scaler", None)  # --amp fp16: the gradient scaler's state, saved with last.safetensors
-    if launch is not None:  # this launch's id in every save, so its restarts know the checkpoint as theirs
-        state = {k: v for k, v in state.items() if k != LAUNCH_KEY} | (
-            {} if launch.launch_id is None else {LAUNCH_KEY: launch.launch_id})
+    # this launch's id in every save, so its restarts know the checkpoint as theirs (one process, or no id: none)
+    state = {k: v for k, v in state.items() if k != LAUNCH_KEY} | (
+        {} if launch is None or launch.launch_id is None else {LAUNCH_KEY: launch.launch_id})
     last = LastSave(last_path, None if ckpt is None else ckpt.state)
 
     def save_last(state: dict[str, Any], g: torch.Generator | None = None,
