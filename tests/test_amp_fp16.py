@@ -55,6 +55,15 @@ class _Killed(Exception):
     pass
 
 
+def _lr_stopping_at(stop: int):
+    """The loops' learning-rate lookup, raising ``_Killed`` (a crash, after the saves so far) at step ``stop``."""
+    def stopped(step, *args):
+        if step == stop:
+            raise _Killed
+        return lr_at(step, *args)
+    return stopped
+
+
 def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its_scale(tmp_path, monkeypatch):
     # a start at 2^24 with growth every 2 steps: float16's gradients overflow now and then, those steps are skipped
     monkeypatch.setattr("capsnet.train.grad_scaler",
@@ -71,11 +80,7 @@ def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its
     assert records[-1]["loss_scale"] == saved["scale"] < 2.0 ** 24
     assert all(0 < r["grad_norm"] < float("inf") for r in records)  # over the steps taken: no inf, no 0 of a skip
 
-    def stopped(step, *args):
-        if step == 7:  # 5 batches an epoch: 2 batches into epoch 2
-            raise _Killed
-        return lr_at(step, *args)
-    monkeypatch.setattr("capsnet.train.lr_at", stopped)
+    monkeypatch.setattr("capsnet.train.lr_at", _lr_stopping_at(7))  # 5 batches an epoch: 2 into epoch 2
     with pytest.raises(_Killed):
         fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, save_every_s=1e-9)
     monkeypatch.setattr("capsnet.train.lr_at", lr_at)
@@ -154,16 +159,10 @@ def test_a_gan_run_under_fp16_skips_counts_and_resumes_mid_epoch_with_its_scale(
     straight = load_checkpoint(tmp_path / "straight", "last")
     assert records[-1]["loss_scale"] == straight.state["grad_scaler"]["scale"]
 
-    from capsnet.train import lr_at as real_lr_at
-
-    def stopped(step, *args):
-        if step == 3:  # 2 batches an epoch: 1 batch into epoch 2
-            raise KeyboardInterrupt
-        return real_lr_at(step, *args)
-    monkeypatch.setattr("capsnet.gan.lr_at", stopped)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr("capsnet.gan.lr_at", _lr_stopping_at(3))  # 2 batches an epoch: 1 into epoch 2
+    with pytest.raises(_Killed):
         fit_gan(model, GAN, tmp_path / "split", device="cpu", data_root=data_root, progress=False, save_every_s=1e-9)
-    monkeypatch.setattr("capsnet.gan.lr_at", real_lr_at)
+    monkeypatch.setattr("capsnet.gan.lr_at", lr_at)
     assert len(load_checkpoint(tmp_path / "split", "last").state["within"]["sums"]) == 9  # 8 figures, steps skipped
     fit_gan(model, GAN, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
     split = load_checkpoint(tmp_path / "split", "last")

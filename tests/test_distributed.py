@@ -157,6 +157,27 @@ def _rank_of(pid: int) -> int | None:
     return next((int(v[5:]) for v in env if v.startswith(b"RANK=")), None)
 
 
+def kill_rank_1_once(command: list[str], env: dict[str, str], written: Path,
+                     timeout: float = 300) -> tuple[subprocess.Popen, str]:
+    """Run the torchrun ``command``, kill -9 its rank 1 as soon as ``written`` exists, and wait for torchrun to end:
+    (the finished process, its stderr)."""
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + timeout
+        while not written.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        workers = {_rank_of(p): p for p in _children(proc.pid)}
+        assert 1 in workers, f"no rank 1 among torchrun's processes {workers}: {proc.poll()}"
+        os.kill(workers[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc, err
+
+
 TRAIN_SIZE = 161  # 5 steps of 32, then 1 example: rank 0 trains on it, rank 1 on a stand-in of weight 0
 
 
@@ -167,20 +188,7 @@ def test_a_rank_killed_mid_run_leaves_the_last_checkpoint_and_resume_finishes_th
     torchrun ... --resume trains to the end, to the weights one process reaches without interruption."""
     run, env = tmp_path / "run", _env(data_root)
     args = ["--dataset", "mnist", "--epochs", "3", "--train-size", str(TRAIN_SIZE), "--test-size", "32", "--seed", "2", *TINY]
-    proc = subprocess.Popen(torchrun("-m", "capsnet", "train", *args, "--out", run), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 300
-        while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        workers = {_rank_of(p): p for p in _children(proc.pid)}
-        assert 1 in workers, f"no rank 1 among torchrun's processes {workers}: {proc.poll()}"
-        os.kill(workers[1], signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    proc, err = kill_rank_1_once(torchrun("-m", "capsnet", "train", *args, "--out", run), env, run / "metrics.jsonl")
     assert proc.returncode != 0, "training ended before the kill: make the run longer"
     assert "exitcode  : -9" in err or "Signal 9" in err or "SIGKILL" in err, err[-3000:]
     done = load_checkpoint(run, "last").state["epoch"]

@@ -2,12 +2,8 @@
 another launch's checkpoint, or a launch without an id of its own, is refused as before."""
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,27 +100,14 @@ def test_restarted_run_asks_for_a_restart_an_id_and_that_launchs_checkpoint(tmp_
 def test_a_rank_killed_under_max_restarts_is_restarted_and_the_run_finishes_as_one_process_would(tmp_path, data_root):
     """kill -9 rank 1 in epoch 2 of `torchrun --max-restarts 1 ...` (no --resume): torchrun restarts both ranks,
     which resume from the last checkpoint and end with the weights of an uninterrupted one-process run."""
-    from test_distributed import TINY as FLAGS, TRAIN_SIZE, _children, _env, _metrics, _rank_of, _weights_close
+    from test_distributed import TINY as FLAGS, TRAIN_SIZE, _env, _metrics, _weights_close, kill_rank_1_once
 
     run, env = tmp_path / "run", _env(data_root)
     args = ["--dataset", "mnist", "--epochs", "3", "--train-size", str(TRAIN_SIZE), "--test-size", "32", "--seed", "2",
             *FLAGS]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "--max-restarts", "1", "-m", "capsnet", "train", *args, "--out", str(run)]
-    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 300
-        while not (run / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        workers = {_rank_of(p): p for p in _children(proc.pid)}
-        assert 1 in workers, f"no rank 1 among torchrun's processes {workers}: {proc.poll()}"
-        os.kill(workers[1], signal.SIGKILL)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    proc, err = kill_rank_1_once(command, env, run / "metrics.jsonl")
     assert proc.returncode == 0, err[-3000:]
     assert "torchrun restarted this run (restart 1 of at most 1, after a process stopped); it resumes from" in err, \
         err[-3000:]
