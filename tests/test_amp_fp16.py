@@ -84,8 +84,16 @@ def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its
     with pytest.raises(_Killed):
         fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, save_every_s=1e-9)
     monkeypatch.setattr("capsnet.train.lr_at", lr_at)
-    within = load_checkpoint(tmp_path / "split", "last").state["within"]
-    assert len(within["sums"]) == 5  # loss, correct, norms, steps clipped, steps skipped
+    saved = load_checkpoint(tmp_path / "split", "last")
+    within = saved.state["within"]
+    assert len(within["sums"]) == 5 and within["sums"][4] > 0  # loss, correct, norms, steps clipped, steps skipped
+    # under torchrun rank 0 alone takes the sums (summed over the ranks), but every rank the skipped steps (for the
+    # scale's message: every rank skips the same steps)
+    from capsnet.train import _seeded_generator, resume_within
+
+    for rank, kept in ((0, within["sums"]), (1, [0.0] * 4 + within["sums"][4:])):
+        got = resume_within(within, 2, saved, _seeded_generator(3, 2, torch.device("cpu")), 5, 5, rank, shared=1)
+        assert got[1] == kept and got[2] == (within["seen"] if rank == 0 else 0)
     fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
     a, b = (load_checkpoint(tmp_path / d, "last").model_state for d in ("straight", "split"))
     assert all(torch.equal(a[k], b[k]) for k in a)  # the scale went on where it was: the same steps skipped

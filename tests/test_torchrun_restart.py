@@ -91,6 +91,8 @@ def test_restarted_run_asks_for_a_restart_an_id_and_that_launchs_checkpoint(tmp_
     assert restarted_run(run, ours)
     assert not restarted_run(run, replace(ours, restart=0)) and not restarted_run(run, replace(ours, launch_id="abd"))
     assert not restarted_run(run, None)
+    # two machines: each agent counts its own restarts (a well machine's processes come back as restart 0)
+    assert not restarted_run(run, replace(ours, world_size=4))
     (run / "last.safetensors").write_bytes(b"not a checkpoint")  # damaged: left to the start's own message
     assert not restarted_run(run, ours)
 
@@ -122,7 +124,8 @@ def test_a_rank_killed_under_max_restarts_is_restarted_and_the_run_finishes_as_o
 
 @pytest.mark.parametrize("launch, restarts", [(Launch(1, 2, 1, 2, 0, 2, True), True),
                                               (Launch(1, 2, 1, 2, 2, 2, True), False),  # the last restart spent
-                                              (Launch(1, 2, 1, 2, 0, 2, False), False)])  # no agent store: no id
+                                              (Launch(1, 2, 1, 2, 0, 2, False), False),  # no agent store: no id
+                                              (Launch(1, 4, 1, 2, 0, 2, True), False)])  # two machines
 def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, tmp_path, capsys, monkeypatch):
     """A rank whose peer was lost gave the command that resumes, where torchrun restarts the run by itself."""
     import capsnet.train
@@ -141,4 +144,4 @@ def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, 
     assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     said = f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last checkpoint"
-    assert (said in err) == restarts and ("--resume` continues from the last checkpoint" in err) != restarts, err
+    assert (said in err) == restarts and ("--resume`" in err and "continues from the last checkpoint" in err) != restarts, err

@@ -1135,7 +1135,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch.world_size > launch.local_world_size:
             args.resume_command += " (on every machine, with the run's --nnodes and rendezvous flags)"
         args.quiet_interrupt = not main_rank
-        if launch.max_restarts > launch.restart and launch.agent_store:  # torchrun goes on by itself
+        if launch.max_restarts > launch.restart and launch.agent_store and launch.one_machine:  # torchrun goes on
             args.restart_note = f"restart {launch.restart + 1} of at most {launch.max_restarts}"
     if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)

@@ -65,6 +65,11 @@ class Launch:
     launch_id: str | None = None  # this launch's own id, the same in its restarts (``identified``); None: unknown
 
     @property
+    def one_machine(self) -> bool:
+        """Every process on this machine (no --nnodes above 1)."""
+        return self.world_size == self.local_world_size
+
+    @property
     def is_main(self) -> bool:
         """Rank 0: the one that writes checkpoints, metrics and progress."""
         return self.rank == 0
@@ -180,9 +185,11 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     if backend == "nccl" and not dist.is_nccl_available():
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
-    if launch.restart and launch.agent_store:
+    if launch.restart and launch.agent_store and launch.one_machine:
         # a restart joins through the launch's one agent store, which still holds the keys of the attempt before
-        # (the dead processes' addresses, which gloo then dialled: "Connection refused"): keys of its own attempt
+        # (the dead processes' addresses, which gloo then dialled: "Connection refused"): keys of its own attempt.
+        # One machine only: over several, each machine's agent counts its restarts apart (one whose processes were
+        # well starts them again as restart 0), so the machines would not agree on the attempt's keys
         store = dist.PrefixStore(f"capsnet/attempt{launch.restart}/", _agent_store(launch))
         dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())

@@ -160,13 +160,14 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
 
 
 def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module,
-                 scaler: torch.amp.GradScaler | None = None, skipped_of: tuple[int, int] = (0, 0)) -> None:
+                 scaler: torch.amp.GradScaler | None = None,
+                 skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
     """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag), or
     when ``model``'s weights are not (a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s scale fell
-    below ``MIN_LOSS_SCALE`` (``skipped_of``: the epoch's skipped steps and steps so far); asked before every save
+    below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps and steps so far); asked before every save
     and every ``_CHECK_EVERY`` steps."""
     if not bool(bad) and scaler is not None:  # the scale's own message: gradients, steps skipped
-        _train.stop_if_scale_fell(scaler, epoch, last.kept(), *skipped_of)
+        _train.stop_if_scale_fell(scaler, epoch, last.kept(), *skipped_of())
     if bool(bad):
         raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
                             f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")
@@ -370,10 +371,10 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             bar.update()
             so_far = _train._skipped_of(sums[8] if fp16 else sums, start // B + 1, fp16)  # read when asked
             if fp16 and step % _train._CHECK_EVERY == 0:  # the scale, before it can reach 0 and a NaN step be taken
-                _stop_if_bad(bad, epoch, last, model, scaler, so_far())
+                _stop_if_bad(bad, epoch, last, model, scaler, so_far)
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
             if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
-                _stop_if_bad(bad, epoch, last, model, scaler, so_far())  # nothing non-finite is saved
+                _stop_if_bad(bad, epoch, last, model, scaler, so_far)  # nothing non-finite is saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
                                        time.monotonic() - started, dev), g)
                 if stopping:
@@ -383,7 +384,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
         _stop_if_bad(bad, epoch, last, model, scaler,
-                     _train._skipped_of(sums[8] if fp16 else sums, len(starts), fp16)())
+                     _train._skipped_of(sums[8] if fp16 else sums, len(starts), fp16))
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

@@ -468,11 +468,12 @@ def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, proces
 
 
 def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | None, g: torch.Generator,
-                  n_batches: int, width: int, rank: int = 0) -> tuple[int, list[float], int, float]:
+                  n_batches: int, width: int, rank: int = 0, shared: int = 0) -> tuple[int, list[float], int, float]:
     """Where ``epoch`` starts: (batches already trained, the running sums, examples and seconds they cover), from a
     save inside it (``within_epoch``), else from nothing. The epoch's generator ``g`` (batch order drawn) is set to
     its saved state, so the remaining batches draw what an uninterrupted run would have. Under torchrun only rank 0
-    takes the saved sums (they are summed over the ranks). Saved on another device type (whose generator draws
+    takes the saved sums (they are summed over the ranks), but for the last ``shared``, which every rank counts
+    alike (fp16's skipped steps: every rank skips the same steps), taken by all. Saved on another device type (whose generator draws
     other numbers): a warning, and the rest of the epoch in this device's order from the same batch on."""
     if within is None or within.get("epoch") != epoch:
         return 0, [0.0] * width, 0, 0.0
@@ -492,7 +493,7 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
                       f"with (some of its examples twice, others not at all); later epochs are whole again",
                       RuntimeWarning, stacklevel=3)
     if rank:
-        sums, seen = [0.0] * width, 0
+        sums, seen = [0.0] * (width - shared) + sums[width - shared:], 0
     return batches, sums, seen, within["seconds"]
 
 
@@ -850,9 +851,10 @@ def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
     from torchrun's agent store: ``distributed.identified``) whose checkpoint that same launch wrote. Such a run
     resumes without ``--resume``; another launch's checkpoint (a folder reused by mistake, its own start refused:
     whatever its --rdzv-id, another launch has another id) is left to the usual refusal, as is a launch with no
-    id, which no checkpoint can be told apart by."""
-    if launch is None or not launch.restart or launch.launch_id is None:
-        return False
+    id, which no checkpoint can be told apart by, and one over several machines, whose agents each count their own
+    restarts (a machine whose processes were well starts them again as restart 0: the machines would disagree)."""
+    if launch is None or not launch.restart or launch.launch_id is None or not launch.one_machine:
+        return False  # several machines: their agents count restarts apart, a well one's processes come back as 0
     last = Path(run_dir) / "last.safetensors"
     if not last.is_file():
         return False
@@ -1206,7 +1208,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             starts = range(0, N, B)
             # running sums: loss and correct answers, and with grad_clip the pre-clip norms and the steps clipped
             done, sums, seen, before = resume_within(within, epoch, ckpt, g, len(starts),
-                                                     2 + 2 * bool(cfg.grad_clip) + fp16, rank)  # mostly 0s
+                                                     2 + 2 * bool(cfg.grad_clip) + fp16, rank, fp16)  # mostly 0s
             if done and max(W, within.get("processes", 1)) > 1:  # after the seeding above: each rank's dropout draws
                 restore_rank_rng(ckpt, within, rank, W, dev,
                                  any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
