@@ -846,7 +846,10 @@ def test_each_generator_of_a_synthesis_experiment_gets_its_own_probe(tmp_path, d
     monkeypatch.setattr(experiments, "PROBE", dict(experiments.PROBE, conv1_channels=8, primary_types=2))
     train = TrainConfig(epochs=1, batch_size=8, train_size=16, test_size=8, lr=2e-4)
     runs = plan("synthesis", tmp_path, train=train, datasets=["mnist-skeleton"],
-                models=["capspix2pix", "capspix2pix:self-attention"])
+                models=["capspix2pix", "capspix2pix:self-attention"],
+                configs={"capspix2pix": CapsPix2pixConfig(noise_dim=8, disc_channels=4)})  # small: the probes count
+    assert [r.model_config.routing for r in runs] == ["dynamic", "self-attention"]
+    assert all(r.model_config.disc_channels == 4 for r in runs)
     rows = run_plan(runs, device="cpu", data_root=data_root, progress=False)
     probes = synthetic_probe_rows(runs, tmp_path, epochs=1, device="cpu", data_root=data_root, progress=False)
     assert [(p["trained_on"], Path(p["run_dir"]).name) for p in probes] == [
