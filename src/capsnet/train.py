@@ -225,8 +225,9 @@ SAVE_AFTER_S = 60.0  # an epoch without an evaluation still checkpoints when the
 SAVE_EVERY_S = 300.0  # inside an epoch, last.safetensors is rewritten when the last save is this old (seconds; fit's
 # save_every_s, `capsnet train --save-every MINUTES`): a run whose epochs outlast a sitting resumes mid-epoch
 _CHECK_EVERY = 64  # steps between checks that the loss stayed finite (each waits for the device once)
-# --amp fp16: a loss scale below this (2^-16, from 2^16 at the start) means a gradient that was not finite at scale
-# after scale, step after step: a NaN in the backward pass, which no scale mends, not float16's range
+# --amp fp16: a loss scale below this (2^-16, from 2^16 at the start: 32 skipped steps more than 2,000-step growths)
+# stops the run: a NaN or infinity in the backward pass that recurs, which no scale mends, and float16's gradients
+# vanish at such a scale (``stop_if_scale_fell``)
 MIN_LOSS_SCALE = 2.0 ** -16
 
 
@@ -473,8 +474,9 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
     save inside it (``within_epoch``), else from nothing. The epoch's generator ``g`` (batch order drawn) is set to
     its saved state, so the remaining batches draw what an uninterrupted run would have. Under torchrun only rank 0
     takes the saved sums (they are summed over the ranks), but for the last ``shared``, which every rank counts
-    alike (fp16's skipped steps: every rank skips the same steps), taken by all. Saved on another device type (whose generator draws
-    other numbers): a warning, and the rest of the epoch in this device's order from the same batch on."""
+    alike (fp16's skipped steps: every rank skips the same steps), taken by all. Saved on another device type
+    (whose generator draws other numbers): a warning, and the rest of the epoch in this device's order from the
+    same batch on."""
     if within is None or within.get("epoch") != epoch:
         return 0, [0.0] * width, 0, 0.0
     batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], within["seen"]
