@@ -17,7 +17,8 @@ A model written NAME:ROUTING is that model with its ``routing`` field set (CapsN
 ``capsnet:em``, ``capsnet:self-attention``), so one network can be timed under each routing.
 
 --dtype bf16 runs the steps under bfloat16 autocast (as `capsnet train --amp bf16`; the routings run in fp32 inside):
-for GPUs, many times slower on a CPU without bfloat16 units. --compile MODE adds a row per model with both steps
+for GPUs, many times slower on a CPU without bfloat16 units; --dtype fp16 under float16 autocast (without
+`--amp fp16`'s gradient scaler). --compile MODE adds a row per model with both steps
 compiled as `capsnet train --compile MODE` does (every registered classifier's step is one graph:
 tests/test_models_registry.py), timed in turn with the eager steps, and its paired speed-up over the eager step.
 """
@@ -72,7 +73,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="bf16, fp16: steps under bfloat16 or float16 autocast (fp16 without --amp fp16's gradient scaler)")
     p.add_argument("--steps-per-timing", type=int, default=None,
                    help="steps back to back in each timing (default: 1 on a CPU; 10 on CUDA, throughput as in "
                         "training, as capsnet bench)")
@@ -88,7 +90,7 @@ def main() -> None:
             p.error(f"argument --models: {e}")
     keep_freed_memory()
     dev = torch.device(args.device)
-    bf16 = args.dtype == "bf16"
+    bf16, fp16 = args.dtype == "bf16", args.dtype == "fp16"
     steps = default_steps_per_timing(dev, args.steps_per_timing)
     fused = dev.type == "cuda"  # as capsnet train's Adam
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
@@ -104,7 +106,7 @@ def main() -> None:
         images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
         bare_model = without_routing(model)
-        runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps,
+        runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, fp16=fp16, loss_fn=spec.loss, steps=steps,
                                       fused=fused, compile=c or False)
                    for c in kinds for part, m in (("full", model), ("bare", bare_model))}
         for (c, _), r in runners.items():  # CUDA graphs record in the first calls; their peak kept for peak_bytes

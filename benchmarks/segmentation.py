@@ -43,7 +43,7 @@ MODELS = ("segcaps", "segcaps-r1", "unet")
 
 
 def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf16: bool = False,
-           steps: int = 1, compile: bool | str = False, options: dict | None = None) -> _Runner:
+           steps: int = 1, compile: bool | str = False, options: dict | None = None, fp16: bool = False) -> _Runner:
     spec = model_spec(name)
     config = spec.config(input_height=size, input_width=size, **(options or {}))
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf1
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 1, size, size, generator=g).to(device)
     masks = (torch.rand(batch, 1, size, size, generator=g) > 0.8).to(torch.uint8).to(device)
-    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, loss_fn=spec.loss, steps=steps, compile=compile,
+    return _Runner(model, mode, images, masks, 1e-3, bf16=bf16, fp16=fp16, loss_fn=spec.loss, steps=steps, compile=compile,
                    fused=torch.device(device).type == "cuda")  # as capsnet train's Adam
 
 
@@ -64,8 +64,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--big", type=int, default=512, help="image side of the one-image memory measurement (0: skip)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: steps under bfloat16 autocast "
-                   "(as capsnet train --amp bf16; for GPUs)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="bf16, fp16: steps under "
+                   "bfloat16 or float16 autocast (as capsnet train --amp bf16; fp16 without its gradient scaler; "
+                   "for GPUs)")
     p.add_argument("--steps-per-timing", type=int, default=None,
                    help="steps back to back in each timing of part 1 (default: 1 on a CPU; 10 on CUDA, throughput as "
                         "in training, as capsnet bench)")
@@ -82,11 +83,11 @@ def main() -> None:
             model_spec(name).config(**options)
     except (TypeError, ValueError) as e:
         p.error(str(e))
-    bf16 = args.dtype == "bf16"
+    bf16, fp16 = args.dtype == "bf16", args.dtype == "fp16"
     steps = default_steps_per_timing(torch.device(args.device), args.steps_per_timing)
     kinds = [None] + ([args.compile] if args.compile else [])  # eager, then compiled
     runners = {(m, c): runner(*models[m][:1], args.size, args.batch_size, "train", args.device, bf16, steps,
-                              compile=c or False, options=models[m][1]) for c in kinds for m in models}
+                              compile=c or False, options=models[m][1], fp16=fp16) for c in kinds for m in models}
     for (m, c), r in runners.items():  # CUDA graphs record in the first calls; their peak kept for peak_bytes
         r.warm_up(COMPILED_WARMUP if c else 1)
     times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats, warmup=0)
@@ -106,7 +107,7 @@ def main() -> None:
     if args.big:
         for m in models:
             for mode in ("train", "infer"):
-                r = runner(models[m][0], args.big, 1, mode, args.device, bf16, options=models[m][1])
+                r = runner(models[m][0], args.big, 1, mode, args.device, bf16, options=models[m][1], fp16=fp16)
                 r.time_step()  # the first step allocates (Adam's state, the allocator's pages): untimed
                 rows.append({"model": m, "part": f"{args.big}x{args.big}, {mode}", "size": args.big, "batch": 1,
                              "dtype": args.dtype,

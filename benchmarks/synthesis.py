@@ -18,7 +18,7 @@ capspix2pix capspix2pix:routing=self-attention``: each such variant is a row of 
 pix2pix, every ratio's reference, is always among them.
 
 ``--dtype bf16`` runs both under bfloat16 autocast, as ``capsnet train --amp bf16`` trains them (weights and Adam in
-fp32; for GPUs). ``--compile MODE`` also times each model's training step with its generator compiled, as
+fp32; for GPUs); ``--dtype fp16`` under float16 autocast with ``--amp fp16``'s gradient scaler. ``--compile MODE`` also times each model's training step with its generator compiled, as
 ``capsnet train --compile MODE`` trains it (the same weights; its rows give the speed-up over the eager step, paired);
 generation stays eager.
 """
@@ -35,7 +35,7 @@ from capsnet.bench import alternate, markdown_table, model_variant, publish, sho
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
-from capsnet.runtime import autocast, compile_model
+from capsnet.runtime import autocast, compile_model, grad_scaler
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
 
@@ -50,7 +50,8 @@ class Stepper:
                  compile: bool | str = False, options: dict | None = None) -> None:
         torch.manual_seed(0)
         self.device = torch.device(device)
-        self.amp_mode = "bf16" if dtype == "bf16" else "none"
+        self.amp_mode = {"fp32": "none"}.get(dtype, dtype)  # bf16, fp16: as capsnet train --amp
+        self.scaler = grad_scaler(self.device, self.amp_mode)  # fp16: its gradient scaler, as training has
         self.model = create_model(name, input_height=size, input_width=size, **(options or {})).to(self.device)
         self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))
         g = torch.Generator().manual_seed(0)
@@ -70,7 +71,7 @@ class Stepper:
     def train(self) -> float:
         self.model.train()
         return self._timed(lambda: gan_step(self.model, self.opt_g, self.opt_d, self.labels, self.real, self.z,
-                                            autocast(self.device, self.amp_mode), self.generator))
+                                            autocast(self.device, self.amp_mode), self.generator, self.scaler))
 
     def generate(self) -> float:
         def work() -> None:
@@ -87,8 +88,9 @@ def main() -> None:
     p.add_argument("--models", nargs="+", default=["capspix2pix", REFERENCE], metavar="NAME[:FIELD=VALUE]",
                    help="the models to time (pix2pix, every ratio's reference, is always among them)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: both under bfloat16 autocast "
-                   "(as capsnet train --amp bf16; for GPUs)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="bf16, fp16: both under "
+                   "bfloat16 or float16 autocast (as capsnet train --amp bf16 or fp16, its gradient scaler "
+                   "included; for GPUs)")
     p.add_argument("--compile", default=None, metavar="MODE",
                    help="also time each model's training step with its generator compiled: default, reduce-overhead "
                         "(CUDA graphs), max-autotune or a backend name, as capsnet train --compile")
