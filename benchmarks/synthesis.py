@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from capsnet.bench import alternate, markdown_table, model_variant, publish, show_spread, spread
+from capsnet.bench import alternate, amp_of, markdown_table, model_variant, publish, show_spread, spread
 from capsnet.gan import GAN_LR, gan_step, make_optimizers
 from capsnet.memory import keep_freed_memory
 from capsnet.models import create_model
@@ -50,7 +50,7 @@ class Stepper:
                  compile: bool | str = False, options: dict | None = None) -> None:
         torch.manual_seed(0)
         self.device = torch.device(device)
-        self.amp_mode = {"fp32": "none"}.get(dtype, dtype)  # bf16, fp16: as capsnet train --amp
+        self.amp_mode = amp_of(dtype)  # bf16, fp16: as capsnet train --amp
         self.scaler = grad_scaler(self.device, self.amp_mode)  # fp16: its gradient scaler, as training has
         self.model = create_model(name, input_height=size, input_width=size, **(options or {})).to(self.device)
         self.opt_g, self.opt_d = make_optimizers(self.model, TrainConfig(lr=GAN_LR))

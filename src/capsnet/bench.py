@@ -72,10 +72,10 @@ from torch import nn
 
 from ._config import json_value
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
-from .runtime import compile_model, keeps_rng, parse_device, resolve_device
+from .runtime import autocast, compile_model, keeps_rng, parse_device, resolve_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
-           "measure_training", "format_table", "write_record", "alternate", "model_variant"]
+           "measure_training", "format_table", "write_record", "alternate", "model_variant", "amp_of"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,11 @@ BASELINE_FILE = Path("benchmarks") / "tutorial_baseline.py"
 CAPSNET, BASELINE, FLOOR = "capsnet", "tutorial baseline", "conv floor"
 MODES = ("train", "infer")
 DTYPES = ("fp32", "bf16", "fp16")  # fp16: float16 autocast, as --amp fp16 but without its gradient scaler
+
+
+def amp_of(dtype: str) -> str:
+    """The ``runtime.AMP_MODES`` setting (``capsnet train --amp``) of a benchmark dtype: fp32 is "none"."""
+    return "none" if dtype == "fp32" else dtype
 
 
 def default_baseline_path() -> Path | None:
@@ -283,8 +288,9 @@ class _Runner:
             raise ValueError(f"steps per timing must be a positive integer, got {steps!r}")
         if bf16 and fp16:
             raise ValueError("bf16 and fp16 are two autocasts: give one")
-        self.model, self.mode, self.images, self.labels, self.bf16 = model, mode, images, labels, bf16
-        self.fp16 = fp16  # float16 autocast (as --amp fp16, without its gradient scaler's multiply and check)
+        self.model, self.mode, self.images, self.labels = model, mode, images, labels
+        # autocast as --amp bf16 or fp16 (fp16 without its gradient scaler's multiply and check)
+        self.amp = "bf16" if bf16 else "fp16" if fp16 else "none"
         self.loss_fn, self.steps = loss_fn, steps
         self.call = compile_model(model, compile)  # the model itself unless compiled; same parameters
         self.device = images.device
@@ -312,8 +318,7 @@ class _Runner:
             self.opt.zero_grad(set_to_none=True)
 
     def _run(self) -> None:
-        with torch.autocast(self.device.type, dtype=torch.float16 if self.fp16 else torch.bfloat16,
-                            enabled=self.bf16 or self.fp16):
+        with autocast(self.device, self.amp):
             if self.opt is not None:
                 _train_step(self.call, self.opt, self.images, self.labels, self.loss_fn)
             else:
@@ -578,8 +583,7 @@ def run_benchmark(
                 def capsnet_step(runner: _Runner = runners[CAPSNET]) -> float:
                     seconds = runner.time_step()
                     if not compile:  # the layer alone runs eagerly: no share of a compiled step
-                        with torch.autocast(device.type, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16,
-                                            enabled=dtype != "fp32"):
+                        with autocast(device, amp_of(dtype)):
                             routing_times.append(_time_routing(model, images, mode, runner.steps))
                     return seconds
 
