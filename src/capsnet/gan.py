@@ -167,7 +167,7 @@ def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.
     below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps and steps so far); asked before every save
     and every ``_CHECK_EVERY`` steps."""
     if not bool(bad) and scaler is not None:  # the scale's own message: gradients, steps skipped
-        _train.stop_if_scale_fell(scaler, epoch, last.kept(), *skipped_of())
+        _train.stop_if_scale_fell(scaler, epoch, last.kept, skipped_of)
     if bool(bad):
         raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
                             f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")

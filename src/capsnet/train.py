@@ -358,39 +358,42 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
     spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
-    kept = last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
-    if bad < 0 and not spoilt and scaler is not None:
-        stop_if_scale_fell(scaler, epoch, kept, *skipped_of())
+    def kept() -> str:
+        return last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
     if bad < 0 and not spoilt:
+        if scaler is not None:
+            stop_if_scale_fell(scaler, epoch, kept, skipped_of)
         return
     if spoilt:
         raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
-                            f"(a gradient that was not); stopped without saving, {kept}. Lower --lr, or bound the "
+                            f"(a gradient that was not); stopped without saving, {kept()}. Lower --lr, or bound the "
                             f"gradient with --grad-clip")
     clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
     amp = cfg is None or cfg.amp != "none"
     raise NonFiniteLoss(f"the training loss{' (with --grad-clip, or its gradient)' if clipped else ''} became NaN or "
-                        f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept}. Lower --lr"
+                        f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept()}. Lower --lr"
                         + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
                            " or check the images for NaN or infinite pixels"))
 
 
-def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: str, skipped: int, steps: int) -> None:
+def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: Callable[[], str],
+                       skipped_of: Callable[[], tuple[int, int]]) -> None:
     """Raise ``NonFiniteLoss`` when an enabled ``scaler`` (--amp fp16) has a scale below ``MIN_LOSS_SCALE``: so many
-    steps skipped for a gradient that was not finite that float16's gradients at that scale vanish (``kept``: which
-    checkpoint stays; ``skipped`` of the epoch's ``steps`` so far: for the message). A disabled scaler, or one whose
-    scale is at the floor or above, passes.
+    steps skipped for a gradient that was not finite that float16's gradients at that scale vanish (for the message,
+    called only then: ``kept()``, which checkpoint stays; ``skipped_of()``, the epoch's skipped steps and its steps
+    so far). A disabled scaler, or one whose scale is at the floor or above, passes.
 
     Each skipped step halves the scale and only 2,000 finite steps in a row double it, so a NaN that recurs (every
     step, or one batch in a few) lowers it for good; float16 has 5 exponent bits, float32's range is never the
     cause at such a scale."""
     if not scaler.is_enabled() or (scale := scaler.get_scale()) >= MIN_LOSS_SCALE:
         return
+    skipped, steps = skipped_of()
     raise NonFiniteLoss(f"under --amp fp16 the loss scale fell to {scale:.3g} in epoch {epoch}: {skipped} of its "
                         f"{steps} steps so far had a gradient that was not finite and were skipped, each halving the "
                         f"scale (only 2,000 finite steps in a row double it), and float16's gradients vanish at such "
                         f"a scale: a NaN or infinity in the backward pass that recurs, which no scale mends; stopped "
-                        f"without saving, {kept}. Train with --amp bf16 (float32's range) or --amp none, or lower "
+                        f"without saving, {kept()}. Train with --amp bf16 (float32's range) or --amp none, or lower "
                         f"--lr")
 
 
