@@ -109,16 +109,24 @@ def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its
     assert again == strip
 
 
-def _with_nan_gradient(monkeypatch):
-    """Every model's loss plus a term that is 0 but whose gradient is NaN (sqrt at 0, times 0)."""
+def _with_nan_gradient(monkeypatch, every: int = 1) -> list[int]:
+    """Every ``every``-th call of a model's loss (counted from 1) plus a term that is 0 but whose gradient is NaN
+    (sqrt at 0, times 0); the list of those calls' numbers, filled as they come."""
+    calls, spoilt = [0], []
+
     def spec_of(name):
         spec = model_spec(name)
 
         def loss(model, *args, **kwargs):
             value, scores = spec.loss(model, *args, **kwargs)
-            return value + (0.0 * sum(p.sum() for p in model.parameters())).sqrt(), scores
+            calls[0] += 1
+            if calls[0] % every == 0:
+                spoilt.append(calls[0])
+                value = value + (0.0 * sum(p.sum() for p in model.parameters())).sqrt()
+            return value, scores
         return spec._replace(loss=loss)
     monkeypatch.setattr("capsnet.train.model_spec", spec_of)
+    return spoilt
 
 
 def test_a_gradient_nan_at_every_scale_stops_fp16_by_its_scale_and_saves_nothing(tmp_path, monkeypatch):
@@ -243,20 +251,7 @@ def test_a_nan_that_recurs_one_step_in_three_stops_with_the_steps_counted(tmp_pa
     """Each skipped step halves the scale and only 2,000 finite ones in a row double it: a NaN gradient one batch in
     three lowers it for good. The message counts the skipped steps (counted here as the NaN terms added) rather than
     saying every step was skipped."""
-    calls, spoilt = [0], []
-
-    def spec_of(name):
-        spec = model_spec(name)
-
-        def loss(model, *args, **kwargs):
-            value, scores = spec.loss(model, *args, **kwargs)
-            calls[0] += 1
-            if calls[0] % 3 == 0:
-                spoilt.append(calls[0])
-                value = value + (0.0 * sum(p.sum() for p in model.parameters())).sqrt()
-            return value, scores
-        return spec._replace(loss=loss)
-    monkeypatch.setattr("capsnet.train.model_spec", spec_of)
+    spoilt = _with_nan_gradient(monkeypatch, every=3)
     with pytest.raises(NonFiniteLoss, match=r"in epoch 1: (\d+) of its 100 steps so far had a gradient") as e:
         fit(TINY, _with(epochs=1, batch_size=8, train_size=800), tmp_path, device="cpu", progress=False)
     probe = 1  # the first call is the loop's probe of which weights the loss reaches, not a step
