@@ -30,7 +30,7 @@ from .average import WEIGHTS
 from .bench import DTYPES
 from .checkpoint import RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
+from .data.tasks import (CLASSES_PREFIX, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
                          task_kind, user_folder)
 from .experiments import COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES
 from .export import FORMATS, MIN_OPSET
@@ -232,19 +232,20 @@ def _seed(value: str) -> int:
 
 
 def _dataset(value: str) -> str:
-    """A registered data set's name, or folder:DIR or pairs:DIR (checked when it is read; TrainConfig makes a run's
-    DIR absolute)."""
+    """A registered data set's name, or folder:DIR, pairs:DIR or classes:DIR (checked when it is read; TrainConfig
+    makes a run's DIR absolute)."""
     folder = user_folder(value)
     if value in TASKS or (folder and folder[1]):  # folder:DIR with a DIR
         return value
     close = difflib.get_close_matches(value, list(TASKS), n=1, cutoff=0.6)
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(TASKS)}, or "
                                      f"{FOLDER_PREFIX}DIR for your own images and masks, or {PAIRS_PREFIX}DIR for "
-                                     f"your own label maps and images)" + (f"; did you mean {close[0]!r}?" if close
+                                     f"your own label maps and images, or {CLASSES_PREFIX}DIR for your own images "
+                                     f"in a folder per class)" + (f"; did you mean {close[0]!r}?" if close
                                                                            else ""))
 
 
-_DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR}}"  # the metavar of every --dataset
+_DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR,{CLASSES_PREFIX}DIR}}"  # the metavar of every --dataset
 _DEFAULT_MODEL = {"classification": "capsnet", "segmentation": "segcaps", "synthesis": "capspix2pix"}
 
 
@@ -448,7 +449,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "; ".join(f"{n}: {t_.help}" for n, t_ in TASKS.items() if t_.help) + f"; {FOLDER_PREFIX}DIR: your own "
                 "segmentation data, PNG images in DIR/images and masks of the same names in DIR/masks (README, "
                 f"'Segmentation'); {PAIRS_PREFIX}DIR: your own synthesis pairs, label maps in DIR/labels and images of "
-                "the same names in DIR/images (README, 'Synthesis')", type=_dataset, metavar=_DATASETS)
+                f"the same names in DIR/images (README, 'Synthesis'); {CLASSES_PREFIX}DIR: your own images to classify, "
+                "PNG files in a subfolder per class, DIR/CLASS/*.png (README, 'Your own images')", type=_dataset,
+                metavar=_DATASETS)
     _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
@@ -801,7 +804,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                         + ")")
     routing_sets = " ".join(n for n in TASKS if task(n).kind == "classification" and input_shape(n) == (1, 28, 28))
     x.add_argument("--datasets", nargs="+", type=_dataset, default=argparse.SUPPRESS, metavar="DATASET",
-                   help=f"routing: the 28x28 data sets to compare on ({routing_sets}; default: mnist fashion-mnist); "
+                   help=f"routing: the 28x28 data sets to compare on ({routing_sets}, or your own {CLASSES_PREFIX}DIR "
+                        f"of 28x28 grey images; default: mnist fashion-mnist); "
                         f"segmentation: mnist-segmentation (the default), mnist-sample-segmentation or your own "
                         f"{FOLDER_PREFIX}DIR; synthesis: the pairs to train on (default: mnist-skeleton "
                         f"fashion-silhouette; or your own {PAIRS_PREFIX}DIR)")
@@ -1372,7 +1376,7 @@ def _replaced(files: Sequence[Path]) -> str:
 
 
 def _refuse_moved_folder(args: argparse.Namespace, run_dir, last) -> None:
-    """A resume of a run whose user folder (folder:DIR, pairs:DIR) is no longer there, named with the fix: a resume
+    """A resume of a run whose user folder (folder:DIR, pairs:DIR, classes:DIR) is no longer there, named with the fix: a resume
     reads the folder it trained on (its test split is drawn from its files)."""
     saved = last.train_config.get("dataset", "")
     if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():

@@ -269,6 +269,7 @@ class CheckpointEvaluation:
     placements: dict[str, Placement] = field(default_factory=dict)
     warning: str | None = None  # scored on classes it was not trained for (capsnet.data.tasks.other_classes)
     test_files: tuple[str, ...] | None = None  # a user's folder: the test split's files, index k the k-th
+    classes: tuple[str, ...] = ()  # a classifier's class names, index k class k (the confusion's rows and columns)
 
     def label(self, name: str) -> str:
         """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
@@ -311,7 +312,8 @@ class CheckpointEvaluation:
             if name:
                 out[name] = {"images": self.extra_sizes[name], "accuracy": er.accuracy, "error": er.error,
                              "loss": er.loss, "per_class_accuracy": er.per_class_accuracy} | self._described(name)
-        return out | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
+        named = {"classes": list(self.classes)} if self.classes else {}
+        return out | named | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
 
     def _described(self, name: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -348,10 +350,13 @@ class CheckpointEvaluation:
                     lines.append(f"{name} test accuracy {er.accuracy:.4f}   error {100 * er.error:.2f}%   "
                                  f"({self.extra_sizes[name]} images)")
         K = r.confusion.shape[0]
+        # class names beside the rows where they are not the numbers themselves (Fashion-MNIST's, a user's folders)
+        named = len(self.classes) == K and any(c != str(k) for k, c in enumerate(self.classes))
         lines.append(f"\n{label}class  accuracy   " + " ".join(f"{j:>5}" for j in range(K)) + "   <- predicted")
         for i, acc in enumerate(r.per_class_accuracy):
             shown = "     n/a" if acc is None else f"{acc:8.4f}"  # no test image of this class
-            lines.append(f"{i:>5}  {shown}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i]))
+            lines.append(f"{i:>5}  {shown}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i])
+                         + (f"   {self.classes[i]}" if named else ""))
         return "\n".join(lines)
 
     def _segmentation_table(self) -> list[str]:
@@ -447,4 +452,5 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         sizes[key] = len(real)
         placements[key] = placement(real.images)
     return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements,
-                                other_classes(train_config.get("dataset", "mnist"), name))
+                                other_classes(train_config.get("dataset", "mnist"), name),
+                                classes=tuple(split.classes) if split.labels.dim() == 1 else ())

@@ -30,7 +30,7 @@ from .data.idx import DataError
 from .data import photos
 from .data.png import check_out_folder, opaque_image_array, png_files, read_png, refuse_case_twins
 from .data.sets import class_names
-from .data.tasks import SVHN_CLASSES, task
+from .data.tasks import CLASSES_PREFIX, SVHN_CLASSES, task, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
 
@@ -112,6 +112,8 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, source: str, arrays: dic
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
     names = SVHN_CLASSES if source == "svhn" else class_names(source)
+    if source.startswith(CLASSES_PREFIX):  # the user's class folders, as the run recorded them
+        names = tuple(map(str, (ckpt.state.get("data") or {}).get("classes") or ())) or None
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
     rows = []
@@ -202,7 +204,8 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if threshold != 0.5 and kind != "segmentation":  # accepted and ignored before
         raise ValueError(f"threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
                          f"classifier, which names the class of highest score: leave --threshold out")
-    trained_on = task(ckpt.train_config.get("dataset", "mnist")).source if kind == "classification" else None
+    dataset = ckpt.train_config.get("dataset", "mnist")  # a user's folder is not read: it may be elsewhere by now
+    trained_on = (dataset if user_folder(dataset) else task(dataset).source) if kind == "classification" else None
     if trained_on in PREPARED:  # its test images are not the pixels / 255: they would be scored wrong
         raise ValueError(f"{ckpt.model_name} trained on {trained_on}, whose images the model takes "
                          f"{PREPARED[trained_on]}; capsnet predict reads PNG pixels / 255 only, so it would score them "

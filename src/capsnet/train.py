@@ -45,7 +45,7 @@ from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
+from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
                          folder_contents, input_shape, load_training, task, user_folder)
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
@@ -111,8 +111,9 @@ class TrainConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
-        if self.dataset not in TASKS and not self.dataset.startswith((FOLDER_PREFIX, PAIRS_PREFIX)):
-            raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}")
+        if self.dataset not in TASKS and not user_folder(self.dataset):
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid names are {', '.join(TASKS)}, or "
+                             f"{FOLDER_PREFIX}DIR, {PAIRS_PREFIX}DIR or {CLASSES_PREFIX}DIR (your own folders)")
         # a user's folder by its absolute path (one saved relative by an older capsnet: against this directory)
         object.__setattr__(self, "dataset", absolute_dataset(self.dataset))
         for name in ("epochs", "batch_size", "lr_decay_steps", "eval_batch_size", "eval_every"):
@@ -704,9 +705,10 @@ def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[st
     # (the counts of subsets when --train-size or --test-size cut them: 615 of 871 was the usual fifth of 3,000)
     if folder and tested > max(1, 0.4 * total) and not (cfg.val_size or cfg.train_size or cfg.test_size) and \
             not (Path(folder[1]).expanduser() / "test").is_dir():
-        said.append(f"--dataset {cfg.dataset}: {tested} of its {total} pairs are held out for testing (chosen by "
-                    f"file name: one in five on average, unevenly for a few pairs), so the run trains on {examples}; "
-                    f"put the test pairs in {Path(folder[1]) / 'test'} to choose them")
+        noun = EXAMPLE_NOUN[folder[0]]
+        said.append(f"--dataset {cfg.dataset}: {tested} of its {total} {noun}s are held out for testing (chosen by "
+                    f"file name: one in five on average, unevenly for a few {noun}s), so the run trains on "
+                    f"{examples}; put the test {noun}s in {Path(folder[1]) / 'test'} to choose them")
     if cfg.batch_size > examples:
         said.append(f"--batch-size {cfg.batch_size} is more than the {examples} training examples: each epoch is "
                     f"one step of all {examples}")
@@ -718,16 +720,18 @@ def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[st
 
 
 def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict[str, Any]:
-    """``state`` with what the user's folder of ``dataset`` (folder:DIR, pairs:DIR) holds now under ``data``; a
-    resume whose folder changed since the save (files added, removed or rewritten) is warned: its remaining epochs
-    train and test on the folder as it is (each pair keeps its split, ``held_out_names``). Other data sets: as is."""
+    """``state`` with what the user's folder of ``dataset`` (folder:DIR, pairs:DIR, classes:DIR) holds now under
+    ``data``; a resume whose folder changed since the save (files added, removed or rewritten) is warned: its
+    remaining epochs train and test on the folder as it is (each pair or image keeps its split, ``held_out_names``).
+    Other data sets: as is."""
     now = folder_contents(dataset)
     if now is None:
         return state
     if warn and (count := folder_change(state, dataset, now)) is not None:
+        noun = EXAMPLE_NOUN[user_folder(dataset)[0]]
         warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
-                      f"now (each pair keeps its split), so its test figures are not those of the earlier epochs' "
-                      f"pairs; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)
+                      f"now (each {noun} keeps its split), so its test figures are not those of the earlier epochs' "
+                      f"{noun}s; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)
     return {**state, "data": now}
 
 

@@ -61,6 +61,13 @@ Every name a user can train or evaluate on is a ``Task`` in ``TASKS``:
   The test pairs are those of the 10,000 test images, in order.
 - ``pairs:DIR``: the user's own label maps in ``DIR/labels`` and images of
   the same names in ``DIR/images`` (PNG), held out as ``folder:DIR``.
+- ``classes:DIR``: the user's own classification images, one subfolder of
+  PNG files per class (``DIR/cat/*.png``, ``DIR/dog/*.png``: the classes in
+  the order of their names, ``class_folders.py`` has the rules); held-out
+  images in ``DIR/test/CLASS`` when ``DIR/test`` exists, else about one
+  image in five of each class, chosen by name as ``folder:DIR``'s pairs are
+  (at least one of each class held out and one kept). Trained with the
+  shifts of ``--shift`` and ``--augment``, as the image sets are.
 - ``mnist-sample-segmentation`` and ``mnist-sample-skeleton``: the same
   canvases and pairs made from the MNIST digits that ship with capsnet
   (``mnist-sample``: 2,000 training and 500 test digits), so the shipped
@@ -93,6 +100,7 @@ from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
 from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
 from .cifar10 import CIFAR10_CLASSES, load_cifar10
+from .class_folders import TEST_FOLDER, class_folders, load_class_folder
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
@@ -106,8 +114,8 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
-           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs", "load_source",
-           "folder_contents"]
+           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "CLASSES_PREFIX", "load_classes", "SYNTHESIS_SIDE", "load_pairs", "load_source",
+           "folder_contents", "USER_PREFIXES", "EXAMPLE_NOUN"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -489,11 +497,16 @@ def other_classes(trained_on: str, scored_on: str) -> str | None:
 
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
 PAIRS_PREFIX = "pairs:"  # --dataset pairs:DIR, the user's own label maps and images
+CLASSES_PREFIX = "classes:"  # --dataset classes:DIR, the user's own images in one subfolder per class
+USER_PREFIXES = (FOLDER_PREFIX, PAIRS_PREFIX, CLASSES_PREFIX)
+# what one example of a user's folder is called in messages, by its prefix
+EXAMPLE_NOUN = {FOLDER_PREFIX: "pair", PAIRS_PREFIX: "pair", CLASSES_PREFIX: "image"}
 
 
 def user_folder(name: str) -> tuple[str, str] | None:
-    """(prefix, DIR) of a user's ``folder:DIR`` or ``pairs:DIR``; None for every other data set name."""
-    prefix = next((p for p in (FOLDER_PREFIX, PAIRS_PREFIX) if name.startswith(p)), None)
+    """(prefix, DIR) of a user's ``folder:DIR``, ``pairs:DIR`` or ``classes:DIR``; None for every other data set
+    name."""
+    prefix = next((p for p in USER_PREFIXES if name.startswith(p)), None)
     return None if prefix is None else (prefix, name[len(prefix):])
 
 
@@ -505,17 +518,17 @@ def dataset_stem(name: str) -> str:
 
 
 def folder_contents(name: str) -> dict[str, Any] | None:
-    """What the user's folder of ``folder:DIR`` or ``pairs:DIR`` holds, for a resume to notice a change: how many
-    PNG files its two subfolders (and test/'s) hold and a digest of their names and contents (the files the
-    loader reads: hidden files such as .DS_Store and other files are not counted, a file rewritten to the same
-    size is). ``version`` 2; a run saved with version 1 (names and sizes of every file) is compared by count alone.
-    None for other data sets and for a folder that is not there."""
+    """What the user's folder of ``folder:DIR``, ``pairs:DIR`` or ``classes:DIR`` holds, for a resume to notice a
+    change: how many PNG files its two subfolders (its class folders; and test/'s) hold and a digest of their names
+    and contents (the files the loader reads: hidden files such as .DS_Store and other files are not counted, a file
+    rewritten to the same size is), and for ``classes:DIR`` the class names (so a model trained on it names its
+    classes where the folder is not at hand). ``version`` 2; a run saved with version 1 (names and sizes of every
+    file) is compared by count alone. None for other data sets and for a folder that is not there."""
     folder = user_folder(name)
     if folder is None or not Path(folder[1]).expanduser().is_dir():
         return None
     root = Path(folder[1]).expanduser()
-    subs = _SUBFOLDERS[folder[0]]
-    files = sorted(f for top in (root, root / "test") for sub in subs if (top / sub).is_dir()
+    files = sorted(f for top in (root, root / "test") for sub in _subfolders_of(folder[0], top) if (top / sub).is_dir()
                    for f in (top / sub).iterdir()
                    if f.is_file() and not f.name.startswith(".") and f.suffix.lower() == ".png")
     digest = hashlib.blake2b(digest_size=8)
@@ -526,7 +539,8 @@ def folder_contents(name: str) -> dict[str, Any] | None:
             for chunk in iter(lambda: data.read(1 << 20), b""):
                 each.update(chunk)
         digest.update(each.digest())
-    return {"files": len(files), "digest": digest.hexdigest(), "version": 2}
+    classes = {"classes": list(class_folders(root, at_least=0))} if folder[0] == CLASSES_PREFIX else {}
+    return {"files": len(files), "digest": digest.hexdigest(), "version": 2} | classes
 
 
 def folder_change(state: dict[str, Any], dataset: str, now: dict[str, Any] | None = None) -> str | None:
@@ -572,7 +586,8 @@ def _both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
     models' shapes. Once while the folder's files stay as they are: a long-lived process (the viewer, a notebook)
     sees a file added, removed or rewritten, as ``_read_folder`` does."""
     base = Path(root).expanduser().absolute()
-    stamp = tuple(_stamp(top, _SUBFOLDERS[prefix]) for top in (base, base / "test")) + ((base / "test").is_dir(),)
+    stamp = tuple(_stamp(top, _subfolders_of(prefix, top)) for top in (base, base / "test")) + \
+        ((base / "test").is_dir(),)
     return _BOTH_SPLITS.get((str(root), prefix), stamp, lambda: _read_both_splits(root, prefix))
 
 
@@ -604,22 +619,25 @@ _FOLDERS = _LatestByFolder(4)
 
 
 def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
-    load = load_folder if prefix == FOLDER_PREFIX else load_pairs
+    load = {FOLDER_PREFIX: load_folder, PAIRS_PREFIX: load_pairs, CLASSES_PREFIX: load_classes}[prefix]
+    noun = EXAMPLE_NOUN[prefix]
     test = load(root, "test")
     if (Path(root).expanduser() / "test").is_dir():
         train = load(root, "train")
         for what, a, b in (("images", train.images, test.images), ("second files", train.labels, test.labels)):
             if a.shape[1:] != b.shape[1:]:
-                raise DataError(f"{root}: the training pairs' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
+                raise DataError(f"{root}: the training {noun}s' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
                                 f"{Path(root) / 'test'} are {tuple(b.shape[1:])}; make both splits one size and mode")
         trained = {_pair_digest(train, k) for k in range(len(train))}
         copied = [test.names[k] for k in range(len(test)) if _pair_digest(test, k) in trained]
         if copied:  # a test pair also trained on scores as if seen: its figures would be too good
             shown = ", ".join(copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
                                                                  else "")
-            raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training pairs (the same files' "
-                            f"contents): {shown}; a test pair must not be trained on: keep it in test/ only (remove it "
-                            f"from the training folders of {root})")
+            same = "the same file's contents, of the same class" if prefix == CLASSES_PREFIX else \
+                "the same files' contents"
+            raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training {noun}s ({same}): {shown}; "
+                            f"a test {noun} must not be trained on: keep it in test/ only (remove it from the "
+                            f"training folders of {root})")
     return test
 
 
@@ -635,6 +653,61 @@ def _folder_task(name: str) -> Task:
     pairs = _both_splits(name[len(FOLDER_PREFIX):], FOLDER_PREFIX)  # the shape for models
     return Task(name, tuple(pairs.images.shape[1:]), _folder_held, _folder_batch, num_classes=1, places_digits=True,
                 metric="Dice", kind="segmentation")
+
+
+def _classes_task(name: str) -> Task:
+    test = _both_splits(name[len(CLASSES_PREFIX):], CLASSES_PREFIX)  # the shape and classes for models
+    return Task(name, tuple(test.images.shape[1:]), _folder_held, _plain_batch, num_classes=len(test.classes))
+
+
+def load_classes(root: str | os.PathLike, split: str) -> Dataset:
+    """The user's classification images under ``root`` (see the module docstring) as a Dataset: (N, C, H, W) uint8
+    images, (N,) int64 labels indexing the class folders' names (sorted). Without ``root/test``, about a fifth of
+    each class's images, each chosen by its name (``held_out_names``), are the test split and the rest the training
+    split."""
+    if split not in ("train", "test"):
+        raise DataError(f"unknown split {split!r} of {CLASSES_PREFIX}{root}; valid splits: train, test")
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise DataError(f"{CLASSES_PREFIX}{root}: no such folder; give a folder holding one subfolder of PNG images "
+                        f"per class (DIR/cat/*.png, DIR/dog/*.png, ...)")
+    classes = tuple(class_folders(base))
+    held_out = (base / TEST_FOLDER).is_dir()
+    where = base / TEST_FOLDER if held_out and split == "test" else base
+    images, labels, names = _read_classes(where, classes)  # the cache's tensors: each split below is a copy
+    name = f"{CLASSES_PREFIX}{root}"
+    if held_out:
+        return Dataset(name, split, images.clone(), labels.clone(), classes, tuple(names))
+    keep: list[int] = []
+    for k, c in enumerate(classes):  # each class held out apart: every class is both trained on and tested
+        members = (labels == k).nonzero().flatten().tolist()
+        if len(members) < 2:
+            raise DataError(f"class {c!r} holds {len(members)} image in {base / c}; at least 2 are needed to hold one "
+                            f"out for testing (add images, or put the test images in {base / TEST_FOLDER / c})")
+        held = held_out_names([names[i] for i in members])
+        keep += [i for i in members if (names[i] in held) == (split == "test")]
+    return Dataset(name, split, images[keep], labels[keep], classes, tuple(names[i] for i in keep))
+
+
+def _read_classes(where: Path, classes: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """``load_class_folder(where, classes)``, once while the class folders' files stay as they are (``_read_folder``
+    for a folder of classes)."""
+    where = Path(where).expanduser().absolute()
+    images, labels, names = _FOLDERS.get((CLASSES_PREFIX, str(where), classes),
+                                         _stamp(where, _subfolders_of(CLASSES_PREFIX, where)),
+                                         lambda: load_class_folder(where, classes)[:3])
+    return images, labels, list(names)
+
+
+def _subfolders_of(prefix: str, top: Path) -> tuple[str, ...]:
+    """The subfolders of ``top`` a user's folder of kind ``prefix`` reads: its two (images and masks, labels and
+    images), or for ``classes:DIR`` every visible one but test/ (the class folders)."""
+    if prefix != CLASSES_PREFIX:
+        return _SUBFOLDERS[prefix]
+    if not top.is_dir():
+        return ()
+    return tuple(sorted(e.name for e in os.scandir(top)
+                        if e.is_dir() and not e.name.startswith(".") and e.name != TEST_FOLDER))
 
 
 def _pairs_task(name: str) -> Task:
@@ -769,12 +842,14 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
 
 
 def task_kind(name: str) -> str:
-    """``task(name).kind`` without reading a user's folder: folder:DIR is segmentation, pairs:DIR synthesis (so a
-    model of the wrong kind is told so before the folder's files are checked)."""
+    """``task(name).kind`` without reading a user's folder: folder:DIR is segmentation, pairs:DIR synthesis,
+    classes:DIR classification (so a model of the wrong kind is told so before the folder's files are checked)."""
     if name.startswith(FOLDER_PREFIX):
         return "segmentation"
     if name.startswith(PAIRS_PREFIX):
         return "synthesis"
+    if name.startswith(CLASSES_PREFIX):
+        return "classification"
     return task(name).kind
 
 
@@ -784,9 +859,12 @@ def task(name: str) -> Task:
         return _folder_task(name)
     if name.startswith(PAIRS_PREFIX):
         return _pairs_task(name)
+    if name.startswith(CLASSES_PREFIX):
+        return _classes_task(name)
     if name not in TASKS:
         raise ValueError(f"unknown dataset {name!r}; valid names are {', '.join(TASKS)}, or {FOLDER_PREFIX}DIR (your "
-                         f"own images and masks), or {PAIRS_PREFIX}DIR (your own label maps and images)")
+                         f"own images and masks), or {PAIRS_PREFIX}DIR (your own label maps and images), or "
+                         f"{CLASSES_PREFIX}DIR (your own images, a folder per class)")
     return TASKS[name]
 
 
@@ -853,6 +931,8 @@ def load_source(source: str, split: str, root: str | os.PathLike | None, progres
         return load_folder(source[len(FOLDER_PREFIX):], split)
     if source.startswith(PAIRS_PREFIX):
         return load_pairs(source[len(PAIRS_PREFIX):], split)
+    if source.startswith(CLASSES_PREFIX):
+        return load_classes(source[len(CLASSES_PREFIX):], split)
     if source in _LOADERS:
         return _LOADERS[source](split, root=root, progress=progress)
     return load_dataset(source, split, root=root, progress=progress)

@@ -80,7 +80,7 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}, pred {name(p)}")
+        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}\npred {name(p)}")
         _show(axes[1, n], rec.from_label[n], f"as {name(t)}")
         _show(axes[2, n], rec.from_predicted[n], f"as {name(p)}")
     axes[0, 0].set_ylabel("input", fontsize=9)

@@ -365,7 +365,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     test examples instead (0: all). ``weights``: the checkpoint's "saved" weights or an averaged run's "training"
     ones (``load_model``; the page says which).
     """
-    from ..data.tasks import (FOLDER_PREFIX, PAIRS_PREFIX, TASKS, input_shape, load_test, other_classes,
+    from ..data.tasks import (TASKS, input_shape, load_test, other_classes, user_folder,
                               shipped_default, task, trained_dataset)
     from ..evaluate import load_model
     from .. import pretrained
@@ -424,7 +424,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             raise ViewerError(f"{misfit}: open it on data of the shape it was trained on (--dataset)")
     asked = test_size  # typed by the user: more than the data set holds is said, as eval says it
     if test_size is None:  # the generated canvases are drawn on loading: 10,000 take ~10 s on a CPU
-        made = not name.startswith((FOLDER_PREFIX, PAIRS_PREFIX))
+        made = not user_folder(name)
         test_size = {"segmentation": SEGMENTATION_TEST_SIZE, "synthesis": SYNTHESIS_TEST_SIZE}.get(kind, 0) if made \
             else 0
     cfg = model.config
