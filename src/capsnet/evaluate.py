@@ -21,8 +21,9 @@ from .checkpoint import Checkpoint, check_fits_before_building, load_checkpoint,
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
-from .data.tasks import (Split, check_test_size, folder_change, input_shape, load_test, other_classes, task,
-                         trained_dataset)
+from .data.idx import DataError
+from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size, class_change, folder_change,
+                         input_shape, load_test, other_classes, task, trained_dataset, user_folder)
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.inputs import check_class_labels
@@ -394,10 +395,11 @@ class CheckpointEvaluation:
 
 
 def warn_folder_changed(ckpt: Checkpoint, name: str) -> None:
-    """A warning where the user's folder a run trained on (``name``: folder:DIR, pairs:DIR) holds other files than
-    when the run last saved: its test pairs, scored now, are not those the run was tested on."""
+    """A warning where the user's folder a run trained on (``name``: folder:DIR, pairs:DIR, classes:DIR) holds other
+    files than when the run last saved: its test pairs or images, scored now, are not those the run was tested on."""
     if (change := folder_change(ckpt.state, name)) is not None:
-        warnings.warn(f"{name} holds {change}: its test pairs are scored as the folder is now, not as the run was "
+        noun = EXAMPLE_NOUN[user_folder(name)[0]]
+        warnings.warn(f"{name} holds {change}: its test {noun}s are scored as the folder is now, not as the run was "
                       f"tested on them; put the folder back as it was for the run's own figures", UserWarning,
                       stacklevel=3)
 
@@ -427,6 +429,8 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
                          f"for this data")
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
+    if (changed := class_change(ckpt.state, name, absolute_dataset(name) == train_config.get("dataset"))) is not None:
+        raise DataError(changed)
     if dataset is None:
         warn_folder_changed(ckpt, name)
     split = load_test(name, size=test_size, root=root, progress=progress)

@@ -251,7 +251,8 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
             raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
-        return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m)), out / d / f"{stem(m)}-seed{seed}")
+        return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m)),
+                     out / dataset_stem(d) / f"{stem(m)}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     if name == "segmentation":  # the default data set's runs in out/MODEL (as recorded), any other's in out/DATA/MODEL
         return [make(m, d, train.seed, replace(train, dataset=d, **own(m)),
@@ -960,7 +961,7 @@ def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
         errors = [100 * r["test_error"] for r in rs]
         speed = [r["train_images_per_s"] for r in rs if "train_images_per_s" in r]
         steps = sorted({r["step"] for r in rs if "step" in r})
-        cells = [model, model_title(model), dataset, f"{rs[0]['weights']:,}",
+        cells = [model, model_title(model), dataset_stem(dataset), f"{rs[0]['weights']:,}",
                  "/".join(sorted({str(r["epochs"]) for r in rs if "epochs" in r}, key=int)) or "-",
                  "/".join(f"{n:,}" for n in steps) or "-", str(len(rs)),
                  f"{sum(errors) / len(errors):.2f}% ({min(errors):.2f}-{max(errors):.2f})",

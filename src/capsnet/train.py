@@ -45,8 +45,10 @@ from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
-from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset, dataset_stem, folder_change,
-                         folder_contents, input_shape, load_training, task, user_folder)
+from .data.idx import DataError
+from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset,
+                         class_change, dataset_stem, folder_change, folder_contents, input_shape, load_training, task,
+                         user_folder)
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
 from .evaluate import evaluate_split
@@ -727,6 +729,8 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
     now = folder_contents(dataset)
     if now is None:
         return state
+    if (changed := class_change(state, dataset)) is not None:
+        raise DataError(changed)
     if warn and (count := folder_change(state, dataset, now)) is not None:
         noun = EXAMPLE_NOUN[user_folder(dataset)[0]]
         warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
@@ -1068,6 +1072,10 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                          f"{spec.kind} data set or a {kind} model")
     needed = {f: v for f, v in input_fields(name, cfg.dataset).items() if hasattr(model_config, f)}
     off = {f: getattr(model_config, f) for f, v in needed.items() if getattr(model_config, f) != v}
+    if off.keys() == {"num_classes"} and user_folder(cfg.dataset):  # the classes of a user's folder (classes:DIR)
+        raise DataError(f"{cfg.dataset} holds {needed['num_classes']} class folders and the model scores "
+                        f"{off['num_classes']} classes: a run trained on this folder before a class folder was added "
+                        f"or removed cannot go on; put the folder back as it was, or train a new run (another --out)")
     if off:  # its input (channels, height, width) or its output (classes)
         raise ValueError(f"{cfg.dataset} needs a model with {', '.join(f'{f} {needed[f]}' for f in off)}, and this one "
                          f"has {', '.join(f'{f} {v}' for f, v in off.items())}; build it with those, e.g. "

@@ -87,8 +87,9 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None
                                     f"{_KIND.get(images[0].shape[0], images[0].shape[0])}; convert all images to one "
                                     f"mode")
                 raise DataError(f"images must all be one size: {path} is {a.shape[1]}x{a.shape[2]} (HxW) but {first} "
-                                f"is {images[0].shape[1]}x{images[0].shape[2]}; resize or crop them to one size (a "
-                                f"capsule network's weights grow with the image: 28x28 to 64x64 suit the models here)")
+                                f"is {images[0].shape[1]}x{images[0].shape[2]}; resize or crop them to one size (the "
+                                f"classifiers here are made for small images, 28x28 to 32x32: CapsNet's weights grow "
+                                f"with the image's area)")
             first = first or path
             images.append(a)
             labels.append(classes.index(name))

@@ -115,7 +115,7 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "CLASSES_PREFIX", "load_classes", "SYNTHESIS_SIDE", "load_pairs", "load_source",
-           "folder_contents", "USER_PREFIXES", "EXAMPLE_NOUN"]
+           "folder_contents", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -557,6 +557,36 @@ def folder_change(state: dict[str, Any], dataset: str, now: dict[str, Any] | Non
         return None
     return (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
             else f"{now['files']} files, as when the run last saved, but other names or contents")
+
+
+def class_change(state: dict[str, Any], dataset: str, trained_here: bool = True) -> str | None:
+    """Where the class folders of ``dataset`` (classes:DIR) are not those of the run whose saved ``state`` is given:
+    a message naming both lists and the fix (a model scores the classes it was trained on, by their order: a class
+    folder added, removed or renamed makes its labels mean other classes), or None (the same classes, another data
+    set, or a state that does not say). ``trained_here``: ``dataset`` is the folder the run trained on (else another
+    folder the model is scored on)."""
+    folder = user_folder(dataset)
+    saved = (state.get("data") or {}).get("classes") if isinstance(state.get("data"), dict) else None
+    if folder is None or folder[0] != CLASSES_PREFIX or not isinstance(saved, list):
+        return None
+    now = list(class_folders(Path(folder[1]).expanduser(), at_least=0))
+    if now == saved:
+        return None
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(map(str, names[:8])) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+    added, gone = [c for c in now if c not in saved], [c for c in saved if c not in now]
+    new, missing = ("new", "gone") if trained_here else ("not the model's", "missing")
+    differ = "; ".join(([f"{new}: {listed(added)}"] if added else []) +
+                       ([f"{missing}: {listed(gone)}"] if gone else [])) or "the same names in another order"
+    if not trained_here:
+        return (f"{dataset} holds other class folders than the model was trained on ({differ}), and a model scores "
+                f"the classes it was trained on in their order; give it a folder of those classes "
+                f"({listed([str(c) for c in saved])})")
+    return (f"{dataset} holds other class folders than when the run trained on it ({differ}), and a model scores the "
+            f"classes it was trained on in their order; put the class folders back as they were, or train a new run "
+            f"on the folder as it is")
 
 
 def trained_dataset(train_config: dict[str, Any], default: str = "mnist") -> str:

@@ -365,8 +365,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     test examples instead (0: all). ``weights``: the checkpoint's "saved" weights or an averaged run's "training"
     ones (``load_model``; the page says which).
     """
-    from ..data.tasks import (TASKS, input_shape, load_test, other_classes, user_folder,
-                              shipped_default, task, trained_dataset)
+    from ..data.tasks import (TASKS, absolute_dataset, class_change, input_shape, load_test, other_classes,
+                              shipped_default, task, trained_dataset, user_folder)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -411,6 +411,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         # a shipped model by its name, as the user gave it: its file's path is the install's (which /api/info
         # and the page's header showed to anyone a --host 0.0.0.0 viewer serves)
         what, checkpoint = ckpt.model_name, checkpoint if shipped else ckpt.path
+        if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
+            raise ViewerError(changed)  # classes:DIR: its class folders are not the model's
     if task(name).kind != kind:  # before any test image is loaded
         fix = {"segmentation": "mnist-segmentation, mnist-sample-segmentation (offline) or folder:DIR",
                "synthesis": "mnist-skeleton, mnist-sample-skeleton (offline), fashion-silhouette or pairs:DIR"
