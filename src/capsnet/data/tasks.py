@@ -114,8 +114,8 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
-           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "CLASSES_PREFIX", "load_classes", "SYNTHESIS_SIDE", "load_pairs", "load_source",
-           "folder_contents", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change"]
+           "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs", "load_source",
+           "folder_contents", "CLASSES_PREFIX", "load_classes", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
