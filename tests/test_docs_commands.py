@@ -158,7 +158,7 @@ def _trainable(args: list[str]) -> bool:
     """A whole `capsnet train` command that needs nothing but this checkout: not a resume (its run directory),
     not torchrun's (its processes), not the user's own folder."""
     return (args[:1] == ["train"] and whole(args) and not {"--resume", "--distributed"} & set(args)
-            and not any(a.startswith(("folder:", "pairs:")) for a in args))
+            and not any(a.startswith(("folder:", "pairs:", "classes:")) for a in args))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)

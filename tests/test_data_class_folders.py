@@ -1,0 +1,246 @@
+"""classes:DIR: the user's own images in a subfolder per class, read, split, trained on, scored and predicted."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capsnet.data.class_folders import load_class_folder
+from capsnet.data.idx import DataError
+from capsnet.data.sets import load_dataset
+from capsnet.data.tasks import (class_change, folder_contents, held_out_names, load_classes, load_training, task,
+                                task_kind)
+from capsnet.evaluate import evaluate_checkpoint
+from capsnet.models import CapsNetConfig
+from capsnet.train import TrainConfig, fit
+from cli_helpers import in_process
+
+
+def _write(root: Path, files: dict[str, np.ndarray]) -> None:
+    """``files``: path under ``root`` -> (H, W) or (H, W, 3) uint8 array, saved as PNG."""
+    for rel, a in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(a).save(root / rel)
+
+
+def _pixels(value: int, shape=(6, 5)) -> np.ndarray:
+    return np.full(shape, value, dtype=np.uint8)
+
+
+def test_each_subfolder_is_a_class_numbered_in_name_order(tmp_path):
+    # written in another order than the names sort: the labels follow the names, the images their own files
+    _write(tmp_path, {"zebra/b.png": _pixels(30), "zebra/a.png": _pixels(20), "ant/x.png": _pixels(10),
+                      "moth/q.png": _pixels(40), ".hidden/h.png": _pixels(99)})
+    (tmp_path / "readme.txt").write_text("not an image: passed over")
+    images, labels, names, classes = load_class_folder(tmp_path)
+    assert classes == ("ant", "moth", "zebra")
+    assert names == ["ant/x.png", "moth/q.png", "zebra/a.png", "zebra/b.png"]
+    assert labels.tolist() == [0, 1, 2, 2]
+    assert images.shape == (4, 1, 6, 5) and images.dtype == torch.uint8
+    assert images[:, 0, 0, 0].tolist() == [10, 40, 20, 30]
+
+
+def test_without_a_test_folder_each_class_is_held_out_apart_by_name(tmp_path):
+    files = {f"{c}/{k:02d}.png": _pixels(k) for c in ("a", "b", "c") for k in range(7)}
+    _write(tmp_path, files)
+    train, test = load_classes(tmp_path, "train"), load_classes(tmp_path, "test")
+    assert len(train) + len(test) == 21 and not set(train.names) & set(test.names)
+    for k, c in enumerate("abc"):  # the rule of folder:DIR's pairs, on each class's own names
+        members = [f"{c}/{n:02d}.png" for n in range(7)]
+        assert {n for n in test.names if n.startswith(c)} == held_out_names(members)
+        assert (test.labels == k).sum() >= 1 and (train.labels == k).sum() >= 1
+    assert train.classes == test.classes == ("a", "b", "c")
+    # each image's pixels travel with its name and label
+    for split in (train, test):
+        for image, label, name in zip(split.images, split.labels, split.names):
+            assert int(image[0, 0, 0]) == int(name[2:4]) and split.classes[int(label)] == name[0]
+    # a file added to one class moves no other image across
+    _write(tmp_path, {"a/99.png": _pixels(99)})
+    again = load_classes(tmp_path, "test")
+    assert set(test.names) <= set(again.names) and set(again.names) - set(test.names) <= {"a/99.png"}
+
+
+def test_a_test_folder_is_numbered_by_the_training_classes(tmp_path):
+    _write(tmp_path, {"cat/1.png": _pixels(1), "dog/1.png": _pixels(2), "emu/1.png": _pixels(3),
+                      "test/emu/9.png": _pixels(9), "test/cat/8.png": _pixels(8)})
+    train, held, split = load_training(f"classes:{tmp_path}", progress=False)
+    assert split == "test" and len(train) == 3
+    assert held.labels.tolist() == [0, 2] and held.names == ("cat/8.png", "emu/9.png")  # emu is class 2, not 1
+    t = task(f"classes:{tmp_path}")
+    assert (t.kind, t.num_classes, t.input_shape, t.metric) == ("classification", 3, (1, 6, 5), "accuracy")
+
+
+def test_a_folder_named_classes_is_classification_before_it_is_read(tmp_path):
+    assert task_kind(f"classes:{tmp_path / 'not there yet'}") == "classification"
+    with pytest.raises(DataError, match="no such folder; give a folder holding one subfolder of PNG images per class"):
+        task(f"classes:{tmp_path / 'not there yet'}")
+
+
+_GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
+
+
+@pytest.mark.parametrize("files, problem", [
+    ({"a/1.png": _GREY, "a/2.png": _GREY}, r"holds only the class folder a/; a classifier needs at least 2 classes"),
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "x.png": _GREY},
+     r"1 PNG file\(s\) outside the class folders \(x.png\); put each image in the subfolder named by its class"),
+    ({"a/1.png": _GREY, "b/1.png": _pixels(5, (9, 8))},
+     r"images must all be one size: .*b/1.png is 9x8 \(HxW\) but .*a/1.png is 8x8; resize or crop them"),
+    ({"a/1.png": _GREY, "b/1.png": _RGB}, r"b/1.png is RGB \(3 channels\) but .*a/1.png is grayscale .*one mode"),
+    ({"a/1.png": _GREY, "a/2.png": _GREY, "b/1.png": _pixels(7, (8, 8))},
+     r"class 'b' holds 1 image in .*; at least 2 are needed to hold one out for testing \(add images, or put the "
+     r"test images in .*test/b\)"),
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "test/c/1.png": _GREY},
+     r"test holds class folder\(s\) c that the training images have no folder for \(its classes: a, b\)"),
+    ({"a/1.png": _GREY, "b/1.png": _pixels(7, (8, 8)), "test/a/2.png": _GREY},
+     r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png"),
+    ({"a/1.png": _GREY, "A/1.png": _GREY}, r"class folders A/ and a/, names that differ in case alone"),
+    ({"a/1.png": _GREY, "b/1.jpg": _GREY}, r"no PNG files in .*b \(found 1 other file\(s\): 1.jpg; convert them"),
+])
+def test_a_bad_folder_gets_one_message_naming_the_problem_and_the_fix(tmp_path, files, problem):
+    for rel, a in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(a).save(tmp_path / rel, format="PNG" if rel.endswith(".png") else "JPEG")
+    with pytest.raises(DataError, match=problem):
+        load_training(f"classes:{tmp_path}", progress=False)
+
+
+def test_the_recorded_classes_say_what_changed(tmp_path):
+    _write(tmp_path, {f"{c}/{k}.png": _pixels(k) for c in ("cat", "dog") for k in range(3)})
+    name = f"classes:{tmp_path}"
+    state = {"data": folder_contents(name)}
+    assert state["data"]["classes"] == ["cat", "dog"] and class_change(state, name) is None
+    (tmp_path / "dog").rename(tmp_path / "hound")
+    assert class_change(state, name) == (
+        f"{name} holds other class folders than when the run trained on it (new: hound; gone: dog), and a model "
+        f"scores the classes it was trained on in their order; put the class folders back as they were, or train a "
+        f"new run on the folder as it is")
+    assert "(not the model's: hound; missing: dog)" in class_change(state, name, trained_here=False)
+    assert class_change({"data": {"files": 6}}, name) is None  # a state that does not say
+
+
+@pytest.fixture(scope="module")
+def digit_classes(tmp_path_factory) -> tuple[Path, Path]:
+    """Three classes of the MNIST digits that ship with capsnet (zero, one, seven; 8 each, 28x28), and a run of a
+    small CapsNet trained one epoch on them."""
+    root = tmp_path_factory.mktemp("classes") / "digits"
+    digits = load_dataset("mnist-sample", "train")
+    for digit, name in ((0, "zero"), (1, "one"), (7, "seven")):
+        for k in (digits.labels == digit).nonzero().flatten()[:8].tolist():
+            _write(root, {f"{name}/{k}.png": digits.images[k, 0].numpy()})
+    run = root.parent / "run"
+    fit(CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64), num_classes=3),
+        TrainConfig(dataset=f"classes:{root}", epochs=1, batch_size=8, seed=0), run, progress=False)
+    return root, run
+
+
+def test_a_run_on_class_folders_is_scored_with_its_class_names(digit_classes, capsys):
+    root, run = digit_classes
+    done = evaluate_checkpoint(run, which="last", progress=False, device="cpu")
+    assert done.classes == ("one", "seven", "zero") and done.report()["classes"] == ["one", "seven", "zero"]
+    test = load_classes(root, "test")
+    assert done.images == len(test) and done.results[""].confusion.sum() == len(test)
+    rows = done.format().splitlines()[-3:]
+    assert [r.split()[-1] for r in rows] == ["one", "seven", "zero"]
+    r = in_process(capsys, "eval", "--checkpoint", run, "--which", "last", "--no-progress")
+    lines = r.stdout.splitlines()
+    head = next(k for k, line in enumerate(lines) if line.endswith("<- predicted"))
+    assert r.returncode == 0 and [line.split()[-1] for line in lines[head + 1:head + 4]] == ["one", "seven", "zero"]
+    assert json.loads((run / "eval-last.json").read_text())["classes"] == ["one", "seven", "zero"]
+
+
+def test_predict_names_the_classes_when_the_folder_is_gone(digit_classes, tmp_path, capsys):
+    root, run = digit_classes
+    moved = tmp_path / "moved"
+    shutil.copytree(root, moved)
+    images = tmp_path / "images"
+    images.mkdir()
+    for f in (moved / "seven").iterdir():
+        shutil.copy(f, images / f.name)
+    shutil.copytree(run, tmp_path / "run")  # the run's record points at `root`; this copy's folder is then gone
+    saved = root.rename(root.parent / "away")
+    try:
+        r = in_process(capsys, "predict", "--checkpoint", tmp_path / "run", "--which", "last", "--images", images,
+                       "--out", tmp_path / "out", "--no-progress")
+    finally:
+        saved.rename(root)
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "out" / "predictions.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and {r["class"] for r in rows} <= {"one", "seven", "zero"}
+    assert set(rows[0]) >= {"score_one", "score_seven", "score_zero"}
+    for row in rows:  # the class named is the one of highest score
+        scores = {c: float(row[f"score_{c}"]) for c in ("one", "seven", "zero")}
+        assert row["class"] == max(scores, key=scores.get)
+
+
+def test_a_resume_after_a_class_folder_was_added_is_refused(digit_classes, tmp_path, capsys):
+    root, _ = digit_classes
+    copy = tmp_path / "digits"
+    for name in ("one", "zero"):
+        shutil.copytree(root / name, copy / name)
+    cfg = CapsNetConfig(conv1_channels=4, primary_types=2, decoder_hidden=(16, 32), num_classes=2)
+    fit(cfg, TrainConfig(dataset=f"classes:{copy}", epochs=1, batch_size=8), tmp_path / "run", progress=False)
+    shutil.copytree(root / "seven", copy / "seven")
+    r = in_process(capsys, "train", "--resume", "--out", tmp_path / "run", "--epochs", "2", "--no-progress")
+    assert r.returncode != 0 and (f"classes:{copy} holds 3 class folders and the model scores 2 classes: a run "
+                                  f"trained on this folder before a class folder was added or removed cannot go on"
+                                  in r.stderr), r.stderr
+    shutil.rmtree(copy / "seven")
+    (copy / "one").rename(copy / "uno")  # as many classes, one renamed: the labels would mean other classes
+    r = in_process(capsys, "train", "--resume", "--out", tmp_path / "run", "--epochs", "2", "--no-progress")
+    assert r.returncode != 0 and "(new: uno; gone: one)" in r.stderr, r.stderr
+    r = in_process(capsys, "eval", "--checkpoint", tmp_path / "run", "--which", "last", "--no-progress")
+    assert r.returncode != 0 and "(new: uno; gone: one)" in r.stderr, r.stderr
+    assert not (tmp_path / "run" / "eval-last.json").exists()
+
+
+def test_the_routing_experiment_runs_a_folder_of_classes_in_a_folder_named_after_it(digit_classes, tmp_path):
+    from capsnet.experiments import format_routing_table, plan
+
+    root, _ = digit_classes
+    runs = plan("routing", tmp_path / "x", train=TrainConfig(epochs=1), datasets=[f"classes:{root}"],
+                models=["capsnet"])
+    assert [r.run_dir for r in runs] == [tmp_path / "x" / "classes-digits" / "capsnet-seed0"]  # not x/classes:/...
+    assert runs[0].model_config.num_classes == 3
+    row = {"model": "capsnet", "dataset": f"classes:{root}", "test_error": 0.5, "weights": 1, "epochs": 1}
+    assert "| capsnet | CapsNet | classes-digits | 1 |" in format_routing_table([row])
+
+
+def test_the_viewer_opens_a_run_on_class_folders_with_its_names_and_refuses_other_classes(digit_classes, tmp_path):
+    from capsnet.viz.engine import ViewerError, load_viewer
+
+    root, run = digit_classes
+    viewer = load_viewer(run, which="last", progress=False)
+    info = viewer.info()
+    assert info["classes"] == ["one", "seven", "zero"] and info["test_size"] == len(load_classes(root, "test"))
+    assert info["upload_style"] == "frame"  # a user's images are not known to be digits: fitted to the frame
+    other = tmp_path / "other"
+    for name in ("one", "seven", "zero"):
+        shutil.copytree(root / name, other / ("eight" if name == "seven" else name))
+    with pytest.raises(ViewerError, match=r"holds other class folders than the model was trained on \(not the "
+                                          r"model's: eight; missing: seven\)"):
+        load_viewer(run, which="last", dataset=f"classes:{other}", progress=False)
+
+
+def test_the_folder_maker_writes_a_set_that_reads_back_as_its_images_and_classes(tmp_path, capsys):
+    import runpy
+
+    tool = runpy.run_path(str(Path(__file__).parents[1] / "tools" / "make_class_folders.py"))
+    assert tool["main"](["--dataset", "mnist-sample", "--per-class", "3", "--test-per-class", "2",
+                         "--out", str(tmp_path / "d")]) == 0
+    assert "wrote 30 train, 20 test images" in capsys.readouterr().out
+    digits = load_dataset("mnist-sample", "train")
+    train = load_classes(tmp_path / "d", "train")
+    assert train.classes == digits.classes and len(train) == 30
+    for image, label, name in zip(train.images, train.labels, train.names):  # CLASS/INDEX.png: the same digit
+        k = int(name.split("/")[1][:5])
+        assert torch.equal(image, digits.images[k]) and int(label) == int(digits.labels[k])
+    assert len(load_classes(tmp_path / "d", "test")) == 20
+    with pytest.raises(SystemExit, match="already holds files"):
+        tool["main"](["--dataset", "mnist-sample", "--out", str(tmp_path / "d")])
