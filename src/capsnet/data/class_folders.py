@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .idx import DataError
-from .png import _KIND, opaque_image_array, png_files
+from .png import opaque_image_array, png_files, refuse_other_shape
 
 __all__ = ["TEST_FOLDER", "class_folders", "load_class_folder"]
 
@@ -81,15 +81,9 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None
     for name, folder in found.items():
         for stem, path in sorted(png_files(folder, f"images of class {name!r}", paired=False).items()):
             a = opaque_image_array(path)
-            if images and a.shape != images[0].shape:
-                if a.shape[0] != images[0].shape[0]:
-                    raise DataError(f"{path} is {_KIND.get(a.shape[0], a.shape[0])} but {first} is "
-                                    f"{_KIND.get(images[0].shape[0], images[0].shape[0])}; convert all images to one "
-                                    f"mode")
-                raise DataError(f"images must all be one size: {path} is {a.shape[1]}x{a.shape[2]} (HxW) but {first} "
-                                f"is {images[0].shape[1]}x{images[0].shape[2]}; resize or crop them to one size (the "
-                                f"classifiers here are made for small images, 28x28 to 32x32: CapsNet's weights grow "
-                                f"with the image's area)")
+            if images:
+                refuse_other_shape(a, path, images[0], first, "images", " (the classifiers here are made for small "
+                                   "images, 28x28 to 32x32: CapsNet's weights grow with the image's area)")
             first = first or path
             images.append(a)
             labels.append(classes.index(name))

@@ -15,7 +15,7 @@ import torch
 from .idx import DataError
 
 __all__ = ["png_files", "refuse_case_twins", "read_png", "image_array", "opaque_image_array", "label_map_array", "scale_binary_label_maps", "refuse_mixed_binary_label_maps",
-           "transparent_share", "mask_array", "load_png_pairs"]
+           "transparent_share", "refuse_other_shape", "mask_array", "load_png_pairs"]
 
 # image files capsnet does not read: refused beside PNGs, so none is left out silently (other files are ignored)
 _OTHER_IMAGES = {".jpg", ".jpeg", ".jfif", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".pbm", ".pnm",
@@ -304,17 +304,24 @@ def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tupl
                             f"{b_files[name]} is {b.shape[1]}x{b.shape[2]}; a{'n' if other[0] in 'aeiou' else ''} "
                             f"{other} must match its {one} pixel for pixel")
         for arrays, x, files, plural in ((got[0], a, a_files, ones), (got[1], b, b_files, others)):
-            if arrays and x.shape != arrays[0].shape:
-                start = files[names[0]]
-                if x.shape[0] != arrays[0].shape[0]:
-                    raise DataError(f"{files[name]} is {_KIND.get(x.shape[0], x.shape[0])} but {start} is "
-                                    f"{_KIND.get(arrays[0].shape[0], arrays[0].shape[0])}; convert all {plural} to "
-                                    f"one mode")
-                raise DataError(f"{plural} must all be one size: {files[name]} is {x.shape[1]}x{x.shape[2]} (HxW) "
-                                f"but {start} is {arrays[0].shape[1]}x{arrays[0].shape[2]}; resize or crop them to "
-                                f"one size")
+            if arrays:
+                refuse_other_shape(x, files[name], arrays[0], files[names[0]], plural)
             arrays.append(x)
     return torch.from_numpy(np.stack(got[0])), torch.from_numpy(np.stack(got[1])), names
+
+
+def refuse_other_shape(a: np.ndarray, path: Path, first: np.ndarray, first_path: Path, plural: str,
+                       fix: str = "") -> None:
+    """A DataError when array ``a`` (C, H, W) read from ``path`` differs in channels or size from ``first``, the
+    first of its folder's ``plural`` (read from ``first_path``): all of them go into one tensor. ``fix``: more
+    words after the size's fix."""
+    if a.shape == first.shape:
+        return
+    if a.shape[0] != first.shape[0]:
+        raise DataError(f"{path} is {_KIND.get(a.shape[0], a.shape[0])} but {first_path} is "
+                        f"{_KIND.get(first.shape[0], first.shape[0])}; convert all {plural} to one mode")
+    raise DataError(f"{plural} must all be one size: {path} is {a.shape[1]}x{a.shape[2]} (HxW) but {first_path} is "
+                    f"{first.shape[1]}x{first.shape[2]}; resize or crop them to one size{fix}")
 
 
 def check_out_folder(out: str | Path, source: str | Path, *, written: str, source_flag: str, read: str) -> None:
