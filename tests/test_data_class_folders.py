@@ -145,13 +145,33 @@ def test_a_run_on_class_folders_is_scored_with_its_class_names(digit_classes, ca
     assert done.classes == ("one", "seven", "zero") and done.report()["classes"] == ["one", "seven", "zero"]
     test = load_classes(root, "test")
     assert done.images == len(test) and done.results[""].confusion.sum() == len(test)
-    rows = done.format().splitlines()[-3:]
-    assert [r.split()[-1] for r in rows] == ["one", "seven", "zero"]
+    lines = done.format().splitlines()
+    head = next(k for k, line in enumerate(lines) if line.endswith("<- predicted"))
+    assert [line.split()[-1] for line in lines[head + 1:head + 4]] == ["one", "seven", "zero"]
     r = in_process(capsys, "eval", "--checkpoint", run, "--which", "last", "--no-progress")
     lines = r.stdout.splitlines()
     head = next(k for k, line in enumerate(lines) if line.endswith("<- predicted"))
     assert r.returncode == 0 and [line.split()[-1] for line in lines[head + 1:head + 4]] == ["one", "seven", "zero"]
     assert json.loads((run / "eval-last.json").read_text())["classes"] == ["one", "seven", "zero"]
+
+
+def test_eval_names_each_misclassified_file_of_the_folder(digit_classes):
+    from capsnet.evaluate import load_model
+
+    root, run = digit_classes
+    done = evaluate_checkpoint(run, which="last", progress=False, device="cpu")
+    test = load_classes(root, "test")
+    model, _ = load_model(run, which="last", device="cpu")
+    with torch.no_grad():  # the model's own lengths, read here
+        predicted = model(test.images.float() / 255).lengths.argmax(1).tolist()
+    wrong = [{"file": f, "true": test.classes[t], "predicted": test.classes[p]}
+             for f, t, p in zip(test.names, test.labels.tolist(), predicted) if t != p]
+    report = done.report()
+    assert report["test_files"] == list(test.names) and report["misclassified"] == wrong
+    assert 0 < len(wrong) < len(test)  # one epoch on 16 images: some right, some wrong (else the test checks little)
+    line = next(line for line in done.format().splitlines() if line.startswith("misclassified"))
+    assert line.startswith(f"misclassified ({len(wrong)} of {len(test)}): {wrong[0]['file']} as "
+                           f"{wrong[0]['predicted']}")
 
 
 def test_predict_names_the_classes_when_the_folder_is_gone(digit_classes, tmp_path, capsys):

@@ -40,6 +40,7 @@ class EvalResult:
     accuracy: float
     error: float
     confusion: torch.Tensor  # (K, K) int64, rows: true class, columns: predicted
+    predicted: torch.Tensor | None = None  # (N,) int64, each image's predicted class (evaluate gives it)
 
     @property
     def per_class_accuracy(self) -> list[float | None]:
@@ -77,7 +78,7 @@ class SegEvalResult:
         return 1.0 - self.dice
 
 
-WORST_SHOWN = 5  # a user's test images with the lowest Dice, named under ``capsnet eval``'s table
+WORST_SHOWN = 5  # a user's test images with the lowest Dice (misclassified ones), named under ``capsnet eval``'s table
 
 
 def _loss_of(model: nn.Module):
@@ -122,16 +123,18 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     # Sums stay on the device until the end: no host sync per batch.
     confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
     total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    predicted = []
     with evaluating(model), torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             loss, scores = loss_fn(model, x, y, recon_weight=recon_weight)
             total_loss += loss.double() * len(y)
-            cell = y * K + scores.argmax(dim=1)
+            predicted.append(scores.argmax(dim=1))
+            cell = y * K + predicted[-1]
             confusion.index_add_(0, cell, torch.ones_like(cell))  # bincount would sync to size its output
     confusion = confusion.view(K, K).cpu()
     acc = confusion.diag().sum().item() / max(n, 1)
-    return EvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc, confusion)
+    return EvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc, confusion, torch.cat(predicted).cpu())
 
 
 def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
@@ -271,6 +274,7 @@ class CheckpointEvaluation:
     warning: str | None = None  # scored on classes it was not trained for (capsnet.data.tasks.other_classes)
     test_files: tuple[str, ...] | None = None  # a user's folder: the test split's files, index k the k-th
     classes: tuple[str, ...] = ()  # a classifier's class names, index k class k (the confusion's rows and columns)
+    labels: torch.Tensor | None = None  # a user's folder of classes: the test split's labels (N,), for its files
 
     def label(self, name: str) -> str:
         """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
@@ -314,7 +318,21 @@ class CheckpointEvaluation:
                 out[name] = {"images": self.extra_sizes[name], "accuracy": er.accuracy, "error": er.error,
                              "loss": er.loss, "per_class_accuracy": er.per_class_accuracy} | self._described(name)
         named = {"classes": list(self.classes)} if self.classes else {}
+        if self.test_files is not None and r.predicted is not None:  # a user's folder: how each of its files did
+            named |= {"test_files": list(self.test_files), "misclassified": [
+                {"file": f, "true": self._class(t), "predicted": self._class(p)} for f, t, p in self._wrong()]}
         return out | named | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
+
+    def _class(self, k: int) -> str:
+        return self.classes[k] if k < len(self.classes) else str(k)
+
+    def _wrong(self) -> list[tuple[str, int, int]]:
+        """(file, true class, predicted class) of each test file of a user's folder classified wrong, in file
+        order."""
+        r = self.results[""]
+        if self.test_files is None or r.predicted is None or self.labels is None:
+            return []
+        return [(f, t, p) for f, t, p in zip(self.test_files, self.labels.tolist(), r.predicted.tolist()) if t != p]
 
     def _described(self, name: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -358,6 +376,10 @@ class CheckpointEvaluation:
             shown = "     n/a" if acc is None else f"{acc:8.4f}"  # no test image of this class
             lines.append(f"{i:>5}  {shown}   " + " ".join(f"{int(v):>5}" for v in r.confusion[i])
                          + (f"   {self.classes[i]}" if named else ""))
+        if wrong := self._wrong():
+            lines.append(f"\nmisclassified ({len(wrong)} of {self.images}): " + ", ".join(
+                f"{f} as {self._class(p)}" for f, _, p in wrong[:WORST_SHOWN]) + (
+                " (every one in the JSON's misclassified)" if len(wrong) > WORST_SHOWN else ""))
         return "\n".join(lines)
 
     def _segmentation_table(self) -> list[str]:
@@ -457,4 +479,5 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         placements[key] = placement(real.images)
     return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements,
                                 other_classes(train_config.get("dataset", "mnist"), name),
-                                classes=tuple(split.classes) if split.labels.dim() == 1 else ())
+                                classes=tuple(split.classes) if split.labels.dim() == 1 else (),
+                                test_files=split.names, labels=split.labels if split.names is not None else None)
