@@ -202,6 +202,7 @@ def test_margin_grows_linearly_from_start_to_end_over_the_warm_up():
 def test_configs_refuse_bad_sizes_by_name():
     with pytest.raises(ValueError, match="at least 17x17"):
         EMCapsNetConfig(input_height=16, input_width=17)
+    assert EMCapsNetConfig(input_height=17, input_width=17).grids[-1] == (1, 1)  # the smallest the message names
     with pytest.raises(ValueError, match="routing_iterations must be in 1..100"):
         EMCapsNetSmallConfig(routing_iterations=0)
     with pytest.raises(ValueError, match="coordinate_addition must be true or false"):

@@ -50,6 +50,7 @@ PRIMARY_INITS = ("pytorch", "official")
 # the receptive field of a ConvCaps2 capsule at (r, c): conv1 (5x5, stride 2), the 1x1 primary capsules, ConvCaps1
 # (3x3, stride 2), ConvCaps2 (3x3, stride 1), no padding; the centre of a K-wide window from s q is s q + (K - 1) / 2
 _LAYER_WINDOWS = ((5, 2), (1, 1), (3, 2), (3, 1))  # (kernel, stride), image to ConvCaps2
+_CONV1, _PRIMARY, _CAPS1, _CAPS2 = _LAYER_WINDOWS  # each layer's (kernel, stride): the one place they are written
 
 
 def receptive_field_centres() -> tuple[int, float]:
@@ -146,8 +147,10 @@ class EMCapsNetConfig(JsonConfig):
         check_choice(self, "coordinate_frame", COORDINATE_FRAMES)
         check_choice(self, "primary_init", PRIMARY_INITS)
         if min(self.grids[-1]) < 1:
-            raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 5x5/2 and two "
-                             f"3x3 capsule layers (stride 2, then 1): it needs at least 17x17")
+            raise ValueError(f"input {self.input_height}x{self.input_width} is too small for conv1 "
+                             f"{_CONV1[0]}x{_CONV1[0]}/{_CONV1[1]} and two capsule layers ({_CAPS1[0]}x{_CAPS1[0]}/"
+                             f"{_CAPS1[1]}, then {_CAPS2[0]}x{_CAPS2[0]}/{_CAPS2[1]}): it needs at least "
+                             f"{self.smallest_side}x{self.smallest_side}")
         if self.num_weights > MAX_WEIGHTS:
             raise ValueError(f"this {type(self).__name__} would hold {self.num_weights:,} weights, more than "
                              f"{MAX_WEIGHTS:,}: lower its sizes")
@@ -156,17 +159,28 @@ class EMCapsNetConfig(JsonConfig):
     def grids(self) -> list[tuple[int, int]]:
         """(height, width) of the conv1/primary grid, ConvCaps1 and ConvCaps2."""
         def sizes(n: int) -> list[int]:
-            g1 = (n - 5) // 2 + 1
-            g2 = (g1 - 3) // 2 + 1
-            return [g1, g2, g2 - 2]
+            grid = []
+            for kernel, stride in _LAYER_WINDOWS:  # no padding
+                n = (n - kernel) // stride + 1
+                grid.append(n)
+            return grid[1:]  # the primary grid (1x1 over conv1's), ConvCaps1, ConvCaps2
         return list(zip(sizes(self.input_height), sizes(self.input_width)))
+
+    @property
+    def smallest_side(self) -> int:
+        """The smallest input side that leaves ConvCaps2 a grid of one capsule (17 for the paper's layers)."""
+        n = 1
+        for kernel, stride in reversed(_LAYER_WINDOWS):
+            n = (n - 1) * stride + kernel
+        return n
 
     @property
     def num_weights(self) -> int:
         A, B, C, D, K = self.conv1_channels, self.primary_types, self.caps1_types, self.caps2_types, self.num_classes
-        conv1 = (self.in_channels * 25 + 1) * A
+        k1, k2 = _CAPS1[0] ** 2, _CAPS2[0] ** 2  # each capsule layer's window
+        conv1 = (self.in_channels * _CONV1[0] ** 2 + 1) * A
         primary = (A + 1) * B * 16 + (A + 1) * B  # 1x1 pose and activation convolutions, with biases
-        caps = 9 * B * C * 16 + 2 * C + 9 * C * D * 16 + 2 * D + D * K * 16 + 2 * K  # 4x4 transforms, beta_u, beta_a
+        caps = k1 * B * C * 16 + 2 * C + k2 * C * D * 16 + 2 * D + D * K * 16 + 2 * K  # 4x4 transforms, beta_u, beta_a
         norm = 2 * A if self.conv1_batch_norm else 0  # batch norm's scale and shift
         return conv1 + norm + primary + caps
 
@@ -210,7 +224,7 @@ class EMCapsNet(nn.Module):
     def __init__(self, config: EMCapsNetConfig = EMCapsNetConfig()) -> None:
         super().__init__()
         self.config = cfg = config
-        self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=5, stride=2)
+        self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=_CONV1[0], stride=_CONV1[1])
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()
         self.primary = PrimaryMatrixCaps(cfg.conv1_channels, cfg.primary_types)
         if cfg.primary_init == "official":
@@ -219,13 +233,13 @@ class EMCapsNet(nn.Module):
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, detach_routing=cfg.detach_routing,
                   cost_scale=cfg.cost_scale, mean_momentum=cfg.mean_momentum)
         norm = CONV_E_STEPS[cfg.conv_e_step]
-        conv = dict(kernel_size=3, std=std, share_children=norm is not None)
+        conv = dict(std=std, share_children=norm is not None)
         conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init,
                        beta_u_init=cfg.beta_u_init)
         class_beta_u = cfg.beta_u_init if cfg.class_beta_u_init is None else cfg.class_beta_u_init
-        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, stride=2, **conv,
+        self.caps1 = ConvMatrixCaps(cfg.primary_types, cfg.caps1_types, kernel_size=_CAPS1[0], stride=_CAPS1[1], **conv,
                                     routing=EMRouting(cfg.caps1_types, iters, **conv_em))
-        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, stride=1, **conv,
+        self.caps2 = ConvMatrixCaps(cfg.caps1_types, cfg.caps2_types, kernel_size=_CAPS2[0], stride=_CAPS2[1], **conv,
                                     routing=EMRouting(cfg.caps2_types, iters, **conv_em))
         # official code: the class layer's inverse temperature is a quarter of the convolutional layers'
         class_em = EMRouting(cfg.num_classes, iters, final_lambda=lam / 4, beta_a_init=cfg.class_beta_a_init,
