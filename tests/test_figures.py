@@ -743,3 +743,13 @@ def test_the_misclassified_figure_and_the_pose_sweeps_pick_by_the_models_predict
     assert shown == [errors[:3]]
     assert f"mnist test set: {len(errors)} of 200 misclassified" in done.notes
     assert swept == [[int(predicted[index])]] and int(predicted[index]) != int(test.labels[index])
+
+
+def test_class_names_longer_than_a_digit_stand_on_end_under_the_score_bars():
+    digits = fg.plot_lengths(torch.rand(1, 10))
+    fashion = fg.plot_lengths(torch.rand(1, 10), classes=["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"])
+    assert {t.get_rotation() for t in digits.axes[0].get_xticklabels()} == {0.0}
+    assert {t.get_rotation() for t in fashion.axes[0].get_xticklabels()} == {90.0}
+    assert [t.get_text() for t in fashion.axes[0].get_xticklabels()][:2] == ["T-shirt/top", "Trouser"]
+    assert fashion.get_figheight() > digits.get_figheight()  # room below the bars for the names

@@ -232,9 +232,11 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         raise FigureError("no inputs to show the class scores of")
     cols = min(N, 5)
     rows = math.ceil(N / cols)
-    fig = _figure(2.6 * cols, 2.1 * rows + 0.5)
-    axes = fig.subplots(rows, cols, squeeze=False)
     names = [classes[j] if classes else str(j) for j in range(J)]
+    longest = max(map(len, names))
+    upright = J * longest > 24  # names longer than a digit or two (Fashion-MNIST's, a user's class folders) stand
+    fig = _figure(2.6 * cols, (2.1 + (0.06 * longest if upright else 0)) * rows + 0.5)  # on end, not over each other
+    axes = fig.subplots(rows, cols, squeeze=False)
     for n in range(rows * cols):
         ax = axes[n // cols, n % cols]
         if n >= N:
@@ -248,7 +250,7 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         if m_minus is not None:
             ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
         ax.set_ylim(0, 1)
-        ax.set_xticks(range(J), names, fontsize=7)
+        ax.set_xticks(range(J), names, fontsize=7, rotation=90 if upright else 0)
         which = f"test image {indices[n]}" if indices is not None else f"input {n}"
         title = which if labels is None else f"{which}: true {names[int(labels[n])]}"
         ax.set_title(title, fontsize=8)
