@@ -101,6 +101,11 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
      r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png"),
     ({"a/1.png": _GREY, "A/1.png": _GREY}, r"class folders A/ and a/, names that differ in case alone"),
     ({"a/1.png": _GREY, "b/1.jpg": _GREY}, r"no PNG files in .*b \(found 1 other file\(s\): 1.jpg; convert them"),
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "b/more/deeper/2.png": _GREY},
+     r"b holds subfolder\(s\) of PNG files \(more\), which are not read; move their images into .*b itself"),
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "test/.hidden.png": _GREY},
+     r"test holds no class folders; put the test images in .*test/CLASS .*, or remove the empty test/ to hold "
+     r"about a fifth of each class out"),
 ])
 def test_a_bad_folder_gets_one_message_naming_the_problem_and_the_fix(tmp_path, files, problem):
     for rel, a in files.items():
@@ -108,6 +113,32 @@ def test_a_bad_folder_gets_one_message_naming_the_problem_and_the_fix(tmp_path, 
         Image.fromarray(a).save(tmp_path / rel, format="PNG" if rel.endswith(".png") else "JPEG")
     with pytest.raises(DataError, match=problem):
         load_training(f"classes:{tmp_path}", progress=False)
+
+
+def test_a_first_few_test_images_hold_every_class(tmp_path):
+    _write(tmp_path / "d", {f"{c}/{k:02d}.png": _pixels(k) for c in ("a", "b", "c") for k in range(10)})
+    _write(tmp_path / "e", {f"{c}/{k}.png": _pixels(k) for c in ("a", "b", "c") for k in range(2)}
+           | {f"test/{c}/{k}.png": _pixels(50 + k) for c in ("a", "c") for k in range(3)})
+    for root, first in ((tmp_path / "d", [0, 1, 2]), (tmp_path / "e", [0, 2, 0, 2])):
+        test = load_classes(root, "test")
+        assert test.labels[:len(first)].tolist() == first  # a class at a time in turn, not all of a's first
+        _, held, _ = load_training(f"classes:{root}", test_size=len(first), progress=False)
+        assert held.labels.tolist() == first and held.names == test.names[:len(first)]
+    assert len(set(load_classes(tmp_path / "e", "test").names)) == 6
+
+
+def test_a_class_folder_copied_from_macos_keeps_its_split_and_a_name_not_utf8_is_refused(tmp_path):
+    import os
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "café")
+    _write(tmp_path, {f"{c}/{k:02d}.png": _pixels(k) for c in (decomposed, "tea") for k in range(12)})
+    before = load_classes(tmp_path, "test").names
+    (tmp_path / decomposed).rename(tmp_path / unicodedata.normalize("NFC", "café"))  # as a copy to Linux writes it
+    assert load_classes(tmp_path, "test").names == before
+    os.rename(os.fsencode(tmp_path / "tea"), os.fsencode(tmp_path) + b"/t\xe9")  # Latin-1 bytes
+    with pytest.raises(DataError, match=r"a class folder whose name is not UTF-8: 't\\udce9'; rename it"):
+        load_classes(tmp_path, "test")
 
 
 def test_the_recorded_classes_say_what_changed(tmp_path):
@@ -218,6 +249,31 @@ def test_a_resume_after_a_class_folder_was_added_is_refused(digit_classes, tmp_p
     r = in_process(capsys, "eval", "--checkpoint", tmp_path / "run", "--which", "last", "--no-progress")
     assert r.returncode != 0 and "(new: uno; gone: one)" in r.stderr, r.stderr
     assert not (tmp_path / "run" / "eval-last.json").exists()
+
+
+def test_figures_refuse_a_folder_whose_classes_changed_and_name_the_flag_for_one_that_moved(digit_classes, tmp_path):
+    from capsnet.figures import FigureError, write_figures
+
+    root, _ = digit_classes
+    copy = tmp_path / "digits"
+    for name in ("one", "zero"):
+        shutil.copytree(root / name, copy / name)
+    cfg = CapsNetConfig(conv1_channels=4, primary_types=2, decoder_hidden=(16, 32), num_classes=2)
+    fit(cfg, TrainConfig(dataset=f"classes:{copy}", epochs=1, batch_size=8), tmp_path / "run", progress=False)
+    (copy / "zero").rename(copy / "alpha")  # now class 0: the titles would call the model's "one" digits alpha
+    with pytest.raises(FigureError, match=r"\(new: alpha; gone: zero\)"):
+        write_figures(tmp_path / "run", out=tmp_path / "figs", progress=False)
+    copy.rename(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=r"not there any more \(moved or removed\): give --dataset classes:DIR"):
+        write_figures(tmp_path / "run", out=tmp_path / "figs", progress=False)
+    assert not (tmp_path / "figs").exists()
+
+
+def test_a_new_run_of_the_wrong_classes_is_told_the_model_size_not_a_folder_change(digit_classes, tmp_path):
+    root, _ = digit_classes
+    with pytest.raises(ValueError, match=r"needs a model with num_classes 3, and this one has num_classes 10; build"):
+        fit(CapsNetConfig(conv1_channels=4, primary_types=2), TrainConfig(dataset=f"classes:{root}", epochs=1),
+            tmp_path / "run", progress=False)
 
 
 def test_the_routing_experiment_runs_a_folder_of_classes_in_a_folder_named_after_it(digit_classes, tmp_path):

@@ -16,17 +16,18 @@ import numpy as np
 import torch
 
 from .idx import DataError
-from .png import opaque_image_array, png_files, refuse_other_shape
+from .png import _utf8, opaque_image_array, png_files, refuse_other_shape
 
 __all__ = ["TEST_FOLDER", "class_folders", "load_class_folder"]
 
 TEST_FOLDER = "test"  # DIR/test holds the held-out images, in class folders of its own (so no class may be "test")
 
 
-def class_folders(root: Path, *, at_least: int = 2) -> dict[str, Path]:
+def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) -> dict[str, Path]:
     """The class subfolders of ``root`` by class name, in class order (sorted names): every visible subfolder but
     ``test`` (the held-out split's). ``at_least``: the fewest classes accepted (a classifier of one class learns
-    nothing; a test split may hold fewer classes than training: 1)."""
+    nothing). ``test_split``: ``root`` is a DIR/test folder (it may hold fewer classes than training, at least
+    one)."""
     if root.exists() and not root.is_dir():
         raise DataError(f"{root} is a file, not a folder; give the folder that holds one subfolder of PNG images "
                         f"per class")
@@ -41,14 +42,21 @@ def class_folders(root: Path, *, at_least: int = 2) -> dict[str, Path]:
                         f"in the subfolder named by its class (DIR/CLASS/NAME.png)")
     by_name: dict[str, Path] = {}
     for p in entries:
-        if not p.is_dir() or (p.name == TEST_FOLDER and root.name != TEST_FOLDER):
+        if not p.is_dir() or (p.name == TEST_FOLDER and not test_split):
             continue
+        if not _utf8(p.name):  # bytes that are not UTF-8 (a Latin-1 name from an old zip file): the class's name
+            raise DataError(f"{root} holds a class folder whose name is not UTF-8: {ascii(p.name)}; rename it (e.g. "
+                            f"convmv -f latin1 -t utf-8, or by hand)")
         name = unicodedata.normalize("NFC", p.name)
         if name.casefold() in {n.casefold() for n in by_name}:
             other = next(n for n in by_name if n.casefold() == name.casefold())
             raise DataError(f"{root} holds class folders {other}/ and {p.name}/, names that differ in case alone; "
                             f"merge or rename one of them")
         by_name[name] = p
+    if not by_name and test_split:  # an empty test/: which the user meant is theirs to say
+        raise DataError(f"{root} holds no class folders; put the test images in {root}/CLASS (the training images' "
+                        f"class folders), or remove the empty {root.name}/ to hold about a fifth of each class out "
+                        f"by file name")
     if len(by_name) < at_least:
         found = f"only the class folder {next(iter(by_name))}/" if by_name else "no class folders"
         raise DataError(f"{root} holds {found}; a classifier needs at least {at_least} classes: put each class's "
@@ -56,18 +64,19 @@ def class_folders(root: Path, *, at_least: int = 2) -> dict[str, Path]:
     return dict(sorted(by_name.items()))
 
 
-def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None
+def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, *, test_split: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor, list[str], tuple[str, ...]]:
     """Every image of ``root``'s class folders, checked (see the module docstring).
 
     ``classes``: the class names the labels index (a test folder's images are numbered by the training folder's
-    classes; it may hold fewer, never others); None: ``root``'s own class folders.
+    classes; it may hold fewer, never others); None: ``root``'s own class folders. ``test_split``: ``root`` is a
+    DIR/test folder (``class_folders``).
 
     Shapes: -> images (N, C, H, W) uint8, labels (N,) int64, names: the N files as ``CLASS/FILE.png`` in class and
     file-name order, and the class names.
     """
     root = Path(root)
-    found = class_folders(root, at_least=1 if classes is not None else 2)
+    found = class_folders(root, at_least=1 if test_split else 2, test_split=test_split)
     classes = tuple(found) if classes is None else tuple(classes)
     others = sorted(set(found) - set(classes))
     if others:
@@ -79,6 +88,12 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None
     names: list[str] = []
     first: Path | None = None
     for name, folder in found.items():
+        nested = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and
+                        any(f.suffix.lower() == ".png" for f in d.rglob("*")))
+        if nested:  # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
+            raise DataError(f"{folder} holds subfolder(s) of PNG files ({', '.join(nested[:5])}), which are not "
+                            f"read; move their images into {folder} itself (or make a subfolder a class of its own, "
+                            f"beside {folder.name}/)")
         for stem, path in sorted(png_files(folder, f"images of class {name!r}", paired=False).items()):
             a = opaque_image_array(path)
             if images:
@@ -87,5 +102,6 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None
             first = first or path
             images.append(a)
             labels.append(classes.index(name))
-            names.append(f"{folder.name}/{path.name}")
+            names.append(f"{name}/{unicodedata.normalize('NFC', path.name)}")  # one Unicode form, as the
+            # held-out split hashes it: a folder copied from macOS (decomposed) to Linux keeps its split
     return torch.from_numpy(np.stack(images)), torch.tensor(labels, dtype=torch.long), names, classes

@@ -704,10 +704,11 @@ def load_classes(root: str | os.PathLike, split: str) -> Dataset:
     classes = tuple(class_folders(base))
     held_out = (base / TEST_FOLDER).is_dir()
     where = base / TEST_FOLDER if held_out and split == "test" else base
-    images, labels, names = _read_classes(where, classes)  # the cache's tensors: each split below is a copy
-    name = f"{CLASSES_PREFIX}{root}"
+    images, labels, names = _read_classes(where, classes, held_out and split == "test")  # the cache's tensors:
+    name = f"{CLASSES_PREFIX}{root}"  # each split below is a copy
     if held_out:
-        return Dataset(name, split, images.clone(), labels.clone(), classes, tuple(names))
+        keep = _by_turns(labels, range(len(labels))) if split == "test" else list(range(len(labels)))
+        return Dataset(name, split, images[keep], labels[keep], classes, tuple(names[i] for i in keep))
     keep: list[int] = []
     for k, c in enumerate(classes):  # each class held out apart: every class is both trained on and tested
         members = (labels == k).nonzero().flatten().tolist()
@@ -716,16 +717,30 @@ def load_classes(root: str | os.PathLike, split: str) -> Dataset:
                             f"out for testing (add images, or put the test images in {base / TEST_FOLDER / c})")
         held = held_out_names([names[i] for i in members])
         keep += [i for i in members if (names[i] in held) == (split == "test")]
+    if split == "test":
+        keep = _by_turns(labels, keep)
     return Dataset(name, split, images[keep], labels[keep], classes, tuple(names[i] for i in keep))
 
 
-def _read_classes(where: Path, classes: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def _by_turns(labels: torch.Tensor, indices) -> list[int]:
+    """``indices`` reordered a class at a time in turn (the first of each class, then the second of each, ...), each
+    class's in its own order: a test split's first N images (--test-size N, the viewer's first ones) then hold every
+    class, where the class folders' order gave the first class alone."""
+    by_class: dict[int, list[int]] = {}
+    for i in indices:
+        by_class.setdefault(int(labels[i]), []).append(i)
+    turns = [(k, c, i) for c, members in by_class.items() for k, i in enumerate(members)]
+    return [i for _, _, i in sorted(turns)]
+
+
+def _read_classes(where: Path, classes: tuple[str, ...], test_split: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """``load_class_folder(where, classes)``, once while the class folders' files stay as they are (``_read_folder``
     for a folder of classes)."""
     where = Path(where).expanduser().absolute()
-    images, labels, names = _FOLDERS.get((CLASSES_PREFIX, str(where), classes),
+    images, labels, names = _FOLDERS.get((CLASSES_PREFIX, str(where), classes, test_split),
                                          _stamp(where, _subfolders_of(CLASSES_PREFIX, where)),
-                                         lambda: load_class_folder(where, classes)[:3])
+                                         lambda: load_class_folder(where, classes, test_split=test_split)[:3])
     return images, labels, list(names)
 
 

@@ -11,7 +11,8 @@ import torch
 from .. import pretrained
 from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, load_checkpoint, resolve_checkpoint,
                           saved_point)
-from ..data.tasks import TEST_PAIRS, input_shape, load_test, other_classes, shipped_default, trained_dataset
+from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, input_shape, load_test, other_classes,
+                          shipped_default, trained_dataset)
 from ..average import weights_tag
 from .._progress import progress_bar
 from ..evaluate import load_model
@@ -295,8 +296,10 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
         return done
 
-    name = dataset or trained_on
+    name = dataset or trained_dataset(ckpt.train_config, "mnist")  # a user's folder moved: --dataset is the fix
     _check_fits(name, model.config)  # before reading (or downloading) a data set of another shape
+    if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
+        raise FigureError(changed)  # classes:DIR: its class folders are not the model's (the titles would lie)
     test = load_test(name, extras=False, root=root, progress=progress)
     if warning := other_classes(trained_on, name):  # a Fashion-MNIST model drawn on digits: said, not refused
         done.notes.append(f"warning: {warning}")
