@@ -101,7 +101,8 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
      r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png"),
     ({"a/1.png": _GREY, "A/1.png": _GREY}, r"class folders A/ and a/, names that differ in case alone"),
     ({"a/1.png": _GREY, "b/1.jpg": _GREY}, r"no PNG files in .*b \(found 1 other file\(s\): 1.jpg; convert them"),
-    ({"a/1.png": _GREY, "b/1.png": _GREY, "b/more/deeper/2.png": _GREY},
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "b/more/deeper/2.png": _GREY, "b/thumbs/.cache/3.png": _GREY,
+      "b/meta/._4.png": _GREY},
      r"b holds subfolder\(s\) of PNG files \(more\), which are not read; move their images into .*b itself"),
     ({"a/1.png": _GREY, "b/1.png": _GREY, "test/.hidden.png": _GREY},
      r"test holds no class folders; put the test images in .*test/CLASS .*, or remove the empty test/ to hold "

@@ -753,3 +753,8 @@ def test_class_names_longer_than_a_digit_stand_on_end_under_the_score_bars():
     assert {t.get_rotation() for t in fashion.axes[0].get_xticklabels()} == {90.0}
     assert [t.get_text() for t in fashion.axes[0].get_xticklabels()][:2] == ["T-shirt/top", "Trouser"]
     assert fashion.get_figheight() > digits.get_figheight()  # room below the bars for the names
+    many = fg.plot_lengths(torch.rand(1, 40), torch.tensor([3]), classes=[f"c{k:02d}" for k in range(40)])
+    assert [t.get_text() for t in many.axes[0].get_xticklabels()] == [f"c{k:02d}" for k in range(0, 40, 2)]
+    long = fg.plot_lengths(torch.rand(2, 2), torch.tensor([0, 1]), classes=["golden_retriever_puppy", "lab"])
+    assert [a.get_title() for a in long.axes] == ["input 0\ntrue golden_retriever_…", "input 1\ntrue lab"]
+    assert long.axes[0].get_xticklabels()[0].get_text() == "golden_retriever_…"

@@ -88,8 +88,9 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, 
     names: list[str] = []
     first: Path | None = None
     for name, folder in found.items():
-        nested = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and
-                        any(f.suffix.lower() == ".png" for f in d.rglob("*")))
+        nested = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and any(
+            f.suffix.lower() == ".png" and not any(part.startswith(".") for part in f.relative_to(d).parts)
+            for f in d.rglob("*")))  # hidden files and folders passed over, as everywhere (macOS's ._*.png)
         if nested:  # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
             raise DataError(f"{folder} holds subfolder(s) of PNG files ({', '.join(nested[:5])}), which are not "
                             f"read; move their images into {folder} itself (or make a subfolder a class of its own, "

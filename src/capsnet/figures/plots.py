@@ -35,6 +35,15 @@ def _figure(width: float, height: float) -> "Figure":
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _short(name: str, limit: int = 18) -> str:
+    """A class name cut to ``limit`` characters for a title or a tick (a user's class folders can be long), the cut
+    shown by an ellipsis."""
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+MAX_TICKS = 20  # class names under one panel's bars: past this, every k-th bar is named
+
+
 def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
     img = image.detach().cpu()
     img = unit_float(img)  # uint8 data set images
@@ -75,7 +84,7 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     N = len(images)
     if N == 0:
         raise FigureError("no misclassified examples to show")
-    name = (lambda k: classes[k]) if classes else str
+    name = (lambda k: _short(classes[k], 12)) if classes else str
     fig = _figure(max(4.0, 1.1 * N), 4.0)
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
@@ -232,10 +241,14 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         raise FigureError("no inputs to show the class scores of")
     cols = min(N, 5)
     rows = math.ceil(N / cols)
-    names = [classes[j] if classes else str(j) for j in range(J)]
-    longest = max(map(len, names))
-    upright = J * longest > 24  # names longer than a digit or two (Fashion-MNIST's, a user's class folders) stand
-    fig = _figure(2.6 * cols, (2.1 + (0.06 * longest if upright else 0)) * rows + 0.5)  # on end, not over each other
+    names = [_short(classes[j] if classes else str(j)) for j in range(J)]
+    step = math.ceil(J / MAX_TICKS)  # many classes: every step-th named (40 names under one panel were a smear)
+    ticks = list(range(0, J, step))
+    longest = max(len(names[j]) for j in ticks)
+    upright = len(ticks) * longest > 24  # names longer than a digit or two (Fashion-MNIST's, a user's class
+    # folders) stand on end, not over each other; a title naming a long class takes a second line
+    two_lines = labels is not None and max(len(names[int(k)]) for k in labels) > 8
+    fig = _figure(2.6 * cols, (2.1 + (0.06 * longest if upright else 0) + (0.15 if two_lines else 0)) * rows + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False)
     for n in range(rows * cols):
         ax = axes[n // cols, n % cols]
@@ -250,9 +263,9 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         if m_minus is not None:
             ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
         ax.set_ylim(0, 1)
-        ax.set_xticks(range(J), names, fontsize=7, rotation=90 if upright else 0)
+        ax.set_xticks(ticks, [names[j] for j in ticks], fontsize=7, rotation=90 if upright else 0)
         which = f"test image {indices[n]}" if indices is not None else f"input {n}"
-        title = which if labels is None else f"{which}: true {names[int(labels[n])]}"
+        title = which if labels is None else f"{which}{chr(10) if two_lines else ': '}true {names[int(labels[n])]}"
         ax.set_title(title, fontsize=8)
         if n % cols == 0:
             ax.set_ylabel(score, fontsize=8)
