@@ -231,13 +231,20 @@ def test_predict_names_the_classes_when_the_folder_is_gone(digit_classes, tmp_pa
         assert row["class"] == max(scores, key=scores.get)
 
 
-def test_a_resume_after_a_class_folder_was_added_is_refused(digit_classes, tmp_path, capsys):
-    root, _ = digit_classes
+def _two_class_run(root: Path, tmp_path: Path) -> Path:
+    """A copy of two of ``root``'s classes (one, zero) in tmp_path/digits, and a tiny CapsNet trained one epoch on it
+    in tmp_path/run; returns the copy."""
     copy = tmp_path / "digits"
     for name in ("one", "zero"):
         shutil.copytree(root / name, copy / name)
     cfg = CapsNetConfig(conv1_channels=4, primary_types=2, decoder_hidden=(16, 32), num_classes=2)
     fit(cfg, TrainConfig(dataset=f"classes:{copy}", epochs=1, batch_size=8), tmp_path / "run", progress=False)
+    return copy
+
+
+def test_a_resume_after_a_class_folder_was_added_is_refused(digit_classes, tmp_path, capsys):
+    root, _ = digit_classes
+    copy = _two_class_run(root, tmp_path)
     shutil.copytree(root / "seven", copy / "seven")
     r = in_process(capsys, "train", "--resume", "--out", tmp_path / "run", "--epochs", "2", "--no-progress")
     assert r.returncode != 0 and (f"classes:{copy} holds 3 class folders and the model scores 2 classes: a run "
@@ -256,11 +263,7 @@ def test_figures_refuse_a_folder_whose_classes_changed_and_name_the_flag_for_one
     from capsnet.figures import FigureError, write_figures
 
     root, _ = digit_classes
-    copy = tmp_path / "digits"
-    for name in ("one", "zero"):
-        shutil.copytree(root / name, copy / name)
-    cfg = CapsNetConfig(conv1_channels=4, primary_types=2, decoder_hidden=(16, 32), num_classes=2)
-    fit(cfg, TrainConfig(dataset=f"classes:{copy}", epochs=1, batch_size=8), tmp_path / "run", progress=False)
+    copy = _two_class_run(root, tmp_path)
     (copy / "zero").rename(copy / "alpha")  # now class 0: the titles would call the model's "one" digits alpha
     with pytest.raises(FigureError, match=r"\(new: alpha; gone: zero\)"):
         write_figures(tmp_path / "run", out=tmp_path / "figs", progress=False)
