@@ -263,7 +263,7 @@ def test_cli_choices_come_from_the_registries():
     assert list(train["model"]) == list(MODELS)
     dataset = next(a for a in commands["train"]._actions if a.dest == "dataset")  # noqa: SLF001
     assert all(dataset.type(name) == name for name in TASKS)  # every task, and folder:DIR (checked when read)
-    assert dataset.metavar == "{" + ",".join(TASKS) + ",folder:DIR,pairs:DIR}"
+    assert dataset.metavar == "{" + ",".join(TASKS) + ",folder:DIR,pairs:DIR,classes:DIR}"
     with pytest.raises(argparse.ArgumentTypeError, match="invalid choice: 'mnits'"):
         dataset.type("mnits")
 
