@@ -30,6 +30,8 @@ CapsPix2pix's generator takes two inputs, ``label_maps`` (B, C_in, H, W) in
 [0, 1] and ``noise`` (B, Z), standard normal z (what ``model.noise(B, seed)``
 draws: ``capsnet generate``'s images for a seed come from that z); in eval
 mode its dropout is off, so the same label map and z give the same image.
+Every file carries ``metadata_of``'s entries (the model, what its input is, the data set and, for a classifier,
+its class names: ONNX ``metadata_props``, a ``.pt2``'s ``capsnet.json`` extra file).
 pix2pix is not exported: its noise is dropout kept on at generation, drawn
 per image from a seeded stream, which an exported graph cannot reproduce.
 
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import re
@@ -62,7 +65,7 @@ import torch
 from torch import nn
 
 from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
-from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
+from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name, model_spec
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing, routing_is
@@ -299,6 +302,7 @@ class ExportResult:
     side_multiple: int | None = None  # an any-size export's: what height and width must be multiples of
     checkpoint: Path | None = None
     notes: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)  # written into the file (``METADATA``)
 
     def format_report(self) -> str:
         """The lines ``capsnet export`` prints."""
@@ -313,6 +317,10 @@ class ExportResult:
             lines.append(f"height and width: any multiples of {self.side_multiple} from {2 * self.side_multiple} (" + (
                 "the program refuses others)" if self.format != "onnx" else
                 "the ONNX graph does not check them: another size runs to a wrong result or an error)"))
+        if classes := self.metadata.get("capsnet.classes"):
+            names = json.loads(classes)
+            lines.append(f"classes (index k of {self.outputs[0][0]}): {', '.join(names[:10])}"
+                         + (f" and {len(names) - 10} more" if len(names) > 10 else "") + " (in the file's metadata)")
         if self.checked_with:
             sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""
             lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random "
@@ -373,7 +381,7 @@ def _shape(dims: Any, names: dict[str, str]) -> tuple[int | str, ...]:
 def _write_pt2(traced: Traced, path: Path, result: ExportResult) -> bytes:
     buffer = io.BytesIO()
     with _quiet():
-        torch.export.save(traced.program, buffer)
+        torch.export.save(traced.program, buffer, extra_files={METADATA_FILE: json.dumps(result.metadata)})
     data = buffer.getvalue()
     inputs, expected = _check_batch(traced, result)
     try:
@@ -457,6 +465,9 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         raise ExportError(f"{traced.label} exports to ONNX only with operators outside the standard set "
                           f"({', '.join(foreign) or 'local functions'}), which runtimes cannot run; nothing written")
     _name_dims(proto, traced.any_size)
+    for key, value in result.metadata.items():  # ONNX's own place for it: runtimes read it (modelmeta)
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
     try:
         data = proto.SerializeToString()
     except ValueError as e:  # protobuf's 2 GB limit
@@ -508,6 +519,34 @@ def _format(format: str) -> str:
     if name not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; valid formats are {', '.join(FORMATS)}")
     return name
+
+
+METADATA_FILE = "capsnet.json"  # a torch.export program's extra file holding ``metadata_of``'s entries
+
+
+def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
+    """What an exported file carries about its model (ONNX ``metadata_props``; a ``.pt2``'s ``capsnet.json`` extra
+    file), every value a string: ``capsnet.model`` (the registry name), ``capsnet.input`` (what the images are),
+    and from a checkpoint ``capsnet.dataset`` (what it trained on: a user's folder by its name alone, not its
+    path) and, for a classifier, ``capsnet.classes`` (a JSON list: the class of each index of its scores)."""
+    from . import __version__
+    from .data.tasks import TASKS, dataset_stem, trained_classes, user_folder
+
+    meta = {"capsnet.version": __version__, "capsnet.model": model,
+            "capsnet.input": "float32 in [0, 1], as capsnet trains on (the pixels / 255)"}
+    if checkpoint is not None:
+        from .data.tasks import task_kind
+        from .predict import PREPARED
+
+        dataset = checkpoint.train_config.get("dataset", "mnist")
+        meta["capsnet.dataset"] = dataset_stem(dataset)
+        source = None if user_folder(dataset) or task_kind(dataset) != "classification" else TASKS[dataset].source
+        if source in PREPARED:  # its images are not the pixels / 255
+            meta["capsnet.input"] = f"float32, {PREPARED[source]} (capsnet.data.tasks prepares {source}'s)"
+        if model_spec(checkpoint.model_name).kind == "classification" and (
+                classes := trained_classes(checkpoint.train_config, checkpoint.state)) is not None:
+            meta["capsnet.classes"] = json.dumps(list(classes))
+    return meta
 
 
 def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.PathLike | None = None, *,
@@ -592,7 +631,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         raise ExportError(f"this {label} was traced for its own image size: trace it with "
                           f"trace_model(model, any_size=True)")
     traced = source if isinstance(source, Traced) else trace_model(source, any_size=any_size)
-    result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None)
+    result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None,
+                          metadata=metadata_of(traced.label, checkpoint))
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
     atomic_write_bytes(path, data)
     result.size = len(data)

@@ -29,8 +29,7 @@ from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
 from .data.png import check_out_folder, opaque_image_array, png_files, read_png, refuse_case_twins
-from .data.sets import class_names
-from .data.tasks import CLASSES_PREFIX, SVHN_CLASSES, task, user_folder
+from .data.tasks import task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
 
@@ -97,9 +96,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
 
 
 @torch.no_grad()
-def _classify(model: torch.nn.Module, ckpt: Checkpoint, source: str, arrays: dict[str, np.ndarray],
+def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.ndarray],
               paths: dict[str, Path], batch_size: int, progress: bool) -> list[dict]:
-    """Each file's class and every class's score; ``source`` the data set it trained on, which names the classes."""
+    """Each file's class and every class's score, the classes named as the run that trained it names them."""
     loss = model_spec(ckpt.model_name).loss
     dev = next(model.parameters()).device
     x = torch.from_numpy(np.stack(list(arrays.values()))).float().div_(255.0)  # (N, C, H, W)
@@ -111,9 +110,7 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, source: str, arrays: dic
         scores.append(loss(model, batch, torch.zeros(len(batch), dtype=torch.long, device=dev),
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
-    names = SVHN_CLASSES if source == "svhn" else class_names(source)
-    if source.startswith(CLASSES_PREFIX):  # the user's class folders, as the run recorded them
-        names = tuple(map(str, (ckpt.state.get("data") or {}).get("classes") or ())) or None
+    names = trained_classes(ckpt.train_config, ckpt.state)  # a registered set's, or the class folders recorded
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
     rows = []
@@ -264,7 +261,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
             written |= files
             rows.append(row)
     else:
-        rows = _classify(model, ckpt, trained_on, arrays, paths, eval_batch(model, batch_size), progress)
+        rows = _classify(model, ckpt, arrays, paths, eval_batch(model, batch_size), progress)
         text = io.StringIO()
         # a field holding a carriage return is quoted by no minimal rule under "\n" lines: a file named so split its
         # row in two for every reader; such a file (rare) has every field quoted, which every reader reads

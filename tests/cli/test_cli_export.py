@@ -2,6 +2,7 @@
 torch.export program, each equal to the PyTorch model at batch sizes 1 and 7; the command's refusals."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 
@@ -51,6 +52,11 @@ def test_export_onnx_runs_in_onnxruntime_like_the_model(trained_run, digits, tmp
                  "output  reconstruction  float32 (batch, 1, 28, 28)", "checked: onnxruntime"):
         assert line in r.stdout, r.stdout
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map  # what a runtime reads of the file: the model and its classes
+    assert (meta["capsnet.model"], meta["capsnet.dataset"]) == ("capsnet", "mnist")
+    assert json.loads(meta["capsnet.classes"]) == [str(k) for k in range(10)]
+    assert meta["capsnet.input"].startswith("float32 in [0, 1]")
+    assert "classes (index k of lengths): 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (in the file's metadata)" in r.stdout
     assert [i.name for i in session.get_inputs()] == ["images"]
     assert [o.name for o in session.get_outputs()] == ["lengths", "poses", "reconstruction"]
     for images in (digits[:1], digits):  # one file, batches of 1 and 7
@@ -67,7 +73,9 @@ def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_pat
     assert f"wrote {tmp_path / 'last.pt2'} (" in r.stdout and "torch.export program" in r.stdout
     # seconds of tracing and checking are said first, on stderr (the report alone on stdout)
     assert r.stderr.startswith(f"exporting {tmp_path} as a torch.export program: tracing the model, then checking")
-    program = torch.export.load(str(tmp_path / "last.pt2")).module()
+    extra = {"capsnet.json": ""}
+    program = torch.export.load(str(tmp_path / "last.pt2"), extra_files=extra).module()
+    assert json.loads(json.loads(extra["capsnet.json"])["capsnet.classes"]) == [str(k) for k in range(10)]
     for images in (digits[:1], digits):
         with torch.no_grad():
             assert_close(program(images), expected(trained_run, "last", images))

@@ -115,7 +115,8 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs", "load_source",
-           "folder_contents", "CLASSES_PREFIX", "load_classes", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change"]
+           "folder_contents", "CLASSES_PREFIX", "load_classes", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change",
+           "trained_classes"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -474,20 +475,32 @@ def shipped_default(trained_on: str) -> str:
     return SHIPPED_SAMPLES.get(trained_on, trained_on)
 
 
+def _task_classes(name: str) -> tuple[str, ...] | None:
+    """The class names of registered classification task ``name`` without loading it; None for any other name."""
+    from .sets import class_names
+
+    if name not in TASKS or TASKS[name].kind != "classification":
+        return None
+    known = {"cifar10": CIFAR10_CLASSES, "svhn": SVHN_CLASSES, "smallnorb": SMALLNORB_CLASSES}
+    return known.get(TASKS[name].source) or class_names(TASKS[name].source)
+
+
+def trained_classes(train_config: dict[str, Any], state: dict[str, Any]) -> tuple[str, ...] | None:
+    """The class names of the classifier a run trained (its saved ``train_config`` and ``state``), without reading
+    any data: a registered set's own, or the class folders a ``classes:DIR`` run recorded; None for other runs
+    (segmentation, synthesis) and for a run that does not say."""
+    name = train_config.get("dataset", "mnist")
+    if name.startswith(CLASSES_PREFIX):
+        saved = (state.get("data") or {}).get("classes") if isinstance(state.get("data"), dict) else None
+        return tuple(map(str, saved)) if isinstance(saved, list) and saved else None
+    return _task_classes(name)
+
+
 def other_classes(trained_on: str, scored_on: str) -> str | None:
     """A warning when a classifier trained on ``trained_on`` is scored or shown on ``scored_on`` whose classes are
     others (a Fashion-MNIST model on MNIST digits: its accuracy there counts nothing); None when they agree or
     either is not known without loading."""
-    from .sets import class_names
-
-    known = {"cifar10": CIFAR10_CLASSES, "svhn": SVHN_CLASSES, "smallnorb": SMALLNORB_CLASSES}
-
-    def classes(name: str) -> tuple[str, ...] | None:
-        if name not in TASKS or TASKS[name].kind != "classification":
-            return None
-        return known.get(TASKS[name].source) or class_names(TASKS[name].source)
-
-    a, b = classes(trained_on), classes(scored_on)
+    a, b = _task_classes(trained_on), _task_classes(scored_on)
     if a is None or b is None or a == b:
         return None
     return (f"the model was trained on {trained_on} ({', '.join(a[:3])}, ...) but {scored_on}'s classes are others "
