@@ -529,7 +529,9 @@ def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recip
             assert getattr(r.train_config, key) == value
     eff = next(r for r in runs if r.model == "efficient-capsnet")
     assert eff.train_config.augment == "efficient-capsnet" and eff.train_config.lr == 5e-4
-    with pytest.raises(ValueError, match="compares on 28x28 image sets; not multimnist"):
+    with pytest.raises(ValueError, match=r"compares on 28x28 grey image sets \(its models. recipes are the papers. "
+                                         r"MNIST ones\); not multimnist, whose images are 1x36x36 \(C x H x W\): "
+                                         r"train each model on it with capsnet train --dataset multimnist --model NAME"):
         plan("routing", tmp_path, train=TrainConfig(), datasets=["multimnist"])
 
 

@@ -250,7 +250,10 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     if name == "routing":
         bad = [d for d in datasets if input_shape(d) != (1, 28, 28)]
         if bad:
-            raise ValueError(f"the routing experiment compares on 28x28 image sets; not {', '.join(bad)}")
+            raise ValueError(f"the routing experiment compares on 28x28 grey image sets (its models' recipes are "
+                             f"the papers' MNIST ones); not {', '.join(bad)}, whose images are "
+                             f"{'x'.join(map(str, input_shape(bad[0])))} (C x H x W): train each model on it with "
+                             f"capsnet train --dataset {bad[0]} --model NAME")
         return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m)),
                      out / dataset_stem(d) / f"{stem(m)}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
