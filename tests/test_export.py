@@ -496,3 +496,31 @@ def test_two_threads_exporting_at_once_both_succeed_and_leave_the_warnings_and_l
     assert not errors and sorted(p.name for p in tmp_path.iterdir()) == ["m0.pt2", "m1.pt2"], errors
     assert warnings.filters == filters
     assert [logging.getLogger(n).level for n in ("torch.onnx", "onnxscript")] == levels
+
+
+def test_the_metadata_says_only_what_the_checkpoint_knows(tmp_path):
+    """What an exported file says of its model: the classes only when they are as many as its outputs, the data set
+    only when the checkpoint names it, each input as it is (a review found ten digit names on a 5-class model, a
+    model with no data set labelled MNIST, and a generator's noise called pixels / 255)."""
+    import json
+
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.data.tasks import dataset_stem
+    from capsnet.export import metadata_of
+
+    def meta(name, dataset=None, **config):
+        cfg = create_model(name, **SMALL[name], **config).config.to_dict()
+        return metadata_of(name, Checkpoint(name, cfg, {} if dataset is None else {"dataset": dataset}, {}, {}))
+
+    digits = meta("baseline", "mnist")
+    assert json.loads(digits["capsnet.classes"]) == [str(k) for k in range(10)] and digits["capsnet.dataset"] == "mnist"
+    assert digits["capsnet.input"] == "float32 in [0, 1], as capsnet trains on (the pixels / 255)"
+    assert "capsnet.classes" not in meta("baseline", "mnist", num_classes=5)
+    assert json.loads(meta("baseline", "fashion-mnist")["capsnet.classes"])[0] == "T-shirt/top"
+    assert set(meta("baseline")) == {"capsnet.version", "capsnet.model"}  # no data set: nothing of one guessed
+    assert "centre-cropped to 24x24 and standardised" in meta("capsnet-cifar10", "cifar10")["capsnet.input"]
+    assert "noise: float32, standard normal" in metadata_of("capspix2pix", None)["capsnet.input"]
+    assert "capsnet.classes" not in meta("segcaps-r1", "mnist-segmentation")
+    (tmp_path / "cafes").mkdir()
+    (tmp_path / "pets").symlink_to(tmp_path / "cafes")
+    assert dataset_stem(f"classes:{tmp_path / 'pets'}") == "classes-pets"  # the name given, stable once it is gone

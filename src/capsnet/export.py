@@ -65,7 +65,7 @@ import torch
 from torch import nn
 
 from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
-from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name, model_spec
+from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing, routing_is
@@ -302,7 +302,7 @@ class ExportResult:
     side_multiple: int | None = None  # an any-size export's: what height and width must be multiples of
     checkpoint: Path | None = None
     notes: list[str] = field(default_factory=list)
-    metadata: dict[str, str] = field(default_factory=dict)  # written into the file (``METADATA``)
+    metadata: dict[str, str] = field(default_factory=dict)  # written into the file (``metadata_of``)
 
     def format_report(self) -> str:
         """The lines ``capsnet export`` prints."""
@@ -526,26 +526,32 @@ METADATA_FILE = "capsnet.json"  # a torch.export program's extra file holding ``
 
 def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
     """What an exported file carries about its model (ONNX ``metadata_props``; a ``.pt2``'s ``capsnet.json`` extra
-    file), every value a string: ``capsnet.model`` (the registry name), ``capsnet.input`` (what the images are),
-    and from a checkpoint ``capsnet.dataset`` (what it trained on: a user's folder by its name alone, not its
-    path) and, for a classifier, ``capsnet.classes`` (a JSON list: the class of each index of its scores)."""
+    file), every value a string: ``capsnet.version``, ``capsnet.model`` (the registry name, or the class of a model
+    of one's own); where known, ``capsnet.input`` (what the inputs are: a generator's label maps and noise, or, from
+    a checkpoint that names its data set, a classifier's or segmenter's images); from such a checkpoint
+    ``capsnet.dataset`` (a user's folder by its name alone, not its path) and, for a classifier whose class names
+    are known and as many as its outputs, ``capsnet.classes`` (a JSON list: the class of each index of its
+    scores)."""
     from . import __version__
-    from .data.tasks import TASKS, dataset_stem, trained_classes, user_folder
+    from .data.tasks import TASKS, dataset_stem, task_kind, trained_classes, user_folder
+    from .predict import PREPARED
 
-    meta = {"capsnet.version": __version__, "capsnet.model": model,
-            "capsnet.input": "float32 in [0, 1], as capsnet trains on (the pixels / 255)"}
-    if checkpoint is not None:
-        from .data.tasks import task_kind
-        from .predict import PREPARED
-
-        dataset = checkpoint.train_config.get("dataset", "mnist")
-        meta["capsnet.dataset"] = dataset_stem(dataset)
+    meta = {"capsnet.version": __version__, "capsnet.model": model}
+    kind = MODELS[model].kind if model in MODELS else None
+    if kind == "synthesis":  # two inputs, neither the other's kind
+        meta["capsnet.input"] = ("label_maps: float32 in [0, 1] (the pixels / 255); noise: float32, standard normal "
+                                 "(capsnet generate's model.noise(batch, seed))")
+    if checkpoint is None or "dataset" not in checkpoint.train_config:  # what it trained on is not known
+        return meta
+    dataset = checkpoint.train_config["dataset"]
+    meta["capsnet.dataset"] = dataset_stem(dataset)
+    if kind != "synthesis":
         source = None if user_folder(dataset) or task_kind(dataset) != "classification" else TASKS[dataset].source
-        if source in PREPARED:  # its images are not the pixels / 255
-            meta["capsnet.input"] = f"float32, {PREPARED[source]} (capsnet.data.tasks prepares {source}'s)"
-        if model_spec(checkpoint.model_name).kind == "classification" and (
-                classes := trained_classes(checkpoint.train_config, checkpoint.state)) is not None:
-            meta["capsnet.classes"] = json.dumps(list(classes))
+        meta["capsnet.input"] = (f"float32, {PREPARED[source]} (capsnet.data.tasks prepares {source}'s)"
+                                 if source in PREPARED else "float32 in [0, 1], as capsnet trains on (the pixels / 255)")
+    classes = trained_classes(checkpoint.train_config, checkpoint.state) if kind == "classification" else None
+    if classes is not None and len(classes) == checkpoint.model_config.get("num_classes"):
+        meta["capsnet.classes"] = json.dumps(list(classes), ensure_ascii=False)  # 猫 as itself, not \u732b
     return meta
 
 
