@@ -524,8 +524,8 @@ def user_folder(name: str) -> tuple[str, str] | None:
 
 
 def dataset_stem(name: str) -> str:
-    """A data set's name as part of a file or folder name: folder:DIR and pairs:DIR as folder-NAME and pairs-NAME
-    (NAME: DIR's last part), every other name as it is."""
+    """A data set's name as part of a file or folder name: folder:DIR, pairs:DIR and classes:DIR as folder-NAME,
+    pairs-NAME and classes-NAME (NAME: DIR's last part), every other name as it is."""
     folder = user_folder(name)  # the name as given (a link's own name, not its target's: stable once it is gone)
     return f"{folder[0][:-1]}-{Path(os.path.abspath(os.path.expanduser(folder[1]))).name}" if folder else name
 
