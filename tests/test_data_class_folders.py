@@ -336,3 +336,66 @@ def test_an_exported_model_carries_its_class_folders_names_not_their_path(digit_
     meta = json.loads(extra[METADATA_FILE])
     assert meta == done.metadata and json.loads(meta["capsnet.classes"]) == ["one", "seven", "zero"]
     assert meta["capsnet.dataset"] == "classes-digits" and str(root) not in json.dumps(meta)  # no path of this disk
+
+
+def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads(tmp_path):
+    from capsnet.data.prepare import prepare_class_folders
+
+    wide = np.zeros((32, 64), np.uint8)
+    wide[:, :32] = 255  # left half white: 64 wide, 32 high
+    src = tmp_path / "src"
+    _write(src, {"stripes/wide.png": wide, "test/stripes/t.png": wide.T.copy()})
+    (src / "dots").mkdir()
+    Image.fromarray(np.full((50, 40, 3), 200, np.uint8)).save(src / "dots" / "photo.jpg", quality=95)
+    icon = np.zeros((10, 30, 4), np.uint8)
+    icon[..., 0], icon[:, :15, 3] = 255, 255  # red, its right half transparent
+    Image.fromarray(icon).save(src / "dots" / "icon.png")
+    (src / "dots" / "notes.txt").write_text("not an image")
+    done = prepare_class_folders(src, tmp_path / "crop", 32, mode="grey", fit="crop")
+    assert done.counts == {"train": 3, "test": 1} and done.skipped == [src / "dots" / "notes.txt"]
+    train = load_classes(tmp_path / "crop", "train")
+    assert train.classes == done.classes == ("dots", "stripes") and train.images.shape == (3, 1, 32, 32)
+    crop = train.images[train.names.index("stripes/wide.png"), 0]
+    # the shorter side (32) already the size: the centre 32 columns cut out, 16 white then 16 black, exactly
+    assert (crop[:, :16] == 255).all() and (crop[:, 16:] == 0).all()
+    assert abs(train.images[train.names.index("dots/photo.png"), 0].float().mean().item() - 200) <= 2  # a JPEG
+    flat = train.images[train.names.index("dots/icon.png"), 0].float()  # red on black: grey 76 (ITU-R 601-2)
+    assert abs(flat[:, 4].mean().item() - 76) <= 2 and flat[:, 28].max() <= 2  # the transparent half black
+    prepare_class_folders(src, tmp_path / "pad", 32, mode="rgb", fit="pad")
+    padded = load_classes(tmp_path / "pad", "train")
+    assert padded.images.shape == (3, 3, 32, 32)
+    pad = padded.images[padded.names.index("stripes/wide.png"), 0]
+    # the longer side (64) down to 32: the image 16 high, centred on black (8 rows above and below)
+    assert (pad[:8] == 0).all() and (pad[24:] == 0).all() and (pad[12, :12] >= 250).all() and (pad[12, 20:] <= 5).all()
+
+
+def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp_path, capsys):
+    from capsnet.data.prepare import prepare_class_folders
+
+    src = tmp_path / "src"
+    _write(src, {"a/x.png": _GREY, "a/y.png": _GREY, "b/x.png": _GREY, "b/w.png": _GREY})
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / "a" / "x.jpg")
+    with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png would both be x.png; rename one of them"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    (src / "a" / "x.jpg").unlink()
+    (src / "a" / "z.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
+    with pytest.raises(DataError, match=r"a/z.jpg is not a readable image .*; re-save it or move it out"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))  # nothing written, no leftovers
+    (src / "a" / "z.jpg").unlink()
+    _write(src, {"loose.png": _GREY})
+    with pytest.raises(DataError, match=r"1 image\(s\) outside the class folders \(loose.png\); put each in"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    (src / "loose.png").unlink()
+    with pytest.raises(DataError, match="is inside"):
+        prepare_class_folders(src, src / "made", 16)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "k").write_text("")
+    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "full", "--size", "16")
+    assert r.returncode == 2 and "already holds files; give an empty or new folder (--out)" in r.stderr
+    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "out", "--size", "16", "--mode", "grey",
+                   "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (f"wrote 4 train images of 16x16 (grey) in 2 classes to {tmp_path / 'out'}; train on "
+                                f"them with: capsnet train --dataset classes:{tmp_path / 'out'}")
+    assert load_classes(tmp_path / "out", "train").images.shape[1:] == (1, 16, 16)

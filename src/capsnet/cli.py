@@ -639,6 +639,37 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def _prepare_arguments(p: argparse.ArgumentParser) -> None:
+    from .data.prepare import FITS, MODES
+
+    p.add_argument("--images", required=True, metavar="DIR",
+                   help="your photos: a subfolder of images per class (DIR/CLASS/*, any size, any format Pillow reads: "
+                        "JPEG, PNG, BMP, WebP, ...), and DIR/test/CLASS/* if you hold test images out yourself")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the folder to write (new or empty): OUT/CLASS/NAME.png, what --dataset classes:OUT reads")
+    p.add_argument("--size", required=True, type=_positive_int, metavar="PIXELS",
+                   help="the side of the square PNGs written (the classifiers here are made for 28 to 32)")
+    p.add_argument("--mode", choices=list(MODES), default="rgb", help="grey (1 channel) or rgb (3 channels)")
+    p.add_argument("--fit", choices=FITS, default="crop",
+                   help="crop: the shorter side scaled to the size, the centre kept; pad: the longer side scaled to "
+                        "the size, centred on black")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from .data.prepare import prepare_class_folders
+
+    done = prepare_class_folders(args.images, args.out, args.size, mode=args.mode, fit=args.fit,
+                                 progress=not args.no_progress)
+    if done.skipped:
+        shown = ", ".join(str(p) for p in done.skipped[:5]) + (", ..." if len(done.skipped) > 5 else "")
+        print(f"passed over {len(done.skipped)} file(s) that are not images: {shown}")
+    print(f"wrote {' and '.join(f'{n:,} {split}' for split, n in done.counts.items())} images of {args.size}x"
+          f"{args.size} ({args.mode}) in {len(done.classes)} classes to {done.out}; train on them with: capsnet train "
+          f"--dataset {shlex.quote('classes:' + str(done.out))}")
+    return 0
+
+
 def _export_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--checkpoint", required=True, help="run directory made by `capsnet train`, a .safetensors "
                                                        "checkpoint file, or pretrained:NAME (a model shipped with "
@@ -1737,6 +1768,11 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                  "List the registered routing algorithms (whether each iterates, takes a pose bias and gives "
                  "activations in [0, 1]); with NAME, its options, defaults and notes, read from its code. In the "
                  "paper's CapsNet: `capsnet train --routing NAME --routing-option KEY=VALUE`."),
+    "prepare": (_prepare_arguments, _cmd_prepare, "make your photos into class folders capsnet trains on",
+                "Make a folder of your own photos (a subfolder per class, any size, any format Pillow reads) into "
+                "what --dataset classes:DIR reads: PNG files of one size and mode, each turned by its EXIF "
+                "orientation and fitted to the size (crop or pad). Every file is read before any is written, and the "
+                "folder is written whole or not at all."),
     "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing as it goes",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
               "config.json and metrics.jsonl into --out; last.safetensors at the end of epochs and every "

@@ -98,8 +98,9 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, 
         for stem, path in sorted(png_files(folder, f"images of class {name!r}", paired=False).items()):
             a = opaque_image_array(path)
             if images:
-                refuse_other_shape(a, path, images[0], first, "images", " (the classifiers here are made for small "
-                                   "images, 28x28 to 32x32: CapsNet's weights grow with the image's area)")
+                refuse_other_shape(a, path, images[0], first, "images", " (capsnet prepare --images SRC --out DIR "
+                                   "--size 32 makes photos of any size and format into one; the classifiers here "
+                                   "are made for small images, 28x28 to 32x32)")
             first = first or path
             images.append(a)
             labels.append(classes.index(name))

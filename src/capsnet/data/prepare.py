@@ -1,0 +1,152 @@
+"""Photos made into what ``--dataset classes:DIR`` reads: PNG files of one size and mode (``capsnet prepare``).
+
+``SRC/CLASS/*`` (and ``SRC/test/CLASS/*``, if there) may hold images of any size in any format Pillow reads (JPEG,
+PNG, BMP, WebP, TIFF, GIF's first frame, ...). Each is turned as its EXIF orientation says, its transparency
+flattened onto black, converted to grey or RGB (``mode``), fitted to ``size`` x ``size`` and written as
+``OUT/CLASS/STEM.png`` (``OUT/test/CLASS/...``):
+
+- ``fit="crop"`` (the default): scaled so its shorter side is the size, then the centre cut out (as torchvision's
+  Resize + CenterCrop);
+- ``fit="pad"``: scaled so its longer side is the size, then centred on black (nothing cut off).
+
+Scaling is Lanczos-filtered (anti-aliased when it shrinks). Hidden files are passed over, and files that are not
+images (a notes.txt) are named in the result, not read. Two files of one stem in a class folder (a.jpg and a.png)
+would be one PNG and are refused, as is a file Pillow cannot read: every file is read before anything is written,
+and the folder is written under a temporary name and renamed when whole, so ``OUT`` is complete or absent. ``OUT``
+must be new or an empty folder.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .idx import DataError
+
+__all__ = ["MODES", "FITS", "Prepared", "prepare_class_folders"]
+
+MODES = {"grey": "L", "rgb": "RGB"}
+FITS = ("crop", "pad")
+
+
+@dataclass
+class Prepared:
+    """What ``prepare_class_folders`` wrote: the folder, the images per split ("train", "test"), the classes, and
+    the files passed over as not images."""
+
+    out: Path
+    counts: dict[str, int]
+    classes: tuple[str, ...]
+    skipped: list[Path] = field(default_factory=list)
+
+
+def _image_suffixes() -> set[str]:
+    """The file suffixes Pillow reads (.jpg, .png, .webp, ...)."""
+    from PIL import Image
+
+    return set(Image.registered_extensions())
+
+
+def _images(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+    """A class folder's image files by NFC stem, and the other files (not images) it holds."""
+    known = _image_suffixes()
+    by_stem: dict[str, Path] = {}
+    others = []
+    for p in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
+        if p.suffix.lower() not in known:
+            others.append(p)
+            continue
+        stem = unicodedata.normalize("NFC", p.stem)
+        if stem in by_stem:
+            raise DataError(f"{by_stem[stem]} and {p} would both be {stem}.png; rename one of them")
+        by_stem[stem] = p
+    return by_stem, others
+
+
+def _fitted(path: Path, size: int, mode: str, fit: str):
+    """The PIL image of ``path``, turned, flattened, converted and fitted (module docstring)."""
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            img = ImageOps.exif_transpose(img)
+    except Image.DecompressionBombError as e:
+        raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
+    except Exception as e:  # Pillow raises many types on a damaged or unknown file
+        raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
+                        f"out") from None
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # transparency flattened onto black
+        img = Image.alpha_composite(background, img.convert("RGBA"))
+    img = img.convert(MODES[mode])
+    if fit == "crop":
+        return ImageOps.fit(img, (size, size), method=Image.Resampling.LANCZOS)
+    return ImageOps.pad(img, (size, size), method=Image.Resampling.LANCZOS, color=0)
+
+
+def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, size: int, *, mode: str = "rgb",
+                          fit: str = "crop", progress: bool = False) -> Prepared:
+    """Write ``source``'s class folders into ``out`` as PNGs of ``size`` x ``size`` (the module docstring)."""
+    from .._progress import progress_bar
+    from ..checkpoint import check_out_dir
+
+    source, out = Path(source), Path(out)
+    if mode not in MODES:
+        raise DataError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if fit not in FITS:
+        raise DataError(f"fit must be one of {', '.join(FITS)}, got {fit!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4096:
+        raise DataError(f"size must be a whole number of pixels in 1..4096, got {size!r}")
+    if not source.is_dir():
+        raise DataError(f"{source}: no such folder; give the folder holding one subfolder of images per class")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError(f"{out} already holds files; give an empty or new folder (--out)")
+    if out.resolve().is_relative_to(source.resolve()):  # written among the photos, read as a class next time
+        raise DataError(f"{out} is inside {source}; give a folder outside it (--out)")
+    check_out_dir(out, "prepared class folders", error=DataError)
+    plan: list[tuple[Path, Path]] = []  # (source file, PNG to write, relative to out): all known before reading
+    skipped: list[Path] = []
+    counts: dict[str, int] = {}
+    names: list[str] = []
+    for split, top, target in (("train", source, Path()), ("test", source / "test", Path("test"))):
+        if not top.is_dir():
+            continue
+        loose = [p.name for p in sorted(top.iterdir()) if p.is_file() and not p.name.startswith(".") and
+                 p.suffix.lower() in _image_suffixes()]
+        if loose:  # left out without a word otherwise
+            raise DataError(f"{top} holds {len(loose)} image(s) outside the class folders ({', '.join(loose[:5])}"
+                            f"{', ...' if len(loose) > 5 else ''}); put each in the subfolder named by its class")
+        classes = sorted(d for d in top.iterdir() if d.is_dir() and not d.name.startswith(".") and
+                         not (split == "train" and d.name == "test"))
+        if not classes:
+            raise DataError(f"{top} holds no class folders; put each class's images in a subfolder named by the "
+                            f"class ({top}/CLASS/*)")
+        for folder in classes:
+            images, others = _images(folder)
+            if not images:
+                raise DataError(f"{folder} holds no image file Pillow reads; put the class's images there")
+            skipped += others
+            plan += [(p, target / folder.name / f"{stem}.png") for stem, p in images.items()]
+            counts[split] = counts.get(split, 0) + len(images)
+            if split == "train":
+                names.append(folder.name)
+    if len(names) < 2:
+        raise DataError(f"{source} holds {len(names)} class folder(s); a classifier needs at least 2")
+    made = [(_fitted(p, size, mode, fit), dest)  # every file read before one is written
+            for p, dest in progress_bar(plan, desc="prepare", unit="image", leave=False, progress=progress)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        for img, dest in made:
+            (partial / dest).parent.mkdir(parents=True, exist_ok=True)
+            img.save(partial / dest, format="PNG")
+        if out.exists():
+            out.rmdir()  # the empty folder given
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return Prepared(out, counts, tuple(unicodedata.normalize("NFC", n) for n in names), skipped)
