@@ -399,3 +399,25 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     assert r.stdout.strip() == (f"wrote 4 train images of 16x16 (grey) in 2 classes to {tmp_path / 'out'}; train on "
                                 f"them with: capsnet train --dataset classes:{tmp_path / 'out'}")
     assert load_classes(tmp_path / "out", "train").images.shape[1:] == (1, 16, 16)
+
+
+def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatch):
+    from PIL import Image as PILImage
+
+    from capsnet.data.prepare import prepare_class_folders
+
+    _write(tmp_path / "src", {f"{c}/{k}.png": _GREY for c in ("a", "b") for k in range(3)})
+    save, saved = PILImage.Image.save, []
+
+    def full_disk(self, fp, *args, **kwargs):  # the third file finds the disk full
+        if len(saved) == 2:
+            raise OSError(28, "No space left on device")
+        saved.append(fp)
+        return save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(PILImage.Image, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        prepare_class_folders(tmp_path / "src", tmp_path / "out", 8)
+    assert len(saved) == 2 and not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    monkeypatch.setattr(PILImage.Image, "save", save)
+    assert prepare_class_folders(tmp_path / "src", tmp_path / "out", 8).counts == {"train": 6}  # the same command again
