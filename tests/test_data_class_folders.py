@@ -351,10 +351,12 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     icon[..., 0], icon[:, :15, 3] = 255, 255  # red, its right half transparent
     Image.fromarray(icon).save(src / "dots" / "icon.png")
     (src / "dots" / "notes.txt").write_text("not an image")
+    Image.fromarray(np.full((8, 8), 32896, np.uint16)).save(src / "dots" / "deep.png")  # 16-bit: 32896 / 257 = 128
     done = prepare_class_folders(src, tmp_path / "crop", 32, mode="grey", fit="crop")
-    assert done.counts == {"train": 3, "test": 1} and done.skipped == [src / "dots" / "notes.txt"]
+    assert done.counts == {"train": 4, "test": 1} and done.skipped == [src / "dots" / "notes.txt"]
     train = load_classes(tmp_path / "crop", "train")
-    assert train.classes == done.classes == ("dots", "stripes") and train.images.shape == (3, 1, 32, 32)
+    assert train.classes == done.classes == ("dots", "stripes") and train.images.shape == (4, 1, 32, 32)
+    assert (train.images[train.names.index("dots/deep.png")] == 128).all()  # not clipped to white
     crop = train.images[train.names.index("stripes/wide.png"), 0]
     # the shorter side (32) already the size: the centre 32 columns cut out, 16 white then 16 black, exactly
     assert (crop[:, :16] == 255).all() and (crop[:, 16:] == 0).all()
@@ -363,7 +365,7 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     assert abs(flat[:, 4].mean().item() - 76) <= 2 and flat[:, 28].max() <= 2  # the transparent half black
     prepare_class_folders(src, tmp_path / "pad", 32, mode="rgb", fit="pad")
     padded = load_classes(tmp_path / "pad", "train")
-    assert padded.images.shape == (3, 3, 32, 32)
+    assert padded.images.shape == (4, 3, 32, 32)
     pad = padded.images[padded.names.index("stripes/wide.png"), 0]
     # the longer side (64) down to 32: the image 16 high, centred on black (8 rows above and below)
     assert (pad[:8] == 0).all() and (pad[24:] == 0).all() and (pad[12, :12] >= 250).all() and (pad[12, 20:] <= 5).all()

@@ -78,6 +78,8 @@ def _fitted(path: Path, size: int, mode: str, fit: str):
     except Exception as e:  # Pillow raises many types on a damaged or unknown file
         raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
                         f"out") from None
+    if img.mode.startswith(("I", "F")):  # 16- and 32-bit grey: Pillow's convert would clip everything past 255
+        img = _eight_bit(img, path)
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # transparency flattened onto black
         img = Image.alpha_composite(background, img.convert("RGBA"))
@@ -85,6 +87,21 @@ def _fitted(path: Path, size: int, mode: str, fit: str):
     if fit == "crop":
         return ImageOps.fit(img, (size, size), method=Image.Resampling.LANCZOS)
     return ImageOps.pad(img, (size, size), method=Image.Resampling.LANCZOS, color=0)
+
+
+def _eight_bit(img, path: Path):
+    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255),
+    32-bit ones as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; other ranges are refused."""
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(img, dtype=np.float64)
+    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if low < 0 or high > 65535 or not np.isfinite(a).all():
+        raise DataError(f"{path} is a {img.mode!r} image with values from {low:g} to {high:g}, outside 0..65535; "
+                        f"save it as an 8- or 16-bit image")
+    sixteen = img.mode.startswith("I;16") or high > 255
+    return Image.fromarray(np.round(a / 257 if sixteen else a).astype(np.uint8), mode="L")
 
 
 def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, size: int, *, mode: str = "rgb",
