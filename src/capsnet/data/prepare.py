@@ -11,8 +11,8 @@ flattened onto black, converted to grey or RGB (``mode``), fitted to ``size`` x 
 
 Scaling is Lanczos-filtered (anti-aliased when it shrinks). Hidden files are passed over, and files that are not
 images (a notes.txt) are named in the result, not read. Two files of one stem in a class folder (a.jpg and a.png)
-would be one PNG and are refused, as is a file Pillow cannot read: every file is read before anything is written,
-and the folder is written under a temporary name and renamed when whole, so ``OUT`` is complete or absent. ``OUT``
+would be one PNG and are refused, as is a file Pillow cannot read; the folder is written under a temporary name
+(one image at a time) and renamed when whole, so ``OUT`` is complete or absent, whatever stops the run. ``OUT``
 must be new or an empty folder.
 """
 from __future__ import annotations
@@ -152,12 +152,13 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                 names.append(folder.name)
     if len(names) < 2:
         raise DataError(f"{source} holds {len(names)} class folder(s); a classifier needs at least 2")
-    made = [(_fitted(p, size, mode, fit), dest)  # every file read before one is written
-            for p, dest in progress_bar(plan, desc="prepare", unit="image", leave=False, progress=progress)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # renamed to out when whole: out is all or nothing
     try:
-        for img, dest in made:
+        # one image at a time (50,000 photos held at 512x512 would take 39 GB); a file that cannot be read ends
+        # the run with the partial folder removed
+        for p, dest in progress_bar(plan, desc="prepare", unit="image", leave=False, progress=progress):
+            img = _fitted(p, size, mode, fit)
             (partial / dest).parent.mkdir(parents=True, exist_ok=True)
             img.save(partial / dest, format="PNG")
         if out.exists():
