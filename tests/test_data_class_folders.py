@@ -422,4 +422,8 @@ def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatc
         prepare_class_folders(tmp_path / "src", tmp_path / "out", 8)
     assert len(saved) == 2 and not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
     monkeypatch.setattr(PILImage.Image, "save", save)
+    killed = tmp_path / ".out.tmp-999999999-1-dir"  # what a run killed outright (SIGKILL) leaves: no such process
+    (killed / "a").mkdir(parents=True)
+    (killed / "a" / "0.png").write_bytes(b"half")
     assert prepare_class_folders(tmp_path / "src", tmp_path / "out", 8).counts == {"train": 6}  # the same command again
+    assert not killed.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]

@@ -108,7 +108,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                           fit: str = "crop", progress: bool = False) -> Prepared:
     """Write ``source``'s class folders into ``out`` as PNGs of ``size`` x ``size`` (the module docstring)."""
     from .._progress import progress_bar
-    from ..checkpoint import check_out_dir
+    from ..checkpoint import _running, _start_ticks, _writer, check_out_dir
 
     source, out = Path(source), Path(out)
     if mode not in MODES:
@@ -153,7 +153,12 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     if len(names) < 2:
         raise DataError(f"{source} holds {len(names)} class folder(s); a classifier needs at least 2")
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # renamed to out when whole: out is all or nothing
+    for stale in out.parent.glob(f".{out.name}.tmp-*"):  # a run killed outright (SIGKILL) left its partial folder
+        pid, start = _writer(stale.name)
+        if stale.is_dir() and not (pid and _running(pid, start)):
+            shutil.rmtree(stale, ignore_errors=True)
+    pid = os.getpid()  # renamed to out when whole: out is all or nothing; named as atomic_write names its files
+    partial = out.with_name(f".{out.name}.tmp-{pid}-{_start_ticks(pid) or 0}-dir")
     try:
         # one image at a time (50,000 photos held at 512x512 would take 39 GB); a file that cannot be read ends
         # the run with the partial folder removed
