@@ -377,7 +377,7 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     src = tmp_path / "src"
     _write(src, {"a/x.png": _GREY, "a/y.png": _GREY, "b/x.png": _GREY, "b/w.png": _GREY})
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / "a" / "x.jpg")
-    with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png would both be x.png; rename one of them"):
+    with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png would both be a/x.png; rename one of them"):
         prepare_class_folders(src, tmp_path / "out", 16)
     (src / "a" / "x.jpg").unlink()
     (src / "a" / "z.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
@@ -427,3 +427,48 @@ def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatc
     (killed / "a" / "0.png").write_bytes(b"half")
     assert prepare_class_folders(tmp_path / "src", tmp_path / "out", 8).counts == {"train": 6}  # the same command again
     assert not killed.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_prepare_writes_what_classes_dir_reads_or_refuses_what_it_would_refuse(tmp_path, monkeypatch):
+    """From a review: a key colour's transparency, 0..1 float images, an ICC profile and notes.pdf were carried
+    through or misread, and folders classes:DIR refuses (case twins, a test class training lacks, images in a
+    subfolder, a link to nothing) were written, to be refused by capsnet train after the work."""
+    from PIL import ImageCms
+
+    from capsnet.data.prepare import prepare_class_folders
+
+    src = tmp_path / "src"
+    _write(src, {"a/1.png": _GREY, "b/1.png": _GREY})
+    Image.fromarray(np.full((8, 8), 50, np.uint8)).save(src / "a" / "keyed.png", transparency=50)  # all transparent
+    Image.fromarray(np.full((8, 8), 0.5, np.float32)).save(src / "b" / "float.tif")
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    Image.fromarray(np.full((8, 8, 3), 9, np.uint8)).save(src / "b" / "profiled.png", icc_profile=icc)
+    (src / "b" / "notes.pdf").write_bytes(b"%PDF-1.4 not an image here")
+    (tmp_path / "made").mkdir()
+    monkeypatch.chdir(tmp_path / "made")
+    done = prepare_class_folders(src, ".", 8, mode="grey")  # "." itself: the empty working folder
+    assert done.counts == {"train": 5} and done.skipped == [src / "b" / "notes.pdf"]
+    # every file opaque, as classes:DIR takes them (it refuses transparency), in its training or its test split
+    splits = [load_classes(tmp_path / "made", split) for split in ("train", "test")]
+    both = {n: d.images[k, 0] for d in splits for k, n in enumerate(d.names)}
+    assert len(both) == 5 and (both["a/keyed.png"] == 0).all() and (both["b/float.png"] == 128).all()  # flattened on black; 0.5 * 255
+    with Image.open(tmp_path / "made" / "b" / "profiled.png") as png:
+        assert "icc_profile" not in png.info and png.mode == "L"  # no RGB profile in a grey PNG
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to(tmp_path / "empty", target_is_directory=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="link is a link; give the folder it points at"):
+        prepare_class_folders(src, tmp_path / "link", 8)
+    for files, problem in (
+            ({"A/1.png": _GREY}, r"class folders A/ and a/, names that differ in case alone"),
+            ({"test/c/1.png": _GREY}, r"test holds class folder\(s\) c that the training images have no folder for"),
+            ({"a/2019/1.png": _GREY}, r"a holds subfolder\(s\) of images \(2019\), which are not read")):
+        case = tmp_path / f"case{len(problem)}"
+        shutil.copytree(src, case)
+        _write(case, files)
+        with pytest.raises(DataError, match=problem):
+            prepare_class_folders(case, tmp_path / "out", 8)
+        assert not (tmp_path / "out").exists()
+    (src / "b" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(DataError, match=r"b holds 1 link\(s\) to nothing \(gone.png\)"):
+        prepare_class_folders(src, tmp_path / "out", 8)

@@ -657,13 +657,15 @@ def _prepare_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from .data.prepare import prepare_class_folders
+    from .data.prepare import HEIC, prepare_class_folders
 
     done = prepare_class_folders(args.images, args.out, args.size, mode=args.mode, fit=args.fit,
                                  progress=not args.no_progress)
     if done.skipped:
         shown = ", ".join(str(p) for p in done.skipped[:5]) + (", ..." if len(done.skipped) > 5 else "")
-        print(f"passed over {len(done.skipped)} file(s) that are not images: {shown}")
+        heic = [p for p in done.skipped if p.suffix.lower() in HEIC]
+        print(f"passed over {len(done.skipped)} file(s) that are not images: {shown}" + (
+            f" ({len(heic)} HEIC photo(s): pip install pillow-heif, and they are read)" if heic else ""))
     print(f"wrote {' and '.join(f'{n:,} {split}' for split, n in done.counts.items())} images of {args.size}x"
           f"{args.size} ({args.mode}) in {len(done.classes)} classes to {done.out}; train on them with: capsnet train "
           f"--dataset {shlex.quote('classes:' + str(done.out))}")

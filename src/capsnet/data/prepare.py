@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .idx import DataError
 
-__all__ = ["MODES", "FITS", "Prepared", "prepare_class_folders"]
+__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
 FITS = ("crop", "pad")
@@ -42,66 +42,103 @@ class Prepared:
     skipped: list[Path] = field(default_factory=list)
 
 
+HEIC = (".heic", ".heif")  # phones' photos: Pillow reads them once pillow-heif registers its opener
+
+
 def _image_suffixes() -> set[str]:
-    """The file suffixes Pillow reads (.jpg, .png, .webp, ...)."""
+    """The file suffixes of the formats Pillow opens (.jpg, .png, .webp, ...; not those it only writes: .pdf), HEIC
+    too where pillow-heif is installed."""
     from PIL import Image
 
-    return set(Image.registered_extensions())
+    try:
+        from pillow_heif import register_heif_opener  # optional: pip install pillow-heif
+    except ImportError:
+        pass
+    else:
+        register_heif_opener()
+    Image.init()
+    return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
 
 
-def _images(folder: Path) -> tuple[dict[str, Path], list[Path]]:
-    """A class folder's image files by NFC stem, and the other files (not images) it holds."""
+def _images(folder: Path, name: str) -> tuple[dict[str, Path], list[Path]]:
+    """Class ``name``'s image files in ``folder`` by NFC stem, and the other files (not images) it holds; what
+    ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to nothing, names
+    that are not UTF-8, two files of one stem)."""
+    from .png import _utf8
+
     known = _image_suffixes()
     by_stem: dict[str, Path] = {}
     others = []
-    for p in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    broken = [p.name for p in entries if p.is_symlink() and not p.exists()]
+    if broken:
+        raise DataError(f"{folder} holds {len(broken)} link(s) to nothing ({', '.join(broken[:5])}); point them at "
+                        f"their files or remove them")
+    nested = [p.name for p in entries if p.is_dir() and any(
+        f.suffix.lower() in known and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        for f in p.rglob("*"))]
+    if nested:  # left out, the class would shrink without a word (and classes:DIR refuses them)
+        raise DataError(f"{folder} holds subfolder(s) of images ({', '.join(nested[:5])}), which are not read; move "
+                        f"their images into {folder} itself, or make a subfolder a class of its own")
+    for p in (p for p in entries if p.is_file()):
         if p.suffix.lower() not in known:
             others.append(p)
             continue
+        if not _utf8(p.name):
+            raise DataError(f"{folder} holds a file whose name is not UTF-8: {ascii(p.name)}; rename it (e.g. convmv "
+                            f"-f latin1 -t utf-8, or by hand)")
         stem = unicodedata.normalize("NFC", p.stem)
         if stem in by_stem:
-            raise DataError(f"{by_stem[stem]} and {p} would both be {stem}.png; rename one of them")
+            raise DataError(f"{by_stem[stem]} and {p} would both be {name}/{stem}.png; rename one of them")
         by_stem[stem] = p
     return by_stem, others
 
 
 def _fitted(path: Path, size: int, mode: str, fit: str):
-    """The PIL image of ``path``, turned, flattened, converted and fitted (module docstring)."""
+    """The PIL image of ``path``, turned, flattened, converted and fitted (module docstring): a new image holding
+    the pixels alone (no EXIF, ICC profile or transparency key carried into the PNG)."""
+    import numpy as np
     from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as img:
             img.load()
             img = ImageOps.exif_transpose(img)
+        if img.mode.startswith(("I", "F")):  # 16- and 32-bit grey: Pillow's convert would clip past 255
+            img = _eight_bit(img, path)
+        if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:  # an alpha channel, or a
+            background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # palette's or a key colour's (tRNS):
+            img = Image.alpha_composite(background, img.convert("RGBA"))  # flattened onto black
+        if img.mode not in ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr"):  # LAB, HSV: channels that are not RGB
+            raise DataError(f"{path} is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
+        img = img.convert(MODES[mode])
+        img = ImageOps.fit(img, (size, size), method=Image.Resampling.LANCZOS) if fit == "crop" else \
+            ImageOps.pad(img, (size, size), method=Image.Resampling.LANCZOS, color=0)
     except Image.DecompressionBombError as e:
         raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
+    except DataError:
+        raise
     except Exception as e:  # Pillow raises many types on a damaged or unknown file
         raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
                         f"out") from None
-    if img.mode.startswith(("I", "F")):  # 16- and 32-bit grey: Pillow's convert would clip everything past 255
-        img = _eight_bit(img, path)
-    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # transparency flattened onto black
-        img = Image.alpha_composite(background, img.convert("RGBA"))
-    img = img.convert(MODES[mode])
-    if fit == "crop":
-        return ImageOps.fit(img, (size, size), method=Image.Resampling.LANCZOS)
-    return ImageOps.pad(img, (size, size), method=Image.Resampling.LANCZOS, color=0)
+    return Image.fromarray(np.asarray(img))  # the pixels alone
 
 
 def _eight_bit(img, path: Path):
-    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255),
-    32-bit ones as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; other ranges are refused."""
+    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255);
+    32-bit integers as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; floats in 0..1 times 255; other
+    ranges are refused (clipped, they would read as white)."""
     import numpy as np
     from PIL import Image
 
     a = np.asarray(img, dtype=np.float64)
     low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-    if low < 0 or high > 65535 or not np.isfinite(a).all():
-        raise DataError(f"{path} is a {img.mode!r} image with values from {low:g} to {high:g}, outside 0..65535; "
+    if not np.isfinite(a).all() or low < 0 or high > 65535 or (img.mode == "F" and high > 1):
+        allowed = "0..1" if img.mode == "F" else "0..65535"
+        raise DataError(f"{path} is a {img.mode!r} image with values from {low:g} to {high:g}, outside {allowed}; "
                         f"save it as an 8- or 16-bit image")
-    sixteen = img.mode.startswith("I;16") or high > 255
-    return Image.fromarray(np.round(a / 257 if sixteen else a).astype(np.uint8), mode="L")
+    scale = 255 if img.mode == "F" else 1 / 257 if img.mode.startswith("I;16") or high > 255 else 1
+    return Image.fromarray(np.round(a * scale).astype(np.uint8), mode="L")
 
 
 def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, size: int, *, mode: str = "rgb",
@@ -110,7 +147,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     from .._progress import progress_bar
     from ..checkpoint import _running, _start_ticks, _writer, check_out_dir
 
-    source, out = Path(source), Path(out)
+    source, out = Path(os.path.abspath(source)), Path(os.path.abspath(out))  # "." has a name; a link is refused
     if mode not in MODES:
         raise DataError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if fit not in FITS:
@@ -119,16 +156,22 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         raise DataError(f"size must be a whole number of pixels in 1..4096, got {size!r}")
     if not source.is_dir():
         raise DataError(f"{source}: no such folder; give the folder holding one subfolder of images per class")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.is_symlink():  # renamed into its place, the link would be replaced, not its folder filled
+        raise DataError(f"{out} is a link; give the folder it points at, or a new folder (--out)")
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out} is a file; give an empty or new folder (--out)")
+    if out.exists() and any(out.iterdir()):
         raise DataError(f"{out} already holds files; give an empty or new folder (--out)")
     if out.resolve().is_relative_to(source.resolve()):  # written among the photos, read as a class next time
         raise DataError(f"{out} is inside {source}; give a folder outside it (--out)")
     check_out_dir(out, "prepared class folders", error=DataError)
+    from .class_folders import TEST_FOLDER, class_folders
+
     plan: list[tuple[Path, Path]] = []  # (source file, PNG to write, relative to out): all known before reading
     skipped: list[Path] = []
     counts: dict[str, int] = {}
-    names: list[str] = []
-    for split, top, target in (("train", source, Path()), ("test", source / "test", Path("test"))):
+    trained: tuple[str, ...] = ()
+    for split, top, target in (("train", source, Path()), ("test", source / TEST_FOLDER, Path(TEST_FOLDER))):
         if not top.is_dir():
             continue
         loose = [p.name for p in sorted(top.iterdir()) if p.is_file() and not p.name.startswith(".") and
@@ -136,22 +179,24 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         if loose:  # left out without a word otherwise
             raise DataError(f"{top} holds {len(loose)} image(s) outside the class folders ({', '.join(loose[:5])}"
                             f"{', ...' if len(loose) > 5 else ''}); put each in the subfolder named by its class")
-        classes = sorted(d for d in top.iterdir() if d.is_dir() and not d.name.startswith(".") and
-                         not (split == "train" and d.name == "test"))
-        if not classes:
-            raise DataError(f"{top} holds no class folders; put each class's images in a subfolder named by the "
-                            f"class ({top}/CLASS/*)")
-        for folder in classes:
-            images, others = _images(folder)
+        # the class folders as classes:DIR will read them (at least two; no names differing in case alone or not
+        # UTF-8; test/ holding no class training lacks): refused here, not after the work by capsnet train
+        found = class_folders(top, at_least=1 if split == "test" else 2, test_split=split == "test")
+        if split == "train":
+            trained = tuple(found)
+        elif others := sorted(set(found) - set(trained)):
+            raise DataError(f"{top} holds class folder(s) {', '.join(others)} that the training images have no "
+                            f"folder for (its classes: {', '.join(trained)}); give the test images the training "
+                            f"images' class folders")
+        for name, folder in found.items():
+            images, others = _images(folder, name)
             if not images:
                 raise DataError(f"{folder} holds no image file Pillow reads; put the class's images there")
             skipped += others
-            plan += [(p, target / folder.name / f"{stem}.png") for stem, p in images.items()]
+            plan += [(p, target / name / f"{stem}.png") for stem, p in images.items()]
             counts[split] = counts.get(split, 0) + len(images)
-            if split == "train":
-                names.append(folder.name)
-    if len(names) < 2:
-        raise DataError(f"{source} holds {len(names)} class folder(s); a classifier needs at least 2")
+    if not trained:
+        raise DataError(f"{source} holds no class folders of images")
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f".{out.name}.tmp-*"):  # a run killed outright (SIGKILL) left its partial folder
         pid, start = _writer(stale.name)
@@ -172,4 +217,4 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return Prepared(out, counts, tuple(unicodedata.normalize("NFC", n) for n in names), skipped)
+    return Prepared(out, counts, trained, skipped)
