@@ -377,7 +377,7 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     src = tmp_path / "src"
     _write(src, {"a/x.png": _GREY, "a/y.png": _GREY, "b/x.png": _GREY, "b/w.png": _GREY})
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / "a" / "x.jpg")
-    with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png would both be a/x.png; rename one of them"):
+    with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png have one name \(x\), which would be one PNG; rename one"):
         prepare_class_folders(src, tmp_path / "out", 16)
     (src / "a" / "x.jpg").unlink()
     (src / "a" / "z.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
@@ -472,3 +472,44 @@ def test_prepare_writes_what_classes_dir_reads_or_refuses_what_it_would_refuse(t
     (src / "b" / "gone.png").symlink_to(tmp_path / "nowhere.png")
     with pytest.raises(DataError, match=r"b holds 1 link\(s\) to nothing \(gone.png\)"):
         prepare_class_folders(src, tmp_path / "out", 8)
+
+
+def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_classes, tmp_path):
+    from capsnet.checkpoint import Checkpoint, save_checkpoint
+    from capsnet.models import create_model
+    from capsnet.predict import predict_folder
+
+    root, run = digit_classes
+    sevens = sorted((root / "seven").iterdir())[:4]
+    (tmp_path / "png").mkdir()
+    (tmp_path / "photos").mkdir()
+    for k, f in enumerate(sevens):
+        shutil.copy(f, tmp_path / "png" / f.name)
+        digit = np.asarray(Image.open(f))
+        if k % 2:  # 28x40: the digit with 6 black columns each side; crop keeps its centre 28x28, the digit exactly
+            Image.fromarray(np.pad(digit, ((0, 0), (6, 6)))).save(tmp_path / "photos" / f.name)
+        else:  # another format, at the model's own size
+            Image.fromarray(digit).save(tmp_path / "photos" / f"{f.stem}.bmp")
+    (tmp_path / "photos" / "notes.txt").write_text("passed over")
+    plain = predict_folder(run, tmp_path / "png", tmp_path / "out1", which="last")
+    fitted = predict_folder(run, tmp_path / "photos", tmp_path / "out2", which="last", fit="crop")
+    by_stem = {Path(r["file"]).stem: r for r in plain.rows}
+    assert len(fitted.rows) == 4
+    for r in fitted.rows:  # the same scores as the 28x28 PNGs themselves
+        want = by_stem[Path(r["file"]).stem]
+        assert r["class"] == want["class"] and r["score"] == pytest.approx(want["score"], abs=1e-6)
+    with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG or move them out \(or give --fit "
+                                        r"crop or pad, which reads every format Pillow opens\)"):
+        predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
+    for f in (tmp_path / "photos").glob("*.bmp"):
+        f.unlink()
+    with pytest.raises(DataError, match=r"is 28x40 \(HxW\) but the classifier takes 28x28 images; resize or crop it "
+                                        r"to that size, or give --fit crop \(or pad\)"):
+        predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
+    unet = create_model("unet", base_channels=4, depth=2)
+    save_checkpoint(tmp_path / "unet.safetensors", Checkpoint("unet", unet.config.to_dict(), {},
+                                                              {"epoch": 1, "step": 1}, unet.state_dict()))
+    with pytest.raises(ValueError, match="segments images of any size as they are: leave --fit out"):
+        predict_folder(tmp_path / "unet.safetensors", tmp_path / "photos", tmp_path / "out4", fit="pad")
+    with pytest.raises(ValueError, match="--fit and --mnist-style each make an image of the model's size"):
+        predict_folder(run, tmp_path / "photos", tmp_path / "out5", which="last", fit="pad", mnist_style=True)

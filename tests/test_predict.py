@@ -283,7 +283,8 @@ def test_mnist_style_reads_photos_of_digits_as_mnist_was_made(tmp_path, data_roo
         predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out4", mnist_style=True)
     assert not predict_folder("pretrained:capsnet-fashion-small", tmp_path / "inverted", tmp_path / "out5").notes
     with pytest.raises(DataError, match=r"photo00.png is 150x120 \(HxW\) but the classifier takes 28x28 images; "
-                                        r"resize or crop it to that size$"):  # no pointer to --mnist-style
+                                        r"resize or crop it to that size, or give --fit crop \(or pad\) to fit "
+                                        r"each image as capsnet prepare does$"):  # no pointer to --mnist-style
         predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out6")
 
 

@@ -632,6 +632,10 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                    help="classifiers trained on MNIST's 28x28 digits: make each image, of any size, as MNIST was made "
                         "(a photo or scan of one digit: dark ink on light paper inverted, its box scaled to 20x20, "
                         "centred by its centre of mass), as the viewer does with uploads")
+    p.add_argument("--fit", choices=("crop", "pad"), default=None,
+                   help="classifiers: read every image Pillow opens (JPEG, PNG, WebP, ...), of any size, and fit it to "
+                        "the model's input as capsnet prepare does (crop: the shorter side to the size, the centre "
+                        "kept; pad: the longer side, centred on black)")
     p.add_argument("--batch-size", type=_positive_int, default=64,
                    help="images per forward pass (segmentation: at the model's training size; larger images go "
                         "fewer at a time)")
@@ -1423,7 +1427,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     done = predict_folder(args.checkpoint, args.images, args.out, which=args.which, weights=args.weights,
                           device=str(resolve_device(args.device)), threshold=args.threshold,
                           probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress,
-                          mnist_style=args.mnist_style)
+                          mnist_style=args.mnist_style, fit=args.fit)
     for note in done.notes:
         print(f"note: {note}")
     _say_training_weights(args)

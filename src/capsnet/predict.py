@@ -61,12 +61,31 @@ T = TypeVar("T")
 
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
-          styleable: bool = False, progress: bool = False) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          styleable: bool = False, progress: bool = False, fit: str | None = None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
-    message points to --mnist-style (a model trained on MNIST's digits)."""
-    arrays, paths = {}, png_files(images_dir, "images", paired=False)
+    message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
+    Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
+    (``capsnet.data.prepare.fit_image``), in ``channels``' mode."""
+    if fit is not None:
+        from .data.prepare import fit_image, image_files
+
+        if not Path(images_dir).is_dir():
+            raise DataError(f"{images_dir}: no such folder; give the folder of images to classify (--images)")
+        files, _ = image_files(Path(images_dir))
+        if not files:
+            raise DataError(f"no image files in {images_dir}; put the images to classify there")
+        mode = "grey" if channels == 1 else "rgb"
+        return ({stem: fit_image(path, *size, mode, fit) for stem, path in progress_bar(
+            files.items(), desc="read", unit="image", leave=False, progress=progress)}, files)
+    try:
+        arrays, paths = {}, png_files(images_dir, "images", paired=False)
+    except DataError as e:  # JPEG or WebP photos beside the PNGs, or in their place: --fit reads them
+        if "not PNG" in str(e) or "other file(s)" in str(e):
+            raise DataError(f"{e} (or give --fit crop or pad, which reads every format Pillow opens)") from None
+        raise
     # a bar: 300 photos took 65 s to read with nothing shown
     for stem, path in progress_bar(paths.items(), desc="read", unit="image", leave=False, progress=progress):
         if styled:
@@ -88,7 +107,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
-                            f"{size[0]}x{size[1]} images; resize or crop it to that size"
+                            f"{size[0]}x{size[1]} images; resize or crop it to that size, or give --fit crop (or "
+                            f"pad) to fit each image as capsnet prepare does"
                             + (" (or, a photo or scan of one digit: --mnist-style makes it as MNIST was made)"
                                if styleable else ""))
         arrays[stem] = a
@@ -177,15 +197,17 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                    out: str | os.PathLike, *, which: str = "best", weights: str = "saved",
                    device: str | torch.device = "cpu",
                    threshold: float = 0.5, probabilities: bool = False, batch_size: int = 64,
-                   progress: bool = False, mnist_style: bool = False) -> Predictions:
+                   progress: bool = False, mnist_style: bool = False, fit: str | None = None) -> Predictions:
     """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
     read; ``weights`` its "saved" weights or an averaged run's "training" ones, ``load_model``) to every PNG image
     in ``images_dir`` and write the results into ``out`` (see the module docstring).
     ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
     ``probabilities``: also write each image's probabilities; ``mnist_style`` (a classifier trained on MNIST's 28x28
     digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
-    inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). A problem with an image is a
-    DataError naming it, raised before anything is written."""
+    inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). ``fit`` ("crop" or "pad",
+    a classifier): every image Pillow opens (JPEG, WebP, ...), of any size, fitted to the model's input as
+    ``capsnet prepare`` fits photos. A problem with an image is a DataError naming it, raised before anything is
+    written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -212,6 +234,15 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     check_out_folder(folder, source, written="predictions", source_flag="--images", read="images")
     model.eval()
     segmenting = kind == "segmentation"
+    if fit is not None:
+        from .data.prepare import FITS
+
+        if fit not in FITS:
+            raise ValueError(f"fit must be one of {', '.join(FITS)}, got {fit!r}")
+        if segmenting or mnist_style:
+            raise ValueError(f"--fit fits each image to a classifier's input; {ckpt.model_name} segments images of "
+                             f"any size as they are: leave --fit out" if segmenting else
+                             "--fit and --mnist-style each make an image of the model's size: give one of them")
     if mnist_style and segmenting:
         raise ValueError(f"--mnist-style makes one digit or item as MNIST was made; {ckpt.model_name} segments whole "
                          f"scenes, read as they are: leave it out")
@@ -225,9 +256,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
                          f"--mnist-style")
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
-                          styled=mnist_style, styleable=as_mnist, progress=progress)
+                          styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit)
     notes = []
-    if as_mnist and not mnist_style:
+    if as_mnist and not mnist_style and fit is None:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
             shown = ", ".join(light[:3]) + (", ..." if len(light) > 3 else "")

@@ -23,9 +23,11 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .idx import DataError
 
-__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders"]
+__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders", "fit_image", "image_files"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
 FITS = ("crop", "pad")
@@ -60,10 +62,10 @@ def _image_suffixes() -> set[str]:
     return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
 
 
-def _images(folder: Path, name: str) -> tuple[dict[str, Path], list[Path]]:
-    """Class ``name``'s image files in ``folder`` by NFC stem, and the other files (not images) it holds; what
-    ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to nothing, names
-    that are not UTF-8, two files of one stem)."""
+def image_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+    """The image files in ``folder`` (any format Pillow opens) by NFC stem, and the other files (not images) it
+    holds; what ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to
+    nothing, names that are not UTF-8, two files of one stem)."""
     from .png import _utf8
 
     known = _image_suffixes()
@@ -89,17 +91,27 @@ def _images(folder: Path, name: str) -> tuple[dict[str, Path], list[Path]]:
                             f"-f latin1 -t utf-8, or by hand)")
         stem = unicodedata.normalize("NFC", p.stem)
         if stem in by_stem:
-            raise DataError(f"{by_stem[stem]} and {p} would both be {name}/{stem}.png; rename one of them")
+            raise DataError(f"{by_stem[stem]} and {p} have one name ({stem}), which would be one PNG; rename one "
+                            f"of them")
         by_stem[stem] = p
     return by_stem, others
 
 
-def _fitted(path: Path, size: int, mode: str, fit: str):
-    """The PIL image of ``path``, turned, flattened, converted and fitted (module docstring): a new image holding
-    the pixels alone (no EXIF, ICC profile or transparency key carried into the PNG)."""
-    import numpy as np
+def fit_image(path: Path, height: int, width: int, mode: str, fit: str) -> np.ndarray:
+    """The image in ``path`` (any format Pillow opens) turned, flattened, converted to ``mode`` and fitted to
+    ``height`` x ``width`` (the module docstring): (C, H, W) uint8, C 1 (grey) or 3 (rgb). What ``capsnet prepare``
+    writes and ``capsnet predict --fit`` classifies."""
+    a = np.asarray(_fitted(path, (height, width), mode, fit))
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+
+
+def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
+    """The PIL image of ``path``, turned, flattened, converted and fitted to ``size`` (a side, or (height, width))
+    (module docstring): a new image holding the pixels alone (no EXIF, ICC profile or transparency key carried
+    into the PNG)."""
     from PIL import Image, ImageOps
 
+    height, width = (size, size) if isinstance(size, int) else size
     try:
         with Image.open(path) as img:
             img.load()
@@ -112,8 +124,8 @@ def _fitted(path: Path, size: int, mode: str, fit: str):
         if img.mode not in ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr"):  # LAB, HSV: channels that are not RGB
             raise DataError(f"{path} is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
         img = img.convert(MODES[mode])
-        img = ImageOps.fit(img, (size, size), method=Image.Resampling.LANCZOS) if fit == "crop" else \
-            ImageOps.pad(img, (size, size), method=Image.Resampling.LANCZOS, color=0)
+        img = ImageOps.fit(img, (width, height), method=Image.Resampling.LANCZOS) if fit == "crop" else \
+            ImageOps.pad(img, (width, height), method=Image.Resampling.LANCZOS, color=0)
     except Image.DecompressionBombError as e:
         raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
     except DataError:
@@ -128,7 +140,6 @@ def _eight_bit(img, path: Path):
     """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255);
     32-bit integers as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; floats in 0..1 times 255; other
     ranges are refused (clipped, they would read as white)."""
-    import numpy as np
     from PIL import Image
 
     a = np.asarray(img, dtype=np.float64)
@@ -189,7 +200,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                             f"folder for (its classes: {', '.join(trained)}); give the test images the training "
                             f"images' class folders")
         for name, folder in found.items():
-            images, others = _images(folder, name)
+            images, others = image_files(folder)
             if not images:
                 raise DataError(f"{folder} holds no image file Pillow reads; put the class's images there")
             skipped += others
