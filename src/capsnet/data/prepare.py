@@ -62,10 +62,11 @@ def _image_suffixes() -> set[str]:
     return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
 
 
-def image_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+def image_files(folder: Path, of_a_class: bool = False) -> tuple[dict[str, Path], list[Path]]:
     """The image files in ``folder`` (any format Pillow opens) by NFC stem, and the other files (not images) it
     holds; what ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to
-    nothing, names that are not UTF-8, two files of one stem)."""
+    nothing, names that are not UTF-8, two files of one stem). ``of_a_class``: ``folder`` is a class's (the
+    messages say so)."""
     from .png import _utf8
 
     known = _image_suffixes()
@@ -81,7 +82,8 @@ def image_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
         for f in p.rglob("*"))]
     if nested:  # left out, the class would shrink without a word (and classes:DIR refuses them)
         raise DataError(f"{folder} holds subfolder(s) of images ({', '.join(nested[:5])}), which are not read; move "
-                        f"their images into {folder} itself, or make a subfolder a class of its own")
+                        f"their images into {folder} itself" + (", or make a subfolder a class of its own"
+                                                                if of_a_class else ""))
     for p in (p for p in entries if p.is_file()):
         if p.suffix.lower() not in known:
             others.append(p)
@@ -200,7 +202,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                             f"folder for (its classes: {', '.join(trained)}); give the test images the training "
                             f"images' class folders")
         for name, folder in found.items():
-            images, others = image_files(folder)
+            images, others = image_files(folder, of_a_class=True)
             if not images:
                 raise DataError(f"{folder} holds no image file Pillow reads; put the class's images there")
             skipped += others
