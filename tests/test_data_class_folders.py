@@ -299,7 +299,15 @@ def test_the_viewer_opens_a_run_on_class_folders_with_its_names_and_refuses_othe
     viewer = load_viewer(run, which="last", progress=False)
     info = viewer.info()
     assert info["classes"] == ["one", "seven", "zero"] and info["test_size"] == len(load_classes(root, "test"))
-    assert info["upload_style"] == "frame"  # a user's images are not known to be digits: fitted to the frame
+    assert info["upload_style"] == "pad"  # a user's images are not known to be digits: fitted whole, as prepare does
+    from capsnet.data.prepare import fit_image
+    from capsnet.viz.images import upload_input
+
+    photo = tmp_path / "photo.png"
+    with Image.open(next((root / "zero").iterdir())) as digit:  # 28 wide, 48 high: the upload fitted whole
+        Image.fromarray(np.pad(np.asarray(digit), ((10, 10), (0, 0)))).save(photo)
+    x, size = upload_input(photo.read_bytes(), viewer.shape, viewer.upload_style)
+    assert size == (28, 48) and torch.equal(x, torch.from_numpy(fit_image(photo, 28, 28, "grey", "pad")) / 255)
     other = tmp_path / "other"
     for name in ("one", "seven", "zero"):
         shutil.copytree(root / name, other / ("eight" if name == "seven" else name))

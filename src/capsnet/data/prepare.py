@@ -27,7 +27,7 @@ import numpy as np
 
 from .idx import DataError
 
-__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders", "fit_image", "image_files"]
+__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders", "fit_image", "fit_pil", "image_files"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
 FITS = ("crop", "pad")
@@ -104,7 +104,7 @@ def fit_image(path: Path, height: int, width: int, mode: str, fit: str) -> np.nd
     ``height`` x ``width`` (the module docstring): (C, H, W) uint8, C 1 (grey) or 3 (rgb). What ``capsnet prepare``
     writes and ``capsnet predict --fit`` classifies."""
     a = np.asarray(_fitted(path, (height, width), mode, fit))
-    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+    return np.array(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))  # a writable copy (PIL's view is read-only)
 
 
 def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
@@ -113,32 +113,46 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
     into the PNG)."""
     from PIL import Image, ImageOps
 
-    height, width = (size, size) if isinstance(size, int) else size
     try:
         with Image.open(path) as img:
             img.load()
             img = ImageOps.exif_transpose(img)
+    except Image.DecompressionBombError as e:
+        raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
+    except Exception as e:  # Pillow raises many types on a damaged or unknown file
+        raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
+                        f"out") from None
+    return fit_pil(img, size, mode, fit, str(path))
+
+
+def fit_pil(img, size: int | tuple[int, int], mode: str, fit: str, what: str = "the image"):
+    """A PIL image (already turned by its EXIF orientation) flattened onto black, converted to ``mode`` ("grey",
+    "rgb") and fitted to ``size`` (a side, or (height, width)) by ``fit`` ("crop", "pad"), as ``capsnet prepare``
+    writes it: a new image of the pixels alone. ``what`` names the image in errors. The viewer fits uploads to a
+    model trained on a user's class folders with it."""
+    from PIL import Image, ImageOps
+
+    height, width = (size, size) if isinstance(size, int) else size
+    try:
         if img.mode.startswith(("I", "F")):  # 16- and 32-bit grey: Pillow's convert would clip past 255
-            img = _eight_bit(img, path)
+            img = _eight_bit(img, what)
         if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:  # an alpha channel, or a
             background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # palette's or a key colour's (tRNS):
             img = Image.alpha_composite(background, img.convert("RGBA"))  # flattened onto black
         if img.mode not in ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr"):  # LAB, HSV: channels that are not RGB
-            raise DataError(f"{path} is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
+            raise DataError(f"{what} is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
         img = img.convert(MODES[mode])
         img = ImageOps.fit(img, (width, height), method=Image.Resampling.LANCZOS) if fit == "crop" else \
             ImageOps.pad(img, (width, height), method=Image.Resampling.LANCZOS, color=0)
-    except Image.DecompressionBombError as e:
-        raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
     except DataError:
         raise
-    except Exception as e:  # Pillow raises many types on a damaged or unknown file
-        raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
+    except Exception as e:  # a mode or a damaged file Pillow cannot convert
+        raise DataError(f"{what} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
                         f"out") from None
     return Image.fromarray(np.asarray(img))  # the pixels alone
 
 
-def _eight_bit(img, path: Path):
+def _eight_bit(img, path: Path | str):
     """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255);
     32-bit integers as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; floats in 0..1 times 255; other
     ranges are refused (clipped, they would read as white)."""

@@ -454,11 +454,10 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
             viewer.warning = other_classes(trained_on, name)
         learned = trained_on if checkpoint is not None else name
-        if shape[0] == 1 and (user_folder(learned) or learned in TASKS and
-                              TASKS[learned].source not in ("mnist", "mnist-sample")):
-            # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it; a user's own images
-            # (classes:DIR) are not known to be digits: an upload is fitted to the frame as they were given
-            viewer.upload_style = "frame"
+        if user_folder(learned):  # a user's own images (classes:DIR), not known to be digits or items on white:
+            viewer.upload_style = "pad"  # fitted whole, as capsnet prepare --fit pad makes photos into such a folder
+        elif shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
+            viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
     viewer.weights = weights
     if checkpoint is not None:  # which save of the file the page shows: a run training on replaces it meanwhile
         from ..checkpoint import saved_point

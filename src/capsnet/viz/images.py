@@ -110,7 +110,8 @@ def upload_input(data: bytes, shape: tuple[int, int, int], style: str = "mnist"
                  ) -> tuple[torch.Tensor, tuple[int, int]]:
     """An uploaded image as the network's input (C, H, W), and its size (width, height) as uploaded; ``style``
     "mnist" makes a digit as MNIST's were made, "frame" fits a one-channel model's whole image to its frame (the
-    viewer's ``upload_style``: a Fashion-MNIST item fills its frame).
+    viewer's ``upload_style``: a Fashion-MNIST item fills its frame), "pad" or "crop" fits it as ``capsnet prepare``
+    fits photos (a model trained on a user's class folders).
 
     What the server does with an upload: at most ``MAX_CONCURRENT_DECODES``
     run at once (the others wait), each decoding within ``read_image``'s caps
@@ -178,6 +179,13 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int], style: str = "mni
     Shapes: returns (C, H, W) float in [0, 1] for ``shape`` = (C, H, W).
     """
     try:
+        if style in ("crop", "pad"):  # a model of a user's class folders: fitted as capsnet prepare fits photos
+            from ..data.prepare import fit_pil
+
+            a = np.asarray(fit_pil(img, shape[1:], "grey" if shape[0] == 1 else "rgb", style, "the image"),
+                           dtype=np.float32) / 255
+            x = torch.from_numpy(a)
+            return (x.unsqueeze(0) if shape[0] == 1 else x.permute(2, 0, 1)).contiguous()
         if style == "frame" and shape[0] == 1:
             return photos.frame_style(img, shape)
         return photos.mnist_style(img, shape)
