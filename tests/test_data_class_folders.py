@@ -499,17 +499,20 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
         else:  # another format, at the model's own size
             Image.fromarray(digit).save(tmp_path / "photos" / f"{f.stem}.bmp")
     (tmp_path / "photos" / "notes.txt").write_text("passed over")
+    (tmp_path / "photos" / "IMG_1.HEIC").write_bytes(b"")  # read once pillow-heif is installed (not here)
     plain = predict_folder(run, tmp_path / "png", tmp_path / "out1", which="last")
     fitted = predict_folder(run, tmp_path / "photos", tmp_path / "out2", which="last", fit="crop")
     by_stem = {Path(r["file"]).stem: r for r in plain.rows}
-    assert len(fitted.rows) == 4
+    assert len(fitted.rows) == 4 and fitted.notes == [
+        "passed over 2 file(s) that are not images: IMG_1.HEIC, notes.txt (1 HEIC photo(s): pip install pillow-heif, "
+        "and they are read)"]
     for r in fitted.rows:  # the same scores as the 28x28 PNGs themselves
         want = by_stem[Path(r["file"]).stem]
         assert r["class"] == want["class"] and r["score"] == pytest.approx(want["score"], abs=1e-6)
     with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG or move them out \(or give --fit "
                                         r"crop or pad, which reads every format Pillow opens\)"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
-    for f in (tmp_path / "photos").glob("*.bmp"):
+    for f in [*(tmp_path / "photos").glob("*.bmp"), tmp_path / "photos" / "IMG_1.HEIC"]:
         f.unlink()
     with pytest.raises(DataError, match=r"is 28x40 \(HxW\) but the classifier takes 28x28 images; resize or crop it "
                                         r"to that size, or give --fit crop \(or pad\)"):
@@ -521,3 +524,20 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
         predict_folder(tmp_path / "unet.safetensors", tmp_path / "photos", tmp_path / "out4", fit="pad")
     with pytest.raises(ValueError, match="--fit and --mnist-style each make an image of the model's size"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out5", which="last", fit="pad", mnist_style=True)
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "photos" / "y.jpg")
+    with pytest.raises(DataError, match=r"convert them to PNG or move them out$"):  # no pointer to a --fit refused
+        predict_folder("pretrained:capsnet-mnist-small", tmp_path / "photos", tmp_path / "out6", mnist_style=True)
+    # from a review: x.jpg beside x.png both classified (rows are named by file); a shape held in the alpha alone
+    # refused, not scored blank
+    for f in (tmp_path / "photos").iterdir():
+        f.unlink()
+    seven = np.asarray(Image.open(sevens[0]))
+    Image.fromarray(seven).save(tmp_path / "photos" / "x.png")
+    Image.fromarray(seven).save(tmp_path / "photos" / "x.jpg", quality=95)
+    both = predict_folder(run, tmp_path / "photos", tmp_path / "out7", which="last", fit="pad")
+    assert sorted(r["file"] for r in both.rows) == ["x.jpg", "x.png"]
+    ink = np.zeros((28, 28, 4), np.uint8)
+    ink[..., 3] = seven  # black strokes whose shape is their alpha alone
+    Image.fromarray(ink).save(tmp_path / "photos" / "drawn.png")
+    with pytest.raises(DataError, match=r"drawn.png holds its shape in its transparency alone"):
+        predict_folder(run, tmp_path / "photos", tmp_path / "out8", which="last", fit="pad")

@@ -619,8 +619,9 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                                                        "model, or a shipped one (pretrained:NAME)")
     _checkpoint_choice(p)
     p.add_argument("--images", required=True, metavar="DIR",
-                   help="folder of PNG images: a classifier's input size and channels; a segmentation model's "
-                        "channels, any size whose sides are multiples of its stride (SegCaps: 8)")
+                   help="folder of PNG images: a classifier's input size and channels (with --fit: any image Pillow "
+                        "opens, any size); a segmentation model's channels, any size whose sides are multiples of its "
+                        "stride (SegCaps: 8)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"folder for the results: a classifier's {PREDICTIONS_FILE} (each file's class and every "
                         f"class's score); a segmentation model's NAME.png masks (0/255)")
@@ -1788,7 +1789,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                  "pix2pix): one PNG per label map and noise seed, every label map checked before any file is "
                  "written."),
     "predict": (_predict_arguments, _cmd_predict, "classify or segment your own images with a trained model",
-                "Apply a trained classifier or segmentation model to a folder of PNG images: a classifier writes "
+                "Apply a trained classifier or segmentation model to a folder of PNG images (a classifier with "
+                "--fit: any image Pillow opens, fitted to its input): a classifier writes "
                 f"{PREDICTIONS_FILE} (each file's class and every class's score), a segmentation model one mask "
                 "per image (and, with --probabilities, its probabilities). Every image is read and checked, and "
                 "every prediction made, before any file is written."),

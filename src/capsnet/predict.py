@@ -1,6 +1,7 @@
 """A trained classifier or segmentation model applied to the user's own PNG images (``capsnet predict``).
 
-- A classifier reads every PNG of the folder at its input size and channel count, and writes
+- A classifier reads every PNG of the folder at its input size and channel count (with ``fit``, ``--fit crop|pad``:
+  every image Pillow opens, of any size and mode, fitted to its input as ``capsnet prepare`` fits photos), and writes
   ``OUT/predictions.csv``: each file's predicted class (its name where the data set names its classes), that class's
   score and every class's score, the scores ``capsnet eval`` ranks the classes by (capsule lengths, EM activations,
   the CNN's softmax probabilities).
@@ -61,29 +62,36 @@ T = TypeVar("T")
 
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
-          styleable: bool = False, progress: bool = False, fit: str | None = None
-          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          styleable: bool = False, progress: bool = False, fit: str | None = None, fittable: bool = False,
+          notes: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
     message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
-    (``capsnet.data.prepare.fit_image``), in ``channels``' mode."""
+    (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
+    ``notes``; ``fittable``: --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or
+    sizes names it."""
     if fit is not None:
-        from .data.prepare import fit_image, image_files
+        from .data.prepare import HEIC, fit_image, image_files
 
         if not Path(images_dir).is_dir():
             raise DataError(f"{images_dir}: no such folder; give the folder of images to classify (--images)")
-        files, _ = image_files(Path(images_dir))
+        files, others = image_files(Path(images_dir), by_name=True)
+        heic = [p for p in others if p.suffix.lower() in HEIC]
+        hint = f" ({len(heic)} HEIC photo(s): pip install pillow-heif, and they are read)" if heic else ""
         if not files:
-            raise DataError(f"no image files in {images_dir}; put the images to classify there")
+            raise DataError(f"no image files Pillow opens in {images_dir}{hint}; put the images to classify there")
+        if others and notes is not None:
+            shown = ", ".join(p.name for p in others[:5]) + (", ..." if len(others) > 5 else "")
+            notes.append(f"passed over {len(others)} file(s) that are not images: {shown}{hint}")
         mode = "grey" if channels == 1 else "rgb"
         return ({stem: fit_image(path, *size, mode, fit) for stem, path in progress_bar(
             files.items(), desc="read", unit="image", leave=False, progress=progress)}, files)
     try:
         arrays, paths = {}, png_files(images_dir, "images", paired=False)
     except DataError as e:  # JPEG or WebP photos beside the PNGs, or in their place: --fit reads them
-        if "not PNG" in str(e) or "other file(s)" in str(e):
+        if fittable and ("not PNG" in str(e) or "other file(s)" in str(e)):
             raise DataError(f"{e} (or give --fit crop or pad, which reads every format Pillow opens)") from None
         raise
     # a bar: 300 photos took 65 s to read with nothing shown
@@ -107,8 +115,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
-                            f"{size[0]}x{size[1]} images; resize or crop it to that size, or give --fit crop (or "
-                            f"pad) to fit each image as capsnet prepare does"
+                            f"{size[0]}x{size[1]} images; resize or crop it to that size"
+                            + (", or give --fit crop (or pad) to fit each image as capsnet prepare does"
+                               if fittable else "")
                             + (" (or, a photo or scan of one digit: --mnist-style makes it as MNIST was made)"
                                if styleable else ""))
         arrays[stem] = a
@@ -255,10 +264,11 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"{ckpt.model_name} trained on {trained_on} at {size}, whose images are made otherwise (a "
                          f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
                          f"--mnist-style")
+    notes: list[str] = []
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
-                          styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit)
-    notes = []
-    if as_mnist and not mnist_style and fit is None:
+                          styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
+                          fittable=not segmenting and not mnist_style, notes=notes)
+    if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
             shown = ", ".join(light[:3]) + (", ..." if len(light) > 3 else "")

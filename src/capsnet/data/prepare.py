@@ -62,11 +62,12 @@ def _image_suffixes() -> set[str]:
     return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
 
 
-def image_files(folder: Path, of_a_class: bool = False) -> tuple[dict[str, Path], list[Path]]:
+def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -> tuple[dict[str, Path], list[Path]]:
     """The image files in ``folder`` (any format Pillow opens) by NFC stem, and the other files (not images) it
     holds; what ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to
     nothing, names that are not UTF-8, two files of one stem). ``of_a_class``: ``folder`` is a class's (the
-    messages say so)."""
+    messages say so); ``by_name``: keyed by the whole NFC file name (x.jpg and x.png both kept: nothing is written
+    by their stems)."""
     from .png import _utf8
 
     known = _image_suffixes()
@@ -91,7 +92,7 @@ def image_files(folder: Path, of_a_class: bool = False) -> tuple[dict[str, Path]
         if not _utf8(p.name):
             raise DataError(f"{folder} holds a file whose name is not UTF-8: {ascii(p.name)}; rename it (e.g. convmv "
                             f"-f latin1 -t utf-8, or by hand)")
-        stem = unicodedata.normalize("NFC", p.stem)
+        stem = unicodedata.normalize("NFC", p.name if by_name else p.stem)
         if stem in by_stem:
             raise DataError(f"{by_stem[stem]} and {p} have one name ({stem}), which would be one PNG; rename one "
                             f"of them")
@@ -137,8 +138,13 @@ def fit_pil(img, size: int | tuple[int, int], mode: str, fit: str, what: str = "
         if img.mode.startswith(("I", "F")):  # 16- and 32-bit grey: Pillow's convert would clip past 255
             img = _eight_bit(img, what)
         if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:  # an alpha channel, or a
-            background = Image.new("RGBA", img.size, (0, 0, 0, 255))  # palette's or a key colour's (tRNS):
-            img = Image.alpha_composite(background, img.convert("RGBA"))  # flattened onto black
+            rgba = img.convert("RGBA")  # palette's or a key colour's (tRNS): flattened onto black
+            img = Image.alpha_composite(Image.new("RGBA", img.size, (0, 0, 0, 255)), rgba)
+            alpha, flat = rgba.getchannel("A").getextrema(), img.convert("L").getextrema()
+            if alpha[0] != alpha[1] and flat[0] == flat[1]:  # strokes on a transparent canvas: all one level now
+                raise DataError(f"{what} holds its shape in its transparency alone (flattened onto black it is "
+                                f"one flat level); flatten it onto a background its strokes stand out from and "
+                                f"save it without alpha")
         if img.mode not in ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr"):  # LAB, HSV: channels that are not RGB
             raise DataError(f"{what} is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
         img = img.convert(MODES[mode])
