@@ -1779,7 +1779,7 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                 "Make a folder of your own photos (a subfolder per class, any size, any format Pillow reads) into "
                 "what --dataset classes:DIR reads: PNG files of one size and mode, each turned by its EXIF "
                 "orientation and fitted to the size (crop or pad). The folder is written whole or not at all: a file "
-                "that cannot be read, a full disk or Ctrl-C leaves no OUT_DIR."),
+                "that cannot be read, a full disk or Ctrl-C leaves no --out folder."),
     "train": (_train_arguments, _cmd_train, "train a registered model (CapsNet by default), checkpointing as it goes",
               "Train a registered model (the paper's CapsNet by default). Writes last.safetensors, best.safetensors, "
               "config.json and metrics.jsonl into --out; last.safetensors at the end of epochs and every "
