@@ -541,3 +541,29 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     Image.fromarray(ink).save(tmp_path / "photos" / "drawn.png")
     with pytest.raises(DataError, match=r"drawn.png holds its shape in its transparency alone"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out8", which="last", fit="pad")
+
+
+def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer(digit_classes, tmp_path):
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.data.prepare import prepare_class_folders, prepared_fit
+    from capsnet.predict import predict_folder
+    from capsnet.viz.engine import load_viewer
+
+    root, _ = digit_classes
+    src = tmp_path / "photos"
+    for name in ("one", "zero"):
+        shutil.copytree(root / name, src / name)
+    prepare_class_folders(src, tmp_path / "made", 28, mode="grey", fit="crop")
+    assert prepared_fit(tmp_path / "made") == "crop" and prepared_fit(root) is None  # a folder it did not make
+    assert len(load_classes(tmp_path / "made", "train")) + len(load_classes(tmp_path / "made", "test")) == 16
+    cfg = CapsNetConfig(conv1_channels=4, primary_types=2, decoder_hidden=(16, 32), num_classes=2)
+    fit(cfg, TrainConfig(dataset=f"classes:{tmp_path / 'made'}", epochs=1, batch_size=8), tmp_path / "run",
+        progress=False)
+    assert load_checkpoint(tmp_path / "run" / "last.safetensors").state["data"]["prepared_fit"] == "crop"
+    wide = tmp_path / "new"
+    wide.mkdir()
+    Image.fromarray(np.zeros((28, 40), np.uint8)).save(wide / "w.png")
+    with pytest.raises(DataError, match=r"or give --fit crop, the fit capsnet prepare made the model's training "
+                                        r"images with$"):
+        predict_folder(tmp_path / "run", wide, tmp_path / "out", which="last")
+    assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"

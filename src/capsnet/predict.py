@@ -63,7 +63,8 @@ T = TypeVar("T")
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
           styleable: bool = False, progress: bool = False, fit: str | None = None, fittable: bool = False,
-          notes: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          notes: list[str] | None = None, prepared: str | None = None
+          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
@@ -71,7 +72,7 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
     (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
     ``notes``; ``fittable``: --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or
-    sizes names it."""
+    sizes names it (``prepared``: the fit ``capsnet prepare`` made the run's training folder with, named first)."""
     if fit is not None:
         from .data.prepare import HEIC, fit_image, image_files
 
@@ -116,8 +117,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
                             f"{size[0]}x{size[1]} images; resize or crop it to that size"
-                            + (", or give --fit crop (or pad) to fit each image as capsnet prepare does"
-                               if fittable else "")
+                            + ((f", or give --fit {prepared}, the fit capsnet prepare made the model's training "
+                                f"images with" if prepared else ", or give --fit crop (or pad) to fit each image as "
+                                "capsnet prepare does") if fittable else "")
                             + (" (or, a photo or scan of one digit: --mnist-style makes it as MNIST was made)"
                                if styleable else ""))
         arrays[stem] = a
@@ -267,7 +269,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     notes: list[str] = []
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
-                          fittable=not segmenting and not mnist_style, notes=notes)
+                          fittable=not segmenting and not mnist_style, notes=notes,
+                          prepared=(ckpt.state.get("data") or {}).get("prepared_fit")
+                          if isinstance(ckpt.state.get("data"), dict) else None)
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground

@@ -17,6 +17,7 @@ must be new or an empty folder.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import unicodedata
@@ -27,9 +28,11 @@ import numpy as np
 
 from .idx import DataError
 
-__all__ = ["MODES", "FITS", "HEIC", "Prepared", "prepare_class_folders", "fit_image", "fit_pil", "image_files"]
+__all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_pil",
+           "image_files", "prepared_fit"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
+RECORD = ".capsnet-prepare.json"  # in the folder written: its size, mode and fit (``prepared_fit`` reads it)
 FITS = ("crop", "pad")
 
 
@@ -158,6 +161,16 @@ def fit_pil(img, size: int | tuple[int, int], mode: str, fit: str, what: str = "
     return Image.fromarray(np.asarray(img))  # the pixels alone
 
 
+def prepared_fit(folder: str | os.PathLike) -> str | None:
+    """The fit ("crop", "pad") ``capsnet prepare`` made ``folder`` with, from the record it leaves there; None for a
+    folder it did not make (or a record that does not say)."""
+    try:
+        fit = json.loads((Path(folder) / RECORD).read_text(encoding="utf-8")).get("fit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fit if fit in FITS else None
+
+
 def _eight_bit(img, path: Path | str):
     """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255);
     32-bit integers as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; floats in 0..1 times 255; other
@@ -244,6 +257,9 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
             img = _fitted(p, size, mode, fit)
             (partial / dest).parent.mkdir(parents=True, exist_ok=True)
             img.save(partial / dest, format="PNG")
+        # how it was made, hidden from the loaders: a run trained on the folder records it, so predict and the
+        # viewer fit new photos the same way
+        (partial / RECORD).write_text(json.dumps({"size": size, "mode": mode, "fit": fit}) + "\n", encoding="utf-8")
         if out.exists():
             out.rmdir()  # the empty folder given
         partial.rename(out)

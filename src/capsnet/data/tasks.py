@@ -552,7 +552,12 @@ def folder_contents(name: str) -> dict[str, Any] | None:
             for chunk in iter(lambda: data.read(1 << 20), b""):
                 each.update(chunk)
         digest.update(each.digest())
-    classes = {"classes": list(class_folders(root, at_least=0))} if folder[0] == CLASSES_PREFIX else {}
+    classes = {}
+    if folder[0] == CLASSES_PREFIX:  # the names a model of it scores; the fit capsnet prepare made it with, if it did
+        from .prepare import prepared_fit
+
+        classes = {"classes": list(class_folders(root, at_least=0))} | (
+            {"prepared_fit": fit} if (fit := prepared_fit(root)) else {})
     return {"files": len(files), "digest": digest.hexdigest(), "version": 2} | classes
 
 

@@ -455,7 +455,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             viewer.warning = other_classes(trained_on, name)
         learned = trained_on if checkpoint is not None else name
         if user_folder(learned):  # a user's own images (classes:DIR), not known to be digits or items on white:
-            viewer.upload_style = "pad"  # fitted whole, as capsnet prepare --fit pad makes photos into such a folder
+            # fitted as capsnet prepare made the folder (its record, kept by the run), else whole (pad)
+            data = ckpt.state.get("data") if checkpoint is not None else None
+            viewer.upload_style = (data.get("prepared_fit") if isinstance(data, dict) else None) or "pad"
         elif shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
             viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
     viewer.weights = weights

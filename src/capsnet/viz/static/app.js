@@ -270,8 +270,8 @@ function renderLayers() {
   $("source").textContent = s.kind === "test"
     ? `test image #${s.index}, label ${s.label_name}`
     : `your image (${s.size[0]}x${s.size[1]} px, ${info.upload_style === "frame"
-      ? "fitted to the frame as Fashion-MNIST's items were" : info.upload_style === "pad"
-      ? "fitted whole to the frame, as capsnet prepare --fit pad does" : "preprocessed as MNIST was"})`;
+      ? "fitted to the frame as Fashion-MNIST's items were" : ["pad", "crop"].includes(info.upload_style)
+      ? `fitted to the frame as capsnet prepare --fit ${info.upload_style} does` : "preprocessed as MNIST was"})`;
   if (s.kind === "test") $("test-index").value = s.index;
   $("input").setAttribute("aria-label", `what the network sees: ${$("source").textContent}`);
 }
