@@ -30,7 +30,7 @@ from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
 from .data.png import check_out_folder, opaque_image_array, png_files, read_png, refuse_case_twins
-from .data.tasks import task, trained_classes, user_folder
+from .data.tasks import saved_folder, task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
 
@@ -270,8 +270,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
                           fittable=not segmenting and not mnist_style, notes=notes,
-                          prepared=(ckpt.state.get("data") or {}).get("prepared_fit")
-                          if isinstance(ckpt.state.get("data"), dict) else None)
+                          prepared=saved_folder(ckpt.state).get("prepared_fit"))
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground

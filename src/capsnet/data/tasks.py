@@ -116,7 +116,7 @@ __all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "othe
            "translated_test", "affine_test", "affine_centred_test", "translated_anywhere_test", "FOLDER_PREFIX",
            "SEGMENTATION_CLASSES", "load_folder", "PAIRS_PREFIX", "SYNTHESIS_SIDE", "load_pairs", "load_source",
            "folder_contents", "CLASSES_PREFIX", "load_classes", "USER_PREFIXES", "EXAMPLE_NOUN", "class_change",
-           "trained_classes"]
+           "trained_classes", "saved_folder"]
 
 TEST_SEED = 2017  # fixes every generated test set: all runs and both models see the same images
 TEST_PAIRS = 10000  # the MultiMNIST test set: pairs drawn from the 10,000 MNIST test digits
@@ -485,13 +485,20 @@ def _task_classes(name: str) -> tuple[str, ...] | None:
     return known.get(TASKS[name].source) or class_names(TASKS[name].source)
 
 
+def saved_folder(state: dict[str, Any]) -> dict[str, Any]:
+    """What a run's saved ``state`` recorded of its user's folder (``folder_contents``: its files' count and digest;
+    for classes:DIR its class names and the fit ``capsnet prepare`` made it with), or {} where it recorded none."""
+    data = state.get("data")
+    return data if isinstance(data, dict) else {}
+
+
 def trained_classes(train_config: dict[str, Any], state: dict[str, Any]) -> tuple[str, ...] | None:
     """The class names of the classifier a run trained (its saved ``train_config`` and ``state``), without reading
     any data: a registered set's own, or the class folders a ``classes:DIR`` run recorded; None for other runs
     (segmentation, synthesis) and for a run that does not say."""
     name = train_config.get("dataset", "mnist")
     if name.startswith(CLASSES_PREFIX):
-        saved = (state.get("data") or {}).get("classes") if isinstance(state.get("data"), dict) else None
+        saved = saved_folder(state).get("classes")
         return tuple(map(str, saved)) if isinstance(saved, list) and saved else None
     return _task_classes(name)
 
@@ -584,7 +591,7 @@ def class_change(state: dict[str, Any], dataset: str, trained_here: bool = True)
     set, or a state that does not say). ``trained_here``: ``dataset`` is the folder the run trained on (else another
     folder the model is scored on)."""
     folder = user_folder(dataset)
-    saved = (state.get("data") or {}).get("classes") if isinstance(state.get("data"), dict) else None
+    saved = saved_folder(state).get("classes")
     if folder is None or folder[0] != CLASSES_PREFIX or not isinstance(saved, list):
         return None
     now = list(class_folders(Path(folder[1]).expanduser(), at_least=0))

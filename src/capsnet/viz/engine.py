@@ -366,7 +366,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     ones (``load_model``; the page says which).
     """
     from ..data.tasks import (TASKS, absolute_dataset, class_change, input_shape, load_test, other_classes,
-                              shipped_default, task, trained_dataset, user_folder)
+                              saved_folder, shipped_default, task, trained_dataset, user_folder)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -456,8 +456,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         learned = trained_on if checkpoint is not None else name
         if user_folder(learned):  # a user's own images (classes:DIR), not known to be digits or items on white:
             # fitted as capsnet prepare made the folder (its record, kept by the run), else whole (pad)
-            data = ckpt.state.get("data") if checkpoint is not None else None
-            viewer.upload_style = (data.get("prepared_fit") if isinstance(data, dict) else None) or "pad"
+            viewer.upload_style = (checkpoint is not None and saved_folder(ckpt.state).get("prepared_fit")) or "pad"
         elif shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
             viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
     viewer.weights = weights
