@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -329,10 +330,15 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     from /proc): it is left alone while that process still runs (two `capsnet figures` into one folder, an eval
     beside a starting run), and removed once it has ended or its pid belongs to another process now (one started at
     another time: pid 1 in every container). Where a start cannot be read the pid alone decides. A temporary file
-    with no pid in its name (a capsnet before 2026-11-30) is removed."""
+    with no pid in its name (a capsnet before 2026-11-30) is removed. A temporary folder named the same way
+    (``capsnet prepare``'s, renamed into place when whole) is removed with what it holds, only when it names its
+    writer."""
     for tmp in Path(folder).glob(pattern):
         pid, start = _writer(tmp.name)
-        if not (pid and _running(pid, start)):
+        if tmp.is_dir() and not tmp.is_symlink():
+            if pid and not _running(pid, start):
+                shutil.rmtree(tmp, ignore_errors=True)
+        elif not (pid and _running(pid, start)):
             tmp.unlink(missing_ok=True)
 
 

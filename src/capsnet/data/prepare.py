@@ -191,7 +191,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                           fit: str = "crop", progress: bool = False) -> Prepared:
     """Write ``source``'s class folders into ``out`` as PNGs of ``size`` x ``size`` (the module docstring)."""
     from .._progress import progress_bar
-    from ..checkpoint import _running, _start_ticks, _writer, check_out_dir
+    from ..checkpoint import _start_ticks, check_out_dir, remove_stale_writes
 
     source, out = Path(os.path.abspath(source)), Path(os.path.abspath(out))  # "." has a name; a link is refused
     if mode not in MODES:
@@ -244,10 +244,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     if not trained:
         raise DataError(f"{source} holds no class folders of images")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.tmp-*"):  # a run killed outright (SIGKILL) left its partial folder
-        pid, start = _writer(stale.name)
-        if stale.is_dir() and not (pid and _running(pid, start)):
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_stale_writes(out.parent, f".{out.name}.tmp-*")  # a run killed outright (SIGKILL) left its partial folder
     pid = os.getpid()  # renamed to out when whole: out is all or nothing; named as atomic_write names its files
     partial = out.with_name(f".{out.name}.tmp-{pid}-{_start_ticks(pid) or 0}-dir")
     try:
