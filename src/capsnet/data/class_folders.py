@@ -18,7 +18,7 @@ import torch
 from .idx import DataError
 from .png import _utf8, opaque_image_array, png_files, refuse_other_shape
 
-__all__ = ["TEST_FOLDER", "class_folders", "load_class_folder"]
+__all__ = ["TEST_FOLDER", "class_folders", "load_class_folder", "nested_image_folders", "refuse_unknown_classes"]
 
 TEST_FOLDER = "test"  # DIR/test holds the held-out images, in class folders of its own (so no class may be "test")
 
@@ -64,6 +64,24 @@ def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) ->
     return dict(sorted(by_name.items()))
 
 
+def nested_image_folders(folder: Path, suffixes: set[str]) -> list[str]:
+    """The visible subfolders of ``folder`` holding, at any depth, a visible file whose suffix is one of
+    ``suffixes``: images that a loader of ``folder``'s own files would leave out (hidden files and folders passed
+    over, as everywhere: macOS's ._*.png)."""
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and any(
+        f.suffix.lower() in suffixes and not any(part.startswith(".") for part in f.relative_to(d).parts)
+        for f in d.rglob("*")))
+
+
+def refuse_unknown_classes(root: Path, found, classes) -> None:
+    """A DataError when ``root`` (a DIR/test folder) holds class folders ``found`` that the training ``classes``
+    lack: a test image of a class the model never learned."""
+    if others := sorted(set(found) - set(classes)):
+        raise DataError(f"{root} holds class folder(s) {', '.join(others)} that the training images have no folder "
+                        f"for (its classes: {', '.join(classes)}); give the test images the training images' class "
+                        f"folders, or add those classes' images for training")
+
+
 def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, *, test_split: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor, list[str], tuple[str, ...]]:
     """Every image of ``root``'s class folders, checked (see the module docstring).
@@ -78,20 +96,13 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, 
     root = Path(root)
     found = class_folders(root, at_least=1 if test_split else 2, test_split=test_split)
     classes = tuple(found) if classes is None else tuple(classes)
-    others = sorted(set(found) - set(classes))
-    if others:
-        raise DataError(f"{root} holds class folder(s) {', '.join(others)} that the training images have no folder "
-                        f"for (its classes: {', '.join(classes)}); give the test images the training images' class "
-                        f"folders, or add those classes' images for training")
+    refuse_unknown_classes(root, found, classes)
     images: list[np.ndarray] = []
     labels: list[int] = []
     names: list[str] = []
     first: Path | None = None
     for name, folder in found.items():
-        nested = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and any(
-            f.suffix.lower() == ".png" and not any(part.startswith(".") for part in f.relative_to(d).parts)
-            for f in d.rglob("*")))  # hidden files and folders passed over, as everywhere (macOS's ._*.png)
-        if nested:  # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
+        if nested := nested_image_folders(folder, {".png"}):  # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
             raise DataError(f"{folder} holds subfolder(s) of PNG files ({', '.join(nested[:5])}), which are not "
                             f"read; move their images into {folder} itself (or make a subfolder a class of its own, "
                             f"beside {folder.name}/)")

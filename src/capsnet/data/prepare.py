@@ -17,6 +17,7 @@ must be new or an empty folder.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -50,7 +51,8 @@ class Prepared:
 HEIC = (".heic", ".heif")  # phones' photos: Pillow reads them once pillow-heif registers its opener
 
 
-def _image_suffixes() -> set[str]:
+@functools.cache
+def _image_suffixes() -> frozenset[str]:
     """The file suffixes of the formats Pillow opens (.jpg, .png, .webp, ...; not those it only writes: .pdf), HEIC
     too where pillow-heif is installed."""
     from PIL import Image
@@ -62,7 +64,7 @@ def _image_suffixes() -> set[str]:
     else:
         register_heif_opener()
     Image.init()
-    return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
 
 
 def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -> tuple[dict[str, Path], list[Path]]:
@@ -71,6 +73,7 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
     nothing, names that are not UTF-8, two files of one stem). ``of_a_class``: ``folder`` is a class's (the
     messages say so); ``by_name``: keyed by the whole NFC file name (x.jpg and x.png both kept: nothing is written
     by their stems)."""
+    from .class_folders import nested_image_folders
     from .png import _utf8
 
     known = _image_suffixes()
@@ -81,10 +84,8 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
     if broken:
         raise DataError(f"{folder} holds {len(broken)} link(s) to nothing ({', '.join(broken[:5])}); point them at "
                         f"their files or remove them")
-    nested = [p.name for p in entries if p.is_dir() and any(
-        f.suffix.lower() in known and not any(part.startswith(".") for part in f.relative_to(p).parts)
-        for f in p.rglob("*"))]
-    if nested:  # left out, the class would shrink without a word (and classes:DIR refuses them)
+    if nested := nested_image_folders(folder, known):  # left out, the class would shrink without a word (and
+        # classes:DIR refuses them)
         raise DataError(f"{folder} holds subfolder(s) of images ({', '.join(nested[:5])}), which are not read; move "
                         f"their images into {folder} itself" + (", or make a subfolder a class of its own"
                                                                 if of_a_class else ""))
@@ -211,7 +212,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     if out.resolve().is_relative_to(source.resolve()):  # written among the photos, read as a class next time
         raise DataError(f"{out} is inside {source}; give a folder outside it (--out)")
     check_out_dir(out, "prepared class folders", error=DataError)
-    from .class_folders import TEST_FOLDER, class_folders
+    from .class_folders import TEST_FOLDER, class_folders, refuse_unknown_classes
 
     plan: list[tuple[Path, Path]] = []  # (source file, PNG to write, relative to out): all known before reading
     skipped: list[Path] = []
@@ -230,10 +231,8 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         found = class_folders(top, at_least=1 if split == "test" else 2, test_split=split == "test")
         if split == "train":
             trained = tuple(found)
-        elif others := sorted(set(found) - set(trained)):
-            raise DataError(f"{top} holds class folder(s) {', '.join(others)} that the training images have no "
-                            f"folder for (its classes: {', '.join(trained)}); give the test images the training "
-                            f"images' class folders")
+        else:
+            refuse_unknown_classes(top, found, trained)
         for name, folder in found.items():
             images, others = image_files(folder, of_a_class=True)
             if not images:
