@@ -102,7 +102,8 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, 
     names: list[str] = []
     first: Path | None = None
     for name, folder in found.items():
-        if nested := nested_image_folders(folder, {".png"}):  # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
+        # torchvision's ImageFolder reads them; left out here they would shrink the class without a word
+        if nested := nested_image_folders(folder, {".png"}):
             raise DataError(f"{folder} holds subfolder(s) of PNG files ({', '.join(nested[:5])}), which are not "
                             f"read; move their images into {folder} itself (or make a subfolder a class of its own, "
                             f"beside {folder.name}/)")
