@@ -29,7 +29,7 @@ import numpy as np
 
 from .idx import DataError
 
-__all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_pil",
+__all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_array", "fit_pil",
            "image_files", "prepared_fit"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
@@ -108,8 +108,19 @@ def fit_image(path: Path, height: int, width: int, mode: str, fit: str) -> np.nd
     """The image in ``path`` (any format Pillow opens) turned, flattened, converted to ``mode`` and fitted to
     ``height`` x ``width`` (the module docstring): (C, H, W) uint8, C 1 (grey) or 3 (rgb). What ``capsnet prepare``
     writes and ``capsnet predict --fit`` classifies."""
-    a = np.asarray(_fitted(path, (height, width), mode, fit))
-    return np.array(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))  # a writable copy (PIL's view is read-only)
+    return _chw(_fitted(path, (height, width), mode, fit))
+
+
+def fit_array(img, height: int, width: int, mode: str, fit: str, what: str = "the image") -> np.ndarray:
+    """``fit_image`` of a PIL image already opened and turned (``fit_pil``): (C, H, W) uint8. The viewer fits
+    uploads to a model of a user's class folders with it."""
+    return _chw(fit_pil(img, (height, width), mode, fit, what))
+
+
+def _chw(img) -> np.ndarray:
+    """A grey or RGB PIL image as a writable (C, H, W) uint8 array (PIL's own view is read-only)."""
+    a = np.asarray(img)
+    return np.array(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))
 
 
 def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
@@ -133,8 +144,7 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
 def fit_pil(img, size: int | tuple[int, int], mode: str, fit: str, what: str = "the image"):
     """A PIL image (already turned by its EXIF orientation) flattened onto black, converted to ``mode`` ("grey",
     "rgb") and fitted to ``size`` (a side, or (height, width)) by ``fit`` ("crop", "pad"), as ``capsnet prepare``
-    writes it: a new image of the pixels alone. ``what`` names the image in errors. The viewer fits uploads to a
-    model trained on a user's class folders with it."""
+    writes it: a new image of the pixels alone. ``what`` names the image in errors."""
     from PIL import Image, ImageOps
 
     height, width = (size, size) if isinstance(size, int) else size

@@ -180,12 +180,9 @@ def mnist_style(img: Image.Image, shape: tuple[int, int, int], style: str = "mni
     """
     try:
         if style in ("crop", "pad"):  # a model of a user's class folders: fitted as capsnet prepare fits photos
-            from ..data.prepare import fit_pil
+            from ..data.prepare import fit_array
 
-            a = np.asarray(fit_pil(img, shape[1:], "grey" if shape[0] == 1 else "rgb", style, "the image"),
-                           dtype=np.float32) / 255
-            x = torch.from_numpy(a)
-            return (x.unsqueeze(0) if shape[0] == 1 else x.permute(2, 0, 1)).contiguous()
+            return torch.from_numpy(fit_array(img, *shape[1:], "grey" if shape[0] == 1 else "rgb", style)).float() / 255
         if style == "frame" and shape[0] == 1:
             return photos.frame_style(img, shape)
         return photos.mnist_style(img, shape)
