@@ -30,8 +30,8 @@ from .average import WEIGHTS
 from .bench import DTYPES
 from .checkpoint import RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
-from .data.tasks import (CLASSES_PREFIX, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem, input_shape, task,
-                         task_kind, user_folder)
+from .data.tasks import (CLASSES_PREFIX, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem,
+                         input_shape, task, task_kind, user_folder)
 from .experiments import COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES
 from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
@@ -245,7 +245,8 @@ def _dataset(value: str) -> str:
                                                                            else ""))
 
 
-_DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR,{CLASSES_PREFIX}DIR}}"  # the metavar of every --dataset
+# the metavar of every --dataset
+_DATASETS = "{" + ",".join(TASKS) + f",{FOLDER_PREFIX}DIR,{PAIRS_PREFIX}DIR,{CLASSES_PREFIX}DIR}}"
 _DEFAULT_MODEL = {"classification": "capsnet", "segmentation": "segcaps", "synthesis": "capspix2pix"}
 
 
@@ -633,7 +634,9 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                    help="classifiers trained on MNIST's 28x28 digits: make each image, of any size, as MNIST was made "
                         "(a photo or scan of one digit: dark ink on light paper inverted, its box scaled to 20x20, "
                         "centred by its centre of mass), as the viewer does with uploads")
-    p.add_argument("--fit", choices=("crop", "pad"), default=None,
+    from .data.prepare import FITS
+
+    p.add_argument("--fit", choices=FITS, default=None,
                    help="classifiers: read every image Pillow opens (JPEG, PNG, WebP, ...), of any size, and fit it to "
                         "the model's input as capsnet prepare does (crop: the shorter side to the size, the centre "
                         "kept; pad: the longer side, centred on black)")
@@ -662,15 +665,12 @@ def _prepare_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from .data.prepare import HEIC, prepare_class_folders
+    from .data.prepare import passed_over, prepare_class_folders
 
     done = prepare_class_folders(args.images, args.out, args.size, mode=args.mode, fit=args.fit,
                                  progress=not args.no_progress)
     if done.skipped:
-        shown = ", ".join(str(p) for p in done.skipped[:5]) + (", ..." if len(done.skipped) > 5 else "")
-        heic = [p for p in done.skipped if p.suffix.lower() in HEIC]
-        print(f"passed over {len(done.skipped)} file(s) that are not images: {shown}" + (
-            f" ({len(heic)} HEIC photo(s): pip install pillow-heif, and they are read)" if heic else ""))
+        print(passed_over(done.skipped))
     print(f"wrote {' and '.join(f'{n:,} {split}' for split, n in done.counts.items())} images of {args.size}x"
           f"{args.size} ({args.mode}) in {len(done.classes)} classes to {done.out}; train on them with: capsnet train "
           f"--dataset {shlex.quote('classes:' + str(done.out))}")
@@ -1414,8 +1414,8 @@ def _replaced(files: Sequence[Path]) -> str:
 
 
 def _refuse_moved_folder(args: argparse.Namespace, run_dir, last) -> None:
-    """A resume of a run whose user folder (folder:DIR, pairs:DIR, classes:DIR) is no longer there, named with the fix: a resume
-    reads the folder it trained on (its test split is drawn from its files)."""
+    """A resume of a run whose user folder (folder:DIR, pairs:DIR, classes:DIR) is no longer there, named with the
+    fix: a resume reads the folder it trained on (its test split is drawn from its files)."""
     saved = last.train_config.get("dataset", "")
     if (gone := user_folder(saved)) and not Path(gone[1]).is_dir():
         args.parser.error(f"the run in {run_dir} trained on --dataset {saved}, and that folder is gone; put it back at "

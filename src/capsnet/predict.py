@@ -74,18 +74,16 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
     ``notes``; ``fittable``: --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or
     sizes names it (``prepared``: the fit ``capsnet prepare`` made the run's training folder with, named first)."""
     if fit is not None:
-        from .data.prepare import HEIC, fit_image, image_files
+        from .data.prepare import fit_image, heic_hint, image_files, passed_over
 
         if not Path(images_dir).is_dir():
             raise DataError(f"{images_dir}: no such folder; give the folder of images to classify (--images)")
         files, others = image_files(Path(images_dir), by_name=True)
-        heic = [p for p in others if p.suffix.lower() in HEIC]
-        hint = f" ({len(heic)} HEIC photo(s): pip install pillow-heif, and they are read)" if heic else ""
         if not files:
-            raise DataError(f"no image files Pillow opens in {images_dir}{hint}; put the images to classify there")
+            raise DataError(f"no image files Pillow opens in {images_dir}{heic_hint(others)}; put the images to "
+                            f"classify there")
         if others and notes is not None:
-            shown = ", ".join(p.name for p in others[:5]) + (", ..." if len(others) > 5 else "")
-            notes.append(f"passed over {len(others)} file(s) that are not images: {shown}{hint}")
+            notes.append(passed_over(others, show=lambda p: p.name))
         mode = "grey" if channels == 1 else "rgb"
         return ({stem: fit_image(path, *size, mode, fit) for stem, path in progress_bar(
             files.items(), desc="read", unit="image", leave=False, progress=progress)}, files)

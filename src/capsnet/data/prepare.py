@@ -30,7 +30,7 @@ import numpy as np
 from .idx import DataError
 
 __all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_array", "fit_pil",
-           "image_files", "prepared_fit"]
+           "image_files", "passed_over", "heic_hint", "prepared_fit"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
 RECORD = ".capsnet-prepare.json"  # in the folder written: its size, mode and fit (``prepared_fit`` reads it)
@@ -65,6 +65,19 @@ def _image_suffixes() -> frozenset[str]:
         register_heif_opener()
     Image.init()
     return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+
+
+def passed_over(files: list[Path], show=str) -> str:
+    """The line that names the ``files`` a folder held that are not images (``show``: how each is named), with the
+    fix for HEIC photos: what ``capsnet prepare`` prints and ``capsnet predict --fit`` notes."""
+    shown = ", ".join(show(p) for p in files[:5]) + (", ..." if len(files) > 5 else "")
+    return f"passed over {len(files)} file(s) that are not images: {shown}{heic_hint(files)}"
+
+
+def heic_hint(files: list[Path]) -> str:
+    """" (N HEIC photo(s): pip install pillow-heif, ...)" where ``files`` (passed over) hold HEIC photos, else ""."""
+    heic = [p for p in files if p.suffix.lower() in HEIC]
+    return f" ({len(heic)} HEIC photo(s): pip install pillow-heif, and they are read)" if heic else ""
 
 
 def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -> tuple[dict[str, Path], list[Path]]:
