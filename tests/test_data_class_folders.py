@@ -562,8 +562,14 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     assert load_checkpoint(tmp_path / "run" / "last.safetensors").state["data"]["prepared_fit"] == "crop"
     wide = tmp_path / "new"
     wide.mkdir()
-    Image.fromarray(np.zeros((28, 40), np.uint8)).save(wide / "w.png")
-    with pytest.raises(DataError, match=r"or give --fit crop, the fit capsnet prepare made the model's training "
-                                        r"images with$"):
-        predict_folder(tmp_path / "run", wide, tmp_path / "out", which="last")
+    photo = np.zeros((28, 40), np.uint8)
+    photo[4:24, :6] = 255  # a bar that a crop to the centre 28 columns cuts away and a pad keeps
+    Image.fromarray(photo).save(wide / "w.png")
+    # a photo of another size is fitted by the fit the run recorded (it was refused, naming it), and a note says so
+    done = predict_folder(tmp_path / "run", wide, tmp_path / "out", which="last")
+    crop, pad = (predict_folder(tmp_path / "run", wide, tmp_path / f"out-{f}", which="last", fit=f) for f in
+                 ("crop", "pad"))
+    assert done.rows == crop.rows != pad.rows
+    assert done.notes == ["each image was fitted to the model's 28x28 input by --fit crop, as capsnet prepare made "
+                          "the folder it trained on (give --fit to choose)"] and not crop.notes and not pad.notes
     assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"

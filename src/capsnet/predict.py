@@ -1,7 +1,8 @@
 """A trained classifier or segmentation model applied to the user's own PNG images (``capsnet predict``).
 
 - A classifier reads every PNG of the folder at its input size and channel count (with ``fit``, ``--fit crop|pad``:
-  every image Pillow opens, of any size and mode, fitted to its input as ``capsnet prepare`` fits photos), and writes
+  every image Pillow opens, of any size and mode, fitted to its input as ``capsnet prepare`` fits photos; the fit
+  ``capsnet prepare`` recorded, when the classifier trained on a folder it made and no fit is given), and writes
   ``OUT/predictions.csv``: each file's predicted class (its name where the data set names its classes), that class's
   score and every class's score, the scores ``capsnet eval`` ranks the classes by (capsule lengths, EM activations,
   the CNN's softmax probabilities).
@@ -63,8 +64,7 @@ T = TypeVar("T")
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
           styleable: bool = False, progress: bool = False, fit: str | None = None, fittable: bool = False,
-          notes: list[str] | None = None, prepared: str | None = None
-          ) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          notes: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
@@ -72,7 +72,7 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
     (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
     ``notes``; ``fittable``: --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or
-    sizes names it (``prepared``: the fit ``capsnet prepare`` made the run's training folder with, named first)."""
+    sizes names it."""
     if fit is not None:
         from .data.prepare import fit_image, heic_hint, image_files, passed_over
 
@@ -115,9 +115,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         if size is not None and a.shape[1:] != size:
             raise DataError(f"image {path} is {a.shape[1]}x{a.shape[2]} (HxW) but the classifier takes "
                             f"{size[0]}x{size[1]} images; resize or crop it to that size"
-                            + ((f", or give --fit {prepared}, the fit capsnet prepare made the model's training "
-                                f"images with" if prepared else ", or give --fit crop (or pad) to fit each image as "
-                                "capsnet prepare does") if fittable else "")
+                            + (", or give --fit crop (or pad) to fit each image as capsnet prepare does"
+                               if fittable else "")
                             + (" (or, a photo or scan of one digit: --mnist-style makes it as MNIST was made)"
                                if styleable else ""))
         arrays[stem] = a
@@ -215,7 +214,8 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
     inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). ``fit`` ("crop" or "pad",
     a classifier): every image Pillow opens (JPEG, WebP, ...), of any size, fitted to the model's input as
-    ``capsnet prepare`` fits photos. A problem with an image is a DataError naming it, raised before anything is
+    ``capsnet prepare`` fits photos; a classifier trained on a folder ``capsnet prepare`` made fits them as it made
+    the folder unless told otherwise (the fit it recorded; a note says so). A problem with an image is a DataError naming it, raised before anything is
     written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
@@ -243,9 +243,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     check_out_folder(folder, source, written="predictions", source_flag="--images", read="images")
     model.eval()
     segmenting = kind == "segmentation"
-    if fit is not None:
-        from .data.prepare import FITS
+    from .data.prepare import FITS
 
+    if fit is not None:
         if fit not in FITS:
             raise ValueError(f"fit must be one of {', '.join(FITS)}, got {fit!r}")
         if segmenting or mnist_style:
@@ -265,10 +265,14 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
                          f"--mnist-style")
     notes: list[str] = []
+    prepared = saved_folder(ckpt.state).get("prepared_fit")
+    if fit is None and prepared in FITS and not segmenting and not mnist_style:  # the fit it trained on, by itself
+        fit = prepared
+        notes.append(f"each image was fitted to the model's {cfg.input_height}x{cfg.input_width} input by --fit "
+                     f"{fit}, as capsnet prepare made the folder it trained on (give --fit to choose)")
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
-                          fittable=not segmenting and not mnist_style, notes=notes,
-                          prepared=saved_folder(ckpt.state).get("prepared_fit"))
+                          fittable=not segmenting and not mnist_style, notes=notes)
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
