@@ -485,7 +485,11 @@ def _write_onnx(traced: Traced, path: Path, result: ExportResult, opset: int | N
         result.notes.append("not checked: onnxruntime is not installed (pip install onnxruntime runs the file here)")
         return data
     try:
-        session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        options = onnxruntime.SessionOptions()
+        # errors only: its optimiser's "Could not find a CPU kernel and hence can't constant fold CastLike node" lines
+        # (the exporter's casts of constants, run as they are) were printed in yellow on every export
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise ExportError(f"onnxruntime {onnxruntime.__version__} cannot load the ONNX {traced.label} (opset "
                           f"{result.opset}): {_first_line(e)}; nothing written (pip install -U onnxruntime onnxscript, "
