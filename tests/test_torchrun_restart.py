@@ -2,6 +2,7 @@
 another launch's checkpoint, or a launch without an id of its own, is refused as before."""
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from dataclasses import replace
@@ -145,3 +146,63 @@ def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, 
     err = capsys.readouterr().err
     said = f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last checkpoint"
     assert (said in err) == restarts and ("--resume`" in err and "continues from the last checkpoint" in err) != restarts, err
+
+
+def test_a_nan_stop_under_max_restarts_is_not_trained_to_again_by_each_restart(tmp_path, data_root, monkeypatch):
+    """A restart resumes exactly from the checkpoint its launch stopped after, so a NaN stop came back at the same
+    step, once per restart left (up to --max-restarts times a long run's training): the restart now stops at once,
+    before training, naming the error. A save since, another launch or a resume by hand trains as before."""
+    import os
+
+    import capsnet.train as train_module
+    from capsnet import models
+    from capsnet.train import STOPPED_FILE, NonFiniteLoss, note_restart_stop, repeated_restart_stop
+
+    run, ours = tmp_path / "run", _agent_store()
+    _torchrun_env(monkeypatch, 0, ours)
+    fit(TINY, CFG, run, device="cpu", data_root=data_root, progress=False)  # epoch 1, saved by the launch
+    drawn = ours.get("capsnet/launch_id").decode()
+    spec = models.MODELS["capsnet"]
+
+    def nan_in_training(model, images, labels, components=None, **kw):
+        loss, scores = spec.loss(model, images, labels, components, **kw)
+        return (loss * float("nan") if model.training else loss), scores
+
+    monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=nan_in_training))
+    two = replace(CFG, epochs=2)
+    _torchrun_env(monkeypatch, 1, ours)  # restart 1 of 3 (a rank was lost, say) resumes and meets a NaN in epoch 2
+    with pytest.raises(NonFiniteLoss, match="the training loss became NaN or infinite at step 3 .epoch 2."):
+        fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    assert json.loads((run / STOPPED_FILE).read_text())["launch"] == drawn
+    real_fit, trained = train_module._fit, []
+    monkeypatch.setattr(train_module, "_fit", lambda *a, **k: trained.append(1))
+    _torchrun_env(monkeypatch, 2, ours)
+    with pytest.raises(NonFiniteLoss, match=r"torchrun restarted this run \(restart 2 of at most 3\), but its last "
+                                            r"attempt stopped on an error that a resume from the same checkpoint meets "
+                                            r"again, so it stops at once: the training loss became NaN or infinite at "
+                                            r"step 3 \(epoch 2\)"):
+        fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    assert trained == []  # nothing trained, nothing loaded: the stop came before the data and the model
+    ours_2 = Launch(0, 1, 0, 1, restart=2, max_restarts=3, agent_store=True, launch_id=drawn)
+    assert repeated_restart_stop(run, ours_2) is not None
+    for other in (replace(ours_2, launch_id="another launch"), replace(ours_2, restart=0), None,
+                  replace(ours_2, world_size=4)):  # another launch, its first attempt, one process, two machines
+        assert repeated_restart_stop(run, other) is None
+    spent = tmp_path / "spent"  # no restart left: nothing to stop early, nothing written
+    spent.mkdir()
+    note_restart_stop(spent, replace(ours_2, restart=3), NonFiniteLoss("x"))
+    assert not (spent / STOPPED_FILE).exists()
+
+    # a save since (here: the checkpoint's time moved on) is another start: the restart trains, and the record goes
+    stamp = (run / "last.safetensors").stat()
+    os.utime(run / "last.safetensors", ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))
+    assert repeated_restart_stop(run, ours_2) is None
+    monkeypatch.setattr(train_module, "_fit", real_fit)
+    monkeypatch.setitem(models.MODELS, "capsnet", spec)
+    fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    assert load_checkpoint(run, "last").state["epoch"] == 2 and not (run / STOPPED_FILE).exists()
+    (run / STOPPED_FILE).write_text("{}")  # a resume by hand in one process, once the cause is fixed: gone too
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name)
+    fit(TINY, replace(CFG, epochs=3), run, device="cpu", data_root=data_root, progress=False, resume=True)
+    assert not (run / STOPPED_FILE).exists()

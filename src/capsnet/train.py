@@ -878,6 +878,52 @@ def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
     return state.get(LAUNCH_KEY) == launch.launch_id
 
 
+STOPPED_FILE = ".capsnet-restart-stop.json"  # a torchrun launch's NaN stop, which its restarts would meet again
+
+
+def _last_stamp(run_dir: str | os.PathLike) -> list[int] | None:
+    """last.safetensors' size and modification time (None: none yet): a save since changes it."""
+    try:
+        st = (Path(run_dir) / "last.safetensors").stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def note_restart_stop(run_dir: str | os.PathLike, launch: Launch | None, error: NonFiniteLoss) -> None:
+    """A process of a torchrun launch that torchrun will restart (``--max-restarts`` left, one machine, an id):
+    record that the run stopped on ``error`` from its present last checkpoint. A restart resumes exactly from that
+    checkpoint, so it would train to the same NaN again (up to N times, a long run's hours on a GPU):
+    ``repeated_restart_stop`` has it stop at once instead. Every rank that stops writes it (the same launch and
+    checkpoint; one whole file wins): torchrun stops the others once the first has exited."""
+    if launch is None or launch.launch_id is None or not launch.one_machine or launch.restart >= launch.max_restarts:
+        return
+    with contextlib.suppress(OSError):  # the error itself is what matters: said whatever this write does
+        atomic_write_text(Path(run_dir) / STOPPED_FILE, json.dumps(
+            {"launch": launch.launch_id, "checkpoint": _last_stamp(run_dir), "error": str(error)}))
+
+
+def _forget_restart_stop(run_dir: str | os.PathLike) -> None:
+    """The record of ``note_restart_stop`` removed once the run has trained to its end: that stop is past."""
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / STOPPED_FILE).unlink(missing_ok=True)
+
+
+def repeated_restart_stop(run_dir: str | os.PathLike, launch: Launch | None) -> str | None:
+    """The error a restart of this launch would meet again (``note_restart_stop``: the same launch stopped on it,
+    and the run has saved nothing since), else None."""
+    if launch is None or not launch.restart or launch.launch_id is None or not launch.one_machine:
+        return None
+    try:
+        record = json.loads((Path(run_dir) / STOPPED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("launch") != launch.launch_id \
+            or record.get("checkpoint") != _last_stamp(run_dir):
+        return None
+    return str(record.get("error"))
+
+
 def check_fit_arguments(cfg: Any, run_dir: str | os.PathLike) -> None:
     """A ValueError naming the fix for ``fit``'s (and ``fit_gan``'s) arguments of the wrong kind, before any work:
     settings as a dict (or anything but a TrainConfig), a run directory that is a file."""
@@ -961,6 +1007,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     if launch is not None:
         launch = identified(launch)  # its id from torchrun's agent store: the same in each of its restarts
+        if (stopped := repeated_restart_stop(run_dir, launch)) is not None:  # every rank, before the group forms
+            raise NonFiniteLoss(f"torchrun restarted this run (restart {launch.restart} of at most "
+                                f"{launch.max_restarts}), but its last attempt stopped on an error that a resume from "
+                                f"the same checkpoint meets again, so it stops at once: {stopped}")
         if not resume and restarted_run(run_dir, launch):  # every rank reads the same file before any writes it
             resume = True
             if launch.is_main:
@@ -974,8 +1024,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     dev = resolve_device(device)
     if launch is None:
         with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(dev):  # the caller's RNG after
-            return _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard, data,
-                        save_every_s, stop, on_epoch, lock)
+            final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard,
+                         data, save_every_s, stop, on_epoch, lock)
+        _forget_restart_stop(run_dir)
+        return final
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
     if cfg.batch_size % launch.world_size:
@@ -995,7 +1047,12 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
             final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,
                          save_every_s=save_every_s, on_epoch=on_epoch, lock=lock)
         ended = dev
+        if launch.is_main:
+            _forget_restart_stop(run_dir)
         return final
+    except NonFiniteLoss as e:
+        note_restart_stop(run_dir, launch, e)
+        raise
     except (dist.DistError, RuntimeError) as e:
         # a collective that lost its peers (gloo: "Connection closed by peer"): another rank stopped on its own error,
         # which it prints; this one says so in a line rather than a traceback of the library's internals
