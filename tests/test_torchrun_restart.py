@@ -178,7 +178,7 @@ def test_a_nan_stop_under_max_restarts_is_not_trained_to_again_by_each_restart(t
     monkeypatch.setattr(train_module, "_fit", lambda *a, **k: trained.append(1))
     _torchrun_env(monkeypatch, 2, ours)
     with pytest.raises(NonFiniteLoss, match=r"torchrun restarted this run \(restart 2 of at most 3\), but its last "
-                                            r"attempt stopped on an error that a resume from the same checkpoint meets "
+                                            r"attempt stopped on an error that a run from the same checkpoint meets "
                                             r"again, so it stops at once: the training loss became NaN or infinite at "
                                             r"step 3 \(epoch 2\)"):
         fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)

@@ -1008,9 +1008,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if launch is not None:
         launch = identified(launch)  # its id from torchrun's agent store: the same in each of its restarts
         if (stopped := repeated_restart_stop(run_dir, launch)) is not None:  # every rank, before the group forms
+            start = "the same checkpoint" if _last_stamp(run_dir) else "the same start (it saved nothing)"
             raise NonFiniteLoss(f"torchrun restarted this run (restart {launch.restart} of at most "
-                                f"{launch.max_restarts}), but its last attempt stopped on an error that a resume from "
-                                f"the same checkpoint meets again, so it stops at once: {stopped}")
+                                f"{launch.max_restarts}), but its last attempt stopped on an error that a run from "
+                                f"{start} meets again, so it stops at once: {stopped}")
         if not resume and restarted_run(run_dir, launch):  # every rank reads the same file before any writes it
             resume = True
             if launch.is_main:
