@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -573,3 +574,11 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     assert done.notes == ["each image was fitted to the model's 28x28 input by --fit crop, as capsnet prepare made "
                           "the folder it trained on (give --fit to choose)"] and not crop.notes and not pad.notes
     assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"
+    # the PNGs without prepare's record (copied alone, say): the same images, so no "folder changed" warning, and the
+    # resumed run keeps the fit it trained with (it warned, then saved the folder without it; a review, 2026-12-01)
+    (tmp_path / "made" / ".capsnet-prepare.json").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(cfg, TrainConfig(dataset=f"classes:{tmp_path / 'made'}", epochs=2, batch_size=8), tmp_path / "run",
+            progress=False, resume=True)
+    assert load_checkpoint(tmp_path / "run" / "last.safetensors").state["data"]["prepared_fit"] == "crop"

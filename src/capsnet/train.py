@@ -48,7 +48,7 @@ from .data.segmentation import overlap_scores
 from .data.idx import DataError
 from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset,
                          class_change, dataset_stem, folder_change, folder_contents, input_shape, load_training, task,
-                         user_folder)
+                         saved_folder, user_folder)
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
 from .evaluate import evaluate_split
@@ -736,6 +736,8 @@ def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict
         warnings.warn(f"--dataset {dataset} holds {count}: the rest of the run trains and tests on the folder as it is "
                       f"now (each {noun} keeps its split), so its test figures are not those of the earlier epochs' "
                       f"{noun}s; put the folder back as it was to continue the same run", UserWarning, stacklevel=3)
+    if "prepared_fit" not in now and "prepared_fit" in saved_folder(state):  # capsnet prepare's record gone (the
+        now = {**now, "prepared_fit": saved_folder(state)["prepared_fit"]}  # PNGs copied alone): the fit they had
     return {**state, "data": now}
 
 
