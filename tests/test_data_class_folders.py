@@ -91,7 +91,9 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
     ({"a/1.png": _GREY, "b/1.png": _GREY, "x.png": _GREY},
      r"1 PNG file\(s\) outside the class folders \(x.png\); put each image in the subfolder named by its class"),
     ({"a/1.png": _GREY, "b/1.png": _pixels(5, (9, 8))},
-     r"images must all be one size: .*b/1.png is 9x8 \(HxW\) but .*a/1.png is 8x8; resize or crop them"),
+     r"images must all be one size: .*b/1.png is 9x8 \(HxW\) but .*a/1.png is 8x8; resize or crop them to one size "
+     r"\(make the folder from the photos with capsnet prepare --images PHOTOS --out DIR --size N \[--mode grey\] "
+     r"\(any format and size in; PNG files of one size out\), N the side of a trained model's input"),
     ({"a/1.png": _GREY, "b/1.png": _RGB}, r"b/1.png is RGB \(3 channels\) but .*a/1.png is grayscale .*one mode"),
     ({"a/1.png": _GREY, "a/2.png": _GREY, "b/1.png": _pixels(7, (8, 8))},
      r"class 'b' holds 1 image in .*; at least 2 are needed to hold one out for testing \(add images, or put the "
@@ -99,9 +101,14 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
     ({"a/1.png": _GREY, "b/1.png": _GREY, "test/c/1.png": _GREY},
      r"test holds class folder\(s\) c that the training images have no folder for \(its classes: a, b\)"),
     ({"a/1.png": _GREY, "b/1.png": _pixels(7, (8, 8)), "test/a/2.png": _GREY},
-     r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png"),
+     r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png "
+     r"\(= a/1.png\)"),
     ({"a/1.png": _GREY, "A/1.png": _GREY}, r"class folders A/ and a/, names that differ in case alone"),
-    ({"a/1.png": _GREY, "b/1.jpg": _GREY}, r"no PNG files in .*b \(found 1 other file\(s\): 1.jpg; convert them"),
+    ({"a/1.png": _GREY, "b/1.jpg": _GREY}, r"no PNG files in .*b \(found 1 other file\(s\): 1.jpg; make the folder "
+                                           r"from the photos with capsnet prepare --images PHOTOS"),
+    ({"a/1.png": _GREY, "b/1.png": _GREY, "b/2.jpg": _GREY},  # photos beside the PNGs: prepare makes them, too
+     r"b holds 1 image file\(s\) that are not PNG beside its PNG images of class 'b' \(2.jpg\); capsnet reads PNG "
+     r"only: make the folder from the photos with capsnet prepare --images PHOTOS --out DIR --size N"),
     ({"a/1.png": _GREY, "b/1.png": _GREY, "b/more/deeper/2.png": _GREY, "b/thumbs/.cache/3.png": _GREY,
       "b/meta/._4.png": _GREY},
      r"b holds subfolder\(s\) of PNG files \(more\), which are not read; move their images into .*b itself"),
@@ -394,6 +401,19 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
         prepare_class_folders(src, tmp_path / "out", 16)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))  # nothing written, no leftovers
     (src / "a" / "z.jpg").unlink()
+    # a training photo copied into test/: named by its photo and its twin (train refused the folder made, naming the
+    # PNG alone and pointing at the made folder; a review, 2026-12-01); another class's same pixels are no copy
+    _write(src, {"test/a/t.png": _GREY, "test/b/u.png": _pixels(7, (8, 8))})
+    with pytest.raises(DataError, match=r"src/test holds 1 photo\(s\) that are also training photos of their class "
+                                        r"\(the same pixels once fitted\): test/a/t.png \(= a/x.png\); a test image "
+                                        r"must not be trained on: keep each in test/ only \(remove its twin from the "
+                                        r"class folder\); nothing written$"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    _write(src, {"b/v.png": _pixels(9, (8, 8)), "test/a/t.png": _pixels(9, (8, 8))})  # b's pixels, tested as a
+    assert prepare_class_folders(src, tmp_path / "made-with-test", 16).counts == {"train": 5, "test": 2}
+    shutil.rmtree(src / "test")
+    (src / "b" / "v.png").unlink()
     _write(src, {"loose.png": _GREY})
     with pytest.raises(DataError, match=r"1 image\(s\) outside the class folders \(loose.png\); put each in"):
         prepare_class_folders(src, tmp_path / "out", 16)
@@ -510,7 +530,7 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     for r in fitted.rows:  # the same scores as the 28x28 PNGs themselves
         want = by_stem[Path(r["file"]).stem]
         assert r["class"] == want["class"] and r["score"] == pytest.approx(want["score"], abs=1e-6)
-    with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG or move them out \(or give --fit "
+    with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG, or move them out \(or give --fit "
                                         r"crop or pad, which reads every format Pillow opens\)"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
     for f in [*(tmp_path / "photos").glob("*.bmp"), tmp_path / "photos" / "IMG_1.HEIC"]:
@@ -526,7 +546,7 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     with pytest.raises(ValueError, match="--fit and --mnist-style each make an image of the model's size"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out5", which="last", fit="pad", mnist_style=True)
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "photos" / "y.jpg")
-    with pytest.raises(DataError, match=r"convert them to PNG or move them out$"):  # no pointer to a --fit refused
+    with pytest.raises(DataError, match=r"convert them to PNG, or move them out$"):  # no pointer to a --fit refused
         predict_folder("pretrained:capsnet-mnist-small", tmp_path / "photos", tmp_path / "out6", mnist_style=True)
     # from a review: x.jpg beside x.png both classified (rows are named by file); a shape held in the alpha alone
     # refused, not scored blank

@@ -179,7 +179,7 @@ def test_bad_pairs_get_one_clear_message(tmp_path, case):
         (root / "labels" / "p1.png").rename(root / "labels" / "p1.jpg")
         (root / "labels" / "notes.txt").write_text("not an image: ignored")
         match = r"labels holds 1 image file\(s\) that are not PNG beside its PNG label maps \(p1.jpg\); capsnet reads " \
-                r"PNG only: convert them to PNG or move them out"
+                r"PNG only: convert them to PNG, or move them out"
     else:
         for p in (root / "labels").iterdir():
             p.unlink()

@@ -121,8 +121,9 @@ def test_test_pairs_copied_from_the_training_pairs_are_refused_by_name(tmp_path,
     for k, new in ((1, "p01"), (4, "renamed")):
         for sub in ("images", "masks"):
             shutil.copy(tmp_path / "d" / sub / f"p{k:02d}.png", tmp_path / "d" / "test" / sub / f"{new}.png")
-    with pytest.raises(DataError, match=r"test holds 2 of the training pairs \(the same files' contents\): p01.png, "
-                                        r"renamed.png; a test pair must not be trained on"):
+    with pytest.raises(DataError, match=r"test holds 2 of the training pairs \(the same files' contents\): p01.png "
+                                        r"\(= p01.png\), renamed.png \(= p04.png\); a test pair must not be trained "
+                                        r"on"):
         load_training(f"folder:{tmp_path / 'd'}", progress=False)
     mask_pairs(tmp_path / "e", 6)
     mask_pairs(tmp_path / "e" / "test", 2, seed=3)  # p00.png and p01.png again, of other contents: fine
@@ -491,7 +492,8 @@ def test_a_long_lived_process_sees_a_users_folder_change_its_size_or_gain_a_copi
     assert load_test(name).images.any()
     for sub in ("images", "masks"):  # a training pair copied into test/
         shutil.copy(tmp_path / "d" / sub / "p03.png", tmp_path / "d" / "test" / sub / "p09.png")
-    with pytest.raises(DataError, match=r"test holds 1 of the training pairs \(the same files' contents\): p09.png"):
+    with pytest.raises(DataError, match=r"test holds 1 of the training pairs \(the same files' contents\): p09.png "
+                                        r"\(= p03.png\)"):
         task(name)
 
 

@@ -21,6 +21,9 @@ from .png import _utf8, opaque_image_array, png_files, refuse_other_shape
 __all__ = ["TEST_FOLDER", "class_folders", "load_class_folder", "nested_image_folders", "refuse_unknown_classes"]
 
 TEST_FOLDER = "test"  # DIR/test holds the held-out images, in class folders of its own (so no class may be "test")
+# photos of other formats or sizes: the command that makes them into such a folder
+PREPARE_FIX = "make the folder from the photos with capsnet prepare --images PHOTOS --out DIR --size N [--mode grey] " \
+              "(any format and size in; PNG files of one size out)"
 
 
 def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) -> dict[str, Path]:
@@ -107,12 +110,12 @@ def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, 
             raise DataError(f"{folder} holds subfolder(s) of PNG files ({', '.join(nested[:5])}), which are not "
                             f"read; move their images into {folder} itself (or make a subfolder a class of its own, "
                             f"beside {folder.name}/)")
-        for stem, path in sorted(png_files(folder, f"images of class {name!r}", paired=False).items()):
+        for stem, path in sorted(png_files(folder, f"images of class {name!r}", paired=False,
+                                           convert=PREPARE_FIX).items()):
             a = opaque_image_array(path)
             if images:
-                refuse_other_shape(a, path, images[0], first, "images", " (capsnet prepare --images SRC --out DIR "
-                                   "--size 32 makes photos of any size and format into one; the classifiers here "
-                                   "are made for small images, 28x28 to 32x32)")
+                refuse_other_shape(a, path, images[0], first, "images", f" ({PREPARE_FIX}, N the side of "
+                                   f"a trained model's input, or 28 to 32 for a new one)")
             first = first or path
             images.append(a)
             labels.append(classes.index(name))

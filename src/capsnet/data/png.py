@@ -23,9 +23,11 @@ _OTHER_IMAGES = {".jpg", ".jpeg", ".jfif", ".tif", ".tiff", ".bmp", ".gif", ".we
 _IMAGE_MODES = {"L": "L", "RGB": "RGB", "LA": "L", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "1": "L"}
 
 
-def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path]:
+def png_files(folder: Path, what: str, *, paired: bool = True, convert: str = "convert them to PNG"
+              ) -> dict[str, Path]:
     """The PNG files of ``folder`` by file stem (``what`` names them in errors: "images", "masks", ...; ``paired``:
-    they are paired by name with another folder's, as the errors say)."""
+    they are paired by name with another folder's, as the errors say; ``convert``: the fix for image files of other
+    formats)."""
     if folder.exists() and not folder.is_dir():
         raise DataError(f"{what} folder {folder} is a file, not a folder; give the folder that holds the {what} "
                         f"as PNG files")
@@ -46,7 +48,7 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
     if not pngs:
         others = ", ".join(p.name for p in files[:5])
         nested = [d for d in entries if d.is_dir() and any(f.suffix.lower() == ".png" for f in d.iterdir())]
-        fix = f" (found {len(files)} other file(s): {others}; convert them to PNG)" if files else \
+        fix = f" (found {len(files)} other file(s): {others}; {convert})" if files else \
             f" (the PNG files in its subfolder {nested[0].name}/ are not read: put them in {folder} itself)" \
             if nested else f"; put the {what} there as .png files"
         raise DataError(f"no PNG files in {folder}{fix}")
@@ -54,7 +56,7 @@ def png_files(folder: Path, what: str, *, paired: bool = True) -> dict[str, Path
     if images:  # read as a data set they would be left out without a word
         listed = ", ".join(p.name for p in images[:5]) + (", ..." if len(images) > 5 else "")
         raise DataError(f"{folder} holds {len(images)} image file(s) that are not PNG beside its PNG {what} "
-                        f"({listed}); capsnet reads PNG only: convert them to PNG or move them out")
+                        f"({listed}); capsnet reads PNG only: {convert}, or move them out")
     undecodable = [p for p in pngs if not _utf8(p.name)]
     if undecodable:  # bytes that are not UTF-8 (Latin-1 names from an old zip file): reports, CSVs and the held-out
         # split's hash write names as UTF-8, and failed on them after the work, naming no file

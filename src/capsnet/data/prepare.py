@@ -18,6 +18,7 @@ must be new or an empty folder.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -272,10 +273,23 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     try:
         # one image at a time (50,000 photos held at 512x512 would take 39 GB); a file that cannot be read ends
         # the run with the partial folder removed
+        trained_pixels: dict[tuple[str, bytes], Path] = {}  # (class, digest of the pixels written) -> its photo
+        copied: list[tuple[Path, Path]] = []  # (test photo, the training photo of the same pixels)
         for p, dest in progress_bar(plan, desc="prepare", unit="image", leave=False, progress=progress):
             img = _fitted(p, size, mode, fit)
             (partial / dest).parent.mkdir(parents=True, exist_ok=True)
             img.save(partial / dest, format="PNG")
+            key = (dest.parent.name, hashlib.blake2b(np.asarray(img).tobytes(), digest_size=16).digest())
+            if len(dest.parts) == 2:  # CLASS/NAME.png, a training photo (TEST/CLASS/NAME.png after them all)
+                trained_pixels.setdefault(key, p)
+            elif key in trained_pixels:
+                copied.append((p, trained_pixels[key]))
+        if copied:  # classes:DIR refuses the folder (a test image trained on), naming the PNGs: named by photo here
+            shown = ", ".join(f"{t.relative_to(source)} (= {c.relative_to(source)})" for t, c in copied[:5]) + (
+                f" and {len(copied) - 5} more" if len(copied) > 5 else "")
+            raise DataError(f"{source / TEST_FOLDER} holds {len(copied)} photo(s) that are also training photos of "
+                            f"their class (the same pixels once fitted): {shown}; a test image must not be trained "
+                            f"on: keep each in test/ only (remove its twin from the class folder); nothing written")
         # how it was made, hidden from the loaders: a run trained on the folder records it, so predict and the
         # viewer fit new photos the same way
         (partial / RECORD).write_text(json.dumps({"size": size, "mode": mode, "fit": fit}) + "\n", encoding="utf-8")

@@ -683,8 +683,11 @@ def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
             if a.shape[1:] != b.shape[1:]:
                 raise DataError(f"{root}: the training {noun}s' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
                                 f"{Path(root) / 'test'} are {tuple(b.shape[1:])}; make both splits one size and mode")
-        trained = {_pair_digest(train, k) for k in range(len(train))}
-        copied = [test.names[k] for k in range(len(test)) if _pair_digest(test, k) in trained]
+        trained: dict[bytes, str] = {}
+        for k in range(len(train)):
+            trained.setdefault(_pair_digest(train, k), train.names[k])
+        copied = [f"{test.names[k]} (= {trained[d]})" for k in range(len(test))
+                  if (d := _pair_digest(test, k)) in trained]  # each named beside its training twin
         if copied:  # a test pair also trained on scores as if seen: its figures would be too good
             shown = ", ".join(copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
                                                                  else "")
