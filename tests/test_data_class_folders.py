@@ -530,8 +530,8 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     for r in fitted.rows:  # the same scores as the 28x28 PNGs themselves
         want = by_stem[Path(r["file"]).stem]
         assert r["class"] == want["class"] and r["score"] == pytest.approx(want["score"], abs=1e-6)
-    with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG, or move them out \(or give --fit "
-                                        r"crop or pad, which reads every format Pillow opens\)"):
+    with pytest.raises(DataError, match=r"capsnet reads PNG only: convert them to PNG, or move them out; or give --fit "
+                                        r"crop or pad, which reads every format Pillow opens$"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
     for f in [*(tmp_path / "photos").glob("*.bmp"), tmp_path / "photos" / "IMG_1.HEIC"]:
         f.unlink()
@@ -591,8 +591,17 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     crop, pad = (predict_folder(tmp_path / "run", wide, tmp_path / f"out-{f}", which="last", fit=f) for f in
                  ("crop", "pad"))
     assert done.rows == crop.rows != pad.rows
-    assert done.notes == ["each image was fitted to the model's 28x28 input by --fit crop, as capsnet prepare made "
-                          "the folder it trained on (give --fit to choose)"] and not crop.notes and not pad.notes
+    assert done.notes == ["1 of 1 images (w.png) were fitted to the model's 28x28 input by --fit crop, as capsnet "
+                          "prepare made the folder it trained on (give --fit to choose)"]
+    assert not crop.notes and not pad.notes
+    # a folder of images the model's size and a subfolder (old photos, say): read as the PNG path reads them, the
+    # subfolder passed over (it was refused, "move their images into ... itself"), and no note: nothing was fitted
+    same = tmp_path / "same"
+    (same / "old").mkdir(parents=True)
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(same / "s.png")
+    Image.fromarray(photo).save(same / "old" / "w.png")
+    done = predict_folder(tmp_path / "run", same, tmp_path / "out-same", which="last")
+    assert [r["file"] for r in done.rows] == ["s.png"] and done.notes == []
     assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"
     # the PNGs without prepare's record (copied alone, say): the same images, so no "folder changed" warning, and the
     # resumed run keeps the fit it trained with (it warned, then saved the folder without it; a review, 2026-12-01)

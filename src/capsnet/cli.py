@@ -620,9 +620,10 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                                                        "model, or a shipped one (pretrained:NAME)")
     _checkpoint_choice(p)
     p.add_argument("--images", required=True, metavar="DIR",
-                   help="folder of PNG images: a classifier's input size and channels (with --fit: any image Pillow "
-                        "opens, any size); a segmentation model's channels, any size whose sides are multiples of its "
-                        "stride (SegCaps: 8)")
+                   help="folder of PNG images: a classifier's input size and channels (with --fit, or for a "
+                        "classifier trained on a folder capsnet prepare made: any image Pillow opens, any size; "
+                        "subfolders are passed over); a segmentation model's channels, any size whose sides are "
+                        "multiples of its stride (SegCaps: 8)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"folder for the results: a classifier's {PREDICTIONS_FILE} (each file's class and every "
                         f"class's score); a segmentation model's NAME.png masks (0/255)")
@@ -639,7 +640,9 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit", choices=FITS, default=None,
                    help="classifiers: read every image Pillow opens (JPEG, PNG, WebP, ...), of any size, and fit it to "
                         "the model's input as capsnet prepare does (crop: the shorter side to the size, the centre "
-                        "kept; pad: the longer side, centred on black)")
+                        "kept; pad: the longer side, centred on black); by default none, but for a classifier "
+                        "trained on a folder capsnet prepare made: the fit it made it with (a note says where it "
+                        "changed an image)")
     p.add_argument("--batch-size", type=_positive_int, default=64,
                    help="images per forward pass (segmentation: at the model's training size; larger images go "
                         "fewer at a time)")
@@ -1790,7 +1793,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
                  "written."),
     "predict": (_predict_arguments, _cmd_predict, "classify or segment your own images with a trained model",
                 "Apply a trained classifier or segmentation model to a folder of PNG images (a classifier with "
-                "--fit: any image Pillow opens, fitted to its input): a classifier writes "
+                "--fit, or one trained on a folder capsnet prepare made: any image Pillow opens, fitted to its "
+                "input): a classifier writes "
                 f"{PREDICTIONS_FILE} (each file's class and every class's score), a segmentation model one mask "
                 "per image (and, with --probabilities, its probabilities). Every image is read and checked, and "
                 "every prediction made, before any file is written."),

@@ -91,7 +91,7 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         arrays, paths = {}, png_files(images_dir, "images", paired=False)
     except DataError as e:  # JPEG or WebP photos beside the PNGs, or in their place: --fit reads them
         if fittable and ("not PNG" in str(e) or "other file(s)" in str(e)):
-            raise DataError(f"{e} (or give --fit crop or pad, which reads every format Pillow opens)") from None
+            raise DataError(f"{e}; or give --fit crop or pad, which reads every format Pillow opens") from None
         raise
     # a bar: 300 photos took 65 s to read with nothing shown
     for stem, path in progress_bar(paths.items(), desc="read", unit="image", leave=False, progress=progress):
@@ -261,18 +261,25 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if mnist_style and not as_mnist:
         size = f"{cfg.in_channels}x{cfg.input_height}x{cfg.input_width}"
         raise ValueError(f"--mnist-style makes images as MNIST's 28x28 digits were made (each in a 20x20 box); "
-                         f"{ckpt.model_name} trained on {trained_on} at {size}, whose images are made otherwise (a "
-                         f"Fashion-MNIST item fills its frame): give images as that data set's are, without "
-                         f"--mnist-style")
+                         f"{ckpt.model_name} trained on {trained_on} at {size}, whose images are made otherwise"
+                         + (" (a Fashion-MNIST item fills its frame)" if trained_on == "fashion-mnist" else "")
+                         + ": give images as that data set's are, without --mnist-style")
     notes: list[str] = []
     prepared = saved_folder(ckpt.state).get("prepared_fit")
-    if fit is None and prepared in FITS and not segmenting and not mnist_style:  # the fit it trained on, by itself
-        fit = prepared
-        notes.append(f"each image was fitted to the model's {cfg.input_height}x{cfg.input_width} input by --fit "
-                     f"{fit}, as capsnet prepare made the folder it trained on (give --fit to choose)")
+    auto_fit = fit is None and prepared in FITS and not segmenting and not mnist_style  # the fit it trained on
+    fit = prepared if auto_fit else fit
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
                           fittable=not segmenting and not mnist_style, notes=notes)
+    if auto_fit:  # said where it changed an image (all of the model's size: the pixels as they were)
+        from .data.prepare import image_size
+
+        other = [path.name for path in paths.values() if image_size(path) != (cfg.input_height, cfg.input_width)]
+        if other:
+            shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+            notes.append(f"{len(other)} of {len(paths)} images ({shown}) were fitted to the model's "
+                         f"{cfg.input_height}x{cfg.input_width} input by --fit {fit}, as capsnet prepare made the folder "
+                         f"it trained on (give --fit to choose)")
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground

@@ -86,7 +86,7 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
     holds; what ``classes:DIR`` would refuse is refused here, before any work (subfolders of images, links to
     nothing, names that are not UTF-8, two files of one stem). ``of_a_class``: ``folder`` is a class's (the
     messages say so); ``by_name``: keyed by the whole NFC file name (x.jpg and x.png both kept: nothing is written
-    by their stems)."""
+    by their stems), and subfolders passed over (a folder of images to classify, read as predict reads PNGs)."""
     from .class_folders import nested_image_folders
     from .png import _utf8
 
@@ -98,8 +98,8 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
     if broken:
         raise DataError(f"{folder} holds {len(broken)} link(s) to nothing ({', '.join(broken[:5])}); point them at "
                         f"their files or remove them")
-    if nested := nested_image_folders(folder, known):  # left out, the class would shrink without a word (and
-        # classes:DIR refuses them)
+    if not by_name and (nested := nested_image_folders(folder, known)):  # left out, the class would shrink without
+        # a word (and classes:DIR refuses them)
         raise DataError(f"{folder} holds subfolder(s) of images ({', '.join(nested[:5])}), which are not read; move "
                         f"their images into {folder} itself" + (", or make a subfolder a class of its own"
                                                                 if of_a_class else ""))
@@ -116,6 +116,20 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
                             f"of them")
         by_stem[stem] = p
     return by_stem, others
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(height, width) of the image in ``path`` as ``fit_image`` sees it (turned by its EXIF orientation), from its
+    header alone; None where Pillow cannot read it (``fit_image`` says why)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+            turned = img.getexif().get(0x0112) in (5, 6, 7, 8)  # a quarter turn: the sides swap
+    except Exception:
+        return None
+    return (width, height) if turned else (height, width)
 
 
 def fit_image(path: Path, height: int, width: int, mode: str, fit: str) -> np.ndarray:
