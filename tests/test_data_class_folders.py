@@ -396,6 +396,11 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png have one name \(x\), which would be one PNG; rename one"):
         prepare_class_folders(src, tmp_path / "out", 16)
     (src / "a" / "x.jpg").unlink()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / "a" / "X.jpg")  # one PNG where case is not told apart
+    with pytest.raises(DataError, match=r"a/X.jpg and .*a/x.png have names that differ in case alone, which would be "
+                                        r"one PNG on macOS's and Windows' disks; rename one of them"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    (src / "a" / "X.jpg").unlink()
     (src / "a" / "z.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
     with pytest.raises(DataError, match=r"a/z.jpg is not a readable image .*; re-save it or move it out"):
         prepare_class_folders(src, tmp_path / "out", 16)

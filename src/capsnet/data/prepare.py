@@ -115,6 +115,12 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
             raise DataError(f"{by_stem[stem]} and {p} have one name ({stem}), which would be one PNG; rename one "
                             f"of them")
         by_stem[stem] = p
+    if not by_name:  # Circle0.jpg and circle0.jpg: one PNG on macOS's and Windows' disks, where one image was lost
+        folded: dict[str, str] = {}
+        for stem in by_stem:
+            if (twin := folded.setdefault(stem.casefold(), stem)) != stem:
+                raise DataError(f"{by_stem[twin]} and {by_stem[stem]} have names that differ in case alone, which "
+                                f"would be one PNG on macOS's and Windows' disks; rename one of them")
     return by_stem, others
 
 
