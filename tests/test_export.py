@@ -115,6 +115,9 @@ def onnx_checks(path, names, batches, model):
 
 def pt2_checks(path, batches, model):
     program = torch.export.load(str(path))
+    if hasattr(model, "generator"):  # a GAN's generator alone: the discriminator's weights were saved in it too
+        held = {**program.state_dict, **program.constants}
+        assert sum(t.numel() for t in held.values()) == sum(t.numel() for t in model.generator.state_dict().values())
     for node in program.graph.nodes:  # plain aten operations: no autograd function, autocast or other wrapper
         if node.op == "call_function":
             target = node.target

@@ -143,10 +143,12 @@ class InferenceModule(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
         self.label = _label(model)
         self.inputs = _inputs(model)
         self.generator = isinstance(model, ConditionalGAN)
+        # a GAN's generator alone: the whole model held here put the discriminator's weights in a .pt2 too (a quarter
+        # of its bytes; torch.export keeps every parameter of the module, used or not)
+        self.model = model.generator if self.generator else model
         with torch.no_grad(), evaluating(model):
             probe = self(*self.example(2, 0)) if self.generator else model(*self.example(2, 0))
         if self.generator:
@@ -176,7 +178,7 @@ class InferenceModule(nn.Module):
         """Shapes: images (B, C, H, W), or label_maps (B, C, H, W) and noise (B, Z) -> the outputs
         ``output_names`` names (module docstring: shapes per model)."""
         if self.generator:
-            return (self.model.generator(*inputs),)
+            return (self.model(*inputs),)
         out = self.model(*inputs)
         return tuple(out if f is None else getattr(out, f) for _, f in self._fields)
 
