@@ -466,6 +466,10 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "one"),
                  "--seeds", "5", "--no-progress"]) == 0
     assert capsys.readouterr().out == f"wrote 3 images to {tmp_path / 'one'}\n"
+    # a seed given twice: its images once ("wrote 6 images" of 3 files before; a review, 2026-12-01)
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(binary), "--out", str(tmp_path / "twice"),
+                 "--seeds", "5", "5", "--no-progress"]) == 0
+    assert capsys.readouterr().out == f"wrote 3 images to {tmp_path / 'twice'}\n"
     # the library's seeds, as the command line's: 3 met "'int' object is not iterable", "0" and 1.5 manual_seed's
     # error, -1 wrote map1_seed-1.png; numpy's integers are integers
     from capsnet.synthesis import generate_folder

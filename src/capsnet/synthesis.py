@@ -269,7 +269,9 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
             isinstance(s, numbers.Integral) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
         # 3 met "'int' object is not iterable", "0" and 1.5 manual_seed's error, -1 wrote a_seed-1.png
         raise ValueError(f"seeds must be a sequence of integers in 0 .. 2**63 - 1, e.g. (0, 1, 2), got {seeds!r}")
-    seeds = [int(s) for s in seeds]  # numpy's integers as Python's, for torch's generators
+    # numpy's integers as Python's, for torch's generators; a seed given twice once (it made and wrote each image
+    # twice, and counted it twice: "wrote 6 images" of 3 files)
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
     model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
     if model_spec(ckpt.model_name).kind != "synthesis":
         raise ValueError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet generate takes a synthesis model "
