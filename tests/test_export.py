@@ -523,6 +523,13 @@ def test_the_metadata_says_only_what_the_checkpoint_knows(tmp_path):
     assert set(meta("baseline")) == {"capsnet.version", "capsnet.model"}  # no data set: nothing of one guessed
     assert "centre-cropped to 24x24 and standardised" in meta("capsnet-cifar10", "cifar10")["capsnet.input"]
     assert "noise: float32, standard normal" in metadata_of("capspix2pix", None)["capsnet.input"]
+    # a run's binary label maps: 0 or 1, as capsnet generate reads a folder of 0/1 PNGs (as 0/255 first: the file's
+    # metadata said pixels / 255 alone, which left such maps all but black); graded maps: the pixels / 255
+    cfg = create_model("capspix2pix", **SMALL["capspix2pix"]).config.to_dict()
+    for state, said in (({"label_maps": "binary"}, "as capsnet generate reads it: binary maps are 0 or 1"),
+                        ({"label_maps": "graded"}, "label_maps: float32 in [0, 1] (the pixels / 255); noise")):
+        got = metadata_of("capspix2pix", Checkpoint("capspix2pix", cfg, {"dataset": "mnist-skeleton"}, state, {}))
+        assert said in got["capsnet.input"], got
     assert "capsnet.classes" not in meta("segcaps-r1", "mnist-segmentation")
     (tmp_path / "cafes").mkdir()
     (tmp_path / "pets").symlink_to(tmp_path / "cafes")

@@ -544,9 +544,13 @@ def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
 
     meta = {"capsnet.version": __version__, "capsnet.model": model}
     kind = MODELS[model].kind if model in MODELS else None
-    if kind == "synthesis":  # two inputs, neither the other's kind
-        meta["capsnet.input"] = ("label_maps: float32 in [0, 1] (the pixels / 255); noise: float32, standard normal "
-                                 "(capsnet generate's model.noise(batch, seed))")
+    if kind == "synthesis":  # two inputs, neither the other's kind; binary maps as the run read them (capsnet
+        # generate reads a folder of 0/1 PNGs as 0/255: fed as pixels / 255 they were all but black)
+        graded = checkpoint is not None and checkpoint.state.get("label_maps") == "graded"
+        maps = ("float32 in [0, 1] (the pixels / 255)" if graded else "float32 in [0, 1], the pixels / 255 (a folder "
+                "whose every pixel is 0 or 1 as 0/255 first, as capsnet generate reads it: binary maps are 0 or 1)")
+        meta["capsnet.input"] = (f"label_maps: {maps}; noise: float32, standard normal (capsnet generate's "
+                                 f"model.noise(batch, seed))")
     if checkpoint is None or "dataset" not in checkpoint.train_config:  # what it trained on is not known
         return meta
     dataset = checkpoint.train_config["dataset"]
