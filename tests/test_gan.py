@@ -787,6 +787,9 @@ def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_the
     assert f"note: {name} has no classes, so no classifier is trained on its generated images" in said
     rows = json.loads((tmp_path / "cli" / "results.json").read_text())["rows"]
     assert [(r["model"], r["train_size"]) for r in rows] == [("pix2pix", len(load_training(name, progress=False)[0]))]
+    # the table names the folder as the segmentation table does, by its name: its path was printed there
+    table = (tmp_path / "cli" / "results.md").read_text().split("| data |")[1]
+    assert "\n| pairs-mine | pix2pix |" in table and str(tmp_path) not in table
 
 
 def test_graded_label_maps_read_alike_in_training_test_and_generate(tmp_path, monkeypatch):

@@ -166,7 +166,8 @@ def test_the_segmentation_experiment_tabulates_the_models_beside_otsu(tmp_path, 
     table = format_segmentation_table(rows)
     assert "SegCaps R1" in table and "U-Net" in table and "Otsu threshold (no training)" in table
     assert all(r["peak_mem_mb"] > 0 for r in rows[:2])
-    with pytest.raises(ValueError, match="needs segmentation models; capsnet is not"):
+    with pytest.raises(ValueError, match="needs segmentation models; capsnet is not: give --models from segcaps, "
+                                         "segcaps-r1, unet$"):
         plan("segmentation", tmp_path, train=train, models=["capsnet"])
 
 
@@ -365,7 +366,9 @@ def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path
     for sub in ("images", "masks"):
         (tmp_path / "cells" / sub / "p10.png").unlink()
     for datasets, message in ((["mnist"], "the segmentation experiment needs segmentation data sets; mnist is not"),
-                              ([f"pairs:{tmp_path}"], "needs segmentation data sets; pairs:")):
+                              ([f"pairs:{tmp_path}"], r"needs segmentation data sets; pairs:.* is not: give "
+                                                      r"--datasets from mnist-segmentation or folder:DIR \(your images "
+                                                      r"and masks\)$")):
         with pytest.raises(ValueError, match=message):
             plan("segmentation", tmp_path, train=train, datasets=datasets)
     mask_pairs(tmp_path / "other" / "cells", 4)

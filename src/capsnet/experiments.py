@@ -233,15 +233,19 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     kind = task(EXPERIMENTS[name][0]).kind
     wrong = [m for m in models if model_spec(entries[m][0]).kind != kind]
     if wrong:
+        fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
         raise ValueError(f"the {name} experiment needs {kind} models; {', '.join(wrong)} "
-                         f"{'is' if len(wrong) == 1 else 'are'} not")
+                         f"{'is' if len(wrong) == 1 else 'are'} not: give --models from {', '.join(fitting)}")
     if datasets is not None and name not in ("routing", "segmentation", "synthesis"):
         raise ValueError(f"the {name} experiment runs on {EXPERIMENTS[name][0]} alone; it takes no data sets")
     datasets = list(datasets or EXPERIMENTS[name])
     other = [d for d in datasets if task_kind(d) != kind]
     if other:
+        yours = {"segmentation": "folder:DIR (your images and masks)", "synthesis": "pairs:DIR (your label maps "
+                 "and images)", "classification": "classes:DIR (your images, a folder per class)"}[kind]
         raise ValueError(f"the {name} experiment needs {kind} data sets; {', '.join(other)} "
-                         f"{'is' if len(other) == 1 else 'are'} not")
+                         f"{'is' if len(other) == 1 else 'are'} not: give --datasets from "
+                         f"{', '.join(EXPERIMENTS[name])} or {yours}")
 
     if name == "synthesis":
         return [make(m, d, train.seed, replace(train, dataset=d, **own(m)), out / dataset_stem(d) / stem(m))
@@ -933,7 +937,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
 
     for r in (r for r in rows if r["experiment"] == "synthesis"):
         lines.append("| " + " | ".join([
-            r["dataset"], model_title(r["model"]), f"{r['generator_weights']:,}", f"{r['weights']:,}",
+            dataset_stem(r["dataset"]), model_title(r["model"]), f"{r['generator_weights']:,}", f"{r['weights']:,}",
             str(r["epochs"]), cell(r, "test_l1"), cell(r, "test_ssim"), cell(r, "test_iou"), cell(r, "test_spread"),
             cell(r, "test_judge_accuracy", ".2%"), cell(r, "test_l1_draws"), cell(r, "test_ssim_draws"),
             f"{cell(r, 'test_judge_accuracy_draws', '.2%')} ({cell(r, 'test_judge_accuracy_draws_sd', '.2%')})"
@@ -945,7 +949,7 @@ def format_synthesis_table(rows: Sequence[dict[str, Any]]) -> str:
                   "|---|---|---|---|---|"]
         for r in probes:
             what = "the real images" if r["trained_on"] == "real" else f"{model_title(r['trained_on'])}'s images"
-            lines.append(f"| {r['dataset']} | {what} | {r['train_size']:,} | {r['epochs']} | "
+            lines.append(f"| {dataset_stem(r['dataset'])} | {what} | {r['train_size']:,} | {r['epochs']} | "
                          f"{r['test_accuracy']:.2%} |")
     return "\n".join(lines)
 
