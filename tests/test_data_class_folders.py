@@ -596,8 +596,9 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     crop, pad = (predict_folder(tmp_path / "run", wide, tmp_path / f"out-{f}", which="last", fit=f) for f in
                  ("crop", "pad"))
     assert done.rows == crop.rows != pad.rows
-    assert done.notes == ["1 of 1 images (w.png) were fitted to the model's 28x28 input by --fit crop, as capsnet "
-                          "prepare made the folder it trained on (give --fit to choose)"]
+    assert done.notes == ["1 of 1 images (w.png) were fitted to the model's 28x28 grey input by --fit crop (resized, "
+                          "converted or their transparency flattened onto black), as capsnet prepare made the folder "
+                          "it trained on (give --fit to choose)"]
     assert not crop.notes and not pad.notes
     # a folder of images the model's size and a subfolder (old photos, say): read as the PNG path reads them, the
     # subfolder passed over (it was refused, "move their images into ... itself"), and no note: nothing was fitted
@@ -607,6 +608,15 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     Image.fromarray(photo).save(same / "old" / "w.png")
     done = predict_folder(tmp_path / "run", same, tmp_path / "out-same", which="last")
     assert [r["file"] for r in done.rows] == ["s.png"] and done.notes == []
+    # of the model's size but colour, or with transparent pixels (refused without a fit): converted as prepare
+    # converts photos, and noted as such (the note counted resized images alone; a review, 2026-12-01)
+    colour = np.zeros((28, 28, 4), np.uint8)
+    colour[..., 0], colour[..., 3] = 200, 255
+    Image.fromarray(colour[..., :3]).save(same / "c.png")
+    colour[:10, :, 3] = 0
+    Image.fromarray(colour).save(same / "t.png")
+    done = predict_folder(tmp_path / "run", same, tmp_path / "out-same", which="last")
+    assert done.notes[0].startswith("2 of 3 images (c.png, t.png) were fitted to the model's 28x28 grey input")
     assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"
     # the PNGs without prepare's record (copied alone, say): the same images, so no "folder changed" warning, and the
     # resumed run keeps the fit it trained with (it warned, then saved the folder without it; a review, 2026-12-01)

@@ -105,10 +105,7 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
         a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it on "
                                               "a background as MNIST's digits were made)" if styleable else "")
-        if a.shape[0] == 1 and channels == 3:  # a grey image for a colour model: widened, nothing lost
-            a = np.repeat(a, 3, axis=0)
-        elif a.shape[0] == 3 and channels == 1 and (a == a[:1]).all():  # grey saved as colour (a palette PNG of
-            a = a[:1]  # Pillow's colour web palette): its one grey, nothing lost
+        a = _widened(a, channels)
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
                             f"{_CHANNELS.get(channels, channels)} images; save it as {_CHANNELS.get(channels)}")
@@ -121,6 +118,29 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                                if styleable else ""))
         arrays[stem] = a
     return arrays, paths
+
+
+def _widened(a: np.ndarray, channels: int) -> np.ndarray:
+    """A PNG's (C, H, W) pixels in a model's ``channels`` where nothing is lost: a grey image widened for a colour
+    model, a colour one whose three channels are equal (grey saved in a palette of Pillow's colour web palette) as
+    its one grey; else as they are."""
+    if a.shape[0] == 1 and channels == 3:
+        return np.repeat(a, 3, axis=0)
+    if a.shape[0] == 3 and channels == 1 and (a == a[:1]).all():
+        return a[:1]
+    return a
+
+
+def _read_as_it_is(path: Path, fitted: np.ndarray) -> bool:
+    """Whether ``fitted`` (an image fitted as capsnet prepare fits photos) holds the PNG ``path``'s own pixels, as
+    predict reads a PNG of the model's size and mode without a fit: not resized, converted or flattened."""
+    if path.suffix.lower() != ".png":
+        return False
+    try:
+        plain = _widened(opaque_image_array(path, "image"), fitted.shape[0])
+    except DataError:  # transparent pixels: flattened onto black by the fit
+        return False
+    return plain.shape == fitted.shape and np.array_equal(plain, fitted)
 
 
 @torch.no_grad()
@@ -271,15 +291,15 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
                           fittable=not segmenting and not mnist_style, notes=notes)
-    if auto_fit:  # said where it changed an image (all of the model's size: the pixels as they were)
-        from .data.prepare import image_size
-
-        other = [path.name for path in paths.values() if image_size(path) != (cfg.input_height, cfg.input_width)]
+    if auto_fit:  # said where it changed an image (PNGs of the model's size and mode: their pixels as they were)
+        other = [paths[stem].name for stem, a in arrays.items() if not _read_as_it_is(paths[stem], a)]
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+            mode = "grey" if cfg.in_channels == 1 else "RGB"
             notes.append(f"{len(other)} of {len(paths)} images ({shown}) were fitted to the model's "
-                         f"{cfg.input_height}x{cfg.input_width} input by --fit {fit}, as capsnet prepare made the folder "
-                         f"it trained on (give --fit to choose)")
+                         f"{cfg.input_height}x{cfg.input_width} {mode} input by --fit {fit} (resized, converted or "
+                         f"their transparency flattened onto black), as capsnet prepare made the folder it trained "
+                         f"on (give --fit to choose)")
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground

@@ -124,20 +124,6 @@ def image_files(folder: Path, of_a_class: bool = False, by_name: bool = False) -
     return by_stem, others
 
 
-def image_size(path: Path) -> tuple[int, int] | None:
-    """(height, width) of the image in ``path`` as ``fit_image`` sees it (turned by its EXIF orientation), from its
-    header alone; None where Pillow cannot read it (``fit_image`` says why)."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            width, height = img.size
-            turned = img.getexif().get(0x0112) in (5, 6, 7, 8)  # a quarter turn: the sides swap
-    except Exception:
-        return None
-    return (width, height) if turned else (height, width)
-
-
 def fit_image(path: Path, height: int, width: int, mode: str, fit: str) -> np.ndarray:
     """The image in ``path`` (any format Pillow opens) turned, flattened, converted to ``mode`` and fitted to
     ``height`` x ``width`` (the module docstring): (C, H, W) uint8, C 1 (grey) or 3 (rgb). What ``capsnet prepare``
