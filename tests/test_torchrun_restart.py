@@ -3,6 +3,7 @@ another launch's checkpoint, or a launch without an id of its own, is refused as
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 from dataclasses import replace
@@ -144,7 +145,8 @@ def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, 
     monkeypatch.setattr(capsnet.train, "fit", lost)
     assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    said = f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last checkpoint"
+    said = (f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last "
+            f"checkpoint, or stops at once if the other process's error would come back")
     assert (said in err) == restarts and ("--resume`" in err and "continues from the last checkpoint" in err) != restarts, err
 
 
@@ -156,7 +158,8 @@ def test_a_nan_stop_under_max_restarts_is_not_trained_to_again_by_each_restart(t
 
     import capsnet.train as train_module
     from capsnet import models
-    from capsnet.train import STOPPED_FILE, NonFiniteLoss, note_restart_stop, repeated_restart_stop
+    from capsnet.train import (RANK0_KEPT, STOPPED_FILE, NonFiniteLoss, note_restart_stop,
+                               repeated_restart_stop)
 
     run, ours = tmp_path / "run", _agent_store()
     _torchrun_env(monkeypatch, 0, ours)
@@ -183,6 +186,17 @@ def test_a_nan_stop_under_max_restarts_is_not_trained_to_again_by_each_restart(t
                                             r"step 3 \(epoch 2\)"):
         fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
     assert trained == []  # nothing trained, nothing loaded: the stop came before the data and the model
+    # written last by rank 1, the record's message says "rank 0 says which checkpoint is kept", which rank 0 of the
+    # restart printed too: it is said as the restart sees it
+    record = json.loads((run / STOPPED_FILE).read_text())
+    stamp = (run / "last.safetensors").stat()
+    record["error"] = record["error"].replace(f"{run / 'last.safetensors'} still holds epoch 1", RANK0_KEPT)
+    (run / STOPPED_FILE).write_text(json.dumps(record))
+    os.utime(run / "last.safetensors", ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    with pytest.raises(NonFiniteLoss, match=rf"stopped without saving, {re.escape(str(run / 'last.safetensors'))} is "
+                                            rf"kept\. Lower --lr") as e:
+        fit(TINY, two, run, device="cpu", data_root=data_root, progress=False)
+    assert RANK0_KEPT not in str(e.value)
     ours_2 = Launch(0, 1, 0, 1, restart=2, max_restarts=3, agent_store=True, launch_id=drawn)
     assert repeated_restart_stop(run, ours_2) is not None
     for other in (replace(ours_2, launch_id="another launch"), replace(ours_2, restart=0), None,

@@ -2001,8 +2001,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
         if isinstance(e, PeerLostError) and resume and saved.exists():  # every rank left says it: rank 0 may be
             if getattr(args, "restart_note", None):  # the lost one; under --max-restarts torchrun starts it again
+                # (unless the other's error was a NaN stop, which the restart would meet again: it stops at once)
                 print(f"capsnet {args.command}{_rank_tag()}: torchrun restarts the run ({args.restart_note}), which "
-                      f"resumes from the last checkpoint", file=sys.stderr)
+                      f"resumes from the last checkpoint, or stops at once if the other process's error would come "
+                      f"back", file=sys.stderr)
             else:
                 print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
                       file=sys.stderr)

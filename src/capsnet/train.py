@@ -362,7 +362,7 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     bad = int(first_bad)
     spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
     def kept() -> str:
-        return last.kept() if launch is None or launch.is_main else "rank 0 says which checkpoint is kept"
+        return last.kept() if launch is None or launch.is_main else RANK0_KEPT
     if bad < 0 and not spoilt:
         if scaler is not None:
             stop_if_scale_fell(scaler, epoch, kept, skipped_of)
@@ -881,6 +881,7 @@ def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
 
 
 STOPPED_FILE = ".capsnet-restart-stop.json"  # a torchrun launch's NaN stop, which its restarts would meet again
+RANK0_KEPT = "rank 0 says which checkpoint is kept"  # another rank's part of a NaN stop's message
 
 
 def _last_stamp(run_dir: str | os.PathLike) -> list[int] | None:
@@ -1011,6 +1012,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         launch = identified(launch)  # its id from torchrun's agent store: the same in each of its restarts
         if (stopped := repeated_restart_stop(run_dir, launch)) is not None:  # every rank, before the group forms
             start = "the same checkpoint" if _last_stamp(run_dir) else "the same start (it saved nothing)"
+            # the record may be another rank's message, whose "rank 0 says" rank 0 of this restart does not
+            kept = f"{Path(run_dir) / 'last.safetensors'} is kept" if _last_stamp(run_dir) else "nothing was saved"
+            stopped = stopped.replace(RANK0_KEPT, kept)
             raise NonFiniteLoss(f"torchrun restarted this run (restart {launch.restart} of at most "
                                 f"{launch.max_restarts}), but its last attempt stopped on an error that a run from "
                                 f"{start} meets again, so it stops at once: {stopped}")
