@@ -1464,12 +1464,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         renamed = Path(args.out).with_suffix(suffixes[args.format]).name
         args.parser.error(f"--out {args.out} has the suffix of --format {other} ({given}), not of {args.format}: use "
                           f"--format {other}, or name the file {renamed}")
-    # tracing and checking take seconds to minutes with nothing else to show: said first, on stderr with the bars
-    print(f"exporting {args.checkpoint} as {'ONNX' if args.format == 'onnx' else 'a torch.export program'}: tracing "
-          f"the model, then checking the file against it ...", file=sys.stderr, flush=True)
+    # tracing and checking take seconds to minutes with nothing else to show: said first, on stderr with the bars,
+    # once the checkpoint has loaded and every refusal has passed (a refusal came after it before)
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
-                       weights=args.weights, any_size=args.any_size)
-          .format_report())
+                       weights=args.weights, any_size=args.any_size,
+                       say=lambda line: print(line, file=sys.stderr, flush=True)).format_report())
     _say_training_weights(args)
     return 0
 

@@ -59,7 +59,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -567,7 +567,8 @@ def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
 
 def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.PathLike | None = None, *,
                  format: str = "onnx", which: str = "best", opset: int | None = None,
-                 weights: str = "saved", any_size: bool = False) -> ExportResult:
+                 weights: str = "saved", any_size: bool = False,
+                 say: Callable[[str], None] | None = None) -> ExportResult:
     """Export a model for inference to ``path`` as ONNX or as ``torch.export``'s program (module docstring).
 
     ``source`` is a checkpoint (a run directory made by ``capsnet train``, with
@@ -605,6 +606,7 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     from . import pretrained
 
     shipped = pretrained.is_shipped(source)
+    given = str(source) if isinstance(source, (str, os.PathLike)) else None  # as named, for ``say``
     if isinstance(source, (str, os.PathLike)):
         from .evaluate import load_model  # evaluate pulls in the data sets: only when a checkpoint is exported
 
@@ -646,6 +648,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if isinstance(source, Traced) and any_size and not source.any_size:
         raise ExportError(f"this {label} was traced for its own image size: trace it with "
                           f"trace_model(model, any_size=True)")
+    if say is not None:  # the seconds to minutes of tracing and checking, once every refusal above has passed
+        say(f"exporting {given or label} as {'ONNX' if format == 'onnx' else 'a torch.export program'}: "
+            + ("" if isinstance(source, Traced) else "tracing the model, then ") + "checking the file against it ...")
     traced = source if isinstance(source, Traced) else trace_model(source, any_size=any_size)
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None,
                           metadata=metadata_of(traced.label, checkpoint))

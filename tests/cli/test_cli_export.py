@@ -76,6 +76,9 @@ def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_pat
     assert f"wrote {tmp_path / 'last.pt2'} (" in r.stdout and "torch.export program" in r.stdout
     # seconds of tracing and checking are said first, on stderr (the report alone on stdout)
     assert r.stderr.startswith(f"exporting {tmp_path} as a torch.export program: tracing the model, then checking")
+    # a refusal is said alone: the line came first, then "error: ..." as if the export had begun
+    r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--out", tmp_path / "no" / "x.onnx")
+    assert r.returncode == 2 and "exporting" not in r.stderr and "the folder" in r.stderr, r.stderr
     extra = {"capsnet.json": ""}
     program = torch.export.load(str(tmp_path / "last.pt2"), extra_files=extra).module()
     assert json.loads(json.loads(extra["capsnet.json"])["capsnet.classes"]) == [str(k) for k in range(10)]
