@@ -146,7 +146,7 @@ def test_a_rank_left_under_max_restarts_says_torchrun_goes_on(launch, restarts, 
     assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     said = (f"torchrun restarts the run (restart {launch.restart + 1} of at most 2), which resumes from the last "
-            f"checkpoint, or stops at once if the other process's error would come back")
+            f"checkpoint, or stops at once if the other process stopped on a NaN or infinite loss")
     assert (said in err) == restarts and ("--resume`" in err and "continues from the last checkpoint" in err) != restarts, err
 
 

@@ -2002,8 +2002,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "restart_note", None):  # the lost one; under --max-restarts torchrun starts it again
                 # (unless the other's error was a NaN stop, which the restart would meet again: it stops at once)
                 print(f"capsnet {args.command}{_rank_tag()}: torchrun restarts the run ({args.restart_note}), which "
-                      f"resumes from the last checkpoint, or stops at once if the other process's error would come "
-                      f"back", file=sys.stderr)
+                      f"resumes from the last checkpoint, or stops at once if the other process stopped on a NaN or "
+                      f"infinite loss", file=sys.stderr)
             else:
                 print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
                       file=sys.stderr)

@@ -249,6 +249,21 @@ def _segmentation_models() -> list[str]:
     return [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
 
 
+def _refuse_untraceable(model: nn.Module, any_size: bool) -> int | None:
+    """An ExportError for a model ``trace_model`` cannot trace as asked (weights other than float32 on the CPU; any
+    size for a model whose graph fixes it), before any work; else its ``side_multiple``."""
+    odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
+                  if p.dtype != torch.float32 or p.device.type != "cpu"})
+    if odd:
+        raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
+                          f"pass model.float().cpu()")
+    multiple = side_multiple(model)
+    if any_size and multiple is None:
+        raise ExportError(f"{_label(model)} takes images of one size only (its graph fixes it): export it without "
+                          f"--any-size, which exports the segmentation models ({', '.join(_segmentation_models())})")
+    return multiple
+
+
 def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = False) -> Traced:
     """Trace ``model`` for inference with ``torch.export``, the batch dimension dynamic, with plain routing.
 
@@ -261,15 +276,7 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
     if example_batch < 2:
         raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
                          f"got {example_batch}")
-    odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
-                  if p.dtype != torch.float32 or p.device.type != "cpu"})
-    if odd:
-        raise ExportError(f"{_label(model)} holds weights as {', '.join(odd)}; export traces float32 on the CPU: "
-                          f"pass model.float().cpu()")
-    multiple = side_multiple(model)
-    if any_size and multiple is None:
-        raise ExportError(f"{_label(model)} takes images of one size only (its graph fixes it): export it without "
-                          f"--any-size, which exports the segmentation models ({', '.join(_segmentation_models())})")
+    multiple = _refuse_untraceable(model, any_size)
     module = InferenceModule(model)
     # an any-size trace: two blocks a side at least (at one the innermost map is 1x1, which torch.export fixes)
     example = module.example(example_batch, 0, None if not any_size else tuple(
@@ -648,6 +655,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if isinstance(source, Traced) and any_size and not source.any_size:
         raise ExportError(f"this {label} was traced for its own image size: trace it with "
                           f"trace_model(model, any_size=True)")
+    if not isinstance(source, Traced):
+        _refuse_untraceable(source, any_size)  # trace_model's own refusals, before the line below
     if say is not None:  # the seconds to minutes of tracing and checking, once every refusal above has passed
         say(f"exporting {given or label} as {'ONNX' if format == 'onnx' else 'a torch.export program'}: "
             + ("" if isinstance(source, Traced) else "tracing the model, then ") + "checking the file against it ...")

@@ -1013,7 +1013,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         if (stopped := repeated_restart_stop(run_dir, launch)) is not None:  # every rank, before the group forms
             start = "the same checkpoint" if _last_stamp(run_dir) else "the same start (it saved nothing)"
             # the record may be another rank's message, whose "rank 0 says" rank 0 of this restart does not
-            kept = f"{Path(run_dir) / 'last.safetensors'} is kept" if _last_stamp(run_dir) else "nothing was saved"
+            kept = f"{Path(run_dir) / 'last.safetensors'} is kept" if _last_stamp(run_dir) else "no checkpoint was written"
             stopped = stopped.replace(RANK0_KEPT, kept)
             raise NonFiniteLoss(f"torchrun restarted this run (restart {launch.restart} of at most "
                                 f"{launch.max_restarts}), but its last attempt stopped on an error that a run from "

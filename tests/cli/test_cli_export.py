@@ -79,6 +79,9 @@ def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_pat
     # a refusal is said alone: the line came first, then "error: ..." as if the export had begun
     r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--out", tmp_path / "no" / "x.onnx")
     assert r.returncode == 2 and "exporting" not in r.stderr and "the folder" in r.stderr, r.stderr
+    r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--any-size", "--out",
+                   tmp_path / "x.onnx")  # trace_model's refusal too
+    assert r.returncode == 2 and "exporting" not in r.stderr and "takes images of one size only" in r.stderr, r.stderr
     extra = {"capsnet.json": ""}
     program = torch.export.load(str(tmp_path / "last.pt2"), extra_files=extra).module()
     assert json.loads(json.loads(extra["capsnet.json"])["capsnet.classes"]) == [str(k) for k in range(10)]
