@@ -235,8 +235,8 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). ``fit`` ("crop" or "pad",
     a classifier): every image Pillow opens (JPEG, WebP, ...), of any size, fitted to the model's input as
     ``capsnet prepare`` fits photos; a classifier trained on a folder ``capsnet prepare`` made fits them as it made
-    the folder unless told otherwise (the fit it recorded; a note says so). A problem with an image is a DataError naming it, raised before anything is
-    written."""
+    the folder unless told otherwise (the fit it recorded; a note names the images it changed). A problem with an
+    image is a DataError naming it, raised before anything is written."""
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:

@@ -868,8 +868,8 @@ def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
     whatever its --rdzv-id, another launch has another id) is left to the usual refusal, as is a launch with no
     id, which no checkpoint can be told apart by, and one over several machines, whose agents each count their own
     restarts (a machine whose processes were well starts them again as restart 0: the machines would disagree)."""
-    if launch is None or not launch.restart or launch.launch_id is None or not launch.one_machine:
-        return False  # several machines: their agents count restarts apart, a well one's processes come back as 0
+    if not _known_restart(launch):
+        return False
     last = Path(run_dir) / "last.safetensors"
     if not last.is_file():
         return False
@@ -878,6 +878,13 @@ def restarted_run(run_dir: str | os.PathLike, launch: Launch | None) -> bool:
     except CheckpointError:  # a damaged file: the start says so, as for any run
         return False
     return state.get(LAUNCH_KEY) == launch.launch_id
+
+
+def _known_restart(launch: Launch | None) -> bool:
+    """Whether ``launch`` is one of torchrun's restarts that its run's files can be told as its own by: a restart
+    (not the launch's first attempt) of a launch with an id, on one machine (over several, the agents count restarts
+    apart: a well machine's processes come back as restart 0)."""
+    return launch is not None and bool(launch.restart) and launch.launch_id is not None and launch.one_machine
 
 
 STOPPED_FILE = ".capsnet-restart-stop.json"  # a torchrun launch's NaN stop, which its restarts would meet again
@@ -915,7 +922,7 @@ def _forget_restart_stop(run_dir: str | os.PathLike) -> None:
 def repeated_restart_stop(run_dir: str | os.PathLike, launch: Launch | None) -> str | None:
     """The error a restart of this launch would meet again (``note_restart_stop``: the same launch stopped on it,
     and the run has saved nothing since), else None."""
-    if launch is None or not launch.restart or launch.launch_id is None or not launch.one_machine:
+    if not _known_restart(launch):
         return None
     try:
         record = json.loads((Path(run_dir) / STOPPED_FILE).read_text(encoding="utf-8"))
@@ -1011,9 +1018,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if launch is not None:
         launch = identified(launch)  # its id from torchrun's agent store: the same in each of its restarts
         if (stopped := repeated_restart_stop(run_dir, launch)) is not None:  # every rank, before the group forms
-            start = "the same checkpoint" if _last_stamp(run_dir) else "the same start (it saved nothing)"
+            saved = _last_stamp(run_dir) is not None
+            start = "the same checkpoint" if saved else "the same start (it saved nothing)"
             # the record may be another rank's message, whose "rank 0 says" rank 0 of this restart does not
-            kept = f"{Path(run_dir) / 'last.safetensors'} is kept" if _last_stamp(run_dir) else "no checkpoint was written"
+            kept = f"{Path(run_dir) / 'last.safetensors'} is kept" if saved else "no checkpoint was written"
             stopped = stopped.replace(RANK0_KEPT, kept)
             raise NonFiniteLoss(f"torchrun restarted this run (restart {launch.restart} of at most "
                                 f"{launch.max_restarts}), but its last attempt stopped on an error that a run from "

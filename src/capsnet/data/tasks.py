@@ -578,8 +578,10 @@ def folder_change(state: dict[str, Any], dataset: str, now: dict[str, Any] | Non
         return None
     if before.get("version") != now["version"]:  # saved by an earlier capsnet: its digest counted other files; their
         before = {**now, "files": before.get("files")}  # number alone compares
-    if all(before.get(k) == now[k] for k in ("files", "digest", "version")):  # the images alone: not the class
-        return None  # names (class_change) nor the fit prepare recorded, whose record may have gone (a copy of the PNGs)
+    # the images alone: not the class names (class_change) nor the fit capsnet prepare recorded, whose record may
+    # have gone (the PNGs copied alone)
+    if all(before.get(k) == now[k] for k in ("files", "digest", "version")):
+        return None
     return (f"{now['files']} files, {before['files']} when the run last saved" if now["files"] != before["files"]
             else f"{now['files']} files, as when the run last saved, but other names or contents")
 
