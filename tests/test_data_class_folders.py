@@ -617,6 +617,14 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
     Image.fromarray(colour).save(same / "t.png")
     done = predict_folder(tmp_path / "run", same, tmp_path / "out-same", which="last")
     assert done.notes[0].startswith("2 of 3 images (c.png, t.png) were fitted to the model's 28x28 grey input")
+    # a grey JPEG of the model's size: its pixels are what it decodes to, not "fitted" (it was named in the note)
+    jpeg = tmp_path / "jpeg"
+    jpeg.mkdir()
+    Image.fromarray(photo[:, :28]).save(jpeg / "j.jpg", quality=90)
+    Image.fromarray(photo).save(jpeg / "w.jpg", quality=90)
+    done = predict_folder(tmp_path / "run", jpeg, tmp_path / "out-jpeg", which="last")
+    assert [r["file"] for r in done.rows] == ["j.jpg", "w.jpg"]
+    assert done.notes[0].startswith("1 of 2 images (w.jpg) were fitted")
     assert load_viewer(tmp_path / "run", which="last", progress=False).upload_style == "crop"
     # the PNGs without prepare's record (copied alone, say): the same images, so no "folder changed" warning, and the
     # resumed run keeps the fit it trained with (it warned, then saved the folder without it; a review, 2026-12-01)

@@ -30,7 +30,8 @@ from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
-from .data.png import check_out_folder, opaque_image_array, png_files, read_png, refuse_case_twins
+from .data.png import (_IMAGE_MODES, _image_array, check_out_folder, opaque_image_array, png_files, read_png,
+                       refuse_case_twins, transparent_share)
 from .data.tasks import saved_folder, task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
@@ -64,17 +65,18 @@ T = TypeVar("T")
 
 def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled: bool = False,
           styleable: bool = False, progress: bool = False, fit: str | None = None, fittable: bool = False,
-          notes: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+          notes: list[str] | None = None,
+          kept: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
     its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
     message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
     (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
-    ``notes``; ``fittable``: --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or
-    sizes names it."""
+    ``notes``, and the stems of those the fit left as they were (``_as_it_is``) added to ``kept``; ``fittable``:
+    --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or sizes names it."""
     if fit is not None:
-        from .data.prepare import fit_image, heic_hint, image_files, passed_over
+        from .data.prepare import fit_array, heic_hint, image_files, open_turned, passed_over
 
         if not Path(images_dir).is_dir():
             raise DataError(f"{images_dir}: no such folder; give the folder of images to classify (--images)")
@@ -84,9 +86,13 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                             f"classify there")
         if others and notes is not None:
             notes.append(passed_over(others, show=lambda p: p.name))
-        mode = "grey" if channels == 1 else "rgb"
-        return ({stem: fit_image(path, *size, mode, fit) for stem, path in progress_bar(
-            files.items(), desc="read", unit="image", leave=False, progress=progress)}, files)
+        mode, fitted = "grey" if channels == 1 else "rgb", {}
+        for stem, path in progress_bar(files.items(), desc="read", unit="image", leave=False, progress=progress):
+            img = open_turned(path)  # decoded once: fitted, and compared with what the fit made of it
+            fitted[stem] = fit_array(img, *size, mode, fit, str(path))
+            if kept is not None and _as_it_is(img, path, fitted[stem]):
+                kept.add(stem)
+        return fitted, files
     try:
         arrays, paths = {}, png_files(images_dir, "images", paired=False)
     except DataError as e:  # JPEG or WebP photos beside the PNGs, or in their place: --fit reads them
@@ -131,14 +137,15 @@ def _widened(a: np.ndarray, channels: int) -> np.ndarray:
     return a
 
 
-def _read_as_it_is(path: Path, fitted: np.ndarray) -> bool:
-    """Whether ``fitted`` (an image fitted as capsnet prepare fits photos) holds the PNG ``path``'s own pixels, as
-    predict reads a PNG of the model's size and mode without a fit: not resized, converted or flattened."""
-    if path.suffix.lower() != ".png":
+def _as_it_is(img, path: Path, fitted: np.ndarray) -> bool:
+    """Whether ``fitted`` (the PIL image ``img`` of ``path`` fitted as capsnet prepare fits photos) holds its own
+    pixels, as predict reads a PNG of the model's size and mode without a fit: not resized, converted or flattened
+    (a JPEG of that size and mode too: its pixels are what it decodes to)."""
+    if img.mode not in _IMAGE_MODES or transparent_share(img, path):  # transparency: flattened onto black
         return False
     try:
-        plain = _widened(opaque_image_array(path, "image"), fitted.shape[0])
-    except DataError:  # transparent pixels: flattened onto black by the fit
+        plain = _widened(_image_array(img, path), fitted.shape[0])
+    except DataError:  # a 16-bit colour PNG, read by its high bytes
         return False
     return plain.shape == fitted.shape and np.array_equal(plain, fitted)
 
@@ -288,11 +295,12 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     prepared = saved_folder(ckpt.state).get("prepared_fit")
     auto_fit = fit is None and prepared in FITS and not segmenting and not mnist_style  # the fit it trained on
     fit = prepared if auto_fit else fit
+    kept: set[str] = set()  # the images of the model's size and mode: their pixels as they were, fit or not
     arrays, paths = _read(source, cfg.in_channels, None if segmenting else (cfg.input_height, cfg.input_width),
                           styled=mnist_style, styleable=as_mnist, progress=progress, fit=fit,
-                          fittable=not segmenting and not mnist_style, notes=notes)
-    if auto_fit:  # said where it changed an image (PNGs of the model's size and mode: their pixels as they were)
-        other = [paths[stem].name for stem, a in arrays.items() if not _read_as_it_is(paths[stem], a)]
+                          fittable=not segmenting and not mnist_style, notes=notes, kept=kept)
+    if auto_fit:  # said where it changed an image
+        other = [paths[stem].name for stem in arrays if stem not in kept]
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
             mode = "grey" if cfg.in_channels == 1 else "RGB"

@@ -31,7 +31,7 @@ import numpy as np
 from .idx import DataError
 
 __all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_array", "fit_pil",
-           "image_files", "passed_over", "heic_hint", "prepared_fit"]
+           "open_turned", "image_files", "passed_over", "heic_hint", "prepared_fit"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
 RECORD = ".capsnet-prepare.json"  # in the folder written: its size, mode and fit (``prepared_fit`` reads it)
@@ -147,18 +147,23 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
     """The PIL image of ``path``, turned, flattened, converted and fitted to ``size`` (a side, or (height, width))
     (module docstring): a new image holding the pixels alone (no EXIF, ICC profile or transparency key carried
     into the PNG)."""
+    return fit_pil(open_turned(path), size, mode, fit, str(path))
+
+
+def open_turned(path: Path):
+    """The PIL image of ``path`` (any format Pillow opens), loaded and turned by its EXIF orientation; a damaged,
+    unknown or too large file is a DataError naming it. What ``fit_pil`` is given for a file."""
     from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as img:
             img.load()
-            img = ImageOps.exif_transpose(img)
+            return ImageOps.exif_transpose(img)
     except Image.DecompressionBombError as e:
         raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
     except Exception as e:  # Pillow raises many types on a damaged or unknown file
         raise DataError(f"{path} is not a readable image ({type(e).__name__}: {e}); re-save it or move it "
                         f"out") from None
-    return fit_pil(img, size, mode, fit, str(path))
 
 
 def fit_pil(img, size: int | tuple[int, int], mode: str, fit: str, what: str = "the image"):
