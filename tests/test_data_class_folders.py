@@ -145,6 +145,9 @@ def test_a_class_folder_copied_from_macos_keeps_its_split_and_a_name_not_utf8_is
     before = load_classes(tmp_path, "test").names
     (tmp_path / decomposed).rename(tmp_path / unicodedata.normalize("NFC", "café"))  # as a copy to Linux writes it
     assert load_classes(tmp_path, "test").names == before
+    # a Mac's zip unpacked: __MACOSX/CLASS/._NAME.png (metadata) is no class (it was one, "holds no PNG files")
+    _write(tmp_path, {"__MACOSX/tea/._00.png": _pixels(0)})
+    assert load_classes(tmp_path, "test").names == before
     os.rename(os.fsencode(tmp_path / "tea"), os.fsencode(tmp_path) + b"/t\xe9")  # Latin-1 bytes
     with pytest.raises(DataError, match=r"a class folder whose name is not UTF-8: 't\\udce9'; rename it"):
         load_classes(tmp_path, "test")
@@ -340,6 +343,20 @@ def test_the_folder_maker_writes_a_set_that_reads_back_as_its_images_and_classes
     assert len(load_classes(tmp_path / "d", "test")) == 20
     with pytest.raises(SystemExit, match="already holds files"):
         tool["main"](["--dataset", "mnist-sample", "--out", str(tmp_path / "d")])
+    # more test images than a class has (mnist-sample's test split: 500): refused before anything is written (the
+    # training images and an empty test/0 were, and the rerun was refused as "already holds files")
+    with pytest.raises(SystemExit, match=r"test split has \d+ images of class '0', fewer than the 60 asked for "
+                                         r"\(--test-per-class\); nothing written"):
+        tool["main"](["--dataset", "mnist-sample", "--per-class", "2", "--test-per-class", "60",
+                      "--out", str(tmp_path / "short")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match="file is a file; give a new or empty folder"):  # NotADirectoryError
+        tool["main"](["--dataset", "mnist-sample", "--out", str(tmp_path / "file")])
+    (tmp_path / "empty").mkdir()  # an empty folder is written into
+    assert tool["main"](["--dataset", "mnist-sample", "--per-class", "1", "--test-per-class", "0",
+                         "--out", str(tmp_path / "empty")]) == 0
+    assert len(list((tmp_path / "empty").glob("*/*.png"))) == 10
 
 
 def test_an_exported_model_carries_its_class_folders_names_not_their_path(digit_classes):
@@ -367,9 +384,14 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     icon[..., 0], icon[:, :15, 3] = 255, 255  # red, its right half transparent
     Image.fromarray(icon).save(src / "dots" / "icon.png")
     (src / "dots" / "notes.txt").write_text("not an image")
+    # formats Pillow recognises and cannot read (stopped the whole prepare, "not a readable image"): passed over
+    (src / "dots" / "features.h5").write_bytes(b"\x89HDF\r\n\x1a\n0000")
+    (src / "dots" / "clip.mpg").write_bytes(b"\x00\x00\x01\xb3" + bytes(16))
+    _write(src, {"__MACOSX/dots/._photo.png": _GREY})  # a Mac zip's metadata: no class
     Image.fromarray(np.full((8, 8), 32896, np.uint16)).save(src / "dots" / "deep.png")  # 16-bit: 32896 / 257 = 128
     done = prepare_class_folders(src, tmp_path / "crop", 32, mode="grey", fit="crop")
-    assert done.counts == {"train": 4, "test": 1} and done.skipped == [src / "dots" / "notes.txt"]
+    assert done.counts == {"train": 4, "test": 1}
+    assert done.skipped == [src / "dots" / name for name in ("clip.mpg", "features.h5", "notes.txt")]
     train = load_classes(tmp_path / "crop", "train")
     assert train.classes == done.classes == ("dots", "stripes") and train.images.shape == (4, 1, 32, 32)
     assert (train.images[train.names.index("dots/deep.png")] == 128).all()  # not clipped to white
@@ -406,6 +428,12 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
         prepare_class_folders(src, tmp_path / "out", 16)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))  # nothing written, no leftovers
     (src / "a" / "z.jpg").unlink()
+    (src / "c").mkdir()
+    (src / "c" / "IMG_1.HEIC").write_bytes(b"")  # read once pillow-heif is installed (not here): the fix named
+    with pytest.raises(DataError, match=r"src/c holds no image file Pillow reads \(1 HEIC photo\(s\): pip install "
+                                        r"pillow-heif, and they are read\); put the class's images there"):
+        prepare_class_folders(src, tmp_path / "out", 16)
+    shutil.rmtree(src / "c")
     # a training photo copied into test/: named by its photo and its twin (train refused the folder made, naming the
     # PNG alone and pointing at the made folder; a review, 2026-12-01); another class's same pixels are no copy
     _write(src, {"test/a/t.png": _GREY, "test/b/u.png": _pixels(7, (8, 8))})
@@ -429,12 +457,22 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     (tmp_path / "full" / "k").write_text("")
     r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "full", "--size", "16")
     assert r.returncode == 2 and "already holds files; give an empty or new folder (--out)" in r.stderr
-    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "out", "--size", "16", "--mode", "grey",
+    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "out", "--size", "17", "--mode", "grey",
                    "--no-progress")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == (f"wrote 4 train images of 16x16 (grey) in 2 classes to {tmp_path / 'out'}; train on "
+    assert r.stdout.strip() == (f"wrote 4 train images of 17x17 (grey) in 2 classes to {tmp_path / 'out'}; train on "
                                 f"them with: capsnet train --dataset classes:{tmp_path / 'out'}")
-    assert load_classes(tmp_path / "out", "train").images.shape[1:] == (1, 16, 16)
+    assert load_classes(tmp_path / "out", "train").images.shape[1:] == (1, 17, 17)
+    # one pixel smaller, the command it named was refused ("input 16x16 is too small for conv1 9x9 ..."): not named
+    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "small", "--size", "16", "--no-progress")
+    assert r.returncode == 0 and r.stdout.strip() == (
+        f"wrote 4 train images of 16x16 (rgb) in 2 classes to {tmp_path / 'small'}; but capsnet train's CapsNet takes "
+        f"images of 17x17 at least (conv1 9x9, then primary capsules 9x9 at stride 2): prepare them again with "
+        f"--size 17 or more")
+    with pytest.raises(ValueError, match="input 16x16 is too small for conv1 9x9"):
+        CapsNetConfig(input_height=16, input_width=16)
+    r = in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "huge", "--size", "5000")
+    assert r.returncode == 2 and "--size: must be an integer >= 1 and <= 4,096, got 5000" in r.stderr
 
 
 def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatch):

@@ -548,8 +548,11 @@ def test_broken_links_subfolders_and_a_subfolder_given_as_the_data_set_are_named
                                         r"above it, .*/d$"):
         load_folder(tmp_path / "d" / "images", "train")
     nested = tmp_path / "n" / "images" / "part1"
-    _save(nested / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
+    _save(tmp_path / "n" / "images" / "__MACOSX" / "._a.png", np.zeros((6, 5), np.uint8))  # a Mac zip's metadata
     (tmp_path / "n" / "masks").mkdir()
+    with pytest.raises(DataError, match=r"no PNG files in .*n/images; put the images there"):  # named __MACOSX/
+        load_mask_folder(tmp_path / "n" / "images", tmp_path / "n" / "masks")
+    _save(nested / "a.png", rng.integers(0, 256, (6, 5), dtype=np.uint8))
     with pytest.raises(DataError, match=r"no PNG files in .*n/images \(the PNG files in its subfolder part1/ are not "
                                         r"read: put them in .*n/images itself\)"):
         load_mask_folder(tmp_path / "n" / "images", tmp_path / "n" / "masks")

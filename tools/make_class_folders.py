@@ -10,11 +10,14 @@ names ("/" in a name, as Fashion-MNIST's "T-shirt/top", becomes "-").
     capsnet train --dataset classes:runs/fashion-folders --epochs 5
 
 Refuses an ``--out`` folder that already holds files: a folder of classes written over another would mix them.
+Writes all or nothing: every class's count is checked first, and the folder is renamed into place when whole.
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,28 +30,42 @@ __all__ = ["write_class_folders", "main"]
 
 def write_class_folders(dataset: str, out: Path, per_class: int, test_per_class: int,
                         data_dir: str | None = None) -> dict[str, int]:
-    """Write the folder (see the module docstring); returns how many images each split got."""
+    """Write the folder (see the module docstring); returns how many images each split got. Every class's count is
+    checked before anything is written, and the folder is written beside ``out`` and renamed into place when
+    whole: a failure leaves no folder (a half-written one was refused by the rerun, "already holds files")."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"{out} is a file; give a new or empty folder (--out)")
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} already holds files; give an empty or new folder (--out)")
-    written = {}
-    for split, n, base in (("train", per_class, out), ("test", test_per_class, out / "test")):
+    plan = []  # (data set, the class's folder, the indices of its images)
+    for split, n, base in (("train", per_class, Path()), ("test", test_per_class, Path("test"))):
         if n == 0:
             continue
         d = load_dataset(dataset, split, root=data_dir)
         labels = d.labels.numpy()
-        count = 0
         for k, name in enumerate(d.classes):
-            folder = base / name.replace("/", "-")
-            folder.mkdir(parents=True, exist_ok=True)
             chosen = np.flatnonzero(labels == k)[:n]
             if len(chosen) < n:
                 raise SystemExit(f"{dataset}'s {split} split has {len(chosen)} images of class {name!r}, fewer than "
-                                 f"the {n} asked for")
-            for i in chosen.tolist():
-                Image.fromarray(d.images[i, 0].numpy()).save(folder / f"{i:05d}.png")
-            count += len(chosen)
-        written[split] = count
+                                 f"the {n} asked for (--{'per-class' if split == 'train' else 'test-per-class'}); "
+                                 f"nothing written")
+            plan.append((split, d, base / name.replace("/", "-"), chosen.tolist()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        written: dict[str, int] = {}
+        for split, d, folder, chosen in plan:
+            (partial / folder).mkdir(parents=True)
+            for i in chosen:
+                Image.fromarray(d.images[i, 0].numpy()).save(partial / folder / f"{i:05d}.png")
+            written[split] = written.get(split, 0) + len(chosen)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        partial.rename(out)
+    except BaseException:  # Ctrl-C or a full disk included: no half-written folder left
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return written
 
 

@@ -658,8 +658,9 @@ def _prepare_arguments(p: argparse.ArgumentParser) -> None:
                         "JPEG, PNG, BMP, WebP, ...), and DIR/test/CLASS/* if you hold test images out yourself")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the folder to write (new or empty): OUT/CLASS/NAME.png, what --dataset classes:OUT reads")
-    p.add_argument("--size", required=True, type=_positive_int, metavar="PIXELS",
-                   help="the side of the square PNGs written (the classifiers here are made for 28 to 32)")
+    p.add_argument("--size", required=True, type=_number(int, minimum=1, maximum=4096), metavar="PIXELS",
+                   help="the side of the square PNGs written, 1..4096 (the classifiers here are made for 28 to 32; "
+                        "the paper's CapsNet takes 17 at least)")
     p.add_argument("--mode", choices=list(MODES), default="rgb", help="grey (1 channel) or rgb (3 channels)")
     p.add_argument("--fit", choices=FITS, default="crop",
                    help="crop: the shorter side scaled to the size, the centre kept; pad: the longer side scaled to "
@@ -674,10 +675,29 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                                  progress=not args.no_progress)
     if done.skipped:
         print(passed_over(done.skipped))
-    print(f"wrote {' and '.join(f'{n:,} {split}' for split, n in done.counts.items())} images of {args.size}x"
-          f"{args.size} ({args.mode}) in {len(done.classes)} classes to {done.out}; train on them with: capsnet train "
-          f"--dataset {shlex.quote('classes:' + str(done.out))}")
+    wrote = (f"wrote {' and '.join(f'{n:,} {split}' for split, n in done.counts.items())} images of {args.size}x"
+             f"{args.size} ({args.mode}) in {len(done.classes)} classes to {done.out}")
+    smallest = _smallest_capsnet_side()
+    if args.size < smallest:  # the command named would be refused: "input 12x12 is too small for conv1 9x9 ..."
+        print(f"{wrote}; but capsnet train's CapsNet takes images of {smallest}x{smallest} at least (conv1 9x9, "
+              f"then primary capsules 9x9 at stride 2): prepare them again with --size {smallest} or more")
+        return 0
+    print(f"{wrote}; train on them with: capsnet train --dataset {shlex.quote('classes:' + str(done.out))}")
     return 0
+
+
+def _smallest_capsnet_side() -> int:
+    """The smallest square input the paper's CapsNet (CapsNetConfig's defaults: conv1 9x9, primary capsules 9x9 at
+    stride 2) takes."""
+    from .models.capsnet import CapsNetConfig
+
+    for side in range(1, 4097):
+        try:
+            CapsNetConfig(input_height=side, input_width=side)
+        except ValueError:  # "input 12x12 is too small for conv1 9x9 and primary capsules 9x9"
+            continue
+        return side
+    raise AssertionError("the default CapsNetConfig takes no input up to 4096x4096")
 
 
 def _export_arguments(x: argparse.ArgumentParser) -> None:

@@ -18,7 +18,8 @@ import torch
 from .idx import DataError
 from .png import _utf8, opaque_image_array, png_files, refuse_other_shape
 
-__all__ = ["TEST_FOLDER", "class_folders", "load_class_folder", "nested_image_folders", "refuse_unknown_classes"]
+__all__ = ["TEST_FOLDER", "class_folders", "load_class_folder", "nested_image_folders", "passed_over_folder",
+           "refuse_unknown_classes"]
 
 TEST_FOLDER = "test"  # DIR/test holds the held-out images, in class folders of its own (so no class may be "test")
 # photos of other formats or sizes: the command that makes them into such a folder
@@ -26,9 +27,15 @@ PREPARE_FIX = "make the folder from the photos with capsnet prepare --images PHO
               "(any format and size in; PNG files of one size out)"
 
 
+def passed_over_folder(name: str) -> bool:
+    """Whether a subfolder ``name`` is passed over as no class: hidden (.git, .ipynb_checkpoints), or the
+    ``__MACOSX`` folder of a zip made on a Mac (its ._*.jpg are metadata, not images)."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
 def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) -> dict[str, Path]:
     """The class subfolders of ``root`` by class name, in class order (sorted names): every visible subfolder but
-    ``test`` (the held-out split's). ``at_least``: the fewest classes accepted (a classifier of one class learns
+    ``test`` (the held-out split's) and a Mac zip's ``__MACOSX``. ``at_least``: the fewest classes accepted (a classifier of one class learns
     nothing). ``test_split``: ``root`` is a DIR/test folder (it may hold fewer classes than training, at least
     one)."""
     if root.exists() and not root.is_dir():
@@ -45,7 +52,7 @@ def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) ->
                         f"in the subfolder named by its class (DIR/CLASS/NAME.png)")
     by_name: dict[str, Path] = {}
     for p in entries:
-        if not p.is_dir() or (p.name == TEST_FOLDER and not test_split):
+        if not p.is_dir() or (p.name == TEST_FOLDER and not test_split) or passed_over_folder(p.name):
             continue
         if not _utf8(p.name):  # bytes that are not UTF-8 (a Latin-1 name from an old zip file): the class's name
             raise DataError(f"{root} holds a class folder whose name is not UTF-8: {ascii(p.name)}; rename it (e.g. "
@@ -71,7 +78,7 @@ def nested_image_folders(folder: Path, suffixes: set[str]) -> list[str]:
     """The visible subfolders of ``folder`` holding, at any depth, a visible file whose suffix is one of
     ``suffixes``: images that a loader of ``folder``'s own files would leave out (hidden files and folders passed
     over, as everywhere: macOS's ._*.png)."""
-    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and any(
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not passed_over_folder(d.name) and any(
         f.suffix.lower() in suffixes and not any(part.startswith(".") for part in f.relative_to(d).parts)
         for f in d.rglob("*")))
 

@@ -47,7 +47,8 @@ def png_files(folder: Path, what: str, *, paired: bool = True, convert: str = "c
     pngs = [p for p in files if p.suffix.lower() == ".png"]
     if not pngs:
         others = ", ".join(p.name for p in files[:5])
-        nested = [d for d in entries if d.is_dir() and any(f.suffix.lower() == ".png" for f in d.iterdir())]
+        nested = [d for d in entries if d.is_dir() and any(f.suffix.lower() == ".png" and not f.name.startswith(".")
+                                                           for f in d.iterdir())]  # a Mac's ._*.png: metadata
         fix = f" (found {len(files)} other file(s): {others}; {convert})" if files else \
             f" (the PNG files in its subfolder {nested[0].name}/ are not read: put them in {folder} itself)" \
             if nested else f"; put the {what} there as .png files"

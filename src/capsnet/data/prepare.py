@@ -54,9 +54,11 @@ HEIC = (".heic", ".heif")  # phones' photos: Pillow reads them once pillow-heif 
 
 @functools.cache
 def _image_suffixes() -> frozenset[str]:
-    """The file suffixes of the formats Pillow opens (.jpg, .png, .webp, ...; not those it only writes: .pdf), HEIC
-    too where pillow-heif is installed."""
-    from PIL import Image
+    """The file suffixes of the formats Pillow opens and reads the pixels of (.jpg, .png, .webp, ...; not those it
+    only writes: .pdf; nor those it only recognises: HDF5, GRIB, BUFR and WMF's stubs, MPEG, and EPS where
+    Ghostscript is missing, which stopped a whole prepare as "not a readable image"), HEIC too where pillow-heif is
+    installed."""
+    from PIL import EpsImagePlugin, Image, ImageFile
 
     try:
         from pillow_heif import register_heif_opener  # optional: pip install pillow-heif
@@ -65,7 +67,11 @@ def _image_suffixes() -> frozenset[str]:
     else:
         register_heif_opener()
     Image.init()
-    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+    unread = {fmt for fmt, (factory, _) in Image.OPEN.items()
+              if isinstance(factory, type) and issubclass(factory, ImageFile.StubImageFile)}
+    unread |= {"MPEG"} | (set() if EpsImagePlugin.has_ghostscript() else {"EPS"})
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN and
+                     fmt not in unread)
 
 
 def passed_over(files: list[Path], show=str) -> str:
@@ -271,7 +277,8 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         for name, folder in found.items():
             images, others = image_files(folder, of_a_class=True)
             if not images:
-                raise DataError(f"{folder} holds no image file Pillow reads; put the class's images there")
+                raise DataError(f"{folder} holds no image file Pillow reads{heic_hint(others)}; put the class's "
+                                f"images there")
             skipped += others
             plan += [(p, target / name / f"{stem}.png") for stem, p in images.items()]
             counts[split] = counts.get(split, 0) + len(images)

@@ -100,7 +100,7 @@ from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
 from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
 from .cifar10 import CIFAR10_CLASSES, load_cifar10
-from .class_folders import TEST_FOLDER, class_folders, load_class_folder
+from .class_folders import TEST_FOLDER, class_folders, load_class_folder, passed_over_folder
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
@@ -782,7 +782,7 @@ def _subfolders_of(prefix: str, top: Path) -> tuple[str, ...]:
     if not top.is_dir():
         return ()
     return tuple(sorted(e.name for e in os.scandir(top)
-                        if e.is_dir() and not e.name.startswith(".") and e.name != TEST_FOLDER))
+                        if e.is_dir() and not passed_over_folder(e.name) and e.name != TEST_FOLDER))
 
 
 def _pairs_task(name: str) -> Task:
