@@ -107,6 +107,30 @@ def test_primary_matrix_caps_shapes_and_range():
         ConvMatrixCaps(4, 2, routing=_Mean())(MatrixCaps(out.poses[..., :8], out.activations))
 
 
+def test_matrix_capsule_layers_refuse_bad_sizes_by_name():
+    """A kernel of 0 gave a larger grid of zero poses, a stride of 0 a ZeroDivisionError, share_children with a
+    routing that takes no child ids a TypeError at the first forward (a review, 2026-12-01)."""
+    from capsnet.layers import DenseMatrixCaps
+    from capsnet.routing import DynamicRouting
+
+    for make, message in [(lambda: ConvMatrixCaps(3, 4, kernel_size=0, routing=_Mean()), "kernel_size must be a "
+                                                                                          "positive integer, got 0"),
+                          (lambda: ConvMatrixCaps(3, 4, stride=0, routing=_Mean()), "stride must be a positive"),
+                          (lambda: ConvMatrixCaps(3, 4, kernel_size=-1, routing=_Mean()), "kernel_size must be"),
+                          (lambda: ConvMatrixCaps(3, 4, routing=_Mean(), std=0), "std must be a positive finite"),
+                          (lambda: ConvMatrixCaps(3, 4, routing=DynamicRouting(2), share_children=True),
+                           "share_children=True hands the routing each vote's child ids, which DynamicRouting does "
+                           "not take \\(EMRouting does\\): leave it False"),
+                          (lambda: ConvMatrixCaps(3, 4, routing=_Mean(), share_children="no"), "share_children must "
+                                                                                                "be True or False"),
+                          (lambda: PrimaryMatrixCaps(8, 0), "types must be a positive integer, got 0"),
+                          (lambda: ClassMatrixCaps(0, 10, routing=_Mean()), "in_types must be a positive integer"),
+                          (lambda: DenseMatrixCaps(4, 0, routing=_Mean()), "out_caps must be a positive integer")]:
+        with pytest.raises(ValueError, match=message):
+            make()
+    assert ConvMatrixCaps(3, 4, routing=_Shared(), share_children=True).share_children  # a routing that takes them
+
+
 def _formula(A, B, C, D, K, in_channels=1):
     """Weights of Figure 1's network, layer by layer (16 per 4x4 transform, a beta_u and beta_a per type)."""
     conv1 = 25 * in_channels * A + A

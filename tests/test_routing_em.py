@@ -246,13 +246,13 @@ def test_bad_input_is_refused_clearly():
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="must be a positive integer"):
             EMRouting(4, iterations=bad)
-    # eps floors a parent's mass: at 0 (or below) every silent child made NaN poses; inf passed a "> 0" check
-    for name in ("final_lambda", "var_floor", "eps"):
+    # inf passed a "> 0" check
+    for name in ("final_lambda", "var_floor"):
         for bad in (0, -1.0, math.inf, math.nan, "1e-6", True):
             with pytest.raises(ValueError, match=f"{name} must be a positive finite number, got {bad!r}"):
                 EMRouting(4, **{name: bad})
-    out = EMRouting(4, eps=1e-12)(torch.randn(2, 5, 4, 16), torch.zeros(2, 5))  # the smallest floor, still finite
-    assert all(torch.isfinite(t).all() for t in out)
+    out = EMRouting(4)(torch.randn(2, 5, 4, 16), torch.zeros(2, 5))  # every child silent: no mass, means of 0
+    assert all(torch.isfinite(t).all() for t in out) and (out.poses == 0).all()
 
 
 def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_it_adds():
@@ -342,6 +342,25 @@ def _reference_damped_em(votes, a, routing, momentum, scale):
                      - 0.5 * (var.log().sum(-1) + D * math.log(2 * math.pi)).unsqueeze(1))  # (B, I, J)
             R = torch.softmax(torch.nn.functional.logsigmoid(logit).unsqueeze(1) + log_p, dim=-1)
     return mu, torch.sigmoid(logit), R
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-10])
+def test_parents_of_any_mass_route_as_procedure_1_written_out(scale):
+    """Parents explaining children of activation 1e-10 (a mass below the floor of 1e-6 the M-step had, which shrank
+    their means and variances and changed the routing after them: a review, 2026-12-01) route as Procedure 1."""
+    g = torch.Generator().manual_seed(11)
+    spread = torch.tensor([0.05, 0.05, 3.0, 0.5], dtype=DT).view(1, 1, 4, 1)
+    votes = torch.randn(2, 16, 4, 16, generator=g, dtype=DT) * spread + torch.randn(1, 1, 4, 16, generator=g, dtype=DT)
+    a = (torch.rand(2, 16, generator=g, dtype=DT) * 0.5 + 0.5) * scale
+    routing = EMRouting(4, iterations=4).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
+        routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT) * 5)
+    expected = _reference_damped_em(votes, a, routing, 0.0, 100 * 4 / 16)
+    for record in (False, True):  # the fused path (votes needing a gradient) and the plain one
+        out = routing(votes.clone().requires_grad_(not record), a, record=record)
+        for x, y in zip(out[:3], expected):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("iterations", [1, 3])

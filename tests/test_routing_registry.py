@@ -147,6 +147,15 @@ def test_routing_arguments_of_the_wrong_kind_are_named():
     for make, message in [(lambda: DynamicRouting(3, leaky="no"), "leaky must be True or False, got 'no'"),
                           (lambda: DynamicRouting(3, detach_agreement=1), "detach_agreement must be True or False"),
                           (lambda: InvertedDotProductRouting(dim=0), "dim must be a positive integer, got 0"),
+                          # a layer norm over one number: constant poses, no gradient (a review, 2026-12-01)
+                          (lambda: InvertedDotProductRouting(dim=1), "dim must be at least 2: the layer norm of a "
+                                                                    "one-number pose is its learned shift alone"),
+                          # the string "False" read as True by bool(), turning the switch on (a review, 2026-12-01)
+                          (lambda: InvertedDotProductRouting(dim=4, fused_backward="False"),
+                           "fused_backward must be True or False, got 'False'"),
+                          (lambda: EMRouting(3, normalise_cost="False"), "normalise_cost must be True or False"),
+                          (lambda: EMRouting(3, detach_routing="false"), "detach_routing must be True or False"),
+                          (lambda: EMRouting(3, fused_backward=1), "fused_backward must be True or False, got 1"),
                           (lambda: SelfAttentionRouting(in_caps=-1, out_caps=10), "in_caps must be a positive integer"),
                           (lambda: DenseCaps(-1, 8, 10, 16), "in_caps must be a positive integer, got -1")]:
         with pytest.raises(ValueError, match=message):

@@ -26,6 +26,7 @@ routing is the paper's.
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 from typing import Any, NamedTuple
@@ -35,6 +36,7 @@ from torch import nn
 
 from .._eager import permute_contiguous
 from ..routing import RoutingResult, RoutingView
+from ..routing.result import check_count, check_positive, check_switch
 
 __all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps",
            "grid_routing_view"]
@@ -56,6 +58,7 @@ def _check(caps: MatrixCaps, types: int, where: str) -> None:
 
 def _transform(shape: tuple[int, ...], std: float) -> nn.Parameter:
     """4x4 transformation matrices, truncated normal (the official code's initialiser)."""
+    check_positive("std", std)
     return nn.Parameter(nn.init.trunc_normal_(torch.empty(*shape, 4, 4), std=std, a=-2 * std, b=2 * std))
 
 
@@ -64,6 +67,8 @@ class PrimaryMatrixCaps(nn.Module):
 
     def __init__(self, in_channels: int, types: int) -> None:
         super().__init__()
+        check_count("in_channels", in_channels)
+        check_count("types", types)
         self.types = types
         self.pose = nn.Conv2d(in_channels, types * POSE, kernel_size=1)
         self.activation = nn.Conv2d(in_channels, types, kernel_size=1)
@@ -91,8 +96,17 @@ class ConvMatrixCaps(nn.Module):
     def __init__(self, in_types: int, out_types: int, *, kernel_size: int = 3, stride: int = 1,
                  routing: nn.Module, std: float = 0.5, share_children: bool = False) -> None:
         super().__init__()
+        # a kernel of 0 gave a grid of zero poses, a stride of 0 a ZeroDivisionError (a review, 2026-12-01)
+        for name, value in (("in_types", in_types), ("out_types", out_types), ("kernel_size", kernel_size),
+                            ("stride", stride)):
+            check_count(name, value)
+        check_switch("share_children", share_children)
+        takes = inspect.signature(routing.forward).parameters.values()
+        if share_children and not any(q.name == "children" or q.kind is q.VAR_KEYWORD for q in takes):
+            raise ValueError(f"share_children=True hands the routing each vote's child ids, which "
+                             f"{type(routing).__name__} does not take (EMRouting does): leave it False")
         self.in_types, self.out_types, self.kernel_size, self.stride = in_types, out_types, kernel_size, stride
-        self.share_children = bool(share_children)
+        self.share_children = share_children
         self.weight = _transform((kernel_size, kernel_size, in_types, out_types), std)  # (K, K, I, J, 4, 4)
         self.routing = routing
 
@@ -161,6 +175,9 @@ class ClassMatrixCaps(nn.Module):
     def __init__(self, in_types: int, classes: int, *, routing: nn.Module, coordinate_addition: bool = True,
                  std: float = 0.5, receptive_field: tuple[int, float, int, int] | None = None) -> None:
         super().__init__()
+        check_count("in_types", in_types)
+        check_count("classes", classes)
+        check_switch("coordinate_addition", coordinate_addition)
         self.in_types, self.classes, self.coordinate_addition = in_types, classes, coordinate_addition
         self.receptive_field = receptive_field
         self.weight = _transform((in_types, classes), std)  # (I, J, 4, 4)
@@ -205,6 +222,8 @@ class DenseMatrixCaps(nn.Module):
 
     def __init__(self, in_caps: int, out_caps: int, *, routing: nn.Module, std: float = 0.5) -> None:
         super().__init__()
+        check_count("in_caps", in_caps)
+        check_count("out_caps", out_caps)
         self.in_caps, self.out_caps = in_caps, out_caps
         self.weight = _transform((in_caps, out_caps), std)  # (I, J, 4, 4)
         self.routing = routing

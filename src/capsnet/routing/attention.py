@@ -16,7 +16,10 @@ a NaN coupling: its votes are then scaled by a power of two ``k`` first
 (``capsnet.ops._scale``; ``k = 1``, the plain formula, for every ordinary
 input), and the scores, shifted by their maximum over j, are divided by
 ``k^2`` again before the softmax (the same coupling; a gap of scores past the
-dtype's range becomes a coupling of exactly 0 or 1).
+dtype's range becomes a coupling of exactly 0 or 1). The votes are summed over
+the children before that scaling (no scaled copy of them), so the sum must fit
+the dtype: votes up to about 3e38 / I in float32 (2e35 for CapsNet's 1,152
+primary capsules).
 """
 from __future__ import annotations
 

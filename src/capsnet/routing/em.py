@@ -8,21 +8,26 @@ coefficients and the lower activations, and turns its description length
 into an activation; the E-step gives each lower capsule's vote to the upper
 capsules in proportion to their activation times the vote's likelihood.
 
-Kept finite for any number of iterations and for votes up to about 1e18
-in size, their gradient up to about 1e12 (past those their float32 squares
-and the products of the backward overflow; measured 2026-11-29 at 12
-children, 4 parents, 16 dimensions; the issue's bar is 1e4; the attention
-routings scale such votes by a power of two and stay finite to about 1e37)
-(the failures the public ports report: NaN past one iteration, all-equal
-activations):
+Kept finite for votes up to about 1e16 in size at any number of iterations
+(1e18 at up to 3), and their gradient for votes up to 1e4 at any number (1 to
+50 measured), 1e12 at up to 3 iterations (the paper's), 1e10 at 4, 1e8 at
+5, 1e5 at 7: past those their float32 squares and the products of
+the backward overflow (measured 2026-12-01 at 12 children, 4 parents, 16
+dimensions, one child's votes that large, 10 draws each; the issue's bar is
+1e4; the attention routings scale such votes by a power of two and stay
+finite further) (the failures the public ports report: NaN past one
+iteration, all-equal activations):
 
 - routing runs in float32 with autocast off, also inside a bf16 step;
 - the variance has a floor added (``var_floor``, 5e-4 as in the official
   code), and log sigma is 0.5 log var, never a square root;
 - the E-step works with log-likelihoods and a log-softmax over the upper
   capsules, the activation's log by ``logsigmoid``;
-- the weighted counts ``sum_i R_ij a_i`` have a floor, so all-zero lower
-  activations give finite means;
+- the M-step weighs the votes by a softmax over the children of
+  log R_ij + log a_i, the E-step handing it log R: exact for a parent of any
+  mass (a floor under the mass, 1e-6 before 2026-12-01, shrank a starved
+  parent's mean and variance and changed the routing after it), and all-zero
+  lower activations give a mean of 0;
 - the M-step's moments are batched matrix-vector products over the votes
   centred once on their activation-weighted mean, and the E-step's squared
   distance is expanded into such products too: no vote-sized temporary per
@@ -96,7 +101,7 @@ from torch import nn
 
 from .._eager import autocast_off as _autocast_off, eager
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_count, check_positive, check_votes
+from .result import RoutingResult, check_count, check_positive, check_switch, check_votes
 
 __all__ = ["EMRouting"]
 
@@ -113,7 +118,6 @@ class EMRouting(nn.Module):
         final_lambda: the inverse temperature's scale (official code: 0.01;
             a class layer there uses a quarter of it).
         var_floor: added to every variance (official code: 5e-4).
-        eps: the floor of a parent's mass, sum_i R_ij a_i, where every child it could explain is silent.
         normalise_cost: each parent's cost taken against the others' (mean 0, standard deviation 1 over the
             parents of an example); not in the paper.
         beta_u_init: beta_u's starting value (0: the ports' start). The cost per
@@ -154,26 +158,28 @@ class EMRouting(nn.Module):
     length_activations = False  # a_j comes from the cost, not from |mu_j| (capsnet.routing)
 
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
-                 eps: float = 1e-6, normalise_cost: bool = False, fused_backward: bool = True,
+                 normalise_cost: bool = False, fused_backward: bool = True,
                  beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",
                  detach_routing: bool = False, cost_scale: float | None = None, mean_momentum: float = 0.0) -> None:
         super().__init__()
         check_count("out_caps", out_caps)
         check_count("iterations", iterations)
-        for name, value in (("final_lambda", final_lambda), ("var_floor", var_floor), ("eps", eps)):
-            # eps floors a parent's mass, which an all-silent set of children leaves at 0: 0 divides by it (NaN)
+        for name, value in (("final_lambda", final_lambda), ("var_floor", var_floor)):
             check_positive(name, value)
         self.out_caps, self.iterations = out_caps, iterations
-        self.final_lambda, self.var_floor, self.eps = final_lambda, var_floor, eps
+        self.final_lambda, self.var_floor = final_lambda, var_floor
+        for name, value in (("normalise_cost", normalise_cost), ("fused_backward", fused_backward),
+                            ("detach_routing", detach_routing)):
+            check_switch(name, value)  # --routing-option detach_routing=False is the string "False": on, as bool()
         self.normalise_cost = normalise_cost
-        self.fused_backward = bool(fused_backward)
+        self.fused_backward = fused_backward
         for name, value in (("beta_u_init", beta_u_init), ("beta_a_init", beta_a_init)):
             if not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
-        self.detach_routing = bool(detach_routing)
+        self.detach_routing = detach_routing
         if cost_scale is not None and not (math.isfinite(cost_scale) and cost_scale > 0):
             raise ValueError(f"cost_scale must be a positive number (or None: Gritzman's 100 J / I), got {cost_scale!r}")
         if not 0 <= mean_momentum < 1:
@@ -200,18 +206,24 @@ class EMRouting(nn.Module):
             returns mu (B, J, D), var (B, J, D) (the floor included), logit (B, J): a_j = sigmoid(logit)
         """
         VV, centre = _layout(votes, activations)
-        m1, var, logit = self._m_step(VV, activations, R.transpose(1, 2), lam, previous=-centre)
+        tiny = torch.finfo(VV.dtype).tiny  # an R of 0 at the log's floor: no weight beside any R above it
+        m1, var, logit = self._m_step(VV, activations, R.transpose(1, 2).clamp_min(tiny).log(), lam,
+                                      previous=-centre)
         return m1 + centre, var, logit
 
-    def _m_step(self, VV: torch.Tensor, a: torch.Tensor, R: torch.Tensor, lam: float,
+    def _m_step(self, VV: torch.Tensor, a: torch.Tensor, log_R: torch.Tensor, lam: float,
                 betas: tuple[torch.Tensor, torch.Tensor] | None = None, taps: list | None = None,
                 share: "_SharedChildren | None" = None, previous: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The M-step on votes laid out by ``_layout``: R (B, J, I) -> centred mean, variance, logit.
+        """The M-step on votes laid out by ``_layout``: log R (B, J, I) -> centred mean, variance, logit.
 
         Both weighted moments come from one batched matrix-vector product
         over the votes and their squares side by side (no vote-sized
-        temporaries); var = E[V^2] - E[V]^2 of the centred votes.
+        temporaries); var = E[V^2] - E[V]^2 of the centred votes. The weights R_ij a_i / sum_i R_ij a_i are a
+        softmax over i of log R_ij + log a_i: exact for a parent of any mass, however small (a floor under the
+        mass shrank a starved parent's mean and variance, and changed the routing after it), their gradient
+        bounded where the quotient's grows as 1 / mass^2; a parent of no mass at all (every child it could
+        explain silent) has weights 0, a mean of 0.
         ``betas`` stand in for (beta_u, beta_a); ``taps`` collects the
         product and its weights for ``_FusedEM``; ``share`` the children shared between rows; ``previous`` the
         last M-step's centred mean (B, J, D), which ``mean_momentum`` mixes in (the variance about the mixed mean:
@@ -220,9 +232,12 @@ class EMRouting(nn.Module):
         beta_u, beta_a = (self.beta_u, self.beta_a) if betas is None else betas
         B, J, I, D2 = VV.shape
         D = D2 // 2
-        Ra = R * a.unsqueeze(1)  # R_ij a_i, (B, J, I)
-        mass = Ra.sum(dim=-1).clamp_min(self.eps)  # sum_i R_ij a_i, (B, J); the floor only for all-silent children
-        w = (Ra / mass.unsqueeze(-1)).reshape(B * J, 1, I)  # sums to 1 over i
+        mass = (log_R.exp() * a.unsqueeze(1)).sum(dim=-1)  # sum_i R_ij a_i, (B, J)
+        # log a at float's smallest normal for a silent child: its weight ~1e-38 beside any live one (and no
+        # infinite gradient of log 0)
+        log_a = a.clamp_min(torch.finfo(a.dtype).tiny).log().unsqueeze(1)  # (B, 1, I)
+        w = torch.softmax(log_R + log_a, dim=-1) * (mass > 0).unsqueeze(-1)  # sums to 1 over i (0: no mass)
+        w = w.reshape(B * J, 1, I)
         m = torch.bmm(w, VV.reshape(B * J, I, D2))  # [E[V], E[V^2]], (B * J, 1, 2D)
         if taps is not None:  # d loss / d VV from this product: w^T (d loss / d m)
             tap(taps, m, w.detach().transpose(1, 2), None)
@@ -247,7 +262,8 @@ class EMRouting(nn.Module):
 
     def _e_step(self, VV: torch.Tensor, m1: torch.Tensor, var: torch.Tensor, logit: torch.Tensor,
                 taps: list | None = None, share: "_SharedChildren | None" = None) -> torch.Tensor:
-        """Procedure 1, E-step, in the log domain: R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), as (B, J, I).
+        """Procedure 1, E-step, in the log domain: log R_ij, R_ij = a_j p_j(V_ij) / sum_k a_k p_k(V_ik), as
+        (B, J, I) (the M-step weighs the votes by log R: a starved parent's R of 1e-40 still counts).
 
         sum_h (V - mu)^2 / var is expanded into -2 V mu/var + V^2/var + mu^2/var:
         one batched matrix-vector product over the votes and their squares.
@@ -264,7 +280,7 @@ class EMRouting(nn.Module):
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
         log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
         log_r = F.logsigmoid(logit).unsqueeze(-1) + log_p  # (B, J, I)
-        return torch.softmax(log_r, dim=1) if share is None else share.softmax(log_r)  # over the upper capsules j
+        return torch.log_softmax(log_r, dim=1) if share is None else share.log_softmax(log_r)  # over the parents j
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                 *, record: bool = False, children: torch.Tensor | None = None,
@@ -314,21 +330,21 @@ class EMRouting(nn.Module):
         # the mean before the first M-step, for mean_momentum alone: 0, in centred coordinates
         m1 = -centre if self.mean_momentum and centre is not None else None
         # Procedure 1: R_ij = 1 / |Omega_{L+1}|, the parents child i votes for
-        R = VV.new_full((B, J, I), 1.0 / J) if share is None else share.uniform.expand(B, J, I)
+        log_R = VV.new_full((B, J, I), -math.log(J)) if share is None else share.uniform.log().expand(B, J, I)
         rounds = []
         for t in range(self.iterations):
             if record:
-                rounds.append(R.transpose(1, 2))
+                rounds.append(log_R.exp().transpose(1, 2))
             last = t == self.iterations - 1
             cut = self.detach_routing and not last  # no graph, and no product for the fused backward to ask about
             taps_here = None if cut else taps
             with torch.no_grad() if cut else contextlib.nullcontext():
-                m1, var, logit = self._m_step(VV, a, R, self.inverse_temperature(t), betas, taps_here, share, m1)
+                m1, var, logit = self._m_step(VV, a, log_R, self.inverse_temperature(t), betas, taps_here, share, m1)
                 if not last:
-                    R = self._e_step(VV, m1, var, logit, taps_here, share)
+                    log_R = self._e_step(VV, m1, var, logit, taps_here, share)
             if cut:  # no_grad does not stop forward-mode derivatives (jvp)
-                R = R.detach()
-        return m1, logit, R, rounds
+                log_R = log_R.detach()
+        return m1, logit, log_R.exp(), rounds
 
 
 class _FusedEM(torch.autograd.Function):
@@ -409,13 +425,14 @@ class _SharedChildren:
         # Gritzman's 100 J / I with I counting shared children by their share (the cost's scale at uniform R)
         self.scale = 100.0 * (J if norm == "all" else 1) / share.sum(dim=1, keepdim=True)  # (B, 1)
 
-    def softmax(self, log_r: torch.Tensor) -> torch.Tensor:
-        """exp(log_r) normalised over each child's set (``norm``), shifted by the set's maximum: (B, J, I)."""
+    def log_softmax(self, log_r: torch.Tensor) -> torch.Tensor:
+        """The log of exp(log_r) normalised over each child's set (``norm``), shifted by the set's maximum:
+        (B, J, I)."""
         group, flat = self.group, log_r.reshape(-1)
         top = flat.new_full((self.groups,), -math.inf).scatter_reduce(0, group, flat.detach(), "amax")
-        e = (flat - top[group]).exp()
-        total = flat.new_zeros(self.groups).index_add(0, group, e)
-        return (e / total[group]).view(log_r.shape)
+        shifted = flat - top[group]
+        total = flat.new_zeros(self.groups).index_add(0, group, shifted.exp())
+        return (shifted - total.log()[group]).view(log_r.shape)
 
 
 def _layout(votes: torch.Tensor, activations: torch.Tensor, *, into_buffer: bool = False

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..ops import _scale
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
-from .result import RoutingResult, check_count, check_votes, float16_in_float32, widened
+from .result import RoutingResult, check_count, check_switch, check_votes, float16_in_float32, widened
 
 __all__ = ["InvertedDotProductRouting"]
 
@@ -58,9 +58,13 @@ class InvertedDotProductRouting(nn.Module):
     def __init__(self, dim: int, iterations: int = 2, *, fused_backward: bool = True) -> None:
         super().__init__()
         check_count("dim", dim)
+        if dim == 1:  # the layer norm of one number is its learned shift alone: constant poses, no gradient
+            raise ValueError("dim must be at least 2: the layer norm of a one-number pose is its learned shift alone "
+                             "(constant poses, no gradient to the votes); give capsules of 2 or more dimensions")
         check_count("iterations", iterations)
+        check_switch("fused_backward", fused_backward)
         self.dim, self.iterations = dim, iterations
-        self.fused_backward = bool(fused_backward)
+        self.fused_backward = fused_backward
         self.norm = nn.LayerNorm(dim)
 
     def extra_repr(self) -> str:
