@@ -370,6 +370,36 @@ def test_a_folder_that_cannot_be_written_fails_at_once_not_on_every_mirror(serve
         download_file(_url(served, f"/good/{LABELS}.gz"), blocker / "mnist" / f"{LABELS}.gz", progress=False)
 
 
+def test_sigterm_mid_download_removes_the_part_file_as_ctrl_c_does(served, tmp_path, monkeypatch):
+    """A review (2026-12-01): SIGTERM (timeout, docker stop, a scheduler) ended the process with the part file left,
+    and for good: the loaders download a file only while it is missing, and only a download swept stale parts."""
+    import os
+    import signal
+
+    from capsnet.data import download
+
+    seen = []
+
+    def noted(*args):  # without the fix: the SIGTERM noted, not fatal to the test process
+        seen.append("ignored")
+
+    original = signal.signal(signal.SIGTERM, noted)
+    try:
+        def killed(fd):  # the bytes all on disk in the part file, not yet renamed
+            seen.append(sorted(p.name.split(".part-")[0] for p in tmp_path.iterdir()))
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        monkeypatch.setattr(download.os, "fsync", killed)
+        body = served.routes[f"/good/{LABELS}.gz"][1]
+        with pytest.raises(KeyboardInterrupt):
+            download_file(_url(served, f"/good/{LABELS}.gz"), tmp_path / f"{LABELS}.gz",
+                          md5=hashlib.md5(body).hexdigest(), progress=False)
+        assert seen == [[f"{LABELS}.gz"]] and list(tmp_path.iterdir()) == []
+        assert signal.getsignal(signal.SIGTERM) is noted  # the caller's handler put back
+    finally:
+        signal.signal(signal.SIGTERM, original)
+
+
 def test_a_full_disk_mid_download_is_not_retried(served, tmp_path, monkeypatch):
     calls = []
 

@@ -41,7 +41,6 @@ figures reported are the final epoch's, never the best over epochs.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -54,6 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
+from ._signals import sigterm_as_interrupt as _sigterm_as_interrupt
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
 from .data.tasks import absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
@@ -549,27 +549,6 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                     on_trained(k, run)
     finally:
         processes.stop()
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt inside the block (on the main thread; elsewhere nothing changes): the
-    parent of an experiment's workers then stops them as on Ctrl-C, each saving where it is (killed at once, it
-    left them to their watchdogs, which ended them unsaved), and exits 130 with its one line."""
-    import signal
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        before = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
 
 
 def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None) -> None:

@@ -3,7 +3,10 @@
 The bytes stream into ``<dest>.part-<random>`` in the destination folder, are
 checked (MD5 of the downloaded bytes, of the gunzipped contents, or both), and
 only then renamed onto ``dest`` with os.replace. Whatever goes wrong, the
-part file is removed: a folder never holds half a download under either name.
+part file is removed, on Ctrl-C and SIGTERM too (taken as Ctrl-C while the
+bytes stream, on the main thread): a folder never holds half a download
+under either name. Only a kill that runs no cleanup (SIGKILL, a power cut)
+leaves one, removed by the next download of that file after an hour.
 urllib only, so the library needs no HTTP dependency.
 
 Failing fast: a host name that does not resolve, a refused or unreachable
@@ -31,6 +34,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._signals import sigterm_as_interrupt
 from .._progress import progress_bar
 from .idx import GZIP_MAGIC, DataError
 
@@ -134,8 +138,9 @@ def download_file(
                 break
             wait = min(timeout, clock.left())
             try:
-                _fetch(url, dest, md5=md5, md5_uncompressed=md5_uncompressed,
-                       timeout=wait, progress=progress, clock=clock, max_size=max_size)
+                with sigterm_as_interrupt():  # kill, timeout, a scheduler: the part file removed as on Ctrl-C
+                    _fetch(url, dest, md5=md5, md5_uncompressed=md5_uncompressed,
+                           timeout=wait, progress=progress, clock=clock, max_size=max_size)
                 return dest
             except _MirrorFailed as err:
                 error = str(err)

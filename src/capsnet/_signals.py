@@ -1,0 +1,29 @@
+"""SIGTERM taken as Ctrl-C inside a block: what kill, timeout, docker stop and a scheduler's preemption send."""
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Any, Iterator
+
+__all__ = ["sigterm_as_interrupt"]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt inside the block (on the main thread; elsewhere nothing changes), so the
+    block's cleanup runs as on Ctrl-C: an experiment's parent stops its workers, each saving where it is (killed at
+    once, it left them to their watchdogs); a download removes its part file (left for good before: the loaders
+    download a file only while it is missing, and only a download swept its stale parts)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
