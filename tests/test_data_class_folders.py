@@ -325,6 +325,13 @@ def test_the_viewer_opens_a_run_on_class_folders_with_its_names_and_refuses_othe
     with pytest.raises(ViewerError, match=r"holds other class folders than the model was trained on \(not the "
                                           r"model's: eight; missing: seven\)"):
         load_viewer(run, which="last", dataset=f"classes:{other}", progress=False)
+    # another data set of another number of classes: said by its counts before its test set loads (it was "10 class
+    # names for a model with 3 classes", once the set had loaded; a review, 2026-12-01)
+    with pytest.raises(ViewerError, match=r"^capsnet tells 3 classes apart \(it trained on classes:.*digits\) but "
+                                          r"mnist-sample has 10: open it on the data set it was trained on"):
+        load_viewer(run, which="last", dataset="mnist-sample", progress=False)
+    with pytest.raises(ViewerError, match=r"tells 10 classes apart \(it trained on mnist\) but classes:.* has 3"):
+        load_viewer("pretrained:capsnet-mnist-small", dataset=f"classes:{root}", progress=False)
 
 
 def test_the_folder_maker_writes_a_set_that_reads_back_as_its_images_and_classes(tmp_path, capsys):

@@ -207,6 +207,17 @@ _positive_float = _number(float, minimum=0, strict=True)
 _nonneg_float = _number(float, minimum=0)
 
 
+def _allowed_host(text: str) -> str:
+    """An argparse type: a host name for ``capsnet viz --allow-host`` (a URL or a wildcard refused, naming the fix),
+    checked before the model loads."""
+    from .viz.server import checked_host_name
+
+    try:
+        return checked_host_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--allow-host takes ")) from None
+
+
 def _unit_float(text: str) -> float:
     """An argparse type: a number in [0, 1)."""
     value = _nonneg_float(text)
@@ -937,7 +948,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; the default serves this machine only (0.0.0.0: every network)")
     v.add_argument("--port", type=int, default=5000, help="port to listen on (0: any free port)")
-    v.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+    v.add_argument("--allow-host", action="append", default=[], metavar="NAME", type=_allowed_host,
                    help="a host name others open the viewer by (repeatable); it answers for localhost, IP addresses "
                         "and this machine's name, and refuses other names (a web page's, pointed at this machine)")
     v.add_argument("--device", default="cpu", type=_device, help="device for the model (cpu, cuda, auto)")

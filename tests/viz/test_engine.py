@@ -25,6 +25,40 @@ def test_encode_round_trip_within_one_step():
     assert decode(encode(torch.full((4,), 3.0))).tolist() == [3.0] * 4
 
 
+@pytest.mark.parametrize("name, options", [("capsnet", {"padding": "same", "conv1_channels": 8, "primary_types": 2,
+                                                           "decoder_hidden": (16,)}),
+                                            ("em-capsnet-small", {"conv1_batch_norm": True})])
+def test_conv1_maps_are_the_ones_the_primary_capsules_read(name, options):
+    """A review (2026-12-01): the viewer drew ReLU(conv1(x)) for every model, where CapsNet under padding "same" pads
+    the input first (20x20 maps drawn where the network makes 28x28) and EM's conv1 may have a batch norm."""
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=10, input_height=28, input_width=28, **options).eval()
+    if name == "em-capsnet-small":  # a batch norm off its start (running statistics of 0 and 1 change nothing)
+        with torch.no_grad():
+            model.conv1_norm.running_mean.uniform_(-0.5, 0.5)
+            model.conv1_norm.running_var.uniform_(0.5, 2.0)
+    seen = []
+    hook = model.primary.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
+    v = Viewer(model)
+    inp = v.image_input(torch.rand(1, 28, 28), {"kind": "upload"})
+    w = v.walk(inp)
+    hook.remove()
+    seen.clear()
+    model.primary.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
+    with torch.no_grad():
+        model(inp.image[None])
+    want = seen[0][0]  # what the primary capsules read
+    if name == "capsnet":  # padded again for the primary capsules' 9x9 at stride 2: the maps inside that border
+        left, right, top, bottom = model._pads[1]
+        want = want[:, top:want.shape[1] - bottom, left:want.shape[2] - right]
+        assert tuple(want.shape[1:]) == (28, 28)
+    fm = decode(w["feature_maps"])
+    assert fm.shape == tuple(want.shape) and list(fm.shape[1:]) == v.info()["conv1"]["map"]
+    np.testing.assert_allclose(fm, want.numpy(), atol=want.amax().item() / 255 + 1e-6)
+
+
 def test_walk_matches_the_model(viewer: Viewer):
     model: CapsNet = viewer.model
     cfg = model.config

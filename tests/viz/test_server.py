@@ -72,6 +72,7 @@ BAD_JSON = [
     ("/api/forward", b'{"index": 1.5}', 400, "test index must be an integer, got 1.5"),
     ("/api/forward", b'{"class": 11}', 400, "unknown class"),
     ("/api/forward", b'{"class": "seven"}', 400, "unknown class"),
+    ("/api/forward", b'{"class": null}', 400, "unknown class null: classes are 0..9"),  # "test index must be ..."
     ("/api/reconstruct", b'{"capsule": 1, "pose": [0, 0, 0]}', 400, "list of 16 numbers, got 3"),
     ("/api/reconstruct", b'{"capsule": 1, "pose": [NaN, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400, "NaN"),
     ("/api/reconstruct", b'{"capsule": 1, "pose": [Infinity, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}', 400,

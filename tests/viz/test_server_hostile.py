@@ -22,7 +22,8 @@ from PIL import Image
 
 from capsnet.viz import images
 from http_helpers import png, serving
-from capsnet.viz.server import LISTEN_BACKLOG, MAX_JSON_DEPTH, MAX_UPLOADS_IN_FLIGHT, make_server, serve_in_thread
+from capsnet.viz.server import (LISTEN_BACKLOG, MAX_JSON_DEPTH, MAX_UPLOADS_IN_FLIGHT, checked_host_name, make_server,
+                                serve_in_thread)
 
 HOST = "127.0.0.1"
 
@@ -711,3 +712,27 @@ def test_a_jpeg_of_too_many_scans_is_refused_before_decoding(server):
     assert status == 400 and f"scans; the viewer decodes at most {images.MAX_JPEG_SCANS}" in error_of(body)
     assert "baseline JPEG or as PNG" in error_of(body)
     assert_alive(server)
+
+
+@pytest.mark.parametrize("given, fix", [
+    ("https://viewer.example.com", "give --allow-host viewer.example.com"),  # allowed the name "https"
+    ("http://x:8080/", "give --allow-host x"),
+    ("*.example.com", "wildcards are not matched: give each name with its own --allow-host"),  # matched nothing
+    ("viewer.example.com/viz", "give the name alone"),
+    ("two names", "give the name alone"),
+])
+def test_allow_host_takes_host_names_and_names_the_fix_for_a_url_or_wildcard(given, fix, capsys):
+    """A review (2026-12-01): --allow-host https://viewer.example.com allowed the name "https" and refused the
+    viewer's own name, with a 403 telling the user to give the --allow-host they had given."""
+    import re
+
+    from cli_helpers import in_process
+
+    with pytest.raises(ValueError, match=f"--allow-host takes a host name .*, got {re.escape(repr(given))}: "
+                                         f"{re.escape(fix)}"):
+        make_server(None, "127.0.0.1", 0, allowed_hosts=[given])  # refused before the socket is made
+    r = in_process(capsys, "viz", "--allow-host", given, "--port", "0")
+    assert r.returncode == 2 and f"argument --allow-host: a host name (viewer.example.com), got {given!r}: {fix}" \
+        in r.stderr
+    for good in ("viewer.example.com", "Viewer.Example:8443", "10.0.0.7", "[::1]:5000", "::1", "my_host"):
+        assert checked_host_name(good) == good

@@ -411,10 +411,16 @@ class CapsNet(nn.Module):
 
         Shapes: images (B, C, H, W) -> (B, I, primary_dim), I ordered (type, row, column)
         """
-        if self._pads is None:
-            return self.primary(F.relu(self.conv1(images)))  # conv1: (B, 256, 20, 20) for MNIST
-        h = F.relu(self.conv1(F.pad(images, self._pads[0])))  # (B, 256, H, W)
-        return self.primary(F.pad(h, self._pads[1]))
+        h = self.conv1_maps(images)  # (B, 256, 20, 20) for MNIST; (B, 256, H, W) under padding "same"
+        return self.primary(h if self._pads is None else F.pad(h, self._pads[1]))
+
+    def conv1_maps(self, images: torch.Tensor) -> torch.Tensor:
+        """Conv1's feature maps as the primary capsules read them: ReLU(conv1(x)), the input padded first under
+        padding "same" (what the viewer draws).
+
+        Shapes: images (B, C, H, W) -> (B, conv1_channels, H', W')
+        """
+        return F.relu(self.conv1(images if self._pads is None else F.pad(images, self._pads[0])))
 
     @staticmethod
     def _presence(u: torch.Tensor) -> torch.Tensor:

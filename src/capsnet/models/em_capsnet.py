@@ -272,8 +272,13 @@ class EMCapsNet(nn.Module):
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
 
     def _conv_capsules(self, images: torch.Tensor):
-        caps = self.primary(F.relu(self.conv1_norm(self.conv1(images))))  # (B, H1, W1, B_types, 16)
+        caps = self.primary(self.conv1_maps(images))  # (B, H1, W1, B_types, 16)
         return self.caps2(self.caps1(caps))  # (B, H3, W3, D, 16)
+
+    def conv1_maps(self, images: torch.Tensor) -> torch.Tensor:
+        """Conv1's feature maps as the primary capsules read them: ReLU(conv1(x)), its batch norm between under
+        ``conv1_batch_norm`` (what the viewer draws). Shapes: images (B, C, H, W) -> (B, conv1_channels, H', W')."""
+        return F.relu(self.conv1_norm(self.conv1(images)))
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The class layer's EM routing, iteration by iteration, over the ConvCaps2 capsules."""

@@ -191,7 +191,7 @@ class Viewer(_ViewerBase):
         with torch.inference_mode():  # the sizes of every view, from one blank input
             x = torch.zeros(1, *self.shape, device=self.device)
             view, out = model.routing_view(x), model(x)
-            self._map = list(self.conv(x).shape[2:])
+            self._map = list(self._conv1_maps(x).shape[2:])
         self._grid, self._rounds, self.digit_dim = list(view.grid), view.rounds.shape[1], out.poses.shape[-1]
         self.decodes = getattr(model, "decoder", None) is not None
 
@@ -211,6 +211,13 @@ class Viewer(_ViewerBase):
             "scores_are": scores_are(self.model),
             "sweep_half_range": SWEEP_HALF_RANGE,
         }
+
+    def _conv1_maps(self, x: torch.Tensor) -> torch.Tensor:
+        """The first convolution's maps as the network computes them: the model's own ``conv1_maps`` (CapsNet pads
+        the input under padding "same", EM's conv1 may have a batch norm: both were left out, drawing maps the
+        network never made), else ReLU(conv(x))."""
+        own = getattr(self.model, "conv1_maps", None)
+        return own(x) if own is not None else F.relu(self.conv(x))
 
     # ------------------------------------------------------------------ inputs
 
@@ -250,7 +257,7 @@ class Viewer(_ViewerBase):
         types, rows, cols = self._grid
         with self._lock, torch.inference_mode():
             x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
-            maps = F.relu(self.conv(x))  # (1, K, H', W')
+            maps = self._conv1_maps(x)  # (1, K, H', W')
             # One recorded routing of the last routing layer: rounds[0, r] is the coupling round r + 1 used
             # (round 1 uniform), as in capsnet figures; the last is the model's own coupling.
             view = self.model.routing_view(x)  # rounds (1, R, I, J), children (1, I), scores (1, J)
@@ -434,6 +441,11 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     if kind != "synthesis" and input_shape(name) != shape:  # known before any file is read or downloaded
         raise ViewerError(f"{name} test images are {input_shape(name)} but the model takes {shape}: pick the data set "
                           f"the checkpoint was trained on (--dataset)")
+    if kind == "classification" and (n := task(name).num_classes) != cfg.num_classes:  # before the test set loads
+        # ("10 class names for a model with 3 classes", after the whole set had loaded)
+        learned = f" (it trained on {trained_on})" if checkpoint is not None else ""
+        raise ViewerError(f"{what} tells {cfg.num_classes} classes apart{learned} but {name} has {n}: open it on "
+                          f"the data set it was trained on (--dataset)")
     test = load_test(name, size=test_size, extras=False, root=data_dir, progress=progress)
     if asked and len(test) < asked:
         raise ViewerError(f"--test-size {asked} exceeds the {len(test)} test examples of {name}; give at most "

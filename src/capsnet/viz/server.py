@@ -491,6 +491,9 @@ class _Handler(BaseHTTPRequestHandler):
         if "index" in req:
             inp = viewer.test_input(index=req["index"])
         else:
+            if req["class"] is None:  # the engine's "no class" would ask for an index ("test index must be ...")
+                raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown class null: classes are "
+                                 f"0..{len(viewer.classes) - 1}")
             inp = viewer.test_input(label=req["class"], nth=req.get("nth", 0))
         self._json(HTTPStatus.OK, viewer.walk(inp))
 
@@ -565,6 +568,30 @@ class _Handler(BaseHTTPRequestHandler):
         if unknown or "capsule" not in req or "pose" not in req:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, 'send {"capsule": j, "pose": [numbers]} and nothing else')
         self._json(HTTPStatus.OK, viewer.reconstruct(req["pose"], req["capsule"]))
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_.-]+(?::[0-9]{1,5})?", re.IGNORECASE)  # a name, perhaps with its port
+
+
+def checked_host_name(name: str) -> str:
+    """``name`` (an ``--allow-host`` value) if it is a host name as a browser's Host header gives it (a name or an
+    address, perhaps with a port); else a ValueError naming the fix (a URL's scheme became the name allowed, and a
+    wildcard was kept as written and matched nothing)."""
+    text = name.strip()
+    if text.startswith("[") or (text.count(":") > 1 and _is_address(text)):  # [::1]:5000, ::1
+        return name
+    if _HOST_NAME.fullmatch(text):
+        return name
+    from urllib.parse import urlsplit
+
+    try:
+        inside = urlsplit(text).hostname if "://" in text else None
+    except ValueError:
+        inside = None
+    fix = f"give --allow-host {inside}" if inside else (
+        "wildcards are not matched: give each name with its own --allow-host" if "*" in text else
+        "give the name alone, as it appears in the address bar between :// and the next / or :")
+    raise ValueError(f"--allow-host takes a host name (viewer.example.com), got {_short(text, 80)!r}: {fix}")
 
 
 def _host_name(host: str) -> str:
@@ -683,7 +710,7 @@ def make_server(viewer: Viewer | SegmentationViewer | SynthesisViewer, host: str
     """
     if host.startswith("[") and host.endswith("]"):  # [::1], as URLs write an IPv6 address
         host = host[1:-1]
-    named = frozenset(_host_name(n) for n in allowed_hosts if n.strip())
+    named = frozenset(_host_name(checked_host_name(n)) for n in allowed_hosts if n.strip())
     names = named | frozenset(_host_name(n) for n in (socket.gethostname(), host) if n.strip())
     server = _Server6 if ":" in host else _Server  # an IPv6 address (::1) needs a socket of its family
     return server((host, port), viewer, log, READ_TIMEOUT_S if read_timeout is None else read_timeout,
