@@ -425,6 +425,11 @@ def test_more_test_examples_than_there_are_is_refused_as_too_many_training_ones_
                    "--out", tmp_path / "r")
     assert_clean_error(r, "test_size 99999 exceeds the 500 test examples of mnist-sample; give at most 500, or 0 for all")
     assert not (tmp_path / "r").exists()
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--train-size", "3000", "--epochs", "1", *TINY,
+                   "--out", tmp_path / "r")  # named no range (a review, 2026-12-01)
+    assert_clean_error(r, "train_size 3000 exceeds the 2000 training examples of mnist-sample; give at most 2000, or "
+                          "0 for all")
+    assert not (tmp_path / "r").exists()
     r = in_process(capsys, "eval", "--checkpoint", trained_run, "--dataset", "mnist-sample", "--test-size", "501",
                    "--no-progress", "--json", tmp_path / "e.json")
     assert_clean_error(r, "test_size 501 exceeds the 500 test examples of mnist-sample")

@@ -976,7 +976,8 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     t = task(name)
     train = load_source(t.source, "train", root, progress)
     if train_size > len(train):
-        raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}")
+        raise ValueError(f"train_size {train_size} exceeds the {len(train)} training examples of {name}; give at "
+                         f"most {len(train)}, or 0 for all")
     if train_size and not val_size:
         train = train.subset(nested_subset(len(train), train_size, seed))
     if val_size:  # of the same seeded subset nested_subset draws
