@@ -89,6 +89,12 @@ CORRUPT = {
     "truncated gzip": (gzip.compress(bytes([0, 0, 0x08, 1]) + struct.pack(">I", 700) + bytes(range(100)) * 7)[:-12],
                        "corrupt or truncated gzip file"),
     "gzip runs past its header": (gzip.compress(_good() * 50), "run past the 18 bytes its IDX header declares"),
+    # one byte flipped in a stream that decompresses past the header's size before its CRC is reached: the damage
+    # named beside the header (a review, 2026-12-01, on a real MNIST file)
+    "corrupt gzip past its header": ((lambda g: g[:118] + bytes([g[118] ^ 0xFF]) + g[119:])(gzip.compress(
+        bytes([0, 0, 0x08, 1]) + struct.pack(">I", 3000) +
+        np.random.default_rng(0).integers(0, 4, 3000, dtype=np.uint8).tobytes())),
+        r"run past the 3,008 bytes .* \(or its compressed data is damaged"),
     # a valid header, then one byte of the stream flipped: read to its end, the CRC fails
     "corrupt gzip": ((lambda g: g[:1500] + bytes([g[1500] ^ 0xFF]) + g[1501:])(gzip.compress(
         bytes([0, 0, 0x08, 1]) + struct.pack(">I", 3000) + np.random.default_rng(0).bytes(3000))),

@@ -132,9 +132,12 @@ def _read_declared(stream: BinaryIO, path: Path, max_size: int | None, file_size
         got += len(chunk)
     data = b"".join(chunks)
     if len(data) == declared and stream.read(1):  # at the end of a gzip stream this also checks its CRC
+        # a gzip file's damaged bytes decompress to other, often more, data before its CRC is reached
+        damaged = " (or its compressed data is damaged: a changed byte decompresses to other data)" if \
+            file_size is None else ""
         raise DataError(
             f"{path}: the uncompressed contents run past the {declared:,} bytes its IDX header "
-            f"declares (shape {dims} of {dtype.name}), so decompression stopped there: {fix}"
+            f"declares (shape {dims} of {dtype.name}), so decompression stopped there{damaged}: {fix}"
         )
     return data
 
