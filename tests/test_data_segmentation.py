@@ -497,6 +497,33 @@ def test_a_palette_mask_is_read_by_its_indices(tmp_path):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
 
 
+def test_a_non_binary_masks_advice_keeps_its_objects(tmp_path):
+    """A mask of 0 and one grey (a class value exported as grey, 0/100) was told to threshold at 127, which made it
+    all 0; class values (0/1/2/3) and mixed scales (0/1/255) likewise. The midpoint is advised for an antialiased
+    edge alone: several greys on fewer pixels than the foreground."""
+    _save(tmp_path / "im" / "a.png", np.zeros((8, 8), np.uint8))
+    one = np.zeros((8, 8), np.uint8)
+    one[2:6, 2:6] = 100
+    classes = np.repeat(np.arange(4, dtype=np.uint8), 2)[:, None].repeat(8, 1)  # rows of 0, 1, 2, 3
+    mixed = np.repeat(np.array([0, 1, 255], np.uint8), 3)[:8, None].repeat(8, 1)
+    edged = np.zeros((8, 8), np.uint8)
+    edged[1:7, 1:7] = 255
+    edged[1, 1:4] = (60, 128, 200)
+    for mask, told in (
+            (one, r"holds values \[100\]; masks must be binary, 0/1 or 0/255: make its one value other than 0 the "
+                  r"foreground \(for example value == 100 -> 255\) and save it again"),
+            (classes, r"holds values \[2, 3\]; masks must be binary, 0/1 or 0/255: make the object's values 255 and "
+                      r"the rest 0 \(for example value > 0 -> 255 to keep 1, 2 and 3 as the foreground, or value == 1 "
+                      r"-> 255 to keep one class alone\) and save it again"),
+            (mixed, r"mixes 1 and 255; masks must be binary, 0/1 or 0/255: make the object's values 255 and the rest "
+                    r"0 \(for example value > 0 -> 255 to keep 1 and 255 as the foreground"),
+            (edged, r"holds values \[60, 128, 200\]; masks must be binary, 0/1 or 0/255: threshold it \(for example "
+                    r"value > 127 -> 255\) and save it again")):
+        _save(tmp_path / "mk" / "a.png", mask)
+        with pytest.raises(DataError, match=r"a.png " + told):
+            load_mask_folder(tmp_path / "im", tmp_path / "mk")
+
+
 def test_a_mask_with_transparent_pixels_is_refused_and_an_opaque_alpha_is_read(tmp_path):
     """An alpha channel was dropped: a shape drawn in transparency alone read as an empty mask (one among many: no
     word), white shapes on transparent white as all foreground."""
@@ -611,7 +638,14 @@ def test_a_16_bit_mask_is_read_by_its_values_and_a_non_binary_one_is_refused(tmp
     graded = truth * np.uint16(1000)
     _save(tmp_path / "mk" / "a.png", graded)
     with pytest.raises(DataError, match=r"a.png holds values \[1000\]; masks must be binary, 0/1, 0/255 or 0/65535 "
-                                        r"\(16-bit\): threshold it \(for example value > 32767 -> 65535\)"):
+                                        r"\(16-bit\): make its one value other than 0 the foreground \(for example "
+                                        r"value == 1000 -> 65535\) and save it again"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    blurred = truth * np.uint16(65535)  # an antialiased edge: a few greys on fewer pixels than the foreground
+    blurred.flat[np.flatnonzero(truth)[:3]] = (20000, 40000, 50000)
+    _save(tmp_path / "mk" / "a.png", blurred)
+    with pytest.raises(DataError, match=r"a.png holds values \[20000, 40000, 50000\]; masks must be binary, 0/1, 0/255 "
+                                        r"or 0/65535 \(16-bit\): threshold it \(for example value > 32767 -> 65535\)"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
     mixed = truth * np.uint16(65535)
     mixed[truth == 0] = 0

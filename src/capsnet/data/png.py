@@ -260,15 +260,32 @@ def mask_array(path: Path) -> np.ndarray:
         if not ((a[..., 0] == a[..., 1]) & (a[..., 1] == a[..., 2])).all():
             raise DataError(f"mask {path} is in colour (its RGB channels differ); save it as a grayscale (L) PNG")
         a = a[..., 0]
-    values = np.unique(a)
+    values, counts = np.unique(a, return_counts=True)
     bad, found = values[~np.isin(values, (0,) + on)], [v for v in on if v in values]
     if len(bad) or len(found) > 1:
         what = f"holds values {bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}" if len(bad) else \
             f"mixes {' and '.join(map(str, found))}"
         allowed = "0/1, 0/255 or 0/65535 (16-bit)" if deep else "0/1 or 0/255"
-        raise DataError(f"mask {path} {what}; masks must be binary, {allowed}: threshold it (for example "
-                        f"value > {on[-1] // 2} -> {on[-1]}) and save it again")
+        raise DataError(f"mask {path} {what}; masks must be binary, {allowed}: "
+                        f"{_binary_advice(values[values > 0].tolist(), counts[values > 0].tolist(), on[-1])} "
+                        f"and save it again")
     return (a > 0).astype(np.uint8)[None]  # (1, H, W)
+
+
+def _binary_advice(levels: list[int], counts: list[int], full: int) -> str:
+    """How to make binary a mask whose values other than 0 are ``levels`` (sorted, ``counts`` pixels each), its
+    foreground to be ``full`` (255, or 65535 for a 16-bit one). A threshold at half the top level only where the
+    levels look antialiased: several greys below the top on fewer pixels than the top itself, an edge's blur. A mask
+    of one value (0/100: a class value exported as grey) or a few (class values) would lose its objects to it, so
+    those are told to keep their values other than 0."""
+    top = levels[-1]
+    if len(levels) >= 3 and sum(counts[:-1]) < counts[-1]:
+        return f"threshold it (for example value > {top // 2} -> {full})"
+    if len(levels) == 1:
+        return f"make its one value other than 0 the foreground (for example value == {top} -> {full})"
+    listed = ", ".join(map(str, levels[:-1])) + f" and {top}"
+    return (f"make the object's values {full} and the rest 0 (for example value > 0 -> {full} to keep {listed} as "
+            f"the foreground, or value == {levels[0]} -> {full} to keep one class alone)")
 
 
 _KIND = {1: "grayscale (1 channel)", 3: "RGB (3 channels)"}
