@@ -490,11 +490,34 @@ def test_a_palette_mask_is_read_by_its_indices(tmp_path):
     with pytest.raises(DataError, match=r"a.png is a palette image whose index 0 is lighter \(grey 255\) than its "
                                         r"index 1 \(grey 0\)"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
-    p = Image.fromarray(truth[0] * np.uint8(3), mode="P")  # index 3: not binary, and in colour
-    p.putpalette([0, 0, 0] * 3 + [200, 30, 30] + [0, 0, 0] * 252)
+    # index 15 (a VOC class) in colour: it was refused as "in colour; save it as a grayscale (L) PNG", and saved so
+    # (grey 38) refused for its values; the indices and their fix are named
+    p = Image.fromarray(truth[0] * np.uint8(15), mode="P")
+    p.putpalette([0, 0, 0] * 15 + [192, 128, 128] + [0, 0, 0] * 240)
     p.save(tmp_path / "mk" / "a.png")
-    with pytest.raises(DataError, match="a.png is in colour"):
+    with pytest.raises(DataError, match=r"a.png is a palette image in colour whose indices are 0 and 15; capsnet "
+                                        r"reads a colour palette mask by its indices, 0/1 or 0/255 with index 0 the "
+                                        r"background: remap index 15 to 1 \(or 255\), or save it as an 8-bit "
+                                        r"grayscale PNG, the foreground 255 and the background 0$"):
         load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    colours = [v for i in range(256) for v in (i, 0, 255 - i)]  # every entry a colour
+    p = Image.fromarray(truth[0] * np.uint8(15) + np.uint8(1), mode="P")  # indices 1 and 16: no 0 among them
+    p.putpalette(colours)
+    p.save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match=r"whose indices are 1 and 16; .*: remap the background's index to 0 and the "
+                                        r"object's to 1, or save it"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    p = Image.fromarray(np.arange(30, dtype=np.uint8).reshape(6, 5) % 7, mode="P")  # 7 indices: the first 5 named
+    p.putpalette(colours)
+    p.save(tmp_path / "mk" / "a.png")
+    with pytest.raises(DataError, match=r"whose indices are 0, 1, 2, 3, 4 ... \(7 in all\); .*: remap the "
+                                        r"object's indices to 1 and every other index to 0, or save it"):
+        load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    p = Image.fromarray(truth[0] * np.uint8(15), mode="P")  # indices 0 and 15 of greys: read by the greys
+    p.putpalette([0, 0, 0] * 15 + [255, 255, 255] + [0, 0, 0] * 240)
+    p.save(tmp_path / "mk" / "a.png")
+    _, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+    assert torch.equal(masks[0, 0], torch.from_numpy(truth[0]))
 
 
 def test_a_non_binary_masks_advice_keeps_its_objects(tmp_path):

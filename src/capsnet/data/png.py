@@ -239,7 +239,8 @@ def mask_array(path: Path) -> np.ndarray:
         raise DataError(f"mask {path} has transparent pixels; a mask is read by its values, not its alpha (a shape "
                         f"drawn in transparency alone would read as empty): save it without alpha, the foreground "
                         f"255 (or 1) and the background 0")
-    if img.mode == "P":  # by its indices when they are 0/1 or 0/255 (index 0 the background), whatever the colours
+    if img.mode == "P":  # by its indices when they are 0/1 or 0/255 (index 0 the background), whatever the colours;
+        # other indices by their greys when they are grey, and refused when any is in colour
         used = _palette_used(img)
         if {i for i, _ in used} <= {0, 1} or {i for i, _ in used} <= {0, 255}:
             greys = [grey for _, grey in used if grey is not None]
@@ -249,6 +250,17 @@ def mask_array(path: Path) -> np.ndarray:
                                 f"foreground, the greys the light ones; save it as an 8-bit grayscale PNG, the "
                                 f"foreground 255")
             return (np.asarray(img, dtype=np.uint8) > 0).astype(np.uint8)[None]
+        if any(grey is None for _, grey in used):  # other indices in colour: read by the colours, it was refused as
+            # "in colour; save it as grayscale (L)", and saved so (one grey per class) it was refused for its values
+            indices = [i for i, _ in used]
+            listed = ", ".join(map(str, indices[:-1])) + f" and {indices[-1]}" if 1 < len(indices) <= 5 else \
+                ", ".join(map(str, indices[:5])) + (f" ... ({len(indices)} in all)" if len(indices) > 5 else "")
+            fix = f"remap index {indices[1]} to 1 (or 255)" if len(indices) == 2 and indices[0] == 0 else \
+                "remap the object's indices to 1 and every other index to 0" if indices[0] == 0 else \
+                "remap the background's index to 0 and the object's to 1"
+            raise DataError(f"mask {path} is a palette image in colour whose indices are {listed}; capsnet reads a "
+                            f"colour palette mask by its indices, 0/1 or 0/255 with index 0 the background: {fix}, "
+                            f"or save it as an 8-bit grayscale PNG, the foreground 255 and the background 0")
     deep = img.mode in ("I", "I;16", "I;16B", "I;16L")  # 16-bit grey, as medical masks often are (I: 32-bit)
     if img.mode not in ("L", "LA", "RGB", "RGBA", "P") and not deep:
         raise DataError(f"mask {path} has mode {img.mode!r}; save masks as 8-bit grayscale (L) or 1-bit PNG")
