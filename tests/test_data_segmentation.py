@@ -547,6 +547,29 @@ def test_a_non_binary_masks_advice_keeps_its_objects(tmp_path):
             load_mask_folder(tmp_path / "im", tmp_path / "mk")
 
 
+def test_a_pair_whose_files_differ_in_exif_orientation_is_refused(tmp_path):
+    """Each file is turned by its own EXIF orientation: a square image with orientation 6 over a mask with none was
+    read rotated over the unrotated mask without a word, and a 48x32 pair of the same kind was refused as '48x32 but
+    its mask is 32x48', sizes neither file has on disk. The same orientation on both lines them up."""
+    rng = np.random.default_rng(6)
+    for size in ((8, 8), (48, 32)):
+        truth = (rng.random(size) < 0.5).astype(np.uint8)
+        exif = Image.Exif()
+        exif[0x0112] = 6  # shown turned 90 degrees clockwise
+        (tmp_path / "im").mkdir(exist_ok=True)
+        Image.fromarray(truth * np.uint8(200)).save(tmp_path / "im" / "a.png", exif=exif)
+        _save(tmp_path / "mk" / "a.png", truth * np.uint8(255))
+        with pytest.raises(DataError, match=r"image .*im/a.png has EXIF orientation 6 \(shown turned 90 degrees "
+                                            r"clockwise\) but its mask .*mk/a.png has no EXIF orientation; each file "
+                                            r"is turned as viewers show it, so the two would not line up pixel for "
+                                            r"pixel: save both as they are displayed, without EXIF orientation$"):
+            load_mask_folder(tmp_path / "im", tmp_path / "mk")
+        Image.fromarray(truth * np.uint8(255)).save(tmp_path / "mk" / "a.png", exif=exif)
+        images, masks, _ = load_mask_folder(tmp_path / "im", tmp_path / "mk")
+        assert torch.equal(masks[0, 0], torch.from_numpy(np.rot90(truth, -1).copy()))  # both turned alike
+        assert torch.equal(images[0, 0] > 0, masks[0, 0] > 0)
+
+
 def test_a_mask_with_transparent_pixels_is_refused_and_an_opaque_alpha_is_read(tmp_path):
     """An alpha channel was dropped: a shape drawn in transparency alone read as an empty mask (one among many: no
     word), white shapes on transparent white as all foreground."""

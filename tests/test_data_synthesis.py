@@ -188,6 +188,22 @@ def test_bad_pairs_get_one_clear_message(tmp_path, case):
         load_pair_folder(root / "labels", root / "images")
 
 
+def test_a_pair_whose_files_differ_in_exif_orientation_is_refused(tmp_path):
+    """A label map saved by a phone's editor with EXIF orientation 8 beside its image with none: each was turned by
+    its own, and the pair read misaligned (square) or refused for sizes neither file has on disk."""
+    stroke = np.zeros((8, 8), np.uint8)
+    stroke[2:6, 3] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    (tmp_path / "labels").mkdir()
+    Image.fromarray(stroke).save(tmp_path / "labels" / "a.png", exif=exif)
+    _save(tmp_path / "images" / "a.png", stroke)
+    with pytest.raises(DataError, match=r"label map .*labels/a.png has EXIF orientation 8 \(shown turned 90 degrees "
+                                        r"counter-clockwise\) but its image .*images/a.png has no EXIF orientation; "
+                                        r".*: save both as they are displayed, without EXIF orientation$"):
+        load_pair_folder(tmp_path / "labels", tmp_path / "images")
+
+
 def test_a_folder_of_0_1_label_maps_is_read_as_0_255(tmp_path):
     """Before: 0/1 label maps (as masks may be) were read as 8-bit grey, all but black, and trained on or generated
     from without a word. Decided per folder: a folder of class maps (0..K) keeps a map that holds only 0s and 1s."""

@@ -94,14 +94,19 @@ def refuse_case_twins(stems, where: str | Path, outputs: str) -> None:
                         f"{outputs} would be one file on macOS and Windows; rename one of them")
 
 
-def read_png(path: Path):
+def read_png(path: Path, orientations: dict[Path, int] | None = None):
     """The PIL image of a PNG file, loaded and turned by its EXIF orientation if it has one (as image viewers and
-    ``capsnet viz`` show it); anything else (another format, a damaged file, one too large) is a DataError."""
+    ``capsnet viz`` show it); anything else (another format, a damaged file, one too large) is a DataError.
+    ``orientations``: where to record the file's EXIF orientation by its path (1: none, as for any value but 2..8,
+    which turn or mirror it), read as the file is opened, for ``load_png_pairs`` to compare a pair's files."""
     from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as img:
             img.load()
+            if orientations is not None:
+                tag = img.getexif().get(0x0112, 1)  # the values exif_transpose acts on; others leave it as stored
+                orientations[path] = tag if tag in range(2, 9) else 1
             fmt, img = img.format, ImageOps.exif_transpose(img)  # a copy, turned as viewers show it (EXIF orientation)
     except Image.DecompressionBombError as e:  # over twice Pillow's pixel cap: refused before its pixels are read
         raise DataError(f"{path} is too large to read safely ({e}); scale it down or crop it") from None
@@ -150,18 +155,21 @@ def _image_array(img, path: Path, example: str = "an image whose values are all 
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
 
 
-def label_map_array(path: Path) -> np.ndarray:
+def label_map_array(path: Path, *, orientations: dict[Path, int] | None = None) -> np.ndarray:
     """A label map as ``image_array`` reads it, transparency refused as for masks: a label map is its values, and
-    one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros)."""
-    return opaque_image_array(path, "label map")
+    one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros).
+    ``orientations``: as for ``read_png``."""
+    return opaque_image_array(path, "label map", orientations=orientations)
 
 
-def opaque_image_array(path: Path, what: str = "image", other: str = "") -> np.ndarray:
+def opaque_image_array(path: Path, what: str = "image", other: str = "", *,
+                       orientations: dict[Path, int] | None = None) -> np.ndarray:
     """``image_array`` of a file with no transparent pixel: one with any is refused, as read by its colours its
     alpha would be lost (a shape drawn in transparency alone reads as empty). ``what`` names the file in the
-    message; ``other`` offers another way, after the fix. How a user's images, masks and label maps are read for
-    training, evaluation, ``capsnet predict`` and ``capsnet generate`` alike."""
-    img = read_png(path)
+    message; ``other`` offers another way, after the fix; ``orientations``: as for ``read_png``. How a user's
+    images, masks and label maps are read for training, evaluation, ``capsnet predict`` and ``capsnet generate``
+    alike."""
+    img = read_png(path, orientations)
     a = _image_array(img, path, f"a 0/1 {what}" if what == "label map" else "an image whose values are all below 256")
     if share := transparent_share(img, path):
         article = "an" if what[0] in "aeiou" else "a"
@@ -225,12 +233,12 @@ def refuse_mixed_binary_label_maps(maps, where: str) -> None:
                         f"them all at one scale (0/255, or all 0/1)")
 
 
-def mask_array(path: Path) -> np.ndarray:
+def mask_array(path: Path, *, orientations: dict[Path, int] | None = None) -> np.ndarray:
     """A binary mask (1-bit, or grey holding 0/1 or 0/255, or 16-bit grey holding 0/1, 0/255 or 0/65535; RGB with
     equal channels; a palette image whose indices are 0/1 or 0/255, index 0 the background, as many segmentation data
     sets store them, or of greys read as grey) as (1, H, W) uint8 0/1. Transparency is refused: the mask is its
-    values, not its alpha."""
-    img = read_png(path)
+    values, not its alpha. ``orientations``: as for ``read_png``."""
+    img = read_png(path, orientations)
     if img.mode == "1":
         return np.asarray(img, dtype=np.uint8)[None]  # (1, H, W) 0/1
     _refuse_16_bit_colour(path, img, "a 0/1 mask", "8-bit grayscale (L), the foreground 255, or as 16-bit "
@@ -301,6 +309,10 @@ def _binary_advice(levels: list[int], counts: list[int], full: int) -> str:
 
 
 _KIND = {1: "grayscale (1 channel)", 3: "RGB (3 channels)"}
+# how a viewer shows the stored pixels for each EXIF orientation tag (TIFF 6.0's Orientation; exif_transpose's)
+_ORIENTATION = {2: "shown mirrored", 3: "shown turned 180 degrees", 4: "shown flipped upside down",
+                5: "shown mirrored and turned 90 degrees counter-clockwise", 6: "shown turned 90 degrees clockwise",
+                7: "shown mirrored and turned 90 degrees clockwise", 8: "shown turned 90 degrees counter-clockwise"}
 
 
 def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tuple[str, str, Callable] = (
@@ -309,9 +321,10 @@ def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tupl
     """Two folders of PNG files paired by file name (``first_dir/a.png`` with ``second_dir/a.png``), checked.
 
     ``first`` and ``second`` are (singular, plural, reader): what the files are called in messages and how one
-    is read into (C, H, W) uint8. A pair must match pixel for pixel; every file of a folder must have the size
-    and channel count of its first. Every file is read and checked before anything is returned; a problem is a
-    ``DataError`` naming the file and the fix. Nothing is written.
+    is read into (C, H, W) uint8 (``reader(path, orientations=dict)``, recording its EXIF orientation as
+    ``read_png`` does). A pair must match pixel for pixel and have one EXIF orientation; every file of a folder
+    must have the size and channel count of its first. Every file is read and checked before anything is
+    returned; a problem is a ``DataError`` naming the file and the fix. Nothing is written.
 
     Shapes: -> first (N, C1, H, W) uint8, second (N, C2, H, W) uint8, names: the N file stems, sorted.
     """
@@ -329,8 +342,16 @@ def load_png_pairs(first_dir: str | Path, second_dir: str | Path, *, first: tupl
                         f"the same file name")
     names = sorted(a_files)
     got: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    turned: dict[Path, int] = {}
     for name in names:
-        a, b = read_a(a_files[name]), read_b(b_files[name])
+        a, b = read_a(a_files[name], orientations=turned), read_b(b_files[name], orientations=turned)
+        if turned[a_files[name]] != turned[b_files[name]]:  # each file is turned by its own: a square pair would
+            # lie rotated one over the other without a word, another be refused for sizes its files do not have
+            said = {path: f"EXIF orientation {turned[path]} ({_ORIENTATION[turned[path]]})" if turned[path] > 1
+                    else "no EXIF orientation" for path in (a_files[name], b_files[name])}
+            raise DataError(f"{one} {a_files[name]} has {said[a_files[name]]} but its {other} {b_files[name]} has "
+                            f"{said[b_files[name]]}; each file is turned as viewers show it, so the two would not "
+                            f"line up pixel for pixel: save both as they are displayed, without EXIF orientation")
         if a.shape[1:] != b.shape[1:]:
             raise DataError(f"{one} {a_files[name]} is {a.shape[1]}x{a.shape[2]} (HxW) but its {other} "
                             f"{b_files[name]} is {b.shape[1]}x{b.shape[2]}; a{'n' if other[0] in 'aeiou' else ''} "
