@@ -544,10 +544,11 @@ def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, c
     folder = tmp_path / "labels"
     if case == "size":
         _labels(folder, size=24)
-    elif case == "channels":
+    elif case == "channels":  # a colour map (its channels differ): an RGB one of equal channels reads as grey
         _labels(folder, n=1)
-        _labels(folder / "rgb", n=1, mode="RGB")
-        (folder / "rgb" / "map0.png").rename(folder / "zz.png")
+        colour = np.zeros((32, 32, 3), np.uint8)
+        colour[8:24, 10, 0] = 255
+        Image.fromarray(colour, "RGB").save(folder / "zz.png")
     elif case == "jpeg":
         _labels(folder, n=1)
         Image.fromarray(np.zeros((32, 32), np.uint8)).save(folder / "map0.png", format="JPEG")
@@ -563,6 +564,19 @@ def test_generate_refuses_bad_label_maps_and_writes_nothing(gan_run, tmp_path, c
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(folder), "--out", str(tmp_path / "out"),
                  "--no-progress"]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_generate_reads_an_rgb_label_map_of_equal_channels_as_grey(gan_run, tmp_path):
+    """MS Paint saves a grey drawing as RGB of three equal channels: generate refused it as '3-channel ... save it as
+    grayscale' while predict reads such an image as grey. It makes the grey map's images, byte for byte."""
+    from capsnet.synthesis import generate_folder
+
+    _labels(tmp_path / "grey", n=2)
+    _labels(tmp_path / "rgb", n=2, mode="RGB")
+    grey = generate_folder(gan_run, tmp_path / "grey", tmp_path / "from_grey", seeds=(0,))
+    rgb = generate_folder(gan_run, tmp_path / "rgb", tmp_path / "from_rgb", seeds=(0,))
+    assert [p.name for p in rgb.files] == [p.name for p in grey.files] and len(rgb.files) == 2
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(grey.files, rgb.files))
 
 
 def test_generate_refuses_to_write_among_its_label_maps(gan_run, tmp_path, capsys):

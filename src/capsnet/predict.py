@@ -30,8 +30,8 @@ from ._progress import progress_bar
 from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
-from .data.png import (_IMAGE_MODES, _image_array, check_out_folder, opaque_image_array, png_files, read_png,
-                       refuse_case_twins, transparent_share)
+from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
+                       read_png, refuse_case_twins, transparent_share)
 from .data.tasks import saved_folder, task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
@@ -124,17 +124,6 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                                if styleable else ""))
         arrays[stem] = a
     return arrays, paths
-
-
-def _widened(a: np.ndarray, channels: int) -> np.ndarray:
-    """A PNG's (C, H, W) pixels in a model's ``channels`` where nothing is lost: a grey image widened for a colour
-    model, a colour one whose three channels are equal (grey saved in a palette of Pillow's colour web palette) as
-    its one grey; else as they are."""
-    if a.shape[0] == 1 and channels == 3:
-        return np.repeat(a, 3, axis=0)
-    if a.shape[0] == 3 and channels == 1 and (a == a[:1]).all():
-        return a[:1]
-    return a
 
 
 def _as_it_is(img, path: Path, fitted: np.ndarray) -> bool:

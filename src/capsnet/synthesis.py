@@ -250,8 +250,9 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                     device: str | torch.device = "cpu",
                     progress: bool = False, truncation: float | None = None) -> GeneratedFiles:
     """Images from the user's label maps (PNG files in ``labels_dir``), one per label map and seed, written as
-    ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels); only
-    then is anything written, each file atomically. ``truncation``: the noise truncated to [-t, t] (``generate``);
+    ``out/NAME_seedS.png``. Every label map is read and checked against the model first (size, channels: an RGB
+    map of three equal channels is grey to a model of grey maps); only then is anything written, each file
+    atomically. ``truncation``: the noise truncated to [-t, t] (``generate``);
     ``weights``: the checkpoint's "saved" generator or an averaged run's "training" one (``load_model``).
     A label map holding only 0s and 1s is read as 0/255, as binary training maps are, unless the run trained on
     graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are. Every map of
@@ -259,7 +260,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     alone, whatever else the folder holds."""
     from .checkpoint import atomic_write
     from .data.idx import DataError
-    from .data.png import check_out_folder, label_map_array, png_files, refuse_case_twins, scale_binary_label_maps
+    from .data.png import (_widened, check_out_folder, label_map_array, png_files, refuse_case_twins,
+                           scale_binary_label_maps)
     from .evaluate import load_model
     from .models import model_spec
 
@@ -286,6 +288,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     arrays = {}
     for stem, path in progress_bar(files.items(), desc="read", unit="label map", leave=False, progress=progress):
         a = label_map_array(path)
+        if want[0] == 1:  # an RGB map of three equal channels (MS Paint saves grey so) is its grey, as predict reads
+            a = _widened(a, 1)  # an image; a colour map (channels differ) stays 3-channel, refused below
         if a.shape != want:
             raise DataError(f"label map {path} is {a.shape[0]}-channel {a.shape[1]}x{a.shape[2]} (HxW), but the model "
                             f"takes {want[0]}-channel {want[1]}x{want[2]} label maps; "

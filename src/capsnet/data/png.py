@@ -155,6 +155,18 @@ def _image_array(img, path: Path, example: str = "an image whose values are all 
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)  # (C, H, W)
 
 
+def _widened(a: np.ndarray, channels: int) -> np.ndarray:
+    """A PNG's (C, H, W) pixels in a model's ``channels`` where nothing is lost: a grey image widened for a colour
+    model, a colour one whose three channels are equal (grey saved in a palette of Pillow's colour web palette, or
+    as RGB by MS Paint) as its one grey; else as they are. How ``capsnet predict`` reads images and ``capsnet
+    generate`` label maps."""
+    if a.shape[0] == 1 and channels == 3:
+        return np.repeat(a, 3, axis=0)
+    if a.shape[0] == 3 and channels == 1 and (a == a[:1]).all():
+        return a[:1]
+    return a
+
+
 def label_map_array(path: Path, *, orientations: dict[Path, int] | None = None) -> np.ndarray:
     """A label map as ``image_array`` reads it, transparency refused as for masks: a label map is its values, and
     one painted as opaque strokes on a transparent canvas holds its shape in the alpha alone (read as all zeros).
