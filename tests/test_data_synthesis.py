@@ -204,6 +204,30 @@ def test_a_pair_whose_files_differ_in_exif_orientation_is_refused(tmp_path):
         load_pair_folder(tmp_path / "labels", tmp_path / "images")
 
 
+def test_pairs_are_read_as_load_pair_folders_docstring_says(tmp_path):
+    """Its docstring said "alpha dropped, palettes to RGB": a grey palette reads as grey, a colour one as RGB, and
+    an image with a transparent pixel is refused (its alpha is dropped only when opaque everywhere)."""
+    stroke = np.zeros((6, 5), np.uint8)
+    stroke[1:5, 2] = 255
+    for folder, palette, channels in (("grey", [v for i in range(256) for v in (i, i, i)], 1),
+                                      ("colour", [v for i in range(256) for v in (i, 0, 255 - i)], 3)):
+        for kind in ("labels", "images"):
+            p = Image.fromarray(stroke, mode="P")
+            p.putpalette(palette)
+            (tmp_path / folder / kind).mkdir(parents=True)
+            p.save(tmp_path / folder / kind / "a.png")
+        labels, images, _ = load_pair_folder(tmp_path / folder / "labels", tmp_path / folder / "images")
+        assert labels.shape == images.shape == (1, channels, 6, 5)
+    alpha = np.full_like(stroke, 255)
+    Image.fromarray(np.stack([stroke, alpha], -1), "LA").save(tmp_path / "grey" / "images" / "a.png")
+    assert load_pair_folder(tmp_path / "grey" / "labels", tmp_path / "grey" / "images")[1].shape == (1, 1, 6, 5)
+    alpha[0, 0] = 0
+    Image.fromarray(np.stack([stroke, alpha], -1), "LA").save(tmp_path / "grey" / "images" / "a.png")
+    with pytest.raises(DataError, match=r"image .*a.png has transparent pixels \(3% of them\); an image is read by "
+                                        r"its values, not its alpha"):
+        load_pair_folder(tmp_path / "grey" / "labels", tmp_path / "grey" / "images")
+
+
 def test_a_folder_of_0_1_label_maps_is_read_as_0_255(tmp_path):
     """Before: 0/1 label maps (as masks may be) were read as 8-bit grey, all but black, and trained on or generated
     from without a word. Decided per folder: a folder of class maps (0..K) keeps a map that holds only 0s and 1s."""

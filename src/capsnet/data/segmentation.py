@@ -258,13 +258,18 @@ def load_mask_folder(images_dir: str | Path, masks_dir: str | Path
                      ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The user's PNG images and masks, paired by file name (``images/a.png`` with ``masks/a.png``), checked.
 
-    Images: grayscale (L, or 1-bit) gives 1 channel and RGB 3; an alpha channel (LA, RGBA) is dropped, a palette
-    image (P) is converted to RGB; 16- and 32-bit images (I;16, I, F) are refused: save them as 8-bit. All images
-    must have one size and one channel count. Masks: 1-bit, 8-bit grayscale holding 0/1 or 0/255, or 16-bit
-    grayscale holding 0/1, 0/255 or 0/65535 (a mask all 0 is fine, a folder of them all 0 is not: nothing to
-    segment, and any model would score Dice 1 on it); an RGB mask is accepted when its channels are equal. Every
-    file is read and checked before anything is returned; a problem is a ``DataError`` (a ValueError) naming the
-    file and the fix. Nothing is written.
+    Images (``opaque_image_array``): grayscale (L, or 1-bit) gives 1 channel and RGB 3; a palette image (P) reads
+    as grey when every entry of its palette is grey, else as RGB; an image with any transparent pixel (an alpha
+    channel or a tRNS entry) is refused, as its colours alone would lose a shape held in the alpha, and an alpha
+    that is opaque everywhere is dropped; 16- and 32-bit images (I;16, I, F) and 16-bit colour are refused: save
+    them as 8-bit. All images must have one size and one channel count. Masks (``mask_array``): 1-bit, 8-bit
+    grayscale holding 0/1 or 0/255, or 16-bit grayscale holding 0/1, 0/255 or 0/65535 (a mask all 0 is fine, a
+    folder of them all 0 is not: nothing to segment, and any model would score Dice 1 on it); an RGB mask is
+    accepted when its channels are equal; a palette mask is read by its indices when they are 0/1 or 0/255, else by
+    its greys (refused when an index it uses is in colour); transparency is refused. An image and its mask must
+    have one size and one EXIF orientation (each file is turned by its own). Every file is read and checked before
+    anything is returned; a problem is a ``DataError`` (a ValueError) naming the file and the fix. Nothing is
+    written.
 
     Shapes: -> images (N, C, H, W) uint8, masks (N, 1, H, W) uint8 0/1, names: the N file stems, sorted.
     """

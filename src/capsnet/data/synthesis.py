@@ -132,9 +132,12 @@ def load_pair_folder(labels_dir: str | Path, images_dir: str | Path, *, scale: b
                      ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The user's label maps and images (PNG), paired by file name (``labels/a.png`` with ``images/a.png``).
 
-    Both are read as 8-bit grey (1 channel) or RGB (3) images (alpha dropped,
-    palettes to RGB, 16/32-bit refused), each folder in one size and mode,
-    every label map the size of its image; a folder of label maps holding
+    Both are read as 8-bit grey (1 channel) or RGB (3) images
+    (``opaque_image_array``: a file with any transparent pixel refused, an
+    opaque alpha channel ignored; a palette read as grey when every entry is
+    grey, else as RGB; 16/32-bit refused), each folder in one size and mode,
+    every label map the size and EXIF orientation of its image (each file is
+    turned by its own); a folder of label maps holding
     only 0s and 1s is read as 0/255 (``scale`` True or False: as the caller
     decided for a data set of several folders). A problem is a ``DataError``
     naming the file and the fix; nothing is written.
