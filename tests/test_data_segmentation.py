@@ -620,6 +620,18 @@ def test_broken_links_subfolders_and_a_subfolder_given_as_the_data_set_are_named
     with pytest.raises(DataError, match=r"d/images looks like one of the data set's two folders: give the folder "
                                         r"above it, .*/d$"):
         load_folder(tmp_path / "d" / "images", "train")
+    # Images/ and Masks/ (a review, 2026-12-01: "create it" for a folder there under another case), and the other
+    # kind of user folder (labels/ beside images/: pairs:DIR's)
+    for sub in ("Images", "Masks"):
+        (tmp_path / "c" / sub).mkdir(parents=True)
+    with pytest.raises(DataError, match=r"images folder .*c/images does not exist, but Images/ does: rename it "
+                                        r"images/ \(capsnet reads the lower-case names"):
+        load_folder(tmp_path / "c", "train")
+    for sub in ("images", "labels"):
+        _save(tmp_path / "p" / sub / "a.png", np.zeros((8, 8), np.uint8))
+    with pytest.raises(DataError, match=r"masks folder .*p/masks does not exist; .*p holds labels/, the layout of "
+                                        r"synthesis pairs \(labels/ and images/\): give --dataset pairs:.*p$"):
+        load_folder(tmp_path / "p", "train")
     nested = tmp_path / "n" / "images" / "part1"
     _save(tmp_path / "n" / "images" / "__MACOSX" / "._a.png", np.zeros((6, 5), np.uint8))  # a Mac zip's metadata
     (tmp_path / "n" / "masks").mkdir()

@@ -33,6 +33,17 @@ def png_files(folder: Path, what: str, *, paired: bool = True, convert: str = "c
                         f"as PNG files")
     if not folder.is_dir():
         given, subs = folder.parent, ("images", "masks", "labels")
+        twin = next((p.name for p in sorted(given.iterdir()) if p.is_dir() and p.name != folder.name and
+                     p.name.lower() == folder.name.lower()), None) if given.is_dir() else None
+        if twin is not None:  # Images/ and Masks/ (Windows' and many downloads' spelling): "create it" misled
+            raise DataError(f"{what} folder {folder} does not exist, but {twin}/ does: rename it {folder.name}/ "
+                            f"(capsnet reads the lower-case names, on every system alike)")
+        layout = {"masks": ("labels", "pairs:"), "labels": ("masks", "folder:")}.get(folder.name)
+        if layout is not None and (given / layout[0]).is_dir():  # the other kind of user folder
+            kind = "synthesis pairs (labels/ and images/)" if layout[1] == "pairs:" else \
+                "segmentation images and masks (images/ and masks/)"
+            raise DataError(f"{what} folder {folder} does not exist; {given} holds {layout[0]}/, the layout of "
+                            f"{kind}: give --dataset {layout[1]}{given}")
         inside = given.name in subs and any((given.parent / n).is_dir() for n in subs if n != given.name)
         raise DataError(f"{what} folder {folder} does not exist; " + (
             f"{given} looks like one of the data set's two folders: give the folder above it, {given.parent}"
