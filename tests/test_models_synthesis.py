@@ -653,6 +653,10 @@ def test_capspix2pix_discriminator_choice_refuses_bad_values_by_name(kw, message
 def test_patchgan_too_deep_for_the_image_names_the_fix():
     with pytest.raises(ValueError, match=r"needs sides of at least 24, got 16x16: use larger images or --model-option disc_layers=2"):
         Pix2pixConfig(input_height=16, input_width=16)
+    # below SSIM's window: the option it named led to the GAN loop's refusal of 8x8 data next (a review, 2026-12-01)
+    with pytest.raises(ValueError, match=r"needs sides of at least 24, got 8x8: use images of at least 16x16 "
+                                         r"\(training scores SSIM, whose 11x11 window needs them\)$"):
+        Pix2pixConfig(input_height=8, input_width=8)
     # maps of another size than the config's (the PatchGAN takes them): smaller ones failed inside a convolution
     patch = Pix2pix(Pix2pixConfig(input_height=16, input_width=16, disc_layers=2)).discriminator
     with pytest.raises(ValueError, match=r"a PatchGAN of disc_layers 2 needs sides of at least 12, got 8x8 maps"):

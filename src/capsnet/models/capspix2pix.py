@@ -131,9 +131,15 @@ def check_patch_layers(cfg: Any, name: str) -> None:
     check_range(cfg, name, 1, 8)
     layers, side = getattr(cfg, name), min(cfg.input_height, cfg.input_width)
     if side >> layers < 3:
+        from ..image_metrics import SSIM_WINDOW
+
         fit = max(n for n in range(1, 9) if side >> n >= 3)  # side >= 8: 1 at least
+        least = -(-SSIM_WINDOW // 8) * 8  # 16: the networks take multiples of 8
+        # below the SSIM window the GAN loop refuses the data next, whatever the layers (a review, 2026-12-01)
+        fix = f"use images of at least {least}x{least} (training scores SSIM, whose {SSIM_WINDOW}x{SSIM_WINDOW} " \
+              f"window needs them)" if side < SSIM_WINDOW else f"use larger images or --model-option {name}={fit}"
         raise ValueError(f"a PatchGAN of {name} {layers} needs sides of at least {3 << layers}, got "
-                         f"{cfg.input_height}x{cfg.input_width}: use larger images or --model-option {name}={fit}")
+                         f"{cfg.input_height}x{cfg.input_width}: {fix}")
 
 
 def init_gan_weights(module: nn.Module) -> None:
