@@ -9,7 +9,7 @@ from capsnet import figures as fg
 from capsnet.cli import main
 from capsnet.data.tasks import load_test
 from capsnet.evaluate import load_model
-from capsnet.figures.synthesis import generator_maps, interpolate_noise, truncate_noise
+from capsnet.figures.synthesis import generator_maps, interpolate_noise, label_maps_shown, truncate_noise
 from capsnet.models import Pix2pixConfig
 from capsnet.synthesis import generate
 from capsnet.train import TrainConfig
@@ -107,3 +107,15 @@ def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path,
         interpolate_noise(load_model(run)[0], torch.zeros(1, 32, 32))
     with pytest.raises(fg.FigureError, match="nothing to truncate"):
         truncate_noise(load_model(run)[0], torch.zeros(1, 32, 32), (0.5,))
+
+
+def test_label_maps_are_drawn_each_by_its_own_range():
+    """A user's class maps (0..3) were drawn as pixels / 255: all but black in the samples figure (a review,
+    2026-12-01). Each map now spans black to white; 0/255 and 0/1 maps draw alike; an all-0 map stays black."""
+    maps = torch.zeros(4, 1, 2, 3)
+    maps[0, 0, 0] = torch.tensor([0.0, 1.0, 3.0])  # class maps 0..3
+    maps[1, 0, 1] = 255.0  # a 0/255 map
+    maps[2, 0, 1] = 1.0  # the same map at 0/1
+    shown = label_maps_shown(maps.to(torch.uint8))
+    assert shown[0, 0, 0].tolist() == pytest.approx([0.0, 1 / 3, 1.0])
+    assert torch.equal(shown[1], shown[2]) and shown[1].max() == 1.0 and (shown[3] == 0).all()

@@ -23,8 +23,8 @@ from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_swe
 from .plots import (BARELY_MOVES, FORMATS, drawing, plot_lengths, plot_misclassified, plot_multimnist, plot_pose_sweep,
                     plot_reconstructions, plot_routing, plot_training_curves, save_figure, sweep_change)
 from .segmentation import Segmentations, capsule_maps, plot_capsule_maps, plot_segmentations, segment
-from .synthesis import (generator_maps, interpolate_noise, plot_gan_curves, plot_interpolation, plot_samples,
-                        plot_truncation, truncate_noise)
+from .synthesis import (generator_maps, interpolate_noise, label_maps_shown, plot_gan_curves, plot_interpolation,
+                        plot_samples, plot_truncation, truncate_noise)
 
 __all__ = ["FiguresWritten", "write_figures"]
 
@@ -473,16 +473,17 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))
 
-    save(plot_samples(labels, real, samples, indices=chosen, seeds=SAMPLE_SEEDS,
+    shown = label_maps_shown(labels)  # a user's class maps 0..K drawn 0..1, not black (the model reads them as given)
+    save(plot_samples(shown, real, samples, indices=chosen, seeds=SAMPLE_SEEDS,
                       title=f"{name}: label maps, real images and {ckpt.model_name}'s images for noise seeds "
                             f"{', '.join(map(str, SAMPLE_SEEDS))}"), "samples")
     if rows is not None:
-        save(plot_interpolation(labels[:4], rows, indices=chosen[:4]), "interpolation")
-        save(plot_truncation(labels[:4], cut, indices=chosen[:4], truncations=TRUNCATIONS), "truncation")
+        save(plot_interpolation(shown[:4], rows, indices=chosen[:4]), "interpolation")
+        save(plot_truncation(shown[:4], cut, indices=chosen[:4], truncations=TRUNCATIONS), "truncation")
     else:  # written without a word before
         done.notes.append(f"{ckpt.model_name}'s noise is its dropout, no vector: no interpolation or truncation "
                           f"figures")
-    for index, m, label in zip(chosen, maps, labels):
+    for index, m, label in zip(chosen, maps, shown):
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
     _curves(save, plot_gan_curves, runs, done)

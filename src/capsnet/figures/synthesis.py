@@ -22,8 +22,8 @@ from .plots import _figure, _show
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["interpolate_noise", "truncate_noise", "generator_maps", "plot_samples", "plot_interpolation",
-           "plot_truncation", "plot_gan_curves"]
+__all__ = ["interpolate_noise", "truncate_noise", "generator_maps", "label_maps_shown", "plot_samples",
+           "plot_interpolation", "plot_truncation", "plot_gan_curves"]
 
 
 @torch.no_grad()
@@ -89,6 +89,14 @@ def generator_maps(model: torch.nn.Module, label: torch.Tensor, seed: int = 0, r
     z = row_noise(model, row, seed, dev)  # (1, noise_dim)
     grids = generator.capsule_grids(label.to(dev).unsqueeze(0), z)  # {name: (1, T, D, h, w)}
     return {name: safe_norm(g[0].float(), dim=1).cpu() for name, g in grids.items()}
+
+
+def label_maps_shown(labels: torch.Tensor) -> torch.Tensor:
+    """Label maps (N, C, H, W) as drawn: each divided by its own largest value, so 0/255 (or 0/1) maps show black and
+    white and a user's class maps 0..K show K + 1 greys (drawn as pixels / 255 they were all but black: a review,
+    2026-12-01); an all-0 map stays 0."""
+    top = labels.float().amax(dim=(1, 2, 3), keepdim=True)
+    return labels.float() / top.clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def plot_samples(labels: torch.Tensor, real: torch.Tensor, samples: torch.Tensor, *, indices: Sequence[int],
