@@ -253,6 +253,8 @@ class ConvFloor(nn.Module):
         self.conv1, self.primary = copy.deepcopy(capsnet.conv1), copy.deepcopy(capsnet.primary)
         self._pads = capsnet._pads  # SAME padding's, or None: what primary_capsules reads besides the two layers
 
+    conv1_maps = CapsNet.conv1_maps  # what primary_capsules calls for conv1: the CapsNet's own, on these copies
+
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         return CapsNet.primary_capsules(self, images)  # (B, I, D): the CapsNet's own prefix, on these copies
 
