@@ -758,3 +758,34 @@ def test_class_names_longer_than_a_digit_stand_on_end_under_the_score_bars():
     long = fg.plot_lengths(torch.rand(2, 2), torch.tensor([0, 1]), classes=["golden_retriever_puppy", "lab"])
     assert [a.get_title() for a in long.axes] == ["input 0\ntrue golden_retriever_…", "input 1\ntrue lab"]
     assert long.axes[0].get_xticklabels()[0].get_text() == "golden_retriever_…"
+
+
+def test_a_model_drawn_on_other_classes_names_its_capsules_by_its_own(tmp_path, monkeypatch):
+    """A review (2026-12-01): the Fashion-MNIST model drawn on digits had its predictions, routing columns and length
+    bars named by the digits ("pred 8" under a bag's reconstruction). The true labels keep the data set's names."""
+    from matplotlib.figure import Figure
+
+    from capsnet.figures import report
+
+    seen = {}
+
+    def keep(name):
+        def plot(*args, **kwargs):
+            seen[name] = (args, kwargs)
+            return Figure(figsize=(1, 1))
+        return plot
+
+    for name in ("plot_reconstructions", "plot_routing", "plot_lengths", "plot_pose_sweep"):
+        monkeypatch.setattr(report, name, keep(name))
+    monkeypatch.chdir(tmp_path)
+    assert _figures("--checkpoint", "pretrained:capsnet-fashion-small", "--dataset", "mnist-sample", "--indices", 0,
+                    "--misclassified", 0, "--dims", 0, "--dpi", 20) == 0
+    from capsnet.data.sets import _SPECS
+
+    fashion, digits = list(_SPECS["fashion-mnist"].classes), [str(k) for k in range(10)]
+    args, _ = seen["plot_reconstructions"]
+    assert list(args[3]) == digits and list(args[4]) == fashion  # true labels by digit, predictions by item
+    assert seen["plot_routing"][1]["classes"] == fashion and seen["plot_lengths"][1]["classes"] == fashion
+    label = seen["plot_pose_sweep"][1]["label"]  # "test image 0 (true 7), the capsule of its prediction Sandal"
+    assert label.startswith("test image 0 (true 7), the capsule of its prediction ") and label.rsplit(
+        "prediction ", 1)[1] in fashion

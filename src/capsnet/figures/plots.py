@@ -57,17 +57,22 @@ def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
 
 
 def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
-                         classes: Sequence[str] | None = None) -> "Figure":
-    """Inputs (top row) above their reconstructions from the predicted capsule (bottom row)."""
+                         classes: Sequence[str] | None = None,
+                         model_classes: Sequence[str] | None = None) -> "Figure":
+    """Inputs (top row) above their reconstructions from the predicted capsule (bottom row). ``classes`` name the
+    true labels, ``model_classes`` (``classes`` when None) the model's capsules: a model shown on a data set of
+    other classes predicts its own."""
     N = len(images)
     if N == 0:
         raise FigureError("no inputs to show the reconstructions of")
     name = (lambda k: classes[k]) if classes else str
+    model_classes = model_classes or classes
+    own = (lambda k: model_classes[k]) if model_classes else str
     fig = _figure(max(4.0, 1.1 * N), 2.9)
     axes = fig.subplots(2, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        _show(axes[0, n], images[n], f"true {name(t)}\npred {name(p)}" + (" ✗" if t != p else ""))
+        _show(axes[0, n], images[n], f"true {name(t)}\npred {own(p)}" + (" ✗" if t != p else ""))
         _show(axes[1, n], rec.from_predicted[n])
     axes[0, 0].set_ylabel("input", fontsize=9)
     axes[1, 0].set_ylabel("reconstruction", fontsize=9)
@@ -76,22 +81,26 @@ def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: tor
 
 
 def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
-                       classes: Sequence[str] | None = None, indices: Sequence[int] | None = None) -> "Figure":
+                       classes: Sequence[str] | None = None, indices: Sequence[int] | None = None,
+                       model_classes: Sequence[str] | None = None) -> "Figure":
     """Sabour et al. 2017, Figure 3 (right): each misread input decoded from the true and the predicted capsule;
-    ``indices``: their test indices, shown above them (to find them again: --indices, the viewer)."""
+    ``indices``: their test indices, shown above them (to find them again: --indices, the viewer); ``classes`` name
+    the true labels, ``model_classes`` (``classes`` when None) the capsules decoded from."""
     if rec.from_label is None:
         raise FigureError("misclassified reconstructions need the true labels")
     N = len(images)
     if N == 0:
         raise FigureError("no misclassified examples to show")
     name = (lambda k: _short(classes[k], 12)) if classes else str
+    model_classes = model_classes or classes
+    own = (lambda k: _short(model_classes[k], 12)) if model_classes else str
     fig = _figure(max(4.0, 1.1 * N), 4.0)
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}\npred {name(p)}")
-        _show(axes[1, n], rec.from_label[n], f"as {name(t)}")
-        _show(axes[2, n], rec.from_predicted[n], f"as {name(p)}")
+        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}\npred {own(p)}")
+        _show(axes[1, n], rec.from_label[n], f"as {own(t)}")
+        _show(axes[2, n], rec.from_predicted[n], f"as {own(p)}")
     axes[0, 0].set_ylabel("input", fontsize=9)
     axes[1, 0].set_ylabel("from true\ncapsule", fontsize=9)
     axes[2, 0].set_ylabel("from predicted\ncapsule", fontsize=9)

@@ -12,7 +12,7 @@ from .. import pretrained
 from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, load_checkpoint, resolve_checkpoint,
                           saved_point)
 from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, input_shape, load_test, other_classes,
-                          shipped_default, trained_dataset)
+                          shipped_default, trained_classes, trained_dataset)
 from ..average import weights_tag
 from .._progress import progress_bar
 from ..evaluate import load_model
@@ -312,7 +312,10 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
             raise FigureError(f"--indices {bad} out of range: the {name} test set has {len(test)} images, "
                               f"0..{len(test) - 1}")
         chosen = list(indices)
-    classes = list(test.classes)
+    classes = list(test.classes)  # the true labels' names
+    # the model's capsules by its own classes: a Fashion-MNIST model drawn on digits predicted "8" for its Bag
+    own = trained_classes(ckpt.train_config, ckpt.state)
+    model_classes = list(own) if own is not None and len(own) == cfg.num_classes else classes
     images, labels = test.images[chosen], test.labels[chosen]
     poses, scores = predict(model, images)
     D = poses.shape[-1]
@@ -336,14 +339,14 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     trace = routing_trace(model, images) if routes else None
 
     if rec is not None:
-        save(plot_reconstructions(images, rec, labels, classes), "reconstructions")
+        save(plot_reconstructions(images, rec, labels, classes, model_classes), "reconstructions")
     if m_rec is not None:
-        save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes, indices=wrong.tolist()),
-             "misclassified")
+        save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes, indices=wrong.tolist(),
+                                model_classes=model_classes), "misclassified")
     for n, index in enumerate(chosen):
         if sweeps is not None:
             label = (f"test image {index} (true {classes[int(labels[n])]}), "
-                     f"the capsule of its prediction {classes[int(predicted[n])]}")
+                     f"the capsule of its prediction {model_classes[int(predicted[n])]}")
             save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
             moved = float(sweep_change(sweeps[n], deltas).max())
             if moved < BARELY_MOVES:
@@ -351,9 +354,9 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
                                   f"pixel change); " + ("the model looks barely trained" if max(map(abs, deltas))
                                                         >= 0.25 else "a wider --delta-range moves it further"))
         if trace is not None:
-            save(plot_routing(trace, n, image=images[n], classes=classes), f"routing_{index}")
+            save(plot_routing(trace, n, image=images[n], classes=model_classes), f"routing_{index}")
     score, margins = class_scores(ckpt.model_name, getattr(model.config, "routing", "dynamic"))
-    save(plot_lengths(scores, labels, classes=classes, score=score, m_plus=margins and margins[0],
+    save(plot_lengths(scores, labels, classes=model_classes, score=score, m_plus=margins and margins[0],
                       m_minus=margins and margins[1], indices=chosen), "lengths")
     _curves(save, plot_training_curves, runs, done)
     done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
