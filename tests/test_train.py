@@ -949,3 +949,26 @@ def test_stop_requested_tells_of_the_last_fit_alone():
         stop._handler(2, None)  # the signal, as the armed handler takes it
         assert stop.asked and stop_requested()
     assert stop_requested(clear=True) and not stop_requested()
+
+
+def test_a_resume_to_more_epochs_warns_where_a_schedule_follows_the_runs_total(tmp_path):
+    """A review (2026-12-01): an EM run resumed with a larger --epochs differed from one trained for it from the
+    start, without a word: its margin follows step / total steps and fell back (0.9 to 0.67) at the resume."""
+    import dataclasses
+
+    from capsnet.models import EMCapsNetConfig
+    from capsnet.train import _stretched_schedules, start_or_resume
+
+    cfg = dataclasses.replace(CFG, epochs=1, train_size=64, test_size=32, lr_schedule="linear")
+    fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    with pytest.warns(UserWarning, match=r"^--epochs 2 where the run in .* planned 1: the linear schedule's decay "
+                                         r"follow the new total from here, so this run will not match one trained "
+                                         r"for 2 epochs from the start"):
+        start_or_resume(tmp_path, TINY, dataclasses.replace(cfg, epochs=2), True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        start_or_resume(tmp_path, TINY, cfg, True)  # the same total: exact, nothing said
+    em = EMCapsNetConfig()
+    assert _stretched_schedules(em, CFG) == ["the spread loss's margin (margin_warmup)"]
+    assert _stretched_schedules(dataclasses.replace(em, margin_warmup=0.0), CFG) == []
+    assert _stretched_schedules(TINY, CFG) == []  # CapsNet under the exponential schedule: a resume is exact

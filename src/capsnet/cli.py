@@ -464,7 +464,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 f"the same names in DIR/images (README, 'Synthesis'); {CLASSES_PREFIX}DIR: your own images to classify, "
                 "PNG files in a subfolder per class, DIR/CLASS/*.png (README, 'Your own images')", type=_dataset,
                 metavar=_DATASETS)
-    _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total)", type=_positive_int)
+    _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total, over which the linear schedule and EM's margin schedule "
+                "stretch from there)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
     _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3; synthesis "

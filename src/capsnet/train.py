@@ -814,7 +814,24 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
     check_epochs(ckpt.state, cfg.epochs, last_path, saved_train.epochs)
+    if cfg.epochs != saved_train.epochs and (stretched := _stretched_schedules(model_config, cfg)):
+        # the schedules read step / total steps: a new total moves them back (EM's margin fell from 0.9 to 0.67),
+        # where a resume to the same total is exact (a review, 2026-12-01)
+        warnings.warn(f"--epochs {cfg.epochs} where the run in {run_dir} planned {saved_train.epochs}: "
+                      f"{' and '.join(stretched)} follow the new total from here, so this run will not match one "
+                      f"trained for {cfg.epochs} epochs from the start (resumes to the same --epochs are exact)",
+                      UserWarning, stacklevel=2)
     return {"history": [], "best": None, **ckpt.state}, ckpt
+
+
+def _stretched_schedules(model_config: Any, cfg: TrainConfig) -> list[str]:
+    """What in a run follows its planned total of steps (its step over the total): the linear learning-rate
+    schedule's decay, and a loss's margin schedule (EM's spread loss, ``margin_warmup``)."""
+    found = ["the linear schedule's decay"] if cfg.lr_schedule == "linear" else []
+    if getattr(model_config, "margin_warmup", 0) and getattr(model_config, "margin_start", None) != getattr(
+            model_config, "margin_end", None):
+        found.append("the spread loss's margin (margin_warmup)")
+    return found
 
 
 class _DDP(DistributedDataParallel):
