@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import pytest
 import torch
@@ -50,9 +51,14 @@ def test_round_trip_restores_weights_optimizer_and_state(tmp_path):
 def test_run_directory_resolves_to_best_then_last(tmp_path):
     model, _ = _trained_pair()
     save_checkpoint(tmp_path / "last.safetensors", _ckpt(model))
-    assert resolve_checkpoint(tmp_path) == tmp_path / "last.safetensors"  # no best yet
+    # no best yet: last, and said (an explicit --which best scored a mid-epoch save without a word; a review)
+    with pytest.warns(UserWarning, match=r"holds no best.safetensors yet \(the run has not finished evaluating an "
+                                         r"epoch\): its last.safetensors is used"):
+        assert resolve_checkpoint(tmp_path) == tmp_path / "last.safetensors"
     save_checkpoint(tmp_path / "best.safetensors", _ckpt(model))
-    assert resolve_checkpoint(tmp_path) == tmp_path / "best.safetensors"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_checkpoint(tmp_path) == tmp_path / "best.safetensors"
     assert resolve_checkpoint(tmp_path, "last") == tmp_path / "last.safetensors"
 
 

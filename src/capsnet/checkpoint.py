@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
@@ -559,7 +560,9 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
     if p.is_dir():
         f = p / f"{which}.safetensors"
         if not f.exists() and which == "best" and (p / "last.safetensors").exists():
-            f = p / "last.safetensors"
+            f = p / "last.safetensors"  # said: an explicit --which best scored a mid-epoch save without a word
+            warnings.warn(f"{p} holds no best.safetensors yet (the run has not finished evaluating an epoch): "
+                          f"its last.safetensors is used", UserWarning, stacklevel=2)
         if not f.exists():
             if (holder := RunLock(p).holder()) is not None:  # a run starting there: it is not to be trained again
                 raise CheckpointError(f"no checkpoint in {p} yet: a run is training there{RunLock.named(holder)} "
