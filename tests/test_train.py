@@ -362,8 +362,9 @@ def test_budget_warnings_name_what_the_run_will_not_do_as_typed():
     assert budget_warnings(TrainConfig(batch_size=32, epochs=2, warmup_steps=8), 320) == []  # 20 steps > 8
     said = budget_warnings(TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr=2e-3), 300)
     assert said == ["--batch-size 500 is more than the 300 training examples: each epoch is one step of all 300",
-                    "--warmup-steps 12 is longer than the run's 3 optimizer steps: the rate never reaches --lr 0.002 "
-                    "(it ends at 25% of its ramp); lower --warmup-steps or train longer"]
+                    "a warm-up of 12 steps (--warmup-steps, as given or the model's default: 200 for --model baseline) "
+                    "is longer than the run's 3 optimizer steps: the rate never reaches --lr 0.002 (it ends at 25% of "
+                    "its ramp); lower it (--warmup-steps 0: none) or train longer"]
     # the ramp's last step is lr_at's: 3 of 12 steps of the ramp (decay aside)
     from capsnet.train import lr_at
     cfg = TrainConfig(batch_size=500, epochs=3, warmup_steps=12, lr=2e-3, lr_decay=1.0)

@@ -715,9 +715,11 @@ def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[st
         said.append(f"--batch-size {cfg.batch_size} is more than the {examples} training examples: each epoch is "
                     f"one step of all {examples}")
     if cfg.lr_schedule == "exponential" and cfg.warmup_steps > steps:
-        said.append(f"--warmup-steps {cfg.warmup_steps} is longer than the run's {steps} optimizer "
+        # the warm-up may be the model's own default (the baseline's 200), which the user never typed
+        said.append(f"a warm-up of {cfg.warmup_steps} steps (--warmup-steps, as given or the model's default: 200 "
+                    f"for --model baseline) is longer than the run's {steps} optimizer "
                     f"step{'' if steps == 1 else 's'}: the rate never reaches --lr {cfg.lr:g} (it ends at "
-                    f"{steps / cfg.warmup_steps:.0%} of its ramp); lower --warmup-steps or train longer")
+                    f"{steps / cfg.warmup_steps:.0%} of its ramp); lower it (--warmup-steps 0: none) or train longer")
     return said
 
 

@@ -714,7 +714,8 @@ def test_a_budget_the_run_cannot_follow_is_warned_in_one_line(tmp_path, capsys):
     lines = r.stderr.splitlines()
     assert ("capsnet train: warning: --batch-size 64 is more than the 40 training examples: each epoch is one step of "
             "all 40") in lines
-    assert any(s.startswith("capsnet train: warning: --warmup-steps 5 is longer than the run's 1 optimizer step:")
+    assert any(s.startswith("capsnet train: warning: a warm-up of 5 steps (--warmup-steps, as given or the model's "
+                            "default: 200 for --model baseline) is longer than the run's 1 optimizer step:")
                for s in lines), r.stderr
     assert "UserWarning" not in r.stderr and "warnings.warn" not in r.stderr
 
