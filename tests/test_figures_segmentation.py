@@ -102,13 +102,19 @@ def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkp
 
     from capsnet.checkpoint import load_checkpoint, save_checkpoint
 
+    import capsnet.figures.report as report
+
     out = tmp_path / "figs"
+    titled, plot = [], report.plot_segmentations
+    monkeypatch.setattr(report, "plot_segmentations", lambda *a, **k: titled.append(k["names"]) or plot(*a, **k))
     assert main(["figures", "--checkpoint", str(unet_run), "--out", str(out), "--no-progress"]) == 0
     assert "test images [0, 1, 2]" in capsys.readouterr().out
+    # each image titled by its file as well as its index ("#0" alone before; a review, 2026-12-01)
+    assert titled[0] == ["p00.png", "p05.png", "p06.png"] and sorted(titled[1]) == titled[0]
+    monkeypatch.undo()
     solo = tmp_path / "solo" / "model.safetensors"
     solo.parent.mkdir()
     shutil.copy(unet_run / "best.safetensors", solo)  # its history travels in the checkpoint: the curves are drawn
-    import capsnet.figures.report as report
     reads = []
     monkeypatch.setattr(report, "load_checkpoint", lambda *a, **k: reads.append(a) or load_checkpoint(*a, **k))
     assert main(["figures", "--checkpoint", str(solo), "--out", str(tmp_path / "f2"), "--no-progress"]) == 0

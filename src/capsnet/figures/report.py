@@ -363,6 +363,12 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     return done
 
 
+def _names(data, chosen: Sequence[int]) -> list[str] | None:
+    """The file names of a user's folder's ``chosen`` examples (titled "#0" alone before, where the folder names
+    them), None for a generated set."""
+    return None if getattr(data, "names", None) is None else [data.names[i] for i in chosen]
+
+
 WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the first this many test images
 
 
@@ -405,12 +411,12 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
 
     for key, (s, seg) in shown.items():
         what = s.title or "test images"
-        save(plot_segmentations(s.images[chosen], s.labels[chosen], seg, indices=chosen,
+        save(plot_segmentations(s.images[chosen], s.labels[chosen], seg, indices=chosen, names=_names(s, chosen),
                                 title=f"{name}, {'test' if not key else key} set ({what}): inputs, true masks, the "
                                       f"model's probabilities and masks"), "segmentations" + (f"_{key}" if key else ""))
     if worst_seg is not None:
         save(plot_segmentations(test.images[worst_idx], test.labels[worst_idx], worst_seg, indices=worst_idx,
-                                title=f"The {len(worst_idx)} lowest-Dice images of the first "
+                                names=_names(test, worst_idx), title=f"The {len(worst_idx)} lowest-Dice images of the first "
                                       f"{min(len(test), pool_size)} {name} test images"), "worst")
     for index, m in zip(chosen, maps):
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "

@@ -22,7 +22,7 @@ from ..data.segmentation import dice_iou
 from ..ops import safe_norm
 from ..runtime import keeps_mode
 from .arrays import FigureError, _images
-from .plots import _figure, _show
+from .plots import _figure, _short, _show
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -98,9 +98,11 @@ def overlay_masks(predicted: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
 
 
 def plot_segmentations(images: torch.Tensor, masks: torch.Tensor | None, seg: Segmentations, *,
-                       indices: Sequence[int] | None = None, title: str = "") -> "Figure":
+                       indices: Sequence[int] | None = None, title: str = "",
+                       names: Sequence[str] | None = None) -> "Figure":
     """One column per image: the input, the true mask, the foreground probability, the predicted mask against
-    the truth (white right, red false positive, blue missed) and SegCaps' reconstruction; Dice and IoU above."""
+    the truth (white right, red false positive, blue missed) and SegCaps' reconstruction; Dice and IoU above.
+    ``names``: each image's file name (a user's folder), shown under its index."""
     N = len(images)
     if N == 0:
         raise FigureError("no images to show")
@@ -112,7 +114,7 @@ def plot_segmentations(images: torch.Tensor, masks: torch.Tensor | None, seg: Se
     fig = _figure(max(4.0, 1.25 * N + 0.8), 1.3 * len(rows) + 0.4)
     axes = fig.subplots(len(rows), N, squeeze=False)
     for n in range(N):
-        head = f"#{indices[n]}" if indices is not None else f"{n}"
+        head = (f"#{indices[n]}" if indices is not None else f"{n}") + (f"\n{_short(names[n], 14)}" if names else "")
         if seg.dice is not None:
             head += f"\nDice {seg.dice[n]:.3f}\nIoU {seg.iou[n]:.3f}"
         r = 0
