@@ -272,11 +272,15 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
     The model is traced in eval mode (its own mode is restored after).
     A model that cannot be traced is an ``ExportError`` naming it and the reason.
     """
-    _require_torch()
     if example_batch < 2:
         raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
                          f"got {example_batch}")
-    multiple = _refuse_untraceable(model, any_size)
+    return _traced(model, _refuse_untraceable(model, any_size), any_size, example_batch)
+
+
+def _traced(model: nn.Module, multiple: int | None, any_size: bool, example_batch: int = 2) -> Traced:
+    """``trace_model``'s tracing of a model its refusals passed (``multiple``: the model's ``side_multiple``)."""
+    _require_torch()
     module = InferenceModule(model)
     # an any-size trace: two blocks a side at least (at one the innermost map is 1x1, which torch.export fixes)
     example = module.example(example_batch, 0, None if not any_size else tuple(
@@ -655,12 +659,12 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if isinstance(source, Traced) and any_size and not source.any_size:
         raise ExportError(f"this {label} was traced for its own image size: trace it with "
                           f"trace_model(model, any_size=True)")
-    if not isinstance(source, Traced):
-        _refuse_untraceable(source, any_size)  # trace_model's own refusals, before the line below
+    # trace_model's own refusals, before the line below (and checked once: the trace below is trace_model's own)
+    multiple = None if isinstance(source, Traced) else _refuse_untraceable(source, any_size)
     if say is not None:  # the seconds to minutes of tracing and checking, once every refusal above has passed
         say(f"exporting {given or label} as {'ONNX' if format == 'onnx' else 'a torch.export program'}: "
             + ("" if isinstance(source, Traced) else "tracing the model, then ") + "checking the file against it ...")
-    traced = source if isinstance(source, Traced) else trace_model(source, any_size=any_size)
+    traced = source if isinstance(source, Traced) else _traced(source, multiple, any_size)
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None,
                           metadata=metadata_of(traced.label, checkpoint))
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
