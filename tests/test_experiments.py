@@ -1055,11 +1055,11 @@ def test_sigterm_to_an_experiment_with_workers_is_its_ctrl_c():
     which ended them unsaved. Inside the workers' loop it now raises KeyboardInterrupt, as Ctrl-C does."""
     import signal
 
-    from capsnet.experiments import _sigterm_as_interrupt
+    from capsnet._signals import sigterm_as_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler runs at once; never reached
     assert signal.getsignal(signal.SIGTERM) == before

@@ -464,8 +464,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 f"the same names in DIR/images (README, 'Synthesis'); {CLASSES_PREFIX}DIR: your own images to classify, "
                 "PNG files in a subfolder per class, DIR/CLASS/*.png (README, 'Your own images')", type=_dataset,
                 metavar=_DATASETS)
-    _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total, over which the linear schedule and EM's margin schedule "
-                "stretch from there)", type=_positive_int)
+    _field_flag(t, "--epochs", TrainConfig, "epochs", "epochs to train (with --resume: the new total, over which the "
+                "linear schedule and EM's margin schedule stretch from there)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
     _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3; synthesis "
@@ -1529,10 +1529,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 def _cmd_experiment(args: argparse.Namespace) -> int:
     """The experiment, SIGTERM taken as Ctrl-C throughout (it ended the command silently, status 143, between runs
     and while one was set up), and Ctrl-C's line saying how to go on."""
-    from . import experiments as ex
+    from ._signals import sigterm_as_interrupt
 
     args.interrupted_hint = "run the same command again to continue (finished runs are read back)"
-    with ex._sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         return _experiment(args)
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
-from ._signals import sigterm_as_interrupt as _sigterm_as_interrupt
+from ._signals import sigterm_as_interrupt
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
 from .data.tasks import absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
@@ -531,7 +531,7 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
         return _train_in_worker, (k, run, device, data_root, compile, threads, keep_memory)
 
     try:
-        with _sigterm_as_interrupt():  # SIGTERM (kill, timeout, a scheduler) stops the workers as Ctrl-C does
+        with sigterm_as_interrupt():  # SIGTERM (kill, timeout, a scheduler) stops the workers as Ctrl-C does
             for (k, run), future, in_flight in _as_completed_bounded(
                     processes, todo, jobs, job,
                     on_launch=None if on_launch is None else lambda item: on_launch(*item)):

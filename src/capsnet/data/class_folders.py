@@ -35,9 +35,9 @@ def passed_over_folder(name: str) -> bool:
 
 def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) -> dict[str, Path]:
     """The class subfolders of ``root`` by class name, in class order (sorted names): every visible subfolder but
-    ``test`` (the held-out split's) and a Mac zip's ``__MACOSX``. ``at_least``: the fewest classes accepted (a classifier of one class learns
-    nothing). ``test_split``: ``root`` is a DIR/test folder (it may hold fewer classes than training, at least
-    one)."""
+    ``test`` (the held-out split's) and a Mac zip's ``__MACOSX``. ``at_least``: the fewest classes accepted (a
+    classifier of one class learns nothing). ``test_split``: ``root`` is a DIR/test folder (it may hold fewer classes
+    than training, at least one)."""
     if root.exists() and not root.is_dir():
         raise DataError(f"{root} is a file, not a folder; give the folder that holds one subfolder of PNG images "
                         f"per class")

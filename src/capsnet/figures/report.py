@@ -416,7 +416,8 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
                                       f"model's probabilities and masks"), "segmentations" + (f"_{key}" if key else ""))
     if worst_seg is not None:
         save(plot_segmentations(test.images[worst_idx], test.labels[worst_idx], worst_seg, indices=worst_idx,
-                                names=_names(test, worst_idx), title=f"The {len(worst_idx)} lowest-Dice images of the first "
+                                names=_names(test, worst_idx),
+                                title=f"The {len(worst_idx)} lowest-Dice images of the first "
                                       f"{min(len(test), pool_size)} {name} test images"), "worst")
     for index, m in zip(chosen, maps):
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
