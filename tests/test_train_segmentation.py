@@ -630,3 +630,47 @@ def test_a_file_name_that_is_not_utf8_is_refused_by_name_before_any_work(tmp_pat
     assert main(["predict", "--checkpoint", "pretrained:capsnet-mnist-small", "--images", str(tmp_path / "d" / "images"),
                  "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     assert "file name(s) that are not UTF-8" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_eval_and_figures_segment_a_folder_of_another_size_the_stride_divides(unet_run, tmp_path, mask_pairs):
+    """capsnet predict segmented any size a model's stride divides, but eval and figures refused a folder of any size
+    but the run's own ("images (1, 32, 24) but the checkpoint's model takes (1, 16, 16)"). The 16x16 U-Net (stride
+    8) scored on 32x24 pairs: each image's Dice as numpy computes it from the model's own output at that size, in
+    batches shrunk to hold as many pixels as its evaluation batch at its own size; sides off the stride named with
+    the fix, nothing written."""
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "big", 6, size=(32, 24), seed=3)
+    assert main(["eval", "--checkpoint", str(unet_run), "--dataset", f"folder:{tmp_path / 'big'}", "--json",
+                 str(tmp_path / "e.json"), "--no-progress"]) == 0
+    report = json.loads((tmp_path / "e.json").read_text())
+    model, _ = load_model(unet_run)
+    split = load_test(f"folder:{tmp_path / 'big'}")
+    assert tuple(split.images.shape[1:]) == (1, 32, 24) and len(split) == report["images"] >= 1
+    with torch.no_grad():
+        prob = model.eval()(unit_float(split.images)).probabilities
+    dice = []
+    for p, t in zip((prob > 0.5).numpy(), (split.labels > 0).numpy()):
+        dice.append(2 * (p & t).sum() / (p.sum() + t.sum()) if p.sum() + t.sum() else 1.0)
+    assert [r["dice"] for r in report["per_image"]] == pytest.approx(dice)
+
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(len(args[0])))
+    images = unit_float(torch.cat([split.images] * 16))
+    masks = torch.cat([split.labels] * 16)
+    whole = evaluate_segmentation(model, images, masks, batch_size=64)
+    assert max(seen) == 64 * 16 * 16 // (32 * 24) and sum(seen) == len(images)
+    assert whole.dice == pytest.approx(float(np.mean(dice)))
+
+    assert main(["figures", "--checkpoint", str(unet_run), "--dataset", f"folder:{tmp_path / 'big'}", "--out",
+                 str(tmp_path / "figs"), "--no-progress"]) == 0
+    assert (tmp_path / "figs" / "segmentations.png").is_file()
+
+    mask_pairs(tmp_path / "odd", 6, size=(20, 24), seed=4)
+    for command in (["eval", "--json", str(tmp_path / "odd.json")], ["figures", "--out", str(tmp_path / "oddfigs")]):
+        assert main([*command, "--checkpoint", str(unet_run), "--dataset", f"folder:{tmp_path / 'odd'}",
+                     "--no-progress"]) == 2
+    assert not (tmp_path / "odd.json").exists() and not (tmp_path / "oddfigs").exists()
+    with pytest.raises(ValueError, match=r"has images 20x24 \(HxW\), and this model segments images whose sides are "
+                                         r"multiples of 8 \(it trained on 16x16\): pad or crop them to 24x24 or 16x24"):
+        evaluate_checkpoint(unet_run, dataset=f"folder:{tmp_path / 'odd'}", progress=False)

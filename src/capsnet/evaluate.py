@@ -25,7 +25,7 @@ from .data.idx import DataError
 from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size, class_change, folder_change,
                          input_shape, load_test, other_classes, task, trained_dataset, user_folder)
 from .losses import batch_foreground_weight
-from .models import MODELS, model_name, model_spec
+from .models import MODELS, model_name, model_spec, segments_size
 from .models.inputs import check_class_labels
 from .runtime import evaluating, keeps_rng, resolve_device
 
@@ -172,6 +172,11 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     _check_split(images, masks, batch_size, "masks")
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
+    cfg = getattr(model, "config", None)
+    if (trained := getattr(cfg, "input_height", 0) * getattr(cfg, "input_width", 0)) and images.dim() == 4:
+        # images larger than the model's own size (a fully convolutional model segments any size its stride divides):
+        # as many at a time as its evaluation batch holds at its own size, as capsnet predict batches them
+        batch_size = max(1, min(batch_size, batch_size * trained // (images.shape[-2] * images.shape[-1])))
     n = len(masks)
     sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
@@ -443,10 +448,9 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     if task(name).kind != kind:
         raise ValueError(f"{name} is a {task(name).kind} data set but the checkpoint holds a {kind} model "
                          f"({ckpt.model_name}); evaluate it on a {kind} data set")
-    if input_shape(name) != shape:
-        what = (f"{input_shape(name)[0]}-channel images but the checkpoint's model was trained on {shape[0]}-channel "
-                f"ones" if input_shape(name)[0] != shape[0] else f"images {input_shape(name)} but the checkpoint's "
-                f"model takes {shape}")
+    if (data := input_shape(name)) != shape and not segments_size(model, data, name):
+        what = (f"{data[0]}-channel images but the checkpoint's model was trained on {shape[0]}-channel "
+                f"ones" if data[0] != shape[0] else f"images {data} but the checkpoint's model takes {shape}")
         raise ValueError(f"{name} has {what}; evaluate it on data of the shape it was trained on, or train a model "
                          f"for this data")
     if affnist and shape != (1, 40, 40):

@@ -21,6 +21,7 @@ import torch
 from .._progress import progress_bar
 from ..checkpoint import short_repr
 from ..data.sets import unit_float
+from ..models import segments_size
 from ..models.capsnet import CapsNet
 from ..runtime import keeps_mode
 
@@ -41,6 +42,13 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
     expected = (cfg.in_channels, cfg.input_height, cfg.input_width)
     if images.dim() == 3 and cfg.in_channels == 1:
         images = images.unsqueeze(1)
+    if images.dim() == 4 and tuple(images.shape[1:]) != expected:
+        try:  # a segmentation model segments any size its stride divides
+            other_size = segments_size(model, tuple(images.shape[1:]), "the images")
+        except ValueError as e:
+            raise FigureError(str(e)) from None
+        if other_size:
+            expected = tuple(images.shape[1:])
     if images.dim() != 4 or tuple(images.shape[1:]) != expected:
         raise FigureError(f"images must be (N, {', '.join(map(str, expected))}) for this model, "
                           f"got {tuple(images.shape)}")

@@ -16,7 +16,7 @@ from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, input_shap
 from ..average import weights_tag
 from .._progress import progress_bar
 from ..evaluate import load_model
-from ..models import is_segmentation, model_name, model_spec
+from ..models import is_segmentation, model_name, model_spec, segments_size
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
@@ -151,11 +151,16 @@ def _curves(save: Callable[[Any, str], None], plot: Callable[[dict[str, list[dic
         done.notes.append("no training curves: no run given has finished an epoch")
 
 
-def _check_fits(name: str, cfg: Any) -> None:
-    """A FigureError unless data set ``name``'s images have the (C, H, W) the model reads: known from the name, so
-    said before its files are read or downloaded."""
+def _check_fits(name: str, model: torch.nn.Module) -> None:
+    """A FigureError unless data set ``name``'s images have the (C, H, W) the model reads (a segmentation model: its
+    channels, any sides its stride divides): known from the name, so said before its files are read or downloaded."""
+    cfg = model.config
     takes = (cfg.in_channels, cfg.input_height, cfg.input_width)
-    if input_shape(name) != takes:
+    try:
+        other_size = segments_size(model, input_shape(name), name)
+    except ValueError as e:
+        raise FigureError(str(e)) from None
+    if input_shape(name) != takes and not other_size:
         raise FigureError(f"{name} images are {input_shape(name)} but the checkpoint's model takes {takes}")
 
 
@@ -297,7 +302,7 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         return done
 
     name = dataset or trained_dataset(ckpt.train_config, "mnist")  # a user's folder moved: --dataset is the fix
-    _check_fits(name, model.config)  # before reading (or downloading) a data set of another shape
+    _check_fits(name, model)  # before reading (or downloading) a data set of another shape
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
         raise FigureError(changed)  # classes:DIR: its class folders are not the model's (the titles would lie)
     test = load_test(name, extras=False, root=root, progress=progress)
@@ -381,7 +386,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     chosen = list(range(8)) if indices is None else list(indices)
     run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
     pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
-    _check_fits(name, model.config)
+    _check_fits(name, model)
     _check_indices_early(name, chosen, "images")
     test = load_test(name, size=max(max(chosen) + 1, pool_size if worst else 0), root=root, progress=progress)
     if indices is None:  # a small folder of the user's: the images it has

@@ -129,6 +129,25 @@ def is_segmentation(name_or_config: Any) -> bool:
     return model_spec(name).kind == "segmentation"
 
 
+def segments_size(model: nn.Module, data: tuple[int, ...], name: str) -> bool:
+    """Whether ``model``, a fully convolutional segmentation model (one with a ``side_multiple``: SegCaps, the U-Net),
+    segments data set ``name``'s images of shape ``data`` (C, H, W) though it trained on another size: the channels it
+    trained on and sides multiples of its stride, as ``capsnet predict`` segments them. Sides off the stride are a
+    ValueError naming the fix; False for every other model (it takes the size it trained on only) and channel count."""
+    cfg, multiple = getattr(model, "config", None), getattr(model, "side_multiple", None)
+    if not isinstance(multiple, int) or not any(type(cfg) is s.config and s.kind == "segmentation"
+                                                for s in MODELS.values()) or data[0] != cfg.in_channels:
+        return False
+    H, W = data[1:]
+    if H % multiple or W % multiple:
+        from .segcaps import sides_fix
+
+        raise ValueError(f"{name} has images {H}x{W} (HxW), and this model segments images whose sides are multiples "
+                         f"of {multiple} (it trained on {cfg.input_height}x{cfg.input_width}): "
+                         f"{sides_fix(H, W, multiple)}")
+    return True
+
+
 def model_spec(name: str) -> ModelSpec:
     """The registry entry of ``name``; an unknown name is a ValueError listing the valid ones."""
     if name not in MODELS:
