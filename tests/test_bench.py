@@ -7,6 +7,7 @@ so that the benchmark compares two implementations of one algorithm.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -440,7 +441,44 @@ def test_bench_on_cuda_without_cuda_is_a_clean_error(capsys):
     from capsnet.cli import main
 
     assert main(["bench", "--device", "cuda"]) == 2
-    assert "no CUDA device" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no CUDA device" in err and "capsnet bench: batch" not in err  # said before a row set was announced
+
+
+def test_a_grid_stopped_by_sigterm_prints_and_records_the_row_sets_it_finished(tmp_path, monkeypatch, capsys):
+    """A grid cut short (Ctrl-C, or SIGTERM from timeout or a scheduler: status 143, silently) lost every row set it
+    had finished: the table and the JSON came only at the end. Here the second of two row sets is stopped by SIGTERM
+    as it starts: the first one's rows are printed and recorded, marked unfinished, as they were after it ended."""
+    import os
+    import signal
+
+    import capsnet.bench
+    from capsnet.cli import main
+
+    real, calls, seen = capsnet.bench.run_benchmark, [], []
+    out = tmp_path / "grid.json"
+
+    def tiny(**kw):
+        calls.append(kw["batch_size"])
+        if len(calls) == 2:
+            seen.append(json.loads(out.read_text()))  # the record as the first row set left it
+            os.kill(os.getpid(), signal.SIGTERM)
+        kw["config"] = dataclasses.replace(TINY, routing_iterations=kw["config"].routing_iterations)
+        return real(**kw, warmup=0, memory=False, modes=["infer"])
+
+    monkeypatch.setattr(capsnet.bench, "run_benchmark", tiny)
+    assert main(["bench", "--batch-size", "2", "3", "--repeats", "1", "--device", "cpu", "--baseline", "",
+                 "--json", str(out)]) == 130
+    printed = capsys.readouterr()
+    rows = [line for line in printed.out.splitlines() if line.startswith("| capsnet |")]
+    assert calls == [2, 3] and len(rows) == 1 and rows[0].split("|")[4].strip() == "2"
+    assert seen[0]["unfinished"] == "1 of 2 row sets, still running"
+    assert [(r["impl"], r["batch"]) for r in seen[0]["rows"]] == [("capsnet", 2), ("conv floor", 2)]
+    record = json.loads(out.read_text())
+    assert record["unfinished"] == "interrupted after 1 of 2 row sets"
+    assert record["rows"] == seen[0]["rows"]
+    assert f"capsnet bench: interrupted; the row set finished is above and in {out} (marked unfinished)" in printed.err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
 
 
 def test_an_empty_baseline_path_leaves_the_baseline_out():

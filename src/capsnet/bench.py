@@ -160,11 +160,16 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
-    """Record a benchmark as JSON: the command that ran it, its environment and its rows, written atomically."""
+def write_record(path: str | os.PathLike[str], command: str, env: dict[str, Any], rows: Sequence[dict[str, Any]],
+                 unfinished: str | None = None) -> None:
+    """Record a benchmark as JSON: the command that ran it, its environment and its rows, written atomically;
+    ``unfinished`` (a record of the rows finished so far, of a run still going or cut short) says so under that
+    key."""
     from .checkpoint import atomic_write_text
 
-    atomic_write_text(Path(path), json.dumps({"command": command, "environment": env, "rows": list(rows)}, indent=1) + "\n")
+    record = {"command": command, "environment": env, "rows": list(rows)} | (
+        {"unfinished": unfinished} if unfinished else {})
+    atomic_write_text(Path(path), json.dumps(record, indent=1) + "\n")
 
 
 def model_variant(text: str, names: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -532,12 +537,7 @@ def run_benchmark(
         raise ValueError(f"unknown modes {unknown}; valid modes are {list(MODES)}")
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; valid dtypes are {list(DTYPES)}")
-    if devices is None:
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    for name in devices:
-        if parse_device(name).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
-        resolve_device(name)  # mps without its build, meta: one message, not a traceback from inside the timing
+    devices = bench_devices(devices)
 
     note = None
     baseline_module = None
@@ -627,14 +627,29 @@ def _check_baseline_path(baseline_path: str | os.PathLike[str] | None) -> None:
                          f"tutorial_baseline.py of a capsnet source checkout, or '' to leave the baseline out")
 
 
+def bench_devices(devices: Sequence[str] | None) -> list[str]:
+    """The devices a benchmark times (None: the CPU, and CUDA where torch sees it), each checked: a device torch
+    cannot use is one ValueError naming it, not a traceback from inside the timing."""
+    if devices is None:
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for name in devices:
+        if parse_device(name).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device; use 'cpu' or leave the device out")
+        resolve_device(name)  # mps without its build, meta
+    return list(devices)
+
+
 def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,), dtypes: Sequence[str] = ("fp32",),
-             on_start: Callable[[int, int, str], None] | None = None, **options: Any) -> list[dict[str, Any]]:
+             on_start: Callable[[int, int, str], None] | None = None,
+             on_done: Callable[[list[dict[str, Any]]], None] | None = None, **options: Any) -> list[dict[str, Any]]:
     """``run_benchmark`` for the paper's CapsNet at every (batch size, routing rounds, dtype), one row set each.
 
-    ``on_start(batch, rounds, dtype)`` is called before each row set; ``options`` go to ``run_benchmark``.
+    ``on_start(batch, rounds, dtype)`` is called before each row set, ``on_done(rows)`` after it with every row
+    measured so far (a grid cut short keeps what it finished); ``options`` go to ``run_benchmark``.
     """
     rows: list[dict[str, Any]] = []
-    _check_baseline_path(options.get("baseline_path"))  # before the first row set is announced
+    bench_devices(options.get("devices"))  # before the first row set is announced, as the baseline below
+    _check_baseline_path(options.get("baseline_path"))
     if options.get("baseline_path"):  # a file of the wrong kind too (each row set loads it again before measuring)
         load_baseline(options["baseline_path"])
     for batch_size in batch_sizes:
@@ -644,6 +659,8 @@ def run_grid(*, batch_sizes: Sequence[int] = (128,), rounds: Sequence[int] = (3,
                     on_start(batch_size, r, dtype)
                 rows += run_benchmark(batch_size=batch_size, dtype=dtype, config=CapsNetConfig(routing_iterations=r),
                                       **options)
+                if on_done is not None:
+                    on_done(list(rows))
     return rows
 
 

@@ -1632,6 +1632,10 @@ def _experiment(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    """The grid of row sets; each one finished is kept: the JSON rewritten after it (marked unfinished until the
+    last), and Ctrl-C or SIGTERM (a scheduler's or timeout's stop) prints and records the rows finished so far (a
+    stopped grid lost them all)."""
+    from ._signals import sigterm_as_interrupt
     from .bench import environment, format_table, run_grid, write_record
 
     _output_file(args.json, "--json")
@@ -1640,18 +1644,43 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     def once(values):  # a value given twice is one row set, not two measurements of it
         return list(dict.fromkeys(values))
 
-    rows = run_grid(batch_sizes=once(args.batch_size), rounds=once(args.routing_iterations), dtypes=once(args.dtype),
-                    on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {_counted(r, 'routing round')}, {d} ...",
-                                                   file=sys.stderr, flush=True),
-                    devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
-                    baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,
-                    steps_per_timing=args.steps_per_timing)
+    grid = dict(batch_sizes=once(args.batch_size), rounds=once(args.routing_iterations), dtypes=once(args.dtype))
+    total = len(grid["batch_sizes"]) * len(grid["rounds"]) * len(grid["dtypes"])
     env = environment() | {"allocator": allocator}
-    print(" ".join(f"{k}={v}" for k, v in env.items()))
-    timings = sorted({(r["device"], r["steps_per_timing"]) for r in rows})
-    print("steps per timing: " + ", ".join(f"{n} on {d}" for d, n in timings)
-          + " (1: one step's latency; more: steps queued back to back, throughput)")
-    print(format_table(rows))
+    done: list[list[dict]] = []  # the rows of the row sets finished so far
+
+    def finished(rows: list[dict]) -> None:
+        done.append(rows)
+        if args.json and len(done) < total:
+            write_record(args.json, args.command_line, env, rows, f"{len(done)} of {total} row sets, still running")
+
+    def report(rows: list[dict]) -> None:
+        print(" ".join(f"{k}={v}" for k, v in env.items()))
+        timings = sorted({(r["device"], r["steps_per_timing"]) for r in rows})
+        print("steps per timing: " + ", ".join(f"{n} on {d}" for d, n in timings)
+              + " (1: one step's latency; more: steps queued back to back, throughput)")
+        print(format_table(rows))
+
+    try:
+        with sigterm_as_interrupt():
+            rows = run_grid(**grid, on_done=finished,
+                            on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {_counted(r, 'routing round')}, "
+                                                           f"{d} ...", file=sys.stderr, flush=True),
+                            devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
+                            baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,
+                            steps_per_timing=args.steps_per_timing)
+    except KeyboardInterrupt:
+        if not done:
+            raise
+        rows, note = done[-1], f"interrupted after {len(done)} of {total} row sets"
+        report(rows)
+        if args.json:
+            write_record(args.json, args.command_line, env, rows, note)
+        args.interrupted_hint = (f"{'the row set' if len(done) == 1 else f'the {len(done)} row sets'} finished "
+                                 f"{'is' if len(done) == 1 else 'are'} above" +
+                                 (f" and in {args.json} (marked unfinished)" if args.json else ""))
+        raise
+    report(rows)
     if args.json:
         write_record(args.json, args.command_line, env, rows)
         print(f"wrote {args.json}")
