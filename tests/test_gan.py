@@ -997,6 +997,38 @@ def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data
     assert "resuming" not in r.stdout and load_checkpoint(run, "last").state["epoch"] == epochs
 
 
+def test_a_judge_larger_than_the_generated_images_is_refused_before_any_training_or_generation(
+        gan_run, data_root, tmp_path, monkeypatch, capsys):
+    """A judge trained on 40x40 digits (translated MNIST) was refused only when it first read generated 32x32 images:
+    after train's first epoch (its checkpoint never written) or eval's whole generation (9 minutes on MNIST's test
+    set; a review, 2026-12-01). Now when the judge is loaded, with the sizes and the fix; a 28x28 judge still reads
+    the centre crop."""
+    import capsnet.synthesis as synthesis
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.synthesis import evaluate_synthesis_checkpoint, load_judge
+
+    from cli_helpers import in_process
+
+    torch.manual_seed(0)
+    big = create_model("baseline", channels=(4,), hidden=(8,), input_height=40, input_width=40)
+    save_checkpoint(tmp_path / "big.safetensors", Checkpoint("baseline", big.config.to_dict(),
+                                                              {"dataset": "translated-mnist"},
+                                                              {"epoch": 1, "step": 1}, big.state_dict()))
+    message = (r"the judge .*big.safetensors reads \(1, 40, 40\) images; mnist-skeleton's generated images "
+               r"\(1, 32, 32\) cannot be cropped to that: give a judge of 1 channel and at most 32x32 \(one "
+               r"trained on mnist\)")
+    monkeypatch.setattr(synthesis, "generate", lambda *a, **k: pytest.fail("generated before the judge was checked"))
+    with pytest.raises(ValueError, match=message):
+        evaluate_synthesis_checkpoint(gan_run, judge=tmp_path / "big.safetensors", test_size=4, root=data_root,
+                                      progress=False)
+    assert load_judge("pretrained:capsnet-mnist-small", dataset="mnist-skeleton").config.input_height == 28
+    r = in_process(capsys, "train", "--model", "capspix2pix", "--dataset", "mnist-skeleton", "--train-size", 16,
+                   "--test-size", 4, "--epochs", 1, "--batch-size", 8, "--judge", tmp_path / "big.safetensors",
+                   "--out", tmp_path / "run", "--data-dir", data_root, "--no-progress")
+    assert r.returncode == 2 and "cannot be cropped to that: give a judge of 1 channel" in r.stderr, r.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and "epoch" not in r.stdout
+
+
 def test_a_probes_images_come_from_the_generator_it_is_named_after(gan_run):
     """experiment synthesis named a probe after the generator's last.safetensors, then read that file again minutes
     later to make its images: a run trained on meanwhile gave the probe another generator's images under the first

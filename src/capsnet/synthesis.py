@@ -117,7 +117,7 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", d
                ) -> nn.Module:
     """A frozen classifier (a run directory, checkpoint file or ``pretrained:NAME``) to read generated images;
     ``dataset``: the synthesis data set it reads, whose classes it must have been trained on (refused otherwise)."""
-    from .data.tasks import other_classes, task
+    from .data.tasks import input_shape, other_classes, task
     from .evaluate import load_model
     from .models import model_spec
 
@@ -131,6 +131,13 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", d
         raise ValueError(f"the judge {path} was trained on {trained_on}, whose classes are not those of {dataset}'s "
                          f"images ({task(dataset).source}): its accuracy there would mean nothing; give a judge "
                          f"trained on {task(dataset).source}")
+    if dataset is not None:  # known now: judge_predictions found it after an epoch of training or a whole generation
+        made, cfg = (task(dataset).target_channels, *input_shape(dataset)[1:]), model.config
+        if cfg.in_channels != made[0] or cfg.input_height > made[1] or cfg.input_width > made[2]:
+            raise ValueError(f"the judge {path} reads ({cfg.in_channels}, {cfg.input_height}, {cfg.input_width}) "
+                             f"images; {dataset}'s generated images {made} cannot be cropped to that: give a judge "
+                             f"of {made[0]} channel{'s' if made[0] > 1 else ''} and at most {made[1]}x{made[2]} "
+                             f"(one trained on {task(dataset).source})")
     return model.eval().requires_grad_(False)
 
 
