@@ -78,6 +78,11 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
     Shapes: a, b (N, C, H, W) with H, W >= ``window`` -> (N,) float64, 1 for identical images.
     """
     check_positive("data_range", data_range, " (1 for images in [0, 1])")
+    _pixels(a, b)
+    top = max((t.detach().abs().max().item() for t in (a, b) if t.numel()), default=0.0)
+    if top > data_range * (1 + 1e-3):  # float images in 0..255 against the default range of 1: SSIM 0.58 for 0.59
+        raise ValueError(f"pixel values reach {top:g}, past data_range {data_range:g}: the constants C1, C2 are made "
+                         f"from the range; give data_range=255 for images in 0..255, or scale them to [0, 1]")
     mu_x, mu_y, var_x, var_y, cov = window_statistics(a, b, window=window, sigma=sigma)
     N, C = a.shape[:2]
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
