@@ -100,12 +100,29 @@ def test_tensorboard_trouble_is_named_before_the_data_loads_or_a_file_is_written
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_run_refused_after_the_log_folder_was_checked_leaves_no_empty_log_folder(tmp_path, capsys, monkeypatch):
+    """The check made the folder (and its parents) before anything else: a run then refused for its data left the
+    empty folder behind (a review, 2026-12-01). A folder still to make, in one that cannot be written, is named."""
+    import capsnet.tensorboard as tb
+
+    board = tmp_path / "tb" / "deeper" / "run"
+    assert main(["train", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path / "nowhere"), "--no-progress",
+                 "--out", str(tmp_path / "run"), "--tensorboard", str(board)]) == 2
+    assert "--data-dir" in capsys.readouterr().err  # refused for its data, after the log folder was checked
+    assert not (tmp_path / "tb").exists() and not (tmp_path / "run").exists()
+    monkeypatch.setattr(tb, "unwritable", lambda folder: "Read-only file system")
+    with pytest.raises(ValueError, match=rf"--tensorboard {board}: the folder cannot be made in {tmp_path} "
+                                         r"\(Read-only file system\); give a folder you can write"):
+        tb.check_log_dir(board)
+
+
 def test_a_log_folder_the_probe_cannot_write_in_is_refused_even_for_root(tmp_path, monkeypatch):
     """os.access said yes to root on a folder it could not write (/sys, a read-only disk); the check is now the
     run files' own probe, which tries a file there."""
     import capsnet.tensorboard as tb
 
     monkeypatch.setattr(tb, "unwritable", lambda folder: "Read-only file system")
+    (tmp_path / "tb").mkdir()
     with pytest.raises(ValueError, match=r"--tensorboard .*tb: the folder is not writable \(Read-only file system\); "
                                          r"give a folder you can write"):
         tb.check_log_dir(tmp_path / "tb")

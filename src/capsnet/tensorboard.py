@@ -94,13 +94,19 @@ def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike 
                          "out")
     _writer_class()
     folder = os.fspath(log_dir)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--tensorboard {folder}: the folder cannot be made ({e.strerror or e}); give a folder "
-                         f"you can write") from None
-    if (why := unwritable(folder)) is not None:  # the run files' probe (os.access passes root on a read-only disk)
-        raise ValueError(f"--tensorboard {folder}: the folder is not writable ({why}); give a folder you can write")
+    # not made here (a run refused later, for its data, left the empty folder behind): the nearest folder that is
+    # there must take it (TensorBoardLogger makes it)
+    path = Path(folder).absolute()
+    nearest = next(p for p in (path, *path.parents) if p.exists())
+    if not nearest.is_dir():
+        raise ValueError(f"--tensorboard {folder}: the folder cannot be made ({nearest} is a file); give a folder "
+                         f"you can write")
+    if (why := unwritable(nearest)) is not None:  # the run files' probe (os.access passes root on a read-only disk)
+        raise ValueError(f"--tensorboard {folder}: the folder "
+                         f"{'is not writable' if nearest == path else f'cannot be made in {nearest}'} ({why}); give "
+                         f"a folder you can write")
+    if nearest != path:
+        return  # a folder still to make holds no marks or logs
     if run_dir is not None and (other := _other_run(folder, run_dir)) is not None:
         _refuse_other_run(folder, other, run_dir)
     if run_dir is not None and not resume and any(Path(folder).glob("events.out.tfevents.*")):
@@ -118,8 +124,8 @@ class TensorBoardLogger:
                  run_dir: str | os.PathLike | None = None) -> None:
         """``images``: the held-out examples drawn every epoch, (N, C, H, W), uint8 or float in [0, 1]; ``run_dir``,
         the run whose logs these are: the folder is marked as its (``claim_log_dir``)."""
+        os.makedirs(log_dir, exist_ok=True)
         if run_dir is not None:
-            os.makedirs(log_dir, exist_ok=True)
             claim_log_dir(log_dir, run_dir)
         self.writer = _writer_class()(log_dir=str(log_dir))
         self.images = unit_float(images[:EXAMPLES])
