@@ -130,6 +130,8 @@ def _hint(message: str, parser: _Parser) -> str:
                 misplaced.append(owners[0])  # an abbreviation, which argparse takes before the command
             elif flag in parser._option_string_actions:  # the command's own option, typed before the command
                 early.append(flag)
+            elif flag.startswith("--") and len(whole := [o for o in known if o.startswith(flag)]) == 1:
+                guesses.append((whole[0], flag))  # the one option it begins (--rep: --repeats, not --help)
             elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
                 guesses.append((close[0], flag))
         said, command = "", parser.prog.split()[-1]

@@ -460,6 +460,9 @@ def test_a_flag_is_taken_in_full_only(tmp_path, capsys):
     assert_clean_error(r, "unrecognized arguments: --routing-iter 2; did you mean --routing-iterations?")
     r = in_process(capsys, "bench", "--routing", "em")
     assert_clean_error(r, "unrecognized arguments: --routing em")
+    # the one flag a shortened one begins is named, not the nearest by spelling (--rep: "did you mean --help?")
+    r = in_process(capsys, "bench", "--rep", "1")
+    assert_clean_error(r, "unrecognized arguments: --rep 1; did you mean --repeats?")
     assert not any(tmp_path.iterdir())
 
 
