@@ -162,7 +162,15 @@ def render_index(out: Path) -> tuple[str, dict[str, Any]]:
                   f"torch {env.get('torch')}, Python {env.get('python')}",
                   f"- device {env.get('device')}: {env.get('device_name')}; CPU {env.get('cpu')}, "
                   f"{env.get('cpu_count')} cores", f"- environment recorded {env.get('date')}"]
-    lines += [f"- started {when}: `{cmd}`" for when, cmd in read_tsv(out / "invocations.tsv")]
+    started = []
+    for k, (when, cmd) in enumerate(read_tsv(out / "invocations.tsv"), 1):
+        path = out / "environments" / f"{k}.json"
+        own = json.loads(path.read_text()) if path.is_file() else {}
+        started.append({"started": when, "command": cmd, "environment": own})
+        ran = (f" (commit {own.get('git_commit')}{', with uncommitted changes' if own.get('git_dirty') else ''}, "
+               f"torch {own.get('torch')}, device {own.get('device')}: {own.get('device_name')})") if own else ""
+        lines.append(f"- started {when}: `{cmd}`{ran}")
+    summary["invocations"] = started
     lines += ["", "## Steps", "", "| step | status | seconds | estimate, GPU min | note |", "| --- | --- | ---: | ---: | --- |"]
     lines += [f"| {name} | {status} | {seconds} | {estimate} | {note} |"
               for name, (status, seconds, estimate, note) in steps.items()]

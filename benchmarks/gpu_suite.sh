@@ -205,6 +205,12 @@ has_device_flag() { "$PY" "$1" --help 2>/dev/null | grep -q -- '--device'; }
 
 printf '%s\t%s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" "$(quote benchmarks/gpu_suite.sh "${ARGS[@]}")" \
     >>"$OUT/invocations.tsv"
+# every invocation's own environment (commit, torch, device), whatever --only runs: a later sitting, on another
+# machine, skips the env step, and the index listed only the first sitting's
+mkdir -p "$OUT/environments"
+"$PY" benchmarks/gpu_suite.py environment --device "$DEVICE" \
+    --out "$OUT/environments/$(wc -l <"$OUT/invocations.tsv" | tr -d ' ').json" >/dev/null \
+    || echo "!! the environment of this invocation was not recorded (see the message above)"
 if ((TINY)); then
     echo "gpu_suite: device $DEVICE, results in $OUT (tiny sizes: a test of the script, not a measurement)"
 else
@@ -353,6 +359,7 @@ for family in routing-family segmentation synthesis; do
 done
 
 # ------------------------------------------------------------------------------------------ the end
+report  # this invocation in the index even where every step it named was done before
 if [[ -n $BUNDLE ]]; then
     "$PY" benchmarks/gpu_suite.py bundle "$OUT" "$BUNDLE" || FAILED+=("bundle")
 fi

@@ -83,6 +83,24 @@ def test_only_runs_the_steps_named_and_skips_the_cuda_tests_on_a_cpu(tmp_path):
     r = run_suite("--tiny", "--device", "cpu", "--out", out, "--only", "env")  # a later sitting: done, not rerun
     assert r.returncode == 0 and "env: done in an earlier sitting" in r.stdout
     assert len(suite.read_tsv(out / "commands.tsv")) == 1
+    # each sitting's own environment, though the env step ran only in the first (a later one, on another machine,
+    # was indexed with none: a review, 2026-12-01)
+    index = (out / "README.md").read_text()
+    started = [line for line in index.splitlines() if line.startswith("- started ")]
+    assert len(started) == 2 and all(f"torch {torch.__version__}, device cpu: " in line for line in started)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [i["environment"]["device"] for i in summary["invocations"]] == ["cpu", "cpu"]
+    assert summary["invocations"][1]["command"].endswith("--only env")
+
+
+def test_a_sitting_without_the_env_step_still_records_its_environment(tmp_path):
+    out = tmp_path / "out"
+    r = run_suite("--tiny", "--device", "cpu", "--out", out, "--only", "cuda-tests")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (out / "environment.json").exists()
+    own = json.loads((out / "environments" / "1.json").read_text())
+    assert own["device"] == "cpu" and own["torch"] == torch.__version__
+    assert f"--only cuda-tests` (commit {own['git_commit']}" in (out / "README.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA, where --device cuda fails")
