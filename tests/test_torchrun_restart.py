@@ -220,3 +220,34 @@ def test_a_nan_stop_under_max_restarts_is_not_trained_to_again_by_each_restart(t
         monkeypatch.delenv(name)
     fit(TINY, replace(CFG, epochs=3), run, device="cpu", data_root=data_root, progress=False, resume=True)
     assert not (run / STOPPED_FILE).exists()
+
+
+def test_every_group_a_process_joins_after_its_first_has_keys_of_its_own(monkeypatch):
+    """fit called again in one torchrun process joined through the agent store's keys of its first group: a rank
+    dialled the old group's address and waited for ever (2 of 4 tries of three fits under two processes hung, a
+    review, 2026-12-01; 2 of 3 here, 0 of 4 with this). Each join after the first, and a restart's first, writes
+    under a prefix of its own attempt and join, as every process counts them alike."""
+    import capsnet.distributed as d
+
+    agent = _agent_store()
+    _torchrun_env(monkeypatch, 0, agent)
+    calls = []
+    monkeypatch.setattr(d.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(d.dist, "init_process_group", lambda backend, **kw: calls.append(kw))
+    monkeypatch.setattr(d, "_joins", 0)
+    launch = Launch(0, 2, 0, 2, agent_store=True)
+    for _ in range(3):
+        assert d.join(launch, torch.device("cpu")) == (torch.device("cpu"), True)
+    assert calls[0]["init_method"] == "env://" and "store" not in calls[0]  # the first, as torchrun's own
+    for n, call in ((2, calls[1]), (3, calls[2])):
+        call["store"].set("key", f"join {n}")
+        assert agent.check([f"capsnet/attempt0/join{n}//key"])  # (PrefixStore puts a / after the prefix)
+        assert agent.get(f"capsnet/attempt0/join{n}//key") == f"join {n}".encode()
+    monkeypatch.setattr(d, "_joins", 0)  # a restart's first group: its attempt's keys (one machine)
+    d.join(replace(launch, restart=1), torch.device("cpu"))
+    calls[-1]["store"].set("key", "restart")
+    assert agent.check(["capsnet/attempt1/join1//key"]) and agent.get("capsnet/attempt1/join1//key") == b"restart"
+    monkeypatch.setattr(d, "_joins", 6)
+    d.join(replace(launch, restart=1, world_size=4), torch.device("cpu"))  # two machines: no attempt (theirs differ)
+    calls[-1]["store"].set("key", "machines")
+    assert agent.check(["capsnet/attempt0/join7//key"]) and agent.get("capsnet/attempt0/join7//key") == b"machines"

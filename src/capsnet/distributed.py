@@ -167,6 +167,9 @@ def rank_device(device: torch.device, launch: Launch) -> torch.device:
     return torch.device("cuda", launch.local_rank)
 
 
+_joins = 0  # the process groups this process has joined (``join``)
+
+
 def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     """Join the process group of ``launch`` on ``device``: (this rank's device, whether this call created the group).
 
@@ -185,12 +188,17 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     if backend == "nccl" and not dist.is_nccl_available():
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
-    if launch.restart and launch.agent_store and launch.one_machine:
-        # a restart joins through the launch's one agent store, which still holds the keys of the attempt before
-        # (the dead processes' addresses, which gloo then dialled: "Connection refused"): keys of its own attempt.
-        # One machine only: over several, each machine's agent counts its restarts apart (one whose processes were
-        # well starts them again as restart 0), so the machines would not agree on the attempt's keys
-        store = dist.PrefixStore(f"capsnet/attempt{launch.restart}/", _agent_store(launch))
+    global _joins
+    _joins += 1
+    if launch.agent_store and (_joins > 1 or launch.restart and launch.one_machine):
+        # a restart, or a second group in one process (fit called again), joins through the launch's one agent store,
+        # which still holds the keys of the group before (the dead processes' addresses, which gloo then dialled:
+        # "Connection refused"; or the first group's, where a rank then waited for ever): keys of its own. The
+        # attempt on one machine only: over several, each machine's agent counts its restarts apart (one whose
+        # processes were well starts them again as restart 0), so the machines would not agree on its keys; every
+        # process counts its own joins alike
+        attempt = launch.restart if launch.one_machine else 0
+        store = dist.PrefixStore(f"capsnet/attempt{attempt}/join{_joins}/", _agent_store(launch))
         dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())
     else:
