@@ -487,7 +487,7 @@ def test_commands_other_than_train_refuse_several_processes_with_the_rank_said(t
     assert code == 0, err
 
 
-def test_a_collective_that_timed_out_is_said_so_with_the_setting_that_waits_longer(monkeypatch):
+def test_a_collective_that_timed_out_is_said_so_with_the_setting_that_waits_longer(monkeypatch, tmp_path):
     """Rank 0 scores the held-out set alone while the others wait: longer than torch's default process-group
     timeout (30 minutes for gloo) ended the run, each waiting rank saying another process had stopped, which none
     had (a review, 2026-11-30). The wait is CAPSNET_DIST_TIMEOUT_MIN minutes (6 hours by default), given to the
@@ -514,16 +514,51 @@ def test_a_collective_that_timed_out_is_said_so_with_the_setting_that_waits_long
         raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
                            "5400000ms for recv operation to complete")
     monkeypatch.setattr(train_mod, "_fit", timed_out)
-    # capsnet made the group: its timeout was waited; the caller made it (with a timeout of their own): not quoted
-    for created, said in ((True, r"a collective timed out after 90 minutes: .* set CAPSNET_DIST_TIMEOUT_MIN to "
-                                 r"more minutes and resume"),
-                          (False, r"a collective timed out: another process of this run took longer than the "
-                                  r"process group's timeout .* give init_process_group a longer timeout and resume")):
+    # capsnet made the group: its timeout was waited; the caller made it (with a timeout of their own): not quoted.
+    # A resume is offered where the run has saved (a timeout in the first epoch's evaluation lost it: "nothing to
+    # resume", a review, 2026-12-01)
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "last.safetensors").write_bytes(b"")
+    for created, run, said in (
+            (True, "saved", r"a collective timed out after 90 minutes: .* set CAPSNET_DIST_TIMEOUT_MIN to more minutes "
+                            r"and resume \("),
+            (True, "new", r"a collective timed out after 90 minutes: .* set CAPSNET_DIST_TIMEOUT_MIN to more minutes "
+                          r"and run the command again \(the run had saved nothing to resume\)"),
+            (False, "saved", r"a collective timed out: another process of this run took longer than the process "
+                             r"group's timeout .* give init_process_group a longer timeout and resume")):
         monkeypatch.setattr(train_mod, "join", lambda launch, dev, created=created: (dev, created))
         with pytest.raises(DistributedError, match=said) as e:
             fit(CapsNetConfig(conv1_channels=8, primary_types=2), TrainConfig(dataset="mnist-sample", epochs=1,
-                                                                             batch_size=32), "unused")
+                                                                             batch_size=32), tmp_path / run)
         assert created or "90" not in str(e.value).split("(RuntimeError")[0]
+
+
+def test_a_process_whose_peers_never_join_is_told_so_and_a_port_past_65535_by_name(monkeypatch):
+    """Launcher variables set by hand with no other process: a traceback of torch's store after the whole timeout
+    (or C++ frame dumps), and MASTER_PORT=99999 torch's "port must have value from 0 to 65535" of no variable (a
+    review, 2026-12-01)."""
+    import torch
+    import torch.distributed as dist
+
+    import capsnet.distributed as d
+    from capsnet.distributed import DistributedError, Launch, launcher
+
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "99999"}
+    with pytest.raises(DistributedError, match=r"MASTER_PORT='99999' is not a port \(1 to 65535\); launch with "
+                                               r"`torchrun"):
+        launcher(env)
+    assert launcher(env | {"MASTER_PORT": "65535"}).world_size == 2
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", "29513")
+    monkeypatch.setattr(d.dist, "is_initialized", lambda: False)
+
+    def nobody_came(*a, **k):
+        raise dist.DistStoreError("Timed out after 61 seconds waiting for clients. 1/2 clients joined.")
+    monkeypatch.setattr(d.dist, "init_process_group", nobody_came)
+    with pytest.raises(DistributedError, match=r"process 0 of 2 could not form the process group at "
+                                               r"MASTER_ADDR:MASTER_PORT localhost:29513: the other processes never "
+                                               r"joined it .*\(DistStoreError: Timed out after 61 seconds"):
+        d.join(Launch(0, 2, 0, 2), torch.device("cpu"))
 
 
 def test_the_ranks_fingerprint_holds_whether_they_save_inside_epochs():

@@ -969,6 +969,9 @@ def test_a_resume_to_more_epochs_warns_where_a_schedule_follows_the_runs_total(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         start_or_resume(tmp_path, TINY, cfg, True)  # the same total: exact, nothing said
+        # under torchrun every process but the first reads the run with warn=False: said once, not once a process
+        # (a review, 2026-12-01)
+        start_or_resume(tmp_path, TINY, dataclasses.replace(cfg, epochs=2), True, warn=False)
     em = EMCapsNetConfig()
     assert _stretched_schedules(em, CFG) == ["the spread loss's margin (margin_warmup)"]
     assert _stretched_schedules(dataclasses.replace(em, margin_warmup=0.0), CFG) == []

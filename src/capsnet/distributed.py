@@ -111,7 +111,9 @@ def launcher(env: Mapping[str, str] | None = None, *, required: bool = False) ->
     if rank >= world or local_rank >= local_world:
         raise DistributedError(f"RANK={rank} and LOCAL_RANK={local_rank} must be below WORLD_SIZE={world} and "
                                f"LOCAL_WORLD_SIZE={local_world}; {LAUNCH_HINT} rather than setting them by hand")
-    _integer(env, "MASTER_PORT", 1)
+    if _integer(env, "MASTER_PORT", 1) > 65535:  # torch said "port must have value from 0 to 65535" of no variable
+        raise DistributedError(f"the launcher variable MASTER_PORT={env['MASTER_PORT']!r} is not a port (1 to "
+                               f"65535); {LAUNCH_HINT} rather than setting it by hand")
     restart, most = (_integer(env, name, 0) if env.get(name) else 0
                      for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"))
     return Launch(rank, world, local_rank, local_world, restart, most,
@@ -188,6 +190,21 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     if backend == "nccl" and not dist.is_nccl_available():
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
+    try:
+        _init_group(launch, backend)
+    except dist.DistError as e:  # no peer came (variables set by hand, a process that never started): a traceback
+        # of torch's store after the whole timeout (6 hours by default), or C++ frame dumps
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        raise DistributedError(f"process {launch.rank} of {launch.world_size} could not form the process group at "
+                               f"MASTER_ADDR:MASTER_PORT {where}: the other processes never joined it (started by "
+                               f"hand, or not started); {LAUNCH_HINT}, every process of the run with the same "
+                               f"settings ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})") from None
+    return device, True
+
+
+def _init_group(launch: Launch, backend: str) -> None:
+    """``init_process_group`` for ``launch``: through torchrun's agent store under keys of this group's own where
+    the store may hold another group's (``join``), else as torchrun's environment says."""
     global _joins
     _joins += 1
     if launch.agent_store and (_joins > 1 or launch.restart and launch.one_machine):
@@ -204,7 +221,6 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     else:
         dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())
-    return device, True
 
 
 TIMEOUT_ENV = "CAPSNET_DIST_TIMEOUT_MIN"

@@ -495,7 +495,7 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
         saved_on = within.get("device", g.device.type)
         if saved_on == g.device.type:
             g.set_state(ckpt.rng_state["epoch_batches"])
-    if saved_on != g.device.type:
+    if saved_on != g.device.type and not rank:  # the first process says it for all
         warnings.warn(f"{ckpt.path} was saved {batches} batches into epoch {epoch} on {saved_on}; on "
                       f"{g.device.type} the rest of that epoch follows this device's shuffle, not the one it began "
                       f"with (some of its examples twice, others not at all); later epochs are whole again",
@@ -774,10 +774,11 @@ def lock_new_run(lock: RunLock, run_dir: Path, model_config: Any, cfg: TrainConf
         raise CheckpointError(f"another capsnet run wrote {run_dir} while this one prepared its start: {e}") from None
 
 
-def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool
+def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, warn: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
-    ``epochs``); a new run must not overwrite one, nor files of the run's names that no run of capsnet left."""
+    ``epochs``); a new run must not overwrite one, nor files of the run's names that no run of capsnet left.
+    ``warn``: say what a resume changes (under torchrun, the first process alone)."""
     name, last_path = model_name(model_config), run_dir / "last.safetensors"
     if not resume:
         if last_path.exists():
@@ -816,7 +817,7 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
         raise ResumeError(f"{last_path} was trained with another configuration ({listed}); resume with the "
                           f"same settings (only --epochs and --eval-every may change) or use a new --out", diff)
     check_epochs(ckpt.state, cfg.epochs, last_path, saved_train.epochs)
-    if cfg.epochs != saved_train.epochs and (stretched := _stretched_schedules(model_config, cfg)):
+    if warn and cfg.epochs != saved_train.epochs and (stretched := _stretched_schedules(model_config, cfg)):
         # the schedules read step / total steps: a new total moves them back (EM's margin fell from 0.9 to 0.67),
         # where a resume to the same total is exact (a review, 2026-12-01)
         warnings.warn(f"--epochs {cfg.epochs} where the run in {run_dir} planned {saved_train.epochs}: "
@@ -1097,7 +1098,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
 
             if created:  # capsnet's group: its timeout is the one waited
                 waited = process_group_timeout().total_seconds() / 60
-                after, fix = f" after {waited:g} minutes", f"set {TIMEOUT_ENV} to more minutes and resume"
+                go_on = "resume" if (Path(run_dir) / "last.safetensors").exists() else \
+                    "run the command again (the run had saved nothing to resume)"
+                after, fix = f" after {waited:g} minutes", f"set {TIMEOUT_ENV} to more minutes and {go_on}"
                 longer = "that"
             else:  # the caller's own group, made with the timeout they gave it
                 after, fix = "", "give init_process_group a longer timeout and resume"
@@ -1201,7 +1204,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if refused is not None:
         raise refused
     if not main:
-        state, ckpt = start_or_resume(run_dir, model_config, cfg, resume)
+        state, ckpt = start_or_resume(run_dir, model_config, cfg, resume, warn=False)  # rank 0 said it
     within = state.pop("within", None)  # saved inside an epoch: where in it the run stopped
     scaled = state.pop("grad_scaler", None)  # --amp fp16: the gradient scaler's state, saved with last.safetensors
     # this launch's id in every save, so its restarts know the checkpoint as theirs (one process, or no id: none)
@@ -1254,7 +1257,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         probe_batch = make_batch(train, torch.arange(min(len(train), 2), device=dev),
                                  _seeded_generator(cfg.seed, 0, dev), augment)
         unreached = _freeze_unreached(model, spec.loss, probe_batch, cfg, dev)
-        if unreached:
+        if unreached and main:
             log.info("parameters the loss does not reach, left out of DDP: %s", ", ".join(unreached))
         if dev.type == "cuda":  # batch statistics over the global batch, as one process computes them
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
