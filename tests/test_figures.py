@@ -789,3 +789,35 @@ def test_a_model_drawn_on_other_classes_names_its_capsules_by_its_own(tmp_path, 
     label = seen["plot_pose_sweep"][1]["label"]  # "test image 0 (true 7), the capsule of its prediction Sandal"
     assert label.startswith("test image 0 (true 7), the capsule of its prediction ") and label.rsplit(
         "prediction ", 1)[1] in fashion
+
+
+@pytest.mark.parametrize("name,small", [
+    ("capsnet", dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))),
+    ("em-capsnet-small", dict(conv1_channels=8, primary_types=2, caps1_types=4, caps2_types=4)),
+])
+def test_two_camera_and_standardised_inputs_are_drawn_not_a_traceback(name, small, tmp_path):
+    """`capsnet figures` on any smallNORB run ended in matplotlib's "Invalid shape (32, 32, 2) for image data" (its
+    two cameras), and inputs standardised per image (CIFAR-10's, smallNORB's) were clamped to [0, 1]: everything
+    below the mean black (a review, 2026-12-01). Two channels are drawn side by side, values outside [0, 1] stretched
+    from their own minimum to maximum."""
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=5, in_channels=2, input_height=32, input_width=32, **small).eval()
+    x = torch.randn(3, 2, 32, 32)  # standardised, as smallNORB's held images are
+    figures = [fg.plot_routing(fg.routing_trace(model, x), 0, image=x[0])]
+    if name == "capsnet":
+        figures.append(fg.plot_reconstructions(x, fg.reconstructions(model, x), torch.tensor([0, 1, 2])))
+        sweep = fg.pose_sweep(model, x[:1], dims=[0, 1], deltas=[-0.1, 0.0, 0.1])[0]  # (2, 3, 2, 32, 32)
+        figures.append(fg.plot_pose_sweep(sweep, [0, 1], [-0.1, 0.0, 0.1], image=x[0]))
+        tile = figures[-1].axes[-1].images[0].get_array()
+        assert tile.shape == (2 * 34 - 2, 3 * 66 - 2)  # each tile the two cameras side by side
+    for k, fig in enumerate(figures):
+        fg.save_figure(fig, tmp_path / f"{k}.png")
+    shown = fg.plots.shown_image(x[0])
+    assert shown.shape == (32, 64) and shown.min() == 0 and shown.max() == 1
+    lo, hi = x[0].min(), x[0].max()
+    torch.testing.assert_close(shown[:, :32], (x[0, 0] - lo) / (hi - lo))  # camera 0 on the left, stretched
+    torch.testing.assert_close(shown[:, 32:], (x[0, 1] - lo) / (hi - lo))
+    inside = torch.rand(3, 8, 8)  # images in [0, 1] are drawn as they are
+    torch.testing.assert_close(fg.plots.shown_image(inside), inside.permute(1, 2, 0))

@@ -44,12 +44,22 @@ def _short(name: str, limit: int = 18) -> str:
 MAX_TICKS = 20  # class names under one panel's bars: past this, every k-th bar is named
 
 
-def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
-    img = image.detach().cpu()
-    img = unit_float(img)  # uint8 data set images
+def shown_image(image: torch.Tensor) -> torch.Tensor:
+    """An image (C, H, W) or (H, W) as it is drawn: (H, W) grey or (H, W, 3) colour in [0, 1]. Two channels (smallNORB's
+    two cameras) side by side, (H, 2W); values outside [0, 1] (inputs standardised per image: CIFAR-10's, smallNORB's)
+    stretched from their own minimum to maximum, where clamping turned everything below the mean black."""
+    img = unit_float(image.detach().cpu()).float()  # uint8 data set images
     if img.dim() == 3:
-        img = img[0] if img.shape[0] == 1 else img.permute(1, 2, 0)
-    ax.imshow(img.clamp(0, 1).numpy(), cmap="gray", vmin=0, vmax=1)
+        img = img[0] if img.shape[0] == 1 else torch.cat(list(img), dim=-1) if img.shape[0] == 2 else \
+            img.permute(1, 2, 0)
+    lo, hi = (img.min().item(), img.max().item()) if img.numel() else (0.0, 1.0)
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        img = (img - lo) / (hi - lo)
+    return img.clamp(0, 1)
+
+
+def _show(ax, image: torch.Tensor, title: str | None = None) -> None:
+    ax.imshow(shown_image(image).numpy(), cmap="gray", vmin=0, vmax=1)
     ax.set_xticks([])
     ax.set_yticks([])
     if title:
@@ -137,6 +147,8 @@ def plot_pose_sweep(sweep: torch.Tensor, dims: Sequence[int], deltas: Sequence[f
     tiles = sweep.detach().cpu().float().clamp(0, 1)
     if tiles.dim() == 4:
         tiles = tiles.unsqueeze(2)  # (A, K, C, H, W)
+    if tiles.shape[2] == 2:  # smallNORB's two cameras side by side, as shown_image draws them
+        tiles = torch.cat([tiles[:, :, :1], tiles[:, :, 1:]], dim=-1)
     _, _, C, H, W = tiles.shape
     pad = 2
     # One montage, drawn by a single imshow: a 16 x 11 grid of subplots would take seconds to render.
