@@ -172,3 +172,43 @@ def test_concurrent_requests_agree_with_serial(server, viewer):
     assert [r for _, r in results[:24]] == serial
     assert all(status == 200 for status, _ in results)
     assert [r["source"]["index"] for _, r in results[24:]] == list(range(8))
+
+
+def test_a_model_of_standardised_inputs_refuses_uploads_and_shows_its_inputs_stretched(tmp_path):
+    """A CIFAR-10 model took uploads as pixels / 255, not cropped and standardised as it learned (capsnet predict
+    refuses it for that), and its standardised test inputs were sent in [0, 1], everything below the mean black (a
+    review, 2026-12-01). Opened on a folder of 24x24 colour images: uploads a 400 naming why, inputs in their own
+    range."""
+    import torch
+
+    from capsnet.checkpoint import Checkpoint, save_checkpoint
+    from capsnet.models import create_model
+    from capsnet.viz import load_viewer
+    from capsnet.viz.engine import _Input
+
+    rng = np.random.default_rng(0)
+    for split in ("", "test/"):
+        for k in range(10):
+            (tmp_path / "data" / split / f"c{k}").mkdir(parents=True)
+            Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(
+                tmp_path / "data" / split / f"c{k}" / "a.png")
+    torch.manual_seed(0)
+    model = create_model("capsnet-cifar10", conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))
+    save_checkpoint(tmp_path / "cifar.safetensors", Checkpoint("capsnet-cifar10", model.config.to_dict(),
+                                                                {"dataset": "cifar10"}, {"epoch": 1, "step": 1},
+                                                                model.state_dict()))
+    viewer = load_viewer(tmp_path / "cifar.safetensors", dataset=f"classes:{tmp_path / 'data'}", progress=False)
+    assert viewer.upload_style == "none"
+    standardised = torch.randn(3, 24, 24)
+    walk = viewer.walk(_Input(standardised, {"kind": "test"}))  # as test_input gives a CIFAR-10 test image
+    assert (walk["input"]["lo"], walk["input"]["hi"]) == pytest.approx((standardised.min().item(), standardised.max().item()))
+    np.testing.assert_allclose(decode(walk["input"]), standardised.numpy(), atol=(standardised.max() -
+                                                                                  standardised.min()).item() / 254)
+    with serving(viewer) as srv:
+        status, info = api(srv, "/api/info")
+        assert status == 200 and info["upload_style"] == "none"
+        got, payload = api(srv, "/api/upload", raw=png(np.eye(24, dtype=np.uint8) * 255))
+        assert got == 400 and payload["error"] == (
+            "this model was trained on cifar10, whose images are centre-cropped to 24x24 and standardised per "
+            "image; an upload, read as pixels / 255, would be classified wrong: pick a test image")
+        assert api(srv, "/api/forward", {"index": 0})[0] == 200

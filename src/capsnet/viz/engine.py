@@ -70,6 +70,13 @@ def decode(d: dict[str, Any]) -> np.ndarray:
     return values.reshape(d["shape"])
 
 
+def _shown_range(image: torch.Tensor) -> tuple[float, float]:
+    """The range an input image is shown in: [0, 1], or its own minimum to maximum where it leaves that range (inputs
+    standardised per image, CIFAR-10's and smallNORB's: clamped to [0, 1], everything below the mean was black)."""
+    lo, hi = float(image.min()), float(image.max())
+    return (0.0, 1.0) if lo >= -1e-6 and hi <= 1 + 1e-6 else (lo, hi)
+
+
 def conv_kernels(conv: nn.Conv2d) -> dict[str, Any]:
     """A convolution's weights (K, C, k, k) as ``{"kernels": encoded}``, each kernel in its own symmetric range."""
     w = conv.weight.detach().float().cpu()  # (K, C, k, k)
@@ -124,6 +131,7 @@ class _ViewerBase:
         # of other data (Fashion-MNIST), the whole image fitted to the frame (photos.frame_style); "as-is" for a
         # segmentation or synthesis model, whose uploads are its input as they are (canvas_input)
         self.upload_style = "mnist" if self.kind == "classification" else "as-is"
+        self.no_uploads: str | None = None  # why uploads are refused (a model of prepared inputs: upload_style none)
 
     def _described(self, test_size: int, classes: list[str]) -> dict[str, Any]:
         """The head of ``info()``, the same for every viewer; each adds its own fields after it."""
@@ -272,7 +280,7 @@ class Viewer(_ViewerBase):
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
         return {
             "source": inp.source,
-            "input": encode(inp.image, 0.0, 1.0),
+            "input": encode(inp.image, *_shown_range(inp.image)),
             "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
             "primary_lengths": encode(view.children[0].cpu().reshape(types, rows, cols)),  # min..max
             "primary_are": view.children_are,  # "lengths", or EM's "activations"
@@ -471,6 +479,12 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             viewer.upload_style = (checkpoint is not None and saved_folder(ckpt.state).get("prepared_fit")) or "pad"
         elif shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
             viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
+        from ..predict import PREPARED
+
+        if learned in PREPARED:  # its inputs are not pixels / 255: an upload would be read wrong (predict refuses it)
+            viewer.upload_style = "none"
+            viewer.no_uploads = (f"this model was trained on {learned}, whose images are {PREPARED[learned]}; an "
+                                 f"upload, read as pixels / 255, would be classified wrong: pick a test image")
     viewer.weights = weights
     if checkpoint is not None:  # which save of the file the page shows: a run training on replaces it meanwhile
         from ..checkpoint import saved_point

@@ -540,6 +540,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))
             return
         self._query(set(), "/api/upload (a classifier's upload takes no query)")  # ?routing=x was ignored
+        if viewer.no_uploads:
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, viewer.no_uploads)
         image, size = upload_input(self._body(MAX_UPLOAD_BYTES), viewer.shape, viewer.upload_style)
         self._decoded()
         self._json(HTTPStatus.OK, viewer.walk(viewer.image_input(image, {"kind": "upload", "size": list(size)})))
