@@ -341,10 +341,20 @@ def test_a_resume_by_a_process_count_that_does_not_divide_the_runs_batch_names_t
     assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", *TINY, "--out", str(tmp_path / "run")]) == 0
     capsys.readouterr()
     env = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    import builtins
+
+    said, real_print = [], builtins.print
+
+    def printed(*a, **k):  # stdout's lines kept apart (in_process reads stderr alone)
+        return said.append(" ".join(map(str, a))) if k.get("file") is None else real_print(*a, **k)
+    monkeypatch.setattr(builtins, "print", printed)
     code, err = in_process(capsys, monkeypatch, env, "train", "--resume", "--epochs", "2", "--out", tmp_path / "run")
+    monkeypatch.undo()
     assert code == 2 and "Traceback" not in err, err
     assert ("the run's --batch-size 32 is the global batch and must divide evenly among the processes, and 3 do not "
             "divide it; resume with --nproc_per_node (times --nnodes) one of 1, 2, 4, 8, 16, 32") in err, err
+    # refused before a line said the run goes on (a review, 2026-12-01: "resuming the run in ..." came first)
+    assert not any("resuming" in line for line in said), said
 
 
 def test_a_gan_under_torchrun_without_the_flag_is_told_it_trains_in_one_process(tmp_path, capsys, monkeypatch):

@@ -1218,6 +1218,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.restart_note = f"restart {launch.restart + 1} of at most {launch.max_restarts}"
     if resumed is not None:  # a run past the epochs asked for is refused before any line says it goes on
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)
+        if launch is not None and not synthesis:  # as is a batch the processes cannot divide (fit's own check)
+            train.check_batch_divides(train_cfg, launch, out, True)
         if synthesis and args.judge is not None:  # so is a judge that cannot read the run's images (fit_gan's check)
             from .synthesis import judge_for, load_judge
 

@@ -774,6 +774,21 @@ def lock_new_run(lock: RunLock, run_dir: Path, model_config: Any, cfg: TrainConf
         raise CheckpointError(f"another capsnet run wrote {run_dir} while this one prepared its start: {e}") from None
 
 
+def check_batch_divides(cfg: TrainConfig, launch: Launch, run_dir: str | os.PathLike, resume: bool) -> None:
+    """A DistributedError naming the fix unless ``launch``'s processes divide the global batch evenly (a resume: the
+    run's batch holds, so the process count must change)."""
+    if not cfg.batch_size % launch.world_size:
+        return
+    if resume and (Path(run_dir) / "last.safetensors").exists():
+        counts = [n for n in range(1, min(cfg.batch_size, 64) + 1) if cfg.batch_size % n == 0]
+        raise DistributedError(f"the run's --batch-size {cfg.batch_size} is the global batch and must divide "
+                               f"evenly among the processes, and {launch.world_size} do not divide it; resume "
+                               f"with --nproc_per_node (times --nnodes) one of {', '.join(map(str, counts))}")
+    raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
+                           f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
+                           f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
+
+
 def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool, warn: bool = True
                     ) -> tuple[dict[str, Any], Checkpoint | None]:
     """A run's starting state and, for a resume, its ``last.safetensors`` (checked: the same model and settings but
@@ -1065,15 +1080,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         return final
     if data is not None:
         raise DistributedError("fit(data=...) trains in one process; run it without torchrun")
-    if cfg.batch_size % launch.world_size:
-        if resume and (Path(run_dir) / "last.safetensors").exists():  # the run's batch holds: the count must change
-            counts = [n for n in range(1, min(cfg.batch_size, 64) + 1) if cfg.batch_size % n == 0]
-            raise DistributedError(f"the run's --batch-size {cfg.batch_size} is the global batch and must divide "
-                                   f"evenly among the processes, and {launch.world_size} do not divide it; resume "
-                                   f"with --nproc_per_node (times --nnodes) one of {', '.join(map(str, counts))}")
-        raise DistributedError(f"--batch-size {cfg.batch_size} is the global batch and must divide evenly among the "
-                               f"{launch.world_size} processes; use a multiple of {launch.world_size}, e.g. "
-                               f"{cfg.batch_size + launch.world_size - cfg.batch_size % launch.world_size}")
+    check_batch_divides(cfg, launch, run_dir, resume)
     dev, created = join(launch, dev)
     ended = None  # the device, once this rank's training ended without an error
     lock = RunLock(run_dir)  # taken by the rank that writes
