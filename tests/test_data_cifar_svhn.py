@@ -432,3 +432,28 @@ def test_capsnet_train_runs_the_cifar10_model_on_cifar10_and_eval_scores_it(cifa
     report = json.loads((out / "eval-last.json").read_text())  # no validation split: the final epoch, scored again
     assert report["images"] == len(arrays["test_batch"][1]) and report["dataset"] == "cifar10"
     assert report["accuracy"] == pytest.approx(record["test_accuracy"], abs=1e-9)
+
+
+def test_a_sigmoid_decoder_on_standardised_inputs_is_warned_before_the_data_loads(tmp_path):
+    """CIFAR-10's and smallNORB's inputs are standardised per image (half below 0, a sixth above 1), and CapsNet's
+    decoder ends in a sigmoid: its loss could never reach them, with no word (a review, 2026-12-01). Said once, before
+    the data loads; not said without the decoder or its loss, nor for a data set in [0, 1]."""
+    import warnings
+
+    from capsnet.models import create_model
+    from capsnet.train import TrainConfig, fit, input_fields
+
+    def said(dataset, **fields):
+        cfg = create_model("capsnet", conv1_channels=8, primary_types=2, decoder_hidden=(8, 8),
+                           **input_fields("capsnet", dataset), **fields).config
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(DataError, match="not found"):
+                fit(cfg, TrainConfig(dataset=dataset), tmp_path / "run", data_root=tmp_path / "none", progress=False)
+        return [str(w.message) for w in caught if "sigmoid" in str(w.message)]
+
+    for dataset in ("cifar10", "smallnorb"):
+        got = said(dataset)
+        assert len(got) == 1 and got[0].startswith(f"--dataset {dataset}'s inputs are standardised per image") and \
+            "train with --no-decoder (the authors' CIFAR-10 model has none) or --recon-weight 0" in got[0], got
+    assert said("cifar10", decoder=False) == [] and said("svhn") == []
