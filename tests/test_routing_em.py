@@ -253,6 +253,16 @@ def test_bad_input_is_refused_clearly():
                 EMRouting(4, **{name: bad})
     out = EMRouting(4)(torch.randn(2, 5, 4, 16), torch.zeros(2, 5))  # every child silent: no mass, means of 0
     assert all(torch.isfinite(t).all() for t in out) and (out.poses == 0).all()
+    # a negative activation was a silent child to the mean's weights but took mass off the cost; above 1 passed too
+    # (a review, 2026-12-01)
+    for bad, shown in ((-1.0, "from -1 to 1"), (5.0, "from 0 to 5")):
+        a = torch.ones(2, 5)
+        a[0, 0] = bad
+        a[1, 1] = 0.0
+        with pytest.raises(ValueError, match=rf"activations are the probabilities that the lower capsules are present, "
+                                             rf"in \[0, 1\]; got values {shown}: pass a sigmoid's output"):
+            routing(torch.zeros(2, 5, 4, 16), a)
+    assert torch.isfinite(routing(torch.randn(2, 5, 4, 16), torch.rand(2, 5)).poses).all()
 
 
 def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_it_adds():
@@ -486,7 +496,7 @@ def test_shared_children_are_normalised_over_all_their_votes_as_written_out(norm
     g = torch.Generator().manual_seed(21)
     B, I, J = 3, 4, 3
     votes = torch.randn(B, I, J, 16, generator=g, dtype=DT) * 0.3
-    a = torch.rand(B, I, generator=g, dtype=DT) + 0.1
+    a = torch.rand(B, I, generator=g, dtype=DT) * 0.9 + 0.1  # probabilities, away from 0
     children = [[0, 1, 2, 3], [2, 3, 4, 5], [5, 6, 0, 7]]  # child 2, 3, 5 and 0 each in two rows
     routing = EMRouting(J, iterations=2, child_norm=norm).double()
     out = routing(votes, a, record=True, children=torch.tensor(children), num_children=8)

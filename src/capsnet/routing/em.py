@@ -292,7 +292,8 @@ class EMRouting(nn.Module):
         folded into the batch), whose R is normalised over all its votes (``child_norm``).
 
         Shapes:
-            votes: (B, I, J, D); activations: (B, I) or None; bias: must be None (EM has no pose bias)
+            votes: (B, I, J, D); activations: (B, I) in [0, 1] (refused outside it on the CPU) or None; bias:
+                must be None (EM has no pose bias)
             returns: poses mu (B, J, D), activations a (B, J), coupling R (B, I, J) of the last M-step;
                 with ``record``, ``rounds`` (B, R, I, J): the R each M-step used (the first uniform).
                 Half-precision votes are routed, and returned, in float32.
@@ -302,6 +303,14 @@ class EMRouting(nn.Module):
             raise ValueError(f"votes are for {J} upper capsules but this EMRouting has out_caps={self.out_caps}")
         if bias is not None:
             raise ValueError("EM routing takes no pose bias: build the layer with bias=False")
+        if activations is not None and activations.device.type == "cpu" and eager() and activations.numel():
+            # the probabilities that the children are present: a negative one was a silent child to the mean's
+            # weights but took mass off the cost (a review, 2026-12-01). Checked on the CPU only (elsewhere the
+            # check would wait for the device every step), as the labels' range is
+            lo, hi = activations.min().item(), activations.max().item()
+            if not (lo >= 0 and hi <= 1 + 1e-4):  # (a rounding's worth above 1 let through)
+                raise ValueError(f"activations are the probabilities that the lower capsules are present, in [0, 1]; "
+                                 f"got values from {lo:g} to {hi:g}: pass a sigmoid's output, or none (all present)")
         # bf16 and fp16 votes are routed in fp32; float32 votes beside float64 betas (a .double() module) in float64
         dtype = torch.promote_types(torch.promote_types(votes.dtype, torch.float32), self.beta_u.dtype)
         with _autocast_off(votes.device.type):  # also inside a bf16 autocast step
