@@ -71,7 +71,7 @@ class CapsNetConfig(SavedRounds, JsonConfig):
     in_channels: int = 1
     num_classes: int = 10
     conv1_channels: int = 256  # Conv1's channels (stride 1, ReLU; the paper's MNIST model: 256 of 9x9)
-    conv1_kernel: int = 9
+    conv1_kernel: int = 9  # Conv1's kernel side (the paper's: 9)
     primary_types: int = 32  # PrimaryCaps' capsule types, each primary_dim-D (the paper's MNIST model: 32 of 8D)
     primary_dim: int = 8
     primary_kernel: int = 9
