@@ -358,9 +358,29 @@ def test_svhn_downloads_and_checks_the_file(tmp_path, server, monkeypatch):
 
 
 def _standardise(x: torch.Tensor) -> torch.Tensor:
-    flat = x.flatten(1)
+    """tf.image.per_image_standardization of the pixels in 0..255, as the authors' pipeline gives it them."""
+    flat = x.flatten(1).double() * 255
     std = flat.std(dim=1, unbiased=False).clamp_min(1 / flat.shape[1] ** 0.5)
-    return ((flat - flat.mean(dim=1, keepdim=True)) / std[:, None]).view_as(x)
+    return ((flat - flat.mean(dim=1, keepdim=True)) / std[:, None]).view_as(x).to(x.dtype)
+
+
+def test_the_standardisation_floor_is_the_authors_in_their_pixel_units():
+    """The floor of the standard deviation, 1 / sqrt(N), was applied to pixels in [0, 1], where the authors' code
+    (tensorflow/models research/capsules, google-research capsule_em) gives tf.image.per_image_standardization pixels
+    in 0..255: a low-contrast crop came out with a standard deviation of 0.42 where theirs has 1 (a review,
+    2026-12-01). A crop of a few grey levels, one of full contrast and a flat one, against the reference."""
+    from capsnet.data.tasks import _standardised
+
+    g = torch.Generator().manual_seed(0)
+    low = 0.5 + torch.randint(0, 4, (1, 3, 24, 24), generator=g).float() / 255  # 4 grey levels: sd ~0.004
+    full = torch.rand(1, 3, 24, 24, generator=g)
+    flat = torch.full((1, 3, 24, 24), 0.3)
+    x = torch.cat([low, full, flat])
+    got = _standardised(x)
+    torch.testing.assert_close(got[:2], _standardise(x)[:2], rtol=1e-5, atol=1e-5)
+    assert got[0].std(unbiased=False).item() == pytest.approx(1.0, abs=1e-4)  # their floor does not reach it
+    # a flat crop: 0 everywhere but for float32's rounding of its mean, over the floor (0.0003 here)
+    assert got[2].abs().max() < 1e-3 and _standardise(x)[2].abs().max() == 0
 
 
 def test_cifar10_is_tested_on_the_standardised_centre_crop(cifar_root):
