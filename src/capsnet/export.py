@@ -551,7 +551,7 @@ def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
     scores)."""
     from . import __version__
     from .data.tasks import TASKS, dataset_stem, task_kind, trained_classes, user_folder
-    from .predict import PREPARED
+    from .data.tasks import PREPARED
 
     meta = {"capsnet.version": __version__, "capsnet.model": model}
     kind = MODELS[model].kind if model in MODELS else None

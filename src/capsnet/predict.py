@@ -32,16 +32,13 @@ from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
                        read_png, refuse_case_twins, transparent_share)
-from .data.tasks import saved_folder, task, trained_classes, user_folder
+from .data.tasks import PREPARED, saved_folder, task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model
 from .models import model_spec
 
 __all__ = ["Predictions", "predict_folder", "PREDICTIONS_FILE"]
 
 PREDICTIONS_FILE = "predictions.csv"  # a classifier's output in --out
-# data sets whose models take prepared images, not PNG pixels / 255 (capsnet.data.tasks makes their test splits)
-PREPARED = {"cifar10": "centre-cropped to 24x24 and standardised per image",
-            "smallnorb": "as two 96x96 views, downsampled to 48x48, cropped to 32x32 and standardised"}
 _CHANNELS = {1: "grayscale", 3: "RGB"}
 
 

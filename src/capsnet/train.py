@@ -46,9 +46,9 @@ from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
 from .data.idx import DataError
-from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, Split, absolute_dataset,
-                         class_change, dataset_stem, folder_change, folder_contents, input_shape, load_training, task,
-                         saved_folder, user_folder)
+from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREFIX, PREPARED, TASKS, Split,
+                         absolute_dataset, class_change, dataset_stem, folder_change, folder_contents, input_shape,
+                         load_training, task, saved_folder, user_folder)
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
 from .evaluate import evaluate_split
@@ -1191,15 +1191,13 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         warnings.warn(f"--shift {cfg.shift} moves some images' ink wholly out of their {side}-pixel frame (MNIST's "
                       f"10,000 first training digits: 0.25% blank at 16, 5% at 20, 38% at 27), trained on as blanks "
                       f"of their class; the paper's is 2", UserWarning, stacklevel=2)
-    if main and cfg.recon_weight > 0 and getattr(model_config, "decoder", False) is True:
-        from .predict import PREPARED  # the data sets whose inputs are standardised per image
-
-        if cfg.dataset in PREPARED:  # a review, 2026-12-01: half the targets below 0, a sixth above 1
-            warnings.warn(f"--dataset {cfg.dataset}'s inputs are standardised per image (mean 0, standard "
-                          f"deviation 1), and the decoder's sigmoid reconstructs in [0, 1]: its loss cannot reach "
-                          f"the values below 0 or above 1, which it then weighs against the margin loss; train "
-                          f"with --no-decoder (the authors' CIFAR-10 model has none) or --recon-weight 0 unless "
-                          f"that is meant", UserWarning, stacklevel=2)
+    if main and cfg.recon_weight > 0 and getattr(model_config, "decoder", False) is True and cfg.dataset in PREPARED:
+        # a review, 2026-12-01: half the targets below 0, a sixth above 1
+        warnings.warn(f"--dataset {cfg.dataset}'s inputs are standardised per image (mean 0, standard "
+                      f"deviation 1), and the decoder's sigmoid reconstructs in [0, 1]: its loss cannot reach "
+                      f"the values below 0 or above 1, which it then weighs against the margin loss; train "
+                      f"with --no-decoder (the authors' CIFAR-10 model has none) or --recon-weight 0 unless "
+                      f"that is meant", UserWarning, stacklevel=2)
     last_path, best_path = run_dir / "last.safetensors", run_dir / "best.safetensors"
 
     # 1. Start or resume. Under torchrun rank 0 first: its lock and the folder decide, and the other ranks read the

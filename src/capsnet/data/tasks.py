@@ -270,6 +270,12 @@ NORB_SIDE, NORB_CROP = 48, 32  # Hinton et al. 2018, section 5: "downsampled to 
 NORB_BRIGHTNESS, NORB_CONTRAST = 0.3, (0.7, 1.3)  # jitter in standard deviations and as a factor (the paper gives none)
 
 
+# data sets whose models take prepared images (made by the tasks below), not PNG pixels / 255: how their test images
+# are made (predict and the viewer refuse a user's images for them, training warns a sigmoid decoder of them)
+PREPARED = {"cifar10": "centre-cropped to 24x24 and standardised per image",
+            "smallnorb": "as two 96x96 views, downsampled to 48x48, cropped to 32x32 and standardised"}
+
+
 def _standardised(x: torch.Tensor) -> torch.Tensor:
     """Each image (N, C, H, W), pixels in [0, 1], to zero mean and unit variance over all its values, as
     ``tf.image.per_image_standardization`` does it to the pixels in 0..255 that the authors' CIFAR-10 and smallNORB

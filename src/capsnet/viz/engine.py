@@ -479,7 +479,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             viewer.upload_style = (checkpoint is not None and saved_folder(ckpt.state).get("prepared_fit")) or "pad"
         elif shape[0] == 1 and learned in TASKS and TASKS[learned].source not in ("mnist", "mnist-sample"):
             viewer.upload_style = "frame"  # a Fashion-MNIST item fills its frame: MNIST's 20x20 box would shrink it
-        from ..predict import PREPARED
+        from ..data.tasks import PREPARED
 
         if learned in PREPARED:  # its inputs are not pixels / 255: an upload would be read wrong (predict refuses it)
             viewer.upload_style = "none"
