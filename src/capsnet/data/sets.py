@@ -64,6 +64,14 @@ def unit_float(images: torch.Tensor) -> torch.Tensor:
     (already in [0, 1]) as they are, in float32. Any shape, on the images' device."""
     return images.float() if images.is_floating_point() else images.float() / 255.0
 
+
+def shown_range(image: torch.Tensor) -> tuple[float, float]:
+    """The range an image is shown in: (0, 1), or its own (minimum, maximum) where its values leave [0, 1] (inputs
+    standardised per image, CIFAR-10's and smallNORB's: clamped to [0, 1], everything below the mean was black).
+    The figures and the viewer show inputs by it."""
+    lo, hi = float(image.min()), float(image.max())
+    return (0.0, 1.0) if lo >= -1e-6 and hi <= 1 + 1e-6 else (lo, hi)
+
 class _File(NamedTuple):
     name: str  # uncompressed file name; ".gz" is appended for the compressed copy
     md5: str  # of the uncompressed contents

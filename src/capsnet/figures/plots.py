@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import torch
 
 from ..checkpoint import atomic_write
-from ..data.sets import unit_float
+from ..data.sets import shown_range, unit_float
 from .arrays import FigureError, PairReconstructions, Reconstructions, RoutingTrace, overlay_pair
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
@@ -52,9 +52,8 @@ def shown_image(image: torch.Tensor) -> torch.Tensor:
     if img.dim() == 3:
         img = img[0] if img.shape[0] == 1 else torch.cat(list(img), dim=-1) if img.shape[0] == 2 else \
             img.permute(1, 2, 0)
-    lo, hi = (img.min().item(), img.max().item()) if img.numel() else (0.0, 1.0)
-    if lo < -1e-6 or hi > 1 + 1e-6:
-        img = (img - lo) / (hi - lo)
+    if img.numel() and (shown := shown_range(img)) != (0.0, 1.0):
+        img = (img - shown[0]) / (shown[1] - shown[0])
     return img.clamp(0, 1)
 
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.sets import shown_range
 from ..models import is_segmentation
 from ..models.capsnet import CapsNet, CapsNetConfig
 from ..routing import routing_is, routing_name
@@ -68,13 +69,6 @@ def decode(d: dict[str, Any]) -> np.ndarray:
     q = q.reshape(n, -1)
     values = lo.reshape(-1, 1) + q * (hi - lo).reshape(-1, 1)
     return values.reshape(d["shape"])
-
-
-def _shown_range(image: torch.Tensor) -> tuple[float, float]:
-    """The range an input image is shown in: [0, 1], or its own minimum to maximum where it leaves that range (inputs
-    standardised per image, CIFAR-10's and smallNORB's: clamped to [0, 1], everything below the mean was black)."""
-    lo, hi = float(image.min()), float(image.max())
-    return (0.0, 1.0) if lo >= -1e-6 and hi <= 1 + 1e-6 else (lo, hi)
 
 
 def conv_kernels(conv: nn.Conv2d) -> dict[str, Any]:
@@ -280,7 +274,7 @@ class Viewer(_ViewerBase):
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
         return {
             "source": inp.source,
-            "input": encode(inp.image, *_shown_range(inp.image)),
+            "input": encode(inp.image, *shown_range(inp.image)),
             "feature_maps": encode(fmap, [0.0] * len(fmax), fmax.tolist()),
             "primary_lengths": encode(view.children[0].cpu().reshape(types, rows, cols)),  # min..max
             "primary_are": view.children_are,  # "lengths", or EM's "activations"
