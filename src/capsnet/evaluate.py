@@ -93,6 +93,13 @@ def eval_batch(model: nn.Module, batch_size: int) -> int:
     return batch_size if limit is None else max(1, min(batch_size, limit))
 
 
+def pixel_batch(model: nn.Module, batch_size: int, height: int, width: int) -> int:
+    """How many height x width images hold the pixels of ``batch_size`` at the model's own size (at least 1): a fully
+    convolutional model segments other sizes, and a batch of larger images would hold that many times the memory."""
+    cfg = model.config
+    return max(1, batch_size * cfg.input_height * cfg.input_width // (height * width))
+
+
 def _check_split(images: torch.Tensor, targets: torch.Tensor, batch_size: int, what: str = "labels") -> None:
     """A ValueError naming the fix for a split that cannot be scored: no examples, images and targets of other
     counts, a batch size below 1 (the loops below would report an empty set as 100% error, or fail deep inside)."""
@@ -172,11 +179,10 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     _check_split(images, masks, batch_size, "masks")
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
-    cfg = getattr(model, "config", None)
-    if (trained := getattr(cfg, "input_height", 0) * getattr(cfg, "input_width", 0)) and images.dim() == 4:
+    if hasattr(getattr(model, "config", None), "input_height") and images.dim() == 4:
         # images larger than the model's own size (a fully convolutional model segments any size its stride divides):
         # as many at a time as its evaluation batch holds at its own size, as capsnet predict batches them
-        batch_size = max(1, min(batch_size, batch_size * trained // (images.shape[-2] * images.shape[-1])))
+        batch_size = min(batch_size, pixel_batch(model, batch_size, *images.shape[-2:]))
     n = len(masks)
     sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end

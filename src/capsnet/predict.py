@@ -33,7 +33,7 @@ from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
                        read_png, refuse_case_twins, transparent_share)
 from .data.tasks import PREPARED, saved_folder, task, trained_classes, user_folder
-from .evaluate import eval_batch, load_model
+from .evaluate import eval_batch, load_model, pixel_batch
 from .models import model_spec
 
 __all__ = ["Predictions", "predict_folder", "PREDICTIONS_FILE"]
@@ -169,7 +169,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
     is done (what it keeps, not the float maps, is held until the end: the maps of 10,000 512x512 scans were 10 GB);
     images of one size go through together, as many at a time as the model's evaluation batch holds at its
     training size (a 512x512 image is 64 of 64x64)."""
-    cfg, dev = model.config, next(model.parameters()).device
+    dev = next(model.parameters()).device
     by_size: dict[tuple[int, ...], list[str]] = {}
     for stem, a in arrays.items():
         by_size.setdefault(a.shape[1:], []).append(stem)
@@ -177,7 +177,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
     bar = progress_bar(total=len(arrays), desc="segment", unit="image", leave=False, progress=progress)
     try:
         for (H, W), stems in by_size.items():
-            per_batch = max(1, eval_batch(model, batch_size) * cfg.input_height * cfg.input_width // (H * W))
+            per_batch = pixel_batch(model, eval_batch(model, batch_size), H, W)
             for start in range(0, len(stems), per_batch):
                 chunk = stems[start:start + per_batch]
                 x = torch.from_numpy(np.stack([arrays[s] for s in chunk])).float().div_(255.0).to(dev)
