@@ -133,12 +133,18 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", d
                          f"trained on {task(dataset).source}")
     if dataset is not None:  # known now: judge_predictions found it after an epoch of training or a whole generation
         made, cfg = (task(dataset).target_channels, *input_shape(dataset)[1:]), model.config
-        if cfg.in_channels != made[0] or cfg.input_height > made[1] or cfg.input_width > made[2]:
+        if not _judge_reads(cfg, made):
             raise ValueError(f"the judge {path} reads ({cfg.in_channels}, {cfg.input_height}, {cfg.input_width}) "
                              f"images; {dataset}'s generated images {made} cannot be cropped to that: give a judge "
                              f"of {made[0]} channel{'s' if made[0] > 1 else ''} and at most {made[1]}x{made[2]} "
                              f"(one trained on {task(dataset).source})")
     return model.eval().requires_grad_(False)
+
+
+def _judge_reads(cfg: Any, made: tuple[int, ...]) -> bool:
+    """Whether a judge of config ``cfg`` reads images of shape ``made`` (C, H, W): its channels, sides at least its
+    own (centre-cropped to them)."""
+    return made[0] == cfg.in_channels and cfg.input_height <= made[1] and cfg.input_width <= made[2]
 
 
 @torch.no_grad()
@@ -150,7 +156,7 @@ def judge_predictions(judge: nn.Module, images: torch.Tensor, batch_size: int = 
     cfg = judge.config
     H, W = images.shape[-2:]
     h, w = cfg.input_height, cfg.input_width
-    if images.shape[1] != cfg.in_channels or h > H or w > W:
+    if not _judge_reads(cfg, tuple(images.shape[1:])):
         raise ValueError(f"the judge reads ({cfg.in_channels}, {h}, {w}) images; generated images "
                          f"{tuple(images.shape[1:])} cannot be cropped to that")
     top, left = (H - h) // 2, (W - w) // 2
