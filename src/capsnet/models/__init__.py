@@ -129,15 +129,24 @@ def is_segmentation(name_or_config: Any) -> bool:
     return model_spec(name).kind == "segmentation"
 
 
+def segments(model: nn.Module) -> bool:
+    """Whether ``model`` is a registered segmentation model (by its config; False for a model without one, or with a
+    config the registry does not know)."""
+    try:
+        return is_segmentation(model.config)
+    except (AttributeError, ValueError):
+        return False
+
+
 def segments_size(model: nn.Module, data: tuple[int, ...], name: str) -> bool:
     """Whether ``model``, a fully convolutional segmentation model (one with a ``side_multiple``: SegCaps, the U-Net),
     segments data set ``name``'s images of shape ``data`` (C, H, W) though it trained on another size: the channels it
     trained on and sides multiples of its stride, as ``capsnet predict`` segments them. Sides off the stride are a
     ValueError naming the fix; False for every other model (it takes the size it trained on only) and channel count."""
-    cfg, multiple = getattr(model, "config", None), getattr(model, "side_multiple", None)
-    if not isinstance(multiple, int) or not any(type(cfg) is s.config and s.kind == "segmentation"
-                                                for s in MODELS.values()) or data[0] != cfg.in_channels:
+    multiple = getattr(model, "side_multiple", None)
+    if not isinstance(multiple, int) or not segments(model) or data[0] != model.config.in_channels:
         return False
+    cfg = model.config
     H, W = data[1:]
     if H % multiple or W % multiple:
         from .segcaps import sides_fix

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.sets import shown_range
-from ..models import is_segmentation
+from ..models import segments
 from ..models.capsnet import CapsNet, CapsNetConfig
 from ..routing import routing_is, routing_name
 
@@ -315,14 +315,6 @@ def checked_image(image: torch.Tensor, shape: tuple[int, int, int]) -> torch.Ten
     if not torch.isfinite(image).all():
         raise ViewerError("image has NaN or infinite pixels")
     return image.float().clamp(0, 1)
-
-
-def segments(model: nn.Module) -> bool:
-    """Whether ``model`` is a registered segmentation model (by its config), so ``SegmentationViewer`` shows it."""
-    try:
-        return is_segmentation(model.config)
-    except (AttributeError, ValueError):  # no config, or one the registry does not know
-        return False
 
 
 def _pose_number(v: Any) -> bool:

@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from ..data.segmentation import dice_iou
+from ..models import segments
 from ..routing import routing_name
-from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode, segments
+from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
            "describe_layers", "length_views", "coupling_view"]
