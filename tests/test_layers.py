@@ -226,3 +226,28 @@ def test_dense_caps_under_torch_func_transforms_and_forward_ad_takes_the_plain_p
     eps = 1e-6  # the directional derivative, by central differences
     torch.testing.assert_close(jvp, (layer(u + eps * tangent).poses - layer(u - eps * tangent).poses) / (2 * eps),
                                rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("factored", [True, False])
+def test_dense_caps_names_activations_of_the_wrong_shape_on_both_paths(factored):
+    """The fast path (dynamic routing, which ignores activations) took (7,) activations for 2 x 6 capsules; the
+    plain path refused them by name (a review, 2026-12-01)."""
+    layer = _dense(factored=factored)
+    u = torch.rand(2, 6, 4, dtype=DT)
+    with pytest.raises(ValueError, match=r"activations must be \(B, I\) = \(2, 6\) for .*got shape \(7,\)"):
+        layer(u, torch.zeros(7, dtype=DT))
+    layer(u, torch.ones(2, 6, dtype=DT))  # the right shape, as before
+
+
+def test_primary_caps_promote_float64_feature_maps_as_the_capsule_layers_do():
+    """float64 maps into a float32 layer met torch's "Input type (double) and bias type (float) should be the same"
+    where DenseCaps promotes (a review, 2026-12-01); with and without the authors' output scale."""
+    torch.manual_seed(0)
+    x = torch.rand(2, 5, 9, 9)
+    for scale in (1.0, 0.5):
+        layer = PrimaryCaps(5, types=2, dim=4, kernel_size=3, out_scale=scale)
+        wide = layer(x.double())
+        assert wide.dtype == torch.float64
+        # the float64 reference: the layer itself in float64
+        torch.testing.assert_close(wide, layer.double()(x.double()), rtol=0, atol=0)
+        torch.testing.assert_close(wide.float(), layer.float()(x), rtol=1e-5, atol=1e-6)

@@ -276,3 +276,15 @@ def test_a_deconvolutional_capsule_layer_starts_at_he_scale_for_the_inputs_that_
     layer = ConvTransposeCaps2d(1, 16, 1, 16)
     assert layer.weight.numel() == 4096
     assert layer.weight.std().item() == pytest.approx((2 / (4 * 16)) ** 0.5, rel=0.03)
+
+
+@pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
+def test_float64_capsules_are_promoted_as_dense_caps_promotes_them(layer_cls):
+    """float64 child capsules into a float32 layer met torch's "expected scalar type Double but found Float" where
+    DenseCaps promotes (a review, 2026-12-01): now float64 out, the layer's own float64 copy's numbers."""
+    torch.manual_seed(0)
+    layer = layer_cls(2, 4, 3, 8, kernel_size=3 if layer_cls is ConvCaps2d else 4)
+    x = torch.rand(2, 2, 4, 6, 6, dtype=torch.float64)
+    wide = layer(x)
+    assert wide.dtype == torch.float64
+    torch.testing.assert_close(wide, layer.double()(x), rtol=0, atol=0)

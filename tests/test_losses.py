@@ -1,6 +1,8 @@
 """Margin loss (Eq. 4) and reconstruction loss against hand-computed values."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -282,3 +284,57 @@ def test_a_right_answer_costs_nothing_even_where_a_weighted_out_term_would_overf
     gap = x.unsqueeze(1) - x.unsqueeze(2)
     spread_by_hand = (T.unsqueeze(2) * (1 - T).unsqueeze(1) * torch.relu(0.5 + gap) ** 2).sum((1, 2)).mean()
     torch.testing.assert_close(spread_loss(x, y, 0.5), spread_by_hand)
+
+
+def test_the_public_segmentation_losses_refuse_0_255_masks_as_the_models_loss_does():
+    """segmentation_loss and soft_dice took 0/255 masks without a word (0.697 and a Dice of 0.996, where the
+    registry's segmentation loss refused them; a review, 2026-12-01)."""
+    from capsnet.losses import segmentation_loss, soft_dice
+
+    p = torch.full((1, 1, 2, 2), 0.5)
+    m = torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]]])
+    fix = r"masks must hold 0 \(background\) and 1 \(foreground\), got values from 0 to 255: divide 0/255 masks by 255"
+    with pytest.raises(ValueError, match=fix):
+        segmentation_loss(p, m * 255)
+    with pytest.raises(ValueError, match=fix):
+        soft_dice(p, m * 255)
+    # 0/1 masks as before: Dice by hand, (2 * 1 + 1) / (2 + 2 + 1)
+    assert soft_dice(p, m).item() == pytest.approx(3 / 5)
+
+
+def test_a_reconstruction_weight_below_0_or_not_finite_is_refused_by_the_losses_that_take_one():
+    """capsnet_loss dropped a negative or NaN recon_weight's term without a word (recon_weight > 0); the segmentation
+    loss added it: -158.6 with -1, a loss training lowers by reconstructing worse, and NaN with NaN (a review,
+    2026-12-01)."""
+    from capsnet.models import MODELS, create_model
+
+    cases = {"capsnet": (create_model("capsnet", conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
+                         torch.rand(2, 1, 28, 28), torch.tensor([1, 7])),
+             "segcaps-r1": (create_model("segcaps-r1", input_height=16, input_width=16), torch.rand(2, 1, 16, 16),
+                            (torch.rand(2, 1, 16, 16) > 0.5).float())}
+    for name, (model, x, y) in cases.items():
+        for bad in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=r"recon_weight must be a finite number >= 0 \(0: no reconstruction "
+                                                 r"loss; the paper's 0.0005\), got " + re.escape(repr(bad))):
+                MODELS[name].loss(model, x, y, recon_weight=bad)
+        plain, _ = MODELS[name].loss(model, x, y, recon_weight=0.0)
+        weighted, _ = MODELS[name].loss(model, x, y, recon_weight=0.0005)
+        assert torch.isfinite(weighted) and weighted > plain  # a positive weight adds its term
+
+
+def test_spread_loss_refuses_multi_hot_targets_outside_0_1_and_multi_hot_names_a_class_out_of_range():
+    """spread_loss took 2 * eye (each gap held at 2m, loss 0.72) where margin_loss refused values outside [0, 1];
+    multi_hot's out-of-range index met scatter's bare "index 12 is out of bounds" (a review, 2026-12-01)."""
+    from capsnet.losses import multi_hot, spread_loss
+
+    a = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.25]])
+    with pytest.raises(ValueError, match=r"multi-hot targets must lie in \[0, 1\], got min 0.0 max 2.0"):
+        spread_loss(a, 2 * torch.eye(3)[:2], 0.2)
+    # multi-hot 0/1 rows: the (B,) indices' loss
+    assert spread_loss(a, torch.eye(3)[:2], 0.2).item() == pytest.approx(spread_loss(a, torch.tensor([0, 1]), 0.2).item())
+    with pytest.raises(ValueError, match=r"class indices must lie in \[0, 10\), got min 1 max 12"):
+        multi_hot(torch.tensor([[1, 12], [3, 4]]), 10)
+    with pytest.raises(ValueError, match=r"labels must be \(B, K\) class indices, K of them per example, got shape "
+                                         r"\(2,\)"):
+        multi_hot(torch.tensor([1, 2]), 10)
+    assert multi_hot(torch.tensor([[1, 2], [0, 0]]), 3).tolist() == [[0, 1, 1], [1, 0, 0]]

@@ -514,3 +514,29 @@ def test_a_training_batch_of_one_at_a_one_by_one_batch_norm_is_refused_by_name(n
         MODELS[name].loss(model, images[:1], targets[:1], **kw)
     with torch.no_grad():
         assert model.eval()(images[:1]) is not None  # evaluation reads the running statistics: one is fine
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_a_two_class_models_two_column_labels_and_a_forward_passs_one_hot_rows_are_refused(name):
+    """A 2-class model's one-hot labels passed the one-hot check (two columns are MultiMNIST's pairs) and trained
+    towards both classes at once (EM's spread loss 0.0); CapsNet's and Efficient-CapsNet's forward pass decoded
+    one-hot rows as 10 capsules per image, and the reconstruction loss then named the pixels (a review,
+    2026-12-01). A one-class classifier scores 100% whatever it learns: refused by every model."""
+    import torch.nn.functional as F
+
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 1, 1, 0])
+    two = create_model(name, **SMALL[name], num_classes=2, input_height=28, input_width=28)
+    with pytest.raises(ValueError, match=r"labels of shape \(4, 2\) for a model of 2 classes: give class indices "
+                                         r"\(B,\) \(labels.argmax\(1\) for one-hot rows\); pairs of classes"):
+        MODELS[name].loss(two, images, F.one_hot(labels, 2))
+    loss, _ = MODELS[name].loss(two, images, labels)  # indices train as before
+    assert torch.isfinite(loss) and loss > 0
+    with pytest.raises(ValueError, match=r"num_classes must be in 2\.\."):
+        create_model(name, **SMALL[name], num_classes=1)
+    ten = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
+    if getattr(ten, "decoder", None) is not None:  # the models that decode (B, K) labels, K capsules per image
+        with pytest.raises(ValueError, match=r"labels of shape \(4, 10\) are one-hot rows; give class indices \(B,\): "
+                                             r"labels.argmax\(1\)"):
+            ten(images, F.one_hot(torch.tensor([0, 3, 3, 9]), 10))
+        every = torch.arange(10).expand(4, 10)  # every class's capsule decoded: not one-hot, decoded as before
+        assert ten(images, every).reconstructions.shape == (4, 10, 1, 28, 28)

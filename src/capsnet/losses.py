@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 
 import torch
 import torch.nn.functional as F
@@ -10,8 +11,9 @@ import torch.nn.functional as F
 from ._eager import eager
 
 
-__all__ = ["check_nonempty", "margin_loss", "reconstruction_loss", "spread_loss", "multi_hot", "SEGMENTATION_LOSSES",
-           "segmentation_loss", "soft_dice", "foreground_weight", "batch_foreground_weight"]
+__all__ = ["check_nonempty", "check_mask_values", "check_recon_weight", "margin_loss", "reconstruction_loss",
+           "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "segmentation_loss", "soft_dice", "foreground_weight",
+           "batch_foreground_weight"]
 
 # the weighted cross-entropy's foreground weight of the whole batch, where a process sees only its slice of it
 _BATCH_FOREGROUND_WEIGHT: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
@@ -24,6 +26,31 @@ def check_nonempty(batch: int) -> None:
     if batch == 0:
         raise ValueError("a loss over an empty batch (0 examples) is undefined (its mean is NaN); give at least one "
                          "example")
+
+
+def check_mask_values(masks: torch.Tensor) -> None:
+    """A ValueError unless segmentation ``masks`` lie in [0, 1] (read on the CPU only): 0/255 masks trained towards
+    255 and scored a loss of thousands without a word."""
+    if masks.device.type != "cpu" or not eager() or not masks.numel() or masks.dtype == torch.bool:
+        return
+    low, high = masks.min().item(), masks.max().item()
+    if low < 0 or high > 1:
+        fix = "divide 0/255 masks by 255 (or give masks > 0)" if high > 1 and low >= 0 else "give masks of 0 and 1"
+        raise ValueError(f"masks must hold 0 (background) and 1 (foreground), got values from {low:g} to {high:g}: "
+                         f"{fix}")
+
+
+def check_recon_weight(weight: float) -> None:
+    """A ValueError unless a reconstruction loss's weight is a finite number >= 0: a negative one made a loss that
+    training lowers by reconstructing worse (SegCaps' loss), NaN a NaN loss, and CapsNet's loss dropped both
+    without a word."""
+    try:
+        ok = not isinstance(weight, bool) and math.isfinite(weight) and weight >= 0
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"recon_weight must be a finite number >= 0 (0: no reconstruction loss; the paper's 0.0005), "
+                         f"got {weight!r}")
 
 
 def foreground_weight(masks: torch.Tensor) -> torch.Tensor:
@@ -63,6 +90,13 @@ def _refuse_out_of_range(targets: torch.Tensor, J: int) -> None:
         raise ValueError(f"class indices must lie in [0, {J}), got min {int(targets.min())} max {int(targets.max())}")
 
 
+def _refuse_multi_hot_out_of_range(targets: torch.Tensor) -> None:
+    """A ValueError when (B, J) multi-hot ``targets`` leave [0, 1] (reads them on the host: callers decide when that
+    is free)."""
+    if targets.numel() and (targets.min() < 0 or targets.max() > 1):
+        raise ValueError(f"multi-hot targets must lie in [0, 1], got min {float(targets.min())} max {float(targets.max())}")
+
+
 def margin_loss(
     lengths: torch.Tensor,
     targets: torch.Tensor,
@@ -99,8 +133,8 @@ def margin_loss(
             _refuse_out_of_range(targets, J)
         T = _one_hot(targets, J, lengths.dtype)  # (B, J)
     elif tuple(targets.shape) == (B, J):
-        if validate and eager() and targets.numel() and (targets.min() < 0 or targets.max() > 1):
-            raise ValueError(f"multi-hot targets must lie in [0, 1], got min {float(targets.min())} max {float(targets.max())}")
+        if validate and eager():
+            _refuse_multi_hot_out_of_range(targets)
         T = targets.to(lengths.dtype)
     else:
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
@@ -140,6 +174,10 @@ def multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype = torch
 
     Shapes: labels (B, K) int -> (B, num_classes), 1 at every listed class.
     """
+    if labels.dim() != 2:
+        raise ValueError(f"labels must be (B, K) class indices, K of them per example, got shape {tuple(labels.shape)}")
+    if labels.device.type == "cpu" and eager() and labels.numel():  # scatter's own was a bare "index 12 is out of
+        _refuse_out_of_range(labels, num_classes)  # bounds" RuntimeError
     return torch.zeros(len(labels), num_classes, dtype=dtype, device=labels.device).scatter_(1, labels.long(), 1.0)
 
 
@@ -169,6 +207,8 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
     T = _one_hot(targets, J, activations.dtype) if targets.dim() == 1 else targets.to(activations.dtype)
     if tuple(T.shape) != (B, J):
         raise ValueError(f"targets must be (B,) indices or (B, J) = ({B}, {J}) multi-hot, got shape {tuple(targets.shape)}")
+    if targets.dim() == 2 and targets.device.type == "cpu" and eager():  # 2 * eye held the gap at 2m, silently
+        _refuse_multi_hot_out_of_range(targets)
     gap = activations.unsqueeze(1) - activations.unsqueeze(2)  # gap[b, t, i] = a_i - a_t, (B, J, J)
     pairs = T.unsqueeze(2) * (1.0 - T).unsqueeze(1)  # t a target, i not one, (B, J, J)
     # only the pairs that count: a pair weighted out whose gap overflows squared made 0 x inf = NaN (as margin_loss)
@@ -188,6 +228,11 @@ def soft_dice(probabilities: torch.Tensor, masks: torch.Tensor, *, smooth: float
 
     Shapes: probabilities (B, 1, H, W) in [0, 1]; masks (B, 1, H, W) 0/1
     """
+    check_mask_values(masks)
+    return _soft_dice(probabilities, masks, smooth=smooth)
+
+
+def _soft_dice(probabilities: torch.Tensor, masks: torch.Tensor, *, smooth: float = 1.0) -> torch.Tensor:
     # in float32 at least, as the cross-entropy: bf16 sums of H*W pixels kept about 3 digits (U-Net's Dice under
     # autocast 0.8281 for 0.8271)
     dtype = torch.promote_types(probabilities.dtype, torch.float32)
@@ -211,6 +256,7 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
     if probabilities.shape != masks.shape:
         raise ValueError(f"probabilities {tuple(probabilities.shape)} and masks {tuple(masks.shape)} must have one shape")
     check_nonempty(probabilities.shape[0])  # a mean over no examples: NaN, which a step writes into every weight
+    check_mask_values(masks)
     m = masks.to(probabilities.dtype)
     loss = probabilities.new_zeros(())
     if kind in ("bce", "weighted-bce", "bce+dice"):
@@ -229,5 +275,5 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
             w = 1.0 if pos_weight is None else pos_weight
             loss = loss - (w * mt * torch.log(p) + (1 - mt) * torch.log1p(-p)).mean()
     if kind in ("dice", "bce+dice"):
-        loss = loss + (1 - soft_dice(probabilities, m)).mean()
+        loss = loss + (1 - _soft_dice(probabilities, m)).mean()
     return loss

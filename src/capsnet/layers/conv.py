@@ -70,10 +70,13 @@ class _GridCaps(nn.Module):
                 f"out_dim={self.out_dim}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"bias={self.bias is not None}")
 
-    def _children(self, x: torch.Tensor) -> torch.Tensor:
-        """Every child type's grid as one image of the batch: (B, T, Din, H, W) -> (B * T, Din, H, W)."""
+    def _children(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every child type's grid as one image of the batch, (B, T, Din, H, W) -> (B * T, Din, H, W), and the vote
+        kernel, both in their promoted dtype (float64 capsules into a float32 layer: float64, as DenseCaps does;
+        torch's convolution refused the pair as "expected scalar type Double but found Float")."""
         check_grid(x, self.in_types, self.in_dim, "child capsule grid")
-        return x.flatten(0, 1)  # (B*T, Din, H, W)
+        dtype = torch.promote_types(x.dtype, self.weight.dtype)
+        return x.flatten(0, 1).to(dtype), self.weight.to(dtype)  # (B*T, Din, H, W), the kernel
 
     def _route(self, y: torch.Tensor, B: int, activations: torch.Tensor | None, record: bool
                ) -> tuple[torch.Tensor, RoutingResult]:
@@ -169,14 +172,14 @@ class ConvCaps2d(_GridCaps):
             x: (B, T, Din, H, W)
             returns: (B * T, J * Dout, H', W'), H' = ceil(H / stride)
         """
-        c = self._children(x)  # (B*T, Din, H, W)
+        c, w = self._children(x)  # (B*T, Din, H, W)
         _, _, H, W = c.shape
         K, S = self.kernel_size, self.stride
         top, bottom = same_padding(H, K, S)
         left, right = same_padding(W, K, S)
         if top or bottom or left or right:
             c = F.pad(c, (left, right, top, bottom))  # (B*T, Din, H+pad, W+pad)
-        return F.conv2d(c, self.weight, stride=S)  # (B*T, J*Dout, H', W')
+        return F.conv2d(c, w, stride=S)  # (B*T, J*Dout, H', W')
 
 
 class ConvTransposeCaps2d(_GridCaps):
@@ -204,6 +207,6 @@ class ConvTransposeCaps2d(_GridCaps):
             x: (B, T, Din, H, W)
             returns: (B * T, J * Dout, stride * H, stride * W)
         """
-        c = self._children(x)  # (B*T, Din, H, W)
+        c, w = self._children(x)  # (B*T, Din, H, W)
         pad = (self.kernel_size - self.stride) // 2
-        return F.conv_transpose2d(c, self.weight, stride=self.stride, padding=pad)  # (B*T, J*Dout, S*H, S*W)
+        return F.conv_transpose2d(c, w, stride=self.stride, padding=pad)  # (B*T, J*Dout, S*H, S*W)

@@ -72,9 +72,13 @@ class DenseCaps(nn.Module):
         u_hat = torch.bmm(u.transpose(0, 1).to(dtype), W.to(dtype))  # (I, B, J*Dout)
         return u_hat.view(I, B, self.out_caps, self.out_dim).transpose(0, 1)  # (B, I, J, Dout)
 
-    def _check(self, u: torch.Tensor) -> None:
+    def _check(self, u: torch.Tensor, activations: torch.Tensor | None = None) -> None:
         if u.dim() != 3 or tuple(u.shape[1:]) != (self.in_caps, self.in_dim):
             raise ValueError(f"expected lower capsules (B, {self.in_caps}, {self.in_dim}), got {tuple(u.shape)}")
+        if activations is not None and tuple(activations.shape) != (u.shape[0], self.in_caps):
+            # the fast path's routing ignores them, and so had not checked them (the plain path's check_votes does)
+            raise ValueError(f"activations must be (B, I) = ({u.shape[0]}, {self.in_caps}) for capsules "
+                             f"{tuple(u.shape)}, got shape {tuple(activations.shape)}")
 
     def forward(self, u: torch.Tensor, activations: torch.Tensor | None = None, *,
                 record: bool = False) -> RoutingResult:
@@ -88,7 +92,7 @@ class DenseCaps(nn.Module):
         fast = getattr(self.routing, "route_linear", None) \
             if self.factored and not plain_routing_active() and eager() else None
         if fast is not None:
-            self._check(u)
+            self._check(u, activations)
             return fast(u, self.weight, self.bias, **recording)
         if autocast_on(u.device.type):  # the votes and the routing in fp32 inside a bf16 step, as the fast path
             # runs them (the plain path is what torch.compile traces: it routed in bf16 there)

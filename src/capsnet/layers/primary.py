@@ -37,12 +37,17 @@ class PrimaryCaps(nn.Module):
             x: (B, C, H, W) feature maps
             returns: (B, I, D) squashed capsules, I = types * H' * W', ordered (type, row, column)
         """
-        if self.out_scale == 1.0:
-            y = self.conv(x)  # (B, types*D, H', W')
+        c = self.conv
+        weight, bias = c.weight, c.bias
+        if torch.promote_types(x.dtype, weight.dtype) != weight.dtype:  # float64 maps into a float32 layer: float64,
+            # as the capsule layers promote (torch's convolution refused the pair: "Input type (double) and bias type
+            # (float) should be the same")
+            weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+        if self.out_scale == 1.0:  # the module itself where it can (a speed variant gives it another forward)
+            y = c(x) if weight is c.weight else F.conv2d(x, weight, bias, c.stride, c.padding, c.dilation, c.groups)
         else:  # the convolution's product scaled before its bias is added (CapsNetConfig.init="authors")
-            c = self.conv
-            y = F.conv2d(x, c.weight, None, c.stride, c.padding, c.dilation, c.groups) * self.out_scale
-            y = y + c.bias.view(1, -1, 1, 1)
+            y = F.conv2d(x, weight, None, c.stride, c.padding, c.dilation, c.groups) * self.out_scale
+            y = y + bias.view(1, -1, 1, 1)
         B, _, H, W = y.shape
         y = y.view(B, self.types, self.dim, H, W).permute(0, 1, 3, 4, 2)  # (B, types, H', W', D)
         return squash(y.reshape(B, self.types * H * W, self.dim))  # (B, I, D)

@@ -18,9 +18,9 @@ from torch import nn
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved, plain_numbers
 from .._eager import eager
 from ..layers import DenseCaps, PrimaryCaps
-from ..losses import _one_hot, margin_loss, multi_hot, reconstruction_loss
+from ..losses import _one_hot, check_recon_weight, margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
-from .inputs import check_class_images, check_weights_dtype, check_class_labels, check_integer_labels
+from .inputs import check_class_images, check_weights_dtype, check_class_labels, check_decode_labels
 from .rounds import SavedRounds, check_rounds
 
 PADDINGS = ("valid", "same")
@@ -121,6 +121,7 @@ class CapsNetConfig(SavedRounds, JsonConfig):
             check_range(self, name, 1, 4096 if name.startswith("input") else 100 if name == "routing_iterations"
                         else 1 << 20)  # routing: the paper uses 3; a billion rounds is a damaged config
         check_range(self, "decoder_hidden", 1, 1 << 16)
+        check_range(self, "num_classes", 2, 1 << 20)  # one class: every image scored class 0, an accuracy of 100%
         if self.digit_init_std is not None:
             check_range(self, "digit_init_std", 1e-6, 100)  # 0 would start every vote at 0 (and no truncated normal)
         # its own copy, not the caller's, with CapsNet's start for the routing written in (ROUTING_STARTS), so a saved
@@ -396,7 +397,7 @@ class CapsNet(nn.Module):
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         check_weights_dtype(images, self)
         if labels is not None:
-            check_integer_labels(labels)
+            check_decode_labels(labels, cfg.num_classes)
         u = self.primary_capsules(images)  # (B, I, 8)
         poses, lengths, coupling = self.digits(u, self._presence(u))  # (B, J, 16), (B, J), (B, I, J)
         reconstructions = None
@@ -476,6 +477,7 @@ def capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, c
     returns loss (), scores (B, num_classes)
     """
     check_class_labels(labels, images.shape[0], getattr(getattr(model, "config", None), "num_classes", None))
+    check_recon_weight(recon_weight)
     out = model(images, labels)
     pairs = labels.dim() == 2
     targets = multi_hot(labels, out.lengths.shape[1], out.lengths.dtype) if pairs else labels

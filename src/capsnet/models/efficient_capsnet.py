@@ -23,7 +23,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
-from .inputs import check_class_images, check_integer_labels, check_weights_dtype, refuse_batch_of_one
+from .inputs import check_class_images, check_decode_labels, check_weights_dtype, refuse_batch_of_one
 
 __all__ = ["INITS", "EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -59,6 +59,7 @@ class EfficientCapsNetConfig(JsonConfig):
         for name in ("in_channels", "num_classes", "primary_caps", "primary_dim", "class_dim"):
             check_range(self, name, 1, 1 << 16)
         check_range(self, "decoder_hidden", 1, 1 << 16)
+        check_range(self, "num_classes", 2, 1 << 16)  # one class: every image scored class 0, an accuracy of 100%
         if self.primary_caps * self.primary_dim != _CONVS[-1][0]:
             raise ValueError(f"primary_caps * primary_dim must be the last convolution's {_CONVS[-1][0]} channels, "
                              f"got {self.primary_caps} * {self.primary_dim}")
@@ -160,7 +161,7 @@ class EfficientCapsNet(nn.Module):
         check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
         check_weights_dtype(images, self)
         if labels is not None:
-            check_integer_labels(labels)
+            check_decode_labels(labels, cfg.num_classes)
         if self.training and len(images) == 1 and cfg.grid == (1, 1):
             refuse_batch_of_one(f"{cfg.input_height}x{cfg.input_width} image leaves the last convolution a 1x1 map",
                                 "or on images of at least 13x13")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 
 from .._eager import autocast_on, eager
-from ..losses import check_nonempty  # defined beside the losses, which capsnet.models imports
+from ..losses import check_mask_values, check_nonempty  # defined beside the losses, which capsnet.models imports
 
 __all__ = ["check_tensor", "check_floating", "check_weights_dtype", "check_class_images", "check_class_labels", "check_integer_labels",
+           "check_decode_labels",
            "check_nonempty", "check_mask_values"]
 
 
@@ -61,6 +62,17 @@ def check_integer_labels(labels: torch.Tensor) -> None:
                          f"labels.argmax(1) for one-hot or probability rows")
 
 
+def check_decode_labels(labels: torch.Tensor, num_classes: int) -> None:
+    """A ValueError unless a classifier's forward pass may decode ``labels``: (B,) class indices or (B, K) indices,
+    K capsules per image, as integers. One-hot rows (B, num_classes) of 0 and 1 are refused by name (read on the CPU
+    only): each decoded K images from classes 0 and 1, and the reconstruction loss then named the pixels."""
+    check_integer_labels(labels)
+    if labels.dim() == 2 and labels.shape[1] == num_classes > 2 and labels.numel() and labels.device.type == "cpu" \
+            and eager() and bool(((labels == 0) | (labels == 1)).all()) and bool((labels.sum(1) == 1).all()):
+        raise ValueError(f"labels of shape {tuple(labels.shape)} are one-hot rows; give class indices (B,): "
+                         f"labels.argmax(1) ((B, K) labels decode K capsules per image, by their class indices)")
+
+
 def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None) -> None:
     """A ValueError unless ``labels`` are a classifier's targets for ``batch`` images: (B,) class indices, or (B, 2)
     index pairs (MultiMNIST), as integers. One-hot or probability rows, (B, num_classes), are refused by name: read
@@ -71,6 +83,11 @@ def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None
     if labels.dim() == 2 and labels.shape[1] != 2 and num_classes in (None, labels.shape[1]):
         raise ValueError(f"labels of shape {tuple(labels.shape)} look one-hot; give class indices (B,): "
                          f"labels.argmax(1) (two-dimensional labels are MultiMNIST's (B, 2) pairs of classes)")
+    if labels.dim() == 2 and num_classes == 2:  # one-hot rows of two classes, or pairs naming both classes of every
+        # image: read as pairs they trained towards both at once, a loss of 0 (EM's spread loss) without a word
+        raise ValueError(f"labels of shape {tuple(labels.shape)} for a model of 2 classes: give class indices (B,) "
+                         f"(labels.argmax(1) for one-hot rows); pairs of classes (MultiMNIST's (B, 2)) need more than "
+                         f"2 classes")
     if labels.dim() not in (1, 2) or (labels.dim() == 2 and labels.shape[1] != 2) or labels.shape[0] != batch:
         raise ValueError(f"labels must be ({batch},) class indices or ({batch}, 2) pairs for {batch} images, got shape "
                          f"{tuple(labels.shape)}")
@@ -79,18 +96,6 @@ def check_class_labels(labels: torch.Tensor, batch: int, num_classes: int | None
         if low < 0 or high >= num_classes:
             raise ValueError(f"class labels must be in 0..{num_classes - 1} for {num_classes} classes, got values "
                              f"from {low} to {high}")
-
-
-def check_mask_values(masks: torch.Tensor) -> None:
-    """A ValueError unless segmentation ``masks`` lie in [0, 1] (read on the CPU only): 0/255 masks trained towards
-    255 and scored a loss of thousands without a word."""
-    if masks.device.type != "cpu" or not eager() or not masks.numel() or masks.dtype == torch.bool:
-        return
-    low, high = masks.min().item(), masks.max().item()
-    if low < 0 or high > 1:
-        fix = "divide 0/255 masks by 255 (or give masks > 0)" if high > 1 and low >= 0 else "give masks of 0 and 1"
-        raise ValueError(f"masks must hold 0 (background) and 1 (foreground), got values from {low:g} to {high:g}: "
-                         f"{fix}")
 
 
 def refuse_batch_of_one(where: str, fixes: str) -> None:

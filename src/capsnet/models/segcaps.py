@@ -43,7 +43,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_choice, check_range, check_types, hash_as_saved
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
-from ..losses import SEGMENTATION_LOSSES, reconstruction_loss, segmentation_loss
+from ..losses import SEGMENTATION_LOSSES, check_recon_weight, reconstruction_loss, segmentation_loss
 from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
@@ -501,7 +501,8 @@ def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch
         raise ValueError(f"a segmentation model trains on masks (B, 1, H, W) matching the images "
                          f"{tuple(images.shape)}, got labels {tuple(masks.shape)}: use a segmentation data set")
     check_nonempty(images.shape[0])
-    check_mask_values(masks)
+    check_mask_values(masks)  # before the forward pass (segmentation_loss checks them again, for its own callers)
+    check_recon_weight(recon_weight)
     m = masks.to(images.dtype)
     out = model(images, m)
     logits = getattr(out, "logits", None)
