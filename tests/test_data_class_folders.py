@@ -95,7 +95,7 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
      r"\(make the folder from the photos with capsnet prepare --images PHOTOS --out DIR --size N \[--mode grey\] "
      r"\(any format and size in; PNG files of one size out\), N the side of a trained model's input"),
     ({"a/1.png": _GREY, "b/1.png": _RGB}, r"b/1.png is RGB \(3 channels\) but .*a/1.png is grayscale .*one mode"),
-    ({"a/1.png": _GREY, "a/2.png": _GREY, "b/1.png": _pixels(7, (8, 8))},
+    ({"a/1.png": _GREY, "a/2.png": _pixels(6, (8, 8)), "b/1.png": _pixels(7, (8, 8))},
      r"class 'b' holds 1 image in .*; at least 2 are needed to hold one out for testing \(add images, or put the "
      r"test images in .*test/b\)"),
     ({"a/1.png": _GREY, "b/1.png": _GREY, "test/c/1.png": _GREY},
@@ -420,7 +420,7 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     from capsnet.data.prepare import prepare_class_folders
 
     src = tmp_path / "src"
-    _write(src, {"a/x.png": _GREY, "a/y.png": _GREY, "b/x.png": _GREY, "b/w.png": _GREY})
+    _write(src, {"a/x.png": _GREY, "a/y.png": _pixels(6, (8, 8)), "b/x.png": _GREY, "b/w.png": _pixels(4, (8, 8))})
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / "a" / "x.jpg")
     with pytest.raises(DataError, match=r"a/x.jpg and .*a/x.png have one name \(x\), which would be one PNG; rename one"):
         prepare_class_folders(src, tmp_path / "out", 16)
@@ -506,6 +506,46 @@ def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatc
     (killed / "a" / "0.png").write_bytes(b"half")
     assert prepare_class_folders(tmp_path / "src", tmp_path / "out", 8).counts == {"train": 6}  # the same command again
     assert not killed.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_prepare_fills_an_empty_folder_given_in_place(tmp_path, monkeypatch):
+    """An empty --out was removed and the partial folder renamed over it: its permissions, group bits and inode were
+    lost, a shell standing in it saw an empty deleted folder, and a mount point was refused after every image was
+    written (a review, 2026-12-01). Now it is filled in place, the record last; a failure leaves it empty, and a
+    killed run's partial folder inside it is removed by the next."""
+    import os
+    import stat
+
+    from PIL import Image as PILImage
+
+    from capsnet.data.prepare import RECORD, prepare_class_folders
+
+    _write(tmp_path / "src", {f"{c}/{k}.png": _pixels(10 * k + (c == "b")) for c in ("a", "b") for k in range(3)})
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o2770)
+    inode = out.stat().st_ino
+    save, saved = PILImage.Image.save, []
+
+    def full_disk(self, fp, *args, **kwargs):  # the fourth file finds the disk full
+        if len(saved) == 3:
+            raise OSError(28, "No space left on device")
+        saved.append(fp)
+        return save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(PILImage.Image, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        prepare_class_folders(tmp_path / "src", out, 8)
+    assert out.is_dir() and list(out.iterdir()) == [] and out.stat().st_ino == inode
+    monkeypatch.setattr(PILImage.Image, "save", save)
+    killed = out / ".capsnet-prepare.tmp-999999999-1-dir"  # a run killed outright (SIGKILL): no such process
+    (killed / "a").mkdir(parents=True)
+    (killed / "a" / "0.png").write_bytes(b"half")
+    assert prepare_class_folders(tmp_path / "src", out, 8).counts == {"train": 6}
+    assert out.stat().st_ino == inode and stat.S_IMODE(out.stat().st_mode) == 0o2770
+    assert sorted(p.name for p in out.iterdir()) == [RECORD, "a", "b"] and len(list(out.glob("*/*.png"))) == 6
+    assert len(load_classes(out, "train")) + len(load_classes(out, "test")) == 6
+    assert sorted(os.listdir(tmp_path)) == ["out", "src"]  # nothing beside it
 
 
 def test_prepare_writes_what_classes_dir_reads_or_refuses_what_it_would_refuse(tmp_path, monkeypatch):
@@ -679,3 +719,27 @@ def test_a_run_on_a_prepared_folder_remembers_its_fit_for_predict_and_the_viewer
         fit(cfg, TrainConfig(dataset=f"classes:{tmp_path / 'made'}", epochs=2, batch_size=8), tmp_path / "run",
             progress=False, resume=True)
     assert load_checkpoint(tmp_path / "run" / "last.safetensors").state["data"]["prepared_fit"] == "crop"
+
+
+def test_copies_of_one_photo_go_to_one_split_and_a_class_of_one_picture_is_refused(tmp_path):
+    """Without a test folder each image was split by its name alone: "IMG_000.png" and its copy "IMG_000 (1).png"
+    landed in both splits (11 of 15 test images copies of training ones, no word; a review, 2026-12-01). Copies now
+    follow their first name's draw; an image without a twin keeps the split its name gives."""
+    files = {}
+    for k in range(20):
+        files[f"a/IMG_{k:03d}.png"] = files[f"a/IMG_{k:03d} (1).png"] = _pixels(k)  # each photo saved twice
+        files[f"b/{k:02d}.png"] = _pixels(100 + k)  # no twins: split by name as before
+    _write(tmp_path, files)
+    train, test = load_classes(tmp_path, "train"), load_classes(tmp_path, "test")
+    trained = {bytes(im.flatten().tolist()) for im in train.images}
+    assert len(test) >= 2 and not any(bytes(im.flatten().tolist()) in trained for im in test.images)
+    twins = [(f"a/IMG_{k:03d}.png", f"a/IMG_{k:03d} (1).png") for k in range(20)]
+    held = held_out_names([min(t) for t in twins])  # the first name (sorted: the copy's, " " < ".") decides both
+    assert {n for n in test.names if n.startswith("a/")} == {n for t in twins if min(t) in held for n in t}
+    assert {n for n in test.names if n.startswith("b/")} == held_out_names([f"b/{k:02d}.png" for k in range(20)])
+    for k in range(20):  # a class whose every image is one picture has nothing to test on that was not trained on
+        (tmp_path / "b" / f"{k:02d}.png").unlink()
+    _write(tmp_path, {"b/x.png": _pixels(7), "b/y.png": _pixels(7)})
+    with pytest.raises(DataError, match=r"the 2 files in .*/b hold the same contents: a test file must not be a copy "
+                                        r"of a training one, so at least 2 different ones are needed"):
+        load_classes(tmp_path, "test")

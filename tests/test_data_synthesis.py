@@ -372,3 +372,21 @@ def test_silhouette_keeps_background_reached_from_any_one_side_of_the_border():
                  "#....#",
                  "######"])
     assert silhouette(ring).all()
+
+
+def test_a_pairs_copies_go_to_one_split(tmp_path):
+    """As a class folder's copies (test_data_class_folders): without a test folder a pair saved twice under two
+    names was split by each name, into both splits."""
+    from capsnet.data.tasks import load_pairs
+
+    _pairs(tmp_path / "d", 12)
+    for sub in ("labels", "images"):  # each pair copied under a second name
+        for k in range(12):
+            (tmp_path / "d" / sub / f"q{k}.png").write_bytes((tmp_path / "d" / sub / f"p{k}.png").read_bytes())
+    from pathlib import Path
+
+    train, test = load_pairs(tmp_path / "d", "train"), load_pairs(tmp_path / "d", "test")
+    key = lambda split, k: (split.images[k].numpy().tobytes(), split.labels[k].numpy().tobytes())  # noqa: E731
+    assert len(test) >= 2 and not {key(test, k) for k in range(len(test))} & {key(train, k) for k in range(len(train))}
+    held = held_out_names([f"p{k}" for k in range(12)])  # the first name's draw takes its copy along
+    assert sorted(Path(n).stem for n in test.names) == sorted(held | {"q" + n[1:] for n in held})

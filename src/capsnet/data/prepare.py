@@ -34,6 +34,7 @@ __all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders
            "open_turned", "image_files", "passed_over", "heic_hint", "prepared_fit"]
 
 MODES = {"grey": "L", "rgb": "RGB"}
+_INSIDE = ".capsnet-prepare"  # the partial folder's name inside an empty folder given (then .tmp-PID-START-dir)
 RECORD = ".capsnet-prepare.json"  # in the folder written: its size, mode and fit (``prepared_fit`` reads it)
 FITS = ("crop", "pad")
 
@@ -248,6 +249,8 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         raise DataError(f"{out} is a link; give the folder it points at, or a new folder (--out)")
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} is a file; give an empty or new folder (--out)")
+    if out.is_dir():  # a run killed outright (SIGKILL) inside an empty folder given left its partial folder there
+        remove_stale_writes(out, f"{_INSIDE}.tmp-*")
     if out.exists() and any(out.iterdir()):
         raise DataError(f"{out} already holds files; give an empty or new folder (--out)")
     if out.resolve().is_relative_to(source.resolve()):  # written among the photos, read as a class next time
@@ -284,10 +287,16 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
             counts[split] = counts.get(split, 0) + len(images)
     if not trained:
         raise DataError(f"{source} holds no class folders of images")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_writes(out.parent, f".{out.name}.tmp-*")  # a run killed outright (SIGKILL) left its partial folder
-    pid = os.getpid()  # renamed to out when whole: out is all or nothing; named as atomic_write names its files
-    partial = out.with_name(f".{out.name}.tmp-{pid}-{_start_ticks(pid) or 0}-dir")
+    # a new folder is written beside it and renamed into place when whole; an empty folder given is filled in place
+    # (renamed over, it lost its permissions and inode: the shell standing in it saw nothing, and a mount point was
+    # refused after the work), its contents moved in when whole, the record last
+    inside = out.is_dir()
+    home, stem = (out, _INSIDE) if inside else (out.parent, f".{out.name}")
+    home.mkdir(parents=True, exist_ok=True)
+    remove_stale_writes(home, f"{stem}.tmp-*")  # a run killed outright (SIGKILL) left its partial folder
+    pid = os.getpid()  # named as atomic_write names its files
+    partial = home / f"{stem}.tmp-{pid}-{_start_ticks(pid) or 0}-dir"
+    moved: list[Path] = []
     try:
         # one image at a time (50,000 photos held at 512x512 would take 39 GB); a file that cannot be read ends
         # the run with the partial folder removed
@@ -311,10 +320,19 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         # how it was made, hidden from the loaders: a run trained on the folder records it, so predict and the
         # viewer fit new photos the same way
         (partial / RECORD).write_text(json.dumps({"size": size, "mode": mode, "fit": fit}) + "\n", encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # the empty folder given
-        partial.rename(out)
+        if inside:
+            for entry in sorted(partial.iterdir(), key=lambda e: e.name == RECORD):  # the record last
+                entry.rename(out / entry.name)
+                moved.append(out / entry.name)
+            partial.rmdir()
+        else:
+            partial.rename(out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        for done in moved:  # the folder given left empty, as it was
+            if done.is_dir():
+                shutil.rmtree(done, ignore_errors=True)
+            else:
+                done.unlink(missing_ok=True)
         raise
     return Prepared(out, counts, trained, skipped)

@@ -712,8 +712,13 @@ def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
 
 def _pair_digest(pairs: Dataset, k: int) -> bytes:
     """A digest of pair ``k``'s two arrays (its contents, not its name)."""
+    return _digest(pairs.images[k], pairs.labels[k])
+
+
+def _digest(*arrays: torch.Tensor) -> bytes:
+    """A digest of the arrays' contents."""
     h = hashlib.blake2b(digest_size=16)
-    for t in (pairs.images[k], pairs.labels[k]):
+    for t in arrays:
         h.update(t.contiguous().numpy().tobytes())
     return h.digest()
 
@@ -754,7 +759,7 @@ def load_classes(root: str | os.PathLike, split: str) -> Dataset:
         if len(members) < 2:
             raise DataError(f"class {c!r} holds {len(members)} image in {base / c}; at least 2 are needed to hold one "
                             f"out for testing (add images, or put the test images in {base / TEST_FOLDER / c})")
-        held = held_out_names([names[i] for i in members])
+        held = held_out_twins([names[i] for i in members], [_digest(images[i]) for i in members], base / c)
         keep += [i for i in members if (names[i] in held) == (split == "test")]
     if split == "test":
         keep = _by_turns(labels, keep)
@@ -884,6 +889,23 @@ def _read_folder_once(kind: str, where: str, scale: bool | None):
     return load_pair_folder(base / "labels", base / "images", scale=scale)
 
 
+def held_out_twins(names: list[str], digests: list[bytes], where: str | os.PathLike) -> set[str]:
+    """``held_out_names`` over the files' contents: files of the same contents (``digests``; a photo saved twice,
+    "IMG_1.jpg" and "IMG_1 (1).jpg") go to one split, the one their first name (sorted) is drawn for, so no test
+    file is a copy of a training one (one was scored as if unseen). Files without a twin split as
+    ``held_out_names`` splits them. A DataError when every file in ``where`` holds the same contents (nothing left to
+    test on that was not trained on)."""
+    first: dict[bytes, str] = {}
+    for name, digest in sorted(zip(names, digests)):
+        first.setdefault(digest, name)
+    if len(first) < 2:
+        raise DataError(f"the {len(names)} files in {where} hold the same contents: a test file must not be a copy of a "
+                        f"training one, so at least 2 different ones are needed (add others, or put the test files "
+                        f"in a test/ folder)")
+    held = held_out_names(sorted(first.values()))
+    return {name for name, digest in zip(names, digests) if first[digest] in held}
+
+
 def held_out_names(names: list[str]) -> set[str]:
     """The pairs of a user's folder held out for testing: each pair by its own name (a hash of ``TEST_SEED`` and the
     name, one in five on average), so adding or removing files never moves another pair between the splits, and a
@@ -920,7 +942,8 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     if n < 2:
         raise DataError(f"{where} holds {n} pair; at least 2 are needed to hold one out for testing (or put test "
                         f"pairs in {base / 'test'})")
-    held = held_out_names(list(names))  # by stem, as ever (a run's split does not move)
+    held = held_out_twins(list(names), [_digest(first[k], second[k]) for k in range(n)], where)  # by stem, as ever
+    # (a run's split does not move), a pair's copies with it
     keep = torch.tensor([(name in held) == (split == "test") for name in names]).nonzero().flatten()
     return Dataset(f"{prefix}{root}", split, first[keep], second[keep], classes, tuple(files[k] for k in keep.tolist()))
 
