@@ -288,6 +288,24 @@ def test_mnist_style_reads_photos_of_digits_as_mnist_was_made(tmp_path, data_roo
         predict_folder("pretrained:capsnet-fashion-small", tmp_path / "photos", tmp_path / "out6")
 
 
+def test_mnist_style_reads_jpeg_photos_and_names_an_empty_file(tmp_path, data_root):
+    """--mnist-style, for "photos and scans", read PNG alone ("convert them to PNG"), where the viewer's uploads
+    take JPEG, and --fit could not be given beside it (a review, 2026-12-01). A zero-byte file was "not a readable
+    image (...); re-save it"."""
+    labels = _photos(tmp_path / "png", data_root, 20)
+    (tmp_path / "jpeg").mkdir()
+    for p in sorted((tmp_path / "png").iterdir()):
+        with Image.open(p) as img:
+            img.save(tmp_path / "jpeg" / f"{p.stem}.jpg", quality=90)
+    done = predict_folder("pretrained:capsnet-mnist-small", tmp_path / "jpeg", tmp_path / "out", mnist_style=True)
+    assert [r["file"] for r in done.rows] == [f"photo{i:02d}.jpg" for i in range(20)]
+    assert (torch.tensor([r["predicted"] for r in done.rows]) == labels).float().mean() >= 0.95
+    (tmp_path / "jpeg" / "zero.jpg").write_bytes(b"")
+    with pytest.raises(DataError, match=r"jpeg/zero.jpg is empty \(0 bytes\): copy the image again, or move it out$"):
+        predict_folder("pretrained:capsnet-mnist-small", tmp_path / "jpeg", tmp_path / "out2", mnist_style=True)
+    assert not (tmp_path / "out2").exists()
+
+
 def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet_run, tmp_path):
     folder = _folder(tmp_path, {"ok": np.full((30, 30), 200, np.uint8), "x": np.full((30, 30), 200, np.uint8)})
     with pytest.raises(DataError, match=r"image .*ok.png: the image is blank: give a digit that stands out"):

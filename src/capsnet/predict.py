@@ -31,7 +31,7 @@ from .checkpoint import Checkpoint, atomic_write
 from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
-                       read_png, refuse_case_twins, transparent_share)
+                       refuse_case_twins, transparent_share)
 from .data.tasks import PREPARED, saved_folder, task, trained_classes, user_folder
 from .evaluate import eval_batch, load_model, pixel_batch
 from .models import model_spec
@@ -65,14 +65,14 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
           notes: list[str] | None = None,
           kept: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
-    the ``size`` (H, W) it takes; and the files by stem. ``styled``: each made as MNIST was, at ``size``, whatever
-    its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
+    the ``size`` (H, W) it takes; and the files by stem. ``styled``: every image Pillow opens, each made as MNIST
+    was, at ``size``, whatever its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
     message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
     (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
     ``notes``, and the stems of those the fit left as they were (``_as_it_is``) added to ``kept``; ``fittable``:
     --fit would apply (a classifier, not --mnist-style), so a refusal of other formats or sizes names it."""
-    if fit is not None:
+    if fit is not None or styled:  # photos and scans of any format Pillow opens (--mnist-style took PNG alone)
         from .data.prepare import fit_array, heic_hint, image_files, open_turned, passed_over
 
         if not Path(images_dir).is_dir():
@@ -86,6 +86,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         mode, fitted = "grey" if channels == 1 else "rgb", {}
         for stem, path in progress_bar(files.items(), desc="read", unit="image", leave=False, progress=progress):
             img = open_turned(path)  # decoded once: fitted, and compared with what the fit made of it
+            if styled:
+                fitted[stem] = _styled(img, path, channels, size)
+                continue
             fitted[stem] = fit_array(img, *size, mode, fit, str(path))
             if kept is not None and _as_it_is(img, path, fitted[stem]):
                 kept.add(stem)
@@ -98,13 +101,6 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         raise
     # a bar: 300 photos took 65 s to read with nothing shown
     for stem, path in progress_bar(paths.items(), desc="read", unit="image", leave=False, progress=progress):
-        if styled:
-            try:
-                x = photos.mnist_style(read_png(path), (channels, *size))
-            except DataError as e:  # named once (a message naming the file already said "image F: F is too large")
-                raise DataError(str(e) if str(path) in str(e) else f"image {path}: {e}") from None
-            arrays[stem] = x.mul(255).round_().to(torch.uint8).numpy()
-            continue
         # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
         a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it on "
                                               "a background as MNIST's digits were made)" if styleable else "")
@@ -121,6 +117,15 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
                                if styleable else ""))
         arrays[stem] = a
     return arrays, paths
+
+
+def _styled(img, path: Path, channels: int, size: tuple[int, int]) -> np.ndarray:
+    """The PIL image ``img`` of ``path`` made as MNIST was made (``photos.mnist_style``), (C, H, W) uint8."""
+    try:
+        x = photos.mnist_style(img, (channels, *size))
+    except DataError as e:  # named once (a message naming the file already said "image F: F is too large")
+        raise DataError(str(e) if str(path) in str(e) else f"image {path}: {e}") from None
+    return x.mul(255).round_().to(torch.uint8).numpy()
 
 
 def _as_it_is(img, path: Path, fitted: np.ndarray) -> bool:

@@ -160,12 +160,18 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
 def open_turned(path: Path):
     """The PIL image of ``path`` (any format Pillow opens), loaded and turned by its EXIF orientation; a damaged,
     unknown or too large file is a DataError naming it. What ``fit_pil`` is given for a file."""
+    import warnings
+
     from PIL import Image, ImageOps
 
+    if path.is_file() and path.stat().st_size == 0:  # "cannot identify image file", and "re-save it", said before
+        raise DataError(f"{path} is empty (0 bytes): copy the image again, or move it out")
     try:
-        with Image.open(path) as img:
-            img.load()
-            return ImageOps.exif_transpose(img)
+        with warnings.catch_warnings():  # a photo of 90-180 megapixels is read, without Pillow's raw warning of a
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # "decompression bomb DOS attack"
+            with Image.open(path) as img:
+                img.load()
+                return ImageOps.exif_transpose(img)
     except Image.DecompressionBombError as e:
         raise DataError(f"{path} is too large to read safely ({e}); scale it down first") from None
     except Exception as e:  # Pillow raises many types on a damaged or unknown file
