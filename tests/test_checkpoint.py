@@ -60,6 +60,12 @@ def test_run_directory_resolves_to_best_then_last(tmp_path):
         warnings.simplefilter("error")
         assert resolve_checkpoint(tmp_path) == tmp_path / "best.safetensors"
     assert resolve_checkpoint(tmp_path, "last") == tmp_path / "last.safetensors"
+    # a finished run whose best was removed: not "has not finished evaluating" (a review, 2026-12-01)
+    (tmp_path / "best.safetensors").unlink()
+    save_checkpoint(tmp_path / "last.safetensors", _ckpt(model, best={"epoch": 2, "accuracy": 0.9, "split": "test"}))
+    with pytest.warns(UserWarning, match=r"holds no best.safetensors \(its best, epoch 2, was saved there and has "
+                                         r"been removed since\): its last.safetensors is used"):
+        assert resolve_checkpoint(tmp_path) == tmp_path / "last.safetensors"
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
@@ -114,6 +120,33 @@ def test_missing_checkpoint(tmp_path):
     assert RunLock(tmp_path).holder() is None  # released: no holder, and the lock file gone
     with pytest.raises(CheckpointError, match="; train one with"):
         load_checkpoint(tmp_path)
+
+
+def test_a_run_folder_gone_read_only_reports_its_own_error_and_lets_the_lock_go(tmp_path, monkeypatch):
+    """A folder remounted read-only mid-run: the save's OSError was replaced by the lock file's unlink error
+    ("Read-only file system: rom/.lock"), and the descriptor stayed open, so a resume in the same process was
+    refused as "being written by another capsnet run (process <its own pid>)" (a review, 2026-12-01)."""
+    import pathlib
+
+    from capsnet.checkpoint import RunLock
+
+    unlink = pathlib.Path.unlink
+
+    def read_only(self, missing_ok=False):
+        if self.name == ".lock":
+            raise OSError(30, "Read-only file system", str(self))
+        return unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+    with pytest.raises(OSError, match="No space left"):  # the run's own error, not the lock's
+        with RunLock(tmp_path) as lock:
+            lock.acquire()
+            raise OSError(28, "No space left on device")
+    assert lock.fd is None and not lock.taken
+    monkeypatch.setattr(pathlib.Path, "unlink", unlink)
+    with RunLock(tmp_path) as again:  # the same process takes it again: the first descriptor was closed
+        again.acquire()
+        assert again.holder() == str(os.getpid())
 
 
 @pytest.mark.parametrize("keep", [0, 5, 100, -10])

@@ -202,10 +202,14 @@ class RunLock:
         """Let go, removing ``RUN/.lock`` first (a run's folder holds only its files once it ended) when it is still
         this lock's file (never a later run's, in a folder made again)."""
         if self.fd is not None:
-            if self._holds_the_file():
-                (self.run_dir / ".lock").unlink(missing_ok=True)
-            os.close(self.fd)  # closing the descriptor drops its flock
-            self.fd = None
+            try:
+                if self._holds_the_file():
+                    (self.run_dir / ".lock").unlink(missing_ok=True)
+            except OSError:  # a folder gone read-only (or its permission taken) mid-run: the error that stopped the
+                pass  # run is the one to report, and the lock drops with the descriptor (held, it refused a resume)
+            finally:
+                os.close(self.fd)  # closing the descriptor drops its flock
+                self.fd = None
         self.taken = False
 
     def __enter__(self) -> "RunLock":
@@ -561,8 +565,11 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
         f = p / f"{which}.safetensors"
         if not f.exists() and which == "best" and (p / "last.safetensors").exists():
             f = p / "last.safetensors"  # said: an explicit --which best scored a mid-epoch save without a word
-            warnings.warn(f"{p} holds no best.safetensors yet (the run has not finished evaluating an epoch): "
-                          f"its last.safetensors is used", UserWarning, stacklevel=2)
+            best = _saved_best(f)
+            why = "yet (the run has not finished evaluating an epoch)" if best is None else \
+                f"(its best, epoch {best.get('epoch')}, was saved there and has been removed since)"
+            warnings.warn(f"{p} holds no best.safetensors {why}: its last.safetensors is used", UserWarning,
+                          stacklevel=2)
         if not f.exists():
             if (holder := RunLock(p).holder()) is not None:  # a run starting there: it is not to be trained again
                 raise CheckpointError(f"no checkpoint in {p} yet: a run is training there{RunLock.named(holder)} "
@@ -576,6 +583,20 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
         raise CheckpointError(f"checkpoint {p} does not exist: pass a run directory made by `capsnet train` or its "
                               f".safetensors file{shipped}")
     return p
+
+
+def _saved_best(path: Path) -> dict[str, Any] | None:
+    """The ``best`` record of the run state a checkpoint file's header holds (None: none, or a header that cannot
+    be read: the file's own load says why), read without its tensors."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n > 100 * 2**20:  # no header of a checkpoint is that large: a damaged file
+                return None
+            best = json.loads(_read_metadata(n.to_bytes(8, "little") + f.read(n))["state"]).get("best")
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError):
+        return None
+    return best if isinstance(best, dict) else None
 
 
 def _read_metadata(data: bytes) -> dict[str, str]:

@@ -1142,6 +1142,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from .checkpoint import load_checkpoint, saved_point
 
         last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
+        with train.resume_state_of(last):  # one holding no optimizer state (a best copied over it) refused before
+            pass  # "resuming the run" is printed
         resumed, planned = last.state, last.train_config.get("epochs")
         _refuse_moved_folder(args, out, last)  # --resume without --out: read only now
         # a linear run's --lr-decay was refused as differing from the 0.96 it never used (its config.json's default)
