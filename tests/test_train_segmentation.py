@@ -223,7 +223,7 @@ def test_a_folder_of_images_the_network_cannot_take_is_told_whose_size_it_is(tmp
     for sub in ("images", "masks"):
         (tmp_path / "t" / sub).mkdir(parents=True)
         for k in range(3):
-            Image.fromarray(np.eye(4, dtype=np.uint8) * 255).save(tmp_path / "t" / sub / f"p{k}.png")
+            Image.fromarray(np.roll(np.eye(4, dtype=np.uint8), k, 0) * 255).save(tmp_path / "t" / sub / f"p{k}.png")
     assert main(["train", "--dataset", f"folder:{tmp_path / 't'}", "--model", "segcaps", "--out",
                  str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err
