@@ -306,6 +306,32 @@ def test_mnist_style_reads_jpeg_photos_and_names_an_empty_file(tmp_path, data_ro
     assert not (tmp_path / "out2").exists()
 
 
+def test_mnist_style_refuses_a_sheet_photographed_on_a_darker_table(tmp_path, data_root):
+    """A sheet of paper on a darker table was read as one large digit (the paper's box), 1 of 10 right, without a
+    word (a review, 2026-12-01); the sheet cropped to its paper is read as before. Refused with the fix, whether the
+    table surrounds the sheet or reaches the image's edges beside it."""
+    d = load_dataset("mnist", "test", root=data_root)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    big = np.asarray(Image.fromarray(d.images[0, 0].numpy()).resize((84, 84), Image.Resampling.BICUBIC))
+    sheet = np.full((120, 120), 235.0)
+    sheet[18:102, 18:102] -= 0.8 * big
+    Image.fromarray(sheet.astype(np.uint8)).save(folder / "sheet.png")
+    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", mnist_style=True)
+    assert done.rows[0]["predicted"] == int(d.labels[0])
+    for name, table in (("around", np.full((240, 240), 40.0)), ("beside", np.full((120, 200), 40.0))):
+        if name == "around":
+            table[60:180, 60:180] = sheet
+        else:  # the paper on the right, most of the image: inverted, the table is what stands out
+            table[:, 80:] = sheet
+        Image.fromarray(table.astype(np.uint8)).save(folder / f"{name}.png")
+        with pytest.raises(DataError, match=rf"image .*{name}.png: what stands out from the background is a filled "
+                                            r"area, not strokes \(a sheet of paper photographed on a darker table\?\): "
+                                            r"crop the photo to the paper around the digit"):
+            predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out2", mnist_style=True)
+        (folder / f"{name}.png").unlink()
+
+
 def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet_run, tmp_path):
     folder = _folder(tmp_path, {"ok": np.full((30, 30), 200, np.uint8), "x": np.full((30, 30), 200, np.uint8)})
     with pytest.raises(DataError, match=r"image .*ok.png: the image is blank: give a digit that stands out"):
