@@ -724,7 +724,8 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     out, err = capfd.readouterr()
     assert ("warning, run 2 (capsnet on mnist-sample, seed 1): --batch-size 32 is more than the 24 training examples"
             in err) and "UserWarning" not in err
-    assert "2 at a time" in out and out.count("trained [") == 2 and "trained [2/2] capsnet on mnist-sample, seed 1" in out
+    assert "training the 2 runs not yet finished 2 at a time" in out and out.count("trained [") == 2 \
+        and "trained [2/2] capsnet on mnist-sample, seed 1" in out
     assert out.count("training [") == 2 and "training [1/2] capsnet on mnist-sample, seed 0 in a process" in out
     assert out.index("training [2/2]") < out.index("trained [2/2]")  # each run announced as it starts
     # read back once all trained: announced as read back (it was announced again as starting), never "before"
@@ -737,6 +738,9 @@ def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_pat
     # without bars, each run's evaluated epochs have their lines, as `capsnet train --no-progress` prints them
     out = capfd.readouterr().out
     assert out.count("epoch 1: test accuracy") == 2 and out.index("[2/2]") > out.index("epoch 1: test accuracy"), out
+    # again with more jobs than runs: nothing left to train, and no line says it trains 8 at a time (a review)
+    assert main(common + ["--out", str(tmp_path / "parallel"), "--jobs", "8"]) == 0
+    assert "at a time" not in capfd.readouterr().out
     parallel, sequential = (json.loads((tmp_path / d / "results.json").read_text())["rows"]
                             for d in ("parallel", "sequential"))
     assert len(parallel) == len(sequential) == 2
@@ -1223,3 +1227,38 @@ def test_a_failing_run_keeps_its_errors_type_attributes_and_cause_when_named(tmp
         ex.run_plan(runs, device="cpu", progress=False)
     assert e.value is bad and (e.value.msg, e.value.pos) == ("Expecting value", 1)  # the same exception, named
     assert str(e.value).startswith("run 1 (capsnet on mnist-sample, seed 0, ") and "failed: " in str(e.value)
+
+
+def test_another_experiments_results_are_not_replaced_and_seed_beside_seeds_is_refused(tmp_path, capsys):
+    """A less-data experiment into a multimnist experiment's --out replaced its results.md and results.json without
+    a word; --seed beside --seeds was set aside without a word (a review, 2026-12-01). Both refused before any run."""
+    out = tmp_path / "x"
+    out.mkdir()
+    held = json.dumps({"command": "capsnet experiment multimnist", "rows": [{"experiment": "multimnist"}]})
+    (out / "results.json").write_text(held)
+    r = in_process(capsys, "experiment", "less-data", "--out", out, "--sizes", "64", "--models", "capsnet",
+                   "--no-progress")
+    assert r.returncode == 2 and (f"--out {out} holds the multimnist experiment's results (results.json, results.md), "
+                                  f"which this less-data experiment would replace; give it another --out") in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"] and (out / "results.json").read_text() == held
+    r = in_process(capsys, "experiment", "routing", "--models", "capsnet", "--datasets", "mnist", "--seed", "5",
+                   "--seeds", "0", "--out", tmp_path / "r", "--no-progress")
+    assert r.returncode == 2 and "--seed and --seeds conflict: the runs take the seeds of --seeds (0); give one of " \
+                                 "them" in r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_model_of_no_test_errors_keeps_its_line_on_the_less_data_plot():
+    """A 0% error (a small --test-size) has no place on a log axis: its model's line vanished from less_data.png,
+    its legend entry left (a review, 2026-12-01)."""
+    from capsnet.experiments import plot_less_data
+
+    rows = [{"model": "capsnet", "train_size": 500, "test_error": 0.0},
+            {"model": "capsnet", "train_size": 1000, "test_error": 0.0},
+            {"model": "baseline", "train_size": 500, "test_error": 0.1},
+            {"model": "baseline", "train_size": 1000, "test_error": 0.05}]
+    ax = plot_less_data(rows).axes[0]
+    assert ax.get_yscale() == "symlog"
+    low, high = ax.get_ylim()
+    assert low <= 0.0 < 10.0 <= high  # both lines inside the axis, zeros included
+    assert plot_less_data(rows[2:]).axes[0].get_yscale() == "log"  # no zero: log, as before

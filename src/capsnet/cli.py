@@ -1559,7 +1559,11 @@ def _experiment(args: argparse.Namespace) -> int:
         args.parser.error("--steps and --epochs conflict: less-data takes one budget, give one of them")
     out = Path(args.out or f"runs/experiment-{args.name}")
     check_out_dir(out, "experiment's runs and tables")
+    ex.check_results_folder(out, args.name)
     typed = _typed(args, _TRAIN_FIELDS)
+    if getattr(args, "seeds", ()) and "seed" in typed:  # --seed was set aside without a word
+        args.parser.error(f"--seed and --seeds conflict: the runs take the seeds of --seeds "
+                          f"({', '.join(map(str, args.seeds))}); give one of them")
     train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
     require_compiler(args.compile, args.device)  # before any run: Inductor's own error came at the first step
     kept = _keep_memory(args.allocator) == "keep"
@@ -1605,12 +1609,14 @@ def _experiment(args: argparse.Namespace) -> int:
         print(f"trained [{k + 1}/{len(runs)}] {run.label} on {run.dataset}, seed {run.seed} -> {run.run_dir}",
               flush=True)
 
-    if args.jobs > 1:
-        print(f"training the runs not yet finished {args.jobs} at a time, each in a process of its own", flush=True)
+    def parallel(n: int) -> None:
+        print(f"training the {_counted(n, 'run')} not yet finished {min(n, args.jobs)} at a time, each in a process "
+              f"of its own", flush=True)
+
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
                        compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
-                       on_launch=launched, on_epoch=epoch_line if args.no_progress else None)
+                       on_launch=launched, on_epoch=epoch_line if args.no_progress else None, on_parallel=parallel)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]

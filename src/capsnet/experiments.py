@@ -580,7 +580,8 @@ def check_sizes(runs: Sequence[Run], data_root: str | os.PathLike | None = None)
 
 def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.PathLike | None = None,
              progress: bool = True, on_start=None, on_done=None, compile: bool | str = False, jobs: int = 1,
-             keep_memory: bool = False, on_trained=None, on_launch=None, on_epoch=None) -> list[dict[str, Any]]:
+             keep_memory: bool = False, on_trained=None, on_launch=None, on_epoch=None,
+             on_parallel=None) -> list[dict[str, Any]]:
     """Train each run (or read back a finished one) and return one row per run with its final epoch's metrics.
 
     ``on_start(k, run, done)`` is called before run k is trained or read back (``done``: it had finished before this
@@ -588,7 +589,8 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     rows so far; ``compile`` is passed to ``fit`` (``capsnet.train.compile_model``). With ``jobs`` above 1 the
     runs still to train are first trained that many at a time, each in a process of its own with 1/jobs of the
     threads (``keep_memory``: with the allocator kept as ``capsnet.memory.keep_freed_memory`` keeps it), without
-    progress bars, ``on_launch(k, run)`` called as each starts and ``on_trained(k, run)`` as each finishes; then
+    progress bars, ``on_parallel(n)`` called first with the number of those runs (none: not called),
+    ``on_launch(k, run)`` as each starts and ``on_trained(k, run)`` as each finishes; then
     every run is read back in order (``done`` true for those too). ``on_epoch(run, record)``: called with each
     evaluated epoch's record of a run trained in this process.
     """
@@ -601,6 +603,8 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     finished = {k: _finished(run) for k, run in enumerate(runs)}
     todo = [(k, run) for k, run in enumerate(runs) if finished[k] is None] if jobs > 1 else []
     if todo:
+        if on_parallel is not None:
+            on_parallel(len(todo))
         _train_in_parallel(todo, jobs=jobs, device=device, data_root=data_root, compile=compile,
                            keep_memory=keep_memory, on_trained=on_trained, on_launch=on_launch)
     rows = []
@@ -957,6 +961,20 @@ def format_routing_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def check_results_folder(out: str | os.PathLike, name: str) -> None:
+    """A ValueError when ``out`` holds another experiment's results.json (its table would be replaced by this one's,
+    without a word, beside its run folders); none, this experiment's own (a rerun) or one that does not read is
+    fine."""
+    try:
+        rows = json.loads((Path(out) / "results.json").read_text(encoding="utf-8"))["rows"]
+        other = rows[0]["experiment"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return
+    if isinstance(other, str) and other != name:
+        raise ValueError(f"--out {out} holds the {other} experiment's results (results.json, results.md), which this "
+                         f"{name} experiment would replace; give it another --out")
+
+
 def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, command: str) -> Path:
     """results.json (the rows and the command) and results.md (the table) in ``out``."""
     out = Path(out)
@@ -981,7 +999,11 @@ def plot_less_data(rows: Sequence[dict[str, Any]]):
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    errors = [100 * r["test_error"] for r in rows]
+    if min(errors, default=1) > 0:
+        ax.set_yscale("log")
+    else:  # an error of 0 (a small --test-size) has no place on a log axis: its model's line was left out
+        ax.set_yscale("symlog", linthresh=min([e for e in errors if e > 0], default=1.0), linscale=0.5)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}%" if f"{v:g}"[0] in "2345" else ""))
