@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -578,8 +579,9 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f
     if not p.exists():
-        shipped = f"; did you mean {pretrained.PREFIX}{p}, a model shipped with capsnet?" \
-            if str(p) in pretrained.names() else ""
+        tail = re.split(r"[:/=\\]", str(path))[-1]  # Pretrained:NAME, pretrain:NAME, pretrained/NAME
+        shipped = f"; did you mean {pretrained.PREFIX}{tail}, a model shipped with capsnet?" \
+            if tail in pretrained.names() else ""
         raise CheckpointError(f"checkpoint {p} does not exist: pass a run directory made by `capsnet train` or its "
                               f".safetensors file{shipped}")
     return p

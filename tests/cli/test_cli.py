@@ -236,13 +236,16 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
 
 @pytest.mark.parametrize("args", [["models", "pretrained:capsnet-mnist-small"], ["train", "--model", "capsnet-mnist-small"],
                                   ["eval", "--checkpoint", "capsnet-mnist-small"],
+                                  ["eval", "--checkpoint", "Pretrained:capsnet-mnist-small"],  # a review, 2026-12-01:
+                                  ["eval", "--checkpoint", "pretrained/capsnet-mnist-small"],  # no hint for a prefix
+                                  ["eval", "--checkpoint", "pretrain:capsnet-mnist-small"],  # mistyped
                                   ["experiment", "routing", "--models", "pretrained:capsnet-mnist-small"]])
 def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_give_it(capsys, args):
     """Copied from `capsnet models`' shipped table: "did you mean 'em-capsnet-small'?", an unrelated architecture,
     or "checkpoint capsnet-mnist-small does not exist" with no word of pretrained:NAME."""
     r = in_process(capsys, *args)
     if args[0] == "eval":
-        assert_clean_error(r, "checkpoint capsnet-mnist-small does not exist: pass a run directory made by `capsnet "
+        assert_clean_error(r, f"checkpoint {args[2]} does not exist: pass a run directory made by `capsnet "
                               "train` or its .safetensors file; did you mean pretrained:capsnet-mnist-small, a model "
                               "shipped with capsnet?")
     else:

@@ -230,6 +230,12 @@ def split_size(name: str, split: str) -> int:
     return _SPECS[name].sizes[split]
 
 
+def _fetch_by_hand(name: str, files: Sequence[_File], folder: Path, mirrors: Sequence[str] | None) -> str:
+    """Where each of ``files`` of set ``name`` is downloaded from (the first mirror) and put."""
+    url = mirror_list(mirrors, MIRRORS[name])[0]
+    return "; ".join(f"{url}{f.name}.gz into {folder}" for f in files)
+
+
 def download_hint(source: str, base: Path) -> str:
     """The end of a "not found" message: how to have capsnet download a set, for a data root from ``source``
     (``resolve_root``: --data-dir / CAPSNET_DATA, or the user cache) at ``base``; the CLI has no download flag."""
@@ -312,15 +318,24 @@ def load_dataset(
                         else "")
                 raise DataError(
                     f"{name} {split} file(s) {names} not found in {folder} (root from {source}; "
-                    f"looked for each raw and with .gz).{hint} Put the IDX files there (gzip or raw), "
+                    f"looked for each raw and with .gz).{hint} Put the IDX files there (gzip or raw: "
+                    f"{_fetch_by_hand(name, missing, folder, mirrors)}), "
                     f"point --data-dir or CAPSNET_DATA at a folder holding {name}/{fetch}.{offline}"
                 )
             urls = mirror_list(mirrors, MIRRORS[name])
             for f in missing:
                 log.info("downloading %s %s to %s", name, f.name, folder)
-                download_file([base_url + f.name + ".gz" for base_url in urls],
-                              folder / (f.name + ".gz"), md5_uncompressed=f.md5,
-                              progress=progress, max_size=_MAX_FILE_BYTES)
+                try:
+                    download_file([base_url + f.name + ".gz" for base_url in urls],
+                                  folder / (f.name + ".gz"), md5_uncompressed=f.md5,
+                                  progress=progress, max_size=_MAX_FILE_BYTES)
+                except DataError as e:  # the first file alone was named: fetched by hand, the next failed the same
+                    rest = [g for pair in _SPECS[name].files.values() for g in pair  # way, one run at a time
+                            if g is not f and _find(folder, g) is None]
+                    if not rest:
+                        raise
+                    raise DataError(f"{e}\nThe set's other missing files, to fetch the same way: "
+                                    f"{_fetch_by_hand(name, rest, folder, mirrors)}") from None
 
     images = _read_checked(folder, image_file, name)
     labels = _read_checked(folder, label_file, name)
