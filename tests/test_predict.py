@@ -524,3 +524,24 @@ def test_a_utf8_file_name_is_read_under_an_ascii_locale_without_utf8_mode(tmp_pa
     (folder / "café.png").rename(os.fsdecode(bytes(folder) + b"/caf\xe9.png"))  # Latin-1 bytes
     done = subprocess.run([sys.executable, "-c", code, str(folder).encode()], capture_output=True, env=env, timeout=120)
     assert done.returncode != 0 and b"that are not UTF-8" in done.stderr
+
+
+def test_predict_names_a_test_chosen_best_it_uses(trained_run, tmp_path, capsys):
+    """predict (and generate, export) on a run trained without --val-size used its best.safetensors, chosen on the
+    test split, where `capsnet eval` scores the final epoch's last.safetensors: the two gave different scores for
+    one image and nothing said which model predicted (a review, 2026-12-01)."""
+    from capsnet.checkpoint import load_checkpoint
+
+    best = load_checkpoint(trained_run, "best").state["best"]
+    assert best["split"] == "test"  # the shared run: trained without --val-size
+    folder = _folder(tmp_path, {"a": np.zeros((28, 28), np.uint8)})
+    assert main(["predict", "--checkpoint", str(trained_run), "--images", str(folder), "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert (f"note: predicted with {trained_run}'s best.safetensors, epoch {best['epoch']}, chosen on the test split "
+            f"(trained without --val-size); `capsnet eval` scores the final epoch's last.safetensors unless --which "
+            f"best asks, and --which last uses it here") in out
+    for which in ("last", "best"):  # asked for: nothing to say
+        assert main(["predict", "--checkpoint", str(trained_run), "--images", str(folder), "--out",
+                     str(tmp_path / which), "--which", which, "--no-progress"]) == 0
+        assert "chosen on the test split" not in capsys.readouterr().out

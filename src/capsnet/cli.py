@@ -1347,6 +1347,22 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
                   f"epochs so far, not an estimate; finish the run for its final epoch's\n")
 
 
+def _say_test_chosen_best(args: argparse.Namespace, used: str) -> None:
+    """For predict, generate and export on a run directory without --which: a note when its best.safetensors, which
+    they use, was chosen on the test split (trained without --val-size), where `capsnet eval` scores the final
+    epoch's last.safetensors unless asked: the two commands' models differ, and nothing said so."""
+    from .checkpoint import load_checkpoint
+
+    run = Path(args.checkpoint)
+    if args.which_given or not run.is_dir() or not (run / "best.safetensors").exists():
+        return
+    best = load_checkpoint(run, "best").state.get("best") or {}
+    if best.get("split") == "test":
+        print(f"note: {used} {run}'s best.safetensors, epoch {best.get('epoch')}, chosen on the test split (trained "
+              f"without --val-size); `capsnet eval` scores the final epoch's last.safetensors unless --which best "
+              f"asks, and --which last uses it here", flush=True)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import atomic_write_text, load_checkpoint, unwritable
     from .evaluate import evaluate_checkpoint
@@ -1442,6 +1458,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                            weights=args.weights, device=str(resolve_device(args.device)), progress=not args.no_progress,
                            truncation=args.truncation)
     again = _replaced(done.replaced)
+    _say_test_chosen_best(args, "drew with")
     print(f"wrote {_counted(len(done.files), 'image')} to {done.folder}{again}")
     _say_training_weights(args)
     return 0
@@ -1470,6 +1487,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                           device=str(resolve_device(args.device)), threshold=args.threshold,
                           probabilities=args.probabilities, batch_size=args.batch_size, progress=not args.no_progress,
                           mnist_style=args.mnist_style, fit=args.fit)
+    _say_test_chosen_best(args, "predicted with")
     for note in done.notes:
         print(f"note: {note}")
     _say_training_weights(args)
@@ -1507,6 +1525,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(export_model(args.checkpoint, args.out, format=args.format, which=args.which, opset=args.opset,
                        weights=args.weights, any_size=args.any_size,
                        say=lambda line: print(line, file=sys.stderr, flush=True)).format_report())
+    _say_test_chosen_best(args, "exported")
     _say_training_weights(args)
     return 0
 
