@@ -145,6 +145,14 @@ def test_a_class_folder_copied_from_macos_keeps_its_split_and_a_name_not_utf8_is
     before = load_classes(tmp_path, "test").names
     (tmp_path / decomposed).rename(tmp_path / unicodedata.normalize("NFC", "café"))  # as a copy to Linux writes it
     assert load_classes(tmp_path, "test").names == before
+    # both forms side by side: named as differing in Unicode form, not "in case alone" (a review, 2026-12-01)
+    _write(tmp_path, {f"{decomposed}/00.png": _pixels(0)})
+    with pytest.raises(DataError, match=r"names that differ in their Unicode form alone \(composed and decomposed "
+                                        r"accents"):
+        load_classes(tmp_path, "test")
+    import shutil
+
+    shutil.rmtree(tmp_path / decomposed)
     # a Mac's zip unpacked: __MACOSX/CLASS/._NAME.png (metadata) is no class (it was one, "holds no PNG files")
     _write(tmp_path, {"__MACOSX/tea/._00.png": _pixels(0)})
     assert load_classes(tmp_path, "test").names == before
@@ -636,7 +644,9 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     with pytest.raises(ValueError, match="--fit and --mnist-style each make an image of the model's size"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out5", which="last", fit="pad", mnist_style=True)
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "photos" / "y.jpg")
-    with pytest.raises(DataError, match=r"convert them to PNG, or move them out$"):  # no pointer to a --fit refused
+    # --mnist-style reads every format Pillow opens (PNG alone until 2026-12-01): the blank JPEG is named as blank
+    with pytest.raises(DataError, match=r"y.jpg: the image is blank: give a digit that stands out from its "
+                                        r"background$"):
         predict_folder("pretrained:capsnet-mnist-small", tmp_path / "photos", tmp_path / "out6", mnist_style=True)
     # from a review: x.jpg beside x.png both classified (rows are named by file); a shape held in the alpha alone
     # refused, not scored blank

@@ -60,8 +60,10 @@ def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) ->
         name = unicodedata.normalize("NFC", p.name)
         if name.casefold() in {n.casefold() for n in by_name}:
             other = next(n for n in by_name if n.casefold() == name.casefold())
-            raise DataError(f"{root} holds class folders {other}/ and {p.name}/, names that differ in case alone; "
-                            f"merge or rename one of them")
+            how = "in case alone" if other != name else \
+                "in their Unicode form alone (composed and decomposed accents, as macOS and Linux may write one name)"
+            raise DataError(f"{root} holds class folders {by_name[other].name}/ and {p.name}/, names that differ "
+                            f"{how}; merge or rename one of them")
         by_name[name] = p
     if not by_name and test_split:  # an empty test/: which the user meant is theirs to say
         raise DataError(f"{root} holds no class folders; put the test images in {root}/CLASS (the training images' "
