@@ -490,25 +490,32 @@ def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp
     assert r.returncode == 2 and "--size: must be an integer >= 1 and <= 4,096, got 5000" in r.stderr
 
 
-def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatch):
+def _disk_full_after(monkeypatch, files: int) -> list:
+    """Pillow's saves find the disk full after ``files`` files (the files saved are listed in the list returned);
+    ``monkeypatch.undo()`` gives the disk back."""
     from PIL import Image as PILImage
 
-    from capsnet.data.prepare import prepare_class_folders
-
-    _write(tmp_path / "src", {f"{c}/{k}.png": _GREY for c in ("a", "b") for k in range(3)})
     save, saved = PILImage.Image.save, []
 
-    def full_disk(self, fp, *args, **kwargs):  # the third file finds the disk full
-        if len(saved) == 2:
+    def full_disk(self, fp, *args, **kwargs):
+        if len(saved) == files:
             raise OSError(28, "No space left on device")
         saved.append(fp)
         return save(self, fp, *args, **kwargs)
 
     monkeypatch.setattr(PILImage.Image, "save", full_disk)
+    return saved
+
+
+def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatch):
+    from capsnet.data.prepare import prepare_class_folders
+
+    _write(tmp_path / "src", {f"{c}/{k}.png": _GREY for c in ("a", "b") for k in range(3)})
+    saved = _disk_full_after(monkeypatch, 2)  # the third file finds the disk full
     with pytest.raises(OSError, match="No space left"):
         prepare_class_folders(tmp_path / "src", tmp_path / "out", 8)
     assert len(saved) == 2 and not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
-    monkeypatch.setattr(PILImage.Image, "save", save)
+    monkeypatch.undo()
     killed = tmp_path / ".out.tmp-999999999-1-dir"  # what a run killed outright (SIGKILL) leaves: no such process
     (killed / "a").mkdir(parents=True)
     (killed / "a" / "0.png").write_bytes(b"half")
@@ -524,8 +531,6 @@ def test_prepare_fills_an_empty_folder_given_in_place(tmp_path, monkeypatch):
     import os
     import stat
 
-    from PIL import Image as PILImage
-
     from capsnet.data.prepare import RECORD, prepare_class_folders
 
     _write(tmp_path / "src", {f"{c}/{k}.png": _pixels(10 * k + (c == "b")) for c in ("a", "b") for k in range(3)})
@@ -533,19 +538,11 @@ def test_prepare_fills_an_empty_folder_given_in_place(tmp_path, monkeypatch):
     out.mkdir()
     out.chmod(0o2770)
     inode = out.stat().st_ino
-    save, saved = PILImage.Image.save, []
-
-    def full_disk(self, fp, *args, **kwargs):  # the fourth file finds the disk full
-        if len(saved) == 3:
-            raise OSError(28, "No space left on device")
-        saved.append(fp)
-        return save(self, fp, *args, **kwargs)
-
-    monkeypatch.setattr(PILImage.Image, "save", full_disk)
+    _disk_full_after(monkeypatch, 3)  # the fourth file finds the disk full
     with pytest.raises(OSError, match="No space left"):
         prepare_class_folders(tmp_path / "src", out, 8)
     assert out.is_dir() and list(out.iterdir()) == [] and out.stat().st_ino == inode
-    monkeypatch.setattr(PILImage.Image, "save", save)
+    monkeypatch.undo()
     killed = out / ".capsnet-prepare.tmp-999999999-1-dir"  # a run killed outright (SIGKILL): no such process
     (killed / "a").mkdir(parents=True)
     (killed / "a" / "0.png").write_bytes(b"half")
