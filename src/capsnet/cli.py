@@ -901,8 +901,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                         f"{' '.join(map(str, LESS_DATA_SIZES))})")
     _field_flag(x, "--train-size", TrainConfig, "train_size", "all but less-data: train on a seeded subset of this "
                 "many training examples (0: all)", type=_nonneg_int)
-    _field_flag(x, "--test-size", TrainConfig, "test_size", "first this many test digits (0: all 10,000); "
-                "multimnist: the first this many of the 10,000 fixed test pairs", type=_nonneg_int)
+    _field_flag(x, "--test-size", TrainConfig, "test_size", "first this many test examples: digits, the "
+                "segmentation's canvases, the synthesis's label maps (0: all 10,000); multimnist: the first this many "
+                "of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
     _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3); routing: "
                 "when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 when not "
