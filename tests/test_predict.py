@@ -306,30 +306,20 @@ def test_mnist_style_reads_jpeg_photos_and_names_an_empty_file(tmp_path, data_ro
     assert not (tmp_path / "out2").exists()
 
 
-def test_mnist_style_refuses_a_sheet_photographed_on_a_darker_table(tmp_path, data_root):
-    """A sheet of paper on a darker table was read as one large digit (the paper's box), 1 of 10 right, without a
-    word (a review, 2026-12-01); the sheet cropped to its paper is read as before. Refused with the fix, whether the
-    table surrounds the sheet or reaches the image's edges beside it."""
+def test_mnist_style_reads_digits_cropped_to_their_box(tmp_path, data_root):
+    """Digits cropped to their box touch all four edges, as a drawing across the viewer's canvas does; a check
+    tried on 2026-12-01 against sheets photographed on a darker table refused every one (the diff's review), so
+    this stays a guard: they are read as MNIST's own."""
     d = load_dataset("mnist", "test", root=data_root)
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    big = np.asarray(Image.fromarray(d.images[0, 0].numpy()).resize((84, 84), Image.Resampling.BICUBIC))
-    sheet = np.full((120, 120), 235.0)
-    sheet[18:102, 18:102] -= 0.8 * big
-    Image.fromarray(sheet.astype(np.uint8)).save(folder / "sheet.png")
-    done = predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", mnist_style=True)
-    assert done.rows[0]["predicted"] == int(d.labels[0])
-    for name, table in (("around", np.full((240, 240), 40.0)), ("beside", np.full((120, 200), 40.0))):
-        if name == "around":
-            table[60:180, 60:180] = sheet
-        else:  # the paper on the right, most of the image: inverted, the table is what stands out
-            table[:, 80:] = sheet
-        Image.fromarray(table.astype(np.uint8)).save(folder / f"{name}.png")
-        with pytest.raises(DataError, match=rf"image .*{name}.png: what stands out from the background is a filled "
-                                            r"area, not strokes \(a sheet of paper photographed on a darker table\?\): "
-                                            r"crop the photo to the paper around the digit"):
-            predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out2", mnist_style=True)
-        (folder / f"{name}.png").unlink()
+    crops = tmp_path / "crops"
+    crops.mkdir()
+    for i in range(20):
+        digit = d.images[i, 0].numpy()
+        ys, xs = np.nonzero(digit)
+        box = 255 - digit[ys.min():ys.max() + 1, xs.min():xs.max() + 1]  # dark ink on white, no margin
+        Image.fromarray(box).resize((4 * box.shape[1], 4 * box.shape[0])).save(crops / f"d{i:02d}.png")
+    tight = predict_folder("pretrained:capsnet-mnist-small", crops, tmp_path / "out", mnist_style=True)
+    assert (torch.tensor([r["predicted"] for r in tight.rows]) == d.labels[:20]).float().mean() >= 0.9
 
 
 def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet_run, tmp_path):
@@ -545,3 +535,14 @@ def test_predict_names_a_test_chosen_best_it_uses(trained_run, tmp_path, capsys)
         assert main(["predict", "--checkpoint", str(trained_run), "--images", str(folder), "--out",
                      str(tmp_path / which), "--which", which, "--no-progress"]) == 0
         assert "chosen on the test split" not in capsys.readouterr().out
+    # a run not finished (here: no last.safetensors) is scored from this best by eval too: not said otherwise
+    # (the diff's review, 2026-12-01)
+    import shutil
+
+    shutil.copytree(trained_run, tmp_path / "run")
+    (tmp_path / "run" / "last.safetensors").unlink()
+    assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--images", str(folder), "--out",
+                 str(tmp_path / "o2"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "of a run not finished (or without its last.safetensors): its test figures are the best over its epochs " \
+           "so far, and `capsnet eval` scores it too" in out and "`capsnet eval` scores the final" not in out

@@ -1338,7 +1338,7 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
     last = load_checkpoint(run, "last")
     planned = last.train_config.get("epochs")
     what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
-    if "within" not in last.state and last.state.get("epoch") == planned:  # the run finished: its final epoch
+    if _finished_run(last):  # its final epoch
         return last, (f"{run}: best.safetensors was chosen on the test split (trained without --val-size), so its "
                       f"test figures would be the best over epochs; {what} from last.safetensors, the final epoch's "
                       f"weights (--which best takes the other)\n")
@@ -1348,20 +1348,33 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
                   f"epochs so far, not an estimate; finish the run for its final epoch's\n")
 
 
+def _finished_run(last: Any) -> bool:
+    """Whether a run's last.safetensors (a Checkpoint) holds its final epoch: the run finished, not stopped inside
+    an epoch or before its planned epochs."""
+    return "within" not in last.state and last.state.get("epoch") == last.train_config.get("epochs")
+
+
 def _say_test_chosen_best(args: argparse.Namespace, used: str) -> None:
     """For predict, generate and export on a run directory without --which: a note when its best.safetensors, which
-    they use, was chosen on the test split (trained without --val-size), where `capsnet eval` scores the final
-    epoch's last.safetensors unless asked: the two commands' models differ, and nothing said so."""
+    they use, was chosen on the test split (trained without --val-size); for a finished run `capsnet eval` scores
+    the final epoch's last.safetensors unless asked (``_final_for_test_chosen``): the two commands' models differ,
+    and nothing said so."""
     from .checkpoint import load_checkpoint
 
     run = Path(args.checkpoint)
     if args.which_given or not run.is_dir() or not (run / "best.safetensors").exists():
         return
     best = load_checkpoint(run, "best").state.get("best") or {}
-    if best.get("split") == "test":
-        print(f"note: {used} {run}'s best.safetensors, epoch {best.get('epoch')}, chosen on the test split (trained "
-              f"without --val-size); `capsnet eval` scores the final epoch's last.safetensors unless --which best "
-              f"asks, and --which last uses it here", flush=True)
+    if best.get("split") != "test":
+        return
+    chosen = f"note: {used} {run}'s best.safetensors, epoch {best.get('epoch')}, chosen on the test split (trained " \
+             f"without --val-size)"
+    if (run / "last.safetensors").exists() and _finished_run(load_checkpoint(run, "last")):
+        print(f"{chosen}; `capsnet eval` scores the final epoch's last.safetensors unless --which best asks, and "
+              f"--which last uses it here", flush=True)
+    else:  # eval scores this best too, and says so
+        print(f"{chosen}, of a run not finished (or without its last.safetensors): its test figures are the best "
+              f"over its epochs so far, and `capsnet eval` scores it too", flush=True)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
