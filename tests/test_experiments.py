@@ -1262,3 +1262,12 @@ def test_a_model_of_no_test_errors_keeps_its_line_on_the_less_data_plot():
     low, high = ax.get_ylim()
     assert low <= 0.0 < 10.0 <= high  # both lines inside the axis, zeros included
     assert plot_less_data(rows[2:]).axes[0].get_yscale() == "log"  # no zero: log, as before
+
+
+def test_a_routing_data_set_of_another_kind_is_told_every_one_the_experiment_takes():
+    """The message offered the defaults (mnist, fashion-mnist) though mnist-sample is taken too (a review,
+    2026-12-01); the 28x28 classification sets, not multimnist's 36x36 or CIFAR's colour ones."""
+    with pytest.raises(ValueError, match=r"the routing experiment needs classification data sets; mnist-segmentation "
+                                         r"is not: give --datasets from mnist, fashion-mnist, mnist-sample or "
+                                         r"classes:DIR \(your images, a folder per class\)$"):
+        plan("routing", Path("/nonexistent"), train=TrainConfig(), datasets=["mnist-segmentation"])

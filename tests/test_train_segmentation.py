@@ -367,8 +367,8 @@ def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path
         (tmp_path / "cells" / sub / "p10.png").unlink()
     for datasets, message in ((["mnist"], "the segmentation experiment needs segmentation data sets; mnist is not"),
                               ([f"pairs:{tmp_path}"], r"needs segmentation data sets; pairs:.* is not: give "
-                                                      r"--datasets from mnist-segmentation or folder:DIR \(your images "
-                                                      r"and masks\)$")):
+                                                      r"--datasets from mnist-segmentation, mnist-sample-segmentation "
+                                                      r"or folder:DIR \(your images and masks\)$")):
         with pytest.raises(ValueError, match=message):
             plan("segmentation", tmp_path, train=train, datasets=datasets)
     mask_pairs(tmp_path / "other" / "cells", 4)

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, 
 from ._signals import sigterm_as_interrupt
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
-from .data.tasks import absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
+from .data.tasks import TASKS, absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
 from .models import MODELS, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
@@ -243,9 +243,10 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     if other:
         yours = {"segmentation": "folder:DIR (your images and masks)", "synthesis": "pairs:DIR (your label maps "
                  "and images)", "classification": "classes:DIR (your images, a folder per class)"}[kind]
+        known = [n for n in TASKS if task_kind(n) == kind and (name != "routing" or input_shape(n) == (1, 28, 28))]
         raise ValueError(f"the {name} experiment needs {kind} data sets; {', '.join(other)} "
                          f"{'is' if len(other) == 1 else 'are'} not: give --datasets from "
-                         f"{', '.join(EXPERIMENTS[name])} or {yours}")
+                         f"{', '.join(known)} or {yours}")
 
     if name == "synthesis":
         return [make(m, d, train.seed, replace(train, dataset=d, **own(m)), out / dataset_stem(d) / stem(m))
