@@ -66,8 +66,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
           kept: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """Every PNG of ``images_dir`` by stem, (C, H, W) uint8, checked: ``channels`` channels and, for a classifier,
     the ``size`` (H, W) it takes; and the files by stem. ``styled``: every image Pillow opens, each made as MNIST
-    was, at ``size``, whatever its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are); ``styleable``: a wrong size's
-    message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
+    was, at ``size``, whatever its own size (``capsnet.data.photos.mnist_style``; 8-bit, as MNIST's images are);
+    ``styleable``: a wrong size's message points to --mnist-style (a model trained on MNIST's digits). ``fit`` ("crop" or "pad"): every image
     Pillow opens (JPEG, PNG, WebP, ...), of any size, fitted to ``size`` as ``capsnet prepare`` fits photos
     (``capsnet.data.prepare.fit_image``), in ``channels``' mode, the files passed over (not images) said in
     ``notes``, and the stems of those the fit left as they were (``_as_it_is``) added to ``kept``; ``fittable``:
