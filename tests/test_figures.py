@@ -702,6 +702,28 @@ def test_the_curves_of_a_one_epoch_run_tick_whole_epochs_only():
             assert shown == [1.0], shown
 
 
+def test_the_curves_of_a_run_evaluated_every_few_epochs_join_its_held_out_points():
+    """--eval-every 2: the held-out series were NaN between evaluations, so matplotlib drew dots no line joined, and
+    a last epoch not evaluated dropped the held-out loss and called a validation split "test" (a review,
+    2026-12-01)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from capsnet.figures.plots import plot_training_curves
+
+    records = [{"epoch": e, "train_loss": 1.0 / e, "train_accuracy": 0.5 + e / 10} for e in (1, 2, 3, 4, 5)]
+    for e in (2, 4):  # evaluated on the validation split; epoch 5, the last, not evaluated
+        records[e - 1] |= {"val_loss": 0.3 / e, "val_error": 0.2 / e}
+    ax_loss, ax_acc, ax_err = plot_training_curves({"run": records}).axes
+    held_loss = [ln for ln in ax_loss.get_lines() if ln.get_label() == "run val"]
+    assert len(held_loss) == 1 and list(held_loss[0].get_xdata()) == [2, 4]
+    assert list(held_loss[0].get_ydata()) == pytest.approx([0.15, 0.075])
+    err, = ax_err.get_lines()
+    assert err.get_label() == "run (val)" and list(err.get_xdata()) == [2, 4]
+    assert list(err.get_ydata()) == pytest.approx([10.0, 5.0])
+    assert list(ax_acc.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5]
+
+
 def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_path, capsys, monkeypatch):
     """The figures were drawn for 16-22 s with no bar and no line, in a terminal or a log (a review, 2026-11-30)."""
     from capsnet import _progress

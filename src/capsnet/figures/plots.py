@@ -296,6 +296,14 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
     return fig
 
 
+def _series(records: list[dict], key: str, scale: float = 1.0) -> tuple[list, list]:
+    """The epochs whose records hold ``key``, and its values (times ``scale``): a run evaluated every few epochs
+    (--eval-every) has held-out figures in those records alone, each series one line through them (a NaN at the
+    others broke it into dots, and a last epoch not evaluated left the series out)."""
+    kept = [r for r in records if r.get(key) is not None]
+    return [r["epoch"] for r in kept], [scale * r[key] for r in kept]
+
+
 def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
     """Loss, training accuracy and held-out error per epoch; one line per run."""
     from matplotlib.ticker import MaxNLocator
@@ -303,18 +311,16 @@ def plot_training_curves(runs: dict[str, list[dict]]) -> "Figure":
     fig = _figure(12, 3.4)
     ax_loss, ax_acc, ax_err = fig.subplots(1, 3)
     for name, records in runs.items():
-        epochs = [r["epoch"] for r in records]
-        held = "val" if "val_error" in records[-1] else "test"
-        line = ax_loss.plot(epochs, [r["train_loss"] for r in records], marker="o", label=f"{name} train")[0]
-        if f"{held}_loss" in records[-1]:
-            ax_loss.plot(epochs, [r.get(f"{held}_loss", math.nan) for r in records], marker="o", linestyle="--",
-                         color=line.get_color(), label=f"{name} {held}")
-        if "train_accuracy" in records[-1]:
-            ax_acc.plot(epochs, [100 * r.get("train_accuracy", math.nan) for r in records], marker="o",
-                        color=line.get_color(), label=name)
-        ax_err.plot(epochs, [100 * r.get(f"{held}_error", math.nan) for r in records], marker="o",
-                    color=line.get_color(), label=f"{name} ({held})")
-    if any(k.endswith("_dice") for records in runs.values() for k in records[-1]):  # segmentation: accuracy is Dice
+        held = "val" if any("val_error" in r for r in records) else "test"
+        line = ax_loss.plot(*_series(records, "train_loss"), marker="o", label=f"{name} train")[0]
+        if any(f"{held}_loss" in r for r in records):
+            ax_loss.plot(*_series(records, f"{held}_loss"), marker="o", linestyle="--", color=line.get_color(),
+                         label=f"{name} {held}")
+        if any("train_accuracy" in r for r in records):
+            ax_acc.plot(*_series(records, "train_accuracy", 100), marker="o", color=line.get_color(), label=name)
+        ax_err.plot(*_series(records, f"{held}_error", 100), marker="o", color=line.get_color(),
+                    label=f"{name} ({held})")
+    if any(k.endswith("_dice") for records in runs.values() for r in records for k in r):  # segmentation: Dice
         ax_loss.set(title="Loss (segmentation; SegCaps: + reconstruction)", xlabel="epoch", ylabel="loss")
         ax_acc.set(title="Training Dice (training batches)", xlabel="epoch", ylabel="Dice (%)")
         ax_err.set(title="Held-out 1 - Dice", xlabel="epoch", ylabel="1 - Dice (%)")
