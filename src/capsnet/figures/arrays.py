@@ -304,6 +304,10 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:
             raise FigureError(f"{path}, line {n}: {', '.join(bad[:3])} must be numbers, got "
                               f"{short_repr(rec[bad[0]])}; the file is damaged: delete that line or rerun the "
                               f"training")
+        if records and rec["epoch"] <= records[-1]["epoch"]:  # a curve doubled back (two files joined, a line
+            raise FigureError(f"{path}, line {n}: epoch {rec['epoch']} after epoch {records[-1]['epoch']}; the epochs "
+                              f"of a run's records increase, so the file is damaged: delete the repeated lines or "
+                              f"rerun the training")  # repeated by hand)
         records.append(rec)
     if not records:
         raise FigureError(f"{path} holds no epoch yet: train at least one epoch first")

@@ -122,9 +122,11 @@ def _runs(checkpoints: Sequence[str | os.PathLike], kind: str = "classification"
                 raise CheckpointError(f"{path} not found: give a run directory written by `capsnet train`, or "
                                       f"pretrained:NAME")
             run_dir = path if path.is_dir() else path.parent
-            if (run_dir / "metrics.jsonl").is_file():
+            metrics = run_dir / "metrics.jsonl"
+            if metrics.is_file() and metrics.read_text(encoding="utf-8", errors="replace").strip():
                 history = read_metrics(run_dir)
-            else:  # a checkpoint file on its own, or a run stopped before its first epoch's record
+            else:  # a checkpoint file on its own, a run stopped before its first epoch's record, or an emptied
+                # metrics.jsonl (training writes it whole: a user's edit; every figure was refused by it)
                 history = history_of(resolve_checkpoint(path, "last" if (path / "last.safetensors").is_file()
                                                         else "best"))
         scored = [k for r in history for k in r if k.endswith(("_dice", "_accuracy"))]
