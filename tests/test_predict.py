@@ -520,29 +520,35 @@ def test_predict_names_a_test_chosen_best_it_uses(trained_run, tmp_path, capsys)
     """predict (and generate, export) on a run trained without --val-size used its best.safetensors, chosen on the
     test split, where `capsnet eval` scores the final epoch's last.safetensors: the two gave different scores for
     one image and nothing said which model predicted (a review, 2026-12-01)."""
-    from capsnet.checkpoint import load_checkpoint
-
-    best = load_checkpoint(trained_run, "best").state["best"]
-    assert best["split"] == "test"  # the shared run: trained without --val-size
-    folder = _folder(tmp_path, {"a": np.zeros((28, 28), np.uint8)})
-    assert main(["predict", "--checkpoint", str(trained_run), "--images", str(folder), "--out", str(tmp_path / "o"),
-                 "--no-progress"]) == 0
-    out = capsys.readouterr().out
-    assert (f"note: predicted with {trained_run}'s best.safetensors, epoch {best['epoch']}, chosen on the test split "
-            f"(trained without --val-size); `capsnet eval` scores the final epoch's last.safetensors unless --which "
-            f"best asks, and --which last uses it here") in out
-    for which in ("last", "best"):  # asked for: nothing to say
-        assert main(["predict", "--checkpoint", str(trained_run), "--images", str(folder), "--out",
-                     str(tmp_path / which), "--which", which, "--no-progress"]) == 0
-        assert "chosen on the test split" not in capsys.readouterr().out
-    # a run not finished (here: no last.safetensors) is scored from this best by eval too: not said otherwise
-    # (the diff's review, 2026-12-01)
+    import dataclasses
     import shutil
 
-    shutil.copytree(trained_run, tmp_path / "run")
-    (tmp_path / "run" / "last.safetensors").unlink()
-    assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--images", str(folder), "--out",
-                 str(tmp_path / "o2"), "--no-progress"]) == 0
-    out = capsys.readouterr().out
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    def predict(run, out, *flags):
+        assert main(["predict", "--checkpoint", str(run), "--images", str(folder), "--out", str(tmp_path / out),
+                     "--no-progress", *flags]) == 0
+        return capsys.readouterr().out
+
+    folder = _folder(tmp_path, {"a": np.zeros((28, 28), np.uint8)})
+    last = load_checkpoint(trained_run, "last")
+    assert last.state["best"]["split"] == "test" and last.state["epoch"] == 2  # the shared run: no --val-size
+    # its best the final epoch: one model either way, nothing to say (the export review)
+    assert "chosen on the test split" not in predict(trained_run, "o1")
+    # a best of an earlier epoch: named, with eval's choice
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    best = load_checkpoint(run, "best")
+    save_checkpoint(run / "best.safetensors", dataclasses.replace(
+        best, state={**best.state, "epoch": 1, "best": {**best.state["best"], "epoch": 1}}, path=None))
+    assert (f"note: predicted with {run}'s best.safetensors, epoch 1, chosen on the test split (trained without "
+            f"--val-size); `capsnet eval` scores the final epoch's last.safetensors unless --which best asks, and "
+            f"--which last uses it here") in predict(run, "o2")
+    for which in ("last", "best"):  # asked for: nothing to say
+        assert "chosen on the test split" not in predict(run, which, "--which", which)
+    # a run not finished (here: no last.safetensors) is scored from this best by eval too: not said otherwise
+    # (the diff's review, 2026-12-01)
+    (run / "last.safetensors").unlink()
+    out = predict(run, "o3")
     assert "of a run not finished (or without its last.safetensors): its test figures are the best over its epochs " \
            "so far, and `capsnet eval` scores it too" in out and "`capsnet eval` scores the final" not in out

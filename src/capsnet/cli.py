@@ -1369,9 +1369,11 @@ def _say_test_chosen_best(args: argparse.Namespace, used: str) -> None:
         return
     chosen = f"note: {used} {run}'s best.safetensors, epoch {best.get('epoch')}, chosen on the test split (trained " \
              f"without --val-size)"
-    if (run / "last.safetensors").exists() and _finished_run(load_checkpoint(run, "last")):
-        print(f"{chosen}; `capsnet eval` scores the final epoch's last.safetensors unless --which best asks, and "
-              f"--which last uses it here", flush=True)
+    last = load_checkpoint(run, "last") if (run / "last.safetensors").exists() else None
+    if last is not None and _finished_run(last):
+        if last.state.get("epoch") != best.get("epoch"):  # the final epoch the best: one model either way
+            print(f"{chosen}; `capsnet eval` scores the final epoch's last.safetensors unless --which best asks, and "
+                  f"--which last uses it here", flush=True)
     else:  # eval scores this best too, and says so
         print(f"{chosen}, of a run not finished (or without its last.safetensors): its test figures are the best "
               f"over its epochs so far, and `capsnet eval` scores it too", flush=True)
