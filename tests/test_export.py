@@ -3,6 +3,7 @@ each compared with the PyTorch model at batch sizes 1 and 7 from one file; the g
 from __future__ import annotations
 
 import operator
+import re
 import sys
 from types import SimpleNamespace
 
@@ -251,6 +252,12 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, monkeypatch):
         export_model(model, tmp_path / "m.onnx", opset="18")
     with pytest.raises(ExportError, match="opset applies to ONNX only"):
         export_model(model, tmp_path / "m.pt2", format="torch-export", opset=18)
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()  # past what onnx knows: refused before the trace and export, not after
+    with pytest.raises(ExportError, match=rf"ONNX opset 99 is newer than onnx {re.escape(onnx.__version__)} knows: "
+                                          rf"give one from 18 to {newest}$"):
+        export_model(model, tmp_path / "m.onnx", opset=99)
     with pytest.raises(ExportError, match="the folder .*missing does not exist"):
         export_model(model, tmp_path / "missing" / "m.pt2", format="pt2")
     # a folder that cannot be written: said before tracing (tens of seconds for the EM model), not after it

@@ -1908,7 +1908,8 @@ _COMMANDS = {  # name: (arguments, handler, help, description)
     "eval": (_eval_arguments, _cmd_eval, "test accuracy, per-class accuracy and confusion matrix",
              "Evaluate a checkpoint on its data set's test split; prints a table and writes JSON."),
     "export": (_export_arguments, _cmd_export, "write a checkpoint's model as ONNX or a torch.export program",
-               "Export a trained model for inference: images (batch, C, H, W) in [0, 1] in; the class scores, the "
+               "Export a trained model for inference: images (batch, C, H, W) in [0, 1] in (CIFAR-10 and "
+               "smallNORB runs: their standardised crops, as the file's capsnet.input says); the class scores, the "
                "class capsules' poses and, where the model has a decoder, the reconstruction from the predicted "
                "class out (capsnet.export lists them per model); a CapsPix2pix checkpoint's generator: label_maps and "
                "noise in, images out. The batch size is dynamic and the graph holds plain "

@@ -23,7 +23,8 @@ unet                                  probabilities (B, 1, H, W), logits (B, 1, 
 capspix2pix, capspix2pix-deep         images (B, C_out, H, W) (its generator alone, in eval mode)
 ====================================  ==============================================================
 
-The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training.
+The input is ``images`` (B, C, H, W), float32 in [0, 1], as in training (a CIFAR-10 or smallNORB run's:
+the standardised crops ``capsnet.data.tasks`` prepares outside the model, as its ``capsnet.input`` says).
 The first output's largest entry is the predicted class in every classifier; a segmentation model's first
 output is the foreground probability of every pixel (the mask: above 0.5).
 CapsPix2pix's generator takes two inputs, ``label_maps`` (B, C_in, H, W) in
@@ -613,6 +614,12 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         raise ExportError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if format == "onnx":
         _require_onnx()  # before loading and tracing: a missing package is said at once
+        import onnx
+
+        newest = onnx.defs.onnx_opset_version()
+        if opset is not None and opset > newest:  # refused after the whole trace and export before
+            raise ExportError(f"ONNX opset {opset} is newer than onnx {onnx.__version__} knows: give one from "
+                              f"{MIN_OPSET} to {newest}")
     checkpoint: Checkpoint | None = None
     from . import pretrained
 
@@ -626,8 +633,8 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         raise TypeError(f"source must be a checkpoint path, a model or trace_model's result, "
                         f"got {type(source).__name__}")
     if checkpoint is None and weights != "saved":
-        raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is a "
-                          f"{type(source).__name__}, not a checkpoint")
+        raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is not a checkpoint but "
+                          f"{type(source).__name__}")
     label = source.label if isinstance(source, Traced) else _label(source)
     if (label, format) in UNSUPPORTED:
         raise ExportError(f"{label} cannot be exported to {format}: {UNSUPPORTED[label, format]}")
