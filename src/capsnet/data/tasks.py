@@ -273,7 +273,7 @@ NORB_BRIGHTNESS, NORB_CONTRAST = 0.3, (0.7, 1.3)  # jitter in standard deviation
 # data sets whose models take prepared images (made by the tasks below), not PNG pixels / 255: how their test images
 # are made (predict and the viewer refuse a user's images for them, training warns a sigmoid decoder of them)
 PREPARED = {"cifar10": "centre-cropped to 24x24 and standardised per image",
-            "smallnorb": "as two 96x96 views, downsampled to 48x48, cropped to 32x32 and standardised"}
+            "smallnorb": "as two 96x96 views, downsampled to 48x48, standardised, then centre-cropped to 32x32"}
 
 
 def _standardised(x: torch.Tensor) -> torch.Tensor:
