@@ -1325,6 +1325,7 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
     chosen on the test split (trained without --val-size) is the best test figure over epochs, not an estimate; a
     finished run's last.safetensors, its final epoch, is scored instead. Returns (that Checkpoint or None, a note
     ending in a newline, or '')."""
+    from . import train
     from .checkpoint import load_checkpoint
 
     if getattr(args, "which_given", True) or args.which != "best" or not Path(run).is_dir() or \
@@ -1338,7 +1339,7 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
     last = load_checkpoint(run, "last")
     planned = last.train_config.get("epochs")
     what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
-    if _finished_run(last):  # its final epoch
+    if train.finished(last.state, planned):  # its final epoch
         return last, (f"{run}: best.safetensors was chosen on the test split (trained without --val-size), so its "
                       f"test figures would be the best over epochs; {what} from last.safetensors, the final epoch's "
                       f"weights (--which best takes the other)\n")
@@ -1348,17 +1349,12 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
                   f"epochs so far, not an estimate; finish the run for its final epoch's\n")
 
 
-def _finished_run(last: Any) -> bool:
-    """Whether a run's last.safetensors (a Checkpoint) holds its final epoch: the run finished, not stopped inside
-    an epoch or before its planned epochs."""
-    return "within" not in last.state and last.state.get("epoch") == last.train_config.get("epochs")
-
-
 def _say_test_chosen_best(args: argparse.Namespace, used: str) -> None:
     """For predict, generate and export on a run directory without --which: a note when its best.safetensors, which
     they use, was chosen on the test split (trained without --val-size); for a finished run `capsnet eval` scores
     the final epoch's last.safetensors unless asked (``_final_for_test_chosen``): the two commands' models differ,
     and nothing said so."""
+    from . import train
     from .checkpoint import load_checkpoint
 
     run = Path(args.checkpoint)
@@ -1370,7 +1366,7 @@ def _say_test_chosen_best(args: argparse.Namespace, used: str) -> None:
     chosen = f"note: {used} {run}'s best.safetensors, epoch {best.get('epoch')}, chosen on the test split (trained " \
              f"without --val-size)"
     last = load_checkpoint(run, "last") if (run / "last.safetensors").exists() else None
-    if last is not None and _finished_run(last):
+    if last is not None and train.finished(last.state, last.train_config.get("epochs")):
         if last.state.get("epoch") != best.get("epoch"):  # the final epoch the best: one model either way
             print(f"{chosen}; `capsnet eval` scores the final epoch's last.safetensors unless --which best asks, and "
                   f"--which last uses it here", flush=True)
