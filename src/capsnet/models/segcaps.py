@@ -48,7 +48,7 @@ from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
 from .rounds import SavedRounds, check_rounds
-from .inputs import check_floating, check_mask_values, check_nonempty, check_weights_dtype
+from .inputs import check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
@@ -501,7 +501,6 @@ def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch
         raise ValueError(f"a segmentation model trains on masks (B, 1, H, W) matching the images "
                          f"{tuple(images.shape)}, got labels {tuple(masks.shape)}: use a segmentation data set")
     check_nonempty(images.shape[0])
-    check_mask_values(masks)  # before the forward pass (segmentation_loss checks them again, for its own callers)
     check_recon_weight(recon_weight)
     m = masks.to(images.dtype)
     out = model(images, m)
