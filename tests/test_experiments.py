@@ -787,6 +787,44 @@ def test_the_next_run_starts_as_soon_as_one_finishes_not_when_all_in_flight_have
             assert in_flight == []
 
 
+def test_fewer_runs_left_than_jobs_share_all_the_threads(monkeypatch):
+    """--jobs 4 resuming an experiment with 2 runs left gave each of them a quarter of the threads, half of them
+    idle for the whole run; the threads are shared among the runs there are (a run alone takes them all)."""
+    from concurrent.futures import Future
+
+    import capsnet.experiments as experiments
+
+    handed = []
+
+    class Recording:  # _FreshProcesses' calls, run at once here: the (run, threads) each worker is given
+        def __init__(self, context):
+            pass
+
+        def submit(self, function, arguments):
+            handed.append((arguments[0], arguments[5]))
+            future = Future()
+            future.set_result(None)
+            return future
+
+        def release(self, future):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(experiments, "_FreshProcesses", Recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(8)
+    try:
+        for runs, jobs, each in ((1, 4, 8), (2, 4, 4), (3, 2, 4), (8, 4, 2), (3, 16, 2)):
+            handed.clear()
+            experiments._train_in_parallel([(k, None) for k in range(runs)], jobs=jobs, device="cpu", data_root=None,
+                                           compile=False, keep_memory=False, on_trained=None)
+            assert handed == [(k, each) for k in range(runs)], (runs, jobs)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_each_job_runs_in_a_process_of_its_own_and_none_is_left_behind():
     """--jobs ran on ProcessPoolExecutor(max_tasks_per_child=1), whose worker replacement on Python 3.11 left a
     freshly spawned worker that shutdown waited on for ever: a 24-run experiment hung after its last run."""

@@ -514,9 +514,9 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
                        data_root: str | os.PathLike | None, compile: bool | str, keep_memory: bool, on_trained,
                        on_launch=None) -> None:
     """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
-    with 1/jobs of this process's threads; ``on_launch(k, run)`` as each is handed to a process (no more than
-    ``jobs`` are in flight, the next one started as soon as one finishes), ``on_trained(k, run)`` as each
-    finishes. A run that fails, or a worker that dies without a word (killed for memory, say), stops the others
+    with 1/jobs of this process's threads (1/len(todo) where fewer runs are left); ``on_launch(k, run)`` as each
+    is handed to a process (no more than ``jobs`` are in flight, the next one started as soon as one finishes),
+    ``on_trained(k, run)`` as each finishes. A run that fails, or a worker that dies without a word (killed for memory, say), stops the others
     at once (checkpoints are written atomically: they resume next time), raised here naming the run or the runs
     in progress."""
     import multiprocessing
@@ -524,7 +524,8 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
 
     import torch
 
-    threads = max(1, torch.get_num_threads() // jobs)
+    # fewer runs left than --jobs (an interrupted experiment resumed): the threads are shared among those alone
+    threads = max(1, torch.get_num_threads() // max(1, min(jobs, len(todo))))
     processes = _FreshProcesses(multiprocessing.get_context("spawn"))
 
     def job(item: tuple[int, Run]) -> tuple[Callable, tuple]:
