@@ -292,6 +292,32 @@ def test_figures_refuse_a_folder_whose_classes_changed_and_name_the_flag_for_one
     assert not (tmp_path / "figs").exists()
 
 
+def test_figures_of_a_class_folder_run_title_its_images_by_their_files(digit_classes, tmp_path, monkeypatch):
+    """A test index finds nothing in a user's folder: the class-score panels, the misread inputs, the pose sweeps
+    and the notes name each image's file (CLASS/FILE.png), the folder's own test split's."""
+    import capsnet.figures.report as report
+    from capsnet.figures import write_figures
+
+    root, run = digit_classes
+    drawn = {}
+    for name in ("plot_lengths", "plot_misclassified", "plot_pose_sweep"):
+        def keep(*args, _plot=getattr(report, name), _name=name, **kwargs):
+            drawn.setdefault(_name, []).append(fig := _plot(*args, **kwargs))
+            return fig
+        monkeypatch.setattr(report, name, keep)
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: path)  # their titles, not their pixels (~10 s)
+    done = write_figures(run, out=tmp_path / "figs", progress=False, misclassified=24, dims=[0], deltas=[0, 0.25])
+    test = load_classes(root, "test")
+    firsts = [test.names[int((test.labels == k).nonzero()[0])] for k in range(3)]  # the first of each class
+    assert [a.get_title().split(chr(10))[0].split(":")[0] for a in drawn["plot_lengths"][0].axes[:3]] == firsts
+    assert done.notes[0].endswith(f"({', '.join(firsts)})"), done.notes[0]
+    sweeps = [fig._suptitle.get_text() for fig in drawn["plot_pose_sweep"]]
+    assert [t.split(" (true")[0].removeprefix("Pose sweep of ") for t in sweeps] == firsts, sweeps
+    # the misread ones (the seeded one-epoch model reads one of the three wrong): their files under their indices
+    index, file = drawn["plot_misclassified"][0].axes[0].get_title().split(chr(10))[0].split(": ")
+    assert test.names[int(index.removeprefix("#"))] == file, (index, file)
+
+
 def test_a_new_run_of_the_wrong_classes_is_told_the_model_size_not_a_folder_change(digit_classes, tmp_path):
     root, _ = digit_classes
     with pytest.raises(ValueError, match=r"needs a model with num_classes 3, and this one has num_classes 10; build"):

@@ -91,10 +91,11 @@ def plot_reconstructions(images: torch.Tensor, rec: Reconstructions, labels: tor
 
 def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch.Tensor,
                        classes: Sequence[str] | None = None, indices: Sequence[int] | None = None,
-                       model_classes: Sequence[str] | None = None) -> "Figure":
+                       model_classes: Sequence[str] | None = None, names: Sequence[str] | None = None) -> "Figure":
     """Sabour et al. 2017, Figure 3 (right): each misread input decoded from the true and the predicted capsule;
-    ``indices``: their test indices, shown above them (to find them again: --indices, the viewer); ``classes`` name
-    the true labels, ``model_classes`` (``classes`` when None) the capsules decoded from."""
+    ``indices``: their test indices, shown above them (to find them again: --indices, the viewer); ``names``: their
+    files (a user's folder), shown under the index; ``classes`` name the true labels, ``model_classes``
+    (``classes`` when None) the capsules decoded from."""
     if rec.from_label is None:
         raise FigureError("misclassified reconstructions need the true labels")
     N = len(images)
@@ -103,11 +104,12 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     name = (lambda k: _short(classes[k], 12)) if classes else str
     model_classes = model_classes or classes
     own = (lambda k: _short(model_classes[k], 12)) if model_classes else str
-    fig = _figure(max(4.0, 1.1 * N), 4.0)
+    fig = _figure(max(4.0, 1.1 * N), 4.0 + (0.25 if names else 0))
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        _show(axes[0, n], images[n], ("" if indices is None else f"#{indices[n]}: ") + f"true {name(t)}\npred {own(p)}")
+        head = ("" if indices is None else f"#{indices[n]}: ") + (f"{_short(names[n], 14)}\n" if names else "")
+        _show(axes[0, n], images[n], head + f"true {name(t)}\npred {own(p)}")
         _show(axes[1, n], rec.from_label[n], f"as {own(t)}")
         _show(axes[2, n], rec.from_predicted[n], f"as {own(p)}")
     axes[0, 0].set_ylabel("input", fontsize=9)
@@ -251,23 +253,23 @@ def _one_scale(lo: float, hi: float) -> "Normalize":
 
 def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m_plus: float | None = 0.9,
                  m_minus: float | None = 0.1, classes: Sequence[str] | None = None, score: str = "capsule length",
-                 indices: Sequence[int] | None = None) -> "Figure":
+                 indices: Sequence[int] | None = None, names: Sequence[str] | None = None) -> "Figure":
     """Bars of the class scores per input (``score`` names them: a CapsNet's capsule lengths, EM's activations, a
     probability), with the margin loss's m+ and m- drawn where the model trains with one (None: not drawn), each
-    panel titled by its test index (``indices``; else its place)."""
+    panel titled by its file (``names``: a user's folder), else its test index (``indices``), else its place."""
     lengths = lengths.detach().cpu()  # a model's own output (it requires grad; it may be on a GPU)
     N, J = lengths.shape
     if N == 0:
         raise FigureError("no inputs to show the class scores of")
     cols = min(N, 5)
     rows = math.ceil(N / cols)
-    names = [_short(classes[j] if classes else str(j)) for j in range(J)]
+    tick_names = [_short(classes[j] if classes else str(j)) for j in range(J)]
     step = math.ceil(J / MAX_TICKS)  # many classes: every step-th named (40 names under one panel were a smear)
     ticks = list(range(0, J, step))
-    longest = max(len(names[j]) for j in ticks)
+    longest = max(len(tick_names[j]) for j in ticks)
     upright = len(ticks) * longest > 24  # names longer than a digit or two (Fashion-MNIST's, a user's class
     # folders) stand on end, not over each other; a title naming a long class takes a second line
-    two_lines = labels is not None and max(len(names[int(k)]) for k in labels) > 8
+    two_lines = labels is not None and max(len(tick_names[int(k)]) for k in labels) > 8
     fig = _figure(2.6 * cols, (2.1 + (0.06 * longest if upright else 0) + (0.15 if two_lines else 0)) * rows + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False)
     for n in range(rows * cols):
@@ -283,9 +285,10 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
         if m_minus is not None:
             ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
         ax.set_ylim(0, 1)
-        ax.set_xticks(ticks, [names[j] for j in ticks], fontsize=7, rotation=90 if upright else 0)
-        which = f"test image {indices[n]}" if indices is not None else f"input {n}"
-        title = which if labels is None else f"{which}{chr(10) if two_lines else ': '}true {names[int(labels[n])]}"
+        ax.set_xticks(ticks, [tick_names[j] for j in ticks], fontsize=7, rotation=90 if upright else 0)
+        which = (_short(names[n], 24) if names else f"test image {indices[n]}" if indices is not None
+                 else f"input {n}")
+        title = which if labels is None else f"{which}{chr(10) if two_lines else ': '}true {tick_names[int(labels[n])]}"
         ax.set_title(title, fontsize=8)
         if n % cols == 0:
             ax.set_ylabel(score, fontsize=8)

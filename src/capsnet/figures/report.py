@@ -349,10 +349,11 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         save(plot_reconstructions(images, rec, labels, classes, model_classes), "reconstructions")
     if m_rec is not None:
         save(plot_misclassified(test.images[wrong], m_rec, test.labels[wrong], classes, indices=wrong.tolist(),
-                                model_classes=model_classes), "misclassified")
+                                model_classes=model_classes, names=_names(test, wrong.tolist())), "misclassified")
+    files = _names(test, chosen)  # a user's folder: its files, where an index alone finds nothing
     for n, index in enumerate(chosen):
         if sweeps is not None:
-            label = (f"test image {index} (true {classes[int(labels[n])]}), "
+            label = (f"{files[n] if files else f'test image {index}'} (true {classes[int(labels[n])]}), "
                      f"the capsule of its prediction {model_classes[int(predicted[n])]}")
             save(plot_pose_sweep(sweeps[n], dims, deltas, label=label, image=images[n]), f"pose_sweep_{index}")
             moved = float(sweep_change(sweeps[n], deltas).max())
@@ -364,9 +365,10 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
             save(plot_routing(trace, n, image=images[n], classes=model_classes), f"routing_{index}")
     score, margins = class_scores(ckpt.model_name, getattr(model.config, "routing", "dynamic"))
     save(plot_lengths(scores, labels, classes=model_classes, score=score, m_plus=margins and margins[0],
-                      m_minus=margins and margins[1], indices=chosen), "lengths")
+                      m_minus=margins and margins[1], indices=chosen, names=files), "lengths")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}"
+                      + (f" ({', '.join(files)})" if files else ""))
     return done
 
 
