@@ -450,6 +450,39 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     assert (pad[:8] == 0).all() and (pad[24:] == 0).all() and (pad[12, :12] >= 250).all() and (pad[12, 20:] <= 5).all()
 
 
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale_that_keeps_the_fitted_pixels(tmp_path):
+    """A photo many times the fitted size is decoded by libjpeg at 1/2..1/8 of its size (a 95-megapixel photo fitted
+    to 28x28 took 707 MB), never below DRAFT_MARGIN times the side on either side, whichever way EXIF turns it; what
+    prepare writes is within a grey level or two of the full decode's fit; a PNG is read whole."""
+    from capsnet.data.prepare import DRAFT_MARGIN, fit_pil, open_turned, prepare_class_folders
+
+    y, x = np.mgrid[0:1800, 0:2400]
+    scene = ((np.sin(x / 150) * np.cos(y / 110) + 1) * 120 + (x > 1200) * 15).astype(np.uint8)  # smooth, 2400x1800
+    src = tmp_path / "src"
+    (src / "waves").mkdir(parents=True)
+    Image.fromarray(scene).save(src / "waves" / "photo.jpg", quality=95)
+    turned = Image.fromarray(scene.T.copy())  # stored 1800 wide, 2400 high; EXIF orientation 6: shown a quarter turned
+    exif = turned.getexif()
+    exif[0x0112] = 6
+    turned.save(src / "waves" / "turned.jpg", quality=95, exif=exif)
+    Image.fromarray(scene).save(tmp_path / "flat.png")
+    full = open_turned(src / "waves" / "photo.jpg")
+    assert full.size == (2400, 1800)
+    small = open_turned(src / "waves" / "photo.jpg", 28)
+    assert small.size == (300, 225) and min(small.size) >= DRAFT_MARGIN * 28  # 1/8, still 4 x 28 high
+    assert open_turned(src / "waves" / "turned.jpg", 28).size == (300, 225)  # reduced, then turned
+    assert open_turned(src / "waves" / "photo.jpg", 200).size == (1200, 900)  # 1/2: 900 high, at least 4 x 200
+    assert open_turned(src / "waves" / "photo.jpg", 250).size == (2400, 1800)  # 1/2 would be under 4 x 250 high
+    assert open_turned(tmp_path / "flat.png", 28).size == (2400, 1800)
+    _write(src, {f"{c}/{k}.png": np.full((6, 6), 40 * k + 100 * (c == "dots"), np.uint8)
+                 for c in ("dots", "test/dots", "test/waves") for k in range(2)})  # a second class, a test split
+    prepare_class_folders(src, tmp_path / "out", 28, mode="grey", fit="crop")
+    train = load_classes(tmp_path / "out", "train")
+    written = train.images[list(train.names).index("waves/photo.png"), 0].float()
+    whole = torch.tensor(np.asarray(fit_pil(full, 28, "grey", "crop")), dtype=torch.float32)
+    assert (written - whole).abs().mean() < 1.5 and (written - whole).abs().max() <= 6, (written - whole).abs()
+
+
 def test_prepare_refuses_before_it_writes_and_the_command_says_what_to_train(tmp_path, capsys):
     from capsnet.data.prepare import prepare_class_folders
 

@@ -85,7 +85,9 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
             notes.append(passed_over(others, show=lambda p: p.name))
         mode, fitted = "grey" if channels == 1 else "rgb", {}
         for stem, path in progress_bar(files.items(), desc="read", unit="image", leave=False, progress=progress):
-            img = open_turned(path)  # decoded once: fitted, and compared with what the fit made of it
+            # decoded once (a large JPEG at a reduced scale, not for --mnist-style's own shrink to its working
+            # size): fitted, and compared with what the fit made of it
+            img = open_turned(path, None if styled else max(size))
             if styled:
                 fitted[stem] = _styled(img, path, channels, size)
                 continue

@@ -154,12 +154,19 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
     """The PIL image of ``path``, turned, flattened, converted and fitted to ``size`` (a side, or (height, width))
     (module docstring): a new image holding the pixels alone (no EXIF, ICC profile or transparency key carried
     into the PNG)."""
-    return fit_pil(open_turned(path), size, mode, fit, str(path))
+    return fit_pil(open_turned(path, max(size) if isinstance(size, tuple) else size), size, mode, fit, str(path))
 
 
-def open_turned(path: Path):
+DRAFT_MARGIN = 4  # a JPEG is decoded at a reduced scale that keeps at least this many pixels per fitted pixel
+
+
+def open_turned(path: Path, side: int | None = None):
     """The PIL image of ``path`` (any format Pillow opens), loaded and turned by its EXIF orientation; a damaged,
-    unknown or too large file is a DataError naming it. What ``fit_pil`` is given for a file."""
+    unknown or too large file is a DataError naming it. What ``fit_pil`` is given for a file.
+
+    ``side``: the largest side it will be fitted to. A JPEG many times that size is decoded at 1/2, 1/4 or 1/8
+    of its size (libjpeg's own scaling, a mean over each block), still at least ``DRAFT_MARGIN`` times ``side``
+    on both sides: a 95-megapixel photo fitted to 28x28 took 707 MB and a full decode."""
     import warnings
 
     from PIL import Image, ImageOps
@@ -170,6 +177,8 @@ def open_turned(path: Path):
         with warnings.catch_warnings():  # a photo of 90-180 megapixels is read, without Pillow's raw warning of a
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # "decompression bomb DOS attack"
             with Image.open(path) as img:
+                if side is not None and img.format == "JPEG":  # a square request: the same whichever way it turns
+                    img.draft(None, (DRAFT_MARGIN * side, DRAFT_MARGIN * side))
                 img.load()
                 return ImageOps.exif_transpose(img)
     except Image.DecompressionBombError as e:
