@@ -183,6 +183,30 @@ def test_bad_arguments_are_refused(pool):
         CanvasRule(scale=(2.0, 1.0))
     with pytest.raises(ValueError, match="fragment_size"):
         make_canvases(pool, torch.tensor([0]), None, rule=CanvasRule(fragment_size=(10, 40)))
+    # NaN passed every comparison: NaN canvases with empty masks, or (the noise) none added; non-integer counts
+    # and sides failed inside torch.randint
+    nan, inf = float("nan"), float("inf")
+    for field, value in (("rotation_deg", nan), ("rotation_deg", inf), ("noise", nan), ("gradient", nan),
+                         ("threshold", nan), ("scale", (1.0, inf)), ("scale", (nan, 1.0)), ("fragment_scale", (1, nan)),
+                         ("fragments", (2.5, 4)), ("fragment_size", (10.5, 16)), ("fragments", (True, 2))):
+        with pytest.raises(ValueError, match=field):
+            CanvasRule(**{field: value})
+    assert CanvasRule(fragments=(0, 0), noise=0.0) is not None  # no clutter, no noise: still a rule
+
+
+def test_a_split_of_one_digit_is_refused_as_its_canvases_clutter_would_be_cut_from_its_own_target(data_root):
+    """Each fragment is cut from another digit of the split: with one digit (--train-size 1, or --val-size 1) the
+    canvases were cluttered with pieces of their own target, marked background, without a word."""
+    from capsnet.data.tasks import load_training
+
+    for sizes, flag in (({"train_size": 1}, "--train-size"), ({"train_size": 3, "val_size": 1}, "--val-size"),
+                        ({"train_size": 2, "val_size": 1}, "--train-size")):
+        with pytest.raises(DataError, match=f"cut from other digits of their split, and this one holds 1 digit: "
+                                            f"give a larger {flag}"):
+            load_training("mnist-sample-segmentation", **sizes, test_size=4, root=data_root, progress=False)
+    train, held, _ = load_training("mnist-sample-segmentation", train_size=4, val_size=2, root=data_root,
+                                   progress=False)
+    assert len(train) == 2 and len(held) == 2
 
 
 @pytest.mark.requires_cuda

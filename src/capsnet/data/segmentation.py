@@ -55,10 +55,17 @@ class CanvasRule:
     def __post_init__(self):
         for name, lo in (("scale", 1e-3), ("fragments", 0), ("fragment_size", 1), ("fragment_scale", 1e-3)):
             r = getattr(self, name)
-            if len(r) != 2 or not lo <= r[0] <= r[1]:
-                raise ValueError(f"CanvasRule.{name} must be (min, max) with {lo} <= min <= max, got {r}")
-        if self.rotation_deg < 0 or self.noise < 0 or self.gradient < 0 or not 0 < self.threshold < 1:
-            raise ValueError(f"CanvasRule needs rotation_deg, noise and gradient >= 0 and 0 < threshold < 1, got {self}")
+            whole = name in ("fragments", "fragment_size")  # counts and pixels: randint's bounds
+            if (len(r) != 2 or not all(math.isfinite(v) for v in r) or not lo <= r[0] <= r[1]
+                    or (whole and not all(isinstance(v, int) and not isinstance(v, bool) for v in r))):
+                raise ValueError(f"CanvasRule.{name} must be (min, max) of finite {'integers' if whole else 'numbers'}"
+                                 f" with {lo} <= min <= max, got {r}")
+        # NaN passes every comparison below: NaN canvases and empty masks (or, for the noise, none added)
+        values = (self.rotation_deg, self.noise, self.gradient, self.threshold)
+        if (not all(math.isfinite(v) for v in values) or self.rotation_deg < 0 or self.noise < 0
+                or self.gradient < 0 or not 0 < self.threshold < 1):
+            raise ValueError(f"CanvasRule needs finite rotation_deg, noise and gradient >= 0 and 0 < threshold < 1, "
+                             f"got {self}")
 
 
 IN_DISTRIBUTION = CanvasRule()

@@ -355,8 +355,17 @@ def _cifar_batch(train: Split, idx: torch.Tensor, g: torch.Generator, augment: A
 SEGMENTATION_CLASSES = ("background", "foreground")
 
 
+def _check_clutter_pool(count: int, flag: str) -> None:
+    """The canvases' clutter is cut from other digits of their split: one digit alone would clutter each canvas
+    with pieces of its own target, marked background (a --val-size or --train-size of 1)."""
+    if count < 2:
+        raise DataError(f"the segmentation canvases' clutter is cut from other digits of their split, and this one "
+                        f"holds {count} digit: give a larger {flag}")
+
+
 def _seg_held(digits: Dataset, size: int, extras: bool = True) -> Split:
     # the fixed test canvases (the first `size` of them: a prefix of the full set), and the out-of-distribution set
+    _check_clutter_pool(len(digits), "--val-size")  # the test splits hold 500 or 10,000
     n = min(size, len(digits)) if size else len(digits)  # one canvas per test digit: 10,000 at most
     images, masks = segmentation_test(digits.images, n, seed=TEST_SEED)
     split = Split(images, masks, SEGMENTATION_CLASSES, title="as trained: rotation, scale and clutter of training")
@@ -1014,6 +1023,9 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
         train = train.subset(nested_subset(len(train), train_size, seed))
     if val_size:  # of the same seeded subset nested_subset draws
         train, val = split_validation(train, val_size, seed=seed, keep=train_size)
+    if t.batch is _seg_batch:  # before the held split is drawn: a --train-size of 1 is named before a --val-size
+        _check_clutter_pool(len(train), "--train-size")
+    if val_size:
         held, held_name = t.held(val, 0, True), "val"
     else:
         held, held_name = load_test(name, size=test_size, root=root, progress=progress), "test"
