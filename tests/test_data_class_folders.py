@@ -77,6 +77,28 @@ def test_a_test_folder_is_numbered_by_the_training_classes(tmp_path):
     assert (t.kind, t.num_classes, t.input_shape, t.metric) == ("classification", 3, (1, 6, 5), "accuracy")
 
 
+def test_a_photo_in_two_class_folders_is_warned_by_name(tmp_path):
+    """One picture saved into two class folders (labelled both ways: at most one can be scored right; a test copy of
+    another class's training image is scored as if unseen) is named, in either split, once per folder read; a
+    picture copied within its own class is not (held_out_twins keeps such copies in one split)."""
+    photo = np.arange(30, dtype=np.uint8).reshape(6, 5)
+    _write(tmp_path / "a", {"cat/1.png": photo, "cat/2.png": _pixels(2), "cat/3.png": _pixels(3), "cat/4.png": photo,
+                            "dog/1.png": _pixels(11), "dog/2.png": _pixels(12), "dog/3.png": _pixels(13)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a copy within its own class: no warning
+        assert task(f"classes:{tmp_path / 'a'}").num_classes == 2
+    _write(tmp_path / "a", {"dog/kitten.png": photo})
+    with pytest.warns(UserWarning, match=r"classes:\S+ holds 2 image\(s\) whose contents are an image of another class "
+                                         r"too: cat/1\.png = dog/kitten\.png, cat/4\.png = dog/kitten\.png; "
+                                         r"labelled both ways, at most one of each can be scored right"):
+        task(f"classes:{tmp_path / 'a'}")
+    _write(tmp_path / "b", {"cat/1.png": photo, "dog/1.png": _pixels(11), "test/cat/9.png": _pixels(9),
+                            "test/dog/9.png": photo})  # the test split's copy of another class's training image
+    with pytest.warns(UserWarning, match=r"holds 1 image\(s\) whose contents are an image of another class too: "
+                                         r"test/dog/9\.png = cat/1\.png;"):
+        task(f"classes:{tmp_path / 'b'}")
+
+
 def test_a_folder_named_classes_is_classification_before_it_is_read(tmp_path):
     assert task_kind(f"classes:{tmp_path / 'not there yet'}") == "classification"
     with pytest.raises(DataError, match="no such folder; give a folder holding one subfolder of PNG images per class"):

@@ -88,6 +88,7 @@ import hashlib
 import math
 import os
 import threading
+import warnings
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -716,7 +717,30 @@ def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
             raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training {noun}s ({same}): {shown}; "
                             f"a test {noun} must not be trained on: keep it in test/ only (remove it from the "
                             f"training folders of {root})")
+    if prefix == CLASSES_PREFIX:
+        inside = "test/" if (Path(root).expanduser() / "test").is_dir() else ""  # the test files' own folder
+        _warn_other_class_twins(root, [("", load(root, "train")), (inside, test)])  # read already: from the cache
     return test
+
+
+def _warn_other_class_twins(root: str | os.PathLike, splits: list[tuple[str, Dataset]]) -> None:
+    """A UserWarning naming the images of ``root`` (classes:DIR) whose contents are another class's image too (a
+    photo saved into two class folders): labelled both ways, at most one of them can be scored right, and a test
+    copy of another class's training image is a test image trained on. ``splits``: (the folder its names are in,
+    split)."""
+    first: dict[bytes, tuple[int, str]] = {}
+    clashes: list[str] = []
+    for folder, split in splits:
+        for k in range(len(split)):
+            label, name = int(split.labels[k]), folder + split.names[k]
+            seen = first.setdefault(_digest(split.images[k]), (label, name))
+            if seen[0] != label:
+                clashes.append(f"{name} = {seen[1]}")
+    if clashes:
+        shown = ", ".join(clashes[:5]) + (f" and {len(clashes) - 5} more" if len(clashes) > 5 else "")
+        warnings.warn(f"{CLASSES_PREFIX}{root} holds {len(clashes)} image(s) whose contents are an image of another "
+                      f"class too: {shown}; labelled both ways, at most one of each can be scored right: keep each "
+                      f"in its own class only", UserWarning, stacklevel=2)
 
 
 def _pair_digest(pairs: Dataset, k: int) -> bytes:
