@@ -356,10 +356,13 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     (dict(routing="em", routing_options={"bogus": 1}), "routing_options {'beta_a_init': -25.0, 'bogus': 1}: em routing "
                                                        "takes no option bogus; its options are beta_a_init, "),
     (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda must be a positive finite number, got -1"),
-    (dict(routing="em", routing_options={"final_lambda": "x"}), "final_lambda must be a positive finite number, got 'x'"),
+    (dict(routing="em", routing_options={"final_lambda": "x"}),
+     r"em routing's option final_lambda takes a number \(its default: 0.01\), got 'x'"),
+    (dict(routing="em", routing_options={"final_lambda": -1}), "final_lambda must be a positive finite number, got -1"),
     # the M-step's mass floor is gone (its weights are exact, 2026-12-01): named, not ignored
     (dict(routing="em", routing_options={"eps": 1e-6}), "em routing takes no option eps; its options are "),
-    (dict(routing="em", routing_options={"detach_routing": "false"}), "detach_routing must be True or False"),
+    (dict(routing="em", routing_options={"detach_routing": "false"}),
+     r"em routing's option detach_routing takes true or false \(its default: False\), got 'false'"),
     (dict(routing_options={"iterations": 2}), "routing_options: iterations is set by routing_iterations, not here"),
     # accepted and ignored before: CapsNet's votes share no children
     (dict(routing="em", routing_options={"child_norm": "type"}), r"routing_options: child_norm changes nothing here: "

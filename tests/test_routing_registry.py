@@ -20,6 +20,31 @@ B, I, J, D = 3, 7, 4, 16
 SIZES = {"in_caps": I, "out_caps": J, "dim": D}  # what a layer knows of itself: each routing takes what it needs
 
 
+def test_an_option_of_another_kind_than_its_default_is_refused_when_the_routing_is_built(monkeypatch):
+    """--routing-option scale=abc for a routing that keeps its options for the forward pass reached it as a TypeError
+    traceback at the first step (a run folder left behind); a number, a switch or a word is checked against the
+    constructor's default, whatever the routing (an option without a simple default is the routing's to check)."""
+    import capsnet.routing as routing_module
+    from torch import nn
+
+    class Kept(nn.Module):  # a routing added by a user, checking nothing itself
+        def __init__(self, in_caps, scale: float = 1.0, renorm: bool = False, mode: str = "mean", extra=None):
+            super().__init__()
+            self.scale, self.renorm, self.mode, self.extra = scale, renorm, mode, extra
+
+    monkeypatch.setitem(routing_module.ROUTINGS, "kept", Kept)
+    for option, value, kind, default in (("scale", "abc", "a number", 1.0), ("scale", True, "a number", 1.0),
+                                         ("renorm", 1, "true or false", False), ("mode", 3, "a word", "'mean'")):
+        with pytest.raises(ValueError, match=f"kept routing's option {option} takes {kind} \\(its default: "
+                                             f"{default}\\), got {value!r}"):
+            create_routing("kept", in_caps=3, **{option: value})
+    built = create_routing("kept", in_caps=3, scale=2, renorm=True, mode="max", extra=[1, 2])  # an int for a float
+    assert (built.scale, built.renorm, built.mode, built.extra) == (2, True, "max", [1, 2])
+    with pytest.raises(ValueError, match="em routing's option final_lambda takes a number \\(its default: 0.01\\), "
+                                         "got 'x'"):
+        create_routing("em", **SIZES, final_lambda="x")
+
+
 def test_create_routing_passes_each_routing_the_layer_sizes_it_takes_and_refuses_the_rest():
     assert create_routing("em", **SIZES).out_caps == J
     attention = create_routing("self-attention", **SIZES)

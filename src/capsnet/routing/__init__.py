@@ -108,7 +108,8 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
     ``in_caps``, ``out_caps`` and ``dim`` (I, J and D of the votes) are passed to the routings that take them and
     left out for the rest, so a layer can build any routing from its own sizes; ``iterations`` too, but given to a
     routing that makes one pass it is refused (it would be ignored); ``options`` go to the routing as they are, an
-    unknown one refused by name."""
+    unknown one refused by name, and one of another kind than its default (a word for a number, a number for a
+    switch) refused here, not at the first step where the routing uses it."""
     names, anything = _parameters(name)
     given = {k: v for k, v in (("in_caps", in_caps), ("out_caps", out_caps), ("dim", dim))
              if v is not None and (anything or k in names)}
@@ -121,4 +122,24 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
         valid = sorted(names - set(LAYER_SIZES))
         raise ValueError(f"{name} routing takes no option {', '.join(unknown)}; its options are "
                          f"{', '.join(valid) or 'none'}")
+    _check_option_kinds(name, options)
     return ROUTINGS[name](**given, **options)
+
+
+def _check_option_kinds(name: str, options: dict[str, Any]) -> None:
+    """A ValueError for an option whose default is a number, a switch or a word and whose value is not one
+    (--routing-option scale=abc reached the routing's forward pass as a TypeError traceback)."""
+    defaults = {p.name: p.default for p in inspect.signature(_registered(name)).parameters.values()}
+    for option, value in options.items():
+        default = defaults.get(option, inspect.Parameter.empty)
+        if isinstance(default, bool):
+            kind, fits = "true or false", isinstance(value, bool)
+        elif isinstance(default, (int, float)):
+            kind, fits = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            kind, fits = "a word", isinstance(value, str)
+        else:  # no default, None or a structure: the routing checks it
+            continue
+        if not fits:
+            raise ValueError(f"{name} routing's option {option} takes {kind} (its default: {default!r}), "
+                             f"got {value!r}")
