@@ -228,7 +228,9 @@ def test_a_routing_that_says_its_activations_are_probabilities_keeps_them_in_0_1
     routing = create_routing(name, **SIZES)
     a = routing(torch.randn(B, I, J, D, generator=g) * scale, torch.rand(B, I, generator=g)).activations
     if getattr(type(routing), "probabilities", True):
-        assert ((a >= 0) & (a <= 1)).all(), (name, a)
+        # a saturated squash's length is 1 within float32 rounding: 1 + 1.2e-7 for about a third of the seeds of
+        # votes of 1e4, for dynamic and self-attention routing alike (a review); a few ulps past 1, never more
+        assert ((a >= 0) & (a <= 1 + 4 * torch.finfo(a.dtype).eps)).all(), (name, a)
     elif scale == 10.0:  # the flag is not set for nothing: inverted routing's layer-normed poses are about sqrt(D) long
         assert (a > 1).any(), (name, a)
 
@@ -256,7 +258,9 @@ def test_a_routings_first_paragraph_cites_its_paper(name):
     import re
 
     first = inspect.getdoc(ROUTINGS[name]).split("\n\n")[0]
-    assert re.search(r"\b[A-Z][a-z]+\b.*\b(19|20)\d\d\b", first), first  # an author and a year
+    assert re.search(r"\b[A-Z][a-z]+\b.*\b(19|20)\d\d\b", first), (
+        f"{name}: the first paragraph of its class docstring names no paper (an author's name and a year, e.g. "
+        f"'Sabour et al. 2017'; a routing of one's own: 'after Sabour et al. 2017' or the paper it varies): {first!r}")
 
 
 @pytest.mark.parametrize("name", sorted(ROUTINGS))
