@@ -388,6 +388,10 @@ def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch, 
     monkeypatch.setenv("CAPSNET_CHECKPOINT", str(run_dir))
     exec(cells[0], given := {"display": None})
     assert given["CHECKPOINT"] == str(run_dir) and given["ckpt"].path.parent == run_dir
+    # a run trained without --val-size: its best was chosen on the test split, so its last epoch's weights, said
+    # (it opened best.safetensors silently, under a comment saying it was chosen on a validation split: a review)
+    assert given["ckpt"].path.name == "last.safetensors" and given["ckpt"].state["epoch"] == 2
+    assert "best.safetensors was chosen on the test split: last.safetensors" in capsys.readouterr().out
     monkeypatch.delenv("CAPSNET_CHECKPOINT")
     # offline and without the data: the shipped model reads the digits shipped with it (it read the real MNIST, which
     # an empty data folder does not hold: a review, 2026-11-30)
