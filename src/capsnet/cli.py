@@ -414,8 +414,8 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
 
 def _baseline_arguments(p: argparse.ArgumentParser) -> None:
     _field_flag(p, "--dropout", BaselineCNNConfig, "dropout", "dropout before the CNN baseline's last layer "
-                "(--model baseline); a synthesis generator's dropout (capspix2pix, pix2pix: their own defaults "
-                "unless given)", type=_nonneg_float)
+                "(--model baseline; default: 0.5); a synthesis generator's dropout (default: its own, 0.5 for "
+                "capspix2pix and pix2pix, 0 for capspix2pix-deep)", type=_nonneg_float, show_default=False)
     _field_flag(p, "--cnn-channels", BaselineCNNConfig, "channels", "channels of the CNN baseline's 5x5 "
                 "convolutions (paper: 256 256 128)", type=_positive_int, nargs="+")
     _field_flag(p, "--cnn-hidden", BaselineCNNConfig, "hidden", "sizes of the CNN baseline's fully connected layers "

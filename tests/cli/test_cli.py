@@ -44,6 +44,15 @@ def test_help_everywhere(capsys):
                  "--device", "--out", "--resume", "--data-dir"):
         assert flag in r.stdout
     assert "(default: 0.001)" in " ".join(r.stdout.split())  # defaults are shown (argparse may wrap the line)
+    # --dropout's defaults are each model's own: the help said 0.5, the baseline's, where capspix2pix-deep trains
+    # with 0 (a review)
+    from capsnet.models import model_spec
+
+    text = " ".join(r.stdout.split())
+    assert f"(--model baseline; default: {model_spec('baseline').config().dropout:g})" in text
+    assert (f"{model_spec('capspix2pix').config().dropout:g} for capspix2pix and pix2pix, "
+            f"{model_spec('capspix2pix-deep').config().dropout:g} for capspix2pix-deep" in text)
+    assert model_spec("pix2pix").config().dropout == model_spec("capspix2pix").config().dropout
 
 
 def test_train_then_eval_on_mnist_sample(tmp_path):
