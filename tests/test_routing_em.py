@@ -263,6 +263,14 @@ def test_bad_input_is_refused_clearly():
                                              rf"in \[0, 1\]; got values {shown}: pass a sigmoid's output"):
             routing(torch.zeros(2, 5, 4, 16), a)
     assert torch.isfinite(routing(torch.randn(2, 5, 4, 16), torch.rand(2, 5)).poses).all()
+    # NaN activations (a diverged run's) were refused here as the caller's fault, before the training loop's own
+    # stop could name the step and the fix (a review): let through; beside a negative one, the negative is named
+    nan = torch.rand(2, 5)
+    nan[0, 2] = math.nan
+    assert routing(torch.randn(2, 5, 4, 16), nan).poses.isnan().any()
+    nan[1, 3] = -2.0
+    with pytest.raises(ValueError, match=r"in \[0, 1\]; got values from -2 to "):
+        routing(torch.zeros(2, 5, 4, 16), nan)
 
 
 def test_beta_u_init_starts_beta_u_there_and_lowers_the_activations_by_the_cost_it_adds():

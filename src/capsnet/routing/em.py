@@ -307,8 +307,11 @@ class EMRouting(nn.Module):
             # the probabilities that the children are present: a negative one was a silent child to the mean's
             # weights but took mass off the cost (a review, 2026-12-01). Checked on the CPU only (elsewhere the
             # check would wait for the device every step), as the labels' range is
-            lo, hi = activations.min().item(), activations.max().item()
-            if not (lo >= 0 and hi <= 1 + 1e-4):  # (a rounding's worth above 1 let through)
+            # (a rounding's worth above 1 let through; NaN too: a diverged run's, which its loss names with the
+            # step and the fix, where this message blamed the caller)
+            if ((activations < 0) | (activations > 1 + 1e-4)).any().item():
+                shown = activations[~activations.isnan()]
+                lo, hi = shown.min().item(), shown.max().item()
                 raise ValueError(f"activations are the probabilities that the lower capsules are present, in [0, 1]; "
                                  f"got values from {lo:g} to {hi:g}: pass a sigmoid's output, or none (all present)")
         # bf16 and fp16 votes are routed in fp32; float32 votes beside float64 betas (a .double() module) in float64
