@@ -285,6 +285,9 @@ def test_a_non_finite_loss_stops_training_naming_the_step_and_keeps_the_last_che
         fit(TINY, cfg, tmp_path, device="cpu", progress=False)
     # the flags named are the run's own: neither --grad-clip nor --amp was given (a review, 2026-11-30)
     assert "--grad-clip" not in str(e.value) and "--amp" not in str(e.value) and "Lower --lr" in str(e.value)
+    # a lower --lr is a new run: --resume refuses another --lr, and a plain resume replays the step (a review)
+    assert str(e.value).endswith("pixels, in a new run (another --out): --resume keeps this run's settings and would "
+                                 "meet the same step again"), str(e.value)
     kept = load_checkpoint(tmp_path, "last")
     assert kept.state["epoch"] == 1
     assert all(torch.isfinite(t).all() for t in kept.model_state.values())

@@ -370,13 +370,17 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
     if spoilt:
         raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
                             f"(a gradient that was not); stopped without saving, {kept()}. Lower --lr, or bound the "
-                            f"gradient with --grad-clip")
+                            f"gradient with --grad-clip, {_NEW_RUN}")
     clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
     amp = cfg is None or cfg.amp != "none"
     raise NonFiniteLoss(f"the training loss{' (with --grad-clip, or its gradient)' if clipped else ''} became NaN or "
                         f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept()}. Lower --lr"
                         + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
-                           " or check the images for NaN or infinite pixels"))
+                           " or check the images for NaN or infinite pixels") + f", {_NEW_RUN}")
+
+
+# a resume keeps the run's settings and, on the CPU, replays its steps exactly: the same step diverges again
+_NEW_RUN = "in a new run (another --out): --resume keeps this run's settings and would meet the same step again"
 
 
 def stop_if_scale_fell(scaler: torch.amp.GradScaler, epoch: int, kept: Callable[[], str],
