@@ -45,6 +45,31 @@ def test_a_short_run_on_real_pairs_lowers_the_l1_term(tmp_path, data_root, recwa
     assert not [w for w in recwarn if "nearly flat" in str(w.message)]
 
 
+def test_a_nan_gan_loss_stops_within_the_check_interval_naming_its_step(tmp_path, data_root, monkeypatch):
+    """A GAN loss that turns NaN stops the run at the next check, every _CHECK_EVERY steps as in the classifier's
+    loop (without --amp fp16 the GAN loop checked only at saves and the epoch's end: 128 steps trained on after a NaN
+    at the first, a whole epoch with --save-every 0), naming the step; nothing saved, the fix a new run."""
+    import capsnet.gan as gan
+    from capsnet.train import _CHECK_EVERY, NonFiniteLoss
+
+    real_step, calls = gan.gan_step, []
+
+    def turning_nan(*args, **kwargs):  # the real step, its losses NaN from the 5th on
+        calls.append(1)
+        d_loss, g_loss, d_parts, g_parts = real_step(*args, **kwargs)
+        return (d_loss * float("nan"), g_loss, d_parts, g_parts) if len(calls) >= 5 else (d_loss, g_loss, d_parts,
+                                                                                           g_parts)
+
+    monkeypatch.setattr(gan, "gan_step", turning_nan)
+    cfg = replace(TINY, batch_size=1, train_size=2 * _CHECK_EVERY)
+    with pytest.raises(NonFiniteLoss, match=r"a GAN loss became NaN or infinite at step 5 \(epoch 1\); stopped without "
+                                            r"saving, no checkpoint was written\..*in a new run \(another --out\)"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), cfg, tmp_path / "r", save_every_s=0,
+                device="cpu", data_root=data_root, progress=False)
+    assert len(calls) == _CHECK_EVERY  # stopped at the first check after the NaN, not the epoch's end (128)
+    assert not (tmp_path / "r" / "last.safetensors").exists()
+
+
 def test_a_generator_collapsed_to_one_level_is_named(tmp_path, data_root, monkeypatch):
     """A generator whose images are the same level everywhere (here: its last layer made constant, the sigmoid
     saturated near black, as the runs in docs/results.md that stalled at the target's mean L1) gets a warning at
@@ -240,7 +265,7 @@ def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, d
     monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 0.0 if save_every_epoch else 1e9)
     run = tmp_path / "r"
     kept = f"{run / 'last.safetensors'} still holds epoch 1" if save_every_epoch else "no checkpoint was written"
-    with pytest.raises(NonFiniteLoss, match=f"in epoch 2; stopped without saving, {kept}"):
+    with pytest.raises(NonFiniteLoss, match=f"at step 3 \\(epoch 2\\); stopped without saving, {kept}"):
         fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), replace(TINY, epochs=3, eval_every=3), run,
                 device="cpu", data_root=data_root, progress=False)
     assert (run / "last.safetensors").exists() == save_every_epoch

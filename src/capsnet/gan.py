@@ -162,18 +162,21 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
 def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module,
                  scaler: torch.amp.GradScaler | None = None,
                  skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
-    """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device flag), or
-    when ``model``'s weights are not (a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s scale fell
-    below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps and steps so far); asked before every save
-    and every ``_CHECK_EVERY`` steps."""
-    if not bool(bad) and scaler is not None:  # the scale's own message: gradients, steps skipped
+    """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device tensor,
+    the run's step, 1-based, where it first was, else -1), or when ``model``'s weights are not (a finite loss whose
+    gradient was not), or (--amp fp16) ``scaler``'s scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the
+    epoch's skipped steps and steps so far); asked before every save and every ``_CHECK_EVERY`` steps."""
+    first = int(bad)
+    if first < 0 and scaler is not None:  # the scale's own message: gradients, steps skipped
         _train.stop_if_scale_fell(scaler, epoch, last.kept, skipped_of)
-    if bool(bad):
-        raise NonFiniteLoss(f"a GAN loss became NaN or infinite in epoch {epoch}; stopped without saving, "
-                            f"{last.kept()}. Lower --lr or check the label maps and images for NaN or infinite pixels")
+    if first >= 0:
+        raise NonFiniteLoss(f"a GAN loss became NaN or infinite at step {first} (epoch {epoch}); stopped without "
+                            f"saving, {last.kept()}. Lower --lr or check the label maps and images for NaN or infinite "
+                            f"pixels, {_train._NEW_RUN}")
     if not weights_finite(model):
         raise NonFiniteLoss(f"the GAN's weights became NaN or infinite in epoch {epoch}, after steps whose losses were "
-                            f"finite (a gradient that was not); stopped without saving, {last.kept()}. Lower --lr")
+                            f"finite (a gradient that was not); stopped without saving, {last.kept()}. Lower --lr, "
+                            f"{_train._NEW_RUN}")
 
 
 def describe_gan_epoch(record: dict[str, Any]) -> str:
@@ -339,7 +342,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                            progress=progress)
         # D, G loss, L1, D(real), D(fake), 2 sds, edge; fp16: the steps skipped
         sums = torch.tensor(sums, dtype=torch.float64, device=dev)
-        bad = torch.zeros((), dtype=torch.bool, device=dev)
+        bad = torch.full((), -1, dtype=torch.long, device=dev)  # the first step whose loss was not finite
         shown = time.monotonic()
         started = shown - before
         for start in starts[done:]:  # the bar is advanced by hand: left open after the loop, it shows the figures
@@ -362,7 +365,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                                  g_parts["fake_edge"].double()]) * n
             if fp16:
                 sums[8] += (scale_tensor(scaler, dev) < scale_before).double()  # a count, not times n
-            bad |= ~(torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach()))
+            finite = torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach())
+            bad = torch.where(finite | (bad >= 0), bad, step)  # no sync: read every _CHECK_EVERY steps
             seen += n
             if progress and time.monotonic() - shown > 0.5:
                 d, gl, l1 = (sums[:3] / seen).tolist()
@@ -370,7 +374,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                 shown = time.monotonic()
             bar.update()
             so_far = _train._skipped_of(sums[8] if fp16 else sums, start // B + 1, fp16)  # read when asked
-            if fp16 and step % _train._CHECK_EVERY == 0:  # the scale, before it can reach 0 and a NaN step be taken
+            if step % _train._CHECK_EVERY == 0:  # a NaN step (it trained on to the epoch's end, or the next save,
+                # 5 minutes on) and, under fp16, the scale before it can reach 0 and a NaN step be taken
                 _stop_if_bad(bad, epoch, last, model, scaler, so_far)
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
             if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
