@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 LR_SCHEDULES = ("exponential", "linear")  # lr_at: the authors' smooth decay, or warm-up then straight down to 0
 
 
+MAX_LR = 1e30  # --lr above this: Adam's first update overflows float32 (a RuntimeError from inside the step)
+
+
 @dataclass(frozen=True)
 class TrainConfig(JsonConfig):
     """How a run trains: ``fit(model_config, TrainConfig(...), run_dir)``; ``capsnet train``'s flags of the same names.
@@ -128,6 +131,9 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"seed must be below 2^63, got {self.seed}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.lr > MAX_LR:  # Adam's first step, lr / (1 - beta1), past float32's 3.4e38: a traceback from the step
+            raise ValueError(f"lr {self.lr:g} is past any rate a float32 optimizer can take (at most {MAX_LR:g}); "
+                             f"the paper's is 1e-3")
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if not 0 <= self.lr_min <= self.lr:
