@@ -724,7 +724,9 @@ def test_a_held_out_loss_that_is_not_finite_stops_training_and_no_file_holds_a_b
     assert cli.main(["eval", "--checkpoint", str(trained_run), "--json", str(tmp_path / "eval.json"),
                      "--no-progress"]) == 0  # an old run's checkpoint, saved before the stop above
     assert strict((tmp_path / "eval.json").read_text())["loss"] is None
-    capsys.readouterr()
+    # and says what its figures are: NaN scores count as class 0 by argmax (a review)
+    assert ("the model's outputs are NaN or infinite (test loss nan): its weights overflow, as a diverging run's do, "
+            "and the figures below mean nothing" in " ".join(capsys.readouterr().err.split()))
 
 
 def test_a_new_run_does_not_replace_a_runs_best_and_metrics_whose_last_checkpoint_was_removed(trained_run, tmp_path,

@@ -437,6 +437,21 @@ def warn_folder_changed(ckpt: Checkpoint, name: str) -> None:
                       stacklevel=3)
 
 
+def warn_not_finite(ckpt: Checkpoint, results: dict[str, Any]) -> None:
+    """A UserWarning when a set's loss is NaN or infinite: finite weights whose outputs overflow (saved just before a
+    run diverged) scored every NaN score as class 0 (argmax), a Dice of 0 from NaN probabilities, beside a loss of
+    NaN, and nothing said what they meant."""
+    import math
+
+    bad = {name or "test": r.loss for name, r in results.items() if not math.isfinite(r.loss)}
+    if bad:
+        shown = ", ".join(f"{name} loss {loss}" for name, loss in bad.items())
+        warnings.warn(f"{ckpt.path}: the model's outputs are NaN or infinite ({shown}): its weights overflow, as a "
+                      f"diverging run's do, and the figures below mean nothing (argmax counts a NaN score as class "
+                      f"0); evaluate an earlier checkpoint, or train again with a lower --lr", UserWarning,
+                      stacklevel=3)
+
+
 def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best", dataset: str | None = None,
                         test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
                         device: str | torch.device = "auto", root: str | os.PathLike | None = None,
@@ -469,6 +484,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
+    warn_not_finite(ckpt, results)
     sizes = {extra: len(s) for extra, s in split.extra.items()}
     if split.labels.dim() == 4:  # segmentation: say how each set was made
         titles = {extra: s.title for extra, s in ({"": split} | split.extra).items() if s.title}
