@@ -472,6 +472,39 @@ def test_a_segmentation_folder_is_encoded_as_each_batch_is_done(unet_run, tmp_pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x0.png", "x1.png", "x2.png"]
 
 
+def test_outputs_that_are_not_finite_are_refused_before_anything_is_written(unet_run, trained_run, tmp_path,
+                                                                           monkeypatch):
+    """A diverging run's checkpoint (finite weights, outputs that overflow): predict wrote NaN scores as class 0 and
+    masks cast from NaN probabilities, without a word (a review). Refused, the files named, nothing written."""
+    from capsnet.models import CapsNet
+    from capsnet.models.unet import UNet
+
+    forward = UNet.forward
+
+    def second_nan(self, x):  # the second image's probabilities NaN
+        out = forward(self, x)
+        return out._replace(probabilities=torch.where(torch.arange(len(x)).view(-1, 1, 1, 1) == 1, torch.nan,
+                                                      out.probabilities))
+    monkeypatch.setattr(UNet, "forward", second_nan)
+    folder = _folder(tmp_path, {"a": np.zeros((16, 16), np.uint8), "b": np.full((16, 16), 9, np.uint8)})
+    with pytest.raises(ValueError, match=r"the model's probabilities are NaN or infinite for 1 of 2 images \(the "
+                                         r"first: .*b\.png\): its weights overflow, as a diverging run's do; predict "
+                                         r"with an earlier checkpoint"):
+        predict_folder(unet_run, folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    capsules = CapsNet.forward
+
+    def infinite(self, *args, **kwargs):
+        out = capsules(self, *args, **kwargs)
+        return out._replace(lengths=out.lengths * torch.inf)
+    monkeypatch.setattr(CapsNet, "forward", infinite)
+    (tmp_path / "d").mkdir()
+    digits = _folder(tmp_path / "d", {"seven": np.zeros((28, 28), np.uint8)})
+    with pytest.raises(ValueError, match=r"the model's class scores are NaN or infinite for 1 of 1 images"):
+        predict_folder(trained_run, digits, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_allocation_failure_is_recognised_on_a_torch_without_torch_out_of_memory_error(monkeypatch):
     """torch before 2.4 has no torch.OutOfMemoryError: every RuntimeError of a segmentation model in predict became
     an AttributeError there, losing the "crop it into tiles" message (a review of the declared floors)."""

@@ -158,6 +158,7 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.nda
         scores.append(loss(model, batch, torch.zeros(len(batch), dtype=torch.long, device=dev),
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
+    _refuse_not_finite(scores_, [paths[s] for s in arrays], "class scores")
     names = trained_classes(ckpt.train_config, ckpt.state)  # a registered set's, or the class folders recorded
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
@@ -198,12 +199,26 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
                     raise DataError(f"image {paths[chunk[0]]} ({H}x{W}, HxW) needs more memory than this device can "
                                     f"give ({str(e).splitlines()[0][:160]}); crop it into smaller tiles or scale it "
                                     f"down, or predict on a device with more memory (--device)") from None
-                for s, prob in zip(chunk, p[:, 0].float().cpu().numpy()):
+                probs = p[:, 0].float().cpu()
+                _refuse_not_finite(probs.flatten(1), [paths[s] for s in chunk], "probabilities")
+                for s, prob in zip(chunk, probs.numpy()):
                     out[s] = made(s, prob)
                 bar.update(len(chunk))
     finally:
         bar.close()
     return {s: out[s] for s in arrays}  # the folder's order
+
+
+def _refuse_not_finite(outputs: torch.Tensor, files: list[Path], what: str) -> None:
+    """A ValueError, before anything is written, when a row of ``outputs`` (one per file of ``files``) holds NaN or
+    infinity: a diverging run's weights, whose NaN scores were written as class 0 (argmax) and NaN probabilities as
+    masks of undefined values (a cast of NaN to 8 bits)."""
+    bad = (~torch.isfinite(outputs)).any(1)
+    if bad.any():
+        first = files[int(bad.nonzero()[0])]
+        raise ValueError(f"the model's {what} are NaN or infinite for {int(bad.sum())} of {len(files)} images (the "
+                         f"first: {first}): its weights overflow, as a diverging run's do; predict with an earlier "
+                         f"checkpoint, or train again with a lower --lr")
 
 
 def _out_of_memory(e: RuntimeError) -> bool:
