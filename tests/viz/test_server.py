@@ -51,6 +51,20 @@ def test_info_kernels_forward_reconstruct(server, viewer):
     assert status == 200 and r["reconstruction"]["data"] == w["reconstruction"]["data"]
 
 
+def test_outputs_that_are_not_finite_are_an_error_in_words_not_a_bare_nan(server, viewer, monkeypatch):
+    """A diverging run's checkpoint: the answer held 173 bare NaN tokens, no JSON (the page's JSON.parse refused it
+    and showed "HTTP 200"); now an error naming the cause, and the server goes on."""
+    from capsnet.viz.server import NOT_FINITE
+
+    walk = viewer.walk
+    monkeypatch.setattr(viewer, "walk", lambda *a, **k: {**walk(*a, **k), "lengths": [float("nan")] * 10})
+    status, answer = api(server, "/api/forward", {"index": 5})
+    assert status == 500 and answer == {"error": NOT_FINITE}
+    assert "NaN or infinite: its weights overflow" in NOT_FINITE
+    monkeypatch.undo()
+    assert_alive(server)
+
+
 def test_upload_of_a_test_digit(server, viewer):
     """A test digit uploaded as PNG is classified as that test image is."""
     original = viewer.test_images[11, 0].numpy()

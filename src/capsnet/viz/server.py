@@ -108,6 +108,10 @@ _CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))
 _JSON_STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 
 
+NOT_FINITE = ("the model's outputs for this input are NaN or infinite: its weights overflow, as a diverging run's "
+              "do; open an earlier checkpoint (--which), or train again with a lower --lr")
+
+
 class _HTTPError(Exception):
     def __init__(self, status: HTTPStatus, message: str, *, allow: str | None = None, close: bool = False) -> None:
         super().__init__(message)
@@ -338,7 +342,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, payload: dict[str, Any], allow: str | None = None) -> None:
-        self._send(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json", allow)
+        try:  # strict JSON: a bare NaN (a diverging run's outputs) is no JSON, and the page's JSON.parse refused it
+            body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            status, body = HTTPStatus.INTERNAL_SERVER_ERROR, json.dumps({"error": NOT_FINITE}, separators=(",", ":"))
+        self._send(status, body.encode(), "application/json", allow)
 
     def _error(self, status: int, message: str, allow: str | None = None) -> None:
         self._json(status, {"error": message}, allow)

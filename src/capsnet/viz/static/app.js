@@ -52,8 +52,8 @@ async function api(path, body, raw) {
     headers: { "Content-Type": raw ? "application/octet-stream" : "application/json" },
   };
   const response = await fetch(path, options);
-  const payload = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
-  if (!response.ok) throw new Error(payload.error || `HTTP ${response.status}`);
+  const payload = await response.json().catch(() => null);  // an answer that is no JSON is an error, even a 200
+  if (!response.ok || payload === null) throw new Error((payload && payload.error) || `HTTP ${response.status}`);
   return payload;
 }
 
