@@ -11,8 +11,10 @@ truth (by the prediction when none is given) go through three 1x1
 convolutions (64, 128, C channels) to the input masked by the ground truth,
 scored as a sum of squared errors times ``recon_weight`` (the authors' 131.072
 for a mean over 512 x 512 pixels is exactly 0.0005 per pixel, Sabour et
-al.'s scale). 1,425,649 weights for one input channel (the paper's 1.4M),
-whatever the image size.
+al.'s scale, at that size; their mean keeps its balance with the per-pixel
+segmentation loss at any size, which a sum does not: at 64 x 64 theirs is
+131.072 / 4,096 = 0.032 per pixel). 1,425,649 weights for one input channel
+(the paper's 1.4M), whatever the image size.
 
 Routing: 3 rounds in every capsule layer but the primary one (1 round) for
 R3; for R1, as the authors' ``CapsNetR1``, 3 rounds in the five layers that
@@ -346,7 +348,8 @@ class StackRouted(SavedRounds):
 
 @dataclass(frozen=True)
 class SegCapsConfig(StackRouted, JsonConfig):
-    """SegCaps R3; the defaults are the paper's (1,425,649 weights for one input channel)."""
+    """SegCaps R3; the architecture's defaults are the paper's (1,425,649 weights for one input channel); the loss,
+    ``seg_loss``, is not (the paper trains a weighted BCE)."""
 
     input_height: int = 64
     input_width: int = 64
