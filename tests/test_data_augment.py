@@ -131,6 +131,24 @@ def test_random_rotate_turns_about_half_the_images_by_whole_degrees():
     assert ((y.sum(dim=(1, 2, 3)) - ink).abs() < 0.05 * ink).all()  # a rotation keeps the ink, up to resampling
 
 
+def test_random_rotate_turns_a_non_square_image_about_its_centre_without_shearing():
+    """affine_grid's coordinates run -1..1 along each side: a turn written in them sheared a 20x60 image (a point
+    20 px right of the centre landed 18.4-19.3 px away). Each turned copy keeps its point's distance from the centre
+    and turns it by a whole number of degrees."""
+    x = torch.zeros(64, 1, 20, 60)
+    x[:, :, 9:11, 49:51] = 1.0  # a 2x2 blob centred 20 px right of the centre (29.5, 9.5), 0 degrees
+    y = random_rotate(x, generator=torch.Generator().manual_seed(7))
+    rows, cols = torch.meshgrid(torch.arange(20.0), torch.arange(60.0), indexing="ij")
+    mass = y[:, 0].sum(dim=(1, 2))
+    dx, dy = (y[:, 0] * cols).sum(dim=(1, 2)) / mass - 29.5, (y[:, 0] * rows).sum(dim=(1, 2)) / mass - 9.5
+    turned = dy.abs() > 0.5
+    assert 10 < int(turned.sum()) < 54
+    distance = torch.sqrt(dx ** 2 + dy ** 2)[turned]
+    assert ((distance - 20).abs() < 0.2).all(), distance
+    degrees = torch.rad2deg(torch.atan2(dy, dx))[turned].abs()
+    assert ((degrees - degrees.round()).abs() < 0.35).all(), degrees  # whole degrees, as drawn
+
+
 def test_random_squish_narrows_each_digit_by_at_most_7_pixels():
     x = _digits()
     y = random_squish(x, generator=torch.Generator().manual_seed(3))

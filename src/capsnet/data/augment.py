@@ -109,8 +109,11 @@ def random_rotate(images: torch.Tensor, max_degrees: float = 30.0, *, generator:
     r0, r1 = _normal(B, generator, images.device), _normal(B, generator, images.device)
     angle = torch.trunc(r0 * max_degrees) * (r1 <= 0) * (math.pi / 180)  # (B,), radians; 0 keeps the image
     cos, sin = torch.cos(angle), torch.sin(angle)
-    theta = torch.stack([torch.stack([cos, -sin, torch.zeros_like(cos)], -1),
-                         torch.stack([sin, cos, torch.zeros_like(cos)], -1)], 1)  # (B, 2, 3)
+    H, W = images.shape[-2:]  # affine_grid's coordinates run -1..1 along each side: a turn of a non-square image
+    # in pixels is scaled by the sides' ratio there (without it, a point 20 px from the centre of a 20x60 image
+    # landed 18.4-19.3 px away: a shear)
+    theta = torch.stack([torch.stack([cos, -sin * (H / W), torch.zeros_like(cos)], -1),
+                         torch.stack([sin * (W / H), cos, torch.zeros_like(cos)], -1)], 1)  # (B, 2, 3)
     grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
