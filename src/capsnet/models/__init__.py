@@ -78,7 +78,7 @@ MODELS: dict[str, ModelSpec] = {
                             paper="Hinton, Sabour and Frosst 2018", scores="activations"),
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)",
                                   paper="Hinton, Sabour and Frosst 2018, section 5", scores="activations"),
-    # margin loss + 0.392 x pixel-mean squared error = CapsNet's loss
+    # CapsNet's loss: margin + 0.0005 x summed squared error, the paper's 0.392 x pixel-mean squared error at 28x28
     "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet",
                                    paper="Mazzia et al. 2021"),
     "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,

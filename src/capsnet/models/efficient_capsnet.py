@@ -7,8 +7,10 @@ batch norm) -> primary capsules from a depthwise convolution over the whole
 capsules of 16D by self-attention routing -> the length of each is the class
 score. 161,824 weights without the decoder, exactly as the paper; the
 reconstruction decoder (512-1024-784, 1,411,344 weights) is CapsNet's and
-its loss weight 0.392 x the per-pixel mean squared error equals CapsNet's
-0.0005 x the sum (both train with ``capsnet_loss``).
+its loss weight, 0.0005 x the summed squared error (both train with
+``capsnet_loss``), equals the paper's 0.392 x the per-pixel mean squared
+error at 28 x 28 grey only (784 pixels; at 36 x 36, 0.648; the official code
+keeps 0.392 at every size).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A capsule network with inverted dot-product attention routing (Tsai et al., ICLR 2020), for MNIST-sized input.
 
-The paper reports CIFAR-10/100 with a ResNet backbone; its code's simple
-backbone with the same capsule layers gives this model (not a configuration
+The paper reports CIFAR-10/100 with a ResNet backbone (and overlapping digits, DiverseMultiMNIST, with its own);
+its code's simple backbone with the same capsule layers gives this model (not a configuration
 of the paper or its code; 443,793 weights for 28x28 input counted from the
 official classes, 443,792 here: their head's bias is added to every class
 logit alike, so the softmax ignores it and it never learns: left out): Conv 3x3 stride 2 (128, ReLU) -> primary capsules (1x1,
