@@ -381,6 +381,24 @@ def test_parents_of_any_mass_route_as_procedure_1_written_out(scale):
             torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
 
 
+def test_a_parent_whose_mass_underflows_float32_keeps_its_exact_mean():
+    """Every child explained by the other parent (R of the starved one about 1e-63): its mass underflowed float32 to 0
+    and the M-step dropped its exact log-domain weights, so its mean fell back to the votes' centre and its variance
+    to the floor (poses -120 where float64 gives -81: a review). float32 now routes it as float64 does."""
+    g = torch.Generator().manual_seed(3)
+    votes = torch.randn(2, 6, 2, 16, generator=g, dtype=DT) * 100
+    votes[:, :, 0] = 0.5  # every child's vote for parent 0 the same: it explains them all, parent 1 none
+    a = torch.rand(2, 6, generator=g, dtype=DT) * 0.5 + 0.5
+    routing = EMRouting(2, iterations=2)
+    wide = EMRouting(2, iterations=2).double()
+    wide.load_state_dict(routing.state_dict())
+    exact, narrow = wide(votes, a, record=True), routing(votes.float(), a.float(), record=True)
+    assert exact.rounds[:, -1, :, 1].max() < 1e-40  # starved: its R (last round) far below float32's range
+    torch.testing.assert_close(narrow.poses[:, 1].double(), exact.poses[:, 1], rtol=1e-4, atol=1e-3)
+    silent = routing(votes.float(), torch.zeros(2, 6))  # no mass at all: weights 0, as before
+    assert torch.isfinite(silent.poses).all() and (silent.poses == 0).all()
+
+
 @pytest.mark.parametrize("iterations", [1, 3])
 @pytest.mark.parametrize("cost_scale", [None, 2.0])
 def test_mean_momentum_mixes_the_previous_mean_as_written_out(iterations, cost_scale):

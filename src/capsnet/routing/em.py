@@ -236,7 +236,11 @@ class EMRouting(nn.Module):
         # log a at float's smallest normal for a silent child: its weight ~1e-38 beside any live one (and no
         # infinite gradient of log 0)
         log_a = a.clamp_min(torch.finfo(a.dtype).tiny).log().unsqueeze(1)  # (B, 1, I)
-        w = torch.softmax(log_R + log_a, dim=-1) * (mass > 0).unsqueeze(-1)  # sums to 1 over i (0: no mass)
+        # sums to 1 over i; 0 for a parent whose children are all silent (no mass). Not ``mass > 0``: a starved
+        # parent's mass underflows float32 to 0 once every log R is below about -103, and its exact weights were
+        # then dropped (its mean fell back to the votes' centre, its variance to the floor: a review)
+        live = (a > 0).any(dim=-1).view(B, 1, 1)
+        w = torch.softmax(log_R + log_a, dim=-1) * live
         w = w.reshape(B * J, 1, I)
         m = torch.bmm(w, VV.reshape(B * J, I, D2))  # [E[V], E[V^2]], (B * J, 1, 2D)
         if taps is not None:  # d loss / d VV from this product: w^T (d loss / d m)
