@@ -486,11 +486,12 @@ def test_outputs_that_are_not_finite_are_refused_before_anything_is_written(unet
         return out._replace(probabilities=torch.where(torch.arange(len(x)).view(-1, 1, 1, 1) == 1, torch.nan,
                                                       out.probabilities))
     monkeypatch.setattr(UNet, "forward", second_nan)
-    folder = _folder(tmp_path, {"a": np.zeros((16, 16), np.uint8), "b": np.full((16, 16), 9, np.uint8)})
-    with pytest.raises(ValueError, match=r"the model's probabilities are NaN or infinite for 1 of 2 images \(the "
+    folder = _folder(tmp_path, {k: np.full((16, 16), 9 * i, np.uint8) for i, k in enumerate("abcde")})
+    # batches of 2: the second of each NaN, counted over the folder (it counted the batch: "2 of 2"; a review)
+    with pytest.raises(ValueError, match=r"the model's probabilities are NaN or infinite for 2 of 5 images \(the "
                                          r"first: .*b\.png\): its weights overflow, as a diverging run's do; predict "
                                          r"with an earlier checkpoint"):
-        predict_folder(unet_run, folder, tmp_path / "out")
+        predict_folder(unet_run, folder, tmp_path / "out", batch_size=2)
     assert not (tmp_path / "out").exists()
     capsules = CapsNet.forward
 

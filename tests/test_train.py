@@ -35,7 +35,8 @@ def test_lr_schedule_matches_authors_decay():
     (dict(dataset="cifar"), "unknown dataset 'cifar'; valid names are mnist, fashion-mnist, "),
     (dict(lr=-1.0), "lr must be a positive number, got -1.0"),
     # Adam's first step is lr / (1 - beta1): 4e37 overflowed float32 inside it, a traceback (a review)
-    (dict(lr=4e37), r"lr 4e\+37 is past any rate a float32 optimizer can take \(at most 1e\+30\); the paper's is 1e-3"),
+    (dict(lr=4e37), r"lr 4e\+37 is too large: at most 1e\+30 \(Adam's first float32 update overflows from about "
+                    r"3.4e37 on\); the paper's is 1e-3"),
     (dict(lr_decay=1.5), r"lr_decay must lie in \(0, 1\], got 1.5"),
     (dict(val_size=-1), "val_size must be >= 0, got -1"),
     (dict(seed=2**63), "seed must be below 2\\^63, got 9223372036854775808"),

@@ -484,9 +484,9 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
     results = evaluate_split(model, split.to(dev), batch_size=batch_size, recon_weight=recon_weight, progress=progress)
-    warn_not_finite(ckpt, results)
     sizes = {extra: len(s) for extra, s in split.extra.items()}
     if split.labels.dim() == 4:  # segmentation: say how each set was made
+        warn_not_finite(ckpt, results)
         titles = {extra: s.title for extra, s in ({"": split} | split.extra).items() if s.title}
         return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, test_files=split.names)
     described = bool(split.extra or affnist) and split.labels.dim() == 1  # several single-digit sets to tell apart
@@ -503,6 +503,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
                                 recon_weight=recon_weight, progress=progress)
         sizes[key] = len(real)
         placements[key] = placement(real.images)
+    warn_not_finite(ckpt, results)  # every set, the real affNIST files' too
     return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements,
                                 other_classes(train_config.get("dataset", "mnist"), name),
                                 classes=tuple(split.classes) if split.labels.dim() == 1 else (),

@@ -158,7 +158,7 @@ def _classify(model: torch.nn.Module, ckpt: Checkpoint, arrays: dict[str, np.nda
         scores.append(loss(model, batch, torch.zeros(len(batch), dtype=torch.long, device=dev),
                            recon_weight=0.0)[1].float().cpu())
     scores_ = torch.cat(scores)  # (N, K)
-    _refuse_not_finite(scores_, [paths[s] for s in arrays], "class scores")
+    _refuse_not_finite((~torch.isfinite(scores_)).any(1), [paths[s] for s in arrays], "class scores")
     names = trained_classes(ckpt.train_config, ckpt.state)  # a registered set's, or the class folders recorded
     K = scores_.shape[1]
     names = names if names is not None and len(names) == K else tuple(str(k) for k in range(K))
@@ -182,6 +182,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
     for stem, a in arrays.items():
         by_size.setdefault(a.shape[1:], []).append(stem)
     out: dict[str, T] = {}
+    bad: list[str] = []  # images whose probabilities are not finite: the whole folder's, named once all have run
     bar = progress_bar(total=len(arrays), desc="segment", unit="image", leave=False, progress=progress)
     try:
         for (H, W), stems in by_size.items():
@@ -200,20 +201,23 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
                                     f"give ({str(e).splitlines()[0][:160]}); crop it into smaller tiles or scale it "
                                     f"down, or predict on a device with more memory (--device)") from None
                 probs = p[:, 0].float().cpu()
-                _refuse_not_finite(probs.flatten(1), [paths[s] for s in chunk], "probabilities")
-                for s, prob in zip(chunk, probs.numpy()):
-                    out[s] = made(s, prob)
+                finite = torch.isfinite(probs.flatten(1)).all(1).tolist()
+                bad += [s for s, ok in zip(chunk, finite) if not ok]
+                for s, prob, ok in zip(chunk, probs.numpy(), finite):
+                    if ok:  # NaN cast to 8 bits is undefined (numpy warns): not made, refused below
+                        out[s] = made(s, prob)
                 bar.update(len(chunk))
     finally:
         bar.close()
+    if bad:
+        _refuse_not_finite(torch.tensor([s in bad for s in arrays]), [paths[s] for s in arrays], "probabilities")
     return {s: out[s] for s in arrays}  # the folder's order
 
 
-def _refuse_not_finite(outputs: torch.Tensor, files: list[Path], what: str) -> None:
-    """A ValueError, before anything is written, when a row of ``outputs`` (one per file of ``files``) holds NaN or
-    infinity: a diverging run's weights, whose NaN scores were written as class 0 (argmax) and NaN probabilities as
-    masks of undefined values (a cast of NaN to 8 bits)."""
-    bad = (~torch.isfinite(outputs)).any(1)
+def _refuse_not_finite(bad: torch.Tensor, files: list[Path], what: str) -> None:
+    """A ValueError, before anything is written, where ``bad`` (bool, one per file of ``files``) says a file's
+    outputs hold NaN or infinity: a diverging run's weights, whose NaN scores were written as class 0 (argmax) and
+    NaN probabilities as masks of undefined values (a cast of NaN to 8 bits)."""
     if bad.any():
         first = files[int(bad.nonzero()[0])]
         raise ValueError(f"the model's {what} are NaN or infinite for {int(bad.sum())} of {len(files)} images (the "

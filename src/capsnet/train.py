@@ -132,8 +132,8 @@ class TrainConfig(JsonConfig):
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if self.lr > MAX_LR:  # Adam's first step, lr / (1 - beta1), past float32's 3.4e38: a traceback from the step
-            raise ValueError(f"lr {self.lr:g} is past any rate a float32 optimizer can take (at most {MAX_LR:g}); "
-                             f"the paper's is 1e-3")
+            raise ValueError(f"lr {self.lr:g} is too large: at most {MAX_LR:g} (Adam's first float32 update "
+                             f"overflows from about 3.4e37 on); the paper's is 1e-3")
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
         if not 0 <= self.lr_min <= self.lr:

@@ -157,7 +157,8 @@ def _fitted(path: Path, size: int | tuple[int, int], mode: str, fit: str):
     return fit_pil(open_turned(path, max(size) if isinstance(size, tuple) else size), size, mode, fit, str(path))
 
 
-DRAFT_MARGIN = 4  # a JPEG is decoded at a reduced scale that keeps at least this many pixels per fitted pixel
+DRAFT_MARGIN = 8  # a JPEG is decoded at a reduced scale that keeps at least this many pixels per fitted pixel
+# (at 4, a detailed photo's fitted pixels moved by 3.4 grey levels on average, 36 at most; at 8, 1.1: a review)
 
 
 def open_turned(path: Path, side: int | None = None):
@@ -177,7 +178,8 @@ def open_turned(path: Path, side: int | None = None):
         with warnings.catch_warnings():  # a photo of 90-180 megapixels is read, without Pillow's raw warning of a
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # "decompression bomb DOS attack"
             with Image.open(path) as img:
-                if side is not None and img.format == "JPEG":  # a square request: the same whichever way it turns
+                # a square request: the same whichever way it turns; MPO, the JPEG of many phones (and the viewer's)
+                if side is not None and img.format in ("JPEG", "MPO"):
                     img.draft(None, (DRAFT_MARGIN * side, DRAFT_MARGIN * side))
                 img.load()
                 return ImageOps.exif_transpose(img)

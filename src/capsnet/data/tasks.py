@@ -664,7 +664,8 @@ def _both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
     base = Path(root).expanduser().absolute()
     stamp = tuple(_stamp(top, _subfolders_of(prefix, top)) for top in (base, base / "test")) + \
         ((base / "test").is_dir(),)
-    return _BOTH_SPLITS.get((str(root), prefix), stamp, lambda: _read_both_splits(root, prefix))
+    # keyed by the absolute folder: classes:d and classes:/abs/d read (and warned) once
+    return _BOTH_SPLITS.get((str(base), prefix), stamp, lambda: _read_both_splits(root, prefix))
 
 
 class _LatestByFolder:
