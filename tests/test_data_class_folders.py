@@ -334,14 +334,17 @@ def test_figures_of_a_class_folder_run_title_its_images_by_their_files(digit_cla
     monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: path)  # their titles, not their pixels (~10 s)
     done = write_figures(run, out=tmp_path / "figs", progress=False, misclassified=24, dims=[0], deltas=[0, 0.25])
     test = load_classes(root, "test")
-    firsts = [test.names[int((test.labels == k).nonzero()[0])] for k in range(3)]  # the first of each class
-    assert [a.get_title().split(chr(10))[0].split(":")[0] for a in drawn["plot_lengths"][0].axes[:3]] == firsts
+    chosen = [int((test.labels == k).nonzero()[0]) for k in range(3)]  # the first of each class
+    firsts = [test.names[i] for i in chosen]
+    # each panel: its index, and its file without the class folder (the title's "true" names the class)
+    assert [a.get_title().split(chr(10))[0] for a in drawn["plot_lengths"][0].axes[:3]] == [
+        f"test image {i}, {name.split('/')[1]}" for i, name in zip(chosen, firsts)]
     assert done.notes[0].endswith(f"({', '.join(firsts)})"), done.notes[0]
     sweeps = [fig._suptitle.get_text() for fig in drawn["plot_pose_sweep"]]
     assert [t.split(" (true")[0].removeprefix("Pose sweep of ") for t in sweeps] == firsts, sweeps
     # the misread ones (the seeded one-epoch model reads one of the three wrong): their files under their indices
     index, file = drawn["plot_misclassified"][0].axes[0].get_title().split(chr(10))[0].split(": ")
-    assert test.names[int(index.removeprefix("#"))] == file, (index, file)
+    assert test.names[int(index.removeprefix("#"))].split("/")[1] == file, (index, file)
 
 
 def test_a_new_run_of_the_wrong_classes_is_told_the_model_size_not_a_folder_change(digit_classes, tmp_path):
@@ -474,6 +477,23 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     pad = padded.images[padded.names.index("stripes/wide.png"), 0]
     # the longer side (64) down to 32: the image 16 high, centred on black (8 rows above and below)
     assert (pad[:8] == 0).all() and (pad[24:] == 0).all() and (pad[12, :12] >= 250).all() and (pad[12, 20:] <= 5).all()
+
+
+def test_a_long_file_name_in_a_title_keeps_the_end_that_tells_files_apart():
+    """Phone photos under a long class folder were all titled 'golden_retriever/IMG_20…' (a review)."""
+    from capsnet.figures.plots import plot_lengths, plot_misclassified
+
+    names = [f"golden_retriever/IMG_20240312_{k:04d}.png" for k in (1, 2)]
+    fig = plot_lengths(torch.rand(2, 2), torch.tensor([0, 0]), classes=["golden_retriever", "cat"], indices=[5, 9],
+                       names=names)
+    assert [a.get_title() for a in fig.axes] == ["test image 5, …20240312_0001.png\ntrue golden_retriever",
+                                                 "test image 9, …20240312_0002.png\ntrue golden_retriever"]
+    from capsnet.figures.arrays import Reconstructions
+
+    rec = Reconstructions(torch.tensor([1, 1]), torch.rand(2, 1, 8, 8), torch.rand(2, 1, 8, 8), torch.rand(2, 2))
+    fig = plot_misclassified(torch.rand(2, 1, 8, 8), rec, torch.tensor([0, 0]), ["golden_retriever", "cat"],
+                             indices=[5, 9], names=names)
+    assert fig.axes[0].get_title().split(chr(10))[0] == "#5: …0312_0001.png"
 
 
 def test_a_large_jpeg_is_decoded_at_a_reduced_scale_that_keeps_the_fitted_pixels(tmp_path):

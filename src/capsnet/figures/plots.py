@@ -41,6 +41,13 @@ def _short(name: str, limit: int = 18) -> str:
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
+def _file_tail(name: str, limit: int) -> str:
+    """A user's file ``CLASS/FILE.png`` for a panel's title: the file alone (the title names its class), cut from
+    the left where it is long, so the end that tells IMG_20240312_0001.png from _0002.png stays."""
+    name = name.rsplit("/", 1)[-1]
+    return name if len(name) <= limit else "…" + name[-(limit - 1):]
+
+
 MAX_TICKS = 20  # class names under one panel's bars: past this, every k-th bar is named
 
 
@@ -108,7 +115,7 @@ def plot_misclassified(images: torch.Tensor, rec: Reconstructions, labels: torch
     axes = fig.subplots(3, N, squeeze=False)
     for n in range(N):
         t, p = int(labels[n]), int(rec.predicted[n])
-        head = ("" if indices is None else f"#{indices[n]}: ") + (f"{_short(names[n], 14)}\n" if names else "")
+        head = ("" if indices is None else f"#{indices[n]}: ") + (f"{_file_tail(names[n], 14)}\n" if names else "")
         _show(axes[0, n], images[n], head + f"true {name(t)}\npred {own(p)}")
         _show(axes[1, n], rec.from_label[n], f"as {own(t)}")
         _show(axes[2, n], rec.from_predicted[n], f"as {own(p)}")
@@ -272,7 +279,7 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
     longest = max(len(tick_names[j]) for j in ticks)
     upright = len(ticks) * longest > 24  # names longer than a digit or two (Fashion-MNIST's, a user's class
     # folders) stand on end, not over each other; a title naming a long class takes a second line
-    two_lines = labels is not None and max(len(tick_names[int(k)]) for k in labels) > 8
+    two_lines = labels is not None and (bool(names) or max(len(tick_names[int(k)]) for k in labels) > 8)
     fig = _figure(2.6 * cols, (2.1 + (0.06 * longest if upright else 0) + (0.15 if two_lines else 0)) * rows + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False)
     for n in range(rows * cols):
@@ -289,8 +296,8 @@ def plot_lengths(lengths: torch.Tensor, labels: torch.Tensor | None = None, *, m
             ax.axhline(m_minus, color="red", linestyle="--", linewidth=0.8, label=f"m- = {m_minus}")
         ax.set_ylim(0, 1)
         ax.set_xticks(ticks, [tick_names[j] for j in ticks], fontsize=7, rotation=90 if upright else 0)
-        which = (_short(names[n], 24) if names else f"test image {indices[n]}" if indices is not None
-                 else f"input {n}")
+        which = f"test image {indices[n]}" if indices is not None else f"input {n}"
+        which = f"{which}, {_file_tail(names[n], 18)}" if names else which
         title = which if labels is None else f"{which}{chr(10) if two_lines else ': '}true {tick_names[int(labels[n])]}"
         ax.set_title(title, fontsize=8)
         if n % cols == 0:
