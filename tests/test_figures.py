@@ -392,6 +392,9 @@ def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch, 
     # (it opened best.safetensors silently, under a comment saying it was chosen on a validation split: a review)
     assert given["ckpt"].path.name == "last.safetensors" and given["ckpt"].state["epoch"] == 2
     assert "best.safetensors was chosen on the test split: last.safetensors" in capsys.readouterr().out
+    monkeypatch.setenv("CAPSNET_CHECKPOINT", str(run_dir / "best.safetensors"))  # the file itself: its last too
+    exec(cells[0], given := {"display": None})
+    assert given["ckpt"].path == run_dir / "last.safetensors"
     monkeypatch.delenv("CAPSNET_CHECKPOINT")
     # offline and without the data: the shipped model reads the digits shipped with it (it read the real MNIST, which
     # an empty data folder does not hold: a review, 2026-11-30)
