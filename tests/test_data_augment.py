@@ -71,6 +71,9 @@ def test_zero_shift_is_identity_and_bad_input_is_refused():
         random_shift(images[:, 0])
     with pytest.raises(ValueError, match="max_shift"):
         random_shift(images, -1)
+    for bad in (1.5, True):  # 1.5 failed inside torch ("new_zeros(): argument 'size'"; a review)
+        with pytest.raises(ValueError, match=f"max_shift must be a whole number of pixels >= 0, got {bad!r}"):
+            random_shift(images, bad)
 
 
 @pytest.mark.requires_cuda

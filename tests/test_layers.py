@@ -239,6 +239,16 @@ def test_dense_caps_names_activations_of_the_wrong_shape_on_both_paths(factored)
     layer(u, torch.ones(2, 6, dtype=DT))  # the right shape, as before
 
 
+def test_primary_caps_name_maps_smaller_than_their_kernel():
+    """Used alone, maps smaller than the 9x9 kernel met torch's bare RuntimeError (a review; CapsNetConfig refuses
+    such inputs itself)."""
+    layer = PrimaryCaps(5, types=2, dim=4)
+    with pytest.raises(ValueError, match=r"PrimaryCaps takes \(B, C, H, W\) feature maps of at least its 9x9 kernel, "
+                                         r"got \(2, 5, 8, 20\)"):
+        layer(torch.rand(2, 5, 8, 20))
+    assert layer(torch.rand(2, 5, 9, 9)).shape == (2, 2, 4)
+
+
 def test_primary_caps_promote_float64_feature_maps_as_the_capsule_layers_do():
     """float64 maps into a float32 layer met torch's "Input type (double) and bias type (float) should be the same"
     where DenseCaps promotes (a review, 2026-12-01); with and without the authors' output scale."""

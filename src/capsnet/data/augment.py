@@ -45,8 +45,8 @@ def random_shift(
     """
     if images.dim() != 4:
         raise ValueError(f"random_shift expects (B, C, H, W) images, got shape {tuple(images.shape)}")
-    if max_shift < 0:
-        raise ValueError(f"max_shift must be >= 0, got {max_shift}")
+    if not isinstance(max_shift, int) or isinstance(max_shift, bool) or max_shift < 0:  # 1.5: a TypeError deep in
+        raise ValueError(f"max_shift must be a whole number of pixels >= 0, got {max_shift!r}")
     if max_shift == 0:
         return images
     B, C, H, W = images.shape

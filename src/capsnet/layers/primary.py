@@ -38,6 +38,10 @@ class PrimaryCaps(nn.Module):
             returns: (B, I, D) squashed capsules, I = types * H' * W', ordered (type, row, column)
         """
         c = self.conv
+        k = c.kernel_size
+        if x.dim() != 4 or x.shape[-2] < k[0] or x.shape[-1] < k[1]:  # torch's bare "Kernel size can't be greater"
+            raise ValueError(f"PrimaryCaps takes (B, C, H, W) feature maps of at least its {k[0]}x{k[1]} kernel, got "
+                             f"{tuple(x.shape)}")
         weight, bias = c.weight, c.bias
         if torch.promote_types(x.dtype, weight.dtype) != weight.dtype:  # float64 maps into a float32 layer: float64,
             # as the capsule layers promote (torch's convolution refused the pair: "Input type (double) and bias type

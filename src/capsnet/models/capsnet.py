@@ -3,8 +3,9 @@
 Architecture (section 4, Figures 1 and 2): Conv1 256 @ 9x9 ReLU ->
 PrimaryCaps 32 x 8D @ 9x9 stride 2 -> DigitCaps 10 x 16D with 3 rounds of
 routing -> decoder 512 -> 1024 -> H*W*C with a sigmoid, fed the digit capsules
-masked to one class (the true label while training, the longest capsule at
-inference).
+masked to one class (the labels when they are passed, as training passes the
+true ones, section 4.1; else the longest capsule: a loop of one's own that
+calls ``model(x)`` in training trains the decoder on the predicted class).
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ class CapsNetConfig(SavedRounds, JsonConfig):
     routing_bias: bool = True  # authors' code: learned bias on s_j, initialised to 0.1 (routings with a pose bias)
     leaky_routing: bool = False  # authors' code: a zero "orphan" logit in the routing softmax (dynamic routing)
     detach_agreement: bool = False  # no gradient through the routing rounds before the last (dynamic routing)
-    decoder: bool = True  # the reconstruction decoder (section 4.1), masked by the true class while training
+    decoder: bool = True  # the reconstruction decoder (section 4.1), masked by the labels passed (training's: true)
     decoder_hidden: tuple[int, ...] = (512, 1024)  # its fully connected ReLU layers, then a sigmoid to the image
     # "valid": no padding (the paper's MNIST model, 28 -> 20 -> 6); "same": TensorFlow's SAME zero padding for Conv1
     # and the primary capsules' convolution, out = ceil(in / stride) (the authors' CIFAR-10 command, 24 -> 24 -> 12)
@@ -402,7 +403,7 @@ class CapsNet(nn.Module):
         poses, lengths, coupling = self.digits(u, self._presence(u))  # (B, J, 16), (B, J), (B, I, J)
         reconstructions = None
         if self.decoder is not None:
-            # Section 4.1: mask by the true label while training, else by the longest capsule.
+            # Section 4.1: mask by the labels passed (training passes the true ones), else by the longest capsule.
             index = labels if labels is not None else lengths.argmax(dim=1)
             reconstructions = self.reconstruct(poses, index)
         return CapsNetOutput(poses, lengths, reconstructions, coupling)
