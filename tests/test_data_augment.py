@@ -74,6 +74,12 @@ def test_zero_shift_is_identity_and_bad_input_is_refused():
     for bad in (1.5, True):  # 1.5 failed inside torch ("new_zeros(): argument 'size'"; a review)
         with pytest.raises(ValueError, match=f"max_shift must be a whole number of pixels >= 0, got {bad!r}"):
             random_shift(images, bad)
+    import numpy as np  # any integer type, as before the check (a sweep over np.arange)
+
+    g = torch.Generator().manual_seed(0)
+    expected = random_shift(images, 2, generator=g)
+    for two in (np.int64(2), torch.tensor(2)):
+        assert torch.equal(random_shift(images, two, generator=torch.Generator().manual_seed(0)), expected)
 
 
 @pytest.mark.requires_cuda

@@ -109,9 +109,11 @@ def test_reconstruction_loss_hand_example():
     assert reconstruction_loss(recon, images).item() == pytest.approx(0.0005 * 2.625, abs=1e-15)
     assert reconstruction_loss(recon, images, scale=1.0).item() == pytest.approx(2.625, abs=1e-12)
     # 0-255 bytes against the sigmoid's [0, 1] scored without a word (152 for an error of 0.15; a review)
-    with pytest.raises(ValueError, match=r"images are torch.uint8 up to 255; the reconstruction is compared with "
+    with pytest.raises(ValueError, match=r"images are torch.uint8 from 0 to 255; the reconstruction is compared with "
                                          r"images in \[0, 1\]: capsnet.data.unit_float"):
         reconstruction_loss(recon, (images * 255).to(torch.uint8))
+    with pytest.raises(ValueError, match=r"images are torch.int8 from -1 to 1"):
+        reconstruction_loss(recon, torch.tensor([[-1, 0, 1, 0], [0, 0, 0, 0]], dtype=torch.int8))
 
 
 def test_reconstruction_loss_is_a_sum_over_pixels_not_a_mean():

@@ -182,7 +182,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
     for stem, a in arrays.items():
         by_size.setdefault(a.shape[1:], []).append(stem)
     out: dict[str, T] = {}
-    bad: list[str] = []  # images whose probabilities are not finite: the whole folder's, named once all have run
+    bad: set[str] = set()  # images whose probabilities are not finite: the whole folder's, named once all have run
     bar = progress_bar(total=len(arrays), desc="segment", unit="image", leave=False, progress=progress)
     try:
         for (H, W), stems in by_size.items():
@@ -202,7 +202,7 @@ def _segment(model: torch.nn.Module, arrays: dict[str, np.ndarray], paths: dict[
                                     f"down, or predict on a device with more memory (--device)") from None
                 probs = p[:, 0].float().cpu()
                 finite = torch.isfinite(probs.flatten(1)).all(1).tolist()
-                bad += [s for s, ok in zip(chunk, finite) if not ok]
+                bad.update(s for s, ok in zip(chunk, finite) if not ok)
                 for s, prob, ok in zip(chunk, probs.numpy(), finite):
                     if ok:  # NaN cast to 8 bits is undefined (numpy warns): not made, refused below
                         out[s] = made(s, prob)

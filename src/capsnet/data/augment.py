@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Callable
 
 import torch
@@ -45,8 +46,13 @@ def random_shift(
     """
     if images.dim() != 4:
         raise ValueError(f"random_shift expects (B, C, H, W) images, got shape {tuple(images.shape)}")
-    if not isinstance(max_shift, int) or isinstance(max_shift, bool) or max_shift < 0:  # 1.5: a TypeError deep in
+    try:  # any integer (numpy's, a 0-d tensor's); 1.5 was a TypeError deep in torch
+        whole = operator.index(max_shift) if not isinstance(max_shift, bool) else None
+    except TypeError:
+        whole = None
+    if whole is None or whole < 0:
         raise ValueError(f"max_shift must be a whole number of pixels >= 0, got {max_shift!r}")
+    max_shift = whole
     if max_shift == 0:
         return images
     B, C, H, W = images.shape
