@@ -516,9 +516,9 @@ def _train_in_parallel(todo: Sequence[tuple[int, Run]], *, jobs: int, device: st
     """Train ``todo`` (index, run) ``jobs`` at a time, each in a fresh process (spawned: no forked OpenMP state)
     with 1/jobs of this process's threads (1/len(todo) where fewer runs are left); ``on_launch(k, run)`` as each
     is handed to a process (no more than ``jobs`` are in flight, the next one started as soon as one finishes),
-    ``on_trained(k, run)`` as each finishes. A run that fails, or a worker that dies without a word (killed for memory, say), stops the others
-    at once (checkpoints are written atomically: they resume next time), raised here naming the run or the runs
-    in progress."""
+    ``on_trained(k, run)`` as each finishes. A run that fails, or a worker that dies without a word (killed for
+    memory, say), stops the others at once (checkpoints are written atomically: they resume next time), raised
+    here naming the run or the runs in progress."""
     import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 

@@ -361,7 +361,8 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
                 done.notes.append(f"pose_sweep_{index}: the reconstruction barely moves (at most {moved:.3f} mean "
                                   f"pixel change); " + ("its decoder barely responds to the pose yet (it can lag "
                                                         "the classifier: train longer for the paper's Figure 4)"
-                                                        if max(map(abs, deltas)) >= 0.25 else "a wider --delta-range moves it further"))
+                                                        if max(map(abs, deltas)) >= 0.25
+                                                        else "a wider --delta-range moves it further"))
         if trace is not None:
             save(plot_routing(trace, n, image=images[n], classes=model_classes), f"routing_{index}")
     score, margins = class_scores(ckpt.model_name, getattr(model.config, "routing", "dynamic"))
