@@ -163,12 +163,11 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
     r = reconstructions.reshape(B, -1)
     if r.dtype in (torch.float16, torch.bfloat16):
         r = r.float()  # autocast's half-precision decoder output: sum 784 squared errors in fp32
-    if not images.is_floating_point() and images.numel() and (int(images.max()) > 1 or int(images.min()) < 0):
-        # 0/1 integers are taken; 0-255 bytes against a sigmoid's [0, 1] scored 152 for an error of 0.15 (integers
-        # only: no wait for floats)
-        raise ValueError(f"images are {images.dtype} from {int(images.min())} to {int(images.max())}; the "
-                         f"reconstruction is compared with images in [0, 1]: capsnet.data.unit_float(images) converts "
-                         f"0-255 bytes")
+    if not images.is_floating_point() and images.numel():  # integers only: no wait for floats
+        lo, hi = int(images.min()), int(images.max())
+        if lo < 0 or hi > 1:  # 0/1 integers are taken; 0-255 bytes against a sigmoid's [0, 1] scored 152 for 0.15
+            raise ValueError(f"images are {images.dtype} from {lo} to {hi}; the reconstruction is compared with "
+                             f"images in [0, 1]: capsnet.data.unit_float(images) converts 0-255 bytes")
     x = images.reshape(B, -1).to(r.dtype)
     if r.shape != x.shape:
         raise ValueError(f"reconstructions {tuple(reconstructions.shape)} and images {tuple(images.shape)} differ in pixels per image")
