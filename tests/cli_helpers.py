@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from capsnet.checkpoint import load_checkpoint
 from capsnet.cli import main
 
 
@@ -26,3 +27,15 @@ def replace_folder(folder: Path, files: dict[str, str]) -> None:
     folder.mkdir()
     for name, text in files.items():
         (folder / name).write_text(text)
+
+
+def assert_same_run(a_dir: Path, b_dir: Path) -> None:
+    """Two runs' last checkpoints hold the same weights and the same history (its throughput aside): a run stopped
+    and resumed ended as the straight run did."""
+    import torch
+
+    a, b = load_checkpoint(a_dir, "last"), load_checkpoint(b_dir, "last")
+    assert a.model_state.keys() == b.model_state.keys()
+    assert all(torch.equal(a.model_state[k], b.model_state[k]) for k in a.model_state)
+    timeless = [{k: v for k, v in r.items() if k != "train_images_per_s"} for r in a.state["history"]]
+    assert timeless == [{k: v for k, v in r.items() if k != "train_images_per_s"} for r in b.state["history"]]

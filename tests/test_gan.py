@@ -21,7 +21,7 @@ from capsnet.image_metrics import l1_error, ssim
 from capsnet.models import CapsPix2pixConfig, Pix2pixConfig, create_model
 from capsnet.synthesis import _dropout_seed, evaluate_synthesis, generate, judge_predictions, load_judge
 from capsnet.train import TrainConfig
-from cli_helpers import replace_folder
+from cli_helpers import assert_same_run, replace_folder
 
 TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16, test_size=4, lr=2e-4)
 
@@ -175,6 +175,40 @@ def test_a_gan_run_killed_before_its_evaluation_resumes_from_its_last_epoch(tmp_
     a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
     for k in a.model_state:
         assert torch.equal(a.model_state[k], b.model_state[k]), k
+
+
+@pytest.mark.parametrize("how", ["signal", "kill"])
+def test_a_gan_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp_path, data_root, monkeypatch,
+                                                                                 how):
+    """As for the classifiers' loop: a SIGTERM in an epoch's evaluation waited for its end, a kill there lost the
+    steps since the last save; now the epoch is kept trained, not evaluated, and the resume evaluates it."""
+    import os
+    import signal
+
+    from capsnet import synthesis
+
+    cfg = replace(TINY, epochs=2)  # 2 batches an epoch
+    model = Pix2pixConfig(base_channels=4, disc_channels=4)
+    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False)
+    real = synthesis.evaluate_synthesis
+
+    def cut(*args, **kwargs):
+        if how == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)  # inside epoch 1's evaluation
+            return real(*args, **kwargs)
+        raise SystemExit(137)  # as a SIGKILL: nothing after it runs
+
+    monkeypatch.setattr("capsnet.train.SAVE_AFTER_S", 1e9)
+    monkeypatch.setattr(synthesis, "evaluate_synthesis", cut)  # gan.py imports it inside fit_gan
+    with pytest.raises(KeyboardInterrupt if how == "signal" else SystemExit):
+        fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False,
+                save_every_s=None if how == "signal" else 1e-9)  # a kill: the save is due
+    monkeypatch.undo()
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 2, 2)
+    assert not (tmp_path / "split" / "best.safetensors").exists()  # nothing of an evaluation was written
+    fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
+    assert_same_run(tmp_path / "straight", tmp_path / "split")
 
 
 def _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, lr_hook, save_every_s):

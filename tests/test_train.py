@@ -15,7 +15,7 @@ from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
 from capsnet.train import ResumeError, TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
-from cli_helpers import replace_folder
+from cli_helpers import assert_same_run, replace_folder
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
 CFG = TrainConfig(dataset="mnist-sample", epochs=2, batch_size=32, train_size=160, test_size=64, seed=3)
@@ -478,7 +478,8 @@ def test_a_signal_inside_an_epoch_saves_at_that_step_and_stops(tmp_path, monkeyp
 def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_path, monkeypatch, eval_every):
     """Found by a review (2026-11-29): a signal in an epoch's last batch waits for the epoch's save, and nothing
     stopped after it, so with one batch an epoch (a small folder:DIR) SIGTERM was swallowed and every epoch trained.
-    Now the run saves at the epoch's end (evaluated or not) and stops there; the resume ends as a straight run."""
+    Now the run saves at the epoch's end and stops there (an epoch due for evaluation: saved trained, its
+    evaluation left to the resume); the resume ends as a straight run."""
     cfg = TrainConfig(dataset="mnist-sample", epochs=3, batch_size=32, train_size=32, test_size=32,
                       eval_every=eval_every)
     fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False)
@@ -488,10 +489,45 @@ def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_
         fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False)
     monkeypatch.undo()
     saved = load_checkpoint(tmp_path / "split", "last")
-    assert sent and (saved.state["epoch"], saved.state["step"]) == (1, 1) and "within" not in saved.state
+    if eval_every == 1:  # epoch 1 trained, not evaluated: a save "inside" it after its one batch
+        assert sent and (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 1, 1)
+    else:
+        assert sent and (saved.state["epoch"], saved.state["step"]) == (1, 1) and "within" not in saved.state
     fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
-    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
-    assert all(torch.equal(a.model_state[k], b.model_state[k]) for k in a.model_state)
+    assert_same_run(tmp_path / "straight", tmp_path / "split")
+
+
+@pytest.mark.parametrize("how", ["signal", "kill"])
+def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp_path, monkeypatch, how):
+    """A SIGTERM during an epoch's evaluation waited for the evaluation's end (20 minutes, measured on a starved CPU:
+    a scheduler's grace period ends in SIGKILL first), and a kill there lost every step since the last save (up to
+    --save-every). Now the signal stops the evaluation at once and a save due is written before it: either way the
+    epoch is kept trained, not evaluated, and the resume evaluates it and ends as a straight run."""
+    import os
+    import signal
+
+    from capsnet import train as tr
+
+    fit(TINY, CFG, tmp_path / "straight", device="cpu", progress=False)
+    real = tr.evaluate_split
+
+    def cut(*args, **kwargs):
+        if how == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)  # inside epoch 1's evaluation
+            return real(*args, **kwargs)
+        raise SystemExit(137)  # as a SIGKILL: nothing after it runs
+
+    monkeypatch.setattr(tr, "SAVE_AFTER_S", 1e9)
+    monkeypatch.setattr(tr, "evaluate_split", cut)
+    with pytest.raises(KeyboardInterrupt if how == "signal" else SystemExit):
+        fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False,
+            save_every_s=None if how == "signal" else 1e-9)  # a kill: the save is due
+    monkeypatch.undo()
+    saved = load_checkpoint(tmp_path / "split", "last")
+    assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 5, 5)
+    assert not (tmp_path / "split" / "best.safetensors").exists()  # nothing of an evaluation was written
+    fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
+    assert_same_run(tmp_path / "straight", tmp_path / "split")
 
 
 def test_a_run_directory_another_process_writes_is_refused_and_released_after(tmp_path):

@@ -385,6 +385,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                 if stopping:
                     bar.close()
                     raise KeyboardInterrupt
+        trained_s = time.monotonic() - started  # a resumed epoch: its two parts' seconds
         d, gl, l1, d_real, d_fake, fake_std, real_std, fake_edge = (sums[:8] / seen).tolist()
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
@@ -394,7 +395,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,
                   "train_fake_std": fake_std, "train_real_std": real_std, "train_fake_edge": fake_edge,
-                  "train_images_per_s": seen / max(time.monotonic() - started, 1e-9)}
+                  "train_images_per_s": seen / max(trained_s, 1e-9)}
         if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
             record |= {"skipped_steps": int(sums[8].item()), "loss_scale": scaler.get_scale()}
         if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
@@ -412,9 +413,20 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
                 raise KeyboardInterrupt
             continue
-        with applied(average):
-            results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
-                                         batch_size=min(cfg.eval_batch_size, 64), progress=progress)
+        # a stop asked by now, or a save due, keeps the epoch's steps before it is evaluated (as capsnet.train.fit)
+        # (every batch of the epoch trained, its evaluation not yet: a resume evaluates it)
+        trained = within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s, dev)
+        pending = stop.asked or bool(save_every_s and last.older_than(save_every_s))
+        if pending:
+            save_last(trained, g)
+        try:
+            with applied(average), stop.interruptible():  # a stop ends the evaluation at once
+                results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
+                                             batch_size=min(cfg.eval_batch_size, 64), progress=progress)
+        except _train.EvaluationStopped:
+            if not pending:
+                save_last(trained, g)
+            raise
         for extra, r in results.items():
             record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
         _train.stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written
@@ -437,7 +449,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         write_metrics(run_dir, state["history"])
         if on_epoch is not None:  # each evaluated epoch's record (the CLI's --no-progress prints it), after the saves:
             on_epoch(record)  # a callback that stops the run keeps the epoch it was shown
-        if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
+        if stop.asked and epoch < cfg.epochs:  # asked after the evaluation, as the epoch was saved: stopped here
             raise KeyboardInterrupt
     if ckpt is not None and state["epoch"] >= cfg.epochs:
         lock.check()  # the folder still this run's

@@ -269,7 +269,7 @@ _STOP_REQUEST = {"asked": False}  # set by every SaveThenStop's handler; read by
 
 def stop_requested(*, clear: bool = False) -> bool:
     """Whether Ctrl-C or SIGTERM reached the last ``fit`` / ``fit_gan`` of this process (each clears the flag as it
-    starts): one that came in a run's last batch or its final evaluation let the run finish and save, and ``fit``
+    starts): one that came as a run's last epoch was saved (after its evaluation) let the run finish, and ``fit``
     returned as usual; a caller running fits one after another (``capsnet experiment``) stops on it there instead
     of training the next run (it went on, and exited 0)."""
     asked = _STOP_REQUEST["asked"]
@@ -278,9 +278,15 @@ def stop_requested(*, clear: bool = False) -> bool:
     return asked
 
 
+class EvaluationStopped(KeyboardInterrupt):
+    """A stop asked during an epoch's evaluation (``SaveThenStop.interruptible``): the evaluation ends there, and
+    the loop saves the epoch as trained but not yet evaluated, which a resume evaluates."""
+
+
 class SaveThenStop:
     """Ctrl-C (SIGINT) or SIGTERM while one process trains: the loop saves where it is (a save inside the epoch,
-    resumed exactly) and then stops as an interrupt; a second signal stops at once (but in an experiment's worker,
+    resumed exactly; after an epoch's last batch or during its evaluation, the epoch trained and its evaluation left
+    to the resume) and then stops as an interrupt; a second signal stops at once (but in an experiment's worker,
     ``STOPPED_BY_PARENT``, whose parent kills it if the save never comes). ``arm`` installs the handlers
     (at the first epoch, so an interrupt while the data loads stops at once), leaving the block restores the
     previous ones. Off under torchrun (the launcher owns the signals) and off the main thread."""
@@ -290,6 +296,7 @@ class SaveThenStop:
         self.asked = False
         self.escalate = True  # a second signal stops at once
         self._old: dict[int, Any] = {}
+        self._now = False  # inside ``interruptible``: a signal raises EvaluationStopped there
 
     def arm(self) -> None:
         if self.enabled and not self._old:
@@ -307,6 +314,22 @@ class SaveThenStop:
             raise KeyboardInterrupt
         self.asked = True
         _STOP_REQUEST["asked"] = True
+        if self._now:
+            self._now = False  # once
+            raise EvaluationStopped
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Any:
+        """A block that changes nothing a checkpoint keeps (an epoch's evaluation): a stop asked before it or inside
+        it raises EvaluationStopped at once, rather than waiting for the block's end (an evaluation of a large
+        held-out set on a busy CPU took 20 minutes: a scheduler's grace period ends in SIGKILL long before)."""
+        if self.asked:
+            raise EvaluationStopped
+        self._now = self.enabled
+        try:
+            yield
+        finally:
+            self._now = False
 
     def __enter__(self) -> "SaveThenStop":
         _STOP_REQUEST["asked"] = False  # stop_requested() tells of this fit, not of an earlier one in the process
@@ -497,7 +520,7 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
         return 0, [0.0] * width, 0, 0.0
     batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], within["seen"]
     with resume_state_of(ckpt):
-        if not (0 < batches < n_batches and len(sums) == width):
+        if not (0 < batches <= n_batches and len(sums) == width):  # all of them: the epoch's evaluation is left
             raise ValueError(f"its place inside epoch {epoch} (batch {batches} of {n_batches}, {len(sums)} running "
                              f"sums for {width}) does not fit this run")
         if "epoch_batches" not in ckpt.rng_state:
@@ -1427,7 +1450,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                 _skipped_of(skipped, len(starts), fp16))
             run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
             train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
-            images_per_s = seen / max(time.monotonic() - started, 1e-9)  # a resumed epoch: its two parts' seconds
+            trained_s = time.monotonic() - started  # a resumed epoch: its two parts' seconds
+            images_per_s = seen / max(trained_s, 1e-9)
             bar.set_postfix({"loss": f"{train_loss:.4f}", shown_as: f"{train_accuracy:.4f}"}, refresh=False)
             bar.close()  # its last state, with the epoch's figures
 
@@ -1447,9 +1471,24 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     raise KeyboardInterrupt
                 continue
             if main:  # rank 0 alone evaluates and writes; the others wait for its state below
-                with applied(average):  # the average, if any, is what is scored and saved as the model
-                    results = evaluate_split(model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight,
-                                             progress=progress)
+                # one process: a stop asked by now, or a save due, keeps the epoch's steps before it is evaluated (a
+                # kill during a long evaluation lost them; a stop waited for the evaluation's end), saved as every
+                # batch of the epoch trained, its evaluation not yet: a resume evaluates it
+                trained = within_epoch({**state, "step": step}, epoch, len(starts),
+                                       [run_loss.item(), run_correct.item(), *norms.tolist(),
+                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev)
+                pending = launch is None and (stop.asked or (save_inside and last.older_than(save_every_s)))
+                if pending:
+                    save_last(trained, g)
+                try:
+                    # the average, if any, is what is scored and saved as the model; a stop ends the evaluation
+                    with applied(average), stop.interruptible():
+                        results = evaluate_split(model, held, batch_size=cfg.eval_batch_size,
+                                                 recon_weight=cfg.recon_weight, progress=progress)
+                except EvaluationStopped:
+                    if not pending:
+                        save_last(trained, g)
+                    raise
                 result = results[""]
                 for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
                     prefix = extra or held_name
@@ -1483,7 +1522,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if launch is not None:  # every rank carries on with rank 0's state, once its checkpoint is complete
                 state = _from_main(state)
                 last.state = state  # what rank 0 wrote
-            if stop.asked and epoch < cfg.epochs:  # asked in the epoch's last batch: saved above, stopped here
+            if stop.asked and epoch < cfg.epochs:  # asked after the evaluation, as the epoch was saved: stopped here
                 raise KeyboardInterrupt
         if main and ckpt is not None and state["epoch"] >= cfg.epochs:
             if lock is not None:
