@@ -345,10 +345,16 @@ def _save_now(last: LastSave, save_every_s: float, step: int, launch: Launch | N
     """Whether to save inside the epoch after ``step``: the last save is ``save_every_s`` old. Under torchrun
     rank 0's clock decides for every rank (the save is collective), asked every ``_CHECK_EVERY`` steps, where the
     ranks meet anyway for the finite-loss check, not at every step."""
+    if launch is not None and step % _CHECK_EVERY:
+        return False
+    return _save_due(last, save_every_s, launch, dev)
+
+
+def _save_due(last: LastSave, save_every_s: float, launch: Launch | None, dev: torch.device) -> bool:
+    """Whether the last save is ``save_every_s`` old; under torchrun by rank 0's clock, for every rank (collective:
+    every rank calls it)."""
     if launch is None:
         return last.older_than(save_every_s)
-    if step % _CHECK_EVERY:
-        return False
     due = torch.tensor(int(launch.is_main and last.older_than(save_every_s)), device=dev)
     dist.broadcast(due, 0)
     return bool(due.item())
@@ -1470,16 +1476,17 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if stop.asked:  # asked in the epoch's last batch (an epoch of one batch has no other)
                     raise KeyboardInterrupt
                 continue
+            # a stop asked by now (one process), or a save due, keeps the epoch's steps before it is evaluated (a
+            # kill during a long evaluation lost them; a stop waited for the evaluation's end), saved as every batch
+            # of the epoch trained, its evaluation not yet: a resume evaluates it (under torchrun: collective)
+            pending = stop.asked or (save_inside and _save_due(last, save_every_s, launch, dev))
+            ranks_rng = ranks_rng_state(dev, launch) if pending and launch is not None else {}  # every rank's dropout
             if main:  # rank 0 alone evaluates and writes; the others wait for its state below
-                # one process: a stop asked by now, or a save due, keeps the epoch's steps before it is evaluated (a
-                # kill during a long evaluation lost them; a stop waited for the evaluation's end), saved as every
-                # batch of the epoch trained, its evaluation not yet: a resume evaluates it
                 trained = within_epoch({**state, "step": step}, epoch, len(starts),
                                        [run_loss.item(), run_correct.item(), *norms.tolist(),
-                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev)
-                pending = launch is None and (stop.asked or (save_inside and last.older_than(save_every_s)))
+                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev, W)
                 if pending:
-                    save_last(trained, g)
+                    save_last(trained, g, ranks_rng)
                 try:
                     # the average, if any, is what is scored and saved as the model; a stop ends the evaluation
                     with applied(average), stop.interruptible():
