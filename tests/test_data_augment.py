@@ -225,3 +225,31 @@ def test_random_squish_draws_as_the_official_code_half_normal_not_uniform(monkey
     assert abs(wm.mean().item() - 2.36) < 0.05  # the uniform rule's mean was 4.0
     assert set(offset.long().tolist()) <= {0, 1}
     assert abs(offset.mean().item() - 2 * (1 - normal.cdf(torch.tensor(0.5))).item()) < 0.01  # P(r' >= 0.5): 0.13
+
+
+def test_margin_shift_moves_by_the_official_formula_for_given_draws(monkeypatch):
+    """The tests checked only that no ink is lost; the shift itself, for given draws (mutation testing): one ink
+    pixel at row 3, column 6 of a 10x10 image (3 free rows above, 6 below; 6 free columns left, 3 right), r = 0.5
+    on both axes, the rows' coin towards the start (0.4 < 0.5), the columns' towards the end (0.7): rows move by
+    floor(-0.5 * 3) = -2, columns by floor(0.5 * (1 + 3)) = 2, so the pixel lands at (1, 8)."""
+    from capsnet.data import augment
+
+    draws = {"normal": [torch.tensor([0.5]), torch.tensor([0.5])], "uniform": [torch.tensor([0.4]), torch.tensor([0.7])]}
+    monkeypatch.setattr(augment, "_normal", lambda n, g, device, std=0.33: draws["normal"].pop(0))
+    monkeypatch.setattr(augment, "_uniform", lambda n, g, device: draws["uniform"].pop(0))
+    image = torch.zeros(1, 1, 10, 10)
+    image[0, 0, 3, 6] = 1.0
+    out = augment.margin_shift(image)
+    assert out.nonzero().tolist() == [[0, 0, 1, 8]]
+
+
+@pytest.mark.parametrize("u, corner", [(0.0, 4), (0.9999, 22)])
+def test_random_erase_reaches_both_ends_of_its_range(monkeypatch, u, corner):
+    """The patch's corner is drawn from 4..H-6 (the official erase): at 28 pixels the draws' ends put it at row and
+    column 4 and 22 (the test asserted only an upper bound, so a range ending at 16 passed)."""
+    from capsnet.data import augment
+
+    monkeypatch.setattr(augment, "_uniform", lambda n, g, device: torch.full((n,), u))
+    out = augment.random_erase(torch.ones(1, 1, 28, 28))
+    zeros = (out[0, 0] == 0).nonzero()
+    assert zeros.min(0).values.tolist() == [corner, corner] and zeros.max(0).values.tolist() == [corner + 3] * 2

@@ -100,3 +100,19 @@ def test_bad_inputs_to_ssim_and_l1_are_refused_by_name_and_an_empty_batch_scores
     empty = torch.zeros(0, 1, 16, 16)
     assert ssim(empty, empty).shape == (0,) and l1_error(empty, empty).shape == (0,)
     assert ssim(real, real).tolist() == [1.0, 1.0]
+
+
+def test_l1_is_the_mean_over_every_channel_and_pixel():
+    """The L1 test used one channel, so an RGB error three times too large passed (mutation testing): by hand on
+    a 3-channel 2x2 image."""
+    a = torch.zeros(1, 3, 2, 2, dtype=torch.float64)
+    b = torch.tensor([[[[0.1, 0.2], [0.3, 0.4]], [[0.0, 0.0], [0.0, 0.6]], [[1.0, 0.0], [0.0, 0.0]]]],
+                     dtype=torch.float64)
+    assert l1_error(a, b).tolist() == pytest.approx([(1.0 + 0.6 + 1.0) / 12], rel=1e-12)
+
+
+def test_shape_iou_counts_any_nonzero_value_as_inside():
+    """As its docstring says: a pixel of 0.2 is inside (a threshold of 0.5 would drop it)."""
+    a = torch.tensor([[[[0.2, 0.0], [1.0, 0.0]]]])
+    b = torch.tensor([[[[1.0, 0.0], [1.0, 1.0]]]])
+    assert shape_iou(a, b).tolist() == [2 / 3]

@@ -344,3 +344,47 @@ def test_spread_loss_refuses_multi_hot_targets_outside_0_1_and_multi_hot_names_a
                                          r"\(2,\)"):
         multi_hot(torch.tensor([1, 2]), 10)
     assert multi_hot(torch.tensor([[1, 2], [0, 0]]), 3).tolist() == [[0, 1, 1], [1, 0, 0]]
+
+
+def test_soft_dice_uses_the_smoothing_it_is_given():
+    """Every test called soft_dice with smooth=1, so an option dropped on the way in went unnoticed (mutation
+    testing, 2026-12-01): checked against the formula by hand at 0.5 and 0."""
+    from capsnet.losses import soft_dice
+
+    p = _t([[[[0.2, 0.9], [0.6, 0.0]]]])
+    m = _t([[[[0.0, 1.0], [1.0, 0.0]]]])
+    # sum(p m) = 0.9 + 0.6 = 1.5; sum(p) = 1.7; sum(m) = 2
+    assert soft_dice(p, m, smooth=0.5).item() == pytest.approx((3.0 + 0.5) / (3.7 + 0.5), rel=1e-12)
+    assert soft_dice(p, m, smooth=0.0).item() == pytest.approx(3.0 / 3.7, rel=1e-12)
+
+
+def test_a_sure_wrong_pixel_costs_the_clamps_log():
+    """The cross-entropy of probabilities clamps them to [1e-6, 1 - 1e-6]: a foreground pixel given 0 costs
+    -log(1e-6), a background pixel given 0 costs -log(1 - 1e-6); the mean over the two pixels, by hand."""
+    import math
+
+    from capsnet.losses import segmentation_loss
+
+    p = _t([[[[0.0, 0.0]]]])
+    m = _t([[[[1.0, 0.0]]]])
+    expected = (-math.log(1e-6) - math.log1p(-1e-6)) / 2
+    assert segmentation_loss(p, m, "bce").item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_fractional_multi_hot_targets_weigh_both_terms_of_eq_4():
+    """Targets in (0, 1) weigh the present term by T and the absent one by 1 - T (Eq. 4 as written); every test
+    used 0/1 targets. Worked with scalars: T = (0.3, 0.7), |v| = (0.5, 0.2)."""
+    lengths, targets = _t([[0.5, 0.2]]), _t([[0.3, 0.7]])
+    present = 0.3 * (0.9 - 0.5) ** 2 + 0.7 * (0.9 - 0.2) ** 2
+    absent = 0.5 * (0.7 * (0.5 - 0.1) ** 2 + 0.3 * (0.2 - 0.1) ** 2)
+    assert margin_loss(lengths, targets).item() == pytest.approx(present + absent, rel=1e-12)
+
+
+def test_fractional_multi_hot_targets_weigh_the_spread_losss_pairs():
+    """Spread loss with T = (0.3, 0.7): each ordered pair (t, i), t != i, weighs T_t (1 - T_i)
+    max(0, m - (a_t - a_i))^2; a pair with itself weighs T_t (1 - T_t) m^2. Worked with scalars, m = 0.2."""
+    from capsnet.losses import spread_loss
+
+    a, T, m = [0.6, 0.5], [0.3, 0.7], 0.2
+    expected = sum(T[t] * (1 - T[i]) * max(0.0, m - (a[t] - a[i])) ** 2 for t in range(2) for i in range(2))
+    assert spread_loss(_t([a]), _t([T]), m).item() == pytest.approx(expected, rel=1e-12)

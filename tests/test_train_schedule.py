@@ -305,3 +305,12 @@ def test_the_loop_hands_each_step_its_progress_and_the_em_margin_grows_as_the_pa
     steps = 8  # 2 epochs of 4 batches
     assert [p for p, _ in seen] == pytest.approx([s / steps for s in range(steps)], abs=1e-12)
     assert [m for _, m in seen] == pytest.approx([0.2 + 0.7 * min(1.0, s / steps / 0.5) for s in range(steps)])
+
+
+def test_a_runs_steps_count_its_last_partial_batch():
+    """70 examples in batches of 32 are 3 steps an epoch (the last of 6): every fit test used a size the batch
+    divides, so a count rounded down (the linear schedule at 0 before the run's last steps) passed unnoticed."""
+    from capsnet.train import run_steps
+
+    assert run_steps(TrainConfig(epochs=2, batch_size=32), 70) == 6
+    assert run_steps(TrainConfig(epochs=1, batch_size=32), 64) == 2
