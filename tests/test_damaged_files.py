@@ -108,3 +108,14 @@ def test_a_saved_epochs_sums_past_floats_range_are_a_damaged_checkpoint():
         _check_within({"epoch": 2, "batches": 1, "seen": 0, "sums": [10 ** 400], "seconds": 1.0}, 1)
     with pytest.raises(ValueError, match=r"state.within.seconds must be a number >= 0"):
         _check_within({"epoch": 2, "batches": 1, "seen": 0, "sums": [1.0], "seconds": 10 ** 400}, 1)
+
+
+def test_a_saved_epochs_pending_evaluation_must_be_a_switch():
+    """``evaluation_pending`` (every batch of the epoch trained, its evaluation left to the resume) is true or
+    false; a word there would have let a damaged file resume with no batch left and no evaluation promised."""
+    from capsnet.checkpoint import _check_within
+
+    within = {"epoch": 2, "batches": 3, "seen": 96, "sums": [1.0, 2.0], "seconds": 1.0}
+    _check_within({**within, "evaluation_pending": True}, 1)
+    with pytest.raises(ValueError, match=r"state.within.evaluation_pending must be true or false, got 'yes'"):
+        _check_within({**within, "evaluation_pending": "yes"}, 1)

@@ -1184,7 +1184,7 @@ def test_the_multimnist_table_cites_the_papers_top2_errors_beside_each_model():
 
 
 def test_a_stop_asked_in_a_runs_last_epoch_ends_the_experiment_after_that_run(tmp_path, monkeypatch, capsys):
-    """Ctrl-C or SIGTERM during a run's last epoch (its last batches, its final evaluation) let the run finish, as
+    """Ctrl-C or SIGTERM after a run's final evaluation (as its last epoch is saved) let the run finish, as
     it should, but then the experiment trained the next run and exited 0 (a review, 2026-11-30): it stops after
     the run it was in, and says how to go on."""
     import signal

@@ -11,10 +11,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, saved_point
 from capsnet.models import CapsNetConfig
 from capsnet.evaluate import evaluate, load_model
-from capsnet.train import ResumeError, TrainConfig, finished, fit, lr_at, restore_rng_state, rng_state
+from capsnet.train import (ResumeError, TrainConfig, finished, fit, lr_at, restore_rng_state, resume_within,
+                           rng_state)
+from capsnet.pretrained import pack
 from cli_helpers import assert_same_run, replace_folder
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64))
@@ -525,7 +527,23 @@ def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp
     monkeypatch.undo()
     saved = load_checkpoint(tmp_path / "split", "last")
     assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 5, 5)
+    assert saved_point(saved.state) == "epoch 0 + all 5 batches of epoch 1, not yet evaluated"
     assert not (tmp_path / "split" / "best.safetensors").exists()  # nothing of an evaluation was written
+    # it is not a final epoch: neither ended there by a resume asking for 1 of the 2 epochs its schedule planned,
+    # nor packed (a review, 2026-12-01: both took it, the run called finished)
+    with pytest.raises(ResumeError, match=r"stopped after training epoch 1 of the 2 it was training; it cannot end "
+                                          r"there .* resume with --epochs 2 or more"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False,
+            resume=True)
+    with pytest.raises(ValueError, match=r"holds epoch 1 trained but not yet evaluated; evaluate it \(capsnet train "
+                                         r"--out .* --resume\) and pack the run then"):
+        pack(tmp_path / "split", tmp_path / "packed.safetensors")
+    # resumed on another device type: no batch is left to draw in another order, so no warning says one is
+    g = torch.Generator()
+    moved = {**saved.state["within"], "device": "cuda"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resume_within(moved, 1, saved, g, 5, len(moved["sums"]))[0] == 5
     fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
     assert_same_run(tmp_path / "straight", tmp_path / "split")
 
@@ -749,6 +767,12 @@ def test_a_held_out_loss_that_is_not_finite_stops_training_and_no_file_holds_a_b
         fit(TINY, CFG, tmp_path / "run", device="cpu", progress=False)
     assert load_checkpoint(tmp_path / "run", "last").state["epoch"] == 1
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+    # a save due before the evaluation holds the epoch trained: the message said "stopped without saving this
+    # epoch", and its fix a resume would meet again (a review, 2026-12-01)
+    evaluations.clear()
+    with pytest.raises(NonFiniteLoss, match=r"still holds epoch 1 \+ all 5 batches of epoch 2, not yet evaluated\. "
+                                            r"Lower --lr, or bound the gradient with --grad-clip, in a new run"):
+        fit(TINY, CFG, tmp_path / "due", device="cpu", progress=False, save_every_s=1e-9)
 
     def strict(text):
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))

@@ -694,10 +694,12 @@ def _check_grad_scaler(saved: Any) -> None:
 
 def saved_point(state: dict[str, Any]) -> str:
     """Where in training a checkpoint's ``state`` was saved, for messages: ``epoch E``, or, for a save inside an
-    epoch, ``epoch E + N batches of epoch E+1``."""
+    epoch, ``epoch E + N batches of epoch E+1`` (``..., not yet evaluated`` when they are all of them)."""
     within = state.get("within")
     if isinstance(within, dict):
         n = within.get("batches")
+        if within.get("evaluation_pending"):
+            return f"epoch {state.get('epoch')} + all {n} batches of epoch {within.get('epoch')}, not yet evaluated"
         return f"epoch {state.get('epoch')} + {n} batch{'' if n == 1 else 'es'} of epoch {within.get('epoch')}"
     return f"epoch {state.get('epoch')}"
 
@@ -736,6 +738,9 @@ def _check_within(within: Any, epoch: int) -> None:
         raise ValueError(f"state.within.processes must be an integer >= 1, got {short_repr(within['processes'])}")
     if not isinstance(within.get("device", ""), str):
         raise ValueError(f"state.within.device must be a device type such as 'cpu', got {short_repr(within['device'])}")
+    if not isinstance(within.get("evaluation_pending", False), bool):
+        raise ValueError(f"state.within.evaluation_pending must be true or false, got "
+                         f"{short_repr(within['evaluation_pending'])}")
 
 
 def rank_rng_key(rank: int, key: str) -> str:

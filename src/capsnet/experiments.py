@@ -625,7 +625,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                     e.args = (f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) "
                               f"failed: {e.args[0]}",)  # attributes and traceback kept
                 raise
-            if stop_requested():  # asked in its last epoch: it finished and saved; the next one does not start
+            if stop_requested():  # asked after its final evaluation: it finished and saved; the next does not start
                 raise KeyboardInterrupt
         size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
@@ -859,7 +859,7 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
                 final = fit(probe.model_config, cfg, probe_dir, device=device, progress=progress,
                             resume=(probe_dir / "last.safetensors").exists(), distributed=False,
                             data=(Split(images(), pairs.labels, pairs.classes), test), on_epoch=on_epoch)
-                if stop_requested():  # asked in its last epoch: it finished and saved; the next does not start
+                if stop_requested():  # asked after its final evaluation: finished and saved; the next does not start
                     raise KeyboardInterrupt
             rows.append({"experiment": "synthesis-probe", "dataset": dataset, "trained_on": trained_on,
                          "train_size": cfg.train_size or split_size(source, "train"), "epochs": epochs,

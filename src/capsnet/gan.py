@@ -415,7 +415,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             continue
         # a stop asked by now, or a save due, keeps the epoch's steps before it is evaluated (as capsnet.train.fit)
         # (every batch of the epoch trained, its evaluation not yet: a resume evaluates it)
-        trained = within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s, dev)
+        trained = within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s, dev,
+                               pending=True)
         pending = stop.asked or bool(save_every_s and last.older_than(save_every_s))
         if pending:
             save_last(trained, g)

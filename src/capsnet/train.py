@@ -456,8 +456,9 @@ def stop_if_held_out_not_finite(record: dict[str, Any], epoch: int, last: LastSa
     if bad:
         shown = ", ".join(f"{k} {v}" for k, v in bad.items())
         raise NonFiniteLoss(f"the held-out figures after epoch {epoch} are not finite ({shown}): the weights are, but "
-                            f"their outputs overflow (the last steps diverged); stopped without saving this epoch, "
-                            f"{last.kept()}. Lower --lr, or bound the gradient with --grad-clip")
+                            f"their outputs overflow (the last steps diverged); stopped before anything of this "
+                            f"epoch's evaluation was written, {last.kept()}. Lower --lr, or bound the gradient with "
+                            f"--grad-clip, {_NEW_RUN}")
 
 
 def strict_json(value: Any) -> Any:
@@ -475,15 +476,18 @@ def strict_json(value: Any) -> Any:
 
 
 def within_epoch(ckpt_state: dict[str, Any], epoch: int, batches: int, sums: list[float], seen: int,
-                 seconds: float, device: torch.device, processes: int = 1) -> dict[str, Any]:
+                 seconds: float, device: torch.device, processes: int = 1, *, pending: bool = False
+                 ) -> dict[str, Any]:
     """A checkpoint's state for a save inside ``epoch`` after ``batches`` of its batches: the last complete epoch's
     state with the steps taken since, and under ``within`` where the epoch stands (its running sums, the examples
     and seconds they cover, the device type whose generator drew its batches, and under torchrun the number of
     processes, whose random states are saved one per rank), which ``resume_within`` reads back
-    (``capsnet.checkpoint`` checks its fields on loading)."""
+    (``capsnet.checkpoint`` checks its fields on loading). ``pending``: every batch of the epoch trained, its
+    evaluation not yet (``evaluation_pending``: a resume evaluates it first)."""
     return {**ckpt_state, "within": {"epoch": epoch, "batches": batches, "sums": sums, "seen": seen,
                                      "seconds": seconds, "device": torch.device(device).type}
-                                    | ({"processes": processes} if processes > 1 else {})}
+                                    | ({"processes": processes} if processes > 1 else {})
+                                    | ({"evaluation_pending": True} if pending else {})}
 
 
 def ranks_rng_state(dev: torch.device, launch: Launch) -> dict[str, torch.Tensor]:
@@ -526,7 +530,8 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
         return 0, [0.0] * width, 0, 0.0
     batches, sums, seen = within["batches"], [float(x) for x in within["sums"]], within["seen"]
     with resume_state_of(ckpt):
-        if not (0 < batches <= n_batches and len(sums) == width):  # all of them: the epoch's evaluation is left
+        pending = bool(within.get("evaluation_pending"))  # all of them trained, the epoch's evaluation left
+        if not ((0 < batches < n_batches or pending and batches == n_batches) and len(sums) == width):
             raise ValueError(f"its place inside epoch {epoch} (batch {batches} of {n_batches}, {len(sums)} running "
                              f"sums for {width}) does not fit this run")
         if "epoch_batches" not in ckpt.rng_state:
@@ -534,7 +539,8 @@ def resume_within(within: dict[str, Any] | None, epoch: int, ckpt: Checkpoint | 
         saved_on = within.get("device", g.device.type)
         if saved_on == g.device.type:
             g.set_state(ckpt.rng_state["epoch_batches"])
-    if saved_on != g.device.type and not rank:  # the first process says it for all
+    if saved_on != g.device.type and not rank and not pending:  # the first process says it for all (no batch left:
+        # nothing to say)
         warnings.warn(f"{ckpt.path} was saved {batches} batches into epoch {epoch} on {saved_on}; on "
                       f"{g.device.type} the rest of that epoch follows this device's shuffle, not the one it began "
                       f"with (some of its examples twice, others not at all); later epochs are whole again",
@@ -721,14 +727,17 @@ def check_epochs(state: dict[str, Any], epochs: int, last_path: Path, planned: i
         raise ResumeError(f"{last_path} has already trained {done} epochs, more than the {epochs} asked for; "
                           f"resume with --epochs {done} or more, or train the shorter run in a new --out",
                           ["epochs"])
-    if isinstance(planned, int) and done == epochs < planned and "within" not in state:
-        # the loop would not run: the run would be called finished with its last epoch never evaluated as the last
-        raise ResumeError(f"{last_path} stopped after epoch {done} of the {planned} it was training; it cannot end "
-                          f"there (epoch {done} was not evaluated as a last epoch, and its schedule was planned for "
-                          f"{planned}): resume with --epochs {done + 1} or more, or train the shorter run in a new "
-                          f"--out", ["epochs"])
     within = state.get("within")
     part = within.get("epoch") if isinstance(within, dict) else None
+    trained = part if isinstance(part, int) and within.get("evaluation_pending") else None  # every batch of it
+    if isinstance(planned, int) and (within is None and done == epochs < planned or trained == epochs < planned):
+        # the loop would not run (or only evaluate): the run would be called finished with its last epoch's steps
+        # taken on a schedule planned for more
+        done = trained or done
+        raise ResumeError(f"{last_path} stopped after {'training ' if trained else ''}epoch {done} of the {planned} "
+                          f"it was training; it cannot end there (epoch {done} was not trained and evaluated as a "
+                          f"last epoch: its schedule was planned for {planned}): resume with --epochs {done + 1} or "
+                          f"more, or train the shorter run in a new --out", ["epochs"])
     if isinstance(part, int) and part > epochs:  # its weights are past the last epoch asked for
         raise ResumeError(f"{last_path} was saved inside epoch {part}, past the {epochs} asked for; resume with "
                           f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
@@ -1484,7 +1493,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if main:  # rank 0 alone evaluates and writes; the others wait for its state below
                 trained = within_epoch({**state, "step": step}, epoch, len(starts),
                                        [run_loss.item(), run_correct.item(), *norms.tolist(),
-                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev, W)
+                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev, W, pending=True)
                 if pending:
                     save_last(trained, g, ranks_rng)
                 try:

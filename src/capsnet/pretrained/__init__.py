@@ -94,6 +94,9 @@ def pack(run: str | Path, target: str | Path) -> Path:
         raise ValueError(f"{target} is the run's own checkpoint; packing over it would lose its optimizer state (and "
                          f"with it the run's resume): give another target")
     last = load_checkpoint(run, which="last")
+    if last.state.get("within", {}).get("evaluation_pending"):  # trained, not evaluated: not yet a final epoch
+        raise ValueError(f"{last.path} holds epoch {last.state['within']['epoch']} trained but not yet evaluated; "
+                         f"evaluate it (capsnet train --out {run} --resume) and pack the run then")
     if "within" in last.state:  # its weights are part-way through an epoch, not a final epoch's
         raise ValueError(f"{last.path} was saved {last.state['within']['batches']} batches into epoch "
                          f"{last.state['within']['epoch']}; finish that epoch (capsnet train --out {run} --resume) "
