@@ -315,3 +315,22 @@ def test_the_pose_sliders_span_the_papers_plus_minus_0_25(viewer: Viewer):
     from capsnet.figures.arrays import DEFAULT_DELTAS
 
     assert (DEFAULT_DELTAS[0], DEFAULT_DELTAS[-1], len(DEFAULT_DELTAS)) == (-0.25, 0.25, 11)
+
+
+def test_a_run_without_best_is_opened_from_its_last_with_one_warning(trained_run, data_root, tmp_path):
+    """A run folder without best.safetensors (stopped before its first evaluation): the viewer falls back to its
+    last save and says so once, not twice (the viewer resolved the folder, then load_model again: a review,
+    2026-12-01)."""
+    import shutil
+    import warnings
+
+    from capsnet.viz import load_viewer
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "best.safetensors").unlink()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        load_viewer(run, data_dir=data_root, progress=False, test_size=10)
+    fallback = [w for w in said if "holds no best.safetensors" in str(w.message)]
+    assert len(fallback) == 1, [str(w.message) for w in said]

@@ -392,15 +392,17 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
             model: Any = CapsNet(CapsNetConfig(**sized)).to(device)
     else:
         stamp = None  # the file's identity before it is read: a save landing meanwhile is reported, not missed
+        source = checkpoint  # what load_model reads: the file resolved here, so a fallback's warning is said once
         if not pretrained.is_shipped(checkpoint):  # a shipped file is the install's: it changes with capsnet alone
             from ..checkpoint import resolve_checkpoint
 
             try:
                 path = resolve_checkpoint(checkpoint, which)
                 stamp = (path, _stat_stamp(path))
+                source = path
             except (OSError, ValueError):  # load_model says what is wrong with it
                 pass
-        model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
+        model, ckpt = load_model(source, which=which, device=device, weights=weights)
         kind = MODELS[ckpt.model_name].kind
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
