@@ -528,6 +528,8 @@ def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp
     saved = load_checkpoint(tmp_path / "split", "last")
     assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 5, 5)
     assert saved_point(saved.state) == "epoch 0 + all 5 batches of epoch 1, not yet evaluated"
+    with safe_open(str(tmp_path / "split" / "last.safetensors"), "pt") as f:  # an older capsnet refuses it by its
+        assert f.metadata()["format_version"] == "3"  # version (it called the save damaged: a review, 2026-12-01)
     assert not (tmp_path / "split" / "best.safetensors").exists()  # nothing of an evaluation was written
     # it is not a final epoch: neither ended there by a resume asking for 1 of the 2 epochs its schedule planned,
     # nor packed (a review, 2026-12-01: both took it, the run called finished)
@@ -1044,3 +1046,40 @@ def test_a_resume_to_more_epochs_warns_where_a_schedule_follows_the_runs_total(t
     assert _stretched_schedules(em, CFG) == ["the spread loss's margin (margin_warmup)"]
     assert _stretched_schedules(dataclasses.replace(em, margin_warmup=0.0), CFG) == []
     assert _stretched_schedules(TINY, CFG) == []  # CapsNet under the exponential schedule: a resume is exact
+
+
+def test_an_epoch_trained_not_evaluated_names_the_epochs_a_resume_may_end_at():
+    """A save of epoch 2 trained, its evaluation pending, of a run planned for 3: --epochs 1 said "resume with
+    --epochs 2 or more", which was then refused as ending epoch 2 on a schedule planned for 3 (a review,
+    2026-12-01); both now name 3. Planned for 2, --epochs 2 ends it there (evaluated by the resume)."""
+    from pathlib import Path
+
+    from capsnet.train import check_epochs
+
+    state = {"epoch": 1, "within": {"epoch": 2, "batches": 6, "evaluation_pending": True}}
+    with pytest.raises(ResumeError, match=r"x holds epoch 2 trained, not yet evaluated, past the 1 asked for; "
+                                          r"resume with --epochs 3 or more"):
+        check_epochs(state, 1, Path("x"), planned=3)
+    with pytest.raises(ResumeError, match=r"x stopped after training epoch 2 of the 3 it was training; it cannot end "
+                                          r"there .*resume with --epochs 3 or more"):
+        check_epochs(state, 2, Path("x"), planned=3)
+    with pytest.raises(ResumeError, match=r"past the 1 asked for; resume with --epochs 2 or more"):
+        check_epochs(state, 1, Path("x"), planned=2)
+    check_epochs(state, 2, Path("x"), planned=2)
+    check_epochs(state, 3, Path("x"), planned=3)
+
+
+def test_no_dropout_warning_for_an_epoch_with_no_batch_left():
+    """An epoch trained by 2 torchrun processes, its evaluation pending, resumed by one: no batch is left to draw a
+    dropout mask, so the warning that the rest of the epoch draws other masks is not said (a review, 2026-12-01)."""
+    from capsnet.train import restore_rank_rng
+
+    from types import SimpleNamespace
+
+    saved = SimpleNamespace(path="x/last.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restore_rank_rng(saved, {"epoch": 2, "processes": 2, "evaluation_pending": True}, 0, 1, torch.device("cpu"),
+                         True)
+    with pytest.warns(RuntimeWarning, match="x/last.safetensors was saved inside epoch 2 by 2 process"):  # batches
+        restore_rank_rng(saved, {"epoch": 2, "processes": 2}, 0, 1, torch.device("cpu"), True)  # left: said

@@ -36,7 +36,9 @@ FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
 WITHIN_EPOCH_VERSION = "2"  # a save inside an epoch (state.within): a capsnet that reads only "1" would resume it
 # as if at the epoch's start, with weights already past it, so it is refused there
-READ_VERSIONS = (FORMAT_VERSION, WITHIN_EPOCH_VERSION)
+PENDING_VERSION = "3"  # an epoch trained, its evaluation pending (state.within.evaluation_pending): a capsnet that
+# reads only "1" and "2" called it damaged (all the epoch's batches inside it)
+READ_VERSIONS = (FORMAT_VERSION, WITHIN_EPOCH_VERSION, PENDING_VERSION)
 
 
 class CheckpointError(ValueError):
@@ -517,7 +519,7 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
     metadata = {
         "format": FORMAT,
-        "format_version": WITHIN_EPOCH_VERSION if "within" in ckpt.state else FORMAT_VERSION,
+        "format_version": _format_version(ckpt.state),
         "model": ckpt.model_name,
         "model_config": json.dumps(ckpt.model_config),
         "train_config": json.dumps(ckpt.train_config),
@@ -690,6 +692,14 @@ def _check_grad_scaler(saved: Any) -> None:
     if not ok:
         raise ValueError(f"state.grad_scaler must be a gradient scaler's state (a finite positive scale, a growth "
                          f"factor above 1, a backoff factor in (0, 1), whole step counts), got {short_repr(saved)}")
+
+
+def _format_version(state: dict[str, Any]) -> str:
+    """The oldest format version that can read a checkpoint of ``state``: the one its kind of save needs."""
+    within = state.get("within")
+    if isinstance(within, dict):
+        return PENDING_VERSION if within.get("evaluation_pending") else WITHIN_EPOCH_VERSION
+    return FORMAT_VERSION
 
 
 def saved_point(state: dict[str, Any]) -> str:

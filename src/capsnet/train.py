@@ -506,7 +506,7 @@ def restore_rank_rng(ckpt: Checkpoint, within: dict[str, Any], rank: int, proces
     warning, for a model with dropout, that the rest of the epoch draws other masks (nothing else differs)."""
     saved_by = within.get("processes", 1)
     if saved_by != processes:
-        if rank == 0 and dropout:
+        if rank == 0 and dropout and not within.get("evaluation_pending"):  # no batch left: no mask to draw
             warnings.warn(f"{ckpt.path} was saved inside epoch {within['epoch']} by {saved_by} process(es) and is "
                           f"resumed by {processes}: the rest of that epoch draws other dropout masks than the "
                           f"uninterrupted run would have (the same batches, in the same order)", RuntimeWarning,
@@ -739,8 +739,11 @@ def check_epochs(state: dict[str, Any], epochs: int, last_path: Path, planned: i
                           f"last epoch: its schedule was planned for {planned}): resume with --epochs {done + 1} or "
                           f"more, or train the shorter run in a new --out", ["epochs"])
     if isinstance(part, int) and part > epochs:  # its weights are past the last epoch asked for
-        raise ResumeError(f"{last_path} was saved inside epoch {part}, past the {epochs} asked for; resume with "
-                          f"--epochs {part} or more, or train the shorter run in a new --out", ["epochs"])
+        # (trained: --epochs part ends it on a schedule planned for more, refused above, unless part is its last)
+        least = part + 1 if trained and isinstance(planned, int) and part < planned else part
+        where = f"holds epoch {part} trained, not yet evaluated" if trained else f"was saved inside epoch {part}"
+        raise ResumeError(f"{last_path} {where}, past the {epochs} asked for; resume with --epochs {least} or more, "
+                          f"or train the shorter run in a new --out", ["epochs"])
 
 
 def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[str]:
@@ -1085,7 +1088,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
 
     torch's global random state is seeded from ``cfg.seed`` for the run and
     the caller's restored after. Ctrl-C and SIGTERM are caught (a save, then
-    a stop) when ``fit`` runs on the main thread; on another thread, where
+    a stop; one in an epoch's last batch or its evaluation saves the epoch
+    trained, not evaluated, which the resume evaluates) when ``fit`` runs on
+    the main thread; on another thread, where
     Python delivers no signal, the run goes on to its end (a process killed
     meanwhile resumes from its last save).
 
