@@ -234,7 +234,8 @@ def test_margin_shift_moves_by_the_official_formula_for_given_draws(monkeypatch)
     floor(-0.5 * 3) = -2, columns by floor(0.5 * (1 + 3)) = 2, so the pixel lands at (1, 8)."""
     from capsnet.data import augment
 
-    draws = {"normal": [torch.tensor([0.5]), torch.tensor([0.5])], "uniform": [torch.tensor([0.4]), torch.tensor([0.7])]}
+    draws = {"normal": [torch.tensor([0.5]), torch.tensor([0.5])],
+             "uniform": [torch.tensor([0.4]), torch.tensor([0.7])]}
     monkeypatch.setattr(augment, "_normal", lambda n, g, device, std=0.33: draws["normal"].pop(0))
     monkeypatch.setattr(augment, "_uniform", lambda n, g, device: draws["uniform"].pop(0))
     image = torch.zeros(1, 1, 10, 10)
