@@ -499,31 +499,44 @@ def test_a_signal_in_an_epoch_of_one_batch_saves_and_stops_after_that_epoch(tmp_
     assert_same_run(tmp_path / "straight", tmp_path / "split")
 
 
-@pytest.mark.parametrize("how", ["signal", "kill"])
+@pytest.mark.parametrize("how", ["signal", "inside", "kill"])
 def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp_path, monkeypatch, how):
     """A SIGTERM during an epoch's evaluation waited for the evaluation's end (20 minutes, measured on a starved CPU:
     a scheduler's grace period ends in SIGKILL first), and a kill there lost every step since the last save (up to
     --save-every). Now the signal stops the evaluation at once and a save due is written before it: either way the
-    epoch is kept trained, not evaluated, and the resume evaluates it and ends as a straight run."""
+    epoch is kept trained, not evaluated, and the resume evaluates it and ends as a straight run. "inside": the
+    signal comes in the middle of the evaluation's first batch (its loss computed, under inference mode, with the
+    weights' average applied in the model: the save and the resume hold the training weights as they were)."""
     import os
     import signal
 
+    from capsnet import models
     from capsnet import train as tr
 
-    fit(TINY, CFG, tmp_path / "straight", device="cpu", progress=False)
-    real = tr.evaluate_split
+    cfg = TrainConfig(**{**CFG.to_dict(), "ema_decay": 0.9}) if how == "inside" else CFG
+    fit(TINY, cfg, tmp_path / "straight", device="cpu", progress=False)
+    real, spec = tr.evaluate_split, models.MODELS["capsnet"]
 
     def cut(*args, **kwargs):
         if how == "signal":
-            os.kill(os.getpid(), signal.SIGTERM)  # inside epoch 1's evaluation
-            return real(*args, **kwargs)
-        raise SystemExit(137)  # as a SIGKILL: nothing after it runs
+            os.kill(os.getpid(), signal.SIGTERM)  # as epoch 1's evaluation starts
+        elif how == "kill":
+            raise SystemExit(137)  # as a SIGKILL: nothing after it runs
+        return real(*args, **kwargs)
+
+    def signalled_in_evaluation(model, *args, **kw):
+        loss, scores = spec.loss(model, *args, **kw)
+        if not model.training:  # the evaluation's first batch, its loss computed
+            os.kill(os.getpid(), signal.SIGTERM)
+        return loss, scores
 
     monkeypatch.setattr(tr, "SAVE_AFTER_S", 1e9)
     monkeypatch.setattr(tr, "evaluate_split", cut)
-    with pytest.raises(KeyboardInterrupt if how == "signal" else SystemExit):
-        fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False,
-            save_every_s=None if how == "signal" else 1e-9)  # a kill: the save is due
+    if how == "inside":
+        monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=signalled_in_evaluation))
+    with pytest.raises(KeyboardInterrupt if how != "kill" else SystemExit):
+        fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False,
+            save_every_s=1e-9 if how == "kill" else None)  # a kill: the save is due
     monkeypatch.undo()
     saved = load_checkpoint(tmp_path / "split", "last")
     assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (0, 5, 5)
@@ -535,7 +548,7 @@ def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp
     # nor packed (a review, 2026-12-01: both took it, the run called finished)
     with pytest.raises(ResumeError, match=r"stopped after training epoch 1 of the 2 it was training; it cannot end "
                                           r"there .* resume with --epochs 2 or more"):
-        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False,
+        fit(TINY, TrainConfig(**{**cfg.to_dict(), "epochs": 1}), tmp_path / "split", device="cpu", progress=False,
             resume=True)
     with pytest.raises(ValueError, match=r"holds epoch 1 trained but not yet evaluated; evaluate it \(capsnet train "
                                          r"--out .* --resume\) and pack the run then"):
@@ -546,7 +559,7 @@ def test_an_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert resume_within(moved, 1, saved, g, 5, len(moved["sums"]))[0] == 5
-    fit(TINY, CFG, tmp_path / "split", device="cpu", progress=False, resume=True)
+    fit(TINY, cfg, tmp_path / "split", device="cpu", progress=False, resume=True)
     assert_same_run(tmp_path / "straight", tmp_path / "split")
 
 
