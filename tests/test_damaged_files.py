@@ -119,3 +119,28 @@ def test_a_saved_epochs_pending_evaluation_must_be_a_switch():
     _check_within({**within, "evaluation_pending": True}, 1)
     with pytest.raises(ValueError, match=r"state.within.evaluation_pending must be true or false, got 'yes'"):
         _check_within({**within, "evaluation_pending": "yes"}, 1)
+
+
+def test_a_saves_batch_count_and_epoch_are_checked():
+    """A save inside an epoch holds at least one of its batches and the epoch after state.epoch: a count of 0 and
+    an epoch equal to state.epoch were accepted by a mutated check without a test failing (mutation testing,
+    2026-12-01)."""
+    from capsnet.checkpoint import _check_within
+
+    within = {"epoch": 2, "batches": 3, "seen": 96, "sums": [1.0, 2.0], "seconds": 1.0}
+    with pytest.raises(ValueError, match=r"state.within.batches must be an integer >= 1, got 0"):
+        _check_within({**within, "batches": 0}, 1)
+    with pytest.raises(ValueError, match=r"state.within.epoch must be 2 \(the epoch after state.epoch 1\), got 1"):
+        _check_within({**within, "epoch": 1}, 1)
+
+
+def test_the_digest_tells_a_tensor_of_another_dtype_with_the_same_bytes():
+    """A tensor re-typed in place (int32 read as float32: the same bytes) is another checkpoint: the digest names each
+    tensor's dtype as well as its bytes."""
+    import torch
+
+    from capsnet.checkpoint import tensor_digest
+
+    a = torch.arange(4, dtype=torch.int32)
+    assert tensor_digest({"w": a}) != tensor_digest({"w": a.view(torch.float32)})
+    assert tensor_digest({"w": a}) == tensor_digest({"w": a.clone()})

@@ -230,3 +230,20 @@ def test_load_dataset_on_a_gzip_bomb_stays_small(tmp_path):
     assert "DATAERROR" in out.stdout and "run past the 7,840,016 bytes its IDX header declares" in out.stdout
     grew = int(out.stdout.split("GREW_KB")[1])
     assert grew * 1024 < 256 << 20, f"peak memory grew by {grew:,} kB"  # the bound asked for is 1 GB
+
+
+@pytest.mark.parametrize("code, payload, want", [
+    (0x08, bytes([200, 7]), [200, 7]),
+    (0x09, bytes([0xFF, 0x05]), [-1, 5]),
+    (0x0B, bytes([0x01, 0x02, 0xFF, 0xFE]), [258, -2]),
+    (0x0C, bytes([0x00, 0x01, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF]), [65536, -1]),
+    (0x0D, bytes([0x3F, 0xC0, 0x00, 0x00, 0xC0, 0x20, 0x00, 0x00]), [1.5, -2.5]),
+    (0x0E, bytes([0x3F, 0xF8, 0, 0, 0, 0, 0, 0, 0x40, 0x09, 0x21, 0xFB, 0x54, 0x44, 0x2D, 0x18]),
+     [1.5, 3.141592653589793]),
+])
+def test_each_idx_type_code_decodes_hand_written_big_endian_bytes(code, payload, want):
+    """The MNIST page's type codes, big-endian, from bytes written by hand (round trips shared the table with the
+    encoder, so a little-endian int16 or two float codes swapped passed: mutation testing, 2026-12-01)."""
+    data = bytes([0, 0, code, 1]) + (2).to_bytes(4, "big") + payload
+    got = decode_idx(data)
+    assert got.shape == (2,) and got.tolist() == want

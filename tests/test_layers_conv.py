@@ -54,22 +54,25 @@ def test_kernel_1_on_a_1x1_grid_is_dense_caps_with_the_weight_shared_by_the_chil
     torch.testing.assert_close(got, dense(u).poses, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("stride, K, H, Wd", [(1, 3, 5, 5), (2, 3, 5, 5), (2, 5, 6, 9), (1, 3, 4, 7)])
 @pytest.mark.parametrize("over", ["parents", "children"])
-def test_conv_caps_equals_a_loop_over_positions_with_procedure_1(stride, over):
+def test_conv_caps_equals_a_loop_over_positions_with_procedure_1(stride, K, H, Wd, over):
+    """Square grids and grids wider than tall (every test grid was square, so padding the rows by the columns'
+    amounts passed: mutation testing, 2026-12-01)."""
     torch.manual_seed(1)
-    T, Din, J, Dout, K, H = 2, 3, 3, 4, 3, 5
+    T, Din, J, Dout = 2, 3, 3, 4
     layer = ConvCaps2d(T, Din, J, Dout, kernel_size=K, stride=stride, routing=DynamicRouting(3, softmax=over))
-    x = torch.randn(2, T, Din, H, H)
+    x = torch.randn(2, T, Din, H, Wd)
     got = layer(x)
     top, bottom = same_padding(H, K, stride)
-    xp = F.pad(x, (top, bottom, top, bottom))
-    Ho = -(-H // stride)
-    assert got.shape == (2, J, Dout, Ho, Ho)
+    left, right = same_padding(Wd, K, stride)
+    xp = F.pad(x, (left, right, top, bottom))
+    Ho, Wo = -(-H // stride), -(-Wd // stride)
+    assert got.shape == (2, J, Dout, Ho, Wo)
     W = layer.weight.detach().view(J, Dout, Din, K, K)
     for n in range(2):
         for r in range(Ho):
-            for c in range(Ho):
+            for c in range(Wo):
                 window = xp[n, :, :, r * stride:r * stride + K, c * stride:c * stride + K]  # (T, Din, K, K)
                 votes = torch.einsum("tdkl,jodkl->tjo", window, W)  # each child type's vote: kernel window summed
                 want = procedure1(votes, layer.bias.detach(), 3, over)
@@ -288,3 +291,11 @@ def test_float64_capsules_are_promoted_as_dense_caps_promotes_them(layer_cls):
     wide = layer(x)
     assert wide.dtype == torch.float64
     torch.testing.assert_close(wide, layer.double()(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("K, S", [(1, 1), (3, 1), (2, 2), (4, 2), (6, 2), (3, 3), (5, 3)])
+def test_transposed_layer_output_is_stride_times_the_grid_for_any_allowed_kernel(K, S):
+    """The grid grows exactly S times for every kernel with K - S even (only K 4, S 2 was tested, so a padding fixed
+    at 1 passed: K 2 gave 8x8 for 10x10; mutation testing, 2026-12-01), on a grid wider than tall."""
+    layer = ConvTransposeCaps2d(2, 3, 2, 4, kernel_size=K, stride=S)
+    assert layer(torch.randn(1, 2, 3, 5, 7)).shape == (1, 2, 4, 5 * S, 7 * S)

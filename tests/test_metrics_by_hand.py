@@ -112,3 +112,25 @@ def test_the_epochs_training_loss_weighs_each_example_once(tmp_path, data_root, 
         loss, scores = model_spec("capsnet").loss(model, train.images.float() / 255, train.labels.long(),
                                                   recon_weight=cfg.recon_weight)
     assert rec["train_loss"] == pytest.approx(loss.item(), rel=1e-4)  # float32 sums over other batches
+
+
+def test_the_multimnist_accuracy_is_top_2_exact_match_worked_by_hand(monkeypatch):
+    """evaluate_pairs scores a pair right when the two longest capsules are exactly its two labels (Sabour et al.
+    2017, section 6), in any order. By hand on four pairs with set scores: both right (in either order) counts,
+    the top-1 alone right does not, nor the right two with a third longer. A top-1 metric passed before (mutation
+    testing, 2026-12-01): training and eval went through the same function."""
+    from capsnet import evaluate as ev
+
+    scores = torch.tensor([[0.9, 0.8, 0.1, 0.0],   # labels (0, 1): both longest, right
+                           [0.2, 0.7, 0.9, 0.0],   # labels (2, 1), given in the other order: right
+                           [0.9, 0.1, 0.2, 0.8],   # labels (0, 1): 0 longest, but 3 second: wrong
+                           [0.3, 0.9, 0.1, 0.8]])  # labels (0, 3): 3 among the two longest, 0 not: wrong
+    labels = torch.tensor([[0, 1], [2, 1], [0, 1], [0, 3]])
+    def loss(model, x, y, components, **kw):  # each image holds its row's index: its scores are that row's
+        return torch.zeros(()), scores[x[:, 0, 0, 0].long()]
+
+    monkeypatch.setattr(ev, "_loss_of", lambda model: loss)
+    images = torch.arange(4, dtype=torch.float32).view(4, 1, 1, 1).expand(4, 1, 36, 36)  # each image its row's index
+    model = torch.nn.Linear(1, 1)
+    result = ev.evaluate_pairs(model, images, labels, batch_size=3)
+    assert result.accuracy == 0.5 and result.error == 0.5

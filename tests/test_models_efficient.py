@@ -95,3 +95,17 @@ def test_init_official_starts_the_primary_convolution_and_the_decoder_as_the_off
     assert a["features.9.weight"].abs().max().item() > 3 * (2 / (64 * 9)) ** 0.5
     with pytest.raises(ValueError, match="init"):
         EfficientCapsNetConfig(init="keras")
+
+
+def test_primary_capsules_are_squashed_by_the_papers_exponential_squash():
+    """Efficient-CapsNet's primary capsules use its own squash, (1 - e^-|s|) s / |s| (Mazzia et al. 2021),
+    not Sabour's: only shapes and lengths below 1 were tested, so Sabour's squash there passed (mutation testing,
+    2026-12-01). The squash is worked out here from the primary convolution's output."""
+    torch.manual_seed(0)
+    model = create_model("efficient-capsnet").eval()
+    images = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        s = model.primary(model.features(images)).view(3, model.config.primary_caps, model.config.primary_dim)
+        norm = s.double().norm(dim=-1, keepdim=True)
+        want = (1 - torch.exp(-norm)) * s.double() / norm
+        torch.testing.assert_close(model.primary_capsules(images).double(), want, rtol=1e-5, atol=1e-6)

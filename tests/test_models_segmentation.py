@@ -615,3 +615,38 @@ def _half_copy(model):
     import copy
 
     return copy.deepcopy(model).half().eval()
+
+
+def test_segcaps_probability_is_the_segmentation_capsules_length():
+    """The probability of each pixel is the length of its segmentation capsule (LaLonde and Bagci 2018),
+    not its square: nothing but ranges tested it (mutation testing, 2026-12-01)."""
+    torch.manual_seed(0)
+    model = create_model("segcaps-r1", input_height=32, input_width=32).eval()
+    with torch.no_grad():
+        out = model(torch.rand(2, 1, 32, 32))
+    torch.testing.assert_close(out.probabilities, out.poses.double().norm(dim=2).to(out.probabilities.dtype),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_the_unet_concatenates_each_levels_features_with_the_upsampled_ones():
+    """Ronneberger et al.'s skip connections, written out: each decoder level merges the upsampled map with the
+    encoder's map of its size (concatenated, up-sampled first). Skips of zeros passed every test (mutation
+    testing, 2026-12-01)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = create_model("unet", input_height=32, input_width=32).eval()
+    images = torch.rand(2, 1, 32, 32)
+    with torch.no_grad():
+        levels, x = [], images
+        for k, block in enumerate(model.down):
+            x = block(x if k == 0 else F.max_pool2d(x, 2))
+            levels.append(x)
+        for up, merge, skip in zip(model.up, model.merge, reversed(levels[:-1])):
+            x = merge(torch.cat([up(x), skip], dim=1))
+        torch.testing.assert_close(model(images).logits, model.out(x))
+        zeroed = list(levels)
+        x = levels[-1]
+        for up, merge, skip in zip(model.up, model.merge, reversed(zeroed[:-1])):
+            x = merge(torch.cat([up(x), torch.zeros_like(skip)], dim=1))
+        assert not torch.allclose(model(images).logits, model.out(x))  # the skips carry something
