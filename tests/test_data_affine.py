@@ -166,3 +166,43 @@ def test_rotation_turns_a_bar_by_the_drawn_angle_clockwise_as_displayed():
     assert (p.shear == 0).all() and p.rotation_deg.min() < -15 and p.rotation_deg.max() > 15
     for k in range(100):
         assert abs(_axis_deg(out[k, 0]) - float(p.rotation_deg[k])) < 1.0
+
+
+def test_the_warp_applies_rotation_after_shear_after_scale_to_a_point():
+    """R(theta) @ Shear(s) @ diag(sx, sy), composed in that order (each transform was tested with the others off, so
+    the order never mattered in a test: mutation testing, 2026-12-01): one pixel 8 columns right of and 10 rows below
+    the centre of a 41x41 canvas lands, as the intensity's centroid, where the composed matrix sends it."""
+    import math
+
+    from capsnet.data.affine import _warp
+
+    side, c = 41, 20
+    x = torch.zeros(1, 1, side, side, dtype=torch.float64)
+    x[0, 0, c + 10, c + 8] = 1.0
+    rot, sh, sx, sy = 20.0, 0.2, 1.2, 0.8
+    out = _warp(x, *(torch.tensor([v], dtype=torch.float64) for v in (rot, sh, sx, sy)))[0, 0]
+    rows, cols = torch.meshgrid(torch.arange(side, dtype=torch.float64), torch.arange(side, dtype=torch.float64),
+                                indexing="ij")
+    got = ((out * cols).sum() / out.sum() - c, (out * rows).sum() / out.sum() - c)  # (x, y) about the centre
+    t = math.radians(rot)
+    R = torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]], dtype=torch.float64)
+    S, D = torch.tensor([[1.0, sh], [0.0, 1.0]], dtype=torch.float64), torch.diag(torch.tensor([sx, sy]).double())
+    p = torch.tensor([8.0, 10.0], dtype=torch.float64)
+    want, other = R @ S @ D @ p, D @ S @ R @ p
+    assert torch.allclose(torch.stack(got), want, atol=0.3), (got, want)
+    assert (want - other).norm() > 1.0  # the two orders differ here by more than the tolerance
+
+
+def test_random_affine_draws_its_two_scales_apart_and_places_boxes_over_the_whole_frame():
+    """sx and sy are drawn one each (isotropic scaling passed the range test), and the box's top row and left column
+    reach both 0 and size - h (a range one short of the bottom passed: mutation testing, 2026-12-01)."""
+    from capsnet.data.affine import random_affine
+
+    g = torch.Generator().manual_seed(0)
+    digits = torch.zeros(400, 1, 28, 28)
+    digits[:, :, 10:15, 12:16] = 1.0  # a 5x4 box, kept by the identity transform below
+    _, params = random_affine(digits[:50], generator=g)
+    assert (params.scale_x != params.scale_y).all()
+    out, params = random_affine(digits, size=40, generator=g, rotation_deg=0.0, shear=0.0, scale=(1.0, 1.0))
+    top, left = params.offsets.unbind(1)
+    assert (top.min(), top.max(), left.min(), left.max()) == (0, 40 - 5, 0, 40 - 4)
