@@ -71,13 +71,16 @@ def _close(a, b, **kw):
 @pytest.mark.parametrize("iterations", [1, 2, 3, 5])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("leaky", [False, True])
-def test_forward_matches_plain_loop_procedure_1(iterations, with_bias, leaky):
-    votes = _votes()
+@pytest.mark.parametrize("I", [5, 40])  # 40: more children than the broadcast path's 32, the batched-product path
+def test_forward_matches_plain_loop_procedure_1(iterations, with_bias, leaky, I):
+    """Both of forward's paths against the plain loop (the many-children path was pinned only by a compile test in
+    another file: mutation testing, 2026-12-01)."""
+    votes = _votes(I=I)
     bias = _bias() if with_bias else None
     out = DynamicRouting(iterations, leaky=leaky)(votes, bias=bias)
     assert isinstance(out, RoutingResult)
     poses, lengths, coupling = reference_routing(votes, bias, iterations=iterations, leaky=leaky)
-    assert out.poses.shape == (3, 4, 6) and out.activations.shape == (3, 4) and out.coupling.shape == (3, 5, 4)
+    assert out.poses.shape == (3, 4, 6) and out.activations.shape == (3, 4) and out.coupling.shape == (3, I, 4)
     _close(out.poses, poses)
     _close(out.activations, lengths)
     _close(out.coupling, coupling)
