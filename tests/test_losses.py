@@ -388,3 +388,27 @@ def test_fractional_multi_hot_targets_weigh_the_spread_losss_pairs():
     a, T, m = [0.6, 0.5], [0.3, 0.7], 0.2
     expected = sum(T[t] * (1 - T[i]) * max(0.0, m - (a[t] - a[i])) ** 2 for t in range(2) for i in range(2))
     assert spread_loss(_t([a]), _t([T]), m).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_foreground_weight_is_background_pixels_per_foreground_one_at_least_1():
+    """By hand: 3 foreground pixels of 16 weigh 13/3; a mask mostly foreground weighs 1, not below (pinned only by a
+    closed-form test in another file before: mutation testing, 2026-12-01)."""
+    from capsnet.losses import foreground_weight
+
+    m = torch.zeros(1, 1, 4, 4)
+    m.view(-1)[:3] = 1
+    assert foreground_weight(m).item() == pytest.approx(13 / 3, rel=1e-6)
+    assert foreground_weight(1 - m).item() == 1.0  # 13 foreground, 3 background: at least 1
+
+
+def test_weighted_bce_weighs_foreground_pixels_by_the_batchs_ratio():
+    """-(w m log p + (1 - m) log(1 - p)) averaged over pixels, w = background / foreground pixels of the batch,
+    worked by hand on four pixels: one foreground (w = 3)."""
+    import math
+
+    from capsnet.losses import segmentation_loss
+
+    p = _t([[[[0.6, 0.2, 0.1, 0.3]]]])
+    m = _t([[[[1.0, 0.0, 0.0, 0.0]]]])
+    expected = -(3 * math.log(0.6) + math.log(0.8) + math.log(0.9) + math.log(0.7)) / 4
+    assert segmentation_loss(p, m, "weighted-bce").item() == pytest.approx(expected, rel=1e-12)
