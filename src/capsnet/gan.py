@@ -415,19 +415,13 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             continue
         # a stop asked by now, or a save due, keeps the epoch's steps before it is evaluated (as capsnet.train.fit)
         # (every batch of the epoch trained, its evaluation not yet: a resume evaluates it)
-        trained = within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s, dev,
-                               pending=True)
         pending = stop.asked or bool(save_every_s and last.older_than(save_every_s))
-        if pending:
-            save_last(trained, g)
-        try:
-            with applied(average), stop.interruptible():  # a stop ends the evaluation at once
-                results = evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
-                                             batch_size=min(cfg.eval_batch_size, 64), progress=progress)
-        except _train.EvaluationStopped:
-            if not pending:
-                save_last(trained, g)
-            raise
+        results = _train.evaluate_or_keep(
+            stop, average, pending,
+            lambda: save_last(within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s,
+                                           dev, pending=True), g),
+            lambda: evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
+                                       batch_size=min(cfg.eval_batch_size, 64), progress=progress))
         for extra, r in results.items():
             record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
         _train.stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written

@@ -341,6 +341,22 @@ class SaveThenStop:
         self._old = {}
 
 
+def evaluate_or_keep(stop: SaveThenStop, average: WeightAverage | None, pending: bool,
+                     save_trained: Callable[[], None], evaluate: Callable[[], Any]) -> Any:
+    """``evaluate()``, an epoch's evaluation, under the weights' average (if any), the epoch first saved as trained
+    but not evaluated by ``save_trained()`` when ``pending`` (a stop asked, or a save due); a stop during the
+    evaluation ends it and saves so (unless done already), then raises ``EvaluationStopped`` on (both loops)."""
+    if pending:
+        save_trained()
+    try:
+        with applied(average), stop.interruptible():
+            return evaluate()
+    except EvaluationStopped:
+        if not pending:
+            save_trained()
+        raise
+
+
 def _save_now(last: LastSave, save_every_s: float, step: int, launch: Launch | None, dev: torch.device) -> bool:
     """Whether to save inside the epoch after ``step``: the last save is ``save_every_s`` old. Under torchrun
     rank 0's clock decides for every rank (the save is collective), asked every ``_CHECK_EVERY`` steps, where the
@@ -1496,20 +1512,15 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             pending = stop.asked or (save_inside and _save_due(last, save_every_s, launch, dev))
             ranks_rng = ranks_rng_state(dev, launch) if pending and launch is not None else {}  # every rank's dropout
             if main:  # rank 0 alone evaluates and writes; the others wait for its state below
-                trained = within_epoch({**state, "step": step}, epoch, len(starts),
-                                       [run_loss.item(), run_correct.item(), *norms.tolist(),
-                                        *([skipped.item()] if fp16 else [])], seen, trained_s, dev, W, pending=True)
-                if pending:
-                    save_last(trained, g, ranks_rng)
-                try:
-                    # the average, if any, is what is scored and saved as the model; a stop ends the evaluation
-                    with applied(average), stop.interruptible():
-                        results = evaluate_split(model, held, batch_size=cfg.eval_batch_size,
-                                                 recon_weight=cfg.recon_weight, progress=progress)
-                except EvaluationStopped:
-                    if not pending:
-                        save_last(trained, g)
-                    raise
+                def save_trained() -> None:
+                    save_last(within_epoch({**state, "step": step}, epoch, len(starts),
+                                           [run_loss.item(), run_correct.item(), *norms.tolist(),
+                                            *([skipped.item()] if fp16 else [])], seen, trained_s, dev, W,
+                                           pending=True), g, ranks_rng)
+
+                # the average, if any, is what is scored and saved as the model; a stop ends the evaluation
+                results = evaluate_or_keep(stop, average, pending, save_trained, lambda: evaluate_split(
+                    model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight, progress=progress))
                 result = results[""]
                 for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
                     prefix = extra or held_name
