@@ -398,7 +398,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                   "train_images_per_s": seen / max(trained_s, 1e-9)}
         if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
             record |= {"skipped_steps": int(sums[8].item()), "loss_scale": scaler.get_scale()}
-        if fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
+        # (a resumed epoch with no batch left, its evaluation pending, said it before it was saved)
+        if done < len(starts) and fake_std < COLLAPSE_RATIO * real_std and fake_edge < COLLAPSE_EDGE:
             message = (f"epoch {epoch}: the generator's images are nearly flat (pixel standard deviation "
                        f"{fake_std:.4f} per image against the real images' {real_std:.4f}, L1 {l1:.4f}) and "
                        f"saturated (pixels {fake_edge:.4f} from 0 or 1 on average): it has collapsed to one level, "
