@@ -417,6 +417,12 @@ def _worker_start(parent: int) -> None:
     from . import train
 
     train.STOPPED_BY_PARENT = True  # a scheduler's SIGTERM to the group and the parent's after it: one stop
+    # tqdm's lock for its bars (a worker draws none) as a thread lock: its default, a multiprocessing lock, is a POSIX
+    # semaphore that a stopped worker's os._exit left behind ("resource_tracker: There appear to be 2 leaked
+    # semaphore objects" on every stopped --jobs 2)
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     def watch() -> None:
         import signal
 
