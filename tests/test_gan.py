@@ -211,15 +211,27 @@ def test_a_gan_evaluation_cut_short_keeps_its_epoch_and_the_resume_evaluates_it(
     assert_same_run(tmp_path / "straight", tmp_path / "split")
 
 
-def _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, lr_hook, save_every_s):
-    """A 2-epoch run (2 batches an epoch) straight through, and the same run stopped by ``lr_hook(step)`` (patched
-    into the loop's learning-rate lookup) inside epoch 2, then resumed: the save the stop left is at step 3, one
-    batch into epoch 2, and the resumed run ends with the straight run's weights. Returns both last checkpoints."""
+_STOPPED_CFG = replace(TINY, epochs=2)  # 2 batches an epoch
+_STOPPED_MODEL = CapsPix2pixConfig(noise_dim=8, disc_channels=4)  # its noise vectors: from the epoch's generator
+
+
+@pytest.fixture(scope="module")
+def straight_gan_run(tmp_path_factory, data_root):
+    """The 2-epoch run of ``_stopped_at_step_3_then_resumed`` straight through, trained once for the tests that stop
+    and resume it (they only read its last checkpoint)."""
+    run = tmp_path_factory.mktemp("straight") / "run"
+    fit_gan(_STOPPED_MODEL, _STOPPED_CFG, run, device="cpu", data_root=data_root, progress=False, save_every_s=None)
+    return run
+
+
+def _stopped_at_step_3_then_resumed(straight, tmp_path, data_root, monkeypatch, lr_hook, save_every_s):
+    """The 2-epoch run (2 batches an epoch) ``straight`` (the fixture ``straight_gan_run``), and the same run stopped
+    by ``lr_hook(step)`` (patched into the loop's learning-rate lookup) inside epoch 2, then resumed: the save the
+    stop left is at step 3, one batch into epoch 2, and the resumed run ends with the straight run's weights. Returns
+    both last checkpoints."""
     from capsnet.train import lr_at as real_lr_at
 
-    cfg = replace(TINY, epochs=2)  # 2 batches an epoch
-    model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)  # its noise vectors are drawn from the epoch's generator
-    fit_gan(model, cfg, tmp_path / "straight", device="cpu", data_root=data_root, progress=False, save_every_s=None)
+    cfg, model = _STOPPED_CFG, _STOPPED_MODEL
 
     def hooked(step, *args):
         lr_hook(step)
@@ -232,19 +244,20 @@ def _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, lr_hook, s
     saved = load_checkpoint(tmp_path / "split", "last")
     assert (saved.state["epoch"], saved.state["step"], saved.state["within"]["batches"]) == (1, 3, 1)
     fit_gan(model, cfg, tmp_path / "split", device="cpu", data_root=data_root, progress=False, resume=True)
-    a, b = load_checkpoint(tmp_path / "straight", "last"), load_checkpoint(tmp_path / "split", "last")
+    a, b = load_checkpoint(straight, "last"), load_checkpoint(tmp_path / "split", "last")
     for k in a.model_state:
         assert torch.equal(a.model_state[k], b.model_state[k]), k
     return a, b
 
 
-def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(tmp_path, data_root, monkeypatch):
+def test_a_gan_run_stopped_inside_an_epoch_resumes_there_exactly(straight_gan_run, tmp_path, data_root, monkeypatch):
     """A save between batches (save_every_s) holds both optimizers, the epoch's sums (its eight running figures) and
     its generator of batches, label maps and noise: the resumed run ends with the uninterrupted run's weights."""
     def stop_at_step_3(step):
         if step == 3:
             raise KeyboardInterrupt
-    a, b = _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, stop_at_step_3, save_every_s=1e-9)
+    a, b = _stopped_at_step_3_then_resumed(straight_gan_run, tmp_path, data_root, monkeypatch, stop_at_step_3,
+                                           save_every_s=1e-9)
     keep = ("train_l1", "train_d_loss", "train_fake_std", "test_ssim")
     assert [[r[k] for k in keep] for r in a.state["history"]] == [[r[k] for k in keep] for r in b.state["history"]]
 
@@ -264,7 +277,8 @@ def test_the_eval_header_of_a_gan_checkpoint_saved_inside_an_epoch_says_where(ga
     assert done.report()["saved_at"] == "epoch 0 + 17 batches of epoch 1"
 
 
-def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(tmp_path, data_root, monkeypatch):
+def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(straight_gan_run, tmp_path, data_root,
+                                                                          monkeypatch):
     """SIGTERM (or Ctrl-C) during a step: the loop finishes the step, saves inside the epoch and stops; with saves
     inside epochs off, nothing but the signal wrote that save. The handlers are restored afterwards."""
     import os
@@ -276,7 +290,8 @@ def test_sigterm_in_a_gan_epoch_saves_where_it_is_and_the_resume_is_exact(tmp_pa
         calls.append(step)  # asked for epoch 1's record, where a signal now stops the run at that epoch's end
         if calls.count(2) == 2 and not sent:
             sent.append(os.kill(os.getpid(), signal.SIGTERM))
-    _stopped_at_step_3_then_resumed(tmp_path, data_root, monkeypatch, signal_at_step_2, save_every_s=None)
+    _stopped_at_step_3_then_resumed(straight_gan_run, tmp_path, data_root, monkeypatch, signal_at_step_2,
+                                    save_every_s=None)
     assert sent and signal.getsignal(signal.SIGTERM) == before
 
 
