@@ -89,6 +89,39 @@ def test_a_generator_collapsed_to_one_level_is_named(tmp_path, data_root, monkey
     assert record["train_fake_std"] < 1e-6 and record["train_real_std"] > 0.1 and record["train_fake_edge"] < 1e-6
 
 
+def test_a_collapse_said_before_a_pending_save_is_not_said_again_by_the_resume(tmp_path, data_root, monkeypatch):
+    """The collapse warning of an epoch whose evaluation was cut short (saved trained, not evaluated) was said again
+    by the resume, which trains no batch of that epoch: now only the epoch that trained says it."""
+    import os
+    import signal
+    import warnings
+
+    from capsnet import synthesis
+    from capsnet.models.capspix2pix import CapsPix2pixGenerator
+
+    def flat(self, labels, z):  # as test_a_generator_collapsed_to_one_level_is_named
+        return torch.sigmoid(self.to_image.bias.view(1, -1, 1, 1) - 20).expand(labels.shape[0], -1, *labels.shape[2:])
+
+    real = synthesis.evaluate_synthesis
+
+    def cut(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # inside epoch 1's evaluation
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(CapsPix2pixGenerator, "forward", flat)
+    monkeypatch.setattr(synthesis, "evaluate_synthesis", cut)
+    model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)
+    with pytest.warns(RuntimeWarning, match="epoch 1: the generator's images are nearly flat"):
+        with pytest.raises(KeyboardInterrupt):
+            fit_gan(model, TINY, tmp_path / "r", device="cpu", data_root=data_root, progress=False)
+    monkeypatch.setattr(synthesis, "evaluate_synthesis", real)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        fit_gan(model, TINY, tmp_path / "r", device="cpu", data_root=data_root, progress=False, resume=True)
+    assert not [w for w in said if "nearly flat" in str(w.message)]
+    assert (tmp_path / "r" / "best.safetensors").exists()  # the resume evaluated the epoch
+
+
 def test_a_flat_grey_start_is_not_called_a_collapse(tmp_path, data_root, monkeypatch, recwarn):
     """Images flat at 0.5 (an untrained generator's first steps) are flat but far from saturated: no warning."""
     from capsnet.models.capspix2pix import CapsPix2pixGenerator
