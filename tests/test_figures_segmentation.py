@@ -51,6 +51,28 @@ def test_capsule_maps_are_the_lengths_of_every_layers_grid(model, canvases):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_the_capsule_maps_figure_draws_each_type_once_on_its_layers_scale():
+    """One axes per capsule type (each layer a row, on its own scale: black 0, white the layer's longest capsule)
+    and the input; none for the empty cells right of a layer with fewer types (they were made and hidden: half the
+    figure's cells on SegCaps, half its drawing time)."""
+    g = torch.Generator().manual_seed(0)
+    maps = {"primary": torch.rand(3, 4, 4, generator=g), "caps": 2 * torch.rand(1, 2, 2, generator=g)}
+    image = torch.rand(1, 8, 8, generator=g)
+    fig = fg.plot_capsule_maps(maps, image)
+    axes = fig.axes
+    assert len(axes) == 1 + 3 + 1
+    shown = [ax.images[0] for ax in axes]
+    torch.testing.assert_close(torch.as_tensor(shown[0].get_array()).float().squeeze(), image[0])
+    for ax, t in zip(axes[1:4], range(3)):
+        assert torch.equal(torch.as_tensor(shown[1 + t].get_array()), maps["primary"][t])
+        assert shown[1 + t].get_clim() == (0, float(maps["primary"].max())) and ax.get_title() == f"type {t}"
+    assert shown[4].get_clim() == (0, float(maps["caps"].max())) and axes[4].get_title() == "type 0"
+    assert axes[1].get_ylabel().startswith("primary\n3 types, 4x4") and axes[2].get_ylabel() == ""
+    assert axes[4].get_ylabel().startswith("caps\n1 type, 2x2") and axes[4].get_subplotspec().colspan.start == 1
+    with pytest.raises(fg.FigureError, match="no capsule layers"):
+        fg.plot_capsule_maps({}, image)
+
+
 def test_overlay_marks_right_false_and_missed_pixels():
     pred = torch.tensor([[1, 1], [0, 0]], dtype=torch.uint8)
     truth = torch.tensor([[1, 0], [1, 0]], dtype=torch.uint8)

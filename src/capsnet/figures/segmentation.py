@@ -147,22 +147,19 @@ def plot_capsule_maps(maps: dict[str, torch.Tensor], image: torch.Tensor, *, tit
         raise FigureError("no capsule layers to show")
     cols = max(m.shape[0] for m in maps.values()) + 1
     fig = _figure(1.05 * cols + 0.6, 1.05 * len(maps) + 0.5)
-    axes = fig.subplots(len(maps), cols, squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    _show(axes[0, 0], image, "input")
-    axes[0, 0].axis("on")
+    grid = fig.add_gridspec(len(maps), cols)  # axes only where a map is drawn (SegCaps: 59 of 117 cells; the empty
+    _show(fig.add_subplot(grid[0, 0]), image, "input")  # ones, hidden, took half the drawing's time)
     for r, (name, m) in enumerate(maps.items()):
         T, h, w = m.shape
         top = float(m.max()) or 1.0
         for t in range(T):
-            ax = axes[r, t + 1]
-            ax.axis("on")
+            ax = fig.add_subplot(grid[r, t + 1])
             ax.imshow(m[t].numpy(), cmap="gray", vmin=0, vmax=top)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0 or t == 0:
                 ax.set_title(f"type {t}", fontsize=7)
-        axes[r, 1].set_ylabel(f"{name}\n{T} type{'s' if T > 1 else ''}, {h}x{w}\nmax {top:.2f}", fontsize=7)
+            if t == 0:
+                ax.set_ylabel(f"{name}\n{T} type{'s' if T > 1 else ''}, {h}x{w}\nmax {top:.2f}", fontsize=7)
     fig.suptitle(title or "Capsule lengths per type, layer by layer", fontsize=10)
     return fig
