@@ -55,13 +55,17 @@ def test_help_everywhere(capsys):
     assert model_spec("pix2pix").config().dropout == model_spec("capspix2pix").config().dropout
 
 
-def test_train_then_eval_on_mnist_sample(tmp_path):
+def test_train_then_eval_on_mnist_sample(tmp_path, capsys):
+    # both commands through main here (the entry point in a process of its own: test_help_everywhere, and eval's in
+    # test_output_into_a_closed_pipe_is_not_a_traceback); a short run: eval scores the whole test split whatever
+    # the run's --test-size
     run = tmp_path / "run"
-    r = capsnet("train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "256", *TINY, "--out", run)
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64", "--test-size",
+                   "32", *TINY, "--out", run)
     assert r.returncode == 0, r.stderr
     assert "test accuracy" in r.stdout
     assert {p.name for p in run.iterdir()} == {"best.safetensors", "last.safetensors", "config.json", "metrics.jsonl"}
-    r = capsnet("eval", "--checkpoint", run, "--no-progress")
+    r = in_process(capsys, "eval", "--checkpoint", run, "--no-progress")
     assert r.returncode == 0, r.stderr
     # no validation split: best.safetensors was chosen on the test split, so eval scores the final epoch's weights
     assert "best.safetensors was chosen on the test split" in r.stdout and not (run / "eval-best.json").exists()
