@@ -253,10 +253,17 @@ def _figures(*args) -> int:
     return main(["figures", "--no-progress", "--device", "cpu", *map(str, args)])
 
 
-def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys):
+def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch):
+    # the test split cut to its first 200 images for speed (the misclassified inputs are looked for among them), the
+    # pose sweeps to two dimensions
+    from capsnet.figures import report
+
+    real_load = report.load_test
+    monkeypatch.setattr(report, "load_test", lambda name, **kw: real_load(name, **{**kw, "size": 200}))
     out = tmp_path / "figs"
+    # 3 given twice: drawn once (it was counted and listed twice)
     assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10, 3,
-                    "--misclassified", 4) == 0  # 3 given twice: drawn once (it was counted and listed twice)
+                    "--misclassified", 4, "--dims", 0, 15) == 0
     names = sorted(p.name for p in out.iterdir())
     expected = {"reconstructions.png", "lengths.png", "training_curves.png", "pose_sweep_3.png", "pose_sweep_10.png",
                 "routing_3.png", "routing_10.png"}
@@ -370,7 +377,7 @@ def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, 
     out = tmp_path / "figs"
     if message is None:
         assert _figures("--checkpoint", other, "--out", out, "--data-dir", data_root, "--indices", "0",
-                        "--misclassified", "0") == 0
+                        "--misclassified", "0", "--dims", "0") == 0
         assert (out / "training_curves.png").is_file()
         return
     assert _figures("--checkpoint", other, "--out", out, "--data-dir", data_root) == 2
@@ -754,7 +761,8 @@ def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_p
     from capsnet.figures import write_figures
 
     monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # a log line at every figure
-    done = write_figures(run_dir, out=tmp_path / "figs", root=data_root, indices=[3], device="cpu", progress=True)
+    done = write_figures(run_dir, out=tmp_path / "figs", root=data_root, indices=[3], misclassified=0, dims=[0],
+                         device="cpu", progress=True)  # no prediction over the whole test split, a one-row sweep
     err = capsys.readouterr().err
     assert f"figures: {len(done.files)} figures [" in err.splitlines()[-1], err
     assert "figures: 1 figures [" in err  # ticked as each was written
