@@ -99,11 +99,13 @@ def test_figures_of_the_training_weights_go_to_their_own_folder_and_draw_the_pla
                                                                                        capsys):
     from capsnet.figures import write_figures
 
+    # one input, one pose-sweep row, no misclassified inputs (a prediction over the whole test split): the figure
+    # compared is the reconstructions
     assert main(["figures", "--checkpoint", str(classifier_runs / "avg"), "--which", "last", "--weights", "training",
-                 "--indices", "0", "--misclassified", "1", "--no-progress"]) == 0
+                 "--indices", "0", "--misclassified", "0", "--dims", "0", "--no-progress"]) == 0
     assert "(the run's training weights, not the average" in capsys.readouterr().out
     trained = classifier_runs / "avg" / "figures-training-weights"
-    common = dict(which="last", indices=[0], misclassified=1, progress=False)
+    common = dict(which="last", indices=[0], misclassified=0, dims=[0], progress=False)
     plain = write_figures(classifier_runs / "plain", out=tmp_path / "plain", **common)
     saved = write_figures(classifier_runs / "avg", out=tmp_path / "saved", **common)
     figure = "reconstructions.png"  # drawn from the model's weights alone
