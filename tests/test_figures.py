@@ -267,7 +267,7 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     names = sorted(p.name for p in out.iterdir())
     expected = {"reconstructions.png", "lengths.png", "training_curves.png", "pose_sweep_3.png", "pose_sweep_10.png",
                 "routing_3.png", "routing_10.png"}
-    assert expected <= set(names) and set(names) - expected <= {"misclassified.png"}
+    assert set(names) == expected | {"misclassified.png"}  # a model of 2 epochs on 1,000 digits misses some of 200
     for name in names:
         assert (out / name).read_bytes().startswith(PNG_MAGIC), name
     printed = capsys.readouterr().out
