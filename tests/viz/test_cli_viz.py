@@ -92,13 +92,16 @@ def test_viz_without_checkpoint_opens_the_shipped_model_offline():
         assert "UNTRAINED" not in stop(proc)
 
 
-def test_viz_untrained_with_a_checkpoint_is_refused(trained_run):
-    r = _run("--untrained", "--checkpoint", str(trained_run))
+def test_viz_untrained_with_a_checkpoint_is_refused(trained_run, capsys, monkeypatch):
+    import capsnet.viz
+    from cli_helpers import in_process
+
+    def no_server(*args, **kwargs):  # in this process: a viewer not refused fails here, not serves for ever
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(capsnet.viz, "make_server", no_server)
+    r = in_process(capsys, "viz", "--untrained", "--checkpoint", str(trained_run))  # refused before a server starts
     assert r.returncode == 2 and "--untrained and --checkpoint contradict each other" in r.stderr
-
-
-def _run(*args):
-    return subprocess.run([sys.executable, "-m", "capsnet", "viz", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_viz_bad_flags(tmp_path, trained_run, data_root, capsys):
