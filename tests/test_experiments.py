@@ -379,7 +379,8 @@ def test_less_data_runs_extend_to_a_larger_step_budget(tmp_path, data_root):
     model_cfg, train_cfg = saved_configs(last)
     shorter = Run("less-data", "capsnet", "mnist", 0, model_cfg, dataclasses.replace(train_cfg, epochs=2),
                   out / "capsnet-32")
-    with pytest.raises(CheckpointError, match=r"holds a run of 20 epochs, more than the 2 asked for; give a larger --steps"):
+    with pytest.raises(CheckpointError, match=r"holds a run of 20 epochs, more than the 2 asked for; give a larger "
+                                              r"--steps"):
         _finished(shorter)
 
 
