@@ -253,13 +253,20 @@ def _figures(*args) -> int:
     return main(["figures", "--no-progress", "--device", "cpu", *map(str, args)])
 
 
-def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch):
-    # the test split cut to its first 200 images for speed (the misclassified inputs are looked for among them), the
-    # pose sweeps to two dimensions
+def _first_200_test_images(monkeypatch):
+    """The figures' test split cut to its first 200 images (quick; the misclassified ones are looked for among
+    them); returns the loader it replaced."""
     from capsnet.figures import report
 
     real_load = report.load_test
     monkeypatch.setattr(report, "load_test", lambda name, **kw: real_load(name, **{**kw, "size": 200}))
+    return real_load
+
+
+def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch):
+    # the test split cut to its first 200 images for speed (the misclassified inputs are looked for among them), the
+    # pose sweeps to two dimensions
+    _first_200_test_images(monkeypatch)
     out = tmp_path / "figs"
     # 3 given twice: drawn once (it was counted and listed twice)
     assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10, 3,
@@ -778,8 +785,7 @@ def test_the_misclassified_figure_and_the_pose_sweeps_pick_by_the_models_predict
     import capsnet.figures.report as report
     from capsnet.figures import write_figures
 
-    real_load, real_sweep, real_plot = report.load_test, report.pose_sweep, report.plot_misclassified
-    monkeypatch.setattr(report, "load_test", lambda name, **kw: real_load(name, **{**kw, "size": 200}))
+    real_load, real_sweep, real_plot = _first_200_test_images(monkeypatch), report.pose_sweep, report.plot_misclassified
     swept, shown = [], []
     monkeypatch.setattr(report, "pose_sweep", lambda m, images, classes, **kw: swept.append(classes.tolist()) or
                         real_sweep(m, images, classes, **kw))

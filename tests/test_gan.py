@@ -70,16 +70,22 @@ def test_a_nan_gan_loss_stops_within_the_check_interval_naming_its_step(tmp_path
     assert not (tmp_path / "r" / "last.safetensors").exists()
 
 
+def _collapse_the_generator(monkeypatch) -> None:
+    """CapsPix2pix's generator made to give one level everywhere: (B, 1, H, W) of sigmoid(bias - 20), saturated near
+    black and still a function of the weights."""
+    from capsnet.models.capspix2pix import CapsPix2pixGenerator
+
+    def flat(self, labels, z):
+        return torch.sigmoid(self.to_image.bias.view(1, -1, 1, 1) - 20).expand(labels.shape[0], -1, *labels.shape[2:])
+
+    monkeypatch.setattr(CapsPix2pixGenerator, "forward", flat)
+
+
 def test_a_generator_collapsed_to_one_level_is_named(tmp_path, data_root, monkeypatch):
     """A generator whose images are the same level everywhere (here: its last layer made constant, the sigmoid
     saturated near black, as the runs in docs/results.md that stalled at the target's mean L1) gets a warning at
     the end of the epoch; the record holds both standard deviations and the distance to 0 or 1."""
-    from capsnet.models.capspix2pix import CapsPix2pixGenerator
-
-    def flat(self, labels, z):  # (B, 1, H, W): sigmoid(bias - 20) everywhere, still a function of the weights
-        return torch.sigmoid(self.to_image.bias.view(1, -1, 1, 1) - 20).expand(labels.shape[0], -1, *labels.shape[2:])
-
-    monkeypatch.setattr(CapsPix2pixGenerator, "forward", flat)
+    _collapse_the_generator(monkeypatch)
     with pytest.warns(RuntimeWarning, match=r"epoch 1: the generator's images are nearly flat \(pixel standard "
                                             r"deviation 0\.0000 per image against the real images' 0\.[1-9].*"
                                             r"saturated \(pixels 0\.0000 from 0 or 1.*restart"):
@@ -97,10 +103,6 @@ def test_a_collapse_said_before_a_pending_save_is_not_said_again_by_the_resume(t
     import warnings
 
     from capsnet import synthesis
-    from capsnet.models.capspix2pix import CapsPix2pixGenerator
-
-    def flat(self, labels, z):  # as test_a_generator_collapsed_to_one_level_is_named
-        return torch.sigmoid(self.to_image.bias.view(1, -1, 1, 1) - 20).expand(labels.shape[0], -1, *labels.shape[2:])
 
     real = synthesis.evaluate_synthesis
 
@@ -108,7 +110,7 @@ def test_a_collapse_said_before_a_pending_save_is_not_said_again_by_the_resume(t
         os.kill(os.getpid(), signal.SIGTERM)  # inside epoch 1's evaluation
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(CapsPix2pixGenerator, "forward", flat)
+    _collapse_the_generator(monkeypatch)
     monkeypatch.setattr(synthesis, "evaluate_synthesis", cut)
     model = CapsPix2pixConfig(noise_dim=8, disc_channels=4)
     with pytest.warns(RuntimeWarning, match="epoch 1: the generator's images are nearly flat"):
