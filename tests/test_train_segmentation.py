@@ -16,6 +16,7 @@ from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmen
 from capsnet.experiments import format_segmentation_table, otsu_row, plan, run_plan
 from capsnet.models import SegCapsR1Config, UNetConfig
 from capsnet.train import TrainConfig, _correct, fit
+from cli_helpers import in_process
 
 
 def test_the_segmentation_task_gives_canvases_masks_and_an_ood_set(data_root):
@@ -131,8 +132,6 @@ def test_test_pairs_copied_from_the_training_pairs_are_refused_by_name(tmp_path,
 def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmentation_run, mask_pairs, capsys):
     from capsnet.data.idx import DataError
 
-    from cli_helpers import in_process
-
     with pytest.raises(DataError, match="no such folder"):
         task(f"folder:{tmp_path / 'nothing'}")
     mask_pairs(tmp_path / "rgb", 4, size=(64, 64), mode="RGB")
@@ -147,8 +146,6 @@ def test_bad_folders_and_channel_counts_get_one_clear_message(tmp_path, segmenta
 
 
 def test_the_cli_defaults_to_segcaps_on_segmentation_data_and_refuses_a_classifier(tmp_path, data_root, capsys):
-    from cli_helpers import in_process
-
     out = in_process(capsys, "train", "--dataset", "mnist-segmentation", "--model", "capsnet", "--out",
                      tmp_path / "x")  # in this process: the message and exit status are what is tested
     assert out.returncode == 2 and "--model capsnet is a classification model" in out.stderr
