@@ -1046,7 +1046,7 @@ def test_a_resume_to_more_epochs_warns_where_a_schedule_follows_the_runs_total(t
     cfg = dataclasses.replace(CFG, epochs=1, train_size=64, test_size=32, lr_schedule="linear")
     fit(TINY, cfg, tmp_path, device="cpu", progress=False)
     with pytest.warns(UserWarning, match=r"^--epochs 2 where the run in .* planned 1: the linear schedule's decay "
-                                         r"follow the new total from here, so this run will not match one trained "
+                                         r"follows the new total from here, so this run will not match one trained "
                                          r"for 2 epochs from the start"):
         start_or_resume(tmp_path, TINY, dataclasses.replace(cfg, epochs=2), True)
     with warnings.catch_warnings():

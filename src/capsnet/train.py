@@ -902,8 +902,9 @@ def start_or_resume(run_dir: Path, model_config: Any, cfg: TrainConfig, resume: 
     if warn and cfg.epochs != saved_train.epochs and (stretched := _stretched_schedules(model_config, cfg)):
         # the schedules read step / total steps: a new total moves them back (EM's margin fell from 0.9 to 0.67),
         # where a resume to the same total is exact (a review, 2026-12-01)
+        verb = "follow" if len(stretched) > 1 else "follows"
         warnings.warn(f"--epochs {cfg.epochs} where the run in {run_dir} planned {saved_train.epochs}: "
-                      f"{' and '.join(stretched)} follow the new total from here, so this run will not match one "
+                      f"{' and '.join(stretched)} {verb} the new total from here, so this run will not match one "
                       f"trained for {cfg.epochs} epochs from the start (resumes to the same --epochs are exact)",
                       UserWarning, stacklevel=2)
     return {"history": [], "best": None, **ckpt.state}, ckpt
