@@ -275,22 +275,22 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert page.evaluate("state.walk.routing.layer") == "deconv_1_2"  # the layer picked stays picked
             assert errors == []
 
-            # an upload the server refuses (128x128) leaves the shown canvas the one a layer change re-walks: it
-            # re-sent the refused upload, so the layer's routing was never drawn for the canvas shown (a review,
-            # 2026-11-30); the same file chosen twice is sent twice (the second choice did nothing)
+            # an upload the server refuses (60x60: sides not multiples of 8) leaves the shown canvas the one a layer
+            # change re-walks: it re-sent the refused upload, so the layer's routing was never drawn for the canvas
+            # shown (a review, 2026-11-30); the same file chosen twice is sent twice (the second choice did nothing)
             import io
 
             from PIL import Image
 
             big, right = io.BytesIO(), io.BytesIO()
-            Image.new("L", (128, 128)).save(big, format="PNG")
+            Image.new("L", (60, 60)).save(big, format="PNG")
             Image.fromarray(np.full((64, 64), 40, np.uint8)).save(right, format="PNG")
             page.fill("#test-index", "4")
             page.click("#show-test")
             page.wait_for_function("document.body.dataset.walks === '5'")
             page.set_input_files("#upload", {"name": "big.png", "mimeType": "image/png", "buffer": big.getvalue()})
             page.wait_for_function("document.querySelector('#error').textContent !== ''")
-            assert "128x128" in page.inner_text("#error")
+            assert "60x60" in page.inner_text("#error") and "multiples of 8" in page.inner_text("#error")
             page.select_option("#routing-layer", "conv_3_1")
             page.wait_for_function("document.body.dataset.walks === '6'")
             assert "test canvas #4" in page.inner_text("#source") and page.inner_text("#error") == ""
@@ -300,6 +300,25 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
                                                  "buffer": right.getvalue()})
                 page.wait_for_function(f"document.body.dataset.walks === '{walks}'")
                 assert "your image (64x64 px" in page.inner_text("#source")
+            assert errors == []
+
+            # an upload of another size the stride divides (64x96, HxW): drawn at its own shape, 1 screen pixel a
+            # pixel on canvases 96 wide and 64 high, the engine's mask; a test canvas then takes them back to 2x
+            wide = np.random.default_rng(0).integers(0, 256, (64, 96), dtype=np.uint8)
+            other = io.BytesIO()
+            Image.fromarray(wide).save(other, format="PNG")
+            page.set_input_files("#upload", {"name": "wide.png", "mimeType": "image/png", "buffer": other.getvalue()})
+            page.wait_for_function("document.body.dataset.walks === '9'")
+            assert page.inner_text("#error") == "" and "your image (96x64 px" in page.inner_text("#source")
+            for canvas in ("input", "seg-probability", "seg-mask"):
+                assert page.evaluate(f"[$('{canvas}').width, $('{canvas}').height]") == [96, 64], canvas
+            import torch
+
+            w = v.walk(v.image_input(torch.from_numpy(wide)[None].float() / 255, {"kind": "upload"}))
+            np.testing.assert_array_equal(_pixels(page, "seg-mask", 64, 96), np.round(decode(w["mask"])[0] * 255))
+            page.click("#show-test")
+            page.wait_for_function("document.body.dataset.walks === '10'")
+            assert page.evaluate("[$('seg-mask').width, $('seg-mask').height]") == [128, 128]
             assert errors == []
 
             # the U-Net: its first convolution and its prediction, no capsule panels

@@ -68,6 +68,24 @@ def test_upload_of_a_test_canvas_is_segmented_as_it_is(server, segmentation_view
     assert api(server, "/api/upload", raw=png(canvas))[0] == 200
 
 
+def test_an_upload_of_another_size_the_stride_divides_is_segmented_at_its_own_size(server, segmentation_viewer):
+    """SegCaps is fully convolutional: a 64x80 (HxW) image of a model trained on 64x64 canvases is segmented as it is,
+    every view at its own size, the probabilities the model's own at that size; `info` says which sizes go."""
+    import torch
+
+    v = segmentation_viewer
+    assert api(server, "/api/info")[1]["sides"] == {"multiple": 8, "max_pixels": 65536}
+    image = np.random.default_rng(1).integers(0, 256, (64, 80), dtype=np.uint8)
+    status, w = api(server, "/api/upload?routing=deconv_3_1", raw=png(image))
+    assert status == 200 and w["source"] == {"kind": "upload", "size": [80, 64]}
+    assert w["input"]["shape"] == w["probability"]["shape"] == w["mask"]["shape"] == [1, 64, 80]
+    assert w["feature_maps"]["shape"][1:] == [64, 80] and w["routing"]["coupling"]["shape"][-2:] == [64, 80]
+    assert [x["lengths"]["shape"][1:] for x in w["layers"]][:2] == [[64, 80], [32, 40]]  # conv1, then primary
+    with torch.no_grad():
+        p = v.model(torch.from_numpy(image)[None, None].float() / 255).probabilities[0]  # (1, 64, 80)
+    np.testing.assert_allclose(decode(w["probability"]), p.numpy(), atol=0.5 / 255 + 1e-6)  # 8-bit encoding
+
+
 BAD = [
     ("/api/forward", b'{"class": 1}', "has no classes to pick from"),
     ("/api/forward", b'{"index": 1, "class": 1}', "has no classes to pick from"),
@@ -81,9 +99,12 @@ BAD = [
      "segments images: it has no digit capsules to move"),
     ("/api/reconstruct", b"{}", "segments images"),
     ("/api/upload", b"this is not an image", "not a PNG or JPEG"),
-    ("/api/upload", png(np.zeros((28, 28), np.uint8)), "the image is 28x28 pixels; this model segments 64x64 images: "
-                                                        "upload one of exactly that size"),
-    ("/api/upload", png(np.zeros((64, 32), np.uint8)), "the image is 32x64 pixels"),
+    ("/api/upload", png(np.zeros((28, 28), np.uint8)), "the image is 28x28 pixels; this model segments images whose "
+                                                        "sides are multiples of 8 (it was trained on 64x64), up to "
+                                                        "65,536 pixels in the viewer (e.g. 256x256; capsnet predict "
+                                                        "takes larger ones) (crop or scale it first)"),
+    ("/api/upload", png(np.zeros((64, 36), np.uint8)), "the image is 36x64 pixels"),
+    ("/api/upload", png(np.zeros((264, 256), np.uint8)), "the image is 256x264 pixels; this model segments images"),
     ("/api/upload", png(np.zeros((64, 64), np.uint16)), "16/32-bit"),
     ("/api/upload?routing=conv9", png(np.zeros((64, 64), np.uint8)), "unknown routing layer 'conv9'"),
     ("/api/upload?layer=primary", png(np.zeros((64, 64), np.uint8)), "unknown or repeated query field(s) ['layer']"),
@@ -117,7 +138,7 @@ def test_the_unet_over_http(unet_server, unet_viewer):
     status, up = api(unet_server, "/api/upload", raw=png(image))
     assert status == 200 and up["probability"] == unet_viewer.walk(unet_viewer.test_input(index=1))["probability"]
     for path, body, fragment in [
-        ("/api/upload", png(np.zeros((64, 64), np.uint8)), "this model segments 16x16 images"),
+        ("/api/upload", png(np.zeros((64, 60), np.uint8)), "multiples of 8 (it was trained on 16x16)"),
         ("/api/forward", b'{"index": 0, "routing": "primary"}', "UNet has no capsule layers"),
         ("/api/reconstruct", b'{"capsule": 0, "pose": [0]}', "this UNet segments images"),
     ]:

@@ -8,8 +8,9 @@ white strokes on a black canvas; a one-channel model of other data
 (``photos.frame_style``).
 
 A segmentation model's input is a whole scene, not a digit to centre:
-``canvas_input`` takes an image of exactly the model's input size as it is
-(grey or RGB, as the user's own ``folder:DIR`` images are read).
+``canvas_input`` takes an image of the model's input size as it is (grey or
+RGB, as the user's own ``folder:DIR`` images are read), or of any other size
+its stride divides, up to a cap on pixels.
 """
 from __future__ import annotations
 
@@ -125,10 +126,15 @@ def upload_input(data: bytes, shape: tuple[int, int, int], style: str = "mnist"
 
 
 def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments {W}x{H} images",
-                 label_maps: str | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
-    """An uploaded image of exactly the model's input size as a segmentation model's input (C, H, W) in [0, 1] (or a
+                 label_maps: str | None = None, sides: tuple[int, int] | None = None
+                 ) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An uploaded image of the model's input size as a segmentation model's input (C, H, W) in [0, 1] (or a
     synthesis model's label map), and its size (width, height); any other size is a ``ViewerError`` that names the
-    size to send: "this model " + ``what`` (formatted with the model's ``W`` and ``H``).
+    size to send: "this model " + ``what`` (formatted with the model's ``W`` and ``H``), unless ``sides`` takes it.
+
+    ``sides`` = (multiple, max_pixels): a fully convolutional model's other sizes are taken too, each side a
+    multiple of ``multiple`` and at most ``max_pixels`` pixels in all (the model's own size is always taken); a
+    ``ViewerError`` names both rules.
 
     Nothing is moved or scaled: grey (C = 1) or RGB (C = 3), transparency refused, as ``capsnet predict`` and
     training read the user's PNG images. A label map (``label_maps``: how the run's training maps read, "binary" or
@@ -142,15 +148,17 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
     with _DECODE_SLOTS:  # the header too (see upload_input)
         img = _open(data)
         w, h = img.size
-        if sorted((w, h)) != sorted((W, H)):  # from the header (an EXIF rotation may still swap the sides)
-            raise ViewerError(f"the image is {w}x{h} pixels; this model {what.format(W=W, H=H)}: upload one of "
-                              f"exactly that size (crop or scale it first)")
+        # from the header (an EXIF rotation may still swap the sides: the rules below hold either way round)
+        if sorted((w, h)) != sorted((W, H)) and (sides is None or _off_sides(w, h, *sides)):
+            raise ViewerError(f"the image is {w}x{h} pixels; {_size_rule(W, H, what, sides)} (crop or scale it "
+                              f"first)")
         if img.mode.startswith(("I", "F")):
             raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
         img = _decode(img, None)
-        if img.size != (W, H):
+        # a rotation swaps the sides: a W x H model's H x W image (the sides rule holds either way round)
+        if img.size != (W, H) and (sides is None or _off_sides(*img.size, *sides)):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
-                              f"this model {what.format(W=W, H=H)}: upload one of exactly that size")
+                              f"{_size_rule(W, H, what, sides)}")
         try:
             transparent = transparent_share(img)
         except DataError as e:  # a damaged transparency chunk: the client's 400, not a 500
@@ -170,6 +178,26 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         a = a.astype(np.float32) / 255
     x = torch.from_numpy(a)
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
+
+
+def _off_sides(w: int, h: int, multiple: int, max_pixels: int) -> bool:
+    """Whether a ``w`` x ``h`` image breaks ``canvas_input``'s ``sides`` rule."""
+    return w % multiple != 0 or h % multiple != 0 or w * h > max_pixels
+
+
+def _size_rule(W: int, H: int, what: str, sides: tuple[int, int] | None) -> str:
+    """What ``canvas_input`` takes, said for a refusal: the model's own size, or the ``sides`` rule as well."""
+    if sides is None:
+        return f"this model {what.format(W=W, H=H)}: upload one of exactly that size"
+    multiple, max_pixels = sides  # (a segmentation model's: ``what`` is its default)
+    return (f"this model segments images whose sides are multiples of {multiple} (it was trained on {W}x{H}), up to "
+            f"{max_pixels:,} pixels in the viewer (e.g. {_largest_square(multiple, max_pixels)}; capsnet predict "
+            f"takes larger ones)")
+
+
+def _largest_square(multiple: int, max_pixels: int) -> str:
+    side = int(max_pixels ** 0.5) // multiple * multiple
+    return f"{side}x{side}"
 
 
 def mnist_style(img: Image.Image, shape: tuple[int, int, int], style: str = "mnist") -> torch.Tensor:

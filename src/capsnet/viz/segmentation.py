@@ -25,10 +25,14 @@ from ..models import segments
 from ..routing import routing_name
 from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
 
-__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "routers", "routing_layer", "hooked_grids",
+__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer", "hooked_grids",
            "describe_layers", "length_views", "coupling_view"]
 
 THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score
+# uploads of other sizes than the model's (any its stride divides) up to this many pixels, or the model's own count
+# if larger: a walk runs the network twice and records a layer's routing, about 10 s at 256x256 for SegCaps R3 on
+# a 2-core CPU (capsnet predict takes larger images)
+OTHER_SIZE_PIXELS = 256 * 256
 SEGMENTATION_TEST_SIZE = 1000  # mnist-segmentation canvases the viewer draws (all 10,000 take ~10 s on a CPU)
 
 
@@ -149,6 +153,10 @@ class SegmentationViewer(_ViewerBase):
         self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
         self._first = _first_maps(model, self.conv)
         self._routers = routers(model)  # SegCaps' capsule layers that route
+        # uploads of other sizes: (multiple, max pixels) for a model that says what its sides must be multiples of
+        multiple = getattr(model, "side_multiple", None)
+        own = self.shape[1] * self.shape[2]
+        self.sides = None if multiple is None else (int(multiple), max(OTHER_SIZE_PIXELS, own))
         with torch.inference_mode():  # the sizes of every view, from one blank input
             x = torch.zeros(1, *self.shape, device=self.device)
             out = model(x)
@@ -172,6 +180,8 @@ class SegmentationViewer(_ViewerBase):
             "routing": routing_name(self.model) if self.layers else None,  # the algorithm (capsnet.routing's name)
             "decoder": self.decodes,
             "threshold": THRESHOLD,
+            # the sizes an upload may have besides the model's own (null: that size only)
+            "sides": None if self.sides is None else {"multiple": self.sides[0], "max_pixels": self.sides[1]},
         }
 
     # ------------------------------------------------------------------ inputs
@@ -190,7 +200,15 @@ class SegmentationViewer(_ViewerBase):
         return _Input(image, {"kind": "test", "index": index}, self.test_masks[index].to(torch.uint8))
 
     def image_input(self, image: torch.Tensor, source: dict[str, Any]) -> _Input:
-        """An uploaded or drawn image (C, H, W) in [0, 1], of the model's input size; no ground truth."""
+        """An uploaded or drawn image (C, H, W) in [0, 1], of the model's input size or another that ``sides`` (the
+        ``info()`` field) allows; no ground truth."""
+        C, H, W = image.shape if image.dim() == 3 else (None, None, None)
+        if self.sides is not None and C == self.shape[0] and (H, W) != self.shape[1:]:
+            multiple, max_pixels = self.sides
+            if H % multiple or W % multiple or H * W > max_pixels:
+                raise ViewerError(f"image must be {self.shape} or have sides multiples of {multiple} and at most "
+                                  f"{max_pixels:,} pixels, got {tuple(image.shape)}")
+            return _Input(checked_image(image, (C, H, W)), source)
         return _Input(checked_image(image, self.shape), source)
 
     # ------------------------------------------------------------------ the network

@@ -43,7 +43,8 @@ API (also in the README):
   ``"routing": LAYER``.
 - ``POST /api/upload`` with a PNG or JPEG as the body: the same for an
   uploaded or drawn image, after MNIST's preprocessing; for a segmentation
-  model an image of exactly its input size, taken as it is
+  model an image of its input size, or of another its stride divides (up to
+  ``OTHER_SIZE_PIXELS``: ``info()["sides"]``), taken as it is
   (``/api/upload?routing=LAYER`` as above); for a synthesis model a label
   map of exactly its input size (``?seeds=0,1,2&truncation=T&routing=LAYER``,
   each optional).
@@ -542,7 +543,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if viewer.kind == "segmentation":
             routing = self._query({"routing"}, "/api/upload?routing=LAYER").get("routing")
-            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape)
+            image, size = canvas_input(self._body(MAX_UPLOAD_BYTES), viewer.shape, sides=viewer.sides)
             self._decoded()
             inp = viewer.image_input(image, {"kind": "upload", "size": list(size)})
             self._json(HTTPStatus.OK, viewer.walk(inp, routing=routing))

@@ -25,13 +25,15 @@ function setUpSegmentation() {
   $("untrained-what").textContent = info.decoder ? "the masks and reconstructions" : "the masks";
   $("draw-hint").textContent = `draw with the mouse or a finger; it is scaled to ${W}x${H} and segmented when ` +
     "you lift it";
-  $("upload-size").textContent = ` of ${W}x${H} pixels`;
+  $("upload-size").textContent = info.sides
+    ? ` of ${W}x${H} pixels, or another size whose sides are multiples of ${info.sides.multiple} ` +
+      `(up to ${info.sides.max_pixels.toLocaleString("en")} pixels)`
+    : ` of ${W}x${H} pixels`;
   $("conv-title").textContent = info.conv1.name === "conv1" ? "Conv1" : `First convolution (${info.conv1.name})`;
   $("conv-hint").textContent = "Learned kernels (grey 0, white positive, black negative; each scaled to its own " +
     `range) and their feature maps for this input, after ${info.conv1.batch_norm ? "batch norm and " : ""}ReLU ` +
     "(each scaled to its own maximum).";
-  const scale = Math.max(1, Math.floor(128 / Math.max(H, W)));  // a whole number of screen pixels per pixel
-  for (const id of SEGMENTATION_CANVASES) { $(id).width = W * scale; $(id).height = H * scale; }
+  sizeSegmentationCanvases(H, W);
   if (H !== W) {  // the drawing canvas takes the input's shape
     const draw = $("draw");
     draw.height = Math.round(draw.width * H / W);
@@ -124,8 +126,16 @@ function drawRGB(canvas, H, W, rgbAt) {
   out.drawImage(off, 0, 0, canvas.width, canvas.height);
 }
 
+// The input and mask canvases for an H x W image (the model's size, or an upload's other size): a whole number of
+// screen pixels per pixel, at least 128 on the longer side.
+function sizeSegmentationCanvases(H, W) {
+  const scale = Math.max(1, Math.floor(128 / Math.max(H, W)));
+  for (const id of SEGMENTATION_CANVASES) { $(id).width = W * scale; $(id).height = H * scale; }
+}
+
 function renderSegmentation() {
   const w = state.walk, info = state.info;
+  sizeSegmentationCanvases(w.input.shape[1], w.input.shape[2]);  // (every canvas below is drawn again)
   drawImage($("input"), w.input);
   drawImage($("seg-probability"), w.probability);
   drawImage($("seg-mask"), w.mask);
