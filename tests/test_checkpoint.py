@@ -259,14 +259,14 @@ def test_an_atomic_write_names_its_writer_and_a_stale_write_of_another_users_reu
     if own is None:
         pytest.skip("no /proc here: a process's start cannot be read")
     start = ck._start_ticks(1)
-    (tmp_path / f".b.json.tmp-1-{start + 777}-abc123").write_bytes(b"x")  # an earlier pid 1's
-    (tmp_path / f".c.json.tmp-1-{start}-def456").write_bytes(b"x")  # pid 1's own, still running
+    (tmp_path / f".b.json.tmp-1-{start + 777}-abc123de").write_bytes(b"x")  # an earlier pid 1's
+    (tmp_path / f".c.json.tmp-1-{start}-def456gh").write_bytes(b"x")  # pid 1's own, still running
 
     def eperm(pid, sig):
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(ck.os, "kill", eperm)
     ck.remove_stale_writes(tmp_path)
-    assert sorted(p.name for p in tmp_path.glob(".*.tmp-*")) == [f".c.json.tmp-1-{start}-def456"]
+    assert sorted(p.name for p in tmp_path.glob(".*.tmp-*")) == [f".c.json.tmp-1-{start}-def456gh"]
 
 
 def test_an_atomic_write_clears_its_own_paths_temporary_files_that_ended_writers_left(tmp_path):
@@ -279,10 +279,10 @@ def test_an_atomic_write_clears_its_own_paths_temporary_files_that_ended_writers
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(ended.stdout)
-    left = tmp_path / f".m.onnx.tmp-{dead}-0-abc"  # the ended writer's (its start unknown: the pid decides)
-    running = tmp_path / f".m.onnx.tmp-{os.getpid()}-0-def"  # a write in progress here
-    other = tmp_path / f".n.onnx.tmp-{dead}-0-ghi"  # another file's: cleared when that file is written
-    young = tmp_path / f".m.onnx.tmp-{dead + 1}-0-jkl"  # another machine's writer, maybe (its pid means nothing here)
+    left = tmp_path / f".m.onnx.tmp-{dead}-0-abcdefgh"  # the ended writer's (its start unknown: the pid decides)
+    running = tmp_path / f".m.onnx.tmp-{os.getpid()}-0-defghijk"  # a write in progress here
+    other = tmp_path / f".n.onnx.tmp-{dead}-0-ghijklmn"  # another file's: cleared when that file is written
+    young = tmp_path / f".m.onnx.tmp-{dead + 1}-0-jklmnopq"  # another machine's writer, maybe (its pid means nothing)
     for f in (left, running, other, young):
         f.write_bytes(b"x" * 100)
         if f is not young:  # an hour old: a kill's leftover, not a write in progress elsewhere
@@ -366,10 +366,10 @@ def test_on_windows_a_writer_is_asked_of_the_system_never_signalled(tmp_path, mo
     monkeypatch.setattr(ck.os, "kill", no_signals)
     monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error=False: Kernel32(), raising=False)
     monkeypatch.setattr(ctypes, "get_last_error", lambda: Kernel32.last, raising=False)
-    (tmp_path / ".a.json.tmp-4242-0-abc").write_bytes(b"x")  # a writer still running
-    (tmp_path / ".b.json.tmp-4343-0-def").write_bytes(b"x")  # one that ended
+    (tmp_path / ".a.json.tmp-4242-0-abcdefgh").write_bytes(b"x")  # a writer still running
+    (tmp_path / ".b.json.tmp-4343-0-defghijk").write_bytes(b"x")  # one that ended
     ck.remove_stale_writes(tmp_path)
-    assert [p.name for p in tmp_path.glob(".*.tmp-*")] == [".a.json.tmp-4242-0-abc"]
+    assert [p.name for p in tmp_path.glob(".*.tmp-*")] == [".a.json.tmp-4242-0-abcdefgh"]
 
 
 def test_on_windows_a_file_held_open_elsewhere_is_waited_for_then_named(tmp_path, monkeypatch, capsys):

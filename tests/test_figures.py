@@ -608,11 +608,11 @@ def test_a_shipped_mnist_model_draws_its_figures_offline_on_the_shipped_digits(t
 def test_a_figure_write_cut_short_earlier_is_cleared_by_the_next(tmp_path):
     """kill -9 during `capsnet figures` left .routing_61.png.tmp-XXXX in the folder, and reruns kept it."""
     stale = tmp_path / ".lengths.png.tmp-o1vcpa2v"
-    other = tmp_path / ".other.png.tmp-abc"  # another figure's: not this write's to clear
+    other = tmp_path / ".other.png.tmp-abcdefgh"  # another figure's: not this write's to clear
     stale.write_bytes(b"half a png")
     other.write_bytes(b"x")
     fg.save_figure(fg.plot_lengths(torch.rand(1, 10)), tmp_path / "lengths.png")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.png.tmp-abc", "lengths.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.png.tmp-abcdefgh", "lengths.png"]
 
 
 def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
@@ -629,13 +629,13 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
         try:
             start = _start_ticks(alive.pid) or 0  # its start, in clock ticks since boot (Linux: /proc)
-            mine = tmp_path / f".lengths.png.tmp-{alive.pid}-{start}-k2j4x9"  # being written by a running process
-            left = tmp_path / f".lengths.png.tmp-{dead}-{start}-a8b7c6"  # cut short: its process has ended
+            mine = tmp_path / f".lengths.png.tmp-{alive.pid}-{start}-k2j4x9p0"  # being written by a running process
+            left = tmp_path / f".lengths.png.tmp-{dead}-{start}-a8b7c6d5"  # cut short: its process has ended
             # written by an earlier process of the same pid (pid 1 in every container): another start
-            reused = tmp_path / f".lengths.png.tmp-{alive.pid}-{start + 12345}-m3n4b5"
+            reused = tmp_path / f".lengths.png.tmp-{alive.pid}-{start + 12345}-m3n4b5v6"
             import time
 
-            young = tmp_path / f".lengths.png.tmp-{dead}-{start}-y0y0y0"  # maybe a writer on another host: too new
+            young = tmp_path / f".lengths.png.tmp-{dead}-{start}-y0y0y0y0"  # maybe a writer on another host: too new
             for p in (mine, left, reused, young):
                 p.write_bytes(b"part of a png")
                 if p is not young:  # an hour old (a temporary file is cleared only once STALE_WRITE_S old)
@@ -646,12 +646,12 @@ def test_a_figure_write_of_a_process_still_running_is_left_to_it(tmp_path):
             assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, young.name, "lengths.png"])
             run = tmp_path / "run"  # a run's folder, as training takes its lock: the same rule
             run.mkdir()
-            for p in (run / f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3",
-                      run / f".last.safetensors.tmp-{dead}-{start}-z9y8x7"):
+            for p in (run / f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3r4",
+                      run / f".last.safetensors.tmp-{dead}-{start}-z9y8x7w6"):
                 p.write_bytes(b"part")
             with RunLock(run) as lock:
                 lock.acquire()
-                assert [p.name for p in run.glob(".*.tmp-*")] == [f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3"]
+                assert [p.name for p in run.glob(".*.tmp-*")] == [f".eval-last.json.tmp-{alive.pid}-{start}-q1w2e3r4"]
         finally:
             alive.kill()
 

@@ -576,7 +576,7 @@ def test_a_run_directory_another_process_writes_is_refused_and_released_after(tm
                                                   rf"{os.getpid()}\); wait for it to finish, or choose another"):
             fit(TINY, cfg, tmp_path, device="cpu", progress=False)
         assert not (tmp_path / "config.json").exists() and not (tmp_path / "last.safetensors").exists()
-    (tmp_path / ".last.safetensors.tmp-x1y2").write_bytes(b"cut short by a kill")  # left by a killed save
+    (tmp_path / ".last.safetensors.tmp-x1y2z3w4").write_bytes(b"cut short by a kill")  # left by a killed save
     fit(TINY, cfg, tmp_path, device="cpu", progress=False)  # the lock was released; the new run removes it
     assert not list(tmp_path.glob(".*.tmp-*")) and (tmp_path / "last.safetensors").exists()
     assert not (tmp_path / ".lock").exists()  # removed as the run let go
@@ -724,7 +724,7 @@ def test_without_a_lock_the_stale_writes_go_and_no_lock_file_stays(tmp_path, mon
             raise OSError(errno.ENOLCK, "No locks available")
         monkeypatch.setattr(fcntl, "flock", refuse)
     tmp_path.mkdir(exist_ok=True)
-    (tmp_path / ".last.safetensors.tmp-x1y2").write_bytes(b"cut short")
+    (tmp_path / ".last.safetensors.tmp-x1y2z3w4").write_bytes(b"cut short")
     fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.safetensors", "config.json", "last.safetensors",
                                                           "metrics.jsonl"]

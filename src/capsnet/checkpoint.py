@@ -319,17 +319,28 @@ def _clear_stale_writes_of(path: Path) -> None:
             old = now - tmp.stat().st_mtime >= STALE_WRITE_S
         except OSError:
             continue
-        pid, start = _writer(name)
+        writer = _writer(name)
+        if writer is None or writer[2]:  # not a temporary file of capsnet's (a user's own), or a folder's name
+            continue
+        pid, start, _ = writer
         if (old or not pid) and not (pid and _running(pid, start)):  # an older capsnet's, no writer named: at once
             tmp.unlink(missing_ok=True)
 
 
-def _writer(name: str) -> tuple[int, int]:
-    """The writer a temporary file's name gives (``.NAME.tmp-PID-START-...``): its pid (0: none named, a capsnet
-    before 2026-11-30) and start (0: not known)."""
-    parts = name.rpartition(".tmp-")[2].split("-")
-    pid = int(parts[0]) if parts[0].isdigit() and len(parts) > 1 else 0
-    return pid, int(parts[1]) if pid and len(parts) > 2 and parts[1].isdigit() else 0
+# atomic_write's temporary files are .NAME.tmp-PID-START-XXXXXXXX (mkstemp's 8 characters), capsnet prepare's partial
+# folders .NAME.tmp-PID-START-dir; before 2026-11-30 a temporary file was .NAME.tmp-XXXXXXXX. Nothing else is
+# capsnet's: a user's own .photos.tmp-2024-06/ in an --out folder was removed as a stale write (a review, 2026-12-02)
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)-(?P<start>\d+)-)?(?P<tail>[a-z0-9_]{8}|dir)")
+
+
+def _writer(name: str) -> tuple[int, int, bool] | None:
+    """The writer a temporary name of capsnet's gives: its pid (0: none named, a file of a capsnet before
+    2026-11-30), start (0: not known) and whether the name is a partial folder's (``-dir``); None for any other
+    name, which is never removed."""
+    m = _TEMP_NAME.fullmatch(name)
+    if m is None or (m["pid"] is None and m["tail"] == "dir"):
+        return None
+    return (0, 0, False) if m["pid"] is None else (int(m["pid"]), int(m["start"]), m["tail"] == "dir")
 
 
 def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
@@ -339,14 +350,18 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     beside a starting run), and removed once it has ended or its pid belongs to another process now (one started at
     another time: pid 1 in every container). Where a start cannot be read the pid alone decides. A temporary file
     with no pid in its name (a capsnet before 2026-11-30) is removed. A temporary folder named the same way
-    (``capsnet prepare``'s, renamed into place when whole) is removed with what it holds, only when it names its
-    writer."""
+    (``capsnet prepare``'s, ``-dir`` at its end, renamed into place when whole) is removed with what it holds, only
+    when it names its writer. Names of any other shape (``_TEMP_NAME``: a user's own ``.notes.tmp-old`` or
+    ``.photos.tmp-2024-06/`` in a folder given as --out) are left alone."""
     for tmp in Path(folder).glob(pattern):
-        pid, start = _writer(tmp.name)
+        writer = _writer(tmp.name)
+        if writer is None:  # not capsnet's: a user's own file or folder
+            continue
+        pid, start, folder_name = writer
         if tmp.is_dir() and not tmp.is_symlink():
-            if pid and not _running(pid, start):
+            if folder_name and pid and not _running(pid, start):
                 shutil.rmtree(tmp, ignore_errors=True)
-        elif not (pid and _running(pid, start)):
+        elif not folder_name and not (pid and _running(pid, start)):
             tmp.unlink(missing_ok=True)
 
 

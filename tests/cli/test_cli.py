@@ -229,7 +229,7 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
             if str(path).endswith("last.safetensors"):
                 calls.append(path)
                 if len(calls) == 2:  # epoch 2
-                    with open(os.path.join(os.path.dirname(path), ".last.safetensors.tmp-crash"), "wb") as f:
+                    with open(os.path.join(os.path.dirname(path), ".last.safetensors.tmp-crash123"), "wb") as f:
                         f.write(data[: len(data) // 2]); f.flush(); os.fsync(f.fileno())
                     os.kill(os.getpid(), signal.SIGKILL)
             return real(path, data)
@@ -240,7 +240,7 @@ def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert load_checkpoint(run, "last").state["epoch"] == 1  # the complete checkpoint survived
-    assert (run / ".last.safetensors.tmp-crash").exists()
+    assert (run / ".last.safetensors.tmp-crash123").exists()
     _resume(capsys, run)
     assert not list(run.glob(".*.tmp-*"))
     assert _same_weights(run, straight_run)
