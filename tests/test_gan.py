@@ -548,6 +548,14 @@ def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsy
     want = generate(model, labels[:, None].float() / 255, seed=5, shared=True)[1, 0]
     assert np.abs(img.astype(np.float64) - (want.numpy() * 255).round()).max() <= 1  # the PNG holds the image
     assert "wrote 6 images" in capsys.readouterr().out
+    # a folder where one output goes: refused before any image is written (a review, 2026-12-02: map0's image was
+    # written, then "cannot write in OUT: Is a directory; give a folder you can write to")
+    (tmp_path / "taken" / "map1_seed0.png").mkdir(parents=True)
+    assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",
+                 str(tmp_path / "taken"), "--no-progress"]) == 2
+    assert f"{tmp_path / 'taken' / 'map1_seed0.png'} is a folder, where a file of that name was to be written (the " \
+           f"folder is left as it was); move or rename it, or write elsewhere" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["map1_seed0.png"]
     # map1 alone in a folder, and beside other maps: the same image (the noise was taken by place in the folder);
     # a 0/1 copy of a map beside 0/255 maps is read as 0/255 too (the folder's scaling read it as all but black)
     alone = tmp_path / "alone"

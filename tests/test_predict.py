@@ -179,6 +179,9 @@ def test_the_command_prints_what_it_wrote_and_what_it_replaced(tmp_path, data_ro
     assert f"classified 12 images: wrote {tmp_path / 'out' / PREDICTIONS_FILE}\n" in out
     assert main(args) == 0
     assert "(1 file of the same name replaced)" in capsys.readouterr().out
+    (tmp_path / "taken" / PREDICTIONS_FILE).mkdir(parents=True)  # a folder of the CSV's name: said as one
+    assert main(args[:-2] + [str(tmp_path / "taken"), "--no-progress"]) == 2
+    assert f"{tmp_path / 'taken' / PREDICTIONS_FILE} is a folder, where a file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(args + ["--threshold", "1.5"])
     assert "must lie strictly between 0 and 1" in capsys.readouterr().err

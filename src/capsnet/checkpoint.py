@@ -10,6 +10,7 @@ moment leaves either the previous checkpoint or the new one, never a broken one.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 
 import torch
 from safetensors import SafetensorError
@@ -50,10 +51,11 @@ class Checkpoint:
     model_name: str
     model_config: dict[str, Any]
     train_config: dict[str, Any]
-    state: dict[str, Any]  # epoch, step, history, best
-    model_state: dict[str, torch.Tensor]
-    optimizer_state: dict[str, Any] | None = None
-    rng_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    state: dict[str, Any]  # epoch, step (non-negative integers), history (a list of epoch records), best
+    # the tensors stay out of the repr (a notebook's bare load_model(...) printed every weight: 80,000 characters)
+    model_state: dict[str, torch.Tensor] = field(repr=False)
+    optimizer_state: dict[str, Any] | None = field(default=None, repr=False)
+    rng_state: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     path: Path | None = None
 
 
@@ -232,6 +234,7 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     it is ``STALE_WRITE_S`` old (``_clear_stale_writes_of``).
     """
     path = Path(path)
+    refuse_folders([path])  # os.replace's own error named the temporary file (its folder said "not writable")
     _clear_stale_writes_of(path)
     pid = os.getpid()  # the writer, named in the temporary file: see remove_stale_writes
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{pid}-{_start_ticks(pid) or 0}-", dir=path.parent)
@@ -248,6 +251,14 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
             raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
     _fsync_dir(path.parent)
+
+
+def refuse_folders(paths: Iterable[Path]) -> None:
+    """An IsADirectoryError naming the first of ``paths`` (files about to be written) that is a folder: a command
+    that writes several files checks them all before it writes the first."""
+    for path in paths:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a folder is there, where a file was to be written", str(path))
 
 
 _WINDOWS = os.name == "nt"
@@ -530,15 +541,36 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
-    """Write ``ckpt`` atomically to ``path`` (a ``.safetensors`` file)."""
+    """Write ``ckpt`` atomically to ``path`` (a ``.safetensors`` file). What ``load_checkpoint`` would call damaged
+    (an unregistered model name, a config that is not a dict, a ``state`` without whole ``epoch`` and ``step``
+    counts) is a CheckpointError here, before anything is written."""
+    from .models import MODELS  # (models import this module)
+
+    if ckpt.model_name not in MODELS:
+        raise CheckpointError(f"cannot save {path}: model_name {short_repr(ckpt.model_name)} is not a registered "
+                              f"model ({', '.join(MODELS)}); a checkpoint is rebuilt by that name")
+    for part in ("model_config", "train_config"):
+        if hasattr(getattr(ckpt, part), "to_dict"):
+            raise CheckpointError(f"cannot save {path}: Checkpoint.{part} is a "
+                                  f"{type(getattr(ckpt, part)).__name__}; pass its .to_dict()")
+    try:
+        _check_metadata(ckpt.model_config, ckpt.train_config, ckpt.state)
+    except ValueError as e:
+        raise CheckpointError(f"cannot save {path}: {e} (load_checkpoint would refuse the file; a run's state "
+                              f"holds at least whole epoch and step counts, e.g. {{'epoch': 0, 'step': 0}})") from None
+    parts = {}
+    for part in ("model_config", "train_config", "state"):
+        try:
+            parts[part] = json.dumps(getattr(ckpt, part))
+        except (TypeError, ValueError) as e:  # a value JSON cannot hold (a tensor, a set), a circular reference
+            raise CheckpointError(f"cannot save {path}: Checkpoint.{part} holds what JSON cannot ({e}): give it "
+                                  f"numbers, strings, lists and dicts only") from None
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
     metadata = {
         "format": FORMAT,
         "format_version": _format_version(ckpt.state),
         "model": ckpt.model_name,
-        "model_config": json.dumps(ckpt.model_config),
-        "train_config": json.dumps(ckpt.train_config),
-        "state": json.dumps(ckpt.state),
+        **parts,
     }
     if ckpt.optimizer_state is not None:
         opt_tensors, opt_meta = _flatten_optimizer(ckpt.optimizer_state)
@@ -573,6 +605,11 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
     if which not in ("best", "last"):  # a shipped model's or a file's too: a slip is said, not ignored
         raise CheckpointError(f"which must be 'best' or 'last' (a run directory's best.safetensors or "
                               f"last.safetensors), got {which!r}")
+    if not isinstance(path, (str, os.PathLike)):  # a model passed to load_model or predict_folder, say
+        raise TypeError(f"a checkpoint is a run directory, a .safetensors file or pretrained:NAME (or a Checkpoint "
+                        f"read), got {type(path).__name__}" + (": a model in memory is used as it is, not loaded "
+                                                                  "(save_checkpoint writes one)"
+                                                                  if isinstance(path, torch.nn.Module) else ""))
     if pretrained.is_shipped(path):
         try:
             return pretrained.path(path)
@@ -638,7 +675,11 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         tensors = st_load(data)
         metadata = _read_metadata(data)
     except (SafetensorError, ValueError, OSError, RuntimeError) as e:
-        if len(data) > 8 and data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
+        if len(data) <= 8:  # not even a header's length: "truncated or corrupt (header too small)" said of any file
+            raise CheckpointError(f"{p} is not a checkpoint: {len(data)} bytes, too few for a safetensors file (one "
+                                  f"cut short, or another file); pass a run directory made by `capsnet train` or its "
+                                  f"best.safetensors / last.safetensors") from None
+        if data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
             raise CheckpointError(f"{p} is not a checkpoint: not a safetensors file at all; pass a run directory made "
                                   f"by `capsnet train` or its best.safetensors / last.safetensors") from None
         raise CheckpointError(f"checkpoint {p} is truncated or corrupt ({e}); "

@@ -1810,6 +1810,9 @@ def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     name = Path(e.filename) if e.filename else None
     if name is not None and e.errno == errno.EEXIST and name.is_file():
         return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
+    if name is not None and e.errno == errno.EISDIR and name.is_dir() and e.strerror.startswith("a folder is there"):
+        return (f"{name} is a folder, where a file of that name was to be written (the folder is left as it was); "
+                f"move or rename it, or write elsewhere")
     if name is not None and e.errno == errno.EEXIST and name.is_symlink() and not name.exists():
         return (f"{name} is a link to {os.readlink(name)}, which does not exist; create the folder it points to, or "
                 f"give another (--out)")

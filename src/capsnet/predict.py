@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, atomic_write
+from .checkpoint import Checkpoint, atomic_write, refuse_folders
 from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
@@ -365,6 +365,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         writer.writerows({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
         written[folder / PREDICTIONS_FILE] = text.getvalue().encode()
     folder.mkdir(parents=True, exist_ok=True)
+    refuse_folders(written)  # before the first file is written
     replaced = [p for p in written if p.exists()]
     for path, data in progress_bar(written.items(), desc="write", unit="file", leave=False, progress=progress,
                                    total=len(written)):
