@@ -1294,6 +1294,11 @@ def _output_file(path: str | None, flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{flag} {p} is a folder; give a file name, e.g. {p / 'results.json'}")
+    if path.endswith(("/", os.sep)):  # a folder meant (Path drops the slash: the report was written as a file named so)
+        raise ValueError(f"{flag} {path} names a folder (it ends in a slash); give a file name, e.g. "
+                         f"{p / 'results.json'}")
+    if p.parent.exists() and not p.parent.is_dir():
+        raise ValueError(f"{flag} {p}: {p.parent} is a file, not a folder; write elsewhere")
     if not p.parent.is_dir():
         raise ValueError(f"{flag} {p}: the folder {p.parent} does not exist; create it or write elsewhere")
     if (lost := run_file(p)) is not None:

@@ -655,6 +655,15 @@ def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_wor
     assert r.stdout == ""  # refused before the evaluation
     r = in_process(capsys, "bench", "--json", tmp_path, "--repeats", "1")
     assert_clean_error(r, f"--json {tmp_path} is a folder; give a file name")
+    # a new folder's name with its slash was written as a file of that name; a file's name as a folder was said not
+    # to exist (a review, 2026-12-02)
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--json", f"{tmp_path / 'results'}/")
+    assert_clean_error(r, f"--json {tmp_path / 'results'}/ names a folder (it ends in a slash); give a file name, "
+                          f"e.g. {tmp_path / 'results' / 'results.json'}")
+    (tmp_path / "plain").write_text("")
+    r = in_process(capsys, "eval", "--checkpoint", trained_run, "--json", tmp_path / "plain" / "x.json")
+    assert_clean_error(r, f"{tmp_path / 'plain'} is a file, not a folder")
+    assert r.stdout == "" and not (tmp_path / "results").exists()
     (tmp_path / "a_file").write_text("")
     r = in_process(capsys, "train", "--dataset", "mnist-sample", *TINY, "--epochs", "1", "--out", tmp_path / "a_file")
     assert_clean_error(r, f"{tmp_path / 'a_file'} is a file, where a folder was to be made; give a folder (--out)")
