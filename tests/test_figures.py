@@ -88,6 +88,15 @@ def test_pose_sweep_accepts_uint8_images_and_rejects_bad_labels(model, test_set)
         fg.pose_sweep(model, torch.zeros(2, 1, 32, 32))
 
 
+def test_predict_refuses_a_model_without_class_capsules_in_words():
+    """A review (2026-12-02): the CNN baseline's logits met `out.poses` as an AttributeError."""
+    from capsnet.models import create_model
+
+    baseline = create_model("baseline", channels=(4,), hidden=(8,))
+    with pytest.raises(fg.FigureError, match="this BaselineCNN has no class capsules: predict reads a capsule"):
+        fg.predict(baseline, torch.rand(3, 1, 28, 28))
+
+
 def test_reconstructions_match_the_models_own_masking(model, test_set):
     x, y = _inputs(test_set)
     rec = fg.reconstructions(model, x, y)
@@ -283,6 +292,14 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     # the run chose its best on the test split (no --val-size): drawn from its final epoch, as eval scores it
     assert "drawn from last.safetensors, the final epoch's weights" in printed
     assert f"checkpoint {run_dir / 'last.safetensors'}" in printed
+    # drawn again into the folder with fewer indices: what it replaced, and the earlier figures it left, said (a
+    # review, 2026-12-02: --which best then last mixed two checkpoints' figures under "wrote 5 figures")
+    assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--indices", 10,
+                    "--misclassified", 0, "--dims", 0) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote 5 figures to {out} (5 files of the same names replaced):" in printed
+    assert (f"note: 3 other figures in {out} came from an earlier `capsnet figures` (other --which, --indices or "
+            f"weights) and were left as they were: misclassified.png, pose_sweep_3.png, routing_3.png") in printed
 
 
 def test_figures_into_a_folder_another_is_writing_are_refused_and_an_error_leaves_no_folder(run_dir, data_root,

@@ -1563,8 +1563,14 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                          progress=not args.no_progress)
     print(note + "\n".join(done.notes))  # after: a model figures refuse is told that alone
     _say_training_weights(args)
-    print(f"wrote {len(done.files)} figures to {done.folder}:")
+    print(f"wrote {len(done.files)} figures to {done.folder}{_replaced(done.replaced)}:")
     print("\n".join(f"  {p.name}" for p in done.files))
+    if done.earlier:  # another call's figures beside these (--which best then last drew into one folder, unsaid)
+        shown = ", ".join(done.earlier[:5]) + (f" and {len(done.earlier) - 5} more" if len(done.earlier) > 5 else "")
+        left = "was left as it was" if len(done.earlier) == 1 else "were left as they were"
+        print(f"note: {_counted(len(done.earlier), 'other figure')} in {done.folder} came from an earlier `capsnet "
+              f"figures` (other --which, --indices or weights) and {left}: {shown}; give --out to keep each "
+              f"drawing apart")
     return 0
 
 

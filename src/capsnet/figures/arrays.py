@@ -76,6 +76,9 @@ def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, prog
     for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False,
                               progress=progress):
         out = model(x[start:start + batch_size])
+        if not hasattr(out, "poses"):  # the CNN baseline's logits, a segmentation model's probabilities
+            raise FigureError(f"this {type(model).__name__} has no class capsules: predict reads a capsule "
+                              f"classifier's poses and scores")
         poses.append(out.poses.cpu())
         lengths.append(out.scores.cpu())
     if not poses:

@@ -29,11 +29,18 @@ from .synthesis import (generator_maps, interpolate_noise, label_maps_shown, plo
 __all__ = ["FiguresWritten", "write_figures"]
 
 
+FIGURE_SUFFIXES = tuple(f".{f}" for f in FORMATS)  # a folder's figures, of any format this writes
+
+
 @dataclass
 class FiguresWritten:
     folder: Path
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
+    replaced: list[Path] = field(default_factory=list)  # of ``files``, those whose names were in the folder before
+    # the figures already in the folder that this call did not draw (an earlier call's: other --which, --indices or
+    # weights), left as they were; by name
+    earlier: list[str] = field(default_factory=list)
 
 
 def _default_out(checkpoint: str | os.PathLike, weights: str = "saved") -> Path:
@@ -232,9 +239,13 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         with RunLock(out) as lock, progress_bar(desc="figures", unit=" figures", progress=progress,
                                                 leave=False) as bar, drawing(bar):
             lock.acquire()
-            return _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
+            before = {p.name for p in out.iterdir() if p.suffix.lower() in FIGURE_SUFFIXES and p.is_file()}
+            done = _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
                          dims=dims, deltas=deltas, misclassified=misclassified, fmt=fmt, dpi=dpi, progress=progress,
                          unused=unused)
+            done.replaced = [f for f in done.files if f.name in before]
+            done.earlier = sorted(before - {f.name for f in done.files})
+            return done
     except BaseException:
         for folder in made:
             if any(folder.iterdir()):
