@@ -230,6 +230,14 @@ def test_subset_and_split_validation():
     for bad in (500, 501, -1):
         with pytest.raises(ValueError, match=r"--val-size\) must be in 0..499, leaving at least one of the 500"):
             split_validation(ds, bad, seed=0)
+    # as the Python API meets them (a review, 2026-12-02: torch's own errors, or a keep past the set taken)
+    for kwargs, error, said in [(dict(n_val=10.5, seed=0), TypeError, "n_val must be an int, got 10.5"),
+                                (dict(n_val=10, seed=None), TypeError, "seed must be an int, got None"),
+                                (dict(n_val=10, seed=0, keep=-5), ValueError, r"keep must be in 0..500 .*got -5"),
+                                (dict(n_val=10, seed=0, keep=10**6), ValueError, "keep must be in 0..500")]:
+        with pytest.raises(error, match=said):
+            split_validation(ds, **kwargs)
+    assert len(split_validation(ds, np.int64(10), seed=np.int64(0))[1]) == 10  # numpy's integers are integers
 
 
 def test_dataset_checks_shapes():
@@ -255,6 +263,10 @@ def test_unit_float_scales_uint8_and_keeps_float_pixels():
     np.testing.assert_allclose(got.numpy(), raw.astype(np.float64) / 255, rtol=0, atol=1e-7)
     floats = torch.tensor([[0.0, 0.25, 1.0]], dtype=torch.float64)  # already in [0, 1]: not divided again
     assert unit_float(floats).dtype == torch.float32 and unit_float(floats).tolist() == [[0.0, 0.25, 1.0]]
+    # other integers are not 0-255 bytes: 65535 / 255 = 257 and True / 255 = 0.004 were returned (a review)
+    for other in (torch.tensor([65535], dtype=torch.int32), torch.tensor([True, False])):
+        with pytest.raises(ValueError, match=f"images are {other.dtype}; unit_float takes 0-255 bytes"):
+            unit_float(other)
 
 
 def test_a_data_set_folder_given_in_place_of_the_folder_above_it_is_named(tmp_path, data_root):

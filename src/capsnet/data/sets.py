@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,8 +62,14 @@ MIRRORS: dict[str, tuple[str, ...]] = {
 
 def unit_float(images: torch.Tensor) -> torch.Tensor:
     """Images as float32 pixels in [0, 1]: uint8 ones (0..255, as the data sets hold them) divided by 255, float ones
-    (already in [0, 1]) as they are, in float32. Any shape, on the images' device."""
-    return images.float() if images.is_floating_point() else images.float() / 255.0
+    (already in [0, 1]) as they are, in float32. Any shape, on the images' device. Other integer dtypes (16-bit
+    images, bool masks) are a ValueError: divided by 255 they would leave [0, 1] or come out near 0."""
+    if images.is_floating_point():
+        return images.float()
+    if images.dtype != torch.uint8:
+        raise ValueError(f"images are {images.dtype}; unit_float takes 0-255 bytes (uint8) or floats in [0, 1]: "
+                         f"scale them to [0, 1] yourself (16-bit images: / 65535) and pass floats")
+    return images.float() / 255.0
 
 
 def shown_range(image: torch.Tensor) -> tuple[float, float]:
@@ -371,6 +378,12 @@ def split_validation(dataset: Dataset, n_val: int, *, seed: int, keep: int = 0) 
     draws it), the validation examples are the same whatever ``keep`` is,
     and the training examples nest across sizes (0: every example).
     """
+    for name, value in (("n_val", n_val), ("seed", seed), ("keep", keep)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"split_validation's {name} must be an int, got {value!r}")
+    n_val, seed, keep = int(n_val), int(seed), int(keep)  # numpy's integers too (torch's seed takes Python's alone)
+    if not 0 <= keep <= len(dataset):
+        raise ValueError(f"keep must be in 0..{len(dataset)} (0: every example of the {len(dataset)}), got {keep}")
     n = keep or len(dataset)
     if not 0 <= n_val < n:
         raise ValueError(f"the validation size (--val-size) must be in 0..{n - 1}, leaving at least one of the {n} "

@@ -32,7 +32,7 @@ def check_floating(x: torch.Tensor, what: str = "images") -> None:
     check_tensor(x, what)
     if not torch.is_floating_point(x):
         raise ValueError(f"{what} are {x.dtype}; the models take floating-point {what} in [0, 1]: "
-                         f"capsnet.data.unit_float({what}) converts 0-255 bytes")
+                         f"capsnet.data.unit_float({what.replace(' ', '_')}) converts 0-255 bytes")
 
 
 def check_weights_dtype(x: torch.Tensor, model: torch.nn.Module, what: str = "images", name: str = "images") -> None:
