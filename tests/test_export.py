@@ -533,7 +533,10 @@ def test_the_metadata_says_only_what_the_checkpoint_knows(tmp_path):
     assert json.loads(meta("baseline", "fashion-mnist")["capsnet.classes"])[0] == "T-shirt/top"
     assert set(meta("baseline")) == {"capsnet.version", "capsnet.model"}  # no data set: nothing of one guessed
     assert "centre-cropped to 24x24 and standardised" in meta("capsnet-cifar10", "cifar10")["capsnet.input"]
-    assert "noise: float32, standard normal" in metadata_of("capspix2pix", None)["capsnet.input"]
+    # the noise capsnet generate makes its images from (it said model.noise(batch, seed): row i for map i, which
+    # generate has not used since 2026-11-28; a review, 2026-12-02)
+    assert ("noise: float32, standard normal (capsnet generate --seeds S gives every map row 0 of model.noise(1, S)"
+            in metadata_of("capspix2pix", None)["capsnet.input"])
     # a run's binary label maps: 0 or 1, as capsnet generate reads a folder of 0/1 PNGs (as 0/255 first: the file's
     # metadata said pixels / 255 alone, which left such maps all but black); graded maps: the pixels / 255
     cfg = create_model("capspix2pix", **SMALL["capspix2pix"]).config.to_dict()

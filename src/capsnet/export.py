@@ -28,8 +28,9 @@ the standardised crops ``capsnet.data.tasks`` prepares outside the model, as its
 The first output's largest entry is the predicted class in every classifier; a segmentation model's first
 output is the foreground probability of every pixel (the mask: above 0.5).
 CapsPix2pix's generator takes two inputs, ``label_maps`` (B, C_in, H, W) in
-[0, 1] and ``noise`` (B, Z), standard normal z (what ``model.noise(B, seed)``
-draws: ``capsnet generate``'s images for a seed come from that z); in eval
+[0, 1] and ``noise`` (B, Z), standard normal z (``capsnet generate --seeds
+S`` gives every label map row 0 of ``model.noise(1, S)``; ``capsnet eval``
+and the viewer give test pair i row i of ``model.noise(N, S)``); in eval
 mode its dropout is off, so the same label map and z give the same image.
 Every file carries ``metadata_of``'s entries (the model, what its input is, the data set and, for a classifier,
 its class names: ONNX ``metadata_props``, a ``.pt2``'s ``capsnet.json`` extra file).
@@ -561,8 +562,9 @@ def metadata_of(model: str, checkpoint: Checkpoint | None) -> dict[str, str]:
         graded = checkpoint is not None and checkpoint.state.get("label_maps") == "graded"
         maps = ("float32 in [0, 1] (the pixels / 255)" if graded else "float32 in [0, 1], the pixels / 255 (a folder "
                 "whose every pixel is 0 or 1 as 0/255 first, as capsnet generate reads it: binary maps are 0 or 1)")
-        meta["capsnet.input"] = (f"label_maps: {maps}; noise: float32, standard normal (capsnet generate's "
-                                 f"model.noise(batch, seed))")
+        meta["capsnet.input"] = (f"label_maps: {maps}; noise: float32, standard normal (capsnet generate --seeds S "
+                                 f"gives every map row 0 of model.noise(1, S); capsnet eval and the viewer give test "
+                                 f"pair i row i of model.noise(N, S))")
     if checkpoint is None or "dataset" not in checkpoint.train_config:  # what it trained on is not known
         return meta
     dataset = checkpoint.train_config["dataset"]

@@ -77,8 +77,9 @@ def _dropout_seed(seed: int, index: int) -> int:
 @torch.no_grad()
 def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_size: int = 64,
              progress: bool = False, truncation: float | None = None, shared: bool = False) -> torch.Tensor:
-    """Images for ``labels`` as at inference, noise seed ``seed``: the same label map and seed give the same image,
-    whatever else is generated with it (the model's mode is restored after).
+    """Images for ``labels`` as at inference, noise seed ``seed``: the same label map, seed and index in ``labels``
+    give the same image, whatever else is generated with it (the model's mode is restored after); ``shared=True``
+    drops the index.
 
     A model with a noise vector (CapsPix2pix) gets the vectors of the whole set at once, image i the i-th; one
     whose noise is dropout (pix2pix, an empty z) draws image i's masks from a stream of its own, seeded by
