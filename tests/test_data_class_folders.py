@@ -631,7 +631,9 @@ def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatc
 
     _write(tmp_path / "src", {f"{c}/{k}.png": _GREY for c in ("a", "b") for k in range(3)})
     saved = _disk_full_after(monkeypatch, 2)  # the third file finds the disk full
-    with pytest.raises(OSError, match="No space left"):
+    # said of the folder (the CLI said "cannot write the output ... (any earlier file of that name is unchanged)")
+    with pytest.raises(DataError, match=f"cannot write the prepared images into {tmp_path / 'out'}: No space left on "
+                                        f"device; free space there or write elsewhere \\(--out\\); nothing was kept"):
         prepare_class_folders(tmp_path / "src", tmp_path / "out", 8)
     assert len(saved) == 2 and not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
     monkeypatch.undo()
@@ -658,7 +660,7 @@ def test_prepare_fills_an_empty_folder_given_in_place(tmp_path, monkeypatch):
     out.chmod(0o2770)
     inode = out.stat().st_ino
     _disk_full_after(monkeypatch, 3)  # the fourth file finds the disk full
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DataError, match="No space left"):
         prepare_class_folders(tmp_path / "src", out, 8)
     assert out.is_dir() and list(out.iterdir()) == [] and out.stat().st_ino == inode
     monkeypatch.undo()

@@ -344,12 +344,16 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
             partial.rmdir()
         else:
             partial.rename(out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
         for done in moved:  # the folder given left empty, as it was
             if done.is_dir():
                 shutil.rmtree(done, ignore_errors=True)
             else:
                 done.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not e.filename and e.errno is not None:  # a PNG's write (a full disk): the
+            # CLI said "cannot write the output ... (any earlier file of that name is unchanged)" (a review)
+            raise DataError(f"cannot write the prepared images into {out}: {e.strerror or e}; free space there or "
+                            f"write elsewhere (--out); nothing was kept") from None
         raise
     return Prepared(out, counts, trained, skipped)
