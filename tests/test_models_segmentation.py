@@ -62,8 +62,15 @@ def test_output_shapes_for_several_input_sizes(name, size):
     assert ((out.probabilities >= 0) & (out.probabilities <= 1)).all()
     if name.startswith("segcaps"):
         assert out.poses.shape == (2, 1, 16, H, W) and out.reconstructions.shape == (2, 1, H, W)
-        grids = model.capsule_grids(torch.rand(1, 1, H, W))
+        x = torch.rand(1, 1, H, W)
+        grids = model.capsule_grids(x)
         assert grids["primary"].shape == (1, 2, 16, H // 2, W // 2) and grids["conv_3_2"].shape == (1, 8, 64, H // 8, W // 8)
+        # the viewer's one pass: the output and the grids as the two calls give them
+        both, both_grids = model.forward_with_grids(x)
+        alone = model(x)
+        assert all(torch.equal(getattr(both, f), getattr(alone, f)) for f in ("probabilities", "poses",
+                                                                               "reconstructions"))
+        assert both_grids.keys() == grids.keys() and all(torch.equal(both_grids[k], grids[k]) for k in grids)
 
 
 @pytest.mark.parametrize("name", SEGMENTATION)

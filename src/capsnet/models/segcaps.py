@@ -474,7 +474,14 @@ class SegCaps(nn.Module):
             # or over the batch, it masked the reconstruction wrongly and silently (a (B, H, W) mask at B = 16)
             raise ValueError(f"masks must be (B, 1, H, W) = ({images.shape[0]}, 1, {images.shape[-2]}, "
                              f"{images.shape[-1]}), one per image, got {tuple(masks.shape)}")
-        poses = self.capsule_grids(images)["seg_caps"]  # (B, 1, 16, H, W)
+        return self.forward_with_grids(images, masks)[0]
+
+    def forward_with_grids(self, images: torch.Tensor, masks: torch.Tensor | None = None
+                           ) -> tuple[SegCapsOutput, dict[str, torch.Tensor]]:
+        """``forward``'s output and ``capsule_grids``' layers from one pass (the viewer shows both: two passes took
+        twice the time). Shapes as the two."""
+        grids = self.capsule_grids(images)
+        poses = grids["seg_caps"]  # (B, 1, 16, H, W)
         # (B, 1, H, W), in float32 whatever the poses' dtype: float16 rounds a probability near 1 in steps of 5e-4,
         # which the cross-entropy of a sure pixel, -log(1 - p), magnifies (the shipped model's loss 4.9% off)
         probabilities = safe_norm(poses.to(torch.promote_types(poses.dtype, torch.float32)), dim=2)  # float64 kept
@@ -482,7 +489,7 @@ class SegCaps(nn.Module):
         if self.decoder is not None:
             keep = (probabilities.detach() > 0.5) if masks is None else masks
             recon = self.decoder(poses[:, 0] * keep.to(poses.dtype))  # (B, C, H, W)
-        return SegCapsOutput(probabilities, poses, recon)
+        return SegCapsOutput(probabilities, poses, recon), grids
 
 
 def segmentation_model_loss(model: nn.Module, images: torch.Tensor, masks: torch.Tensor,

@@ -30,8 +30,8 @@ __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_S
 
 THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score
 # uploads of other sizes than the model's (any its stride divides) up to this many pixels, or the model's own count
-# if larger: a walk runs the network twice and records a layer's routing, about 10 s at 256x256 for SegCaps R3 on
-# a 2-core CPU (capsnet predict takes larger images)
+# if larger: a walk's time grows with the pixels, 16 times a 64x64 canvas's at 256x256, and the server answers one
+# walk at a time (capsnet predict takes larger images)
 OTHER_SIZE_PIXELS = 256 * 256
 SEGMENTATION_TEST_SIZE = 1000  # mnist-segmentation canvases the viewer draws (all 10,000 take ~10 s on a CPU)
 
@@ -222,6 +222,22 @@ class SegmentationViewer(_ViewerBase):
             return {}, {}
         return hooked_grids(self._routers, hooked, lambda: self.model.capsule_grids(x))
 
+    def _output_and_grids(self, x: torch.Tensor, hooked: list[str]) -> tuple[Any, dict[str, torch.Tensor],
+                                                                               dict[str, torch.Tensor]]:
+        """The model's output for ``x``, with ``_grids``' two from the same pass where the model gives both
+        (SegCaps' ``forward_with_grids``)."""
+        if not hasattr(self.model, "forward_with_grids"):  # the U-Net: no capsule grids
+            return (self.model(x), *self._grids(x, hooked))
+        both: list[Any] = []
+
+        def run() -> dict[str, torch.Tensor]:
+            out, grids = self.model.forward_with_grids(x)
+            both.append(out)
+            return grids
+
+        grids, inputs = hooked_grids(self._routers, hooked, run)
+        return both[0], grids, inputs
+
     def walk(self, inp: _Input, routing: str | None = None) -> dict[str, Any]:
         """Every view of one input (the JSON of POST /api/forward and /api/upload).
 
@@ -231,9 +247,10 @@ class SegmentationViewer(_ViewerBase):
         layer = self._routing_layer(routing)
         with self._lock, torch.inference_mode():
             x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
-            out = self.model(x)  # probabilities (1, 1, H, W); SegCaps: reconstructions masked by the prediction
             maps = self._first(x)  # (1, K, H, W)
-            grids, inputs = self._grids(x, [layer] if layer else [])
+            # probabilities (1, 1, H, W), SegCaps' reconstructions masked by the prediction; its grids from the
+            # same pass
+            out, grids, inputs = self._output_and_grids(x, [layer] if layer else [])
             rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P, R, T, J)
         prob = out.probabilities[0].float().cpu()  # (1, H, W)
         mask = (prob > THRESHOLD).to(torch.uint8)  # (1, H, W)
