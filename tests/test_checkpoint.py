@@ -52,11 +52,12 @@ def test_a_runs_lock_removes_capsnets_stale_writes_and_none_of_the_users_own_fil
     """A review (2026-12-02): `capsnet train --out` (and figures, whose --out may be any folder) removed a user's
     .notes.tmp-old and .draft.tmp-42, and .photos.tmp-2024-06/ with its files (read as pid 2024's partial folder)."""
     dead = 999_999_999  # no such process
-    # the user's own; then a folder named as a temporary file, and a file named as a partial folder, neither capsnet's
-    users = [".notes.tmp-old", ".draft.tmp-42", ".photos.tmp-2024-06/a.txt", ".y.tmp-abcdefgh-dir/c.txt",
-             f".x.tmp-{dead}-1-abcdefgh/b.txt", f".z.tmp-{dead}-1-dir"]
-    # a killed write, an older capsnet's (no writer named), prepare's partial folder
-    capsnets = [f".last.safetensors.tmp-{dead}-1-k3j4h5g6", ".config.json.tmp-q1w2e3r4", f".out.tmp-{dead}-1-dir/p.png"]
+    # the user's own (the last of the shape an older capsnet's temporary file had, no writer named: left to the write
+    # of its own file); then a folder named as a temporary file, and a file named as a partial folder, neither
+    # capsnet's
+    users = [".notes.tmp-old", ".draft.tmp-42", ".photos.tmp-2024-06/a.txt", ".notes.tmp-20240601",
+             ".y.tmp-abcdefgh-dir/c.txt", f".x.tmp-{dead}-1-abcdefgh/b.txt", f".z.tmp-{dead}-1-dir"]
+    capsnets = [f".last.safetensors.tmp-{dead}-1-k3j4h5g6", f".out.tmp-{dead}-1-dir/p.png"]  # a killed write; prepare's
     for name in users + capsnets:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("mine")
@@ -64,6 +65,10 @@ def test_a_runs_lock_removes_capsnets_stale_writes_and_none_of_the_users_own_fil
         lock.acquire()
     assert all((tmp_path / name).read_text() == "mine" for name in users)
     assert not any((tmp_path / name.split("/")[0]).exists() for name in capsnets)
+    # an older capsnet's temporary file goes when its own file is written (at once: it names no writer to wait for)
+    (tmp_path / ".config.json.tmp-q1w2e3r4").write_text("cut short")
+    atomic_write_bytes(tmp_path / "config.json", b"{}")
+    assert not (tmp_path / ".config.json.tmp-q1w2e3r4").exists() and (tmp_path / ".notes.tmp-20240601").exists()
 
 
 def test_an_atomic_write_over_a_folder_names_the_folder_and_leaves_no_temporary_file(tmp_path):
@@ -86,8 +91,10 @@ def test_save_refuses_what_load_would_call_damaged_and_writes_nothing(tmp_path):
                                                                   r"None .*e\.g\. \{'epoch': 0, 'step': 0\}"),
         (Checkpoint("capsnet", TINY.to_dict(), {}, {"epoch": 1.0, "step": 0}, weights),
          "state.epoch must be a non-negative integer, got 1.0"),
-        (Checkpoint("capsnet-v2", TINY.to_dict(), {}, {"epoch": 0, "step": 0}, weights),
-         "model_name 'capsnet-v2' is not a registered model"),
+        (Checkpoint(None, TINY.to_dict(), {}, {"epoch": 0, "step": 0}, weights),
+         "model_name must be a model's name \\(a string\\), got None"),
+        (Checkpoint("capsnet", [1], {}, {"epoch": 0, "step": 0}, weights),
+         r"model_config must be a JSON object, got list \(load_checkpoint would refuse the file\)$"),
         (Checkpoint("capsnet", TINY, {}, {"epoch": 0, "step": 0}, weights),
          r"Checkpoint.model_config is a CapsNetConfig; pass its .to_dict\(\)"),
         (Checkpoint("capsnet", TINY.to_dict(), {}, {"epoch": 0, "step": 0, "seen": {1, 2}}, weights),
@@ -98,6 +105,10 @@ def test_save_refuses_what_load_would_call_damaged_and_writes_nothing(tmp_path):
         assert list(tmp_path.iterdir()) == []
     save_checkpoint(path, Checkpoint("capsnet", TINY.to_dict(), {}, {"epoch": 0, "step": 0}, weights))
     assert load_checkpoint(path).state == {"epoch": 0, "step": 0}
+    # what load_checkpoint reads is saved: a model of the user's own under capsnet's format, a tuple (a JSON list)
+    save_checkpoint(path, Checkpoint("mynet", {"a": 1}, {}, {"epoch": 0, "step": 0, "history": ({"a": 1},)},
+                                     {"w": torch.zeros(2)}))
+    assert load_checkpoint(path).model_name == "mynet" and load_checkpoint(path).state["history"] == [{"a": 1}]
 
 
 def test_a_model_given_where_a_checkpoint_goes_is_named():
@@ -233,7 +244,7 @@ def test_truncated_checkpoint(tmp_path, keep):
     path.write_bytes(data[:keep] if keep >= 0 else data[:keep])
     # a file of 8 bytes or fewer has no header to read: said as too short (it was "truncated or corrupt (header too
     # small)" for any small file, a 3-byte note passed as --judge among them: a review, 2026-12-02)
-    said = f"{keep} bytes, too few for a safetensors file" if 0 <= keep <= 8 else "truncated or corrupt"
+    said = {0: "it is empty", 5: "5 bytes, too few for a safetensors file"}.get(keep, "truncated or corrupt")
     with pytest.raises(CheckpointError, match=said):
         load_checkpoint(path)
 

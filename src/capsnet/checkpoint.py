@@ -360,7 +360,8 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
     from /proc): it is left alone while that process still runs (two `capsnet figures` into one folder, an eval
     beside a starting run), and removed once it has ended or its pid belongs to another process now (one started at
     another time: pid 1 in every container). Where a start cannot be read the pid alone decides. A temporary file
-    with no pid in its name (a capsnet before 2026-11-30) is removed. A temporary folder named the same way
+    with no pid in its name (a capsnet before 2026-11-30; or a user's own ``.notes.tmp-20240601``) is left here:
+    ``atomic_write`` removes it when it writes the file of that name. A temporary folder named the same way
     (``capsnet prepare``'s, ``-dir`` at its end, renamed into place when whole) is removed with what it holds, only
     when it names its writer. Names of any other shape (``_TEMP_NAME``: a user's own ``.notes.tmp-old`` or
     ``.photos.tmp-2024-06/`` in a folder given as --out) are left alone."""
@@ -369,10 +370,12 @@ def remove_stale_writes(folder: Path | str, pattern: str = ".*.tmp-*") -> None:
         if writer is None:  # not capsnet's: a user's own file or folder
             continue
         pid, start, folder_name = writer
+        if not pid:  # an older capsnet's, or a user's .notes.tmp-20240601: left to the write of its own file
+            continue
         if tmp.is_dir() and not tmp.is_symlink():
-            if folder_name and pid and not _running(pid, start):
+            if folder_name and not _running(pid, start):
                 shutil.rmtree(tmp, ignore_errors=True)
-        elif not folder_name and not (pid and _running(pid, start)):
+        elif not folder_name and not _running(pid, start):
             tmp.unlink(missing_ok=True)
 
 
@@ -542,22 +545,16 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
     """Write ``ckpt`` atomically to ``path`` (a ``.safetensors`` file). What ``load_checkpoint`` would call damaged
-    (an unregistered model name, a config that is not a dict, a ``state`` without whole ``epoch`` and ``step``
-    counts) is a CheckpointError here, before anything is written."""
-    from .models import MODELS  # (models import this module)
-
-    if ckpt.model_name not in MODELS:
-        raise CheckpointError(f"cannot save {path}: model_name {short_repr(ckpt.model_name)} is not a registered "
-                              f"model ({', '.join(MODELS)}); a checkpoint is rebuilt by that name")
+    (a config that is not a dict, a ``state`` without whole ``epoch`` and ``step`` counts, values JSON cannot hold)
+    is a CheckpointError here, before anything is written. (The model's name is not checked: ``load_model``
+    rebuilds registered models, and other code may store its own.)"""
+    if not isinstance(ckpt.model_name, str) or not ckpt.model_name:
+        raise CheckpointError(f"cannot save {path}: model_name must be a model's name (a string), got "
+                              f"{short_repr(ckpt.model_name)}")
     for part in ("model_config", "train_config"):
         if hasattr(getattr(ckpt, part), "to_dict"):
             raise CheckpointError(f"cannot save {path}: Checkpoint.{part} is a "
                                   f"{type(getattr(ckpt, part)).__name__}; pass its .to_dict()")
-    try:
-        _check_metadata(ckpt.model_config, ckpt.train_config, ckpt.state)
-    except ValueError as e:
-        raise CheckpointError(f"cannot save {path}: {e} (load_checkpoint would refuse the file; a run's state "
-                              f"holds at least whole epoch and step counts, e.g. {{'epoch': 0, 'step': 0}})") from None
     parts = {}
     for part in ("model_config", "train_config", "state"):
         try:
@@ -565,6 +562,12 @@ def save_checkpoint(path: Path | str, ckpt: Checkpoint) -> None:
         except (TypeError, ValueError) as e:  # a value JSON cannot hold (a tensor, a set), a circular reference
             raise CheckpointError(f"cannot save {path}: Checkpoint.{part} holds what JSON cannot ({e}): give it "
                                   f"numbers, strings, lists and dicts only") from None
+    try:  # as load_checkpoint will read them (a tuple is a list in JSON)
+        _check_metadata(*(json.loads(parts[part]) for part in ("model_config", "train_config", "state")))
+    except ValueError as e:
+        hint = ("; a run's state holds at least whole epoch and step counts, e.g. {'epoch': 0, 'step': 0}"
+                if str(e).startswith(("state.epoch", "state.step")) else "")
+        raise CheckpointError(f"cannot save {path}: {e} (load_checkpoint would refuse the file{hint})") from None
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in ckpt.model_state.items()}
     metadata = {
         "format": FORMAT,
@@ -676,9 +679,11 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         metadata = _read_metadata(data)
     except (SafetensorError, ValueError, OSError, RuntimeError) as e:
         if len(data) <= 8:  # not even a header's length: "truncated or corrupt (header too small)" said of any file
-            raise CheckpointError(f"{p} is not a checkpoint: {len(data)} bytes, too few for a safetensors file (one "
-                                  f"cut short, or another file); pass a run directory made by `capsnet train` or its "
-                                  f"best.safetensors / last.safetensors") from None
+            n = len(data)
+            size = f"{n} byte{'s' if n > 1 else ''}, too few for a safetensors file" if n else "it is empty"
+            raise CheckpointError(f"{p} is not a checkpoint: {size} (one cut short, or another file); pass a run "
+                                  f"directory made by `capsnet train` or its best.safetensors / last.safetensors"
+                                  ) from None
         if data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
             raise CheckpointError(f"{p} is not a checkpoint: not a safetensors file at all; pass a run directory made "
                                   f"by `capsnet train` or its best.safetensors / last.safetensors") from None
