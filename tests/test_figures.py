@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from capsnet import figures as fg
+from capsnet.figures.report import FIGURE_NAME
 from capsnet.cli import main
 from capsnet.data import load_dataset
 from capsnet.evaluate import load_model
@@ -292,14 +293,18 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     # the run chose its best on the test split (no --val-size): drawn from its final epoch, as eval scores it
     assert "drawn from last.safetensors, the final epoch's weights" in printed
     assert f"checkpoint {run_dir / 'last.safetensors'}" in printed
+    assert all(FIGURE_NAME.fullmatch(name) for name in names)  # the names the note below knows as figures
     # drawn again into the folder with fewer indices: what it replaced, and the earlier figures it left, said (a
-    # review, 2026-12-02: --which best then last mixed two checkpoints' figures under "wrote 5 figures")
+    # review, 2026-12-02: --which best then last mixed two checkpoints' figures under "wrote 5 figures"); the
+    # user's own files there are not figures of an earlier call
+    (out / "holiday.png").write_bytes(b"mine")
     assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--indices", 10,
                     "--misclassified", 0, "--dims", 0) == 0
     printed = capsys.readouterr().out
     assert f"wrote 5 figures to {out} (5 files of the same names replaced):" in printed
-    assert (f"note: 3 other figures in {out} came from an earlier `capsnet figures` (other --which, --indices or "
-            f"weights) and were left as they were: misclassified.png, pose_sweep_3.png, routing_3.png") in printed
+    assert (f"note: 3 other figures in {out} came from an earlier `capsnet figures` (another --which, --indices, "
+            f"--format or --weights) and were left as they were: misclassified.png, pose_sweep_3.png, routing_3.png; "
+            f"give another --out to keep each drawing apart\n") in printed
 
 
 def test_figures_into_a_folder_another_is_writing_are_refused_and_an_error_leaves_no_folder(run_dir, data_root,

@@ -92,6 +92,7 @@ def test_figures_command_on_a_segcaps_run(segmentation_run, data_root, tmp_path,
     assert names == ["capsule_maps_0.png", "capsule_maps_3.png", "segmentations.png", "segmentations_ood.png",
                      "training_curves.png", "worst.png"]
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in out.iterdir())
+    assert all(fg.report.FIGURE_NAME.fullmatch(name) for name in names)  # what a later call's note counts as figures
     text = capsys.readouterr().out
     assert "the lowest Dice: images" in text and "mean Dice" in text
     # the worst images named are the lowest-Dice ones of the first WORST_POOL test canvases

@@ -72,6 +72,7 @@ def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, caps
                  "--indices", "1", "3", "--misclassified", "3", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["capsule_maps_1.png", "capsule_maps_3.png", "interpolation.png",
                                                       "samples.png", "training_curves.png", "truncation.png"]
+    assert all(fg.report.FIGURE_NAME.fullmatch(p.name) for p in out.iterdir())  # a later call's note's figures
     said = capsys.readouterr().out  # a flag with nothing to shape here is said, not skipped without a word
     assert ("--misclassified not used: a synthesis model's figures have no pose sweeps or misclassified inputs"
             in said)

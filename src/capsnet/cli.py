@@ -1568,9 +1568,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     if done.earlier:  # another call's figures beside these (--which best then last drew into one folder, unsaid)
         shown = ", ".join(done.earlier[:5]) + (f" and {len(done.earlier) - 5} more" if len(done.earlier) > 5 else "")
         left = "was left as it was" if len(done.earlier) == 1 else "were left as they were"
+        give = "give another --out" if args.out else "give --out"
         print(f"note: {_counted(len(done.earlier), 'other figure')} in {done.folder} came from an earlier `capsnet "
-              f"figures` (other --which, --indices or weights) and {left}: {shown}; give --out to keep each "
-              f"drawing apart")
+              f"figures` (another --which, --indices, --format or --weights) and {left}: {shown}; {give} to keep "
+              f"each drawing apart")
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,7 +30,10 @@ from .synthesis import (generator_maps, interpolate_noise, label_maps_shown, plo
 __all__ = ["FiguresWritten", "write_figures"]
 
 
-FIGURE_SUFFIXES = tuple(f".{f}" for f in FORMATS)  # a folder's figures, of any format this writes
+# the names of the figures this module writes, in any format (a folder's other files, the user's own, are not its)
+FIGURE_NAME = re.compile(r"(?:training_curves|multimnist|reconstructions|misclassified|lengths|worst|samples|"
+                         r"interpolation|truncation|segmentations(?:_\w+)?|(?:pose_sweep|routing|capsule_maps)_\d+)"
+                         rf"\.(?:{'|'.join(FORMATS)})")
 
 
 @dataclass
@@ -239,7 +243,7 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
         with RunLock(out) as lock, progress_bar(desc="figures", unit=" figures", progress=progress,
                                                 leave=False) as bar, drawing(bar):
             lock.acquire()
-            before = {p.name for p in out.iterdir() if p.suffix.lower() in FIGURE_SUFFIXES and p.is_file()}
+            before = {p.name for p in out.iterdir() if FIGURE_NAME.fullmatch(p.name) and p.is_file()}
             done = _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
                          dims=dims, deltas=deltas, misclassified=misclassified, fmt=fmt, dpi=dpi, progress=progress,
                          unused=unused)
