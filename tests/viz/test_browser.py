@@ -312,6 +312,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert page.inner_text("#error") == "" and "your image (96x64 px" in page.inner_text("#source")
             for canvas in ("input", "seg-probability", "seg-mask"):
                 assert page.evaluate(f"[$('{canvas}').width, $('{canvas}').height]") == [96, 64], canvas
+            assert page.inner_text("#input-size") == "64x96"  # HxW, as the page says the model's (it said 64x64)
             import torch
 
             w = v.walk(v.image_input(torch.from_numpy(wide)[None].float() / 255, {"kind": "upload"}))
@@ -319,6 +320,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             page.click("#show-test")
             page.wait_for_function("document.body.dataset.walks === '10'")
             assert page.evaluate("[$('seg-mask').width, $('seg-mask').height]") == [128, 128]
+            assert page.inner_text("#input-size") == "64x64"
             assert errors == []
 
             # the U-Net: its first convolution and its prediction, no capsule panels

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ import pytest
 from PIL import Image
 
 from capsnet.data import load_dataset
-from capsnet.viz import ViewerError
+from capsnet.viz import ViewerError, images
 from capsnet.viz.images import MAX_UPLOAD_BYTES, mnist_style, read_image, upload_input
 
 
@@ -165,6 +166,29 @@ def test_a_phone_photo_passes_and_is_turned_upright():
     reference = mnist_style(upright.resize((378, 504), Image.Resampling.BOX), (1, 28, 28))
     corr = np.corrcoef(x.numpy().ravel(), reference.numpy().ravel())[0, 1]
     assert corr > 0.95, corr
+
+
+def test_a_canvas_of_another_size_is_taken_upright_and_its_size_said_as_shown():
+    """A segmentation model's upload of another size its stride divides (``sides``): a 96x64 JPEG stored sideways
+    with EXIF orientation 6 is the upright 64x96 (WxH) image, and its size is said as shown (it was the stored 96x64:
+    a review, 2026-12-02); other sizes are refused naming both rules."""
+    upright = np.zeros((96, 64), np.uint8)
+    upright[10:20, 5:60] = 255  # a bar near the top: not symmetric
+    sideways = Image.fromarray(upright).transpose(Image.Transpose.ROTATE_90)  # 96 wide, 64 high, as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    sideways.save(buf, "JPEG", quality=95, exif=exif)
+    x, size = images.canvas_input(buf.getvalue(), (1, 64, 64), sides=(8, 65536))
+    assert size == (64, 96) and x.shape == (1, 96, 64)
+    assert np.abs(x[0].numpy() * 255 - upright).mean() < 8  # upright (JPEG's loss aside)
+    for side, said in (((60, 64), "the image is 60x64 pixels; this model segments images whose sides are multiples of "
+                                  "8 (it was trained on 64x64), up to 65,536 pixels in the viewer (e.g. 256x256"),
+                       ((16, 8192), "up to 65,536 pixels")):
+        with pytest.raises(ViewerError, match=re.escape(said)):
+            images.canvas_input(_png(Image.new("L", side)), (1, 64, 64), sides=(8, 65536))
+    x, size = images.canvas_input(_png(Image.new("L", (64, 64))), (1, 64, 64), sides=(8, 65536))
+    assert size == (64, 64) and x.shape == (1, 64, 64)  # the model's own size, as before
 
 
 def test_large_images_are_worked_small_with_the_same_result():

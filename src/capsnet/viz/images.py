@@ -155,6 +155,7 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         if img.mode.startswith(("I", "F")):
             raise ViewerError(f"the image has mode {img.mode!r} (16/32-bit); save it as an 8-bit grey or RGB image")
         img = _decode(img, None)
+        w, h = img.size  # as shown: after its EXIF rotation
         # a rotation swaps the sides: a W x H model's H x W image (the sides rule holds either way round)
         if img.size != (W, H) and (sides is None or _off_sides(*img.size, *sides)):
             raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "

@@ -135,7 +135,9 @@ function sizeSegmentationCanvases(H, W) {
 
 function renderSegmentation() {
   const w = state.walk, info = state.info;
-  sizeSegmentationCanvases(w.input.shape[1], w.input.shape[2]);  // (every canvas below is drawn again)
+  const [, H, W] = w.input.shape;
+  sizeSegmentationCanvases(H, W);  // (every canvas below is drawn again)
+  $("input-size").textContent = `${H}x${W}`;  // an upload of another size than the model's
   drawImage($("input"), w.input);
   drawImage($("seg-probability"), w.probability);
   drawImage($("seg-mask"), w.mask);
