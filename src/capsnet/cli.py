@@ -1822,7 +1822,7 @@ def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     name = Path(e.filename) if e.filename else None
     if name is not None and e.errno == errno.EEXIST and name.is_file():
         return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
-    if name is not None and e.errno == errno.EISDIR and name.is_dir() and e.strerror.startswith("a folder is there"):
+    if name is not None and e.errno == errno.EISDIR and name.is_dir() and (e.strerror or "").startswith("a folder is"):
         return (f"{name} is a folder, where a file of that name was to be written (the folder is left as it was); "
                 f"move or rename it, or write elsewhere")
     if name is not None and e.errno == errno.EEXIST and name.is_symlink() and not name.exists():

@@ -42,8 +42,8 @@ class FiguresWritten:
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was shown, for the user
     replaced: list[Path] = field(default_factory=list)  # of ``files``, those whose names were in the folder before
-    # the figures already in the folder that this call did not draw (an earlier call's: other --which, --indices or
-    # weights), left as they were; by name
+    # the figures already in the folder that this call did not draw (an earlier call's: another --which, --indices,
+    # --format or --weights), left as they were; by name
     earlier: list[str] = field(default_factory=list)
 
 

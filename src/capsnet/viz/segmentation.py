@@ -25,7 +25,8 @@ from ..models import segments
 from ..routing import routing_name
 from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
 
-__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer", "hooked_grids",
+__all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer",
+           "hooked_grids",
            "describe_layers", "length_views", "coupling_view"]
 
 THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score

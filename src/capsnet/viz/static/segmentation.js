@@ -126,8 +126,8 @@ function drawRGB(canvas, H, W, rgbAt) {
   out.drawImage(off, 0, 0, canvas.width, canvas.height);
 }
 
-// The input and mask canvases for an H x W image (the model's size, or an upload's other size): a whole number of
-// screen pixels per pixel, at least 128 on the longer side.
+// The input and mask canvases for an H x W image (the model's size, or an upload's other size): the largest whole
+// number of screen pixels per pixel that keeps the longer side within 128, and 1 for an image larger than that.
 function sizeSegmentationCanvases(H, W) {
   const scale = Math.max(1, Math.floor(128 / Math.max(H, W)));
   for (const id of SEGMENTATION_CANVASES) { $(id).width = W * scale; $(id).height = H * scale; }
