@@ -26,8 +26,7 @@ from ..routing import routing_name
 from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer",
-           "hooked_grids",
-           "describe_layers", "length_views", "coupling_view"]
+           "hooked_grids", "describe_layers", "length_views", "coupling_view"]
 
 THRESHOLD = 0.5  # the predicted mask: probability > 0.5, the rule capsnet.evaluate and training score
 # uploads of other sizes than the model's (any its stride divides) up to this many pixels, or the model's own count
