@@ -226,4 +226,5 @@ for dir in "$RUNS"/*/; do
     mkdir -p "$OUT/$name"
     cp "$dir"/config.json "$dir"/metrics.jsonl "$dir"/eval-*.json "$OUT/$name/" 2>/dev/null
 done
+[ -z "${RUNS_DIR:-}" ] && rm -rf "$RUNS"  # the checkpoints, as the header says (a RUNS_DIR given is the caller's)
 nvidia-smi >> "$OUT/logs/env.log" 2>&1

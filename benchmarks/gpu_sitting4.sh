@@ -24,6 +24,7 @@ timeout 120 "$PY" -m capsnet train --out "$RUN" --preset fast --seed 0 --data-di
     --no-progress > "$OUT/logs/preset-seed0.log" 2>&1
 echo "preset exit $? at ${SECONDS} s" >> "$OUT/logs/preset-seed0.log"
 cp "$RUN"/config.json "$RUN"/metrics.jsonl "$OUT/preset-seed0/" 2>/dev/null
+rm -rf "$(dirname "$RUN")"  # its checkpoints: the records are in OUT
 SV=(--device cuda --compile reduce-overhead --dtype bf16 --repeats 20 --steps-per-timing 10)
 timeout 170 "$PY" "$REPO/benchmarks/speed_variants.py" "${SV[@]}" --batch-size 128 \
     --variants base gemm-primary gemm-convs whole-step-graph --json "$OUT/speed_variants-128.json" \

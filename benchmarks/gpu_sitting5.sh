@@ -30,5 +30,7 @@ for seed in 0 1 2; do
         echo "exit $? at ${SECONDS} s" >> "$OUT/logs/$name.log"
         mkdir -p "$OUT/$name"
         cp "$RUNS/$name"/config.json "$RUNS/$name"/metrics.jsonl "$OUT/$name/" 2>/dev/null
+        rm -rf "${RUNS:?}/$name"  # its checkpoints: the records are in OUT
     done
 done
+rmdir "$RUNS" 2>/dev/null || true
