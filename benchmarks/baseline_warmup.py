@@ -12,31 +12,29 @@ docs/results.md, "The CNN baseline on larger inputs"; logs in docs/results/basel
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 from capsnet.data.affine import random_translate
-from capsnet.data.idx import read_idx
+from capsnet.data import load_dataset
 from capsnet.models.baseline import BaselineCNN, BaselineCNNConfig
 from capsnet.train import TrainConfig, lr_at
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--warmup-steps", type=int, default=0, help="linear ramp of the rate over this many steps (0: none)")
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--size", type=int, default=40, help="canvas side")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default="../shared/data", help="folder holding mnist/")
+    p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: CAPSNET_DATA, then capsnet's "
+                                                     "cache, as the CLI finds it)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    mnist = Path(args.data_dir) / "mnist"
-    images = torch.from_numpy(read_idx(mnist / "train-images-idx3-ubyte.gz")[:5000].copy())
-    labels = torch.from_numpy(read_idx(mnist / "train-labels-idx1-ubyte.gz")[:5000].copy()).long()
+    train = load_dataset("mnist", "train", root=args.data_dir, download=False)
+    images, labels = train.images[:5000, 0], train.labels[:5000]  # (5000, 28, 28) uint8, (5000,) int64
     torch.manual_seed(args.seed)
     model = BaselineCNN(BaselineCNNConfig(input_height=args.size, input_width=args.size))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -41,7 +41,7 @@ def import_before(src: Path, into: Path):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--before", required=True, type=Path, help="the other checkout's src folder")
     p.add_argument("--models", nargs="+", default=["inverted-capsnet"], choices=list(MODELS))
     p.add_argument("--batch-size", type=int, default=32)

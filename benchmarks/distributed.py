@@ -43,7 +43,7 @@ def command(processes: int, args: list[str]) -> list[str]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=os.environ.get("CAPSNET_DATA"), help="folder holding mnist/")
     p.add_argument("--train-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=2)

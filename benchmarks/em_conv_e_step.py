@@ -29,7 +29,7 @@ from capsnet.models.em_capsnet import CONV_E_STEPS
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="em-capsnet-small", choices=["em-capsnet-small", "em-capsnet"])
     p.add_argument("--iterations", type=int, nargs="+", default=[2, 3])
     p.add_argument("--batch-size", type=int, default=32)

@@ -64,7 +64,7 @@ def entrywise_copies():
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--iterations", type=int, nargs="+", default=[2, 3])
     p.add_argument("--batch-size", type=int, default=32)

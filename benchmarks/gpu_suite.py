@@ -264,7 +264,7 @@ def environment(device: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("environment", help="write the environment record (JSON)")
     e.add_argument("--device", required=True)

@@ -77,7 +77,7 @@ def timed(layers: list[_GridCaps], fold: bool, step: Callable[[], None]) -> Call
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", default=None, help="write the table and its context here")
     args = p.parse_args()

@@ -45,7 +45,7 @@ def step(routing: DynamicRouting, votes: torch.Tensor, bias: torch.Tensor, few: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=8, help="images; each brings its positions")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", default=None, help="write the table and its context here")

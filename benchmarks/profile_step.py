@@ -20,7 +20,7 @@ from capsnet.runtime import COMPILE_MODES
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--compile", choices=("none", *COMPILE_MODES), default="default",
                    help="none: eager, where every row below is an operation of the model's own code")

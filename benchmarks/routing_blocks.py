@@ -31,7 +31,7 @@ BLOCKS = (16, 32, 64, 144, 288, 576, 1152)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=int, nargs="+", default=[32, 128, 512])
     p.add_argument("--blocks", type=int, nargs="+", default=list(BLOCKS), help="fixed block sizes to time beside the default")
     p.add_argument("--repeats", type=int, default=7)

@@ -67,7 +67,7 @@ def without_routing(model: nn.Module) -> nn.Module:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=list(MODELS_COMPARED),
                    help=f"registered models ({', '.join(MODELS)}), each optionally NAME:ROUTING")
     p.add_argument("--batch-size", type=int, default=64)

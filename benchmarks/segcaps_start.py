@@ -29,7 +29,7 @@ from capsnet.data.tasks import TEST_SEED
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variant", nargs="+", default=["default", "squash=exp"],
                    help="model options per variant, KEY=VALUE joined by commas (no list values); 'default' for none")
     p.add_argument("--batch-size", type=int, default=8)

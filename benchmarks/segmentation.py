@@ -56,7 +56,7 @@ def runner(name: str, size: int, batch: int, mode: str, device: str = "cpu", bf1
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME[:FIELD=VALUE]",
                    help="the models to time (the U-Net, every ratio's reference, is always among them)")
     p.add_argument("--size", type=int, default=64, help="image side of the step-time comparison")

@@ -267,7 +267,7 @@ def _memory_mark(device: torch.device) -> int:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch-size", type=_positive, nargs="+", default=[128, 512])
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))

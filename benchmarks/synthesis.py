@@ -81,7 +81,7 @@ class Stepper:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=32, help="side of the label maps and images")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)

@@ -15,7 +15,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="run directory, checkpoint file or pretrained:NAME")
     p.add_argument("--which", choices=("best", "last"), default="last")
     p.add_argument("--dataset", default=None, help="test set to pick from (default: the run's)")

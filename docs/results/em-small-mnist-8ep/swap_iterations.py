@@ -25,7 +25,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+")
     p.add_argument("--iterations", type=int, nargs="+", default=[1, 2, 3, 4])
-    p.add_argument("--data-dir", default="../shared/data")
+    p.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: CAPSNET_DATA, then capsnet's cache)")
     p.add_argument("--test-size", type=int, default=0, help="the first N test digits (0: all 10,000)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
