@@ -290,7 +290,8 @@ def test_a_gan_epoch_longer_than_64_steps_checks_its_scale_inside_it(tmp_path, d
                 tmp_path, device="cpu", data_root=data_root, progress=False)
 
 
-def test_a_damaged_scaler_state_is_named_on_loading(tmp_path):
+def test_a_damaged_scaler_state_is_named_on_loading(tmp_path, monkeypatch):
+    from capsnet import checkpoint as ck
     from capsnet.checkpoint import CheckpointError, save_checkpoint
 
     fit(TINY, _with(epochs=1, train_size=64), tmp_path, device="cpu", progress=False)
@@ -299,6 +300,11 @@ def test_a_damaged_scaler_state_is_named_on_loading(tmp_path):
                                               "_growth_tracker"}
     for field, value in (("scale", 0.0), ("scale", "big"), ("backoff_factor", 1.5), ("growth_interval", 0)):
         state = {**ckpt.state, "grad_scaler": {**ckpt.state["grad_scaler"], field: value}}
-        save_checkpoint(tmp_path / "bad.safetensors", dataclasses.replace(ckpt, state=state))
+        bad = dataclasses.replace(ckpt, state=state)
+        with pytest.raises(CheckpointError, match=r"cannot save .*: state.grad_scaler must be a gradient scaler's"):
+            save_checkpoint(tmp_path / "bad.safetensors", bad)  # refused before it is written (since 2026-12-02)
+        with monkeypatch.context() as m:  # written all the same, as a file damaged on disk holds it
+            m.setattr(ck, "_check_metadata", lambda *parts: None)
+            save_checkpoint(tmp_path / "bad.safetensors", bad)
         with pytest.raises(CheckpointError, match=r"damaged metadata: state.grad_scaler must be a gradient scaler's"):
             load_checkpoint(tmp_path / "bad.safetensors")
