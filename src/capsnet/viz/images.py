@@ -28,7 +28,7 @@ from ..data.png import scale_binary_label_maps, transparent_share
 from .engine import ViewerError
 
 __all__ = ["MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "MAX_DECODED_BYTES", "MAX_CONCURRENT_DECODES", "MAX_JPEG_SCANS",
-           "WORK_SIDE", "read_image", "mnist_style", "upload_input", "canvas_input"]
+           "WORK_SIDE", "read_image", "mnist_style", "upload_input", "canvas_input", "off_sides"]
 
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads larger than this are refused unread
 MAX_UPLOAD_PIXELS = 4096 * 4096  # checked from the header, before a pixel is decoded
@@ -149,7 +149,7 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         img = _open(data)
         w, h = img.size
         # from the header (an EXIF rotation may still swap the sides: the rules below hold either way round)
-        if sorted((w, h)) != sorted((W, H)) and (sides is None or _off_sides(w, h, *sides)):
+        if sorted((w, h)) != sorted((W, H)) and (sides is None or off_sides(w, h, *sides)):
             raise ViewerError(f"the image is {w}x{h} pixels; {_size_rule(W, H, what, sides)} (crop or scale it "
                               f"first)")
         if img.mode.startswith(("I", "F")):
@@ -157,8 +157,8 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
         img = _decode(img, None)
         w, h = img.size  # as shown: after its EXIF rotation
         # a rotation swaps the sides: a W x H model's H x W image (the sides rule holds either way round)
-        if img.size != (W, H) and (sides is None or _off_sides(*img.size, *sides)):
-            raise ViewerError(f"the image is {img.size[0]}x{img.size[1]} pixels once its EXIF rotation is applied; "
+        if (w, h) != (W, H) and (sides is None or off_sides(w, h, *sides)):
+            raise ViewerError(f"the image is {w}x{h} pixels once its EXIF rotation is applied; "
                               f"{_size_rule(W, H, what, sides)}")
         try:
             transparent = transparent_share(img)
@@ -181,7 +181,7 @@ def canvas_input(data: bytes, shape: tuple[int, int, int], what: str = "segments
     return (x.unsqueeze(0) if C == 1 else x.permute(2, 0, 1)).contiguous(), (w, h)  # (C, H, W)
 
 
-def _off_sides(w: int, h: int, multiple: int, max_pixels: int) -> bool:
+def off_sides(w: int, h: int, multiple: int, max_pixels: int) -> bool:
     """Whether a ``w`` x ``h`` image breaks ``canvas_input``'s ``sides`` rule."""
     return w % multiple != 0 or h % multiple != 0 or w * h > max_pixels
 

@@ -15,7 +15,7 @@ record=True)``). There are no classes and no digit capsules to move, so
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ from ..data.segmentation import dice_iou
 from ..models import segments
 from ..routing import routing_name
 from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
+from .images import off_sides
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer",
            "hooked_grids", "describe_layers", "length_views", "coupling_view"]
@@ -65,10 +66,14 @@ def routing_layer(routers: dict[str, nn.Module], routing: Any, model: nn.Module)
                        f"this {type(model).__name__} has no capsule layers; leave routing out"))
 
 
-def hooked_grids(routers: dict[str, nn.Module], hooked: list[str], grids: Callable[[], dict[str, torch.Tensor]]
-                 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """``grids()`` (a ``capsule_grids`` call: {name: (1, T, D, H', W')}) and the input each ``hooked`` layer of
-    ``routers`` got on the way ((1, T, Din, H, W), the skip concatenation included)."""
+_Ran = TypeVar("_Ran")  # what hooked_grids' callable returns
+
+
+def hooked_grids(routers: dict[str, nn.Module], hooked: list[str], grids: Callable[[], _Ran]
+                 ) -> tuple[_Ran, dict[str, torch.Tensor]]:
+    """``grids()`` (a ``capsule_grids`` call: {name: (1, T, D, H', W')}, or SegCaps' ``forward_with_grids``: its
+    output and those grids) and the input each ``hooked`` layer of ``routers`` got on the way ((1, T, Din, H, W), the
+    skip concatenation included)."""
     inputs: dict[str, torch.Tensor] = {}
 
     def keep(name: str):
@@ -204,10 +209,9 @@ class SegmentationViewer(_ViewerBase):
         ``info()`` field) allows; no ground truth."""
         C, H, W = image.shape if image.dim() == 3 else (None, None, None)
         if self.sides is not None and C == self.shape[0] and (H, W) != self.shape[1:]:
-            multiple, max_pixels = self.sides
-            if H % multiple or W % multiple or H * W > max_pixels:
-                raise ViewerError(f"image must be {self.shape} or have sides multiples of {multiple} and at most "
-                                  f"{max_pixels:,} pixels, got {tuple(image.shape)}")
+            if off_sides(W, H, *self.sides):  # canvas_input's rule
+                raise ViewerError(f"image must be {self.shape} or have sides multiples of {self.sides[0]} and at "
+                                  f"most {self.sides[1]:,} pixels, got {tuple(image.shape)}")
             return _Input(checked_image(image, (C, H, W)), source)
         return _Input(checked_image(image, self.shape), source)
 
@@ -228,15 +232,8 @@ class SegmentationViewer(_ViewerBase):
         (SegCaps' ``forward_with_grids``)."""
         if not hasattr(self.model, "forward_with_grids"):  # the U-Net: no capsule grids
             return (self.model(x), *self._grids(x, hooked))
-        both: list[Any] = []
-
-        def run() -> dict[str, torch.Tensor]:
-            out, grids = self.model.forward_with_grids(x)
-            both.append(out)
-            return grids
-
-        grids, inputs = hooked_grids(self._routers, hooked, run)
-        return both[0], grids, inputs
+        (out, grids), inputs = hooked_grids(self._routers, hooked, lambda: self.model.forward_with_grids(x))
+        return out, grids, inputs
 
     def walk(self, inp: _Input, routing: str | None = None) -> dict[str, Any]:
         """Every view of one input (the JSON of POST /api/forward and /api/upload).
