@@ -31,7 +31,8 @@ from safetensors.torch import save as st_save
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
-           "FORMAT", "FORMAT_VERSION", "saved_point", "tensor_digest", "run_file", "unwritable"]
+           "FORMAT", "FORMAT_VERSION", "saved_point", "tensor_digest", "run_file", "unwritable", "refuse_folders",
+           "FolderInTheWay"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -253,12 +254,16 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     _fsync_dir(path.parent)
 
 
+class FolderInTheWay(IsADirectoryError):
+    """A folder where a file was to be written (``refuse_folders``); its ``filename`` the folder."""
+
+
 def refuse_folders(paths: Iterable[Path]) -> None:
-    """An IsADirectoryError naming the first of ``paths`` (files about to be written) that is a folder: a command
+    """A ``FolderInTheWay`` naming the first of ``paths`` (files about to be written) that is a folder: a command
     that writes several files checks them all before it writes the first."""
     for path in paths:
         if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "a folder is there, where a file was to be written", str(path))
+            raise FolderInTheWay(errno.EISDIR, "a folder is there, where a file was to be written", str(path))
 
 
 _WINDOWS = os.name == "nt"

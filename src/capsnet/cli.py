@@ -28,7 +28,7 @@ from ._config import OutOfRange, json_value
 from ._progress import one_line_warnings
 from .average import WEIGHTS
 from .bench import DTYPES
-from .checkpoint import RunLock, check_out_dir
+from .checkpoint import FolderInTheWay, RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (CLASSES_PREFIX, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem,
                          input_shape, task, task_kind, user_folder)
@@ -1822,7 +1822,7 @@ def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     name = Path(e.filename) if e.filename else None
     if name is not None and e.errno == errno.EEXIST and name.is_file():
         return f"{name} is a file, where a folder was to be made; give a folder (--out) that is not a file"
-    if name is not None and e.errno == errno.EISDIR and name.is_dir() and (e.strerror or "").startswith("a folder is"):
+    if name is not None and isinstance(e, FolderInTheWay):
         return (f"{name} is a folder, where a file of that name was to be written (the folder is left as it was); "
                 f"move or rename it, or write elsewhere")
     if name is not None and e.errno == errno.EEXIST and name.is_symlink() and not name.exists():
