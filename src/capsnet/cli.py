@@ -26,6 +26,7 @@ from typing import Any, Iterator, Sequence
 from . import __version__
 from ._config import OutOfRange, json_value
 from ._progress import one_line_warnings
+from ._text import some_of
 from .average import WEIGHTS
 from .bench import DTYPES
 from .checkpoint import FolderInTheWay, RunLock, check_out_dir
@@ -1566,7 +1567,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     print(f"wrote {len(done.files)} figures to {done.folder}{_replaced(done.replaced)}:")
     print("\n".join(f"  {p.name}" for p in done.files))
     if done.earlier:  # another call's figures beside these (--which best then last drew into one folder, unsaid)
-        shown = ", ".join(done.earlier[:5]) + (f" and {len(done.earlier) - 5} more" if len(done.earlier) > 5 else "")
+        shown = some_of(done.earlier)
         left = "was left as it was" if len(done.earlier) == 1 else "were left as they were"
         give = "give another --out" if args.out else "give --out"
         print(f"note: {_counted(len(done.earlier), 'other figure')} in {done.folder} came from an earlier `capsnet "

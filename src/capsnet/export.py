@@ -66,6 +66,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from ._text import some_of
 from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
@@ -334,8 +335,7 @@ class ExportResult:
                 "the ONNX graph does not check them: another size runs to a wrong result or an error)"))
         if classes := self.metadata.get("capsnet.classes"):
             names = json.loads(classes)
-            lines.append(f"classes (index k of {self.outputs[0][0]}): {', '.join(names[:10])}"
-                         + (f" and {len(names) - 10} more" if len(names) > 10 else "") + " (in the file's metadata)")
+            lines.append(f"classes (index k of {self.outputs[0][0]}): {some_of(names, 10)} (in the file's metadata)")
         if self.checked_with:
             sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""
             lines.append(f"checked: {self.checked_with} runs it on {_CHECK_BATCH} random "

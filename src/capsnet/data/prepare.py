@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._text import some_of
 from .idx import DataError
 
 __all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_array", "fit_pil",
@@ -329,8 +330,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
             elif key in trained_pixels:
                 copied.append((p, trained_pixels[key]))
         if copied:  # classes:DIR refuses the folder (a test image trained on), naming the PNGs: named by photo here
-            shown = ", ".join(f"{t.relative_to(source)} (= {c.relative_to(source)})" for t, c in copied[:5]) + (
-                f" and {len(copied) - 5} more" if len(copied) > 5 else "")
+            shown = some_of(f"{t.relative_to(source)} (= {c.relative_to(source)})" for t, c in copied)
             raise DataError(f"{source / TEST_FOLDER} holds {len(copied)} photo(s) that are also training photos of "
                             f"their class (the same pixels once fitted): {shown}; a test image must not be trained "
                             f"on: keep each in test/ only (remove its twin from the class folder); nothing written")

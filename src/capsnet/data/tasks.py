@@ -96,6 +96,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.nn.functional as F
 
+from .._text import some_of
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
@@ -620,7 +621,7 @@ def class_change(state: dict[str, Any], dataset: str, trained_here: bool = True)
         return None
 
     def listed(names: list[str]) -> str:
-        return ", ".join(map(str, names[:8])) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        return some_of(names, 8)
 
     added, gone = [c for c in now if c not in saved], [c for c in saved if c not in now]
     new, missing = ("new", "gone") if trained_here else ("not the model's", "missing")
@@ -711,8 +712,7 @@ def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
         copied = [f"{test.names[k]} (= {trained[d]})" for k in range(len(test))
                   if (d := _pair_digest(test, k)) in trained]  # each named beside its training twin
         if copied:  # a test pair also trained on scores as if seen: its figures would be too good
-            shown = ", ".join(copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5
-                                                                 else "")
+            shown = some_of(copied)
             same = "the same file's contents, of the same class" if prefix == CLASSES_PREFIX else \
                 "the same files' contents"
             raise DataError(f"{Path(root) / 'test'} holds {len(copied)} of the training {noun}s ({same}): {shown}; "
@@ -738,7 +738,7 @@ def _warn_other_class_twins(root: str | os.PathLike, splits: list[tuple[str, Dat
             if seen[0] != label:
                 clashes.append(f"{name} = {seen[1]}")
     if clashes:
-        shown = ", ".join(clashes[:5]) + (f" and {len(clashes) - 5} more" if len(clashes) > 5 else "")
+        shown = some_of(clashes)
         warnings.warn(f"{CLASSES_PREFIX}{root} holds {len(clashes)} image(s) whose contents are an image of another "
                       f"class too: {shown}; labelled both ways, at most one of each can be scored right: keep each "
                       f"in its own class only", UserWarning, stacklevel=2)
