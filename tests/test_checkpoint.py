@@ -245,8 +245,18 @@ def test_truncated_checkpoint(tmp_path, keep):
     # a file of 8 bytes or fewer has no header to read: said as too short (it was "truncated or corrupt (header too
     # small)" for any small file, a 3-byte note passed as --judge among them: a review, 2026-12-02)
     said = {0: "it is empty", 5: "5 bytes, too few for a safetensors file"}.get(keep, "truncated or corrupt")
-    with pytest.raises(CheckpointError, match=said):
+    with pytest.raises(CheckpointError, match=said) as alone:
         load_checkpoint(path)
+    assert "--which" not in str(alone.value)  # nothing beside it to name
+    # a kill mid-write cuts last.safetensors short beside an intact best: the message names that one (it said "use
+    # another checkpoint or retrain", or to pass the run folder that was passed: a review, 2026-12-02)
+    save_checkpoint(tmp_path / "best.safetensors", _ckpt(model, opt))
+    for given, which in [(path, "last"), (tmp_path, "last")]:
+        with pytest.raises(CheckpointError, match=said) as info:
+            load_checkpoint(given, which=which)
+        assert str(info.value).endswith("use the run's best.safetensors beside it (--which best on the run folder), "
+                                        "or retrain")
+    assert load_checkpoint(tmp_path).path.name == "best.safetensors"
 
 
 def test_foreign_files_are_refused(tmp_path):

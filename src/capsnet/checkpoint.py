@@ -672,6 +672,15 @@ def _read_metadata(data: bytes) -> dict[str, str]:
     return json.loads(data[8:8 + n]).get("__metadata__", {}) or {}
 
 
+def _instead(p: Path, otherwise: str) -> str:
+    """What to do about the damaged checkpoint ``p``: a run's best or last beside the other one names that one (a
+    kill mid-write leaves last.safetensors cut short beside an intact best.safetensors), else ``otherwise``."""
+    other = {"best.safetensors": "last", "last.safetensors": "best"}.get(p.name)
+    if other is None or not (p.parent / f"{other}.safetensors").is_file():
+        return otherwise
+    return f"use the run's {other}.safetensors beside it (--which {other} on the run folder), or retrain"
+
+
 def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
     """Read a checkpoint file, or the ``best``/``last`` one of a run directory."""
     p = resolve_checkpoint(path, which)
@@ -686,21 +695,20 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         if len(data) <= 8:  # not even a header's length: "truncated or corrupt (header too small)" said of any file
             n = len(data)
             size = f"{n} byte{'s' if n > 1 else ''}, too few for a safetensors file" if n else "it is empty"
-            raise CheckpointError(f"{p} is not a checkpoint: {size} (one cut short, or another file); pass a run "
-                                  f"directory made by `capsnet train` or its best.safetensors / last.safetensors"
-                                  ) from None
+            raise CheckpointError(f"{p} is not a checkpoint: {size} (one cut short, or another file); " + _instead(
+                p, "pass a run directory made by `capsnet train` or its best.safetensors / last.safetensors")) from None
         if data[8:9] != b"{":  # a safetensors file opens with its header's length, then a JSON object
-            raise CheckpointError(f"{p} is not a checkpoint: not a safetensors file at all; pass a run directory made "
-                                  f"by `capsnet train` or its best.safetensors / last.safetensors") from None
+            raise CheckpointError(f"{p} is not a checkpoint: not a safetensors file at all; " + _instead(
+                p, "pass a run directory made by `capsnet train` or its best.safetensors / last.safetensors")) from None
         raise CheckpointError(f"checkpoint {p} is truncated or corrupt ({e}); "
-                              f"use another checkpoint or retrain") from e
+                              + _instead(p, "use another checkpoint or retrain")) from e
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{p} is a safetensors file but not a capsnet checkpoint (no '{FORMAT}' metadata)")
     saved = metadata.get("digest")  # absent in files written before 2026-11-28 (the shipped models among them)
     if saved is not None and saved.startswith(DIGEST + ":") and tensor_digest(tensors) != saved:
         raise CheckpointError(f"checkpoint {p} is damaged: its tensors do not match the digest saved with them (the "
-                              f"file changed after it was written); use another checkpoint or retrain (weights "
-                              f"changed on purpose: save them with capsnet.checkpoint.save_checkpoint)")
+                              f"file changed after it was written); {_instead(p, 'use another checkpoint or retrain')} "
+                              f"(weights changed on purpose: save them with capsnet.checkpoint.save_checkpoint)")
     if metadata.get("format_version") not in READ_VERSIONS:
         raise CheckpointError(f"{p} has checkpoint format version {metadata.get('format_version')!r}; "
                               f"this capsnet reads versions {', '.join(READ_VERSIONS)}")
@@ -710,7 +718,8 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         state = json.loads(metadata["state"])
         opt_meta = json.loads(metadata["optimizer"]) if "optimizer" in metadata else None
     except (KeyError, json.JSONDecodeError, RecursionError) as e:
-        raise CheckpointError(f"checkpoint {p} has damaged metadata ({e}); use another checkpoint or retrain") from e
+        raise CheckpointError(f"checkpoint {p} has damaged metadata ({e}); "
+                              + _instead(p, "use another checkpoint or retrain")) from e
     try:
         _check_metadata(model_config, train_config, state)
         model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
@@ -719,7 +728,8 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
         optimizer_state = _unflatten_optimizer(opt_tensors, opt_meta) if opt_meta is not None else None
         _check_rank_rng(state, rng)
     except ValueError as e:
-        raise CheckpointError(f"checkpoint {p} has damaged metadata: {e}; use another checkpoint or retrain") from None
+        raise CheckpointError(f"checkpoint {p} has damaged metadata: {e}; "
+                              + _instead(p, "use another checkpoint or retrain")) from None
     return Checkpoint(metadata.get("model", "capsnet"), model_config, train_config, state, model_state,
                       optimizer_state, rng, p)
 
