@@ -22,6 +22,9 @@ p.add_argument("--data-dir", default=None)
 args = p.parse_args()
 for run in args.runs:
     model, ckpt = load_model(run, which="last", device="cpu")
+    if not hasattr(model.config, "noise_dim"):  # pix2pix: its only noise is its dropout, which eval mode turns off
+        p.error(f"{run} is a {ckpt.model_name} run, whose generator takes no noise vector; this diagnosis reads "
+                f"CapsPix2pix runs (capspix2pix, capspix2pix-deep)")
     dataset = ckpt.train_config["dataset"]
     test = load_test(dataset, size=args.test_size, root=args.data_dir, progress=False).to("cpu")
     judge = load_judge(judge_for(dataset, None, run_dir=run), device="cpu")
