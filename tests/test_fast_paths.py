@@ -395,7 +395,7 @@ def test_a_cuda_device_past_the_last_one_is_refused_with_the_count(monkeypatch):
     from capsnet.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for count, said in ((1, r"has 1 CUDA device \(cuda:0\); use one of those, or --device cuda"),
+    for count, said in ((1, r"has 1 CUDA device \(cuda:0\); use one of those, or 'cuda' \(--device cuda\)"),
                         (2, r"has 2 CUDA devices \(cuda:0 to cuda:1\)")):
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         with pytest.raises(ValueError, match=rf"device 'cuda:7' asked for, but this machine {said}"):

@@ -96,22 +96,23 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = parse_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use --device cpu or auto")
+        raise ValueError(f"device {device!r} asked for, but this PyTorch sees no CUDA device; use 'cpu' or 'auto' "
+                         f"(--device cpu or auto)")
     if dev.type == "cuda" and dev.index is not None and dev.index >= (count := torch.cuda.device_count()):
         # torch's own "invalid device ordinal" comes later, from the first tensor moved there, as a traceback
         raise ValueError(f"device {device!r} asked for, but this machine has {count} CUDA device"
                          f"{'s' if count != 1 else ''} (cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}); use "
-                         f"one of those, or --device cuda")
+                         f"one of those, or 'cuda' (--device cuda)")
     if dev.type == "meta":
         raise ValueError(f"device {device!r} holds shapes, not numbers: nothing trains, scores or is timed there; use "
-                         f"--device cpu, cuda or auto")
+                         f"'cpu', 'cuda' or 'auto' (--device cpu, cuda or auto)")
     if dev.type not in ("cpu", "cuda"):  # mps, xpu, ...: known to torch, but maybe not built in or not on this machine
         try:
             torch.empty(1, device=dev)
         except (RuntimeError, AssertionError) as e:
             said = str(e).strip().splitlines()[0].split(". ")[0][:160] if str(e).strip() else type(e).__name__
             raise ValueError(f"device {device!r} asked for, but this PyTorch cannot use it here ({said}); use "
-                             f"--device cpu or auto") from None
+                             f"'cpu' or 'auto' (--device cpu or auto)") from None
     return dev
 
 
