@@ -28,10 +28,20 @@ def _records(run_dir) -> list[dict]:
 
 
 def _steps_taken() -> tuple[list[int], object]:
-    """A list that grows by one at every optimizer step taken (the scaler calls none for a skipped step)."""
+    """A list that grows by one at every optimizer step taken: one that moved Adam's step count. The scaler calls
+    PyTorch's default Adam for no skipped step, and calls the fused one (capsnet's on the CPU too since 2026-12-02)
+    for every step, handing it the overflow found, on which it changes no weight and takes its count back."""
     from_optimizer = sys.modules["torch.optim.optimizer"]
     taken: list[int] = []
-    return taken, from_optimizer.register_optimizer_step_post_hook(lambda *_: taken.append(1))
+    counts: dict[int, int] = {}
+
+    def after(opt, *_):
+        first = opt.param_groups[0]["params"][0]
+        count = int(opt.state[first]["step"]) if "step" in opt.state.get(first, {}) else 0
+        if count > counts.get(id(opt), 0):
+            taken.append(1)
+        counts[id(opt)] = count
+    return taken, from_optimizer.register_optimizer_step_post_hook(after)
 
 
 def test_grad_scaler_is_enabled_for_fp16_only():

@@ -224,10 +224,31 @@ def test_a_fused_adam_state_resumes_on_a_device_without_it():
     assert plain.state[q]["step"].item() == 2
 
 
-def test_make_optimizer_fuses_only_on_cuda():
+def test_make_optimizer_fuses_where_torch_can(monkeypatch):
+    """Fused on the CPU too where this torch has the kernel there (2.4 on; PyTorch's default, a loop over the
+    tensors, was 4-5x slower: a review, 2026-12-02, benchmarks/README.md "Fused Adam on the CPU"); a torch without
+    it keeps its default rather than failing."""
+    from capsnet import runtime
+
     model = torch.nn.Linear(2, 2)
-    assert not train_mod.make_optimizer(model, CFG, torch.device("cpu")).param_groups[0]["fused"]
-    assert train_mod.make_optimizer(model, CFG, torch.device("cpu")).param_groups[0]["lr"] == CFG.lr
+    opt = train_mod.make_optimizer(model, CFG, torch.device("cpu"))
+    assert opt.param_groups[0]["fused"] and opt.param_groups[0]["lr"] == CFG.lr
+    assert runtime.fuses_adam("cuda") and not runtime.fuses_adam("mps")
+    adam = torch.optim.Adam
+
+    def before_2_4(params, **kw):  # torch 2.1-2.3 on the CPU
+        if kw.get("fused"):
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cuda', 'xpu', 'privateuseone'].")
+        return adam(params, **kw)
+
+    monkeypatch.setattr(torch.optim, "Adam", before_2_4)
+    runtime.fuses_adam.cache_clear()
+    try:
+        assert not runtime.fuses_adam("cpu")
+        assert not train_mod.make_optimizer(model, CFG, torch.device("cpu")).param_groups[0]["fused"]
+    finally:
+        runtime.fuses_adam.cache_clear()  # the next caller asks the real torch again
 
 
 def test_train_flags_reach_fit(tmp_path, monkeypatch):

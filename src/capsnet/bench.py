@@ -72,7 +72,7 @@ from torch import nn
 
 from ._config import json_value
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
-from .runtime import autocast, compile_model, keeps_rng, parse_device, resolve_device
+from .runtime import autocast, compile_model, fuses_adam, keeps_rng, parse_device, resolve_device
 
 __all__ = ["BASELINE_FILE", "default_baseline_path", "load_baseline", "environment", "run_benchmark", "run_grid",
            "measure_training", "format_table", "write_record", "alternate", "model_variant", "amp_of"]
@@ -513,7 +513,8 @@ def run_benchmark(
         steps_per_timing: steps run back to back in each timing, their mean time the step time (None: 1 on a
             CPU, 10 on CUDA; see the module docstring). The layer of ``routing_share`` is timed the same way.
 
-    On CUDA, capsnet's Adam is fused, as in ``capsnet train``; the baseline's is not.
+    capsnet's Adam is fused where ``capsnet train`` fuses it (``runtime.fuses_adam``: CUDA, and the CPU from torch
+    2.4); the baseline's is not.
 
     Returns:
         one dict per (device, mode, implementation): impl, device, mode, batch, repeats,
@@ -569,13 +570,14 @@ def run_benchmark(
             labels = torch.randint(0, config.num_classes, (batch_size,), generator=gen).to(device)
 
             for mode in modes:
-                # capsnet runs as capsnet train runs it: fused Adam on CUDA, compiled when asked; the others stay as written.
+                # capsnet runs as capsnet train runs it: Adam fused where train fuses it (CUDA; the CPU from torch 2.4),
+                # compiled when asked; the others stay as written.
                 if compile:
                     torch._dynamo.reset()  # a fresh graph per row set: no recompile limit reached, no dynamic shapes
                 per_timing = default_steps_per_timing(device, steps_per_timing)
                 runners = {impl: _Runner(m, mode, images, labels, lr, bf16=dtype == "bf16", fp16=dtype == "fp16",
                                          steps=per_timing,
-                                         fused=impl == CAPSNET and device.type == "cuda",
+                                         fused=impl == CAPSNET and fuses_adam(device.type),
                                          compile=compile if impl == CAPSNET else False)
                            for impl, m in models.items()}
                 for runner in runners.values():  # a CUDA graph's memory is taken while it is recorded, here

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model", "evaluating", "keeps_mode", "keeps_rng"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model", "fuses_adam", "evaluating", "keeps_mode", "keeps_rng"]
 
 T = TypeVar("T")
 
@@ -114,6 +114,21 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             raise ValueError(f"device {device!r} asked for, but this PyTorch cannot use it here ({said}); use "
                              f"'cpu' or 'auto' (--device cpu or auto)") from None
     return dev
+
+
+@functools.cache
+def fuses_adam(device_type: str) -> bool:
+    """Whether capsnet's Adam is fused on ``device_type`` ("cuda", "cpu", ...): on CUDA, and on the CPU where this
+    torch has the fused kernel there (2.4 and later). PyTorch's default on the CPU loops over the tensors in Python:
+    on this project's CPU 4-5x slower for CapsNet's weights, 4-7% of its training step (benchmarks/README.md, "Fused
+    Adam on the CPU"). Elsewhere (mps, xpu): PyTorch's default."""
+    if device_type != "cpu":
+        return device_type == "cuda"
+    try:
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], fused=True)
+    except (RuntimeError, ValueError):  # "`fused=True` requires all the params to be ... cuda" before 2.4
+        return False
+    return True
 
 
 def autocast(device: torch.device, amp: str) -> torch.autocast:
