@@ -100,7 +100,7 @@ def test_an_unusable_inductor_cache_folder_is_named_by_its_variable(monkeypatch,
     err = capsys.readouterr().err
     assert err == (f"capsnet train: error: TorchInductor's cache folder {tmp_path / 'file' / 'cache'} "
                    f"(TORCHINDUCTOR_CACHE_DIR) cannot be used: Not a directory: {tmp_path / 'file' / 'cache'}; set "
-                   f"TORCHINDUCTOR_CACHE_DIR to a folder you can write to, or leave --compile out\n")
+                   f"TORCHINDUCTOR_CACHE_DIR to a folder you can write to, or train uncompiled (--compile none)\n")
     # a cache folder that holds the run too ($HOME): the run's own paths, a full disk and a command that does not
     # compile are not blamed on the cache (a review of the change)
     import argparse

@@ -221,6 +221,10 @@ def test_typed_flags_override_the_preset(tmp_path, fit_calls):
     assert cli.main(["train", "--preset", "fast", "--lr-schedule", "exponential", "--out", str(tmp_path / "c"),
                      "--no-progress"]) == 0
     assert fit_calls[-1][1] == dataclasses.replace(FAST, lr_schedule="exponential", warmup_steps=0)
+    # --compile none: the preset's compiling turned off (there was no value for it: a review, 2026-12-02)
+    assert cli.main(["train", "--preset", "fast", "--compile", "none", "--out", str(tmp_path / "d"),
+                     "--no-progress"]) == 0
+    assert fit_calls[-1][1] == FAST and fit_calls[-1][2]["compile"] is False
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -230,6 +234,13 @@ def test_typed_flags_override_the_preset(tmp_path, fit_calls):
     (["--preset", "fast", "--resume"], "--preset fast sets up a new run; --resume continues with the run's own "
                                        "settings: leave --preset out"),
     (["--preset", "slow"], "argument --preset: invalid choice: 'slow'"),
+    # what the preset set is said as its, not as typed (a review, 2026-12-02)
+    (["--preset", "fast", "--dataset", "mnist-sample-segmentation"],
+     "--model capsnet (set by --preset fast) is a classification model and --dataset mnist-sample-segmentation a "
+     "segmentation data set; use --model segcaps, segcaps-r1 or unet, or leave --preset fast out"),
+    (["--preset", "fast", "--model", "unet"], "--model unet is a segmentation model and --dataset mnist (set by "
+                                              "--preset fast) a classification data set"),
+    (["--compile", "nope"], "argument --compile: invalid choice: 'nope' (choose from none, default, "),
 ])
 def test_schedule_and_preset_flags_that_conflict_exit_2(tmp_path, capsys, fit_calls, argv, fragment):
     with pytest.raises(SystemExit) as e:
@@ -251,6 +262,19 @@ def test_resume_keeps_the_runs_settings_not_the_presets(tmp_path, data_root, cap
                                    warmup_steps=1)
     assert TrainConfig.from_dict(ckpt.train_config) == expected  # the preset's values, kept by the resume
     assert ckpt.state["epoch"] == 2 and ckpt.state["history"][-1]["lr"] == 0.0  # the stretched decay's end
+
+
+def test_a_warm_up_the_preset_set_too_long_for_the_run_is_said_as_the_presets(tmp_path, data_root, capsys):
+    """"lower --warmup-steps" alone, for a warm-up the user never typed (a review, 2026-12-02)."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "--preset", "fast", "--train-size", "64", "--epochs", "1", "--compile", "none",
+                     *TINY_FLAGS, "--out", str(run), "--device", "cpu", "--data-dir", str(data_root),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "warmup_steps (235) must be fewer than the run's 1 optimizer steps; lower " \
+        "--warmup-steps or train for more steps (--preset fast set --warmup-steps 235; a value typed beside it " \
+        "wins)" in err, err
+    assert not run.exists()
 
 
 def test_a_resume_of_a_linear_run_refuses_the_exponential_flags_as_not_applying(tmp_path, data_root, capsys):

@@ -426,15 +426,26 @@ def _baseline_arguments(p: argparse.ArgumentParser) -> None:
                 "MultiMNIST baseline, 24.5M weights at 36x36)", action="store_const", const=True)
 
 
+def _compile_mode(text: str) -> str | bool:
+    """An argparse type: a --compile MODE of ``COMPILE_MODES``, or "none" (False: not compiled), which a preset that
+    compiles has no other way to be told."""
+    if text == "none":
+        return False
+    if text not in COMPILE_MODES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from none, {', '.join(COMPILE_MODES)})")
+    return text
+
+
 def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
     _field_flag(p, "--amp", TrainConfig, "amp", f"bf16: {what} under bfloat16 autocast, weights and Adam in fp32 (for "
                 "GPUs; a CPU without bfloat16 units runs it far slower); fp16: under float16 autocast with a "
                 "gradient scaler, steps whose gradient is not finite skipped (for GPUs without bfloat16: T4, V100); "
                 "evaluation stays fp32", choices=AMP_MODES)
-    p.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
+    p.add_argument("--compile", nargs="?", const="default", default=None, type=_compile_mode, metavar="MODE",
                    help=f"compile the model for {what} with torch.compile (the optimizer stays eager, so the decaying "
                         f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. "
-                        f"MODE: {', '.join(COMPILE_MODES)}; the flag alone: default")
+                        f"MODE: {', '.join(COMPILE_MODES)}, or none (not compiled, as without the flag: over a "
+                        f"preset's); the flag alone: default")
 
 
 _DATA_DIR_HELP = ("folder holding one folder per data set: mnist/, fashion-mnist/, smallnorb/, cifar10/, svhn/ "
@@ -454,7 +465,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                                                   for name, flags in _PRESETS.items()) +
                         ", --eval-every its --epochs (evaluation after the last epoch only). fast aims at <= 0.33%% "
                         "final MNIST test error in <= 20 s of training on an H100 (measured: 0.34%% mean over 3 seeds in 23 s). "
-                        "Flags typed beside it override its values (--preset fast --epochs 40 --amp none). For a new "
+                        "Flags typed beside it override its values (--preset fast --epochs 40 --amp none --compile none). "
+                        "For a new "
                         "run: refused with --resume, which keeps the run's own settings. Without it, every flag has "
                         "its own default")
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
@@ -753,9 +765,9 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                                                     "benchmarks/tutorial_baseline.py of the source checkout or the "
                                                     "working folder, left out with a note when neither has it; '' "
                                                     "to skip)")
-    b.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
+    b.add_argument("--compile", nargs="?", const="default", default=None, type=_compile_mode, metavar="MODE",
                    help="compile capsnet's model as capsnet train --compile does (the baseline and the floor stay "
-                        f"eager): {', '.join(COMPILE_MODES)}; the flag alone: default")
+                        f"eager): {', '.join(COMPILE_MODES)}, or none (as without the flag); the flag alone: default")
     b.add_argument("--seed", type=_seed, default=0, help="seed of the weights and inputs")
     b.add_argument("--json", default=None, help="also write the environment and every row to this JSON file")
     _allocator_argument(b, ". Applies to every implementation in the run")
@@ -1074,7 +1086,7 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from . import gan, train
+    from . import train
     from .distributed import launcher
 
     if args.preset is not None and args.resume:
@@ -1097,8 +1109,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     chosen = model or _DEFAULT_MODEL[kind]
     if not args.resume and model_spec(chosen).kind != kind:
         fitting = [n for n, spec in MODELS.items() if spec.kind == kind]
-        args.parser.error(f"--model {chosen} is a {model_spec(chosen).kind} model and --dataset {dataset} a {kind} "
-                          f"data set; use --model {_either(fitting)}")
+        by = {f: f" (set by --preset {args.preset})" if f in preset_fields else "" for f in ("model", "dataset")}
+        args.parser.error(f"--model {chosen}{by['model']} is a {model_spec(chosen).kind} model and --dataset "
+                          f"{dataset}{by['dataset']} a {kind} data set; use --model {_either(fitting)}"
+                          + (f", or leave --preset {args.preset} out" if preset_fields else ""))
     typed = _typed(args, _MODEL_FIELDS)
     foreign = sorted(f for f in typed if f not in _fields(chosen))  # flags for fields the chosen model lacks
     if foreign:  # the first one's, and the others with the same models (of the chosen model's task where any)
@@ -1206,7 +1220,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     _keep_memory(args.allocator)
     again = ["capsnet", "train", "--out", str(out), "--resume"]  # with the flags a checkpoint does not keep
     for flag, value in (("--data-dir", args.data_dir), ("--device", None if args.device == "auto" else args.device),
-                        ("--compile", args.compile), ("--tensorboard", args.tensorboard),
+                        ("--compile", args.compile or None), ("--tensorboard", args.tensorboard),
                         ("--save-every", None if args.save_every == SAVE_EVERY_S / 60 else f"{args.save_every:g}"),
                         ("--allocator", None if args.allocator == "keep" else args.allocator)):
         again += [] if value is None else [flag, str(value)]
@@ -1239,6 +1253,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
     # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
     summarise = finished
+    with _preset_named(args, preset_fields, train_cfg):
+        return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise)
+
+
+@contextlib.contextmanager
+def _preset_named(args: argparse.Namespace, preset_fields: list[str], cfg: Any) -> Iterator[None]:
+    """The schedule's refusal of a warm-up as long as the run, said with the preset that set the warm-up (the user
+    typed none: "lower --warmup-steps" alone sent them looking for it)."""
+    try:
+        yield
+    except ValueError as e:
+        if "warmup_steps" not in preset_fields or not str(e).startswith("warmup_steps ("):
+            raise
+        raise ValueError(f"{e} (--preset {args.preset} set --warmup-steps {cfg.warmup_steps}; a value typed beside "
+                         f"it wins)") from None
+
+
+def _fit_run(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, out: Path, launch: Any, main_rank: bool,
+             synthesis: bool, summarise: bool) -> int:
+    """``capsnet train``'s training, once its flags and folder are checked: the GAN loop or ``fit``."""
+    from . import gan, train
+
     if synthesis:
         from .synthesis import judge_for
 
@@ -1844,7 +1880,7 @@ def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     if cache is not None:  # no flag named it: "check the paths given" misled
         var, folder = cache
         return (f"{'Triton' if var.startswith('TRITON') else 'TorchInductor'}'s cache folder {folder} ({var}) cannot be "
-                f"used: {e.strerror or e}: {name}; set {var} to a folder you can write to, or leave --compile out")
+                f"used: {e.strerror or e}: {name}; set {var} to a folder you can write to, or train uncompiled (--compile none)")
     return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
 
 

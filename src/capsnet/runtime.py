@@ -187,7 +187,7 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
         raise ValueError(f"--compile {compile if isinstance(compile, str) else 'default'} (TorchInductor) on the CPU "
                          f"needs a C++ compiler, and {' or '.join(candidates)} "
                          f"({'CXX' if os.environ.get('CXX') else 'its default'}) is not on PATH: install one (e.g. "
-                         f"apt install g++) or point CXX at it, use --compile aot_eager, or leave --compile out")
+                         f"apt install g++) or point CXX at it, use --compile aot_eager, or --compile none")
 
 
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
