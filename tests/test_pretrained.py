@@ -109,6 +109,31 @@ def test_eval_cli_takes_a_shipped_name_and_writes_its_report_here(packed, tmp_pa
     assert not list(packed.parent.glob("eval-*"))  # nothing written into the package
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name, module, function, default", [
+    ("capspix2pix-mnist", "capsnet.synthesis", "evaluate_synthesis_checkpoint", 64),
+    ("capsnet-mnist-small", "capsnet.evaluate", "evaluate_checkpoint", 256)])
+def test_eval_takes_the_batch_size_typed_and_each_kinds_own_default(name, module, function, default, tmp_path,
+                                                                    monkeypatch):
+    """A synthesis checkpoint's evaluation ran at most 64 examples a pass whatever --batch-size said (a review,
+    2026-12-02); 64 is its default now, and a typed value holds."""
+    seen = []
+
+    def recording(*args, batch_size, **kw):
+        seen.append(batch_size)
+        raise _Stop
+
+    monkeypatch.setattr(f"{module}.{function}", recording)
+    monkeypatch.chdir(tmp_path)
+    for typed in ([], ["--batch-size", "512"]):
+        with pytest.raises(_Stop):
+            main(["eval", "--checkpoint", f"pretrained:{name}", "--device", "cpu", "--no-progress", *typed])
+    assert seen == [default, 512]
+
+
 def test_an_unknown_shipped_name_lists_the_shipped_ones(packed, capsys):
     with pytest.raises(CheckpointError, match="no shipped model named 'nope'; the shipped ones are pretrained:tiny"):
         load_checkpoint("pretrained:nope")

@@ -498,7 +498,7 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "--warmup-steps up to the schedule's rate (0: start at --lr; default 0, 200 for --model baseline "
                 "under the exponential schedule, whose first dense layer a full-rate start can kill); --lr-schedule "
                 "linear: fewer than the run's steps",
-                type=_nonneg_int)
+                type=_nonneg_int, show_default=False)
     _field_flag(t, "--lr-min", TrainConfig, "lr_min", "a floor under the learning rate after the warm-up: the "
                 "decay stops there (0: none; Efficient-CapsNet's code: 5e-5)", type=_nonneg_float)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
@@ -604,7 +604,9 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                    help="also score a 40x40 (translated-mnist) model on real affNIST .mat files, e.g. test.mat from "
                         "https://www.cs.toronto.edu/~tijmen/affNIST/; each file's placement is measured and named "
                         "after the generated set it is nearest")
-    e.add_argument("--batch-size", type=_positive_int, default=256, help="examples per forward pass")
+    e.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="examples per forward pass (default: 256; synthesis models 64, whose evaluation holds several "
+                        "generated images an example)")
     e.add_argument("--judge", default=None, metavar="CHECKPOINT",
                    help="synthesis models: the classifier that reads the generated images (default: the run's own, "
                         "else the shipped one for the data set, if any)")
@@ -1437,7 +1439,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         done = evaluate_synthesis_checkpoint(saved, which=args.which, dataset=args.dataset,
                                              test_size=args.test_size, judge=args.judge, root=args.data_dir,
                                              device=str(resolve_device(args.device)),
-                                             batch_size=min(args.batch_size, 64), progress=not args.no_progress,
+                                             batch_size=args.batch_size or 64, progress=not args.no_progress,
                                              truncation=args.truncation, weights=args.weights)
     elif args.judge is not None or args.truncation is not None:
         flag = "--judge" if args.judge is not None else "--truncation"
@@ -1446,7 +1448,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                           f"{saved.model_name} model")
     else:
         done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
-                                   affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
+                                   affnist=args.affnist or (), batch_size=args.batch_size or 256, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress, weights=args.weights)
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
