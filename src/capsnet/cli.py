@@ -16,6 +16,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import threading
@@ -285,6 +286,16 @@ def _flag(field: str) -> str:
     return {"decoder": "--no-decoder", "routing_bias": "--no-routing-bias", "channels": "--cnn-channels",
             "hidden": "--cnn-hidden", "pool": "--cnn-pool",
             "routing_options": "--routing-option"}.get(field, "--" + field.replace("_", "-"))
+
+
+def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any]) -> ValueError:
+    """A config's refusal of a value the user typed, opened by the flag as typed ("--dropout 1.5: BaselineCNNConfig.
+    dropout must be in [0, 1), got 1.5"): the config names its field, which a command line never showed. Another
+    refusal as it is."""
+    for field, value in given.items():
+        if re.match(rf"(\w+\.)?{field}\b", str(e)):
+            return type(e)(f"{_as_typed(field, value, field in options)}: {e}")
+    return e
 
 
 def _as_typed(field: str, value: Any, option: bool = False) -> str:
@@ -1197,13 +1208,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
             if not folder or not any(
                     f"input_{side}" in str(e) for side in ("height", "width")):
-                raise
+                raise _opened_by_flag(e, model_changes, options) from None
             fix = "" if not isinstance(e, OutOfRange) else f"; pad them to at least {e.lo:,} a side" \
                 if min(sized["input_height"], sized["input_width"]) < e.lo else \
                 f"; crop or scale them to at most {e.hi:,} a side"  # a side out of the model's range
             raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
                              f"images, which --model {chosen} cannot take: {e}{fix}") from None
-        train_cfg = _train_config(train_changes, chosen)
+        try:
+            train_cfg = _train_config(train_changes, chosen)
+        except ValueError as e:
+            raise _opened_by_flag(e, train_changes, {}) from None
         _check_unused_flags(args, model_cfg, train_cfg, [f for f in train_changes if f not in preset_fields],
                             model_changes, options)
     chosen, kind = model_name(model_cfg), model_spec(model_name(model_cfg)).kind  # a resume: the run's own

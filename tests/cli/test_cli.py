@@ -634,6 +634,21 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
             f"continues") in r.stderr
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["--model", "baseline", "--dropout", "1.5"], "--dropout 1.5: BaselineCNNConfig.dropout must be in [0, 1)"),
+    (["--lr-min", "0.1"], "--lr-min 0.1: lr_min must lie in [0, lr]"),
+    (["--routing-option", "final_lambda=0.01"], "--routing-option final_lambda=0.01: CapsNetConfig.routing_options"),
+    (["--model-option", "routing_iterations=0"], "--model-option routing_iterations=0: CapsNetConfig."
+                                                 "routing_iterations must be a positive integer, got 0"),
+])
+def test_a_value_the_config_refuses_is_said_with_its_flag(flags, said, tmp_path, capsys):
+    """The configs name their fields (BaselineCNNConfig.dropout, lr_min), which no command line shows: the refusal
+    opens with the flag as typed (a review, 2026-12-02). Nothing is written."""
+    r = in_process(capsys, "train", *flags, "--out", tmp_path / "run", "--no-progress")
+    assert_clean_error(r, f"capsnet train: error: {said}")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_work(tmp_path, trained_run, capsys):
     """Before: torch's RuntimeError for --device foo, and FileNotFoundError / FileExistsError tracebacks for an
     output in a missing folder (after the whole evaluation) or an --out that is a file."""
