@@ -1087,7 +1087,8 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                 f"--model {name} (its {switch} is off by default)"
             args.parser.error(f"--recon-weight {train_cfg.recon_weight:g} weighs the reconstruction loss, and {off} "
                               f"leaves the model without a reconstruction; leave out one of them")
-    if "test_size" in typed and train_cfg.val_size:  # it was recorded, and never read: the test split is not loaded
+    if "test_size" in typed and train_cfg.test_size and train_cfg.val_size:  # recorded and never read: the test split
+        # is not loaded (0, the default, asks for nothing: it was refused as well)
         args.parser.error(f"--test-size keeps the first test examples a run evaluates on, and --val-size "
                           f"{train_cfg.val_size} makes the run evaluate on held-out training examples instead (it "
                           f"never reads the test split); leave --test-size out (`capsnet eval --test-size N` scores "

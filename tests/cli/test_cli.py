@@ -748,6 +748,12 @@ def test_flags_that_agree_or_weigh_nothing_are_accepted(tmp_path, capsys):
     assert r.returncode == 0, r.stderr
     saved = load_checkpoint(tmp_path / "r", "last")
     assert saved.model_config["conv1_channels"] == 8 and saved.model_config["decoder"] is False
+    # --test-size 0 (all, the default) beside --val-size asks for no test examples (it was refused: a review,
+    # 2026-12-02)
+    r = in_process(capsys, "train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64",
+                   "--val-size", "16", "--test-size", "0", *TINY, "--out", tmp_path / "v")
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(tmp_path / "v", "last").train_config["val_size"] == 16
 
 
 def test_a_budget_the_run_cannot_follow_is_warned_in_one_line(tmp_path, capsys):
