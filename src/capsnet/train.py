@@ -1085,8 +1085,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     configuration, so a run may resume with or without it, though then not bit
     for bit). Adam is fused where ``fuses_adam`` says (CUDA; the CPU from torch 2.4). The process's C library
     allocator is left as it is: ``capsnet train`` first calls ``capsnet.memory.keep_freed_memory()`` (its
-    ``--allocator keep``), which a Python caller on Linux calls once for the same speed (a training step that
-    allocates large activations, EM's, ran 1.8x faster with it on a 2-core CPU). The running loss and accuracy stay on the
+    ``--allocator keep``), which a Python caller on Linux calls once for the same speed (an ``em-capsnet-small``
+    step, whose votes are large, ran 1.64x faster with it on a 2-core CPU: benchmarks/allocator_steps.py). The
+    running loss and accuracy stay on the
     device and reach the progress bar about twice a second; on MNIST and
     Fashion-MNIST no training step waits on the host (the MultiMNIST and
     translated-MNIST generators check their draws, which does).
