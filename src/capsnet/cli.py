@@ -476,8 +476,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                                                   for name, flags in _PRESETS.items()) +
                         ", --eval-every its --epochs (evaluation after the last epoch only). fast aims at <= 0.33%% "
                         "final MNIST test error in <= 20 s of training on an H100 (measured: 0.34%% mean over 3 seeds in 23 s). "
-                        "Flags typed beside it override its values (--preset fast --epochs 40 --amp none --compile none). "
-                        "For a new "
+                        "Flags typed beside it override its values (--preset fast --epochs 40 --amp none "
+                        "--compile none). For a new "
                         "run: refused with --resume, which keeps the run's own settings. Without it, every flag has "
                         "its own default")
     t.add_argument("--model", choices=list(MODELS), default=argparse.SUPPRESS,
@@ -1897,7 +1897,8 @@ def _path_error(e: OSError, args: argparse.Namespace | None = None) -> str:
     if cache is not None:  # no flag named it: "check the paths given" misled
         var, folder = cache
         return (f"{'Triton' if var.startswith('TRITON') else 'TorchInductor'}'s cache folder {folder} ({var}) cannot be "
-                f"used: {e.strerror or e}: {name}; set {var} to a folder you can write to, or train uncompiled (--compile none)")
+                f"used: {e.strerror or e}: {name}; set {var} to a folder you can write to, or train uncompiled "
+                f"(--compile none)")
     return f"{e.strerror or e}{f': {name}' if name else ''}; check the paths given"
 
 

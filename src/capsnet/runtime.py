@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model", "fuses_adam", "evaluating", "keeps_mode", "keeps_rng"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model",
+           "fuses_adam", "evaluating", "keeps_mode", "keeps_rng"]
 
 T = TypeVar("T")
 
