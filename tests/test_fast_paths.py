@@ -280,7 +280,13 @@ def test_cli_choices_come_from_the_registries():
 
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     train = {a.dest: a.choices for a in commands["train"]._actions if a.choices is not None}  # noqa: SLF001
-    assert tuple(train["amp"]) == AMP_MODES and tuple(train["compile"]) == COMPILE_MODES
+    assert tuple(train["amp"]) == AMP_MODES
+    for command in ("train", "bench"):  # --compile's type takes every mode, and none (off: over --preset fast's)
+        compile_flag = next(a for a in commands[command]._actions if a.dest == "compile")  # noqa: SLF001
+        assert [compile_flag.type(m) for m in COMPILE_MODES] == list(COMPILE_MODES)
+        assert compile_flag.type("none") is False and all(m in compile_flag.help for m in COMPILE_MODES)
+        with pytest.raises(argparse.ArgumentTypeError, match="invalid choice: 'fast'"):
+            compile_flag.type("fast")
     assert list(train["model"]) == list(MODELS)
     dataset = next(a for a in commands["train"]._actions if a.dest == "dataset")  # noqa: SLF001
     assert all(dataset.type(name) == name for name in TASKS)  # every task, and folder:DIR (checked when read)
