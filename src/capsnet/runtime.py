@@ -121,8 +121,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 def fuses_adam(device_type: str) -> bool:
     """Whether capsnet's Adam is fused on ``device_type`` ("cuda", "cpu", ...): on CUDA, and on the CPU where this
     torch has the fused kernel there (2.4 and later). PyTorch's default on the CPU loops over the tensors in Python:
-    on this project's CPU 4-5x slower for CapsNet's weights, 4-7% of its training step (benchmarks/README.md, "Fused
-    Adam on the CPU"). Elsewhere (mps, xpu): PyTorch's default."""
+    on this project's CPU 4-5x slower for CapsNet's weights, a training step 2-8% slower (benchmarks/README.md,
+    "Fused Adam on the CPU"). Elsewhere (mps, xpu): PyTorch's default."""
     if device_type != "cpu":
         return device_type == "cuda"
     try:
