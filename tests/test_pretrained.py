@@ -6,8 +6,10 @@ has it) is checked against the figures its model card records.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import sys
 
 import pytest
 import torch
@@ -115,22 +117,25 @@ class _Stop(Exception):
 
 @pytest.mark.parametrize("name, module, function, default", [
     ("capspix2pix-mnist", "capsnet.synthesis", "evaluate_synthesis_checkpoint", 64),
-    ("capsnet-mnist-small", "capsnet.evaluate", "evaluate_checkpoint", 256)])
+    ("segcaps-mnist", "capsnet.evaluate", "evaluate_segmentation", 64),
+    ("capsnet-mnist-small", "capsnet.evaluate", "evaluate", 256)])
 def test_eval_takes_the_batch_size_typed_and_each_kinds_own_default(name, module, function, default, tmp_path,
-                                                                    monkeypatch):
-    """A synthesis checkpoint's evaluation ran at most 64 examples a pass whatever --batch-size said (a review,
-    2026-12-02); 64 is its default now, and a typed value holds."""
+                                                                    data_root, monkeypatch):
+    """A synthesis or segmentation checkpoint's evaluation ran at most 64 examples a pass whatever --batch-size
+    said (two reviews, 2026-12-02); 64 is their default now, and a typed value holds."""
     seen = []
 
     def recording(*args, batch_size, **kw):
         seen.append(batch_size)
         raise _Stop
 
-    monkeypatch.setattr(f"{module}.{function}", recording)
+    importlib.import_module(module)  # by sys.modules: "capsnet.evaluate" as a dotted path is the package's function
+    monkeypatch.setattr(sys.modules[module], function, recording)
     monkeypatch.chdir(tmp_path)
     for typed in ([], ["--batch-size", "512"]):
         with pytest.raises(_Stop):
-            main(["eval", "--checkpoint", f"pretrained:{name}", "--device", "cpu", "--no-progress", *typed])
+            main(["eval", "--checkpoint", f"pretrained:{name}", "--device", "cpu", "--data-dir", str(data_root),
+                  "--test-size", "16", "--no-progress", *typed])
     assert seen == [default, 512]
 
 

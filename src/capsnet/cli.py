@@ -616,8 +616,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
                         "https://www.cs.toronto.edu/~tijmen/affNIST/; each file's placement is measured and named "
                         "after the generated set it is nearest")
     e.add_argument("--batch-size", type=_positive_int, default=None,
-                   help="examples per forward pass (default: 256; synthesis models 64, whose evaluation holds several "
-                        "generated images an example)")
+                   help="examples per forward pass (default: 256; segmentation and synthesis models 64, whose passes "
+                        "hold capsule grids or several generated images an example)")
     e.add_argument("--judge", default=None, metavar="CHECKPOINT",
                    help="synthesis models: the classifier that reads the generated images (default: the run's own, "
                         "else the shipped one for the data set, if any)")
@@ -1463,7 +1463,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                           f"{saved.model_name} model")
     else:
         done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
-                                   affnist=args.affnist or (), batch_size=args.batch_size or 256, device=args.device,
+                                   affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                    root=args.data_dir, progress=not args.no_progress, weights=args.weights)
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing

@@ -203,17 +203,22 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
     return SegEvalResult(loss, dice, iou, right, per_image[:, 0], per_image[:, 1])
 
 
-def evaluate_split(model: nn.Module, split: Split, *, batch_size: int = 256, recon_weight: float = 0.0005,
+BATCH_SIZE, SEGMENTATION_BATCH_SIZE = 256, 64  # examples a pass when none is given (a segmenter's: masks, grids)
+
+
+def evaluate_split(model: nn.Module, split: Split, *, batch_size: int | None = None, recon_weight: float = 0.0005,
                    progress: bool = False) -> dict[str, EvalResult | PairEvalResult]:
-    """Score a split (on the model's device, images float) and its extra sets: {"": result, "affine": result, ...}."""
+    """Score a split (on the model's device, images float) and its extra sets: {"": result, "affine": result, ...}.
+    ``batch_size``: examples a pass (None: ``BATCH_SIZE``, masks ``SEGMENTATION_BATCH_SIZE``)."""
     def one(sp: Split) -> EvalResult | PairEvalResult | SegEvalResult:
         if sp.labels.dim() == 4:  # masks
-            return evaluate_segmentation(model, sp.images, sp.labels, batch_size=min(batch_size, 64),
+            return evaluate_segmentation(model, sp.images, sp.labels, batch_size=batch_size or SEGMENTATION_BATCH_SIZE,
                                          recon_weight=recon_weight, progress=progress)
+        batch = batch_size or BATCH_SIZE
         if sp.labels.dim() == 2:
-            return evaluate_pairs(model, sp.images, sp.labels, sp.components, batch_size=batch_size,
+            return evaluate_pairs(model, sp.images, sp.labels, sp.components, batch_size=batch,
                                   recon_weight=recon_weight, progress=progress)
-        return evaluate(model, sp.images, sp.labels, batch_size=batch_size, recon_weight=recon_weight, progress=progress)
+        return evaluate(model, sp.images, sp.labels, batch_size=batch, recon_weight=recon_weight, progress=progress)
     return {"": one(split)} | {name: one(sp) for name, sp in split.extra.items()}
 
 
@@ -453,12 +458,12 @@ def warn_not_finite(ckpt: Checkpoint, results: dict[str, Any]) -> None:
 
 
 def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best", dataset: str | None = None,
-                        test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int = 256,
+                        test_size: int = 0, affnist: Sequence[str | os.PathLike] = (), batch_size: int | None = None,
                         device: str | torch.device = "auto", root: str | os.PathLike | None = None,
                         progress: bool = True, weights: str = "saved") -> CheckpointEvaluation:
     """Score a checkpoint on the test split of ``dataset`` (default: the one it trained on), its extra sets
     (translated MNIST: the affNIST-like set) and any real affNIST ``.mat`` files given; ``weights`` as
-    ``load_model``."""
+    ``load_model``. ``batch_size``: examples a pass (None: 256, a segmentation model's 64)."""
     dev = resolve_device(device)
     model, ckpt = load_model(path, which=which, device=dev, weights=weights)
     train_config = ckpt.train_config
@@ -499,7 +504,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         real = load_affnist(mat)
         key = f"affnist:{Path(mat).name}"
         scored = Split(real.images, real.labels, real.classes).to(dev)
-        results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size,
+        results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size or BATCH_SIZE,
                                 recon_weight=recon_weight, progress=progress)
         sizes[key] = len(real)
         placements[key] = placement(real.images)

@@ -51,7 +51,7 @@ from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREF
                          load_training, task, saved_folder, user_folder)
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
-from .evaluate import evaluate_split
+from .evaluate import SEGMENTATION_BATCH_SIZE, evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
@@ -1331,6 +1331,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
     if launch is not None:  # every rank on the same settings, data and resumed point, before any work together
         agree(_fingerprint(model_config, cfg, state, within, train, held, save_every_s), launch)
     train, held = train.to(dev), held.to(dev)
+    # a segmenter's evaluation passes hold its capsule grids: at most 64 masks at a time, as before evaluate_split
+    # honoured the batch it was given (cfg.eval_batch_size is 256 unless set)
+    eval_batch = min(cfg.eval_batch_size, SEGMENTATION_BATCH_SIZE) if held.labels.dim() == 4 else cfg.eval_batch_size
     if len(train) == 0:
         raise ValueError("no training examples left; lower val_size or raise train_size")
     state = folder_noted(state, cfg.dataset, warn=main)
@@ -1525,7 +1528,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
 
                 # the average, if any, is what is scored and saved as the model; a stop ends the evaluation
                 results = evaluate_or_keep(stop, average, pending, save_trained, lambda: evaluate_split(
-                    model, held, batch_size=cfg.eval_batch_size, recon_weight=cfg.recon_weight, progress=progress))
+                    model, held, batch_size=eval_batch, recon_weight=cfg.recon_weight, progress=progress))
                 result = results[""]
                 for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
                     prefix = extra or held_name
