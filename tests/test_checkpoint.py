@@ -254,9 +254,15 @@ def test_truncated_checkpoint(tmp_path, keep):
     for given, which in [(path, "last"), (tmp_path, "last")]:
         with pytest.raises(CheckpointError, match=said) as info:
             load_checkpoint(given, which=which)
-        assert str(info.value).endswith("use the run's best.safetensors beside it (--which best on the run folder), "
-                                        "or retrain")
+        assert str(info.value).endswith("the run's best.safetensors beside it is whole: use that one (--which best "
+                                        "where a command takes a run folder), or retrain")
     assert load_checkpoint(tmp_path).path.name == "best.safetensors"
+    # both damaged: neither is named as the other's way out (each pointed at the other: the diff's review)
+    (tmp_path / "best.safetensors").write_bytes((tmp_path / "best.safetensors").read_bytes()[:-10])
+    for which in ("best", "last"):
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(tmp_path, which=which)
+        assert "beside it is whole" not in str(info.value)
 
 
 def test_foreign_files_are_refused(tmp_path):

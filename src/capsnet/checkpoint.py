@@ -673,12 +673,26 @@ def _read_metadata(data: bytes) -> dict[str, str]:
 
 
 def _instead(p: Path, otherwise: str) -> str:
-    """What to do about the damaged checkpoint ``p``: a run's best or last beside the other one names that one (a
-    kill mid-write leaves last.safetensors cut short beside an intact best.safetensors), else ``otherwise``."""
+    """What to do about the damaged checkpoint ``p``: a run's best or last beside a whole copy of the other one names
+    that one (a kill mid-write leaves last.safetensors cut short beside an intact best.safetensors), else
+    ``otherwise`` (two damaged files pointed at each other)."""
     other = {"best.safetensors": "last", "last.safetensors": "best"}.get(p.name)
-    if other is None or not (p.parent / f"{other}.safetensors").is_file():
+    if other is None or not _whole(p.parent / f"{other}.safetensors"):
         return otherwise
-    return f"use the run's {other}.safetensors beside it (--which {other} on the run folder), or retrain"
+    return f"the run's {other}.safetensors beside it is whole: use that one (--which {other} where a command takes " \
+           f"a run folder), or retrain"
+
+
+def _whole(path: Path) -> bool:
+    """Whether ``path`` reads as a capsnet checkpoint whose tensors match their digest (if it has one)."""
+    try:
+        data = path.read_bytes()
+        tensors, metadata = st_load(data), _read_metadata(data)
+    except (OSError, SafetensorError, ValueError, RuntimeError):
+        return False
+    saved = metadata.get("digest")
+    return metadata.get("format") == FORMAT and (saved is None or not saved.startswith(DIGEST + ":")
+                                                 or tensor_digest(tensors) == saved)
 
 
 def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:

@@ -1099,6 +1099,18 @@ def _check_unused_flags(args: argparse.Namespace, model_cfg: Any, train_cfg: Any
                           f"--augment shift")
 
 
+def _resume_point(path: Path) -> Any:
+    """The run's last.safetensors read for --resume; one that cannot be read is said as a run that cannot resume
+    (its refusal's advice, "use best.safetensors (--which best)", is for the commands that score a run)."""
+    from .checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; --resume continues from last.safetensors alone, so this run cannot resume: "
+                              f"train it again in a new --out") from None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from . import train
     from .distributed import launcher
@@ -1113,9 +1125,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     dataset = getattr(args, "dataset", TrainConfig.dataset)
     last = None  # a resume's last.safetensors, read once: the flags typed again are checked against its run
     if args.resume and args.out and (Path(args.out) / "last.safetensors").exists():
-        from .checkpoint import load_checkpoint
-
-        last = load_checkpoint(Path(args.out) / "last.safetensors")
+        last = _resume_point(Path(args.out) / "last.safetensors")
         _refuse_moved_folder(args, args.out, last)  # before the folder is read for its shapes
         dataset = getattr(args, "dataset", last.train_config.get("dataset", dataset))
         model = model or last.model_name
@@ -1169,9 +1179,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     resumed = None  # the state in the run's last.safetensors, read once here (fit reads the file again to train on)
     planned = None  # the epochs that run was training
     if args.resume and (out / "last.safetensors").exists():  # the run's saved settings hold; typed flags must agree
-        from .checkpoint import load_checkpoint, saved_point
+        from .checkpoint import saved_point
 
-        last = last or load_checkpoint(out, "last")  # --resume without --out: the default run directory's
+        last = last or _resume_point(out / "last.safetensors")  # --resume without --out: the default run folder's
         with train.resume_state_of(last):  # one holding no optimizer state (a best copied over it) refused before
             pass  # "resuming the run" is printed
         resumed, planned = last.state, last.train_config.get("epochs")

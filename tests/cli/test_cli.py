@@ -1034,6 +1034,20 @@ def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(train
     assert "resuming" not in r.stdout
 
 
+def test_a_resume_from_a_damaged_last_says_the_run_cannot_resume(trained_run, tmp_path, capsys):
+    """A last.safetensors cut short beside a whole best: the refusal's "use that one (--which best ...)" is for the
+    commands that score a run; a resume, which needs last.safetensors, says it cannot (the diff's review,
+    2026-12-02: train has no --which)."""
+    run = _copy_run(trained_run, tmp_path / "run")
+    last = run / "last.safetensors"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", "3", "--no-progress")
+    assert_clean_error(r, f"checkpoint {last} is truncated or corrupt", "best.safetensors beside it is whole",
+                       "; --resume continues from last.safetensors alone, so this run cannot resume: train it again "
+                       "in a new --out")
+    assert "resuming" not in r.stdout
+
+
 def test_a_path_the_output_stream_cannot_encode_is_written_escaped_not_an_error(tmp_path, monkeypatch):
     """Under PYTHONIOENCODING=ascii (a CI job) or a cp1252 log (Windows), a non-ASCII path on stdout made every
     command end in exit status 2 and a codec's message after its work was done, its table lost (a review of
