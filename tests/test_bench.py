@@ -121,8 +121,9 @@ def test_paper_sized_baseline_has_the_paper_counts(tutorial):
 
 
 TINY = CapsNetConfig(conv1_channels=8, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=(16,))
-KEYS = {"impl", "device", "mode", "batch", "rounds", "dtype", "repeats", "warmup", "steps_per_timing", "seed", "images_per_s", "images_per_s_min",
-        "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio", "ratio_min", "ratio_max", "floor_ratio", "routing_share", "note", "fused_adam"}
+KEYS = {"impl", "device", "mode", "batch", "rounds", "dtype", "repeats", "warmup", "steps_per_timing", "seed",
+        "images_per_s", "images_per_s_min", "images_per_s_max", "images_per_s_std", "step_s", "peak_mem_mb", "ratio",
+        "ratio_min", "ratio_max", "floor_ratio", "routing_share", "note", "fused_adam"}
 
 
 def test_run_benchmark_smoke():
