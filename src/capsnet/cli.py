@@ -1671,11 +1671,15 @@ def _experiment(args: argparse.Namespace) -> int:
     if getattr(args, "seeds", ()) and "seed" in typed:  # --seed was set aside without a word
         args.parser.error(f"--seed and --seeds conflict: the runs take the seeds of --seeds "
                           f"({', '.join(map(str, args.seeds))}); give one of them")
-    train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
+    model_flags = _typed(args, _MODEL_FIELDS)
+    try:  # a refusal opened by the flag as typed, as train's
+        train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
+        configs = {m: model_spec(m).config(**{f: v for f, v in model_flags.items() if f in _fields(m)})
+                   for m in ([ex.model_entry(m)[0] for m in args.models] if args.models else MODELS)}
+    except ValueError as e:
+        raise _opened_by_flag(e, typed | model_flags, {}) from None
     require_compiler(args.compile, args.device)  # before any run: Inductor's own error came at the first step
     kept = _keep_memory(args.allocator) == "keep"
-    configs = {m: model_spec(m).config(**{f: v for f, v in _typed(args, _MODEL_FIELDS).items() if f in _fields(m)})
-               for m in ([ex.model_entry(m)[0] for m in args.models] if args.models else MODELS)}
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
                    sizes=getattr(args, "sizes", LESS_DATA_SIZES), steps=getattr(args, "steps", 0),
                    seeds=getattr(args, "seeds", ()), datasets=getattr(args, "datasets", None), typed=typed)

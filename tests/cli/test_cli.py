@@ -649,6 +649,13 @@ def test_a_value_the_config_refuses_is_said_with_its_flag(flags, said, tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+def test_an_experiments_value_the_config_refuses_is_said_with_its_flag(tmp_path, capsys):
+    """As train's (the diff's review, 2026-12-02: the experiment named the field alone). Nothing is written."""
+    r = in_process(capsys, "experiment", "multimnist", "--dropout", "1.5", "--out", tmp_path / "x", "--no-progress")
+    assert_clean_error(r, "capsnet experiment: error: --dropout 1.5: BaselineCNNConfig.dropout must be in [0, 1)")
+    assert not (tmp_path / "x").exists()
+
+
 def test_unknown_devices_and_unwritable_paths_are_one_line_errors_before_any_work(tmp_path, trained_run, capsys):
     """Before: torch's RuntimeError for --device foo, and FileNotFoundError / FileExistsError tracebacks for an
     output in a missing folder (after the whole evaluation) or an --out that is a file."""
