@@ -690,9 +690,14 @@ def _whole(path: Path) -> bool:
         tensors, metadata = st_load(data), _read_metadata(data)
     except (OSError, SafetensorError, ValueError, RuntimeError):
         return False
+    return metadata.get("format") == FORMAT and not _digest_differs(tensors, metadata)
+
+
+def _digest_differs(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
+    """Whether the tensors read differ from the digest saved with them; False for a file without one (written
+    before 2026-11-28, the shipped models among them)."""
     saved = metadata.get("digest")
-    return metadata.get("format") == FORMAT and (saved is None or not saved.startswith(DIGEST + ":")
-                                                 or tensor_digest(tensors) == saved)
+    return saved is not None and saved.startswith(DIGEST + ":") and tensor_digest(tensors) != saved
 
 
 def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
@@ -718,8 +723,7 @@ def load_checkpoint(path: Path | str, which: str = "best") -> Checkpoint:
                               + _instead(p, "use another checkpoint or retrain")) from e
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{p} is a safetensors file but not a capsnet checkpoint (no '{FORMAT}' metadata)")
-    saved = metadata.get("digest")  # absent in files written before 2026-11-28 (the shipped models among them)
-    if saved is not None and saved.startswith(DIGEST + ":") and tensor_digest(tensors) != saved:
+    if _digest_differs(tensors, metadata):
         raise CheckpointError(f"checkpoint {p} is damaged: its tensors do not match the digest saved with them (the "
                               f"file changed after it was written); {_instead(p, 'use another checkpoint or retrain')} "
                               f"(weights changed on purpose: save them with capsnet.checkpoint.save_checkpoint)")
