@@ -116,7 +116,7 @@ class _Stop(Exception):
 
 
 @pytest.mark.parametrize("name, module, function, default", [
-    ("capspix2pix-mnist", "capsnet.synthesis", "evaluate_synthesis_checkpoint", 64),
+    ("capspix2pix-mnist", "capsnet.synthesis", "evaluate_synthesis", 64),
     ("segcaps-mnist", "capsnet.evaluate", "evaluate_segmentation", 64),
     ("capsnet-mnist-small", "capsnet.evaluate", "evaluate", 256)])
 def test_eval_takes_the_batch_size_typed_and_each_kinds_own_default(name, module, function, default, tmp_path,

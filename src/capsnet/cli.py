@@ -1464,11 +1464,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         done = evaluate_synthesis_checkpoint(saved, which=args.which, dataset=args.dataset,
                                              test_size=args.test_size, judge=args.judge, root=args.data_dir,
                                              device=str(resolve_device(args.device)),
-                                             batch_size=args.batch_size or 64, progress=not args.no_progress,
+                                             batch_size=args.batch_size, progress=not args.no_progress,
                                              truncation=args.truncation, weights=args.weights)
     elif args.judge is not None or args.truncation is not None:
         flag = "--judge" if args.judge is not None else "--truncation"
-        models = "capspix2pix, capspix2pix-deep, pix2pix" if args.judge is not None else "capspix2pix, capspix2pix-deep"  # pix2pix has no noise vector
+        noisy = {n for n, spec in MODELS.items() if any(f.name == "noise_dim" for f in dataclasses.fields(spec.config))}
+        models = ", ".join(n for n, spec in MODELS.items()  # pix2pix has no noise vector to truncate
+                           if spec.kind == "synthesis" and (args.judge is not None or n in noisy))
         args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
                           f"{saved.model_name} model")
     else:

@@ -442,14 +442,15 @@ def pairs_misfit(name: str, cfg) -> str | None:
 def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "best",
                                   dataset: str | None = None, test_size: int = 0, judge: str | os.PathLike | None = None,
                                   root: str | os.PathLike | None = None, device: str | torch.device = "cpu",
-                                  batch_size: int = 64, progress: bool = False,
+                                  batch_size: int | None = None, progress: bool = False,
                                   truncation: float | None = None, weights: str = "saved") -> SynthesisEvaluation:
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
+    ``batch_size``: pairs a pass (None: ``capsnet.evaluate.SEGMENTATION_BATCH_SIZE``, 64);
     ``truncation``: the noise truncated to [-t, t] (``generate``); ``weights`` as ``capsnet.evaluate.load_model``
     (an averaged run's training generator)."""
     from .data.tasks import check_test_size, load_test, task, trained_dataset
-    from .evaluate import load_model, warn_folder_changed
+    from .evaluate import SEGMENTATION_BATCH_SIZE, load_model, warn_folder_changed
 
     model, ckpt = load_model(path, which=which, device=device, weights=weights)
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
@@ -465,7 +466,8 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
     judge_model = load_judge(judge, device=device, dataset=name) if judge is not None else None
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
     check_test_size(test_size, len(split), name)
-    results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape, batch_size=batch_size,
+    results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape,
+                                 batch_size=SEGMENTATION_BATCH_SIZE if batch_size is None else batch_size,
                                  progress=progress, truncation=truncation)
     return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),
                                None if truncation is None else float(truncation), split.names)
