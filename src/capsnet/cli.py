@@ -291,11 +291,14 @@ def _flag(field: str) -> str:
 def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any]) -> ValueError:
     """A config's refusal of a value the user typed, opened by the flag as typed ("--dropout 1.5: BaselineCNNConfig.
     dropout must be in [0, 1), got 1.5"): the config names its field, which a command line never showed. Another
-    refusal as it is."""
+    refusal as it is. A refusal that opens with another field but names a typed one ("primary_caps * primary_dim
+    must be ..." for a typed primary_dim) is opened by the typed ones it names."""
     for field, value in given.items():
         if re.match(rf"(\w+\.)?{field}\b", str(e)):
             return type(e)(f"{_as_typed(field, value, field in options)}: {e}")
-    return e
+    named = [_as_typed(field, value, field in options) for field, value in given.items()
+             if re.search(rf"(?<![\w-]){field}(?![\w-])", str(e))]
+    return type(e)(f"{', '.join(named)}: {e}") if named else e
 
 
 def _as_typed(field: str, value: Any, option: bool = False) -> str:

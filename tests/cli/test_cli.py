@@ -640,6 +640,9 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
     (["--routing-option", "final_lambda=0.01"], "--routing-option final_lambda=0.01: CapsNetConfig.routing_options"),
     (["--model-option", "routing_iterations=0"], "--model-option routing_iterations=0: CapsNetConfig."
                                                  "routing_iterations must be a positive integer, got 0"),
+    # a refusal opening with a field not typed, that names the one typed (it was said without a flag)
+    (["--model", "efficient-capsnet", "--model-option", "primary_dim=7"],
+     "--model-option primary_dim=7: primary_caps * primary_dim must be the last convolution's 128 channels"),
 ])
 def test_a_value_the_config_refuses_is_said_with_its_flag(flags, said, tmp_path, capsys):
     """The configs name their fields (BaselineCNNConfig.dropout, lr_min), which no command line shows: the refusal
