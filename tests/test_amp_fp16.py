@@ -2,6 +2,7 @@
 skipped and counted), saved with the run and resumed, stopped when no scale gives a finite gradient."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -49,6 +50,20 @@ def test_grad_scaler_is_enabled_for_fp16_only():
     assert not grad_scaler(torch.device("cpu"), "bf16").is_enabled()
     assert not grad_scaler(torch.device("cpu"), "none").is_enabled()
     assert grad_scaler(torch.device("cpu"), "fp16").get_scale() == 2.0 ** 16
+
+
+def test_a_torch_without_torch_amp_grad_scaler_trains_the_same_and_refuses_fp16_off_cuda(tmp_path, monkeypatch):
+    """torch.amp.GradScaler came in torch 2.3; pyproject allows 2.1, whose scaler is torch.cuda.amp's alone: every
+    run failed on building the scaler, --amp none too (a review of the minimal install, 2026-12-02)."""
+    cfg = _with(amp="none", epochs=1, train_size=64, test_size=32)
+    fit(TINY, cfg, tmp_path / "now", device="cpu", progress=False)
+    monkeypatch.delattr(torch.amp, "GradScaler")
+    with pytest.warns(FutureWarning) if hasattr(torch.cuda.amp, "GradScaler") else contextlib.nullcontext():
+        fit(TINY, cfg, tmp_path / "old", device="cpu", progress=False)  # (torch.cuda.amp's is deprecated here)
+    now, old = (load_checkpoint(tmp_path / run, "last").model_state for run in ("now", "old"))
+    assert now.keys() == old.keys() and all(torch.equal(now[k], old[k]) for k in now)
+    with pytest.raises(ValueError, match=r"amp 'fp16' on cpu needs torch 2\.3 or newer .* use 'bf16' or 'none'"):
+        grad_scaler(torch.device("cpu"), "fp16")
 
 
 def test_a_scale_below_the_floor_stops_with_the_way_out():

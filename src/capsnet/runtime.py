@@ -143,10 +143,18 @@ def grad_scaler(device: torch.device, amp: str) -> torch.amp.GradScaler:
     """The gradient scaler of an ``AMP_MODES`` setting: torch's dynamic loss scaling under "fp16" (the loss times
     2^16 at first, halved at each step whose gradient is not finite, which is then skipped, and doubled after
     2,000 steps without one: float16's gradients below 6e-8 would otherwise be lost to 0), a disabled one (its
-    ``scale``, ``step`` and ``update`` plain pass-throughs) under "none" and "bf16", whose range is fp32's."""
+    ``scale``, ``step`` and ``update`` plain pass-throughs) under "none" and "bf16", whose range is fp32's.
+    torch before 2.3 has CUDA's scaler alone (torch.cuda.amp.GradScaler): disabled, it passes through on any
+    device; "fp16" elsewhere than CUDA is refused there (nor does that torch's CPU autocast take float16)."""
     if amp not in AMP_MODES:
         raise ValueError(f"unknown amp {amp!r}; valid values are {', '.join(AMP_MODES)}")
-    return torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError(f"amp 'fp16' on {device.type} needs torch 2.3 or newer (its loss scaling, "
+                         f"torch.amp.GradScaler); this is torch {torch.__version__}: upgrade torch, or use 'bf16' or "
+                         f"'none' (--amp bf16 or none)")
+    return torch.cuda.amp.GradScaler(enabled=amp == "fp16")
 
 
 def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:
