@@ -540,16 +540,21 @@ def test_a_utf8_file_name_is_read_under_an_ascii_locale_without_utf8_mode(tmp_pa
     import subprocess
     import sys
 
-    folder = tmp_path / "in"
-    folder.mkdir()
-    Image.fromarray(np.zeros((8, 8), np.uint8)).save(folder / "café.png")
+    folder, latin = tmp_path / "in", tmp_path / "latin"
+    for where in (folder, latin):
+        where.mkdir()
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(where / "café.png")
+    (latin / "café.png").rename(os.fsdecode(bytes(latin) + b"/caf\xe9.png"))  # Latin-1 bytes
     env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
-    code = ("import sys; from pathlib import Path; from capsnet.data.png import png_files; "
-            "print(sys.getfilesystemencoding(), len(png_files(Path(sys.argv[1]), 'images', paired=False)))")
-    done = subprocess.run([sys.executable, "-c", code, str(folder).encode()], capture_output=True, env=env, timeout=120)
-    assert done.returncode == 0 and done.stdout.split() == [b"ascii", b"1"], done.stderr.decode()[-500:]
-    (folder / "café.png").rename(os.fsdecode(bytes(folder) + b"/caf\xe9.png"))  # Latin-1 bytes
-    done = subprocess.run([sys.executable, "-c", code, str(folder).encode()], capture_output=True, env=env, timeout=120)
+    # one process under that locale reads both folders (each process pays torch's import): the UTF-8 name counted,
+    # then the Latin-1 one's error, as it would end the process, printed whole
+    code = ("import sys, traceback; from pathlib import Path; from capsnet.data.png import png_files; "
+            "print(sys.getfilesystemencoding(), len(png_files(Path(sys.argv[1]), 'images', paired=False)))\n"
+            "try: png_files(Path(sys.argv[2]), 'images', paired=False)\n"
+            "except Exception: traceback.print_exc(); sys.exit(1)")
+    done = subprocess.run([sys.executable, "-c", code, str(folder).encode(), str(latin).encode()], capture_output=True,
+                          env=env, timeout=120)
+    assert done.stdout.split() == [b"ascii", b"1"], done.stderr.decode()[-500:]
     assert done.returncode != 0 and b"that are not UTF-8" in done.stderr
 
 
