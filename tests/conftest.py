@@ -33,6 +33,21 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 TINY = CapsNetConfig(conv1_channels=16, primary_types=4, decoder_hidden=(64, 128))
 
 
+@pytest.fixture
+def blank_routing_and_sweeps(monkeypatch: pytest.MonkeyPatch):
+    """Called, it makes the routing and pose-sweep figures, the slowest to draw, blank ones (still saved under their
+    names) for the rest of the test: for a test of something else than their drawing
+    (test_figures_command_writes_every_figure draws them)."""
+    def blank() -> None:
+        from matplotlib.figure import Figure
+
+        from capsnet.figures import report
+
+        for slowest in ("plot_routing", "plot_pose_sweep"):
+            monkeypatch.setattr(report, slowest, lambda *a, **k: Figure(figsize=(1, 1)))
+    return blank
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """Real MNIST and Fashion-MNIST IDX files: in $CAPSNET_TEST_DATA when set, else ../shared/data next to the

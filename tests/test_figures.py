@@ -273,18 +273,8 @@ def _first_200_test_images(monkeypatch):
     return real_load
 
 
-def _blank_routing_and_sweeps(monkeypatch):
-    """The routing and pose-sweep figures, the slowest to draw, drawn blank (still saved under their names), for a
-    test of something else than their drawing (test_figures_command_writes_every_figure draws them)."""
-    from matplotlib.figure import Figure
-
-    from capsnet.figures import report
-
-    monkeypatch.setattr(report, "plot_routing", lambda *a, **k: Figure(figsize=(1, 1)))
-    monkeypatch.setattr(report, "plot_pose_sweep", lambda *a, **k: Figure(figsize=(1, 1)))
-
-
-def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch):
+def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch,
+                                             blank_routing_and_sweeps):
     # the test split cut to its first 200 images for speed (the misclassified inputs are looked for among them), the
     # pose sweeps to two dimensions
     _first_200_test_images(monkeypatch)
@@ -309,7 +299,7 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     # review, 2026-12-02: --which best then last mixed two checkpoints' figures under "wrote 5 figures"); the
     # user's own files there are not figures of an earlier call. What is replaced and what is left, not how it is
     # drawn (the call above rendered every kind): the two slowest figures become blank ones.
-    _blank_routing_and_sweeps(monkeypatch)
+    blank_routing_and_sweeps()
     (out / "holiday.png").write_bytes(b"mine")
     assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--indices", 10,
                     "--misclassified", 0, "--dims", 0) == 0
@@ -407,7 +397,8 @@ def test_figures_command_run_without_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize("content,message", [("", None), ('{"epoch": 1, "tra\n', "line 1, is not JSON"),
                                              ('{"epoch": 1, "train_loss": 0.5}\n' * 2, "line 2: epoch 1 after epoch 1")])
-def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, capsys, monkeypatch, content, message):
+def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, capsys, blank_routing_and_sweeps,
+                                                  content, message):
     """An emptied metrics.jsonl (training writes it whole) refused every figure as "no epoch yet" though the
     checkpoint held its epochs: its history draws the curves now; a repeated epoch doubled the curve back (a
     review, 2026-12-01)."""
@@ -418,7 +409,7 @@ def test_figures_command_empty_or_corrupt_metrics(run_dir, data_root, tmp_path, 
     (other / "metrics.jsonl").write_text(content)
     out = tmp_path / "figs"
     if message is None:
-        _blank_routing_and_sweeps(monkeypatch)  # the training curves are the figure in question
+        blank_routing_and_sweeps()  # the training curves are the figure in question
         assert _figures("--checkpoint", other, "--out", out, "--data-dir", data_root, "--indices", "0",
                         "--misclassified", "0", "--dims", "0") == 0
         assert (out / "training_curves.png").is_file()
@@ -798,13 +789,14 @@ def test_the_curves_of_a_run_evaluated_every_few_epochs_join_its_held_out_points
     assert list(ax_acc.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5]
 
 
-def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_path, capsys, monkeypatch):
+def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_path, capsys, monkeypatch,
+                                                       blank_routing_and_sweeps):
     """The figures were drawn for 16-22 s with no bar and no line, in a terminal or a log (a review, 2026-11-30)."""
     from capsnet import _progress
     from capsnet.figures import write_figures
 
     monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # a log line at every figure
-    _blank_routing_and_sweeps(monkeypatch)  # counted as any figure, drawn or blank
+    blank_routing_and_sweeps()  # counted as any figure, drawn or blank
     done = write_figures(run_dir, out=tmp_path / "figs", root=data_root, indices=[3], misclassified=0, dims=[0],
                          device="cpu", progress=True)  # no prediction over the whole test split, a one-row sweep
     err = capsys.readouterr().err
@@ -813,7 +805,8 @@ def test_the_drawing_has_a_bar_that_counts_the_figures(run_dir, data_root, tmp_p
 
 
 def test_the_misclassified_figure_and_the_pose_sweeps_pick_by_the_models_prediction(run_dir, data_root, tmp_path,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch,
+                                                                                     blank_routing_and_sweeps):
     """The numbers behind two figures, from the model's own predictions computed here: the misclassified figure
     shows the first test images whose longest capsule is not their label (in test order) and the note counts them
     all; each pose sweep moves the capsule of the image's prediction (its title says so), not its label's. The test
@@ -823,7 +816,7 @@ def test_the_misclassified_figure_and_the_pose_sweeps_pick_by_the_models_predict
     from capsnet.figures import write_figures
 
     real_load, real_sweep, real_plot = _first_200_test_images(monkeypatch), report.pose_sweep, report.plot_misclassified
-    _blank_routing_and_sweeps(monkeypatch)  # the sweep's poses are computed as before; their drawing is blank
+    blank_routing_and_sweeps()  # the sweep's poses are computed as before; their drawing is blank
     swept, shown = [], []
     monkeypatch.setattr(report, "pose_sweep", lambda m, images, classes, **kw: swept.append(classes.tolist()) or
                         real_sweep(m, images, classes, **kw))

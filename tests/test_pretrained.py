@@ -323,7 +323,7 @@ def test_the_figures_of_a_shipped_segmentation_or_synthesis_model_draw_offline_o
 @_each(["capsnet-fashion-small"])
 def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_shipped_digits(name, data_root,
                                                                                                    tmp_path,
-                                                                                                   monkeypatch):
+                                                                                                   blank_routing_and_sweeps):
     """It opened on the shipped MNIST digits (a Fashion-MNIST classifier reading handwriting); there are no shipped
     Fashion-MNIST items, so it opens on Fashion-MNIST itself (downloaded, or from --data-dir)."""
     from capsnet.viz.engine import load_viewer
@@ -335,12 +335,9 @@ def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_
     viewer = load_viewer(f"pretrained:{name}", dataset="mnist-sample", progress=False)
     assert viewer.info()["classes"][0] == "0"
     assert viewer.info()["warning"].startswith("the model was trained on fashion-mnist (T-shirt/top, Trouser")
-    from matplotlib.figure import Figure
+    from capsnet.figures import write_figures
 
-    from capsnet.figures import report, write_figures
-
-    for slowest in ("plot_routing", "plot_pose_sweep"):  # what the figures say, not how they draw: blank ones
-        monkeypatch.setattr(report, slowest, lambda *a, **k: Figure(figsize=(1, 1)))
+    blank_routing_and_sweeps()  # what the figures say, not how they draw
     done = write_figures([f"pretrained:{name}"], dataset="mnist-sample", indices=[0], misclassified=0, dpi=20,
                          out=tmp_path / "f", progress=False)  # the figures say it too
     assert any(n.startswith("warning: the model was trained on fashion-mnist") for n in done.notes)

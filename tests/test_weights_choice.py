@@ -96,16 +96,14 @@ def test_export_of_the_training_weights_is_named_apart_and_computes_the_plain_ru
 
 
 def test_figures_of_the_training_weights_go_to_their_own_folder_and_draw_the_plain_run(classifier_runs, tmp_path,
-                                                                                       capsys, monkeypatch):
-    from matplotlib.figure import Figure
-
-    from capsnet.figures import report, write_figures
+                                                                                       capsys,
+                                                                                       blank_routing_and_sweeps):
+    from capsnet.figures import write_figures
 
     # one input, one pose-sweep row, no misclassified inputs (a prediction over the whole test split): the figure
     # compared is the reconstructions. The routing and the pose sweep, the slowest to draw and not compared, are
     # blank figures (test_figures.py draws them)
-    monkeypatch.setattr(report, "plot_routing", lambda *a, **k: Figure(figsize=(1, 1)))
-    monkeypatch.setattr(report, "plot_pose_sweep", lambda *a, **k: Figure(figsize=(1, 1)))
+    blank_routing_and_sweeps()
     assert main(["figures", "--checkpoint", str(classifier_runs / "avg"), "--which", "last", "--weights", "training",
                  "--indices", "0", "--misclassified", "0", "--dims", "0", "--no-progress"]) == 0
     assert "(the run's training weights, not the average" in capsys.readouterr().out
