@@ -2,9 +2,12 @@
 each compared with the PyTorch model at batch sizes 1 and 7 from one file; the graphs' operations; the refusals."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import operator
 import re
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
@@ -13,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from capsnet.export import (FORMATS, UNSUPPORTED, ExportError, TOLERANCE, export_model, output_names,
+from capsnet.export import (FORMATS, UNSUPPORTED, ExportError, ExportResult, TOLERANCE, export_model, output_names,
                             trace_model)
 from capsnet.models import create_model, list_models
 from capsnet.routing import DynamicRouting, plain_routing
@@ -314,6 +317,32 @@ def test_the_torch_export_file_is_checked_as_saved_and_read_back(tmp_path, monke
     with pytest.raises(ExportError, match=r"does not run once saved and read back: RuntimeError: bad archive; nothing written"):
         export_model(model, tmp_path / "m.pt2", format="torch-export")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_export_says_the_file_it_replaced_and_refuses_another_kind_of_files_name(tmp_path):
+    """Any suffix but the other format's was written: --out eval-best.json replaced a run's report with a program,
+    and an export over a file said nothing of it (a review, 2026-12-02)."""
+    traced = trace_model(create_model("baseline", **SMALL["baseline"]))
+    report = tmp_path / "eval-best.json"
+    report.write_text('{"accuracy": 0.99}')
+    with pytest.raises(ExportError, match=r"eval-best.json has the suffix .json, not the torch-export format's .pt2: "
+                                          r"name it eval-best.pt2"):
+        export_model(traced, report, format="torch-export")
+    assert report.read_text() == '{"accuracy": 0.99}' and sorted(p.name for p in tmp_path.iterdir()) == [report.name]
+    fresh = export_model(traced, tmp_path / "m.pt2", format="torch-export")
+    again = export_model(traced, tmp_path / "m.pt2", format="torch-export")
+    assert not fresh.replaced and "replacing" not in fresh.format_report()
+    assert again.replaced and again.format_report().startswith(f"wrote {tmp_path / 'm.pt2'} (")
+    assert "torch.export program, replacing the file there) of baseline" in again.format_report().splitlines()[0]
+
+
+def test_class_names_holding_a_comma_are_quoted_in_the_report():
+    """A classes:DIR run with folders "cat" and "dog, big" was reported as "cat, dog, big" (three classes)."""
+    result = ExportResult(Path("m.onnx"), "onnx", "capsnet", 10, [("images", ("batch", 1, 28, 28))],
+                          [("scores", ("batch", 2))], metadata={"capsnet.classes": json.dumps(["cat", "dog, big"])})
+    assert 'classes (index k of scores): "cat", "dog, big" (in the file' in result.format_report()
+    plain = dataclasses.replace(result, metadata={"capsnet.classes": json.dumps(["cat", "dog"])})
+    assert "classes (index k of scores): cat, dog (in the file" in plain.format_report()
 
 
 def test_an_older_opset_is_written_as_asked(tmp_path):

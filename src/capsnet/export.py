@@ -319,12 +319,14 @@ class ExportResult:
     checkpoint: Path | None = None
     notes: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)  # written into the file (``metadata_of``)
+    replaced: bool = False  # a file was at ``path`` before, and this one took its place
 
     def format_report(self) -> str:
         """The lines ``capsnet export`` prints."""
         what = f"ONNX, opset {self.opset}" if self.format == "onnx" else "torch.export program"
         source = f", from {self.checkpoint}" if self.checkpoint else ""
-        lines = [f"wrote {self.path} ({_size(self.size)}, {what}) of {self.model}{source}"]
+        replaced = ", replacing the file there" if self.replaced else ""
+        lines = [f"wrote {self.path} ({_size(self.size)}, {what}{replaced}) of {self.model}{source}"]
         width = max(len(n) for n, _ in self.inputs + self.outputs)
         for kind, specs in (("input ", self.inputs), ("output", self.outputs)):
             for name, shape in specs:
@@ -335,6 +337,8 @@ class ExportResult:
                 "the ONNX graph does not check them: another size runs to a wrong result or an error)"))
         if classes := self.metadata.get("capsnet.classes"):
             names = json.loads(classes)
+            if any("," in n or n != n.strip() for n in names):  # "dog, big" read as two classes
+                names = [json.dumps(n, ensure_ascii=False) for n in names]
             lines.append(f"classes (index k of {self.outputs[0][0]}): {some_of(names, 10)} (in the file's metadata)")
         if self.checked_with:
             sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""
@@ -656,8 +660,11 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
                           f"e.g. {path / ('model' + FORMATS[format])}")
     if checkpoint is not None and checkpoint.path is not None and path.resolve() == checkpoint.path.resolve():
         raise ExportError(f"{path} is the checkpoint itself: give another --out")
-    if not path.suffix and not path.is_dir():  # a file named "model" opens in no tool by its name
+    if not path.suffix:  # a file named "model" opens in no tool by its name
         raise ExportError(f"{path} has no suffix; name it {path.name}{FORMATS[format]} (the {format} format's)")
+    if path.suffix.lower() != FORMATS[format]:  # eval-best.json, notes.txt: another file's name, never an export's
+        raise ExportError(f"{path} has the suffix {path.suffix}, not the {format} format's {FORMATS[format]}: name it "
+                          f"{path.with_suffix(FORMATS[format]).name}")
     if (lost := run_file(path)) is not None:  # the run's other checkpoint, its config or metrics: never overwritten
         raise ExportError(f"{path} is {lost}; writing the export there would lose it: give another --out, e.g. "
                           f"{path.with_name('model' + FORMATS[format])}")
@@ -677,6 +684,7 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     result = ExportResult(path, format, traced.label, 0, [], [], checkpoint=checkpoint.path if checkpoint else None,
                           metadata=metadata_of(traced.label, checkpoint))
     data = _write_onnx(traced, path, result, opset) if format == "onnx" else _write_pt2(traced, path, result)
+    result.replaced = path.exists()
     atomic_write_bytes(path, data)
     result.size = len(data)
     return result
