@@ -38,6 +38,26 @@ def test_segment_is_the_models_own_output_thresholded_and_scored(model, canvases
         fg.segment(model, canvases.images, canvases.labels[:3])
 
 
+def test_a_figure_of_another_kind_of_model_is_a_figure_error(model, canvases):
+    """A SegCaps given to the classifiers' figures, a classifier given to segment: AttributeError tracebacks (SegCaps'
+    output has poses but no scores; segment read probabilities unchecked), where the other mismatches of the module
+    are FigureErrors (a review, 2026-12-02)."""
+    from capsnet.models import create_model
+
+    for figure in (fg.predict, fg.reconstructions, fg.pose_sweep):
+        with pytest.raises(fg.FigureError, match="this SegCaps has no class capsules: predict reads a capsule "
+                                                 "classifier's poses and scores"):
+            figure(model, canvases.images[:2])
+    with pytest.raises(fg.FigureError, match=r"the input has images 28x28 \(HxW\), and this model segments images "
+                                             r"whose sides are multiples of 8"):
+        fg.pose_sweep(model, torch.rand(2, 1, 28, 28))
+    for name in ("capsnet", "baseline"):
+        classifier = create_model(name, **({"conv1_channels": 8, "primary_types": 2} if name == "capsnet" else {}))
+        with pytest.raises(fg.FigureError, match=f"this {type(classifier).__name__} does not segment: segment reads a "
+                                                 f"segmentation model's per-pixel probabilities"):
+            fg.segment(classifier, torch.rand(2, 1, 28, 28))
+
+
 def test_capsule_maps_are_the_lengths_of_every_layers_grid(model, canvases):
     maps = fg.capsule_maps(model, canvases.images[2])
     with torch.no_grad():

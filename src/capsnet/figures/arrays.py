@@ -44,7 +44,7 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
         images = images.unsqueeze(1)
     if images.dim() == 4 and tuple(images.shape[1:]) != expected:
         try:  # a segmentation model segments any size its stride divides
-            other_size = segments_size(model, tuple(images.shape[1:]), "the images")
+            other_size = segments_size(model, tuple(images.shape[1:]), "the input")
         except ValueError as e:
             raise FigureError(str(e)) from None
         if other_size:
@@ -76,7 +76,7 @@ def predict(model: CapsNet, images: torch.Tensor, batch_size: int = 256, *, prog
     for start in progress_bar(range(0, len(x), batch_size), desc="classify", unit="batch", leave=False,
                               progress=progress):
         out = model(x[start:start + batch_size])
-        if not hasattr(out, "poses"):  # the CNN baseline's logits, a segmentation model's probabilities
+        if not (hasattr(out, "poses") and hasattr(out, "scores")):  # the CNN baseline's logits, SegCaps' grids
             raise FigureError(f"this {type(model).__name__} has no class capsules: predict reads a capsule "
                               f"classifier's poses and scores")
         poses.append(out.poses.cpu())

@@ -55,6 +55,9 @@ def segment(model: torch.nn.Module, images: torch.Tensor, masks: torch.Tensor | 
     for start in progress_bar(range(0, len(x), batch_size), desc="segment", unit="batch", leave=False,
                               progress=progress):
         out = model(x[start:start + batch_size])  # no mask: SegCaps reconstructs from its own prediction
+        if not hasattr(out, "probabilities"):  # a classifier's scores, a generator's images
+            raise FigureError(f"this {type(model).__name__} does not segment: segment reads a segmentation model's "
+                              f"per-pixel probabilities (SegCaps, the U-Net)")
         probs.append(out.probabilities.float().cpu())
         rec = getattr(out, "reconstructions", None)
         if rec is not None:
