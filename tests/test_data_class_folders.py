@@ -754,6 +754,12 @@ def test_predict_fits_photos_of_other_sizes_and_formats_as_prepare_does(digit_cl
     with pytest.raises(DataError, match=r"is 28x40 \(HxW\) but the classifier takes 28x28 images; resize or crop it "
                                         r"to that size, or give --fit crop \(or pad\)"):
         predict_folder(run, tmp_path / "photos", tmp_path / "out3", which="last")
+    (tmp_path / "named").mkdir()  # a JPEG under a .png name: the same way out (it named conversion alone)
+    Image.fromarray(np.zeros((28, 28), np.uint8)).save(tmp_path / "named" / "scan.png", format="JPEG")
+    with pytest.raises(DataError, match=r"scan.png is a JPEG file, not a PNG; convert it to PNG; or give --fit crop or "
+                                        r"pad, which reads every format Pillow opens$"):
+        predict_folder(run, tmp_path / "named", tmp_path / "out3", which="last")
+    assert not (tmp_path / "out3").exists()
     unet = create_model("unet", base_channels=4, depth=2)
     save_checkpoint(tmp_path / "unet.safetensors", Checkpoint("unet", unet.config.to_dict(), {},
                                                               {"epoch": 1, "step": 1}, unet.state_dict()))

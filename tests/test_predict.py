@@ -164,6 +164,8 @@ def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
     with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities into masks; "
                                          "capsnet is a classifier, .*: leave --threshold out"):  # ignored before
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=0.9)
+    with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities"):  # the default, typed
+        predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=0.5)
     with pytest.raises(ValueError, match="threshold must lie strictly between 0 and 1"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=1.0)
     assert not (tmp_path / "out").exists()

@@ -670,8 +670,8 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"folder for the results: a classifier's {PREDICTIONS_FILE} (each file's class and every "
                         f"class's score); a segmentation model's NAME.png masks (0/255)")
-    p.add_argument("--threshold", type=_open_unit_float, default=0.5,
-                   help="segmentation: the mask is where the foreground probability exceeds this")
+    p.add_argument("--threshold", type=_open_unit_float, default=None,
+                   help="segmentation: the mask is where the foreground probability exceeds this (default: 0.5)")
     p.add_argument("--probabilities", action="store_true",
                    help="segmentation: also write NAME_probability.png, the probabilities x 255")
     p.add_argument("--mnist-style", action="store_true",

@@ -104,8 +104,13 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
     # a bar: 300 photos took 65 s to read with nothing shown
     for stem, path in progress_bar(paths.items(), desc="read", unit="image", leave=False, progress=progress):
         # alpha refused, not dropped: a shape held in the transparency alone read as a blank image, scored anyway
-        a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it on "
-                                              "a background as MNIST's digits were made)" if styleable else "")
+        try:
+            a = opaque_image_array(path, "image", " (or, a digit drawn on a transparent canvas: --mnist-style lays it "
+                                                  "on a background as MNIST's digits were made)" if styleable else "")
+        except DataError as e:  # a JPEG named .png: --fit reads it as it is
+            if fittable and "not a PNG" in str(e):
+                raise DataError(f"{e}; or give --fit crop or pad, which reads every format Pillow opens") from None
+            raise
         a = _widened(a, channels)
         if a.shape[0] != channels:
             raise DataError(f"image {path} is {_CHANNELS.get(a.shape[0], a.shape[0])} but the model takes "
@@ -243,12 +248,12 @@ def _png_bytes(a: np.ndarray) -> bytes:
 def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str | os.PathLike,
                    out: str | os.PathLike, *, which: str = "best", weights: str = "saved",
                    device: str | torch.device = "cpu",
-                   threshold: float = 0.5, probabilities: bool = False, batch_size: int = 64,
+                   threshold: float | None = None, probabilities: bool = False, batch_size: int = 64,
                    progress: bool = False, mnist_style: bool = False, fit: str | None = None) -> Predictions:
     """Apply the model of ``checkpoint`` (a run directory, a .safetensors file, pretrained:NAME or a Checkpoint
     read; ``weights`` its "saved" weights or an averaged run's "training" ones, ``load_model``) to every PNG image
     in ``images_dir`` and write the results into ``out`` (see the module docstring).
-    ``threshold``: a segmentation mask's cut on the foreground probability (``capsnet eval``'s 0.5 by default);
+    ``threshold``: a segmentation mask's cut on the foreground probability (None: ``capsnet eval``'s 0.5);
     ``probabilities``: also write each image's probabilities; ``mnist_style`` (a classifier trained on MNIST's 28x28
     digits): each image, of any size, made as MNIST was made (a photo or scan of one digit: dark ink on light paper
     inverted, its box scaled to 20x20, centred by its centre of mass in the 28x28 field). ``fit`` ("crop" or "pad",
@@ -256,7 +261,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     ``capsnet prepare`` fits photos; a classifier trained on a folder ``capsnet prepare`` made fits them as it made
     the folder unless told otherwise (the fit it recorded; a note names the images it changed). A problem with an
     image is a DataError naming it, raised before anything is written."""
-    if not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -268,9 +273,10 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if probabilities and kind != "segmentation":
         raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
                          f"whose scores are all in {PREDICTIONS_FILE}")
-    if threshold != 0.5 and kind != "segmentation":  # accepted and ignored before
+    if threshold is not None and kind != "segmentation":  # accepted and ignored before (0.5, the default, still)
         raise ValueError(f"threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
                          f"classifier, which names the class of highest score: leave --threshold out")
+    threshold = 0.5 if threshold is None else threshold
     dataset = ckpt.train_config.get("dataset", "mnist")  # a user's folder is not read: it may be elsewhere by now
     trained_on = (dataset if user_folder(dataset) else task(dataset).source) if kind == "classification" else None
     if trained_on in PREPARED:  # its test images are not the pixels / 255: they would be scored wrong
