@@ -674,6 +674,23 @@ def test_prepare_fills_an_empty_folder_given_in_place(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["out", "src"]  # nothing beside it
 
 
+def test_16_bit_grey_files_are_scaled_alike_whatever_their_own_brightest_pixel(tmp_path):
+    """Pillow opens a 16-bit PGM as 32-bit I; the scale was chosen by the image's own maximum, so a dark scan (200
+    of 65,535) came out 200 of 255 and a lighter one (300) as 1 (a review, 2026-12-02)."""
+    from capsnet.data.prepare import fit_image
+
+    got = {}
+    for level in (200, 300, 30000, 65535):
+        a = np.zeros((20, 20), np.uint16)
+        a[5:15, 5:15] = level
+        path = tmp_path / f"p{level}.pgm"
+        path.write_bytes(b"P5\n20 20\n65535\n" + a.astype(">u2").tobytes())
+        with Image.open(path) as opened:
+            assert opened.mode in ("I", "I;16", "I;16B")
+        got[level] = int(fit_image(path, 20, 20, "grey", "crop").max())
+    assert got == {level: round(level / 257) for level in got} == {200: 1, 300: 1, 30000: 117, 65535: 255}
+
+
 def test_prepare_writes_what_classes_dir_reads_or_refuses_what_it_would_refuse(tmp_path, monkeypatch):
     """From a review: a key colour's transparency, 0..1 float images, an ICC profile and notes.pdf were carried
     through or misread, and folders classes:DIR refuses (case twins, a test class training lacks, images in a

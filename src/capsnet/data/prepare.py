@@ -233,9 +233,11 @@ def prepared_fit(folder: str | os.PathLike) -> str | None:
 
 
 def _eight_bit(img, path: Path | str):
-    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: 16-bit values divided by 257 (65,535 -> 255);
-    32-bit integers as 8-bit when all lie in 0..255, as 16-bit when in 0..65,535; floats in 0..1 times 255; other
-    ranges are refused (clipped, they would read as white)."""
+    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: integers as 16-bit values, divided by 257 (65,535
+    -> 255: Pillow opens a 16-bit PGM, and a 16-bit PNG before Pillow 10.3, as I), as ``capsnet.data.photos`` reads
+    them; floats in 0..1 times 255; other ranges are refused (clipped, they would read as white). Each file by the
+    same rule: the scale was once chosen by the image's own maximum (8-bit below 256), so a dark 16-bit image read
+    200 of 65,535 as 200 of 255 and a lighter one 300 as 1."""
     from PIL import Image
 
     a = np.asarray(img, dtype=np.float64)
@@ -244,7 +246,7 @@ def _eight_bit(img, path: Path | str):
         allowed = "0..1" if img.mode == "F" else "0..65535"
         raise DataError(f"{path} is a {img.mode!r} image with values from {low:g} to {high:g}, outside {allowed}; "
                         f"save it as an 8- or 16-bit image")
-    scale = 255 if img.mode == "F" else 1 / 257 if img.mode.startswith("I;16") or high > 255 else 1
+    scale = 255 if img.mode == "F" else 1 / 257
     return Image.fromarray(np.round(a * scale).astype(np.uint8), mode="L")
 
 
