@@ -626,10 +626,33 @@ def _disk_full_after(monkeypatch, files: int) -> list:
     return saved
 
 
+def test_prepare_refuses_a_class_that_training_could_not_hold_one_out_of(tmp_path):
+    """Without test/, classes:DIR holds out a fifth of each class: a class of one photo, or of one photo saved twice
+    ("IMG_1.png", "IMG_1 (1).png"), was prepared and its train command refused after the work (a review,
+    2026-12-02). With test/, such a class is taken, as classes:DIR takes it."""
+    from capsnet.data.prepare import prepare_class_folders
+
+    src = tmp_path / "src"
+    _write(src, {"a/x.png": _GREY, "a/y.png": _pixels(6, (8, 8)), "b/IMG_1.png": _pixels(9, (8, 8))})
+    with pytest.raises(DataError, match=r"class 'b' holds 1 image in .*src/b; at least 2 are needed to hold one out "
+                                        r"for testing \(add images, or put the test images in .*src/test/b\)"):
+        prepare_class_folders(src, tmp_path / "out", 8)
+    _write(src, {"b/IMG_1 (1).png": _pixels(9, (8, 8))})
+    with pytest.raises(DataError, match=r"the photos of class 'b' in .*src/b hold the same pixels once fitted: a test "
+                                        r"image must not be a copy of a training one, .*; nothing written$"):
+        prepare_class_folders(src, tmp_path / "out", 8)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    with pytest.raises(DataError, match="the 2 files in .*b hold the same contents"):  # what training said after
+        load_classes(src, "train")
+    _write(src, {"test/a/t.png": _pixels(3, (8, 8)), "test/b/u.png": _pixels(4, (8, 8))})
+    assert prepare_class_folders(src, tmp_path / "out", 8).counts == {"train": 4, "test": 2}
+    assert len(load_classes(tmp_path / "out", "train")) == 4
+
+
 def test_prepare_interrupted_while_writing_leaves_no_folder(tmp_path, monkeypatch):
     from capsnet.data.prepare import prepare_class_folders
 
-    _write(tmp_path / "src", {f"{c}/{k}.png": _GREY for c in ("a", "b") for k in range(3)})
+    _write(tmp_path / "src", {f"{c}/{k}.png": _pixels(k + 1, (8, 8)) for c in ("a", "b") for k in range(3)})
     saved = _disk_full_after(monkeypatch, 2)  # the third file finds the disk full
     # said of the folder (the CLI said "cannot write the output ... (any earlier file of that name is unchanged)")
     with pytest.raises(DataError, match=f"cannot write the prepared images into {tmp_path / 'out'}: No space left on "
