@@ -382,6 +382,14 @@ def test_the_viewer_opens_a_run_on_class_folders_with_its_names_and_refuses_othe
         Image.fromarray(np.pad(np.asarray(digit), ((10, 10), (0, 0)))).save(photo)
     x, size = upload_input(photo.read_bytes(), viewer.shape, viewer.upload_style)
     assert size == (28, 48) and torch.equal(x, torch.from_numpy(fit_image(photo, 28, 28, "grey", "pad")) / 255)
+    # a large, elongated JPEG: decoded and scaled as predict's fit does (the viewer's working copy, shrunk to 1,024 a
+    # side first, differed by up to 17 grey levels; a review, 2026-12-02)
+    rng = np.random.default_rng(0)
+    wide = tmp_path / "wide.jpg"
+    Image.fromarray(rng.integers(0, 256, (600, 3000), dtype=np.uint8)).save(wide, quality=90)
+    for how in ("pad", "crop"):
+        x, size = upload_input(wide.read_bytes(), viewer.shape, how)
+        assert size == (3000, 600) and torch.equal(x, torch.from_numpy(fit_image(wide, 28, 28, "grey", how)) / 255)
     other = tmp_path / "other"
     for name in ("one", "seven", "zero"):
         shutil.copytree(root / name, other / ("eight" if name == "seven" else name))

@@ -89,7 +89,9 @@ def _open(data: bytes) -> Image.Image:
     return img
 
 
-def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
+def _decode(img: Image.Image, max_side: int | None, shrink_to: bool = True) -> Image.Image:
+    """``img`` decoded (a JPEG at the smallest scale still ``max_side`` a side) and turned by its EXIF orientation;
+    ``shrink_to``: then scaled down to ``max_side`` a side (the viewer's working size)."""
     w, h = img.size
     if max_side is not None and img.format in ("JPEG", "MPO"):
         img.draft(None, (max_side, max_side))  # decode at the smallest DCT scale still >= max_side
@@ -100,7 +102,7 @@ def _decode(img: Image.Image, max_side: int | None) -> Image.Image:
                           "scale it down, a digit needs far fewer pixels")
     try:
         img.load()
-        if max_side is not None and max(img.size) > max_side:
+        if shrink_to and max_side is not None and max(img.size) > max_side:
             img = shrink(img, max_side)
         return ImageOps.exif_transpose(img)
     except Exception as e:  # truncated or corrupt pixel data
@@ -116,12 +118,18 @@ def upload_input(data: bytes, shape: tuple[int, int, int], style: str = "mnist"
 
     What the server does with an upload: at most ``MAX_CONCURRENT_DECODES``
     run at once (the others wait), each decoding within ``read_image``'s caps
-    and working at no more than ``WORK_SIDE`` pixels a side, so concurrent
-    uploads hold a bounded amount of memory.
+    and working at no more than ``WORK_SIDE`` pixels a side (a "crop" or "pad"
+    fit works on the image as decoded, within ``MAX_DECODED_BYTES``, as
+    ``capsnet predict`` fits it), so concurrent uploads hold a bounded amount of memory.
     """
     with _DECODE_SLOTS:  # the header too: reading it inflates a PNG's text chunks (Pillow allows 64 MiB of them)
         img = _open(data)
         size = img.size  # before a JPEG's reduced-scale decoding changes it
+        if style in ("crop", "pad"):  # decoded as capsnet prepare and predict decode a photo, and scaled once: a
+            # 3000x600 photo's working copy, shrunk first, differed from predict's input by up to 17 grey levels
+            from ..data.prepare import DRAFT_MARGIN
+
+            return mnist_style(_decode(img, DRAFT_MARGIN * max(shape[1:]), shrink_to=False), shape, style), size
         return mnist_style(_decode(img, WORK_SIDE), shape, style), size
 
 
