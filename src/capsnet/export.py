@@ -662,12 +662,12 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
         raise ExportError(f"{path} is the checkpoint itself: give another --out")
     if not path.suffix:  # a file named "model" opens in no tool by its name
         raise ExportError(f"{path} has no suffix; name it {path.name}{FORMATS[format]} (the {format} format's)")
-    if path.suffix.lower() != FORMATS[format]:  # eval-best.json, notes.txt: another file's name, never an export's
-        raise ExportError(f"{path} has the suffix {path.suffix}, not the {format} format's {FORMATS[format]}: name it "
-                          f"{path.with_suffix(FORMATS[format]).name}")
     if (lost := run_file(path)) is not None:  # the run's other checkpoint, its config or metrics: never overwritten
         raise ExportError(f"{path} is {lost}; writing the export there would lose it: give another --out, e.g. "
                           f"{path.with_name('model' + FORMATS[format])}")
+    if path.suffix.lower() != FORMATS[format]:  # eval-best.json, notes.txt: another file's name, never an export's
+        raise ExportError(f"{path} has the suffix {path.suffix}, not the {format} format's {FORMATS[format]}: name it "
+                          f"{path.with_suffix(FORMATS[format]).name}")
     if not path.parent.is_dir():
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
     if (why := unwritable(path.parent)) is not None:  # said before tracing, not after it (tens of seconds)
