@@ -292,12 +292,14 @@ def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any
     """A config's refusal of a value the user typed, opened by the flag as typed ("--dropout 1.5: BaselineCNNConfig.
     dropout must be in [0, 1), got 1.5"): the config names its field, which a command line never showed. Another
     refusal as it is. A refusal that opens with another field but names a typed one ("primary_caps * primary_dim
-    must be ..." for a typed primary_dim) is opened by the typed ones it names."""
+    must be ..." for a typed primary_dim) is opened by the typed ones its subject names (not a field's name used as a
+    word in the rest: "... lower its channel, capsule or decoder sizes" was opened by --no-decoder)."""
     for field, value in given.items():
         if re.match(rf"(\w+\.)?{field}\b", str(e)):
             return type(e)(f"{_as_typed(field, value, field in options)}: {e}")
+    subject = re.split(r" must |[:;,]", str(e), maxsplit=1)[0]  # what is refused, not the words of its fix
     named = [_as_typed(field, value, field in options) for field, value in given.items()
-             if re.search(rf"(?<![\w-]){field}(?![\w-])", str(e))]
+             if re.search(rf"(?<![\w-]){field}(?![\w-])", subject)]
     return type(e)(f"{', '.join(named)}: {e}") if named else e
 
 
@@ -751,7 +753,8 @@ def _export_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("--format", choices=list(FORMATS), default="onnx",
                    help="onnx: an ONNX graph for onnxruntime and other runtimes; torch-export: torch.export's "
                         "program (.pt2), loaded with torch.export.load")
-    x.add_argument("--out", default=None, help="file to write (default: the checkpoint's name with .onnx or .pt2, "
+    x.add_argument("--out", default=None, help="file to write, ending .onnx or .pt2 as --format (default: the "
+                                               "checkpoint's name with .onnx or .pt2, "
                                                "beside it, last-training-weights.onnx for --weights training; for "
                                                "pretrained:NAME, NAME.onnx or NAME.pt2 in the working folder)")
     x.add_argument("--opset", type=_number(int, minimum=MIN_OPSET), default=None,

@@ -643,6 +643,8 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
     # a refusal opening with a field not typed, that names the one typed (it was said without a flag)
     (["--model", "efficient-capsnet", "--model-option", "primary_dim=7"],
      "--model-option primary_dim=7: primary_caps * primary_dim must be the last convolution's 128 channels"),
+    # a field's name as a word of the fix is not what was refused (it was opened by --no-decoder: the diff's review)
+    (["--conv1-channels", "200000", "--no-decoder"], "this CapsNetConfig would hold "),
 ])
 def test_a_value_the_config_refuses_is_said_with_its_flag(flags, said, tmp_path, capsys):
     """The configs name their fields (BaselineCNNConfig.dropout, lr_min), which no command line shows: the refusal
