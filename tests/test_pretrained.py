@@ -321,9 +321,8 @@ def test_the_figures_of_a_shipped_segmentation_or_synthesis_model_draw_offline_o
 
 
 @_each(["capsnet-fashion-small"])
-def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_shipped_digits(name, data_root,
-                                                                                                   tmp_path,
-                                                                                                   blank_routing_and_sweeps):
+def test_the_viewer_opens_the_shipped_fashion_model_on_fashion_mnist_not_on_the_shipped_digits(
+        name, data_root, tmp_path, blank_routing_and_sweeps):
     """It opened on the shipped MNIST digits (a Fashion-MNIST classifier reading handwriting); there are no shipped
     Fashion-MNIST items, so it opens on Fashion-MNIST itself (downloaded, or from --data-dir)."""
     from capsnet.viz.engine import load_viewer
