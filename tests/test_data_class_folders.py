@@ -126,6 +126,9 @@ _GREY, _RGB = _pixels(5, (8, 8)), np.zeros((8, 8, 3), np.uint8)
      r"test images in .*test/b\)"),
     ({"a/1.png": _GREY, "b/1.png": _GREY, "test/c/1.png": _GREY},
      r"test holds class folder\(s\) c that the training images have no folder for \(its classes: a, b\)"),
+    ({"cat/1.png": _GREY, "dog, big/1.png": _GREY, "test/dog/1.png": _GREY},  # one class, not two: quoted
+     r'test holds class folder\(s\) "dog" that the training images have no folder for \(its classes: "cat", '
+     r'"dog, big"\)'),
     ({"a/1.png": _GREY, "b/1.png": _pixels(7, (8, 8)), "test/a/2.png": _GREY},
      r"test holds 1 of the training images \(the same file's contents, of the same class\): a/2.png "
      r"\(= a/1.png\)"),

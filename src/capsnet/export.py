@@ -66,7 +66,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ._text import some_of
+from ._text import some_of, told_apart
 from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
 from .models.capspix2pix import ConditionalGAN
@@ -336,9 +336,7 @@ class ExportResult:
                 "the program refuses others)" if self.format != "onnx" else
                 "the ONNX graph does not check them: another size runs to a wrong result or an error)"))
         if classes := self.metadata.get("capsnet.classes"):
-            names = json.loads(classes)
-            if any("," in n or n != n.strip() for n in names):  # "dog, big" read as two classes
-                names = [json.dumps(n, ensure_ascii=False) for n in names]
+            names = told_apart(json.loads(classes))  # "dog, big" read as two classes
             lines.append(f"classes (index k of {self.outputs[0][0]}): {some_of(names, 10)} (in the file's metadata)")
         if self.checked_with:
             sides = f" of {self.checked_sides[0]}x{self.checked_sides[1]}" if self.checked_sides else ""

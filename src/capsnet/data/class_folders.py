@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._text import told_apart
 from .idx import DataError
 from .png import _utf8, opaque_image_array, png_files, refuse_other_shape
 
@@ -89,9 +90,9 @@ def refuse_unknown_classes(root: Path, found, classes) -> None:
     """A DataError when ``root`` (a DIR/test folder) holds class folders ``found`` that the training ``classes``
     lack: a test image of a class the model never learned."""
     if others := sorted(set(found) - set(classes)):
-        raise DataError(f"{root} holds class folder(s) {', '.join(others)} that the training images have no folder "
-                        f"for (its classes: {', '.join(classes)}); give the test images the training images' class "
-                        f"folders, or add those classes' images for training")
+        raise DataError(f"{root} holds class folder(s) {', '.join(told_apart(others, classes))} that the training "
+                        f"images have no folder for (its classes: {', '.join(told_apart(classes, others))}); give the "
+                        f"test images the training images' class folders, or add those classes' images for training")
 
 
 def load_class_folder(root: str | Path, classes: tuple[str, ...] | None = None, *, test_split: bool = False

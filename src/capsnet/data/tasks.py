@@ -96,7 +96,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.nn.functional as F
 
-from .._text import some_of
+from .._text import some_of, told_apart
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
@@ -530,9 +530,9 @@ def other_classes(trained_on: str, scored_on: str) -> str | None:
     a, b = _task_classes(trained_on), _task_classes(scored_on)
     if a is None or b is None or a == b:
         return None
-    return (f"the model was trained on {trained_on} ({', '.join(a[:3])}, ...) but {scored_on}'s classes are others "
-            f"({', '.join(b[:3])}, ...), so its accuracy there means nothing (--dataset {trained_on} uses its own "
-            f"classes)")
+    return (f"the model was trained on {trained_on} ({', '.join(told_apart(a, b)[:3])}, ...) but {scored_on}'s "
+            f"classes are others ({', '.join(told_apart(b, a)[:3])}, ...), so its accuracy there means nothing "
+            f"(--dataset {trained_on} uses its own classes)")
 
 
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks
@@ -621,7 +621,7 @@ def class_change(state: dict[str, Any], dataset: str, trained_here: bool = True)
         return None
 
     def listed(names: list[str]) -> str:
-        return some_of(names, 8)
+        return some_of(told_apart(names, [*now, *saved]), 8)
 
     added, gone = [c for c in now if c not in saved], [c for c in saved if c not in now]
     new, missing = ("new", "gone") if trained_here else ("not the model's", "missing")

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._text import told_apart
 from ..data.sets import shown_range
 from ..models import segments
 from ..models.capsnet import CapsNet, CapsNetConfig
@@ -231,7 +232,7 @@ class Viewer(_ViewerBase):
         if label is not None:
             if not _is_int(label) or not 0 <= label < len(self.classes):
                 raise ViewerError(f"unknown class {label!r}: classes are 0..{len(self.classes) - 1} "
-                                  f"({', '.join(self.classes)})")
+                                  f"({', '.join(told_apart(self.classes))})")
             if not _is_int(nth) or nth < 0:
                 raise ViewerError(f"nth must be a non-negative integer, got {nth!r}")
             hit = self.test_labels == label  # (N,), or (N, 2) for MultiMNIST pairs: either digit
