@@ -1096,3 +1096,31 @@ def test_no_dropout_warning_for_an_epoch_with_no_batch_left():
                          True)
     with pytest.warns(RuntimeWarning, match="x/last.safetensors was saved inside epoch 2 by 2 process"):  # batches
         restore_rank_rng(saved, {"epoch": 2, "processes": 2}, 0, 1, torch.device("cpu"), True)  # left: said
+
+
+class _Buffered:
+    """A stdout redirected to a file: what is written waits in a buffer until flushed."""
+
+    def __init__(self) -> None:
+        self.pending, self.flushed = "", ""
+
+    def write(self, s: str) -> int:
+        self.pending += s
+        return len(s)
+
+    def flush(self) -> None:
+        self.flushed, self.pending = self.flushed + self.pending, ""
+
+
+def test_each_epochs_line_is_flushed_to_a_redirected_stdout_as_it_is_written(tmp_path, monkeypatch, caplog):
+    """tqdm.write leaves stdout unflushed: with the output in a log (block-buffered), every epoch's result line came
+    at the run's end, and none for a run killed outright (a review, 2026-12-02). And -v logs every epoch's record,
+    the ones not evaluated too (--eval-every), as the README says."""
+    out = _Buffered()
+    monkeypatch.setattr("sys.stdout", out)
+    with caplog.at_level("INFO", logger="capsnet.train"):
+        fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 3, "eval_every": 2}), tmp_path / "run", device="cpu",
+            progress=True)
+    assert "epoch 2: test accuracy" in out.flushed and "epoch 3: test accuracy" in out.flushed
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("epoch ")] == \
+        ["epoch 1", "epoch 2", "epoch 3"]

@@ -15,7 +15,7 @@ from capsnet.data.tasks import held_out_names, input_shape, load_test, load_trai
 from capsnet.evaluate import SegEvalResult, evaluate_checkpoint, evaluate_segmentation, load_model
 from capsnet.experiments import format_segmentation_table, otsu_row, plan, run_plan
 from capsnet.models import SegCapsR1Config, UNetConfig
-from capsnet.train import TrainConfig, _correct, fit
+from capsnet.train import TrainConfig, _correct, describe_epoch, fit
 from cli_helpers import in_process
 
 
@@ -33,6 +33,18 @@ def test_the_segmentation_task_gives_canvases_masks_and_an_ood_set(data_root):
     x, m, comp = task("mnist-segmentation").batch(train.to("cpu"), torch.arange(8), torch.Generator().manual_seed(0),
                                                    None)
     assert x.shape == (8, 1, 64, 64) and m.shape == (8, 1, 64, 64) and comp is None and (m.sum((1, 2, 3)) > 0).all()
+
+
+def test_a_val_size_runs_extra_sets_are_named_as_validation_figures(tmp_path, data_root):
+    """A --val-size run's OOD canvases are made from its validation digits: they were recorded as ood_dice, the test
+    set's name, beside eval's ood_dice of the test digits (a review, 2026-12-02)."""
+    final = fit(UNetConfig(base_channels=4, depth=2), TrainConfig(dataset="mnist-segmentation", epochs=1, batch_size=8,
+                                                                  train_size=40, val_size=8), tmp_path / "run",
+                device="cpu", data_root=data_root, progress=False)
+    assert {"val_dice", "val_ood_dice", "val_ood_iou"} <= set(final) and not any(k.startswith(("ood", "test"))
+                                                                                  for k in final)
+    assert "val Dice" in describe_epoch(final, "mnist-segmentation") and "val_ood Dice" in \
+        describe_epoch(final, "mnist-segmentation")
 
 
 def test_training_dice_is_the_dice_of_the_thresholded_probabilities():

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
-__all__ = ["progress_bar", "LOG_INTERVAL_S", "one_line_warnings"]
+__all__ = ["progress_bar", "LOG_INTERVAL_S", "one_line_warnings", "write_line"]
 
 LOG_INTERVAL_S = 60.0  # seconds between the lines of a bar written to a log
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal control sequences (tqdm moves the cursor for nested bars)
@@ -70,6 +70,13 @@ def progress_bar(iterable: Iterable | None = None, *, progress: bool = True, lea
         # unfinished, a 150 s evaluation's log ended at 80%); one done within the delay writes nothing still
         leave = True
     return tqdm(iterable, disable=not progress, leave=leave, **kw)
+
+
+def write_line(line: str) -> None:
+    """``line`` on stdout above the bars (``tqdm.write``), flushed: stdout redirected to a log is block-buffered, and
+    each epoch's result line reached the log only when the run ended (none, for a run killed outright)."""
+    tqdm.write(line)
+    sys.stdout.flush()
 
 
 def one_line_warnings(prefix):

@@ -1282,7 +1282,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     elif main_rank and resumed is not None:
         with RunLock(out) as lock:  # another trainer there: refused before a line says this one goes on
             lock.acquire()
-        print(f"resuming the run in {out} from {saved_point(resumed)}")
+        print(f"resuming the run in {out} from {saved_point(resumed)}", flush=True)
     # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
     # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
     summarise = finished

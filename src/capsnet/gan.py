@@ -62,9 +62,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
 
-from ._progress import progress_bar
+from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, check_fits_before_building,
@@ -408,6 +407,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                        f"last layer the same at every position")
             warnings.warn(message, RuntimeWarning, stacklevel=3)  # the caller of fit_gan
         if epoch % cfg.eval_every and epoch != cfg.epochs:  # not evaluated, but resumable from here
+            log.info("epoch %d: %s", epoch, record)
             state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
             if last.older_than(_train.SAVE_AFTER_S) or stop.asked:
                 save_last(state)
@@ -424,11 +424,11 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             lambda: evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
                                        batch_size=min(cfg.eval_batch_size, 64), progress=progress))
         for extra, r in results.items():
-            record |= {f"{extra or held_name}_{k}": v for k, v in r.as_dict().items()}
+            record |= {f"{_train.held_key(extra, held_name)}_{k}": v for k, v in r.as_dict().items()}
         _train.stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written
         log.info("epoch %d: %s", epoch, record)
         if progress:
-            tqdm.write(describe_gan_epoch(record))
+            write_line(describe_gan_epoch(record))
         state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                  "eval_split": held_name} | {k: state[k] for k in ("data", "label_maps") if k in state}
         score = results[""].ssim

@@ -33,10 +33,9 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm  # plain text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from ._config import JsonConfig, check_types
-from ._progress import progress_bar
+from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
@@ -1508,6 +1507,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
                 record |= {"skipped_steps": len(starts) - taken, "loss_scale": scaler.get_scale()}
             if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
+                log.info("epoch %d: %s", epoch, record)
                 state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
                 if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable
                     save_last(state)
@@ -1531,14 +1531,14 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                     model, held, batch_size=eval_batch, recon_weight=cfg.recon_weight, progress=progress))
                 result = results[""]
                 for extra, r in results.items():  # test_*, then e.g. affine_* (translated MNIST's other test sets)
-                    prefix = extra or held_name
+                    prefix = held_key(extra, held_name)
                     record |= {f"{prefix}_loss": r.loss, f"{prefix}_accuracy": r.accuracy, f"{prefix}_error": r.error}
                     if hasattr(r, "iou"):  # segmentation: accuracy is the Dice
                         record |= {f"{prefix}_dice": r.dice, f"{prefix}_iou": r.iou}
                 stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written
                 log.info("epoch %d: %s", epoch, record)
                 if progress:  # one readable line per epoch, with the bars
-                    tqdm.write(describe_epoch(record, cfg.dataset))
+                    write_line(describe_epoch(record, cfg.dataset))
                 state = {"epoch": epoch, "step": step, "history": state["history"] + [record], "best": state["best"],
                          "eval_split": held_name} | {k: state[k] for k in ("data", LAUNCH_KEY) if k in state}
                 improved = state["best"] is None or result.accuracy > state["best"]["accuracy"]
@@ -1590,6 +1590,15 @@ def describe_epoch(record: dict[str, Any], dataset: str) -> str:
         line += f", {record['skipped_steps']} step{'s' if record['skipped_steps'] > 1 else ''} skipped " \
                 f"(loss scale {record['loss_scale']:g})"
     return line
+
+
+def held_key(extra: str, held_name: str) -> str:
+    """The metrics' prefix of a held-out set: ``held_name`` ("test", "val") for the split itself, an extra set's own
+    name ("ood", "affine") after the test split, and "val_" before it after the validation split, whose digits make
+    it then: "ood_dice" of a --val-size run was a validation figure under a test set's name."""
+    if not extra:
+        return held_name
+    return f"{held_name}_{extra}" if held_name == "val" else extra
 
 
 def _describe_epoch(record: dict[str, Any], dataset: str) -> str:
