@@ -1403,6 +1403,15 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
     from . import train
     from .checkpoint import load_checkpoint
 
+    what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
+    if getattr(args, "which_given", False) and args.which == "best" and Path(run).is_dir() and \
+            (best is None or best.path.name == "best.safetensors") and (Path(run) / "best.safetensors").exists():
+        chosen = ((best if best is not None else load_checkpoint(run, "best")).state.get("best") or {})
+        if chosen.get("split") != "test":  # asked for, and chosen on the validation split: an estimate
+            return None, ""
+        return None, (f"{run}: best.safetensors (epoch {chosen.get('epoch')}), asked for, was chosen on the test split "
+                      f"(trained without --val-size): its test figures are the best over epochs, not an estimate; "
+                      f"--which last is the final epoch's\n")
     if getattr(args, "which_given", True) or args.which != "best" or not Path(run).is_dir() or \
             not (Path(run) / "best.safetensors").exists() or not (Path(run) / "last.safetensors").exists():
         return None, ""
@@ -1413,7 +1422,6 @@ def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None)
         return None, ""
     last = load_checkpoint(run, "last")
     planned = last.train_config.get("epochs")
-    what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
     if train.finished(last.state, planned):  # its final epoch
         return last, (f"{run}: best.safetensors was chosen on the test split (trained without --val-size), so its "
                       f"test figures would be the best over epochs; {what} from last.safetensors, the final epoch's "

@@ -944,8 +944,8 @@ def test_eval_of_a_run_without_validation_scores_its_final_epoch_not_its_best_on
                                                                                       tmp_path, capsys):
     """Trained without --val-size, a run's best.safetensors is the epoch with the best test figure; eval's default
     scored it, so the quick start's eval printed the best test figure over epochs (93.6% against the final 93.4%:
-    a review, 2026-11-30). It scores last.safetensors and says why; --which best scores best as asked; a run with
-    a validation split keeps its best."""
+    a review, 2026-11-30). It scores last.safetensors and says why; --which best scores best as asked, with a note
+    of what its figures are (it said nothing: a review, 2026-12-02); a run with a validation split keeps its best."""
     run = _copy_run(trained_run, tmp_path / "run")
     assert load_checkpoint(run, "best").state["best"]["split"] == "test"
     r = in_process(capsys, "eval", "--checkpoint", run, "--test-size", 30, "--data-dir", data_root, "--no-progress")
@@ -954,7 +954,11 @@ def test_eval_of_a_run_without_validation_scores_its_final_epoch_not_its_best_on
     assert report["epoch"] == 2 and not (run / "eval-best-n30.json").exists()
     r = in_process(capsys, "eval", "--checkpoint", run, "--which", "best", "--test-size", 30, "--data-dir", data_root,
                    "--no-progress")
-    assert r.returncode == 0 and "chosen on the test split" not in r.stdout and (run / "eval-best-n30.json").exists()
+    assert r.returncode == 0 and (run / "eval-best-n30.json").exists() and "scored from last" not in r.stdout
+    epoch = load_checkpoint(run, "best").state["best"]["epoch"]
+    assert (f"{run}: best.safetensors (epoch {epoch}), asked for, was chosen on the test split (trained without "
+            f"--val-size): its test figures are the best over epochs, not an estimate; --which last is the final "
+            f"epoch's") in r.stdout
     from capsnet.checkpoint import save_checkpoint
 
     best = load_checkpoint(run, "best")
@@ -962,6 +966,10 @@ def test_eval_of_a_run_without_validation_scores_its_final_epoch_not_its_best_on
     save_checkpoint(run / "best.safetensors", best)
     (run / "eval-best-n30.json").unlink()
     r = in_process(capsys, "eval", "--checkpoint", run, "--test-size", 30, "--data-dir", data_root, "--no-progress")
+    assert r.returncode == 0 and "chosen on the test split" not in r.stdout and (run / "eval-best-n30.json").exists()
+    (run / "eval-best-n30.json").unlink()
+    r = in_process(capsys, "eval", "--checkpoint", run, "--which", "best", "--test-size", 30, "--data-dir", data_root,
+                   "--no-progress")  # asked for and chosen on validation: no note
     assert r.returncode == 0 and "chosen on the test split" not in r.stdout and (run / "eval-best-n30.json").exists()
 
 
