@@ -226,7 +226,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
              on_epoch: Callable[[dict[str, Any]], None] | None = None, lock: RunLock) -> dict[str, Any]:
     """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores, and ``lock`` the run
     directory's, taken when the run starts to write."""
-    from .synthesis import evaluate_synthesis, judge_for, load_judge
+    from .synthesis import EVAL_BATCH_SIZE, evaluate_synthesis, judge_for, load_judge
 
     _train.check_fit_arguments(cfg, run_dir)
     dev = resolve_device(device)
@@ -422,7 +422,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             lambda: save_last(within_epoch({**state, "step": step}, epoch, len(starts), sums.tolist(), seen, trained_s,
                                            dev, pending=True), g),
             lambda: evaluate_synthesis(model, held, judge=judge_model, shape=task(cfg.dataset).shape,
-                                       batch_size=min(cfg.eval_batch_size, 64), progress=progress))
+                                       batch_size=min(cfg.eval_batch_size, EVAL_BATCH_SIZE), progress=progress))
         for extra, r in results.items():
             record |= {f"{_train.held_key(extra, held_name)}_{k}": v for k, v in r.as_dict().items()}
         _train.stop_if_held_out_not_finite(record, epoch, last)  # before anything of this epoch is written

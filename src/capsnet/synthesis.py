@@ -45,9 +45,10 @@ from .models.capspix2pix import truncate_normal
 from .runtime import evaluating
 
 __all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "row_noise", "load_judge",
-           "judge_predictions", "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles",
+           "judge_predictions", "EVAL_BATCH_SIZE", "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles",
            "SynthesisEvaluation", "evaluate_synthesis_checkpoint", "judge_for"]
 
+EVAL_BATCH_SIZE = 64  # label maps a pass when scoring: each holds several generated images (the spread's draws)
 SPREAD_SEEDS = 8  # noise draws per label map for the spread
 SPREAD_SIZE = 1000  # label maps the spread is measured on (the first ones of the split)
 
@@ -172,7 +173,8 @@ def _scores(out: Any) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | None = None,
-                       shape: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_size: int = 64,
+                       shape: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                       batch_size: int = EVAL_BATCH_SIZE,
                        progress: bool = False, truncation: float | None = None) -> dict[str, SynthesisResult]:
     """Score the images ``model`` makes from ``split`` (and its extra sets): {"": result, ...}.
 
@@ -446,11 +448,11 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
                                   truncation: float | None = None, weights: str = "saved") -> SynthesisEvaluation:
     """Score a synthesis checkpoint on a data set's test pairs (default: the one it was trained on), judged by
     ``judge`` (default: ``judge_for``: the run's own judge for its own data set, else the shipped one, if any);
-    ``batch_size``: pairs a pass (None: ``capsnet.evaluate.SEGMENTATION_BATCH_SIZE``, 64);
+    ``batch_size``: pairs a pass (None: ``EVAL_BATCH_SIZE``, 64);
     ``truncation``: the noise truncated to [-t, t] (``generate``); ``weights`` as ``capsnet.evaluate.load_model``
     (an averaged run's training generator)."""
     from .data.tasks import check_test_size, load_test, task, trained_dataset
-    from .evaluate import SEGMENTATION_BATCH_SIZE, load_model, warn_folder_changed
+    from .evaluate import load_model, warn_folder_changed
 
     model, ckpt = load_model(path, which=which, device=device, weights=weights)
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
@@ -467,7 +469,7 @@ def evaluate_synthesis_checkpoint(path: str | os.PathLike | Checkpoint, *, which
     split = load_test(name, size=test_size, root=root, progress=progress).to(next(model.parameters()).device)
     check_test_size(test_size, len(split), name)
     results = evaluate_synthesis(model, split, judge=judge_model, shape=task(name).shape,
-                                 batch_size=SEGMENTATION_BATCH_SIZE if batch_size is None else batch_size,
+                                 batch_size=EVAL_BATCH_SIZE if batch_size is None else batch_size,
                                  progress=progress, truncation=truncation)
     return SynthesisEvaluation(ckpt, name, len(split), results, None if judge is None else str(judge),
                                None if truncation is None else float(truncation), split.names)
