@@ -282,6 +282,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
     skipped: list[Path] = []
     counts: dict[str, int] = {}
     trained: tuple[str, ...] = ()
+    held_out = not (source / TEST_FOLDER).is_dir()  # classes:DIR holds out a fifth of each class for testing
     for split, top, target in (("train", source, Path()), ("test", source / TEST_FOLDER, Path(TEST_FOLDER))):
         if not top.is_dir():
             continue
@@ -302,8 +303,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
             if not images:
                 raise DataError(f"{folder} holds no image file Pillow reads{heic_hint(others)}; put the class's "
                                 f"images there")
-            if split == "train" and len(images) < 2 and not (source / TEST_FOLDER).is_dir():  # classes:DIR holds
-                # out a fifth of each class for testing: refused here, not by capsnet train after the work
+            if held_out and split == "train" and len(images) < 2:  # refused here, not by capsnet train after the work
                 raise DataError(f"class {name!r} holds {len(images)} image in {folder}; at least 2 are needed to hold "
                                 f"one out for testing (add images, or put the test images in "
                                 f"{source / TEST_FOLDER / name})")
@@ -336,8 +336,8 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
                 trained_pixels.setdefault(key, p)
             elif key in trained_pixels:
                 copied.append((p, trained_pixels[key]))
-        same = [name for name in trained if sum(c == name for c, _ in trained_pixels) < 2]
-        if same and not (source / TEST_FOLDER).is_dir():  # each one photo saved twice: nothing unseen to test on
+        same = [name for name in trained if sum(c == name for c, _ in trained_pixels) < 2] if held_out else []
+        if same:  # each one photo saved twice: nothing unseen to test on
             raise DataError(f"the photos of class {same[0]!r} in {source / same[0]} hold the same pixels once fitted: "
                             f"a test image must not be a copy of a training one, so at least 2 different ones are "
                             f"needed (add others, or put the test photos in {source / TEST_FOLDER / same[0]}); nothing "
