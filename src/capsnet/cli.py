@@ -1398,27 +1398,26 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
 def _final_for_test_chosen(args: argparse.Namespace, run: Any, best: Any = None) -> tuple[Any, str]:
     """For eval, figures and viz on a run directory without --which: its best.safetensors (``best``, read if not given)
     chosen on the test split (trained without --val-size) is the best test figure over epochs, not an estimate; a
-    finished run's last.safetensors, its final epoch, is scored instead. Returns (that Checkpoint or None, a note
-    ending in a newline, or '')."""
+    finished run's last.safetensors, its final epoch, is scored instead (with --which best: the best, and a note of
+    what it is). Returns (that Checkpoint or None, a note ending in a newline, or '')."""
     from . import train
     from .checkpoint import load_checkpoint
 
     what = {"eval": "scored", "viz": "shown"}.get(args.command, "drawn")
-    if getattr(args, "which_given", False) and args.which == "best" and Path(run).is_dir() and \
-            (best is None or best.path.name == "best.safetensors") and (Path(run) / "best.safetensors").exists():
-        chosen = ((best if best is not None else load_checkpoint(run, "best")).state.get("best") or {})
-        if chosen.get("split") != "test":  # asked for, and chosen on the validation split: an estimate
-            return None, ""
-        return None, (f"{run}: best.safetensors (epoch {chosen.get('epoch')}), asked for, was chosen on the test split "
-                      f"(trained without --val-size): its test figures are the best over epochs, not an estimate; "
-                      f"--which last is the final epoch's\n")
-    if getattr(args, "which_given", True) or args.which != "best" or not Path(run).is_dir() or \
-            not (Path(run) / "best.safetensors").exists() or not (Path(run) / "last.safetensors").exists():
+    given = getattr(args, "which_given", None)  # None: a command without --which
+    if given is None or args.which != "best" or not Path(run).is_dir() or not (Path(run) / "best.safetensors").exists():
         return None, ""
     if best is not None and best.path.name != "best.safetensors":  # read before best.safetensors was written (a
         return None, ""  # run's first epoch, the fallback to last): what was read is scored, and no note of a best
     best = best if best is not None else load_checkpoint(run, "best")
-    if (best.state.get("best") or {}).get("split") != "test":
+    chosen = best.state.get("best") or {}
+    if chosen.get("split") != "test":  # chosen on the validation split: an estimate
+        return None, ""
+    if given:  # --which best asked for it: scored as asked, said for what it is
+        return None, (f"{run}: best.safetensors (epoch {chosen.get('epoch')}), asked for, was chosen on the test split "
+                      f"(trained without --val-size): its test figures are the best over epochs, not an estimate; "
+                      f"--which last is the final epoch's\n")
+    if not (Path(run) / "last.safetensors").exists():
         return None, ""
     last = load_checkpoint(run, "last")
     planned = last.train_config.get("epochs")
