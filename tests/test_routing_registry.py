@@ -62,6 +62,40 @@ def test_create_routing_passes_each_routing_the_layer_sizes_it_takes_and_refuses
         routing_takes(3, "iterations")
 
 
+def test_a_routing_without_a_constructor_takes_nothing_and_one_needing_an_argument_says_which(monkeypatch):
+    """A routing with only a forward (nothing to set) was read as taking every option (nn.Module's ``**kwargs``):
+    CapsNet passed it in_caps and the rest, and the TypeError was reported as a routing option "of the wrong kind";
+    a constructor argument no layer passes was the same message (a review of adding a routing, 2026-12-02)."""
+    import capsnet.routing as routing_module
+    from torch import nn
+
+    from capsnet.models import create_model
+    from capsnet.ops import squash
+
+    class Mean(nn.Module):  # no constructor: uniform coupling, the squashed mean vote
+        def forward(self, votes, activations=None, bias=None, **ignored):
+            poses = squash(votes.mean(1))
+            return RoutingResult(poses, poses.norm(dim=-1), torch.full(votes.shape[:3], 1 / votes.shape[2]))
+
+    class Needs(nn.Module):
+        def __init__(self, in_caps, parents, scale=1.0):
+            super().__init__()
+
+    monkeypatch.setitem(routing_module.ROUTINGS, "mean", Mean)
+    monkeypatch.setitem(routing_module.ROUTINGS, "needs", Needs)
+    assert not routing_takes("mean", "iterations") and not routing_takes("mean", "in_caps")
+    assert isinstance(create_routing("mean", **SIZES), Mean)
+    with pytest.raises(ValueError, match="mean routing takes no option scale; its options are none"):
+        create_routing("mean", **SIZES, scale=2.0)
+    model = create_model("capsnet", routing="mean", conv1_channels=8, primary_types=2)
+    out = model(torch.rand(2, 1, 28, 28))
+    assert out.poses.shape == (2, 10, 16) and torch.isfinite(out.poses).all()
+    with pytest.raises(ValueError, match="needs routing's constructor needs parents, which no layer passes .*: give "
+                                         "it a default, or pass it as a routing option"):
+        create_routing("needs", **SIZES)
+    assert isinstance(create_routing("needs", **SIZES, parents=3), Needs)
+
+
 @pytest.mark.parametrize("name", sorted(ROUTINGS))
 def test_every_routing_has_the_shared_call_shape(name):
     g = torch.Generator().manual_seed(0)

@@ -89,8 +89,12 @@ def routing_name(module: nn.Module) -> str | None:
 
 
 def _parameters(name: str) -> tuple[set[str], bool]:
-    """The keyword parameters of the routing ``name``'s constructor, and whether it takes any (``**options``)."""
-    parameters = inspect.signature(_registered(name)).parameters.values()
+    """The keyword parameters of the routing ``name``'s constructor, and whether it takes any (``**options``).
+    A routing without a constructor of its own takes none (``nn.Module``'s ``**kwargs`` passes nothing on)."""
+    cls = _registered(name)
+    if cls.__init__ in (nn.Module.__init__, object.__init__):
+        return set(), False
+    parameters = inspect.signature(cls).parameters.values()
     return {p.name for p in parameters}, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
@@ -123,6 +127,13 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
         raise ValueError(f"{name} routing takes no option {', '.join(unknown)}; its options are "
                          f"{', '.join(valid) or 'none'}")
     _check_option_kinds(name, options)
+    needed = [p.name for p in inspect.signature(ROUTINGS[name]).parameters.values() if p.default is p.empty and
+              p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given and p.name not in options]
+    if needed:
+        raise ValueError(f"{name} routing's constructor needs {', '.join(needed)}, which no layer passes (a layer "
+                         f"gives {', '.join(LAYER_SIZES)} to a routing that takes them): give "
+                         f"{'it a default' if len(needed) == 1 else 'them defaults'}, or pass "
+                         f"{'it' if len(needed) == 1 else 'them'} as a routing option")
     return ROUTINGS[name](**given, **options)
 
 
