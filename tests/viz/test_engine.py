@@ -156,6 +156,32 @@ def test_test_images_must_fit_the_model():
         Viewer(model, test_images=torch.zeros(2, 1, 36, 36, dtype=torch.uint8), test_labels=torch.zeros(2))
 
 
+def test_a_capsule_model_without_a_convolution_is_refused_by_name_not_a_stopiteration():
+    """The viewer draws the first nn.Conv2d's kernels and maps; a registered capsule model without one was a
+    StopIteration traceback from the viewer's constructor (a review of adding a model, 2026-12-02)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Convolving(nn.Module):  # the same convolution, not an nn.Conv2d
+        def __init__(self, conv: nn.Conv2d) -> None:
+            super().__init__()
+            self.weight, self.bias = conv.weight, conv.bias
+            self.kernel_size, self.stride, self.padding = conv.kernel_size, conv.stride, conv.padding
+
+        def forward(self, x):
+            return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+    model = CapsNet()
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Conv2d):
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, Convolving(module))
+    assert model(torch.zeros(1, 1, 28, 28)).poses.shape == (1, 10, 16)  # the model itself still runs
+    with pytest.raises(ViewerError, match="the viewer draws the first convolution's kernels and feature maps, and "
+                                          "CapsNet has no nn.Conv2d; give the model a convolution"):
+        Viewer(model)
+
+
 def test_other_input_sizes_and_class_names(data_root):
     """A 36x36 model (MultiMNIST's canvas) on real digits padded to 36x36, with its own class names."""
     from capsnet import CapsNetConfig

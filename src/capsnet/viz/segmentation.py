@@ -23,7 +23,7 @@ from torch import nn
 from ..data.segmentation import dice_iou
 from ..models import segments
 from ..routing import routing_name
-from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode
+from .engine import ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode, first_conv
 from .images import off_sides
 
 __all__ = ["SegmentationViewer", "THRESHOLD", "SEGMENTATION_TEST_SIZE", "OTHER_SIZE_PIXELS", "routers", "routing_layer",
@@ -154,7 +154,7 @@ class SegmentationViewer(_ViewerBase):
         self.test_images = test_images
         self.test_masks = test_masks
         # the first convolution: its kernels and feature maps (SegCaps' conv1, the U-Net's first 3x3)
-        self.conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+        self.conv = first_conv(model)
         self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
         self._first = _first_maps(model, self.conv)
         self._routers = routers(model)  # SegCaps' capsule layers that route

@@ -34,7 +34,8 @@ from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
 from ..routing import routing_name
 from ..synthesis import row_noise, samples
-from .engine import ViewerError, _Input, _ViewerBase, _is_int, checked_image, checked_index, encode
+from .engine import (ViewerError, _Input, _ViewerBase, _is_int, checked_image, checked_index, encode,
+                     first_conv)
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
 
 __all__ = ["SynthesisViewer", "SYNTHESIS_TEST_SIZE", "DEFAULT_SEEDS", "MAX_SEEDS", "INTERPOLATION_STEPS",
@@ -103,7 +104,7 @@ class SynthesisViewer(_ViewerBase):
         self.classes = list(classes or [])
         self.generator = model.generator
         self.noise_dim = int(model.noise(1, 0).shape[1])  # 0: the noise is dropout (pix2pix)
-        self.conv = next(m for m in self.generator.modules() if isinstance(m, nn.Conv2d))
+        self.conv = first_conv(self.generator)
         self._conv_name = next(name for name, m in self.generator.named_modules() if m is self.conv)
         self._routers = routers(self.generator)  # CapsPix2pix's capsule layers that route
         with torch.inference_mode():  # the sizes of every view, from one blank label map
