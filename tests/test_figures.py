@@ -460,6 +460,25 @@ def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch, 
 # ------------------------------------------------------------------------- every capsule model
 
 
+def test_a_routing_view_whose_grid_does_not_cover_the_routed_capsules_is_refused_naming_the_method():
+    """A model's routing_view whose grid (types, rows, columns) did not multiply to the I capsules routed reached
+    the figure as an IndexError from its labels (a review of adding a model, 2026-12-02)."""
+    from capsnet.models import create_model
+
+    model = create_model("capsnet", conv1_channels=8, primary_types=2, decoder_hidden=(16,)).eval()
+    own = model.routing_view
+    model.routing_view = lambda images: own(images)._replace(grid=(2, 1, 1))  # 2 where 2 x 6 x 6 are routed
+    with pytest.raises(fg.FigureError, match=r"CapsNet.routing_view: grid \(2, 1, 1\) must be \(types, rows, "
+                                             r"columns\) of the 72 capsules routed, types \* rows \* columns = 72"):
+        fg.routing_trace(model, torch.rand(2, 1, 28, 28))
+    model.routing_view = lambda images: own(images)._replace(scores=own(images).scores[:, :9])
+    with pytest.raises(fg.FigureError, match=r"scores must be \(2, 10\) for rounds \(2, 3, 72, 10\), got \(2, 9\)"):
+        fg.routing_trace(model, torch.rand(2, 1, 28, 28))
+    model.routing_view = lambda images: tuple(own(images))
+    with pytest.raises(fg.FigureError, match="CapsNet.routing_view returned tuple, not a capsnet.routing.RoutingView"):
+        fg.routing_trace(model, torch.rand(2, 1, 28, 28))
+
+
 @pytest.mark.parametrize("name,small", [
     ("capsnet", dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32))),
     ("efficient-capsnet", dict(decoder_hidden=(16, 32))),

@@ -182,6 +182,16 @@ def test_a_capsule_model_without_a_convolution_is_refused_by_name_not_a_stopiter
         Viewer(model)
 
 
+def test_a_routing_view_whose_grid_does_not_cover_the_routed_capsules_is_refused_when_the_viewer_opens():
+    """It was a reshape error from the first walk, far from the model's routing_view (a review, 2026-12-02)."""
+    model = CapsNet()
+    own = model.routing_view
+    model.routing_view = lambda images: own(images)._replace(grid=(32, 1, 1))
+    with pytest.raises(ViewerError, match=r"CapsNet.routing_view: grid \(32, 1, 1\) must be \(types, rows, columns\) "
+                                          r"of the 1152 capsules routed"):
+        Viewer(model)
+
+
 def test_other_input_sizes_and_class_names(data_root):
     """A 36x36 model (MultiMNIST's canvas) on real digits padded to 36x36, with its own class names."""
     from capsnet import CapsNetConfig

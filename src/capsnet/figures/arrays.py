@@ -23,6 +23,7 @@ from ..checkpoint import short_repr
 from ..data.sets import unit_float
 from ..models import segments_size
 from ..models.capsnet import CapsNet
+from ..routing import checked_view
 from ..runtime import keeps_mode
 
 __all__ = ["FigureError", "DEFAULT_DELTAS", "Reconstructions", "PairReconstructions", "RoutingTrace", "predict",
@@ -272,7 +273,10 @@ def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
     if not hasattr(model, "routing_view"):
         raise FigureError(f"routing maps need a capsule model; {type(model).__name__} has no routing_view")
     model.eval()
-    view = model.routing_view(_images(model, images))
+    try:
+        view = checked_view(model.routing_view(_images(model, images)), model)
+    except ValueError as e:
+        raise FigureError(str(e)) from None
     return RoutingTrace(view.rounds.cpu(), view.children.cpu(), view.scores.cpu(), view.grid, view.children_are)
 
 

@@ -37,11 +37,12 @@ from .dynamic import DynamicRouting
 from .dynamic_linear import plain_routing, plain_routing_active
 from .em import EMRouting
 from .inverted import InvertedDotProductRouting
-from .result import RoutingResult, RoutingView, check_votes
+from .result import RoutingResult, RoutingView, check_votes, checked_view
 
-__all__ = ["RoutingResult", "RoutingView", "check_votes", "DynamicRouting", "EMRouting", "SelfAttentionRouting",
-           "InvertedDotProductRouting", "ROUTINGS", "LAYER_SIZES", "create_routing", "list_routings",
-           "routing_takes", "routing_name", "routing_is", "TRAITS", "plain_routing", "plain_routing_active"]
+__all__ = ["RoutingResult", "RoutingView", "check_votes", "checked_view", "DynamicRouting", "EMRouting",
+           "SelfAttentionRouting", "InvertedDotProductRouting", "ROUTINGS", "LAYER_SIZES", "create_routing",
+           "list_routings", "routing_takes", "routing_name", "routing_is", "TRAITS", "plain_routing",
+           "plain_routing_active"]
 
 # name -> routing module class; each takes its options as keyword arguments
 ROUTINGS: dict[str, type[nn.Module]] = {

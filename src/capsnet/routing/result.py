@@ -10,7 +10,7 @@ from torch import nn
 
 from .._eager import autocast_off
 
-__all__ = ["RoutingResult", "RoutingView", "check_votes"]
+__all__ = ["RoutingResult", "RoutingView", "check_votes", "checked_view"]
 
 
 class _Fields(NamedTuple):
@@ -60,6 +60,29 @@ class RoutingView(NamedTuple):
     scores: torch.Tensor
     grid: tuple[int, int, int]
     children_are: str = "lengths"
+
+
+def checked_view(view: Any, model: nn.Module) -> RoutingView:
+    """``model.routing_view``'s answer, its parts checked against each other before a figure or the viewer lays
+    them out: a grid that does not cover the I routed capsules was an IndexError in the figure and a reshape error
+    in the viewer, far from the method that gave it. A ValueError names the model's ``routing_view``."""
+    who = f"{type(model).__name__}.routing_view"
+    if not isinstance(view, RoutingView):
+        raise ValueError(f"{who} returned {type(view).__name__}, not a capsnet.routing.RoutingView")
+    if not isinstance(view.rounds, torch.Tensor) or view.rounds.dim() != 4:
+        raise ValueError(f"{who}: rounds must be a tensor (N, R, I, J), got "
+                         f"{tuple(getattr(view.rounds, 'shape', ())) or type(view.rounds).__name__}")
+    n, _, i, j = view.rounds.shape
+    grid = tuple(view.grid) if isinstance(view.grid, (tuple, list)) else ()
+    if len(grid) != 3 or not all(isinstance(k, int) and k > 0 for k in grid) or grid[0] * grid[1] * grid[2] != i:
+        raise ValueError(f"{who}: grid {view.grid!r} must be (types, rows, columns) of the {i} capsules routed, "
+                         f"types * rows * columns = {i}")
+    for name, want in (("children", (n, i)), ("scores", (n, j))):
+        got = getattr(view, name)
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != want:
+            raise ValueError(f"{who}: {name} must be {want} for rounds {tuple(view.rounds.shape)}, got "
+                             f"{tuple(getattr(got, 'shape', ())) or type(got).__name__}")
+    return view
 
 
 _Route = TypeVar("_Route", bound=Callable[..., Any])

@@ -26,7 +26,7 @@ from .._text import told_apart
 from ..data.sets import shown_range
 from ..models import segments
 from ..models.capsnet import CapsNet, CapsNetConfig
-from ..routing import routing_is, routing_name
+from ..routing import checked_view, routing_is, routing_name
 
 if TYPE_CHECKING:
     from .segmentation import SegmentationViewer
@@ -204,7 +204,11 @@ class Viewer(_ViewerBase):
             raise ViewerError(f"{len(self.classes)} class names for a model with {cfg.num_classes} classes")
         with torch.inference_mode():  # the sizes of every view, from one blank input
             x = torch.zeros(1, *self.shape, device=self.device)
-            view, out = model.routing_view(x), model(x)
+            try:
+                view = checked_view(model.routing_view(x), model)
+            except ValueError as e:
+                raise ViewerError(str(e)) from None
+            out = model(x)
             self._map = list(self._conv1_maps(x).shape[2:])
         self._grid, self._rounds, self.digit_dim = list(view.grid), view.rounds.shape[1], out.poses.shape[-1]
         self.decodes = getattr(model, "decoder", None) is not None
