@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from capsnet.checkpoint import CheckpointError
 from capsnet.cli import main
+from capsnet.routing import list_routings
 from capsnet.viz import load_viewer
 
 
@@ -41,6 +42,10 @@ CASES = [  # (which file, changes, what the message must name)
     ("best", {"train_config": {"lr": 10**400}}, "TrainConfig.lr must be a finite number, got 1000000000"),
     # a newer capsnet's model, or one registered by a user's code: eval said "unknown model 'foo'", as if typed
     ("best", {"metadata": {"model": "foo"}}, "holds a 'foo' model; this capsnet knows capsnet, "),
+    # a routing registered by a user's code (or a newer capsnet): "routing must be one of ...; use another
+    # checkpoint or retrain", as if the run were damaged (a review, 2026-12-02)
+    ("best", {"model_config": {"routing": "mean"}}, "holds a capsnet routed by 'mean', a routing this capsnet does "
+     f"not know (it knows {', '.join(list_routings())}); open it with the capsnet that trained it"),
     ("best", {"metadata": {"state": "null"}}, "state must be a JSON object"),
     ("best", {"metadata": {"state": '{"epoch": "2", "step": 7}'}}, "state.epoch must be a non-negative integer"),
     ("best", {"metadata": {"state": '{"epoch": 2, "step": 7, "best": {}}'}},

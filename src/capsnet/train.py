@@ -54,6 +54,7 @@ from .evaluate import SEGMENTATION_BATCH_SIZE, evaluate_split
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
+from .routing import ROUTINGS, list_routings
 from .runtime import (AMP_MODES, autocast, compile_model, fuses_adam, grad_scaler, keeps_rng, require_compiler,
                       resolve_device, scale_tensor)
 
@@ -591,6 +592,11 @@ def saved_configs(ckpt: Checkpoint) -> tuple[Any, TrainConfig]:
     if spec is None:
         raise CheckpointError(f"{ckpt.path} holds a {short_repr(ckpt.model_name)} model; this capsnet knows "
                               f"{', '.join(MODELS)}")
+    routing = ckpt.model_config.get("routing") if isinstance(ckpt.model_config, dict) else None
+    if isinstance(routing, str) and routing not in ROUTINGS:  # the run is whole: this install lacks its routing
+        raise CheckpointError(f"{ckpt.path} holds a {ckpt.model_name} routed by {short_repr(routing)}, a routing this "
+                              f"capsnet does not know (it knows {', '.join(list_routings())}); open it with the "
+                              f"capsnet that trained it, or register that routing (capsnet.routing.ROUTINGS)")
     try:
         return spec.config.from_saved(ckpt.model_config), TrainConfig.from_saved(ckpt.train_config)
     except (ValueError, TypeError) as e:
