@@ -31,7 +31,7 @@ def _writer_class() -> Any:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise ValueError("--tensorboard needs the tensorboard package: pip install tensorboard "
-                         "(or pip install -e '.[tensorboard]')") from None
+                         "(or pip install 'capsnet[tensorboard]')") from None
     return SummaryWriter
 
 
