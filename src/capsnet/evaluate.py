@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from . import pretrained
 from ._progress import progress_bar
 from .average import WEIGHTS
 from .checkpoint import Checkpoint, check_fits_before_building, load_checkpoint, load_weights, saved_point
@@ -307,7 +308,7 @@ class CheckpointEvaluation:
     def report(self) -> dict[str, Any]:
         """The JSON record: the main split's figures, per-class accuracy and confusion, and each extra set's."""
         r = self.results[""]
-        out = {"checkpoint": str(self.checkpoint.path), "model": self.checkpoint.model_name,
+        out = {"checkpoint": pretrained.named(self.checkpoint.path), "model": self.checkpoint.model_name,
                "epoch": self.checkpoint.state.get("epoch"), "saved_at": saved_point(self.checkpoint.state),
                "dataset": self.dataset, "images": self.images,
                "accuracy": r.accuracy, "error": r.error, "loss": r.loss}

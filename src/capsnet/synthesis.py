@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import pretrained
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, saved_point
 from .data.tasks import Split
@@ -372,7 +373,7 @@ class SynthesisEvaluation:
 
     def report(self) -> dict:
         ckpt = self.checkpoint
-        out = {"checkpoint": str(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
+        out = {"checkpoint": pretrained.named(ckpt.path), "model": ckpt.model_name, "epoch": ckpt.state.get("epoch"),
                "saved_at": saved_point(ckpt.state),
                "dataset": self.dataset, "pairs": self.pairs, "judge": self.judge, "truncation": self.truncation,
                "spread_over": {"seeds": SPREAD_SEEDS, "label_maps": min(self.pairs, SPREAD_SIZE)}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "card", "measured", "pack"]
+__all__ = ["DIR", "DEFAULT", "PREFIX", "is_shipped", "names", "path", "named", "card", "measured", "pack"]
 
 DIR = Path(__file__).resolve().parent
 DEFAULT = "capsnet-mnist-small"
@@ -31,6 +31,18 @@ def names() -> list[str]:
 
 def _dir() -> Path:
     return DIR  # looked up at call time, so tests can point it elsewhere
+
+
+def named(file: str | os.PathLike) -> str:
+    """How a report names checkpoint ``file``: ``pretrained:NAME`` for a shipped model's file (its place inside an
+    installed package differs from one install to the next), else the path as given."""
+    p = Path(file)
+    try:
+        if p.suffix == ".safetensors" and p.resolve().parent == _dir().resolve() and p.stem in names():
+            return PREFIX + p.stem
+    except OSError:  # an unreadable path is no shipped model
+        pass
+    return str(p)
 
 
 def path(name: str) -> Path:
