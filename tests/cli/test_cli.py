@@ -606,6 +606,19 @@ def test_output_into_a_closed_pipe_is_not_a_traceback(trained_run, data_root, tm
     assert json.loads((tmp_path / "eval.json").read_text())["images"] == 20  # the report is written all the same
 
 
+def test_the_version_is_the_one_pyproject_and_the_installed_metadata_give():
+    """The version is written in pyproject.toml and in capsnet/__init__.py; nothing tied them (a review of a wheel
+    install, 2026-12-02). ``capsnet --version`` prints the package's."""
+    import importlib.metadata
+    import re
+
+    import capsnet
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    written = re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
+    assert capsnet.__version__ == written == importlib.metadata.version("capsnet")
+
+
 def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
     r = in_process(capsys, "--version")
     assert r.returncode == 0 and r.stdout.startswith("capsnet 0.") and "torch" in r.stdout
