@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import onnxruntime  # a test dependency (pyproject's test extra): a missing one fails here, it is not skipped
 import onnxscript
@@ -22,7 +23,15 @@ from capsnet.models import create_model, list_models
 from capsnet.routing import DynamicRouting, plain_routing
 
 # Small sizes and few routing rounds (every round is written out in the graph): each model traces in seconds.
-SMALL = {
+class _Table(dict):
+    """A table by model name whose missing entry fails the test that asked, in words (it was a KeyError in each)."""
+
+    def __missing__(self, name: str) -> Any:
+        pytest.fail(f"{name!r} is registered but has no entry in test_export.py's SMALL or OUTPUTS table: add it "
+                    f"(test_every_registered_model_has_small_sizes_and_outputs_here says what each holds)")
+
+
+SMALL = _Table({
     "capsnet": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
                     input_height=20, input_width=20),
     "baseline": dict(channels=(4,), hidden=(8,)),
@@ -48,8 +57,8 @@ SMALL = {
     "capspix2pix": dict(input_height=8, input_width=8, routing_iterations=1),
     "capspix2pix-deep": dict(input_height=8, input_width=8, routing_iterations=1),
     "pix2pix": dict(input_height=16, input_width=16, disc_layers=2),
-}
-OUTPUTS = {  # what the README and capsnet.export promise each model's export returns
+})
+OUTPUTS = _Table({  # what the README and capsnet.export promise each model's export returns
     "capsnet": ("lengths", "poses", "reconstruction"), "efficient-capsnet": ("lengths", "poses", "reconstruction"),
     "em-capsnet": ("activations", "poses"), "em-capsnet-small": ("activations", "poses"),
     "inverted-capsnet": ("logits", "poses"), "baseline": ("logits",),
@@ -59,7 +68,7 @@ OUTPUTS = {  # what the README and capsnet.export promise each model's export re
     "capspix2pix": ("images",),  # its generator, from label_maps and noise
     "capspix2pix-deep": ("images",),  # the same generator from another start
     "pix2pix": None,  # refused (UNSUPPORTED): its noise is dropout, drawn per image from a seeded stream
-}
+})
 
 
 def test_every_registered_model_has_small_sizes_and_outputs_here():

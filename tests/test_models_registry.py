@@ -1,6 +1,8 @@
 """Every registered model, through its registry entry: finite, trainable, batch-independent, counted."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,16 @@ from capsnet.models import MODELS, create_model, list_models, model_name, num_we
 
 CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]  # segmentation: test_models_segmentation
 
+class _Table(dict):
+    """A table by model name whose missing entry fails the test that asked, in words (it was a KeyError in each)."""
+
+    def __missing__(self, name: str) -> Any:
+        pytest.fail(f"{name!r} is registered but has no entry in this file's SMALL table: add one with the config "
+                    f"fields that make it small for these tests ({{}} if its defaults are)")
+
+
 # Small sizes so each test runs in a moment; a new model adds its entry (the first test insists).
-SMALL = {
+SMALL = _Table({
     "capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
     "capsnet-cifar10": dict(conv1_channels=8, primary_types=2, in_channels=1),  # the tests here feed 1x28x28
     "capsnet-svhn": dict(conv1_channels=8, primary_types=2, in_channels=1, decoder_hidden=(16, 32)),
@@ -22,7 +32,7 @@ SMALL = {
     "segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=2),
     "capspix2pix": dict(noise_dim=8, disc_channels=4), "capspix2pix-deep": dict(noise_dim=8, disc_channels=4),
     "pix2pix": dict(base_channels=4, disc_channels=4),
-}
+})
 
 
 def test_every_registered_model_has_small_sizes_here():
