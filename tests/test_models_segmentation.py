@@ -9,6 +9,7 @@ import torch
 
 from capsnet.losses import segmentation_loss, soft_dice
 from capsnet.models import MODELS, SegCaps, SegCapsConfig, UNetConfig, create_model, is_segmentation
+from capsnet.models.segcaps import stack_routings
 from routing_names import STACK_TEXT
 
 SEGMENTATION = [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
@@ -361,6 +362,38 @@ def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps
     assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
     with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, got 'batch'"):
         create_model("segcaps", capsule_norm="batch")
+
+
+@pytest.mark.parametrize("routing", stack_routings())
+def test_segcaps_and_the_capsule_generator_train_under_every_routing_their_stack_takes(routing):
+    """Every registered routing that SegCaps' capsule layers take (``stack_routings``, read from the registry, so a
+    routing added since is checked too: the tests named dynamic and self-attention): the layers route by it, every
+    weight of SegCaps and of CapsPix2pix's generator learns, one image's output does not depend on its batch, and
+    zero input stays finite (a review of adding a routing, 2026-12-02)."""
+    from capsnet.routing import ROUTINGS
+
+    torch.manual_seed(6)
+    for name in ("segcaps", "capspix2pix"):
+        model = create_model(name, routing=routing, input_height=16, input_width=16,
+                             **({"dropout": 0.0, "noise_dim": 8, "disc_channels": 4} if name == "capspix2pix" else {}))
+        net = model.generator if name == "capspix2pix" else model
+        assert net.caps and all(type(layer.routing) is ROUTINGS[routing] for layer in net.caps.values())
+        assert type(model.config).from_dict(model.config.to_dict()) == model.config
+        images = torch.rand(3, 1, 16, 16)
+        if name == "segcaps":
+            loss = MODELS[name].loss(model, images, (images > 0.6).to(torch.uint8), recon_weight=0.0005)[0]
+            run = lambda x: model(x).probabilities  # noqa: E731
+        else:
+            z = model.noise(3, 0)
+            loss = model.g_loss(images, model(images, z), images)[0]
+            run = lambda x: model(x, z[: len(x)])  # noqa: E731
+        loss.backward()
+        for n, p in net.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, (name, n)
+        model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(run(images[:1])[0], run(images)[0], rtol=1e-4, atol=1e-6)
+            assert torch.isfinite(run(torch.zeros(2, 1, 16, 16))).all()
 
 
 def test_segcaps_routes_by_self_attention_in_every_capsule_layer_when_asked():
