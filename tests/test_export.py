@@ -19,8 +19,8 @@ from torch import nn
 
 from capsnet.export import (FORMATS, UNSUPPORTED, ExportError, ExportResult, TOLERANCE, export_model, output_names,
                             trace_model)
-from capsnet.models import create_model, list_models
-from capsnet.routing import DynamicRouting, plain_routing
+from capsnet.models import CapsNetConfig, create_model, list_models
+from capsnet.routing import DynamicRouting, plain_routing, routing_is, routing_takes
 
 # Small sizes and few routing rounds (every round is written out in the graph): each model traces in seconds.
 class _Table(dict):
@@ -184,12 +184,14 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
-@pytest.mark.parametrize("routing", ["em", "self-attention"])
+@pytest.mark.parametrize("routing", [r for r in CapsNetConfig.probability_routings() if r != "dynamic"])
 def test_a_capsnet_routed_otherwise_exports_to_both_formats(routing, tmp_path):
-    """CapsNetConfig.routing: the EM and self-attention digit capsules trace to plain operations as dynamic routing
-    does (EM's routing in float32 inside, its fused backward left out), and the files give the model's outputs."""
+    """CapsNetConfig.routing: the EM and self-attention digit capsules (every routing CapsNet takes, from the
+    registry) trace to plain operations as dynamic routing does (EM's routing in float32 inside, its fused backward
+    left out), and the files give the model's outputs."""
     torch.manual_seed(0)
-    small = {k: v for k, v in SMALL["capsnet"].items() if k != "routing_iterations" or routing == "em"}  # 1 pass
+    small = {k: v for k, v in SMALL["capsnet"].items()
+             if k != "routing_iterations" or routing_takes(routing, "iterations")}  # (self-attention: one pass)
     model = create_model("capsnet", **small, routing=routing)
     batches = [example_inputs(model, b) for b in (1, 7)]
     traced = trace_model(model)
@@ -197,7 +199,7 @@ def test_a_capsnet_routed_otherwise_exports_to_both_formats(routing, tmp_path):
         path = tmp_path / f"capsnet-{routing}{FORMATS[fmt]}"
         result = export_model(traced, path, format=fmt)
         # EM's activations are not its capsules' lengths; self-attention's are
-        names = ("activations" if routing == "em" else "lengths", *OUTPUTS["capsnet"][1:])
+        names = ("lengths" if routing_is(routing, "length_activations") else "activations", *OUTPUTS["capsnet"][1:])
         assert [n for n, _ in result.outputs] == list(names)
         assert result.max_difference is not None and result.max_difference <= TOLERANCE
         if fmt == "onnx":

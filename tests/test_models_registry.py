@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet.models import MODELS, create_model, list_models, model_name, num_weights
+from capsnet.models import MODELS, CapsNetConfig, create_model, list_models, model_name, num_weights
 
 CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]  # segmentation: test_models_segmentation
 
@@ -317,7 +317,7 @@ def test_no_images_give_no_outputs_and_a_loss_over_none_is_refused_not_nan(name)
     assert torch.isfinite(loss)  # the same call with two examples: a number
 
 
-@pytest.mark.parametrize("routing", ["em", "self-attention", "dynamic"])
+@pytest.mark.parametrize("routing", CapsNetConfig.probability_routings())
 def test_capsnet_under_any_routing_cast_to_bfloat16_decodes(routing):
     """CapsNet routed by EM, cast with .bfloat16(): EM routes half votes in fp32 and its fp32 poses met the bf16
     decoder in one product (a dtype error); the digit capsules now hand them on in the weights' dtype."""
