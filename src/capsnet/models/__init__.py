@@ -95,7 +95,7 @@ MODELS: dict[str, ModelSpec] = {
     "capspix2pix": ModelSpec(CapsPix2pixConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix", "synthesis",
                              paper="Bass et al. 2019", train_defaults=MappingProxyType({"lr": GAN_LR})),
     "capspix2pix-deep": ModelSpec(CapsPix2pixDeepConfig, CapsPix2pix, synthesis_losses, "CapsPix2pix (deep start)",
-                                  "synthesis", paper="Bass et al. 2019; its start: docs/results.md",
+                                  "synthesis", paper="Bass et al. 2019; its start: README, 'Synthesis'",
                                   train_defaults=MappingProxyType({"lr": GAN_LR})),
     "pix2pix": ModelSpec(Pix2pixConfig, Pix2pix, synthesis_losses, "pix2pix", "synthesis", paper="Isola et al. 2017",
                          train_defaults=MappingProxyType({"lr": GAN_LR})),
