@@ -94,6 +94,12 @@ def test_a_routing_without_a_constructor_takes_nothing_and_one_needing_an_argume
                                          "it a default, or pass it as a routing option"):
         create_routing("needs", **SIZES)
     assert isinstance(create_routing("needs", **SIZES, parents=3), Needs)
+    # a layer size the caller left out is asked of the caller, not blamed on a layer
+    with pytest.raises(ValueError, match=r"^em routing needs out_caps \(J, the upper capsules\): "
+                                         r"create_routing\('em', out_caps=...\)$"):
+        create_routing("em")
+    with pytest.raises(ValueError, match=r"^inverted routing needs dim \(D, the pose size\)"):
+        create_routing("inverted", in_caps=I)
 
 
 @pytest.mark.parametrize("name", sorted(ROUTINGS))

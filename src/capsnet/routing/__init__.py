@@ -130,6 +130,12 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
     _check_option_kinds(name, options)
     needed = [p.name for p in inspect.signature(ROUTINGS[name]).parameters.values() if p.default is p.empty and
               p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given and p.name not in options]
+    sizes = [k for k in needed if k in LAYER_SIZES]  # left out by the caller: a layer passes these
+    if sizes:
+        meaning = {"in_caps": "I, the lower capsules", "out_caps": "J, the upper capsules", "dim": "D, the pose size",
+                   "iterations": "the rounds"}
+        raise ValueError(f"{name} routing needs {', '.join(f'{k} ({meaning[k]})' for k in sizes)}: "
+                         f"create_routing({name!r}, {', '.join(f'{k}=...' for k in sizes)})")
     if needed:
         raise ValueError(f"{name} routing's constructor needs {', '.join(needed)}, which no layer passes (a layer "
                          f"gives {', '.join(LAYER_SIZES)} to a routing that takes them): give "
