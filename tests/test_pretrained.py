@@ -32,6 +32,23 @@ def packed(trained_run, tmp_path, monkeypatch):
     return folder / "tiny.safetensors"
 
 
+def test_a_report_names_a_shipped_file_by_its_model_and_any_other_file_by_its_path(packed, tmp_path):
+    """``pretrained.named``: the shipped file, by any path or a link to it, is ``pretrained:NAME`` of the file it
+    is; a copy elsewhere, a link named like a shipped model that points elsewhere, or a missing file keep their
+    paths (a review, 2026-12-02: a link's own name had been taken)."""
+    assert shipped.named(packed) == "pretrained:tiny"
+    assert shipped.named(str(packed.parent / "." / "tiny.safetensors")) == "pretrained:tiny"
+    (tmp_path / "link.safetensors").symlink_to(packed)
+    assert shipped.named(tmp_path / "link.safetensors") == "pretrained:tiny"
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "tiny.safetensors").write_bytes(packed.read_bytes())
+    assert shipped.named(tmp_path / "copy" / "tiny.safetensors") == str(tmp_path / "copy" / "tiny.safetensors")
+    (packed.parent / "other.bin").write_bytes(b"x")
+    (tmp_path / "tiny.safetensors").symlink_to(packed.parent / "other.bin")  # named like it, not it
+    assert shipped.named(tmp_path / "tiny.safetensors") == str(tmp_path / "tiny.safetensors")
+    assert shipped.named(tmp_path / "missing.safetensors") == str(tmp_path / "missing.safetensors")
+
+
 def test_pack_keeps_the_final_epoch_in_half_precision_without_optimizer(trained_run, packed):
     last = load_checkpoint(trained_run, which="last")
     ckpt = load_checkpoint("pretrained:tiny")

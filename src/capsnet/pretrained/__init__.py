@@ -38,8 +38,9 @@ def named(file: str | os.PathLike) -> str:
     installed package differs from one install to the next), else the path as given."""
     p = Path(file)
     try:
-        if p.suffix == ".safetensors" and p.resolve().parent == _dir().resolve() and p.stem in names():
-            return PREFIX + p.stem
+        real = p.resolve()  # a link to a shipped file: the model it holds, by the file's own name
+        if real.suffix == ".safetensors" and real.parent == _dir().resolve() and real.stem in names():
+            return PREFIX + real.stem
     except OSError:  # an unreadable path is no shipped model
         pass
     return str(p)
