@@ -463,6 +463,8 @@ def test_example_notebook_runs_on_a_checkpoint(run_dir, data_root, monkeypatch, 
 def test_a_routing_view_whose_grid_does_not_cover_the_routed_capsules_is_refused_naming_the_method():
     """A model's routing_view whose grid (types, rows, columns) did not multiply to the I capsules routed reached
     the figure as an IndexError from its labels (a review of adding a model, 2026-12-02)."""
+    import numpy as np
+
     from capsnet.models import create_model
 
     model = create_model("capsnet", conv1_channels=8, primary_types=2, decoder_hidden=(16,)).eval()
@@ -473,6 +475,12 @@ def test_a_routing_view_whose_grid_does_not_cover_the_routed_capsules_is_refused
         fg.routing_trace(model, torch.rand(2, 1, 28, 28))
     model.routing_view = lambda images: own(images)._replace(scores=own(images).scores[:, :9])
     with pytest.raises(fg.FigureError, match=r"scores must be \(2, 10\) for rounds \(2, 3, 72, 10\), got \(2, 9\)"):
+        fg.routing_trace(model, torch.rand(2, 1, 28, 28))
+    model.routing_view = lambda images: own(images)._replace(grid=tuple(np.int64(k) for k in own(images).grid))
+    with pytest.raises(fg.FigureError, match=r"grid \(.*\) must be three positive Python ints \(types, rows, "):
+        fg.routing_trace(model, torch.rand(2, 1, 28, 28))
+    model.routing_view = lambda images: own(images)._replace(grid=(True, 72, 1))
+    with pytest.raises(fg.FigureError, match=r"grid \(True, 72, 1\) must be three positive Python ints"):
         fg.routing_trace(model, torch.rand(2, 1, 28, 28))
     model.routing_view = lambda images: tuple(own(images))
     with pytest.raises(fg.FigureError, match="CapsNet.routing_view returned tuple, not a capsnet.routing.RoutingView"):

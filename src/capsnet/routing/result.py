@@ -74,7 +74,9 @@ def checked_view(view: Any, model: nn.Module) -> RoutingView:
                          f"{tuple(getattr(view.rounds, 'shape', ())) or type(view.rounds).__name__}")
     n, _, i, j = view.rounds.shape
     grid = tuple(view.grid) if isinstance(view.grid, (tuple, list)) else ()
-    if len(grid) != 3 or not all(isinstance(k, int) and k > 0 for k in grid) or grid[0] * grid[1] * grid[2] != i:
+    if len(grid) != 3 or not all(type(k) is int and k > 0 for k in grid):  # (the viewer sends it as JSON)
+        raise ValueError(f"{who}: grid {view.grid!r} must be three positive Python ints (types, rows, columns)")
+    if grid[0] * grid[1] * grid[2] != i:
         raise ValueError(f"{who}: grid {view.grid!r} must be (types, rows, columns) of the {i} capsules routed, "
                          f"types * rows * columns = {i}")
     for name, want in (("children", (n, i)), ("scores", (n, j))):
