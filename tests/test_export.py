@@ -22,7 +22,7 @@ from capsnet.export import (FORMATS, UNSUPPORTED, ExportError, ExportResult, TOL
 from capsnet.models import CapsNetConfig, create_model, list_models
 from capsnet.routing import DynamicRouting, plain_routing, routing_is, routing_takes
 
-# Small sizes and few routing rounds (every round is written out in the graph): each model traces in seconds.
+
 class _Table(dict):
     """A table by model name whose missing entry fails the test that asked, in words (it was a KeyError in each)."""
 
@@ -31,6 +31,7 @@ class _Table(dict):
                     f"(test_every_registered_model_has_small_sizes_and_outputs_here says what each holds)")
 
 
+# Small sizes and few routing rounds (every round is written out in the graph): each model traces in seconds.
 SMALL = _Table({
     "capsnet": dict(conv1_channels=4, primary_types=2, decoder_hidden=(8,), routing_iterations=2,
                     input_height=20, input_width=20),

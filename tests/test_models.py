@@ -327,7 +327,8 @@ def test_capsnet_trains_with_every_routing_whose_activations_are_probabilities(r
     assert torch.isfinite(half.lengths.float()).all() and all(torch.isfinite(p.grad).all() for p in model.parameters())
     model.eval()
     view = model.routing_view(images)
-    assert view.rounds.shape[-2:] == (144, 10) and view.rounds.shape[1] == (2 if routing_takes(routing, "iterations") else 1)
+    assert view.rounds.shape[-2:] == (144, 10)
+    assert view.rounds.shape[1] == (2 if routing_takes(routing, "iterations") else 1)
     assert MODELS["capsnet"].config.from_dict(cfg.to_dict()) == cfg
 
 

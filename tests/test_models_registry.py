@@ -11,6 +11,7 @@ from capsnet.models import MODELS, CapsNetConfig, create_model, list_models, mod
 
 CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]  # segmentation: test_models_segmentation
 
+
 class _Table(dict):
     """A table by model name whose missing entry fails the test that asked, in words (it was a KeyError in each)."""
 

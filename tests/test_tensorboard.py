@@ -96,8 +96,8 @@ def test_tensorboard_trouble_is_named_before_the_data_loads_or_a_file_is_written
         assert f"--tensorboard {blocked / 'tb'}: the folder cannot be made" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the package missing
     assert main(["train", *TINY_FLAGS, "--out", str(tmp_path / "run"), "--tensorboard", str(tmp_path / "tb")]) == 2
-    assert "--tensorboard needs the tensorboard package: pip install tensorboard (or pip install 'capsnet[tensorboard]')" \
-        in capsys.readouterr().err
+    assert ("--tensorboard needs the tensorboard package: pip install tensorboard (or pip install "
+            "'capsnet[tensorboard]')") in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
 
 
