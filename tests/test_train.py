@@ -1124,3 +1124,42 @@ def test_each_epochs_line_is_flushed_to_a_redirected_stdout_as_it_is_written(tmp
     assert "epoch 2: test accuracy" in out.flushed and "epoch 3: test accuracy" in out.flushed
     assert [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("epoch ")] == \
         ["epoch 1", "epoch 2", "epoch 3"]
+
+
+def test_the_running_sums_make_no_float64_where_the_device_has_none(tmp_path, monkeypatch):
+    """Apple's MPS has no float64, and training and evaluation kept their running sums (losses, counts, norms) in
+    float64 on the model's device: every run and evaluation on --device mps failed at its first batch (a review
+    of portability, 2026-12-02). No MPS here: with ``sum_dtype`` answering as it does for MPS, a CPU run and its
+    evaluation make no float64 tensor in the training or evaluation loop, and the figures are the float64 run's to
+    float32 rounding."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from capsnet import evaluate as evaluate_module
+    from capsnet import train as train_module
+    from capsnet.runtime import sum_dtype
+
+    assert sum_dtype("mps") == torch.float32 and sum_dtype("cpu") == sum_dtype(torch.device("cpu")) == torch.float64
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 1, "grad_clip": 5.0})
+    wide = fit(TINY, cfg, tmp_path / "wide", device="cpu", progress=False)
+
+    made = []
+
+    class Float64Made(TorchDispatchMode):  # where the loops make a float64 tensor
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if any(isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in
+                   (out if isinstance(out, (tuple, list)) else [out])):
+                made.extend(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}" for f in traceback.extract_stack()[-8:]
+                            if f.filename.endswith(("capsnet/train.py", "capsnet/evaluate.py")))
+            return out
+
+    for module in (train_module, evaluate_module):
+        monkeypatch.setattr(module, "sum_dtype", lambda device: torch.float32, raising=False)
+    with Float64Made():
+        narrow = fit(TINY, cfg, tmp_path / "narrow", device="cpu", progress=False)
+    assert made == []
+    assert (narrow["test_accuracy"], narrow["train_accuracy"]) == (wide["test_accuracy"], wide["train_accuracy"])
+    for key in ("train_loss", "test_loss", "grad_norm"):
+        assert narrow[key] == pytest.approx(wide[key], rel=1e-5), key

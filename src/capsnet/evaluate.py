@@ -28,7 +28,7 @@ from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size,
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec, segments_size
 from .models.inputs import check_class_labels
-from .runtime import evaluating, keeps_rng, resolve_device
+from .runtime import evaluating, keeps_rng, resolve_device, sum_dtype
 
 __all__ = ["EvalResult", "PairEvalResult", "SegEvalResult", "evaluate", "eval_batch", "evaluate_pairs",
            "evaluate_segmentation", "evaluate_split", "load_model",
@@ -130,13 +130,13 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     n = len(labels)
     # Sums stay on the device until the end: no host sync per batch.
     confusion = torch.zeros(K * K, dtype=torch.int64, device=images.device)
-    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    total_loss = torch.zeros((), dtype=sum_dtype(images.device), device=images.device)
     predicted = []
     with evaluating(model), torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             loss, scores = loss_fn(model, x, y, recon_weight=recon_weight)
-            total_loss += loss.double() * len(y)
+            total_loss += loss.to(total_loss.dtype) * len(y)
             predicted.append(scores.argmax(dim=1))
             cell = y * K + predicted[-1]
             confusion.index_add_(0, cell, torch.ones_like(cell))  # bincount would sync to size its output
@@ -157,7 +157,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     loss_fn = _loss_of(model)
     batch_size = eval_batch(model, batch_size)
     n = len(labels)
-    total_loss = torch.zeros((), dtype=torch.float64, device=images.device)
+    total_loss = torch.zeros((), dtype=sum_dtype(images.device), device=images.device)
     right = torch.zeros((), dtype=torch.int64, device=images.device)
     with evaluating(model), torch.inference_mode():
         for start in progress_bar(range(0, n, batch_size), desc="eval", leave=False, progress=progress, unit="batch"):
@@ -165,7 +165,7 @@ def evaluate_pairs(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
             comp = components[sl] if components is not None else None
             loss, scores = loss_fn(model, images[sl], labels[sl], comp,
                                    recon_weight=recon_weight if comp is not None else 0.0)
-            total_loss += loss.double() * len(labels[sl])
+            total_loss += loss.to(total_loss.dtype) * len(labels[sl])
             right += top2_correct(scores, labels[sl]).sum()
     acc = right.item() / max(n, 1)
     return PairEvalResult(total_loss.item() / max(n, 1), acc, 1.0 - acc)
@@ -185,7 +185,8 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
         # as many at a time as its evaluation batch holds at its own size, as capsnet predict batches them
         batch_size = min(batch_size, pixel_batch(model, batch_size, *images.shape[-2:]))
     n = len(masks)
-    sums = torch.zeros(2, dtype=torch.float64, device=images.device)  # loss, pixel accuracy
+    wide = sum_dtype(images.device)  # float64 (float32 on MPS)
+    sums = torch.zeros(2, dtype=wide, device=images.device)  # loss, pixel accuracy
     each: list[torch.Tensor] = []  # (b, 2) Dice and IoU of each batch's images, kept on the device until the end
     # the weighted cross-entropy weighs the foreground as the whole split does: per batch, its loss changed with the
     # batch size and the last, partial batch (the Dice does not depend on it)
@@ -195,11 +196,11 @@ def evaluate_segmentation(model: nn.Module, images: torch.Tensor, masks: torch.T
             loss, p = loss_fn(model, x, m, recon_weight=recon_weight)
             pred, truth = p > 0.5, m > 0  # (b, 1, H, W)
             dice, iou = overlap_scores(pred, truth)
-            right = (pred == truth).flatten(1).double().mean(1)
-            sums += torch.stack([loss.double() * len(m), right.sum()])
-            each.append(torch.stack([dice, iou], 1).double())
+            right = (pred == truth).flatten(1).to(wide).mean(1)
+            sums += torch.stack([loss.to(wide) * len(m), right.sum()])
+            each.append(torch.stack([dice, iou], 1).to(wide))
     loss, right = (sums / max(n, 1)).tolist()
-    per_image = torch.cat(each).cpu()  # (N, 2): the means are theirs
+    per_image = torch.cat(each).cpu().double()  # (N, 2): the means are theirs
     dice, iou = per_image.mean(0).tolist()
     return SegEvalResult(loss, dice, iou, right, per_image[:, 0], per_image[:, 1])
 

@@ -71,7 +71,8 @@ from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, che
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
-from .runtime import autocast, compile_model, grad_scaler, keeps_rng, require_compiler, resolve_device, scale_tensor
+from .runtime import (autocast, compile_model, grad_scaler, keeps_rng, require_compiler, resolve_device, scale_tensor,
+                      sum_dtype)
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
@@ -340,7 +341,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                            progress=progress)
         # D, G loss, L1, D(real), D(fake), 2 sds, edge; fp16: the steps skipped
-        sums = torch.tensor(sums, dtype=torch.float64, device=dev)
+        wide = sum_dtype(dev)  # float64 (float32 on MPS)
+        sums = torch.tensor(sums, dtype=wide, device=dev)
         bad = torch.full((), -1, dtype=torch.long, device=dev)  # the first step whose loss was not finite
         shown = time.monotonic()
         started = shown - before
@@ -358,12 +360,11 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                 average.update(step)
             step += 1
             n = len(idx)
-            sums[:8] += torch.stack([d_loss.detach().double(), g_loss.detach().double(), g_parts["l1"].double(),
-                                 d_parts["d_real"].double(), d_parts["d_fake"].double(),
-                                 g_parts["fake_std"].double(), g_parts["real_std"].double(),
-                                 g_parts["fake_edge"].double()]) * n
+            sums[:8] += torch.stack([t.detach().to(wide) for t in (
+                d_loss, g_loss, g_parts["l1"], d_parts["d_real"], d_parts["d_fake"], g_parts["fake_std"],
+                g_parts["real_std"], g_parts["fake_edge"])]) * n
             if fp16:
-                sums[8] += (scale_tensor(scaler, dev) < scale_before).double()  # a count, not times n
+                sums[8] += (scale_tensor(scaler, dev) < scale_before).to(wide)  # a count, not times n
             finite = torch.isfinite(d_loss.detach()) & torch.isfinite(g_loss.detach())
             bad = torch.where(finite | (bad >= 0), bad, step)  # no sync: read every _CHECK_EVERY steps
             seen += n

@@ -33,10 +33,16 @@ def _pixels(a: torch.Tensor, b: torch.Tensor) -> None:
                          f"{b.dtype}: convert 8-bit images with x.float() / 255")
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float64 for the metrics' sums: on its device, or on the CPU for Apple's MPS, which has no float64
+    (``capsnet.runtime.sum_dtype``)."""
+    return (t.cpu() if t.device.type == "mps" else t).double()
+
+
 def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Mean absolute difference per image. Shapes: a, b (N, C, H, W) -> (N,) float64."""
+    """Mean absolute difference per image. Shapes: a, b (N, C, H, W) -> (N,) float64 (on the CPU for MPS inputs)."""
     _pixels(a, b)
-    return (a.double() - b.double()).abs().flatten(1).mean(1)
+    return (_wide(a) - _wide(b)).abs().flatten(1).mean(1)
 
 
 def gaussian_window(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch.Tensor:
@@ -60,8 +66,8 @@ def window_statistics(a: torch.Tensor, b: torch.Tensor, *, window: int = SSIM_WI
     N, C, H, W = a.shape
     if H < window or W < window:
         raise ValueError(f"SSIM's {window}x{window} window needs images of at least that size, got {H}x{W}")
-    w = gaussian_window(window, sigma).to(a.device)[None, None]  # (1, 1, k, k)
-    x, y = a.double().reshape(N * C, 1, H, W), b.double().reshape(N * C, 1, H, W)  # each channel on its own
+    x, y = _wide(a).reshape(N * C, 1, H, W), _wide(b).reshape(N * C, 1, H, W)  # each channel on its own
+    w = gaussian_window(window, sigma).to(x.device)[None, None]  # (1, 1, k, k)
 
     def blur(t: torch.Tensor) -> torch.Tensor:
         return F.conv2d(t, w)  # (N*C, 1, H-k+1, W-k+1)
@@ -110,5 +116,5 @@ def noise_spread(samples: torch.Tensor) -> torch.Tensor:
     if not samples.is_floating_point():  # 8-bit samples gave a spread in 0..255 units beside the others' 0..1
         raise ValueError(f"samples must be floating point in [0, 1], got {samples.dtype}: convert 8-bit images with "
                          f"x.float() / 255")
-    return samples.double().std(dim=0, unbiased=True).flatten(1).mean(1)
+    return _wide(samples).std(dim=0, unbiased=True).flatten(1).mean(1)
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 __all__ = ["AMP_MODES", "COMPILE_MODES", "resolve_device", "autocast", "grad_scaler", "scale_tensor", "compile_model",
-           "fuses_adam", "evaluating", "keeps_mode", "keeps_rng"]
+           "fuses_adam", "sum_dtype", "evaluating", "keeps_mode", "keeps_rng"]
 
 T = TypeVar("T")
 
@@ -115,6 +115,13 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             raise ValueError(f"device {device!r} asked for, but this PyTorch cannot use it here ({said}); use "
                              f"'cpu' or 'auto' (--device cpu or auto)") from None
     return dev
+
+
+def sum_dtype(device: torch.device | str) -> torch.dtype:
+    """The dtype of the running sums that training and evaluation keep on ``device`` (losses, counts, norms): float64,
+    except on Apple's MPS, which has no float64 (every run and evaluation failed there at its first batch: "Cannot
+    convert a MPS Tensor to float64"); float32 there keeps about 7 significant digits of an epoch's sums."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
 
 
 @functools.cache

@@ -43,7 +43,7 @@ from .checkpoint import Checkpoint, saved_point
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 from .models.capspix2pix import truncate_normal
-from .runtime import evaluating
+from .runtime import evaluating, sum_dtype
 
 __all__ = ["SynthesisResult", "evaluate_synthesis", "generate", "samples", "row_noise", "load_judge",
            "judge_predictions", "EVAL_BATCH_SIZE", "SPREAD_SEEDS", "SPREAD_SIZE", "generate_folder", "GeneratedFiles",
@@ -205,9 +205,10 @@ def evaluate_synthesis(model: nn.Module, split: Split, *, judge: nn.Module | Non
                                  l1_draws=float(np.mean([x.mean().item() for x in l1_draws])),
                                  ssim_draws=float(np.mean([x.mean().item() for x in ssim_draws])))
         if judge is not None:
-            right = (judge_predictions(judge, fake) == sp.labels).double()  # (N,)
+            wide = sum_dtype(fake.device)  # float64 (float32 on MPS)
+            right = (judge_predictions(judge, fake) == sp.labels).to(wide)  # (N,)
             accuracies = [x.mean().item() for x in
-                          [right[:n], *((judge_predictions(judge, d) == sp.labels[:n]).double() for d in others)]]
+                          [right[:n], *((judge_predictions(judge, d) == sp.labels[:n]).to(wide) for d in others)]]
             result.judge_accuracy = right.mean().item()
             result.judge_accuracy_draws = float(np.mean(accuracies))
             result.judge_accuracy_draws_sd = float(np.std(accuracies, ddof=1))

@@ -56,7 +56,7 @@ from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
 from .routing import ROUTINGS, list_routings
 from .runtime import (AMP_MODES, autocast, compile_model, fuses_adam, grad_scaler, keeps_rng, require_compiler,
-                      resolve_device, scale_tensor)
+                      resolve_device, scale_tensor, sum_dtype)
 
 __all__ = ["TrainConfig", "LR_SCHEDULES", "budget_warnings", "check_fit_arguments", "fit", "lr_at", "run_steps", "make_optimizer",
            "NonFiniteLoss", "ResumeError", "restarted_run",
@@ -381,7 +381,8 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
     """An epoch's running (loss sum, correct count, examples) so far, over every rank under torchrun (collective)."""
     if launch is None:
         return loss, correct, seen
-    totals = torch.stack([loss, correct.double(), torch.tensor(float(seen), device=loss.device)])
+    totals = torch.stack([loss, correct.to(loss.dtype),
+                          torch.tensor(float(seen), dtype=loss.dtype, device=loss.device)])
     dist.all_reduce(totals)
     return totals[0], totals[1], int(totals[2].item())
 
@@ -1422,10 +1423,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                  any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules()))
             bar = progress_bar(total=len(starts), initial=done, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch",
                                progress=progress)
-            run_loss = torch.tensor(sums[0], dtype=torch.float64, device=dev)  # sums on the device: no sync per step
-            run_correct = torch.tensor(sums[1], dtype=torch.float64, device=dev)
-            norms = torch.tensor(sums[2:4 if cfg.grad_clip else 2], dtype=torch.float64, device=dev)  # (2,): grad_clip
-            skipped = torch.tensor(sums[-1] if fp16 else 0.0, dtype=torch.float64, device=dev)  # fp16: steps skipped
+            wide = sum_dtype(dev)  # float64 (float32 on MPS)
+            run_loss = torch.tensor(sums[0], dtype=wide, device=dev)  # sums on the device: no sync per step
+            run_correct = torch.tensor(sums[1], dtype=wide, device=dev)
+            norms = torch.tensor(sums[2:4 if cfg.grad_clip else 2], dtype=wide, device=dev)  # (2,): grad_clip
+            skipped = torch.tensor(sums[-1] if fp16 else 0.0, dtype=wide, device=dev)  # fp16: steps skipped
             first_bad = torch.full((), -1, dtype=torch.int64, device=dev)  # the first step with a non-finite loss
             shown = time.monotonic()
             started = shown - before
@@ -1452,24 +1454,24 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 scaler.scale(loss if weight == 1.0 else loss * weight).backward()  # fp16: times the loss scale
                 if cfg.grad_clip:  # the norm before clipping (a device tensor: no sync), summed with the steps it cut
                     scaler.unscale_(opt)  # fp16: the gradient as it is, for its norm and the clip
-                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).double()
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).to(wide)
                     if fp16:  # a norm that is not finite: the scaler skips the step; counted apart, not stopped
                         norm = torch.where(torch.isfinite(norm), norm, 0.0)
-                    norms += torch.stack([norm, (norm > cfg.grad_clip).double()])
+                    norms += torch.stack([norm, (norm > cfg.grad_clip).to(wide)])
                     # a finite loss with a gradient that is not (the step would make every weight NaN): stopped too
                     first_bad = torch.where((first_bad < 0) & ~torch.isfinite(norm), step, first_bad)
                 if fp16:  # the scale (a device tensor: no sync) falls exactly when a step is skipped
                     scale_before = scale_tensor(scaler, dev).clone()
                     scaler.step(opt)
                     scaler.update()
-                    skipped += (scale_tensor(scaler, dev) < scale_before).double()
+                    skipped += (scale_tensor(scaler, dev) < scale_before).to(wide)
                 else:
                     opt.step()
                 if average is not None:
                     average.update(step)
                 step += 1
                 if own:
-                    run_loss += loss.detach().double() * len(y)
+                    run_loss += loss.detach().to(wide) * len(y)
                     run_correct += _correct(scores.detach(), y).sum()
                     seen += len(y)
                 if progress and time.monotonic() - shown > 0.5:

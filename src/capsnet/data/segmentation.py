@@ -344,12 +344,13 @@ def dice_iou(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, to
 def overlap_scores(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``dice_iou`` of boolean masks, unchecked and without waiting for the device (the training loop's).
 
-    Shapes: pred, target (N, ...) bool -> dice (N,), iou (N,) float64.
+    Shapes: pred, target (N, ...) bool -> dice (N,), iou (N,) float64 (float32 on MPS).
     """
     p, t = pred.flatten(1), target.flatten(1)  # (N, P)
-    inter = (p & t).sum(1).double()
-    total = p.sum(1).double() + t.sum(1).double()
-    union = (p | t).sum(1).double()
+    wide = torch.float32 if p.device.type == "mps" else torch.float64  # MPS has no float64 (runtime.sum_dtype's rule)
+    inter = (p & t).sum(1).to(wide)
+    total = p.sum(1).to(wide) + t.sum(1).to(wide)
+    union = (p | t).sum(1).to(wide)
     one = torch.ones_like(inter)
     return (torch.where(total > 0, 2 * inter / total.clamp(min=1), one),
             torch.where(union > 0, inter / union.clamp(min=1), one))
