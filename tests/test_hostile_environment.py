@@ -83,6 +83,13 @@ def test_compiling_for_the_cpu_without_a_cpp_compiler_is_said_before_any_work(tm
         require_compiler(False, "cpu")
         with pytest.raises(ValueError, match="max-autotune"):
             require_compiler("max-autotune", "cpu")
+    # the way to a compiler as the platform has it (it said "apt install g++" on Windows and macOS too; a review of
+    # portability, 2026-12-02)
+    from capsnet.runtime import compiler_hint
+
+    assert "Developer Command Prompt, where cl is on PATH" in compiler_hint("win32")
+    assert compiler_hint("darwin") == "xcode-select --install" and compiler_hint("linux") == "e.g. apt install g++"
+    assert "(e.g. apt install g++)" in err
 
 
 def test_an_unusable_inductor_cache_folder_is_named_by_its_variable(monkeypatch, tmp_path, capsys):

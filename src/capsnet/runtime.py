@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Iterator, TypeVar
@@ -202,8 +203,20 @@ def require_compiler(compile: bool | str | None, device: str | torch.device) -> 
     if candidates and not any(shutil.which(c) for c in candidates):
         raise ValueError(f"--compile {compile if isinstance(compile, str) else 'default'} (TorchInductor) on the CPU "
                          f"needs a C++ compiler, and {' or '.join(candidates)} "
-                         f"({'CXX' if os.environ.get('CXX') else 'its default'}) is not on PATH: install one (e.g. "
-                         f"apt install g++) or point CXX at it, use --compile aot_eager, or --compile none")
+                         f"({'CXX' if os.environ.get('CXX') else 'its default'}) is not on PATH: install one "
+                         f"({compiler_hint(sys.platform)}) or point CXX at it, use --compile aot_eager, or --compile "
+                         f"none")
+
+
+def compiler_hint(platform: str) -> str:
+    """How a C++ compiler is installed on ``platform`` (``sys.platform``), for ``require_compiler``'s message (it said
+    "apt install g++" on Windows and macOS too)."""
+    if platform.startswith("win"):
+        return ("Visual Studio's Build Tools with C++, then run from a Developer Command Prompt, where cl is on "
+                "PATH")
+    if platform == "darwin":
+        return "xcode-select --install"
+    return "e.g. apt install g++"
 
 
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
