@@ -1860,9 +1860,12 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     except OSError as e:
         import errno
 
-        in_use = e.errno in (errno.EADDRINUSE, errno.EACCES)  # taken, or a privileged port
+        # taken, or a privileged port (Windows: a reserved range, WSAEACCES)
+        in_use = e.errno in (errno.EADDRINUSE, errno.EACCES, getattr(errno, "WSAEACCES", errno.EACCES))
         fix = "pick another --port or stop what uses it" if in_use else \
             "give --host an address of this machine (127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+        if in_use and args.port == 5000 and sys.platform == "darwin":  # the default port, macOS 12's AirPlay's too
+            fix += " (on macOS, AirPlay Receiver listens on 5000: --port 8000, or turn it off in System Settings)"
         raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); {fix}") from None
     host, port = server.server_address[:2]
     if viewer.checkpoint is None:

@@ -123,6 +123,30 @@ def test_viz_bad_flags(tmp_path, trained_run, data_root, capsys):
     assert "give --host an address of this machine" in r.stderr and "--port" not in r.stderr.split("(")[-1]
 
 
+
+def test_the_default_port_taken_on_macos_names_airplay(trained_run, data_root, capsys, monkeypatch):
+    """macOS 12 and later listen on 5000, the viewer's default, for AirPlay Receiver (a review of portability,
+    2026-12-02): there the refusal names it."""
+    import errno
+    import sys
+
+    import capsnet.viz
+    from cli_helpers import in_process
+
+    def taken(*args, **kwargs):
+        raise OSError(errno.EADDRINUSE, "Address already in use")
+
+    monkeypatch.setattr(capsnet.viz, "make_server", taken)
+    flags = ["viz", "--checkpoint", str(trained_run), "--data-dir", str(data_root)]
+    r = in_process(capsys, *flags)
+    assert r.returncode == 2 and "pick another --port or stop what uses it" in r.stderr and "AirPlay" not in r.stderr
+    monkeypatch.setattr(sys, "platform", "darwin")
+    r = in_process(capsys, *flags)
+    assert r.returncode == 2 and "AirPlay Receiver listens on 5000: --port 8000" in r.stderr
+    r = in_process(capsys, *flags, "--port", "5001")
+    assert r.returncode == 2 and "AirPlay" not in r.stderr
+
+
 def test_viz_serves_a_segmentation_run(segmentation_run, data_root):
     proc, url = start("--checkpoint", str(segmentation_run), "--data-dir", str(data_root), "--test-size", "4")
     try:

@@ -60,6 +60,7 @@ import json
 import math
 import re
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -656,7 +657,9 @@ def _truncation_field(text: str | None) -> float | None:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process alive
-    allow_reuse_address = True
+    # a restarted viewer rebinds its port at once (TIME_WAIT); not on Windows, where SO_REUSEADDR lets a second
+    # server bind a port another listens on, and the browser reaches either
+    allow_reuse_address = sys.platform != "win32"
     request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], viewer: Viewer | SegmentationViewer | SynthesisViewer,
