@@ -17,6 +17,7 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from capsnet.data import DataError, load_dataset
@@ -106,6 +107,34 @@ def test_good_download(served, tmp_path):
                         md5=hashlib.md5(body).hexdigest(), progress=False)
     assert out == dest and dest.read_bytes() == body
     assert _names(dest.parent) == [dest.name]
+
+
+def test_on_windows_a_new_download_held_by_a_scanner_is_waited_for(served, tmp_path, monkeypatch):
+    """Windows refuses os.replace while another program holds the file open, as a virus scanner does a file just
+    written: the download failed on that mirror (a review of portability, 2026-12-02). It is tried again, as
+    checkpoints are (``capsnet._files.replace_file``); so is ``write_idx``."""
+    import os
+
+    from capsnet import _files
+    from capsnet.data.idx import read_idx, write_idx
+
+    real, refusals = os.replace, []
+
+    def scanned_twice(src, dst):
+        if len(refusals) < 2:
+            refusals.append(str(dst))
+            raise PermissionError(13, "Access is denied", str(src), None, str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(_files, "WINDOWS", True)
+    monkeypatch.setattr(os, "replace", scanned_twice)
+    dest = tmp_path / f"{LABELS}.gz"
+    download_file(_url(served, f"/good/{LABELS}.gz"), dest, md5_uncompressed=LABELS_MD5, retries=0, progress=False)
+    assert dest.read_bytes() == served.routes[f"/good/{LABELS}.gz"][1] and refusals == [str(dest)] * 2
+    assert _names(tmp_path) == [dest.name]
+    refusals.clear()
+    write_idx(tmp_path / "x-idx1-ubyte", np.arange(5, dtype=np.uint8))
+    assert read_idx(tmp_path / "x-idx1-ubyte").tolist() == [0, 1, 2, 3, 4] and len(refusals) == 2
 
 
 def test_a_download_is_on_disk_before_it_takes_the_files_name(served, tmp_path, monkeypatch):

@@ -29,6 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ._files import replace_file
+
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
            "FORMAT", "FORMAT_VERSION", "saved_point", "tensor_digest", "run_file", "unwritable", "refuse_folders",
@@ -272,22 +274,9 @@ REPLACE_RETRY_S = 5.0  # Windows: how long a file another program holds open is 
 
 def _replace(tmp: str, path: Path) -> None:
     """``os.replace``; on Windows, where a file another program holds open (an editor, a reader of metrics.jsonl, a
-    virus scanner) cannot be replaced, tried again for up to ``REPLACE_RETRY_S``, then an error naming the file."""
-    if not _WINDOWS:
-        os.replace(tmp, path)
-        return
-    end = time.monotonic() + REPLACE_RETRY_S
-    wait = 0.05
-    while True:
-        try:
-            os.replace(tmp, path)
-            return
-        except PermissionError as e:
-            if time.monotonic() >= end:
-                raise PermissionError(e.errno, f"cannot replace {path}: another program holds it open; close it "
-                                               f"and try again", str(path)) from e
-            time.sleep(wait)
-            wait = min(2 * wait, 0.5)
+    virus scanner) cannot be replaced, tried again for up to ``REPLACE_RETRY_S``, then an error naming the file
+    (``capsnet._files.replace_file``, by this module's ``_WINDOWS``)."""
+    replace_file(tmp, path, windows=_WINDOWS, retry_s=REPLACE_RETRY_S)
 
 
 def same_path(a: Path | str, b: Path | str) -> bool:

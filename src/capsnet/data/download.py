@@ -34,6 +34,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._files import replace_file
 from .._signals import sigterm_as_interrupt
 from .._progress import progress_bar
 from .idx import GZIP_MAGIC, DataError
@@ -284,7 +285,7 @@ def _fetch(
                 raise _MirrorFailed(
                     f"MD5 of the uncompressed contents is {content}, expected {md5_uncompressed}"
                 )
-        os.replace(part, dest)
+        replace_file(part, dest)  # (Windows: a scanner holding the new file is waited for)
         log.info("downloaded %s from %s (%d bytes)", dest, url, received)
     finally:
         part.unlink(missing_ok=True)  # gone already after os.replace

@@ -23,6 +23,8 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
+from .._files import replace_file
+
 __all__ = ["DataError", "read_idx", "write_idx", "read_idx_bytes", "decode_idx", "encode_idx"]
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -240,7 +242,7 @@ def write_idx(path: str | os.PathLike, array: np.ndarray, compress: bool | None 
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_file(tmp, path)  # (Windows: a reader or scanner holding the file is waited for)
     finally:
         tmp.unlink(missing_ok=True)
     return path
