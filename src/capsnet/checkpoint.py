@@ -29,7 +29,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from ._files import replace_file
+from ._files import REPLACE_RETRY_S, replace_file
+from ._files import WINDOWS as _WINDOWS
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
@@ -268,14 +269,11 @@ def refuse_folders(paths: Iterable[Path]) -> None:
             raise FolderInTheWay(errno.EISDIR, "a folder is there, where a file was to be written", str(path))
 
 
-_WINDOWS = os.name == "nt"
-REPLACE_RETRY_S = 5.0  # Windows: how long a file another program holds open is waited for before giving up
-
-
 def _replace(tmp: str, path: Path) -> None:
     """``os.replace``; on Windows, where a file another program holds open (an editor, a reader of metrics.jsonl, a
     virus scanner) cannot be replaced, tried again for up to ``REPLACE_RETRY_S``, then an error naming the file
-    (``capsnet._files.replace_file``, by this module's ``_WINDOWS``)."""
+    (``capsnet._files.replace_file``, by this module's ``_WINDOWS`` and ``REPLACE_RETRY_S``, its settings' names
+    here: the tests set them for the checkpoint writes)."""
     replace_file(tmp, path, windows=_WINDOWS, retry_s=REPLACE_RETRY_S)
 
 
