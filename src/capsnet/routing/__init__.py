@@ -89,20 +89,24 @@ def routing_name(module: nn.Module) -> str | None:
     return kinds[type(found[-1])] if found else None
 
 
-def _parameters(name: str) -> tuple[set[str], bool]:
-    """The keyword parameters of the routing ``name``'s constructor, and whether it takes any (``**options``).
-    A routing without a constructor of its own takes none (``nn.Module``'s ``**kwargs`` passes nothing on)."""
+def _parameters(name: str) -> list[inspect.Parameter]:
+    """The parameters of the routing ``name``'s constructor, read once per call of the functions below; none for a
+    routing without a constructor of its own (``nn.Module``'s ``**kwargs`` passes nothing on)."""
     cls = _registered(name)
     if cls.__init__ in (nn.Module.__init__, object.__init__):
-        return set(), False
-    parameters = inspect.signature(cls).parameters.values()
+        return []
+    return list(inspect.signature(cls).parameters.values())
+
+
+def _takes(parameters: list[inspect.Parameter]) -> tuple[set[str], bool]:
+    """The keyword parameters' names, and whether the constructor takes any (``**options``)."""
     return {p.name for p in parameters}, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def routing_takes(name: str, option: str) -> bool:
     """Whether the registered routing ``name``'s constructor takes ``option`` (``"iterations"``: whether it
     iterates at all; self-attention routing makes one pass)."""
-    names, anything = _parameters(name)
+    names, anything = _takes(_parameters(name))
     return anything or option in names
 
 
@@ -115,7 +119,8 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
     routing that makes one pass it is refused (it would be ignored); ``options`` go to the routing as they are, an
     unknown one refused by name, and one of another kind than its default (a word for a number, a number for a
     switch) refused here, not at the first step where the routing uses it."""
-    names, anything = _parameters(name)
+    parameters = _parameters(name)
+    names, anything = _takes(parameters)
     given = {k: v for k, v in (("in_caps", in_caps), ("out_caps", out_caps), ("dim", dim))
              if v is not None and (anything or k in names)}
     if iterations is not None:
@@ -127,8 +132,8 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
         valid = sorted(names - set(LAYER_SIZES))
         raise ValueError(f"{name} routing takes no option {', '.join(unknown)}; its options are "
                          f"{', '.join(valid) or 'none'}")
-    _check_option_kinds(name, options)
-    needed = [p.name for p in inspect.signature(ROUTINGS[name]).parameters.values() if p.default is p.empty and
+    _check_option_kinds(name, options, parameters)
+    needed = [p.name for p in parameters if p.default is p.empty and
               p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given and p.name not in options]
     sizes = [k for k in needed if k in LAYER_SIZES]  # left out by the caller: a layer passes these
     if sizes:
@@ -144,10 +149,11 @@ def create_routing(name: str, *, in_caps: int | None = None, out_caps: int | Non
     return ROUTINGS[name](**given, **options)
 
 
-def _check_option_kinds(name: str, options: dict[str, Any]) -> None:
-    """A ValueError for an option whose default is a number, a switch or a word and whose value is not one
-    (--routing-option scale=abc reached the routing's forward pass as a TypeError traceback)."""
-    defaults = {p.name: p.default for p in inspect.signature(_registered(name)).parameters.values()}
+def _check_option_kinds(name: str, options: dict[str, Any], parameters: list[inspect.Parameter]) -> None:
+    """A ValueError for an option whose default (in the constructor's ``parameters``) is a number, a switch or a
+    word and whose value is not one (--routing-option scale=abc reached the routing's forward pass as a TypeError
+    traceback)."""
+    defaults = {p.name: p.default for p in parameters}
     for option, value in options.items():
         default = defaults.get(option, inspect.Parameter.empty)
         if isinstance(default, bool):
