@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from .data.segmentation import overlap_scores
 from .routing.result import check_count, check_positive
+from .runtime import sum_dtype
 
 __all__ = ["l1_error", "ssim", "window_statistics", "shape_iou", "noise_spread", "gaussian_window"]
 
@@ -34,9 +35,9 @@ def _pixels(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float64 for the metrics' sums: on its device, or on the CPU for Apple's MPS, which has no float64
-    (``capsnet.runtime.sum_dtype``)."""
-    return (t.cpu() if t.device.type == "mps" else t).double()
+    """``t`` in float64 for the metrics' sums: on its device, or on the CPU for a device that keeps no float64
+    (Apple's MPS: ``capsnet.runtime.sum_dtype``)."""
+    return (t if sum_dtype(t.device) == torch.float64 else t.cpu()).double()
 
 
 def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

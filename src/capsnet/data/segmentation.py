@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..runtime import sum_dtype
 from .idx import DataError
 from .multimnist import bounding_boxes
 from .png import load_png_pairs
@@ -347,7 +348,7 @@ def overlap_scores(pred: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
     Shapes: pred, target (N, ...) bool -> dice (N,), iou (N,) float64 (float32 on MPS).
     """
     p, t = pred.flatten(1), target.flatten(1)  # (N, P)
-    wide = torch.float32 if p.device.type == "mps" else torch.float64  # MPS has no float64 (runtime.sum_dtype's rule)
+    wide = sum_dtype(p.device)  # float64 (float32 on MPS, which has none)
     inter = (p & t).sum(1).to(wide)
     total = p.sum(1).to(wide) + t.sum(1).to(wide)
     union = (p | t).sum(1).to(wide)
