@@ -1274,29 +1274,14 @@ def test_the_gan_loops_running_sums_make_no_float64_where_the_device_has_none(tm
     """MPS has no float64 (test_train's test of fit says more): with ``sum_dtype`` answering as for MPS, no line of
     the GAN loop makes a float64 tensor (the evaluation's image metrics make theirs on the CPU there, by the
     device's type), and the epoch's figures are the float64 run's to float32 rounding."""
-    import traceback
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from capsnet import gan as gan_module
+    from float64_probe import Float64Made
 
     config = CapsPix2pixConfig(noise_dim=8, disc_channels=4)
     wide = fit_gan(config, TINY, tmp_path / "wide", device="cpu", data_root=data_root, progress=False)
-    made = []
-
-    class Float64Made(TorchDispatchMode):  # the capsnet line that made a float64 tensor, where gan.py's own
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if any(isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in
-                   (out if isinstance(out, (tuple, list)) else [out])):
-                ours = [f for f in traceback.extract_stack() if "/capsnet/" in f.filename]
-                if ours and ours[-1].filename.endswith("capsnet/gan.py"):
-                    made.append(ours[-1].lineno)
-            return out
-
     monkeypatch.setattr(gan_module, "sum_dtype", lambda device: torch.float32, raising=False)
-    with Float64Made():
+    with Float64Made("gan.py") as made:
         narrow = fit_gan(config, TINY, tmp_path / "narrow", device="cpu", data_root=data_root, progress=False)
-    assert made == []
+    assert made.lines == []
     for key in ("train_d_loss", "train_g_loss", "train_l1", "test_l1", "test_ssim"):
         assert narrow[key] == pytest.approx(wide[key], rel=1e-5), key

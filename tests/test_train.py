@@ -1132,34 +1132,19 @@ def test_the_running_sums_make_no_float64_where_the_device_has_none(tmp_path, mo
     of portability, 2026-12-02). No MPS here: with ``sum_dtype`` answering as it does for MPS, a CPU run and its
     evaluation make no float64 tensor in the training or evaluation loop, and the figures are the float64 run's to
     float32 rounding."""
-    import traceback
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from capsnet import evaluate as evaluate_module
     from capsnet import train as train_module
     from capsnet.runtime import sum_dtype
+    from float64_probe import Float64Made
 
     assert sum_dtype("mps") == torch.float32 and sum_dtype("cpu") == sum_dtype(torch.device("cpu")) == torch.float64
     cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 1, "grad_clip": 5.0})
     wide = fit(TINY, cfg, tmp_path / "wide", device="cpu", progress=False)
-
-    made = []
-
-    class Float64Made(TorchDispatchMode):  # where the loops make a float64 tensor
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if any(isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in
-                   (out if isinstance(out, (tuple, list)) else [out])):
-                made.extend(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}" for f in traceback.extract_stack()[-8:]
-                            if f.filename.endswith(("capsnet/train.py", "capsnet/evaluate.py")))
-            return out
-
     for module in (train_module, evaluate_module):
         monkeypatch.setattr(module, "sum_dtype", lambda device: torch.float32, raising=False)
-    with Float64Made():
+    with Float64Made("train.py", "evaluate.py") as made:
         narrow = fit(TINY, cfg, tmp_path / "narrow", device="cpu", progress=False)
-    assert made == []
+    assert made.lines == []
     assert (narrow["test_accuracy"], narrow["train_accuracy"]) == (wide["test_accuracy"], wide["train_accuracy"])
     for key in ("train_loss", "test_loss", "grad_norm"):
         assert narrow[key] == pytest.approx(wide[key], rel=1e-5), key
