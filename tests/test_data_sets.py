@@ -282,3 +282,38 @@ def test_a_data_set_folder_given_in_place_of_the_folder_above_it_is_named(tmp_pa
     with pytest.raises(DataError, match=rf"{own} itself holds them: give its parent, {tmp_path}, which holds mnist/"):
         load_dataset("mnist", "test", root=own)
     assert len(load_dataset("mnist", "test", root=tmp_path)) == 10000
+
+
+def test_a_split_loaded_again_is_a_copy_of_the_checked_read_until_its_file_changes(data_root, tmp_path, monkeypatch):
+    """The process keeps what it read and checked: the second load of a split reads no file, gives the same
+    tensors, and they are the caller's own (a change to one never reaches the next load); a file rewritten since is
+    read and checked again, so a damaged one is refused, not served from what was kept."""
+    _copy_test_split(data_root / "mnist", tmp_path / "mnist")
+    reads = []
+    real_read = sets.read_idx_bytes
+    monkeypatch.setattr(sets, "read_idx_bytes", lambda path, **k: reads.append(Path(path).name) or real_read(path, **k))
+    first = load_dataset("mnist", "test", root=tmp_path)
+    assert reads == [f"{name}.gz" for name in TEST_FILES]
+    first.images[0] = 0  # the caller's tensors: changed in place
+    first.labels[:] = 9
+    again = load_dataset("mnist", "test", root=tmp_path)
+    assert len(reads) == 2  # nothing read from disk
+    assert again.labels[:5].tolist() == [7, 2, 1, 0, 4] and int(again.images[0].max()) == 255
+    truth = load_dataset("mnist", "test", root=data_root)  # another file: read, and equal
+    assert len(reads) == 4 and torch.equal(again.images, truth.images) and torch.equal(again.labels, truth.labels)
+
+    path = tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    content = bytearray(gzip.decompress(path.read_bytes()))
+    content[8] = 3  # first label 7 -> 3
+    path.write_bytes(gzip.compress(bytes(content)))
+    with pytest.raises(DataError, match="MD5"):
+        load_dataset("mnist", "test", root=tmp_path)
+    assert reads[-1] == "t10k-labels-idx1-ubyte.gz"  # read again, though its images were kept
+
+
+def test_the_kept_files_are_bounded(data_root, monkeypatch):
+    monkeypatch.setattr(sets, "_KEPT_FILES", 2)
+    monkeypatch.setattr(sets, "_kept", type(sets._kept)())
+    load_dataset("mnist", "test", root=data_root)
+    load_dataset("fashion-mnist", "test", root=data_root)
+    assert [Path(key[0]).parent.name for key in sets._kept] == ["fashion-mnist"] * 2  # the newest two

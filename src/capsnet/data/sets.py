@@ -8,7 +8,11 @@ IDX files, gzip or raw, so ``CAPSNET_DATA=../shared/data`` just works.
 
 Every file is checked against the MD5 of its *uncompressed* contents (the
 published ones, as torchvision checks them), so re-compressed or gunzipped
-copies pass and a corrupt or misplaced file is refused by name. Missing files
+copies pass and a corrupt or misplaced file is refused by name. A process keeps
+the last few files it read and checked (``_KEPT_FILES``, about 110 MB for
+both sets' four files): loading a split again, as the experiments and a
+run's evaluation do, copies them instead of decompressing and checking the
+file again; a file replaced or touched since is read and checked anew. Missing files
 are downloaded only into the user cache, or anywhere when ``download=True``:
 a folder you named is never written behind your back.
 
@@ -25,6 +29,8 @@ import hashlib
 import logging
 import numbers
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,11 +409,35 @@ def _find(folder: Path, f: _File) -> Path | None:
     return None
 
 
+# Files read and checked in this process, by the file's identity as stored (path, device, inode, size and change
+# time: a file replaced, rewritten or touched is another key) and the MD5 it was checked against; the newest last
+_KEPT_FILES = 8
+_kept: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
 def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
-    """Read one IDX file of set ``name`` and check its contents' MD5."""
+    """Read one IDX file of set ``name`` and check its contents' MD5: a copy of the array kept from an earlier read
+    of the same file, unchanged since, else read from disk (and kept)."""
     path = _find(folder, f)
     if path is None:  # only the shipped sample can get here
         raise DataError(f"{folder / (f.name + '.gz')} is missing; reinstall capsnet")
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, f.md5)
+    with _kept_lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            _kept.move_to_end(key)
+            return kept.copy()  # the caller's own: a change to it never reaches the next load
+    array = _read_unkept(path, f, name)
+    with _kept_lock:
+        _kept[key] = array.copy()
+        while len(_kept) > _KEPT_FILES:
+            _kept.popitem(last=False)
+    return array
+
+
+def _read_unkept(path: Path, f: _File, name: str) -> np.ndarray:
     data = read_idx_bytes(path, max_size=_MAX_FILE_BYTES)  # and never past the size its header declares
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
     if digest != f.md5:
@@ -423,7 +453,7 @@ def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
                 f"{path} is not {name}'s {f.name}: its contents are {known[0]}'s {known[1]} "
                 f"(MD5 {digest}), so it looks like the {known[0]} files were put in the "
                 f"{name}/ folder. Keep each set in its own folder under the data root "
-                f"({folder.parent}/{known[0]}/)."
+                f"({path.parent.parent}/{known[0]}/)."
             )
         if known is not None:
             raise DataError(
