@@ -527,7 +527,8 @@ def test_routing_trace_of_every_capsule_model(name, small):
         assert "one cell per lower capsule" in fig.subfigs[0]._suptitle.get_text()
 
 
-def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys):
+def test_figures_command_on_a_model_without_decoder(tmp_path, data_root, capsys, blank_routing_and_sweeps):
+    blank_routing_and_sweeps()  # what is drawn and said (its routing figure: test_routing_trace_of_every_capsule_model)
     run = tmp_path / "run"
     assert main(["train", "--model", "inverted-capsnet", "--dataset", "mnist-sample", "--epochs", "1",
                  "--train-size", "64", "--test-size", "32", "--batch-size", "32", "--model-option", "backbone_channels=8",
