@@ -1122,6 +1122,23 @@ def test_sigterm_to_an_experiment_with_workers_is_its_ctrl_c():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_sigterm_the_process_was_started_ignoring_stays_ignored():
+    """As train.SaveThenStop leaves it: a process its launcher started with SIGTERM ignored is not to be stopped by
+    it, though every command now takes SIGTERM as Ctrl-C (cli.main)."""
+    import signal
+
+    from capsnet._signals import sigterm_as_interrupt
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGTERM)  # ignored: nothing raised
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the parent", "sigterm to the group"])
 def test_an_experiment_with_workers_stopped_saves_every_run_in_progress(tmp_path, data_root, how):

@@ -10,16 +10,18 @@ __all__ = ["sigterm_as_interrupt"]
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt inside the block (on the main thread; elsewhere nothing changes), so the
-    block's cleanup runs as on Ctrl-C: an experiment's parent stops its workers, each saving where it is (killed at
+    """SIGTERM raises KeyboardInterrupt inside the block (on the main thread, where it is not ignored; elsewhere
+    nothing changes), so the block's cleanup runs as on Ctrl-C: every command but train (cli.main) removes its
+    temporary files and says one line; an experiment's parent stops its workers, each saving where it is (killed at
     once, it left them to their watchdogs); a download removes its part file (left for good before: the loaders
     download a file only while it is missing, and only a download swept its stale parts)."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    try:
-        before = signal.signal(signal.SIGTERM, interrupt)
+    try:  # a SIGTERM this process was started ignoring stays ignored (as train.SaveThenStop leaves it)
+        ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        before = None if ignored else signal.signal(signal.SIGTERM, interrupt)
     except ValueError:  # not the main thread
         before = None
     try:

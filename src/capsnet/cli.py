@@ -1655,13 +1655,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    """The experiment, SIGTERM taken as Ctrl-C throughout (it ended the command silently, status 143, between runs
-    and while one was set up), and Ctrl-C's line saying how to go on."""
-    from ._signals import sigterm_as_interrupt
-
+    """The experiment (SIGTERM taken as Ctrl-C throughout, as by every command: ``main``), and Ctrl-C's line saying
+    how to go on."""
     args.interrupted_hint = "run the same command again to continue (finished runs are read back)"
-    with sigterm_as_interrupt():
-        return _experiment(args)
+    return _experiment(args)
 
 
 def _experiment(args: argparse.Namespace) -> int:
@@ -1773,7 +1770,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     """The grid of row sets; each one finished is kept: the JSON rewritten after it (marked unfinished until the
     last), and Ctrl-C or SIGTERM (a scheduler's or timeout's stop) prints and records the rows finished so far (a
     stopped grid lost them all)."""
-    from ._signals import sigterm_as_interrupt
     from .bench import environment, format_table, run_grid, write_record
 
     _output_file(args.json, "--json")
@@ -1799,14 +1795,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
               + " (1: one step's latency; more: steps queued back to back, throughput)")
         print(format_table(rows))
 
-    try:
-        with sigterm_as_interrupt():
-            rows = run_grid(**grid, on_done=finished,
-                            on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {_counted(r, 'routing round')}, "
-                                                           f"{d} ...", file=sys.stderr, flush=True),
-                            devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
-                            baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,
-                            steps_per_timing=args.steps_per_timing)
+    try:  # (SIGTERM raises KeyboardInterrupt as Ctrl-C does: main)
+        rows = run_grid(**grid, on_done=finished,
+                        on_start=lambda b, r, d: print(f"capsnet bench: batch {b}, {_counted(r, 'routing round')}, "
+                                                       f"{d} ...", file=sys.stderr, flush=True),
+                        devices=None if args.device == "auto" else (args.device,), repeats=args.repeats,
+                        baseline_path=args.baseline, seed=args.seed, compile=args.compile or False,
+                        steps_per_timing=args.steps_per_timing)
     except KeyboardInterrupt:
         if not done:
             raise
@@ -2192,13 +2187,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "the shipped model is one checkpoint") + ": leave --which out")
         args.which_given = args.which is not None  # eval: a test-chosen best is left for last unless asked for
         args.which = args.which or "best"
+    from ._signals import sigterm_as_interrupt
     from .checkpoint import CheckpointError
     from .data import DataError
 
+    # SIGTERM (kill, timeout, a scheduler) stops a command as Ctrl-C does: its temporary files removed and one line
+    # said (every command but train and experiment died of it at once, silently, status 143, leaving a half-written
+    # file: a review, 2026-12-02); train's loop saves where it is on either signal (train.SaveThenStop)
+    stops = contextlib.nullcontext() if args.command == "train" else sigterm_as_interrupt()
     try:
         # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
         with _command_warnings(f"capsnet {args.command}{_rank_tag()}: warning: "), _logging_for(args.verbose), \
-                warnings.catch_warnings():
+                warnings.catch_warnings(), stops:
             return args.handler(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"capsnet {args.command}{_rank_tag()}: error: {e}", file=sys.stderr)

@@ -217,6 +217,37 @@ def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact
     assert _metrics(run) == _metrics(straight_run)
 
 
+def test_sigterm_while_a_command_writes_stops_it_as_ctrl_c_and_leaves_no_temporary_file(trained_run, tmp_path, capsys,
+                                                                                     monkeypatch, data_root):
+    """SIGTERM (kill, timeout, a scheduler) ended every command but train and experiment at once, silently, status
+    143, leaving a half-written temporary file beside its output (a review, 2026-12-02): it now stops the command as
+    Ctrl-C does. The signal arrives while eval writes its report (as the file is synced)."""
+    from capsnet import checkpoint
+
+    real_fsync = checkpoint.os.fsync
+
+    def fsync_then_sigterm(fd):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_fsync(fd)
+
+    def unhandled(signum, frame):  # the signal's default here would end the test's worker process
+        pytest.fail("SIGTERM reached no handler of the command's: the process would have died of it")
+
+    out = tmp_path / "report.json"
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync_then_sigterm)
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        r = in_process(capsys, "eval", "--checkpoint", trained_run, "--test-size", 20, "--json", out, "--data-dir",
+                       data_root, "--no-progress")
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert r.returncode == 130 and r.stderr.strip().endswith("capsnet eval: interrupted"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the report nor its temporary file
+    assert after is unhandled  # the command's handler gone with it
+
+
 def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_run, capsys):
     """SIGKILL the trainer half-way through writing epoch 2's checkpoint."""
     run = tmp_path / "run"
