@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -635,6 +636,34 @@ def _disk_full_after(monkeypatch, files: int) -> list:
 
     monkeypatch.setattr(PILImage.Image, "save", full_disk)
     return saved
+
+
+@pytest.mark.parametrize("given", ["new", "empty"])
+def test_prepare_into_a_folder_another_run_fills_meanwhile_says_so_and_leaves_the_other_runs_files(tmp_path, given,
+                                                                                                   monkeypatch):
+    """Two `capsnet prepare` into one --out: the one that finished second said "cannot write in PARENT: Directory
+    not empty" (its rename of a whole folder failing), or, into a folder given empty, would have moved its class
+    folders over the other's files (a review, 2026-12-02). Now it names the cause and writes nothing."""
+    from capsnet.data import prepare
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    _write(src, {"a/x.png": _GREY, "a/y.png": _pixels(6, (8, 8)), "b/x.png": _pixels(5, (8, 8)),
+                 "b/w.png": _pixels(4, (8, 8))})
+    if given == "empty":
+        out.mkdir()
+    real = prepare._fitted
+
+    def other_run_finishes(*args, **kwargs):  # while this run fits its first photo
+        if not (out / "a").exists():
+            _write(out, {"a/theirs.png": _GREY, "b/theirs.png": _GREY})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "_fitted", other_run_finishes)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(out))} was filled by another program while this one worked "
+                                        r"\(two `capsnet prepare` into one --out\?\); nothing written by this one"):
+        prepare.prepare_class_folders(src, out, 16)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["a", "a/theirs.png", "b", "b/theirs.png"]
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_prepare_refuses_a_class_that_training_could_not_hold_one_out_of(tmp_path):

@@ -17,6 +17,7 @@ must be new or an empty folder.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -350,13 +351,22 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         # how it was made, hidden from the loaders: a run trained on the folder records it, so predict and the
         # viewer fit new photos the same way
         (partial / RECORD).write_text(json.dumps({"size": size, "mode": mode, "fit": fit}) + "\n", encoding="utf-8")
+        taken = DataError(f"{out} was filled by another program while this one worked (two `capsnet prepare` into "
+                          f"one --out?); nothing written by this one: give an empty or new folder (--out)")
         if inside:
             for entry in sorted(partial.iterdir(), key=lambda e: e.name == RECORD):  # the record last
+                if os.path.lexists(out / entry.name):  # a rename would replace the other's file without a word
+                    raise taken
                 entry.rename(out / entry.name)
                 moved.append(out / entry.name)
             partial.rmdir()
         else:
-            partial.rename(out)
+            try:
+                partial.rename(out)
+            except OSError as e:  # made meanwhile, and not empty (an empty one is replaced by the rename)
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise taken from None
+                raise
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
         for done in moved:  # the folder given left empty, as it was
