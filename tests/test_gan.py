@@ -537,6 +537,38 @@ def _labels(folder, n=3, size=32, mode="L"):
         Image.fromarray(a, mode).save(folder / f"map{k}.png")
 
 
+def test_a_stop_while_generate_writes_says_how_many_images_it_wrote(gan_run, tmp_path, capsys, monkeypatch):
+    """Ctrl-C or SIGTERM between its files left a folder part-written and said only "interrupted" (a review,
+    2026-12-02): the line now says how many were written, each whole, and what to run; a stop before the first file
+    is the plain line."""
+    from capsnet import checkpoint
+
+    _labels(tmp_path / "labels")
+    real, calls = checkpoint.atomic_write, []
+
+    def stopped_at(n):
+        def write(path, fill):
+            calls.append(path)
+            if len(calls) == n:
+                raise KeyboardInterrupt  # as the handler of a signal raises it
+            return real(path, fill)
+        return write
+
+    args = ["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--seeds", "0", "5",
+            "--no-progress"]
+    monkeypatch.setattr(checkpoint, "atomic_write", stopped_at(3))
+    assert main([*args, "--out", str(tmp_path / "out")]) == 130
+    assert capsys.readouterr().err.strip() == (f"capsnet generate: interrupted; 2 of 6 images were written (each "
+                                               f"whole) to {tmp_path / 'out'} before the stop, the rest not: run the "
+                                               f"same command again to write them all")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["map0_seed0.png", "map1_seed0.png"]
+    calls.clear()
+    monkeypatch.setattr(checkpoint, "atomic_write", stopped_at(1))
+    assert main([*args, "--out", str(tmp_path / "first")]) == 130
+    assert capsys.readouterr().err.strip() == "capsnet generate: interrupted"
+    assert list((tmp_path / "first").iterdir()) == []
+
+
 def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsys):
     _labels(tmp_path / "labels")
     assert main(["generate", "--checkpoint", str(gan_run), "--labels", str(tmp_path / "labels"), "--out",

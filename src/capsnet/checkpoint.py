@@ -35,7 +35,7 @@ from ._files import WINDOWS as _WINDOWS
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
            "FORMAT", "FORMAT_VERSION", "saved_point", "tensor_digest", "run_file", "unwritable", "refuse_folders",
-           "FolderInTheWay"]
+           "FolderInTheWay", "WritesInterrupted", "atomic_write_all"]
 
 FORMAT = "capsnet-checkpoint"
 FORMAT_VERSION = "1"
@@ -255,6 +255,32 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
             raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
     _fsync_dir(path.parent)
+
+
+class WritesInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a command wrote its many files (``atomic_write_all``): those written are whole, the
+    rest not written; the message says how many and what to do (the command line prints it after "interrupted")."""
+
+
+def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = True) -> None:
+    """Write each of ``files`` (path -> contents) with ``atomic_write``, in order, under a progress bar; a stop
+    between them is a ``WritesInterrupted`` counting the ``what`` (e.g. "masks") written, where some were (a folder
+    of predictions half-written said nothing of it: a review, 2026-12-02)."""
+    from ._progress import progress_bar
+
+    done = 0
+    try:
+        for path, data in progress_bar(files.items(), desc="write", unit="file", leave=False, progress=progress,
+                                       total=len(files)):
+            atomic_write(path, lambda f, data=data: f.write(data))
+            done += 1
+    except KeyboardInterrupt:
+        if not done:
+            raise
+        folders = sorted({str(path.parent) for path in files})
+        raise WritesInterrupted(f"{done} of {len(files)} {what} were written (each whole) to {', '.join(folders)} "
+                                f"before the stop, the rest not: run the same command again to write them all"
+                                ) from None
 
 
 class FolderInTheWay(IsADirectoryError):

@@ -2188,7 +2188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.which_given = args.which is not None  # eval: a test-chosen best is left for last unless asked for
         args.which = args.which or "best"
     from ._signals import sigterm_as_interrupt
-    from .checkpoint import CheckpointError
+    from .checkpoint import CheckpointError, WritesInterrupted
     from .data import DataError
 
     # SIGTERM (kill, timeout, a scheduler) stops a command as Ctrl-C does: its temporary files removed and one line
@@ -2215,9 +2215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"capsnet {args.command}{_rank_tag()}: {resume} continues from the last checkpoint",
                       file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if getattr(args, "quiet_interrupt", False):  # under torchrun rank 0 says how to resume
             return 130
+        if isinstance(e, WritesInterrupted):  # how many of its files a command wrote, and what to run
+            args.interrupted_hint = str(e)
         resume, saved = getattr(args, "resume_command", None), getattr(args, "resume_checkpoint", None)
         if resume and not saved.exists():  # stopped before the first save: nothing to continue
             print(f"capsnet {args.command}: interrupted before the run saved anything ({saved} is not written "

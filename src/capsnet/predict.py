@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, atomic_write, refuse_folders
+from .checkpoint import Checkpoint, atomic_write_all, refuse_folders
 from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
@@ -373,7 +373,5 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     folder.mkdir(parents=True, exist_ok=True)
     refuse_folders(written)  # before the first file is written
     replaced = [p for p in written if p.exists()]
-    for path, data in progress_bar(written.items(), desc="write", unit="file", leave=False, progress=progress,
-                                   total=len(written)):
-        atomic_write(path, lambda f, data=data: f.write(data))
+    atomic_write_all(written, "files", progress=progress)
     return Predictions(kind, folder, list(written), rows, replaced, notes)
