@@ -713,6 +713,38 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
         _finished(later)
 
 
+def test_a_stopped_experiments_tables_say_they_are_unfinished_until_the_rest_is_trained(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """results.md and results.json are rewritten after every run: an experiment stopped after one of its two runs
+    left a one-row table that read as the whole experiment's (a review, 2026-12-02); both now say how many runs
+    are finished until the last is."""
+    from capsnet import experiments
+
+    args = ["experiment", "routing", "--models", "capsnet", "--datasets", "mnist-sample", "--seeds", "0", "1",
+            "--epochs", "1", "--train-size", "24", "--test-size", "32", "--batch-size", "24", "--conv1-channels", "8",
+            "--primary-types", "2", "--no-progress", "--out", str(tmp_path)]
+    real, calls = experiments.train_run, []
+
+    def stopped_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(experiments, "train_run", stopped_second)
+    assert main(args) == 130
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert len(record["rows"]) == 1 and record["unfinished"] == "1 of 2 runs finished"
+    assert ("**Unfinished**: 1 of 2 runs finished so far; the command above, run again, trains the rest (finished "
+            "runs are read back).") in (tmp_path / "results.md").read_text()
+    monkeypatch.setattr(experiments, "train_run", real)
+    capsys.readouterr()
+    assert main(args) == 0
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert len(record["rows"]) == 2 and "unfinished" not in record
+    assert "Unfinished" not in (tmp_path / "results.md").read_text()
+
+
 def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capfd):
     """--jobs 2 trains the runs two at a time in processes of their own (one thread each here) and gets exactly
     the final records a sequential run gets with one thread; the runs are then read back and tabulated. A worker's

@@ -1736,8 +1736,11 @@ def _experiment(args: argparse.Namespace) -> int:
         print(f"training the {_counted(n, 'run')} not yet finished {min(n, args.jobs)} at a time, each in a process "
               f"of its own", flush=True)
 
+    def written(rows: list[dict]) -> None:  # after each run: the tables so far, marked unfinished until the last
+        ex.write_results(rows, out, args.command_line, planned=len(runs))
+
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
-                       on_start=started, on_done=lambda rows: ex.write_results(rows, out, args.command_line),
+                       on_start=started, on_done=written,
                        compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
                        on_launch=launched, on_epoch=epoch_line if args.no_progress else None, on_parallel=parallel)
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
