@@ -2195,8 +2195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .data import DataError
 
     # SIGTERM (kill, timeout, a scheduler) stops a command as Ctrl-C does: its temporary files removed and one line
-    # said (every command but train and experiment died of it at once, silently, status 143, leaving a half-written
-    # file: a review, 2026-12-02); train's loop saves where it is on either signal (train.SaveThenStop)
+    # said (every command but train, experiment and bench died of it at once, silently, status 143, leaving a
+    # half-written file: a review, 2026-12-02); train's loop saves where it is on either signal (train.SaveThenStop)
     stops = contextlib.nullcontext() if args.command == "train" else sigterm_as_interrupt()
     try:
         # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
