@@ -15,8 +15,8 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
-import tempfile
 import threading
 import time
 import warnings
@@ -228,6 +228,10 @@ class RunLock:
         self.release()
 
 
+# mkstemp's: a new file (never a link followed), binary on Windows
+_TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+
+
 def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     """Let ``write`` fill a temporary file beside ``path``, then rename it over ``path``.
 
@@ -241,16 +245,24 @@ def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> None:
     refuse_folders([path])  # os.replace's own error named the temporary file (its folder said "not writable")
     _clear_stale_writes_of(path)
     pid = os.getpid()  # the writer, named in the temporary file: see remove_stale_writes
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{pid}-{_start_ticks(pid) or 0}-", dir=path.parent)
+    prefix, tmp = f".{path.name}.tmp-{pid}-{_start_ticks(pid) or 0}-", None
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from other users; the umask holds
+        while True:  # as mkstemp makes it, but named before it is made: a Ctrl-C or SIGTERM raised as mkstemp
+            tmp = str(path.parent / (prefix + secrets.token_hex(4)))  # returned left its file unnamed here, for good
+            try:  # (a review, 2026-12-02: 2 SIGTERMs of 4 to a `capsnet predict`)
+                fd = os.open(tmp, _TEMP_FLAGS, 0o600)
+                break
+            except FileExistsError:  # (a name of this process's pid and start: never another's)
+                continue
+        os.chmod(tmp, 0o666 & ~_umask())  # 0600 would hide the file from other users; the umask holds
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         _replace(tmp, path)
     except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError) and not e.filename and e.errno is not None:  # a write or fsync (a full disk):
             raise OSError(e.errno, e.strerror, str(path)) from e  # the file it was for, in the message
         raise
@@ -268,13 +280,21 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
     of predictions half-written said nothing of it: a review, 2026-12-02)."""
     from ._progress import progress_bar
 
-    done = 0
+    written: list[Path] = []
+    current: tuple[Path, bytes] | None = None
     try:
-        for path, data in progress_bar(files.items(), desc="write", unit="file", leave=False, progress=progress,
-                                       total=len(files)):
-            atomic_write(path, lambda f, data=data: f.write(data))
-            done += 1
+        for current in progress_bar(files.items(), desc="write", unit="file", leave=False, progress=progress,
+                                    total=len(files)):
+            atomic_write(current[0], lambda f, data=current[1]: f.write(data))
+            written.append(current[0])
     except KeyboardInterrupt:
+        if current is not None and written[-1:] != [current[0]]:  # stopped after its rename (as the folder was
+            try:  # synced): written all the same
+                if current[0].stat().st_size == len(current[1]) and current[0].read_bytes() == current[1]:
+                    written.append(current[0])
+            except OSError:
+                pass
+        done = len(written)
         if not done:
             raise
         folders = sorted({str(path.parent) for path in files})
@@ -338,7 +358,7 @@ def _clear_stale_writes_of(path: Path) -> None:
                     for entry in entries:
                         if entry.name.startswith(".") and ".tmp-" in entry.name:
                             found.setdefault(entry.name[1:].rpartition(".tmp-")[0], []).append(entry.name)
-            except OSError:  # a folder not there yet, or not readable: mkstemp says so
+            except OSError:  # a folder not there yet, or not readable: the write says so
                 pass
         temps = found.pop(path.name, [])
     now = time.time()
@@ -356,7 +376,7 @@ def _clear_stale_writes_of(path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-# atomic_write's temporary files are .NAME.tmp-PID-START-XXXXXXXX (mkstemp's 8 characters), capsnet prepare's partial
+# atomic_write's temporary files are .NAME.tmp-PID-START-XXXXXXXX (8 random characters), capsnet prepare's partial
 # folders .NAME.tmp-PID-START-dir; before 2026-11-30 a temporary file was .NAME.tmp-XXXXXXXX. Nothing else is
 # capsnet's: a user's own .photos.tmp-2024-06/ in an --out folder was removed as a stale write (a review, 2026-12-02)
 _TEMP_NAME = re.compile(r"\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)-(?P<start>\d+)-)?(?P<tail>[a-z0-9_]{8}|dir)")
