@@ -19,13 +19,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    installed, before = False, None
     try:  # a SIGTERM this process was started ignoring stays ignored (as train.SaveThenStop leaves it)
-        ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
-        before = None if ignored else signal.signal(signal.SIGTERM, interrupt)
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            before, installed = signal.signal(signal.SIGTERM, interrupt), True
     except ValueError:  # not the main thread
-        before = None
+        pass
     try:
         yield
     finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
+        if installed:  # (None: a handler not installed from Python, which Python cannot put back: the default)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
