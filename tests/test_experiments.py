@@ -735,8 +735,8 @@ def test_a_stopped_experiments_tables_say_they_are_unfinished_until_the_rest_is_
     assert main(args) == 130
     record = json.loads((tmp_path / "results.json").read_text())
     assert len(record["rows"]) == 1 and record["unfinished"] == "1 of 2 runs finished"
-    assert ("**Unfinished**: 1 of 2 runs finished so far; the command above, run again, trains the rest (finished "
-            "runs are read back).") in (tmp_path / "results.md").read_text()
+    assert ("**Unfinished**: 1 of 2 runs finished; the command above, run again, does the rest (finished runs are "
+            "read back).") in (tmp_path / "results.md").read_text()
     monkeypatch.setattr(experiments, "train_run", real)
     capsys.readouterr()
     assert main(args) == 0

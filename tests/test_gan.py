@@ -935,9 +935,12 @@ def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
     assert load_checkpoint(tmp_path / "r", "last").state["data"]["files"] == 8
 
 
-def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_them(tmp_path, data_root, capsys):
+def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_them(tmp_path, data_root, capsys,
+                                                                                  monkeypatch):
     """pairs:DIR in --datasets: its runs go to out/pairs-NAME/MODEL (the name was joined into the path as
-    'pairs:/...'), and no train-on-synthetic classifier is made for a set without classes."""
+    'pairs:/...'), and no train-on-synthetic classifier is made for a set without classes. Stopped before its
+    probes, the tables say so (they read as finished: a review, 2026-12-02)."""
+    from capsnet import experiments
     from capsnet.experiments import plan, synthetic_probe_rows
 
     _labels(tmp_path / "mine" / "labels", n=6)
@@ -956,6 +959,18 @@ def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_the
     # the table names the folder as the segmentation table does, by its name: its path was printed there
     table = (tmp_path / "cli" / "results.md").read_text().split("| data |")[1]
     assert "\n| pairs-mine | pix2pix |" in table and str(tmp_path) not in table
+    assert "Unfinished" not in table and "unfinished" not in json.loads((tmp_path / "cli" / "results.json").read_text())
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiments, "synthetic_probe_rows", stopped)
+    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1",
+                 "--batch-size", "4", "--out", str(tmp_path / "stopped"), "--no-progress", "--data-dir",
+                 str(data_root)]) == 130
+    record = json.loads((tmp_path / "stopped" / "results.json").read_text())
+    assert len(record["rows"]) == 1
+    assert record["unfinished"] == "every run finished, the train-on-synthetic classifiers not yet"
 
 
 def test_graded_label_maps_read_alike_in_training_test_and_generate(tmp_path, monkeypatch):

@@ -1736,8 +1736,12 @@ def _experiment(args: argparse.Namespace) -> int:
         print(f"training the {_counted(n, 'run')} not yet finished {min(n, args.jobs)} at a time, each in a process "
               f"of its own", flush=True)
 
-    def written(rows: list[dict]) -> None:  # after each run: the tables so far, marked unfinished until the last
-        ex.write_results(rows, out, args.command_line, planned=len(runs))
+    probe_epochs = getattr(args, "probe_epochs", 3) if args.name == "synthesis" else 0  # once every run is done
+
+    def written(rows: list[dict]) -> None:  # after each run: the tables so far, marked unfinished until all is done
+        ex.write_results(rows, out, args.command_line, unfinished=f"{len(rows)} of {len(runs)} runs finished"
+                         if len(rows) < len(runs) else "every run finished, the train-on-synthetic classifiers not yet"
+                         if probe_epochs else None)
 
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=written,
@@ -1747,8 +1751,7 @@ def _experiment(args: argparse.Namespace) -> int:
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]
         ex.write_results(rows, out, args.command_line)
-    probe_epochs = getattr(args, "probe_epochs", 3)
-    if args.name == "synthesis" and probe_epochs:  # train on synthetic, test on real
+    if probe_epochs:  # train on synthetic, test on real
         from .train import describe_epoch
 
         for d in dict.fromkeys(r.dataset for r in runs if task(r.dataset).num_classes < 2):

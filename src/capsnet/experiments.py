@@ -984,23 +984,23 @@ def check_results_folder(out: str | os.PathLike, name: str) -> None:
 
 
 def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike, command: str, *,
-                  planned: int | None = None) -> Path:
-    """results.json (the rows and the command) and results.md (the table) in ``out``. ``planned``: the runs the
-    experiment plans, of which ``rows`` are those finished so far; while fewer, both files say so (``unfinished``),
-    as a stopped experiment leaves them (they read as the whole experiment's: a review, 2026-12-02)."""
+                  unfinished: str | None = None) -> Path:
+    """results.json (the rows and the command) and results.md (the table) in ``out``. ``unfinished``: what the
+    experiment has still to do ("1 of 2 runs finished"), said in both files (``unfinished``), as a stopped
+    experiment leaves them (they read as the whole experiment's: a review, 2026-12-02); None once done."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     kind = rows[0]["experiment"] if rows else ""
     table = (format_routing_table(rows) if kind == "routing" else format_segmentation_table(rows)
              if kind == "segmentation" else format_synthesis_table(rows) if kind == "synthesis" else format_table(rows))
     record: dict[str, Any] = {"command": command, "rows": list(rows)}
-    unfinished = ""
-    if planned is not None and len(rows) < planned:
-        record["unfinished"] = f"{len(rows)} of {planned} runs finished"
-        unfinished = (f"\n**Unfinished**: {len(rows)} of {planned} runs finished so far; the command above, run "
-                      f"again, trains the rest (finished runs are read back).\n")
+    note = ""
+    if unfinished:
+        record["unfinished"] = unfinished
+        note = (f"\n**Unfinished**: {unfinished}; the command above, run again, does the rest (finished runs are "
+                f"read back).\n")
     atomic_write_text(out / "results.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(out / "results.md", f"`{command}`\n\n{table}\n{unfinished}")
+    atomic_write_text(out / "results.md", f"`{command}`\n\n{table}\n{note}")
     return out / "results.md"
 
 
