@@ -288,6 +288,7 @@ def test_a_split_loaded_again_is_a_copy_of_the_checked_read_until_its_file_chang
     """The process keeps what it read and checked: the second load of a split reads no file, gives the same
     tensors, and they are the caller's own (a change to one never reaches the next load); a file rewritten since is
     read and checked again, so a damaged one is refused, not served from what was kept."""
+    monkeypatch.setattr(sets, "_kept", type(sets._kept)())  # none kept yet (the module's fixture keeps its files)
     _copy_test_split(data_root / "mnist", tmp_path / "mnist")
     reads = []
     real_read = sets.read_idx_bytes
