@@ -638,9 +638,9 @@ def _disk_full_after(monkeypatch, files: int) -> list:
     return saved
 
 
-@pytest.mark.parametrize("given", ["new", "empty"])
+@pytest.mark.parametrize("given, theirs", [("new", ["a", "b"]), ("empty", ["a", "b"]), ("empty", ["c"])])
 def test_prepare_into_a_folder_another_run_fills_meanwhile_says_so_and_leaves_the_other_runs_files(tmp_path, given,
-                                                                                                   monkeypatch):
+                                                                                                   theirs, monkeypatch):
     """Two `capsnet prepare` into one --out: the one that finished second said "cannot write in PARENT: Directory
     not empty" (its rename of a whole folder failing), or, into a folder given empty, would have moved its class
     folders over the other's files (a review, 2026-12-02). Now it names the cause and writes nothing."""
@@ -653,16 +653,17 @@ def test_prepare_into_a_folder_another_run_fills_meanwhile_says_so_and_leaves_th
         out.mkdir()
     real = prepare._fitted
 
-    def other_run_finishes(*args, **kwargs):  # while this run fits its first photo
-        if not (out / "a").exists():
-            _write(out, {"a/theirs.png": _GREY, "b/theirs.png": _GREY})
+    def other_run_finishes(*args, **kwargs):  # while this run fits its first photo: class folders of the same
+        if not (out / theirs[0]).exists():  # names as this run's, or of others (mixed in without a word before)
+            _write(out, {f"{c}/theirs.png": _GREY for c in theirs})
         return real(*args, **kwargs)
 
     monkeypatch.setattr(prepare, "_fitted", other_run_finishes)
     with pytest.raises(DataError, match=rf"^{re.escape(str(out))} was filled by another program while this one worked "
                                         r"\(two `capsnet prepare` into one --out\?\); nothing written by this one"):
         prepare.prepare_class_folders(src, out, 16)
-    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["a", "a/theirs.png", "b", "b/theirs.png"]
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == sorted(
+        [*theirs, *(f"{c}/theirs.png" for c in theirs)])
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 

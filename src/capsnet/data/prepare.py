@@ -354,6 +354,8 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         taken = DataError(f"{out} was filled by another program while this one worked (two `capsnet prepare` into "
                           f"one --out?); nothing written by this one: give an empty or new folder (--out)")
         if inside:
+            if any(e.name != partial.name for e in out.iterdir()):  # files of other names mixed in without a word
+                raise taken
             for entry in sorted(partial.iterdir(), key=lambda e: e.name == RECORD):  # the record last
                 if os.path.lexists(out / entry.name):  # a rename would replace the other's file without a word
                     raise taken
