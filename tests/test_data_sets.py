@@ -312,9 +312,17 @@ def test_a_split_loaded_again_is_a_copy_of_the_checked_read_until_its_file_chang
     assert reads[-1] == "t10k-labels-idx1-ubyte.gz"  # read again, though its images were kept
 
 
-def test_the_kept_files_are_bounded(data_root, monkeypatch):
+def test_the_kept_files_are_bounded_and_let_go_of_when_asked(data_root, monkeypatch):
+    from capsnet.data import clear_data_cache
+
     monkeypatch.setattr(sets, "_KEPT_FILES", 2)
     monkeypatch.setattr(sets, "_kept", type(sets._kept)())
     load_dataset("mnist", "test", root=data_root)
     load_dataset("fashion-mnist", "test", root=data_root)
     assert [Path(key[0]).parent.name for key in sets._kept] == ["fashion-mnist"] * 2  # the newest two
+    assert clear_data_cache() == 2 and not sets._kept and clear_data_cache() == 0
+    reads = []
+    real_read = sets.read_idx_bytes
+    monkeypatch.setattr(sets, "read_idx_bytes", lambda path, **k: reads.append(path) or real_read(path, **k))
+    load_dataset("fashion-mnist", "test", root=data_root)
+    assert len(reads) == 2  # read and checked again

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from .augment import random_shift
 from .idx import DataError, read_idx, write_idx
-from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
+from .sets import DATASETS, Dataset, clear_data_cache, load_dataset, split_validation, unit_float
 
 __all__ = [
-    "DataError", "Dataset", "DATASETS", "load_dataset", "split_validation",
+    "DataError", "Dataset", "DATASETS", "load_dataset", "split_validation", "clear_data_cache",
     "random_shift", "read_idx", "write_idx", "unit_float",
 ]

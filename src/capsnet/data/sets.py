@@ -10,7 +10,7 @@ Every file is checked against the MD5 of its *uncompressed* contents (the
 published ones, as torchvision checks them), so re-compressed or gunzipped
 copies pass and a corrupt or misplaced file is refused by name. A process keeps
 the last few files it read and checked (``_KEPT_FILES``, about 110 MB for
-both sets' four files): loading a split again, as the experiments and a
+both sets' four files; ``clear_data_cache`` lets go of them): loading a split again, as the experiments and a
 run's evaluation do, copies them instead of decompressing and checking the
 file again; a file replaced or touched since is read and checked anew. Missing files
 are downloaded only into the user cache, or anywhere when ``download=True``:
@@ -44,7 +44,7 @@ from .idx import DataError, decode_idx, read_idx_bytes
 
 __all__ = [
     "DATASETS", "MIRRORS", "SAMPLE_DIR", "Dataset", "DataError",
-    "load_dataset", "resolve_root", "split_size", "split_validation",
+    "load_dataset", "resolve_root", "split_size", "split_validation", "clear_data_cache",
 ]
 
 log = logging.getLogger(__name__)
@@ -414,6 +414,15 @@ def _find(folder: Path, f: _File) -> Path | None:
 _KEPT_FILES = 8
 _kept: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _kept_lock = threading.Lock()
+
+
+def clear_data_cache() -> int:
+    """Let go of the data files this process keeps (read and checked once: about 110 MB for MNIST and
+    Fashion-MNIST); the next load reads and checks them again. Returns how many were kept."""
+    with _kept_lock:
+        n = len(_kept)
+        _kept.clear()
+    return n
 
 
 def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:
