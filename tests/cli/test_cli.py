@@ -219,9 +219,9 @@ def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact
 
 def test_sigterm_while_a_command_writes_stops_it_as_ctrl_c_and_leaves_no_temporary_file(trained_run, tmp_path, capsys,
                                                                                      monkeypatch, data_root):
-    """SIGTERM (kill, timeout, a scheduler) ended every command but train and experiment at once, silently, status
-    143, leaving a half-written temporary file beside its output (a review, 2026-12-02): it now stops the command as
-    Ctrl-C does. The signal arrives while eval writes its report (as the file is synced)."""
+    """SIGTERM (kill, timeout, a scheduler) ended every command but train, experiment and bench at once, silently,
+    status 143, leaving a half-written temporary file beside its output (a review, 2026-12-02): it now stops the
+    command as Ctrl-C does. The signal arrives while eval writes its report (as the file is synced)."""
     from capsnet import checkpoint
 
     real_fsync = checkpoint.os.fsync
