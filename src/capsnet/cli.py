@@ -1655,14 +1655,9 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
-    """The experiment (SIGTERM taken as Ctrl-C throughout, as by every command: ``main``), and Ctrl-C's line saying
-    how to go on."""
-    args.interrupted_hint = "run the same command again to continue (finished runs are read back)"
-    return _experiment(args)
-
-
-def _experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
+
+    args.interrupted_hint = "run the same command again to continue (finished runs are read back)"  # Ctrl-C's line
 
     misplaced = [f for f, names in _EXPERIMENT_ONLY.items() if args.name not in names and hasattr(args, f)]
     if misplaced:  # the first one's, and the others that the same experiments take
@@ -1739,9 +1734,12 @@ def _experiment(args: argparse.Namespace) -> int:
     probe_epochs = getattr(args, "probe_epochs", 3) if args.name == "synthesis" else 0  # once every run is done
 
     def written(rows: list[dict]) -> None:  # after each run: the tables so far, marked unfinished until all is done
-        ex.write_results(rows, out, args.command_line, unfinished=f"{len(rows)} of {len(runs)} runs finished"
-                         if len(rows) < len(runs) else "every run finished, the train-on-synthetic classifiers not yet"
-                         if probe_epochs else None)
+        unfinished = None
+        if len(rows) < len(runs):
+            unfinished = f"{len(rows)} of {len(runs)} runs finished"
+        elif probe_epochs:
+            unfinished = "every run finished, the train-on-synthetic classifiers not yet"
+        ex.write_results(rows, out, args.command_line, unfinished=unfinished)
 
     rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                        on_start=started, on_done=written,
