@@ -160,15 +160,15 @@ class _ViewerBase:
         return self._kernels
 
 
-def first_conv(model: nn.Module) -> nn.Conv2d:
-    """The model's first ``nn.Conv2d``, whose kernels and feature maps every viewer draws; a model without one is a
-    ViewerError naming that need (it was a StopIteration traceback)."""
-    conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-    if conv is None:
+def first_conv(model: nn.Module) -> tuple[str, nn.Conv2d]:
+    """The model's first ``nn.Conv2d`` and its name in the model, whose kernels and feature maps every viewer draws;
+    a model without one is a ViewerError naming that need (it was a StopIteration traceback)."""
+    found = next(((name, m) for name, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
+    if found is None:
         raise ViewerError(f"the viewer draws the first convolution's kernels and feature maps, and "
                           f"{type(model).__name__} has no nn.Conv2d; give the model a convolution before its capsules "
                           f"to open it here (capsnet figures draws it without one)")
-    return conv
+    return found
 
 
 class Viewer(_ViewerBase):
@@ -190,7 +190,7 @@ class Viewer(_ViewerBase):
         self._hold(model, dataset, checkpoint)
         cfg = self.config
         # the first convolution: its kernels and feature maps (CapsNet's conv1, the others' first layer)
-        self.conv = first_conv(model)
+        _, self.conv = first_conv(model)
         if test_images is not None:
             if tuple(test_images.shape[1:]) != self.shape:
                 raise ViewerError(f"{dataset or 'the'} test images are {tuple(test_images.shape[1:])} but the model "

@@ -154,8 +154,7 @@ class SegmentationViewer(_ViewerBase):
         self.test_images = test_images
         self.test_masks = test_masks
         # the first convolution: its kernels and feature maps (SegCaps' conv1, the U-Net's first 3x3)
-        self.conv = first_conv(model)
-        self._conv_name = next(name for name, m in model.named_modules() if m is self.conv)
+        self._conv_name, self.conv = first_conv(model)
         self._first = _first_maps(model, self.conv)
         self._routers = routers(model)  # SegCaps' capsule layers that route
         # uploads of other sizes: (multiple, max pixels) for a model that says what its sides must be multiples of

@@ -104,8 +104,7 @@ class SynthesisViewer(_ViewerBase):
         self.classes = list(classes or [])
         self.generator = model.generator
         self.noise_dim = int(model.noise(1, 0).shape[1])  # 0: the noise is dropout (pix2pix)
-        self.conv = first_conv(self.generator)
-        self._conv_name = next(name for name, m in self.generator.named_modules() if m is self.conv)
+        self._conv_name, self.conv = first_conv(self.generator)
         self._routers = routers(self.generator)  # CapsPix2pix's capsule layers that route
         with torch.inference_mode():  # the sizes of every view, from one blank label map
             x = torch.zeros(1, *self.shape, device=self.device)
