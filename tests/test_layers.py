@@ -249,6 +249,28 @@ def test_primary_caps_name_maps_smaller_than_their_kernel():
     assert layer(torch.rand(2, 5, 9, 9)).shape == (2, 2, 4)
 
 
+def test_primary_and_dense_caps_refuse_integer_boolean_and_complex_inputs_by_name():
+    """DenseCaps routed boolean and integer capsules as floats without a word (complex ones met "expected scalar type
+    Float but found ComplexFloat"), PrimaryCaps met its convolution's dtype error (a review, 2026-12-02)."""
+    u = torch.rand(2, 12, 8)
+    for bad in (u > 0.5, (u * 3).long(), u.to(torch.complex64)):
+        with pytest.raises(ValueError, match=rf"lower capsules must be floating point, got {bad.dtype}: u.float\(\)"):
+            DenseCaps(12, 8, 5, 16)(bad)
+        with pytest.raises(ValueError, match=rf"feature maps must be floating point, got {bad.dtype}"):
+            PrimaryCaps(12, types=2, dim=4, kernel_size=3)(bad.view(2, 12, 8, 1).expand(2, 12, 8, 8))
+
+
+def test_primary_caps_take_bfloat16_feature_maps_into_a_float32_layer():
+    """bfloat16 maps into a float32 layer met torch's "Input type (c10::BFloat16) and bias type (float)" where
+    DenseCaps takes them (a review, 2026-12-02): float32 capsules, the layer's numbers for the maps widened."""
+    torch.manual_seed(0)
+    layer = PrimaryCaps(5, types=2, dim=4, kernel_size=3)
+    x = torch.rand(2, 5, 9, 9).bfloat16()
+    out = layer(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, layer(x.float()), rtol=0, atol=0)
+
+
 def test_primary_caps_promote_float64_feature_maps_as_the_capsule_layers_do():
     """float64 maps into a float32 layer met torch's "Input type (double) and bias type (float) should be the same"
     where DenseCaps promotes (a review, 2026-12-01); with and without the authors' output scale."""

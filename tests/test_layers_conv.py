@@ -293,6 +293,19 @@ def test_float64_capsules_are_promoted_as_dense_caps_promotes_them(layer_cls):
     torch.testing.assert_close(wide, layer.double()(x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("layer_cls", [ConvCaps2d, ConvTransposeCaps2d])
+def test_integer_boolean_and_complex_grids_are_refused_by_name(layer_cls):
+    """Boolean and integer child capsules were routed as floats without a word and complex ones met torch's softmax
+    "not implemented for 'ComplexFloat'" after a squash warning, where the routings themselves refuse such votes by
+    name (a review, 2026-12-02)."""
+    layer = layer_cls(2, 4, 3, 8, kernel_size=3 if layer_cls is ConvCaps2d else 4)
+    x = torch.rand(2, 2, 4, 6, 6)
+    for bad in (x > 0.5, (x * 3).long(), x.to(torch.complex64)):
+        with pytest.raises(ValueError, match=rf"a child capsule grid must be floating point, got {bad.dtype}: "
+                                             r"x.float\(\) routes it"):
+            layer(bad)
+
+
 @pytest.mark.parametrize("K, S", [(1, 1), (3, 1), (2, 2), (4, 2), (6, 2), (3, 3), (5, 3)])
 def test_transposed_layer_output_is_stride_times_the_grid_for_any_allowed_kernel(K, S):
     """The grid grows exactly S times for every kernel with K - S even (only K 4, S 2 was tested, so a padding fixed

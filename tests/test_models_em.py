@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,58 @@ def test_matrix_capsule_layers_refuse_bad_sizes_by_name():
         with pytest.raises(ValueError, match=message):
             make()
     assert ConvMatrixCaps(3, 4, routing=_Shared(), share_children=True).share_children  # a routing that takes them
+
+
+def test_matrix_capsule_layers_take_float64_capsules_as_the_other_capsule_layers_do():
+    """float64 capsules into a float32 layer met torch's "expected scalar type Float but found Double" (and its
+    convolution's "Input type (double) and bias type (float)") where DenseCaps and ConvCaps2d promote; float32 ones
+    into a bfloat16 layer likewise (a review, 2026-12-02). Checked against each layer itself in float64."""
+    from capsnet.layers import DenseMatrixCaps
+
+    torch.manual_seed(0)
+    caps = _caps(2, 5, 5, 3, seed=7)
+    x = torch.rand(2, 6, 5, 5, dtype=DT)
+    layers = [(PrimaryMatrixCaps(6, 3), x), (ConvMatrixCaps(3, 4, kernel_size=3, routing=EMRouting(4)), caps),
+              (ClassMatrixCaps(3, 5, routing=EMRouting(5)), caps), (DenseMatrixCaps(75, 5, routing=EMRouting(5)), caps)]
+    for layer, inputs in layers:
+        wide = layer(inputs)
+        reference = layer.double()(inputs)
+        assert wide.poses.dtype == wide.activations.dtype == DT, type(layer).__name__
+        torch.testing.assert_close(wide.poses, reference.poses, rtol=0, atol=0)
+        torch.testing.assert_close(wide.activations, reference.activations, rtol=0, atol=0)
+        half = layer.bfloat16()(tuple(t.float() for t in inputs) if isinstance(inputs, tuple) else inputs.float())
+        assert half.poses.dtype == torch.float32, type(layer).__name__  # promoted to float32, not bfloat16
+
+
+def test_matrix_capsule_layers_refuse_what_is_no_capsule_grid_by_name():
+    """A bare tensor met "'Tensor' object has no attribute 'poses'", integer poses torch's dtype errors, a 3-D map
+    "not enough values to unpack", and DenseMatrixCaps routed activations laid out type-first (N, T, H, W) against
+    the wrong poses without a word (a review, 2026-12-02); a plain (poses, activations) pair is taken."""
+    from capsnet.layers import DenseMatrixCaps
+
+    caps = _caps(2, 4, 4, 3, seed=2)
+    conv = ConvMatrixCaps(3, 4, kernel_size=3, routing=_Mean()).double()
+    torch.testing.assert_close(conv(tuple(caps)).poses, conv(caps).poses, rtol=0, atol=0)
+    with pytest.raises(TypeError, match=r"ConvMatrixCaps takes a MatrixCaps\(poses, activations\) capsule grid, "
+                                        r"got Tensor"):
+        conv(caps.poses)
+    with pytest.raises(ValueError, match=r"poses must be floating point, got torch.int64: poses.float\(\) takes them"):
+        conv(MatrixCaps(caps.poses.long(), caps.activations))
+    with pytest.raises(ValueError, match="activations must be floating point, got torch.bool"):
+        ClassMatrixCaps(3, 5, routing=_Mean()).double()(MatrixCaps(caps.poses, caps.activations > 0.5))
+    dense = DenseMatrixCaps(48, 5, routing=_Mean()).double()
+    with pytest.raises(ValueError, match=r"poses \(N, \.\.\., 16\) and activations \(N, \.\.\.\) of the same grid, got "
+                                         r"poses \(2, 4, 4, 3, 16\) and activations \(2, 3, 4, 4\)"):
+        dense(MatrixCaps(caps.poses, caps.activations.permute(0, 3, 1, 2)))
+    primary = PrimaryMatrixCaps(6, 3)
+    for bad in (torch.rand(6, 5, 5), torch.rand(2, 5, 5, 5)):
+        with pytest.raises(ValueError, match=rf"PrimaryMatrixCaps takes \(N, 6, H, W\) feature maps, got "
+                                             rf"{re.escape(str(tuple(bad.shape)))}"):
+            primary(bad)
+    with pytest.raises(ValueError, match="feature maps must be floating point, got torch.int64"):
+        primary(torch.ones(2, 6, 5, 5, dtype=torch.long))
+    with pytest.raises(TypeError, match="as a tensor, got list"):
+        primary([[0.0]])
 
 
 def _formula(A, B, C, D, K, in_channels=1):

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..routing import DynamicRouting, RoutingResult
-from ..routing.result import check_count
+from ..routing.result import check_count, check_floating
 
 __all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "same_padding", "check_grid"]
 
@@ -47,6 +47,7 @@ def check_grid(x: torch.Tensor, types: int, dim: int, what: str = "capsule grid"
     if x.dim() != 5 or tuple(x.shape[1:3]) != (types, dim):
         raise ValueError(f"expected a {what} (B, {types}, {dim}, H, W) of {types} types of {dim}D capsules, "
                          f"got shape {tuple(x.shape)}")
+    check_floating(x, f"a {what}", "x.float() routes it")  # bool and int grids were routed as floats
     return x.shape[0], x.shape[3], x.shape[4]
 
 

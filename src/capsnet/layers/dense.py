@@ -6,7 +6,7 @@ from torch import nn
 
 from .._eager import autocast_on, eager
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
-from ..routing.result import check_count
+from ..routing.result import check_count, check_floating
 
 __all__ = ["DenseCaps"]
 
@@ -75,6 +75,7 @@ class DenseCaps(nn.Module):
     def _check(self, u: torch.Tensor, activations: torch.Tensor | None = None) -> None:
         if u.dim() != 3 or tuple(u.shape[1:]) != (self.in_caps, self.in_dim):
             raise ValueError(f"expected lower capsules (B, {self.in_caps}, {self.in_dim}), got {tuple(u.shape)}")
+        check_floating(u, "lower capsules", "u.float() routes them")  # bool and int capsules were routed as floats
         if activations is not None and tuple(activations.shape) != (u.shape[0], self.in_caps):
             # the fast path's routing ignores them, and so had not checked them (the plain path's check_votes does)
             raise ValueError(f"activations must be (B, I) = ({u.shape[0]}, {self.in_caps}) for capsules "

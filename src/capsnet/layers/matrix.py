@@ -32,11 +32,12 @@ import math
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .._eager import permute_contiguous
+from .._eager import autocast_on, permute_contiguous
 from ..routing import RoutingResult, RoutingView
-from ..routing.result import check_count, check_positive, check_switch
+from ..routing.result import check_count, check_floating, check_positive, check_switch
 
 __all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps",
            "grid_routing_view"]
@@ -49,11 +50,37 @@ class MatrixCaps(NamedTuple):
     activations: torch.Tensor  # (N, H, W, T) in (0, 1)
 
 
-def _check(caps: MatrixCaps, types: int, where: str) -> None:
+def _as_caps(caps: Any, where: str) -> MatrixCaps:
+    """``caps`` as a MatrixCaps: a plain (poses, activations) pair taken as one; a TypeError naming it otherwise (a bare
+    tensor met "'Tensor' object has no attribute 'poses'"). Both floating point."""
+    if not (isinstance(caps, tuple) and len(caps) == 2 and all(isinstance(t, torch.Tensor) for t in caps)):
+        raise TypeError(f"{where} takes a MatrixCaps(poses, activations) capsule grid, got {type(caps).__name__}")
+    caps = MatrixCaps(*caps)
+    check_floating(caps.poses, "poses", "poses.float() takes them")
+    check_floating(caps.activations, "activations", "activations.float() takes them")
+    return caps
+
+
+def _check(caps: Any, types: int, where: str) -> MatrixCaps:
+    """``caps`` as a MatrixCaps grid of ``types`` capsule types (a ValueError naming the shapes otherwise)."""
+    caps = _as_caps(caps, where)
     p, a = caps.poses, caps.activations
     if p.dim() != 5 or p.shape[3:] != (types, POSE) or tuple(a.shape) != tuple(p.shape[:4]):
         raise ValueError(f"{where} expects poses (N, H, W, {types}, 16) and activations (N, H, W, {types}), "
                          f"got {tuple(p.shape)} and {tuple(a.shape)}")
+    return caps
+
+
+def _promoted(caps: MatrixCaps, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The poses, activations and transformation matrices in the dtype they promote to (float64 capsules into a
+    float32 layer: float64; float32 ones into a bfloat16 layer: float32), as the other capsule layers promote
+    (torch's products refused the pair: "expected scalar type Float but found Double"); as they are under autocast,
+    which casts the products' inputs itself."""
+    p, a = caps.poses, caps.activations
+    if autocast_on(p.device.type):
+        return p, a, weight
+    dtype = torch.promote_types(p.dtype, weight.dtype)
+    return p.to(dtype), a.to(dtype), weight.to(dtype)
 
 
 def _transform(shape: tuple[int, ...], std: float) -> nn.Parameter:
@@ -75,9 +102,22 @@ class PrimaryMatrixCaps(nn.Module):
 
     def forward(self, x: torch.Tensor) -> MatrixCaps:
         """Shapes: x (N, C, H, W) -> poses (N, H, W, types, 16), activations (N, H, W, types)."""
+        C = self.pose.in_channels
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"PrimaryMatrixCaps takes (N, {C}, H, W) feature maps as a tensor, got {type(x).__name__}")
+        if x.dim() != 4 or x.shape[1] != C:  # torch's "not enough values to unpack" or its convolution's complaint
+            raise ValueError(f"PrimaryMatrixCaps takes (N, {C}, H, W) feature maps, got {tuple(x.shape)}")
+        check_floating(x, "feature maps", "x.float() takes them")
         N, _, H, W = x.shape
-        poses = self.pose(x).view(N, self.types, POSE, H, W).permute(0, 3, 4, 1, 2)  # (N, H, W, T, 16)
-        activations = torch.sigmoid(self.activation(x)).permute(0, 2, 3, 1)  # (N, H, W, T)
+        dtype = torch.promote_types(x.dtype, self.pose.weight.dtype)  # as PrimaryCaps: float64 maps into a float32
+        if dtype != x.dtype and not autocast_on(x.device.type):  # layer give float64 capsules, bfloat16 ones float32
+            x = x.to(dtype)  # (under autocast the convolutions cast their inputs themselves)
+        if dtype == self.pose.weight.dtype:
+            p, a = self.pose(x), self.activation(x)
+        else:
+            p, a = (F.conv2d(x, c.weight.to(dtype), c.bias.to(dtype)) for c in (self.pose, self.activation))
+        poses = p.view(N, self.types, POSE, H, W).permute(0, 3, 4, 1, 2)  # (N, H, W, T, 16)
+        activations = torch.sigmoid(a).permute(0, 2, 3, 1)  # (N, H, W, T)
         return MatrixCaps(poses, activations)
 
 
@@ -121,18 +161,19 @@ class ConvMatrixCaps(nn.Module):
         """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> (N, H', W', J, 16), (N, H', W', J).
         ``route``: keywords for the routing (inverted attention's ``passes`` and ``start``, the latter as its
         parents batch, (N*H'*W', J, 16))."""
-        _check(caps, self.in_types, type(self).__name__)
+        caps = _check(caps, self.in_types, type(self).__name__)
         K, s, I, J = self.kernel_size, self.stride, self.in_types, self.out_types
         N, H, W = caps.poses.shape[:3]
         Ho, Wo = self.output_size(H), self.output_size(W)
         if Ho < 1 or Wo < 1:
             raise ValueError(f"a {H}x{W} capsule grid is smaller than the {K}x{K} kernel")
         C, M = K * K * I, N * Ho * Wo  # children of a window, windows
-        p = caps.poses.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, 16, K, K)
+        poses, activations, weight = _promoted(caps, self.weight)
+        p = poses.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, 16, K, K)
         p = p.permute(5, 6, 3, 0, 1, 2, 4).reshape(C, M * 4, 4)  # each window child's pose rows, (K*K*I, N*H'*W'*4, 4)
-        a = caps.activations.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
+        a = activations.unfold(1, K, s).unfold(2, K, s)  # (N, H', W', I, K, K)
         a = a.permute(0, 1, 2, 4, 5, 3).reshape(M, C)  # (N*H'*W', K*K*I)
-        w = self.weight.permute(0, 1, 2, 4, 3, 5).reshape(C, 4, J * 4)  # (K*K*I, 4, J*4)
+        w = weight.permute(0, 1, 2, 4, 3, 5).reshape(C, 4, J * 4)  # (K*K*I, 4, J*4)
         votes = torch.bmm(p, w).view(C, M, 4, J, 4)  # V = M W, one product per window child: (K*K*I, N*H'*W', 4, J, 4)
         # windows folded into the batch, made upper-capsule-major, then viewed as the call shape's (B, I, J, D)
         votes = permute_contiguous(votes, (1, 3, 0, 2, 4)).view(M, J, C, POSE).transpose(1, 2)  # (N*H'*W', K*K*I, J, 16)
@@ -142,10 +183,10 @@ class ConvMatrixCaps(nn.Module):
         else:
             out = self.routing(votes, a, **route)
         poses, activations = out.poses.reshape(N, Ho, Wo, J, POSE), out.activations.reshape(N, Ho, Wo, J)
-        if self.weight.dtype in (torch.bfloat16, torch.float16):  # a half model (.bfloat16()): routed in fp32 (as
+        if weight.dtype in (torch.bfloat16, torch.float16):  # a half model (.bfloat16()): routed in fp32 (as
             # EMRouting routes half votes), handed on in the weights' dtype for the next layer's product; under
             # autocast the weights stay fp32 and so do these
-            poses, activations = poses.to(self.weight.dtype), activations.to(self.weight.dtype)
+            poses, activations = poses.to(weight.dtype), activations.to(weight.dtype)
         return MatrixCaps(poses, activations)
 
     def child_ids(self, N: int, H: int, W: int, device: torch.device | None = None) -> torch.Tensor:
@@ -191,11 +232,12 @@ class ClassMatrixCaps(nn.Module):
         """Shapes: poses (N, H, W, I, 16), activations (N, H, W, I) -> a ``RoutingResult`` over the
         H*W*I children (ordered row, column, type): poses (N, classes, 16), activations (N, classes),
         coupling (N, H*W*I, classes)."""
-        _check(caps, self.in_types, type(self).__name__)
+        caps = _check(caps, self.in_types, type(self).__name__)
         N, H, W, I, _ = caps.poses.shape
         J = self.classes
-        p = caps.poses.reshape(N, H, W, I, 4, 4)
-        votes = torch.einsum("nhwixy,ijyz->njhwixz", p, self.weight).reshape(N, J, H, W, I, POSE)  # upper-major
+        poses, activations, weight = _promoted(caps, self.weight)
+        p = poses.reshape(N, H, W, I, 4, 4)
+        votes = torch.einsum("nhwixy,ijyz->njhwixz", p, weight).reshape(N, J, H, W, I, POSE)  # upper-major
         if self.coordinate_addition:
             # the receptive field's centre in the image, or by default the cell's centre in its own grid
             stride, offset, image_h, image_w = self.receptive_field or (1, 0.5, H, W)
@@ -206,7 +248,7 @@ class ClassMatrixCaps(nn.Module):
             coords[:, :, 7] = cols.view(1, W)
             votes = votes + coords.view(1, 1, H, W, 1, POSE)
         votes = votes.reshape(N, J, H * W * I, POSE).transpose(1, 2)  # (N, H*W*I, J, 16), a view
-        a = caps.activations.reshape(N, H * W * I)
+        a = activations.reshape(N, H * W * I)
         return self.routing(votes, a, record=True) if record else self.routing(votes, a)
 
 
@@ -234,13 +276,17 @@ class DenseMatrixCaps(nn.Module):
     def forward(self, caps: MatrixCaps, *, record: bool = False, **route: Any):
         """Shapes: poses (N, H, W, T, 16) with H*W*T = in_caps -> a ``RoutingResult`` over the parents;
         ``route``: keywords for the routing (as ``ConvMatrixCaps``'s)."""
+        caps = _as_caps(caps, type(self).__name__)
         N, shape = caps.poses.shape[0], caps.poses.shape
-        if shape[-1] != POSE or math.prod(shape[1:-1]) != self.in_caps:  # sizes, not -1: an empty batch reshapes too
-            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, got "
-                             f"poses {tuple(shape)}")
-        p = caps.poses.reshape(N, self.in_caps, 4, 4)
-        votes = torch.einsum("nixy,ijyz->njixz", p, self.weight).reshape(N, self.out_caps, self.in_caps, POSE)
-        a = caps.activations.reshape(N, self.in_caps)
+        if (caps.poses.dim() < 3 or shape[-1] != POSE or math.prod(shape[1:-1]) != self.in_caps  # sizes, not -1: an
+                or caps.activations.shape != shape[:-1]):  # empty batch reshapes too; activations as the poses lay out
+            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, poses "
+                             f"(N, ..., {POSE}) and activations (N, ...) of the same grid, got poses {tuple(shape)} and "
+                             f"activations {tuple(caps.activations.shape)}")
+        poses, activations, weight = _promoted(caps, self.weight)
+        p = poses.reshape(N, self.in_caps, 4, 4)
+        votes = torch.einsum("nixy,ijyz->njixz", p, weight).reshape(N, self.out_caps, self.in_caps, POSE)
+        a = activations.reshape(N, self.in_caps)
         votes = votes.transpose(1, 2)  # (N, I, J, 16), a view of the upper-capsule-major votes
         return self.routing(votes, a, record=True, **route) if record else self.routing(votes, a, **route)
 

@@ -5,8 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._eager import autocast_on
 from ..ops import squash
-from ..routing.result import check_count, check_positive
+from ..routing.result import check_count, check_floating, check_positive
 
 __all__ = ["PrimaryCaps"]
 
@@ -42,11 +43,15 @@ class PrimaryCaps(nn.Module):
         if x.dim() != 4 or x.shape[-2] < k[0] or x.shape[-1] < k[1]:  # torch's bare "Kernel size can't be greater"
             raise ValueError(f"PrimaryCaps takes (B, C, H, W) feature maps of at least its {k[0]}x{k[1]} kernel, got "
                              f"{tuple(x.shape)}")
+        check_floating(x, "feature maps", "x.float() takes them")
         weight, bias = c.weight, c.bias
-        if torch.promote_types(x.dtype, weight.dtype) != weight.dtype:  # float64 maps into a float32 layer: float64,
-            # as the capsule layers promote (torch's convolution refused the pair: "Input type (double) and bias type
-            # (float) should be the same")
-            weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+        dtype = torch.promote_types(x.dtype, weight.dtype)
+        if dtype != weight.dtype:  # float64 maps into a float32 layer: float64, as the capsule layers promote
+            # (torch's convolution refused the pair: "Input type (double) and bias type (float) should be the same")
+            weight, bias = weight.to(dtype), bias.to(dtype)
+        if dtype != x.dtype and not autocast_on(x.device.type):  # bfloat16 maps into a float32 layer: float32 (under
+            # autocast the convolution casts both itself)
+            x = x.to(dtype)
         if self.out_scale == 1.0:  # the module itself where it can (a speed variant gives it another forward)
             y = c(x) if weight is c.weight else F.conv2d(x, weight, bias, c.stride, c.padding, c.dilation, c.groups)
         else:  # the convolution's product scaled before its bias is added (CapsNetConfig.init="authors")

@@ -116,8 +116,7 @@ def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bi
     """
     if votes.dim() != 4:
         raise ValueError(f"votes must be (B, I, J, D), got shape {tuple(votes.shape)}")
-    if not torch.is_floating_point(votes):
-        raise ValueError(f"votes must be floating point, got {votes.dtype}: votes.float() routes them")
+    check_floating(votes, "votes", "votes.float() routes them")
     B, I, J, D = votes.shape
     if activations is not None and tuple(activations.shape) != (B, I):
         raise ValueError(f"activations must be (B, I) = ({B}, {I}) for votes {tuple(votes.shape)}, "
@@ -135,6 +134,13 @@ def widened(votes: torch.Tensor, module: nn.Module, bias: torch.Tensor | None = 
                                          or (bias is not None and bias.dtype == torch.float64)):
         return votes.double()
     return votes
+
+
+def check_floating(x: torch.Tensor, what: str, fix: str) -> None:
+    """A ValueError unless ``x`` holds real floating-point numbers (integers and booleans are no capsules, and
+    complex ones met torch's errors deep inside a layer); ``fix`` ends the message."""
+    if not torch.is_floating_point(x):
+        raise ValueError(f"{what} must be floating point, got {x.dtype}: {fix}")
 
 
 def check_count(name: str, value: object) -> None:
