@@ -280,9 +280,9 @@ class DenseMatrixCaps(nn.Module):
         N, shape = caps.poses.shape[0], caps.poses.shape
         if (caps.poses.dim() < 3 or shape[-1] != POSE or math.prod(shape[1:-1]) != self.in_caps  # sizes, not -1: an
                 or caps.activations.shape != shape[:-1]):  # empty batch reshapes too; activations as the poses lay out
-            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, poses "
-                             f"(N, ..., {POSE}) and activations (N, ...) of the same grid, got poses {tuple(shape)} and "
-                             f"activations {tuple(caps.activations.shape)}")
+            raise ValueError(f"{type(self).__name__} takes {self.in_caps} child capsules of {POSE} pose entries, "
+                             f"poses (N, ..., {POSE}) and activations (N, ...) of the same grid, got poses "
+                             f"{tuple(shape)} and activations {tuple(caps.activations.shape)}")
         poses, activations, weight = _promoted(caps, self.weight)
         p = poses.reshape(N, self.in_caps, 4, 4)
         votes = torch.einsum("nixy,ijyz->njixz", p, weight).reshape(N, self.out_caps, self.in_caps, POSE)
