@@ -159,7 +159,8 @@ def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
     with pytest.raises(ValueError, match="holds a synthesis model .*: use capsnet generate"):
         predict_folder(gan_run, folder, tmp_path / "out")
-    with pytest.raises(ValueError, match="probabilities are written for segmentation models"):
+    with pytest.raises(ValueError, match="probabilities are written for segmentation models; .*: leave "
+                                         "--probabilities out"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", probabilities=True)
     with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities into masks; "
                                          "capsnet is a classifier, .*: leave --threshold out"):  # ignored before

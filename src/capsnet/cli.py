@@ -93,8 +93,9 @@ def _shipped_model_hint(value: str, command: str) -> str:
     use = (f"`--model {model}` trains a new one" if command == "train" else
            f"`--models {model}` trains new ones" if command == "experiment" else
            f"`capsnet models {model}` lists its fields")
+    makes = "generate" if MODELS[model].kind == "synthesis" else "predict"  # predict refuses a synthesis model
     return (f"; {pretrained.PREFIX}{name} is a trained model shipped with capsnet, not a model's name: its "
-            f"architecture is {model} ({use}); eval, viz, figures, export and predict take it as --checkpoint "
+            f"architecture is {model} ({use}); eval, viz, figures, export and {makes} take it as --checkpoint "
             f"{pretrained.PREFIX}{name}")
 
 
@@ -119,13 +120,16 @@ def _hint(message: str, parser: _Parser) -> str:
         return f"; did you mean {close[0]!r}?" if close else ""
     if message.startswith("unrecognized arguments: "):
         known = [o for o in parser._option_string_actions if o.startswith("--")]
-        guesses, misplaced, early, past_dashes = [], [], [], False
+        guesses, misplaced, early, past_dashes, routed = [], [], [], False, False
+        said, command = "", parser.prog.split()[-1]
         for token in message[len("unrecognized arguments: "):].split():
             flag = token.split("=")[0]
             if token == "--":  # what follows is positional to argparse, however it is spelt
                 past_dashes = True
             elif not flag.startswith("-") or past_dashes:
                 continue
+            elif command == "experiment" and flag in ("--routing", "--routing-option"):  # not --routing-iterations
+                routed = True
             elif flag in parser.before_command:
                 misplaced.append(flag)
             elif flag.startswith("--") and len(owners := [o for o in parser.before_command if o.startswith(flag)]) == 1:
@@ -136,11 +140,12 @@ def _hint(message: str, parser: _Parser) -> str:
                 guesses.append((whole[0], flag))  # the one option it begins (--rep: --repeats, not --help)
             elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
                 guesses.append((close[0], flag))
-        said, command = "", parser.prog.split()[-1]
+        if routed:
+            said = "; capsnet experiment routes a model by another algorithm as --models NAME:ROUTING (--models capsnet:em)"
         if len(guesses) == 1:
-            said = f"; did you mean {guesses[0][0]}?"
+            said += f"; did you mean {guesses[0][0]}?"
         elif guesses:
-            said = "; did you mean " + ", ".join(f"{g} (for {t})" for g, t in guesses) + "?"
+            said += "; did you mean " + ", ".join(f"{g} (for {t})" for g, t in guesses) + "?"
         for flags, owner, where, example in ((misplaced, "capsnet itself", "before", f"{' '.join(misplaced)} {command}"),
                                              (early, f"capsnet {command}", "after", f"{command} {' '.join(early)}")):
             if flags:
@@ -452,7 +457,7 @@ def _compile_mode(text: str) -> str | bool:
     return text
 
 
-def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
+def _speed_arguments(p: argparse.ArgumentParser, what: str, preset: bool = True) -> None:
     _field_flag(p, "--amp", TrainConfig, "amp", f"bf16: {what} under bfloat16 autocast, weights and Adam in fp32 (for "
                 "GPUs; a CPU without bfloat16 units runs it far slower); fp16: under float16 autocast with a "
                 "gradient scaler, steps whose gradient is not finite skipped (for GPUs without bfloat16: T4, V100); "
@@ -460,19 +465,20 @@ def _speed_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--compile", nargs="?", const="default", default=None, type=_compile_mode, metavar="MODE",
                    help=f"compile the model for {what} with torch.compile (the optimizer stays eager, so the decaying "
                         f"learning rate never recompiles it; a synthesis model: its generator); pays off on GPUs. "
-                        f"MODE: {', '.join(COMPILE_MODES)}, or none (not compiled, as without the flag: over a "
-                        f"preset's); the flag alone: default")
+                        f"MODE: {', '.join(COMPILE_MODES)}, or none (not compiled, as without the flag"
+                        + (": over a preset's" if preset else "") + "); the flag alone: default")
 
 
 _DATA_DIR_HELP = ("folder holding one folder per data set: mnist/, fashion-mnist/, smallnorb/, cifar10/, svhn/ "
                   "(default: $CAPSNET_DATA, else a user cache, downloading when missing)")
 
 
-def _common(p: argparse.ArgumentParser, *, device: str = "auto") -> None:
+def _common(p: argparse.ArgumentParser, *, device: str = "auto", trains: bool = False) -> None:
     p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--device", default=device, type=_device, help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
     p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (train: each evaluated epoch's line is still printed as it ends)")
+                   help="no progress bars" + (" (each evaluated epoch's line is still printed as it ends)" if trains
+                                              else ""))
 
 
 def _train_arguments(t: argparse.ArgumentParser) -> None:
@@ -519,11 +525,12 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "decay stops there (0: none; Efficient-CapsNet's code: 5e-5)", type=_nonneg_float)
     _field_flag(t, "--recon-weight", TrainConfig, "recon_weight", "scale of the reconstruction loss (paper: 0.0005; 0 "
                 "turns it off)", type=_nonneg_float)
-    _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off; "
-                "multimnist and translated-mnist place digits themselves)", type=_nonneg_int)
+    shifted = ", ".join(n for n, t_ in TASKS.items() if not t_.places_digits) + f" and {CLASSES_PREFIX}DIR"
+    _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off); "
+                f"--dataset {shifted} only: the others make their training images themselves", type=_nonneg_int)
     _field_flag(t, "--augment", TrainConfig, "augment", "shift: the paper's random shifts (--shift pixels); "
-                "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase",
-                choices=AUGMENTATIONS)
+                "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase; the "
+                "data sets of --shift only", choices=AUGMENTATIONS)
     _field_flag(t, "--val-size", TrainConfig, "val_size", "training examples held out to choose the best checkpoint "
                 "(0: choose on test)", type=_nonneg_int)
     _field_flag(t, "--train-size", TrainConfig, "train_size", "train on a seeded subset of this many examples (0: all); "
@@ -543,7 +550,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _allocator_argument(t, "")
     t.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write every evaluated epoch for TensorBoard into DIR: the metrics.jsonl numbers, "
-                        "reconstructions and a pose sweep (needs pip install tensorboard)")
+                        "reconstructions and a pose sweep (needs pip install tensorboard; not for synthesis "
+                        "models)")
     t.add_argument("--judge", default=None, metavar="CHECKPOINT",
                    help="synthesis models: a classifier trained on the real images (run directory, checkpoint or "
                         "pretrained:NAME) that reads the generated test images at every evaluation (default: the "
@@ -561,8 +569,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--distributed", action="store_true",
                    help="insist on several processes: fail unless torchrun started this one (`torchrun "
                         "--nproc_per_node N -m capsnet train ...` trains with DistributedDataParallel with or without "
-                        "this flag; rank 0 writes --out). Without torchrun, training runs in one process")
-    _common(t)
+                        "this flag; rank 0 writes --out; not for synthesis models). Without torchrun, training runs "
+                        "in one process")
+    _common(t, trains=True)
 
 
 def _models_arguments(m: argparse.ArgumentParser) -> None:
@@ -952,7 +961,7 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _baseline_arguments(x)
     _field_flag(x, "--seed", TrainConfig, "seed", "seed of the weights, subsets, shuffles and placements (test sets "
                 "have their own fixed seed)", type=_seed)
-    _speed_arguments(x, "every run's training steps")
+    _speed_arguments(x, "every run's training steps", preset=False)
     _allocator_argument(x, ", for every run")
     x.add_argument("--jobs", type=_positive_int, default=1,
                    help="train this many runs at once, each in a process of its own with 1/N of the CPU threads and "

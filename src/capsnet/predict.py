@@ -272,7 +272,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"use capsnet generate")
     if probabilities and kind != "segmentation":
         raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
-                         f"whose scores are all in {PREDICTIONS_FILE}")
+                         f"whose scores are all in {PREDICTIONS_FILE}: leave --probabilities out")
     if threshold is not None and kind != "segmentation":  # accepted and ignored before (0.5, the default, still)
         raise ValueError(f"threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
                          f"classifier, which names the class of highest score: leave --threshold out")

@@ -299,6 +299,10 @@ def test_a_shipped_models_name_where_a_model_or_checkpoint_goes_is_told_how_to_g
                               f"model's name: its architecture is capsnet ({use}); eval, viz, figures, export and "
                               f"predict take it as --checkpoint pretrained:capsnet-mnist-small")
         assert "did you mean" not in r.stderr
+    if args[0] == "train":  # a synthesis model's: generate, where predict refuses it (a review, 2026-12-02)
+        assert_clean_error(in_process(capsys, "train", "--model", "capspix2pix-mnist"),
+                           "its architecture is capspix2pix-deep (`--model capspix2pix-deep` trains a new one); eval, "
+                           "viz, figures, export and generate take it as --checkpoint pretrained:capspix2pix-mnist\n")
     # elsewhere a shipped name is no slip for a model's name: no word of it (--which, --dataset)
     for other in (["figures", "--which", "capsnet-mnist-small"], ["train", "--dataset", "capsnet-mnist-small"],
                   ["routings", "capsnet-mnist-small"]):
@@ -362,6 +366,11 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
     (["--foo", "3", "train"], "invalid choice: '3' (choose from "),  # not train's option: nothing to say of it
     (["train", "--out", "x", "--", "--lr", "1"], "unrecognized arguments: -- --lr 1; everything after -- is read as "
                                                  "positional (capsnet train takes none there): drop the --"),
+    # not "did you mean --routing-iterations?" (a review, 2026-12-02)
+    (["experiment", "routing", "--routing", "em"], "unrecognized arguments: --routing em; capsnet experiment routes a "
+                                                   "model by another algorithm as --models NAME:ROUTING (--models "
+                                                   "capsnet:em)\n"),
+    (["experiment", "routing", "--routing-option", "x=1", "--epoch", "3"], "capsnet:em); did you mean --epochs?\n"),
     (["experiment"], "the following arguments are required: name; name is one of multimnist, affine, less-data, "
                      "routing, segmentation, synthesis"),
 ])

@@ -64,7 +64,9 @@ def test_an_untrained_capsnet_opens_on_any_classification_set_at_its_size(data_r
     assert (cfg.in_channels, cfg.input_height, cfg.input_width) == (1, 40, 40)
     assert tuple(viewer.test_input(index=0).image.shape[-2:]) == (40, 40)
     assert viewer.walk(viewer.test_input(index=0))["feature_maps"]["shape"][1:] == [32, 32]  # 40 - 9 + 1
-    with pytest.raises(ViewerError, match="the untrained CapsNet is a classification model but mnist-segmentation"):
+    with pytest.raises(ViewerError, match="the untrained CapsNet is a classification model but mnist-segmentation "
+                                          "is a segmentation data set: open it on a classification data set such as "
+                                          "mnist-sample"):  # not "the data set it was trained on": it was not
         load_viewer(None, dataset="mnist-segmentation", data_dir=data_root, progress=False, test_size=4)
 
 

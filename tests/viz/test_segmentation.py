@@ -184,7 +184,8 @@ def test_load_viewer_opens_the_data_set_of_the_right_kind(segmentation_run, trai
                                           "open it on mnist-segmentation, mnist-sample-segmentation \\(offline\\) or "
                                           "folder:DIR"):
         load_viewer(segmentation_run, dataset="mnist", data_dir=data_root, progress=False)
-    with pytest.raises(ViewerError, match="capsnet is a classification model but mnist-segmentation is a segmentation"):
+    with pytest.raises(ViewerError, match="capsnet is a classification model but mnist-segmentation is a segmentation "
+                                          "data set: open it on the data set it was trained on"):
         load_viewer(trained_run, dataset="mnist-segmentation", data_dir=data_root, progress=False)
     # by default the first SEGMENTATION_TEST_SIZE canvases of the fixed test set, numbered as capsnet eval numbers them
     monkeypatch.setattr("capsnet.viz.segmentation.SEGMENTATION_TEST_SIZE", 20)

@@ -37,9 +37,11 @@ INITS = ("torch", "authors")
 # and W at 0.01, 90.8% from this start.
 ROUTING_STARTS: dict[str, tuple[dict[str, Any], float]] = {"em": ({"beta_a_init": -25.0}, 0.3)}
 # routing options CapsNet sets from its own fields (or the layer's sizes), never from routing_options
-ROUTING_OPTIONS_SET_ELSEWHERE = {"leaky": "leaky_routing", "detach_agreement": "detach_agreement",
-                                 "iterations": "routing_iterations", "in_caps": "the layer's sizes",
-                                 "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
+ROUTING_OPTIONS_SET_ELSEWHERE = {"leaky": "leaky_routing (--leaky-routing)",
+                                 "detach_agreement": "detach_agreement (--detach-agreement)",
+                                 "iterations": "routing_iterations (--routing-iterations)",
+                                 "in_caps": "the layer's sizes", "out_caps": "the layer's sizes",
+                                 "dim": "the layer's sizes"}
 
 # routing options that change nothing in CapsNet's digit capsules (option: why), refused rather than ignored
 ROUTING_OPTIONS_UNUSED = {"child_norm": "CapsNet's digit capsules share no child between vote rows, so the set a "

@@ -109,8 +109,8 @@ def stack_routings() -> list[str]:
 
 # a routing's options that capsule_stack sets from the config's own fields or the layer's sizes, never from
 # routing_options; softmax and squash go only to a routing that takes them (dynamic routing)
-STACK_SETS = {"iterations": "routing_iterations (primary_routing_iterations in the primary layer, "
-                            "strided_routing_iterations in the other layers that change the resolution)",
+STACK_SETS = {"iterations": "routing_iterations (--routing-iterations; primary_routing_iterations in the primary "
+                            "layer, strided_routing_iterations in the other layers that change the resolution)",
               "softmax": "routing_softmax", "squash": "squash", "in_caps": "the layer's sizes",
               "out_caps": "the layer's sizes", "dim": "the layer's sizes"}
 

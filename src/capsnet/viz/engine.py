@@ -435,7 +435,8 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     if task(name).kind != kind:  # before any test image is loaded
         fix = {"segmentation": "mnist-segmentation, mnist-sample-segmentation (offline) or folder:DIR",
                "synthesis": "mnist-skeleton, mnist-sample-skeleton (offline), fashion-silhouette or pairs:DIR"
-               }.get(kind, "the data set it was trained on")
+               }.get(kind, "a classification data set such as mnist-sample" if checkpoint is None
+                     else "the data set it was trained on")
         raise ViewerError(f"{what} is a {kind} model but {name} is a {task(name).kind} data set: open it on {fix} "
                           f"(--dataset)")
     if kind == "synthesis":
