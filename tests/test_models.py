@@ -369,7 +369,8 @@ def test_em_routed_capsnet_weighs_the_votes_by_the_primary_capsules_lengths_and_
     # accepted and ignored before: CapsNet's votes share no children
     (dict(routing="em", routing_options={"child_norm": "type"}), r"routing_options: child_norm changes nothing here: "
                                                                  r"CapsNet's digit capsules share no child .*; leave"),
-    (dict(routing_options={"leaky": True}), r"routing_options: leaky is set by leaky_routing \(--leaky-routing\), not here"),
+    (dict(routing_options={"leaky": True}),
+     r"routing_options: leaky is set by leaky_routing \(--leaky-routing\), not here"),
     (dict(routing_options=[["leaky", True]]), "routing_options must be a JSON object"),
     (dict(routing_options={"x": [1]}), "routing_options must be a JSON object of named numbers"),
     (dict(digit_init_std=-0.1), "digit_init_std must be in 1e-06..100, got -0.1"),

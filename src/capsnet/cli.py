@@ -141,7 +141,8 @@ def _hint(message: str, parser: _Parser) -> str:
             elif close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
                 guesses.append((close[0], flag))
         if routed:
-            said = "; capsnet experiment routes a model by another algorithm as --models NAME:ROUTING (--models capsnet:em)"
+            said = ("; capsnet experiment routes a model by another algorithm as --models NAME:ROUTING (--models "
+                    "capsnet:em)")
         if len(guesses) == 1:
             said += f"; did you mean {guesses[0][0]}?"
         elif guesses:
