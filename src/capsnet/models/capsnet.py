@@ -76,9 +76,9 @@ class CapsNetConfig(SavedRounds, JsonConfig):
     conv1_channels: int = 256  # Conv1's channels (stride 1, ReLU; the paper's MNIST model: 256 of 9x9)
     conv1_kernel: int = 9  # Conv1's kernel side (the paper's: 9)
     primary_types: int = 32  # PrimaryCaps' capsule types, each primary_dim-D (the paper's MNIST model: 32 of 8D)
-    primary_dim: int = 8
-    primary_kernel: int = 9
-    primary_stride: int = 2
+    primary_dim: int = 8  # each primary capsule's dimensions (the paper's MNIST model: 8)
+    primary_kernel: int = 9  # PrimaryCaps' convolution kernel side (the paper's: 9)
+    primary_stride: int = 2  # PrimaryCaps' convolution stride (the paper's: 2, 20x20 -> 6x6)
     digit_dim: int = 16  # DigitCaps: one capsule of this many dimensions a class (the paper's MNIST model: 16)
     routing_iterations: int = 3  # rounds of routing by agreement (Procedure 1's r; the paper's figures use 3)
     # the digit capsules' routing: any registered one whose activations are probabilities (capsnet.routing: dynamic,

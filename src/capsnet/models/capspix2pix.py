@@ -310,12 +310,12 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     input_width: int = 32
     in_channels: int = 1  # label-map channels
     out_channels: int = 1  # image channels
-    noise_dim: int = 100
+    noise_dim: int = 100  # the noise z's entries, made into one extra H x W input map by a linear layer
     dropout: float = 0.5  # of whole capsule types after every capsule layer but the last, in training
     routing_iterations: int = 3  # SegCaps R3: 3 rounds but in the primary layer (the reference code: 3 everywhere)
-    primary_routing_iterations: int = 1
+    primary_routing_iterations: int = 1  # the rounds in the primary capsule layer (SegCaps': 1)
     routing_softmax: str = "parents"  # as SegCaps here; the reference code's normalisation is "children"
-    routing_bias: bool = True
+    routing_bias: bool = True  # a learned bias per parent type in every capsule layer (SegCaps' code's)
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (segcaps.capsule_stack)
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (SegCaps' reference code's 0.1;
     # CapsPix2pix's has no routing bias, its vote convolutions' own biases instead)
@@ -337,9 +337,9 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     patch_layers: int = 3  # with discriminator "patch": its stride-2 layers (pix2pix's n_layers; 3: 70x70 patches)
     l1_weight: float = 100.0  # pix2pix's lambda, shared by both models; the reference code's lambda_L1 is 1
     real_label: float = 0.9  # the reference code's two-sided label smoothing of D's targets
-    fake_label: float = 0.1
+    fake_label: float = 0.1  # D's target for generated images (smoothed, with real_label)
     beta1: float = 0.5  # Adam's betas (DCGAN's); the learning rate, 2e-4, is the training config's
-    beta2: float = 0.999
+    beta2: float = 0.999  # Adam's second-moment decay, both networks
     routing: str = "dynamic"  # every capsule layer's routing: the paper's, or another that SegCaps' layers take
     # (segcaps.stack_routings: self-attention, one pass with a learned prior per layer; not in the paper)
     routing_options: dict[str, Any] = field(default_factory=dict)  # the routing's own options by name (never the

@@ -180,6 +180,26 @@ def format_catalog() -> str:
     return "\n".join(lines)
 
 
+def _example(name: str, fields: list[dict[str, Any]]) -> tuple[str, Any]:
+    """A field of model ``name`` and a value other than its default that its config takes: the first switch turned
+    over, else the first count doubled (an example that changes something, where the last field at its default
+    changed nothing); the last field at its default when neither is taken."""
+    from . import model_spec
+
+    config = model_spec(name).config
+    settable = [f for f in fields if f["name"] not in DATASET_FIELDS]
+    tries = [(f["name"], not f["default"]) for f in settable if isinstance(f["default"], bool)]
+    tries += [(f["name"], f["default"] * 2) for f in settable if f["type"] == "int" and isinstance(f["default"], int)
+              and not isinstance(f["default"], bool)]
+    for field, value in tries:
+        try:
+            config(**{field: value})
+        except (ValueError, TypeError):
+            continue
+        return field, value
+    return fields[-1]["name"], fields[-1]["default"]
+
+
 def format_model(name: str) -> str:
     """``describe(name)`` as text: what the model is, then a Markdown table of its fields."""
     import json
@@ -197,12 +217,11 @@ def format_model(name: str) -> str:
             note = "set from --dataset by `capsnet train`" + (f"; {note}" if note else "")
         lines.append(f"| {f['name']} | {table_cell(f['type'])} | {table_cell(json.dumps(f['default']))} | "
                      f"{table_cell(note)} |")
-    example = d["fields"][-1]
+    field, value = _example(name, d["fields"])
     # no spaces in the example's JSON ([512,1024], not [512, 1024]), so the line works as typed in a shell
-    value = example["default"] if isinstance(example["default"], str) else json.dumps(example["default"],
-                                                                                       separators=(",", ":"))
+    value = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
     lines += ["", f"Set a field: `capsnet train --model {name} --model-option FIELD=VALUE` (VALUE as JSON; a string "
-              f"may go unquoted), e.g. `--model-option {example['name']}={value}`; in Python: "
+              f"may go unquoted), e.g. `--model-option {field}={value}`; in Python: "
               f"`capsnet.models.create_model({name!r}, FIELD=VALUE)`."]
     if d["train_defaults"]:
         lines.append("Trained with " + ", ".join(f"--{k.replace('_', '-')} {v}" + (

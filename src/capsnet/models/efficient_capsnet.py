@@ -45,7 +45,7 @@ class EfficientCapsNetConfig(JsonConfig):
     primary_dim: int = 8  # ... of 8 dimensions
     class_dim: int = 16  # each class capsule's dimensions
     decoder: bool = True  # CapsNet's reconstruction decoder, for the paper's loss (not counted in its 161,824)
-    decoder_hidden: tuple[int, ...] = (512, 1024)
+    decoder_hidden: tuple[int, ...] = (512, 1024)  # the decoder's fully connected ReLU layers, then a sigmoid
     init: str = "torch"  # the class capsules' transforms start as the official code's (truncated He-normal) either
     # way, the four convolutions He-normal; "torch" (every run recorded here) draws those untruncated and leaves the
     # depthwise primary convolution and the decoder at PyTorch's start, "official" starts all of them as the

@@ -62,9 +62,9 @@ class Pix2pixConfig(JsonConfig):
     discriminator: str = "patch"
     l1_weight: float = 100.0  # the paper's lambda
     real_label: float = 0.9  # CapsPix2pix's smoothed labels, so both models train on the same losses (pix2pix: 1, 0)
-    fake_label: float = 0.1
+    fake_label: float = 0.1  # D's target for generated images (smoothed, with real_label)
     beta1: float = 0.5  # Adam's betas; the learning rate, 2e-4, is the training config's
-    beta2: float = 0.999
+    beta2: float = 0.999  # Adam's second-moment decay, both networks
 
     def __post_init__(self) -> None:
         check_types(self)

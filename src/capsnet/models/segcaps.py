@@ -356,7 +356,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
     in_channels: int = 1
     num_classes: int = 1  # one foreground class against the background (the paper's task)
     routing_iterations: int = 3  # R3: every capsule layer but the primary one (the authors' CapsNetR3)
-    primary_routing_iterations: int = 1
+    primary_routing_iterations: int = 1  # the rounds in the primary capsule layer (the paper's: 1)
     strided_routing_iterations: int | None = None  # the rounds in the five layers after the primary one that change
     # the resolution (conv_2_2, conv_3_2 and the three deconvolutions); null: routing_iterations (R3 routes 3 rounds
     # in them as in every layer but the primary one; R1, 3 where its other layers route 1)
