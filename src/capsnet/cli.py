@@ -50,12 +50,29 @@ __all__ = ["main", "build_parser"]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each default, except None: the help text itself says what an absent value means."""
+    """Shows each default, except None: the help text itself says what an absent value means; a list default as it
+    is typed (128 256, not [128, 256]); lines never broken inside a flag or a value (--lr-decay-/steps could not be
+    copied as printed)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None:
             return action.help or ""
+        default = action.default
+        if isinstance(default, (list, tuple)) and action.help and "%(default)" not in action.help:
+            typed = " ".join(map(str, default)) or "none"
+            return f"{action.help} (default: {typed.replace('%', '%%')})"
         return super()._get_help_string(action)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:  # a description or epilog
+        import textwrap
+
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
 
 
 class _Parser(argparse.ArgumentParser):

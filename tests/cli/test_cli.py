@@ -55,6 +55,22 @@ def test_help_everywhere(capsys):
     assert model_spec("pix2pix").config().dropout == model_spec("capspix2pix").config().dropout
 
 
+def test_help_at_80_columns_breaks_no_flag_and_shows_list_defaults_as_typed(capsys, monkeypatch):
+    """argparse's wrapping broke flags and values at their hyphens (--lr-decay- / steps, em- / capsnet: 9 breaks in
+    train's help) and list defaults printed as Python lists ([128], ['fp32']): a review, 2026-12-02."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    for command in ("train", "eval", "bench", "figures", "experiment", "viz", "predict", "generate"):
+        r = in_process(capsys, command, "--help")
+        broken = [line for line in r.stdout.splitlines() if re.search(r"[A-Za-z0-9]-$", line)]
+        assert not broken, (command, broken)
+        assert not re.search(r"\(default: \[", r.stdout), command
+    text = " ".join(in_process(capsys, "bench", "--help").stdout.split())
+    assert "(default: 128)" in text and "(default: fp32)" in text
+    assert "(default: none)" in " ".join(in_process(capsys, "viz", "--help").stdout.split())  # --allow-host's []
+
+
 def test_train_then_eval_on_mnist_sample(tmp_path, capsys):
     # both commands through main here (the entry point in a process of its own: test_help_everywhere, and eval's in
     # test_output_into_a_closed_pipe_is_not_a_traceback); a short run: eval scores the whole test split whatever
