@@ -156,3 +156,19 @@ def test_the_iou_cuts_both_images_at_half_intensity(gan_run, data_root, monkeypa
     r = evaluate_synthesis(model, split, batch_size=4)[""]
     assert bool((real.mean(1) > 0.5).flatten(1).any(1).all())  # every real image has a shape
     assert r.iou == 0.0
+
+
+def test_the_iou_cuts_colour_images_by_their_mean_over_channels(gan_run, data_root, monkeypatch):
+    """The shape of a colour image is where its channels' mean passes one half: a generated image with the real ink
+    in its red channel alone (mean a third of it) has no shape, where a max over channels would give the real shape
+    and IoU 1. Only one-channel sets were scored, where the two rules agree (mutation testing, 2026-12-02)."""
+    model, _ = load_model(gan_run)
+    split = load_test("mnist-skeleton", size=6, root=data_root, progress=False)
+    ink = split.components  # (6, 1, 32, 32) in [0, 1]
+    assert bool((ink > 0.9).flatten(1).any(1).all())
+    colour = replace(split, components=ink.expand(6, 3, 32, 32).clone())  # grey: every channel the ink
+    red = torch.cat([ink, torch.zeros_like(ink), torch.zeros_like(ink)], 1)
+    monkeypatch.setattr(synthesis, "generate", lambda model, labels, seed=0, **k: red[:len(labels)])
+    assert evaluate_synthesis(model, colour, batch_size=4)[""].iou == 0.0
+    monkeypatch.setattr(synthesis, "generate", lambda model, labels, seed=0, **k: colour.components[:len(labels)])
+    assert evaluate_synthesis(model, colour, batch_size=4)[""].iou == 1.0

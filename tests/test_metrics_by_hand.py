@@ -126,11 +126,15 @@ def test_the_multimnist_accuracy_is_top_2_exact_match_worked_by_hand(monkeypatch
                            [0.9, 0.1, 0.2, 0.8],   # labels (0, 1): 0 longest, but 3 second: wrong
                            [0.3, 0.9, 0.1, 0.8]])  # labels (0, 3): 3 among the two longest, 0 not: wrong
     labels = torch.tensor([[0, 1], [2, 1], [0, 1], [0, 3]])
-    def loss(model, x, y, components, **kw):  # each image holds its row's index: its scores are that row's
-        return torch.zeros(()), scores[x[:, 0, 0, 0].long()]
+    def loss(model, x, y, components, **kw):  # each image holds its row's index: its scores are that row's, and
+        return x[:, 0, 0, 0].mean(), scores[x[:, 0, 0, 0].long()]  # its loss too (a batch's loss: their mean)
 
     monkeypatch.setattr(ev, "_loss_of", lambda model: loss)
     images = torch.arange(4, dtype=torch.float32).view(4, 1, 1, 1).expand(4, 1, 36, 36)  # each image its row's index
     model = torch.nn.Linear(1, 1)
     result = ev.evaluate_pairs(model, images, labels, batch_size=3)
     assert result.accuracy == 0.5 and result.error == 0.5
+    # the loss is the mean over pairs, each batch's mean weighted by its size: (3 * 1 + 1 * 3) / 4 = 1.5, the mean
+    # of 0..3, where the batches' means summed over 4 pairs give 1.0 (a bug no test caught: mutation testing,
+    # 2026-12-02)
+    assert result.loss == pytest.approx(1.5)

@@ -103,6 +103,21 @@ def test_mask_capsules_keeps_one_capsule_and_flattens():
     torch.testing.assert_close(masked, expected.reshape(2, 12), rtol=0, atol=0)
 
 
+def test_decode_masked_gives_each_image_its_own_k_capsules():
+    """(B, K) indices decode image b from its own capsules k = 0..K-1, as K separate (B,) masks do; a transposed
+    index (image 0 decoded from image 1's class) passed every test (mutation testing, 2026-12-02)."""
+    from capsnet.models.capsnet import decode_masked
+
+    torch.manual_seed(0)
+    poses = torch.randn(3, 4, 2, dtype=torch.float64)
+    index = torch.tensor([[0, 2], [1, 3], [3, 0]])
+    out = decode_masked(torch.nn.Identity(), poses, index)  # the decoder's input itself: the masked capsules
+    assert out.shape == (3, 2, 8)
+    for k in range(2):
+        torch.testing.assert_close(out[:, k], mask_capsules(poses, index[:, k]), rtol=0, atol=0)
+    assert out[0, 1].view(4, 2)[2].equal(poses[0, 2]) and out[0, 1].view(4, 2)[[0, 1, 3]].eq(0).all()
+
+
 def test_decoder_layout():
     dec = Decoder(160, (1, 28, 28))
     sizes = [(m.in_features, m.out_features) for m in dec.modules() if isinstance(m, torch.nn.Linear)]

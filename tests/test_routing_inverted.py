@@ -12,7 +12,9 @@ from capsnet.routing import InvertedDotProductRouting
 DT = torch.float64
 
 
-def reference(votes, iterations, weight, bias):
+def reference(votes, iterations, weight, bias, pose_bias=None):
+    """The passes for one example at a time; ``pose_bias`` (J, D) is added to s_j before the layer norm (the
+    routing contract's bias, "added to s_j")."""
     B, I, J, D = votes.shape
     out = torch.zeros(B, J, D, dtype=votes.dtype)
     for b in range(B):
@@ -25,6 +27,8 @@ def reference(votes, iterations, weight, bias):
                     z = sum(math.exp(x) for x in a)
                     r[i] = [math.exp(x) / z for x in a]
             s = [sum(r[i][j] * votes[b, i, j] for i in range(I)) for j in range(J)]
+            if pose_bias is not None:
+                s = [x + pose_bias[j] for j, x in enumerate(s)]
             p = [(x - x.mean()) / torch.sqrt(x.var(unbiased=False) + 1e-5) * weight + bias for x in s]
         out[b] = torch.stack(p)
     return out
@@ -43,6 +47,23 @@ def test_matches_the_passes_written_out(iterations):
                                                     routing.norm.bias.detach()))
     assert out.rounds.shape == (2, iterations, 5, 3) and (out.rounds[:, 0] == 1 / 3).all()
     torch.testing.assert_close(out.coupling.sum(-1), torch.ones(2, 5, dtype=DT))
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_a_pose_bias_is_added_to_s_before_the_norm_as_written_out(iterations):
+    """Moving the bias after the layer norm passed every test (the written-out passes took no bias, and the test that
+    passes one compares two paths through the same code: mutation testing, 2026-12-02)."""
+    g = torch.Generator().manual_seed(4)
+    votes = torch.randn(2, 5, 3, 16, generator=g, dtype=DT)
+    bias = 0.5 * torch.randn(3, 16, generator=g, dtype=DT)
+    routing = InvertedDotProductRouting(16, iterations).double()
+    with torch.no_grad():
+        routing.norm.weight.copy_(1 + 0.1 * torch.randn(16, generator=g, dtype=DT))
+        routing.norm.bias.copy_(0.1 * torch.randn(16, generator=g, dtype=DT))
+    weight, shift = routing.norm.weight.detach(), routing.norm.bias.detach()
+    for record in (False, True):  # the fused path and the recording one
+        out = routing(votes, bias=bias, record=record)
+        torch.testing.assert_close(out.poses, reference(votes, iterations, weight, shift, bias))
 
 
 def test_votes_of_another_size_are_refused():
