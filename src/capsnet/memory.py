@@ -26,7 +26,7 @@ import logging
 import platform
 from typing import Any
 
-__all__ = ["keep_freed_memory", "kept", "limit_arenas", "ALLOCATORS"]
+__all__ = ["keep_freed_memory", "kept", "limit_arenas", "release_freed", "ALLOCATORS"]
 
 log = logging.getLogger(__name__)
 
@@ -96,3 +96,19 @@ def limit_arenas(arenas: int = 2) -> bool:
         raise ValueError(f"arenas must be an integer >= 1, got {arenas!r}")
     mallopt = _mallopt()
     return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1
+
+
+def release_freed() -> bool:
+    """Give the memory glibc holds freed back to the kernel (``malloc_trim(0)``), for a server after work of a shape
+    it had not done before: the viewer's SegCaps walked at 80 upload sizes grew from 357 to 2,039 MB of RSS, the
+    freed part of it kept by malloc (404 MB after a trim). True when applied; False where the C library is not
+    glibc."""
+    if _mallopt() is None:  # not glibc
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
