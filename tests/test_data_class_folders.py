@@ -68,6 +68,26 @@ def test_without_a_test_folder_each_class_is_held_out_apart_by_name(tmp_path):
     assert set(test.names) <= set(again.names) and set(again.names) - set(test.names) <= {"a/99.png"}
 
 
+def test_clear_data_cache_lets_go_of_the_folders_read_too(tmp_path, monkeypatch):
+    """A folder read once is kept while its files stay as they are; clear_data_cache() let go of the MNIST files
+    alone, leaving a notebook no way to free a folder of large images (a review, 2026-12-02). Now the next load
+    reads the folder again."""
+    from capsnet.data import clear_data_cache, tasks
+
+    _write(tmp_path, {f"{c}/{k}.png": _pixels(k) for c in ("a", "b") for k in range(4)})
+    reads = []
+    real = tasks.load_class_folder
+    monkeypatch.setattr(tasks, "load_class_folder", lambda *a, **k: reads.append(1) or real(*a, **k))
+    load_training(f"classes:{tmp_path}", progress=False)
+    load_training(f"classes:{tmp_path}", progress=False)
+    first = len(reads)
+    assert first >= 1 and any(str(tmp_path) in str(key) for key in tasks._FOLDERS.items)  # read once, kept
+    assert clear_data_cache() >= 1
+    assert not any(str(tmp_path) in str(key) for c in (tasks._FOLDERS, tasks._BOTH_SPLITS) for key in c.items)
+    load_training(f"classes:{tmp_path}", progress=False)
+    assert len(reads) == 2 * first  # read again
+
+
 def test_a_test_folder_is_numbered_by_the_training_classes(tmp_path):
     _write(tmp_path, {"cat/1.png": _pixels(1), "dog/1.png": _pixels(2), "emu/1.png": _pixels(3),
                       "test/emu/9.png": _pixels(9), "test/cat/8.png": _pixels(8)})

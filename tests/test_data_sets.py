@@ -317,6 +317,7 @@ def test_the_kept_files_are_bounded_and_let_go_of_when_asked(data_root, monkeypa
 
     monkeypatch.setattr(sets, "_KEPT_FILES", 2)
     monkeypatch.setattr(sets, "_kept", type(sets._kept)())
+    monkeypatch.setattr(sets, "_OTHER_CACHES", [])  # the user folders other tests read in this process
     load_dataset("mnist", "test", root=data_root)
     load_dataset("fashion-mnist", "test", root=data_root)
     assert [Path(key[0]).parent.name for key in sets._kept] == ["fashion-mnist"] * 2  # the newest two

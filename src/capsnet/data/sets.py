@@ -31,7 +31,7 @@ import numbers
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -416,13 +416,19 @@ _kept: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _kept_lock = threading.Lock()
 
 
+_OTHER_CACHES: list[Callable[[], int]] = []  # what capsnet.data.tasks keeps of a user's folders: each clears its own,
+# saying how many folders it held (registered there: tasks imports this module)
+
+
 def clear_data_cache() -> int:
-    """Let go of the data files this process keeps (read and checked once: about 110 MB for MNIST and
-    Fashion-MNIST); the next load reads and checks them again. Returns how many were kept."""
+    """Let go of the data this process keeps: the data files read and checked once (about 110 MB for MNIST and
+    Fashion-MNIST) and the user folders read once (classes:DIR, folder:DIR, pairs:DIR: up to gigabytes for a folder
+    of large images); the next load reads and checks them again. Returns how many reads it let go of (a data file
+    each; a folder's splits, kept apart, each their own)."""
     with _kept_lock:
         n = len(_kept)
         _kept.clear()
-    return n
+    return n + sum(clear() for clear in _OTHER_CACHES)
 
 
 def _read_checked(folder: Path, f: _File, name: str) -> np.ndarray:

@@ -100,7 +100,7 @@ from .._text import some_of, told_apart
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
-from .sets import DATASETS, Dataset, load_dataset, split_validation, unit_float
+from .sets import _OTHER_CACHES, DATASETS, Dataset, load_dataset, split_validation, unit_float
 from .cifar10 import CIFAR10_CLASSES, load_cifar10
 from .class_folders import TEST_FOLDER, class_folders, load_class_folder, passed_over_folder
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
@@ -691,9 +691,17 @@ class _LatestByFolder:
                 self.items.popitem(last=False)
         return value
 
+    def clear(self) -> int:
+        """Let go of every folder's copy; how many there were."""
+        with self.lock:
+            n = len(self.items)
+            self.items.clear()
+        return n
+
 
 _BOTH_SPLITS = _LatestByFolder(8)
 _FOLDERS = _LatestByFolder(4)
+_OTHER_CACHES.append(lambda: _FOLDERS.clear() + _BOTH_SPLITS.clear())  # capsnet.data.clear_data_cache
 
 
 def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
