@@ -150,6 +150,33 @@ def test_uploads_past_the_ones_held_at_once_are_turned_away_before_their_body_is
     assert_alive(server)
 
 
+def test_connections_past_the_ones_served_at_once_get_a_503_and_the_slots_come_back(viewer, monkeypatch):
+    """Each connection held a thread for up to REQUEST_TIMEOUT_S with no cap on how many: 500 idle clients held 503
+    threads (a review, 2026-12-02). Past MAX_CONNECTIONS the viewer answers 503 at once and closes; a connection
+    that ends gives its slot back."""
+    import time
+
+    from capsnet.viz import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 2)
+    with serving(viewer) as srv:
+        idle = [socket.create_connection(srv.server_address[:2]) for _ in range(2)]  # each holds a thread
+        try:
+            time.sleep(0.3)  # both accepted
+            status, ctype, body = request(srv, "GET", "/api/info", timeout=10)
+            assert status == 503 and ctype == "application/json"
+            assert "serving 2 connections at once; try again in a moment" in json.loads(body)["error"]
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while (status := request(srv, "GET", "/api/info", timeout=10)[0]) == 503 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the idle connections' threads see their ends and give the slots back
+        assert status == 200
+        for _ in range(5):  # one at a time, each slot given back as its connection ends
+            assert api(srv, "/api/info")[0] == 200
+
+
 def test_paths_methods_and_broken_http(server):
     assert request(server, "GET", "/nope")[0] == 404
     assert request(server, "GET", "/api/forward")[0] == 405

@@ -332,6 +332,9 @@ def test_listen_backlog_queues_a_burst_before_the_server_accepts(viewer):
     pending (the client retries a dropped SYN only after 1, 3, 7 s).
     """
     assert LISTEN_BACKLOG >= 128
+    from capsnet.viz.server import MAX_CONNECTIONS
+
+    assert MAX_CONNECTIONS >= 100  # the burst is served, not turned away
     srv = make_server(viewer, HOST, 0)
     socks, thread = [], None
     try:

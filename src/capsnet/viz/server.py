@@ -18,7 +18,9 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
   request (or for the next request on a kept-alive connection) and at most
   ``REQUEST_TIMEOUT_S`` for a whole request, then gets a 408 and is closed;
 - ``LISTEN_BACKLOG`` pending connections are queued, so a burst of clients
-  connecting at once is not reset;
+  connecting at once is not reset; at most ``MAX_CONNECTIONS`` are served at
+  once (a thread each), the next ones answered 503 and closed at once (500
+  idle clients held 503 threads for up to ``REQUEST_TIMEOUT_S`` each);
 - uploads are capped before decoding and at most two are decoded at once
   (``capsnet.viz.images``);
 - a request for another host name than ``localhost``, an IP address, this
@@ -75,7 +77,7 @@ from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
 from .segmentation import SegmentationViewer
 from .synthesis import SynthesisViewer
 
-__all__ = ["make_server", "serve_in_thread", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
+__all__ = ["make_server", "serve_in_thread", "MAX_CONNECTIONS", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
            "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
@@ -88,6 +90,8 @@ _MAX_NUMBER_CHARS = 100  # a number written with more characters than this is re
 READ_TIMEOUT_S = 10.0  # s: the longest wait for the next bytes of a request, or for a kept-alive connection's next one
 REQUEST_TIMEOUT_S = 60.0  # s: the longest a whole request (line, headers, body) may take to arrive (4 MiB at 70 kB/s)
 LISTEN_BACKLOG = 128  # pending connections queued by the kernel (socketserver's default is 5)
+MAX_CONNECTIONS = 128  # connections served at once, a thread each (a browser opens about 6 to one host; as many as
+# LISTEN_BACKLOG queues, so a burst the kernel queues is served)
 # uploads whose bodies (up to 4 MiB each) are held at once; more are answered 503 at once, before their body is read
 MAX_UPLOADS_IN_FLIGHT = 8
 _LINGER_S = 2.0  # s: before closing, unread input is drained this long, so the client reads our answer, not a reset
@@ -670,9 +674,36 @@ class _Server(ThreadingHTTPServer):
         self.allowed_hosts = allowed_hosts
         self.named_hosts = named_hosts  # the --allow-host names alone: their pages may post from any scheme and port
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
+        self.connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.read_timeout = read_timeout
         self.request_timeout = request_timeout
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while fewer than ``MAX_CONNECTIONS`` are served; else a 503 and the connection
+        closed at once, on the accepting thread (no drain: it must not wait on a client)."""
+        if not self.connection_slots.acquire(blocking=False):
+            body = json.dumps({"error": f"the viewer is serving {MAX_CONNECTIONS} connections at once; try again in a "
+                                        f"moment"}).encode()
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                                % (len(body), body))
+            except OSError:  # the client is gone already
+                pass
+            self.close_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: nothing else gives the slot back
+            self.connection_slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connection_slots.release()
 
     def shutdown(self) -> None:
         """Stop serving and close the socket: the port is free when this returns (a notebook cell run twice found it
