@@ -722,3 +722,14 @@ def test_measure_training_figures_from_scripted_step_times(monkeypatch):
     _scripted_timings(monkeypatch, {"capsnet": [0.1, 0.2, 0.6]})
     got = measure_training("capsnet", TINY, batch_size=4, repeats=3)
     assert got == {"images_per_s": pytest.approx(20.0), "peak_mem_mb": pytest.approx(5.0)}
+
+
+def test_the_summary_of_repeats_is_their_median_range_and_sample_sd():
+    """images_per_s_std is the sample standard deviation (n - 1: the population one passed every test, mutation
+    testing, 2026-12-02), by hand on 100, 110, 130: mean 113.33, squares 177.78 + 11.11 + 277.78 = 466.67 over 2."""
+    from capsnet.bench import _summary
+
+    got = _summary([110.0, 130.0, 100.0])
+    assert got["images_per_s"] == 110.0 and got["images_per_s_min"] == 100.0 and got["images_per_s_max"] == 130.0
+    assert got["images_per_s_std"] == pytest.approx((466.6667 / 2) ** 0.5, rel=1e-5)
+    assert _summary([5.0])["images_per_s_std"] == 0.0

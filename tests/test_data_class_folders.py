@@ -473,7 +473,7 @@ def test_an_exported_model_carries_its_class_folders_names_not_their_path(digit_
     assert meta["capsnet.dataset"] == "classes-digits" and str(root) not in json.dumps(meta)  # no path of this disk
 
 
-def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads(tmp_path):
+def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads(tmp_path, capsys):
     from capsnet.data.prepare import prepare_class_folders
 
     wide = np.zeros((32, 64), np.uint8)
@@ -509,6 +509,16 @@ def test_photos_of_any_size_and_format_are_made_into_class_folders_capsnet_reads
     pad = padded.images[padded.names.index("stripes/wide.png"), 0]
     # the longer side (64) down to 32: the image 16 high, centred on black (8 rows above and below)
     assert (pad[:8] == 0).all() and (pad[24:] == 0).all() and (pad[12, :12] >= 250).all() and (pad[12, 20:] <= 5).all()
+    # the defaults: crop, as the library and the command say (a default of pad passed every test: mutation testing,
+    # 2026-12-02), and RGB
+    prepare_class_folders(src, tmp_path / "default", 32)
+    default = load_classes(tmp_path / "default", "train")
+    assert default.images.shape == (4, 3, 32, 32)
+    assert (default.images[default.names.index("stripes/wide.png"), 0] == crop).all()
+    assert in_process(capsys, "prepare", "--images", src, "--out", tmp_path / "cli", "--size", "32",
+                      "--no-progress").returncode == 0
+    made = load_classes(tmp_path / "cli", "train")
+    assert (made.images[made.names.index("stripes/wide.png"), 0] == crop).all()
 
 
 def test_a_long_file_name_in_a_title_keeps_the_end_that_tells_files_apart():
@@ -978,3 +988,14 @@ def test_copies_of_one_photo_go_to_one_split_and_a_class_of_one_picture_is_refus
     with pytest.raises(DataError, match=r"the 2 files in .*/b hold the same contents: a test file must not be a copy "
                                         r"of a training one, so at least 2 different ones are needed"):
         load_classes(tmp_path, "test")
+
+
+@pytest.mark.parametrize("fit", ["crop", "pad"])
+def test_a_fit_to_a_size_that_is_not_square_gives_its_height_and_width(fit):
+    """fit_array(image, 28, 20) is 28 high and 20 wide for both fits: every fit test was square, so height and width
+    swapped in the crop passed (mutation testing, 2026-12-02)."""
+    from capsnet.data.prepare import fit_array
+
+    img = Image.fromarray(np.full((50, 80), 200, np.uint8))  # 80 wide, 50 high
+    out = fit_array(img, 28, 20, "grey", fit)
+    assert out.shape == (1, 28, 20) and out.dtype == np.uint8

@@ -607,3 +607,12 @@ def test_a_torchrun_into_a_folder_another_run_writes_is_refused_by_rank_0_alone(
     assert r.returncode != 0
     assert "(rank 0 of 2): error: " in r.stderr and "is being written by another capsnet run" in r.stderr, r.stderr
     assert "nothing to resume" not in r.stderr and "start it again" not in r.stderr, r.stderr
+
+
+def test_the_main_process_is_rank_0_over_every_machine_not_each_machines_first():
+    """On two machines the second's first process (rank 2, local rank 0) must not write checkpoints: rank equals
+    local rank on one machine, so choosing by local rank passed every test (mutation testing, 2026-12-02)."""
+    from capsnet.distributed import Launch
+
+    assert Launch(0, 4, 0, 2).is_main
+    assert not Launch(2, 4, 0, 2).is_main and not Launch(1, 4, 1, 2).is_main

@@ -81,6 +81,28 @@ def test_a_segmentation_model_writes_masks_at_any_size_its_stride_divides(unet_r
                            "mean_probability": pytest.approx(float(p.mean()))}
 
 
+def test_the_default_threshold_is_evals_one_half(unet_run, tmp_path, monkeypatch):
+    """Without threshold the masks are cut at 0.5, eval's cut (no test left it out, so 0.4 passed: mutation testing,
+    2026-12-02). A stand-in model whose probabilities are the image itself: grey levels 115 and 140 (0.45, 0.55)."""
+    import capsnet.predict as predict_module
+
+    real = predict_module.load_model
+
+    def pixels_as_probabilities(*a, **k):
+        model, ckpt = real(*a, **k)
+        forward = model.forward
+        model.forward = lambda x, *r, **kw: forward(x, *r, **kw)._replace(probabilities=x)
+        return model, ckpt
+
+    monkeypatch.setattr(predict_module, "load_model", pixels_as_probabilities)
+    a = np.full((16, 16), 115, np.uint8)
+    a[:, 8:] = 140
+    folder = _folder(tmp_path, {"x": a})
+    predict_folder(unet_run, folder, tmp_path / "out")
+    mask = np.array(Image.open(tmp_path / "out" / "x.png"))
+    assert (mask[:, :8] == 0).all() and (mask[:, 8:] == 255).all()
+
+
 def _folder(tmp_path, arrays, mode=None):
     folder = tmp_path / "in"
     folder.mkdir(exist_ok=True)

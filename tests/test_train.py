@@ -945,6 +945,22 @@ def test_best_checkpoint_keeps_the_first_best_epochs_weights_and_a_tie_does_not_
     assert not all(torch.equal(best.model_state[k], last[k]) for k in last)  # the last epoch's are other weights
 
 
+def test_a_resumed_run_keeps_its_best_epoch_until_a_later_one_beats_it(tmp_path, monkeypatch):
+    """A resume that started its state with no best (its first evaluated epoch then replacing best.safetensors
+    whatever it scored) passed every test (mutation testing, 2026-12-02). Scripted scores 0.5, then 0.25 after the
+    resume: the best stays epoch 1's, its weights unchanged."""
+    from scripted import script_held_out_scores
+
+    script_held_out_scores(monkeypatch, [0.5, 0.25])
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 1}), tmp_path, device="cpu", progress=False)
+    first = load_checkpoint(tmp_path, "best")
+    fit(TINY, TrainConfig(**{**CFG.to_dict(), "epochs": 2}), tmp_path, device="cpu", progress=False, resume=True)
+    best = load_checkpoint(tmp_path, "best")
+    assert best.state["best"] == {"epoch": 1, "accuracy": 0.5, "split": "test"}
+    assert all(torch.equal(best.model_state[k], v) for k, v in first.model_state.items())
+    assert load_checkpoint(tmp_path, "last").state["epoch"] == 2
+
+
 class _FakeBar:
     """progress_bar's stand-in: each batch (``update``) moves the fake clock on by 0.25 s."""
     def __init__(self, clock):

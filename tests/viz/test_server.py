@@ -46,6 +46,8 @@ def test_info_kernels_forward_reconstruct(server, viewer):
     assert w == json.loads(json.dumps(viewer.walk(viewer.test_input(index=5))))  # the API is the engine, as JSON
     status, w2 = api(server, "/api/forward", {"class": 3, "nth": 2})
     assert status == 200 and w2["source"]["label"] == 3
+    status, first = api(server, "/api/forward", {"class": 3})  # nth left out: the first of the class (the page
+    assert first == json.loads(json.dumps(viewer.walk(viewer.test_input(label=3, nth=0))))  # always sends it)
     j = w["predicted"]
     status, r = api(server, "/api/reconstruct", {"capsule": j, "pose": w["poses"][j]})
     assert status == 200 and r["reconstruction"]["data"] == w["reconstruction"]["data"]
