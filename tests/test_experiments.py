@@ -1373,3 +1373,41 @@ def test_a_routing_data_set_of_another_kind_is_told_every_one_the_experiment_tak
                                          r"is not: give --datasets from mnist, fashion-mnist, mnist-sample or "
                                          r"classes:DIR \(your images, a folder per class\)$"):
         plan("routing", Path("/nonexistent"), train=TrainConfig(), datasets=["mnist-segmentation"])
+
+
+def _table_cells(table: str) -> list[dict[str, str]]:
+    """The first Markdown table of ``table`` as one dict per row, keyed by its header."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != len(head):
+            break  # the next table
+        rows.append(dict(zip(head, cells)))
+    return rows
+
+
+def test_each_number_of_the_segmentation_and_synthesis_tables_sits_under_its_own_header():
+    """Every score distinct, read back by its column's header: swapped OOD Dice and IoU columns, or L1 and SSIM of
+    the 8 draws, passed every test (mutation testing, 2026-12-02)."""
+    from capsnet.experiments import format_segmentation_table, format_synthesis_table
+
+    seg = {"model": "segcaps", "dataset": "mnist-segmentation", "weights": 1234, "epochs": 2, "step": 500,
+           "test_dice": 0.11, "test_iou": 0.22, "ood_dice": 0.33, "ood_iou": 0.44, "train_images_per_s": 5.5,
+           "peak_mem_mb": 66.0}
+    (row,) = _table_cells(format_segmentation_table([seg]))
+    assert (row["test Dice"], row["test IoU"], row["OOD Dice"], row["OOD IoU"]) == ("0.1100", "0.2200", "0.3300",
+                                                                                     "0.4400")
+    assert (row["weights"], row["steps"], row["train images/s"], row["peak MB"]) == ("1,234", "500", "5.5", "66")
+    syn = {"experiment": "synthesis", "dataset": "mnist-skeleton", "model": "capspix2pix", "generator_weights": 10,
+           "weights": 20, "epochs": 3, "test_l1": 0.01, "test_ssim": 0.02, "test_iou": 0.03, "test_spread": 0.04,
+           "test_judge_accuracy": 0.5, "test_l1_draws": 0.06, "test_ssim_draws": 0.07,
+           "test_judge_accuracy_draws": 0.8, "test_judge_accuracy_draws_sd": 0.09, "train_images_per_s": 1.5,
+           "generate_images_per_s": 2.5}
+    (row,) = _table_cells(format_synthesis_table([syn]))
+    assert [row[h] for h in ("L1", "SSIM", "shape IoU", "noise spread", "judge accuracy", "L1, 8 draws",
+                             "SSIM, 8 draws", "judge accuracy, 8 draws (sd)", "train images/s",
+                             "generate images/s")] == ["0.0100", "0.0200", "0.0300", "0.0400", "50.00%", "0.0600",
+                                                       "0.0700", "80.00% (9.00%)", "1.5", "2.5"]
+    assert (row["generator weights"], row["weights"], row["epochs"]) == ("10", "20", "3")

@@ -589,3 +589,18 @@ def test_the_metadata_says_only_what_the_checkpoint_knows(tmp_path):
     (tmp_path / "cafes").mkdir()
     (tmp_path / "pets").symlink_to(tmp_path / "cafes")
     assert dataset_stem(f"classes:{tmp_path / 'pets'}") == "classes-pets"  # the name given, stable once it is gone
+
+
+def test_the_reported_difference_is_the_largest_over_every_output():
+    """The check's figure is the worst output's difference, not the last output's (which passed every test: mutation
+    testing, 2026-12-02); a difference past the tolerance in any output is refused by name."""
+    from types import SimpleNamespace
+
+    from capsnet.export import _compare
+
+    traced = SimpleNamespace(module=SimpleNamespace(output_names=("logits", "poses")), label="model")
+    expected = (torch.zeros(2, 3), torch.zeros(2, 4))
+    got = [torch.full((2, 3), 2e-5), torch.full((2, 4), 1e-6)]
+    assert _compare(traced, got, expected, "onnxruntime") == pytest.approx(2e-5)
+    with pytest.raises(ExportError, match="differs from the PyTorch model by .* in logits"):
+        _compare(traced, [torch.ones(2, 3), got[1]], expected, "onnxruntime")

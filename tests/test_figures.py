@@ -107,6 +107,13 @@ def test_reconstructions_match_the_models_own_masking(model, test_set):
     torch.testing.assert_close(rec.from_predicted, out_pred.reconstructions)
     torch.testing.assert_close(rec.from_label, out_label.reconstructions)
     assert rec.from_predicted.shape == (4, 1, 28, 28)
+    # labels that are never the prediction (misclassified digits, what the panel is for): decoded from the label's
+    # capsule, not the predicted one (the same images, all classified right, hid the swap: mutation testing)
+    wrong = (rec.predicted + 1) % 10
+    rec = fg.reconstructions(model, x, wrong)
+    with torch.no_grad():
+        torch.testing.assert_close(rec.from_label, model(x, wrong).reconstructions)
+    assert not torch.allclose(rec.from_label, rec.from_predicted)
 
 
 def test_routing_trace_rounds_shapes_and_maps(model, test_set):

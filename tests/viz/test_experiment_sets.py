@@ -38,6 +38,10 @@ def test_multimnist_checkpoint_shows_the_fixed_test_pairs(runs, data_root):
     # picking by class finds the pairs that hold a digit of that class
     for nth in range(3):
         assert 4 in viewer.test_input(label=4, nth=nth).source["label"]
+    # the n-th pair holding a 4 as either digit, in test order (the first digit alone passed: mutation testing)
+    fours = (viewer.test_labels == 4).any(dim=1).nonzero().flatten()
+    assert (viewer.test_labels[fours[:20], 0] != 4).any()  # some pairs hold their 4 second
+    assert [viewer.test_input(label=4, nth=n).source["index"] for n in range(20)] == fours[:20].tolist()
     view = viewer.walk(inp)
     assert view["input"]["shape"] == [1, 36, 36] and view["reconstruction"]["shape"] == [1, 36, 36]
     assert view["coupling"]["shape"] == [3, 10, 2, 10, 10]
