@@ -110,6 +110,9 @@ def test_fp16_skips_overflowing_steps_counts_them_and_resumes_mid_epoch_with_its
     saved = load_checkpoint(tmp_path / "straight", "last").state["grad_scaler"]
     assert records[-1]["loss_scale"] == saved["scale"] < 2.0 ** 24
     assert all(0 < r["grad_norm"] < float("inf") for r in records)  # over the steps taken: no inf, no 0 of a skip
+    # every step taken is clipped at 0.05: the share is 1 over the steps taken, not taken / steps (the steps skipped
+    # counted in: mutation testing, 2026-12-02)
+    assert any(r["skipped_steps"] for r in records) and all(r["clipped"] == 1.0 for r in records)
 
     monkeypatch.setattr("capsnet.train.lr_at", _lr_stopping_at(7))  # 5 batches an epoch: 2 into epoch 2
     with pytest.raises(_Killed):
