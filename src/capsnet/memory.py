@@ -75,15 +75,21 @@ def kept() -> bool:
     return _KEPT
 
 
-def _mallopt() -> Any:
-    """glibc's ``mallopt`` (argument types set), or None where the C library is not glibc."""
+def _glibc(name: str) -> Any:
+    """glibc's function ``name``, or None where the C library is not glibc (or lacks it)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+
+
+def _mallopt() -> Any:
+    """glibc's ``mallopt`` (argument types set), or None where the C library is not glibc."""
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
 
 
@@ -103,11 +109,8 @@ def release_freed() -> bool:
     it had not done before: the viewer's SegCaps walked at 80 upload sizes grew from 357 to 2,039 MB of RSS, the
     freed part of it kept by malloc (404 MB after a trim). True when applied; False where the C library is not
     glibc."""
-    if _mallopt() is None:  # not glibc
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)

@@ -245,15 +245,16 @@ class SegmentationViewer(_ViewerBase):
         layer = self._routing_layer(routing)
         with self._lock, torch.inference_mode():
             x = inp.image.to(self.device).unsqueeze(0)  # (1, C, H, W)
-            new_size = tuple(x.shape[-2:]) not in self._sizes_seen
+            size = tuple(x.shape[-2:])
             maps = self._first(x)  # (1, K, H, W)
             # probabilities (1, 1, H, W), SegCaps' reconstructions masked by the prediction; its grids from the
             # same pass
             out, grids, inputs = self._output_and_grids(x, [layer] if layer else [])
             rounds = self._routers[layer].route(inputs[layer], record=True)[1].rounds if layer else None  # (P, R, T, J)
-            if new_size:  # a size not walked before: what its pass freed goes back to the kernel (the freed work
-                # buffers of each new size stayed in malloc's heap: 80 upload sizes took RSS from 357 to 2,039 MB)
-                self._sizes_seen.add(tuple(x.shape[-2:]))
+            if size not in self._sizes_seen:  # a size not walked before: what its pass freed goes back to the
+                # kernel (the freed work buffers of each new size stayed in malloc's heap: 80 upload sizes took RSS
+                # from 357 to 2,039 MB)
+                self._sizes_seen.add(size)
                 release_freed()
         prob = out.probabilities[0].float().cpu()  # (1, H, W)
         mask = (prob > THRESHOLD).to(torch.uint8)  # (1, H, W)
