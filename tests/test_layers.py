@@ -1,6 +1,7 @@
 """PrimaryCaps and DenseCaps: shapes, capsule ordering, votes, no tiled weights."""
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -283,3 +284,40 @@ def test_primary_caps_promote_float64_feature_maps_as_the_capsule_layers_do():
         # the float64 reference: the layer itself in float64
         torch.testing.assert_close(wide, layer.double()(x.double()), rtol=0, atol=0)
         torch.testing.assert_close(wide.float(), layer.float()(x), rtol=1e-5, atol=1e-6)
+
+
+def test_every_capsule_layer_keeps_float64_capsules_float64_under_autocast():
+    """One rule (_eager.promoted) for every layer: float64 inputs under bf16 autocast, which leaves float64 alone,
+    give the float64 layer's own result. ConvMatrixCaps and ClassMatrixCaps met "expected m1 and m2 to have the
+    same dtype, but got: double != c10::BFloat16" (their weights were left to autocast), and DenseCaps' plain path
+    routed them in float32 (a review of the promotion rule, 2026-12-02)."""
+    from capsnet.layers import (ClassMatrixCaps, ConvCaps2d, ConvMatrixCaps, ConvTransposeCaps2d, DenseMatrixCaps,
+                                MatrixCaps, PrimaryMatrixCaps)
+    from capsnet.routing import EMRouting
+
+    g = torch.Generator().manual_seed(3)
+    maps, grid = torch.rand(2, 5, 7, 7, generator=g).double(), torch.randn(2, 3, 4, 5, 5, generator=g).double()
+    caps = torch.randn(2, 12, 6, generator=g).double() / 3
+    matrix = MatrixCaps(torch.randn(2, 4, 4, 3, 16, generator=g).double(), torch.rand(2, 4, 4, 3, generator=g).double())
+    torch.manual_seed(0)
+    layers = [(PrimaryCaps(5, types=2, dim=4, kernel_size=3), maps), (DenseCaps(12, 6, 3, 4), caps),
+              (DenseCaps(12, 6, 3, 4, factored=False), caps), (ConvCaps2d(3, 4, 2, 5, kernel_size=3), grid),
+              (ConvTransposeCaps2d(3, 4, 2, 5), grid), (PrimaryMatrixCaps(5, 3), maps),
+              (ConvMatrixCaps(3, 2, kernel_size=3, routing=EMRouting(2)), matrix),
+              (ClassMatrixCaps(3, 4, routing=EMRouting(4)), matrix), (DenseMatrixCaps(48, 4, routing=EMRouting(4)), matrix)]
+    for layer, inputs in layers:
+        name = f"{type(layer).__name__}{'' if getattr(layer, 'factored', True) else ' (plain)'}"
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(inputs)
+        reference = copy.deepcopy(layer).double()(inputs)
+        for got, want in zip(_tensors(out), _tensors(reference)):
+            assert got.dtype == torch.float64, name
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, tuple) and isinstance(out[0], torch.Tensor) and len(out) == 2:  # MatrixCaps
+        return list(out)
+    return [t for t in (out[0], out[1]) if isinstance(t, torch.Tensor)]  # RoutingResult or (grid, result)

@@ -9,7 +9,7 @@ import contextlib
 
 import torch
 
-__all__ = ["eager", "autocast_on", "autocast_off", "permute_contiguous"]
+__all__ = ["eager", "autocast_on", "autocast_off", "promoted", "permute_contiguous"]
 
 
 def eager() -> bool:
@@ -47,6 +47,20 @@ def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
     (``torch.export``, ONNX) holds no autocast wrapper around the routing, and a device type autocast does not know
     (``meta``: shape inference) is not refused."""
     return torch.autocast(device_type, enabled=False) if autocast_on(device_type) else contextlib.nullcontext()
+
+
+def promoted(x: torch.Tensor, *others: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """``x`` and ``others`` (a layer's weights; None passes through) in the one dtype they promote to, for a product
+    torch takes in one dtype: float64 capsules into a float32 layer give float64, bfloat16 ones float32 (torch refused
+    the pairs: "expected scalar type Float but found Double"). Under autocast, which casts a product's inputs itself,
+    all are left as they are, except where they promote to float64, which autocast leaves alone: then all widen."""
+    dtype = x.dtype
+    for t in others:
+        if t is not None:
+            dtype = torch.promote_types(dtype, t.dtype)
+    if dtype != torch.float64 and autocast_on(x.device.type):
+        return (x, *others)
+    return tuple(None if t is None else t.to(dtype) for t in (x, *others))
 
 
 # a block of the last dimension moved as one element: its size in bytes -> a dtype of that size

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._eager import promoted
 from ..routing import DynamicRouting, RoutingResult
 from ..routing.result import check_count, check_floating
 
@@ -76,8 +77,7 @@ class _GridCaps(nn.Module):
         kernel, both in their promoted dtype (float64 capsules into a float32 layer: float64, as DenseCaps does;
         torch's convolution refused the pair as "expected scalar type Double but found Float")."""
         check_grid(x, self.in_types, self.in_dim, "child capsule grid")
-        dtype = torch.promote_types(x.dtype, self.weight.dtype)
-        return x.flatten(0, 1).to(dtype), self.weight.to(dtype)  # (B*T, Din, H, W), the kernel
+        return promoted(x.flatten(0, 1), self.weight)  # (B*T, Din, H, W), the kernel
 
     def _route(self, y: torch.Tensor, B: int, activations: torch.Tensor | None, record: bool
                ) -> tuple[torch.Tensor, RoutingResult]:

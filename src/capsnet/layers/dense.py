@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._eager import autocast_on, eager
+from .._eager import autocast_on, eager, promoted
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
 from ..routing.result import check_count, check_floating
 
@@ -68,8 +68,8 @@ class DenseCaps(nn.Module):
         self._check(u)
         B, I, Din = u.shape
         W = self.weight.reshape(Din, I, -1).transpose(0, 1)  # (I, Din, J*Dout), a view
-        dtype = torch.promote_types(u.dtype, W.dtype)  # as the fast path does: float64 capsules into a float32 layer
-        u_hat = torch.bmm(u.transpose(0, 1).to(dtype), W.to(dtype))  # (I, B, J*Dout)
+        u, W = promoted(u.transpose(0, 1), W)  # as the fast path does: float64 capsules into a float32 layer
+        u_hat = torch.bmm(u, W)  # (I, B, J*Dout)
         return u_hat.view(I, B, self.out_caps, self.out_dim).transpose(0, 1)  # (B, I, J, Dout)
 
     def _check(self, u: torch.Tensor, activations: torch.Tensor | None = None) -> None:
@@ -97,9 +97,11 @@ class DenseCaps(nn.Module):
             return fast(u, self.weight, self.bias, **recording)
         if autocast_on(u.device.type):  # the votes and the routing in fp32 inside a bf16 step, as the fast path
             # runs them (the plain path is what torch.compile traces: it routed in bf16 there)
+            # (float64 capsules stay float64, as the fast path keeps them)
             with torch.autocast(u.device.type, enabled=False):
-                a = None if activations is None else activations.float()
-                out = self.routing(self.votes(u.float()), a, self.bias, **recording)
+                wide = torch.promote_types(u.dtype, torch.float32)
+                u, a = u.to(wide), None if activations is None else activations.to(wide)
+                out = self.routing(self.votes(u), a, self.bias, **recording)
         else:
             out = self.routing(self.votes(u), activations, self.bias, **recording)
         if self.weight.dtype in (torch.bfloat16, torch.float16) and out.poses.dtype != self.weight.dtype:

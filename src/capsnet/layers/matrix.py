@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._eager import autocast_on, permute_contiguous
+from .._eager import permute_contiguous, promoted
 from ..routing import RoutingResult, RoutingView
 from ..routing.result import check_count, check_floating, check_positive, check_switch
 
@@ -75,12 +75,8 @@ def _promoted(caps: MatrixCaps, weight: torch.Tensor) -> tuple[torch.Tensor, tor
     """The poses, activations and transformation matrices in the dtype they promote to (float64 capsules into a
     float32 layer: float64; float32 ones into a bfloat16 layer: float32), as the other capsule layers promote
     (torch's products refused the pair: "expected scalar type Float but found Double"); as they are under autocast,
-    which casts the products' inputs itself."""
-    p, a = caps.poses, caps.activations
-    if autocast_on(p.device.type):
-        return p, a, weight
-    dtype = torch.promote_types(p.dtype, weight.dtype)
-    return p.to(dtype), a.to(dtype), weight.to(dtype)
+    which casts the products' inputs itself, except float64 ones (_eager.promoted)."""
+    return promoted(caps.poses, caps.activations, weight)
 
 
 def _transform(shape: tuple[int, ...], std: float) -> nn.Parameter:
@@ -109,13 +105,12 @@ class PrimaryMatrixCaps(nn.Module):
             raise ValueError(f"PrimaryMatrixCaps takes (N, {C}, H, W) feature maps, got {tuple(x.shape)}")
         check_floating(x, "feature maps", "x.float() takes them")
         N, _, H, W = x.shape
-        dtype = torch.promote_types(x.dtype, self.pose.weight.dtype)  # as PrimaryCaps: float64 maps into a float32
-        if dtype != x.dtype and not autocast_on(x.device.type):  # layer give float64 capsules, bfloat16 ones float32
-            x = x.to(dtype)  # (under autocast the convolutions cast their inputs themselves)
-        if dtype == self.pose.weight.dtype:
+        # as PrimaryCaps: float64 maps into a float32 layer give float64 capsules, bfloat16 ones float32
+        x, *wb = promoted(x, self.pose.weight, self.pose.bias, self.activation.weight, self.activation.bias)
+        if wb[0] is self.pose.weight and wb[2] is self.activation.weight:
             p, a = self.pose(x), self.activation(x)
         else:
-            p, a = (F.conv2d(x, c.weight.to(dtype), c.bias.to(dtype)) for c in (self.pose, self.activation))
+            p, a = F.conv2d(x, wb[0], wb[1]), F.conv2d(x, wb[2], wb[3])
         poses = p.view(N, self.types, POSE, H, W).permute(0, 3, 4, 1, 2)  # (N, H, W, T, 16)
         activations = torch.sigmoid(a).permute(0, 2, 3, 1)  # (N, H, W, T)
         return MatrixCaps(poses, activations)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._eager import autocast_on
+from .._eager import promoted
 from ..ops import squash
 from ..routing.result import check_count, check_floating, check_positive
 
@@ -44,14 +44,9 @@ class PrimaryCaps(nn.Module):
             raise ValueError(f"PrimaryCaps takes (B, C, H, W) feature maps of at least its {k[0]}x{k[1]} kernel, got "
                              f"{tuple(x.shape)}")
         check_floating(x, "feature maps", "x.float() takes them")
-        weight, bias = c.weight, c.bias
-        dtype = torch.promote_types(x.dtype, weight.dtype)
-        if dtype != weight.dtype:  # float64 maps into a float32 layer: float64, as the capsule layers promote
-            # (torch's convolution refused the pair: "Input type (double) and bias type (float) should be the same")
-            weight, bias = weight.to(dtype), bias.to(dtype)
-        if dtype != x.dtype and not autocast_on(x.device.type):  # bfloat16 maps into a float32 layer: float32 (under
-            # autocast the convolution casts both itself)
-            x = x.to(dtype)
+        # float64 maps into a float32 layer: float64, as the capsule layers promote (torch's convolution refused the
+        # pair: "Input type (double) and bias type (float) should be the same"); bfloat16 ones: float32
+        x, weight, bias = promoted(x, c.weight, c.bias)
         if self.out_scale == 1.0:  # the module itself where it can (a speed variant gives it another forward)
             y = c(x) if weight is c.weight else F.conv2d(x, weight, bias, c.stride, c.padding, c.dilation, c.groups)
         else:  # the convolution's product scaled before its bias is added (CapsNetConfig.init="authors")
