@@ -412,3 +412,41 @@ def test_weighted_bce_weighs_foreground_pixels_by_the_batchs_ratio():
     m = _t([[[[1.0, 0.0, 0.0, 0.0]]]])
     expected = -(3 * math.log(0.6) + math.log(0.8) + math.log(0.9) + math.log(0.7)) / 4
     assert segmentation_loss(p, m, "weighted-bce").item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_losses_refuse_constants_and_indices_that_made_silent_nonsense():
+    """A review of the Python API (2026-12-02): soft Dice broadcast mismatched masks (one prediction scored against
+    two masks) and a negative smooth; multi_hot and the losses read 2.9 as class 2 and
+    True as class 1; a negative margin, scale or lam made a loss of exactly 0 or one that training lowers by getting
+    worse; a string constant met torch's bare TypeError."""
+    from capsnet.losses import multi_hot, soft_dice, spread_loss
+
+    lengths, targets = torch.rand(4, 3, dtype=DT), torch.tensor([0, 1, 2, 0])
+    p, m = torch.rand(2, 1, 8, 8), (torch.rand(2, 1, 8, 8) > 0.5).float()
+    cases = [
+        (lambda: soft_dice(p, m[:, :, :1, :1]), r"probabilities \(2, 1, 8, 8\) and masks \(2, 1, 1, 1\) must have the "
+                                                r"same shape"),
+        (lambda: soft_dice(p[:1], m), r"probabilities \(1, 1, 8, 8\) and masks \(2, 1, 8, 8\)"),
+        (lambda: soft_dice(p, m, smooth=-1), r"smooth must be a finite number >= 0 \(0: the exact Dice, .* got -1$"),
+        (lambda: soft_dice(p, m, smooth="1"), "smooth must be a finite number >= 0"),
+        (lambda: multi_hot(torch.tensor([[2.9, 1.0]]), 10), "labels must be integer class indices, got torch.float32"),
+        (lambda: multi_hot(torch.tensor([[True, False]]), 10), "got torch.bool"),
+        (lambda: multi_hot(torch.tensor([[2, 1]]), 2.5), "num_classes must be a positive integer, got 2.5"),
+        (lambda: reconstruction_loss(torch.rand(2, 4), torch.rand(2, 4), scale=-1), "scale must be a finite number >= 0"),
+        (lambda: reconstruction_loss(torch.rand(2, 4), torch.rand(2, 4), scale=float("nan")), "got nan"),
+        (lambda: spread_loss(lengths, targets, -1), r"margin must be a finite number >= 0 .* got -1"),
+        (lambda: spread_loss(lengths, targets.bool(), 0.2), "class indices must be integers, got torch.bool"),
+        (lambda: margin_loss(lengths, targets.bool()), "class indices must be integers, got torch.bool"),
+        (lambda: margin_loss(lengths, targets, lam=-1), r"lam must be a finite number >= 0 \(the paper's 0.5\), got -1"),
+        (lambda: margin_loss(lengths, targets, m_plus="0.9"), "m_plus must be a finite number, got '0.9'"),
+        (lambda: margin_loss(lengths, targets, m_minus=float("inf")), "m_minus must be a finite number, got inf"),
+        (lambda: margin_loss(lengths, targets, validate="no"), "validate must be True or False, got 'no'"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make()
+    # what stays allowed: smooth 0 and above, a zero scale or margin, negative m_minus (a constant, not a weight)
+    torch.testing.assert_close(soft_dice(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), smooth=0.5), torch.ones(1))
+    assert reconstruction_loss(torch.rand(2, 4), torch.rand(2, 4), scale=0) == 0
+    assert margin_loss(lengths, targets, m_minus=-0.1) > margin_loss(lengths, targets)
+    assert spread_loss(lengths, targets, 0.0) >= 0

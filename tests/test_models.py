@@ -489,3 +489,32 @@ def test_labels_outside_the_classes_are_refused_by_name_not_by_one_hot(name):
         with pytest.raises(ValueError, match=f"class labels must be in 0..9 for 10 class capsules, got values {got}"):
             model(images, torch.tensor(labels))
     assert model(images, torch.tensor([0, 9, 5])).reconstructions.shape == (3, 1, 28, 28)
+
+
+@pytest.mark.parametrize("name", ["capsnet", "efficient-capsnet", "em-capsnet-small", "inverted-capsnet"])
+def test_routing_view_and_reconstruct_check_their_inputs_as_forward_does(name):
+    """A review of the Python API (2026-12-02): routing_view skipped forward's image check (a 32x32 image into a
+    28x28 CapsNet met "expected lower capsules (B, 72, 8), got (2, 128, 8)" from inside, bytes torch's dtype
+    error); reconstruct took float class indices (2.7 decoded class 2) and met "mat1 and mat2 shapes cannot be
+    multiplied" for capsules of the wrong shape."""
+    from capsnet.models.capsnet import mask_capsules
+
+    model = create_model(name).eval()
+    C, H, W = model.config.in_channels, model.config.input_height, model.config.input_width
+    with pytest.raises(ValueError, match=rf"expected images \(B, {C}, {H}, {W}\), got \(2, {C}, {H + 4}, {W + 4}\)"):
+        model.routing_view(torch.rand(2, C, H + 4, W + 4))
+    with pytest.raises(ValueError, match="images are torch.uint8; the models take floating-point images"):
+        model.routing_view(torch.ones(2, C, H, W, dtype=torch.uint8))
+    assert model.routing_view(torch.rand(2, C, H, W)).rounds.shape[0] == 2  # and the right images still work
+    if not hasattr(model, "reconstruct"):
+        return
+    J, D = model.config.num_classes, model.digits.out_dim
+    with pytest.raises(ValueError, match=rf"poses must be the class capsules \(B, {J}, {D}\) \(the model's "
+                                         rf"output.poses\), got \(2, 5, {D}\)"):
+        model.reconstruct(torch.rand(2, 5, D), torch.tensor([0, 1]))
+    for index in (torch.tensor([0.0, 2.7]), torch.tensor([True, False])):
+        with pytest.raises(ValueError, match=f"labels are {index.dtype}; give class indices as integers"):
+            model.reconstruct(torch.rand(2, J, D), index)
+        with pytest.raises(ValueError, match=f"labels are {index.dtype}"):
+            mask_capsules(torch.rand(2, J, D), index)
+    assert model.reconstruct(torch.rand(2, J, D), torch.tensor([0, J - 1])).shape == (2, C, H, W)

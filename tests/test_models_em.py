@@ -608,3 +608,19 @@ def test_coordinate_addition_in_the_receptive_fields_frame_scales_rows_by_the_he
     assert (H, W) == (3, 6)
     torch.testing.assert_close(votes[0, :, 0, 0, 0, 3], torch.tensor([(4 * q + 8.5) / 28 for q in range(H)]))
     torch.testing.assert_close(votes[0, 0, :, 0, 0, 7], torch.tensor([(4 * q + 8.5) / 40 for q in range(W)]))
+
+
+def test_the_em_loss_refuses_a_progress_outside_training_and_a_negative_recon_weight():
+    """progress -3 made a margin of -4 and a loss of exactly 0 (no gradient), NaN read as the end of training, and
+    recon_weight -1 was taken where capsnet_loss refuses it (a review of the Python API, 2026-12-02)."""
+    torch.manual_seed(0)
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10)
+    x, y = torch.rand(2, 1, 28, 28), torch.tensor([3, 4])
+    for bad in (-3, 1.5, float("nan"), "0.5", True):
+        with pytest.raises(ValueError, match=rf"progress must be a number from 0 \(start of training\) to 1 \(end\), "
+                                             rf"got {re.escape(repr(bad))}"):
+            em_capsnet_loss(model, x, y, progress=bad)
+    with pytest.raises(ValueError, match="recon_weight must be a finite number >= 0"):
+        em_capsnet_loss(model, x, y, recon_weight=-1)
+    start, end = (em_capsnet_loss(model, x, y, progress=p)[0] for p in (0, 1))
+    assert end > start  # the margin grows over training, and with it the loss of the same scores

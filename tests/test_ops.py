@@ -242,3 +242,13 @@ def test_squash_is_continuous_where_the_scaling_starts():
 def test_squash_empty_capsules():
     assert squash(torch.zeros(3, 0)).shape == (3, 0)
     assert _squash_vjp(torch.zeros(3, 0), torch.zeros(3, 0)).shape == (3, 0)
+
+
+def test_safe_norm_of_integer_capsules_is_a_float_norm_as_squash_takes_them():
+    """safe_norm of int64 [[1, 1]] was int64 [1] (and 0 for [[0, 0]], against the docstring's "never zero"); it
+    now promotes to the default float dtype, as squash does (a review of the Python API, 2026-12-02)."""
+    for s in (torch.tensor([[1, 1], [0, 0]]), torch.tensor([[True, True], [False, False]])):
+        got = safe_norm(s)
+        assert got.dtype == torch.get_default_dtype()
+        torch.testing.assert_close(got, safe_norm(s.to(torch.get_default_dtype())), rtol=0, atol=0)
+        assert abs(got[0].item() - 2 ** 0.5) < 1e-6 and got[1] > 0

@@ -40,17 +40,30 @@ def check_mask_values(masks: torch.Tensor) -> None:
                          f"{fix}")
 
 
-def check_recon_weight(weight: float) -> None:
+def check_recon_weight(weight: float, name: str = "recon_weight") -> None:
     """A ValueError unless a reconstruction loss's weight is a finite number >= 0: a negative one made a loss that
     training lowers by reconstructing worse (SegCaps' loss), NaN a NaN loss, and CapsNet's loss dropped both
     without a word."""
+    _check_constant(name, weight, " (0: no reconstruction loss; the paper's 0.0005)")
+
+
+def _check_constant(name: str, value: object, hint: str = "", *, low: float | None = 0.0) -> None:
+    """A ValueError unless ``value`` is a finite real number (not a bool, not a string) of at least ``low`` (None:
+    any finite number): a loss's constant, which a negative or NaN value turned into a loss training lowers by
+    getting worse, a loss of exactly 0 (no gradient) or NaN, and a string into torch's bare TypeError."""
     try:
-        ok = not isinstance(weight, bool) and math.isfinite(weight) and weight >= 0
+        ok = not isinstance(value, (bool, str)) and math.isfinite(value) and (low is None or value >= low)
     except TypeError:
         ok = False
     if not ok:
-        raise ValueError(f"recon_weight must be a finite number >= 0 (0: no reconstruction loss; the paper's 0.0005), "
-                         f"got {weight!r}")
+        want = "a finite number" + (f" >= {low:g}" if low is not None else "")
+        raise ValueError(f"{name} must be {want}{hint}, got {value!r}")
+
+
+def _check_index_dtype(targets: torch.Tensor, what: str = "class indices") -> None:
+    """A ValueError for float or bool class indices: 2.9 was truncated to class 2, and True read as class 1, silently."""
+    if targets.is_floating_point() or targets.dtype == torch.bool or targets.is_complex():
+        raise ValueError(f"{what} must be integers, got {targets.dtype}; (B, J) multi-hot targets may be floats")
 
 
 def foreground_weight(masks: torch.Tensor) -> torch.Tensor:
@@ -123,12 +136,15 @@ def margin_loss(
         raise ValueError(f"lengths must be (B, J), got shape {tuple(lengths.shape)}")
     B, J = lengths.shape
     check_nonempty(B)
+    _check_constant("m_plus", m_plus, low=None)  # NaN made a NaN loss, a string torch's bare TypeError
+    _check_constant("m_minus", m_minus, low=None)
+    _check_constant("lam", lam, " (the paper's 0.5)")  # a negative one rewarded long wrong capsules
+    if not isinstance(validate, bool):
+        raise ValueError(f"validate must be True or False, got {validate!r}")
     if targets.dim() == 1:
         if targets.shape[0] != B:
             raise ValueError(f"targets (B,) must match lengths' batch {B}, got shape {tuple(targets.shape)}")
-        if targets.is_floating_point():  # 2.9 was truncated to class 2, silently
-            raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may "
-                             f"be floats")
+        _check_index_dtype(targets)
         if validate and eager() and targets.numel():
             _refuse_out_of_range(targets, J)
         T = _one_hot(targets, J, lengths.dtype)  # (B, J)
@@ -156,6 +172,7 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor, *, 
         images: (B, C, H, W) or (B, P) with the same number of pixels P
         returns: () scalar
     """
+    check_recon_weight(scale, "scale")  # -1 made a loss that training lowers by reconstructing worse
     B = images.shape[0]
     if reconstructions.shape[0] != B:
         raise ValueError(f"reconstructions hold {reconstructions.shape[0]} images but images hold {B}")
@@ -181,6 +198,10 @@ def multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype = torch
     """
     if labels.dim() != 2:
         raise ValueError(f"labels must be (B, K) class indices, K of them per example, got shape {tuple(labels.shape)}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if labels.is_floating_point() or labels.dtype == torch.bool or labels.is_complex():  # 2.9 was class 2, silently
+        raise ValueError(f"labels must be integer class indices, got {labels.dtype}")
     if labels.device.type == "cpu" and eager() and labels.numel():  # scatter's own was a bare "index 12 is out of
         _refuse_out_of_range(labels, num_classes)  # bounds" RuntimeError
     return torch.zeros(len(labels), num_classes, dtype=dtype, device=labels.device).scatter_(1, labels.long(), 1.0)
@@ -202,9 +223,9 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
         raise ValueError(f"activations must be (B, J), got shape {tuple(activations.shape)}")
     B, J = activations.shape
     check_nonempty(B)  # a mean over no examples: NaN, which a step would write into every weight
-    if targets.dim() == 1 and targets.is_floating_point():  # 2.9 was truncated to class 2, silently
-        raise ValueError(f"class indices must be integers, got {targets.dtype}; (B, J) multi-hot targets may be "
-                         f"floats")
+    _check_constant("margin", margin, " (the paper's schedule runs from 0.2 to 0.9)")  # -1 gave a loss of 0, NaN NaN
+    if targets.dim() == 1:
+        _check_index_dtype(targets)
     if targets.dim() == 1 and targets.device.type == "cpu" and eager() and len(targets) == B and B:
         # as margin_loss says it (F.one_hot's own was a bare RuntimeError); on the CPU, where the check costs no
         # device sync (as mask_capsules)
@@ -229,10 +250,16 @@ _P_EPS = 1e-6  # probabilities are kept in [eps, 1 - eps] for the logarithms
 
 
 def soft_dice(probabilities: torch.Tensor, masks: torch.Tensor, *, smooth: float = 1.0) -> torch.Tensor:
-    """Per-example soft Dice ``(2 sum(p m) + smooth) / (sum(p) + sum(m) + smooth)``: (B,) in (0, 1].
+    """Per-example soft Dice ``(2 sum(p m) + smooth) / (sum(p) + sum(m) + smooth)``: (B,) in (0, 1]; ``smooth`` >= 0
+    (with 0 an example whose mask and prediction are both empty scores 0/0 = NaN).
 
     Shapes: probabilities (B, 1, H, W) in [0, 1]; masks (B, 1, H, W) 0/1
     """
+    if tuple(probabilities.shape) != tuple(masks.shape):  # they broadcast: one prediction scored against two masks
+        raise ValueError(f"probabilities {tuple(probabilities.shape)} and masks {tuple(masks.shape)} must have the "
+                         f"same shape (B, 1, H, W)")
+    _check_constant("smooth", smooth, " (0: the exact Dice, NaN for an empty mask and an empty prediction, which the "
+                                      "default 1 scores 1)")  # -1 scored an empty pair 1 and near-misses above it
     check_mask_values(masks)
     return _soft_dice(probabilities, masks, smooth=smooth)
 

@@ -64,6 +64,8 @@ def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Te
     summed in float32 and returned in float16 (its squares overflow for
     entries from about 256 on: a capsule of 16 entries of 300 had norm inf).
     """
+    if not s.is_floating_point():  # as squash: integer capsules' norm had been truncated to an integer (0 for 0)
+        s = s.to(torch.get_default_dtype())
     wide = s.float() if s.dtype == torch.float16 else s  # float16's own epsilon (its value at 0), the sum in float32
     return torch.sqrt(wide.pow(2).sum(dim=dim, keepdim=keepdim) + _eps(s.dtype)).to(s.dtype)
 

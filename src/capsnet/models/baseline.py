@@ -26,7 +26,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types, plain_numbers
 from ..losses import multi_hot
-from .inputs import check_class_images, check_weights_dtype, check_class_labels
+from .inputs import check_class_labels, check_model_images
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
@@ -111,8 +111,7 @@ class BaselineCNN(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Shapes: images (B, C, H, W) in [0, 1] -> logits (B, num_classes)."""
         cfg = self.config
-        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
-        check_weights_dtype(images, self)
+        check_model_images(self, images)
         x = images
         for conv in self.convs:
             x = F.relu(conv(x))

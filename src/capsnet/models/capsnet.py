@@ -21,7 +21,7 @@ from .._eager import eager
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import _one_hot, check_recon_weight, margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
-from .inputs import check_class_images, check_weights_dtype, check_class_labels, check_decode_labels
+from .inputs import check_class_labels, check_decode_labels, check_integer_labels, check_model_images
 from .rounds import SavedRounds, check_rounds
 
 PADDINGS = ("valid", "same")
@@ -314,6 +314,7 @@ def mask_capsules(poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         returns: (B, J * D)
     """
     B, J, D = poses.shape
+    check_integer_labels(index)  # 2.7 was truncated to class 2, True read as class 1, silently
     if tuple(index.shape) != (B,):  # one label for four images was broadcast: all four decoded from its capsule
         raise ValueError(f"index must be (B,) = ({B},), one class per example, got shape {tuple(index.shape)}")
     if index.device.type == "cpu" and eager() and len(index) and not 0 <= int(index.min()) <= int(index.max()) < J:
@@ -397,8 +398,7 @@ class CapsNet(nn.Module):
                 reconstructions (B, C, H, W), or (B, K, C, H, W) for (B, K) labels, or None
         """
         cfg = self.config
-        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
-        check_weights_dtype(images, self)
+        check_model_images(self, images)
         if labels is not None:
             check_decode_labels(labels, cfg.num_classes)
         u = self.primary_capsules(images)  # (B, I, 8)
@@ -434,6 +434,7 @@ class CapsNet(nn.Module):
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The digit capsule layer's routing, round by round, from one recorded pass (figures, the viewer)."""
+        check_model_images(self, images)  # as forward: a 32x32 image met "expected lower capsules (B, 72, 8)"
         u = self.primary_capsules(images)  # (N, I, D), I ordered (type, row, column)
         r = self.digits(u, self._presence(u), record=True)
         rows, cols = self.config.primary_grid
@@ -446,14 +447,20 @@ class CapsNet(nn.Module):
         """
         if self.decoder is None:
             raise RuntimeError(f"this {type(self).__name__} was built with decoder=False and cannot reconstruct")
-        return decode_masked(self.decoder, poses, index)
+        return decode_masked(self.decoder, poses, index, (self.config.num_classes, self.config.digit_dim))
 
 
-def decode_masked(decoder: nn.Module, poses: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def decode_masked(decoder: nn.Module, poses: torch.Tensor, index: torch.Tensor,
+                  capsules: tuple[int, int] | None = None) -> torch.Tensor:
     """The decoder's image of the capsules ``index`` picks, the others masked (section 4.1); K per image for (B, K).
 
-    Shapes: poses (B, J, D), index (B,) -> (B, C, H, W); index (B, K) -> (B, K, C, H, W)
+    Shapes: poses (B, J, D) (``capsules`` = (J, D) where given, checked), index (B,) -> (B, C, H, W);
+    index (B, K) -> (B, K, C, H, W)
     """
+    if capsules is not None and (poses.dim() != 3 or tuple(poses.shape[1:]) != tuple(capsules)):
+        # torch's "mat1 and mat2 shapes cannot be multiplied" from inside the decoder
+        raise ValueError(f"poses must be the class capsules (B, {capsules[0]}, {capsules[1]}) (the model's "
+                         f"output.poses), got {tuple(poses.shape)}")
     if index.dim() == 1:
         return decoder(mask_capsules(poses, index))
     B, J, D = poses.shape

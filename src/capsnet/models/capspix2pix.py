@@ -116,6 +116,9 @@ def check_gan_fields(cfg: Any) -> None:
     check_range(cfg, "l1_weight", 0, 1e6)
     for name in ("real_label", "fake_label"):
         check_range(cfg, name, 0, 1)
+    if cfg.real_label <= cfg.fake_label:  # equal: no signal for the discriminator; swapped: the objective inverted
+        raise ValueError(f"{type(cfg).__name__}.real_label ({cfg.real_label!r}) must be above fake_label "
+                         f"({cfg.fake_label!r}): the discriminator learns to tell real (high) from fake (low)")
     for name in ("beta1", "beta2"):
         if not 0 <= getattr(cfg, name) < 1:
             raise ValueError(f"{type(cfg).__name__}.{name} must be in 0..1 (1 excluded), got {getattr(cfg, name)!r}")

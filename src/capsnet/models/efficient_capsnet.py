@@ -25,7 +25,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
-from .inputs import check_class_images, check_decode_labels, check_weights_dtype, refuse_batch_of_one
+from .inputs import check_decode_labels, check_model_images, refuse_batch_of_one
 
 __all__ = ["INITS", "EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -160,8 +160,7 @@ class EfficientCapsNet(nn.Module):
         """Shapes: images (B, C, H, W) in [0, 1]; labels (B,), (B, K) or None ->
         poses (B, J, 16), lengths (B, J), reconstructions (B, C, H, W) (or (B, K, C, H, W)) or None, coupling (B, I, J)."""
         cfg = self.config
-        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
-        check_weights_dtype(images, self)
+        check_model_images(self, images)
         if labels is not None:
             check_decode_labels(labels, cfg.num_classes)
         if self.training and len(images) == 1 and cfg.grid == (1, 1):
@@ -176,6 +175,7 @@ class EfficientCapsNet(nn.Module):
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The class capsules' self-attention coupling (one round) from the 16 primary capsules."""
+        check_model_images(self, images)
         u = self.primary_capsules(images)  # (N, 16, 8)
         r = self.digits(u, record=True)
         return RoutingView(r.rounds, u.norm(dim=-1), r.activations, (self.config.primary_caps, 1, 1))
@@ -184,4 +184,4 @@ class EfficientCapsNet(nn.Module):
         """Decode class capsules masked to ``index`` (B,) or (B, K), as ``CapsNet.reconstruct``."""
         if self.decoder is None:
             raise RuntimeError("this EfficientCapsNet was built with decoder=False and cannot reconstruct")
-        return decode_masked(self.decoder, poses, index)
+        return decode_masked(self.decoder, poses, index, (self.config.num_classes, self.config.class_dim))

@@ -39,9 +39,9 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
-from ..losses import multi_hot, spread_loss
+from ..losses import check_recon_weight, multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
-from .inputs import check_class_images, check_weights_dtype, check_class_labels
+from .inputs import check_class_labels, check_model_images
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
@@ -265,9 +265,7 @@ class EMCapsNet(nn.Module):
 
         ``labels`` are accepted for the shared model signature and unused (no decoder).
         """
-        cfg = self.config
-        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
-        check_weights_dtype(images, self)
+        check_model_images(self, images)
         out = self.classes(self._conv_capsules(images))
         return EMCapsNetOutput(out.poses, out.activations, out.coupling)
 
@@ -282,6 +280,7 @@ class EMCapsNet(nn.Module):
 
     def routing_view(self, images: torch.Tensor) -> RoutingView:
         """The class layer's EM routing, iteration by iteration, over the ConvCaps2 capsules."""
+        check_model_images(self, images)
         caps = self._conv_capsules(images)
         return grid_routing_view(caps, self.classes(caps, record=True))
 
@@ -293,6 +292,13 @@ def em_capsnet_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     Shapes: images (B, C, H, W); labels (B,) or (B, 2) pairs; returns loss (), scores (B, K).
     ``components`` and ``recon_weight`` are accepted for the shared loss signature: no decoder.
     """
+    check_recon_weight(recon_weight)  # as capsnet_loss: -1 is refused, though no decoder reads it
+    try:
+        within = not isinstance(progress, (bool, str)) and 0.0 <= progress <= 1.0  # NaN fails both comparisons
+    except TypeError:
+        within = False
+    if not within:  # -3 made a negative margin and a loss of exactly 0; NaN read as the end of training
+        raise ValueError(f"progress must be a number from 0 (start of training) to 1 (end), got {progress!r}")
     check_class_labels(labels, images.shape[0], model.config.num_classes)
     out = model(images)
     targets = multi_hot(labels, out.activations.shape[1], out.activations.dtype) if labels.dim() == 2 else labels

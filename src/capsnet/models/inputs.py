@@ -54,6 +54,14 @@ def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> 
     check_floating(images)
 
 
+def check_model_images(model: torch.nn.Module, images: torch.Tensor) -> None:
+    """``check_class_images`` against a classifier's config (in_channels, input_height, input_width), then
+    ``check_weights_dtype``: what each classifier's forward and routing_view check first."""
+    cfg = model.config
+    check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
+    check_weights_dtype(images, model)
+
+
 def check_integer_labels(labels: torch.Tensor) -> None:
     """A ValueError unless ``labels`` hold integers (class indices), not floats or booleans."""
     check_tensor(labels, "labels")

@@ -33,7 +33,7 @@ from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_v
 from ..losses import multi_hot
 from ..ops import _scale
 from ..routing import InvertedDotProductRouting, RoutingResult, RoutingView
-from .inputs import check_class_images, check_weights_dtype, check_class_labels
+from .inputs import check_class_labels, check_model_images
 
 __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss",
            "ROUTING_MODES"]
@@ -133,9 +133,7 @@ class InvertedCapsNet(nn.Module):
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> InvertedCapsNetOutput:
         """Shapes: images (B, C, H, W) -> poses (B, K, 16), logits (B, K), coupling (B, I, K). ``labels`` unused."""
-        cfg = self.config
-        check_class_images(images, (cfg.in_channels, cfg.input_height, cfg.input_width))
-        check_weights_dtype(images, self)
+        check_model_images(self, images)
         _, out = self._routed(images)
         return InvertedCapsNetOutput(out.poses, self.head(out.poses).squeeze(-1), out.coupling)
 
@@ -182,6 +180,7 @@ class InvertedCapsNet(nn.Module):
         """The class layer's passes over the last convolutional capsules (children: each one's largest coupling in
         the last pass, how decidedly it routes: their pose lengths are layer-normalised, near 4 everywhere, a map
         that shows nothing)."""
+        check_model_images(self, images)
         caps, result = self._routed(images, record=True)
         view = grid_routing_view(caps, result)
         decided = view.rounds[:, -1].amax(dim=-1)  # (N, T*H*W), in the view's (type, row, column) order
