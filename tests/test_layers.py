@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 
 import pytest
 import torch
@@ -321,3 +322,36 @@ def _tensors(out):
     if isinstance(out, tuple) and isinstance(out[0], torch.Tensor) and len(out) == 2:  # MatrixCaps
         return list(out)
     return [t for t in (out[0], out[1]) if isinstance(t, torch.Tensor)]  # RoutingResult or (grid, result)
+
+
+def test_the_capsule_layers_refuse_a_routing_that_is_no_module_a_switch_that_is_no_bool_and_a_bad_field():
+    """A review of the Python API (2026-12-02): routing="dynamic" built and met "'str' object is not callable" at the
+    first forward, the class DynamicRouting an einsum complaint, None in ConvMatrixCaps "'NoneType' object has no
+    attribute 'forward'"; bias="no" built a bias; ClassMatrixCaps' receptive field of zero sides made NaN classes."""
+    from capsnet.layers import ClassMatrixCaps, ConvCaps2d, ConvMatrixCaps, ConvTransposeCaps2d, DenseMatrixCaps
+    from capsnet.routing import EMRouting
+
+    cases = [
+        (lambda: DenseCaps(4, 8, 2, 16, routing="dynamic"), TypeError,
+         r"routing must be a routing module \(nn.Module\), got str 'dynamic': create_routing\('dynamic', \.\.\.\) "
+         r"builds one by name"),
+        (lambda: ConvCaps2d(2, 4, 2, 4, routing=DynamicRouting), TypeError,
+         r"got the class DynamicRouting itself: pass an instance, e.g. DynamicRouting\(\.\.\.\)"),
+        (lambda: ConvTransposeCaps2d(2, 4, 2, 4, routing=3), TypeError, "got int 3"),
+        (lambda: ConvMatrixCaps(2, 3, routing=None), TypeError, "got NoneType None"),
+        (lambda: ClassMatrixCaps(2, 3, routing="em"), TypeError, "got str 'em'"),
+        (lambda: DenseMatrixCaps(4, 3, routing=EMRouting), TypeError, "got the class EMRouting itself"),
+        (lambda: DenseCaps(4, 8, 2, 16, bias="no"), ValueError, "bias must be True or False, got 'no'"),
+        (lambda: DenseCaps(4, 8, 2, 16, factored=0), ValueError, "factored must be True or False, got 0"),
+        (lambda: ConvCaps2d(2, 4, 2, 4, bias="no"), ValueError, "bias must be True or False, got 'no'"),
+    ]
+    for field in ((1, 0.5, 0, 3), (1, 2), "abcd", (0, 0.5, 3, 3), (1, float("nan"), 3, 3), (1, True, 3, 3)):
+        cases.append((lambda field=field: ClassMatrixCaps(2, 3, routing=EMRouting(3), receptive_field=field),
+                      ValueError, r"receptive_field must be \(stride, offset, image height, image width\): a positive "
+                                  rf"stride .* got {re.escape(repr(field))}"))
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()
+    caps = (torch.randn(1, 3, 3, 2, 16), torch.rand(1, 3, 3, 2))
+    layer = ClassMatrixCaps(2, 3, routing=EMRouting(3), receptive_field=[4, 8.5, 28, 28])  # a list is taken
+    assert torch.isfinite(layer(caps).activations).all()

@@ -31,7 +31,7 @@ from torch import nn
 
 from .._eager import promoted
 from ..routing import DynamicRouting, RoutingResult
-from ..routing.result import check_count, check_floating
+from ..routing.result import check_count, check_floating, check_routing, check_switch
 
 __all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "same_padding", "check_grid"]
 
@@ -61,6 +61,9 @@ class _GridCaps(nn.Module):
         for name, v in (("in_types", in_types), ("in_dim", in_dim), ("out_types", out_types), ("out_dim", out_dim),
                         ("kernel_size", kernel_size), ("stride", stride)):
             check_count(name, v)
+        check_switch("bias", bias)  # "no" built a bias
+        if routing is not None:
+            check_routing(routing)
         self.in_types, self.in_dim, self.out_types, self.out_dim = in_types, in_dim, out_types, out_dim
         self.kernel_size, self.stride = kernel_size, stride
         # SegCaps' routing bias: one per parent type and dimension, shared by the positions, initialised to 0.1

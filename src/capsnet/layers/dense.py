@@ -6,7 +6,7 @@ from torch import nn
 
 from .._eager import autocast_on, eager, promoted
 from ..routing import DynamicRouting, RoutingResult, plain_routing_active
-from ..routing.result import check_count, check_floating
+from ..routing.result import check_count, check_floating, check_routing, check_switch
 
 __all__ = ["DenseCaps"]
 
@@ -49,6 +49,10 @@ class DenseCaps(nn.Module):
         super().__init__()
         for name, value in (("in_caps", in_caps), ("in_dim", in_dim), ("out_caps", out_caps), ("out_dim", out_dim)):
             check_count(name, value)
+        check_switch("bias", bias)  # "no" built a bias
+        check_switch("factored", factored)
+        if routing is not None:
+            check_routing(routing)
         self.in_caps, self.in_dim, self.out_caps, self.out_dim = in_caps, in_dim, out_caps, out_dim
         self.factored = factored
         self.weight = nn.Parameter(torch.randn(in_dim, in_caps, out_caps, out_dim) * 0.01)  # (Din, I, J, Dout)

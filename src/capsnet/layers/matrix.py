@@ -37,7 +37,7 @@ from torch import nn
 
 from .._eager import permute_contiguous, promoted
 from ..routing import RoutingResult, RoutingView
-from ..routing.result import check_count, check_floating, check_positive, check_switch
+from ..routing.result import check_count, check_floating, check_positive, check_routing, check_switch
 
 __all__ = ["MatrixCaps", "PrimaryMatrixCaps", "ConvMatrixCaps", "ClassMatrixCaps", "DenseMatrixCaps",
            "grid_routing_view"]
@@ -136,6 +136,7 @@ class ConvMatrixCaps(nn.Module):
                             ("stride", stride)):
             check_count(name, value)
         check_switch("share_children", share_children)
+        check_routing(routing)  # None met "'NoneType' object has no attribute 'forward'"
         takes = inspect.signature(routing.forward).parameters.values()
         if share_children and not any(q.name == "children" or q.kind is q.VAR_KEYWORD for q in takes):
             raise ValueError(f"share_children=True hands the routing each vote's child ids, which "
@@ -193,6 +194,23 @@ class ConvMatrixCaps(nn.Module):
         return ids.permute(0, 1, 2, 4, 5, 3).reshape(-1, K * K * I)
 
 
+def _check_receptive_field(field: object) -> None:
+    """A ValueError unless ``field`` is (stride, offset, image height, image width): positive finite stride and sides,
+    a finite offset (zero sides made NaN class capsules, a pair met "not enough values to unpack" at the forward)."""
+    ok = isinstance(field, (tuple, list)) and len(field) == 4
+    if ok:
+        stride, offset, height, width = field
+        try:
+            for name, value in (("stride", stride), ("image height", height), ("image width", width)):
+                check_positive(name, value)
+            ok = not isinstance(offset, bool) and isinstance(offset, (int, float)) and math.isfinite(offset)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(f"receptive_field must be (stride, offset, image height, image width): a positive stride and "
+                         f"sides and a finite offset, e.g. (4, 8.5, 28, 28) (em-capsnet on MNIST), got {field!r}")
+
+
 class ClassMatrixCaps(nn.Module):
     """Class capsules: every child votes for every class with a transformation shared over positions.
 
@@ -214,6 +232,9 @@ class ClassMatrixCaps(nn.Module):
         check_count("in_types", in_types)
         check_count("classes", classes)
         check_switch("coordinate_addition", coordinate_addition)
+        check_routing(routing)
+        if receptive_field is not None:
+            _check_receptive_field(receptive_field)
         self.in_types, self.classes, self.coordinate_addition = in_types, classes, coordinate_addition
         self.receptive_field = receptive_field
         self.weight = _transform((in_types, classes), std)  # (I, J, 4, 4)
@@ -261,6 +282,7 @@ class DenseMatrixCaps(nn.Module):
         super().__init__()
         check_count("in_caps", in_caps)
         check_count("out_caps", out_caps)
+        check_routing(routing)
         self.in_caps, self.out_caps = in_caps, out_caps
         self.weight = _transform((in_caps, out_caps), std)  # (I, J, 4, 4)
         self.routing = routing

@@ -156,6 +156,19 @@ def check_positive(name: str, value: object, hint: str = "") -> None:
         raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}")
 
 
+def check_routing(routing: object) -> None:
+    """A TypeError unless ``routing`` is a module instance (a layer's ``routing=``): a name such as "dynamic" built
+    and then met "'str' object is not callable" at the first forward, the class itself torch's einsum complaint."""
+    if isinstance(routing, nn.Module):
+        return
+    if isinstance(routing, type) and issubclass(routing, nn.Module):
+        raise TypeError(f"routing must be a routing module, got the class {routing.__name__} itself: pass an "
+                        f"instance, e.g. {routing.__name__}(...), or create_routing(name, ...)")
+    fix = (f"create_routing({routing!r}, ...) builds one by name" if isinstance(routing, str)
+           else "e.g. create_routing('dynamic', iterations=3)")
+    raise TypeError(f"routing must be a routing module (nn.Module), got {type(routing).__name__} {routing!r}: {fix}")
+
+
 def check_switch(name: str, value: object) -> None:
     """A ValueError unless ``value`` is True or False (a string such as "no" would read as True)."""
     if not isinstance(value, bool):
