@@ -244,7 +244,7 @@ def test_dataset_checks_shapes():
     with pytest.raises(ValueError, match="labels"):
         Dataset("x", "train", torch.zeros(3, 1, 2, 2, dtype=torch.uint8),
                 torch.zeros(4, dtype=torch.int64), ("a",))
-    assert "n=3" in repr(Dataset("x", "train", torch.zeros(3, 1, 2, 2), torch.zeros(3), ("a",)))
+    assert "n=3" in repr(Dataset("x", "train", torch.zeros(3, 1, 2, 2), torch.zeros(3, dtype=torch.long), ("a",)))
 
 
 def test_read_numbers_match_independent_decoding(data_root, mnist_test):
@@ -327,3 +327,33 @@ def test_the_kept_files_are_bounded_and_let_go_of_when_asked(data_root, monkeypa
     monkeypatch.setattr(sets, "read_idx_bytes", lambda path, **k: reads.append(path) or real_read(path, **k))
     load_dataset("fashion-mnist", "test", root=data_root)
     assert len(reads) == 2  # read and checked again
+
+
+def test_a_dataset_refuses_labels_indices_and_switches_that_read_as_something_else(tmp_path):
+    """A review of the Python API (2026-12-02): subset([0.5, 1.7]) gave examples 0 and 1, a boolean mask of 2 for 4
+    examples picked from the first 2; float labels, labels past the classes, classes given as one string, masks of
+    another size and numpy arrays all built; load_dataset(download="no") downloaded (a true value)."""
+    images, labels = torch.zeros(4, 1, 6, 6, dtype=torch.uint8), torch.tensor([0, 1, 2, 3])
+    d = Dataset("x", "train", images, labels, ("a", "b", "c", "d"))
+    cases = [
+        (lambda: d.subset([0.5, 1.7]), ValueError, r"indices must be integers \(or a boolean mask\), got torch.float32"),
+        (lambda: d.subset([True, False]), ValueError, r"one entry per example, shape \(4,\), got shape \(2,\)"),
+        (lambda: Dataset("x", "train", images, labels.float() + 0.5, ("a",) * 4), ValueError,
+         "labels must be integer class indices, got torch.float32"),
+        (lambda: Dataset("x", "train", images, labels + 7, ("a", "b")), ValueError,
+         r"labels must index the 2 classes \(0..1\), got values from 7 to 10"),
+        (lambda: Dataset("x", "train", images, labels, "abcd"), ValueError,
+         "classes must be a tuple of class names, got the string 'abcd'"),
+        (lambda: Dataset("x", "train", images, torch.zeros(4, 1, 3, 3), ("a",)), ValueError,
+         r"masks \(4, 1, 6, 6\), to match the images, got shape \(4, 1, 3, 3\)"),
+        (lambda: Dataset("x", "train", images.numpy(), labels, ("a",) * 4), TypeError,
+         r"images must be a torch.Tensor, got ndarray: torch.from_numpy\(images\) converts an array"),
+        (lambda: load_dataset("mnist", "test", root=tmp_path, download="no"), ValueError,
+         r"download must be True, False or None \(download only into the user cache\), got 'no'"),
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()
+    assert d.subset(torch.tensor([True, False, True, False])).labels.tolist() == [0, 2]
+    assert d.subset(np.array([3, 1])).labels.tolist() == [3, 1]
+    assert not list(tmp_path.iterdir())  # nothing fetched, nothing written

@@ -320,3 +320,28 @@ def test_load_test_refuses_a_size_that_is_not_a_count():
                                              rf"{re.escape(repr(size))}"):
             load_test("mnist-sample", size=size, progress=False)
     assert len(load_test("mnist-sample", size=np.int64(3), progress=False)) == 3
+
+
+def test_the_task_loaders_refuse_sizes_and_seeds_that_are_not_whole_numbers():
+    """A review of the Python API (2026-12-02): train_size=True trained on 1 example, 2.5 met "slice indices must be
+    integers", a seed of 1.5 "manual_seed expected a long", multimnist_test(n=-1) drew all pairs but one and
+    affine_test(batch_size=0) met "range() arg 3 must not be zero"."""
+    from capsnet.data.tasks import multimnist_test, nested_subset
+
+    digits, labels = torch.zeros(10, 1, 28, 28, dtype=torch.uint8), torch.arange(10)
+    cases = [
+        (lambda: load_training("mnist-sample", train_size=True), r"train_size must be an integer >= 0 \(0: all\), "
+                                                                 r"got True"),
+        (lambda: load_training("mnist-sample", val_size=2.5), "val_size must be an integer >= 0"),
+        (lambda: load_training("mnist-sample", seed=1.5), "seed must be an integer, got 1.5"),
+        (lambda: load_test("mnist-sample", extras="no"), "extras must be True or False, got 'no'"),
+        (lambda: nested_subset(10, 2.5, 0), r"subset size must be in 1..10 \(an integer\), got 2.5"),
+        (lambda: nested_subset(10, 3, 1.5), "seed must be an integer, got 1.5"),
+        (lambda: multimnist_test(digits, labels, -1), r"n must be an integer >= 1 \(the number of pairs\), got -1"),
+        (lambda: affine_test(digits, batch_size=0), "batch_size must be an integer >= 1, got 0"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make()
+    assert nested_subset(10, np.int64(3), np.int64(1)).tolist() == nested_subset(10, 3, 1).tolist()  # numpy integers
+    assert len(multimnist_test(digits, labels, 3).images) == 3

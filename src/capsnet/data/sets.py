@@ -186,15 +186,32 @@ class Dataset:
     names: tuple[str, ...] | None = None  # a user's folder: each example's file stem; None for the sets here
 
     def __post_init__(self) -> None:
+        for what, t in (("images", self.images), ("labels", self.labels)):
+            if not isinstance(t, torch.Tensor):  # a numpy array met "'numpy.ndarray' object has no attribute 'dim'"
+                raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}: torch.from_numpy({what}) "
+                                f"converts an array")
         if self.names is not None and len(self.names) != self.images.shape[0]:
             raise ValueError(f"{len(self.names)} names for {self.images.shape[0]} images")
         if self.images.dim() != 4:
             raise ValueError(f"images must be (N, C, H, W), got shape {tuple(self.images.shape)}")
-        if self.labels.shape[:1] != self.images.shape[:1] or (self.labels.dim() > 1 and self.labels.dim() != 4):
-            raise ValueError(
-                f"labels must be ({self.images.shape[0]},), or masks ({self.images.shape[0]}, 1, H, W), to match the "
-                f"images, got shape {tuple(self.labels.shape)}"
-            )
+        N, _, H, W = self.images.shape
+        if self.labels.shape[:1] != self.images.shape[:1] or (self.labels.dim() > 1 and (
+                self.labels.dim() != 4 or tuple(self.labels.shape[2:]) != (H, W))):
+            raise ValueError(f"labels must be ({N},), or masks ({N}, 1, {H}, {W}), to match the images, got shape "
+                             f"{tuple(self.labels.shape)}")
+        if self.labels.dim() == 1:
+            self._check_classes()
+
+    def _check_classes(self) -> None:
+        """Class labels: integers indexing ``classes`` (2.5 and True were taken, and labels past the classes)."""
+        labels, K = self.labels, len(self.classes)
+        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise ValueError(f"labels must be integer class indices, got {labels.dtype}")
+        if isinstance(self.classes, str):  # "abcd" read as four classes named by its letters
+            raise ValueError(f"classes must be a tuple of class names, got the string {self.classes!r}")
+        if K and labels.numel() and labels.device.type == "cpu" and not 0 <= int(labels.min()) <= int(labels.max()) < K:
+            raise ValueError(f"labels must index the {K} classes (0..{K - 1}), got values from {int(labels.min())} to "
+                             f"{int(labels.max())}")
 
     def __len__(self) -> int:
         return self.labels.shape[0]
@@ -208,7 +225,12 @@ class Dataset:
         """The examples at ``indices`` (integers, or a boolean mask of length N), in that order."""
         index = torch.as_tensor(indices)
         if index.dtype == torch.bool:
+            if tuple(index.shape) != (len(self),):  # a mask of 2 for 4 examples picked from the first 2
+                raise ValueError(f"a boolean mask must have one entry per example, shape ({len(self)},), got shape "
+                                 f"{tuple(index.shape)}")
             index = index.nonzero().flatten()
+        elif index.is_floating_point() or index.is_complex():  # 1.7 was example 1, silently
+            raise ValueError(f"indices must be integers (or a boolean mask), got {index.dtype}")
         index = index.to(device=self.labels.device, dtype=torch.long)
         names = None if self.names is None else tuple(self.names[k] for k in index.tolist())
         return dataclasses.replace(self, images=self.images[index], labels=self.labels[index], names=names)
@@ -307,6 +329,8 @@ def load_dataset(
         raise DataError(f"unknown data set {name!r}; valid names: {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} of {name}; valid splits: {', '.join(SPLITS)}")
+    if download is not None and not isinstance(download, bool):  # "no" downloaded, as a true value
+        raise ValueError(f"download must be True, False or None (download only into the user cache), got {download!r}")
     spec = _SPECS[name]
     image_file, label_file = spec.files[split]
 

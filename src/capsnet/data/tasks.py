@@ -1022,13 +1022,29 @@ def input_shape(name: str) -> tuple[int, int, int]:
     return task(name).input_shape
 
 
+def _check_whole(name: str, value: object, hint: str = "", low: int = 0) -> None:
+    """A ValueError unless ``value`` is an integer (not a bool) of at least ``low``: a size, count or seed (True was
+    one example, 2.5 met "slice indices must be integers", -1 took all but one)."""
+    import numbers
+
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}{hint}, got {value!r}")
+
+
+def _check_seed(seed: object) -> None:
+    """A ValueError unless ``seed`` is an integer (not a bool) torch's generator takes."""
+    import numbers
+
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not -(1 << 63) <= seed < (1 << 64):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+
+
 def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.PathLike | None = None,
               progress: bool = True) -> Split:
     """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
-    import numbers
-
-    if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:  # -1 met torch's arange error,
-        raise ValueError(f"size must be an integer >= 0 (0: the whole test split), got {size!r}")  # 1.5 gave 2
+    _check_whole("size", size, " (0: the whole test split)")  # -1 met torch's arange error, 1.5 gave 2
+    if not isinstance(extras, bool):
+        raise ValueError(f"extras must be True or False, got {extras!r}")
     t = task(name)
     return t.held(load_source(t.source, "test", root, progress), size, extras)
 
@@ -1047,6 +1063,10 @@ def load_training(name: str, *, train_size: int = 0, val_size: int = 0, test_siz
     source digits (``Task.batch`` places them) and the held split the
     generated images.
     """
+    for key, value, hint in (("train_size", train_size, " (0: all)"), ("val_size", val_size, " (0: none)"),
+                             ("test_size", test_size, " (0: all)")):
+        _check_whole(key, value, hint)
+    _check_seed(seed)
     t = task(name)
     train = load_source(t.source, "train", root, progress)
     if train_size > len(train):
@@ -1097,9 +1117,13 @@ def nested_subset(n: int, size: int, seed: int) -> torch.Tensor:
     The first ``size`` entries of ``torch.randperm(n)`` under ``seed`` (torch's
     CPU generator, so the same on every machine).
     """
-    if not 0 < size <= n:
-        raise ValueError(f"subset size must be in 1..{n}, got {size}")
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:size]
+    _check_seed(seed)  # 1.5 met "manual_seed expected a long"
+    import numbers
+
+    if not isinstance(size, numbers.Integral) or isinstance(size, bool) or not 0 < size <= n:
+        raise ValueError(f"subset size must be in 1..{n} (an integer), got {size!r}")  # 2.5 met "slice indices must
+        # be integers"
+    return torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[:int(size)]
 
 
 def multimnist_test(images: torch.Tensor, labels: torch.Tensor, n: int, *, seed: int = TEST_SEED) -> MultiMNISTBatch:
@@ -1111,6 +1135,7 @@ def multimnist_test(images: torch.Tensor, labels: torch.Tensor, n: int, *, seed:
     """
     if images.dim() != 4 or labels.shape != images.shape[:1]:
         raise ValueError(f"need images (N, C, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}")
+    _check_whole("n", n, " (the number of pairs)", low=1)  # -1 drew all pairs but one
     g = torch.Generator().manual_seed(seed)
     sources, shifts = draw_pairs(labels, max(n, TEST_PAIRS), generator=g, max_shift=MULTIMNIST_SHIFT)
     return render_pairs(images, labels, sources[:n], shifts[:n], max_shift=MULTIMNIST_SHIFT)
@@ -1156,6 +1181,7 @@ def translated_anywhere_test(images: torch.Tensor, *, seed: int = TEST_SEED, bat
 
 
 def _affine_batches(images: torch.Tensor, seed: int, batch_size: int, first: int | None, **rule) -> torch.Tensor:
+    _check_whole("batch_size", batch_size, low=1)  # 0 met "range() arg 3 must not be zero"
     if first is not None and first < 1:
         raise ValueError(f"first must be a positive number of images, got {first}")
     g = torch.Generator().manual_seed(seed)
