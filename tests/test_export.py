@@ -604,3 +604,24 @@ def test_the_reported_difference_is_the_largest_over_every_output():
     assert _compare(traced, got, expected, "onnxruntime") == pytest.approx(2e-5)
     with pytest.raises(ExportError, match="differs from the PyTorch model by .* in logits"):
         _compare(traced, [torch.ones(2, 3), got[1]], expected, "onnxruntime")
+
+
+def test_export_refuses_switches_and_batches_that_read_as_something_else(tmp_path):
+    """A review of the Python API (2026-12-02): any_size="no" read as True (refused as "export it without
+    --any-size"), example_batch=2.5 met torch's "rand() received an invalid combination of arguments", and
+    which="worst" with a model (not a checkpoint) was taken and ignored where a non-default weights is refused."""
+    from capsnet.export import ExportError, export_model, trace_model
+    from capsnet.models import create_model
+
+    model = create_model("capsnet", conv1_channels=16, primary_types=4)
+    for kwargs, message in (({"any_size": "no"}, "any_size must be True or False, got 'no'"),
+                            ({"example_batch": 2.5}, r"example_batch must be an integer of at least 2 .* got 2.5"),
+                            ({"example_batch": "3"}, "got '3'"), ({"example_batch": True}, "got True")):
+        with pytest.raises(ValueError, match=message):
+            trace_model(model, **kwargs)
+    with pytest.raises(ValueError, match="any_size must be True or False, got 1"):
+        export_model(model, tmp_path / "m.onnx", any_size=1)
+    with pytest.raises(ExportError, match=r"which='worst' picks a run's checkpoint; this source is not a checkpoint "
+                                          r"but CapsNet"):
+        export_model(model, tmp_path / "m.onnx", which="worst")
+    assert not list(tmp_path.iterdir())

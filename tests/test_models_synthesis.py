@@ -493,7 +493,10 @@ def test_wrong_label_maps_get_one_clear_message(name):
     ("input_height", 20, "multiple of 8"), ("input_width", 4, "input_width must be in 8"),
     ("dropout", 1.0, "dropout must be in 0..1"), ("real_label", 1.5, "real_label must be in 0..1"),
     ("beta1", 1.0, "beta1"), ("l1_weight", -1.0, "l1_weight"), ("in_channels", 0, "in_channels"),
-    ("disc_channels", "64", "disc_channels must be an integer")])
+    ("disc_channels", "64", "disc_channels must be an integer"),
+    # equal labels gave the discriminator no signal, swapped ones inverted it (a review of the Python API, 2026-12-02)
+    ("fake_label", 0.9, r"real_label \(0.9\) must be above fake_label \(0.9\): the discriminator learns"),
+    ("real_label", 0.05, r"real_label \(0.05\) must be above fake_label \(0.1\)")])
 def test_configs_refuse_bad_values_by_name(cls, field, value, message):
     with pytest.raises(ValueError, match=message):
         cls(**{field: value})

@@ -619,3 +619,12 @@ def test_predict_names_a_test_chosen_best_it_uses(trained_run, tmp_path, capsys)
     out = predict(run, "o3")
     assert "of a run not finished (or without its last.safetensors): its test figures are the best over its epochs " \
            "so far, and `capsnet eval` scores it too" in out and "`capsnet eval` scores the final" not in out
+
+
+@pytest.mark.parametrize("flag", ["probabilities", "progress", "mnist_style"])
+def test_predict_folder_refuses_a_switch_that_is_no_bool_before_reading_anything(tmp_path, flag):
+    """mnist_style="no" read as True and was refused as the flag the user had left out (probabilities="no": "leave
+    --probabilities out"); a review of the Python API, 2026-12-02. Refused by name before the model is loaded."""
+    with pytest.raises(ValueError, match=f"{flag} must be True or False, got 'no'"):
+        predict_folder(tmp_path / "no-such-run", tmp_path / "in", tmp_path / "out", **{flag: "no"})
+    assert not list(tmp_path.iterdir())

@@ -255,6 +255,8 @@ def _segmentation_models() -> list[str]:
 def _refuse_untraceable(model: nn.Module, any_size: bool) -> int | None:
     """An ExportError for a model ``trace_model`` cannot trace as asked (weights other than float32 on the CPU; any
     size for a model whose graph fixes it), before any work; else its ``side_multiple``."""
+    if not isinstance(any_size, bool):  # "no" read as True: refused as "export it without --any-size"
+        raise ValueError(f"any_size must be True or False, got {any_size!r}")
     odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
                   if p.dtype != torch.float32 or p.device.type != "cpu"})
     if odd:
@@ -275,9 +277,10 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
     The model is traced in eval mode (its own mode is restored after).
     A model that cannot be traced is an ``ExportError`` naming it and the reason.
     """
-    if example_batch < 2:
-        raise ValueError(f"example_batch must be at least 2 (torch.export treats a size of 1 as fixed), "
-                         f"got {example_batch}")
+    if not isinstance(example_batch, int) or isinstance(example_batch, bool) or example_batch < 2:
+        # 2.5 met torch's "rand() received an invalid combination of arguments", "3" a comparison's TypeError
+        raise ValueError(f"example_batch must be an integer of at least 2 (torch.export treats a size of 1 as fixed), "
+                         f"got {example_batch!r}")
     return _traced(model, _refuse_untraceable(model, any_size), any_size, example_batch)
 
 
@@ -638,6 +641,9 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
                         f"got {type(source).__name__}")
     if checkpoint is None and weights != "saved":
         raise ExportError(f"weights={weights!r} picks a checkpoint's weights; this source is not a checkpoint but "
+                          f"{type(source).__name__}")
+    if checkpoint is None and which != "best":  # taken and ignored, as weights was not
+        raise ExportError(f"which={which!r} picks a run's checkpoint; this source is not a checkpoint but "
                           f"{type(source).__name__}")
     label = source.label if isinstance(source, Traced) else _label(source)
     if (label, format) in UNSUPPORTED:

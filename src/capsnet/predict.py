@@ -265,6 +265,9 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    for name, value in (("probabilities", probabilities), ("progress", progress), ("mnist_style", mnist_style)):
+        if not isinstance(value, bool):  # "no" read as True: refused as a flag the user had left out
+            raise ValueError(f"{name} must be True or False, got {value!r}")
     model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
     kind = model_spec(ckpt.model_name).kind
     if kind == "synthesis":
