@@ -518,3 +518,29 @@ def test_routing_view_and_reconstruct_check_their_inputs_as_forward_does(name):
         with pytest.raises(ValueError, match=f"labels are {index.dtype}"):
             mask_capsules(torch.rand(2, J, D), index)
     assert model.reconstruct(torch.rand(2, J, D), torch.tensor([0, J - 1])).shape == (2, C, H, W)
+
+
+def test_a_model_class_and_the_decoder_name_a_config_or_size_of_the_wrong_kind():
+    """A review of the Python API (2026-12-02): CapsNet(None), a dict or another model's config met "'NoneType'
+    object has no attribute 'in_channels'" from inside; Decoder(0, ...) built zero-width layers (torch only warned)
+    and an out_shape of (28, 28) met "not enough values to unpack"."""
+    from capsnet.models import SegCaps, SegCapsConfig
+    from capsnet.models.baseline import BaselineCNNConfig
+
+    for config, got in ((None, "got NoneType"), ({"num_classes": 5}, r"got a dict: CapsNetConfig\(\*\*d\) builds"),
+                        (BaselineCNNConfig(), "got BaselineCNNConfig"),
+                        (CapsNetConfig, r"got the class CapsNetConfig itself: pass an instance, "
+                                        r"CapsNetConfig\(\.\.\.\)")):
+        with pytest.raises(TypeError, match=f"CapsNet takes a CapsNetConfig, {got}"):
+            CapsNet(config)
+    with pytest.raises(TypeError, match="SegCaps takes a SegCapsConfig, got CapsNetConfig"):
+        SegCaps(CapsNetConfig())
+    assert isinstance(SegCaps(create_model("segcaps-r1").config), SegCaps)  # a subclass's config is taken
+    for args, message in (((0, (1, 28, 28)), "in_features must be a positive integer, got 0"),
+                          ((16, (1, 28, 28), (0,)), "each hidden layer's width must be a positive integer, got 0"),
+                          ((16, (28, 28)), r"out_shape must be the image's \(C, H, W\), e.g. \(1, 28, 28\), got "
+                                           r"\(28, 28\)"),
+                          ((16, (1, 0, 28)), "out_shape's height must be a positive integer, got 0")):
+        with pytest.raises(ValueError, match=message):
+            Decoder(*args)
+    assert Decoder(16, (1, 4, 4), hidden=(8,))(torch.rand(2, 16)).shape == (2, 1, 4, 4)

@@ -620,3 +620,15 @@ def test_one_dimensional_votes_route_on_every_path():
     torch.testing.assert_close(*grads)
     recorded = EMRouting(out_caps=3)(v, a, record=True)
     torch.testing.assert_close(recorded.poses, fused.poses)
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("beta_a_init", "x", "beta_a_init must be a finite number, got 'x'"),
+    ("beta_u_init", True, "beta_u_init must be a finite number, got True"),
+    ("cost_scale", "x", r"cost_scale must be a positive number \(or None: Gritzman's 100 J / I\), got 'x'"),
+    ("mean_momentum", "0.1", r"mean_momentum must be in \[0, 1\) \(the official code's is 0.1\), got '0.1'")])
+def test_em_routing_names_an_option_of_the_wrong_kind(option, value, message):
+    """A string met a bare "must be real number, not str" (or "'<=' not supported") without the option's name, and
+    True was taken as 1 (a review of the Python API, 2026-12-02)."""
+    with pytest.raises(ValueError, match=message):
+        EMRouting(3, **{option: value})

@@ -26,7 +26,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types, plain_numbers
 from ..losses import multi_hot
-from .inputs import check_class_labels, check_model_images
+from .inputs import check_class_labels, check_config, check_model_images
 
 __all__ = ["BaselineCNNConfig", "BaselineCNN", "baseline_loss"]
 
@@ -94,6 +94,7 @@ class BaselineCNN(nn.Module):
 
     def __init__(self, config: BaselineCNNConfig = BaselineCNNConfig()) -> None:
         super().__init__()
+        check_config(config, BaselineCNNConfig, type(self).__name__)
         self.config = cfg = config
         convs, c_in = [], cfg.in_channels
         for c_out in cfg.channels:

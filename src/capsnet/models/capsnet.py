@@ -21,7 +21,9 @@ from .._eager import eager
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import _one_hot, check_recon_weight, margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
-from .inputs import check_class_labels, check_decode_labels, check_integer_labels, check_model_images
+from ..routing.result import check_count
+from .inputs import (check_class_labels, check_config, check_decode_labels, check_integer_labels,
+                     check_model_images)
 from .rounds import SavedRounds, check_rounds
 
 PADDINGS = ("valid", "same")
@@ -330,6 +332,14 @@ class Decoder(nn.Module):
 
     def __init__(self, in_features: int, out_shape: tuple[int, int, int], hidden: tuple[int, ...] = (512, 1024)) -> None:
         super().__init__()
+        # 0 built zero-width layers (torch only warns), (28, 28) met "not enough values to unpack"
+        check_count("in_features", in_features)
+        if not isinstance(out_shape, (tuple, list)) or len(out_shape) != 3:
+            raise ValueError(f"out_shape must be the image's (C, H, W), e.g. (1, 28, 28), got {out_shape!r}")
+        for name, value in zip(("channels", "height", "width"), out_shape):
+            check_count(f"out_shape's {name}", value)
+        for value in hidden:
+            check_count("each hidden layer's width", value)
         self.out_shape = out_shape
         sizes = [in_features, *hidden]
         layers: list[nn.Module] = []
@@ -350,6 +360,7 @@ class CapsNet(nn.Module):
 
     def __init__(self, config: CapsNetConfig = CapsNetConfig()) -> None:
         super().__init__()
+        check_config(config, CapsNetConfig, type(self).__name__)
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=cfg.conv1_kernel)
         authors = cfg.init == "authors"

@@ -73,7 +73,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from .segcaps import (CAPSULE_NORMS, STRIDE, capsule_stack, capsule_stack_weights, check_capsule_norm_grid,
                       check_sides, check_stack_fields, sides_fix, StackRouted, instance_norm_capsules,
                       walk_capsule_stack)
-from .inputs import check_floating, check_nonempty, check_weights_dtype
+from .inputs import check_config, check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "CapsPix2pix", "ConditionalGAN",
            "GAN_LR", "synthesis_losses", "check_label_maps", "check_image_pairs", "init_gan_weights", "check_gan_fields",
@@ -444,6 +444,7 @@ class CapsPix2pixGenerator(nn.Module):
 
     def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
         super().__init__()
+        check_config(config, CapsPix2pixConfig, type(self).__name__)
         self.config = cfg = config
         self.noise = nn.Linear(cfg.noise_dim, cfg.input_height * cfg.input_width)
         self.conv1 = nn.Conv2d(cfg.in_channels + 1, 16, 5, padding=2)
@@ -499,6 +500,7 @@ class ConditionalDiscriminator(nn.Module):
 
     def __init__(self, config: CapsPix2pixConfig = CapsPix2pixConfig()) -> None:
         super().__init__()
+        check_config(config, CapsPix2pixConfig, type(self).__name__)
         self.config = cfg = config
         layers: list[nn.Module] = []
         c = cfg.in_channels + cfg.out_channels

@@ -25,7 +25,7 @@ from ..layers import DenseCaps
 from ..ops import exp_squash
 from ..routing import RoutingView, SelfAttentionRouting
 from .capsnet import CapsNetOutput, Decoder, decode_masked
-from .inputs import check_decode_labels, check_model_images, refuse_batch_of_one
+from .inputs import check_config, check_decode_labels, check_model_images, refuse_batch_of_one
 
 __all__ = ["INITS", "EfficientCapsNetConfig", "EfficientCapsNet"]
 
@@ -109,6 +109,7 @@ class EfficientCapsNet(nn.Module):
 
     def __init__(self, config: EfficientCapsNetConfig = EfficientCapsNetConfig()) -> None:
         super().__init__()
+        check_config(config, EfficientCapsNetConfig, type(self).__name__)
         self.config = cfg = config
         layers: list[nn.Module] = []
         c_in = cfg.in_channels

@@ -41,7 +41,7 @@ from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_
 from ..layers import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps, grid_routing_view
 from ..losses import check_recon_weight, multi_hot, spread_loss
 from ..routing import EMRouting, RoutingView
-from .inputs import check_class_labels, check_model_images
+from .inputs import check_class_labels, check_config, check_model_images
 
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
@@ -223,6 +223,7 @@ class EMCapsNet(nn.Module):
 
     def __init__(self, config: EMCapsNetConfig = EMCapsNetConfig()) -> None:
         super().__init__()
+        check_config(config, EMCapsNetConfig, type(self).__name__)
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, cfg.conv1_channels, kernel_size=_CONV1[0], stride=_CONV1[1])
         self.conv1_norm = nn.BatchNorm2d(cfg.conv1_channels) if cfg.conv1_batch_norm else nn.Identity()

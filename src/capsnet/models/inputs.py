@@ -54,6 +54,22 @@ def check_class_images(images: torch.Tensor, expected: tuple[int, int, int]) -> 
     check_floating(images)
 
 
+def check_config(config: object, expected: type, model: str) -> None:
+    """A TypeError unless ``config`` is an ``expected`` (or a subclass's) instance: None, a dict or another model's
+    config met "'NoneType' object has no attribute 'in_channels'" (or 'conv1_channels') from inside the model."""
+    if isinstance(config, expected):
+        return
+    name = expected.__name__
+    if isinstance(config, type):
+        got = f"the class {config.__name__} itself: pass an instance, {config.__name__}(...)"
+    elif isinstance(config, dict):
+        got = f"a dict: {name}(**d) builds one from it"
+    else:
+        got = type(config).__name__
+    raise TypeError(f"{model} takes a {name}, got {got} (create_model(name, **overrides) builds a registered model "
+                    f"with its config)")
+
+
 def check_model_images(model: torch.nn.Module, images: torch.Tensor) -> None:
     """``check_class_images`` against a classifier's config (in_channels, input_height, input_width), then
     ``check_weights_dtype``: what each classifier's forward and routing_view check first."""

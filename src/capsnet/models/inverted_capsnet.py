@@ -33,7 +33,7 @@ from ..layers import ConvMatrixCaps, DenseMatrixCaps, MatrixCaps, grid_routing_v
 from ..losses import multi_hot
 from ..ops import _scale
 from ..routing import InvertedDotProductRouting, RoutingResult, RoutingView
-from .inputs import check_class_labels, check_model_images
+from .inputs import check_class_labels, check_config, check_model_images
 
 __all__ = ["InvertedCapsNetConfig", "InvertedCapsNet", "InvertedCapsNetOutput", "inverted_capsnet_loss",
            "ROUTING_MODES"]
@@ -114,6 +114,7 @@ class InvertedCapsNet(nn.Module):
 
     def __init__(self, config: InvertedCapsNetConfig = InvertedCapsNetConfig()) -> None:
         super().__init__()
+        check_config(config, InvertedCapsNetConfig, type(self).__name__)
         self.config = cfg = config
         C, P, T, K, R = cfg.backbone_channels, cfg.primary_types, cfg.caps_types, cfg.num_classes, cfg.routing_iterations
         self.backbone = nn.Conv2d(cfg.in_channels, C, 3, stride=2, padding=1)

@@ -39,7 +39,7 @@ from torch import nn
 from .._config import JsonConfig, check_choice, check_range, check_types
 from .capspix2pix import (DISCRIMINATORS, ConditionalDiscriminator, ConditionalGAN, CapsPix2pixConfig,
                           check_gan_fields, check_image_pairs, check_label_maps, check_patch_layers, init_gan_weights)
-from .inputs import check_weights_dtype
+from .inputs import check_config, check_weights_dtype
 from .segcaps import STRIDE, check_sides
 
 __all__ = ["Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "Pix2pix"]
@@ -137,6 +137,7 @@ class UNetGenerator(nn.Module):
 
     def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
         super().__init__()
+        check_config(config, Pix2pixConfig, type(self).__name__)
         self.config = cfg = config
         w, L = cfg.widths, cfg.levels
         down: list[nn.Module] = [nn.Conv2d(cfg.in_channels, w[0], 4, stride=2, padding=1, bias=False)]
@@ -183,6 +184,7 @@ class PatchDiscriminator(nn.Module):
 
     def __init__(self, config: Pix2pixConfig = Pix2pixConfig()) -> None:
         super().__init__()
+        check_config(config, Pix2pixConfig, type(self).__name__)
         self.config = cfg = config
         ndf = cfg.disc_channels
         layers: list[nn.Module] = [nn.Conv2d(cfg.in_channels + cfg.out_channels, ndf, 4, stride=2, padding=1),

@@ -50,7 +50,7 @@ from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
 from ..routing.dynamic import SQUASHES
 from .rounds import SavedRounds, check_rounds
-from .inputs import check_floating, check_nonempty, check_weights_dtype
+from .inputs import check_config, check_floating, check_nonempty, check_weights_dtype
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
@@ -440,6 +440,7 @@ class SegCaps(nn.Module):
 
     def __init__(self, config: SegCapsConfig = SegCapsConfig()) -> None:
         super().__init__()
+        check_config(config, SegCapsConfig, type(self).__name__)
         self.config = cfg = config
         self.conv1 = nn.Conv2d(cfg.in_channels, 16, 5, padding=2)
         self.caps = capsule_stack(routing_iterations=cfg.routing_iterations,

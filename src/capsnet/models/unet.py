@@ -24,7 +24,7 @@ from torch import nn
 
 from .._config import MAX_WEIGHTS, JsonConfig, check_choice, check_range, check_types
 from ..losses import SEGMENTATION_LOSSES
-from .inputs import check_weights_dtype, refuse_batch_of_one
+from .inputs import check_config, check_weights_dtype, refuse_batch_of_one
 from .segcaps import STRIDE, check_segmentation_input, check_sides
 
 __all__ = ["UNET_INITS", "UNetConfig", "UNet", "UNetOutput"]
@@ -95,6 +95,7 @@ class UNet(nn.Module):
 
     def __init__(self, config: UNetConfig = UNetConfig()) -> None:
         super().__init__()
+        check_config(config, UNetConfig, type(self).__name__)
         self.config = cfg = config
         w = cfg.widths
         self.down = nn.ModuleList([_block(cfg.in_channels, w[0], cfg.batch_norm)] +

@@ -108,6 +108,11 @@ __all__ = ["EMRouting"]
 CHILD_NORMS = ("all", "type")
 
 
+def _finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite real number, not a bool or a string."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class EMRouting(nn.Module):
     """EM routing between matrix capsules (Hinton, Sabour and Frosst, "Matrix capsules with EM routing", ICLR 2018,
     Procedure 1), with the shared call shape.
@@ -174,15 +179,15 @@ class EMRouting(nn.Module):
         self.normalise_cost = normalise_cost
         self.fused_backward = fused_backward
         for name, value in (("beta_u_init", beta_u_init), ("beta_a_init", beta_a_init)):
-            if not math.isfinite(value):
+            if not _finite_number(value):  # "x" met a bare "must be real number, not str"; True was taken as 1
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
         self.detach_routing = detach_routing
-        if cost_scale is not None and not (math.isfinite(cost_scale) and cost_scale > 0):
+        if cost_scale is not None and not (_finite_number(cost_scale) and cost_scale > 0):
             raise ValueError(f"cost_scale must be a positive number (or None: Gritzman's 100 J / I), got {cost_scale!r}")
-        if not 0 <= mean_momentum < 1:
+        if not (_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
             raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
         self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
