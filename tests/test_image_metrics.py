@@ -111,8 +111,16 @@ def test_l1_is_the_mean_over_every_channel_and_pixel():
     assert l1_error(a, b).tolist() == pytest.approx([(1.0 + 0.6 + 1.0) / 12], rel=1e-12)
 
 
-def test_shape_iou_counts_any_nonzero_value_as_inside():
-    """As its docstring says: a pixel of 0.2 is inside (a threshold of 0.5 would drop it)."""
-    a = torch.tensor([[[[0.2, 0.0], [1.0, 0.0]]]])
+def test_shape_iou_counts_any_nonzero_integer_as_inside_and_refuses_floats_that_are_not_binary():
+    """As its docstring says: an 8-bit 255 or 7 is inside. Floats other than 0 and 1 are refused: probabilities
+    passed by mistake were all inside, two random maps a perfect IoU of 1 (a review of the Python API, 2026-12-02)."""
+    a = torch.tensor([[[[7, 0], [255, 0]]]], dtype=torch.uint8)
     b = torch.tensor([[[[1.0, 0.0], [1.0, 1.0]]]])
     assert shape_iou(a, b).tolist() == [2 / 3]
+    with pytest.raises(ValueError, match=r"shape_iou takes binary shapes; b holds floats other than 0 and 1 "
+                                         r"\(probabilities or images\?\): threshold them first, e.g. \(x > 0.5\)"):
+        shape_iou(a, torch.rand(1, 1, 2, 2) * 0.9 + 0.05)
+    ramp = torch.linspace(-1, 1, 121).view(1, 1, 11, 11)
+    with pytest.raises(ValueError, match=r"pixel values span -1 to 1, more than data_range 1: give data_range=2 for "
+                                         r"images in \[-1, 1\]"):
+        ssim(ramp, ramp.flip(-1))

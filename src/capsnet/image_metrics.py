@@ -86,6 +86,11 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
     """
     check_positive("data_range", data_range, " (1 for images in [0, 1])")
     _pixels(a, b)
+    low = min((t.detach().min().item() for t in (a, b) if t.numel()), default=0.0)
+    high = max((t.detach().max().item() for t in (a, b) if t.numel()), default=0.0)
+    if low < 0 and high - low > data_range * (1 + 1e-3):  # [-1, 1] images passed the check below by their magnitude
+        raise ValueError(f"pixel values span {low:g} to {high:g}, more than data_range {data_range:g}: give "
+                         f"data_range=2 for images in [-1, 1], or scale them to [0, 1]")
     top = max((t.detach().abs().max().item() for t in (a, b) if t.numel()), default=0.0)
     if top > data_range * (1 + 1e-3):  # float images in 0..255 against the default range of 1: SSIM 0.58 for 0.59
         raise ValueError(f"pixel values reach {top:g}, past data_range {data_range:g}: the constants C1, C2 are made "
@@ -98,11 +103,17 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, window: i
 
 
 def shape_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """IoU of two batches of binary shapes (any nonzero value is inside); 1 where both are empty.
+    """IoU of two batches of binary shapes (any nonzero value is inside; floats must be 0 or 1); 1 where both are
+    empty.
 
     Shapes: a, b (N, 1, H, W) -> (N,) float64.
     """
     _pair(a, b)
+    for name, t in (("a", a), ("b", b)):
+        if t.is_floating_point() and t.numel() and not bool(((t == 0) | (t == 1)).all()):
+            # probabilities passed by mistake were all "inside": a perfect IoU of 1 for two random maps
+            raise ValueError(f"shape_iou takes binary shapes; {name} holds floats other than 0 and 1 (probabilities "
+                             f"or images?): threshold them first, e.g. (x > 0.5)")
     return overlap_scores(a.bool(), b.bool())[1]
 
 
