@@ -199,6 +199,69 @@ CLASSIFICATION_ONLY = ("#digits-panel", "#routing-panel", "#primary-panel", "#re
                        "#next-of-class")
 
 
+def test_answers_overtaken_by_a_later_choice_are_neither_drawn_nor_reported(page_url):
+    """A review of the page (2026-12-02): a slow upload's refusal arriving after a test image the user picked
+    meanwhile put up its red error over the new result; a reconstruction of capsule 7 still on its way when
+    capsule 3 was picked was drawn under "Reconstruction from capsule 3". Each answer is delayed here by a wrapped
+    fetch; the page must drop the overtaken ones."""
+    import io
+
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    blank = io.BytesIO()
+    Image.new("L", (28, 28)).save(blank, format="PNG")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
+            # the paths named in window.slow are answered 600 ms late; window.done counts the answers delivered
+            page.evaluate("""() => {
+                const plain = window.fetch;
+                window.slow = []; window.done = 0;
+                window.fetch = async (path, options) => {
+                    const r = await plain(path, options);
+                    if (window.slow.some((s) => String(path).includes(s))) await new Promise((f) => setTimeout(f, 600));
+                    window.done++;
+                    return r;
+                };
+            }""")
+            page.evaluate("window.slow = ['/api/upload']")
+            page.set_input_files("#upload", {"name": "blank.png", "mimeType": "image/png", "buffer": blank.getvalue()})
+            page.fill("#test-index", "2")
+            page.click("#show-test")
+            page.wait_for_function("window.done >= 2")  # both answered: the test image first, the refusal after
+            assert "test image #2" in page.inner_text("#source")
+            assert page.inner_text("#error") == ""
+
+            page.evaluate("window.slow = ['/api/reconstruct']")
+            drawn = int(page.evaluate("Number(document.body.dataset.reconstructions || 0)"))
+            first = int(page.evaluate("state.selected"))
+            other = (first + 3) % 10
+            page.focus("#dim-0")
+            page.keyboard.press("End")  # a reconstruction of the first capsule, on its way for 600 ms
+            page.wait_for_function("state.inflight")
+            page.locator("#lengths .bar").nth(other).click()  # another capsule, and its own request after
+            page.wait_for_function("!state.inflight && !state.pending")
+            # only the reconstruction of the capsule chosen was drawn; the overtaken one was dropped
+            assert int(page.evaluate("Number(document.body.dataset.reconstructions)")) == drawn + 1
+            assert page.evaluate("state.selected") == other
+            assert page.get_attribute("#recon", "aria-label") == \
+                f"reconstruction from capsule {other} with the sliders' offsets"
+            assert page.inner_text("#error") == "" and errors == []
+            # the routing panel's words are those of this model's routing (a fixed text spoke of routing by agreement
+            # and primary capsules for every algorithm)
+            assert page.inner_text("#routing-from") == "primary"
+            assert page.inner_text("#routing-how").startswith("each round of routing by agreement (round 1 is uniform")
+        finally:
+            browser.close()
+
+
 def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_panels(segmentation_urls,
                                                                                       segmentation_viewer):
     from playwright.sync_api import sync_playwright
@@ -254,6 +317,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             page.wait_for_function("document.body.dataset.walks === '3'")
             assert "test canvas #5" in page.inner_text("#source")
             assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 0"
+            assert page.inner_text("#seg-routing-how").startswith("each child capsule type splits its vote")
             assert page.locator("#seg-routing-types figure").count() == 16  # 8 types + 8 of the skip
             assert page.locator("#seg-routing-rounds figure").count() == 1  # R1: one round
             page.select_option("#routing-parent", "3")
@@ -312,7 +376,8 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert page.inner_text("#error") == "" and "your image (96x64 px" in page.inner_text("#source")
             for canvas in ("input", "seg-probability", "seg-mask"):
                 assert page.evaluate(f"[$('{canvas}').width, $('{canvas}').height]") == [96, 64], canvas
-            assert page.inner_text("#input-size") == "64x96"  # HxW, as the page says the model's (it said 64x64)
+            # width first, as the source line (height first said 64x96 beside "96x64 px"; before that, 64x64)
+            assert page.inner_text("#input-size") == "96x64 px"
             import torch
 
             w = v.walk(v.image_input(torch.from_numpy(wide)[None].float() / 255, {"kind": "upload"}))
@@ -320,7 +385,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             page.click("#show-test")
             page.wait_for_function("document.body.dataset.walks === '10'")
             assert page.evaluate("[$('seg-mask').width, $('seg-mask').height]") == [128, 128]
-            assert page.inner_text("#input-size") == "64x64"
+            assert page.inner_text("#input-size") == "64x64 px"
             assert errors == []
 
             # the U-Net: its first convolution and its prediction, no capsule panels
@@ -373,6 +438,9 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             assert hint.startswith("Activation of each class capsule") and "margins" not in hint
             assert "reconstruction" not in hint and page.locator("#lengths .margin").count() == 0
             assert ", activation " in page.inner_text("#predicted")
+            assert page.inner_text("#routing-from") == "lower"  # the class layer routes ConvCaps2's capsules
+            assert page.inner_text("#routing-how") == "each iteration of EM routing (its assignment probabilities) " \
+                "(round 1 is uniform, before any agreement)"
             # a class capsule is chosen by keyboard too: Tab reaches the bars, Enter selects (it stays focused)
             page.locator("#lengths .bar").nth(3).focus()
             page.keyboard.press("Enter")

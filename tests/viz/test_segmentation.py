@@ -85,8 +85,27 @@ def test_routing_at_a_layer_is_that_layers_recorded_coupling(segmentation_viewer
     np.testing.assert_allclose(c[-1], result.coupling.reshape(H, W, T, J).permute(3, 2, 0, 1).numpy(),
                                atol=r["coupling"]["hi"] / 255 + 1e-6)
     np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=J * r["coupling"]["hi"] / 255)
+    assert r["softmax"] == "parents"
     info_layer = next(layer_ for layer_ in v.info()["layers"] if layer_["name"] == layer)
     assert info_layer["routing"] == {"rounds": R, "children": T, "parents": J}
+
+
+def test_a_layer_whose_softmax_runs_over_the_children_says_so():
+    """The shipped SegCaps routes with its softmax over the child types: each parent's coefficients sum to 1 over
+    them, so the mean over child types the page drew was 1/T at every position and round, its 8-bit rounding
+    stretched black to white (a review of the page, 2026-12-02). The walk names the softmax; the page then draws
+    each position's largest child share."""
+    from capsnet.models import SegCapsConfig
+
+    torch.manual_seed(0)
+    v = SegmentationViewer(SegCaps(SegCapsConfig(routing_softmax="children", input_height=16, input_width=16)))
+    w = v.walk(v.image_input(torch.rand(1, 16, 16), {"kind": "upload"}), routing="conv_2_1")
+    r = w["routing"]
+    assert r["softmax"] == "children"
+    c = decode(r["coupling"])  # (R, J, T, H', W')
+    np.testing.assert_allclose(c.sum(axis=2), 1.0, atol=c.shape[2] * r["coupling"]["hi"] / 255)  # over the children
+    assert np.ptp(c.mean(axis=2)) <= 2 * r["coupling"]["hi"] / 255  # the mean: constant within rounding
+    assert np.ptp(c.max(axis=2)) > 0.01  # the largest share is what varies
 
 
 def test_info_and_the_json_of_a_walk_stay_small(segmentation_viewer):

@@ -112,13 +112,16 @@ def length_views(grids: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
     return views
 
 
-def coupling_view(layer: str, rounds: torch.Tensor, grid: torch.Tensor) -> dict[str, Any]:
+def coupling_view(layer: str, rounds: torch.Tensor, grid: torch.Tensor, router: nn.Module) -> dict[str, Any]:
     """One layer's recorded coupling (P, R, T, J), P the positions of its output ``grid`` (1, J, D, H', W'), as
-    {layer, coupling (R, J, T, H', W')} from 0 to its largest coefficient."""
+    {layer, coupling (R, J, T, H', W')} from 0 to its largest coefficient, softmax: what the coefficients sum to 1
+    over, "parents" or "children" (``router``'s routing's softmax: over the children the mean over child types the
+    page drew was 1/T everywhere)."""
     h, w = grid.shape[-2:]
     P, R, T, J = rounds.shape
     c = rounds.float().cpu().reshape(h, w, R, T, J).permute(2, 4, 3, 0, 1)  # (R, J, T, H', W')
-    return {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12))}
+    softmax = getattr(router.routing, "softmax", "parents")
+    return {"layer": layer, "coupling": encode(c, 0.0, max(float(c.max()), 1e-12)), "softmax": softmax}
 
 
 class SegmentationViewer(_ViewerBase):
@@ -267,7 +270,7 @@ class SegmentationViewer(_ViewerBase):
         fmap = maps[0].float().cpu()  # (K, H, W)
         fmax = fmap.reshape(fmap.shape[0], -1).amax(dim=1).clamp_min(1e-12)
         layers = length_views(grids)
-        coupling = None if rounds is None else coupling_view(layer, rounds, grids[layer])
+        coupling = None if rounds is None else coupling_view(layer, rounds, grids[layer], self._routers[layer])
         return {
             "source": inp.source,
             "input": encode(inp.image, 0.0, 1.0),

@@ -237,7 +237,7 @@ class SynthesisViewer(_ViewerBase):
             "noise_map": None if noise_map is None else encode(noise_map, -noise_range, noise_range),
             "feature_maps": encode(maps, [0.0] * len(fmax), fmax.tolist()),
             "layers": length_views(grids),
-            "routing": None if rounds is None else coupling_view(layer, rounds, grids[layer]),
+            "routing": None if rounds is None else coupling_view(layer, rounds, grids[layer], self._routers[layer]),
         }
 
     def reconstruct(self, pose: Any = None, capsule: Any = None) -> dict[str, Any]:

@@ -198,29 +198,35 @@ function renderLengths() {
     `${w.lengths[w.predicted].toFixed(3)})`;
 }
 
-// Coupling (R, J, T, rows, cols) to upper capsule j: one map per round in roundsBox (mean over the T lower capsule
-// types, one scale for all rounds), then one labelled map per lower type of the last round in typesBox.
-function drawCoupling(coupling, j, roundsBox, typesBox, { label, title }) {
+// Coupling (R, J, T, rows, cols) to upper capsule j: one map per round in roundsBox (the mean over the T lower
+// capsule types, or with largest: their largest coefficient; one scale for all rounds), then one labelled map per
+// lower type of the last round in typesBox. flat: the round maps were all within the 8-bit coding's rounding, drawn
+// on the type maps' scale (0 to hi) rather than stretched (a constant mean showed its rounding noise, black to white).
+function drawCoupling(coupling, j, roundsBox, typesBox, { label, title, largest = false }) {
   const [R, J, T, rows, cols] = coupling.shape;
   const values = valuesOf(coupling);
   const hi = coupling.hi || 1;
   roundsBox.replaceChildren();
-  // Mean over capsule types, then one scale for all rounds: darkest to brightest mean coefficient.
   const means = [];
   for (let r = 0; r < R; r++) {
     const m = new Float32Array(rows * cols);
     for (let p = 0; p < rows * cols; p++) {
-      let s = 0;
-      for (let t = 0; t < T; t++) s += values[(((r * J + j) * T + t) * rows * cols) + p];
-      m[p] = s / T;
+      let s = 0, most = 0;
+      for (let t = 0; t < T; t++) {
+        const v = values[(((r * J + j) * T + t) * rows * cols) + p];
+        s += v;
+        if (v > most) most = v;
+      }
+      m[p] = largest ? most : s / T;
     }
     means.push(m);
   }
   // a loop, not Math.min(...m): spreading a 512x512 layer's 262,144 values overflows the call stack
   let lo = Infinity, top = -Infinity;
   for (const m of means) for (const v of m) { if (v < lo) lo = v; if (v > top) top = v; }
+  const flat = top - lo <= 2 * hi / 255;
   for (let r = 0; r < R; r++) {
-    const mean = means[r].map((v) => Math.round(255 * (top > lo ? (v - lo) / (top - lo) : 0)));
+    const mean = means[r].map((v) => Math.round(255 * Math.min(1, flat ? v / hi : (v - lo) / (top - lo))));
     const fig = document.createElement("figure");
     const canvas = document.createElement("canvas");
     drawTiles(canvas, mean, 1, rows, cols, { cols: 1, scale: Math.max(2, Math.floor(96 / Math.max(rows, cols))), color: heat });
@@ -232,17 +238,34 @@ function drawCoupling(coupling, j, roundsBox, typesBox, { label, title }) {
   }
   const last = bytesOf(coupling).subarray(((R - 1) * J + j) * T * rows * cols, ((R - 1) * J + j + 1) * T * rows * cols);
   drawLabelledTiles(typesBox, last, T, rows, cols, { label, color: heat, title });
-  return { lo, top, hi };
+  return { lo, top, hi, flat };
 }
+
+// the range line of the round maps: stretched from their darkest to their brightest, or drawn as the type maps are
+function roundRange(lo, top, hi, flat) {
+  return flat ? `round maps from 0 (black) to ${hi.toFixed(3)} (white), every position within rounding of ` +
+    `${top.toFixed(3)}` : `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white)`;
+}
+
+// what the routing panel's maps are, for the routing algorithm drawn (info.routing: capsnet.routing's name)
+const ROUTING_WORDS = {
+  dynamic: "each round of routing by agreement",
+  em: "each iteration of EM routing (its assignment probabilities)",
+  "self-attention": "self-attention routing's one pass (agreement plus a learned prior: not uniform)",
+  inverted: "each pass of inverted dot-product attention",
+};
 
 function renderRouting() {
   const w = state.walk, info = state.info, j = state.selected;
   const [, , , rows, cols] = w.coupling.shape;
-  const { lo, top, hi } = drawCoupling(w.coupling, j, $("routing-rounds"), $("routing-types"),
+  const [R] = w.coupling.shape;
+  const { lo, top, hi, flat } = drawCoupling(w.coupling, j, $("routing-rounds"), $("routing-types"),
     { label: (t) => `type ${t}`, title: (t) => `coupling of capsule type ${t}'s ${rows}x${cols} capsules` });
   $("routing-capsule").textContent = `${j} (${info.classes[j]})`;
-  $("routing-range").textContent = `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white); ` +
-    `type maps from 0 to ${hi.toFixed(3)}`;
+  $("routing-from").textContent = routesPrimary(info) ? "primary" : "lower";
+  $("routing-how").textContent = (ROUTING_WORDS[info.routing] || "each round of its routing") +
+    (R > 1 ? " (round 1 is uniform, before any agreement)" : "");
+  $("routing-range").textContent = `${roundRange(lo, top, hi, flat)}; type maps from 0 to ${hi.toFixed(3)}`;
 }
 
 // CapsNet and Efficient-CapsNet route their primary capsules into the class layer; EM's and inverted attention's
@@ -337,6 +360,11 @@ async function requestReconstruction() {
     document.body.dataset.reconstructions = Number(document.body.dataset.reconstructions || 0) + 1;
     showError("");
   } catch (err) {
+    if (seq !== state.reconSeq) return;  // of a capsule or image chosen away from: the request after it reports
+    // nothing drawn for the capsule chosen: the canvas no longer shows another capsule's image under its heading
+    const recon = $("recon");
+    recon.getContext("2d").clearRect(0, 0, recon.width, recon.height);
+    recon.setAttribute("aria-label", `no reconstruction from capsule ${state.selected}: the request failed`);
     showError(failure(err));
   } finally {
     state.inflight = false;
@@ -345,13 +373,13 @@ async function requestReconstruction() {
 }
 
 function selectCapsule(j) {
+  state.reconSeq++;  // a reconstruction still on its way is of another capsule (or image): not drawn under this one
   state.selected = j;
   $("selected-capsule").textContent = `${j} (${state.info.classes[j]})`;
   renderLengths();
   renderRouting();
   resetSliders();
   if (j === state.walk.predicted && state.walk.reconstruction) {
-    state.reconSeq++;  // a reconstruction still on its way is of another capsule or image
     drawImage($("recon"), state.walk.reconstruction);
     $("recon").setAttribute("aria-label", `reconstruction from capsule ${j}, the predicted one`);
   } else {
@@ -404,8 +432,9 @@ async function walk(path, body, raw) {
     showWalk(w);
     state.shown = asked;
   } catch (err) {
+    if (seq !== state.walkSeq) return;  // overtaken: its failure is no more news than its answer would have been
     // refused by the server: a re-walk sends the input shown (a layer picked then is drawn for that one)
-    if (seq === state.walkSeq && state.last === asked) state.last = state.shown;
+    if (state.last === asked) state.last = state.shown;
     showError(failure(err));
   }
 }
@@ -527,12 +556,13 @@ async function start() {
       setInterval(checkChanged, 60_000);
       document.addEventListener("visibilitychange", checkChanged);
     }
-    $("input-size").textContent = `${H}x${W}`;
+    $("input-size").textContent = `${W}x${H} px`;  // width first, as every size in the page's words
     setUpDrawing();
     setUpPickers();
     if (segmenting) setUpSegmentation(); else if (synthesizing) setUpSynthesis();
     else if (info.decoder) buildSliders();
     else $("recon-panel").hidden = true;  // no decoder (EM, --no-decoder): a canvas and sliders that did nothing
+    document.body.dataset.started = "1";  // the panels of this kind of model set: shown (style.css)
     $("draw").setAttribute("aria-label", `drawing area: ${$("draw-hint").textContent}`);  // the kind's own hint
     if (!segmenting && !synthesizing) $("digits-hint").textContent = digitsHint(info);
     const k = await api("/api/kernels");
@@ -543,7 +573,7 @@ async function start() {
     if (info.test_size > 0) await walk("/api/forward", { index: 0 });
     document.body.dataset.ready = "1";
   } catch (err) {
-    showError(`cannot start: ${err.message}`);
+    showError(`cannot start: ${failure(err)}`);
   }
 }
 

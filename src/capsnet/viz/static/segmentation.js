@@ -137,7 +137,9 @@ function renderSegmentation() {
   const w = state.walk, info = state.info;
   const [, H, W] = w.input.shape;
   sizeSegmentationCanvases(H, W);  // (every canvas below is drawn again)
-  $("input-size").textContent = `${H}x${W}`;  // an upload of another size than the model's
+  // an upload of another size than the model's; width first, as the source line's "your image (96x64 px)" (it was
+  // height first here: 64x96 beside it, a review of the page, 2026-12-02)
+  $("input-size").textContent = `${W}x${H} px`;
   drawImage($("input"), w.input);
   drawImage($("seg-probability"), w.probability);
   drawImage($("seg-mask"), w.mask);
@@ -190,12 +192,19 @@ function renderSegmentationRouting() {
   if (!r) return;
   const [R, J, , rows, cols] = r.coupling.shape;
   const j = Math.min(state.parent, J - 1);
-  const { lo, top, hi } = drawCoupling(r.coupling, j, $("seg-routing-rounds"), $("seg-routing-types"), {
-    label: (t) => `child ${t}`,
+  // a softmax over the child types: each parent splits its attention among them, so their mean is 1/T everywhere;
+  // its largest share shows how decidedly the parent picks one
+  const children = r.softmax === "children";
+  const { lo, top, hi, flat } = drawCoupling(r.coupling, j, $("seg-routing-rounds"), $("seg-routing-types"), {
+    label: (t) => `child ${t}`, largest: children,
     title: (t) => `coupling of child type ${t} to parent type ${j} at each of the ${rows}x${cols} positions`,
   });
   $("seg-routing-layer").textContent = `${r.layer}, to parent type ${j}`;
-  $("seg-routing-range").textContent = `round maps from ${lo.toFixed(3)} (black) to ${top.toFixed(3)} (white); ` +
-    `child maps from 0 to ${hi.toFixed(3)}` +
+  $("seg-routing-how").textContent = children
+    ? "each parent type splits its attention among the child types (this layer's softmax runs over the children). " +
+      "Shown: the largest share of any child type in the selected parent type"
+    : "each child capsule type splits its vote among the parent types. Shown: the coupling coefficients to the " +
+      "selected parent type, mean over the child types";
+  $("seg-routing-range").textContent = `${roundRange(lo, top, hi, flat)}; child maps from 0 to ${hi.toFixed(3)}` +
     (R === 1 ? "; this layer routes once, so its coefficients are the uniform start, before any agreement" : "");
 }
