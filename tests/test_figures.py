@@ -5,6 +5,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,7 +244,9 @@ def test_save_figure_keeps_a_setting_made_during_the_save(tmp_path, monkeypatch,
 def test_plot_lengths_takes_a_models_output_and_refuses_no_inputs():
     """A model's scores require grad (numpy() refused them) and no inputs divided by zero (a review, 2026-11-30)."""
     scores = torch.rand(2, 10, requires_grad=True) * 1
-    assert fg.plot_lengths(scores) is not None
+    fig = fg.plot_lengths(scores)
+    for ax, row in zip(fig.axes, scores.detach()):  # one panel per input, its bars the scores
+        np.testing.assert_allclose([bar.get_height() for bar in ax.patches], row.numpy(), rtol=1e-6)
     for plot in (lambda: fg.plot_lengths(torch.rand(0, 10)),
                  lambda: fg.plot_reconstructions(torch.rand(0, 1, 28, 28), None, torch.zeros(0))):
         with pytest.raises(fg.FigureError, match="no inputs to show"):

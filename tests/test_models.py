@@ -437,7 +437,8 @@ def test_capsnet_configs_hash_and_keep_their_own_routing_options():
     options["final_lambda"] = -1.0
     assert cfg.routing_options == {"beta_a_init": -25.0, "final_lambda": 0.02}  # the start written in, not -1
     assert len({cfg, CapsNetConfig(routing="em", routing_options={"final_lambda": 0.02}), CapsNetConfig()}) == 2
-    assert hash(CapsNetCifar10Config()) == hash(CapsNetCifar10Config()) and hash(CapsNetSvhnConfig()) is not None
+    assert hash(CapsNetCifar10Config()) == hash(CapsNetCifar10Config()) and hash(CapsNetSvhnConfig()) == hash(
+        CapsNetSvhnConfig())
 
 
 def test_every_registered_models_config_hashes_and_equal_configs_hash_alike():
@@ -524,7 +525,7 @@ def test_a_model_class_and_the_decoder_name_a_config_or_size_of_the_wrong_kind()
     """A review of the Python API (2026-12-02): CapsNet(None), a dict or another model's config met "'NoneType'
     object has no attribute 'in_channels'" from inside; Decoder(0, ...) built zero-width layers (torch only warned)
     and an out_shape of (28, 28) met "not enough values to unpack"."""
-    from capsnet.models import SegCaps, SegCapsConfig
+    from capsnet.models import SegCaps
     from capsnet.models.baseline import BaselineCNNConfig
 
     for config, got in ((None, "got NoneType"), ({"num_classes": 5}, r"got a dict: CapsNetConfig\(\*\*d\) builds"),
