@@ -86,6 +86,7 @@ import collections
 import functools
 import hashlib
 import math
+import numbers
 import os
 import threading
 import warnings
@@ -1025,16 +1026,12 @@ def input_shape(name: str) -> tuple[int, int, int]:
 def _check_whole(name: str, value: object, hint: str = "", low: int = 0) -> None:
     """A ValueError unless ``value`` is an integer (not a bool) of at least ``low``: a size, count or seed (True was
     one example, 2.5 met "slice indices must be integers", -1 took all but one)."""
-    import numbers
-
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}{hint}, got {value!r}")
 
 
 def _check_seed(seed: object) -> None:
     """A ValueError unless ``seed`` is an integer (not a bool) torch's generator takes."""
-    import numbers
-
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not -(1 << 63) <= seed < (1 << 64):
         raise ValueError(f"seed must be an integer, got {seed!r}")
 
@@ -1118,8 +1115,6 @@ def nested_subset(n: int, size: int, seed: int) -> torch.Tensor:
     CPU generator, so the same on every machine).
     """
     _check_seed(seed)  # 1.5 met "manual_seed expected a long"
-    import numbers
-
     if not isinstance(size, numbers.Integral) or isinstance(size, bool) or not 0 < size <= n:
         raise ValueError(f"subset size must be in 1..{n} (an integer), got {size!r}")  # 2.5 met "slice indices must
         # be integers"
