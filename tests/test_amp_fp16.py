@@ -159,18 +159,21 @@ def _with_nan_gradient(monkeypatch, every: int = 1) -> list[int]:
 
 def test_a_gradient_nan_at_every_scale_stops_fp16_by_its_scale_and_saves_nothing(tmp_path, monkeypatch):
     _with_nan_gradient(monkeypatch)
-    cfg = _with(epochs=1, batch_size=8, train_size=320)  # 40 steps, each skipped and the scale halved: 2^16 to 2^-24
+    # the scaler started 5 halvings above the floor (torch's 2^16 is 40: the same stop, 8 times the steps)
+    monkeypatch.setattr("capsnet.train.grad_scaler", lambda dev, amp: torch.amp.GradScaler(
+        dev.type, init_scale=2.0 ** -19, enabled=amp == "fp16"))
+    cfg = _with(epochs=1, batch_size=8, train_size=40)  # 5 steps, each skipped and the scale halved: 2^-19 to 2^-24
     taken, hook = _steps_taken()
     try:
         with pytest.raises(NonFiniteLoss, match=r"under --amp fp16 the loss scale fell to 5.96e-08 in epoch 1: "
-                                                r"40 of its 40 steps so far.*stopped without saving.*--amp bf16"):
+                                                r"5 of its 5 steps so far.*stopped without saving.*--amp bf16"):
             fit(TINY, cfg, tmp_path / "fp16", device="cpu", progress=False)
     finally:
         hook.remove()
     assert taken == [] and not (tmp_path / "fp16" / "last.safetensors").exists()
     # the same run without the scaler takes the NaN step: its weights, then its loss, are NaN from there
     with pytest.raises(NonFiniteLoss, match="training loss became NaN or infinite at step 2"):
-        fit(TINY, _with(epochs=1, batch_size=8, train_size=320, amp="none"), tmp_path / "none", device="cpu",
+        fit(TINY, _with(epochs=1, batch_size=8, train_size=40, amp="none"), tmp_path / "none", device="cpu",
             progress=False)
 
 
