@@ -98,3 +98,14 @@ def test_eager_is_false_while_dynamo_compiles_on_a_torch_without_torch_compiler_
     assert eager() is False
     monkeypatch.setattr(torch._dynamo, "is_compiling", lambda: False)
     assert eager() is True
+
+
+def test_permute_contiguous_of_an_empty_strided_tensor_is_the_plain_copy():
+    """An empty tensor keeps its strides through contiguous(), so its 8-byte blocks could not be viewed:
+    "self.stride(-1) must be 1 to view Float as ComplexDouble" (a review of the fast paths at edge shapes,
+    2026-12-02)."""
+    for x in (torch.randn(0, 3, 8)[..., ::2], torch.randn(3, 0, 4).double()[..., ::2], torch.tensor(2.0)):
+        dims = tuple(range(x.dim()))[::-1][1:] + ((x.dim() - 1,) if x.dim() else ())
+        got = permute_contiguous(x, dims)
+        want = x.permute(dims).contiguous()
+        assert got.shape == want.shape and torch.equal(got, want)

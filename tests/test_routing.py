@@ -210,17 +210,19 @@ def test_route_linear_equals_forward_on_votes(iterations, leaky, detach, with_bi
     bias = (torch.randn(J, Dout, generator=g, dtype=DT) * 0.2).requires_grad_(True) if with_bias else None
     w_p, w_a, w_c = (torch.randn(B, J, Dout, generator=g, dtype=DT), torch.randn(B, J, generator=g, dtype=DT),
                      torch.randn(B, I, J, generator=g, dtype=DT))
+    w_r = torch.randn(B, iterations, I, J, generator=g, dtype=DT)
     routing = DynamicRouting(iterations, leaky=leaky, detach_agreement=detach)
     routing.chunk = chunk  # 4: blocks of 4 and 2 lower capsules
     inputs = (u, weight) if bias is None else (u, weight, bias)
 
-    lin = routing.route_linear(u, weight, bias)
-    plain = routing(_einsum_votes(u, weight), bias=bias)
+    # every round's coupling recorded and in the loss: the fast path's carried no gradient (a review, 2026-12-02)
+    lin = routing.route_linear(u, weight, bias, record=True)
+    plain = routing(_einsum_votes(u, weight), bias=bias, record=True)
     for a, b in zip(lin, plain):
         assert a.shape == b.shape
         _close(a, b, rtol=1e-10, atol=1e-12)
-    grads = [torch.autograd.grad((r.poses * w_p).sum() + (r.activations * w_a).sum() + (r.coupling * w_c).sum(), inputs)
-             for r in (lin, plain)]
+    grads = [torch.autograd.grad((r.poses * w_p).sum() + (r.activations * w_a).sum() + (r.coupling * w_c).sum()
+                                 + (r.rounds * w_r).sum(), inputs) for r in (lin, plain)]
     for a, b in zip(*grads):
         _close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -428,10 +430,25 @@ def test_recorded_route_linear_still_has_gradients():
     (got,) = torch.autograd.grad(out.poses.pow(3).sum(), u)
     (ref,) = torch.autograd.grad(routing.route_linear(u, weight).poses.pow(3).sum(), u)
     _close(got, ref, rtol=0, atol=0)
-    assert not out.rounds.requires_grad
+    assert out.rounds.requires_grad  # differentiable, as the plain path's stack of couplings (2026-12-02)
 
 
 @pytest.mark.parametrize("shape", [(3,), (3, 4), (2, 5), (3, 5, 1)])
 def test_forward_rejects_activations_of_the_wrong_shape(shape):
     with pytest.raises(ValueError, match=r"activations must be \(B, I\) = \(3, 5\)"):
         DynamicRouting(3)(_votes(), torch.zeros(shape, dtype=DT))
+
+
+def test_route_linear_refuses_a_chunk_that_makes_no_blocks_and_weights_of_no_upper_capsules():
+    """chunk -1 made no blocks (poses off by 0.8, a coupling of uninitialised memory), 0 met range()'s "arg 3 must
+    not be zero", and J = 0 a ZeroDivisionError (a review of the fast paths at edge shapes, 2026-12-02)."""
+    u, weight = torch.randn(2, 3, 2, dtype=DT), torch.randn(2, 3, 4, 5, dtype=DT)
+    routing = DynamicRouting(3)
+    for chunk in (-1, 0, 2.5, True):
+        routing.chunk = chunk
+        with pytest.raises(ValueError, match=rf"chunk must be a positive integer \(lower capsules per block\) or "
+                                             rf"None \(by size\), got {chunk!r}"):
+            routing.route_linear(u, weight)
+    routing.chunk = None
+    with pytest.raises(ValueError, match=r"has no upper capsules \(J = 0\): route to at least one"):
+        routing.route_linear(u, torch.zeros(2, 3, 0, 5, dtype=DT))

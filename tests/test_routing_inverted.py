@@ -292,3 +292,19 @@ def test_the_primary_capsules_of_huge_images_are_the_float64_models():
         got = model._primary_capsules(x).poses
         want = model.double()._primary_capsules(x.double()).poses.float()
     torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_bfloat16_votes_with_a_float32_bias_route_over_several_passes_in_the_bias_type():
+    """The second pass met "expected scalar type Float but found BFloat16": the first pass's poses took the bias's
+    float32, its votes stayed bfloat16 (a review of the fast paths at edge shapes, 2026-12-02). Routed as the same
+    votes in float32; under autocast, as before."""
+    torch.manual_seed(0)
+    votes, bias = torch.randn(2, 5, 3, 4).bfloat16(), torch.randn(3, 4) * 0.1
+    routing = InvertedDotProductRouting(4, 2)
+    for fused in (True, False):
+        routing.fused_backward = fused
+        out, ref = routing(votes, None, bias), routing(votes.float(), None, bias)
+        assert out.poses.dtype == torch.float32
+        torch.testing.assert_close(out.poses, ref.poses, rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.isfinite(routing(votes, None, bias).poses).all()

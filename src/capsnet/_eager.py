@@ -78,7 +78,9 @@ def permute_contiguous(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     attention's fused backward"). Differentiable; elsewhere (other devices,
     shapes or a traced graph) the plain permute and copy.
     """
-    if x.dim() and x.device.type == "cpu" and x.shape[-1] * x.element_size() in _BLOCKS and not x.is_complex():
+    # (an empty tensor keeps its strides through contiguous(), so its blocks cannot be viewed: the plain copy)
+    if x.dim() and x.numel() and x.device.type == "cpu" and x.shape[-1] * x.element_size() in _BLOCKS \
+            and not x.is_complex():
         dims = tuple(d % x.dim() for d in dims)
         if dims[-1] == x.dim() - 1 and eager():
             return _BlockPermute.apply(x, dims)

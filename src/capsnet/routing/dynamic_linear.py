@@ -109,6 +109,13 @@ def route_linear(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                          f"(B, I, Din) = {tuple(u.shape)}")
     if bias is not None and tuple(bias.shape) != (J, D):
         raise ValueError(f"bias must be (J, D) = ({J}, {D}), got shape {tuple(bias.shape)}")
+    if J == 0:  # the uniform first round's 1/J divided by zero
+        raise ValueError(f"weight (Din, I, J, Dout) = {tuple(weight.shape)} has no upper capsules (J = 0): route to "
+                         f"at least one")
+    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+        # -1 made no blocks: poses off by 0.8 and a coupling of uninitialised memory, 0 met range()'s own error
+        raise ValueError(f"chunk must be a positive integer (lower capsules per block) or None (by size), got "
+                         f"{chunk!r}")
     dtype = torch.promote_types(u.dtype, weight.dtype)  # autocast may hand bf16 capsules to fp32 weights
     given = dtype
     if dtype == torch.float16:  # routed in float32 (float16's sums overflow; result.float16_in_float32), returned
@@ -166,7 +173,7 @@ class _RouteLinear(torch.autograd.Function):
         c^r = softmax_j(b^r); s^r = sum_i c^r_ij u_hat_ij + bias; v^r = squash(s^r)
         b^(r+1) = b^r + a^r, a^r_ij = u_hat_ij . v^r_j
     Backward, with G_r = dL/db^r and G_R = 0:
-        gs^r = squash'(s^r) gv^r;   gc^r_ij = u_hat_ij . gs^r_j (+ grad of the returned c)
+        gs^r = squash'(s^r) gv^r;   gc^r_ij = u_hat_ij . gs^r_j (+ grads of the returned c and recorded c^r)
         G_r = c^r (gc^r - sum_j c^r gc^r) + G_(r+1);   gv^(r-1) = sum_i G_r,i u_hat_i
         g u_hat_ij = sum_r c^r_ij gs^r_j + sum_(r<R-1) G_(r+1),ij v^r_j
     ``detach_agreement`` keeps only the last round's term in g u_hat (the
@@ -223,14 +230,17 @@ class _RouteLinear(torch.autograd.Function):
         ctx.device_type = u.device.type
         ctx.has_bias = bias is not None
         _save(ctx, _Saved(u, weight, ss, vs, cs, u_hat))
-        ctx.mark_non_differentiable(rounds)
-        if iterations == 1:
-            ctx.mark_non_differentiable(c)  # uniform: depends on nothing
+        # every round's coupling but the uniform first is differentiable, as the plain path's stack of them is (its
+        # gradient was dropped: a loss on the rounds met "does not require grad", a mixed one lost that term)
+        fixed = [c] if iterations == 1 else []  # uniform: depends on nothing
+        if not record or iterations == 1:
+            fixed.append(rounds)
+        ctx.mark_non_differentiable(*fixed)  # one call: a second one replaced the first
         return v, c, rounds
 
     @staticmethod
     @first_order("dynamic routing")
-    def backward(ctx, grad_v, grad_c, _grad_rounds):  # noqa: D102
+    def backward(ctx, grad_v, grad_c, grad_rounds):  # noqa: D102
         with autocast_off(ctx.device_type):  # a backward called under autocast must not recast
             R = ctx.iterations
             saved = _load(ctx)
@@ -271,6 +281,8 @@ class _RouteLinear(torch.autograd.Function):
                     gc = torch.bmm(gs_row, U.transpose(1, 2)).view(B, J, i1 - i0)  # (B, J, i)
                     if grad_c is not None and r == R - 1:
                         gc = gc + grad_c[:, :, i0:i1]
+                    if grad_rounds is not None and grad_rounds.numel():  # the recorded c^r, (B, R, J, I)
+                        gc = gc + grad_rounds[:, r, :, i0:i1]
                     c_blk = cs[r][:, :, i0:i1]  # (B, J, i)
                     g_blk = c_blk * (gc - (c_blk * gc).sum(dim=1, keepdim=True))  # softmax's backward over j
                     if G_next is not None:

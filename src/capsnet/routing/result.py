@@ -8,7 +8,7 @@ from typing import Any, Callable, NamedTuple, TypeVar
 import torch
 from torch import nn
 
-from .._eager import autocast_off
+from .._eager import autocast_off, autocast_on
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "checked_view"]
 
@@ -129,10 +129,15 @@ def check_votes(votes: torch.Tensor, activations: torch.Tensor | None = None, bi
 def widened(votes: torch.Tensor, module: nn.Module, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Float32 votes into a float64 module (``.double()``) or with a float64 ``bias``, as float64: routed in the
     wider type, as float64 votes into a float32 module are (its parameters promoted where they meet the votes).
-    Half-precision votes are left as they are (autocast's, or the routing's own, handling)."""
+    Bfloat16 votes with a wider ``bias`` outside autocast, likewise in the bias's type (inverted attention's second
+    pass met "expected scalar type Float but found BFloat16": its poses had taken the bias's type, its votes not).
+    Other half-precision votes are left as they are (autocast's, or the routing's own, handling)."""
     if votes.dtype == torch.float32 and (any(p.dtype == torch.float64 for p in module.parameters())
                                          or (bias is not None and bias.dtype == torch.float64)):
         return votes.double()
+    if votes.dtype == torch.bfloat16 and bias is not None and bias.dtype in (torch.float32, torch.float64) \
+            and not autocast_on(votes.device.type):
+        return votes.to(bias.dtype)
     return votes
 
 
