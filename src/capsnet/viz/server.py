@@ -675,6 +675,8 @@ class _Server(ThreadingHTTPServer):
         self.named_hosts = named_hosts  # the --allow-host names alone: their pages may post from any scheme and port
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._holding: set[Any] = set()  # the connections holding a slot: each gives it back once (``_give_back``)
+        self._holding_lock = threading.Lock()
         self.read_timeout = read_timeout
         self.request_timeout = request_timeout
         super().__init__(address, _Handler)
@@ -693,11 +695,23 @@ class _Server(ThreadingHTTPServer):
                 pass
             self.close_request(request)
             return
+        with self._holding_lock:
+            self._holding.add(request)
         try:
             super().process_request(request, client_address)
-        except BaseException:  # no thread started: nothing else gives the slot back
-            self.connection_slots.release()
+        except BaseException:  # perhaps no thread started: then nothing else gives the slot back
+            self._give_back(request)
             raise
+
+    def _give_back(self, request: Any) -> None:
+        """Release ``request``'s connection slot, the first time alone: a Ctrl-C or SIGTERM raised inside
+        ``Thread.start`` once the thread ran had both sides give it back, and "Semaphore released too many times"
+        replaced the KeyboardInterrupt, which ``serve_forever`` then took for one request's error and served on."""
+        with self._holding_lock:
+            if request not in self._holding:
+                return
+            self._holding.discard(request)
+        self.connection_slots.release()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         """socketserver's, with the connection's slot given back once its answers are written, before the brief
@@ -709,7 +723,7 @@ class _Server(ThreadingHTTPServer):
             except Exception:
                 self.handle_error(request, client_address)
         finally:
-            self.connection_slots.release()
+            self._give_back(request)
             self.shutdown_request(request)
 
     def shutdown(self) -> None:
