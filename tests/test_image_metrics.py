@@ -3,6 +3,7 @@ NumPy and by hand."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -100,6 +101,18 @@ def test_bad_inputs_to_ssim_and_l1_are_refused_by_name_and_an_empty_batch_scores
     empty = torch.zeros(0, 1, 16, 16)
     assert ssim(empty, empty).shape == (0,) and l1_error(empty, empty).shape == (0,)
     assert ssim(real, real).tolist() == [1.0, 1.0]
+
+
+def test_images_with_no_pixels_are_refused_not_scored_nan():
+    """Found by a review (2026-12-02): the L1 error and the spread over noise of 0-row images were NaN for each."""
+    for shape in ((2, 1, 0, 5), (2, 0, 4, 4)):
+        blank = torch.zeros(shape)
+        with pytest.raises(ValueError, match=rf"the L1 error of images with no pixels \(shape {re.escape(str(shape))}"
+                                             rf"\) is undefined: every image needs at least one channel, row"):
+            l1_error(blank, blank)
+        with pytest.raises(ValueError, match=r"the spread over noise of images with no pixels \(shape \(2, "):
+            noise_spread(torch.stack([blank, blank]))
+    assert noise_spread(torch.zeros(2, 0, 1, 4, 4)).shape == (0,)  # no inputs: nothing to score, as before
 
 
 def test_l1_is_the_mean_over_every_channel_and_pixel():

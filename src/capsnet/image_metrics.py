@@ -34,6 +34,13 @@ def _pixels(a: torch.Tensor, b: torch.Tensor) -> None:
                          f"{b.dtype}: convert 8-bit images with x.float() / 255")
 
 
+def _some_pixels(t: torch.Tensor, what: str) -> None:
+    """Images with at least one value each (a mean over none was NaN for every image), where there are images."""
+    if t.shape[-4] and not t[0].numel():
+        raise ValueError(f"{what} of images with no pixels (shape {tuple(t.shape)}) is undefined: every image needs "
+                         f"at least one channel, row and column")
+
+
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float64 for the metrics' sums: on its device, or on the CPU for a device that keeps no float64
     (Apple's MPS: ``capsnet.runtime.sum_dtype``)."""
@@ -43,6 +50,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
 def l1_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Mean absolute difference per image. Shapes: a, b (N, C, H, W) -> (N,) float64 (on the CPU for MPS inputs)."""
     _pixels(a, b)
+    _some_pixels(a, "the L1 error")
     return (_wide(a) - _wide(b)).abs().flatten(1).mean(1)
 
 
@@ -128,5 +136,8 @@ def noise_spread(samples: torch.Tensor) -> torch.Tensor:
     if not samples.is_floating_point():  # 8-bit samples gave a spread in 0..255 units beside the others' 0..1
         raise ValueError(f"samples must be floating point in [0, 1], got {samples.dtype}: convert 8-bit images with "
                          f"x.float() / 255")
+    _some_pixels(samples[0], "the spread over noise")
+    if not samples.shape[1]:  # no inputs (torch's std warned of its degrees of freedom over the empty dimension)
+        return torch.zeros(0, dtype=torch.float64, device=_wide(samples[:, :0]).device)
     return _wide(samples).std(dim=0, unbiased=True).flatten(1).mean(1)
 
