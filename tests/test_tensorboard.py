@@ -171,6 +171,55 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     assert (unmarked / RUN_MARK).read_text().strip() == str(a.resolve())
 
 
+def test_a_run_claiming_the_log_folder_as_another_makes_its_mark_finds_the_mark_whole(tmp_path, monkeypatch):
+    """The mark was made empty (O_EXCL) and written after: a second run claiming in between read the empty mark as
+    nobody's and claimed the folder too (a review of concurrent use, 2026-12-02). Here the rival claims the moment
+    the mark first exists, however it is made."""
+    import os
+
+    from capsnet.tensorboard import RUN_MARK, claim_log_dir
+
+    board = tmp_path / "tb"
+    board.mkdir()
+    mark, rival = board / RUN_MARK, []
+    real_open, real_link = os.open, os.link
+
+    def the_rival_claims():
+        if mark.exists() and not rival:
+            rival.append(None)
+            try:
+                claim_log_dir(board, tmp_path / "b")
+            except ValueError as e:
+                rival[0] = e
+
+    def opened(path, *a, **k):
+        fd = real_open(path, *a, **k)
+        the_rival_claims()
+        return fd
+
+    def linked(src, dst, *a, **k):
+        real_link(src, dst, *a, **k)
+        the_rival_claims()
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "link", linked)
+    claim_log_dir(board, tmp_path / "a")
+    monkeypatch.undo()
+    assert rival and "holds the TensorBoard logs of another run" in str(rival[0])
+    assert mark.read_text().strip() == str((tmp_path / "a").resolve())
+    assert [p.name for p in board.iterdir()] == [RUN_MARK]  # no temporary file left
+    other = tmp_path / "tb2"  # a file system without hard links: made as before
+    other.mkdir()
+
+    def no_links(src, dst, *a, **k):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    claim_log_dir(other, tmp_path / "a")
+    assert [p.name for p in other.iterdir()] == [RUN_MARK]
+    assert (other / RUN_MARK).read_text().strip() == str((tmp_path / "a").resolve())
+
+
 def test_a_relative_log_folder_and_run_folder_are_the_same_run_from_where_they_are_given(tmp_path, monkeypatch):
     """The mark holds the run's resolved path: the same run named relatively is itself, not another run."""
     from capsnet.tensorboard import check_log_dir, claim_log_dir

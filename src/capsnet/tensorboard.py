@@ -67,17 +67,36 @@ def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> Non
     or the ValueError of ``check_log_dir`` when another run marked it (two runs logged into one folder, and
     TensorBoard drew them as one run). A folder of logs from before the mark is taken as this run's."""
     path = Path(log_dir) / RUN_MARK
+    text = str(Path(run_dir).resolve()) + "\n"
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        _create_whole(path, text)
     except FileExistsError:
         mark = _mark(log_dir)
         if (other := _other_run(log_dir, run_dir, mark)) is not None:
             _refuse_other_run(os.fspath(log_dir), other, run_dir)
-        if not mark:  # an empty mark: this run's now
-            path.write_text(str(Path(run_dir).resolve()) + "\n", encoding="utf-8")
-        return
+        if not mark:  # an empty mark (a crash of an older capsnet as it made it): this run's now
+            path.write_text(text, encoding="utf-8")
+
+
+def _create_whole(path: Path, text: str) -> None:
+    """Create ``path`` holding ``text``, or a FileExistsError: the file appears whole, by a hard link of a written
+    temporary file (an O_EXCL file was empty until written, and a second run starting then read the empty mark as
+    nobody's and claimed the folder too); where links fail (some file systems), O_EXCL and a write."""
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        temp.write_text(text, encoding="utf-8")
+        try:
+            os.link(temp, path)
+            return
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here
+            pass
+    finally:
+        temp.unlink(missing_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(str(Path(run_dir).resolve()) + "\n")
+        f.write(text)
 
 
 def check_log_dir(log_dir: str | os.PathLike | None, run_dir: str | os.PathLike | None = None,
