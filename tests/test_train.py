@@ -48,6 +48,27 @@ def test_bad_train_config(bad, message):
         TrainConfig(**bad)
 
 
+def test_a_lock_handed_to_fit_must_be_a_taken_run_lock_of_its_folder(tmp_path):
+    """fit(lock=...) trains under a lock its caller took (capsnet train --resume prints under it); one of another
+    folder, one not taken, or not a RunLock is refused before the run's folder or data are touched."""
+    from capsnet.checkpoint import RunLock
+    from capsnet.gan import fit_gan
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    other.mkdir()
+    cfg = TrainConfig(dataset="mnist", epochs=1, train_size=64, test_size=32)
+    for train in (fit, fit_gan):
+        with pytest.raises(ValueError, match="lock must be taken already"):
+            train(TINY, cfg, run, lock=RunLock(run))
+        with RunLock(other) as held:
+            held.acquire()
+            with pytest.raises(ValueError, match=f"lock is on {other}, not on the run's folder {run}"):
+                train(TINY, cfg, run, lock=held)
+        with pytest.raises(TypeError, match="lock must be a capsnet.checkpoint.RunLock"):
+            train(TINY, cfg, run, lock=str(run))
+    assert not run.exists()
+
+
 def test_a_large_seed_trains_its_epoch_generators_seeded_modulo_2_to_the_64():
     """--seed 20000000000000: the epochs' generators were seeded with seed * 1,000,003 + epoch, past 2^64 (an
     overflow, after config.json was written); that seed is now taken modulo 2^64, the same seed below it."""

@@ -1306,15 +1306,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if main_rank and finished:
         print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "
               f"train on")
-    elif main_rank and resumed is not None:
-        with RunLock(out) as lock:  # another trainer there: refused before a line says this one goes on
-            lock.acquire()
-        print(f"resuming the run in {out} from {saved_point(resumed)}", flush=True)
     # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
     # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
     summarise = finished
-    with _preset_named(args, preset_fields, train_cfg):
-        return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise)
+    with RunLock(out) as lock:
+        if main_rank and resumed is not None and not finished:
+            # another trainer there: refused before a line says this one goes on, and the lock held from here to
+            # the training (two resumes at once both printed "resuming", one refused after)
+            lock.acquire()
+            print(f"resuming the run in {out} from {saved_point(resumed)}", flush=True)
+        with _preset_named(args, preset_fields, train_cfg):
+            return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
+                            lock if lock.taken else None)
 
 
 @contextlib.contextmanager
@@ -1331,7 +1334,7 @@ def _preset_named(args: argparse.Namespace, preset_fields: list[str], cfg: Any) 
 
 
 def _fit_run(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, out: Path, launch: Any, main_rank: bool,
-             synthesis: bool, summarise: bool) -> int:
+             synthesis: bool, summarise: bool, lock: RunLock | None = None) -> int:
     """``capsnet train``'s training, once its flags and folder are checked: the GAN loop or ``fit``."""
     from . import gan, train
 
@@ -1343,7 +1346,7 @@ def _fit_run(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, out: Path
                             progress=not args.no_progress, judge=judge, compile=args.compile or False,
                             save_every_s=args.save_every * 60,
                             on_epoch=(lambda r: print(gan.describe_gan_epoch(r), flush=True)) if args.no_progress
-                            else None)
+                            else None, lock=lock)
         if final and summarise:
             print(gan.describe_gan_epoch(final))
         print(f"run directory: {out}")
@@ -1352,7 +1355,7 @@ def _fit_run(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, out: Path
                       progress=not args.no_progress, compile=args.compile or False, distributed=launch is not None,
                       tensorboard=args.tensorboard, save_every_s=args.save_every * 60,
                       on_epoch=(lambda r: print(train.describe_epoch(r, train_cfg.dataset), flush=True))
-                      if args.no_progress else None)
+                      if args.no_progress else None, lock=lock)
     if not main_rank:  # rank 0 speaks for the run
         return 0
     if final and summarise:

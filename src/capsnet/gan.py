@@ -201,8 +201,8 @@ def _judged(run_dir: Path) -> bool:
 def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, device: str | torch.device = "auto",
             data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
             judge: str | os.PathLike | None = None, compile: bool | str = False,
-            save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None
-            ) -> dict[str, Any]:
+            save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+            lock: RunLock | None = None) -> dict[str, Any]:
     """Train the synthesis model ``model_config`` configures on ``cfg.dataset``'s pairs (see the module docstring).
 
     ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
@@ -211,11 +211,13 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     run's judge unless given another). ``compile``: the generator compiled for
     the training steps (see the module docstring). ``save_every_s``: seconds
     between saves inside an epoch (None or 0: at epoch ends only; see
-    ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. Returns the final
-    epoch's record.
+    ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. ``lock``: a
+    ``RunLock`` on ``run_dir`` the caller has taken, as ``capsnet.train.fit`` takes it. Returns the final epoch's
+    record.
     """
+    _train.check_held_lock(lock, run_dir)
     require_compiler(compile, device)  # before the run's folder and data: Inductor's own error came at the first step
-    with _train.SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(resolve_device(device)):
+    with _train.SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(resolve_device(device)):
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,
                         progress=progress, judge=judge, compile=compile, save_every_s=save_every_s, stop=stop,
                         on_epoch=on_epoch, lock=lock)

@@ -826,6 +826,18 @@ def _a_runs_config(path: Path) -> bool:
     return {"model", "model_config", "train_config"} <= found.keys()
 
 
+def check_held_lock(lock: Any, run_dir: str | os.PathLike) -> None:
+    """A lock handed to ``fit`` or ``fit_gan`` is a taken ``RunLock`` on ``run_dir``, or a ValueError."""
+    if lock is None:
+        return
+    if not isinstance(lock, RunLock):
+        raise TypeError(f"lock must be a capsnet.checkpoint.RunLock (or None), got {type(lock).__name__}")
+    if Path(lock.run_dir).absolute() != Path(run_dir).absolute():
+        raise ValueError(f"lock is on {lock.run_dir}, not on the run's folder {run_dir}: pass a RunLock of {run_dir}")
+    if not lock.taken:
+        raise ValueError("lock must be taken already (lock.acquire()); or pass none and the run takes its own")
+
+
 def lock_new_run(lock: RunLock, run_dir: Path, model_config: Any, cfg: TrainConfig, resume: bool) -> None:
     """Make ``run_dir`` and hold ``lock`` on it before the run's first write. A folder locked as the run began must
     still be the one locked (one removed meanwhile is not made again, nor another run's written into). A folder
@@ -1057,8 +1069,8 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
         data_root: str | os.PathLike | None = None, resume: bool = False, progress: bool = True,
         compile: bool | str = False, distributed: bool | None = None,
         tensorboard: str | os.PathLike | None = None, data: tuple[Split, Split] | None = None,
-        save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None
-        ) -> dict[str, Any]:
+        save_every_s: float | None = SAVE_EVERY_S, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+        lock: RunLock | None = None) -> dict[str, Any]:
     """Train the registered model ``model_config`` configures, evaluating and checkpointing into ``run_dir`` every
     ``cfg.eval_every`` epochs and after the last (an epoch between evaluations still writes a resumable
     ``last.safetensors`` once the last save is ``SAVE_AFTER_S`` seconds old, and inside an epoch once it is
@@ -1126,8 +1138,16 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     augmentation they take (the synthesis experiment trains classifiers on
     generated images this way); one process only, and a resume must pass the
     same splits again.
+
+    ``lock``: a ``capsnet.checkpoint.RunLock`` on ``run_dir`` that the caller
+    has taken already (``acquire``; on rank 0 under torchrun), so that nothing
+    it says about the run comes before the lock decides (``capsnet train
+    --resume`` prints "resuming" under it: two at once printed it, and one was
+    refused after); ``fit`` trains under it and releases it at the end. None:
+    ``fit`` takes its own.
     """
     check_fit_arguments(cfg, run_dir)
+    check_held_lock(lock, run_dir)
     require_compiler(compile, device)  # a library call too: Inductor's own error came at the first step
     launch = launcher(required=bool(distributed)) if distributed is not False else None
     if launch is not None:
@@ -1149,11 +1169,12 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        RunLock(run_dir).refuse_if_held()  # a live run's folder: said as such, not as its logs to remove (every rank
+        if lock is None:  # (a lock the caller holds is this run's)
+            RunLock(run_dir).refuse_if_held()  # a live run's folder: said as such, not as its logs to remove (every rank
         check_log_dir(tensorboard, run_dir, resume)  # checks before the group forms, so none holds the lock yet)
     dev = resolve_device(device)
     if launch is None:
-        with SaveThenStop(enabled=True) as stop, RunLock(run_dir) as lock, keeps_rng(dev):  # the caller's RNG after
+        with SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(dev):  # caller's RNG after
             final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, None, tensorboard,
                          data, save_every_s, stop, on_epoch, lock)
         _forget_restart_stop(run_dir)
@@ -1163,7 +1184,7 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     check_batch_divides(cfg, launch, run_dir, resume)
     dev, created = join(launch, dev)
     ended = None  # the device, once this rank's training ended without an error
-    lock = RunLock(run_dir)  # taken by the rank that writes
+    lock = lock or RunLock(run_dir)  # taken by the rank that writes
     try:
         with keeps_rng(dev):
             final = _fit(model_config, cfg, run_dir, dev, data_root, resume, progress, compile, launch, tensorboard,

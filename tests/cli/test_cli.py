@@ -1123,6 +1123,38 @@ def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(train
     assert "resuming" not in r.stdout
 
 
+def test_a_resume_that_said_resuming_holds_the_run_against_a_second_resume(trained_run, tmp_path, capsys,
+                                                                           monkeypatch):
+    """Two `--resume` at once both printed "resuming the run in ..." and one was then refused (a review of
+    concurrent use, 2026-12-02: the lock was asked, let go, then the line printed and the lock taken again). A
+    rival asking for the lock the moment the line is printed is refused, and this run trains on."""
+    import builtins
+
+    from capsnet.checkpoint import CheckpointError, RunLock
+
+    run = _copy_run(trained_run, tmp_path / "run")
+    rival, real_print = [], builtins.print
+
+    def printed(*a, **k):
+        real_print(*a, **k)
+        if a and str(a[0]).startswith("resuming the run in") and not rival:
+            lock = RunLock(run)
+            try:
+                lock.acquire()
+                rival.append("took the lock")
+                lock.release()
+            except CheckpointError as e:
+                rival.append(str(e))
+
+    monkeypatch.setattr(builtins, "print", printed)
+    r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", "3", "--no-progress")
+    monkeypatch.undo()
+    assert r.returncode == 0, r.stderr
+    assert rival and "is being written by another capsnet run" in rival[0]
+    assert f"resuming the run in {run} from epoch 2\n" in r.stdout
+    assert load_checkpoint(run, "last").state["epoch"] == 3 and not (run / ".lock").exists()
+
+
 def test_a_resume_from_a_damaged_last_says_the_run_cannot_resume(trained_run, tmp_path, capsys):
     """A last.safetensors cut short beside a whole best: the refusal's "use that one (--which best ...)" is for the
     commands that score a run; a resume, which needs last.safetensors, says it cannot (the diff's review,
