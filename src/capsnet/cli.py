@@ -326,6 +326,15 @@ def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any
     return type(e)(f"{', '.join(named)}: {e}") if named else e
 
 
+def _size_flagged(e: ValueError, typed: dict[str, Any]) -> ValueError:
+    """The data's refusal of a size the user typed ("train_size 70000 exceeds the 60000 ..."), said with its flag
+    ("--train-size 70000 exceeds ..."): the field's name was never on the command line. Another error as it is."""
+    found = re.match(r"(train|test)_size (\d+) exceeds ", str(e))
+    if type(e) is not ValueError or found is None or typed.get(f"{found[1]}_size") != int(found[2]):
+        return e
+    return ValueError(f"--{found[1]}-size{str(e)[len(found[1]) + 5:]}")
+
+
 def _as_typed(field: str, value: Any, option: bool = False) -> str:
     """``field`` set to ``value`` as a command line types it: "--seed 3", "--no-decoder", "--model-option depth=3"."""
     if option:
@@ -1316,8 +1325,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             lock.acquire()
             print(f"resuming the run in {out} from {saved_point(resumed)}", flush=True)
         with _preset_named(args, preset_fields, train_cfg):
-            return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
-                            lock if lock.taken else None)
+            try:
+                return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
+                                lock if lock.taken else None)
+            except ValueError as e:
+                raise _size_flagged(e, train_changes) from None
 
 
 @contextlib.contextmanager
@@ -1501,25 +1513,29 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
-    if model_spec(saved.model_name).kind == "synthesis":
-        if args.affnist:
-            args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
-        done = evaluate_synthesis_checkpoint(saved, which=args.which, dataset=args.dataset,
-                                             test_size=args.test_size, judge=args.judge, root=args.data_dir,
-                                             device=str(resolve_device(args.device)),
-                                             batch_size=args.batch_size, progress=not args.no_progress,
-                                             truncation=args.truncation, weights=args.weights)
-    elif args.judge is not None or args.truncation is not None:
-        flag = "--judge" if args.judge is not None else "--truncation"
-        noisy = {n for n, spec in MODELS.items() if any(f.name == "noise_dim" for f in dataclasses.fields(spec.config))}
-        models = ", ".join(n for n, spec in MODELS.items()  # pix2pix has no noise vector to truncate
-                           if spec.kind == "synthesis" and (args.judge is not None or n in noisy))
-        args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
-                          f"{saved.model_name} model")
-    else:
-        done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
-                                   affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
-                                   root=args.data_dir, progress=not args.no_progress, weights=args.weights)
+    try:
+        if model_spec(saved.model_name).kind == "synthesis":
+            if args.affnist:
+                args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
+            done = evaluate_synthesis_checkpoint(saved, which=args.which, dataset=args.dataset,
+                                                 test_size=args.test_size, judge=args.judge, root=args.data_dir,
+                                                 device=str(resolve_device(args.device)),
+                                                 batch_size=args.batch_size, progress=not args.no_progress,
+                                                 truncation=args.truncation, weights=args.weights)
+        elif args.judge is not None or args.truncation is not None:
+            flag = "--judge" if args.judge is not None else "--truncation"
+            noisy = {n for n, spec in MODELS.items()
+                     if any(f.name == "noise_dim" for f in dataclasses.fields(spec.config))}
+            models = ", ".join(n for n, spec in MODELS.items()  # pix2pix has no noise vector to truncate
+                               if spec.kind == "synthesis" and (args.judge is not None or n in noisy))
+            args.parser.error(f"{flag} applies to synthesis models ({models}); this checkpoint holds a "
+                              f"{saved.model_name} model")
+        else:
+            done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
+                                       affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
+                                       root=args.data_dir, progress=not args.no_progress, weights=args.weights)
+    except ValueError as e:  # --test-size past the split, by its flag
+        raise _size_flagged(e, {"test_size": args.test_size}) from None
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(strict_json(report), indent=2, allow_nan=False))  # NaN as null
@@ -1771,10 +1787,14 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             unfinished = "every run finished, the train-on-synthetic classifiers not yet"
         ex.write_results(rows, out, args.command_line, unfinished=unfinished)
 
-    rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
-                       on_start=started, on_done=written,
-                       compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
-                       on_launch=launched, on_epoch=epoch_line if args.no_progress else None, on_parallel=parallel)
+    try:
+        rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
+                           on_start=started, on_done=written,
+                           compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
+                           on_launch=launched, on_epoch=epoch_line if args.no_progress else None,
+                           on_parallel=parallel)
+    except ValueError as e:  # a size past the data's, by its flag
+        raise _size_flagged(e, typed) from None
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]
