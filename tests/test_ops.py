@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.ops import _squash_vjp, safe_norm, squash
+from capsnet.ops import _squash_vjp, exp_squash, safe_norm, squash
 
 # The epsilon sits inside the square root (shared/DESIGN.md), so squash's
 # length is off the closed form by at most about eps / 2 = 5e-9 in absolute
@@ -252,3 +252,23 @@ def test_safe_norm_of_integer_capsules_is_a_float_norm_as_squash_takes_them():
         assert got.dtype == torch.get_default_dtype()
         torch.testing.assert_close(got, safe_norm(s.to(torch.get_default_dtype())), rtol=0, atol=0)
         assert abs(got[0].item() - 2 ** 0.5) < 1e-6 and got[1] > 0
+
+
+@pytest.mark.parametrize("f", [squash, exp_squash, safe_norm])
+def test_complex_capsules_a_0d_tensor_and_a_wrong_dim_are_refused_by_name(f):
+    """Found by a review (2026-12-01): complex capsules lost their imaginary part with torch's warning alone, and a
+    dim past the tensor's met "tuple index out of range" (squash) or torch's own message."""
+    name = f.__name__
+    with pytest.raises(TypeError, match=rf"{name} takes real capsules, got torch.complex64: pass the real and "
+                                        r"imaginary parts as entries of their own \(torch.view_as_real"):
+        f(torch.ones(2, 3, dtype=torch.complex64))
+    with pytest.raises(ValueError, match=rf"{name} takes capsules \(\.\.\., D\), got a 0-d tensor"):
+        f(torch.tensor(2.0))
+    for dim in (5, -3, 1.0, True):
+        with pytest.raises(ValueError, match=rf"{name}'s dim must be an integer in -2..1 for capsules of shape "
+                                             rf"\(2, 3\), got {dim!r}"):
+            f(torch.ones(2, 3), dim=dim)
+    with pytest.raises(TypeError, match=rf"{name} takes a tensor of capsules, got list"):
+        f([1.0, 2.0])
+    # integers and bools still read as the default float dtype, along any valid dim
+    assert torch.equal(f(torch.ones(2, 3, dtype=torch.bool), dim=-2), f(torch.ones(2, 3), dim=0))

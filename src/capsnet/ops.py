@@ -21,6 +21,23 @@ def _eps(dtype: torch.dtype) -> float:
     return 1e-7 if dtype == torch.float16 else 1e-8
 
 
+def _real(s: torch.Tensor, dim: int, what: str) -> torch.Tensor:
+    """``s`` as real floating-point capsules along ``dim``: integers and bools in the default float dtype; complex
+    input, a 0-d tensor or a ``dim`` past ``s``'s dimensions refused by name (a complex capsule lost its imaginary
+    part with only torch's warning; a wrong dim met "tuple index out of range")."""
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{what} takes a tensor of capsules, got {type(s).__name__}")
+    if s.is_complex():
+        raise TypeError(f"{what} takes real capsules, got {s.dtype}: pass the real and imaginary parts as entries "
+                        f"of their own (torch.view_as_real(s).flatten(-2)) or the magnitudes (s.abs())")
+    if s.dim() == 0:
+        raise ValueError(f"{what} takes capsules (..., D), got a 0-d tensor: give one capsule as a 1-d tensor")
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -s.dim() <= dim < s.dim():
+        raise ValueError(f"{what}'s dim must be an integer in {-s.dim()}..{s.dim() - 1} for capsules of shape "
+                         f"{tuple(s.shape)}, got {dim!r}")
+    return s if s.is_floating_point() else s.to(torch.get_default_dtype())
+
+
 def _scale(s: torch.Tensor, dim: int | tuple[int, ...], power: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A power of two ``k`` per capsule (``s``'s shape with ``dim`` kept as 1) and ``r = k^2``.
 
@@ -64,8 +81,7 @@ def safe_norm(s: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Te
     summed in float32 and returned in float16 (its squares overflow for
     entries from about 256 on: a capsule of 16 entries of 300 had norm inf).
     """
-    if not s.is_floating_point():  # as squash: integer capsules' norm had been truncated to an integer (0 for 0)
-        s = s.to(torch.get_default_dtype())
+    s = _real(s, dim, "safe_norm")  # as squash: integer capsules' norm had been truncated to an integer (0 for 0)
     wide = s.float() if s.dtype == torch.float16 else s  # float16's own epsilon (its value at 0), the sum in float32
     return torch.sqrt(wide.pow(2).sum(dim=dim, keepdim=keepdim) + _eps(s.dtype)).to(s.dtype)
 
@@ -83,8 +99,7 @@ def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
-    if not s.is_floating_point():
-        s = s.to(torch.get_default_dtype())
+    s = _real(s, dim, "squash")
     if s.shape[dim] == 0:  # no entries: nothing to scale (and amax refuses an empty dimension)
         return s.clone()
     k, r = _scale(s, dim, power=1)
@@ -133,8 +148,7 @@ def exp_squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Shapes:
         s: (..., D) with the capsule dimension at ``dim``; returns the same shape.
     """
-    if not s.is_floating_point():
-        s = s.to(torch.get_default_dtype())
+    s = _real(s, dim, "exp_squash")
     if s.shape[dim] == 0:  # no entries: nothing to scale (and amax refuses an empty dimension)
         return s.clone()
     k, _ = _scale(s, dim, power=1)  # (..., 1): 1, or a power of two where |s|^2 could overflow
