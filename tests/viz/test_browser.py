@@ -453,3 +453,53 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             assert errors == []
         finally:
             browser.close()
+
+
+def test_a_page_answered_by_a_restarted_viewer_says_so_and_draws_nothing(viewer):
+    """A viewer restarted on the same port with another model of the same shape answered the page, which drew the
+    new model's layers under the old one's classes and routing words (a review of the page, 2026-12-02). The page
+    refuses answers of another server than its first: an error for a walk, the note for the minute's check."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    from capsnet.viz import serve_in_thread
+
+    _need_browser()
+    first, thread = serve_in_thread(viewer, read_timeout=0.5)  # its kept-alive connections closed soon after, as
+    host, port = first.server_address[:2]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        second = None
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"http://{host}:{port}/")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
+            walks = page.evaluate("document.body.dataset.walks")
+            shown = page.inner_text("#source")
+            first.shutdown()  # ... a stopped process's are at once
+            thread.join(timeout=5)
+            time.sleep(1.0)
+            second, thread = serve_in_thread(viewer, host=host, port=port)  # the same port, another server
+            page.fill("#test-index", "5")
+            page.click("#show-test")
+            page.wait_for_function("document.getElementById('error').textContent !== ''")
+            assert "the viewer was restarted since this page loaded (perhaps with another model): reload the page" \
+                in page.inner_text("#error")
+            assert page.evaluate("document.body.dataset.walks") == walks and page.inner_text("#source") == shown
+            page.evaluate("checkChanged()")  # the minute's check says it too, in the note under the title
+            page.wait_for_function("!document.getElementById('checkpoint-changed').hidden")
+            assert "the viewer was restarted since this page loaded" in page.inner_text("#checkpoint-changed")
+            page.reload()  # a reload is the new server's page, and works
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.fill("#test-index", "5")
+            page.click("#show-test")
+            page.wait_for_function("document.getElementById('source').textContent.includes('test image #5')")
+            assert page.inner_text("#error") == "" and errors == []
+        finally:
+            browser.close()
+            (second or first).shutdown()
+            thread.join(timeout=5)

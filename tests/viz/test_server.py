@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
@@ -213,6 +214,34 @@ def test_ctrl_c_while_a_connections_thread_starts_stops_the_server_and_its_slot_
         client.close()
     finally:
         srv.server_close()
+
+
+def test_every_answer_names_the_server_that_gave_it_and_a_restart_draws_another(viewer):
+    """A viewer restarted on the same port with another model of the same shape answered a page still showing the
+    old one's classes (a review of the page, 2026-12-02): every answer, pages, API and errors, carries the server's
+    token, which the page compares (checked in a browser in test_browser.py)."""
+    import http.client
+
+    from capsnet.viz.server import VIEWER_HEADER
+
+    tokens = []
+    for _ in range(2):
+        with serving(viewer) as srv:
+            seen = set()
+            for method, path, body in [("GET", "/", None), ("GET", "/app.js", None), ("GET", "/api/info", None),
+                                       ("POST", "/api/forward", b'{"index": 0}'), ("GET", "/nope", None),
+                                       ("POST", "/api/forward", b"{bad")]:
+                conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=60)
+                try:
+                    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+                    r = conn.getresponse()
+                    r.read()
+                    seen.add(r.getheader(VIEWER_HEADER))
+                finally:
+                    conn.close()
+            assert len(seen) == 1 and re.fullmatch(r"[0-9a-f]{16}", next(iter(seen)))
+            tokens.append(seen.pop())
+    assert tokens[0] != tokens[1]
 
 
 def test_paths_methods_and_broken_http(server):

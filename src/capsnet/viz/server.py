@@ -30,6 +30,11 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
   (an ``Origin`` header that is not the viewer's own: a form or ``fetch`` on
   any web site the user visits could otherwise make it work).
 
+Every answer carries ``X-Capsnet-Viewer``, a token drawn as the server
+starts: the page keeps the one of its first answer and refuses answers with
+another (a viewer restarted on the same port with another model of the same
+shape answered a page still showing the old one's classes and routing).
+
 API (also in the README):
 
 - ``GET /api/info``: the model, data set and sizes; ``kind`` is
@@ -61,6 +66,7 @@ import ipaddress
 import json
 import math
 import re
+import secrets
 import socket
 import sys
 import threading
@@ -77,7 +83,7 @@ from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
 from .segmentation import SegmentationViewer
 from .synthesis import SynthesisViewer
 
-__all__ = ["make_server", "serve_in_thread", "MAX_CONNECTIONS", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
+__all__ = ["make_server", "serve_in_thread", "VIEWER_HEADER", "MAX_CONNECTIONS", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
            "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
@@ -89,6 +95,7 @@ MAX_JSON_NUMBER = 2 ** 31 - 1
 _MAX_NUMBER_CHARS = 100  # a number written with more characters than this is refused before it is converted
 READ_TIMEOUT_S = 10.0  # s: the longest wait for the next bytes of a request, or for a kept-alive connection's next one
 REQUEST_TIMEOUT_S = 60.0  # s: the longest a whole request (line, headers, body) may take to arrive (4 MiB at 70 kB/s)
+VIEWER_HEADER = "X-Capsnet-Viewer"  # every answer's: the token of the server that gave it (a restart draws another)
 LISTEN_BACKLOG = 128  # pending connections queued by the kernel (socketserver's default is 5)
 MAX_CONNECTIONS = 128  # connections served at once, a thread each (a browser opens about 6 to one host; as many as
 # LISTEN_BACKLOG queues, so a burst the kernel queues is served)
@@ -339,6 +346,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header(VIEWER_HEADER, self.server.identity)
         if allow is not None:
             self.send_header("Allow", allow)
         if self.close_connection:
@@ -675,6 +683,7 @@ class _Server(ThreadingHTTPServer):
         self.named_hosts = named_hosts  # the --allow-host names alone: their pages may post from any scheme and port
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.identity = secrets.token_hex(8)  # this server's, in every answer (VIEWER_HEADER)
         self._holding: set[Any] = set()  # the connections holding a slot: each gives it back once (``_give_back``)
         self._holding_lock = threading.Lock()
         self.read_timeout = read_timeout

@@ -7,6 +7,7 @@
 
 const state = {
   info: null,      // GET /api/info
+  viewer: null,    // the X-Capsnet-Viewer token of the first answer: the server this page was made for
   walk: null,      // the last POST /api/forward or /api/upload answer
   selected: 0,     // the digit capsule shown in routing, reconstruction and sliders
   pose: null,      // the selected capsule's pose as the sliders set it
@@ -52,6 +53,16 @@ async function api(path, body, raw) {
     headers: { "Content-Type": raw ? "application/octet-stream" : "application/json" },
   };
   const response = await fetch(path, options);
+  // the token of the server that answered: another than the first answer's is a viewer restarted since, perhaps
+  // with another model of the same shape, whose answers this page would draw under the old one's classes
+  const served = response.headers.get("X-Capsnet-Viewer");
+  if (served && state.viewer && served !== state.viewer) {
+    const err = new Error("the viewer was restarted since this page loaded (perhaps with another model): reload " +
+      "the page");
+    err.restarted = true;
+    throw err;
+  }
+  if (served && !state.viewer) state.viewer = served;
   const payload = await response.json().catch(() => null);  // an answer that is no JSON is an error, even a 200
   if (!response.ok || payload === null) throw new Error((payload && payload.error) || `HTTP ${response.status}`);
   return payload;
@@ -532,7 +543,11 @@ function showChanged(info) {
 
 async function checkChanged() {
   if (document.visibilityState !== "visible") return;
-  try { showChanged(await api("/api/info")); } catch (err) { /* the server stopped: the next walk says so */ }
+  try {
+    showChanged(await api("/api/info"));
+  } catch (err) {  // a server stopped: the next walk says so; one restarted is said at once
+    if (err.restarted) showChanged({ changed: err.message });
+  }
 }
 
 async function start() {
