@@ -70,7 +70,7 @@ def test_pick_draw_and_slide(page_url, viewer):
             assert page.inner_text("#announce").startswith("test image #7, label ")
             assert f": predicted {label} (capsule " in page.inner_text("#announce")
             assert page.get_attribute("#announce", "aria-live") == "polite"
-            pressed = page.locator("#lengths .bar[aria-pressed='true']")
+            pressed = page.locator("#lengths[role='radiogroup'] .bar[role='radio'][aria-checked='true']")
             assert pressed.count() == 1 and pressed.get_attribute("data-capsule") == str(page.evaluate("state.selected"))
             assert pressed.get_attribute("aria-label").startswith(f"capsule {page.evaluate('state.selected')} (")
             assert "test image #7" in page.get_attribute("#input", "aria-label")
@@ -441,15 +441,26 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             assert page.inner_text("#routing-from") == "lower"  # the class layer routes ConvCaps2's capsules
             assert page.inner_text("#routing-how") == "each iteration of EM routing (its assignment probabilities) " \
                 "(round 1 is uniform, before any agreement)"
-            # a class capsule is chosen by keyboard too: Tab reaches the bars, Enter selects (it stays focused)
+            # a class capsule is chosen by keyboard too: the bars are one Tab stop, the selected one (ten stood
+            # between the input and the next panel: a review, 2026-12-02), the arrow keys, Home and End choose
+            # (wrapping around), and the chosen bar keeps the focus
+            stops = "[...document.querySelectorAll('#lengths .bar')].filter((b) => b.tabIndex >= 0)" \
+                ".map((b) => b.dataset.capsule)"
+            assert page.evaluate(stops) == [str(page.evaluate("state.selected"))]
             page.locator("#lengths .bar").nth(3).focus()
             page.keyboard.press("Enter")
             page.wait_for_function("state.selected === 3")
             assert page.evaluate("document.activeElement.dataset.capsule") == "3"
-            page.keyboard.press("Tab")
-            page.keyboard.press(" ")
+            page.keyboard.press("ArrowDown")
             page.wait_for_function("state.selected === 4")
             assert page.inner_text("#selected-capsule").startswith("4")
+            assert page.evaluate("document.activeElement.dataset.capsule") == "4" and page.evaluate(stops) == ["4"]
+            for key, want in (("ArrowUp", 3), ("Home", 0), ("ArrowLeft", 9), ("End", 9), ("ArrowRight", 0)):
+                page.keyboard.press(key)
+                page.wait_for_function(f"state.selected === {want}")
+                assert page.evaluate("document.activeElement.dataset.capsule") == str(want)
+            page.keyboard.press("Tab")  # out of the group at once
+            assert page.evaluate("document.activeElement.closest('#lengths') === null")
             assert errors == []
         finally:
             browser.close()

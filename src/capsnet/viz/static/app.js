@@ -174,7 +174,7 @@ function digitsHint(info) {
       "the largest is the prediction.",
   }[scoreWord(info)];
   const uses = info.decoder ? "routing, reconstruction and sliders" : "routing";
-  return `${what} Click a capsule (or Tab to it and press Enter) to select it for ${uses}.`;
+  return `${what} Click a capsule (or Tab to the bars and use the arrow keys) to select it for ${uses}.`;
 }
 
 function renderLengths() {
@@ -186,9 +186,11 @@ function renderLengths() {
     const bar = document.createElement("div");
     bar.className = "bar" + (j === w.predicted ? " predicted" : "") + (j === state.selected ? " selected" : "");
     bar.dataset.capsule = j;
-    bar.tabIndex = 0;  // reached by Tab, chosen by Enter or Space, as a click chooses it
-    bar.setAttribute("role", "button");
-    bar.setAttribute("aria-pressed", String(j === state.selected));  // which capsule is selected, not only seen
+    // one Tab stop for the group, the selected bar (ten stops stood between the input and the panels after it);
+    // the arrow keys, Home and End choose another, as a click does (a radio group's keys)
+    bar.tabIndex = j === state.selected ? 0 : -1;
+    bar.setAttribute("role", "radio");
+    bar.setAttribute("aria-checked", String(j === state.selected));  // which capsule is selected, not only seen
     bar.setAttribute("aria-label", `capsule ${j} (${info.classes[j]}), ${word} ${len.toFixed(3)}` +
       (j === w.predicted ? ", predicted" : ""));
     bar.innerHTML = `<span class="name"></span><span class="track"><span class="fill"></span>` +
@@ -200,7 +202,12 @@ function renderLengths() {
     bar.title = `capsule ${j} (${info.classes[j]}): ${word} ${len.toFixed(4)}`;
     bar.addEventListener("click", () => selectCapsule(j));
     bar.addEventListener("keydown", (e) => {
-      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); selectCapsule(j); }
+      const n = w.lengths.length;
+      const to = { ArrowRight: j + 1, ArrowDown: j + 1, ArrowLeft: j - 1, ArrowUp: j - 1, Home: 0, End: n - 1,
+        Enter: j, " ": j }[e.key];
+      if (to === undefined) return;
+      e.preventDefault();
+      selectCapsule((to + n) % n);  // the arrows wrap around; the re-drawn bars keep the focus on the chosen one
     });
     box.appendChild(bar);
   });
