@@ -358,9 +358,11 @@ def test_a_nan_gan_loss_names_the_checkpoint_that_was_really_written(tmp_path, d
     assert (run / "last.safetensors").exists() == save_every_epoch
 
 
-def test_nan_gan_weights_after_finite_losses_are_not_saved(tmp_path, data_root, monkeypatch):
+@pytest.mark.parametrize("spoil", ["weight", "buffer"])
+def test_nan_gan_weights_after_finite_losses_are_not_saved(tmp_path, data_root, monkeypatch, spoil):
     """A step whose losses were finite but whose gradient was not left NaN weights, saved as epoch 2 (a review,
-    2026-11-30): the weights are checked before every save."""
+    2026-11-30): the weights are checked before every save; so are the buffers (BatchNorm's running variance was
+    saved infinite at --lr 1e6, a checkpoint eval refuses: a review, 2026-12-02) and the optimizers' state."""
     from capsnet import gan
     from capsnet.train import NonFiniteLoss
 
@@ -371,13 +373,18 @@ def test_nan_gan_weights_after_finite_losses_are_not_saved(tmp_path, data_root, 
         calls.append(1)
         if len(calls) == 4:  # 2 steps an epoch: the last of epoch 2, after its update
             with torch.no_grad():
-                next(model.generator.parameters()).fill_(float("nan"))
+                if spoil == "weight":
+                    next(model.generator.parameters()).fill_(float("nan"))
+                else:
+                    model.discriminator.main[3].running_var.fill_(float("inf"))
         return out
 
     monkeypatch.setattr(gan, "gan_step", spoil_at_the_end_of_epoch_2)
     run = tmp_path / "r"
-    with pytest.raises(NonFiniteLoss, match=r"the GAN's weights became NaN or infinite in epoch 2, after steps whose "
-                                            r"losses were finite"):
+    said = (r"the weights \(generator\.\S+ first\) became NaN or infinite \(a gradient that was not finite\)"
+            if spoil == "weight" else r"the model's discriminator.main.3.running_var became NaN or infinite")
+    with pytest.raises(NonFiniteLoss, match=r"in the GAN, " + said + r".* in epoch 2, after steps whose losses were "
+                                            r"finite"):
         fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), replace(TINY, epochs=3), run, device="cpu",
                 data_root=data_root, progress=False)
     kept = load_checkpoint(run, "last")

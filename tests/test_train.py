@@ -770,9 +770,53 @@ def test_a_finite_loss_whose_gradient_is_not_stops_before_nan_weights_are_saved(
         return loss, scores
 
     monkeypatch.setitem(models.MODELS, "capsnet", spec._replace(loss=infinite_gradient))
-    with pytest.raises(NonFiniteLoss, match=r"the weights became NaN or infinite in epoch 2, after steps whose loss "
-                                            r"was finite .*still holds epoch 1"):
+    with pytest.raises(NonFiniteLoss, match=r"the weights \(\S+ first\) became NaN or infinite \(a gradient that was "
+                                            r"not finite\) in epoch 2, after steps whose loss was finite; .*still "
+                                            r"holds epoch 1"):
         fit(TINY, cfg, tmp_path, device="cpu", progress=False)
+    kept = load_checkpoint(tmp_path, "last")
+    assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spoil", ["buffer", "optimizer"])
+def test_a_running_statistic_or_optimizer_state_that_is_not_finite_is_never_saved(tmp_path, monkeypatch, spoil):
+    """A loss kept finite by BatchNorm left its running variance infinite: the run ended with exit status 0 and a
+    last and a best that eval and --resume refuse (efficient-capsnet at --lr 1e7, U-Net, pix2pix); a gradient too
+    large to square left Adam's exp_avg_sq infinite, resumed silently with those weights frozen (the baseline at
+    --lr 1e6) (a review, 2026-12-02). Both are checked before every save, as the weights are."""
+    from capsnet import models, train
+    from capsnet.models import EfficientCapsNetConfig
+    from capsnet.train import NonFiniteLoss
+
+    spec = models.MODELS["efficient-capsnet"]
+    calls, opts = [], []
+    cfg = TrainConfig(**{**CFG.to_dict(), "epochs": 3})
+    last_of_epoch_2 = 2 * -(-cfg.train_size // cfg.batch_size)
+    made = train.make_optimizer
+
+    def recorded(*a, **k):
+        opts.append(made(*a, **k))
+        return opts[-1]
+
+    def spoiled(model, images, labels, components=None, **kw):
+        out = spec.loss(model, images, labels, components, **kw)
+        calls.extend([1] if model.training else [])
+        if model.training and len(calls) == last_of_epoch_2:
+            with torch.no_grad():
+                if spoil == "buffer":  # after this step's forward pass updated it
+                    model.features[2].running_var.data.fill_(float("inf"))  # (.data: its backward still reads it)
+                else:
+                    next(iter(opts[0].state.values()))["exp_avg_sq"].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(train, "make_optimizer", recorded)
+    monkeypatch.setitem(models.MODELS, "efficient-capsnet", spec._replace(loss=spoiled))
+    said = (r"the model's features.2.running_var became NaN or infinite \(a running statistic, such as BatchNorm's"
+            if spoil == "buffer" else r"Adam's exp_avg_sq of \S+ became NaN or infinite \(a gradient too large")
+    with pytest.raises(NonFiniteLoss, match=said + r".* in epoch 2, after steps whose loss was finite; stopped without "
+                                                   r"saving, .*still holds epoch 1"):
+        fit(EfficientCapsNetConfig(decoder=False), cfg, tmp_path, device="cpu", progress=False)
     kept = load_checkpoint(tmp_path, "last")
     assert kept.state["epoch"] == 1 and all(torch.isfinite(t).all() for t in kept.model_state.values())
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1

@@ -59,7 +59,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -76,7 +76,7 @@ from .runtime import (autocast, compile_model, grad_scaler, keeps_rng, require_c
 from . import train as _train
 from .train import (SAVE_EVERY_S, LastSave, NonFiniteLoss, TrainConfig, _seeded_generator, budget_warnings,
                     check_optimizer_state, folder_noted, lr_at, restore_rng_state, resume_state_of, resume_within,
-                    rng_state, run_steps, save_best, start_or_resume, weights_finite, within_epoch, write_metrics)
+                    rng_state, run_steps, save_best, start_or_resume, not_finite, within_epoch, write_metrics)
 
 __all__ = ["fit_gan", "gan_step", "describe_gan_epoch", "make_optimizers", "GAN_LR"]
 
@@ -161,10 +161,11 @@ def gan_step(model: torch.nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.
 
 def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.Module,
                  scaler: torch.amp.GradScaler | None = None,
-                 skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
+                 skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0),
+                 optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
     """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device tensor,
-    the run's step, 1-based, where it first was, else -1), or when ``model``'s weights are not (a finite loss whose
-    gradient was not), or (--amp fp16) ``scaler``'s scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the
+    the run's step, 1-based, where it first was, else -1), or when ``model``'s weights or buffers or ``optimizers``'
+    state are not (``capsnet.train.not_finite``: a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the
     epoch's skipped steps and steps so far); asked before every save and every ``_CHECK_EVERY`` steps."""
     first = int(bad)
     if first < 0 and scaler is not None:  # the scale's own message: gradients, steps skipped
@@ -173,10 +174,9 @@ def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.
         raise NonFiniteLoss(f"a GAN loss became NaN or infinite at step {first} (epoch {epoch}); stopped without "
                             f"saving, {last.kept()}. Lower --lr or check the label maps and images for NaN or infinite "
                             f"pixels, {_train._NEW_RUN}")
-    if not weights_finite(model):
-        raise NonFiniteLoss(f"the GAN's weights became NaN or infinite in epoch {epoch}, after steps whose losses were "
-                            f"finite (a gradient that was not); stopped without saving, {last.kept()}. Lower --lr, "
-                            f"{_train._NEW_RUN}")
+    if (spoilt := not_finite(model, *optimizers)) is not None:
+        raise NonFiniteLoss(f"in the GAN, {_train.spoiled_words(spoilt)} in epoch {epoch}, after steps whose losses "
+                            f"were finite; stopped without saving, {last.kept()}. Lower --lr, {_train._NEW_RUN}")
 
 
 def describe_gan_epoch(record: dict[str, Any]) -> str:
@@ -378,10 +378,10 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
             so_far = _train._skipped_of(sums[8] if fp16 else sums, start // B + 1, fp16)  # read when asked
             if step % _train._CHECK_EVERY == 0:  # a NaN step (it trained on to the epoch's end, or the next save,
                 # 5 minutes on) and, under fp16, the scale before it can reach 0 and a NaN step be taken
-                _stop_if_bad(bad, epoch, last, model, scaler, so_far)
+                _stop_if_bad(bad, epoch, last, model, scaler, so_far, (opt_g, opt_d))
             stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end
             if stopping or (save_every_s and start + B < N and last.older_than(save_every_s)):
-                _stop_if_bad(bad, epoch, last, model, scaler, so_far)  # nothing non-finite is saved
+                _stop_if_bad(bad, epoch, last, model, scaler, so_far, (opt_g, opt_d))  # nothing non-finite saved
                 save_last(within_epoch({**state, "step": step}, epoch, start // B + 1, sums.tolist(), seen,
                                        time.monotonic() - started, dev), g)
                 if stopping:
@@ -392,7 +392,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         bar.set_postfix(d=f"{d:.3f}", g=f"{gl:.3f}", l1=f"{l1:.4f}", refresh=False)
         bar.close()  # its last state, with the epoch's figures
         _stop_if_bad(bad, epoch, last, model, scaler,
-                     _train._skipped_of(sums[8] if fp16 else sums, len(starts), fp16))
+                     _train._skipped_of(sums[8] if fp16 else sums, len(starts), fp16), (opt_g, opt_d))
         record = {"epoch": epoch, "step": step, "lr": lr_at(step, cfg, total_steps),
                   "train_d_loss": d, "train_g_loss": gl,
                   "train_l1": l1, "train_d_real": d_real, "train_d_fake": d_fake,

@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -387,20 +387,49 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
     return totals[0], totals[1], int(totals[2].item())
 
 
-def weights_finite(model: torch.nn.Module) -> bool:
-    """Whether every parameter of ``model`` is finite (one wait for the device): asked before a save, since a
-    finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight."""
-    flags = [torch.isfinite(p).all() for p in model.parameters()]
-    return not flags or bool(torch.stack(flags).all())
+def _saved_tensors(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]
+                   ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(what, tensor) for every floating tensor a save writes: ``model``'s parameters and buffers (BatchNorm's running
+    statistics) and the state of ``optimizers`` (Adam's moments), each named for a message."""
+    names = {}
+    for name, p in model.named_parameters():
+        names[p] = name
+        yield f"weight {name}", p
+    for name, b in model.named_buffers():
+        if b.is_floating_point():
+            yield f"buffer {name}", b
+    for opt in optimizers:
+        for p, state in opt.state.items():
+            for key, t in state.items():
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+                    yield f"{type(opt).__name__}'s {key} of {names.get(p, 'a weight')}", t
+
+
+def weights_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> bool:
+    """Whether every tensor a save writes is finite: ``model``'s parameters and floating buffers, and the state of
+    ``optimizers`` (one wait for the device). Asked before a save, since a finite loss whose gradient was not
+    (unclipped) makes Adam's step NaN in every weight, and a loss kept finite by BatchNorm left its running variance
+    infinite (a run ended with exit status 0 and two checkpoints that eval and --resume refuse: a review, 2026-12-02)."""
+    return not_finite(model, *optimizers) is None
+
+
+def not_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> str | None:
+    """The first tensor of ``weights_finite``'s that is not finite, named ("buffer features.8.running_var", "Adam's
+    exp_avg_sq of fc.weight"), or None when all are (one wait for the device; the names are looked up only then)."""
+    flags = [torch.isfinite(t).all() for _, t in _saved_tensors(model, optimizers)]
+    if not flags or bool(torch.stack([f.to(flags[0].device) for f in flags]).all()):
+        return None
+    return next(what for what, t in _saved_tensors(model, optimizers) if not bool(torch.isfinite(t).all()))
 
 
 def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, launch: Launch | None = None,
                         cfg: TrainConfig | None = None, model: torch.nn.Module | None = None,
                         scaler: torch.amp.GradScaler | None = None,
-                        skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
+                        skipped_of: Callable[[], tuple[int, int]] = lambda: (0, 0),
+                        optimizer: torch.optim.Optimizer | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
     names the flags of ``cfg`` that bear on it, where they are set. With ``model`` (before a save), also when its
-    weights are not finite. With an enabled ``scaler`` (--amp fp16, whose steps with a gradient that is not finite
+    weights, its buffers or ``optimizer``'s state are not finite (``not_finite``). With an enabled ``scaler`` (--amp fp16, whose steps with a gradient that is not finite
     are skipped), also when its scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps
     and its steps so far, for the message); every rank holds the same scale.
 
@@ -412,7 +441,9 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
-    spoilt = bad < 0 and model is not None and not weights_finite(model)  # the same on every rank (one model)
+    # the same on every rank (one model)
+    spoilt = not_finite(model, *([optimizer] if optimizer is not None else [])) if bad < 0 and model is not None \
+        else None
     def kept() -> str:
         return last.kept() if launch is None or launch.is_main else RANK0_KEPT
     if bad < 0 and not spoilt:
@@ -420,15 +451,24 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
             stop_if_scale_fell(scaler, epoch, kept, skipped_of)
         return
     if spoilt:
-        raise NonFiniteLoss(f"the weights became NaN or infinite in epoch {epoch}, after steps whose loss was finite "
-                            f"(a gradient that was not); stopped without saving, {kept()}. Lower --lr, or bound the "
-                            f"gradient with --grad-clip, {_NEW_RUN}")
+        raise NonFiniteLoss(f"{spoiled_words(spoilt)} in epoch {epoch}, after steps whose loss was finite; stopped "
+                            f"without saving, {kept()}. Lower --lr, or bound the gradient with --grad-clip, {_NEW_RUN}")
     clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
     amp = cfg is None or cfg.amp != "none"
     raise NonFiniteLoss(f"the training loss{' (with --grad-clip, or its gradient)' if clipped else ''} became NaN or "
                         f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept()}. Lower --lr"
                         + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
                            " or check the images for NaN or infinite pixels") + f", {_NEW_RUN}")
+
+
+def spoiled_words(what: str) -> str:
+    """What became NaN or infinite (``not_finite``'s answer), and how, said for a stop's message."""
+    if what.startswith("weight "):
+        return f"the weights ({what[7:]} first) became NaN or infinite (a gradient that was not finite)"
+    if what.startswith("buffer "):
+        return (f"the model's {what[7:]} became NaN or infinite (a running statistic, such as BatchNorm's, of "
+                f"activations that overflowed: the loss, normalised, stayed finite)")
+    return f"{what} became NaN or infinite (a gradient too large for the optimizer's sums)"
 
 
 # a resume keeps the run's settings and, on the CPU, replays its steps exactly: the same step diverges again
@@ -1507,7 +1547,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                 if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
                     if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
                         _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model, scaler=scaler,
-                                            skipped_of=_skipped_of(skipped, start // B + 1, fp16))
+                                            skipped_of=_skipped_of(skipped, start // B + 1, fp16), optimizer=opt)
                     loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                     ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                     if main:
@@ -1519,7 +1559,7 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                         bar.close()
                         raise KeyboardInterrupt
             _stop_if_not_finite(first_bad, epoch, last, launch, cfg, model, scaler,  # before this epoch is saved
-                                _skipped_of(skipped, len(starts), fp16))
+                                _skipped_of(skipped, len(starts), fp16), opt)
             run_loss, run_correct, seen = _summed(run_loss, run_correct, seen, launch)  # the one-process figures
             train_loss, train_accuracy = run_loss.item() / seen, run_correct.item() / seen  # waits for the device
             trained_s = time.monotonic() - started  # a resumed epoch: its two parts' seconds
