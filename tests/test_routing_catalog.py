@@ -100,3 +100,23 @@ def test_a_non_finite_vote_spoils_its_own_example_alone(name):
         assert not torch.isfinite(out.poses[0]).all()
         torch.testing.assert_close(out.poses[2:], alone.poses)
         assert torch.isfinite(out.poses[1:]).all()
+
+
+def test_the_catalogs_keep_their_notes_under_python_OO_which_strips_docstrings(capsys):
+    """`python -OO` strips docstrings: `capsnet routings dynamic` listed every option with no note and `capsnet
+    models capsnet` lost its summary (carried from a review of 2026-11-30). The notes are read from the source."""
+    import subprocess
+    import sys
+
+    commands = [["routings", "dynamic"], ["models", "capsnet"]]
+    script = "import sys\nfrom capsnet.cli import main\nfor c in %r:\n    main(c)\n    print('=' * 9)" % commands
+    stripped = subprocess.run([sys.executable, "-OO", "-c", script], capture_output=True, text=True, timeout=120)
+    assert stripped.returncode == 0, stripped.stderr
+    plain = ""
+    for command in commands:
+        r = in_process(capsys, *command)
+        assert r.returncode == 0
+        plain += r.stdout + "=" * 9 + "\n"
+    assert "| routing rounds r (the paper uses 3). |" in stripped.stdout
+    assert "Every size of the network; the defaults are the paper's MNIST" in stripped.stdout
+    assert stripped.stdout == plain

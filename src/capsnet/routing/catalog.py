@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from .._docs import class_summary, table_cell
+from .._docs import class_doc, class_summary, table_cell
 from . import LAYER_SIZES, TRAITS, _registered, list_routings, routing_is, routing_takes
 
 __all__ = ["routing_catalog", "describe_routing", "format_routings", "format_routing"]
@@ -21,7 +21,7 @@ __all__ = ["routing_catalog", "describe_routing", "format_routings", "format_rou
 def _arg_notes(cls: type) -> dict[str, str]:
     """Each constructor argument's note from the class docstring's "Args:" block (Google style: ``name: text``,
     or ``a, b: text`` for several, continued on more deeply indented lines), on one line each."""
-    doc = inspect.getdoc(cls) or ""
+    doc = class_doc(cls)
     match = re.search(r"^Args:\n((?:[ \t]+.*\n?|\n)*)", doc, re.M)
     if not match:
         return {}
