@@ -54,6 +54,21 @@ def test_a_model_without_decoder_gets_scalars_only(tmp_path, capsys):
     assert len(writers()) == before
 
 
+def test_a_resume_that_trains_nothing_starts_no_events_file(tmp_path, capsys):
+    """Each resume of a finished run with --tensorboard left an empty events file (88 bytes) in the log folder: the
+    writer, made as the run started, starts one (a review of long-running use, 2026-12-02). It is made at the first
+    epoch logged."""
+    run, board = tmp_path / "run", tmp_path / "tb"
+    flags = [*TINY_FLAGS, "--epochs", "1", "--no-decoder", "--out", str(run), "--tensorboard", str(board)]
+    assert main(["train", *flags]) == 0
+    first = sorted(board.glob("events.out.tfevents.*"))
+    assert len(first) == 1
+    for _ in range(2):
+        assert main(["train", *flags, "--resume"]) == 0
+        assert "has finished its 1 epoch" in capsys.readouterr().out
+    assert sorted(board.glob("events.out.tfevents.*")) == first
+
+
 def test_tile_places_images_row_major_on_a_grey_grid():
     images = torch.arange(6, dtype=torch.float32).view(6, 1, 1, 1) / 10  # six 1x1 images
     grid = _tile(images, rows=2, pad=1)

@@ -146,8 +146,17 @@ class TensorBoardLogger:
         os.makedirs(log_dir, exist_ok=True)
         if run_dir is not None:
             claim_log_dir(log_dir, run_dir)
-        self.writer = _writer_class()(log_dir=str(log_dir))
+        self.log_dir, self._writer_made = str(log_dir), _writer_class()
+        self._writer: Any = None  # made at the first epoch logged: each SummaryWriter starts an events file, and a
+        # run that logged nothing (a finished run resumed, a stop before its first evaluation) left an empty one
         self.images = unit_float(images[:EXAMPLES])
+
+    @property
+    def writer(self) -> Any:
+        """The SummaryWriter, made when first asked for."""
+        if self._writer is None:
+            self._writer = self._writer_made(log_dir=self.log_dir)
+        return self._writer
 
     def log_epoch(self, model: torch.nn.Module, record: dict[str, Any]) -> None:
         """The epoch's metrics as scalars, and its reconstructions and pose sweep where the model decodes."""
@@ -174,7 +183,8 @@ class TensorBoardLogger:
         self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 def _tile(images: torch.Tensor, rows: int, pad: int = 2) -> torch.Tensor:
