@@ -244,6 +244,78 @@ def test_every_answer_names_the_server_that_gave_it_and_a_restart_draws_another(
     assert tokens[0] != tokens[1]
 
 
+def test_the_request_log_is_written_a_whole_line_at_a_time(viewer):
+    """`capsnet viz` logs with print, which writes a line's text and its newline apart: lines of concurrent requests
+    ran together ("... 413 -127.0.0.1 ...") beside empty ones (a review, 2026-12-02). The server logs one line at a
+    time. Here the log writes as print does, with a pause between the two writes."""
+    import io
+    import time
+
+    written = io.StringIO()
+
+    def like_print(line):
+        written.write(line)
+        time.sleep(0.002)
+        written.write("\n")
+
+    with serving(viewer, log=like_print) as srv:
+        with ThreadPoolExecutor(16) as pool:
+            assert set(pool.map(lambda _: request(srv, "GET", "/nope")[0], range(48))) == {404}
+    lines = written.getvalue().splitlines()
+    assert len(lines) == 48 and all(re.fullmatch(r'127\.0\.0\.1 "GET /nope HTTP/1\.1" 404 -', line) for line in lines)
+
+
+def test_connections_draining_at_once_are_bounded_and_the_rest_close_at_once(viewer, monkeypatch):
+    """A connection's slot comes back with its answer, then it drains its client's unread bytes for up to 2 s: a
+    flood of clients that never close their end held a thread and a socket each for the drain, 380 at once against
+    a cap of 128, and at a 256-file limit page loads failed with a 500 (a review, 2026-12-02). At most MAX_DRAINING
+    drain at once; the rest close at once. The page files are read once."""
+    import threading
+    import time
+
+    from capsnet.viz import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_DRAINING", 2)
+    draining = lambda: sum("process_request_thread" in t.name for t in threading.enumerate())  # noqa: E731
+    clients = []
+    with serving(viewer) as srv:
+        assert srv.drain_slots._value == 2
+        try:
+            for _ in range(8):
+                c = socket.create_connection(srv.server_address[:2], timeout=10)
+                c.sendall(b"POST /api/forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999\r\n\r\n" +
+                          b"x" * 1000)  # a body far over the limit, never sent whole, the socket left open
+                clients.append(c)
+            deadline = time.monotonic() + 10
+            while srv.drain_slots._value != 0 and time.monotonic() < deadline:  # two draining
+                time.sleep(0.01)
+            time.sleep(0.3)  # the other six were answered and closed meanwhile
+            assert srv.drain_slots._value == 0 and draining() <= 2
+            assert clients[0].recv(12) == b"HTTP/1.1 413"  # a drained connection's answer arrives whole
+            assert request(srv, "GET", "/")[0] == 200  # the server answers on meanwhile
+        finally:
+            for c in clients:
+                c.close()
+        deadline = time.monotonic() + 10
+        while srv.drain_slots._value < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.drain_slots._value == 2 and srv.connection_slots._value == server_module.MAX_CONNECTIONS
+    opened = []
+    real_read = server_module.resources.files
+
+    def counted(*a):
+        opened.append(a)
+        return real_read(*a)
+
+    monkeypatch.setattr(server_module.resources, "files", counted)
+    pages = ("/", "/app.js", "/style.css", "/segmentation.js")
+    with serving(viewer) as srv:
+        assert all(request(srv, "GET", path)[0] == 200 for path in pages)  # each read, at most, the first time
+        first = len(opened)
+        assert all(request(srv, "GET", path)[0] == 200 for path in pages * 3)
+    assert len(opened) == first  # not again
+
+
 def test_paths_methods_and_broken_http(server):
     assert request(server, "GET", "/nope")[0] == 404
     assert request(server, "GET", "/api/forward")[0] == 405

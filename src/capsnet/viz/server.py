@@ -20,7 +20,10 @@ server, crash a request with a 5xx, or hold a thread or much memory for long:
 - ``LISTEN_BACKLOG`` pending connections are queued, so a burst of clients
   connecting at once is not reset; at most ``MAX_CONNECTIONS`` are served at
   once (a thread each), the next ones answered 503 and closed at once (500
-  idle clients held 503 threads for up to ``REQUEST_TIMEOUT_S`` each);
+  idle clients held 503 threads for up to ``REQUEST_TIMEOUT_S`` each); a
+  connection answered drains what its client still sends for up to
+  ``_LINGER_S`` before it closes, at most ``MAX_DRAINING`` at once (the rest
+  close at once), so threads and sockets stay under about 200;
 - uploads are capped before decoding and at most two are decoded at once
   (``capsnet.viz.images``);
 - a request for another host name than ``localhost``, an IP address, this
@@ -61,6 +64,7 @@ API (also in the README):
 """
 from __future__ import annotations
 
+import functools
 import io
 import ipaddress
 import json
@@ -83,7 +87,7 @@ from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
 from .segmentation import SegmentationViewer
 from .synthesis import SynthesisViewer
 
-__all__ = ["make_server", "serve_in_thread", "VIEWER_HEADER", "MAX_CONNECTIONS", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
+__all__ = ["make_server", "serve_in_thread", "VIEWER_HEADER", "MAX_CONNECTIONS", "MAX_DRAINING", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
            "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
@@ -102,6 +106,10 @@ MAX_CONNECTIONS = 128  # connections served at once, a thread each (a browser op
 # uploads whose bodies (up to 4 MiB each) are held at once; more are answered 503 at once, before their body is read
 MAX_UPLOADS_IN_FLIGHT = 8
 _LINGER_S = 2.0  # s: before closing, unread input is drained this long, so the client reads our answer, not a reset
+# connections draining at once, past the MAX_CONNECTIONS served (their slot given back with the answer); more are
+# closed without a drain: clients that never close their end held a thread and a socket each for the drain, and a
+# flood of them had 380 threads and sockets open, past a 256-file limit (a review, 2026-12-02)
+MAX_DRAINING = 64
 _LINGER_BYTES = 1 << 20
 _DRAIN_BYTES = 64 * 1024 * 1024  # bodies over a limit but under this are read and dropped before the 413
 _STATIC = {
@@ -133,7 +141,10 @@ class _HTTPError(Exception):
         self.close = close
 
 
+@functools.lru_cache(maxsize=None)
 def _static(name: str) -> bytes:
+    """A page file's bytes, read once (a file opened for every page load was what failed, with a 500, once clients
+    held every file the process may open)."""
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
@@ -667,6 +678,18 @@ def _truncation_field(text: str | None) -> float | None:
 
 # ------------------------------------------------------------------ the server
 
+def _one_at_a_time(log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log`` called by one request thread at a time: a ``print`` writes its text and its newline apart, and lines of
+    concurrent requests ran together ("... 413 -127.0.0.1 ...") beside empty ones (a review, 2026-12-02)."""
+    lock = threading.Lock()
+
+    def logged(line: str) -> None:
+        with lock:
+            log(line)
+
+    return logged
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process alive
     # a restarted viewer rebinds its port at once (TIME_WAIT); not on Windows, where SO_REUSEADDR lets a second
@@ -678,11 +701,12 @@ class _Server(ThreadingHTTPServer):
                  log: Callable[[str], None] | None, read_timeout: float, request_timeout: float,
                  allowed_hosts: frozenset[str], named_hosts: frozenset[str]) -> None:
         self.viewer = viewer
-        self.log = log
+        self.log = None if log is None else _one_at_a_time(log)
         self.allowed_hosts = allowed_hosts
         self.named_hosts = named_hosts  # the --allow-host names alone: their pages may post from any scheme and port
         self.upload_slots = threading.BoundedSemaphore(MAX_UPLOADS_IN_FLIGHT)
         self.connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.drain_slots = threading.BoundedSemaphore(MAX_DRAINING)
         self.identity = secrets.token_hex(8)  # this server's, in every answer (VIEWER_HEADER)
         self._holding: set[Any] = set()  # the connections holding a slot: each gives it back once (``_give_back``)
         self._holding_lock = threading.Lock()
@@ -733,7 +757,17 @@ class _Server(ThreadingHTTPServer):
                 self.handle_error(request, client_address)
         finally:
             self._give_back(request)
-            self.shutdown_request(request)
+            if self.drain_slots.acquire(blocking=False):
+                try:
+                    self.shutdown_request(request)
+                finally:
+                    self.drain_slots.release()
+            else:  # MAX_DRAINING closing already: this one closes at once (its client may then see a reset)
+                try:
+                    request.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                self.close_request(request)
 
     def shutdown(self) -> None:
         """Stop serving and close the socket: the port is free when this returns (a notebook cell run twice found it
