@@ -628,3 +628,38 @@ def test_predict_folder_refuses_a_switch_that_is_no_bool_before_reading_anything
     with pytest.raises(ValueError, match=f"{flag} must be True or False, got 'no'"):
         predict_folder(tmp_path / "no-such-run", tmp_path / "in", tmp_path / "out", **{flag: "no"})
     assert not list(tmp_path.iterdir())
+
+
+def test_a_folder_another_capsnet_command_writes_is_refused_and_nothing_is_left(unet_run, gan_run, tmp_path):
+    """Two commands writing one folder (a predict beside a training run's folder, two predicts, a generate) mixed
+    their files, each whole (carried from a review of concurrent use, 2026-12-02): the folder is held with the run
+    lock while the files are written; a second writer is refused before its first file, and no lock file is left
+    after a write."""
+    from capsnet.checkpoint import CheckpointError, RunLock
+    from capsnet.synthesis import generate_folder
+
+    (tmp_path / "in").mkdir()
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(tmp_path / "in" / "a.png")
+    (tmp_path / "maps").mkdir()  # the synthesis model's 32x32 label maps
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(tmp_path / "maps" / "a.png")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with RunLock(busy) as other:
+        other.acquire()
+        for write in (lambda out: predict_folder(unet_run, tmp_path / "in", out, progress=False),
+                      lambda out: generate_folder(gan_run, tmp_path / "maps", out, seeds=(0,), progress=False)):
+            with pytest.raises(CheckpointError, match=rf"{busy} is being written by another capsnet run \(process "):
+                write(busy)
+            assert sorted(p.name for p in busy.iterdir()) == [".lock"]  # nothing of its own written
+    # a write refused for a folder where a file goes leaves the folder as it was, its lock gone
+    new = tmp_path / "new" / "below"
+    new.mkdir(parents=True)
+    (new / "a.png").mkdir()
+    with pytest.raises(IsADirectoryError):
+        predict_folder(unet_run, tmp_path / "in", new, progress=False)
+    assert sorted(p.name for p in new.iterdir()) == ["a.png"]
+    made = tmp_path / "made" / "here"
+    done = predict_folder(unet_run, tmp_path / "in", made, progress=False)
+    assert sorted(p.name for p in made.iterdir()) == ["a.png"] and done.replaced == []
+    generate_folder(gan_run, tmp_path / "maps", made, seeds=(0,), progress=False)
+    assert sorted(p.name for p in made.iterdir()) == ["a.png", "a_seed0.png"]

@@ -303,6 +303,30 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
                                 ) from None
 
 
+def write_into(folder: Path, files: dict[Path, bytes], what: str, *, progress: bool = True) -> list[Path]:
+    """Write ``files`` (path -> contents, all in ``folder``) as ``atomic_write_all`` does, ``folder`` made if
+    missing and held with its ``RunLock`` meanwhile (two commands writing one folder, a training run's or another
+    predict's, mixed their files; the second is refused); returns those of ``files`` that were there before.
+    Refused before the first write (a folder in a file's place, the lock held), the folders made here go again."""
+    folder = Path(folder)
+    made = [f for f in (folder, *folder.parents) if not f.exists()]  # innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    with RunLock(folder) as lock:
+        try:
+            lock.acquire()
+            refuse_folders(files)  # before the first file is written
+        except BaseException:
+            lock.release()  # (its .lock file first)
+            for f in made:
+                if any(f.iterdir()):
+                    break
+                f.rmdir()
+            raise
+        replaced = [path for path in files if path.exists()]
+        atomic_write_all(files, what, progress=progress)
+        return replaced
+
+
 class FolderInTheWay(IsADirectoryError):
     """A folder where a file was to be written (``refuse_folders``); its ``filename`` the folder."""
 

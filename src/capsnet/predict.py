@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, atomic_write_all, refuse_folders
+from .checkpoint import Checkpoint, write_into
 from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
@@ -373,8 +373,5 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         writer.writeheader()
         writer.writerows({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
         written[folder / PREDICTIONS_FILE] = text.getvalue().encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    refuse_folders(written)  # before the first file is written
-    replaced = [p for p in written if p.exists()]
-    atomic_write_all(written, "files", progress=progress)
+    replaced = write_into(folder, written, "files", progress=progress)
     return Predictions(kind, folder, list(written), rows, replaced, notes)

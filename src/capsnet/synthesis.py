@@ -276,7 +276,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     graded maps (class indices 0..K of a user's pairs:DIR), whose 0s and 1s are read as they are. Every map of
     one seed gets the same noise (``generate(shared=True)``): its image depends on the map, the seed and the model
     alone, whatever else the folder holds."""
-    from .checkpoint import atomic_write_all, refuse_folders
+    from .checkpoint import write_into
     from .data.idx import DataError
     from .data.png import (_widened, check_out_folder, label_map_array, png_files, refuse_case_twins,
                            scale_binary_label_maps)
@@ -336,11 +336,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                 for stem, image in zip(stems[start:start + chunk], images):  # named as the map's own file
                     made[folder / f"{files[stem].stem}_seed{s}.png"] = _png_bytes(image)  # (macOS's 'café' too)
                 bar.update(len(images))
-    folder.mkdir(parents=True, exist_ok=True)
     written = [folder / f"{files[stem].stem}_seed{s}.png" for s in seeds for stem in stems]  # seed by seed, as ever
-    refuse_folders(written)  # before the first file is written
-    replaced = [path for path in written if path.exists()]
-    atomic_write_all({path: made[path] for path in written}, "images", progress=progress)
+    replaced = write_into(folder, {path: made[path] for path in written}, "images", progress=progress)
     return GeneratedFiles(folder, written, replaced)
 
 
