@@ -405,17 +405,13 @@ def _saved_tensors(model: torch.nn.Module, optimizers: Sequence[torch.optim.Opti
                     yield f"{type(opt).__name__}'s {key} of {names.get(p, 'a weight')}", t
 
 
-def weights_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> bool:
-    """Whether every tensor a save writes is finite: ``model``'s parameters and floating buffers, and the state of
-    ``optimizers`` (one wait for the device). Asked before a save, since a finite loss whose gradient was not
-    (unclipped) makes Adam's step NaN in every weight, and a loss kept finite by BatchNorm left its running variance
-    infinite (a run ended with exit status 0 and two checkpoints that eval and --resume refuse: a review, 2026-12-02)."""
-    return not_finite(model, *optimizers) is None
-
-
 def not_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> str | None:
-    """The first tensor of ``weights_finite``'s that is not finite, named ("buffer features.8.running_var", "Adam's
-    exp_avg_sq of fc.weight"), or None when all are (one wait for the device; the names are looked up only then)."""
+    """The first tensor a save writes that is not finite, named ("buffer features.8.running_var", "Adam's exp_avg_sq
+    of fc.weight"), or None when all are: ``model``'s parameters and floating buffers and the state of
+    ``optimizers`` (one wait for the device; the names are looked up only then). Asked before a save, since a
+    finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight, and a loss kept finite by
+    BatchNorm left its running variance infinite (a run ended with exit status 0 and two checkpoints that eval and
+    --resume refuse: a review, 2026-12-02)."""
     flags = [torch.isfinite(t).all() for _, t in _saved_tensors(model, optimizers)]
     if not flags or bool(torch.stack([f.to(flags[0].device) for f in flags]).all()):
         return None
@@ -429,9 +425,10 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
                         optimizer: torch.optim.Optimizer | None = None) -> None:
     """Raise ``NonFiniteLoss`` when a step's loss was not finite; ``first_bad`` holds that step, or -1; the message
     names the flags of ``cfg`` that bear on it, where they are set. With ``model`` (before a save), also when its
-    weights, its buffers or ``optimizer``'s state are not finite (``not_finite``). With an enabled ``scaler`` (--amp fp16, whose steps with a gradient that is not finite
-    are skipped), also when its scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps
-    and its steps so far, for the message); every rank holds the same scale.
+    weights, its buffers or ``optimizer``'s state are not finite (``not_finite``). With an enabled ``scaler`` (--amp
+    fp16, whose steps with a gradient that is not finite are skipped), also when its scale fell below
+    ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps and its steps so far, for the message); every
+    rank holds the same scale.
 
     Under torchrun the first bad step of any rank counts, so every rank stops together.
     """
@@ -441,9 +438,9 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
-    # the same on every rank (one model)
-    spoilt = not_finite(model, *([optimizer] if optimizer is not None else [])) if bad < 0 and model is not None \
-        else None
+    spoilt = None  # what is not finite: the same on every rank (one model)
+    if bad < 0 and model is not None:
+        spoilt = not_finite(model, *([optimizer] if optimizer is not None else []))
     def kept() -> str:
         return last.kept() if launch is None or launch.is_main else RANK0_KEPT
     if bad < 0 and not spoilt:
