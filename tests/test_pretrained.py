@@ -407,6 +407,12 @@ def test_make_pretrained_into_another_folder_counts_and_names_what_it_wrote(trai
     shipped_count = sum(p.numel() for p in pretrained("capsnet-mnist-small").parameters())
     assert tiny != shipped_count and f"{tiny:,} weights, stored in float16" in card, card
     assert f"`python tools/make_pretrained.py --work {work} --out {tmp_path / 'ship'}`" in card
+    # every figure the card prints is in its record: the training run's final epoch and the load time too (an audit
+    # of the reported numbers, 2026-12-03, found them in the text alone)
+    record = json.loads(re.search(r"<!-- measured: (\{.*\}) -->", card).group(1))
+    final = load_checkpoint(work, "last").state["history"][-1]
+    assert record["training_final"]["test_accuracy"] == final["test_accuracy"] and record["weights"] == tiny
+    assert f"Load time**: {record['load_ms']} ms" in card
     # a measurement stopped (minutes of it; Ctrl-C) left the new weights under the old card (a review, 2026-11-30)
     shipped = {p.name: p.read_bytes() for p in (tmp_path / "ship").iterdir()}
 

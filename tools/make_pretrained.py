@@ -211,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     learned = sum(p.numel() for p in model.parameters())
     counted = f"{weights:,} weights" if learned == weights else \
         f"{learned:,} weights ({weights:,} numbers with the batch-norm statistics)"
-    measured = measured | {"weights": weights}
+    # every figure the card prints, recorded with it (an audit found the training run's own figures and the load
+    # time in the text alone, their run folders not kept)
+    final = last.state["history"][-1]
+    measured = measured | {"weights": weights, "load_ms": round(load_s * 1000),
+                           "training_final": {k: v for k, v in final.items() if isinstance(v, (int, float))}}
     cfg = last.train_config
     uses = {"classification": f"`capsnet eval --checkpoint pretrained:{NAME}`\nscores it",
             "segmentation": f"`capsnet viz --checkpoint pretrained:{NAME}` opens it on canvases of the\nshipped "
@@ -315,7 +319,7 @@ def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: 
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
-            "sample_l1": s.l1, "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
+            "test_judge_accuracy_draws": r.judge_accuracy_draws, "test_spread": r.spread, "sample_l1": s.l1, "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
 
 
 def _scored(last: Checkpoint) -> str:
