@@ -312,3 +312,13 @@ def test_transposed_layer_output_is_stride_times_the_grid_for_any_allowed_kernel
     at 1 passed: K 2 gave 8x8 for 10x10; mutation testing, 2026-12-01), on a grid wider than tall."""
     layer = ConvTransposeCaps2d(2, 3, 2, 4, kernel_size=K, stride=S)
     assert layer(torch.randn(1, 2, 3, 5, 7)).shape == (1, 2, 4, 5 * S, 7 * S)
+
+
+def test_a_convolutional_capsule_layer_starts_at_he_scale():
+    """Mutation testing (2026-12-03): ConvCaps2d's vote kernels at sqrt(1 / fan_in) passed every test (the
+    deconvolution's start had a test, this one none). He-normal over K * K * Din, as the reference code."""
+    torch.manual_seed(0)
+    layer = ConvCaps2d(2, 16, 4, 16, kernel_size=5)
+    assert layer.weight.shape == (64, 16, 5, 5)
+    assert layer.weight.std().item() == pytest.approx((2 / (5 * 5 * 16)) ** 0.5, rel=0.03)
+    assert abs(layer.weight.mean().item()) < 0.003

@@ -450,3 +450,17 @@ def test_the_losses_refuse_constants_and_indices_that_made_silent_nonsense():
     assert reconstruction_loss(torch.rand(2, 4), torch.rand(2, 4), scale=0) == 0
     assert margin_loss(lengths, targets, m_minus=-0.1) > margin_loss(lengths, targets)
     assert spread_loss(lengths, targets, 0.0) >= 0
+
+
+def test_the_segmentation_losses_dice_term_is_the_mean_over_the_batch_by_hand():
+    """Mutation testing (2026-12-03): the Dice term summed over the batch (B times too heavy against the
+    cross-entropy) passed every test, all of batch 1. Two examples, Dice by hand with the smoothing of 1."""
+    from capsnet.losses import segmentation_loss
+
+    p = torch.tensor([[[[0.9, 0.2], [0.6, 0.1]]], [[[0.5, 0.5], [0.5, 0.5]]]], dtype=torch.float64)
+    m = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]], [[[0.0, 0.0], [0.0, 0.0]]]], dtype=torch.float64)
+    # example 1: (2 * 1.5 + 1) / (1.8 + 2 + 1) = 4 / 4.8; example 2: (0 + 1) / (2 + 0 + 1) = 1 / 3
+    dice_loss = ((1 - 4 / 4.8) + (1 - 1 / 3)) / 2
+    assert segmentation_loss(p, m, "dice").item() == pytest.approx(dice_loss, rel=1e-12)
+    assert segmentation_loss(p, m, "bce+dice").item() == pytest.approx(
+        segmentation_loss(p, m, "bce").item() + dice_loss, rel=1e-12)
