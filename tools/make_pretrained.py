@@ -319,7 +319,8 @@ def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: 
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
-            "test_judge_accuracy_draws": r.judge_accuracy_draws, "test_spread": r.spread, "sample_l1": s.l1, "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
+            "test_judge_accuracy_draws": r.judge_accuracy_draws, "test_spread": r.spread, "sample_l1": s.l1,
+            "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
 
 
 def _scored(last: Checkpoint) -> str:

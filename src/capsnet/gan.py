@@ -165,8 +165,9 @@ def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.
                  optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
     """Raise ``NonFiniteLoss`` when a step of this epoch had a loss that was not finite (``bad``: a device tensor,
     the run's step, 1-based, where it first was, else -1), or when ``model``'s weights or buffers or ``optimizers``'
-    state are not (``capsnet.train.not_finite``: a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the
-    epoch's skipped steps and steps so far); asked before every save and every ``_CHECK_EVERY`` steps."""
+    state are not (``capsnet.train.not_finite``: a finite loss whose gradient was not), or (--amp fp16) ``scaler``'s
+    scale fell below ``MIN_LOSS_SCALE`` (``skipped_of()``: the epoch's skipped steps and steps so far); asked before
+    every save and every ``_CHECK_EVERY`` steps."""
     first = int(bad)
     if first < 0 and scaler is not None:  # the scale's own message: gradients, steps skipped
         _train.stop_if_scale_fell(scaler, epoch, last.kept, skipped_of)

@@ -1206,9 +1206,9 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        if lock is None:  # (a lock the caller holds is this run's)
-            RunLock(run_dir).refuse_if_held()  # a live run's folder: said as such, not as its logs to remove (every rank
-        check_log_dir(tensorboard, run_dir, resume)  # checks before the group forms, so none holds the lock yet)
+        if lock is None:  # a live run's folder: said as such, not as its logs to remove (a lock the caller holds is
+            RunLock(run_dir).refuse_if_held()  # this run's; every rank checks before the group forms, so none holds
+        check_log_dir(tensorboard, run_dir, resume)  # the lock yet)
     dev = resolve_device(device)
     if launch is None:
         with SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(dev):  # caller's RNG after

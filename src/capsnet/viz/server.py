@@ -87,8 +87,8 @@ from .images import MAX_UPLOAD_BYTES, canvas_input, upload_input
 from .segmentation import SegmentationViewer
 from .synthesis import SynthesisViewer
 
-__all__ = ["make_server", "serve_in_thread", "VIEWER_HEADER", "MAX_CONNECTIONS", "MAX_DRAINING", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_NUMBER",
-           "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
+__all__ = ["make_server", "serve_in_thread", "VIEWER_HEADER", "MAX_CONNECTIONS", "MAX_DRAINING", "MAX_JSON_BYTES",
+           "MAX_JSON_DEPTH", "MAX_JSON_NUMBER", "READ_TIMEOUT_S", "REQUEST_TIMEOUT_S", "LISTEN_BACKLOG"]
 
 MAX_JSON_BYTES = 64 * 1024  # a pose is 16 numbers; anything near this is not a real request
 MAX_JSON_DEPTH = 16  # a real request nests 2 deep ({"pose": [...]}); json's parser recurses once per level
