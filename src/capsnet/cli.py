@@ -1329,7 +1329,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
                                 lock if lock.taken else None)
             except ValueError as e:
-                raise _size_flagged(e, train_changes) from None
+                if (flagged := _size_flagged(e, train_changes)) is e:
+                    raise
+                raise flagged from None
 
 
 @contextlib.contextmanager
@@ -1535,7 +1537,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                        affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                        root=args.data_dir, progress=not args.no_progress, weights=args.weights)
     except ValueError as e:  # --test-size past the split, by its flag
-        raise _size_flagged(e, {"test_size": args.test_size}) from None
+        if (flagged := _size_flagged(e, {"test_size": args.test_size})) is e:
+            raise
+        raise flagged from None
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(strict_json(report), indent=2, allow_nan=False))  # NaN as null
@@ -1794,7 +1798,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                            on_launch=launched, on_epoch=epoch_line if args.no_progress else None,
                            on_parallel=parallel)
     except ValueError as e:  # a size past the data's, by its flag
-        raise _size_flagged(e, typed) from None
+        if (flagged := _size_flagged(e, typed)) is e:
+            raise
+        raise flagged from None
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]
