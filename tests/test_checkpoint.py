@@ -202,7 +202,7 @@ def test_missing_checkpoint(tmp_path):
         with pytest.raises(CheckpointError, match=rf"^no checkpoint in {tmp_path} yet: a run is training there "
                                                   rf"\(process {os.getpid()}\) and has not saved its first one"):
             load_checkpoint(tmp_path)
-        assert RunLock(tmp_path).holder() == str(os.getpid())
+        assert RunLock(tmp_path).holder() == f"{os.getpid()} train"
     assert RunLock(tmp_path).holder() is None  # released: no holder, and the lock file gone
     with pytest.raises(CheckpointError, match="; train one with"):
         load_checkpoint(tmp_path)
@@ -232,7 +232,7 @@ def test_a_run_folder_gone_read_only_reports_its_own_error_and_lets_the_lock_go(
     monkeypatch.setattr(pathlib.Path, "unlink", unlink)
     with RunLock(tmp_path) as again:  # the same process takes it again: the first descriptor was closed
         again.acquire()
-        assert again.holder() == str(os.getpid())
+        assert again.holder() == f"{os.getpid()} train"
 
 
 @pytest.mark.parametrize("keep", [0, 5, 100, -10])
@@ -534,7 +534,7 @@ def test_holder_asks_without_refusing_other_askers_or_a_run_starting(tmp_path, m
         monkeypatch.setattr("capsnet.checkpoint.time.sleep", asker_done)
         with RunLock(tmp_path) as run:
             run.acquire()
-            assert waited and RunLock(tmp_path).holder() == str(os.getpid())
+            assert waited and RunLock(tmp_path).holder() == f"{os.getpid()} train"
     finally:
         os.close(asker)
     assert RunLock(tmp_path).holder() is None and not (tmp_path / ".lock").exists()

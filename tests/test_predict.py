@@ -3,6 +3,8 @@ checked against the models run by hand on the same pixels; bad folders named bef
 from __future__ import annotations
 
 import csv
+import os
+import re
 
 import numpy as np
 import pytest
@@ -644,13 +646,19 @@ def test_a_folder_another_capsnet_command_writes_is_refused_and_nothing_is_left(
     Image.fromarray(np.zeros((32, 32), np.uint8)).save(tmp_path / "maps" / "a.png")
     busy = tmp_path / "busy"
     busy.mkdir()
-    with RunLock(busy) as other:
+    for holder, said in (("train", "run"), ("figures", "command (capsnet figures)")):
+        with RunLock(busy, holder) as other:
+            other.acquire()
+            for write in (lambda out: predict_folder(unet_run, tmp_path / "in", out, progress=False),
+                          lambda out: generate_folder(gan_run, tmp_path / "maps", out, seeds=(0,), progress=False)):
+                with pytest.raises(CheckpointError, match=rf"{busy} is being written by another capsnet "
+                                                          rf"{re.escape(said)} \(process {os.getpid()}\); wait"):
+                    write(busy)
+                assert sorted(p.name for p in busy.iterdir()) == [".lock"]  # nothing of its own written
+    with RunLock(busy, "predict") as other:  # the lock names its writer
         other.acquire()
-        for write in (lambda out: predict_folder(unet_run, tmp_path / "in", out, progress=False),
-                      lambda out: generate_folder(gan_run, tmp_path / "maps", out, seeds=(0,), progress=False)):
-            with pytest.raises(CheckpointError, match=rf"{busy} is being written by another capsnet run \(process "):
-                write(busy)
-            assert sorted(p.name for p in busy.iterdir()) == [".lock"]  # nothing of its own written
+        assert RunLock(busy).holder() == f"{os.getpid()} predict"
+        assert RunLock.writer("4242") == "run" and RunLock.named("4242") == " (process 4242)"  # an older lock file
     # a write refused for a folder where a file goes leaves the folder as it was, its lock gone
     new = tmp_path / "new" / "below"
     new.mkdir(parents=True)

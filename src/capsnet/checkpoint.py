@@ -95,8 +95,11 @@ class RunLock:
     system has no ``flock`` (Windows) or the file system refuses it (some network mounts), nothing is locked and no
     file is left. A context manager: leaving it releases."""
 
-    def __init__(self, run_dir: Path | str) -> None:
-        self.run_dir, self.fd, self.taken = Path(run_dir), None, False
+    def __init__(self, run_dir: Path | str, command: str = "train") -> None:
+        """``command``: the capsnet command that writes (``train``, ``figures``, ``predict``, ``generate``), written
+        in the lock file beside the process id so a refusal names it (a predict refused by a figures call was told
+        of "another capsnet run")."""
+        self.run_dir, self.fd, self.taken, self.command = Path(run_dir), None, False, command
 
     def acquire(self) -> None:
         """Take the lock (the run directory exists; a second call does nothing), or a CheckpointError naming the
@@ -145,21 +148,31 @@ class RunLock:
             os.close(fd)
         if mine:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {self.command}".encode(), 0)
         return fd
 
     @staticmethod
     def named(holder: str) -> str:
-        """" (process N)" for what a holder wrote in the lock file (``holder``), "" when it is not a process id."""
-        return f" (process {holder})" if holder.isdigit() else ""
+        """" (process N)" for what a holder wrote in the lock file (``holder``: "PID COMMAND", or a PID alone from an
+        older capsnet), "" when it names no process id."""
+        pid = holder.split()[0] if holder.split() else ""
+        return f" (process {pid})" if pid.isdigit() else ""
+
+    @staticmethod
+    def writer(holder: str) -> str:
+        """What a holder is, said: "run" for a training run (or a lock file that names no command), else "command
+        (capsnet COMMAND)"."""
+        words = holder.split()
+        command = words[1] if len(words) > 1 and words[1].isidentifier() else "train"
+        return "run" if command == "train" else f"command (capsnet {command})"
 
     def _busy(self, holder: str) -> CheckpointError:
-        return CheckpointError(f"{self.run_dir} is being written by another capsnet run{self.named(holder)}; wait for "
-                               f"it to finish, or choose another output directory")
+        return CheckpointError(f"{self.run_dir} is being written by another capsnet {self.writer(holder)}"
+                               f"{self.named(holder)}; wait for it to finish, or choose another output directory")
 
     def holder(self) -> str | None:
         """Whether another process holds the lock now: None when none does (no run there, it ended, or nothing can
-        be locked), else what the holder wrote in the file (its process id, or ''). It asks with a shared lock,
+        be locked), else what the holder wrote in the file ("PID COMMAND", or ''). It asks with a shared lock,
         which other askers share (an exclusive one told two askers at once of a run that was not there, every rank of
         a torchrun resume asking together) and which a run's ``acquire`` waits out (``_lock`` retries)."""
         try:
@@ -303,15 +316,16 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
                                 ) from None
 
 
-def write_into(folder: Path, files: dict[Path, bytes], what: str, *, progress: bool = True) -> list[Path]:
+def write_into(folder: Path, files: dict[Path, bytes], what: str, *, command: str, progress: bool = True
+               ) -> list[Path]:
     """Write ``files`` (path -> contents, all in ``folder``) as ``atomic_write_all`` does, ``folder`` made if
-    missing and held with its ``RunLock`` meanwhile (two commands writing one folder, a training run's or another
+    missing and held with its ``RunLock`` (of ``command``) meanwhile (two commands writing one folder, a training run's or another
     predict's, mixed their files; the second is refused); returns those of ``files`` that were there before.
     Refused before the first write (a folder in a file's place, the lock held), the folders made here go again."""
     folder = Path(folder)
     made = [f for f in (folder, *folder.parents) if not f.exists()]  # innermost first
     folder.mkdir(parents=True, exist_ok=True)
-    with RunLock(folder) as lock:
+    with RunLock(folder, command) as lock:
         try:
             lock.acquire()
             refuse_folders(files)  # before the first file is written
@@ -691,9 +705,9 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
             warnings.warn(f"{p} holds no best.safetensors {why}: its last.safetensors is used", UserWarning,
                           stacklevel=2)
         if not f.exists():
-            if (holder := RunLock(p).holder()) is not None:  # a run starting there: it is not to be trained again
+            if (holder := RunLock(p).holder()) is not None and RunLock.writer(holder) == "run":  # a run starting
                 raise CheckpointError(f"no checkpoint in {p} yet: a run is training there{RunLock.named(holder)} "
-                                      f"and has not saved its first one; try again once it has")
+                                      f"and has not saved its first one; try again once it has")  # (not to train again)
             raise CheckpointError(f"no checkpoint in {p}: expected {p / (which + '.safetensors')}; "
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f

@@ -373,5 +373,5 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         writer.writeheader()
         writer.writerows({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
         written[folder / PREDICTIONS_FILE] = text.getvalue().encode()
-    replaced = write_into(folder, written, "files", progress=progress)
+    replaced = write_into(folder, written, "files", command="predict", progress=progress)
     return Predictions(kind, folder, list(written), rows, replaced, notes)

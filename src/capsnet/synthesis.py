@@ -337,7 +337,8 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
                     made[folder / f"{files[stem].stem}_seed{s}.png"] = _png_bytes(image)  # (macOS's 'café' too)
                 bar.update(len(images))
     written = [folder / f"{files[stem].stem}_seed{s}.png" for s in seeds for stem in stems]  # seed by seed, as ever
-    replaced = write_into(folder, {path: made[path] for path in written}, "images", progress=progress)
+    replaced = write_into(folder, {path: made[path] for path in written}, "images", command="generate",
+                          progress=progress)
     return GeneratedFiles(folder, written, replaced)
 
 

@@ -240,8 +240,8 @@ def write_figures(checkpoints: str | os.PathLike | Sequence[str | os.PathLike], 
     out.mkdir(parents=True, exist_ok=True)
     try:
         # one bar over the drawing, a figure a tick (16-22 s of it showed nothing, in a terminal or a log)
-        with RunLock(out) as lock, progress_bar(desc="figures", unit=" figures", progress=progress,
-                                                leave=False) as bar, drawing(bar):
+        with RunLock(out, "figures") as lock, progress_bar(desc="figures", unit=" figures", progress=progress,
+                                                           leave=False) as bar, drawing(bar):
             lock.acquire()
             before = {p.name for p in out.iterdir() if FIGURE_NAME.fullmatch(p.name) and p.is_file()}
             done = _draw(model, ckpt, checkpoints, out=out, dataset=dataset, root=root, indices=indices,
