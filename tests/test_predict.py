@@ -183,13 +183,13 @@ def test_the_wrong_kind_of_model_or_size_is_refused(gan_run, tmp_path):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out")
     with pytest.raises(ValueError, match="holds a synthesis model .*: use capsnet generate"):
         predict_folder(gan_run, folder, tmp_path / "out")
-    with pytest.raises(ValueError, match="probabilities are written for segmentation models; .*: leave "
+    with pytest.raises(ValueError, match="--probabilities are written for segmentation models; .*: leave "
                                          "--probabilities out"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", probabilities=True)
-    with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities into masks; "
+    with pytest.raises(ValueError, match="--threshold cuts a segmentation model's probabilities into masks; "
                                          "capsnet is a classifier, .*: leave --threshold out"):  # ignored before
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=0.9)
-    with pytest.raises(ValueError, match="threshold cuts a segmentation model's probabilities"):  # the default, typed
+    with pytest.raises(ValueError, match="--threshold cuts a segmentation model's probabilities"):  # the default, typed
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=0.5)
     with pytest.raises(ValueError, match="threshold must lie strictly between 0 and 1"):
         predict_folder("pretrained:capsnet-mnist-small", folder, tmp_path / "out", threshold=1.0)
@@ -212,6 +212,26 @@ def test_the_command_prints_what_it_wrote_and_what_it_replaced(tmp_path, data_ro
     with pytest.raises(SystemExit):
         main(args + ["--threshold", "1.5"])
     assert "must lie strictly between 0 and 1" in capsys.readouterr().err
+
+
+def test_a_multimnist_model_says_its_second_digit_is_the_second_highest_score(tmp_path):
+    """A review of the help texts (2026-12-03): a MultiMNIST classifier, scored by eval on its top two classes, gave one
+    class an image with no word of the second digit. The note says where it is; the scores hold it."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.models import create_model
+
+    torch.manual_seed(0)
+    pixels = np.random.default_rng(2).integers(0, 256, (36, 36), dtype=np.uint8)
+    for side, dataset, noted in ((36, "multimnist", True), (28, "mnist", False)):
+        model = create_model("capsnet", input_height=side, input_width=side, conv1_channels=8, primary_types=2)
+        ckpt = Checkpoint("capsnet", model.config.to_dict(), {"dataset": dataset}, {}, model.state_dict())
+        (tmp_path / dataset).mkdir()
+        done = predict_folder(ckpt, _folder(tmp_path / dataset, {"x": pixels[:side, :side]}), tmp_path / dataset /
+                              "out", progress=False)
+        assert len(done.rows) == 1
+        assert any("trained on MultiMNIST, two overlapping digits an image: the predicted class is the highest "
+                   "score alone; the second digit is the class of the second-highest score" in n
+                   for n in done.notes) == noted
 
 
 @pytest.mark.parametrize("name", ["baseline", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet",

@@ -532,8 +532,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 "linear schedule and EM's margin schedule stretch from there)", type=_positive_int)
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
-    _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3; synthesis "
-                "models: 2e-4 when not given)", type=_positive_float)
+    _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (default 1e-3, the authors' code's; "
+                "synthesis models: 2e-4 when not given)", type=_positive_float, show_default=False)
     _field_flag(t, "--lr-decay", TrainConfig, "lr_decay", "learning rate factor per --lr-decay-steps (authors' code: "
                 "0.96)", type=_positive_float)
     _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay "
@@ -572,7 +572,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
                    help="set any field of the model's config, e.g. caps1_types=16 or coordinate_addition=false "
                         "(VALUE as JSON); repeat for several; `capsnet models NAME` lists a model's fields")
-    _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, shuffles and shifts", type=_seed)
+    _field_flag(t, "--seed", TrainConfig, "seed", "seed of the initial weights, the --train-size subset, shuffles and "
+                "shifts", type=_seed)
     _speed_arguments(t, "the training steps")
     _allocator_argument(t, "")
     t.add_argument("--tensorboard", default=None, metavar="DIR",
@@ -615,8 +616,9 @@ def _routings_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--json", action="store_true", help="print JSON (capsnet.routing.catalog) instead of tables")
 
 
-_TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix): draw it from the normal truncated to [-T, T] "
-                    "(BigGAN's truncation trick): smaller T trades variety for fidelity, 0 gives the noise's mean "
+_TRUNCATION_HELP = ("synthesis models with a noise vector (capspix2pix, capspix2pix-deep): draw it from the normal "
+                    "truncated to [-T, T] (BigGAN's truncation trick): smaller T trades variety for fidelity, 0 gives "
+                    "the noise's mean "
                     "(default: untruncated)")
 
 
@@ -849,7 +851,8 @@ def _figures_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--delta-step", type=_positive_float, default=0.05, help="step of the sweep")
     f.add_argument("--misclassified", type=_misclassified, default=MISCLASSIFIED,
                    help="misclassified test inputs to show, found by classifying the whole test set (segmentation: "
-                        "this many lowest-Dice images of the first 1,000 test images) (0: skip)")
+                        "this many lowest-Dice images of the first 1,000 test images) (0: skip; at most 100, one row "
+                        "of panels)")
     f.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format of the figures")
     f.add_argument("--dpi", type=_dpi, default=100, help="resolution of PNG figures (10 to 1200)")
     _common(f)
@@ -973,9 +976,9 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "segmentation's canvases, the synthesis's label maps (0: all 10,000); multimnist: the first this many "
                 "of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
-    _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (authors' code: 1e-3); routing: "
-                "when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 when not "
-                "given", type=_positive_float)
+    _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (default 1e-3, the authors' code's); "
+                "routing: when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 "
+                "when not given", type=_positive_float, show_default=False)
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
                 "this many steps (default 2000; multimnist 20000, the paper's 10x period, section 6.1; 2000 "
                 "reproduces the multimnist runs made before 2026-11-30)", type=_positive_int, show_default=False)
@@ -1023,7 +1026,7 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--allow-host", action="append", default=[], metavar="NAME", type=_allowed_host,
                    help="a host name others open the viewer by (repeatable); it answers for localhost, IP addresses "
                         "and this machine's name, and refuses other names (a web page's, pointed at this machine)")
-    v.add_argument("--device", default="cpu", type=_device, help="device for the model (cpu, cuda, auto)")
+    v.add_argument("--device", default="cpu", type=_device, help="device for the model: cpu, cuda, cuda:N or auto (CUDA when present, else CPU)")
     v.add_argument("--quiet", action="store_true", help="do not log each request")
 
 

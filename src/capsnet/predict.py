@@ -274,10 +274,10 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
         raise ValueError(f"{ckpt.path} holds a synthesis model ({ckpt.model_name}); it makes images from label maps: "
                          f"use capsnet generate")
     if probabilities and kind != "segmentation":
-        raise ValueError(f"probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
+        raise ValueError(f"--probabilities are written for segmentation models; {ckpt.model_name} is a classifier, "
                          f"whose scores are all in {PREDICTIONS_FILE}: leave --probabilities out")
     if threshold is not None and kind != "segmentation":  # accepted and ignored before (0.5, the default, still)
-        raise ValueError(f"threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
+        raise ValueError(f"--threshold cuts a segmentation model's probabilities into masks; {ckpt.model_name} is a "
                          f"classifier, which names the class of highest score: leave --threshold out")
     threshold = 0.5 if threshold is None else threshold
     dataset = ckpt.train_config.get("dataset", "mnist")  # a user's folder is not read: it may be elsewhere by now
@@ -329,6 +329,10 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"{cfg.input_height}x{cfg.input_width} {mode} input by --fit {fit} (resized, converted or "
                          f"their transparency flattened onto black), as capsnet prepare made the folder it trained "
                          f"on (give --fit to choose)")
+    if kind == "classification" and dataset == "multimnist":  # its digits come in pairs; eval scores the top two
+        notes.append(f"{ckpt.model_name} trained on MultiMNIST, two overlapping digits an image: the predicted class "
+                     f"is the highest score alone; the second digit is the class of the second-highest score (the "
+                     f"score_* columns of {PREDICTIONS_FILE}), as capsnet eval's top-2 reads them")
     if as_mnist and not mnist_style:
         light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
