@@ -72,6 +72,7 @@ from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetO
 from .models.capspix2pix import ConditionalGAN
 from .models.inverted_capsnet import InvertedCapsNetOutput
 from .routing import plain_routing, routing_is
+from .routing.result import check_switch
 from .runtime import evaluating
 
 __all__ = ["FORMATS", "MIN_OPSET", "TOLERANCE", "UNSUPPORTED", "ExportError", "InferenceModule", "Traced",
@@ -255,8 +256,7 @@ def _segmentation_models() -> list[str]:
 def _refuse_untraceable(model: nn.Module, any_size: bool) -> int | None:
     """An ExportError for a model ``trace_model`` cannot trace as asked (weights other than float32 on the CPU; any
     size for a model whose graph fixes it), before any work; else its ``side_multiple``."""
-    if not isinstance(any_size, bool):  # "no" read as True: refused as "export it without --any-size"
-        raise ValueError(f"any_size must be True or False, got {any_size!r}")
+    check_switch("any_size", any_size)  # "no" read as True: refused as "export it without --any-size"
     odd = sorted({f"{p.dtype} on {p.device}" for p in model.parameters()
                   if p.dtype != torch.float32 or p.device.type != "cpu"})
     if odd:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ._eager import eager
+from .routing.result import check_switch
 
 
 __all__ = ["check_nonempty", "check_mask_values", "check_recon_weight", "margin_loss", "reconstruction_loss",
@@ -139,8 +140,7 @@ def margin_loss(
     _check_constant("m_plus", m_plus, low=None)  # NaN made a NaN loss, a string torch's bare TypeError
     _check_constant("m_minus", m_minus, low=None)
     _check_constant("lam", lam, " (the paper's 0.5)")  # a negative one rewarded long wrong capsules
-    if not isinstance(validate, bool):
-        raise ValueError(f"validate must be True or False, got {validate!r}")
+    check_switch("validate", validate)
     if targets.dim() == 1:
         if targets.shape[0] != B:
             raise ValueError(f"targets (B,) must match lengths' batch {B}, got shape {tuple(targets.shape)}")

@@ -28,6 +28,7 @@ import torch
 
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, write_into
+from .routing.result import check_switch
 from .data.idx import DataError
 from .data import photos
 from .data.png import (_IMAGE_MODES, _image_array, _widened, check_out_folder, opaque_image_array, png_files,
@@ -266,8 +267,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     for name, value in (("probabilities", probabilities), ("progress", progress), ("mnist_style", mnist_style)):
-        if not isinstance(value, bool):  # "no" read as True: refused as a flag the user had left out
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+        check_switch(name, value)  # "no" read as True: refused as a flag the user had left out
     model, ckpt = load_model(checkpoint, which=which, device=device, weights=weights)
     kind = model_spec(ckpt.model_name).kind
     if kind == "synthesis":

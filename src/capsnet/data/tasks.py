@@ -98,6 +98,7 @@ import torch
 import torch.nn.functional as F
 
 from .._text import some_of, told_apart
+from ..routing.result import check_switch
 from .affine import random_affine, random_translate
 from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
@@ -1040,8 +1041,7 @@ def load_test(name: str, *, size: int = 0, extras: bool = True, root: str | os.P
               progress: bool = True) -> Split:
     """The fixed test split of ``name`` on the CPU: its first ``size`` examples (0: all), with its extra sets."""
     _check_whole("size", size, " (0: the whole test split)")  # -1 met torch's arange error, 1.5 gave 2
-    if not isinstance(extras, bool):
-        raise ValueError(f"extras must be True or False, got {extras!r}")
+    check_switch("extras", extras)
     t = task(name)
     return t.held(load_source(t.source, "test", root, progress), size, extras)
 
