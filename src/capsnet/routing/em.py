@@ -100,6 +100,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._config import _is_finite_number
 from .._eager import autocast_off as _autocast_off, eager
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_positive, check_switch, check_votes
@@ -107,11 +108,6 @@ from .result import RoutingResult, check_count, check_positive, check_switch, ch
 __all__ = ["EMRouting"]
 
 CHILD_NORMS = ("all", "type")
-
-
-def _finite_number(value: object) -> bool:
-    """Whether ``value`` is a finite real number, not a bool or a string."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class EMRouting(nn.Module):
@@ -180,15 +176,15 @@ class EMRouting(nn.Module):
         self.normalise_cost = normalise_cost
         self.fused_backward = fused_backward
         for name, value in (("beta_u_init", beta_u_init), ("beta_a_init", beta_a_init)):
-            if not _finite_number(value):  # "x" met a bare "must be real number, not str"; True was taken as 1
+            if not _is_finite_number(value):  # "x" met a bare "must be real number, not str"; True was taken as 1
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
         self.detach_routing = detach_routing
-        if cost_scale is not None and not (_finite_number(cost_scale) and cost_scale > 0):
+        if cost_scale is not None and not (_is_finite_number(cost_scale) and cost_scale > 0):
             raise ValueError(f"cost_scale must be a positive number (or None: Gritzman's 100 J / I), got {cost_scale!r}")
-        if not (_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
+        if not (_is_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
             raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
         self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
