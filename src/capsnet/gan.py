@@ -176,7 +176,7 @@ def _stop_if_bad(bad: torch.Tensor, epoch: int, last: LastSave, model: torch.nn.
                             f"saving, {last.kept()}. Lower --lr or check the label maps and images for NaN or infinite "
                             f"pixels, {_train._NEW_RUN}")
     if (spoilt := not_finite(model, *optimizers)) is not None:
-        raise NonFiniteLoss(f"in the GAN, {_train.spoiled_words(spoilt)} in epoch {epoch}, after steps whose losses "
+        raise NonFiniteLoss(f"in the GAN, {spoilt} in epoch {epoch}, after steps whose losses "
                             f"were finite; stopped without saving, {last.kept()}. Lower --lr, {_train._NEW_RUN}")
 
 

@@ -389,25 +389,28 @@ def _summed(loss: torch.Tensor, correct: torch.Tensor, seen: int, launch: Launch
 
 def _saved_tensors(model: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]
                    ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(what, tensor) for every floating tensor a save writes: ``model``'s parameters and buffers (BatchNorm's running
-    statistics) and the state of ``optimizers`` (Adam's moments), each named for a message."""
+    """(said, tensor) for every floating tensor a save writes: ``model``'s parameters and buffers (BatchNorm's running
+    statistics) and the state of ``optimizers`` (Adam's moments), ``said`` what a stop says of it when it is not
+    finite."""
     names = {}
     for name, p in model.named_parameters():
         names[p] = name
-        yield f"weight {name}", p
+        yield f"the weights ({name} first) became NaN or infinite (a gradient that was not finite)", p
     for name, b in model.named_buffers():
         if b.is_floating_point():
-            yield f"buffer {name}", b
+            yield (f"the model's {name} became NaN or infinite (a running statistic, such as BatchNorm's, of "
+                   f"activations that overflowed: the loss, normalised, stayed finite)"), b
     for opt in optimizers:
         for p, state in opt.state.items():
             for key, t in state.items():
                 if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-                    yield f"{type(opt).__name__}'s {key} of {names.get(p, 'a weight')}", t
+                    yield (f"{type(opt).__name__}'s {key} of {names.get(p, 'a weight')} became NaN or infinite (a "
+                           f"gradient too large for the optimizer's sums)"), t
 
 
 def not_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> str | None:
-    """The first tensor a save writes that is not finite, named ("buffer features.8.running_var", "Adam's exp_avg_sq
-    of fc.weight"), or None when all are: ``model``'s parameters and floating buffers and the state of
+    """What a stop says of the first tensor a save writes that is not finite ("the model's features.8.running_var
+    became NaN or infinite (...)", "Adam's exp_avg_sq of fc.weight became ..."), or None when all are finite: ``model``'s parameters and floating buffers and the state of
     ``optimizers`` (one wait for the device; the names are looked up only then). Asked before a save, since a
     finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight, and a loss kept finite by
     BatchNorm left its running variance infinite (a run ended with exit status 0 and two checkpoints that eval and
@@ -448,7 +451,7 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
             stop_if_scale_fell(scaler, epoch, kept, skipped_of)
         return
     if spoilt:
-        raise NonFiniteLoss(f"{spoiled_words(spoilt)} in epoch {epoch}, after steps whose loss was finite; stopped "
+        raise NonFiniteLoss(f"{spoilt} in epoch {epoch}, after steps whose loss was finite; stopped "
                             f"without saving, {kept()}. Lower --lr, or bound the gradient with --grad-clip, {_NEW_RUN}")
     clipped = cfg is None or bool(cfg.grad_clip)  # the flags in play (all of them where not told)
     amp = cfg is None or cfg.amp != "none"
@@ -456,16 +459,6 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
                         f"infinite at step {bad + 1} (epoch {epoch}); stopped without saving, {kept()}. Lower --lr"
                         + (", check the images for NaN or infinite pixels, or train without --amp" if amp else
                            " or check the images for NaN or infinite pixels") + f", {_NEW_RUN}")
-
-
-def spoiled_words(what: str) -> str:
-    """What became NaN or infinite (``not_finite``'s answer), and how, said for a stop's message."""
-    if what.startswith("weight "):
-        return f"the weights ({what[7:]} first) became NaN or infinite (a gradient that was not finite)"
-    if what.startswith("buffer "):
-        return (f"the model's {what[7:]} became NaN or infinite (a running statistic, such as BatchNorm's, of "
-                f"activations that overflowed: the loss, normalised, stayed finite)")
-    return f"{what} became NaN or infinite (a gradient too large for the optimizer's sums)"
 
 
 # a resume keeps the run's settings and, on the CPU, replays its steps exactly: the same step diverges again
