@@ -326,13 +326,18 @@ def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any
     return type(e)(f"{', '.join(named)}: {e}") if named else e
 
 
-def _size_flagged(e: ValueError, typed: dict[str, Any]) -> ValueError:
+@contextlib.contextmanager
+def _sizes_by_flag(typed: dict[str, Any]) -> Iterator[None]:
     """The data's refusal of a size the user typed ("train_size 70000 exceeds the 60000 ..."), said with its flag
-    ("--train-size 70000 exceeds ..."): the field's name was never on the command line. Another error as it is."""
-    found = re.match(r"(train|test)_size (\d+) exceeds ", str(e))
-    if type(e) is not ValueError or found is None or typed.get(f"{found[1]}_size") != int(found[2]):
-        return e
-    return ValueError(f"--{found[1]}-size{str(e)[len(found[1]) + 5:]}")
+    ("--train-size 70000 exceeds ..."): the field's name was never on the command line. Other errors pass as they
+    are."""
+    try:
+        yield
+    except ValueError as e:
+        found = re.match(r"(train|test)_size (\d+) exceeds ", str(e))
+        if type(e) is not ValueError or found is None or typed.get(f"{found[1]}_size") != int(found[2]):
+            raise
+        raise ValueError(f"--{found[1]}-size{str(e)[len(found[1]) + 5:]}") from None
 
 
 def _as_typed(field: str, value: Any, option: bool = False) -> str:
@@ -1327,14 +1332,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             # the training (two resumes at once both printed "resuming", one refused after)
             lock.acquire()
             print(f"resuming the run in {out} from {saved_point(resumed)}", flush=True)
-        with _preset_named(args, preset_fields, train_cfg):
-            try:
-                return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
-                                lock if lock.taken else None)
-            except ValueError as e:
-                if (flagged := _size_flagged(e, train_changes)) is e:
-                    raise
-                raise flagged from None
+        with _preset_named(args, preset_fields, train_cfg), _sizes_by_flag(train_changes):
+            return _fit_run(args, model_cfg, train_cfg, out, launch, main_rank, synthesis, summarise,
+                            lock if lock.taken else None)
 
 
 @contextlib.contextmanager
@@ -1518,7 +1518,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.json) if args.json else _eval_report(saved, args)  # running training writes meanwhile
     if not args.json and (why := unwritable(out.parent)) is not None:  # said now, not after the evaluation
         raise ValueError(f"cannot write the report {out} ({why}); give --json FILE where you can write")
-    try:
+    with _sizes_by_flag({"test_size": args.test_size}):  # --test-size past the split, by its flag
         if model_spec(saved.model_name).kind == "synthesis":
             if args.affnist:
                 args.parser.error("--affnist scores 40x40 classifiers; this checkpoint holds a synthesis model")
@@ -1539,10 +1539,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             done = evaluate_checkpoint(saved, which=args.which, dataset=args.dataset, test_size=args.test_size,
                                        affnist=args.affnist or (), batch_size=args.batch_size, device=args.device,
                                        root=args.data_dir, progress=not args.no_progress, weights=args.weights)
-    except ValueError as e:  # --test-size past the split, by its flag
-        if (flagged := _size_flagged(e, {"test_size": args.test_size})) is e:
-            raise
-        raise flagged from None
     report = done.report() | {"weights": args.weights}
     try:  # first: a reader that stops early (| head) loses nothing
         atomic_write_text(out, json.dumps(strict_json(report), indent=2, allow_nan=False))  # NaN as null
@@ -1794,16 +1790,12 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             unfinished = "every run finished, the train-on-synthetic classifiers not yet"
         ex.write_results(rows, out, args.command_line, unfinished=unfinished)
 
-    try:
+    with _sizes_by_flag(typed):  # a size past the data's, by its flag
         rows = ex.run_plan(runs, device=args.device, data_root=args.data_dir, progress=not args.no_progress,
                            on_start=started, on_done=written,
                            compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
                            on_launch=launched, on_epoch=epoch_line if args.no_progress else None,
                            on_parallel=parallel)
-    except ValueError as e:  # a size past the data's, by its flag
-        if (flagged := _size_flagged(e, typed)) is e:
-            raise
-        raise flagged from None
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]
