@@ -336,7 +336,8 @@ def test_a_dataset_refuses_labels_indices_and_switches_that_read_as_something_el
     images, labels = torch.zeros(4, 1, 6, 6, dtype=torch.uint8), torch.tensor([0, 1, 2, 3])
     d = Dataset("x", "train", images, labels, ("a", "b", "c", "d"))
     cases = [
-        (lambda: d.subset([0.5, 1.7]), ValueError, r"indices must be integers \(or a boolean mask\), got torch.float32"),
+        (lambda: d.subset([0.5, 1.7]), ValueError,
+         r"indices must be integers \(or a boolean mask\), got torch.float32"),
         (lambda: d.subset([True, False]), ValueError, r"one entry per example, shape \(4,\), got shape \(2,\)"),
         (lambda: Dataset("x", "train", images, labels.float() + 0.5, ("a",) * 4), ValueError,
          "labels must be integer class indices, got torch.float32"),

@@ -319,8 +319,9 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
 def write_into(folder: Path, files: dict[Path, bytes], what: str, *, command: str, progress: bool = True
                ) -> list[Path]:
     """Write ``files`` (path -> contents, all in ``folder``) as ``atomic_write_all`` does, ``folder`` made if
-    missing and held with its ``RunLock`` (of ``command``) meanwhile (two commands writing one folder, a training run's or another
-    predict's, mixed their files; the second is refused); returns those of ``files`` that were there before.
+    missing and held with its ``RunLock`` (of ``command``) meanwhile (two commands writing one folder, a training
+    run's or another predict's, mixed their files; the second is refused); returns those of ``files`` that were
+    there before.
     Refused before the first write (a folder in a file's place, the lock held), the folders made here go again."""
     folder = Path(folder)
     made = [f for f in (folder, *folder.parents) if not f.exists()]  # innermost first
@@ -705,9 +706,10 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
             warnings.warn(f"{p} holds no best.safetensors {why}: its last.safetensors is used", UserWarning,
                           stacklevel=2)
         if not f.exists():
-            if (holder := RunLock(p).holder()) is not None and RunLock.writer(holder) == "run":  # a run starting
+            # a run starting there: it is not to be trained again
+            if (holder := RunLock(p).holder()) is not None and RunLock.writer(holder) == "run":
                 raise CheckpointError(f"no checkpoint in {p} yet: a run is training there{RunLock.named(holder)} "
-                                      f"and has not saved its first one; try again once it has")  # (not to train again)
+                                      f"and has not saved its first one; try again once it has")
             raise CheckpointError(f"no checkpoint in {p}: expected {p / (which + '.safetensors')}; "
                                   f"train one with `capsnet train --out {p}` or pass a .safetensors file")
         return f

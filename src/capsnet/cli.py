@@ -1031,7 +1031,8 @@ def _viz_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--allow-host", action="append", default=[], metavar="NAME", type=_allowed_host,
                    help="a host name others open the viewer by (repeatable); it answers for localhost, IP addresses "
                         "and this machine's name, and refuses other names (a web page's, pointed at this machine)")
-    v.add_argument("--device", default="cpu", type=_device, help="device for the model: cpu, cuda, cuda:N or auto (CUDA when present, else CPU)")
+    v.add_argument("--device", default="cpu", type=_device,
+                   help="device for the model: cpu, cuda, cuda:N or auto (CUDA when present, else CPU)")
     v.add_argument("--quiet", action="store_true", help="do not log each request")
 
 

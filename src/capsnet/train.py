@@ -410,8 +410,9 @@ def _saved_tensors(model: torch.nn.Module, optimizers: Sequence[torch.optim.Opti
 
 def not_finite(model: torch.nn.Module, *optimizers: torch.optim.Optimizer) -> str | None:
     """What a stop says of the first tensor a save writes that is not finite ("the model's features.8.running_var
-    became NaN or infinite (...)", "Adam's exp_avg_sq of fc.weight became ..."), or None when all are finite: ``model``'s parameters and floating buffers and the state of
-    ``optimizers`` (one wait for the device; the names are looked up only then). Asked before a save, since a
+    became NaN or infinite (...)", "Adam's exp_avg_sq of fc.weight became ..."), or None when all are finite:
+    ``model``'s parameters and floating buffers and the state of ``optimizers`` (one wait for the device; the
+    tensors are read one by one only when some is not finite). Asked before a save, since a
     finite loss whose gradient was not (unclipped) makes Adam's step NaN in every weight, and a loss kept finite by
     BatchNorm left its running variance infinite (a run ended with exit status 0 and two checkpoints that eval and
     --resume refuse: a review, 2026-12-02)."""
