@@ -12,12 +12,10 @@ mean square deviation of the ink boxes' centres from their mean, both axes poole
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 import torch
 
-from capsnet.bench import environment, write_record
+from capsnet.bench import publish
 from capsnet.data.sets import load_dataset
 from capsnet.data.tasks import affine_centred_test, affine_test, translated_anywhere_test, translated_test
 
@@ -50,11 +48,9 @@ def main() -> None:
     digits = load_dataset("mnist", "test", root=args.data_dir).images.float() / 255
     rows = [{"digits": n, "set": name, **placement(make(digits[:n]))} for n in (1000, len(digits))
             for name, make in SETS.items()]
-    print("| digits | set | ink on the border | centre sd (px) |\n| ---: | --- | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['digits']:,} | {r['set']} | {r['ink_on_border_pct']:.2f}% | {r['centre_sd_px']:.2f} |")
-    if args.json:
-        write_record(args.json, shlex.join([sys.executable, *sys.argv]), environment(), rows)
+    table = ["| digits | set | ink on the border | centre sd (px) |", "| ---: | --- | ---: | ---: |"]
+    table += [f"| {r['digits']:,} | {r['set']} | {r['ink_on_border_pct']:.2f}% | {r['centre_sd_px']:.2f} |" for r in rows]
+    publish("benchmarks/affine_placement.py", rows, "\n".join(table), args.json)
 
 
 if __name__ == "__main__":
