@@ -1024,16 +1024,21 @@ def input_shape(name: str) -> tuple[int, int, int]:
     return task(name).input_shape
 
 
+def _is_whole(value: object) -> bool:
+    """Whether ``value`` is an integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _check_whole(name: str, value: object, hint: str = "", low: int = 0) -> None:
     """A ValueError unless ``value`` is an integer (not a bool) of at least ``low``: a size, count or seed (True was
     one example, 2.5 met "slice indices must be integers", -1 took all but one)."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+    if not _is_whole(value) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}{hint}, got {value!r}")
 
 
 def _check_seed(seed: object) -> None:
     """A ValueError unless ``seed`` is an integer (not a bool) torch's generator takes."""
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not -(1 << 63) <= seed < (1 << 64):
+    if not _is_whole(seed) or not -(1 << 63) <= seed < (1 << 64):
         raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
@@ -1115,7 +1120,7 @@ def nested_subset(n: int, size: int, seed: int) -> torch.Tensor:
     CPU generator, so the same on every machine).
     """
     _check_seed(seed)  # 1.5 met "manual_seed expected a long"
-    if not isinstance(size, numbers.Integral) or isinstance(size, bool) or not 0 < size <= n:
+    if not _is_whole(size) or not 0 < size <= n:
         raise ValueError(f"subset size must be in 1..{n} (an integer), got {size!r}")  # 2.5 met "slice indices must
         # be integers"
     return torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[:int(size)]
