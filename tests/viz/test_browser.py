@@ -38,6 +38,15 @@ def _need_browser() -> None:
         pytest.skip(why)
 
 
+def open_page(browser, url: str, errors: list, width: int = 1300, timeout: int = 30_000):
+    """A page of ``url`` in ``browser`` once it is ready, its script errors collected in ``errors``."""
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']", timeout=timeout)
+    return page
+
+
 @pytest.fixture(scope="module")
 def page_url(viewer):
     _need_browser()
@@ -51,11 +60,8 @@ def test_pick_draw_and_slide(page_url, viewer):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_url)
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, page_url, errors)
             assert page.locator("#untrained").is_hidden()
             assert len(page.locator("input.dim-slider").all()) == 16
 
@@ -214,11 +220,8 @@ def test_answers_overtaken_by_a_later_choice_are_neither_drawn_nor_reported(page
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_url)
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, page_url, errors)
             page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
             # the paths named in window.slow are answered 600 ms late; window.done counts the answers delivered
             page.evaluate("""() => {
@@ -272,11 +275,8 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(seg_url)
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, seg_url, errors, width=1400)
             assert page.inner_text("#error") == ""
             for hidden in CLASSIFICATION_ONLY:
                 assert page.locator(hidden).is_hidden(), hidden
@@ -389,10 +389,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             assert errors == []
 
             # the U-Net: its first convolution and its prediction, no capsule panels
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(unet_url)
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, unet_url, errors, width=1400)
             assert page.inner_text("#error") == ""
             for hidden in CLASSIFICATION_ONLY + ("#layers-panel", "#seg-routing-panel", "#seg-recon-figure"):
                 assert page.locator(hidden).is_hidden(), hidden
@@ -422,11 +419,8 @@ def test_an_em_models_page_names_its_lower_capsules_and_their_activations():
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto("http://%s:%d/" % srv.server_address[:2])
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, "http://%s:%d/" % srv.server_address[:2], errors)
             page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
             assert page.inner_text("#primary-heading") == "Lower capsules (the class layer's inputs)"
             assert page.inner_text("#primary-panel .hint").startswith("Activation of each lower capsule")
@@ -483,11 +477,8 @@ def test_a_page_answered_by_a_restarted_viewer_says_so_and_draws_nothing(viewer)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         second = None
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"http://{host}:{port}/")
-            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page = open_page(browser, f"http://{host}:{port}/", errors)
             page.wait_for_function("Number(document.body.dataset.walks || 0) >= 1")
             walks = page.evaluate("document.body.dataset.walks")
             shown = page.inner_text("#source")

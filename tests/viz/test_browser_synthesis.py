@@ -8,7 +8,7 @@ import torch
 
 from capsnet.viz import decode
 from http_helpers import serving
-from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels
+from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels, open_page
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +19,7 @@ def synthesis_urls(synthesis_viewer, pix2pix_viewer):
 
 
 def _open(browser, url: str, errors: list):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    page = open_page(browser, url, errors, width=1400, timeout=60_000)
     assert page.inner_text("#error") == ""
     return page
 
