@@ -591,9 +591,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "shipped one for the data set, if any)")
     _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     _field_flag(t, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
-    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET, runs/DATASET-baseline for "
-                                               "--model baseline, runs/DATASET-MODEL for segmentation and "
-                                               "synthesis)")
+    t.add_argument("--out", default=None, help="run directory (default: runs/DATASET for the paper's CapsNet, "
+                                               "runs/DATASET-MODEL for every other --model)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--save-every", type=_nonneg_float, default=SAVE_EVERY_S / 60, metavar="MINUTES",
                    help="inside an epoch, rewrite last.safetensors when the last save is this many minutes old, so a "
@@ -1215,8 +1214,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                   f"itself")
     folder = user_folder(dataset)
     stem = dataset_stem(dataset)
-    out = Path(args.out or f"runs/{stem}" + ("-baseline" if chosen == "baseline" else
-                                             f"-{chosen}" if kind != "classification" else ""))
+    out = Path(args.out or f"runs/{stem}" + ("" if chosen == "capsnet" else f"-{chosen}"))  # a model of its own
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
     check_out_dir(out, "run's checkpoints")  # a file above it, a read-only disk: before the data is read

@@ -1123,6 +1123,22 @@ def test_a_tilde_the_shell_left_in_a_path_flag_is_the_home_folder_for_the_check_
     assert (home / "e.json").exists() and not (work / "~").exists()
 
 
+def test_each_model_trains_into_a_folder_of_its_own_by_default(tmp_path, monkeypatch, capsys):
+    """Without --out, every classifier but the paper's CapsNet shared runs/DATASET with it (only the baseline had a
+    folder of its own): `capsnet train --model efficient-capsnet` after `capsnet train` was refused, its folder
+    holding another model's run (the stop-93 note)."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--dataset", "mnist-sample", "--epochs", "1", "--train-size", "64", "--test-size", "32",
+             "--batch-size", "32", "--no-progress"]
+    r = in_process(capsys, "train", *small, "--conv1-channels", "8", "--primary-types", "2")
+    assert r.returncode == 0, r.stderr
+    r = in_process(capsys, "train", *small, "--model", "efficient-capsnet")
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(tmp_path / "runs" / "mnist-sample", "last").model_name == "capsnet"
+    assert load_checkpoint(tmp_path / "runs" / "mnist-sample-efficient-capsnet", "last").model_name == \
+        "efficient-capsnet"
+
+
 def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(trained_run, tmp_path, capsys):
     """`--resume` beside a trainer still writing the folder printed "resuming the run in ... from ..." and then the
     refusal (a review, 2026-11-30): the lock is asked first."""
