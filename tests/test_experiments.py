@@ -149,8 +149,10 @@ def test_the_baseline_warms_up_in_every_paper_experiment_and_capsnet_keeps_the_a
     # the synthesis models' own rate, the GAN's, unless one is typed
     assert {r.train_config.lr for r in plan("synthesis", tmp_path, train=TrainConfig())} == {2e-4}
     assert {r.train_config.lr for r in plan("synthesis", tmp_path, train=TrainConfig(lr=1e-3), typed={"lr"})} == {1e-3}
-    # the routing experiment's recipes stay its own: the paper experiments run each model at the typed rate
+    # each model's own rate in every experiment (once the routing experiment's alone), unless one is typed
     em = plan("affine", tmp_path, train=TrainConfig(), models=["em-capsnet-small"])[0]
+    assert em.train_config.lr == 3e-3
+    em = plan("affine", tmp_path, train=TrainConfig(lr=1e-3), models=["em-capsnet-small"], typed={"lr"})[0]
     assert em.train_config.lr == 1e-3
 
 
@@ -517,7 +519,8 @@ _MODEL_FLAGS_SHOWN = {"segmentation": {"--routing-iterations"}, "synthesis": {"-
 
 
 def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recipe(tmp_path):
-    from capsnet.experiments import RECIPES, ROUTING_MODELS
+    from capsnet.experiments import ROUTING_MODELS
+    from capsnet.models import MODELS
 
     runs = plan("routing", tmp_path, train=TrainConfig(epochs=3, batch_size=64), seeds=[0, 1])
     assert len(runs) == 2 * len(ROUTING_MODELS) * 2
@@ -526,14 +529,33 @@ def test_routing_plan_runs_every_model_on_every_data_set_and_seed_with_its_recip
     for r in runs:
         assert r.train_config.epochs == 3 and r.train_config.batch_size == 64 and r.train_config.seed == r.seed
         assert r.train_config.dataset == r.dataset and r.run_dir == tmp_path / r.dataset / f"{r.model}-seed{r.seed}"
-        for key, value in RECIPES.get(r.model, {}).items():
+        for key, value in MODELS[r.model].train_defaults.items():
             assert getattr(r.train_config, key) == value
     eff = next(r for r in runs if r.model == "efficient-capsnet")
     assert eff.train_config.augment == "efficient-capsnet" and eff.train_config.lr == 5e-4
+    em = next(r for r in runs if r.model == "em-capsnet-small")
+    assert em.train_config.lr == 3e-3 and em.train_config.augment == "shift"
     with pytest.raises(ValueError, match=r"compares on 28x28 grey image sets \(its models. recipes are the papers. "
                                          r"MNIST ones\); not multimnist, whose images are 1x36x36 \(C x H x W\): "
                                          r"train each model on it with capsnet train --dataset multimnist --model NAME"):
         plan("routing", tmp_path, train=TrainConfig(), datasets=["multimnist"])
+
+
+def test_the_papers_recipes_hold_in_every_experiment_and_in_capsnet_train(tmp_path):
+    """EM's and Efficient-CapsNet's rates and augmentation were the routing experiment's alone (its RECIPES):
+    `capsnet train --model efficient-capsnet` trained at 1e-3 under the paper's shifts, and so did the less-data
+    experiment (the stop-93 note). They are the models' registry defaults now, under any typed value."""
+    from capsnet.cli import _train_config
+
+    runs = plan("less-data", tmp_path, train=TrainConfig(epochs=1), models=["efficient-capsnet", "em-capsnet",
+                                                                            "capsnet"], sizes=[500])
+    assert {r.model: (r.train_config.lr, r.train_config.augment) for r in runs} == {
+        "efficient-capsnet": (5e-4, "efficient-capsnet"), "em-capsnet": (3e-3, "shift"), "capsnet": (1e-3, "shift")}
+    cfg = _train_config({}, "efficient-capsnet")
+    assert (cfg.lr, cfg.augment) == (5e-4, "efficient-capsnet")
+    cfg = _train_config({"lr": 2e-3, "augment": "shift"}, "efficient-capsnet")
+    assert (cfg.lr, cfg.augment) == (2e-3, "shift")
+    assert _train_config({}, "em-capsnet-small").lr == 3e-3 and _train_config({}, "inverted-capsnet").lr == 1e-3
 
 
 def test_a_learning_rate_the_user_typed_holds_for_every_model_of_the_routing_experiment(tmp_path, monkeypatch):

@@ -82,7 +82,9 @@ def test_describe_lists_every_config_field_with_its_default_and_source_note():
     assert capsnet_fields["decoder_hidden"]["default"] == [512, 1024]  # a tuple as JSON shows it
     assert "truncated at 2 standard deviations" in capsnet_fields["init"]["note"]  # a block comment above
     assert set(describe("capsnet")["pretrained"]) == {"capsnet-mnist-small", "capsnet-fashion-small"}
-    assert describe("baseline")["train_defaults"] == {"warmup_steps": 200} and d["train_defaults"] == {}
+    assert describe("baseline")["train_defaults"] == {"warmup_steps": 200} and d["train_defaults"] == {"lr": 3e-3}
+    assert describe("efficient-capsnet")["train_defaults"] == {"lr": 5e-4, "augment": "efficient-capsnet"}
+    assert describe("capsnet")["train_defaults"] == {}
     assert describe("pix2pix")["train_defaults"] == describe("capspix2pix")["train_defaults"] == {"lr": 2e-4}
     assert "Trained with --warmup-steps 200 (under the exponential schedule; none under --lr-schedule linear) unless "\
            "another value is typed" in format_model("baseline")

@@ -538,7 +538,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _field_flag(t, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step; under torchrun the "
                 "global batch, split evenly among the processes (a multiple of their number)", type=_positive_int)
     _field_flag(t, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (default 1e-3, the authors' code's; "
-                "synthesis models: 2e-4 when not given)", type=_positive_float, show_default=False)
+                "when not given, the EM models 3e-3, efficient-capsnet 5e-4, synthesis models 2e-4: each model's "
+                "own, `capsnet models NAME`)", type=_positive_float, show_default=False)
     _field_flag(t, "--lr-decay", TrainConfig, "lr_decay", "learning rate factor per --lr-decay-steps (authors' code: "
                 "0.96)", type=_positive_float)
     _field_flag(t, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "steps over which the rate decays by --lr-decay "
@@ -561,8 +562,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _field_flag(t, "--shift", TrainConfig, "shift", "random shift augmentation in pixels (paper: 2; 0 turns it off); "
                 f"--dataset {shifted} only: the others make their training images themselves", type=_nonneg_int)
     _field_flag(t, "--augment", TrainConfig, "augment", "shift: the paper's random shifts (--shift pixels); "
-                "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase; the "
-                "data sets of --shift only", choices=AUGMENTATIONS)
+                "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase (default: "
+                "shift; efficient-capsnet for --model efficient-capsnet); the data sets of --shift only",
+                choices=AUGMENTATIONS, show_default=False)
     _field_flag(t, "--val-size", TrainConfig, "val_size", "training examples held out to choose the best checkpoint "
                 "(0: choose on test)", type=_nonneg_int)
     _field_flag(t, "--train-size", TrainConfig, "train_size", "train on a seeded subset of this many examples (0: all); "
@@ -981,8 +983,8 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                 "of the 10,000 fixed test pairs", type=_nonneg_int)
     _field_flag(x, "--batch-size", TrainConfig, "batch_size", "examples per optimizer step", type=_positive_int)
     _field_flag(x, "--lr", TrainConfig, "lr", "Adam learning rate at step 0 (default 1e-3, the authors' code's); "
-                "routing: when not given, each model's paper's (EM 3e-3, Efficient-CapsNet 5e-4); synthesis: 2e-4 "
-                "when not given", type=_positive_float, show_default=False)
+                "when not given, each model's own (EM 3e-3, Efficient-CapsNet 5e-4, synthesis models 2e-4)",
+                type=_positive_float, show_default=False)
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
                 "this many steps (default 2000; multimnist 20000, the paper's 10x period, section 6.1; 2000 "
                 "reproduces the multimnist runs made before 2026-11-30)", type=_positive_int, show_default=False)

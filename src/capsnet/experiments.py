@@ -11,7 +11,8 @@ Sabour, Frosst and Hinton (NIPS 2017):
 - ``routing``: every registered capsule model (one per routing algorithm:
   dynamic, EM, self-attention, inverted dot-product attention) through the
   same loop, epochs and batch size on MNIST and Fashion-MNIST, each with its
-  paper's learning rate and augmentation (``RECIPES``), over several seeds:
+  paper's learning rate and augmentation (its ``ModelSpec.train_defaults``,
+  as in every experiment and ``capsnet train``), over several seeds:
   final-epoch test error (mean and spread), weights, training images/s and
   the peak tensor memory of a training step.
 - ``segmentation`` (LaLonde and Bagci 2018, on ``mnist-segmentation``):
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "RECIPES", "DEFAULT_MODELS", "Run",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "DEFAULT_MODELS", "Run",
            "model_entry", "model_title", "plan", "run_plan", "train_run", "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
@@ -79,11 +80,6 @@ EXPERIMENTS = {"multimnist": ("multimnist",), "affine": ("translated-mnist",), "
                "synthesis": ("mnist-skeleton", "fashion-silhouette")}
 # one model per routing algorithm (em-capsnet, the paper's smallNORB size, is several times slower on a CPU)
 ROUTING_MODELS = ("capsnet", "em-capsnet-small", "efficient-capsnet", "inverted-capsnet")
-# each model's paper: its learning rate and augmentation (training settings the routing experiment changes)
-RECIPES: dict[str, dict[str, Any]] = {
-    "em-capsnet": {"lr": 3e-3}, "em-capsnet-small": {"lr": 3e-3},  # Gritzman's (IBM) Adam rate; the paper gives none
-    "efficient-capsnet": {"lr": 5e-4, "augment": "efficient-capsnet"},  # Mazzia et al.'s code
-}
 LESS_DATA_SIZES = (500, 1000, 5000, 10000, 60000)
 COMPARED = ("capsnet", "baseline")  # the paper compares CapsNet with its CNN baseline; any registered model can run
 SEGMENTATION_MODELS = ("segcaps", "unet")  # LaLonde and Bagci compare SegCaps with the U-Net
@@ -152,14 +148,13 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     to its config (a registered model left out gets its defaults, the paper's).
     For ``less-data`` each of ``sizes`` is one run per model, with ``steps``
     optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
-    each model (default ``ROUTING_MODELS``) runs with its ``RECIPES`` entry on
-    each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
+    each model (default ``ROUTING_MODELS``) runs on each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
     (default ``train.seed``). ``segmentation`` and ``synthesis`` run on each of
     ``datasets`` (default the experiment's; the user's folder:DIR and pairs:DIR
     too): the default segmentation set's runs in ``out/MODEL`` (where they
     always were), every other in ``out/DATA/MODEL``, DATA the set's name
     (folder-NAME, pairs-NAME for a user's). Every model gets its ``ModelSpec.train_defaults``
-    (the CNN baseline's warm-up); a field named in ``typed`` (settings the user
+    (the CNN baseline's warm-up, EM's and Efficient-CapsNet's papers' rates and the latter's augmentation); a field named in ``typed`` (settings the user
     gave, such as ``lr``) keeps ``train``'s value for every model.
     """
     runs = _planned(name, out, train=train, configs=configs, models=models, sizes=sizes, steps=steps, seeds=seeds,
@@ -191,12 +186,11 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     out = Path(out)
     given = dict(configs or {})
 
-    def own(m: str) -> dict[str, Any]:  # the model's own training settings (routing: its paper's), unless typed
+    def own(m: str) -> dict[str, Any]:  # the model's own training settings (its paper's), unless typed
         m = entries[m][0]
         # with the experiment's task's (MultiMNIST's decay period; the paper experiments run on their own task
         # alone: datasets= is for routing, segmentation and synthesis)
-        mine = {**train_defaults(m, train.lr_schedule, EXPERIMENTS[name][0]),
-                **(RECIPES.get(m, {}) if name == "routing" else {})}
+        mine = train_defaults(m, train.lr_schedule, EXPERIMENTS[name][0])
         return {k: v for k, v in mine.items() if k not in typed}
 
     def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default

@@ -47,8 +47,12 @@ def test_help_everywhere(capsys):
     assert "(default: 0.96)" in shown and "(default: 128)" in shown
     # --lr's default is said in its text, the synthesis models' 2e-4 beside it: "(default: 0.001)" appended after
     # contradicted it (a review of the help texts, 2026-12-03)
-    assert "(default 1e-3, the authors' code's; synthesis models: 2e-4 when not given)" in shown
+    assert ("(default 1e-3, the authors' code's; when not given, the EM models 3e-3, efficient-capsnet 5e-4, synthesis "
+            "models 2e-4: each model's own, `capsnet models NAME`)") in shown
     assert "(default: 0.001)" not in shown
+    # --augment's default is said in its text too: "(default: shift)" was wrong for --model efficient-capsnet
+    assert "(default: shift; efficient-capsnet for --model efficient-capsnet)" in shown and \
+        "(default: shift)" not in shown
     # --dropout's defaults are each model's own: the help said 0.5, the baseline's, where capspix2pix-deep trains
     # with 0 (a review)
     from capsnet.models import model_spec

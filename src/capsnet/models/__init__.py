@@ -65,6 +65,8 @@ class ModelSpec(NamedTuple):
 SCORES = ("lengths", "activations", "probabilities")
 
 
+EM_RECIPE = MappingProxyType({"lr": 3e-3})
+
 MODELS: dict[str, ModelSpec] = {
     "capsnet": ModelSpec(CapsNetConfig, CapsNet, capsnet_loss, "CapsNet", paper="Sabour et al. 2017, section 4"),
     "capsnet-cifar10": ModelSpec(CapsNetCifar10Config, CapsNet, capsnet_loss, "CapsNet (CIFAR-10)",
@@ -77,13 +79,17 @@ MODELS: dict[str, ModelSpec] = {
     "baseline": ModelSpec(BaselineCNNConfig, BaselineCNN, baseline_loss, "CNN baseline",
                           paper="Sabour et al. 2017, section 5", train_defaults=MappingProxyType({"warmup_steps": 200}),
                           scores="probabilities"),
+    # Gritzman's (IBM) Adam rate: the paper gives none
     "em-capsnet": ModelSpec(EMCapsNetConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules",
-                            paper="Hinton, Sabour and Frosst 2018", scores="activations"),
+                            paper="Hinton, Sabour and Frosst 2018", train_defaults=EM_RECIPE, scores="activations"),
     "em-capsnet-small": ModelSpec(EMCapsNetSmallConfig, EMCapsNet, em_capsnet_loss, "EM matrix capsules (small)",
-                                  paper="Hinton, Sabour and Frosst 2018, section 5", scores="activations"),
-    # CapsNet's loss: margin + 0.0005 x summed squared error, the paper's 0.392 x pixel-mean squared error at 28x28
+                                  paper="Hinton, Sabour and Frosst 2018, section 5", train_defaults=EM_RECIPE,
+                                  scores="activations"),
+    # CapsNet's loss: margin + 0.0005 x summed squared error, the paper's 0.392 x pixel-mean squared error at 28x28;
+    # the official code's rate and MNIST augmentation
     "efficient-capsnet": ModelSpec(EfficientCapsNetConfig, EfficientCapsNet, capsnet_loss, "Efficient-CapsNet",
-                                   paper="Mazzia et al. 2021"),
+                                   paper="Mazzia et al. 2021", train_defaults=MappingProxyType(
+                                       {"lr": 5e-4, "augment": "efficient-capsnet"})),
     "inverted-capsnet": ModelSpec(InvertedCapsNetConfig, InvertedCapsNet, inverted_capsnet_loss,
                                   "inverted dot-product attention", paper="Tsai et al. 2020", scores="probabilities"),
     "segcaps": ModelSpec(SegCapsConfig, SegCaps, segmentation_model_loss, "SegCaps R3", "segmentation",
