@@ -148,13 +148,16 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     to its config (a registered model left out gets its defaults, the paper's).
     For ``less-data`` each of ``sizes`` is one run per model, with ``steps``
     optimizer steps (0: ``train.epochs`` epochs for every size). For ``routing``
-    each model (default ``ROUTING_MODELS``) runs on each of ``datasets`` (default MNIST and Fashion-MNIST) for each of ``seeds``
-    (default ``train.seed``). ``segmentation`` and ``synthesis`` run on each of
+    each model (default ``ROUTING_MODELS``) runs on each of ``datasets``
+    (default MNIST and Fashion-MNIST) for each of ``seeds`` (default
+    ``train.seed``). ``segmentation`` and ``synthesis`` run on each of
     ``datasets`` (default the experiment's; the user's folder:DIR and pairs:DIR
     too): the default segmentation set's runs in ``out/MODEL`` (where they
     always were), every other in ``out/DATA/MODEL``, DATA the set's name
-    (folder-NAME, pairs-NAME for a user's). Every model gets its ``ModelSpec.train_defaults``
-    (the CNN baseline's warm-up, EM's and Efficient-CapsNet's papers' rates and the latter's augmentation); a field named in ``typed`` (settings the user
+    (folder-NAME, pairs-NAME for a user's). Every model gets its
+    ``ModelSpec.train_defaults`` (the CNN baseline's warm-up, EM's and
+    Efficient-CapsNet's papers' rates, the latter's augmentation, the GAN's
+    rate); a field named in ``typed`` (settings the user
     gave, such as ``lr``) keeps ``train``'s value for every model.
     """
     runs = _planned(name, out, train=train, configs=configs, models=models, sizes=sizes, steps=steps, seeds=seeds,
