@@ -15,12 +15,10 @@ layer's vote kernel under the registered loss.
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 import torch
 
-from capsnet.bench import environment, write_record
+from capsnet.bench import markdown_table, publish
 from capsnet.data.segmentation import segmentation_test
 from capsnet.data.sets import load_dataset
 from capsnet.models import MODELS, create_model
@@ -52,13 +50,10 @@ def main() -> None:
             w = model.caps[name].weight if name in model.caps else model.conv1.weight
             rows.append({"variant": variant, "layer": name, "mean_length": lengths.mean().item(),
                          "spread": lengths.std(0).mean().item(), "relative_gradient": (w.grad.norm() / w.norm()).item()})
-    print("| variant | layer | mean length | spread across images | relative gradient |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['variant']} | {r['layer']} | {r['mean_length']:.3f} | {r['spread']:.4f} | {r['relative_gradient']:.1e} |")
-    if args.json:
-        write_record(args.json, shlex.join([sys.executable, *sys.argv]), environment(), rows)
-
+    text = markdown_table(["variant", "layer", "mean length", "spread across images", "relative gradient"],
+                          ([r["variant"], r["layer"], f"{r['mean_length']:.3f}", f"{r['spread']:.4f}",
+                            f"{r['relative_gradient']:.1e}"] for r in rows), "llrrr")
+    publish("benchmarks/segcaps_start.py", rows, text, args.json)
 
 if __name__ == "__main__":
     main()
