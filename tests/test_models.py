@@ -469,15 +469,15 @@ def test_a_routing_added_to_the_registry_reaches_capsnet_with_no_other_change(mo
             c = votes.new_full(votes.shape[:3], 1.0 / votes.shape[2])
             return RoutingResult(v, v.norm(dim=-1), c, c.unsqueeze(1) if record else None)
 
-    monkeypatch.setitem(ROUTINGS, "mean", MeanRouting)
-    cfg = CapsNetConfig(**SMALL, routing="mean")
+    monkeypatch.setitem(ROUTINGS, "toy-mean", MeanRouting)  # (not "mean": a user's may be registered)
+    cfg = CapsNetConfig(**SMALL, routing="toy-mean")
     model = CapsNet(cfg)
     assert model.digits.routing.in_caps == cfg.num_primary and cfg.num_weights == _count(model)
     images, labels = torch.rand(2, 1, 28, 28), torch.tensor([0, 3])
     out = model(images, labels)
     margin_loss(out.lengths, labels).backward()
     assert model.digits.routing.gain.grad.abs().sum() > 0
-    assert "mean" in CapsNetConfig.probability_routings()
+    assert "toy-mean" in CapsNetConfig.probability_routings()
 
 
 @pytest.mark.parametrize("name", ["capsnet", "efficient-capsnet"])

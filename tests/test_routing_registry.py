@@ -81,13 +81,13 @@ def test_a_routing_without_a_constructor_takes_nothing_and_one_needing_an_argume
         def __init__(self, in_caps, parents, scale=1.0):
             super().__init__()
 
-    monkeypatch.setitem(routing_module.ROUTINGS, "mean", Mean)
+    monkeypatch.setitem(routing_module.ROUTINGS, "toy-mean", Mean)  # (not "mean": a user's may be registered)
     monkeypatch.setitem(routing_module.ROUTINGS, "needs", Needs)
-    assert not routing_takes("mean", "iterations") and not routing_takes("mean", "in_caps")
-    assert isinstance(create_routing("mean", **SIZES), Mean)
-    with pytest.raises(ValueError, match="mean routing takes no option scale; its options are none"):
-        create_routing("mean", **SIZES, scale=2.0)
-    model = create_model("capsnet", routing="mean", conv1_channels=8, primary_types=2)
+    assert not routing_takes("toy-mean", "iterations") and not routing_takes("toy-mean", "in_caps")
+    assert isinstance(create_routing("toy-mean", **SIZES), Mean)
+    with pytest.raises(ValueError, match="toy-mean routing takes no option scale; its options are none"):
+        create_routing("toy-mean", **SIZES, scale=2.0)
+    model = create_model("capsnet", routing="toy-mean", conv1_channels=8, primary_types=2)
     out = model(torch.rand(2, 1, 28, 28))
     assert out.poses.shape == (2, 10, 16) and torch.isfinite(out.poses).all()
     with pytest.raises(ValueError, match="needs routing's constructor needs parents, which no layer passes .*: give "

@@ -88,7 +88,10 @@ def format_routings() -> str:
 def format_routing(name: str) -> str:
     """Routing ``name``: its summary and a table of its options (default and note)."""
     d = describe_routing(name)
-    lines = [f"{d['name']}: {d['class']}. {d['summary']}", "", "| option | default | note |", "| --- | --- | --- |"]
+    lines = [f"{d['name']}: {d['class']}. {d['summary']}", ""]
+    if not d["options"]:  # (a table of no rows said nothing)
+        return "\n".join(lines + ["It takes no options."])
+    lines += ["| option | default | note |", "| --- | --- | --- |"]
     for o in d["options"]:
         default = "set by the layer" if o["set_by_layer"] else json.dumps(o["default"])
         lines.append(f"| {o['name']} | {table_cell(default)} | {table_cell(o['note'])} |")
