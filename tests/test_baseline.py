@@ -115,5 +115,8 @@ def test_figures_refuse_a_baseline_checkpoint(tmp_path, data_root, capsys):
     assert main(["figures", "--checkpoint", str(tmp_path / "run"), "--no-progress"]) == 2
     said = capsys.readouterr()
     assert "holds a 'baseline' model; capsnet figures look inside a CapsNet" in said.err
+    # and says what a model of one's own needs for them (it said nothing of it: an extensibility review, 2026-12-03)
+    assert "a classifier with a routing_view(images) method (its routing maps) or a decoder with a reconstruct(" \
+        in " ".join(said.err.split())
     assert said.out == ""  # not first a note on which of its checkpoints would be drawn (a review, 2026-11-30)
     assert not (tmp_path / "run" / "figures").exists()

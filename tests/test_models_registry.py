@@ -100,6 +100,38 @@ def test_registered_model_compiles_as_one_graph_and_trains_as_eager(name):
         torch.testing.assert_close(grads1[n], grads0[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
+def test_a_model_with_a_decoder_but_no_reconstruct_method_is_drawn_without_reconstructions():
+    """Figures and the viewer took any `decoder` attribute for reconstructions and then called
+    `model.reconstruct(...)`: a model of one's own with a decoder and no such method crashed both with an
+    AttributeError (an extensibility review, 2026-12-03); and a classifier with neither a routing view nor a
+    decoder was refused without a word of what to add."""
+    from capsnet import figures as fg
+    from capsnet.models import CapsNet, reconstructs
+    from capsnet.viz import Viewer
+
+    class NoReconstruct(torch.nn.Module):  # a CapsNet's parts with a decoder of its own use, no reconstruct
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config, self.decoder = inner, inner.config, inner.decoder
+
+        def forward(self, images, labels=None):
+            return self.inner(images, labels)
+
+        def routing_view(self, images):
+            return self.inner.routing_view(images)
+
+    torch.manual_seed(0)
+    model = NoReconstruct(CapsNet(CapsNetConfig(**SMALL["capsnet"]))).eval()
+    assert model.decoder is not None and not reconstructs(model)
+    assert reconstructs(create_model("capsnet", **SMALL["capsnet"]))
+    with pytest.raises(fg.FigureError, match=r"has no reconstruct\(poses, index\) method: it cannot reconstruct"):
+        fg.reconstructions(model, torch.rand(2, 1, 28, 28))
+    viewer = Viewer(model)
+    assert viewer.info()["decoder"] is False
+    walk = viewer.walk(viewer.image_input(torch.rand(1, 28, 28), {"kind": "upload"}))
+    assert walk.get("reconstruction") is None and len(walk["lengths"]) == 10
+
+
 @pytest.mark.parametrize("name", CLASSIFIERS)
 def test_every_registered_classifier_opens_in_the_viewer_and_draws_its_routing_or_is_refused_by_name(name):
     """Every capsule classifier (one with routing_view) walks an image in the viewer and draws its routing trace,

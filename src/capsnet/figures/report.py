@@ -17,7 +17,7 @@ from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, input_shap
 from ..average import weights_tag
 from .._progress import progress_bar
 from ..evaluate import load_model
-from ..models import is_segmentation, model_name, model_spec, segments_size
+from ..models import LOOK_INSIDE_NEEDS, is_segmentation, model_name, model_spec, reconstructs, segments_size
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
                      reconstructions, routing_trace)
@@ -280,17 +280,18 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         if unused("--delta-range/--delta-step"):
             done.notes.append("--delta-range/--delta-step not used: a segmentation model's figures have no pose sweeps")
         return done
-    decodes = getattr(model, "decoder", None) is not None  # reconstructions, misclassified inputs, pose sweeps
+    decodes = reconstructs(model)  # reconstructions, misclassified inputs, pose sweeps
     routes = hasattr(model, "routing_view")  # routing maps
     if not (decodes or routes):
         raise FigureError(f"{ckpt.path} holds a {ckpt.model_name!r} model; capsnet figures look inside a CapsNet "
-                          f"or another capsule model")
+                          f"or another capsule model: a classifier with {LOOK_INSIDE_NEEDS}")
     runs = _runs(checkpoints, read=ckpt)
     done = FiguresWritten(out)
     if not decodes:  # what is not drawn, and the flags that would have shaped it, said rather than skipped silently
         skipped = unused("--dims", "--delta-range/--delta-step", "--misclassified")
+        why = "decoder" if getattr(model, "decoder", None) is None else "reconstruct(poses, index) method"
         done.notes.append(f"no reconstructions, misclassified inputs or pose sweeps: --model {ckpt.model_name} has no "
-                          f"decoder" + (f" ({', '.join(skipped)} not used)" if skipped else ""))
+                          f"{why}" + (f" ({', '.join(skipped)} not used)" if skipped else ""))
 
     def save(fig, stem: str) -> None:
         done.files.append(save_figure(fig, done.folder / f"{stem}.{fmt}", dpi=dpi))

@@ -35,7 +35,8 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "InvertedCapsNetOutput", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
-           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "CapsPix2pix",
+           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs",
+           "LOOK_INSIDE_NEEDS", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
 
@@ -136,6 +137,17 @@ def is_segmentation(name_or_config: Any) -> bool:
     """Whether a model (its registry name or its config) segments images rather than classifies them."""
     name = name_or_config if isinstance(name_or_config, str) else model_name(name_or_config)
     return model_spec(name).kind == "segmentation"
+
+
+def reconstructs(model: nn.Module) -> bool:
+    """Whether a classifier ``model`` draws reconstructions for figures and the viewer: a decoder (not None) and a
+    ``reconstruct(poses, index)`` method (README, "Where things live, and how to add one")."""
+    return getattr(model, "decoder", None) is not None and callable(getattr(model, "reconstruct", None))
+
+
+# what figures and the viewer need of a classifier, said where they refuse one
+LOOK_INSIDE_NEEDS = ("a routing_view(images) method (its routing maps) or a decoder with a reconstruct(poses, index) "
+                     "method (reconstructions and pose sweeps): README, \"Where things live, and how to add one\"")
 
 
 def segments(model: nn.Module) -> bool:

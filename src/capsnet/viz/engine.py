@@ -24,7 +24,7 @@ from torch import nn
 
 from .._text import told_apart
 from ..data.sets import shown_range
-from ..models import segments
+from ..models import reconstructs, segments
 from ..models.capsnet import CapsNet, CapsNetConfig
 from ..routing import checked_view, routing_is, routing_name
 
@@ -211,7 +211,7 @@ class Viewer(_ViewerBase):
             out = model(x)
             self._map = list(self._conv1_maps(x).shape[2:])
         self._grid, self._rounds, self.digit_dim = list(view.grid), view.rounds.shape[1], out.poses.shape[-1]
-        self.decodes = getattr(model, "decoder", None) is not None
+        self.decodes = reconstructs(model)
 
     # ------------------------------------------------------------------ description
 
@@ -422,7 +422,9 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
         kind = MODELS[ckpt.model_name].kind
         if kind == "classification" and not hasattr(model, "routing_view"):
             raise ViewerError(f"{ckpt.path} holds a {ckpt.model_name!r} model; the viewer looks inside a capsule "
-                              f"model, a segmentation model or a synthesis model")
+                              f"model, a segmentation model or a synthesis model: a classifier with a "
+                              f"routing_view(images) method (and, for reconstructions, a decoder with a "
+                              f"reconstruct(poses, index) method; README, \"Where things live, and how to add one\")")
         shipped = pretrained.is_shipped(checkpoint)
         trained_on = ckpt.train_config.get("dataset", "mnist")
         # a shipped model opens offline, on the shipped digits (made into canvases or pairs for its task)
