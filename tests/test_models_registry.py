@@ -1,6 +1,7 @@
 """Every registered model, through its registry entry: finite, trainable, batch-independent, counted."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -13,14 +14,17 @@ CLASSIFIERS = [n for n, spec in MODELS.items() if spec.kind == "classification"]
 
 
 class _Table(dict):
-    """A table by model name whose missing entry fails the test that asked, in words (it was a KeyError in each)."""
+    """Each model's small sizes by name. A model without an entry is built at its registered sizes, with a warning
+    (a new model is one file, its test and one registry line: these tables are a speed-up, not a step)."""
 
     def __missing__(self, name: str) -> Any:
-        pytest.fail(f"{name!r} is registered but has no entry in this file's SMALL table: add one with the config "
-                    f"fields that make it small for these tests ({{}} if its defaults are)")
+        warnings.warn(f"{name!r} has no entry in tests/test_models_registry.py's SMALL table: the registry tests build "
+                      f"it at its registered sizes; add the config fields that make it small if they are slow",
+                      stacklevel=2)
+        return {}
 
 
-# Small sizes so each test runs in a moment; a new model adds its entry (the first test insists).
+# Small sizes so each test runs in a moment; a new model may add its entry (without one: its registered sizes).
 SMALL = _Table({
     "capsnet": dict(conv1_channels=8, primary_types=2, decoder_hidden=(16, 32)),
     "capsnet-cifar10": dict(conv1_channels=8, primary_types=2, in_channels=1),  # the tests here feed 1x28x28
@@ -36,11 +40,14 @@ SMALL = _Table({
 })
 
 
-def test_every_registered_model_has_small_sizes_here():
-    missing, stale = sorted(set(MODELS) - set(SMALL)), sorted(set(SMALL) - set(MODELS))
-    assert not missing, (f"a model registered since this table was written: add {missing} to SMALL with the config "
-                         f"fields that make it small for these tests ({{}} if its defaults are)")
+def test_the_small_table_names_registered_models_only():
+    stale = sorted(set(SMALL) - set(MODELS))
     assert not stale, f"{stale} are no longer registered: take them out of SMALL"
+
+
+def test_a_model_without_small_sizes_is_built_at_its_registered_ones_with_a_warning():
+    with pytest.warns(UserWarning, match="'not-here' has no entry in tests/test_models_registry.py's SMALL table"):
+        assert SMALL["not-here"] == {}
 
 
 @pytest.mark.parametrize("name", CLASSIFIERS)
@@ -517,10 +524,13 @@ def test_help_on_each_registered_model_names_its_paper():
         first_author = spec.paper.split()[0].rstrip(",")
         assert first_author in doc and "Base class for all neural network" not in doc, (name, doc[:80])
         # its class and its output's class are importable from capsnet.models, where the docs name them
-        assert getattr(models, spec.build.__name__) is spec.build, name
+        assert getattr(models, spec.build.__name__, None) is spec.build, \
+            f"{name}: import {spec.build.__name__} in capsnet/models/__init__.py, beside its registry entry"
         output = inspect.signature(spec.build.forward).return_annotation
         if isinstance(output, str) and output[0].isupper():  # the annotation as written (postponed evaluation)
-            assert output in models.__all__, (name, output)
+            assert output in models.__all__, (f"{name}: its forward returns {output}; import it in "
+                                              f"capsnet/models/__init__.py and name it in __all__, where the docs "
+                                              f"find a model's output class")
 
 
 @pytest.mark.parametrize("name", [n for n, spec in MODELS.items() if spec.kind == "segmentation"])

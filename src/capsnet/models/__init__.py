@@ -4,9 +4,10 @@
 built from it, the training loss and a title for tables. Training, evaluation,
 checkpoints, experiments and the command line all look models up here, so
 adding a model is one file (config, module, loss), its test and one line below,
-with its import above and its classes in ``__all__``; the registry tests ask
-for its small sizes in their ``SMALL`` tables (README, "Where things live, and
-how to add one", lists what else they hold a model to).
+with its import above and its classes in ``__all__``; the registry tests take
+it from there, at its registered sizes unless their ``SMALL`` tables give
+smaller ones (README, "Where things live, and how to add one", lists what
+they hold a model to).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ A layer whose votes are linear in its input (``DenseCaps``) calls the module's
 path that never builds the votes' gradient; inside ``plain_routing()``, and
 while ``torch.export`` traces, layers take the plain path instead (an exported
 graph holds plain operations, no autograd function). Adding an algorithm is one file,
-its test and one line in ``ROUTINGS``.
+its test and its entry in ``ROUTINGS`` below (one line, with its import).
 
 A model builds its routing by name with the sizes of the layer it routes (``create_routing(name, in_caps=I,
 out_caps=J, dim=D, iterations=r)``): a routing's constructor takes whichever of these it needs, under these names,
