@@ -35,7 +35,7 @@ from torch import nn
 from capsnet.bench import COMPILED_WARMUP, _Runner, alternate, default_steps_per_timing, markdown_table, publish, show_spread, spread
 from capsnet.memory import keep_freed_memory
 from capsnet.experiments import model_entry, model_title
-from capsnet.models import MODELS, model_spec
+from capsnet.models import MODELS, model_spec, num_weights
 from capsnet.routing import ROUTINGS, RoutingResult, routing_name
 
 MODELS_COMPARED = ("capsnet", "em-capsnet-small", "em-capsnet", "efficient-capsnet", "inverted-capsnet")
@@ -105,34 +105,37 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         images = torch.rand(args.batch_size, 1, 28, 28, generator=g).to(dev)
         labels = torch.randint(0, 10, (args.batch_size,), generator=g).to(dev)
-        bare_model = without_routing(model)
+        routes = routing_name(model) is not None  # a model without routing (the CNN baseline) has no share to time
+        parts = (("full", model), ("bare", without_routing(model))) if routes else (("full", model),)
         runners = {(c, part): _Runner(m, "train", images, labels, 1e-3, bf16=bf16, fp16=fp16, loss_fn=spec.loss, steps=steps,
                                       fused=fused, compile=c or False)
-                   for c in kinds for part, m in (("full", model), ("bare", bare_model))}
+                   for c in kinds for part, m in parts}
         for (c, _), r in runners.items():  # CUDA graphs record in the first calls; their peak kept for peak_bytes
             r.warm_up(COMPILED_WARMUP if c else 1)
         times = alternate({key: r.time_step for key, r in runners.items()}, args.repeats, warmup=0)
         for c in kinds:
-            t_full, t_bare = times[c, "full"], times[c, "bare"]
-            shares = [1 - b / f for f, b in zip(t_full, t_bare)]
+            t_full = times[c, "full"]
+            shares = [1 - b / f for f, b in zip(t_full, times[c, "bare"])] if routes else None
             row = {"model": entry, "title": model_title(entry), "routing": routing_name(model),
-                   "weights": config.num_weights, "batch": args.batch_size,
+                   "weights": num_weights(config), "batch": args.batch_size,
                    "dtype": args.dtype, "compile": c or "none", "steps_per_timing": steps,
                    "images_per_s": args.batch_size / statistics.median(t_full),
                    "images_per_s_min": args.batch_size / max(t_full), "images_per_s_max": args.batch_size / min(t_full),
-                   **spread(shares, "routing_share"), "peak_mem_mb": runners[c, "full"].peak_bytes() / 2**20}
+                   **(spread(shares, "routing_share") if routes else {"routing_share": None}),
+                   "peak_mem_mb": runners[c, "full"].peak_bytes() / 2**20}
             if c:  # paired with the eager step of the same repeat
                 row |= spread([e / t for e, t in zip(times[None, "full"], t_full)], "speedup_vs_eager", "speedup")
             rows.append(row)
-            print(f"{entry}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, routing "
-                  f"{100 * row['routing_share']:.0f}%, {row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
+            share = f"routing {100 * row['routing_share']:.0f}%" if routes else "no routing"
+            print(f"{entry}{' compiled ' + c if c else ''}: {row['images_per_s']:.1f} images/s, {share}, "
+                  f"{row['peak_mem_mb']:.0f} MB", file=sys.stderr, flush=True)
     publish("benchmarks/routing_family.py", rows, f"{args.dtype}, batch {args.batch_size}, {steps} step(s) a timing:\n\n"
             + markdown_table(["model", "routing", "compile", "weights", "train images/s, median (min-max)",
                               "routing share of a step, median (min-max)", "speed-up over eager", "peak MB"],
                              ([r["model"], r["routing"] or "-", r["compile"], f"{r['weights']:,}",
                                show_spread(r, "images_per_s", fmt=".1f"),
                                f"{100 * r['routing_share']:.0f}% ({100 * r['routing_share_min']:.0f}-"
-                               f"{100 * r['routing_share_max']:.0f}%)",
+                               f"{100 * r['routing_share_max']:.0f}%)" if r["routing_share"] is not None else "-",
                                show_spread(r, "speedup_vs_eager", "speedup") if "speedup_vs_eager" in r else "-",
                                f"{r['peak_mem_mb']:.0f}"] for r in rows),
                              align="lllrrrrr"), args.json)
