@@ -95,7 +95,9 @@ class TrainConfig(JsonConfig):
     dataset: str = "mnist"
     epochs: int = 10
     batch_size: int = 128
-    lr: float = 1e-3  # Sabour et al.'s code: Adam, 1e-3 (the default for every model; SegCaps' code used 1e-4)
+    # Sabour et al.'s code: Adam, 1e-3 (SegCaps' code used 1e-4); `capsnet train` and the experiments give a model
+    # its registry entry's own (ModelSpec.train_defaults: EM 3e-3, Efficient-CapsNet 5e-4, the GANs 2e-4)
+    lr: float = 1e-3
     lr_decay: float = 0.96  # Sabour et al.'s code: x0.96 ...
     lr_decay_steps: int = 2000  # ... every 2,000 steps (smooth exponential decay)
     lr_schedule: str = "exponential"  # or "linear": warm-up, then down to 0 at the run's end (lr_decay* unused)
@@ -103,7 +105,7 @@ class TrainConfig(JsonConfig):
     lr_min: float = 0.0  # after the warm-up the rate never falls below this (0: no floor; Efficient-CapsNet: 5e-5)
     recon_weight: float = 0.0005  # section 4.1: sum of squared errors scaled by 0.0005
     shift: int = 2  # section 5: random shifts of up to 2 pixels (plain data sets; the tasks place digits themselves)
-    augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase recipe
+    augment: str = "shift"  # or "efficient-capsnet": that paper's rotate, shift, squish and erase (its model's own)
     val_size: int = 0  # examples held out of training to choose the best checkpoint
     train_size: int = 0  # 0: all; else a seeded subset of this many (nested across sizes for one seed)
     test_size: int = 0  # 0: all; else the first this many test examples (multimnist: this many test pairs)
