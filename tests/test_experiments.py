@@ -556,6 +556,12 @@ def test_the_papers_recipes_hold_in_every_experiment_and_in_capsnet_train(tmp_pa
     cfg = _train_config({"lr": 2e-3, "augment": "shift"}, "efficient-capsnet")
     assert (cfg.lr, cfg.augment) == (2e-3, "shift")
     assert _train_config({}, "em-capsnet-small").lr == 3e-3 and _train_config({}, "inverted-capsnet").lr == 1e-3
+    # a task that makes its training images itself never applies the augmentation: not recorded as if it had
+    for dataset in ("translated-mnist", "multimnist", "smallnorb", "cifar10"):
+        cfg = _train_config({"dataset": dataset}, "efficient-capsnet")
+        assert (cfg.lr, cfg.augment) == (5e-4, "shift"), dataset
+    runs = plan("affine", tmp_path, train=TrainConfig(epochs=1), models=["efficient-capsnet"])
+    assert (runs[0].train_config.lr, runs[0].train_config.augment) == (5e-4, "shift")
 
 
 def test_a_learning_rate_the_user_typed_holds_for_every_model_of_the_routing_experiment(tmp_path, monkeypatch):

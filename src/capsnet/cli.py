@@ -43,6 +43,7 @@ from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
+from .routing import list_routings
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, require_compiler, resolve_device
 from .train import LR_SCHEDULES, SAVE_EVERY_S, TrainConfig, saved_configs, strict_json
 
@@ -451,7 +452,9 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
         _field_flag(p, "--routing", CapsNetConfig, "routing", "the routing algorithm (capsnet.routing) of CapsNet's "
                     "digit capsules, the rest of the network and its loss the paper's; for segcaps and capspix2pix, "
                     f"of every capsule layer ({' or '.join(stack_routings())})",
-                    choices=CapsNetConfig.probability_routings())
+                    # every registered routing, so that one CapsNet cannot take (inverted) is refused with its reason
+                    # by the config, not by argparse's bare "invalid choice"; the help lists those it takes
+                    choices=list_routings(), metavar="{" + ",".join(CapsNetConfig.probability_routings()) + "}")
         p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
@@ -594,7 +597,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
     _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     _field_flag(t, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET for the paper's CapsNet, "
-                                               "runs/DATASET-MODEL for every other --model)")
+                                               "runs/DATASET-MODEL for every other --model; -ROUTING-routing added "
+                                               "for a --routing other than the model's)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
     t.add_argument("--save-every", type=_nonneg_float, default=SAVE_EVERY_S / 60, metavar="MINUTES",
                    help="inside an epoch, rewrite last.safetensors when the last save is this many minutes old, so a "
@@ -615,8 +619,6 @@ def _models_arguments(m: argparse.ArgumentParser) -> None:
 
 
 def _routings_arguments(r: argparse.ArgumentParser) -> None:
-    from .routing import list_routings
-
     r.add_argument("name", nargs="?", choices=list_routings(), metavar="NAME",
                    help=f"a registered routing ({', '.join(list_routings())}): list its options, defaults and notes")
     r.add_argument("--json", action="store_true", help="print JSON (capsnet.routing.catalog) instead of tables")
@@ -1216,7 +1218,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                   f"itself")
     folder = user_folder(dataset)
     stem = dataset_stem(dataset)
-    out = Path(args.out or f"runs/{stem}" + ("" if chosen == "capsnet" else f"-{chosen}"))  # a model of its own
+    # a model of its own, and a routing of its own (as the experiments name their runs)
+    routing = model_changes.get("routing")
+    routed = f"-{routing}-routing" if routing not in (None, getattr(model_spec(chosen).config(), "routing", None)) \
+        else ""
+    out = Path(args.out or f"runs/{stem}" + ("" if chosen == "capsnet" else f"-{chosen}") + routed)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
     check_out_dir(out, "run's checkpoints")  # a file above it, a read-only disk: before the data is read

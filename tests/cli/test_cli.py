@@ -1141,6 +1141,17 @@ def test_each_model_trains_into_a_folder_of_its_own_by_default(tmp_path, monkeyp
     assert load_checkpoint(tmp_path / "runs" / "mnist-sample", "last").model_name == "capsnet"
     assert load_checkpoint(tmp_path / "runs" / "mnist-sample-efficient-capsnet", "last").model_name == \
         "efficient-capsnet"
+    # a routing of its own too: `--routing em` after the plain run was refused, and its --resume fix refused again
+    # (a README walkthrough, 2026-12-03); the model's own routing typed keeps the plain folder
+    r = in_process(capsys, "train", *small, "--conv1-channels", "8", "--primary-types", "2", "--routing", "em")
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(tmp_path / "runs" / "mnist-sample-em-routing", "last").model_config["routing"] == "em"
+    r = in_process(capsys, "train", *small, "--conv1-channels", "8", "--primary-types", "2", "--routing", "dynamic")
+    assert_clean_error(r, "runs/mnist-sample already holds a run")
+    # a routing CapsNet cannot take is refused with its reason, not argparse's bare "invalid choice"
+    r = in_process(capsys, "train", *small, "--routing", "inverted")
+    assert_clean_error(r, "--routing inverted: CapsNetConfig.routing: inverted routing's activations are not "
+                          "probabilities in [0, 1]")
 
 
 def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(trained_run, tmp_path, capsys):
