@@ -313,6 +313,13 @@ def test_mnist_style_reads_photos_of_digits_as_mnist_was_made(tmp_path, data_roo
     done = predict_folder("pretrained:capsnet-mnist-small", tmp_path / "photos", tmp_path / "out", mnist_style=True)
     predicted = torch.tensor([r["predicted"] for r in done.rows])
     assert (predicted == labels).float().mean() >= 0.95 and not done.notes
+    # fitted rather than styled, the photos are still dark on light: said under --fit pad as under crop (pad's black
+    # bars made half the edge dark, and the note was lost: a README walkthrough, 2026-12-03)
+    for fit in ("crop", "pad"):
+        notes = predict_folder("pretrained:capsnet-mnist-small", tmp_path / "photos", tmp_path / f"fit-{fit}",
+                               fit=fit).notes
+        assert any("20 of 20 images (photo00.png, photo01.png, photo02.png, ...) are dark on a light background"
+                   in n for n in notes), (fit, notes)
     # the same digits at 28x28, inverted: classified as they are, with a note naming the fix
     d = load_dataset("mnist", "test", root=data_root)
     (tmp_path / "inverted").mkdir()

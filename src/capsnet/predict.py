@@ -334,7 +334,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                      f"is the highest score alone; the second digit is the class of the second-highest score (the "
                      f"score_* columns of {PREDICTIONS_FILE}), as capsnet eval's top-2 reads them")
     if as_mnist and not mnist_style:
-        light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0])]
+        light = [paths[s].name for s, a in arrays.items() if photos.light_background(a[0], padded=fit == "pad")]
         if 2 * len(light) >= len(arrays):  # MNIST's images are light on a black ground
             shown = ", ".join(light[:3]) + (", ..." if len(light) > 3 else "")
             notes.append(f"{len(light)} of {len(arrays)} images ({shown}) are dark on a light background, unlike the "

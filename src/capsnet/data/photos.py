@@ -50,10 +50,17 @@ def _border(a: np.ndarray) -> np.ndarray:
     return np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
 
 
-def light_background(a: np.ndarray) -> bool:
+def light_background(a: np.ndarray, *, padded: bool = False) -> bool:
     """Whether a grey image (H, W), uint8 or in [0, 1], is mostly light at its edge: dark ink on light paper, the
-    opposite of MNIST's light digits on black (``mnist_style`` inverts such an image)."""
-    return float(np.median(_border(a))) > (127.5 if a.dtype == np.uint8 else 0.5)
+    opposite of MNIST's light digits on black (``mnist_style`` inverts such an image). ``padded``: an image fitted by
+    ``--fit pad``, whose black bars (exact zeros) are left out of its edge (they made a light photo's edge read dark
+    half the time); an edge of zeros alone is dark."""
+    edge = _border(a)
+    if padded:
+        edge = edge[edge != 0]
+        if edge.size == 0:
+            return False
+    return float(np.median(edge)) > (127.5 if a.dtype == np.uint8 else 0.5)
 
 
 def _worked(img: Image.Image) -> Image.Image:
