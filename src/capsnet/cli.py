@@ -320,7 +320,10 @@ def _opened_by_flag(e: ValueError, given: dict[str, Any], options: dict[str, Any
     word in the rest: "... lower its channel, capsule or decoder sizes" was opened by --no-decoder)."""
     for field, value in given.items():
         if re.match(rf"(\w+\.)?{field}\b", str(e)):
-            return type(e)(f"{_as_typed(field, value, field in options)}: {e}")
+            said = str(e)
+            if field == "routing_options":  # the config's whole dict, a routing's start included, was never typed
+                said = re.sub(r"^(\w+\.)?routing_options \{.*?\}: ", "", said)
+            return type(e)(f"{_as_typed(field, value, field in options)}: {said}")
     subject = re.split(r" must |[:;,]", str(e), maxsplit=1)[0]  # what is refused, not the words of its fix
     named = [_as_typed(field, value, field in options) for field, value in given.items()
              if re.search(rf"(?<![\w-]){field}(?![\w-])", subject)]

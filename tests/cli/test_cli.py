@@ -571,8 +571,12 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--routing", "inverted", "--out", tmp_path / "a")
     from capsnet.models import CapsNetConfig
 
-    choices = ", ".join(repr(n) for n in CapsNetConfig.probability_routings())  # a routing added by its file too
-    assert_clean_error(r, f"argument --routing: invalid choice: 'inverted' (choose from {choices})")
+    # refused with its reason (it was argparse's "invalid choice", which said none), the ones CapsNet takes named
+    choices = ", ".join(CapsNetConfig.probability_routings())  # a routing added by its file too
+    assert_clean_error(r, "--routing inverted: CapsNetConfig.routing: inverted routing's activations are not "
+                          f"probabilities in [0, 1]", f"use one of {choices}")
+    r = in_process(capsys, "train", "--routing", "nope", "--out", tmp_path / "a")
+    assert_clean_error(r, "argument --routing: invalid choice: 'nope'")
     # a dynamic-routing switch typed for another routing: the fix names the flag typed (it said to set the field false
     # with --model-option, which then clashed with the flag: a review, 2026-11-30)
     for routing, flag in (("self-attention", "--detach-agreement"), ("em", "--leaky-routing")):
@@ -588,6 +592,11 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     r = in_process(capsys, "train", "--routing", "em", "--model-option", 'routing_options={"bogus": 1}',
                    "--out", tmp_path / "a")
     assert_clean_error(r, "em routing takes no option bogus")
+    # the option as typed, not the config's dict with EM's start in it ("{'beta_a_init': -25.0, 'bogus': 1}"), which
+    # read as if the user had set beta_a_init (a README walkthrough, 2026-12-03)
+    r = in_process(capsys, "train", "--routing", "em", "--routing-option", "bogus=1", "--out", tmp_path / "a")
+    assert_clean_error(r, "--routing-option bogus=1: em routing takes no option bogus; its options are beta_a_init")
+    assert "-25" not in r.stderr
     r = in_process(capsys, "train", "--routing", "em", "--routing-option", "final_lambda=0.02", "--model-option",
                    'routing_options={"final_lambda": 0.03}', "--out", tmp_path / "a")
     assert_clean_error(r, '--routing-option final_lambda=0.02 and --model-option routing_options={"final_lambda": 0.03} '
@@ -723,7 +732,8 @@ def test_first_minutes_messages(tmp_path, trained_run, capsys, monkeypatch):
 @pytest.mark.parametrize("flags, said", [
     (["--model", "baseline", "--dropout", "1.5"], "--dropout 1.5: BaselineCNNConfig.dropout must be in [0, 1)"),
     (["--lr-min", "0.1"], "--lr-min 0.1: lr_min must lie in [0, lr]"),
-    (["--routing-option", "final_lambda=0.01"], "--routing-option final_lambda=0.01: CapsNetConfig.routing_options"),
+    (["--routing-option", "final_lambda=0.01"], "--routing-option final_lambda=0.01: dynamic routing takes no option "
+                                                "final_lambda"),
     (["--model-option", "routing_iterations=0"], "--model-option routing_iterations=0: CapsNetConfig."
                                                  "routing_iterations must be a positive integer, got 0"),
     # a refusal opening with a field not typed, that names the one typed (it was said without a flag)
