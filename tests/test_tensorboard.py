@@ -165,6 +165,7 @@ def test_a_log_folder_of_another_run_is_refused_and_the_runs_own_resume_logs_on(
     assert main(["train", *flags, "--out", str(b)]) == 2
     err = capsys.readouterr().err
     assert f"--tensorboard {board} holds the TensorBoard logs of another run ({a.resolve()})" in err
+    # (tmp_path/b, beside the other run's logs, is this run's own folder: inside them, then)
     assert f"(e.g. --tensorboard {board / 'b'}: `tensorboard --logdir {board}` shows every run under it)" in err
     assert not b.exists()
     assert main(["train", *flags, "--epochs", "2", "--out", str(a), "--resume"]) == 0
@@ -246,3 +247,18 @@ def test_a_relative_log_folder_and_run_folder_are_the_same_run_from_where_they_a
     claim_log_dir("tb", "a")
     with pytest.raises(ValueError, match="holds the TensorBoard logs of another run"):
         check_log_dir("tb", "b")
+
+
+def test_a_refused_log_folder_suggests_one_beside_it_as_the_readme_lays_them_out():
+    """The refusal suggested a folder inside the other run's (--tensorboard tb/ema/b), where TensorBoard draws the two
+    as runs "." and "b"; the README lays runs out side by side, tb/NAME (a README walkthrough, 2026-12-03)."""
+    from capsnet.tensorboard import _refuse_other_run
+
+    with pytest.raises(ValueError, match=r"\(e\.g\. --tensorboard tb/b: `tensorboard --logdir tb` shows every run"):
+        _refuse_other_run("tb/ema", "/elsewhere/ema", "runs/b")
+    # no parent to share (the logs in ./tb itself): inside it
+    with pytest.raises(ValueError, match=r"\(e\.g\. --tensorboard tb/b: `tensorboard --logdir tb` shows every run"):
+        _refuse_other_run("tb", "/elsewhere/ema", "runs/b")
+    # the folder beside it would be the run's own: inside it
+    with pytest.raises(ValueError, match=r"--tensorboard x/tb/b: `tensorboard --logdir x/tb`"):
+        _refuse_other_run("x/tb", "/elsewhere/ema", "x/b")

@@ -55,11 +55,18 @@ def _other_run(log_dir: str | os.PathLike, run_dir: str | os.PathLike, mark: str
 
 
 def _refuse_other_run(folder: str, other: str, run_dir: str | os.PathLike) -> None:
+    # a folder beside the other run's (tb/a, tb/b: README, "TensorBoard"), not inside it, where the other run's
+    # events and this one's would be drawn as runs "." and "b"; inside it where the folder has no parent to share,
+    # or the one beside it would be the run's own folder or this one
+    parent, name = os.path.dirname(os.path.normpath(folder)), Path(run_dir).name
+    beside = os.path.join(parent, name) if parent else ""
+    if not beside or Path(beside).resolve() in (Path(folder).resolve(), Path(run_dir).resolve()):
+        parent, beside = folder, os.path.join(folder, name)
     raise ValueError(f"--tensorboard {folder} holds the TensorBoard logs of another run ({other}): TensorBoard draws "
                      f"the scalars of one folder as one run's, so the two would be interleaved at the same steps; "
-                     f"give each run a folder of its own (e.g. --tensorboard {os.path.join(folder, Path(run_dir).name)}"
-                     f": `tensorboard --logdir {folder}` shows every run under it); if that run is this one, moved "
-                     f"since, remove {os.path.join(folder, RUN_MARK)} (its mark) and this run claims the folder")
+                     f"give each run a folder of its own (e.g. --tensorboard {beside}: `tensorboard --logdir "
+                     f"{parent}` shows every run under it); if that run is this one, moved since, remove "
+                     f"{os.path.join(folder, RUN_MARK)} (its mark) and this run claims the folder")
 
 
 def claim_log_dir(log_dir: str | os.PathLike, run_dir: str | os.PathLike) -> None:
