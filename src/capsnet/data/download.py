@@ -39,7 +39,12 @@ from .._signals import sigterm_as_interrupt
 from .._progress import progress_bar
 from .idx import GZIP_MAGIC, DataError
 
-__all__ = ["download_file", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]
+__all__ = ["download_file", "DiskError", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]
+
+
+class DiskError(DataError):
+    """A download that this machine's folder cannot take (read-only, full, over a quota or a file-size limit): no
+    mirror, and no other file fetched into the same folder, would fare better."""
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +166,10 @@ def download_file(
                 break
             except (OSError, http.client.HTTPException) as err:
                 if getattr(err, "errno", None) in _LOCAL_ERRNOS:  # the disk, not the mirror: no retry helps
-                    raise DataError(f"cannot download {dest.name} into {dest.parent}: {err.strerror or err}; free "
-                                    f"space there, or download into another folder (XDG_CACHE_HOME, or --data-dir "
-                                    f"with the files put there by hand)") from None
+                    fix = "raise the file-size limit (ulimit -f)" if err.errno == errno.EFBIG else "free space there"
+                    raise DiskError(f"cannot download {dest.name} into {dest.parent}: {err.strerror or err}; {fix}, "
+                                    f"or download into another folder (XDG_CACHE_HOME, or --data-dir with the files "
+                                    f"put there by hand)") from None
                 error = f"{type(err).__name__}: {err}"
                 if _unreachable(err):
                     break
@@ -175,16 +181,19 @@ def download_file(
         failures.append(f"  {url}: {error}")
         log.warning("giving up on %s: %s", url, error)
 
+    check = (f" (the MD5 of its uncompressed contents: {md5_uncompressed})" if md5_uncompressed else
+             f" (its MD5: {md5})" if md5 else "")
     raise DataError(
         f"could not download {dest.name} from any mirror:\n" + "\n".join(failures) + "\n"
         f"Check the internet connection and the mirrors' answers above, or fetch the file yourself and put it at "
-        f"{dest}; "
+        f"{dest}{check}; "
         "a folder holding the data sets (one sub-folder per set, e.g. mnist/) can be given "
         "with --data-dir or the CAPSNET_DATA environment variable."
     )
 
 
-_LOCAL_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}  # writing the part file failed: no mirror will help
+# writing the part file failed: no mirror will help (EFBIG: a file-size limit, ulimit -f)
+_LOCAL_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG}
 
 # a part file not written to for this long is a download that was killed (SIGTERM, SIGKILL, a power cut): the
 # ``finally`` that removes it never ran; one being written gets a chunk at least every TIMEOUT_S
@@ -201,19 +210,45 @@ def _writable_folder(dest: Path) -> None:
             pass
         probe.unlink()
     except OSError as err:
-        raise DataError(
+        raise DiskError(
             f"cannot download {dest.name}: {dest.parent} cannot be written ({err.strerror or err}); download into a "
             f"writable folder (capsnet's cache is $XDG_CACHE_HOME/capsnet, else ~/.cache/capsnet: set XDG_CACHE_HOME), "
             f"or put the data set's files in a folder given with --data-dir or CAPSNET_DATA") from None
 
 
+def _part_name(dest: Path) -> Path:
+    """A part file of ``dest`` named by its writer, HOST-PID, so that one a kill left behind is known at once."""
+    return dest.with_name(f"{dest.name}.part-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+_HOST = socket.gethostname().replace("/", "_") or "host"
+
+
+def _writer_gone(part: Path, dest: Path) -> bool:
+    """Whether ``part`` was written by a process of this machine that no longer runs (a SIGKILL, an OOM kill: its
+    ``finally`` never ran). A part of another machine sharing the folder, or of an older capsnet (no writer in its
+    name), is not known to be gone."""
+    writer = part.name[len(f"{dest.name}.part-"):].rsplit("-", 2)
+    if len(writer) != 3 or writer[0] != _HOST or not writer[1].isdigit():
+        return False
+    try:
+        os.kill(int(writer[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process runs under that pid
+        return False
+    return False
+
+
 def _clear_stale_parts(dest: Path) -> None:
-    """Remove part files of ``dest`` left by downloads killed before they could clean up (older than
-    ``STALE_PART_S``; a download in progress keeps writing to its own)."""
+    """Remove part files of ``dest`` left by downloads killed before they could clean up: those of a writer on this
+    machine that has ended, at once (a 450 MB smallNORB part a kill left was kept an hour, and the next download
+    wrote a second beside it), and any other once older than ``STALE_PART_S`` (a download in progress keeps writing
+    to its own)."""
     now = time.time()
     for part in dest.parent.glob(f"{dest.name}.part-*"):
         try:
-            if now - part.stat().st_mtime > STALE_PART_S:
+            if _writer_gone(part, dest) or now - part.stat().st_mtime > STALE_PART_S:
                 part.unlink()
                 log.info("removed %s, left by a download that was stopped", part)
         except OSError:  # gone already, or not ours to remove: the download goes on regardless
@@ -247,7 +282,7 @@ def _fetch(
     timeout: float, progress: bool, clock: _Clock | None = None, max_size: int | None = None,
 ) -> None:
     """One attempt: stream ``url`` to a part file, verify, rename onto ``dest``."""
-    part = dest.with_name(f"{dest.name}.part-{secrets.token_hex(4)}")
+    part = _part_name(dest)
     try:
         request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
         with urllib.request.urlopen(request, timeout=timeout) as response, open(part, "xb") as out:
@@ -275,10 +310,16 @@ def _fetch(
         if size is not None and received != size:
             raise ConnectionError(f"connection closed after {received} of {size} bytes")
         wrong = md5 is not None and digest.hexdigest() != md5.lower()
-        if (wrong or md5_uncompressed is not None) and _looks_like_html(part):  # a login, error or moved page: 200
+        # a login, error or moved page sent with status 200: no data file starts so, checked or not (unchecked, it
+        # took the file's name, and every later run trusted it)
+        if _looks_like_html(part):
             raise _MirrorFailed(f"the mirror sent a web page (HTML, {received:,} bytes), not the file")
         if wrong:
             raise _MirrorFailed(f"MD5 of the download is {digest.hexdigest()}, expected {md5}")
+        if md5_uncompressed is None and md5 is None:  # unchecked: a gzip cut short (no Content-Length) is still told
+            with open(part, "rb") as f:
+                if f.read(2) == GZIP_MAGIC:
+                    _content_md5(part, max_size)  # reads it through: a truncated stream is a _MirrorFailed
         if md5_uncompressed is not None:
             content = _content_md5(part, max_size)
             if content != md5_uncompressed.lower():

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .download import download_file, mirror_list
+from .download import DiskError, download_file, mirror_list
 from .idx import DataError, decode_idx, read_idx_bytes
 
 __all__ = [
@@ -369,7 +369,7 @@ def load_dataset(
                 except DataError as e:  # the first file alone was named: fetched by hand, the next failed the same
                     rest = [g for pair in _SPECS[name].files.values() for g in pair  # way, one run at a time
                             if g is not f and _find(folder, g) is None]
-                    if not rest:
+                    if not rest or isinstance(e, DiskError):  # (a folder that cannot take them: not the same way)
                         raise
                     raise DataError(f"{e}\nThe set's other missing files, to fetch the same way: "
                                     f"{_fetch_by_hand(name, rest, folder, mirrors)}") from None
