@@ -108,6 +108,20 @@ def test_bad_files_are_explained(tmp_path, digits):
         load_affnist(tmp_path / "z.mat")
     with pytest.raises(DataError, match="cannot read"):
         load_affnist(tmp_path / "missing.mat")
+    # affNIST as published (test.mat.zip, test_batches.zip), and its batches' folder given whole: said what to give
+    # (they were "no 'MATLAB 5.0 MAT-file' header" and "[Errno 21] Is a directory": a review, 2026-12-03)
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "test.mat.zip", "w") as z:
+        z.writestr("test.mat", good)
+    with pytest.raises(DataError, match=r"test.mat.zip is a zip archive, not a .mat file: unzip it"):
+        load_affnist(tmp_path / "test.mat.zip")
+    (tmp_path / "test_batches").mkdir()
+    for k in (1, 2):
+        (tmp_path / "test_batches" / f"{k}.mat").write_bytes(good)
+    with pytest.raises(DataError, match=r"test_batches is a folder; give its .mat files \(.*test_batches/\*\.mat: "
+                                        r"1\.mat, 2\.mat\)"):
+        load_affnist(tmp_path / "test_batches")
 
 
 def test_every_damaged_header_byte_is_a_data_error(tmp_path, digits):

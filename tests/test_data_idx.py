@@ -192,6 +192,24 @@ def test_declared_size_over_the_maximum_is_refused_before_reading(tmp_path):
     np.testing.assert_array_equal(read_idx(path, max_size=1012), np.zeros((100, 10), np.uint8))
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_damaged_dimension_count_is_said_as_one_not_as_pixels_read_for_dimensions(tmp_path, compress):
+    """Byte 3 of an image file set to 9: its pixels were read as six more dimensions, and the message spoke of
+    "7839976 trailing bytes after the data of shape (10000, 28, 28, 0, 0, 0, 0, 0, 0)" (a review of the data
+    paths, 2026-12-03)."""
+    path = write_idx(tmp_path / "images.idx", np.zeros((10, 28, 28), np.uint8))
+    raw = bytearray(path.read_bytes())
+    raw[3] = 9
+    path.write_bytes(gzip.compress(bytes(raw)) if compress else bytes(raw))
+    with pytest.raises(DataError, match=r"images.idx: .*it is not a valid IDX file \(its header's byte 3 declares 9 "
+                                        r"dimensions, where MNIST's and Fashion-MNIST's files have 1 or 3: a damaged "
+                                        r"header\); delete it"):
+        read_idx(path)
+    # a valid file of more dimensions still reads (write_idx writes up to 255)
+    many = np.arange(2 * 3 * 1 * 2 * 2, dtype=np.uint8).reshape(2, 3, 1, 2, 2)
+    np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "five.idx", many)), many)
+
+
 def test_header_declaring_more_than_a_raw_file_holds_is_truncated_not_a_memory_error(tmp_path):
     path = tmp_path / "liar.idx"
     path.write_bytes(bytes([0, 0, 0x08, 3]) + struct.pack(">III", 2**32 - 1, 2**32 - 1, 2**32 - 1) + bytes(10))

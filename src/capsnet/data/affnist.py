@@ -151,10 +151,17 @@ def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[st
     as soon as it passes it); None: no bound.
     """
     path = Path(path)
+    if path.is_dir():  # affNIST's test_batches folder, given whole: its files are what is read
+        mats = sorted(p.name for p in path.glob("*.mat"))
+        raise DataError(f"{path} is a folder; give its .mat files (" + (f"{path}/*.mat: {', '.join(mats[:3])}"
+                        + (", ..." if len(mats) > 3 else "") if mats else "it holds none") + ")")
     try:
         data = path.read_bytes()
     except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from e
+    if data[:4] == b"PK\x03\x04":  # affNIST is published as test.mat.zip and test_batches.zip
+        raise DataError(f"{path} is a zip archive, not a .mat file: unzip it (affNIST publishes test.mat.zip and "
+                        f"test_batches.zip) and give the .mat file(s) inside")
     if len(data) < 128:
         raise DataError(f"{path} is not a MATLAB .mat file: only {len(data)} bytes, shorter than the 128-byte header")
     if data.startswith(b"\x89HDF") or b"MATLAB 7.3" in data[:128] or data[512:516] == b"\x89HDF":

@@ -94,6 +94,9 @@ def open_maybe_gzipped(path: Path) -> Iterator[BinaryIO]:
                             f"again") from err
 
 
+MAX_IDX_DIMS = 4  # MNIST's and Fashion-MNIST's files have 1 or 3; a header past this is likely damaged
+
+
 def _read_declared(stream: BinaryIO, path: Path, max_size: int | None, file_size: int | None) -> bytes:
     """Read the IDX header, then exactly the data it declares; DataError if the stream holds more.
 
@@ -110,7 +113,11 @@ def _read_declared(stream: BinaryIO, path: Path, max_size: int | None, file_size
     dims = tuple(int(d) for d in np.frombuffer(head, dtype=">u4", count=ndim, offset=4))
     dtype = _DTYPES[head[2]]
     declared = len(head) + int(np.prod(dims, dtype=object)) * dtype.itemsize
-    fix = "it is not a valid IDX file; delete it and download or copy it again"
+    # a damaged byte 3 reads pixels as dimensions ("trailing bytes after the data of shape (10000, 28, 28, 0, 0, 0,
+    # 0, 0, 0)"): said as the likely cause
+    damaged = "" if ndim <= MAX_IDX_DIMS else (f" (its header's byte 3 declares {ndim} dimensions, where MNIST's and "
+                                               f"Fashion-MNIST's files have 1 or 3: a damaged header)")
+    fix = f"it is not a valid IDX file{damaged}; delete it and download or copy it again"
     if max_size is not None and declared > max_size:
         raise DataError(
             f"{path}: the IDX header declares shape {dims} of {dtype.name}, {declared:,} bytes; "
