@@ -574,7 +574,7 @@ def test_train_routing_flag_builds_the_digit_capsules_routing_and_refuses_what_i
     # refused with its reason (it was argparse's "invalid choice", which said none), the ones CapsNet takes named
     choices = ", ".join(CapsNetConfig.probability_routings())  # a routing added by its file too
     assert_clean_error(r, "--routing inverted: CapsNetConfig.routing: inverted routing's activations are not "
-                          f"probabilities in [0, 1]", f"use one of {choices}")
+                          "probabilities in [0, 1]", f"use one of {choices}")
     r = in_process(capsys, "train", "--routing", "nope", "--out", tmp_path / "a")
     assert_clean_error(r, "argument --routing: invalid choice: 'nope'")
     # a dynamic-routing switch typed for another routing: the fix names the flag typed (it said to set the field false
