@@ -98,6 +98,22 @@ def test_load_checks_checksums_and_reads_raw_and_gzipped(fake_root, monkeypatch)
         sn.load_smallnorb("train", root=fake_root)
 
 
+def test_each_file_is_read_once_its_checksum_taken_on_the_way(fake_root, monkeypatch):
+    """The checksum pass decompressed each file once more before the reader did (smallNORB's 450 MB data file twice
+    a load: a review of the data paths, 2026-12-03); the MD5 is now taken as the reader reads."""
+    opened = []
+    real = sn.open_maybe_gzipped
+    monkeypatch.setattr(sn, "open_maybe_gzipped", lambda path: opened.append(str(path)) or real(path))
+    assert len(sn.load_smallnorb("test", root=fake_root)) == 6
+    assert len(opened) == len(set(opened)) == 2  # the data file and the labels, once each
+    dat = sn._find(fake_root / "smallnorb", sn.SMALLNORB_FILES["test"]["dat"].name)
+    raw = dat.read_bytes()
+    whole = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    assert sn.read_norb(dat, md5=hashlib.md5(whole).hexdigest()).shape == (6, 2, 96, 96)
+    with pytest.raises(DataError, match=r"MD5 of the uncompressed contents is [0-9a-f]{32}, expected 0{32}"):
+        sn.read_norb(dat, md5="0" * 32)
+
+
 @pytest.mark.parametrize("check", [True, False])
 def test_a_cut_short_or_misnamed_gzip_file_is_a_clear_error_or_read_by_its_contents(fake_root, check):
     """gzip is told by the file's first bytes, not its name, in the checksum pass as in the reader; a gzip stream
