@@ -218,9 +218,14 @@ def test_cifar10_downloads_from_the_next_mirror_and_checks_the_archive(tmp_path,
     bad[len(bad) // 2] ^= 0xFF
     srv.routes["/bad/cifar-10-binary.tar.gz"] = bytes(bad)  # one byte wrong: refused, on to the next mirror
     srv.routes["/good/cifar-10-binary.tar.gz"] = archive
+    hashed = []
+    real_md5 = cf._archive_md5
+    monkeypatch.setattr(cf, "_archive_md5", lambda path: hashed.append(path) or real_md5(path))
     test = cf.load_cifar10("test", root=tmp_path, download=True, progress=False,
                            mirrors=[f"{url}/missing/", f"{url}/bad/", f"{url}/good/"])
     assert len(test) == 4 and (tmp_path / "cifar10" / cf.CIFAR10_ARCHIVE).read_bytes() == archive
+    assert hashed == []  # checked as it came: not hashed a second time (a review of the data paths, 2026-12-03)
+    assert len(cf.load_cifar10("test", root=tmp_path, progress=False)) == 4 and len(hashed) == 1  # found: checked
     with pytest.raises(DataError, match=r"could not download cifar-10-binary.tar.gz from any mirror:\n.*/bad/.*MD5"):
         cf.load_cifar10("test", root=tmp_path / "other", download=True, progress=False, mirrors=[f"{url}/bad/"])
     assert list((tmp_path / "other" / "cifar10").iterdir()) == []  # no half-written file under any name
@@ -347,8 +352,13 @@ def test_svhn_downloads_and_checks_the_file(tmp_path, server, monkeypatch):
         md5=hashlib.md5(raw).hexdigest())})
     srv.routes["/svhn/test_32x32.mat"] = raw
     srv.routes["/wrong/test_32x32.mat"] = raw + b"\0"
+    hashed = []
+    real_md5 = sv._md5
+    monkeypatch.setattr(sv, "_md5", lambda path: hashed.append(path) or real_md5(path))
     test = sv.load_svhn("test", root=tmp_path, download=True, progress=False, mirrors=[f"{url}/svhn/"])
     assert len(test) == 6 and (tmp_path / "svhn" / "test_32x32.mat").read_bytes() == raw
+    assert hashed == []  # checked as it came: not hashed a second time
+    assert len(sv.load_svhn("test", root=tmp_path, progress=False)) == 6 and len(hashed) == 1  # found: checked
     with pytest.raises(DataError, match=r"could not download test_32x32.mat from any mirror:\n.*MD5 of the download"):
         sv.load_svhn("test", root=tmp_path / "other", download=True, progress=False, mirrors=[f"{url}/wrong/"])
     assert list((tmp_path / "other" / "svhn").iterdir()) == []

@@ -180,7 +180,7 @@ def load_cifar10(split: str = "train", *, root: str | os.PathLike | None = None,
         log.info("downloading cifar10 %s to %s", CIFAR10_ARCHIVE, folder)
         download_file([u + CIFAR10_ARCHIVE for u in mirror_list(mirrors, CIFAR10_MIRRORS)], path,
                       md5=CIFAR10_MD5 if check else None, progress=progress, max_size=_MAX_ARCHIVE_BYTES)
-    if check and (digest := _archive_md5(path)) != CIFAR10_MD5:
+    elif check and (digest := _archive_md5(path)) != CIFAR10_MD5:  # (a checked download was hashed as it came)
         raise DataError(f"{path}: MD5 is {digest}, expected {CIFAR10_MD5} for CIFAR-10's binary version "
                         f"({CIFAR10_ARCHIVE}). The file may be corrupt, truncated or another version of CIFAR-10 (the "
                         f"python or MATLAB archive); delete it and download it again")

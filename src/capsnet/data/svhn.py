@@ -91,7 +91,7 @@ def load_svhn(split: str = "train", *, root: str | os.PathLike | None = None, do
         log.info("downloading svhn %s to %s", f.name, folder)
         download_file([u + f.name for u in mirror_list(mirrors, SVHN_MIRRORS)], path, md5=f.md5 if check else None,
                       progress=progress, max_size=f.max_bytes)
-    if check and (digest := _md5(path)) != f.md5:
+    elif check and (digest := _md5(path)) != f.md5:  # (a checked download was hashed as it came)
         raise DataError(f"{path}: MD5 is {digest}, expected {f.md5} for SVHN's {f.name} (cropped digits). The file "
                         f"may be corrupt, truncated or another SVHN file; delete it and download it again from "
                         f"{SVHN_MIRRORS[0]}{f.name}")
