@@ -436,6 +436,32 @@ def test_a_file_size_limit_is_said_as_this_machines_not_retried_nor_blamed_on_th
     assert "File too large" in str(info.value) and "other missing files" not in str(info.value)
 
 
+def test_a_second_process_needing_the_file_waits_for_the_first_and_does_not_fetch_it_again(served, tmp_path):
+    """Two processes needing one missing file (`capsnet experiment --jobs 2` on a first run) each downloaded it
+    whole, beside each other (a review of the data paths, 2026-12-03): the second now waits on the first's lock and
+    finds the file; the lock is not left in the data folder."""
+    import fcntl
+    import os
+    import threading
+
+    dest = tmp_path / f"{LABELS}.gz"
+    lock = tmp_path / f".{dest.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)  # another process's download, under way
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    before = served.hits.copy()
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(download_file(
+        _url(served, f"/good/{LABELS}.gz"), dest, md5_uncompressed=LABELS_MD5, progress=False)))
+    waiter.start()
+    time.sleep(0.5)
+    assert waiter.is_alive() and served.hits == before  # waiting, nothing fetched
+    dest.write_bytes(served.routes[f"/good/{LABELS}.gz"][1])  # the other process's file lands
+    os.unlink(lock)
+    os.close(fd)
+    waiter.join(10)
+    assert done == [dest] and served.hits == before and _names(tmp_path) == [dest.name]
+
+
 def test_part_files_of_killed_downloads_are_cleared_and_a_fresh_one_is_not(served, tmp_path):
     """A download killed by SIGTERM or SIGKILL never ran its cleanup: its part file stayed, one more each time."""
     import os
@@ -490,7 +516,8 @@ def test_sigterm_mid_download_removes_the_part_file_as_ctrl_c_does(served, tmp_p
     original = signal.signal(signal.SIGTERM, noted)
     try:
         def killed(fd):  # the bytes all on disk in the part file, not yet renamed
-            seen.append(sorted(p.name.split(".part-")[0] for p in tmp_path.iterdir()))
+            seen.append(sorted(p.name.split(".part-")[0] for p in tmp_path.iterdir()
+                               if not p.name.endswith(".lock")))  # (the download's lock, held meanwhile)
             os.kill(os.getpid(), signal.SIGTERM)
 
         monkeypatch.setattr(download.os, "fsync", killed)

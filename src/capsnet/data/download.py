@@ -19,6 +19,7 @@ mirror set fails within a minute with the usual message.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -130,8 +131,57 @@ def download_file(
     clock = _Clock(TOTAL_TIMEOUT_S if total_timeout is None else total_timeout)
     dest = Path(dest)
     _writable_folder(dest)
-    _clear_stale_parts(dest)
+    missing = not dest.exists()
+    with _one_download_at_a_time(dest) as waited:
+        if waited and missing and dest.is_file():  # the other process fetched (and checked) it meanwhile
+            log.info("%s was downloaded by another process meanwhile", dest)
+            return dest
+        return _download(url_list, dest, md5=md5, md5_uncompressed=md5_uncompressed, retries=retries,
+                         timeout=timeout, progress=progress, pause=pause, clock=clock, max_size=max_size)
 
+
+@contextlib.contextmanager
+def _one_download_at_a_time(dest: Path):
+    """Hold an advisory lock (``flock``) on ``.NAME.lock`` beside ``dest`` while it is downloaded, so two processes
+    needing one file (``capsnet experiment --jobs 2`` on a first run, two trainings started together) fetch it once:
+    the second waits, then finds it. Yields whether it waited. Where there is no ``flock`` (Windows) or the file
+    system refuses it, nothing is locked, as before."""
+    try:
+        import fcntl
+    except ImportError:
+        yield False
+        return
+    lock = dest.with_name(f".{dest.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        waited = False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("waiting for another process downloading %s", dest)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = True
+        except OSError:  # a file system without locks (some network mounts): download unlocked
+            pass
+        yield waited
+    finally:
+        # not left in the data folder: removed while held, if still ours (a process that opened it meanwhile and
+        # waits wakes to find the file; one arriving between the removal and the release makes a lock of its own
+        # and at worst downloads the file again, as every process did before the lock)
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                os.unlink(lock)
+        os.close(fd)  # closing the descriptor drops the lock
+
+
+def _download(url_list: list[str], dest: Path, *, md5: str | None, md5_uncompressed: str | None, retries: int,
+              timeout: float, progress: bool, pause: float, clock: _Clock, max_size: int | None) -> Path:
+    """``download_file``'s mirrors and attempts, under its lock."""
+    _clear_stale_parts(dest)
     failures: list[str] = []
     for url in url_list:
         error = ""
