@@ -369,6 +369,33 @@ def test_a_gan_under_torchrun_without_the_flag_is_told_it_trains_in_one_process(
     assert not (tmp_path / "gan").exists()
 
 
+def test_fit_gan_under_torchrun_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """The command line refused a GAN under torchrun, the library did not: every process trained it whole, and all
+    but one met the run's lock (a review of torchrun runs, 2026-12-03); `fit` refuses, and so does `fit_gan`."""
+    from capsnet.distributed import DistributedError
+    from capsnet.gan import fit_gan
+    from capsnet.models import Pix2pixConfig
+    from capsnet.train import TrainConfig
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost",
+                        "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(DistributedError, match="fit_gan trains the GAN in one process; run it without torchrun"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), TrainConfig(dataset="mnist-sample-skeleton"),
+                tmp_path / "gan", device="cpu", progress=False)
+    assert not (tmp_path / "gan").exists()
+
+
+def test_an_epoch_not_evaluated_is_logged_by_rank_0_alone(tmp_path, data_root):
+    """`capsnet -v train` under torchrun logged each epoch left unevaluated (--eval-every) once per process, the
+    others' lines untagged and with their own images/s (a review of torchrun runs, 2026-12-03)."""
+    args = ["-m", "capsnet", "-v", "train", "--dataset", "mnist", "--epochs", "2", "--eval-every", "2",
+            "--train-size", "64", "--test-size", "32", *TINY, "--out", tmp_path / "run"]
+    r = subprocess.run(torchrun(*args), capture_output=True, text=True, timeout=300, env=_env(data_root))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("capsnet.train: epoch 1: {") == 1, r.stderr
+
+
 def test_ranks_that_disagree_on_a_setting_or_their_data_are_named_on_every_rank(monkeypatch):
     """distributed.agree compares every rank's fingerprint with rank 0's (the gathering itself, torch's, is
     replaced here by what two ranks would send): the differing fields named with both values, and nothing for

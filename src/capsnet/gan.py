@@ -217,6 +217,10 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     record.
     """
     _train.check_held_lock(lock, run_dir)
+    from .distributed import DistributedError, launcher
+
+    if launcher() is not None:  # each process trained the GAN whole, and all but one met the run's lock (a review)
+        raise DistributedError("fit_gan trains the GAN in one process; run it without torchrun")
     require_compiler(compile, device)  # before the run's folder and data: Inductor's own error came at the first step
     with _train.SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(resolve_device(device)):
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,

@@ -1569,7 +1569,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
             if fp16:  # the steps the scaler skipped (a gradient not finite) and the scale it ended the epoch at
                 record |= {"skipped_steps": len(starts) - taken, "loss_scale": scaler.get_scale()}
             if epoch % cfg.eval_every and epoch != cfg.epochs:  # a small training set runs many short epochs
-                log.info("epoch %d: %s", epoch, record)
+                if main:  # (every rank logged it, the others' with their own images/s)
+                    log.info("epoch %d: %s", epoch, record)
                 state = {**state, "epoch": epoch, "step": step, "history": state["history"] + [record]}
                 if main and (last.older_than(SAVE_AFTER_S) or stop.asked):  # not evaluated, but resumable
                     save_last(state)
