@@ -396,6 +396,26 @@ def test_an_epoch_not_evaluated_is_logged_by_rank_0_alone(tmp_path, data_root):
     assert r.stderr.count("capsnet.train: epoch 1: {") == 1, r.stderr
 
 
+def test_sigterm_to_torchrun_stops_every_process_as_ctrl_c_does_and_rank_0_says_how_to_resume(tmp_path, data_root):
+    """A scheduler stopping torchrun sends it SIGTERM, which it passes on to its processes: they died of it
+    silently (train's own save-then-stop is off under torchrun), leaving a part-written checkpoint and no word of
+    how to resume, where Ctrl-C gave one (a review of torchrun runs, 2026-12-03)."""
+    run = tmp_path / "run"
+    args = ["-m", "capsnet", "train", "--dataset", "mnist", "--epochs", "3", "--train-size", "20000", "--test-size",
+            "64", "--save-every", "0.01", *TINY, "--out", run]
+    proc = subprocess.Popen(torchrun(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(data_root))
+    deadline = time.monotonic() + 240
+    while not (run / "last.safetensors").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert "capsnet train: interrupted; `torchrun --standalone --nproc_per_node 2 -m capsnet train --out" in err, err
+    assert "--resume" in err and err.count("capsnet train: interrupted") == 1  # rank 0 alone
+    assert not [p.name for p in run.iterdir() if ".tmp" in p.name], sorted(p.name for p in run.iterdir())
+
+
 def test_ranks_that_disagree_on_a_setting_or_their_data_are_named_on_every_rank(monkeypatch):
     """distributed.agree compares every rank's fingerprint with rank 0's (the gathering itself, torch's, is
     replaced here by what two ranks would send): the differing fields named with both values, and nothing for

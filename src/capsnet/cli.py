@@ -2258,8 +2258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # SIGTERM (kill, timeout, a scheduler) stops a command as Ctrl-C does: its temporary files removed and one line
     # said (every command but train, experiment and bench died of it at once, silently, status 143, leaving a
-    # half-written file: a review, 2026-12-02); train's loop saves where it is on either signal (train.SaveThenStop)
-    stops = contextlib.nullcontext() if args.command == "train" else sigterm_as_interrupt()
+    # half-written file: a review, 2026-12-02); train's loop saves where it is on either signal (train.SaveThenStop),
+    # except under torchrun, where it is off (the launcher owns the signals): there SIGTERM, which torchrun passes
+    # on to every process when it is stopped (a scheduler), stops each as Ctrl-C does, rank 0 saying how to resume
+    # (it ended silently, leaving a part-written checkpoint: a review, 2026-12-03)
+    from .distributed import LAUNCHER_VARIABLES
+
+    torchrun = any(os.environ.get(v) for v in LAUNCHER_VARIABLES)
+    stops = contextlib.nullcontext() if args.command == "train" and not torchrun else sigterm_as_interrupt()
     try:
         # capsnet's own warnings as one line, "capsnet train: warning: ..."; the rest as Python shows them
         with _command_warnings(f"capsnet {args.command}{_rank_tag()}: warning: "), _logging_for(args.verbose), \
