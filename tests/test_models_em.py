@@ -403,8 +403,11 @@ def test_the_official_primary_start_sets_conv1_and_the_primary_capsules():
     expected = torch.sigmoid(model.primary.activation.weight.sum(dim=(1, 2, 3)) * 0.1 - 1.0)
     torch.testing.assert_close(caps.activations[0, 0, 0], expected)
     assert torch.isfinite(model(images).activations).all()
-    with pytest.raises(ValueError, match="primary_init must be one of pytorch, official, got 'tf'"):
+    with pytest.raises(ValueError, match="primary_init must be one of torch, official, got 'tf'"):
         EMCapsNetSmallConfig(primary_init="tf")
+    # "torch", as CapsNet's, Efficient-CapsNet's and the U-Net's init spell PyTorch's start; "pytorch", the spelling
+    # of older checkpoints (the shipped em-capsnet-mnist's), still reads (a README walkthrough, 2026-12-03)
+    assert EMCapsNetSmallConfig().primary_init == EMCapsNetSmallConfig(primary_init="pytorch").primary_init == "torch"
 
 
 def test_conv_matrix_caps_child_ids_name_the_child_behind_every_vote_row():

@@ -46,7 +46,7 @@ from .inputs import check_class_labels, check_config, check_model_images
 # EMCapsNetConfig.conv_e_step -> EMRouting's child_norm (None: each window routed on its own)
 CONV_E_STEPS = {"window": None, "child": "all", "child-type": "type"}
 COORDINATE_FRAMES = ("grid", "receptive-field")  # EMCapsNetConfig.coordinate_frame
-PRIMARY_INITS = ("pytorch", "official")
+PRIMARY_INITS = ("torch", "official")  # "torch" as the other models spell it ("pytorch" before 2026-12-03: read)
 # the receptive field of a ConvCaps2 capsule at (r, c): conv1 (5x5, stride 2), the 1x1 primary capsules, ConvCaps1
 # (3x3, stride 2), ConvCaps2 (3x3, stride 1), no padding; the centre of a K-wide window from s q is s q + (K - 1) / 2
 _LAYER_WINDOWS = ((5, 2), (1, 1), (3, 2), (3, 1))  # (kernel, stride), image to ConvCaps2
@@ -108,11 +108,11 @@ class EMCapsNetConfig(JsonConfig):
     # class_beta_u_init 2.838, is the official code's cost and start (beta_v 0.5 and 2.0)
     cost_scale: float | None = None
     mean_momentum: float = 0.0  # EMRouting's: the previous mean's share in each M-step's (official code: 0.1)
-    # the start of conv1 and the primary capsules: "pytorch" (its defaults) or "official": conv1 truncated normal
+    # the start of conv1 and the primary capsules: "torch" (PyTorch's defaults) or "official": conv1 truncated normal
     # 0.05 with biases 0.1, the primary 1x1 convolutions truncated normal 0.5 with pose biases 0 and activation
     # biases -1 (the official code: no biases there, sigmoid(x - 1); its activation kernel's std 3.0 reaches only the
     # last two types, through a reshape of the concatenated kernels, so 0.5 is what most of its types start from)
-    primary_init: str = "pytorch"
+    primary_init: str = "torch"
     # runs saved before these fields existed started from these (0.5 until 2026-11-24's field, whose default moved
     # to 0.3 later; beta_a at 0 until 2026-11-27): read back so, an experiment and a resume compare and record the
     # run's own start, not today's defaults
@@ -120,6 +120,8 @@ class EMCapsNetConfig(JsonConfig):
 
     def __post_init__(self) -> None:
         check_types(self)
+        if self.primary_init == "pytorch":  # its spelling before 2026-12-03 (older checkpoints, the shipped model)
+            object.__setattr__(self, "primary_init", "torch")
         for name in ("class_transform_std", "cost_scale"):  # 0, their first unset value, reads as None
             if getattr(self, name) == 0:
                 object.__setattr__(self, name, None)
