@@ -462,6 +462,69 @@ def test_a_second_process_needing_the_file_waits_for_the_first_and_does_not_fetc
     assert done == [dest] and served.hits == before and _names(tmp_path) == [dest.name]
 
 
+def _held(lock):
+    """Hold ``lock`` as another process's download would (an flock on its own descriptor)."""
+    import fcntl
+    import os
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_waiter_times_its_mirrors_from_the_lock_and_checks_what_the_other_process_left(served, tmp_path):
+    """(A review of the lock, 2026-12-03.) The waiter's no-byte clock ran while it waited, so after a holder that
+    failed past TOTAL_TIMEOUT_S it tried no mirror ("not tried: ... passed without a byte"); and it took a file the
+    holder left without checking it, though its own call gave an MD5."""
+    import os
+    import threading
+
+    dest = tmp_path / f"{LABELS}.gz"
+    lock = tmp_path / f".{dest.name}.lock"
+    for left in (None, served.routes[f"/corrupt/{LABELS}.gz"][1]):  # the holder failed; it left a wrong file
+        fd = _held(lock)
+        done = []
+        waiter = threading.Thread(target=lambda: done.append(download_file(
+            _url(served, f"/good/{LABELS}.gz"), dest, md5_uncompressed=LABELS_MD5, progress=False,
+            total_timeout=0.3)))
+        waiter.start()
+        time.sleep(0.8)  # past the waiter's total_timeout
+        if left is not None:
+            dest.write_bytes(left)
+        os.close(fd)
+        waiter.join(10)
+        assert done == [dest] and dest.read_bytes() == served.routes[f"/good/{LABELS}.gz"][1], left is None
+        dest.unlink()
+
+
+def test_a_waiter_stopped_by_ctrl_c_leaves_the_holders_lock(served, tmp_path):
+    """The waiter removed the lock file on its way out, though it never held it: a third process then made a lock of
+    its own and downloaded beside the holder (a review of the lock, 2026-12-03)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    dest = tmp_path / f"{LABELS}.gz"
+    lock = tmp_path / f".{dest.name}.lock"
+    fd = _held(lock)
+    code = (f"from capsnet.data.download import download_file\n"
+            f"download_file({_url(served, f'/good/{LABELS}.gz')!r}, {str(dest)!r}, progress=False)\n")
+    waiter = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    said = []
+    reader = threading.Thread(target=lambda: said.extend(waiter.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not any("waiting for another process" in line for line in said) and time.monotonic() < deadline:
+        assert waiter.poll() is None, said
+        time.sleep(0.05)
+    waiter.send_signal(signal.SIGINT)  # while it waits on the lock
+    waiter.wait(30)
+    assert lock.exists() and not dest.exists()
+    os.close(fd)
+
+
 def test_part_files_of_killed_downloads_are_cleared_and_a_fresh_one_is_not(served, tmp_path):
     """A download killed by SIGTERM or SIGKILL never ran its cleanup: its part file stayed, one more each time."""
     import os

@@ -1,13 +1,17 @@
 """Download one file from a list of mirrors: retried, checked by MD5, atomic, bounded in time.
 
-The bytes stream into ``<dest>.part-<random>`` in the destination folder, are
-checked (MD5 of the downloaded bytes, of the gunzipped contents, or both), and
-only then renamed onto ``dest`` with os.replace. Whatever goes wrong, the
-part file is removed, on Ctrl-C and SIGTERM too (taken as Ctrl-C while the
-bytes stream, on the main thread): a folder never holds half a download
-under either name. Only a kill that runs no cleanup (SIGKILL, a power cut)
-leaves one, removed by the next download of that file after an hour.
-urllib only, so the library needs no HTTP dependency.
+The bytes stream into ``<dest>.part-<host>-<pid>-<random>`` in the destination
+folder, are checked (MD5 of the downloaded bytes, of the gunzipped contents,
+or both; a web page or a gzip cut short even unchecked), and only then renamed
+onto ``dest`` with os.replace. Whatever goes wrong, the part file is removed,
+on Ctrl-C and SIGTERM too (taken as Ctrl-C while the bytes stream, on the main
+thread): a folder never holds half a download under either name. Only a kill
+that runs no cleanup (SIGKILL, a power cut) leaves one, removed by the next
+download of that file: at once when its writer ran on this machine and has
+ended, else after an hour. One process downloads a file at a time: the others
+wait on an ``flock`` of ``.<name>.lock`` beside it (which its holder removes;
+a SIGKILL leaves it, empty and harmless) and then take the file if it passes
+their checks. urllib only, so the library needs no HTTP dependency.
 
 Failing fast: a host name that does not resolve, a refused or unreachable
 connection, or a server that does not answer within ``timeout`` moves on to
@@ -128,16 +132,33 @@ def download_file(
         raise ValueError(f"retries must be >= 0, got {retries}")
     pause = BACKOFF_S if backoff is None else backoff
     timeout = TIMEOUT_S if timeout is None else timeout
-    clock = _Clock(TOTAL_TIMEOUT_S if total_timeout is None else total_timeout)
     dest = Path(dest)
     _writable_folder(dest)
     missing = not dest.exists()
     with _one_download_at_a_time(dest) as waited:
-        if waited and missing and dest.is_file():  # the other process fetched (and checked) it meanwhile
+        # the other process fetched it meanwhile: taken if it passes this call's checks (that process may not have
+        # checked it), else fetched again
+        if waited and missing and dest.is_file() and _passes(dest, md5, md5_uncompressed, max_size):
             log.info("%s was downloaded by another process meanwhile", dest)
             return dest
+        clock = _Clock(TOTAL_TIMEOUT_S if total_timeout is None else total_timeout)  # from here: not the wait's time
         return _download(url_list, dest, md5=md5, md5_uncompressed=md5_uncompressed, retries=retries,
                          timeout=timeout, progress=progress, pause=pause, clock=clock, max_size=max_size)
+
+
+def _passes(path: Path, md5: str | None, md5_uncompressed: str | None, max_size: int | None) -> bool:
+    """Whether the file at ``path`` has the MD5s given (of its bytes, of its gunzipped contents); True given none."""
+    try:
+        if md5 is not None:
+            digest = hashlib.md5(usedforsecurity=False)
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() != md5.lower():
+                return False
+        return md5_uncompressed is None or _content_md5(path, max_size) == md5_uncompressed.lower()
+    except (OSError, _MirrorFailed):
+        return False
 
 
 @contextlib.contextmanager
@@ -157,24 +178,28 @@ def _one_download_at_a_time(dest: Path):
     except OSError:
         yield False
         return
+    held = waited = False
     try:
-        waited = False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.warning("waiting for another process downloading %s", dest)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (Ctrl-C while waiting: out through the finally, the lock not held)
             waited = True
         except OSError:  # a file system without locks (some network mounts): download unlocked
-            pass
+            yield False
+            return
+        held = True
         yield waited
     finally:
-        # not left in the data folder: removed while held, if still ours (a process that opened it meanwhile and
-        # waits wakes to find the file; one arriving between the removal and the release makes a lock of its own
-        # and at worst downloads the file again, as every process did before the lock)
-        with contextlib.suppress(OSError):
-            if os.path.samestat(os.fstat(fd), os.stat(lock)):
-                os.unlink(lock)
+        # not left in the data folder: removed by its holder, if the file is still the one it holds (one that opened
+        # it meanwhile and waits wakes to find the download; one arriving between the removal and the release makes
+        # a lock of its own and at worst downloads the file again, as every process did before the lock). Never by a
+        # process that did not get it: a waiter stopped by Ctrl-C removed the holder's lock
+        if held:
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                    os.unlink(lock)
         os.close(fd)  # closing the descriptor drops the lock
 
 
@@ -216,10 +241,11 @@ def _download(url_list: list[str], dest: Path, *, md5: str | None, md5_uncompres
                 break
             except (OSError, http.client.HTTPException) as err:
                 if getattr(err, "errno", None) in _LOCAL_ERRNOS:  # the disk, not the mirror: no retry helps
-                    fix = "raise the file-size limit (ulimit -f)" if err.errno == errno.EFBIG else "free space there"
-                    raise DiskError(f"cannot download {dest.name} into {dest.parent}: {err.strerror or err}; {fix}, "
-                                    f"or download into another folder (XDG_CACHE_HOME, or --data-dir with the files "
-                                    f"put there by hand)") from None
+                    fix = ("raise the file-size limit (ulimit -f) for this shell" if err.errno == errno.EFBIG else
+                           "free space there, or download into another folder (XDG_CACHE_HOME, or --data-dir with "
+                           "the files put there by hand)")
+                    raise DiskError(f"cannot download {dest.name} into {dest.parent}: {err.strerror or err}; "
+                                    f"{fix}") from None
                 error = f"{type(err).__name__}: {err}"
                 if _unreachable(err):
                     break
@@ -279,8 +305,8 @@ def _writer_gone(part: Path, dest: Path) -> bool:
     ``finally`` never ran). A part of another machine sharing the folder, or of an older capsnet (no writer in its
     name), is not known to be gone."""
     writer = part.name[len(f"{dest.name}.part-"):].rsplit("-", 2)
-    if len(writer) != 3 or writer[0] != _HOST or not writer[1].isdigit():
-        return False
+    if os.name == "nt" or len(writer) != 3 or writer[0] != _HOST or not writer[1].isdigit():
+        return False  # (Windows: os.kill(pid, 0) sends CTRL_C_EVENT, it does not ask whether the process runs)
     try:
         os.kill(int(writer[1]), 0)
     except ProcessLookupError:
