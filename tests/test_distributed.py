@@ -384,6 +384,15 @@ def test_fit_gan_under_torchrun_is_refused_before_anything_is_written(tmp_path, 
         fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), TrainConfig(dataset="mnist-sample-skeleton"),
                 tmp_path / "gan", device="cpu", progress=False)
     assert not (tmp_path / "gan").exists()
+    # one process under torchrun, or some of its variables alone (a cluster's MASTER_ADDR), train it as fit does in
+    # the experiments (a review, 2026-12-03: both were refused)
+    tiny = TrainConfig(dataset="mnist-sample-skeleton", epochs=1, batch_size=16, train_size=16, test_size=16)
+    for env in ({"WORLD_SIZE": "1"}, {"WORLD_SIZE": None, "RANK": None, "LOCAL_RANK": None, "MASTER_PORT": None}):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value) if value is not None else monkeypatch.delenv(name)
+        record = fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4), tiny, tmp_path / f"gan{len(env)}",
+                         device="cpu", progress=False)
+        assert record["epoch"] == 1
 
 
 def test_an_epoch_not_evaluated_is_logged_by_rank_0_alone(tmp_path, data_root):

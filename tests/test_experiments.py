@@ -560,6 +560,13 @@ def test_the_papers_recipes_hold_in_every_experiment_and_in_capsnet_train(tmp_pa
     for dataset in ("translated-mnist", "multimnist", "smallnorb", "cifar10"):
         cfg = _train_config({"dataset": dataset}, "efficient-capsnet")
         assert (cfg.lr, cfg.augment) == (5e-4, "shift"), dataset
+    # the recipe is MNIST's: not on SVHN's colour digits nor a user's folder of any images (a review, 2026-12-03);
+    # on Fashion-MNIST's 28x28 grey items as on MNIST's (the routing experiment's second set), and typed anywhere
+    assert _train_config({"dataset": "svhn"}, "efficient-capsnet").augment == "shift"
+    assert _train_config({"dataset": f"classes:{tmp_path}"}, "efficient-capsnet").augment == "shift"
+    assert _train_config({"dataset": "fashion-mnist"}, "efficient-capsnet").augment == "efficient-capsnet"
+    assert _train_config({"dataset": "svhn", "augment": "efficient-capsnet"}, "efficient-capsnet").augment == \
+        "efficient-capsnet"
     runs = plan("affine", tmp_path, train=TrainConfig(epochs=1), models=["efficient-capsnet"])
     assert (runs[0].train_config.lr, runs[0].train_config.augment) == (5e-4, "shift")
 

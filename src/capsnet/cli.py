@@ -569,7 +569,8 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                 f"--dataset {shifted} only: the others make their training images themselves", type=_nonneg_int)
     _field_flag(t, "--augment", TrainConfig, "augment", "shift: the paper's random shifts (--shift pixels); "
                 "efficient-capsnet: Efficient-CapsNet's rotate, shift within the margins, squish and erase (default: "
-                "shift; efficient-capsnet for --model efficient-capsnet); the data sets of --shift only",
+                "shift; efficient-capsnet for --model efficient-capsnet on MNIST and Fashion-MNIST); the data sets "
+                "of --shift only",
                 choices=AUGMENTATIONS, show_default=False)
     _field_flag(t, "--val-size", TrainConfig, "val_size", "training examples held out to choose the best checkpoint "
                 "(0: choose on test)", type=_nonneg_int)

@@ -219,8 +219,12 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     _train.check_held_lock(lock, run_dir)
     from .distributed import DistributedError, launcher
 
-    if launcher() is not None:  # each process trained the GAN whole, and all but one met the run's lock (a review)
-        raise DistributedError("fit_gan trains the GAN in one process; run it without torchrun")
+    try:
+        launch = launcher()
+    except DistributedError:  # some of torchrun's variables alone (a cluster's MASTER_ADDR): one process, as fit
+        launch = None  # (distributed=False) takes it in the experiments
+    if launch is not None and launch.world_size > 1:  # each process trained the GAN whole, and all but one met the
+        raise DistributedError("fit_gan trains the GAN in one process; run it without torchrun")  # lock (a review)
     require_compiler(compile, device)  # before the run's folder and data: Inductor's own error came at the first step
     with _train.SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(resolve_device(device)):
         return _fit_gan(model_config, cfg, run_dir, device=device, data_root=data_root, resume=resume,

@@ -51,7 +51,7 @@ def test_help_everywhere(capsys):
             "models 2e-4: each model's own, `capsnet models NAME`)") in shown
     assert "(default: 0.001)" not in shown
     # --augment's default is said in its text too: "(default: shift)" was wrong for --model efficient-capsnet
-    assert "(default: shift; efficient-capsnet for --model efficient-capsnet)" in shown and \
+    assert "(default: shift; efficient-capsnet for --model efficient-capsnet on MNIST and Fashion-MNIST)" in shown and \
         "(default: shift)" not in shown
     # --dropout's defaults are each model's own: the help said 0.5, the baseline's, where capspix2pix-deep trains
     # with 0 (a review)

@@ -190,16 +190,17 @@ def train_defaults(name: str, lr_schedule: str = "exponential", dataset: str | N
     """The training settings model ``name`` gets unless typed (``ModelSpec.train_defaults``), for a run on
     ``lr_schedule``: a default warm-up goes with the exponential schedule only, since a linear schedule's warm-up must
     fit its run's length, which the model cannot know (the user's ``--warmup-steps`` sets it there); and, on a task
-    ``dataset``, that task's own over them (``Task.train_defaults``: MultiMNIST's decay period), less an
-    augmentation the task never applies (one that makes its training images itself: ``Task.places_digits``), which
-    the run's config.json would record as if it had."""
+    ``dataset``, that task's own over them (``Task.train_defaults``: MultiMNIST's decay period). A model's own
+    augmentation (Efficient-CapsNet's) is its paper's recipe for MNIST: given on the 28x28 grey image sets alone,
+    not where the task makes its training images itself (``Task.places_digits``: config.json recorded it as if
+    applied) nor on SVHN's colour digits or a user's classes:DIR."""
     from ..data.tasks import TASKS  # (a name's lookup: a user's folder:DIR is not read, and has none)
 
     own = dict(model_spec(name).train_defaults)
     if lr_schedule != "exponential":
         own.pop("warmup_steps", None)
-    if dataset in TASKS and TASKS[dataset].places_digits:
-        own.pop("augment", None)
+    if not (dataset in TASKS and not TASKS[dataset].places_digits and TASKS[dataset].input_shape == (1, 28, 28)):
+        own.pop("augment", None)  # an augmentation of a model's own is its paper's for 28x28 grey digits (MNIST's)
         own.pop("shift", None)
     return own | (dict(TASKS[dataset].train_defaults) if dataset in TASKS else {})
 
