@@ -1056,6 +1056,26 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _point_to_an_older_default(args: argparse.Namespace, older: Path, out: Path, chosen: str,
+                               routing: str | None) -> None:
+    """A --resume without --out of a model (routed by ``routing``) whose run an older capsnet put in runs/DATASET
+    (every classifier's default before 2026-12-03, the CNN baseline's apart): refused naming that folder, not with
+    "nothing to resume" in the new default alone."""
+    from .checkpoint import load_checkpoint
+
+    last = older / "last.safetensors"
+    if older == out or not last.is_file():
+        return
+    try:
+        ckpt = load_checkpoint(last)
+    except Exception:  # not a run this can say anything of: the usual refusal follows
+        return
+    if ckpt.model_name == chosen and ckpt.model_config.get("routing") == routing:
+        args.parser.error(f"--resume without --out looks in {out}, which holds no run; {older} holds a --model "
+                          f"{chosen} run, where capsnet trained every model by default before 2026-12-03: resume it "
+                          f"with --out {older} --resume")
+
+
 def _train_config(typed: dict[str, Any], model: str) -> TrainConfig:
     """The training settings typed, over the task's own defaults (``Task.train_defaults``: MultiMNIST's decay
     period), over ``model``'s (``ModelSpec.train_defaults``: the synthesis models' GAN rate, the baseline's warm-up),
@@ -1227,6 +1247,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     routed = f"-{routing}-routing" if routing not in (None, getattr(model_spec(chosen).config(), "routing", None)) \
         else ""
     out = Path(args.out or f"runs/{stem}" + ("" if chosen == "capsnet" else f"-{chosen}") + routed)
+    if args.resume and not args.out and not (out / "last.safetensors").exists():
+        _point_to_an_older_default(args, Path(f"runs/{stem}"), out, chosen,
+                                   routing or getattr(model_spec(chosen).config(), "routing", None))
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
     check_out_dir(out, "run's checkpoints")  # a file above it, a read-only disk: before the data is read
@@ -1256,6 +1279,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         except train.ResumeError as e:
             given = model_changes | train_changes | ({"model": model} if model else {})
             typed = [_as_typed(f, given[f], f in options) for f in e.fields]
+            if not e.saved and all(f in model_changes for f in e.fields):  # settings the run's model has not
+                args.parser.error(f"{_listed(typed, 'does', 'do')} not apply to the run in {out}, a --model "
+                                  f"{last.model_name} run: leave {'it' if len(typed) == 1 else 'them'} out")
             saved = ", ".join(_as_typed(f, e.saved[f], f in options) for f in e.fields if f in e.saved)
             args.parser.error(f"{_listed(typed, 'differs', 'differ')} from the run in {out}"
                               + (f", which trained with {saved}" if saved else "") + "; --resume continues with "

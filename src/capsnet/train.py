@@ -654,6 +654,10 @@ def resume_configs(run_dir: str | os.PathLike | Checkpoint, *, model: str | None
                           {"model": ckpt.model_name})
     saved_model, saved_train = saved_configs(ckpt)
     model_changes, train_changes = model_changes or {}, train_changes or {}
+    foreign = sorted(k for k in model_changes if not hasattr(saved_model, k))  # CapsNet's --conv1-channels typed on
+    if foreign:  # an Efficient-CapsNet run's resume: an AttributeError's traceback (a review, 2026-12-03)
+        raise ResumeError(f"{', '.join(foreign)}: not settings of the run's model, {ckpt.model_name!r}, in {run_dir}",
+                          foreign, {})
     # rounds under a one-pass routing route nothing: a run saved with them (read back at their defaults) resumes
     # with the flags it was first typed with
     unused = unused_rounds(saved_model, getattr(saved_model, "routing", "dynamic"))

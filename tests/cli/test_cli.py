@@ -1164,6 +1164,28 @@ def test_each_model_trains_into_a_folder_of_its_own_by_default(tmp_path, monkeyp
                           "probabilities in [0, 1]")
 
 
+def test_a_resume_without_out_points_to_the_older_default_folder_and_a_foreign_flag_is_refused_by_name(
+        tmp_path, monkeypatch, capsys):
+    """Runs an older capsnet trained into runs/DATASET for every model: `--resume` without --out of such a run said
+    "nothing to resume" of the new default folder alone; and a CapsNet flag typed on a resume of another model's run
+    was an AttributeError's traceback (a review of the day's changes, 2026-12-03)."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--dataset", "mnist-sample", "--train-size", "64", "--test-size", "32", "--batch-size", "32",
+             "--no-progress"]
+    r = in_process(capsys, "train", *small, "--epochs", "1", "--model", "efficient-capsnet", "--out",
+                   "runs/mnist-sample")  # where it went before 2026-12-03
+    assert r.returncode == 0, r.stderr
+    r = in_process(capsys, "train", *small, "--epochs", "2", "--model", "efficient-capsnet", "--resume")
+    assert_clean_error(r, "--resume without --out looks in runs/mnist-sample-efficient-capsnet, which holds no run; "
+                          "runs/mnist-sample holds a --model efficient-capsnet run", "--out runs/mnist-sample --resume")
+    r = in_process(capsys, "train", *small, "--epochs", "2", "--model", "em-capsnet-small", "--resume")
+    assert "runs/mnist-sample holds" not in r.stderr  # another model's run is not pointed to
+    # no --out: the default run folder (CapsNet's) read only after the flags were checked against CapsNet
+    r = in_process(capsys, "train", *small, "--epochs", "2", "--resume", "--conv1-channels", "8")
+    assert_clean_error(r, "--conv1-channels 8 does not apply to the run in runs/mnist-sample, a --model "
+                          "efficient-capsnet run: leave it out")
+
+
 def test_a_resume_refused_by_a_running_trainer_says_no_resuming_line_first(trained_run, tmp_path, capsys):
     """`--resume` beside a trainer still writing the folder printed "resuming the run in ... from ..." and then the
     refusal (a review, 2026-11-30): the lock is asked first."""
