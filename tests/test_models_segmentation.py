@@ -1,6 +1,7 @@
 """SegCaps and the U-Net: the papers' weight counts, shapes, losses, gradients, batch independence, bad input."""
 from __future__ import annotations
 
+import collections
 import math
 import warnings
 
@@ -13,7 +14,9 @@ from capsnet.models.segcaps import stack_routings
 from routing_names import STACK_TEXT
 
 SEGMENTATION = [n for n, spec in MODELS.items() if spec.kind == "segmentation"]
-SMALL = {"segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=3)}
+# small sizes; a segmentation model registered without an entry is built at its own (one file, its test and a
+# registry line: these tables are a speed-up, not a step)
+SMALL = collections.defaultdict(dict, {"segcaps": {}, "segcaps-r1": {}, "unet": dict(base_channels=4, depth=3)})
 
 
 def paper_segcaps_weights(in_channels: int = 1) -> int:
