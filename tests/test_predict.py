@@ -698,3 +698,22 @@ def test_a_folder_another_capsnet_command_writes_is_refused_and_nothing_is_left(
     assert sorted(p.name for p in made.iterdir()) == ["a.png"] and done.replaced == []
     generate_folder(gan_run, tmp_path / "maps", made, seeds=(0,), progress=False)
     assert sorted(p.name for p in made.iterdir()) == ["a.png", "a_seed0.png"]
+
+
+def test_a_padded_images_black_bars_are_cut_off_before_its_edge_is_read_and_a_black_ground_is_not():
+    """--fit pad's bars (zeros on two opposite sides, as many) are cut off before the edge says whether an image is
+    dark on light; zeros elsewhere are the image's own (dropping every zero read a dark image whose stroke touched
+    its edge as light: a review of the day's changes, 2026-12-03)."""
+    from capsnet.data.photos import light_background
+
+    stroke = np.zeros((28, 28), np.float32)
+    stroke[:, 0] = 1.0  # dark, a white stroke along its left edge
+    digit = np.zeros((28, 28), np.float32)
+    digit[8:20, 8:20] = 1.0  # a digit on black
+    rows = np.zeros((28, 28), np.float32)
+    rows[4:24] = 0.9  # a light photo padded above and below
+    cols = np.full((28, 28), 0.9, np.float32)
+    cols[:, :3] = cols[:, 25:] = 0  # padded left and right
+    assert [light_background(a, padded=True) for a in (stroke, digit, rows, cols)] == [False, False, True, True]
+    assert not light_background(np.zeros((28, 28), np.uint8), padded=True)
+    assert [light_background(a) for a in (rows, cols)] == [False, False]  # the bars read as its edge, unpadded

@@ -262,3 +262,6 @@ def test_a_refused_log_folder_suggests_one_beside_it_as_the_readme_lays_them_out
     # the folder beside it would be the run's own: inside it
     with pytest.raises(ValueError, match=r"--tensorboard x/tb/b: `tensorboard --logdir x/tb`"):
         _refuse_other_run("x/tb", "/elsewhere/ema", "x/b")
+    # the other run's folder has this run's name (two runs/.../mnist): beside it under another name, not inside it
+    with pytest.raises(ValueError, match=r"--tensorboard tb/mnist-2: `tensorboard --logdir tb`"):
+        _refuse_other_run("tb/mnist", "/elsewhere/runs/mnist", "runs/mnist")

@@ -60,7 +60,9 @@ def _refuse_other_run(folder: str, other: str, run_dir: str | os.PathLike) -> No
     # or the one beside it would be the run's own folder or this one
     parent, name = os.path.dirname(os.path.normpath(folder)), Path(run_dir).name
     beside = os.path.join(parent, name) if parent else ""
-    if not beside or Path(beside).resolve() in (Path(folder).resolve(), Path(run_dir).resolve()):
+    if beside and Path(beside).resolve() == Path(folder).resolve():  # two runs of one folder name (runs/a/mnist,
+        beside = os.path.join(parent, f"{name}-2")  # runs/b/mnist): beside it under another name, not inside it
+    if not beside or Path(beside).resolve() == Path(run_dir).resolve():
         parent, beside = folder, os.path.join(folder, name)
     raise ValueError(f"--tensorboard {folder} holds the TensorBoard logs of another run ({other}): TensorBoard draws "
                      f"the scalars of one folder as one run's, so the two would be interleaved at the same steps; "

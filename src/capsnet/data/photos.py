@@ -53,14 +53,20 @@ def _border(a: np.ndarray) -> np.ndarray:
 def light_background(a: np.ndarray, *, padded: bool = False) -> bool:
     """Whether a grey image (H, W), uint8 or in [0, 1], is mostly light at its edge: dark ink on light paper, the
     opposite of MNIST's light digits on black (``mnist_style`` inverts such an image). ``padded``: an image fitted by
-    ``--fit pad``, whose black bars (exact zeros) are left out of its edge (they made a light photo's edge read dark
-    half the time); an edge of zeros alone is dark."""
-    edge = _border(a)
+    ``--fit pad``, whose black bars are cut off before its edge is read (they made a light photo's edge read dark
+    half the time): rows of zeros above and below it as many (to a pixel), or columns of zeros left and right, on one
+    axis only, as padding centres an image; zeros on every side are a black ground, read as it is."""
     if padded:
-        edge = edge[edge != 0]
-        if edge.size == 0:
+        rows, cols = np.flatnonzero(a.any(axis=1)), np.flatnonzero(a.any(axis=0))
+        if rows.size == 0:
             return False
-    return float(np.median(edge)) > (127.5 if a.dtype == np.uint8 else 0.5)
+        top, bottom = rows[0], a.shape[0] - 1 - rows[-1]
+        left, right = cols[0], a.shape[1] - 1 - cols[-1]
+        if top + bottom and abs(top - bottom) <= 1 and not left + right:
+            a = a[top:a.shape[0] - bottom]
+        elif left + right and abs(left - right) <= 1 and not top + bottom:
+            a = a[:, left:a.shape[1] - right]
+    return float(np.median(_border(a))) > (127.5 if a.dtype == np.uint8 else 0.5)
 
 
 def _worked(img: Image.Image) -> Image.Image:
