@@ -139,7 +139,7 @@ if group synthesis; then  # pix2pix beside it: the bar is CapsPix2pix within 1 p
         job $model-fashion --model "$as" --dataset fashion-silhouette "${SYN[@]}" $(compile_flag $model)
     done
 fi
-# capsnet experiment routing's recipe for Efficient-CapsNet (capsnet.experiments.RECIPES): lr 5e-4 and its
+# Efficient-CapsNet's recipe (its registry entry's train_defaults, `capsnet models efficient-capsnet`): lr 5e-4 and its
 # augmentation, decayed by 0.96 every 2,000 steps, batch 128
 for seed in 0 1; do
     group routing || break

@@ -55,5 +55,6 @@ def main() -> None:
                             f"{r['relative_gradient']:.1e}"] for r in rows), "llrrr")
     publish("benchmarks/segcaps_start.py", rows, text, args.json)
 
+
 if __name__ == "__main__":
     main()

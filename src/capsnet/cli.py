@@ -1242,7 +1242,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                   f"itself")
     folder = user_folder(dataset)
     stem = dataset_stem(dataset)
-    # a model of its own, and a routing of its own (as the experiments name their runs)
+    # a model of its own, and a routing of its own (runs/mnist-em-routing: as an experiment's folders add
+    # -ROUTING-routing to the model's name)
     routing = model_changes.get("routing")
     routed = f"-{routing}-routing" if routing not in (None, getattr(model_spec(chosen).config(), "routing", None)) \
         else ""

@@ -116,8 +116,9 @@ def read_norb(path: str | os.PathLike, *, max_size: int | None = None, md5: str 
     if extra:
         raise DataError(f"{path}: longer than the {size:,} data bytes its header declares")
     if md5 is not None and digest.hexdigest() != md5.lower():
-        raise DataError(f"{path}: MD5 of the uncompressed contents is {digest.hexdigest()}, expected {md5}. The file "
-                        f"may be corrupt; delete it and download it again")
+        raise DataError(f"{path}: MD5 of the uncompressed contents is {digest.hexdigest()}, expected {md5} (the "
+                        f"published smallNORB file's). The file may be corrupt, or another file under its name; "
+                        f"delete it and download it again")
     return np.frombuffer(data, dtype).reshape(shape)
 
 
