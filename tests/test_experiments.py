@@ -396,8 +396,8 @@ def test_a_run_directory_holding_other_settings_is_refused_before_any_run_trains
     before = (out / "results.md").read_text(), (out / "results.json").read_text()
     capsys.readouterr()
     assert main([*args, *CAPSNET_NARROW[:4], "--models", "capsnet", "baseline"]) == 2
-    assert ("baseline-32 holds a run with other settings (lr: 0.0005 there, 0.001 planned); remove it or choose another "
-            "--out") in capsys.readouterr().err
+    assert ("baseline-32 holds a run with other settings (lr: 0.0005 there, 0.001 planned); give --lr 0.0005 to read "
+            "it back, or remove it or choose another --out") in capsys.readouterr().err
     assert not (out / "capsnet-32").exists()  # capsnet, first in the plan, never started
     assert ((out / "results.md").read_text(), (out / "results.json").read_text()) == before
 
@@ -571,6 +571,23 @@ def test_the_papers_recipes_hold_in_every_experiment_and_in_capsnet_train(tmp_pa
     assert (runs[0].train_config.lr, runs[0].train_config.augment) == (5e-4, "shift")
 
 
+def test_an_augmentation_typed_holds_for_every_model_and_only_where_the_experiment_augments(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """`capsnet experiment` had no --augment, so once Efficient-CapsNet's augmentation became its default an
+    experiment folder made before could not be read back (a review of the day's changes, 2026-12-03)."""
+    runs = plan("routing", tmp_path, train=TrainConfig(augment="shift"), typed={"augment"})
+    assert {r.train_config.augment for r in runs} == {"shift"}
+    planned = []
+    monkeypatch.setattr("capsnet.experiments.run_plan", lambda runs, **kw: planned.extend(runs) or [])
+    main(["experiment", "less-data", "--models", "efficient-capsnet", "--augment", "shift", "--sizes", "500",
+          "--out", str(tmp_path / "x")])
+    assert [r.train_config.augment for r in planned] == ["shift"]
+    with pytest.raises(SystemExit):
+        main(["experiment", "affine", "--augment", "shift", "--out", str(tmp_path / "y")])
+    assert ("--augment does not apply to `capsnet experiment affine` (its task makes its training images itself)"
+            in capsys.readouterr().err)
+
+
 def test_a_learning_rate_the_user_typed_holds_for_every_model_of_the_routing_experiment(tmp_path, monkeypatch):
     """Before, each model's recipe overrode a typed --lr (EM trained at 3e-3, Efficient-CapsNet at 5e-4)."""
     runs = plan("routing", tmp_path, train=TrainConfig(lr=2e-3), typed={"lr"})
@@ -734,9 +751,16 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
     assert _finished(run) == final
     other = run.__class__(**{**vars(run), "train_config": TrainConfig(epochs=1, batch_size=4, train_size=8,
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
+    # (the rate and the augmentation read back since 2026-12-03, when EM's and Efficient-CapsNet's papers' became
+    # their defaults in every experiment, and `capsnet experiment` took --augment)
     with pytest.raises(CheckpointError, match=r"holds a run with other settings \(lr: 0.001 there, 0.0005 planned\); "
-                                              r"remove it"):
+                                              r"give --lr 0.001 to read it back, or remove it"):
         _finished(other)
+    augmented = run.__class__(**{**vars(run), "train_config": dataclasses.replace(run.train_config,
+                                                                                   augment="efficient-capsnet")})
+    with pytest.raises(CheckpointError, match=r"\(augment: 'shift' there, 'efficient-capsnet' planned\); give "
+                                              r"--augment shift to read it back"):
+        _finished(augmented)
     wider = run.__class__(**{**vars(run), "model_config": UNetConfig(base_channels=8, depth=2)})
     with pytest.raises(CheckpointError, match=r"holds a run with other settings \(base_channels: \d+ there, 8 planned\); "
                                               r"remove it"):

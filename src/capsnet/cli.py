@@ -895,11 +895,14 @@ _EXPERIMENT_ONLY = {"steps": ("less-data",), "sizes": ("less-data",), "seeds": (
                     "datasets": ("routing", "segmentation", "synthesis"), "probe_epochs": ("synthesis",),
                     "train_size": tuple(n for n in EXPERIMENTS if n != "less-data"),
                     "eval_every": tuple(n for n in EXPERIMENTS if n != "less-data"),
-                    "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis")}
+                    "grad_clip": tuple(n for n in EXPERIMENTS if n != "synthesis"),
+                    "augment": ("less-data", "routing")}
 # why an experiment left out of a flag's list above does without it, by (experiment, field)
 _EXPERIMENT_WITHOUT = {("less-data", "train_size"): "--sizes sets its training sizes",
                        ("less-data", "eval_every"): "it evaluates about 10 times a run",
-                       ("synthesis", "grad_clip"): "its GAN steps are not clipped"}
+                       ("synthesis", "grad_clip"): "its GAN steps are not clipped",
+                       **{(n, "augment"): "its task makes its training images itself"
+                          for n in ("multimnist", "affine", "segmentation", "synthesis")}}
 
 
 # NAME:ROUTING models by task kind (experiments.model_entry): the examples, and what the routing replaces
@@ -994,6 +997,10 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
     _field_flag(x, "--lr-decay-steps", TrainConfig, "lr_decay_steps", "the learning rate is multiplied by 0.96 every "
                 "this many steps (default 2000; multimnist 20000, the paper's 10x period, section 6.1; 2000 "
                 "reproduces the multimnist runs made before 2026-11-30)", type=_positive_int, show_default=False)
+    _field_flag(x, "--augment", TrainConfig, "augment", "the training images' augmentation for every model: shift "
+                "(the paper's random shifts) or efficient-capsnet (Efficient-CapsNet's recipe); less-data and routing "
+                "only (default: each model's own: efficient-capsnet for Efficient-CapsNet, shift for the rest)",
+                choices=AUGMENTATIONS, show_default=False)
     _field_flag(x, "--warmup-steps", TrainConfig, "warmup_steps", "a linear warm-up of the learning rate over this "
                 "many steps, for every model (default: each model's own: 200 for the CNN baseline, 0 for the rest; "
                 "0 reproduces the baseline runs made before 2026-11-25)", type=_nonneg_int, show_default=False)
