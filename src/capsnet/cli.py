@@ -441,6 +441,16 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _routing_name(value: str) -> str:
+    """--routing's value: a registered routing; an unknown one is refused naming those CapsNet takes (argparse's
+    choices listed inverted too, which the config then refuses)."""
+    if value not in list_routings():
+        raise argparse.ArgumentTypeError(f"unknown routing {value!r}; CapsNet's digit capsules take "
+                                         f"{_either(CapsNetConfig.probability_routings())} (`capsnet routings` lists "
+                                         f"every registered routing)")
+    return value
+
+
 def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
     # these set the other capsule models' fields of the same names, whose defaults differ (inverted-capsnet: 2
     # rounds; em-capsnet-small: 64 channels, 8 types): the help names the model's own default, not CapsNet's
@@ -457,7 +467,7 @@ def _capsnet_arguments(p: argparse.ArgumentParser, *, all_flags: bool) -> None:
                     f"of every capsule layer ({' or '.join(stack_routings())})",
                     # every registered routing, so that one CapsNet cannot take (inverted) is refused with its reason
                     # by the config, not by argparse's bare "invalid choice"; the help lists those it takes
-                    choices=list_routings(), metavar="{" + ",".join(CapsNetConfig.probability_routings()) + "}")
+                    type=_routing_name, metavar="{" + ",".join(CapsNetConfig.probability_routings()) + "}")
         p.add_argument("--routing-option", type=_routing_option, action=_KeyValues, dest="routing_options",
                        default=argparse.SUPPRESS, metavar="KEY=VALUE",
                        help="an option of the --routing algorithm (VALUE as JSON), e.g. final_lambda=0.02 for em; "
