@@ -395,6 +395,7 @@ def test_fit_gan_under_torchrun_is_refused_before_anything_is_written(tmp_path, 
         assert record["epoch"] == 1
 
 
+@pytest.mark.slow  # two processes started for one log line (12 s on the CI machine)
 def test_an_epoch_not_evaluated_is_logged_by_rank_0_alone(tmp_path, data_root):
     """`capsnet -v train` under torchrun logged each epoch left unevaluated (--eval-every) once per process, the
     others' lines untagged and with their own images/s (a review of torchrun runs, 2026-12-03)."""

@@ -21,7 +21,7 @@ import torch
 from .._progress import progress_bar
 from ..checkpoint import short_repr
 from ..data.sets import unit_float
-from ..models import reconstructs, segments_size
+from ..models import reconstructs, segments, segments_size
 from ..models.capsnet import CapsNet
 from ..routing import checked_view
 from ..runtime import keeps_mode
@@ -59,9 +59,11 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(model: CapsNet) -> None:
-    if not reconstructs(model):
-        why = "decoder" if getattr(model, "decoder", None) is None else "reconstruct(poses, index) method"
-        raise FigureError(f"this {type(model).__name__} has no {why}: it cannot reconstruct")
+    if getattr(model, "decoder", None) is None:
+        raise FigureError(f"this {type(model).__name__} has no decoder: it cannot reconstruct")
+    if not reconstructs(model) and not segments(model):  # (a segmentation model's decoder: predict says what it is)
+        raise FigureError(f"this {type(model).__name__} has no reconstruct(poses, index) method: it cannot "
+                          f"reconstruct")
 
 
 @torch.no_grad()
