@@ -388,6 +388,12 @@ def test_the_routing_experiment_runs_a_folder_of_classes_in_a_folder_named_after
     assert runs[0].model_config.num_classes == 3
     row = {"model": "capsnet", "dataset": f"classes:{root}", "test_error": 0.5, "weights": 1, "epochs": 1}
     assert "| capsnet | CapsNet | classes-digits | 1 |" in format_routing_table([row])
+    # each run gets its model's defaults as capsnet train gives them on its own data set: Efficient-CapsNet's MNIST
+    # augmentation on MNIST, not on the folder (the experiment's first set's defaults went to every set: a review)
+    runs = plan("routing", tmp_path / "y", train=TrainConfig(epochs=1), datasets=["mnist", f"classes:{root}"],
+                models=["efficient-capsnet"])
+    assert {r.dataset.split(":")[0]: (r.train_config.lr, r.train_config.augment) for r in runs} == {
+        "mnist": (5e-4, "efficient-capsnet"), "classes": (5e-4, "shift")}
 
 
 def test_the_viewer_opens_a_run_on_class_folders_with_its_names_and_refuses_other_classes(digit_classes, tmp_path):

@@ -189,11 +189,12 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     out = Path(out)
     given = dict(configs or {})
 
-    def own(m: str) -> dict[str, Any]:  # the model's own training settings (its paper's), unless typed
+    def own(m: str, dataset: str) -> dict[str, Any]:  # the model's own training settings (its paper's), unless typed
         m = entries[m][0]
-        # with the experiment's task's (MultiMNIST's decay period; the paper experiments run on their own task
-        # alone: datasets= is for routing, segmentation and synthesis)
-        mine = train_defaults(m, train.lr_schedule, EXPERIMENTS[name][0])
+        # with the run's task's (MultiMNIST's decay period), and as capsnet train gives them on that data set (a
+        # user's classes:DIR of the routing experiment: not Efficient-CapsNet's MNIST augmentation, which the
+        # experiment's first data set's defaults gave it)
+        mine = train_defaults(m, train.lr_schedule, dataset)
         return {k: v for k, v in mine.items() if k not in typed}
 
     def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default
@@ -246,7 +247,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
                          f"{', '.join(known)} or {yours}")
 
     if name == "synthesis":
-        return [make(m, d, train.seed, replace(train, dataset=d, **own(m)), out / dataset_stem(d) / stem(m))
+        return [make(m, d, train.seed, replace(train, dataset=d, **own(m, d)), out / dataset_stem(d) / stem(m))
                 for d in datasets for m in models]
 
     if name == "routing":
@@ -256,11 +257,11 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
                              f"the papers' MNIST ones); not {', '.join(bad)}, whose images are "
                              f"{'x'.join(map(str, input_shape(bad[0])))} (C x H x W): train each model on it with "
                              f"capsnet train --dataset {bad[0]} --model NAME")
-        return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m)),
+        return [make(m, d, seed, replace(train, dataset=d, seed=seed, **own(m, d)),
                      out / dataset_stem(d) / f"{stem(m)}-seed{seed}")
                 for d in datasets for m in models for seed in (seeds or (train.seed,))]
     if name == "segmentation":  # the default data set's runs in out/MODEL (as recorded), any other's in out/DATA/MODEL
-        return [make(m, d, train.seed, replace(train, dataset=d, **own(m)),
+        return [make(m, d, train.seed, replace(train, dataset=d, **own(m, d)),
                      out / stem(m) if d == EXPERIMENTS[name][0] else out / dataset_stem(d) / stem(m))
                 for d in datasets for m in models]
     dataset = EXPERIMENTS[name][0]
@@ -268,7 +269,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     runs = []
     if name != "less-data":  # multimnist, affine
         for m in models:
-            runs.append(make(m, dataset, base.seed, replace(base, **own(m)), out / stem(m)))
+            runs.append(make(m, dataset, base.seed, replace(base, **own(m, dataset)), out / stem(m)))
         return runs
     bad = [s for s in sizes if not 1 <= s <= 60000]
     if bad or not sizes:
@@ -278,7 +279,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         cfg = replace(base, train_size=0 if size == 60000 else size, epochs=epochs,
                       eval_every=max(1, epochs // 10))  # about ten evaluations a run, the last one reported
         for m in models:
-            runs.append(make(m, dataset, cfg.seed, replace(cfg, **own(m)), out / f"{stem(m)}-{size}"))
+            runs.append(make(m, dataset, cfg.seed, replace(cfg, **own(m, dataset)), out / f"{stem(m)}-{size}"))
     return runs
 
 
