@@ -1229,3 +1229,34 @@ def test_the_running_sums_make_no_float64_where_the_device_has_none(tmp_path, mo
     assert (narrow["test_accuracy"], narrow["train_accuracy"]) == (wide["test_accuracy"], wide["train_accuracy"])
     for key in ("train_loss", "test_loss", "grad_norm"):
         assert narrow[key] == pytest.approx(wide[key], rel=1e-5), key
+
+
+def test_adam_beta1_is_the_optimizers_and_refused_where_the_gan_keeps_its_own(tmp_path, capsys):
+    """SegCaps' reference code trains Adam with beta1 0.99, which capsnet could not set (PyTorch's 0.9 always; a
+    research reading of the SegCaps probes, 2026-12-03): --adam-beta1 sets it; the GAN loop keeps pix2pix's 0.5."""
+    import torch
+
+    from capsnet.cli import main
+    from capsnet.gan import fit_gan
+    from capsnet.models import Pix2pixConfig, create_model
+    from capsnet.train import TrainConfig, make_optimizer
+
+    model = create_model("unet", base_channels=4, depth=2)
+    assert make_optimizer(model, TrainConfig(), torch.device("cpu")).param_groups[0]["betas"] == (0.9, 0.999)
+    assert make_optimizer(model, TrainConfig(adam_beta1=0.99), torch.device("cpu")).param_groups[0]["betas"] == \
+        (0.99, 0.999)
+    with pytest.raises(ValueError, match=r"adam_beta1 must lie in \[0, 1\)"):
+        TrainConfig(adam_beta1=1.0)
+    with pytest.raises(ValueError, match="the GAN loop of pix2pix keeps pix2pix's beta1 of 0.5"):
+        fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4),
+                TrainConfig(dataset="mnist-sample-skeleton", adam_beta1=0.99), tmp_path / "gan", progress=False)
+    with pytest.raises(SystemExit):
+        main(["train", "--dataset", "mnist-sample-skeleton", "--model", "pix2pix", "--adam-beta1", "0.99", "--out",
+              str(tmp_path / "g")])
+    assert "--adam-beta1 does not apply to the GAN loop of --model pix2pix" in capsys.readouterr().err
+    assert main(["train", "--dataset", "mnist-sample", "--epochs", "1", "--train-size", "32", "--test-size", "16",
+                 "--conv1-channels", "8", "--primary-types", "2", "--batch-size", "32", "--adam-beta1", "0.99",
+                 "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    last = load_checkpoint(tmp_path / "run", "last")
+    assert last.train_config["adam_beta1"] == 0.99
+    assert tuple(last.optimizer_state["param_groups"][0]["betas"]) == (0.99, 0.999)

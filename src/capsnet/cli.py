@@ -424,7 +424,7 @@ def _model_option(text: str) -> tuple[str, Any]:
 _TRAIN_FIELDS = ("dataset", "epochs", "batch_size", "lr", "lr_decay", "lr_decay_steps", "lr_schedule", "warmup_steps",
                  "lr_min",
                  "recon_weight", "shift", "augment", "val_size", "train_size", "test_size", "eval_every", "seed", "amp",
-                 "ema_decay", "grad_clip")
+                 "ema_decay", "grad_clip", "adam_beta1")
 
 # capsnet train --preset NAME: the flags it stands for (by their parsed names), each applied unless typed, and
 # --eval-every the run's --epochs (one evaluation and checkpoint, after the last epoch) unless typed. "fast" aims at
@@ -610,6 +610,9 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
                         "shipped one for the data set, if any)")
     _field_flag(t, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
     _field_flag(t, "--grad-clip", TrainConfig, "grad_clip", GRAD_CLIP_HELP, type=_nonneg_float, metavar="NORM")
+    _field_flag(t, "--adam-beta1", TrainConfig, "adam_beta1", "Adam's first-moment decay (PyTorch's 0.9; SegCaps' "
+                "reference code trains with 0.99; not for synthesis models, whose GAN loop keeps 0.5)",
+                type=_unit_float, metavar="BETA1")
     t.add_argument("--out", default=None, help="run directory (default: runs/DATASET for the paper's CapsNet, "
                                                "runs/DATASET-MODEL for every other --model; -ROUTING-routing added "
                                                "for a --routing other than the model's)")
@@ -1341,6 +1344,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if synthesis:
         if args.tensorboard:
             args.parser.error(f"--tensorboard does not apply to the GAN loop of --model {chosen}; train without it")
+        if "adam_beta1" in train_changes:  # its two Adams keep pix2pix's (0.5, 0.999)
+            args.parser.error(f"--adam-beta1 does not apply to the GAN loop of --model {chosen}, whose optimizers "
+                              f"keep pix2pix's beta1 of 0.5; train without it")
         if args.distributed or launch is not None:  # torchrun with or without --distributed
             how = "--distributed does" if args.distributed else "several processes (torchrun) do"
             args.parser.error(f"{how} not apply to the GAN loop of --model {chosen}, which trains in one process; "

@@ -253,6 +253,9 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     if cfg.grad_clip:
         raise ValueError(f"grad_clip (--grad-clip) applies to the classifier and segmentation loop; the GAN loop of "
                          f"{name} steps two optimizers on their own and clips neither: train without it")
+    if cfg.adam_beta1 != TrainConfig.adam_beta1:
+        raise ValueError(f"adam_beta1 (--adam-beta1) applies to the classifier and segmentation loop; the GAN loop of "
+                         f"{name} keeps pix2pix's beta1 of 0.5 for both its optimizers: train without it")
     shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
     if shape != input_shape(cfg.dataset) or model_config.out_channels != task(cfg.dataset).target_channels:
         raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "

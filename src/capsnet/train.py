@@ -115,6 +115,9 @@ class TrainConfig(JsonConfig):
     amp: str = "none"  # "bf16"/"fp16": training steps under bfloat16/float16 autocast (for GPUs; evaluation fp32)
     ema_decay: float = 0.0  # evaluate and save a moving average of the weights (GANs: the generator's; 0: off)
     grad_clip: float = 0.0  # the gradient's global norm clipped to this before each step (0: off; not for GANs)
+    # Adam's first-moment decay, beta1 (PyTorch's 0.9; SegCaps' reference code trains with 0.99; not for GANs, whose
+    # loop keeps pix2pix's 0.5)
+    adam_beta1: float = 0.9
 
     def __post_init__(self) -> None:
         check_types(self)  # a checkpoint's "epochs": "10" or "lr": null is refused by name
@@ -149,6 +152,9 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"unknown augment {self.augment!r}; valid values are {', '.join(AUGMENTATIONS)}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"unknown amp {self.amp!r}; valid values are {', '.join(AMP_MODES)}")
+        if not 0 <= self.adam_beta1 < 1:
+            raise ValueError(f"adam_beta1 must lie in [0, 1) (PyTorch's 0.9; SegCaps' reference code: 0.99), got "
+                             f"{self.adam_beta1}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must lie in [0, 1) (0: no average; e.g. 0.999), got {self.ema_decay}")
         if self.grad_clip < 0:  # (not finite: refused by check_types)
@@ -199,8 +205,10 @@ def _seeded_generator(seed: int, epoch: int, device: torch.device) -> torch.Gene
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
-    """Adam at ``cfg.lr``; fused into one kernel per step where ``fuses_adam`` says, PyTorch's default elsewhere."""
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True if fuses_adam(device.type) else None)
+    """Adam at ``cfg.lr`` with beta1 ``cfg.adam_beta1``; fused into one kernel per step where ``fuses_adam`` says,
+    PyTorch's default elsewhere."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, 0.999),
+                            fused=True if fuses_adam(device.type) else None)
 
 
 _DEVICE_FLAGS = ("fused", "foreach", "capturable")
