@@ -19,7 +19,6 @@ atomic rename), only into the user cache unless ``download=True``.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import logging
 import os
 import tarfile
@@ -30,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .download import download_file, mirror_list
+from .download import download_file, file_md5, mirror_list
 from .idx import DataError
 from .sets import Dataset, download_hint, resolve_root
 
@@ -104,12 +103,7 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     return decode_cifar_batch(path.read_bytes(), source=str(path))
 
 
-def _archive_md5(path: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_archive_md5 = file_md5  # the file's MD5 as it lies on disk (capsnet.data.download)
 
 
 def _read_members(path: Path, names: Sequence[str]) -> dict[str, bytes]:

@@ -44,7 +44,7 @@ from .._signals import sigterm_as_interrupt
 from .._progress import progress_bar
 from .idx import GZIP_MAGIC, DataError
 
-__all__ = ["download_file", "DiskError", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]
+__all__ = ["download_file", "file_md5", "DiskError", "BACKOFF_S", "TIMEOUT_S", "TOTAL_TIMEOUT_S"]
 
 
 class DiskError(DataError):
@@ -146,16 +146,20 @@ def download_file(
                          timeout=timeout, progress=progress, pause=pause, clock=clock, max_size=max_size)
 
 
+def file_md5(path: str | os.PathLike) -> str:
+    """The MD5 of a file's bytes as they are on disk (not gunzipped), read a MiB at a time."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _passes(path: Path, md5: str | None, md5_uncompressed: str | None, max_size: int | None) -> bool:
     """Whether the file at ``path`` has the MD5s given (of its bytes, of its gunzipped contents); True given none."""
     try:
-        if md5 is not None:
-            digest = hashlib.md5(usedforsecurity=False)
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            if digest.hexdigest() != md5.lower():
-                return False
+        if md5 is not None and file_md5(path) != md5.lower():
+            return False
         return md5_uncompressed is None or _content_md5(path, max_size) == md5_uncompressed.lower()
     except (OSError, _MirrorFailed):
         return False

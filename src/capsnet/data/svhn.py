@@ -15,17 +15,15 @@ missing, only into the user cache unless ``download=True``. Labels come out
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from pathlib import Path
 from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from .affnist import read_mat
-from .download import download_file, mirror_list
+from .download import download_file, file_md5, mirror_list
 from .idx import DataError
 from .sets import Dataset, download_hint, resolve_root
 
@@ -56,12 +54,7 @@ SVHN_FILES = {
 }
 
 
-def _md5(path: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_md5 = file_md5  # the file's MD5 as it lies on disk (capsnet.data.download)
 
 
 def load_svhn(split: str = "train", *, root: str | os.PathLike | None = None, download: bool | None = None,
