@@ -39,7 +39,8 @@ from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
-from .models import MODELS, BaselineCNNConfig, CapsNetConfig, model_name, model_spec, train_defaults
+from .models import (MODELS, BaselineCNNConfig, CapsNetConfig, default_routing, model_name, model_spec,
+                     train_defaults)
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
@@ -1264,13 +1265,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     stem = dataset_stem(dataset)
     # a model of its own, and a routing of its own (runs/mnist-em-routing: as an experiment's folders add
     # -ROUTING-routing to the model's name)
-    routing = model_changes.get("routing")
-    routed = f"-{routing}-routing" if routing not in (None, getattr(model_spec(chosen).config(), "routing", None)) \
-        else ""
+    own_routing = default_routing(chosen)
+    routing = model_changes.get("routing", own_routing)
+    routed = f"-{routing}-routing" if routing != own_routing else ""
     out = Path(args.out or f"runs/{stem}" + ("" if chosen == "capsnet" else f"-{chosen}") + routed)
     if args.resume and not args.out and not (out / "last.safetensors").exists():
-        _point_to_an_older_default(args, Path(f"runs/{stem}"), out, chosen,
-                                   routing or getattr(model_spec(chosen).config(), "routing", None))
+        _point_to_an_older_default(args, Path(f"runs/{stem}"), out, chosen, routing)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, where a folder was to be made; give a folder (--out)")
     check_out_dir(out, "run's checkpoints")  # a file above it, a read-only disk: before the data is read

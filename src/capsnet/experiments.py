@@ -58,7 +58,7 @@ from ._signals import sigterm_as_interrupt
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
 from .data.tasks import TASKS, absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
-from .models import MODELS, model_spec, num_weights, train_defaults
+from .models import MODELS, default_routing, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
 from .models.capsnet import unused_switches
 from .routing import list_routings
@@ -199,7 +199,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
 
     def routed(m: str) -> str | None:  # the routing a run trains with, where it is not its model's default
         model, routing = entries[m]
-        default = getattr(model_spec(model).config(), "routing", None)
+        default = default_routing(model)
         routing = routing or getattr(given.get(model), "routing", default)
         return None if routing == default else routing
 

@@ -35,7 +35,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "BaselineCNNConfig", "baseline_loss", "EMCapsNet", "EMCapsNetConfig", "EMCapsNetSmallConfig",
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "InvertedCapsNetOutput", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
-           "model_name", "train_defaults", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
+           "model_name", "train_defaults", "default_routing", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
            "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs",
            "LOOK_INSIDE_NEEDS", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
@@ -184,6 +184,12 @@ def model_spec(name: str) -> ModelSpec:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid names are {', '.join(MODELS)}")
     return MODELS[name]
+
+
+def default_routing(name: str) -> str | None:
+    """The routing model ``name`` is built with unless told otherwise (its config's ``routing``), or None for a model
+    without a routing field."""
+    return getattr(model_spec(name).config(), "routing", None)
 
 
 def train_defaults(name: str, lr_schedule: str = "exponential", dataset: str | None = None) -> dict[str, Any]:
