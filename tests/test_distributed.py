@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -624,10 +625,58 @@ def test_a_process_whose_peers_never_join_is_told_so_and_a_port_past_65535_by_na
     def nobody_came(*a, **k):
         raise dist.DistStoreError("Timed out after 61 seconds waiting for clients. 1/2 clients joined.")
     monkeypatch.setattr(d.dist, "init_process_group", nobody_came)
+    monkeypatch.setattr(d, "_joins", 0)  # the first group of the launch: env:// through torchrun's agent store
     with pytest.raises(DistributedError, match=r"process 0 of 2 could not form the process group at "
                                                r"MASTER_ADDR:MASTER_PORT localhost:29513: the other processes never "
-                                               r"joined it .*\(DistStoreError: Timed out after 61 seconds"):
-        d.join(Launch(0, 2, 0, 2), torch.device("cpu"))
+                                               r"joined it \(started .*\(DistStoreError: Timed out after 61 seconds"):
+        d.join(Launch(0, 2, 0, 2, agent_store=True), torch.device("cpu"))  # without it: the test below
+
+
+_ALONE = """
+import sys, torch
+from capsnet.distributed import DistributedError, join, launcher
+try:
+    join(launcher(), torch.device("cpu"))
+except DistributedError as e:
+    print("REFUSED", e)
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_process_started_by_hand_whose_peer_never_comes_is_told_so_within_the_join_timeout(rank, tmp_path):
+    """Started without torchrun's agent (launcher variables set by hand, a scheduler's script), a process whose
+    peers never came waited the collectives' whole timeout (6 hours by default) before its message (stop 94's note):
+    it now waits CAPSNET_DIST_JOIN_TIMEOUT_MIN minutes, rank 0 for the others and the others for rank 0."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "CAPSNET_DIST"))}
+    env |= {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "localhost", "MASTER_PORT": str(port), "CAPSNET_DIST_JOIN_TIMEOUT_MIN": "0.05"}
+    done = subprocess.run([sys.executable, "-c", _ALONE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(rf"REFUSED process {rank} of 2 could not form the process group at MASTER_ADDR:MASTER_PORT "
+                     rf"localhost:{port}: the other processes never joined it within 0.05 minutes .*set "
+                     rf"CAPSNET_DIST_JOIN_TIMEOUT_MIN to wait longer", done.stdout), done.stdout + done.stderr[-2000:]
+
+
+def test_the_join_timeout_is_read_from_its_variable_and_a_bad_one_named(monkeypatch):
+    import datetime
+
+    from capsnet.distributed import DistributedError, join_timeout
+
+    monkeypatch.delenv("CAPSNET_DIST_JOIN_TIMEOUT_MIN", raising=False)
+    assert join_timeout() == datetime.timedelta(minutes=15)
+    monkeypatch.setenv("CAPSNET_DIST_JOIN_TIMEOUT_MIN", "2.5")
+    assert join_timeout() == datetime.timedelta(minutes=2.5)
+    for bad in ("0", "later", "inf"):
+        monkeypatch.setenv("CAPSNET_DIST_JOIN_TIMEOUT_MIN", bad)
+        with pytest.raises(DistributedError, match=f"CAPSNET_DIST_JOIN_TIMEOUT_MIN='{bad}': give the minutes a "
+                                                   f"process waits for the others to start, a number from 0.01 to "
+                                                   f"1,000,000 \\(default 15\\)"):
+            join_timeout()
 
 
 def test_the_ranks_fingerprint_holds_whether_they_save_inside_epochs():

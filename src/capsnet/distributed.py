@@ -195,10 +195,15 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     except dist.DistError as e:  # no peer came (variables set by hand, a process that never started): a traceback
         # of torch's store after the whole timeout (6 hours by default), or C++ frame dumps
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        within, longer = "", ""
+        if not launch.agent_store:  # _meeting_store's wait
+            within = f" within {join_timeout().total_seconds() / 60:g} minutes"
+            longer = f" (or set {JOIN_TIMEOUT_ENV} to wait longer for processes started apart)"
         raise DistributedError(f"process {launch.rank} of {launch.world_size} could not form the process group at "
-                               f"MASTER_ADDR:MASTER_PORT {where}: the other processes never joined it (started by "
-                               f"hand, or not started); {LAUNCH_HINT}, every process of the run with the same "
-                               f"settings ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})") from None
+                               f"MASTER_ADDR:MASTER_PORT {where}: the other processes never joined it{within} "
+                               f"(started by hand, or not started); {LAUNCH_HINT}, every process of the run with "
+                               f"the same settings{longer} ({type(e).__name__}: "
+                               f"{str(e).strip().splitlines()[0][:160]})") from None
     return device, True
 
 
@@ -218,29 +223,57 @@ def _init_group(launch: Launch, backend: str) -> None:
         store = dist.PrefixStore(f"capsnet/attempt{attempt}/join{_joins}/", _agent_store(launch))
         dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())
-    else:
+    elif launch.agent_store:  # torchrun's agent met its peers before it started this process
         dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())
+    else:  # started without an agent (by hand, a scheduler's script): the peers may never come
+        dist.init_process_group(backend, store=dist.PrefixStore("default_pg", _meeting_store(launch)),
+                                rank=launch.rank, world_size=launch.world_size, timeout=process_group_timeout())
+
+
+def _meeting_store(launch: Launch) -> dist.TCPStore:
+    """The store env:// would make (rank 0 hosts it at MASTER_ADDR:MASTER_PORT), but waiting only
+    ``CAPSNET_DIST_JOIN_TIMEOUT_MIN`` minutes for the processes to meet in it (rank 0 for every other, the others
+    for rank 0), then the collectives' timeout: env:// waited the collectives' (6 hours by default) before saying
+    that a peer never came."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
+                          is_master=launch.rank == 0, timeout=join_timeout(), multi_tenant=True)
+    store.set_timeout(process_group_timeout())
+    return store
 
 
 TIMEOUT_ENV = "CAPSNET_DIST_TIMEOUT_MIN"
 DEFAULT_TIMEOUT_MIN = 6 * 60  # rank 0 scores the held-out set alone: EM on smallNORB takes hours on one CPU thread
+JOIN_TIMEOUT_ENV = "CAPSNET_DIST_JOIN_TIMEOUT_MIN"
+DEFAULT_JOIN_TIMEOUT_MIN = 15  # torchrun's own rendezvous waits 900 s for its peers
 
 
 def process_group_timeout() -> datetime.timedelta:
     """How long a rank waits in a collective for the others: ``CAPSNET_DIST_TIMEOUT_MIN`` minutes, 6 hours by
     default. Rank 0 evaluates (and downloads) alone while the others wait; torch's default (30 minutes for gloo, 10
     for NCCL) ended runs whose evaluation took longer, after their first epoch."""
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    return _minutes(TIMEOUT_ENV, DEFAULT_TIMEOUT_MIN, 1, "a process waits for the others")
+
+
+def join_timeout() -> datetime.timedelta:
+    """How long a process started without torchrun's agent waits for the others to join the process group:
+    ``CAPSNET_DIST_JOIN_TIMEOUT_MIN`` minutes, 15 by default."""
+    return _minutes(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_MIN, 0.01, "a process waits for the others to start")
+
+
+def _minutes(name: str, default: float, least: float, what: str) -> datetime.timedelta:
+    """The environment variable ``name`` as minutes from ``least`` to 1,000,000 (``default`` when unset), or a
+    DistributedError naming it."""
+    text = os.environ.get(name, "").strip()
     if not text:
-        return datetime.timedelta(minutes=DEFAULT_TIMEOUT_MIN)
+        return datetime.timedelta(minutes=default)
     try:
         minutes = float(text)
     except ValueError:
         minutes = float("nan")
-    if not 1 <= minutes <= 10 ** 6:
-        raise DistributedError(f"{TIMEOUT_ENV}={text!r}: give the minutes a process waits for the others, a number "
-                               f"from 1 to 1,000,000 (default {DEFAULT_TIMEOUT_MIN})")
+    if not least <= minutes <= 10 ** 6:
+        raise DistributedError(f"{name}={text!r}: give the minutes {what}, a number from {least:g} to 1,000,000 "
+                               f"(default {default:g})")
     return datetime.timedelta(minutes=minutes)
 
 
