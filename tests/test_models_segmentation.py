@@ -363,8 +363,61 @@ def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps
         assert torch.isfinite(loss) and torch.isfinite(probs).all()
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
-    with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, got 'batch'"):
-        create_model("segcaps", capsule_norm="batch")
+    with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, batch, got 'group'"):
+        create_model("segcaps", capsule_norm="group")
+
+
+def test_batch_capsule_norm_uses_the_batch_in_training_and_its_running_averages_in_evaluation():
+    """capsule_norm="batch" (stop 94's untried probe 3): each type centred and scaled over the batch and the grid
+    while training, by running averages after it; checked against the formula by hand, and SegCaps under it
+    batch-independent in evaluation, finite with a gradient for every weight at all-zero input and under bf16."""
+    from capsnet.models.segcaps import BatchNormCapsules
+
+    torch.manual_seed(5)
+    norm = BatchNormCapsules(2, 4)
+    xs = [torch.randn(3, 2, 4, 5, 6) * 3 + 7, torch.randn(2, 2, 4, 5, 6) - 1]  # (B, J, D, H, W)
+    run_mean, run_square = torch.zeros(2, 4), torch.ones(2)
+    for x in xs:
+        y = norm(x)
+        mean = x.mean(dim=(0, 3, 4))  # (J, D), by hand below
+        square = torch.stack([((x[:, j] - mean[j][None, :, None, None]) ** 2).sum(dim=1).mean() for j in range(2)])
+        torch.testing.assert_close(y, (x - mean[:, :, None, None]) / torch.sqrt(square + 1e-5)[:, None, None, None])
+        run_mean, run_square = 0.9 * run_mean + 0.1 * mean, 0.9 * run_square + 0.1 * square
+        torch.testing.assert_close(norm.running_mean, run_mean)
+        torch.testing.assert_close(norm.running_square, run_square)
+    norm.eval()
+    torch.testing.assert_close(norm(xs[0]), (xs[0] - run_mean[:, :, None, None]) / torch.sqrt(run_square + 1e-5)
+                               [:, None, None, None])
+    torch.testing.assert_close(norm.running_mean, run_mean)  # evaluation leaves them as they are
+
+    model = create_model("segcaps", capsule_norm="batch", input_height=16, input_width=16)
+    assert sum(p.numel() for p in model.parameters()) == model.config.num_weights == 1_425_649  # buffers only
+    images = torch.rand(4, 1, 16, 16)
+    grids = model.capsule_grids(images)
+    for name in ("primary", "conv_3_2", "deconv_3_1"):  # what went on: centred and unit lengths over the batch
+        assert grids[name].mean(dim=(0, -2, -1)).abs().max() < 1e-5, name
+        ms = grids[name].pow(2).sum(dim=2).mean(dim=(0, -2, -1))
+        assert ((ms > 0.98) & (ms <= 1)).all(), (name, ms)
+    model.eval()
+    with torch.no_grad():
+        together = model(images).probabilities
+        torch.testing.assert_close(model(images[2:3]).probabilities[0], together[2], rtol=1e-4, atol=1e-6)
+    model.train()
+    for batch, ctx in ((torch.zeros(2, 1, 16, 16), torch.autocast("cpu", enabled=False)),
+                       (images, torch.autocast("cpu", dtype=torch.bfloat16))):
+        model.zero_grad()
+        with ctx:
+            loss, probs = MODELS["segcaps"].loss(model, batch, (batch > 0.6).to(torch.uint8), recon_weight=0.0005)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(probs).all()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
+    saved = {k: v.clone() for k, v in model.state_dict().items()}  # the running averages travel with the weights
+    fresh = create_model("segcaps", capsule_norm="batch", input_height=16, input_width=16)
+    fresh.load_state_dict(saved)
+    fresh.eval(), model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(images).probabilities, model(images).probabilities)
 
 
 @pytest.mark.parametrize("routing", stack_routings())

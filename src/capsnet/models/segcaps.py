@@ -54,7 +54,7 @@ from .inputs import check_config, check_floating, check_nonempty, check_weights_
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
-           "CAPSULE_NORMS", "DECONV_INITS", "instance_norm_capsules", "stack_routings", "stack_routing",
+           "CAPSULE_NORMS", "SEGCAPS_CAPSULE_NORMS", "BatchNormCapsules", "DECONV_INITS", "instance_norm_capsules", "stack_routings", "stack_routing",
            "check_sides", "check_stack_fields", "StackRouted"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
@@ -182,7 +182,8 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     return nn.ModuleDict(caps)
 
 
-CAPSULE_NORMS = ("none", "instance")  # SegCapsConfig.capsule_norm
+CAPSULE_NORMS = ("none", "instance")  # CapsPix2pixConfig.capsule_norm
+SEGCAPS_CAPSULE_NORMS = CAPSULE_NORMS + ("batch",)  # SegCapsConfig.capsule_norm
 DECONV_INITS = ("fan-in", "reference")  # SegCapsConfig.deconv_init (capsule_stack)
 
 
@@ -197,6 +198,36 @@ def instance_norm_capsules(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     lengths_squared = centred.float().pow(2).sum(dim=2, keepdim=True)  # (B, J, 1, H, W), summed in fp32
     rms = lengths_squared.mean(dim=(3, 4), keepdim=True).add(eps).sqrt()  # (B, J, 1, 1, 1)
     return centred / rms.to(x.dtype)
+
+
+class BatchNormCapsules(nn.Module):
+    """``instance_norm_capsules`` over the batch: each capsule type's poses centred by their mean over the batch
+    and the grid, and scaled so that their lengths have a root mean square of 1 over both; in evaluation, by running
+    averages of the two (momentum ``momentum``, as ``nn.BatchNorm2d``), so an image's output then does not depend
+    on its batch. No learned scale, as the instance norm.
+
+    Shapes: x (B, J, D, H, W) -> (B, J, D, H, W), J = ``types``, D = ``dims``."""
+
+    def __init__(self, types: int, dims: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.momentum, self.eps = momentum, eps
+        self.register_buffer("running_mean", torch.zeros(types, dims))  # (J, D)
+        self.register_buffer("running_square", torch.ones(types))  # (J,): the centred lengths' mean square
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            mean = x.float().mean(dim=(0, 3, 4))  # (J, D)
+            square = (x.float() - mean[:, :, None, None]).pow(2).sum(dim=2).mean(dim=(0, 2, 3))  # (J,)
+            with torch.no_grad():
+                self.running_mean.lerp_(mean.detach(), self.momentum)
+                self.running_square.lerp_(square.detach(), self.momentum)
+        else:
+            mean, square = self.running_mean, self.running_square
+        scale = square.add(self.eps).rsqrt()  # (J,)
+        return ((x - mean[:, :, None, None].to(x.dtype)) * scale[:, None, None, None].to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.running_mean.shape[0]}, {self.running_mean.shape[1]}, momentum={self.momentum}"
 
 
 def check_sides(cfg: Any, multiple: int, why: str = "") -> None:
@@ -284,13 +315,16 @@ def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
 
 def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
                        between: Callable[[torch.Tensor], torch.Tensor] | None = None, *,
-                       between_conv1_skip: bool = False) -> dict[str, torch.Tensor]:
+                       between_conv1_skip: bool = False, norms: nn.ModuleDict | None = None
+                       ) -> dict[str, torch.Tensor]:
     """Run ``conv1``, the first grid, through the layers of ``capsule_stack``; every layer's grid, in order.
 
     The skips stack capsule types: deconv_1_1's output with conv_3_1's, deconv_2_1's with conv_2_1's,
     deconv_3_1's with conv1's. ``between`` (CapsPix2pix's dropout) is applied to every layer's grid but the
     last before it goes on, the skips included; the grids returned are the ones that went on. With
     ``between_conv1_skip`` it is applied to conv1's copy in the last skip as well (conv1 itself goes on whole).
+    ``norms`` (SegCaps' ``capsule_norm="batch"``) holds a module for every layer but the last, applied to its grid
+    before ``between``.
 
     Shapes:
         conv1: (B, 1, 16, H, W), H and W multiples of 8
@@ -303,6 +337,8 @@ def walk_capsule_stack(caps: nn.ModuleDict, conv1: torch.Tensor,
     conv1_skip = between(conv1) if between is not None and between_conv1_skip else conv1
     for name, layer in caps.items():
         x = layer(x)  # (B, J, D, H', W')
+        if norms is not None and name != last:
+            x = norms[name](x)  # (B, J, D, H', W')
         if between is not None and name != last:
             x = between(x)  # (B, J, D, H', W')
         grids[name] = x
@@ -369,7 +405,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
     squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
     capsule_norm: str = "none"  # "instance": every capsule layer's output but the last centred over the grid and
     # scaled to capsules of unit length (RMS) per example and type before it goes on (instance_norm_capsules; not in
-    # the paper)
+    # the paper); "batch": the same over the batch and the grid, running averages in evaluation (BatchNormCapsules)
     routing: str = "dynamic"  # every capsule layer's routing: the paper's, or another registered one whose
     # activations are its capsules' lengths as probabilities (stack_routings: self-attention, one pass with a learned
     # prior per layer; not in the paper)
@@ -397,7 +433,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
         check_range(self, "num_classes", 1, 1)
         check_stack_fields(self)
         check_choice(self, "seg_loss", SEGMENTATION_LOSSES)
-        check_choice(self, "capsule_norm", CAPSULE_NORMS)
+        check_choice(self, "capsule_norm", SEGCAPS_CAPSULE_NORMS)
         check_capsule_norm_grid(self)
         check_choice(self, "deconv_init", DECONV_INITS)
         object.__setattr__(self, "routing_options", dict(self.routing_options))  # its own copy, not the caller's
@@ -452,6 +488,10 @@ class SegCaps(nn.Module):
                                   strided_routing_iterations=cfg.strided_routing_iterations)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
+        last = next(reversed(self.caps.keys()))
+        self.capsule_norms = nn.ModuleDict({name: BatchNormCapsules(layer.out_types, layer.out_dim)
+                                            for name, layer in self.caps.items()
+                                            if name != last}) if cfg.capsule_norm == "batch" else None
 
     side_multiple = STRIDE  # what an image's height and width must be multiples of (three stride-2 layers)
 
@@ -462,7 +502,7 @@ class SegCaps(nn.Module):
         check_weights_dtype(images, self)
         conv1 = F.relu(self.conv1(images)).unsqueeze(1)  # (B, 1, 16, H, W): one 16D capsule type
         between = instance_norm_capsules if self.config.capsule_norm == "instance" else None
-        return walk_capsule_stack(self.caps, conv1, between)
+        return walk_capsule_stack(self.caps, conv1, between, norms=self.capsule_norms)
 
     def forward(self, images: torch.Tensor, masks: torch.Tensor | None = None) -> SegCapsOutput:
         """Shapes:
