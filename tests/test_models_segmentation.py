@@ -329,25 +329,14 @@ def test_inductor_compiled_segcaps_matches_eager():
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
 
 
-def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps_batch_independent():
-    from capsnet.models.segcaps import instance_norm_capsules
-
-    torch.manual_seed(4)
-    x = torch.randn(3, 2, 4, 5, 6) * 3 + 7  # (B, J, D, H, W)
-    y = instance_norm_capsules(x)
-    for b in range(3):
-        for j in range(2):  # one type of one example, by hand
-            centred = x[b, j] - x[b, j].mean(dim=(1, 2), keepdim=True)
-            lengths_squared = (centred ** 2).sum(dim=0)  # (H, W)
-            torch.testing.assert_close(y[b, j], centred / torch.sqrt(lengths_squared.mean() + 1e-5))
-    assert instance_norm_capsules(torch.full((1, 1, 4, 3, 3), 5.0)).abs().max() == 0  # a constant grid: nothing on
-    model = create_model("segcaps", capsule_norm="instance", input_height=16, input_width=16)
-    assert type(model.config).from_dict(model.config.to_dict()) == model.config
-    images = torch.rand(4, 1, 16, 16)
+def _check_normed_segcaps(model, images, over):
+    """A SegCaps under a capsule norm: what went on from three layers centred over the dims ``over`` with unit
+    lengths (less the eps of 1e-5 beside grids varying by about 1e-3); an image's output in evaluation independent
+    of its batch; finite outputs and a gradient for every weight at all-zero input and under bf16."""
     grids = model.capsule_grids(images)
-    for name in ("primary", "conv_3_2", "deconv_3_1"):  # what went on: centred, unit lengths (less the eps of 1e-5
-        assert grids[name].mean(dim=(-2, -1)).abs().max() < 1e-5, name  # beside grids varying by about 1e-3)
-        ms = grids[name].pow(2).sum(dim=2).mean(dim=(-2, -1))
+    for name in ("primary", "conv_3_2", "deconv_3_1"):
+        assert grids[name].mean(dim=over).abs().max() < 1e-5, name
+        ms = grids[name].pow(2).sum(dim=2).mean(dim=over)
         assert ((ms > 0.98) & (ms <= 1)).all(), (name, ms)
     model.eval()
     with torch.no_grad():
@@ -363,6 +352,24 @@ def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps
         assert torch.isfinite(loss) and torch.isfinite(probs).all()
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
+
+
+def test_capsule_norm_centres_and_scales_each_type_per_example_and_keeps_segcaps_batch_independent():
+    from capsnet.models.segcaps import instance_norm_capsules
+
+    torch.manual_seed(4)
+    x = torch.randn(3, 2, 4, 5, 6) * 3 + 7  # (B, J, D, H, W)
+    y = instance_norm_capsules(x)
+    for b in range(3):
+        for j in range(2):  # one type of one example, by hand
+            centred = x[b, j] - x[b, j].mean(dim=(1, 2), keepdim=True)
+            lengths_squared = (centred ** 2).sum(dim=0)  # (H, W)
+            torch.testing.assert_close(y[b, j], centred / torch.sqrt(lengths_squared.mean() + 1e-5))
+    assert instance_norm_capsules(torch.full((1, 1, 4, 3, 3), 5.0)).abs().max() == 0  # a constant grid: nothing on
+    model = create_model("segcaps", capsule_norm="instance", input_height=16, input_width=16)
+    assert type(model.config).from_dict(model.config.to_dict()) == model.config
+    images = torch.rand(4, 1, 16, 16)
+    _check_normed_segcaps(model, images, over=(-2, -1))  # per example
     with pytest.raises(ValueError, match=r"capsule_norm must be one of none, instance, batch, got 'group'"):
         create_model("segcaps", capsule_norm="group")
 
@@ -393,25 +400,7 @@ def test_batch_capsule_norm_uses_the_batch_in_training_and_its_running_averages_
     model = create_model("segcaps", capsule_norm="batch", input_height=16, input_width=16)
     assert sum(p.numel() for p in model.parameters()) == model.config.num_weights == 1_425_649  # buffers only
     images = torch.rand(4, 1, 16, 16)
-    grids = model.capsule_grids(images)
-    for name in ("primary", "conv_3_2", "deconv_3_1"):  # what went on: centred and unit lengths over the batch
-        assert grids[name].mean(dim=(0, -2, -1)).abs().max() < 1e-5, name
-        ms = grids[name].pow(2).sum(dim=2).mean(dim=(0, -2, -1))
-        assert ((ms > 0.98) & (ms <= 1)).all(), (name, ms)
-    model.eval()
-    with torch.no_grad():
-        together = model(images).probabilities
-        torch.testing.assert_close(model(images[2:3]).probabilities[0], together[2], rtol=1e-4, atol=1e-6)
-    model.train()
-    for batch, ctx in ((torch.zeros(2, 1, 16, 16), torch.autocast("cpu", enabled=False)),
-                       (images, torch.autocast("cpu", dtype=torch.bfloat16))):
-        model.zero_grad()
-        with ctx:
-            loss, probs = MODELS["segcaps"].loss(model, batch, (batch > 0.6).to(torch.uint8), recon_weight=0.0005)
-        loss.backward()
-        assert torch.isfinite(loss) and torch.isfinite(probs).all()
-        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
-    assert all(p.grad.abs().sum() > 0 for p in model.parameters())  # the bf16 step reached every weight
+    _check_normed_segcaps(model, images, over=(0, -2, -1))  # over the batch too
     saved = {k: v.clone() for k, v in model.state_dict().items()}  # the running averages travel with the weights
     fresh = create_model("segcaps", capsule_norm="batch", input_height=16, input_width=16)
     fresh.load_state_dict(saved)
