@@ -338,10 +338,11 @@ def test_cost_scale_two_is_the_official_codes_cost():
             EMRouting(3, cost_scale=bad)
 
 
-def _reference_damped_em(votes, a, routing, momentum, scale):
+def _reference_damped_em(votes, a, routing, momentum, scale, tau=1.0, e_floor=0.0):
     """EM written out with the official code's damping: mu = (1 - m) new + m previous (0 before the first M-step),
-    the variance about that mu; cost ``scale`` * mass * sum_h (beta_u + log sigma). Returns poses, activations and
-    the last M-step's R (B, I, J)."""
+    the variance about that mu; cost ``scale`` * mass * sum_h (beta_u + log sigma); the E-step's R proportional to
+    (a p)^``tau`` under Gaussians of variance var + ``e_floor``. Returns poses, activations and the last M-step's R
+    (B, I, J)."""
     B, I, J, D = votes.shape
     R = torch.full((B, I, J), 1 / J, dtype=DT)
     previous = torch.zeros(B, J, D, dtype=DT)
@@ -356,9 +357,10 @@ def _reference_damped_em(votes, a, routing, momentum, scale):
         logit = lam * (routing.beta_a / routing.final_lambda - cost)
         previous = mu
         if t < routing.iterations - 1:
-            log_p = (-0.5 * ((votes - mu.unsqueeze(1)) ** 2 / var.unsqueeze(1)).sum(-1)
-                     - 0.5 * (var.log().sum(-1) + D * math.log(2 * math.pi)).unsqueeze(1))  # (B, I, J)
-            R = torch.softmax(torch.nn.functional.logsigmoid(logit).unsqueeze(1) + log_p, dim=-1)
+            wide = var + e_floor
+            log_p = (-0.5 * ((votes - mu.unsqueeze(1)) ** 2 / wide.unsqueeze(1)).sum(-1)
+                     - 0.5 * (wide.log().sum(-1) + D * math.log(2 * math.pi)).unsqueeze(1))  # (B, I, J)
+            R = torch.softmax(tau * (torch.nn.functional.logsigmoid(logit).unsqueeze(1) + log_p), dim=-1)
     return mu, torch.sigmoid(logit), R
 
 
@@ -428,6 +430,51 @@ def test_mean_momentum_mixes_the_previous_mean_as_written_out(iterations, cost_s
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"mean_momentum must be in \[0, 1\)"):
             EMRouting(4, mean_momentum=bad)
+
+
+@pytest.mark.parametrize("tau,e_floor", [(0.5, 0.0), (1.0, 0.05), (0.3, 0.2)])
+def test_e_step_temperature_and_variance_floor_route_as_written_out(tau, e_floor):
+    """e_step_temperature and e_step_var_floor (probes of why 3 iterations trail 2, 2026-12-03): R proportional to
+    (a p)^tau under Gaussians widened by the floor, the M-step's cost untouched; fused and plain paths alike, values
+    and gradients; one iteration (no E-step) as without them; more iterations softer R (lower max)."""
+    g = torch.Generator().manual_seed(21)
+    votes = (torch.randn(2, 9, 4, 16, generator=g, dtype=DT) * 0.5 + 1).requires_grad_(True)
+    a = torch.rand(2, 9, generator=g, dtype=DT)
+    routing = EMRouting(4, iterations=3, e_step_temperature=tau, e_step_var_floor=e_floor).double()
+    with torch.no_grad():
+        routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
+        routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT) - 5)
+    expected = _reference_damped_em(votes.detach(), a, routing, 0.0, 100 * 4 / 9, tau, e_floor)
+    weights = [torch.randn(2, 4, 16, generator=g, dtype=DT), torch.randn(2, 4, generator=g, dtype=DT),
+               torch.randn(2, 9, 4, generator=g, dtype=DT)]
+    grads = []
+    for record in (False, True):  # the fused training path and the plain one
+        out = routing(votes, a, record=record)
+        for x, y in zip(out[:3], expected):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+        loss = sum((t * w).sum() for t, w in zip(out[:3], weights))
+        grads.append(torch.autograd.grad(loss, [votes, routing.beta_u, routing.beta_a]))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    plain = EMRouting(4, iterations=3).double()
+    plain.load_state_dict(routing.state_dict())
+    sharp = plain(votes, a).coupling
+    assert routing(votes, a).coupling.amax(-1).mean() < sharp.amax(-1).mean()  # the softer assignment
+    one, one_plain = (EMRouting(4, iterations=1, **k).double() for k in (
+        dict(e_step_temperature=tau, e_step_var_floor=e_floor), {}))
+    one.load_state_dict(routing.state_dict()), one_plain.load_state_dict(routing.state_dict())
+    for x, y in zip(one(votes, a)[:3], one_plain(votes, a)[:3]):  # no E-step: nothing changes
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert ("e_step_temperature" in repr(routing)) == (tau != 1) and ("e_step_var_floor" in repr(routing)) == (
+        e_floor != 0)
+
+
+@pytest.mark.parametrize("option,bad", [("e_step_temperature", 0.0), ("e_step_temperature", 11.0),
+                                        ("e_step_temperature", "0.5"), ("e_step_var_floor", -0.1),
+                                        ("e_step_var_floor", float("nan"))])
+def test_e_step_options_out_of_range_are_named(option, bad):
+    with pytest.raises(ValueError, match=rf"{option} must be in .* got {bad!r}"):
+        EMRouting(3, **{option: bad})
 
 
 @pytest.mark.parametrize("iterations", [1, 3])

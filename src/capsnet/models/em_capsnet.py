@@ -108,6 +108,8 @@ class EMCapsNetConfig(JsonConfig):
     # class_beta_u_init 2.838, is the official code's cost and start (beta_v 0.5 and 2.0)
     cost_scale: float | None = None
     mean_momentum: float = 0.0  # EMRouting's: the previous mean's share in each M-step's (official code: 0.1)
+    e_step_temperature: float = 1.0  # EMRouting's: R proportional to (a p)^tau in every E-step (not in the paper)
+    e_step_var_floor: float = 0.0  # EMRouting's: added to the E-step's variances alone (not in the paper)
     # the start of conv1 and the primary capsules: "torch" (PyTorch's defaults) or "official": conv1 truncated normal
     # 0.05 with biases 0.1, the primary 1x1 convolutions truncated normal 0.5 with pose biases 0 and activation
     # biases -1 (the official code: no biases there, sigmoid(x - 1); its activation kernel's std 3.0 reaches only the
@@ -142,6 +144,8 @@ class EMCapsNetConfig(JsonConfig):
         if self.cost_scale is not None:
             check_range(self, "cost_scale", 1e-6, 1e6)
         check_range(self, "mean_momentum", 0, 0.99)
+        check_range(self, "e_step_temperature", 0.01, 10)
+        check_range(self, "e_step_var_floor", 0, 100)
         check_range(self, "margin_start", 0, 1)
         check_range(self, "margin_end", 0, 1)
         check_range(self, "margin_warmup", 0, 1)
@@ -234,7 +238,8 @@ class EMCapsNet(nn.Module):
             self._official_start()
         iters, lam, std = cfg.routing_iterations, cfg.final_lambda, cfg.transform_std
         em = dict(normalise_cost=cfg.normalise_cost, var_floor=cfg.var_floor, detach_routing=cfg.detach_routing,
-                  cost_scale=cfg.cost_scale, mean_momentum=cfg.mean_momentum)
+                  cost_scale=cfg.cost_scale, mean_momentum=cfg.mean_momentum,
+                  e_step_temperature=cfg.e_step_temperature, e_step_var_floor=cfg.e_step_var_floor)
         norm = CONV_E_STEPS[cfg.conv_e_step]
         conv = dict(std=std, share_children=norm is not None)
         conv_em = dict(em, final_lambda=lam, child_norm=norm or "all", beta_a_init=cfg.beta_a_init,

@@ -143,6 +143,10 @@ class EMRouting(nn.Module):
             beta_v (log 2 pi + 1) / 2, is the official code's cost (module docstring).
         mean_momentum: each M-step's mean is ``(1 - m) new + m previous`` (the first step's previous is 0) and
             its variance is taken about that mean; the official code's is 0.1, 0 (the default) is Procedure 1.
+        e_step_temperature: tau, with R_ij proportional to (a_j p_j(V_ij))^tau in every E-step (deterministic
+            annealing's form of EM; not in the paper): below 1 each child's assignment is softer. 1 is Procedure 1.
+        e_step_var_floor: added to the variances the E-step's Gaussians use, not to the M-step's cost (not in the
+            paper): wider Gaussians, a softer assignment, the activations' cost unchanged. 0 is Procedure 1.
         detach_routing: no gradient through the E-steps: every R is a constant to
             the gradient, which reaches the votes, activations and betas through
             the last M-step alone, so more iterations change what the parents see
@@ -162,7 +166,8 @@ class EMRouting(nn.Module):
     def __init__(self, out_caps: int, iterations: int = 3, *, final_lambda: float = 0.01, var_floor: float = 5e-4,
                  normalise_cost: bool = False, fused_backward: bool = True,
                  beta_u_init: float = 0.0, beta_a_init: float = 0.0, child_norm: str = "all",
-                 detach_routing: bool = False, cost_scale: float | None = None, mean_momentum: float = 0.0) -> None:
+                 detach_routing: bool = False, cost_scale: float | None = None, mean_momentum: float = 0.0,
+                 e_step_temperature: float = 1.0, e_step_var_floor: float = 0.0) -> None:
         super().__init__()
         check_count("out_caps", out_caps)
         check_count("iterations", iterations)
@@ -187,12 +192,20 @@ class EMRouting(nn.Module):
         if not (_is_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
             raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
         self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
+        if not (_is_finite_number(e_step_temperature) and 0 < e_step_temperature <= 10):
+            raise ValueError(f"e_step_temperature must be in (0, 10] (1: Procedure 1), got {e_step_temperature!r}")
+        if not (_is_finite_number(e_step_var_floor) and 0 <= e_step_var_floor <= 100):
+            raise ValueError(f"e_step_var_floor must be in [0, 100] (0: Procedure 1), got {e_step_var_floor!r}")
+        self.e_step_temperature, self.e_step_var_floor = float(e_step_temperature), float(e_step_var_floor)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
         self.beta_a = nn.Parameter(torch.full((out_caps,), float(beta_a_init)))  # (J,)
 
     def extra_repr(self) -> str:
         extra = "".join(f", {k}={v}" for k, v in (("cost_scale", self.cost_scale),
-                                                   ("mean_momentum", self.mean_momentum)) if v)
+                                                   ("mean_momentum", self.mean_momentum),
+                                                   ("e_step_var_floor", self.e_step_var_floor)) if v)
+        if self.e_step_temperature != 1:
+            extra += f", e_step_temperature={self.e_step_temperature}"
         return f"out_caps={self.out_caps}, iterations={self.iterations}, final_lambda={self.final_lambda}{extra}"
 
     def inverse_temperature(self, t: int) -> float:
@@ -276,6 +289,8 @@ class EMRouting(nn.Module):
         """
         B, J, I, D2 = VV.shape
         D = D2 // 2
+        if self.e_step_var_floor:  # the E-step's Gaussians widened, the M-step's cost left as it is
+            var = var + self.e_step_var_floor
         inv = 1.0 / var  # (B, J, D)
         coef = torch.cat([-2 * m1 * inv, inv], dim=-1).view(B * J, 1, D2)
         # coef^T VV^T, a row times the votes' transposed view: the numbers of VV coef, but 3x faster on a CPU, where
@@ -286,6 +301,8 @@ class EMRouting(nn.Module):
         q = q.view(B, J, I) + (m1.pow(2) * inv).sum(dim=-1, keepdim=True)  # sum_h (V_ij - mu_j)^2 / var_j, (B, J, I)
         log_p = -0.5 * q.clamp_min(0) - 0.5 * (var.log().sum(dim=-1, keepdim=True) + D * math.log(2 * math.pi))
         log_r = F.logsigmoid(logit).unsqueeze(-1) + log_p  # (B, J, I)
+        if self.e_step_temperature != 1:  # R proportional to (a_j p_j)^tau: tau < 1 softens the assignment
+            log_r = log_r * self.e_step_temperature
         return torch.log_softmax(log_r, dim=1) if share is None else share.log_softmax(log_r)  # over the parents j
 
     def forward(self, votes: torch.Tensor, activations: torch.Tensor | None = None, bias: torch.Tensor | None = None,
