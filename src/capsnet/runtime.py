@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sys
 import threading
@@ -219,6 +220,22 @@ def compiler_hint(platform: str) -> str:
     return "e.g. apt install g++"
 
 
+PROFILER_NOTICE = "Profiler record function"  # Dynamo's notice that it traces through a record_function
+
+
+def _drop_profiler_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(PROFILER_NOTICE)
+
+
+def _quiet_profiler_notice() -> None:
+    """Drop Dynamo's "Profiler record function ... will be ignored", which DistributedDataParallel's forward (a
+    record_function) printed on every rank of a compiled run: it says only that a profiler's trace will not hold
+    the label (once per process, however often called)."""
+    logger = logging.getLogger("torch._dynamo.variables.ctx_manager")
+    if _drop_profiler_notice not in logger.filters:
+        logger.addFilter(_drop_profiler_notice)
+
+
 def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """``torch.compile(model)`` for the training step, or the model itself when ``compile`` is False or None.
 
@@ -243,6 +260,7 @@ def compile_model(model: nn.Module, compile: bool | str | None) -> nn.Module:
     """
     if compile is False or compile is None:
         return model
+    _quiet_profiler_notice()
     dynamo_config = torch._dynamo.config
     dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, GRAPH_LIMIT)
     kind = ({} if compile is True or compile == "default" else {"mode": compile} if compile in _INDUCTOR_MODES
