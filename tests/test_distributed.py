@@ -662,6 +662,61 @@ def test_a_process_started_by_hand_whose_peer_never_comes_is_told_so_within_the_
                      rf"CAPSNET_DIST_JOIN_TIMEOUT_MIN to wait longer", done.stdout), done.stdout + done.stderr[-2000:]
 
 
+_TWICE = """
+import sys, time, torch, torch.distributed as dist
+from capsnet.distributed import join, launcher, leave
+launch = launcher()
+if launch.rank == 1:
+    time.sleep(2)  # started apart
+for round in range(2):  # fit called twice in one process: a second group through the same port
+    device, created = join(launch, torch.device("cpu"))
+    t = torch.tensor([launch.rank + 1.0 + round])
+    dist.all_reduce(t)
+    print(round, t.item(), flush=True)
+    leave(created, device)
+"""
+
+
+def test_two_processes_started_by_hand_form_a_group_twice_and_sum_across_it(tmp_path):
+    """The store made for processes started without torchrun's agent (_meeting_store) carries a real group: both
+    ranks meet with one started 2 s after the other, all_reduce, leave, and meet again in the same processes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "CAPSNET_DIST"))}
+    env |= {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": str(port),
+            "CAPSNET_DIST_JOIN_TIMEOUT_MIN": "1", "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, "-c", _TWICE], env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in ranks]
+    for p, (out, err) in zip(ranks, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert out.split() == ["0", "3.0", "1", "5.0"], out + err[-2000:]
+
+
+def test_a_taken_master_port_is_named_as_such(monkeypatch):
+    """Rank 0 whose MASTER_PORT another program holds was told the others never joined, and to wait longer (a
+    review, 2026-12-03)."""
+    import socket
+
+    import capsnet.distributed as d
+    from capsnet.distributed import DistributedError, Launch
+
+    monkeypatch.setattr(d, "_joins", 0)
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        s.listen()
+        monkeypatch.setenv("MASTER_ADDR", "localhost")
+        monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
+        with pytest.raises(DistributedError, match=rf"process 0 of 2 could not host the process group's store at "
+                                                   rf"MASTER_ADDR:MASTER_PORT localhost:{s.getsockname()[1]}: "
+                                                   rf"another program holds that port; give every process of the "
+                                                   rf"run another MASTER_PORT"):
+            d.join(Launch(0, 2, 0, 2), torch.device("cpu"))
+
+
 def test_the_join_timeout_is_read_from_its_variable_and_a_bad_one_named(monkeypatch):
     import datetime
 

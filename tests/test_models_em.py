@@ -363,6 +363,29 @@ def test_the_official_cost_and_damping_reach_every_layer_and_train_finitely(conv
             EMCapsNetSmallConfig(**bad)
 
 
+def test_the_softer_e_step_options_reach_every_layer_and_train_finitely():
+    """e_step_temperature and e_step_var_floor (2026-12-03) reach the three routings (a config that dropped them
+    would route as Procedure 1 and say otherwise); a config saved before them reads as Procedure 1."""
+    torch.manual_seed(6)
+    small = {"conv1_channels": 8, "primary_types": 4, "caps1_types": 4, "caps2_types": 4}
+    model = create_model("em-capsnet-small", input_height=28, input_width=28, num_classes=10,
+                         e_step_temperature=0.5, e_step_var_floor=0.05, **small)
+    for layer in (model.caps1, model.caps2, model.classes):
+        assert (layer.routing.e_step_temperature, layer.routing.e_step_var_floor) == (0.5, 0.05)
+    images = torch.rand(3, 1, 28, 28)
+    loss, _ = em_capsnet_loss(model, images, torch.tensor([1, 4, 7]))
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    saved = {k: v for k, v in model.config.to_dict().items() if not k.startswith("e_step")}
+    older = EMCapsNetSmallConfig.from_dict(saved)
+    assert (older.e_step_temperature, older.e_step_var_floor) == (1.0, 0.0)
+    for bad, match in (({"e_step_temperature": 0.0}, "e_step_temperature must be in"),
+                       ({"e_step_var_floor": -1.0}, "e_step_var_floor must be in")):
+        with pytest.raises(ValueError, match=match):
+            EMCapsNetSmallConfig(**bad)
+
+
 def test_the_unset_options_are_null_and_their_first_spelling_0_reads_as_null():
     """class_transform_std and cost_scale were unset at 0 when they came in; now null, as class_beta_u_init: a
     config (or checkpoint) that says 0 reads as null, and builds the model null builds."""

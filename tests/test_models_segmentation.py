@@ -401,6 +401,14 @@ def test_batch_capsule_norm_uses_the_batch_in_training_and_its_running_averages_
     assert sum(p.numel() for p in model.parameters()) == model.config.num_weights == 1_425_649  # buffers only
     images = torch.rand(4, 1, 16, 16)
     _check_normed_segcaps(model, images, over=(0, -2, -1))  # over the batch too
+    norm.train()
+    before = norm.running_mean.clone()
+    assert norm(torch.zeros(0, 2, 4, 5, 6)).shape == (0, 2, 4, 5, 6)  # an empty batch: the averages as they were
+    torch.testing.assert_close(norm.running_mean, before)
+    for dtype in (torch.float64, torch.bfloat16):  # a converted model trains (lerp_ met fp32 statistics: a review)
+        wide = BatchNormCapsules(2, 4).to(dtype)
+        assert wide(xs[0].to(dtype)).dtype == dtype and wide.running_mean.dtype == dtype
+        torch.testing.assert_close(wide.running_mean.float(), 0.1 * xs[0].mean(dim=(0, 3, 4)), rtol=1e-2, atol=1e-2)
     saved = {k: v.clone() for k, v in model.state_dict().items()}  # the running averages travel with the weights
     fresh = create_model("segcaps", capsule_norm="batch", input_height=16, input_width=16)
     fresh.load_state_dict(saved)

@@ -195,15 +195,19 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     except dist.DistError as e:  # no peer came (variables set by hand, a process that never started): a traceback
         # of torch's store after the whole timeout (6 hours by default), or C++ frame dumps
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        said = f"({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})"
+        if "EADDRINUSE" in str(e):  # rank 0 could not host the store: not a peer's absence
+            raise DistributedError(f"process {launch.rank} of {launch.world_size} could not host the process "
+                                   f"group's store at MASTER_ADDR:MASTER_PORT {where}: another program holds that "
+                                   f"port; give every process of the run another MASTER_PORT {said}") from None
         within, longer = "", ""
-        if not launch.agent_store:  # _meeting_store's wait
+        if not launch.agent_store and _joins == 1:  # _meeting_store's wait
             within = f" within {join_timeout().total_seconds() / 60:g} minutes"
             longer = f" (or set {JOIN_TIMEOUT_ENV} to wait longer for processes started apart)"
         raise DistributedError(f"process {launch.rank} of {launch.world_size} could not form the process group at "
                                f"MASTER_ADDR:MASTER_PORT {where}: the other processes never joined it{within} "
-                               f"(started by hand, or not started); {LAUNCH_HINT}, every process of the run with "
-                               f"the same settings{longer} ({type(e).__name__}: "
-                               f"{str(e).strip().splitlines()[0][:160]})") from None
+                               f"(started without torchrun's agent, or not started); {LAUNCH_HINT}, every process "
+                               f"of the run with the same settings{longer} {said}") from None
     return device, True
 
 
@@ -232,12 +236,15 @@ def _init_group(launch: Launch, backend: str) -> None:
 
 
 def _meeting_store(launch: Launch) -> dist.TCPStore:
-    """The store env:// would make (rank 0 hosts it at MASTER_ADDR:MASTER_PORT), but waiting only
-    ``CAPSNET_DIST_JOIN_TIMEOUT_MIN`` minutes for the processes to meet in it (rank 0 for every other, the others
-    for rank 0), then the collectives' timeout: env:// waited the collectives' (6 hours by default) before saying
-    that a peer never came."""
+    """The store env:// would make (rank 0 hosts it at MASTER_ADDR:MASTER_PORT; libuv's unless USE_LIBUV=0), but
+    waiting only ``CAPSNET_DIST_JOIN_TIMEOUT_MIN`` minutes for the processes to meet in it at the launch's first
+    group (rank 0 for every other, the others for rank 0), then the collectives' timeout: env:// waited the
+    collectives' (6 hours by default) before saying that a peer never came. A later group in the same processes (fit
+    called again) waits the collectives' timeout: rank 0 may have worked alone in between."""
+    wait = join_timeout() if _joins == 1 else process_group_timeout()
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
-                          is_master=launch.rank == 0, timeout=join_timeout(), multi_tenant=True)
+                          is_master=launch.rank == 0, timeout=wait, multi_tenant=True,
+                          use_libuv=os.environ.get("USE_LIBUV", "1") != "0")
     store.set_timeout(process_group_timeout())
     return store
 

@@ -203,8 +203,9 @@ def instance_norm_capsules(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
 class BatchNormCapsules(nn.Module):
     """``instance_norm_capsules`` over the batch: each capsule type's poses centred by their mean over the batch
     and the grid, and scaled so that their lengths have a root mean square of 1 over both; in evaluation, by running
-    averages of the two (momentum ``momentum``, as ``nn.BatchNorm2d``), so an image's output then does not depend
-    on its batch. No learned scale, as the instance norm.
+    averages of the two (momentum ``momentum``, as ``nn.BatchNorm2d``, but of the biased mean square), so an image's
+    output then does not depend on its batch. No learned scale, as the instance norm. Under torchrun each process
+    takes its own batch's statistics (DistributedDataParallel then hands every process rank 0's averages).
 
     Shapes: x (B, J, D, H, W) -> (B, J, D, H, W), J = ``types``, D = ``dims``."""
 
@@ -215,12 +216,13 @@ class BatchNormCapsules(nn.Module):
         self.register_buffer("running_square", torch.ones(types))  # (J,): the centred lengths' mean square
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            mean = x.float().mean(dim=(0, 3, 4))  # (J, D)
-            square = (x.float() - mean[:, :, None, None]).pow(2).sum(dim=2).mean(dim=(0, 2, 3))  # (J,)
+        if self.training and x.shape[0]:  # (an empty batch's NaN statistics would stay in the averages)
+            wide = x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 summed in fp32
+            mean = wide.mean(dim=(0, 3, 4))  # (J, D)
+            square = (wide - mean[:, :, None, None]).pow(2).sum(dim=2).mean(dim=(0, 2, 3))  # (J,)
             with torch.no_grad():
-                self.running_mean.lerp_(mean.detach(), self.momentum)
-                self.running_square.lerp_(square.detach(), self.momentum)
+                self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), self.momentum)
+                self.running_square.lerp_(square.detach().to(self.running_square.dtype), self.momentum)
         else:
             mean, square = self.running_mean, self.running_square
         scale = square.add(self.eps).rsqrt()  # (J,)

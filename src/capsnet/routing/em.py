@@ -192,8 +192,8 @@ class EMRouting(nn.Module):
         if not (_is_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
             raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
         self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
-        if not (_is_finite_number(e_step_temperature) and 0 < e_step_temperature <= 10):
-            raise ValueError(f"e_step_temperature must be in (0, 10] (1: Procedure 1), got {e_step_temperature!r}")
+        if not (_is_finite_number(e_step_temperature) and 0.01 <= e_step_temperature <= 10):
+            raise ValueError(f"e_step_temperature must be in [0.01, 10] (1: Procedure 1), got {e_step_temperature!r}")
         if not (_is_finite_number(e_step_var_floor) and 0 <= e_step_var_floor <= 100):
             raise ValueError(f"e_step_var_floor must be in [0, 100] (0: Procedure 1), got {e_step_var_floor!r}")
         self.e_step_temperature, self.e_step_var_floor = float(e_step_temperature), float(e_step_var_floor)
