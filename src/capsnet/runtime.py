@@ -230,7 +230,8 @@ def _drop_profiler_notice(record: logging.LogRecord) -> bool:
 def _quiet_profiler_notice() -> None:
     """Drop Dynamo's "Profiler record function ... will be ignored", which DistributedDataParallel's forward (a
     record_function) printed on every rank of a compiled run: it says only that a profiler's trace will not hold
-    the label (once per process, however often called)."""
+    the label. Installed once per process, however often called, and for the rest of the process (a profiled
+    compiled run here loses that notice too, nothing else)."""
     logger = logging.getLogger("torch._dynamo.variables.ctx_manager")
     if _drop_profiler_notice not in logger.filters:
         logger.addFilter(_drop_profiler_notice)
