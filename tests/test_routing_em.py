@@ -401,6 +401,22 @@ def test_a_parent_whose_mass_underflows_float32_keeps_its_exact_mean():
     assert torch.isfinite(silent.poses).all() and (silent.poses == 0).all()
 
 
+def _fused_and_plain_match(routing, votes, a, expected, g):
+    """``routing`` of ``votes`` (2, 9, 4, 16) on the fused training path and the plain one: poses, activations and
+    coupling equal to ``expected`` (a written-out EM), and the two paths' gradients equal."""
+    weights = [torch.randn(2, 4, 16, generator=g, dtype=DT), torch.randn(2, 4, generator=g, dtype=DT),
+               torch.randn(2, 9, 4, generator=g, dtype=DT)]
+    grads = []
+    for record in (False, True):
+        out = routing(votes, a, record=record)
+        for x, y in zip(out[:3], expected):
+            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+        loss = sum((t * w).sum() for t, w in zip(out[:3], weights))
+        grads.append(torch.autograd.grad(loss, [votes, routing.beta_u, routing.beta_a]))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("iterations", [1, 3])
 @pytest.mark.parametrize("cost_scale", [None, 2.0])
 def test_mean_momentum_mixes_the_previous_mean_as_written_out(iterations, cost_scale):
@@ -412,17 +428,7 @@ def test_mean_momentum_mixes_the_previous_mean_as_written_out(iterations, cost_s
         routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
         routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT) - 5)
     expected = _reference_damped_em(votes.detach(), a, routing, 0.1, 2.0 if cost_scale else 100 * 4 / 9)
-    weights = [torch.randn(2, 4, 16, generator=g, dtype=DT), torch.randn(2, 4, generator=g, dtype=DT),
-               torch.randn(2, 9, 4, generator=g, dtype=DT)]
-    grads = []
-    for record in (False, True):  # the fused training path and the plain one
-        out = routing(votes, a, record=record)
-        for x, y in zip(out[:3], expected):
-            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
-        loss = sum((t * w).sum() for t, w in zip(out[:3], weights))
-        grads.append(torch.autograd.grad(loss, [votes, routing.beta_u, routing.beta_a]))
-    for x, y in zip(*grads):
-        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    _fused_and_plain_match(routing, votes, a, expected, g)
     # the damping moves the poses: one M-step's mean is 0.9 of the undamped one
     plain = EMRouting(4, iterations=1, cost_scale=cost_scale).double()
     damped = EMRouting(4, iterations=1, cost_scale=cost_scale, mean_momentum=0.1).double()
@@ -445,17 +451,7 @@ def test_e_step_temperature_and_variance_floor_route_as_written_out(tau, e_floor
         routing.beta_u.copy_(torch.randn(4, generator=g, dtype=DT))
         routing.beta_a.copy_(torch.randn(4, generator=g, dtype=DT) - 5)
     expected = _reference_damped_em(votes.detach(), a, routing, 0.0, 100 * 4 / 9, tau, e_floor)
-    weights = [torch.randn(2, 4, 16, generator=g, dtype=DT), torch.randn(2, 4, generator=g, dtype=DT),
-               torch.randn(2, 9, 4, generator=g, dtype=DT)]
-    grads = []
-    for record in (False, True):  # the fused training path and the plain one
-        out = routing(votes, a, record=record)
-        for x, y in zip(out[:3], expected):
-            torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
-        loss = sum((t * w).sum() for t, w in zip(out[:3], weights))
-        grads.append(torch.autograd.grad(loss, [votes, routing.beta_u, routing.beta_a]))
-    for x, y in zip(*grads):
-        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+    _fused_and_plain_match(routing, votes, a, expected, g)
     plain = EMRouting(4, iterations=3).double()
     plain.load_state_dict(routing.state_dict())
     sharp = plain(votes, a).coupling
