@@ -54,7 +54,8 @@ from .inputs import check_config, check_floating, check_nonempty, check_weights_
 
 __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segmentation_model_loss", "STRIDE",
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
-           "CAPSULE_NORMS", "SEGCAPS_CAPSULE_NORMS", "BatchNormCapsules", "DECONV_INITS", "instance_norm_capsules", "stack_routings", "stack_routing",
+           "CAPSULE_NORMS", "SEGCAPS_CAPSULE_NORMS", "BatchNormCapsules", "DECONV_INITS", "instance_norm_capsules",
+           "stack_routings", "stack_routing",
            "check_sides", "check_stack_fields", "StackRouted"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
