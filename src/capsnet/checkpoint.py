@@ -722,16 +722,26 @@ def resolve_checkpoint(path: Path | str, which: str = "best") -> Path:
     return p
 
 
-def _saved_best(path: Path) -> dict[str, Any] | None:
-    """The ``best`` record of the run state a checkpoint file's header holds (None: none, or a header that cannot
-    be read: the file's own load says why), read without its tensors."""
+def header_metadata(path: Path | str) -> dict[str, str] | None:
+    """The string fields a checkpoint file's header holds (model, model_config, state, ...), read without its
+    tensors; None for a header that cannot be read (the file's own load says why)."""
     try:
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
             if n > 100 * 2**20:  # no header of a checkpoint is that large: a damaged file
                 return None
-            best = json.loads(_read_metadata(n.to_bytes(8, "little") + f.read(n))["state"]).get("best")
-    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError):
+            metadata = _read_metadata(n.to_bytes(8, "little") + f.read(n))
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        return None
+    return metadata if isinstance(metadata, dict) else None
+
+
+def _saved_best(path: Path) -> dict[str, Any] | None:
+    """The ``best`` record of the run state a checkpoint file's header holds (None: none, or a header that cannot
+    be read: the file's own load says why), read without its tensors."""
+    try:
+        best = json.loads(header_metadata(path)["state"]).get("best")
+    except (ValueError, KeyError, AttributeError, TypeError, RecursionError):
         return None
     return best if isinstance(best, dict) else None
 

@@ -1082,16 +1082,17 @@ def _point_to_an_older_default(args: argparse.Namespace, older: Path, out: Path,
     """A --resume without --out of a model (routed by ``routing``) whose run an older capsnet put in runs/DATASET
     (every classifier's default before 2026-12-03, the CNN baseline's apart): refused naming that folder, not with
     "nothing to resume" in the new default alone."""
-    from .checkpoint import load_checkpoint
+    from .checkpoint import header_metadata
 
     last = older / "last.safetensors"
     if older == out or not last.is_file():
         return
-    try:
-        ckpt = load_checkpoint(last)
-    except Exception:  # not a run this can say anything of: the usual refusal follows
-        return
-    if ckpt.model_name == chosen and ckpt.model_config.get("routing") == routing:
+    try:  # the header alone (load_checkpoint read every tensor for two names)
+        saved = header_metadata(last)
+        name, config = saved.get("model", "capsnet"), json.loads(saved["model_config"])
+    except (AttributeError, KeyError, ValueError, RecursionError):  # not a run this can say anything of: the usual
+        return  # refusal follows
+    if name == chosen and isinstance(config, dict) and config.get("routing") == routing:
         args.parser.error(f"--resume without --out looks in {out}, which holds no run; {older} holds a --model "
                           f"{chosen} run, where capsnet trained every model by default before 2026-12-03: resume it "
                           f"with --out {older} --resume")
