@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import math
 import warnings
 
@@ -589,18 +590,29 @@ def test_seg_kernel_widens_the_segmentation_capsules_window_and_is_counted(k):
     assert torch.equal(changed, window)
 
 
-@pytest.mark.parametrize("width", [0.5, 1.25, 1.5, 2])  # 1.25: 2 types x 1.25 = 2.5 goes up to 3
-def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width):
+# each capsule layer's grid: the image's side over the grid's (the paper's Figure 2)
+_SCALE = {"primary": 2, "conv_2_1": 2, "conv_2_2": 4, "conv_3_1": 4, "conv_3_2": 8, "conv_4_1": 8, "deconv_1_1": 4,
+          "deconv_1_2": 4, "deconv_2_1": 2, "deconv_2_2": 2, "deconv_3_1": 1, "seg_caps": 1}
+
+
+@pytest.mark.parametrize("width, level_widths", [(0.5, None), (1.25, None), (1.5, None), (2, None),
+                                                 (1, (1, 2, 1.5, 0.5)), (2, (0.5, 1, 0.75, 0.25)),
+                                                 (1, (3, 0.25, 1, 1))])  # 1.25: 2 types x 1.25 = 2.5 goes up to 3
+def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width, level_widths):
     """``width`` w: each hidden capsule layer has round(w x its paper's types) types (conv1's one type and the one
-    segmentation capsule stay), so the weights are the paper's layer list with those types, and each layer's grid
-    carries them; the skips stack the widened types."""
+    segmentation capsule stay), times ``level_widths``' entry for its grid's scale (1, 1/2, 1/4, 1/8), so the
+    weights are the paper's layer list with those types, and each layer's grid carries them; the skips stack the
+    widened types."""
     paper = {"primary": 2, "conv_2_1": 4, "conv_2_2": 4, "conv_3_1": 8, "conv_3_2": 8, "conv_4_1": 8,
              "deconv_1_1": 8, "deconv_1_2": 4, "deconv_2_1": 4, "deconv_2_2": 4, "deconv_3_1": 2, "seg_caps": 1}
-    types = {name: t if name == "seg_caps" else max(1, int(t * width + 0.5)) for name, t in paper.items()}
+    level = dict(zip((1, 2, 4, 8), level_widths or (1, 1, 1, 1)))
+    types = {name: t if name == "seg_caps" else max(1, int(t * width * level[_SCALE[name]] + 0.5))
+             for name, t in paper.items()}
+    widths = {} if level_widths is None else {"level_widths": level_widths}
     layers = [(5, 16, 16), (5, 16, 16), (5, 16, 32), (5, 32, 32), (5, 32, 64), (5, 64, 32), (4, 32, 32),
               (5, 32, 32), (4, 32, 16), (5, 16, 16), (4, 16, 16), (1, 16, 16)]  # (kernel, in dim, out dim)
     caps = sum(k * k * d * t * o + t * o for (k, d, o), t in zip(layers, types.values()))
-    model = SegCaps(SegCapsConfig(width=width))
+    model = SegCaps(SegCapsConfig(width=width, **widths))
     assert sum(p.numel() for p in model.parameters()) == model.config.num_weights \
         == paper_segcaps_weights() - sum(k * k * d * t * o + t * o for (k, d, o), t in zip(layers, paper.values())) \
         + caps
@@ -610,7 +622,7 @@ def test_width_multiplies_every_hidden_layers_capsule_types_and_is_counted(width
     assert grids["seg_caps"].shape == (2, 1, 16, 16, 24)
     assert model.caps["deconv_1_2"].in_types == 2 * types["conv_3_1"]  # deconv_1_1's types and conv_3_1's
     assert model.caps["seg_caps"].in_types == types["deconv_3_1"] + 1  # and conv1's one
-    attending = SegCaps(SegCapsConfig(width=width, routing="self-attention"))  # a (T, J) prior per layer, widened
+    attending = SegCaps(SegCapsConfig(width=width, routing="self-attention", **widths))  # a (T, J) prior per layer
     w = types
     children = [1, w["primary"], w["conv_2_1"], w["conv_2_2"], w["conv_3_1"], w["conv_3_2"], w["conv_4_1"],
                 w["deconv_1_1"] + w["conv_3_1"], w["deconv_1_2"], w["deconv_2_1"] + w["conv_2_1"], w["deconv_2_2"],
@@ -624,6 +636,25 @@ def test_a_width_out_of_range_is_refused():
     for bad in (0.25, 9):
         with pytest.raises(ValueError, match="SegCapsConfig.width"):
             SegCapsConfig(width=bad)
+
+
+def test_level_widths_read_from_json_and_are_refused_when_malformed():
+    """A JSON list (a saved config, ``--model-option level_widths=[...]``) becomes the tuple the config holds, and
+    reads back equal; a list of the wrong length, an entry out of 0.25..8, or a comma list given as a string are
+    refused naming the field and the fix."""
+    cfg = SegCapsConfig.from_dict({**SegCapsConfig().to_dict(), "level_widths": [1, 2, 1.5, 0.5]})
+    assert cfg.level_widths == (1, 2, 1.5, 0.5) and isinstance(cfg.level_widths, tuple)
+    assert SegCapsConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match=r"level_widths must be 4 numbers.*got \[1, 2\]: e\.g\. level_widths=\["):
+        SegCapsConfig(level_widths=(1, 2))
+    for bad in (0.2, 9):
+        with pytest.raises(ValueError, match=r"SegCapsConfig.level_widths must be in 0.25..8"):
+            SegCapsConfig(level_widths=(1, 1, bad, 1))
+    with pytest.raises(ValueError, match=r"level_widths must be a list of finite numbers, got '1,2,1.5,0.5'; give a "
+                                         r"JSON list, e.g. level_widths=\[1,2,1.5,0.5\]"):
+        SegCapsConfig(level_widths="1,2,1.5,0.5")
+    with pytest.raises(ValueError, match="a list of finite numbers"):
+        SegCapsConfig(level_widths=(1, 1, True, 1))  # a bool is not a width
 
 
 def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():

@@ -87,6 +87,26 @@ def test_capspix2pix_num_weights_is_exact(kw):
             cfg.image_kernel)
 
 
+def test_capspix2pix_level_widths_move_capsule_types_between_scales_and_are_counted():
+    """``level_widths`` (1, 1, 1.5, 0.5): the generator's 1/4-level layers get 1.5 times the paper's types, the 1/8
+    level's half, the rest the paper's; its weight count follows (4 x 4 grid at 32 x 32: conv_3_2 and conv_4_1 hold
+    half their 25 x 32 x 8 x 64 and 25 x 64 x 8 x 32 kernels and biases), and the deep start takes it too."""
+    for name in ("capspix2pix", "capspix2pix-deep"):
+        plain, moved = create_model(name), create_model(name, level_widths=[1, 1, 1.5, 0.5])
+        with torch.no_grad():
+            grids = moved.generator.capsule_grids(torch.rand(2, 1, 32, 32), moved.noise(2))
+        assert {k: g.shape[1:3] for k, g in grids.items()} == {
+            "conv1": (1, 16), "primary": (2, 16), "conv_2_1": (4, 16), "conv_2_2": (6, 32), "conv_3_1": (12, 32),
+            "conv_3_2": (4, 64), "conv_4_1": (4, 32), "deconv_1_1": (12, 32), "deconv_1_2": (6, 32),
+            "deconv_2_1": (4, 16), "deconv_2_2": (4, 16), "deconv_3_1": (2, 16), "seg_caps": (1, 16)}
+        assert moved.config.generator_weights == _count(moved.generator)
+        halved = (25 * 32 * 4 * 64 + 4 * 64) + (25 * 64 * 4 * 32 + 4 * 32)
+        grown = sum(k * k * d * j * o + j * o for k, d, j, o in [(5, 16, 2, 32), (5, 32, 4, 32), (4, 32, 4, 32),
+                                                                  (5, 32, 2, 32)])  # conv_2_2 ... deconv_1_2's half
+        assert moved.config.generator_weights - plain.config.generator_weights == grown - halved
+        assert moved.generator(torch.rand(2, 1, 32, 32), moved.noise(2)).shape == (2, 1, 32, 32)
+
+
 @pytest.mark.parametrize("kw", [dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
                                 dict(input_height=16, input_width=64, disc_layers=2, base_channels=8),
                                 dict(input_height=256, input_width=256, base_channels=2, disc_layers=5)])

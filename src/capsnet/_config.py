@@ -103,6 +103,8 @@ _TYPES = {  # annotation -> (test, what it must be)
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),
+    "tuple[float, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_finite_number(x) for x in v),
+                          "a list of finite numbers"),
     "dict[str, Any]": (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)
                        and all(v is None or isinstance(v, (bool, str)) or _is_finite_number(v) for v in v.values()),
                        "a JSON object of named numbers, true/false or strings"),
@@ -134,8 +136,8 @@ def check_types(config: Any) -> None:
         object.__setattr__(config, f.name, value)
         if not test(value):
             # a list typed as --model-option decoder_hidden=512,1024 arrives as the string '512,1024'
-            hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" if f.type == "tuple[int, ...]" \
-                and isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)+\s*", value) else ""
+            hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" if f.type.startswith("tuple[") \
+                and isinstance(value, str) and re.fullmatch(r"\s*[\d.]+(\s*,\s*[\d.]+)+\s*", value) else ""
             raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}{hint}")
 
 

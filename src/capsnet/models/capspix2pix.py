@@ -330,6 +330,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     # reference code's; 4: the two deepest levels only, as pix2pix drops out only in its innermost decoder layers)
     conv1_skip_dropout: bool = False  # dropout on conv1's copy in the last skip too (the reference: conv1 undropped)
     conv1_init_std: float = 0.02  # conv1's weights at the start: N(0, this) (the reference code's DCGAN 0.02)
+    level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # the hidden capsule layers' types times these by the
+    # scale of their grid, the full image, 1/2, 1/4, 1/8 (segcaps.LEVELS, SegCaps' field); not in the paper
     capsule_norm: str = "none"  # "instance": SegCaps' option (segcaps.instance_norm_capsules; not in the paper):
     # every capsule layer's output but the last centred over the grid and scaled to unit RMS length, per example and
     # capsule type, before its dropout
@@ -402,7 +404,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
         noise = (self.noise_dim + 1) * self.input_height * self.input_width
         conv1 = ((self.in_channels + 1) * 25 + 1) * 16
         image = (16 * self.image_kernel ** 2 + 1) * self.out_channels
-        return noise + conv1 + capsule_stack_weights(self.routing_bias, self.routing, self.routing_options) + image
+        return noise + conv1 + capsule_stack_weights(self.routing_bias, self.routing, self.routing_options,
+                                                          level_widths=self.level_widths) + image
 
     @property
     def discriminator_weights(self) -> int:
@@ -452,7 +455,8 @@ class CapsPix2pixGenerator(nn.Module):
                                   primary_routing_iterations=cfg.primary_routing_iterations,
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
-                                  routing=cfg.routing, routing_options=cfg.routing_options)
+                                  routing=cfg.routing, routing_options=cfg.routing_options,
+                                  level_widths=cfg.level_widths)
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,7 @@ __all__ = ["SegCapsConfig", "SegCapsR1Config", "SegCaps", "SegCapsOutput", "segm
            "check_segmentation_input", "LAYER_NAMES", "capsule_stack", "capsule_stack_weights", "walk_capsule_stack",
            "CAPSULE_NORMS", "SEGCAPS_CAPSULE_NORMS", "BatchNormCapsules", "DECONV_INITS", "instance_norm_capsules",
            "stack_routings", "stack_routing",
-           "check_sides", "check_stack_fields", "StackRouted"]
+           "check_sides", "check_stack_fields", "StackRouted", "LEVELS", "layer_scales"]
 
 STRIDE = 8  # three stride-2 layers: an image side must be a multiple of 8 (so the skips line up)
 
@@ -78,6 +78,7 @@ _LAYERS = (
 )
 _SKIPS = {"deconv_1_1": "conv_3_1", "deconv_2_1": "conv_2_1", "deconv_3_1": "conv1"}
 LAYER_NAMES = ("conv1",) + tuple(layer[0] for layer in _LAYERS)
+LEVELS = (1, 2, 4, 8)  # the capsule grids' scales (the image's side over the grid's): level_widths' four entries
 
 
 def widened(types: int, width: float) -> int:
@@ -86,15 +87,27 @@ def widened(types: int, width: float) -> int:
     return max(1, int(types * width + 0.5))
 
 
-def _layers(seg_kernel: int = 1, width: float = 1.0) -> tuple[tuple[Any, ...], ...]:
+def layer_scales() -> dict[str, int]:
+    """Each capsule layer's output grid as a fraction of the image, by name: 2 for 1/2 (``LEVELS``)."""
+    scales, scale = {}, 1
+    for name, kind, *_, s in _LAYERS:
+        scale = scale * s if kind == "conv" else scale // s
+        scales[name] = scale
+    return scales
+
+
+def _layers(seg_kernel: int = 1, width: float = 1.0,
+            level_widths: Sequence[float] = (1.0,) * len(LEVELS)) -> tuple[tuple[Any, ...], ...]:
     """``_LAYERS`` with the last layer's (seg_caps') kernel ``seg_kernel`` (the paper's 1) and every hidden layer's
-    capsule types ``width`` times the paper's (``widened``; conv1's one type and seg_caps' one stay): each layer's
-    input types are then the previous layer's output types plus, after a skip, the skipped grid's."""
-    out_types, last = {"conv1": 1}, _LAYERS[-1][0]
+    capsule types ``width`` times the paper's, and times ``level_widths``' entry for the scale of its output grid
+    (``LEVELS``: the full image, 1/2, 1/4, 1/8) (``widened``; conv1's one type and seg_caps' one stay): each
+    layer's input types are then the previous layer's output types plus, after a skip, the skipped grid's."""
+    out_types, last, scales = {"conv1": 1}, _LAYERS[-1][0], layer_scales()
     rows, before = [], "conv1"
     for name, kind, _, din, j, dout, k, s in _LAYERS:
         t = out_types[before] + (out_types[_SKIPS[before]] if before in _SKIPS else 0)
-        j, k = (j, seg_kernel) if name == last else (widened(j, width), k)
+        j, k = (j, seg_kernel) if name == last else \
+            (widened(j, width * level_widths[LEVELS.index(scales[name])]), k)
         rows.append((name, kind, t, din, j, dout, k, s))
         out_types[name], before = j, name
     return tuple(rows)
@@ -132,14 +145,16 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                   squash: str = "sabour", routing: str = "dynamic",
                   routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
                   width: float = 1.0, deconv_init: str = "fan-in",
-                  strided_routing_iterations: int | None = None) -> nn.ModuleDict:
+                  strided_routing_iterations: int | None = None,
+                  level_widths: Sequence[float] = (1.0,) * len(LEVELS)) -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
     ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer, ``strided_routing_iterations``
     (where given) in the other layers that change the resolution (the stride-2 convolutions and the
     deconvolutions) and ``routing_iterations`` in the rest, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
-    paper's 1); every hidden layer with ``width`` times the paper's capsule types (``_layers``).
+    paper's 1); every hidden layer with ``width`` times the paper's capsule types, and times ``level_widths``' entry
+    for the scale of its grid (``_layers``).
 
     Initialisation: every layer's vote kernel He-normal; the hidden layers' (all but seg_caps) times ``init_gain``
     and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1). The convolutional layers' fan in is
@@ -164,7 +179,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     caps = {}
     last = _LAYERS[-1][0]
     bias = routing_bias and routing_is(routing, "pose_bias")
-    for name, kind, t, din, j, dout, k, s in _layers(seg_kernel, width):
+    for name, kind, t, din, j, dout, k, s in _layers(seg_kernel, width, level_widths):
         iterations = (primary_routing_iterations if name == "primary" else
                       strided_routing_iterations if s != 1 and strided_routing_iterations is not None else
                       routing_iterations)
@@ -262,6 +277,12 @@ def check_stack_fields(cfg: Any) -> None:
     check_range(cfg, "primary_routing_iterations", 1, 100)
     check_range(cfg, "init_gain", 1e-3, 100)
     check_range(cfg, "bias_init", -10, 10)
+    object.__setattr__(cfg, "level_widths", tuple(cfg.level_widths))  # a list from JSON or the command line
+    if len(cfg.level_widths) != len(LEVELS):
+        raise ValueError(f"{type(cfg).__name__}.level_widths must be {len(LEVELS)} numbers, the capsule types' "
+                         f"factors at the full image, 1/2, 1/4 and 1/8 of it, got {list(cfg.level_widths)}: e.g. "
+                         f"level_widths=[1,2,1.5,0.5]")
+    check_range(cfg, "level_widths", 0.25, 8)
     if cfg.routing_softmax not in ("parents", "children"):
         raise ValueError(f"{type(cfg).__name__}.routing_softmax must be 'parents' or 'children', got "
                          f"{cfg.routing_softmax!r}")
@@ -302,12 +323,12 @@ def _check_stack_routing(cfg: Any) -> None:
 
 def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
                           routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
-                          width: float = 1.0) -> int:
+                          width: float = 1.0, level_widths: Sequence[float] = (1.0,) * len(LEVELS)) -> int:
     """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
     routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
     counted on modules built on the meta device); independent of the image size."""
     bias = routing_bias and routing_is(routing, "pose_bias")
-    layers = _layers(seg_kernel, width)
+    layers = _layers(seg_kernel, width, level_widths)
     n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in layers)
     with torch.device("meta"):
         n += sum(p.numel() for _, _, t, _, j, dout, _, _ in layers
@@ -418,6 +439,9 @@ class SegCapsConfig(StackRouted, JsonConfig):
     # its own position's; 3 or 5 make its votes from its neighbours' too at full resolution; not in the paper)
     width: float = 1.0  # every hidden capsule layer's types times this, rounded (the paper's 2-8 types at 1; the
     # weights and the step's cost grow about as width and width squared; not in the paper)
+    level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # and times these by the scale of the layer's grid: the
+    # full image, 1/2, 1/4, 1/8 (LEVELS; deconv_3_1, then primary, conv_2_1, deconv_2_1, deconv_2_2, then conv_2_2,
+    # conv_3_1, deconv_1_1, deconv_1_2, then conv_3_2, conv_4_1), to move types between scales; not in the paper
     deconv_init: str = "fan-in"  # the three deconvolutional capsule layers' He-normal fan (capsule_stack): "fan-in",
     # the inputs that reach each output, or "reference", the reference code's Keras fan (2.8-5.7x smaller a start)
 
@@ -448,7 +472,8 @@ class SegCapsConfig(StackRouted, JsonConfig):
         """The number of weights the model holds, from the sizes alone (independent of the image size)."""
         n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias, self.routing,
                                                                      self.routing_options,
-                                                                     self.seg_kernel, self.width)  # conv1, caps
+                                                                     self.seg_kernel, self.width,
+                                                                     self.level_widths)  # conv1, caps
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
@@ -488,7 +513,8 @@ class SegCaps(nn.Module):
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
                                   routing=cfg.routing, routing_options=cfg.routing_options,
                                   seg_kernel=cfg.seg_kernel, width=cfg.width, deconv_init=cfg.deconv_init,
-                                  strided_routing_iterations=cfg.strided_routing_iterations)
+                                  strided_routing_iterations=cfg.strided_routing_iterations,
+                                  level_widths=cfg.level_widths)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
         last = next(reversed(self.caps.keys()))
