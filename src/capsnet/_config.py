@@ -10,8 +10,9 @@ import dataclasses
 import json
 import math
 import re
-import sys
 from typing import Any, TypeVar
+
+from ._numbers import is_finite, is_int, number_repr
 
 __all__ = ["JsonConfig", "config_from_dict", "check_types", "plain_numbers", "check_range", "OutOfRange",
            "check_choice", "json_value", "hash_as_saved", "MAX_WEIGHTS"]
@@ -31,7 +32,7 @@ def hash_as_saved(config: Any) -> int:
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [plain(x) for x in v]
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        return float(v) if is_int(v) else v
 
     return hash(json.dumps(plain(config.to_dict()), sort_keys=True))
 
@@ -86,27 +87,20 @@ class JsonConfig:
         return d
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_finite_number(v: Any) -> bool:
-    # an int past float's range (10**400) is no finite float: math.isfinite raised OverflowError on it, a traceback
-    return isinstance(v, float) and math.isfinite(v) or _is_int(v) and abs(v) <= sys.float_info.max
 
 
 _TYPES = {  # annotation -> (test, what it must be)
-    "int": (_is_int, "an integer"),
-    "float": (_is_finite_number, "a finite number"),
-    "float | None": (lambda v: v is None or _is_finite_number(v), "a finite number or null"),
-    "int | None": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "int": (is_int, "an integer"),
+    "float": (is_finite, "a finite number"),
+    "float | None": (lambda v: v is None or is_finite(v), "a finite number or null"),
+    "int | None": (lambda v: v is None or is_int(v), "an integer or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
-    "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers"),
-    "tuple[float, ...]": (lambda v: isinstance(v, (list, tuple)) and all(_is_finite_number(x) for x in v),
+    "tuple[int, ...]": (lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v), "a list of integers"),
+    "tuple[float, ...]": (lambda v: isinstance(v, (list, tuple)) and all(is_finite(x) for x in v),
                           "a list of finite numbers"),
     "dict[str, Any]": (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)
-                       and all(v is None or isinstance(v, (bool, str)) or _is_finite_number(v) for v in v.values()),
+                       and all(v is None or isinstance(v, (bool, str)) or is_finite(v) for v in v.values()),
                        "a JSON object of named numbers, true/false or strings"),
 }
 
@@ -157,8 +151,7 @@ def check_range(config: Any, name: str, lo: float, hi: float) -> None:
     value = getattr(config, name)
     for v in value if isinstance(value, (list, tuple)) else (value,):
         if not lo <= v <= hi:
-            got = (f"{value:.3g}" if abs(value) < 10**300 else f"{str(value)[:12]}... ({len(str(value))} digits)") \
-                if _is_int(value) and abs(value) >= 10**12 else repr(value)  # float's range: an OverflowError
+            got = number_repr(value)
             raise OutOfRange(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}",
                              name, lo, hi)
 
@@ -172,4 +165,4 @@ def check_choice(config: Any, name: str, choices: Any) -> None:
 
 
 def _number(x: float) -> str:
-    return f"{x:,}" if _is_int(x) else f"{x:g}"
+    return f"{x:,}" if is_int(x) else f"{x:g}"

@@ -71,6 +71,7 @@ import torch
 from torch import nn
 
 from ._config import json_value
+from ._numbers import is_count
 from .models.capsnet import CapsNet, CapsNetConfig, capsnet_loss
 from .runtime import autocast, compile_model, fuses_adam, keeps_rng, parse_device, resolve_device
 
@@ -291,7 +292,7 @@ class _Runner:
     def __init__(self, model: nn.Module, mode: str, images: torch.Tensor, labels: torch.Tensor, lr: float,
                  bf16: bool = False, fused: bool = False, compile: bool | str = False,
                  loss_fn: Callable[..., Any] | None = None, steps: int = 1, fp16: bool = False) -> None:
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        if not is_count(steps):
             raise ValueError(f"steps per timing must be a positive integer, got {steps!r}")
         if bf16 and fp16:
             raise ValueError("bf16 and fp16 are two autocasts: give one")
@@ -405,9 +406,9 @@ def alternate(steps: Mapping[K, Callable[[], float]], repeats: int, *, warmup: i
     taken back to back and their ratio is a paired measurement. Returns each
     name's ``repeats`` times in order.
     """
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+    if not is_count(repeats):
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+    if not is_count(warmup, 0):
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     if not steps:
         raise ValueError("alternate needs at least one step to time")
@@ -530,8 +531,7 @@ def run_benchmark(
         warmup = 2 if compile else 1
     if repeats < 1 or warmup < 0 or batch_size < 1:
         raise ValueError(f"need repeats >= 1, warmup >= 0, batch_size >= 1; got {repeats}, {warmup}, {batch_size}")
-    if steps_per_timing is not None and (not isinstance(steps_per_timing, int) or isinstance(steps_per_timing, bool)
-                                         or steps_per_timing < 1):
+    if steps_per_timing is not None and not is_count(steps_per_timing):
         raise ValueError(f"steps_per_timing must be a positive integer or None, got {steps_per_timing!r}")
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

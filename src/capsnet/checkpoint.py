@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import secrets
@@ -31,6 +30,7 @@ from safetensors.torch import save as st_save
 
 from ._files import REPLACE_RETRY_S, replace_file
 from ._files import WINDOWS as _WINDOWS
+from ._numbers import is_count, is_finite
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
@@ -842,13 +842,13 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
             raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
     for key in ("epoch", "step"):
         value = state.get(key)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        if not is_count(value, 0):
             raise ValueError(f"state.{key} must be a non-negative integer, got {short_repr(value)}")
     history = state.get("history", [])
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise ValueError("state.history must be a list of epoch records")
     best = state.get("best")
-    if best is not None and not (isinstance(best, dict) and _count(best.get("epoch"), 0)
+    if best is not None and not (isinstance(best, dict) and is_count(best.get("epoch"), 0)
                                  and isinstance(best.get("accuracy"), (int, float))
                                  and not isinstance(best.get("accuracy"), bool)):
         raise ValueError(f"state.best must be null or an object with an integer epoch and a numeric accuracy, "
@@ -862,10 +862,10 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
 def _check_grad_scaler(saved: Any) -> None:
     """--amp fp16's gradient scaler as GradScaler.state_dict() writes it: a scale that is finite and positive (a
     scale of 0 turns the first gradient into NaN unflagged), factors above and below 1, whole step counts."""
-    ok = (isinstance(saved, dict) and finite_number(saved.get("scale")) and saved["scale"] > 0
-          and finite_number(saved.get("growth_factor")) and saved["growth_factor"] > 1
-          and finite_number(saved.get("backoff_factor")) and 0 < saved["backoff_factor"] < 1
-          and _count(saved.get("growth_interval"), 1) and _count(saved.get("_growth_tracker"), 0))
+    ok = (isinstance(saved, dict) and is_finite(saved.get("scale")) and saved["scale"] > 0
+          and is_finite(saved.get("growth_factor")) and saved["growth_factor"] > 1
+          and is_finite(saved.get("backoff_factor")) and 0 < saved["backoff_factor"] < 1
+          and is_count(saved.get("growth_interval"), 1) and is_count(saved.get("_growth_tracker"), 0))
     if not ok:
         raise ValueError(f"state.grad_scaler must be a gradient scaler's state (a finite positive scale, a growth "
                          f"factor above 1, a backoff factor in (0, 1), whole step counts), got {short_repr(saved)}")
@@ -891,21 +891,6 @@ def saved_point(state: dict[str, Any]) -> str:
     return f"epoch {state.get('epoch')}"
 
 
-def _count(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-def finite_number(value: Any) -> bool:
-    """A finite real number, not a bool; an integer past float's range is not one (math.isfinite raised
-    OverflowError on it: a damaged save's sums ended in a traceback)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _check_within(within: Any, epoch: int) -> None:
     """A save inside an epoch (``capsnet.train.within_epoch``): the next epoch, a batch count, running sums."""
     if not isinstance(within, dict):
@@ -914,14 +899,14 @@ def _check_within(within: Any, epoch: int) -> None:
         raise ValueError(f"state.within.epoch must be {epoch + 1} (the epoch after state.epoch {epoch}), got "
                          f"{short_repr(within.get('epoch'))}")
     for key, least in (("batches", 1), ("seen", 0)):
-        if not _count(within.get(key), least):
+        if not is_count(within.get(key), least):
             raise ValueError(f"state.within.{key} must be an integer >= {least}, got {short_repr(within.get(key))}")
     sums = within.get("sums")
-    if not (isinstance(sums, list) and sums and all(finite_number(x) for x in sums)):
+    if not (isinstance(sums, list) and sums and all(is_finite(x) for x in sums)):
         raise ValueError(f"state.within.sums must be a list of finite numbers, got {short_repr(sums)}")
-    if not (finite_number(within.get("seconds")) and within["seconds"] >= 0):
+    if not (is_finite(within.get("seconds")) and within["seconds"] >= 0):
         raise ValueError(f"state.within.seconds must be a number >= 0, got {short_repr(within.get('seconds'))}")
-    if not _count(within.get("processes", 1), 1):
+    if not is_count(within.get("processes", 1), 1):
         raise ValueError(f"state.within.processes must be an integer >= 1, got {short_repr(within['processes'])}")
     if not isinstance(within.get("device", ""), str):
         raise ValueError(f"state.within.device must be a device type such as 'cpu', got {short_repr(within['device'])}")

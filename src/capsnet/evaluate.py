@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import pretrained
+from ._numbers import is_count
 from ._progress import progress_bar
 from .average import WEIGHTS
 from .checkpoint import Checkpoint, check_fits_before_building, load_checkpoint, load_weights, saved_point
@@ -104,7 +105,7 @@ def pixel_batch(model: nn.Module, batch_size: int, height: int, width: int) -> i
 def _check_split(images: torch.Tensor, targets: torch.Tensor, batch_size: int, what: str = "labels") -> None:
     """A ValueError naming the fix for a split that cannot be scored: no examples, images and targets of other
     counts, a batch size below 1 (the loops below would report an empty set as 100% error, or fail deep inside)."""
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+    if not is_count(batch_size):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if len(images) != len(targets):
         raise ValueError(f"{len(images)} images but {len(targets)} {what}: give one entry of {what} per image")

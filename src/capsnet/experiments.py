@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence, TypeVar
 
+from ._numbers import is_count
 from ._signals import sigterm_as_interrupt
 from .checkpoint import CheckpointError, atomic_write_text, load_checkpoint, read_json_object, short_repr
 from .data.idx import DataError
@@ -602,7 +603,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
     every run is read back in order (``done`` true for those too). ``on_epoch(run, record)``: called with each
     evaluated epoch's record of a run trained in this process.
     """
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+    if not is_count(jobs):
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     stop_requested(clear=True)
     check_sizes(runs, data_root)

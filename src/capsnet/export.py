@@ -66,6 +66,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from ._numbers import is_count, is_int
 from ._text import some_of, told_apart
 from .checkpoint import Checkpoint, atomic_write_bytes, run_file, unwritable
 from .models import CapsNetOutput, EMCapsNetOutput, MODELS, SegCapsOutput, UNetOutput, model_name
@@ -277,7 +278,7 @@ def trace_model(model: nn.Module, *, example_batch: int = 2, any_size: bool = Fa
     The model is traced in eval mode (its own mode is restored after).
     A model that cannot be traced is an ``ExportError`` naming it and the reason.
     """
-    if not isinstance(example_batch, int) or isinstance(example_batch, bool) or example_batch < 2:
+    if not is_count(example_batch, 2):
         # 2.5 met torch's "rand() received an invalid combination of arguments", "3" a comparison's TypeError
         raise ValueError(f"example_batch must be an integer of at least 2 (torch.export treats a size of 1 as fixed), "
                          f"got {example_batch!r}")
@@ -610,7 +611,7 @@ def export_model(source: str | os.PathLike | nn.Module | Traced, path: str | os.
     if opset is not None:
         if format != "onnx":
             raise ExportError(f"an opset applies to ONNX only, not to format {format!r}")
-        if not isinstance(opset, int) or isinstance(opset, bool):  # "18" was called too old
+        if not is_int(opset):  # "18" was called too old
             raise ExportError(f"opset must be an integer, e.g. {MIN_OPSET}, got {type(opset).__name__} {opset!r}")
         if opset < MIN_OPSET:
             raise ExportError(f"ONNX opset {opset!r} is too old: the dynamo-based exporter writes opset {MIN_OPSET} "

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ._eager import eager
+from ._numbers import is_count
 from .routing.result import check_switch
 
 
@@ -198,7 +199,7 @@ def multi_hot(labels: torch.Tensor, num_classes: int, dtype: torch.dtype = torch
     """
     if labels.dim() != 2:
         raise ValueError(f"labels must be (B, K) class indices, K of them per example, got shape {tuple(labels.shape)}")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    if not is_count(num_classes):
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if labels.is_floating_point() or labels.dtype == torch.bool or labels.is_complex():  # 2.9 was class 2, silently
         raise ValueError(f"labels must be integer class indices, got {labels.dtype}")

@@ -26,6 +26,8 @@ import logging
 import platform
 from typing import Any
 
+from ._numbers import is_count
+
 __all__ = ["keep_freed_memory", "kept", "limit_arenas", "release_freed", "ALLOCATORS"]
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ def keep_freed_memory(*, trim_threshold: int = 2**31 - 1, top_pad: int = 64 << 2
         top_pad: extra bytes requested from the kernel each time the heap grows.
     """
     for name, value in (("trim_threshold", trim_threshold), ("top_pad", top_pad)):  # before any mallopt: a float
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:  # failed between two of them
+        if not is_count(value, 0):  # failed between two of them
             raise ValueError(f"{name} must be an integer >= 0 (bytes), got {value!r}")
     mallopt = _mallopt()
     if mallopt is None:
@@ -98,7 +100,7 @@ def limit_arenas(arenas: int = 2) -> bool:
     threads each run the model: glibc gives each thread a pool of its own and keeps what is freed in it, so a viewer
     under 16 clients grew from 429 to 753 MiB and on (SegCaps), and stayed near 366 MiB with two pools. True when
     applied; False where the C library is not glibc."""
-    if not isinstance(arenas, int) or isinstance(arenas, bool) or arenas < 1:
+    if not is_count(arenas):
         raise ValueError(f"arenas must be an integer >= 1, got {arenas!r}")
     mallopt = _mallopt()
     return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1

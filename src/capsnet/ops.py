@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from ._numbers import is_int
+
 __all__ = ["safe_norm", "squash", "exp_squash"]
 
 
@@ -32,7 +34,7 @@ def _real(s: torch.Tensor, dim: int, what: str) -> torch.Tensor:
                         f"of their own (torch.view_as_real(s).flatten(-2)) or the magnitudes (s.abs())")
     if s.dim() == 0:
         raise ValueError(f"{what} takes capsules (..., D), got a 0-d tensor: give one capsule as a 1-d tensor")
-    if not isinstance(dim, int) or isinstance(dim, bool) or not -s.dim() <= dim < s.dim():
+    if not (is_int(dim) and -s.dim() <= dim < s.dim()):
         raise ValueError(f"{what}'s dim must be an integer in {-s.dim()}..{s.dim() - 1} for capsules of shape "
                          f"{tuple(s.shape)}, got {dim!r}")
     return s if s.is_floating_point() else s.to(torch.get_default_dtype())

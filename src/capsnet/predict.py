@@ -26,6 +26,7 @@ from typing import Callable, TypeVar
 import numpy as np
 import torch
 
+from ._numbers import is_count
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, write_into
 from .routing.result import check_switch
@@ -264,7 +265,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
     image is a DataError naming it, raised before anything is written."""
     if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 < threshold < 1.0):
         raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+    if not is_count(batch_size):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     for name, value in (("probabilities", probabilities), ("progress", progress), ("mnist_style", mnist_style)):
         check_switch(name, value)  # "no" read as True: refused as a flag the user had left out

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from . import pretrained
+from ._numbers import is_count
 from ._progress import progress_bar
 from .checkpoint import Checkpoint, saved_point
 from .data.tasks import Split
@@ -95,7 +96,7 @@ def generate(model: nn.Module, labels: torch.Tensor, *, seed: int = 0, batch_siz
     """
     if len(labels) == 0:
         raise ValueError("no label maps given")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+    if not is_count(batch_size):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     with evaluating(model):
         if shared:  # image 0's noise for every map
@@ -246,7 +247,7 @@ def samples(model: nn.Module, label: torch.Tensor, seeds: Sequence[int], *, row:
 
     Shapes: label (C, H, W) float in [0, 1] on the model's device -> (len(seeds), C', H, W) in [0, 1].
     """
-    if not isinstance(row, int) or isinstance(row, bool) or row < 0:
+    if not is_count(row, 0):
         raise ValueError(f"row must be a non-negative integer, got {row!r}")
     if not seeds:
         raise ValueError("give at least one seed")

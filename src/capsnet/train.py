@@ -35,11 +35,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ._config import JsonConfig, check_types
+from ._numbers import is_finite
 from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
-                         finite_number, load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint,
+                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint,
                          saved_point, short_repr)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
@@ -729,12 +730,12 @@ def check_optimizer_state(opt: torch.optim.Optimizer) -> None:
     for k, group in enumerate(opt.param_groups):  # the settings a step reads: a damaged one failed inside Adam's step
         for key in ("lr", "eps", "weight_decay"):
             v = group.get(key, 0.0)
-            if not (finite_number(v) and v >= 0):  # the settings come from the checkpoint's JSON: Python numbers
+            if not (is_finite(v) and v >= 0):  # the settings come from the checkpoint's JSON: Python numbers
                 raise ValueError(f"its optimizer's parameter group {k} has {key} {short_repr(v)} where a finite "
                                  f"number >= 0 belongs")
         betas = group.get("betas", (0.9, 0.999))
         if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
-                not (finite_number(b) and 0 <= b < 1) for b in betas):
+                not (is_finite(b) and 0 <= b < 1) for b in betas):
             raise ValueError(f"its optimizer's parameter group {k} has betas {short_repr(betas)} where Adam takes "
                              f"two numbers in [0, 1)")
         odd = [key for key in ("amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused",

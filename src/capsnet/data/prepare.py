@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._numbers import is_int
 from .._text import some_of
 from .idx import DataError
 
@@ -262,7 +263,7 @@ def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, siz
         raise DataError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if fit not in FITS:
         raise DataError(f"fit must be one of {', '.join(FITS)}, got {fit!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4096:
+    if not (is_int(size) and 1 <= size <= 4096):
         raise DataError(f"size must be a whole number of pixels in 1..4096, got {size!r}")
     if not source.is_dir():
         raise DataError(f"{source}: no such folder; give the folder holding one subfolder of images per class")

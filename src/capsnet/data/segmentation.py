@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .._numbers import is_int
 from ..runtime import sum_dtype
 from .idx import DataError
 from .multimnist import bounding_boxes
@@ -58,7 +59,7 @@ class CanvasRule:
             r = getattr(self, name)
             whole = name in ("fragments", "fragment_size")  # counts and pixels: randint's bounds
             if (len(r) != 2 or not all(math.isfinite(v) for v in r) or not lo <= r[0] <= r[1]
-                    or (whole and not all(isinstance(v, int) and not isinstance(v, bool) for v in r))):
+                    or (whole and not all(is_int(v) for v in r))):
                 raise ValueError(f"CanvasRule.{name} must be (min, max) of finite {'integers' if whole else 'numbers'}"
                                  f" with {lo} <= min <= max, got {r}")
         # NaN passes every comparison below: NaN canvases and empty masks (or, for the noise, none added)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_range, check_types, plain_numbers
+from .._numbers import is_count
 from ..losses import multi_hot
 from .inputs import check_class_labels, check_config, check_model_images
 
@@ -49,7 +50,7 @@ class BaselineCNNConfig(JsonConfig):
         plain_numbers(self)  # np.int64(64) from a sweep is 64
         for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"BaselineCNNConfig.{name} must be a positive integer, got {value!r}")
         check_types(self)
         for name in ("input_height", "input_width", "in_channels", "num_classes", "kernel"):

@@ -18,6 +18,7 @@ from torch import nn
 
 from .._config import JsonConfig, MAX_WEIGHTS, check_choice, check_range, check_types, hash_as_saved, plain_numbers
 from .._eager import eager
+from .._numbers import is_count
 from ..layers import DenseCaps, PrimaryCaps
 from ..losses import _one_hot, check_recon_weight, margin_loss, multi_hot, reconstruction_loss
 from ..routing import RoutingView, create_routing, list_routings, routing_is, routing_takes
@@ -118,7 +119,7 @@ class CapsNetConfig(SavedRounds, JsonConfig):
                     "primary_types", "primary_dim", "primary_kernel", "primary_stride", "digit_dim", "routing_iterations"]
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"CapsNetConfig.{name} must be a positive integer, got {value!r}")
         check_types(self)  # the flags too: a checkpoint's "routing_bias": "yes" is not a bool
         object.__setattr__(self, "decoder_hidden", tuple(self.decoder_hidden))

@@ -32,6 +32,7 @@ from typing import Any
 
 from torch import nn
 
+from .._numbers import is_real
 from .attention import SelfAttentionRouting
 from .dynamic import DynamicRouting
 from .dynamic_linear import plain_routing, plain_routing_active
@@ -159,7 +160,7 @@ def _check_option_kinds(name: str, options: dict[str, Any], parameters: list[ins
         if isinstance(default, bool):
             kind, fits = "true or false", isinstance(value, bool)
         elif isinstance(default, (int, float)):
-            kind, fits = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
+            kind, fits = "a number", is_real(value)
         elif isinstance(default, str):
             kind, fits = "a word", isinstance(value, str)
         else:  # no default, None or a structure: the routing checks it

@@ -18,6 +18,7 @@ from typing import Iterator, NamedTuple
 import torch
 
 from .._eager import autocast_off
+from .._numbers import is_count
 from ._fused import first_order
 from ..ops import _squash_vjp, squash
 
@@ -112,7 +113,7 @@ def route_linear(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if J == 0:  # the uniform first round's 1/J divided by zero
         raise ValueError(f"weight (Din, I, J, Dout) = {tuple(weight.shape)} has no upper capsules (J = 0): route to "
                          f"at least one")
-    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+    if chunk is not None and not is_count(chunk):
         # -1 made no blocks: poses off by 0.8 and a coupling of uninitialised memory, 0 met range()'s own error
         raise ValueError(f"chunk must be a positive integer (lower capsules per block) or None (by size), got "
                          f"{chunk!r}")

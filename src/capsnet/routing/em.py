@@ -100,8 +100,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._config import _is_finite_number
 from .._eager import autocast_off as _autocast_off, eager
+from .._numbers import is_count, is_finite
 from ._fused import first_order, tap, tapped_backward, wants_fused_backward
 from .result import RoutingResult, check_count, check_positive, check_switch, check_votes
 
@@ -181,20 +181,20 @@ class EMRouting(nn.Module):
         self.normalise_cost = normalise_cost
         self.fused_backward = fused_backward
         for name, value in (("beta_u_init", beta_u_init), ("beta_a_init", beta_a_init)):
-            if not _is_finite_number(value):  # "x" met a bare "must be real number, not str"; True was taken as 1
+            if not is_finite(value):  # "x" met a bare "must be real number, not str"; True was taken as 1
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if child_norm not in CHILD_NORMS:
             raise ValueError(f"child_norm must be one of {', '.join(CHILD_NORMS)}, got {child_norm!r}")
         self.child_norm = child_norm
         self.detach_routing = detach_routing
-        if cost_scale is not None and not (_is_finite_number(cost_scale) and cost_scale > 0):
+        if cost_scale is not None and not (is_finite(cost_scale) and cost_scale > 0):
             raise ValueError(f"cost_scale must be a positive number (or None: Gritzman's 100 J / I), got {cost_scale!r}")
-        if not (_is_finite_number(mean_momentum) and 0 <= mean_momentum < 1):
+        if not (is_finite(mean_momentum) and 0 <= mean_momentum < 1):
             raise ValueError(f"mean_momentum must be in [0, 1) (the official code's is 0.1), got {mean_momentum!r}")
         self.cost_scale, self.mean_momentum = cost_scale, float(mean_momentum)
-        if not (_is_finite_number(e_step_temperature) and 0.01 <= e_step_temperature <= 10):
+        if not (is_finite(e_step_temperature) and 0.01 <= e_step_temperature <= 10):
             raise ValueError(f"e_step_temperature must be in [0.01, 10] (1: Procedure 1), got {e_step_temperature!r}")
-        if not (_is_finite_number(e_step_var_floor) and 0 <= e_step_var_floor <= 100):
+        if not (is_finite(e_step_var_floor) and 0 <= e_step_var_floor <= 100):
             raise ValueError(f"e_step_var_floor must be in [0, 100] (0: Procedure 1), got {e_step_var_floor!r}")
         self.e_step_temperature, self.e_step_var_floor = float(e_step_temperature), float(e_step_var_floor)
         self.beta_u = nn.Parameter(torch.full((out_caps,), float(beta_u_init)))  # (J,)
@@ -439,7 +439,7 @@ class _SharedChildren:
                 or children.is_complex() or children.dtype == torch.bool:
             got = tuple(children.shape) if isinstance(children, torch.Tensor) else type(children).__name__
             raise ValueError(f"children must be an integer tensor (B, I) = ({B}, {I}) of child ids, got {got}")
-        if not isinstance(num_children, (int, torch.SymInt)) or isinstance(num_children, bool) or num_children < 1:
+        if not (is_count(num_children) or isinstance(num_children, torch.SymInt) and num_children >= 1):
             raise ValueError(f"children needs num_children, a positive integer above every id, got {num_children!r}")
         index = children.long()  # (B, I)
         try:  # each child's number of rows: 1/n of it in each

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, NamedTuple, TypeVar
 
 import torch
 from torch import nn
 
 from .._eager import autocast_off, autocast_on
+from .._numbers import is_count, is_finite, number_repr
 
 __all__ = ["RoutingResult", "RoutingView", "check_votes", "checked_view"]
 
@@ -150,15 +150,15 @@ def check_floating(x: torch.Tensor, what: str, fix: str) -> None:
 
 def check_count(name: str, value: object) -> None:
     """A ValueError unless ``value`` is a positive integer (not a bool): a routing's or layer's size."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_count(value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_positive(name: str, value: object, hint: str = "") -> None:
     """A ValueError unless ``value`` is a positive finite number (not a bool): a scale, floor or width; ``hint``
     follows the name in the message."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}")
+    if not (is_finite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number{hint}, got {number_repr(value)}")
 
 
 def check_routing(routing: object) -> None:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._numbers import is_int
 from .._text import told_apart
 from ..data.sets import shown_range
 from ..models import reconstructs, segments
@@ -245,10 +246,10 @@ class Viewer(_ViewerBase):
             raise ViewerError("no test set is loaded; draw or upload an image instead")
         n = len(self.test_images)
         if label is not None:
-            if not _is_int(label) or not 0 <= label < len(self.classes):
+            if not is_int(label) or not 0 <= label < len(self.classes):
                 raise ViewerError(f"unknown class {label!r}: classes are 0..{len(self.classes) - 1} "
                                   f"({', '.join(told_apart(self.classes))})")
-            if not _is_int(nth) or nth < 0:
+            if not is_int(nth) or nth < 0:
                 raise ViewerError(f"nth must be a non-negative integer, got {nth!r}")
             hit = self.test_labels == label  # (N,), or (N, 2) for MultiMNIST pairs: either digit
             where = (hit.any(dim=1) if hit.dim() == 2 else hit).nonzero().flatten()
@@ -306,7 +307,7 @@ class Viewer(_ViewerBase):
         cfg = self.config
         if not self.decodes:
             raise ViewerError(f"this {type(self.model).__name__} has no decoder: it cannot reconstruct")
-        if not _is_int(capsule) or not 0 <= capsule < cfg.num_classes:
+        if not is_int(capsule) or not 0 <= capsule < cfg.num_classes:
             raise ViewerError(f"unknown capsule {capsule!r}: digit capsules are 0..{cfg.num_classes - 1}")
         if not isinstance(pose, list) or len(pose) != self.digit_dim:
             got = f"{len(pose)} numbers" if isinstance(pose, list) else type(pose).__name__
@@ -345,14 +346,10 @@ def _pose_number(v: Any) -> bool:
 def checked_index(index: Any, n: int, unit: str = "images") -> None:
     """A ViewerError unless ``index`` picks one of a test set's ``n`` items: a type ("3", 3.0, true, null) said as
     one, an index outside 0..n-1 as out of range."""
-    if not _is_int(index):
+    if not is_int(index):
         raise ViewerError(f"test index must be an integer, got {index!r}")
     if not 0 <= index < n:
         raise ViewerError(f"test index {index!r} out of range: the test set has {n} {unit}, 0..{n - 1}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "best", weights: str = "saved",
@@ -390,7 +387,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     from .segmentation import SEGMENTATION_TEST_SIZE, SegmentationViewer
     from .synthesis import SYNTHESIS_TEST_SIZE, SynthesisViewer
 
-    if test_size is not None and (not _is_int(test_size) or test_size < 0):
+    if test_size is not None and (not is_int(test_size) or test_size < 0):
         raise ViewerError(f"test_size must be a non-negative integer (0: all), got {test_size!r}")
     if checkpoint is None:
         if weights != "saved":

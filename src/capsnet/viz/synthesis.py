@@ -29,12 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._numbers import is_int
 from ..figures.report import INTERPOLATION_STEPS  # images from seeds[0]'s noise to seeds[1]'s, as figures draws them
 from ..figures.synthesis import interpolate_noise
 from ..image_metrics import l1_error, noise_spread, ssim
 from ..routing import routing_name
 from ..synthesis import row_noise, samples
-from .engine import (ViewerError, _Input, _ViewerBase, _is_int, checked_image, checked_index, encode,
+from .engine import (ViewerError, _Input, _ViewerBase, checked_image, checked_index, encode,
                      first_conv)
 from .segmentation import coupling_view, describe_layers, hooked_grids, length_views, routers, routing_layer
 
@@ -171,7 +172,7 @@ class SynthesisViewer(_ViewerBase):
         if seeds is None:
             return list(DEFAULT_SEEDS)
         if (not isinstance(seeds, (list, tuple)) or not 1 <= len(seeds) <= MAX_SEEDS
-                or not all(_is_int(s) and 0 <= s <= MAX_SEED for s in seeds)):
+                or not all(is_int(s) and 0 <= s <= MAX_SEED for s in seeds)):
             raise ViewerError(f"seeds must be a list of 1 to {MAX_SEEDS} integers in 0..{MAX_SEED}, got "
                               f"{str(seeds)[:80]}")
         if len(set(seeds)) != len(seeds):
