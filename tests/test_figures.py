@@ -66,6 +66,28 @@ def test_swept_poses_reject_bad_dims_and_deltas():
         fg.swept_poses(torch.zeros(2, 16), [0])
 
 
+def test_a_decoder_without_reconstruct_is_named_so_by_figures_and_the_viewer():
+    """A classifier holding a decoder but no reconstruct(poses, index) method: the viewer said it "has no decoder"
+    where figures named the method; both now raise models.cannot_reconstruct's words (figures checked here)."""
+    from capsnet.models import CapsNet, CapsNetConfig, cannot_reconstruct, reconstructs
+
+    class NoMethod(CapsNet):
+        reconstruct = None
+
+    small = dict(conv1_channels=8, primary_types=2)
+    with_method, without = CapsNet(CapsNetConfig(**small)), NoMethod(CapsNetConfig(**small))
+    assert reconstructs(with_method) and cannot_reconstruct(with_method) is None
+    assert not reconstructs(without)
+    said = cannot_reconstruct(without)
+    assert said.startswith("this NoMethod has a decoder but no reconstruct(poses, index) method: it cannot reconstruct")
+    with pytest.raises(fg.FigureError, match=r"^this NoMethod has a decoder but no reconstruct\(poses, index\)"):
+        fg.reconstructions(without, torch.rand(2, 1, 28, 28))
+    decoderless = CapsNet(CapsNetConfig(**small, decoder=False))
+    assert cannot_reconstruct(decoderless) == "this CapsNet has no decoder: it cannot reconstruct"
+    with pytest.raises(fg.FigureError, match="^this CapsNet has no decoder: it cannot reconstruct$"):
+        fg.reconstructions(decoderless, torch.rand(2, 1, 28, 28))
+
+
 def test_pose_sweep_shape_and_its_zero_column_is_the_plain_reconstruction(model, test_set):
     x, y = _inputs(test_set)
     dims = [1, 7, 15]

@@ -21,7 +21,7 @@ import torch
 from .._progress import progress_bar
 from ..checkpoint import short_repr
 from ..data.sets import unit_float
-from ..models import reconstructs, segments, segments_size
+from ..models import cannot_reconstruct, segments, segments_size
 from ..models.capsnet import CapsNet
 from ..routing import checked_view
 from ..runtime import keeps_mode
@@ -59,11 +59,9 @@ def _images(model: CapsNet, images: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(model: CapsNet) -> None:
-    if getattr(model, "decoder", None) is None:
-        raise FigureError(f"this {type(model).__name__} has no decoder: it cannot reconstruct")
-    if not reconstructs(model) and not segments(model):  # (a segmentation model's decoder: predict says what it is)
-        raise FigureError(f"this {type(model).__name__} has no reconstruct(poses, index) method: it cannot "
-                          f"reconstruct")
+    why = cannot_reconstruct(model)
+    if why is not None and not (segments(model) and model.decoder is not None):  # (a segmentation model's decoder:
+        raise FigureError(why)  # predict says what it is)
 
 
 @torch.no_grad()

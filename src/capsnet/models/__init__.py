@@ -36,7 +36,7 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "InvertedCapsNetOutput", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "default_routing", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
-           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs",
+           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs", "cannot_reconstruct",
            "LOOK_INSIDE_NEEDS", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
@@ -143,7 +143,19 @@ def is_segmentation(name_or_config: Any) -> bool:
 def reconstructs(model: nn.Module) -> bool:
     """Whether a classifier ``model`` draws reconstructions for figures and the viewer: a decoder (not None) and a
     ``reconstruct(poses, index)`` method (README, "Where things live, and how to add one")."""
-    return getattr(model, "decoder", None) is not None and callable(getattr(model, "reconstruct", None))
+    return cannot_reconstruct(model) is None
+
+
+def cannot_reconstruct(model: nn.Module) -> str | None:
+    """Why ``model`` draws no reconstructions (figures' and the viewer's words), or None where it does
+    (``reconstructs``): no decoder, or a decoder without a ``reconstruct(poses, index)`` method."""
+    kind = type(model).__name__
+    if getattr(model, "decoder", None) is None:
+        return f"this {kind} has no decoder: it cannot reconstruct"
+    if not callable(getattr(model, "reconstruct", None)):
+        return (f"this {kind} has a decoder but no reconstruct(poses, index) method: it cannot reconstruct (README, "
+                f"\"Where things live, and how to add one\")")
+    return None
 
 
 # what figures and the viewer need of a classifier, said where they refuse one

@@ -25,7 +25,7 @@ from torch import nn
 from .._numbers import is_int
 from .._text import told_apart
 from ..data.sets import shown_range
-from ..models import reconstructs, segments
+from ..models import cannot_reconstruct, reconstructs, segments
 from ..models.capsnet import CapsNet, CapsNetConfig
 from ..routing import checked_view, routing_is, routing_name
 
@@ -306,7 +306,7 @@ class Viewer(_ViewerBase):
         """The decoder's image of one digit capsule with the given pose (the sliders' call)."""
         cfg = self.config
         if not self.decodes:
-            raise ViewerError(f"this {type(self.model).__name__} has no decoder: it cannot reconstruct")
+            raise ViewerError(cannot_reconstruct(self.model))
         if not is_int(capsule) or not 0 <= capsule < cfg.num_classes:
             raise ViewerError(f"unknown capsule {capsule!r}: digit capsules are 0..{cfg.num_classes - 1}")
         if not isinstance(pose, list) or len(pose) != self.digit_dim:
