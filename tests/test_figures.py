@@ -86,6 +86,10 @@ def test_a_decoder_without_reconstruct_is_named_so_by_figures_and_the_viewer():
     assert cannot_reconstruct(decoderless) == "this CapsNet has no decoder: it cannot reconstruct"
     with pytest.raises(fg.FigureError, match="^this CapsNet has no decoder: it cannot reconstruct$"):
         fg.reconstructions(decoderless, torch.rand(2, 1, 28, 28))
+    from capsnet.models import create_model
+    unet = create_model("unet", input_height=16, input_width=16, depth=1)  # a segmentation model without a decoder
+    with pytest.raises(fg.FigureError, match="^this UNet has no decoder: it cannot reconstruct$"):  # AttributeError
+        fg.reconstructions(unet, torch.rand(2, 1, 16, 16))  # for a day (a review)
 
 
 def test_pose_sweep_shape_and_its_zero_column_is_the_plain_reconstruction(model, test_set):

@@ -345,7 +345,8 @@ def test_the_capsule_layers_refuse_a_routing_that_is_no_module_a_switch_that_is_
         (lambda: DenseCaps(4, 8, 2, 16, factored=0), ValueError, "factored must be True or False, got 0"),
         (lambda: ConvCaps2d(2, 4, 2, 4, bias="no"), ValueError, "bias must be True or False, got 'no'"),
     ]
-    for field in ((1, 0.5, 0, 3), (1, 2), "abcd", (0, 0.5, 3, 3), (1, float("nan"), 3, 3), (1, True, 3, 3)):
+    for field in ((1, 0.5, 0, 3), (1, 2), "abcd", (0, 0.5, 3, 3), (1, float("nan"), 3, 3), (1, True, 3, 3),
+                  (1, 10**400, 3, 3)):  # past float's range: math.isfinite's OverflowError before
         cases.append((lambda field=field: ClassMatrixCaps(2, 3, routing=EMRouting(3), receptive_field=field),
                       ValueError, r"receptive_field must be \(stride, offset, image height, image width\): a positive "
                                   rf"stride .* got {re.escape(repr(field))}"))

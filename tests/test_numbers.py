@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import pytest
@@ -35,7 +36,10 @@ def test_number_repr_shortens_long_integers_only():
     assert number_repr(-3 * 10**20) == "-3e+20"
     assert number_repr(10**400) == "100000000000... (401 digits)"
     assert number_repr(-(10**400)) == "-100000000000... (401 digits)"
-    assert number_repr(10**5000) == "an integer past 10**4000"  # str() refuses past 4,300 digits
+    assert number_repr(10**3900) == "100000000000... (3901 digits)"
+    assert number_repr(10**5000) == "an integer of about 5,000 digits"  # str() refuses past 4,300 digits
+    assert number_repr(-(10**5000)) == "-an integer of about 5,000 digits"
+    assert number_repr([1, 10**400, "a"]) == "[1, 100000000000... (401 digits), 'a']" == number_repr((1, 10**400, "a"))
 
 
 def test_a_huge_positive_factor_is_refused_by_name_not_by_an_overflow():
@@ -52,6 +56,30 @@ def test_a_huge_positive_factor_is_refused_by_name_not_by_an_overflow():
 def test_a_field_out_of_range_far_past_10_to_4000_is_named():
     """check_range printed str(value), which Python refuses past 4,300 digits (a ValueError of its own, not naming
     the field)."""
-    with pytest.raises(ValueError, match=r"SegCapsConfig.routing_iterations must be in 1..100, got an integer past "
-                                         r"10\*\*4000"):
+    with pytest.raises(ValueError, match=r"SegCapsConfig.routing_iterations must be in 1..100, got an integer of "
+                                         r"about 5,000 digits"):
         SegCapsConfig(routing_iterations=10**5000)
+    with pytest.raises(ValueError, match=r"SegCapsConfig.level_widths must be in 0.25..8, got \[1, 1, 0.1, 1\]$"):
+        SegCapsConfig(level_widths=(1, 1, 0.1, 1))
+
+
+def test_a_field_of_the_wrong_type_holding_a_huge_int_is_named():
+    """check_types printed repr(value): past 4,300 digits Python's own ValueError, not naming the field."""
+    with pytest.raises(ValueError, match=r"SegCapsConfig.level_widths must be a list of finite numbers, got \[1, 1, "
+                                         r"an integer of about 5,000 digits, 1\]"):
+        SegCapsConfig(level_widths=[1, 1, 10**5000, 1])
+
+
+def test_a_comma_list_given_as_a_string_gets_a_json_hint_only_where_it_is_one():
+    """The hint gives the JSON list to type: decimals only for a list of numbers, not for a list of integers."""
+    from capsnet.models import CapsNetConfig
+    with pytest.raises(ValueError, match=r"give a JSON list, e\.g\. level_widths=\[1,2\.5,1,1\]$"):
+        SegCapsConfig(level_widths="1, 2.5,1,1")
+    with pytest.raises(ValueError, match=r"decoder_hidden must be a list of integers, got '512,1024'; give a JSON "
+                                         r"list, e\.g\. decoder_hidden=\[512,1024\]$"):
+        CapsNetConfig(decoder_hidden="512,1024")
+    for no_hint in ("512.5,1024", ".,."):
+        with pytest.raises(ValueError, match=rf"got '{re.escape(no_hint)}'$"):
+            CapsNetConfig(decoder_hidden=no_hint)
+    with pytest.raises(ValueError, match=r"got '\.,\.'$"):
+        SegCapsConfig(level_widths=".,.")

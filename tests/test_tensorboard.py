@@ -54,6 +54,22 @@ def test_a_model_without_decoder_gets_scalars_only(tmp_path, capsys):
     assert len(writers()) == before
 
 
+def test_a_decoder_without_a_reconstruct_method_gets_scalars_only(tmp_path):
+    """The logger asked hasattr(model, "reconstruct"), so a model whose decoder has no reconstruct method (None)
+    went on to figures and failed there; it now asks models.reconstructs, as figures and the viewer do."""
+    from capsnet.models import CapsNet, CapsNetConfig
+    from capsnet.tensorboard import TensorBoardLogger
+
+    class NoMethod(CapsNet):
+        reconstruct = None
+
+    logger = TensorBoardLogger(tmp_path / "tb", torch.rand(4, 1, 28, 28))
+    logger.log_epoch(NoMethod(CapsNetConfig(conv1_channels=8, primary_types=2)), {"epoch": 1, "step": 3, "x": 0.5})
+    logger.writer.close()
+    tags = _events(tmp_path / "tb").Tags()
+    assert tags["scalars"] == ["x"] and tags["images"] == []
+
+
 def test_a_resume_that_trains_nothing_starts_no_events_file(tmp_path, capsys):
     """Each resume of a finished run with --tensorboard left an empty events file (88 bytes) in the log folder: the
     writer, made as the run started, starts one (a review of long-running use, 2026-12-02). It is made at the first

@@ -130,9 +130,10 @@ def check_types(config: Any) -> None:
         object.__setattr__(config, f.name, value)
         if not test(value):
             # a list typed as --model-option decoder_hidden=512,1024 arrives as the string '512,1024'
+            number = r"\d+(\.\d+)?" if f.type == "tuple[float, ...]" else r"\d+"
             hint = f"; give a JSON list, e.g. {f.name}=[{value.replace(' ', '')}]" if f.type.startswith("tuple[") \
-                and isinstance(value, str) and re.fullmatch(r"\s*[\d.]+(\s*,\s*[\d.]+)+\s*", value) else ""
-            raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {value!r}{hint}")
+                and isinstance(value, str) and re.fullmatch(rf"\s*{number}(\s*,\s*{number})+\s*", value) else ""
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {what}, got {number_repr(value)}{hint}")
 
 
 class OutOfRange(ValueError):

@@ -32,11 +32,17 @@ def is_finite(v: Any) -> bool:
 
 
 def number_repr(v: Any) -> str:
-    """``repr(v)`` for a message, an int of 12 digits or more shortened (10**400's repr is 401 digits; ``int`` refuses
-    to print one past 4,300): 1e+12, or its first digits and their count past float's range."""
+    """``repr(v)`` for a message, an int of 12 digits or more shortened (10**400's repr is 401 digits; Python refuses
+    to print one past 4,300): 1e+12, or its first digits and their count past float's range, or only about how many
+    digits past 3,900; in a list or tuple each item so (a list's brackets)."""
+    if isinstance(v, (list, tuple)):
+        return f"[{', '.join(number_repr(x) for x in v)}]"
     if not is_int(v) or abs(v) < 10**12:
         return repr(v)
     if abs(v) < 10**300:
         return f"{v:.3g}"
-    digits = str(abs(v)) if abs(v).bit_length() < 14_000 else ""
-    return f"{'-' if v < 0 else ''}{digits[:12]}... ({len(digits)} digits)" if digits else "an integer past 10**4000"
+    sign, bits = "-" if v < 0 else "", abs(v).bit_length()
+    if bits > 13_000:  # about 3,913 digits: str() stays within Python's limit below this
+        return f"{sign}an integer of about {int(bits * math.log10(2)):,} digits"
+    digits = str(abs(v))
+    return f"{sign}{digits[:12]}... ({len(digits)} digits)"

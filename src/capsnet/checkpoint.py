@@ -30,7 +30,7 @@ from safetensors.torch import save as st_save
 
 from ._files import REPLACE_RETRY_S, replace_file
 from ._files import WINDOWS as _WINDOWS
-from ._numbers import is_count, is_finite
+from ._numbers import is_count, is_finite, is_real
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "resolve_checkpoint", "load_weights",
            "check_fits_before_building", "same_path", "atomic_write", "atomic_write_bytes", "atomic_write_text",
@@ -849,8 +849,7 @@ def _check_metadata(model_config: Any, train_config: Any, state: Any) -> None:
         raise ValueError("state.history must be a list of epoch records")
     best = state.get("best")
     if best is not None and not (isinstance(best, dict) and is_count(best.get("epoch"), 0)
-                                 and isinstance(best.get("accuracy"), (int, float))
-                                 and not isinstance(best.get("accuracy"), bool)):
+                                 and is_real(best.get("accuracy"))):
         raise ValueError(f"state.best must be null or an object with an integer epoch and a numeric accuracy, "
                          f"got {short_repr(best)}")
     if "within" in state:

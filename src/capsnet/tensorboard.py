@@ -173,7 +173,9 @@ class TensorBoardLogger:
         for key, value in record.items():
             if key not in ("epoch", "step") and isinstance(value, (int, float)) and math.isfinite(value):
                 self.writer.add_scalar(key, value, step)
-        if getattr(model, "decoder", None) is not None and hasattr(model, "reconstruct"):
+        from .models import reconstructs
+
+        if reconstructs(model):
             from .figures.arrays import pose_sweep, reconstructions
             from .runtime import evaluating
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._eager import permute_contiguous, promoted
+from .._numbers import is_finite
 from ..routing import RoutingResult, RoutingView
 from ..routing.result import check_count, check_floating, check_positive, check_routing, check_switch
 
@@ -203,7 +204,7 @@ def _check_receptive_field(field: object) -> None:
         try:
             for name, value in (("stride", stride), ("image height", height), ("image width", width)):
                 check_positive(name, value)
-            ok = not isinstance(offset, bool) and isinstance(offset, (int, float)) and math.isfinite(offset)
+            ok = is_finite(offset)
         except ValueError:
             ok = False
     if not ok:

@@ -439,9 +439,10 @@ class SegCapsConfig(StackRouted, JsonConfig):
     # its own position's; 3 or 5 make its votes from its neighbours' too at full resolution; not in the paper)
     width: float = 1.0  # every hidden capsule layer's types times this, rounded (the paper's 2-8 types at 1; the
     # weights and the step's cost grow about as width and width squared; not in the paper)
-    level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # and times these by the scale of the layer's grid: the
-    # full image, 1/2, 1/4, 1/8 (LEVELS; deconv_3_1, then primary, conv_2_1, deconv_2_1, deconv_2_2, then conv_2_2,
-    # conv_3_1, deconv_1_1, deconv_1_2, then conv_3_2, conv_4_1), to move types between scales; not in the paper
+    level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # the hidden capsule layers' types (after width) times
+    # these by the scale of their grid: the full image, 1/2, 1/4, 1/8 (LEVELS; deconv_3_1, then primary, conv_2_1,
+    # deconv_2_1, deconv_2_2, then conv_2_2, conv_3_1, deconv_1_1, deconv_1_2, then conv_3_2, conv_4_1), to move
+    # types between the scales; not in the paper
     deconv_init: str = "fan-in"  # the three deconvolutional capsule layers' He-normal fan (capsule_stack): "fan-in",
     # the inputs that reach each output, or "reference", the reference code's Keras fan (2.8-5.7x smaller a start)
 
