@@ -131,7 +131,8 @@ def test_a_model_with_a_decoder_but_no_reconstruct_method_is_drawn_without_recon
     model = NoReconstruct(CapsNet(CapsNetConfig(**SMALL["capsnet"]))).eval()
     assert model.decoder is not None and not reconstructs(model)
     assert reconstructs(create_model("capsnet", **SMALL["capsnet"]))
-    with pytest.raises(fg.FigureError, match=r"has no reconstruct\(poses, index\) method: it cannot reconstruct"):
+    with pytest.raises(fg.FigureError, match=r"has a decoder but no reconstruct\(poses, index\) method: it cannot "
+                                             r"reconstruct"):
         fg.reconstructions(model, torch.rand(2, 1, 28, 28))
     viewer = Viewer(model)
     assert viewer.info()["decoder"] is False
