@@ -87,8 +87,6 @@ class JsonConfig:
         return d
 
 
-
-
 _TYPES = {  # annotation -> (test, what it must be)
     "int": (is_int, "an integer"),
     "float": (is_finite, "a finite number"),

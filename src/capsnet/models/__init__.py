@@ -36,8 +36,8 @@ __all__ = ["CapsNet", "CapsNetConfig", "CapsNetCifar10Config", "CapsNetSvhnConfi
            "EMCapsNetOutput", "em_capsnet_loss", "EfficientCapsNet", "EfficientCapsNetConfig", "InvertedCapsNet",
            "InvertedCapsNetConfig", "InvertedCapsNetOutput", "inverted_capsnet_loss", "ModelSpec", "MODELS", "SCORES", "check_registry", "list_models", "model_spec", "create_model",
            "model_name", "train_defaults", "default_routing", "num_weights", "pretrained", "list_pretrained", "SegCaps", "SegCapsConfig", "SegCapsR1Config", "SegCapsOutput",
-           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs", "cannot_reconstruct",
-           "LOOK_INSIDE_NEEDS", "CapsPix2pix",
+           "segmentation_model_loss", "UNet", "UNetConfig", "UNetOutput", "is_segmentation", "reconstructs",
+           "cannot_reconstruct", "LOOK_INSIDE_NEEDS", "CapsPix2pix",
            "CapsPix2pixConfig", "CapsPix2pixDeepConfig", "CapsPix2pixGenerator", "ConditionalDiscriminator", "ConditionalGAN", "Pix2pix",
            "Pix2pixConfig", "UNetGenerator", "PatchDiscriminator", "synthesis_losses"]
 
