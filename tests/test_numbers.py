@@ -59,8 +59,13 @@ def test_a_field_out_of_range_far_past_10_to_4000_is_named():
     with pytest.raises(ValueError, match=r"SegCapsConfig.routing_iterations must be in 1..100, got an integer of "
                                          r"about 5,000 digits"):
         SegCapsConfig(routing_iterations=10**5000)
-    with pytest.raises(ValueError, match=r"SegCapsConfig.level_widths must be in 0.25..8, got \[1, 1, 0.1, 1\]$"):
+    with pytest.raises(ValueError, match=r"SegCapsConfig.level_widths must be in 0.25..8, got \[1, 1, 0.1, 1\] "
+                                         r"\(entry 2, 0.1\)$"):  # which of the list's entries
         SegCapsConfig(level_widths=(1, 1, 0.1, 1))
+    from capsnet.models import CapsNetConfig
+    with pytest.raises(ValueError, match=r"decoder_hidden must be in 1..65,536, got \[512, 1e\+20\] \(entry 1, "
+                                         r"1e\+20\)$"):
+        CapsNetConfig(decoder_hidden=(512, 10**20))
 
 
 def test_a_field_of_the_wrong_type_holding_a_huge_int_is_named():

@@ -148,9 +148,10 @@ def check_range(config: Any, name: str, lo: float, hi: float) -> None:
     """``lo <= config.name <= hi`` (each item, for a list), or an ``OutOfRange`` (a ValueError) naming the field and
     the range."""
     value = getattr(config, name)
-    for v in value if isinstance(value, (list, tuple)) else (value,):
+    listed = isinstance(value, (list, tuple))
+    for i, v in enumerate(value if listed else (value,)):
         if not lo <= v <= hi:
-            got = number_repr(value)
+            got = number_repr(value) + (f" (entry {i}, {number_repr(v)})" if listed else "")
             raise OutOfRange(f"{type(config).__name__}.{name} must be in {_number(lo)}..{_number(hi)}, got {got}",
                              name, lo, hi)
 
