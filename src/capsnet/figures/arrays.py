@@ -18,6 +18,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import torch
 
+from .._numbers import is_real
 from .._progress import progress_bar
 from ..checkpoint import short_repr
 from ..data.sets import unit_float
@@ -284,9 +285,7 @@ def routing_trace(model: torch.nn.Module, images: torch.Tensor) -> RoutingTrace:
 
 def _number(v: Any) -> bool:
     """A metric's value: a real number (NaN allowed: a diverged epoch) within float's range, not a bool."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    return isinstance(v, float) or abs(v) <= 1 << 1023
+    return is_real(v) and (isinstance(v, float) or abs(v) <= 1 << 1023)
 
 
 def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict]:

@@ -10,7 +10,6 @@ calls; ``load_viewer`` picks the one a checkpoint needs.
 from __future__ import annotations
 
 import base64
-import math
 import os
 import threading
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._numbers import is_int
+from .._numbers import is_finite, is_int
 from .._text import told_apart
 from ..data.sets import shown_range
 from ..models import cannot_reconstruct, reconstructs, segments
@@ -335,12 +334,7 @@ def checked_image(image: torch.Tensor, shape: tuple[int, int, int]) -> torch.Ten
 
 
 def _pose_number(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v) and abs(v) <= MAX_POSE
-    except OverflowError:  # an int too large for a float
-        return False
+    return is_finite(v) and abs(v) <= MAX_POSE  # is_finite: no OverflowError on an int too large for a float
 
 
 def checked_index(index: Any, n: int, unit: str = "images") -> None:
