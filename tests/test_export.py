@@ -149,9 +149,10 @@ def pt2_checks(path, batches, model):
 # segcaps is segcaps-r1 with more routing rounds written out: a later round repeats the first's operations and adds
 # the agreement update (a product and a sum, operations of the same kinds); a 20-25 s export against 10 s, so it
 # runs with -m slow; capspix2pix-deep is capspix2pix's generator from another start, the same operations;
-# em-capsnet-small is em-capsnet's layers at other sizes (10 s)
+# em-capsnet-small is em-capsnet's layers at other sizes (10 s); capsnet-svhn is capsnet's layers over three
+# channels (6 s; capsnet-cifar10 keeps the three-channel input and SAME padding in the default suite)
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
-                                  if n in ("segcaps", "capspix2pix-deep", "em-capsnet-small") else n
+                                  if n in ("segcaps", "capspix2pix-deep", "em-capsnet-small", "capsnet-svhn") else n
                                   for n in list_models()])
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
