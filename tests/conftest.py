@@ -1,8 +1,12 @@
-"""Shared fixtures: the offline copy of the real data sets, and one small trained CapsNet for the whole run."""
+"""Shared fixtures: the offline copy of the real data sets, and the small trained runs every test reads (each
+trained once for the whole session, whichever worker asks first)."""
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from pathlib import Path
+from typing import Callable
 
 # `pytest -n N` (pytest-xdist, the README's command): the cores go to the N worker processes, so each runs torch on
 # one thread, and so do the processes the tests start (set before torch is imported; an explicit setting wins).
@@ -63,6 +67,27 @@ def data_root() -> Path:
     return root
 
 
+def _trained_once(tmp_path_factory: pytest.TempPathFactory, name: str, train: Callable[[Path], None]) -> Path:
+    """``root/run``, where ``train(root / "run")`` made it once for the whole session: under `pytest -n N` each
+    worker process holds its own session fixtures, and every worker trained each shared run again (SegCaps' twice
+    for 10 s each); now the first worker to ask trains it in the folder the workers share, under a file lock, and
+    the others wait for it and read it. A run that failed to train is trained afresh by the next to ask."""
+    if not _XDIST_WORKER:
+        root = tmp_path_factory.mktemp(name)
+        train(root / "run")
+        return root / "run"
+    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, above each worker's own
+    root, done = shared / f"shared-{name}", shared / f"shared-{name}.done"
+    with open(shared / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if training raises
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            train(root / "run")
+            done.touch()
+    return root / "run"
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, data_root) -> Path:
     """A run directory of ``TINY`` trained for 2 epochs on 1,000 real MNIST digits (tested on 200).
@@ -70,10 +95,9 @@ def trained_run(tmp_path_factory, data_root) -> Path:
     Shared by the figure, viewer and command-line tests: treat it as read-only
     and copy what a test changes.
     """
-    run = tmp_path_factory.mktemp("trained") / "run"
-    fit(TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
-        device="cpu", data_root=data_root, progress=False)
-    return run
+    return _trained_once(tmp_path_factory, "trained", lambda run: fit(
+        TINY, TrainConfig(dataset="mnist", epochs=2, batch_size=32, train_size=1000, test_size=200, seed=0), run,
+        device="cpu", data_root=data_root, progress=False))
 
 
 @pytest.fixture(scope="session")
@@ -83,10 +107,9 @@ def segmentation_run(tmp_path_factory, data_root) -> Path:
     treat it as read-only."""
     from capsnet.models import SegCapsR1Config
 
-    run = tmp_path_factory.mktemp("segmentation") / "run"
-    fit(SegCapsR1Config(), TrainConfig(dataset="mnist-segmentation", epochs=1, batch_size=8, train_size=32,
-                                       test_size=16, seed=0), run, device="cpu", data_root=data_root, progress=False)
-    return run
+    return _trained_once(tmp_path_factory, "segmentation", lambda run: fit(
+        SegCapsR1Config(), TrainConfig(dataset="mnist-segmentation", epochs=1, batch_size=8, train_size=32,
+                                       test_size=16, seed=0), run, device="cpu", data_root=data_root, progress=False))
 
 
 @pytest.fixture(scope="session")
@@ -96,11 +119,10 @@ def gan_run(tmp_path_factory, data_root) -> Path:
     from capsnet.gan import fit_gan
     from capsnet.models import CapsPix2pixConfig
 
-    run = tmp_path_factory.mktemp("gan") / "run"
-    fit_gan(CapsPix2pixConfig(), TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16,
-                                             test_size=4, lr=2e-4), run, device="cpu", data_root=data_root,
-            progress=False, judge="pretrained:capsnet-mnist-small")
-    return run
+    return _trained_once(tmp_path_factory, "gan", lambda run: fit_gan(
+        CapsPix2pixConfig(), TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=16,
+                                         test_size=4, lr=2e-4), run, device="cpu", data_root=data_root,
+        progress=False, judge="pretrained:capsnet-mnist-small"))
 
 
 def _write_mask_pairs(root: Path, n: int, size: tuple[int, int] = (16, 16), mode: str = "L", mask_scale: int = 255,
@@ -137,8 +159,9 @@ def unet_run(tmp_path_factory) -> Path:
     for testing, chosen by name). Shared by the viewer and figure tests: read-only."""
     from capsnet.models import UNetConfig
 
-    root = tmp_path_factory.mktemp("unet")
-    _write_mask_pairs(root / "data", 10)
-    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
-        TrainConfig(dataset=f"folder:{root / 'data'}", epochs=1, batch_size=4, lr=3e-3), root / "run", progress=False)
-    return root / "run"
+    def train(run: Path) -> None:
+        _write_mask_pairs(run.parent / "data", 10)
+        fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+            TrainConfig(dataset=f"folder:{run.parent / 'data'}", epochs=1, batch_size=4, lr=3e-3), run,
+            progress=False)
+    return _trained_once(tmp_path_factory, "unet", train)
