@@ -69,7 +69,7 @@ def test_figures_command_on_a_capspix2pix_run(gan_run, data_root, tmp_path, caps
     drawn, plot = [], fg.report.plot_samples
     monkeypatch.setattr(fg.report, "plot_samples", lambda *a, **k: drawn.append(a[2]) or plot(*a, **k))
     assert main(["figures", "--checkpoint", str(gan_run), "--out", str(out), "--data-dir", str(data_root),
-                 "--indices", "1", "3", "--misclassified", "3", "--no-progress"]) == 0
+                 "--indices", "1", "3", "--misclassified", "3", "--dpi", "20", "--no-progress"]) == 0  # what, not how
     assert sorted(p.name for p in out.iterdir()) == ["capsule_maps_1.png", "capsule_maps_3.png", "interpolation.png",
                                                       "samples.png", "training_curves.png", "truncation.png"]
     assert all(fg.report.FIGURE_NAME.fullmatch(p.name) for p in out.iterdir())  # a later call's note's figures
@@ -99,7 +99,7 @@ def test_pix2pix_figures_have_samples_but_no_interpolation_or_capsules(tmp_path,
             batch_size=4, train_size=8, test_size=4), run, device="cpu", data_root=data_root, progress=False)
     out = tmp_path / "figs"
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--data-dir", str(data_root), "--indices",
-                 "0", "--no-progress"]) == 0
+                 "0", "--dpi", "20", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["samples.png", "training_curves.png"]
     # and says why (without a word before: a review, 2026-11-30)
     assert "pix2pix's noise is its dropout, no vector: no interpolation or truncation figures" in \
