@@ -29,8 +29,8 @@ TINY = TrainConfig(dataset="mnist-skeleton", epochs=1, batch_size=8, train_size=
 def test_a_short_run_on_real_pairs_lowers_the_l1_term(tmp_path, data_root, recwarn):
     cfg = replace(TINY, epochs=3, train_size=64, lr=3e-3, eval_every=3)
     # a quarter of the paper's capsule types at every level, a small noise and discriminator: the loop is the same,
-    # the run 2x-3x quicker than the default CapsPix2pixConfig() (train_l1 0.162, 0.077, 0.059 by epoch; the default
-    # gave 0.143, 0.103, 0.081, its last epoch's pixels 0.014 from 0 or 1 on average, this one's 0.024)
+    # the run about twice as quick as the default CapsPix2pixConfig()'s (train_l1 0.162, 0.077, 0.059 by epoch; the
+    # default gave 0.143, 0.103, 0.081, its last epoch's pixels 0.014 from 0 or 1 on average, this one's 0.024)
     model = CapsPix2pixConfig(noise_dim=8, disc_channels=4, level_widths=(0.25, 0.25, 0.25, 0.25))
     fit_gan(model, cfg, tmp_path / "r", device="cpu", data_root=data_root, progress=False)
     records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
