@@ -89,9 +89,13 @@ def test_registered_model_compiles_as_one_graph_and_trains_as_eager(name):
     # graphs, --compile reduce-overhead, could not take whole), with eager's loss and gradients. aot_eager traces
     # forward and backward as Inductor does, without its C++ build (Inductor itself: the slow tests of
     # test_fast_paths.py and test_models_segmentation.py)
+    # At 2 routing rounds where a model's default is more: both kinds of round (with the agreement update or E-step,
+    # and the last without) trace as at 3, in a third less time (em-capsnet-small: 7.5 s to about 5 s)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = create_model(name, **SMALL[name], num_classes=10, input_height=28, input_width=28)
+    rounds = {"routing_iterations": 2} if getattr(MODELS[name].config(), "routing_iterations", 0) > 2 else {}
+    model = create_model(name, **SMALL[name], **rounds, num_classes=10, input_height=28, input_width=28)
+    assert getattr(model.config, "routing_iterations", 2) >= 2  # an update round and a last one, each traced
     images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 3, 9])
     results = []
     for call in (model, torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)):
