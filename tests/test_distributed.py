@@ -642,24 +642,29 @@ except DistributedError as e:
 """
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_a_process_started_by_hand_whose_peer_never_comes_is_told_so_within_the_join_timeout(rank, tmp_path):
+def test_a_process_started_by_hand_whose_peer_never_comes_is_told_so_within_the_join_timeout(tmp_path):
     """Started without torchrun's agent (launcher variables set by hand, a scheduler's script), a process whose
     peers never came waited the collectives' whole timeout (6 hours by default) before its message (stop 94's note):
-    it now waits CAPSNET_DIST_JOIN_TIMEOUT_MIN minutes, rank 0 for the others and the others for rank 0."""
+    it now waits CAPSNET_DIST_JOIN_TIMEOUT_MIN minutes, rank 0 for the others and the others for rank 0. Rank 0 and
+    rank 1 each alone, on ports of their own, side by side (the two waits overlap)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
+    with socket.socket() as a, socket.socket() as b:  # both held while bound: two different free ports
+        a.bind(("localhost", 0))
+        b.bind(("localhost", 0))
+        ports = [a.getsockname()[1], b.getsockname()[1]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "CAPSNET_DIST"))}
-    env |= {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "MASTER_ADDR": "localhost", "MASTER_PORT": str(port), "CAPSNET_DIST_JOIN_TIMEOUT_MIN": "0.05"}
-    done = subprocess.run([sys.executable, "-c", _ALONE], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert re.search(rf"REFUSED process {rank} of 2 could not form the process group at MASTER_ADDR:MASTER_PORT "
-                     rf"localhost:{port}: the other processes never joined it within 0.05 minutes .*set "
-                     rf"CAPSNET_DIST_JOIN_TIMEOUT_MIN to wait longer", done.stdout), done.stdout + done.stderr[-2000:]
+    env |= {"WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "localhost",
+            "CAPSNET_DIST_JOIN_TIMEOUT_MIN": "0.05"}
+    alone = [subprocess.Popen([sys.executable, "-c", _ALONE], env=env | {"RANK": str(rank), "MASTER_PORT": str(port)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank, port in zip((0, 1), ports)]
+    for rank, (port, proc) in enumerate(zip(ports, alone)):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        assert re.search(rf"REFUSED process {rank} of 2 could not form the process group at MASTER_ADDR:MASTER_PORT "
+                         rf"localhost:{port}: the other processes never joined it within 0.05 minutes .*set "
+                         rf"CAPSNET_DIST_JOIN_TIMEOUT_MIN to wait longer", out), out + err[-2000:]
 
 
 _TWICE = """
