@@ -312,12 +312,12 @@ def _first_200_test_images(monkeypatch):
 def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsys, monkeypatch,
                                              blank_routing_and_sweeps):
     # the test split cut to its first 200 images for speed (the misclassified inputs are looked for among them), the
-    # pose sweeps to two dimensions
+    # pose sweeps to two dimensions, the PNGs drawn at 40 dpi (which files, not their resolution)
     _first_200_test_images(monkeypatch)
     out = tmp_path / "figs"
     # 3 given twice: drawn once (it was counted and listed twice)
     assert _figures("--checkpoint", run_dir, run_dir, "--out", out, "--data-dir", data_root, "--indices", 3, 10, 3,
-                    "--misclassified", 4, "--dims", 0, 15) == 0
+                    "--misclassified", 4, "--dims", 0, 15, "--dpi", 40) == 0
     names = sorted(p.name for p in out.iterdir())
     expected = {"reconstructions.png", "lengths.png", "training_curves.png", "pose_sweep_3.png", "pose_sweep_10.png",
                 "routing_3.png", "routing_10.png"}
@@ -338,7 +338,7 @@ def test_figures_command_writes_every_figure(run_dir, data_root, tmp_path, capsy
     blank_routing_and_sweeps()
     (out / "holiday.png").write_bytes(b"mine")
     assert _figures("--checkpoint", run_dir, "--out", out, "--data-dir", data_root, "--indices", 10,
-                    "--misclassified", 0, "--dims", 0) == 0
+                    "--misclassified", 0, "--dims", 0, "--dpi", 40) == 0
     printed = capsys.readouterr().out
     assert f"wrote 5 figures to {out} (5 files of the same names replaced):" in printed
     assert (f"note: 3 other figures in {out} came from an earlier `capsnet figures` (another --which, --indices, "
