@@ -643,8 +643,9 @@ def test_a_capsnet_trained_with_em_routing_is_rebuilt_from_its_checkpoint(tmp_pa
     drawn = []
     plot_lengths = report.plot_lengths
     monkeypatch.setattr(report, "plot_lengths", lambda *a, **kw: drawn.append(kw) or plot_lengths(*a, **kw))
-    r = in_process(capsys, "figures", "--checkpoint", run, "--dataset", "mnist-sample", "--indices", "0",
-                   "--out", tmp_path / "fig", "--no-progress")
+    # the class scores and the routing of one input (one pose dimension swept, none misclassified shown, 40 dpi)
+    r = in_process(capsys, "figures", "--checkpoint", run, "--dataset", "mnist-sample", "--indices", "0", "--dims", "0",
+                   "--misclassified", "0", "--dpi", "40", "--out", tmp_path / "fig", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert drawn[0]["score"] == "class capsule activation (em routing)" and drawn[0]["m_plus"] == 0.9
     assert (tmp_path / "fig" / "routing_0.png").exists()
