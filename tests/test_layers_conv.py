@@ -322,3 +322,43 @@ def test_a_convolutional_capsule_layer_starts_at_he_scale():
     assert layer.weight.shape == (64, 16, 5, 5)
     assert layer.weight.std().item() == pytest.approx((2 / (5 * 5 * 16)) ** 0.5, rel=0.03)
     assert abs(layer.weight.mean().item()) < 0.003
+
+
+def test_resize_upsampling_votes_are_a_convolution_of_the_grid_enlarged_by_repeating_each_capsule():
+    """upsampling="resize" (SegCaps' reference upsamp_type 'resize'): each child capsule copied into an S x S block
+    (written here with repeat_interleave), the 4x4 kernel run over it at stride 1 with TensorFlow's "same" padding
+    written by hand (3 pixels: 1 before, 2 after), then each position routed by Procedure 1; a shift by one child
+    moves the output by S."""
+    torch.manual_seed(11)
+    layer = ConvTransposeCaps2d(3, 4, 2, 5, upsampling="resize")
+    assert layer.weight.shape == (2 * 5, 4, 4, 4)  # a plain convolution's kernel: as many weights as the deconv's
+    assert layer.weight.numel() == ConvTransposeCaps2d(3, 4, 2, 5).weight.numel()
+    x = torch.randn(2, 3, 4, 6, 7)
+    y = layer(x)
+    assert y.shape == (2, 2, 5, 12, 14)
+    big = x.flatten(0, 1).repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)  # (6, 4, 12, 14)
+    votes = F.conv2d(F.pad(big, (1, 2, 1, 2)), layer.weight.detach()).view(2, 3, 2, 5, 12, 14)
+    for n, r, c in [(0, 0, 0), (1, 7, 9), (0, 11, 13), (1, 5, 0)]:
+        want = procedure1(votes[n, :, :, :, r, c], layer.bias.detach(), 3)
+        torch.testing.assert_close(y[n, :, :, r, c], want, rtol=1e-4, atol=1e-5)
+    y2 = layer(torch.roll(x, shifts=(1, 1), dims=(3, 4)))
+    torch.testing.assert_close(y2[..., 4:10, 4:12], y[..., 2:8, 2:10], rtol=1e-5, atol=1e-6)
+    assert "upsampling='resize'" in repr(layer) and "upsampling" not in repr(ConvTransposeCaps2d(3, 4, 2, 5))
+
+
+@pytest.mark.parametrize("K, S", [(1, 2), (3, 2), (4, 2), (5, 3), (2, 1)])
+def test_resize_upsampling_takes_any_kernel_and_starts_at_he_scale_of_its_convolution(K, S):
+    """The transposed convolution needs K - S even for an output of exactly S times the grid; resize-then-convolve
+    pads its stride-1 convolution "same" and takes any kernel. Its kernel starts He-normal over K K Din, the fan of
+    a plain convolution (the reference code's he_normal of its (K, K, Din, J Dout) kernel)."""
+    torch.manual_seed(0)
+    layer = ConvTransposeCaps2d(2, 16, 4, 16, kernel_size=K, stride=S, upsampling="resize")
+    assert layer(torch.randn(1, 2, 16, 5, 7)).shape == (1, 4, 16, 5 * S, 7 * S)
+    assert layer.weight.std().item() == pytest.approx((2 / (K * K * 16)) ** 0.5, rel=0.05 if K > 1 else 0.1)
+
+
+def test_an_unknown_upsampling_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"upsampling must be one of 'deconv', 'resize', got 'bilinear'"):
+        ConvTransposeCaps2d(2, 4, 3, 5, upsampling="bilinear")
+    with pytest.raises(ValueError, match=r"kernel_size - stride must be even.*upsampling='resize' takes any kernel"):
+        ConvTransposeCaps2d(2, 4, 3, 5, kernel_size=3, stride=2)

@@ -657,6 +657,32 @@ def test_level_widths_read_from_json_and_are_refused_when_malformed():
         SegCapsConfig(level_widths=(1, 1, True, 1))  # a bool is not a width
 
 
+@pytest.mark.parametrize("deconv_init", ["fan-in", "reference"])
+def test_resize_upsampling_makes_the_three_deconvolutions_votes_and_keeps_every_weight_count(deconv_init):
+    """upsampling="resize" (the reference code's other upsamp_type): deconv_1_1, deconv_2_1 and deconv_3_1 enlarge
+    their grids by nearest neighbour and convolve, the other layers unchanged; the same weight count (and num_weights
+    says it); their kernels start He-normal over K K Din under either deconv_init (the reference's fan of a plain
+    convolution is that too); a saved config reads back; another value is refused with the choices."""
+    from capsnet.layers import ConvTransposeCaps2d
+
+    torch.manual_seed(0)
+    cfg = SegCapsConfig(input_height=16, input_width=16, upsampling="resize", deconv_init=deconv_init)
+    model = SegCaps(cfg)
+    deconvs = {n: m for n, m in model.caps.items() if isinstance(m, ConvTransposeCaps2d)}
+    assert sorted(deconvs) == ["deconv_1_1", "deconv_2_1", "deconv_3_1"]
+    assert all(m.upsampling == "resize" for m in deconvs.values())
+    assert sum(p.numel() for p in model.parameters()) == cfg.num_weights == SegCapsConfig().num_weights == 1_425_649
+    for m in deconvs.values():  # (J Dout, Din, 4, 4): sd sqrt(2 / (16 Din)), 0.125 / 0.177 here
+        assert m.weight.shape[1:] == (m.in_dim, 4, 4)
+        assert m.weight.std().item() == pytest.approx((2 / (16 * m.in_dim)) ** 0.5, rel=0.05)
+    out = model.eval()(torch.rand(2, 1, 16, 16))
+    assert out.probabilities.shape == (2, 1, 16, 16) and torch.isfinite(out.probabilities).all()
+    assert SegCapsConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert SegCapsConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "upsampling"}).upsampling == "deconv"
+    with pytest.raises(ValueError, match=r"SegCapsConfig.upsampling must be one of deconv, resize, got 'bilinear'"):
+        SegCapsConfig(upsampling="bilinear")
+
+
 def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():
     with pytest.raises(ValueError, match=r"SegCapsConfig.seg_kernel must be odd .* got 4: use 3 or 5"):
         SegCapsConfig(seg_kernel=4)

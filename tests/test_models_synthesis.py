@@ -107,6 +107,27 @@ def test_capspix2pix_level_widths_move_capsule_types_between_scales_and_are_coun
         assert moved.generator(torch.rand(2, 1, 32, 32), moved.noise(2)).shape == (2, 1, 32, 32)
 
 
+def test_capspix2pix_upsampling_resize_reaches_the_generators_deconvolutions_alone():
+    """SegCaps' ``upsampling`` field on the generator: its three deconvolutional capsule layers enlarge and convolve
+    (the same generator weights as the paper's transposed convolutions), the images keep their shape, and a saved
+    config without the field reads as the transposed convolution it had."""
+    from capsnet.layers import ConvTransposeCaps2d
+
+    for name in ("capspix2pix", "capspix2pix-deep"):
+        model = create_model(name, upsampling="resize")
+        kinds = {n: getattr(m, "upsampling", None) for n, m in model.generator.caps.items()}
+        assert {n for n, k in kinds.items() if k == "resize"} == {"deconv_1_1", "deconv_2_1", "deconv_3_1"}
+        assert all(isinstance(model.generator.caps[n], ConvTransposeCaps2d) == (k is not None)
+                   for n, k in kinds.items())
+        assert model.config.generator_weights == _count(model.generator) == create_model(name).config.generator_weights
+        with torch.no_grad():
+            assert model.eval().generate(torch.rand(2, 1, 32, 32), seed=0).shape == (2, 1, 32, 32)
+        saved = {k: v for k, v in model.config.to_dict().items() if k != "upsampling"}
+        assert type(model.config).from_dict(saved).upsampling == "deconv"
+    with pytest.raises(ValueError, match=r"CapsPix2pixConfig.upsampling must be one of deconv, resize, got 'x'"):
+        CapsPix2pixConfig(upsampling="x")
+
+
 @pytest.mark.parametrize("kw", [dict(input_height=24, input_width=40, in_channels=3, out_channels=2),
                                 dict(input_height=16, input_width=64, disc_layers=2, base_channels=8),
                                 dict(input_height=256, input_width=256, base_channels=2, disc_layers=5)])

@@ -33,7 +33,7 @@ from .._eager import promoted
 from ..routing import DynamicRouting, RoutingResult
 from ..routing.result import check_count, check_floating, check_routing, check_switch
 
-__all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "same_padding", "check_grid"]
+__all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "UPSAMPLINGS", "same_padding", "check_grid"]
 
 
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
@@ -187,25 +187,46 @@ class ConvCaps2d(_GridCaps):
         return F.conv2d(c, w, stride=S)  # (B*T, J*Dout, H', W')
 
 
-class ConvTransposeCaps2d(_GridCaps):
-    """Deconvolutional capsules (SegCaps' ``DeconvCapsuleLayer``, upsampling "deconv"): votes by a transposed
-    convolution, kernel 4 and stride 2 by default, the output grid exactly ``stride`` times the input's; then
-    local routing as ``ConvCaps2d``.
+UPSAMPLINGS = ("deconv", "resize")  # ConvTransposeCaps2d's upsampling (SegCaps' reference code's upsamp_type)
 
-    Args: as ``ConvCaps2d``; ``kernel_size - stride`` must be even and non-negative (TensorFlow's "same" output
-    size, stride x H, with equal padding on both sides).
+
+class ConvTransposeCaps2d(_GridCaps):
+    """Deconvolutional capsules (SegCaps' ``DeconvCapsuleLayer``): votes on a grid ``stride`` times the input's,
+    kernel 4 and stride 2 by default; then local routing as ``ConvCaps2d``.
+
+    ``upsampling`` (``UPSAMPLINGS``, the reference code's ``upsamp_type``) says how the votes are made:
+    ``"deconv"`` (the default, the paper's layers) a transposed convolution; ``"resize"`` each child grid
+    enlarged ``stride`` times by nearest neighbour, then a ``kernel_size`` convolution of stride 1 with
+    TensorFlow's "same" padding, the reference code's other choice and the usual cure for the checkerboard
+    pattern a transposed convolution of a kernel the stride does not divide evenly leaves (Odena et al. 2016,
+    "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout`` weights.
+
+    Args: as ``ConvCaps2d``; for ``"deconv"``, ``kernel_size - stride`` must be even and non-negative
+    (TensorFlow's "same" output size, stride x H, with equal padding on both sides); ``"resize"`` takes any
+    kernel.
     """
 
     def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, *, kernel_size: int = 4,
-                 stride: int = 2, routing: nn.Module | None = None, bias: bool = True) -> None:
+                 stride: int = 2, routing: nn.Module | None = None, bias: bool = True,
+                 upsampling: str = "deconv") -> None:
         super().__init__(in_types, in_dim, out_types, out_dim, kernel_size, stride, routing, bias)
+        if upsampling not in UPSAMPLINGS:
+            raise ValueError(f"upsampling must be one of {', '.join(map(repr, UPSAMPLINGS))}, got {upsampling!r}")
+        self.upsampling = upsampling
+        K = kernel_size
+        if upsampling == "resize":  # a plain convolution's kernel over the enlarged grid: He-normal over K K Din
+            fan_in = K * K * in_dim
+            self.weight = nn.Parameter(torch.randn(out_types * out_dim, in_dim, K, K) * math.sqrt(2.0 / fan_in))
+            return
         if (kernel_size - stride) % 2 or kernel_size < stride:
             raise ValueError(f"kernel_size - stride must be even and >= 0 for an output of stride x the input, got "
-                             f"kernel_size {kernel_size} and stride {stride}")
-        K = kernel_size
+                             f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' takes any kernel)")
         # fan in of a transposed convolution with stride S: (K / S)^2 * Din inputs reach each output
         fan_in = max((K // stride) ** 2, 1) * in_dim
         self.weight = nn.Parameter(torch.randn(in_dim, out_types * out_dim, K, K) * math.sqrt(2.0 / fan_in))
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", upsampling='resize'" if self.upsampling == "resize" else "")
 
     def votes(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes:
@@ -213,5 +234,12 @@ class ConvTransposeCaps2d(_GridCaps):
             returns: (B * T, J * Dout, stride * H, stride * W)
         """
         c, w = self._children(x)  # (B*T, Din, H, W)
-        pad = (self.kernel_size - self.stride) // 2
-        return F.conv_transpose2d(c, w, stride=self.stride, padding=pad)  # (B*T, J*Dout, S*H, S*W)
+        S = self.stride
+        if self.upsampling == "resize":
+            c = F.interpolate(c, scale_factor=S, mode="nearest") if S > 1 else c  # (B*T, Din, S*H, S*W)
+            K = self.kernel_size
+            top, bottom = same_padding(c.shape[-2], K, 1)
+            left, right = same_padding(c.shape[-1], K, 1)
+            return F.conv2d(F.pad(c, (left, right, top, bottom)) if K > 1 else c, w)  # (B*T, J*Dout, S*H, S*W)
+        pad = (self.kernel_size - S) // 2
+        return F.conv_transpose2d(c, w, stride=S, padding=pad)  # (B*T, J*Dout, S*H, S*W)

@@ -332,6 +332,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     conv1_init_std: float = 0.02  # conv1's weights at the start: N(0, this) (the reference code's DCGAN 0.02)
     level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # the hidden capsule layers' types times these by the
     # scale of their grid, the full image, 1/2, 1/4, 1/8 (segcaps.LEVELS, SegCaps' field); not in the paper
+    upsampling: str = "deconv"  # the three deconvolutional capsule layers' votes (SegCaps' field): the paper's
+    # transposed convolution, or "resize" (nearest neighbour, then a 4x4 convolution; no checkerboard pattern)
     capsule_norm: str = "none"  # "instance": SegCaps' option (segcaps.instance_norm_capsules; not in the paper):
     # every capsule layer's output but the last centred over the grid and scaled to unit RMS length, per example and
     # capsule type, before its dropout
@@ -456,7 +458,7 @@ class CapsPix2pixGenerator(nn.Module):
                                   routing_softmax=cfg.routing_softmax, routing_bias=cfg.routing_bias,
                                   init_gain=cfg.init_gain, bias_init=cfg.bias_init, squash=cfg.squash,
                                   routing=cfg.routing, routing_options=cfg.routing_options,
-                                  level_widths=cfg.level_widths)
+                                  level_widths=cfg.level_widths, upsampling=cfg.upsampling)
         # Dropout3d on (B, T, D, H, W) zeroes whole (D, H, W) slices: capsule types, what the reference code's
         # Dropout2d did on this 5-D grid (PyTorch now deprecates Dropout2d on 5-D input)
         self.dropout = nn.Dropout3d(cfg.dropout)

@@ -45,6 +45,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_choice, check_range, check_types, hash_as_saved
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
+from ..layers.conv import UPSAMPLINGS
 from ..losses import SEGMENTATION_LOSSES, check_recon_weight, reconstruction_loss, segmentation_loss
 from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
@@ -146,7 +147,7 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                   routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
                   width: float = 1.0, deconv_init: str = "fan-in",
                   strided_routing_iterations: int | None = None,
-                  level_widths: Sequence[float] = (1.0,) * len(LEVELS)) -> nn.ModuleDict:
+                  level_widths: Sequence[float] = (1.0,) * len(LEVELS), upsampling: str = "deconv") -> nn.ModuleDict:
     """SegCaps' capsule layers (``_LAYERS``, primary to seg_caps), keyed by name: what SegCaps and the
     CapsPix2pix generator share. Dynamic routing (or the registered ``routing`` named, ``stack_routing``, with its
     ``routing_options``), ``primary_routing_iterations`` rounds in the primary layer, ``strided_routing_iterations``
@@ -154,13 +155,15 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     deconvolutions) and ``routing_iterations`` in the rest, its softmax over ``routing_softmax``, its ``squash`` (``SQUASHES``), a routing bias when asked
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
     paper's 1); every hidden layer with ``width`` times the paper's capsule types, and times ``level_widths``' entry
-    for the scale of its grid (``_layers``).
+    for the scale of its grid (``_layers``); the three deconvolutional layers' votes by ``upsampling``
+    (``ConvTransposeCaps2d``: the paper's transposed convolution, or "resize", nearest neighbour then a convolution).
 
     Initialisation: every layer's vote kernel He-normal; the hidden layers' (all but seg_caps) times ``init_gain``
     and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1). The convolutional layers' fan in is
     the reference code's, K K Din; the deconvolutional ones' is ``deconv_init``'s (``DECONV_INITS``): "fan-in", the
     (K / stride)^2 Din inputs that reach each output, or "reference", the reference code's Keras fan of its
-    (K, K, J Dout, Din) transposed kernel, K K J Dout (2.8-5.7 times smaller a start at the paper's sizes).
+    (K, K, J Dout, Din) transposed kernel, K K J Dout (2.8-5.7 times smaller a start at the paper's sizes); under
+    ``upsampling="resize"`` their kernel is a plain convolution's, whose fan both readings make K K Din.
     Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
     (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero,
@@ -185,9 +188,10 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
                       routing_iterations)
         module = stack_routing(routing, routing_options, types=t, parents=j, dim=dout, iterations=iterations,
                                softmax=routing_softmax, squash=squash)
+        up = {} if kind == "conv" else {"upsampling": upsampling}
         layer = ConvCaps2d if kind == "conv" else ConvTransposeCaps2d
-        caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=module, bias=bias)
-        if kind == "deconv" and deconv_init == "reference":
+        caps[name] = layer(t, din, j, dout, kernel_size=k, stride=s, routing=module, bias=bias, **up)
+        if kind == "deconv" and deconv_init == "reference" and upsampling == "deconv":
             with torch.no_grad():  # from sqrt(2 / ((K / S)^2 Din)) to sqrt(2 / (K K J Dout))
                 caps[name].weight.mul_(math.sqrt(max((k // s) ** 2, 1) * din / (k * k * j * dout)))
         if name != last:
@@ -287,6 +291,7 @@ def check_stack_fields(cfg: Any) -> None:
         raise ValueError(f"{type(cfg).__name__}.routing_softmax must be 'parents' or 'children', got "
                          f"{cfg.routing_softmax!r}")
     check_choice(cfg, "squash", SQUASHES)
+    check_choice(cfg, "upsampling", UPSAMPLINGS)
     _check_stack_routing(cfg)
 
 
@@ -445,6 +450,9 @@ class SegCapsConfig(StackRouted, JsonConfig):
     # types between the scales; not in the paper
     deconv_init: str = "fan-in"  # the three deconvolutional capsule layers' He-normal fan (capsule_stack): "fan-in",
     # the inputs that reach each output, or "reference", the reference code's Keras fan (2.8-5.7x smaller a start)
+    upsampling: str = "deconv"  # the three deconvolutional capsule layers' votes (layers.conv.UPSAMPLINGS): the
+    # paper's transposed convolution, or "resize" (the reference code's other upsamp_type: nearest neighbour, then
+    # a 4x4 convolution; no checkerboard); the same weights
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -515,7 +523,7 @@ class SegCaps(nn.Module):
                                   routing=cfg.routing, routing_options=cfg.routing_options,
                                   seg_kernel=cfg.seg_kernel, width=cfg.width, deconv_init=cfg.deconv_init,
                                   strided_routing_iterations=cfg.strided_routing_iterations,
-                                  level_widths=cfg.level_widths)
+                                  level_widths=cfg.level_widths, upsampling=cfg.upsampling)
         self.decoder = nn.Sequential(nn.Conv2d(16, 64, 1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
                                      nn.Conv2d(128, cfg.in_channels, 1), nn.Sigmoid()) if cfg.reconstruction else None
         last = next(reversed(self.caps.keys()))
