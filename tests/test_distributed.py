@@ -103,6 +103,7 @@ RECORDING = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_two_gloo_processes_reach_the_weights_of_one_process_with_the_same_global_batch(tmp_path, data_root, capsys,
                                                                                         monkeypatch, one_thread):
     """1 epoch of 241 real digits in global batches of 32, shifted by up to 2 pixels: 7 steps of 16 examples per
@@ -407,6 +408,7 @@ def test_an_epoch_not_evaluated_is_logged_by_rank_0_alone(tmp_path, data_root):
     assert r.stderr.count("capsnet.train: epoch 1: {") == 1, r.stderr
 
 
+@pytest.mark.e2e
 def test_sigterm_to_torchrun_stops_every_process_as_ctrl_c_does_and_rank_0_says_how_to_resume(tmp_path, data_root):
     """A scheduler stopping torchrun sends it SIGTERM, which it passes on to its processes: they died of it
     silently (train's own save-then-stop is off under torchrun), leaving a part-written checkpoint and no word of
@@ -642,6 +644,7 @@ except DistributedError as e:
 """
 
 
+@pytest.mark.e2e
 def test_a_process_started_by_hand_whose_peer_never_comes_is_told_so_within_the_join_timeout(tmp_path):
     """Started without torchrun's agent (launcher variables set by hand, a scheduler's script), a process whose
     peers never came waited the collectives' whole timeout (6 hours by default) before its message (stop 94's note):
@@ -682,6 +685,7 @@ for round in range(2):  # fit called twice in one process: a second group throug
 """
 
 
+@pytest.mark.e2e
 def test_two_processes_started_by_hand_form_a_group_twice_and_sum_across_it(tmp_path):
     """The store made for processes started without torchrun's agent (_meeting_store) carries a real group: both
     ranks meet with one started 2 s after the other, all_reduce, leave, and meet again in the same processes."""

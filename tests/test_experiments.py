@@ -805,6 +805,7 @@ def test_a_stopped_experiments_tables_say_they_are_unfinished_until_the_rest_is_
     assert "Unfinished" not in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.e2e
 def test_jobs_train_runs_in_worker_processes_with_the_sequential_results(tmp_path, capfd):
     """--jobs 2 trains the runs two at a time in processes of their own (one thread each here) and gets exactly
     the final records a sequential run gets with one thread; the runs are then read back and tabulated. A worker's
@@ -918,6 +919,7 @@ def test_fewer_runs_left_than_jobs_share_all_the_threads(monkeypatch):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.e2e
 def test_each_job_runs_in_a_process_of_its_own_and_none_is_left_behind():
     """--jobs ran on ProcessPoolExecutor(max_tasks_per_child=1), whose worker replacement on Python 3.11 left a
     freshly spawned worker that shutdown waited on for ever: a 24-run experiment hung after its last run."""

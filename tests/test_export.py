@@ -154,6 +154,7 @@ def pt2_checks(path, batches, model):
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
                                   if n in ("segcaps", "capspix2pix-deep", "em-capsnet-small", "capsnet-svhn") else n
                                   for n in list_models()])
+@pytest.mark.e2e
 def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_size(name, tmp_path):
     torch.manual_seed(0)
     model = create_model(name, **SMALL[name])
@@ -189,6 +190,7 @@ def test_every_registered_model_exports_to_both_formats_and_runs_at_any_batch_si
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("routing", [r for r in CapsNetConfig.probability_routings() if r != "dynamic"])
 def test_a_capsnet_routed_otherwise_exports_to_both_formats(routing, tmp_path):
     """CapsNetConfig.routing: the EM and self-attention digit capsules (every routing CapsNet takes, from the
@@ -405,6 +407,7 @@ def test_an_onnx_file_keeps_the_norms_epsilon(tmp_path):
 
 
 # segcaps-r1 traces about six times as long with symbolic sides as with fixed ones (a minute here): -m slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["unet", pytest.param("segcaps-r1", marks=pytest.mark.slow)])
 def test_any_size_export_runs_at_other_sides_and_refuses_sides_off_the_stride(name, tmp_path):
     """--any-size: one file takes images of any height and width that are multiples of the model's stride (not

@@ -170,6 +170,7 @@ print(torch.compile(Profiled(), backend="eager")(torch.ones(3)).sum().item())
 """
 
 
+@pytest.mark.e2e
 def test_a_compiled_record_function_prints_no_profiler_notice():
     """torchrun with --compile printed Dynamo's "Profiler record function ... will be ignored" on every rank
     (DistributedDataParallel's forward is one; stop 94's note); compile_model drops that notice alone. One process

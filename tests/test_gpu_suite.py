@@ -69,6 +69,7 @@ def test_help_lists_every_step():
     assert all(name in r.stdout for name in STEPS)
 
 
+@pytest.mark.e2e
 def test_only_runs_the_steps_named_and_skips_the_cuda_tests_on_a_cpu(tmp_path):
     out = tmp_path / "out"
     r = run_suite("--tiny", "--device", "cpu", "--out", out, "--only", "env, cuda-tests")
@@ -93,6 +94,7 @@ def test_only_runs_the_steps_named_and_skips_the_cuda_tests_on_a_cpu(tmp_path):
     assert summary["invocations"][1]["command"].endswith("--only env")
 
 
+@pytest.mark.e2e
 def test_a_sitting_without_the_env_step_still_records_its_environment(tmp_path):
     out = tmp_path / "out"
     r = run_suite("--tiny", "--device", "cpu", "--out", out, "--only", "cuda-tests")
@@ -103,6 +105,7 @@ def test_a_sitting_without_the_env_step_still_records_its_environment(tmp_path):
     assert f"--only cuda-tests` (commit {own['git_commit']}" in (out / "README.md").read_text()
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA, where --device cuda fails")
 def test_a_failed_step_is_reported_the_rest_run_and_the_exit_is_1(tmp_path):
     out = tmp_path / "out"

@@ -45,6 +45,7 @@ def _probe() -> tuple[dict, dict]:
     return default, keep
 
 
+@pytest.mark.e2e
 @glibc_only
 def test_kept_memory_is_reused_without_page_faults():
     default, keep = _probe()

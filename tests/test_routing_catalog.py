@@ -126,6 +126,7 @@ def test_a_non_finite_vote_spoils_its_own_example_alone(name):
         assert torch.isfinite(out.poses[1:]).all()
 
 
+@pytest.mark.e2e
 def test_the_catalogs_keep_their_notes_under_python_OO_which_strips_docstrings(capsys):
     """`python -OO` strips docstrings: `capsnet routings dynamic` listed every option with no note and `capsnet
     models capsnet` lost its summary (carried from a review of 2026-11-30). The notes are read from the source."""

@@ -68,6 +68,7 @@ def test_predict_with_the_training_weights_predicts_as_the_plain_run(classifier_
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.e2e
 def test_export_of_the_training_weights_is_named_apart_and_computes_the_plain_run(classifier_runs, capsys):
     import onnxruntime
 

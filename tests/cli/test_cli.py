@@ -198,6 +198,7 @@ def _resume(capsys, run):
     return r
 
 
+@pytest.mark.e2e
 def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run, capsys):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "capsnet", "train", *RESUMABLE, "--out", str(run)],
@@ -217,6 +218,7 @@ def test_kill_9_mid_epoch_then_resume_is_exact(tmp_path, straight_run, capsys):
     assert _metrics(run) == _metrics(straight_run)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_mid_epoch_saves_where_training_is_and_resume_is_exact(tmp_path, straight_run, sig, capsys):
     """SIGTERM (a scheduler's stop) ended a run silently, and Ctrl-C stopped it, each losing up to --save-every
@@ -273,6 +275,7 @@ def test_sigterm_while_a_command_writes_stops_it_as_ctrl_c_and_leaves_no_tempora
     assert after is unhandled  # the command's handler gone with it
 
 
+@pytest.mark.e2e
 def test_kill_9_during_checkpoint_write_then_resume_is_exact(tmp_path, straight_run, capsys):
     """SIGKILL the trainer half-way through writing epoch 2's checkpoint."""
     run = tmp_path / "run"
@@ -679,6 +682,7 @@ def test_model_flags_that_do_not_apply_are_refused(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.e2e
 def test_output_into_a_closed_pipe_is_not_a_traceback(trained_run, data_root, tmp_path):
     # `capsnet eval ... | head -1`: the reader goes away before the table is printed.
     proc = subprocess.Popen([sys.executable, "-m", "capsnet", "eval", "--checkpoint", str(trained_run), "--no-progress",
@@ -879,6 +883,7 @@ def test_a_budget_the_run_cannot_follow_is_warned_in_one_line(tmp_path, capsys):
     assert "UserWarning" not in r.stderr and "warnings.warn" not in r.stderr
 
 
+@pytest.mark.e2e
 def test_bench_prints_no_profiler_start_and_stop_lines():
     """torch 2.13's profiler (peak memory) wrote a 'USDT: ... profiler_start' line to stderr per measurement; the
     level KINETO_LOG_LEVEL=5 left them, 6 is above them. In a process of its own: the level is read once."""

@@ -41,6 +41,7 @@ def assert_close(got, want):
         assert g.shape == w.shape and (g - w).abs().max().item() <= 1e-4, (g - w).abs().max().item()
 
 
+@pytest.mark.e2e
 def test_export_onnx_runs_in_onnxruntime_like_the_model(trained_run, digits, tmp_path, capfd):
     out = tmp_path / "capsnet.onnx"
     r = in_process(capfd, "export", "--checkpoint", trained_run, "--format", "onnx", "--out", out)
@@ -69,6 +70,7 @@ def test_export_onnx_runs_in_onnxruntime_like_the_model(trained_run, digits, tmp
         assert (torch.from_numpy(got[0]).argmax(1) == want[0].argmax(1)).all()
 
 
+@pytest.mark.e2e
 def test_export_torch_program_beside_the_checkpoint(trained_run, digits, tmp_path, capsys):
     shutil.copy(trained_run / "last.safetensors", tmp_path)  # the shared run stays read-only
     r = in_process(capsys, "export", "--checkpoint", tmp_path, "--which", "last", "--format", "torch-export")

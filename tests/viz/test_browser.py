@@ -15,6 +15,8 @@ import pytest
 from capsnet.viz import decode
 from http_helpers import serving
 
+pytestmark = pytest.mark.e2e  # a real chromium on the viewer: the README's e2e tier, run by CI's second step
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]

@@ -10,6 +10,8 @@ from capsnet.viz import decode
 from http_helpers import serving
 from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels, open_page
 
+pytestmark = pytest.mark.e2e  # a real chromium on the viewer: the README's e2e tier, run by CI's second step
+
 
 @pytest.fixture(scope="module")
 def synthesis_urls(synthesis_viewer, pix2pix_viewer):

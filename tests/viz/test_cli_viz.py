@@ -42,6 +42,7 @@ def get(url):
         return json.loads(r.read())
 
 
+@pytest.mark.e2e
 def test_viz_serves_a_checkpoint(trained_run, data_root):
     """The run was trained without --val-size: its best.safetensors was chosen on the test split, so the viewer,
     which shows the test images' predictions, opens the final epoch's weights, as eval scores them (it opened best
@@ -132,6 +133,7 @@ def test_the_default_port_taken_on_macos_names_airplay(trained_run, data_root, c
     assert r.returncode == 2 and "AirPlay" not in r.stderr
 
 
+@pytest.mark.e2e
 def test_viz_serves_a_segmentation_run(segmentation_run, data_root):
     proc, url = start("--checkpoint", str(segmentation_run), "--data-dir", str(data_root), "--test-size", "4")
     try:
@@ -155,6 +157,7 @@ def test_viz_refuses_a_segmentation_run_on_a_classification_set(segmentation_run
     assert "segcaps-r1 is a segmentation model but mnist is a classification data set" in err
 
 
+@pytest.mark.e2e
 def test_viz_serves_a_synthesis_run(gan_run, data_root):
     proc, url = start("--checkpoint", str(gan_run), "--data-dir", str(data_root), "--test-size", "4")
     try:
@@ -180,6 +183,7 @@ def test_viz_refuses_a_gan_on_a_data_set_of_another_kind(gan_run, data_root, cap
     assert "mnist-skeleton, mnist-sample-skeleton (offline), fashion-silhouette or pairs:DIR" in err
 
 
+@pytest.mark.e2e
 def test_viz_without_checkpoint_opens_the_shipped_model_offline_and_ctrl_c_while_requests_run_stops_cleanly():
     """`capsnet viz` alone opens the shipped model, on the shipped digits. Then, in the same viewer: Ctrl-C with
     requests in flight ended `capsnet viz` in SIGABRT ('terminate called without an active exception', a core
