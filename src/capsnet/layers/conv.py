@@ -43,6 +43,24 @@ def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
+def same_conv2d(c: torch.Tensor, w: torch.Tensor, stride: int) -> torch.Tensor:
+    """``F.conv2d`` with TensorFlow's "same" padding (``same_padding``): (N, Cin, H, W) -> (N, Cout, ceil(H / stride),
+    ceil(W / stride)); ConvCaps2d's votes, and resize-then-convolve's at stride 1."""
+    K = w.shape[-1]
+    top, bottom = same_padding(c.shape[-2], K, stride)
+    left, right = same_padding(c.shape[-1], K, stride)
+    if top or bottom or left or right:
+        c = F.pad(c, (left, right, top, bottom))  # (N, Cin, H+pad, W+pad)
+    return F.conv2d(c, w, stride=stride)
+
+
+def he_conv_kernel(out_channels: int, in_channels: int, kernel_size: int) -> nn.Parameter:
+    """A convolution's kernel (out, in, K, K), He-normal over its fan in K K in as the reference code's,
+    untruncated (its Keras of 2018 cut at 2 std, a spread 0.88 of this)."""
+    K = kernel_size
+    return nn.Parameter(torch.randn(out_channels, in_channels, K, K) * math.sqrt(2.0 / (K * K * in_channels)))
+
+
 def check_grid(x: torch.Tensor, types: int, dim: int, what: str = "capsule grid") -> tuple[int, int, int]:
     """(B, H, W) of a capsule grid (B, types, dim, H, W); a ValueError that says what came otherwise."""
     if x.dim() != 5 or tuple(x.shape[1:3]) != (types, dim):
@@ -165,10 +183,8 @@ class ConvCaps2d(_GridCaps):
     def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, *, kernel_size: int = 5,
                  stride: int = 1, routing: nn.Module | None = None, bias: bool = True) -> None:
         super().__init__(in_types, in_dim, out_types, out_dim, kernel_size, stride, routing, bias)
-        K = kernel_size
-        # He-normal as the reference code (fan in K * K * Din), untruncated (its Keras of 2018 cut at 2 std, a
-        # spread 0.88 of this); no convolution bias: the routing bias is the bias
-        self.weight = nn.Parameter(torch.randn(out_types * out_dim, in_dim, K, K) * math.sqrt(2.0 / (K * K * in_dim)))
+        # no convolution bias: the routing bias is the bias
+        self.weight = he_conv_kernel(out_types * out_dim, in_dim, kernel_size)
 
     def votes(self, x: torch.Tensor) -> torch.Tensor:
         """Every child type's votes for every parent type at every output position.
@@ -178,13 +194,7 @@ class ConvCaps2d(_GridCaps):
             returns: (B * T, J * Dout, H', W'), H' = ceil(H / stride)
         """
         c, w = self._children(x)  # (B*T, Din, H, W)
-        _, _, H, W = c.shape
-        K, S = self.kernel_size, self.stride
-        top, bottom = same_padding(H, K, S)
-        left, right = same_padding(W, K, S)
-        if top or bottom or left or right:
-            c = F.pad(c, (left, right, top, bottom))  # (B*T, Din, H+pad, W+pad)
-        return F.conv2d(c, w, stride=S)  # (B*T, J*Dout, H', W')
+        return same_conv2d(c, w, self.stride)  # (B*T, J*Dout, H', W')
 
 
 UPSAMPLINGS = ("deconv", "resize")  # ConvTransposeCaps2d's upsampling (SegCaps' reference code's upsamp_type)
@@ -213,11 +223,10 @@ class ConvTransposeCaps2d(_GridCaps):
         if upsampling not in UPSAMPLINGS:
             raise ValueError(f"upsampling must be one of {', '.join(map(repr, UPSAMPLINGS))}, got {upsampling!r}")
         self.upsampling = upsampling
-        K = kernel_size
-        if upsampling == "resize":  # a plain convolution's kernel over the enlarged grid: He-normal over K K Din
-            fan_in = K * K * in_dim
-            self.weight = nn.Parameter(torch.randn(out_types * out_dim, in_dim, K, K) * math.sqrt(2.0 / fan_in))
+        if upsampling == "resize":  # a plain convolution's kernel over the enlarged grid, as ConvCaps2d's
+            self.weight = he_conv_kernel(out_types * out_dim, in_dim, kernel_size)
             return
+        K = kernel_size
         if (kernel_size - stride) % 2 or kernel_size < stride:
             raise ValueError(f"kernel_size - stride must be even and >= 0 for an output of stride x the input, got "
                              f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' takes any kernel)")
@@ -237,9 +246,6 @@ class ConvTransposeCaps2d(_GridCaps):
         S = self.stride
         if self.upsampling == "resize":
             c = F.interpolate(c, scale_factor=S, mode="nearest") if S > 1 else c  # (B*T, Din, S*H, S*W)
-            K = self.kernel_size
-            top, bottom = same_padding(c.shape[-2], K, 1)
-            left, right = same_padding(c.shape[-1], K, 1)
-            return F.conv2d(F.pad(c, (left, right, top, bottom)) if K > 1 else c, w)  # (B*T, J*Dout, S*H, S*W)
+            return same_conv2d(c, w, 1)  # (B*T, J*Dout, S*H, S*W)
         pad = (self.kernel_size - S) // 2
         return F.conv_transpose2d(c, w, stride=S, padding=pad)  # (B*T, J*Dout, S*H, S*W)
