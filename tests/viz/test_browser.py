@@ -40,6 +40,19 @@ def _need_browser() -> None:
         pytest.skip(why)
 
 
+def _stroke(page, x0: float = 0.5, y0: float = 0.2, steps: int = 8, x1: float | None = None) -> None:
+    """A vertical stroke on the drawing canvas from (x0, y0) down 0.07 of its height a step (at x1 after the first
+    point, where given), in fractions of the canvas."""
+    page.locator("#draw").scroll_into_view_if_needed()
+    box = page.locator("#draw").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * x0, box["y"] + box["height"] * y0)
+    page.mouse.down()
+    x = x0 if x1 is None else x1
+    for k in range(1, steps + 1):
+        page.mouse.move(box["x"] + box["width"] * x, box["y"] + box["height"] * (y0 + 0.07 * k))
+    page.mouse.up()
+
+
 def open_page(browser, url: str, errors: list, width: int = 1300, timeout: int = 30_000):
     """A page of ``url`` in ``browser`` once it is ready, its script errors collected in ``errors``."""
     page = browser.new_page(viewport={"width": width, "height": 1000})
@@ -139,13 +152,7 @@ def test_pick_draw_and_slide(page_url, viewer, browser):
 
         # draw a vertical stroke: the drawing is sent, preprocessed and classified
         input_before = page.evaluate("document.getElementById('input').toDataURL()")
-        page.locator("#draw").scroll_into_view_if_needed()
-        box = page.locator("#draw").bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.15)
-        page.mouse.down()
-        for k in range(1, 11):
-            page.mouse.move(box["x"] + box["width"] * 0.52, box["y"] + box["height"] * (0.15 + 0.07 * k))
-        page.mouse.up()
+        _stroke(page, y0=0.15, steps=10, x1=0.52)
         page.wait_for_function("document.body.dataset.walks === '3' || document.querySelector('#error').textContent")
         assert page.inner_text("#error") == ""
         assert "your image" in page.inner_text("#source")
@@ -336,13 +343,7 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
         assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 3"
 
         # a drawing is scaled to 64x64 and segmented; it has no ground truth
-        page.locator("#draw").scroll_into_view_if_needed()
-        box = page.locator("#draw").bounding_box()
-        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.2)
-        page.mouse.down()
-        for k in range(1, 9):
-            page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * (0.2 + 0.07 * k))
-        page.mouse.up()
+        _stroke(page)
         page.wait_for_function("document.body.dataset.walks === '4' || "
                                "document.querySelector('#error').textContent")
         assert page.inner_text("#error") == ""

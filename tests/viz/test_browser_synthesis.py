@@ -8,7 +8,7 @@ import torch
 
 from capsnet.viz import decode
 from http_helpers import serving
-from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels, open_page
+from test_browser import ARGS, CHROMIUM, CLASSIFICATION_ONLY, _need_browser, _pixels, _stroke, open_page
 
 pytestmark = pytest.mark.e2e  # a real chromium on the viewer: the README's e2e tier, run by CI's second step
 
@@ -42,17 +42,6 @@ def _bytes(e, k: int | None = None) -> np.ndarray:
     """An encoded image (C, H, W), or image k of a batch, as the page draws it: channel 0's bytes."""
     a = decode(e)
     return np.round((a if k is None else a[k])[0] * 255)
-
-
-def _stroke(page, x0: float = 0.5, y0: float = 0.2, steps: int = 8) -> None:
-    """A vertical stroke down the middle of the drawing canvas."""
-    page.locator("#draw").scroll_into_view_if_needed()
-    box = page.locator("#draw").bounding_box()
-    page.mouse.move(box["x"] + box["width"] * x0, box["y"] + box["height"] * y0)
-    page.mouse.down()
-    for k in range(1, steps + 1):
-        page.mouse.move(box["x"] + box["width"] * x0, box["y"] + box["height"] * (y0 + 0.07 * k))
-    page.mouse.up()
 
 
 def test_the_capspix2pix_page_shows_samples_noise_and_layers(synthesis_urls, synthesis_viewer):
