@@ -176,10 +176,13 @@ def test_connections_past_the_ones_served_at_once_get_a_503_and_the_slots_come_b
         while (status := request(srv, "GET", "/api/info", timeout=10)[0]) == 503 and time.monotonic() < deadline:
             time.sleep(0.05)  # the idle connections' threads see their ends and give the slots back
         assert status == 200
-        while srv.connection_slots._value < 2 and time.monotonic() < deadline:  # the second idle one's slot too
-            time.sleep(0.05)
-        for _ in range(5):  # one at a time, each slot given back once its answer is written (before the drain)
+        for _ in range(5):  # one at a time: each connection's slot comes back, none is kept
+            while srv.connection_slots._value < 2 and time.monotonic() < deadline:  # its thread sees the client's end
+                time.sleep(0.01)
+            assert srv.connection_slots._value == 2
             assert api(srv, "/api/info")[0] == 200
+        # (the next request at once found the last thread still waiting for its client's end now and then, on a loaded
+        # machine: a 503 at the cap of 2 in 1 suite run of several, 2026-12-03; a real cap is far above one client's)
 
 
 def test_ctrl_c_while_a_connections_thread_starts_stops_the_server_and_its_slot_comes_back_once(viewer, monkeypatch):
