@@ -164,7 +164,7 @@ def test_reconstruction_loss_sums_half_precision_outputs_in_fp32():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice"])
+@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice", "weighted-margin"])
 def test_segmentation_losses_of_half_precision_probabilities_are_finite_at_sure_pixels(dtype, kind):
     """In bf16 and fp16 the clamp's 1 - 1e-7 rounds to 1, and a sure foreground pixel gave 0 * log1p(-1) = NaN."""
     from capsnet.losses import segmentation_loss
@@ -178,7 +178,8 @@ def test_segmentation_losses_of_half_precision_probabilities_are_finite_at_sure_
     torch.testing.assert_close(loss.float(), segmentation_loss(p, m, kind), rtol=2e-2, atol=2e-2)
 
 
-def test_slices_of_a_batch_weighted_as_the_whole_batch_sum_to_its_weighted_cross_entropy():
+@pytest.mark.parametrize("kind", ["weighted-bce", "weighted-margin"])
+def test_slices_of_a_batch_weighted_as_the_whole_batch_sum_to_its_weighted_cross_entropy(kind):
     """Under torchrun each process computes its slice's loss; the weighted cross-entropy's foreground weight was
     counted on the slice, so the average of the processes' gradients was not the one-process gradient (53% apart
     for two slices). Within batch_foreground_weight(whole batch) the slices' share-weighted losses add up to it."""
@@ -188,16 +189,16 @@ def test_slices_of_a_batch_weighted_as_the_whole_batch_sum_to_its_weighted_cross
     g = torch.Generator().manual_seed(3)
     masks = (torch.rand(5, 1, 6, 6, generator=g) < torch.linspace(0.05, 0.6, 5).view(5, 1, 1, 1)).float()
     p = torch.rand(5, 1, 6, 6, generator=g, dtype=torch.float64).requires_grad_(True)
-    whole = segmentation_loss(p, masks, "weighted-bce")
+    whole = segmentation_loss(p, masks, kind)
     (expected,) = torch.autograd.grad(whole, p)
     grads = []
     for rank in range(2):
         lo, hi = shard(5, rank, 2)
         with batch_foreground_weight(masks):
-            part = segmentation_loss(p[lo:hi], masks[lo:hi], "weighted-bce") * share_weight(lo, hi, 5, 2)
+            part = segmentation_loss(p[lo:hi], masks[lo:hi], kind) * share_weight(lo, hi, 5, 2)
         grads.append(torch.autograd.grad(part, p)[0])
     torch.testing.assert_close((grads[0] + grads[1]) / 2, expected)  # what DDP averages
-    alone = [segmentation_loss(p[lo:hi], masks[lo:hi], "weighted-bce") * share_weight(lo, hi, 5, 2)
+    alone = [segmentation_loss(p[lo:hi], masks[lo:hi], kind) * share_weight(lo, hi, 5, 2)
              for lo, hi in (shard(5, r, 2) for r in range(2))]
     assert not torch.allclose(sum(torch.autograd.grad(a, p)[0] for a in alone) / 2, expected)  # without it: not
 
@@ -257,7 +258,7 @@ def test_spread_loss_refuses_no_examples_and_float_class_indices_as_margin_loss_
     assert spread_loss(a, torch.tensor([0, 1]), 0.2).item() == pytest.approx(by_hand)
 
 
-@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice"])
+@pytest.mark.parametrize("kind", ["bce", "weighted-bce", "bce+dice", "margin", "weighted-margin"])
 def test_the_segmentation_loss_keeps_float64_and_passes_a_gradient_check(kind):
     """Its BCE ran in float32 whatever the probabilities' dtype (.float() lowers float64): the loss carried float32
     error and gradcheck failed in float64 (a review, 2026-11-30)."""
@@ -464,3 +465,24 @@ def test_the_segmentation_losses_dice_term_is_the_mean_over_the_batch_by_hand():
     assert segmentation_loss(p, m, "dice").item() == pytest.approx(dice_loss, rel=1e-12)
     assert segmentation_loss(p, m, "bce+dice").item() == pytest.approx(
         segmentation_loss(p, m, "bce").item() + dice_loss, rel=1e-12)
+
+
+def test_the_segmentation_margin_loss_is_segcaps_codes_by_hand():
+    """SegCaps' code's 'mar' and 'w_mar' (margin 0.4 about 0.5, downweight 0.5, per pixel, averaged): a foreground
+    pixel costs 0.5 w (0.9 - p)^2 below 0.9, a background one 0.25 (p - 0.1)^2 above 0.1, worked by hand on two
+    examples of four pixels (two foreground of eight: w = 3)."""
+    from capsnet.losses import segmentation_loss
+
+    p = torch.tensor([[[[0.95, 0.5], [0.05, 0.3]]], [[[0.9, 0.1], [0.7, 0.0]]]], dtype=torch.float64)
+    m = torch.tensor([[[[1.0, 1.0], [0.0, 0.0]]], [[[0.0, 0.0], [0.0, 0.0]]]], dtype=torch.float64)
+    fg = [0.0, 0.4 ** 2]  # 0.95 (past 0.9: nothing), 0.5
+    bg = [0.0, 0.2 ** 2, 0.8 ** 2, 0.0, 0.6 ** 2, 0.0]  # 0.05, 0.3, 0.9, 0.1 (at the margin), 0.7, 0.0
+    for kind, w in (("margin", 1.0), ("weighted-margin", 3.0)):
+        expected = (0.5 * w * sum(fg) + 0.25 * sum(bg)) / 8
+        assert segmentation_loss(p, m, kind).item() == pytest.approx(expected, rel=1e-12), kind
+    # a right answer on every pixel costs nothing; the U-Net's logits are not read (its probabilities are)
+    sure = torch.tensor([[[[0.9, 0.1], [0.95, 0.0]]]], dtype=torch.float64)
+    truth = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]]], dtype=torch.float64)
+    assert segmentation_loss(sure, truth, "margin").item() == 0
+    assert segmentation_loss(p, m, "margin", logits=torch.zeros_like(p)).item() == pytest.approx(
+        (0.5 * sum(fg) + 0.25 * sum(bg)) / 8, rel=1e-12)

@@ -14,8 +14,8 @@ from .routing.result import check_switch
 
 
 __all__ = ["check_nonempty", "check_mask_values", "check_recon_weight", "margin_loss", "reconstruction_loss",
-           "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "segmentation_loss", "soft_dice", "foreground_weight",
-           "batch_foreground_weight"]
+           "spread_loss", "multi_hot", "SEGMENTATION_LOSSES", "WEIGHTED_SEGMENTATION_LOSSES", "segmentation_loss",
+           "soft_dice", "foreground_weight", "batch_foreground_weight"]
 
 # the weighted cross-entropy's foreground weight of the whole batch, where a process sees only its slice of it
 _BATCH_FOREGROUND_WEIGHT: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
@@ -246,7 +246,12 @@ def spread_loss(activations: torch.Tensor, targets: torch.Tensor, margin: float)
 # background-to-foreground ratio (SegCaps' code weights by the training set's ratio); "dice": 1 - soft Dice;
 # "bce+dice": their sum (the default of the segmentation models: the metric is Dice, BCE keeps every pixel's
 # gradient alive).
-SEGMENTATION_LOSSES = ("bce", "weighted-bce", "dice", "bce+dice")
+SEGMENTATION_LOSSES = ("bce", "weighted-bce", "dice", "bce+dice", "margin", "weighted-margin")
+WEIGHTED_SEGMENTATION_LOSSES = ("weighted-bce", "weighted-margin")  # foreground weighed by the batch's ratio
+# SegCaps' code's margin loss ('mar', 'w_mar') per pixel: a foreground pixel shorter than 0.9 costs
+# 0.5 w (0.9 - p)^2, a background one longer than 0.1 costs 0.25 (p - 0.1)^2 (its margin 0.4 about 0.5, its
+# downweight 0.5), averaged over the pixels as Keras averages it
+_SEG_M_PLUS, _SEG_M_MINUS, _SEG_DOWNWEIGHT = 0.9, 0.1, 0.5
 _P_EPS = 1e-6  # probabilities are kept in [eps, 1 - eps] for the logarithms
 
 
@@ -279,7 +284,10 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
 
     The capsule models give probabilities (a capsule's length, in [0, 1)), a
     CNN gives ``logits`` too, from which the cross-entropy is computed
-    exactly (no clamping).
+    exactly (no clamping). ``margin`` and ``weighted-margin`` are SegCaps'
+    code's margin loss on the probabilities (``mar``, ``w_mar``): per pixel
+    0.5 w m max(0, 0.9 - p)^2 + 0.25 (1 - m) max(0, p - 0.1)^2, w 1 or the
+    batch's background-to-foreground ratio, averaged over the pixels.
 
     Shapes: probabilities (B, 1, H, W); masks (B, 1, H, W) 0/1 (any dtype); logits as probabilities or None;
     returns ()
@@ -292,12 +300,19 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
     check_mask_values(masks)
     m = masks.to(probabilities.dtype)
     loss = probabilities.new_zeros(())
+    if kind in WEIGHTED_SEGMENTATION_LOSSES:  # background / foreground pixels of the batch (batch_foreground_weight's)
+        whole = _BATCH_FOREGROUND_WEIGHT.get()
+        pos_weight = foreground_weight(m) if whole is None else whole.to(m.device)
+    else:
+        pos_weight = None
+    if kind in ("margin", "weighted-margin"):
+        dt = torch.promote_types(probabilities.dtype, torch.float32)  # as the cross-entropy: float32 at least
+        p, mt = probabilities.to(dt), m.to(dt)
+        w = 1.0 if pos_weight is None else pos_weight
+        short = (_SEG_M_PLUS - p).clamp_min(0)  # a foreground pixel's gap below 0.9
+        long = (p - _SEG_M_MINUS).clamp_min(0)  # a background pixel's above 0.1
+        return (0.5 * w * mt * short.square() + 0.5 * _SEG_DOWNWEIGHT * (1 - mt) * long.square()).mean()
     if kind in ("bce", "weighted-bce", "bce+dice"):
-        if kind == "weighted-bce":  # background / foreground pixels of the batch (batch_foreground_weight's, if set)
-            whole = _BATCH_FOREGROUND_WEIGHT.get()
-            pos_weight = foreground_weight(m) if whole is None else whole.to(m.device)
-        else:
-            pos_weight = None
         if logits is not None:
             loss = loss + F.binary_cross_entropy_with_logits(logits, m, pos_weight=pos_weight)
         else:

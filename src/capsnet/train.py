@@ -52,7 +52,7 @@ from .data.tasks import (CLASSES_PREFIX, EXAMPLE_NOUN, FOLDER_PREFIX, PAIRS_PREF
 from .distributed import (DistributedError, Launch, PeerLostError, agree, barrier, identified, join, launcher, leave,
                           shard, share_weight)
 from .evaluate import SEGMENTATION_BATCH_SIZE, evaluate_split
-from .losses import batch_foreground_weight
+from .losses import WEIGHTED_SEGMENTATION_LOSSES, batch_foreground_weight
 from .models import MODELS, model_name, model_spec
 from .models.rounds import unused_rounds
 from .routing import ROUTINGS, list_routings
@@ -1470,8 +1470,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                     _DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None), compile)
         amp = autocast(dev, cfg.amp)
         fp16 = scaler.is_enabled()
-        # several processes: the weighted cross-entropy's foreground weight is counted on the whole batch, not a slice
-        whole_batch_weight = launch is not None and getattr(model_config, "seg_loss", None) == "weighted-bce"
+        # several processes: a weighted loss's foreground weight is counted on the whole batch, not a slice
+        seg_loss = getattr(model_config, "seg_loss", None)
+        whole_batch_weight = launch is not None and seg_loss in WEIGHTED_SEGMENTATION_LOSSES
         shown_as = "dice" if kind == "segmentation" else "acc"  # the running accuracy's name on the progress bar
         stop = stop or SaveThenStop(enabled=False)
         stop.arm()  # from here an interrupt saves where training is, then stops

@@ -428,7 +428,8 @@ class SegCapsConfig(StackRouted, JsonConfig):
     routing_softmax: str = "parents"  # over the parent types, as the authors' code and Procedure 1; or "children"
     routing_bias: bool = True  # the authors' code: a learned bias per parent type, initialised to 0.1
     reconstruction: bool = True  # the masked-input reconstruction regulariser (section 3.3)
-    seg_loss: str = "bce+dice"  # capsnet.losses.SEGMENTATION_LOSSES; the paper trains a weighted BCE
+    seg_loss: str = "bce+dice"  # capsnet.losses.SEGMENTATION_LOSSES; the paper trains a weighted BCE, its code
+    # also a margin loss (weighted-margin, margin)
     init_gain: float = 1.0  # the hidden capsule layers' He-normal vote kernels times this (capsule_stack)
     bias_init: float = 0.1  # the hidden capsule layers' routing bias at the start (the reference code's 0.1)
     squash: str = "sabour"  # every capsule layer's squash (routing.dynamic.SQUASHES): the paper's Eq. 1, or "exp"
