@@ -59,7 +59,8 @@ def test_generator_maps_are_the_lengths_of_every_capsule_layer(gan_run, data_roo
     maps = generator_maps(model, label, seed=2)
     with torch.no_grad():
         grids = model.eval().generator.capsule_grids(label[None], model.noise(1, 2))
-    assert list(maps) == list(grids) and maps["primary"].shape == (2, 16, 16) and maps["conv_3_2"].shape == (8, 4, 4)
+    # gan_run's widths: primary's 2 types x 0.75 on the 1/2 grid, 2 of 16x16; conv_3_2's 8 x 0.25 on the 1/8, 2 of 4x4
+    assert list(maps) == list(grids) and maps["primary"].shape == (2, 16, 16) and maps["conv_3_2"].shape == (2, 4, 4)
     for name, g in grids.items():
         torch.testing.assert_close(maps[name], g[0].norm(dim=1), rtol=1e-5, atol=1e-6)
 

@@ -107,7 +107,8 @@ def test_the_noise_map_conv1_maps_and_layers_are_the_first_seeds(synthesis_viewe
 
 @pytest.mark.parametrize("name, children", [
     ("conv_2_1", lambda g: g["primary"]),
-    ("deconv_1_2", lambda g: torch.cat([g["deconv_1_1"], g["conv_3_1"]], dim=1)),  # SegCaps' skip: 8 + 8 types
+    # SegCaps' skip: 4 + 4 types in gan_run (8 + 8 at the paper's width)
+    ("deconv_1_2", lambda g: torch.cat([g["deconv_1_1"], g["conv_3_1"]], dim=1)),
 ])
 def test_routing_at_a_layer_is_its_coupling_per_round(synthesis_viewer, name, children):
     v = synthesis_viewer
