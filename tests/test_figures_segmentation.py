@@ -65,7 +65,8 @@ def test_capsule_maps_are_the_lengths_of_every_layers_grid(model, canvases):
     assert list(maps) == list(grids) and list(maps)[0] == "conv1" and list(maps)[-1] == "seg_caps"
     for name, g in grids.items():
         torch.testing.assert_close(maps[name], g[0].norm(dim=1), rtol=1e-5, atol=1e-6)  # (T, H', W')
-    assert maps["primary"].shape == (2, 32, 32) and maps["conv_3_2"].shape == (8, 8, 8)
+    # segmentation_run's capsule types (tests/conftest.py): primary 2 on the 1/2 grid, conv_3_2 2 on the 1/8 one
+    assert maps["primary"].shape == (2, 32, 32) and maps["conv_3_2"].shape == (2, 8, 8)
     # the segmentation capsule's length is the model's probability
     torch.testing.assert_close(maps["seg_caps"][0], model(canvases.images[2:3].float()).probabilities[0, 0].detach(),
                                rtol=1e-4, atol=1e-5)

@@ -325,7 +325,8 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
             title = layers.nth(k).locator("h3").inner_text()
             assert title.startswith(f"{layer['name']}: ") and f"on {layer['grid'][0]}x{layer['grid'][1]}" in title
             assert layers.nth(k).locator("figure canvas").count() == layer["types"]
-        assert layers.nth(2).locator("figcaption").all_inner_texts() == ["type 0", "type 1", "type 2", "type 3"]
+        # conv_2_1: segmentation_run's 3 capsule types there (tests/conftest.py)
+        assert layers.nth(2).locator("figcaption").all_inner_texts() == ["type 0", "type 1", "type 2"]
 
         # another canvas, then the routing of another layer for it
         page.fill("#test-index", "5")
@@ -337,10 +338,10 @@ def test_the_segmentation_page_shows_its_layers_and_hides_the_classification_pan
         assert "test canvas #5" in page.inner_text("#source")
         assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 0"
         assert page.inner_text("#seg-routing-how").startswith("each child capsule type splits its vote")
-        assert page.locator("#seg-routing-types figure").count() == 16  # 8 types + 8 of the skip
+        assert page.locator("#seg-routing-types figure").count() == 8  # 4 types + 4 of the skip
         assert page.locator("#seg-routing-rounds figure").count() == 1  # R1: one round
-        page.select_option("#routing-parent", "3")
-        assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 3"
+        page.select_option("#routing-parent", "1")  # the last of deconv_1_2's 2 parent types
+        assert page.inner_text("#seg-routing-layer") == "deconv_1_2, to parent type 1"
 
         # a drawing is scaled to 64x64 and segmented; it has no ground truth
         _stroke(page)

@@ -64,7 +64,7 @@ def test_each_layer_is_the_length_of_its_capsule_grid(segmentation_viewer):
 
 @pytest.mark.parametrize("layer, children", [
     ("conv_2_1", lambda g: g["primary"]),
-    ("deconv_1_2", lambda g: torch.cat([g["deconv_1_1"], g["conv_3_1"]], dim=1)),  # SegCaps' skip: 8 + 8 types
+    ("deconv_1_2", lambda g: torch.cat([g["deconv_1_1"], g["conv_3_1"]], dim=1)),  # SegCaps' skip: 4 + 4 types
 ])
 def test_routing_at_a_layer_is_that_layers_recorded_coupling(segmentation_viewer, layer, children):
     v = segmentation_viewer

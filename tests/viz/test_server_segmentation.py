@@ -53,7 +53,8 @@ def test_upload_of_a_test_canvas_is_segmented_as_it_is(server, segmentation_view
     assert status == 200 and w["source"] == {"kind": "upload", "size": [64, 64]}
     np.testing.assert_allclose(decode(w["input"]), canvas[None] / 255, atol=0.5 / 255 + 1e-6)
     assert w["truth"] is None and w["dice"] is None and w["iou"] is None and w["pixels"]["truth"] is None
-    assert w["routing"]["layer"] == "deconv_3_1" and w["routing"]["coupling"]["shape"][1:] == [2, 4, 64, 64]
+    # segmentation_run's deconv_3_1 (tests/conftest.py): deconv_2_2's 3 capsule types routed into its own 2
+    assert w["routing"]["layer"] == "deconv_3_1" and w["routing"]["coupling"]["shape"][1:] == [2, 3, 64, 64]
     ref = v.walk(v.test_input(index=6))
     agree = (decode(w["mask"]) == decode(ref["mask"])).mean()
     assert agree > 0.99  # pixels within 1/510 of 0.5 may flip
