@@ -92,9 +92,10 @@ def test_registry_and_config_round_trip():
 
 
 def test_small_baseline_learns_real_mnist_and_round_trips_its_checkpoint(tmp_path, data_root):
-    cfg = BaselineCNNConfig(channels=(16, 16, 8), hidden=(128, 64), dropout=0.25)
+    # half the channels and hidden units of the (16, 16, 8), (128, 64) it had: 0.903 in 5.7 s against 0.895 in 14.5
+    cfg = BaselineCNNConfig(channels=(8, 8, 8), hidden=(64, 32), dropout=0.25)
     # evaluated after the last epoch alone (eval_every=3): the epochs' own scores were never looked at, and training
-    # is the same (seed 0 reaches 0.895 either way)
+    # is the same
     final = fit(cfg, TrainConfig(dataset="mnist", epochs=3, batch_size=32, train_size=2000, test_size=1000, seed=0,
                                  eval_every=3), tmp_path / "run", device="cpu", data_root=data_root, progress=False)
     assert final["test_accuracy"] >= 0.85
