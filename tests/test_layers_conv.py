@@ -358,7 +358,48 @@ def test_resize_upsampling_takes_any_kernel_and_starts_at_he_scale_of_its_convol
 
 
 def test_an_unknown_upsampling_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"upsampling must be one of 'deconv', 'resize', got 'bilinear'"):
+    with pytest.raises(ValueError, match=r"upsampling must be one of 'deconv', 'resize', 'subpix', got 'bilinear'"):
         ConvTransposeCaps2d(2, 4, 3, 5, upsampling="bilinear")
-    with pytest.raises(ValueError, match=r"kernel_size - stride must be even.*upsampling='resize' takes any kernel"):
+    with pytest.raises(ValueError, match=r"kernel_size - stride must be even.*upsampling='resize' or 'subpix' takes "
+                                         r"any kernel"):
         ConvTransposeCaps2d(2, 4, 3, 5, kernel_size=3, stride=2)
+
+
+def test_subpix_upsampling_votes_are_a_convolution_to_s2_groups_laid_out_as_s_by_s_blocks():
+    """upsampling="subpix" (SegCaps' reference upsamp_type 'subpix', a sub-pixel convolution): the 4x4 kernel at
+    stride 1 with TensorFlow's "same" padding written by hand (1 before, 2 after) makes S^2 = 4 groups of the J Dout
+    vote channels at every child position; group i S + j of channel c (kernel row c S^2 + i S + j) is the vote at
+    row i, column j of the position's 2x2 block, written out here by indexing; then each position routed by
+    Procedure 1; a shift by one child moves the output by S; 4 times the weights of the other two."""
+    torch.manual_seed(12)
+    layer = ConvTransposeCaps2d(3, 4, 2, 5, upsampling="subpix")
+    assert layer.weight.shape == (2 * 5 * 4, 4, 4, 4)
+    assert layer.weight.numel() == 4 * ConvTransposeCaps2d(3, 4, 2, 5).weight.numel()
+    x = torch.randn(2, 3, 4, 6, 7)
+    y = layer(x)
+    assert y.shape == (2, 2, 5, 12, 14)
+    conv = F.conv2d(F.pad(x.flatten(0, 1), (1, 2, 1, 2)), layer.weight.detach())  # (6, 40, 6, 7)
+    votes = torch.empty(6, 10, 12, 14)
+    for h in range(6):
+        for w in range(7):
+            for i in range(2):
+                for j in range(2):
+                    votes[:, :, 2 * h + i, 2 * w + j] = conv[:, [c * 4 + i * 2 + j for c in range(10)], h, w]
+    votes = votes.view(2, 3, 2, 5, 12, 14)
+    for n, r, c in [(0, 0, 0), (1, 7, 9), (0, 11, 13), (1, 5, 0), (0, 2, 3)]:
+        want = procedure1(votes[n, :, :, :, r, c], layer.bias.detach(), 3)
+        torch.testing.assert_close(y[n, :, :, r, c], want, rtol=1e-4, atol=1e-5)
+    y2 = layer(torch.roll(x, shifts=(1, 1), dims=(3, 4)))  # away from the borders: a kernel reaches 2 children on
+    torch.testing.assert_close(y2[..., 4:8, 4:10], y[..., 2:6, 2:8], rtol=1e-5, atol=1e-6)
+    assert "upsampling='subpix'" in repr(layer)
+
+
+@pytest.mark.parametrize("K, S", [(1, 2), (3, 2), (4, 2), (3, 3), (2, 1)])
+def test_subpix_upsampling_takes_any_kernel_and_starts_at_he_scale_of_its_convolution(K, S):
+    """Its convolution has stride 1 and "same" padding at any kernel; its kernel (S^2 J Dout, Din, K, K) starts
+    He-normal over K K Din (the reference code's he_normal of its (K, K, Din, S^2 J Dout) kernel)."""
+    torch.manual_seed(0)
+    layer = ConvTransposeCaps2d(2, 16, 4, 16, kernel_size=K, stride=S, upsampling="subpix")
+    assert layer.weight.shape == (S * S * 64, 16, K, K)
+    assert layer(torch.randn(1, 2, 16, 5, 7)).shape == (1, 4, 16, 5 * S, 7 * S)
+    assert layer.weight.std().item() == pytest.approx((2 / (K * K * 16)) ** 0.5, rel=0.05)

@@ -679,8 +679,36 @@ def test_resize_upsampling_makes_the_three_deconvolutions_votes_and_keeps_every_
     assert out.probabilities.shape == (2, 1, 16, 16) and torch.isfinite(out.probabilities).all()
     assert SegCapsConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     assert SegCapsConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "upsampling"}).upsampling == "deconv"
-    with pytest.raises(ValueError, match=r"SegCapsConfig.upsampling must be one of deconv, resize, got 'bilinear'"):
+    with pytest.raises(ValueError, match=r"SegCapsConfig.upsampling must be one of deconv, resize, subpix, got "
+                                         r"'bilinear'"):
         SegCapsConfig(upsampling="bilinear")
+
+
+def test_subpix_upsampling_makes_the_three_deconvolutions_votes_with_four_times_their_weights():
+    """upsampling="subpix" (the reference code's third upsamp_type): deconv_1_1, deconv_2_1 and deconv_3_1 convolve
+    to 4 times their vote channels (stride 2: 2 x 2 blocks), the other layers unchanged. Their kernels, counted by
+    hand from the paper's layer list (K K Din J Dout): deconv_1_1 4 4 32 (8 32), deconv_2_1 4 4 32 (4 16),
+    deconv_3_1 4 4 16 (2 16), 172,032 in all, each 4 times over: 1,425,649 + 3 x 172,032 = 1,941,745, which
+    num_weights and generator_weights say too."""
+    from capsnet.layers import ConvTransposeCaps2d
+
+    assert 16 * 32 * 8 * 32 + 16 * 32 * 4 * 16 + 16 * 16 * 2 * 16 == 172_032
+    torch.manual_seed(0)
+    cfg = SegCapsConfig(input_height=16, input_width=16, upsampling="subpix")
+    model = SegCaps(cfg)
+    deconvs = {n: m for n, m in model.caps.items() if isinstance(m, ConvTransposeCaps2d)}
+    assert sorted(deconvs) == ["deconv_1_1", "deconv_2_1", "deconv_3_1"]
+    assert all(m.upsampling == "subpix" and m.weight.shape == (4 * m.out_types * m.out_dim, m.in_dim, 4, 4)
+               for m in deconvs.values())
+    assert sum(p.numel() for p in model.parameters()) == cfg.num_weights == 1_425_649 + 3 * 172_032
+    out = model.eval()(torch.rand(2, 1, 16, 16))
+    assert out.probabilities.shape == (2, 1, 16, 16) and torch.isfinite(out.probabilities).all()
+    assert SegCapsConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    from capsnet.models import CapsPix2pixConfig, create_model
+
+    gan = create_model("capspix2pix", upsampling="subpix")
+    assert gan.config.generator_weights == sum(p.numel() for p in gan.generator.parameters()) == \
+        CapsPix2pixConfig().generator_weights + 3 * 172_032
 
 
 def test_an_even_seg_kernel_is_refused_with_the_nearest_odd_ones():

@@ -124,7 +124,8 @@ def test_capspix2pix_upsampling_resize_reaches_the_generators_deconvolutions_alo
             assert model.eval().generate(torch.rand(2, 1, 32, 32), seed=0).shape == (2, 1, 32, 32)
         saved = {k: v for k, v in model.config.to_dict().items() if k != "upsampling"}
         assert type(model.config).from_dict(saved).upsampling == "deconv"
-    with pytest.raises(ValueError, match=r"CapsPix2pixConfig.upsampling must be one of deconv, resize, got 'x'"):
+    with pytest.raises(ValueError, match=r"CapsPix2pixConfig.upsampling must be one of deconv, resize, subpix, got "
+                                         r"'x'"):
         CapsPix2pixConfig(upsampling="x")
 
 

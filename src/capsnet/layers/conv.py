@@ -197,7 +197,7 @@ class ConvCaps2d(_GridCaps):
         return same_conv2d(c, w, self.stride)  # (B*T, J*Dout, H', W')
 
 
-UPSAMPLINGS = ("deconv", "resize")  # ConvTransposeCaps2d's upsampling (SegCaps' reference code's upsamp_type)
+UPSAMPLINGS = ("deconv", "resize", "subpix")  # ConvTransposeCaps2d's upsampling (SegCaps' code's upsamp_type)
 
 
 class ConvTransposeCaps2d(_GridCaps):
@@ -209,11 +209,15 @@ class ConvTransposeCaps2d(_GridCaps):
     enlarged ``stride`` times by nearest neighbour, then a ``kernel_size`` convolution of stride 1 with
     TensorFlow's "same" padding, the reference code's other choice and the usual cure for the checkerboard
     pattern a transposed convolution of a kernel the stride does not divide evenly leaves (Odena et al. 2016,
-    "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout`` weights.
+    "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout`` weights. ``"subpix"``
+    the code's third: a ``kernel_size`` convolution of stride 1 ("same") to ``stride^2`` times the channels, each
+    position's ``stride^2`` groups then laid out as a ``stride x stride`` block (sub-pixel convolution, Shi et al.
+    2016; ``F.pixel_shuffle``'s channel order, where TensorFlow's ``depth_to_space`` takes the block position as
+    the slower index: the same layer up to a permutation of its kernel's rows); ``stride^2`` times the weights.
 
     Args: as ``ConvCaps2d``; for ``"deconv"``, ``kernel_size - stride`` must be even and non-negative
-    (TensorFlow's "same" output size, stride x H, with equal padding on both sides); ``"resize"`` takes any
-    kernel.
+    (TensorFlow's "same" output size, stride x H, with equal padding on both sides); ``"resize"`` and
+    ``"subpix"`` take any kernel.
     """
 
     def __init__(self, in_types: int, in_dim: int, out_types: int, out_dim: int, *, kernel_size: int = 4,
@@ -223,19 +227,20 @@ class ConvTransposeCaps2d(_GridCaps):
         if upsampling not in UPSAMPLINGS:
             raise ValueError(f"upsampling must be one of {', '.join(map(repr, UPSAMPLINGS))}, got {upsampling!r}")
         self.upsampling = upsampling
-        if upsampling == "resize":  # a plain convolution's kernel over the enlarged grid, as ConvCaps2d's
-            self.weight = he_conv_kernel(out_types * out_dim, in_dim, kernel_size)
+        if upsampling != "deconv":  # a plain convolution's kernel (over the enlarged grid, or to S^2 times the votes)
+            blocks = stride * stride if upsampling == "subpix" else 1
+            self.weight = he_conv_kernel(out_types * out_dim * blocks, in_dim, kernel_size)
             return
         K = kernel_size
         if (kernel_size - stride) % 2 or kernel_size < stride:
             raise ValueError(f"kernel_size - stride must be even and >= 0 for an output of stride x the input, got "
-                             f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' takes any kernel)")
+                             f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' or 'subpix' takes any kernel)")
         # fan in of a transposed convolution with stride S: (K / S)^2 * Din inputs reach each output
         fan_in = max((K // stride) ** 2, 1) * in_dim
         self.weight = nn.Parameter(torch.randn(in_dim, out_types * out_dim, K, K) * math.sqrt(2.0 / fan_in))
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + (", upsampling='resize'" if self.upsampling == "resize" else "")
+        return super().extra_repr() + (f", upsampling={self.upsampling!r}" if self.upsampling != "deconv" else "")
 
     def votes(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes:
@@ -247,5 +252,7 @@ class ConvTransposeCaps2d(_GridCaps):
         if self.upsampling == "resize":
             c = F.interpolate(c, scale_factor=S, mode="nearest") if S > 1 else c  # (B*T, Din, S*H, S*W)
             return same_conv2d(c, w, 1)  # (B*T, J*Dout, S*H, S*W)
+        if self.upsampling == "subpix":  # channel (J*Dout) * S^2 + i * S + j goes to row i, column j of the block
+            return F.pixel_shuffle(same_conv2d(c, w, 1), S)  # (B*T, J*Dout*S^2, H, W) -> (B*T, J*Dout, S*H, S*W)
         pad = (self.kernel_size - S) // 2
         return F.conv_transpose2d(c, w, stride=S, padding=pad)  # (B*T, J*Dout, S*H, S*W)

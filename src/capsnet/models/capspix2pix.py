@@ -333,7 +333,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
     level_widths: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # the hidden capsule layers' types times these by the
     # scale of their grid, the full image, 1/2, 1/4, 1/8 (segcaps.LEVELS, SegCaps' field); not in the paper
     upsampling: str = "deconv"  # the three deconvolutional capsule layers' votes (SegCaps' field): the paper's
-    # transposed convolution, or "resize" (nearest neighbour, then a 4x4 convolution; no checkerboard pattern)
+    # transposed convolution, "resize" (nearest neighbour, then a 4x4 convolution; no checkerboard pattern) or
+    # "subpix" (a 4x4 convolution to 4 times the votes laid out as 2x2 blocks; 516,096 more generator weights)
     capsule_norm: str = "none"  # "instance": SegCaps' option (segcaps.instance_norm_capsules; not in the paper):
     # every capsule layer's output but the last centred over the grid and scaled to unit RMS length, per example and
     # capsule type, before its dropout
@@ -407,7 +408,8 @@ class CapsPix2pixConfig(StackRouted, JsonConfig):
         conv1 = ((self.in_channels + 1) * 25 + 1) * 16
         image = (16 * self.image_kernel ** 2 + 1) * self.out_channels
         return noise + conv1 + capsule_stack_weights(self.routing_bias, self.routing, self.routing_options,
-                                                          level_widths=self.level_widths) + image
+                                                          level_widths=self.level_widths,
+                                                          upsampling=self.upsampling) + image
 
     @property
     def discriminator_weights(self) -> int:

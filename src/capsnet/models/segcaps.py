@@ -156,14 +156,16 @@ def capsule_stack(*, routing_iterations: int, primary_routing_iterations: int, r
     (and the routing takes one); the last layer, seg_caps, with a ``seg_kernel`` x ``seg_kernel`` kernel (the
     paper's 1); every hidden layer with ``width`` times the paper's capsule types, and times ``level_widths``' entry
     for the scale of its grid (``_layers``); the three deconvolutional layers' votes by ``upsampling``
-    (``ConvTransposeCaps2d``: the paper's transposed convolution, or "resize", nearest neighbour then a convolution).
+    (``ConvTransposeCaps2d``: the paper's transposed convolution, "resize", nearest neighbour then a convolution, or
+    "subpix", a convolution to stride^2 times the votes laid out as stride x stride blocks).
 
     Initialisation: every layer's vote kernel He-normal; the hidden layers' (all but seg_caps) times ``init_gain``
     and their routing bias ``bias_init`` (the last layer keeps gain 1 and 0.1). The convolutional layers' fan in is
     the reference code's, K K Din; the deconvolutional ones' is ``deconv_init``'s (``DECONV_INITS``): "fan-in", the
     (K / stride)^2 Din inputs that reach each output, or "reference", the reference code's Keras fan of its
     (K, K, J Dout, Din) transposed kernel, K K J Dout (2.8-5.7 times smaller a start at the paper's sizes); under
-    ``upsampling="resize"`` their kernel is a plain convolution's, whose fan both readings make K K Din.
+    ``upsampling="resize"`` or ``"subpix"`` their kernel is a plain convolution's, whose fan both readings make
+    K K Din.
     Without the routing bias a gain below 3 warns: the squash shortens short vectors quadratically, so from the
     He-normal start the capsules shrink to zero within a few layers and the deep layers get no gradient
     (measured: seven layers exactly zero at gain 1, none at gain 3). The ``"exp"`` squash, linear near zero,
@@ -328,13 +330,17 @@ def _check_stack_routing(cfg: Any) -> None:
 
 def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
                           routing_options: dict[str, Any] | None = None, seg_kernel: int = 1,
-                          width: float = 1.0, level_widths: Sequence[float] = (1.0,) * len(LEVELS)) -> int:
-    """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer, plus the
-    routing bias J x Dout where the routing takes one, plus the routing's own weights (self-attention's prior,
-    counted on modules built on the meta device); independent of the image size."""
+                          width: float = 1.0, level_widths: Sequence[float] = (1.0,) * len(LEVELS),
+                          upsampling: str = "deconv") -> int:
+    """The number of weights ``capsule_stack`` holds: a K x K x Din x (J Dout) vote kernel per layer (stride^2
+    times that in a deconvolution under ``upsampling="subpix"``), plus the routing bias J x Dout where the routing
+    takes one, plus the routing's own weights (self-attention's prior, counted on modules built on the meta device);
+    independent of the image size."""
     bias = routing_bias and routing_is(routing, "pose_bias")
     layers = _layers(seg_kernel, width, level_widths)
-    n = sum(k * k * din * j * dout + (j * dout if bias else 0) for _, _, _, din, j, dout, k, _ in layers)
+    subpix = upsampling == "subpix"
+    n = sum(k * k * din * j * dout * (s * s if subpix and kind == "deconv" else 1) + (j * dout if bias else 0)
+            for _, kind, _, din, j, dout, k, s in layers)
     with torch.device("meta"):
         n += sum(p.numel() for _, _, t, _, j, dout, _, _ in layers
                  for p in stack_routing(routing, routing_options, types=t, parents=j, dim=dout,
@@ -452,8 +458,9 @@ class SegCapsConfig(StackRouted, JsonConfig):
     deconv_init: str = "fan-in"  # the three deconvolutional capsule layers' He-normal fan (capsule_stack): "fan-in",
     # the inputs that reach each output, or "reference", the reference code's Keras fan (2.8-5.7x smaller a start)
     upsampling: str = "deconv"  # the three deconvolutional capsule layers' votes (layers.conv.UPSAMPLINGS): the
-    # paper's transposed convolution, or "resize" (the reference code's other upsamp_type: nearest neighbour, then
-    # a 4x4 convolution; no checkerboard); the same weights
+    # paper's transposed convolution, "resize" (the reference code's other upsamp_type: nearest neighbour, then
+    # a 4x4 convolution; no checkerboard; the same weights) or "subpix" (its third: a 4x4 convolution to 4 times
+    # the votes, laid out as 2x2 blocks; 1,941,745 weights)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -483,7 +490,7 @@ class SegCapsConfig(StackRouted, JsonConfig):
         n = (self.in_channels * 25 + 1) * 16 + capsule_stack_weights(self.routing_bias, self.routing,
                                                                      self.routing_options,
                                                                      self.seg_kernel, self.width,
-                                                                     self.level_widths)  # conv1, caps
+                                                                     self.level_widths, self.upsampling)  # conv1, caps
         if self.reconstruction:
             n += (16 + 1) * 64 + (64 + 1) * 128 + (128 + 1) * self.in_channels
         return n
