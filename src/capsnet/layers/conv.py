@@ -234,7 +234,8 @@ class ConvTransposeCaps2d(_GridCaps):
         K = kernel_size
         if (kernel_size - stride) % 2 or kernel_size < stride:
             raise ValueError(f"kernel_size - stride must be even and >= 0 for an output of stride x the input, got "
-                             f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' or 'subpix' takes any kernel)")
+                             f"kernel_size {kernel_size} and stride {stride} (upsampling='resize' or 'subpix' takes "
+                             f"any kernel)")
         # fan in of a transposed convolution with stride S: (K / S)^2 * Din inputs reach each output
         fan_in = max((K // stride) ** 2, 1) * in_dim
         self.weight = nn.Parameter(torch.randn(in_dim, out_types * out_dim, K, K) * math.sqrt(2.0 / fan_in))
