@@ -305,10 +305,12 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
         pos_weight = foreground_weight(m) if whole is None else whole.to(m.device)
     else:
         pos_weight = None
+    # the per-pixel terms from probabilities in float32 at least: in bf16 or fp16 1 - _P_EPS rounds to 1, and
+    # log1p(-1) of a sure pixel is -inf; float64 kept (.float() lowered it: a gradient check in float64 failed by 4e-7)
+    dt = torch.promote_types(probabilities.dtype, torch.float32)
+    p, mt = probabilities.to(dt), m.to(dt)
+    w = 1.0 if pos_weight is None else pos_weight
     if kind in ("margin", "weighted-margin"):
-        dt = torch.promote_types(probabilities.dtype, torch.float32)  # as the cross-entropy: float32 at least
-        p, mt = probabilities.to(dt), m.to(dt)
-        w = 1.0 if pos_weight is None else pos_weight
         short = (_SEG_M_PLUS - p).clamp_min(0)  # a foreground pixel's gap below 0.9
         long = (p - _SEG_M_MINUS).clamp_min(0)  # a background pixel's above 0.1
         return (0.5 * w * mt * short.square() + 0.5 * _SEG_DOWNWEIGHT * (1 - mt) * long.square()).mean()
@@ -316,11 +318,7 @@ def segmentation_loss(probabilities: torch.Tensor, masks: torch.Tensor, kind: st
         if logits is not None:
             loss = loss + F.binary_cross_entropy_with_logits(logits, m, pos_weight=pos_weight)
         else:
-            # in float32 at least: in bf16 or fp16 1 - _P_EPS rounds to 1, and log1p(-1) of a sure pixel is -inf;
-            # float64 kept (.float() lowered it: a gradient check in float64 failed by 4e-7)
-            dt = torch.promote_types(probabilities.dtype, torch.float32)
-            p, mt = probabilities.to(dt).clamp(_P_EPS, 1 - _P_EPS), m.to(dt)
-            w = 1.0 if pos_weight is None else pos_weight
+            p = p.clamp(_P_EPS, 1 - _P_EPS)
             loss = loss - (w * mt * torch.log(p) + (1 - mt) * torch.log1p(-p)).mean()
     if kind in ("dice", "bce+dice"):
         loss = loss + (1 - _soft_dice(probabilities, m)).mean()
