@@ -33,7 +33,8 @@ from .._eager import promoted
 from ..routing import DynamicRouting, RoutingResult
 from ..routing.result import check_count, check_floating, check_routing, check_switch
 
-__all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "UPSAMPLINGS", "same_padding", "check_grid"]
+__all__ = ["ConvCaps2d", "ConvTransposeCaps2d", "UPSAMPLINGS", "upsampled_vote_blocks", "same_padding",
+           "check_grid"]
 
 
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
@@ -200,6 +201,12 @@ class ConvCaps2d(_GridCaps):
 UPSAMPLINGS = ("deconv", "resize", "subpix")  # ConvTransposeCaps2d's upsampling (SegCaps' code's upsamp_type)
 
 
+def upsampled_vote_blocks(upsampling: str, stride: int) -> int:
+    """How many times a layer's J Dout vote channels its kernel makes under ``upsampling``: ``stride^2`` for
+    "subpix" (one group per position of the stride x stride block), 1 otherwise."""
+    return stride * stride if upsampling == "subpix" else 1
+
+
 class ConvTransposeCaps2d(_GridCaps):
     """Deconvolutional capsules (SegCaps' ``DeconvCapsuleLayer``): votes on a grid ``stride`` times the input's,
     kernel 4 and stride 2 by default; then local routing as ``ConvCaps2d``.
@@ -228,7 +235,7 @@ class ConvTransposeCaps2d(_GridCaps):
             raise ValueError(f"upsampling must be one of {', '.join(map(repr, UPSAMPLINGS))}, got {upsampling!r}")
         self.upsampling = upsampling
         if upsampling != "deconv":  # a plain convolution's kernel (over the enlarged grid, or to S^2 times the votes)
-            blocks = stride * stride if upsampling == "subpix" else 1
+            blocks = upsampled_vote_blocks(upsampling, stride)
             self.weight = he_conv_kernel(out_types * out_dim * blocks, in_dim, kernel_size)
             return
         K = kernel_size

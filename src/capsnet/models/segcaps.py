@@ -45,7 +45,7 @@ from torch import nn
 
 from .._config import JsonConfig, check_choice, check_range, check_types, hash_as_saved
 from ..layers import ConvCaps2d, ConvTransposeCaps2d
-from ..layers.conv import UPSAMPLINGS
+from ..layers.conv import UPSAMPLINGS, upsampled_vote_blocks
 from ..losses import SEGMENTATION_LOSSES, check_recon_weight, reconstruction_loss, segmentation_loss
 from ..ops import safe_norm
 from ..routing import create_routing, list_routings, routing_is, routing_takes
@@ -338,9 +338,8 @@ def capsule_stack_weights(routing_bias: bool, routing: str = "dynamic",
     independent of the image size."""
     bias = routing_bias and routing_is(routing, "pose_bias")
     layers = _layers(seg_kernel, width, level_widths)
-    subpix = upsampling == "subpix"
-    n = sum(k * k * din * j * dout * (s * s if subpix and kind == "deconv" else 1) + (j * dout if bias else 0)
-            for _, kind, _, din, j, dout, k, s in layers)
+    n = sum(k * k * din * j * dout * (upsampled_vote_blocks(upsampling, s) if kind == "deconv" else 1)
+            + (j * dout if bias else 0) for _, kind, _, din, j, dout, k, s in layers)
     with torch.device("meta"):
         n += sum(p.numel() for _, _, t, _, j, dout, _, _ in layers
                  for p in stack_routing(routing, routing_options, types=t, parents=j, dim=dout,
