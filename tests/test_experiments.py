@@ -451,6 +451,54 @@ def test_experiment_bad_flags_are_refused_before_any_run(tmp_path, capsys, args,
     assert not out.exists()
 
 
+class _Planned(BaseException):
+    """Raised in place of training: the runs an experiment planned, seen before any trains."""
+
+
+def test_experiment_model_options_set_each_planned_model_that_has_the_field(tmp_path, monkeypatch, capsys):
+    """`capsnet experiment` took no --model-option, so a recorded recipe (l1_weight=1000, upsampling=resize) could
+    not be run through it; now each option sets every model of the plan whose config has the field, and says which
+    have none."""
+    def run_plan(runs, **kw):
+        raise _Planned(runs)
+
+    monkeypatch.setattr("capsnet.experiments.run_plan", run_plan)
+    with pytest.raises(_Planned) as planned:
+        main(["experiment", "synthesis", "--datasets", "mnist-sample-skeleton", "--model-option", "l1_weight=5",
+              "--model-option", "upsampling=resize", "--dropout", "0.2", "--model-option", "dropout=0.2",
+              "--out", str(tmp_path / "x"), "--no-progress"])
+    runs = planned.value.args[0]
+    assert [r.model for r in runs] == ["capspix2pix", "pix2pix"]
+    caps, pix = (r.model_config for r in runs)
+    assert (caps.l1_weight, caps.upsampling, caps.dropout) == (5, "resize", 0.2)
+    assert (pix.l1_weight, pix.dropout) == (5, 0.2) and not hasattr(pix, "upsampling")
+    said = capsys.readouterr().out
+    assert "note: --model-option upsampling applies to capspix2pix; pix2pix has no such setting" in said
+    assert runs[0].run_dir == tmp_path / "x" / "mnist-sample-skeleton" / "capspix2pix"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model-option", "upsamplng=resize"], 'upsamplng="resize": no model has a field upsamplng; did you mean '
+                                             "upsampling? (`capsnet models NAME` lists a model's fields)"),
+    (["--model-option", "num_classes=3"], "--model-option num_classes=3: the experiment sets num_classes from each "
+                                          "data set it trains on; leave it out"),
+    (["--model-option", "routing=em"], 'routing="em": capsnet experiment routes a model by another algorithm as '
+                                       "--models NAME:ROUTING"),
+    (["--dropout", "0.2", "--model-option", "dropout=0.3"], "--dropout 0.2 and --model-option dropout=0.3 both set "
+                                                            "dropout; keep one"),
+    (["--model-option", "upsampling=bogus"], '--model-option upsampling="bogus": CapsPix2pixConfig.upsampling must '
+                                             "be one of deconv, resize, subpix, got 'bogus'"),
+    (["--models", "pix2pix", "--model-option", "upsampling=resize"],
+     "--model-option upsampling sets a field of segcaps, segcaps-r1, capspix2pix, capspix2pix-deep, and no model of "
+     "this experiment (pix2pix) has it; leave it out"),
+])
+def test_experiment_model_options_are_refused_before_any_run(tmp_path, capsys, args, message):
+    out = tmp_path / "x"
+    r = in_process(capsys, "experiment", "synthesis", *args, "--out", out)
+    assert r.returncode == 2 and message in r.stderr
+    assert not out.exists()
+
+
 def test_experiment_help_names_every_flag_and_its_default(capsys):
     with pytest.raises(SystemExit) as e:
         main(["experiment", "--help"])

@@ -972,9 +972,12 @@ def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_the
                 models=["pix2pix"], configs={"pix2pix": Pix2pixConfig(base_channels=4, disc_channels=4)})
     assert [r.run_dir for r in runs] == [tmp_path / "exp" / "pairs-mine" / "pix2pix"]
     assert synthetic_probe_rows(runs, tmp_path / "exp", epochs=1, device="cpu", progress=False) == []
-    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1",
+    narrow = ["--model-option", "base_channels=4", "--model-option", "disc_channels=4"]  # as the plan's above
+    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1", *narrow,
                  "--batch-size", "4", "--out", str(tmp_path / "cli"), "--no-progress", "--data-dir", str(data_root)]) == 0
     said = capsys.readouterr().out
+    saved = json.loads((tmp_path / "cli" / "pairs-mine" / "pix2pix" / "config.json").read_text())["model_config"]
+    assert (saved["base_channels"], saved["disc_channels"]) == (4, 4)
     assert f"note: {name} has no classes, so no classifier is trained on its generated images" in said
     rows = json.loads((tmp_path / "cli" / "results.json").read_text())["rows"]
     assert [(r["model"], r["train_size"]) for r in rows] == [("pix2pix", len(load_training(name, progress=False)[0]))]
@@ -987,9 +990,9 @@ def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_the
         raise KeyboardInterrupt
 
     monkeypatch.setattr(experiments, "synthetic_probe_rows", stopped)
-    (tmp_path / "cli" / "results.json").unlink()  # the same experiment again, its run read back (the default
+    (tmp_path / "cli" / "results.json").unlink()  # the same experiment again, its run read back (the narrow
     # pix2pix, trained once), stopped before its probes: the record written now is this call's
-    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1",
+    assert main(["experiment", "synthesis", "--datasets", name, "--models", "pix2pix", "--epochs", "1", *narrow,
                  "--batch-size", "4", "--out", str(tmp_path / "cli"), "--no-progress", "--data-dir",
                  str(data_root)]) == 130
     record = json.loads((tmp_path / "cli" / "results.json").read_text())

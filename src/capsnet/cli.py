@@ -984,6 +984,10 @@ def _experiment_arguments(x: argparse.ArgumentParser) -> None:
                         f"segmentation: mnist-segmentation (the default), mnist-sample-segmentation or your own "
                         f"{FOLDER_PREFIX}DIR; synthesis: the pairs to train on (default: mnist-skeleton "
                         f"fashion-silhouette; or your own {PAIRS_PREFIX}DIR)")
+    x.add_argument("--model-option", type=_model_option, action="append", metavar="KEY=VALUE",
+                   help="set a field of the config of every model of the experiment that has it, e.g. "
+                        "l1_weight=1000 or upsampling=resize (VALUE as JSON); repeat for several; `capsnet models "
+                        "NAME` lists a model's fields")
     x.add_argument("--probe-epochs", type=_nonneg_int, default=argparse.SUPPRESS,
                    help="synthesis: epochs of each train-on-synthetic classifier (0: no probes) (default: 3)")
     _field_flag(x, "--ema-decay", TrainConfig, "ema_decay", EMA_HELP, type=_unit_float)
@@ -1765,6 +1769,29 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _experiment_options(args: argparse.Namespace, model_flags: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's --model-option KEY=VALUE pairs, refused where no registered model has the field, where the
+    experiment sets the field itself (each data set's sizes, the routing of --models NAME:ROUTING), or where a flag
+    sets the same field otherwise."""
+    options = dict(args.model_option or [])
+    known = set().union(*(_fields(m) for m in MODELS))
+    for field, value in options.items():
+        typed = _as_typed(field, value, True)
+        if field not in known:
+            close = difflib.get_close_matches(field, sorted(known), n=1)
+            args.parser.error(f"{typed}: no model has a field {field}"
+                              + (f"; did you mean {close[0]}?" if close else "")
+                              + " (`capsnet models NAME` lists a model's fields)")
+        if field in ("in_channels", "input_height", "input_width", "num_classes", "out_channels"):
+            args.parser.error(f"{typed}: the experiment sets {field} from each data set it trains on; leave it out")
+        if field in ("routing", "routing_options"):
+            args.parser.error(f"{typed}: capsnet experiment routes a model by another algorithm as --models "
+                              f"NAME:ROUTING (--models capsnet:em), with that routing's own settings; leave it out")
+        if field in model_flags and not _same_value(model_flags[field], value):  # the option would win, silently
+            args.parser.error(f"{_as_typed(field, model_flags[field])} and {typed} both set {field}; keep one")
+    return options
+
+
 def _cmd_experiment(args: argparse.Namespace) -> int:
     from . import experiments as ex
 
@@ -1790,12 +1817,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         args.parser.error(f"--seed and --seeds conflict: the runs take the seeds of --seeds "
                           f"({', '.join(map(str, args.seeds))}); give one of them")
     model_flags = _typed(args, _MODEL_FIELDS)
+    options = _experiment_options(args, model_flags)
+    planned_models = {ex.model_entry(m)[0] for m in args.models or DEFAULT_MODELS.get(args.name, COMPARED)}
     try:  # a refusal opened by the flag as typed, as train's
         train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
-        configs = {m: model_spec(m).config(**{f: v for f, v in model_flags.items() if f in _fields(m)})
+        configs = {m: model_spec(m).config(**{f: v for f, v in (model_flags | (options if m in planned_models else {}))
+                                              .items() if f in _fields(m)})
                    for m in ([ex.model_entry(m)[0] for m in args.models] if args.models else MODELS)}
     except ValueError as e:
-        raise _opened_by_flag(e, typed | model_flags, {}) from None
+        raise _opened_by_flag(e, typed | model_flags | options, options) from None
     require_compiler(args.compile, args.device)  # before any run: Inductor's own error came at the first step
     kept = _keep_memory(args.allocator) == "keep"
     runs = ex.plan(args.name, out, train=train, configs=configs, models=args.models,
@@ -1808,14 +1838,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     def takes(run: ex.Run, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set
         return field in _fields(run.model) and not (field == "routing_iterations" and _one_pass(run.model_config))
 
-    for field in _typed(args, _MODEL_FIELDS):  # a model's flag: refused where no model of the plan has its field
+    # a model's flag or --model-option: refused where no model of the plan has its field
+    for field, said in [(f, _flag(f)) for f in model_flags] + [(f, f"--model-option {f}") for f in options]:
         having = [m for m, run in planned.items() if takes(run, field)]
         if not having:
             owners = [m for m in MODELS if field in _fields(m)]
-            args.parser.error(f"{_flag(field)} sets a field of {', '.join(owners)}, and no model of this experiment "
+            args.parser.error(f"{said} sets a field of {', '.join(owners)}, and no model of this experiment "
                               f"({', '.join(planned)}) has it; leave it out")
         if len(having) < len(planned):
-            print(f"note: {_flag(field)} applies to {', '.join(having)}; "
+            print(f"note: {said} applies to {', '.join(having)}; "
                   f"{', '.join(m for m in planned if m not in having)} {'has' if len(planned) - len(having) == 1 else 'have'} "
                   f"no such setting", flush=True)
 
