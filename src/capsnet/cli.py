@@ -41,7 +41,7 @@ from .predict import PREDICTIONS_FILE
 from .memory import ALLOCATORS
 from .models import (MODELS, BaselineCNNConfig, CapsNetConfig, default_routing, model_name, model_spec,
                      train_defaults)
-from .models.rounds import unused_rounds
+from .models.rounds import ROUNDS, unused_rounds
 from .models.capsnet import unused_switches
 from .models.segcaps import stack_routings
 from .routing import list_routings
@@ -1835,8 +1835,10 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     for run in runs:
         planned.setdefault(run.label, run)
 
-    def takes(run: ex.Run, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set
-        return field in _fields(run.model) and not (field == "routing_iterations" and _one_pass(run.model_config))
+    def takes(run: ex.Run, field: str) -> bool:  # a routing of one pass (capsnet:self-attention) has no rounds to set;
+        # a field NAME:ROUTING sets back (another routing's switches, CapsNet's start) is not the run's either
+        return (field in _fields(run.model) and not (field in ROUNDS and _one_pass(run.model_config))
+                and _same_value(getattr(run.model_config, field), getattr(configs[run.model], field)))
 
     # a model's flag or --model-option: refused where no model of the plan has its field
     for field, said in [(f, _flag(f)) for f in model_flags] + [(f, f"--model-option {f}") for f in options]:
