@@ -480,8 +480,8 @@ def test_experiment_model_options_set_each_planned_model_that_has_the_field(tmp_
 @pytest.mark.parametrize("args, message", [
     (["--model-option", "upsamplng=resize"], 'upsamplng="resize": no model has a field upsamplng; did you mean '
                                              "upsampling? (`capsnet models NAME` lists a model's fields)"),
-    (["--model-option", "num_classes=3"], "--model-option num_classes=3: the experiment sets num_classes from each "
-                                          "data set it trains on; leave it out"),
+    (["--model-option", "num_classes=3"], "--model-option num_classes=3: the experiment sizes each model's input and "
+                                          "output to the data set it trains on; leave it out"),
     (["--model-option", "routing=em"], 'routing="em": capsnet experiment routes a model by another algorithm as '
                                        "--models NAME:ROUTING"),
     (["--dropout", "0.2", "--model-option", "dropout=0.3"], "--dropout 0.2 and --model-option dropout=0.3 both set "

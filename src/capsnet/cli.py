@@ -1783,7 +1783,8 @@ def _experiment_options(args: argparse.Namespace, model_flags: dict[str, Any]) -
                               + (f"; did you mean {close[0]}?" if close else "")
                               + " (`capsnet models NAME` lists a model's fields)")
         if field in ("in_channels", "input_height", "input_width", "num_classes", "out_channels"):
-            args.parser.error(f"{typed}: the experiment sets {field} from each data set it trains on; leave it out")
+            args.parser.error(f"{typed}: the experiment sizes each model's input and output to the data set it "
+                              f"trains on; leave it out")
         if field in ("routing", "routing_options"):
             args.parser.error(f"{typed}: capsnet experiment routes a model by another algorithm as --models "
                               f"NAME:ROUTING (--models capsnet:em), with that routing's own settings; leave it out")
