@@ -504,7 +504,8 @@ def test_experiment_model_options_a_runs_routing_sets_back_are_said_not_dropped(
     never takes, the dynamic-routing switches another routing lacks and CapsNet's start: an option for one of those
     fields was dropped from that run without a word (the note said it applied to every model; segcaps:self-attention
     alone trained with its default rounds, exit 0). Found by review: the plan's runs read against the options. Such
-    a run now counts as one without the setting: a note names it, and an option no run keeps is refused."""
+    a run now counts as one without the setting: a note names it, and an option no run keeps is refused. A typed
+    start (digit_init_std) is the run's under any routing, as capsnet train keeps it."""
     def run_plan(runs, **kw):
         raise _Planned(runs)
 
@@ -515,10 +516,14 @@ def test_experiment_model_options_a_runs_routing_sets_back_are_said_not_dropped(
               "--no-progress"])
     caps, em = planned.value.args[0]
     assert (caps.label, caps.model_config.leaky_routing, caps.model_config.digit_init_std) == ("capsnet", True, 0.05)
-    assert (em.label, em.model_config.leaky_routing) == ("capsnet:em", False) and em.model_config.digit_init_std != 0.05
+    # a typed start holds under any routing (as capsnet train --routing em keeps it); EM has no leaky routing
+    assert (em.label, em.model_config.leaky_routing, em.model_config.digit_init_std) == ("capsnet:em", False, 0.05)
     said = capsys.readouterr().out
-    for field in ("leaky_routing", "digit_init_std"):
-        assert f"note: --model-option {field} applies to capsnet; capsnet:em has no such setting" in said
+    assert "note: --model-option leaky_routing applies to capsnet; capsnet:em has no such setting" in said
+    assert "note: --model-option digit_init_std" not in said
+    # untyped, each routing starts from its own (EM's 0.3, dynamic routing's default)
+    em, dynamic = plan("routing", tmp_path, train=TrainConfig(), datasets=["mnist"], models=["capsnet:em", "capsnet"])
+    assert (em.model_config.digit_init_std, dynamic.model_config.digit_init_std) == (0.3, None)
     # refused before any run (run_plan still raises _Planned, so a plan that went ahead fails here, untrained)
     for args, field in ((["segmentation", "--models", "segcaps:self-attention"], "primary_routing_iterations=5"),
                         (["routing", "--models", "capsnet:em"], "leaky_routing=true")):

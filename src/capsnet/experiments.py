@@ -61,7 +61,7 @@ from .data.idx import DataError
 from .data.tasks import TASKS, absolute_dataset, dataset_stem, folder_change, input_shape, task, task_kind
 from .models import MODELS, default_routing, model_spec, num_weights, train_defaults
 from .models.rounds import unused_rounds
-from .models.capsnet import unused_switches
+from .models.capsnet import ROUTING_STARTS, unused_switches
 from .routing import list_routings
 from .train import TrainConfig, _differences, fit, input_fields, stop_requested
 
@@ -210,7 +210,10 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         # NAME:ROUTING over a given config routed otherwise: that routing's options and start do not carry over
         swap = {} if routing is None or routing == config.routing else \
             {"routing": routing} | ({"routing_options": {}} if hasattr(config, "routing_options") else {})
-        if swap and hasattr(config, "digit_init_std"):  # CapsNet's start for the routing it was given goes too
+        # CapsNet's start for the routing it was given goes too, unless the user set it (it differs from that
+        # routing's start): capsnet train --routing em keeps a typed digit_init_std
+        if swap and hasattr(config, "digit_init_std") and \
+                config.digit_init_std == ROUTING_STARTS.get(config.routing, ({}, None))[1]:
             swap["digit_init_std"] = None
         if swap:  # rounds set for the given config's routing route nothing under a one-pass one: their defaults;
             # dynamic routing's switches (capsnet-cifar10's leaky routing) nothing under another routing: off
