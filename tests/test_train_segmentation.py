@@ -253,6 +253,13 @@ def test_a_folder_of_images_the_network_cannot_take_is_told_whose_size_it_is(tmp
     assert "holds 4x4 (HxW) images, which --model segcaps cannot take: SegCapsConfig.input_height must be in " \
            "8..8,192, got 4; pad them to at least 8 a side" in err
     assert not (tmp_path / "run").exists()
+    # the experiment said the config's refusal alone (SegCapsConfig.input_height must be ...): a review, 2026-12-03
+    assert main(["experiment", "segmentation", "--datasets", f"folder:{tmp_path / 'd'}", "--models", "unet",
+                 "segcaps-r1", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--datasets folder:{tmp_path / 'd'} holds 60x60 (HxW) images, which --models unet cannot take: " \
+           "UNetConfig.input_height must be a multiple of 16 (4 poolings), got 60: pad the images to 64" in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, mask_pairs, capsys, monkeypatch):

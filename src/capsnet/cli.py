@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from . import __version__
-from ._config import OutOfRange, json_value
+from ._config import json_value
 from ._progress import one_line_warnings
 from ._text import some_of
 from .average import WEIGHTS
@@ -1330,14 +1330,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 if isinstance(model_changes.get("routing"), str) else {}
             model_cfg = model_spec(chosen).config(**(sized | off | model_changes))
         except ValueError as e:  # a user's images of a size the network cannot take: say whose size it is
-            if not folder or not any(
-                    f"input_{side}" in str(e) for side in ("height", "width")):
-                raise _opened_by_flag(e, model_changes, options) from None
-            fix = "" if not isinstance(e, OutOfRange) else f"; pad them to at least {e.lo:,} a side" \
-                if min(sized["input_height"], sized["input_width"]) < e.lo else \
-                f"; crop or scale them to at most {e.hi:,} a side"  # a side out of the model's range
-            raise ValueError(f"--dataset {dataset} holds {sized['input_height']}x{sized['input_width']} (HxW) "
-                             f"images, which --model {chosen} cannot take: {e}{fix}") from None
+            unfitting = train.unfitting_images(e, dataset, chosen, sized) if folder else None
+            raise (unfitting or _opened_by_flag(e, model_changes, options)) from None
         try:
             train_cfg = _train_config(train_changes, chosen)
         except ValueError as e:

@@ -63,7 +63,7 @@ from .models import MODELS, default_routing, model_spec, num_weights, train_defa
 from .models.rounds import unused_rounds
 from .models.capsnet import ROUTING_STARTS, unused_switches
 from .routing import list_routings
-from .train import TrainConfig, _differences, fit, input_fields, stop_requested
+from .train import TrainConfig, _differences, fit, input_fields, stop_requested, unfitting_images
 
 if TYPE_CHECKING:
     import torch
@@ -218,7 +218,12 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
         if swap:  # rounds set for the given config's routing route nothing under a one-pass one: their defaults;
             # dynamic routing's switches (capsnet-cifar10's leaky routing) nothing under another routing: off
             swap |= unused_rounds(config, routing) | unused_switches(config, routing)
-        return replace(config, **input_fields(model, dataset), **swap)
+        fields = input_fields(model, dataset)
+        try:
+            return replace(config, **fields, **swap)
+        except ValueError as e:  # a user's images of a size the network cannot take: whose size it is, and the fix
+            raise unfitting_images(e, dataset, m, fields, dataset_said="--datasets", model_said="--models") or e \
+                from None
 
     def stem(m: str) -> str:  # a run folder's name: NAME:ROUTING trains in NAME-ROUTING-routing (no colon)
         model, routing = entries[m][0], routed(m)

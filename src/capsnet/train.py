@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ._config import JsonConfig, check_types
+from ._config import JsonConfig, OutOfRange, check_types
 from ._numbers import is_finite
 from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
@@ -701,6 +701,19 @@ def input_fields(model: str, dataset: str) -> dict[str, int]:
     t = task(dataset)
     made = {"out_channels": t.target_channels} if model_spec(model).kind == "synthesis" else {"num_classes": t.num_classes}
     return {"in_channels": C, "input_height": H, "input_width": W} | made
+
+
+def unfitting_images(e: ValueError, dataset: str, model: str, sized: dict[str, int], *,
+                     dataset_said: str = "--dataset", model_said: str = "--model") -> ValueError | None:
+    """A model config's refusal of the input size ``input_fields`` gave it for ``dataset`` (a user's folder of
+    images the network cannot take), said as whose size it is and how to fit it; None for another refusal."""
+    if not any(f"input_{side}" in str(e) for side in ("height", "width")):
+        return None
+    height, width = sized["input_height"], sized["input_width"]
+    fix = "" if not isinstance(e, OutOfRange) else f"; pad them to at least {e.lo:,} a side" \
+        if min(height, width) < e.lo else f"; crop or scale them to at most {e.hi:,} a side"  # out of the range
+    return ValueError(f"{dataset_said} {dataset} holds {height}x{width} (HxW) images, which {model_said} {model} "
+                      f"cannot take: {e}{fix}")
 
 
 def rng_state(dev: torch.device) -> dict[str, torch.Tensor]:
