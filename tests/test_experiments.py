@@ -480,6 +480,10 @@ def test_experiment_model_options_set_each_planned_model_that_has_the_field(tmp_
 @pytest.mark.parametrize("args, message", [
     (["--model-option", "upsamplng=resize"], 'upsamplng="resize": no model has a field upsamplng; did you mean '
                                              "upsampling? (`capsnet models NAME` lists a model's fields)"),
+    # a flag's name as the key: the field that flag sets (spelling alone said in_channels)
+    (["--models", "pix2pix", "--model-option", "cnn_channels=[4,4]"],
+     "--model-option cnn_channels=[4, 4]: no model has a field cnn_channels (--cnn-channels sets the field channels); "
+     "did you mean channels?"),
     (["--model-option", "num_classes=3"], "--model-option num_classes=3: the experiment sizes each model's input and "
                                           "output to the data set it trains on; leave it out"),
     (["--model-option", "routing=em"], 'routing="em": capsnet experiment routes a model by another algorithm as '

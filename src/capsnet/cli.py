@@ -1772,8 +1772,11 @@ def _experiment_options(args: argparse.Namespace, model_flags: dict[str, Any]) -
     for field, value in options.items():
         typed = _as_typed(field, value, True)
         if field not in known:
-            close = difflib.get_close_matches(field, sorted(known), n=1)
+            # a flag's name as the key (cnn_channels for --cnn-channels, whose field is channels): that field
+            flagged = {_flag(f)[2:].replace("-", "_"): f for f in _MODEL_FIELDS}.get(field)
+            close = [flagged] if flagged else difflib.get_close_matches(field, sorted(known), n=1)
             args.parser.error(f"{typed}: no model has a field {field}"
+                              + (f" ({_flag(flagged)} sets the field {flagged})" if flagged else "")
                               + (f"; did you mean {close[0]}?" if close else "")
                               + " (`capsnet models NAME` lists a model's fields)")
         if field in ("in_channels", "input_height", "input_width", "num_classes", "out_channels"):
