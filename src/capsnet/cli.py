@@ -43,6 +43,7 @@ from .models import (MODELS, BaselineCNNConfig, CapsNetConfig, default_routing, 
                      train_defaults)
 from .models.rounds import ROUNDS, unused_rounds
 from .models.capsnet import unused_switches
+from .models.catalog import DATASET_FIELDS
 from .models.segcaps import stack_routings
 from .routing import list_routings
 from .runtime import AMP_MODES, COMPILE_MODES, parse_device, require_compiler, resolve_device
@@ -1779,7 +1780,7 @@ def _experiment_options(args: argparse.Namespace, model_flags: dict[str, Any]) -
                               + (f" ({_flag(flagged)} sets the field {flagged})" if flagged else "")
                               + (f"; did you mean {close[0]}?" if close else "")
                               + " (`capsnet models NAME` lists a model's fields)")
-        if field in ("in_channels", "input_height", "input_width", "num_classes", "out_channels"):
+        if field in DATASET_FIELDS:
             args.parser.error(f"{typed}: the experiment sizes each model's input and output to the data set it "
                               f"trains on; leave it out")
         if field in ("routing", "routing_options"):
