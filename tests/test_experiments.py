@@ -20,7 +20,7 @@ from cli_helpers import in_process
 from capsnet.data.tasks import (TEST_SEED, affine_centred_test, affine_test, input_shape, multimnist_test,
                                 nested_subset, translated_anywhere_test, translated_test)
 from capsnet.experiments import (LESS_DATA_SIZES, ROUTING_MODELS, SEGMENTATION_MODELS, SYNTHESIS_MODELS, format_table, plan,
-                                 run_plan)
+                                 planned_models, run_plan)
 from capsnet.losses import margin_loss, reconstruction_loss
 from capsnet.models import BaselineCNNConfig, CapsNet, SegCapsConfig
 from capsnet.evaluate import load_model
@@ -185,6 +185,17 @@ def test_the_synthesis_experiment_passes_compile_to_the_gan_loop(tmp_path, monke
     for r in runs:
         train_run(r, device="cpu", compile="aot_eager")
     assert seen == ["aot_eager"] * len(runs)
+
+
+def test_planned_models_are_the_given_ones_once_each_or_the_experiments_own():
+    assert planned_models("affine") == ["capsnet", "baseline"]  # the paper's comparison
+    assert planned_models("segmentation") == list(SEGMENTATION_MODELS)
+    assert planned_models("synthesis") == list(SYNTHESIS_MODELS)
+    assert planned_models("routing") == list(ROUTING_MODELS)
+    assert planned_models("routing", ["unet", "capsnet:em", "unet"]) == ["unet", "capsnet:em"]  # in order, once
+    assert planned_models("multimnist", []) == []  # none given is not the default (plan refuses it by name)
+    # the CLI plans what plan does: its --model-option notes name the same models
+    assert [r.model for r in plan("affine", Path("unused"), train=TrainConfig())] == ["capsnet", "baseline"]
 
 
 def test_plan_sizes_models_to_the_experiments_images(tmp_path):

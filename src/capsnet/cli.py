@@ -34,7 +34,7 @@ from .checkpoint import FolderInTheWay, RunLock, check_out_dir
 from .data.augment import AUGMENTATIONS
 from .data.tasks import (CLASSES_PREFIX, FOLDER_PREFIX, PAIRS_PREFIX, TASKS, absolute_dataset, dataset_stem,
                          input_shape, task, task_kind, user_folder)
-from .experiments import COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES
+from .experiments import COMPARED, DEFAULT_MODELS, EXPERIMENTS, LESS_DATA_SIZES, planned_models
 from .export import FORMATS, MIN_OPSET
 from .figures.report import MISCLASSIFIED
 from .predict import PREDICTIONS_FILE
@@ -949,7 +949,7 @@ class _ExperimentHelp(argparse.Action):
                     action.help = argparse.SUPPRESS  # a field no model this experiment can train has
                 elif action.dest == "models":
                     routed = _ROUTED_MODELS.get(kind)
-                    action.help = (f"models to train (default: {' '.join(DEFAULT_MODELS.get(name, COMPARED))}): "
+                    action.help = (f"models to train (default: {' '.join(planned_models(name))}): "
                                    f"any of {', '.join(fitting)}" +
                                    (f", or {routed[0]} ({routed[1]} routed by another algorithm)" if routed else ""))
             parser.usage = None
@@ -1817,7 +1817,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                           f"({', '.join(map(str, args.seeds))}); give one of them")
     model_flags = _typed(args, _MODEL_FIELDS)
     options = _experiment_options(args, model_flags)
-    planned_models = {ex.model_entry(m)[0] for m in args.models or DEFAULT_MODELS.get(args.name, COMPARED)}
+    planned_models = {ex.model_entry(m)[0] for m in ex.planned_models(args.name, args.models)}
     try:  # a refusal opened by the flag as typed, as train's
         train = TrainConfig(**typed)  # each model's own defaults are the plan's (experiments.plan)
         configs = {m: model_spec(m).config(**{f: v for f, v in (model_flags | (options if m in planned_models else {}))

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "DEFAULT_MODELS", "Run",
+__all__ = ["EXPERIMENTS", "LESS_DATA_SIZES", "PAPER", "ROUTING_MODELS", "DEFAULT_MODELS", "planned_models", "Run",
            "model_entry", "model_title", "plan", "run_plan", "train_run", "training_examples",
            "format_table", "format_routing_table", "plot_less_data", "SEGMENTATION_MODELS", "otsu_row",
            "format_segmentation_table", "SYNTHESIS_MODELS", "format_synthesis_table", "synthetic_probe_rows"]
@@ -173,6 +173,12 @@ def plan(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapp
     return runs
 
 
+def planned_models(name: str, models: Sequence[str] | None = None) -> list[str]:
+    """The models an experiment trains: ``models`` (each name once, in its order), or the experiment's own
+    (``DEFAULT_MODELS``; the others compare ``COMPARED``) when none are given."""
+    return list(dict.fromkeys(models if models is not None else DEFAULT_MODELS.get(name, COMPARED)))
+
+
 def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: Mapping[str, Any] | None = None,
              models: Sequence[str] | None = None, sizes: Sequence[int] = LESS_DATA_SIZES, steps: int = 0,
              seeds: Sequence[int] = (), datasets: Sequence[str] | None = None, typed: Collection[str] = ()
@@ -181,7 +187,7 @@ def _planned(name: str, out: str | os.PathLike, *, train: TrainConfig, configs: 
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; valid names are {', '.join(EXPERIMENTS)}")
     # a name given twice is one run, not two
-    models = list(dict.fromkeys(models if models is not None else DEFAULT_MODELS.get(name, COMPARED)))
+    models = planned_models(name, models)
     seeds = tuple(dict.fromkeys(seeds))  # a user's folder named two ways (DIR, ./DIR) is one data set
     datasets = None if datasets is None else list(dict.fromkeys(absolute_dataset(d) for d in datasets))
     if not models:
