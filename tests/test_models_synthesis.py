@@ -123,7 +123,7 @@ def test_capspix2pix_upsampling_resize_reaches_the_generators_deconvolutions_alo
         with torch.no_grad():
             assert model.eval().generate(torch.rand(2, 1, 32, 32), seed=0).shape == (2, 1, 32, 32)
         saved = {k: v for k, v in model.config.to_dict().items() if k != "upsampling"}
-        assert type(model.config).from_dict(saved).upsampling == "deconv"
+        assert type(model.config).from_saved(saved).upsampling == "deconv"
     with pytest.raises(ValueError, match=r"CapsPix2pixConfig.upsampling must be one of deconv, resize, subpix, got "
                                          r"'x'"):
         CapsPix2pixConfig(upsampling="x")
@@ -613,6 +613,27 @@ def test_a_capspix2pix_saved_before_image_init_std_reads_as_the_start_it_had():
     assert saved_configs(ckpt)[0].image_init_std == 0.02
     assert CapsPix2pixConfig.from_dict(old).image_init_std == CapsPix2pixConfig().image_init_std == 10.0
     assert CapsPix2pixConfig.from_saved(old | {"image_init_std": 3.0}).image_init_std == 3.0  # a recorded value wins
+
+
+def test_the_deep_start_resizes_then_convolves_where_runs_saved_before_it_did_kept_the_transposed_convolution():
+    """capspix2pix-deep's default is resize-then-convolve (the reference start keeps the paper's transposed
+    convolution); a deep-start checkpoint saved before the field existed, and the shipped CapsPix2pix trained with the
+    transposed convolution, rebuild as the transposed convolution they trained, while a recorded value wins."""
+    from capsnet.checkpoint import Checkpoint
+    from capsnet.evaluate import load_model
+    from capsnet.train import TrainConfig, saved_configs
+
+    assert (CapsPix2pixDeepConfig().upsampling, CapsPix2pixConfig().upsampling) == ("resize", "deconv")
+    assert create_model("capspix2pix-deep").generator.caps["deconv_1_1"].upsampling == "resize"
+    old = CapsPix2pixDeepConfig().to_dict()
+    del old["upsampling"]
+    ckpt = Checkpoint("capspix2pix-deep", old, TrainConfig().to_dict(), {"epoch": 1, "step": 1}, {})
+    assert saved_configs(ckpt)[0].upsampling == "deconv"
+    assert saved_configs(ckpt)[0].image_init_std == CapsPix2pixDeepConfig().image_init_std  # recorded, not 0.02
+    assert CapsPix2pixDeepConfig.from_saved(old | {"upsampling": "subpix"}).upsampling == "subpix"
+    shipped, _ = load_model("pretrained:capspix2pix-mnist", which="last")
+    assert shipped.config.upsampling == "deconv"
+    assert shipped.generator.caps["deconv_3_1"].upsampling == "deconv"
 
 
 def _assert_each_loss_reaches_its_network(model: nn.Module) -> None:

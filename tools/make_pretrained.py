@@ -81,9 +81,10 @@ SEGCAPS_MODEL = ("SegCaps R3 (the paper's layers: a 5x5 convolution, primary cap
 # CapsPix2pix's deep start, the recipe of docs/results.md "A start that opens the deep path, trained 6,000 steps"
 CAPSPIX2PIX_FLAGS = ["--model", "capspix2pix-deep", "--train-size", "24000", "--epochs", "4", "--eval-every", "1",
                      "--batch-size", "16", "--test-size", "1000", "--model-option", "l1_weight=1000",
-                     "--compile", "default", "--seed", "0"]
+                     "--compile", "default", "--seed", "0", "--model-option", "upsampling=deconv"]
 CAPSPIX2PIX_MODEL = ("CapsPix2pix's generator (SegCaps R3's capsule layers over the skeleton and a noise\n"
-                     "  channel made from a 100-d vector, `capspix2pix-deep`'s start) and its DCGAN discriminator")
+                     "  channel made from a 100-d vector, `capspix2pix-deep`'s start with the paper's transposed\n"
+                     "  convolutions) and its DCGAN discriminator")
 
 
 @dataclass(frozen=True)

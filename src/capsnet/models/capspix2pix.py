@@ -435,12 +435,16 @@ class CapsPix2pixDeepConfig(CapsPix2pixConfig):
     hidden capsule layers' votes at twice He's gain, their routing bias at 0.01, and no capsule dropout. At the
     reference start (``capspix2pix``) the input's trace shrinks three- to sevenfold per capsule layer and training
     reads the image from conv1's 5x5 window alone; from this one it reads the 1/2 and 1/4 levels (docs/results.md,
-    "A start that opens the deep path"). The same layers and weights."""
+    "A start that opens the deep path"). The same layers and weights. Its deconvolutional capsule layers resize then
+    convolve (a point of Fashion SSIM over the transposed convolution, docs/results.md, "Resize-then-convolve in the
+    capsule generator's deconvolutions"); runs saved before that default read as the transposed convolution they had."""
 
     dropout: float = 0.0
     init_gain: float = 2.0
     bias_init: float = 0.01
     conv1_init_std: float = 0.2
+    upsampling: str = "resize"
+    _SAVED_BEFORE = {**CapsPix2pixConfig._SAVED_BEFORE, "upsampling": "deconv"}  # saved before 2026-12-04
 
     __hash__ = hash_as_saved  # a frozen dataclass writes its own (over a dict field) unless given one
 
