@@ -628,8 +628,9 @@ def test_the_deep_start_resizes_then_convolves_where_runs_saved_before_it_did_ke
     old = CapsPix2pixDeepConfig().to_dict()
     del old["upsampling"]
     ckpt = Checkpoint("capspix2pix-deep", old, TrainConfig().to_dict(), {"epoch": 1, "step": 1}, {})
-    assert saved_configs(ckpt)[0].upsampling == "deconv"
-    assert saved_configs(ckpt)[0].image_init_std == CapsPix2pixDeepConfig().image_init_std  # recorded, not 0.02
+    config = saved_configs(ckpt)[0]
+    assert config.upsampling == "deconv"
+    assert config.image_init_std == CapsPix2pixDeepConfig().image_init_std  # recorded, not 0.02
     assert CapsPix2pixDeepConfig.from_saved(old | {"upsampling": "subpix"}).upsampling == "subpix"
     shipped, _ = load_model("pretrained:capspix2pix-mnist", which="last")
     assert shipped.config.upsampling == "deconv"
