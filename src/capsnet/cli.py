@@ -180,8 +180,44 @@ def _hint(message: str, parser: _Parser) -> str:
     if missing:
         listed = [(name, _action(parser, name)) for name in missing[1].split(", ")]
         return "".join(f"; {name} is one of {', '.join(map(str, action.choices))}" for name, action in listed
-                       if action is not None and action.choices and not action.option_strings)
+                       if action is not None and action.choices and not action.option_strings) + _stray_values(
+            parser, [name for name, action in listed if action is not None and action.option_strings])
     return ""
+
+
+def _stray_values(parser: _Parser, missing: list[str]) -> str:
+    """For a command that takes no positional arguments and misses the options ``missing``: the values on its command
+    line that no option comes before (`capsnet generate labels/ ...`), and which option they were likely meant for;
+    else ''."""
+    command = parser.prog.split()[-1]
+    if not missing or command not in parser.argv or any(
+            not a.option_strings for a in parser._actions if not isinstance(a, argparse._SubParsersAction)):
+        return ""
+    tokens, strays, at = parser.argv[parser.argv.index(command) + 1:], [], 0
+    while at < len(tokens):
+        token, at = tokens[at], at + 1
+        if token == "--" or not token.startswith("-") or len(token) == 1:
+            strays += [token] if token != "--" else []
+            continue
+        if "=" in token:  # a flag and its value in one
+            continue
+        action = parser._option_string_actions.get(token)  # whole flags only (allow_abbrev=False)
+        takes = 1 if action is None else action.nargs if action.nargs is not None else 1  # an unknown flag's value
+        if takes in ("+", "*", "?"):  # as many values as follow (one at most for "?")
+            while at < len(tokens) and not tokens[at].startswith("-"):
+                at += 1
+                if takes == "?":
+                    break
+        elif isinstance(takes, int):
+            at += takes
+    if not strays:
+        return ""
+    one, shown = len(strays) == 1, " ".join(strays)
+    said = (f"; {shown} {'has' if one else 'have'} no option before {'it' if one else 'them'} (capsnet {command} "
+            f"takes only options)")
+    if one and len(missing) == 1:
+        return f"{said}: did you mean {missing[0]} {strays[0]}?"
+    return f"{said}: name the option {'it is' if one else 'each is'} for ({', '.join(missing)})"
 
 
 def _before_the_command(parser: _Parser, commands: argparse._SubParsersAction) -> str:
@@ -2302,6 +2338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _tolerant_stdout()
     parser = build_parser()
     parser.argv = argv
+    for action in parser._actions:  # each command's parser quotes the command line back too (_stray_values)
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.argv = argv
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser, which knows the options they may have meant
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")

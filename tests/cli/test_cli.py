@@ -401,6 +401,18 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
     (["experiment", "routing", "--routing-option", "x=1", "--epoch", "3"], "capsnet:em); did you mean --epochs?\n"),
     (["experiment"], "the following arguments are required: name; name is one of multimnist, affine, less-data, "
                      "routing, segmentation, synthesis"),
+    # a value without its option: argparse named the missing option alone (stop 101's note)
+    (["generate", "labels/", "--checkpoint", "run", "--out", "o"],
+     "the following arguments are required: --labels; labels/ has no option before it (capsnet generate takes only "
+     "options): did you mean --labels labels/?\n"),
+    (["-v", "eval", "--which", "last", "run/"], "required: --checkpoint; run/ has no option before it (capsnet eval "
+                                                "takes only options): did you mean --checkpoint run/?\n"),
+    (["generate", "--no-progress", "a", "--out=o", "b"], "required: --checkpoint, --labels; a b have no option before "
+                                                         "them (capsnet generate takes only options): name the option "
+                                                         "each is for (--checkpoint, --labels)\n"),
+    (["generate", "--seeds", "1", "2", "--frob", "c", "lab", "--out", "o"],  # --seeds' values, an unknown flag's
+     "required: --checkpoint, --labels; lab has no option before it (capsnet generate takes only options): name the "
+     "option it is for (--checkpoint, --labels)\n"),
 ])
 def test_what_a_bad_command_line_meant_is_said(capsys, args, said):
     r = in_process(capsys, *args)
