@@ -202,6 +202,29 @@ def test_config_from_dict_rejects_unknown_keys_by_name():
     assert "iters" in str(info.value) and "dropout" in str(info.value)
 
 
+def test_a_subclassed_config_reads_a_saved_run_with_its_bases_old_values_as_well_as_its_own():
+    from dataclasses import dataclass
+
+    from capsnet._config import JsonConfig
+
+    @dataclass(frozen=True)
+    class Base(JsonConfig):
+        a: int = 1  # added later; runs saved before it did what a = 0 does
+        b: str = "new"
+        _SAVED_BEFORE = {"a": 0}
+
+    @dataclass(frozen=True)
+    class Child(Base):
+        b: str = "newer"  # changed later still, in the subclass alone
+        c: float = 2.0
+        _SAVED_BEFORE = {"b": "old", "c": 0.5}
+
+    assert Child.from_saved({}) == Child(a=0, b="old", c=0.5)  # the base's entry holds for the subclass too
+    assert Child.from_saved({"a": 3, "c": 1.0}) == Child(a=3, b="old", c=1.0)  # recorded values win
+    assert Base.from_saved({}) == Base(a=0, b="new")  # a subclass's entries stay its own
+    assert Child.from_dict({}) == Child(a=1, b="newer", c=2.0)  # a fresh config: today's defaults
+
+
 def test_create_model_unknown_name_lists_valid_names():
     with pytest.raises(ValueError) as info:
         create_model("no-such-model")

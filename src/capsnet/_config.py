@@ -61,7 +61,8 @@ class JsonConfig:
     config with a tuple field turns lists back into tuples in its ``__post_init__``), and back through
     ``config_from_dict``. ``from_saved`` reads a configuration a checkpoint recorded: a field added to the config
     since, with a default other than what the code of that time did, reads as that older behaviour
-    (``_SAVED_BEFORE``: field -> value, set by a subclass without annotation, so not a field)."""
+    (``_SAVED_BEFORE``: field -> value, set by a subclass without annotation, so not a field; a subclass of such a
+    config names only the fields it adds or changes: its bases' entries hold for it too)."""
 
     _SAVED_BEFORE: dict[str, Any] = {}
 
@@ -77,8 +78,10 @@ class JsonConfig:
         """``from_dict`` of a configuration a checkpoint recorded, the fields it predates at their old values."""
         if not isinstance(d, dict):
             return config_from_dict(cls, d)  # refused there, by name
-        return config_from_dict(cls, cls._saved(
-            {k: v for k, v in cls._SAVED_BEFORE.items() if k not in d} | d))
+        before: dict[str, Any] = {}
+        for base in reversed(cls.__mro__):  # the bases' entries first, so that a subclass's own win
+            before |= base.__dict__.get("_SAVED_BEFORE", {})
+        return config_from_dict(cls, cls._saved({k: v for k, v in before.items() if k not in d} | d))
 
     @classmethod
     def _saved(cls, d: dict[str, Any]) -> dict[str, Any]:

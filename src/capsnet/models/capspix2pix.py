@@ -444,7 +444,7 @@ class CapsPix2pixDeepConfig(CapsPix2pixConfig):
     bias_init: float = 0.01
     conv1_init_std: float = 0.2
     upsampling: str = "resize"
-    _SAVED_BEFORE = {**CapsPix2pixConfig._SAVED_BEFORE, "upsampling": "deconv"}  # saved before 2026-12-04
+    _SAVED_BEFORE = {"upsampling": "deconv"}  # saved before 2026-12-04 (and CapsPix2pixConfig's entries)
 
     __hash__ = hash_as_saved  # a frozen dataclass writes its own (over a dict field) unless given one
 
