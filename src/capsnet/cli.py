@@ -174,7 +174,7 @@ def _hint(message: str, parser: _Parser) -> str:
                 said += (f"; {', '.join(flags)} {'is an option' if one else 'are options'} of {owner}: put "
                          f"{'it' if one else 'them'} {where} the command (capsnet {example} ...)")
         if past_dashes:
-            said += f"; everything after -- is read as positional (capsnet {command} takes none there): drop the --"
+            said += _past_dashes(command)
         return said
     missing = re.match(r"the following arguments are required: (.*)", message)
     if missing:
@@ -185,6 +185,10 @@ def _hint(message: str, parser: _Parser) -> str:
     return ""
 
 
+def _past_dashes(command: str) -> str:
+    return f"; everything after -- is read as positional (capsnet {command} takes none there): drop the --"
+
+
 def _stray_values(parser: _Parser, missing: list[str]) -> str:
     """For a command that takes no positional arguments and misses the options ``missing``: the values on its command
     line that no option comes before (`capsnet generate labels/ ...`), and which option they were likely meant for;
@@ -193,11 +197,14 @@ def _stray_values(parser: _Parser, missing: list[str]) -> str:
     if not missing or command not in parser.argv or any(
             not a.option_strings for a in parser._actions if not isinstance(a, argparse._SubParsersAction)):
         return ""
-    tokens, strays, at = parser.argv[parser.argv.index(command) + 1:], [], 0
+    tokens, strays, at, dashed = parser.argv[parser.argv.index(command) + 1:], [], 0, False
     while at < len(tokens):
         token, at = tokens[at], at + 1
-        if token == "--" or not token.startswith("-") or len(token) == 1:
-            strays += [token] if token != "--" else []
+        if token == "--":  # argparse reads everything after it as values, flags included
+            strays, dashed = strays + tokens[at:], any(t.startswith("-") and len(t) > 1 for t in tokens[at:])
+            break
+        if not token.startswith("-") or len(token) == 1:
+            strays.append(token)
             continue
         if "=" in token:  # a flag and its value in one
             continue
@@ -210,6 +217,8 @@ def _stray_values(parser: _Parser, missing: list[str]) -> str:
                     break
         elif isinstance(takes, int):
             at += takes
+    if dashed:  # `capsnet generate --out o -- --labels l`: the flags were there, made values by the --
+        return _past_dashes(command)
     if not strays:
         return ""
     one, shown = len(strays) == 1, " ".join(strays)

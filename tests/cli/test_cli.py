@@ -413,6 +413,13 @@ def test_a_misspelt_flag_is_told_in_two_lines_with_what_it_meant(capsys, args, s
     (["generate", "--seeds", "1", "2", "--frob", "c", "lab", "--out", "o"],  # --seeds' values, an unknown flag's
      "required: --checkpoint, --labels; lab has no option before it (capsnet generate takes only options): name the "
      "option it is for (--checkpoint, --labels)\n"),
+    # past a --, flags are values too: the options typed there were not read (not "no hint at all")
+    (["generate", "--out", "o", "--", "--labels", "l", "--checkpoint", "c"],
+     "required: --checkpoint, --labels; everything after -- is read as positional (capsnet generate takes none "
+     "there): drop the --\n"),
+    (["generate", "--out", "o", "--checkpoint", "c", "--", "l"], "required: --labels; l has no option before it "
+                                                                  "(capsnet generate takes only options): did you mean "
+                                                                  "--labels l?\n"),
 ])
 def test_what_a_bad_command_line_meant_is_said(capsys, args, said):
     r = in_process(capsys, *args)
