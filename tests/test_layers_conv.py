@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from capsnet.layers import ConvCaps2d, ConvTransposeCaps2d, DenseCaps
-from capsnet.layers.conv import same_padding
+from capsnet.layers.conv import resize_conv2d, same_padding
 from capsnet.ops import squash
 from capsnet.routing import DynamicRouting, SelfAttentionRouting, create_routing
 
@@ -355,6 +355,50 @@ def test_resize_upsampling_takes_any_kernel_and_starts_at_he_scale_of_its_convol
     layer = ConvTransposeCaps2d(2, 16, 4, 16, kernel_size=K, stride=S, upsampling="resize")
     assert layer(torch.randn(1, 2, 16, 5, 7)).shape == (1, 4, 16, 5 * S, 7 * S)
     assert layer.weight.std().item() == pytest.approx((2 / (K * K * 16)) ** 0.5, rel=0.05 if K > 1 else 0.1)
+
+
+@pytest.mark.parametrize("K, S", [(1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (4, 3), (3, 4), (6, 3), (4, 1), (3, 1)])
+def test_resize_votes_made_over_the_grid_equal_the_enlarged_grids_convolution(K, S):
+    """resize_conv2d makes resize-then-convolve as one transposed convolution of stride S over the child grid itself
+    (its kernel the K x K one flipped and summed over every S x S shift). The reference enlarges the grid with
+    repeat_interleave and pads "same" by hand ((K - 1) // 2 before, the rest after): in float64 the values and both
+    gradients agree to rounding, for odd and even kernels, strides 1-4 and odd, even and one-pixel sides."""
+    g = torch.Generator().manual_seed(10 * K + S)
+    before, after = (K - 1) // 2, K - 1 - (K - 1) // 2
+    for H, W in [(1, 1), (3, 5), (4, 4)]:
+        c = torch.randn(2, 3, H, W, dtype=torch.float64, generator=g, requires_grad=True)
+        w = torch.randn(5, 3, K, K, dtype=torch.float64, generator=g, requires_grad=True)
+        big = c.repeat_interleave(S, dim=-2).repeat_interleave(S, dim=-1)  # (2, 3, S H, S W)
+        want = F.conv2d(F.pad(big, (before, after, before, after)), w)
+        got = resize_conv2d(c, w, S)
+        assert got.shape == want.shape == (2, 5, S * H, S * W)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        up = torch.randn(want.shape, dtype=torch.float64, generator=g)  # a random upstream gradient
+        for a, b in zip(torch.autograd.grad((got * up).sum(), (c, w)), torch.autograd.grad((want * up).sum(), (c, w))):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_resize_layer_compiles_as_one_graph_and_runs_under_bf16_autocast():
+    """The transposed form builds its kernel in the graph (flip, pad, sums of slices): one graph under
+    fullgraph=True, the same output and gradients as eager; under bf16 autocast, votes within bf16's rounding."""
+    torch.manual_seed(3)
+    layer = ConvTransposeCaps2d(3, 8, 2, 8, upsampling="resize", routing=DynamicRouting(1))  # the votes are the point
+    x = torch.randn(2, 3, 8, 5, 6)
+    want = layer(x)
+    want.square().mean().backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    got = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=False)(x)
+    got.square().mean().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for p, g in zip(layer.parameters(), grads):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        half, votes = layer(x), layer.votes(x)
+    assert torch.isfinite(half).all() and votes.dtype == torch.bfloat16
+    with torch.no_grad():  # the votes to bf16's rounding (8 bits: 0.4%, summed over 8 x 25 taps)
+        full = layer.votes(x)
+    torch.testing.assert_close(votes.float(), full, rtol=0.02, atol=0.02 * full.abs().max().item())
 
 
 def test_an_unknown_upsampling_is_refused_by_name():
