@@ -362,16 +362,17 @@ def test_resize_votes_made_over_the_grid_equal_the_enlarged_grids_convolution(K,
     """resize_conv2d makes resize-then-convolve as one transposed convolution of stride S over the child grid itself
     (its kernel the K x K one flipped and summed over every S x S shift). The reference enlarges the grid with
     repeat_interleave and pads "same" by hand ((K - 1) // 2 before, the rest after): in float64 the values and both
-    gradients agree to rounding, for odd and even kernels, strides 1-4 and odd, even and one-pixel sides."""
+    gradients agree to rounding, for odd and even kernels, strides 1-4, odd, even and one-pixel sides, and an empty
+    batch."""
     g = torch.Generator().manual_seed(10 * K + S)
     before, after = (K - 1) // 2, K - 1 - (K - 1) // 2
-    for H, W in [(1, 1), (3, 5), (4, 4)]:
-        c = torch.randn(2, 3, H, W, dtype=torch.float64, generator=g, requires_grad=True)
+    for N, H, W in [(2, 1, 1), (2, 3, 5), (2, 4, 4), (2, 1, 4), (0, 3, 2)]:
+        c = torch.randn(N, 3, H, W, dtype=torch.float64, generator=g, requires_grad=True)
         w = torch.randn(5, 3, K, K, dtype=torch.float64, generator=g, requires_grad=True)
-        big = c.repeat_interleave(S, dim=-2).repeat_interleave(S, dim=-1)  # (2, 3, S H, S W)
+        big = c.repeat_interleave(S, dim=-2).repeat_interleave(S, dim=-1)  # (N, 3, S H, S W)
         want = F.conv2d(F.pad(big, (before, after, before, after)), w)
         got = resize_conv2d(c, w, S)
-        assert got.shape == want.shape == (2, 5, S * H, S * W)
+        assert got.shape == want.shape == (N, 5, S * H, S * W)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
         up = torch.randn(want.shape, dtype=torch.float64, generator=g)  # a random upstream gradient
         for a, b in zip(torch.autograd.grad((got * up).sum(), (c, w)), torch.autograd.grad((want * up).sum(), (c, w))):

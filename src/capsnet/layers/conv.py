@@ -60,12 +60,15 @@ def resize_conv2d(c: torch.Tensor, w: torch.Tensor, stride: int) -> torch.Tensor
     transposed convolution of stride S over ``c`` itself, whose (K + S - 1)^2 kernel is ``w`` flipped and summed over
     every S x S shift (each enlarged pixel repeats one input pixel S x S times, so the taps that fall on the same
     input pixel add up). (N, Cin, H, W) -> (N, Cout, S H, S W), the same numbers to float rounding, in about
-    (K + S - 1)^2 / (K S)^2 of the multiply-adds (25 / 64 for kernel 4, stride 2).
+    (K + S - 1)^2 / (K S)^2 of the multiply-adds (25 / 64 for kernel 4, stride 2). In bfloat16 or float16 (weights
+    or autocast) the summed kernel is rounded once more: about twice the enlarged grid's rounding error (relative
+    RMS 0.4% against 0.17-0.30% in bf16 on random weights), both at the dtype's precision.
 
     Along an axis, output row S i + a reads input row i + floor((a + u - b) / S) through tap u, b = (K - 1) // 2
     the "same" padding before; in the transposed convolution that input row reaches it through tap a - S d + P of
-    the flipped kernel, and P = K - 1 - b, the padding after, is the one that puts the lowest such tap at 0. The
-    output size (H - 1) S - 2 P + K + S - 1 + (K - 1) % 2 is then S H for every K and S."""
+    the summed kernel, and P = K - 1 - b, the padding after, is the one that puts the lowest such tap at 0. The
+    output size (H - 1) S - 2 P + K + S - 1 + (K - 1) % 2 is then S H for every K and S (the output padding, 0 or
+    1, below every stride it is used at, S >= 2)."""
     K, S = w.shape[-1], stride
     if S == 1:
         return same_conv2d(c, w, 1)
