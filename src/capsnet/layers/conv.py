@@ -241,8 +241,8 @@ class ConvTransposeCaps2d(_GridCaps):
     TensorFlow's "same" padding (made without the enlarged grid: ``resize_conv2d``, the same numbers to float
     rounding in 25/64 of the multiply-adds for kernel 4, stride 2), the reference code's other choice and the usual
     cure for the checkerboard pattern a transposed convolution of a kernel the stride does not divide evenly leaves
-    (Odena et al. 2016, "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout`` weights. ``"subpix"``
-    the code's third: a ``kernel_size`` convolution of stride 1 ("same") to ``stride^2`` times the channels, each
+    (Odena et al. 2016, "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout``
+    weights. ``"subpix"`` the code's third: a ``kernel_size`` convolution of stride 1 ("same") to ``stride^2`` times the channels, each
     position's ``stride^2`` groups then laid out as a ``stride x stride`` block (sub-pixel convolution, Shi et al.
     2016; ``F.pixel_shuffle``'s channel order, where TensorFlow's ``depth_to_space`` takes the block position as
     the slower index: the same layer up to a permutation of its kernel's rows); ``stride^2`` times the weights.
