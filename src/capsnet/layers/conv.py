@@ -242,10 +242,11 @@ class ConvTransposeCaps2d(_GridCaps):
     rounding in 25/64 of the multiply-adds for kernel 4, stride 2), the reference code's other choice and the usual
     cure for the checkerboard pattern a transposed convolution of a kernel the stride does not divide evenly leaves
     (Odena et al. 2016, "Deconvolution and Checkerboard Artifacts"). Both hold ``kernel_size^2 Din J Dout``
-    weights. ``"subpix"`` the code's third: a ``kernel_size`` convolution of stride 1 ("same") to ``stride^2`` times the channels, each
-    position's ``stride^2`` groups then laid out as a ``stride x stride`` block (sub-pixel convolution, Shi et al.
-    2016; ``F.pixel_shuffle``'s channel order, where TensorFlow's ``depth_to_space`` takes the block position as
-    the slower index: the same layer up to a permutation of its kernel's rows); ``stride^2`` times the weights.
+    weights. ``"subpix"`` the code's third: a ``kernel_size`` convolution of stride 1 ("same") to ``stride^2``
+    times the channels, each position's ``stride^2`` groups then laid out as a ``stride x stride`` block
+    (sub-pixel convolution, Shi et al. 2016; ``F.pixel_shuffle``'s channel order, where TensorFlow's
+    ``depth_to_space`` takes the block position as the slower index: the same layer up to a permutation of its
+    kernel's rows); ``stride^2`` times the weights.
 
     Args: as ``ConvCaps2d``; for ``"deconv"``, ``kernel_size - stride`` must be even and non-negative
     (TensorFlow's "same" output size, stride x H, with equal padding on both sides); ``"resize"`` and
