@@ -402,6 +402,23 @@ def test_a_resize_layer_compiles_as_one_graph_and_runs_under_bf16_autocast():
     torch.testing.assert_close(votes.float(), full, rtol=0.02, atol=0.02 * full.abs().max().item())
 
 
+
+@pytest.mark.slow  # Inductor compiles C++ kernels before it fails: about 15 s here
+@pytest.mark.parametrize("upsampling", ["deconv", "resize"])
+def test_inductor_with_every_dimension_dynamic_still_fails_on_the_deconvolutional_layer(upsampling):
+    """The README (Speed paths) tells users that ``torch.compile(model, dynamic=True)`` fails in Inductor on these
+    layers (torch 2.13: its ordering of symbolic strides). When a torch compiles them, this test fails: the README's
+    sentence is then out of date, and a dynamic-shape compile of SegCaps and the capsule generators worth a test."""
+    torch.manual_seed(0)
+    layer = ConvTransposeCaps2d(2, 4, 2, 4, upsampling=upsampling, routing=DynamicRouting(1))
+    x = torch.randn(2, 2, 4, 6, 6, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        with pytest.raises(Exception, match="cannot determine truth value of Relational"):
+            torch.compile(layer, dynamic=True)(x).square().sum().backward()
+    finally:
+        torch._dynamo.reset()
+
 def test_an_unknown_upsampling_is_refused_by_name():
     with pytest.raises(ValueError, match=r"upsampling must be one of 'deconv', 'resize', 'subpix', got 'bilinear'"):
         ConvTransposeCaps2d(2, 4, 3, 5, upsampling="bilinear")
