@@ -402,7 +402,6 @@ def test_a_resize_layer_compiles_as_one_graph_and_runs_under_bf16_autocast():
     torch.testing.assert_close(votes.float(), full, rtol=0.02, atol=0.02 * full.abs().max().item())
 
 
-
 @pytest.mark.slow  # Inductor compiles C++ kernels before it fails: about 15 s here
 @pytest.mark.parametrize("upsampling", ["deconv", "resize"])
 def test_inductor_with_every_dimension_dynamic_still_fails_on_the_deconvolutional_layer(upsampling):
@@ -418,6 +417,7 @@ def test_inductor_with_every_dimension_dynamic_still_fails_on_the_deconvolutiona
             torch.compile(layer, dynamic=True)(x).square().sum().backward()
     finally:
         torch._dynamo.reset()
+
 
 def test_an_unknown_upsampling_is_refused_by_name():
     with pytest.raises(ValueError, match=r"upsampling must be one of 'deconv', 'resize', 'subpix', got 'bilinear'"):
