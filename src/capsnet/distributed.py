@@ -24,6 +24,7 @@ import datetime
 import logging
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -231,8 +232,10 @@ def _init_group(launch: Launch, backend: str) -> None:
         dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
                                 timeout=process_group_timeout())
     else:  # started without an agent (by hand, a scheduler's script): the peers may never come
-        dist.init_process_group(backend, store=dist.PrefixStore("default_pg", _meeting_store(launch)),
-                                rank=launch.rank, world_size=launch.world_size, timeout=process_group_timeout())
+        # keys of this join's own: a store rank 0 hosts again in one process may be the same server (multi_tenant)
+        store = dist.PrefixStore(f"capsnet/join{_joins}/default_pg", _meeting_store(launch))
+        dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
+                                timeout=process_group_timeout())
 
 
 def _meeting_store(launch: Launch) -> dist.TCPStore:
@@ -240,13 +243,37 @@ def _meeting_store(launch: Launch) -> dist.TCPStore:
     waiting only ``CAPSNET_DIST_JOIN_TIMEOUT_MIN`` minutes for the processes to meet in it at the launch's first
     group (rank 0 for every other, the others for rank 0), then the collectives' timeout: env:// waited the
     collectives' (6 hours by default) before saying that a peer never came. A later group in the same processes (fit
-    called again) waits the collectives' timeout: rank 0 may have worked alone in between."""
+    called again) waits the collectives' timeout: rank 0 may have worked alone in between.
+
+    Rank 0 marks its store with the number of the join; another rank that reaches a store of an earlier join (rank 0's
+    store of the group before, not yet closed when this rank left that group and came back) lets it go and dials
+    again: it would have read the earlier group's addresses there and formed no group with rank 0, which then waited
+    for it the whole timeout (a flaky test under load, 2026-12-04)."""
     wait = join_timeout() if _joins == 1 else process_group_timeout()
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
-                          is_master=launch.rank == 0, timeout=wait, multi_tenant=True,
-                          use_libuv=os.environ.get("USE_LIBUV", "1") != "0")
+    deadline = time.monotonic() + wait.total_seconds()
+    while True:
+        left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 1.0))
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
+                              is_master=launch.rank == 0, timeout=left, multi_tenant=True,
+                              use_libuv=os.environ.get("USE_LIBUV", "1") != "0")
+        if launch.rank == 0:
+            store.set(_JOIN_KEY, str(_joins))
+            break
+        try:
+            if store.get(_JOIN_KEY) == str(_joins).encode():
+                break
+        except dist.DistError:  # the earlier group's store closed under this get
+            pass
+        del store
+        if time.monotonic() > deadline:
+            raise dist.DistStoreError(f"found only the store of an earlier group at MASTER_ADDR:MASTER_PORT, not "
+                                      f"that of join {_joins}")
+        time.sleep(0.05)
     store.set_timeout(process_group_timeout())
     return store
+
+
+_JOIN_KEY = "capsnet/join"  # in the meeting store: the number of rank 0's join that hosts it
 
 
 TIMEOUT_ENV = "CAPSNET_DIST_TIMEOUT_MIN"
