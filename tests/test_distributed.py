@@ -716,6 +716,70 @@ def test_two_processes_started_by_hand_form_a_group_twice_and_sum_across_it(tmp_
         assert out.split() == ["0", "3.0", "1", "5.0"], out + err[-2000:]
 
 
+class _Stores:
+    """Stand-ins for the TCPStores a rank other than 0 dials in turn (_meeting_store): each an exception its
+    constructor raises, or the join number the store is marked with (None: not marked yet, then marked 2 while this
+    rank waits; with ``dies``, its rank 0 gone meanwhile), counted as dialled."""
+
+    def __init__(self, *stores):
+        self.left, self.dialled = list(stores), 0
+
+    def __call__(self, *args, **kwargs):
+        import torch.distributed as dist
+
+        self.dialled += 1
+        made = self.left.pop(0)
+        if isinstance(made, Exception):
+            raise made
+        mark, dies = made if isinstance(made, tuple) else (made, False)
+
+        class Store:
+            def check(self, keys):
+                return mark is not None
+
+            def get(self, key):
+                if mark is None and dies:
+                    raise dist.DistNetworkError("Failed to recv, got 0 bytes (rank 0 gone)")
+                return str(mark if mark is not None else 2).encode()
+
+            def set_timeout(self, timeout):
+                pass
+        return Store()
+
+
+@pytest.mark.parametrize("dialled, expect", [
+    ((2,), "joined"),
+    # rank 0's store of the group before, still open: let go, and this join's found
+    ((1, None), "joined"),
+    # that store closing while this rank counted itself in (seen with 10 ms of latency between machines, a review
+    # 2026-12-04): dialled again, not raised as the others never joining
+    (("closing", 1, "closing", 2), "joined"),
+    # this join's store, rank 0 gone while this rank waited in it: said at once, not dialled again till the timeout
+    (((None, True),), "Failed to recv"),
+    # rank 0 at a later join than this process
+    ((3,), "process 0 hosts its join 3 of a process group in this run, this process its join 2: every process"),
+], ids=["this-joins", "an-earlier-then-this-joins", "closing-while-counted", "rank-0-gone", "rank-0-later"])
+def test_a_rank_finds_its_joins_store_past_the_earlier_groups(monkeypatch, dialled, expect):
+    import torch.distributed as dist
+
+    import capsnet.distributed as d
+    from capsnet.distributed import Launch
+
+    stores = _Stores(*(dist.DistNetworkError("Failed to recv, got 0 bytes") if s == "closing" else s
+                       for s in dialled))
+    monkeypatch.setattr(d.dist, "TCPStore", stores)
+    monkeypatch.setattr(d, "_joins", 2)  # this process's second group
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("CAPSNET_DIST_TIMEOUT_MIN", "1")
+    if expect == "joined":
+        d._meeting_store(Launch(1, 2, 1, 2))
+    else:
+        with pytest.raises(dist.DistError, match=expect):
+            d._meeting_store(Launch(1, 2, 1, 2))
+    assert stores.dialled == len(dialled) and not stores.left
+
+
 def test_a_taken_master_port_is_named_as_such(monkeypatch):
     """Rank 0 whose MASTER_PORT another program holds was told the others never joined, and to wait longer (a
     review, 2026-12-03)."""

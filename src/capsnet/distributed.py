@@ -245,26 +245,42 @@ def _meeting_store(launch: Launch) -> dist.TCPStore:
     collectives' (6 hours by default) before saying that a peer never came. A later group in the same processes (fit
     called again) waits the collectives' timeout: rank 0 may have worked alone in between.
 
-    Rank 0 marks its store with the number of the join; another rank that reaches a store of an earlier join (rank 0's
-    store of the group before, not yet closed when this rank left that group and came back) lets it go and dials
-    again: it would have read the earlier group's addresses there and formed no group with rank 0, which then waited
-    for it the whole timeout (a flaky test under load, 2026-12-04)."""
+    Rank 0 marks its store with the number of the join once every process has come. Another rank that reaches a
+    store marked with an earlier join (rank 0's store of the group before, not yet closed when this rank left that
+    group and came back) lets it go and dials again, as it does when that store closes under it: it would have read
+    the earlier group's addresses there and formed no group with rank 0, which then waited for it the whole timeout (a
+    flaky test under load, 2026-12-04). A store not marked yet is this join's: a failure while waiting in it is rank
+    0's, raised at once."""
     wait = join_timeout() if _joins == 1 else process_group_timeout()
     deadline = time.monotonic() + wait.total_seconds()
+    mine = str(_joins).encode()
     while True:
         left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 1.0))
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
-                              is_master=launch.rank == 0, timeout=left, multi_tenant=True,
-                              use_libuv=os.environ.get("USE_LIBUV", "1") != "0")
+        try:
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launch.world_size,
+                                  is_master=launch.rank == 0, timeout=left, multi_tenant=True,
+                                  use_libuv=os.environ.get("USE_LIBUV", "1") != "0")
+        except dist.DistNetworkError:  # an earlier group's store closing while this rank counted itself in it
+            if launch.rank == 0 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+            continue
         if launch.rank == 0:
-            store.set(_JOIN_KEY, str(_joins))
+            store.set(_JOIN_KEY, mine)
             break
         try:
-            if store.get(_JOIN_KEY) == str(_joins).encode():
-                break
-        except dist.DistError:  # the earlier group's store closed under this get
-            pass
-        del store
+            marked = store.check([_JOIN_KEY])
+            seen = store.get(_JOIN_KEY) if marked else None
+        except dist.DistError:  # an earlier group's store closed under this read
+            marked, seen = True, None
+        if not marked:  # this join's store: wait for rank 0 to mark it (a failure here is rank 0's: raised)
+            seen = store.get(_JOIN_KEY)
+        if seen == mine:
+            break
+        if seen is not None and (not marked or int(seen) > _joins):
+            raise dist.DistStoreError(f"process 0 hosts its join {int(seen)} of a process group in this run, this "
+                                      f"process its join {_joins}: every process of the run must join as often")
+        del store  # an earlier join's: dial again
         if time.monotonic() > deadline:
             raise dist.DistStoreError(f"found only the store of an earlier group at MASTER_ADDR:MASTER_PORT, not "
                                       f"that of join {_joins}")
