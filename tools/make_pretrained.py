@@ -6,6 +6,7 @@
     python tools/make_pretrained.py --name em-capsnet-mnist --data-dir ../shared/data          # EM matrix capsules
     python tools/make_pretrained.py --name segcaps-mnist --data-dir ../shared/data             # SegCaps
     python tools/make_pretrained.py --name capspix2pix-mnist --data-dir ../shared/data         # CapsPix2pix
+    python tools/make_pretrained.py --name capspix2pix-fashion --data-dir ../shared/data       # on Fashion-MNIST
 
 Step 1 is an ordinary ``capsnet train`` run (printed before it starts, so it
 can be read and rerun by hand; an interrupted run resumes when this script is
@@ -20,11 +21,13 @@ the best over epochs), keeps the model weights only, in float16, and writes
   ``mnist-sample`` test digits that the test suite checks: a classifier's
   accuracy on them, a segmentation model's Dice on the first
   ``SAMPLE_SIZE`` canvases made from them, a synthesis model's L1, SSIM and
-  judged accuracy on the first ``SAMPLE_SIZE`` pairs).
+  judged accuracy on the first ``SAMPLE_SIZE`` pairs; where no sample of
+  the data set ships, the same figures on its first test images).
 
 SegCaps trains for about 2 h 20 min and CapsPix2pix for about 40 min on one
-thread of this project's CPU; the segmentation card's full test takes about
-10 minutes more (20,000 canvases).
+thread of this project's CPU (on Fashion-MNIST's 60,000 pairs about 2 h 20 min
+on two); the segmentation card's full test takes about 10 minutes more (20,000
+canvases).
 """
 from __future__ import annotations
 
@@ -85,6 +88,13 @@ CAPSPIX2PIX_FLAGS = ["--model", "capspix2pix-deep", "--train-size", "24000", "--
 CAPSPIX2PIX_MODEL = ("CapsPix2pix's generator (SegCaps R3's capsule layers over the skeleton and a noise\n"
                      "  channel made from a 100-d vector, `capspix2pix-deep`'s start with the paper's transposed\n"
                      "  convolutions) and its DCGAN discriminator")
+# The same on all 60,000 Fashion-MNIST pairs with the deep start's default resize-then-convolve, 15,000 steps: the
+# run of docs/results.md "Resize-then-convolve on all 60,000 Fashion pairs" (seed 0)
+CAPSPIX2PIX_FASHION_FLAGS = [*CAPSPIX2PIX_FLAGS[:CAPSPIX2PIX_FLAGS.index("--train-size") + 1], "60000",
+                             *CAPSPIX2PIX_FLAGS[CAPSPIX2PIX_FLAGS.index("--train-size") + 2:-1], "upsampling=resize"]
+CAPSPIX2PIX_FASHION_MODEL = ("CapsPix2pix's generator (SegCaps R3's capsule layers over the silhouette and a noise\n"
+                             "  channel made from a 100-d vector, `capspix2pix-deep`'s start with its default\n"
+                             "  resize-then-convolve in the deconvolutional capsules) and its DCGAN discriminator")
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,8 @@ class Recipe:
     augmentation: str  # what the training images went through
     loss: str
     data: str = ""  # the card's Data line, where the classifiers' "the 60,000 training images" does not fit
+    drawn: str = "digits"  # a synthesis model's: what it draws, and from which label maps
+    label_map: str = "skeleton"
 
 
 MNIST_UNSEEN = ("trained on centred MNIST digits; other images (letters, photographs, digits far from the centre) get "
@@ -150,6 +162,17 @@ SHIPPED = {
         augmentation="each turned into a (Zhang-Suen skeleton, digit) pair centred on 32x32",
         loss="betas (0.5, 0.999), the adversarial loss with smoothed labels plus 1,000 x L1 for the generator",
         data="24,000 MNIST training digits (a seeded subset)"),
+    "capspix2pix-fashion": Recipe(
+        dataset="fashion-silhouette", title="fashion-silhouette", unit="pairs", capsules="",
+        limits="trained on the filled silhouettes of Fashion-MNIST items on 32x32, it draws a garment, shoe or bag "
+               "of that outline in Fashion-MNIST's greyscale style; other label maps (outlines, skeletons, other "
+               "objects or sizes) are outside what it learned: train on your own pairs (`--dataset pairs:DIR`, "
+               "README 'Synthesis')",
+        paper="A CapsPix2pix (Bass et al. 2019) generator with its discriminator", flags=CAPSPIX2PIX_FASHION_FLAGS,
+        model=CAPSPIX2PIX_FASHION_MODEL,
+        augmentation="each turned into a (filled silhouette, item) pair centred on 32x32",
+        loss="betas (0.5, 0.999), the adversarial loss with smoothed labels plus 1,000 x L1 for the generator",
+        data="all 60,000 Fashion-MNIST training items", drawn="items", label_map="silhouette"),
 }
 
 SAMPLE_SIZE = 100  # the shipped-sample canvases or pairs a segmentation or synthesis card is checked on (fast)
@@ -221,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     uses = {"classification": f"`capsnet eval --checkpoint pretrained:{NAME}`\nscores it",
             "segmentation": f"`capsnet viz --checkpoint pretrained:{NAME}` opens it on canvases of the\nshipped "
                             f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
-            "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels LABELS_DIR --out OUT_DIR`\ndraws digits "
-                         f"from your skeleton PNGs; `capsnet viz --checkpoint pretrained:{NAME}` opens it offline"
+            "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels LABELS_DIR --out OUT_DIR`\ndraws "
+                         f"{recipe.drawn} from your {recipe.label_map} PNGs; `capsnet viz --checkpoint pretrained:{NAME}"
+                         + ("` opens it offline" if SAMPLES.get(recipe.dataset) else
+                            " --data-dir DIR` opens it on the\ntest pairs made from DIR (none ship)")
             }[kind]
     data_flags = ["--data-dir", args.data_dir] if args.data_dir else []  # the command as it ran, as train's below
     placed = ([] if args.work == Path("runs") / f"pretrained-{NAME}" else ["--work", str(args.work)]) + \
@@ -299,25 +324,37 @@ def measure_segmentation(target: Path, recipe: Recipe, last: Checkpoint, data_di
             "sample_dice": s_test.dice, "sample_ood_dice": s_ood.dice}, figures
 
 
+SAMPLES = {"mnist-skeleton": "mnist-sample-skeleton"}  # a synthesis data set -> its pairs of the shipped digits
+
+
 def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: str | None) -> tuple[dict, str]:
     """A synthesis model's card figures on all the test pairs and on the first ``SAMPLE_SIZE`` pairs of the shipped
-    digits (``mnist-sample-skeleton``), judged by the shipped MNIST classifier."""
+    digits (``mnist-sample-skeleton``), or, where none of its data set ship (Fashion-MNIST), of its test split,
+    judged by the shipped classifier of its images."""
     from capsnet.synthesis import SPREAD_SEEDS, SPREAD_SIZE, evaluate_synthesis_checkpoint
 
     final, scored = last.state["history"][-1], _scored(last)
-
+    things, label = recipe.drawn, recipe.label_map
     full = evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True)
-    sample = evaluate_synthesis_checkpoint(target, dataset="mnist-sample-skeleton", test_size=SAMPLE_SIZE)
+    shipped = SAMPLES.get(recipe.dataset)
+    sample = evaluate_synthesis_checkpoint(target, dataset=shipped, test_size=SAMPLE_SIZE) if shipped else \
+        evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, test_size=SAMPLE_SIZE)
     r, s = full.results[""], sample.results[""]
     figures = f"""- **{recipe.title} test figures** (final epoch, float16 weights, all {full.pairs:,} test pairs, noise
   seed 0): L1 {r.l1:.4f}, SSIM **{r.ssim:.4f}**, shape IoU {r.iou:.4f}; `{full.judge}` reads
-  **{100 * r.judge_accuracy:.2f}%** of the generated digits as the class of their skeleton
+  **{100 * r.judge_accuracy:.2f}%** of the generated {things} as the class of their {label}
   ({100 * r.judge_accuracy_draws:.2f}% over {SPREAD_SEEDS} noise draws of the first {SPREAD_SIZE:,}); the noise moves each pixel by
   {r.spread:.4f} (its standard deviation over the {SPREAD_SEEDS} draws). The training run measured L1 {final['test_l1']:.4f},
   SSIM {final['test_ssim']:.4f} and {100 * final['test_judge_accuracy']:.2f}% on {scored} in float32.
-- **Shipped test sample** (`--dataset mnist-sample-skeleton --test-size {SAMPLE_SIZE}`: the skeletons of the first
+"""
+    if shipped:
+        figures += f"""- **Shipped test sample** (`--dataset {shipped} --test-size {SAMPLE_SIZE}`: the {label}s of the first
   {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): L1 {s.l1:.4f}, SSIM {s.ssim:.4f}, judged
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
+"""
+    else:
+        figures += f"""- **The first {SAMPLE_SIZE} test pairs** (`--test-size {SAMPLE_SIZE}`; no {recipe.dataset} pairs ship): L1 {s.l1:.4f},
+  SSIM {s.ssim:.4f}, judged {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
             "test_judge_accuracy_draws": r.judge_accuracy_draws, "test_spread": r.spread, "sample_l1": s.l1,

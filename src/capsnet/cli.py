@@ -748,7 +748,7 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
 def _generate_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint", required=True, help="run directory or checkpoint of a synthesis model "
                                                        "(capspix2pix, capspix2pix-deep, pix2pix), or a shipped one "
-                                                       "(pretrained:capspix2pix-mnist)")
+                                                       "(pretrained:capspix2pix-mnist, pretrained:capspix2pix-fashion)")
     _checkpoint_choice(g)
     g.add_argument("--labels", required=True, metavar="DIR",
                    help="folder of label maps (PNG, the model's size and channels), e.g. skeletons or silhouettes")
