@@ -22,12 +22,12 @@ the best over epochs), keeps the model weights only, in float16, and writes
   accuracy on them, a segmentation model's Dice on the first
   ``SAMPLE_SIZE`` canvases made from them, a synthesis model's L1, SSIM and
   judged accuracy on the first ``SAMPLE_SIZE`` pairs; where no sample of
-  the data set ships, the same figures on its first test images).
+  the data set ships, the same figures on its first test images or pairs).
 
 SegCaps trains for about 2 h 20 min and CapsPix2pix for about 40 min on one
-thread of this project's CPU (on Fashion-MNIST's 60,000 pairs about 2 h 20 min
-on two); the segmentation card's full test takes about 10 minutes more (20,000
-canvases).
+thread of this project's CPU (on Fashion-MNIST's 60,000 pairs about 2 h 15 min
+on two, at the shipped run's fastest epoch's rate); the segmentation and synthesis
+cards' full tests take about 10 minutes more (20,000 canvases; 10,000 pairs).
 """
 from __future__ import annotations
 
@@ -114,6 +114,7 @@ class Recipe:
     data: str = ""  # the card's Data line, where the classifiers' "the 60,000 training images" does not fit
     drawn: str = "digits"  # a synthesis model's: what it draws, and from which label maps
     label_map: str = "skeleton"
+    made: str = ""  # the card's words on how the shipped weights were made, where not by one unbroken run
 
 
 MNIST_UNSEEN = ("trained on centred MNIST digits; other images (letters, photographs, digits far from the centre) get "
@@ -172,7 +173,12 @@ SHIPPED = {
         model=CAPSPIX2PIX_FASHION_MODEL,
         augmentation="each turned into a (filled silhouette, item) pair centred on 32x32",
         loss="betas (0.5, 0.999), the adversarial loss with smoothed labels plus 1,000 x L1 for the generator",
-        data="all 60,000 Fashion-MNIST training items", drawn="items", label_map="silhouette"),
+        data="all 60,000 Fashion-MNIST training items", drawn="items", label_map="silhouette",
+        made="The shipped weights are those of docs/results.md's run \"Resize-then-convolve on all 60,000 Fashion "
+             "pairs\", read back by this command from a copy of its finished folder: it trained over three sittings "
+             "resumed from its own saves (`--save-every 10`), its first 849 steps on the voting code before commit "
+             "0d1c7f2 (the same numbers to float rounding), so the command remakes them to float rounding, not bit "
+             "for bit."),
 }
 
 SAMPLE_SIZE = 100  # the shipped-sample canvases or pairs a segmentation or synthesis card is checked on (fast)
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
             "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels LABELS_DIR --out OUT_DIR`\ndraws "
                          f"{recipe.drawn} from your {recipe.label_map} PNGs; `capsnet viz --checkpoint pretrained:{NAME}"
-                         + ("` opens it offline" if SAMPLES.get(recipe.dataset) else
+                         + ("` opens it offline" if _sample_of(recipe.dataset) else
                             " --data-dir DIR` opens it on the\ntest pairs made from DIR (none ship)")
             }[kind]
     data_flags = ["--data-dir", args.data_dir] if args.data_dir else []  # the command as it ran, as train's below
@@ -266,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
   {schedule(cfg)}, {recipe.loss}, seed {cfg['seed']}, on a 2-core CPU.
 - **Command**: `{shlex.join(["python", "tools/make_pretrained.py", *name_flag, *data_flags, *placed])}`, which runs
   `{shlex.join(train[:-1] if train[-1] == '--resume' else train)}` and then keeps the last checkpoint's weights in
-  float16.
+  float16.{(chr(10) + "  " + recipe.made) if recipe.made else ""}
 {figures}- **Load time**: {load_s * 1000:.0f} ms to build and load it here (`capsnet.models.pretrained`).
 - **Limits**: {recipe.limits}.
 
@@ -324,9 +330,6 @@ def measure_segmentation(target: Path, recipe: Recipe, last: Checkpoint, data_di
             "sample_dice": s_test.dice, "sample_ood_dice": s_ood.dice}, figures
 
 
-SAMPLES = {"mnist-skeleton": "mnist-sample-skeleton"}  # a synthesis data set -> its pairs of the shipped digits
-
-
 def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: str | None) -> tuple[dict, str]:
     """A synthesis model's card figures on all the test pairs and on the first ``SAMPLE_SIZE`` pairs of the shipped
     digits (``mnist-sample-skeleton``), or, where none of its data set ship (Fashion-MNIST), of its test split,
@@ -336,7 +339,7 @@ def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: 
     final, scored = last.state["history"][-1], _scored(last)
     things, label = recipe.drawn, recipe.label_map
     full = evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, progress=True)
-    shipped = SAMPLES.get(recipe.dataset)
+    shipped = _sample_of(recipe.dataset)
     sample = evaluate_synthesis_checkpoint(target, dataset=shipped, test_size=SAMPLE_SIZE) if shipped else \
         evaluate_synthesis_checkpoint(target, dataset=recipe.dataset, root=data_dir, test_size=SAMPLE_SIZE)
     r, s = full.results[""], sample.results[""]
@@ -353,12 +356,21 @@ def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: 
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     else:
-        figures += f"""- **The first {SAMPLE_SIZE} test pairs** (`--test-size {SAMPLE_SIZE}`; no {recipe.dataset} pairs ship): L1 {s.l1:.4f},
-  SSIM {s.ssim:.4f}, judged {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
+        command = f"capsnet eval --checkpoint pretrained:{target.stem} --test-size {SAMPLE_SIZE} --data-dir DIR"
+        figures += f"""- **The first {SAMPLE_SIZE} test pairs** (`{command}`; no {recipe.dataset} pairs
+  ship): L1 {s.l1:.4f}, SSIM {s.ssim:.4f}, judged {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
     return {"test_l1": r.l1, "test_ssim": r.ssim, "test_iou": r.iou, "test_judge_accuracy": r.judge_accuracy,
             "test_judge_accuracy_draws": r.judge_accuracy_draws, "test_spread": r.spread, "sample_l1": s.l1,
             "sample_ssim": s.ssim, "sample_judge_accuracy": s.judge_accuracy}, figures
+
+
+def _sample_of(dataset: str) -> str | None:
+    """The same task on the digits that ship with capsnet (``capsnet.data.tasks.shipped_default``), or None."""
+    from capsnet.data.tasks import shipped_default
+
+    sample = shipped_default(dataset)
+    return sample if sample != dataset else None
 
 
 def _scored(last: Checkpoint) -> str:
