@@ -208,6 +208,36 @@ def test_missing_checkpoint(tmp_path):
         load_checkpoint(tmp_path)
 
 
+def test_a_run_waits_out_a_process_asking_whether_a_run_holds_its_folder(tmp_path):
+    """A resume of a killed run (its .lock left behind) while an eval or the viewer asks whether a run holds the
+    folder (RunLock.holder: a shared lock for a moment): the asker descheduled there past 0.19 s had the resume
+    refused as "being written by another capsnet run" (a review of the suite's timing, 2026-12-04). A writer's lock
+    is still refused at once."""
+    import fcntl
+    import threading
+
+    from capsnet.checkpoint import RunLock
+
+    (tmp_path / ".lock").write_text("999999999 train")  # a killed run's
+    asker = os.open(tmp_path / ".lock", os.O_RDONLY)
+    fcntl.flock(asker, fcntl.LOCK_SH)  # asking, and held up for 0.6 s
+    threading.Timer(0.6, lambda: os.close(asker)).start()
+    started = time.monotonic()
+    with RunLock(tmp_path) as lock:
+        lock.acquire()
+        assert lock.holder() == f"{os.getpid()} train" and time.monotonic() - started >= 0.5
+    writer = os.open(tmp_path / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        os.pwrite(writer, b"4242 train", 0)
+        fcntl.flock(writer, fcntl.LOCK_EX)  # another run writing there
+        started = time.monotonic()
+        with pytest.raises(CheckpointError, match=r"being written by another capsnet run \(process 4242\)"):
+            RunLock(tmp_path).acquire()
+        assert time.monotonic() - started < 3  # not the askers' wait (5 s): upper bound only
+    finally:
+        os.close(writer)
+
+
 def test_a_run_folder_gone_read_only_reports_its_own_error_and_lets_the_lock_go(tmp_path, monkeypatch):
     """A folder remounted read-only mid-run: the save's OSError was replaced by the lock file's unlink error
     ("Read-only file system: rom/.lock"), and the descriptor stayed open, so a resume in the same process was
@@ -541,23 +571,30 @@ def test_holder_asks_without_refusing_other_askers_or_a_run_starting(tmp_path, m
 
 
 def test_a_run_starting_waits_out_an_asker_only_a_moment_then_names_the_holder(tmp_path, monkeypatch):
-    """acquire() retries a lock held shared (holder() asking) for about 0.19 s in growing waits, then refuses with the
-    holder's process id; the lock file is left as it was (the holder's)."""
+    """acquire() retries a lock held shared (holder() asking) for about 0.19 s in growing waits, then, while only
+    askers hold it, every 0.05 s up to ASKERS_S (5 s) from the start, then refuses with the holder's process id; the
+    lock file is left as it was (the holder's)."""
     import fcntl
 
-    from capsnet.checkpoint import CheckpointError, RunLock
+    from capsnet.checkpoint import ASKERS_S, CheckpointError, RunLock
 
     (tmp_path / ".lock").write_text("4242")
     holder = os.open(tmp_path / ".lock", os.O_RDONLY)
-    waited = []
-    monkeypatch.setattr("capsnet.checkpoint.time.sleep", waited.append)
+    waited, clock = [], [0.0]
+
+    def sleep(seconds):  # the waits counted on a clock of their own, none slept
+        waited.append(seconds)
+        clock[0] += seconds
+    monkeypatch.setattr("capsnet.checkpoint.time.sleep", sleep)
+    monkeypatch.setattr("capsnet.checkpoint.time.monotonic", lambda: clock[0])
     try:
         fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)  # never let go
         with pytest.raises(CheckpointError, match=r"being written by another capsnet run \(process 4242\); wait"):
             RunLock(tmp_path).acquire()
     finally:
         os.close(holder)
-    assert waited == [0.002, 0.005, 0.01, 0.02, 0.05, 0.1] and sum(waited) < 0.2
+    assert waited[:6] == [0.002, 0.005, 0.01, 0.02, 0.05, 0.1] and set(waited[6:]) == {0.05}
+    assert ASKERS_S == 5.0 and ASKERS_S <= sum(waited) < ASKERS_S + 0.06
     assert (tmp_path / ".lock").read_text() == "4242"
 
 

@@ -87,6 +87,20 @@ def read_json_object(path: Path | str, fix: str) -> dict[str, Any]:
     return found
 
 
+ASKERS_S = 5.0  # how long a run's lock waits for processes asking whether a run holds it (RunLock.holder)
+
+
+def _askers_only(fd: int, fcntl: Any) -> bool:
+    """Whether the lock held on ``fd``'s file is shared only (``RunLock.holder``'s askers), not a writer's: a shared
+    lock is then granted to ``fd`` too, and let go at once."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
 class RunLock:
     """One process writing a run directory at a time: an advisory lock (``flock``) on ``RUN/.lock``, taken as the
     run starts (``acquire``) and held until ``release``, which removes the file (or until the process ends: the
@@ -123,13 +137,20 @@ class RunLock:
             except PermissionError:  # another user's, left by a killed run: flock takes a read-only descriptor
                 fd, mine = os.open(path, os.O_RDONLY), False
             try:
-                for wait in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, None):  # a holder() asking for a moment lets go
+                # a holder() asking for a moment (a shared lock) lets go: waited out, up to ASKERS_S when it is asking
+                # alone, as a process descheduled while it asks is on a loaded machine (0.19 s refused a resume as
+                # "being written by another capsnet run": a review, 2026-12-04); a writer's refusal stays prompt
+                waits, patience = iter((0.002, 0.005, 0.01, 0.02, 0.05, 0.1)), time.monotonic() + ASKERS_S
+                while True:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         break
                     except BlockingIOError:
+                        wait = next(waits, None)
                         if wait is None:
-                            raise
+                            if time.monotonic() > patience or not _askers_only(fd, fcntl):
+                                raise
+                            wait = 0.05
                         time.sleep(wait)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
