@@ -689,6 +689,7 @@ for round in range(2):  # fit called twice in one process: a second group throug
     dist.all_reduce(t)
     print(round, t.item(), flush=True)
     leave(created, device)
+d.exit_process(0)  # past gloo's teardown at interpreter exit, as python -m capsnet ends
 """
 
 

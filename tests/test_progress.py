@@ -127,5 +127,6 @@ def test_a_vanishing_bar_that_runs_past_the_delay_ends_its_log_on_its_last_state
     bar.close()
     lines = capsys.readouterr().err.splitlines()
     assert lines and "8/8" in lines[-1], lines
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 60.0)  # a stall of 0.2 s would have been past the delay
     _run(3, leave=False)  # done at once: nothing in the log
     assert capsys.readouterr().err == ""
