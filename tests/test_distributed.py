@@ -855,6 +855,20 @@ def test_a_torchrun_into_a_folder_another_run_writes_is_refused_by_rank_0_alone(
     assert "nothing to resume" not in r.stderr and "start it again" not in r.stderr, r.stderr
 
 
+@pytest.mark.e2e
+def test_a_torchrun_resume_with_tensorboard_trains_on(tmp_path, data_root):
+    """`capsnet train --resume` takes the run's lock on rank 0 before fit; with --tensorboard every other rank
+    checked the lock in fit and refused the run as "being written by another capsnet run", rank 0's own (a review,
+    2026-12-04)."""
+    run, logs = tmp_path / "run", tmp_path / "tb"
+    common = ["-m", "capsnet", "train", "--dataset", "mnist-sample", "--train-size", "256", "--test-size", "64", *TINY,
+              "--out", run, "--tensorboard", logs]
+    for more in (["--epochs", "1"], ["--epochs", "2", "--resume"]):
+        r = subprocess.run(torchrun(*common, *more), capture_output=True, text=True, timeout=300, env=_env(data_root))
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "being written by another" not in r.stderr and load_checkpoint(run, "last").state["epoch"] == 2
+
+
 def test_the_main_process_is_rank_0_over_every_machine_not_each_machines_first():
     """On two machines the second's first process (rank 2, local rank 0) must not write checkpoints: rank equals
     local rank on one machine, so choosing by local rank passed every test (mutation testing, 2026-12-02)."""

@@ -1228,9 +1228,14 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
     if tensorboard is not None:  # the package and a folder that can be written, before the data loads or a file
         from .tensorboard import check_log_dir  # of the run is written
 
-        if lock is None:  # a live run's folder: said as such, not as its logs to remove (a lock the caller holds is
-            RunLock(run_dir).refuse_if_held()  # this run's; every rank checks before the group forms, so none holds
-        check_log_dir(tensorboard, run_dir, resume)  # the lock yet)
+        # a live run's folder: said as such, not as its logs to remove (a lock the caller holds is this run's; every
+        # rank checks before the group forms, so none holds the lock yet, except rank 0 of a resume, which
+        # `capsnet train --resume` takes before fit: the other ranks leave that check to rank 0, which refused a
+        # torchrun resume with --tensorboard as "being written by another capsnet run", its own: a review,
+        # 2026-12-04)
+        if lock is None and not (resume and launch is not None and not launch.is_main):
+            RunLock(run_dir).refuse_if_held()
+        check_log_dir(tensorboard, run_dir, resume)
     dev = resolve_device(device)
     if launch is None:
         with SaveThenStop(enabled=True) as stop, lock or RunLock(run_dir) as lock, keeps_rng(dev):  # caller's RNG after
