@@ -252,15 +252,15 @@ def test_answers_overtaken_by_a_later_choice_are_neither_drawn_nor_reported(page
             const plain = window.fetch;
             window.slow = []; window.done = 0; window.hold = 0;
             window.fetch = async (path, options) => {
-                const r = await plain(path, options);
-                if (window.slow.some((s) => String(path).includes(s))) {
-                    if (window.hold > 0) {
-                        window.hold--;
-                        await new Promise((f) => { window.release = f; });
-                    } else {
-                        await new Promise((f) => setTimeout(f, 600));
-                    }
+                const slow = window.slow.some((s) => String(path).includes(s));
+                let held = null;  // made as the request goes, so window.release is there before its answer
+                if (slow && window.hold > 0) {
+                    window.hold--;
+                    held = new Promise((f) => { window.release = f; });
                 }
+                const r = await plain(path, options);
+                if (held) await held;
+                else if (slow) await new Promise((f) => setTimeout(f, 600));
                 window.done++;
                 return r;
             };
