@@ -869,6 +869,44 @@ def test_a_torchrun_resume_with_tensorboard_trains_on(tmp_path, data_root):
     assert "being written by another" not in r.stderr and load_checkpoint(run, "last").state["epoch"] == 2
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("spoilt", ["0,1", "1"])
+def test_a_torchrun_save_inside_an_epoch_keeps_no_optimizer_state_that_is_not_finite(tmp_path, data_root, spoilt):
+    """Adam's second moment infinite (a gradient whose square overflowed) with the loss still finite: one process
+    stops before its save inside the epoch; torchrun's ranks checked the loss and the gradient alone there, saved the
+    infinite state, and named that file as the one kept (a review, 2026-12-04). On one rank alone (its state, or
+    BatchNorm's statistics, its own) every rank stops too."""
+    script = tmp_path / "spoil.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, torch
+        from capsnet import cli, distributed
+        real, steps = torch.optim.Adam.step, []
+        def step(self, *args, **kwargs):
+            out = real(self, *args, **kwargs)
+            steps.append(1)
+            if len(steps) == 40 and os.environ["RANK"] in os.environ["SPOILT"].split(","):
+                next(iter(self.state.values()))["exp_avg_sq"].fill_(float("inf"))
+            return out
+        torch.optim.Adam.step = step
+        cli.AS_PROGRAM = True
+        distributed.exit_process(cli.main(sys.argv[1:]))
+    """))
+    run = tmp_path / "run"
+    r = subprocess.run(torchrun(script, "train", "--dataset", "mnist-sample", "--train-size", "256", "--test-size",
+                                "64", *TINY[:-3], "--batch-size", "2", "--no-progress", "--epochs", "1",
+                                "--save-every", "0.0001", "--out", run),
+                       capture_output=True, text=True, timeout=300, env=_env(data_root) | {"SPOILT": spoilt})
+    assert r.returncode != 0
+    assert "(rank 0 of 2): error: " + ("Adam's exp_avg_sq" if spoilt == "0,1" else "another process's weights, "
+                                       "buffers or optimizer state became NaN or infinite") in r.stderr, r.stderr[-3000:]
+    if (run / "last.safetensors").exists():  # a save before the spoilt step, named as kept: finite
+        saved = load_checkpoint(run, "last")
+        assert saved.state["step"] < 40 and "still holds" in r.stderr, r.stderr[-3000:]
+        assert all(torch.isfinite(t).all() for t in saved.model_state.values())
+    else:
+        assert "no checkpoint was written" in r.stderr, r.stderr[-3000:]
+
+
 def test_the_main_process_is_rank_0_over_every_machine_not_each_machines_first():
     """On two machines the second's first process (rank 2, local rank 0) must not write checkpoints: rank equals
     local rank on one machine, so choosing by local rank passed every test (mutation testing, 2026-12-02)."""

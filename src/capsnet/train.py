@@ -453,9 +453,15 @@ def _stop_if_not_finite(first_bad: torch.Tensor, epoch: int, last: LastSave, lau
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         first_bad = torch.where(first == none, -1, first)
     bad = int(first_bad)
-    spoilt = None  # what is not finite: the same on every rank (one model)
+    spoilt = None  # what is not finite
     if bad < 0 and model is not None:
         spoilt = not_finite(model, *([optimizer] if optimizer is not None else []))
+        if launch is not None:  # agreed: each rank keeps BatchNorm's statistics of its own shard (no SyncBatchNorm
+            anywhere = torch.tensor([int(spoilt is not None)], device=first_bad.device)  # on CPUs); all stop
+            dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
+            if int(anywhere) and spoilt is None:
+                spoilt = ("another process's weights, buffers or optimizer state became NaN or infinite (each "
+                          "process keeps its own BatchNorm statistics)")
     def kept() -> str:
         return last.kept() if launch is None or launch.is_main else RANK0_KEPT
     if bad < 0 and not spoilt:
@@ -1570,9 +1576,11 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                                         skipped_of=_skipped_of(skipped, start // B + 1, fp16))
                 stopping = stop.asked and start + B < N  # an epoch's last batch goes on to the epoch's end and save
                 if stopping or (save_inside and start + B < N and _save_now(last, save_every_s, step, launch, dev)):
-                    if launch is None:  # nothing non-finite is saved (torchrun: checked at this step just above)
-                        _stop_if_not_finite(first_bad, epoch, last, cfg=cfg, model=model, scaler=scaler,
-                                            skipped_of=_skipped_of(skipped, start // B + 1, fp16), optimizer=opt)
+                    # nothing non-finite is saved: every rank together (the save is decided collectively); the check
+                    # every _CHECK_EVERY steps sees the loss and the gradient, not the weights or Adam's state, which
+                    # torchrun saved not finite (a review, 2026-12-04)
+                    _stop_if_not_finite(first_bad, epoch, last, launch, cfg=cfg, model=model, scaler=scaler,
+                                        skipped_of=_skipped_of(skipped, start // B + 1, fp16), optimizer=opt)
                     loss_sum, correct_sum, seen_all = _summed(run_loss, run_correct, seen, launch)  # resumed by rank 0
                     ranks_rng = {} if launch is None else ranks_rng_state(dev, launch)  # every rank's dropout
                     if main:
