@@ -277,6 +277,26 @@ def test_a_warm_up_the_preset_set_too_long_for_the_run_is_said_as_the_presets(tm
     assert not run.exists()
 
 
+def test_a_global_batch_the_preset_set_that_torchruns_processes_do_not_divide_is_said_as_the_presets(
+        tmp_path, data_root, capsys, monkeypatch):
+    """torchrun --nproc_per_node 3 with --preset fast: "--batch-size 512 ... use a multiple of 3" for a batch the
+    user never typed (a bug hunt, 2026-12-04). Refused before the process group forms."""
+    for name, value in {"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3",
+                        "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}.items():  # as torchrun's first process
+        monkeypatch.setenv(name, value)
+    run = tmp_path / "run"
+    common = ["train", "--preset", "fast", "--train-size", "64", "--epochs", "1", "--compile", "none", *TINY_FLAGS,
+              "--out", str(run), "--device", "cpu", "--data-dir", str(data_root), "--no-progress"]
+    assert cli.main(common) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size 512 is the global batch and must divide evenly among the 3 processes; use a multiple of 3, " \
+        "e.g. 513 (--preset fast set --batch-size 512; a value typed beside it wins)" in err, err
+    assert cli.main([*common, "--batch-size", "32"]) == 2  # typed: no word of the preset
+    err = capsys.readouterr().err
+    assert "--batch-size 32 is the global batch" in err and "--preset fast set" not in err, err
+    assert not (run / "last.safetensors").exists()
+
+
 def test_a_resume_of_a_linear_run_refuses_the_exponential_flags_as_not_applying(tmp_path, data_root, capsys):
     """--lr-decay on a resume of a linear run was refused as differing from "the run, which trained with --lr-decay
     0.96": a default its schedule never used."""

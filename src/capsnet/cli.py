@@ -1445,15 +1445,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _preset_named(args: argparse.Namespace, preset_fields: list[str], cfg: Any) -> Iterator[None]:
-    """The schedule's refusal of a warm-up as long as the run, said with the preset that set the warm-up (the user
-    typed none: "lower --warmup-steps" alone sent them looking for it)."""
+    """The schedule's refusal of a warm-up as long as the run, and torchrun's of a global batch its processes do not
+    divide, said with the preset that set the warm-up or the batch (the user typed none: "lower --warmup-steps" or
+    "use a multiple of 3" alone sent them looking for it; a bug hunt, 2026-12-04)."""
     try:
         yield
-    except ValueError as e:
-        if "warmup_steps" not in preset_fields or not str(e).startswith("warmup_steps ("):
-            raise
-        raise ValueError(f"{e} (--preset {args.preset} set --warmup-steps {cfg.warmup_steps}; a value typed beside "
-                         f"it wins)") from None
+    except ValueError as e:  # DistributedError too
+        said = {"warmup_steps": ("warmup_steps (", "--warmup-steps", cfg.warmup_steps),
+                "batch_size": ("--batch-size ", "--batch-size", cfg.batch_size)}
+        for field, (opening, flag, value) in said.items():
+            if field in preset_fields and str(e).startswith(opening):
+                raise type(e)(f"{e} (--preset {args.preset} set {flag} {value}; a value typed beside it wins)") \
+                    from None
+        raise
 
 
 def _fit_run(args: argparse.Namespace, model_cfg: Any, train_cfg: Any, out: Path, launch: Any, main_rank: bool,
