@@ -451,6 +451,29 @@ def test_ranks_that_disagree_on_a_setting_or_their_data_are_named_on_every_rank(
         agree(mine, Launch(1, 2, 1, 2))
 
 
+def test_the_tensorboard_folder_is_checked_on_rank_0s_machine_alone(tmp_path, monkeypatch):
+    """Rank 0 alone writes the TensorBoard logs: every rank checked the folder on its own machine, so one on rank 0's
+    local disk refused the run on the others (a bug hunt, 2026-12-04). The processes of rank 0's machine (rank equals
+    local rank there) still check, so a refusal comes from each at once."""
+    from capsnet import train as train_mod
+    from capsnet.distributed import Launch
+
+    class Joined(Exception):
+        pass
+
+    def joined(launch, dev):
+        raise Joined
+    monkeypatch.setattr(train_mod, "join", joined)
+    (tmp_path / "afile").write_text("")  # a folder that cannot be made here
+    cfg = TrainConfig(dataset="mnist-sample", epochs=1, batch_size=32)
+    for launch, refused in [(Launch(0, 4, 0, 2), True), (Launch(1, 4, 1, 2), True), (Launch(2, 4, 0, 2), False),
+                            (Launch(3, 4, 1, 2), False)]:
+        monkeypatch.setattr(train_mod, "launcher", lambda required=False, launch=launch: launch)
+        with pytest.raises(ValueError if refused else Joined, match="the folder cannot be made" if refused else None):
+            fit(CapsNetConfig(conv1_channels=8, primary_types=2), cfg, tmp_path / "run",
+                tensorboard=tmp_path / "afile" / "logs")
+
+
 def test_a_rank_whose_peer_stopped_says_so_in_one_line(monkeypatch):
     """A collective that lost its peer (gloo's plain RuntimeError, "Connection closed by peer") is a one-line
     DistributedError pointing at the other process's error (a 25-line traceback of torch's internals before); any
