@@ -920,8 +920,9 @@ def test_a_torchrun_save_inside_an_epoch_keeps_no_optimizer_state_that_is_not_fi
                                 "--save-every", "0.0001", "--out", run),
                        capture_output=True, text=True, timeout=300, env=_env(data_root) | {"SPOILT": spoilt})
     assert r.returncode != 0
-    assert "(rank 0 of 2): error: " + ("Adam's exp_avg_sq" if spoilt == "0,1" else "another process's weights, "
-                                       "buffers or optimizer state became NaN or infinite") in r.stderr, r.stderr[-3000:]
+    said = "Adam's exp_avg_sq" if spoilt == "0,1" else \
+        "another process's weights, buffers or optimizer state became NaN or infinite"
+    assert "(rank 0 of 2): error: " + said in r.stderr, r.stderr[-3000:]
     if (run / "last.safetensors").exists():  # a save before the spoilt step, named as kept: finite
         saved = load_checkpoint(run, "last")
         assert saved.state["step"] < 40 and "still holds" in r.stderr, r.stderr[-3000:]

@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             "segmentation": f"`capsnet viz --checkpoint pretrained:{NAME}` opens it on canvases of the\nshipped "
                             f"digits, offline; `capsnet eval --checkpoint pretrained:{NAME}` scores it",
             "synthesis": f"`capsnet generate --checkpoint pretrained:{NAME} --labels LABELS_DIR --out OUT_DIR`\ndraws "
-                         f"{recipe.drawn} from your {recipe.label_map} PNGs; `capsnet viz --checkpoint pretrained:{NAME}"
+                         f"{recipe.drawn} from your {recipe.label_map} PNGs; "
+                         f"`capsnet viz --checkpoint pretrained:{NAME}"
                          + ("` opens it offline" if _sample_of(recipe.dataset) else
                             " --data-dir DIR` opens it on the\ntest pairs made from DIR (none ship)")
             }[kind]
@@ -351,7 +352,8 @@ def measure_synthesis(target: Path, recipe: Recipe, last: Checkpoint, data_dir: 
   SSIM {final['test_ssim']:.4f} and {100 * final['test_judge_accuracy']:.2f}% on {scored} in float32.
 """
     if shipped:
-        figures += f"""- **Shipped test sample** (`--dataset {shipped} --test-size {SAMPLE_SIZE}`: the {label}s of the first
+        given = f"--dataset {shipped} --test-size {SAMPLE_SIZE}"
+        figures += f"""- **Shipped test sample** (`{given}`: the {label}s of the first
   {SAMPLE_SIZE} of the 500 MNIST test digits that ship with capsnet): L1 {s.l1:.4f}, SSIM {s.ssim:.4f}, judged
   {100 * s.judge_accuracy:.2f}%; the test suite checks these figures.
 """
