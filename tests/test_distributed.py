@@ -931,6 +931,28 @@ def test_a_torchrun_save_inside_an_epoch_keeps_no_optimizer_state_that_is_not_fi
         assert "no checkpoint was written" in r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.e2e
+def test_a_process_waiting_for_a_peer_that_stopped_before_joining_ends_on_torchruns_sigterm(tmp_path, data_root):
+    """One process refused to start (its own error) while the other waited in the process group's forming: that one
+    took SIGTERM as capsnet's commands do (a Python handler), which could not run inside torch's wait, so torchrun
+    killed it after its 30 s grace (a review, 2026-12-04)."""
+    script = tmp_path / "stops.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        from capsnet._signals import sigterm_as_interrupt
+        from capsnet.distributed import join, launcher
+        launch = launcher()
+        if launch.rank == 1:
+            sys.exit(2)  # a refusal of its own, before the group forms
+        with sigterm_as_interrupt():  # as capsnet's commands under torchrun
+            join(launch, torch.device("cpu"))
+    """))
+    started = time.monotonic()
+    r = subprocess.run(torchrun(script), capture_output=True, text=True, timeout=120, env=_env(data_root))
+    assert r.returncode != 0 and "forcefully" not in r.stderr, r.stderr[-3000:]  # torchrun's SIGKILL after 30 s
+    assert time.monotonic() - started < 25  # upper bound only (about 5 s; 35 s before)
+
+
 def test_the_main_process_is_rank_0_over_every_machine_not_each_machines_first():
     """On two machines the second's first process (rank 2, local rank 0) must not write checkpoints: rank equals
     local rank on one machine, so choosing by local rank passed every test (mutation testing, 2026-12-02)."""

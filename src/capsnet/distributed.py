@@ -19,15 +19,17 @@ and BatchNorm on CPUs (per-process statistics).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
 import os
+import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -192,7 +194,8 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
         raise DistributedError("this PyTorch build has no NCCL, which training on several GPUs needs; install a "
                                "CUDA build of PyTorch, or train on --device cpu (gloo)")
     try:
-        _init_group(launch, backend)
+        with _terminable():
+            _init_group(launch, backend)
     except dist.DistError as e:  # no peer came (variables set by hand, a process that never started): a traceback
         # of torch's store after the whole timeout (6 hours by default), or C++ frame dumps
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
@@ -210,6 +213,27 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
                                f"(started without torchrun's agent, or not started); {LAUNCH_HINT}, every process "
                                f"of the run with the same settings{longer} {said}") from None
     return device, True
+
+
+@contextlib.contextmanager
+def _terminable() -> Iterator[None]:
+    """SIGTERM's default, the process ended at once, while the process group forms: a handler of Python's (capsnet's
+    commands raise KeyboardInterrupt on it) runs only once the C++ wait for the peers returns, so a launch whose other
+    process stopped before joining lasted torchrun's 30 s grace, until its SIGKILL (a review, 2026-12-04). Nothing of
+    the run is written while it forms. Off the main thread, or where SIGTERM is ignored, nothing changes."""
+    try:
+        before = signal.getsignal(signal.SIGTERM)
+        if before is signal.SIG_IGN:
+            before = None
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the main thread
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _init_group(launch: Launch, backend: str) -> None:
