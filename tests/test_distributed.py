@@ -953,6 +953,29 @@ def test_a_process_waiting_for_a_peer_that_stopped_before_joining_ends_on_torchr
     assert time.monotonic() - started < 25  # upper bound only (about 5 s; 35 s before)
 
 
+@pytest.mark.e2e
+def test_ctrl_c_ends_a_process_started_by_hand_while_it_waits_for_the_others(tmp_path):
+    """Ctrl-C did nothing while a process started by hand waited for the others to join (Python's handler cannot run
+    inside torch's wait): the whole join timeout, 15 minutes by default (a review, 2026-12-04)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "CAPSNET_DIST"))}
+    env |= {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": str(port),
+            "CAPSNET_DIST_JOIN_TIMEOUT_MIN": "1", "OMP_NUM_THREADS": "1"}
+    waits = subprocess.Popen([sys.executable, "-c", "import torch\nfrom capsnet.distributed import join, launcher\n"
+                                                    "join(launcher(), torch.device('cpu'))"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    time.sleep(3)  # waiting for the other process by now (or still starting: Ctrl-C ends that at once too)
+    asked = time.monotonic()
+    waits.send_signal(signal.SIGINT)
+    out = waits.communicate(timeout=120)[0]
+    assert waits.returncode != 0 and time.monotonic() - asked < 20, out[-2000:]  # upper bound only (58 s before)
+
+
 def test_the_main_process_is_rank_0_over_every_machine_not_each_machines_first():
     """On two machines the second's first process (rank 2, local rank 0) must not write checkpoints: rank equals
     local rank on one machine, so choosing by local rank passed every test (mutation testing, 2026-12-02)."""

@@ -217,23 +217,24 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
 
 @contextlib.contextmanager
 def _terminable() -> Iterator[None]:
-    """SIGTERM's default, the process ended at once, while the process group forms: a handler of Python's (capsnet's
-    commands raise KeyboardInterrupt on it) runs only once the C++ wait for the peers returns, so a launch whose other
-    process stopped before joining lasted torchrun's 30 s grace, until its SIGKILL (a review, 2026-12-04). Nothing of
-    the run is written while it forms. Off the main thread, or where SIGTERM is ignored, nothing changes."""
+    """SIGTERM's and Ctrl-C's defaults, the process ended at once, while the process group forms: a handler of
+    Python's (capsnet's commands raise KeyboardInterrupt on SIGTERM; Python's on Ctrl-C) runs only once the C++
+    wait for the peers returns, so a launch whose other process stopped before joining lasted torchrun's 30 s grace
+    until its SIGKILL, and Ctrl-C did nothing for the whole join timeout (15 minutes) in a process started by hand
+    (a review, 2026-12-04). Nothing of the run is written while it forms. Off the main thread, or for a signal
+    that is ignored, nothing changes."""
+    before = {}
     try:
-        before = signal.getsignal(signal.SIGTERM)
-        if before is signal.SIG_IGN:
-            before = None
-        else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                before[s] = signal.signal(s, signal.SIG_DFL)
     except ValueError:  # not the main thread
-        before = None
+        pass
     try:
         yield
     finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def _init_group(launch: Launch, backend: str) -> None:
