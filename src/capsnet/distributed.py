@@ -77,6 +77,12 @@ class Launch:
         """Rank 0: the one that writes checkpoints, metrics and progress."""
         return self.rank == 0
 
+    @property
+    def on_main_machine(self) -> bool:
+        """On rank 0's machine, the first (torchrun numbers each machine's processes after the machines before it, so
+        rank equals local rank there alone)."""
+        return self.rank == self.local_rank
+
 
 def _integer(env: Mapping[str, str], name: str, minimum: int) -> int:
     text = env[name]

@@ -1232,10 +1232,10 @@ def fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, devi
                 log.warning("torchrun restarted this run (restart %d of at most %d, after a process stopped); it "
                             "resumes from %s", launch.restart, launch.max_restarts, Path(run_dir) / "last.safetensors")
     # the package and a folder that can be written, before the data loads or a file of the run is written; by the
-    # processes on rank 0's machine (the first: rank equals local rank there), since rank 0 alone writes the logs: a
+    # processes on rank 0's machine (Launch.on_main_machine), since rank 0 alone writes the logs: a
     # folder on that machine's own disk need not be on the others (a bug hunt, 2026-12-04); its other processes check
     # too, so that a refusal comes from each of them at once rather than after torchrun stops them
-    if tensorboard is not None and (launch is None or launch.rank == launch.local_rank):
+    if tensorboard is not None and (launch is None or launch.on_main_machine):
         from .tensorboard import check_log_dir
 
         # a live run's folder: said as such, not as its logs to remove (a lock the caller holds is this run's; every
