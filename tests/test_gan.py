@@ -1194,6 +1194,46 @@ def test_any_classifier_judges_and_one_of_other_classes_is_refused(gan_run, data
     assert "resuming" not in r.stdout and load_checkpoint(run, "last").state["epoch"] == epochs
 
 
+def test_a_finished_run_neither_loads_nor_replaces_its_judge_and_a_lost_one_is_named(gan_run, data_root, tmp_path,
+                                                                                    capsys):
+    """A resume of a finished run evaluates nothing, yet loaded the judge config.json records: one moved since made
+    it fail after "has finished" (rc 2); given --judge, it wrote that judge into config.json, beside epochs another
+    judge had scored. A run still training whose recorded judge is gone said "resuming", then "checkpoint X does not
+    exist", naming neither the judge nor the fix."""
+    import shutil
+
+    from capsnet.checkpoint import Checkpoint
+    from cli_helpers import in_process
+
+    run, cnn = tmp_path / "run", tmp_path / "cnn.safetensors"
+    shutil.copytree(gan_run, run)
+    torch.manual_seed(0)
+    baseline = create_model("baseline", channels=(4,), hidden=(8,))
+    save_checkpoint(cnn, Checkpoint("baseline", baseline.config.to_dict(), {"dataset": "mnist"},
+                                    {"epoch": 1, "step": 1}, baseline.state_dict()))
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(config | {"judge": str(cnn)}))
+    cnn.unlink()  # the judge moved away
+    recorded = json.loads((run / "config.json").read_text())
+    epochs = load_checkpoint(run, "last").state["epoch"]
+    capsys.readouterr()
+    r = in_process(capsys, "train", "--out", run, "--resume", "--data-dir", data_root, "--no-progress")
+    assert r.returncode == 0 and "has finished its 1 epoch; pass a larger --epochs to train on\n" in r.stdout, r.stderr
+    assert json.loads((run / "config.json").read_text()) == recorded
+    r = in_process(capsys, "train", "--out", run, "--resume", "--data-dir", data_root, "--no-progress", "--judge",
+                   "pretrained:capsnet-mnist-small")
+    assert r.returncode == 0 and ("--judge scores the epochs still to train: score this run with `capsnet eval "
+                                  f"--checkpoint {run} --judge pretrained:capsnet-mnist-small`") in r.stdout, r.stderr
+    assert json.loads((run / "config.json").read_text()) == recorded
+    r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", epochs + 1, "--data-dir", data_root,
+                   "--no-progress")
+    assert r.returncode == 2 and "resuming" not in r.stdout, r.stdout
+    assert (f"the judge recorded in {run / 'config.json'}, which scored the run's epochs so far, cannot be read "
+            f"(checkpoint {cnn} does not exist") in r.stderr and "give --judge with where it is now" in r.stderr
+    assert load_checkpoint(run, "last").state["epoch"] == epochs
+    assert json.loads((run / "config.json").read_text()) == recorded
+
+
 def test_a_judge_larger_than_the_generated_images_is_refused_before_any_training_or_generation(
         gan_run, data_root, tmp_path, monkeypatch, capsys):
     """A judge trained on 40x40 digits (translated MNIST) was refused only when it first read generated 32x32 images:

@@ -1421,14 +1421,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
         train.check_epochs(resumed, train_cfg.epochs, out / "last.safetensors", planned)
         if launch is not None and not synthesis:  # as is a batch the processes cannot divide (fit's own check)
             train.check_batch_divides(train_cfg, launch, out, True)
-        if synthesis and args.judge is not None:  # so is a judge that cannot read the run's images (fit_gan's check)
-            from .synthesis import judge_for, load_judge
-
-            load_judge(judge_for(train_cfg.dataset, args.judge, run_dir=out), dataset=train_cfg.dataset)
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
+    if resumed is not None and synthesis and not finished:  # as is a judge that cannot read the run's images, or
+        from .gan import load_run_judge, resumed_judge  # none where config.json records it (fit_gan's checks)
+
+        load_run_judge(resumed_judge(out, train_cfg.dataset, args.judge), given=args.judge, run_dir=out,
+                       dataset=train_cfg.dataset)
     if main_rank and finished:
+        # a finished run evaluates nothing more: a judge given was not loaded (its epochs keep the one that scored them)
+        judged = (f"; --judge scores the epochs still to train: score this run with `capsnet eval --checkpoint "
+                  f"{shlex.quote(str(out))} --judge {shlex.quote(str(args.judge))}`") if args.judge is not None else ""
         print(f"the run in {out} has finished its {_counted(train_cfg.epochs, 'epoch')}; pass a larger --epochs to "
-              f"train on")
+              f"train on{judged}")
     # each evaluated epoch's line: the progress bars write it after its evaluation; without them it is printed here
     # (a log of a --no-progress run held the final epoch's alone); a finished run prints its last
     summarise = finished

@@ -66,8 +66,8 @@ import torch
 from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
-from .checkpoint import (CONFIG_FIX, Checkpoint, RunLock, atomic_write_text, check_fits_before_building,
-                         load_weights, read_json_object, save_checkpoint)
+from .checkpoint import (CONFIG_FIX, Checkpoint, CheckpointError, RunLock, atomic_write_text,
+                         check_fits_before_building, load_weights, read_json_object, save_checkpoint)
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
@@ -192,6 +192,32 @@ def describe_gan_epoch(record: dict[str, Any]) -> str:
             f"IoU {record[f'{split}_iou']:.4f} spread {record[f'{split}_spread']:.4f}{judged}; {losses}")
 
 
+def resumed_judge(run_dir: Path, dataset: str, given: str | os.PathLike | None) -> str | None:
+    """The judge a resume of the run in ``run_dir`` (trained on ``dataset``) scores its epochs with: ``given``, else
+    the run's own (none, if it trained without)."""
+    from .synthesis import judge_for
+
+    return judge_for(dataset, given, run_dir=run_dir) if given is not None or _judged(run_dir) else None
+
+
+def load_run_judge(judge: str | None, *, given: str | os.PathLike | None, run_dir: Path, dataset: str,
+                   device: str | torch.device = "cpu") -> torch.nn.Module | None:
+    """``load_judge(judge)`` (None: None), with a judge recorded in the run's config.json (``given`` None) that
+    cannot be read said as such: "checkpoint X does not exist" alone did not say which checkpoint, or the fix."""
+    from .synthesis import load_judge
+
+    if judge is None:
+        return None
+    try:
+        return load_judge(judge, device=device, dataset=dataset)
+    except CheckpointError as e:
+        if given is not None or not (run_dir / "config.json").is_file():
+            raise
+        raise CheckpointError(f"the judge recorded in {run_dir / 'config.json'}, which scored the run's epochs so "
+                              f"far, cannot be read ({e}); give --judge with where it is now (or another classifier "
+                              f"trained on {task(dataset).source})") from None
+
+
 def _judged(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` trained with a judge: its config.json names one (a run made without one says
     null, and its resume stays without; a config.json without the entry, the run's judge as judge_for finds it)."""
@@ -209,7 +235,8 @@ def fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *, 
     ``judge``: a classifier checkpoint (or ``pretrained:NAME``) that reads the
     generated test images at every evaluation; its accuracy against the label
     maps' classes is recorded as ``*_judge_accuracy`` (a resume keeps the
-    run's judge unless given another). ``compile``: the generator compiled for
+    run's judge unless given another; a finished run's is neither loaded
+    nor replaced). ``compile``: the generator compiled for
     the training steps (see the module docstring). ``save_every_s``: seconds
     between saves inside an epoch (None or 0: at epoch ends only; see
     ``capsnet.train.fit``). ``on_epoch(record)``: called with each evaluated epoch's record. ``lock``: a
@@ -238,7 +265,7 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
              on_epoch: Callable[[dict[str, Any]], None] | None = None, lock: RunLock) -> dict[str, Any]:
     """``fit_gan``, with ``stop`` the interrupt handling its caller armed and restores, and ``lock`` the run
     directory's, taken when the run starts to write."""
-    from .synthesis import EVAL_BATCH_SIZE, evaluate_synthesis, judge_for, load_judge
+    from .synthesis import EVAL_BATCH_SIZE, evaluate_synthesis, judge_for
 
     _train.check_fit_arguments(cfg, run_dir)
     dev = resolve_device(device)
@@ -289,12 +316,17 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
                                                                               {"epoch_batches": g.get_state()})))
         last.wrote(state)
 
+    # a finished run evaluates nothing more: the judge that scored its epochs stays in config.json, not loaded (a
+    # resume of one whose judge had moved failed; one given --judge recorded a judge its figures were not made by)
+    finished = ckpt is not None and within is None and state["epoch"] >= cfg.epochs
+    given = None if finished else judge
     if ckpt is not None:  # a resume keeps the run's own judge unless given another (none, if it trained without)
-        judge = judge_for(cfg.dataset, judge, run_dir=run_dir) if judge is not None or _judged(run_dir) else None
+        judge = resumed_judge(run_dir, cfg.dataset, given)
     elif judge is not None:
         judge = judge_for(cfg.dataset, judge)  # refused for a data set without classes
     # refused before anything is written
-    judge_model = load_judge(judge, device=dev, dataset=cfg.dataset) if judge is not None else None
+    judge_model = None if finished else load_run_judge(judge, given=given, run_dir=run_dir, device=dev,
+                                                       dataset=cfg.dataset)
 
     # 2. Data, resident on the device.
     train, held, held_name = load_training(cfg.dataset, train_size=cfg.train_size, val_size=cfg.val_size,
