@@ -5,11 +5,29 @@ import contextlib
 import signal
 from typing import Any, Iterator
 
-__all__ = ["sigterm_as_interrupt"]
+__all__ = ["handled", "sigterm_as_interrupt"]
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+def handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """``handler`` for each of ``signals`` inside the block, the handlers before put back after it: on the main
+    thread, for a signal this process was not started ignoring (one ignored stays ignored, as train.SaveThenStop
+    leaves it); elsewhere nothing changes."""
+    before = {}
+    try:
+        for s in signals:
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                before[s] = signal.signal(s, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for s, h in before.items():  # (None: a handler not installed from Python, which Python cannot put back)
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """SIGTERM raises KeyboardInterrupt inside the block (on the main thread, where it is not ignored; elsewhere
     nothing changes), so the block's cleanup runs as on Ctrl-C: every command but train (cli.main) removes its
     temporary files and says one line; an experiment's parent stops its workers, each saving where it is (killed at
@@ -19,14 +37,4 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    installed, before = False, None
-    try:  # a SIGTERM this process was started ignoring stays ignored (as train.SaveThenStop leaves it)
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-            before, installed = signal.signal(signal.SIGTERM, interrupt), True
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        if installed:  # (None: a handler not installed from Python, which Python cannot put back: the default)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+    return handled((signal.SIGTERM,), interrupt)

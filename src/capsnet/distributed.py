@@ -29,10 +29,12 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
+
+from ._signals import handled
 
 __all__ = ["LAUNCHER_VARIABLES", "LAUNCH_HINT", "DistributedError", "Launch", "launcher", "identified", "join", "agree", "leave",
            "shard",
@@ -221,26 +223,14 @@ def join(launch: Launch, device: torch.device) -> tuple[torch.device, bool]:
     return device, True
 
 
-@contextlib.contextmanager
-def _terminable() -> Iterator[None]:
+def _terminable() -> contextlib.AbstractContextManager[None]:
     """SIGTERM's and Ctrl-C's defaults, the process ended at once, while the process group forms: a handler of
     Python's (capsnet's commands raise KeyboardInterrupt on SIGTERM; Python's on Ctrl-C) runs only once the C++
     wait for the peers returns, so a launch whose other process stopped before joining lasted torchrun's 30 s grace
     until its SIGKILL, and Ctrl-C did nothing for the whole join timeout (15 minutes) in a process started by hand
     (a review, 2026-12-04). Nothing of the run is written while it forms. Off the main thread, or for a signal
     that is ignored, nothing changes."""
-    before = {}
-    try:
-        for s in (signal.SIGTERM, signal.SIGINT):
-            if signal.getsignal(s) is not signal.SIG_IGN:
-                before[s] = signal.signal(s, signal.SIG_DFL)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+    return handled((signal.SIGTERM, signal.SIGINT), signal.SIG_DFL)
 
 
 def _init_group(launch: Launch, backend: str) -> None:
