@@ -297,7 +297,7 @@ def test_multimnist_experiment_eval_and_figure_5(tmp_path, data_root, capsys):
 
 
 def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_places_its_digits(tmp_path, data_root,
-                                                                                            capsys):
+                                                                                            capsys, monkeypatch):
     out = tmp_path / "af"
     assert main(["experiment", "affine", "--out", str(out), "--epochs", "1", "--train-size", "64", "--test-size", "50",
                  "--models", "capsnet", "--data-dir", str(data_root), *CAPSNET_NARROW]) == 0
@@ -352,6 +352,13 @@ def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_place
     assert report["affnist:far.mat"]["placement_nearest"] in ("translated_anywhere", "affine")
     canvas = (translated_test(others) * 255).round() / 255
     assert report["affnist:near.mat"]["accuracy"] == pytest.approx(_accuracy(out / "capsnet", canvas, labels))
+    # a file that cannot be read is refused before any set is scored (after the whole evaluation, before)
+    from capsnet import evaluate
+
+    monkeypatch.setattr(evaluate, "evaluate_split", lambda *a, **k: pytest.fail("scored before --affnist was read"))
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mats["near.mat"]),
+                 str(tmp_path / "gone.mat"), "--data-dir", str(data_root), "--no-progress"]) == 2
+    assert f"cannot read {tmp_path / 'gone.mat'}" in capsys.readouterr().err
 
 
 def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):

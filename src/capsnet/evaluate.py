@@ -488,6 +488,10 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         raise DataError(changed)
     if dataset is None:
         warn_folder_changed(ckpt, name)
+    from .data.affnist import load_affnist
+
+    # read before any set is scored: a missing or damaged file was refused after the whole evaluation
+    reals = {mat: load_affnist(mat) for mat in affnist}
     split = load_test(name, size=test_size, root=root, progress=progress)
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
@@ -501,10 +505,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     sets = {"": split} | split.extra if described else {}
     titles = {extra: s.title for extra, s in sets.items() if s.title}
     placements = {extra: placement(s.images) for extra, s in sets.items()}
-    for mat in affnist:
-        from .data.affnist import load_affnist
-
-        real = load_affnist(mat)
+    for mat, real in reals.items():
         key = f"affnist:{Path(mat).name}"
         scored = Split(real.images, real.labels, real.classes).to(dev)
         results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size or BATCH_SIZE,
