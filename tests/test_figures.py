@@ -413,6 +413,7 @@ def test_figures_command_svg(run_dir, data_root, tmp_path):
     (["--indices", 10000], "--indices [10000] out of range: the mnist test set has 10000 images"),
     (["--dims", 3, 16], "--dims [16] out of range: the class capsules have 16 dimensions"),
     (["--delta-range", 0.25, "--delta-step", 0.1], "not a whole number of --delta-step"),
+    (["--delta-step", 1e-320], "not a whole number of --delta-step"),  # OverflowError: infinity over a step this small
 ])
 def test_figures_command_bad_arguments_write_nothing(run_dir, data_root, tmp_path, capsys, args, message):
     out = tmp_path / "figs"

@@ -11,6 +11,7 @@ Figure 5: each pair of overlapping digits with its two reconstructions.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,8 +196,8 @@ def sweep_deltas(delta_range: float, step: float) -> list[float]:
 
     ``sweep_deltas(0.25, 0.05)`` is the paper's Figure 4 (``DEFAULT_DELTAS``).
     """
-    half = delta_range / step  # steps on each side of 0
-    if abs(half - round(half)) > 1e-6 or not 1 <= round(half) <= 100:
+    half = delta_range / step  # steps on each side of 0 (infinite for a tiny step: round() of it raised)
+    if not math.isfinite(half) or abs(half - round(half)) > 1e-6 or not 1 <= round(half) <= 100:
         raise FigureError(f"--delta-range {delta_range:g} is not a whole number of --delta-step {step:g} (1 to 100 "
                           f"steps each side, so the sweep passes through 0); e.g. --delta-range 0.25 --delta-step 0.05")
     return [round(k * step, 10) for k in range(-round(half), round(half) + 1)]
