@@ -941,6 +941,29 @@ def test_the_eval_report_of_a_users_pairs_names_its_test_files_in_order(gan_run,
     assert "test_files" not in json.loads((tmp_path / "m.json").read_text())  # a generated set has no files
 
 
+def test_an_eval_with_another_judge_or_truncated_noise_writes_a_report_of_its_own(gan_run, tmp_path, data_root):
+    """eval-last-n4.json held the run's own judge and full noise; an eval with --truncation 0.5 or another --judge
+    wrote over it (without --test-size, over the whole test set's report) with other figures (a bug hunt,
+    2026-12-05). Each has a name of its own now, and the plain report is left as it was."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(gan_run, run, ignore=shutil.ignore_patterns("eval-*.json"))
+    common = ["eval", "--checkpoint", str(run), "--which", "last", "--no-progress", "--data-dir", str(data_root),
+              "--test-size", "4"]
+    assert main(common) == 0
+    plain = (run / "eval-last-n4.json").read_text()
+    assert main([*common, "--truncation", "0.5"]) == 0
+    assert main([*common, "--judge", "pretrained:capsnet-mnist-small"]) == 0
+    assert main([*common, "--judge", str(run / ".." / "judge.safetensors"), "--truncation", "0"]) == 2  # none there
+    assert (run / "eval-last-n4.json").read_text() == plain
+    reports = {p.name: json.loads(p.read_text()) for p in run.glob("eval-*.json")}
+    assert set(reports) == {"eval-last-n4.json", "eval-last-n4-truncation0.5.json",
+                            "eval-last-n4-judge-capsnet-mnist-small.json"}, set(reports)
+    assert reports["eval-last-n4-truncation0.5.json"]["truncation"] == 0.5
+    assert reports["eval-last-n4.json"]["truncation"] is None
+
+
 def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
     root = tmp_path / "pairs"
     _labels(root / "labels", n=5)

@@ -739,7 +739,8 @@ def _eval_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--truncation", type=_nonneg_float, default=None, metavar="T", help=_TRUNCATION_HELP)
     e.add_argument("--json", default=None, help="where to write the results (default: eval-WHICH.json beside the "
                                                 "checkpoint, with -DATASET added for another data set than the "
-                                                "run's, -nSIZE for any --test-size, and -training-weights for "
+                                                "run's, -nSIZE for any --test-size, -judge-NAME for a --judge, "
+                                                "-truncationT for a --truncation, and -training-weights for "
                                                 "--weights training; for pretrained:NAME eval-NAME.json in the "
                                                 "working folder)")
     _common(e)
@@ -1542,8 +1543,9 @@ def _output_file(path: str | None, flag: str) -> None:
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     """Where ``capsnet eval`` writes its report without --json: eval-best.json (eval-last.json) beside the checkpoint
     for its own data set's whole test split, with the data set and the size in the name otherwise
-    (eval-best-fashion-mnist-n100.json), so a quick check never replaces the full figure; a shipped model's in the
-    working folder (never into the installed package)."""
+    (eval-best-fashion-mnist-n100.json), and a synthesis run's --judge and --truncation
+    (eval-last-judge-capsnet-fashion-small-truncation0.5.json), so a quick check never replaces the full figure; a
+    shipped model's in the working folder (never into the installed package)."""
     from . import pretrained
     from .average import weights_tag
 
@@ -1552,6 +1554,11 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
         name += "-" + dataset_stem(args.dataset)
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
+    if args.judge is not None:  # another reader, or truncated noise: other figures than the run's own report's
+        shipped = str(args.judge).startswith(pretrained.PREFIX)  # (each replaced the report of the plain eval)
+        name += "-judge-" + (str(args.judge)[len(pretrained.PREFIX):] if shipped else Path(args.judge).stem)
+    if args.truncation is not None:
+        name += f"-truncation{args.truncation:g}"
     name += weights_tag(args.weights)  # an averaged run's training weights: another figure than its average's
     return Path(f"{name}.json") if pretrained.is_shipped(args.checkpoint) else ckpt.path.parent / f"{name}.json"
 
