@@ -240,6 +240,54 @@ def digit_classes(tmp_path_factory) -> tuple[Path, Path]:
     return root, run
 
 
+def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outputs_keep_its_names(digit_classes,
+                                                                                                     tmp_path,
+                                                                                                     monkeypatch):
+    """The shipped MNIST model scored on the digits in folders zero, one, ..., nine (read in name order: eight,
+    five, ...) printed an accuracy without a word (a folder's classes are known only once it is read), and named its
+    outputs by the folder's classes: a zero it read as 0 was "misclassified as eight", the folder's class 0 (a bug
+    hunt, 2026-12-05). Warned now in eval, figures and the viewer, and its outputs named as its own classes."""
+    import capsnet.figures.report as report
+    from capsnet.evaluate import load_model
+    from capsnet.figures import write_figures
+    from capsnet.viz.engine import load_viewer
+
+    words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    root = tmp_path / "words"
+    digits = load_dataset("mnist-sample", "test")
+    for digit, name in enumerate(words):
+        for k in (digits.labels == digit).nonzero().flatten()[:2].tolist():
+            _write(root, {f"{name}/{k}.png": digits.images[k, 0].numpy()})
+    done = evaluate_checkpoint("pretrained:capsnet-mnist-small", dataset=f"classes:{root}", progress=False)
+    said = (f"the model was trained on mnist (0, 1, 2, ...) but classes:{root}'s classes are others "
+            f"(eight, five, four, ...)")
+    assert done.warning.startswith(said) and done.format().splitlines()[1].startswith(f"warning: {said}")
+    wrong = done.report()["misclassified"]
+    model, _ = load_model("pretrained:capsnet-mnist-small")
+    test = load_classes(root, "test")
+    with torch.no_grad():
+        read = model(test.images.float() / 255).lengths.argmax(1).tolist()
+    assert [w["predicted"] for w in wrong] == [str(read[test.names.index(w["file"])]) for w in wrong]
+    assert {"true": "zero", "predicted": "0"} in [{k: w[k] for k in ("true", "predicted")} for w in wrong]
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: path)  # the notes, not the pixels
+    drawn = write_figures("pretrained:capsnet-mnist-small", out=tmp_path / "figs", dataset=f"classes:{root}",
+                          progress=False, dims=[0], deltas=[0, 0.25])
+    assert f"warning: {said}" in " ".join(drawn.notes), drawn.notes
+    assert load_viewer("pretrained:capsnet-mnist-small", dataset=f"classes:{root}", progress=False
+                       ).warning.startswith(said)
+    # the run on folders zero, one, seven on the shipped digits: refused before they are read, not deep in the
+    # scoring
+    with pytest.raises(ValueError, match=r"mnist-sample has 10 classes but the checkpoint's model tells 3 apart \(it "
+                                         r"trained on classes:.*\): its labels would name outputs the model does not "
+                                         r"have; evaluate it on the data set it was trained on \(--dataset\)"):
+        evaluate_checkpoint(digit_classes[1], which="last", dataset="mnist-sample", progress=False)
+    from capsnet.synthesis import load_judge  # nor does it judge generated digits (taken before)
+
+    with pytest.raises(ValueError, match=r"the judge .* was trained on classes:.*, whose classes are not those of "
+                                         r"mnist-skeleton's images \(mnist\)"):
+        load_judge(digit_classes[1], dataset="mnist-skeleton")
+
+
 def test_a_run_on_class_folders_is_scored_with_its_class_names(digit_classes, capsys):
     root, run = digit_classes
     done = evaluate_checkpoint(run, which="last", progress=False, device="cpu")

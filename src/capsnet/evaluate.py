@@ -25,7 +25,8 @@ from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
 from .data.idx import DataError
 from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size, class_change, folder_change,
-                         input_shape, load_test, other_classes, task, trained_dataset, user_folder)
+                         input_shape, load_test, other_classes, task, trained_classes, trained_dataset,
+                         user_folder)
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec, segments_size
 from .models.inputs import check_class_labels
@@ -294,6 +295,8 @@ class CheckpointEvaluation:
     test_files: tuple[str, ...] | None = None  # a user's folder: the test split's files, index k the k-th
     classes: tuple[str, ...] = ()  # a classifier's class names, index k class k (the confusion's rows and columns)
     labels: torch.Tensor | None = None  # a user's folder of classes: the test split's labels (N,), for its files
+    # the names of the model's outputs, index k output k: ``classes`` unless it was trained on others (``warning``)
+    predicted_classes: tuple[str, ...] = ()
 
     def label(self, name: str) -> str:
         """How reports name set ``name``: the main split ("") is "translated" for translated MNIST, else "test"."""
@@ -339,11 +342,17 @@ class CheckpointEvaluation:
         named = {"classes": list(self.classes)} if self.classes else {}
         if self.test_files is not None and r.predicted is not None:  # a user's folder: how each of its files did
             named |= {"test_files": list(self.test_files), "misclassified": [
-                {"file": f, "true": self._class(t), "predicted": self._class(p)} for f, t, p in self._wrong()]}
+                {"file": f, "true": self._class(t), "predicted": self._predicted(p)} for f, t, p in self._wrong()]}
         return out | named | {"per_class_accuracy": r.per_class_accuracy, "confusion": r.confusion.tolist()}
 
     def _class(self, k: int) -> str:
         return self.classes[k] if k < len(self.classes) else str(k)
+
+    def _predicted(self, k: int) -> str:
+        """Output ``k``'s class: the model's (a zero an MNIST model read as 0 was "misclassified as one", the folder's
+        class 0, where the folder's classes were others)."""
+        named = self.predicted_classes or self.classes
+        return named[k] if k < len(named) else str(k)
 
     def _wrong(self) -> list[tuple[str, int, int]]:
         """(file, true class, predicted class) of each test file of a user's folder classified wrong, in file
@@ -397,7 +406,7 @@ class CheckpointEvaluation:
                          + (f"   {self.classes[i]}" if named else ""))
         if wrong := self._wrong():
             lines.append(f"\nmisclassified ({len(wrong)} of {self.images}): " + ", ".join(
-                f"{f} as {self._class(p)}" for f, _, p in wrong[:WORST_SHOWN]) + (
+                f"{f} as {self._predicted(p)}" for f, _, p in wrong[:WORST_SHOWN]) + (
                 " (every one in the JSON's misclassified)" if len(wrong) > WORST_SHOWN else ""))
         return "\n".join(lines)
 
@@ -482,6 +491,12 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
                 f"ones" if data[0] != shape[0] else f"images {data} but the checkpoint's model takes {shape}")
         raise ValueError(f"{name} has {what}; evaluate it on data of the shape it was trained on, or train a model "
                          f"for this data")
+    if kind == "classification" and (n := task(name).num_classes) > (k := getattr(cfg, "num_classes", n)):
+        # refused before the set is read ("class labels must be in 0..2 for 3 classes", from deep in the scoring)
+        raise ValueError(f"{name} has {n} classes but the checkpoint's model tells {k} apart (it trained on "
+                         f"{train_config.get('dataset', 'mnist')}): its labels would name outputs the model does not "
+                         f"have; evaluate it on the data set it was trained on (--dataset), or one of at most {k} "
+                         f"classes")
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == train_config.get("dataset"))) is not None:
@@ -513,7 +528,10 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         sizes[key] = len(real)
         placements[key] = placement(real.images)
     warn_not_finite(ckpt, results)  # every set, the real affNIST files' too
-    return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements,
-                                other_classes(train_config.get("dataset", "mnist"), name),
-                                classes=tuple(split.classes) if split.labels.dim() == 1 else (),
-                                test_files=split.names, labels=split.labels if split.names is not None else None)
+    classes = tuple(map(str, split.classes)) if split.labels.dim() == 1 and split.classes else ()
+    learned = trained_classes(train_config, ckpt.state)  # the model's own classes, its outputs' names
+    warning = other_classes(train_config.get("dataset", "mnist"), name, learned, classes or None)
+    return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements, warning,
+                                classes=classes, test_files=split.names,
+                                labels=split.labels if split.names is not None else None,
+                                predicted_classes=tuple(learned) if warning and learned else classes)

@@ -121,7 +121,7 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", d
                ) -> nn.Module:
     """A frozen classifier (a run directory, checkpoint file or ``pretrained:NAME``) to read generated images;
     ``dataset``: the synthesis data set it reads, whose classes it must have been trained on (refused otherwise)."""
-    from .data.tasks import input_shape, other_classes, task
+    from .data.tasks import input_shape, other_classes, task, trained_classes
     from .evaluate import load_model
     from .models import model_spec
 
@@ -130,8 +130,10 @@ def load_judge(path: str | os.PathLike, *, device: str | torch.device = "cpu", d
         raise ValueError(f"the judge must be a classifier; {ckpt.path} holds a {ckpt.model_name!r} "
                          f"({model_spec(ckpt.model_name).kind}) model")
     trained_on = ckpt.train_config.get("dataset")
-    if dataset is not None and isinstance(trained_on, str) and other_classes(trained_on, task(dataset).source):
-        # a Fashion-MNIST judge reading digits: its accuracy against the label maps' classes would count nothing
+    if dataset is not None and isinstance(trained_on, str) and other_classes(
+            trained_on, task(dataset).source, trained_classes(ckpt.train_config, ckpt.state)):
+        # a Fashion-MNIST judge reading digits (or one trained on a folder of other classes): its accuracy against
+        # the label maps' classes would count nothing
         raise ValueError(f"the judge {path} was trained on {trained_on}, whose classes are not those of {dataset}'s "
                          f"images ({task(dataset).source}): its accuracy there would mean nothing; give a judge "
                          f"trained on {task(dataset).source}")

@@ -92,7 +92,7 @@ import threading
 import warnings
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -525,11 +525,15 @@ def trained_classes(train_config: dict[str, Any], state: dict[str, Any]) -> tupl
     return _task_classes(name)
 
 
-def other_classes(trained_on: str, scored_on: str) -> str | None:
+def other_classes(trained_on: str, scored_on: str, trained: Sequence[str] | None = None,
+                  scored: Sequence[str] | None = None) -> str | None:
     """A warning when a classifier trained on ``trained_on`` is scored or shown on ``scored_on`` whose classes are
     others (a Fashion-MNIST model on MNIST digits: its accuracy there counts nothing); None when they agree or
-    either is not known without loading."""
-    a, b = _task_classes(trained_on), _task_classes(scored_on)
+    either is not known. ``trained``, ``scored``: the class names where the data set's name alone does not give
+    them (a ``classes:DIR`` run's recorded folders, ``trained_classes``; a loaded split's): an MNIST model scored
+    on a folder of zero/one/two was scored without a word."""
+    a = tuple(map(str, trained)) if trained else _task_classes(trained_on)
+    b = tuple(map(str, scored)) if scored else _task_classes(scored_on)
     if a is None or b is None or a == b:
         return None
     return (f"the model was trained on {trained_on} ({', '.join(told_apart(a, b)[:3])}, ...) but {scored_on}'s "

@@ -324,7 +324,8 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
         raise FigureError(changed)  # classes:DIR: its class folders are not the model's (the titles would lie)
     test = load_test(name, extras=False, root=root, progress=progress)
-    if warning := other_classes(trained_on, name):  # a Fashion-MNIST model drawn on digits: said, not refused
+    # a Fashion-MNIST model drawn on digits, an MNIST one on a folder of other classes: said, not refused
+    if warning := other_classes(trained_on, name, trained_classes(ckpt.train_config, ckpt.state), test.classes):
         done.notes.append(f"warning: {warning}")
     cfg = model.config
     if indices is None:  # the first test image of each class

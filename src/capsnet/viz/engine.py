@@ -374,7 +374,7 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     ones (``load_model``; the page says which).
     """
     from ..data.tasks import (TASKS, absolute_dataset, class_change, input_shape, load_test, other_classes,
-                              saved_folder, shipped_default, task, trained_dataset, user_folder)
+                              saved_folder, shipped_default, task, trained_classes, trained_dataset, user_folder)
     from ..evaluate import load_model
     from .. import pretrained
     from ..models import MODELS
@@ -469,8 +469,10 @@ def load_viewer(checkpoint: str | os.PathLike | None = None, *, which: str = "be
     else:
         viewer = Viewer(model, test_images=test.images, test_labels=test.labels, classes=test.classes, dataset=name,
                         checkpoint=checkpoint)
-        if checkpoint is not None:  # a Fashion-MNIST model opened on digits: said, not refused
-            viewer.warning = other_classes(trained_on, name)
+        if checkpoint is not None:  # a Fashion-MNIST model opened on digits (or an MNIST one on a folder of other
+            # classes): said, not refused
+            viewer.warning = other_classes(trained_on, name, trained_classes(ckpt.train_config, ckpt.state),
+                                           test.classes)
         learned = trained_on if checkpoint is not None else name
         if user_folder(learned):  # a user's own images (classes:DIR), not known to be digits or items on white:
             # fitted as capsnet prepare made the folder (its record, kept by the run), else whole (pad)
