@@ -3,6 +3,7 @@ term, a resume continues exactly, evaluation, the judge, `capsnet generate`, and
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import re
 from dataclasses import replace
@@ -584,6 +585,22 @@ def test_a_stop_while_generate_writes_says_how_many_images_it_wrote(gan_run, tmp
     assert main([*args, "--out", str(tmp_path / "first")]) == 130
     assert capsys.readouterr().err.strip() == "capsnet generate: interrupted"
     assert list((tmp_path / "first").iterdir()) == []
+    # a full disk at the third: its line said nothing of the two written before it (a bug hunt, 2026-12-05)
+    calls.clear()
+
+    def full_at_third(path, fill):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, fill)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", full_at_third)
+    assert main([*args, "--out", str(tmp_path / "full")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"capsnet generate: error: cannot write {tmp_path / 'full' / 'map2_seed0.png'}: No space left on device; free "
+        f"space there or write elsewhere (any earlier file of that name is unchanged); 2 of 6 images were written "
+        f"(each whole) to {tmp_path / 'full'} before the error, the rest not: run the same command again, once it is "
+        f"mended, to write them all")
 
 
 def test_generate_writes_one_png_per_label_map_and_seed(gan_run, tmp_path, capsys):

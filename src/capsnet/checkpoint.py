@@ -311,7 +311,8 @@ class WritesInterrupted(KeyboardInterrupt):
 def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = True) -> None:
     """Write each of ``files`` (path -> contents) with ``atomic_write``, in order, under a progress bar; a stop
     between them is a ``WritesInterrupted`` counting the ``what`` (e.g. "masks") written, where some were (a folder
-    of predictions half-written said nothing of it: a review, 2026-12-02)."""
+    of predictions half-written said nothing of it: a review, 2026-12-02); an OSError between them (a full disk)
+    is raised with that count in its ``written``, for the message."""
     from ._progress import progress_bar
 
     written: list[Path] = []
@@ -321,7 +322,7 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
                                     total=len(files)):
             atomic_write(current[0], lambda f, data=current[1]: f.write(data))
             written.append(current[0])
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, OSError) as e:
         if current is not None and written[-1:] != [current[0]]:  # stopped after its rename (as the folder was
             try:  # synced): written all the same
                 if current[0].stat().st_size == len(current[1]) and current[0].read_bytes() == current[1]:
@@ -332,9 +333,11 @@ def atomic_write_all(files: dict[Path, bytes], what: str, *, progress: bool = Tr
         if not done:
             raise
         folders = sorted({str(path.parent) for path in files})
-        raise WritesInterrupted(f"{done} of {len(files)} {what} were written (each whole) to {', '.join(folders)} "
-                                f"before the stop, the rest not: run the same command again to write them all"
-                                ) from None
+        said = f"{done} of {len(files)} {what} were written (each whole) to {', '.join(folders)} before the "
+        if isinstance(e, OSError):  # a full disk: the files before it were said nowhere (a bug hunt, 2026-12-05)
+            e.written = f"{said}error, the rest not: run the same command again, once it is mended, to write them all"
+            raise
+        raise WritesInterrupted(f"{said}stop, the rest not: run the same command again to write them all") from None
 
 
 def write_into(folder: Path, files: dict[Path, bytes], what: str, *, command: str, progress: bool = True

@@ -2466,5 +2466,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.close(devnull)
         return 141
     except OSError as e:  # a path the command cannot read or write (a file where a folder belongs, no permission)
-        print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e, args)}", file=sys.stderr)
+        written = f"; {e.written}" if getattr(e, "written", None) else ""  # atomic_write_all's files before it
+        print(f"capsnet {args.command}{_rank_tag()}: error: {_path_error(e, args)}{written}", file=sys.stderr)
         return 2
