@@ -388,6 +388,36 @@ def test_mnist_style_refuses_a_blank_image_by_name_and_a_segmentation_model(unet
         predict_folder(unet_run, folder, tmp_path / "out", mnist_style=True)
     assert not (tmp_path / "out").exists()
 
+def test_mnist_style_reads_float_and_16_bit_grey_as_fit_does_and_names_a_mode_it_cannot_convert(tmp_path, data_root):
+    """--mnist-style read a float (F) scan in 0..1 as "blank" (convert("L") clips it to 0 and 1) and one in 0..255
+    as grey, the opposite of --fit and capsnet prepare; a LAB scan stopped the command with "conversion from LAB to
+    RGB not supported", naming no file (a bug hunt, 2026-12-05). The rule is --fit's now: floats in 0..1 times 255,
+    integers as 16-bit values, other ranges refused; a mode without RGB channels refused, by name."""
+    d = load_dataset("mnist", "test", root=data_root)
+    scan = np.kron(255 - d.images[:4, 0].numpy(), np.ones((1, 3, 3), np.uint8))  # dark ink on white, 84x84
+    for kind, make in (("eight", lambda a: Image.fromarray(a)),
+                       ("float", lambda a: Image.fromarray(a.astype(np.float32) / 255, "F")),
+                       ("sixteen", lambda a: Image.fromarray(a.astype(np.int32) * 257, "I"))):
+        (tmp_path / kind).mkdir()
+        for i, a in enumerate(scan):
+            make(a).save(tmp_path / kind / f"d{i}.tif")
+    read = {kind: predict_folder("pretrained:capsnet-mnist-small", tmp_path / kind, tmp_path / f"out-{kind}",
+                                 mnist_style=True).rows for kind in ("eight", "float", "sixteen")}
+    assert [r["predicted"] for r in read["eight"]] == d.labels[:4].tolist()
+    assert read["float"] == read["eight"] == read["sixteen"]  # the same scores, to the digit
+    (tmp_path / "bright").mkdir()
+    Image.fromarray(scan[0].astype(np.float32), "F").save(tmp_path / "bright" / "d0.tif")
+    with pytest.raises(DataError, match=r"image .*bright/d0.tif: this is a 'F' image with values from 0 to 255, "
+                                        r"outside 0..1; save it as an 8- or 16-bit image"):
+        predict_folder("pretrained:capsnet-mnist-small", tmp_path / "bright", tmp_path / "out", mnist_style=True)
+    (tmp_path / "lab").mkdir()
+    Image.fromarray(np.stack([scan[0]] * 3, -1)).convert("LAB").save(tmp_path / "lab" / "scan.tif")
+    with pytest.raises(DataError, match=r"image .*lab/scan.tif: this is a 'LAB' image, which is not converted here; "
+                                        r"save it as RGB or grey"):
+        predict_folder("pretrained:capsnet-mnist-small", tmp_path / "lab", tmp_path / "out", mnist_style=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_mnist_style_names_a_file_too_large_once(tmp_path, monkeypatch):
     """ "image F: F is too large to read safely" named the file twice."""
     from PIL import Image as PILImage

@@ -16,7 +16,7 @@ from PIL import Image
 
 from .idx import DataError
 
-__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "light_background", "mnist_style", "frame_style"]
+__all__ = ["WORK_SIDE", "BOX_FRACTION", "shrink", "eight_bit", "light_background", "mnist_style", "frame_style"]
 
 WORK_SIDE = 1024  # px: larger images are shrunk to this before preprocessing (the digit ends up 20 px tall)
 BOX_FRACTION = 20 / 28  # MNIST: 20x20 box in a 28x28 field
@@ -69,11 +69,31 @@ def light_background(a: np.ndarray, *, padded: bool = False) -> bool:
     return float(np.median(_border(a))) > (127.5 if a.dtype == np.uint8 else 0.5)
 
 
+def eight_bit(img: Image.Image, what: str = "the image") -> Image.Image:
+    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: integers as 16-bit values, divided by 257 (65,535
+    -> 255: Pillow opens a 16-bit PGM, and a 16-bit PNG before Pillow 10.3, as I); floats in 0..1 times 255; other
+    ranges are refused (clipped, they would read as white). Each file by the same rule: the scale was once chosen by
+    the image's own maximum (8-bit below 256), so a dark 16-bit image read 200 of 65,535 as 200 of 255 and a lighter
+    one 300 as 1. ``what`` names the image in errors. ``capsnet prepare``, ``--fit`` and the two recipes here read
+    such images alike (``--mnist-style`` read floats in 0..1 as blank, a bug hunt, 2026-12-05)."""
+    a = np.asarray(img, dtype=np.float64)
+    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if not np.isfinite(a).all() or low < 0 or high > 65535 or (img.mode == "F" and high > 1):
+        allowed = "0..1" if img.mode == "F" else "0..65535"
+        raise DataError(f"{what} is a {img.mode!r} image with values from {low:g} to {high:g}, outside {allowed}; "
+                        f"save it as an 8- or 16-bit image")
+    scale = 255 if img.mode == "F" else 1 / 257
+    return Image.fromarray(np.round(a * scale).astype(np.uint8), mode="L")
+
+
 def _worked(img: Image.Image) -> Image.Image:
-    """The image both recipes work on: 16-bit grey scaled to 8 bits (convert("L") clips at 255), and shrunk to
-    ``WORK_SIDE`` pixels a side at most, so the float arrays stay small."""
-    if img.mode.startswith("I;16") or img.mode == "I":
-        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) / 257, 0, 255).round().astype(np.uint8), "L")
+    """The image both recipes work on: 16- and 32-bit grey as 8 bits (``eight_bit``: convert("L") clips at 255),
+    and shrunk to ``WORK_SIDE`` pixels a side at most, so the float arrays stay small. Channels that are not RGB
+    (LAB, HSV) are refused, as ``--fit`` refuses them (convert's own ValueError named no file)."""
+    if img.mode.startswith(("I", "F")):
+        img = eight_bit(img, "this")
+    if img.mode not in ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "La", "CMYK", "YCbCr"):
+        raise DataError(f"this is a {img.mode!r} image, which is not converted here; save it as RGB or grey")
     return shrink(img, WORK_SIDE) if max(img.size) > WORK_SIDE else img
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from .._numbers import is_int
 from .._text import some_of
 from .idx import DataError
+from .photos import eight_bit as _eight_bit
 
 __all__ = ["MODES", "FITS", "HEIC", "RECORD", "Prepared", "prepare_class_folders", "fit_image", "fit_array", "fit_pil",
            "open_turned", "image_files", "passed_over", "heic_hint", "prepared_fit"]
@@ -232,24 +233,6 @@ def prepared_fit(folder: str | os.PathLike) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return fit if fit in FITS else None
-
-
-def _eight_bit(img, path: Path | str):
-    """A 16-bit (I;16) or 32-bit (I, F) grey image as 8-bit grey: integers as 16-bit values, divided by 257 (65,535
-    -> 255: Pillow opens a 16-bit PGM, and a 16-bit PNG before Pillow 10.3, as I), as ``capsnet.data.photos`` reads
-    them; floats in 0..1 times 255; other ranges are refused (clipped, they would read as white). Each file by the
-    same rule: the scale was once chosen by the image's own maximum (8-bit below 256), so a dark 16-bit image read
-    200 of 65,535 as 200 of 255 and a lighter one 300 as 1."""
-    from PIL import Image
-
-    a = np.asarray(img, dtype=np.float64)
-    low, high = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-    if not np.isfinite(a).all() or low < 0 or high > 65535 or (img.mode == "F" and high > 1):
-        allowed = "0..1" if img.mode == "F" else "0..65535"
-        raise DataError(f"{path} is a {img.mode!r} image with values from {low:g} to {high:g}, outside {allowed}; "
-                        f"save it as an 8- or 16-bit image")
-    scale = 255 if img.mode == "F" else 1 / 257
-    return Image.fromarray(np.round(a * scale).astype(np.uint8), mode="L")
 
 
 def prepare_class_folders(source: str | os.PathLike, out: str | os.PathLike, size: int, *, mode: str = "rgb",
