@@ -249,7 +249,7 @@ def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outp
     hunt, 2026-12-05). Warned now in eval, figures and the viewer, and its outputs named as its own classes."""
     import capsnet.figures.report as report
     from capsnet.evaluate import load_model
-    from capsnet.figures import write_figures
+    from capsnet.figures import FigureError, write_figures
     from capsnet.viz.engine import load_viewer
 
     words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -281,6 +281,11 @@ def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outp
                                          r"trained on classes:.*\): its labels would name outputs the model does not "
                                          r"have; evaluate it on the data set it was trained on \(--dataset\)"):
         evaluate_checkpoint(digit_classes[1], which="last", dataset="mnist-sample", progress=False)
+    with pytest.raises(FigureError, match=r"mnist-sample has 10 classes but the checkpoint's model tells 3 apart .*; "
+                                          r"draw it on the data set it was trained on \(--dataset\)"):
+        write_figures(digit_classes[1], which="last", out=tmp_path / "refused", dataset="mnist-sample",
+                      progress=False)
+    assert not (tmp_path / "refused").exists()
     from capsnet.synthesis import load_judge  # nor does it judge generated digits (taken before)
 
     with pytest.raises(ValueError, match=r"the judge .* was trained on classes:.*, whose classes are not those of "

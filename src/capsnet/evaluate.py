@@ -24,9 +24,9 @@ from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
 from .data.idx import DataError
-from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size, class_change, folder_change,
-                         input_shape, load_test, other_classes, task, trained_classes, trained_dataset,
-                         user_folder)
+from .data.tasks import (EXAMPLE_NOUN, Split, absolute_dataset, check_test_size, class_change, classes_beyond,
+                         folder_change, input_shape, load_test, other_classes, task, trained_classes,
+                         trained_dataset, user_folder)
 from .losses import batch_foreground_weight
 from .models import MODELS, model_name, model_spec, segments_size
 from .models.inputs import check_class_labels
@@ -491,16 +491,13 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
                 f"ones" if data[0] != shape[0] else f"images {data} but the checkpoint's model takes {shape}")
         raise ValueError(f"{name} has {what}; evaluate it on data of the shape it was trained on, or train a model "
                          f"for this data")
-    if kind == "classification" and (n := task(name).num_classes) > (k := getattr(cfg, "num_classes", n)):
-        # refused before the set is read ("class labels must be in 0..2 for 3 classes", from deep in the scoring)
-        raise ValueError(f"{name} has {n} classes but the checkpoint's model tells {k} apart (it trained on "
-                         f"{train_config.get('dataset', 'mnist')}): its labels would name outputs the model does not "
-                         f"have; evaluate it on the data set it was trained on (--dataset), or one of at most {k} "
-                         f"classes")
     if affnist and shape != (1, 40, 40):
         raise ValueError(f"--affnist scores 40x40 models (trained with --dataset translated-mnist); this one takes {shape}")
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == train_config.get("dataset"))) is not None:
         raise DataError(changed)
+    if beyond := classes_beyond(name, getattr(cfg, "num_classes", None), train_config.get("dataset", "mnist"),
+                                "evaluate"):
+        raise ValueError(beyond)
     if dataset is None:
         warn_folder_changed(ckpt, name)
     from .data.affnist import load_affnist

@@ -113,7 +113,8 @@ from .svhn import SVHN_CLASSES, load_svhn
 
 T = TypeVar("T")
 
-__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "task_kind",
+__all__ = ["Task", "Split", "TASKS", "SHIPPED_SAMPLES", "shipped_default", "other_classes", "classes_beyond",
+           "task_kind",
            "check_test_size", "user_folder", "absolute_dataset", "dataset_stem", "trained_dataset",
            "TEST_SEED", "TEST_PAIRS", "MULTIMNIST_SHIFT", "TRANSLATED_SIZE",
            "TRANSLATED_SHIFT", "task", "input_shape", "nested_subset", "load_test", "load_training", "multimnist_test",
@@ -539,6 +540,20 @@ def other_classes(trained_on: str, scored_on: str, trained: Sequence[str] | None
     return (f"the model was trained on {trained_on} ({', '.join(told_apart(a, b)[:3])}, ...) but {scored_on}'s "
             f"classes are others ({', '.join(told_apart(b, a)[:3])}, ...), so its accuracy there means nothing "
             f"(--dataset {trained_on} uses its own classes)")
+
+
+def classes_beyond(name: str, model_classes: int | None, trained_on: str, verb: str) -> str | None:
+    """Why a classifier of ``model_classes`` outputs (trained on ``trained_on``) cannot be scored or drawn on data
+    set ``name``, whose labels run past them, said for the user (``verb``: what the command does, "evaluate"); None
+    where it can (a set of at most that many classes, or not a classification set). Known from the name (a folder's
+    from its files), before the set is read: "class labels must be in 0..2 for 3 classes" came from deep in the
+    scoring once the whole set had loaded (a bug hunt, 2026-12-05)."""
+    n = task(name).num_classes
+    if model_classes is None or task(name).kind != "classification" or n <= model_classes:
+        return None
+    return (f"{name} has {n} classes but the checkpoint's model tells {model_classes} apart (it trained on "
+            f"{trained_on}): its labels would name outputs the model does not have; {verb} it on the data set it was "
+            f"trained on (--dataset), or one of at most {model_classes} classes")
 
 
 FOLDER_PREFIX = "folder:"  # --dataset folder:DIR, the user's own images and masks

@@ -12,8 +12,8 @@ import torch
 from .. import pretrained
 from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, load_checkpoint, resolve_checkpoint,
                           saved_point)
-from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, input_shape, load_test, other_classes,
-                          shipped_default, trained_classes, trained_dataset)
+from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, classes_beyond, input_shape, load_test,
+                          other_classes, shipped_default, trained_classes, trained_dataset)
 from ..average import weights_tag
 from .._progress import progress_bar
 from ..evaluate import load_model
@@ -323,6 +323,8 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     _check_fits(name, model)  # before reading (or downloading) a data set of another shape
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
         raise FigureError(changed)  # classes:DIR: its class folders are not the model's (the titles would lie)
+    if beyond := classes_beyond(name, getattr(model.config, "num_classes", None), trained_on, "draw"):
+        raise FigureError(beyond)
     test = load_test(name, extras=False, root=root, progress=progress)
     # a Fashion-MNIST model drawn on digits, an MNIST one on a folder of other classes: said, not refused
     if warning := other_classes(trained_on, name, trained_classes(ckpt.train_config, ckpt.state), test.classes):
