@@ -418,6 +418,23 @@ def test_mnist_style_reads_float_and_16_bit_grey_as_fit_does_and_names_a_mode_it
     assert not (tmp_path / "out").exists()
 
 
+def test_a_16_bit_png_of_the_models_size_is_refused_with_fit_named_and_read_by_fit(tmp_path):
+    """Without --fit a 16-bit grey PNG is refused ("save it as an 8-bit ... PNG") though --fit reads it: the message
+    did not say so, where it names --fit for a JPEG (a bug hunt, 2026-12-05)."""
+    (tmp_path / "in").mkdir()
+    digit = np.zeros((28, 28), np.uint16)
+    digit[6:22, 12:16] = 65535
+    Image.fromarray(digit).save(tmp_path / "in" / "one.png")
+    with pytest.raises(DataError, match=r"one.png has mode 'I;16' \(16/32-bit\); save it as an 8-bit grayscale \(L\) "
+                                        r"or RGB PNG, or give --fit crop or pad, which reads 16-bit and float grey$"):
+        predict_folder("pretrained:capsnet-mnist-small", tmp_path / "in", tmp_path / "out")
+    done = predict_folder("pretrained:capsnet-mnist-small", tmp_path / "in", tmp_path / "out", fit="pad")
+    Image.fromarray((digit // 257).astype(np.uint8)).save(tmp_path / "eight.png")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "eight.png").rename(tmp_path / "e" / "one.png")
+    assert done.rows == predict_folder("pretrained:capsnet-mnist-small", tmp_path / "e", tmp_path / "out8").rows
+
+
 def test_mnist_style_names_a_file_too_large_once(tmp_path, monkeypatch):
     """ "image F: F is too large to read safely" named the file twice."""
     from PIL import Image as PILImage

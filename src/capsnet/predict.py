@@ -112,6 +112,8 @@ def _read(images_dir: Path, channels: int, size: tuple[int, int] | None, styled:
         except DataError as e:  # a JPEG named .png: --fit reads it as it is
             if fittable and "not a PNG" in str(e):
                 raise DataError(f"{e}; or give --fit crop or pad, which reads every format Pillow opens") from None
+            if fittable and "(16/32-bit)" in str(e):  # --fit reads those as capsnet prepare does
+                raise DataError(f"{e}, or give --fit crop or pad, which reads 16-bit and float grey") from None
             raise
         a = _widened(a, channels)
         if a.shape[0] != channels:
