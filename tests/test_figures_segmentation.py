@@ -2,6 +2,8 @@
 `capsnet figures` on the SegCaps run shared by the suite (``segmentation_run``) and on a U-Net."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -129,7 +131,13 @@ def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_
     out = tmp_path / "figs"
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--indices", "1", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["segmentations.png", "training_curves.png", "worst.png"]
-    assert "first 3 images: mean Dice" in capsys.readouterr().out  # the held-out pairs
+    said = capsys.readouterr().out
+    assert "first 3 images: mean Dice" in said  # the held-out pairs
+    # named by their files, as eval names them (indices alone before)
+    assert re.search(r"test images \[1\] \(p05\.png\)", said), said
+    worst = re.search(r"the lowest Dice: images \[(\d), (\d), (\d)\] \((\S+), (\S+), (\S+)\)", said)
+    assert worst and [("p00.png", "p05.png", "p06.png")[int(i)] for i in worst.groups()[:3]] == [
+        f.rstrip(",") for f in worst.groups()[3:]], said
     bad = tmp_path / "bad"
     assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--dims", "3", "--no-progress"]) != 0
     assert "a segmentation model has no class capsules" in capsys.readouterr().err and not bad.exists()

@@ -388,8 +388,8 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     save(plot_lengths(scores, labels, classes=model_classes, score=score, m_plus=margins and margins[0],
                       m_minus=margins and margins[1], indices=chosen, names=files), "lengths")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}"
-                      + (f" ({', '.join(files)})" if files else ""))
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images "
+                      f"{_listed(chosen, files)}")
     return done
 
 
@@ -397,6 +397,13 @@ def _names(data, chosen: Sequence[int]) -> list[str] | None:
     """The file names of a user's folder's ``chosen`` examples (titled "#0" alone before, where the folder names
     them), None for a generated set."""
     return None if getattr(data, "names", None) is None else [data.names[i] for i in chosen]
+
+
+def _listed(chosen: Sequence[int], files: Sequence[str] | None) -> str:
+    """How a note lists ``chosen`` test examples: their indices, and a user's folder's file names beside them (a
+    segmentation run's lowest-Dice images were indices alone, where eval names the files: a bug hunt,
+    2026-12-05)."""
+    return f"{list(chosen)}" + (f" ({', '.join(files)})" if files else "")
 
 
 WORST_POOL = 1000  # segmentation: the worst canvases are looked for among the first this many test images
@@ -433,7 +440,8 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
         worst_idx = order.tolist()
         worst_seg = Segmentations(*(None if v is None else v[order] for v in pool))
         done.notes.append(f"{name} test set, first {n} images: mean Dice {pool.dice.mean():.4f}, IoU "
-                          f"{pool.iou.mean():.4f}; the lowest Dice: images {worst_idx}")
+                          f"{pool.iou.mean():.4f}; the lowest Dice: images "
+                          f"{_listed(worst_idx, _names(test, worst_idx))}")
     maps = [capsule_maps(model, test.images[i]) for i in chosen] if hasattr(model, "capsule_grids") else []
 
     def save(fig, stem: str) -> None:
@@ -453,7 +461,8 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
                                                             f"layer by layer"), f"capsule_maps_{index}")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images "
+                      f"{_listed(chosen, _names(test, chosen))}")
     return done
 
 
@@ -527,5 +536,6 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
     _curves(save, plot_gan_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps {chosen}")
+    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps "
+                      f"{_listed(chosen, _names(test, chosen))}")
     return done
