@@ -914,6 +914,15 @@ def saved_point(state: dict[str, Any]) -> str:
     return f"epoch {state.get('epoch')}"
 
 
+def checkpoint_said(ckpt: "Checkpoint") -> str:
+    """The head of a report's first line: ``checkpoint FILE (epoch E)``, a shipped model's file as
+    ``pretrained:NAME`` (the installed package's path, which differs between installs, showed before, as the JSON
+    report does not: a bug hunt, 2026-12-05)."""
+    from . import pretrained
+
+    return f"checkpoint {pretrained.named(ckpt.path)} ({saved_point(ckpt.state)})"
+
+
 def _check_within(within: Any, epoch: int) -> None:
     """A save inside an epoch (``capsnet.train.within_epoch``): the next epoch, a batch count, running sums."""
     if not isinstance(within, dict):

@@ -19,7 +19,8 @@ from . import pretrained
 from ._numbers import is_count
 from ._progress import progress_bar
 from .average import WEIGHTS
-from .checkpoint import Checkpoint, check_fits_before_building, load_checkpoint, load_weights, saved_point
+from .checkpoint import (Checkpoint, check_fits_before_building, checkpoint_said, load_checkpoint, load_weights,
+                         saved_point)
 from .data.multimnist import top2_correct
 from .data.placement import Placement, placement
 from .data.segmentation import overlap_scores
@@ -378,7 +379,7 @@ class CheckpointEvaluation:
         if isinstance(r, SegEvalResult):
             return "\n".join(self._segmentation_table())
         pairs = isinstance(r, PairEvalResult)
-        lines = [f"checkpoint {self.checkpoint.path} ({saved_point(self.checkpoint.state)}), {self.dataset} "
+        lines = [f"{checkpoint_said(self.checkpoint)}, {self.dataset} "
                  f"test set, {self.images} {'pairs' if pairs else 'images'}"]
         if self.warning:
             lines.append(f"warning: {self.warning}")
@@ -412,7 +413,7 @@ class CheckpointEvaluation:
 
     def _segmentation_table(self) -> list[str]:
         """One line per test set: images, Dice, IoU, pixel accuracy, how it was made."""
-        lines = [f"checkpoint {self.checkpoint.path} ({saved_point(self.checkpoint.state)}), {self.dataset}",
+        lines = [f"{checkpoint_said(self.checkpoint)}, {self.dataset}",
                  f"{'test set':<10}  {'images':>6}    Dice     IoU  pixel acc.  how made"]
         for name, er in self.results.items():
             size = self.extra_sizes.get(name, self.images)

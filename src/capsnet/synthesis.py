@@ -40,7 +40,7 @@ from torch import nn
 from . import pretrained
 from ._numbers import is_count
 from ._progress import progress_bar
-from .checkpoint import Checkpoint, saved_point
+from .checkpoint import Checkpoint, checkpoint_said, saved_point
 from .data.tasks import Split
 from .image_metrics import l1_error, noise_spread, shape_iou, ssim
 from .models.capspix2pix import truncate_normal
@@ -384,7 +384,7 @@ class SynthesisEvaluation:
 
     def format(self) -> str:
         ckpt = self.checkpoint
-        lines = [f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {self.dataset} test set, {self.pairs} "
+        lines = [f"{checkpoint_said(ckpt)}, {self.dataset} test set, {self.pairs} "
                  f"label maps" + (f", judged by {self.judge}" if self.judge else "")
                  + (f", noise truncated at {self.truncation:g}" if self.truncation is not None else ""),
                  f"{'test set':<10}  {'L1':>7}  {'SSIM':>7}  {'IoU':>7}  {'spread':>7}  judge accuracy"]

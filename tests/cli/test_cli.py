@@ -528,6 +528,17 @@ def test_a_classifier_scored_on_other_classes_is_warned_in_the_table_and_the_rep
     assert "warning" not in r.stdout and "warning" not in json.loads((tmp_path / "m.json").read_text())
 
 
+def test_a_shipped_models_report_names_it_as_pretrained_not_by_the_installed_file(tmp_path, capsys):
+    """eval's first line showed the installed package's path (which differs between installs) where the JSON report
+    says pretrained:NAME (a bug hunt, 2026-12-05)."""
+    for name, dataset in (("capsnet-mnist-small", "mnist-sample"), ("capspix2pix-mnist", "mnist-sample-skeleton")):
+        r = in_process(capsys, "eval", "--checkpoint", f"pretrained:{name}", "--dataset", dataset, "--test-size", 4,
+                       "--json", tmp_path / f"{name}.json", "--no-progress")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"checkpoint pretrained:{name} (epoch "), r.stdout
+        assert json.loads((tmp_path / f"{name}.json").read_text())["checkpoint"] == f"pretrained:{name}"
+
+
 def test_an_eval_report_that_cannot_be_written_still_shows_its_figures(trained_run, monkeypatch, capsys):
     import capsnet.checkpoint
 

@@ -10,8 +10,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import pretrained
-from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, load_checkpoint, resolve_checkpoint,
-                          saved_point)
+from ..checkpoint import (Checkpoint, CheckpointError, RunLock, check_out_dir, checkpoint_said, load_checkpoint,
+                          resolve_checkpoint)
 from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, classes_beyond, input_shape, load_test,
                           other_classes, shipped_default, trained_classes, trained_dataset)
 from ..average import weights_tag
@@ -316,7 +316,7 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         rec = pair_reconstructions(model, images)
         save(plot_multimnist(images, rec, labels, pairs.classes), "multimnist")
         _curves(save, plot_training_curves, runs, done)
-        done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), MultiMNIST test pairs {chosen}")
+        done.notes.insert(0, f"{checkpoint_said(ckpt)}, MultiMNIST test pairs {chosen}")
         return done
 
     name = dataset or trained_dataset(ckpt.train_config, "mnist")  # a user's folder moved: --dataset is the fix
@@ -388,7 +388,7 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
     save(plot_lengths(scores, labels, classes=model_classes, score=score, m_plus=margins and margins[0],
                       m_minus=margins and margins[1], indices=chosen, names=files), "lengths")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images "
+    done.notes.insert(0, f"{checkpoint_said(ckpt)}, {name} test images "
                       f"{_listed(chosen, files)}")
     return done
 
@@ -461,7 +461,7 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
         save(plot_capsule_maps(m, test.images[index], title=f"{name} test image {index}: capsule lengths per type, "
                                                             f"layer by layer"), f"capsule_maps_{index}")
     _curves(save, plot_training_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test images "
+    done.notes.insert(0, f"{checkpoint_said(ckpt)}, {name} test images "
                       f"{_listed(chosen, _names(test, chosen))}")
     return done
 
@@ -536,6 +536,6 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
         save(plot_capsule_maps(m, label, title=f"{name} test label map {index}: generator capsule lengths per type, "
                                                f"layer by layer (noise seed 0)"), f"capsule_maps_{index}")
     _curves(save, plot_gan_curves, runs, done)
-    done.notes.insert(0, f"checkpoint {ckpt.path} ({saved_point(ckpt.state)}), {name} test label maps "
+    done.notes.insert(0, f"{checkpoint_said(ckpt)}, {name} test label maps "
                       f"{_listed(chosen, _names(test, chosen))}")
     return done
