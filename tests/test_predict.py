@@ -435,6 +435,29 @@ def test_a_16_bit_png_of_the_models_size_is_refused_with_fit_named_and_read_by_f
     assert done.rows == predict_folder("pretrained:capsnet-mnist-small", tmp_path / "e", tmp_path / "out8").rows
 
 
+def test_predictions_are_never_written_over_a_folders_masks_or_into_the_runs_own_data(unet_run, tmp_path):
+    """predict --images DIR/images --out DIR/masks replaced the user's masks with the model's predictions ("8 files
+    of the same names replaced"), and the run's next eval scored against them (a bug hunt, 2026-12-05); a folder
+    inside the run's own folder:DIR would be read as its data next time. Both refused before any work."""
+    import hashlib
+    import shutil
+
+    data = unet_run.parent / "data"  # the run's folder:DIR (read-only: a refusal writes nothing)
+    shutil.copytree(data, tmp_path / "copy")
+    masks = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in (tmp_path / "copy" / "masks").iterdir()}
+    with pytest.raises(DataError, match=r"--out .*copy/masks is the masks/ folder beside the --images folder, whose "
+                                        r"files pair with the images by name: the predictions would replace them"):
+        predict_folder(unet_run, tmp_path / "copy" / "images", tmp_path / "copy" / "masks")
+    assert masks == {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in (tmp_path / "copy" / "masks").iterdir()}
+    inside = re.escape(f"--out {data / 'out'} is inside folder:{data}, ")
+    with pytest.raises(DataError, match=inside + r"the run's own data: the predictions written there would be read "
+                                                 r"as its data next time; give a folder outside it"):
+        predict_folder(unet_run, tmp_path / "copy" / "images", data / "out")
+    assert not (data / "out").exists()
+    done = predict_folder(unet_run, data / "images", tmp_path / "out")  # read from there, written elsewhere: fine
+    assert len(done.rows) == 10
+
+
 def test_mnist_style_names_a_file_too_large_once(tmp_path, monkeypatch):
     """ "image F: F is too large to read safely" named the file twice."""
     from PIL import Image as PILImage

@@ -400,11 +400,16 @@ def refuse_other_shape(a: np.ndarray, path: Path, first: np.ndarray, first_path:
                     f"{first.shape[1]}x{first.shape[2]}; resize or crop them to one size{fix}")
 
 
-def check_out_folder(out: str | Path, source: str | Path, *, written: str, source_flag: str, read: str) -> None:
+def check_out_folder(out: str | Path, source: str | Path, *, written: str, source_flag: str, read: str,
+                     partner: str | None = None, run_data: str | None = None) -> None:
     """Refuse, before any work, an ``--out`` folder the results cannot go to: a file, the ``source_flag`` folder
-    itself (what is ``written`` there would be ``read`` as input next time), or a place this process cannot write
-    (its nearest existing folder is read-only: found after minutes of work, the results would be lost)."""
+    itself (what is ``written`` there would be ``read`` as input next time), the ``partner`` folder beside it whose
+    files pair with its own (a folder:DIR's masks/ beside images/: predictions written there replaced the user's
+    masks, a bug hunt, 2026-12-05), a folder inside ``run_data`` (the run's own folder:DIR, pairs:DIR or
+    classes:DIR, whose data they would become), or a place this process cannot write (its nearest existing folder
+    is read-only: found after minutes of work, the results would be lost)."""
     from ..checkpoint import check_out_dir, same_path
+    from .tasks import user_folder
 
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
@@ -412,4 +417,12 @@ def check_out_folder(out: str | Path, source: str | Path, *, written: str, sourc
     if same_path(folder, source):  # images/ is Images/ on macOS's and Windows' disks
         raise DataError(f"--out {out} is the {source_flag} folder; give another folder (the {written}, written among "
                         f"the {read}, would be read as {read} next time)")
+    beside = Path(source).expanduser().parent / partner if partner else None
+    if beside is not None and beside.is_dir() and same_path(folder, beside):
+        raise DataError(f"--out {out} is the {partner}/ folder beside the {source_flag} folder, whose files pair with "
+                        f"the {read} by name: the {written} would replace them; give another folder")
+    data = user_folder(run_data) if isinstance(run_data, str) else None
+    if data is not None and folder.expanduser().resolve().is_relative_to(Path(data[1]).expanduser().resolve()):
+        raise DataError(f"--out {out} is inside {run_data}, the run's own data: the {written} written there would be "
+                        f"read as its data next time; give a folder outside it")
     check_out_dir(out, written, error=DataError)
