@@ -186,6 +186,35 @@ def test_a_first_few_test_images_hold_every_class(tmp_path):
     assert len(set(load_classes(tmp_path / "e", "test").names)) == 6
 
 
+@pytest.mark.parametrize("kind", ["classes", "folder", "pairs"])
+def test_a_held_out_split_named_test_in_another_case_is_refused_not_passed_over(tmp_path, kind):
+    """DIR/Test/ (or TEST/) was passed over without a word on Linux (the test split then drawn from the training
+    files; in classes:DIR, read as a class named Test), and read as test/ on macOS's and Windows' disks (a bug hunt,
+    2026-12-05). Refused on every system, with the rename."""
+    from conftest import _write_mask_pairs
+
+    root = tmp_path / kind
+    for seed, top in enumerate((root, root / "Test")):
+        if kind == "classes":
+            _write(top, {f"{c}/{k}.png": _pixels(40 * k + 10 * seed + 100 * (c == "dog")) for c in ("cat", "dog")
+                         for k in range(3)})
+        else:
+            _write_mask_pairs(top, 5, seed=seed)
+            if kind == "pairs":
+                for sub in ("labels", "images"):  # label maps (the masks) and images, under pairs:DIR's names
+                    (top / {"labels": "masks", "images": "images"}[sub]).rename(top / f"_{sub}")
+                for sub in ("labels", "images"):
+                    (top / f"_{sub}").rename(top / sub)
+    what = {"classes": "images, in class folders of their own", "folder": "pairs (images/ and masks/)",
+            "pairs": "pairs (labels/ and images/)"}[kind]
+    with pytest.raises(DataError, match=rf"{re.escape(str(root))} holds Test/, where capsnet reads a held-out split "
+                                        rf"from test/ \(the lower-case name, on every system alike\): rename it test/ "
+                                        rf"if it holds the test {re.escape(what)}, else give it another name"):
+        load_training(f"{kind}:{root}", root=None, progress=False)
+    (root / "Test").rename(root / "test")  # as asked: its pairs (images) are the test split
+    assert len(load_training(f"{kind}:{root}", root=None, progress=False)[0]) == (6 if kind == "classes" else 5)
+
+
 def test_a_class_folder_copied_from_macos_keeps_its_split_and_a_name_not_utf8_is_refused(tmp_path):
     import os
     import unicodedata

@@ -34,6 +34,21 @@ def passed_over_folder(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
+def refuse_test_twin(root: Path, what: str) -> None:
+    """A DataError where ``root`` (a user's folder:DIR, pairs:DIR or classes:DIR) holds its held-out split as Test/
+    or TEST/, not test/: Linux's disks passed it over without a word (the split then hashed out of the training files,
+    or, in classes:DIR, read as a class named Test) where macOS's and Windows' read it as test/ (a bug hunt,
+    2026-12-05). ``what``: what the split holds, for the message."""
+    if not root.is_dir():
+        return
+    twin = next((p.name for p in sorted(root.iterdir()) if p.name != TEST_FOLDER and p.name.casefold() == TEST_FOLDER
+                 and p.is_dir()), None)
+    if twin is not None:
+        raise DataError(f"{root} holds {twin}/, where capsnet reads a held-out split from {TEST_FOLDER}/ (the "
+                        f"lower-case name, on every system alike): rename it {TEST_FOLDER}/ if it holds the test "
+                        f"{what}, else give it another name")
+
+
 def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) -> dict[str, Path]:
     """The class subfolders of ``root`` by class name, in class order (sorted names): every visible subfolder but
     ``test`` (the held-out split's) and a Mac zip's ``__MACOSX``. ``at_least``: the fewest classes accepted (a
@@ -45,6 +60,8 @@ def class_folders(root: Path, *, at_least: int = 2, test_split: bool = False) ->
     if not root.is_dir():
         raise DataError(f"{root}: no such folder; give a folder holding one subfolder of PNG images per class "
                         f"(DIR/cat/*.png, DIR/dog/*.png, ...)")
+    if not test_split:
+        refuse_test_twin(root, "images, in class folders of their own")
     entries = sorted(p for p in root.iterdir() if not p.name.startswith("."))
     loose = [p for p in entries if p.is_file() and p.suffix.lower() == ".png"]
     if loose:  # images outside every class folder would be left out without a word

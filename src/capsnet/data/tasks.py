@@ -104,7 +104,7 @@ from .multimnist import MultiMNISTBatch, draw_pairs, make_pairs, render_pairs
 from .idx import DataError
 from .sets import _OTHER_CACHES, DATASETS, Dataset, load_dataset, split_validation, unit_float
 from .cifar10 import CIFAR10_CLASSES, load_cifar10
-from .class_folders import TEST_FOLDER, class_folders, load_class_folder, passed_over_folder
+from .class_folders import TEST_FOLDER, class_folders, load_class_folder, passed_over_folder, refuse_test_twin
 from .segmentation import (CANVAS, IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, load_mask_folder, random_canvases,
                            segmentation_test)
 from .smallnorb import SMALLNORB_CLASSES, load_smallnorb
@@ -995,6 +995,7 @@ def _user_split(root: str | os.PathLike, split: str, prefix: str, holding: str, 
     if not base.is_dir():  # no flag named: --dataset to train and eval, --datasets to capsnet experiment
         raise DataError(f"{prefix}{root}: no such folder; give a folder holding {holding} (PNG files of "
                         f"the same names)")
+    refuse_test_twin(base, f"pairs ({holding})")
     held_out = (base / "test").is_dir()
     where = base / "test" if held_out and split == "test" else base
     first, second, names = read(where)  # the cache's tensors: every split below is a copy of its own
