@@ -15,6 +15,7 @@ from PIL import Image
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from capsnet.cli import main
+from capsnet.data import DataError
 from capsnet.data.tasks import load_test, load_training
 from capsnet.evaluate import load_model
 from capsnet.gan import COLLAPSE_EDGE, _merged, _split_into, fit_gan, make_optimizers
@@ -558,7 +559,6 @@ def _labels(folder, n=3, size=32, mode="L"):
 def test_generate_never_writes_into_the_images_paired_with_its_label_maps(gan_run, tmp_path):
     """generate --labels DIR/labels --out DIR/images wrote its images among a pairs:DIR's real ones, whose next read
     refused "images with no label map" (a bug hunt, 2026-12-05): refused before any work."""
-    from capsnet.data import DataError
     from capsnet.synthesis import generate_folder
 
     _labels(tmp_path / "pairs" / "labels")
@@ -1010,6 +1010,16 @@ def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
                                          f"saved"):
         fit_gan(model, replace(cfg, epochs=2), tmp_path / "r", device="cpu", progress=False, resume=True)
     assert load_checkpoint(tmp_path / "r", "last").state["data"]["files"] == 8
+    # its images made colour since: the folder changed, said with the fix (it was the Python API's "build it for
+    # this data (the CLI does so itself)": a bug hunt, 2026-12-05)
+    for p in (root / "images").iterdir():
+        Image.open(p).convert("RGB").save(p)
+    with pytest.raises(DataError, match=rf"pairs:{re.escape(str(root))} now holds files for a model with "
+                                        r"out_channels 3, and the run's model has out_channels 1: its files changed "
+                                        r"since the run trained on them .*; put the folder back as it was, or train a "
+                                        r"new run \(another --out\)"):
+        fit_gan(model, replace(cfg, epochs=3), tmp_path / "r", device="cpu", progress=False, resume=True)
+    assert load_checkpoint(tmp_path / "r", "last").state["epoch"] == 2
 
 
 def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_them(tmp_path, data_root, capsys,

@@ -356,6 +356,16 @@ def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, ma
     assert main(["eval", "--checkpoint", run, "--which", "last", "--no-progress", "--json", str(tmp_path / "e.json")]) == 0
     assert (f"capsnet eval: warning: folder:{tmp_path / 'd'} holds 22 files, as when the run last saved, but other "
             f"names or contents: its test pairs are scored as the folder is now") in capsys.readouterr().err
+    # its images made colour since: refused with the fix, not the Python API's advice (a bug hunt, 2026-12-05)
+    for p in (tmp_path / "d" / "images").glob("*.png"):
+        Image.open(p).convert("RGB").save(p)
+    epoch = load_checkpoint(run, "last").state["epoch"]
+    assert main(["train", "--resume", "--epochs", str(epoch + 1), *tiny]) == 2
+    err = capsys.readouterr().err
+    assert (f"folder:{tmp_path / 'd'} now holds files for a model with in_channels 3, and the run's model has "
+            f"in_channels 1: its files changed since the run trained on them (grey and colour, or their size), so the "
+            f"run cannot go on; put the folder back as it was, or train a new run (another --out)") in err, err
+    assert load_checkpoint(run, "last").state["epoch"] == epoch
 
 
 def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path, data_root, mask_pairs, capsys):

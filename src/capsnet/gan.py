@@ -68,6 +68,7 @@ from .average import (WeightAverage, applied, restore_training_weights, with_tra
                       without_training_weights)
 from .checkpoint import (CONFIG_FIX, Checkpoint, CheckpointError, RunLock, atomic_write_text,
                          check_fits_before_building, load_weights, read_json_object, save_checkpoint)
+from .data.idx import DataError
 from .image_metrics import SSIM_WINDOW
 from .data.tasks import PAIRS_PREFIX, input_shape, load_training, task
 from .models import model_name, model_spec
@@ -284,7 +285,12 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
         raise ValueError(f"adam_beta1 (--adam-beta1) applies to the classifier and segmentation loop; the GAN loop of "
                          f"{name} keeps pix2pix's beta1 of 0.5 for both its optimizers: train without it")
     shape = (model_config.in_channels, model_config.input_height, model_config.input_width)
-    if shape != input_shape(cfg.dataset) or model_config.out_channels != task(cfg.dataset).target_channels:
+    wanted = dict(zip(("in_channels", "input_height", "input_width"), input_shape(cfg.dataset))) | {
+        "out_channels": task(cfg.dataset).target_channels}
+    off = {f: getattr(model_config, f) for f, v in wanted.items() if getattr(model_config, f) != v}
+    if off and resume and cfg.dataset.startswith(PAIRS_PREFIX):  # a user's pairs changed since the run trained
+        raise DataError(_train.folder_refit(cfg.dataset, wanted, off))
+    if off:
         raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "
                          f"{task(cfg.dataset).target_channels}-channel images, but the model takes {shape} and makes "
                          f"{model_config.out_channels}-channel images; build it for this data (the CLI does so itself)")

@@ -861,6 +861,16 @@ def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[st
     return said
 
 
+def folder_refit(dataset: str, needed: dict[str, Any], had: dict[str, Any]) -> str:
+    """Why a run on a user's folder ``dataset`` cannot be resumed: its files now need a model of ``needed`` (field
+    -> value) where the run's has ``had`` (its images turned grey <-> colour, or another size, since it trained),
+    said with the fix (a bug hunt, 2026-12-05: the message was the Python API's "build it with those")."""
+    return (f"{dataset} now holds files for a model with {', '.join(f'{f} {needed[f]}' for f in had)}, and the run's "
+            f"model has {', '.join(f'{f} {v}' for f, v in had.items())}: its files changed since the run trained on "
+            f"them (grey and colour, or their size), so the run cannot go on; put the folder back as it was, or train "
+            f"a new run (another --out)")
+
+
 def folder_noted(state: dict[str, Any], dataset: str, warn: bool = True) -> dict[str, Any]:
     """``state`` with what the user's folder of ``dataset`` (folder:DIR, pairs:DIR, classes:DIR) holds now under
     ``data``; a resume whose folder changed since the save (files added, removed or rewritten) is warned: its
@@ -1353,6 +1363,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         raise DataError(f"{cfg.dataset} holds {needed['num_classes']} class folders and the model scores "
                         f"{off['num_classes']} classes: a run trained on this folder before a class folder was added "
                         f"or removed cannot go on; put the folder back as it was, or train a new run (another --out)")
+    if off and user_folder(cfg.dataset) and resume:  # its images turned grey <-> colour, or another size, since
+        # (the advice below, a Python call to build another model, is no way to go on with a run)
+        raise DataError(folder_refit(cfg.dataset, needed, off))
     if off:  # its input (channels, height, width) or its output (classes)
         raise ValueError(f"{cfg.dataset} needs a model with {', '.join(f'{f} {needed[f]}' for f in off)}, and this one "
                          f"has {', '.join(f'{f} {v}' for f, v in off.items())}; build it with those, e.g. "
