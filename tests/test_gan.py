@@ -996,6 +996,22 @@ def test_an_eval_with_another_judge_or_truncated_noise_writes_a_report_of_its_ow
     assert reports["eval-last-n4.json"]["truncation"] is None
 
 
+@pytest.mark.parametrize("differs", ["labels", "images"])
+def test_a_pairs_test_split_of_another_shape_names_the_folder_that_differs(tmp_path, differs):
+    """The message called a pairs:DIR's label maps its "images" and its images its "second files" (a bug hunt,
+    2026-12-05): each folder by its own name now."""
+    root = tmp_path / "pairs"
+    _labels(root / "labels", n=4)
+    _labels(root / "images", n=4)
+    _labels(root / "test" / "labels", n=2, mode="RGB" if differs == "labels" else "L")
+    _labels(root / "test" / "images", n=2, mode="RGB" if differs == "images" else "L")
+    what = {"labels": "label maps", "images": "images"}[differs]
+    with pytest.raises(DataError, match=rf"the training pairs' {what} are \(1, 32, 32\) \(C, H, W\) but those in "
+                                        rf"{re.escape(str(root / 'test'))} are \(3, 32, 32\); make both splits one "
+                                        r"size and mode"):
+        load_training(f"pairs:{root}", root=None, progress=False)
+
+
 def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
     root = tmp_path / "pairs"
     _labels(root / "labels", n=5)

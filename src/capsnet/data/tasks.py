@@ -731,7 +731,10 @@ def _read_both_splits(root: str | os.PathLike, prefix: str) -> Dataset:
     test = load(root, "test")
     if (Path(root).expanduser() / "test").is_dir():
         train = load(root, "train")
-        for what, a, b in (("images", train.images, test.images), ("second files", train.labels, test.labels)):
+        # the two folders' own names ("second files" before; a pairs:DIR's label maps were called its images)
+        first, second = {PAIRS_PREFIX: ("label maps", "images"), FOLDER_PREFIX: ("images", "masks")}.get(
+            prefix, ("images", "labels"))
+        for what, a, b in ((first, train.images, test.images), (second, train.labels, test.labels)):
             if a.shape[1:] != b.shape[1:]:
                 raise DataError(f"{root}: the training {noun}s' {what} are {tuple(a.shape[1:])} (C, H, W) but those in "
                                 f"{Path(root) / 'test'} are {tuple(b.shape[1:])}; make both splits one size and mode")
