@@ -1442,6 +1442,9 @@ def test_a_stop_asked_in_a_runs_last_epoch_ends_the_experiment_after_that_run(tm
     err = capsys.readouterr().err
     assert err.endswith("capsnet experiment: interrupted; run the same command again to continue (finished runs "
                         "are read back)\n"), err
+    # the run it was in is in the tables (they were not written: a bug hunt, 2026-12-05)
+    record = json.loads((tmp_path / "x" / "results.json").read_text())
+    assert [r["seed"] for r in record["rows"]] == [0] and record["unfinished"] == "1 of 2 runs finished"
     first = sorted((tmp_path / "x").rglob("last.safetensors"))
     assert len(first) == 1 and load_checkpoint(first[0].parent, "last").state["epoch"] == 1  # the run finished
     assert len(list((tmp_path / "x").rglob("last.safetensors"))) == 1  # and the next did not start

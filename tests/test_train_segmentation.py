@@ -3,6 +3,7 @@ command line, and bad input named with its fix."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -260,6 +261,47 @@ def test_a_folder_of_images_the_network_cannot_take_is_told_whose_size_it_is(tmp
     assert f"--datasets folder:{tmp_path / 'd'} holds 60x60 (HxW) images, which --models unet cannot take: " \
            "UNetConfig.input_height must be a multiple of 16 (4 poolings), got 60: pad the images to 64" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_segmentation_experiment_stopped_before_its_otsu_row_says_it_is_unfinished(tmp_path, mask_pairs, capsys,
+                                                                                      monkeypatch):
+    """A stop while the Otsu baseline was scored (31 s on the whole test set), or asked in the last run's final
+    epoch, left results.md and results.json with every model's row and no Otsu row, not marked unfinished (a bug
+    hunt, 2026-12-05)."""
+    import signal
+
+    from capsnet import experiments as ex
+    from capsnet.cli import main
+
+    mask_pairs(tmp_path / "d", 10)
+    common = ["experiment", "segmentation", "--datasets", f"folder:{tmp_path / 'd'}", "--models", "unet",
+              "--model-option", "base_channels=4", "--model-option", "depth=2", "--epochs", "1", "--batch-size", "4",
+              "--no-progress", "--out", str(tmp_path / "x")]
+    real_train, real_otsu = ex.train_run, ex.otsu_row
+
+    def stopped_in_its_last_epoch(run, **kw):
+        return real_train(run, **{**kw, "on_epoch": lambda record: os.kill(os.getpid(), signal.SIGINT)})
+
+    def unmarked():
+        record = json.loads((tmp_path / "x" / "results.json").read_text())
+        return [r["model"] for r in record["rows"]], record.get("unfinished")
+
+    monkeypatch.setattr(ex, "train_run", stopped_in_its_last_epoch)
+    monkeypatch.setattr(ex, "otsu_row", lambda *a, **k: pytest.fail("scored after the stop"))
+    assert main(common) == 130
+    assert unmarked() == (["unet"], "every run finished, the Otsu baseline not yet")
+    monkeypatch.setattr(ex, "train_run", lambda *a, **k: pytest.fail("a finished run trained again"))
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # as SIGTERM raises it while the baseline is scored
+
+    monkeypatch.setattr(ex, "otsu_row", stopped)
+    assert main(common) == 130
+    assert unmarked() == (["unet"], "every run finished, the Otsu baseline not yet")
+    assert "Unfinished" in (tmp_path / "x" / "results.md").read_text()
+    monkeypatch.setattr(ex, "otsu_row", real_otsu)
+    assert main(common) == 0
+    assert unmarked() == (["unet", "otsu"], None)
 
 
 def test_a_folder_run_named_by_a_relative_path_resumes_from_anywhere(tmp_path, mask_pairs, capsys, monkeypatch):

@@ -1942,6 +1942,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             unfinished = f"{len(rows)} of {len(runs)} runs finished"
         elif probe_epochs:
             unfinished = "every run finished, the train-on-synthetic classifiers not yet"
+        elif args.name == "segmentation":  # a stop (or an error) in the baseline's scoring left tables that looked
+            unfinished = "every run finished, the Otsu baseline not yet"  # whole, without its row
         ex.write_results(rows, out, args.command_line, unfinished=unfinished)
 
     with _sizes_by_flag(typed):  # a size past the data's, by its flag
@@ -1950,6 +1952,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                            compile=args.compile or False, jobs=args.jobs, keep_memory=kept, on_trained=trained,
                            on_launch=launched, on_epoch=epoch_line if args.no_progress else None,
                            on_parallel=parallel)
+    if (args.name == "segmentation" or probe_epochs) and ex.stop_requested():  # asked in the last run's final epoch:
+        raise KeyboardInterrupt  # its tables are written, marked unfinished; the work after the runs does not start
     if args.name == "segmentation":  # the untrained baseline beside the models, on the same test canvases
         rows += [ex.otsu_row(d, test_size=train.test_size, root=args.data_dir)
                  for d in dict.fromkeys(r.dataset for r in runs)]

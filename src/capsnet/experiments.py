@@ -637,6 +637,7 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         if on_start is not None:  # read back: finished before, or just now in a process of its own
             on_start(k, run, final is not None)
         synthesis = model_spec(run.model).kind == "synthesis"
+        trained_now = final is None
         if final is None:
             try:
                 final = train_run(run, device=device, data_root=data_root, progress=progress, compile=compile,
@@ -646,8 +647,6 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
                     e.args = (f"run {k + 1} ({run.label} on {run.dataset}, seed {run.seed}, {run.run_dir}) "
                               f"failed: {e.args[0]}",)  # attributes and traceback kept
                 raise
-            if stop_requested():  # asked after its final evaluation: it finished and saved; the next does not start
-                raise KeyboardInterrupt
         size = training_examples(run)
         row = {"experiment": run.experiment, "model": run.label, "dataset": run.dataset, "seed": run.seed,
                "train_size": size, "epochs": run.train_config.epochs, "weights": num_weights(run.model_config),
@@ -682,6 +681,10 @@ def run_plan(runs: Sequence[Run], *, device: str = "auto", data_root: str | os.P
         rows.append(row | final)
         if on_done is not None:
             on_done(rows)
+        # a stop asked after its final evaluation: it finished and saved, and is in the tables (it was left out of
+        # them, and the last run's tables stayed "unfinished": a bug hunt, 2026-12-05); the next does not start
+        if trained_now and stop_requested() and k < len(runs) - 1:
+            raise KeyboardInterrupt
     return rows
 
 
