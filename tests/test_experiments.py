@@ -858,13 +858,24 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
                                                                       test_size=4, lr=5e-4, dataset=run.dataset)})
     # (the rate and the augmentation read back since 2026-12-03, when EM's and Efficient-CapsNet's papers' became
     # their defaults in every experiment, and `capsnet experiment` took --augment)
+    # the run has its model's own rate: leaving --lr out reads it back ("give --lr 0.001" sent the user in turns
+    # between two models of different rates, each told the other's: a bug hunt, 2026-12-05)
     with pytest.raises(CheckpointError, match=r"holds a run with other settings \(lr: 0.001 there, 0.0005 planned\); "
-                                              r"give --lr 0.001 to read it back, or remove it"):
+                                              r"leave --lr out \(each model then takes its own default, the run's\) "
+                                              r"to read it back, or remove it"):
         _finished(other)
+    import capsnet.experiments as ex  # a default changed since the run was made: typing the run's value reads it back
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ex, "train_defaults", lambda *a, **k: {"lr": 5e-4})
+        with pytest.raises(CheckpointError, match=r"\(lr: 0.001 there, 0.0005 planned\); give --lr 0.001 to read it "
+                                                  r"back, or remove it"):
+            _finished(other)
     augmented = run.__class__(**{**vars(run), "train_config": dataclasses.replace(run.train_config,
                                                                                    augment="efficient-capsnet")})
-    with pytest.raises(CheckpointError, match=r"\(augment: 'shift' there, 'efficient-capsnet' planned\); give "
-                                              r"--augment shift to read it back"):
+    with pytest.raises(CheckpointError, match=r"\(augment: 'shift' there, 'efficient-capsnet' planned\); leave "
+                                              r"--augment out \(each model then takes its own default, the run's\) "
+                                              r"to read it back"):
         _finished(augmented)
     wider = run.__class__(**{**vars(run), "model_config": UNetConfig(base_channels=8, depth=2)})
     with pytest.raises(CheckpointError, match=r"holds a run with other settings \(base_channels: \d+ there, 8 planned\); "
@@ -873,9 +884,10 @@ def test_a_run_saved_before_a_training_field_existed_is_read_back(tmp_path, data
     # a setting whose default changed since the folder was made (MultiMNIST's decay period, the baseline's warm-up):
     # the message names the flag that reads it back, as the README says
     later = run.__class__(**{**vars(run), "train_config": dataclasses.replace(run.train_config, lr_decay_steps=20000)})
-    with pytest.raises(CheckpointError, match=r"\(lr_decay_steps: 2000 there, 20000 planned\); give --lr-decay-steps "
-                                              r"2000 to read it back, or remove it"):
-        _finished(later)
+    with pytest.raises(CheckpointError, match=r"\(lr_decay_steps: 2000 there, 20000 planned\); leave --lr-decay-steps "
+                                              r"out \(each model then takes its own default, the run's\) to read it "
+                                              r"back, or remove it"):
+        _finished(later)  # (2,000 is this task's own period; MultiMNIST's 20,000 would be "give --lr-decay-steps")
 
 
 def test_a_stopped_experiments_tables_say_they_are_unfinished_until_the_rest_is_trained(tmp_path, capsys,

@@ -341,8 +341,17 @@ def _finished(run: Run) -> dict[str, Any] | None:
                 f"{short_repr((planned_train if k in planned_train else planned_model).get(k))} planned" for k in differ]
         # the settings whose defaults changed (the baseline's warm-up, MultiMNIST's decay period): typed, they read
         # back a folder made before
-        back = [f"--{k.replace('_', '-')} {saved_train[k]}" for k in differ if k in _READ_BACK and k in saved_train]
-        hint = f"give {' '.join(back)} to read it back, or " if len(back) == len(differ) else ""
+        # A flag typed applies to every model of the plan: where the run has its model's own default, the way back
+        # is to leave the flag out ("give --warmup-steps 0" for one model's run, "200" for the other's, in turn)
+        own = {**TrainConfig().to_dict(), **train_defaults(run.model, run.train_config.lr_schedule, run.dataset)}
+        back = [k for k in differ if k in _READ_BACK and k in saved_train]
+        typed = [f"--{k.replace('_', '-')} {saved_train[k]}" for k in back if saved_train[k] != own.get(k)]
+        left = [f"--{k.replace('_', '-')}" for k in back if saved_train[k] == own.get(k)]
+        hint = ""
+        if len(back) == len(differ):
+            ways = ([f"give {' '.join(typed)}"] if typed else []) + (
+                [f"leave {' and '.join(left)} out (each model then takes its own default, the run's)"] if left else [])
+            hint = f"{' and '.join(ways)} to read it back, or "
         raise CheckpointError(f"{run.run_dir} holds a run with other settings ({'; '.join(said)}); {hint}remove it or "
                               f"choose another --out")
     done = ckpt.state.get("epoch")
