@@ -131,18 +131,40 @@ def test_figures_of_a_unet_on_the_users_folder_and_bad_flags_write_nothing(unet_
     out = tmp_path / "figs"
     assert main(["figures", "--checkpoint", str(run), "--out", str(out), "--indices", "1", "--no-progress"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["segmentations.png", "training_curves.png", "worst.png"]
-    said = capsys.readouterr().out
+    captured = capsys.readouterr()
+    said = captured.out
     assert "first 3 images: mean Dice" in said  # the held-out pairs
     # named by their files, as eval names them (indices alone before)
     assert re.search(r"test images \[1\] \(p05\.png\)", said), said
     worst = re.search(r"the lowest Dice: images \[(\d), (\d), (\d)\] \((\S+), (\S+), (\S+)\)", said)
     assert worst and [("p00.png", "p05.png", "p06.png")[int(i)] for i in worst.groups()[:3]] == [
         f.rstrip(",") for f in worst.groups()[3:]], said
+    assert "warning" not in captured.err
     bad = tmp_path / "bad"
     assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--dims", "3", "--no-progress"]) != 0
     assert "a segmentation model has no class capsules" in capsys.readouterr().err and not bad.exists()
     assert main(["figures", "--checkpoint", str(run), "--out", str(bad), "--indices", "3", "--no-progress"]) != 0
     assert "--indices [3] out of range: the " in capsys.readouterr().err and not bad.exists()
+
+
+def test_figures_of_a_run_whose_folder_changed_say_so_as_eval_does(tmp_path, mask_pairs, capsys):
+    """eval warns when a run's folder holds other files than when it last saved; figures drew the same test pairs
+    and printed their Dice without a word (a bug hunt, 2026-12-05)."""
+    import numpy as np
+    from PIL import Image
+
+    from capsnet.models import UNetConfig
+    from capsnet.train import TrainConfig, fit
+
+    mask_pairs(tmp_path / "d", 10)
+    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+        TrainConfig(dataset=f"folder:{tmp_path / 'd'}", epochs=1, batch_size=4), tmp_path / "run", progress=False)
+    mask = next((tmp_path / "d" / "masks").glob("*.png"))
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask)  # one mask rewritten
+    assert main(["figures", "--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "figs"), "--no-progress",
+                 "--misclassified", "0"]) == 0
+    assert (f"capsnet figures: warning: folder:{tmp_path / 'd'} holds 20 files, as when the run last saved, but other "
+            f"names or contents") in capsys.readouterr().err
 
 
 def test_figures_default_to_the_images_a_small_folder_has_and_take_a_lone_checkpoint(unet_run, tmp_path, capsys,

@@ -16,7 +16,7 @@ from ..data.tasks import (TEST_PAIRS, absolute_dataset, class_change, classes_be
                           other_classes, shipped_default, trained_classes, trained_dataset)
 from ..average import weights_tag
 from .._progress import progress_bar
-from ..evaluate import load_model
+from ..evaluate import load_model, warn_folder_changed
 from ..models import LOOK_INSIDE_NEEDS, is_segmentation, model_name, model_spec, reconstructs, segments_size
 from ..routing import routing_is
 from .arrays import (DEFAULT_DELTAS, FigureError, pair_reconstructions, pose_sweep, predict, read_metrics,
@@ -320,6 +320,8 @@ def _draw(model, ckpt, checkpoints, *, out: Path, dataset, root, indices, dims, 
         return done
 
     name = dataset or trained_dataset(ckpt.train_config, "mnist")  # a user's folder moved: --dataset is the fix
+    if dataset is None:  # its folder changed since: said as eval says it (the figures' Dice alone before)
+        warn_folder_changed(ckpt, name)
     _check_fits(name, model)  # before reading (or downloading) a data set of another shape
     if (changed := class_change(ckpt.state, name, absolute_dataset(name) == trained_on)) is not None:
         raise FigureError(changed)  # classes:DIR: its class folders are not the model's (the titles would lie)
@@ -415,6 +417,8 @@ def _write_segmentation(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]
     ``WORST_POOL`` (or of the run's smaller --test-size) by Dice, SegCaps' capsule maps per chosen image, the training curves."""
     done = FiguresWritten(out)
     name = dataset or trained_dataset(ckpt.train_config, "mnist-segmentation")
+    if dataset is None:  # its folder changed since: said as eval says it (the figures' Dice alone before)
+        warn_folder_changed(ckpt, name)
     chosen = list(range(8)) if indices is None else list(indices)
     run_size = ckpt.train_config.get("test_size") or 0  # the run's own test set (0: all); the worst are looked for there
     pool_size = min(WORST_POOL, run_size) if run_size and not dataset else WORST_POOL
@@ -479,6 +483,8 @@ def _write_synthesis(model: torch.nn.Module, ckpt, runs: dict[str, list[dict]], 
 
     done = FiguresWritten(out)
     name = dataset or trained_dataset(ckpt.train_config, "mnist-skeleton")
+    if dataset is None:  # its folder changed since: said as eval says it (the figures' Dice alone before)
+        warn_folder_changed(ckpt, name)
     chosen = list(range(8)) if indices is None else list(indices)
     _check_indices_early(name, chosen, "label maps")
     test = load_test(name, size=max(chosen) + 1, extras=False, root=root, progress=progress)
