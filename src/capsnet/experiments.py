@@ -836,7 +836,8 @@ def synthetic_probe_rows(runs: Sequence[Run], out: str | os.PathLike, *, epochs:
     set without classes (the user's pairs:DIR) has no probes.
 
     The training images are the runs' own (their ``train_size`` subset); every probe takes the same epochs, batch
-    size and seed, with the plain task's shift augmentation. Each probe is a run directory under
+    size and seed, with the plain task's shift augmentation, the classifier's rate (``TrainConfig.lr``: a ``--lr``
+    typed is the generators') and no weight average, and the runs' schedule and warm-up. Each probe is a run directory under
     ``out/probes/DATASET``: ``real``, and ``RUN-Eep`` for the images of the generator of the run in folder RUN (its
     model's name, or NAME-ROUTING-routing for NAME:ROUTING) after its E epochs (a finished one is read back, and then
     neither its images are generated nor the data sets read). ``say(line)``: told which probe starts or is read
