@@ -435,27 +435,40 @@ def test_a_16_bit_png_of_the_models_size_is_refused_with_fit_named_and_read_by_f
     assert done.rows == predict_folder("pretrained:capsnet-mnist-small", tmp_path / "e", tmp_path / "out8").rows
 
 
-def test_predictions_are_never_written_over_a_folders_masks_or_into_the_runs_own_data(unet_run, tmp_path):
-    """predict --images DIR/images --out DIR/masks replaced the user's masks with the model's predictions ("8 files
-    of the same names replaced"), and the run's next eval scored against them (a bug hunt, 2026-12-05); a folder
-    inside the run's own folder:DIR would be read as its data next time. Both refused before any work."""
+def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path):
+    """predict --images DIR/images --out DIR/masks, DIR the run's own folder:DIR, replaced the user's masks with the
+    model's predictions ("8 files of the same names replaced"), and the run's next eval scored against them (a bug
+    hunt, 2026-12-05). Refused before any work, as is any folder its pairs are read from; a folder of predictions
+    beside the images (a second run into it) and one inside DIR that is not read are not the run's data."""
     import hashlib
-    import shutil
 
-    data = unet_run.parent / "data"  # the run's folder:DIR (read-only: a refusal writes nothing)
-    shutil.copytree(data, tmp_path / "copy")
-    masks = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in (tmp_path / "copy" / "masks").iterdir()}
-    with pytest.raises(DataError, match=r"--out .*copy/masks is the masks/ folder beside the --images folder, whose "
-                                        r"files pair with the images by name: the predictions would replace them"):
-        predict_folder(unet_run, tmp_path / "copy" / "images", tmp_path / "copy" / "masks")
-    assert masks == {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in (tmp_path / "copy" / "masks").iterdir()}
-    inside = re.escape(f"--out {data / 'out'} is inside folder:{data}, ")
-    with pytest.raises(DataError, match=inside + r"the run's own data: the predictions written there would be read "
-                                                 r"as its data next time; give a folder outside it"):
-        predict_folder(unet_run, tmp_path / "copy" / "images", data / "out")
-    assert not (data / "out").exists()
-    done = predict_folder(unet_run, data / "images", tmp_path / "out")  # read from there, written elsewhere: fine
-    assert len(done.rows) == 10
+    from conftest import _write_mask_pairs
+
+    from capsnet.models import UNetConfig
+    from capsnet.train import TrainConfig, fit
+
+    data = tmp_path / "d"
+    _write_mask_pairs(data, 6)
+    _write_mask_pairs(data / "test", 3, seed=1)
+    fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+        TrainConfig(dataset=f"folder:{data}", epochs=1, batch_size=4), tmp_path / "run", progress=False)
+
+    def digests():
+        return {p: hashlib.md5(p.read_bytes()).hexdigest() for top in (data, data / "test")
+                for sub in ("images", "masks") for p in sorted((top / sub).glob("*.png"))}
+
+    before = digests()
+    _write_mask_pairs(tmp_path / "new", 2, seed=2)
+    (tmp_path / "new" / "images").rename(tmp_path / "scans")
+    for sub in ("masks", "images", "test/masks", "test/images"):
+        with pytest.raises(DataError, match=rf"--out .*d/{sub} is {sub}/ of folder:{re.escape(str(data))}, the "
+                                            r"run's own data: the predictions would replace or join its files there"):
+            predict_folder(tmp_path / "run", tmp_path / "scans", data / sub)
+    assert digests() == before
+    for out in (data / "predictions", tmp_path / "masks"):  # not read as the run's data: written, and again
+        for _ in range(2):
+            assert len(predict_folder(tmp_path / "run", data / "images", out).rows) == 6
+    assert digests() == before
 
 
 def test_mnist_style_names_a_file_too_large_once(tmp_path, monkeypatch):

@@ -291,8 +291,7 @@ def predict_folder(checkpoint: str | os.PathLike | Checkpoint, images_dir: str |
                          f"wrong: use capsnet eval, or the model in Python on images prepared as capsnet.data.tasks "
                          f"prepares {trained_on}'s")
     folder, source = Path(out), Path(images_dir)
-    check_out_folder(folder, source, written="predictions", source_flag="--images", read="images",
-                     partner="masks" if kind == "segmentation" else None, run_data=dataset)
+    check_out_folder(folder, source, written="predictions", source_flag="--images", read="images", run_data=dataset)
     model.eval()
     segmenting = kind == "segmentation"
     from .data.prepare import FITS

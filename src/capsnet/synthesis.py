@@ -302,7 +302,7 @@ def generate_folder(checkpoint: str | os.PathLike, labels_dir: str | os.PathLike
     if not seeds:
         raise ValueError("give at least one seed")
     model.noise(1, 0, truncation=truncation)  # refuses a bad truncation, or one for a model without noise, early
-    check_out_folder(out, labels_dir, written="images", source_flag="--labels", read="label maps", partner="images",
+    check_out_folder(out, labels_dir, written="images", source_flag="--labels", read="label maps",
                      run_data=ckpt.train_config.get("dataset"))
     cfg = model.config
     want = (cfg.in_channels, cfg.input_height, cfg.input_width)

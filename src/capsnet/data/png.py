@@ -401,13 +401,14 @@ def refuse_other_shape(a: np.ndarray, path: Path, first: np.ndarray, first_path:
 
 
 def check_out_folder(out: str | Path, source: str | Path, *, written: str, source_flag: str, read: str,
-                     partner: str | None = None, run_data: str | None = None) -> None:
+                     run_data: str | None = None) -> None:
     """Refuse, before any work, an ``--out`` folder the results cannot go to: a file, the ``source_flag`` folder
-    itself (what is ``written`` there would be ``read`` as input next time), the ``partner`` folder beside it whose
-    files pair with its own (a folder:DIR's masks/ beside images/: predictions written there replaced the user's
-    masks, a bug hunt, 2026-12-05), a folder inside ``run_data`` (the run's own folder:DIR, pairs:DIR or
-    classes:DIR, whose data they would become), or a place this process cannot write (its nearest existing folder
-    is read-only: found after minutes of work, the results would be lost)."""
+    itself (what is ``written`` there would be ``read`` as input next time), a folder of ``run_data`` (the run's own
+    folder:DIR or pairs:DIR: one of the folders its pairs are read from, images/, masks/, labels/ and test/'s;
+    classes:DIR: any folder inside it, read as a class), whose files the results would replace or join (predictions
+    written into the run's own masks/ replaced the user's masks: a bug hunt, 2026-12-05), or a place this process
+    cannot write (its nearest existing folder is read-only: found after minutes of work, the results would be
+    lost)."""
     from ..checkpoint import check_out_dir, same_path
     from .tasks import user_folder
 
@@ -417,12 +418,14 @@ def check_out_folder(out: str | Path, source: str | Path, *, written: str, sourc
     if same_path(folder, source):  # images/ is Images/ on macOS's and Windows' disks
         raise DataError(f"--out {out} is the {source_flag} folder; give another folder (the {written}, written among "
                         f"the {read}, would be read as {read} next time)")
-    beside = Path(source).expanduser().parent / partner if partner else None
-    if beside is not None and beside.is_dir() and same_path(folder, beside):
-        raise DataError(f"--out {out} is the {partner}/ folder beside the {source_flag} folder, whose files pair with "
-                        f"the {read} by name: the {written} would replace them; give another folder")
     data = user_folder(run_data) if isinstance(run_data, str) else None
-    if data is not None and folder.expanduser().resolve().is_relative_to(Path(data[1]).expanduser().resolve()):
-        raise DataError(f"--out {out} is inside {run_data}, the run's own data: the {written} written there would be "
-                        f"read as its data next time; give a folder outside it")
+    if data is not None:
+        root, target = Path(data[1]).expanduser().resolve(), folder.expanduser().resolve()
+        subs = {"folder:": ("images", "masks"), "pairs:": ("labels", "images")}.get(data[0])
+        if subs is None and target.is_relative_to(root) and target != root:  # classes:DIR: a folder is a class
+            raise DataError(f"--out {out} is inside {run_data}, the run's own data, whose folders are read as "
+                            f"classes; give a folder outside it")
+        if subs is not None and any(target == top / sub for top in (root, root / "test") for sub in subs):
+            raise DataError(f"--out {out} is {target.relative_to(root)}/ of {run_data}, the run's own data: the "
+                            f"{written} would replace or join its files there; give another folder")
     check_out_dir(out, written, error=DataError)
