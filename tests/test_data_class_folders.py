@@ -298,6 +298,13 @@ def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outp
         read = model(test.images.float() / 255).lengths.argmax(1).tolist()
     assert [w["predicted"] for w in wrong] == [str(read[test.names.index(w["file"])]) for w in wrong]
     assert {"true": "zero", "predicted": "0"} in [{k: w[k] for k in ("true", "predicted")} for w in wrong]
+    # folders 0, 1, 2: the model's own first classes, each label its output's (warned too, before: a review)
+    digits_only = tmp_path / "digits"
+    for digit in range(3):
+        for k in (digits.labels == digit).nonzero().flatten()[:2].tolist():
+            _write(digits_only, {f"{digit}/{k}.png": digits.images[k, 0].numpy()})
+    assert evaluate_checkpoint("pretrained:capsnet-mnist-small", dataset=f"classes:{digits_only}",
+                               progress=False).warning is None
     monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: path)  # the notes, not the pixels
     drawn = write_figures("pretrained:capsnet-mnist-small", out=tmp_path / "figs", dataset=f"classes:{root}",
                           progress=False, dims=[0], deltas=[0, 0.25])
