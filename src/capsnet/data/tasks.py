@@ -531,9 +531,9 @@ def other_classes(trained_on: str, scored_on: str, trained: Sequence[str] | None
     """A warning when a classifier trained on ``trained_on`` is scored or shown on ``scored_on`` whose classes are
     others (a Fashion-MNIST model on MNIST digits: its accuracy there counts nothing); None when they agree or
     either is not known, or the scored classes are the model's first ones (a folder of the digits 0, 1 and 2: its
-    labels name the model's outputs 0, 1 and 2). ``trained``, ``scored``: the class names where the data set's name alone does not give
-    them (a ``classes:DIR`` run's recorded folders, ``trained_classes``; a loaded split's): an MNIST model scored
-    on a folder of zero/one/two was scored without a word."""
+    labels name the model's outputs 0, 1 and 2). ``trained``, ``scored``: the class names where the data set's name
+    alone does not give them (a ``classes:DIR`` run's recorded folders, ``trained_classes``; a loaded split's): an
+    MNIST model scored on a folder of zero/one/two was scored without a word."""
     a = tuple(map(str, trained)) if trained else _task_classes(trained_on)
     b = tuple(map(str, scored)) if scored else _task_classes(scored_on)
     if a is None or b is None or a[:len(b)] == b:  # (the model's first classes: a folder of digits 0, 1 and 2 alone)
