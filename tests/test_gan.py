@@ -1022,6 +1022,8 @@ def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
                                         r"new run \(another --out\)"):
         fit_gan(model, replace(cfg, epochs=3), tmp_path / "r", device="cpu", progress=False, resume=True)
     assert load_checkpoint(tmp_path / "r", "last").state["epoch"] == 2
+    with pytest.raises(ValueError, match=r"but the model takes .* build it for this data"):  # no run there: built
+        fit_gan(model, replace(cfg, epochs=3), tmp_path / "none", device="cpu", progress=False, resume=True)  # wrong
 
 
 def test_the_synthesis_experiment_takes_a_users_pairs_and_trains_no_probe_on_them(tmp_path, data_root, capsys,

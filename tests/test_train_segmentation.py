@@ -408,6 +408,14 @@ def test_a_resume_says_when_the_users_folder_changed_since_the_save(tmp_path, ma
             f"in_channels 1: its files changed since the run trained on them (grey and colour, or their size), so the "
             f"run cannot go on; put the folder back as it was, or train a new run (another --out)") in err, err
     assert load_checkpoint(run, "last").state["epoch"] == epoch
+    # no run there to resume (resume=True in Python): a model built wrong, told how to build it (a review)
+    from capsnet.models import UNetConfig
+
+    with pytest.raises(ValueError, match=r"needs a model with in_channels 3, and this one has in_channels 1; build "
+                                         r"it with those"):
+        fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
+            TrainConfig(dataset=f"folder:{tmp_path / 'd'}", epochs=1, batch_size=4), tmp_path / "new", resume=True,
+            progress=False)
 
 
 def test_the_segmentation_experiment_runs_on_a_users_folder_beside_otsu(tmp_path, data_root, mask_pairs, capsys):

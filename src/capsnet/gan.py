@@ -288,7 +288,8 @@ def _fit_gan(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, *,
     wanted = dict(zip(("in_channels", "input_height", "input_width"), input_shape(cfg.dataset))) | {
         "out_channels": task(cfg.dataset).target_channels}
     off = {f: getattr(model_config, f) for f, v in wanted.items() if getattr(model_config, f) != v}
-    if off and resume and cfg.dataset.startswith(PAIRS_PREFIX):  # a user's pairs changed since the run trained
+    if off and resume and cfg.dataset.startswith(PAIRS_PREFIX) and _train.saved_with(run_dir, off):  # the run's
+        # own model, and the user's pairs changed since it trained
         raise DataError(_train.folder_refit(cfg.dataset, wanted, off))
     if off:
         raise ValueError(f"{cfg.dataset} pairs {input_shape(cfg.dataset)} label maps with "

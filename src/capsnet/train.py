@@ -40,8 +40,8 @@ from ._progress import progress_bar, write_line
 from .average import (WeightAverage, applied, restore_training_weights, with_training_weights,
                       without_training_weights)
 from .checkpoint import (Checkpoint, CheckpointError, RunLock, atomic_write_text, check_fits_before_building,
-                         load_checkpoint, load_weights, rank_rng_key, read_json_object, save_checkpoint,
-                         saved_point, short_repr)
+                         header_metadata, load_checkpoint, load_weights, rank_rng_key, read_json_object,
+                         save_checkpoint, saved_point, short_repr)
 from .data.augment import AUGMENTATIONS, augmentation
 from .data.multimnist import top2_correct
 from .data.segmentation import overlap_scores
@@ -861,6 +861,18 @@ def budget_warnings(cfg: TrainConfig, examples: int, tested: int = 0) -> list[st
     return said
 
 
+def saved_with(run_dir: Path, fields: dict[str, Any]) -> bool:
+    """Whether ``run_dir`` holds a run (its last.safetensors, the header alone read) whose model config has these
+    ``fields``' values: the model given is the run's own (else a new run's, or one built wrong: not a folder that
+    changed under the run)."""
+    metadata = header_metadata(Path(run_dir) / "last.safetensors")
+    try:
+        saved = json.loads(metadata["model_config"])
+    except (TypeError, KeyError, ValueError):
+        return False
+    return isinstance(saved, dict) and all(saved.get(f) == v for f, v in fields.items())
+
+
 def folder_refit(dataset: str, needed: dict[str, Any], had: dict[str, Any]) -> str:
     """Why a run on a user's folder ``dataset`` cannot be resumed: its files now need a model of ``needed`` (field
     -> value) where the run's has ``had`` (its images turned grey <-> colour, or another size, since it trained),
@@ -1363,8 +1375,8 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
         raise DataError(f"{cfg.dataset} holds {needed['num_classes']} class folders and the model scores "
                         f"{off['num_classes']} classes: a run trained on this folder before a class folder was added "
                         f"or removed cannot go on; put the folder back as it was, or train a new run (another --out)")
-    if off and user_folder(cfg.dataset) and resume:  # its images turned grey <-> colour, or another size, since
-        # (the advice below, a Python call to build another model, is no way to go on with a run)
+    if off and user_folder(cfg.dataset) and resume and saved_with(run_dir, off):  # the run's own model, and its
+        # folder's images turned grey <-> colour, or another size, since (the advice below is no way to go on)
         raise DataError(folder_refit(cfg.dataset, needed, off))
     if off:  # its input (channels, height, width) or its output (classes)
         raise ValueError(f"{cfg.dataset} needs a model with {', '.join(f'{f} {needed[f]}' for f in off)}, and this one "
