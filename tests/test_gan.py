@@ -974,10 +974,20 @@ def test_an_eval_with_another_judge_or_truncated_noise_writes_a_report_of_its_ow
     assert main([*common, "--truncation", "0.5"]) == 0
     assert main([*common, "--judge", "pretrained:capsnet-mnist-small"]) == 0
     assert main([*common, "--judge", str(run / ".." / "judge.safetensors"), "--truncation", "0"]) == 2  # none there
+    from capsnet.checkpoint import Checkpoint
+
+    for k, folder in enumerate(("a", "b")):  # two runs' best judges: "-judge-best" both, one report before
+        torch.manual_seed(k)
+        cnn = create_model("baseline", channels=(4,), hidden=(8,))
+        (tmp_path / folder).mkdir()
+        save_checkpoint(tmp_path / folder / "best.safetensors", Checkpoint(
+            "baseline", cnn.config.to_dict(), {"dataset": "mnist"}, {"epoch": 1, "step": 1}, cnn.state_dict()))
+        assert main([*common, "--judge", str(tmp_path / folder / "best.safetensors")]) == 0
     assert (run / "eval-last-n4.json").read_text() == plain
     reports = {p.name: json.loads(p.read_text()) for p in run.glob("eval-*.json")}
     assert set(reports) == {"eval-last-n4.json", "eval-last-n4-truncation0.5.json",
-                            "eval-last-n4-judge-capsnet-mnist-small.json"}, set(reports)
+                            "eval-last-n4-judge-capsnet-mnist-small.json", "eval-last-n4-judge-a-best.json",
+                            "eval-last-n4-judge-b-best.json"}, set(reports)
     assert reports["eval-last-n4-truncation0.5.json"]["truncation"] == 0.5
     assert reports["eval-last-n4.json"]["truncation"] is None
 
@@ -996,6 +1006,23 @@ def test_a_pairs_test_split_of_another_shape_names_the_folder_that_differs(tmp_p
                                         rf"{re.escape(str(root / 'test'))} are \(3, 32, 32\); make both splits one "
                                         r"size and mode"):
         load_training(f"pairs:{root}", root=None, progress=False)
+
+
+def test_a_finished_pairs_run_resumed_with_a_judge_is_refused_as_eval_refuses_it(tmp_path, capsys):
+    """A user's pairs have no classes: --judge on a finished run's resume printed "score this run with `capsnet
+    eval ... --judge X`", a command that is refused (a review, 2026-12-05)."""
+    from cli_helpers import in_process
+
+    root = tmp_path / "pairs"
+    _labels(root / "labels", n=5)
+    _labels(root / "images", n=5)
+    fit_gan(Pix2pixConfig(base_channels=4, disc_channels=4, input_height=32, input_width=32),
+            TrainConfig(dataset=f"pairs:{root}", epochs=1, batch_size=4, lr=2e-4), tmp_path / "r", device="cpu",
+            progress=False)
+    r = in_process(capsys, "train", "--out", tmp_path / "r", "--resume", "--judge", "pretrained:capsnet-mnist-small",
+                   "--no-progress")
+    assert r.returncode == 2 and "has no classes, so a judge has nothing to compare" in r.stderr, r.stderr
+    assert "capsnet eval" not in r.stdout
 
 
 def test_a_gan_resume_says_when_the_users_pairs_changed(tmp_path):
@@ -1294,6 +1321,11 @@ def test_a_finished_run_neither_loads_nor_replaces_its_judge_and_a_lost_one_is_n
     assert r.returncode == 0 and ("--judge scores the epochs still to train: score this run with `capsnet eval "
                                   f"--checkpoint {run} --judge pretrained:capsnet-mnist-small`") in r.stdout, r.stderr
     assert json.loads((run / "config.json").read_text()) == recorded
+    # a judge eval would refuse is refused here, not suggested (a review, 2026-12-05)
+    r = in_process(capsys, "train", "--out", run, "--resume", "--data-dir", data_root, "--no-progress", "--judge",
+                   "pretrained:capsnet-fashion-small")
+    assert r.returncode == 2 and "whose classes are not those of mnist-skeleton's images" in r.stderr, r.stderr
+    assert "capsnet eval" not in r.stdout
     r = in_process(capsys, "train", "--out", run, "--resume", "--epochs", epochs + 1, "--data-dir", data_root,
                    "--no-progress")
     assert r.returncode == 2 and "resuming" not in r.stdout, r.stdout

@@ -1423,9 +1423,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if launch is not None and not synthesis:  # as is a batch the processes cannot divide (fit's own check)
             train.check_batch_divides(train_cfg, launch, out, True)
     finished = resumed is not None and train.finished(resumed, train_cfg.epochs)
-    if resumed is not None and synthesis and not finished:  # as is a judge that cannot read the run's images, or
-        from .gan import load_run_judge, resumed_judge  # none where config.json records it (fit_gan's checks)
+    if resumed is not None and synthesis and (not finished or args.judge is not None):  # as is a judge that cannot
+        from .gan import load_run_judge, resumed_judge  # read the run's images, or none where config.json records it
 
+        # (fit_gan's checks; a finished run's given judge is checked for the eval line below, which uses it)
         load_run_judge(resumed_judge(out, train_cfg.dataset, args.judge), given=args.judge, run_dir=out,
                        dataset=train_cfg.dataset)
     if main_rank and finished:
@@ -1540,6 +1541,20 @@ def _output_file(path: str | None, flag: str) -> None:
         raise ValueError(f"{flag} {p}: cannot write in {p.parent} ({why}); give a file where you can write")
 
 
+def _judge_tag(judge: str) -> str:
+    """A judge as part of a report's name: a shipped one's NAME; a checkpoint file's run folder and stem
+    (runs/a/best.safetensors: a-best, where its stem alone made every run's best judge "best"); a run folder's
+    name."""
+    from . import pretrained
+
+    if str(judge).startswith(pretrained.PREFIX):
+        return str(judge)[len(pretrained.PREFIX):]
+    p = Path(os.path.abspath(judge))
+    if p.suffix == ".safetensors":
+        return f"{p.parent.name}-{p.stem}" if p.stem in ("best", "last") else p.stem
+    return p.name
+
+
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     """Where ``capsnet eval`` writes its report without --json: eval-best.json (eval-last.json) beside the checkpoint
     for its own data set's whole test split, with the data set and the size in the name otherwise
@@ -1555,8 +1570,7 @@ def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:
     if args.test_size:  # the first N test examples: another figure than the whole split's
         name += f"-n{args.test_size}"
     if args.judge is not None:  # another reader, or truncated noise: other figures than the run's own report's
-        shipped = str(args.judge).startswith(pretrained.PREFIX)  # (each replaced the report of the plain eval)
-        name += "-judge-" + (str(args.judge)[len(pretrained.PREFIX):] if shipped else Path(args.judge).stem)
+        name += "-judge-" + _judge_tag(args.judge)  # (each replaced the report of the plain eval)
     if args.truncation is not None:
         name += f"-truncation{args.truncation:g}"
     name += weights_tag(args.weights)  # an averaged run's training weights: another figure than its average's
