@@ -359,6 +359,10 @@ def test_affine_experiment_reports_every_test_set_and_eval_says_where_each_place
     assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mats["near.mat"]),
                  str(tmp_path / "gone.mat"), "--data-dir", str(data_root), "--no-progress"]) == 2
     assert f"cannot read {tmp_path / 'gone.mat'}" in capsys.readouterr().err
+    (tmp_path / "test.mat.zip").write_bytes(b"PK\x03\x04" + bytes(600))  # the published archive, not unzipped
+    assert main(["eval", "--checkpoint", str(out / "capsnet"), "--test-size", "50", "--affnist", str(mats["near.mat"]),
+                 str(tmp_path / "test.mat.zip"), "--data-dir", str(data_root), "--no-progress"]) == 2
+    assert "test.mat.zip is a zip archive, not a .mat file: unzip it" in capsys.readouterr().err
 
 
 def test_less_data_experiment_table_and_plot(tmp_path, data_root, capsys):

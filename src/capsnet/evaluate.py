@@ -501,10 +501,10 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         raise ValueError(beyond)
     if dataset is None:
         warn_folder_changed(ckpt, name)
-    from .data.affnist import load_affnist
+    from .data.affnist import check_mat_header, load_affnist
 
-    # read before any set is scored: a missing or damaged file was refused after the whole evaluation
-    reals = {mat: load_affnist(mat) for mat in affnist}
+    for mat in affnist:  # refused before any set is scored (after the whole evaluation, before), one at a time read
+        check_mat_header(mat)  # below (each can be half a gigabyte)
     split = load_test(name, size=test_size, root=root, progress=progress)
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
@@ -518,7 +518,8 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     sets = {"": split} | split.extra if described else {}
     titles = {extra: s.title for extra, s in sets.items() if s.title}
     placements = {extra: placement(s.images) for extra, s in sets.items()}
-    for mat, real in reals.items():
+    for mat in affnist:
+        real = load_affnist(mat)
         key = f"affnist:{Path(mat).name}"
         scored = Split(real.images, real.labels, real.classes).to(dev)
         results[key] = evaluate(model, scored.images, scored.labels, batch_size=batch_size or BATCH_SIZE,

@@ -25,7 +25,7 @@ import torch
 from .idx import DataError
 from .sets import Dataset
 
-__all__ = ["read_mat", "load_affnist", "AFFNIST_SIZE"]
+__all__ = ["read_mat", "check_mat_header", "load_affnist", "AFFNIST_SIZE"]
 
 AFFNIST_SIZE = 40
 
@@ -144,21 +144,22 @@ class _Reader:
         raise self.fail(f"{kind} (in {name!r}) are not supported by this reader; install scipy and use scipy.io.loadmat")
 
 
-def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[str, Any]:
-    """The variables of a MATLAB v5 .mat file: numeric arrays as numpy (MATLAB's shape), structs as dicts.
-
-    ``max_size`` bounds each compressed element's decompressed size in bytes (a file that claims more is refused
-    as soon as it passes it); None: no bound.
-    """
-    path = Path(path)
+def _read(path: Path, size: int | None = None) -> bytes:
+    """``path``'s bytes (its first ``size``; None: all), a folder or an unreadable file refused in words."""
     if path.is_dir():  # affNIST's test_batches folder, given whole: its files are what is read
         mats = sorted(p.name for p in path.glob("*.mat"))
         raise DataError(f"{path} is a folder; give its .mat files (" + (f"{path}/*.mat: {', '.join(mats[:3])}"
                         + (", ..." if len(mats) > 3 else "") if mats else "it holds none") + ")")
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            return f.read() if size is None else f.read(size)
     except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from e
+
+
+def _byte_order(path: Path, data: bytes) -> str:
+    """The byte order ("<" or ">") a MATLAB v5 file's header (``data``: the file, or its first 516 bytes) names;
+    a zip archive, a short file, a v7.3 (HDF5) file or another format refused in words."""
     if data[:4] == b"PK\x03\x04":  # affNIST is published as test.mat.zip and test_batches.zip
         raise DataError(f"{path} is a zip archive, not a .mat file: unzip it (affNIST publishes test.mat.zip and "
                         f"test_batches.zip) and give the .mat file(s) inside")
@@ -170,6 +171,25 @@ def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[st
     order = {b"IM": "<", b"MI": ">"}.get(data[126:128])
     if order is None:
         raise DataError(f"{path} is not a MATLAB v5 .mat file (no 'MATLAB 5.0 MAT-file' header with its byte-order mark)")
+    return order
+
+
+def check_mat_header(path: str | os.PathLike) -> None:
+    """Refuse, from its first bytes alone, a file that is not a MATLAB v5 .mat file (missing, a folder, a zip
+    archive, v7.3, another format): what ``read_mat`` refuses first, said before a long evaluation rather than
+    after it, without holding the file in memory."""
+    _byte_order(Path(path), _read(Path(path), 516))
+
+
+def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[str, Any]:
+    """The variables of a MATLAB v5 .mat file: numeric arrays as numpy (MATLAB's shape), structs as dicts.
+
+    ``max_size`` bounds each compressed element's decompressed size in bytes (a file that claims more is refused
+    as soon as it passes it); None: no bound.
+    """
+    path = Path(path)
+    data = _read(path)
+    order = _byte_order(path, data)
     reader = _Reader(data, order, str(path), max_size)
     out = {}
     try:
