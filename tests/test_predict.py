@@ -449,7 +449,7 @@ def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path):
 
     data = tmp_path / "d"
     _write_mask_pairs(data, 6)
-    _write_mask_pairs(data / "test", 3, seed=1)
+    _write_mask_pairs(data / "test", 3, seed=1)  # (without it, a test/ made by the predictions broke the run)
     fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
         TrainConfig(dataset=f"folder:{data}", epochs=1, batch_size=4), tmp_path / "run", progress=False)
 
@@ -460,11 +460,14 @@ def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path):
     before = digests()
     _write_mask_pairs(tmp_path / "new", 2, seed=2)
     (tmp_path / "new" / "images").rename(tmp_path / "scans")
-    for sub in ("masks", "images", "test/masks", "test/images"):
-        with pytest.raises(DataError, match=rf"--out .*d/{sub} is {sub}/ of folder:{re.escape(str(data))}, the "
-                                            r"run's own data: the predictions would replace or join its files there"):
+    (tmp_path / "linked").symlink_to(data / "masks")  # the same folder by another name
+    for sub in ("masks", "images", "test/masks", "test/images", "test", "test/new", "../linked"):
+        with pytest.raises(DataError, match=rf"--out .*{re.escape(sub)} is one of the folders folder:"
+                                            rf"{re.escape(str(data))}, the run's own data, is read from \(images/, "
+                                            r"masks/, test/\): the predictions would replace or join its files "
+                                            r"there"):
             predict_folder(tmp_path / "run", tmp_path / "scans", data / sub)
-    assert digests() == before
+    assert digests() == before and not (data / "test" / "new").exists()
     for out in (data / "predictions", tmp_path / "masks"):  # not read as the run's data: written, and again
         for _ in range(2):
             assert len(predict_folder(tmp_path / "run", data / "images", out).rows) == 6

@@ -425,7 +425,12 @@ def check_out_folder(out: str | Path, source: str | Path, *, written: str, sourc
         if subs is None and target.is_relative_to(root) and target != root:  # classes:DIR: a folder is a class
             raise DataError(f"--out {out} is inside {run_data}, the run's own data, whose folders are read as "
                             f"classes; give a folder outside it")
-        if subs is not None and any(target == top / sub for top in (root, root / "test") for sub in subs):
-            raise DataError(f"--out {out} is {target.relative_to(root)}/ of {run_data}, the run's own data: the "
-                            f"{written} would replace or join its files there; give another folder")
+        # folder:DIR, pairs:DIR: the folders its pairs are read from, and test/ (made, it is read as the test split)
+        # and anything in it; by the file system's own identity too (a link, Masks/ on a case-insensitive disk)
+        read = [root / sub for sub in subs] + [root / "test"] if subs is not None else []
+        if any(same_path(target, p) for p in read) or (subs is not None and target.is_relative_to(
+                (root / "test").resolve())):
+            raise DataError(f"--out {out} is one of the folders {run_data}, the run's own data, is read from "
+                            f"({', '.join(f'{s}/' for s in subs)}, test/): the {written} would replace or join its "
+                            f"files there; give another folder")
     check_out_dir(out, written, error=DataError)
