@@ -305,6 +305,21 @@ def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outp
             _write(digits_only, {f"{digit}/{k}.png": digits.images[k, 0].numpy()})
     assert evaluate_checkpoint("pretrained:capsnet-mnist-small", dataset=f"classes:{digits_only}",
                                progress=False).warning is None
+    # outputs past the folder's classes are named as the model's own classes (a bare "5" for a CIFAR model's dog,
+    # scored on folders airplane/ and automobile/): a model of classes a..j, on folders a/, b/, c/ of digits 0-2
+    import capsnet.evaluate as evaluate
+
+    letters = tmp_path / "letters"
+    for digit, name in enumerate("abc"):
+        picked = (digits.labels == digit).nonzero().flatten().tolist()
+        sevens = (digits.labels == 7).nonzero().flatten().tolist()
+        _write(letters, {f"{name}/{k}.png": digits.images[k, 0].numpy() for k in picked[:2]})
+        _write(letters, {f"test/{name}/{k}.png": digits.images[k, 0].numpy()  # test/c/: sevens, read as 7
+                         for k in (sevens[:2] if name == "c" else picked[2:4])})
+    monkeypatch.setattr(evaluate, "trained_classes", lambda *a: tuple("abcdefghij"))
+    lettered = evaluate_checkpoint("pretrained:capsnet-mnist-small", dataset=f"classes:{letters}", progress=False)
+    assert lettered.warning is None
+    assert {"h"} <= {w["predicted"] for w in lettered.report()["misclassified"]}
     monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: path)  # the notes, not the pixels
     drawn = write_figures("pretrained:capsnet-mnist-small", out=tmp_path / "figs", dataset=f"classes:{root}",
                           progress=False, dims=[0], deltas=[0, 0.25])
@@ -327,6 +342,17 @@ def test_a_model_of_other_classes_scored_on_class_folders_is_warned_and_its_outp
     with pytest.raises(ValueError, match=r"the judge .* was trained on classes:.*, whose classes are not those of "
                                          r"mnist-skeleton's images \(mnist\)"):
         load_judge(digit_classes[1], dataset="mnist-skeleton")
+
+
+def test_resume_true_without_a_run_on_class_folders_gets_the_advice_to_build_the_model(digit_classes, tmp_path):
+    """"a run trained on this folder before a class folder was added or removed cannot go on" was said where no run
+    was there to resume (resume=True in Python, a model of 10 classes on 3 folders): a review, 2026-12-05."""
+    root, _ = digit_classes
+    with pytest.raises(ValueError, match=r"needs a model with num_classes 3, and this one has num_classes 10; build "
+                                         r"it with those"):
+        fit(CapsNetConfig(conv1_channels=8, primary_types=2, decoder_hidden=(32, 64)),
+            TrainConfig(dataset=f"classes:{root}", epochs=1, batch_size=8), tmp_path / "none", resume=True,
+            progress=False)
 
 
 def test_a_run_on_class_folders_is_scored_with_its_class_names(digit_classes, capsys):

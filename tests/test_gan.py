@@ -985,9 +985,15 @@ def test_an_eval_with_another_judge_or_truncated_noise_writes_a_report_of_its_ow
         assert main([*common, "--judge", str(tmp_path / folder / "best.safetensors")]) == 0
     assert (run / "eval-last-n4.json").read_text() == plain
     reports = {p.name: json.loads(p.read_text()) for p in run.glob("eval-*.json")}
+    import hashlib
+
+    def tag(path):  # six hex digits of the judge's absolute path
+        return hashlib.sha1(str(path).encode()).hexdigest()[:6]
+
     assert set(reports) == {"eval-last-n4.json", "eval-last-n4-truncation0.5.json",
-                            "eval-last-n4-judge-capsnet-mnist-small.json", "eval-last-n4-judge-a-best.json",
-                            "eval-last-n4-judge-b-best.json"}, set(reports)
+                            "eval-last-n4-judge-capsnet-mnist-small.json",
+                            f"eval-last-n4-judge-a-best-{tag(tmp_path / 'a' / 'best.safetensors')}.json",
+                            f"eval-last-n4-judge-b-best-{tag(tmp_path / 'b' / 'best.safetensors')}.json"}, set(reports)
     assert reports["eval-last-n4-truncation0.5.json"]["truncation"] == 0.5
     assert reports["eval-last-n4.json"]["truncation"] is None
 

@@ -1543,16 +1543,18 @@ def _output_file(path: str | None, flag: str) -> None:
 
 def _judge_tag(judge: str) -> str:
     """A judge as part of a report's name: a shipped one's NAME; a checkpoint file's run folder and stem
-    (runs/a/best.safetensors: a-best, where its stem alone made every run's best judge "best"); a run folder's
-    name."""
+    (runs/a/best.safetensors: a-best, where its stem alone made every run's best judge "best"), a run folder's name,
+    with six hex digits of its absolute path (two judges of one name in other folders wrote one report)."""
+    import hashlib
+
     from . import pretrained
 
     if str(judge).startswith(pretrained.PREFIX):
         return str(judge)[len(pretrained.PREFIX):]
-    p = Path(os.path.abspath(judge))
-    if p.suffix == ".safetensors":
-        return f"{p.parent.name}-{p.stem}" if p.stem in ("best", "last") else p.stem
-    return p.name
+    p = Path(os.path.abspath(os.path.expanduser(judge)))
+    name = (f"{p.parent.name}-{p.stem}" if p.stem in ("best", "last") else p.stem) if p.suffix == ".safetensors" \
+        else p.name
+    return f"{name}-{hashlib.sha1(str(p).encode()).hexdigest()[:6]}"
 
 
 def _eval_report(ckpt: Any, args: argparse.Namespace) -> Path:

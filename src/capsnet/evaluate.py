@@ -501,10 +501,10 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
         raise ValueError(beyond)
     if dataset is None:
         warn_folder_changed(ckpt, name)
-    from .data.affnist import check_mat_header, load_affnist
+    from .data.affnist import load_affnist
 
-    for mat in affnist:  # refused before any set is scored (after the whole evaluation, before), one at a time read
-        check_mat_header(mat)  # below (each can be half a gigabyte)
+    for mat in affnist:  # each read and checked whole before any set is scored (a bad file was refused after the
+        load_affnist(mat)  # whole evaluation), one at a time (each can be half a gigabyte), and read again below
     split = load_test(name, size=test_size, root=root, progress=progress)
     check_test_size(test_size, len(split), name)
     recon_weight = train_config.get("recon_weight", 0.0005)
@@ -519,6 +519,7 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     titles = {extra: s.title for extra, s in sets.items() if s.title}
     placements = {extra: placement(s.images) for extra, s in sets.items()}
     for mat in affnist:
+        real = scored = None  # the file before let go of first: one file's arrays held at a time
         real = load_affnist(mat)
         key = f"affnist:{Path(mat).name}"
         scored = Split(real.images, real.labels, real.classes).to(dev)
@@ -533,4 +534,4 @@ def evaluate_checkpoint(path: str | os.PathLike | Checkpoint, *, which: str = "b
     return CheckpointEvaluation(ckpt, name, len(split), results, sizes, titles, placements, warning,
                                 classes=classes, test_files=split.names,
                                 labels=split.labels if split.names is not None else None,
-                                predicted_classes=tuple(learned) if warning and learned else classes)
+                                predicted_classes=tuple(learned) if learned else classes)

@@ -1370,8 +1370,9 @@ def _fit(model_config: Any, cfg: TrainConfig, run_dir: str | os.PathLike, dev: t
                          f"{spec.kind} data set or a {kind} model")
     needed = {f: v for f, v in input_fields(name, cfg.dataset).items() if hasattr(model_config, f)}
     off = {f: getattr(model_config, f) for f, v in needed.items() if getattr(model_config, f) != v}
-    if off.keys() == {"num_classes"} and user_folder(cfg.dataset) and resume:  # a user's folder (classes:DIR) whose
-        # class folders changed since the run saved (a new run of the wrong classes gets the message below)
+    if off.keys() == {"num_classes"} and user_folder(cfg.dataset) and resume and saved_with(run_dir, off):  # a
+        # user's folder (classes:DIR) whose class folders changed since the run saved (a new run of the wrong classes,
+        # or a model built wrong, gets the message below)
         raise DataError(f"{cfg.dataset} holds {needed['num_classes']} class folders and the model scores "
                         f"{off['num_classes']} classes: a run trained on this folder before a class folder was added "
                         f"or removed cannot go on; put the folder back as it was, or train a new run (another --out)")

@@ -25,7 +25,7 @@ import torch
 from .idx import DataError
 from .sets import Dataset
 
-__all__ = ["read_mat", "check_mat_header", "load_affnist", "AFFNIST_SIZE"]
+__all__ = ["read_mat", "load_affnist", "AFFNIST_SIZE"]
 
 AFFNIST_SIZE = 40
 
@@ -172,13 +172,6 @@ def _byte_order(path: Path, data: bytes) -> str:
     if order is None:
         raise DataError(f"{path} is not a MATLAB v5 .mat file (no 'MATLAB 5.0 MAT-file' header with its byte-order mark)")
     return order
-
-
-def check_mat_header(path: str | os.PathLike) -> None:
-    """Refuse, from its first bytes alone, a file that is not a MATLAB v5 .mat file (missing, a folder, a zip
-    archive, v7.3, another format): what ``read_mat`` refuses first, said before a long evaluation rather than
-    after it, without holding the file in memory."""
-    _byte_order(Path(path), _read(Path(path), 516))
 
 
 def read_mat(path: str | os.PathLike, *, max_size: int | None = None) -> dict[str, Any]:
