@@ -187,19 +187,17 @@ def test_a_first_few_test_images_hold_every_class(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["classes", "folder", "pairs"])
-def test_a_held_out_split_named_test_in_another_case_is_refused_not_passed_over(tmp_path, kind):
+def test_a_held_out_split_named_test_in_another_case_is_refused_not_passed_over(tmp_path, kind, mask_pairs):
     """DIR/Test/ (or TEST/) was passed over without a word on Linux (the test split then drawn from the training
     files; in classes:DIR, read as a class named Test), and read as test/ on macOS's and Windows' disks (a bug hunt,
     2026-12-05). Refused on every system, with the rename."""
-    from conftest import _write_mask_pairs
-
     root = tmp_path / kind
     for seed, top in enumerate((root, root / "Test")):
         if kind == "classes":
             _write(top, {f"{c}/{k}.png": _pixels(40 * k + 10 * seed + 100 * (c == "dog")) for c in ("cat", "dog")
                          for k in range(3)})
         else:
-            _write_mask_pairs(top, 5, seed=seed)
+            mask_pairs(top, 5, seed=seed)
             if kind == "pairs":
                 for sub in ("labels", "images"):  # label maps (the masks) and images, under pairs:DIR's names
                     (top / {"labels": "masks", "images": "images"}[sub]).rename(top / f"_{sub}")

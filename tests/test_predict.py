@@ -435,21 +435,19 @@ def test_a_16_bit_png_of_the_models_size_is_refused_with_fit_named_and_read_by_f
     assert done.rows == predict_folder("pretrained:capsnet-mnist-small", tmp_path / "e", tmp_path / "out8").rows
 
 
-def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path):
+def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path, mask_pairs):
     """predict --images DIR/images --out DIR/masks, DIR the run's own folder:DIR, replaced the user's masks with the
     model's predictions ("8 files of the same names replaced"), and the run's next eval scored against them (a bug
     hunt, 2026-12-05). Refused before any work, as is any folder its pairs are read from; a folder of predictions
     beside the images (a second run into it) and one inside DIR that is not read are not the run's data."""
     import hashlib
 
-    from conftest import _write_mask_pairs
-
     from capsnet.models import UNetConfig
     from capsnet.train import TrainConfig, fit
 
     data = tmp_path / "d"
-    _write_mask_pairs(data, 6)
-    _write_mask_pairs(data / "test", 3, seed=1)  # (without it, a test/ made by the predictions broke the run)
+    mask_pairs(data, 6)
+    mask_pairs(data / "test", 3, seed=1)  # (without it, a test/ made by the predictions broke the run)
     fit(UNetConfig(base_channels=4, depth=2, input_height=16, input_width=16),
         TrainConfig(dataset=f"folder:{data}", epochs=1, batch_size=4), tmp_path / "run", progress=False)
 
@@ -458,7 +456,7 @@ def test_predictions_are_never_written_over_the_runs_own_masks(tmp_path):
                 for sub in ("images", "masks") for p in sorted((top / sub).glob("*.png"))}
 
     before = digests()
-    _write_mask_pairs(tmp_path / "new", 2, seed=2)
+    mask_pairs(tmp_path / "new", 2, seed=2)
     (tmp_path / "new" / "images").rename(tmp_path / "scans")
     (tmp_path / "linked").symlink_to(data / "masks")  # the same folder by another name
     for sub in ("masks", "images", "test/masks", "test/images", "test", "test/new", "../linked"):
