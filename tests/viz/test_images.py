@@ -109,6 +109,18 @@ def test_transparent_canvas_and_jpeg():
     assert mnist_style(read_image(_png(Image.fromarray(rgb))), (3, 32, 32)).shape == (3, 32, 32)
 
 
+def _header_only_png(width: int, height: int) -> bytes:
+    """A PNG of a grey ``width`` x ``height`` header and no pixel data: what a crafted upload may claim."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)) + \
+        chunk(b"IEND", b"")
+
+
 def test_bad_uploads():
     good = _png(Image.fromarray(np.eye(40, dtype=np.uint8) * 255))
     cases = [
@@ -118,6 +130,9 @@ def test_bad_uploads():
         (good[: len(good) // 2], "truncated or corrupt"),
         (b"\0" * (MAX_UPLOAD_BYTES + 1), "up to 4 MiB"),
         (_png(Image.new("1", (5000, 5000))), "5000x5000 pixels"),  # 5 kB of PNG, 25 Mpx: refused before decoding
+        # a header of 100000x100000 (past twice Pillow's cap): Pillow's "decompression bomb DOS attack" before
+        (_header_only_png(100000, 100000), r"more than [\d,]+ pixels; the viewer takes images of up to 16,777,216 "
+                                            r"pixels \(for example 4096x4096\)"),
     ]
     for data, fragment in cases:
         with pytest.raises(ViewerError, match=fragment):

@@ -47,6 +47,8 @@ def test_info_kernels_forward_reconstruct(server, viewer):
     assert w == json.loads(json.dumps(viewer.walk(viewer.test_input(index=5))))  # the API is the engine, as JSON
     status, w2 = api(server, "/api/forward", {"class": 3, "nth": 2})
     assert status == 200 and w2["source"]["label"] == 3
+    status, mixed = api(server, "/api/forward", {"index": 1, "nth": 3})  # the index's answer, its nth passed over
+    assert status == 400 and mixed == {"error": 'send exactly one of {"index": n} or {"class": k, "nth": m}'}
     status, first = api(server, "/api/forward", {"class": 3})  # nth left out: the first of the class (the page
     assert first == json.loads(json.dumps(viewer.walk(viewer.test_input(label=3, nth=0))))  # always sends it)
     j = w["predicted"]

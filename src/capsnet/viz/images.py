@@ -76,6 +76,9 @@ def _open(data: bytes) -> Image.Image:
         img = Image.open(io.BytesIO(data), formats=["PNG", "JPEG"])
     except UnidentifiedImageError:
         raise ViewerError("the upload is not a PNG or JPEG image") from None
+    except Image.DecompressionBombError:  # a header past twice Pillow's own cap: said as the viewer says any size over
+        raise ViewerError(f"the image is more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; the viewer takes images "
+                          f"of up to {MAX_UPLOAD_PIXELS:,} pixels (for example 4096x4096)") from None  # its cap
     except Exception as e:  # PIL raises many types on a damaged header
         raise ViewerError(f"the upload is not a readable PNG or JPEG image ({e})") from None
     w, h = img.size

@@ -519,7 +519,8 @@ class _Handler(BaseHTTPRequestHandler):
         if unknown:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown field(s) {_short(str(sorted(unknown)), 200)}: "
                              f"send {{\"index\": n}} or {{\"class\": k, \"nth\": m}}")
-        if ("index" in req) == ("class" in req):
+        # (an "nth" beside "index" was passed over, the answer that of the index alone: a bug hunt, 2026-12-05)
+        if ("index" in req) == ("class" in req) or ("index" in req and "nth" in req):
             raise _HTTPError(HTTPStatus.BAD_REQUEST, 'send exactly one of {"index": n} or {"class": k, "nth": m}')
         if "index" in req:
             inp = viewer.test_input(index=req["index"])
