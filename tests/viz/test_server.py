@@ -171,6 +171,16 @@ def test_connections_past_the_ones_served_at_once_get_a_503_and_the_slots_come_b
             status, ctype, body = request(srv, "GET", "/api/info", timeout=10)
             assert status == 503 and ctype == "application/json"
             assert "serving 2 connections at once; try again in a moment" in json.loads(body)["error"]
+            import http.client  # with the token every answer carries (this one had none: a bug hunt, 2026-12-05)
+
+            conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+            try:
+                conn.request("GET", "/api/info")
+                answer = conn.getresponse()
+                assert answer.status == 503 and answer.getheader("X-Capsnet-Viewer") == srv.identity
+                assert answer.getheader("Cache-Control") == "no-store"
+            finally:
+                conn.close()
         finally:
             for sock in idle:
                 sock.close()

@@ -723,8 +723,10 @@ class _Server(ThreadingHTTPServer):
                                         f"moment"}).encode()
             try:
                 request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"%s: %s\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
                                 b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-                                % (len(body), body))
+                                % (VIEWER_HEADER.encode(), self.identity.encode(), len(body), body))  # (the
+                # token every answer carries, as the README says: this one had none, a bug hunt, 2026-12-05)
             except OSError:  # the client is gone already
                 pass
             self.close_request(request)
