@@ -296,7 +296,8 @@ class CheckpointEvaluation:
     test_files: tuple[str, ...] | None = None  # a user's folder: the test split's files, index k the k-th
     classes: tuple[str, ...] = ()  # a classifier's class names, index k class k (the confusion's rows and columns)
     labels: torch.Tensor | None = None  # a user's folder of classes: the test split's labels (N,), for its files
-    # the names of the model's outputs, index k output k: ``classes`` unless it was trained on others (``warning``)
+    # the names of the model's outputs, index k output k: its own classes where the checkpoint says them, else
+    # ``classes``
     predicted_classes: tuple[str, ...] = ()
 
     def label(self, name: str) -> str:
